@@ -1,0 +1,287 @@
+package caddymodule
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
+)
+
+func init() {
+	httpcaddyfile.RegisterHandlerDirective("rcns", parseCaddyfile)
+	// Before rewrite, so before uri, encode, handle, route, respond,
+	// reverse_proxy and file_server (ARCHITECTURE.md "Caddyfile").
+	httpcaddyfile.RegisterDirectiveOrder("rcns", httpcaddyfile.Before, "rewrite")
+}
+
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	m := new(Handler)
+	err := m.UnmarshalCaddyfile(h.Dispenser)
+	return m, err
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens. The
+// grammar is documented in docs/configuration.md:
+//
+//	rcns {
+//	    name <string>
+//	    server_id <string>
+//	    identity header
+//	    enabled [true|false]
+//	    mode confirm-first|optimistic
+//	    min_trust_tier <1..3>
+//	    max_synthesis_depth <n>
+//	    synthesis_enabled true|false
+//	    scope_required_for_invocation true|false
+//	    contract_ttl <duration>
+//	    tombstone_ttl <duration>
+//	    max_contracts <n>
+//	    max_contracts_per_agent <n>
+//	    max_request_body <size>
+//	    max_upstream_response <size>
+//	    composition_timeout <duration>
+//	    attempt_buffer <n>
+//	    agents <path>...
+//	    endpoints <path>...
+//	    recipes <path>...
+//	    catalog <path>
+//	    upstream <name> <url> { timeout <d>; max_conns <n>; insecure_http }
+//	    legacy NONE|*|<VERB>...
+//	    alias <FROM> <TO>
+//	    no_aliases
+//	    allow *|<METHOD>...
+//	    disallow <METHOD>...
+//	    redirect <from_method> <from_path|*> <to_method> <to_path|*>
+//	    passthrough_methods <METHOD>...
+//	}
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		key := d.Val()
+		switch key {
+		case "name", "server_id", "identity", "mode", "catalog":
+			v, err := oneArg(d)
+			if err != nil {
+				return err
+			}
+			switch key {
+			case "name":
+				h.Name = v
+			case "server_id":
+				h.ServerID = v
+			case "identity":
+				h.Identity = v
+			case "mode":
+				h.Mode = v
+			case "catalog":
+				h.Catalog = v
+			}
+		case "enabled":
+			b, err := optBool(d)
+			if err != nil {
+				return err
+			}
+			h.Enabled = b
+		case "no_aliases":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.NoAliases = true
+		case "synthesis_enabled", "scope_required_for_invocation":
+			b, err := optBool(d)
+			if err != nil {
+				return err
+			}
+			if key == "synthesis_enabled" {
+				h.SynthesisEnabled = &b
+			} else {
+				h.ScopeRequiredForInvocation = &b
+			}
+		case "min_trust_tier", "max_synthesis_depth", "max_contracts", "max_contracts_per_agent", "attempt_buffer":
+			v, err := oneArg(d)
+			if err != nil {
+				return err
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return d.Errf("%s: %q is not a non-negative integer", key, v)
+			}
+			switch key {
+			case "min_trust_tier":
+				h.MinTrustTier = n
+			case "max_synthesis_depth":
+				h.MaxSynthesisDepth = n
+			case "max_contracts":
+				h.MaxContracts = n
+			case "max_contracts_per_agent":
+				h.MaxContractsPerAgent = n
+			case "attempt_buffer":
+				h.AttemptBuffer = n
+			}
+		case "contract_ttl", "tombstone_ttl", "composition_timeout":
+			v, err := oneArg(d)
+			if err != nil {
+				return err
+			}
+			dur, err := caddy.ParseDuration(v)
+			if err != nil {
+				return d.Errf("%s: %v", key, err)
+			}
+			switch key {
+			case "contract_ttl":
+				h.ContractTTL = caddy.Duration(dur)
+			case "tombstone_ttl":
+				h.TombstoneTTL = caddy.Duration(dur)
+			case "composition_timeout":
+				h.CompositionTimeout = caddy.Duration(dur)
+			}
+		case "max_request_body", "max_upstream_response":
+			v, err := oneArg(d)
+			if err != nil {
+				return err
+			}
+			n, err := humanize.ParseBytes(v)
+			if err != nil || n == 0 {
+				return d.Errf("%s: %q is not a size (e.g. 1MiB)", key, v)
+			}
+			if key == "max_request_body" {
+				h.MaxRequestBody = int64(n)
+			} else {
+				h.MaxUpstreamResponse = int64(n)
+			}
+		case "agents", "endpoints", "recipes":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			switch key {
+			case "agents":
+				h.Agents = append(h.Agents, args...)
+			case "endpoints":
+				h.Endpoints = append(h.Endpoints, args...)
+			case "recipes":
+				h.Recipes = append(h.Recipes, args...)
+			}
+		case "upstream":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return d.Errf("upstream: want <name> <base-url>, got %d arguments", len(args))
+			}
+			uc := &UpstreamConfig{URL: args[1]}
+			for nesting := d.Nesting(); d.NextBlock(nesting); {
+				switch d.Val() {
+				case "timeout":
+					v, err := oneArg(d)
+					if err != nil {
+						return err
+					}
+					dur, err := caddy.ParseDuration(v)
+					if err != nil {
+						return d.Errf("timeout: %v", err)
+					}
+					uc.Timeout = caddy.Duration(dur)
+				case "max_conns":
+					v, err := oneArg(d)
+					if err != nil {
+						return err
+					}
+					n, err := strconv.Atoi(v)
+					if err != nil || n < 1 {
+						return d.Errf("max_conns: %q is not a positive integer", v)
+					}
+					uc.MaxConns = n
+				case "insecure_http":
+					if d.NextArg() {
+						return d.ArgErr()
+					}
+					uc.InsecureHTTP = true
+				default:
+					return d.Errf("upstream: unknown subdirective %q", d.Val())
+				}
+			}
+			if h.Upstreams == nil {
+				h.Upstreams = map[string]*UpstreamConfig{}
+			}
+			if _, dup := h.Upstreams[args[0]]; dup {
+				return d.Errf("upstream %q declared twice", args[0])
+			}
+			h.Upstreams[args[0]] = uc
+		case "legacy", "allow", "disallow", "passthrough_methods":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			switch key {
+			case "legacy":
+				h.Legacy = append(h.Legacy, args...)
+			case "allow":
+				h.Allow = append(h.Allow, args...)
+			case "disallow":
+				h.Disallow = append(h.Disallow, args...)
+			case "passthrough_methods":
+				h.PassthroughMethods = append(h.PassthroughMethods, args...)
+			}
+		case "alias":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return d.Errf("alias: want <FROM> <TO>")
+			}
+			if h.Aliases == nil {
+				h.Aliases = map[string]string{}
+			}
+			if _, dup := h.Aliases[args[0]]; dup {
+				return d.Errf("alias %s declared twice", args[0])
+			}
+			h.Aliases[args[0]] = args[1]
+		case "redirect":
+			args := d.RemainingArgs()
+			if len(args) != 4 {
+				return d.Errf("redirect: want <from_method> <from_path|*> <to_method> <to_path|*>")
+			}
+			star := func(s string) string {
+				if s == "*" {
+					return ""
+				}
+				return s
+			}
+			h.Redirects = append(h.Redirects, RedirectConfig{FromMethod: args[0], FromPath: star(args[1]), ToMethod: args[2], ToPath: star(args[3])})
+		default:
+			return d.Errf("rcns: unknown subdirective %q", key)
+		}
+	}
+	return nil
+}
+
+func oneArg(d *caddyfile.Dispenser) (string, error) {
+	key := d.Val()
+	args := d.RemainingArgs()
+	if len(args) != 1 {
+		return "", d.Errf("%s: want exactly one argument", key)
+	}
+	return args[0], nil
+}
+
+func optBool(d *caddyfile.Dispenser) (bool, error) {
+	key := d.Val()
+	args := d.RemainingArgs()
+	switch len(args) {
+	case 0:
+		return true, nil
+	case 1:
+		b, err := strconv.ParseBool(strings.ToLower(args[0]))
+		if err != nil {
+			return false, d.Errf("%s: %q is not true or false", key, args[0])
+		}
+		return b, nil
+	}
+	return false, d.Errf("%s: want at most one argument", key)
+}
+
+var _ caddyfile.Unmarshaler = (*Handler)(nil)

@@ -1,0 +1,101 @@
+package caddymodule
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+)
+
+var update = flag.Bool("update", false, "rewrite the JSON half of testdata/*.caddyfiletest")
+
+// TestCaddyfileAdapt adapts each testdata/*.caddyfiletest Caddyfile and
+// compares the JSON with the golden half (the caddytest convention:
+// Caddyfile, a line of dashes, JSON).
+func TestCaddyfileAdapt(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.caddyfiletest")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden files: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts := strings.SplitN(string(raw), "----------\n", 2)
+			if len(parts) != 2 {
+				t.Fatal("golden file lacks the ---------- separator")
+			}
+			got, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(parts[0]), map[string]any{"filename": "Caddyfile"})
+			if err != nil {
+				t.Fatalf("adapt: %v", err)
+			}
+			for _, w := range warn {
+				t.Logf("warning: %v", w)
+			}
+			var pretty bytes.Buffer
+			if err := json.Indent(&pretty, got, "", "\t"); err != nil {
+				t.Fatal(err)
+			}
+			if *update {
+				if err := os.WriteFile(f, []byte(parts[0]+"----------\n"+pretty.String()+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if strings.TrimSpace(pretty.String()) != strings.TrimSpace(parts[1]) {
+				t.Fatalf("adapted JSON differs from the golden file (run go test -run TestCaddyfileAdapt -update and review the diff):\n%s", pretty.String())
+			}
+		})
+	}
+}
+
+// TestDirectiveOrder checks that rcns runs before every handler that
+// could answer or re-encode first (ARCHITECTURE.md "Caddyfile").
+func TestDirectiveOrder(t *testing.T) {
+	src := ":8080 {\n\tencode gzip\n\trespond /x 200\n\thandle /y {\n\t\trespond 204\n\t}\n\turi strip_prefix /z\n\trcns\n\treverse_proxy 127.0.0.1:1\n}\n"
+	got, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(got)
+	first := strings.Index(s, `"handler":"rcns"`)
+	if first < 0 {
+		t.Fatalf("no rcns handler in %s", s)
+	}
+	for _, other := range []string{`"handler":"encode"`, `"handler":"static_response"`, `"handler":"rewrite"`, `"handler":"subroute"`, `"handler":"reverse_proxy"`} {
+		if i := strings.Index(s, other); i >= 0 && i < first {
+			t.Errorf("%s comes before rcns in %s", other, s)
+		}
+	}
+}
+
+func TestCaddyfileErrors(t *testing.T) {
+	tests := []struct{ name, body, want string }{
+		{"unknown subdirective", "bogus 1", "unknown subdirective"},
+		{"bad mode arg count", "mode", "exactly one argument"},
+		{"bad ttl", "contract_ttl soon", "contract_ttl"},
+		{"bad size", "max_request_body lots", "not a size"},
+		{"upstream arity", "upstream only-name", "upstream"},
+		{"duplicate upstream", "upstream a http://127.0.0.1:1\n\t\tupstream a http://127.0.0.1:2", "declared twice"},
+		{"redirect arity", "redirect A /b C", "redirect"},
+		{"bad bool", "enabled maybe", "not true or false"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := ":8080 {\n\trcns {\n\t\t" + tc.body + "\n\t}\n}\n"
+			_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,199 @@
+package caddymodule
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/policy"
+)
+
+// builtins are the reserved DISCOVER paths (spec §9), in directory order.
+var builtins = []string{"/methods", "/agents", "/genesis", "/tools", "/apis", "/patterns", "/contracts"}
+
+var scopeInspectAll = policy.MustParseScope("inspect:all")
+
+// discover serves the DISCOVER built-ins (spec §8, §9, §17.1, §17.2).
+// It returns false when the path is not a built-in, so an operator
+// DISCOVER endpoint may serve it.
+func (h *Handler) discover(x *exchange, req *request) bool {
+	path := x.path
+	if t, ok := req.body["target"]; ok {
+		ts, _ := t.(string)
+		switch {
+		case path == "/" && ts != "":
+			path = "/" + strings.TrimPrefix(ts, "/")
+		case "/"+strings.TrimPrefix(ts, "/") != path:
+			x.fail(errorf(400, "target-conflict", fmt.Sprintf("the body target %q disagrees with the path %s (api-01 §5.10)", ts, path)))
+			return true
+		}
+	}
+	anonymous := req.caller == nil
+	switch path {
+	case "/":
+		if anonymous {
+			x.write(200, mediaManifest, json.RawMessage(h.manifest), map[string]string{"ETag": h.etag})
+			return true
+		}
+		dir := make([]map[string]any, 0, len(builtins))
+		for _, b := range builtins {
+			dir = append(dir, map[string]any{"path": b, "tier": "A"})
+		}
+		x.write(200, mediaAGTP, map[string]any{"directory": dir}, nil)
+	case "/methods":
+		x.write(200, mediaAGTP, h.methodList(), nil)
+	case "/patterns":
+		x.write(200, mediaAGTP, h.patterns(), nil)
+	case "/contracts":
+		if anonymous {
+			x.fail(errorf(401, "agent-unauthenticated", "DISCOVER /contracts lists the caller's contracts and needs an Agent-ID"))
+			return true
+		}
+		agent := req.caller.Agent.ID
+		if req.caller.Effective().Covers(scopeInspectAll) {
+			agent = ""
+		}
+		list := []map[string]any{}
+		for _, c := range h.st.contracts.List(agent) {
+			list = append(list, c.Summary())
+		}
+		x.write(200, mediaAGTP, list, nil)
+	case "/apis":
+		apis := []map[string]any{}
+		for _, n := range sortedKeys(h.upstreams) {
+			apis = append(apis, map[string]any{"name": n})
+		}
+		x.write(200, mediaAGTP, apis, nil)
+	case "/agents", "/tools":
+		x.write(200, mediaAGTP, []any{}, nil)
+	case "/genesis":
+		x.fail(errorf(404, "not-found", "this gateway hosts no agent, so it has no Agent Genesis"))
+	default:
+		return false
+	}
+	return true
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// methodList is DISCOVER /methods: built-ins (tier A) then Tier B
+// endpoints agents may call.
+func (h *Handler) methodList() []map[string]any {
+	out := []map[string]any{{"method": "DISCOVER", "path": "/", "description": "Server manifest (without Agent-ID) or directory of built-ins.", "tier": "A"}}
+	for _, b := range builtins {
+		out = append(out, map[string]any{"method": "DISCOVER", "path": b, "description": "Built-in discovery surface " + b + ".", "tier": "A"})
+	}
+	for _, e := range h.set.Endpoints {
+		if e.Internal {
+			continue
+		}
+		out = append(out, map[string]any{"method": e.Method, "path": e.Path, "description": e.Description, "tier": "B"})
+	}
+	return out
+}
+
+// patterns is DISCOVER /patterns (spec §17.1).
+func (h *Handler) patterns() map[string]any {
+	list := []map[string]any{}
+	for _, r := range h.set.Recipes {
+		p := map[string]any{"recipe_name": r.Name, "recipe_version": r.Version, "method": r.Method, "description": r.Description,
+			"semantic": r.Semantic()}
+		if r.PathRegex != nil {
+			p["path_regex"] = r.PatternPath()
+		} else {
+			p["path_exact"] = r.PathExact
+		}
+		if len(r.RequiredScopes) > 0 {
+			ss := make([]string, len(r.RequiredScopes))
+			for i, s := range r.RequiredScopes {
+				ss[i] = s.String()
+			}
+			p["required_scopes"] = ss
+		}
+		list = append(list, p)
+	}
+	return map[string]any{"rcns_enabled": h.Enabled, "patterns": list}
+}
+
+// buildManifest renders the manifest (spec §8.2) once per config load.
+func (h *Handler) buildManifest() error {
+	endpoints := []map[string]any{}
+	for _, e := range h.set.Endpoints {
+		if !e.Internal {
+			endpoints = append(endpoints, e.Projection())
+		}
+	}
+	legacy := any("NONE")
+	if len(h.Legacy) > 0 {
+		legacy = h.Legacy
+	}
+	allow := any("*")
+	if len(h.Allow) > 0 && !(len(h.Allow) == 1 && h.Allow[0] == "*") {
+		allow = h.Allow
+	}
+	redirects := []map[string]string{}
+	for _, r := range h.Redirects {
+		redirects = append(redirects, map[string]string{"from_method": r.FromMethod, "from_path": r.FromPath, "to_method": r.ToMethod, "to_path": r.ToPath})
+	}
+	apis := []map[string]any{}
+	for _, n := range sortedKeys(h.upstreams) {
+		apis = append(apis, map[string]any{"name": n})
+	}
+	features := []string{"endpoint-registry"}
+	if h.Enabled {
+		features = append(features, "synthesis")
+	}
+	disallow := h.Disallow
+	if disallow == nil {
+		disallow = []string{}
+	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	m := map[string]any{
+		"agtp_version":               "1.0",
+		"agtp_api_version":           "1.0",
+		"document_version":           "v" + apiVersion,
+		"catalog_version":            h.methods.Catalog.Version(),
+		"catalog_versions_supported": []string{h.methods.Catalog.Version()},
+		"server": map[string]any{"server_id": h.ServerID, "domain": nil, "supported_features": features,
+			"issued": now, "updated": now},
+		"embedded_methods":        []any{},
+		"custom_methods":          h.methods.CustomMethods(),
+		"endpoints":               endpoints,
+		"agent_disclosure":        "public",
+		"hosted_agents":           []any{},
+		"agent_disclosure_notice": nil,
+		"apis":                    apis,
+		"hosted_protocols":        []any{},
+		"policies": map[string]any{
+			"wildcards_accepted":            false,
+			"anonymous_discovery":           true,
+			"scope_required_for_invocation": h.scopeRequired(),
+			"synthesis_enabled":             h.synthesisEnabled(),
+			"max_synthesis_depth":           h.MaxSynthesisDepth,
+			"methods":                       map[string]any{"allow": allow, "disallow": disallow, "legacy": legacy, "redirects": redirects},
+		},
+		"manifest_signature": nil,
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	// The ETag covers everything but the timestamps.
+	delete(m, "server")
+	stable, _ := json.Marshal(m)
+	sum := sha256.Sum256(stable)
+	h.manifest = raw
+	h.etag = `"` + hex.EncodeToString(sum[:8]) + `"`
+	return nil
+}

@@ -1,0 +1,413 @@
+// Package caddymodule is the Caddy glue of caddy-rcns: the
+// http.handlers.rcns module, its JSON config and Caddyfile directive,
+// the AGTP dispatch order of spec §10, and the AGTP wire surfaces.
+package caddymodule
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Delivery modes (spec §13.4).
+const (
+	ModeConfirmFirst = "confirm-first"
+	ModeOptimistic   = "optimistic"
+)
+
+// Identity modes (ARCHITECTURE.md "Identity").
+const (
+	// IdentityHeader trusts the Agent-ID header; loopback only.
+	IdentityHeader = "header"
+)
+
+// Handler is the rcns HTTP handler (module http.handlers.rcns). It
+// serves AGTP requests (spec §2.3) and passes every other request to
+// the next handler unchanged.
+type Handler struct {
+	// Name keys the state kept across config reloads (contracts,
+	// tombstones, attempt records, record chains). Handlers with the same
+	// name share state. Default "default".
+	Name string `json:"name,omitempty"`
+	// ServerID is sent as Server-ID on every AGTP response (spec §4).
+	// Default "caddy-rcns".
+	ServerID string `json:"server_id,omitempty"`
+	// Identity selects how Agent-ID is trusted. Only "header" (default)
+	// exists today: the header is trusted, and only requests whose local
+	// address is loopback are served; others get 401
+	// identity-mode-refused.
+	Identity string `json:"identity,omitempty"`
+
+	// Enabled opens RCNS lock 1, server policy (spec §11.1). Default false.
+	Enabled bool `json:"enabled,omitempty"`
+	// Mode is the RCNS delivery mode: "confirm-first" (default, 461) or
+	// "optimistic" (263) (spec §13.4).
+	Mode string `json:"mode,omitempty"`
+	// MinTrustTier is RCNS lock 4: an agent passes iff its trust tier is
+	// numerically <= this (spec OP-2). Default 1.
+	MinTrustTier int `json:"min_trust_tier,omitempty"`
+	// MaxSynthesisDepth bounds the leaf steps of a synthesized plan
+	// (spec §13.2). Default 10.
+	MaxSynthesisDepth int `json:"max_synthesis_depth,omitempty"`
+	// SynthesisEnabled is the manifest's policies.synthesis_enabled
+	// (PROPOSE on/off). Default true.
+	SynthesisEnabled *bool `json:"synthesis_enabled,omitempty"`
+	// ScopeRequiredForInvocation refuses Tier B, Tier C and gate requests
+	// that carry no Authority-Scope header with 262 scope-required
+	// (spec OP-9). Default true.
+	ScopeRequiredForInvocation *bool `json:"scope_required_for_invocation,omitempty"`
+	// ContractTTL is the lifetime of a synthesized contract. Default 1h.
+	ContractTTL caddy.Duration `json:"contract_ttl,omitempty"`
+	// TombstoneTTL is how long an expired or revoked contract answers
+	// 464 contract-revoked before it becomes unknown (404). Default 24h.
+	TombstoneTTL caddy.Duration `json:"tombstone_ttl,omitempty"`
+	// MaxContracts bounds live contracts in all. Default 100000.
+	MaxContracts int `json:"max_contracts,omitempty"`
+	// MaxContractsPerAgent bounds live contracts per agent. Default 100.
+	MaxContractsPerAgent int `json:"max_contracts_per_agent,omitempty"`
+	// MaxRequestBody bounds request bodies in bytes (413 above).
+	// Default 1 MiB.
+	MaxRequestBody int64 `json:"max_request_body,omitempty"`
+	// MaxUpstreamResponse bounds each upstream response body in bytes.
+	// Default 8 MiB.
+	MaxUpstreamResponse int64 `json:"max_upstream_response,omitempty"`
+	// CompositionTimeout bounds one plan execution. Default 60s.
+	CompositionTimeout caddy.Duration `json:"composition_timeout,omitempty"`
+	// AttemptBuffer is the number of RCNS attempt records kept for
+	// INSPECT target=rcns-attempt. Default 1024.
+	AttemptBuffer int `json:"attempt_buffer,omitempty"`
+
+	// Agents are agent documents: files or directories.
+	Agents []string `json:"agents,omitempty"`
+	// Endpoints are Tier B endpoint documents: files or directories.
+	Endpoints []string `json:"endpoints,omitempty"`
+	// Recipes are Tier C recipe documents: files or directories.
+	Recipes []string `json:"recipes,omitempty"`
+	// Catalog is a method catalog JSON file. Default: the embedded
+	// catalog 1.0.0.
+	Catalog string `json:"catalog,omitempty"`
+	// Upstreams are the named legacy REST services endpoints call.
+	Upstreams map[string]*UpstreamConfig `json:"upstreams,omitempty"`
+
+	// Legacy lists the legacy HTTP verbs admitted as AGTP methods: nil or
+	// ["NONE"] none (default), ["*"] all five (spec §5.4).
+	Legacy []string `json:"legacy,omitempty"`
+	// Aliases maps alias → canonical method. Nil means the catalog's
+	// GET→FETCH, POST→CREATE, PUT→REPLACE, DELETE→REMOVE, PATCH→MODIFY.
+	Aliases map[string]string `json:"aliases,omitempty"`
+	// NoAliases disables aliasing.
+	NoAliases bool `json:"no_aliases,omitempty"`
+	// Allow lists the methods served; nil or ["*"] means every catalog
+	// method. Names not in the catalog are custom methods (spec OP-12).
+	Allow []string `json:"allow,omitempty"`
+	// Disallow lists methods refused with 405 (spec §5.4).
+	Disallow []string `json:"disallow,omitempty"`
+	// Redirects rewrite (method, path) pairs (spec §5.4).
+	Redirects []RedirectConfig `json:"redirects,omitempty"`
+	// PassthroughMethods go to the next handler when Agent-ID is absent,
+	// even when they are catalog methods (e.g. PURGE).
+	PassthroughMethods []string `json:"passthrough_methods,omitempty"`
+
+	logger    *zap.Logger
+	methods   *policy.MethodPolicy
+	agents    *policy.Registry
+	set       *recipes.Set
+	upstreams map[string]*recipes.Upstream
+	gate      policy.Gate
+	st        *state
+	passthru  map[string]bool
+	manifest  []byte
+	etag      string
+}
+
+// RedirectConfig rewrites one (method, path) pair before dispatch
+// (spec §5.4 policies.methods.redirects). An empty path matches any path
+// (from) or keeps the request path (to).
+type RedirectConfig struct {
+	FromMethod string `json:"from_method"`
+	FromPath   string `json:"from_path,omitempty"`
+	ToMethod   string `json:"to_method"`
+	ToPath     string `json:"to_path,omitempty"`
+}
+
+// UpstreamConfig is one named upstream (ARCHITECTURE.md "Upstreams").
+type UpstreamConfig struct {
+	// URL is the base URL: https://, or http:// to a loopback host, or
+	// http:// with InsecureHTTP.
+	URL string `json:"url"`
+	// Timeout is the per-call timeout when an endpoint sets none.
+	// Default 30s.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
+	// MaxConns caps concurrent connections to the upstream. Default 64.
+	MaxConns int `json:"max_conns,omitempty"`
+	// InsecureHTTP allows http:// to a non-loopback host (warns at start).
+	InsecureHTTP bool `json:"insecure_http,omitempty"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.rcns",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// state outlives config reloads; it is shared by handlers with the same
+// Name through a caddy.UsagePool.
+type state struct {
+	contracts *recipes.Store
+	attempts  *attemptRing
+	chains    *auditChains
+	mu        sync.Mutex
+	recipes   map[string]string // name@version → content hash ever loaded
+}
+
+func (*state) Destruct() error { return nil }
+
+var states = caddy.NewUsagePool()
+
+// Provision loads and validates every operator document, builds the
+// method policy, the upstream clients, the endpoint and recipe set, and
+// attaches the state kept across reloads. A bad document fails the
+// config load with its file, line and JSON pointer.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	h.setDefaults()
+	cat := policy.DefaultCatalog()
+	if h.Catalog != "" {
+		raw, err := os.ReadFile(h.Catalog)
+		if err != nil {
+			return fmt.Errorf("rcns: reading catalog: %v", err)
+		}
+		if cat, err = policy.LoadCatalog(raw); err != nil {
+			return fmt.Errorf("rcns: catalog %s: %v", h.Catalog, err)
+		}
+	}
+	redirects := make([]policy.Redirect, len(h.Redirects))
+	for i, r := range h.Redirects {
+		redirects[i] = policy.Redirect{FromMethod: r.FromMethod, FromPath: r.FromPath, ToMethod: r.ToMethod, ToPath: r.ToPath}
+	}
+	h.methods = &policy.MethodPolicy{Catalog: cat, Legacy: h.Legacy, Aliases: h.Aliases, Allow: h.Allow, Disallow: h.Disallow, Redirects: redirects}
+	if h.NoAliases {
+		h.methods.Aliases = map[string]string{}
+	}
+	if err := h.methods.Validate(); err != nil {
+		return fmt.Errorf("rcns: method policy: %v", err)
+	}
+	h.passthru = map[string]bool{}
+	for _, m := range h.PassthroughMethods {
+		h.passthru[strings.ToUpper(m)] = true
+	}
+	h.upstreams = map[string]*recipes.Upstream{}
+	names := make([]string, 0, len(h.Upstreams))
+	for n := range h.Upstreams {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		uc := h.Upstreams[n]
+		if uc == nil {
+			return fmt.Errorf("rcns: upstream %q has no configuration", n)
+		}
+		up, err := recipes.NewUpstream(n, uc.URL, recipes.UpstreamOptions{
+			Timeout: time.Duration(uc.Timeout), MaxConns: uc.MaxConns, InsecureHTTP: uc.InsecureHTTP,
+			MaxResponseBytes: h.MaxUpstreamResponse,
+		})
+		if err != nil {
+			return fmt.Errorf("rcns: %v", err)
+		}
+		if up.Insecure {
+			h.logger.Warn("upstream uses plain http to a non-loopback host (insecure_http)", zap.String("upstream", n), zap.String("url", uc.URL))
+		}
+		h.upstreams[n] = up
+	}
+	agents, err := loadAgents(h.Agents)
+	if err != nil {
+		return fmt.Errorf("rcns: %v", err)
+	}
+	if h.agents, err = policy.NewRegistry(agents); err != nil {
+		return fmt.Errorf("rcns: agent registry: %v", err)
+	}
+	if h.set, err = recipes.Load(h.Endpoints, h.Recipes, h.methods, h.upstreams); err != nil {
+		return fmt.Errorf("rcns: %v", err)
+	}
+	for _, r := range h.set.Recipes {
+		for i, s := range r.Steps {
+			if !s.Endpoint.Semantic.IsIdempotent && i < len(r.Steps)-1 {
+				h.logger.Warn("recipe has a non-idempotent step followed by other steps; there is no rollback, writes belong last",
+					zap.String("recipe", r.Name), zap.String("step", s.Name))
+			}
+		}
+	}
+	h.gate = policy.Gate{Enabled: h.Enabled, MinTrustTier: policy.TrustTier(h.MinTrustTier)}
+
+	val, _, err := states.LoadOrNew(h.Name, func() (caddy.Destructor, error) {
+		return &state{
+			contracts: recipes.NewStore(h.storeLimits(), nil),
+			attempts:  newAttemptRing(h.AttemptBuffer),
+			chains:    newAuditChains(),
+			recipes:   map[string]string{},
+		}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("rcns: state: %v", err)
+	}
+	h.st = val.(*state)
+	h.st.contracts.SetLimits(h.storeLimits())
+	h.st.attempts.resize(h.AttemptBuffer)
+	h.st.mu.Lock()
+	defer h.st.mu.Unlock()
+	if err := h.set.CheckDrift(h.st.recipes); err != nil {
+		states.Delete(h.Name) //nolint:errcheck
+		h.st = nil
+		return fmt.Errorf("rcns: %v", err)
+	}
+	for _, r := range h.set.Recipes {
+		h.st.recipes[r.Name+"@"+r.Version] = r.ContentHash
+	}
+	if err := h.buildManifest(); err != nil {
+		return fmt.Errorf("rcns: manifest: %v", err)
+	}
+	return nil
+}
+
+func (h *Handler) setDefaults() {
+	if h.Name == "" {
+		h.Name = "default"
+	}
+	if h.ServerID == "" {
+		h.ServerID = "caddy-rcns"
+	}
+	if h.Identity == "" {
+		h.Identity = IdentityHeader
+	}
+	if h.Mode == "" {
+		h.Mode = ModeConfirmFirst
+	}
+	if h.MinTrustTier == 0 {
+		h.MinTrustTier = 1
+	}
+	if h.MaxSynthesisDepth == 0 {
+		h.MaxSynthesisDepth = 10
+	}
+	if h.ContractTTL == 0 {
+		h.ContractTTL = caddy.Duration(time.Hour)
+	}
+	if h.TombstoneTTL == 0 {
+		h.TombstoneTTL = caddy.Duration(24 * time.Hour)
+	}
+	if h.MaxRequestBody == 0 {
+		h.MaxRequestBody = 1 << 20
+	}
+	if h.MaxUpstreamResponse == 0 {
+		h.MaxUpstreamResponse = 8 << 20
+	}
+	if h.CompositionTimeout == 0 {
+		h.CompositionTimeout = caddy.Duration(60 * time.Second)
+	}
+	if h.AttemptBuffer == 0 {
+		h.AttemptBuffer = 1024
+	}
+}
+
+func (h *Handler) storeLimits() recipes.StoreLimits {
+	return recipes.StoreLimits{MaxContracts: h.MaxContracts, MaxPerAgent: h.MaxContractsPerAgent, TombstoneTTL: time.Duration(h.TombstoneTTL)}
+}
+
+func (h *Handler) synthesisEnabled() bool {
+	return h.SynthesisEnabled == nil || *h.SynthesisEnabled
+}
+
+func (h *Handler) scopeRequired() bool {
+	return h.ScopeRequiredForInvocation == nil || *h.ScopeRequiredForInvocation
+}
+
+// Validate checks the configuration's values (Provision does the
+// loading).
+func (h *Handler) Validate() error {
+	switch h.Mode {
+	case ModeConfirmFirst, ModeOptimistic:
+	default:
+		return fmt.Errorf("rcns: mode must be %q or %q, not %q", ModeConfirmFirst, ModeOptimistic, h.Mode)
+	}
+	if h.Identity != IdentityHeader {
+		return fmt.Errorf("rcns: identity mode %q is not supported (supported: header)", h.Identity)
+	}
+	if h.MinTrustTier < 1 || h.MinTrustTier > 3 {
+		return fmt.Errorf("rcns: min_trust_tier must be 1..3, not %d", h.MinTrustTier)
+	}
+	if h.MaxSynthesisDepth < 1 {
+		return fmt.Errorf("rcns: max_synthesis_depth must be a positive integer")
+	}
+	if h.MaxRequestBody < 0 || h.MaxUpstreamResponse < 0 || h.MaxContracts < 0 || h.MaxContractsPerAgent < 0 || h.AttemptBuffer < 0 {
+		return fmt.Errorf("rcns: limits must not be negative")
+	}
+	if time.Duration(h.ContractTTL) < 0 || time.Duration(h.TombstoneTTL) < 0 || time.Duration(h.CompositionTimeout) < 0 {
+		return fmt.Errorf("rcns: durations must not be negative")
+	}
+	return nil
+}
+
+// Cleanup releases the upstream clients and this handler's hold on the
+// shared state.
+func (h *Handler) Cleanup() error {
+	for _, u := range h.upstreams {
+		u.Close()
+	}
+	if h.st != nil {
+		_, err := states.Delete(h.Name)
+		return err
+	}
+	return nil
+}
+
+// loadAgents reads agent documents into registry values.
+func loadAgents(paths []string) ([]policy.Agent, error) {
+	docs, err := schema.LoadPaths(paths, schema.KindAgent)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]policy.Agent, 0, len(docs))
+	for _, d := range docs {
+		var a schema.AgentDoc
+		if err := d.Decode(&a); err != nil {
+			return nil, d.Errorf("", "%v", err)
+		}
+		ag := policy.Agent{ID: a.AgentID, Name: a.Name, OwnerID: a.OwnerID, TrustTier: policy.TrustTier(a.TrustTier), Status: policy.AgentStatus(a.Status)}
+		if ag.Status == "" {
+			ag.Status = policy.AgentActive
+		}
+		for i, s := range a.Scopes {
+			sc, err := policy.ParseScope(s)
+			if err != nil {
+				return nil, d.Errorf(fmt.Sprintf("/scopes/%d", i), "%v", err)
+			}
+			ag.Scopes = append(ag.Scopes, sc)
+		}
+		out = append(out, ag)
+	}
+	return out, nil
+}
+
+// Interface guards.
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

@@ -1,0 +1,643 @@
+package caddymodule
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+)
+
+// ianaMethods are the methods of the IANA HTTP Method Registry; without
+// Agent-ID they are never AGTP (ARCHITECTURE.md "Which requests are
+// AGTP").
+var ianaMethods = map[string]bool{
+	"GET": true, "HEAD": true, "POST": true, "PUT": true, "DELETE": true, "CONNECT": true,
+	"OPTIONS": true, "TRACE": true, "PATCH": true, "QUERY": true, "ACL": true,
+	"BASELINE-CONTROL": true, "BIND": true, "CHECKIN": true, "CHECKOUT": true, "COPY": true,
+	"LABEL": true, "LINK": true, "LOCK": true, "MERGE": true, "MKACTIVITY": true,
+	"MKCALENDAR": true, "MKCOL": true, "MKREDIRECTREF": true, "MKWORKSPACE": true, "MOVE": true,
+	"ORDERPATCH": true, "PRI": true, "PROPFIND": true, "PROPPATCH": true, "REBIND": true,
+	"REPORT": true, "SEARCH": true, "UNBIND": true, "UNCHECKOUT": true, "UNLINK": true,
+	"UNLOCK": true, "UPDATE": true, "UPDATEREDIRECTREF": true, "VERSION-CONTROL": true,
+}
+
+// isAGTP reports whether r is an AGTP request: it carries Agent-ID, or
+// its method is a catalog or custom method outside the IANA registry
+// and not a configured passthrough method.
+func (h *Handler) isAGTP(r *http.Request) bool {
+	if _, ok := r.Header["Agent-Id"]; ok {
+		return true
+	}
+	m := r.Method
+	if ianaMethods[m] || h.passthru[m] {
+		return false
+	}
+	return h.methods.IsMethod(m)
+}
+
+// ServeHTTP serves AGTP requests in the order of spec §10 and passes
+// every other request to next unchanged.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if !h.isAGTP(r) {
+		return next.ServeHTTP(w, r)
+	}
+	x := &exchange{h: h, w: w, r: r,
+		agentID:   r.Header.Get("Agent-ID"),
+		taskID:    r.Header.Get("Task-ID"),
+		ownerID:   r.Header.Get("Owner-ID"),
+		sessionID: r.Header.Get("Session-ID"),
+		requestID: r.Header.Get("Request-ID"),
+	}
+	if x.requestID == "" {
+		x.requestID = newUUID()
+	}
+	h.serve(x)
+	return nil
+}
+
+// request is the parsed AGTP request after framing.
+type request struct {
+	body    map[string]any
+	hasBody bool
+	caller  *policy.Caller
+}
+
+func (h *Handler) serve(x *exchange) {
+	r := x.r
+	// §10 step 1: framing and body limit.
+	if strings.Contains(r.RequestURI, "#") {
+		x.fail(errorf(400, "invalid-request-line", "the request target must not contain '#' (api-01 §5.6)"))
+		return
+	}
+	if !strings.HasPrefix(r.RequestURI, "/") {
+		x.fail(errorf(400, "invalid-request-line", "the request target must be origin-form: an absolute path with an optional query"))
+		return
+	}
+	if len(r.TransferEncoding) > 0 || r.ContentLength < 0 {
+		x.fail(errorf(400, "content-length-required", "AGTP messages are framed by Content-Length; chunked or unframed bodies are refused (agtp-09 §6.4.1)"))
+		return
+	}
+	if r.ContentLength > h.MaxRequestBody {
+		x.fail(&wireError{Status: 413, Reason: "body-too-large", Explanation: fmt.Sprintf("the request body is %d bytes; the limit is %d bytes", r.ContentLength, h.MaxRequestBody), Fields: map[string]any{"limit_bytes": h.MaxRequestBody}})
+		return
+	}
+	req := &request{}
+	if r.ContentLength > 0 {
+		raw, err := io.ReadAll(io.LimitReader(r.Body, h.MaxRequestBody+1))
+		if err != nil {
+			x.fail(errorf(400, "invalid-body", "the request body could not be read: "+err.Error()))
+			return
+		}
+		if int64(len(raw)) > h.MaxRequestBody {
+			x.fail(&wireError{Status: 413, Reason: "body-too-large", Explanation: fmt.Sprintf("the request body exceeds %d bytes", h.MaxRequestBody), Fields: map[string]any{"limit_bytes": h.MaxRequestBody}})
+			return
+		}
+		if e := checkContentType(r.Header.Get("Content-Type")); e != nil {
+			x.fail(e)
+			return
+		}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		var v any
+		if err := dec.Decode(&v); err != nil || dec.More() {
+			x.fail(errorf(400, "invalid-json", "the request body is not one JSON value"))
+			return
+		}
+		obj, ok := v.(map[string]any)
+		if !ok {
+			x.fail(errorf(400, "invalid-json", "the request body must be a JSON object (the AGTP envelope)"))
+			return
+		}
+		req.body, req.hasBody = obj, true
+		if x.taskID == "" {
+			x.taskID, _ = obj["task_id"].(string)
+		}
+	}
+
+	// §10 step 2: method lexical form, legacy opt-in, alias, catalog.
+	rm, ref := h.methods.ResolveMethod(r.Method)
+	if ref != nil {
+		x.fail(fromRefusal(ref))
+		return
+	}
+	x.method = rm.Method
+	x.requested = rm.Requested
+	if rm.Info != nil && rm.Info.DeprecatedIn != "" {
+		x.catalogWrn = catalogWarning(rm.Info)
+	}
+	if bm, ok := req.body["method"]; ok {
+		if s, _ := bm.(string); s != rm.Method && s != r.Method {
+			x.fail(errorf(400, "method-mismatch", fmt.Sprintf("the envelope method %v differs from the request method %s", bm, rm.Method)))
+			return
+		}
+	}
+	// §10 step 3: redirects.
+	x.method, x.path = h.methods.ApplyRedirects(x.method, r.URL.EscapedPath())
+	// §10 step 4: path grammar.
+	if ref := h.methods.CheckPath(x.path); ref != nil {
+		x.fail(fromRefusal(ref))
+		return
+	}
+	// §10 step 5: method policy.
+	if h.methods.Disallowed(x.method) {
+		x.fail(h.methodNotAllowed(x, fmt.Sprintf("method %s is not allowed on this server", x.method)))
+		return
+	}
+	// §10 step 6: identity.
+	if h.Identity == IdentityHeader && !localIsLoopback(r) {
+		x.fail(errorf(401, "identity-mode-refused", "this gateway trusts the Agent-ID header only on loopback; configure a verified identity mode"))
+		return
+	}
+	if _, ok := r.Header["Agent-Id"]; !ok {
+		if x.method == "DISCOVER" {
+			h.discover(x, req)
+			return
+		}
+		x.fail(errorf(401, "agent-unauthenticated", "this request needs an Agent-ID header"))
+		return
+	}
+	scopeHdr, scopePresent := headerValue(r, "Authority-Scope")
+	caller, ref := policy.ResolveCaller(h.agents, x.agentID, x.ownerID, scopeHdr, scopePresent)
+	if ref != nil {
+		x.fail(fromRefusal(ref))
+		return
+	}
+	req.caller = caller
+	if x.ownerID == "" {
+		x.ownerID = caller.Agent.OwnerID
+	}
+
+	// Tier A built-ins (ignore Contract-Synthesized).
+	switch x.method {
+	case "DISCOVER":
+		if h.discover(x, req) {
+			return
+		}
+	case "PROPOSE", "INSPECT", "REVOKE", "SUSPEND":
+		if x.path == "/" {
+			x.fail(errorf(501, "not-implemented", fmt.Sprintf("%s is not implemented by this gateway yet", x.method)))
+			return
+		}
+	}
+
+	// §10 step 7: contract presentation.
+	id, presented, e := presentedContract(r)
+	if e != nil {
+		x.fail(e)
+		return
+	}
+	if presented {
+		h.present(x, req, id)
+		return
+	}
+	// §10 step 8: Tier B.
+	if ep, params, ok := h.set.Route(x.method, x.path); ok {
+		h.invokeEndpoint(x, req, ep, params)
+		return
+	}
+	// §10 step 8b: Tier C by pair.
+	if c := h.st.contracts.ActiveFor(caller.Agent.ID, x.method, x.path); c != nil {
+		h.runContract(x, req, c)
+		return
+	}
+	// §10 step 9: unregistered pair.
+	h.gateway(x, req)
+}
+
+// headerValue returns the joined header value and whether the header
+// was present at all.
+func headerValue(r *http.Request, name string) (string, bool) {
+	vals, ok := r.Header[http.CanonicalHeaderKey(name)]
+	if !ok {
+		return "", false
+	}
+	return strings.Join(vals, ", "), true
+}
+
+func catalogWarning(info *policy.MethodInfo) string {
+	s := "deprecated"
+	if info.Successor != "" {
+		s += "; successor=" + info.Successor
+	}
+	if info.RemovedIn != "" {
+		s += "; removed_in=" + info.RemovedIn
+	}
+	return s
+}
+
+// checkContentType enforces spec OP-30 on request bodies.
+func checkContentType(ct string) *wireError {
+	if ct == "" {
+		return errorf(400, "unsupported-content-type", "a request with a body needs a JSON Content-Type")
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil {
+		switch mt {
+		case "application/json", mediaAGTP, "application/agtp+json", mediaEndpoint:
+			return nil
+		}
+	}
+	return errorf(400, "unsupported-content-type", fmt.Sprintf("Content-Type %q is not accepted; send application/json or %s", ct, mediaAGTP))
+}
+
+func localIsLoopback(r *http.Request) bool {
+	addr, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if addr == nil {
+		return false
+	}
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	host, _, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// presentedContract reads Contract-Synthesized and its alias
+// Synthesis-Id (spec §13.5, OP-3).
+func presentedContract(r *http.Request) (string, bool, *wireError) {
+	cs, okCS := headerValue(r, "Contract-Synthesized")
+	si, okSI := headerValue(r, "Synthesis-Id")
+	if !okCS && !okSI {
+		return "", false, nil
+	}
+	if okCS && okSI && cs != si {
+		return "", false, errorf(400, "ambiguous-contract", "Contract-Synthesized and Synthesis-Id name different contracts")
+	}
+	id := cs
+	if !okCS {
+		id = si
+	}
+	if !recipes.ValidSynthesisID(id) {
+		return "", false, errorf(400, "invalid-synthesis-id", "a synthesis id is 1-128 characters of A-Z a-z 0-9 . _ ~ -")
+	}
+	return id, true, nil
+}
+
+func (h *Handler) methodNotAllowed(x *exchange, why string) *wireError {
+	allowed := []string{}
+	for _, m := range h.set.MethodsForPath(x.path) {
+		if !h.methods.Disallowed(m) {
+			allowed = append(allowed, m)
+		}
+	}
+	return &wireError{Status: 405, Reason: "method-not-allowed", Explanation: why,
+		Fields: map[string]any{"allowed_methods_for_path": allowed, "redirects_for_path": h.methods.RedirectsFor(x.path)}}
+}
+
+var envelopeKeys = map[string]bool{"method": true, "task_id": true, "session_id": true, "parameters": true, "context": true}
+
+// input assembles an invocation's input (spec OP-32, api-01 §5.5):
+// envelope parameters, plus query parameters (body wins; last repeated
+// value wins), plus template parameters (a different body value is an
+// error).
+func (x *exchange) input(req *request, params map[string]string) (map[string]any, *wireError) {
+	in := map[string]any{}
+	for k := range req.body {
+		if !envelopeKeys[k] {
+			return nil, errorf(400, "invalid-envelope", fmt.Sprintf("unknown envelope field %q; put the input under \"parameters\"", k))
+		}
+	}
+	if p, ok := req.body["parameters"]; ok && p != nil {
+		obj, ok := p.(map[string]any)
+		if !ok {
+			return nil, errorf(400, "invalid-envelope", "\"parameters\" must be a JSON object")
+		}
+		for k, v := range obj {
+			in[k] = v
+		}
+	}
+	for k, vs := range x.r.URL.Query() {
+		if _, inBody := in[k]; !inBody && len(vs) > 0 {
+			in[k] = vs[len(vs)-1]
+		}
+	}
+	for k, v := range params {
+		if bv, ok := in[k]; ok {
+			if s, isStr := bv.(string); !isStr || s != v {
+				return nil, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given by the path as %q and differently in the request", k, v))
+			}
+		}
+		in[k] = v
+	}
+	return in, nil
+}
+
+// invokeEndpoint serves a Tier B endpoint (spec §10 step 8).
+func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint, params map[string]string) {
+	extra := map[string]string{}
+	if ep.Deprecated != nil {
+		extra["AGTP-Endpoint-Warning"] = endpointWarning(ep)
+	}
+	if h.scopeRequired() && !req.caller.ScopeHeader {
+		e := scopeHeaderRequired()
+		x.failWith(e, extra)
+		return
+	}
+	if ref := policy.CheckRequiredScopes(req.caller, ep.RequiredScopes); ref != nil {
+		x.failWith(fromRefusal(ref), extra)
+		return
+	}
+	in, e := x.input(req, params)
+	if e != nil {
+		x.failWith(e, extra)
+		return
+	}
+	ctx := recipes.WithTraceParent(context.WithoutCancel(x.r.Context()), x.r.Header.Get("Traceparent"))
+	out, f := ep.Invoke(ctx, in)
+	if f != nil {
+		if f.Code != recipes.ErrInvalidInput {
+			h.logger.Warn("upstream failure", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
+				zap.String("upstream", ep.UpstreamName()), zap.String("reason", f.Code), zap.Int("upstream_status", f.UpstreamStatus))
+		}
+		x.failWith(failureError(f), extra)
+		return
+	}
+	x.write(200, mediaAGTP, envelope(200, x.taskID, out), extra)
+}
+
+func endpointWarning(ep *recipes.Endpoint) string {
+	s := "deprecated"
+	if d := ep.Deprecated; d != nil {
+		if d.Successor != nil {
+			s += "; successor=" + d.Successor.Method + " " + d.Successor.Path
+		}
+		if d.RemovedIn != "" {
+			s += "; removed_in=" + d.RemovedIn
+		}
+	}
+	return s
+}
+
+func (x *exchange) failWith(e *wireError, extra map[string]string) {
+	if len(extra) == 0 {
+		x.fail(e)
+		return
+	}
+	if e.Fields == nil {
+		e.Fields = map[string]any{}
+	}
+	// Extra headers travel through the same writer as fail's.
+	x.failHeaders = extra
+	x.fail(e)
+}
+
+func envelope(status int, taskID string, result any) map[string]any {
+	body := map[string]any{"status": status, "result": result}
+	if taskID != "" {
+		body["task_id"] = taskID
+	}
+	return body
+}
+
+// failureError maps an endpoint Failure to the §19 body of a named 422.
+func failureError(f *recipes.Failure) *wireError {
+	details := f.Details
+	if details == nil {
+		details = map[string]any{}
+	}
+	retryable := f.SideEffectFree && f.Code != recipes.ErrInvalidInput
+	return &wireError{Status: f.Status, Reason: f.Code, Explanation: f.Explanation, Retryable: retryable,
+		Fields: map[string]any{"error": map[string]any{"code": f.Code, "details": details}}}
+}
+
+func scopeHeaderRequired() *wireError {
+	return &wireError{Status: policy.StatusAuthorizationRequired, Reason: "scope-required",
+		Explanation: "this server requires an Authority-Scope header on invocations (scope_required_for_invocation)",
+		Fields:      map[string]any{"type": "scope-required"}}
+}
+
+// present serves a request that presents a contract (spec §10 step 7,
+// §14.1): the gate is skipped and no synthesis starts.
+func (h *Handler) present(x *exchange, req *request, id string) {
+	c, res := h.st.contracts.Lookup(id)
+	switch res {
+	case recipes.LookupUnknown:
+		x.fail(errorf(404, "contract-not-found", "no contract with this synthesis id exists (unknown, released or swept)"))
+		return
+	case recipes.LookupRevoked:
+		h.refuse464(x, req, nil, "contract-revoked", "the contract has expired or was revoked; synthesize a new one")
+		return
+	}
+	if c.OriginatingAgentID != req.caller.Agent.ID {
+		h.refuse464(x, req, nil, "contract-not-yours", "the contract is bound to another agent")
+		return
+	}
+	if c.Method != x.method || c.Path != x.path {
+		x.fail(errorf(404, "contract-not-found", fmt.Sprintf("the presented contract serves %s %s, not this pair", c.Method, c.Path)))
+		return
+	}
+	h.st.contracts.Activate(c)
+	h.runContract(x, req, c)
+}
+
+// runContract executes a contract's captured plan and answers 200
+// (spec §13.4 "Invocation under a contract").
+func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract) {
+	x.contract = c
+	if h.scopeRequired() && !req.caller.ScopeHeader {
+		x.fail(scopeHeaderRequired())
+		return
+	}
+	if ref := policy.CheckRequiredScopes(req.caller, c.Recipe.RequiredScopes); ref != nil {
+		x.fail(fromRefusal(ref))
+		return
+	}
+	in, e := x.input(req, nil)
+	if e != nil {
+		x.fail(e)
+		return
+	}
+	if f := c.Recipe.ValidateInput(in); f != nil {
+		x.fail(failureError(f))
+		return
+	}
+	out, ok := h.execute(x, c, in)
+	if !ok {
+		return
+	}
+	x.write(200, mediaAGTP, envelope(200, x.taskID, out), nil)
+}
+
+// execute runs c's plan; on failure it writes the 422 composition_failed
+// answer and returns false.
+func (h *Handler) execute(x *exchange, c *recipes.Contract, in map[string]any) (any, bool) {
+	ctx := recipes.WithTraceParent(x.r.Context(), x.r.Header.Get("Traceparent"))
+	out, _, cf := c.Recipe.Execute(ctx, in, time.Duration(h.CompositionTimeout))
+	if cf != nil {
+		fields := []zap.Field{zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
+			zap.String("recipe", c.Lineage.RecipeName), zap.String("reason", cf.Cause.Code)}
+		if cf.FailedStep != nil {
+			fields = append(fields, zap.String("step", cf.FailedStep.Name), zap.String("upstream", cf.FailedStep.Endpoint.UpstreamName()))
+		}
+		h.logger.Warn("composition failed", fields...)
+		details := cf.Details()
+		body := map[string]any{"error": map[string]any{"code": recipes.ErrCompositionFailed, "details": details}, "details": details}
+		if cf.FailedStep != nil {
+			body["failed_step"] = cf.FailedStep.Name
+		}
+		x.fail(&wireError{Status: 422, Reason: recipes.ErrCompositionFailed, Explanation: cf.Error(), Retryable: cf.SideEffectFree, Fields: body})
+		return nil, false
+	}
+	return out, true
+}
+
+// refuse464 answers 464 with a fresh RCNS-Attempt-Id and keeps the
+// attempt record (spec §11.1, §17.3).
+func (h *Handler) refuse464(x *exchange, req *request, states *policy.LockStates, reason, explanation string) {
+	h.refuse(x, req, states, &wireError{Status: policy.StatusNoContract, Reason: reason, Explanation: explanation})
+}
+
+func (h *Handler) refuse(x *exchange, req *request, states *policy.LockStates, e *wireError) {
+	rec := &attemptRecord{ID: recipes.NewAttemptID(), Method: x.method, Path: x.path, Reason: e.Reason,
+		Explanation: e.Explanation, At: time.Now().UTC().Format(time.RFC3339)}
+	if req.caller != nil {
+		rec.AgentID = req.caller.Agent.ID
+		rec.TrustTier = int(req.caller.Agent.TrustTier)
+	}
+	if states != nil {
+		rec.Locks = states.Map()
+	}
+	h.st.attempts.add(rec)
+	if e.Status == policy.StatusNoContract {
+		e.AttemptID = rec.ID
+	}
+	h.logger.Info("rcns refusal", zap.String("agent_id", rec.AgentID), zap.String("attempt_id", rec.ID),
+		zap.String("method", x.method), zap.String("reason", e.Reason))
+	x.fail(e)
+}
+
+// gateway handles an unregistered pair (spec §10 step 9, §11).
+func (h *Handler) gateway(x *exchange, req *request) {
+	states, proceed, ref := h.gate.Locks12(policy.AllowRCNS(x.r.Header.Get("Allow-RCNS")))
+	if ref != nil {
+		h.refuse(x, req, &states, fromRefusal(ref))
+		return
+	}
+	if !proceed {
+		if len(h.set.MethodsForPath(x.path)) > 0 {
+			x.fail(h.methodNotAllowed(x, fmt.Sprintf("no endpoint serves %s %s; the path is served under other methods", x.method, x.path)))
+			return
+		}
+		x.fail(errorf(404, "not-found", fmt.Sprintf("no endpoint serves %s %s", x.method, x.path)))
+		return
+	}
+	if h.scopeRequired() && !req.caller.ScopeHeader {
+		x.fail(scopeHeaderRequired())
+		return
+	}
+	if ref := h.gate.Locks34(req.caller, &states); ref != nil {
+		h.refuse(x, req, &states, fromRefusal(ref))
+		return
+	}
+	recipe := h.set.Match(x.method, x.path)
+	if recipe == nil {
+		h.refuse464(x, req, &states, "composition-impossible", fmt.Sprintf("no recipe can synthesize %s %s", x.method, x.path))
+		return
+	}
+	if recipe.Depth() > h.MaxSynthesisDepth {
+		h.refuse464(x, req, &states, "composition-impossible",
+			fmt.Sprintf("recipe %s needs %d steps; max_synthesis_depth is %d", recipe.Name, recipe.Depth(), h.MaxSynthesisDepth))
+		return
+	}
+	// Authority preservation, before any upstream call (spec §13.3).
+	if ref := policy.CheckRequiredScopes(req.caller, recipe.RequiredScopes); ref != nil {
+		h.refuse(x, req, &states, fromRefusal(ref))
+		return
+	}
+	in, e := x.input(req, nil)
+	if e != nil {
+		x.fail(e)
+		return
+	}
+	if f := recipe.ValidateInput(in); f != nil {
+		x.fail(failureError(f))
+		return
+	}
+	c, err := h.newContract(recipe, x, req, recipes.OriginGate)
+	if err != nil {
+		h.refuse464(x, req, &states, "synthesis-error", err.Error())
+		return
+	}
+	h.logger.Info("rcns contract synthesized", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
+		zap.String("recipe", recipe.Name), zap.String("recipe_version", recipe.Version), zap.String("mode", h.Mode))
+	body := contractBody(c)
+	if h.Mode == ModeConfirmFirst {
+		body["status"] = policy.StatusContractAvailable
+		x.write(policy.StatusContractAvailable, mediaEndpoint, body, nil)
+		return
+	}
+	x.contract = c
+	out, ok := h.execute(x, c, in)
+	if !ok {
+		return
+	}
+	body["status"] = policy.StatusProposalApproved
+	body["result"] = out
+	if x.taskID != "" {
+		body["task_id"] = x.taskID
+	}
+	x.write(policy.StatusProposalApproved, mediaEndpoint, body, nil)
+}
+
+// newContract mints and stores a contract for the caller.
+func (h *Handler) newContract(r *recipes.Recipe, x *exchange, req *request, origin string) (*recipes.Contract, error) {
+	ep := r.EndpointFor(x.method, x.path)
+	lin := r.Lineage()
+	hash, err := recipes.ContractHash(ep, &lin)
+	if err != nil {
+		return nil, fmt.Errorf("contract hash: %v", err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	c := &recipes.Contract{
+		SynthesisID: recipes.NewSynthesisID(), Method: x.method, Path: x.path, Recipe: r, Endpoint: ep,
+		Lineage: lin, ContractHash: hash, OriginatingAgentID: req.caller.Agent.ID, NegotiationOrigin: origin,
+		IssuedAt: now, ExpiresAt: now.Add(time.Duration(h.ContractTTL)), SessionID: x.sessionID,
+	}
+	state := recipes.StateActive
+	if h.Mode == ModeConfirmFirst && origin == recipes.OriginGate {
+		state = recipes.StatePending
+	}
+	if err := h.st.contracts.Put(c, state); err != nil {
+		switch {
+		case errors.Is(err, recipes.ErrAgentFull):
+			return nil, fmt.Errorf("the agent already holds %d live contracts (max_contracts_per_agent); release some first", h.storeLimits().MaxPerAgent)
+		default:
+			return nil, fmt.Errorf("the gateway holds its maximum number of live contracts (max_contracts); try later")
+		}
+	}
+	return c, nil
+}
+
+// contractBody is the §13.4 body shared by 461 and 263.
+func contractBody(c *recipes.Contract) map[string]any {
+	return map[string]any{
+		"synthesis_id":       c.SynthesisID,
+		"method":             c.Method,
+		"path":               c.Path,
+		"endpoint":           c.Endpoint,
+		"recipe_lineage":     c.Lineage,
+		"contract_hash":      c.ContractHash,
+		"negotiation_origin": c.NegotiationOrigin,
+		"issued_at":          c.IssuedAt.Format(time.RFC3339),
+		"expires_at":         c.ExpiresAt.Format(time.RFC3339),
+	}
+}

@@ -1,0 +1,293 @@
+package caddymodule
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+)
+
+// Media types (spec §2.1, api-01 §17).
+const (
+	mediaAGTP     = "application/vnd.agtp+json"
+	mediaManifest = "application/vnd.agtp.manifest+json"
+	mediaEndpoint = "application/vnd.agtp.endpoint+json"
+)
+
+// apiVersion is AGTP-API-Version (spec §4). It only grows; nothing in
+// this build changes the manifest at run time, so it stays "1".
+const apiVersion = "1"
+
+// wireError is the one way a refusal or error reaches the wire: the
+// uniform body of spec §19 (OP-28) plus retryable.
+type wireError struct {
+	Status      int
+	Reason      string
+	Explanation string
+	Retryable   bool
+	Fields      map[string]any
+	AttemptID   string // RCNS-Attempt-Id (every 464)
+}
+
+func fromRefusal(r *policy.Refusal) *wireError {
+	return &wireError{Status: r.Status, Reason: r.Reason, Explanation: r.Explanation, Retryable: r.Retryable, Fields: r.Fields}
+}
+
+func errorf(status int, reason, explanation string) *wireError {
+	return &wireError{Status: status, Reason: reason, Explanation: explanation}
+}
+
+// exchange is one AGTP request in flight: what the response headers and
+// the Attribution-Record need.
+type exchange struct {
+	h          *Handler
+	w          http.ResponseWriter
+	r          *http.Request
+	taskID     string
+	requestID  string
+	agentID    string // verbatim header value
+	ownerID    string
+	sessionID  string
+	requested  string // wire method when an alias applied
+	method     string // dispatched method
+	path       string // dispatched path
+	contract   *recipes.Contract
+	catalogWrn string
+	// failHeaders are extra headers for an error answer (e.g.
+	// AGTP-Endpoint-Warning on a deprecated endpoint's failure).
+	failHeaders map[string]string
+	written     bool
+}
+
+func (x *exchange) fail(e *wireError) {
+	body := map[string]any{
+		"status":      e.Status,
+		"reason":      e.Reason,
+		"explanation": e.Explanation,
+		"retryable":   e.Retryable,
+	}
+	if x.taskID != "" {
+		body["task_id"] = x.taskID
+	}
+	if x.method != "" {
+		body["method"] = x.method
+	} else if x.r != nil {
+		body["method"] = x.r.Method
+	}
+	if x.path != "" {
+		body["path"] = x.path
+	} else if x.r != nil {
+		body["path"] = x.r.URL.Path
+	}
+	for k, v := range e.Fields {
+		body[k] = v
+	}
+	hdr := map[string]string{}
+	for k, v := range x.failHeaders {
+		hdr[k] = v
+	}
+	if e.AttemptID != "" {
+		hdr["RCNS-Attempt-Id"] = e.AttemptID
+	}
+	x.write(e.Status, mediaAGTP, body, hdr)
+}
+
+// write sends one AGTP response: the AGTP response headers (spec §4),
+// an explicit Content-Length, never chunked, and the Attribution-Record.
+func (x *exchange) write(status int, contentType string, body any, extra map[string]string) {
+	if x.written {
+		return
+	}
+	x.written = true
+	var raw []byte
+	if body != nil {
+		var err error
+		if raw, err = json.Marshal(body); err != nil {
+			status = http.StatusInternalServerError
+			raw = []byte(`{"status":500,"reason":"internal-error","explanation":"response encoding failed","retryable":true}`)
+			contentType = mediaAGTP
+		}
+	}
+	hd := x.w.Header()
+	responseID := newUUID()
+	set := func(k, v string) { hd[k] = []string{v} }
+	set("Server-ID", x.h.ServerID)
+	set("Response-ID", responseID)
+	set("AGTP-API-Version", apiVersion)
+	if x.agentID != "" {
+		set("Agent-ID", x.agentID)
+	}
+	if x.taskID != "" {
+		set("Task-ID", x.taskID)
+	}
+	if v := x.r.Header.Get("Request-ID"); v != "" {
+		set("Request-ID", v)
+	}
+	if x.catalogWrn != "" {
+		set("AGTP-Catalog-Warning", x.catalogWrn)
+	}
+	if x.contract != nil {
+		set("Contract-Synthesized", x.contract.SynthesisID)
+	}
+	for k, v := range extra {
+		set(k, v)
+	}
+	record, auditID := x.attribution(status, responseID)
+	set("Attribution-Record", record)
+	set("Audit-ID", auditID)
+	set("Cache-Control", "no-store")
+	if len(raw) > 0 {
+		set("Content-Type", contentType)
+	} else {
+		delete(hd, "Content-Type")
+	}
+	set("Content-Length", strconv.Itoa(len(raw)))
+	x.w.WriteHeader(status)
+	if len(raw) > 0 && x.r.Method != http.MethodHead {
+		_, _ = x.w.Write(raw)
+	}
+}
+
+// attribution builds the Attribution-Record (spec §16; unsigned JWS
+// `alg: none` form, built by hand) and its Audit-ID, chained per
+// requesting Agent-ID (OP-22).
+func (x *exchange) attribution(status int, responseID string) (string, string) {
+	chainKey := x.agentID
+	payload := map[string]any{
+		"server_id":            x.h.ServerID,
+		"issued_at":            time.Now().UTC().Format(time.RFC3339Nano),
+		"status":               status,
+		"response_id":          responseID,
+		"request_id":           x.requestID,
+		"audit_record_version": "1",
+	}
+	if x.agentID != "" {
+		payload["agent_id"] = x.agentID
+	}
+	if x.ownerID != "" {
+		payload["owner_id"] = x.ownerID
+	}
+	if x.taskID != "" {
+		payload["task_id"] = x.taskID
+	}
+	if x.sessionID != "" {
+		payload["session_id"] = x.sessionID
+	}
+	if x.requested != "" {
+		payload["requested_method"] = x.requested
+	}
+	if x.method != "" {
+		payload["method"] = x.method
+	}
+	if x.contract != nil {
+		payload["synthesis_id"] = x.contract.SynthesisID
+		payload["contract_hash"] = x.contract.ContractHash
+		payload["negotiation_origin"] = x.contract.NegotiationOrigin
+	}
+	return x.h.st.chains.append(chainKey, payload)
+}
+
+var jwsNoneHeader = base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none"}`))
+
+// auditChains holds the previous Audit-ID of each chain (per Agent-ID;
+// "" is the server's own chain for anonymous responses).
+type auditChains struct {
+	mu   sync.Mutex
+	last map[string]string
+}
+
+func newAuditChains() *auditChains { return &auditChains{last: map[string]string{}} }
+
+var zeroAudit = strings.Repeat("0", 64)
+
+func (c *auditChains) append(key string, payload map[string]any) (string, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev, ok := c.last[key]
+	if !ok {
+		prev = zeroAudit
+	}
+	payload["previous_audit_id"] = prev
+	raw, _ := json.Marshal(payload)
+	jws := jwsNoneHeader + "." + base64.RawURLEncoding.EncodeToString(raw) + "."
+	sum := sha256.Sum256([]byte(jws))
+	id := hex.EncodeToString(sum[:])
+	if len(c.last) > 1_000_000 {
+		c.last = map[string]string{} // bound memory; chains restart
+	}
+	c.last[key] = id
+	return jws, id
+}
+
+func newUUID() string {
+	u, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return u.String()
+}
+
+// attemptRecord is one RCNS attempt (spec §17.3 target=rcns-attempt).
+type attemptRecord struct {
+	ID          string            `json:"attempt_id"`
+	Method      string            `json:"method"`
+	Path        string            `json:"path"`
+	AgentID     string            `json:"agent_id"`
+	TrustTier   int               `json:"trust_tier"`
+	Locks       map[string]string `json:"locks"`
+	Reason      string            `json:"reason"`
+	Explanation string            `json:"explanation"`
+	At          string            `json:"at"`
+}
+
+// attemptRing is a bounded ring of attempt records; the oldest is
+// evicted first.
+type attemptRing struct {
+	mu    sync.Mutex
+	size  int
+	order []string
+	byID  map[string]*attemptRecord
+}
+
+func newAttemptRing(n int) *attemptRing {
+	return &attemptRing{size: n, byID: map[string]*attemptRecord{}}
+}
+
+func (a *attemptRing) resize(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.size = n
+	a.trimLocked()
+}
+
+func (a *attemptRing) add(rec *attemptRecord) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.byID[rec.ID] = rec
+	a.order = append(a.order, rec.ID)
+	a.trimLocked()
+}
+
+func (a *attemptRing) trimLocked() {
+	for len(a.order) > a.size {
+		delete(a.byID, a.order[0])
+		a.order = a.order[1:]
+	}
+}
+
+func (a *attemptRing) get(id string) (*attemptRecord, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.byID[id]
+	return r, ok
+}

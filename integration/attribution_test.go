@@ -1,0 +1,109 @@
+package integration
+
+import (
+	"testing"
+)
+
+// Spec §24 items 1, 2, 5, 7, 38, 39: response headers and the
+// Attribution-Record extension fields (RCNS §4, §16).
+func TestAttributionAndHeaders(t *testing.T) {
+	w := startHotel(t, hotelOpts{Mode: "optimistic", LegacyCounter: true})
+	g := w.GW
+
+	// §24 39: Tier B responses carry none of the three RCNS fields.
+	t.Run("Tier B attribution has no contract fields", func(t *testing.T) {
+		r := g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), nil)
+		wantStatus(t, r, 200)
+		p := attribution(t, r)
+		for _, k := range []string{"synthesis_id", "contract_hash", "negotiation_origin"} {
+			if _, ok := p[k]; ok {
+				t.Errorf("Tier B attribution payload has %s: %v", k, p)
+			}
+		}
+		if r.Header.Get("Contract-Synthesized") != "" {
+			t.Errorf("Tier B response carries Contract-Synthesized")
+		}
+	})
+
+	// Tier A built-ins carry none either.
+	t.Run("Tier A attribution has no contract fields", func(t *testing.T) {
+		r := g.Do(t, "DISCOVER", "/", hdr(agentA1, ""), nil)
+		wantStatus(t, r, 200)
+		p := attribution(t, r)
+		for _, k := range []string{"synthesis_id", "contract_hash", "negotiation_origin"} {
+			if _, ok := p[k]; ok {
+				t.Errorf("Tier A attribution payload has %s: %v", k, p)
+			}
+		}
+	})
+
+	// §24 38: every action under a contract carries all three.
+	r := w.book(t, agentA1, scopeAll, "Allow-RCNS", "true")
+	b := assertContractBody(t, r, 263, "BOOK", "/room", recipeName, recipeVer)
+	id, hash := str(b, "synthesis_id"), str(b, "contract_hash")
+	checkContractAttribution := func(t *testing.T, r *Resp) {
+		t.Helper()
+		p := attribution(t, r)
+		if str(p, "synthesis_id") != id || str(p, "contract_hash") != hash || str(p, "negotiation_origin") != "rcns-gate" {
+			t.Errorf("attribution payload = %v, want synthesis_id %s contract_hash %s negotiation_origin rcns-gate", p, id, hash)
+		}
+	}
+	t.Run("263 attribution", func(t *testing.T) { checkContractAttribution(t, r) })
+	t.Run("presentation attribution", func(t *testing.T) {
+		r := w.book(t, agentA1, scopeAll, "Contract-Synthesized", id)
+		wantStatus(t, r, 200)
+		checkContractAttribution(t, r)
+	})
+	t.Run("by-pair attribution", func(t *testing.T) {
+		r := w.book(t, agentA1, scopeAll)
+		wantStatus(t, r, 200)
+		checkContractAttribution(t, r)
+	})
+
+	// §24 1, 2, 5, 7: every AGTP response, success or refusal, carries
+	// Server-ID, a fresh Response-ID, AGTP-API-Version, Content-Length and
+	// an Attribution-Record.
+	t.Run("every AGTP response", func(t *testing.T) {
+		reqs := []struct {
+			method, path string
+			h            map[string]string
+			body         any
+		}{
+			{"DISCOVER", "/", hdr(agentA1, ""), nil},
+			{"DISCOVER", "/contracts", hdr(agentA1, ""), nil},
+			{"FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), nil},
+			{"FETCH", "/guests/g-404", hdr(agentA1, "hotel:read"), nil},
+			{"FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), map[string]any{"parameters": map[string]any{"bogus": 1}}},
+			{"FETCH", "/nothing-here", hdr(agentA1, "hotel:read"), nil},
+			{"QUOTE", "/guests/g-1", hdr(agentA1, "hotel:read"), nil},
+			{"FROBNICATE", "/guests/g-1", hdr(agentA1, "hotel:read"), nil},
+			{"FETCH", "/items/query", hdr(agentA1, "hotel:read"), nil},
+			{"FETCH", "/guests/g-1", hdr("not-an-id", "hotel:read"), nil},
+			{"FETCH", "/guests/g-1", hdr(agentID("stranger"), "hotel:read"), nil},
+			{"BOOK", "/room", hdr(agentA2, scopeNoRCNS, "Allow-RCNS", "true"), bookBody()},
+			{"BOOK", "/room", hdr(agentA3, scopeAll, "Allow-RCNS", "true"), bookBody()},
+			{"BOOK", "/room", hdr(agentA1, scopeAll, "Contract-Synthesized", id), bookBody()},
+		}
+		seen := map[string]bool{}
+		for _, q := range reqs {
+			r := g.Do(t, q.method, q.path, q.h, q.body)
+			assertAGTPHeaders(t, r)
+			if rid := r.Header.Get("Response-ID"); rid != "" {
+				if seen[rid] {
+					t.Errorf("Response-ID %s reused", rid)
+				}
+				seen[rid] = true
+			}
+			if r.Status != 204 && len(r.Body) > 0 {
+				if ct := r.Header.Get("Content-Type"); ct == "" {
+					t.Errorf("%s %s: body without Content-Type", q.method, q.path)
+				}
+			}
+			for _, k := range []string{"AGTP-Version", "AGTP-Method", "AGTP-Status", "Principal-ID", "Server-Agent-ID"} {
+				if r.Header.Get(k) != "" {
+					t.Errorf("%s %s: retired header %s present", q.method, q.path, k)
+				}
+			}
+		}
+	})
+}

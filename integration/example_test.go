@@ -1,0 +1,107 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCaddyfileExample runs the repository's Caddyfile.example as `make
+// demo` does (addresses from the environment), replays the demo's curl
+// commands, and checks that the access log keeps Agent-ID but drops the
+// authority, credential and replay headers.
+func TestCaddyfileExample(t *testing.T) {
+	js := startJSONServer(t, hotelDB)
+	site := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	g := startGatewayFile(t, filepath.Join(repoRoot, "Caddyfile.example"), site, []string{
+		fmt.Sprintf("RCNS_ADMIN=127.0.0.1:%d", freePort(t)),
+		"RCNS_LISTEN=" + site,
+		"HOTEL_ADDR=" + js.Addr,
+	})
+
+	// Plain HTTP passes through.
+	r := g.Do(t, "GET", "/guests/g-1", nil, nil)
+	_, _, direct := js.Get(t, "/guests/g-1")
+	if r.Status != 200 || string(r.Body) != string(direct) {
+		t.Fatalf("plain GET /guests/g-1:\n%s", r)
+	}
+
+	// 1. curl -i -X DISCOVER -H 'Agent-ID: …' http://127.0.0.1:8080/
+	r = g.Do(t, "DISCOVER", "/", hdr(agentA1, ""), nil)
+	wantStatus(t, r, 200)
+	assertAGTPHeaders(t, r)
+	if r.Header.Get("Server-ID") != "caddy-rcns-hotel-demo" {
+		t.Errorf("Server-ID = %q, want the example's server_id", r.Header.Get("Server-ID"))
+	}
+	if _, ok := r.JSON(t)["directory"].([]any); !ok {
+		t.Fatalf("DISCOVER / is not a directory:\n%s", r)
+	}
+
+	// 2. Tier B FETCH /guests/g-1.
+	r = g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), nil)
+	wantStatus(t, r, 200)
+	if str(r.JSON(t), "result", "name") != "Ada Lovelace" {
+		t.Fatalf("FETCH /guests/g-1:\n%s", r)
+	}
+
+	// 3. BOOK /room synthesis (the example runs in optimistic mode).
+	r = g.Do(t, "BOOK", "/room", hdr(agentA1, scopeAll, "Allow-RCNS", "true"), bookBody())
+	b := assertContractBody(t, r, 263, "BOOK", "/room", recipeName, recipeVer)
+	if r.Header.Get("Contract-Synthesized") != str(b, "synthesis_id") {
+		t.Fatalf("Contract-Synthesized header %q != body synthesis_id %q", r.Header.Get("Contract-Synthesized"), str(b, "synthesis_id"))
+	}
+	if rs := js.Reservations(t); len(rs) != 1 {
+		t.Fatalf("reservations after the demo BOOK = %v", rs)
+	}
+
+	// Access log: Agent-ID kept, sensitive headers dropped. GET with
+	// Agent-ID is refused early (459) so the headers need no meaning.
+	secret := "secret-value-must-not-be-logged"
+	r = g.Do(t, "GET", "/guests/g-1", hdr(agentA1, "hotel:read",
+		"Idempotency-Key", secret, "Signature", "sig1=:"+secret+":",
+		"Signature-Input", `sig1=("@method");keyid="`+secret+`"`,
+		"Authorization", "Bearer "+secret, "X-Log-Probe", "probe-1"), nil)
+	wantStatus(t, r, 459)
+
+	var logged map[string]any
+	waitFor(t, 5*time.Second, 100*time.Millisecond, "the access log line of the probe request", func() bool {
+		logged = findAccessLog(g.Output(), "probe-1")
+		return logged != nil
+	})
+	headers, _ := field(logged, "request", "headers").(map[string]any)
+	if headers == nil {
+		t.Fatalf("access log line has no request headers: %v", logged)
+	}
+	if v, _ := headers["Agent-Id"].([]any); len(v) != 1 || v[0] != agentA1 {
+		t.Errorf("access log lost Agent-ID: %v", headers)
+	}
+	for _, k := range []string{"Authority-Scope", "Idempotency-Key", "Signature", "Signature-Input", "Authorization"} {
+		if _, ok := headers[k]; ok {
+			t.Errorf("access log keeps %s: %v", k, headers[k])
+		}
+	}
+	if strings.Contains(g.Output(), secret) {
+		t.Errorf("the secret value appears in Caddy's output")
+	}
+}
+
+// findAccessLog returns the JSON access-log line whose request carried
+// X-Log-Probe: probe.
+func findAccessLog(output, probe string) map[string]any {
+	for _, line := range strings.Split(output, "\n") {
+		if !strings.Contains(line, probe) || !strings.HasPrefix(strings.TrimSpace(line), "{") {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		if h, _ := field(m, "request", "headers", "X-Log-Probe").([]any); len(h) == 1 && h[0] == probe {
+			return m
+		}
+	}
+	return nil
+}

@@ -1,0 +1,145 @@
+package idempotency
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseKey(t *testing.T) {
+	longest := strings.Repeat("k", MaxKeyLen)
+	tests := []struct {
+		name    string
+		header  string
+		want    string
+		wantErr bool
+	}{
+		{name: "bare token", header: "order-42", want: "order-42"},
+		{name: "bare uuid", header: "8e03978e-40d5-43e8-bc93-6894a57f9324", want: "8e03978e-40d5-43e8-bc93-6894a57f9324"},
+		{name: "bare with punctuation", header: `a:b/c?d=e&f!~`, want: `a:b/c?d=e&f!~`},
+		{name: "bare with inner quote", header: `ab"c`, want: `ab"c`},
+		{name: "single char", header: "x", want: "x"},
+		{name: "quoted sf-string", header: `"order-42"`, want: "order-42"},
+		{name: "quoted with escapes", header: `"a\"b\\c"`, want: `a"b\c`},
+		{name: "255 bare", header: longest, want: longest},
+		{name: "255 quoted", header: `"` + longest + `"`, want: longest},
+		{name: "255 quoted all escaped", header: `"` + strings.Repeat(`\"`, MaxKeyLen) + `"`, want: strings.Repeat(`"`, MaxKeyLen)},
+		{name: "empty", header: "", wantErr: true},
+		{name: "empty quoted", header: `""`, wantErr: true},
+		{name: "256 bare", header: longest + "k", wantErr: true},
+		{name: "256 quoted", header: `"` + longest + `k"`, wantErr: true},
+		{name: "very long", header: strings.Repeat("k", 10000), wantErr: true},
+		{name: "space inside bare", header: "a b", wantErr: true},
+		{name: "space inside quoted", header: `"a b"`, wantErr: true},
+		{name: "leading space", header: " abc", wantErr: true},
+		{name: "trailing space", header: "abc ", wantErr: true},
+		{name: "space around quoted", header: ` "abc" `, wantErr: true},
+		{name: "only space", header: " ", wantErr: true},
+		{name: "tab", header: "a\tb", wantErr: true},
+		{name: "NUL", header: "a\x00b", wantErr: true},
+		{name: "DEL", header: "a\x7fb", wantErr: true},
+		{name: "CRLF", header: "a\r\nb", wantErr: true},
+		{name: "non-ASCII", header: "caf\u00e9", wantErr: true},
+		{name: "non-ASCII quoted", header: "\"caf\u00e9\"", wantErr: true},
+		{name: "invalid UTF-8", header: "a\xffb", wantErr: true},
+		{name: "unterminated quote", header: `"abc`, wantErr: true},
+		{name: "lone quote", header: `"`, wantErr: true},
+		{name: "quoted with parameter", header: `"abc";x=1`, wantErr: true},
+		{name: "quoted with bad escape", header: `"a\bc"`, wantErr: true},
+		{name: "two quoted keys", header: `"a","b"`, wantErr: true},
+		{name: "two bare keys", header: "a, b", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseKey(tt.header)
+			if tt.wantErr {
+				if err == nil {
+					t.Fatalf("ParseKey(%q) = %q, nil; want error", tt.header, got)
+				}
+				if !errors.Is(err, ErrMalformedKey) {
+					t.Errorf("ParseKey(%q) error %v does not wrap ErrMalformedKey", tt.header, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseKey(%q): %v", tt.header, err)
+			}
+			if got != tt.want {
+				t.Errorf("ParseKey(%q) = %q, want %q", tt.header, got, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzParseKey(f *testing.F) {
+	for _, s := range []string{
+		"order-42", `"order-42"`, `"a\"b\\c"`, "", `""`, " ", `"abc";x=1`,
+		"caf\u00e9", "a\x00b", `"`, strings.Repeat("k", 256), `"a","b"`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, header string) {
+		key, err := ParseKey(header)
+		if err != nil {
+			if !errors.Is(err, ErrMalformedKey) {
+				t.Fatalf("ParseKey(%q) error %v does not wrap ErrMalformedKey", header, err)
+			}
+			if key != "" {
+				t.Fatalf("ParseKey(%q) = %q with error", header, key)
+			}
+			return
+		}
+		if len(key) < 1 || len(key) > MaxKeyLen {
+			t.Fatalf("ParseKey(%q) = %q: length %d", header, key, len(key))
+		}
+		for i := 0; i < len(key); i++ {
+			if key[i] < 0x21 || key[i] > 0x7e {
+				t.Fatalf("ParseKey(%q) = %q: byte 0x%02x", header, key, key[i])
+			}
+		}
+		// A bare key is returned as is; a quoted one re-quotes to a value
+		// that parses to the same key.
+		if header[0] != '"' && key != header {
+			t.Fatalf("ParseKey(%q) = %q, want the header unchanged", header, key)
+		}
+		quoted := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`
+		again, err := ParseKey(quoted)
+		if err != nil || again != key {
+			t.Fatalf("ParseKey(%q) = %q, %v; want %q", quoted, again, err, key)
+		}
+	})
+}
+
+func TestFingerprint(t *testing.T) {
+	base := Fingerprint("BOOK", "/rooms/1?x=1", []byte(`{"a":1}`))
+	if len(base) != 64 || strings.Trim(base, "0123456789abcdef") != "" {
+		t.Fatalf("Fingerprint = %q, want 64 lowercase hex characters", base)
+	}
+	tests := []struct {
+		name   string
+		method string
+		target string
+		body   []byte
+		same   bool
+	}{
+		{name: "identical", method: "BOOK", target: "/rooms/1?x=1", body: []byte(`{"a":1}`), same: true},
+		{name: "other method", method: "QUERY", target: "/rooms/1?x=1", body: []byte(`{"a":1}`)},
+		{name: "other path", method: "BOOK", target: "/rooms/2?x=1", body: []byte(`{"a":1}`)},
+		{name: "other query", method: "BOOK", target: "/rooms/1?x=2", body: []byte(`{"a":1}`)},
+		{name: "no query", method: "BOOK", target: "/rooms/1", body: []byte(`{"a":1}`)},
+		{name: "other body", method: "BOOK", target: "/rooms/1?x=1", body: []byte(`{"a":2}`)},
+		{name: "empty body", method: "BOOK", target: "/rooms/1?x=1", body: nil},
+		{name: "shifted boundary", method: "BOOK/", target: "rooms/1?x=1", body: []byte(`{"a":1}`)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Fingerprint(tt.method, tt.target, tt.body)
+			if (got == base) != tt.same {
+				t.Errorf("Fingerprint(%q, %q, %q) = %s; equal to base = %v, want %v", tt.method, tt.target, tt.body, got, got == base, tt.same)
+			}
+		})
+	}
+	if Fingerprint("BOOK", "/r", nil) != Fingerprint("BOOK", "/r", []byte{}) {
+		t.Errorf("nil and empty bodies fingerprint differently")
+	}
+}

@@ -1,0 +1,331 @@
+// Package idempotency is the Idempotency-Key store of the gateway
+// (RCNS §12.2, OP-15; ARCHITECTURE.md "Idempotency"): it parses the key,
+// fingerprints requests, and keeps, per (Agent-ID, key), either an
+// in-flight claim or the stored response to replay.
+//
+// The store is in memory and bounded: at most Limits.MaxRecords records in
+// all and Limits.MaxPerAgent per agent, each kept for Limits.Window after
+// its response was stored. The in-flight claim is a lock held in a map
+// under a mutex, never in a cache that could evict it, so two concurrent
+// requests with one key can never both execute.
+//
+// The package imports only the standard library and
+// github.com/dunglas/httpsfv.
+package idempotency
+
+import (
+	"container/list"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Defaults applied by NewStore to zero Limits fields (ARCHITECTURE.md
+// "Bounds and defaults"; RCNS §12.2 `idempotency_window_seconds` 86400).
+const (
+	// DefaultWindow is how long a stored response is replayed.
+	DefaultWindow = 24 * time.Hour
+	// DefaultMaxRecords bounds the records held in all.
+	DefaultMaxRecords = 100000
+	// DefaultMaxPerAgent bounds the records held for one Agent-ID.
+	DefaultMaxPerAgent = 10000
+)
+
+// storedHeaders are the only response header fields a record keeps
+// (RCNS §12.2: status, body and Contract-Synthesized; plus what the body
+// and a 201/3xx need to be replayed as sent).
+var storedHeaders = []string{"Contract-Synthesized", "Content-Type", "Location"}
+
+// Response is what a record replays: the status, the few header fields
+// that belong to the result, and the body.
+type Response struct {
+	// Status is the status code sent the first time, whatever it was
+	// (2xx, 461, 4xx, 5xx: RCNS §12.2, ARCHITECTURE.md "Idempotency").
+	Status int
+	// Header maps canonical field names to values. Only
+	// Contract-Synthesized, Content-Type and Location are kept; Complete
+	// drops every other field. Nil when there are none.
+	Header map[string]string
+	// Body is the response content as sent, byte for byte.
+	Body []byte
+}
+
+// clone returns a deep copy of r keeping only the storedHeaders, with
+// canonical names.
+func (r Response) clone() *Response {
+	c := &Response{Status: r.Status}
+	for k, v := range r.Header {
+		k = http.CanonicalHeaderKey(k)
+		if slices.Contains(storedHeaders, k) {
+			if c.Header == nil {
+				c.Header = make(map[string]string, len(storedHeaders))
+			}
+			c.Header[k] = v
+		}
+	}
+	if r.Body != nil {
+		c.Body = slices.Clone(r.Body)
+	}
+	return c
+}
+
+// Limits bounds a Store. Zero or negative fields take the defaults.
+type Limits struct {
+	// Window is how long a stored response is replayed, counted from
+	// Complete; also the longest an uncompleted claim holds its key.
+	// 0 means DefaultWindow (24 h). RCNS §12.2 `idempotency_window_seconds`.
+	Window time.Duration
+	// MaxRecords is the number of records (stored and in flight) held in
+	// all. 0 means DefaultMaxRecords (100,000).
+	MaxRecords int
+	// MaxPerAgent is the number of records (stored and in flight) held for
+	// one Agent-ID. 0 means DefaultMaxPerAgent (10,000).
+	MaxPerAgent int
+}
+
+// Outcome is the result of Store.Claim.
+type Outcome int
+
+const (
+	// Execute: the key is new (or its record expired or was abandoned);
+	// the caller holds the claim, must run the request and then call
+	// Claim.Complete with the response, or Claim.Abandon when the request
+	// was refused before any side effect.
+	Execute Outcome = iota
+	// Replay: the same request was already answered; Claim returned the
+	// stored Response to send again, with a fresh Response-ID and
+	// Idempotent-Replayed: true. Nothing executes. RCNS §12.2.
+	Replay
+	// Mismatch: the key was used by this agent for a request with another
+	// fingerprint (in flight or stored); answer 422
+	// idempotency-key-reused, not retryable. RCNS §12.2.
+	Mismatch
+	// InFlight: the same request is still executing under this key;
+	// answer 409, retryable. RCNS §12.2.
+	InFlight
+	// Full: the agent already holds MaxPerAgent records, or the store
+	// holds MaxRecords; answer 503 idempotency-store-full, nothing
+	// executes. A per-agent Full affects that agent only.
+	// ARCHITECTURE.md "Idempotency".
+	Full
+)
+
+// String returns the outcome's name: "execute", "replay", "mismatch",
+// "in-flight" or "full" (for logs and metric labels).
+func (o Outcome) String() string {
+	switch o {
+	case Execute:
+		return "execute"
+	case Replay:
+		return "replay"
+	case Mismatch:
+		return "mismatch"
+	case InFlight:
+		return "in-flight"
+	case Full:
+		return "full"
+	}
+	return "unknown"
+}
+
+// record is one (Agent-ID, key) entry. resp is nil while in flight.
+type record struct {
+	agent, key string
+	fp         string
+	resp       *Response
+	expires    time.Time
+	claim      *Claim // owner while in flight; nil once completed
+	elem       *list.Element
+}
+
+// Store is the in-memory Idempotency-Key store. It is safe for concurrent
+// use. Records are kept in a list ordered by expiry; every Claim and Len
+// first drops the expired records at its head (an incremental sweep, so
+// no goroutine is needed), and a record found expired on lookup is
+// dropped too. With an injected clock that goes backwards a record may
+// outlive its window, never the reverse.
+type Store struct {
+	mu      sync.Mutex
+	limits  Limits
+	now     func() time.Time
+	byAgent map[string]map[string]*record
+	order   *list.List // of *record, oldest expiry first
+	n       int
+}
+
+// NewStore returns an empty Store bounded by l (zero fields take the
+// defaults) reading time from now (nil means time.Now).
+func NewStore(l Limits, now func() time.Time) *Store {
+	if l.Window <= 0 {
+		l.Window = DefaultWindow
+	}
+	if l.MaxRecords <= 0 {
+		l.MaxRecords = DefaultMaxRecords
+	}
+	if l.MaxPerAgent <= 0 {
+		l.MaxPerAgent = DefaultMaxPerAgent
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{
+		limits:  l,
+		now:     now,
+		byAgent: make(map[string]map[string]*record),
+		order:   list.New(),
+	}
+}
+
+// Limits returns the store's bounds with defaults applied.
+func (s *Store) Limits() Limits { return s.limits }
+
+// Claim atomically looks up (agentID, key) and, when the key is free,
+// claims it for the request whose Fingerprint is fp. RCNS §12.2 (OP-15).
+//
+//   - Execute, nil, claim: the caller must run the request and finish
+//     with claim.Complete or claim.Abandon.
+//   - Replay, response, nil: a copy of the stored response (same fp).
+//   - Mismatch, nil, nil: the key holds another fingerprint.
+//   - InFlight, nil, nil: the same fingerprint is still executing.
+//   - Full, nil, nil: the agent is at MaxPerAgent records, or the store
+//     at MaxRecords, after dropping expired records.
+//
+// Records are scoped by (agentID, key): the same key from another agent
+// is unrelated.
+func (s *Store) Claim(agentID, key, fp string) (Outcome, *Response, *Claim) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.prune(now)
+
+	if r, ok := s.byAgent[agentID][key]; ok {
+		if !now.Before(r.expires) {
+			s.remove(r)
+		} else {
+			switch {
+			case r.fp != fp:
+				return Mismatch, nil, nil
+			case r.resp == nil:
+				return InFlight, nil, nil
+			default:
+				return Replay, r.resp.clone(), nil
+			}
+		}
+	}
+
+	recs := s.byAgent[agentID]
+	if len(recs) >= s.limits.MaxPerAgent || s.n >= s.limits.MaxRecords {
+		return Full, nil, nil
+	}
+	if recs == nil {
+		recs = make(map[string]*record)
+		s.byAgent[agentID] = recs
+	}
+	r := &record{agent: agentID, key: key, fp: fp, expires: now.Add(s.limits.Window)}
+	c := &Claim{store: s, rec: r}
+	r.claim = c
+	r.elem = s.order.PushBack(r)
+	recs[key] = r
+	s.n++
+	return Execute, nil, c
+}
+
+// Len returns the number of records held, stored and in flight, after
+// dropping the expired ones at the head of the expiry order.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.prune(s.now())
+	return s.n
+}
+
+// prune drops expired records from the head of the expiry order.
+// s.mu must be held.
+func (s *Store) prune(now time.Time) {
+	for e := s.order.Front(); e != nil; e = s.order.Front() {
+		r := e.Value.(*record)
+		if now.Before(r.expires) {
+			return
+		}
+		s.remove(r)
+	}
+}
+
+// remove drops r from every index. s.mu must be held.
+func (s *Store) remove(r *record) {
+	s.order.Remove(r.elem)
+	recs := s.byAgent[r.agent]
+	delete(recs, r.key)
+	if len(recs) == 0 {
+		delete(s.byAgent, r.agent)
+	}
+	r.claim = nil
+	s.n--
+}
+
+// owns reports whether c still holds its record's in-flight claim.
+// s.mu must be held.
+func (s *Store) owns(c *Claim) bool {
+	r := c.rec
+	return r.claim == c && s.byAgent[r.agent][r.key] == r
+}
+
+// Claim is the in-flight hold on one (Agent-ID, key) returned with
+// Execute. Exactly one of Complete or Abandon takes effect; later calls
+// are no-ops. Methods on a nil *Claim are no-ops, so
+// `defer claim.Abandon()` is safe after Complete. If neither is called the
+// key stays in flight until the window passes.
+type Claim struct {
+	store *Store
+	rec   *record
+}
+
+// Complete stores resp (whatever its status) for replay during the
+// window, counted from now, and releases the in-flight hold. Only the
+// Contract-Synthesized, Content-Type and Location header fields are kept;
+// Header and Body are copied, so the caller may reuse them. A second call,
+// a call after Abandon, or a call after the claim expired is a no-op.
+// RCNS §12.2.
+func (c *Claim) Complete(resp Response) {
+	if c == nil {
+		return
+	}
+	s := c.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.owns(c) {
+		return
+	}
+	r := c.rec
+	r.resp = resp.clone()
+	r.claim = nil
+	r.expires = s.now().Add(s.limits.Window)
+	s.order.MoveToBack(r.elem)
+}
+
+// Abandon releases the in-flight hold without storing anything (the
+// request was refused before execution); the next Claim of the key
+// executes again. A call after Complete, a second call, or a call after
+// the claim expired is a no-op.
+func (c *Claim) Abandon() {
+	if c == nil {
+		return
+	}
+	s := c.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.owns(c) {
+		return
+	}
+	s.remove(c.rec)
+}
+
+// Key returns the (Agent-ID, key) pair the claim holds.
+func (c *Claim) Key() (agentID, key string) {
+	if c == nil {
+		return "", ""
+	}
+	return c.rec.agent, c.rec.key
+}
+

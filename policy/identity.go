@@ -1,0 +1,121 @@
+package policy
+
+import "fmt"
+
+// Caller is the resolved identity of a request (RCNS §3, §10 step 6).
+type Caller struct {
+	// Agent is the registry entry of the Agent-ID.
+	Agent *Agent
+	// Claimed is the parsed Authority-Scope; nil when the header was
+	// absent.
+	Claimed ScopeSet
+	// ScopeHeader reports whether the Authority-Scope header was present.
+	ScopeHeader bool
+}
+
+// Effective returns the scopes the request carries: Claimed when the
+// Authority-Scope header was present, else the agent's granted set
+// (RCNS §3). Nil for a nil Caller.
+func (c *Caller) Effective() ScopeSet {
+	switch {
+	case c == nil:
+		return nil
+	case c.ScopeHeader:
+		return c.Claimed
+	case c.Agent != nil:
+		return c.Agent.Scopes
+	}
+	return nil
+}
+
+// granted returns the agent's granted scopes.
+func (c *Caller) granted() ScopeSet {
+	if c == nil || c.Agent == nil {
+		return nil
+	}
+	return c.Agent.Scopes
+}
+
+// ResolveCaller resolves the identity headers of a request: agentID is the
+// Agent-ID value, ownerID the Owner-ID value ("" = absent),
+// authorityScope the Authority-Scope value and scopePresent whether that
+// header was present. Syntax is checked before the registry. Refusals
+// (RCNS §3, §10 step 6, OP-6):
+//
+//   - Agent-ID not 64 lowercase hex → 400 "invalid-canonical-id"
+//   - Owner-ID syntax invalid → 400 "invalid-owner-id"
+//   - Authority-Scope unparsable → 400 "invalid-authority-scope"
+//   - unknown Agent-ID → 401 "agent-unauthenticated"
+//   - Owner-ID differs from the registry's → 401 "owner-mismatch"
+//   - suspended → 503 "agent-suspended"; retired → 410 "agent-retired"
+//   - a claimed token not covered by the granted set → 262
+//     "scope-claim-invalid", Fields {"type": "scope-claim-invalid",
+//     "missing_scopes": [...]}
+//
+// Deprecated agents are served.
+func ResolveCaller(reg *Registry, agentID, ownerID, authorityScope string, scopePresent bool) (*Caller, *Refusal) {
+	if !ValidAgentID(agentID) {
+		return nil, &Refusal{Status: 400, Reason: "invalid-canonical-id",
+			Explanation: fmt.Sprintf("Agent-ID %s is not a canonical Agent-ID (64 lowercase hexadecimal characters).", quote(agentID))}
+	}
+	if ownerID != "" && !ValidOwnerID(ownerID) {
+		return nil, &Refusal{Status: 400, Reason: "invalid-owner-id",
+			Explanation: fmt.Sprintf("Owner-ID %s is not 1 to 256 characters of letters, digits, '-', '_', ':' and '.'.", quote(ownerID))}
+	}
+	var claimed ScopeSet
+	if scopePresent {
+		sc, err := ParseAuthorityScope(authorityScope)
+		if err != nil {
+			return nil, &Refusal{Status: 400, Reason: "invalid-authority-scope",
+				Explanation: fmt.Sprintf("The Authority-Scope header is malformed: %v.", err)}
+		}
+		claimed = sc
+	}
+	agent, ok := reg.Lookup(agentID)
+	if !ok {
+		return nil, &Refusal{Status: 401, Reason: "agent-unauthenticated",
+			Explanation: "The Agent-ID does not resolve to an agent registered with this server."}
+	}
+	if ownerID != "" && ownerID != agent.OwnerID {
+		return nil, &Refusal{Status: 401, Reason: "owner-mismatch",
+			Explanation: "The Owner-ID does not match the owner registered for this Agent-ID."}
+	}
+	switch agent.Status {
+	case AgentSuspended:
+		return nil, &Refusal{Status: 503, Reason: "agent-suspended", Retryable: true,
+			Explanation: "The agent is suspended; requests are refused until it is reinstated."}
+	case AgentRetired:
+		return nil, &Refusal{Status: 410, Reason: "agent-retired",
+			Explanation: "The agent is retired and can no longer make requests."}
+	}
+	c := &Caller{Agent: agent, Claimed: claimed, ScopeHeader: scopePresent}
+	if missing := agent.Scopes.Missing(claimed); len(missing) > 0 {
+		return nil, &Refusal{Status: StatusAuthorizationRequired, Reason: "scope-claim-invalid",
+			Explanation: fmt.Sprintf("Authority-Scope claims %s, which the agent has not been granted.", ScopeSet(missing)),
+			Fields:      map[string]any{"type": "scope-claim-invalid", "missing_scopes": scopeStrings(missing)}}
+	}
+	return c, nil
+}
+
+// CheckRequiredScopes checks required scopes against the request (RCNS
+// §11.5, OP-11): nil when Effective covers every required token. Else,
+// when the agent's granted set covers every missing token (granted but
+// not claimed), 262 "scope-required" with Fields {"type":
+// "scope-required", "missing_scopes": the tokens the request lacks};
+// otherwise 455 "scope-exceeded" with Fields {"missing_scopes": the
+// tokens the agent was never granted}.
+func CheckRequiredScopes(c *Caller, required []Scope) *Refusal {
+	missing := c.Effective().Missing(required)
+	if len(missing) == 0 {
+		return nil
+	}
+	ungranted := c.granted().Missing(missing)
+	if len(ungranted) == 0 {
+		return &Refusal{Status: StatusAuthorizationRequired, Reason: "scope-required",
+			Explanation: fmt.Sprintf("The request's Authority-Scope does not include %s; the agent holds it and must claim it.", ScopeSet(missing)),
+			Fields:      map[string]any{"type": "scope-required", "missing_scopes": scopeStrings(missing)}}
+	}
+	return &Refusal{Status: StatusScopeViolation, Reason: "scope-exceeded",
+		Explanation: fmt.Sprintf("The agent has not been granted %s, which this operation requires.", ScopeSet(ungranted)),
+		Fields:      map[string]any{"missing_scopes": scopeStrings(ungranted)}}
+}

@@ -1,0 +1,228 @@
+package recipes
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Step states reported in a composition_failed body (ARCHITECTURE.md
+// "Composition").
+const (
+	StepSucceeded  = "succeeded"
+	StepFailed     = "failed"
+	StepCancelled  = "cancelled"
+	StepNotStarted = "not-started"
+)
+
+// StepReport is one step's state after a plan run.
+type StepReport struct {
+	Name   string `json:"name"`
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	State  string `json:"state"`
+	// Output is the captured output of a succeeded step.
+	Output any `json:"output,omitempty"`
+	// Error is the failure code of a failed step.
+	Error string `json:"error,omitempty"`
+}
+
+// CompositionFailure is a failed plan run: 422 composition_failed
+// naming the first failed step in declared order, its method, the
+// underlying status and error, and every step's state and output
+// (spec §7.3, ARCHITECTURE.md "Composition").
+type CompositionFailure struct {
+	// Recipe is the recipe name and version that ran.
+	Recipe Lineage
+	// FailedStep is the first failed step in declared order, nil when
+	// the failure is in the output mapping or the overall deadline.
+	FailedStep *Step
+	// Cause is the failed step's failure (or a synthetic one).
+	Cause *Failure
+	// Steps reports every step.
+	Steps []StepReport
+	// SideEffectFree reports that no non-idempotent step may have acted.
+	SideEffectFree bool
+}
+
+// Details returns the error body's details object.
+func (f *CompositionFailure) Details() map[string]any {
+	d := map[string]any{
+		"recipe":         f.Recipe,
+		"steps":          f.Steps,
+		"underlying":     f.Cause.Code,
+		"explanation":    f.Cause.Explanation,
+		"captured":       captured(f.Steps),
+		"upstream_error": f.Cause.Code,
+	}
+	if f.FailedStep != nil {
+		d["failed_step"] = f.FailedStep.Name
+		d["failed_step_index"] = f.FailedStep.Index
+		d["failed_step_method"] = f.FailedStep.Endpoint.Method
+		d["failed_step_path"] = f.FailedStep.Endpoint.Path
+	}
+	if f.Cause.UpstreamStatus != 0 {
+		d["underlying_status"] = f.Cause.UpstreamStatus
+	}
+	return d
+}
+
+func captured(steps []StepReport) map[string]any {
+	out := map[string]any{}
+	for _, s := range steps {
+		if s.State == StepSucceeded {
+			out[s.Name] = s.Output
+		}
+	}
+	return out
+}
+
+// Error implements error.
+func (f *CompositionFailure) Error() string {
+	if f.FailedStep != nil {
+		return fmt.Sprintf("composition_failed: step %s (%s %s): %s", f.FailedStep.Name, f.FailedStep.Endpoint.Method, f.FailedStep.Endpoint.Path, f.Cause.Explanation)
+	}
+	return "composition_failed: " + f.Cause.Explanation
+}
+
+type stepResult struct {
+	idx int
+	out any
+	f   *Failure
+}
+
+// Execute runs the recipe's plan on an input already validated with
+// ValidateInput: steps whose dependencies are done start at once and
+// run concurrently; the first failure cancels running siblings and no
+// later step starts. timeout bounds the whole run (0 = none). The run
+// is detached from the caller's cancellation (a client that disconnects
+// does not cancel a running plan) but keeps ctx's values. On success it
+// returns the output expression's value and the per-step reports.
+func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time.Duration) (any, []StepReport, *CompositionFailure) {
+	ctx = context.WithoutCancel(ctx)
+	var cancel context.CancelFunc
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	defer cancel()
+
+	n := len(r.Steps)
+	reports := make([]StepReport, n)
+	outputs := make([]any, n)
+	done := make([]bool, n)
+	started := make([]bool, n)
+	for i, s := range r.Steps {
+		reports[i] = StepReport{Name: s.Name, Method: s.Endpoint.Method, Path: s.Endpoint.Path, State: StepNotStarted}
+	}
+	results := make(chan stepResult, n)
+	running := 0
+	var failed []stepResult
+
+	launch := func() {
+		for i, s := range r.Steps {
+			if started[i] {
+				continue
+			}
+			ready := true
+			for _, d := range s.Deps {
+				if !done[d] {
+					ready = false
+					break
+				}
+			}
+			if !ready {
+				continue
+			}
+			started[i] = true
+			running++
+			vals := make([]any, 0, 1+i)
+			vals = append(vals, input)
+			vals = append(vals, outputs[:i]...)
+			go func(i int, s *Step, vals []any) {
+				out, f := s.run(ctx, input, vals)
+				results <- stepResult{idx: i, out: out, f: f}
+			}(i, s, vals)
+		}
+	}
+	launch()
+	for running > 0 {
+		res := <-results
+		running--
+		if res.f != nil {
+			failed = append(failed, res)
+			if ctx.Err() != nil && len(failed) > 1 {
+				reports[res.idx].State = StepCancelled
+			} else {
+				reports[res.idx].State = StepFailed
+				reports[res.idx].Error = res.f.Code
+			}
+			cancel()
+			continue
+		}
+		reports[res.idx].State = StepSucceeded
+		reports[res.idx].Output = res.out
+		outputs[res.idx] = res.out
+		done[res.idx] = true
+		if len(failed) == 0 {
+			launch()
+		}
+	}
+	if len(failed) > 0 {
+		// The first failed step in declared order is the one reported.
+		first := failed[0]
+		for _, f := range failed[1:] {
+			if f.idx < first.idx && reports[f.idx].State == StepFailed {
+				first = f
+			}
+		}
+		sideEffectFree := true
+		for i, s := range r.Steps {
+			if started[i] && !s.Endpoint.Semantic.IsIdempotent && !(reports[i].State == StepFailed && failedFree(failed, i)) {
+				sideEffectFree = false
+			}
+		}
+		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), FailedStep: r.Steps[first.idx], Cause: first.f, Steps: reports, SideEffectFree: sideEffectFree}
+	}
+	vals := make([]any, 0, n+1)
+	vals = append(vals, input)
+	vals = append(vals, outputs...)
+	out, err := r.outExpr.Eval(ctx, input, vals...)
+	if err != nil {
+		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "output mapping failed: " + err.Error()}, Steps: reports}
+	}
+	if probs := validate(r.output, out); probs != nil {
+		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "composed output does not match output_schema: " + fmt.Sprint(probs)}, Steps: reports}
+	}
+	return out, reports, nil
+}
+
+func failedFree(failed []stepResult, i int) bool {
+	for _, f := range failed {
+		if f.idx == i {
+			return f.f.SideEffectFree
+		}
+	}
+	return false
+}
+
+// run maps the step input and invokes the step's endpoint.
+func (s *Step) run(ctx context.Context, input any, vals []any) (any, *Failure) {
+	if err := ctx.Err(); err != nil {
+		return nil, &Failure{Status: 422, Code: ErrUpstreamTimeout, Explanation: "composition deadline passed before the step started", SideEffectFree: true}
+	}
+	v, err := s.input.Eval(ctx, input, vals...)
+	if err != nil {
+		return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: "step input mapping failed: " + err.Error(), SideEffectFree: true}
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: fmt.Sprintf("step input mapping produced %T, want an object", v), SideEffectFree: true}
+	}
+	nv, err := normalize(obj)
+	if err != nil {
+		return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: err.Error(), SideEffectFree: true}
+	}
+	return s.Endpoint.Invoke(ctx, nv.(map[string]any))
+}

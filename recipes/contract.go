@@ -1,0 +1,350 @@
+package recipes
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Negotiation origins (spec §16.1).
+const (
+	OriginGate    = "rcns-gate"
+	OriginPropose = "propose"
+)
+
+// Contract states (spec §17.3 PROPOSAL).
+const (
+	StatePending  = "pending" // confirm-first preview not yet accepted
+	StateActive   = "active"
+	StateExpired  = "expired"
+	StateRevoked  = "revoked"
+	StateReleased = "released"
+)
+
+// Contract is a synthesized Tier C contract (spec §14): bound to its
+// originating Agent-ID, its (method, path), the recipe and version it
+// captured, and an expiry. Fields are immutable after creation except
+// the state, which the Store guards.
+type Contract struct {
+	SynthesisID        string
+	Method, Path       string
+	Recipe             *Recipe // captured plan; runs for the contract's whole life
+	Endpoint           map[string]any
+	Lineage            Lineage
+	ContractHash       string
+	OriginatingAgentID string
+	NegotiationOrigin  string
+	IssuedAt           time.Time
+	ExpiresAt          time.Time
+	SessionID          string
+
+	state string
+}
+
+// Summary is the contract in DISCOVER /contracts form (spec §17.2).
+func (c *Contract) Summary() map[string]any {
+	return map[string]any{
+		"synthesis_id":         c.SynthesisID,
+		"method":               c.Method,
+		"path":                 c.Path,
+		"originating_agent_id": c.OriginatingAgentID,
+		"recipe_lineage":       c.Lineage,
+		"contract_hash":        c.ContractHash,
+		"negotiation_origin":   c.NegotiationOrigin,
+		"issued_at":            c.IssuedAt.UTC().Format(time.RFC3339),
+		"expires_at":           c.ExpiresAt.UTC().Format(time.RFC3339),
+	}
+}
+
+var synthesisIDPattern = regexp.MustCompile(`^[A-Za-z0-9._~-]{1,128}$`)
+
+// ValidSynthesisID reports whether s is a syntactically valid
+// Contract-Synthesized value (spec §13.5, OP-19).
+func ValidSynthesisID(s string) bool { return synthesisIDPattern.MatchString(s) }
+
+// NewSynthesisID returns "syn-" + base64url of 128 random bits from the
+// CSPRNG (spec §13.5).
+func NewSynthesisID() string { return "syn-" + randomToken() }
+
+// NewAttemptID returns "rcns-" + base64url of 128 random bits.
+func NewAttemptID() string { return "rcns-" + randomToken() }
+
+func randomToken() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("crypto/rand failed: " + err.Error())
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// StoreLimits bound a Store (ARCHITECTURE.md "Bounds and defaults").
+type StoreLimits struct {
+	// MaxContracts is the number of live (pending or active) contracts
+	// in all; 0 means 100,000.
+	MaxContracts int
+	// MaxPerAgent is the number of live contracts per agent; 0 means 100.
+	MaxPerAgent int
+	// TombstoneTTL is how long an expired or revoked contract answers
+	// 464 contract-revoked instead of 404; 0 means 24 h.
+	TombstoneTTL time.Duration
+	// MaxTombstones bounds the tombstones kept (oldest dropped); 0 means
+	// 100,000.
+	MaxTombstones int
+}
+
+// ErrStoreFull is returned by Put when a contract limit is reached.
+var ErrStoreFull = errors.New("contract store is full")
+
+// ErrAgentFull is returned by Put when the agent's contract limit is
+// reached.
+var ErrAgentFull = errors.New("the agent holds the maximum number of contracts")
+
+type tombstone struct {
+	state string
+	at    time.Time
+	agent string
+}
+
+// Store holds contracts and tombstones in memory, bounded. It is safe
+// for concurrent use and is kept across config reloads.
+type Store struct {
+	mu         sync.Mutex
+	limits     StoreLimits
+	now        func() time.Time
+	byID       map[string]*Contract
+	byPair     map[string][]*Contract // agent|method|path → newest last
+	perAgent   map[string]int
+	tombs      map[string]tombstone
+	tombOrder  []string
+	everIssued bool
+	lastSweep  time.Time
+}
+
+// NewStore returns an empty store; now may be nil (time.Now).
+func NewStore(limits StoreLimits, now func() time.Time) *Store {
+	if limits.MaxContracts <= 0 {
+		limits.MaxContracts = 100000
+	}
+	if limits.MaxPerAgent <= 0 {
+		limits.MaxPerAgent = 100
+	}
+	if limits.TombstoneTTL <= 0 {
+		limits.TombstoneTTL = 24 * time.Hour
+	}
+	if limits.MaxTombstones <= 0 {
+		limits.MaxTombstones = 100000
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{limits: limits, now: now, byID: map[string]*Contract{}, byPair: map[string][]*Contract{},
+		perAgent: map[string]int{}, tombs: map[string]tombstone{}}
+}
+
+// SetLimits replaces the limits (on a config reload).
+func (s *Store) SetLimits(l StoreLimits) {
+	n := NewStore(l, nil)
+	s.mu.Lock()
+	s.limits = n.limits
+	s.mu.Unlock()
+}
+
+func pairKey(agent, method, path string) string { return agent + "|" + method + "|" + path }
+
+// Put stores a new contract in the given initial state (StatePending or
+// StateActive). It fails with ErrStoreFull or ErrAgentFull at the limits.
+func (s *Store) Put(c *Contract, state string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepLocked(false)
+	if len(s.byID) >= s.limits.MaxContracts {
+		s.sweepLocked(true)
+		if len(s.byID) >= s.limits.MaxContracts {
+			return ErrStoreFull
+		}
+	}
+	if s.perAgent[c.OriginatingAgentID] >= s.limits.MaxPerAgent {
+		s.sweepLocked(true)
+		if s.perAgent[c.OriginatingAgentID] >= s.limits.MaxPerAgent {
+			return ErrAgentFull
+		}
+	}
+	c.state = state
+	s.byID[c.SynthesisID] = c
+	k := pairKey(c.OriginatingAgentID, c.Method, c.Path)
+	s.byPair[k] = append(s.byPair[k], c)
+	s.perAgent[c.OriginatingAgentID]++
+	s.everIssued = true
+	return nil
+}
+
+// Lookup outcomes.
+const (
+	LookupFound    = iota // live contract returned
+	LookupUnknown         // never issued, released, swept, or tombstone dropped → 404
+	LookupRevoked         // expired or revoked, tombstone kept → 464 contract-revoked
+)
+
+// Lookup finds a contract by synthesis id. It returns the contract and
+// LookupFound, or nil and LookupUnknown / LookupRevoked (spec §14.1,
+// OP-21).
+func (s *Store) Lookup(id string) (*Contract, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.byID[id]; ok {
+		if !s.now().Before(c.ExpiresAt) {
+			s.evictLocked(c, StateExpired)
+		} else {
+			return c, LookupFound
+		}
+	}
+	if t, ok := s.tombs[id]; ok && s.now().Sub(t.at) < s.limits.TombstoneTTL {
+		if t.state == StateReleased {
+			return nil, LookupUnknown
+		}
+		return nil, LookupRevoked
+	}
+	return nil, LookupUnknown
+}
+
+// Activate marks a pending contract active (its holder accepted the
+// 461 by presenting it); returns whether it was pending.
+func (s *Store) Activate(c *Contract) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.state == StatePending {
+		c.state = StateActive
+		return true
+	}
+	return false
+}
+
+// State returns the contract's current state.
+func (s *Store) State(c *Contract) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.state == StateActive || c.state == StatePending {
+		if !s.now().Before(c.ExpiresAt) {
+			return StateExpired
+		}
+	}
+	return c.state
+}
+
+// ActiveFor returns the most recently issued active (accepted, not
+// expired) contract agent holds for exactly (method, path), or nil
+// (spec §10 step 8b). Pending contracts do not resolve by pair.
+func (s *Store) ActiveFor(agent, method, path string) *Contract {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list := s.byPair[pairKey(agent, method, path)]
+	now := s.now()
+	for i := len(list) - 1; i >= 0; i-- {
+		c := list[i]
+		if c.state == StateActive && now.Before(c.ExpiresAt) {
+			return c
+		}
+	}
+	return nil
+}
+
+// End ends a live contract with state StateRevoked, StateReleased or
+// StateExpired and keeps a tombstone; returns false when it was not live.
+func (s *Store) End(id, state string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.byID[id]
+	if !ok {
+		return false
+	}
+	s.evictLocked(c, state)
+	return true
+}
+
+// List returns live contracts, sorted by issue time then id; agent ""
+// lists every agent's.
+func (s *Store) List(agent string) []*Contract {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepLocked(true)
+	var out []*Contract
+	for _, c := range s.byID {
+		if agent == "" || c.OriginatingAgentID == agent {
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].IssuedAt.Equal(out[j].IssuedAt) {
+			return out[i].IssuedAt.Before(out[j].IssuedAt)
+		}
+		return out[i].SynthesisID < out[j].SynthesisID
+	})
+	return out
+}
+
+// Len returns the number of live contracts.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byID)
+}
+
+func (s *Store) evictLocked(c *Contract, state string) {
+	delete(s.byID, c.SynthesisID)
+	k := pairKey(c.OriginatingAgentID, c.Method, c.Path)
+	list := s.byPair[k]
+	for i, x := range list {
+		if x == c {
+			list = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(s.byPair, k)
+	} else {
+		s.byPair[k] = list
+	}
+	if s.perAgent[c.OriginatingAgentID]--; s.perAgent[c.OriginatingAgentID] <= 0 {
+		delete(s.perAgent, c.OriginatingAgentID)
+	}
+	c.state = state
+	at := s.now()
+	if state == StateExpired {
+		at = c.ExpiresAt
+	}
+	s.tombs[c.SynthesisID] = tombstone{state: state, at: at, agent: c.OriginatingAgentID}
+	s.tombOrder = append(s.tombOrder, c.SynthesisID)
+	for len(s.tombOrder) > s.limits.MaxTombstones {
+		delete(s.tombs, s.tombOrder[0])
+		s.tombOrder = s.tombOrder[1:]
+	}
+}
+
+// sweepLocked evicts expired contracts and old tombstones, at most once
+// a second unless force is set.
+func (s *Store) sweepLocked(force bool) {
+	now := s.now()
+	if !force && now.Sub(s.lastSweep) < time.Second {
+		return
+	}
+	s.lastSweep = now
+	for _, c := range s.byID {
+		if !now.Before(c.ExpiresAt) {
+			s.evictLocked(c, StateExpired)
+		}
+	}
+	i := 0
+	for i < len(s.tombOrder) {
+		t, ok := s.tombs[s.tombOrder[i]]
+		if ok && now.Sub(t.at) < s.limits.TombstoneTTL {
+			break
+		}
+		delete(s.tombs, s.tombOrder[i])
+		i++
+	}
+	s.tombOrder = s.tombOrder[i:]
+}

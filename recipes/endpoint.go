@@ -1,0 +1,528 @@
+package recipes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
+)
+
+// Upstream error codes every external_service endpoint must declare
+// (spec §7.3).
+const (
+	ErrUpstreamTimeout        = "upstream_timeout"
+	ErrUpstreamConnection     = "upstream_connection_error"
+	ErrUpstreamMalformed      = "upstream_malformed_response"
+	ErrUpstreamAuthentication = "upstream_authentication_failed"
+	ErrUpstream               = "upstream_error"
+	// ErrCompositionFailed is the error every composition endpoint must
+	// declare (spec §7.3).
+	ErrCompositionFailed = "composition_failed"
+	// ErrInvalidInput is the reason of a 422 for input that fails the
+	// endpoint's input_schema (spec §7.1).
+	ErrInvalidInput = "invalid-input"
+)
+
+// UpstreamErrors lists the five upstream_* codes in spec order.
+var UpstreamErrors = []string{ErrUpstreamTimeout, ErrUpstreamConnection, ErrUpstreamMalformed, ErrUpstreamAuthentication, ErrUpstream}
+
+// Endpoint is a Tier B endpoint: one AGTP (method, path) bound to one
+// call on a named upstream (spec §7, ARCHITECTURE.md "Upstreams and
+// Tier B endpoints"). Built once at load; safe for concurrent use.
+type Endpoint struct {
+	// Method and Path are the AGTP pair; Path is the template as declared.
+	Method, Path string
+	// Template is the parsed AGTP path template.
+	Template *policy.PathTemplate
+	// Description is the operator's description.
+	Description string
+	// Semantic is the semantic block (spec §7.2).
+	Semantic schema.SemanticDoc
+	// RequiredScopes are the tokens a caller must carry (spec §11.5).
+	RequiredScopes []policy.Scope
+	// Internal endpoints serve only as recipe steps.
+	Internal bool
+	// Deprecated is the deprecation block, nil when not deprecated.
+	Deprecated *schema.DeprecatedDoc
+	// File is the document the endpoint came from.
+	File string
+
+	projection map[string]any
+	errors     map[string]bool
+	input      *jsonschema.Schema
+	output     *jsonschema.Schema
+	svc        *externalService
+}
+
+type externalService struct {
+	up        *Upstream
+	method    string
+	path      *policy.PathTemplate
+	queryKeys []string
+	query     map[string]*Expr
+	body      *Expr
+	headers   http.Header
+	inRename  map[string]string
+	outRename map[string]string
+	errorMap  map[int]string
+	timeout   time.Duration
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// BuildEndpoint turns a validated endpoint document into an Endpoint.
+// mp checks the method and the AGTP path grammar; upstreams resolves
+// external_service.upstream. Errors are located in doc (file, line,
+// JSON pointer). Spec §7, §8.4, §9 (reserved DISCOVER paths), §24 items
+// 84–87b.
+func BuildEndpoint(doc *schema.Document, mp *policy.MethodPolicy, upstreams map[string]*Upstream) (*Endpoint, error) {
+	var d schema.EndpointDoc
+	if err := doc.Decode(&d); err != nil {
+		return nil, doc.Errorf("", "%v", err)
+	}
+	if !mp.IsMethod(d.Method) {
+		return nil, doc.Errorf("/method", "method %s is neither in the catalog %s nor a custom method", d.Method, mp.Catalog.Version())
+	}
+	if isLegacyVerb(d.Method) {
+		return nil, doc.Errorf("/method", "legacy verb %s must not be used in an endpoint definition (use its AGTP alias)", d.Method)
+	}
+	tmpl, err := mp.ParsePathTemplate(d.Path)
+	if err != nil {
+		return nil, doc.Errorf("/path", "%v", err)
+	}
+	if d.Method == "DISCOVER" {
+		if seg := reservedDiscoverSegment(d.Path); seg != "" {
+			return nil, doc.Errorf("/path", "DISCOVER %s collides with the reserved built-in %q (spec §9)", d.Path, seg)
+		}
+	}
+	if d.Method == "DISCOVER" && d.Path == "/" {
+		return nil, doc.Errorf("/path", "DISCOVER / is the built-in manifest and cannot be registered")
+	}
+	e := &Endpoint{
+		Method: d.Method, Path: d.Path, Template: tmpl, Description: d.Description,
+		Semantic: d.Semantic, Internal: d.Internal, Deprecated: d.Deprecated, File: doc.File,
+		errors: map[string]bool{},
+	}
+	for _, c := range d.Errors {
+		e.errors[c] = true
+	}
+	for i, s := range d.RequiredScopes {
+		sc, err := policy.ParseScope(s)
+		if err != nil {
+			return nil, doc.Errorf(fmt.Sprintf("/required_scopes/%d", i), "%v", err)
+		}
+		e.RequiredScopes = append(e.RequiredScopes, sc)
+	}
+	if err := checkInputSchema(d.InputSchema); err != nil {
+		return nil, doc.Errorf("/input_schema", "%v", err)
+	}
+	if e.input, err = CompileSchema(d.InputSchema); err != nil {
+		return nil, doc.Errorf("/input_schema", "invalid JSON Schema: %v", err)
+	}
+	if e.output, err = CompileSchema(d.OutputSchema); err != nil {
+		return nil, doc.Errorf("/output_schema", "invalid JSON Schema: %v", err)
+	}
+	props, _ := d.InputSchema["properties"].(map[string]any)
+	for _, p := range tmpl.Params() {
+		if _, ok := props[p]; !ok {
+			return nil, doc.Errorf("/path", "template parameter {%s} is not a property of input_schema (spec §6)", p)
+		}
+	}
+	if d.ExternalService == nil {
+		return nil, doc.Errorf("", "endpoint has no external_service binding")
+	}
+	for _, c := range UpstreamErrors {
+		if !e.errors[c] {
+			return nil, doc.Errorf("/errors", "external_service endpoints must list %s in errors (spec §7.1)", c)
+		}
+	}
+	svc, err := buildExternalService(doc, d.ExternalService, e, upstreams)
+	if err != nil {
+		return nil, err
+	}
+	e.svc = svc
+	e.projection = map[string]any{
+		"method":        d.Method,
+		"path":          d.Path,
+		"description":   d.Description,
+		"semantic":      semanticMap(d.Semantic),
+		"input_schema":  d.InputSchema,
+		"output_schema": d.OutputSchema,
+		"errors":        append([]string{}, d.Errors...),
+		"handler":       map[string]any{"type": "external_service"},
+		"tier":          "B",
+	}
+	if len(d.RequiredScopes) > 0 {
+		e.projection["required_scopes"] = append([]string{}, d.RequiredScopes...)
+	}
+	if d.Deprecated != nil {
+		e.projection["deprecated"] = d.Deprecated
+	}
+	return e, nil
+}
+
+func buildExternalService(doc *schema.Document, d *schema.ExternalServiceDoc, e *Endpoint, upstreams map[string]*Upstream) (*externalService, error) {
+	up, ok := upstreams[d.Upstream]
+	if !ok {
+		names := make([]string, 0, len(upstreams))
+		for n := range upstreams {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return nil, doc.Errorf("/external_service/upstream", "unknown upstream %q (declared in the Caddyfile: %s)", d.Upstream, strings.Join(names, ", "))
+	}
+	if d.Method == "" {
+		return nil, doc.Errorf("/external_service", "external_service.method is required (spec §7.3)")
+	}
+	tmpl, err := policy.ParseRawTemplate(d.Path)
+	if err != nil {
+		return nil, doc.Errorf("/external_service/path", "%v", err)
+	}
+	s := &externalService{
+		up: up, method: d.Method, path: tmpl, query: map[string]*Expr{},
+		headers: http.Header{}, inRename: d.InputTransform, outRename: d.OutputTransform,
+		errorMap: map[int]string{}, timeout: up.Timeout,
+	}
+	if d.TimeoutSeconds > 0 {
+		s.timeout = time.Duration(d.TimeoutSeconds * float64(time.Second))
+	}
+	for k, src := range d.Query {
+		x, err := CompileExpr(src, nil)
+		if err != nil {
+			return nil, doc.Errorf("/external_service/query/"+k, "%v", err)
+		}
+		s.query[k] = x
+		s.queryKeys = append(s.queryKeys, k)
+	}
+	sort.Strings(s.queryKeys)
+	if d.Body != "" {
+		if s.body, err = CompileExpr(d.Body, nil); err != nil {
+			return nil, doc.Errorf("/external_service/body", "%v", err)
+		}
+	}
+	for k, v := range d.Headers {
+		var missing []string
+		val := envRef.ReplaceAllStringFunc(v, func(m string) string {
+			name := envRef.FindStringSubmatch(m)[1]
+			x, ok := os.LookupEnv(name)
+			if !ok {
+				missing = append(missing, name)
+			}
+			return x
+		})
+		if len(missing) > 0 {
+			return nil, doc.Errorf("/external_service/headers/"+k, "environment variable %s is not set (spec §7.3: unresolved ${VAR} fails registration)", strings.Join(missing, ", "))
+		}
+		if forbiddenUpstreamHeader(k) {
+			return nil, doc.Errorf("/external_service/headers/"+k, "header %s is managed by the gateway and cannot be configured", k)
+		}
+		s.headers.Set(k, val)
+	}
+	for code, name := range d.ErrorMap {
+		n, err := strconv.Atoi(code)
+		if err != nil || n < 100 || n > 599 {
+			return nil, doc.Errorf("/external_service/error_map/"+code, "error_map key %q is not an HTTP status", code)
+		}
+		if !e.errors[name] {
+			return nil, doc.Errorf("/external_service/error_map/"+code, "error_map names %q, which is not listed in errors (spec §7.3)", name)
+		}
+		s.errorMap[n] = name
+	}
+	return s, nil
+}
+
+func forbiddenUpstreamHeader(k string) bool {
+	switch http.CanonicalHeaderKey(k) {
+	case "Host", "Content-Length", "Transfer-Encoding", "Connection", "Content-Type":
+		return true
+	}
+	return false
+}
+
+func isLegacyVerb(m string) bool {
+	switch m {
+	case "GET", "POST", "PUT", "DELETE", "PATCH":
+		return true
+	}
+	return false
+}
+
+// reservedDiscoverSegment returns the reserved built-in name that the
+// first segment of path equals or starts with, or "" (spec §9).
+func reservedDiscoverSegment(path string) string {
+	first := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 2)[0]
+	first = strings.ToLower(first)
+	for _, r := range []string{"methods", "agents", "genesis", "tools", "apis", "patterns", "contracts"} {
+		if strings.HasPrefix(first, r) {
+			return r
+		}
+	}
+	return ""
+}
+
+func semanticMap(s schema.SemanticDoc) map[string]any {
+	return map[string]any{
+		"intent": s.Intent, "actor": s.Actor, "outcome": s.Outcome, "capability": s.Capability,
+		"confidence": s.Confidence, "impact": s.Impact, "is_idempotent": s.IsIdempotent,
+	}
+}
+
+// Projection returns the endpoint in manifest-projection form (spec
+// §8.2: handler reduced to its type). The map is shared: do not modify.
+func (e *Endpoint) Projection() map[string]any { return e.projection }
+
+// UpstreamName is the name of the upstream the endpoint calls.
+func (e *Endpoint) UpstreamName() string { return e.svc.up.Name }
+
+// Failure is a failed invocation: an input that fails validation, or a
+// named upstream error (spec §7.3, §19 "422 named errors").
+type Failure struct {
+	// Status is the wire status, 422 for every named error.
+	Status int
+	// Code is the error code: invalid-input, or an upstream_* code, or a
+	// name from the endpoint's error_map.
+	Code string
+	// Explanation is a human sentence.
+	Explanation string
+	// UpstreamStatus is the upstream's HTTP status, 0 when none came back.
+	UpstreamStatus int
+	// Details are structured details for the error body.
+	Details map[string]any
+	// SideEffectFree reports that the upstream provably did not act (input
+	// refused, connection refused, or an idempotent endpoint).
+	SideEffectFree bool
+}
+
+func (f *Failure) Error() string { return f.Code + ": " + f.Explanation }
+
+// ValidateInput checks input against the endpoint's input_schema (spec
+// §7.1: unknown fields fail). It returns a 422 invalid-input Failure
+// listing the violations, or nil.
+func (e *Endpoint) ValidateInput(input map[string]any) *Failure {
+	return validateInput(e.input, input)
+}
+
+func validateInput(s *jsonschema.Schema, input map[string]any) *Failure {
+	if probs := validate(s, input); probs != nil {
+		return &Failure{Status: 422, Code: ErrInvalidInput,
+			Explanation:    "input does not match input_schema: " + strings.Join(probs, "; "),
+			Details:        map[string]any{"violations": probs},
+			SideEffectFree: true}
+	}
+	return nil
+}
+
+// Invoke validates input and makes the one upstream call of the
+// endpoint, then maps the response (spec §7.3): success returns the
+// renamed JSON output (nil for 204 or an empty body); failures return a
+// *Failure with the spec's upstream codes. The caller's identity is
+// never sent upstream; only configured headers are.
+func (e *Endpoint) Invoke(ctx context.Context, input map[string]any) (any, *Failure) {
+	if f := e.ValidateInput(input); f != nil {
+		return nil, f
+	}
+	s := e.svc
+	fail := func(code, expl string, status int) *Failure {
+		if mapped, ok := s.errorMap[status]; ok && status != 0 {
+			code = mapped
+		}
+		return &Failure{Status: 422, Code: code, Explanation: expl, UpstreamStatus: status,
+			Details:        map[string]any{"upstream": s.up.Name, "upstream_status": status},
+			SideEffectFree: e.Semantic.IsIdempotent}
+	}
+	vals := map[string]string{}
+	for _, p := range s.path.Params() {
+		v, ok := input[p]
+		if !ok {
+			return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: "missing path parameter " + p, SideEffectFree: true}
+		}
+		vals[p] = scalarString(v)
+	}
+	upPath, err := s.path.Expand(vals)
+	if err != nil {
+		return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: err.Error(), SideEffectFree: true}
+	}
+	q := url.Values{}
+	for _, k := range s.queryKeys {
+		v, err := s.query[k].Eval(ctx, input)
+		if err != nil {
+			return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: err.Error(), SideEffectFree: true}
+		}
+		if v != nil {
+			q.Set(k, scalarString(v))
+		}
+	}
+	var body []byte
+	switch {
+	case s.body != nil:
+		v, err := s.body.Eval(ctx, input)
+		if err != nil {
+			return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: err.Error(), SideEffectFree: true}
+		}
+		if body, err = json.Marshal(rename(v, s.inRename)); err != nil {
+			return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: err.Error(), SideEffectFree: true}
+		}
+	case s.method == http.MethodPost || s.method == http.MethodPut || s.method == http.MethodPatch:
+		rest := make(map[string]any, len(input))
+		for k, v := range input {
+			rest[k] = v
+		}
+		for _, p := range s.path.Params() {
+			delete(rest, p)
+		}
+		body, _ = json.Marshal(rename(rest, s.inRename))
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var rdr io.Reader
+	if body != nil {
+		rdr = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, s.method, s.up.url(upPath, q.Encode()), rdr)
+	if err != nil {
+		return nil, fail(ErrUpstreamConnection, "cannot build the upstream request: "+err.Error(), 0)
+	}
+	for k, v := range s.headers {
+		req.Header[k] = v
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if tp := TraceParent(ctx); tp != "" {
+		req.Header.Set("Traceparent", tp)
+	}
+	resp, err := s.up.client.Do(req)
+	if err != nil {
+		if isTimeout(ctx, err) {
+			return nil, fail(ErrUpstreamTimeout, fmt.Sprintf("upstream %s did not answer within %s", s.up.Name, s.timeout), 0)
+		}
+		f := fail(ErrUpstreamConnection, fmt.Sprintf("cannot reach upstream %s: %s", s.up.Name, connErrorText(err)), 0)
+		if isRefused(err) {
+			f.SideEffectFree = true
+		}
+		return nil, f
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, s.up.MaxResponseBytes+1))
+	if err != nil {
+		if isTimeout(ctx, err) {
+			return nil, fail(ErrUpstreamTimeout, fmt.Sprintf("upstream %s did not finish its response within %s", s.up.Name, s.timeout), resp.StatusCode)
+		}
+		return nil, fail(ErrUpstreamConnection, "reading the upstream response failed: "+err.Error(), resp.StatusCode)
+	}
+	if int64(len(raw)) > s.up.MaxResponseBytes {
+		return nil, fail(ErrUpstreamMalformed, fmt.Sprintf("upstream %s response exceeds %d bytes", s.up.Name, s.up.MaxResponseBytes), resp.StatusCode)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		code := ErrUpstream
+		if resp.StatusCode == 401 || resp.StatusCode == 403 {
+			code = ErrUpstreamAuthentication
+		}
+		return nil, fail(code, fmt.Sprintf("upstream %s answered %d", s.up.Name, resp.StatusCode), resp.StatusCode)
+	}
+	if resp.StatusCode == http.StatusNoContent || len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	var out any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&out); err != nil || dec.More() {
+		return nil, fail(ErrUpstreamMalformed, fmt.Sprintf("upstream %s answered %d with a body that is not JSON", s.up.Name, resp.StatusCode), resp.StatusCode)
+	}
+	out = rename(out, s.outRename)
+	if probs := validate(e.output, out); probs != nil {
+		f := fail(ErrUpstreamMalformed, "upstream output does not match output_schema: "+strings.Join(probs, "; "), resp.StatusCode)
+		f.Details["violations"] = probs
+		return nil, f
+	}
+	return out, nil
+}
+
+// rename applies a field rename map to a JSON object; other values and
+// unmapped fields pass unchanged (spec §7.3 input/output_transform).
+func rename(v any, m map[string]string) any {
+	obj, ok := v.(map[string]any)
+	if !ok || len(m) == 0 {
+		return v
+	}
+	out := make(map[string]any, len(obj))
+	for k, val := range obj {
+		if to, ok := m[k]; ok {
+			k = to
+		}
+		out[k] = val
+	}
+	return out
+}
+
+func scalarString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case int:
+		return strconv.Itoa(x)
+	case bool:
+		return strconv.FormatBool(x)
+	case nil:
+		return ""
+	default:
+		b, _ := json.Marshal(x)
+		return string(b)
+	}
+}
+
+func isTimeout(ctx context.Context, err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func isRefused(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}
+
+func connErrorText(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+type traceKey struct{}
+
+// WithTraceParent returns ctx carrying a W3C traceparent value to
+// forward upstream.
+func WithTraceParent(ctx context.Context, tp string) context.Context {
+	if tp == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, traceKey{}, tp)
+}
+
+// TraceParent returns the traceparent carried by ctx, or "".
+func TraceParent(ctx context.Context) string {
+	s, _ := ctx.Value(traceKey{}).(string)
+	return s
+}

@@ -1,0 +1,298 @@
+package recipes
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/gowebpki/jcs"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
+)
+
+// Recipe is an operator-written Tier C composition rule (spec §13.1):
+// a pattern, the synthesized endpoint, and a plan of steps over Tier B
+// endpoints. Built once at load, immutable, safe for concurrent use. A
+// contract captures the *Recipe it was synthesized from and keeps
+// running it across config reloads.
+type Recipe struct {
+	// Name and Version identify the recipe; Version is opaque.
+	Name, Version string
+	// Description is the operator's description.
+	Description string
+	// Method is the pattern's AGTP method.
+	Method string
+	// PathExact is the byte-exact pattern path, or "".
+	PathExact string
+	// PathRegex is the whole-path RE2 pattern, or nil (spec OP-24).
+	PathRegex *regexp.Regexp
+	// Propose reports whether PROPOSE may synthesize this recipe.
+	Propose bool
+	// RequiredScopes is the effective scope set of a contract: recipe ∪
+	// endpoint ∪ every step's required scopes (spec §13.3, OP-16).
+	RequiredScopes []policy.Scope
+	// Steps is the plan in declared order.
+	Steps []*Step
+	// File is the document the recipe came from.
+	File string
+	// ContentHash is the SHA-256 (hex) of the JCS form of the recipe
+	// document; a reload with the same name and version but another
+	// hash is refused (ARCHITECTURE.md "contract_hash").
+	ContentHash string
+
+	endpoint map[string]any // projection without method/path
+	input    *jsonschema.Schema
+	output   *jsonschema.Schema
+	outExpr  *Expr
+	impact   string
+}
+
+// Step is one plan step: a Tier B endpoint called with the result of a
+// jq mapping over $input and earlier steps' outputs.
+type Step struct {
+	// Name is the step's variable name ($name in later expressions).
+	Name string
+	// Index is the step's position in declared order.
+	Index int
+	// Endpoint is the Tier B primitive the step calls.
+	Endpoint *Endpoint
+	// Deps are the indexes of the steps this step reads.
+	Deps []int
+
+	input *Expr
+}
+
+// Lineage is recipe_lineage (spec §13.1).
+type Lineage struct {
+	RecipeName    string `json:"recipe_name"`
+	RecipeVersion string `json:"recipe_version"`
+}
+
+var impactRank = map[string]int{"informational": 0, "reversible": 1, "irreversible": 2}
+
+// EndpointLookup finds a Tier B endpoint by method and declared path
+// template.
+type EndpointLookup func(method, path string) (*Endpoint, bool)
+
+// BuildRecipe turns a validated recipe document into a Recipe: it
+// checks the pattern against mp, compiles the schemas and jq
+// expressions, resolves each step to a Tier B endpoint and computes the
+// DAG (a step depends on the steps whose $name its input reads). Errors
+// are located in doc. Spec §13, §24 item 85.
+func BuildRecipe(doc *schema.Document, mp *policy.MethodPolicy, lookup EndpointLookup) (*Recipe, error) {
+	var d schema.RecipeDoc
+	if err := doc.Decode(&d); err != nil {
+		return nil, doc.Errorf("", "%v", err)
+	}
+	r := &Recipe{Name: d.Name, Version: d.Version, Description: d.Description, Method: d.Pattern.Method,
+		Propose: d.Propose == nil || *d.Propose, File: doc.File, impact: d.Endpoint.Semantic.Impact}
+	if !mp.IsMethod(r.Method) || isLegacyVerb(r.Method) {
+		return nil, doc.Errorf("/pattern/method", "method %s is neither in the catalog nor a custom method", r.Method)
+	}
+	switch {
+	case d.Pattern.PathExact != "" && d.Pattern.PathRegex != "":
+		return nil, doc.Errorf("/pattern", "pattern must have exactly one of path_exact and path_regex")
+	case d.Pattern.PathExact != "":
+		if ref := mp.CheckPath(d.Pattern.PathExact); ref != nil {
+			return nil, doc.Errorf("/pattern/path_exact", "%s", ref.Explanation)
+		}
+		r.PathExact = d.Pattern.PathExact
+	case d.Pattern.PathRegex != "":
+		re, err := regexp.Compile(`^(?:` + d.Pattern.PathRegex + `)$`)
+		if err != nil {
+			return nil, doc.Errorf("/pattern/path_regex", "invalid RE2 regular expression: %v", err)
+		}
+		r.PathRegex = re
+	default:
+		return nil, doc.Errorf("/pattern", "pattern must have path_exact or path_regex")
+	}
+	hasCF := false
+	for _, e := range d.Endpoint.Errors {
+		hasCF = hasCF || e == ErrCompositionFailed
+	}
+	if !hasCF {
+		return nil, doc.Errorf("/endpoint/errors", "a composition endpoint must list %s in errors (spec §7.1)", ErrCompositionFailed)
+	}
+	if err := checkInputSchema(d.Endpoint.InputSchema); err != nil {
+		return nil, doc.Errorf("/endpoint/input_schema", "%v", err)
+	}
+	var err error
+	if r.input, err = CompileSchema(d.Endpoint.InputSchema); err != nil {
+		return nil, doc.Errorf("/endpoint/input_schema", "invalid JSON Schema: %v", err)
+	}
+	if r.output, err = CompileSchema(d.Endpoint.OutputSchema); err != nil {
+		return nil, doc.Errorf("/endpoint/output_schema", "invalid JSON Schema: %v", err)
+	}
+	scopes := map[string]policy.Scope{}
+	addScopes := func(ptr string, list []string) error {
+		for i, s := range list {
+			sc, err := policy.ParseScope(s)
+			if err != nil {
+				return doc.Errorf(fmt.Sprintf("%s/%d", ptr, i), "%v", err)
+			}
+			scopes[sc.String()] = sc
+		}
+		return nil
+	}
+	if err := addScopes("/required_scopes", d.RequiredScopes); err != nil {
+		return nil, err
+	}
+	if err := addScopes("/endpoint/required_scopes", d.Endpoint.RequiredScopes); err != nil {
+		return nil, err
+	}
+	if len(d.Steps) == 0 {
+		return nil, doc.Errorf("/steps", "a recipe needs at least one step")
+	}
+	seen := map[string]bool{"input": true}
+	vars := []string{"$input"}
+	for i, sd := range d.Steps {
+		ptr := fmt.Sprintf("/steps/%d", i)
+		if seen[sd.Name] {
+			return nil, doc.Errorf(ptr+"/name", "step name %q is used twice or is reserved", sd.Name)
+		}
+		ep, ok := lookup(sd.Method, sd.Path)
+		if !ok {
+			return nil, doc.Errorf(ptr, "step %q names %s %s, which is not a registered Tier B endpoint", sd.Name, sd.Method, sd.Path)
+		}
+		x, err := CompileExpr(sd.Input, vars)
+		if err != nil {
+			return nil, doc.Errorf(ptr+"/input", "%v (a step may read $input and earlier steps only)", err)
+		}
+		used, err := uses(sd.Input, []string{"$input"}, vars[1:])
+		if err != nil {
+			return nil, doc.Errorf(ptr+"/input", "%v", err)
+		}
+		st := &Step{Name: sd.Name, Index: i, Endpoint: ep, input: x}
+		for j, u := range used {
+			if u {
+				st.Deps = append(st.Deps, j)
+			}
+		}
+		for _, sc := range ep.RequiredScopes {
+			scopes[sc.String()] = sc
+		}
+		if impactRank[ep.Semantic.Impact] > impactRank[r.impact] {
+			return nil, doc.Errorf("/endpoint/semantic/impact", "impact %q is lower than step %q's impact %q (spec §13.3)", r.impact, sd.Name, ep.Semantic.Impact)
+		}
+		r.Steps = append(r.Steps, st)
+		seen[sd.Name] = true
+		vars = append(vars, "$"+sd.Name)
+	}
+	if r.outExpr, err = CompileExpr(d.Output, vars); err != nil {
+		return nil, doc.Errorf("/output", "%v", err)
+	}
+	for _, sc := range scopes {
+		r.RequiredScopes = append(r.RequiredScopes, sc)
+	}
+	sortScopes(r.RequiredScopes)
+	scopeStrings := make([]string, len(r.RequiredScopes))
+	for i, s := range r.RequiredScopes {
+		scopeStrings[i] = s.String()
+	}
+	r.endpoint = map[string]any{
+		"description":   d.Endpoint.Description,
+		"semantic":      semanticMap(d.Endpoint.Semantic),
+		"input_schema":  d.Endpoint.InputSchema,
+		"output_schema": d.Endpoint.OutputSchema,
+		"errors":        append([]string{}, d.Endpoint.Errors...),
+		"handler":       map[string]any{"type": "composition"},
+	}
+	if len(scopeStrings) > 0 {
+		r.endpoint["required_scopes"] = scopeStrings
+	}
+	raw, err := json.Marshal(doc.Value)
+	if err != nil {
+		return nil, doc.Errorf("", "%v", err)
+	}
+	canon, err := jcs.Transform(raw)
+	if err != nil {
+		return nil, doc.Errorf("", "%v", err)
+	}
+	sum := sha256.Sum256(canon)
+	r.ContentHash = hex.EncodeToString(sum[:])
+	return r, nil
+}
+
+func sortScopes(s []policy.Scope) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j].String() < s[j-1].String(); j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+// Matches reports whether the recipe's pattern matches (method, path)
+// (spec §11.2 step 4: path_exact byte-exact, path_regex whole path).
+func (r *Recipe) Matches(method, path string) bool {
+	if method != r.Method {
+		return false
+	}
+	if r.PathRegex != nil {
+		return r.PathRegex.MatchString(path)
+	}
+	return path == r.PathExact
+}
+
+// PatternPath is the pattern's path_exact, or the regex source for
+// path_regex patterns.
+func (r *Recipe) PatternPath() string {
+	if r.PathRegex != nil {
+		s := r.PathRegex.String()
+		return strings.TrimSuffix(strings.TrimPrefix(s, "^(?:"), ")$")
+	}
+	return r.PathExact
+}
+
+// Depth is the number of leaf steps of the plan (spec §13.2, OP-16).
+func (r *Recipe) Depth() int { return len(r.Steps) }
+
+// Lineage returns the recipe's lineage.
+func (r *Recipe) Lineage() Lineage { return Lineage{RecipeName: r.Name, RecipeVersion: r.Version} }
+
+// EndpointFor returns the synthesized endpoint in manifest-projection
+// form for a concrete path (spec §16.3: handler {"type":"composition"},
+// no recipe reference). A fresh map each call.
+func (r *Recipe) EndpointFor(method, path string) map[string]any {
+	out := make(map[string]any, len(r.endpoint)+2)
+	for k, v := range r.endpoint {
+		out[k] = v
+	}
+	out["method"] = method
+	out["path"] = path
+	return out
+}
+
+// ValidateInput checks a contract invocation's input against the
+// synthesized endpoint's input_schema (422 invalid-input).
+func (r *Recipe) ValidateInput(input map[string]any) *Failure {
+	return validateInput(r.input, input)
+}
+
+// Semantic returns the synthesized endpoint's semantic block.
+func (r *Recipe) Semantic() map[string]any { return r.endpoint["semantic"].(map[string]any) }
+
+// ContractHash computes contract_hash per spec §16.3 (OP-23):
+// lowercase hex SHA-256 over the RFC 8785 JCS form of
+// {"endpoint": endpoint, "recipe_lineage": lineage}; lineage nil for a
+// passthrough contract.
+func ContractHash(endpoint map[string]any, lineage *Lineage) (string, error) {
+	var l any
+	if lineage != nil {
+		l = lineage
+	}
+	raw, err := json.Marshal(map[string]any{"endpoint": endpoint, "recipe_lineage": l})
+	if err != nil {
+		return "", err
+	}
+	canon, err := jcs.Transform(raw)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:]), nil
+}

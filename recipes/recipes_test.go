@@ -1,0 +1,518 @@
+package recipes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
+)
+
+func methodPolicy() *policy.MethodPolicy {
+	return &policy.MethodPolicy{Catalog: policy.DefaultCatalog()}
+}
+
+const upstreamErrors = `[upstream_timeout, upstream_connection_error, upstream_malformed_response, upstream_authentication_failed, upstream_error, not_found]`
+
+// endpointDoc renders a Tier B endpoint document over upstream "up".
+func endpointDoc(method, path, upMethod, upPath, extra string) string {
+	return fmt.Sprintf(`method: %s
+path: %s
+description: test endpoint
+semantic: {intent: Do it., actor: agent, outcome: Done., capability: retrieval, confidence: 1, impact: informational, is_idempotent: true}
+input_schema:
+  type: object
+  additionalProperties: false
+  properties: {id: {type: string}, name: {type: string}, n: {type: integer}}
+output_schema: {type: object}
+errors: %s
+required_scopes: [t:read]
+external_service:
+  upstream: up
+  method: %s
+  path: %s
+%s`, method, path, upstreamErrors, upMethod, upPath, extra)
+}
+
+func buildEndpoint(t *testing.T, src string, up *Upstream) *Endpoint {
+	t.Helper()
+	doc, err := schema.Parse("ep.yaml", []byte(src), schema.KindEndpoint)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	e, err := BuildEndpoint(doc, methodPolicy(), map[string]*Upstream{"up": up})
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	return e
+}
+
+func newUpstream(t *testing.T, url string) *Upstream {
+	t.Helper()
+	up, err := NewUpstream("up", url, UpstreamOptions{Timeout: 2 * time.Second, MaxResponseBytes: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(up.Close)
+	return up
+}
+
+func TestNewUpstreamSchemeRule(t *testing.T) {
+	tests := []struct {
+		name, url string
+		insecure  bool
+		ok        bool
+	}{
+		{"https", "https://api.example.com", false, true},
+		{"http loopback v4", "http://127.0.0.1:3000", false, true},
+		{"http localhost", "http://localhost:3000", false, true},
+		{"http loopback v6", "http://[::1]:3000", false, true},
+		{"http remote refused", "http://api.example.com", false, false},
+		{"http remote insecure", "http://api.example.com", true, true},
+		{"ftp refused", "ftp://127.0.0.1", false, false},
+		{"no host", "http://", false, false},
+		{"query refused", "https://a.example/?x=1", false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewUpstream("u", tc.url, UpstreamOptions{InsecureHTTP: tc.insecure})
+			if (err == nil) != tc.ok {
+				t.Fatalf("NewUpstream(%q) err = %v, want ok=%v", tc.url, err, tc.ok)
+			}
+		})
+	}
+}
+
+func TestInvokeMapsUpstreamOutcomes(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.EscapedPath() {
+		case "/ok/a%2Fb":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"id":"a/b","q":%q}`, r.URL.RawQuery)
+		case "/slow":
+			select {
+			case <-r.Context().Done():
+			case <-time.After(3 * time.Second):
+			}
+		case "/html":
+			fmt.Fprint(w, "<html>nope</html>")
+		case "/401":
+			w.WriteHeader(401)
+		case "/404":
+			w.WriteHeader(404)
+		case "/500":
+			w.WriteHeader(500)
+		case "/empty":
+			w.WriteHeader(204)
+		case "/big":
+			fmt.Fprintf(w, `{"x":"%s"}`, strings.Repeat("a", 1<<17))
+		default:
+			w.WriteHeader(418)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	tests := []struct {
+		name, upPath, extra string
+		input               map[string]any
+		wantCode            string
+		wantStatus          int
+	}{
+		{"success with escaped segment", "/ok/{id}", "  query: {name: .name}\n", map[string]any{"id": "a/b", "name": "x y"}, "", 0},
+		{"timeout", "/slow", "  timeout_seconds: 0.2\n", map[string]any{}, ErrUpstreamTimeout, 0},
+		{"non-JSON 2xx", "/html", "", map[string]any{}, ErrUpstreamMalformed, 200},
+		{"401", "/401", "", map[string]any{}, ErrUpstreamAuthentication, 401},
+		{"unmapped 500", "/500", "", map[string]any{}, ErrUpstream, 500},
+		{"mapped 404", "/404", "  error_map: {\"404\": not_found}\n", map[string]any{}, "not_found", 404},
+		{"204 is success", "/empty", "", map[string]any{}, "", 0},
+		{"response over limit", "/big", "", map[string]any{}, ErrUpstreamMalformed, 200},
+		{"unknown input field", "/ok/{id}", "", map[string]any{"id": "x", "bogus": 1}, ErrInvalidInput, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ep := buildEndpoint(t, endpointDoc("FETCH", "/things", "GET", tc.upPath, tc.extra), up)
+			out, f := ep.Invoke(context.Background(), tc.input)
+			if tc.wantCode == "" {
+				if f != nil {
+					t.Fatalf("Invoke failed: %v", f)
+				}
+				if tc.upPath == "/ok/{id}" {
+					m := out.(map[string]any)
+					if m["id"] != "a/b" || m["q"] != "name=x+y" {
+						t.Fatalf("output = %v", m)
+					}
+				}
+				return
+			}
+			if f == nil {
+				t.Fatalf("Invoke succeeded with %v, want %s", out, tc.wantCode)
+			}
+			if f.Code != tc.wantCode || f.Status != 422 || f.UpstreamStatus != tc.wantStatus {
+				t.Fatalf("failure = %+v, want code %s upstream status %d", f, tc.wantCode, tc.wantStatus)
+			}
+		})
+	}
+}
+
+func TestInvokeConnectionRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ep := buildEndpoint(t, endpointDoc("FETCH", "/things", "GET", "/x", ""), newUpstream(t, "http://"+addr))
+	_, f := ep.Invoke(context.Background(), map[string]any{})
+	if f == nil || f.Code != ErrUpstreamConnection || !f.SideEffectFree {
+		t.Fatalf("failure = %+v, want side-effect-free %s", f, ErrUpstreamConnection)
+	}
+}
+
+func TestInvokeSendsOnlyConfiguredHeadersAndRenames(t *testing.T) {
+	t.Setenv("RCNS_TEST_KEY", "s3cret")
+	var got http.Header
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		body, _ = io.ReadAll(r.Body)
+		fmt.Fprint(w, `{"ident":"g-1","other":true}`)
+	}))
+	t.Cleanup(srv.Close)
+	extra := "  headers: {X-Api-Key: \"${RCNS_TEST_KEY}\"}\n  input_transform: {name: full_name}\n  output_transform: {ident: id}\n"
+	ep := buildEndpoint(t, endpointDoc("CREATE", "/things/{id}", "POST", "/things/{id}", extra), newUpstream(t, srv.URL))
+	out, f := ep.Invoke(context.Background(), map[string]any{"id": "g-1", "name": "Ada"})
+	if f != nil {
+		t.Fatal(f)
+	}
+	if got.Get("X-Api-Key") != "s3cret" {
+		t.Errorf("X-Api-Key = %q", got.Get("X-Api-Key"))
+	}
+	for _, h := range []string{"Agent-Id", "Authority-Scope", "Authorization", "Allow-Rcns", "Contract-Synthesized"} {
+		if _, ok := got[h]; ok {
+			t.Errorf("upstream received %s", h)
+		}
+	}
+	if string(body) != `{"full_name":"Ada"}` {
+		t.Errorf("upstream body = %s, want path parameter removed and name renamed", body)
+	}
+	m := out.(map[string]any)
+	if m["id"] != "g-1" || m["other"] != true {
+		t.Errorf("output = %v, want ident renamed to id", m)
+	}
+}
+
+func TestBuildEndpointRefusals(t *testing.T) {
+	up := newUpstream(t, "http://127.0.0.1:1")
+	tests := []struct {
+		name, src, want string
+	}{
+		{"reserved DISCOVER path", endpointDoc("DISCOVER", "/patterns-v2", "GET", "/x", ""), "reserved built-in"},
+		{"reserved DISCOVER sub path", endpointDoc("DISCOVER", "/contracts/history", "GET", "/x", ""), "reserved built-in"},
+		{"unset env var", endpointDoc("FETCH", "/things", "GET", "/x", "  headers: {X-K: \"${RCNS_SURELY_UNSET_VAR}\"}\n"), "RCNS_SURELY_UNSET_VAR"},
+		{"error_map outside errors", endpointDoc("FETCH", "/things", "GET", "/x", "  error_map: {\"404\": gone}\n"), "not listed in errors"},
+		{"unknown upstream", strings.Replace(endpointDoc("FETCH", "/things", "GET", "/x", ""), "upstream: up", "upstream: nope", 1), "unknown upstream"},
+		{"method segment in path", endpointDoc("FETCH", "/book/x", "GET", "/x", ""), "BOOK"},
+		{"template param not in input", endpointDoc("FETCH", "/things/{zzz}", "GET", "/x", ""), "not a property of input_schema"},
+		{"legacy verb", endpointDoc("GET", "/things", "GET", "/x", ""), "method GET"},
+		{"missing upstream error", strings.Replace(endpointDoc("FETCH", "/things", "GET", "/x", ""), "upstream_error, ", "", 1), "upstream_error"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			doc, err := schema.Parse("bad.yaml", []byte(tc.src), schema.KindEndpoint)
+			if err == nil {
+				_, err = BuildEndpoint(doc, methodPolicy(), map[string]*Upstream{"up": up})
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+			if !strings.Contains(err.Error(), "bad.yaml:") {
+				t.Fatalf("err = %v, want it to name the file", err)
+			}
+		})
+	}
+}
+
+// barrier answers only once n requests are in flight together, proving
+// that steps run concurrently without any timing assumption.
+type barrier struct {
+	n       int
+	mu      sync.Mutex
+	waiting int
+	release chan struct{}
+	calls   atomic.Int32
+}
+
+func (b *barrier) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b.calls.Add(1)
+	b.mu.Lock()
+	b.waiting++
+	if b.waiting == b.n {
+		close(b.release)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.release:
+		fmt.Fprintf(w, `{"id":%q}`, strings.TrimPrefix(r.URL.Path, "/"))
+	case <-time.After(5 * time.Second):
+		w.WriteHeader(504)
+	}
+}
+
+const recipeHead = `name: fan
+version: "1"
+description: fan out
+required_scopes: [t:write]
+pattern: {method: BOOK, path_exact: /trip}
+endpoint:
+  description: fan out
+  semantic: {intent: Do it., actor: agent, outcome: Done., capability: retrieval, confidence: 1, impact: informational, is_idempotent: true}
+  input_schema: {type: object, additionalProperties: false, properties: {id: {type: string}}}
+  output_schema: {type: object}
+  errors: [composition_failed]
+`
+
+func buildSet(t *testing.T, up *Upstream, recipe string, endpoints ...string) (*Recipe, map[string]*Endpoint) {
+	t.Helper()
+	eps := map[string]*Endpoint{}
+	for i, src := range endpoints {
+		doc, err := schema.Parse(fmt.Sprintf("ep%d.yaml", i), []byte(src), schema.KindEndpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := BuildEndpoint(doc, methodPolicy(), map[string]*Upstream{"up": up})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps[e.Method+" "+e.Path] = e
+	}
+	doc, err := schema.Parse("recipe.yaml", []byte(recipe), schema.KindRecipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := BuildRecipe(doc, methodPolicy(), func(m, p string) (*Endpoint, bool) { e, ok := eps[m+" "+p]; return e, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, eps
+}
+
+func TestExecuteRunsIndependentStepsConcurrently(t *testing.T) {
+	b := &barrier{n: 3, release: make(chan struct{})}
+	srv := httptest.NewServer(b)
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	recipe := recipeHead + `steps:
+  - {name: a, method: FETCH, path: /alpha, input: '{}'}
+  - {name: b, method: FETCH, path: /beta, input: '{}'}
+  - {name: c, method: FETCH, path: /gamma, input: '{}'}
+output: '{a: $a.id, b: $b.id, c: $c.id}'
+`
+	r, _ := buildSet(t, up, recipe,
+		endpointDoc("FETCH", "/alpha", "GET", "/a", ""),
+		endpointDoc("FETCH", "/beta", "GET", "/b", ""),
+		endpointDoc("FETCH", "/gamma", "GET", "/c", ""))
+	for _, s := range r.Steps {
+		if len(s.Deps) != 0 {
+			t.Fatalf("step %s deps = %v, want none", s.Name, s.Deps)
+		}
+	}
+	out, _, cf := r.Execute(context.Background(), map[string]any{}, 10*time.Second)
+	if cf != nil {
+		t.Fatalf("Execute: %v (sequential execution cannot pass the barrier)", cf)
+	}
+	want := map[string]any{"a": "a", "b": "b", "c": "c"}
+	if fmt.Sprint(out) != fmt.Sprint(want) {
+		t.Fatalf("output = %v, want %v", out, want)
+	}
+}
+
+func TestExecuteFailureStopsLaterSteps(t *testing.T) {
+	var calls sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Store(r.URL.Path, true)
+		if r.URL.Path == "/fail" {
+			w.WriteHeader(500)
+			return
+		}
+		fmt.Fprint(w, `{"id":"ok"}`)
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	recipe := recipeHead + `steps:
+  - {name: first, method: FETCH, path: /alpha, input: '{id: $input.id}'}
+  - {name: second, method: FETCH, path: /beta, input: '{id: $first.id}'}
+  - {name: third, method: FETCH, path: /gamma, input: '{id: $second.id}'}
+output: '$third'
+`
+	r, _ := buildSet(t, up, recipe,
+		endpointDoc("FETCH", "/alpha", "GET", "/ok", ""),
+		endpointDoc("FETCH", "/beta", "GET", "/fail", ""),
+		endpointDoc("FETCH", "/gamma", "GET", "/never", ""))
+	if fmt.Sprint(r.Steps[1].Deps, r.Steps[2].Deps) != "[0] [1]" {
+		t.Fatalf("deps = %v %v, want [0] [1]", r.Steps[1].Deps, r.Steps[2].Deps)
+	}
+	_, reports, cf := r.Execute(context.Background(), map[string]any{"id": "x"}, 10*time.Second)
+	if cf == nil {
+		t.Fatal("Execute succeeded, want composition failure")
+	}
+	if cf.FailedStep.Name != "second" || cf.Cause.Code != ErrUpstream || cf.Cause.UpstreamStatus != 500 {
+		t.Fatalf("failure = step %s cause %+v", cf.FailedStep.Name, cf.Cause)
+	}
+	states := []string{reports[0].State, reports[1].State, reports[2].State}
+	if fmt.Sprint(states) != "[succeeded failed not-started]" {
+		t.Fatalf("states = %v", states)
+	}
+	if _, called := calls.Load("/never"); called {
+		t.Fatal("a step after the failed one was called")
+	}
+	d := cf.Details()
+	if d["failed_step"] != "second" || d["failed_step_method"] != "FETCH" || d["underlying_status"] != 500 {
+		t.Fatalf("details = %v", d)
+	}
+	if capt := d["captured"].(map[string]any); capt["first"] == nil {
+		t.Fatalf("captured = %v, want first's output", capt)
+	}
+}
+
+func TestBuildRecipeRefusals(t *testing.T) {
+	up := newUpstream(t, "http://127.0.0.1:1")
+	ep := endpointDoc("FETCH", "/alpha", "GET", "/a", "")
+	tests := []struct {
+		name, recipe, want string
+	}{
+		{"unknown endpoint", recipeHead + "steps:\n  - {name: a, method: FETCH, path: /nope, input: '{}'}\noutput: '$a'\n", "not a registered Tier B endpoint"},
+		{"forward reference", recipeHead + "steps:\n  - {name: a, method: FETCH, path: /alpha, input: '$b'}\n  - {name: b, method: FETCH, path: /alpha, input: '{}'}\noutput: '$a'\n", "earlier steps only"},
+		{"missing composition_failed", strings.Replace(recipeHead, "errors: [composition_failed]", "errors: [other]", 1) + "steps:\n  - {name: a, method: FETCH, path: /alpha, input: '{}'}\noutput: '$a'\n", "composition_failed"},
+		{"bad jq", recipeHead + "steps:\n  - {name: a, method: FETCH, path: /alpha, input: '{'}\noutput: '$a'\n", "jq expression"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			doc, err := schema.Parse("recipe.yaml", []byte(ep), schema.KindEndpoint)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := BuildEndpoint(doc, methodPolicy(), map[string]*Upstream{"up": up})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdoc, err := schema.Parse("recipe.yaml", []byte(tc.recipe), schema.KindRecipe)
+			if err == nil {
+				_, err = BuildRecipe(rdoc, methodPolicy(), func(m, p string) (*Endpoint, bool) {
+					return e, m == e.Method && p == e.Path
+				})
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestContractHashIsJCSOfEndpointAndLineage(t *testing.T) {
+	ep := map[string]any{"path": "/room", "method": "BOOK", "semantic": map[string]any{"confidence": 0.5, "actor": "agent"}}
+	got, err := ContractHash(ep, &Lineage{RecipeName: "book-room", RecipeVersion: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The RFC 8785 form written out by hand: keys sorted, no whitespace.
+	canon := `{"endpoint":{"method":"BOOK","path":"/room","semantic":{"actor":"agent","confidence":0.5}},"recipe_lineage":{"recipe_name":"book-room","recipe_version":"1"}}`
+	sum := sha256.Sum256([]byte(canon))
+	if want := hex.EncodeToString(sum[:]); got != want {
+		t.Fatalf("ContractHash = %s, want %s", got, want)
+	}
+	passthrough, _ := ContractHash(ep, nil)
+	sum = sha256.Sum256([]byte(`{"endpoint":{"method":"BOOK","path":"/room","semantic":{"actor":"agent","confidence":0.5}},"recipe_lineage":null}`))
+	if passthrough != hex.EncodeToString(sum[:]) {
+		t.Fatalf("passthrough hash = %s", passthrough)
+	}
+}
+
+func TestStoreLifecycle(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	s := NewStore(StoreLimits{MaxPerAgent: 2, TombstoneTTL: time.Hour}, clock)
+	mk := func(agent string) *Contract {
+		return &Contract{SynthesisID: NewSynthesisID(), Method: "BOOK", Path: "/room", OriginatingAgentID: agent, IssuedAt: now, ExpiresAt: now.Add(time.Minute)}
+	}
+	pending := mk("a")
+	if err := s.Put(pending, StatePending); err != nil {
+		t.Fatal(err)
+	}
+	if s.ActiveFor("a", "BOOK", "/room") != nil {
+		t.Fatal("a pending contract resolved by pair")
+	}
+	if !s.Activate(pending) || s.ActiveFor("a", "BOOK", "/room") != pending {
+		t.Fatal("accepted contract does not resolve by pair")
+	}
+	if s.ActiveFor("b", "BOOK", "/room") != nil {
+		t.Fatal("another agent resolved a's contract")
+	}
+	second := mk("a")
+	if err := s.Put(second, StateActive); err != nil {
+		t.Fatal(err)
+	}
+	if s.ActiveFor("a", "BOOK", "/room") != second {
+		t.Fatal("the most recent contract does not serve the pair")
+	}
+	if err := s.Put(mk("a"), StateActive); err != ErrAgentFull {
+		t.Fatalf("third contract err = %v, want ErrAgentFull", err)
+	}
+	if err := s.Put(mk("b"), StateActive); err != nil {
+		t.Fatalf("another agent refused: %v", err)
+	}
+	s.End(second.SynthesisID, StateReleased)
+	if _, res := s.Lookup(second.SynthesisID); res != LookupUnknown {
+		t.Fatalf("released lookup = %d, want unknown", res)
+	}
+	s.End(pending.SynthesisID, StateRevoked)
+	if _, res := s.Lookup(pending.SynthesisID); res != LookupRevoked {
+		t.Fatalf("revoked lookup = %d, want revoked", res)
+	}
+	late := mk("c")
+	if err := s.Put(late, StateActive); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(2 * time.Minute)
+	if _, res := s.Lookup(late.SynthesisID); res != LookupRevoked {
+		t.Fatalf("expired lookup = %d, want revoked (464)", res)
+	}
+	now = now.Add(2 * time.Hour)
+	if _, res := s.Lookup(late.SynthesisID); res != LookupUnknown {
+		t.Fatalf("lookup after tombstone TTL = %d, want unknown (404)", res)
+	}
+	if _, res := s.Lookup("syn-never"); res != LookupUnknown {
+		t.Fatal("unknown id found")
+	}
+}
+
+func TestSynthesisIDs(t *testing.T) {
+	seen := map[string]bool{}
+	for i := 0; i < 1000; i++ {
+		id := NewSynthesisID()
+		if !ValidSynthesisID(id) || !strings.HasPrefix(id, "syn-") || len(id) != 26 {
+			t.Fatalf("bad id %q", id)
+		}
+		if seen[id] {
+			t.Fatalf("duplicate id %q", id)
+		}
+		seen[id] = true
+	}
+	for _, bad := range []string{"", "a b", "x/y", strings.Repeat("a", 129), "é"} {
+		if ValidSynthesisID(bad) {
+			t.Errorf("ValidSynthesisID(%q) = true", bad)
+		}
+	}
+	_ = json.Valid
+}

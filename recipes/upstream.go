@@ -1,0 +1,153 @@
+package recipes
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// UpstreamOptions are the knobs of one named upstream (Caddyfile
+// `upstream` block).
+type UpstreamOptions struct {
+	// Timeout is the per-call timeout used when an endpoint sets no
+	// timeout_seconds. Zero means 30 s (spec §7.3 default).
+	Timeout time.Duration
+	// MaxConns caps concurrent connections to the upstream host. Zero
+	// means 64.
+	MaxConns int
+	// InsecureHTTP allows an http:// base URL to a non-loopback host
+	// (ARCHITECTURE.md "Upstreams"; spec OP-29).
+	InsecureHTTP bool
+	// MaxResponseBytes bounds each upstream response body read. Zero
+	// means 8 MiB.
+	MaxResponseBytes int64
+}
+
+// Upstream is one legacy REST service the Tier B endpoints call: a base
+// URL and a tuned, keep-alive HTTP client that never follows redirects
+// and never uses a proxy from the environment.
+type Upstream struct {
+	// Name is the Caddyfile name of the upstream.
+	Name string
+	// Base is the parsed base URL; endpoint paths are appended to its path.
+	Base *url.URL
+	// Timeout is the default per-call timeout.
+	Timeout time.Duration
+	// MaxResponseBytes bounds each response body read.
+	MaxResponseBytes int64
+	// Insecure reports that plain HTTP to a non-loopback host was allowed
+	// by the operator; callers log a warning at start.
+	Insecure bool
+
+	client *http.Client
+}
+
+// Doer sends one HTTP request. *http.Client satisfies it; tests inject
+// faults through it (below the module boundary).
+type Doer interface {
+	Do(*http.Request) (*http.Response, error)
+}
+
+// NewUpstream validates baseURL against the scheme rule (https://, or
+// http:// to a loopback host, or http:// with InsecureHTTP) and builds
+// the upstream's client. Errors name the upstream and the rule broken.
+func NewUpstream(name, baseURL string, opts UpstreamOptions) (*Upstream, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %q: invalid base URL %q: %v", name, baseURL, err)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("upstream %q: base URL %q has no host", name, baseURL)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("upstream %q: base URL %q must not carry a query, fragment or user info", name, baseURL)
+	}
+	insecure := false
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !isLoopbackHost(u.Hostname()) {
+			if !opts.InsecureHTTP {
+				return nil, fmt.Errorf("upstream %q: plain http:// to non-loopback host %q is refused; use https:// or set insecure_http", name, u.Hostname())
+			}
+			insecure = true
+		}
+	default:
+		return nil, fmt.Errorf("upstream %q: scheme %q is not supported; use https:// (or http:// to a loopback host)", name, u.Scheme)
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 30 * time.Second
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 64
+	}
+	if opts.MaxResponseBytes <= 0 {
+		opts.MaxResponseBytes = 8 << 20
+	}
+	tr := &http.Transport{
+		Proxy: nil,
+		DialContext: (&net.Dialer{
+			Timeout:   10 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          opts.MaxConns * 2,
+		MaxIdleConnsPerHost:   opts.MaxConns,
+		MaxConnsPerHost:       opts.MaxConns,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: 0, // bounded by the per-call context instead
+	}
+	return &Upstream{
+		Name:             name,
+		Base:             u,
+		Timeout:          opts.Timeout,
+		MaxResponseBytes: opts.MaxResponseBytes,
+		Insecure:         insecure,
+		client: &http.Client{
+			Transport: tr,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse // upstream redirects are not followed
+			},
+		},
+	}, nil
+}
+
+// Close releases the upstream's idle connections.
+func (u *Upstream) Close() {
+	if u != nil && u.client != nil {
+		u.client.CloseIdleConnections()
+	}
+}
+
+// url joins the base URL's path with an already-escaped upstream path
+// and an encoded query.
+func (u *Upstream) url(escapedPath, rawQuery string) string {
+	base := *u.Base
+	p := strings.TrimSuffix(base.EscapedPath(), "/") + escapedPath
+	base.RawPath = ""
+	base.Path = ""
+	base.RawQuery = rawQuery
+	return base.Scheme + "://" + base.Host + p + querySuffix(rawQuery)
+}
+
+func querySuffix(q string) string {
+	if q == "" {
+		return ""
+	}
+	return "?" + q
+}
+
+// isLoopbackHost reports whether h names a loopback address
+// (127.0.0.0/8, ::1, localhost).
+func isLoopbackHost(h string) bool {
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}

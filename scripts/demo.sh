@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# scripts/demo.sh — run the caddy-rcns hotel demo (`make demo`).
+#
+# Starts the legacy hotel API (json-server 0.17.4 on a fresh copy of
+# examples/hotel/db.json) and Caddy with the rcns handler
+# (Caddyfile.example), prints the demo agents' ids and ready-to-paste curl
+# commands, then waits until interrupted (Ctrl-C) and stops both.
+#
+# Environment (all optional):
+#   RCNS_DEMO_PORT     gateway port            (default 8080)
+#   HOTEL_PORT         json-server port        (default 3000)
+#   RCNS_ADMIN_PORT    Caddy admin API port    (default 2019)
+#   DEMO_MAX_SECONDS   stop by itself after this many seconds (default 3600)
+#   KEEP_DEMO_WORK=1   keep the work folder (db copy and logs) on exit
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+DEMO_PORT=${RCNS_DEMO_PORT:-8080}
+HOTEL_PORT=${HOTEL_PORT:-3000}
+ADMIN_PORT=${RCNS_ADMIN_PORT:-2019}
+MAX_SECONDS=${DEMO_MAX_SECONDS:-3600}
+JSON_SERVER_VERSION=0.17.4
+JSON_SERVER="$ROOT/.tools/node_modules/.bin/json-server"
+
+say() { printf '%s\n' "$*"; }
+die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+for p in "$DEMO_PORT" "$HOTEL_PORT" "$ADMIN_PORT"; do
+	if port_in_use "$p"; then
+		die "port 127.0.0.1:$p is already in use (set RCNS_DEMO_PORT, HOTEL_PORT or RCNS_ADMIN_PORT)"
+	fi
+done
+
+# 1. json-server, project-local (skipped when present).
+if [ ! -x "$JSON_SERVER" ]; then
+	command -v npm >/dev/null || die "npm is needed to install json-server"
+	say "==> installing json-server@$JSON_SERVER_VERSION into .tools/"
+	npm install --prefix "$ROOT/.tools" --no-audit --no-fund --loglevel=error "json-server@$JSON_SERVER_VERSION"
+fi
+
+# 2. Caddy with the rcns module.
+say "==> building bin/caddy"
+go build -o bin/caddy ./cmd/caddy
+
+# 3. A fresh copy of the hotel database (json-server writes to it).
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/rcns-demo.XXXXXX")
+cp examples/hotel/db.json "$WORK/db.json"
+
+PIDS=()
+cleanup() {
+	local pid
+	for pid in "${PIDS[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${PIDS[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	if [ "${KEEP_DEMO_WORK:-}" = 1 ]; then
+		say "demo: work folder kept: $WORK"
+	else
+		rm -rf "$WORK"
+	fi
+}
+trap cleanup EXIT
+trap 'say ""; say "==> stopping"; exit 0' INT TERM
+
+# wait_for URL NAME PID LOG: poll until URL answers 2xx (at most 30 s).
+wait_for() {
+	local url=$1 name=$2 pid=$3 log=$4 i
+	for i in $(seq 1 60); do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			say "demo: $name exited; its log:" >&2
+			tail -n 40 "$log" >&2 || true
+			exit 1
+		fi
+		if curl -fsS -o /dev/null --max-time 1 "$url" 2>/dev/null; then
+			return 0
+		fi
+		sleep 0.5
+	done
+	say "demo: $name did not answer $url within 30 s; its log:" >&2
+	tail -n 40 "$log" >&2 || true
+	exit 1
+}
+
+say "==> starting json-server on 127.0.0.1:$HOTEL_PORT"
+"$JSON_SERVER" --host 127.0.0.1 --port "$HOTEL_PORT" --quiet "$WORK/db.json" >"$WORK/json-server.log" 2>&1 &
+PIDS+=($!)
+wait_for "http://127.0.0.1:$HOTEL_PORT/db" json-server "${PIDS[-1]}" "$WORK/json-server.log"
+
+say "==> starting caddy on 127.0.0.1:$DEMO_PORT (admin 127.0.0.1:$ADMIN_PORT)"
+RCNS_ADMIN="127.0.0.1:$ADMIN_PORT" RCNS_LISTEN="127.0.0.1:$DEMO_PORT" HOTEL_ADDR="127.0.0.1:$HOTEL_PORT" \
+	bin/caddy run --config Caddyfile.example --adapter caddyfile >"$WORK/caddy.log" 2>&1 &
+PIDS+=($!)
+wait_for "http://127.0.0.1:$DEMO_PORT/guests/g-1" caddy "${PIDS[-1]}" "$WORK/caddy.log"
+
+agent_id() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
+A1=$(agent_id rcns-demo-agent)
+A2=$(agent_id rcns-demo-noscope)
+A3=$(agent_id rcns-demo-tier3)
+OP=$(agent_id rcns-demo-operator)
+GW="http://127.0.0.1:$DEMO_PORT"
+
+cat <<MSG
+
+caddy-rcns hotel demo is running.
+  gateway      $GW   (plain HTTP passes through to the hotel API)
+  hotel API    http://127.0.0.1:$HOTEL_PORT   (json-server, db copy in $WORK)
+  logs         $WORK/caddy.log, $WORK/json-server.log
+
+Agents (agent_id = sha256 of the name):
+  rcns-demo-agent     $A1   tier 1: rcns:negotiate hotel:read hotel:book
+  rcns-demo-noscope   $A2   tier 1: hotel:read hotel:book
+  rcns-demo-tier3     $A3   tier 3: rcns:negotiate hotel:read hotel:book
+  rcns-demo-operator  $OP   tier 1: inspect:all rcns:negotiate hotel:read hotel:book
+
+1. Discover (Tier A built-in):
+curl -i -X DISCOVER -H 'Agent-ID: $A1' $GW/
+
+2. Fetch a guest (Tier B endpoint -> GET /guests/g-1 on the hotel API):
+curl -i -X FETCH -H 'Agent-ID: $A1' -H 'Authority-Scope: hotel:read' $GW/guests/g-1
+
+3. Book a room: no endpoint serves BOOK /room, so the RCNS gate synthesizes a
+   contract from the book-room recipe and runs it (optimistic mode: 263):
+curl -i -X BOOK -H 'Agent-ID: $A1' -H 'Allow-RCNS: true' -H 'Authority-Scope: rcns:negotiate, hotel:read, hotel:book' -H 'Content-Type: application/json' -d '{"parameters":{"guest_id":"g-1","property_id":"p-1","check_in":"2026-12-01","nights":2}}' $GW/room
+
+   Repeat it with -H 'Contract-Synthesized: <synthesis_id from the 263>' (or
+   with neither Allow-RCNS nor Contract-Synthesized: Tier C by pair); try the
+   same with rcns-demo-noscope (262) or rcns-demo-tier3 (464).
+   Plain HTTP still works: curl -i $GW/reservations
+
+Press Ctrl-C to stop (stops by itself after $MAX_SECONDS s).
+MSG
+
+# Wait until interrupted, a child dies, or MAX_SECONDS pass.
+end=$((SECONDS + MAX_SECONDS))
+while [ "$SECONDS" -lt "$end" ]; do
+	for pid in "${PIDS[@]}"; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			die "a demo process ($pid) exited; see $WORK (KEEP_DEMO_WORK=1 keeps it)"
+		fi
+	done
+	sleep 1 &
+	wait $! || true
+done
+say "==> $MAX_SECONDS s passed, stopping"
