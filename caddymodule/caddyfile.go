@@ -45,6 +45,11 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    max_upstream_response <size>
 //	    composition_timeout <duration>
 //	    attempt_buffer <n>
+//	    rate_limit rcns|invocation <per_minute> [<burst>]
+//	    rate_limit_agents <n>
+//	    idempotency_window <duration>
+//	    idempotency_max_records <n>
+//	    idempotency_max_per_agent <n>
 //	    agents <path>...
 //	    endpoints <path>...
 //	    recipes <path>...
@@ -156,6 +161,56 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			} else {
 				h.MaxUpstreamResponse = int64(n)
 			}
+		case "rate_limit":
+			args := d.RemainingArgs()
+			if len(args) < 2 || len(args) > 3 {
+				return d.Errf("rate_limit: want rcns|invocation <per_minute> [<burst>]")
+			}
+			rate, err := strconv.ParseFloat(args[1], 64)
+			if err != nil || rate <= 0 {
+				return d.Errf("rate_limit: %q is not a positive number of tokens per minute", args[1])
+			}
+			burst := 0
+			if len(args) == 3 {
+				if burst, err = strconv.Atoi(args[2]); err != nil || burst < 1 {
+					return d.Errf("rate_limit: burst %q is not a positive integer", args[2])
+				}
+			}
+			switch args[0] {
+			case "rcns":
+				h.RateLimitPerMinute, h.RateLimitBurst = rate, burst
+			case "invocation":
+				h.InvocationRateLimitPerMinute, h.InvocationRateLimitBurst = rate, burst
+			default:
+				return d.Errf("rate_limit: budget %q is not rcns or invocation", args[0])
+			}
+		case "rate_limit_agents", "idempotency_max_records", "idempotency_max_per_agent":
+			v, err := oneArg(d)
+			if err != nil {
+				return err
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return d.Errf("%s: %q is not a positive integer", key, v)
+			}
+			switch key {
+			case "rate_limit_agents":
+				h.RateLimitAgents = int64(n)
+			case "idempotency_max_records":
+				h.IdempotencyMaxRecords = n
+			case "idempotency_max_per_agent":
+				h.IdempotencyMaxPerAgent = n
+			}
+		case "idempotency_window":
+			v, err := oneArg(d)
+			if err != nil {
+				return err
+			}
+			dur, err := caddy.ParseDuration(v)
+			if err != nil || dur <= 0 {
+				return d.Errf("idempotency_window: %q is not a positive duration", v)
+			}
+			h.IdempotencyWindow = caddy.Duration(dur)
 		case "agents", "endpoints", "recipes":
 			args := d.RemainingArgs()
 			if len(args) == 0 {

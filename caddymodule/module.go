@@ -5,6 +5,7 @@ package caddymodule
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -16,6 +17,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
+	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
@@ -92,6 +95,33 @@ type Handler struct {
 	// INSPECT target=rcns-attempt. Default 1024.
 	AttemptBuffer int `json:"attempt_buffer,omitempty"`
 
+	// RateLimitPerMinute is the RCNS gate budget per agent, in tokens
+	// per minute; every gate evaluation past locks 1–2 spends one (spec
+	// §12.1, OP-4, OP-5). Default 10.
+	RateLimitPerMinute float64 `json:"rate_limit_per_minute,omitempty"`
+	// RateLimitBurst is the gate budget's bucket size. Default:
+	// RateLimitPerMinute rounded up.
+	RateLimitBurst int `json:"rate_limit_burst,omitempty"`
+	// InvocationRateLimitPerMinute is the ordinary invocation budget per
+	// agent (Tier B calls and contract invocations), in tokens per
+	// minute. Default 0: off.
+	InvocationRateLimitPerMinute float64 `json:"invocation_rate_limit_per_minute,omitempty"`
+	// InvocationRateLimitBurst is the invocation budget's bucket size.
+	// Default: InvocationRateLimitPerMinute rounded up.
+	InvocationRateLimitBurst int `json:"invocation_rate_limit_burst,omitempty"`
+	// RateLimitAgents bounds the buckets kept per budget; an evicted
+	// bucket restarts full. Default 100000.
+	RateLimitAgents int64 `json:"rate_limit_agents,omitempty"`
+	// IdempotencyWindow is how long a completed Idempotency-Key record
+	// replays (spec §12.2, OP-15). Default 24h.
+	IdempotencyWindow caddy.Duration `json:"idempotency_window,omitempty"`
+	// IdempotencyMaxRecords bounds idempotency records in all.
+	// Default 100000.
+	IdempotencyMaxRecords int `json:"idempotency_max_records,omitempty"`
+	// IdempotencyMaxPerAgent bounds one agent's idempotency records; an
+	// agent over it gets 503 idempotency-store-full. Default 10000.
+	IdempotencyMaxPerAgent int `json:"idempotency_max_per_agent,omitempty"`
+
 	// Agents are agent documents: files or directories.
 	Agents []string `json:"agents,omitempty"`
 	// Endpoints are Tier B endpoint documents: files or directories.
@@ -131,6 +161,8 @@ type Handler struct {
 	gate      policy.Gate
 	st        *state
 	passthru  map[string]bool
+	gateRL    *ratelimit.Limiter
+	invokeRL  *ratelimit.Limiter
 	manifest  []byte
 	etag      string
 }
@@ -171,13 +203,49 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // Name through a caddy.UsagePool.
 type state struct {
 	contracts *recipes.Store
+	idem      *idempotency.Store
+	limiters  map[string]*limiterSlot
 	attempts  *attemptRing
 	chains    *auditChains
 	mu        sync.Mutex
 	recipes   map[string]string // name@version → content hash ever loaded
 }
 
-func (*state) Destruct() error { return nil }
+// limiterSlot keeps a budget's limiter across reloads while its
+// configuration is unchanged.
+type limiterSlot struct {
+	sig string
+	l   *ratelimit.Limiter
+}
+
+// Destruct closes the limiters when the last handler using the state
+// goes away.
+func (s *state) Destruct() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, slot := range s.limiters {
+		slot.l.Close()
+	}
+	return nil
+}
+
+// limiter returns the state's limiter for budget b, replacing it when
+// its configuration changed.
+func (s *state) limiter(b ratelimit.Budget, maxAgents int64) (*ratelimit.Limiter, error) {
+	sig := fmt.Sprintf("%d/%g/%d", b.Burst, b.PerMinute, maxAgents)
+	if slot, ok := s.limiters[b.Name]; ok {
+		if slot.sig == sig {
+			return slot.l, nil
+		}
+		slot.l.Close()
+	}
+	l, err := ratelimit.New(b, maxAgents, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.limiters[b.Name] = &limiterSlot{sig: sig, l: l}
+	return l, nil
+}
 
 var states = caddy.NewUsagePool()
 
@@ -262,26 +330,53 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			attempts:  newAttemptRing(h.AttemptBuffer),
 			chains:    newAuditChains(),
 			recipes:   map[string]string{},
+			limiters:  map[string]*limiterSlot{},
+			idem:      idempotency.NewStore(h.idempotencyLimits(), nil),
 		}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("rcns: state: %v", err)
 	}
 	h.st = val.(*state)
-	h.st.contracts.SetLimits(h.storeLimits())
-	h.st.attempts.resize(h.AttemptBuffer)
-	h.st.mu.Lock()
-	defer h.st.mu.Unlock()
-	if err := h.set.CheckDrift(h.st.recipes); err != nil {
+	if err := h.attachState(); err != nil {
 		states.Delete(h.Name) //nolint:errcheck
 		h.st = nil
 		return fmt.Errorf("rcns: %v", err)
 	}
-	for _, r := range h.set.Recipes {
-		h.st.recipes[r.Name+"@"+r.Version] = r.ContentHash
-	}
 	if err := h.buildManifest(); err != nil {
 		return fmt.Errorf("rcns: manifest: %v", err)
+	}
+	return nil
+}
+
+// attachState adapts the shared state to this configuration: limits,
+// rate-limit buckets, and the recipe drift check (a recipe whose name
+// and version were seen before with other content is refused).
+func (h *Handler) attachState() error {
+	st := h.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.contracts.SetLimits(h.storeLimits())
+	st.attempts.resize(h.AttemptBuffer)
+	if st.idem.Limits() != h.idempotencyLimits() {
+		st.idem = idempotency.NewStore(h.idempotencyLimits(), nil)
+	}
+	var err error
+	gate := ratelimit.Budget{Name: ratelimit.BudgetRCNS, Burst: burstOf(h.RateLimitBurst, h.RateLimitPerMinute), PerMinute: h.RateLimitPerMinute}
+	if h.gateRL, err = st.limiter(gate, h.RateLimitAgents); err != nil {
+		return fmt.Errorf("rate_limit rcns: %v", err)
+	}
+	if h.InvocationRateLimitPerMinute > 0 {
+		inv := ratelimit.Budget{Name: ratelimit.BudgetInvocation, Burst: burstOf(h.InvocationRateLimitBurst, h.InvocationRateLimitPerMinute), PerMinute: h.InvocationRateLimitPerMinute}
+		if h.invokeRL, err = st.limiter(inv, h.RateLimitAgents); err != nil {
+			return fmt.Errorf("rate_limit invocation: %v", err)
+		}
+	}
+	if err := h.set.CheckDrift(st.recipes); err != nil {
+		return err
+	}
+	for _, r := range h.set.Recipes {
+		st.recipes[r.Name+"@"+r.Version] = r.ContentHash
 	}
 	return nil
 }
@@ -323,6 +418,33 @@ func (h *Handler) setDefaults() {
 	if h.AttemptBuffer == 0 {
 		h.AttemptBuffer = 1024
 	}
+	if h.RateLimitPerMinute == 0 {
+		h.RateLimitPerMinute = 10
+	}
+	if h.RateLimitAgents == 0 {
+		h.RateLimitAgents = ratelimit.DefaultMaxAgents
+	}
+}
+
+func burstOf(burst int, perMinute float64) int {
+	if burst > 0 {
+		return burst
+	}
+	return int(math.Ceil(perMinute))
+}
+
+func (h *Handler) idempotencyLimits() idempotency.Limits {
+	l := idempotency.Limits{Window: time.Duration(h.IdempotencyWindow), MaxRecords: h.IdempotencyMaxRecords, MaxPerAgent: h.IdempotencyMaxPerAgent}
+	if l.Window <= 0 {
+		l.Window = idempotency.DefaultWindow
+	}
+	if l.MaxRecords <= 0 {
+		l.MaxRecords = idempotency.DefaultMaxRecords
+	}
+	if l.MaxPerAgent <= 0 {
+		l.MaxPerAgent = idempotency.DefaultMaxPerAgent
+	}
+	return l
 }
 
 func (h *Handler) storeLimits() recipes.StoreLimits {
@@ -353,6 +475,9 @@ func (h *Handler) Validate() error {
 	}
 	if h.MaxSynthesisDepth < 1 {
 		return fmt.Errorf("rcns: max_synthesis_depth must be a positive integer")
+	}
+	if h.RateLimitPerMinute < 0 || h.InvocationRateLimitPerMinute < 0 || h.RateLimitBurst < 0 || h.InvocationRateLimitBurst < 0 {
+		return fmt.Errorf("rcns: rate limits must not be negative")
 	}
 	if h.MaxRequestBody < 0 || h.MaxUpstreamResponse < 0 || h.MaxContracts < 0 || h.MaxContractsPerAgent < 0 || h.AttemptBuffer < 0 {
 		return fmt.Errorf("rcns: limits must not be negative")

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
+	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -70,9 +73,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 // request is the parsed AGTP request after framing.
 type request struct {
+	raw     []byte
 	body    map[string]any
 	hasBody bool
 	caller  *policy.Caller
+	idemKey string // parsed Idempotency-Key, "" when absent
 }
 
 func (h *Handler) serve(x *exchange) {
@@ -120,7 +125,7 @@ func (h *Handler) serve(x *exchange) {
 			x.fail(errorf(400, "invalid-json", "the request body must be a JSON object (the AGTP envelope)"))
 			return
 		}
-		req.body, req.hasBody = obj, true
+		req.raw, req.body, req.hasBody = raw, obj, true
 		if x.taskID == "" {
 			x.taskID, _ = obj["task_id"].(string)
 		}
@@ -177,6 +182,14 @@ func (h *Handler) serve(x *exchange) {
 	req.caller = caller
 	if x.ownerID == "" {
 		x.ownerID = caller.Agent.OwnerID
+	}
+	if v, ok := headerValue(r, "Idempotency-Key"); ok {
+		key, err := idempotency.ParseKey(v)
+		if err != nil {
+			x.fail(errorf(400, "invalid-idempotency-key", "Idempotency-Key must be 1-255 visible ASCII characters, as a token or a quoted string: "+err.Error()))
+			return
+		}
+		req.idemKey = key
 	}
 
 	// Tier A built-ins (ignore Contract-Synthesized).
@@ -361,6 +374,14 @@ func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint
 		x.failWith(e, extra)
 		return
 	}
+	if f := ep.ValidateInput(in); f != nil {
+		x.failWith(failureError(f), extra)
+		return
+	}
+	if !h.claim(x, req) || !h.spend(x, req, h.invokeRL) {
+		return
+	}
+	x.executed = true
 	ctx := recipes.WithTraceParent(context.WithoutCancel(x.r.Context()), x.r.Header.Get("Traceparent"))
 	out, f := ep.Invoke(ctx, in)
 	if f != nil {
@@ -470,6 +491,10 @@ func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract) {
 		x.fail(failureError(f))
 		return
 	}
+	if !h.claim(x, req) || !h.spend(x, req, h.invokeRL) {
+		return
+	}
+	x.executed = true
 	out, ok := h.execute(x, c, in)
 	if !ok {
 		return
@@ -540,8 +565,16 @@ func (h *Handler) gateway(x *exchange, req *request) {
 		x.fail(errorf(404, "not-found", fmt.Sprintf("no endpoint serves %s %s", x.method, x.path)))
 		return
 	}
+	// Locks 1–2 are open: idempotent replay first, then the RCNS budget,
+	// then locks 3–4 (spec §11.2, OP-4).
+	if !h.claim(x, req) {
+		return
+	}
 	if h.scopeRequired() && !req.caller.ScopeHeader {
 		x.fail(scopeHeaderRequired())
+		return
+	}
+	if !h.spend(x, req, h.gateRL) {
 		return
 	}
 	if ref := h.gate.Locks34(req.caller, &states); ref != nil {
@@ -577,6 +610,7 @@ func (h *Handler) gateway(x *exchange, req *request) {
 		h.refuse464(x, req, &states, "synthesis-error", err.Error())
 		return
 	}
+	x.executed = true
 	h.logger.Info("rcns contract synthesized", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 		zap.String("recipe", recipe.Name), zap.String("recipe_version", recipe.Version), zap.String("mode", h.Mode))
 	body := contractBody(c)
@@ -596,6 +630,54 @@ func (h *Handler) gateway(x *exchange, req *request) {
 		body["task_id"] = x.taskID
 	}
 	x.write(policy.StatusProposalApproved, mediaEndpoint, body, nil)
+}
+
+// claim claims the request's Idempotency-Key, if it has one. It returns
+// true when the request should go on (it then holds the claim); false
+// when it has been answered: a replay, 409 in flight, 422 key reused, or
+// 503 store full (spec §12.2, ARCHITECTURE.md "Idempotency").
+func (h *Handler) claim(x *exchange, req *request) bool {
+	if req.idemKey == "" {
+		return true
+	}
+	fp := idempotency.Fingerprint(x.r.Method, x.r.RequestURI, req.raw)
+	outcome, resp, c := h.st.idem.Claim(req.caller.Agent.ID, req.idemKey, fp)
+	switch outcome {
+	case idempotency.Execute:
+		x.claim = c
+		return true
+	case idempotency.Replay:
+		x.replay(resp)
+	case idempotency.Mismatch:
+		x.fail(errorf(422, "idempotency-key-reused", "this Idempotency-Key was used for a different request (method, target or body); use a new key"))
+	case idempotency.InFlight:
+		x.fail(&wireError{Status: 409, Reason: "idempotency-key-in-flight", Explanation: "a request with this Idempotency-Key is still running; retry after it completes", Retryable: true})
+	default:
+		x.fail(&wireError{Status: 503, Reason: "idempotency-store-full", Explanation: "the idempotency store holds this agent's maximum number of records; retry later", Retryable: true})
+	}
+	return false
+}
+
+// spend takes one token of budget l for the caller (nil l: no budget).
+// On refusal it answers 429 with Retry-After, RateLimit-Policy and
+// RateLimit (draft-ietf-httpapi-ratelimit-headers-10) and the §12.1 body.
+func (h *Handler) spend(x *exchange, req *request, l *ratelimit.Limiter) bool {
+	if l == nil {
+		return true
+	}
+	d := l.Allow(req.caller.Agent.ID)
+	x.rateHeaders = map[string]string{"RateLimit-Policy": l.PolicyHeader(), "RateLimit": l.RateLimitHeader(d)}
+	if d.Allowed {
+		return true
+	}
+	secs := ratelimit.RetryAfterSeconds(d)
+	x.rateHeaders["Retry-After"] = strconv.Itoa(secs)
+	scope := l.Budget().Name
+	h.logger.Info("rate limited", zap.String("agent_id", x.agentID), zap.String("budget", scope), zap.String("method", x.method))
+	x.fail(&wireError{Status: 429, Reason: "rate-limited", Retryable: true,
+		Explanation: fmt.Sprintf("the %s budget of this agent is spent; retry in %d s", scope, secs),
+		Fields:      map[string]any{"scope": scope, "retry_after_seconds": secs}})
+	return false
 }
 
 // newContract mints and stores a contract for the caller.

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -66,7 +67,16 @@ type exchange struct {
 	// failHeaders are extra headers for an error answer (e.g.
 	// AGTP-Endpoint-Warning on a deprecated endpoint's failure).
 	failHeaders map[string]string
-	written     bool
+	// rateHeaders are the RateLimit fields of the budget that applied;
+	// they go on every later answer.
+	rateHeaders map[string]string
+	// claim is the Idempotency-Key claim held by this request, if any;
+	// executed says whether the request reached execution (a contract
+	// was minted or an upstream call started). The answer is stored for
+	// replay only then; otherwise the claim is abandoned.
+	claim    *idempotency.Claim
+	executed bool
+	written  bool
 }
 
 func (x *exchange) fail(e *wireError) {
@@ -105,10 +115,6 @@ func (x *exchange) fail(e *wireError) {
 // write sends one AGTP response: the AGTP response headers (spec §4),
 // an explicit Content-Length, never chunked, and the Attribution-Record.
 func (x *exchange) write(status int, contentType string, body any, extra map[string]string) {
-	if x.written {
-		return
-	}
-	x.written = true
 	var raw []byte
 	if body != nil {
 		var err error
@@ -116,6 +122,31 @@ func (x *exchange) write(status int, contentType string, body any, extra map[str
 			status = http.StatusInternalServerError
 			raw = []byte(`{"status":500,"reason":"internal-error","explanation":"response encoding failed","retryable":true}`)
 			contentType = mediaAGTP
+		}
+	}
+	x.writeRaw(status, contentType, raw, extra)
+}
+
+// writeRaw is write with an encoded body. It settles the request's
+// Idempotency-Key claim: the answer is stored when the request reached
+// execution, else the claim is released.
+func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra map[string]string) {
+	if x.written {
+		return
+	}
+	x.written = true
+	if x.claim != nil {
+		if x.executed {
+			h := map[string]string{}
+			if len(raw) > 0 {
+				h["Content-Type"] = contentType
+			}
+			if x.contract != nil {
+				h["Contract-Synthesized"] = x.contract.SynthesisID
+			}
+			x.claim.Complete(idempotency.Response{Status: status, Header: h, Body: raw})
+		} else {
+			x.claim.Abandon()
 		}
 	}
 	hd := x.w.Header()
@@ -138,6 +169,9 @@ func (x *exchange) write(status int, contentType string, body any, extra map[str
 	}
 	if x.contract != nil {
 		set("Contract-Synthesized", x.contract.SynthesisID)
+	}
+	for k, v := range x.rateHeaders {
+		set(k, v)
 	}
 	for k, v := range extra {
 		set(k, v)
@@ -290,4 +324,19 @@ func (a *attemptRing) get(id string) (*attemptRecord, bool) {
 	defer a.mu.Unlock()
 	r, ok := a.byID[id]
 	return r, ok
+}
+
+// replay answers with a stored idempotent response: the stored status,
+// headers and body byte for byte, with a fresh Response-ID and
+// Attribution-Record and Idempotent-Replayed: true (spec §12.2, OP-15).
+func (x *exchange) replay(resp *idempotency.Response) {
+	extra := map[string]string{"Idempotent-Replayed": "true"}
+	ct := resp.Header["Content-Type"]
+	if cs := resp.Header["Contract-Synthesized"]; cs != "" {
+		extra["Contract-Synthesized"] = cs
+	}
+	if loc := resp.Header["Location"]; loc != "" {
+		extra["Location"] = loc
+	}
+	x.writeRaw(resp.Status, ct, resp.Body, extra)
 }

@@ -328,4 +328,3 @@ func (c *Claim) Key() (agentID, key string) {
 	}
 	return c.rec.agent, c.rec.key
 }
-

@@ -1,0 +1,395 @@
+package idempotency
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+)
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *fakeClock {
+	return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+var (
+	fpA = Fingerprint("BOOK", "/rooms/1", []byte(`{"n":1}`))
+	fpB = Fingerprint("BOOK", "/rooms/1", []byte(`{"n":2}`))
+)
+
+// mustExecute claims (agent, key) and fails unless the outcome is Execute.
+func mustExecute(t *testing.T, s *Store, agent, key, fp string) *Claim {
+	t.Helper()
+	o, resp, c := s.Claim(agent, key, fp)
+	if o != Execute || resp != nil || c == nil {
+		t.Fatalf("Claim(%q, %q) = %v, %v, %v; want execute with a claim", agent, key, o, resp, c)
+	}
+	return c
+}
+
+func TestNewStoreDefaults(t *testing.T) {
+	tests := []struct {
+		name string
+		in   Limits
+		want Limits
+	}{
+		{name: "zero", in: Limits{}, want: Limits{Window: DefaultWindow, MaxRecords: DefaultMaxRecords, MaxPerAgent: DefaultMaxPerAgent}},
+		{name: "negative", in: Limits{Window: -1, MaxRecords: -1, MaxPerAgent: -1}, want: Limits{Window: DefaultWindow, MaxRecords: DefaultMaxRecords, MaxPerAgent: DefaultMaxPerAgent}},
+		{name: "set", in: Limits{Window: time.Minute, MaxRecords: 5, MaxPerAgent: 2}, want: Limits{Window: time.Minute, MaxRecords: 5, MaxPerAgent: 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := NewStore(tt.in, nil).Limits(); got != tt.want {
+				t.Errorf("Limits() = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestExecuteCompleteReplay(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{}, clk.Now)
+	c := mustExecute(t, s, "agent-a", "k1", fpA)
+
+	body := []byte(`{"status":"booked","synthesis_id":"syn-1"}`)
+	sent := Response{
+		Status: 461,
+		Header: map[string]string{
+			"contract-synthesized": "syn-1",
+			"Content-Type":         "application/json",
+			"Location":             "/bookings/7",
+			"Response-ID":          "r-1",
+			"Set-Cookie":           "x=y",
+		},
+		Body: body,
+	}
+	c.Complete(sent)
+	// The caller reusing its buffers must not change the record.
+	body[0] = 'X'
+	sent.Header["Content-Type"] = "text/plain"
+
+	want := &Response{
+		Status: 461,
+		Header: map[string]string{
+			"Contract-Synthesized": "syn-1",
+			"Content-Type":         "application/json",
+			"Location":             "/bookings/7",
+		},
+		Body: []byte(`{"status":"booked","synthesis_id":"syn-1"}`),
+	}
+	for i := range 2 {
+		o, got, claim := s.Claim("agent-a", "k1", fpA)
+		if o != Replay || claim != nil {
+			t.Fatalf("replay %d: Claim = %v, claim %v; want replay, no claim", i, o, claim)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("replay %d: response = %+v, want %+v", i, got, want)
+		}
+		if !bytes.Equal(got.Body, want.Body) {
+			t.Fatalf("replay %d: body %q, want %q", i, got.Body, want.Body)
+		}
+		// Mutating a replayed copy must not leak into the store.
+		got.Body[0] = 'Y'
+		got.Header["Location"] = "/elsewhere"
+	}
+	if n := s.Len(); n != 1 {
+		t.Errorf("Len() = %d, want 1", n)
+	}
+}
+
+func TestClaimOutcomes(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{}, clk.Now)
+	inflight := mustExecute(t, s, "agent-a", "busy", fpA)
+	defer inflight.Abandon()
+	done := mustExecute(t, s, "agent-a", "done", fpA)
+	done.Complete(Response{Status: 500, Body: []byte("upstream failed")})
+
+	tests := []struct {
+		name     string
+		agent    string
+		key      string
+		fp       string
+		want     Outcome
+		wantBody string
+	}{
+		{name: "replay stores a failure too", agent: "agent-a", key: "done", fp: fpA, want: Replay, wantBody: "upstream failed"},
+		{name: "stored, other fingerprint", agent: "agent-a", key: "done", fp: fpB, want: Mismatch},
+		{name: "in flight, same fingerprint", agent: "agent-a", key: "busy", fp: fpA, want: InFlight},
+		{name: "in flight, other fingerprint", agent: "agent-a", key: "busy", fp: fpB, want: Mismatch},
+		{name: "same key, other agent", agent: "agent-b", key: "busy", fp: fpB, want: Execute},
+		{name: "stored key, other agent", agent: "agent-b", key: "done", fp: fpA, want: Execute},
+		{name: "new key", agent: "agent-a", key: "fresh", fp: fpA, want: Execute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, resp, c := s.Claim(tt.agent, tt.key, tt.fp)
+			defer c.Abandon()
+			if o != tt.want {
+				t.Fatalf("Claim(%q, %q) = %v, want %v", tt.agent, tt.key, o, tt.want)
+			}
+			if (c != nil) != (tt.want == Execute) {
+				t.Errorf("claim = %v for outcome %v", c, o)
+			}
+			if (resp != nil) != (tt.want == Replay) {
+				t.Errorf("response = %v for outcome %v", resp, o)
+			}
+			if resp != nil && (resp.Status != 500 || string(resp.Body) != tt.wantBody) {
+				t.Errorf("response = %d %q, want 500 %q", resp.Status, resp.Body, tt.wantBody)
+			}
+		})
+	}
+}
+
+func TestConcurrentClaimsOneExecute(t *testing.T) {
+	for _, complete := range []bool{false, true} {
+		t.Run(fmt.Sprintf("complete=%v", complete), func(t *testing.T) {
+			s := NewStore(Limits{}, newClock().Now)
+			const n = 64
+			var (
+				ready, start sync.WaitGroup
+				wg           sync.WaitGroup
+				mu           sync.Mutex
+				counts       = map[Outcome]int{}
+			)
+			ready.Add(n)
+			start.Add(1)
+			for range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ready.Done()
+					start.Wait()
+					o, resp, c := s.Claim("agent-a", "k", fpA)
+					if o == Execute && complete {
+						c.Complete(Response{Status: 200, Body: []byte("ok")})
+					}
+					if o == Replay && string(resp.Body) != "ok" {
+						t.Errorf("replayed body %q", resp.Body)
+					}
+					mu.Lock()
+					counts[o]++
+					mu.Unlock()
+				}()
+			}
+			ready.Wait()
+			start.Done()
+			wg.Wait()
+			if counts[Execute] != 1 {
+				t.Fatalf("outcomes %v: want exactly one execute", counts)
+			}
+			others := counts[InFlight] + counts[Replay]
+			if others != n-1 {
+				t.Fatalf("outcomes %v: want %d in-flight or replay", counts, n-1)
+			}
+			if !complete && counts[Replay] != 0 {
+				t.Fatalf("outcomes %v: replay without a completed request", counts)
+			}
+		})
+	}
+}
+
+func TestCompleteAndAbandonOnce(t *testing.T) {
+	tests := []struct {
+		name      string
+		finish    func(c *Claim)
+		wantAfter Outcome
+		wantLen   int
+	}{
+		{name: "abandon lets a later claim execute", finish: func(c *Claim) { c.Abandon() }, wantAfter: Execute, wantLen: 0},
+		{name: "abandon twice", finish: func(c *Claim) { c.Abandon(); c.Abandon() }, wantAfter: Execute, wantLen: 0},
+		{name: "complete then abandon keeps the response", finish: func(c *Claim) {
+			c.Complete(Response{Status: 201})
+			c.Abandon()
+		}, wantAfter: Replay, wantLen: 1},
+		{name: "second complete is a no-op", finish: func(c *Claim) {
+			c.Complete(Response{Status: 201})
+			c.Complete(Response{Status: 500})
+		}, wantAfter: Replay, wantLen: 1},
+		{name: "complete after abandon is a no-op", finish: func(c *Claim) {
+			c.Abandon()
+			c.Complete(Response{Status: 500})
+		}, wantAfter: Execute, wantLen: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewStore(Limits{}, newClock().Now)
+			c := mustExecute(t, s, "agent-a", "k", fpA)
+			tt.finish(c)
+			if n := s.Len(); n != tt.wantLen {
+				t.Errorf("Len() after finish = %d, want %d", n, tt.wantLen)
+			}
+			o, resp, c2 := s.Claim("agent-a", "k", fpA)
+			defer c2.Abandon()
+			if o != tt.wantAfter {
+				t.Fatalf("Claim after finish = %v, want %v", o, tt.wantAfter)
+			}
+			if o == Replay && resp.Status != 201 {
+				t.Errorf("replayed status %d, want 201", resp.Status)
+			}
+		})
+	}
+	var nilClaim *Claim
+	nilClaim.Complete(Response{})
+	nilClaim.Abandon()
+}
+
+func TestWindowExpiry(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{Window: time.Hour}, clk.Now)
+	c := mustExecute(t, s, "agent-a", "k", fpA)
+	clk.Advance(30 * time.Minute) // window counts from Complete
+	c.Complete(Response{Status: 200, Body: []byte("first")})
+
+	steps := []struct {
+		name    string
+		advance time.Duration
+		fp      string
+		want    Outcome
+		wantLen int
+	}{
+		{name: "inside window", advance: 59 * time.Minute, fp: fpA, want: Replay, wantLen: 1},
+		{name: "mismatch inside window", advance: 0, fp: fpB, want: Mismatch, wantLen: 1},
+		{name: "last nanosecond", advance: time.Minute - 1, fp: fpA, want: Replay, wantLen: 1},
+		{name: "expired: other fingerprint executes", advance: 1, fp: fpB, want: Execute, wantLen: 1},
+	}
+	for _, st := range steps {
+		clk.Advance(st.advance)
+		o, _, c := s.Claim("agent-a", "k", st.fp)
+		if o != st.want {
+			t.Fatalf("%s: Claim = %v, want %v", st.name, o, st.want)
+		}
+		if n := s.Len(); n != st.wantLen {
+			t.Errorf("%s: Len() = %d, want %d", st.name, n, st.wantLen)
+		}
+		c.Abandon()
+	}
+}
+
+func TestSweepDropsExpired(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{Window: time.Minute, MaxRecords: 10, MaxPerAgent: 10}, clk.Now)
+	for i := range 10 {
+		mustExecute(t, s, fmt.Sprintf("agent-%d", i%3), fmt.Sprintf("k%d", i), fpA).Complete(Response{Status: 200})
+		clk.Advance(time.Second)
+	}
+	if o, _, _ := s.Claim("agent-new", "k", fpA); o != Full {
+		t.Fatalf("Claim on a full store = %v, want full", o)
+	}
+	clk.Advance(time.Minute - 10*time.Second + 4*time.Second) // the first 5 expire
+	if n := s.Len(); n != 5 {
+		t.Fatalf("Len() = %d, want 5 after the oldest expired", n)
+	}
+	mustExecute(t, s, "agent-new", "k", fpA).Abandon()
+	clk.Advance(time.Hour)
+	if n := s.Len(); n != 0 {
+		t.Errorf("Len() = %d after every window passed, want 0", n)
+	}
+	if len(s.byAgent) != 0 || s.order.Len() != 0 {
+		t.Errorf("indexes not emptied: %d agents, %d in order", len(s.byAgent), s.order.Len())
+	}
+}
+
+func TestUncompletedClaimExpires(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{Window: time.Hour}, clk.Now)
+	stale := mustExecute(t, s, "agent-a", "k", fpA)
+	clk.Advance(time.Hour)
+	fresh := mustExecute(t, s, "agent-a", "k", fpA)
+	stale.Complete(Response{Status: 500}) // lost its hold: no-op
+	stale.Abandon()                       // must not release fresh's hold
+	if o, _, _ := s.Claim("agent-a", "k", fpA); o != InFlight {
+		t.Fatalf("Claim while fresh holds the key = %v, want in-flight", o)
+	}
+	fresh.Complete(Response{Status: 200})
+	if o, resp, _ := s.Claim("agent-a", "k", fpA); o != Replay || resp.Status != 200 {
+		t.Fatalf("Claim = %v %+v, want replay of 200", o, resp)
+	}
+}
+
+func TestPerAgentFull(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{Window: time.Hour, MaxRecords: 100, MaxPerAgent: 3}, clk.Now)
+	held := mustExecute(t, s, "agent-a", "k0", fpA) // in flight counts too
+	for i := 1; i < 3; i++ {
+		mustExecute(t, s, "agent-a", fmt.Sprintf("k%d", i), fpA).Complete(Response{Status: 200})
+	}
+	tests := []struct {
+		name  string
+		agent string
+		key   string
+		want  Outcome
+	}{
+		{name: "agent at its share", agent: "agent-a", key: "k9", want: Full},
+		{name: "its stored keys still replay", agent: "agent-a", key: "k1", want: Replay},
+		{name: "its in-flight key still answers", agent: "agent-a", key: "k0", want: InFlight},
+		{name: "another agent is unaffected", agent: "agent-b", key: "k9", want: Execute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, _, c := s.Claim(tt.agent, tt.key, fpA)
+			defer c.Abandon()
+			if o != tt.want {
+				t.Errorf("Claim(%q, %q) = %v, want %v", tt.agent, tt.key, o, tt.want)
+			}
+		})
+	}
+	held.Abandon()
+	mustExecute(t, s, "agent-a", "k9", fpA).Abandon()
+}
+
+func TestGlobalFull(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{Window: time.Hour, MaxRecords: 4, MaxPerAgent: 3}, clk.Now)
+	for i := range 4 {
+		mustExecute(t, s, fmt.Sprintf("agent-%d", i%2), fmt.Sprintf("k%d", i), fpA).Complete(Response{Status: 200})
+	}
+	if o, _, _ := s.Claim("agent-c", "k", fpA); o != Full {
+		t.Fatalf("Claim on a full store = %v, want full", o)
+	}
+	clk.Advance(time.Hour)
+	mustExecute(t, s, "agent-c", "k", fpA)
+	if n := s.Len(); n != 1 {
+		t.Errorf("Len() = %d, want 1", n)
+	}
+}
+
+func TestOutcomeString(t *testing.T) {
+	tests := []struct {
+		name string
+		o    Outcome
+		want string
+	}{
+		{name: "execute", o: Execute, want: "execute"},
+		{name: "replay", o: Replay, want: "replay"},
+		{name: "mismatch", o: Mismatch, want: "mismatch"},
+		{name: "in flight", o: InFlight, want: "in-flight"},
+		{name: "full", o: Full, want: "full"},
+		{name: "unknown", o: Outcome(42), want: "unknown"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.o.String(); got != tt.want {
+				t.Errorf("String() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
