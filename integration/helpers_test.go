@@ -445,11 +445,12 @@ const labSite = `
 		recipes examples/hotel/recipes integration/testdata/lab/recipes
 {{EXTRA}}
 	}
-	reverse_proxy {{HOTEL}}
+	reverse_proxy {{LEGACY}}
 `
 
 type labWorld struct {
 	JS      *JSONServer
+	Hotel   *Counter // counting proxy in front of json-server (the hotel upstream)
 	Bin     string
 	Counter *Counter
 	Barrier *Barrier
@@ -469,9 +470,10 @@ func startLab(t testing.TB, mode, extra string) *labWorld {
 		Counter: startCounter(t),
 		Barrier: startBarrier(t, 3),
 	}
+	w.Hotel = startCountingProxy(t, w.JS.URL)
 	dead := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
 	w.GW = startGateway(t, fill(labSite,
-		"MODE", mode, "HOTEL", w.JS.URL, "BIN", w.Bin, "DEAD", dead,
+		"MODE", mode, "HOTEL", w.Hotel.URL, "LEGACY", w.JS.URL, "BIN", w.Bin, "DEAD", dead,
 		"COUNTER", w.Counter.URL, "BARRIER", w.Barrier.URL, "EXTRA", extra))
 	return w
 }

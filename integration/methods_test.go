@@ -27,6 +27,13 @@ func TestMethodsAndPaths(t *testing.T) {
 			"Connection: close\r\n\r\n")
 		assertErrorBody(t, r, 400, "invalid-request-line")
 	})
+	// A percent-encoded '#' is an ordinary character of a segment: the
+	// value is escaped as one upstream segment and json-server has no such
+	// guest.
+	t.Run("encoded hash is not a fragment", func(t *testing.T) {
+		r := g.Do(t, "FETCH", "/guests/g%231", hdr(agentA1, "hotel:read"), nil)
+		assertNamedError(t, r, "guest_not_found")
+	})
 
 	// §24 9, 10: methods outside the catalog.
 	for _, m := range []string{"FROBNICATE", "book", "BO", "B00K", "Book"} {
@@ -107,8 +114,9 @@ func TestMethodsAndPaths(t *testing.T) {
 	if n := w.Legacy.Count(); n != 0 {
 		t.Errorf("%d AGTP requests fell through to the legacy handler: %+v", n, w.Legacy.Requests())
 	}
-	if n := w.Hotel.Count(); n != 0 {
-		t.Errorf("refused requests made %d hotel upstream calls", n)
+	// Only the encoded-hash FETCH reaches the hotel API.
+	if n := w.Hotel.Count(); n != 1 {
+		t.Errorf("hotel upstream calls = %d, want 1 (refused requests make none): %+v", n, w.Hotel.Requests())
 	}
 	w.assertReservations(t, 0)
 }

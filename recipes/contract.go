@@ -184,9 +184,9 @@ func (s *Store) Put(c *Contract, state string) error {
 
 // Lookup outcomes.
 const (
-	LookupFound    = iota // live contract returned
-	LookupUnknown         // never issued, released, swept, or tombstone dropped → 404
-	LookupRevoked         // expired or revoked, tombstone kept → 464 contract-revoked
+	LookupFound   = iota // live contract returned
+	LookupUnknown        // never issued, released, swept, or tombstone dropped → 404
+	LookupRevoked        // expired or revoked, tombstone kept → 464 contract-revoked
 )
 
 // Lookup finds a contract by synthesis id. It returns the contract and
