@@ -54,6 +54,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    endpoints <path>...
 //	    recipes <path>...
 //	    catalog <path>
+//	    on_policy_change grandfather|invalidate
 //	    upstream <name> <url> { timeout <d>; max_conns <n>; insecure_http }
 //	    legacy NONE|*|<VERB>...
 //	    alias <FROM> <TO>
@@ -71,7 +72,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for d.NextBlock(0) {
 		key := d.Val()
 		switch key {
-		case "name", "server_id", "identity", "mode", "catalog":
+		case "name", "server_id", "identity", "mode", "catalog", "on_policy_change":
 			v, err := oneArg(d)
 			if err != nil {
 				return err
@@ -87,6 +88,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.Mode = v
 			case "catalog":
 				h.Catalog = v
+			case "on_policy_change":
+				h.OnPolicyChange = v
 			}
 		case "enabled":
 			b, err := optBool(d)

@@ -2,10 +2,12 @@ package caddymodule
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,7 +47,17 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 		}
 		x.write(200, mediaAGTP, map[string]any{"directory": dir}, nil)
 	case "/methods":
-		x.write(200, mediaAGTP, h.methodList(), nil)
+		all := h.methodList()
+		keys := make([]string, len(all))
+		for i := range all {
+			keys[i] = fmt.Sprintf("%06d", i)
+		}
+		from, to, link, e := x.page(path, keys)
+		if e != nil {
+			x.fail(e)
+			return true
+		}
+		x.write(200, mediaAGTP, all[from:to], link)
 	case "/patterns":
 		x.write(200, mediaAGTP, h.patterns(), nil)
 	case "/contracts":
@@ -57,11 +69,21 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 		if req.caller.Effective().Covers(scopeInspectAll) {
 			agent = ""
 		}
-		list := []map[string]any{}
-		for _, c := range h.st.contracts.List(agent) {
+		cs := h.st.contracts.List(agent)
+		keys := make([]string, len(cs))
+		for i, c := range cs {
+			keys[i] = fmt.Sprintf("%020d|%s", c.IssuedAt.UnixNano(), c.SynthesisID)
+		}
+		from, to, link, e := x.page(path, keys)
+		if e != nil {
+			x.fail(e)
+			return true
+		}
+		list := make([]map[string]any, 0, to-from)
+		for _, c := range cs[from:to] {
 			list = append(list, c.Summary())
 		}
-		x.write(200, mediaAGTP, list, nil)
+		x.write(200, mediaAGTP, list, link)
 	case "/apis":
 		apis := []map[string]any{}
 		for _, n := range sortedKeys(h.upstreams) {
@@ -76,6 +98,48 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 		return false
 	}
 	return true
+}
+
+// Listing bounds for DISCOVER /methods and /contracts.
+const (
+	defaultPageLimit = 100
+	maxPageLimit     = 1000
+)
+
+// page applies the limit and cursor query parameters to a listing whose
+// entries have the given strictly increasing keys. It returns the slice
+// bounds and, when more entries follow, an RFC 8288 Link header with
+// rel="next". The cursor is opaque to clients: base64url of the last
+// key served.
+func (x *exchange) page(path string, keys []string) (int, int, map[string]string, *wireError) {
+	q := x.r.URL.Query()
+	limit := defaultPageLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPageLimit {
+			return 0, 0, nil, errorf(400, "invalid-limit", fmt.Sprintf("limit must be an integer from 1 to %d", maxPageLimit))
+		}
+		limit = n
+	}
+	from := 0
+	if c := q.Get("cursor"); c != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(c)
+		if err != nil {
+			return 0, 0, nil, errorf(400, "invalid-cursor", "cursor is not one this server issued")
+		}
+		after := string(raw)
+		from = sort.SearchStrings(keys, after)
+		if from < len(keys) && keys[from] == after {
+			from++
+		}
+	}
+	to := from + limit
+	if to >= len(keys) {
+		return from, len(keys), nil, nil
+	}
+	next := base64.RawURLEncoding.EncodeToString([]byte(keys[to-1]))
+	link := fmt.Sprintf("<%s?limit=%d&cursor=%s>; rel=\"next\"", path, limit, next)
+	return from, to, map[string]string{"Link": link}, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

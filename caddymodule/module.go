@@ -91,6 +91,10 @@ type Handler struct {
 	MaxUpstreamResponse int64 `json:"max_upstream_response,omitempty"`
 	// CompositionTimeout bounds one plan execution. Default 60s.
 	CompositionTimeout caddy.Duration `json:"composition_timeout,omitempty"`
+	// OnPolicyChange is the default mode of REVOKE
+	// target=stale-contracts: "grandfather" (default) or "invalidate"
+	// (spec §14.4, §20).
+	OnPolicyChange string `json:"on_policy_change,omitempty"`
 	// AttemptBuffer is the number of RCNS attempt records kept for
 	// INSPECT target=rcns-attempt. Default 1024.
 	AttemptBuffer int `json:"attempt_buffer,omitempty"`
@@ -202,13 +206,14 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // state outlives config reloads; it is shared by handlers with the same
 // Name through a caddy.UsagePool.
 type state struct {
-	contracts *recipes.Store
-	idem      *idempotency.Store
-	limiters  map[string]*limiterSlot
-	attempts  *attemptRing
-	chains    *auditChains
-	mu        sync.Mutex
-	recipes   map[string]string // name@version → content hash ever loaded
+	contracts    *recipes.Store
+	idem         *idempotency.Store
+	limiters     map[string]*limiterSlot
+	negotiations *negotiations
+	attempts     *attemptRing
+	chains       *auditChains
+	mu           sync.Mutex
+	recipes      map[string]string // name@version → content hash ever loaded
 }
 
 // limiterSlot keeps a budget's limiter across reloads while its
@@ -326,12 +331,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 	val, _, err := states.LoadOrNew(h.Name, func() (caddy.Destructor, error) {
 		return &state{
-			contracts: recipes.NewStore(h.storeLimits(), nil),
-			attempts:  newAttemptRing(h.AttemptBuffer),
-			chains:    newAuditChains(),
-			recipes:   map[string]string{},
-			limiters:  map[string]*limiterSlot{},
-			idem:      idempotency.NewStore(h.idempotencyLimits(), nil),
+			contracts:    recipes.NewStore(h.storeLimits(), nil),
+			attempts:     newAttemptRing(h.AttemptBuffer),
+			chains:       newAuditChains(),
+			recipes:      map[string]string{},
+			limiters:     map[string]*limiterSlot{},
+			negotiations: newNegotiations(10000),
+			idem:         idempotency.NewStore(h.idempotencyLimits(), nil),
 		}, nil
 	})
 	if err != nil {
@@ -418,6 +424,9 @@ func (h *Handler) setDefaults() {
 	if h.AttemptBuffer == 0 {
 		h.AttemptBuffer = 1024
 	}
+	if h.OnPolicyChange == "" {
+		h.OnPolicyChange = "grandfather"
+	}
 	if h.RateLimitPerMinute == 0 {
 		h.RateLimitPerMinute = 10
 	}
@@ -466,6 +475,9 @@ func (h *Handler) Validate() error {
 	case ModeConfirmFirst, ModeOptimistic:
 	default:
 		return fmt.Errorf("rcns: mode must be %q or %q, not %q", ModeConfirmFirst, ModeOptimistic, h.Mode)
+	}
+	if h.OnPolicyChange != "grandfather" && h.OnPolicyChange != "invalidate" {
+		return fmt.Errorf("rcns: on_policy_change must be grandfather or invalidate, not %q", h.OnPolicyChange)
 	}
 	if h.Identity != IdentityHeader {
 		return fmt.Errorf("rcns: identity mode %q is not supported (supported: header)", h.Identity)

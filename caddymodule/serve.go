@@ -200,7 +200,7 @@ func (h *Handler) serve(x *exchange) {
 		}
 	case "PROPOSE", "INSPECT", "REVOKE", "SUSPEND":
 		if x.path == "/" {
-			x.fail(errorf(501, "not-implemented", fmt.Sprintf("%s is not implemented by this gateway yet", x.method)))
+			h.builtin(x, req)
 			return
 		}
 	}
@@ -680,9 +680,14 @@ func (h *Handler) spend(x *exchange, req *request, l *ratelimit.Limiter) bool {
 	return false
 }
 
-// newContract mints and stores a contract for the caller.
+// newContract mints and stores a gate contract for the caller.
 func (h *Handler) newContract(r *recipes.Recipe, x *exchange, req *request, origin string) (*recipes.Contract, error) {
-	ep := r.EndpointFor(x.method, x.path)
+	return h.mintContract(r, x.method, x.path, x, req, origin, time.Duration(h.ContractTTL))
+}
+
+// mintContract mints and stores a contract with lifetime ttl.
+func (h *Handler) mintContract(r *recipes.Recipe, method, path string, x *exchange, req *request, origin string, ttl time.Duration) (*recipes.Contract, error) {
+	ep := r.EndpointFor(method, path)
 	lin := r.Lineage()
 	hash, err := recipes.ContractHash(ep, &lin)
 	if err != nil {
@@ -690,9 +695,9 @@ func (h *Handler) newContract(r *recipes.Recipe, x *exchange, req *request, orig
 	}
 	now := time.Now().UTC().Truncate(time.Second)
 	c := &recipes.Contract{
-		SynthesisID: recipes.NewSynthesisID(), Method: x.method, Path: x.path, Recipe: r, Endpoint: ep,
+		SynthesisID: recipes.NewSynthesisID(), Method: method, Path: path, Recipe: r, Endpoint: ep,
 		Lineage: lin, ContractHash: hash, OriginatingAgentID: req.caller.Agent.ID, NegotiationOrigin: origin,
-		IssuedAt: now, ExpiresAt: now.Add(time.Duration(h.ContractTTL)), SessionID: x.sessionID,
+		IssuedAt: now, ExpiresAt: now.Add(ttl), SessionID: x.sessionID,
 	}
 	state := recipes.StateActive
 	if h.Mode == ModeConfirmFirst && origin == recipes.OriginGate {

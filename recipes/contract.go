@@ -106,7 +106,7 @@ var ErrAgentFull = errors.New("the agent holds the maximum number of contracts")
 type tombstone struct {
 	state string
 	at    time.Time
-	agent string
+	c     *Contract
 }
 
 // Store holds contracts and tombstones in memory, bounded. It is safe
@@ -252,6 +252,45 @@ func (s *Store) ActiveFor(agent, method, path string) *Contract {
 	return nil
 }
 
+// Inspect returns a contract, live or ended (while its tombstone is
+// kept), with its current state: active (pending reported as active,
+// spec OP-33), expired, revoked or released. found is false for an
+// unknown id. Spec §17.3 target=contract.
+func (s *Store) Inspect(id string) (c *Contract, state string, found bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if c, ok := s.byID[id]; ok {
+		if !now.Before(c.ExpiresAt) {
+			s.evictLocked(c, StateExpired)
+		} else {
+			return c, StateActive, true
+		}
+	}
+	if t, ok := s.tombs[id]; ok && now.Sub(t.at) < s.limits.TombstoneTTL {
+		return t.c, t.state, true
+	}
+	return nil, "", false
+}
+
+// EndSession ends, as released, every live contract of agent created
+// with Session-ID session (spec §14.2, OP-20) and returns their ids.
+func (s *Store) EndSession(agent, session string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for _, c := range s.byID {
+		if c.OriginatingAgentID == agent && c.SessionID == session && session != "" {
+			ids = append(ids, c.SynthesisID)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s.evictLocked(s.byID[id], StateReleased)
+	}
+	return ids
+}
+
 // End ends a live contract with state StateRevoked, StateReleased or
 // StateExpired and keeps a tombstone; returns false when it was not live.
 func (s *Store) End(id, state string) bool {
@@ -316,7 +355,7 @@ func (s *Store) evictLocked(c *Contract, state string) {
 	if state == StateExpired {
 		at = c.ExpiresAt
 	}
-	s.tombs[c.SynthesisID] = tombstone{state: state, at: at, agent: c.OriginatingAgentID}
+	s.tombs[c.SynthesisID] = tombstone{state: state, at: at, c: c}
 	s.tombOrder = append(s.tombOrder, c.SynthesisID)
 	for len(s.tombOrder) > s.limits.MaxTombstones {
 		delete(s.tombs, s.tombOrder[0])

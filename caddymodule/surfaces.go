@@ -1,0 +1,459 @@
+package caddymodule
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
+)
+
+// params returns a built-in's parameters: the envelope's "parameters"
+// merged with top-level body keys (spec OP-25); a key given both ways
+// with different values is 400.
+func params(req *request) (map[string]any, *wireError) {
+	out := map[string]any{}
+	if p, ok := req.body["parameters"]; ok && p != nil {
+		obj, ok := p.(map[string]any)
+		if !ok {
+			return nil, errorf(400, "invalid-envelope", "\"parameters\" must be a JSON object")
+		}
+		for k, v := range obj {
+			out[k] = v
+		}
+	}
+	for k, v := range req.body {
+		if envelopeKeys[k] {
+			continue
+		}
+		if prev, ok := out[k]; ok && fmt.Sprint(prev) != fmt.Sprint(v) {
+			return nil, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given twice with different values", k))
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func stringParam(p map[string]any, name string) (string, bool) {
+	s, ok := p[name].(string)
+	return s, ok && s != ""
+}
+
+// builtin serves INSPECT, REVOKE, SUSPEND and PROPOSE at "/" (spec
+// §14.4, §15, §17.3).
+func (h *Handler) builtin(x *exchange, req *request) {
+	p, e := params(req)
+	if e != nil {
+		x.fail(e)
+		return
+	}
+	switch x.method {
+	case "INSPECT":
+		h.inspect(x, req, p)
+	case "REVOKE":
+		h.revoke(x, req, p)
+	case "SUSPEND":
+		h.suspend(x, req, p)
+	case "PROPOSE":
+		h.propose(x, req, p)
+	}
+}
+
+func (h *Handler) inspectAll(req *request) bool {
+	return req.caller.Effective().Covers(scopeInspectAll)
+}
+
+// inspect serves INSPECT target=contract and target=rcns-attempt (spec
+// §17.3).
+func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
+	target, _ := stringParam(p, "target")
+	switch target {
+	case "contract":
+		id, ok := stringParam(p, "synthesis_id")
+		if !ok {
+			x.fail(errorf(400, "parameter-required", "INSPECT target=contract needs synthesis_id"))
+			return
+		}
+		c, state, found := h.st.contracts.Inspect(id)
+		if !found {
+			x.fail(errorf(404, "contract-not-found", "no contract with this synthesis id is known"))
+			return
+		}
+		if c.OriginatingAgentID != req.caller.Agent.ID && !h.inspectAll(req) {
+			x.fail(errorf(403, "forbidden", "only the originating agent or a caller carrying inspect:all may inspect this contract (mode agent_only)"))
+			return
+		}
+		body := c.Summary()
+		body["target"] = "contract"
+		body["endpoint"] = c.Endpoint
+		body["state"] = state
+		body["persistent"] = false
+		x.write(200, mediaAGTP, body, nil)
+	case "rcns-attempt":
+		id, ok := stringParam(p, "attempt_id")
+		if !ok {
+			x.fail(errorf(400, "parameter-required", "INSPECT target=rcns-attempt needs attempt_id"))
+			return
+		}
+		rec, found := h.st.attempts.get(id)
+		if !found {
+			x.fail(errorf(404, "attempt-not-found", "no attempt record with this id (unknown or evicted from the bounded buffer)"))
+			return
+		}
+		if rec.AgentID != req.caller.Agent.ID && !h.inspectAll(req) {
+			x.fail(errorf(403, "forbidden", "only the agent that made the attempt or a caller carrying inspect:all may read it"))
+			return
+		}
+		body := map[string]any{"target": "rcns-attempt", "attempt_id": rec.ID, "method": rec.Method, "path": rec.Path,
+			"agent_id": rec.AgentID, "trust_tier": rec.TrustTier, "locks": rec.Locks, "reason": rec.Reason,
+			"explanation": rec.Explanation, "at": rec.At}
+		x.write(200, mediaAGTP, body, nil)
+	case "":
+		x.fail(errorf(400, "parameter-required", "INSPECT needs a target"))
+	case "audit", "chain_head", "lifecycle":
+		x.fail(errorf(501, "not-implemented", "INSPECT target="+target+" is not implemented by this gateway yet"))
+	default:
+		x.fail(errorf(400, "unknown-target", fmt.Sprintf("INSPECT target %q is not known (contract, rcns-attempt)", target)))
+	}
+}
+
+// revoke serves REVOKE target=contract and target=stale-contracts
+// (spec §14.4 paths 2 and 4).
+func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
+	target, _ := stringParam(p, "target")
+	switch target {
+	case "contract":
+		id, ok := stringParam(p, "synthesis_id")
+		if !ok {
+			x.fail(errorf(400, "parameter-required", "REVOKE target=contract needs synthesis_id"))
+			return
+		}
+		c, state, found := h.st.contracts.Inspect(id)
+		if !found || state == recipes.StateReleased {
+			x.fail(errorf(404, "contract-not-found", "no contract with this synthesis id is known"))
+			return
+		}
+		if c.OriginatingAgentID != req.caller.Agent.ID && !h.inspectAll(req) {
+			x.fail(errorf(403, "forbidden", "only the originating agent or a caller carrying inspect:all may revoke this contract"))
+			return
+		}
+		noop := !h.st.contracts.End(id, recipes.StateRevoked)
+		if !noop {
+			reason, _ := stringParam(p, "reason")
+			h.logger.Info("rcns contract revoked", zap.String("agent_id", x.agentID), zap.String("synthesis_id", id),
+				zap.String("originating_agent_id", c.OriginatingAgentID), zap.String("reason", reason))
+		}
+		x.write(200, mediaAGTP, map[string]any{"status": 200, "result": map[string]any{"synthesis_id": id, "state": recipes.StateRevoked, "noop": noop}}, nil)
+	case "stale-contracts":
+		if !h.inspectAll(req) {
+			x.fail(errorf(403, "forbidden", "REVOKE target=stale-contracts needs the inspect:all scope"))
+			return
+		}
+		mode, ok := stringParam(p, "mode")
+		if !ok {
+			mode = h.OnPolicyChange
+		}
+		if mode != "grandfather" && mode != "invalidate" {
+			x.fail(errorf(400, "invalid-mode", fmt.Sprintf("mode %q is not grandfather or invalidate", mode)))
+			return
+		}
+		current := map[string]string{}
+		for _, r := range h.set.Recipes {
+			current[r.Name] = r.Version
+		}
+		list := []map[string]any{}
+		for _, c := range h.st.contracts.List("") {
+			cur, ok := current[c.Lineage.RecipeName]
+			entry := map[string]any{"synthesis_id": c.SynthesisID, "recipe_name": c.Lineage.RecipeName,
+				"captured_version": c.Lineage.RecipeVersion, "current_version": nil}
+			if ok {
+				entry["current_version"] = cur
+			}
+			switch {
+			case ok && cur == c.Lineage.RecipeVersion:
+				entry["disposition"] = "unchanged"
+			case mode == "grandfather":
+				entry["disposition"] = "grandfathered"
+			default:
+				h.st.contracts.End(c.SynthesisID, recipes.StateReleased)
+				entry["disposition"] = "evicted"
+				h.logger.Info("rcns contract released by stale sweep", zap.String("synthesis_id", c.SynthesisID),
+					zap.String("reason", "policy-change-invalidation"), zap.String("actor_agent_id", x.agentID))
+			}
+			list = append(list, entry)
+		}
+		x.write(200, mediaAGTP, map[string]any{"status": 200, "mode": mode, "contracts": list}, nil)
+	case "":
+		x.fail(errorf(400, "parameter-required", "REVOKE needs a target"))
+	default:
+		x.fail(errorf(400, "unknown-target", fmt.Sprintf("REVOKE target %q is not known (contract, stale-contracts)", target)))
+	}
+}
+
+// suspend serves SUSPEND with synthesis_id (caller release, spec §14.4
+// path 1) or session_id (end a session's contracts, OP-20).
+func (h *Handler) suspend(x *exchange, req *request, p map[string]any) {
+	if id, ok := stringParam(p, "synthesis_id"); ok {
+		c, state, found := h.st.contracts.Inspect(id)
+		if !found || state == recipes.StateReleased {
+			x.fail(errorf(404, "contract-not-found", "no contract with this synthesis id is known"))
+			return
+		}
+		if c.OriginatingAgentID != req.caller.Agent.ID {
+			x.fail(errorf(403, "forbidden", "only the originating agent may release its contract"))
+			return
+		}
+		noop := !h.st.contracts.End(id, recipes.StateReleased)
+		x.write(200, mediaAGTP, map[string]any{"status": 200, "result": map[string]any{"synthesis_id": id, "state": recipes.StateReleased, "noop": noop}}, nil)
+		return
+	}
+	if sid, ok := stringParam(p, "session_id"); ok {
+		ids := h.st.contracts.EndSession(req.caller.Agent.ID, sid)
+		if ids == nil {
+			ids = []string{}
+		}
+		x.write(200, mediaAGTP, map[string]any{"status": 200, "result": map[string]any{"session_id": sid, "released": ids}}, nil)
+		return
+	}
+	x.fail(errorf(400, "parameter-required", "SUSPEND needs synthesis_id or session_id"))
+}
+
+// negotiations tracks PROPOSE turns per Negotiation-ID (spec OP-35):
+// after three rejections the negotiation keeps answering 463.
+type negotiations struct {
+	mu    sync.Mutex
+	max   int
+	order []string
+	byID  map[string]*negotiation
+}
+
+type negotiation struct {
+	agent      string
+	rejections int
+}
+
+func newNegotiations(max int) *negotiations {
+	return &negotiations{max: max, byID: map[string]*negotiation{}}
+}
+
+// turn returns the negotiation for id (a Negotiation-ID header echoed by
+// agent), or a new one under a fresh UUID.
+func (n *negotiations) turn(agent, id string) (string, *negotiation) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ng, ok := n.byID[id]; ok && ng.agent == agent {
+		return id, ng
+	}
+	id = uuid.NewString()
+	ng := &negotiation{agent: agent}
+	n.byID[id] = ng
+	n.order = append(n.order, id)
+	for len(n.order) > n.max {
+		delete(n.byID, n.order[0])
+		n.order = n.order[1:]
+	}
+	return id, ng
+}
+
+func (n *negotiations) reject(ng *negotiation) {
+	n.mu.Lock()
+	ng.rejections++
+	n.mu.Unlock()
+}
+
+func (n *negotiations) rejections(ng *negotiation) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return ng.rejections
+}
+
+var isoDuration = regexp.MustCompile(`^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$`)
+
+// parseRequestedDuration accepts "24h", "7d", "30m", "90s" and ISO 8601
+// durations such as "P1DT2H" (spec §14.3).
+func parseRequestedDuration(s string) (time.Duration, error) {
+	if m := isoDuration.FindStringSubmatch(s); m != nil && s != "P" && s != "PT" {
+		var d time.Duration
+		units := []time.Duration{24 * time.Hour, time.Hour, time.Minute, time.Second}
+		for i, u := range units {
+			if m[i+1] != "" {
+				n, err := strconv.Atoi(m[i+1])
+				if err != nil {
+					return 0, err
+				}
+				d += time.Duration(n) * u
+			}
+		}
+		return d, nil
+	}
+	if strings.HasSuffix(s, "d") {
+		n, err := strconv.Atoi(strings.TrimSuffix(s, "d"))
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("bad duration %q", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("bad duration %q", s)
+	}
+	return d, nil
+}
+
+// propose serves PROPOSE (spec §15.3 order; ARCHITECTURE.md "PROPOSE").
+func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
+	negID, ng := h.st.negotiations.turn(req.caller.Agent.ID, x.r.Header.Get("Negotiation-ID"))
+	hdr := map[string]string{"Negotiation-ID": negID}
+	reject := func(reason, explanation string) {
+		h.st.negotiations.reject(ng)
+		x.failWith(&wireError{Status: policy.StatusProposalRejected, Reason: reason, Explanation: explanation,
+			Fields: map[string]any{"negotiation_id": negID}}, hdr)
+	}
+	failHdr := func(e *wireError) {
+		if e.Fields == nil {
+			e.Fields = map[string]any{}
+		}
+		e.Fields["negotiation_id"] = negID
+		x.failWith(e, hdr)
+	}
+	if !h.synthesisEnabled() {
+		reject("synthesis-disabled", "this server does not synthesize endpoints (policies.synthesis_enabled is false)")
+		return
+	}
+	if h.st.negotiations.rejections(ng) >= 3 {
+		reject("policy-refused", "this negotiation was rejected three times; ESCALATE instead of proposing again (agtp-09 §8.4.1)")
+		return
+	}
+	ep, hasEP := p["endpoint"]
+	_, hasName := p["name"]
+	if hasEP && hasName {
+		failHdr(errorf(400, "ambiguous-body", "a proposal carries either endpoint (wrapped form) or name (legacy form), not both"))
+		return
+	}
+	var prop map[string]any
+	switch {
+	case hasEP:
+		obj, ok := ep.(map[string]any)
+		if !ok {
+			failHdr(errorf(400, "invalid-proposal", "endpoint must be a JSON object"))
+			return
+		}
+		prop = obj
+	case hasName:
+		prop = p
+	default:
+		failHdr(errorf(400, "invalid-proposal", "a proposal needs endpoint (wrapped form) or name, method and path (legacy form)"))
+		return
+	}
+	method, _ := prop["method"].(string)
+	path, _ := prop["path"].(string)
+	if method == "" || path == "" {
+		failHdr(errorf(400, "invalid-proposal", "the proposed endpoint needs method and path"))
+		return
+	}
+	if !h.claim(x, req) {
+		return
+	}
+	if !h.spend(x, req, h.gateRL) {
+		return
+	}
+	// Step 1: method.
+	if !policy.ValidMethodToken(method) || !h.methods.IsMethod(method) {
+		failHdr(&wireError{Status: policy.StatusMethodViolation, Reason: "method-not-in-catalog",
+			Explanation: fmt.Sprintf("proposed method %s is not in catalog %s nor a custom method", method, h.methods.Catalog.Version()),
+			Fields:      map[string]any{"method": method, "catalog_version": h.methods.Catalog.Version()}})
+		return
+	}
+	// Step 2: path grammar.
+	if ref := h.methods.CheckPath(path); ref != nil {
+		failHdr(fromRefusal(ref))
+		return
+	}
+	// Step 3: semantic block.
+	if probs := schema.ValidateSemantic(prop["semantic"]); len(probs) > 0 {
+		failHdr(&wireError{Status: 400, Reason: "invalid-semantic", Explanation: "the semantic block is invalid: " + strings.Join(probs, "; "),
+			Fields: map[string]any{"problems": probs}})
+		return
+	}
+	// Step 4: schemas.
+	for _, k := range []string{"input_schema", "output_schema"} {
+		if v, ok := prop[k]; ok {
+			obj, isObj := v.(map[string]any)
+			if !isObj {
+				failHdr(errorf(400, "invalid-schema", k+" must be a JSON Schema object"))
+				return
+			}
+			if _, err := recipes.CompileSchema(obj); err != nil {
+				failHdr(errorf(400, "invalid-schema", fmt.Sprintf("%s is not a valid JSON Schema: %v", k, err)))
+				return
+			}
+		}
+	}
+	if h.scopeRequired() && !req.caller.ScopeHeader {
+		failHdr(scopeHeaderRequired())
+		return
+	}
+	recipe := h.set.Match(method, path)
+	// Step 5: authority (when a recipe could build it, its scopes are the needs).
+	if recipe != nil {
+		if ref := policy.CheckRequiredScopes(req.caller, recipe.RequiredScopes); ref != nil {
+			failHdr(fromRefusal(ref))
+			return
+		}
+	}
+	// Step 6: capability envelope.
+	if recipe == nil {
+		reject("composition-impossible", fmt.Sprintf("no recipe can build %s %s from this server's endpoints; see DISCOVER /patterns", method, path))
+		return
+	}
+	if recipe.Depth() > h.MaxSynthesisDepth {
+		reject("composition-impossible", fmt.Sprintf("recipe %s needs %d steps; max_synthesis_depth is %d", recipe.Name, recipe.Depth(), h.MaxSynthesisDepth))
+		return
+	}
+	// Step 7: policy.
+	if !recipe.Propose {
+		reject("policy-refused", fmt.Sprintf("the operator does not allow PROPOSE for %s %s", method, path))
+		return
+	}
+	ttl := time.Duration(h.ContractTTL)
+	var granted time.Duration
+	if rd, ok := stringParam(p, "requested_duration"); ok {
+		d, err := parseRequestedDuration(rd)
+		if err != nil || d <= 0 {
+			failHdr(errorf(400, "invalid-duration", "requested_duration must be like 24h, 7d or an ISO 8601 duration"))
+			return
+		}
+		if d < ttl {
+			ttl = d
+		}
+		granted = ttl
+	}
+	c, err := h.mintContract(recipe, method, path, x, req, recipes.OriginPropose, ttl)
+	if err != nil {
+		reject("policy-refused", err.Error())
+		return
+	}
+	x.executed = true
+	persistent, _ := p["persistent"].(bool)
+	h.logger.Info("rcns proposal accepted", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
+		zap.String("recipe", recipe.Name), zap.String("negotiation_id", negID), zap.Bool("persistent_requested", persistent))
+	body := contractBody(c)
+	body["status"] = policy.StatusProposalApproved
+	body["persistent"] = false
+	body["negotiation_id"] = negID
+	if granted > 0 {
+		body["granted_duration"] = granted.String()
+	}
+	if x.taskID != "" {
+		body["task_id"] = x.taskID
+	}
+	x.write(policy.StatusProposalApproved, mediaEndpoint, body, hdr)
+}
