@@ -4,7 +4,7 @@ import (
 	"testing"
 )
 
-// Spec §24 items 1, 2, 5, 7, 38, 39: response headers and the
+// Spec §24 items 1–7, 38, 39: response headers and the
 // Attribution-Record extension fields (RCNS §4, §16).
 func TestAttributionAndHeaders(t *testing.T) {
 	w := startHotel(t, hotelOpts{Mode: "optimistic", LegacyCounter: true})
@@ -88,6 +88,11 @@ func TestAttributionAndHeaders(t *testing.T) {
 		for _, q := range reqs {
 			r := g.Do(t, q.method, q.path, q.h, q.body)
 			assertAGTPHeaders(t, r)
+			// §24 4: a well-formed Agent-ID is echoed verbatim.
+			if sent := q.h["Agent-ID"]; hex64.MatchString(sent) && r.Header.Get("Agent-ID") != sent {
+				got := r.Header.Get("Agent-ID")
+				t.Errorf("%s %s: Agent-ID echo %q, want %q", q.method, q.path, got, q.h["Agent-ID"])
+			}
 			if rid := r.Header.Get("Response-ID"); rid != "" {
 				if seen[rid] {
 					t.Errorf("Response-ID %s reused", rid)

@@ -62,7 +62,7 @@ func TestOptimisticBookRoom(t *testing.T) {
 			t.Errorf("response Contract-Synthesized = %q, want %s", r.Header.Get("Contract-Synthesized"), id)
 		}
 		rs := w.assertReservations(t, 2)
-		checkBooked(t, r.JSON(t)["result"], rs[1])
+		checkBooked(t, r.Object(t)["result"], rs[1])
 		if cs := contracts(t, g, agentA1); len(cs) != 1 {
 			t.Errorf("contracts after presentation = %d, want 1", len(cs))
 		}
@@ -77,7 +77,7 @@ func TestOptimisticBookRoom(t *testing.T) {
 			t.Errorf("Tier C by pair: Contract-Synthesized = %q, want %s", r.Header.Get("Contract-Synthesized"), id)
 		}
 		rs := w.assertReservations(t, 3)
-		checkBooked(t, r.JSON(t)["result"], rs[2])
+		checkBooked(t, r.Object(t)["result"], rs[2])
 		p := attribution(t, r)
 		if str(p, "synthesis_id") != id || str(p, "negotiation_origin") != "rcns-gate" {
 			t.Errorf("Tier C by pair attribution payload = %v", p)
@@ -144,7 +144,7 @@ func TestConfirmFirstBookRoom(t *testing.T) {
 			t.Errorf("response Contract-Synthesized = %q, want %s", r.Header.Get("Contract-Synthesized"), id)
 		}
 		rs := w.assertReservations(t, 1)
-		checkBooked(t, r.JSON(t)["result"], rs[0])
+		checkBooked(t, r.Object(t)["result"], rs[0])
 		p := attribution(t, r)
 		if str(p, "synthesis_id") != id || str(p, "contract_hash") != str(b, "contract_hash") ||
 			str(p, "negotiation_origin") != "rcns-gate" {

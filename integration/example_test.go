@@ -36,14 +36,14 @@ func TestCaddyfileExample(t *testing.T) {
 	if r.Header.Get("Server-ID") != "caddy-rcns-hotel-demo" {
 		t.Errorf("Server-ID = %q, want the example's server_id", r.Header.Get("Server-ID"))
 	}
-	if _, ok := r.JSON(t)["directory"].([]any); !ok {
+	if _, ok := r.Object(t)["directory"].([]any); !ok {
 		t.Fatalf("DISCOVER / is not a directory:\n%s", r)
 	}
 
 	// 2. Tier B FETCH /guests/g-1.
 	r = g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), nil)
 	wantStatus(t, r, 200)
-	if str(r.JSON(t), "result", "name") != "Ada Lovelace" {
+	if str(r.Object(t), "result", "name") != "Ada Lovelace" {
 		t.Fatalf("FETCH /guests/g-1:\n%s", r)
 	}
 

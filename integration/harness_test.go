@@ -808,22 +808,40 @@ func (r *Resp) String() string {
 	return sb.String()
 }
 
-// JSON decodes the body as a JSON object or fails the test.
-func (r *Resp) JSON(t testing.TB) map[string]any {
-	t.Helper()
+// JSON decodes the body as a JSON object; nil when it is not one.
+func (r *Resp) JSON() map[string]any {
 	var m map[string]any
-	if err := json.Unmarshal(r.Body, &m); err != nil || m == nil {
-		t.Fatalf("body is not a JSON object (%v):\n%s", err, r)
+	if json.Unmarshal(r.Body, &m) != nil {
+		return nil
 	}
 	return m
 }
 
-// JSONArray decodes the body as a JSON array or fails the test.
-func (r *Resp) JSONArray(t testing.TB) []any {
-	t.Helper()
+// JSONArray decodes the body as a JSON array; nil when it is not one.
+func (r *Resp) JSONArray() []any {
 	var a []any
-	if err := json.Unmarshal(r.Body, &a); err != nil || a == nil {
-		t.Fatalf("body is not a JSON array (%v):\n%s", err, r)
+	if json.Unmarshal(r.Body, &a) != nil {
+		return nil
+	}
+	return a
+}
+
+// Object is JSON that fails the test when the body is not a JSON object.
+func (r *Resp) Object(t testing.TB) map[string]any {
+	t.Helper()
+	m := r.JSON()
+	if m == nil {
+		t.Fatalf("body is not a JSON object:\n%s", r)
+	}
+	return m
+}
+
+// Array is JSONArray that fails the test when the body is not a JSON array.
+func (r *Resp) Array(t testing.TB) []any {
+	t.Helper()
+	a := r.JSONArray()
+	if a == nil {
+		t.Fatalf("body is not a JSON array:\n%s", r)
 	}
 	return a
 }

@@ -87,12 +87,20 @@ func wantStatus(t testing.TB, r *Resp, status int) {
 
 // assertAGTPHeaders checks what every AGTP response carries: Server-ID,
 // Response-ID, AGTP-API-Version, an explicit Content-Length (never
-// chunked) and an Attribution-Record.
+// chunked), an Attribution-Record and its Audit-ID.
 func assertAGTPHeaders(t testing.TB, r *Resp) {
 	t.Helper()
 	for _, h := range []string{"Server-ID", "Response-ID", "AGTP-API-Version", "Attribution-Record"} {
 		if r.Header.Get(h) == "" {
 			t.Errorf("response lacks %s:\n%s", h, r)
+		}
+	}
+	// Audit-ID = lowercase hex SHA-256 of the Attribution-Record value
+	// (RCNS §4; §24 item 3).
+	if rec := r.Header.Get("Attribution-Record"); rec != "" {
+		sum := sha256.Sum256([]byte(rec))
+		if got := r.Header.Get("Audit-ID"); got != hex.EncodeToString(sum[:]) {
+			t.Errorf("Audit-ID %q is not sha256(Attribution-Record) %x", got, sum)
 		}
 	}
 	cl := r.Header.Get("Content-Length")
@@ -113,7 +121,7 @@ func assertErrorBody(t testing.TB, r *Resp, status int, reason string) map[strin
 	t.Helper()
 	wantStatus(t, r, status)
 	assertAGTPHeaders(t, r)
-	b := r.JSON(t)
+	b := r.Object(t)
 	if got, _ := b["status"].(float64); int(got) != status {
 		t.Errorf("body status = %v, want %d:\n%s", b["status"], status, r)
 	}
@@ -250,7 +258,7 @@ func assertContractBody(t testing.TB, r *Resp, status int, method, path, recipe,
 	t.Helper()
 	wantStatus(t, r, status)
 	assertAGTPHeaders(t, r)
-	b := r.JSON(t)
+	b := r.Object(t)
 	if got, _ := b["status"].(float64); int(got) != status {
 		t.Errorf("body status = %v, want %d", b["status"], status)
 	}
@@ -298,7 +306,7 @@ func contracts(t testing.TB, g *Gateway, agent string) []any {
 	t.Helper()
 	r := g.Do(t, "DISCOVER", "/contracts", hdr(agent, ""), nil)
 	wantStatus(t, r, 200)
-	return r.JSONArray(t)
+	return r.Array(t)
 }
 
 // waitFor polls cond every interval until it is true or limit passes.

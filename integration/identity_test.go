@@ -56,7 +56,7 @@ func TestIdentity(t *testing.T) {
 		for _, scope := range []string{"hotel:read,hotel:book", "hotel:read, hotel:book", "hotel:read ,  hotel:book"} {
 			r := g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, scope), nil)
 			wantStatus(t, r, 200)
-			results = append(results, string(mustJSON(t, r.JSON(t)["result"])))
+			results = append(results, string(mustJSON(t, r.Object(t)["result"])))
 		}
 		for i := 1; i < len(results); i++ {
 			if results[i] != results[0] {

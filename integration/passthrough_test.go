@@ -117,14 +117,14 @@ func TestOrderingWithEncodeHandleRespond(t *testing.T) {
 		r = g.Do(t, "DISCOVER", "/", hdr(agentA1, ""), nil)
 		wantStatus(t, r, 200)
 		assertAGTPHeaders(t, r)
-		if _, ok := r.JSON(t)["directory"].([]any); !ok {
+		if _, ok := r.Object(t)["directory"].([]any); !ok {
 			t.Fatalf("DISCOVER / is not a directory:\n%s", r)
 		}
 
 		r = g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read", "Accept-Encoding", "gzip"), nil)
 		wantStatus(t, r, 200)
 		assertAGTPHeaders(t, r)
-		if id := str(r.JSON(t), "result", "id"); id != "g-1" {
+		if id := str(r.Object(t), "result", "id"); id != "g-1" {
 			t.Fatalf("FETCH /guests/g-1 result id = %q:\n%s", id, r)
 		}
 
@@ -136,7 +136,7 @@ func TestOrderingWithEncodeHandleRespond(t *testing.T) {
 		if ce := r.Header.Get("Content-Encoding"); ce != "" {
 			t.Fatalf("AGTP response was encoded (%s):\n%s", ce, r)
 		}
-		if str(r.JSON(t), "synthesis_id") == "" {
+		if str(r.Object(t), "synthesis_id") == "" {
 			t.Fatalf("263 without synthesis_id:\n%s", r)
 		}
 	})
@@ -155,7 +155,7 @@ func TestOrderingWithEncodeHandleRespond(t *testing.T) {
 		}
 		r = g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), nil)
 		wantStatus(t, r, 200)
-		if id := str(r.JSON(t), "result", "id"); id != "g-1" {
+		if id := str(r.Object(t), "result", "id"); id != "g-1" {
 			t.Fatalf("FETCH result id = %q:\n%s", id, r)
 		}
 	})

@@ -26,7 +26,7 @@ func TestTierBHotel(t *testing.T) {
 		r := g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), nil)
 		wantStatus(t, r, 200)
 		assertAGTPHeaders(t, r)
-		b := r.JSON(t)
+		b := r.Object(t)
 		if got, _ := b["status"].(float64); got != 200 {
 			t.Errorf("envelope status = %v", b["status"])
 		}
@@ -42,7 +42,7 @@ func TestTierBHotel(t *testing.T) {
 	t.Run("FETCH property", func(t *testing.T) {
 		r := g.Do(t, "FETCH", "/properties/p-1", hdr(agentA1, "hotel:read"), nil)
 		wantStatus(t, r, 200)
-		if str(r.JSON(t), "result", "city") != "Lisbon" {
+		if str(r.Object(t), "result", "city") != "Lisbon" {
 			t.Errorf("property result:\n%s", r)
 		}
 	})
@@ -75,7 +75,7 @@ func TestTierBHotel(t *testing.T) {
 				"check_in": "2027-02-01", "nights": 1}})
 		wantStatus(t, r, 200)
 		rs := w.assertReservations(t, 1)
-		if field(r.JSON(t), "result", "id") != rs[0]["id"] || rs[0]["guest_id"] != "g-2" {
+		if field(r.Object(t), "result", "id") != rs[0]["id"] || rs[0]["guest_id"] != "g-2" {
 			t.Errorf("RESERVE result %s vs stored %v", r.Body, rs[0])
 		}
 	})
@@ -117,7 +117,7 @@ func TestTierBUpstreams(t *testing.T) {
 	t.Run("query parameters reach the input", func(t *testing.T) {
 		r := g.Do(t, "FETCH", "/reflect?color=blue&size=m", hdr(agentA1, "hotel:read"), nil)
 		wantStatus(t, r, 200)
-		b := r.JSON(t)
+		b := r.Object(t)
 		if !argIs(field(b, "result", "args", "color"), "blue") || !argIs(field(b, "result", "args", "size"), "m") {
 			t.Errorf("upstream args = %v, want color=blue size=m", field(b, "result", "args"))
 		}
@@ -126,7 +126,7 @@ func TestTierBUpstreams(t *testing.T) {
 		r := g.Do(t, "FETCH", "/reflect?color=red&size=s", hdr(agentA1, "hotel:read"),
 			map[string]any{"parameters": map[string]any{"size": "xl"}})
 		wantStatus(t, r, 200)
-		b := r.JSON(t)
+		b := r.Object(t)
 		if !argIs(field(b, "result", "args", "color"), "red") || !argIs(field(b, "result", "args", "size"), "xl") {
 			t.Errorf("upstream args = %v, want color=red size=xl", field(b, "result", "args"))
 		}
@@ -134,8 +134,8 @@ func TestTierBUpstreams(t *testing.T) {
 	t.Run("percent-decoded query", func(t *testing.T) {
 		r := g.Do(t, "FETCH", "/reflect?color=deep%20blue&size=m", hdr(agentA1, "hotel:read"), nil)
 		wantStatus(t, r, 200)
-		if !argIs(field(r.JSON(t), "result", "args", "color"), "deep blue") {
-			t.Errorf("upstream args = %v, want color=deep blue", field(r.JSON(t), "result", "args"))
+		if !argIs(field(r.Object(t), "result", "args", "color"), "deep blue") {
+			t.Errorf("upstream args = %v, want color=deep blue", field(r.Object(t), "result", "args"))
 		}
 	})
 	t.Run("unknown query parameter 422", func(t *testing.T) {
@@ -151,7 +151,7 @@ func TestTierBUpstreams(t *testing.T) {
 			"Owner-ID", "hotel-ops", "Allow-RCNS", "true"),
 			map[string]any{"parameters": map[string]any{"marker": "m-1"}})
 		wantStatus(t, r, 200)
-		b := r.JSON(t)
+		b := r.Object(t)
 		if str(b, "result", "json", "marker") != "m-1" {
 			t.Errorf("upstream body = %v, want the input", field(b, "result", "json"))
 		}
@@ -170,7 +170,7 @@ func TestTierBUpstreams(t *testing.T) {
 			"Authorization", "Bearer caller-token-not-for-upstream"),
 			map[string]any{"parameters": map[string]any{"marker": "m-2"}})
 		wantStatus(t, r, 200)
-		if names := headerNames(field(r.JSON(t), "result", "headers")); slices.Contains(names, "authorization") {
+		if names := headerNames(field(r.Object(t), "result", "headers")); slices.Contains(names, "authorization") {
 			t.Errorf("upstream received the caller's Authorization (headers %v)", names)
 		}
 	})
@@ -180,7 +180,7 @@ func TestTierBUpstreams(t *testing.T) {
 			"Allow-RCNS", "true", "Owner-ID", "hotel-ops"), body)
 		wantStatus(t, r, 263)
 		id := r.Header.Get("Contract-Synthesized")
-		names := headerNames(field(r.JSON(t), "result", "seen", "headers"))
+		names := headerNames(field(r.Object(t), "result", "seen", "headers"))
 		if len(names) == 0 {
 			t.Fatalf("no upstream echo in the 263:\n%s", r)
 		}
@@ -192,10 +192,10 @@ func TestTierBUpstreams(t *testing.T) {
 		r = g.Do(t, "ANALYZE", "/upstream-view", hdr(agentA1, "hotel:read",
 			"Contract-Synthesized", id), map[string]any{"parameters": map[string]any{"marker": "via-contract"}})
 		wantStatus(t, r, 200)
-		if str(r.JSON(t), "result", "seen", "json", "marker") != "via-contract" {
+		if str(r.Object(t), "result", "seen", "json", "marker") != "via-contract" {
 			t.Errorf("contract invocation result:\n%s", r)
 		}
-		names = headerNames(field(r.JSON(t), "result", "seen", "headers"))
+		names = headerNames(field(r.Object(t), "result", "seen", "headers"))
 		for _, h := range forbidden {
 			if slices.Contains(names, h) {
 				t.Errorf("contract invocation: upstream received %s (headers %v)", h, names)
