@@ -165,6 +165,7 @@ type Handler struct {
 	gate      policy.Gate
 	st        *state
 	passthru  map[string]bool
+	metrics   *metrics
 	gateRL    *ratelimit.Limiter
 	invokeRL  *ratelimit.Limiter
 	manifest  []byte
@@ -352,6 +353,22 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.buildManifest(); err != nil {
 		return fmt.Errorf("rcns: manifest: %v", err)
 	}
+	methodSet := map[string]bool{}
+	for _, e := range h.set.Endpoints {
+		methodSet[e.Method] = true
+	}
+	for _, r := range h.set.Recipes {
+		methodSet[r.Method] = true
+	}
+	for _, m := range h.methods.CustomMethods() {
+		methodSet[m] = true
+	}
+	if h.metrics, err = newMetrics(ctx.GetMetricsRegistry(), sortedKeys(methodSet)); err != nil {
+		return fmt.Errorf("rcns: metrics: %v", err)
+	}
+	h.metrics.setActiveContracts(h.st.contracts.Len())
+	h.metrics.setIdempotencyRecords(h.st.idem.Len())
+	h.metrics.setAttemptRingSize(h.st.attempts.len())
 	return nil
 }
 

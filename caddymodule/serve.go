@@ -68,6 +68,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		x.requestID = newUUID()
 	}
 	h.serve(x)
+	m := x.method
+	if m == "" {
+		m = r.Method
+	}
+	h.metrics.request(m, x.status)
 	return nil
 }
 
@@ -222,6 +227,7 @@ func (h *Handler) serve(x *exchange) {
 	}
 	// §10 step 8b: Tier C by pair.
 	if c := h.st.contracts.ActiveFor(caller.Agent.ID, x.method, x.path); c != nil {
+		h.metrics.presentation("by_pair")
 		h.runContract(x, req, c)
 		return
 	}
@@ -383,7 +389,9 @@ func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint
 	}
 	x.executed = true
 	ctx := recipes.WithTraceParent(context.WithoutCancel(x.r.Context()), x.r.Header.Get("Traceparent"))
+	start := time.Now()
 	out, f := ep.Invoke(ctx, in)
+	h.metrics.upstreamCall(ep.UpstreamName(), failureClass(f), time.Since(start).Seconds())
 	if f != nil {
 		if f.Code != recipes.ErrInvalidInput {
 			h.logger.Warn("upstream failure", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
@@ -393,6 +401,19 @@ func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint
 		return
 	}
 	x.write(200, mediaAGTP, envelope(200, x.taskID, out), extra)
+}
+
+// failureClass is the metrics class of an endpoint outcome.
+func failureClass(f *recipes.Failure) string {
+	if f == nil {
+		return "ok"
+	}
+	for _, c := range recipes.UpstreamErrors {
+		if f.Code == c {
+			return c
+		}
+	}
+	return "mapped"
 }
 
 func endpointWarning(ep *recipes.Endpoint) string {
@@ -452,17 +473,21 @@ func (h *Handler) present(x *exchange, req *request, id string) {
 	c, res := h.st.contracts.Lookup(id)
 	switch res {
 	case recipes.LookupUnknown:
+		h.metrics.presentation("not_found")
 		x.fail(errorf(404, "contract-not-found", "no contract with this synthesis id exists (unknown, released or swept)"))
 		return
 	case recipes.LookupRevoked:
+		h.metrics.presentation("revoked")
 		h.refuse464(x, req, nil, "contract-revoked", "the contract has expired or was revoked; synthesize a new one")
 		return
 	}
 	if c.OriginatingAgentID != req.caller.Agent.ID {
+		h.metrics.presentation("not_yours")
 		h.refuse464(x, req, nil, "contract-not-yours", "the contract is bound to another agent")
 		return
 	}
 	if c.Method != x.method || c.Path != x.path {
+		h.metrics.presentation("not_found")
 		x.fail(errorf(404, "contract-not-found", fmt.Sprintf("the presented contract serves %s %s, not this pair", c.Method, c.Path)))
 		return
 	}
@@ -497,8 +522,10 @@ func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract) {
 	x.executed = true
 	out, ok := h.execute(x, c, in)
 	if !ok {
+		h.metrics.presentation("failed")
 		return
 	}
+	h.metrics.presentation("executed")
 	x.write(200, mediaAGTP, envelope(200, x.taskID, out), nil)
 }
 
@@ -506,7 +533,19 @@ func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract) {
 // answer and returns false.
 func (h *Handler) execute(x *exchange, c *recipes.Contract, in map[string]any) (any, bool) {
 	ctx := recipes.WithTraceParent(x.r.Context(), x.r.Header.Get("Traceparent"))
-	out, _, cf := c.Recipe.Execute(ctx, in, time.Duration(h.CompositionTimeout))
+	start := time.Now()
+	out, reports, cf := c.Recipe.Execute(ctx, in, time.Duration(h.CompositionTimeout))
+	h.metrics.compositionDuration(c.Lineage.RecipeName, time.Since(start).Seconds())
+	for _, rep := range reports {
+		if rep.State == recipes.StepSucceeded || rep.State == recipes.StepFailed {
+			class := "ok"
+			if rep.State == recipes.StepFailed {
+				class = failureClass(&recipes.Failure{Code: rep.Error})
+			}
+			h.metrics.stepDuration(c.Lineage.RecipeName, rep.Name, rep.Duration.Seconds())
+			h.metrics.upstreamCall(rep.Upstream, class, rep.Duration.Seconds())
+		}
+	}
 	if cf != nil {
 		fields := []zap.Field{zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 			zap.String("recipe", c.Lineage.RecipeName), zap.String("reason", cf.Cause.Code)}
@@ -540,8 +579,14 @@ func (h *Handler) refuse(x *exchange, req *request, states *policy.LockStates, e
 	}
 	if states != nil {
 		rec.Locks = states.Map()
+		for i, st := range states {
+			if st == policy.LockClosed {
+				h.metrics.lockRefusal(policy.Lock(i + 1).String())
+			}
+		}
 	}
 	h.st.attempts.add(rec)
+	h.metrics.setAttemptRingSize(h.st.attempts.len())
 	if e.Status == policy.StatusNoContract {
 		e.AttemptID = rec.ID
 	}
@@ -552,12 +597,25 @@ func (h *Handler) refuse(x *exchange, req *request, states *policy.LockStates, e
 
 // gateway handles an unregistered pair (spec §10 step 9, §11).
 func (h *Handler) gateway(x *exchange, req *request) {
-	states, proceed, ref := h.gate.Locks12(policy.AllowRCNS(x.r.Header.Get("Allow-RCNS")))
+	optIn := policy.AllowRCNS(x.r.Header.Get("Allow-RCNS"))
+	if optIn {
+		defer func() {
+			switch {
+			case x.replayed:
+			case x.contract != nil || x.status == policy.StatusContractAvailable:
+				h.metrics.gateEvaluation("accepted", "")
+			default:
+				h.metrics.gateEvaluation("refused", x.reason)
+			}
+		}()
+	}
+	states, proceed, ref := h.gate.Locks12(optIn)
 	if ref != nil {
 		h.refuse(x, req, &states, fromRefusal(ref))
 		return
 	}
 	if !proceed {
+		h.metrics.lockRefusal(policy.LockCallerOptIn.String())
 		if len(h.set.MethodsForPath(x.path)) > 0 {
 			x.fail(h.methodNotAllowed(x, fmt.Sprintf("no endpoint serves %s %s; the path is served under other methods", x.method, x.path)))
 			return
@@ -613,8 +671,10 @@ func (h *Handler) gateway(x *exchange, req *request) {
 	x.executed = true
 	h.logger.Info("rcns contract synthesized", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 		zap.String("recipe", recipe.Name), zap.String("recipe_version", recipe.Version), zap.String("mode", h.Mode))
+	h.metrics.setActiveContracts(h.st.contracts.Len())
 	body := contractBody(c)
 	if h.Mode == ModeConfirmFirst {
+		h.metrics.synthesis(recipe.Name, ModeConfirmFirst, "previewed")
 		body["status"] = policy.StatusContractAvailable
 		x.write(policy.StatusContractAvailable, mediaEndpoint, body, nil)
 		return
@@ -622,8 +682,10 @@ func (h *Handler) gateway(x *exchange, req *request) {
 	x.contract = c
 	out, ok := h.execute(x, c, in)
 	if !ok {
+		h.metrics.synthesis(recipe.Name, ModeOptimistic, "failed")
 		return
 	}
+	h.metrics.synthesis(recipe.Name, ModeOptimistic, "executed")
 	body["status"] = policy.StatusProposalApproved
 	body["result"] = out
 	if x.taskID != "" {
@@ -642,17 +704,22 @@ func (h *Handler) claim(x *exchange, req *request) bool {
 	}
 	fp := idempotency.Fingerprint(x.r.Method, x.r.RequestURI, req.raw)
 	outcome, resp, c := h.st.idem.Claim(req.caller.Agent.ID, req.idemKey, fp)
+	h.metrics.setIdempotencyRecords(h.st.idem.Len())
 	switch outcome {
 	case idempotency.Execute:
 		x.claim = c
 		return true
 	case idempotency.Replay:
+		h.metrics.idempotency("replay")
 		x.replay(resp)
 	case idempotency.Mismatch:
+		h.metrics.idempotency("conflict")
 		x.fail(errorf(422, "idempotency-key-reused", "this Idempotency-Key was used for a different request (method, target or body); use a new key"))
 	case idempotency.InFlight:
+		h.metrics.idempotency("in_flight")
 		x.fail(&wireError{Status: 409, Reason: "idempotency-key-in-flight", Explanation: "a request with this Idempotency-Key is still running; retry after it completes", Retryable: true})
 	default:
+		h.metrics.idempotency("store_full")
 		x.fail(&wireError{Status: 503, Reason: "idempotency-store-full", Explanation: "the idempotency store holds this agent's maximum number of records; retry later", Retryable: true})
 	}
 	return false
@@ -670,6 +737,7 @@ func (h *Handler) spend(x *exchange, req *request, l *ratelimit.Limiter) bool {
 	if d.Allowed {
 		return true
 	}
+	h.metrics.rateLimited(l.Budget().Name)
 	secs := ratelimit.RetryAfterSeconds(d)
 	x.rateHeaders["Retry-After"] = strconv.Itoa(secs)
 	scope := l.Budget().Name

@@ -151,6 +151,7 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 			h.logger.Info("rcns contract revoked", zap.String("agent_id", x.agentID), zap.String("synthesis_id", id),
 				zap.String("originating_agent_id", c.OriginatingAgentID), zap.String("reason", reason))
 		}
+		h.metrics.setActiveContracts(h.st.contracts.Len())
 		x.write(200, mediaAGTP, map[string]any{"status": 200, "result": map[string]any{"synthesis_id": id, "state": recipes.StateRevoked, "noop": noop}}, nil)
 	case "stale-contracts":
 		if !h.inspectAll(req) {
@@ -190,6 +191,7 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 			}
 			list = append(list, entry)
 		}
+		h.metrics.setActiveContracts(h.st.contracts.Len())
 		x.write(200, mediaAGTP, map[string]any{"status": 200, "mode": mode, "contracts": list}, nil)
 	case "":
 		x.fail(errorf(400, "parameter-required", "REVOKE needs a target"))
@@ -212,6 +214,7 @@ func (h *Handler) suspend(x *exchange, req *request, p map[string]any) {
 			return
 		}
 		noop := !h.st.contracts.End(id, recipes.StateReleased)
+		h.metrics.setActiveContracts(h.st.contracts.Len())
 		x.write(200, mediaAGTP, map[string]any{"status": 200, "result": map[string]any{"synthesis_id": id, "state": recipes.StateReleased, "noop": noop}}, nil)
 		return
 	}
@@ -442,6 +445,8 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		return
 	}
 	x.executed = true
+	h.metrics.synthesis(recipe.Name, "propose", "previewed")
+	h.metrics.setActiveContracts(h.st.contracts.Len())
 	persistent, _ := p["persistent"].(bool)
 	h.logger.Info("rcns proposal accepted", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 		zap.String("recipe", recipe.Name), zap.String("negotiation_id", negID), zap.Bool("persistent_requested", persistent))

@@ -77,6 +77,9 @@ type exchange struct {
 	claim    *idempotency.Claim
 	executed bool
 	written  bool
+	replayed bool
+	status   int    // status written
+	reason   string // reason token of a refusal written
 }
 
 func (x *exchange) fail(e *wireError) {
@@ -86,6 +89,7 @@ func (x *exchange) fail(e *wireError) {
 		"explanation": e.Explanation,
 		"retryable":   e.Retryable,
 	}
+	x.reason = e.Reason
 	if x.taskID != "" {
 		body["task_id"] = x.taskID
 	}
@@ -135,6 +139,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 		return
 	}
 	x.written = true
+	x.status = status
 	if x.claim != nil {
 		if x.executed {
 			h := map[string]string{}
@@ -319,6 +324,12 @@ func (a *attemptRing) trimLocked() {
 	}
 }
 
+func (a *attemptRing) len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.order)
+}
+
 func (a *attemptRing) get(id string) (*attemptRecord, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -330,6 +341,7 @@ func (a *attemptRing) get(id string) (*attemptRecord, bool) {
 // headers and body byte for byte, with a fresh Response-ID and
 // Attribution-Record and Idempotent-Replayed: true (spec §12.2, OP-15).
 func (x *exchange) replay(resp *idempotency.Response) {
+	x.replayed = true
 	extra := map[string]string{"Idempotent-Replayed": "true"}
 	ct := resp.Header["Content-Type"]
 	if cs := resp.Header["Contract-Synthesized"]; cs != "" {

@@ -25,6 +25,10 @@ type StepReport struct {
 	Output any `json:"output,omitempty"`
 	// Error is the failure code of a failed step.
 	Error string `json:"error,omitempty"`
+	// Upstream is the name of the upstream the step calls.
+	Upstream string `json:"-"`
+	// Duration is how long the step ran (0 when it did not start).
+	Duration time.Duration `json:"-"`
 }
 
 // CompositionFailure is a failed plan run: 422 composition_failed
@@ -89,6 +93,7 @@ type stepResult struct {
 	idx int
 	out any
 	f   *Failure
+	d   time.Duration
 }
 
 // Execute runs the recipe's plan on an input already validated with
@@ -114,7 +119,7 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 	done := make([]bool, n)
 	started := make([]bool, n)
 	for i, s := range r.Steps {
-		reports[i] = StepReport{Name: s.Name, Method: s.Endpoint.Method, Path: s.Endpoint.Path, State: StepNotStarted}
+		reports[i] = StepReport{Name: s.Name, Method: s.Endpoint.Method, Path: s.Endpoint.Path, State: StepNotStarted, Upstream: s.Endpoint.UpstreamName()}
 	}
 	results := make(chan stepResult, n)
 	running := 0
@@ -141,8 +146,9 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 			vals = append(vals, input)
 			vals = append(vals, outputs[:i]...)
 			go func(i int, s *Step, vals []any) {
+				start := time.Now()
 				out, f := s.run(ctx, input, vals)
-				results <- stepResult{idx: i, out: out, f: f}
+				results <- stepResult{idx: i, out: out, f: f, d: time.Since(start)}
 			}(i, s, vals)
 		}
 	}
@@ -150,6 +156,7 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 	for running > 0 {
 		res := <-results
 		running--
+		reports[res.idx].Duration = res.d
 		if res.f != nil {
 			failed = append(failed, res)
 			if ctx.Err() != nil && len(failed) > 1 {

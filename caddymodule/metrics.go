@@ -1,0 +1,398 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metric names and label sets (docs/metrics.md describes each one). Every
+// label value is bounded: closed enumerations are mapped to "other" when a
+// caller passes a value outside them, and recipe, step, upstream and budget
+// are operator-configured names. No metric is labelled by agent id,
+// Idempotency-Key, path or synthesis id (ARCHITECTURE.md "Metrics").
+const (
+	metricsNamespace = "caddy"
+	metricsSubsystem = "rcns"
+
+	// labelOther replaces a value outside a closed enumeration.
+	labelOther = "other"
+	// labelNone is the reason of an accepted gate evaluation.
+	labelNone = "none"
+	// methodOther is the method label of a method that is neither in the
+	// AGTP floor nor configured (as Caddy labels unknown HTTP methods).
+	methodOther = "OTHER"
+	// maxReasonLen bounds a reason token's length; longer values become
+	// "other".
+	maxReasonLen = 64
+)
+
+// durationBuckets suit durations from about 1 ms to 30 s (composition,
+// upstream calls and steps share them so panels can be compared).
+var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
+// floorMethods are the 18 AGTP floor methods, always their own method
+// label value.
+var floorMethods = [...]string{
+	"QUERY", "DISCOVER", "DESCRIBE", "INSPECT", "SUMMARIZE", "PLAN",
+	"PROPOSE", "EXECUTE", "DELEGATE", "ESCALATE", "CONFIRM", "SUSPEND",
+	"NOTIFY", "ACTIVATE", "DEACTIVATE", "REINSTATE", "REVOKE", "DEPRECATE",
+}
+
+// Closed label enumerations. Values outside them are counted as "other".
+var (
+	gateOutcomes         = enumOf("accepted", "refused")
+	lockNames            = enumOf("server_policy", "caller_opt_in", "caller_scope", "trust_tier")
+	synthesisModes       = enumOf("confirm-first", "optimistic", "propose")
+	synthesisOutcomes    = enumOf("previewed", "executed", "failed")
+	presentationOutcomes = enumOf("executed", "failed", "not_found", "not_yours", "revoked", "by_pair")
+	upstreamClasses      = enumOf("ok", "upstream_timeout", "upstream_connection_error", "upstream_malformed_response", "upstream_authentication_failed", "upstream_error", "mapped")
+	idempotencyEvents    = enumOf("replay", "conflict", "in_flight", "store_full")
+)
+
+// codeLabels holds the code label of every status 100–999 so request
+// does not allocate; other statuses are labelled "other".
+var codeLabels = func() (t [1000]string) {
+	for i := 100; i < len(t); i++ {
+		t[i] = strconv.Itoa(i)
+	}
+	return t
+}()
+
+// metrics holds the gateway's collectors for one config load.
+//
+// Every method is safe for concurrent use and does nothing on a nil
+// *metrics, so request-path code may call them unconditionally.
+type metrics struct {
+	// registry is the private registry used when newMetrics was given no
+	// registerer (tests); nil otherwise.
+	registry *prometheus.Registry
+	// methods are the method label values kept as themselves: the AGTP
+	// floor plus the configured methods. Read-only after newMetrics.
+	methods map[string]struct{}
+
+	gateEvaluations    *prometheus.CounterVec   // outcome, reason
+	lockRefusals       *prometheus.CounterVec   // lock
+	syntheses          *prometheus.CounterVec   // recipe, mode, outcome
+	presentations      *prometheus.CounterVec   // outcome
+	activeContracts    prometheus.Gauge         //
+	compositionSeconds *prometheus.HistogramVec // recipe
+	upstreamSeconds    *prometheus.HistogramVec // upstream
+	upstreamErrors     *prometheus.CounterVec   // upstream, class
+	stepSeconds        *prometheus.HistogramVec // recipe, step
+	rateLimitRefusals  *prometheus.CounterVec   // budget
+	idempotencyEvents  *prometheus.CounterVec   // event
+	idempotencyRecords prometheus.Gauge         //
+	attemptRecords     prometheus.Gauge         //
+	requests           *prometheus.CounterVec   // method, code
+}
+
+// newMetrics registers every collector on reg (reusing existing ones on
+// AlreadyRegisteredError) and returns them. reg may be nil (tests): then a
+// private registry is used. methods are the configured endpoint and recipe
+// methods; with the 18 AGTP floor methods they are the values the method
+// label of caddy_rcns_requests_total may take, any other method being
+// counted as "OTHER".
+//
+// In Caddy, pass ctx.GetMetricsRegistry(): Caddy builds a fresh registry
+// at every config load, so call newMetrics from Provision, never cache the
+// result across loads, and expect counters to restart at zero after a
+// reload. Several handlers provisioned in one load share the collectors.
+func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
+	m := &metrics{methods: make(map[string]struct{}, len(floorMethods)+len(methods))}
+	if r, ok := reg.(*prometheus.Registry); reg == nil || (ok && r == nil) {
+		m.registry = prometheus.NewRegistry()
+		reg = m.registry
+	}
+	for _, name := range floorMethods {
+		m.methods[name] = struct{}{}
+	}
+	for _, name := range methods {
+		if name != "" {
+			m.methods[name] = struct{}{}
+		}
+	}
+
+	var errs []error
+	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c, err := registerCollector(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: name, Help: help,
+		}, labels))
+		errs = append(errs, err)
+		return c
+	}
+	histogramVec := func(name, help string, labels ...string) *prometheus.HistogramVec {
+		h, err := registerCollector(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: name, Help: help,
+			Buckets: durationBuckets,
+		}, labels))
+		errs = append(errs, err)
+		return h
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		g, err := registerCollector(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: name, Help: help,
+		}))
+		errs = append(errs, err)
+		return g
+	}
+
+	m.gateEvaluations = counterVec("gate_evaluations_total",
+		"RCNS four-lock gate evaluations by outcome (accepted, refused) and refusal reason token (none when accepted).",
+		"outcome", "reason")
+	m.lockRefusals = counterVec("lock_refusals_total",
+		"RCNS gate refusals by the lock that refused (server_policy, caller_opt_in, caller_scope, trust_tier).",
+		"lock")
+	m.syntheses = counterVec("syntheses_total",
+		"Contract syntheses by recipe, mode (confirm-first, optimistic, propose) and outcome (previewed, executed, failed).",
+		"recipe", "mode", "outcome")
+	m.presentations = counterVec("contract_presentations_total",
+		"Contract presentations by outcome (executed, failed, not_found, not_yours, revoked, by_pair).",
+		"outcome")
+	m.activeContracts = gauge("active_contracts",
+		"Live synthesized contracts currently held.")
+	m.compositionSeconds = histogramVec("composition_duration_seconds",
+		"Duration of a recipe composition (all its steps), by recipe.",
+		"recipe")
+	m.upstreamSeconds = histogramVec("upstream_request_duration_seconds",
+		"Duration of calls to upstream REST services, by configured upstream, whatever their result.",
+		"upstream")
+	m.upstreamErrors = counterVec("upstream_errors_total",
+		"Failed upstream calls by configured upstream and error class (upstream_timeout, upstream_connection_error, upstream_malformed_response, upstream_authentication_failed, upstream_error, mapped).",
+		"upstream", "class")
+	m.stepSeconds = histogramVec("step_duration_seconds",
+		"Duration of one recipe step, by recipe and step name.",
+		"recipe", "step")
+	m.rateLimitRefusals = counterVec("rate_limit_refusals_total",
+		"Requests refused by a per-agent rate limit, by budget name.",
+		"budget")
+	m.idempotencyEvents = counterVec("idempotency_events_total",
+		"Idempotency-Key events by kind (replay, conflict, in_flight, store_full).",
+		"event")
+	m.idempotencyRecords = gauge("idempotency_records",
+		"Idempotency records currently held (stored and in flight).")
+	m.attemptRecords = gauge("attempt_records",
+		"RCNS attempt records currently held for INSPECT target=rcns-attempt.")
+	m.requests = counterVec("requests_total",
+		"Requests handled by the gateway, by method (AGTP floor or configured, else OTHER) and response status code.",
+		"method", "code")
+
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+
+	// Start the series of closed enumerations at zero so rate() and ratio
+	// queries see them before the first event.
+	m.gateEvaluations.WithLabelValues("accepted", labelNone)
+	for _, v := range lockNames.values {
+		m.lockRefusals.WithLabelValues(v)
+	}
+	for _, v := range presentationOutcomes.values {
+		m.presentations.WithLabelValues(v)
+	}
+	for _, v := range idempotencyEvents.values {
+		m.idempotencyEvents.WithLabelValues(v)
+	}
+	return m, nil
+}
+
+// registerCollector registers c on reg. When an equal collector is already
+// registered (a second handler in the same config load) it returns the
+// existing one so both handlers count into the same series.
+func registerCollector[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+		return c, fmt.Errorf("rcns metrics: a collector of another type is registered as %T: %w", are.ExistingCollector, err)
+	}
+	return c, fmt.Errorf("rcns metrics: %w", err)
+}
+
+// gateEvaluation counts one RCNS gate evaluation. outcome is "accepted" or
+// "refused"; reason is the spec reason token of a refusal ("" → "none").
+func (m *metrics) gateEvaluation(outcome, reason string) {
+	if m == nil {
+		return
+	}
+	m.gateEvaluations.WithLabelValues(gateOutcomes.label(outcome), reasonLabel(reason)).Inc()
+}
+
+// lockRefusal counts a gate refusal by the lock that refused:
+// server_policy, caller_opt_in, caller_scope or trust_tier (policy.Lock's
+// String).
+func (m *metrics) lockRefusal(lock string) {
+	if m == nil {
+		return
+	}
+	m.lockRefusals.WithLabelValues(lockNames.label(lock)).Inc()
+}
+
+// synthesis counts one contract synthesis. mode is confirm-first,
+// optimistic or propose; outcome is previewed, executed or failed.
+func (m *metrics) synthesis(recipe, mode, outcome string) {
+	if m == nil {
+		return
+	}
+	m.syntheses.WithLabelValues(recipe, synthesisModes.label(mode), synthesisOutcomes.label(outcome)).Inc()
+}
+
+// presentation counts one contract presentation. outcome is executed,
+// failed, not_found, not_yours, revoked or by_pair.
+func (m *metrics) presentation(outcome string) {
+	if m == nil {
+		return
+	}
+	m.presentations.WithLabelValues(presentationOutcomes.label(outcome)).Inc()
+}
+
+// setActiveContracts sets the number of live contracts.
+func (m *metrics) setActiveContracts(n int) {
+	if m == nil {
+		return
+	}
+	m.activeContracts.Set(float64(n))
+}
+
+// compositionDuration observes how long a recipe's composition took.
+func (m *metrics) compositionDuration(recipe string, seconds float64) {
+	if m == nil {
+		return
+	}
+	m.compositionSeconds.WithLabelValues(recipe).Observe(seconds)
+}
+
+// upstreamCall observes one upstream call's duration and, when class is
+// not "ok", counts it as an error of that class (upstream_timeout,
+// upstream_connection_error, upstream_malformed_response,
+// upstream_authentication_failed, upstream_error or mapped).
+func (m *metrics) upstreamCall(upstream, class string, seconds float64) {
+	if m == nil {
+		return
+	}
+	m.upstreamSeconds.WithLabelValues(upstream).Observe(seconds)
+	if class != "ok" {
+		m.upstreamErrors.WithLabelValues(upstream, upstreamClasses.label(class)).Inc()
+	}
+}
+
+// stepDuration observes how long one recipe step took.
+func (m *metrics) stepDuration(recipe, step string, seconds float64) {
+	if m == nil {
+		return
+	}
+	m.stepSeconds.WithLabelValues(recipe, step).Observe(seconds)
+}
+
+// rateLimited counts a request refused by the rate-limit budget named
+// budget (ratelimit.Budget.Name, e.g. "rcns" or "invocation").
+func (m *metrics) rateLimited(budget string) {
+	if m == nil {
+		return
+	}
+	m.rateLimitRefusals.WithLabelValues(budget).Inc()
+}
+
+// idempotency counts an Idempotency-Key event: replay, conflict,
+// in_flight or store_full.
+func (m *metrics) idempotency(event string) {
+	if m == nil {
+		return
+	}
+	m.idempotencyEvents.WithLabelValues(idempotencyEvents.label(event)).Inc()
+}
+
+// setIdempotencyRecords sets the number of idempotency records held.
+func (m *metrics) setIdempotencyRecords(n int) {
+	if m == nil {
+		return
+	}
+	m.idempotencyRecords.Set(float64(n))
+}
+
+// setAttemptRingSize sets the number of RCNS attempt records held.
+func (m *metrics) setAttemptRingSize(n int) {
+	if m == nil {
+		return
+	}
+	m.attemptRecords.Set(float64(n))
+}
+
+// request counts one handled request by method (bucketed by methodLabel)
+// and final status code.
+func (m *metrics) request(method string, status int) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(m.methodLabel(method), codeLabel(status)).Inc()
+}
+
+// methodLabel returns method when it is an AGTP floor method or one passed
+// to newMetrics, else "OTHER".
+func (m *metrics) methodLabel(method string) string {
+	if _, ok := m.methods[method]; ok {
+		return method
+	}
+	return methodOther
+}
+
+// codeLabel returns the code label of an HTTP status; 0 (nothing written)
+// is 200 as net/http would send it, and values outside 100–999 are "other".
+func codeLabel(status int) string {
+	if status == 0 {
+		status = 200
+	}
+	if status < 100 || status >= len(codeLabels) {
+		return labelOther
+	}
+	return codeLabels[status]
+}
+
+// reasonLabel returns the reason label: "none" for "", the token itself
+// when it looks like a spec reason token (lowercase letters, digits, '-'
+// and '_', at most maxReasonLen bytes), else "other" — so free text
+// passed by mistake cannot create series.
+func reasonLabel(reason string) string {
+	if reason == "" {
+		return labelNone
+	}
+	if len(reason) > maxReasonLen {
+		return labelOther
+	}
+	for i := 0; i < len(reason); i++ {
+		c := reason[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '_' {
+			return labelOther
+		}
+	}
+	return reason
+}
+
+// enum is a closed set of label values.
+type enum struct {
+	values []string
+	set    map[string]struct{}
+}
+
+func enumOf(values ...string) enum {
+	e := enum{values: values, set: make(map[string]struct{}, len(values))}
+	for _, v := range values {
+		e.set[v] = struct{}{}
+	}
+	return e
+}
+
+// label returns v when it is in the set, else "other".
+func (e enum) label(v string) string {
+	if _, ok := e.set[v]; ok {
+		return v
+	}
+	return labelOther
+}

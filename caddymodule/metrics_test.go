@@ -1,0 +1,490 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.yaml.in/yaml/v3"
+)
+
+// touchAllMetrics records one event on every metric so every family is
+// gathered (vectors without children are not).
+func touchAllMetrics(m *metrics) {
+	m.gateEvaluation("accepted", "")
+	m.gateEvaluation("refused", "rcns-disabled")
+	m.lockRefusal("server_policy")
+	m.synthesis("book-trip", "confirm-first", "previewed")
+	m.presentation("executed")
+	m.setActiveContracts(3)
+	m.compositionDuration("book-trip", 0.042)
+	m.upstreamCall("flights", "ok", 0.01)
+	m.upstreamCall("flights", "upstream_timeout", 5)
+	m.stepDuration("book-trip", "reserve", 0.02)
+	m.rateLimited("rcns")
+	m.idempotency("replay")
+	m.setIdempotencyRecords(7)
+	m.setAttemptRingSize(11)
+	m.request("QUERY", 200)
+}
+
+// registeredMetricNames gathers g and returns the metric family names.
+func registeredMetricNames(t *testing.T, g prometheus.Gatherer) map[string]bool {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	names := make(map[string]bool, len(mfs))
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	return names
+}
+
+var allMetricNames = []string{
+	"caddy_rcns_gate_evaluations_total",
+	"caddy_rcns_lock_refusals_total",
+	"caddy_rcns_syntheses_total",
+	"caddy_rcns_contract_presentations_total",
+	"caddy_rcns_active_contracts",
+	"caddy_rcns_composition_duration_seconds",
+	"caddy_rcns_upstream_request_duration_seconds",
+	"caddy_rcns_upstream_errors_total",
+	"caddy_rcns_step_duration_seconds",
+	"caddy_rcns_rate_limit_refusals_total",
+	"caddy_rcns_idempotency_events_total",
+	"caddy_rcns_idempotency_records",
+	"caddy_rcns_attempt_records",
+	"caddy_rcns_requests_total",
+}
+
+func TestMetricsRegistersEveryCollectorAndLints(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, []string{"BOOK"})
+	if err != nil {
+		t.Fatalf("newMetrics: %v", err)
+	}
+	touchAllMetrics(m)
+
+	names := registeredMetricNames(t, reg)
+	for _, want := range allMetricNames {
+		if !names[want] {
+			t.Errorf("metric %s not registered", want)
+		}
+	}
+	if len(names) != len(allMetricNames) {
+		t.Errorf("registered %d families, want %d: %v", len(names), len(allMetricNames), names)
+	}
+
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatalf("GatherAndLint: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint %s: %s", p.Metric, p.Text)
+	}
+	for name, c := range map[string]prometheus.Collector{
+		"gate":     m.gateEvaluations,
+		"lock":     m.lockRefusals,
+		"upstream": m.upstreamSeconds,
+		"requests": m.requests,
+	} {
+		problems, err := testutil.CollectAndLint(c)
+		if err != nil {
+			t.Fatalf("CollectAndLint(%s): %v", name, err)
+		}
+		for _, p := range problems {
+			t.Errorf("lint %s: %s", p.Metric, p.Text)
+		}
+	}
+}
+
+func TestMetricsCountersMove(t *testing.T) {
+	m, err := newMetrics(nil, []string{"BOOK"})
+	if err != nil {
+		t.Fatalf("newMetrics(nil): %v", err)
+	}
+	if m.registry == nil {
+		t.Fatal("newMetrics(nil) did not use a private registry")
+	}
+
+	m.gateEvaluation("accepted", "")
+	m.gateEvaluation("refused", "rcns-disabled")
+	m.gateEvaluation("refused", "rcns-disabled")
+	m.gateEvaluation("bogus", "Free text: not a token")
+	if got := testutil.ToFloat64(m.gateEvaluations.WithLabelValues("accepted", "none")); got != 1 {
+		t.Errorf("accepted/none = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.gateEvaluations.WithLabelValues("refused", "rcns-disabled")); got != 2 {
+		t.Errorf("refused/rcns-disabled = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.gateEvaluations.WithLabelValues("other", "other")); got != 1 {
+		t.Errorf("other/other = %v, want 1 (unbounded values must be folded)", got)
+	}
+
+	m.lockRefusal("trust_tier")
+	m.lockRefusal("lock(9)")
+	if got := testutil.ToFloat64(m.lockRefusals.WithLabelValues("trust_tier")); got != 1 {
+		t.Errorf("lock trust_tier = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.lockRefusals.WithLabelValues("other")); got != 1 {
+		t.Errorf("lock other = %v, want 1", got)
+	}
+	// The closed lock set starts at zero.
+	if got := testutil.CollectAndCount(m.lockRefusals); got != 5 {
+		t.Errorf("lock series = %d, want 4 pre-initialized + other", got)
+	}
+
+	m.synthesis("book-trip", "optimistic", "executed")
+	if got := testutil.ToFloat64(m.syntheses.WithLabelValues("book-trip", "optimistic", "executed")); got != 1 {
+		t.Errorf("syntheses = %v, want 1", got)
+	}
+
+	m.presentation("not_yours")
+	if got := testutil.ToFloat64(m.presentations.WithLabelValues("not_yours")); got != 1 {
+		t.Errorf("presentations not_yours = %v, want 1", got)
+	}
+
+	m.setActiveContracts(5)
+	m.setActiveContracts(4)
+	if got := testutil.ToFloat64(m.activeContracts); got != 4 {
+		t.Errorf("active contracts = %v, want 4", got)
+	}
+
+	m.upstreamCall("flights", "ok", 0.003)
+	m.upstreamCall("flights", "upstream_timeout", 30)
+	m.upstreamCall("flights", "mapped", 0.01)
+	if got := testutil.CollectAndCount(m.upstreamSeconds); got != 1 {
+		t.Errorf("upstream histogram series = %d, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.upstreamErrors.WithLabelValues("flights", "upstream_timeout")); got != 1 {
+		t.Errorf("upstream_timeout errors = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.upstreamErrors.WithLabelValues("flights", "mapped")); got != 1 {
+		t.Errorf("mapped errors = %v, want 1", got)
+	}
+	if got := testutil.CollectAndCount(m.upstreamErrors); got != 2 {
+		t.Errorf("upstream error series = %d, want 2 (ok is not an error)", got)
+	}
+
+	m.compositionDuration("book-trip", 0.2)
+	m.stepDuration("book-trip", "reserve", 0.1)
+	if got := testutil.CollectAndCount(m.compositionSeconds); got != 1 {
+		t.Errorf("composition series = %d, want 1", got)
+	}
+	if got := testutil.CollectAndCount(m.stepSeconds); got != 1 {
+		t.Errorf("step series = %d, want 1", got)
+	}
+
+	m.rateLimited("invocation")
+	if got := testutil.ToFloat64(m.rateLimitRefusals.WithLabelValues("invocation")); got != 1 {
+		t.Errorf("rate limit refusals = %v, want 1", got)
+	}
+
+	m.idempotency("conflict")
+	m.idempotency("store_full")
+	m.setIdempotencyRecords(12)
+	m.setAttemptRingSize(1024)
+	if got := testutil.ToFloat64(m.idempotencyEvents.WithLabelValues("conflict")); got != 1 {
+		t.Errorf("idempotency conflict = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.idempotencyEvents.WithLabelValues("replay")); got != 0 {
+		t.Errorf("idempotency replay = %v, want 0", got)
+	}
+	if got := testutil.ToFloat64(m.idempotencyRecords); got != 12 {
+		t.Errorf("idempotency records = %v, want 12", got)
+	}
+	if got := testutil.ToFloat64(m.attemptRecords); got != 1024 {
+		t.Errorf("attempt records = %v, want 1024", got)
+	}
+
+	m.request("BOOK", 200)
+	m.request("QUERY", 262)
+	m.request("QUERY", 0)
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("BOOK", "200")); got != 1 {
+		t.Errorf("BOOK 200 = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("QUERY", "262")); got != 1 {
+		t.Errorf("QUERY 262 = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("QUERY", "200")); got != 1 {
+		t.Errorf("QUERY 0→200 = %v, want 1", got)
+	}
+
+	problems, err := testutil.GatherAndLint(m.registry)
+	if err != nil {
+		t.Fatalf("GatherAndLint: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestMetricsMethodBucketing(t *testing.T) {
+	m, err := newMetrics(nil, []string{"BOOK", "RESERVE", ""})
+	if err != nil {
+		t.Fatalf("newMetrics: %v", err)
+	}
+	for _, tt := range []struct{ method, want string }{
+		{"QUERY", "QUERY"},
+		{"DEPRECATE", "DEPRECATE"},
+		{"BOOK", "BOOK"},
+		{"RESERVE", "RESERVE"},
+		{"FROBNICATE", "OTHER"},
+		{"query", "OTHER"},
+		{"GET", "OTHER"},
+		{"", "OTHER"},
+	} {
+		if got := m.methodLabel(tt.method); got != tt.want {
+			t.Errorf("methodLabel(%q) = %q, want %q", tt.method, got, tt.want)
+		}
+	}
+	for _, name := range floorMethods {
+		if got := m.methodLabel(name); got != name {
+			t.Errorf("floor method %s labelled %q", name, got)
+		}
+	}
+	if len(floorMethods) != 18 {
+		t.Errorf("floor has %d methods, want 18", len(floorMethods))
+	}
+
+	m.request("FROBNICATE", 459)
+	m.request("FLUMMOX", 459)
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("OTHER", "459")); got != 2 {
+		t.Errorf("OTHER 459 = %v, want 2", got)
+	}
+	if got := testutil.CollectAndCount(m.requests); got != 1 {
+		t.Errorf("request series = %d, want 1", got)
+	}
+
+	for _, tt := range []struct {
+		status int
+		want   string
+	}{{0, "200"}, {200, "200"}, {262, "262"}, {464, "464"}, {99, "other"}, {1000, "other"}, {-1, "other"}} {
+		if got := codeLabel(tt.status); got != tt.want {
+			t.Errorf("codeLabel(%d) = %q, want %q", tt.status, got, tt.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { m.request("QUERY", 262) }); n != 0 {
+		t.Errorf("request allocates %v times, want 0", n)
+	}
+}
+
+func TestMetricsRegisterTwiceReusesCollectors(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	first, err := newMetrics(reg, nil)
+	if err != nil {
+		t.Fatalf("first newMetrics: %v", err)
+	}
+	second, err := newMetrics(reg, []string{"BOOK"})
+	if err != nil {
+		t.Fatalf("second newMetrics on the same registry: %v", err)
+	}
+	if first.gateEvaluations != second.gateEvaluations || first.activeContracts != second.activeContracts ||
+		first.upstreamSeconds != second.upstreamSeconds || first.requests != second.requests ||
+		first.attemptRecords != second.attemptRecords {
+		t.Fatal("second newMetrics did not reuse the registered collectors")
+	}
+	first.presentation("revoked")
+	second.presentation("revoked")
+	if got := testutil.ToFloat64(first.presentations.WithLabelValues("revoked")); got != 2 {
+		t.Errorf("shared presentations revoked = %v, want 2", got)
+	}
+	// Method sets stay per instance.
+	if first.methodLabel("BOOK") != "OTHER" || second.methodLabel("BOOK") != "BOOK" {
+		t.Error("method sets leaked between instances")
+	}
+}
+
+func TestMetricsFreshRegistryPerLoad(t *testing.T) {
+	// Caddy builds a new registry at every config load; the new load must
+	// register cleanly and start from zero.
+	load1 := prometheus.NewRegistry()
+	m1, err := newMetrics(load1, nil)
+	if err != nil {
+		t.Fatalf("load 1: %v", err)
+	}
+	m1.rateLimited("rcns")
+	m1.rateLimited("rcns")
+
+	load2 := prometheus.NewRegistry()
+	m2, err := newMetrics(load2, nil)
+	if err != nil {
+		t.Fatalf("load 2: %v", err)
+	}
+	m2.rateLimited("rcns")
+	if got := testutil.ToFloat64(m2.rateLimitRefusals.WithLabelValues("rcns")); got != 1 {
+		t.Errorf("load 2 rcns refusals = %v, want 1 (fresh counters)", got)
+	}
+	if got := testutil.ToFloat64(m1.rateLimitRefusals.WithLabelValues("rcns")); got != 2 {
+		t.Errorf("load 1 rcns refusals = %v, want 2", got)
+	}
+	touchAllMetrics(m2)
+	if n := len(registeredMetricNames(t, load2)); n != len(allMetricNames) {
+		t.Errorf("load 2 registered %d families, want %d", n, len(allMetricNames))
+	}
+}
+
+// TestMetricsCaddyReload registers on the registries of two successive
+// caddy.Contexts, as Provision does across a config reload (each context
+// has its own pedantic registry), with two handlers in the first load.
+func TestMetricsCaddyReload(t *testing.T) {
+	ctx1, cancel1 := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel1()
+	a, err := newMetrics(ctx1.GetMetricsRegistry(), []string{"BOOK"})
+	if err != nil {
+		t.Fatalf("load 1 handler a: %v", err)
+	}
+	b, err := newMetrics(ctx1.GetMetricsRegistry(), nil)
+	if err != nil {
+		t.Fatalf("load 1 handler b: %v", err)
+	}
+	if a.requests != b.requests {
+		t.Error("handlers of one load do not share collectors")
+	}
+	touchAllMetrics(a)
+	touchAllMetrics(b)
+	if got := testutil.ToFloat64(b.requests.WithLabelValues("QUERY", "200")); got != 2 {
+		t.Errorf("load 1 QUERY 200 = %v, want 2", got)
+	}
+	if _, err := ctx1.GetMetricsRegistry().Gather(); err != nil {
+		t.Fatalf("pedantic gather, load 1: %v", err)
+	}
+
+	ctx2, cancel2 := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel2()
+	if ctx2.GetMetricsRegistry() == ctx1.GetMetricsRegistry() {
+		t.Skip("caddy reuses the registry across contexts; reload case not exercised")
+	}
+	c, err := newMetrics(ctx2.GetMetricsRegistry(), nil)
+	if err != nil {
+		t.Fatalf("load 2: %v", err)
+	}
+	if got := testutil.ToFloat64(c.requests.WithLabelValues("QUERY", "200")); got != 0 {
+		t.Errorf("load 2 QUERY 200 = %v, want 0 (fresh registry)", got)
+	}
+	touchAllMetrics(c)
+	if _, err := ctx2.GetMetricsRegistry().Gather(); err != nil {
+		t.Fatalf("pedantic gather, load 2: %v", err)
+	}
+}
+
+func TestMetricsConflictingCollectorIsAnError(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	// Same name, different label set: not reusable.
+	if err := reg.Register(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "caddy_rcns_lock_refusals_total", Help: "Clash.",
+	}, []string{"agent"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newMetrics(reg, nil); err == nil {
+		t.Fatal("newMetrics succeeded over a conflicting collector")
+	}
+}
+
+func TestMetricsNilSafe(t *testing.T) {
+	var m *metrics
+	touchAllMetrics(m) // must not panic
+	m.presentation("by_pair")
+	m.synthesis("r", "propose", "failed")
+	m.idempotency("in_flight")
+}
+
+func TestMetricsTypedNilRegistryUsesPrivate(t *testing.T) {
+	var reg *prometheus.Registry
+	m, err := newMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.registry == nil {
+		t.Fatal("typed nil registry did not fall back to a private one")
+	}
+}
+
+// metricNameRE matches a metric name of this module in dashboards and
+// rules. Recording rules (caddy_rcns:...) do not match.
+var metricNameRE = regexp.MustCompile(`caddy_rcns_[a-z_]+`)
+
+// TestMetricsNamesInDashboardAndAlerts checks that the Grafana dashboard
+// and the Prometheus rules query only metrics newMetrics registers.
+func TestMetricsNamesInDashboardAndAlerts(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	touchAllMetrics(m)
+	registered := registeredMetricNames(t, reg)
+
+	dashboard := filepath.Join("..", "docs", "grafana", "caddy-rcns.json")
+	rules := filepath.Join("..", "docs", "prometheus", "alerts.yml")
+	used := map[string]bool{}
+	for _, path := range []string{dashboard, rules} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("read %s: %v", path, err)
+		}
+		switch filepath.Ext(path) {
+		case ".json":
+			var v map[string]any
+			if err := json.Unmarshal(data, &v); err != nil {
+				t.Fatalf("%s is not JSON: %v", path, err)
+			}
+		case ".yml":
+			var v struct {
+				Groups []struct {
+					Name  string `yaml:"name"`
+					Rules []struct {
+						Alert string `yaml:"alert"`
+						Expr  string `yaml:"expr"`
+					} `yaml:"rules"`
+				} `yaml:"groups"`
+			}
+			if err := yaml.Unmarshal(data, &v); err != nil {
+				t.Fatalf("%s is not YAML: %v", path, err)
+			}
+			if len(v.Groups) == 0 {
+				t.Fatalf("%s has no rule groups", path)
+			}
+		}
+		found := metricNameRE.FindAllString(string(data), -1)
+		if len(found) == 0 {
+			t.Errorf("%s queries no caddy_rcns_ metric", path)
+		}
+		for _, name := range found {
+			base := name
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if s, ok := strings.CutSuffix(name, suffix); ok {
+					base = s
+					break
+				}
+			}
+			used[base] = true
+			if !registered[base] {
+				t.Errorf("%s queries %s (as %s), which newMetrics does not register", path, base, name)
+			}
+		}
+	}
+	var unused []string
+	for name := range registered {
+		if !used[name] {
+			unused = append(unused, name)
+		}
+	}
+	sort.Strings(unused)
+	if len(unused) > 0 {
+		t.Logf("registered but neither charted nor alerted on: %v", unused)
+	}
+	if !used["caddy_rcns_gate_evaluations_total"] {
+		t.Error("dashboard and rules never query caddy_rcns_gate_evaluations_total")
+	}
+}
