@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -486,5 +487,24 @@ func TestMetricsNamesInDashboardAndAlerts(t *testing.T) {
 	}
 	if !used["caddy_rcns_gate_evaluations_total"] {
 		t.Error("dashboard and rules never query caddy_rcns_gate_evaluations_total")
+	}
+}
+
+// TestAlertRulesPromtool checks docs/prometheus/alerts.yml with promtool
+// (installed into .tools/bin by make deps).
+func TestAlertRulesPromtool(t *testing.T) {
+	promtool, err := filepath.Abs("../.tools/bin/promtool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(promtool); err != nil {
+		t.Fatalf("promtool is missing (%v): run make deps", err)
+	}
+	out, err := exec.Command(promtool, "check", "rules", "../docs/prometheus/alerts.yml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool check rules failed: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "SUCCESS") {
+		t.Fatalf("promtool output lacks SUCCESS:\n%s", out)
 	}
 }
