@@ -37,6 +37,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    max_synthesis_depth <n>
 //	    synthesis_enabled true|false
 //	    scope_required_for_invocation true|false
+//	    anonymous_discovery true|false
+//	    strict_identifiers [true|false]
 //	    contract_ttl <duration>
 //	    tombstone_ttl <duration>
 //	    max_contracts <n>
@@ -102,16 +104,25 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			h.NoAliases = true
-		case "synthesis_enabled", "scope_required_for_invocation":
+		case "synthesis_enabled", "scope_required_for_invocation", "anonymous_discovery":
 			b, err := optBool(d)
 			if err != nil {
 				return err
 			}
-			if key == "synthesis_enabled" {
+			switch key {
+			case "synthesis_enabled":
 				h.SynthesisEnabled = &b
-			} else {
+			case "scope_required_for_invocation":
 				h.ScopeRequiredForInvocation = &b
+			case "anonymous_discovery":
+				h.AnonymousDiscovery = &b
 			}
+		case "strict_identifiers":
+			b, err := optBool(d)
+			if err != nil {
+				return err
+			}
+			h.StrictIdentifiers = b
 		case "min_trust_tier", "max_synthesis_depth", "max_contracts", "max_contracts_per_agent", "attempt_buffer":
 			v, err := oneArg(d)
 			if err != nil {

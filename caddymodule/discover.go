@@ -241,7 +241,7 @@ func (h *Handler) buildManifest() error {
 		"hosted_protocols":        []any{},
 		"policies": map[string]any{
 			"wildcards_accepted":            false,
-			"anonymous_discovery":           true,
+			"anonymous_discovery":           h.anonymousDiscovery(),
 			"scope_required_for_invocation": h.scopeRequired(),
 			"synthesis_enabled":             h.synthesisEnabled(),
 			"max_synthesis_depth":           h.MaxSynthesisDepth,

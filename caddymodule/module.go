@@ -56,6 +56,15 @@ type Handler struct {
 	// identity-mode-refused.
 	Identity string `json:"identity,omitempty"`
 
+	// AnonymousDiscovery lets callers without Agent-ID read the manifest
+	// and the read-only DISCOVER built-ins (spec §8.1). Default true; when
+	// false they get 262 anonymous-discovery-disabled.
+	AnonymousDiscovery *bool `json:"anonymous_discovery,omitempty"`
+	// StrictIdentifiers requires Owner-ID and Request-ID on every request
+	// that carries Agent-ID (400 when missing; spec OP-6, OP-7). Default
+	// false: both are optional and validated when present.
+	StrictIdentifiers bool `json:"strict_identifiers,omitempty"`
+
 	// Enabled opens RCNS lock 1, server policy (spec §11.1). Default false.
 	Enabled bool `json:"enabled,omitempty"`
 	// Mode is the RCNS delivery mode: "confirm-first" (default, 461) or
@@ -479,6 +488,10 @@ func (h *Handler) storeLimits() recipes.StoreLimits {
 
 func (h *Handler) synthesisEnabled() bool {
 	return h.SynthesisEnabled == nil || *h.SynthesisEnabled
+}
+
+func (h *Handler) anonymousDiscovery() bool {
+	return h.AnonymousDiscovery == nil || *h.AnonymousDiscovery
 }
 
 func (h *Handler) scopeRequired() bool {

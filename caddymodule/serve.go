@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -172,10 +173,19 @@ func (h *Handler) serve(x *exchange) {
 	}
 	if _, ok := r.Header["Agent-Id"]; !ok {
 		if x.method == "DISCOVER" {
+			if !h.anonymousDiscovery() {
+				x.fail(&wireError{Status: policy.StatusAuthorizationRequired, Reason: "anonymous-discovery-disabled",
+					Explanation: "this server does not answer DISCOVER without an Agent-ID", Fields: map[string]any{"type": "anonymous-discovery-disabled"}})
+				return
+			}
 			h.discover(x, req)
 			return
 		}
 		x.fail(errorf(401, "agent-unauthenticated", "this request needs an Agent-ID header"))
+		return
+	}
+	if e := h.checkIdentifiers(r); e != nil {
+		x.fail(e)
 		return
 	}
 	scopeHdr, scopePresent := headerValue(r, "Authority-Scope")
@@ -233,6 +243,34 @@ func (h *Handler) serve(x *exchange) {
 	}
 	// §10 step 9: unregistered pair.
 	h.gateway(x, req)
+}
+
+var ulidPattern = regexp.MustCompile(`^[0-9A-HJKMNP-TV-Z]{26}$`)
+var uuidV7Pattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+// ValidRequestID reports whether s is a UUIDv7 (lowercase 8-4-4-4-12)
+// or a ULID (26 Crockford base32 characters) (ids-02 §9.2, spec OP-7).
+func ValidRequestID(s string) bool {
+	return uuidV7Pattern.MatchString(s) || ulidPattern.MatchString(s)
+}
+
+// checkIdentifiers validates Request-ID (and Owner-ID's presence under
+// strict_identifiers; its syntax and registry match are checked with
+// the caller) (spec OP-6, OP-7, §24 item 94).
+func (h *Handler) checkIdentifiers(r *http.Request) *wireError {
+	rid, hasRID := headerValue(r, "Request-ID")
+	if hasRID && !ValidRequestID(rid) {
+		return errorf(400, "invalid-request-id", "Request-ID must be a lowercase UUIDv7 or a ULID")
+	}
+	if h.StrictIdentifiers {
+		if _, ok := headerValue(r, "Owner-ID"); !ok {
+			return errorf(400, "owner-id-required", "this server requires Owner-ID with Agent-ID (strict_identifiers)")
+		}
+		if !hasRID {
+			return errorf(400, "request-id-required", "this server requires Request-ID with Agent-ID (strict_identifiers)")
+		}
+	}
+	return nil
 }
 
 // headerValue returns the joined header value and whether the header
