@@ -57,6 +57,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    recipes <path>...
 //	    catalog <path>
 //	    on_policy_change grandfather|invalidate
+//	    record_keys <ed25519-pem>...
+//	    records_dir <path>|off
+//	    fsync always|group|off
 //	    upstream <name> <url> { timeout <d>; max_conns <n>; insecure_http }
 //	    legacy NONE|*|<VERB>...
 //	    alias <FROM> <TO>
@@ -74,7 +77,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for d.NextBlock(0) {
 		key := d.Val()
 		switch key {
-		case "name", "server_id", "identity", "mode", "catalog", "on_policy_change":
+		case "name", "server_id", "identity", "mode", "catalog", "on_policy_change", "records_dir", "fsync":
 			v, err := oneArg(d)
 			if err != nil {
 				return err
@@ -92,6 +95,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.Catalog = v
 			case "on_policy_change":
 				h.OnPolicyChange = v
+			case "records_dir":
+				h.RecordsDir = v
+			case "fsync":
+				h.Fsync = v
 			}
 		case "enabled":
 			b, err := optBool(d)
@@ -225,6 +232,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("idempotency_window: %q is not a positive duration", v)
 			}
 			h.IdempotencyWindow = caddy.Duration(dur)
+		case "record_keys":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			h.RecordKeys = append(h.RecordKeys, args...)
 		case "agents", "endpoints", "recipes":
 			args := d.RemainingArgs()
 			if len(args) == 0 {

@@ -226,11 +226,10 @@ func (h *Handler) buildManifest() error {
 	m := map[string]any{
 		"agtp_version":               "1.0",
 		"agtp_api_version":           "1.0",
-		"document_version":           "v" + apiVersion,
 		"catalog_version":            h.methods.Catalog.Version(),
 		"catalog_versions_supported": []string{h.methods.Catalog.Version()},
 		"server": map[string]any{"server_id": h.ServerID, "domain": nil, "supported_features": features,
-			"issued": now, "updated": now},
+			"issued": now, "updated": now, "record_keys": h.signer.JWKS()},
 		"embedded_methods":        []any{},
 		"custom_methods":          h.methods.CustomMethods(),
 		"endpoints":               endpoints,
@@ -249,13 +248,30 @@ func (h *Handler) buildManifest() error {
 		},
 		"manifest_signature": nil,
 	}
+	// AGTP-API-Version and the ETag follow everything but the timestamps.
+	server := m["server"].(map[string]any)
+	stableServer := map[string]any{}
+	for k, v := range server {
+		if k != "issued" && k != "updated" {
+			stableServer[k] = v
+		}
+	}
+	m["server"] = stableServer
+	stable, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	m["server"] = server
+	ver, err := h.st.records.bumpAPIVersion(manifestHash(stable))
+	if err != nil {
+		return fmt.Errorf("AGTP-API-Version: %v", err)
+	}
+	h.apiVer = strconv.Itoa(ver)
+	m["document_version"] = "v" + h.apiVer
 	raw, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	// The ETag covers everything but the timestamps.
-	delete(m, "server")
-	stable, _ := json.Marshal(m)
 	sum := sha256.Sum256(stable)
 	h.manifest = raw
 	h.etag = `"` + hex.EncodeToString(sum[:8]) + `"`

@@ -7,18 +7,21 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
@@ -135,6 +138,21 @@ type Handler struct {
 	// agent over it gets 503 idempotency-store-full. Default 10000.
 	IdempotencyMaxPerAgent int `json:"idempotency_max_per_agent,omitempty"`
 
+	// RecordKeys are PEM files of Ed25519 private keys (PKCS#8) that sign
+	// Attribution-Records and lifecycle events; the first signs, all are
+	// published in the manifest (server.record_keys). Without keys,
+	// records use the unsigned `alg: none` form and a warning is logged.
+	RecordKeys []string `json:"record_keys,omitempty"`
+	// RecordsDir holds the durable records: negotiation logs (JSON
+	// Lines, one hash chain per agent), Attribution-Record chain heads
+	// and AGTP-API-Version. Default: Caddy's data directory
+	// (rcns/<name>). "off" keeps everything in memory.
+	RecordsDir string `json:"records_dir,omitempty"`
+	// Fsync is the negotiation log's durability policy: "always",
+	// "group" (default: at most every 10 ms; the response waits for its
+	// group) or "off".
+	Fsync string `json:"fsync,omitempty"`
+
 	// Agents are agent documents: files or directories.
 	Agents []string `json:"agents,omitempty"`
 	// Endpoints are Tier B endpoint documents: files or directories.
@@ -175,6 +193,10 @@ type Handler struct {
 	st        *state
 	passthru  map[string]bool
 	metrics   *metrics
+	ctx       caddy.Context
+	events    *caddyevents.App
+	signer    *records.Signer
+	apiVer    string
 	gateRL    *ratelimit.Limiter
 	invokeRL  *ratelimit.Limiter
 	manifest  []byte
@@ -220,8 +242,8 @@ type state struct {
 	idem         *idempotency.Store
 	limiters     map[string]*limiterSlot
 	negotiations *negotiations
+	records      *recordState
 	attempts     *attemptRing
-	chains       *auditChains
 	mu           sync.Mutex
 	recipes      map[string]string // name@version → content hash ever loaded
 }
@@ -236,6 +258,7 @@ type limiterSlot struct {
 // Destruct closes the limiters when the last handler using the state
 // goes away.
 func (s *state) Destruct() error {
+	s.records.close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, slot := range s.limiters {
@@ -270,7 +293,19 @@ var states = caddy.NewUsagePool()
 // config load with its file, line and JSON pointer.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
+	h.ctx = ctx
 	h.setDefaults()
+	if ev, err := ctx.App("events"); err == nil {
+		h.events, _ = ev.(*caddyevents.App)
+	}
+	signer, err := loadSigner(h.RecordKeys)
+	if err != nil {
+		return fmt.Errorf("rcns: %v", err)
+	}
+	h.signer = signer
+	if !signer.Signed() {
+		h.logger.Warn("no record_keys configured: Attribution-Records are unsigned (alg none) and not authoritative")
+	}
 	cat := policy.DefaultCatalog()
 	if h.Catalog != "" {
 		raw, err := os.ReadFile(h.Catalog)
@@ -343,10 +378,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return &state{
 			contracts:    recipes.NewStore(h.storeLimits(), nil),
 			attempts:     newAttemptRing(h.AttemptBuffer),
-			chains:       newAuditChains(),
 			recipes:      map[string]string{},
 			limiters:     map[string]*limiterSlot{},
 			negotiations: newNegotiations(10000),
+			records:      &recordState{},
 			idem:         idempotency.NewStore(h.idempotencyLimits(), nil),
 		}, nil
 	})
@@ -390,6 +425,16 @@ func (h *Handler) attachState() error {
 	defer st.mu.Unlock()
 	st.contracts.SetLimits(h.storeLimits())
 	st.attempts.resize(h.AttemptBuffer)
+	dir := h.RecordsDir
+	switch dir {
+	case "off":
+		dir = ""
+	case "":
+		dir = filepath.Join(caddy.AppDataDir(), "rcns", h.Name)
+	}
+	if err := st.records.open(dir, records.FsyncPolicy(h.Fsync), h.signer, h.logger); err != nil {
+		return err
+	}
 	if st.idem.Limits() != h.idempotencyLimits() {
 		st.idem = idempotency.NewStore(h.idempotencyLimits(), nil)
 	}
@@ -450,6 +495,9 @@ func (h *Handler) setDefaults() {
 	if h.AttemptBuffer == 0 {
 		h.AttemptBuffer = 1024
 	}
+	if h.Fsync == "" {
+		h.Fsync = string(records.FsyncGroup)
+	}
 	if h.OnPolicyChange == "" {
 		h.OnPolicyChange = "grandfather"
 	}
@@ -505,6 +553,11 @@ func (h *Handler) Validate() error {
 	case ModeConfirmFirst, ModeOptimistic:
 	default:
 		return fmt.Errorf("rcns: mode must be %q or %q, not %q", ModeConfirmFirst, ModeOptimistic, h.Mode)
+	}
+	switch records.FsyncPolicy(h.Fsync) {
+	case records.FsyncAlways, records.FsyncGroup, records.FsyncOff:
+	default:
+		return fmt.Errorf("rcns: fsync must be always, group or off, not %q", h.Fsync)
 	}
 	if h.OnPolicyChange != "grandfather" && h.OnPolicyChange != "invalidate" {
 		return fmt.Errorf("rcns: on_policy_change must be grandfather or invalidate, not %q", h.OnPolicyChange)

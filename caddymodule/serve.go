@@ -21,6 +21,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -640,12 +641,25 @@ func (h *Handler) gateway(x *exchange, req *request) {
 		defer func() {
 			switch {
 			case x.replayed:
-			case x.contract != nil || x.status == policy.StatusContractAvailable:
+			case x.minted != nil:
 				h.metrics.gateEvaluation("accepted", "")
 			default:
 				h.metrics.gateEvaluation("refused", x.reason)
 			}
 		}()
+	}
+	if optIn {
+		x.beforeWrite = func(int) {
+			if x.replayed {
+				return
+			}
+			requested := map[string]any{"method": x.method, "path": x.path, "allow_rcns": true}
+			if x.minted != nil {
+				h.negotiationRecord(x, records.KindGate, records.OutcomeAccepted, "", requested, grantedOf(x.minted, false))
+				return
+			}
+			h.negotiationRecord(x, records.KindGate, records.OutcomeRefused, x.reason, requested, nil)
+		}
 	}
 	states, proceed, ref := h.gate.Locks12(optIn)
 	if ref != nil {
@@ -707,6 +721,8 @@ func (h *Handler) gateway(x *exchange, req *request) {
 		return
 	}
 	x.executed = true
+	x.minted = c
+	h.lifecycleEvent(records.EventProposeAccepted, c, req.caller.Agent.ID, "", "")
 	h.logger.Info("rcns contract synthesized", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 		zap.String("recipe", recipe.Name), zap.String("recipe_version", recipe.Version), zap.String("mode", h.Mode))
 	h.metrics.setActiveContracts(h.st.contracts.Len())

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
@@ -118,7 +119,25 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 		x.write(200, mediaAGTP, body, nil)
 	case "":
 		x.fail(errorf(400, "parameter-required", "INSPECT needs a target"))
-	case "audit", "chain_head", "lifecycle":
+	case "lifecycle":
+		agent, ok := stringParam(p, "agent_id")
+		if !ok {
+			agent = req.caller.Agent.ID
+		}
+		if agent != req.caller.Agent.ID && !h.inspectAll(req) {
+			x.fail(errorf(403, "forbidden", "only the agent itself or a caller carrying inspect:all may read its lifecycle stream"))
+			return
+		}
+		limit := 100
+		if v, ok := p["limit"].(float64); ok && v >= 1 && v <= 1000 {
+			limit = int(v)
+		}
+		entries := h.st.records.lifecycle.List(agent, limit)
+		if entries == nil {
+			entries = []map[string]any{}
+		}
+		x.write(200, mediaAGTP, map[string]any{"target": "lifecycle", "agent_id": agent, "entries": entries}, nil)
+	case "audit", "chain_head":
 		x.fail(errorf(501, "not-implemented", "INSPECT target="+target+" is not implemented by this gateway yet"))
 	default:
 		x.fail(errorf(400, "unknown-target", fmt.Sprintf("INSPECT target %q is not known (contract, rcns-attempt)", target)))
@@ -148,6 +167,10 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 		noop := !h.st.contracts.End(id, recipes.StateRevoked)
 		if !noop {
 			reason, _ := stringParam(p, "reason")
+			actor, _ := stringParam(p, "actor")
+			h.lifecycleEvent(records.EventRevoke, c, req.caller.Agent.ID, reason, actor)
+			h.negotiationRecord(x, records.KindRevoke, records.OutcomeAccepted, reason,
+				map[string]any{"target": "contract", "synthesis_id": id}, map[string]any{"synthesis_id": id, "state": recipes.StateRevoked})
 			h.logger.Info("rcns contract revoked", zap.String("agent_id", x.agentID), zap.String("synthesis_id", id),
 				zap.String("originating_agent_id", c.OriginatingAgentID), zap.String("reason", reason))
 		}
@@ -186,6 +209,13 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 			default:
 				h.st.contracts.End(c.SynthesisID, recipes.StateReleased)
 				entry["disposition"] = "evicted"
+				actor, _ := stringParam(p, "actor")
+				if actor == "" {
+					actor = x.agentID
+				}
+				h.lifecycleEvent(records.EventRelease, c, req.caller.Agent.ID, "policy-change-invalidation", actor)
+				h.negotiationRecord(x, records.KindRelease, records.OutcomeAccepted, "policy-change-invalidation",
+					map[string]any{"target": "stale-contracts", "mode": mode, "synthesis_id": c.SynthesisID}, map[string]any{"synthesis_id": c.SynthesisID, "state": recipes.StateReleased})
 				h.logger.Info("rcns contract released by stale sweep", zap.String("synthesis_id", c.SynthesisID),
 					zap.String("reason", "policy-change-invalidation"), zap.String("actor_agent_id", x.agentID))
 			}
@@ -214,6 +244,12 @@ func (h *Handler) suspend(x *exchange, req *request, p map[string]any) {
 			return
 		}
 		noop := !h.st.contracts.End(id, recipes.StateReleased)
+		if !noop {
+			reason, _ := stringParam(p, "reason")
+			h.lifecycleEvent(records.EventRelease, c, req.caller.Agent.ID, reason, "")
+			h.negotiationRecord(x, records.KindRelease, records.OutcomeAccepted, reason,
+				map[string]any{"target": "contract", "synthesis_id": id}, map[string]any{"synthesis_id": id, "state": recipes.StateReleased})
+		}
 		h.metrics.setActiveContracts(h.st.contracts.Len())
 		x.write(200, mediaAGTP, map[string]any{"status": 200, "result": map[string]any{"synthesis_id": id, "state": recipes.StateReleased, "noop": noop}}, nil)
 		return
@@ -227,6 +263,30 @@ func (h *Handler) suspend(x *exchange, req *request, p map[string]any) {
 		return
 	}
 	x.fail(errorf(400, "parameter-required", "SUSPEND needs synthesis_id or session_id"))
+}
+
+// proposalSummary is the requested side of a PROPOSE negotiation record.
+func proposalSummary(p map[string]any) map[string]any {
+	out := map[string]any{"persistent": false}
+	src := p
+	if ep, ok := p["endpoint"].(map[string]any); ok {
+		src = ep
+	}
+	for _, k := range []string{"method", "path", "name", "description"} {
+		if v, ok := src[k].(string); ok {
+			out[k] = v
+		}
+	}
+	if v, ok := p["name"].(string); ok {
+		out["name"] = v
+	}
+	if v, ok := p["persistent"].(bool); ok {
+		out["persistent"] = v
+	}
+	if v, ok := p["scope_requested"]; ok {
+		out["scope_requested"] = v
+	}
+	return out
 }
 
 // negotiations tracks PROPOSE turns per Negotiation-ID (spec OP-35):
@@ -315,6 +375,23 @@ func parseRequestedDuration(s string) (time.Duration, error) {
 func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	negID, ng := h.st.negotiations.turn(req.caller.Agent.ID, x.r.Header.Get("Negotiation-ID"))
 	hdr := map[string]string{"Negotiation-ID": negID}
+	x.beforeWrite = func(int) {
+		if x.replayed {
+			return
+		}
+		requested := proposalSummary(p)
+		requested["negotiation_id"] = negID
+		if x.minted != nil {
+			granted := grantedOf(x.minted, false)
+			if d, ok := stringParam(p, "requested_duration"); ok {
+				granted["granted_duration"] = x.minted.ExpiresAt.Sub(x.minted.IssuedAt).String()
+				requested["requested_duration"] = d
+			}
+			h.negotiationRecord(x, records.KindPropose, records.OutcomeAccepted, "", requested, granted)
+			return
+		}
+		h.negotiationRecord(x, records.KindPropose, records.OutcomeRefused, x.reason, requested, nil)
+	}
 	reject := func(reason, explanation string) {
 		h.st.negotiations.reject(ng)
 		x.failWith(&wireError{Status: policy.StatusProposalRejected, Reason: reason, Explanation: explanation,
@@ -445,9 +522,15 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		return
 	}
 	x.executed = true
+	x.minted = c
+	h.lifecycleEvent(records.EventProposeAccepted, c, req.caller.Agent.ID, "", "")
 	h.metrics.synthesis(recipe.Name, "propose", "previewed")
 	h.metrics.setActiveContracts(h.st.contracts.Len())
 	persistent, _ := p["persistent"].(bool)
+	if persistent {
+		h.logger.Info("persistent synthesis requested but not offered: granted a session-scoped contract (downgrade recorded)",
+			zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID))
+	}
 	h.logger.Info("rcns proposal accepted", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 		zap.String("recipe", recipe.Name), zap.String("negotiation_id", negID), zap.Bool("persistent_requested", persistent))
 	body := contractBody(c)

@@ -1,17 +1,14 @@
 package caddymodule
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"go.uber.org/zap"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
@@ -24,10 +21,6 @@ const (
 	mediaManifest = "application/vnd.agtp.manifest+json"
 	mediaEndpoint = "application/vnd.agtp.endpoint+json"
 )
-
-// apiVersion is AGTP-API-Version (spec §4). It only grows; nothing in
-// this build changes the manifest at run time, so it stays "1".
-const apiVersion = "1"
 
 // wireError is the one way a refusal or error reaches the wire: the
 // uniform body of spec §19 (OP-28) plus retryable.
@@ -78,8 +71,13 @@ type exchange struct {
 	executed bool
 	written  bool
 	replayed bool
-	status   int    // status written
-	reason   string // reason token of a refusal written
+	// minted is the contract this request synthesized, if any.
+	minted *recipes.Contract
+	// beforeWrite runs once just before the answer is written (durable
+	// negotiation records are written before the response).
+	beforeWrite func(status int)
+	status      int    // status written
+	reason      string // reason token of a refusal written
 }
 
 func (x *exchange) fail(e *wireError) {
@@ -140,6 +138,9 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 	}
 	x.written = true
 	x.status = status
+	if x.beforeWrite != nil {
+		x.beforeWrite(status)
+	}
 	if x.claim != nil {
 		if x.executed {
 			h := map[string]string{}
@@ -159,7 +160,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 	set := func(k, v string) { hd[k] = []string{v} }
 	set("Server-ID", x.h.ServerID)
 	set("Response-ID", responseID)
-	set("AGTP-API-Version", apiVersion)
+	set("AGTP-API-Version", x.h.apiVer)
 	if x.agentID != "" {
 		set("Agent-ID", x.agentID)
 	}
@@ -233,39 +234,14 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 		payload["contract_hash"] = x.contract.ContractHash
 		payload["negotiation_origin"] = x.contract.NegotiationOrigin
 	}
-	return x.h.st.chains.append(chainKey, payload)
-}
-
-var jwsNoneHeader = base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none"}`))
-
-// auditChains holds the previous Audit-ID of each chain (per Agent-ID;
-// "" is the server's own chain for anonymous responses).
-type auditChains struct {
-	mu   sync.Mutex
-	last map[string]string
-}
-
-func newAuditChains() *auditChains { return &auditChains{last: map[string]string{}} }
-
-var zeroAudit = strings.Repeat("0", 64)
-
-func (c *auditChains) append(key string, payload map[string]any) (string, string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	prev, ok := c.last[key]
-	if !ok {
-		prev = zeroAudit
+	compact, auditID, err := x.h.st.records.chains.Append(chainKey, func(prev string) (string, string, error) {
+		payload["previous_audit_id"] = prev
+		return x.h.signer.Sign(payload)
+	})
+	if err != nil {
+		x.h.logger.Error("signing Attribution-Record", zap.Error(err))
 	}
-	payload["previous_audit_id"] = prev
-	raw, _ := json.Marshal(payload)
-	jws := jwsNoneHeader + "." + base64.RawURLEncoding.EncodeToString(raw) + "."
-	sum := sha256.Sum256([]byte(jws))
-	id := hex.EncodeToString(sum[:])
-	if len(c.last) > 1_000_000 {
-		c.last = map[string]string{} // bound memory; chains restart
-	}
-	c.last[key] = id
-	return jws, id
+	return compact, auditID
 }
 
 func newUUID() string {

@@ -1,0 +1,867 @@
+package records
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gowebpki/jcs"
+)
+
+// FsyncPolicy says when [Log.Append] makes a record durable
+// (ARCHITECTURE.md "Records").
+type FsyncPolicy string
+
+const (
+	// FsyncAlways fsyncs the file after every record, before Append
+	// returns: the slowest and safest (about 0.33 ms per record here).
+	FsyncAlways FsyncPolicy = "always"
+	// FsyncGroup (the default) fsyncs at most every [GroupFsyncInterval];
+	// Append returns only after an fsync that covers its record, so
+	// concurrent Appends share one fsync and none is acknowledged before
+	// it is durable.
+	FsyncGroup FsyncPolicy = "group"
+	// FsyncOff never fsyncs while running (only at Close and rotation):
+	// Append returns once the record is written to the file, and a
+	// machine crash can lose acknowledged records.
+	FsyncOff FsyncPolicy = "off"
+)
+
+// GroupFsyncInterval is the least time between two fsyncs under
+// [FsyncGroup].
+const GroupFsyncInterval = 10 * time.Millisecond
+
+// DefaultMaxFileBytes is the size at which a negotiation log file is
+// rotated when [LogOptions.MaxFileBytes] is zero: 64 MiB.
+const DefaultMaxFileBytes int64 = 64 << 20
+
+// Negotiation record kinds (ARCHITECTURE.md "Records"): a gate
+// evaluation (including 429), a PROPOSE turn, a contract release
+// (SUSPEND or sweep), a REVOKE.
+const (
+	// KindGate records a four-lock gate evaluation, 429 included (RCNS §11).
+	KindGate = "gate"
+	// KindPropose records one PROPOSE turn (RCNS §15).
+	KindPropose = "propose"
+	// KindRelease records a contract release: SUSPEND or the stale sweep
+	// (RCNS §14.4).
+	KindRelease = "release"
+	// KindRevoke records a REVOKE target=contract (RCNS §14.4).
+	KindRevoke = "revoke"
+)
+
+// Negotiation record outcomes (seed 003 §A.3): a downgrade is an
+// accepted record whose granted differs from requested.
+const (
+	// OutcomeAccepted: something was granted, possibly less than asked.
+	OutcomeAccepted = "accepted"
+	// OutcomeRefused: nothing was granted; "granted" should be null.
+	OutcomeRefused = "refused"
+)
+
+// ErrLogClosed is returned by [Log.Append] after [Log.Close].
+var ErrLogClosed = errors.New("records: negotiation log is closed")
+
+// ErrInvalidRecord is wrapped by the errors [Log.Append] returns for a
+// record it refuses to write (missing or unknown kind or outcome,
+// missing requested or granted, a reserved field set, an empty agent id,
+// a value JSON cannot encode).
+var ErrInvalidRecord = errors.New("records: invalid negotiation record")
+
+// LogOptions configures [OpenLog].
+type LogOptions struct {
+	// Dir holds the log files; it is created (mode 0750) if missing.
+	// Required.
+	Dir string
+	// Fsync is the durability policy; empty means [FsyncGroup].
+	Fsync FsyncPolicy
+	// MaxFileBytes rotates to a new file before a record would take the
+	// current one past this size, in bytes; a record larger than it goes
+	// alone in a file. Zero means [DefaultMaxFileBytes].
+	MaxFileBytes int64
+	// Now is the clock for "at" and for naming files by UTC day; nil
+	// means time.Now.
+	Now func() time.Time
+}
+
+// Log is the negotiation log (ARCHITECTURE.md "Records"; seed 003; seed
+// 002 §8.2): JSON Lines files in one directory, named
+// negotiations-YYYY-MM-DD-NNNN.jsonl by UTC day and a sequence number
+// from 0001, rotated by size and by day. Each line is one record in its
+// RFC 8785 (JCS) form:
+//
+//	{"agent_id":A,"at":RFC3339Nano,"granted":{...}|null,"hash":H,
+//	 "kind":"gate"|"propose"|"release"|"revoke",
+//	 "outcome":"accepted"|"refused","prev":P,"reason":...,
+//	 "requested":{...},"seq":N,...}
+//
+// Records of one agent form a hash chain: seq counts 1, 2, 3... per
+// agent, prev is the hash of the agent's previous record ([ZeroHash] for
+// the first), and hash is lowercase hex SHA-256 of the JCS form of the
+// record without its hash member. Chains cross files and restarts.
+//
+// A Log is safe for concurrent use. After an I/O error it refuses all
+// further records (the file may end in a torn line); reopening truncates
+// a torn last line and continues.
+type Log struct {
+	dir      string
+	policy   FsyncPolicy
+	maxBytes int64
+	now      func() time.Time
+
+	mu    sync.Mutex
+	cond  sync.Cond // on mu; broadcast when synced, failed or flusherExited change
+	heads map[string]logHead
+
+	f       *os.File // current file, nil until the first Append
+	curDay  string   // YYYY-MM-DD of the current (or last existing) file
+	curNum  int      // its sequence number; 0 when no file exists yet
+	curSize int64    // its size in bytes
+
+	closed        bool
+	failed        error  // sticky I/O error
+	written       uint64 // records written
+	synced        uint64 // records known durable
+	flusherExited bool
+
+	kick        chan struct{} // wakes the flusher; buffered 1
+	done        chan struct{} // closed by Close
+	flusherDone chan struct{} // closed when the flusher returns; nil without flusher
+}
+
+// logHead is the end of one agent's chain.
+type logHead struct {
+	hash string
+	seq  int64
+}
+
+const (
+	logPrefix = "negotiations-"
+	logSuffix = ".jsonl"
+	dayLayout = "2006-01-02"
+)
+
+// logFile is one log file's name parts.
+type logFile struct {
+	name string
+	day  string
+	num  int
+}
+
+// OpenLog opens (creating if needed) the negotiation log in opt.Dir and
+// reads back, from every existing file in order, the last hash and seq of
+// each agent's chain, so that new records continue the chains. A torn
+// last line at the end of the newest file (a crash mid-write) is
+// truncated away. It returns an error for a missing Dir, an unknown Fsync
+// policy, a negative MaxFileBytes, an unreadable file, or a complete line
+// that does not parse (naming file and line: run [VerifyDir]). Under
+// [FsyncGroup] it starts one flusher goroutine that [Log.Close] stops.
+func OpenLog(opt LogOptions) (*Log, error) {
+	if opt.Dir == "" {
+		return nil, errors.New("records: negotiation log Dir is empty")
+	}
+	switch opt.Fsync {
+	case "":
+		opt.Fsync = FsyncGroup
+	case FsyncAlways, FsyncGroup, FsyncOff:
+	default:
+		return nil, fmt.Errorf("records: negotiation log fsync policy %q, want always, group or off", opt.Fsync)
+	}
+	if opt.MaxFileBytes < 0 {
+		return nil, fmt.Errorf("records: negotiation log MaxFileBytes %d is negative", opt.MaxFileBytes)
+	}
+	if opt.MaxFileBytes == 0 {
+		opt.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if err := os.MkdirAll(opt.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("records: create negotiation log directory: %w", err)
+	}
+	l := &Log{
+		dir:      opt.Dir,
+		policy:   opt.Fsync,
+		maxBytes: opt.MaxFileBytes,
+		now:      opt.Now,
+		heads:    map[string]logHead{},
+		kick:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	l.cond.L = &l.mu
+	files, err := listLogFiles(opt.Dir)
+	if err != nil {
+		return nil, err
+	}
+	for i, lf := range files {
+		size, err := l.readHeads(lf, i == len(files)-1)
+		if err != nil {
+			return nil, err
+		}
+		l.curDay, l.curNum, l.curSize = lf.day, lf.num, size
+	}
+	if l.policy == FsyncGroup {
+		l.flusherDone = make(chan struct{})
+		go l.flusher()
+	}
+	return l, nil
+}
+
+// listLogFiles returns the log files of dir in write order.
+func listLogFiles(dir string) ([]logFile, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("records: list negotiation log: %w", err)
+	}
+	var files []logFile
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if lf, ok := parseLogName(e.Name()); ok {
+			files = append(files, lf)
+		}
+	}
+	slices.SortFunc(files, func(a, b logFile) int {
+		if a.day != b.day {
+			if a.day < b.day {
+				return -1
+			}
+			return 1
+		}
+		return a.num - b.num
+	})
+	return files, nil
+}
+
+// parseLogName parses negotiations-YYYY-MM-DD-NNNN.jsonl (NNNN at least
+// four digits).
+func parseLogName(name string) (logFile, bool) {
+	const minLen = len(logPrefix) + len(dayLayout) + 1 + 4 + len(logSuffix)
+	if len(name) < minLen || name[:len(logPrefix)] != logPrefix || name[len(name)-len(logSuffix):] != logSuffix {
+		return logFile{}, false
+	}
+	rest := name[len(logPrefix) : len(name)-len(logSuffix)]
+	day, numStr := rest[:len(dayLayout)], rest[len(dayLayout):]
+	if _, err := time.Parse(dayLayout, day); err != nil || numStr[0] != '-' {
+		return logFile{}, false
+	}
+	numStr = numStr[1:]
+	for _, c := range numStr {
+		if c < '0' || c > '9' {
+			return logFile{}, false
+		}
+	}
+	num, err := strconv.Atoi(numStr)
+	if err != nil || num < 1 || len(numStr) < 4 || fmt.Sprintf("%04d", num) != numStr {
+		return logFile{}, false
+	}
+	return logFile{name: name, day: day, num: num}, true
+}
+
+// logName is the file name for day and num.
+func logName(day string, num int) string {
+	return fmt.Sprintf("%s%s-%04d%s", logPrefix, day, num, logSuffix)
+}
+
+// readHeads reads one file's records into l.heads and returns the file's
+// size after any torn tail was truncated (only when last).
+func (l *Log) readHeads(lf logFile, last bool) (int64, error) {
+	path := filepath.Join(l.dir, lf.name)
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("records: open negotiation log: %w", err)
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 64<<10)
+	var off int64
+	for lineNo := 1; ; lineNo++ {
+		line, err := r.ReadBytes('\n')
+		if err == io.EOF {
+			if len(line) == 0 {
+				return off, nil
+			}
+			if !last {
+				return 0, fmt.Errorf("records: %s:%d: torn line (no newline) in a file that is not the newest", path, lineNo)
+			}
+			// A record whose write was cut short; it was never
+			// acknowledged under always or group.
+			if err := os.Truncate(path, off); err != nil {
+				return 0, fmt.Errorf("records: truncate torn line at %s:%d: %w", path, lineNo, err)
+			}
+			return off, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("records: read %s: %w", path, err)
+		}
+		var rec struct {
+			AgentID string `json:"agent_id"`
+			Seq     int64  `json:"seq"`
+			Hash    string `json:"hash"`
+		}
+		if err := json.Unmarshal(line, &rec); err != nil || rec.AgentID == "" || rec.Seq < 1 || !isHex64(rec.Hash) {
+			return 0, fmt.Errorf("records: %s:%d: unreadable negotiation record (agent_id, seq and hash required); run VerifyDir", path, lineNo)
+		}
+		l.heads[rec.AgentID] = logHead{hash: rec.Hash, seq: rec.Seq}
+		off += int64(len(line))
+	}
+}
+
+// Append writes one negotiation record for agentID (ARCHITECTURE.md
+// "Records"; seed 003) and returns its hash (64 lowercase hex). rec holds
+// the caller's fields: "kind" (one of the Kind constants), "outcome"
+// ([OutcomeAccepted] or [OutcomeRefused]), "requested" (any JSON value)
+// and "granted" (a JSON value or nil for null) are required; "reason"
+// and any other fields are free. The log adds "agent_id", "seq", "at"
+// (l's clock, UTC, RFC 3339 with nanoseconds), "prev" and "hash"; rec
+// must not set them (an "agent_id" equal to agentID is tolerated). rec is
+// not modified. Numbers pass through RFC 8785, so integers beyond 2^53
+// lose precision.
+//
+// The record is written to the file before Append returns and, under
+// [FsyncAlways] and [FsyncGroup], fsynced too. Errors: one wrapping
+// [ErrInvalidRecord] for a record refused before writing, [ErrLogClosed]
+// after Close, or the I/O error that failed the log.
+func (l *Log) Append(agentID string, rec map[string]any) (hash string, err error) {
+	record, err := checkRecord(agentID, rec)
+	if err != nil {
+		return "", err
+	}
+
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return "", ErrLogClosed
+	}
+	if l.failed != nil {
+		err := l.failed
+		l.mu.Unlock()
+		return "", err
+	}
+	head, ok := l.heads[agentID]
+	if !ok {
+		head.hash = ZeroHash
+	}
+	now := l.now().UTC()
+	record["agent_id"] = agentID
+	record["seq"] = head.seq + 1
+	record["at"] = now.Format(time.RFC3339Nano)
+	record["prev"] = head.hash
+	line, hash, err := encodeRecord(record)
+	if err != nil {
+		l.mu.Unlock()
+		return "", err
+	}
+	if err := l.writeLocked(now, line); err != nil {
+		l.mu.Unlock()
+		return "", err
+	}
+	l.heads[agentID] = logHead{hash: hash, seq: head.seq + 1}
+	l.written++
+	mine := l.written
+
+	switch l.policy {
+	case FsyncAlways:
+		if err := l.f.Sync(); err != nil {
+			l.failLocked(fmt.Errorf("records: fsync negotiation log: %w", err))
+			err := l.failed
+			l.mu.Unlock()
+			return "", err
+		}
+		l.synced = mine
+	case FsyncGroup:
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+		for l.synced < mine && l.failed == nil && !l.flusherExited {
+			l.cond.Wait()
+		}
+		if l.synced < mine {
+			err := l.failed
+			if err == nil {
+				err = ErrLogClosed
+			}
+			l.mu.Unlock()
+			return "", err
+		}
+	}
+	l.mu.Unlock()
+	return hash, nil
+}
+
+// checkRecord validates rec and returns a copy to complete.
+func checkRecord(agentID string, rec map[string]any) (map[string]any, error) {
+	if agentID == "" {
+		return nil, fmt.Errorf("%w: empty agent id", ErrInvalidRecord)
+	}
+	kind, _ := rec["kind"].(string)
+	switch kind {
+	case KindGate, KindPropose, KindRelease, KindRevoke:
+	default:
+		return nil, fmt.Errorf("%w: kind %v, want gate, propose, release or revoke", ErrInvalidRecord, rec["kind"])
+	}
+	outcome, _ := rec["outcome"].(string)
+	if outcome != OutcomeAccepted && outcome != OutcomeRefused {
+		return nil, fmt.Errorf("%w: outcome %v, want accepted or refused", ErrInvalidRecord, rec["outcome"])
+	}
+	for _, k := range []string{"requested", "granted"} {
+		if _, ok := rec[k]; !ok {
+			return nil, fmt.Errorf("%w: %q is required (null allowed)", ErrInvalidRecord, k)
+		}
+	}
+	for _, k := range []string{"seq", "at", "prev", "hash"} {
+		if _, ok := rec[k]; ok {
+			return nil, fmt.Errorf("%w: %q is set by the log", ErrInvalidRecord, k)
+		}
+	}
+	if v, ok := rec["agent_id"]; ok && v != agentID {
+		return nil, fmt.Errorf("%w: agent_id %v differs from %q", ErrInvalidRecord, v, agentID)
+	}
+	out := make(map[string]any, len(rec)+5)
+	for k, v := range rec {
+		out[k] = v
+	}
+	return out, nil
+}
+
+// encodeRecord returns the JCS line (with a trailing newline) of record
+// plus its "hash" member, and that hash: lowercase hex SHA-256 of the JCS
+// form of record, which must not have a "hash" member itself.
+func encodeRecord(record map[string]any) (line []byte, hash string, err error) {
+	canon, err := canonical(record)
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(canon)
+	hash = hex.EncodeToString(sum[:])
+	return append(insertHash(canon, hash), '\n'), hash, nil
+}
+
+// insertHash inserts "hash":HASH into canon, the JCS form of an object,
+// where RFC 8785 §3.2.3 ordering puts it, saving a second
+// canonicalization. Keys are compared as raw bytes of their JSON string
+// form: for the all-ASCII "hash" that is the UTF-16 order JCS uses,
+// since every escape (\\, \", \b... \u001f) stands for a character
+// below 'a', as its backslash is.
+func insertHash(canon []byte, hash string) []byte {
+	member := `"hash":"` + hash + `"`
+	out := make([]byte, 0, len(canon)+len(member)+1)
+	depth, inStr, esc := 0, false, false
+	for i := 0; i < len(canon); i++ {
+		c := canon[i]
+		if inStr {
+			switch {
+			case esc:
+				esc = false
+			case c == '\\':
+				esc = true
+			case c == '"':
+				inStr = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			if depth == 1 && (canon[i-1] == '{' || canon[i-1] == ',') {
+				j := i + 1
+				for ; canon[j] != '"'; j++ {
+					if canon[j] == '\\' {
+						j++
+					}
+				}
+				if string(canon[i+1:j]) > "hash" {
+					out = append(out, canon[:i]...)
+					out = append(out, member...)
+					out = append(out, ',')
+					return append(out, canon[i:]...)
+				}
+				i = j
+				continue
+			}
+			inStr = true
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		}
+	}
+	// Every key sorts before "hash": append before the closing brace.
+	out = append(out, canon[:len(canon)-1]...)
+	if len(canon) > 2 {
+		out = append(out, ',')
+	}
+	out = append(out, member...)
+	return append(out, '}')
+}
+
+// canonical is JCS(json(v)).
+func canonical(v any) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
+	}
+	out, err := jcs.Transform(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: canonicalize: %v", ErrInvalidRecord, err)
+	}
+	return out, nil
+}
+
+// writeLocked writes line to the right file, rotating by day and size.
+func (l *Log) writeLocked(now time.Time, line []byte) error {
+	day := now.Format(dayLayout)
+	if day < l.curDay {
+		// The clock went back across midnight: keep file names in write
+		// order so VerifyDir reads records in the order they were written.
+		day = l.curDay
+	}
+	size := int64(len(line))
+	switch {
+	case l.curNum == 0 || day != l.curDay:
+		if err := l.rotateLocked(day, 1); err != nil {
+			return err
+		}
+	case l.curSize > 0 && l.curSize+size > l.maxBytes:
+		if err := l.rotateLocked(day, l.curNum+1); err != nil {
+			return err
+		}
+	case l.f == nil:
+		path := filepath.Join(l.dir, logName(l.curDay, l.curNum))
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			l.failLocked(fmt.Errorf("records: open negotiation log: %w", err))
+			return l.failed
+		}
+		l.f = f
+	}
+	if _, err := l.f.Write(line); err != nil {
+		l.failLocked(fmt.Errorf("records: write negotiation log: %w", err))
+		return l.failed
+	}
+	l.curSize += size
+	return nil
+}
+
+// rotateLocked closes the current file (fsynced unless the policy is
+// off) and creates the file for day with the first free number >= num.
+func (l *Log) rotateLocked(day string, num int) error {
+	if l.f != nil {
+		if l.policy != FsyncOff {
+			if err := l.f.Sync(); err != nil {
+				l.failLocked(fmt.Errorf("records: fsync negotiation log: %w", err))
+				return l.failed
+			}
+			l.synced = l.written
+			l.cond.Broadcast()
+		}
+		if err := l.f.Close(); err != nil {
+			l.f = nil
+			l.failLocked(fmt.Errorf("records: close negotiation log: %w", err))
+			return l.failed
+		}
+		l.f = nil
+	}
+	for ; ; num++ {
+		path := filepath.Join(l.dir, logName(day, num))
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o640)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			l.failLocked(fmt.Errorf("records: create negotiation log file: %w", err))
+			return l.failed
+		}
+		l.f = f
+		break
+	}
+	l.curDay, l.curNum, l.curSize = day, num, 0
+	if l.policy != FsyncOff {
+		if err := syncDir(l.dir); err != nil {
+			l.failLocked(err)
+			return l.failed
+		}
+	}
+	return nil
+}
+
+// failLocked records the first I/O error; the log refuses records after.
+func (l *Log) failLocked(err error) {
+	if l.failed == nil {
+		l.failed = err
+	}
+	l.cond.Broadcast()
+}
+
+// flusher is the group-commit goroutine: woken by Append, it fsyncs at
+// most every GroupFsyncInterval and wakes the Appends its fsync covered.
+func (l *Log) flusher() {
+	defer func() {
+		l.mu.Lock()
+		l.flusherExited = true
+		l.cond.Broadcast()
+		l.mu.Unlock()
+		close(l.flusherDone)
+	}()
+	var last time.Time
+	var timer *time.Timer
+	for {
+		select {
+		case <-l.kick:
+		case <-l.done:
+			l.syncNow()
+			return
+		}
+		if !last.IsZero() {
+			if wait := GroupFsyncInterval - time.Since(last); wait > 0 {
+				if timer == nil {
+					timer = time.NewTimer(wait)
+				} else {
+					timer.Reset(wait)
+				}
+				select {
+				case <-timer.C:
+				case <-l.done:
+					timer.Stop()
+					l.syncNow()
+					return
+				}
+			}
+		}
+		last = time.Now()
+		l.syncNow()
+	}
+}
+
+// syncNow fsyncs the current file and marks every record written before
+// it durable.
+func (l *Log) syncNow() {
+	l.mu.Lock()
+	gen, f := l.written, l.f
+	if gen == l.synced || f == nil || l.failed != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+
+	err := f.Sync()
+	if errors.Is(err, os.ErrClosed) {
+		// Rotated meanwhile: rotation fsynced the file before closing it,
+		// so every record up to gen is durable.
+		err = nil
+	}
+
+	l.mu.Lock()
+	if err != nil {
+		l.failLocked(fmt.Errorf("records: fsync negotiation log: %w", err))
+	} else if gen > l.synced {
+		l.synced = gen
+	}
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+// Close stops the flusher, fsyncs and closes the current file. Appends
+// waiting for a group fsync are completed first. Later Appends return
+// [ErrLogClosed]; a second Close returns nil. It returns the first error
+// met while syncing or closing.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+
+	close(l.done)
+	if l.flusherDone != nil {
+		<-l.flusherDone
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var err error
+	if l.f != nil {
+		if l.failed == nil {
+			if serr := l.f.Sync(); serr != nil {
+				err = fmt.Errorf("records: fsync negotiation log: %w", serr)
+			} else {
+				l.synced = l.written
+			}
+		}
+		if cerr := l.f.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("records: close negotiation log: %w", cerr)
+		}
+		l.f = nil
+	}
+	l.cond.Broadcast()
+	return err
+}
+
+// VerifyError names the first broken record [VerifyDir] found.
+type VerifyError struct {
+	// File is the path of the log file.
+	File string
+	// Line is the 1-based line number in File.
+	Line int
+	// AgentID is the record's agent, "" when the line did not parse.
+	AgentID string
+	// Reason says what is wrong.
+	Reason string
+}
+
+// Error returns "records: FILE:LINE: agent "A": REASON".
+func (e *VerifyError) Error() string {
+	if e.AgentID == "" {
+		return fmt.Sprintf("records: %s:%d: %s", e.File, e.Line, e.Reason)
+	}
+	return fmt.Sprintf("records: %s:%d: agent %q: %s", e.File, e.Line, e.AgentID, e.Reason)
+}
+
+// VerifyDir checks every negotiation log file in dir, in write order
+// (ARCHITECTURE.md "Records"; seed 002 §8.2): every line is a complete
+// record in JCS form with the required fields, its hash is the SHA-256 of
+// its JCS form without hash, its prev is the hash of the same agent's
+// previous record ([ZeroHash] for the first), and its seq is one more
+// than that record's (1 for the first). It returns nil, a *[VerifyError]
+// naming the file, line and agent of the first broken record, or an
+// error for an unreadable directory or file.
+func VerifyDir(dir string) error {
+	files, err := listLogFiles(dir)
+	if err != nil {
+		return err
+	}
+	heads := map[string]logHead{}
+	for _, lf := range files {
+		if err := verifyFile(filepath.Join(dir, lf.name), heads); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verifyFile checks one file against and advances heads.
+func verifyFile(path string, heads map[string]logHead) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("records: open negotiation log: %w", err)
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 64<<10)
+	for lineNo := 1; ; lineNo++ {
+		line, err := r.ReadBytes('\n')
+		if err == io.EOF {
+			if len(line) == 0 {
+				return nil
+			}
+			return &VerifyError{File: path, Line: lineNo, Reason: "torn line (no newline at end of file)"}
+		}
+		if err != nil {
+			return fmt.Errorf("records: read %s: %w", path, err)
+		}
+		rec, err := parseRecord(line[:len(line)-1])
+		if err != nil {
+			return &VerifyError{File: path, Line: lineNo, AgentID: rec.agentID, Reason: err.Error()}
+		}
+		want, ok := heads[rec.agentID]
+		if !ok {
+			want.hash = ZeroHash
+		}
+		if rec.seq != want.seq+1 {
+			return &VerifyError{File: path, Line: lineNo, AgentID: rec.agentID,
+				Reason: fmt.Sprintf("seq %d, want %d", rec.seq, want.seq+1)}
+		}
+		if rec.prev != want.hash {
+			return &VerifyError{File: path, Line: lineNo, AgentID: rec.agentID,
+				Reason: fmt.Sprintf("prev %s, want %s (hash of the agent's previous record)", rec.prev, want.hash)}
+		}
+		heads[rec.agentID] = logHead{hash: rec.hash, seq: rec.seq}
+	}
+}
+
+// parsedRecord is what the chain check needs of one line.
+type parsedRecord struct {
+	agentID string
+	seq     int64
+	prev    string
+	hash    string
+}
+
+// parseRecord parses one log line (without its newline) and checks that
+// it is in JCS form, has the required fields and that its hash member is
+// the hash of the rest. agentID is filled in as soon as it is known, even
+// on error.
+func parseRecord(line []byte) (parsedRecord, error) {
+	var p parsedRecord
+	canon, err := jcs.Transform(line)
+	if err != nil {
+		return p, fmt.Errorf("not JSON: %v", err)
+	}
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(canon))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil || m == nil {
+		return p, errors.New("not a JSON object")
+	}
+	p.agentID, _ = m["agent_id"].(string)
+	if !bytes.Equal(canon, line) {
+		return p, errors.New("line is not in JCS (RFC 8785) form")
+	}
+	if p.agentID == "" {
+		return p, errors.New(`"agent_id" missing or not a non-empty string`)
+	}
+	seq, ok := m["seq"].(json.Number)
+	if !ok {
+		return p, errors.New(`"seq" missing or not a number`)
+	}
+	p.seq, err = strconv.ParseInt(string(seq), 10, 64)
+	if err != nil || p.seq < 1 {
+		return p, fmt.Errorf(`"seq" %s is not a positive integer`, seq)
+	}
+	if at, _ := m["at"].(string); at == "" {
+		return p, errors.New(`"at" missing or not a string`)
+	} else if _, err := time.Parse(time.RFC3339Nano, at); err != nil {
+		return p, fmt.Errorf(`"at" %q is not RFC 3339`, at)
+	}
+	if kind, _ := m["kind"].(string); kind != KindGate && kind != KindPropose && kind != KindRelease && kind != KindRevoke {
+		return p, fmt.Errorf(`"kind" %v is not gate, propose, release or revoke`, m["kind"])
+	}
+	if outcome, _ := m["outcome"].(string); outcome != OutcomeAccepted && outcome != OutcomeRefused {
+		return p, fmt.Errorf(`"outcome" %v is not accepted or refused`, m["outcome"])
+	}
+	for _, k := range []string{"requested", "granted"} {
+		if _, ok := m[k]; !ok {
+			return p, fmt.Errorf("%q missing", k)
+		}
+	}
+	p.prev, _ = m["prev"].(string)
+	if !isHex64(p.prev) {
+		return p, errors.New(`"prev" is not 64 lowercase hex digits`)
+	}
+	p.hash, _ = m["hash"].(string)
+	if !isHex64(p.hash) {
+		return p, errors.New(`"hash" is not 64 lowercase hex digits`)
+	}
+	delete(m, "hash")
+	rest, err := canonical(m)
+	if err != nil {
+		return p, err
+	}
+	sum := sha256.Sum256(rest)
+	if got := hex.EncodeToString(sum[:]); got != p.hash {
+		return p, fmt.Errorf("hash %s does not match the record (computed %s)", p.hash, got)
+	}
+	return p, nil
+}

@@ -1,0 +1,776 @@
+package records
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// stepClock returns a clock that starts at start and advances by step on
+// every call.
+func stepClock(start time.Time, step time.Duration) func() time.Time {
+	var mu sync.Mutex
+	t := start
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		now := t
+		t = t.Add(step)
+		return now
+	}
+}
+
+var day1 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+func gateRecord(outcome string) map[string]any {
+	granted := any(map[string]any{"method": "BOOK", "path": "/room", "mode": "optimistic"})
+	if outcome == OutcomeRefused {
+		granted = nil
+	}
+	return map[string]any{
+		"kind":      KindGate,
+		"requested": map[string]any{"method": "BOOK", "path": "/room", "mode": "optimistic"},
+		"granted":   granted,
+		"outcome":   outcome,
+		"reason":    "no-matching-recipe",
+	}
+}
+
+func mustOpenLog(t *testing.T, opt LogOptions) *Log {
+	t.Helper()
+	l, err := OpenLog(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func mustAppend(t *testing.T, l *Log, agent string, rec map[string]any) string {
+	t.Helper()
+	h, err := l.Append(agent, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// readLines returns every line of every log file in dir, in write order.
+func readLines(t *testing.T, dir string) (files []string, lines []map[string]any) {
+	t.Helper()
+	lfs, err := listLogFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lf := range lfs {
+		files = append(files, lf.name)
+		data, err := os.ReadFile(filepath.Join(dir, lf.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ln := range bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n")) {
+			if len(ln) == 0 {
+				continue
+			}
+			var m map[string]any
+			if err := json.Unmarshal(ln, &m); err != nil {
+				t.Fatalf("%s: %v", lf.name, err)
+			}
+			lines = append(lines, m)
+		}
+	}
+	return files, lines
+}
+
+func TestLogRecordShape(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpenLog(t, LogOptions{Dir: dir, Now: stepClock(day1, time.Millisecond)})
+	rec := gateRecord(OutcomeAccepted)
+	h1 := mustAppend(t, l, "A", rec)
+	if _, ok := rec["seq"]; ok {
+		t.Error("Append modified the caller's map")
+	}
+	h2 := mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, lines := readLines(t, dir)
+	if want := []string{"negotiations-2026-11-29-0001.jsonl"}; fmt.Sprint(files) != fmt.Sprint(want) {
+		t.Errorf("files = %v, want %v", files, want)
+	}
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2", len(lines))
+	}
+	tests := []struct {
+		name  string
+		line  int
+		field string
+		want  any
+	}{
+		{name: "first seq", line: 0, field: "seq", want: 1.0},
+		{name: "first prev", line: 0, field: "prev", want: ZeroHash},
+		{name: "first hash", line: 0, field: "hash", want: h1},
+		{name: "agent", line: 0, field: "agent_id", want: "A"},
+		{name: "at", line: 0, field: "at", want: "2026-11-29T10:00:00Z"},
+		{name: "kind", line: 0, field: "kind", want: "gate"},
+		{name: "outcome", line: 0, field: "outcome", want: "accepted"},
+		{name: "reason", line: 0, field: "reason", want: "no-matching-recipe"},
+		{name: "second seq", line: 1, field: "seq", want: 2.0},
+		{name: "second prev", line: 1, field: "prev", want: h1},
+		{name: "second hash", line: 1, field: "hash", want: h2},
+		{name: "second at", line: 1, field: "at", want: "2026-11-29T10:00:00.001Z"},
+		{name: "refused granted null", line: 1, field: "granted", want: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := lines[tt.line][tt.field]
+			if !ok || fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("line %d %s = %v (present %v), want %v", tt.line+1, tt.field, got, ok, tt.want)
+			}
+		})
+	}
+	if req, _ := lines[0]["requested"].(map[string]any); req["method"] != "BOOK" {
+		t.Errorf("requested = %v", lines[0]["requested"])
+	}
+	if err := VerifyDir(dir); err != nil {
+		t.Errorf("VerifyDir: %v", err)
+	}
+}
+
+func TestLogReopenContinuesChains(t *testing.T) {
+	dir := t.TempDir()
+	clock := stepClock(day1, time.Second)
+	l := mustOpenLog(t, LogOptions{Dir: dir, Now: clock})
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	hA := mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+	hB := mustAppend(t, l, "B", gateRecord(OutcomeAccepted))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l2 := mustOpenLog(t, LogOptions{Dir: dir, Now: clock})
+	mustAppend(t, l2, "A", map[string]any{
+		"kind": KindPropose, "outcome": OutcomeAccepted,
+		"requested": map[string]any{"mode": "optimistic"},
+		"granted":   map[string]any{"mode": "confirm-first"}, // a downgrade
+	})
+	mustAppend(t, l2, "B", gateRecord(OutcomeAccepted))
+	mustAppend(t, l2, "C", gateRecord(OutcomeAccepted))
+	if err := l2.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	files, lines := readLines(t, dir)
+	if len(files) != 1 {
+		t.Errorf("files = %v, want the reopened log to keep appending to one file", files)
+	}
+	last := map[string]map[string]any{}
+	for _, ln := range lines {
+		last[ln["agent_id"].(string)] = ln
+	}
+	tests := []struct {
+		name     string
+		agent    string
+		wantSeq  float64
+		wantPrev string
+	}{
+		{name: "A continues", agent: "A", wantSeq: 3, wantPrev: hA},
+		{name: "B continues", agent: "B", wantSeq: 2, wantPrev: hB},
+		{name: "C starts", agent: "C", wantSeq: 1, wantPrev: ZeroHash},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := last[tt.agent]
+			if got["seq"] != tt.wantSeq || got["prev"] != tt.wantPrev {
+				t.Errorf("seq %v prev %v, want %v %v", got["seq"], got["prev"], tt.wantSeq, tt.wantPrev)
+			}
+		})
+	}
+	if err := VerifyDir(dir); err != nil {
+		t.Errorf("VerifyDir: %v", err)
+	}
+}
+
+func TestLogRotationBySize(t *testing.T) {
+	dir := t.TempDir()
+	const max = 700
+	l := mustOpenLog(t, LogOptions{Dir: dir, MaxFileBytes: max, Fsync: FsyncOff, Now: stepClock(day1, time.Millisecond)})
+	for i := range 12 {
+		mustAppend(t, l, fmt.Sprintf("agent-%d", i%3), gateRecord(OutcomeAccepted))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, lines := readLines(t, dir)
+	if len(lines) != 12 {
+		t.Fatalf("%d records, want 12", len(lines))
+	}
+	if len(files) < 3 {
+		t.Fatalf("files = %v, want rotation into several", files)
+	}
+	for i, name := range files {
+		if want := fmt.Sprintf("negotiations-2026-11-29-%04d.jsonl", i+1); name != want {
+			t.Errorf("file %d = %s, want %s", i, name, want)
+		}
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Size() > max {
+			t.Errorf("%s is %d bytes, over the %d limit", name, st.Size(), max)
+		}
+	}
+	if err := VerifyDir(dir); err != nil {
+		t.Errorf("VerifyDir across rotated files: %v", err)
+	}
+
+	// Reopen continues in the last file while it has room, then rotates.
+	l2 := mustOpenLog(t, LogOptions{Dir: dir, MaxFileBytes: max, Fsync: FsyncOff, Now: stepClock(day1, time.Millisecond)})
+	for range 6 {
+		mustAppend(t, l2, "agent-0", gateRecord(OutcomeRefused))
+	}
+	if err := l2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files2, _ := readLines(t, dir)
+	if len(files2) <= len(files) {
+		t.Errorf("files after reopen = %v, want more than %d", files2, len(files))
+	}
+	if err := VerifyDir(dir); err != nil {
+		t.Errorf("VerifyDir after reopen: %v", err)
+	}
+}
+
+func TestLogRotationByDay(t *testing.T) {
+	dir := t.TempDir()
+	times := []time.Time{
+		time.Date(2026, 11, 29, 23, 59, 59, 0, time.UTC),
+		time.Date(2026, 11, 30, 0, 0, 1, 0, time.UTC),
+		time.Date(2026, 11, 29, 23, 59, 58, 0, time.UTC),                 // clock stepped back
+		time.Date(2026, 12, 1, 9, 0, 0, 0, time.FixedZone("X", 10*3600)), // 2026-11-30 UTC
+	}
+	var i int
+	l := mustOpenLog(t, LogOptions{Dir: dir, Now: func() time.Time { i++; return times[i-1] }})
+	for range times {
+		mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, lines := readLines(t, dir)
+	want := []string{"negotiations-2026-11-29-0001.jsonl", "negotiations-2026-11-30-0001.jsonl"}
+	if fmt.Sprint(files) != fmt.Sprint(want) {
+		t.Errorf("files = %v, want %v", files, want)
+	}
+	if got := lines[3]["at"]; got != "2026-11-30T23:00:00Z" {
+		t.Errorf("at = %v, want UTC", got)
+	}
+	if err := VerifyDir(dir); err != nil {
+		t.Errorf("VerifyDir: %v", err)
+	}
+}
+
+// writeSample writes a log with interleaved agents in two files and
+// returns the directory.
+func writeSample(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	// Records are about 400 bytes: six fit in the first file.
+	l := mustOpenLog(t, LogOptions{Dir: dir, MaxFileBytes: 2600, Now: stepClock(day1, time.Millisecond)})
+	for i := range 10 {
+		mustAppend(t, l, []string{"A", "B"}[i%2], gateRecord(OutcomeAccepted))
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := VerifyDir(dir); err != nil {
+		t.Fatalf("VerifyDir on an intact log: %v", err)
+	}
+	return dir
+}
+
+func TestVerifyDirDetectsTampering(t *testing.T) {
+	type edit func(t *testing.T, lines [][]byte) [][]byte
+	// byteEdit replaces the byte just after the first occurrence of
+	// marker in line n with c.
+	byteEdit := func(n int, marker string, c byte) edit {
+		return func(t *testing.T, lines [][]byte) [][]byte {
+			i := bytes.Index(lines[n], []byte(marker))
+			if i < 0 {
+				t.Fatalf("marker %q not in line %d", marker, n+1)
+			}
+			lines[n][i+len(marker)] = c
+			return lines
+		}
+	}
+	// rewrite changes line n's reason and recomputes its hash, as a forger
+	// would: the record itself checks out, the agent's next one does not.
+	rewrite := func(n int) edit {
+		return func(t *testing.T, lines [][]byte) [][]byte {
+			dec := json.NewDecoder(bytes.NewReader(lines[n]))
+			dec.UseNumber()
+			var m map[string]any
+			if err := dec.Decode(&m); err != nil {
+				t.Fatal(err)
+			}
+			m["reason"] = "forged"
+			delete(m, "hash")
+			line, _, err := encodeRecord(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines[n] = bytes.TrimSuffix(line, []byte("\n"))
+			return lines
+		}
+	}
+	tests := []struct {
+		name      string
+		edit      edit
+		wantLine  int
+		wantAgent string
+		wantMsg   string
+	}{
+		{name: "one byte of reason", edit: byteEdit(2, `"reason":"`, 'N'), wantLine: 3, wantAgent: "A", wantMsg: "does not match"},
+		{name: "one byte of granted", edit: byteEdit(1, `"path":"/`, 'x'), wantLine: 2, wantAgent: "B", wantMsg: "does not match"},
+		{name: "one byte of hash", edit: byteEdit(0, `"hash":"`, 'g'), wantLine: 1, wantAgent: "A", wantMsg: "hash"},
+		{name: "one byte of prev", edit: byteEdit(3, `"prev":"`, 'F'), wantLine: 4, wantAgent: "B", wantMsg: "prev"},
+		{name: "rewritten with recomputed hash", edit: rewrite(2), wantLine: 5, wantAgent: "A", wantMsg: "prev"},
+		{name: "seq changed", edit: byteEdit(2, `"seq":`, '9'), wantLine: 3, wantAgent: "A", wantMsg: "does not match"},
+		{name: "record deleted", edit: func(_ *testing.T, l [][]byte) [][]byte { return append(l[:1], l[2:]...) }, wantLine: 3, wantAgent: "B", wantMsg: "seq 2, want 1"},
+		{name: "records swapped", edit: func(_ *testing.T, l [][]byte) [][]byte { l[0], l[2] = l[2], l[0]; return l }, wantLine: 1, wantAgent: "A", wantMsg: "seq 2, want 1"},
+		{name: "not json", edit: func(_ *testing.T, l [][]byte) [][]byte { l[1] = []byte("{oops"); return l }, wantLine: 2, wantMsg: "not JSON"},
+		{name: "whitespace added", edit: func(_ *testing.T, l [][]byte) [][]byte { l[1] = append([]byte(" "), l[1]...); return l }, wantLine: 2, wantAgent: "B", wantMsg: "JCS"},
+		{name: "empty line", edit: func(_ *testing.T, l [][]byte) [][]byte { return append(l[:1], append([][]byte{{}}, l[1:]...)...) }, wantLine: 2, wantMsg: "not JSON"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := writeSample(t)
+			files, err := listLogFiles(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, files[0].name)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))
+			if len(lines) < 5 {
+				t.Fatalf("first file has %d lines, want at least 5", len(lines))
+			}
+			lines = tt.edit(t, lines)
+			if err := os.WriteFile(path, append(bytes.Join(lines, []byte("\n")), '\n'), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err = VerifyDir(dir)
+			var ve *VerifyError
+			if !errors.As(err, &ve) {
+				t.Fatalf("VerifyDir = %v, want a *VerifyError", err)
+			}
+			if ve.File != path || ve.Line != tt.wantLine || ve.AgentID != tt.wantAgent {
+				t.Errorf("error at %s:%d agent %q, want %s:%d agent %q (%v)", ve.File, ve.Line, ve.AgentID, path, tt.wantLine, tt.wantAgent, err)
+			}
+			if !strings.Contains(err.Error(), tt.wantMsg) || !strings.Contains(err.Error(), fmt.Sprintf("%s:%d", path, tt.wantLine)) {
+				t.Errorf("err = %v, want file:line and %q", err, tt.wantMsg)
+			}
+		})
+	}
+}
+
+func TestVerifyDirSecondFile(t *testing.T) {
+	dir := writeSample(t)
+	files, _ := listLogFiles(dir)
+	if len(files) < 2 {
+		t.Fatalf("want at least two files, got %v", files)
+	}
+	path := filepath.Join(dir, files[1].name)
+	data, _ := os.ReadFile(path)
+	i := bytes.Index(data, []byte(`"outcome":"a`))
+	data[i+len(`"outcome":"a`)] = 'X'
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ve *VerifyError
+	if err := VerifyDir(dir); !errors.As(err, &ve) || ve.File != path || ve.Line != 1 {
+		t.Errorf("VerifyDir = %v, want %s line 1", err, path)
+	}
+}
+
+func TestVerifyDirTornLine(t *testing.T) {
+	dir := writeSample(t)
+	files, _ := listLogFiles(dir)
+	path := filepath.Join(dir, files[len(files)-1].name)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString(`{"agent_id":"A","seq`)
+	_ = f.Close()
+	var ve *VerifyError
+	if err := VerifyDir(dir); !errors.As(err, &ve) || !strings.Contains(ve.Reason, "torn") {
+		t.Fatalf("VerifyDir = %v, want a torn-line error", err)
+	}
+
+	// Reopening truncates the torn tail and continues the chains.
+	l := mustOpenLog(t, LogOptions{Dir: dir, Now: stepClock(day1.Add(time.Hour), time.Millisecond)})
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := VerifyDir(dir); err != nil {
+		t.Errorf("VerifyDir after reopen: %v", err)
+	}
+}
+
+func TestVerifyDirEmptyAndMissing(t *testing.T) {
+	if err := VerifyDir(t.TempDir()); err != nil {
+		t.Errorf("empty dir: %v", err)
+	}
+	if err := VerifyDir(filepath.Join(t.TempDir(), "nope")); err == nil {
+		t.Error("missing dir: nil error")
+	}
+}
+
+func TestOpenLogBadLine(t *testing.T) {
+	dir := writeSample(t)
+	files, _ := listLogFiles(dir)
+	path := filepath.Join(dir, files[0].name)
+	data, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, append([]byte("garbage\n"), data...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := OpenLog(LogOptions{Dir: dir})
+	if err == nil || !strings.Contains(err.Error(), path+":1") {
+		t.Errorf("OpenLog = %v, want an error naming %s:1", err, path)
+	}
+}
+
+func TestLogFsyncPolicies(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy FsyncPolicy
+	}{
+		{name: "always", policy: FsyncAlways},
+		{name: "group", policy: FsyncGroup},
+		{name: "default is group", policy: ""},
+		{name: "off", policy: FsyncOff},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l := mustOpenLog(t, LogOptions{Dir: dir, Fsync: tt.policy, MaxFileBytes: 4096})
+			wantPolicy := tt.policy
+			if wantPolicy == "" {
+				wantPolicy = FsyncGroup
+			}
+			if l.policy != wantPolicy {
+				t.Errorf("policy = %q, want %q", l.policy, wantPolicy)
+			}
+			const workers, per = 10, 10
+			var wg sync.WaitGroup
+			hashes := make(chan string, workers*per)
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range per {
+						h, err := l.Append(fmt.Sprintf("agent-%d", w%4), gateRecord(OutcomeAccepted))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						hashes <- h
+					}
+				}()
+			}
+			wg.Wait()
+			close(hashes)
+			l.mu.Lock()
+			written, synced := l.written, l.synced
+			l.mu.Unlock()
+			if written != workers*per {
+				t.Errorf("written = %d, want %d", written, workers*per)
+			}
+			if wantPolicy != FsyncOff && synced != written {
+				t.Errorf("synced = %d of %d written after every Append returned", synced, written)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]bool{}
+			for h := range hashes {
+				seen[h] = true
+			}
+			_, lines := readLines(t, dir)
+			if len(lines) != workers*per || len(seen) != workers*per {
+				t.Errorf("%d lines, %d distinct hashes, want %d", len(lines), len(seen), workers*per)
+			}
+			if err := VerifyDir(dir); err != nil {
+				t.Errorf("VerifyDir: %v", err)
+			}
+		})
+	}
+}
+
+func TestLogClose(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy FsyncPolicy
+	}{
+		{name: "group", policy: FsyncGroup},
+		{name: "always", policy: FsyncAlways},
+		{name: "off", policy: FsyncOff},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := OpenLog(LogOptions{Dir: t.TempDir(), Fsync: tt.policy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.policy == FsyncGroup && l.flusherDone == nil {
+				t.Fatal("group policy started no flusher")
+			}
+			if tt.policy != FsyncGroup && l.flusherDone != nil {
+				t.Fatal("flusher started for a policy that needs none")
+			}
+			mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+			if err := l.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if l.flusherDone != nil {
+				select {
+				case <-l.flusherDone:
+				default:
+					t.Error("Close returned with the flusher still running")
+				}
+			}
+			if _, err := l.Append("A", gateRecord(OutcomeAccepted)); !errors.Is(err, ErrLogClosed) {
+				t.Errorf("Append after Close = %v, want ErrLogClosed", err)
+			}
+			if err := l.Close(); err != nil {
+				t.Errorf("second Close = %v, want nil", err)
+			}
+		})
+	}
+}
+
+func TestLogCloseWhileAppending(t *testing.T) {
+	l, err := OpenLog(LogOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				_, err := l.Append(fmt.Sprintf("a%d", w), gateRecord(OutcomeAccepted))
+				if errors.Is(err, ErrLogClosed) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	mustAppend(t, l, "x", gateRecord(OutcomeAccepted))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait() // every Append returned: none hangs on a stopped flusher
+}
+
+func TestLogAppendInvalid(t *testing.T) {
+	l := mustOpenLog(t, LogOptions{Dir: t.TempDir()})
+	with := func(k string, v any) map[string]any {
+		r := gateRecord(OutcomeAccepted)
+		r[k] = v
+		return r
+	}
+	without := func(k string) map[string]any {
+		r := gateRecord(OutcomeAccepted)
+		delete(r, k)
+		return r
+	}
+	tests := []struct {
+		name  string
+		agent string
+		rec   map[string]any
+		want  string
+	}{
+		{name: "empty agent", agent: "", rec: gateRecord(OutcomeAccepted), want: "empty agent id"},
+		{name: "nil record", agent: "A", rec: nil, want: "kind"},
+		{name: "missing kind", agent: "A", rec: without("kind"), want: "kind"},
+		{name: "unknown kind", agent: "A", rec: with("kind", "identity"), want: "kind identity"},
+		{name: "downgraded outcome", agent: "A", rec: with("outcome", "downgraded"), want: "outcome downgraded"},
+		{name: "missing requested", agent: "A", rec: without("requested"), want: `"requested"`},
+		{name: "missing granted", agent: "A", rec: without("granted"), want: `"granted"`},
+		{name: "seq set", agent: "A", rec: with("seq", 5), want: `"seq" is set by the log`},
+		{name: "prev set", agent: "A", rec: with("prev", ZeroHash), want: `"prev"`},
+		{name: "hash set", agent: "A", rec: with("hash", ZeroHash), want: `"hash"`},
+		{name: "at set", agent: "A", rec: with("at", "now"), want: `"at"`},
+		{name: "other agent_id", agent: "A", rec: with("agent_id", "B"), want: "agent_id B"},
+		{name: "NaN", agent: "A", rec: with("score", math.NaN()), want: "NaN"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := l.Append(tt.agent, tt.rec)
+			if !errors.Is(err, ErrInvalidRecord) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want ErrInvalidRecord mentioning %q", err, tt.want)
+			}
+		})
+	}
+	// The refused records left no trace: the next record starts the chain.
+	mustAppend(t, l, "A", with("agent_id", "A"))
+	l.mu.Lock()
+	head := l.heads["A"]
+	l.mu.Unlock()
+	if head.seq != 1 {
+		t.Errorf("seq after refused records = %d, want 1", head.seq)
+	}
+}
+
+func TestOpenLogOptions(t *testing.T) {
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		opt  LogOptions
+		want string
+	}{
+		{name: "no dir", opt: LogOptions{}, want: "Dir is empty"},
+		{name: "unknown policy", opt: LogOptions{Dir: dir, Fsync: "sometimes"}, want: `"sometimes"`},
+		{name: "negative size", opt: LogOptions{Dir: dir, MaxFileBytes: -1}, want: "negative"},
+		{name: "dir is a file", opt: LogOptions{Dir: filepath.Join(notDir, "sub")}, want: "directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := OpenLog(tt.opt)
+			if err == nil {
+				_ = l.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestOpenLogCreatesDirAndIgnoresStrayFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	l := mustOpenLog(t, LogOptions{Dir: dir})
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"README", "negotiations-2026-13-01-0001.jsonl", "negotiations-2026-11-29-1.jsonl", "negotiations-2026-11-29-0000.jsonl"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("junk\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := VerifyDir(dir); err != nil {
+		t.Errorf("VerifyDir with stray files: %v", err)
+	}
+}
+
+func TestParseLogName(t *testing.T) {
+	tests := []struct {
+		name   string
+		file   string
+		ok     bool
+		wantNm int
+	}{
+		{name: "plain", file: "negotiations-2026-11-29-0001.jsonl", ok: true, wantNm: 1},
+		{name: "five digits", file: "negotiations-2026-11-29-12345.jsonl", ok: true, wantNm: 12345},
+		{name: "zero", file: "negotiations-2026-11-29-0000.jsonl"},
+		{name: "short number", file: "negotiations-2026-11-29-001.jsonl"},
+		{name: "padded five", file: "negotiations-2026-11-29-00001.jsonl"},
+		{name: "bad day", file: "negotiations-2026-02-30-0001.jsonl"},
+		{name: "other suffix", file: "negotiations-2026-11-29-0001.json"},
+		{name: "sign", file: "negotiations-2026-11-29-+001.jsonl"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lf, ok := parseLogName(tt.file)
+			if ok != tt.ok || (ok && lf.num != tt.wantNm) {
+				t.Errorf("parseLogName(%s) = %+v, %v", tt.file, lf, ok)
+			}
+		})
+	}
+	// Sorting is numeric past 9999.
+	files := []string{"negotiations-2026-11-29-10000.jsonl", "negotiations-2026-11-29-9999.jsonl"}
+	sort.Strings(files)
+	dir := t.TempDir()
+	for _, f := range files {
+		_ = os.WriteFile(filepath.Join(dir, f), nil, 0o600)
+	}
+	lfs, _ := listLogFiles(dir)
+	if len(lfs) != 2 || lfs[0].num != 9999 {
+		t.Errorf("listLogFiles order = %+v", lfs)
+	}
+}
+
+func BenchmarkLogAppendOff(b *testing.B) {
+	l, err := OpenLog(LogOptions{Dir: b.TempDir(), Fsync: FsyncOff})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	rec := gateRecord(OutcomeAccepted)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.Append("agent", rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestInsertHashMatchesJCS(t *testing.T) {
+	tests := []struct {
+		name string
+		obj  map[string]any
+	}{
+		{name: "empty", obj: map[string]any{}},
+		{name: "all before", obj: map[string]any{"a": 1, "agent_id": "x", "granted": nil}},
+		{name: "all after", obj: map[string]any{"kind": "gate", "seq": 2, "z": []any{"hash", "}"}}},
+		{name: "neighbours", obj: map[string]any{"has": 1, "hasg": 2, "hasha": 3, "hasi": 4, "h": 5, "hb": 6}},
+		{name: "escaped keys", obj: map[string]any{"ha\u0001": 1, "ha\"": 2, "ha\\": 3, "\n": 4}},
+		{name: "non-ascii keys", obj: map[string]any{"ü": 1, "€": 2, "😀": 3, "\ufb01": 4, "ha\u00e9": 5}},
+		{name: "nested hash-like", obj: map[string]any{"a": map[string]any{"zz": 1, "hash": "inner", "b": "\"{,"}, "prev": ZeroHash}},
+		{name: "record", obj: gateRecord(OutcomeAccepted)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			canon, err := canonical(tt.obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			with := map[string]any{"hash": ZeroHash}
+			for k, v := range tt.obj {
+				with[k] = v
+			}
+			want, err := canonical(with)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := insertHash(canon, ZeroHash); !bytes.Equal(got, want) {
+				t.Errorf("insertHash =\n%s\nwant\n%s", got, want)
+			}
+		})
+	}
+}

@@ -1,0 +1,372 @@
+package records
+
+import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	jose "github.com/go-jose/go-jose/v4"
+)
+
+// RFC 8037 Appendix A.1 key and A.3 thumbprint.
+const (
+	rfc8037D   = "nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A"
+	rfc8037X   = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"
+	rfc8037Kid = "kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k"
+)
+
+func rfc8037Key(t testing.TB) ed25519.PrivateKey {
+	t.Helper()
+	seed, err := base64.RawURLEncoding.DecodeString(rfc8037D)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ed25519.NewKeyFromSeed(seed)
+}
+
+func newKey(t testing.TB) ed25519.PrivateKey {
+	t.Helper()
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func mustSigner(t testing.TB, keys ...ed25519.PrivateKey) *Signer {
+	t.Helper()
+	s, err := NewSigner(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestThumbprintRFC8037(t *testing.T) {
+	k := rfc8037Key(t)
+	if got := base64.RawURLEncoding.EncodeToString(k.Public().(ed25519.PublicKey)); got != rfc8037X {
+		t.Fatalf("public key x = %s, want %s", got, rfc8037X)
+	}
+	kid, err := Thumbprint(k.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kid != rfc8037Kid {
+		t.Errorf("Thumbprint = %s, want %s (RFC 8037 A.3)", kid, rfc8037Kid)
+	}
+	s := mustSigner(t, k)
+	if s.KeyID() != rfc8037Kid {
+		t.Errorf("KeyID = %s, want %s", s.KeyID(), rfc8037Kid)
+	}
+	want := map[string]any{"keys": []any{map[string]any{
+		"kty": "OKP", "crv": "Ed25519", "x": rfc8037X,
+		"kid": rfc8037Kid, "alg": "EdDSA", "use": "sig",
+	}}}
+	if got := s.JWKS(); !reflect.DeepEqual(got, want) {
+		t.Errorf("JWKS = %v, want %v", got, want)
+	}
+}
+
+func TestSignVerifyRoundTrip(t *testing.T) {
+	k := rfc8037Key(t)
+	s := mustSigner(t, k)
+	if !s.Signed() {
+		t.Fatal("Signed() = false with a key")
+	}
+	payload := map[string]any{
+		"agent_id":             strings.Repeat("a", 64),
+		"previous_audit_id":    ZeroHash,
+		"audit_record_version": "1",
+		"status":               263,
+		"path":                 "/room?a=1&b=<2>",
+	}
+	compact, auditID, err := s.Sign(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(compact))
+	if auditID != hex.EncodeToString(sum[:]) || auditID != AuditID(compact) {
+		t.Errorf("auditID = %s, want sha256 hex of the compact string", auditID)
+	}
+
+	parts := strings.Split(compact, ".")
+	if len(parts) != 3 || parts[2] == "" {
+		t.Fatalf("compact = %q, want three parts with a signature", compact)
+	}
+	header, _ := base64.RawURLEncoding.DecodeString(parts[0])
+	wantHeader := `{"alg":"EdDSA","kid":"` + rfc8037Kid + `","typ":"agtp-attribution+jwt"}`
+	if string(header) != wantHeader {
+		t.Errorf("header = %s, want %s", header, wantHeader)
+	}
+
+	// go-jose verifies what Sign produced.
+	jws, err := jose.ParseSignedCompact(compact, []jose.SignatureAlgorithm{jose.EdDSA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := jws.Verify(k.Public())
+	if err != nil {
+		t.Fatalf("go-jose Verify: %v", err)
+	}
+	if jws.Signatures[0].Header.KeyID != rfc8037Kid {
+		t.Errorf("go-jose kid = %q", jws.Signatures[0].Header.KeyID)
+	}
+	if typ := jws.Signatures[0].Header.ExtraHeaders["typ"]; typ != TypAttribution {
+		t.Errorf("go-jose typ = %v", typ)
+	}
+	if !strings.Contains(string(body), `"path":"/room?a=1&b=<2>"`) {
+		t.Errorf("payload %s: HTML characters were escaped", body)
+	}
+
+	got, err := Verify(compact, s.JWKS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{}
+	js, _ := json.Marshal(payload)
+	_ = json.Unmarshal(js, &want)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Verify payload = %v, want %v", got, want)
+	}
+
+	// The JWKS also works after a JSON round trip (as read from a manifest).
+	var set map[string]any
+	js, _ = json.Marshal(s.JWKS())
+	_ = json.Unmarshal(js, &set)
+	if _, err := Verify(compact, set); err != nil {
+		t.Errorf("Verify with JSON-decoded JWKS: %v", err)
+	}
+}
+
+func TestUnsignedForm(t *testing.T) {
+	enc := base64.RawURLEncoding.EncodeToString
+	want := enc([]byte(`{"alg":"none","typ":"agtp-attribution+jwt"}`)) + "." + enc([]byte(`{"a":1,"b":"x"}`)) + "."
+	tests := []struct {
+		name   string
+		signer *Signer
+	}{
+		{name: "no keys", signer: mustSigner(t)},
+		{name: "empty slice", signer: mustSigner(t, []ed25519.PrivateKey{}...)},
+		{name: "zero value", signer: &Signer{}},
+		{name: "nil signer", signer: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.signer.Signed() {
+				t.Error("Signed() = true without keys")
+			}
+			compact, auditID, err := tt.signer.Sign(map[string]any{"b": "x", "a": 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if compact != want {
+				t.Errorf("compact = %q, want %q", compact, want)
+			}
+			if auditID != AuditID(want) {
+				t.Errorf("auditID = %s, want %s", auditID, AuditID(want))
+			}
+			if _, err := Verify(compact, tt.signer.JWKS()); !errors.Is(err, ErrUnsigned) {
+				t.Errorf("Verify err = %v, want ErrUnsigned", err)
+			}
+			if got := tt.signer.JWKS(); !reflect.DeepEqual(got, map[string]any{"keys": []any{}}) {
+				t.Errorf("JWKS = %v, want empty set", got)
+			}
+		})
+	}
+}
+
+func TestSignNilPayload(t *testing.T) {
+	compact, _, err := mustSigner(t, newKey(t)).Sign(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Split(compact, ".")[1]; p != base64.RawURLEncoding.EncodeToString([]byte("{}")) {
+		t.Errorf("payload part = %q, want base64url of {}", p)
+	}
+}
+
+func TestSignEncodeError(t *testing.T) {
+	_, _, err := mustSigner(t, newKey(t)).Sign(map[string]any{"c": make(chan int)})
+	if err == nil || !strings.Contains(err.Error(), "encode payload") {
+		t.Errorf("err = %v, want an encode error", err)
+	}
+}
+
+func TestKeyRotation(t *testing.T) {
+	oldKey, newK := newKey(t), newKey(t)
+	before := mustSigner(t, oldKey)
+	after := mustSigner(t, newK, oldKey)
+	compact, _, err := before.Sign(map[string]any{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Verify(compact, after.JWKS()); err != nil {
+		t.Errorf("record signed with the retired key: %v", err)
+	}
+	keys := after.JWKS()["keys"].([]any)
+	if len(keys) != 2 || keys[0].(map[string]any)["kid"] != after.KeyID() {
+		t.Errorf("JWKS keys = %v, want the signing key first of two", keys)
+	}
+	fresh, _, _ := after.Sign(map[string]any{"n": 2})
+	if _, err := Verify(fresh, before.JWKS()); !errors.Is(err, ErrUnknownKey) {
+		t.Errorf("new record against the old set: err = %v, want ErrUnknownKey", err)
+	}
+}
+
+func TestVerifyRejects(t *testing.T) {
+	k := newKey(t)
+	s := mustSigner(t, k)
+	good, _, err := s.Sign(map[string]any{"status": 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(good, ".")
+	enc := base64.RawURLEncoding.EncodeToString
+	otherPayload := enc([]byte(`{"status":500}`))
+	tests := []struct {
+		name    string
+		compact string
+		jwks    map[string]any
+		wantErr error
+		wantMsg string
+	}{
+		{name: "payload swapped", compact: parts[0] + "." + otherPayload + "." + parts[2], jwks: s.JWKS(), wantMsg: "verify"},
+		{name: "signature dropped", compact: parts[0] + "." + parts[1] + ".", jwks: s.JWKS(), wantMsg: "JWS"},
+		{name: "other key set", compact: good, jwks: mustSigner(t, newKey(t)).JWKS(), wantErr: ErrUnknownKey},
+		{name: "empty key set", compact: good, jwks: map[string]any{"keys": []any{}}, wantErr: ErrUnknownKey},
+		{name: "two parts", compact: parts[0] + "." + parts[1], jwks: s.JWKS(), wantMsg: "3"},
+		{name: "header not base64", compact: "!!." + parts[1] + "." + parts[2], jwks: s.JWKS(), wantMsg: "header"},
+		{name: "alg HS256", compact: enc([]byte(`{"alg":"HS256","kid":"`+s.KeyID()+`"}`)) + "." + parts[1] + "." + parts[2], jwks: s.JWKS(), wantMsg: "HS256"},
+		{name: "alg none with signature", compact: enc([]byte(`{"alg":"none"}`)) + "." + parts[1] + "." + parts[2], jwks: s.JWKS(), wantMsg: "signature"},
+		{name: "alg none payload not object", compact: enc([]byte(`{"alg":"none"}`)) + "." + enc([]byte(`[1]`)) + ".", jwks: s.JWKS(), wantMsg: "payload"},
+		{name: "alg none", compact: enc([]byte(`{"alg":"none"}`)) + "." + parts[1] + ".", jwks: s.JWKS(), wantErr: ErrUnsigned},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := Verify(tt.compact, tt.jwks)
+			if err == nil {
+				t.Fatalf("Verify = %v, want an error", p)
+			}
+			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Errorf("err = %v, want %v", err, tt.wantErr)
+			}
+			if tt.wantMsg != "" && !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("err = %v, want it to mention %q", err, tt.wantMsg)
+			}
+		})
+	}
+}
+
+func TestNewSignerErrors(t *testing.T) {
+	k := newKey(t)
+	bad := append(ed25519.PrivateKey{}, k...)
+	bad[63] ^= 1 // public half no longer matches the seed
+	tests := []struct {
+		name string
+		keys []ed25519.PrivateKey
+		want string
+	}{
+		{name: "short key", keys: []ed25519.PrivateKey{k[:32]}, want: "key 0: Ed25519 private key is 32 bytes"},
+		{name: "mismatched public half", keys: []ed25519.PrivateKey{k, bad}, want: "key 1: public half"},
+		{name: "duplicate", keys: []ed25519.PrivateKey{k, newKey(t), k}, want: "key 2 repeats key 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewSigner(tt.keys)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadEd25519Key(t *testing.T) {
+	dir := t.TempDir()
+	k := rfc8037Key(t)
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecDER, err := x509.MarshalPKCS8PrivateKey(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	pemOf := func(typ string, b []byte) []byte { return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}) }
+	tests := []struct {
+		name    string
+		path    string
+		wantErr string
+	}{
+		{name: "pkcs8 ed25519", path: write("good.pem", pemOf("PRIVATE KEY", der))},
+		{name: "missing file", path: filepath.Join(dir, "nope.pem"), wantErr: "read signing key"},
+		{name: "not pem", path: write("raw.key", []byte("hello")), wantErr: "no PEM block"},
+		{name: "openssh", path: write("ssh.pem", pemOf("OPENSSH PRIVATE KEY", []byte("x"))), wantErr: `"OPENSSH PRIVATE KEY", want PKCS#8`},
+		{name: "encrypted", path: write("enc.pem", pemOf("ENCRYPTED PRIVATE KEY", []byte("x"))), wantErr: "encrypted keys are not supported"},
+		{name: "garbage pkcs8", path: write("bad.pem", pemOf("PRIVATE KEY", []byte("x"))), wantErr: "parse PKCS#8"},
+		{name: "ecdsa key", path: write("ec.pem", pemOf("PRIVATE KEY", ecDER)), wantErr: "want Ed25519"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := LoadEd25519Key(tt.path)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.Equal(k) {
+				t.Error("loaded key differs from the one written")
+			}
+		})
+	}
+}
+
+func TestJWKSIsACopy(t *testing.T) {
+	s := mustSigner(t, newKey(t))
+	s.JWKS()["keys"] = nil
+	if keys, _ := s.JWKS()["keys"].([]any); len(keys) != 1 {
+		t.Errorf("JWKS keys = %v after a caller modified an earlier result", keys)
+	}
+}
+
+func BenchmarkSign(b *testing.B) {
+	s := mustSigner(b, newKey(b))
+	payload := map[string]any{
+		"agent_id": strings.Repeat("a", 64), "owner_id": "o", "request_id": "r",
+		"response_id": "s", "previous_audit_id": ZeroHash, "audit_record_version": "1",
+		"status": 200, "issued_at": "2026-11-29T10:00:00Z",
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := s.Sign(payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
