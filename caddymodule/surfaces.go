@@ -181,9 +181,12 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 			x.fail(errorf(403, "forbidden", "REVOKE target=stale-contracts needs the inspect:all scope"))
 			return
 		}
-		mode, ok := stringParam(p, "mode")
-		if !ok {
-			mode = h.OnPolicyChange
+		mode := h.OnPolicyChange
+		if v, present := p["mode"]; present {
+			mode, _ = v.(string)
+			if mode == "" {
+				mode = fmt.Sprint(v)
+			}
 		}
 		if mode != "grandfather" && mode != "invalidate" {
 			x.fail(errorf(400, "invalid-mode", fmt.Sprintf("mode %q is not grandfather or invalidate", mode)))

@@ -326,5 +326,14 @@ func (x *exchange) replay(resp *idempotency.Response) {
 	if loc := resp.Header["Location"]; loc != "" {
 		extra["Location"] = loc
 	}
+	if x.method == "PROPOSE" {
+		// The Negotiation-ID of a replayed turn is the stored one (OP-35).
+		var b struct {
+			NegotiationID string `json:"negotiation_id"`
+		}
+		if json.Unmarshal(resp.Body, &b) == nil && b.NegotiationID != "" {
+			extra["Negotiation-ID"] = b.NegotiationID
+		}
+	}
 	x.writeRaw(resp.Status, ct, resp.Body, extra)
 }
