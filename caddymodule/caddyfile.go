@@ -30,7 +30,10 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	rcns {
 //	    name <string>
 //	    server_id <string>
-//	    identity header
+//	    identity header|mtls|signature
+//	    signature_max_age <duration>
+//	    signature_skew <duration>
+//	    replay_cache_size <n>
 //	    enabled [true|false]
 //	    mode confirm-first|optimistic
 //	    min_trust_tier <1..3>
@@ -151,7 +154,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			case "attempt_buffer":
 				h.AttemptBuffer = n
 			}
-		case "contract_ttl", "tombstone_ttl", "composition_timeout":
+		case "contract_ttl", "tombstone_ttl", "composition_timeout", "signature_max_age", "signature_skew":
 			v, err := oneArg(d)
 			if err != nil {
 				return err
@@ -167,6 +170,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.TombstoneTTL = caddy.Duration(dur)
 			case "composition_timeout":
 				h.CompositionTimeout = caddy.Duration(dur)
+			case "signature_max_age":
+				h.SignatureMaxAge = caddy.Duration(dur)
+			case "signature_skew":
+				h.SignatureSkew = caddy.Duration(dur)
 			}
 		case "max_request_body", "max_upstream_response":
 			v, err := oneArg(d)
@@ -205,7 +212,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			default:
 				return d.Errf("rate_limit: budget %q is not rcns or invocation", args[0])
 			}
-		case "rate_limit_agents", "idempotency_max_records", "idempotency_max_per_agent":
+		case "rate_limit_agents", "idempotency_max_records", "idempotency_max_per_agent", "replay_cache_size":
 			v, err := oneArg(d)
 			if err != nil {
 				return err
@@ -221,6 +228,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.IdempotencyMaxRecords = n
 			case "idempotency_max_per_agent":
 				h.IdempotencyMaxPerAgent = n
+			case "replay_cache_size":
+				h.ReplayCacheSize = n
 			}
 		case "idempotency_window":
 			v, err := oneArg(d)

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
@@ -53,11 +54,24 @@ type Handler struct {
 	// ServerID is sent as Server-ID on every AGTP response (spec §4).
 	// Default "caddy-rcns".
 	ServerID string `json:"server_id,omitempty"`
-	// Identity selects how Agent-ID is trusted. Only "header" (default)
-	// exists today: the header is trusted, and only requests whose local
-	// address is loopback are served; others get 401
-	// identity-mode-refused.
+	// Identity selects how Agent-ID is proven (ARCHITECTURE.md
+	// "Identity"): "header" (default) trusts the header and serves only
+	// requests whose local address is loopback (others: 401
+	// identity-mode-refused); "mtls" binds Agent-ID to the SHA-256 of the
+	// client certificate's SPKI (configure Caddy's client_auth with mode
+	// verify_if_given so certificate-less legacy clients still pass);
+	// "signature" verifies RFC 9421 HTTP Message Signatures (label sig1,
+	// ed25519 or ecdsa-p256-sha256, keyid = RFC 7638 thumbprint).
 	Identity string `json:"identity,omitempty"`
+	// SignatureMaxAge bounds expires - created of a signature. Default 300s.
+	SignatureMaxAge caddy.Duration `json:"signature_max_age,omitempty"`
+	// SignatureSkew bounds how far created may be from the gateway clock.
+	// Default 60s.
+	SignatureSkew caddy.Duration `json:"signature_skew,omitempty"`
+	// ReplayCacheSize bounds the seen-signature cache that refuses
+	// replays within the validity window; it must exceed the signatures
+	// accepted per window. Default 1000000.
+	ReplayCacheSize int `json:"replay_cache_size,omitempty"`
 
 	// AnonymousDiscovery lets callers without Agent-ID read the manifest
 	// and the read-only DISCOVER built-ins (spec §8.1). Default true; when
@@ -193,6 +207,7 @@ type Handler struct {
 	st        *state
 	passthru  map[string]bool
 	metrics   *metrics
+	idents    *identities
 	ctx       caddy.Context
 	events    *caddyevents.App
 	signer    *records.Signer
@@ -243,6 +258,7 @@ type state struct {
 	limiters     map[string]*limiterSlot
 	negotiations *negotiations
 	records      *recordState
+	replay       *httpsig.ReplayCache
 	attempts     *attemptRing
 	mu           sync.Mutex
 	recipes      map[string]string // name@version → content hash ever loaded
@@ -354,7 +370,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		h.upstreams[n] = up
 	}
-	agents, err := loadAgents(h.Agents)
+	agents, err := h.loadAgents()
 	if err != nil {
 		return fmt.Errorf("rcns: %v", err)
 	}
@@ -382,6 +398,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			limiters:     map[string]*limiterSlot{},
 			negotiations: newNegotiations(10000),
 			records:      &recordState{},
+			replay:       httpsig.NewReplayCache(h.ReplayCacheSize, nil),
 			idem:         idempotency.NewStore(h.idempotencyLimits(), nil),
 		}, nil
 	})
@@ -495,6 +512,15 @@ func (h *Handler) setDefaults() {
 	if h.AttemptBuffer == 0 {
 		h.AttemptBuffer = 1024
 	}
+	if h.SignatureMaxAge == 0 {
+		h.SignatureMaxAge = caddy.Duration(300 * time.Second)
+	}
+	if h.SignatureSkew == 0 {
+		h.SignatureSkew = caddy.Duration(60 * time.Second)
+	}
+	if h.ReplayCacheSize == 0 {
+		h.ReplayCacheSize = 1_000_000
+	}
 	if h.Fsync == "" {
 		h.Fsync = string(records.FsyncGroup)
 	}
@@ -562,8 +588,13 @@ func (h *Handler) Validate() error {
 	if h.OnPolicyChange != "grandfather" && h.OnPolicyChange != "invalidate" {
 		return fmt.Errorf("rcns: on_policy_change must be grandfather or invalidate, not %q", h.OnPolicyChange)
 	}
-	if h.Identity != IdentityHeader {
-		return fmt.Errorf("rcns: identity mode %q is not supported (supported: header)", h.Identity)
+	switch h.Identity {
+	case IdentityHeader, IdentityMTLS, IdentitySignature:
+	default:
+		return fmt.Errorf("rcns: identity mode %q is not supported (header, mtls, signature)", h.Identity)
+	}
+	if h.SignatureMaxAge < 0 || h.SignatureSkew < 0 || h.ReplayCacheSize < 0 {
+		return fmt.Errorf("rcns: signature limits must not be negative")
 	}
 	if h.MinTrustTier < 1 || h.MinTrustTier > 3 {
 		return fmt.Errorf("rcns: min_trust_tier must be 1..3, not %d", h.MinTrustTier)
@@ -596,18 +627,21 @@ func (h *Handler) Cleanup() error {
 	return nil
 }
 
-// loadAgents reads agent documents into registry values.
-func loadAgents(paths []string) ([]policy.Agent, error) {
-	docs, err := schema.LoadPaths(paths, schema.KindAgent)
+// loadAgents reads agent documents into registry values and indexes
+// their certificates and keys for the verified identity modes.
+func (h *Handler) loadAgents() ([]policy.Agent, error) {
+	docs, err := schema.LoadPaths(h.Agents, schema.KindAgent)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]policy.Agent, 0, len(docs))
+	ads := make([]schema.AgentDoc, 0, len(docs))
 	for _, d := range docs {
 		var a schema.AgentDoc
 		if err := d.Decode(&a); err != nil {
 			return nil, d.Errorf("", "%v", err)
 		}
+		ads = append(ads, a)
 		ag := policy.Agent{ID: a.AgentID, Name: a.Name, OwnerID: a.OwnerID, TrustTier: policy.TrustTier(a.TrustTier), Status: policy.AgentStatus(a.Status)}
 		if ag.Status == "" {
 			ag.Status = policy.AgentActive
@@ -620,6 +654,9 @@ func loadAgents(paths []string) ([]policy.Agent, error) {
 			ag.Scopes = append(ag.Scopes, sc)
 		}
 		out = append(out, ag)
+	}
+	if h.idents, err = buildIdentities(h.Identity, docs, ads); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -208,7 +208,7 @@ func (h *Handler) negotiationRecord(x *exchange, kind, outcome, reason string, r
 		"outcome":            outcome,
 		"requested":          requested,
 		"granted":            nil,
-		"identity_assurance": "unverified",
+		"identity_assurance": assurance(h.Identity),
 		"request_id":         x.requestID,
 	}
 	if granted != nil {

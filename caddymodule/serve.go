@@ -185,6 +185,11 @@ func (h *Handler) serve(x *exchange) {
 		x.fail(errorf(401, "agent-unauthenticated", "this request needs an Agent-ID header"))
 		return
 	}
+	if e := h.verifyIdentity(x, req); e != nil {
+		h.logger.Info("identity refused", zap.String("agent_id", x.agentID), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
+		x.fail(e)
+		return
+	}
 	if e := h.checkIdentifiers(r); e != nil {
 		x.fail(e)
 		return

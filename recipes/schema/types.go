@@ -21,6 +21,14 @@ type AgentDoc struct {
 	Status string `json:"status,omitempty"`
 	// Scopes are the granted Authority-Scope tokens; may be empty.
 	Scopes []string `json:"scopes,omitempty"`
+	// Certificates are lowercase hex SHA-256 digests of the DER
+	// SubjectPublicKeyInfo of the client certificates the agent may
+	// present (identity mtls); a renewal with the same key keeps working.
+	Certificates []string `json:"certificates,omitempty"`
+	// Keys are the public JWKs (OKP Ed25519, EC P-256) the agent signs
+	// requests with (identity signature, RFC 9421); their RFC 7638
+	// thumbprints are the keyids.
+	Keys []map[string]any `json:"keys,omitempty"`
 }
 
 // SemanticDoc is the semantic block of an endpoint (RCNS §7.2): all seven

@@ -1,0 +1,122 @@
+package caddymodule
+
+import (
+	"crypto"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
+	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
+)
+
+// Verified identity modes (ARCHITECTURE.md "Identity").
+const (
+	// IdentityMTLS binds Agent-ID to the SHA-256 of the client
+	// certificate's SubjectPublicKeyInfo.
+	IdentityMTLS = "mtls"
+	// IdentitySignature verifies RFC 9421 HTTP Message Signatures.
+	IdentitySignature = "signature"
+)
+
+type keyEntry struct {
+	alg   string
+	pub   crypto.PublicKey
+	owner string
+}
+
+// identities holds what the verified modes check against, built from
+// the agent documents at Provision.
+type identities struct {
+	spki map[string]string   // SPKI SHA-256 hex → Agent-ID
+	keys map[string]keyEntry // RFC 7638 thumbprint → key
+}
+
+// buildIdentities indexes the agents' certificates and keys and, for a
+// verified mode, refuses agents that lack what the mode needs.
+func buildIdentities(mode string, docs []*schema.Document, ads []schema.AgentDoc) (*identities, error) {
+	id := &identities{spki: map[string]string{}, keys: map[string]keyEntry{}}
+	for i, a := range ads {
+		d := docs[i]
+		for j, c := range a.Certificates {
+			if prev, dup := id.spki[c]; dup && prev != a.AgentID {
+				return nil, d.Errorf(fmt.Sprintf("/certificates/%d", j), "certificate key is already bound to agent %s", prev)
+			}
+			id.spki[c] = a.AgentID
+		}
+		for j, k := range a.Keys {
+			pub, err := httpsig.PublicKeyFromJWK(k)
+			if err != nil {
+				return nil, d.Errorf(fmt.Sprintf("/keys/%d", j), "%v", err)
+			}
+			alg, err := httpsig.Algorithm(pub)
+			if err != nil {
+				return nil, d.Errorf(fmt.Sprintf("/keys/%d", j), "%v", err)
+			}
+			tp, err := httpsig.Thumbprint(pub)
+			if err != nil {
+				return nil, d.Errorf(fmt.Sprintf("/keys/%d", j), "%v", err)
+			}
+			if prev, dup := id.keys[tp]; dup && prev.owner != a.AgentID {
+				return nil, d.Errorf(fmt.Sprintf("/keys/%d", j), "key %s is already registered to agent %s", tp, prev.owner)
+			}
+			id.keys[tp] = keyEntry{alg: alg, pub: pub, owner: a.AgentID}
+		}
+		switch {
+		case mode == IdentityMTLS && len(a.Certificates) == 0:
+			return nil, d.Errorf("", "identity mtls needs certificates (SPKI SHA-256) for agent %s", a.Name)
+		case mode == IdentitySignature && len(a.Keys) == 0:
+			return nil, d.Errorf("", "identity signature needs keys (public JWKs) for agent %s", a.Name)
+		}
+	}
+	return id, nil
+}
+
+// assurance is the identity_assurance recorded for requests in mode.
+func assurance(mode string) string {
+	switch mode {
+	case IdentityMTLS, IdentitySignature:
+		return mode
+	}
+	return "unverified"
+}
+
+// verifyIdentity proves the request's Agent-ID in the configured mode
+// before the registry lookup (spec §3, §21 item 4). It returns a 401
+// wire error with a distinct reason, or nil.
+func (h *Handler) verifyIdentity(x *exchange, req *request) *wireError {
+	r := x.r
+	switch h.Identity {
+	case IdentityMTLS:
+		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+			return errorf(401, "certificate-required", "identity mtls: an AGTP request must present a client certificate")
+		}
+		sum := sha256.Sum256(r.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)
+		owner, ok := h.idents.spki[hex.EncodeToString(sum[:])]
+		if !ok {
+			return errorf(401, "certificate-unknown", "identity mtls: the client certificate's key is not bound to any agent")
+		}
+		if owner != x.agentID {
+			return errorf(401, "certificate-mismatch", "identity mtls: the client certificate is bound to another Agent-ID")
+		}
+	case IdentitySignature:
+		res, err := httpsig.Verify(r, func(keyID string) (string, crypto.PublicKey, string, bool) {
+			k, ok := h.idents.keys[keyID]
+			return k.alg, k.pub, k.owner, ok
+		}, httpsig.VerifyOptions{
+			MaxAge: time.Duration(h.SignatureMaxAge), Skew: time.Duration(h.SignatureSkew),
+			Body: req.raw, ExpectOwner: x.agentID, Replay: h.st.replay,
+		})
+		if err != nil {
+			var se *httpsig.Error
+			if errors.As(err, &se) {
+				return errorf(401, se.Reason, "identity signature: "+se.Detail)
+			}
+			return errorf(401, httpsig.ReasonSignatureInvalid, "identity signature: "+err.Error())
+		}
+		_ = res // the key's owner was checked against Agent-ID (ExpectOwner)
+	}
+	return nil
+}

@@ -1,0 +1,389 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gowebpki/jcs"
+
+	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
+)
+
+// errUsage marks a command-line mistake (exit status 2).
+var errUsage = errors.New("usage")
+
+const usage = `usage:
+  rcns-agent keygen -alg ed25519|ecdsa-p256-sha256 -out key.pem
+  rcns-agent id genesis.json
+  rcns-agent thumbprint -key key.pem
+  rcns-agent call -key key.pem -agent-id ID [-scope S] [-allow-rcns]
+          [-idempotency-key K] [-contract ID] [-H 'Name: v']... [-timeout 30s]
+          METHOD URL [JSON-BODY]
+`
+
+// signatureLifetime is expires-created for call (the gateway allows at
+// most 300 s).
+const signatureLifetime = 60 * time.Second
+
+// run executes one command line and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "keygen":
+		err = keygen(args[1:], stdout, stderr)
+	case "id":
+		err = agentIDCmd(args[1:], stdout, stderr)
+	case "thumbprint":
+		err = thumbprint(args[1:], stdout, stderr)
+	case "call":
+		err = call(context.Background(), http.DefaultClient, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "rcns-agent: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp): // the FlagSet printed its help
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "rcns-agent: %v\n%s", err, usage)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "rcns-agent: %v\n", err)
+		return 1
+	}
+}
+
+// usageErr wraps a usage mistake.
+func usageErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
+}
+
+// newFlags is a FlagSet that reports errors to stderr without exiting.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseFlags parses args into fs, mapping errors to usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}
+
+// keygen makes a key pair, writes the private key and prints keyid and
+// public JWK.
+func keygen(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("keygen", stderr)
+	alg := fs.String("alg", httpsig.AlgEd25519, "ed25519 or ecdsa-p256-sha256")
+	out := fs.String("out", "", "private key file to create (PEM PKCS#8, mode 0600)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *out == "" || fs.NArg() != 0 {
+		return usageErr("keygen needs -out and no arguments")
+	}
+	var key crypto.Signer
+	switch *alg {
+	case httpsig.AlgEd25519:
+		_, k, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return err
+		}
+		key = k
+	case httpsig.AlgECDSAP256SHA256:
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return err
+		}
+		key = k
+	default:
+		return usageErr("unsupported -alg %q", *alg)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der}); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return printKey(stdout, key.Public())
+}
+
+// printKey prints "keyid <thumbprint>" and "jwk <public JWK>".
+func printKey(w io.Writer, pub crypto.PublicKey) error {
+	kid, err := httpsig.Thumbprint(pub)
+	if err != nil {
+		return err
+	}
+	jwk, err := httpsig.JWKFromPublic(pub)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(jwk)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "keyid %s\njwk %s\n", kid, b)
+	return err
+}
+
+// thumbprint prints the keyid of -key.
+func thumbprint(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("thumbprint", stderr)
+	keyPath := fs.String("key", "", "private key file (PEM)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *keyPath == "" || fs.NArg() != 0 {
+		return usageErr("thumbprint needs -key and no arguments")
+	}
+	key, err := httpsig.LoadPrivateKey(*keyPath)
+	if err != nil {
+		return err
+	}
+	kid, err := httpsig.Thumbprint(key.Public())
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, kid)
+	return err
+}
+
+// agentIDCmd prints the Agent-ID of a genesis document.
+func agentIDCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("id", stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageErr("id needs one genesis.json argument")
+	}
+	doc, err := os.ReadFile(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	id, err := agentID(doc)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, id)
+	return err
+}
+
+// agentID computes the canonical Agent-ID of an Agent Genesis document
+// (RCNS spec "Agent-ID"): lowercase hex SHA-256 of the RFC 8785 JCS
+// form of the document with its top-level "signature" member removed.
+// The document must be a JSON object without duplicate members.
+func agentID(genesis []byte) (string, error) {
+	// JCS validates the document (syntax, duplicate names) first.
+	if _, err := jcs.Transform(genesis); err != nil {
+		return "", fmt.Errorf("genesis: %w", err)
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(genesis, &obj); err != nil {
+		return "", fmt.Errorf("genesis is not a JSON object: %w", err)
+	}
+	delete(obj, "signature")
+	stripped, err := json.Marshal(obj)
+	if err != nil {
+		return "", err
+	}
+	canon, err := jcs.Transform(stripped)
+	if err != nil {
+		return "", fmt.Errorf("genesis: %w", err)
+	}
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// headerFlags collects repeated -H 'Name: value' flags.
+type headerFlags []string
+
+// String joins the collected values.
+func (h *headerFlags) String() string { return strings.Join(*h, ", ") }
+
+// Set appends one value.
+func (h *headerFlags) Set(v string) error {
+	name, _, ok := strings.Cut(v, ":")
+	if !ok || strings.TrimSpace(name) == "" {
+		return fmt.Errorf("header %q is not 'Name: value'", v)
+	}
+	*h = append(*h, v)
+	return nil
+}
+
+// call sends one signed AGTP request with client and prints the
+// response.
+func call(ctx context.Context, client *http.Client, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("call", stderr)
+	keyPath := fs.String("key", "", "private key file (PEM)")
+	agent := fs.String("agent-id", "", "Agent-ID of the calling agent")
+	scope := fs.String("scope", "", "Authority-Scope header value")
+	allow := fs.Bool("allow-rcns", false, "send Allow-RCNS: true")
+	idem := fs.String("idempotency-key", "", "Idempotency-Key header value")
+	contract := fs.String("contract", "", "Contract-Synthesized header value (a synthesis_id)")
+	timeout := fs.Duration("timeout", 30*time.Second, "whole-request timeout")
+	var headers headerFlags
+	fs.Var(&headers, "H", "extra header 'Name: value' (repeatable; not covered unless a default component)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *keyPath == "" || *agent == "" {
+		return usageErr("call needs -key and -agent-id")
+	}
+	if fs.NArg() < 2 || fs.NArg() > 3 {
+		return usageErr("call needs METHOD URL [JSON-BODY]")
+	}
+	method, target := fs.Arg(0), fs.Arg(1)
+	var body []byte
+	if fs.NArg() == 3 {
+		body = []byte(fs.Arg(2))
+		if !json.Valid(body) {
+			return usageErr("JSON-BODY is not valid JSON")
+		}
+	}
+	key, err := httpsig.LoadPrivateKey(*keyPath)
+	if err != nil {
+		return err
+	}
+	req, err := newSignedRequest(ctx, key, method, target, body, func(h http.Header) {
+		for _, hv := range headers {
+			name, value, _ := strings.Cut(hv, ":")
+			h.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+		}
+		h.Set("Agent-ID", *agent)
+		if *scope != "" {
+			h.Set("Authority-Scope", *scope)
+		}
+		if *allow {
+			h.Set("Allow-RCNS", "true")
+		}
+		if *idem != "" {
+			h.Set("Idempotency-Key", *idem)
+		}
+		if *contract != "" {
+			h.Set("Contract-Synthesized", *contract)
+		}
+	}, time.Now())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	resp, err := client.Do(req.WithContext(ctx))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return printResponse(stdout, resp)
+}
+
+// newSignedRequest builds METHOD target with body (JSON, may be nil),
+// lets setHeaders add fields, and signs it under sig1 at now with
+// DefaultComponents, expires now+60s and a random nonce.
+func newSignedRequest(ctx context.Context, key crypto.Signer, method, target string, body []byte, setHeaders func(http.Header), now time.Time) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	if err != nil {
+		return nil, err
+	}
+	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
+		return nil, fmt.Errorf("URL scheme %q: want http or https", req.URL.Scheme)
+	}
+	setHeaders(req.Header)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+		httpsig.SetContentDigest(req.Header, body)
+	}
+	alg, err := httpsig.Algorithm(key.Public())
+	if err != nil {
+		return nil, err
+	}
+	kid, err := httpsig.Thumbprint(key.Public())
+	if err != nil {
+		return nil, err
+	}
+	nonce := make([]byte, 16)
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, err
+	}
+	s := &httpsig.Signer{KeyID: kid, Alg: alg, Key: key}
+	err = s.Sign(req, httpsig.SignOptions{
+		Created: now,
+		Expires: now.Add(signatureLifetime),
+		Nonce:   base64.RawURLEncoding.EncodeToString(nonce),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// printResponse writes the status line, the header fields sorted by
+// name (one line per value) and the body.
+func printResponse(w io.Writer, resp *http.Response) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s\n", resp.Proto, resp.Status)
+	names := make([]string, 0, len(resp.Header))
+	for name := range resp.Header {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		for _, v := range resp.Header[name] {
+			fmt.Fprintf(&b, "%s: %s\n", name, v)
+		}
+	}
+	b.WriteString("\n")
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
+)
+
+const agent = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// runCLI runs the command line and returns status, stdout and stderr.
+func runCLI(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// keygenKey runs keygen for alg and returns the key path, keyid and
+// public key parsed from the printed JWK.
+func keygenKey(t *testing.T, alg string) (string, string, crypto.PublicKey) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "key.pem")
+	code, out, errOut := runCLI("keygen", "-alg", alg, "-out", path)
+	if code != 0 {
+		t.Fatalf("keygen: %d %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "keyid ") || !strings.HasPrefix(lines[1], "jwk ") {
+		t.Fatalf("keygen output:\n%s", out)
+	}
+	kid := strings.TrimPrefix(lines[0], "keyid ")
+	var jwk map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(lines[1], "jwk ")), &jwk); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := jwk["d"]; ok {
+		t.Fatal("keygen printed private key material")
+	}
+	pub, err := httpsig.PublicKeyFromJWK(jwk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v %v", st, err)
+	}
+	// thumbprint agrees with keygen.
+	code, out, errOut = runCLI("thumbprint", "-key", path)
+	if code != 0 || strings.TrimSpace(out) != kid {
+		t.Fatalf("thumbprint = %d %q %s, want %s", code, out, errOut, kid)
+	}
+	return path, kid, pub
+}
+
+// resolverFor registers pub under kid for agent.
+func resolverFor(kid string, pub crypto.PublicKey) httpsig.KeyResolver {
+	return func(id string) (string, crypto.PublicKey, string, bool) {
+		if id != kid {
+			return "", nil, "", false
+		}
+		alg, err := httpsig.Algorithm(pub)
+		return alg, pub, agent, err == nil
+	}
+}
+
+// TestKeygenSignVerify: keygen → thumbprint → sign → Verify, in
+// process, for both algorithms.
+func TestKeygenSignVerify(t *testing.T) {
+	for _, alg := range []string{httpsig.AlgEd25519, httpsig.AlgECDSAP256SHA256} {
+		t.Run(alg, func(t *testing.T) {
+			path, kid, pub := keygenKey(t, alg)
+			key, err := httpsig.LoadPrivateKey(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := []byte(`{"q":"tea"}`)
+			now := time.Now()
+			req, err := newSignedRequest(context.Background(), key, "SEARCH", "http://gw.example/catalog?page=2", body, func(h http.Header) {
+				h.Set("Agent-ID", agent)
+				h.Set("Authority-Scope", "catalog:read")
+			}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := req.Header.Get("Signature-Input")
+			for _, want := range []string{`sig1=("@method" "@authority" "@path" "@query" "agent-id" "content-type" "content-digest" "authority-scope")`, `;nonce="`, `;alg="` + alg + `"`, `;keyid="` + kid + `"`} {
+				if !strings.Contains(in, want) {
+					t.Fatalf("Signature-Input %s lacks %s", in, want)
+				}
+			}
+			res, err := httpsig.Verify(req, resolverFor(kid, pub), httpsig.VerifyOptions{Now: now, Body: body, ExpectOwner: agent})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res.Expires.Sub(res.Created); got != 60*time.Second {
+				t.Fatalf("window = %v", got)
+			}
+		})
+	}
+}
+
+// TestCall runs call against a 127.0.0.1 server that verifies every
+// request with a replay cache and echoes what it verified.
+func TestCall(t *testing.T) {
+	for _, alg := range []string{httpsig.AlgEd25519, httpsig.AlgECDSAP256SHA256} {
+		t.Run(alg, func(t *testing.T) {
+			path, kid, pub := keygenKey(t, alg)
+			cache := httpsig.NewReplayCache(100, nil)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				res, err := httpsig.Verify(r, resolverFor(kid, pub), httpsig.VerifyOptions{
+					Body: body, ExpectOwner: r.Header.Get("Agent-ID"), Replay: cache,
+				})
+				w.Header().Set("Content-Type", "application/json")
+				var e *httpsig.Error
+				if errors.As(err, &e) {
+					w.WriteHeader(http.StatusUnauthorized)
+					json.NewEncoder(w).Encode(map[string]string{"reason": e.Reason, "detail": e.Detail})
+					return
+				}
+				w.Header().Set("X-Verified-Key", res.KeyID)
+				json.NewEncoder(w).Encode(map[string]any{
+					"method": r.Method, "covered": res.Covered, "body": string(body),
+					"contract": r.Header.Get("Contract-Synthesized"), "x-trace": r.Header.Get("X-Trace"),
+				})
+			}))
+			defer srv.Close()
+			if !strings.HasPrefix(srv.URL, "http://127.0.0.1:") {
+				t.Fatalf("server at %s", srv.URL)
+			}
+
+			args := []string{"call", "-key", path, "-agent-id", agent, "-scope", "orders:write", "-allow-rcns",
+				"-idempotency-key", "idem-1", "-contract", "syn-42", "-H", "X-Trace: t-1",
+				"BOOK", srv.URL + "/orders?dry=1", `{"item":"book"}`}
+			for i := 0; i < 2; i++ { // a fresh nonce each time: never a replay
+				code, out, errOut := runCLI(args...)
+				if code != 0 {
+					t.Fatalf("call: %d %s", code, errOut)
+				}
+				head, respBody, ok := strings.Cut(out, "\n\n")
+				if !ok || !strings.HasPrefix(head, "HTTP/1.1 200 OK\n") {
+					t.Fatalf("output:\n%s", out)
+				}
+				if !strings.Contains(head, "\nX-Verified-Key: "+kid) || !strings.Contains(head, "\nContent-Type: application/json") {
+					t.Fatalf("headers:\n%s", head)
+				}
+				var got struct {
+					Method   string   `json:"method"`
+					Covered  []string `json:"covered"`
+					Body     string   `json:"body"`
+					Contract string   `json:"contract"`
+					XTrace   string   `json:"x-trace"`
+				}
+				if err := json.Unmarshal([]byte(respBody), &got); err != nil {
+					t.Fatalf("body %q: %v", respBody, err)
+				}
+				want := "@method @authority @path @query agent-id content-type content-digest idempotency-key authority-scope allow-rcns contract-synthesized"
+				if got.Method != "BOOK" || got.Body != `{"item":"book"}` || got.Contract != "syn-42" || got.XTrace != "t-1" || strings.Join(got.Covered, " ") != want {
+					t.Fatalf("server saw %+v", got)
+				}
+			}
+
+			// A key the server does not know: 401 key-unknown, still exit 0.
+			other, _, _ := keygenKey(t, alg)
+			code, out, _ := runCLI("call", "-key", other, "-agent-id", agent, "DISCOVER", srv.URL+"/")
+			if code != 0 || !strings.HasPrefix(out, "HTTP/1.1 401 Unauthorized\n") || !strings.Contains(out, `"reason":"key-unknown"`) {
+				t.Fatalf("unknown key: %d\n%s", code, out)
+			}
+		})
+	}
+}
+
+// TestAgentID checks the Agent-ID against a hand-canonicalized
+// document: the signature member is dropped, members sorted, numbers
+// and whitespace normalized (RFC 8785).
+func TestAgentID(t *testing.T) {
+	canonical := `{"b":[1,2,"é"],"name":"agent-a","version":"1"}`
+	sum := sha256.Sum256([]byte(canonical))
+	want := hex.EncodeToString(sum[:])
+	dir := t.TempDir()
+	for i, doc := range []string{
+		`{"name":"agent-a","version":"1","b":[1,2.0,"\u00e9"],"signature":"abc"}`,
+		"{\n  \"signature\": {\"alg\": \"x\"},\n  \"version\": \"1\",\n  \"b\": [1.0, 2, \"é\"],\n  \"name\": \"agent-a\"\n}",
+		canonical,
+	} {
+		p := filepath.Join(dir, "g.json")
+		if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := runCLI("id", p)
+		if code != 0 || strings.TrimSpace(out) != want {
+			t.Fatalf("doc %d: %d %q %s, want %s", i, code, out, errOut, want)
+		}
+	}
+	for name, doc := range map[string]string{
+		"duplicate member": `{"a":1,"a":2}`,
+		"not an object":    `[1,2]`,
+		"not JSON":         `{`,
+	} {
+		if _, err := agentID([]byte(doc)); err == nil {
+			t.Errorf("%s: want error", name)
+		}
+	}
+}
+
+// TestUsage checks exit statuses for command-line mistakes.
+func TestUsage(t *testing.T) {
+	dir := t.TempDir()
+	existing := filepath.Join(dir, "k.pem")
+	if code, _, _ := runCLI("keygen", "-out", existing); code != 0 {
+		t.Fatal("keygen")
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"no command", nil, 2},
+		{"unknown command", []string{"frobnicate"}, 2},
+		{"keygen bad alg", []string{"keygen", "-alg", "rsa", "-out", filepath.Join(dir, "x.pem")}, 2},
+		{"keygen no out", []string{"keygen"}, 2},
+		{"keygen existing file", []string{"keygen", "-out", existing}, 1},
+		{"thumbprint no key", []string{"thumbprint"}, 2},
+		{"thumbprint missing file", []string{"thumbprint", "-key", filepath.Join(dir, "absent.pem")}, 1},
+		{"id no file", []string{"id"}, 2},
+		{"call no key", []string{"call", "-agent-id", agent, "GET", "http://127.0.0.1:1/"}, 2},
+		{"call bad body", []string{"call", "-key", existing, "-agent-id", agent, "POST", "http://127.0.0.1:1/", "{"}, 2},
+		{"call bad header", []string{"call", "-key", existing, "-agent-id", agent, "-H", "nocolon", "GET", "http://127.0.0.1:1/"}, 2},
+		{"call bad scheme", []string{"call", "-key", existing, "-agent-id", agent, "GET", "ftp://127.0.0.1/"}, 1},
+		{"help", []string{"help"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if code, _, errOut := runCLI(tc.args...); code != tc.code {
+				t.Fatalf("exit %d, want %d (%s)", code, tc.code, errOut)
+			}
+		})
+	}
+}
