@@ -1,0 +1,219 @@
+package integration
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/go-jose/go-jose/v4"
+)
+
+// writeEd25519Key writes a fresh PKCS#8 Ed25519 key and returns its path
+// and public key.
+func writeEd25519Key(t *testing.T) (string, ed25519.PublicKey) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "record-key.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, pub
+}
+
+// TestSignedRecordsAndNegotiationLog: with a record key, every
+// Attribution-Record verifies against the manifest's record_keys, the
+// Audit-ID chain links consecutive responses, every gate evaluation and
+// PROPOSE turn is in the negotiation log, `caddy rcns verify-log`
+// accepts the log and names the record a one-byte edit broke.
+// Spec §4, §16; ARCHITECTURE.md "Records"; issue 4.
+func TestSignedRecordsAndNegotiationLog(t *testing.T) {
+	keyPath, pub := writeEd25519Key(t)
+	recDir := filepath.Join(t.TempDir(), "records")
+	w := startHotel(t, hotelOpts{Mode: "optimistic", Extra: "\t\trecord_keys " + keyPath + "\n\t\trecords_dir " + recDir + "\n\t\tfsync always"})
+
+	// The manifest publishes the key.
+	man := w.GW.Do(t, "DISCOVER", "/", nil, nil)
+	wantStatus(t, man, 200)
+	keys, _ := json.Marshal(field(man.Object(t), "server", "record_keys"))
+	var set jose.JSONWebKeySet
+	if err := json.Unmarshal(keys, &set); err != nil || len(set.Keys) != 1 {
+		t.Fatalf("server.record_keys = %s (%v), want one JWK", keys, err)
+	}
+	if got, ok := set.Keys[0].Key.(ed25519.PublicKey); !ok || !bytes.Equal(got, pub) {
+		t.Fatalf("published key %v is not the configured one", set.Keys[0].Key)
+	}
+
+	a1 := agentID("rcns-demo-agent")
+	r1 := w.book(t, a1, "rcns:negotiate, hotel:read, hotel:book", "Allow-RCNS", "true")
+	wantStatus(t, r1, 263)
+	r2 := w.GW.Do(t, "BOOK", "/nowhere", hdr(a1, "rcns:negotiate", "Allow-RCNS", "true"), nil)
+	wantStatus(t, r2, 464)
+	noscope := w.book(t, agentID("rcns-demo-noscope"), "hotel:read, hotel:book", "Allow-RCNS", "true")
+	wantStatus(t, noscope, 262)
+
+	for i, r := range []*Resp{r1, r2} {
+		compact := r.Header.Get("Attribution-Record")
+		sig, err := jose.ParseSigned(compact, []jose.SignatureAlgorithm{jose.EdDSA})
+		if err != nil {
+			t.Fatalf("response %d: Attribution-Record is not an EdDSA JWS: %v", i, err)
+		}
+		if sig.Signatures[0].Header.KeyID != set.Keys[0].KeyID {
+			t.Fatalf("response %d: kid %q, want %q", i, sig.Signatures[0].Header.KeyID, set.Keys[0].KeyID)
+		}
+		if _, err := sig.Verify(pub); err != nil {
+			t.Fatalf("response %d: signature does not verify: %v", i, err)
+		}
+	}
+	if prev := str(attribution(t, r2), "previous_audit_id"); prev != r1.Header.Get("Audit-ID") {
+		t.Fatalf("previous_audit_id = %s, want the prior Audit-ID %s", prev, r1.Header.Get("Audit-ID"))
+	}
+
+	// The log holds the three gate evaluations, requested and granted.
+	logDir := filepath.Join(recDir, "negotiations")
+	files, _ := filepath.Glob(filepath.Join(logDir, "*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("negotiation log files = %v, want one", files)
+	}
+	raw, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("negotiation log has %d records, want 3:\n%s", len(lines), raw)
+	}
+	var recs []map[string]any
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		recs = append(recs, m)
+	}
+	if recs[0]["outcome"] != "accepted" || str(recs[0], "granted", "synthesis_id") != r1.Header.Get("Contract-Synthesized") || str(recs[0], "requested", "path") != "/room" {
+		t.Errorf("first record = %v, want accepted with the synthesis id", recs[0])
+	}
+	if recs[1]["outcome"] != "refused" || recs[1]["reason"] != "composition-impossible" || recs[1]["granted"] != nil {
+		t.Errorf("second record = %v, want refused composition-impossible", recs[1])
+	}
+	if recs[2]["agent_id"] != agentID("rcns-demo-noscope") || recs[2]["reason"] != "scope-required" {
+		t.Errorf("third record = %v, want noscope's scope-required refusal", recs[2])
+	}
+	if recs[1]["prev"] != recs[0]["hash"] {
+		t.Errorf("A1's second record prev %v != first record hash %v", recs[1]["prev"], recs[0]["hash"])
+	}
+
+	out, err := exec.Command(caddyBin, "rcns", "verify-log", logDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("verify-log on an intact log failed: %v\n%s", err, out)
+	}
+
+	// One byte changed in the second record: verify-log names it.
+	tampered := filepath.Join(t.TempDir(), "negotiations")
+	if err := os.MkdirAll(tampered, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(raw), `"composition-impossible"`, `"composition-impossiblE"`, 1)
+	if edited == string(raw) {
+		t.Fatal("tamper target not found")
+	}
+	if err := os.WriteFile(filepath.Join(tampered, filepath.Base(files[0])), []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(caddyBin, "rcns", "verify-log", tampered).CombinedOutput()
+	if err == nil {
+		t.Fatalf("verify-log accepted a tampered log:\n%s", out)
+	}
+	if !strings.Contains(string(out), filepath.Base(files[0])) || !regexp.MustCompile(`\b2\b`).Match(out) {
+		t.Fatalf("verify-log output does not name the file and line 2:\n%s", out)
+	}
+}
+
+// TestMetricsSurviveReload: the gateway's Prometheus series are on
+// Caddy's registry (admin /metrics), move with traffic, and a config
+// reload neither panics nor duplicates series. Issue 6.
+func TestMetricsSurviveReload(t *testing.T) {
+	w := startHotel(t, hotelOpts{Mode: "optimistic"})
+	a1 := agentID("rcns-demo-agent")
+	wantStatus(t, w.book(t, a1, "rcns:negotiate, hotel:read, hotel:book", "Allow-RCNS", "true"), 263)
+	wantStatus(t, w.GW.Do(t, "BOOK", "/nowhere", hdr(a1, "rcns:negotiate", "Allow-RCNS", "true"), nil), 464)
+
+	scrape := func() string {
+		resp, err := http.Get(w.GW.AdminURL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("admin /metrics = %d", resp.StatusCode)
+		}
+		return string(b)
+	}
+	m := scrape()
+	for _, want := range []string{
+		`caddy_rcns_gate_evaluations_total{outcome="accepted",reason="none"} 1`,
+		`caddy_rcns_gate_evaluations_total{outcome="refused",reason="composition-impossible"} 1`,
+		`caddy_rcns_syntheses_total{mode="optimistic",outcome="executed",recipe="book-room"} 1`,
+		`caddy_rcns_active_contracts 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(m, a1) {
+		t.Error("metrics carry an Agent-ID label value")
+	}
+
+	// Reload the same config through the admin API.
+	req, _ := http.NewRequest("POST", w.GW.AdminURL+"/load", strings.NewReader(w.GW.Caddyfile))
+	req.Header.Set("Content-Type", "text/caddyfile")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("reload = %d: %s", resp.StatusCode, body)
+	}
+	wantStatus(t, w.GW.Do(t, "BOOK", "/nowhere", hdr(a1, "rcns:negotiate", "Allow-RCNS", "true"), nil), 464)
+	m = scrape()
+	if n := strings.Count(m, "# TYPE caddy_rcns_gate_evaluations_total counter"); n != 1 {
+		t.Fatalf("gate evaluation family appears %d times after reload", n)
+	}
+	if !strings.Contains(m, `caddy_rcns_active_contracts 1`) {
+		t.Errorf("active contracts gauge not restored after reload:\n%s", grepLines(m, "caddy_rcns_active"))
+	}
+	if strings.Contains(w.GW.Output(), "panic") {
+		t.Fatalf("caddy panicked:\n%s", w.GW.Output())
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
