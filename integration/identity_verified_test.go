@@ -1,0 +1,990 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
+)
+
+// The verified identity modes (docs/configuration.md "Identity"):
+// `identity signature` (RFC 9421 HTTP Message Signatures, keys in the
+// agent documents) and `identity mtls` (client certificates bound by
+// SPKI SHA-256). Keys and certificates are generated at test time; the
+// agent documents are written into t.TempDir().
+//
+// Signing goes through policy/httpsig, the public package agents import
+// (docs: "policy/httpsig is the Go package agents can import"); one
+// subtest signs by hand from RFC 9421 §2.5 so a fault shared by the
+// package's signer and verifier cannot hide.
+
+// idvSite is the hotel rcns block with a configurable identity mode and
+// agents directory.
+const idvSite = `
+	rcns {
+		server_id caddy-rcns-it
+		identity {{IDENTITY}}
+		enabled true
+		mode {{MODE}}
+		upstream hotel {{HOTEL}}
+		agents {{AGENTS}}
+		endpoints examples/hotel/endpoints
+		recipes examples/hotel/recipes
+{{EXTRA}}
+	}
+	reverse_proxy {{LEGACY}}
+`
+
+// ---------------------------------------------------------------------------
+// Agent documents
+
+// idvAgentDoc is one agent document written by idvWriteAgents.
+type idvAgentDoc struct {
+	name   string // agent_id = sha256(name), like the demo agents
+	tier   int
+	status string // "" omits the field (active)
+	scopes []string
+	keys   []map[string]any
+	certs  []string
+}
+
+// idvDemo copies the fields of a demo agent (examples/hotel/agents).
+func idvDemo(name string) idvAgentDoc {
+	switch name {
+	case "rcns-demo-agent":
+		return idvAgentDoc{name: name, tier: 1, scopes: []string{"rcns:negotiate", "hotel:read", "hotel:book"}}
+	case "rcns-demo-noscope":
+		return idvAgentDoc{name: name, tier: 1, scopes: []string{"hotel:read", "hotel:book"}}
+	case "rcns-demo-tier3":
+		return idvAgentDoc{name: name, tier: 3, scopes: []string{"rcns:negotiate", "hotel:read", "hotel:book"}}
+	case "rcns-demo-operator":
+		return idvAgentDoc{name: name, tier: 1, scopes: []string{"inspect:all", "rcns:negotiate", "hotel:read", "hotel:book"}}
+	}
+	panic("idvDemo: unknown demo agent " + name)
+}
+
+// idvWriteAgents writes one JSON agent document per agent into a fresh
+// temp dir and returns the dir.
+func idvWriteAgents(t testing.TB, docs ...idvAgentDoc) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range docs {
+		m := map[string]any{
+			"agent_id":   agentID(d.name),
+			"name":       d.name,
+			"owner_id":   "hotel-ops",
+			"trust_tier": d.tier,
+			"scopes":     d.scopes,
+		}
+		if d.status != "" {
+			m["status"] = d.status
+		}
+		if len(d.keys) > 0 {
+			m["keys"] = d.keys
+		}
+		if len(d.certs) > 0 {
+			m["certificates"] = d.certs
+		}
+		if err := os.WriteFile(filepath.Join(dir, d.name+".json"), mustJSON(t, m), 0o644); err != nil {
+			t.Fatalf("write agent document: %v", err)
+		}
+	}
+	return dir
+}
+
+// ---------------------------------------------------------------------------
+// Signing keys
+
+// idvKey is an agent signing key.
+type idvKey struct {
+	signer crypto.Signer
+	alg    string
+	kid    string         // RFC 7638 thumbprint
+	jwk    map[string]any // public JWK (with kid)
+}
+
+// idvNewKey generates an Ed25519 or P-256 key and checks the package's
+// thumbprint against one computed here from RFC 7638 §3.
+func idvNewKey(t testing.TB, alg string) *idvKey {
+	t.Helper()
+	var (
+		signer crypto.Signer
+		canon  string // RFC 7638 required members, lexicographic order
+	)
+	switch alg {
+	case httpsig.AlgEd25519:
+		pub, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatalf("ed25519 key: %v", err)
+		}
+		signer = priv
+		canon = fmt.Sprintf(`{"crv":"Ed25519","kty":"OKP","x":"%s"}`, base64.RawURLEncoding.EncodeToString(pub))
+	case httpsig.AlgECDSAP256SHA256:
+		priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatalf("p-256 key: %v", err)
+		}
+		signer = priv
+		e, err := priv.PublicKey.ECDH()
+		if err != nil {
+			t.Fatalf("p-256 key: %v", err)
+		}
+		pt := e.Bytes() // 0x04 || X || Y
+		canon = fmt.Sprintf(`{"crv":"P-256","kty":"EC","x":"%s","y":"%s"}`,
+			base64.RawURLEncoding.EncodeToString(pt[1:33]), base64.RawURLEncoding.EncodeToString(pt[33:65]))
+	default:
+		t.Fatalf("idvNewKey: unknown alg %q", alg)
+	}
+	kid, err := httpsig.Thumbprint(signer.Public())
+	if err != nil {
+		t.Fatalf("thumbprint: %v", err)
+	}
+	sum := sha256.Sum256([]byte(canon))
+	if want := base64.RawURLEncoding.EncodeToString(sum[:]); kid != want {
+		t.Fatalf("httpsig.Thumbprint = %s, RFC 7638 thumbprint of %s = %s", kid, canon, want)
+	}
+	jwk, err := httpsig.JWKFromPublic(signer.Public())
+	if err != nil {
+		t.Fatalf("JWKFromPublic: %v", err)
+	}
+	if got, _ := jwk["kid"].(string); got != kid {
+		t.Fatalf("JWKFromPublic kid = %q, want the thumbprint %s", got, kid)
+	}
+	return &idvKey{signer: signer, alg: alg, kid: kid, jwk: jwk}
+}
+
+// ---------------------------------------------------------------------------
+// Signed requests
+
+// idvWire is one request exactly as it will be sent.
+type idvWire struct {
+	method, url string
+	header      http.Header
+	body        []byte
+}
+
+// idvCall describes a signed AGTP request.
+type idvCall struct {
+	method, path string
+	agent, scope string            // Agent-ID and Authority-Scope; "" omits
+	extra        map[string]string // more header fields
+	body         any               // nil: no body; otherwise JSON-encoded (string/[]byte raw)
+	key          *idvKey           // nil: unsigned
+	opt          httpsig.SignOptions
+}
+
+// idvBuild builds and signs c against base (the gateway URL). Zero
+// Created/Expires become now and now+60s; an empty Nonce becomes a random
+// one (Ed25519 is deterministic: without a nonce two equal requests in
+// the same second carry the same signature, and the gateway rightly
+// refuses the second as signature-replayed). A body is sent as
+// application/json with its Content-Digest.
+func idvBuild(t testing.TB, base string, c idvCall) *idvWire {
+	t.Helper()
+	var raw []byte
+	switch b := c.body.(type) {
+	case nil:
+	case string:
+		raw = []byte(b)
+	case []byte:
+		raw = b
+	default:
+		raw = mustJSON(t, b)
+	}
+	var rd io.Reader
+	if raw != nil {
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(c.method, base+c.path, rd)
+	if err != nil {
+		t.Fatalf("new request: %v", err)
+	}
+	if c.agent != "" {
+		req.Header.Set("Agent-ID", c.agent)
+	}
+	if c.scope != "" {
+		req.Header.Set("Authority-Scope", c.scope)
+	}
+	for k, v := range c.extra {
+		req.Header.Set(k, v)
+	}
+	if raw != nil {
+		if req.Header.Get("Content-Type") == "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		httpsig.SetContentDigest(req.Header, raw)
+	}
+	if c.key != nil {
+		opt := c.opt
+		now := time.Now()
+		if opt.Created.IsZero() {
+			opt.Created = now
+		}
+		if opt.Expires.IsZero() {
+			opt.Expires = opt.Created.Add(60 * time.Second)
+		}
+		if opt.Nonce == "" {
+			n := make([]byte, 16)
+			rand.Read(n)
+			opt.Nonce = base64.RawURLEncoding.EncodeToString(n)
+		}
+		s := &httpsig.Signer{KeyID: c.key.kid, Alg: c.key.alg, Key: c.key.signer}
+		if err := s.Sign(req, opt); err != nil {
+			t.Fatalf("sign %s %s: %v", c.method, c.path, err)
+		}
+	}
+	return &idvWire{method: c.method, url: base + c.path, header: req.Header.Clone(), body: raw}
+}
+
+// idvSend sends w with client (testClient when nil).
+func idvSend(t testing.TB, client *http.Client, w *idvWire) *Resp {
+	t.Helper()
+	if client == nil {
+		client = testClient
+	}
+	var rd io.Reader
+	if w.body != nil {
+		rd = bytes.NewReader(w.body)
+	}
+	req, err := http.NewRequest(w.method, w.url, rd)
+	if err != nil {
+		t.Fatalf("new request: %v", err)
+	}
+	req.Header = w.header.Clone()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", w.method, w.url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", w.method, w.url, err)
+	}
+	path := w.url
+	if u := req.URL; u != nil {
+		path = u.RequestURI()
+	}
+	return &Resp{Method: w.method, Path: path, Status: resp.StatusCode, Header: resp.Header, Body: b,
+		TransferEncoding: resp.TransferEncoding}
+}
+
+// idvManualSign signs w under sig1 without policy/httpsig: the signature
+// base of RFC 9421 §2.5 over components (derived components and plain
+// header fields only), Ed25519 over the base (§3.3.6) or ECDSA P-256
+// over SHA-256(base) as raw r||s (§3.3.4).
+func idvManualSign(t testing.TB, w *idvWire, k *idvKey, components []string, created, expires time.Time) {
+	t.Helper()
+	req, err := http.NewRequest(w.method, w.url, nil)
+	if err != nil {
+		t.Fatalf("parse url: %v", err)
+	}
+	var quoted []string
+	var lines []string
+	for _, c := range components {
+		quoted = append(quoted, strconv.Quote(c))
+		var v string
+		switch c {
+		case "@method":
+			v = w.method
+		case "@authority":
+			v = strings.ToLower(req.URL.Host)
+		case "@path":
+			v = req.URL.EscapedPath()
+		default:
+			vals := w.header.Values(c)
+			if len(vals) == 0 {
+				t.Fatalf("manual sign: %s is not on the request", c)
+			}
+			v = strings.Join(vals, ", ")
+		}
+		lines = append(lines, fmt.Sprintf("%q: %s", c, v))
+	}
+	params := fmt.Sprintf(`(%s);created=%d;expires=%d;keyid=%q;alg=%q`,
+		strings.Join(quoted, " "), created.Unix(), expires.Unix(), k.kid, k.alg)
+	lines = append(lines, `"@signature-params": `+params)
+	base := []byte(strings.Join(lines, "\n"))
+	var sig []byte
+	switch priv := k.signer.(type) {
+	case ed25519.PrivateKey:
+		sig = ed25519.Sign(priv, base)
+	case *ecdsa.PrivateKey:
+		digest := sha256.Sum256(base)
+		r, s, err := ecdsa.Sign(rand.Reader, priv, digest[:])
+		if err != nil {
+			t.Fatalf("ecdsa sign: %v", err)
+		}
+		sig = make([]byte, 64)
+		r.FillBytes(sig[:32])
+		s.FillBytes(sig[32:])
+	default:
+		t.Fatalf("manual sign: key type %T", k.signer)
+	}
+	w.header.Set("Signature-Input", "sig1="+params)
+	w.header.Set("Signature", "sig1=:"+base64.StdEncoding.EncodeToString(sig)+":")
+}
+
+// idvRefused checks a 401 identity refusal with its reason and that the
+// hotel upstream saw nothing.
+func idvRefused(t testing.TB, r *Resp, status int, reason string, hotel *Counter, before int) {
+	t.Helper()
+	assertErrorBody(t, r, status, reason)
+	if n := hotel.Count(); n != before {
+		t.Errorf("a refused request reached the hotel upstream (%d calls, want %d)", n, before)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// identity signature
+
+func TestIdentitySignature(t *testing.T) {
+	kA1 := idvNewKey(t, httpsig.AlgEd25519)         // rcns-demo-agent
+	kOP := idvNewKey(t, httpsig.AlgECDSAP256SHA256) // rcns-demo-operator
+	kA2 := idvNewKey(t, httpsig.AlgECDSAP256SHA256) // rcns-demo-noscope
+	kSus := idvNewKey(t, httpsig.AlgEd25519)
+	kRet := idvNewKey(t, httpsig.AlgECDSAP256SHA256)
+	kStranger := idvNewKey(t, httpsig.AlgEd25519) // in no document
+
+	a1, op, a2 := idvDemo("rcns-demo-agent"), idvDemo("rcns-demo-operator"), idvDemo("rcns-demo-noscope")
+	a1.keys, op.keys, a2.keys = []map[string]any{kA1.jwk}, []map[string]any{kOP.jwk}, []map[string]any{kA2.jwk}
+	sus := idvAgentDoc{name: "rcns-it-suspended", tier: 1, status: "suspended",
+		scopes: []string{"hotel:read"}, keys: []map[string]any{kSus.jwk}}
+	ret := idvAgentDoc{name: "rcns-it-retired", tier: 1, status: "retired",
+		scopes: []string{"hotel:read"}, keys: []map[string]any{kRet.jwk}}
+	agents := idvWriteAgents(t, a1, op, a2, sus, ret)
+
+	js := startJSONServer(t, hotelDB)
+	hotel := startCountingProxy(t, js.URL)
+	// signature_skew 120s lets created=now-90s, expires=now-30s pass the
+	// clock check and reach the expiry check (documented order).
+	g := startGateway(t, fill(idvSite,
+		"IDENTITY", "signature", "MODE", "optimistic", "HOTEL", hotel.URL,
+		"AGENTS", agents, "EXTRA", "\t\tsignature_skew 120s", "LEGACY", js.URL))
+
+	fetch := func(agent string, k *idvKey) idvCall {
+		return idvCall{method: "FETCH", path: "/guests/g-1", agent: agent, scope: "hotel:read", key: k}
+	}
+	wantGuest := func(t *testing.T, r *Resp) {
+		t.Helper()
+		wantStatus(t, r, 200)
+		assertAGTPHeaders(t, r)
+		if id, name := str(r.Object(t), "result", "id"), str(r.Object(t), "result", "name"); id != "g-1" || name != "Ada Lovelace" {
+			t.Fatalf("FETCH /guests/g-1 result = %q %q, want g-1 Ada Lovelace:\n%s", id, name, r)
+		}
+	}
+	basic := []string{"@method", "@authority", "@path", "agent-id", "authority-scope"}
+
+	t.Run("ed25519 FETCH 200", func(t *testing.T) {
+		c := fetch(agentA1, kA1)
+		c.opt.Components = basic
+		wantGuest(t, idvSend(t, nil, idvBuild(t, g.URL, c)))
+	})
+
+	t.Run("ecdsa-p256 FETCH 200", func(t *testing.T) {
+		wantGuest(t, idvSend(t, nil, idvBuild(t, g.URL, fetch(agentOP, kOP))))
+		wantGuest(t, idvSend(t, nil, idvBuild(t, g.URL, fetch(agentA2, kA2))))
+	})
+
+	t.Run("hand-built RFC 9421 signatures 200", func(t *testing.T) {
+		for _, c := range []struct {
+			agent string
+			k     *idvKey
+		}{{agentA1, kA1}, {agentOP, kOP}} {
+			w := idvBuild(t, g.URL, fetch(c.agent, nil))
+			now := time.Now()
+			idvManualSign(t, w, c.k, basic, now, now.Add(30*time.Second))
+			wantGuest(t, idvSend(t, nil, w))
+		}
+	})
+
+	t.Run("signed BOOK with body 263", func(t *testing.T) {
+		for i, c := range []struct {
+			agent string
+			k     *idvKey
+		}{{agentA1, kA1}, {agentOP, kOP}} {
+			w := idvBuild(t, g.URL, idvCall{method: "BOOK", path: "/room", agent: c.agent, scope: scopeAll,
+				extra: map[string]string{"Allow-RCNS": "true"}, body: bookBody(), key: c.k})
+			r := idvSend(t, nil, w)
+			assertContractBody(t, r, 263, "BOOK", "/room", recipeName, recipeVer)
+			if r.Header.Get("Contract-Synthesized") == "" {
+				t.Errorf("263 lacks Contract-Synthesized:\n%s", r)
+			}
+			if n := len(js.Reservations(t)); n != i+1 {
+				t.Fatalf("json-server has %d reservations after %d signed BOOKs", n, i+1)
+			}
+		}
+	})
+
+	t.Run("no signature 401 signature-missing", func(t *testing.T) {
+		before := hotel.Count()
+		r := idvSend(t, nil, idvBuild(t, g.URL, fetch(agentA1, nil)))
+		idvRefused(t, r, 401, "signature-missing", hotel, before)
+	})
+
+	t.Run("garbage Signature-Input 401 signature-invalid", func(t *testing.T) {
+		before := hotel.Count()
+		w := idvBuild(t, g.URL, fetch(agentA1, kA1))
+		w.header.Set("Signature-Input", `sig1=(("@method" garbage;;;`)
+		idvRefused(t, idvSend(t, nil, w), 401, "signature-invalid", hotel, before)
+	})
+
+	t.Run("unknown key 401 key-unknown", func(t *testing.T) {
+		before := hotel.Count()
+		r := idvSend(t, nil, idvBuild(t, g.URL, fetch(agentA1, kStranger)))
+		idvRefused(t, r, 401, "key-unknown", hotel, before)
+	})
+
+	t.Run("another agent's key 401 key-unknown", func(t *testing.T) {
+		before := hotel.Count()
+		r := idvSend(t, nil, idvBuild(t, g.URL, fetch(agentA1, kOP)))
+		idvRefused(t, r, 401, "key-unknown", hotel, before)
+	})
+
+	t.Run("created outside skew 401 signature-invalid", func(t *testing.T) {
+		before := hotel.Count()
+		c := fetch(agentA1, kA1)
+		now := time.Now()
+		c.opt.Created, c.opt.Expires = now.Add(-200*time.Second), now.Add(-150*time.Second)
+		idvRefused(t, idvSend(t, nil, idvBuild(t, g.URL, c)), 401, "signature-invalid", hotel, before)
+	})
+
+	t.Run("expired within skew 401 signature-expired", func(t *testing.T) {
+		before := hotel.Count()
+		c := fetch(agentA1, kA1)
+		now := time.Now()
+		c.opt.Created, c.opt.Expires = now.Add(-90*time.Second), now.Add(-30*time.Second)
+		idvRefused(t, idvSend(t, nil, idvBuild(t, g.URL, c)), 401, "signature-expired", hotel, before)
+	})
+
+	t.Run("authority-scope not covered 401 component-not-covered", func(t *testing.T) {
+		before := hotel.Count()
+		c := fetch(agentA1, kA1)
+		c.opt.Components = []string{"@method", "@authority", "@path", "agent-id"}
+		idvRefused(t, idvSend(t, nil, idvBuild(t, g.URL, c)), 401, "component-not-covered", hotel, before)
+	})
+
+	// The other documented conditional components: @query with a query,
+	// content-digest and content-type with a body, and the AGTP fields
+	// whenever present.
+	book := func() idvCall {
+		return idvCall{method: "BOOK", path: "/room", agent: agentA1, scope: scopeAll,
+			extra: map[string]string{"Allow-RCNS": "true"}, body: bookBody(), key: kA1}
+	}
+	bookAll := []string{"@method", "@authority", "@path", "agent-id", "content-type", "content-digest", "authority-scope", "allow-rcns"}
+	without := func(list []string, drop string) []string {
+		var out []string
+		for _, c := range list {
+			if c != drop {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	notCovered := []struct {
+		name string
+		call func() idvCall
+	}{
+		{"@query", func() idvCall {
+			c := fetch(agentA1, kA1)
+			c.path = "/guests/g-1?x=1"
+			c.opt.Components = basic
+			return c
+		}},
+		{"content-digest", func() idvCall { c := book(); c.opt.Components = without(bookAll, "content-digest"); return c }},
+		{"content-type", func() idvCall { c := book(); c.opt.Components = without(bookAll, "content-type"); return c }},
+		{"allow-rcns", func() idvCall { c := book(); c.opt.Components = without(bookAll, "allow-rcns"); return c }},
+		{"idempotency-key", func() idvCall {
+			c := fetch(agentA1, kA1)
+			c.extra = map[string]string{"Idempotency-Key": "idv-1"}
+			c.opt.Components = basic
+			return c
+		}},
+	}
+	for _, nc := range notCovered {
+		t.Run(nc.name+" not covered 401 component-not-covered", func(t *testing.T) {
+			before := hotel.Count()
+			idvRefused(t, idvSend(t, nil, idvBuild(t, g.URL, nc.call())), 401, "component-not-covered", hotel, before)
+		})
+	}
+
+	t.Run("body changed after signing 401 digest-mismatch", func(t *testing.T) {
+		before := hotel.Count()
+		reservations := len(js.Reservations(t))
+		w := idvBuild(t, g.URL, idvCall{method: "BOOK", path: "/room", agent: agentA1, scope: scopeAll,
+			extra: map[string]string{"Allow-RCNS": "true"}, body: bookBody(), key: kA1})
+		changed := bookBody()
+		changed["parameters"].(map[string]any)["nights"] = 9
+		w.body = mustJSON(t, changed)
+		idvRefused(t, idvSend(t, nil, w), 401, "digest-mismatch", hotel, before)
+		if n := len(js.Reservations(t)); n != reservations {
+			t.Errorf("reservations %d → %d after a digest mismatch", reservations, n)
+		}
+	})
+
+	t.Run("path changed after signing 401 signature-invalid", func(t *testing.T) {
+		before := hotel.Count()
+		w := idvBuild(t, g.URL, fetch(agentA1, kA1))
+		w.url = g.URL + "/guests/g-2"
+		idvRefused(t, idvSend(t, nil, w), 401, "signature-invalid", hotel, before)
+	})
+
+	t.Run("replayed signature 401 signature-replayed", func(t *testing.T) {
+		w := idvBuild(t, g.URL, fetch(agentA1, kA1))
+		wantGuest(t, idvSend(t, nil, w))
+		before := hotel.Count()
+		idvRefused(t, idvSend(t, nil, w), 401, "signature-replayed", hotel, before)
+	})
+
+	t.Run("suspended agent 503", func(t *testing.T) {
+		before := hotel.Count()
+		r := idvSend(t, nil, idvBuild(t, g.URL, fetch(agentID(sus.name), kSus)))
+		b := assertErrorBody(t, r, 503, "")
+		if reason := str(b, "reason"); !strings.Contains(reason, "suspended") {
+			t.Errorf("503 reason %q does not name the suspension", reason)
+		}
+		if hotel.Count() != before {
+			t.Errorf("a suspended agent reached the hotel upstream")
+		}
+	})
+
+	t.Run("retired agent 410", func(t *testing.T) {
+		before := hotel.Count()
+		r := idvSend(t, nil, idvBuild(t, g.URL, fetch(agentID(ret.name), kRet)))
+		b := assertErrorBody(t, r, 410, "")
+		if reason := str(b, "reason"); !strings.Contains(reason, "retired") {
+			t.Errorf("410 reason %q does not name the retirement", reason)
+		}
+		if hotel.Count() != before {
+			t.Errorf("a retired agent reached the hotel upstream")
+		}
+	})
+
+	t.Run("legacy GET passes through", func(t *testing.T) {
+		before := hotel.Count()
+		r := g.Do(t, "GET", "/guests/g-1", nil, nil)
+		_, _, direct := js.Get(t, "/guests/g-1")
+		if r.Status != 200 || string(r.Body) != string(direct) {
+			t.Fatalf("plain GET /guests/g-1 through the gateway:\n%s\nwant json-server's %s", r, direct)
+		}
+		if r.Header.Get("Attribution-Record") != "" {
+			t.Errorf("a pass-through answer carries an Attribution-Record:\n%s", r)
+		}
+		if hotel.Count() != before {
+			t.Errorf("the legacy GET went through rcns to the hotel upstream")
+		}
+	})
+
+	t.Run("anonymous DISCOVER returns the manifest", func(t *testing.T) {
+		r := g.Do(t, "DISCOVER", "/", nil, nil)
+		wantStatus(t, r, 200)
+		assertAGTPHeaders(t, r)
+		if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/vnd.agtp.manifest+json") {
+			t.Errorf("anonymous DISCOVER / Content-Type %q, want the manifest's application/vnd.agtp.manifest+json", ct)
+		}
+		if eps, _ := r.Object(t)["endpoints"].([]any); len(eps) == 0 {
+			t.Fatalf("anonymous DISCOVER / lists no endpoints:\n%s", r)
+		}
+	})
+}
+
+func TestIdentitySignatureConfigRejected(t *testing.T) {
+	k := idvNewKey(t, httpsig.AlgEd25519)
+	a1 := idvDemo("rcns-demo-agent")
+	a1.keys = []map[string]any{k.jwk}
+	keyless := idvDemo("rcns-demo-noscope") // no keys
+	agents := idvWriteAgents(t, a1, keyless)
+	site := fill(idvSite, "IDENTITY", "signature", "MODE", "confirm-first",
+		"HOTEL", "http://127.0.0.1:1", "AGENTS", agents, "EXTRA", "", "LEGACY", "http://127.0.0.1:1")
+	out, err := caddyValidate(t, site)
+	if err == nil {
+		t.Fatalf("caddy validate accepted identity signature with a keyless agent:\n%s", out)
+	}
+	if !strings.Contains(out, "rcns-demo-noscope.json") {
+		t.Errorf("the validate error does not name the agent document rcns-demo-noscope.json:\n%s", out)
+	}
+	if !strings.Contains(out, "keys") {
+		t.Errorf("the validate error does not mention keys:\n%s", out)
+	}
+
+	// The same directory with keys everywhere validates.
+	keyless.keys = []map[string]any{idvNewKey(t, httpsig.AlgECDSAP256SHA256).jwk}
+	site = fill(idvSite, "IDENTITY", "signature", "MODE", "confirm-first",
+		"HOTEL", "http://127.0.0.1:1", "AGENTS", idvWriteAgents(t, a1, keyless), "EXTRA", "", "LEGACY", "http://127.0.0.1:1")
+	if out, err := caddyValidate(t, site); err != nil {
+		t.Fatalf("caddy validate refused identity signature with keys on every agent: %v\n%s", err, out)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// identity mtls
+
+// idvPKI is a test CA with helpers to issue server and client certs.
+type idvPKI struct {
+	dir    string
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	caPEM  string // path
+	serial int64
+}
+
+func idvNewPKI(t testing.TB) *idvPKI {
+	t.Helper()
+	p := &idvPKI{dir: t.TempDir(), serial: 1}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatalf("CA key: %v", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(p.serial),
+		Subject:               pkix.Name{CommonName: "rcns-it agents CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatalf("CA cert: %v", err)
+	}
+	p.ca, _ = x509.ParseCertificate(der)
+	p.caKey = key
+	p.caPEM = filepath.Join(p.dir, "ca.pem")
+	idvWritePEM(t, p.caPEM, "CERTIFICATE", der)
+	return p
+}
+
+func idvWritePEM(t testing.TB, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatalf("write %s: %v", path, err)
+	}
+}
+
+// issue signs a leaf for key; server certs get the 127.0.0.1 IP SAN.
+func (p *idvPKI) issue(t testing.TB, cn string, key *ecdsa.PrivateKey, server bool, notBefore time.Time) *x509.Certificate {
+	t.Helper()
+	p.serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(p.serial),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    notBefore,
+		NotAfter:     notBefore.Add(12 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+	}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+		tmpl.DNSNames = []string{"localhost"}
+	} else {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatalf("issue %s: %v", cn, err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatalf("parse %s: %v", cn, err)
+	}
+	return c
+}
+
+func idvECKey(t testing.TB) *ecdsa.PrivateKey {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatalf("key: %v", err)
+	}
+	return k
+}
+
+// idvSPKI is the agent document form of a certificate: hex SHA-256 of
+// its DER SubjectPublicKeyInfo.
+func idvSPKI(c *x509.Certificate) string {
+	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+	return hex.EncodeToString(sum[:])
+}
+
+// client is an HTTPS client trusting the test CA, presenting cert (none
+// when nil) and dialing addr (127.0.0.1:PORT) whatever the URL host.
+func (p *idvPKI) client(t testing.TB, addr string, cert *x509.Certificate, key *ecdsa.PrivateKey) *http.Client {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AddCert(p.ca)
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}}
+	}
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	tr := &http.Transport{Proxy: nil, DisableCompression: true, TLSClientConfig: cfg, DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "tcp", addr)
+		}}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Timeout: requestTimeout, Transport: tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// idvTLSCaddyfile is the harness template with an HTTPS site whose TLS
+// asks for (and verifies when given) client certificates.
+//
+// The site is named localhost, not 127.0.0.1: Caddy attaches client_auth
+// to a TLS connection policy matched by SNI, and RFC 6066 clients (Go,
+// curl) send no SNI for an IP literal, so on an https://127.0.0.1 site
+// no client certificate is ever requested (every AGTP request becomes
+// 401 certificate-required) and, with strict SNI-Host enforcement on,
+// every request is 421. Clients still connect only to 127.0.0.1
+// (idvPKI.client pins the dial address).
+const idvTLSCaddyfile = `{
+	admin 127.0.0.1:{{ADMIN_PORT}}
+	persist_config off
+	auto_https disable_redirects
+	skip_install_trust
+}
+
+https://localhost:{{SITE_PORT}} {
+	bind 127.0.0.1
+	tls {{CERT}} {{KEY}} {
+		client_auth {
+			mode verify_if_given
+			trust_pool file {{CA}}
+		}
+	}
+	log {
+		output stderr
+	}
+{{SITE}}
+}
+`
+
+// idvRenderTLS fills idvTLSCaddyfile and writes it into a temp dir.
+func idvRenderTLS(t testing.TB, p *idvPKI, site string) (path, text string, sitePort, adminPort int) {
+	t.Helper()
+	sitePort, adminPort = freePort(t), freePort(t)
+	text = fill(idvTLSCaddyfile,
+		"ADMIN_PORT", strconv.Itoa(adminPort), "SITE_PORT", strconv.Itoa(sitePort),
+		"CERT", filepath.Join(p.dir, "server.pem"), "KEY", filepath.Join(p.dir, "server-key.pem"),
+		"CA", p.caPEM, "SITE", site)
+	if i := strings.Index(text, "{{"); i >= 0 {
+		t.Fatalf("unfilled placeholder in Caddyfile near %q", text[i:min(len(text), i+40)])
+	}
+	dir := t.TempDir()
+	path = filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatalf("write Caddyfile: %v", err)
+	}
+	return path, text, sitePort, adminPort
+}
+
+// idvServerCert writes server.pem / server-key.pem into p.dir.
+func idvServerCert(t testing.TB, p *idvPKI) {
+	t.Helper()
+	key := idvECKey(t)
+	cert := p.issue(t, "127.0.0.1", key, true, time.Now().Add(-time.Hour))
+	idvWritePEM(t, filepath.Join(p.dir, "server.pem"), "CERTIFICATE", cert.Raw)
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatalf("server key: %v", err)
+	}
+	idvWritePEM(t, filepath.Join(p.dir, "server-key.pem"), "PRIVATE KEY", der)
+}
+
+// idvStartTLSGateway runs the HTTPS Caddyfile with the harness pieces and
+// waits until a TLS handshake with the test CA succeeds.
+func idvStartTLSGateway(t testing.TB, p *idvPKI, site string) *Gateway {
+	t.Helper()
+	path, text, sitePort, adminPort := idvRenderTLS(t, p, site)
+	g := &Gateway{
+		Addr:       fmt.Sprintf("127.0.0.1:%d", sitePort),
+		AdminURL:   fmt.Sprintf("http://127.0.0.1:%d", adminPort),
+		Caddyfile:  text,
+		ConfigPath: path,
+	}
+	g.URL = fmt.Sprintf("https://localhost:%d", sitePort)
+	state := t.TempDir()
+	g.proc = startProc(t, "caddy", repoRoot, []string{
+		"XDG_CONFIG_HOME=" + filepath.Join(state, "config"),
+		"XDG_DATA_HOME=" + filepath.Join(state, "data"),
+	}, caddyBin, "run", "--config", path, "--adapter", "caddyfile")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("Caddyfile %s:\n%s", g.ConfigPath, g.Caddyfile)
+			t.Logf("caddy output (tail):\n%s", g.proc.tail(logTailLines))
+		}
+	})
+	pool := x509.NewCertPool()
+	pool.AddCert(p.ca)
+	deadline := time.Now().Add(gatewayStartup)
+	var last error
+	for time.Now().Before(deadline) {
+		if g.proc.exited() {
+			t.Fatalf("caddy exited before serving %s (%v); output:\n%s", g.Addr, g.proc.err, g.proc.tail(logTailLines))
+		}
+		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: time.Second}, Config: &tls.Config{RootCAs: pool, ServerName: "localhost"}}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		conn, err := d.DialContext(ctx, "tcp", g.Addr)
+		cancel()
+		if err == nil {
+			conn.Close()
+			return g
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("caddy did not complete a TLS handshake on %s within %s (last: %v); output:\n%s",
+		g.Addr, gatewayStartup, last, g.proc.tail(logTailLines))
+	return nil
+}
+
+// idvValidateFile runs `caddy validate` on a Caddyfile path.
+func idvValidateFile(t testing.TB, path string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), validateTimeout)
+	defer cancel()
+	dir := t.TempDir()
+	cmd := exec.CommandContext(ctx, caddyBin, "validate", "--config", path, "--adapter", "caddyfile")
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(),
+		"XDG_CONFIG_HOME="+filepath.Join(dir, "config"),
+		"XDG_DATA_HOME="+filepath.Join(dir, "data"))
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("caddy validate did not finish within %s:\n%s", validateTimeout, out)
+	}
+	return string(out), err
+}
+
+func TestIdentityMTLS(t *testing.T) {
+	p := idvNewPKI(t)
+	idvServerCert(t, p)
+
+	keyA1, keyA2, keyStranger := idvECKey(t), idvECKey(t), idvECKey(t)
+	certA1 := p.issue(t, "rcns-demo-agent", keyA1, false, time.Now().Add(-time.Hour))
+	certA2 := p.issue(t, "rcns-demo-noscope", keyA2, false, time.Now().Add(-time.Hour))
+	certStranger := p.issue(t, "stranger", keyStranger, false, time.Now().Add(-time.Hour))
+
+	a1, a2 := idvDemo("rcns-demo-agent"), idvDemo("rcns-demo-noscope")
+	a1.certs, a2.certs = []string{idvSPKI(certA1)}, []string{idvSPKI(certA2)}
+	agents := idvWriteAgents(t, a1, a2)
+
+	js := startJSONServer(t, hotelDB)
+	hotel := startCountingProxy(t, js.URL)
+	g := idvStartTLSGateway(t, p, fill(idvSite,
+		"IDENTITY", "mtls", "MODE", "confirm-first", "HOTEL", hotel.URL,
+		"AGENTS", agents, "EXTRA", "", "LEGACY", js.URL))
+
+	do := func(t *testing.T, client *http.Client, agent string) *Resp {
+		t.Helper()
+		return idvSend(t, client, idvBuild(t, g.URL, idvCall{method: "FETCH", path: "/guests/g-1", agent: agent, scope: "hotel:read"}))
+	}
+	wantGuest := func(t *testing.T, r *Resp) {
+		t.Helper()
+		wantStatus(t, r, 200)
+		assertAGTPHeaders(t, r)
+		if id := str(r.Object(t), "result", "id"); id != "g-1" {
+			t.Fatalf("FETCH /guests/g-1 result id = %q:\n%s", id, r)
+		}
+	}
+
+	t.Run("bound client cert 200", func(t *testing.T) {
+		wantGuest(t, do(t, p.client(t, g.Addr, certA1, keyA1), agentA1))
+		wantGuest(t, do(t, p.client(t, g.Addr, certA2, keyA2), agentA2))
+	})
+
+	t.Run("no client cert 401 certificate-required", func(t *testing.T) {
+		before := hotel.Count()
+		idvRefused(t, do(t, p.client(t, g.Addr, nil, nil), agentA1), 401, "certificate-required", hotel, before)
+	})
+
+	t.Run("cert of another agent 401 certificate-mismatch", func(t *testing.T) {
+		before := hotel.Count()
+		idvRefused(t, do(t, p.client(t, g.Addr, certA2, keyA2), agentA1), 401, "certificate-mismatch", hotel, before)
+	})
+
+	t.Run("unbound cert 401 certificate-unknown", func(t *testing.T) {
+		before := hotel.Count()
+		idvRefused(t, do(t, p.client(t, g.Addr, certStranger, keyStranger), agentA1), 401, "certificate-unknown", hotel, before)
+	})
+
+	t.Run("renewed cert with the same key 200", func(t *testing.T) {
+		renewed := p.issue(t, "rcns-demo-agent", keyA1, false, time.Now().Add(-10*time.Minute))
+		if renewed.SerialNumber.Cmp(certA1.SerialNumber) == 0 || renewed.NotBefore.Equal(certA1.NotBefore) {
+			t.Fatalf("renewal did not change serial/validity")
+		}
+		if idvSPKI(renewed) != idvSPKI(certA1) {
+			t.Fatalf("renewal changed the SPKI")
+		}
+		wantGuest(t, do(t, p.client(t, g.Addr, renewed, keyA1), agentA1))
+	})
+
+	t.Run("legacy GET without cert passes through", func(t *testing.T) {
+		before := hotel.Count()
+		r := idvSend(t, p.client(t, g.Addr, nil, nil), &idvWire{method: "GET", url: g.URL + "/guests/g-1", header: http.Header{}})
+		_, _, direct := js.Get(t, "/guests/g-1")
+		if r.Status != 200 || string(r.Body) != string(direct) {
+			t.Fatalf("plain GET /guests/g-1 through the gateway:\n%s\nwant json-server's %s", r, direct)
+		}
+		if r.Header.Get("Attribution-Record") != "" {
+			t.Errorf("a pass-through answer carries an Attribution-Record:\n%s", r)
+		}
+		if hotel.Count() != before {
+			t.Errorf("the legacy GET went through rcns to the hotel upstream")
+		}
+	})
+}
+
+func TestIdentityMTLSConfigRejected(t *testing.T) {
+	p := idvNewPKI(t)
+	idvServerCert(t, p)
+	cert := p.issue(t, "rcns-demo-agent", idvECKey(t), false, time.Now().Add(-time.Hour))
+	a1 := idvDemo("rcns-demo-agent")
+	a1.certs = []string{idvSPKI(cert)}
+	certless := idvDemo("rcns-demo-noscope")
+	agents := idvWriteAgents(t, a1, certless)
+	site := fill(idvSite, "IDENTITY", "mtls", "MODE", "confirm-first",
+		"HOTEL", "http://127.0.0.1:1", "AGENTS", agents, "EXTRA", "", "LEGACY", "http://127.0.0.1:1")
+	path, _, _, _ := idvRenderTLS(t, p, site)
+	out, err := idvValidateFile(t, path)
+	if err == nil {
+		t.Fatalf("caddy validate accepted identity mtls with a certificate-less agent:\n%s", out)
+	}
+	if !strings.Contains(out, "rcns-demo-noscope.json") {
+		t.Errorf("the validate error does not name the agent document rcns-demo-noscope.json:\n%s", out)
+	}
+	if !strings.Contains(out, "certificates") {
+		t.Errorf("the validate error does not mention certificates:\n%s", out)
+	}
+
+	// Certificates on every agent: the same TLS site validates.
+	certless.certs = []string{idvSPKI(p.issue(t, "rcns-demo-noscope", idvECKey(t), false, time.Now().Add(-time.Hour)))}
+	site = fill(idvSite, "IDENTITY", "mtls", "MODE", "confirm-first",
+		"HOTEL", "http://127.0.0.1:1", "AGENTS", idvWriteAgents(t, a1, certless), "EXTRA", "", "LEGACY", "http://127.0.0.1:1")
+	path, _, _, _ = idvRenderTLS(t, p, site)
+	if out, err := idvValidateFile(t, path); err != nil {
+		t.Fatalf("caddy validate refused identity mtls with certificates on every agent: %v\n%s", err, out)
+	}
+}
