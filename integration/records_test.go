@@ -186,6 +186,7 @@ func TestMetricsSurviveReload(t *testing.T) {
 	// Reload the same config through the admin API.
 	req, _ := http.NewRequest("POST", w.GW.AdminURL+"/load", strings.NewReader(w.GW.Caddyfile))
 	req.Header.Set("Content-Type", "text/caddyfile")
+	req.Header.Set("Cache-Control", "must-revalidate") // reload even though the config is unchanged
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# scripts/bench/load.sh — the load comparison of docs/performance.md.
+#
+# Builds Caddy with the rcns module, the bench upstream (go-httpbin plus
+# fixed JSON routes) and the driver, installs vegeta v12.13.0 into .tools/
+# when missing, then runs scripts/bench/loadcmp on loopback. Every run is
+# bounded in requests and time; the whole comparison is bounded by
+# -max-total (default 40m). Extra arguments go to loadcmp, e.g.
+#
+#   scripts/bench/load.sh -rounds 3 -only c,d
+#   scripts/bench/load.sh -out /tmp/bench-results -keep-work
+#
+# Binaries are built into $BENCH_BIN (default: a temp dir removed at exit),
+# not bin/, so a run does not replace a bin/caddy someone else is using.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+GO=${GO:-go}
+VEGETA_VERSION=v12.13.0
+VEGETA=${VEGETA:-$ROOT/.tools/bin/vegeta}
+
+for tool in openssl "$GO"; do
+	command -v "$tool" >/dev/null || { echo "load.sh: $tool is required" >&2; exit 1; }
+done
+if [ ! -x "$VEGETA" ]; then
+	echo "==> installing vegeta $VEGETA_VERSION into .tools/bin"
+	GOBIN="$ROOT/.tools/bin" "$GO" install "github.com/tsenart/vegeta/v12@$VEGETA_VERSION"
+fi
+
+if [ -z "${BENCH_BIN:-}" ]; then
+	BENCH_BIN=$(mktemp -d "${TMPDIR:-/tmp}/rcns-bench-bin.XXXXXX")
+	trap 'rm -rf "$BENCH_BIN"' EXIT
+fi
+echo "==> building into $BENCH_BIN"
+"$GO" build -o "$BENCH_BIN/caddy" ./cmd/caddy
+"$GO" build -o "$BENCH_BIN/upstream" ./scripts/bench/upstream
+"$GO" build -o "$BENCH_BIN/loadcmp" ./scripts/bench/loadcmp
+
+"$BENCH_BIN/loadcmp" -caddy "$BENCH_BIN/caddy" -upstream "$BENCH_BIN/upstream" -vegeta "$VEGETA" \
+	-caddyfile scripts/bench/Caddyfile -docs scripts/bench/docs "$@"

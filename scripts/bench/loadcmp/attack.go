@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// attackSpec is one bounded vegeta run: at most N requests and at most
+// Duration of sending (plus the request timeout to drain), killed after
+// a hard deadline.
+type attackSpec struct {
+	URLBase  string // http://127.0.0.1:PORT
+	Scen     *scenario
+	Tag      string
+	N        int
+	Duration time.Duration
+	Rate     int               // 0: as fast as Workers allow (closed loop)
+	Workers  int               // closed-loop workers (Rate 0) or initial workers
+	Headers  map[string]string // merged over Scen.Headers (e.g. Contract-Synthesized)
+}
+
+// stats summarizes one run.
+type stats struct {
+	Requests int            `json:"requests"`
+	OK       int            `json:"ok"` // status == scenario.Want
+	Codes    map[int]int    `json:"codes"`
+	Errors   map[string]int `json:"errors,omitempty"`
+	Span     float64        `json:"span_s"`
+	Tput     float64        `json:"throughput_rps"` // OK / span
+	P50      float64        `json:"p50_ms"`
+	P90      float64        `json:"p90_ms"`
+	P99      float64        `json:"p99_ms"`
+	Max      float64        `json:"max_ms"`
+	Mean     float64        `json:"mean_ms"`
+	// CaddyCPU is the Caddy process's CPU time (user+system, from
+	// /proc/PID/stat) per request during the run, in µs.
+	CaddyCPU float64 `json:"caddy_cpu_us_per_request"`
+}
+
+type vegetaTarget struct {
+	Method string              `json:"method"`
+	URL    string              `json:"url"`
+	Body   string              `json:"body,omitempty"`
+	Header map[string][]string `json:"header,omitempty"`
+}
+
+// run executes the attack with vegeta and returns its statistics.
+func (d *driver) attack(ctx context.Context, a attackSpec) (*stats, error) {
+	out := filepath.Join(d.work, "attack.bin")
+	defer os.Remove(out)
+	args := []string{"attack", "-lazy", "-format=json", "-max-body=0", "-timeout=10s",
+		"-duration=" + a.Duration.String(), "-output=" + out}
+	if a.Rate > 0 {
+		args = append(args, fmt.Sprintf("-rate=%d/1s", a.Rate), fmt.Sprintf("-workers=%d", a.Workers))
+	} else {
+		args = append(args, "-rate=0", fmt.Sprintf("-workers=%d", a.Workers), fmt.Sprintf("-max-workers=%d", a.Workers))
+	}
+	hard := a.Duration + 30*time.Second
+	cctx, cancel := context.WithTimeout(ctx, hard)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, d.vegeta, args...)
+	cmd.Stderr = d.log
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	werr := make(chan error, 1)
+	go func() {
+		defer stdin.Close()
+		w := bufio.NewWriterSize(stdin, 64<<10)
+		hdr := map[string][]string{}
+		for k, v := range a.Scen.Headers {
+			hdr[k] = []string{v}
+		}
+		for k, v := range a.Headers {
+			hdr[k] = []string{v}
+		}
+		t := vegetaTarget{Method: a.Scen.Method, Header: hdr}
+		if a.Scen.Body != "" {
+			t.Body = base64.StdEncoding.EncodeToString([]byte(a.Scen.Body))
+		}
+		enc := json.NewEncoder(w)
+		for i := 0; i < a.N; i++ {
+			t.URL = a.URLBase + a.Scen.pathFor(a.Tag, i)
+			if err := enc.Encode(&t); err != nil {
+				werr <- nil // vegeta stopped reading (duration reached): fine
+				return
+			}
+		}
+		werr <- w.Flush()
+	}()
+	cpu0 := d.caddyCPU()
+	runErr := cmd.Wait()
+	cpu1 := d.caddyCPU()
+	<-werr
+	if cctx.Err() != nil {
+		return nil, fmt.Errorf("vegeta exceeded its hard deadline %s", hard)
+	}
+	if runErr != nil {
+		return nil, fmt.Errorf("vegeta attack: %v", runErr)
+	}
+	st, err := d.decode(ctx, out, a.Scen.Want)
+	if err == nil && cpu0 >= 0 && cpu1 >= 0 && st.Requests > 0 {
+		st.CaddyCPU = (cpu1 - cpu0) / float64(st.Requests) * 1e6
+	}
+	return st, err
+}
+
+// decode reads vegeta's results through `vegeta encode --to csv`.
+func (d *driver) decode(ctx context.Context, bin string, want int) (*stats, error) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, d.vegeta, "encode", "--to=csv", bin)
+	cmd.Stderr = d.log
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	st, perr := parseResults(pipe, want)
+	_, _ = io.Copy(io.Discard, pipe)
+	if err := cmd.Wait(); err != nil {
+		return nil, fmt.Errorf("vegeta encode: %v", err)
+	}
+	return st, perr
+}
+
+func parseResults(r io.Reader, want int) (*stats, error) {
+	cr := csv.NewReader(bufio.NewReaderSize(r, 1<<20))
+	cr.FieldsPerRecord = 12
+	cr.ReuseRecord = true
+	st := &stats{Codes: map[int]int{}, Errors: map[string]int{}}
+	var lats []int64
+	var first, last int64 = math.MaxInt64, 0
+	var sum float64
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		ts, _ := strconv.ParseInt(rec[0], 10, 64)
+		code, _ := strconv.Atoi(rec[1])
+		lat, _ := strconv.ParseInt(rec[2], 10, 64)
+		if code == 0 && rec[5] == "no targets to attack" {
+			continue // the lazy target stream ended: not a request
+		}
+		st.Requests++
+		st.Codes[code]++
+		if code == want {
+			st.OK++
+		} else if rec[5] != "" && code == 0 {
+			st.Errors[rec[5]]++
+		}
+		lats = append(lats, lat)
+		sum += float64(lat)
+		first = min(first, ts)
+		last = max(last, ts+lat)
+	}
+	if st.Requests == 0 {
+		return st, errors.New("no results")
+	}
+	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	pct := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(lats)))) - 1
+		i = max(0, min(i, len(lats)-1))
+		return float64(lats[i]) / 1e6
+	}
+	st.P50, st.P90, st.P99 = pct(0.50), pct(0.90), pct(0.99)
+	st.Max = float64(lats[len(lats)-1]) / 1e6
+	st.Mean = sum / float64(len(lats)) / 1e6
+	st.Span = float64(last-first) / 1e9
+	if st.Span > 0 {
+		st.Tput = float64(st.OK) / st.Span
+	}
+	if len(st.Errors) == 0 {
+		st.Errors = nil
+	}
+	return st, nil
+}

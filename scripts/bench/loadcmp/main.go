@@ -1,0 +1,406 @@
+// Command loadcmp is the load comparison of docs/performance.md: it
+// starts the bench upstream and one Caddy (scripts/bench/Caddyfile) on
+// loopback, then measures with vegeta, in interleaved rounds:
+//
+//	(a)  the upstream directly
+//	(b)  a plain reverse_proxy to it
+//	(b2) a non-AGTP request through the gateway site (passthrough)
+//	(c)  a Tier B endpoint (FETCH → GET)
+//	(d)  a contract presentation, one step
+//	(e)  a contract presentation, one vs three parallel 20 ms steps
+//	(f)  a gate refusal (464 composition-impossible)
+//	(g)  an optimistic synthesis (263) including contract creation
+//
+// (c)–(g) without a record key and with an Ed25519 key; (f), (g) also
+// under fsync group. Throughput phase: closed loop, -workers requests in
+// flight. Fixed-rate phase: open loop at -rate (-slow-rate for (e)).
+// Every run is bounded in requests and time. Results go to -out
+// (results.json, report.md, profiles/).
+//
+// Run it through scripts/bench/load.sh (or make bench), which builds
+// the binaries.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type driver struct {
+	caddy, upstream, vegeta, caddyfile, docs, keyPath string
+	work, out                                         string
+	admin                                             string
+	ports                                             map[string]int // variant → port
+	upAddr                                            string
+	delay, maxTotal                                   time.Duration
+	log                                               io.Writer
+	procs                                             []*proc
+	caddyProc                                         *proc
+	seq                                               int
+}
+
+func (d *driver) url(variant string, direct bool) string {
+	if direct {
+		return "http://" + d.upAddr
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d", d.ports[variant])
+}
+
+func (d *driver) base(s *scenario) string { return d.url(s.Variant, s.Letter == "a") }
+
+// tag returns a fresh run tag (unique paths per run).
+func (d *driver) tag(phase string) string {
+	d.seq++
+	return fmt.Sprintf("%s%d", phase, d.seq)
+}
+
+func main() {
+	var (
+		d           driver
+		rounds      = flag.Int("rounds", 5, "interleaved rounds")
+		tputSecs    = flag.Duration("tput-duration", 2*time.Second, "length of one throughput run")
+		fixedSecs   = flag.Duration("fixed-duration", 2*time.Second, "length of one fixed-rate run")
+		slowSecs    = flag.Duration("slow-duration", 3*time.Second, "length of one fixed-rate run of (e)")
+		rate        = flag.Int("rate", 1000, "fixed rate (requests/s) of the fixed-rate phase")
+		slowRate    = flag.Int("slow-rate", 200, "fixed rate (requests/s) of (e)")
+		workers     = flag.Int("workers", 16, "requests in flight in the throughput phase")
+		maxReq      = flag.Int("max-requests", 150000, "upper bound of requests in one run")
+		profileSecs = flag.Int("profile-seconds", 5, "CPU profile length per profiled scenario (0: no profiles)")
+		profileKeys = flag.String("profile", "b,c/nokey,d/nokey,f/nokey,g/nokey,c/ed25519,d/ed25519,g/ed25519", "scenarios to profile")
+		only        = flag.String("only", "", "comma-separated scenario keys, letters or variants to run (a and b always run)")
+		keepWork    = flag.Bool("keep-work", false, "keep the work dir (logs, records)")
+	)
+	flag.StringVar(&d.caddy, "caddy", "", "Caddy binary with the rcns module")
+	flag.StringVar(&d.upstream, "upstream", "", "bench upstream binary (scripts/bench/upstream)")
+	flag.StringVar(&d.vegeta, "vegeta", "vegeta", "vegeta binary")
+	flag.StringVar(&d.caddyfile, "caddyfile", "scripts/bench/Caddyfile", "Caddyfile")
+	flag.StringVar(&d.docs, "docs", "scripts/bench/docs", "operator documents")
+	flag.StringVar(&d.out, "out", "", "results dir (default: a new temp dir)")
+	flag.DurationVar(&d.delay, "delay", 20*time.Millisecond, "delay of the upstream's /slow route")
+	flag.DurationVar(&d.maxTotal, "max-total", 40*time.Minute, "hard bound of the whole comparison")
+	flag.Parse()
+	if d.caddy == "" || d.upstream == "" {
+		fmt.Fprintln(os.Stderr, "loadcmp: -caddy and -upstream are required (use scripts/bench/load.sh)")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, d.maxTotal)
+	defer cancel()
+
+	err := d.run(ctx, runOpts{rounds: *rounds, tput: *tputSecs, fixed: *fixedSecs, slow: *slowSecs, rate: *rate, slowRate: *slowRate,
+		workers: *workers, maxReq: *maxReq, profileSecs: *profileSecs, profileKeys: *profileKeys, only: *only})
+	for i := len(d.procs) - 1; i >= 0; i-- {
+		d.procs[i].stop()
+	}
+	if err == nil && !*keepWork {
+		_ = os.RemoveAll(d.work)
+	} else {
+		fmt.Fprintf(os.Stderr, "loadcmp: work dir kept: %s\n", d.work)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "loadcmp: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type runOpts struct {
+	rounds            int
+	tput, fixed, slow time.Duration
+	rate, slowRate    int
+	workers, maxReq   int
+	profileSecs       int
+	profileKeys, only string
+}
+
+func abs(p string) string {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	return a
+}
+
+func (d *driver) run(ctx context.Context, o runOpts) error {
+	var err error
+	if d.work, err = os.MkdirTemp("", "rcns-bench-work."); err != nil {
+		return err
+	}
+	if d.out == "" {
+		if d.out, err = os.MkdirTemp("", "rcns-bench."); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(d.out, "profiles"), 0o755); err != nil {
+		return err
+	}
+	lf, err := os.Create(filepath.Join(d.out, "loadcmp.log"))
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	d.log = lf
+	d.caddy, d.upstream, d.caddyfile, d.docs = abs(d.caddy), abs(d.upstream), abs(d.caddyfile), abs(d.docs)
+	if p, err := exec.LookPath(d.vegeta); err == nil {
+		d.vegeta = p
+	} else {
+		return fmt.Errorf("vegeta: %v", err)
+	}
+
+	// Ed25519 record key, as an operator makes one.
+	d.keyPath = filepath.Join(d.work, "record-key.pem")
+	if out, err := exec.CommandContext(ctx, "openssl", "genpkey", "-algorithm", "ed25519", "-out", d.keyPath).CombinedOutput(); err != nil {
+		return fmt.Errorf("openssl genpkey: %v: %s", err, out)
+	}
+
+	say("==> upstream")
+	if d.upAddr, err = d.startUpstream(); err != nil {
+		return err
+	}
+	d.ports = map[string]int{}
+	adminPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	d.admin = fmt.Sprintf("127.0.0.1:%d", adminPort)
+	for _, v := range []string{vNone, vNoKey, vEd25519, vGroup} {
+		if d.ports[v], err = freePort(); err != nil {
+			return err
+		}
+	}
+	env := []string{
+		"BENCH_ADMIN=" + d.admin, "BENCH_UPSTREAM=" + d.upAddr, "BENCH_DOCS=" + d.docs, "BENCH_WORK=" + d.work,
+		"BENCH_KEY=" + d.keyPath, "BENCH_PROXY_PORT=" + itoa(d.ports[vNone]), "BENCH_GW_PORT=" + itoa(d.ports[vNoKey]),
+		"BENCH_GWKEY_PORT=" + itoa(d.ports[vEd25519]), "BENCH_GWGRP_PORT=" + itoa(d.ports[vGroup]),
+	}
+	say("==> caddy (admin %s; proxy :%d, gateway :%d, gateway+Ed25519 :%d, gateway fsync group :%d)",
+		d.admin, d.ports[vNone], d.ports[vNoKey], d.ports[vEd25519], d.ports[vGroup])
+	if err := d.startCaddy(env); err != nil {
+		return err
+	}
+
+	scens := filterScenarios(scenarios(o.rate, o.slowRate), o.only)
+	if err := d.sanity(ctx, scens); err != nil {
+		return err
+	}
+	res := &results{Meta: d.meta(o), Runs: map[string][]*runResult{}}
+
+	// Warm-up: one short closed-loop run per scenario sizes the
+	// throughput runs (N = 1.5 × rate × duration, bounded).
+	say("==> warm-up")
+	sizes := map[string]int{}
+	for _, s := range scens {
+		st, err := d.one(ctx, s, "w", 0, o.workers, min(o.maxReq, 20000), time.Second)
+		if err != nil {
+			return fmt.Errorf("warm-up %s: %v", s.Key, err)
+		}
+		sizes[s.Key] = max(500, min(o.maxReq, int(math.Ceil(1.5*st.Tput*o.tput.Seconds()))))
+		say("    %-12s %8.0f req/s", s.Key, st.Tput)
+	}
+
+	var tputScens, fixedScens []*scenario
+	for _, s := range scens {
+		if s.Tput {
+			tputScens = append(tputScens, s)
+		}
+		if s.Rate > 0 {
+			fixedScens = append(fixedScens, s)
+		}
+	}
+	for r := 0; r < o.rounds; r++ {
+		say("==> round %d/%d", r+1, o.rounds)
+		for i := range tputScens {
+			s := tputScens[(i+r)%len(tputScens)] // rotate the order every round
+			st, err := d.one(ctx, s, "t", 0, o.workers, sizes[s.Key], o.tput)
+			if err != nil {
+				return fmt.Errorf("round %d %s throughput: %v", r+1, s.Key, err)
+			}
+			res.add("tput", s, r, st)
+			say("    tput  %-12s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  ok %d/%d", s.Key, st.Tput, st.P50, st.P99, st.OK, st.Requests)
+		}
+		for i := range fixedScens {
+			s := fixedScens[(i+r)%len(fixedScens)]
+			dur := o.fixed
+			if s.Letter == "e1" || s.Letter == "e3" {
+				dur = o.slow
+			}
+			n := int(math.Ceil(float64(s.Rate) * dur.Seconds()))
+			st, err := d.one(ctx, s, "r", s.Rate, o.workers, n, dur)
+			if err != nil {
+				return fmt.Errorf("round %d %s fixed rate: %v", r+1, s.Key, err)
+			}
+			res.add("fixed", s, r, st)
+			say("    rate  %-12s %5d/s  p50 %6.2f ms  p99 %6.2f ms  ok %d/%d", s.Key, s.Rate, st.P50, st.P99, st.OK, st.Requests)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if err := res.write(d.out, scens); err != nil {
+		return err
+	}
+	if o.profileSecs > 0 {
+		if err := d.profiles(ctx, scens, o); err != nil {
+			return err
+		}
+	}
+	say("==> results: %s/report.md, %s/results.json, profiles in %s/profiles", d.out, d.out, d.out)
+	return nil
+}
+
+// one runs scenario s once: it synthesizes the contract to present (when
+// s presents one) and attacks.
+func (d *driver) one(ctx context.Context, s *scenario, phase string, rate, workers, n int, dur time.Duration) (*stats, error) {
+	tag := d.tag(phase)
+	extra := map[string]string{}
+	if s.Contract {
+		id, err := d.synthesize(ctx, s, tag)
+		if err != nil {
+			return nil, err
+		}
+		extra["Contract-Synthesized"] = id
+	}
+	st, err := d.attack(ctx, attackSpec{URLBase: d.base(s), Scen: s, Tag: tag, N: n, Duration: dur, Rate: rate, Workers: workers, Headers: extra})
+	if err != nil {
+		return nil, err
+	}
+	if st.OK < st.Requests*99/100 {
+		return st, fmt.Errorf("%s: only %d of %d answers had status %d: %v %v", s.Key, st.OK, st.Requests, s.Want, st.Codes, st.Errors)
+	}
+	return st, nil
+}
+
+// synthesize makes the contract s presents: one optimistic synthesis
+// (263) on the run's own path.
+func (d *driver) synthesize(ctx context.Context, s *scenario, tag string) (string, error) {
+	hdr := map[string]string{}
+	for k, v := range s.Headers {
+		hdr[k] = v
+	}
+	hdr["Allow-RCNS"] = "true"
+	hdr["Authority-Scope"] = scopeNegotiate
+	resp, body, err := request(ctx, s.Method, d.base(s)+s.pathFor(tag, -1), hdr, s.Body)
+	if err != nil {
+		return "", err
+	}
+	id := resp.Header.Get("Contract-Synthesized")
+	if resp.StatusCode != 263 || id == "" {
+		return "", fmt.Errorf("synthesis for %s: %d %s", s.Key, resp.StatusCode, body)
+	}
+	return id, nil
+}
+
+// sanity sends each scenario once and checks its status and record form.
+func (d *driver) sanity(ctx context.Context, scens []*scenario) error {
+	say("==> sanity check")
+	for _, s := range scens {
+		tag := d.tag("s")
+		hdr := map[string]string{}
+		for k, v := range s.Headers {
+			hdr[k] = v
+		}
+		if s.Contract {
+			id, err := d.synthesize(ctx, s, tag)
+			if err != nil {
+				return err
+			}
+			hdr["Contract-Synthesized"] = id
+		}
+		resp, body, err := request(ctx, s.Method, d.base(s)+s.pathFor(tag, 0), hdr, s.Body)
+		if err != nil {
+			return fmt.Errorf("%s: %v", s.Key, err)
+		}
+		if resp.StatusCode != s.Want {
+			return fmt.Errorf("%s: status %d, want %d: %s", s.Key, resp.StatusCode, s.Want, body)
+		}
+		alg := ""
+		if rec := resp.Header.Get("Attribution-Record"); rec != "" {
+			alg = jwsAlg(rec)
+		}
+		wantAlg := map[string]string{vNone: "", vNoKey: "none", vEd25519: "EdDSA", vGroup: "none"}[s.Variant]
+		if s.Letter == "b2" {
+			wantAlg = "" // passthrough: not AGTP, no record
+		}
+		if alg != wantAlg {
+			return fmt.Errorf("%s: Attribution-Record alg %q, want %q", s.Key, alg, wantAlg)
+		}
+		say("    %-12s %d %s %s", s.Key, resp.StatusCode, s.Method, s.pathFor(tag, 0))
+	}
+	return nil
+}
+
+func jwsAlg(compact string) string {
+	head, _, _ := strings.Cut(compact, ".")
+	raw, err := b64url(head)
+	if err != nil {
+		return "?"
+	}
+	var h struct {
+		Alg string `json:"alg"`
+	}
+	if json.Unmarshal(raw, &h) != nil {
+		return "?"
+	}
+	return h.Alg
+}
+
+func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
+
+// meta describes the machine and the tools.
+func (d *driver) meta(o runOpts) map[string]any {
+	m := map[string]any{
+		"date":       time.Now().UTC().Format(time.RFC3339),
+		"nproc":      runtime.NumCPU(),
+		"cpu_model":  cpuModel(),
+		"kernel":     strings.TrimSpace(cmdOut("uname", "-sr")),
+		"go":         strings.TrimSpace(cmdOut("go", "version")),
+		"caddy":      strings.TrimSpace(cmdOut(d.caddy, "version")),
+		"vegeta":     strings.TrimSpace(strings.ReplaceAll(cmdOut(d.vegeta, "-version"), "\n", " ")),
+		"command":    strings.Join(os.Args, " "),
+		"rounds":     o.rounds,
+		"workers":    o.workers,
+		"rate":       o.rate,
+		"slow_rate":  o.slowRate,
+		"tput_s":     o.tput.Seconds(),
+		"fixed_s":    o.fixed.Seconds(),
+		"slow_s":     o.slow.Seconds(),
+		"delay":      d.delay.String(),
+		"loadavg":    strings.TrimSpace(readFile("/proc/loadavg")),
+		"gomaxprocs": runtime.GOMAXPROCS(0),
+	}
+	return m
+}
+
+func cpuModel() string {
+	for _, l := range strings.Split(readFile("/proc/cpuinfo"), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+func cmdOut(name string, args ...string) string {
+	out, err := exec.Command(name, args...).Output()
+	if err != nil {
+		return "unknown"
+	}
+	return string(out)
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+func b64url(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }
+
+type runResult struct {
+	Round int    `json:"round"`
+	Stats *stats `json:"stats"`
+}
+
+type results struct {
+	Meta    map[string]any          `json:"meta"`
+	Runs    map[string][]*runResult `json:"runs"` // "phase|key" → one per round
+	Summary map[string]*summary     `json:"summary"`
+	Targets []*verdict              `json:"targets"`
+}
+
+type summary struct {
+	Key, Letter, Variant, Label string
+	Want                        int
+	// Throughput phase (medians over rounds).
+	Tput, TP50, TP99 float64
+	RatioB, RatioA   spread  // per-round throughput ratios
+	CPU              float64 // Caddy CPU µs per request (throughput phase)
+	CPUAddB          spread  // per-round CPU difference to (b), µs
+	// Fixed-rate phase.
+	Rate             int
+	FP50, FP99       float64
+	AddP50B, AddP99B spread // per-round latency differences to (b), ms
+	Rounds           int
+}
+
+// spread is the median of per-round values with their range.
+type spread struct {
+	Med, Lo, Hi float64
+	N           int
+}
+
+func spreadOf(v []float64) spread {
+	if len(v) == 0 {
+		return spread{}
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return spread{Med: median(s), Lo: s[0], Hi: s[len(s)-1], N: len(s)}
+}
+
+func median(s []float64) float64 {
+	if len(s) == 0 {
+		return 0
+	}
+	s = append([]float64(nil), s...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func (r *results) add(phase string, s *scenario, round int, st *stats) {
+	k := phase + "|" + s.Key
+	r.Runs[k] = append(r.Runs[k], &runResult{Round: round, Stats: st})
+}
+
+// byRound returns f of each round's run of (phase, key).
+func (r *results) byRound(phase, key string, f func(*stats) float64) map[int]float64 {
+	out := map[int]float64{}
+	for _, rr := range r.Runs[phase+"|"+key] {
+		out[rr.Round] = f(rr.Stats)
+	}
+	return out
+}
+
+func vals(m map[int]float64) []float64 {
+	var out []float64
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+// pairwise combines two per-round series round by round.
+func pairwise(x, y map[int]float64, f func(a, b float64) float64) []float64 {
+	var out []float64
+	for r, a := range x {
+		if b, ok := y[r]; ok && b != 0 {
+			out = append(out, f(a, b))
+		}
+	}
+	return out
+}
+
+func ratio(a, b float64) float64 { return a / b }
+func diff(a, b float64) float64  { return a - b }
+
+func tputOf(s *stats) float64 { return s.Tput }
+func p50Of(s *stats) float64  { return s.P50 }
+func p99Of(s *stats) float64  { return s.P99 }
+func cpuOf(s *stats) float64  { return s.CaddyCPU }
+
+type verdict struct {
+	Target   string  `json:"target"`
+	Measured string  `json:"measured"`
+	Value    float64 `json:"value"`
+	Limit    float64 `json:"limit"`
+	Met      bool    `json:"met"`
+}
+
+func (r *results) summarize(scens []*scenario) {
+	r.Summary = map[string]*summary{}
+	for _, s := range scens {
+		sm := &summary{Key: s.Key, Letter: s.Letter, Variant: s.Variant, Label: s.Label, Want: s.Want, Rate: s.Rate}
+		t := r.byRound("tput", s.Key, tputOf)
+		if len(t) > 0 {
+			sm.Rounds = len(t)
+			sm.Tput = median(vals(t))
+			sm.TP50 = median(vals(r.byRound("tput", s.Key, p50Of)))
+			sm.TP99 = median(vals(r.byRound("tput", s.Key, p99Of)))
+			sm.RatioB = spreadOf(pairwise(t, r.byRound("tput", "b", tputOf), ratio))
+			sm.RatioA = spreadOf(pairwise(t, r.byRound("tput", "a", tputOf), ratio))
+			if s.Letter != "a" {
+				c := r.byRound("tput", s.Key, cpuOf)
+				sm.CPU = median(vals(c))
+				sm.CPUAddB = spreadOf(pairwise(c, r.byRound("tput", "b", cpuOf), diff))
+			}
+		}
+		f50 := r.byRound("fixed", s.Key, p50Of)
+		if len(f50) > 0 {
+			f99 := r.byRound("fixed", s.Key, p99Of)
+			sm.FP50, sm.FP99 = median(vals(f50)), median(vals(f99))
+			sm.AddP50B = spreadOf(pairwise(f50, r.byRound("fixed", "b", p50Of), diff))
+			sm.AddP99B = spreadOf(pairwise(f99, r.byRound("fixed", "b", p99Of), diff))
+		}
+		r.Summary[s.Key] = sm
+	}
+	r.Targets = nil
+	atLeast := func(target, measured string, sp spread, limit float64) {
+		if sp.N == 0 {
+			return
+		}
+		r.Targets = append(r.Targets, &verdict{Target: target, Measured: measured + fmt.Sprintf(" (rounds %.2f–%.2f)", sp.Lo, sp.Hi), Value: sp.Med, Limit: limit, Met: sp.Med >= limit})
+	}
+	atMost := func(target, measured string, sp spread, limit float64) {
+		if sp.N == 0 {
+			return
+		}
+		r.Targets = append(r.Targets, &verdict{Target: target, Measured: measured + fmt.Sprintf(" (rounds %.2f–%.2f)", sp.Lo, sp.Hi), Value: sp.Med, Limit: limit, Met: sp.Med <= limit})
+	}
+	get := func(k string) *summary {
+		if s, ok := r.Summary[k]; ok {
+			return s
+		}
+		return &summary{}
+	}
+	atLeast("(c) no key: throughput ≥ 0.85×(b)", "median per-round ratio", get("c/nokey").RatioB, 0.85)
+	atLeast("(d) no key: throughput ≥ 0.85×(b)", "median per-round ratio", get("d/nokey").RatioB, 0.85)
+	atMost(fmt.Sprintf("(c) no key: p99 added over (b) ≤ 1 ms at %d req/s", get("b").Rate), "median per-round p99 difference, ms", get("c/nokey").AddP99B, 1)
+	atMost(fmt.Sprintf("(d) no key: p99 added over (b) ≤ 1 ms at %d req/s", get("b").Rate), "median per-round p99 difference, ms", get("d/nokey").AddP99B, 1)
+	atLeast("(c) Ed25519: throughput ≥ 0.7×(b)", "median per-round ratio", get("c/ed25519").RatioB, 0.7)
+	atLeast("(d) Ed25519: throughput ≥ 0.7×(b)", "median per-round ratio", get("d/ed25519").RatioB, 0.7)
+	for _, v := range []string{vNoKey, vEd25519} {
+		e1 := r.byRound("fixed", "e1/"+v, p50Of)
+		e3 := r.byRound("fixed", "e3/"+v, p50Of)
+		atMost(fmt.Sprintf("(e) %s: p50 of three parallel 20 ms steps ≤ 1.15× p50 of one", v), "median per-round p50 ratio", spreadOf(pairwise(e3, e1, ratio)), 1.15)
+	}
+	atLeast("(f) no key: throughput ≥ 1.0×(b)", "median per-round ratio", get("f/nokey").RatioB, 1.0)
+	atLeast("(f) Ed25519: throughput ≥ 1.0×(b)", "median per-round ratio", get("f/ed25519").RatioB, 1.0)
+	for _, v := range []string{vNoKey, vEd25519} {
+		g := r.byRound("tput", "g/"+v, tputOf)
+		dd := r.byRound("tput", "d/"+v, tputOf)
+		atLeast(fmt.Sprintf("(g) %s: throughput ≥ 0.7×(d) %s", v, v), "median per-round ratio", spreadOf(pairwise(g, dd, ratio)), 0.7)
+	}
+}
+
+func (r *results) write(dir string, scens []*scenario) error {
+	r.summarize(scens)
+	raw, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), raw, 0o644); err != nil {
+		return err
+	}
+	md := r.markdown(scens)
+	fmt.Print("\n" + md)
+	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(md), 0o644)
+}
+
+func f1(v float64) string { return fmt.Sprintf("%.0f", v) }
+func f2(v float64) string { return fmt.Sprintf("%.2f", v) }
+
+func sp2(s spread) string {
+	if s.N == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f (%.2f–%.2f)", s.Med, s.Lo, s.Hi)
+}
+
+func sp0(s spread) string {
+	if s.N == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f (%.0f–%.0f)", s.Med, s.Lo, s.Hi)
+}
+
+func (r *results) markdown(scens []*scenario) string {
+	var b strings.Builder
+	m := r.Meta
+	fmt.Fprintf(&b, "Machine: %v × %v, %v; %v; %v; vegeta %v. Load average at start: %v.\n\n",
+		m["nproc"], m["cpu_model"], m["kernel"], m["go"], m["caddy"], m["vegeta"], m["loadavg"])
+	fmt.Fprintf(&b, "%v interleaved rounds. Throughput: closed loop, %v requests in flight, %vs per run. Fixed rate: %v req/s for %vs ((e): %v req/s for %vs). Medians over rounds; ratios and differences are medians of per-round values (range in parentheses).\n\n",
+		m["rounds"], m["workers"], m["tput_s"], m["rate"], m["fixed_s"], m["slow_rate"], m["slow_s"])
+	b.WriteString("| | scenario | variant | throughput req/s | ×(b) | ×(a) | p50 ms | p99 ms | Caddy CPU µs/req | − (b) µs | fixed rate req/s | p50 ms | p99 ms | p50 − (b) ms | p99 − (b) ms |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range scens {
+		sm := r.Summary[s.Key]
+		v := s.Variant
+		if v == "" {
+			v = "—"
+		}
+		tput, rb, ra, tp50, tp99, cpu, cpub := "—", "—", "—", "—", "—", "—", "—"
+		if sm.Rounds > 0 {
+			tput, rb, ra, tp50, tp99 = f1(sm.Tput), sp2(sm.RatioB), sp2(sm.RatioA), f2(sm.TP50), f2(sm.TP99)
+			if sm.CPU > 0 {
+				cpu, cpub = f1(sm.CPU), sp0(sm.CPUAddB)
+			}
+		}
+		rate, fp50, fp99, a50, a99 := "—", "—", "—", "—", "—"
+		if sm.FP50 > 0 {
+			rate, fp50, fp99, a50, a99 = itoa(s.Rate), f2(sm.FP50), f2(sm.FP99), sp2(sm.AddP50B), sp2(sm.AddP99B)
+			if s.Letter == "e1" || s.Letter == "e3" {
+				a50, a99 = "—", "—"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s (%d) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			s.Letter, s.Label, s.Want, v, tput, rb, ra, tp50, tp99, cpu, cpub, rate, fp50, fp99, a50, a99)
+	}
+	b.WriteString("\n| target | measured | value | limit | verdict |\n|---|---|---:|---:|---|\n")
+	for _, t := range r.Targets {
+		verdict := "met"
+		if !t.Met {
+			verdict = "**not met**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %s |\n", t.Target, t.Measured, t.Value, t.Limit, verdict)
+	}
+	return b.String()
+}
