@@ -91,16 +91,28 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			case "server_id":
 				h.ServerID = v
 			case "identity":
+				if v != IdentityHeader && v != IdentityMTLS && v != IdentitySignature {
+					return d.Errf("identity: %q is not header, mtls or signature", v)
+				}
 				h.Identity = v
 			case "mode":
+				if v != ModeConfirmFirst && v != ModeOptimistic {
+					return d.Errf("mode: %q is not confirm-first or optimistic", v)
+				}
 				h.Mode = v
 			case "catalog":
 				h.Catalog = v
 			case "on_policy_change":
+				if v != "grandfather" && v != "invalidate" {
+					return d.Errf("on_policy_change: %q is not grandfather or invalidate", v)
+				}
 				h.OnPolicyChange = v
 			case "records_dir":
 				h.RecordsDir = v
 			case "fsync":
+				if v != "always" && v != "group" && v != "off" {
+					return d.Errf("fsync: %q is not always, group or off", v)
+				}
 				h.Fsync = v
 			}
 		case "enabled":
@@ -139,8 +151,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return d.Errf("%s: %q is not a non-negative integer", key, v)
+			if err != nil || n < 1 {
+				return d.Errf("%s: %q is not a positive integer", key, v)
+			}
+			if key == "min_trust_tier" && n > 3 {
+				return d.Errf("min_trust_tier: %d is not a trust tier (1..3)", n)
 			}
 			switch key {
 			case "min_trust_tier":
@@ -162,6 +177,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			dur, err := caddy.ParseDuration(v)
 			if err != nil {
 				return d.Errf("%s: %v", key, err)
+			}
+			if dur <= 0 {
+				return d.Errf("%s: %q must be a positive duration", key, v)
 			}
 			switch key {
 			case "contract_ttl":

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,7 +25,12 @@ var scopeInspectAll = policy.MustParseScope("inspect:all")
 // DISCOVER endpoint may serve it.
 func (h *Handler) discover(x *exchange, req *request) bool {
 	path := x.path
-	if t, ok := req.body["target"]; ok {
+	p, e := params(req)
+	if e != nil {
+		x.fail(e)
+		return true
+	}
+	if t, ok := p["target"]; ok {
 		ts, _ := t.(string)
 		switch {
 		case path == "/" && ts != "":
@@ -52,7 +58,7 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 		for i := range all {
 			keys[i] = fmt.Sprintf("%06d", i)
 		}
-		from, to, link, e := x.page(path, keys)
+		from, to, link, e := x.page(path, keys, methodCursor)
 		if e != nil {
 			x.fail(e)
 			return true
@@ -74,7 +80,7 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 		for i, c := range cs {
 			keys[i] = fmt.Sprintf("%020d|%s", c.IssuedAt.UnixNano(), c.SynthesisID)
 		}
-		from, to, link, e := x.page(path, keys)
+		from, to, link, e := x.page(path, keys, contractCursor)
 		if e != nil {
 			x.fail(e)
 			return true
@@ -111,7 +117,12 @@ const (
 // bounds and, when more entries follow, an RFC 8288 Link header with
 // rel="next". The cursor is opaque to clients: base64url of the last
 // key served.
-func (x *exchange) page(path string, keys []string) (int, int, map[string]string, *wireError) {
+var (
+	methodCursor   = regexp.MustCompile(`^[0-9]{6}$`)
+	contractCursor = regexp.MustCompile(`^[0-9]{20}\|syn-[A-Za-z0-9_-]{22}$`)
+)
+
+func (x *exchange) page(path string, keys []string, cursorForm *regexp.Regexp) (int, int, map[string]string, *wireError) {
 	q := x.r.URL.Query()
 	limit := defaultPageLimit
 	if v := q.Get("limit"); v != "" {
@@ -124,7 +135,7 @@ func (x *exchange) page(path string, keys []string) (int, int, map[string]string
 	from := 0
 	if c := q.Get("cursor"); c != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(c)
-		if err != nil {
+		if err != nil || !cursorForm.Match(raw) {
 			return 0, 0, nil, errorf(400, "invalid-cursor", "cursor is not one this server issued")
 		}
 		after := string(raw)

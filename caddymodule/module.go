@@ -381,6 +381,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("rcns: %v", err)
 	}
 	for _, r := range h.set.Recipes {
+		if r.Depth() > h.MaxSynthesisDepth {
+			h.logger.Warn("recipe has more steps than max_synthesis_depth and will never be synthesized",
+				zap.String("recipe", r.Name), zap.Int("steps", r.Depth()), zap.Int("max_synthesis_depth", h.MaxSynthesisDepth))
+		}
 		for i, s := range r.Steps {
 			if !s.Endpoint.Semantic.IsIdempotent && i < len(r.Steps)-1 {
 				h.logger.Warn("recipe has a non-idempotent step followed by other steps; there is no rollback, writes belong last",
@@ -560,8 +564,11 @@ func (h *Handler) storeLimits() recipes.StoreLimits {
 	return recipes.StoreLimits{MaxContracts: h.MaxContracts, MaxPerAgent: h.MaxContractsPerAgent, TombstoneTTL: time.Duration(h.TombstoneTTL)}
 }
 
+// synthesisEnabled is the manifest's policies.synthesis_enabled: PROPOSE
+// synthesizes only when RCNS is enabled (lock 1) and synthesis_enabled
+// is not switched off.
 func (h *Handler) synthesisEnabled() bool {
-	return h.SynthesisEnabled == nil || *h.SynthesisEnabled
+	return h.Enabled && (h.SynthesisEnabled == nil || *h.SynthesisEnabled)
 }
 
 func (h *Handler) anonymousDiscovery() bool {

@@ -78,6 +78,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return nil
 }
 
+// singleValued are the AGTP request headers that must appear at most
+// once (canonical keys as net/http stores them).
+var singleValued = []string{"Agent-Id", "Owner-Id", "Request-Id", "Task-Id", "Session-Id", "Allow-Rcns",
+	"Contract-Synthesized", "Synthesis-Id", "Idempotency-Key", "Negotiation-Id"}
+
 // request is the parsed AGTP request after framing.
 type request struct {
 	raw     []byte
@@ -135,6 +140,14 @@ func (h *Handler) serve(x *exchange) {
 		req.raw, req.body, req.hasBody = raw, obj, true
 		if x.taskID == "" {
 			x.taskID, _ = obj["task_id"].(string)
+		}
+	}
+
+	// Single-valued AGTP headers sent twice make the request ambiguous.
+	for _, name := range singleValued {
+		if len(r.Header[name]) > 1 {
+			x.fail(errorf(400, "duplicate-header", fmt.Sprintf("the %s header appears more than once; send it once", name)))
+			return
 		}
 	}
 
@@ -439,7 +452,8 @@ func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint
 	if f != nil {
 		if f.Code != recipes.ErrInvalidInput {
 			h.logger.Warn("upstream failure", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
-				zap.String("upstream", ep.UpstreamName()), zap.String("reason", f.Code), zap.Int("upstream_status", f.UpstreamStatus))
+				zap.String("upstream", ep.UpstreamName()), zap.String("reason", f.Code), zap.Int("upstream_status", f.UpstreamStatus),
+				zap.NamedError("cause", f.Internal))
 		}
 		x.failWith(failureError(f), extra)
 		return
@@ -494,13 +508,25 @@ func envelope(status int, taskID string, result any) map[string]any {
 	return body
 }
 
+// transient reports whether retrying the same request may succeed: an
+// upstream timeout, a connection failure, or an unmapped 5xx/429.
+func transient(f *recipes.Failure) bool {
+	switch f.Code {
+	case recipes.ErrUpstreamTimeout, recipes.ErrUpstreamConnection:
+		return true
+	case recipes.ErrUpstream:
+		return f.UpstreamStatus >= 500 || f.UpstreamStatus == 429
+	}
+	return false
+}
+
 // failureError maps an endpoint Failure to the §19 body of a named 422.
 func failureError(f *recipes.Failure) *wireError {
 	details := f.Details
 	if details == nil {
 		details = map[string]any{}
 	}
-	retryable := f.SideEffectFree && f.Code != recipes.ErrInvalidInput
+	retryable := f.SideEffectFree && transient(f)
 	return &wireError{Status: f.Status, Reason: f.Code, Explanation: f.Explanation, Retryable: retryable,
 		Fields: map[string]any{"error": map[string]any{"code": f.Code, "details": details}}}
 }
@@ -598,11 +624,11 @@ func (h *Handler) execute(x *exchange, c *recipes.Contract, in map[string]any) (
 		}
 		h.logger.Warn("composition failed", fields...)
 		details := cf.Details()
-		body := map[string]any{"error": map[string]any{"code": recipes.ErrCompositionFailed, "details": details}, "details": details}
+		body := map[string]any{"error": map[string]any{"code": recipes.ErrCompositionFailed, "details": details}}
 		if cf.FailedStep != nil {
 			body["failed_step"] = cf.FailedStep.Name
 		}
-		x.fail(&wireError{Status: 422, Reason: recipes.ErrCompositionFailed, Explanation: cf.Error(), Retryable: cf.SideEffectFree, Fields: body})
+		x.fail(&wireError{Status: 422, Reason: recipes.ErrCompositionFailed, Explanation: cf.Error(), Retryable: cf.SideEffectFree && transient(cf.Cause), Fields: body})
 		return nil, false
 	}
 	return out, true

@@ -48,6 +48,21 @@ func stringParam(p map[string]any, name string) (string, bool) {
 	return s, ok && s != ""
 }
 
+// synthesisParam reads a synthesis_id parameter: missing → 400
+// parameter-required, malformed → 400 invalid-synthesis-id.
+func synthesisParam(x *exchange, p map[string]any, what string) (string, bool) {
+	id, ok := stringParam(p, "synthesis_id")
+	if !ok {
+		x.fail(errorf(400, "parameter-required", what+" needs synthesis_id"))
+		return "", false
+	}
+	if !recipes.ValidSynthesisID(id) {
+		x.fail(errorf(400, "invalid-synthesis-id", "a synthesis id is 1-128 characters of A-Z a-z 0-9 . _ ~ -"))
+		return "", false
+	}
+	return id, true
+}
+
 // builtin serves INSPECT, REVOKE, SUSPEND and PROPOSE at "/" (spec
 // §14.4, §15, §17.3).
 func (h *Handler) builtin(x *exchange, req *request) {
@@ -78,9 +93,8 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 	target, _ := stringParam(p, "target")
 	switch target {
 	case "contract":
-		id, ok := stringParam(p, "synthesis_id")
+		id, ok := synthesisParam(x, p, "INSPECT target=contract")
 		if !ok {
-			x.fail(errorf(400, "parameter-required", "INSPECT target=contract needs synthesis_id"))
 			return
 		}
 		c, state, found := h.st.contracts.Inspect(id)
@@ -140,7 +154,7 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 	case "audit", "chain_head":
 		x.fail(errorf(501, "not-implemented", "INSPECT target="+target+" is not implemented by this gateway yet"))
 	default:
-		x.fail(errorf(400, "unknown-target", fmt.Sprintf("INSPECT target %q is not known (contract, rcns-attempt)", target)))
+		x.fail(errorf(400, "unknown-target", fmt.Sprintf("INSPECT target %q is not known (contract, rcns-attempt, lifecycle)", target)))
 	}
 }
 
@@ -150,9 +164,8 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 	target, _ := stringParam(p, "target")
 	switch target {
 	case "contract":
-		id, ok := stringParam(p, "synthesis_id")
+		id, ok := synthesisParam(x, p, "REVOKE target=contract")
 		if !ok {
-			x.fail(errorf(400, "parameter-required", "REVOKE target=contract needs synthesis_id"))
 			return
 		}
 		c, state, found := h.st.contracts.Inspect(id)
@@ -236,7 +249,11 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 // suspend serves SUSPEND with synthesis_id (caller release, spec §14.4
 // path 1) or session_id (end a session's contracts, OP-20).
 func (h *Handler) suspend(x *exchange, req *request, p map[string]any) {
-	if id, ok := stringParam(p, "synthesis_id"); ok {
+	if _, present := p["synthesis_id"]; present {
+		id, ok := synthesisParam(x, p, "SUSPEND")
+		if !ok {
+			return
+		}
 		c, state, found := h.st.contracts.Inspect(id)
 		if !found || state == recipes.StateReleased {
 			x.fail(errorf(404, "contract-not-found", "no contract with this synthesis id is known"))
@@ -408,7 +425,7 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		x.failWith(e, hdr)
 	}
 	if !h.synthesisEnabled() {
-		reject("synthesis-disabled", "this server does not synthesize endpoints (policies.synthesis_enabled is false)")
+		reject("synthesis-disabled", "this server does not synthesize endpoints (RCNS is disabled or policies.synthesis_enabled is false)")
 		return
 	}
 	if h.st.negotiations.rejections(ng) >= 3 {
@@ -485,12 +502,15 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		return
 	}
 	recipe := h.set.Match(method, path)
-	// Step 5: authority (when a recipe could build it, its scopes are the needs).
+	// Step 5: authority. Negotiating needs rcns:negotiate (as at gate
+	// lock 3); when a recipe could build the proposal, its scopes too.
+	needs := []policy.Scope{policy.ScopeNegotiate}
 	if recipe != nil {
-		if ref := policy.CheckRequiredScopes(req.caller, recipe.RequiredScopes); ref != nil {
-			failHdr(fromRefusal(ref))
-			return
-		}
+		needs = append(needs, recipe.RequiredScopes...)
+	}
+	if ref := policy.CheckRequiredScopes(req.caller, needs); ref != nil {
+		failHdr(fromRefusal(ref))
+		return
 	}
 	// Step 6: capability envelope.
 	if recipe == nil {
@@ -501,7 +521,12 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		reject("composition-impossible", fmt.Sprintf("recipe %s needs %d steps; max_synthesis_depth is %d", recipe.Name, recipe.Depth(), h.MaxSynthesisDepth))
 		return
 	}
-	// Step 7: policy.
+	// Step 7: policy: the trust tier bar of gate lock 4, then the recipe's own switch.
+	var states policy.LockStates
+	if ref := h.gate.Locks34(req.caller, &states); ref != nil {
+		reject("policy-refused", "the agent's trust tier does not meet this server's min_trust_tier for synthesis")
+		return
+	}
 	if !recipe.Propose {
 		reject("policy-refused", fmt.Sprintf("the operator does not allow PROPOSE for %s %s", method, path))
 		return

@@ -18,7 +18,7 @@ func TestCaddyfileExample(t *testing.T) {
 	site := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	g := startGatewayFile(t, filepath.Join(repoRoot, "Caddyfile.example"), site, []string{
 		fmt.Sprintf("RCNS_ADMIN=127.0.0.1:%d", freePort(t)),
-		"RCNS_LISTEN=" + site,
+		"RCNS_PORT=" + strings.TrimPrefix(site, "127.0.0.1:"),
 		"HOTEL_ADDR=" + js.Addr,
 	})
 
@@ -83,6 +83,14 @@ func TestCaddyfileExample(t *testing.T) {
 			t.Errorf("access log keeps %s: %v", k, headers[k])
 		}
 	}
+	// A Host that names no site must not bypass the filter: the example
+	// site answers every host on its port.
+	r = g.Raw(t, "FETCH /guests/g-1 HTTP/1.1\r\nHost: evil.example\r\nAgent-ID: "+agentA1+
+		"\r\nAuthority-Scope: hotel:read\r\nIdempotency-Key: "+secret+"\r\nX-Log-Probe: probe-2\r\nConnection: close\r\n\r\n")
+	wantStatus(t, r, 200)
+	waitFor(t, 5*time.Second, 100*time.Millisecond, "the access log line of the unmapped-host request", func() bool {
+		return findAccessLog(g.Output(), "probe-2") != nil
+	})
 	if strings.Contains(g.Output(), secret) {
 		t.Errorf("the secret value appears in Caddy's output")
 	}

@@ -183,18 +183,10 @@ func TestMetricsSurviveReload(t *testing.T) {
 		t.Error("metrics carry an Agent-ID label value")
 	}
 
-	// Reload the same config through the admin API.
-	req, _ := http.NewRequest("POST", w.GW.AdminURL+"/load", strings.NewReader(w.GW.Caddyfile))
-	req.Header.Set("Content-Type", "text/caddyfile")
-	req.Header.Set("Cache-Control", "must-revalidate") // reload even though the config is unchanged
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("reload = %d: %s", resp.StatusCode, body)
+	// Reload the same config through the admin API (forced, and the
+	// client's idle connections to the old server dropped).
+	if status, body := reload(t, w.GW, w.GW.Caddyfile); status != 200 {
+		t.Fatalf("reload = %d: %s", status, body)
 	}
 	wantStatus(t, w.GW.Do(t, "BOOK", "/nowhere", hdr(a1, "rcns:negotiate", "Allow-RCNS", "true"), nil), 464)
 	m = scrape()

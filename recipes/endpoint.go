@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -307,6 +308,9 @@ type Failure struct {
 	// SideEffectFree reports that the upstream provably did not act (input
 	// refused, connection refused, or an idempotent endpoint).
 	SideEffectFree bool
+	// Internal is the underlying transport error, for the gateway's logs
+	// only: it may name hosts and addresses and never reaches agents.
+	Internal error
 }
 
 func (f *Failure) Error() string { return f.Code + ": " + f.Explanation }
@@ -396,7 +400,7 @@ func (e *Endpoint) Invoke(ctx context.Context, input map[string]any) (any, *Fail
 	}
 	req, err := http.NewRequestWithContext(ctx, s.method, s.up.url(upPath, q.Encode()), rdr)
 	if err != nil {
-		return nil, fail(ErrUpstreamConnection, "cannot build the upstream request: "+err.Error(), 0)
+		return nil, fail(ErrUpstreamConnection, "cannot build the upstream request", 0)
 	}
 	for k, v := range s.headers {
 		req.Header[k] = v
@@ -414,6 +418,7 @@ func (e *Endpoint) Invoke(ctx context.Context, input map[string]any) (any, *Fail
 			return nil, fail(ErrUpstreamTimeout, fmt.Sprintf("upstream %s did not answer within %s", s.up.Name, s.timeout), 0)
 		}
 		f := fail(ErrUpstreamConnection, fmt.Sprintf("cannot reach upstream %s: %s", s.up.Name, connErrorText(err)), 0)
+		f.Internal = err
 		if isRefused(err) {
 			f.SideEffectFree = true
 		}
@@ -425,7 +430,7 @@ func (e *Endpoint) Invoke(ctx context.Context, input map[string]any) (any, *Fail
 		if isTimeout(ctx, err) {
 			return nil, fail(ErrUpstreamTimeout, fmt.Sprintf("upstream %s did not finish its response within %s", s.up.Name, s.timeout), resp.StatusCode)
 		}
-		return nil, fail(ErrUpstreamConnection, "reading the upstream response failed: "+err.Error(), resp.StatusCode)
+		return nil, fail(ErrUpstreamConnection, "reading the upstream response failed: "+connErrorText(err), resp.StatusCode)
 	}
 	if int64(len(raw)) > s.up.MaxResponseBytes {
 		return nil, fail(ErrUpstreamMalformed, fmt.Sprintf("upstream %s response exceeds %d bytes", s.up.Name, s.up.MaxResponseBytes), resp.StatusCode)
@@ -502,12 +507,26 @@ func isRefused(err error) bool {
 	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
+// connErrorText classifies a transport error without naming addresses
+// or hosts (they stay in the gateway's logs, never in agents' answers).
 func connErrorText(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	switch {
+	case errors.As(err, &dnsErr):
+		return "name resolution failed"
+	case strings.Contains(err.Error(), "tls:") || strings.Contains(err.Error(), "x509:"):
+		return "TLS handshake failed"
+	case errors.As(err, &opErr) && opErr.Op == "dial":
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return "connection refused"
+		}
+		return "connection failed"
+	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
+		return "connection closed by the upstream"
+	default:
+		return "transport error"
 	}
-	return err.Error()
 }
 
 type traceKey struct{}

@@ -93,7 +93,7 @@ PIDS+=($!)
 wait_for "http://127.0.0.1:$HOTEL_PORT/db" json-server "${PIDS[-1]}" "$WORK/json-server.log"
 
 say "==> starting caddy on 127.0.0.1:$DEMO_PORT (admin 127.0.0.1:$ADMIN_PORT)"
-RCNS_ADMIN="127.0.0.1:$ADMIN_PORT" RCNS_LISTEN="127.0.0.1:$DEMO_PORT" HOTEL_ADDR="127.0.0.1:$HOTEL_PORT" \
+RCNS_ADMIN="127.0.0.1:$ADMIN_PORT" RCNS_PORT="$DEMO_PORT" HOTEL_ADDR="127.0.0.1:$HOTEL_PORT" \
 	bin/caddy run --config Caddyfile.example --adapter caddyfile >"$WORK/caddy.log" 2>&1 &
 PIDS+=($!)
 wait_for "http://127.0.0.1:$DEMO_PORT/guests/g-1" caddy "${PIDS[-1]}" "$WORK/caddy.log"
