@@ -1,0 +1,98 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+)
+
+// proposeBook is a wrapped PROPOSE body for BOOK /room.
+func proposeBook() map[string]any {
+	return map[string]any{"method": "PROPOSE", "parameters": map[string]any{"endpoint": map[string]any{
+		"method": "BOOK", "path": "/room", "description": "Books a room.",
+		"semantic": map[string]any{"intent": "Book a room.", "actor": "agent", "outcome": "A reservation exists.",
+			"capability": "transaction", "confidence": 0.8, "impact": "reversible", "is_idempotent": false},
+	}}}
+}
+
+// TestProposeHonoursRCNSLocks: PROPOSE is RCNS's explicit entry point, so
+// the gate's policy applies to it too: RCNS off → 463
+// synthesis-disabled; no rcns:negotiate → 262; a trust tier above
+// min_trust_tier → 463 policy-refused. None of them mints a contract
+// or touches the upstream. (A fresh-user review found PROPOSE bypassed
+// locks 1, 3 and 4.)
+func TestProposeHonoursRCNSLocks(t *testing.T) {
+	t.Run("rcns disabled", func(t *testing.T) {
+		w := startHotel(t, hotelOpts{Disabled: true})
+		r := w.GW.Do(t, "PROPOSE", "/", hdr(agentID("rcns-demo-agent"), "rcns:negotiate, hotel:read, hotel:book"), proposeBook())
+		assertErrorBody(t, r, 463, "synthesis-disabled")
+		if len(contracts(t, w.GW, agentID("rcns-demo-agent"))) != 0 {
+			t.Fatal("a contract exists after a refused PROPOSE")
+		}
+	})
+	w := startHotel(t, hotelOpts{Mode: "optimistic"})
+	tier3 := agentID("rcns-demo-tier3")
+	r := w.GW.Do(t, "PROPOSE", "/", hdr(tier3, "rcns:negotiate, hotel:read, hotel:book"), proposeBook())
+	assertErrorBody(t, r, 463, "policy-refused")
+	noscope := agentID("rcns-demo-noscope")
+	r = w.GW.Do(t, "PROPOSE", "/", hdr(noscope, "hotel:read, hotel:book"), proposeBook())
+	if r.Status != 262 && r.Status != 455 {
+		t.Fatalf("PROPOSE without rcns:negotiate granted:\n%s", r)
+	}
+	for _, a := range []string{tier3, noscope} {
+		if len(contracts(t, w.GW, a)) != 0 {
+			t.Fatalf("agent %s holds a contract after a refused PROPOSE", a)
+		}
+		// And its plain BOOK /room is still unregistered.
+		wantStatus(t, w.GW.Do(t, "BOOK", "/room", hdr(a, "hotel:read, hotel:book"), bookBody()), 404)
+	}
+	if n := w.Hotel.Count(); n != 0 {
+		t.Fatalf("refused proposals caused %d upstream calls", n)
+	}
+	w.assertReservations(t, 0)
+	// The tier-1 agent with rcns:negotiate still gets its contract.
+	r = w.GW.Do(t, "PROPOSE", "/", hdr(agentID("rcns-demo-agent"), "rcns:negotiate, hotel:read, hotel:book"), proposeBook())
+	wantStatus(t, r, 263)
+}
+
+// TestDuplicateSingleValuedHeaders: two Agent-ID (or Contract-Synthesized,
+// Idempotency-Key) field lines make the request ambiguous: 400
+// duplicate-header, never "the first one wins".
+func TestDuplicateSingleValuedHeaders(t *testing.T) {
+	w := startHotel(t, hotelOpts{Mode: "optimistic"})
+	a1, a2 := agentID("rcns-demo-agent"), agentID("rcns-demo-noscope")
+	for _, dup := range []struct{ name, first, second string }{
+		{"Agent-ID", a1, a2},
+		{"Idempotency-Key", "k1", "k2"},
+		{"Allow-RCNS", "true", "true"},
+	} {
+		extra := dup.name + ": " + dup.first + "\r\n" + dup.name + ": " + dup.second + "\r\n"
+		if dup.name != "Agent-ID" {
+			extra = "Agent-ID: " + a1 + "\r\n" + extra
+		}
+		r := w.GW.Raw(t, "FETCH /guests/g-1 HTTP/1.1\r\nHost: "+w.GW.Addr+"\r\nAuthority-Scope: hotel:read\r\n"+extra+"Connection: close\r\n\r\n")
+		assertErrorBody(t, r, 400, "duplicate-header")
+	}
+	if n := w.Hotel.Count(); n != 0 {
+		t.Fatalf("ambiguous requests caused %d upstream calls", n)
+	}
+}
+
+// TestUpstreamErrorsNameNoAddress: an upstream connection failure is
+// explained without the upstream's address or host.
+func TestUpstreamErrorsNameNoAddress(t *testing.T) {
+	w := startLab(t, "", "")
+	r := w.GW.Do(t, "FETCH", "/unreachable", hdr(agentID("rcns-demo-agent"), "hotel:read"), nil)
+	assertErrorBody(t, r, 422, "upstream_connection_error")
+	if strings.Contains(string(r.Body), "127.0.0.1") || strings.Contains(string(r.Body), "dial tcp") {
+		t.Fatalf("the answer names the upstream address:\n%s", r)
+	}
+}
+
+// TestInvalidListingCursor: a cursor the server did not issue is 400.
+func TestInvalidListingCursor(t *testing.T) {
+	w := startHotel(t, hotelOpts{})
+	for _, c := range []string{"junk!", "AAAA", "MDAwMDAx"} {
+		r := w.GW.Do(t, "DISCOVER", "/contracts?cursor="+c, hdr(agentID("rcns-demo-agent"), ""), nil)
+		assertErrorBody(t, r, 400, "invalid-cursor")
+	}
+}
