@@ -42,6 +42,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    scope_required_for_invocation true|false
 //	    anonymous_discovery true|false
 //	    strict_identifiers [true|false]
+//	    allow_persistent [true|false]
 //	    contract_ttl <duration>
 //	    tombstone_ttl <duration>
 //	    max_contracts <n>
@@ -139,12 +140,16 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			case "anonymous_discovery":
 				h.AnonymousDiscovery = &b
 			}
-		case "strict_identifiers":
+		case "strict_identifiers", "allow_persistent":
 			b, err := optBool(d)
 			if err != nil {
 				return err
 			}
-			h.StrictIdentifiers = b
+			if key == "strict_identifiers" {
+				h.StrictIdentifiers = b
+			} else {
+				h.AllowPersistent = b
+			}
 		case "min_trust_tier", "max_synthesis_depth", "max_contracts", "max_contracts_per_agent", "attempt_buffer":
 			v, err := oneArg(d)
 			if err != nil {

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
@@ -44,7 +46,8 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 	switch path {
 	case "/":
 		if anonymous {
-			x.write(200, mediaManifest, json.RawMessage(h.manifest), map[string]string{"ETag": h.etag})
+			pm := h.pub.cur.Load()
+			x.write(200, mediaManifest, json.RawMessage(pm.raw), map[string]string{"ETag": pm.etag})
 			return true
 		}
 		dir := make([]map[string]any, 0, len(builtins))
@@ -201,12 +204,47 @@ func (h *Handler) patterns() map[string]any {
 	return map[string]any{"rcns_enabled": h.Enabled, "patterns": list}
 }
 
-// buildManifest renders the manifest (spec §8.2) once per config load.
+// manifestHolder holds the current manifest; a pointer so Handler stays
+// copyable.
+type manifestHolder struct {
+	mu  sync.Mutex // serializes rebuilds
+	cur atomic.Pointer[publishedManifest]
+}
+
+// publishedManifest is one rendering of the manifest.
+type publishedManifest struct {
+	raw        []byte
+	etag       string
+	apiVersion string
+}
+
+// apiVersion is the current AGTP-API-Version.
+func (h *Handler) apiVersion() string {
+	if pm := h.pub.cur.Load(); pm != nil {
+		return pm.apiVersion
+	}
+	return "1"
+}
+
+// buildManifest renders the manifest (spec §8.2) at each config load and
+// whenever a persistent synthesis joins or leaves it.
 func (h *Handler) buildManifest() error {
+	h.pub.mu.Lock()
+	defer h.pub.mu.Unlock()
 	endpoints := []map[string]any{}
 	for _, e := range h.set.Endpoints {
 		if !e.Internal {
 			endpoints = append(endpoints, e.Projection())
+		}
+	}
+	for _, c := range h.st.contracts.List("") {
+		if c.Persistent {
+			ep := map[string]any{}
+			for k, v := range c.Endpoint {
+				ep[k] = v
+			}
+			ep["tier"] = "C"
+			endpoints = append(endpoints, ep)
 		}
 	}
 	legacy := any("NONE")
@@ -277,14 +315,13 @@ func (h *Handler) buildManifest() error {
 	if err != nil {
 		return fmt.Errorf("AGTP-API-Version: %v", err)
 	}
-	h.apiVer = strconv.Itoa(ver)
-	m["document_version"] = "v" + h.apiVer
+	apiVer := strconv.Itoa(ver)
+	m["document_version"] = "v" + apiVer
 	raw, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
 	sum := sha256.Sum256(stable)
-	h.manifest = raw
-	h.etag = `"` + hex.EncodeToString(sum[:8]) + `"`
+	h.pub.cur.Store(&publishedManifest{raw: raw, etag: `"` + hex.EncodeToString(sum[:8]) + `"`, apiVersion: apiVer})
 	return nil
 }

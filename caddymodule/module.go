@@ -117,6 +117,12 @@ type Handler struct {
 	MaxUpstreamResponse int64 `json:"max_upstream_response,omitempty"`
 	// CompositionTimeout bounds one plan execution. Default 60s.
 	CompositionTimeout caddy.Duration `json:"composition_timeout,omitempty"`
+	// AllowPersistent lets PROPOSE grant `persistent: true`: the contract
+	// does not expire by contract_ttl, and its endpoint joins the manifest
+	// (AGTP-API-Version is bumped). Default false: a persistent request is
+	// granted as a session contract and the downgrade is recorded (spec
+	// §14.2, §15.4).
+	AllowPersistent bool `json:"allow_persistent,omitempty"`
 	// OnPolicyChange is the default mode of REVOKE
 	// target=stale-contracts: "grandfather" (default) or "invalidate"
 	// (spec §14.4, §20).
@@ -211,11 +217,11 @@ type Handler struct {
 	ctx       caddy.Context
 	events    *caddyevents.App
 	signer    *records.Signer
-	apiVer    string
-	gateRL    *ratelimit.Limiter
-	invokeRL  *ratelimit.Limiter
-	manifest  []byte
-	etag      string
+	// published is the current manifest, its ETag and AGTP-API-Version;
+	// replaced when a persistent synthesis changes the manifest.
+	pub      *manifestHolder
+	gateRL   *ratelimit.Limiter
+	invokeRL *ratelimit.Limiter
 }
 
 // RedirectConfig rewrites one (method, path) pair before dispatch
@@ -309,6 +315,7 @@ var states = caddy.NewUsagePool()
 // config load with its file, line and JSON pointer.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
+	h.pub = &manifestHolder{}
 	h.ctx = ctx
 	h.setDefaults()
 	if ev, err := ctx.App("events"); err == nil {

@@ -835,11 +835,11 @@ func (h *Handler) spend(x *exchange, req *request, l *ratelimit.Limiter) bool {
 
 // newContract mints and stores a gate contract for the caller.
 func (h *Handler) newContract(r *recipes.Recipe, x *exchange, req *request, origin string) (*recipes.Contract, error) {
-	return h.mintContract(r, x.method, x.path, x, req, origin, time.Duration(h.ContractTTL))
+	return h.mintContract(r, x.method, x.path, x, req, origin, time.Duration(h.ContractTTL), false)
 }
 
 // mintContract mints and stores a contract with lifetime ttl.
-func (h *Handler) mintContract(r *recipes.Recipe, method, path string, x *exchange, req *request, origin string, ttl time.Duration) (*recipes.Contract, error) {
+func (h *Handler) mintContract(r *recipes.Recipe, method, path string, x *exchange, req *request, origin string, ttl time.Duration, persistent bool) (*recipes.Contract, error) {
 	ep := r.EndpointFor(method, path)
 	lin := r.Lineage()
 	hash, err := recipes.ContractHash(ep, &lin)
@@ -850,7 +850,7 @@ func (h *Handler) mintContract(r *recipes.Recipe, method, path string, x *exchan
 	c := &recipes.Contract{
 		SynthesisID: recipes.NewSynthesisID(), Method: method, Path: path, Recipe: r, Endpoint: ep,
 		Lineage: lin, ContractHash: hash, OriginatingAgentID: req.caller.Agent.ID, NegotiationOrigin: origin,
-		IssuedAt: now, ExpiresAt: now.Add(ttl), SessionID: x.sessionID,
+		IssuedAt: now, ExpiresAt: now.Add(ttl), SessionID: x.sessionID, Persistent: persistent,
 	}
 	state := recipes.StateActive
 	if h.Mode == ModeConfirmFirst && origin == recipes.OriginGate {

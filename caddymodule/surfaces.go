@@ -110,7 +110,6 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 		body["target"] = "contract"
 		body["endpoint"] = c.Endpoint
 		body["state"] = state
-		body["persistent"] = false
 		x.write(200, mediaAGTP, body, nil)
 	case "rcns-attempt":
 		id, ok := stringParam(p, "attempt_id")
@@ -178,6 +177,11 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 			return
 		}
 		noop := !h.st.contracts.End(id, recipes.StateRevoked)
+		if !noop && c.Persistent {
+			if err := h.buildManifest(); err != nil {
+				h.logger.Error("rebuilding the manifest after a revocation", zap.Error(err))
+			}
+		}
 		if !noop {
 			reason, _ := stringParam(p, "reason")
 			actor, _ := stringParam(p, "actor")
@@ -309,6 +313,10 @@ func proposalSummary(p map[string]any) map[string]any {
 	return out
 }
 
+// persistentTTL is the lifetime of a persistent contract: it ends by
+// REVOKE or SUSPEND, not by contract_ttl.
+const persistentTTL = 100 * 365 * 24 * time.Hour
+
 // negotiations tracks PROPOSE turns per Negotiation-ID (spec OP-35):
 // after three rejections the negotiation keeps answering 463.
 type negotiations struct {
@@ -402,7 +410,7 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		requested := proposalSummary(p)
 		requested["negotiation_id"] = negID
 		if x.minted != nil {
-			granted := grantedOf(x.minted, false)
+			granted := grantedOf(x.minted, x.minted.Persistent)
 			if d, ok := stringParam(p, "requested_duration"); ok {
 				granted["granted_duration"] = x.minted.ExpiresAt.Sub(x.minted.IssuedAt).String()
 				requested["requested_duration"] = d
@@ -544,18 +552,30 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		}
 		granted = ttl
 	}
-	c, err := h.mintContract(recipe, method, path, x, req, recipes.OriginPropose, ttl)
+	persistent, _ := p["persistent"].(bool)
+	granting := persistent && h.AllowPersistent
+	if granting {
+		ttl = persistentTTL
+		granted = 0
+	}
+	c, err := h.mintContract(recipe, method, path, x, req, recipes.OriginPropose, ttl, granting)
 	if err != nil {
 		reject("policy-refused", err.Error())
 		return
 	}
 	x.executed = true
+	if granting {
+		// A persistent synthesis changes the manifest: rebuild it, which
+		// bumps AGTP-API-Version (spec §14.2, §15.4).
+		if err := h.buildManifest(); err != nil {
+			h.logger.Error("rebuilding the manifest after a persistent synthesis", zap.Error(err))
+		}
+	}
 	x.minted = c
 	h.lifecycleEvent(records.EventProposeAccepted, c, req.caller.Agent.ID, "", "")
 	h.metrics.synthesis(recipe.Name, "propose", "previewed")
 	h.metrics.setActiveContracts(h.st.contracts.Len())
-	persistent, _ := p["persistent"].(bool)
-	if persistent {
+	if persistent && !granting {
 		h.logger.Info("persistent synthesis requested but not offered: granted a session-scoped contract (downgrade recorded)",
 			zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID))
 	}
@@ -563,7 +583,7 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		zap.String("recipe", recipe.Name), zap.String("negotiation_id", negID), zap.Bool("persistent_requested", persistent))
 	body := contractBody(c)
 	body["status"] = policy.StatusProposalApproved
-	body["persistent"] = false
+	body["persistent"] = granting
 	body["negotiation_id"] = negID
 	if granted > 0 {
 		body["granted_duration"] = granted.String()

@@ -160,7 +160,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 	set := func(k, v string) { hd[k] = []string{v} }
 	set("Server-ID", x.h.ServerID)
 	set("Response-ID", responseID)
-	set("AGTP-API-Version", x.h.apiVer)
+	set("AGTP-API-Version", x.h.apiVersion())
 	if x.agentID != "" {
 		set("Agent-ID", x.agentID)
 	}

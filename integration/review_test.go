@@ -1,8 +1,13 @@
 package integration
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // proposeBook is a wrapped PROPOSE body for BOOK /room.
@@ -95,4 +100,79 @@ func TestInvalidListingCursor(t *testing.T) {
 		r := w.GW.Do(t, "DISCOVER", "/contracts?cursor="+c, hdr(agentID("rcns-demo-agent"), ""), nil)
 		assertErrorBody(t, r, 400, "invalid-cursor")
 	}
+}
+
+// TestPersistentSynthesis: `persistent: true` is granted only with
+// allow_persistent; a granted persistent contract joins the manifest and
+// bumps AGTP-API-Version; a refused one is granted as a session contract
+// and the negotiation record keeps both values (a visible downgrade).
+// Spec §14.2, §15.4, §24 item 101; issue 4.
+func TestPersistentSynthesis(t *testing.T) {
+	a1 := agentID("rcns-demo-agent")
+	body := proposeBook()
+	body["parameters"].(map[string]any)["persistent"] = true
+
+	t.Run("refused without allow_persistent", func(t *testing.T) {
+		recDir := t.TempDir()
+		w := startHotel(t, hotelOpts{Extra: "\t\trecords_dir " + recDir + "\n\t\tfsync always"})
+		before := w.GW.Do(t, "DISCOVER", "/", nil, nil).Header.Get("AGTP-API-Version")
+		r := w.GW.Do(t, "PROPOSE", "/", hdr(a1, "rcns:negotiate, hotel:read, hotel:book"), body)
+		wantStatus(t, r, 263)
+		if r.Object(t)["persistent"] != false {
+			t.Fatalf("persistent granted without allow_persistent:\n%s", r)
+		}
+		if after := w.GW.Do(t, "DISCOVER", "/", nil, nil).Header.Get("AGTP-API-Version"); after != before {
+			t.Fatalf("AGTP-API-Version moved %s → %s without a manifest change", before, after)
+		}
+		raw, err := os.ReadFile(mustGlobOne(t, recDir+"/negotiations/*.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(strings.TrimSpace(string(raw))), &rec); err != nil {
+			t.Fatalf("negotiation log: %v\n%s", err, raw)
+		}
+		if field(rec, "requested", "persistent") != true || field(rec, "granted", "persistent") != false || rec["outcome"] != "accepted" {
+			t.Fatalf("the downgrade is not visible in the record: %v", rec)
+		}
+	})
+
+	t.Run("granted with allow_persistent", func(t *testing.T) {
+		w := startHotel(t, hotelOpts{Extra: "\t\tallow_persistent\n\t\tcontract_ttl 2s"})
+		m0 := w.GW.Do(t, "DISCOVER", "/", nil, nil)
+		v0, _ := strconv.Atoi(m0.Header.Get("AGTP-API-Version"))
+		r := w.GW.Do(t, "PROPOSE", "/", hdr(a1, "rcns:negotiate, hotel:read, hotel:book"), body)
+		wantStatus(t, r, 263)
+		obj := r.Object(t)
+		if obj["persistent"] != true {
+			t.Fatalf("persistent not granted:\n%s", r)
+		}
+		m1 := w.GW.Do(t, "DISCOVER", "/", nil, nil)
+		v1, _ := strconv.Atoi(m1.Header.Get("AGTP-API-Version"))
+		if v1 != v0+1 {
+			t.Fatalf("AGTP-API-Version %d → %d, want +1 after a persistent synthesis", v0, v1)
+		}
+		found := false
+		for _, e := range m1.Object(t)["endpoints"].([]any) {
+			if str(e, "method") == "BOOK" && str(e, "path") == "/room" && str(e, "tier") == "C" {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("the persistent endpoint is not in the manifest:\n%s", m1)
+		}
+		// It outlives contract_ttl and still serves its proposer by pair.
+		time.Sleep(2500 * time.Millisecond)
+		wantStatus(t, w.GW.Do(t, "BOOK", "/room", hdr(a1, "hotel:read, hotel:book"), bookBody()), 200)
+		w.assertReservations(t, 1)
+	})
+}
+
+func mustGlobOne(t *testing.T, pattern string) string {
+	t.Helper()
+	m, err := filepath.Glob(pattern)
+	if err != nil || len(m) != 1 {
+		t.Fatalf("glob %s = %v (%v), want one file", pattern, m, err)
+	}
+	return m[0]
 }

@@ -41,6 +41,9 @@ type Contract struct {
 	IssuedAt           time.Time
 	ExpiresAt          time.Time
 	SessionID          string
+	// Persistent contracts (PROPOSE persistent: true with
+	// allow_persistent) join the manifest's endpoint catalog.
+	Persistent bool
 
 	state string
 }
@@ -57,6 +60,7 @@ func (c *Contract) Summary() map[string]any {
 		"negotiation_origin":   c.NegotiationOrigin,
 		"issued_at":            c.IssuedAt.UTC().Format(time.RFC3339),
 		"expires_at":           c.ExpiresAt.UTC().Format(time.RFC3339),
+		"persistent":           c.Persistent,
 	}
 }
 

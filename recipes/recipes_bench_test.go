@@ -284,6 +284,42 @@ func BenchmarkStorePutLookup(b *testing.B) {
 	}
 }
 
+// BenchmarkStoreLookup is the presentation's lookup (Contract-Synthesized
+// → contract) among 10,000 live contracts.
+func BenchmarkStoreLookup(b *testing.B) {
+	s, _ := benchSet(b)
+	r := benchRecipe(b, s, "lookup-item")
+	t := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	st := NewStore(StoreLimits{MaxContracts: 1 << 30, MaxPerAgent: 1 << 30}, func() time.Time { return t })
+	ids := make([]string, 10000)
+	for i := range ids {
+		ids[i] = NewSynthesisID()
+		c := &Contract{SynthesisID: ids[i], Method: "LOOKUP", Path: fmt.Sprintf("/item/%d", i), Recipe: r,
+			OriginatingAgentID: "agent", IssuedAt: t, ExpiresAt: t.Add(time.Hour)}
+		if err := st.Put(c, StateActive); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, res := st.Lookup(ids[i%len(ids)]); res != LookupFound {
+			b.Fatal("not found")
+		}
+		i++
+	}
+}
+
+// BenchmarkValidSynthesisID is the syntax check of a presented
+// Contract-Synthesized value (a regexp).
+func BenchmarkValidSynthesisID(b *testing.B) {
+	id := NewSynthesisID()
+	b.ReportAllocs()
+	for b.Loop() {
+		sinkBool = ValidSynthesisID(id)
+	}
+}
+
 // BenchmarkStoreSweep is one periodic sweep (at most once a second, under
 // the store's mutex, from the Put of a synthesis) over live contracts of
 // which none has expired: the walk every Put pays once a second.
