@@ -264,25 +264,16 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("idempotency_window: %q is not a positive duration", v)
 			}
 			h.IdempotencyWindow = caddy.Duration(dur)
-		case "record_keys":
+		case "agents", "endpoints", "recipes", "record_keys", "legacy", "allow", "disallow", "passthrough_methods":
 			args := d.RemainingArgs()
 			if len(args) == 0 {
 				return d.ArgErr()
 			}
-			h.RecordKeys = append(h.RecordKeys, args...)
-		case "agents", "endpoints", "recipes":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.ArgErr()
-			}
-			switch key {
-			case "agents":
-				h.Agents = append(h.Agents, args...)
-			case "endpoints":
-				h.Endpoints = append(h.Endpoints, args...)
-			case "recipes":
-				h.Recipes = append(h.Recipes, args...)
-			}
+			list := map[string]*[]string{
+				"agents": &h.Agents, "endpoints": &h.Endpoints, "recipes": &h.Recipes, "record_keys": &h.RecordKeys,
+				"legacy": &h.Legacy, "allow": &h.Allow, "disallow": &h.Disallow, "passthrough_methods": &h.PassthroughMethods,
+			}[key]
+			*list = append(*list, args...)
 		case "upstream":
 			args := d.RemainingArgs()
 			if len(args) != 2 {
@@ -327,21 +318,6 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("upstream %q declared twice", args[0])
 			}
 			h.Upstreams[args[0]] = uc
-		case "legacy", "allow", "disallow", "passthrough_methods":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.ArgErr()
-			}
-			switch key {
-			case "legacy":
-				h.Legacy = append(h.Legacy, args...)
-			case "allow":
-				h.Allow = append(h.Allow, args...)
-			case "disallow":
-				h.Disallow = append(h.Disallow, args...)
-			case "passthrough_methods":
-				h.PassthroughMethods = append(h.PassthroughMethods, args...)
-			}
 		case "alias":
 			args := d.RemainingArgs()
 			if len(args) != 2 {

@@ -71,7 +71,7 @@ func TestSignedRecordsAndNegotiationLog(t *testing.T) {
 
 	for i, r := range []*Resp{r1, r2} {
 		compact := r.Header.Get("Attribution-Record")
-		sig, err := jose.ParseSigned(compact, []jose.SignatureAlgorithm{jose.EdDSA})
+		sig, err := jose.ParseSignedCompact(compact, []jose.SignatureAlgorithm{jose.EdDSA})
 		if err != nil {
 			t.Fatalf("response %d: Attribution-Record is not an EdDSA JWS: %v", i, err)
 		}

@@ -133,7 +133,7 @@ func NewRegistry(agents []Agent) (*Registry, error) {
 			return nil, fmt.Errorf("%s: unknown status %q (want active, deprecated, suspended or retired)", label, a.Status)
 		}
 		if a.OwnerID != "" && !ValidOwnerID(a.OwnerID) {
-			return nil, fmt.Errorf("%s: owner id %q is not 1..256 of ALPHA DIGIT - _ : .", label, a.OwnerID)
+			return nil, fmt.Errorf("%s: owner id %q is not 1..256 characters of ALPHA, DIGIT, \"-\", \"_\", \":\" or \".\"", label, a.OwnerID)
 		}
 		for _, s := range a.Scopes {
 			if s.IsZero() {

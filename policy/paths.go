@@ -324,9 +324,6 @@ func (t *PathTemplate) String() string { return t.raw }
 // Params returns the parameter names in template order (empty, never nil).
 func (t *PathTemplate) Params() []string { return append([]string{}, t.params...) }
 
-// segmentCount is the number of segments a matching path has.
-func (t *PathTemplate) segmentCount() int { return len(t.segs) }
-
 // splitPath splits an escaped path into raw segments; ok is false when
 // path does not start with "/" or its trailing-slash form differs from
 // trailing.
