@@ -11,10 +11,10 @@ GO                  ?= go
 JSON_SERVER_VERSION := 0.17.4
 JSON_SERVER         := .tools/node_modules/.bin/json-server
 PROMTOOL            := .tools/bin/promtool
-UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/...
+UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/... ./cmd/...
 INTEGRATION_TIMEOUT ?= 20m
 
-.PHONY: all build deps vet unit integration test demo clean
+.PHONY: all build deps vet unit integration test demo clean bench
 
 all: build
 
@@ -45,3 +45,21 @@ demo:
 
 clean:
 	rm -rf bin
+
+# make bench: Go benchmarks of the per-stage costs (medians of
+# BENCH_COUNT runs, about 3 min) then the loopback load comparison
+# (scripts/bench/load.sh, about 12 min); see docs/performance.md.
+# BENCH_OUT keeps the raw output, report.md, results.json and profiles;
+# LOAD_ARGS go to the load driver (e.g. LOAD_ARGS='-rounds 3').
+BENCH_COUNT ?= 8
+BENCH_TIME  ?= 250ms
+BENCH_PKGS  := ./policy ./policy/ratelimit ./policy/idempotency ./policy/records ./recipes
+BENCH_OUT   ?= bin/bench
+LOAD_ARGS   ?=
+
+bench:
+	mkdir -p $(BENCH_OUT)
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) -timeout 15m $(BENCH_PKGS) 2>&1 | tee $(BENCH_OUT)/go-bench.txt
+	! grep -Eq '^(FAIL|panic:|--- FAIL)' $(BENCH_OUT)/go-bench.txt
+	$(GO) run ./scripts/bench/benchmed $(BENCH_OUT)/go-bench.txt | tee $(BENCH_OUT)/go-bench-medians.md
+	bash scripts/bench/load.sh -out $(BENCH_OUT)/load $(LOAD_ARGS)

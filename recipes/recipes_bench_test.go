@@ -24,7 +24,6 @@ var (
 	sinkAny    any
 	sinkStr    string
 	sinkBool   bool
-	sinkFail   *Failure
 	sinkRecipe *Recipe
 )
 

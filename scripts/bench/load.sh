@@ -5,7 +5,9 @@
 # fixed JSON routes) and the driver, installs vegeta v12.13.0 into .tools/
 # when missing, then runs scripts/bench/loadcmp on loopback. Every run is
 # bounded in requests and time; the whole comparison is bounded by
-# -max-total (default 40m). Extra arguments go to loadcmp, e.g.
+# -max-total (default 40m) and takes about 12 minutes with the defaults
+# (5 rounds). Results: report.md, results.json, loadcmp.log and profiles/
+# in -out (default: a new temp dir). Extra arguments go to loadcmp, e.g.
 #
 #   scripts/bench/load.sh -rounds 3 -only c,d
 #   scripts/bench/load.sh -out /tmp/bench-results -keep-work
@@ -19,6 +21,8 @@ cd "$ROOT"
 GO=${GO:-go}
 VEGETA_VERSION=v12.13.0
 VEGETA=${VEGETA:-$ROOT/.tools/bin/vegeta}
+VEGETA_LABEL=${VEGETA_LABEL:-}
+[ "$VEGETA" = "$ROOT/.tools/bin/vegeta" ] && VEGETA_LABEL=${VEGETA_LABEL:-$VEGETA_VERSION (go install)}
 
 for tool in openssl "$GO"; do
 	command -v "$tool" >/dev/null || { echo "load.sh: $tool is required" >&2; exit 1; }
@@ -37,5 +41,5 @@ echo "==> building into $BENCH_BIN"
 "$GO" build -o "$BENCH_BIN/upstream" ./scripts/bench/upstream
 "$GO" build -o "$BENCH_BIN/loadcmp" ./scripts/bench/loadcmp
 
-"$BENCH_BIN/loadcmp" -caddy "$BENCH_BIN/caddy" -upstream "$BENCH_BIN/upstream" -vegeta "$VEGETA" \
+"$BENCH_BIN/loadcmp" -caddy "$BENCH_BIN/caddy" -upstream "$BENCH_BIN/upstream" -vegeta "$VEGETA" -vegeta-version "$VEGETA_LABEL" \
 	-caddyfile scripts/bench/Caddyfile -docs scripts/bench/docs "$@"

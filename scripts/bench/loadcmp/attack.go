@@ -48,6 +48,10 @@ type stats struct {
 	// CaddyCPU is the Caddy process's CPU time (user+system, from
 	// /proc/PID/stat) per request during the run, in µs.
 	CaddyCPU float64 `json:"caddy_cpu_us_per_request"`
+	// ForeignCores is the CPU the machine spent during the run on
+	// anything but Caddy, the upstream and vegeta (other work on a shared
+	// machine), in cores (CPU seconds per second).
+	ForeignCores float64 `json:"foreign_cores"`
 }
 
 type vegetaTarget struct {
@@ -77,6 +81,7 @@ func (d *driver) attack(ctx context.Context, a attackSpec) (*stats, error) {
 	if err != nil {
 		return nil, err
 	}
+	t0, busy0, caddy0, up0 := time.Now(), machineBusy(), d.caddyCPU(), d.upstreamCPU()
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -105,9 +110,8 @@ func (d *driver) attack(ctx context.Context, a attackSpec) (*stats, error) {
 		}
 		werr <- w.Flush()
 	}()
-	cpu0 := d.caddyCPU()
 	runErr := cmd.Wait()
-	cpu1 := d.caddyCPU()
+	wall, busy1, caddy1, up1 := time.Since(t0).Seconds(), machineBusy(), d.caddyCPU(), d.upstreamCPU()
 	<-werr
 	if cctx.Err() != nil {
 		return nil, fmt.Errorf("vegeta exceeded its hard deadline %s", hard)
@@ -116,10 +120,17 @@ func (d *driver) attack(ctx context.Context, a attackSpec) (*stats, error) {
 		return nil, fmt.Errorf("vegeta attack: %v", runErr)
 	}
 	st, err := d.decode(ctx, out, a.Scen.Want)
-	if err == nil && cpu0 >= 0 && cpu1 >= 0 && st.Requests > 0 {
-		st.CaddyCPU = (cpu1 - cpu0) / float64(st.Requests) * 1e6
+	if err != nil {
+		return nil, err
 	}
-	return st, err
+	if caddy0 >= 0 && caddy1 >= 0 && st.Requests > 0 {
+		st.CaddyCPU = (caddy1 - caddy0) / float64(st.Requests) * 1e6
+	}
+	if busy0 >= 0 && busy1 >= 0 && caddy0 >= 0 && up0 >= 0 && cmd.ProcessState != nil {
+		ours := (caddy1 - caddy0) + (up1 - up0) + (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+		st.ForeignCores = max(0, (busy1-busy0)-ours) / wall
+	}
+	return st, nil
 }
 
 // decode reads vegeta's results through `vegeta encode --to csv`.

@@ -47,7 +47,8 @@ type driver struct {
 	delay, maxTotal                                   time.Duration
 	log                                               io.Writer
 	procs                                             []*proc
-	caddyProc                                         *proc
+	caddyProc, upProc                                 *proc
+	vegetaVersion                                     string
 	seq                                               int
 }
 
@@ -70,9 +71,9 @@ func main() {
 	var (
 		d           driver
 		rounds      = flag.Int("rounds", 5, "interleaved rounds")
-		tputSecs    = flag.Duration("tput-duration", 2*time.Second, "length of one throughput run")
-		fixedSecs   = flag.Duration("fixed-duration", 2*time.Second, "length of one fixed-rate run")
-		slowSecs    = flag.Duration("slow-duration", 3*time.Second, "length of one fixed-rate run of (e)")
+		tputDur     = flag.Duration("tput-duration", 1500*time.Millisecond, "length of one throughput run")
+		fixedDur    = flag.Duration("fixed-duration", 2*time.Second, "length of one fixed-rate run")
+		slowDur     = flag.Duration("slow-duration", 3*time.Second, "length of one fixed-rate run of (e)")
 		rate        = flag.Int("rate", 1000, "fixed rate (requests/s) of the fixed-rate phase")
 		slowRate    = flag.Int("slow-rate", 200, "fixed rate (requests/s) of (e)")
 		workers     = flag.Int("workers", 16, "requests in flight in the throughput phase")
@@ -85,6 +86,7 @@ func main() {
 	flag.StringVar(&d.caddy, "caddy", "", "Caddy binary with the rcns module")
 	flag.StringVar(&d.upstream, "upstream", "", "bench upstream binary (scripts/bench/upstream)")
 	flag.StringVar(&d.vegeta, "vegeta", "vegeta", "vegeta binary")
+	flag.StringVar(&d.vegetaVersion, "vegeta-version", "", "vegeta version for the report (default: what `vegeta -version` says)")
 	flag.StringVar(&d.caddyfile, "caddyfile", "scripts/bench/Caddyfile", "Caddyfile")
 	flag.StringVar(&d.docs, "docs", "scripts/bench/docs", "operator documents")
 	flag.StringVar(&d.out, "out", "", "results dir (default: a new temp dir)")
@@ -100,7 +102,7 @@ func main() {
 	ctx, cancel := context.WithTimeout(ctx, d.maxTotal)
 	defer cancel()
 
-	err := d.run(ctx, runOpts{rounds: *rounds, tput: *tputSecs, fixed: *fixedSecs, slow: *slowSecs, rate: *rate, slowRate: *slowRate,
+	err := d.run(ctx, runOpts{rounds: *rounds, tput: *tputDur, fixed: *fixedDur, slow: *slowDur, rate: *rate, slowRate: *slowRate,
 		workers: *workers, maxReq: *maxReq, profileSecs: *profileSecs, profileKeys: *profileKeys, only: *only})
 	for i := len(d.procs) - 1; i >= 0; i-- {
 		d.procs[i].stop()
@@ -219,21 +221,55 @@ func (d *driver) run(ctx context.Context, o runOpts) error {
 			fixedScens = append(fixedScens, s)
 		}
 	}
+	// Each round runs every scenario once, in an order rotated every round,
+	// with a run of (b) before the first and after each one: a scenario is
+	// compared with the mean of the two (b) runs around it, so that drift
+	// in the machine's other load cancels as far as it can.
+	var bScen *scenario
+	for _, s := range scens {
+		if s.Key == "b" {
+			bScen = s
+		}
+	}
+	runB := func(phase string, r int, rate, n int, dur time.Duration) (*stats, error) {
+		st, err := d.one(ctx, bScen, phase[:1], rate, o.workers, n, dur)
+		if err != nil {
+			return nil, fmt.Errorf("round %d b %s: %v", r+1, phase, err)
+		}
+		res.add(phase, bScen, r, st, nil)
+		return st, nil
+	}
 	for r := 0; r < o.rounds; r++ {
 		say("==> round %d/%d", r+1, o.rounds)
-		for i := range tputScens {
-			s := tputScens[(i+r)%len(tputScens)] // rotate the order every round
+		order := rotate(without(tputScens, bScen), r)
+		prev, err := runB("tput", r, 0, sizes["b"], o.tput)
+		if err != nil {
+			return err
+		}
+		for _, s := range order {
 			st, err := d.one(ctx, s, "t", 0, o.workers, sizes[s.Key], o.tput)
 			if err != nil {
 				return fmt.Errorf("round %d %s throughput: %v", r+1, s.Key, err)
 			}
-			res.add("tput", s, r, st)
-			say("    tput  %-12s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  ok %d/%d", s.Key, st.Tput, st.P50, st.P99, st.OK, st.Requests)
+			next, err := runB("tput", r, 0, sizes["b"], o.tput)
+			if err != nil {
+				return err
+			}
+			ref := meanStats(prev, next)
+			res.add("tput", s, r, st, ref)
+			say("    tput  %-12s %8.0f req/s (×%.2f b)  p50 %6.2f ms  p99 %6.2f ms  cpu %4.0f µs/req  other load %.2f cores  ok %d/%d",
+				s.Key, st.Tput, st.Tput/ref.Tput, st.P50, st.P99, st.CaddyCPU, st.ForeignCores, st.OK, st.Requests)
+			prev = next
 		}
-		for i := range fixedScens {
-			s := fixedScens[(i+r)%len(fixedScens)]
+		nFixed := int(math.Ceil(float64(o.rate) * o.fixed.Seconds()))
+		order = rotate(without(fixedScens, bScen), r)
+		if prev, err = runB("fixed", r, o.rate, nFixed, o.fixed); err != nil {
+			return err
+		}
+		for _, s := range order {
 			dur := o.fixed
-			if s.Letter == "e1" || s.Letter == "e3" {
+			slow := s.Letter == "e1" || s.Letter == "e3"
+			if slow {
 				dur = o.slow
 			}
 			n := int(math.Ceil(float64(s.Rate) * dur.Seconds()))
@@ -241,8 +277,17 @@ func (d *driver) run(ctx context.Context, o runOpts) error {
 			if err != nil {
 				return fmt.Errorf("round %d %s fixed rate: %v", r+1, s.Key, err)
 			}
-			res.add("fixed", s, r, st)
-			say("    rate  %-12s %5d/s  p50 %6.2f ms  p99 %6.2f ms  ok %d/%d", s.Key, s.Rate, st.P50, st.P99, st.OK, st.Requests)
+			var ref *stats
+			if !slow {
+				next, err := runB("fixed", r, o.rate, nFixed, o.fixed)
+				if err != nil {
+					return err
+				}
+				ref = meanStats(prev, next)
+				prev = next
+			}
+			res.add("fixed", s, r, st, ref)
+			say("    rate  %-12s %5d/s  p50 %6.2f ms  p99 %6.2f ms  other load %.2f cores  ok %d/%d", s.Key, s.Rate, st.P50, st.P99, st.ForeignCores, st.OK, st.Requests)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -356,10 +401,38 @@ func jwsAlg(compact string) string {
 	return h.Alg
 }
 
+func without(list []*scenario, drop *scenario) []*scenario {
+	var out []*scenario
+	for _, s := range list {
+		if s != drop {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func rotate(list []*scenario, r int) []*scenario {
+	if len(list) == 0 {
+		return nil
+	}
+	k := r % len(list)
+	return append(append([]*scenario(nil), list[k:]...), list[:k]...)
+}
+
+// meanStats is the reference a scenario run is compared with: the mean
+// of the (b) runs before and after it.
+func meanStats(a, b *stats) *stats {
+	return &stats{Tput: (a.Tput + b.Tput) / 2, P50: (a.P50 + b.P50) / 2, P90: (a.P90 + b.P90) / 2, P99: (a.P99 + b.P99) / 2,
+		Mean: (a.Mean + b.Mean) / 2, CaddyCPU: (a.CaddyCPU + b.CaddyCPU) / 2, ForeignCores: (a.ForeignCores + b.ForeignCores) / 2}
+}
+
 func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 
 // meta describes the machine and the tools.
 func (d *driver) meta(o runOpts) map[string]any {
+	if d.vegetaVersion == "" {
+		d.vegetaVersion = strings.TrimSpace(strings.ReplaceAll(cmdOut(d.vegeta, "-version"), "\n", " "))
+	}
 	m := map[string]any{
 		"date":       time.Now().UTC().Format(time.RFC3339),
 		"nproc":      runtime.NumCPU(),
@@ -367,7 +440,7 @@ func (d *driver) meta(o runOpts) map[string]any {
 		"kernel":     strings.TrimSpace(cmdOut("uname", "-sr")),
 		"go":         strings.TrimSpace(cmdOut("go", "version")),
 		"caddy":      strings.TrimSpace(cmdOut(d.caddy, "version")),
-		"vegeta":     strings.TrimSpace(strings.ReplaceAll(cmdOut(d.vegeta, "-version"), "\n", " ")),
+		"vegeta":     d.vegetaVersion,
 		"command":    strings.Join(os.Args, " "),
 		"rounds":     o.rounds,
 		"workers":    o.workers,

@@ -87,6 +87,7 @@ func (d *driver) startUpstream() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	d.upProc = p
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
 		p.stop()
@@ -188,11 +189,17 @@ var clockTicks = func() float64 {
 
 // caddyCPU returns the Caddy process's user+system CPU seconds so far,
 // or -1.
-func (d *driver) caddyCPU() float64 {
-	if d.caddyProc == nil || d.caddyProc.cmd.Process == nil {
+func (d *driver) caddyCPU() float64 { return procCPU(d.caddyProc) }
+
+// upstreamCPU is caddyCPU for the bench upstream.
+func (d *driver) upstreamCPU() float64 { return procCPU(d.upProc) }
+
+// procCPU returns a child's user+system CPU seconds so far, or -1.
+func procCPU(p *proc) float64 {
+	if p == nil || p.cmd.Process == nil {
 		return -1
 	}
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.caddyProc.cmd.Process.Pid))
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
 	if err != nil {
 		return -1
 	}
@@ -212,4 +219,27 @@ func (d *driver) caddyCPU() float64 {
 		return -1
 	}
 	return (ut + st) / clockTicks
+}
+
+// machineBusy returns the CPU seconds all CPUs spent busy (user, nice,
+// system, irq, softirq, steal) since boot, from /proc/stat, or -1.
+func machineBusy() float64 {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return -1
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return -1
+	}
+	var busy float64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system irq softirq steal
+		v, err := strconv.ParseFloat(f[i], 64)
+		if err != nil {
+			return -1
+		}
+		busy += v
+	}
+	return busy / clockTicks
 }

@@ -15,6 +15,9 @@ func b64url(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeStrin
 type runResult struct {
 	Round int    `json:"round"`
 	Stats *stats `json:"stats"`
+	// Ref is the mean of the (b) runs just before and after this one
+	// (nil for (b) itself and for (e)).
+	Ref *stats `json:"b_ref,omitempty"`
 }
 
 type results struct {
@@ -67,12 +70,13 @@ func median(s []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-func (r *results) add(phase string, s *scenario, round int, st *stats) {
+func (r *results) add(phase string, s *scenario, round int, st, ref *stats) {
 	k := phase + "|" + s.Key
-	r.Runs[k] = append(r.Runs[k], &runResult{Round: round, Stats: st})
+	r.Runs[k] = append(r.Runs[k], &runResult{Round: round, Stats: st, Ref: ref})
 }
 
-// byRound returns f of each round's run of (phase, key).
+// byRound returns f of each round's run of (phase, key) (the last one of
+// the round for (b), which runs several times a round; use all for it).
 func (r *results) byRound(phase, key string, f func(*stats) float64) map[int]float64 {
 	out := map[int]float64{}
 	for _, rr := range r.Runs[phase+"|"+key] {
@@ -80,6 +84,31 @@ func (r *results) byRound(phase, key string, f func(*stats) float64) map[int]flo
 	}
 	return out
 }
+
+// all returns f of every run of (phase, key).
+func (r *results) all(phase, key string, f func(*stats) float64) []float64 {
+	var out []float64
+	for _, rr := range r.Runs[phase+"|"+key] {
+		out = append(out, f(rr.Stats))
+	}
+	return out
+}
+
+// vsRef returns, per round, f(run, its (b) reference) for (phase, key).
+func (r *results) vsRef(phase, key string, f func(s, ref *stats) float64) map[int]float64 {
+	out := map[int]float64{}
+	for _, rr := range r.Runs[phase+"|"+key] {
+		if rr.Ref != nil {
+			out[rr.Round] = f(rr.Stats, rr.Ref)
+		}
+	}
+	return out
+}
+
+func tputRatio(s, ref *stats) float64 { return s.Tput / ref.Tput }
+func p50Diff(s, ref *stats) float64   { return s.P50 - ref.P50 }
+func p99Diff(s, ref *stats) float64   { return s.P99 - ref.P99 }
+func cpuDiff(s, ref *stats) float64   { return s.CaddyCPU - ref.CaddyCPU }
 
 func vals(m map[int]float64) []float64 {
 	var out []float64
@@ -101,7 +130,6 @@ func pairwise(x, y map[int]float64, f func(a, b float64) float64) []float64 {
 }
 
 func ratio(a, b float64) float64 { return a / b }
-func diff(a, b float64) float64  { return a - b }
 
 func tputOf(s *stats) float64 { return s.Tput }
 func p50Of(s *stats) float64  { return s.P50 }
@@ -118,28 +146,38 @@ type verdict struct {
 
 func (r *results) summarize(scens []*scenario) {
 	r.Summary = map[string]*summary{}
+	aRatio := r.vsRef("tput", "a", tputRatio) // a/b per round
 	for _, s := range scens {
 		sm := &summary{Key: s.Key, Letter: s.Letter, Variant: s.Variant, Label: s.Label, Want: s.Want, Rate: s.Rate}
-		t := r.byRound("tput", s.Key, tputOf)
-		if len(t) > 0 {
-			sm.Rounds = len(t)
-			sm.Tput = median(vals(t))
-			sm.TP50 = median(vals(r.byRound("tput", s.Key, p50Of)))
-			sm.TP99 = median(vals(r.byRound("tput", s.Key, p99Of)))
-			sm.RatioB = spreadOf(pairwise(t, r.byRound("tput", "b", tputOf), ratio))
-			sm.RatioA = spreadOf(pairwise(t, r.byRound("tput", "a", tputOf), ratio))
-			if s.Letter != "a" {
-				c := r.byRound("tput", s.Key, cpuOf)
-				sm.CPU = median(vals(c))
-				sm.CPUAddB = spreadOf(pairwise(c, r.byRound("tput", "b", cpuOf), diff))
+		if t := r.all("tput", s.Key, tputOf); len(t) > 0 {
+			sm.Rounds = len(r.byRound("tput", s.Key, tputOf))
+			sm.Tput = median(t)
+			sm.TP50 = median(r.all("tput", s.Key, p50Of))
+			sm.TP99 = median(r.all("tput", s.Key, p99Of))
+			if s.Key == "b" {
+				sm.RatioB = spread{Med: 1, Lo: 1, Hi: 1, N: 1}
+				sm.RatioA = spreadOf(pairwise(map[int]float64{0: 1}, map[int]float64{0: median(vals(aRatio))}, ratio))
+				sm.CPU = median(r.all("tput", "b", cpuOf))
+				sm.CPUAddB = spread{N: 1}
+			} else {
+				rb := r.vsRef("tput", s.Key, tputRatio)
+				sm.RatioB = spreadOf(vals(rb))
+				// ×(a) = (s/b)/(a/b), both against their own adjacent (b).
+				sm.RatioA = spreadOf(pairwise(rb, aRatio, ratio))
+				if s.Letter != "a" {
+					sm.CPU = median(r.all("tput", s.Key, cpuOf))
+					sm.CPUAddB = spreadOf(vals(r.vsRef("tput", s.Key, cpuDiff)))
+				}
 			}
 		}
-		f50 := r.byRound("fixed", s.Key, p50Of)
-		if len(f50) > 0 {
-			f99 := r.byRound("fixed", s.Key, p99Of)
-			sm.FP50, sm.FP99 = median(vals(f50)), median(vals(f99))
-			sm.AddP50B = spreadOf(pairwise(f50, r.byRound("fixed", "b", p50Of), diff))
-			sm.AddP99B = spreadOf(pairwise(f99, r.byRound("fixed", "b", p99Of), diff))
+		if f50 := r.all("fixed", s.Key, p50Of); len(f50) > 0 {
+			sm.FP50, sm.FP99 = median(f50), median(r.all("fixed", s.Key, p99Of))
+			if s.Key == "b" {
+				sm.AddP50B, sm.AddP99B = spread{N: 1}, spread{N: 1}
+			} else {
+				sm.AddP50B = spreadOf(vals(r.vsRef("fixed", s.Key, p50Diff)))
+				sm.AddP99B = spreadOf(vals(r.vsRef("fixed", s.Key, p99Diff)))
+			}
 		}
 		r.Summary[s.Key] = sm
 	}
@@ -176,8 +214,9 @@ func (r *results) summarize(scens []*scenario) {
 	atLeast("(f) no key: throughput ≥ 1.0×(b)", "median per-round ratio", get("f/nokey").RatioB, 1.0)
 	atLeast("(f) Ed25519: throughput ≥ 1.0×(b)", "median per-round ratio", get("f/ed25519").RatioB, 1.0)
 	for _, v := range []string{vNoKey, vEd25519} {
-		g := r.byRound("tput", "g/"+v, tputOf)
-		dd := r.byRound("tput", "d/"+v, tputOf)
+		// (g/b)/(d/b), each against its own adjacent (b) runs.
+		g := r.vsRef("tput", "g/"+v, tputRatio)
+		dd := r.vsRef("tput", "d/"+v, tputRatio)
 		atLeast(fmt.Sprintf("(g) %s: throughput ≥ 0.7×(d) %s", v, v), "median per-round ratio", spreadOf(pairwise(g, dd, ratio)), 0.7)
 	}
 }
@@ -218,8 +257,22 @@ func (r *results) markdown(scens []*scenario) string {
 	m := r.Meta
 	fmt.Fprintf(&b, "Machine: %v × %v, %v; %v; %v; vegeta %v. Load average at start: %v.\n\n",
 		m["nproc"], m["cpu_model"], m["kernel"], m["go"], m["caddy"], m["vegeta"], m["loadavg"])
-	fmt.Fprintf(&b, "%v interleaved rounds. Throughput: closed loop, %v requests in flight, %vs per run. Fixed rate: %v req/s for %vs ((e): %v req/s for %vs). Medians over rounds; ratios and differences are medians of per-round values (range in parentheses).\n\n",
+	fmt.Fprintf(&b, "%v rounds; each round runs every scenario once in an order rotated per round, with a (b) run before the first and after each one. "+
+		"Throughput: closed loop, %v requests in flight, %vs per run. Fixed rate: %v req/s for %vs ((e): %v req/s for %vs). "+
+		"Absolute values are medians over all runs; ×(b), − (b) are medians over rounds of each run against the mean of the two (b) runs around it "+
+		"(range over rounds in parentheses); ×(a) is (X/b)/(a/b). Caddy CPU is the Caddy process's user+system time per request over the run (/proc).\n\n",
 		m["rounds"], m["workers"], m["tput_s"], m["rate"], m["fixed_s"], m["slow_rate"], m["slow_s"])
+	var foreign []float64
+	for _, runs := range r.Runs {
+		for _, rr := range runs {
+			foreign = append(foreign, rr.Stats.ForeignCores)
+		}
+	}
+	if len(foreign) > 0 {
+		sort.Float64s(foreign)
+		fmt.Fprintf(&b, "Other work on the machine during the runs (CPU not used by Caddy, the upstream or vegeta): median %.2f cores, 90th percentile %.2f, max %.2f of %v.\n\n",
+			median(foreign), foreign[int(0.9*float64(len(foreign)-1))], foreign[len(foreign)-1], m["nproc"])
+	}
 	b.WriteString("| | scenario | variant | throughput req/s | ×(b) | ×(a) | p50 ms | p99 ms | Caddy CPU µs/req | − (b) µs | fixed rate req/s | p50 ms | p99 ms | p50 − (b) ms | p99 − (b) ms |\n")
 	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range scens {

@@ -1,0 +1,239 @@
+package records
+
+// Per-stage benchmarks (docs/performance.md): the record and signing
+// stages of every AGTP answer (Attribution-Record: payload, chain,
+// signature) and of every gate evaluation (negotiation log append), with
+// the shapes caddymodule builds.
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+	"testing"
+	"time"
+)
+
+const benchAgent = "677812645a9fe530d9c0251df0296775b37b392ac32b2003ab5beba14490e4fa"
+
+var (
+	sinkString string
+	sinkMap    map[string]any
+)
+
+func benchSigner(b *testing.B, signed bool) *Signer {
+	b.Helper()
+	var keys []ed25519.PrivateKey
+	if signed {
+		_, k, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			b.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	s, err := NewSigner(keys)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// attributionPayload is the payload caddymodule's attribution builds for
+// a contract invocation answer (the largest common shape).
+func attributionPayload(prev string) map[string]any {
+	return map[string]any{
+		"server_id":            "rcns-bench",
+		"issued_at":            time.Now().UTC().Format(time.RFC3339Nano),
+		"status":               200,
+		"response_id":          "019a7c1e-3b2d-7f00-8a4b-9c0d1e2f3a4b",
+		"request_id":           "019a7c1e-3b2d-7f00-8a4b-9c0d1e2f3a4c",
+		"audit_record_version": "1",
+		"agent_id":             benchAgent,
+		"owner_id":             "bench-ops",
+		"method":               "LOOKUP",
+		"synthesis_id":         "syn-3q2-7wEVEjRnMCzYsB0Lxw",
+		"contract_hash":        "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+		"negotiation_origin":   "rcns-gate",
+		"previous_audit_id":    prev,
+	}
+}
+
+// BenchmarkSignEd25519 signs one contract-invocation Attribution-Record
+// payload (JSON, base64url, Ed25519, SHA-256 Audit-ID). signer_test.go's
+// BenchmarkSign does the same with a smaller payload.
+func BenchmarkSignEd25519(b *testing.B) {
+	s := benchSigner(b, true)
+	p := attributionPayload(ZeroHash)
+	b.ReportAllocs()
+	for b.Loop() {
+		c, _, err := s.Sign(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sinkString = c
+	}
+}
+
+// BenchmarkSignNone is BenchmarkSignEd25519 in the unsigned alg none form.
+func BenchmarkSignNone(b *testing.B) {
+	s := benchSigner(b, false)
+	p := attributionPayload(ZeroHash)
+	b.ReportAllocs()
+	for b.Loop() {
+		c, _, err := s.Sign(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sinkString = c
+	}
+}
+
+// BenchmarkAttributionRecord is the whole record stage of one answer:
+// payload map, chain append for the agent, signature.
+func BenchmarkAttributionRecord(b *testing.B) {
+	for _, signed := range []bool{false, true} {
+		name := "none"
+		if signed {
+			name = "ed25519"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := benchSigner(b, signed)
+			var c Chains
+			b.ReportAllocs()
+			for b.Loop() {
+				compact, _, err := c.Append(benchAgent, func(prev string) (string, string, error) {
+					return s.Sign(attributionPayload(prev))
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				sinkString = compact
+			}
+		})
+	}
+}
+
+// BenchmarkAttributionRecordParallel is BenchmarkAttributionRecord from
+// every P at once for one agent: the chain serializes one agent's
+// records, so the signature runs under the chain's lock.
+func BenchmarkAttributionRecordParallel(b *testing.B) {
+	for _, signed := range []bool{false, true} {
+		name := "none"
+		if signed {
+			name = "ed25519"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := benchSigner(b, signed)
+			var c Chains
+			b.SetParallelism(8)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, _, err := c.Append(benchAgent, func(prev string) (string, string, error) {
+						return s.Sign(attributionPayload(prev))
+					}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// gateRefusal is the negotiation record of a refused gate evaluation, as
+// caddymodule's gateway writes it.
+func gateRefusal() map[string]any {
+	return map[string]any{
+		"kind":               KindGate,
+		"outcome":            OutcomeRefused,
+		"requested":          map[string]any{"method": "LOOKUP", "path": "/nothing", "allow_rcns": true},
+		"granted":            nil,
+		"identity_assurance": "unverified",
+		"request_id":         "019a7c1e-3b2d-7f00-8a4b-9c0d1e2f3a4c",
+		"reason":             "composition-impossible",
+	}
+}
+
+// BenchmarkEncodeRecord is the encoding part of an append: JSON, RFC 8785
+// canonical form, SHA-256, hash member.
+func BenchmarkEncodeRecord(b *testing.B) {
+	rec, err := checkRecord(benchAgent, gateRefusal())
+	if err != nil {
+		b.Fatal(err)
+	}
+	rec["agent_id"], rec["seq"], rec["at"], rec["prev"] = benchAgent, int64(7), time.Now().UTC().Format(time.RFC3339Nano), ZeroHash
+	b.ReportAllocs()
+	for b.Loop() {
+		line, _, err := encodeRecord(rec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sinkString = string(line[:1])
+	}
+}
+
+// BenchmarkLogAppend appends gate refusal records under each fsync
+// policy. Sequential for off and always; group runs 16 appenders at once
+// (that is how group commit amortizes its fsync), so its ns/op is wall
+// time per record across them, not one append's latency.
+func BenchmarkLogAppend(b *testing.B) {
+	for _, p := range []FsyncPolicy{FsyncOff, FsyncAlways, FsyncGroup} {
+		b.Run("fsync="+string(p), func(b *testing.B) {
+			l, err := OpenLog(LogOptions{Dir: b.TempDir(), Fsync: p})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			b.ReportAllocs()
+			if p != FsyncGroup {
+				for b.Loop() {
+					if _, err := l.Append(benchAgent, gateRefusal()); err != nil {
+						b.Fatal(err)
+					}
+				}
+				return
+			}
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := l.Append(benchAgent, gateRefusal()); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkLifecycleEmit is the rcns_propose_accepted event every
+// synthesis emits (a second signature on the synthesis path).
+func BenchmarkLifecycleEmit(b *testing.B) {
+	for _, signed := range []bool{false, true} {
+		name := "none"
+		if signed {
+			name = "ed25519"
+		}
+		b.Run(name, func(b *testing.B) {
+			l, err := NewLifecycle(benchSigner(b, signed), LifecycleOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				e, err := l.Emit(benchAgent, map[string]any{
+					"event_type": "rcns_propose_accepted", "agent_id": benchAgent, "synthesis_id": fmt.Sprintf("syn-%022d", i),
+					"method": "LOOKUP", "path": "/item/g-1", "recipe_name": "lookup-item", "recipe_version": "1",
+					"contract_hash":      "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+					"negotiation_origin": "rcns-gate", "actor_agent_id": benchAgent,
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				sinkMap = e
+			}
+		})
+	}
+}
