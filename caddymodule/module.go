@@ -169,8 +169,8 @@ type Handler struct {
 	// (rcns/<name>). "off" keeps everything in memory.
 	RecordsDir string `json:"records_dir,omitempty"`
 	// Fsync is the negotiation log's durability policy: "always",
-	// "group" (default: at most every 10 ms; the response waits for its
-	// group) or "off".
+	// "group" (default: group commit, concurrent records share one
+	// fsync and the response waits for it) or "off".
 	Fsync string `json:"fsync,omitempty"`
 
 	// Agents are agent documents: files or directories.

@@ -842,13 +842,13 @@ func (h *Handler) newContract(r *recipes.Recipe, x *exchange, req *request, orig
 func (h *Handler) mintContract(r *recipes.Recipe, method, path string, x *exchange, req *request, origin string, ttl time.Duration, persistent bool) (*recipes.Contract, error) {
 	ep := r.EndpointFor(method, path)
 	lin := r.Lineage()
-	hash, err := recipes.ContractHash(ep, &lin)
+	hash, epJSON, err := r.ContractHashFor(method, path)
 	if err != nil {
 		return nil, fmt.Errorf("contract hash: %v", err)
 	}
 	now := time.Now().UTC().Truncate(time.Second)
 	c := &recipes.Contract{
-		SynthesisID: recipes.NewSynthesisID(), Method: method, Path: path, Recipe: r, Endpoint: ep,
+		SynthesisID: recipes.NewSynthesisID(), Method: method, Path: path, Recipe: r, Endpoint: ep, EndpointJSON: epJSON,
 		Lineage: lin, ContractHash: hash, OriginatingAgentID: req.caller.Agent.ID, NegotiationOrigin: origin,
 		IssuedAt: now, ExpiresAt: now.Add(ttl), SessionID: x.sessionID, Persistent: persistent,
 	}
@@ -873,7 +873,7 @@ func contractBody(c *recipes.Contract) map[string]any {
 		"synthesis_id":       c.SynthesisID,
 		"method":             c.Method,
 		"path":               c.Path,
-		"endpoint":           c.Endpoint,
+		"endpoint":           json.RawMessage(c.EndpointJSON),
 		"recipe_lineage":     c.Lineage,
 		"contract_hash":      c.ContractHash,
 		"negotiation_origin": c.NegotiationOrigin,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -200,43 +201,62 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 
 // attribution builds the Attribution-Record (spec §16; unsigned JWS
 // `alg: none` form, built by hand) and its Audit-ID, chained per
-// requesting Agent-ID (OP-22).
+// requesting Agent-ID (OP-22). The payload JSON is appended by
+// hand in encoding/json's sorted-key order (byte-identical output).
 func (x *exchange) attribution(status int, responseID string) (string, string) {
 	chainKey := x.agentID
-	payload := map[string]any{
-		"server_id":            x.h.ServerID,
-		"issued_at":            time.Now().UTC().Format(time.RFC3339Nano),
-		"status":               status,
-		"response_id":          responseID,
-		"request_id":           x.requestID,
-		"audit_record_version": "1",
-	}
-	if x.agentID != "" {
-		payload["agent_id"] = x.agentID
-	}
-	if x.ownerID != "" {
-		payload["owner_id"] = x.ownerID
-	}
-	if x.taskID != "" {
-		payload["task_id"] = x.taskID
-	}
-	if x.sessionID != "" {
-		payload["session_id"] = x.sessionID
-	}
-	if x.requested != "" {
-		payload["requested_method"] = x.requested
-	}
-	if x.method != "" {
-		payload["method"] = x.method
-	}
-	if x.contract != nil {
-		payload["synthesis_id"] = x.contract.SynthesisID
-		payload["contract_hash"] = x.contract.ContractHash
-		payload["negotiation_origin"] = x.contract.NegotiationOrigin
-	}
+	issued := time.Now().UTC().Format(time.RFC3339Nano)
+	str := records.AppendJSONString
 	compact, auditID, err := x.h.st.records.chains.Append(chainKey, func(prev string) (string, string, error) {
-		payload["previous_audit_id"] = prev
-		return x.h.signer.Sign(payload)
+		b := make([]byte, 0, 768)
+		b = append(b, '{')
+		field := func(k, v string) {
+			if len(b) > 1 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = append(b, k...)
+			b = append(b, '"', ':')
+			b = str(b, v)
+		}
+		if x.agentID != "" {
+			field("agent_id", x.agentID)
+		}
+		field("audit_record_version", "1")
+		if x.contract != nil {
+			field("contract_hash", x.contract.ContractHash)
+		}
+		field("issued_at", issued)
+		if x.method != "" {
+			field("method", x.method)
+		}
+		if x.contract != nil {
+			field("negotiation_origin", x.contract.NegotiationOrigin)
+		}
+		if x.ownerID != "" {
+			field("owner_id", x.ownerID)
+		}
+		field("previous_audit_id", prev)
+		field("request_id", x.requestID)
+		if x.requested != "" {
+			field("requested_method", x.requested)
+		}
+		field("response_id", responseID)
+		field("server_id", x.h.ServerID)
+		if x.sessionID != "" {
+			field("session_id", x.sessionID)
+		}
+		b = append(b, `,"status":`...)
+		b = strconv.AppendInt(b, int64(status), 10)
+		if x.contract != nil {
+			field("synthesis_id", x.contract.SynthesisID)
+		}
+		if x.taskID != "" {
+			field("task_id", x.taskID)
+		}
+		b = append(b, '}')
+		c, a := x.h.signer.SignJSON(b)
+		return c, a, nil
 	})
 	if err != nil {
 		x.h.logger.Error("signing Attribution-Record", zap.Error(err))

@@ -34,6 +34,7 @@ type Contract struct {
 	Method, Path       string
 	Recipe             *Recipe // captured plan; runs for the contract's whole life
 	Endpoint           map[string]any
+	EndpointJSON       []byte // canonical (RFC 8785) JSON of Endpoint
 	Lineage            Lineage
 	ContractHash       string
 	OriginatingAgentID string

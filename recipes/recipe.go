@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
+	"sync"
 
 	"github.com/gowebpki/jcs"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -46,10 +48,16 @@ type Recipe struct {
 	ContentHash string
 
 	endpoint map[string]any // projection without method/path
-	input    *jsonschema.Schema
-	output   *jsonschema.Schema
-	outExpr  *Expr
-	impact   string
+
+	// Canonical members of endpoint and lineage, built once.
+	canonOnce    sync.Once
+	canonMembers []canonMember
+	canonLineage []byte
+	canonErr     error
+	input        *jsonschema.Schema
+	output       *jsonschema.Schema
+	outExpr      *Expr
+	impact       string
 }
 
 // Step is one plan step: a Tier B endpoint called with the result of a
@@ -275,6 +283,75 @@ func (r *Recipe) ValidateInput(input map[string]any) *Failure {
 
 // Semantic returns the synthesized endpoint's semantic block.
 func (r *Recipe) Semantic() map[string]any { return r.endpoint["semantic"].(map[string]any) }
+
+type canonMember struct {
+	key string
+	raw []byte // "key":value in RFC 8785 form
+}
+
+// ContractHashFor is ContractHash(r.EndpointFor(method, path), lineage)
+// without re-canonicalizing the endpoint on every call: the
+// members of the projection are put in RFC 8785 form once, and method and
+// path are spliced in at their sorted places. It also returns the
+// endpoint's canonical JSON, for the 263/461 body.
+func (r *Recipe) ContractHashFor(method, path string) (hash string, endpointJSON []byte, err error) {
+	r.canonOnce.Do(func() {
+		for k, v := range r.endpoint {
+			raw, err := json.Marshal(map[string]any{k: v})
+			if err != nil {
+				r.canonErr = err
+				return
+			}
+			c, err := jcs.Transform(raw)
+			if err != nil {
+				r.canonErr = err
+				return
+			}
+			r.canonMembers = append(r.canonMembers, canonMember{k, c[1 : len(c)-1]})
+		}
+		lin := r.Lineage()
+		raw, err := json.Marshal(&lin)
+		if err != nil {
+			r.canonErr = err
+			return
+		}
+		r.canonLineage, r.canonErr = jcs.Transform(raw)
+	})
+	if r.canonErr != nil {
+		return "", nil, r.canonErr
+	}
+	dyn := make([]canonMember, 0, len(r.canonMembers)+2)
+	dyn = append(dyn, r.canonMembers...)
+	for _, kv := range [][2]string{{"method", method}, {"path", path}} {
+		raw, err := json.Marshal(map[string]string{kv[0]: kv[1]})
+		if err != nil {
+			return "", nil, err
+		}
+		c, err := jcs.Transform(raw)
+		if err != nil {
+			return "", nil, err
+		}
+		dyn = append(dyn, canonMember{kv[0], c[1 : len(c)-1]})
+	}
+	// ASCII keys: byte order is RFC 8785's UTF-16 order.
+	sort.Slice(dyn, func(i, j int) bool { return dyn[i].key < dyn[j].key })
+	ep := make([]byte, 0, 4096)
+	ep = append(ep, '{')
+	for i, m := range dyn {
+		if i > 0 {
+			ep = append(ep, ',')
+		}
+		ep = append(ep, m.raw...)
+	}
+	ep = append(ep, '}')
+	h := sha256.New()
+	h.Write([]byte(`{"endpoint":`))
+	h.Write(ep)
+	h.Write([]byte(`,"recipe_lineage":`))
+	h.Write(r.canonLineage)
+	h.Write([]byte(`}`))
+	return hex.EncodeToString(h.Sum(nil)), ep, nil
+}
 
 // ContractHash computes contract_hash per spec §16.3 (OP-23):
 // lowercase hex SHA-256 over the RFC 8785 JCS form of

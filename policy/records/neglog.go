@@ -9,12 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
 )
@@ -27,10 +29,11 @@ const (
 	// FsyncAlways fsyncs the file after every record, before Append
 	// returns: the slowest and safest (about 0.33 ms per record here).
 	FsyncAlways FsyncPolicy = "always"
-	// FsyncGroup (the default) fsyncs at most every [GroupFsyncInterval];
-	// Append returns only after an fsync that covers its record, so
-	// concurrent Appends share one fsync and none is acknowledged before
-	// it is durable.
+	// FsyncGroup (the default) is group commit: one flusher fsyncs as
+	// soon as the previous fsync ends (no fixed floor, see
+	// [GroupFsyncInterval]); Append returns only after an fsync that
+	// covers its record, so concurrent Appends share one fsync and none
+	// is acknowledged before it is durable.
 	FsyncGroup FsyncPolicy = "group"
 	// FsyncOff never fsyncs while running (only at Close and rotation):
 	// Append returns once the record is written to the file, and a
@@ -39,8 +42,10 @@ const (
 )
 
 // GroupFsyncInterval is the least time between two fsyncs under
-// [FsyncGroup].
-const GroupFsyncInterval = 10 * time.Millisecond
+// [FsyncGroup]. Zero: a floor (10 ms before) only added latency, since
+// records arriving during an fsync already share the next one
+// (docs/performance.md).
+const GroupFsyncInterval = 0
 
 // DefaultMaxFileBytes is the size at which a negotiation log file is
 // rotated when [LogOptions.MaxFileBytes] is zero: 64 MiB.
@@ -506,8 +511,129 @@ func insertHash(canon []byte, hash string) []byte {
 	return append(out, '}')
 }
 
-// canonical is JCS(json(v)).
+// canonical is JCS(json(v)) (RFC 8785): one pass for the value types
+// records hold; anything else falls back to json.Marshal + jcs.Transform.
 func canonical(v any) ([]byte, error) {
+	if b, ok := appendJCS(make([]byte, 0, 512), v); ok {
+		return b, nil
+	}
+	return canonicalSlow(v)
+}
+
+func appendJCS(b []byte, v any) ([]byte, bool) {
+	switch x := v.(type) {
+	case nil:
+		return append(b, "null"...), true
+	case bool:
+		return strconv.AppendBool(b, x), true
+	case string:
+		return appendJCSString(b, x)
+	case int:
+		return appendJCSInt(b, int64(x))
+	case int64:
+		return appendJCSInt(b, x)
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+			return appendJCSInt(b, int64(x))
+		}
+		return b, false
+	case []string:
+		b = append(b, '[')
+		for i, e := range x {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var ok bool
+			if b, ok = appendJCSString(b, e); !ok {
+				return b, false
+			}
+		}
+		return append(b, ']'), true
+	case []any:
+		b = append(b, '[')
+		for i, e := range x {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var ok bool
+			if b, ok = appendJCS(b, e); !ok {
+				return b, false
+			}
+		}
+		return append(b, ']'), true
+	case map[string]any:
+		var arr [16]string
+		keys := arr[:0]
+		for k := range x {
+			for i := 0; i < len(k); i++ {
+				if k[i] >= utf8.RuneSelf {
+					return b, false // UTF-16 key order: leave it to jcs
+				}
+			}
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var ok bool
+			b, _ = appendJCSString(b, k)
+			b = append(b, ':')
+			if b, ok = appendJCS(b, x[k]); !ok {
+				return b, false
+			}
+		}
+		return append(b, '}'), true
+	}
+	return b, false
+}
+
+func appendJCSInt(b []byte, i int64) ([]byte, bool) {
+	if i > 1<<53 || i < -(1<<53) {
+		return b, false
+	}
+	return strconv.AppendInt(b, i, 10), true
+}
+
+// appendJCSString is RFC 8785 §3.2.2.2 (ECMAScript JSON.stringify).
+func appendJCSString(b []byte, s string) ([]byte, bool) {
+	if !utf8.ValidString(s) {
+		return b, false
+	}
+	const hexd = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\b':
+			b = append(b, '\\', 'b')
+		case '\t':
+			b = append(b, '\\', 't')
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\f':
+			b = append(b, '\\', 'f')
+		case '\r':
+			b = append(b, '\\', 'r')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"'), true
+}
+
+func canonicalSlow(v any) ([]byte, error) {
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidRecord, err)

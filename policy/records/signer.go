@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	jose "github.com/go-jose/go-jose/v4"
 )
@@ -197,6 +198,93 @@ func (s *Signer) KeyID() string {
 // when s is unsigned. It fails only when payload cannot be encoded as JSON.
 func (s *Signer) Sign(payload map[string]any) (compact, auditID string, err error) {
 	return s.sign(payload, TypAttribution)
+}
+
+// SignJSON is Sign for a payload already encoded as one JSON object
+// (callers that build the payload by hand skip encoding/json).
+func (s *Signer) SignJSON(body []byte) (compact, auditID string) {
+	var head string
+	if s != nil {
+		head = s.attrHeader
+	}
+	if head == "" {
+		head = (&Signer{}).header(TypAttribution)
+	}
+	return s.finish(head, body)
+}
+
+func (s *Signer) finish(head string, body []byte) (compact, auditID string) {
+	sigLen := 0
+	if s.Signed() {
+		sigLen = b64.EncodedLen(ed25519.SignatureSize)
+	}
+	buf := make([]byte, 0, len(head)+b64.EncodedLen(len(body))+1+sigLen)
+	buf = append(buf, head...)
+	buf = b64.AppendEncode(buf, body)
+	buf = append(buf, '.')
+	if s.Signed() {
+		sig := ed25519.Sign(s.priv, buf[:len(buf)-1])
+		buf = b64.AppendEncode(buf, sig)
+	}
+	sum := sha256.Sum256(buf)
+	var hx [64]byte
+	hex.Encode(hx[:], sum[:])
+	return string(buf), string(hx[:])
+}
+
+// AppendJSONString appends s as a JSON string exactly as encoding/json
+// does with SetEscapeHTML(false).
+func AppendJSONString(b []byte, s string) []byte {
+	const hexd = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexd[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 // sign is Sign with the header chosen by typ.
