@@ -447,7 +447,7 @@ func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint
 	x.executed = true
 	ctx := recipes.WithTraceParent(context.WithoutCancel(x.r.Context()), x.r.Header.Get("Traceparent"))
 	start := time.Now()
-	out, f := ep.Invoke(ctx, in)
+	out, f := ep.InvokeValidated(ctx, in)
 	h.metrics.upstreamCall(ep.UpstreamName(), failureClass(f), time.Since(start).Seconds())
 	if f != nil {
 		if f.Code != recipes.ErrInvalidInput {
@@ -500,12 +500,16 @@ func (x *exchange) failWith(e *wireError, extra map[string]string) {
 	x.fail(e)
 }
 
-func envelope(status int, taskID string, result any) map[string]any {
-	body := map[string]any{"status": status, "result": result}
-	if taskID != "" {
-		body["task_id"] = taskID
-	}
-	return body
+// envelopeBody is the AGTP response envelope (agtp-09 §6.7): a struct,
+// so encoding it needs no map sorting.
+type envelopeBody struct {
+	Result any    `json:"result"`
+	Status int    `json:"status"`
+	TaskID string `json:"task_id,omitempty"`
+}
+
+func envelope(status int, taskID string, result any) envelopeBody {
+	return envelopeBody{Status: status, TaskID: taskID, Result: result}
 }
 
 // transient reports whether retrying the same request may succeed: an

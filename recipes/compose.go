@@ -113,6 +113,9 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 	}
 	defer cancel()
 
+	if len(r.Steps) == 1 {
+		return r.executeOne(ctx, input)
+	}
 	n := len(r.Steps)
 	reports := make([]StepReport, n)
 	outputs := make([]any, n)
@@ -203,6 +206,30 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "composed output does not match output_schema: " + fmt.Sprint(probs)}, Steps: reports}
 	}
 	return out, reports, nil
+}
+
+// executeOne runs a one-step plan on the caller's goroutine: no
+// scheduling, no channel (the common recipe shape on the hot path).
+func (r *Recipe) executeOne(ctx context.Context, input map[string]any) (any, []StepReport, *CompositionFailure) {
+	s := r.Steps[0]
+	rep := []StepReport{{Name: s.Name, Method: s.Endpoint.Method, Path: s.Endpoint.Path, Upstream: s.Endpoint.UpstreamName()}}
+	start := time.Now()
+	out, f := s.run(ctx, input, []any{input})
+	rep[0].Duration = time.Since(start)
+	if f != nil {
+		rep[0].State, rep[0].Error = StepFailed, f.Code
+		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), FailedStep: s, Cause: f, Steps: rep,
+			SideEffectFree: s.Endpoint.Semantic.IsIdempotent || f.SideEffectFree}
+	}
+	rep[0].State, rep[0].Output = StepSucceeded, out
+	res, err := r.outExpr.Eval(ctx, input, input, out)
+	if err != nil {
+		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "output mapping failed: " + err.Error()}, Steps: rep}
+	}
+	if probs := validate(r.output, res); probs != nil {
+		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "composed output does not match output_schema: " + fmt.Sprint(probs)}, Steps: rep}
+	}
+	return res, rep, nil
 }
 
 func failedFree(failed []stepResult, i int) bool {

@@ -341,6 +341,12 @@ func (e *Endpoint) Invoke(ctx context.Context, input map[string]any) (any, *Fail
 	if f := e.ValidateInput(input); f != nil {
 		return nil, f
 	}
+	return e.InvokeValidated(ctx, input)
+}
+
+// InvokeValidated is Invoke for an input the caller has already checked
+// with ValidateInput (handlers never see unvalidated input: spec §7.1).
+func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (any, *Failure) {
 	s := e.svc
 	fail := func(code, expl string, status int) *Failure {
 		if mapped, ok := s.errorMap[status]; ok && status != 0 {
