@@ -118,8 +118,9 @@ Agents (agent_id = sha256 of the name):
   rcns-demo-tier3     $A3   tier 3: rcns:negotiate hotel:read hotel:book
   rcns-demo-operator  $OP   tier 1: inspect:all rcns:negotiate hotel:read hotel:book
 
-1. Discover (Tier A built-in):
-curl -i -X DISCOVER -H 'Agent-ID: $A1' $GW/
+1. Discover: the manifest (endpoints, policies) is served without Agent-ID;
+   with Agent-ID, DISCOVER / lists the built-ins (/methods, /patterns, /contracts, ...):
+curl -i -X DISCOVER $GW/
 
 2. Fetch a guest (Tier B endpoint -> GET /guests/g-1 on the hotel API):
 curl -i -X FETCH -H 'Agent-ID: $A1' -H 'Authority-Scope: hotel:read' $GW/guests/g-1
