@@ -63,6 +63,38 @@ func synthesisParam(x *exchange, p map[string]any, what string) (string, bool) {
 	return id, true
 }
 
+// contractAccess says who may act on a contract named by synthesis_id.
+type contractAccess struct {
+	what          string // the request, for messages
+	verb          string // what the caller wants to do, for messages
+	inspectAll    bool   // inspect:all also grants access (else originator only)
+	releasedKnown bool   // a released contract is still found (INSPECT)
+}
+
+// contractParam resolves the synthesis_id parameter to a contract the
+// caller may act on, answering 400/404/403 itself when not (spec §14.4,
+// §17.3).
+func (h *Handler) contractParam(x *exchange, req *request, p map[string]any, a contractAccess) (*recipes.Contract, string, bool) {
+	id, ok := synthesisParam(x, p, a.what)
+	if !ok {
+		return nil, "", false
+	}
+	c, state, found := h.st.contracts.Inspect(id)
+	if !found || (state == recipes.StateReleased && !a.releasedKnown) {
+		x.fail(errorf(404, "contract-not-found", "no contract with this synthesis id is known"))
+		return nil, "", false
+	}
+	if c.OriginatingAgentID != req.caller.Agent.ID && !(a.inspectAll && h.inspectAll(req)) {
+		who := "the originating agent"
+		if a.inspectAll {
+			who += " or a caller carrying inspect:all"
+		}
+		x.fail(errorf(403, "forbidden", fmt.Sprintf("only %s may %s this contract", who, a.verb)))
+		return nil, "", false
+	}
+	return c, state, true
+}
+
 // builtin serves INSPECT, REVOKE, SUSPEND and PROPOSE at "/" (spec
 // §14.4, §15, §17.3).
 func (h *Handler) builtin(x *exchange, req *request) {
@@ -93,17 +125,8 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 	target, _ := stringParam(p, "target")
 	switch target {
 	case "contract":
-		id, ok := synthesisParam(x, p, "INSPECT target=contract")
+		c, state, ok := h.contractParam(x, req, p, contractAccess{what: "INSPECT target=contract", verb: "inspect", inspectAll: true, releasedKnown: true})
 		if !ok {
-			return
-		}
-		c, state, found := h.st.contracts.Inspect(id)
-		if !found {
-			x.fail(errorf(404, "contract-not-found", "no contract with this synthesis id is known"))
-			return
-		}
-		if c.OriginatingAgentID != req.caller.Agent.ID && !h.inspectAll(req) {
-			x.fail(errorf(403, "forbidden", "only the originating agent or a caller carrying inspect:all may inspect this contract (mode agent_only)"))
 			return
 		}
 		body := c.Summary()
@@ -163,19 +186,11 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 	target, _ := stringParam(p, "target")
 	switch target {
 	case "contract":
-		id, ok := synthesisParam(x, p, "REVOKE target=contract")
+		c, _, ok := h.contractParam(x, req, p, contractAccess{what: "REVOKE target=contract", verb: "revoke", inspectAll: true})
 		if !ok {
 			return
 		}
-		c, state, found := h.st.contracts.Inspect(id)
-		if !found || state == recipes.StateReleased {
-			x.fail(errorf(404, "contract-not-found", "no contract with this synthesis id is known"))
-			return
-		}
-		if c.OriginatingAgentID != req.caller.Agent.ID && !h.inspectAll(req) {
-			x.fail(errorf(403, "forbidden", "only the originating agent or a caller carrying inspect:all may revoke this contract"))
-			return
-		}
+		id := c.SynthesisID
 		noop := !h.st.contracts.End(id, recipes.StateRevoked)
 		if !noop && c.Persistent {
 			if err := h.buildManifest(); err != nil {
@@ -254,19 +269,11 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 // path 1) or session_id (end a session's contracts, OP-20).
 func (h *Handler) suspend(x *exchange, req *request, p map[string]any) {
 	if _, present := p["synthesis_id"]; present {
-		id, ok := synthesisParam(x, p, "SUSPEND")
+		c, _, ok := h.contractParam(x, req, p, contractAccess{what: "SUSPEND", verb: "release"})
 		if !ok {
 			return
 		}
-		c, state, found := h.st.contracts.Inspect(id)
-		if !found || state == recipes.StateReleased {
-			x.fail(errorf(404, "contract-not-found", "no contract with this synthesis id is known"))
-			return
-		}
-		if c.OriginatingAgentID != req.caller.Agent.ID {
-			x.fail(errorf(403, "forbidden", "only the originating agent may release its contract"))
-			return
-		}
+		id := c.SynthesisID
 		noop := !h.st.contracts.End(id, recipes.StateReleased)
 		if !noop {
 			reason, _ := stringParam(p, "reason")

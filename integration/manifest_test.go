@@ -375,7 +375,7 @@ func TestManifestWireHeadersEverySurface(t *testing.T) {
 	})
 	t.Run("presentation 200", func(t *testing.T) {
 		if thirdID == "" {
-			t.Skip("no third contract")
+			t.Fatal("the earlier subtest minted no third contract to present")
 		}
 		r, h := send(t, "BOOK", "/room", agentA1, scopeAll, bookBody(), "Contract-Synthesized", thirdID)
 		p := check(t, r, h, 200)
