@@ -15,7 +15,8 @@
 //   - The lifecycle stream (RCNS §18): signed rcns_* events kept in memory
 //     per agent, newest first ([Lifecycle]).
 //
-// The package imports only the standard library, go-jose/v4 and
-// gowebpki/jcs; it knows nothing of Caddy. Every type is safe for
+// The package imports only the standard library, go-jose/v4,
+// gowebpki/jcs and policy/httpsig (for the one RFC 7638 thumbprint); it
+// knows nothing of Caddy. Every type is safe for
 // concurrent use unless its documentation says otherwise.
 package records

@@ -2,7 +2,6 @@ package records
 
 import (
 	"bytes"
-	"crypto"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"crypto/x509"
@@ -17,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
 )
 
 // TypAttribution is the JWS "typ" header of an Attribution-Record
@@ -133,12 +134,11 @@ func (s *Signer) header(typ string) string {
 // with the matching private key. It fails only for a public key of the
 // wrong length.
 func Thumbprint(pub ed25519.PublicKey) (string, error) {
-	jwk := jose.JSONWebKey{Key: pub}
-	tp, err := jwk.Thumbprint(crypto.SHA256)
+	tp, err := httpsig.Thumbprint(pub)
 	if err != nil {
-		return "", fmt.Errorf("records: JWK thumbprint: %w", err)
+		return "", fmt.Errorf("records: %w", err)
 	}
-	return b64.EncodeToString(tp), nil
+	return tp, nil
 }
 
 // LoadEd25519Key reads a PEM file holding one PKCS#8 "PRIVATE KEY" block
@@ -303,20 +303,8 @@ func (s *Signer) sign(payload map[string]any, typ string) (compact, auditID stri
 	if err != nil {
 		return "", "", err
 	}
-	sigLen := 0
-	if s.Signed() {
-		sigLen = b64.EncodedLen(ed25519.SignatureSize)
-	}
-	buf := make([]byte, 0, len(head)+b64.EncodedLen(len(body))+1+sigLen)
-	buf = append(buf, head...)
-	buf = b64.AppendEncode(buf, body)
-	buf = append(buf, '.')
-	if s.Signed() {
-		sig := ed25519.Sign(s.priv, buf[:len(buf)-1])
-		buf = b64.AppendEncode(buf, sig)
-	}
-	sum := sha256.Sum256(buf)
-	return string(buf), hex.EncodeToString(sum[:]), nil
+	compact, auditID = s.finish(head, body)
+	return compact, auditID, nil
 }
 
 // encodePayload is json.Marshal without HTML escaping and without the
