@@ -150,7 +150,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			} else {
 				h.AllowPersistent = b
 			}
-		case "min_trust_tier", "max_synthesis_depth", "max_contracts", "max_contracts_per_agent", "attempt_buffer":
+		case "min_trust_tier", "max_synthesis_depth", "max_contracts", "max_contracts_per_agent", "attempt_buffer",
+			"rate_limit_agents", "idempotency_max_records", "idempotency_max_per_agent", "replay_cache_size":
 			v, err := oneArg(d)
 			if err != nil {
 				return err
@@ -162,18 +163,16 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if key == "min_trust_tier" && n > 3 {
 				return d.Errf("min_trust_tier: %d is not a trust tier (1..3)", n)
 			}
-			switch key {
-			case "min_trust_tier":
-				h.MinTrustTier = n
-			case "max_synthesis_depth":
-				h.MaxSynthesisDepth = n
-			case "max_contracts":
-				h.MaxContracts = n
-			case "max_contracts_per_agent":
-				h.MaxContractsPerAgent = n
-			case "attempt_buffer":
-				h.AttemptBuffer = n
+			if key == "rate_limit_agents" {
+				h.RateLimitAgents = int64(n)
+				break
 			}
+			*map[string]*int{
+				"min_trust_tier": &h.MinTrustTier, "max_synthesis_depth": &h.MaxSynthesisDepth,
+				"max_contracts": &h.MaxContracts, "max_contracts_per_agent": &h.MaxContractsPerAgent,
+				"attempt_buffer": &h.AttemptBuffer, "idempotency_max_records": &h.IdempotencyMaxRecords,
+				"idempotency_max_per_agent": &h.IdempotencyMaxPerAgent, "replay_cache_size": &h.ReplayCacheSize,
+			}[key] = n
 		case "contract_ttl", "tombstone_ttl", "composition_timeout", "signature_max_age", "signature_skew":
 			v, err := oneArg(d)
 			if err != nil {
@@ -234,25 +233,6 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.InvocationRateLimitPerMinute, h.InvocationRateLimitBurst = rate, burst
 			default:
 				return d.Errf("rate_limit: budget %q is not rcns or invocation", args[0])
-			}
-		case "rate_limit_agents", "idempotency_max_records", "idempotency_max_per_agent", "replay_cache_size":
-			v, err := oneArg(d)
-			if err != nil {
-				return err
-			}
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return d.Errf("%s: %q is not a positive integer", key, v)
-			}
-			switch key {
-			case "rate_limit_agents":
-				h.RateLimitAgents = int64(n)
-			case "idempotency_max_records":
-				h.IdempotencyMaxRecords = n
-			case "idempotency_max_per_agent":
-				h.IdempotencyMaxPerAgent = n
-			case "replay_cache_size":
-				h.ReplayCacheSize = n
 			}
 		case "idempotency_window":
 			v, err := oneArg(d)
