@@ -151,6 +151,11 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 			if x.contract != nil {
 				h["Contract-Synthesized"] = x.contract.SynthesisID
 			}
+			for _, k := range []string{"Negotiation-ID", "Location"} {
+				if v := extra[k]; v != "" {
+					h[k] = v
+				}
+			}
 			x.claim.Complete(idempotency.Response{Status: status, Header: h, Body: raw})
 		} else {
 			x.claim.Abandon()
@@ -346,14 +351,8 @@ func (x *exchange) replay(resp *idempotency.Response) {
 	if loc := resp.Header["Location"]; loc != "" {
 		extra["Location"] = loc
 	}
-	if x.method == "PROPOSE" {
-		// The Negotiation-ID of a replayed turn is the stored one (OP-35).
-		var b struct {
-			NegotiationID string `json:"negotiation_id"`
-		}
-		if json.Unmarshal(resp.Body, &b) == nil && b.NegotiationID != "" {
-			extra["Negotiation-ID"] = b.NegotiationID
-		}
+	if neg := resp.Header["Negotiation-Id"]; neg != "" {
+		extra["Negotiation-ID"] = neg // AGTP spelling (OP-35)
 	}
 	x.writeRaw(resp.Status, ct, resp.Body, extra)
 }
