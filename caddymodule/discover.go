@@ -239,9 +239,9 @@ func (h *Handler) buildManifest() error {
 	}
 	for _, c := range h.st.contracts.List("") {
 		if c.Persistent {
-			ep := map[string]any{}
-			for k, v := range c.Endpoint {
-				ep[k] = v
+			var ep map[string]any
+			if err := json.Unmarshal(c.EndpointJSON, &ep); err != nil {
+				return fmt.Errorf("persistent contract %s: %v", c.SynthesisID, err)
 			}
 			ep["tier"] = "C"
 			endpoints = append(endpoints, ep)

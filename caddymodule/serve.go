@@ -844,7 +844,6 @@ func (h *Handler) newContract(r *recipes.Recipe, x *exchange, req *request, orig
 
 // mintContract mints and stores a contract with lifetime ttl.
 func (h *Handler) mintContract(r *recipes.Recipe, method, path string, x *exchange, req *request, origin string, ttl time.Duration, persistent bool) (*recipes.Contract, error) {
-	ep := r.EndpointFor(method, path)
 	lin := r.Lineage()
 	hash, epJSON, err := r.ContractHashFor(method, path)
 	if err != nil {
@@ -852,7 +851,7 @@ func (h *Handler) mintContract(r *recipes.Recipe, method, path string, x *exchan
 	}
 	now := time.Now().UTC().Truncate(time.Second)
 	c := &recipes.Contract{
-		SynthesisID: recipes.NewSynthesisID(), Method: method, Path: path, Recipe: r, Endpoint: ep, EndpointJSON: epJSON,
+		SynthesisID: recipes.NewSynthesisID(), Method: method, Path: path, Recipe: r, EndpointJSON: epJSON,
 		Lineage: lin, ContractHash: hash, OriginatingAgentID: req.caller.Agent.ID, NegotiationOrigin: origin,
 		IssuedAt: now, ExpiresAt: now.Add(ttl), SessionID: x.sessionID, Persistent: persistent,
 	}

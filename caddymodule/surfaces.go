@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -131,7 +132,7 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 		}
 		body := c.Summary()
 		body["target"] = "contract"
-		body["endpoint"] = c.Endpoint
+		body["endpoint"] = json.RawMessage(c.EndpointJSON)
 		body["state"] = state
 		x.write(200, mediaAGTP, body, nil)
 	case "rcns-attempt":

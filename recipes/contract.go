@@ -1,6 +1,7 @@
 package recipes
 
 import (
+	"container/heap"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -30,11 +31,13 @@ const (
 // captured, and an expiry. Fields are immutable after creation except
 // the state, which the Store guards.
 type Contract struct {
-	SynthesisID        string
-	Method, Path       string
-	Recipe             *Recipe // captured plan; runs for the contract's whole life
-	Endpoint           map[string]any
-	EndpointJSON       []byte // canonical (RFC 8785) JSON of Endpoint
+	SynthesisID  string
+	Method, Path string
+	Recipe       *Recipe // captured plan; runs for the contract's whole life
+	// EndpointJSON is the synthesized endpoint in manifest-projection
+	// form, as its RFC 8785 canonical JSON: the exact bytes contract_hash
+	// covers, served as is in 461/263 bodies and INSPECT.
+	EndpointJSON       []byte
 	Lineage            Lineage
 	ContractHash       string
 	OriginatingAgentID string
@@ -127,6 +130,23 @@ type Store struct {
 	tombOrder  []string
 	everIssued bool
 	lastSweep  time.Time
+	expiry     expiryHeap // live contracts by ExpiresAt (ended ones drop out lazily)
+}
+
+// expiryHeap orders contracts by expiry so a sweep touches only the
+// expired ones, whatever the number of live contracts.
+type expiryHeap []*Contract
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].ExpiresAt.Before(h[j].ExpiresAt) }
+func (h expiryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *expiryHeap) Push(x any)        { *h = append(*h, x.(*Contract)) }
+func (h *expiryHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return c
 }
 
 // NewStore returns an empty store; now may be nil (time.Now).
@@ -180,6 +200,7 @@ func (s *Store) Put(c *Contract, state string) error {
 	}
 	c.state = state
 	s.byID[c.SynthesisID] = c
+	heap.Push(&s.expiry, c)
 	k := pairKey(c.OriginatingAgentID, c.Method, c.Path)
 	s.byPair[k] = append(s.byPair[k], c)
 	s.perAgent[c.OriginatingAgentID]++
@@ -376,8 +397,9 @@ func (s *Store) sweepLocked(force bool) {
 		return
 	}
 	s.lastSweep = now
-	for _, c := range s.byID {
-		if !now.Before(c.ExpiresAt) {
+	for s.expiry.Len() > 0 && !now.Before(s.expiry[0].ExpiresAt) {
+		c := heap.Pop(&s.expiry).(*Contract)
+		if live, ok := s.byID[c.SynthesisID]; ok && live == c {
 			s.evictLocked(c, StateExpired)
 		}
 	}

@@ -266,13 +266,16 @@ func BenchmarkStorePutLookup(b *testing.B) {
 	r := benchRecipe(b, s, "lookup-item")
 	t := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	st := NewStore(StoreLimits{MaxContracts: 1 << 30, MaxPerAgent: 1 << 30, TombstoneTTL: time.Second}, func() time.Time { return t })
-	ep := r.EndpointFor("LOOKUP", "/item/x")
+	_, ep, err := r.ContractHashFor("LOOKUP", "/item/x")
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		t = t.Add(time.Millisecond)
 		i++
-		c := &Contract{SynthesisID: NewSynthesisID(), Method: "LOOKUP", Path: fmt.Sprintf("/item/g-%d", i), Recipe: r, Endpoint: ep,
+		c := &Contract{SynthesisID: NewSynthesisID(), Method: "LOOKUP", Path: fmt.Sprintf("/item/g-%d", i), Recipe: r, EndpointJSON: ep,
 			OriginatingAgentID: "agent", IssuedAt: t, ExpiresAt: t.Add(time.Second)}
 		if err := st.Put(c, StateActive); err != nil {
 			b.Fatal(err)

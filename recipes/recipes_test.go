@@ -516,3 +516,35 @@ func TestSynthesisIDs(t *testing.T) {
 	}
 	_ = json.Valid
 }
+
+// TestStoreSweepEvictsInExpiryOrder: the sweep evicts exactly the expired
+// contracts (from the expiry heap), leaves live ones, and an ended
+// contract's heap entry is dropped without touching its tombstone.
+func TestStoreSweepEvictsInExpiryOrder(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := NewStore(StoreLimits{TombstoneTTL: time.Hour}, func() time.Time { return now })
+	var cs []*Contract
+	for i, ttl := range []time.Duration{3 * time.Minute, time.Minute, 2 * time.Minute, 10 * time.Minute} {
+		c := &Contract{SynthesisID: fmt.Sprintf("syn-%d", i), Method: "BOOK", Path: "/room", OriginatingAgentID: "a",
+			IssuedAt: now, ExpiresAt: now.Add(ttl)}
+		if err := s.Put(c, StateActive); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	s.End(cs[2].SynthesisID, StateReleased) // ended before it would expire
+	now = now.Add(150 * time.Second)        // cs[1] expired; cs[2] was released
+	var live []string
+	for _, c := range s.List("") {
+		live = append(live, c.SynthesisID)
+	}
+	if fmt.Sprint(live) != "[syn-0 syn-3]" {
+		t.Fatalf("live after sweep = %v, want [syn-0 syn-3]", live)
+	}
+	if _, res := s.Lookup("syn-1"); res != LookupRevoked {
+		t.Fatalf("expired contract lookup = %d, want revoked", res)
+	}
+	if _, res := s.Lookup("syn-2"); res != LookupUnknown {
+		t.Fatalf("released contract lookup = %d, want unknown", res)
+	}
+}
