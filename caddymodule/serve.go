@@ -79,9 +79,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 }
 
 // singleValued are the AGTP request headers that must appear at most
-// once (canonical keys as net/http stores them).
-var singleValued = []string{"Agent-Id", "Owner-Id", "Request-Id", "Task-Id", "Session-Id", "Allow-Rcns",
-	"Contract-Synthesized", "Synthesis-Id", "Idempotency-Key", "Negotiation-Id"}
+// once, in their AGTP spelling.
+var singleValued = []string{"Agent-ID", "Owner-ID", "Request-ID", "Task-ID", "Session-ID", "Allow-RCNS",
+	"Contract-Synthesized", "Synthesis-Id", "Idempotency-Key", "Negotiation-ID"}
 
 // request is the parsed AGTP request after framing.
 type request struct {
@@ -129,7 +129,11 @@ func (h *Handler) serve(x *exchange) {
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		var v any
 		if err := dec.Decode(&v); err != nil || dec.More() {
-			x.fail(errorf(400, "invalid-json", "the request body is not one JSON value"))
+			x.fail(errorf(400, "invalid-json", "the request body is not one JSON value: "+jsonProblem(err)))
+			return
+		}
+		if key, dup := duplicateKey(raw); dup {
+			x.fail(errorf(400, "duplicate-key", fmt.Sprintf("the request body names the key %q twice in one object", key)))
 			return
 		}
 		obj, ok := v.(map[string]any)
@@ -145,7 +149,7 @@ func (h *Handler) serve(x *exchange) {
 
 	// Single-valued AGTP headers sent twice make the request ambiguous.
 	for _, name := range singleValued {
-		if len(r.Header[name]) > 1 {
+		if len(r.Header[http.CanonicalHeaderKey(name)]) > 1 {
 			x.fail(errorf(400, "duplicate-header", fmt.Sprintf("the %s header appears more than once; send it once", name)))
 			return
 		}
@@ -168,8 +172,14 @@ func (h *Handler) serve(x *exchange) {
 			return
 		}
 	}
-	// §10 step 3: redirects.
-	x.method, x.path = h.methods.ApplyRedirects(x.method, r.URL.EscapedPath())
+	// §10 step 3: redirects, on the normalized path (RFC 3986 §6.2.2:
+	// every tier compares the same form).
+	path, err := policy.NormalizePath(r.URL.EscapedPath())
+	if err != nil {
+		x.fail(errorf(400, "invalid-path-encoding", "the request path's percent-encoding is invalid: "+err.Error()))
+		return
+	}
+	x.method, x.path = h.methods.ApplyRedirects(x.method, path)
 	// §10 step 4: path grammar.
 	if ref := h.methods.CheckPath(x.path); ref != nil {
 		x.fail(fromRefusal(ref))
@@ -311,6 +321,71 @@ func catalogWarning(info *policy.MethodInfo) string {
 		s += "; removed_in=" + info.RemovedIn
 	}
 	return s
+}
+
+// jsonProblem describes a body decode failure without echoing the body.
+func jsonProblem(err error) string {
+	var se *json.SyntaxError
+	var ue *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return "more than one value"
+	case errors.As(err, &se):
+		return fmt.Sprintf("syntax error at byte %d", se.Offset)
+	case errors.As(err, &ue):
+		return fmt.Sprintf("value not representable at byte %d (%s)", ue.Offset, ue.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "truncated"
+	}
+	return "invalid JSON"
+}
+
+// duplicateKey reports the first key that appears twice in one JSON
+// object of raw (already known to be valid JSON): encoding/json would
+// silently keep the last one.
+func duplicateKey(raw []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	type frame struct {
+		keys   map[string]bool
+		object bool
+		expect bool // next string token is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				if top != nil && top.object {
+					top.expect = true
+				}
+				stack = append(stack, &frame{keys: map[string]bool{}, object: t == '{', expect: t == '{'})
+			default:
+				stack = stack[:len(stack)-1]
+			}
+			continue
+		case string:
+			if top != nil && top.object && top.expect {
+				if top.keys[t] {
+					return t, true
+				}
+				top.keys[t] = true
+				top.expect = false
+				continue
+			}
+		}
+		if top != nil && top.object {
+			top.expect = true
+		}
+	}
 }
 
 // checkContentType enforces spec OP-30 on request bodies.

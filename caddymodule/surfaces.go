@@ -52,9 +52,14 @@ func stringParam(p map[string]any, name string) (string, bool) {
 // synthesisParam reads a synthesis_id parameter: missing → 400
 // parameter-required, malformed → 400 invalid-synthesis-id.
 func synthesisParam(x *exchange, p map[string]any, what string) (string, bool) {
-	id, ok := stringParam(p, "synthesis_id")
-	if !ok {
+	v, present := p["synthesis_id"]
+	id, isString := v.(string)
+	switch {
+	case !present || v == nil:
 		x.fail(errorf(400, "parameter-required", what+" needs synthesis_id"))
+		return "", false
+	case !isString:
+		x.fail(errorf(400, "invalid-synthesis-id", "synthesis_id must be a string"))
 		return "", false
 	}
 	if !recipes.ValidSynthesisID(id) {

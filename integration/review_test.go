@@ -176,3 +176,33 @@ func mustGlobOne(t *testing.T, pattern string) string {
 	}
 	return m[0]
 }
+
+// TestAmbiguousBodiesAndPaths: a body naming one key twice is refused
+// instead of last-wins; percent-encoded unreserved characters name the
+// same pair in every tier ("/%72oom" is "/room"); a path whose decoded
+// bytes are not UTF-8 is refused before any upstream call.
+func TestAmbiguousBodiesAndPaths(t *testing.T) {
+	w := startHotel(t, hotelOpts{Mode: "optimistic"})
+	a1 := agentID("rcns-demo-agent")
+	scope := "rcns:negotiate, hotel:read, hotel:book"
+	dup := `{"parameters":{"guest_id":"g-1","guest_id":"g-2","property_id":"p-1","check_in":"2026-12-01","nights":2}}`
+	r := w.GW.Do(t, "BOOK", "/room", hdr(a1, scope, "Allow-RCNS", "true", "Content-Type", "application/json"), dup)
+	assertErrorBody(t, r, 400, "duplicate-key")
+
+	r = w.GW.Do(t, "BOOK", "/%72oom", hdr(a1, scope, "Allow-RCNS", "true"), bookBody())
+	wantStatus(t, r, 263)
+	if str(r.Object(t), "path") != "/room" {
+		t.Fatalf("contract path = %q, want /room", str(r.Object(t), "path"))
+	}
+	// The contract now serves the plain spelling by pair.
+	wantStatus(t, w.GW.Do(t, "BOOK", "/room", hdr(a1, scope), bookBody()), 200)
+	wantStatus(t, w.GW.Do(t, "FETCH", "/guests/g%2D1", hdr(a1, "hotel:read"), nil), 200)
+
+	calls := w.Hotel.Count()
+	r = w.GW.Do(t, "FETCH", "/guests/%c0%ae", hdr(a1, "hotel:read"), nil)
+	assertErrorBody(t, r, 400, "invalid-path-encoding")
+	if w.Hotel.Count() != calls {
+		t.Fatal("an undecodable path reached the upstream")
+	}
+	w.assertReservations(t, 2)
+}

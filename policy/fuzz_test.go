@@ -196,3 +196,20 @@ func FuzzTemplateExpand(f *testing.F) {
 		}
 	})
 }
+
+// FuzzNormalizePath: normalizing is idempotent and never panics.
+func FuzzNormalizePath(f *testing.F) {
+	for _, s := range []string{"/room", "/%72oom", "/a%2fb", "/%c0%ae", "/a%2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		once, err := NormalizePath(in)
+		if err != nil {
+			return
+		}
+		twice, err := NormalizePath(once)
+		if err != nil || twice != once {
+			t.Fatalf("NormalizePath not idempotent: %q → %q → %q (%v)", in, once, twice, err)
+		}
+	})
+}

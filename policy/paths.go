@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // isPchar reports whether c may appear literally in a path segment:
@@ -548,4 +549,48 @@ func (rt *RouteTable[T]) All() []RouteMatch[T] {
 		out[i] = RouteMatch[T]{Value: r.value, Template: r.tmpl}
 	}
 	return out
+}
+
+// NormalizePath returns an escaped request path in the RFC 3986 §6.2.2
+// normal form the route table, recipe patterns and contracts compare:
+// percent-encoded unreserved characters (ALPHA DIGIT "-" "." "_" "~") are
+// decoded and the hex digits of the remaining escapes are upper-cased,
+// so "/%72oom" and "/room" name one pair. It fails on a malformed escape
+// and on a path whose decoded bytes are not valid UTF-8 (a segment no
+// upstream can be asked for).
+func NormalizePath(escaped string) (string, error) {
+	if !strings.Contains(escaped, "%") {
+		return escaped, nil
+	}
+	var b strings.Builder
+	b.Grow(len(escaped))
+	decoded := make([]byte, 0, len(escaped))
+	for i := 0; i < len(escaped); i++ {
+		c := escaped[i]
+		if c != '%' {
+			b.WriteByte(c)
+			decoded = append(decoded, c)
+			continue
+		}
+		if i+2 >= len(escaped) || !isHex(escaped[i+1]) || !isHex(escaped[i+2]) {
+			return "", fmt.Errorf("malformed percent-encoding at byte %d", i)
+		}
+		v := unhex(escaped[i+1])<<4 | unhex(escaped[i+2])
+		decoded = append(decoded, v)
+		if isUnreserved(v) {
+			b.WriteByte(v)
+		} else {
+			b.WriteByte('%')
+			b.WriteString(strings.ToUpper(escaped[i+1 : i+3]))
+		}
+		i += 2
+	}
+	if !utf8.Valid(decoded) {
+		return "", errors.New("the decoded path is not valid UTF-8")
+	}
+	return b.String(), nil
+}
+
+func isUnreserved(c byte) bool {
+	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }

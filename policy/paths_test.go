@@ -408,3 +408,30 @@ func TestRouteTableLookup(t *testing.T) {
 		t.Errorf("All() not in (method, template) order: %v", keys)
 	}
 }
+
+func TestNormalizePath(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+		wantErr        bool
+	}{
+		{name: "no escapes", in: "/room", want: "/room"},
+		{name: "unreserved decoded", in: "/%72oom", want: "/room"},
+		{name: "hyphen decoded", in: "/guests/g%2D1", want: "/guests/g-1"},
+		{name: "reserved kept, hex upper-cased", in: "/a%2fb", want: "/a%2Fb"},
+		{name: "valid UTF-8 kept escaped", in: "/caf%c3%a9", want: "/caf%C3%A9"},
+		{name: "invalid UTF-8", in: "/guests/%c0%ae", wantErr: true},
+		{name: "truncated escape", in: "/a%2", wantErr: true},
+		{name: "non-hex escape", in: "/a%zz", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := NormalizePath(tc.in)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("NormalizePath(%q) err = %v, wantErr %v", tc.in, err, tc.wantErr)
+			}
+			if !tc.wantErr && got != tc.want {
+				t.Fatalf("NormalizePath(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
