@@ -8,6 +8,7 @@ require (
 	github.com/dunglas/httpsfv v1.1.2
 	github.com/dustin/go-humanize v1.1.0
 	github.com/go-jose/go-jose/v4 v4.1.9
+	github.com/go-json-experiment/json v1.27.2
 	github.com/google/uuid v1.6.0
 	github.com/gowebpki/jcs v1.0.2
 	github.com/itchyny/gojq v0.12.20

@@ -1,11 +1,12 @@
 package caddymodule
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"io"
 	"mime"
 	"net"
@@ -126,14 +127,9 @@ func (h *Handler) serve(x *exchange) {
 			x.fail(e)
 			return
 		}
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		var v any
-		if err := dec.Decode(&v); err != nil || dec.More() {
-			x.fail(errorf(400, "invalid-json", "the request body is not one JSON value: "+jsonProblem(err)))
-			return
-		}
-		if key, dup := duplicateKey(raw); dup {
-			x.fail(errorf(400, "duplicate-key", fmt.Sprintf("the request body names the key %q twice in one object", key)))
+		v, e := decodeBody(raw)
+		if e != nil {
+			x.fail(e)
 			return
 		}
 		obj, ok := v.(map[string]any)
@@ -323,69 +319,52 @@ func catalogWarning(info *policy.MethodInfo) string {
 	return s
 }
 
+// decodeBody decodes a request body as exactly one JSON value (RFC
+// 8259) in one pass, with encoding/json/v2's strict reading: an object
+// naming one key twice (400 duplicate-key: encoding/json would keep the
+// last one), invalid UTF-8, trailing data or a syntax error (400
+// invalid-json) are refused, never repaired. Errors describe the place,
+// never echo the body. Numbers decode to float64 as in encoding/json.
+func decodeBody(raw []byte) (any, *wireError) {
+	var v any
+	err := jsonv2.Unmarshal(raw, &v)
+	if err == nil {
+		return v, nil
+	}
+	var se *jsontext.SyntacticError
+	if errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName) {
+		return nil, errorf(400, "duplicate-key", fmt.Sprintf("the request body names the key %q twice in one object (at %s)", se.JSONPointer.LastToken(), pointerOrRoot(se.JSONPointer.Parent())))
+	}
+	return nil, errorf(400, "invalid-json", "the request body is not one JSON value: "+jsonProblem(err))
+}
+
 // jsonProblem describes a body decode failure without echoing the body.
 func jsonProblem(err error) string {
-	var se *json.SyntaxError
-	var ue *json.UnmarshalTypeError
+	var se *jsontext.SyntacticError
+	var me *jsonv2.SemanticError
 	switch {
-	case err == nil:
-		return "more than one value"
-	case errors.As(err, &se):
-		return fmt.Sprintf("syntax error at byte %d", se.Offset)
-	case errors.As(err, &ue):
-		return fmt.Sprintf("value not representable at byte %d (%s)", ue.Offset, ue.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "truncated"
+	case errors.As(err, &se):
+		switch {
+		case se.Err != nil && strings.Contains(se.Err.Error(), "UTF-8"):
+			return fmt.Sprintf("invalid UTF-8 at byte %d", se.ByteOffset)
+		case errors.Is(se.Err, io.ErrUnexpectedEOF):
+			return "truncated"
+		}
+		return fmt.Sprintf("syntax error at byte %d", se.ByteOffset)
+	case errors.As(err, &me):
+		return fmt.Sprintf("value not representable at byte %d (%s)", me.ByteOffset, pointerOrRoot(me.JSONPointer))
 	}
 	return "invalid JSON"
 }
 
-// duplicateKey reports the first key that appears twice in one JSON
-// object of raw (already known to be valid JSON): encoding/json would
-// silently keep the last one.
-func duplicateKey(raw []byte) (string, bool) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	type frame struct {
-		keys   map[string]bool
-		object bool
-		expect bool // next string token is a key
+// pointerOrRoot renders an RFC 6901 pointer, "/" for the whole document.
+func pointerOrRoot(p jsontext.Pointer) string {
+	if p == "" {
+		return "/"
 	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", false
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{', '[':
-				if top != nil && top.object {
-					top.expect = true
-				}
-				stack = append(stack, &frame{keys: map[string]bool{}, object: t == '{', expect: t == '{'})
-			default:
-				stack = stack[:len(stack)-1]
-			}
-			continue
-		case string:
-			if top != nil && top.object && top.expect {
-				if top.keys[t] {
-					return t, true
-				}
-				top.keys[t] = true
-				top.expect = false
-				continue
-			}
-		}
-		if top != nil && top.object {
-			top.expect = true
-		}
-	}
+	return string(p)
 }
 
 // checkContentType enforces spec OP-30 on request bodies.

@@ -163,7 +163,13 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 	}
 	hd := x.w.Header()
 	responseID := newUUID()
-	set := func(k, v string) { hd[k] = []string{v} }
+	// One backing array for the header values instead of a slice per
+	// field; each field gets a one-element, capacity-capped window.
+	vals := make([]string, 0, 16+len(x.rateHeaders)+len(extra))
+	set := func(k, v string) {
+		vals = append(vals, v)
+		hd[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
 	set("Server-ID", x.h.ServerID)
 	set("Response-ID", responseID)
 	set("AGTP-API-Version", x.h.apiVersion())

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"io"
 	"net"
 	"net/http"
@@ -452,8 +454,7 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		return nil, nil
 	}
 	var out any
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if err := dec.Decode(&out); err != nil || dec.More() {
+	if err := jsonv2.Unmarshal(raw, &out, upstreamJSON); err != nil {
 		return nil, fail(ErrUpstreamMalformed, fmt.Sprintf("upstream %s answered %d with a body that is not JSON", s.up.Name, resp.StatusCode), resp.StatusCode)
 	}
 	out = rename(out, s.outRename)
@@ -464,6 +465,12 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	}
 	return out, nil
 }
+
+// upstreamJSON reads upstream bodies as encoding/json did before (a
+// legacy service's duplicate keys keep the last value, invalid UTF-8
+// is carried through and replaced when re-encoded) while decoding in
+// one pass with encoding/json/v2.
+var upstreamJSON = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 
 // rename applies a field rename map to a JSON object; other values and
 // unmapped fields pass unchanged (spec §7.3 input/output_transform).

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -80,6 +81,13 @@ type Limiter struct {
 	seed      maphash.Seed
 	shards    [64]sync.Mutex // serializes bucket creation per agent
 	closeOnce sync.Once
+
+	// policyField is the constant RateLimit-Policy value and nameItem
+	// the serialized budget name (an sf-string), both rendered with
+	// httpsfv once in New; RateLimitHeader appends only its two
+	// integers to nameItem per call.
+	policyField string
+	nameItem    string
 }
 
 // bucket is one agent's token bucket. mu makes a take-and-inspect
@@ -158,7 +166,7 @@ func New(b Budget, maxAgents int64, now func() time.Time) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: budget %q: %w", b.Name, err)
 	}
-	return &Limiter{
+	l := &Limiter{
 		budget:    b,
 		perSecond: b.PerMinute / 60,
 		window:    int64(w),
@@ -166,7 +174,16 @@ func New(b Budget, maxAgents int64, now func() time.Time) (*Limiter, error) {
 		now:       now,
 		cache:     cache,
 		seed:      maphash.MakeSeed(),
-	}, nil
+	}
+	p := httpsfv.NewParams()
+	p.Add("q", int64(l.budget.Burst))
+	p.Add("w", l.window)
+	l.policyField = l.marshal(p)
+	if l.nameItem, err = httpsfv.Marshal(httpsfv.Item{Value: b.Name, Params: httpsfv.NewParams()}); err != nil {
+		cache.Close()
+		return nil, fmt.Errorf("ratelimit: budget %q: %w", b.Name, err)
+	}
+	return l, nil
 }
 
 // Budget returns the budget the Limiter applies.
@@ -253,10 +270,7 @@ func (l *Limiter) Close() {
 // e.g. `"rcns";q=10;w=60` for burst 10 refilling 10 per minute. The
 // quota unit is the default, requests (§3.1.2), so qu is left out.
 func (l *Limiter) PolicyHeader() string {
-	p := httpsfv.NewParams()
-	p.Add("q", int64(l.budget.Burst))
-	p.Add("w", l.window)
-	return l.marshal(p)
+	return l.policyField
 }
 
 // RateLimitHeader returns the RateLimit field value describing d, one
@@ -280,10 +294,16 @@ func (l *Limiter) RateLimitHeader(d Decision) string {
 	if r < 0 {
 		r = 0
 	}
-	p := httpsfv.NewParams()
-	p.Add("r", min(r, maxSFInteger))
-	p.Add("t", min(t, maxSFInteger))
-	return l.marshal(p)
+	// An sf-integer parameter serializes as ";key=" and the decimal
+	// digits (RFC 8941 §4.1.1.2, §4.1.4); TestRateLimitHeaderMatchesHTTPSFV
+	// holds this equal to httpsfv's output.
+	b := make([]byte, 0, len(l.nameItem)+48)
+	b = append(b, l.nameItem...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, min(r, maxSFInteger), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, min(t, maxSFInteger), 10)
+	return string(b)
 }
 
 func (l *Limiter) marshal(p *httpsfv.Params) string {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dunglas/httpsfv"
 )
 
 // fakeClock is a settable clock for the Limiter's now func.
@@ -377,5 +379,38 @@ func TestCloseIdempotent(t *testing.T) {
 	l.Close()
 	if d := l.Allow("a"); !d.Allowed {
 		t.Errorf("Allow after Close = %+v, want a fresh full bucket", d)
+	}
+}
+
+// TestRateLimitHeaderMatchesHTTPSFV holds the hand-appended RateLimit
+// field byte-equal to httpsfv's serialization of the same List.
+func TestRateLimitHeaderMatchesHTTPSFV(t *testing.T) {
+	for _, name := range []string{"rcns", "invocation", `odd "name" \ x`} {
+		l, err := New(Budget{Name: name, PerMinute: 60, Burst: 10}, 0, nil)
+		if err != nil {
+			t.Fatalf("New(%q): %v", name, err)
+		}
+		defer l.Close()
+		for _, d := range []Decision{
+			{Allowed: true, Remaining: 9, Reset: time.Second},
+			{Allowed: true, Remaining: 0, Reset: 1500 * time.Millisecond},
+			{Allowed: false, Remaining: -1, RetryAfter: 2500 * time.Millisecond, Reset: 10 * time.Second},
+			{Allowed: true, Remaining: math.MaxInt64, Reset: time.Duration(math.MaxInt64)},
+		} {
+			tt := int64(ceilSeconds(d.Reset))
+			if !d.Allowed {
+				tt = int64(RetryAfterSeconds(d))
+			}
+			p := httpsfv.NewParams()
+			p.Add("r", min(max(int64(d.Remaining), 0), maxSFInteger))
+			p.Add("t", min(tt, maxSFInteger))
+			want, err := httpsfv.Marshal(httpsfv.List{httpsfv.Item{Value: name, Params: p}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := l.RateLimitHeader(d); got != want {
+				t.Errorf("RateLimitHeader(%+v) = %s, want %s", d, got, want)
+			}
+		}
 	}
 }
