@@ -61,11 +61,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return next.ServeHTTP(w, r)
 	}
 	x := &exchange{h: h, w: w, r: r,
-		agentID:   r.Header.Get("Agent-ID"),
-		taskID:    r.Header.Get("Task-ID"),
-		ownerID:   r.Header.Get("Owner-ID"),
-		sessionID: r.Header.Get("Session-ID"),
-		requestID: r.Header.Get("Request-ID"),
+		agentID:   headerGet(r, "Agent-ID"),
+		taskID:    headerGet(r, "Task-ID"),
+		ownerID:   headerGet(r, "Owner-ID"),
+		sessionID: headerGet(r, "Session-ID"),
+		requestID: headerGet(r, "Request-ID"),
 	}
 	if x.requestID == "" {
 		x.requestID = newUUID()
@@ -145,7 +145,7 @@ func (h *Handler) serve(x *exchange) {
 
 	// Single-valued AGTP headers sent twice make the request ambiguous.
 	for _, name := range singleValued {
-		if len(r.Header[http.CanonicalHeaderKey(name)]) > 1 {
+		if len(r.Header[canonicalKey(name)]) > 1 {
 			x.fail(errorf(400, "duplicate-header", fmt.Sprintf("the %s header appears more than once; send it once", name)))
 			return
 		}
@@ -298,10 +298,37 @@ func (h *Handler) checkIdentifiers(r *http.Request) *wireError {
 	return nil
 }
 
+// canonicalKeys maps the AGTP spelling of the request headers this
+// handler reads ("Agent-ID") to Go's canonical form ("Agent-Id"), so the
+// hot path does not canonicalize (and allocate) the same names per request.
+var canonicalKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, n := range append([]string{"Authority-Scope", "Traceparent", "Signature", "Signature-Input", "Content-Digest"}, singleValued...) {
+		m[n] = http.CanonicalHeaderKey(n)
+	}
+	return m
+}()
+
+// canonicalKey returns name in Go's canonical header form.
+func canonicalKey(name string) string {
+	if k, ok := canonicalKeys[name]; ok {
+		return k
+	}
+	return http.CanonicalHeaderKey(name)
+}
+
+// headerGet is r.Header.Get(name) without canonicalizing a known name.
+func headerGet(r *http.Request, name string) string {
+	if v := r.Header[canonicalKey(name)]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // headerValue returns the joined header value and whether the header
 // was present at all.
 func headerValue(r *http.Request, name string) (string, bool) {
-	vals, ok := r.Header[http.CanonicalHeaderKey(name)]
+	vals, ok := r.Header[canonicalKey(name)]
 	if !ok {
 		return "", false
 	}
@@ -725,7 +752,7 @@ func (h *Handler) refuse(x *exchange, req *request, states *policy.LockStates, e
 
 // gateway handles an unregistered pair (spec §10 step 9, §11).
 func (h *Handler) gateway(x *exchange, req *request) {
-	optIn := policy.AllowRCNS(x.r.Header.Get("Allow-RCNS"))
+	optIn := policy.AllowRCNS(headerGet(x.r, "Allow-RCNS"))
 	if optIn {
 		defer func() {
 			switch {

@@ -414,7 +414,7 @@ func parseRequestedDuration(s string) (time.Duration, error) {
 
 // propose serves PROPOSE (spec §15.3 order; ARCHITECTURE.md "PROPOSE").
 func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
-	negID, ng := h.st.negotiations.turn(req.caller.Agent.ID, x.r.Header.Get("Negotiation-ID"))
+	negID, ng := h.st.negotiations.turn(req.caller.Agent.ID, headerGet(x.r, "Negotiation-ID"))
 	hdr := map[string]string{"Negotiation-ID": negID}
 	x.beforeWrite = func(int) {
 		if x.replayed {

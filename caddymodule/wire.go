@@ -179,7 +179,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 	if x.taskID != "" {
 		set("Task-ID", x.taskID)
 	}
-	if v := x.r.Header.Get("Request-ID"); v != "" {
+	if v := headerGet(x.r, "Request-ID"); v != "" {
 		set("Request-ID", v)
 	}
 	if x.catalogWrn != "" {

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
-	"regexp"
 	"sort"
 	"sync"
 	"time"
@@ -68,11 +67,22 @@ func (c *Contract) Summary() map[string]any {
 	}
 }
 
-var synthesisIDPattern = regexp.MustCompile(`^[A-Za-z0-9._~-]{1,128}$`)
-
 // ValidSynthesisID reports whether s is a syntactically valid
-// Contract-Synthesized value (spec §13.5, OP-19).
-func ValidSynthesisID(s string) bool { return synthesisIDPattern.MatchString(s) }
+// Contract-Synthesized value (spec §13.5, OP-19): 1-128 characters of
+// A-Z a-z 0-9 . _ ~ - (the regexp ^[A-Za-z0-9._~-]{1,128}$, checked
+// byte by byte on the hot path).
+func ValidSynthesisID(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '~' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // NewSynthesisID returns "syn-" + base64url of 128 random bits from the
 // CSPRNG (spec §13.5).

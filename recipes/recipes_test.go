@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -546,5 +547,22 @@ func TestStoreSweepEvictsInExpiryOrder(t *testing.T) {
 	}
 	if _, res := s.Lookup("syn-2"); res != LookupUnknown {
 		t.Fatalf("released contract lookup = %d, want unknown", res)
+	}
+}
+
+// TestValidSynthesisIDMatchesPattern holds the byte loop equal to the
+// grammar's regexp for every byte and for the length bounds.
+func TestValidSynthesisIDMatchesPattern(t *testing.T) {
+	re := regexp.MustCompile(`^[A-Za-z0-9._~-]{1,128}$`)
+	for c := 0; c < 256; c++ {
+		s := "syn-" + string([]byte{byte(c)})
+		if got, want := ValidSynthesisID(s), re.MatchString(s); got != want {
+			t.Errorf("ValidSynthesisID(%q) = %v, want %v", s, got, want)
+		}
+	}
+	for _, s := range []string{"", "a", strings.Repeat("a", 128), strings.Repeat("a", 129), "syn-UAnHZX7sOG7zkqfyKqWafw", "syn é"} {
+		if got, want := ValidSynthesisID(s), re.MatchString(s); got != want {
+			t.Errorf("ValidSynthesisID(%q) = %v, want %v", s, got, want)
+		}
 	}
 }
