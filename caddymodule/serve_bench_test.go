@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -287,4 +288,80 @@ type mwFunc func(http.ResponseWriter, *http.Request, caddyhttp.Handler) error
 
 func (f mwFunc) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	return f(w, r, next)
+}
+
+// BenchmarkDecodeBody is the request-body decode of a contract
+// presentation: json/v2 is decodeBody (one pass, duplicate keys refused
+// by the decoder); v1+token-scan is the path it replaced, encoding/json's
+// Decoder plus a second Token-by-Token pass looking for duplicate keys
+// (kept here, as v1DecodeWithDuplicateScan, only as the baseline).
+func BenchmarkDecodeBody(b *testing.B) {
+	raw := []byte(`{"parameters":{"item_id":"1"}}`)
+	b.Run("json-v2", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, e := decodeBody(raw); e != nil {
+				b.Fatal(e.Explanation)
+			}
+		}
+	})
+	b.Run("v1+token-scan", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, dup, err := v1DecodeWithDuplicateScan(raw); err != nil || dup {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// v1DecodeWithDuplicateScan is the former request-body decode, the
+// baseline of BenchmarkDecodeBody.
+func v1DecodeWithDuplicateScan(raw []byte) (any, bool, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, false, err
+	}
+	dec = json.NewDecoder(bytes.NewReader(raw))
+	type frame struct {
+		keys   map[string]bool
+		object bool
+		expect bool
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return v, false, nil
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			if t == '{' || t == '[' {
+				if top != nil && top.object {
+					top.expect = true
+				}
+				stack = append(stack, &frame{keys: map[string]bool{}, object: t == '{', expect: t == '{'})
+			} else {
+				stack = stack[:len(stack)-1]
+			}
+			continue
+		case string:
+			if top != nil && top.object && top.expect {
+				if top.keys[t] {
+					return v, true, nil
+				}
+				top.keys[t] = true
+				top.expect = false
+				continue
+			}
+		}
+		if top != nil && top.object {
+			top.expect = true
+		}
+	}
 }

@@ -406,10 +406,15 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	if body != nil {
 		rdr = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, s.method, s.up.url(upPath, q.Encode()), rdr)
+	target, err := s.up.requestURL(upPath, q.Encode())
 	if err != nil {
 		return nil, fail(ErrUpstreamConnection, "cannot build the upstream request", 0)
 	}
+	req, err := http.NewRequestWithContext(ctx, s.method, "", rdr)
+	if err != nil {
+		return nil, fail(ErrUpstreamConnection, "cannot build the upstream request", 0)
+	}
+	req.URL, req.Host = target, target.Host
 	for k, v := range s.headers {
 		req.Header[k] = v
 	}
@@ -420,7 +425,7 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	if tp := TraceParent(ctx); tp != "" {
 		req.Header.Set("Traceparent", tp)
 	}
-	resp, err := s.up.client.Do(req)
+	resp, err := s.up.transport.RoundTrip(req)
 	if err != nil {
 		if isTimeout(ctx, err) {
 			return nil, fail(ErrUpstreamTimeout, fmt.Sprintf("upstream %s did not answer within %s", s.up.Name, s.timeout), 0)

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -226,6 +227,25 @@ func BenchmarkContractHash(b *testing.B) {
 	}
 }
 
+// BenchmarkContractHashFor is contract_hash as a synthesis computes it
+// now: the recipe's endpoint members are canonicalized once at load, and
+// only method and path are spliced in per contract. BenchmarkContractHash
+// is the whole-projection path it replaced.
+func BenchmarkContractHashFor(b *testing.B) {
+	s, _ := benchSet(b)
+	r := benchRecipe(b, s, "lookup-item")
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		i++
+		h, _, err := r.ContractHashFor("LOOKUP", "/item/g-"+strconv.Itoa(i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		sinkStr = h
+	}
+}
+
 // BenchmarkContractBodyEncode is the JSON encoding of a 263 body
 // (caddymodule contractBody plus result): the endpoint map with its
 // schemas is encoded on every synthesis.
@@ -350,14 +370,19 @@ func BenchmarkStoreSweep(b *testing.B) {
 }
 
 // BenchmarkUpstreamBaseline is the network floor of one step: the
-// upstream's own client doing GET /items/1 and decoding the JSON, with
-// no mapping or validation.
+// upstream's own transport doing GET /items/1 and decoding the JSON,
+// with no mapping or validation.
 func BenchmarkUpstreamBaseline(b *testing.B) {
 	_, up := benchSet(b)
-	url := up.url("/items/1", "")
+	target, err := up.requestURL("/items/1", "")
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	for b.Loop() {
-		resp, err := up.client.Get(url)
+		req, _ := http.NewRequest(http.MethodGet, "", nil)
+		req.URL, req.Host = target, target.Host
+		resp, err := up.transport.RoundTrip(req)
 		if err != nil {
 			b.Fatal(err)
 		}

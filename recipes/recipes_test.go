@@ -566,3 +566,25 @@ func TestValidSynthesisIDMatchesPattern(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamRequestURL: the base path joins the escaped endpoint path
+// once (no double slash, escapes kept), the query follows.
+func TestUpstreamRequestURL(t *testing.T) {
+	for _, tc := range []struct{ base, path, query, want string }{
+		{"http://127.0.0.1:8080", "/items/1", "", "http://127.0.0.1:8080/items/1"},
+		{"http://127.0.0.1:8080/api/", "/items/a%2Fb", "q=x+y", "http://127.0.0.1:8080/api/items/a%2Fb?q=x+y"},
+		{"https://svc.example/v1", "/r%C3%A9servations", "", "https://svc.example/v1/r%C3%A9servations"},
+	} {
+		up, err := NewUpstream("u", tc.base, UpstreamOptions{})
+		if err != nil {
+			t.Fatalf("NewUpstream(%s): %v", tc.base, err)
+		}
+		u, err := up.requestURL(tc.path, tc.query)
+		if err != nil {
+			t.Fatalf("requestURL(%s, %s): %v", tc.path, tc.query, err)
+		}
+		if got := u.String(); got != tc.want {
+			t.Errorf("requestURL(%s + %s, %s) = %s, want %s", tc.base, tc.path, tc.query, got, tc.want)
+		}
+	}
+}

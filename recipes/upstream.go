@@ -42,13 +42,11 @@ type Upstream struct {
 	// by the operator; callers log a warning at start.
 	Insecure bool
 
-	client *http.Client
-}
-
-// Doer sends one HTTP request. *http.Client satisfies it; tests inject
-// faults through it (below the module boundary).
-type Doer interface {
-	Do(*http.Request) (*http.Response, error)
+	// basePath is Base's escaped path without a trailing slash.
+	basePath string
+	// transport sends the requests (RoundTrip: no redirect following,
+	// no cookie jar, as reverse_proxy uses its transport).
+	transport *http.Transport
 }
 
 // NewUpstream validates baseURL against the scheme rule (https://, or
@@ -108,38 +106,27 @@ func NewUpstream(name, baseURL string, opts UpstreamOptions) (*Upstream, error) 
 		Timeout:          opts.Timeout,
 		MaxResponseBytes: opts.MaxResponseBytes,
 		Insecure:         insecure,
-		client: &http.Client{
-			Transport: tr,
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return http.ErrUseLastResponse // upstream redirects are not followed
-			},
-		},
+		basePath:         strings.TrimSuffix(u.EscapedPath(), "/"),
+		transport:        tr, // upstream redirects are answers, never followed
 	}, nil
 }
 
 // Close releases the upstream's idle connections.
 func (u *Upstream) Close() {
-	if u != nil && u.client != nil {
-		u.client.CloseIdleConnections()
+	if u != nil && u.transport != nil {
+		u.transport.CloseIdleConnections()
 	}
 }
 
-// url joins the base URL's path with an already-escaped upstream path
-// and an encoded query.
-func (u *Upstream) url(escapedPath, rawQuery string) string {
-	base := *u.Base
-	p := strings.TrimSuffix(base.EscapedPath(), "/") + escapedPath
-	base.RawPath = ""
-	base.Path = ""
-	base.RawQuery = rawQuery
-	return base.Scheme + "://" + base.Host + p + querySuffix(rawQuery)
-}
-
-func querySuffix(q string) string {
-	if q == "" {
-		return ""
+// requestURL joins the base URL's path with an already-escaped
+// upstream path and an encoded query, without re-parsing a string.
+func (u *Upstream) requestURL(escapedPath, rawQuery string) (*url.URL, error) {
+	raw := u.basePath + escapedPath
+	p, err := url.PathUnescape(raw)
+	if err != nil {
+		return nil, err
 	}
-	return "?" + q
+	return &url.URL{Scheme: u.Base.Scheme, Host: u.Base.Host, Path: p, RawPath: raw, RawQuery: rawQuery}, nil
 }
 
 // isLoopbackHost reports whether h names a loopback address

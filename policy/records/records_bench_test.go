@@ -172,6 +172,33 @@ func BenchmarkEncodeRecord(b *testing.B) {
 	}
 }
 
+// BenchmarkCanonicalRecord is the RFC 8785 form of a gate refusal
+// record: one-pass is the encoder appends use; marshal+jcs is the path it
+// replaced (json.Marshal, then jcs.Transform re-parsing that output),
+// still the fallback for value types the one pass does not know.
+func BenchmarkCanonicalRecord(b *testing.B) {
+	rec, err := checkRecord(benchAgent, gateRefusal())
+	if err != nil {
+		b.Fatal(err)
+	}
+	rec["agent_id"], rec["seq"], rec["at"], rec["prev"] = benchAgent, int64(7), time.Now().UTC().Format(time.RFC3339Nano), ZeroHash
+	for _, c := range []struct {
+		name string
+		fn   func(any) ([]byte, error)
+	}{{"one-pass", canonical}, {"marshal+jcs", canonicalSlow}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				out, err := c.fn(rec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sinkString = string(out[:1])
+			}
+		})
+	}
+}
+
 // BenchmarkLogAppend appends gate refusal records under each fsync
 // policy. Sequential for off and always; group runs 16 appenders at once
 // (that is how group commit amortizes its fsync), so its ns/op is wall
