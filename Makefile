@@ -46,20 +46,25 @@ demo:
 clean:
 	rm -rf bin
 
-# make bench: Go benchmarks of the per-stage costs (medians of
-# BENCH_COUNT runs, about 3 min) then the loopback load comparison
-# (scripts/bench/load.sh, about 12 min); see docs/performance.md.
+# make bench: Go benchmarks of the per-stage and in-process handler
+# costs (medians of BENCH_COUNT runs, about 4 min), then the loopback load
+# comparison (scripts/bench/load.sh, about 8 min with 3 rounds), then
+# docs/performance.md regenerated from both (scripts/bench/perfdoc).
 # BENCH_OUT keeps the raw output, report.md, results.json and profiles;
-# LOAD_ARGS go to the load driver (e.g. LOAD_ARGS='-rounds 3').
-BENCH_COUNT ?= 8
+# LOAD_ARGS go to the load driver (e.g. LOAD_ARGS='-rounds 5').
+BENCH_COUNT ?= 6
 BENCH_TIME  ?= 250ms
-BENCH_PKGS  := ./policy ./policy/ratelimit ./policy/idempotency ./policy/records ./recipes
+BENCH_PKGS  := ./policy ./policy/ratelimit ./policy/idempotency ./policy/records ./recipes ./caddymodule
 BENCH_OUT   ?= bin/bench
-LOAD_ARGS   ?=
+LOAD_ARGS   ?= -rounds 3
+BENCH_GO    := go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) $(BENCH_PKGS)
 
 bench:
 	mkdir -p $(BENCH_OUT)
-	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) -timeout 15m $(BENCH_PKGS) 2>&1 | tee $(BENCH_OUT)/go-bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) -timeout 15m $(BENCH_PKGS) 2>&1 | grep -v '^{"level"' | tee $(BENCH_OUT)/go-bench.txt
 	! grep -Eq '^(FAIL|panic:|--- FAIL)' $(BENCH_OUT)/go-bench.txt
-	$(GO) run ./scripts/bench/benchmed $(BENCH_OUT)/go-bench.txt | tee $(BENCH_OUT)/go-bench-medians.md
+	rm -rf $(BENCH_OUT)/load
 	bash scripts/bench/load.sh -out $(BENCH_OUT)/load $(LOAD_ARGS)
+	$(GO) run ./scripts/bench/perfdoc -go $(BENCH_OUT)/go-bench.txt -load $(BENCH_OUT)/load \
+		-medians $(BENCH_OUT)/go-bench-medians.md -out docs/performance.md \
+		-command "make bench" -go-command "$(BENCH_GO)"

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
@@ -288,6 +289,33 @@ type mwFunc func(http.ResponseWriter, *http.Request, caddyhttp.Handler) error
 
 func (f mwFunc) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	return f(w, r, next)
+}
+
+// BenchmarkAttribution is the Attribution-Record of one contract
+// answer as the handler builds it (payload appended by hand in
+// encoding/json's key order, chain append, JWS), unsigned and Ed25519.
+func BenchmarkAttribution(b *testing.B) {
+	up := benchUpstream(b)
+	for _, signed := range []bool{false, true} {
+		name := "none"
+		if signed {
+			name = "ed25519"
+		}
+		b.Run(name, func(b *testing.B) {
+			h := benchHandler(b, up.URL, signed)
+			x := &exchange{h: h, agentID: benchAgent, method: "LOOKUP", ownerID: "bench-ops", requestID: newUUID(),
+				contract: &recipes.Contract{SynthesisID: "syn-UAnHZX7sOG7zkqfyKqWafw", NegotiationOrigin: "rcns-gate",
+					ContractHash: "b514591affe87603c866d338581f7f760e9fade9d9b6de220051aa808cf915d3"}}
+			resp := newUUID()
+			b.ReportAllocs()
+			for b.Loop() {
+				rec, id := x.attribution(200, resp)
+				if rec == "" || id == "" {
+					b.Fatal("empty Attribution-Record")
+				}
+			}
+		})
+	}
 }
 
 // BenchmarkDecodeBody is the request-body decode of a contract

@@ -30,7 +30,7 @@ var (
 
 // benchUpstream serves the bench upstream's two JSON routes, without the
 // delay of /slow (scripts/bench/upstream).
-func benchUpstream(b *testing.B) *httptest.Server {
+func benchUpstream(b testing.TB) *httptest.Server {
 	b.Helper()
 	mux := http.NewServeMux()
 	item := func(w http.ResponseWriter, r *http.Request) {
@@ -46,7 +46,7 @@ func benchUpstream(b *testing.B) *httptest.Server {
 }
 
 // benchSet loads the bench documents over an httptest upstream.
-func benchSet(b *testing.B) (*Set, *Upstream) {
+func benchSet(b testing.TB) (*Set, *Upstream) {
 	b.Helper()
 	srv := benchUpstream(b)
 	up, err := NewUpstream("bench", srv.URL, UpstreamOptions{Timeout: 10 * time.Second})
@@ -65,7 +65,7 @@ func benchSet(b *testing.B) (*Set, *Upstream) {
 	return s, up
 }
 
-func benchRecipe(b *testing.B, s *Set, name string) *Recipe {
+func benchRecipe(b testing.TB, s *Set, name string) *Recipe {
 	b.Helper()
 	for _, r := range s.Recipes {
 		if r.Name == name {

@@ -725,21 +725,6 @@ func TestParseLogName(t *testing.T) {
 	}
 }
 
-func BenchmarkLogAppendOff(b *testing.B) {
-	l, err := OpenLog(LogOptions{Dir: b.TempDir(), Fsync: FsyncOff})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	rec := gateRecord(OutcomeAccepted)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := l.Append("agent", rec); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 func TestInsertHashMatchesJCS(t *testing.T) {
 	tests := []struct {
 		name string

@@ -355,18 +355,3 @@ func TestJWKSIsACopy(t *testing.T) {
 		t.Errorf("JWKS keys = %v after a caller modified an earlier result", keys)
 	}
 }
-
-func BenchmarkSign(b *testing.B) {
-	s := mustSigner(b, newKey(b))
-	payload := map[string]any{
-		"agent_id": strings.Repeat("a", 64), "owner_id": "o", "request_id": "r",
-		"response_id": "s", "previous_audit_id": ZeroHash, "audit_record_version": "1",
-		"status": 200, "issued_at": "2026-11-29T10:00:00Z",
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, _, err := s.Sign(payload); err != nil {
-			b.Fatal(err)
-		}
-	}
-}

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -302,7 +303,7 @@ func (r *results) markdown(scens []*scenario) string {
 	for _, t := range r.Targets {
 		verdict := "met"
 		if !t.Met {
-			verdict = "**not met**"
+			verdict = fmt.Sprintf("**not met** (misses the limit by %.2f)", math.Abs(t.Limit-t.Value))
 		}
 		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %s |\n", t.Target, t.Measured, t.Value, t.Limit, verdict)
 	}

@@ -228,6 +228,7 @@ func run(goOut, loadDir, tmplPath, out, medians, command, goCmd string) error {
 	}
 	get := func(pkg, name, unit string) (float64, error) { return bs.med(pkg, name, unit) }
 	funcs := template.FuncMap{
+		"list": func(s ...string) []string { return s },
 		// ns, bytes, allocs, cpu: the median of one benchmark, formatted.
 		"ns":     func(pkg, name string) (string, error) { return fmtOf(get(pkg, name, "ns/op")) },
 		"bytes":  func(pkg, name string) (string, error) { return fmtOf(get(pkg, name, "B/op")) },
