@@ -1,8 +1,14 @@
 package caddymodule
 
 import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"math/big"
 	"strings"
 	"testing"
+
+	jsonv2 "github.com/go-json-experiment/json"
 )
 
 func TestDecodeBody(t *testing.T) {
@@ -38,5 +44,36 @@ func TestDecodeBody(t *testing.T) {
 				t.Fatalf("decodeBody(%s) = %d %s %q; want 400 %s containing %q", tc.body, e.Status, e.Reason, e.Explanation, tc.reason, tc.explanation)
 			}
 		})
+	}
+}
+
+// TestEnvelopeEncodingMatchesEncodingJSON holds the json/v2 encoding of
+// success envelopes (write) byte-equal to encoding/json.Marshal for the
+// values a result can hold; invalid UTF-8, the one difference, encodes
+// the same character (U+FFFD) in another spelling.
+func TestEnvelopeEncodingMatchesEncodingJSON(t *testing.T) {
+	bi, _ := new(big.Int).SetString("123456789012345678901234567890", 10)
+	vals := []any{
+		map[string]any{"é": 1, "\U0001F600": 2, "ｚ": 3, "a": 4, "B": 5, "": 6, "<k>": map[string]any{"z": 1, "y": []any{2.5, "x"}}},
+		math.Copysign(0, -1), 1e21, 1e-7, 123456789.0, 0.1, 1e20, 5e-324, math.MaxFloat64, -1.5, 12.5,
+		"<a href=\"x\">&</a>\u2028\u2029\x00\x1f\x7f\t\n", bi, []any{nil, true, false, []any{}, map[string]any{}},
+		7, int64(-9), nil,
+	}
+	for _, v := range vals {
+		for _, task := range []string{"", "t-1"} {
+			e := envelope(200, task, v)
+			want, err := json.Marshal(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := jsonv2.Marshal(e, responseJSON)
+			if err != nil || !bytes.Equal(got, want) {
+				t.Errorf("json/v2 %s (%v)\nencoding/json %s", got, err, want)
+			}
+		}
+	}
+	got, err := jsonv2.Marshal(envelope(200, "", "caf\xe9"), responseJSON)
+	if err != nil || string(got) != "{\"result\":\"caf\uFFFD\",\"status\":200}" {
+		t.Errorf("invalid UTF-8: %s (%v)", got, err)
 	}
 }

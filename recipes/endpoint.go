@@ -458,8 +458,8 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	if resp.StatusCode == http.StatusNoContent || len(bytes.TrimSpace(raw)) == 0 {
 		return nil, nil
 	}
-	var out any
-	if err := jsonv2.Unmarshal(raw, &out, upstreamJSON); err != nil {
+	out, err := decodeUpstream(raw)
+	if err != nil {
 		return nil, fail(ErrUpstreamMalformed, fmt.Sprintf("upstream %s answered %d with a body that is not JSON", s.up.Name, resp.StatusCode), resp.StatusCode)
 	}
 	out = rename(out, s.outRename)
@@ -473,9 +473,23 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 
 // upstreamJSON reads upstream bodies as encoding/json did before (a
 // legacy service's duplicate keys keep the last value, invalid UTF-8
-// is carried through and replaced when re-encoded) while decoding in
-// one pass with encoding/json/v2.
+// becomes U+FFFD).
 var upstreamJSON = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+
+// decodeUpstream decodes one upstream JSON body with encoding/json/v2:
+// strict first (the common case, and the cheaper one: options cost a
+// merge per call), then, only when that fails, with upstreamJSON's
+// leniency, so a legacy service's duplicate keys or invalid UTF-8 are
+// read as before instead of failing the call.
+func decodeUpstream(raw []byte) (any, error) {
+	var out any
+	if err := jsonv2.Unmarshal(raw, &out); err == nil {
+		return out, nil
+	}
+	out = nil
+	err := jsonv2.Unmarshal(raw, &out, upstreamJSON)
+	return out, err
+}
 
 // rename applies a field rename map to a JSON object; other values and
 // unmapped fields pass unchanged (spec §7.3 input/output_transform).

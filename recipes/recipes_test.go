@@ -588,3 +588,28 @@ func TestUpstreamRequestURL(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeUpstream: upstream bodies read as encoding/json read them
+// (duplicate keys keep the last value, invalid UTF-8 becomes U+FFFD), while
+// bodies that are not one JSON value still fail.
+func TestDecodeUpstream(t *testing.T) {
+	v, err := decodeUpstream([]byte(`{"id":"1","id":"2","n":1.5}`))
+	if err != nil {
+		t.Fatalf("duplicate keys: %v", err)
+	}
+	if m := v.(map[string]any); m["id"] != "2" || m["n"] != 1.5 {
+		t.Fatalf("duplicate keys decoded as %v, want the last id and n=1.5", m)
+	}
+	v, err = decodeUpstream([]byte("{\"name\":\"caf\xe9\"}"))
+	if err != nil {
+		t.Fatalf("invalid UTF-8: %v", err)
+	}
+	if got := v.(map[string]any)["name"]; got != "caf\uFFFD" {
+		t.Fatalf("invalid UTF-8 decoded as %q", got)
+	}
+	for _, bad := range []string{`{"a":1} {"b":2}`, `{"a":`, `nope`, `{"a":1e400}`} {
+		if _, err := decodeUpstream([]byte(bad)); err == nil {
+			t.Errorf("decodeUpstream(%s) = nil error, want one", bad)
+		}
+	}
+}
