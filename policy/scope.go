@@ -77,20 +77,33 @@ func (s Scope) Covers(r Scope) bool {
 	if s.tok == r.tok {
 		return true
 	}
-	ts := strings.Split(s.tok, ":")
-	rs := strings.Split(r.tok, ":")
-	for i, t := range ts {
-		if i >= len(rs) {
-			return false
+	// Segment by segment, as strings.Split(tok, ":") would give them,
+	// without allocating: "*" matches any one segment, and as the last
+	// segment of s, everything from there on.
+	ts, rs := s.tok, r.tok
+	rDone := false
+	for {
+		t, tRest, tMore := strings.Cut(ts, ":")
+		if rDone {
+			return false // s has more segments than r
 		}
-		if t == "*" && i == len(ts)-1 {
+		rseg, rRest, rMore := strings.Cut(rs, ":")
+		if t == "*" && !tMore {
 			return true
 		}
-		if t != "*" && t != rs[i] {
+		if t != "*" && t != rseg {
 			return false
 		}
+		if !tMore {
+			return !rMore
+		}
+		ts = tRest
+		if rMore {
+			rs = rRest
+		} else {
+			rDone = true
+		}
 	}
-	return len(ts) == len(rs)
 }
 
 // ParseAuthorityScope parses an Authority-Scope header value:

@@ -167,3 +167,39 @@ func TestScopeSet(t *testing.T) {
 		t.Errorf("nil ScopeSet Strings() = %#v", s)
 	}
 }
+
+// coversBySplit is the definition Scope.Covers implements without
+// allocating (kept as the reference of TestCoversMatchesSplit).
+func coversBySplit(s, r string) bool {
+	if s == "" || r == "" {
+		return false
+	}
+	if s == r {
+		return true
+	}
+	ts, rs := strings.Split(s, ":"), strings.Split(r, ":")
+	for i, t := range ts {
+		if i >= len(rs) {
+			return false
+		}
+		if t == "*" && i == len(ts)-1 {
+			return true
+		}
+		if t != "*" && t != rs[i] {
+			return false
+		}
+	}
+	return len(ts) == len(rs)
+}
+
+func TestCoversMatchesSplit(t *testing.T) {
+	toks := []string{"*", "a", "b", "a:b", "a:*", "a:b:c", "a:*:c", "*:b", "a:b:*", "a:c", "b:*", "a:b:c:d", "*:*", "a::b", "a:"}
+	for _, x := range toks {
+		for _, y := range toks {
+			got := Scope{tok: x}.Covers(Scope{tok: y})
+			if want := coversBySplit(x, y); got != want {
+				t.Errorf("Scope(%q).Covers(%q) = %v, want %v", x, y, got, want)
+			}
+		}
+	}
+}
