@@ -105,11 +105,6 @@ type stepResult struct {
 // returns the output expression's value and the per-step reports.
 func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time.Duration) (any, []StepReport, *CompositionFailure) {
 	ctx = context.WithoutCancel(ctx)
-	if len(r.Steps) == 1 && r.Steps[0].Endpoint.svc != nil && timeout > 0 && r.Steps[0].Endpoint.svc.timeout <= timeout {
-		// The step's own call deadline (Endpoint.Invoke) falls within
-		// the composition's: a second timer would never fire first.
-		return r.executeOne(ctx, input)
-	}
 	var cancel context.CancelFunc
 	if timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, timeout)

@@ -387,6 +387,35 @@ output: '$third'
 	}
 }
 
+// TestExecuteOneStepHonorsCompositionTimeout: the composition deadline
+// bounds a one-step plan's mappings too, not only its upstream call (a
+// runaway output expression ends at the deadline, with a failure).
+func TestExecuteOneStepHonorsCompositionTimeout(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"id":"ok"}`) }))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	recipe := recipeHead + `steps:
+  - {name: only, method: FETCH, path: /alpha, input: '{}'}
+output: '{n: ([limit(80000000; repeat(1))] | length)}'
+`
+	// The step's own call timeout (0.1 s) is within the plan's (0.2 s):
+	// the plan deadline must still bound the mappings around the call.
+	r, _ := buildSet(t, up, recipe, endpointDoc("FETCH", "/alpha", "GET", "/a", "  timeout_seconds: 0.1\n"))
+	done := make(chan *CompositionFailure, 1)
+	go func() {
+		_, _, cf := r.Execute(context.Background(), map[string]any{}, 200*time.Millisecond)
+		done <- cf
+	}()
+	select {
+	case cf := <-done:
+		if cf == nil || !strings.Contains(cf.Cause.Explanation, "deadline") {
+			t.Fatalf("Execute = %+v, want a failure naming the deadline", cf)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a one-step plan ran past its 200ms composition timeout for 20 s")
+	}
+}
+
 func TestBuildRecipeRefusals(t *testing.T) {
 	up := newUpstream(t, "http://127.0.0.1:1")
 	ep := endpointDoc("FETCH", "/alpha", "GET", "/a", "")
