@@ -268,8 +268,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 						return err
 					}
 					dur, err := caddy.ParseDuration(v)
-					if err != nil {
-						return d.Errf("timeout: %v", err)
+					if err != nil || dur <= 0 {
+						return d.Errf("upstream %s: timeout: %q must be a positive duration", args[0], v)
 					}
 					uc.Timeout = caddy.Duration(dur)
 				case "max_conns":

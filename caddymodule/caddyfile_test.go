@@ -88,6 +88,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"duplicate upstream", "upstream a http://127.0.0.1:1\n\t\tupstream a http://127.0.0.1:2", "declared twice"},
 		{"redirect arity", "redirect A /b C", "redirect"},
 		{"bad bool", "enabled maybe", "not true or false"},
+		{"negative upstream timeout", "upstream a http://127.0.0.1:1 {\n\t\t\ttimeout -1s\n\t\t}", "upstream a: timeout: \"-1s\" must be a positive duration"},
+		{"zero upstream timeout", "upstream a http://127.0.0.1:1 {\n\t\t\ttimeout 0s\n\t\t}", "must be a positive duration"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

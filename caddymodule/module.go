@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -347,6 +348,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.NoAliases {
 		h.methods.Aliases = map[string]string{}
 	}
+	for _, m := range h.Disallow {
+		if !h.methods.IsMethod(m) && !slices.Contains(policy.LegacyVerbs(), m) {
+			h.logger.Warn("disallow names a method this server would not serve anyway (not in the catalog, not allowed as custom)", zap.String("method", m))
+		}
+	}
 	if err := h.methods.Validate(); err != nil {
 		return fmt.Errorf("rcns: method policy: %v", err)
 	}
@@ -364,6 +370,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		uc := h.Upstreams[n]
 		if uc == nil {
 			return fmt.Errorf("rcns: upstream %q has no configuration", n)
+		}
+		if uc.Timeout < 0 || uc.MaxConns < 0 {
+			return fmt.Errorf("rcns: upstream %q: timeout and max_conns must be positive (or omitted for the defaults)", n)
 		}
 		up, err := recipes.NewUpstream(n, uc.URL, recipes.UpstreamOptions{
 			Timeout: time.Duration(uc.Timeout), MaxConns: uc.MaxConns, InsecureHTTP: uc.InsecureHTTP,

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -360,7 +361,8 @@ func decodeBody(raw []byte) (any, *wireError) {
 	}
 	var se *jsontext.SyntacticError
 	if errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName) {
-		return nil, errorf(400, "duplicate-key", fmt.Sprintf("the request body names the key %q twice in one object (at %s)", se.JSONPointer.LastToken(), pointerOrRoot(se.JSONPointer.Parent())))
+		return nil, errorf(400, "duplicate-key", fmt.Sprintf("the request body names the key %q twice in one object (at %s)",
+			clip(se.JSONPointer.LastToken()), clip(pointerOrRoot(se.JSONPointer.Parent()))))
 	}
 	return nil, errorf(400, "invalid-json", "the request body is not one JSON value: "+jsonProblem(err))
 }
@@ -374,8 +376,10 @@ func jsonProblem(err error) string {
 		return "truncated"
 	case errors.As(err, &se):
 		switch {
-		case se.Err != nil && strings.Contains(se.Err.Error(), "UTF-8"):
-			return fmt.Sprintf("invalid UTF-8 at byte %d", se.ByteOffset)
+		case se.Err != nil && (strings.Contains(se.Err.Error(), "UTF-8") || strings.Contains(se.Err.Error(), "surrogate")):
+			return fmt.Sprintf("invalid UTF-8 or an unpaired surrogate escape at byte %d", se.ByteOffset)
+		case se.Err != nil && strings.Contains(se.Err.Error(), "max depth"):
+			return fmt.Sprintf("nesting deeper than %d levels at byte %d", maxJSONDepth, se.ByteOffset)
 		case errors.Is(se.Err, io.ErrUnexpectedEOF):
 			return "truncated"
 		}
@@ -384,6 +388,23 @@ func jsonProblem(err error) string {
 		return fmt.Sprintf("value not representable at byte %d (%s)", me.ByteOffset, pointerOrRoot(me.JSONPointer))
 	}
 	return "invalid JSON"
+}
+
+// maxJSONDepth is encoding/json/v2's nesting limit for decoded bodies.
+const maxJSONDepth = 10000
+
+// clip shortens s (a key or pointer taken from the body) to 64 bytes,
+// on a UTF-8 boundary, so an error never carries the body back.
+func clip(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return s
+	}
+	i := limit
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }
 
 // pointerOrRoot renders an RFC 6901 pointer, "/" for the whole document.

@@ -24,9 +24,12 @@ func TestDecodeBody(t *testing.T) {
 		{name: "in array element", body: `{"l":[{"k":1,"k":2}]}`, reason: "duplicate-key", explanation: `"k" twice in one object (at /l/0)`},
 		{name: "trailing value", body: `{"a":1} {"b":2}`, reason: "invalid-json", explanation: "syntax error at byte"},
 		{name: "truncated", body: `{"a":`, reason: "invalid-json", explanation: "truncated"},
-		{name: "invalid UTF-8", body: "{\"a\":\"\xff\"}", reason: "invalid-json", explanation: "invalid UTF-8 at byte"},
+		{name: "invalid UTF-8", body: "{\"a\":\"\xff\"}", reason: "invalid-json", explanation: "invalid UTF-8 or an unpaired surrogate escape at byte 6"},
 		{name: "number out of range", body: `{"a":1e400}`, reason: "invalid-json", explanation: "value not representable"},
 		{name: "syntax", body: `{"a" 1}`, reason: "invalid-json", explanation: "syntax error at byte 5"},
+		{name: "unpaired surrogate", body: `{"a":"\ud800"}`, reason: "invalid-json", explanation: "unpaired surrogate"},
+		{name: "too deep", body: strings.Repeat("[", 10001) + strings.Repeat("]", 10001), reason: "invalid-json", explanation: "nesting deeper than 10000 levels"},
+		{name: "long duplicate key clipped", body: `{"` + strings.Repeat("k", 5000) + `":1,"` + strings.Repeat("k", 5000) + `":2}`, reason: "duplicate-key", explanation: `"` + strings.Repeat("k", 64) + `…"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,7 +43,7 @@ func TestDecodeBody(t *testing.T) {
 			if e == nil {
 				t.Fatalf("decodeBody(%s) = %v, nil; want %s", tc.body, v, tc.reason)
 			}
-			if e.Status != 400 || e.Reason != tc.reason || !strings.Contains(e.Explanation, tc.explanation) {
+			if e.Status != 400 || e.Reason != tc.reason || !strings.Contains(e.Explanation, tc.explanation) || len(e.Explanation) > 300 {
 				t.Fatalf("decodeBody(%s) = %d %s %q; want 400 %s containing %q", tc.body, e.Status, e.Reason, e.Explanation, tc.reason, tc.explanation)
 			}
 		})

@@ -455,13 +455,22 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		}
 		return nil, fail(code, fmt.Sprintf("upstream %s answered %d", s.up.Name, resp.StatusCode), resp.StatusCode)
 	}
-	if resp.StatusCode == http.StatusNoContent || len(bytes.TrimSpace(raw)) == 0 {
-		return nil, nil
+	if resp.StatusCode == http.StatusNoContent {
+		return nil, nil // no content by definition; output_schema describes content
 	}
-	out, err := decodeUpstream(raw)
-	if err != nil {
-		return nil, fail(ErrUpstreamMalformed, fmt.Sprintf("upstream %s answered %d with a body that is not JSON", s.up.Name, resp.StatusCode), resp.StatusCode)
+	var out any
+	if len(bytes.TrimSpace(raw)) > 0 {
+		var err error
+		if out, err = decodeUpstream(raw); err != nil {
+			var se *jsonv2.SemanticError
+			if errors.As(err, &se) {
+				return nil, fail(ErrUpstreamMalformed, fmt.Sprintf("upstream %s answered %d with JSON this gateway cannot represent (a number out of range)", s.up.Name, resp.StatusCode), resp.StatusCode)
+			}
+			return nil, fail(ErrUpstreamMalformed, fmt.Sprintf("upstream %s answered %d with a body that is not JSON", s.up.Name, resp.StatusCode), resp.StatusCode)
+		}
 	}
+	// An empty 2xx body is null to output_schema: an endpoint that
+	// promises an object does not deliver one.
 	out = rename(out, s.outRename)
 	if probs := validate(e.output, out); probs != nil {
 		f := fail(ErrUpstreamMalformed, "upstream output does not match output_schema: "+strings.Join(probs, "; "), resp.StatusCode)

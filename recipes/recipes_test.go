@@ -117,6 +117,10 @@ func TestInvokeMapsUpstreamOutcomes(t *testing.T) {
 			w.WriteHeader(500)
 		case "/empty":
 			w.WriteHeader(204)
+		case "/empty200":
+			w.WriteHeader(200)
+		case "/huge-number":
+			fmt.Fprint(w, `{"n":1e400}`)
 		case "/big":
 			fmt.Fprintf(w, `{"x":"%s"}`, strings.Repeat("a", 1<<17))
 		default:
@@ -138,6 +142,8 @@ func TestInvokeMapsUpstreamOutcomes(t *testing.T) {
 		{"unmapped 500", "/500", "", map[string]any{}, ErrUpstream, 500},
 		{"mapped 404", "/404", "  error_map: {\"404\": not_found}\n", map[string]any{}, "not_found", 404},
 		{"204 is success", "/empty", "", map[string]any{}, "", 0},
+		{"empty 200 is null, not an object", "/empty200", "", map[string]any{}, ErrUpstreamMalformed, 200},
+		{"number out of range", "/huge-number", "", map[string]any{}, ErrUpstreamMalformed, 200},
 		{"response over limit", "/big", "", map[string]any{}, ErrUpstreamMalformed, 200},
 		{"unknown input field", "/ok/{id}", "", map[string]any{"id": "x", "bogus": 1}, ErrInvalidInput, 0},
 	}
