@@ -202,7 +202,7 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 	if err != nil {
 		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "output mapping failed: " + err.Error()}, Steps: reports}
 	}
-	if probs := validate(r.output, out); probs != nil {
+	if probs := validateSchema(r.output, out); probs != nil {
 		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "composed output does not match output_schema: " + fmt.Sprint(probs)}, Steps: reports}
 	}
 	return out, reports, nil
@@ -226,7 +226,7 @@ func (r *Recipe) executeOne(ctx context.Context, input map[string]any) (any, []S
 	if err != nil {
 		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "output mapping failed: " + err.Error()}, Steps: rep}
 	}
-	if probs := validate(r.output, res); probs != nil {
+	if probs := validateSchema(r.output, res); probs != nil {
 		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "composed output does not match output_schema: " + fmt.Sprint(probs)}, Steps: rep}
 	}
 	return res, rep, nil

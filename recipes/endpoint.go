@@ -20,8 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
@@ -68,8 +66,8 @@ type Endpoint struct {
 
 	projection map[string]any
 	errors     map[string]bool
-	input      *jsonschema.Schema
-	output     *jsonschema.Schema
+	input      *compiledSchema
+	output     *compiledSchema
 	svc        *externalService
 }
 
@@ -135,10 +133,10 @@ func BuildEndpoint(doc *schema.Document, mp *policy.MethodPolicy, upstreams map[
 	if err := checkInputSchema(d.InputSchema); err != nil {
 		return nil, doc.Errorf("/input_schema", "%v", err)
 	}
-	if e.input, err = CompileSchema(d.InputSchema); err != nil {
+	if e.input, err = compileSchema(d.InputSchema); err != nil {
 		return nil, doc.Errorf("/input_schema", "invalid JSON Schema: %v", err)
 	}
-	if e.output, err = CompileSchema(d.OutputSchema); err != nil {
+	if e.output, err = compileSchema(d.OutputSchema); err != nil {
 		return nil, doc.Errorf("/output_schema", "invalid JSON Schema: %v", err)
 	}
 	props, _ := d.InputSchema["properties"].(map[string]any)
@@ -324,8 +322,8 @@ func (e *Endpoint) ValidateInput(input map[string]any) *Failure {
 	return validateInput(e.input, input)
 }
 
-func validateInput(s *jsonschema.Schema, input map[string]any) *Failure {
-	if probs := validate(s, input); probs != nil {
+func validateInput(s *compiledSchema, input map[string]any) *Failure {
+	if probs := validateSchema(s, input); probs != nil {
 		return &Failure{Status: 422, Code: ErrInvalidInput,
 			Explanation:    "input does not match input_schema: " + strings.Join(probs, "; "),
 			Details:        map[string]any{"violations": probs},
@@ -472,7 +470,7 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	// An empty 2xx body is null to output_schema: an endpoint that
 	// promises an object does not deliver one.
 	out = rename(out, s.outRename)
-	if probs := validate(e.output, out); probs != nil {
+	if probs := validateSchema(e.output, out); probs != nil {
 		f := fail(ErrUpstreamMalformed, "upstream output does not match output_schema: "+strings.Join(probs, "; "), resp.StatusCode)
 		f.Details["violations"] = probs
 		return nil, f

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
@@ -87,4 +89,241 @@ func checkInputSchema(doc map[string]any) error {
 		return errors.New(`input_schema must have "additionalProperties": false`)
 	}
 	return nil
+}
+
+// compiledSchema is a JSON Schema compiled twice: jsonschema/v6's, which is the
+// authority, plus fast, an allocation-free check for schemas that use
+// only the keywords operators' input and output schemas mostly use
+// (see compileFast). fast decides only "valid": an instance it does not
+// accept — invalid, or a value it does not model — goes to jsonschema/v6,
+// which decides and words the violations. TestFastSchemaAgreesWithJSONSchema
+// holds the two to the same verdicts.
+type compiledSchema struct {
+	lib  *jsonschema.Schema
+	fast *fastSchema // nil: the schema uses a keyword outside the subset
+}
+
+// compileSchema compiles doc with CompileSchema and, when it can, the
+// fast check.
+func compileSchema(doc map[string]any) (*compiledSchema, error) {
+	lib, err := CompileSchema(doc)
+	if err != nil {
+		return nil, err
+	}
+	return &compiledSchema{lib: lib, fast: compileFast(doc)}, nil
+}
+
+// validateSchema is validate for a compiled schema (nil: no schema).
+func validateSchema(s *compiledSchema, v any) []string {
+	if s == nil {
+		return nil
+	}
+	if s.fast != nil && s.fast.valid(v) {
+		return nil
+	}
+	return validate(s.lib, v)
+}
+
+// JSON types as a bit set; an integral number is both number and integer.
+const (
+	tNull uint8 = 1 << iota
+	tBoolean
+	tString
+	tNumber
+	tInteger
+	tObject
+	tArray
+)
+
+var typeBits = map[string]uint8{"null": tNull, "boolean": tBoolean, "string": tString, "number": tNumber,
+	"integer": tInteger, "object": tObject, "array": tArray}
+
+// fastSchema is the subset of JSON Schema (draft 2020-12) compileFast
+// accepts: boolean schemas; type (a name or a list); properties;
+// required; additionalProperties (a boolean or a subset schema);
+// minLength and maxLength (in code points); items (one schema); and the
+// annotations title, description, examples, default, $comment.
+type fastSchema struct {
+	accept, reject bool // boolean schemas
+	types          uint8
+	props          map[string]*fastSchema
+	required       []string
+	additional     *fastSchema // nil: any additional property
+	minLen, maxLen int         // -1: unset
+	items          *fastSchema
+}
+
+// compileFast returns the fast check of doc, or nil when doc uses
+// anything outside the subset.
+func compileFast(doc any) *fastSchema {
+	switch d := doc.(type) {
+	case bool:
+		return &fastSchema{accept: d, reject: !d}
+	case map[string]any:
+		s := &fastSchema{minLen: -1, maxLen: -1}
+		for k, v := range d {
+			switch k {
+			case "title", "description", "examples", "default", "$comment":
+			case "type":
+				switch t := v.(type) {
+				case string:
+					if s.types = typeBits[t]; s.types == 0 {
+						return nil
+					}
+				case []any:
+					for _, e := range t {
+						name, _ := e.(string)
+						b := typeBits[name]
+						if b == 0 {
+							return nil
+						}
+						s.types |= b
+					}
+				default:
+					return nil
+				}
+			case "properties":
+				m, ok := v.(map[string]any)
+				if !ok {
+					return nil
+				}
+				s.props = make(map[string]*fastSchema, len(m))
+				for name, sub := range m {
+					if s.props[name] = compileFast(sub); s.props[name] == nil {
+						return nil
+					}
+				}
+			case "required":
+				l, ok := v.([]any)
+				if !ok {
+					return nil
+				}
+				for _, e := range l {
+					name, ok := e.(string)
+					if !ok {
+						return nil
+					}
+					s.required = append(s.required, name)
+				}
+			case "additionalProperties":
+				if s.additional = compileFast(v); s.additional == nil {
+					return nil
+				}
+			case "items":
+				if s.items = compileFast(v); s.items == nil {
+					return nil
+				}
+			case "minLength", "maxLength":
+				n, ok := nonNegativeInt(v)
+				if !ok {
+					return nil
+				}
+				if k == "minLength" {
+					s.minLen = n
+				} else {
+					s.maxLen = n
+				}
+			default:
+				return nil
+			}
+		}
+		return s
+	}
+	return nil
+}
+
+func nonNegativeInt(v any) (int, bool) {
+	switch n := v.(type) {
+	case int:
+		return n, n >= 0
+	case int64:
+		return int(n), n >= 0 && n <= math.MaxInt32
+	case uint64:
+		return int(n), n <= math.MaxInt32
+	case float64:
+		return int(n), n >= 0 && n <= math.MaxInt32 && n == math.Trunc(n)
+	case json.Number:
+		i, err := n.Int64()
+		return int(i), err == nil && i >= 0 && i <= math.MaxInt32
+	}
+	return 0, false
+}
+
+// jsonType returns the JSON type bits of a decoded value, 0 for a Go
+// value the fast check does not model (big numbers, NaN, ±Inf, others).
+func jsonType(v any) uint8 {
+	switch x := v.(type) {
+	case nil:
+		return tNull
+	case bool:
+		return tBoolean
+	case string:
+		return tString
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return 0
+		}
+		if x == math.Trunc(x) {
+			return tNumber | tInteger
+		}
+		return tNumber
+	case int, int64:
+		return tNumber | tInteger
+	case map[string]any:
+		return tObject
+	case []any:
+		return tArray
+	}
+	return 0
+}
+
+// valid reports whether v certainly satisfies s; false means "not
+// decided here" (the caller asks jsonschema/v6).
+func (s *fastSchema) valid(v any) bool {
+	if s.reject {
+		return false
+	}
+	t := jsonType(v)
+	if t == 0 {
+		return false
+	}
+	if s.accept {
+		return true
+	}
+	if s.types != 0 && s.types&t == 0 {
+		return false
+	}
+	switch x := v.(type) {
+	case string:
+		if s.minLen >= 0 || s.maxLen >= 0 {
+			n := utf8.RuneCountInString(x)
+			if s.minLen >= 0 && n < s.minLen || s.maxLen >= 0 && n > s.maxLen {
+				return false
+			}
+		}
+	case map[string]any:
+		for _, name := range s.required {
+			if _, ok := x[name]; !ok {
+				return false
+			}
+		}
+		for k, val := range x {
+			if sub, ok := s.props[k]; ok {
+				if !sub.valid(val) {
+					return false
+				}
+			} else if s.additional != nil && !s.additional.valid(val) {
+				return false
+			}
+		}
+	case []any:
+		if s.items != nil {
+			for _, e := range x {
+				if !s.items.valid(e) {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }

@@ -11,7 +11,6 @@ import (
 	"sync"
 
 	"github.com/gowebpki/jcs"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
@@ -54,8 +53,8 @@ type Recipe struct {
 	canonMembers []canonMember
 	canonLineage []byte
 	canonErr     error
-	input        *jsonschema.Schema
-	output       *jsonschema.Schema
+	input        *compiledSchema
+	output       *compiledSchema
 	outExpr      *Expr
 	impact       string
 }
@@ -130,10 +129,10 @@ func BuildRecipe(doc *schema.Document, mp *policy.MethodPolicy, lookup EndpointL
 		return nil, doc.Errorf("/endpoint/input_schema", "%v", err)
 	}
 	var err error
-	if r.input, err = CompileSchema(d.Endpoint.InputSchema); err != nil {
+	if r.input, err = compileSchema(d.Endpoint.InputSchema); err != nil {
 		return nil, doc.Errorf("/endpoint/input_schema", "invalid JSON Schema: %v", err)
 	}
-	if r.output, err = CompileSchema(d.Endpoint.OutputSchema); err != nil {
+	if r.output, err = compileSchema(d.Endpoint.OutputSchema); err != nil {
 		return nil, doc.Errorf("/endpoint/output_schema", "invalid JSON Schema: %v", err)
 	}
 	scopes := map[string]policy.Scope{}

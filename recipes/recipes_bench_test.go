@@ -148,28 +148,33 @@ func BenchmarkValidateInput(b *testing.B) {
 }
 
 // BenchmarkValidateOutput is the output validation of a step's upstream
-// answer (output_schema of the endpoint) and of the composed output.
+// answer (output_schema of the endpoint) and of the composed output:
+// endpoint and recipe as the plan runs them (the fast check, see
+// compileFast), and their -jsonschema twins with jsonschema/v6 alone,
+// the path every validation took before the fast check.
 func BenchmarkValidateOutput(b *testing.B) {
 	s, _ := benchSet(b)
 	ep := benchEndpoint(b, s, "FETCH", "/items/{item_id}")
 	r := benchRecipe(b, s, "lookup-item")
 	composed := map[string]any{"item": itemOut}
-	b.Run("endpoint", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if p := validate(ep.output, itemOut); p != nil {
-				b.Fatal(p)
+	for _, c := range []struct {
+		name string
+		f    func() []string
+	}{
+		{"endpoint", func() []string { return validateSchema(ep.output, itemOut) }},
+		{"recipe", func() []string { return validateSchema(r.output, composed) }},
+		{"endpoint-jsonschema", func() []string { return validate(ep.output.lib, itemOut) }},
+		{"recipe-jsonschema", func() []string { return validate(r.output.lib, composed) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if p := c.f(); p != nil {
+					b.Fatal(p)
+				}
 			}
-		}
-	})
-	b.Run("recipe", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if p := validate(r.output, composed); p != nil {
-				b.Fatal(p)
-			}
-		}
-	})
+		})
+	}
 }
 
 // BenchmarkJQ evaluates the one-step recipe's step input and output
