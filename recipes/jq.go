@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/itchyny/gojq"
 )
@@ -16,6 +17,7 @@ type Expr struct {
 	src  string
 	vars []string
 	code *gojq.Code
+	proj *projection // non-nil when src is a plain projection (see compileProjection)
 }
 
 // CompileExpr parses and compiles src with the given variable names
@@ -29,7 +31,101 @@ func CompileExpr(src string, vars []string) (*Expr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jq expression %q: %v", src, err)
 	}
-	return &Expr{src: src, vars: vars, code: code}, nil
+	return &Expr{src: src, vars: vars, code: code, proj: compileProjection(q, vars)}, nil
+}
+
+// projection is a jq object construction whose every value is a
+// variable, or a chain of .name lookups on one — {k: $input.a, o: $step}
+// — the shape of most step inputs and recipe outputs. It is evaluated
+// without gojq's interpreter, with jq's semantics for it: a lookup on
+// null is null, a missing name is null, and a later duplicate key wins.
+// A lookup on anything but an object or null is a jq error, which eval
+// leaves to gojq to produce. TestProjectionAgreesWithGojq holds the two
+// to the same results.
+type projection struct {
+	keys  []string
+	vars  []int      // index of each key's variable in the Eval values
+	paths [][]string // each key's .name lookups
+}
+
+// compileProjection returns q's projection, or nil when q is anything
+// else (any other term, operator, optional or iterating suffix, string
+// interpolation, computed key, or a variable not in vars).
+func compileProjection(q *gojq.Query, vars []string) *projection {
+	plain := func(q *gojq.Query) bool {
+		return q != nil && q.Term != nil && q.Left == nil && q.Right == nil && q.Meta == nil &&
+			len(q.Imports) == 0 && len(q.FuncDefs) == 0 && len(q.Patterns) == 0 && q.Op == 0
+	}
+	if !plain(q) || q.Term.Type != gojq.TermTypeObject || q.Term.Object == nil || len(q.Term.SuffixList) > 0 {
+		return nil
+	}
+	p := &projection{}
+	for _, kv := range q.Term.Object.KeyVals {
+		var key string
+		switch {
+		case kv.KeyQuery != nil:
+			return nil
+		case kv.KeyString != nil:
+			if kv.KeyString.Queries != nil {
+				return nil
+			}
+			key = kv.KeyString.Str
+		case kv.Key != "" && kv.Key[0] != '$':
+			key = kv.Key
+		default:
+			return nil
+		}
+		if !plain(kv.Val) {
+			return nil
+		}
+		t := kv.Val.Term
+		if t.Type != gojq.TermTypeFunc || t.Func == nil || len(t.Func.Args) > 0 {
+			return nil
+		}
+		idx := slices.Index(vars, t.Func.Name)
+		if idx < 0 {
+			return nil
+		}
+		var path []string
+		for _, sf := range t.SuffixList {
+			if sf.Iter || sf.Optional || sf.Index == nil || sf.Index.IsSlice || sf.Index.Start != nil || sf.Index.End != nil {
+				return nil
+			}
+			switch {
+			case sf.Index.Str != nil && sf.Index.Str.Queries == nil:
+				path = append(path, sf.Index.Str.Str)
+			case sf.Index.Str == nil && sf.Index.Name != "":
+				path = append(path, sf.Index.Name)
+			default:
+				return nil
+			}
+		}
+		p.keys, p.vars, p.paths = append(p.keys, key), append(p.vars, idx), append(p.paths, path)
+	}
+	return p
+}
+
+// eval returns the projection's object, or false when gojq must decide
+// (a lookup on a value that is not an object or null, or missing values).
+func (p *projection) eval(values []any) (map[string]any, bool) {
+	out := make(map[string]any, len(p.keys))
+	for i, k := range p.keys {
+		if p.vars[i] >= len(values) {
+			return nil, false
+		}
+		v := values[p.vars[i]]
+		for _, name := range p.paths[i] {
+			switch m := v.(type) {
+			case nil:
+			case map[string]any:
+				v = m[name]
+			default:
+				return nil, false
+			}
+		}
+		out[k] = v
+	}
+	return out, true
 }
 
 // uses reports, for each candidate variable, whether src cannot compile
@@ -63,6 +159,11 @@ func (e *Expr) String() string { return e.src }
 // several results or a jq error are errors; values are JSON values
 // (map[string]any, []any, float64, string, bool, nil).
 func (e *Expr) Eval(ctx context.Context, v any, values ...any) (any, error) {
+	if e.proj != nil {
+		if out, ok := e.proj.eval(values); ok {
+			return out, nil
+		}
+	}
 	iter := e.code.RunWithContext(ctx, v, values...)
 	out, ok := iter.Next()
 	if !ok {

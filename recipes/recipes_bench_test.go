@@ -178,31 +178,36 @@ func BenchmarkValidateOutput(b *testing.B) {
 }
 
 // BenchmarkJQ evaluates the one-step recipe's step input and output
-// mappings (two gojq runs per presentation).
+// mappings, as the plan runs them (both are projections, see
+// compileProjection) and, as -gojq, through gojq's interpreter alone,
+// the path every mapping took before.
 func BenchmarkJQ(b *testing.B) {
 	s, _ := benchSet(b)
 	r := benchRecipe(b, s, "lookup-item")
 	ctx := context.Background()
-	b.Run("step-input", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			v, err := r.Steps[0].input.Eval(ctx, inOne, inOne)
-			if err != nil {
-				b.Fatal(err)
+	in, out := r.Steps[0].input, r.outExpr
+	gojqOnly := func(e *Expr) *Expr { return &Expr{src: e.src, vars: e.vars, code: e.code} }
+	for _, c := range []struct {
+		name string
+		e    *Expr
+		vals []any
+	}{
+		{"step-input", in, []any{inOne}},
+		{"output", out, []any{inOne, any(itemOut)}},
+		{"step-input-gojq", gojqOnly(in), []any{inOne}},
+		{"output-gojq", gojqOnly(out), []any{inOne, any(itemOut)}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				v, err := c.e.Eval(ctx, inOne, c.vals...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sinkAny = v
 			}
-			sinkAny = v
-		}
-	})
-	b.Run("output", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			v, err := r.outExpr.Eval(ctx, inOne, inOne, any(itemOut))
-			if err != nil {
-				b.Fatal(err)
-			}
-			sinkAny = v
-		}
-	})
+		})
+	}
 }
 
 // BenchmarkEndpointFor builds the synthesized endpoint map of a contract.
