@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/itchyny/gojq"
 )
@@ -82,7 +81,12 @@ func compileProjection(q *gojq.Query, vars []string) *projection {
 		if t.Type != gojq.TermTypeFunc || t.Func == nil || len(t.Func.Args) > 0 {
 			return nil
 		}
-		idx := slices.Index(vars, t.Func.Name)
+		idx := -1 // the last binding of a name wins, as in gojq
+		for i, v := range vars {
+			if v == t.Func.Name {
+				idx = i
+			}
+		}
 		if idx < 0 {
 			return nil
 		}
@@ -107,6 +111,8 @@ func compileProjection(q *gojq.Query, vars []string) *projection {
 
 // eval returns the projection's object, or false when gojq must decide
 // (a lookup on a value that is not an object or null, or missing values).
+// Eval calls it only with one value per variable and a live context
+// (gojq answers a cancelled one with its error).
 func (p *projection) eval(values []any) (map[string]any, bool) {
 	out := make(map[string]any, len(p.keys))
 	for i, k := range p.keys {
@@ -159,7 +165,7 @@ func (e *Expr) String() string { return e.src }
 // several results or a jq error are errors; values are JSON values
 // (map[string]any, []any, float64, string, bool, nil).
 func (e *Expr) Eval(ctx context.Context, v any, values ...any) (any, error) {
-	if e.proj != nil {
+	if e.proj != nil && len(values) == len(e.vars) && ctx.Err() == nil {
 		if out, ok := e.proj.eval(values); ok {
 			return out, nil
 		}

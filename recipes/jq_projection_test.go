@@ -73,3 +73,32 @@ func TestProjectionAgreesWithGojq(t *testing.T) {
 		}
 	}
 }
+
+// TestProjectionDefersToGojq: a cancelled context, a wrong number of
+// values and a rebound variable name get gojq's answer, not the
+// projection's.
+func TestProjectionDefersToGojq(t *testing.T) {
+	e, err := CompileExpr(`{a: $x}`, []string{"$x", "$y"})
+	if err != nil || e.proj == nil {
+		t.Fatalf("CompileExpr: %v, projection %v", err, e.proj)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := e.Eval(ctx, nil, 1, 2); err == nil {
+		t.Error("Eval with a cancelled context succeeded; gojq refuses it")
+	}
+	if _, err := e.Eval(context.Background(), nil, 1); err == nil {
+		t.Error("Eval with one value for two variables succeeded")
+	}
+	if _, err := e.Eval(context.Background(), nil, 1, 2, 3); err == nil {
+		t.Error("Eval with three values for two variables succeeded")
+	}
+	d, err := CompileExpr(`{a: $x}`, []string{"$x", "$x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.Eval(context.Background(), nil, 1, 2)
+	if err != nil || !reflect.DeepEqual(got, map[string]any{"a": 2}) {
+		t.Errorf("rebound $x: %v, %v; want {a: 2} (the last binding)", got, err)
+	}
+}

@@ -189,6 +189,9 @@ func compileFast(doc any) *fastSchema {
 				}
 				s.props = make(map[string]*fastSchema, len(m))
 				for name, sub := range m {
+					if !utf8.ValidString(name) {
+						return nil // CompileSchema's JSON round trip would rename it
+					}
 					if s.props[name] = compileFast(sub); s.props[name] == nil {
 						return nil
 					}
@@ -200,7 +203,7 @@ func compileFast(doc any) *fastSchema {
 				}
 				for _, e := range l {
 					name, ok := e.(string)
-					if !ok {
+					if !ok || !utf8.ValidString(name) {
 						return nil
 					}
 					s.required = append(s.required, name)

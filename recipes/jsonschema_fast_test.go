@@ -174,3 +174,17 @@ func TestFastSchemaFallsBack(t *testing.T) {
 		}
 	}
 }
+
+// TestFastSchemaRefusesInvalidUTF8Names: CompileSchema's JSON round trip
+// turns invalid UTF-8 in names into U+FFFD, so such schemas stay with
+// jsonschema/v6.
+func TestFastSchemaRefusesInvalidUTF8Names(t *testing.T) {
+	for _, doc := range []map[string]any{
+		{"properties": map[string]any{"\xff": map[string]any{"type": "number"}}, "additionalProperties": false},
+		{"required": []any{"\xff"}},
+	} {
+		if compileFast(doc) != nil {
+			t.Errorf("compileFast(%q) != nil", doc)
+		}
+	}
+}
