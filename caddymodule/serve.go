@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	jsonv2 "github.com/go-json-experiment/json"
@@ -866,7 +865,7 @@ func (h *Handler) gateway(x *exchange, req *request) {
 	body := contractBody(c)
 	if h.Mode == ModeConfirmFirst {
 		h.metrics.synthesis(recipe.Name, ModeConfirmFirst, "previewed")
-		body["status"] = policy.StatusContractAvailable
+		body.members["status"] = policy.StatusContractAvailable
 		x.write(policy.StatusContractAvailable, mediaEndpoint, body, nil)
 		return
 	}
@@ -877,10 +876,10 @@ func (h *Handler) gateway(x *exchange, req *request) {
 		return
 	}
 	h.metrics.synthesis(recipe.Name, ModeOptimistic, "executed")
-	body["status"] = policy.StatusProposalApproved
-	body["result"] = out
+	body.members["status"] = policy.StatusProposalApproved
+	body.members["result"] = out
 	if x.taskID != "" {
-		body["task_id"] = x.taskID
+		body.members["task_id"] = x.taskID
 	}
 	x.write(policy.StatusProposalApproved, mediaEndpoint, body, nil)
 }
@@ -973,16 +972,60 @@ func (h *Handler) mintContract(r *recipes.Recipe, method, path string, x *exchan
 }
 
 // contractBody is the §13.4 body shared by 461 and 263.
-func contractBody(c *recipes.Contract) map[string]any {
-	return map[string]any{
+func contractBody(c *recipes.Contract) *contractAnswer {
+	return &contractAnswer{endpoint: c.EndpointJSON, members: map[string]any{
 		"synthesis_id":       c.SynthesisID,
 		"method":             c.Method,
 		"path":               c.Path,
-		"endpoint":           json.RawMessage(c.EndpointJSON),
 		"recipe_lineage":     c.Lineage,
 		"contract_hash":      c.ContractHash,
 		"negotiation_origin": c.NegotiationOrigin,
 		"issued_at":          c.IssuedAt.Format(time.RFC3339),
 		"expires_at":         c.ExpiresAt.Format(time.RFC3339),
+	}}
+}
+
+// contractAnswer is a §13.4 contract body: the contract's endpoint as
+// the RFC 8785 bytes contract_hash covers (Contract.EndpointJSON),
+// written unchanged, and every other member (members; callers add
+// status, result, task_id…) encoded as encoding/json would (json/v2
+// with responseJSON: TestContractAnswerEncoding). Re-encoding the
+// endpoint (both schemas) as a json.RawMessage cost a full re-scan on
+// every synthesis.
+type contractAnswer struct {
+	members  map[string]any
+	endpoint []byte
+}
+
+// encode returns the body with its members in encoding/json's sorted
+// key order and "endpoint" at its sorted place among them.
+func (a *contractAnswer) encode() ([]byte, error) {
+	before, after := map[string]any{}, map[string]any{}
+	for k, v := range a.members {
+		if k < "endpoint" {
+			before[k] = v
+		} else {
+			after[k] = v
+		}
 	}
+	b1, err := jsonv2.Marshal(before, responseJSON)
+	if err != nil {
+		return nil, err
+	}
+	b2, err := jsonv2.Marshal(after, responseJSON)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(b1)+len(b2)+len(a.endpoint)+16)
+	out = append(out, b1[:len(b1)-1]...)
+	if len(before) > 0 {
+		out = append(out, ',')
+	}
+	out = append(out, `"endpoint":`...)
+	out = append(out, a.endpoint...)
+	if len(after) == 0 {
+		return append(out, '}'), nil
+	}
+	out = append(out, ',')
+	return append(out, b2[1:]...), nil
 }

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"math"
 	"math/big"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/caddy-rcns/caddy-rcns/recipes"
 	jsonv2 "github.com/go-json-experiment/json"
 )
 
@@ -78,5 +80,52 @@ func TestEnvelopeEncodingMatchesEncodingJSON(t *testing.T) {
 	got, err := jsonv2.Marshal(envelope(200, "", "caf\xe9"), responseJSON)
 	if err != nil || string(got) != "{\"result\":\"caf\uFFFD\",\"status\":200}" {
 		t.Errorf("invalid UTF-8: %s (%v)", got, err)
+	}
+}
+
+// TestContractAnswerEncoding: the spliced contract body is the JSON
+// encoding/json writes for the same members (the endpoint bytes kept
+// as they are: RFC 8785 form, where encoding/json would also escape
+// <, > and & inside them), for every set of members the handlers send.
+func TestContractAnswerEncoding(t *testing.T) {
+	endpoint := []byte(`{"description":"a <b> & c","input_schema":{"type":"object"},"method":"LOOKUP","path":"/item/x"}`)
+	for _, extra := range []map[string]any{
+		{},
+		{"status": 461},
+		{"status": 263, "result": map[string]any{"item": map[string]any{"id": "1"}}, "task_id": "t-1"},
+		{"status": 263, "result": nil},
+		{"status": 263, "persistent": true, "negotiation_id": "n-1", "granted_duration": "1h0m0s", "result": []any{1.5, "<"}},
+	} {
+		a := &contractAnswer{endpoint: endpoint, members: map[string]any{
+			"synthesis_id": "syn-1", "method": "LOOKUP", "path": "/item/x", "recipe_lineage": recipes.Lineage{RecipeName: "r <x>", RecipeVersion: "1"},
+			"contract_hash": "ab", "negotiation_origin": "rcns-gate", "issued_at": "2026-11-29T00:00:00Z", "expires_at": "2026-11-29T01:00:00Z",
+		}}
+		want := map[string]any{"endpoint": json.RawMessage(endpoint)}
+		for k, v := range a.members {
+			want[k] = v
+		}
+		for k, v := range extra {
+			a.members[k] = v
+			want[k] = v
+		}
+		got, err := a.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRaw, _ := json.Marshal(want)
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("encode gave invalid JSON %s: %v", got, err)
+		}
+		_ = json.Unmarshal(wantRaw, &w)
+		if !reflect.DeepEqual(g, w) {
+			t.Fatalf("encode = %s\nencoding/json = %s", got, wantRaw)
+		}
+		// Byte for byte the same, once encoding/json's HTML escapes inside
+		// the endpoint are undone.
+		escaped, _ := json.Marshal(json.RawMessage(endpoint))
+		if wantBytes := bytes.Replace(wantRaw, escaped, endpoint, 1); !bytes.Equal(got, wantBytes) {
+			t.Fatalf("encode = %s\nwant     %s", got, wantBytes)
+		}
 	}
 }

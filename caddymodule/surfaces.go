@@ -595,14 +595,14 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	h.logger.Info("rcns proposal accepted", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 		zap.String("recipe", recipe.Name), zap.String("negotiation_id", negID), zap.Bool("persistent_requested", persistent))
 	body := contractBody(c)
-	body["status"] = policy.StatusProposalApproved
-	body["persistent"] = granting
-	body["negotiation_id"] = negID
+	body.members["status"] = policy.StatusProposalApproved
+	body.members["persistent"] = granting
+	body.members["negotiation_id"] = negID
 	if granted > 0 {
-		body["granted_duration"] = granted.String()
+		body.members["granted_duration"] = granted.String()
 	}
 	if x.taskID != "" {
-		body["task_id"] = x.taskID
+		body.members["task_id"] = x.taskID
 	}
 	x.write(policy.StatusProposalApproved, mediaEndpoint, body, hdr)
 }

@@ -130,9 +130,12 @@ func (x *exchange) write(status int, contentType string, body any, extra map[str
 	var raw []byte
 	if body != nil {
 		var err error
-		if env, ok := body.(envelopeBody); ok {
-			raw, err = jsonv2.Marshal(env, responseJSON)
-		} else {
+		switch b := body.(type) {
+		case envelopeBody:
+			raw, err = jsonv2.Marshal(b, responseJSON)
+		case *contractAnswer:
+			raw, err = b.encode()
+		default:
 			raw, err = json.Marshal(body)
 		}
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 func TestContractHashForMatchesContractHash(t *testing.T) {
 	s, _ := benchSet(t)
 	for _, r := range s.Recipes {
-		for _, p := range []string{"/item/g-1", "/x\"y/é"} {
+		for _, p := range []string{"/item/g-1", "/x\"y/é", "/a\u2028b<&>", "/t\tb\x01", "/bad\xff"} {
 			ep := r.EndpointFor(r.Method, p)
 			lin := r.Lineage()
 			want, err := ContractHash(ep, &lin)

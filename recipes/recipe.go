@@ -13,6 +13,7 @@ import (
 	"github.com/gowebpki/jcs"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
 
@@ -322,15 +323,18 @@ func (r *Recipe) ContractHashFor(method, path string) (hash string, endpointJSON
 	dyn := make([]canonMember, 0, len(r.canonMembers)+2)
 	dyn = append(dyn, r.canonMembers...)
 	for _, kv := range [][2]string{{"method", method}, {"path", path}} {
-		raw, err := json.Marshal(map[string]string{kv[0]: kv[1]})
-		if err != nil {
-			return "", nil, err
+		c, ok := records.AppendJCSString([]byte(`"`+kv[0]+`":`), kv[1])
+		if !ok { // invalid UTF-8: let json.Marshal + JCS replace it
+			raw, err := json.Marshal(map[string]string{kv[0]: kv[1]})
+			if err != nil {
+				return "", nil, err
+			}
+			if c, err = jcs.Transform(raw); err != nil {
+				return "", nil, err
+			}
+			c = c[1 : len(c)-1]
 		}
-		c, err := jcs.Transform(raw)
-		if err != nil {
-			return "", nil, err
-		}
-		dyn = append(dyn, canonMember{kv[0], c[1 : len(c)-1]})
+		dyn = append(dyn, canonMember{kv[0], c})
 	}
 	// ASCII keys: byte order is RFC 8785's UTF-16 order.
 	sort.Slice(dyn, func(i, j int) bool { return dyn[i].key < dyn[j].key })

@@ -527,7 +527,7 @@ func appendJCS(b []byte, v any) ([]byte, bool) {
 	case bool:
 		return strconv.AppendBool(b, x), true
 	case string:
-		return appendJCSString(b, x)
+		return AppendJCSString(b, x)
 	case int:
 		return appendJCSInt(b, int64(x))
 	case int64:
@@ -544,7 +544,7 @@ func appendJCS(b []byte, v any) ([]byte, bool) {
 				b = append(b, ',')
 			}
 			var ok bool
-			if b, ok = appendJCSString(b, e); !ok {
+			if b, ok = AppendJCSString(b, e); !ok {
 				return b, false
 			}
 		}
@@ -579,7 +579,7 @@ func appendJCS(b []byte, v any) ([]byte, bool) {
 				b = append(b, ',')
 			}
 			var ok bool
-			b, _ = appendJCSString(b, k)
+			b, _ = AppendJCSString(b, k)
 			b = append(b, ':')
 			if b, ok = appendJCS(b, x[k]); !ok {
 				return b, false
@@ -598,7 +598,7 @@ func appendJCSInt(b []byte, i int64) ([]byte, bool) {
 }
 
 // appendJCSString is RFC 8785 §3.2.2.2 (ECMAScript JSON.stringify).
-func appendJCSString(b []byte, s string) ([]byte, bool) {
+func AppendJCSString(b []byte, s string) ([]byte, bool) {
 	if !utf8.ValidString(s) {
 		return b, false
 	}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -313,6 +314,9 @@ func encodePayload(payload map[string]any) ([]byte, error) {
 	if payload == nil {
 		return []byte("{}"), nil
 	}
+	if b, ok := appendStringMap(payload); ok {
+		return b, nil
+	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -320,6 +324,35 @@ func encodePayload(payload map[string]any) ([]byte, error) {
 		return nil, fmt.Errorf("records: encode payload: %w", err)
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// appendStringMap is encodePayload for the common payload whose values
+// are all strings (lifecycle events): keys sorted as encoding/json sorts
+// them, keys and values written by AppendJSONString; false when a value
+// is not a string.
+func appendStringMap(m map[string]any) ([]byte, bool) {
+	keys := make([]string, 0, len(m))
+	size := 2
+	for k, v := range m {
+		s, ok := v.(string)
+		if !ok {
+			return nil, false
+		}
+		keys = append(keys, k)
+		size += len(k) + len(s) + 6
+	}
+	slices.Sort(keys)
+	b := make([]byte, 0, size+size/8)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = AppendJSONString(b, k)
+		b = append(b, ':')
+		b = AppendJSONString(b, m[k].(string))
+	}
+	return append(b, '}'), true
 }
 
 // AuditID returns the Audit-ID of a JWS Compact string: lowercase hex

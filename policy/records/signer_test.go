@@ -1,6 +1,7 @@
 package records
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -353,5 +354,30 @@ func TestJWKSIsACopy(t *testing.T) {
 	s.JWKS()["keys"] = nil
 	if keys, _ := s.JWKS()["keys"].([]any); len(keys) != 1 {
 		t.Errorf("JWKS keys = %v after a caller modified an earlier result", keys)
+	}
+}
+
+// TestAppendStringMapMatchesEncodingJSON holds the string-map fast path
+// of encodePayload byte-equal to encoding/json (SetEscapeHTML(false)).
+func TestAppendStringMapMatchesEncodingJSON(t *testing.T) {
+	for _, m := range []map[string]any{
+		{},
+		{"b": "2", "a": "1", "A": "0", "é": "x", "": "empty"},
+		{"html": "<a href=\"x\">&</a>", "ctl": "\x00\x01\t\n\r\x1f\x7f", "sep": "\u2028\u2029", "bad": "caf\xe9", "bad\xffkey": "v", "quote\"key": "\\"},
+		{"event_type": "rcns_propose_accepted", "agent_id": strings.Repeat("a", 64), "path": "/x\"y/é"},
+	} {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(m); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := appendStringMap(m)
+		if !ok || !bytes.Equal(got, bytes.TrimSuffix(want.Bytes(), []byte("\n"))) {
+			t.Errorf("appendStringMap = %s (%v)\nencoding/json   %s", got, ok, want.Bytes())
+		}
+	}
+	if _, ok := appendStringMap(map[string]any{"n": 1}); ok {
+		t.Error("a non-string value took the fast path")
 	}
 }
