@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -997,35 +998,48 @@ type contractAnswer struct {
 	endpoint []byte
 }
 
-// encode returns the body with its members in encoding/json's sorted
-// key order and "endpoint" at its sorted place among them.
+// encode returns the body as encoding/json would write the members
+// (keys sorted, strings HTML-escaped) with "endpoint" at its sorted
+// place, its bytes unchanged.
 func (a *contractAnswer) encode() ([]byte, error) {
-	before, after := map[string]any{}, map[string]any{}
-	for k, v := range a.members {
-		if k < "endpoint" {
-			before[k] = v
-		} else {
-			after[k] = v
+	keys := make([]string, 0, len(a.members)+1)
+	for k := range a.members {
+		keys = append(keys, k)
+	}
+	keys = append(keys, "endpoint")
+	slices.Sort(keys)
+	b := make([]byte, 0, len(a.endpoint)+768)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = records.AppendJSONStringHTML(b, k)
+		b = append(b, ':')
+		if k == "endpoint" {
+			b = append(b, a.endpoint...)
+			continue
+		}
+		switch v := a.members[k].(type) {
+		case string:
+			b = records.AppendJSONStringHTML(b, v)
+		case int:
+			b = strconv.AppendInt(b, int64(v), 10)
+		case bool:
+			b = strconv.AppendBool(b, v)
+		case recipes.Lineage:
+			b = append(b, `{"recipe_name":`...)
+			b = records.AppendJSONStringHTML(b, v.RecipeName)
+			b = append(b, `,"recipe_version":`...)
+			b = records.AppendJSONStringHTML(b, v.RecipeVersion)
+			b = append(b, '}')
+		default:
+			raw, err := jsonv2.Marshal(v, responseJSON)
+			if err != nil {
+				return nil, err
+			}
+			b = append(b, raw...)
 		}
 	}
-	b1, err := jsonv2.Marshal(before, responseJSON)
-	if err != nil {
-		return nil, err
-	}
-	b2, err := jsonv2.Marshal(after, responseJSON)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, 0, len(b1)+len(b2)+len(a.endpoint)+16)
-	out = append(out, b1[:len(b1)-1]...)
-	if len(before) > 0 {
-		out = append(out, ',')
-	}
-	out = append(out, `"endpoint":`...)
-	out = append(out, a.endpoint...)
-	if len(after) == 0 {
-		return append(out, '}'), nil
-	}
-	out = append(out, ',')
-	return append(out, b2[1:]...), nil
+	return append(b, '}'), nil
 }

@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -135,10 +134,9 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 		if !ok {
 			return
 		}
-		body := c.Summary()
-		body["target"] = "contract"
-		body["endpoint"] = json.RawMessage(c.EndpointJSON)
-		body["state"] = state
+		body := &contractAnswer{members: c.Summary(), endpoint: c.EndpointJSON}
+		body.members["target"] = "contract"
+		body.members["state"] = state
 		x.write(200, mediaAGTP, body, nil)
 	case "rcns-attempt":
 		id, ok := stringParam(p, "attempt_id")

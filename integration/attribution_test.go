@@ -1,7 +1,13 @@
 package integration
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"testing"
+
+	"github.com/gowebpki/jcs"
 )
 
 // Spec §24 items 1–7, 38, 39: response headers and the
@@ -49,6 +55,26 @@ func TestAttributionAndHeaders(t *testing.T) {
 		}
 	}
 	t.Run("263 attribution", func(t *testing.T) { checkContractAttribution(t, r) })
+	// docs/agent-guide.md: the endpoint member arrives in the RFC 8785
+	// form contract_hash covers, so hashing its bytes as received works.
+	t.Run("contract_hash from the endpoint bytes as received", func(t *testing.T) {
+		var members map[string]json.RawMessage
+		if err := json.Unmarshal(r.Body, &members); err != nil {
+			t.Fatal(err)
+		}
+		lin, err := jcs.Transform(members["recipe_lineage"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256([]byte(`{"endpoint":` + string(members["endpoint"]) + `,"recipe_lineage":` + string(lin) + `}`))
+		if got := hex.EncodeToString(sum[:]); got != hash {
+			t.Fatalf("SHA-256 over the endpoint bytes as received = %s, contract_hash %s", got, hash)
+		}
+		canon, err := jcs.Transform(members["endpoint"])
+		if err != nil || !bytes.Equal(canon, members["endpoint"]) {
+			t.Fatalf("endpoint member is not in RFC 8785 form (%v)", err)
+		}
+	})
 	t.Run("presentation attribution", func(t *testing.T) {
 		r := w.book(t, agentA1, scopeAll, "Contract-Synthesized", id)
 		wantStatus(t, r, 200)

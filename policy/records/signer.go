@@ -235,14 +235,20 @@ func (s *Signer) finish(head string, body []byte) (compact, auditID string) {
 
 // AppendJSONString appends s as a JSON string exactly as encoding/json
 // does with SetEscapeHTML(false).
-func AppendJSONString(b []byte, s string) []byte {
+func AppendJSONString(b []byte, s string) []byte { return appendJSONString(b, s, false) }
+
+// AppendJSONStringHTML appends s as a JSON string exactly as
+// encoding/json.Marshal does (<, > and & escaped as \u003c, \u003e, \u0026).
+func AppendJSONStringHTML(b []byte, s string) []byte { return appendJSONString(b, s, true) }
+
+func appendJSONString(b []byte, s string, html bool) []byte {
 	const hexd = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
+			if c >= 0x20 && c != '"' && c != '\\' && (!html || c != '<' && c != '>' && c != '&') {
 				i++
 				continue
 			}

@@ -381,3 +381,26 @@ func TestAppendStringMapMatchesEncodingJSON(t *testing.T) {
 		t.Error("a non-string value took the fast path")
 	}
 }
+
+// TestAppendJSONStringMatchesEncodingJSON: both string writers equal
+// encoding/json, with and without HTML escaping, over every byte and
+// the characters it treats specially.
+func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
+	cases := []string{"", "plain", "<a href=\"x\">&</a>", "\u2028\u2029", "caf\xe9", "é😀", "\x00\x1f\x7f\\"}
+	for c := 0; c < 256; c++ {
+		cases = append(cases, string([]byte{'a', byte(c), 'b'}))
+	}
+	for _, s := range cases {
+		html, _ := json.Marshal(s)
+		var plain bytes.Buffer
+		enc := json.NewEncoder(&plain)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(s)
+		if got := AppendJSONStringHTML(nil, s); !bytes.Equal(got, html) {
+			t.Errorf("AppendJSONStringHTML(%q) = %s, encoding/json %s", s, got, html)
+		}
+		if got := AppendJSONString(nil, s); !bytes.Equal(got, bytes.TrimSuffix(plain.Bytes(), []byte("\n"))) {
+			t.Errorf("AppendJSONString(%q) = %s, encoding/json %s", s, got, plain.Bytes())
+		}
+	}
+}
