@@ -316,16 +316,17 @@ func (r *Recipe) ContractHashFor(method, path string) (hash string, endpointJSON
 			return
 		}
 		r.canonLineage, r.canonErr = jcs.Transform(raw)
+		sort.Slice(r.canonMembers, func(i, j int) bool { return r.canonMembers[i].key < r.canonMembers[j].key })
 	})
 	if r.canonErr != nil {
 		return "", nil, r.canonErr
 	}
-	dyn := make([]canonMember, 0, len(r.canonMembers)+2)
-	dyn = append(dyn, r.canonMembers...)
-	for _, kv := range [][2]string{{"method", method}, {"path", path}} {
-		c, ok := records.AppendJCSString([]byte(`"`+kv[0]+`":`), kv[1])
+	dyn := [2]canonMember{{key: "method"}, {key: "path"}} // sorted: "method" < "path"
+	size := len(r.canonLineage) + 64
+	for i, v := range [2]string{method, path} {
+		c, ok := records.AppendJCSString([]byte(`"`+dyn[i].key+`":`), v)
 		if !ok { // invalid UTF-8: let json.Marshal + JCS replace it
-			raw, err := json.Marshal(map[string]string{kv[0]: kv[1]})
+			raw, err := json.Marshal(map[string]string{dyn[i].key: v})
 			if err != nil {
 				return "", nil, err
 			}
@@ -334,26 +335,36 @@ func (r *Recipe) ContractHashFor(method, path string) (hash string, endpointJSON
 			}
 			c = c[1 : len(c)-1]
 		}
-		dyn = append(dyn, canonMember{kv[0], c})
+		dyn[i].raw = c
+		size += len(c) + 1
 	}
-	// ASCII keys: byte order is RFC 8785's UTF-16 order.
-	sort.Slice(dyn, func(i, j int) bool { return dyn[i].key < dyn[j].key })
-	ep := make([]byte, 0, 4096)
-	ep = append(ep, '{')
-	for i, m := range dyn {
-		if i > 0 {
-			ep = append(ep, ',')
+	for _, m := range r.canonMembers {
+		size += len(m.raw) + 1
+	}
+	// One buffer: {"endpoint":<endpoint>,"recipe_lineage":<lineage>},
+	// the endpoint's members in RFC 8785 order (canonMembers is sorted at
+	// load; ASCII keys, so byte order is the UTF-16 order JCS uses).
+	buf := make([]byte, 0, size)
+	buf = append(buf, `{"endpoint":{`...)
+	start := len(buf) - 1
+	next := 0
+	for _, m := range r.canonMembers {
+		for next < len(dyn) && dyn[next].key < m.key {
+			buf = append(append(buf, dyn[next].raw...), ',')
+			next++
 		}
-		ep = append(ep, m.raw...)
+		buf = append(append(buf, m.raw...), ',')
 	}
-	ep = append(ep, '}')
-	h := sha256.New()
-	h.Write([]byte(`{"endpoint":`))
-	h.Write(ep)
-	h.Write([]byte(`,"recipe_lineage":`))
-	h.Write(r.canonLineage)
-	h.Write([]byte(`}`))
-	return hex.EncodeToString(h.Sum(nil)), ep, nil
+	for ; next < len(dyn); next++ {
+		buf = append(append(buf, dyn[next].raw...), ',')
+	}
+	buf[len(buf)-1] = '}'
+	end := len(buf)
+	buf = append(buf, `,"recipe_lineage":`...)
+	buf = append(buf, r.canonLineage...)
+	buf = append(buf, '}')
+	sum := sha256.Sum256(buf)
+	return hex.EncodeToString(sum[:]), buf[start:end:end], nil
 }
 
 // ContractHash computes contract_hash per spec §16.3 (OP-23):
