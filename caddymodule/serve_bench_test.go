@@ -318,6 +318,41 @@ func BenchmarkAttribution(b *testing.B) {
 	}
 }
 
+// BenchmarkContractAnswer is the 263 body of a one-step synthesis as
+// the handler writes it: the canonical endpoint bytes spliced in, the
+// other members and the result encoded around them.
+func BenchmarkContractAnswer(b *testing.B) {
+	up := benchUpstream(b)
+	h := benchHandler(b, up.URL, false)
+	var r *recipes.Recipe
+	for _, rc := range h.set.Recipes {
+		if rc.Name == "lookup-item" {
+			r = rc
+		}
+	}
+	if r == nil {
+		b.Fatal("no lookup-item recipe")
+	}
+	hash, ep, err := r.ContractHashFor("LOOKUP", "/item/g-1-1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	c := &recipes.Contract{SynthesisID: recipes.NewSynthesisID(), Method: "LOOKUP", Path: "/item/g-1-1", Recipe: r, EndpointJSON: ep,
+		Lineage: r.Lineage(), ContractHash: hash, NegotiationOrigin: recipes.OriginGate, IssuedAt: now, ExpiresAt: now.Add(30 * time.Second)}
+	result := map[string]any{"item": map[string]any{"id": "1", "name": "bench item", "price": 12.5}}
+	b.ReportAllocs()
+	for b.Loop() {
+		body := contractBody(c)
+		body.members["status"] = 263
+		body.members["result"] = result
+		raw, err := body.encode()
+		if err != nil || len(raw) == 0 {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkDecodeBody is the request-body decode of a contract
 // presentation: json/v2 is decodeBody (one pass, duplicate keys refused
 // by the decoder); v1+token-scan is the path it replaced, encoding/json's
