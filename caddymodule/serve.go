@@ -1020,6 +1020,7 @@ func (a *contractAnswer) encode() ([]byte, error) {
 			b = append(b, a.endpoint...)
 			continue
 		}
+		mark := len(b)
 		switch v := a.members[k].(type) {
 		case string:
 			b = records.AppendJSONStringHTML(b, v)
@@ -1034,11 +1035,14 @@ func (a *contractAnswer) encode() ([]byte, error) {
 			b = records.AppendJSONStringHTML(b, v.RecipeVersion)
 			b = append(b, '}')
 		default:
-			raw, err := jsonv2.Marshal(v, responseJSON)
-			if err != nil {
-				return nil, err
+			var ok bool
+			if b, ok = records.AppendJSONValue(b, v, true); !ok {
+				raw, err := jsonv2.Marshal(v, responseJSON)
+				if err != nil {
+					return nil, err
+				}
+				b = append(b[:mark], raw...)
 			}
-			b = append(b, raw...)
 		}
 	}
 	return append(b, '}'), nil

@@ -117,12 +117,33 @@ func (x *exchange) fail(e *wireError) {
 	x.write(e.Status, mediaAGTP, body, hdr)
 }
 
-// responseJSON makes encoding/json/v2 write a success envelope byte for
-// byte as encoding/json.Marshal does (keys sorted, <>& and U+2028/2029
-// escaped; invalid UTF-8 becomes U+FFFD, written as the character where
-// encoding/json writes \ufffd), with a quarter of its allocations
-// (TestEnvelopeEncodingMatchesEncodingJSON).
-var responseJSON = jsonv2.JoinOptions(jsonv2.Deterministic(true), jsontext.EscapeForHTML(true), jsontext.EscapeForJS(true), jsontext.AllowInvalidUTF8(true))
+// responseJSON makes encoding/json/v2 write values as encoding/json.Marshal
+// does (keys sorted, <>& and U+2028/2029 escaped, nil slices and maps as
+// null; invalid UTF-8 becomes U+FFFD, written as the character where
+// encoding/json writes \ufffd): the fallback for result values that
+// records.AppendJSONValue does not model (TestEnvelopeEncodingMatchesEncodingJSON).
+var responseJSON = jsonv2.JoinOptions(jsonv2.Deterministic(true), jsontext.EscapeForHTML(true), jsontext.EscapeForJS(true),
+	jsontext.AllowInvalidUTF8(true), jsonv2.FormatNilSliceAsNull(true), jsonv2.FormatNilMapAsNull(true))
+
+// encodeEnvelope writes a success envelope as encoding/json.Marshal
+// does (fields in declaration order: result, status, task_id): by hand
+// for plain decoded-JSON results (records.AppendJSONValue), through
+// json/v2 with responseJSON for anything else.
+func encodeEnvelope(e envelopeBody) ([]byte, error) {
+	b := make([]byte, 0, 256)
+	b = append(b, `{"result":`...)
+	b, ok := records.AppendJSONValue(b, e.Result, true)
+	if !ok {
+		return jsonv2.Marshal(e, responseJSON)
+	}
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(e.Status), 10)
+	if e.TaskID != "" {
+		b = append(b, `,"task_id":`...)
+		b = records.AppendJSONStringHTML(b, e.TaskID)
+	}
+	return append(b, '}'), nil
+}
 
 // write sends one AGTP response: the AGTP response headers (spec §4),
 // an explicit Content-Length, never chunked, and the Attribution-Record.
@@ -132,7 +153,7 @@ func (x *exchange) write(status int, contentType string, body any, extra map[str
 		var err error
 		switch b := body.(type) {
 		case envelopeBody:
-			raw, err = jsonv2.Marshal(b, responseJSON)
+			raw, err = encodeEnvelope(b)
 		case *contractAnswer:
 			raw, err = b.encode()
 		default:

@@ -11,8 +11,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -359,6 +361,84 @@ func appendStringMap(m map[string]any) ([]byte, bool) {
 		b = AppendJSONString(b, m[k].(string))
 	}
 	return append(b, '}'), true
+}
+
+// AppendJSONValue appends v as encoding/json.Marshal writes it (html:
+// <, > and & escaped, as Marshal does; false: as an Encoder with
+// SetEscapeHTML(false)) for the plain decoded-JSON types: nil, bool,
+// string, float64 (encoding/json's float format), int, int64,
+// map[string]any (keys sorted) and []any. It reports false, having
+// appended an unspecified prefix, for any other type or a NaN/±Inf; the
+// caller then encodes with encoding/json.
+func AppendJSONValue(b []byte, v any, html bool) ([]byte, bool) {
+	switch x := v.(type) {
+	case nil:
+		return append(b, "null"...), true
+	case bool:
+		return strconv.AppendBool(b, x), true
+	case string:
+		return appendJSONString(b, x, html), true
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return b, false
+		}
+		// encoding/json's floatEncoder (bits 64): ES6 number formatting.
+		format := byte('f')
+		if abs := math.Abs(x); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+			format = 'e'
+		}
+		b = strconv.AppendFloat(b, x, format, -1, 64)
+		if format == 'e' {
+			if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+				b[n-2] = b[n-1]
+				b = b[:n-1]
+			}
+		}
+		return b, true
+	case int:
+		return strconv.AppendInt(b, int64(x), 10), true
+	case int64:
+		return strconv.AppendInt(b, x, 10), true
+	case []any:
+		if x == nil {
+			return append(b, "null"...), true
+		}
+		b = append(b, '[')
+		for i, e := range x {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var ok bool
+			if b, ok = AppendJSONValue(b, e, html); !ok {
+				return b, false
+			}
+		}
+		return append(b, ']'), true
+	case map[string]any:
+		if x == nil {
+			return append(b, "null"...), true
+		}
+		var small [16]string
+		keys := small[:0]
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k, html)
+			b = append(b, ':')
+			var ok bool
+			if b, ok = AppendJSONValue(b, x[k], html); !ok {
+				return b, false
+			}
+		}
+		return append(b, '}'), true
+	}
+	return b, false
 }
 
 // AuditID returns the Audit-ID of a JWS Compact string: lowercase hex
