@@ -61,10 +61,11 @@ BENCH_GO    := go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benc
 
 bench:
 	mkdir -p $(BENCH_OUT)
+	date +%s > $(BENCH_OUT)/started
 	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) -timeout 15m $(BENCH_PKGS) 2>&1 | grep -v '^{"level"' | tee $(BENCH_OUT)/go-bench.txt
 	! grep -Eq '^(FAIL|panic:|--- FAIL)' $(BENCH_OUT)/go-bench.txt
 	rm -rf $(BENCH_OUT)/load
 	bash scripts/bench/load.sh -out $(BENCH_OUT)/load $(LOAD_ARGS)
 	$(GO) run ./scripts/bench/perfdoc -go $(BENCH_OUT)/go-bench.txt -load $(BENCH_OUT)/load \
 		-medians $(BENCH_OUT)/go-bench-medians.md -out docs/performance.md \
-		-command "make bench" -go-command "$(BENCH_GO)"
+		-command "make bench" -go-command "$(BENCH_GO)" -started $(BENCH_OUT)/started

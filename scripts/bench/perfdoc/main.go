@@ -167,6 +167,7 @@ func num(v float64) string {
 // doc is the template's data.
 type doc struct {
 	Date, Command, GoCommand, GoVersion string
+	Elapsed                             string // wall time of the whole run, "" when not recorded
 	CPU                                 string
 	Medians                             string
 	LoadReport, Profiles                string
@@ -190,19 +191,20 @@ func main() {
 		medians  = flag.String("medians", "", "also write the medians table here")
 		command  = flag.String("command", "make bench", "the command that produced the inputs, for the document")
 		goCmd    = flag.String("go-command", "", "the go test command line, for the document")
+		started  = flag.String("started", "", "file holding the run's start as Unix seconds (written by make bench)")
 	)
 	flag.Parse()
 	if *goOut == "" {
 		fmt.Fprintln(os.Stderr, "perfdoc: -go is required")
 		os.Exit(2)
 	}
-	if err := run(*goOut, *loadDir, *tmplPath, *out, *medians, *command, *goCmd); err != nil {
+	if err := run(*goOut, *loadDir, *tmplPath, *out, *medians, *command, *goCmd, *started); err != nil {
 		fmt.Fprintln(os.Stderr, "perfdoc:", err)
 		os.Exit(1)
 	}
 }
 
-func run(goOut, loadDir, tmplPath, out, medians, command, goCmd string) error {
+func run(goOut, loadDir, tmplPath, out, medians, command, goCmd, started string) error {
 	f, err := os.Open(goOut)
 	if err != nil {
 		return err
@@ -222,6 +224,13 @@ func run(goOut, loadDir, tmplPath, out, medians, command, goCmd string) error {
 	}
 	d := doc{Date: time.Now().UTC().Format("2006-01-02"), Command: command, GoCommand: goCmd,
 		GoVersion: runtime.Version(), CPU: bs.cpu, Medians: bs.mediansTable()}
+	if started != "" {
+		if raw, ok := readOptional(started); ok {
+			if sec, err := strconv.ParseInt(raw, 10, 64); err == nil {
+				d.Elapsed = time.Since(time.Unix(sec, 0)).Round(time.Second).String()
+			}
+		}
+	}
 	if loadDir != "" {
 		d.LoadReport, d.LoadRan = readOptional(filepath.Join(loadDir, "report.md"))
 		d.Profiles, _ = readOptional(filepath.Join(loadDir, "profiles", "summary.md"))
