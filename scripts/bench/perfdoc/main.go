@@ -250,27 +250,13 @@ func run(goOut, loadDir, tmplPath, out, medians, command, goCmd, started string)
 		},
 		// ratio: a/b of one unit's medians, two decimals.
 		"ratio": func(pkg, a, b, unit string) (string, error) {
-			x, err := get(pkg, a, unit)
-			if err != nil {
-				return "", err
-			}
-			y, err := get(pkg, b, unit)
-			if err != nil {
-				return "", err
-			}
-			return strconv.FormatFloat(x/y, 'f', 2, 64), nil
+			x, y, err := pair(get, pkg, a, b, unit)
+			return strconv.FormatFloat(x/y, 'f', 2, 64), err
 		},
 		// diffus: a − b of one unit's medians, in µs.
 		"diffus": func(pkg, a, b, unit string) (string, error) {
-			x, err := get(pkg, a, unit)
-			if err != nil {
-				return "", err
-			}
-			y, err := get(pkg, b, unit)
-			if err != nil {
-				return "", err
-			}
-			return strconv.FormatFloat((x-y)/1000, 'f', 1, 64), nil
+			x, y, err := pair(get, pkg, a, b, unit)
+			return strconv.FormatFloat((x-y)/1000, 'f', 1, 64), err
 		},
 	}
 	tb, err := os.ReadFile(tmplPath)
@@ -290,6 +276,16 @@ func run(goOut, loadDir, tmplPath, out, medians, command, goCmd, started string)
 		return err
 	}
 	return os.WriteFile(out, buf.Bytes(), 0o644)
+}
+
+// pair returns the medians of unit for benchmarks a and b of pkg.
+func pair(get func(pkg, name, unit string) (float64, error), pkg, a, b, unit string) (float64, float64, error) {
+	x, err := get(pkg, a, unit)
+	if err != nil {
+		return 0, 0, err
+	}
+	y, err := get(pkg, b, unit)
+	return x, y, err
 }
 
 func fmtOf(v float64, err error) (string, error) {
