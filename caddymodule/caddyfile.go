@@ -78,8 +78,20 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	// Single-valued knobs given twice are refused rather than letting the
+	// last one win silently; list knobs (agents, allow, upstream…) add up.
+	seen := map[string]bool{}
 	for d.NextBlock(0) {
 		key := d.Val()
+		switch key {
+		case "agents", "endpoints", "recipes", "record_keys", "legacy", "allow", "disallow", "passthrough_methods",
+			"upstream", "alias", "redirect", "rate_limit":
+		default:
+			if seen[key] {
+				return d.Errf("%s is set twice; give it once", key)
+			}
+			seen[key] = true
+		}
 		switch key {
 		case "name", "server_id", "identity", "mode", "catalog", "on_policy_change", "records_dir", "fsync":
 			v, err := oneArg(d)
@@ -226,6 +238,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("rate_limit: burst %q is not a positive integer", args[2])
 				}
 			}
+			if seen["rate_limit "+args[0]] {
+				return d.Errf("rate_limit %s is set twice; give it once", args[0])
+			}
+			seen["rate_limit "+args[0]] = true
 			switch args[0] {
 			case "rcns":
 				h.RateLimitPerMinute, h.RateLimitBurst = rate, burst

@@ -89,6 +89,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redirect arity", "redirect A /b C", "redirect"},
 		{"bad bool", "enabled maybe", "not true or false"},
 		{"negative upstream timeout", "upstream a http://127.0.0.1:1 {\n\t\t\ttimeout -1s\n\t\t}", "upstream a: timeout: \"-1s\" must be a positive duration"},
+		{"knob twice", "mode optimistic\n\t\tmode confirm-first", "mode is set twice"},
+		{"rate limit twice", "rate_limit rcns 10\n\t\trate_limit rcns 20", "rate_limit rcns is set twice"},
 		{"zero upstream timeout", "upstream a http://127.0.0.1:1 {\n\t\t\ttimeout 0s\n\t\t}", "must be a positive duration"},
 	}
 	for _, tc := range tests {

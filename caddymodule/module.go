@@ -50,7 +50,9 @@ const (
 type Handler struct {
 	// Name keys the state kept across config reloads (contracts,
 	// tombstones, attempt records, record chains). Handlers with the same
-	// name share state. Default "default".
+	// name share state, and it names the default records directory
+	// (<Caddy data dir>/rcns/<name>): 1-64 characters of A-Z a-z 0-9
+	// . _ -, not "." or "..". Default "default".
 	Name string `json:"name,omitempty"`
 	// ServerID is sent as Server-ID on every AGTP response (spec §4).
 	// Default "caddy-rcns".
@@ -319,6 +321,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.pub = &manifestHolder{}
 	h.ctx = ctx
 	h.setDefaults()
+	if !validName(h.Name) {
+		return fmt.Errorf("rcns: name %q must be 1-64 characters of A-Z a-z 0-9 . _ - and not . or .. (it names the records directory)", h.Name)
+	}
 	if ev, err := ctx.App("events"); err == nil {
 		h.events, _ = ev.(*caddyevents.App)
 	}
@@ -593,6 +598,20 @@ func (h *Handler) anonymousDiscovery() bool {
 
 func (h *Handler) scopeRequired() bool {
 	return h.ScopeRequiredForInvocation == nil || *h.ScopeRequiredForInvocation
+}
+
+// validName reports whether n is a safe state and directory name.
+func validName(n string) bool {
+	if n == "" || len(n) > 64 || n == "." || n == ".." {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate checks the configuration's values (Provision does the

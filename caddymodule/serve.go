@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -139,8 +140,15 @@ func (h *Handler) serve(x *exchange) {
 			return
 		}
 		req.raw, req.body, req.hasBody = raw, obj, true
-		if x.taskID == "" {
-			x.taskID, _ = obj["task_id"].(string)
+		if bt, ok := obj["task_id"]; ok {
+			s, isString := bt.(string)
+			if !isString || !validHeaderValue(s) {
+				x.fail(errorf(400, "invalid-task-id", "the envelope task_id must be a string of visible characters (it is echoed in the Task-ID header)"))
+				return
+			}
+			if x.taskID == "" { // the Task-ID header, when sent, wins (agtp-09 §6.5.4 echoes it)
+				x.taskID = s
+			}
 		}
 	}
 
@@ -174,6 +182,10 @@ func (h *Handler) serve(x *exchange) {
 	path, err := policy.NormalizePath(r.URL.EscapedPath())
 	if err != nil {
 		x.fail(errorf(400, "invalid-path-encoding", "the request path's percent-encoding is invalid: "+err.Error()))
+		return
+	}
+	if e := checkQuery(r.URL.RawQuery); e != nil {
+		x.fail(e)
 		return
 	}
 	x.method, x.path = h.methods.ApplyRedirects(x.method, path)
@@ -345,6 +357,43 @@ func catalogWarning(info *policy.MethodInfo) string {
 		s += "; removed_in=" + info.RemovedIn
 	}
 	return s
+}
+
+// checkQuery refuses a query string that net/url would partly drop (a
+// malformed percent-escape, a ';' separator) or whose decoded keys or
+// values are not UTF-8: every tier reads parameters from the same
+// pairs the agent sent, or the request is refused (400 invalid-query).
+func checkQuery(raw string) *wireError {
+	if raw == "" {
+		return nil
+	}
+	vals, err := url.ParseQuery(raw)
+	if err != nil {
+		return errorf(400, "invalid-query", "the query string is malformed (a bad percent-escape or a ';' separator); encode each pair as key=value joined by '&'")
+	}
+	for k, vs := range vals {
+		if !utf8.ValidString(k) {
+			return errorf(400, "invalid-query", "a query key is not UTF-8 once percent-decoded")
+		}
+		for _, v := range vs {
+			if !utf8.ValidString(v) {
+				return errorf(400, "invalid-query", "a query value is not UTF-8 once percent-decoded")
+			}
+		}
+	}
+	return nil
+}
+
+// validHeaderValue reports whether s can be echoed in a response
+// header: visible ASCII, spaces and tabs, or UTF-8 text without control
+// characters.
+func validHeaderValue(s string) bool {
+	for _, c := range s {
+		if c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return utf8.ValidString(s)
 }
 
 // decodeBody decodes a request body as exactly one JSON value (RFC

@@ -125,3 +125,32 @@ func TestContractAnswerEncoding(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckQuery(t *testing.T) {
+	for _, ok := range []string{"", "a=1", "a=1&b=x+y", "k=%C3%A9", "a=&b", "a=1&a=2"} {
+		if e := checkQuery(ok); e != nil {
+			t.Errorf("checkQuery(%q) = %s, want nil", ok, e.Explanation)
+		}
+	}
+	for _, bad := range []string{"x=%zz", "x=1;y=2", "doc=%ff", "%ff=1", "a=%"} {
+		if e := checkQuery(bad); e == nil || e.Status != 400 || e.Reason != "invalid-query" {
+			t.Errorf("checkQuery(%q) = %+v, want 400 invalid-query", bad, e)
+		}
+	}
+}
+
+func TestValidHeaderValue(t *testing.T) {
+	for s, want := range map[string]bool{"t-1": true, "a b\tc": true, "é": true, "a\r\nb": false, "a\x00": false, "\x7f": false, "caf\xe9": false} {
+		if got := validHeaderValue(s); got != want {
+			t.Errorf("validHeaderValue(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+func TestValidName(t *testing.T) {
+	for n, want := range map[string]bool{"default": true, "hotel-1.v2_x": true, "": false, ".": false, "..": false, "../../escaped": false, "a/b": false, "a b": false, strings.Repeat("a", 65): false} {
+		if got := validName(n); got != want {
+			t.Errorf("validName(%q) = %v, want %v", n, got, want)
+		}
+	}
+}

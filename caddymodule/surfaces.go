@@ -48,6 +48,21 @@ func stringParam(p map[string]any, name string) (string, bool) {
 	return s, ok && s != ""
 }
 
+// wrongTypeParams answers 400 invalid-parameter, and returns true, when
+// one of the named parameters is present but not a string (so a target
+// of 5 is not reported as a missing target).
+func wrongTypeParams(x *exchange, p map[string]any, what string, names ...string) bool {
+	for _, n := range names {
+		if v, ok := p[n]; ok && v != nil {
+			if _, isString := v.(string); !isString {
+				x.fail(errorf(400, "invalid-parameter", fmt.Sprintf("%s: parameter %s must be a string", what, n)))
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // synthesisParam reads a synthesis_id parameter: missing → 400
 // parameter-required, malformed → 400 invalid-synthesis-id.
 func synthesisParam(x *exchange, p map[string]any, what string) (string, bool) {
@@ -127,6 +142,9 @@ func (h *Handler) inspectAll(req *request) bool {
 // inspect serves INSPECT target=contract and target=rcns-attempt (spec
 // §17.3).
 func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
+	if wrongTypeParams(x, p, "INSPECT", "target", "attempt_id", "agent_id") {
+		return
+	}
 	target, _ := stringParam(p, "target")
 	switch target {
 	case "contract":
@@ -187,6 +205,9 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 // revoke serves REVOKE target=contract and target=stale-contracts
 // (spec §14.4 paths 2 and 4).
 func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
+	if wrongTypeParams(x, p, "REVOKE", "target", "reason") {
+		return
+	}
 	target, _ := stringParam(p, "target")
 	switch target {
 	case "contract":

@@ -188,6 +188,16 @@ func TestAmbiguousBodiesAndPaths(t *testing.T) {
 	dup := `{"parameters":{"guest_id":"g-1","guest_id":"g-2","property_id":"p-1","check_in":"2026-12-01","nights":2}}`
 	r := w.GW.Do(t, "BOOK", "/room", hdr(a1, scope, "Allow-RCNS", "true", "Content-Type", "application/json"), dup)
 	assertErrorBody(t, r, 400, "duplicate-key")
+	// A query net/url would partly drop, or one that is not UTF-8, is
+	// refused rather than read without the bad pairs.
+	for _, q := range []string{"x=%zz", "x=1;y=2", "doc=%ff"} {
+		assertErrorBody(t, w.GW.Do(t, "FETCH", "/guests/g-1?"+q, hdr(a1, "hotel:read"), nil), 400, "invalid-query")
+	}
+	assertErrorBody(t, w.GW.Do(t, "DISCOVER", "/contracts?cursor=%%%", hdr(a1, ""), nil), 400, "invalid-query")
+	// A task_id that is not a string, or that a header could not carry.
+	for _, body := range []string{`{"task_id":5,"parameters":{}}`, `{"task_id":"a\r\nb","parameters":{}}`} {
+		assertErrorBody(t, w.GW.Do(t, "BOOK", "/room", hdr(a1, scope, "Allow-RCNS", "true", "Content-Type", "application/json"), body), 400, "invalid-task-id")
+	}
 
 	r = w.GW.Do(t, "BOOK", "/%72oom", hdr(a1, scope, "Allow-RCNS", "true"), bookBody())
 	wantStatus(t, r, 263)

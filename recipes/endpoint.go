@@ -461,8 +461,12 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		var err error
 		if out, err = decodeUpstream(raw); err != nil {
 			var se *jsonv2.SemanticError
-			if errors.As(err, &se) {
+			var syn *jsontext.SyntacticError
+			switch {
+			case errors.As(err, &se):
 				return nil, fail(ErrUpstreamMalformed, fmt.Sprintf("upstream %s answered %d with JSON this gateway cannot represent (a number out of range)", s.up.Name, resp.StatusCode), resp.StatusCode)
+			case errors.As(err, &syn) && syn.Err != nil && strings.Contains(syn.Err.Error(), "max depth"):
+				return nil, fail(ErrUpstreamMalformed, fmt.Sprintf("upstream %s answered %d with JSON nested deeper than 10000 levels", s.up.Name, resp.StatusCode), resp.StatusCode)
 			}
 			return nil, fail(ErrUpstreamMalformed, fmt.Sprintf("upstream %s answered %d with a body that is not JSON", s.up.Name, resp.StatusCode), resp.StatusCode)
 		}
