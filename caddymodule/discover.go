@@ -126,7 +126,7 @@ var (
 )
 
 func (x *exchange) page(path string, keys []string, cursorForm *regexp.Regexp) (int, int, map[string]string, *wireError) {
-	q := x.r.URL.Query()
+	q := x.query
 	limit := defaultPageLimit
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)

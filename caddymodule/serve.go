@@ -184,8 +184,8 @@ func (h *Handler) serve(x *exchange) {
 		x.fail(errorf(400, "invalid-path-encoding", "the request path's percent-encoding is invalid: "+err.Error()))
 		return
 	}
-	if e := checkQuery(r.URL.RawQuery); e != nil {
-		x.fail(e)
+	if x.query, err = parseQuery(r.URL.RawQuery); err != nil {
+		x.fail(errorf(400, "invalid-query", err.Error()))
 		return
 	}
 	x.method, x.path = h.methods.ApplyRedirects(x.method, path)
@@ -359,29 +359,30 @@ func catalogWarning(info *policy.MethodInfo) string {
 	return s
 }
 
-// checkQuery refuses a query string that net/url would partly drop (a
-// malformed percent-escape, a ';' separator) or whose decoded keys or
-// values are not UTF-8: every tier reads parameters from the same
-// pairs the agent sent, or the request is refused (400 invalid-query).
-func checkQuery(raw string) *wireError {
+// parseQuery parses the request's query once for every tier, refusing
+// what net/url would partly drop (a malformed percent-escape, a ';'
+// separator) and keys or values that are not UTF-8: parameters come from
+// the pairs the agent sent, or the request is refused (400
+// invalid-query, with the returned error as the explanation).
+func parseQuery(raw string) (url.Values, error) {
 	if raw == "" {
-		return nil
+		return nil, nil
 	}
 	vals, err := url.ParseQuery(raw)
 	if err != nil {
-		return errorf(400, "invalid-query", "the query string is malformed (a bad percent-escape or a ';' separator); encode each pair as key=value joined by '&'")
+		return nil, errors.New("the query string is malformed (a bad percent-escape or a ';' separator); encode each pair as key=value joined by '&'")
 	}
 	for k, vs := range vals {
 		if !utf8.ValidString(k) {
-			return errorf(400, "invalid-query", "a query key is not UTF-8 once percent-decoded")
+			return nil, errors.New("a query key is not UTF-8 once percent-decoded")
 		}
 		for _, v := range vs {
 			if !utf8.ValidString(v) {
-				return errorf(400, "invalid-query", "a query value is not UTF-8 once percent-decoded")
+				return nil, errors.New("a query value is not UTF-8 once percent-decoded")
 			}
 		}
 	}
-	return nil
+	return vals, nil
 }
 
 // validHeaderValue reports whether s can be echoed in a response
@@ -552,7 +553,7 @@ func (x *exchange) input(req *request, params map[string]string) (map[string]any
 			in[k] = v
 		}
 	}
-	for k, vs := range x.r.URL.Query() {
+	for k, vs := range x.query {
 		if _, inBody := in[k]; !inBody && len(vs) > 0 {
 			in[k] = vs[len(vs)-1]
 		}

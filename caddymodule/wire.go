@@ -5,6 +5,7 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -50,6 +51,7 @@ type exchange struct {
 	h          *Handler
 	w          http.ResponseWriter
 	r          *http.Request
+	query      url.Values // the request query, parsed and checked once (parseQuery)
 	taskID     string
 	requestID  string
 	agentID    string // verbatim header value
