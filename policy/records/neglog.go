@@ -597,12 +597,14 @@ func appendJCSInt(b []byte, i int64) ([]byte, bool) {
 	return strconv.AppendInt(b, i, 10), true
 }
 
-// appendJCSString is RFC 8785 §3.2.2.2 (ECMAScript JSON.stringify).
+// AppendJCSString appends s as an RFC 8785 string (§3.2.2.2, ECMAScript
+// JSON.stringify: only '"', '\\' and controls escaped) and reports true;
+// for invalid UTF-8 it appends nothing and reports false (the caller
+// falls back to json.Marshal + jcs.Transform, which replace it).
 func AppendJCSString(b []byte, s string) ([]byte, bool) {
 	if !utf8.ValidString(s) {
 		return b, false
 	}
-	const hexd = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
@@ -610,27 +612,33 @@ func AppendJCSString(b []byte, s string) ([]byte, bool) {
 		if c >= 0x20 && c != '"' && c != '\\' {
 			continue
 		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\t':
-			b = append(b, '\\', 't')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\f':
-			b = append(b, '\\', 'f')
-		case '\r':
-			b = append(b, '\\', 'r')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&0xf])
-		}
+		b = appendEscapedByte(append(b, s[start:i]...), c)
 		start = i + 1
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"'), true
+}
+
+// appendEscapedByte appends the JSON escape of an ASCII byte both RFC
+// 8785 and encoding/json write the same way: '"' and '\\' backslashed,
+// \b \t \n \f \r short, any other byte as \u00XX.
+func appendEscapedByte(b []byte, c byte) []byte {
+	const hexd = "0123456789abcdef"
+	switch c {
+	case '"', '\\':
+		return append(b, '\\', c)
+	case '\b':
+		return append(b, '\\', 'b')
+	case '\t':
+		return append(b, '\\', 't')
+	case '\n':
+		return append(b, '\\', 'n')
+	case '\f':
+		return append(b, '\\', 'f')
+	case '\r':
+		return append(b, '\\', 'r')
+	}
+	return append(b, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&0xf])
 }
 
 func canonicalSlow(v any) ([]byte, error) {

@@ -254,23 +254,7 @@ func appendJSONString(b []byte, s string, html bool) []byte {
 				i++
 				continue
 			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&0xf])
-			}
+			b = appendEscapedByte(append(b, s[start:i]...), c)
 			i++
 			start = i
 			continue
