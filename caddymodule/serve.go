@@ -538,20 +538,14 @@ var envelopeKeys = map[string]bool{"method": true, "task_id": true, "session_id"
 // value wins), plus template parameters (a different body value is an
 // error).
 func (x *exchange) input(req *request, params map[string]string) (map[string]any, *wireError) {
-	in := map[string]any{}
 	for k := range req.body {
 		if !envelopeKeys[k] {
 			return nil, errorf(400, "invalid-envelope", fmt.Sprintf("unknown envelope field %q; put the input under \"parameters\"", k))
 		}
 	}
-	if p, ok := req.body["parameters"]; ok && p != nil {
-		obj, ok := p.(map[string]any)
-		if !ok {
-			return nil, errorf(400, "invalid-envelope", "\"parameters\" must be a JSON object")
-		}
-		for k, v := range obj {
-			in[k] = v
-		}
+	in, e := envelopeParameters(req)
+	if e != nil {
+		return nil, e
 	}
 	for k, vs := range x.query {
 		if _, inBody := in[k]; !inBody && len(vs) > 0 {

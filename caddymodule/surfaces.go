@@ -21,15 +21,9 @@ import (
 // merged with top-level body keys (spec OP-25); a key given both ways
 // with different values is 400.
 func params(req *request) (map[string]any, *wireError) {
-	out := map[string]any{}
-	if p, ok := req.body["parameters"]; ok && p != nil {
-		obj, ok := p.(map[string]any)
-		if !ok {
-			return nil, errorf(400, "invalid-envelope", "\"parameters\" must be a JSON object")
-		}
-		for k, v := range obj {
-			out[k] = v
-		}
+	out, e := envelopeParameters(req)
+	if e != nil {
+		return nil, e
 	}
 	for k, v := range req.body {
 		if envelopeKeys[k] {
@@ -39,6 +33,23 @@ func params(req *request) (map[string]any, *wireError) {
 			return nil, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given twice with different values", k))
 		}
 		out[k] = v
+	}
+	return out, nil
+}
+
+// envelopeParameters returns a copy of the envelope's "parameters"
+// object (empty when absent or null); 400 invalid-envelope when it is
+// not an object.
+func envelopeParameters(req *request) (map[string]any, *wireError) {
+	out := map[string]any{}
+	if p, ok := req.body["parameters"]; ok && p != nil {
+		obj, ok := p.(map[string]any)
+		if !ok {
+			return nil, errorf(400, "invalid-envelope", "\"parameters\" must be a JSON object")
+		}
+		for k, v := range obj {
+			out[k] = v
+		}
 	}
 	return out, nil
 }
