@@ -16,4 +16,4 @@ trap 'rm -rf "$work"' EXIT
 	dpkg -x prometheus_*.deb root
 )
 cp "$work/root/usr/bin/promtool" .tools/bin/promtool
-.tools/bin/promtool --version | head -n 1
+.tools/bin/promtool --version | sed -n 1p
