@@ -142,7 +142,14 @@ end=$((SECONDS + MAX_SECONDS))
 while [ "$SECONDS" -lt "$end" ]; do
 	for pid in "${PIDS[@]}"; do
 		if ! kill -0 "$pid" 2>/dev/null; then
-			die "a demo process ($pid) exited; see $WORK (KEEP_DEMO_WORK=1 keeps it)"
+			# The work folder goes with cleanup unless kept, so show the
+			# logs now rather than point at a folder about to vanish.
+			say "demo: a demo process ($pid) exited; the last lines of its logs:" >&2
+			tail -n 20 "$WORK/json-server.log" "$WORK/caddy.log" >&2 2>/dev/null || true
+			if [ "${KEEP_DEMO_WORK:-}" != 1 ]; then
+				say "demo: run with KEEP_DEMO_WORK=1 to keep $WORK" >&2
+			fi
+			exit 1
 		fi
 	done
 	sleep 1 &
