@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -204,7 +203,8 @@ type Handler struct {
 	// Redirects rewrite (method, path) pairs (spec §5.4).
 	Redirects []RedirectConfig `json:"redirects,omitempty"`
 	// PassthroughMethods go to the next handler when Agent-ID is absent,
-	// even when they are catalog methods (e.g. PURGE).
+	// even when they are catalog methods (e.g. PURGE). Each is a method
+	// token (3 to 32 upper-case letters), as in Allow and Disallow.
 	PassthroughMethods []string `json:"passthrough_methods,omitempty"`
 
 	logger    *zap.Logger
@@ -362,8 +362,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("rcns: method policy: %v", err)
 	}
 	h.passthru = map[string]bool{}
-	for _, m := range h.PassthroughMethods {
-		h.passthru[strings.ToUpper(m)] = true
+	for i, m := range h.PassthroughMethods {
+		// The method-token rule of allow and disallow: a request method is
+		// compared as sent, so "fetch" or "12" would never match.
+		if !policy.ValidMethodToken(m) {
+			return fmt.Errorf("rcns: passthrough_methods[%d] %q does not match ^[A-Z]+$ with length 3..32 (a method token, as in allow and disallow)", i, m)
+		}
+		h.passthru[m] = true
 	}
 	h.upstreams = map[string]*recipes.Upstream{}
 	names := make([]string, 0, len(h.Upstreams))

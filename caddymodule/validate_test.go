@@ -1,0 +1,87 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+)
+
+// validateCaddyfile adapts an rcns block with body inside (records_dir
+// off) and loads the result as `caddy validate` does: every module
+// provisioned and validated, nothing started.
+func validateCaddyfile(t *testing.T, body string) error {
+	t.Helper()
+	src := ":8080 {\n\trcns {\n\t\trecords_dir off\n\t\t" + body + "\n\t}\n}\n"
+	raw, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		t.Fatalf("adapt: %v", err)
+	}
+	return validateJSON(t, raw)
+}
+
+// validateHandlerJSON loads a config whose one route is the rcns handler
+// with the given JSON members (records_dir off), as `caddy validate`
+// does with a JSON config.
+func validateHandlerJSON(t *testing.T, members string) error {
+	t.Helper()
+	if members != "" {
+		members = "," + members
+	}
+	raw := `{"apps":{"http":{"servers":{"s":{"listen":[":8080"],"routes":[{"handle":[{"handler":"rcns","records_dir":"off"` + members + `}]}]}}}}}`
+	return validateJSON(t, []byte(raw))
+}
+
+func validateJSON(t *testing.T, raw []byte) error {
+	t.Helper()
+	var cfg caddy.Config
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatalf("config JSON: %v\n%s", err, raw)
+	}
+	cfg.Admin = &caddy.AdminConfig{Disabled: true}
+	return caddy.Validate(&cfg)
+}
+
+// configCase is one configuration checked both ways: as Caddyfile lines
+// and as the handler's JSON members. want is empty for a config that
+// must load, else a fragment of the error.
+type configCase struct {
+	name, caddyfile, json, want string
+}
+
+func runConfigCases(t *testing.T, cases []configCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			check := func(how string, err error) {
+				t.Helper()
+				switch {
+				case tc.want == "" && err != nil:
+					t.Errorf("%s: refused a valid config: %v", how, err)
+				case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+					t.Errorf("%s: err = %v, want it to mention %q", how, err, tc.want)
+				}
+			}
+			if tc.caddyfile != "" {
+				check("Caddyfile", validateCaddyfile(t, tc.caddyfile))
+			}
+			if tc.json != "" {
+				check("JSON", validateHandlerJSON(t, tc.json))
+			}
+		})
+	}
+}
+
+// TestPassthroughMethodsValidated: passthrough_methods takes method
+// tokens, checked like allow and disallow.
+func TestPassthroughMethodsValidated(t *testing.T) {
+	runConfigCases(t, []configCase{
+		{"custom method", "passthrough_methods PURGE FETCH", `"passthrough_methods":["PURGE","FETCH"]`, ""},
+		{"lower case", "passthrough_methods fetch", `"passthrough_methods":["fetch"]`, `passthrough_methods[0] "fetch" does not match ^[A-Z]+$ with length 3..32`},
+		{"digits", "passthrough_methods PURGE 12", `"passthrough_methods":["PURGE","12"]`, `passthrough_methods[1] "12"`},
+		{"too short", "passthrough_methods GO", `"passthrough_methods":["GO"]`, `passthrough_methods[0] "GO"`},
+		{"allow lower case (the same rule)", "allow fetch", `"allow":["fetch"]`, `allow[0] "fetch" does not match ^[A-Z]+$ with length 3..32`},
+	})
+}
