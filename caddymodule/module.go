@@ -110,6 +110,9 @@ type Handler struct {
 	// MaxContracts bounds live contracts in all. Default 100000.
 	MaxContracts int `json:"max_contracts,omitempty"`
 	// MaxContractsPerAgent bounds live contracts per agent. Default 100.
+	// Set, it must not exceed MaxContracts (or MaxContracts' default,
+	// 100000, when that is unset); a MaxContracts below 100 with this
+	// unset is fine: the total binds first.
 	MaxContractsPerAgent int `json:"max_contracts_per_agent,omitempty"`
 	// MaxRequestBody bounds request bodies in bytes (413 above).
 	// Default 1 MiB.
@@ -157,7 +160,10 @@ type Handler struct {
 	// Default 100000.
 	IdempotencyMaxRecords int `json:"idempotency_max_records,omitempty"`
 	// IdempotencyMaxPerAgent bounds one agent's idempotency records; an
-	// agent over it gets 503 idempotency-store-full. Default 10000.
+	// agent over it gets 503 idempotency-store-full. Default 10000. Set,
+	// it must not exceed IdempotencyMaxRecords (or its default, 100000,
+	// when that is unset); an IdempotencyMaxRecords below 10000 with this
+	// unset is fine: the total binds first.
 	IdempotencyMaxPerAgent int `json:"idempotency_max_per_agent,omitempty"`
 
 	// RecordKeys are PEM files of Ed25519 private keys (PKCS#8) that sign
@@ -657,6 +663,32 @@ func (h *Handler) Validate() error {
 	}
 	if time.Duration(h.ContractTTL) < 0 || time.Duration(h.TombstoneTTL) < 0 || time.Duration(h.CompositionTimeout) < 0 {
 		return fmt.Errorf("rcns: durations must not be negative")
+	}
+	if err := perAgentBound("max_contracts", h.MaxContracts, defaultMaxContracts, "max_contracts_per_agent", h.MaxContractsPerAgent); err != nil {
+		return err
+	}
+	if err := perAgentBound("idempotency_max_records", h.IdempotencyMaxRecords, idempotency.DefaultMaxRecords, "idempotency_max_per_agent", h.IdempotencyMaxPerAgent); err != nil {
+		return err
+	}
+	return nil
+}
+
+// defaultMaxContracts is the max_contracts default (recipes.NewStore's
+// default for StoreLimits.MaxContracts).
+const defaultMaxContracts = 100000
+
+// perAgentBound refuses a per-agent bound set above the total bound it
+// is part of (the total as set, or its default when unset): the
+// per-agent bound would never apply. A total set below the default
+// per-agent bound is fine: the total then binds first.
+func perAgentBound(totalKnob string, total, totalDefault int, perKnob string, per int) error {
+	switch {
+	case per <= 0:
+		return nil
+	case total > 0 && per > total:
+		return fmt.Errorf("rcns: %s %d is above %s %d, so it would never apply; lower %s or raise %s", perKnob, per, totalKnob, total, perKnob, totalKnob)
+	case total <= 0 && per > totalDefault:
+		return fmt.Errorf("rcns: %s %d is above the default %s %d; set %s to at least %d, or lower %s", perKnob, per, totalKnob, totalDefault, totalKnob, per, perKnob)
 	}
 	return nil
 }

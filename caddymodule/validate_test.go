@@ -85,3 +85,23 @@ func TestPassthroughMethodsValidated(t *testing.T) {
 		{"allow lower case (the same rule)", "allow fetch", `"allow":["fetch"]`, `allow[0] "fetch" does not match ^[A-Z]+$ with length 3..32`},
 	})
 }
+
+// TestPerAgentBounds: a per-agent bound above the total it is part of
+// (given, or its default) is refused; a total set below the default
+// per-agent bound is accepted (the total then binds first).
+func TestPerAgentBounds(t *testing.T) {
+	runConfigCases(t, []configCase{
+		{"contracts equal", "max_contracts 10\n\t\tmax_contracts_per_agent 10", `"max_contracts":10,"max_contracts_per_agent":10`, ""},
+		{"contracts per agent above total", "max_contracts 5\n\t\tmax_contracts_per_agent 10", `"max_contracts":5,"max_contracts_per_agent":10`,
+			"max_contracts_per_agent 10 is above max_contracts 5"},
+		{"contracts per agent above default total", "max_contracts_per_agent 200000", `"max_contracts_per_agent":200000`,
+			"max_contracts_per_agent 200000 is above the default max_contracts 100000; set max_contracts to at least 200000"},
+		{"contracts total below default per agent", "max_contracts 50", `"max_contracts":50`, ""},
+		{"idempotency equal", "idempotency_max_records 100\n\t\tidempotency_max_per_agent 100", `"idempotency_max_records":100,"idempotency_max_per_agent":100`, ""},
+		{"idempotency per agent above total", "idempotency_max_records 5\n\t\tidempotency_max_per_agent 100", `"idempotency_max_records":5,"idempotency_max_per_agent":100`,
+			"idempotency_max_per_agent 100 is above idempotency_max_records 5"},
+		{"idempotency per agent above default total", "idempotency_max_per_agent 100001", `"idempotency_max_per_agent":100001`,
+			"idempotency_max_per_agent 100001 is above the default idempotency_max_records 100000"},
+		{"idempotency total below default per agent", "idempotency_max_records 500", `"idempotency_max_records":500`, ""},
+	})
+}
