@@ -98,6 +98,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return err
 			}
+			// In JSON "" means unset (the default); a Caddyfile line
+			// with an empty value is a mistake, not a request for it.
+			if v == "" {
+				return d.Errf("%s: empty value; leave the line out for the default", key)
+			}
 			switch key {
 			case "name":
 				h.Name = v

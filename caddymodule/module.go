@@ -53,7 +53,9 @@ type Handler struct {
 	// (<Caddy data dir>/rcns/<name>): 1-64 characters of A-Z a-z 0-9
 	// . _ -, not "." or "..". Default "default".
 	Name string `json:"name,omitempty"`
-	// ServerID is sent as Server-ID on every AGTP response (spec §4).
+	// ServerID is sent as Server-ID on every AGTP response (spec §4) and
+	// published as the manifest's server.server_id: 1-255 visible ASCII
+	// characters (no spaces, control characters or non-ASCII bytes).
 	// Default "caddy-rcns".
 	ServerID string `json:"server_id,omitempty"`
 	// Identity selects how Agent-ID is proven (ARCHITECTURE.md
@@ -625,6 +627,22 @@ func validName(n string) bool {
 	return true
 }
 
+// validServerID reports whether id can be sent as the Server-ID header
+// and read back unchanged: 1-255 visible ASCII characters (RFC 9110
+// VCHAR). A control character (a newline would end the header), a space
+// (trimmed at the ends by recipients) or a non-ASCII byte is refused.
+func validServerID(id string) bool {
+	if id == "" || len(id) > 255 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 // Validate checks the configuration's values (Provision does the
 // loading).
 func (h *Handler) Validate() error {
@@ -648,6 +666,9 @@ func (h *Handler) Validate() error {
 	}
 	if h.SignatureMaxAge < 0 || h.SignatureSkew < 0 || h.ReplayCacheSize < 0 {
 		return fmt.Errorf("rcns: signature limits must not be negative")
+	}
+	if !validServerID(h.ServerID) {
+		return fmt.Errorf("rcns: server_id %q must be 1-255 visible ASCII characters (no spaces, control characters or non-ASCII): it is sent as the Server-ID response header", h.ServerID)
 	}
 	if h.MinTrustTier < 1 || h.MinTrustTier > 3 {
 		return fmt.Errorf("rcns: min_trust_tier must be 1..3, not %d", h.MinTrustTier)

@@ -11,13 +11,14 @@ import (
 
 // validateCaddyfile adapts an rcns block with body inside (records_dir
 // off) and loads the result as `caddy validate` does: every module
-// provisioned and validated, nothing started.
+// provisioned and validated, nothing started. An adapter error is
+// returned as it is.
 func validateCaddyfile(t *testing.T, body string) error {
 	t.Helper()
 	src := ":8080 {\n\trcns {\n\t\trecords_dir off\n\t\t" + body + "\n\t}\n}\n"
 	raw, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
 	if err != nil {
-		t.Fatalf("adapt: %v", err)
+		return err
 	}
 	return validateJSON(t, raw)
 }
@@ -103,5 +104,26 @@ func TestPerAgentBounds(t *testing.T) {
 		{"idempotency per agent above default total", "idempotency_max_per_agent 100001", `"idempotency_max_per_agent":100001`,
 			"idempotency_max_per_agent 100001 is above the default idempotency_max_records 100000"},
 		{"idempotency total below default per agent", "idempotency_max_records 500", `"idempotency_max_records":500`, ""},
+	})
+}
+
+// TestServerIDAndName: server_id is sent as a header and published in
+// the manifest, so it must be visible ASCII; an empty name or server_id
+// in the Caddyfile is refused (in JSON, "" is the same as leaving the
+// member out: the default).
+func TestServerIDAndName(t *testing.T) {
+	long := strings.Repeat("s", 256)
+	runConfigCases(t, []configCase{
+		{"server_id", "server_id gw-1.example.com", `"server_id":"gw-1.example.com"`, ""},
+		{"server_id of 255", "server_id " + long[:255], `"server_id":"` + long[:255] + `"`, ""},
+		{"server_id with a newline", "server_id \"gw\nX-Injected: 1\"", `"server_id":"gw\nX-Injected: 1"`, `server_id "gw\nX-Injected: 1" must be 1-255 visible ASCII characters`},
+		{"server_id with a space", `server_id "gw 1"`, `"server_id":"gw 1"`, "must be 1-255 visible ASCII characters"},
+		{"server_id with a control character", "", `"server_id":"gw\u0000"`, "must be 1-255 visible ASCII characters"},
+		{"server_id not ASCII", "server_id gw-é", `"server_id":"gw-é"`, "must be 1-255 visible ASCII characters"},
+		{"server_id too long", "server_id " + long, `"server_id":"` + long + `"`, "must be 1-255 visible ASCII characters"},
+		{"empty server_id", `server_id ""`, "", "server_id: empty value"},
+		{"empty name", `name ""`, "", "name: empty value"},
+		{"empty catalog", `catalog ""`, "", "catalog: empty value"},
+		{"bad name", `name "a/b"`, `"name":"a/b"`, "must be 1-64 characters"},
 	})
 }
