@@ -4,6 +4,7 @@
 package caddymodule
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -237,12 +238,55 @@ type Handler struct {
 
 // RedirectConfig rewrites one (method, path) pair before dispatch
 // (spec §5.4 policies.methods.redirects). An empty path matches any path
-// (from) or keeps the request path (to).
+// (from) or keeps the request path (to). FromPath must be in the RFC
+// 3986 normal form request paths are compared in, and a redirect of a
+// pair to itself is refused.
 type RedirectConfig struct {
 	FromMethod string `json:"from_method"`
 	FromPath   string `json:"from_path,omitempty"`
 	ToMethod   string `json:"to_method"`
 	ToPath     string `json:"to_path,omitempty"`
+}
+
+// String is the redirect as "FROM_METHOD from_path → TO_METHOD to_path",
+// "*" standing for an empty path.
+func (r RedirectConfig) String() string {
+	star := func(p string) string {
+		if p == "" {
+			return "*"
+		}
+		return p
+	}
+	return r.FromMethod + " " + star(r.FromPath) + " → " + r.ToMethod + " " + star(r.ToPath)
+}
+
+// check refuses what the method policy's syntax check lets through but
+// can never do anything: a FromPath no request path compares equal to
+// (request paths are compared in RFC 3986 normal form, spec §10 step 3,
+// before the path grammar of step 4, so a path the grammar refuses, such
+// as one ending in "/", can still be redirected), and a redirect of a
+// pair to itself.
+func (r RedirectConfig) check() error {
+	if r.FromPath != "" {
+		n, err := policy.NormalizePath(r.FromPath)
+		if err != nil {
+			return fmt.Errorf("from_path %q never matches: a request for it is refused with 400 invalid-path-encoding (%v)", r.FromPath, err)
+		}
+		if n != r.FromPath {
+			return fmt.Errorf("from_path %q never matches: request paths are compared in RFC 3986 normal form; write %q", r.FromPath, n)
+		}
+	}
+	to := r.FromPath
+	if r.ToPath != "" {
+		to = r.ToPath
+		if n, err := policy.NormalizePath(r.ToPath); err == nil {
+			to = n
+		}
+	}
+	if r.FromMethod == r.ToMethod && to == r.FromPath {
+		return errors.New("redirects the pair to itself; remove it")
+	}
+	return nil
 }
 
 // UpstreamConfig is one named upstream (ARCHITECTURE.md "Upstreams").
@@ -690,6 +734,11 @@ func (h *Handler) Validate() error {
 	}
 	if err := perAgentBound("idempotency_max_records", h.IdempotencyMaxRecords, idempotency.DefaultMaxRecords, "idempotency_max_per_agent", h.IdempotencyMaxPerAgent); err != nil {
 		return err
+	}
+	for i, r := range h.Redirects {
+		if err := r.check(); err != nil {
+			return fmt.Errorf("rcns: redirects[%d] (%s) %v", i, r, err)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,9 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -126,4 +129,64 @@ func TestServerIDAndName(t *testing.T) {
 		{"empty catalog", `catalog ""`, "", "catalog: empty value"},
 		{"bad name", `name "a/b"`, `"name":"a/b"`, "must be 1-64 characters"},
 	})
+}
+
+// TestRedirectsValidated: a redirect of a pair to itself, or from a path
+// no request can be compared equal to (request paths are compared in
+// RFC 3986 normal form, spec §10 step 3), is refused.
+func TestRedirectsValidated(t *testing.T) {
+	js := func(fm, fp, tm, tp string) string {
+		return `"redirects":[{"from_method":"` + fm + `","from_path":"` + fp + `","to_method":"` + tm + `","to_path":"` + tp + `"}]`
+	}
+	runConfigCases(t, []configCase{
+		{"pair", "redirect FETCH /a BOOK /b", js("FETCH", "/a", "BOOK", "/b"), ""},
+		{"method only", "redirect FETCH /a BOOK /a", js("FETCH", "/a", "BOOK", "/a"), ""},
+		{"every path to one", "redirect FETCH * FETCH /b", js("FETCH", "", "FETCH", "/b"), ""},
+		{"trailing slash repaired", "redirect FETCH /a/ FETCH /a", js("FETCH", "/a/", "FETCH", "/a"), ""},
+		{"to itself", "redirect FETCH /a FETCH /a", js("FETCH", "/a", "FETCH", "/a"), "redirects[0] (FETCH /a → FETCH /a) redirects the pair to itself"},
+		{"to itself, path kept", "redirect FETCH /a FETCH *", js("FETCH", "/a", "FETCH", ""), "redirects the pair to itself"},
+		{"every pair to itself", "redirect FETCH * FETCH *", js("FETCH", "", "FETCH", ""), "redirects[0] (FETCH * → FETCH *) redirects the pair to itself"},
+		{"to itself in another spelling", "redirect FETCH /a FETCH /%61", js("FETCH", "/a", "FETCH", "/%61"), "redirects the pair to itself"},
+		{"from an escaped unreserved character", "redirect FETCH /%61 BOOK /b", js("FETCH", "/%61", "BOOK", "/b"),
+			`from_path "/%61" never matches: request paths are compared in RFC 3986 normal form; write "/a"`},
+		{"from lower-case hex", "redirect FETCH /a%2fb BOOK /b", js("FETCH", "/a%2fb", "BOOK", "/b"), `write "/a%2Fb"`},
+		{"from a path that is not UTF-8", "redirect FETCH /%FF BOOK /b", js("FETCH", "/%FF", "BOOK", "/b"), `from_path "/%FF" never matches`},
+		{"from a malformed escape (method policy)", "redirect FETCH /%zz BOOK /b", js("FETCH", "/%zz", "BOOK", "/b"), `from_path "/%zz" is not a valid path`},
+	})
+}
+
+// TestRedirectFromPathOutsideTheGrammar: redirects apply before the path
+// grammar (spec §10 steps 3 and 4), so a from_path the grammar refuses
+// (a trailing "/") is matched and repaired, as docs/configuration.md
+// says; without the redirect the same request is 460.
+func TestRedirectFromPathOutsideTheGrammar(t *testing.T) {
+	up := benchUpstream(t)
+	docs := filepath.Join("..", "scripts", "bench", "docs")
+	for _, redirect := range []bool{true, false} {
+		h := &Handler{
+			Name:       "redirect-repair-" + strconv.FormatBool(redirect),
+			RecordsDir: "off",
+			Upstreams:  map[string]*UpstreamConfig{"bench": {URL: up.URL}},
+			Agents:     []string{filepath.Join(docs, "agents")},
+			Endpoints:  []string{filepath.Join(docs, "endpoints")},
+		}
+		if redirect {
+			h.Redirects = []RedirectConfig{{FromMethod: "FETCH", FromPath: "/items/1/", ToMethod: "FETCH", ToPath: "/items/1"}}
+		}
+		if err := h.Provision(benchContext(t)); err != nil {
+			t.Fatalf("Provision: %v", err)
+		}
+		if err := h.Validate(); err != nil {
+			t.Fatalf("Validate: %v", err)
+		}
+		t.Cleanup(func() { _ = h.Cleanup() })
+		w := &discardWriter{hdr: http.Header{}}
+		r := benchRequest(w, "FETCH", "/items/1/", "", map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read"})
+		if err := h.ServeHTTP(w, r, notFound); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{true: 200, false: 460}[redirect]; w.status != want {
+			t.Errorf("redirect %v: FETCH /items/1/ = %d %s, want %d", redirect, w.status, w.head, want)
+		}
+	}
 }
