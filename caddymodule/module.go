@@ -726,6 +726,9 @@ func (h *Handler) Validate() error {
 	if h.MaxRequestBody < 0 || h.MaxUpstreamResponse < 0 || h.MaxContracts < 0 || h.MaxContractsPerAgent < 0 || h.AttemptBuffer < 0 {
 		return fmt.Errorf("rcns: limits must not be negative")
 	}
+	if h.IdempotencyMaxRecords < 0 || h.IdempotencyMaxPerAgent < 0 || time.Duration(h.IdempotencyWindow) < 0 {
+		return fmt.Errorf("rcns: idempotency_window, idempotency_max_records and idempotency_max_per_agent must not be negative")
+	}
 	if time.Duration(h.ContractTTL) < 0 || time.Duration(h.TombstoneTTL) < 0 || time.Duration(h.CompositionTimeout) < 0 {
 		return fmt.Errorf("rcns: durations must not be negative")
 	}

@@ -190,3 +190,13 @@ func TestRedirectFromPathOutsideTheGrammar(t *testing.T) {
 		}
 	}
 }
+
+// TestNegativeLimitsJSON: JSON can say what the Caddyfile refuses; a
+// negative idempotency bound is an error, not the default.
+func TestNegativeLimitsJSON(t *testing.T) {
+	runConfigCases(t, []configCase{
+		{"idempotency_max_records", "", `"idempotency_max_records":-1`, "must not be negative"},
+		{"idempotency_max_per_agent", "", `"idempotency_max_per_agent":-1`, "must not be negative"},
+		{"idempotency_window", "", `"idempotency_window":-1000000000`, "must not be negative"},
+	})
+}
