@@ -673,8 +673,9 @@ func validName(n string) bool {
 
 // validServerID reports whether id can be sent as the Server-ID header
 // and read back unchanged: 1-255 visible ASCII characters (RFC 9110
-// VCHAR). A control character (a newline would end the header), a space
-// (trimmed at the ends by recipients) or a non-ASCII byte is refused.
+// VCHAR). A control character (a newline would end the header), a
+// non-ASCII byte and a space (recipients trim it at either end; an
+// identifier needs none inside) are refused.
 func validServerID(id string) bool {
 	if id == "" || len(id) > 255 {
 		return false
