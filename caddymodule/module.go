@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -405,13 +404,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.NoAliases {
 		h.methods.Aliases = map[string]string{}
 	}
-	for _, m := range h.Disallow {
-		if !h.methods.IsMethod(m) && !slices.Contains(policy.LegacyVerbs(), m) {
-			h.logger.Warn("disallow names a method this server would not serve anyway (not in the catalog, not allowed as custom)", zap.String("method", m))
-		}
-	}
 	if err := h.methods.Validate(); err != nil {
 		return fmt.Errorf("rcns: method policy: %v", err)
+	}
+	// Entries that load but are skipped (a disallow or redirect naming a
+	// method this server does not serve, RCNS §5.4 "skipped with a
+	// warning") or act unexpectedly (a legacy verb admitted without an
+	// alias) are logged once here, so a typo does not pass silently.
+	for _, w := range h.methods.Warnings() {
+		h.logger.Warn("method policy", zap.String("warning", w))
 	}
 	h.passthru = map[string]bool{}
 	for i, m := range h.PassthroughMethods {

@@ -64,6 +64,26 @@ func TestConfigValidControls(t *testing.T) {
 	}
 }
 
+// Method-policy entries that load but can never act (RCNS §5.4 "skipped
+// with a warning") are logged at start, naming the entry, so a typo in a
+// method name does not pass silently; the config still loads.
+func TestConfigMethodPolicyWarnings(t *testing.T) {
+	for _, c := range []struct{ name, extra, want string }{
+		{"disallow of a method not served", "\t\tdisallow FROBNICATE\n", `disallow[0] \"FROBNICATE\" is not a method of this server`},
+		{"redirect to a method not served", "\t\tredirect FETCH /a FROBNICATE /b\n", `redirects[0] to_method \"FROBNICATE\" is not a method of this server`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := caddyValidateEnv(t, configCase{extra: c.extra}.site(t), nil)
+			if err != nil {
+				t.Fatalf("caddy validate failed: %v\n%s", err, out)
+			}
+			if !strings.Contains(out, `"msg":"method policy"`) || !strings.Contains(out, c.want) {
+				t.Errorf("caddy validate output lacks the method policy warning %q:\n%s", c.want, out)
+			}
+		})
+	}
+}
+
 // §24 items 84–87b and the document rules of ARCHITECTURE.md: the load
 // fails, and the error names the document file (or the Caddyfile value).
 func TestConfigRejected(t *testing.T) {
