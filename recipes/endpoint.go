@@ -9,6 +9,7 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -200,8 +201,10 @@ func buildExternalService(doc *schema.Document, d *schema.ExternalServiceDoc, e 
 		headers: http.Header{}, inRename: d.InputTransform, outRename: d.OutputTransform,
 		errorMap: map[int]string{}, timeout: up.Timeout,
 	}
-	if d.TimeoutSeconds > 0 {
-		s.timeout = time.Duration(d.TimeoutSeconds * float64(time.Second))
+	if d.TimeoutSeconds != 0 {
+		if s.timeout, err = timeoutFromSeconds(d.TimeoutSeconds); err != nil {
+			return nil, doc.Errorf("/external_service/timeout_seconds", "endpoint %s %s: %v", e.Method, e.Path, err)
+		}
 	}
 	for k, src := range d.Query {
 		x, err := CompileExpr(src, nil)
@@ -246,6 +249,18 @@ func buildExternalService(doc *schema.Document, d *schema.ExternalServiceDoc, e 
 		s.errorMap[n] = name
 	}
 	return s, nil
+}
+
+// timeoutFromSeconds converts a document's timeout_seconds to a
+// time.Duration. It refuses a value outside MinCallTimeout to
+// MaxCallTimeout (and NaN) before converting, so the conversion can
+// neither overflow (1e12 s) nor truncate to zero (1e-10 s).
+func timeoutFromSeconds(sec float64) (time.Duration, error) {
+	if !(sec >= MinCallTimeout.Seconds() && sec <= MaxCallTimeout.Seconds()) {
+		return 0, fmt.Errorf("timeout_seconds %g is outside the allowed range %g to %g (%v to %v)",
+			sec, MinCallTimeout.Seconds(), MaxCallTimeout.Seconds(), MinCallTimeout, MaxCallTimeout)
+	}
+	return time.Duration(math.Round(sec * float64(time.Second))), nil
 }
 
 func forbiddenUpstreamHeader(k string) bool {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -645,6 +646,87 @@ func TestDecodeUpstream(t *testing.T) {
 	for _, bad := range []string{`{"a":1} {"b":2}`, `{"a":`, `nope`, `{"a":1e400}`} {
 		if _, err := decodeUpstream([]byte(bad)); err == nil {
 			t.Errorf("decodeUpstream(%s) = nil error, want one", bad)
+		}
+	}
+}
+
+// TestEndpointTimeoutBounds: timeout_seconds becomes the call's
+// timeout within MinCallTimeout to MaxCallTimeout; outside it the load
+// fails naming the endpoint and the field, by the schema or, for a
+// document that skipped it, by BuildEndpoint before any conversion (1e12
+// seconds overflowed time.Duration to a negative timeout; 1e-10 became 0).
+func TestEndpointTimeoutBounds(t *testing.T) {
+	up := newUpstream(t, "http://127.0.0.1:1")
+	for _, tc := range []struct {
+		value string
+		want  time.Duration
+	}{{"0.001", time.Millisecond}, {"0.25", 250 * time.Millisecond}, {"3600", time.Hour}} {
+		ep := buildEndpoint(t, endpointDoc("FETCH", "/things", "GET", "/x", "  timeout_seconds: "+tc.value+"\n"), up)
+		if ep.svc.timeout != tc.want {
+			t.Errorf("timeout_seconds %s: timeout = %v, want %v", tc.value, ep.svc.timeout, tc.want)
+		}
+	}
+	if ep := buildEndpoint(t, endpointDoc("FETCH", "/things", "GET", "/x", ""), up); ep.svc.timeout != up.Timeout {
+		t.Errorf("no timeout_seconds: timeout = %v, want the upstream's %v", ep.svc.timeout, up.Timeout)
+	}
+	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		if d, err := timeoutFromSeconds(v); err == nil {
+			t.Errorf("timeoutFromSeconds(%v) = %v, want an error", v, d)
+		}
+	}
+	for _, v := range []float64{1e12, 3600.001, 1e-10, 0.0009, -1} {
+		t.Run(fmt.Sprint(v), func(t *testing.T) {
+			src := endpointDoc("FETCH", "/things", "GET", "/x", fmt.Sprintf("  timeout_seconds: %g\n", v))
+			_, err := schema.Parse("bad.yaml", []byte(src), schema.KindEndpoint)
+			if err == nil || !strings.Contains(err.Error(), "bad.yaml:") || !strings.Contains(err.Error(), "/external_service/timeout_seconds") {
+				t.Errorf("Parse err = %v, want it to name the file and /external_service/timeout_seconds", err)
+			}
+			// The same document with the schema check bypassed: BuildEndpoint
+			// refuses it by itself.
+			doc, err := schema.Parse("bad.yaml", []byte(endpointDoc("FETCH", "/things", "GET", "/x", "  timeout_seconds: 1\n")), schema.KindEndpoint)
+			if err != nil {
+				t.Fatal(err)
+			}
+			doc.Value.(map[string]any)["external_service"].(map[string]any)["timeout_seconds"] = v
+			ep, err := BuildEndpoint(doc, methodPolicy(), map[string]*Upstream{"up": up})
+			if err == nil {
+				t.Fatalf("BuildEndpoint accepted timeout_seconds %v (timeout %v)", v, ep.svc.timeout)
+			}
+			for _, want := range []string{"bad.yaml", "/external_service/timeout_seconds", "endpoint FETCH /things", "outside the allowed range 0.001 to 3600"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("err = %v, want it to mention %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestNewUpstreamTimeoutBounds: an upstream's default per-call timeout is
+// held to the same MinCallTimeout to MaxCallTimeout range as
+// timeout_seconds; zero means 30 s.
+func TestNewUpstreamTimeoutBounds(t *testing.T) {
+	if MinCallTimeout.Seconds() != schema.MinTimeoutSeconds || MaxCallTimeout.Seconds() != schema.MaxTimeoutSeconds {
+		t.Fatalf("MinCallTimeout/MaxCallTimeout = %v/%v, want schema's %v s/%v s", MinCallTimeout, MaxCallTimeout, schema.MinTimeoutSeconds, schema.MaxTimeoutSeconds)
+	}
+	for _, tc := range []struct {
+		timeout, want time.Duration
+		ok            bool
+	}{
+		{0, 30 * time.Second, true},
+		{time.Millisecond, time.Millisecond, true},
+		{time.Hour, time.Hour, true},
+		{time.Hour + time.Nanosecond, 0, false},
+		{999 * time.Microsecond, 0, false},
+	} {
+		up, err := NewUpstream("u", "http://127.0.0.1:1", UpstreamOptions{Timeout: tc.timeout})
+		if !tc.ok {
+			if err == nil || !strings.Contains(err.Error(), `upstream "u": timeout`) || !strings.Contains(err.Error(), "1ms to 1h0m0s") {
+				t.Errorf("NewUpstream(timeout %v) err = %v, want the upstream, the knob and the range named", tc.timeout, err)
+			}
+			continue
+		}
+		if err != nil || up.Timeout != tc.want {
+			t.Errorf("NewUpstream(timeout %v) = %v, %v, want timeout %v", tc.timeout, up, err, tc.want)
 		}
 	}
 }

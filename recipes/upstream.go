@@ -13,7 +13,8 @@ import (
 // `upstream` block).
 type UpstreamOptions struct {
 	// Timeout is the per-call timeout used when an endpoint sets no
-	// timeout_seconds. Zero means 30 s (spec §7.3 default).
+	// timeout_seconds. Zero means 30 s (spec §7.3 default); otherwise it
+	// must be within MinCallTimeout and MaxCallTimeout.
 	Timeout time.Duration
 	// MaxConns caps concurrent connections to the upstream host. Zero
 	// means 64.
@@ -25,6 +26,17 @@ type UpstreamOptions struct {
 	// means 8 MiB.
 	MaxResponseBytes int64
 }
+
+// MinCallTimeout and MaxCallTimeout bound every per-call upstream
+// timeout: an upstream's Timeout and an endpoint's timeout_seconds (whose
+// bounds in seconds are schema.MinTimeoutSeconds and
+// schema.MaxTimeoutSeconds). docs/configuration.md documents them.
+const (
+	// MinCallTimeout is the shortest per-call timeout: 1 ms.
+	MinCallTimeout = time.Millisecond
+	// MaxCallTimeout is the longest per-call timeout: 1 h.
+	MaxCallTimeout = time.Hour
+)
 
 // Upstream is one legacy REST service the Tier B endpoints call: a base
 // URL and a tuned, keep-alive HTTP client that never follows redirects
@@ -50,8 +62,9 @@ type Upstream struct {
 }
 
 // NewUpstream validates baseURL against the scheme rule (https://, or
-// http:// to a loopback host, or http:// with InsecureHTTP) and builds
-// the upstream's client. Errors name the upstream and the rule broken.
+// http:// to a loopback host, or http:// with InsecureHTTP) and the
+// timeout against MinCallTimeout and MaxCallTimeout, and builds the
+// upstream's client. Errors name the upstream and the rule broken.
 func NewUpstream(name, baseURL string, opts UpstreamOptions) (*Upstream, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil {
@@ -78,6 +91,9 @@ func NewUpstream(name, baseURL string, opts UpstreamOptions) (*Upstream, error) 
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 30 * time.Second
+	}
+	if opts.Timeout < MinCallTimeout || opts.Timeout > MaxCallTimeout {
+		return nil, fmt.Errorf("upstream %q: timeout %v is outside the allowed range %v to %v", name, opts.Timeout, MinCallTimeout, MaxCallTimeout)
 	}
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = 64

@@ -253,7 +253,8 @@ func TestLoadFileBad(t *testing.T) {
 		{"unknown field in external_service", "endpoint_unknown_field.yaml", KindEndpoint, []wantErr{{19, 3, "/external_service", "additional property 'url' not allowed"}}},
 		{"error_map key not a status", "endpoint_error_map_key.yaml", KindEndpoint, []wantErr{{21, 5, "/external_service/error_map",
 			"key '999' not allowed, want a key matching ^[1-5][0-9][0-9]$"}}},
-		{"timeout zero", "endpoint_timeout.yaml", KindEndpoint, []wantErr{{19, 3, "/external_service/timeout_seconds", "got 0, want more than 0"}}},
+		{"timeout zero", "endpoint_timeout.yaml", KindEndpoint, []wantErr{{19, 3, "/external_service/timeout_seconds",
+			"0 is not a valid per-call timeout: want a number of seconds from 0.001 (1 ms) to 3600 (1 h)"}}},
 		{"upstream_error not listed", "endpoint_missing_upstream_error.yaml", KindEndpoint, []wantErr{{14, 1, "/errors", "must list 'upstream_error'"}}},
 		{"upstream method not HTTP", "endpoint_upstream_method.yaml", KindEndpoint, []wantErr{{17, 3, "/external_service/method",
 			"got 'FETCH', want one of 'GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'"}}},
@@ -610,4 +611,60 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEndpointTimeoutBounds: timeout_seconds outside MinTimeoutSeconds
+// to MaxTimeoutSeconds is refused by the schema, with the knob and its
+// range named (1e12 would overflow time.Duration; 1e-10 would be 0).
+func TestEndpointTimeoutBounds(t *testing.T) {
+	raw, err := os.ReadFile("testdata/bad/endpoint_timeout.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bounds = "want a number of seconds from 0.001 (1 ms) to 3600 (1 h)"
+	tests := []struct {
+		value string
+		want  string // "": accepted
+	}{
+		{"1e12", "1e+12 is not a valid per-call timeout: " + bounds},
+		{"3600.5", "3600.5 is not a valid per-call timeout: " + bounds},
+		{"0.0000000001", "1e-10 is not a valid per-call timeout: " + bounds},
+		{"0.0009", "0.0009 is not a valid per-call timeout: " + bounds},
+		{"-5", "-5 is not a valid per-call timeout: " + bounds},
+		{"0.001", ""},
+		{"3600", ""},
+		{"30", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			src := strings.Replace(string(raw), "timeout_seconds: 0", "timeout_seconds: "+tt.value, 1)
+			_, err := Parse("ep.yaml", []byte(src), KindEndpoint)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				return
+			}
+			checkErrors(t, err, "ep.yaml", []wantErr{{19, 3, "/external_service/timeout_seconds", tt.want}})
+		})
+	}
+}
+
+// TestTimeoutBoundsMatchSchema holds MinTimeoutSeconds and
+// MaxTimeoutSeconds to the bounds written in endpoint.schema.json.
+func TestTimeoutBoundsMatchSchema(t *testing.T) {
+	c, err := loadSchemas()
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc := schemaBase + "endpoint.schema.json#/properties/external_service/properties/timeout_seconds"
+	for kw, want := range map[string]float64{"minimum": MinTimeoutSeconds, "maximum": MaxTimeoutSeconds} {
+		got, ok := c.lookup(loc, kw).(json.Number)
+		if !ok {
+			t.Fatalf("timeout_seconds has no %s (%T)", kw, c.lookup(loc, kw))
+		}
+		if f, err := got.Float64(); err != nil || f != want {
+			t.Errorf("schema %s = %s, want %v", kw, got, want)
+		}
+	}
 }

@@ -95,10 +95,22 @@ type ExternalServiceDoc struct {
 	// ErrorMap maps an upstream status ("404") to a name from the
 	// endpoint's errors.
 	ErrorMap map[string]string `json:"error_map,omitempty"`
-	// TimeoutSeconds is the per-call timeout in seconds (> 0); 0
-	// (omitted) means the upstream's timeout.
+	// TimeoutSeconds is the per-call timeout in seconds, from
+	// MinTimeoutSeconds to MaxTimeoutSeconds; 0 (omitted) means the
+	// upstream's timeout.
 	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
 }
+
+// The bounds of external_service.timeout_seconds (endpoint.schema.json
+// says the same; docs/configuration.md): 1 ms to 1 h. A value outside
+// them is refused at load, never converted to a time.Duration (1e12
+// seconds would overflow it; 1e-10 would truncate to 0).
+const (
+	// MinTimeoutSeconds is the smallest timeout_seconds: 0.001 (1 ms).
+	MinTimeoutSeconds = 0.001
+	// MaxTimeoutSeconds is the largest timeout_seconds: 3600 (1 h).
+	MaxTimeoutSeconds = 3600
+)
 
 // EndpointDoc is a Tier B endpoint document (endpoint.schema.json; RCNS
 // §7.1).

@@ -111,6 +111,15 @@ func (v *violations) collect(e *jsonschema.ValidationError) {
 			return
 		}
 		v.add(e.InstanceLocation, "", describe(k))
+	case *kind.Minimum, *kind.Maximum, *kind.ExclusiveMinimum, *kind.ExclusiveMaximum:
+		// A titled number with a described range: name the knob and its
+		// range instead of the bare bound that was crossed.
+		t, want := v.str(e.SchemaURL, "title"), v.str(e.SchemaURL, "description")
+		if t != "" && want != "" {
+			v.add(e.InstanceLocation, "", fmt.Sprintf("%s is not a valid %s: %s", display(v.doc.valueAt(pointerOf(e.InstanceLocation))), t, want))
+			return
+		}
+		v.add(e.InstanceLocation, "", describe(k))
 	case *kind.Pattern:
 		if t := v.str(e.SchemaURL, "title"); t != "" {
 			want := v.str(e.SchemaURL, "description")
