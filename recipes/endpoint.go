@@ -154,7 +154,7 @@ func BuildEndpoint(doc *schema.Document, mp *policy.MethodPolicy, upstreams map[
 			return nil, doc.Errorf("/errors", "external_service endpoints must list %s in errors (spec §7.1)", c)
 		}
 	}
-	svc, err := buildExternalService(doc, d.ExternalService, e, upstreams)
+	svc, err := buildExternalService(doc, d.ExternalService, e, d.InputSchema, upstreams)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func BuildEndpoint(doc *schema.Document, mp *policy.MethodPolicy, upstreams map[
 	return e, nil
 }
 
-func buildExternalService(doc *schema.Document, d *schema.ExternalServiceDoc, e *Endpoint, upstreams map[string]*Upstream) (*externalService, error) {
+func buildExternalService(doc *schema.Document, d *schema.ExternalServiceDoc, e *Endpoint, inputSchema map[string]any, upstreams map[string]*Upstream) (*externalService, error) {
 	up, ok := upstreams[d.Upstream]
 	if !ok {
 		names := make([]string, 0, len(upstreams))
@@ -195,6 +195,9 @@ func buildExternalService(doc *schema.Document, d *schema.ExternalServiceDoc, e 
 	tmpl, err := policy.ParseRawTemplate(d.Path)
 	if err != nil {
 		return nil, doc.Errorf("/external_service/path", "%v", err)
+	}
+	if err := checkUpstreamParams(tmpl, inputSchema); err != nil {
+		return nil, doc.Errorf("/external_service/path", "endpoint %s %s: %v", e.Method, e.Path, err)
 	}
 	s := &externalService{
 		up: up, method: d.Method, path: tmpl, query: map[string]*Expr{},
@@ -249,6 +252,35 @@ func buildExternalService(doc *schema.Document, d *schema.ExternalServiceDoc, e 
 		s.errorMap[n] = name
 	}
 	return s, nil
+}
+
+// checkUpstreamParams requires every {name} of the upstream path
+// template to be a property of the input schema listed in its top-level
+// required: the value of each comes from the validated input, so a
+// parameter the schema lets an agent (or a recipe step's mapping) leave
+// out would fail every such call with a 422 invalid-input that blames a
+// caller who followed the published schema. A name matched only by
+// patternProperties, or required only inside allOf/if/then, does not
+// count (docs/configuration.md, external_service.path).
+func checkUpstreamParams(tmpl *policy.PathTemplate, inputSchema map[string]any) error {
+	props, _ := inputSchema["properties"].(map[string]any)
+	required := map[string]bool{}
+	if list, ok := inputSchema["required"].([]any); ok {
+		for _, r := range list {
+			if name, ok := r.(string); ok {
+				required[name] = true
+			}
+		}
+	}
+	for _, p := range tmpl.Params() {
+		if _, ok := props[p]; !ok {
+			return fmt.Errorf("upstream path parameter {%s} is not a property of input_schema (each {name} in external_service.path is filled from the input)", p)
+		}
+		if !required[p] {
+			return fmt.Errorf("upstream path parameter {%s} must be listed in input_schema.required (a call without it could not build the upstream path)", p)
+		}
+	}
+	return nil
 }
 
 // timeoutFromSeconds converts a document's timeout_seconds to a
@@ -371,17 +403,24 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 			Details:        map[string]any{"upstream": s.up.Name, "upstream_status": status},
 			SideEffectFree: e.Semantic.IsIdempotent}
 	}
+	// Every upstream path parameter is a required input field (checked at
+	// load), so validated input has them all. The explanations name the
+	// input field, never the upstream path, which is server-internal.
 	vals := map[string]string{}
 	for _, p := range s.path.Params() {
 		v, ok := input[p]
 		if !ok {
-			return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: "missing path parameter " + p, SideEffectFree: true}
+			return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: fmt.Sprintf("input field %q is required", p), SideEffectFree: true}
 		}
-		vals[p] = scalarString(v)
+		sv := scalarString(v)
+		if sv == "" || sv == "." || sv == ".." {
+			return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: fmt.Sprintf("input field %q cannot be empty, \".\" or \"..\": its value is a path segment", p), SideEffectFree: true}
+		}
+		vals[p] = sv
 	}
 	upPath, err := s.path.Expand(vals)
 	if err != nil {
-		return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: err.Error(), SideEffectFree: true}
+		return nil, fail(ErrUpstreamConnection, "cannot build the upstream request", 0)
 	}
 	q := url.Values{}
 	for _, k := range s.queryKeys {

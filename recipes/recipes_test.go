@@ -28,8 +28,16 @@ func methodPolicy() *policy.MethodPolicy {
 
 const upstreamErrors = `[upstream_timeout, upstream_connection_error, upstream_malformed_response, upstream_authentication_failed, upstream_error, not_found]`
 
-// endpointDoc renders a Tier B endpoint document over upstream "up".
+var upstreamParam = regexp.MustCompile(`\{(\w+)\}`)
+
+// endpointDoc renders a Tier B endpoint document over upstream "up". Its
+// input_schema requires the upstream path's {parameters}, as the load
+// does (checkUpstreamParams).
 func endpointDoc(method, path, upMethod, upPath, extra string) string {
+	var required []string
+	for _, m := range upstreamParam.FindAllStringSubmatch(upPath, -1) {
+		required = append(required, m[1])
+	}
 	return fmt.Sprintf(`method: %s
 path: %s
 description: test endpoint
@@ -37,6 +45,7 @@ semantic: {intent: Do it., actor: agent, outcome: Done., capability: retrieval, 
 input_schema:
   type: object
   additionalProperties: false
+  required: [%s]
   properties: {id: {type: string}, name: {type: string}, n: {type: integer}}
 output_schema: {type: object}
 errors: %s
@@ -45,7 +54,7 @@ external_service:
   upstream: up
   method: %s
   path: %s
-%s`, method, path, upstreamErrors, upMethod, upPath, extra)
+%s`, method, path, strings.Join(required, ", "), upstreamErrors, upMethod, upPath, extra)
 }
 
 func buildEndpoint(t *testing.T, src string, up *Upstream) *Endpoint {
@@ -233,6 +242,13 @@ func TestBuildEndpointRefusals(t *testing.T) {
 		{"unknown upstream", strings.Replace(endpointDoc("FETCH", "/things", "GET", "/x", ""), "upstream: up", "upstream: nope", 1), "unknown upstream"},
 		{"method segment in path", endpointDoc("FETCH", "/book/x", "GET", "/x", ""), "BOOK"},
 		{"template param not in input", endpointDoc("FETCH", "/things/{zzz}", "GET", "/x", ""), "not a property of input_schema"},
+		{"upstream path param not in input", endpointDoc("FETCH", "/things", "GET", "/reservations/{nope}", ""),
+			"at /external_service/path: endpoint FETCH /things: upstream path parameter {nope} is not a property of input_schema"},
+		{"upstream path param not required", strings.Replace(endpointDoc("FETCH", "/things", "POST", "/things/{id}/{name}", ""), "required: [id, name]", "required: [id]", 1),
+			"at /external_service/path: endpoint FETCH /things: upstream path parameter {name} must be listed in input_schema.required"},
+		{"upstream path param with no properties", strings.Replace(endpointDoc("FETCH", "/things", "GET", "/things/{id}", ""),
+			"properties: {id: {type: string}, name: {type: string}, n: {type: integer}}", "patternProperties: {'^id$': {type: string}}", 1),
+			"upstream path parameter {id} is not a property of input_schema"},
 		{"legacy verb", endpointDoc("GET", "/things", "GET", "/x", ""), "method GET"},
 		{"missing upstream error", strings.Replace(endpointDoc("FETCH", "/things", "GET", "/x", ""), "upstream_error, ", "", 1), "upstream_error"},
 	}
@@ -728,5 +744,30 @@ func TestNewUpstreamTimeoutBounds(t *testing.T) {
 		if err != nil || up.Timeout != tc.want {
 			t.Errorf("NewUpstream(timeout %v) = %v, %v, want timeout %v", tc.timeout, up, err, tc.want)
 		}
+	}
+}
+
+// TestInvokePathSegmentValues: a path parameter value that cannot be a
+// segment is the caller's invalid-input, explained by the input field
+// without revealing the upstream path.
+func TestInvokePathSegmentValues(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		fmt.Fprint(w, `{}`)
+	}))
+	t.Cleanup(srv.Close)
+	ep := buildEndpoint(t, endpointDoc("FETCH", "/things", "GET", "/secret-backend/{id}", ""), newUpstream(t, srv.URL))
+	for _, id := range []string{"", ".", ".."} {
+		_, f := ep.Invoke(context.Background(), map[string]any{"id": id})
+		if f == nil || f.Code != ErrInvalidInput || !f.SideEffectFree || !strings.Contains(f.Explanation, `input field "id"`) || strings.Contains(f.Explanation, "secret-backend") {
+			t.Errorf("id %q: failure = %+v, want a side-effect-free invalid-input naming the field, not the upstream path", id, f)
+		}
+	}
+	if _, f := ep.Invoke(context.Background(), map[string]any{}); f == nil || f.Code != ErrInvalidInput || !strings.Contains(f.Explanation, "id") {
+		t.Errorf("missing id: failure = %+v, want invalid-input from input_schema.required", f)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("upstream called %d times", n)
 	}
 }

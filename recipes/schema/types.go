@@ -76,7 +76,9 @@ type ExternalServiceDoc struct {
 	// Method is the HTTP method: GET POST PUT PATCH DELETE HEAD OPTIONS.
 	Method string `json:"method"`
 	// Path is the upstream path template over the input fields; each
-	// value is escaped as one segment.
+	// value is escaped as one segment. Each {name} must be a property of
+	// the endpoint's input_schema listed in its required (package recipes
+	// checks this at load).
 	Path string `json:"path"`
 	// Query maps a query parameter to a jq expression over the input.
 	Query map[string]string `json:"query,omitempty"`
