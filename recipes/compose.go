@@ -200,7 +200,7 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 	vals = append(vals, outputs...)
 	out, err := r.outExpr.Eval(ctx, input, vals...)
 	if err != nil {
-		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "output mapping failed: " + err.Error()}, Steps: reports}
+		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), Cause: outputMappingFailure(ctx, err), Steps: reports}
 	}
 	if probs := validateSchema(r.output, out); probs != nil {
 		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "composed output does not match output_schema: " + fmt.Sprint(probs)}, Steps: reports}
@@ -224,7 +224,7 @@ func (r *Recipe) executeOne(ctx context.Context, input map[string]any) (any, []S
 	rep[0].State, rep[0].Output = StepSucceeded, out
 	res, err := r.outExpr.Eval(ctx, input, input, out)
 	if err != nil {
-		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "output mapping failed: " + err.Error()}, Steps: rep}
+		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), Cause: outputMappingFailure(ctx, err), Steps: rep}
 	}
 	if probs := validateSchema(r.output, res); probs != nil {
 		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "composed output does not match output_schema: " + fmt.Sprint(probs)}, Steps: rep}
@@ -241,13 +241,40 @@ func failedFree(failed []stepResult, i int) bool {
 	return false
 }
 
+// deadlineFailure is the Failure of work that ctx stopped (its deadline
+// passed, or the plan was cancelled), or nil while ctx is live. It is
+// upstream_timeout, whatever error the interrupted jq mapping returned:
+// the composition deadline (or a call's timeout) ran out, which is the
+// spec's "no reply in time" (§7.3) and never the caller's invalid-input.
+// expl says which work stopped.
+func deadlineFailure(ctx context.Context, expl string) *Failure {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return &Failure{Status: 422, Code: ErrUpstreamTimeout, Explanation: expl, SideEffectFree: true}
+}
+
+// outputMappingFailure is the cause of a failed recipe output mapping:
+// upstream_timeout when the composition deadline stopped it, else
+// composition_failed (the operator's expression failed).
+func outputMappingFailure(ctx context.Context, err error) *Failure {
+	if f := deadlineFailure(ctx, "composition deadline passed during the output mapping"); f != nil {
+		f.SideEffectFree = false // steps ran; CompositionFailure decides
+		return f
+	}
+	return &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "output mapping failed: " + err.Error()}
+}
+
 // run maps the step input and invokes the step's endpoint.
 func (s *Step) run(ctx context.Context, input any, vals []any) (any, *Failure) {
-	if err := ctx.Err(); err != nil {
-		return nil, &Failure{Status: 422, Code: ErrUpstreamTimeout, Explanation: "composition deadline passed before the step started", SideEffectFree: true}
+	if f := deadlineFailure(ctx, "composition deadline passed before the step started"); f != nil {
+		return nil, f
 	}
 	v, err := s.input.Eval(ctx, input, vals...)
 	if err != nil {
+		if f := deadlineFailure(ctx, "composition deadline passed during the step input mapping"); f != nil {
+			return nil, f
+		}
 		return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: "step input mapping failed: " + err.Error(), SideEffectFree: true}
 	}
 	obj, ok := v.(map[string]any)

@@ -395,6 +395,12 @@ func (e *Endpoint) Invoke(ctx context.Context, input map[string]any) (any, *Fail
 // with ValidateInput (handlers never see unvalidated input: spec §7.1).
 func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (any, *Failure) {
 	s := e.svc
+	// The call's timeout bounds the query and body mappings as well as
+	// the upstream exchange: an operator's runaway jq expression ends at
+	// it, as upstream_timeout.
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	fail := func(code, expl string, status int) *Failure {
 		if mapped, ok := s.errorMap[status]; ok && status != 0 {
 			code = mapped
@@ -422,11 +428,24 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	if err != nil {
 		return nil, fail(ErrUpstreamConnection, "cannot build the upstream request", 0)
 	}
+	// mapFailure classifies a failed query or body mapping: stopped by a
+	// deadline, it is upstream_timeout; otherwise invalid-input.
+	mapFailure := func(what string, err error) *Failure {
+		expl := fmt.Sprintf("the %s mapping for upstream %s did not finish within %s", what, s.up.Name, s.timeout)
+		if parent.Err() != nil {
+			expl = fmt.Sprintf("the deadline passed during the %s mapping for upstream %s", what, s.up.Name)
+		}
+		if f := deadlineFailure(ctx, expl); f != nil {
+			f.Details = map[string]any{"upstream": s.up.Name, "upstream_status": 0}
+			return f
+		}
+		return &Failure{Status: 422, Code: ErrInvalidInput, Explanation: err.Error(), SideEffectFree: true}
+	}
 	q := url.Values{}
 	for _, k := range s.queryKeys {
 		v, err := s.query[k].Eval(ctx, input)
 		if err != nil {
-			return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: err.Error(), SideEffectFree: true}
+			return nil, mapFailure("query", err)
 		}
 		if v != nil {
 			q.Set(k, scalarString(v))
@@ -437,7 +456,7 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	case s.body != nil:
 		v, err := s.body.Eval(ctx, input)
 		if err != nil {
-			return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: err.Error(), SideEffectFree: true}
+			return nil, mapFailure("body", err)
 		}
 		if body, err = json.Marshal(rename(v, s.inRename)); err != nil {
 			return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: err.Error(), SideEffectFree: true}
@@ -452,8 +471,6 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		}
 		body, _ = json.Marshal(rename(rest, s.inRename))
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	var rdr io.Reader
 	if body != nil {
 		rdr = bytes.NewReader(body)

@@ -431,8 +431,8 @@ output: '{n: ([limit(80000000; repeat(1))] | length)}'
 	}()
 	select {
 	case cf := <-done:
-		if cf == nil || !strings.Contains(cf.Cause.Explanation, "deadline") {
-			t.Fatalf("Execute = %+v, want a failure naming the deadline", cf)
+		if cf == nil || !strings.Contains(cf.Cause.Explanation, "deadline") || cf.Cause.Code != ErrUpstreamTimeout {
+			t.Fatalf("Execute = %+v, want an upstream_timeout naming the deadline", cf)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("a one-step plan ran past its 200ms composition timeout for 20 s")
@@ -769,5 +769,88 @@ func TestInvokePathSegmentValues(t *testing.T) {
 	}
 	if n := calls.Load(); n != 0 {
 		t.Errorf("upstream called %d times", n)
+	}
+}
+
+// runaway is a jq expression that runs for hours unless its context
+// stops it (constant memory: a reduction, not an array).
+const runaway = `(reduce range(1e12) as $i (0; . + 1))`
+
+// TestMappingDeadlineIsATimeout: a jq mapping stopped by the
+// composition deadline (a step's input mapping, the output mapping) or
+// by the call's timeout (an endpoint's query or body) fails as
+// upstream_timeout, never as invalid-input, which blames the caller,
+// and stops there: the upstream is not called.
+func TestMappingDeadlineIsATimeout(t *testing.T) {
+	var calls sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Store(r.URL.Path, true)
+		fmt.Fprint(w, `{"id":"ok"}`)
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	eps := []string{
+		endpointDoc("FETCH", "/alpha", "GET", "/a", ""),
+		endpointDoc("FETCH", "/beta", "GET", "/b", ""),
+	}
+	within := func(t *testing.T, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { f(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Fatal("a runaway mapping ran past its 200ms deadline for 15 s")
+		}
+	}
+	plans := []struct {
+		name, steps, output string
+		failedStep          string // "": the output mapping
+	}{
+		{"one-step input mapping", "  - {name: only, method: FETCH, path: /beta, input: '" + runaway + " as $n | {}'}\n", "'$only'", "only"},
+		{"parallel step input mapping", "  - {name: a, method: FETCH, path: /alpha, input: '{}'}\n  - {name: b, method: FETCH, path: /beta, input: '" + runaway + " as $n | {}'}\n", "'$a'", "b"},
+		{"multi-step output mapping", "  - {name: a, method: FETCH, path: /alpha, input: '{}'}\n  - {name: b, method: FETCH, path: /alpha, input: '{}'}\n", "'{n: " + runaway + "}'", ""},
+	}
+	for _, tc := range plans {
+		t.Run(tc.name, func(t *testing.T) {
+			calls.Delete("/b")
+			r, _ := buildSet(t, up, recipeHead+"steps:\n"+tc.steps+"output: "+tc.output+"\n", eps...)
+			var reports []StepReport
+			var cf *CompositionFailure
+			within(t, func() { _, reports, cf = r.Execute(context.Background(), map[string]any{}, 200*time.Millisecond) })
+			if cf == nil || cf.Cause.Code != ErrUpstreamTimeout || !strings.Contains(cf.Cause.Explanation, "composition deadline passed during") {
+				t.Fatalf("Execute failure = %+v, want upstream_timeout: composition deadline passed during …", cf)
+			}
+			if tc.failedStep == "" {
+				if cf.FailedStep != nil || cf.Details()["underlying"] != ErrUpstreamTimeout {
+					t.Fatalf("failed step %v, details %v, want the output mapping's upstream_timeout", cf.FailedStep, cf.Details())
+				}
+				return
+			}
+			if cf.FailedStep == nil || cf.FailedStep.Name != tc.failedStep {
+				t.Fatalf("failed step = %v, want %s", cf.FailedStep, tc.failedStep)
+			}
+			rep := reports[cf.FailedStep.Index]
+			if rep.State != StepFailed || rep.Error != ErrUpstreamTimeout {
+				t.Fatalf("step report = %+v, want failed with upstream_timeout", rep)
+			}
+			if _, called := calls.Load("/b"); called {
+				t.Fatal("the step's upstream was called after its mapping ran out of time")
+			}
+		})
+	}
+	for _, field := range []string{"query: {q: '" + runaway + "'}", "body: '" + runaway + "'"} {
+		t.Run("endpoint "+field[:strings.Index(field, ":")], func(t *testing.T) {
+			calls.Delete("/slow-mapping")
+			ep := buildEndpoint(t, endpointDoc("FETCH", "/things", "POST", "/slow-mapping", "  timeout_seconds: 0.2\n  "+field+"\n"), up)
+			var f *Failure
+			within(t, func() { _, f = ep.Invoke(context.Background(), map[string]any{}) })
+			if f == nil || f.Code != ErrUpstreamTimeout || !f.SideEffectFree || !strings.Contains(f.Explanation, "did not finish within 200ms") {
+				t.Fatalf("Invoke failure = %+v, want a side-effect-free upstream_timeout naming the 200ms timeout", f)
+			}
+			if _, called := calls.Load("/slow-mapping"); called {
+				t.Fatal("the upstream was called after the mapping ran out of time")
+			}
+		})
 	}
 }
