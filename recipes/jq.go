@@ -134,6 +134,37 @@ func (p *projection) eval(values []any) (map[string]any, bool) {
 	return out, true
 }
 
+// objectKeys returns the keys of the object src builds when src is one
+// plain jq object construction whose every key is static — {a: …},
+// {"b": …}, {c}, {$d} — and false for any other expression (a computed
+// or interpolated key, {$var: …}, a pipe, an operator, a suffix), whose
+// keys are known only at run time.
+func objectKeys(src string) ([]string, bool) {
+	q, err := gojq.Parse(src)
+	if err != nil || q.Term == nil || q.Left != nil || q.Right != nil || q.Meta != nil || q.Op != 0 ||
+		len(q.Imports) > 0 || len(q.FuncDefs) > 0 || len(q.Patterns) > 0 ||
+		q.Term.Type != gojq.TermTypeObject || q.Term.Object == nil || len(q.Term.SuffixList) > 0 {
+		return nil, false
+	}
+	keys := make([]string, 0, len(q.Term.Object.KeyVals))
+	for _, kv := range q.Term.Object.KeyVals {
+		switch {
+		case kv.Key != "" && kv.Key[0] == '$':
+			if kv.Val != nil { // {$k: v}: the key is $k's value
+				return nil, false
+			}
+			keys = append(keys, kv.Key[1:]) // {$k} is {k: $k}
+		case kv.Key != "":
+			keys = append(keys, kv.Key)
+		case kv.KeyString != nil && kv.KeyString.Queries == nil:
+			keys = append(keys, kv.KeyString.Str)
+		default:
+			return nil, false
+		}
+	}
+	return keys, true
+}
+
 // uses reports, for each candidate variable, whether src cannot compile
 // without it: that is, whether the expression reads it. Used to compute
 // the step DAG at load.

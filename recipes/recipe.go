@@ -171,6 +171,9 @@ func BuildRecipe(doc *schema.Document, mp *policy.MethodPolicy, lookup EndpointL
 		if err != nil {
 			return nil, doc.Errorf(ptr+"/input", "%v (a step may read $input and earlier steps only)", err)
 		}
+		if err := checkStepKeys(sd.Input, ep); err != nil {
+			return nil, doc.Errorf(ptr+"/input", "step %q: %v", sd.Name, err)
+		}
 		used, err := uses(sd.Input, []string{"$input"}, vars[1:])
 		if err != nil {
 			return nil, doc.Errorf(ptr+"/input", "%v", err)
@@ -224,6 +227,37 @@ func BuildRecipe(doc *schema.Document, mp *policy.MethodPolicy, lookup EndpointL
 	sum := sha256.Sum256(canon)
 	r.ContentHash = hex.EncodeToString(sum[:])
 	return r, nil
+}
+
+// checkStepKeys holds a step input mapping that builds an object with
+// static keys (objectKeys) to the input_schema of the endpoint it calls:
+// every key is one of its properties (unless it has patternProperties)
+// and every property it requires is a key. A mapping that breaks either
+// rule fails every call with invalid-input, which blames the agent for
+// the recipe; other mapping shapes are checked only at run time.
+func checkStepKeys(src string, ep *Endpoint) error {
+	keys, ok := objectKeys(src)
+	if !ok {
+		return nil
+	}
+	in, _ := ep.projection["input_schema"].(map[string]any)
+	props, _ := in["properties"].(map[string]any)
+	_, patterned := in["patternProperties"]
+	given := map[string]bool{}
+	for _, k := range keys {
+		given[k] = true
+		if _, ok := props[k]; !ok && !patterned {
+			return fmt.Errorf("input key %q is not a property of the input_schema of %s %s", k, ep.Method, ep.Path)
+		}
+	}
+	if list, ok := in["required"].([]any); ok {
+		for _, r := range list {
+			if name, ok := r.(string); ok && !given[name] {
+				return fmt.Errorf("input has no key %q, which the input_schema of %s %s requires", name, ep.Method, ep.Path)
+			}
+		}
+	}
+	return nil
 }
 
 func sortScopes(s []policy.Scope) {

@@ -854,3 +854,84 @@ func TestMappingDeadlineIsATimeout(t *testing.T) {
 		})
 	}
 }
+
+func TestObjectKeys(t *testing.T) {
+	tests := []struct {
+		src  string
+		want []string // nil: not a static-key object
+	}{
+		{`{}`, []string{}},
+		{`{a: 1, "b": $input.x, c, $input}`, []string{"a", "b", "c", "input"}},
+		{`{id: ($input.id | tostring)}`, []string{"id"}},
+		{`{$input: 1}`, nil},
+		{`{(.k): 1}`, nil},
+		{`{"\(.k)": 1}`, nil},
+		{`{a: 1} | .`, nil},
+		{`{a: 1} + {b: 2}`, nil},
+		{`{a: {b: 1}}.a`, nil},
+		{`$input`, nil},
+		{`def f: {}; f`, nil},
+	}
+	for _, tc := range tests {
+		got, ok := objectKeys(tc.src)
+		if ok != (tc.want != nil) || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("objectKeys(%s) = %v, %v; want %v", tc.src, got, ok, tc.want)
+		}
+	}
+}
+
+// TestBuildRecipeChecksStepKeys: a step input mapping that builds an
+// object with static keys is held to the step endpoint's input_schema
+// at load; a key it does not declare, or a required key left out, would
+// fail every call with an invalid-input that blames the agent.
+func TestBuildRecipeChecksStepKeys(t *testing.T) {
+	up := newUpstream(t, "http://127.0.0.1:1")
+	eps := []string{
+		endpointDoc("FETCH", "/alpha", "GET", "/a/{id}", ""), // requires id
+		strings.Replace(endpointDoc("FETCH", "/beta", "GET", "/b", ""), "properties:", "patternProperties: {'^x_': {}}\n  properties:", 1),
+	}
+	tests := []struct {
+		name, input, want string // want "": loads
+	}{
+		{"all keys declared, required given", `{id: $input.id, name: "n"}`, ""},
+		{"unknown key", `{id: $input.id, bogus: 1}`, `at /steps/0/input: step "a": input key "bogus" is not a property of the input_schema of FETCH /alpha`},
+		{"required key missing", `{name: $input.id}`, `at /steps/0/input: step "a": input has no key "id", which the input_schema of FETCH /alpha requires`},
+		{"computed keys are checked at run time", `$input | {bogus: .id}`, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := recipeHead + "steps:\n  - {name: a, method: FETCH, path: /alpha, input: '" + tc.input + "'}\noutput: '$a'\n"
+			err := tryBuildRecipe(t, up, src, eps...)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("BuildRecipe: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "recipe.yaml:") {
+				t.Fatalf("err = %v, want it to name recipe.yaml and mention %q", err, tc.want)
+			}
+		})
+	}
+	// patternProperties admit keys the check cannot decide: not refused.
+	src := recipeHead + "steps:\n  - {name: b, method: FETCH, path: /beta, input: '{x_any: 1}'}\noutput: '$b'\n"
+	if err := tryBuildRecipe(t, up, src, eps...); err != nil {
+		t.Fatalf("patternProperties endpoint: %v", err)
+	}
+}
+
+// tryBuildRecipe builds the endpoints and returns BuildRecipe's error.
+func tryBuildRecipe(t *testing.T, up *Upstream, recipe string, endpoints ...string) error {
+	t.Helper()
+	eps := map[string]*Endpoint{}
+	for _, src := range endpoints {
+		e := buildEndpoint(t, src, up)
+		eps[e.Method+" "+e.Path] = e
+	}
+	doc, err := schema.Parse("recipe.yaml", []byte(recipe), schema.KindRecipe)
+	if err != nil {
+		return err
+	}
+	_, err = BuildRecipe(doc, methodPolicy(), func(m, p string) (*Endpoint, bool) { e, ok := eps[m+" "+p]; return e, ok })
+	return err
+}
