@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -118,7 +119,9 @@ func (h *Handler) serve(x *exchange) {
 	if r.ContentLength > 0 {
 		raw, err := io.ReadAll(io.LimitReader(r.Body, h.MaxRequestBody+1))
 		if err != nil {
-			x.fail(errorf(400, "invalid-body", "the request body could not be read: "+err.Error()))
+			h.logger.Info("request body read failed", zap.String("agent_id", x.agentID), zap.Int("read_bytes", len(raw)),
+				zap.Int64("content_length", r.ContentLength), zap.Error(err))
+			x.fail(bodyReadError(err, len(raw), r.ContentLength))
 			return
 		}
 		if int64(len(raw)) > h.MaxRequestBody {
@@ -438,6 +441,26 @@ func jsonProblem(err error) string {
 		return fmt.Sprintf("value not representable at byte %d (%s)", me.ByteOffset, pointerOrRoot(me.JSONPointer))
 	}
 	return "invalid JSON"
+}
+
+// bodyReadError describes a failed request body read (read bytes of
+// the want that Content-Length announced) without the error's text:
+// network errors name socket addresses ("read tcp 127.0.0.1:8080->…"),
+// which an answer must not carry. The log keeps the error itself.
+func bodyReadError(err error, read int, want int64) *wireError {
+	var mbe *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &mbe):
+		// A request_body max_size in front of the gateway.
+		return &wireError{Status: 413, Reason: "body-too-large", Explanation: fmt.Sprintf("the request body exceeds %d bytes", mbe.Limit),
+			Fields: map[string]any{"limit_bytes": mbe.Limit}}
+	case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return errorf(400, "invalid-body", fmt.Sprintf("the request body timed out: %d of the %d bytes Content-Length announced arrived before the server's read timeout", read, want))
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return errorf(400, "invalid-body", fmt.Sprintf("the request body ended early: %d of the %d bytes Content-Length announced", read, want))
+	}
+	return errorf(400, "invalid-body", fmt.Sprintf("the request body could not be read: the connection failed after %d of the %d bytes Content-Length announced", read, want))
 }
 
 // maxJSONDepth is encoding/json/v2's nesting limit for decoded bodies.

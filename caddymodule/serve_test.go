@@ -1,13 +1,24 @@
 package caddymodule
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"math"
 	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
@@ -151,6 +162,99 @@ func TestValidName(t *testing.T) {
 	for n, want := range map[string]bool{"default": true, "hotel-1.v2_x": true, "": false, ".": false, "..": false, "../../escaped": false, "a/b": false, "a b": false, strings.Repeat("a", 65): false} {
 		if got := validName(n); got != want {
 			t.Errorf("validName(%q) = %v, want %v", n, got, want)
+		}
+	}
+}
+
+// errAfter is a request body that yields data, then fails with err.
+type errAfter struct {
+	data string
+	err  error
+}
+
+func (e *errAfter) Read(p []byte) (int, error) {
+	if e.data == "" {
+		return 0, e.err
+	}
+	n := copy(p, e.data)
+	e.data = e.data[n:]
+	return n, nil
+}
+
+// TestBodyReadErrorsNameNoAddress: a body that ends early, times out or
+// fails on the socket is 400 invalid-body whose explanation says which,
+// never the error text: net.OpError names both socket addresses ("read
+// tcp 127.0.0.1:8080->127.0.0.1:40790: i/o timeout").
+func TestBodyReadErrorsNameNoAddress(t *testing.T) {
+	g := newTestGateway(t)
+	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}
+	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40790}
+	opErr := func(err error) error {
+		return &net.OpError{Op: "read", Net: "tcp", Source: local, Addr: remote, Err: err}
+	}
+	for _, tc := range []struct {
+		name        string
+		err         error
+		status      int
+		reason      string
+		explanation string
+	}{
+		{"timeout", opErr(os.ErrDeadlineExceeded), 400, "invalid-body", "timed out: 14 of the 40 bytes"},
+		{"ended early", io.ErrUnexpectedEOF, 400, "invalid-body", "ended early: 14 of the 40 bytes"},
+		{"reset", opErr(syscall.ECONNRESET), 400, "invalid-body", "the connection failed after 14 of the 40 bytes"},
+		{"request_body max_size", &http.MaxBytesError{Limit: 10}, 413, "body-too-large", "exceeds 10 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hdr := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": testScope}
+			a := g.serve(t, "DISCOVER", "/contracts", hdr, &errAfter{data: `{"parameters":`, err: tc.err}, 40)
+			wantError(t, a, tc.status, tc.reason, tc.explanation)
+			if strings.Contains(a.raw, "127.0.0.1") || strings.Contains(a.raw, "tcp") || strings.Contains(a.raw, "40790") {
+				t.Fatalf("the answer carries the network error: %s", a)
+			}
+		})
+	}
+
+	// The same over a real socket: a server with a read timeout, a
+	// client that announces 40 bytes and sends 14, then waits (timeout)
+	// or closes its side (ended early).
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), w, benchServer)
+		_ = g.h.ServeHTTP(w, r, notFound)
+	}))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener = l
+	srv.Config.ReadTimeout = 300 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	for _, closeWrite := range []bool{false, true} {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(c, "DISCOVER /contracts HTTP/1.1\r\nHost: 127.0.0.1\r\nAgent-ID: "+benchAgent+
+			"\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{\"parameters\":")
+		if closeWrite {
+			_ = c.(*net.TCPConn).CloseWrite()
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("closeWrite %v: %v", closeWrite, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = c.Close()
+		want := "timed out: 14 of the 40 bytes"
+		if closeWrite {
+			want = "ended early: 14 of the 40 bytes"
+		}
+		if resp.StatusCode != 400 || !strings.Contains(string(body), `"invalid-body"`) || !strings.Contains(string(body), want) {
+			t.Fatalf("closeWrite %v: %d %s; want 400 invalid-body %q", closeWrite, resp.StatusCode, body, want)
+		}
+		if strings.Contains(string(body), "127.0.0.1") || strings.Contains(string(body), "tcp") {
+			t.Fatalf("closeWrite %v: the answer names the socket: %s", closeWrite, body)
 		}
 	}
 }
