@@ -138,7 +138,7 @@ func TestContractAnswerEncoding(t *testing.T) {
 }
 
 func TestParseQuery(t *testing.T) {
-	for _, ok := range []string{"", "a=1", "a=1&b=x+y", "k=%C3%A9", "a=&b", "a=1&a=2"} {
+	for _, ok := range []string{"", "a=1", "a=1&b=x+y", "k=%C3%A9", "a=&b", "a=1&A=2"} {
 		if _, err := parseQuery(ok); err != nil {
 			t.Errorf("parseQuery(%q) = %v, want nil", ok, err)
 		}
@@ -147,6 +147,42 @@ func TestParseQuery(t *testing.T) {
 		if _, err := parseQuery(bad); err == nil {
 			t.Errorf("parseQuery(%q) accepted it", bad)
 		}
+	}
+	// A key given twice, in any spelling, is named (the first in order
+	// when several are).
+	for bad, key := range map[string]string{"a=1&a=2": `"a" appears 2 times`, "a=1&%61=1": `"a" appears 2 times`, "a&a&a": `"a" appears 3 times`,
+		"b=1&b=2&a=1&a=1": `"a" appears 2`, "=1&=2": `"" appears 2`} {
+		if _, err := parseQuery(bad); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("parseQuery(%q) = %v; want an error naming %s", bad, err, key)
+		}
+	}
+}
+
+// TestRepeatedQueryKeys: an AGTP request naming a query key twice is
+// 400 invalid-query naming the key (net/url keeps both, readers took
+// the last or the first one); legacy HTTP passes through untouched.
+func TestRepeatedQueryKeys(t *testing.T) {
+	g := newTestGateway(t)
+	for target, key := range map[string]string{
+		"/items/1?item_id=2&item_id=1": "item_id",
+		"/contracts?limit=1&limit=2":   "limit",
+		"/contracts?cursor=a&cursor=a": "cursor",
+	} {
+		method := "FETCH"
+		if strings.HasPrefix(target, "/contracts") {
+			method = "DISCOVER"
+		}
+		a := g.do(t, method, target, nil)
+		wantError(t, a, 400, "invalid-query", `the query key "`+key+`" appears 2 times`)
+	}
+	// Anonymous DISCOVER is AGTP too.
+	a := g.serve(t, "DISCOVER", "/methods?limit=1&limit=1", nil, nil, 0)
+	wantError(t, a, 400, "invalid-query", `"limit"`)
+	// Legacy HTTP (no Agent-ID, an IANA method) is not the gateway's.
+	before := g.passed
+	a = g.serve(t, "GET", "/items/1?x=1&x=2", nil, nil, 0)
+	if a.status != http.StatusTeapot || g.passed != before+1 {
+		t.Fatalf("legacy GET with a repeated key was not passed on: %s", a)
 	}
 }
 

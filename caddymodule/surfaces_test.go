@@ -81,6 +81,24 @@ func (g *testGateway) serve(t *testing.T, method, target string, hdr map[string]
 	return a
 }
 
+// do sends body (a JSON value, or none when nil) as benchAgent with
+// testScope plus the given headers.
+func (g *testGateway) do(t *testing.T, method, target string, body any, kv ...string) *answer {
+	t.Helper()
+	hdr := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": testScope}
+	for i := 0; i+1 < len(kv); i += 2 {
+		hdr[kv[i]] = kv[i+1]
+	}
+	if body == nil {
+		return g.serve(t, method, target, hdr, nil, 0)
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.serve(t, method, target, hdr, strings.NewReader(string(raw)), int64(len(raw)))
+}
+
 // wantError checks a §19 error body: status, reason and, when not
 // empty, a fragment of the explanation.
 func wantError(t *testing.T, a *answer, status int, reason, explanation string) {
