@@ -295,13 +295,31 @@ func ValidRequestID(s string) bool {
 	return uuidV7Pattern.MatchString(s) || ulidPattern.MatchString(s)
 }
 
-// checkIdentifiers validates Request-ID (and Owner-ID's presence under
-// strict_identifiers; its syntax and registry match are checked with
-// the caller) (spec OP-6, OP-7, §24 item 94).
+// sessionIDPattern is the Session-ID form this gateway accepts: 22 to
+// 256 characters of base64 (either alphabet), token and URI-safe
+// punctuation. 22 base64url characters carry 128 bits, the least a
+// Session-ID must hold (spec §3, agtp-09 §11.4); anything shorter
+// cannot be one.
+var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9._~+/=:-]{22,256}$`)
+
+// sessionIDForm describes sessionIDPattern in refusals.
+const sessionIDForm = "22-256 characters of A-Z a-z 0-9 - . _ ~ + / = : holding at least 128 random bits (e.g. 16 random bytes in base64url: 22 characters)"
+
+// validSessionID reports whether s has the form of a Session-ID.
+func validSessionID(s string) bool {
+	return sessionIDPattern.MatchString(s)
+}
+
+// checkIdentifiers validates Request-ID and Session-ID (and Owner-ID's
+// presence under strict_identifiers; its syntax and registry match are
+// checked with the caller) (spec §3, OP-6, OP-7, §24 item 94).
 func (h *Handler) checkIdentifiers(r *http.Request) *wireError {
 	rid, hasRID := headerValue(r, "Request-ID")
 	if hasRID && !ValidRequestID(rid) {
 		return errorf(400, "invalid-request-id", "Request-ID must be a lowercase UUIDv7 or a ULID")
+	}
+	if sid, ok := headerValue(r, "Session-ID"); ok && !validSessionID(sid) {
+		return errorf(400, "invalid-session-id", "Session-ID must be "+sessionIDForm)
 	}
 	if h.StrictIdentifiers {
 		if _, ok := headerValue(r, "Owner-ID"); !ok {

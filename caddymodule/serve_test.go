@@ -294,3 +294,25 @@ func TestBodyReadErrorsNameNoAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionIDForm: a Session-ID must be able to hold 128 random bits
+// (spec §3): 22-256 characters of A-Z a-z 0-9 - . _ ~ + / = :.
+// Anything else is 400 invalid-session-id before it groups contracts.
+func TestSessionIDForm(t *testing.T) {
+	g := newTestGateway(t)
+	for _, ok := range []string{
+		"0123456789abcdefABCDEF",               // 22 base64url characters: 128 bits
+		"7c9e6679-7425-40de-944b-e07fc1f90ae7", // a UUID
+		"q83vEjRWeJ-rze8SNFZ4mg==", "urn:x:" + strings.Repeat("a", 16), "a.b_c~d+e/f=g:h-ijklmnop",
+		strings.Repeat("s", 256),
+	} {
+		if a := g.do(t, "DISCOVER", "/contracts", nil, "Session-ID", ok); a.status != 200 {
+			t.Errorf("Session-ID %q refused: %s", ok, a)
+		}
+	}
+	for _, bad := range []string{"", "S", "sess-a1b2c3d4", strings.Repeat("s", 21), strings.Repeat("s", 257),
+		"0123456789abcdef ABCDEF", "0123456789abcdef\tABCDEF", "0123456789abcdefABCDEé", "0123456789abcdef,ABCDEF", "0123456789abcdef\"ABCDEF"} {
+		a := g.do(t, "DISCOVER", "/contracts", nil, "Session-ID", bad)
+		wantError(t, a, 400, "invalid-session-id", "22-256 characters")
+	}
+}
