@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"regexp"
 	"sort"
 	"strconv"
@@ -32,8 +33,12 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 		x.fail(e)
 		return true
 	}
-	if t, ok := p["target"]; ok {
-		ts, _ := t.(string)
+	ts, e := strParam(p, "DISCOVER", "target")
+	if e != nil {
+		x.fail(e)
+		return true
+	}
+	if given(p, "target") {
 		switch {
 		case path == "/" && ts != "":
 			path = "/" + strings.TrimPrefix(ts, "/")
@@ -61,7 +66,7 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 		for i := range all {
 			keys[i] = fmt.Sprintf("%06d", i)
 		}
-		from, to, link, e := x.page(path, keys, methodCursor)
+		from, to, link, e := x.page(path, p, keys, methodCursor)
 		if e != nil {
 			x.fail(e)
 			return true
@@ -83,7 +88,7 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 		for i, c := range cs {
 			keys[i] = fmt.Sprintf("%020d|%s", c.IssuedAt.UnixNano(), c.SynthesisID)
 		}
-		from, to, link, e := x.page(path, keys, contractCursor)
+		from, to, link, e := x.page(path, p, keys, contractCursor)
 		if e != nil {
 			x.fail(e)
 			return true
@@ -115,28 +120,66 @@ const (
 	maxPageLimit     = 1000
 )
 
-// page applies the limit and cursor query parameters to a listing whose
-// entries have the given strictly increasing keys. It returns the slice
-// bounds and, when more entries follow, an RFC 8288 Link header with
-// rel="next". The cursor is opaque to clients: base64url of the last
-// key served.
+// Cursor forms of the listings: the key of the last entry served.
 var (
 	methodCursor   = regexp.MustCompile(`^[0-9]{6}$`)
 	contractCursor = regexp.MustCompile(`^[0-9]{20}\|syn-[A-Za-z0-9_-]{22}$`)
 )
 
-func (x *exchange) page(path string, keys []string, cursorForm *regexp.Regexp) (int, int, map[string]string, *wireError) {
-	q := x.query
-	limit := defaultPageLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPageLimit {
-			return 0, 0, nil, errorf(400, "invalid-limit", fmt.Sprintf("limit must be an integer from 1 to %d", maxPageLimit))
+// listingParam returns a listing parameter given in the query or in
+// the body parameters (read), refusing the two ways with different
+// values (400 parameter-conflict, as params does for a key given at the
+// top level and in parameters).
+func listingParam[T comparable](q url.Values, p map[string]any, name string, def T, read func(v any, inQuery bool) (T, *wireError)) (T, *wireError) {
+	out := def
+	qv, inQuery := q[name]
+	if inQuery {
+		v, e := read(qv[0], true) // parseQuery leaves one value per key
+		if e != nil {
+			return def, e
 		}
-		limit = n
+		out = v
+	}
+	if given(p, name) {
+		v, e := read(p[name], false)
+		if e != nil {
+			return def, e
+		}
+		if inQuery && v != out {
+			return def, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given in the query and in the body with different values", name))
+		}
+		out = v
+	}
+	return out, nil
+}
+
+// cursorValue reads a cursor: a string, in the query or the body
+// parameters ("" is the first page); 400 invalid-cursor when another
+// JSON type.
+func cursorValue(v any, _ bool) (string, *wireError) {
+	s, ok := v.(string)
+	if !ok {
+		return "", errorf(400, "invalid-cursor", fmt.Sprintf("cursor must be a string, not %s", jsonType(v)))
+	}
+	return s, nil
+}
+
+// page applies the limit (limitValue) and cursor parameters, from the
+// query or the body parameters p, to a listing whose entries have the
+// given strictly increasing keys. It returns the slice bounds and, when
+// more entries follow, an RFC 8288 Link header with rel="next". The
+// cursor is opaque to clients: base64url of the last key served.
+func (x *exchange) page(path string, p map[string]any, keys []string, cursorForm *regexp.Regexp) (int, int, map[string]string, *wireError) {
+	limit, e := listingParam(x.query, p, "limit", defaultPageLimit, limitValue)
+	if e != nil {
+		return 0, 0, nil, e
+	}
+	c, e := listingParam(x.query, p, "cursor", "", cursorValue)
+	if e != nil {
+		return 0, 0, nil, e
 	}
 	from := 0
-	if c := q.Get("cursor"); c != "" {
+	if c != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(c)
 		if err != nil || !cursorForm.Match(raw) {
 			return 0, 0, nil, errorf(400, "invalid-cursor", "cursor is not one this server issued")

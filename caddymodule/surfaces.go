@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -54,24 +55,146 @@ func envelopeParameters(req *request) (map[string]any, *wireError) {
 	return out, nil
 }
 
-func stringParam(p map[string]any, name string) (string, bool) {
-	s, ok := p[name].(string)
-	return s, ok && s != ""
+// Parameter readers. Every built-in parameter is read by the one reader
+// of its type, so a bad value is refused the same way wherever it
+// appears. A parameter with a reason of its own (limit: invalid-limit,
+// cursor: invalid-cursor, requested_duration: invalid-duration,
+// synthesis_id: invalid-synthesis-id, mode: invalid-mode) reports every
+// bad value, wrong JSON type included, with it; any other parameter
+// reports 400 invalid-parameter. Absent and JSON null both mean "not
+// given".
+
+// given reports whether parameter name is present and not null.
+func given(p map[string]any, name string) bool {
+	v, ok := p[name]
+	return ok && v != nil
 }
 
-// wrongTypeParams answers 400 invalid-parameter, and returns true, when
-// one of the named parameters is present but not a string (so a target
-// of 5 is not reported as a missing target).
-func wrongTypeParams(x *exchange, p map[string]any, what string, names ...string) bool {
-	for _, n := range names {
-		if v, ok := p[n]; ok && v != nil {
-			if _, isString := v.(string); !isString {
-				x.fail(errorf(400, "invalid-parameter", fmt.Sprintf("%s: parameter %s must be a string", what, n)))
-				return true
-			}
-		}
+// jsonType names the JSON type of a decoded value, for refusals.
+func jsonType(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
 	}
-	return false
+	return "null"
+}
+
+// typedString reads the optional string parameter name of the
+// built-in what: "" when not given; 400 reason when given as another
+// JSON type.
+func typedString(p map[string]any, what, name, reason string) (string, *wireError) {
+	v := p[name]
+	if v == nil {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", errorf(400, reason, fmt.Sprintf("%s: parameter %s must be a string, not %s", what, name, jsonType(v)))
+	}
+	return s, nil
+}
+
+// strParam reads an optional string parameter: "" when not given, 400
+// invalid-parameter when another JSON type (so a target of 5 is not
+// reported as a missing target).
+func strParam(p map[string]any, what, name string) (string, *wireError) {
+	return typedString(p, what, name, "invalid-parameter")
+}
+
+// boolParam reads an optional boolean parameter: false when not given,
+// 400 invalid-parameter when another JSON type ("true" is not true).
+func boolParam(p map[string]any, what, name string) (bool, *wireError) {
+	v := p[name]
+	if v == nil {
+		return false, nil
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, errorf(400, "invalid-parameter", fmt.Sprintf("%s: parameter %s must be true or false, not %s", what, name, jsonType(v)))
+	}
+	return b, nil
+}
+
+// agentParam reads an optional agent_id parameter: "" when not given,
+// 400 invalid-parameter unless a canonical Agent-ID (64 lowercase hex).
+// The check is syntax only: it says nothing of which agents exist.
+func agentParam(p map[string]any, what string) (string, *wireError) {
+	id, e := strParam(p, what, "agent_id")
+	if e != nil || !given(p, "agent_id") {
+		return "", e
+	}
+	if !policy.ValidAgentID(id) {
+		return "", errorf(400, "invalid-parameter", what+": parameter agent_id must be a canonical Agent-ID (64 lowercase hexadecimal characters)")
+	}
+	return id, nil
+}
+
+// sessionParam reads a session_id parameter: "" when not given, 400
+// invalid-parameter unless it has the form of a Session-ID header (no
+// contract can belong to any other value).
+func sessionParam(p map[string]any, what string) (string, *wireError) {
+	sid, e := strParam(p, what, "session_id")
+	if e != nil || !given(p, "session_id") {
+		return "", e
+	}
+	if !validSessionID(sid) {
+		return "", errorf(400, "invalid-parameter", what+": parameter session_id must be a Session-ID: "+sessionIDForm)
+	}
+	return sid, nil
+}
+
+// invalidLimit is the refusal of every bad limit.
+func invalidLimit() *wireError {
+	return errorf(400, "invalid-limit", fmt.Sprintf("limit must be a positive integer (at most %d entries are served: a larger limit is served as %d)", maxPageLimit, maxPageLimit))
+}
+
+// limitValue is the one reader of a listing's limit (DISCOVER /methods
+// and /contracts, INSPECT target=lifecycle): a positive integer, given as
+// decimal digits in the query (inQuery) or as a JSON number in the body
+// parameters. A limit above maxPageLimit is served as maxPageLimit;
+// anything else (0, negative, fractional, not a number) is 400
+// invalid-limit.
+func limitValue(v any, inQuery bool) (int, *wireError) {
+	var n float64
+	switch t := v.(type) {
+	case string:
+		if !inQuery || t == "" || strings.Trim(t, "0123456789") != "" {
+			return 0, invalidLimit()
+		}
+		i, err := strconv.Atoi(t)
+		if err != nil { // digits only: out of int range, so above the maximum
+			i = maxPageLimit
+		}
+		n = float64(i)
+	case float64:
+		if inQuery || t != math.Trunc(t) {
+			return 0, invalidLimit()
+		}
+		n = t
+	default:
+		return 0, invalidLimit()
+	}
+	if n < 1 {
+		return 0, invalidLimit()
+	}
+	return int(min(n, maxPageLimit)), nil
+}
+
+// bodyLimit reads the limit body parameter: defaultPageLimit when not
+// given.
+func bodyLimit(p map[string]any) (int, *wireError) {
+	if !given(p, "limit") {
+		return defaultPageLimit, nil
+	}
+	return limitValue(p["limit"], false)
 }
 
 // synthesisParam reads a synthesis_id parameter: missing → 400
@@ -153,10 +276,11 @@ func (h *Handler) inspectAll(req *request) bool {
 // inspect serves INSPECT target=contract and target=rcns-attempt (spec
 // §17.3).
 func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
-	if wrongTypeParams(x, p, "INSPECT", "target", "attempt_id", "agent_id") {
+	target, e := strParam(p, "INSPECT", "target")
+	if e != nil {
+		x.fail(e)
 		return
 	}
-	target, _ := stringParam(p, "target")
 	switch target {
 	case "contract":
 		c, state, ok := h.contractParam(x, req, p, contractAccess{what: "INSPECT target=contract", verb: "inspect", inspectAll: true, releasedKnown: true})
@@ -168,8 +292,12 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 		body.members["state"] = state
 		x.write(200, mediaAGTP, body, nil)
 	case "rcns-attempt":
-		id, ok := stringParam(p, "attempt_id")
-		if !ok {
+		id, e := strParam(p, "INSPECT target=rcns-attempt", "attempt_id")
+		if e != nil {
+			x.fail(e)
+			return
+		}
+		if id == "" {
 			x.fail(errorf(400, "parameter-required", "INSPECT target=rcns-attempt needs attempt_id"))
 			return
 		}
@@ -189,17 +317,24 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 	case "":
 		x.fail(errorf(400, "parameter-required", "INSPECT needs a target"))
 	case "lifecycle":
-		agent, ok := stringParam(p, "agent_id")
-		if !ok {
+		// Parameters are checked before access: a malformed agent_id
+		// or limit is 400 for anyone (a syntax check reveals nothing).
+		agent, e := agentParam(p, "INSPECT target=lifecycle")
+		if e != nil {
+			x.fail(e)
+			return
+		}
+		limit, e := bodyLimit(p)
+		if e != nil {
+			x.fail(e)
+			return
+		}
+		if agent == "" {
 			agent = req.caller.Agent.ID
 		}
 		if agent != req.caller.Agent.ID && !h.inspectAll(req) {
 			x.fail(errorf(403, "forbidden", "only the agent itself or a caller carrying inspect:all may read its lifecycle stream"))
 			return
-		}
-		limit := 100
-		if v, ok := p["limit"].(float64); ok && v >= 1 && v <= 1000 {
-			limit = int(v)
 		}
 		entries := h.st.records.lifecycle.List(agent, limit)
 		if entries == nil {
@@ -216,10 +351,18 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 // revoke serves REVOKE target=contract and target=stale-contracts
 // (spec §14.4 paths 2 and 4).
 func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
-	if wrongTypeParams(x, p, "REVOKE", "target", "reason") {
+	target, e := strParam(p, "REVOKE", "target")
+	var reason, actor string
+	if e == nil {
+		reason, e = strParam(p, "REVOKE", "reason")
+	}
+	if e == nil {
+		actor, e = strParam(p, "REVOKE", "actor")
+	}
+	if e != nil {
+		x.fail(e)
 		return
 	}
-	target, _ := stringParam(p, "target")
 	switch target {
 	case "contract":
 		c, _, ok := h.contractParam(x, req, p, contractAccess{what: "REVOKE target=contract", verb: "revoke", inspectAll: true})
@@ -234,8 +377,6 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 			}
 		}
 		if !noop {
-			reason, _ := stringParam(p, "reason")
-			actor, _ := stringParam(p, "actor")
 			h.lifecycleEvent(records.EventRevoke, c, req.caller.Agent.ID, reason, actor)
 			h.negotiationRecord(x, records.KindRevoke, records.OutcomeAccepted, reason,
 				map[string]any{"target": "contract", "synthesis_id": id}, map[string]any{"synthesis_id": id, "state": recipes.StateRevoked})
@@ -249,12 +390,13 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 			x.fail(errorf(403, "forbidden", "REVOKE target=stale-contracts needs the inspect:all scope"))
 			return
 		}
-		mode := h.OnPolicyChange
-		if v, present := p["mode"]; present {
-			mode, _ = v.(string)
-			if mode == "" {
-				mode = fmt.Sprint(v)
-			}
+		mode, e := typedString(p, "REVOKE target=stale-contracts", "mode", "invalid-mode")
+		if e != nil {
+			x.fail(e)
+			return
+		}
+		if !given(p, "mode") {
+			mode = h.OnPolicyChange
 		}
 		if mode != "grandfather" && mode != "invalidate" {
 			x.fail(errorf(400, "invalid-mode", fmt.Sprintf("mode %q is not grandfather or invalidate", mode)))
@@ -280,11 +422,11 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 			default:
 				h.st.contracts.End(c.SynthesisID, recipes.StateReleased)
 				entry["disposition"] = "evicted"
-				actor, _ := stringParam(p, "actor")
-				if actor == "" {
-					actor = x.agentID
+				operator := actor
+				if operator == "" {
+					operator = x.agentID
 				}
-				h.lifecycleEvent(records.EventRelease, c, req.caller.Agent.ID, "policy-change-invalidation", actor)
+				h.lifecycleEvent(records.EventRelease, c, req.caller.Agent.ID, "policy-change-invalidation", operator)
 				h.negotiationRecord(x, records.KindRelease, records.OutcomeAccepted, "policy-change-invalidation",
 					map[string]any{"target": "stale-contracts", "mode": mode, "synthesis_id": c.SynthesisID}, map[string]any{"synthesis_id": c.SynthesisID, "state": recipes.StateReleased})
 				h.logger.Info("rcns contract released by stale sweep", zap.String("synthesis_id", c.SynthesisID),
@@ -304,7 +446,18 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 // suspend serves SUSPEND with synthesis_id (caller release, spec §14.4
 // path 1) or session_id (end a session's contracts, OP-20).
 func (h *Handler) suspend(x *exchange, req *request, p map[string]any) {
-	if _, present := p["synthesis_id"]; present {
+	reason, e := strParam(p, "SUSPEND", "reason")
+	if e == nil {
+		_, e = sessionParam(p, "SUSPEND")
+	}
+	if e == nil && given(p, "synthesis_id") && given(p, "session_id") {
+		e = errorf(400, "invalid-parameter", "SUSPEND takes synthesis_id (one contract) or session_id (a session's contracts), not both")
+	}
+	if e != nil {
+		x.fail(e)
+		return
+	}
+	if given(p, "synthesis_id") {
 		c, _, ok := h.contractParam(x, req, p, contractAccess{what: "SUSPEND", verb: "release"})
 		if !ok {
 			return
@@ -312,7 +465,6 @@ func (h *Handler) suspend(x *exchange, req *request, p map[string]any) {
 		id := c.SynthesisID
 		noop := !h.st.contracts.End(id, recipes.StateReleased)
 		if !noop {
-			reason, _ := stringParam(p, "reason")
 			h.lifecycleEvent(records.EventRelease, c, req.caller.Agent.ID, reason, "")
 			h.negotiationRecord(x, records.KindRelease, records.OutcomeAccepted, reason,
 				map[string]any{"target": "contract", "synthesis_id": id}, map[string]any{"synthesis_id": id, "state": recipes.StateReleased})
@@ -321,7 +473,7 @@ func (h *Handler) suspend(x *exchange, req *request, p map[string]any) {
 		x.write(200, mediaAGTP, map[string]any{"status": 200, "result": map[string]any{"synthesis_id": id, "state": recipes.StateReleased, "noop": noop}}, nil)
 		return
 	}
-	if sid, ok := stringParam(p, "session_id"); ok {
+	if sid, _ := sessionParam(p, "SUSPEND"); sid != "" {
 		ids := h.st.contracts.EndSession(req.caller.Agent.ID, sid)
 		if ids == nil {
 			ids = []string{}
@@ -446,6 +598,7 @@ func parseRequestedDuration(s string) (time.Duration, error) {
 func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	negID, ng := h.st.negotiations.turn(req.caller.Agent.ID, headerGet(x.r, "Negotiation-ID"))
 	hdr := map[string]string{"Negotiation-ID": negID}
+	var rd string // requested_duration, once read
 	x.beforeWrite = func(int) {
 		if x.replayed {
 			return
@@ -454,9 +607,9 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		requested["negotiation_id"] = negID
 		if x.minted != nil {
 			granted := grantedOf(x.minted, x.minted.Persistent)
-			if d, ok := stringParam(p, "requested_duration"); ok {
+			if rd != "" {
 				granted["granted_duration"] = x.minted.ExpiresAt.Sub(x.minted.IssuedAt).String()
-				requested["requested_duration"] = d
+				requested["requested_duration"] = rd
 			}
 			h.negotiationRecord(x, records.KindPropose, records.OutcomeAccepted, "", requested, granted)
 			return
@@ -509,6 +662,26 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	if method == "" || path == "" {
 		failHdr(errorf(400, "invalid-proposal", "the proposed endpoint needs method and path"))
 		return
+	}
+	// The other parameters are read before anything is spent (the
+	// Idempotency-Key claim, the rcns budget).
+	rd, e := typedString(p, "PROPOSE", "requested_duration", "invalid-duration")
+	var persistent bool
+	if e == nil {
+		persistent, e = boolParam(p, "PROPOSE", "persistent")
+	}
+	if e != nil {
+		failHdr(e)
+		return
+	}
+	var requested time.Duration
+	if rd != "" {
+		d, err := parseRequestedDuration(rd)
+		if err != nil || d <= 0 {
+			failHdr(errorf(400, "invalid-duration", "requested_duration must be like 24h, 7d or an ISO 8601 duration"))
+			return
+		}
+		requested = d
 	}
 	if !h.claim(x, req) {
 		return
@@ -584,18 +757,10 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	}
 	ttl := time.Duration(h.ContractTTL)
 	var granted time.Duration
-	if rd, ok := stringParam(p, "requested_duration"); ok {
-		d, err := parseRequestedDuration(rd)
-		if err != nil || d <= 0 {
-			failHdr(errorf(400, "invalid-duration", "requested_duration must be like 24h, 7d or an ISO 8601 duration"))
-			return
-		}
-		if d < ttl {
-			ttl = d
-		}
+	if requested > 0 { // granted ≤ requested, bounded by contract_ttl (spec §14.3)
+		ttl = min(ttl, requested)
 		granted = ttl
 	}
-	persistent, _ := p["persistent"].(bool)
 	granting := persistent && h.AllowPersistent
 	if granting {
 		ttl = persistentTTL

@@ -99,6 +99,13 @@ func (g *testGateway) do(t *testing.T, method, target string, body any, kv ...st
 	return g.serve(t, method, target, hdr, strings.NewReader(string(raw)), int64(len(raw)))
 }
 
+// builtin sends a built-in (INSPECT, REVOKE, SUSPEND, PROPOSE) at "/"
+// with the given envelope parameters.
+func (g *testGateway) builtin(t *testing.T, method string, params map[string]any, kv ...string) *answer {
+	t.Helper()
+	return g.do(t, method, "/", map[string]any{"parameters": params}, kv...)
+}
+
 // wantError checks a §19 error body: status, reason and, when not
 // empty, a fragment of the explanation.
 func wantError(t *testing.T, a *answer, status int, reason, explanation string) {
@@ -109,4 +116,165 @@ func wantError(t *testing.T, a *answer, status int, reason, explanation string) 
 	if st, _ := a.body["status"].(float64); int(st) != status {
 		t.Fatalf("body status %v differs from the HTTP status %d: %s", a.body["status"], status, a)
 	}
+}
+
+// proposal is a wrapped PROPOSE for LOOKUP path (the lookup-item
+// recipe), with more parameters from kv.
+func proposal(path string, kv ...any) map[string]any {
+	p := map[string]any{"endpoint": map[string]any{
+		"method": "LOOKUP", "path": path, "description": "Looks up one item by id.",
+		"semantic": map[string]any{"intent": "Look up one item by id.", "actor": "agent", "outcome": "The item record is returned.",
+			"capability": "retrieval", "confidence": 0.9, "impact": "informational", "is_idempotent": true},
+	}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		p[kv[i].(string)] = kv[i+1]
+	}
+	return p
+}
+
+// propose mints a contract for LOOKUP path by PROPOSE and returns its
+// synthesis id.
+func (g *testGateway) propose(t *testing.T, path string, kv ...string) string {
+	t.Helper()
+	a := g.builtin(t, "PROPOSE", proposal(path), kv...)
+	if a.status != 263 || a.str("synthesis_id") == "" {
+		t.Fatalf("PROPOSE %s: %s", path, a)
+	}
+	return a.str("synthesis_id")
+}
+
+// otherAgent is a canonical Agent-ID no document registers.
+var otherAgent = strings.Repeat("ab", 32)
+
+// TestBuiltinParameterTypes: every built-in parameter is read by the
+// reader of its type. A wrong JSON type or a malformed value is 400
+// invalid-parameter, or the parameter's own reason (invalid-limit,
+// invalid-cursor, invalid-duration, invalid-synthesis-id); it is never
+// reported as missing, ignored, or taken for the default.
+func TestBuiltinParameterTypes(t *testing.T) {
+	g := newTestGateway(t)
+	id := g.propose(t, "/item/a")
+	sid := "0123456789abcdefABCDEF"
+	for _, tc := range []struct {
+		name, method string
+		params       map[string]any
+		status       int
+		reason, expl string
+	}{
+		{"DISCOVER target number", "DISCOVER", map[string]any{"target": 5}, 400, "invalid-parameter", "parameter target must be a string, not a number"},
+		{"INSPECT target number", "INSPECT", map[string]any{"target": 5}, 400, "invalid-parameter", "parameter target must be a string"},
+		{"INSPECT target missing", "INSPECT", map[string]any{}, 400, "parameter-required", "needs a target"},
+		{"INSPECT attempt_id object", "INSPECT", map[string]any{"target": "rcns-attempt", "attempt_id": map[string]any{}}, 400, "invalid-parameter", "attempt_id must be a string, not an object"},
+		{"INSPECT synthesis_id number", "INSPECT", map[string]any{"target": "contract", "synthesis_id": 5}, 400, "invalid-synthesis-id", "must be a string"},
+		{"lifecycle agent_id malformed", "INSPECT", map[string]any{"target": "lifecycle", "agent_id": "abc"}, 400, "invalid-parameter", "canonical Agent-ID"},
+		{"lifecycle agent_id uppercase", "INSPECT", map[string]any{"target": "lifecycle", "agent_id": strings.ToUpper(benchAgent)}, 400, "invalid-parameter", "canonical Agent-ID"},
+		{"lifecycle agent_id number", "INSPECT", map[string]any{"target": "lifecycle", "agent_id": 5}, 400, "invalid-parameter", "must be a string"},
+		{"lifecycle another agent", "INSPECT", map[string]any{"target": "lifecycle", "agent_id": otherAgent}, 403, "forbidden", ""},
+		{"SUSPEND session_id number", "SUSPEND", map[string]any{"session_id": 5}, 400, "invalid-parameter", "session_id must be a string, not a number"},
+		{"SUSPEND session_id malformed", "SUSPEND", map[string]any{"session_id": "sess-1"}, 400, "invalid-parameter", "must be a Session-ID: 22-256 characters"},
+		{"SUSPEND session_id empty", "SUSPEND", map[string]any{"session_id": ""}, 400, "invalid-parameter", "must be a Session-ID"},
+		{"SUSPEND both", "SUSPEND", map[string]any{"session_id": sid, "synthesis_id": id}, 400, "invalid-parameter", "not both"},
+		{"SUSPEND reason number", "SUSPEND", map[string]any{"synthesis_id": id, "reason": 5}, 400, "invalid-parameter", "reason must be a string"},
+		{"SUSPEND nothing", "SUSPEND", map[string]any{}, 400, "parameter-required", "synthesis_id or session_id"},
+		{"SUSPEND synthesis_id null", "SUSPEND", map[string]any{"synthesis_id": nil}, 400, "parameter-required", "synthesis_id or session_id"},
+		{"REVOKE actor number", "REVOKE", map[string]any{"target": "contract", "synthesis_id": id, "actor": 5}, 400, "invalid-parameter", "actor must be a string"},
+		{"REVOKE reason bool", "REVOKE", map[string]any{"target": "contract", "synthesis_id": id, "reason": true}, 400, "invalid-parameter", "reason must be a string, not a boolean"},
+		{"PROPOSE persistent string", "PROPOSE", proposal("/item/b", "persistent", "true"), 400, "invalid-parameter", "persistent must be true or false"},
+		{"PROPOSE requested_duration number", "PROPOSE", proposal("/item/b", "requested_duration", 30), 400, "invalid-duration", "must be a string, not a number"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := "/"
+			if tc.method == "DISCOVER" {
+				path = "/methods"
+			}
+			a := g.do(t, tc.method, path, map[string]any{"parameters": tc.params})
+			wantError(t, a, tc.status, tc.reason, tc.expl)
+		})
+	}
+	// None of the refusals touched the contract.
+	if a := g.builtin(t, "INSPECT", map[string]any{"target": "contract", "synthesis_id": id}); a.str("state") != "active" {
+		t.Fatalf("the contract is no longer active after refused requests: %s", a)
+	}
+	// A well-typed request still works.
+	wantStatus := func(a *answer, status int) {
+		t.Helper()
+		if a.status != status {
+			t.Fatalf("answer %s; want %d", a, status)
+		}
+	}
+	wantStatus(g.do(t, "DISCOVER", "/", map[string]any{"parameters": map[string]any{"target": "methods"}}), 200)
+	wantStatus(g.do(t, "DISCOVER", "/methods", map[string]any{"parameters": map[string]any{"target": nil}}), 200)
+	wantStatus(g.builtin(t, "INSPECT", map[string]any{"target": "lifecycle", "agent_id": benchAgent}), 200)
+	wantStatus(g.builtin(t, "SUSPEND", map[string]any{"session_id": sid}), 200)
+}
+
+// TestListingLimit: one reader for limit on DISCOVER /methods, DISCOVER
+// /contracts (query or body parameters) and INSPECT target=lifecycle:
+// a positive integer, served as at most 1000; 0, negative, fractional or
+// non-numeric values are 400 invalid-limit everywhere (INSPECT used to
+// fall back to 100 silently, and a body limit on DISCOVER was ignored).
+func TestListingLimit(t *testing.T) {
+	g := newTestGateway(t)
+	for _, p := range []string{"/item/a", "/item/b", "/item/c"} {
+		g.propose(t, p)
+	}
+	listing := func(a *answer) []any {
+		t.Helper()
+		if a.status != 200 {
+			t.Fatalf("answer %s; want 200", a)
+		}
+		var list []any
+		if err := json.Unmarshal([]byte(a.raw), &list); err != nil {
+			t.Fatalf("not a listing: %s", a)
+		}
+		return list
+	}
+	lifecycle := func(limit any) *answer {
+		return g.builtin(t, "INSPECT", map[string]any{"target": "lifecycle", "limit": limit})
+	}
+	for _, bad := range []any{-1, 0, 1.5, "x", "5", true, map[string]any{}, []any{1}} {
+		wantError(t, lifecycle(bad), 400, "invalid-limit", "positive integer")
+		for _, path := range []string{"/contracts", "/methods"} {
+			wantError(t, g.do(t, "DISCOVER", path, map[string]any{"parameters": map[string]any{"limit": bad}}), 400, "invalid-limit", "positive integer")
+		}
+	}
+	for _, bad := range []string{"-1", "0", "1.5", "x", "", "+1", "1e3", "%201"} {
+		for _, path := range []string{"/contracts", "/methods"} {
+			wantError(t, g.do(t, "DISCOVER", path+"?limit="+bad, nil), 400, "invalid-limit", "positive integer")
+		}
+	}
+	// In range, and above the maximum (served as 1000).
+	if a := lifecycle(1); a.status != 200 || len(a.body["entries"].([]any)) != 1 {
+		t.Fatalf("lifecycle limit 1: %s", a)
+	}
+	for _, big := range []any{1001, 5000, 1e300} {
+		if a := lifecycle(big); a.status != 200 || len(a.body["entries"].([]any)) != 3 {
+			t.Fatalf("lifecycle limit %v: %s", big, a)
+		}
+	}
+	for _, q := range []string{"1001", "99999999999999999999999", "0001000"} {
+		if l := listing(g.do(t, "DISCOVER", "/contracts?limit="+q, nil)); len(l) != 3 {
+			t.Fatalf("limit=%s listed %d contracts, want 3", q, len(l))
+		}
+	}
+	// The body limit is honoured, with the same Link as the query's.
+	a := g.do(t, "DISCOVER", "/contracts", map[string]any{"parameters": map[string]any{"limit": 2}})
+	if l := listing(a); len(l) != 2 || !strings.Contains(a.header.Get("Link"), "limit=2&cursor=") {
+		t.Fatalf("body limit 2: Link %q, %s", a.header.Get("Link"), a)
+	}
+	q := listing(g.do(t, "DISCOVER", "/contracts?limit=2", nil))
+	b := listing(g.do(t, "DISCOVER", "/contracts?limit=2", map[string]any{"parameters": map[string]any{"limit": 2}}))
+	if len(q) != 2 || len(b) != 2 {
+		t.Fatalf("query limit 2 = %d entries, query and body limit 2 = %d", len(q), len(b))
+	}
+	// Query and body disagreeing is refused, as for any parameter given twice.
+	wantError(t, g.do(t, "DISCOVER", "/contracts?limit=1", map[string]any{"parameters": map[string]any{"limit": 2}}), 400, "parameter-conflict", `"limit"`)
+	// The cursor is read the same way.
+	next := strings.TrimPrefix(strings.Split(a.header.Get("Link"), ">")[0], "<")
+	cursor := next[strings.Index(next, "cursor=")+len("cursor="):]
+	if l := listing(g.do(t, "DISCOVER", "/contracts", map[string]any{"parameters": map[string]any{"limit": 2, "cursor": cursor}})); len(l) != 1 {
+		t.Fatalf("body cursor: %d entries, want the last one", len(l))
+	}
+	wantError(t, g.do(t, "DISCOVER", "/contracts?cursor="+cursor, map[string]any{"parameters": map[string]any{"cursor": "x"}}), 400, "parameter-conflict", `"cursor"`)
+	wantError(t, g.do(t, "DISCOVER", "/contracts", map[string]any{"parameters": map[string]any{"cursor": 5}}), 400, "invalid-cursor", "must be a string")
 }
