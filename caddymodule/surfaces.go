@@ -561,37 +561,62 @@ func (n *negotiations) rejections(ng *negotiation) int {
 	return ng.rejections
 }
 
-var isoDuration = regexp.MustCompile(`^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$`)
+// The forms of requested_duration (spec §14.3: agtp-09's "24h" and
+// "7d", and ISO 8601 durations): ISO 8601 days and time parts in whole
+// numbers ("P1DT2H", "PT90M"), whole days ("7d"), and Go durations
+// ("30m", "1h30m", "1.5h"; no sign).
+var (
+	isoDuration = regexp.MustCompile(`^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$`)
+	dayDuration = regexp.MustCompile(`^(\d+)d$`)
+	goDuration  = regexp.MustCompile(`^(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+$`)
+)
 
-// parseRequestedDuration accepts "24h", "7d", "30m", "90s" and ISO 8601
-// durations such as "P1DT2H" (spec §14.3).
+// maxDuration is the longest time.Duration: a requested_duration beyond
+// it is read as maxDuration (and then bounded by contract_ttl like any
+// long request), never wrapped around.
+const maxDuration = time.Duration(math.MaxInt64)
+
+// parseRequestedDuration parses a requested_duration in one of the
+// forms above. A value too large for time.Duration saturates at
+// maxDuration. The caller refuses a duration of zero.
 func parseRequestedDuration(s string) (time.Duration, error) {
-	if m := isoDuration.FindStringSubmatch(s); m != nil && s != "P" && s != "PT" {
+	if m := isoDuration.FindStringSubmatch(s); m != nil && s != "P" && !strings.HasSuffix(s, "T") {
 		var d time.Duration
-		units := []time.Duration{24 * time.Hour, time.Hour, time.Minute, time.Second}
-		for i, u := range units {
+		for i, u := range []time.Duration{24 * time.Hour, time.Hour, time.Minute, time.Second} {
 			if m[i+1] != "" {
-				n, err := strconv.Atoi(m[i+1])
-				if err != nil {
-					return 0, err
-				}
-				d += time.Duration(n) * u
+				d = addSaturated(d, mulSaturated(m[i+1], u))
 			}
 		}
 		return d, nil
 	}
-	if strings.HasSuffix(s, "d") {
-		n, err := strconv.Atoi(strings.TrimSuffix(s, "d"))
-		if err != nil || n < 0 {
-			return 0, fmt.Errorf("bad duration %q", s)
+	if m := dayDuration.FindStringSubmatch(s); m != nil {
+		return mulSaturated(m[1], 24*time.Hour), nil
+	}
+	if goDuration.MatchString(s) {
+		d, err := time.ParseDuration(s)
+		if err != nil { // the grammar matched: only an overflow is left
+			return maxDuration, nil
 		}
-		return time.Duration(n) * 24 * time.Hour, nil
+		return d, nil
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("bad duration %q", s)
+	return 0, fmt.Errorf("bad duration %q", s)
+}
+
+// mulSaturated is the decimal digits times unit, at most maxDuration.
+func mulSaturated(digits string, unit time.Duration) time.Duration {
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n > int64(maxDuration/unit) { // digits only: err is a range error
+		return maxDuration
 	}
-	return d, nil
+	return time.Duration(n) * unit
+}
+
+// addSaturated is a + b for non-negative durations, at most maxDuration.
+func addSaturated(a, b time.Duration) time.Duration {
+	if a > maxDuration-b {
+		return maxDuration
+	}
+	return a + b
 }
 
 // propose serves PROPOSE (spec §15.3 order; ARCHITECTURE.md "PROPOSE").
@@ -675,10 +700,14 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		return
 	}
 	var requested time.Duration
-	if rd != "" {
+	if given(p, "requested_duration") {
 		d, err := parseRequestedDuration(rd)
-		if err != nil || d <= 0 {
-			failHdr(errorf(400, "invalid-duration", "requested_duration must be like 24h, 7d or an ISO 8601 duration"))
+		switch {
+		case err != nil:
+			failHdr(errorf(400, "invalid-duration", "requested_duration must be a duration such as 24h, 30m, 7d or the ISO 8601 P1DT2H"))
+			return
+		case d <= 0:
+			failHdr(errorf(400, "invalid-duration", "requested_duration must be longer than zero"))
 			return
 		}
 		requested = d

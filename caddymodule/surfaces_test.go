@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -277,4 +278,65 @@ func TestListingLimit(t *testing.T) {
 	}
 	wantError(t, g.do(t, "DISCOVER", "/contracts?cursor="+cursor, map[string]any{"parameters": map[string]any{"cursor": "x"}}), 400, "parameter-conflict", `"cursor"`)
 	wantError(t, g.do(t, "DISCOVER", "/contracts", map[string]any{"parameters": map[string]any{"cursor": 5}}), 400, "invalid-cursor", "must be a string")
+}
+
+// TestParseRequestedDuration: the accepted forms, and saturation: a
+// duration beyond time.Duration's range is the maximum, never wrapped
+// ("213504d" used to come out as about 25 minutes).
+func TestParseRequestedDuration(t *testing.T) {
+	for s, want := range map[string]time.Duration{
+		"24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "30m": 30 * time.Minute, "90s": 90 * time.Second,
+		"1h30m": 90 * time.Minute, "1.5h": 90 * time.Minute, "P1DT2H": 26 * time.Hour, "PT90M": 90 * time.Minute,
+		"P1D": 24 * time.Hour, "PT1S": time.Second, "0s": 0, "PT0S": 0, "0d": 0,
+		"213504d": maxDuration, "P213504D": maxDuration, "106752d": maxDuration, "106751d": 106751 * 24 * time.Hour,
+		"99999999999999999999d": maxDuration, "PT99999999999999999999S": maxDuration, "P106751DT24H": maxDuration,
+		"9999999999h": maxDuration, "2562048h": maxDuration, "2562047h": 2562047 * time.Hour,
+	} {
+		got, err := parseRequestedDuration(s)
+		if err != nil || got != want {
+			t.Errorf("parseRequestedDuration(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "P", "PT", "P1DT", "1d2h", "-1h", "+1h", "-1d", "1y", "P1W", "P1.5D", "abc", "1.5d", "5", " 1h", "1h "} {
+		if got, err := parseRequestedDuration(bad); err == nil {
+			t.Errorf("parseRequestedDuration(%q) = %v; want an error", bad, got)
+		}
+	}
+}
+
+// TestProposeRequestedDuration: granted_duration is at most the request
+// and at most contract_ttl (spec §14.3); a request beyond any bound is
+// granted contract_ttl; an empty, zero or unparsable request is 400
+// invalid-duration (it used to be ignored, or to wrap).
+func TestProposeRequestedDuration(t *testing.T) {
+	g := newTestGateway(t)
+	ttl := time.Duration(g.h.ContractTTL)
+	for i, tc := range []struct {
+		requested string
+		granted   time.Duration
+	}{
+		{"10s", 10 * time.Second}, {"PT20S", 20 * time.Second}, {"1h", ttl}, {"213504d", ttl}, {"P213504D", ttl},
+		{"99999999999999999999d", ttl}, {"9999999999h", ttl},
+	} {
+		a := g.builtin(t, "PROPOSE", proposal("/item/d"+strconv.Itoa(i), "requested_duration", tc.requested))
+		if a.status != 263 || a.str("granted_duration") != tc.granted.String() {
+			t.Fatalf("requested_duration %q: %s; want 263 granting %v", tc.requested, a, tc.granted)
+		}
+		issued, _ := time.Parse(time.RFC3339, a.str("issued_at"))
+		expires, _ := time.Parse(time.RFC3339, a.str("expires_at"))
+		if expires.Sub(issued) != tc.granted {
+			t.Fatalf("requested_duration %q: expires_at - issued_at = %v; want %v", tc.requested, expires.Sub(issued), tc.granted)
+		}
+	}
+	for _, bad := range []any{"", "0s", "PT0S", "0d", "-1h", "soon", 30, true, map[string]any{}} {
+		a := g.builtin(t, "PROPOSE", proposal("/item/bad", "requested_duration", bad))
+		wantError(t, a, 400, "invalid-duration", "requested_duration")
+		if a.str("negotiation_id") == "" {
+			t.Fatalf("requested_duration %v: the refusal has no negotiation_id: %s", bad, a)
+		}
+	}
+	// Without requested_duration the grant is contract_ttl, unreported.
+	if a := g.builtin(t, "PROPOSE", proposal("/item/plain", "requested_duration", nil)); a.status != 263 || a.body["granted_duration"] != nil {
+		t.Fatalf("no requested_duration: %s", a)
+	}
 }
