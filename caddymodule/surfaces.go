@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -370,20 +371,9 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 			return
 		}
 		id := c.SynthesisID
-		noop := !h.st.contracts.End(id, recipes.StateRevoked)
-		if !noop && c.Persistent {
-			if err := h.buildManifest(); err != nil {
-				h.logger.Error("rebuilding the manifest after a revocation", zap.Error(err))
-			}
-		}
-		if !noop {
-			h.lifecycleEvent(records.EventRevoke, c, req.caller.Agent.ID, reason, actor)
-			h.negotiationRecord(x, records.KindRevoke, records.OutcomeAccepted, reason,
-				map[string]any{"target": "contract", "synthesis_id": id}, map[string]any{"synthesis_id": id, "state": recipes.StateRevoked})
-			h.logger.Info("rcns contract revoked", zap.String("agent_id", x.agentID), zap.String("synthesis_id", id),
-				zap.String("originating_agent_id", c.OriginatingAgentID), zap.String("reason", reason))
-		}
-		h.metrics.setActiveContracts(h.st.contracts.Len())
+		noop := !h.endContract(x, req, c, contractEnd{state: recipes.StateRevoked, reason: reason, operator: actor, via: "REVOKE target=contract",
+			requested: map[string]any{"target": "contract", "synthesis_id": id}})
+		h.afterEnding(!noop && c.Persistent)
 		x.write(200, mediaAGTP, map[string]any{"status": 200, "result": map[string]any{"synthesis_id": id, "state": recipes.StateRevoked, "noop": noop}}, nil)
 	case "stale-contracts":
 		if !h.inspectAll(req) {
@@ -406,7 +396,12 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 		for _, r := range h.set.Recipes {
 			current[r.Name] = r.Version
 		}
+		operator := actor
+		if operator == "" {
+			operator = x.agentID
+		}
 		list := []map[string]any{}
+		persistentLeft := false
 		for _, c := range h.st.contracts.List("") {
 			cur, ok := current[c.Lineage.RecipeName]
 			entry := map[string]any{"synthesis_id": c.SynthesisID, "recipe_name": c.Lineage.RecipeName,
@@ -420,21 +415,16 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 			case mode == "grandfather":
 				entry["disposition"] = "grandfathered"
 			default:
-				h.st.contracts.End(c.SynthesisID, recipes.StateReleased)
+				// Evicted either way: by this sweep, or just before it.
 				entry["disposition"] = "evicted"
-				operator := actor
-				if operator == "" {
-					operator = x.agentID
+				if h.endContract(x, req, c, contractEnd{state: recipes.StateReleased, reason: "policy-change-invalidation", operator: operator,
+					via: "REVOKE target=stale-contracts", requested: map[string]any{"target": "stale-contracts", "mode": mode, "synthesis_id": c.SynthesisID}}) {
+					persistentLeft = persistentLeft || c.Persistent
 				}
-				h.lifecycleEvent(records.EventRelease, c, req.caller.Agent.ID, "policy-change-invalidation", operator)
-				h.negotiationRecord(x, records.KindRelease, records.OutcomeAccepted, "policy-change-invalidation",
-					map[string]any{"target": "stale-contracts", "mode": mode, "synthesis_id": c.SynthesisID}, map[string]any{"synthesis_id": c.SynthesisID, "state": recipes.StateReleased})
-				h.logger.Info("rcns contract released by stale sweep", zap.String("synthesis_id", c.SynthesisID),
-					zap.String("reason", "policy-change-invalidation"), zap.String("actor_agent_id", x.agentID))
 			}
 			list = append(list, entry)
 		}
-		h.metrics.setActiveContracts(h.st.contracts.Len())
+		h.afterEnding(persistentLeft)
 		x.write(200, mediaAGTP, map[string]any{"status": 200, "mode": mode, "contracts": list}, nil)
 	case "":
 		x.fail(errorf(400, "parameter-required", "REVOKE needs a target"))
@@ -463,25 +453,79 @@ func (h *Handler) suspend(x *exchange, req *request, p map[string]any) {
 			return
 		}
 		id := c.SynthesisID
-		noop := !h.st.contracts.End(id, recipes.StateReleased)
-		if !noop {
-			h.lifecycleEvent(records.EventRelease, c, req.caller.Agent.ID, reason, "")
-			h.negotiationRecord(x, records.KindRelease, records.OutcomeAccepted, reason,
-				map[string]any{"target": "contract", "synthesis_id": id}, map[string]any{"synthesis_id": id, "state": recipes.StateReleased})
-		}
-		h.metrics.setActiveContracts(h.st.contracts.Len())
+		noop := !h.endContract(x, req, c, contractEnd{state: recipes.StateReleased, reason: reason, via: "SUSPEND synthesis_id",
+			requested: map[string]any{"target": "contract", "synthesis_id": id}})
+		h.afterEnding(!noop && c.Persistent)
 		x.write(200, mediaAGTP, map[string]any{"status": 200, "result": map[string]any{"synthesis_id": id, "state": recipes.StateReleased, "noop": noop}}, nil)
 		return
 	}
 	if sid, _ := sessionParam(p, "SUSPEND"); sid != "" {
-		ids := h.st.contracts.EndSession(req.caller.Agent.ID, sid)
-		if ids == nil {
-			ids = []string{}
+		// Each of the caller's contracts created under the session ends
+		// exactly as a release by synthesis_id does (spec §14.4 path 1,
+		// OP-20): one rcns_release and one negotiation record each.
+		ids := []string{}
+		persistentLeft := false
+		for _, c := range h.st.contracts.List(req.caller.Agent.ID) {
+			if c.SessionID != sid {
+				continue
+			}
+			if h.endContract(x, req, c, contractEnd{state: recipes.StateReleased, reason: reason, via: "SUSPEND session_id",
+				requested: map[string]any{"target": "session", "session_id": sid, "synthesis_id": c.SynthesisID}}) {
+				ids = append(ids, c.SynthesisID)
+				persistentLeft = persistentLeft || c.Persistent
+			}
 		}
+		sort.Strings(ids)
+		h.afterEnding(persistentLeft)
 		x.write(200, mediaAGTP, map[string]any{"status": 200, "result": map[string]any{"session_id": sid, "released": ids}}, nil)
 		return
 	}
 	x.fail(errorf(400, "parameter-required", "SUSPEND needs synthesis_id or session_id"))
+}
+
+// contractEnd says how a contract ends: the state it ends in and what
+// its lifecycle event, negotiation record and log line carry.
+type contractEnd struct {
+	state     string         // recipes.StateReleased or recipes.StateRevoked
+	reason    string         // the reason given, "" for none
+	operator  string         // the operator named as actor, "" for none
+	via       string         // the request that ended it, for the log line
+	requested map[string]any // the requested side of the negotiation record
+}
+
+// endContract ends the live contract c as e says. Every request that
+// ends contracts (SUSPEND by synthesis_id or by session_id, REVOKE, the
+// stale sweep) ends them here, so each gets one lifecycle event
+// (rcns_release or rcns_revoke on the originator's stream, spec §14.4,
+// §18), one negotiation record and one log line. It returns false, and
+// records nothing, when c was no longer live (ended meanwhile). The
+// caller then calls afterEnding once.
+func (h *Handler) endContract(x *exchange, req *request, c *recipes.Contract, e contractEnd) bool {
+	if !h.st.contracts.End(c.SynthesisID, e.state) {
+		return false
+	}
+	event, kind := records.EventRelease, records.KindRelease
+	if e.state == recipes.StateRevoked {
+		event, kind = records.EventRevoke, records.KindRevoke
+	}
+	h.lifecycleEvent(event, c, req.caller.Agent.ID, e.reason, e.operator)
+	h.negotiationRecord(x, kind, records.OutcomeAccepted, e.reason, e.requested,
+		map[string]any{"synthesis_id": c.SynthesisID, "state": e.state})
+	h.logger.Info("rcns contract "+e.state, zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
+		zap.String("originating_agent_id", c.OriginatingAgentID), zap.String("via", e.via), zap.String("reason", e.reason))
+	return true
+}
+
+// afterEnding follows endContract calls: it updates the live-contract
+// gauge and, when a persistent contract ended (persistentLeft), rebuilds
+// the manifest it leaves (which bumps AGTP-API-Version, spec §15.4).
+func (h *Handler) afterEnding(persistentLeft bool) {
+	if persistentLeft {
+		if err := h.buildManifest(); err != nil {
+			h.logger.Error("rebuilding the manifest after a persistent contract ended", zap.Error(err))
+		}
+	}
+	h.metrics.setActiveContracts(h.st.contracts.Len())
 }
 
 // proposalSummary is the requested side of a PROPOSE negotiation record.

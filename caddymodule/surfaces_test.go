@@ -2,10 +2,15 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,6 +51,18 @@ type answer struct {
 func (a *answer) str(key string) string {
 	s, _ := a.body[key].(string)
 	return s
+}
+
+// hdr returns a response header written in its AGTP spelling (the
+// gateway sets AGTP-API-Version, Server-ID… as spelled, not
+// canonicalized).
+func (a *answer) hdr(name string) string {
+	for k, v := range a.header {
+		if strings.EqualFold(k, name) && len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
 }
 
 func (a *answer) String() string {
@@ -338,5 +355,182 @@ func TestProposeRequestedDuration(t *testing.T) {
 	// Without requested_duration the grant is contract_ttl, unreported.
 	if a := g.builtin(t, "PROPOSE", proposal("/item/plain", "requested_duration", nil)); a.status != 263 || a.body["granted_duration"] != nil {
 		t.Fatalf("no requested_duration: %s", a)
+	}
+}
+
+// lifecycleEvents returns benchAgent's lifecycle events (decoded JWS
+// payloads), newest first.
+func (g *testGateway) lifecycleEvents(t *testing.T) []map[string]any {
+	t.Helper()
+	a := g.builtin(t, "INSPECT", map[string]any{"target": "lifecycle", "limit": 1000})
+	if a.status != 200 {
+		t.Fatalf("INSPECT lifecycle: %s", a)
+	}
+	var out []map[string]any
+	for _, e := range a.body["entries"].([]any) {
+		parts := strings.Split(e.(map[string]any)["envelope"].(string), ".")
+		raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+		if err != nil {
+			t.Fatalf("lifecycle envelope: %v", err)
+		}
+		var ev map[string]any
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			t.Fatalf("lifecycle payload: %v", err)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// events returns the events of type typ about synthesis id.
+func events(evs []map[string]any, typ, id string) []map[string]any {
+	var out []map[string]any
+	for _, e := range evs {
+		if e["event_type"] == typ && e["synthesis_id"] == id {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// negotiationRecords returns the negotiation records of kind about
+// synthesis id (requested.synthesis_id).
+func (g *testGateway) negotiationRecords(t *testing.T, kind, id string) []map[string]any {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(g.h.RecordsDir, "negotiations", "*.jsonl"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no negotiation log under %s (%v)", g.h.RecordsDir, err)
+	}
+	var out []map[string]any
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if req, _ := rec["requested"].(map[string]any); rec["kind"] == kind && req["synthesis_id"] == id {
+				out = append(out, rec)
+			}
+		}
+	}
+	return out
+}
+
+// keys returns the sorted keys of m.
+func keys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestSessionReleaseRecords: SUSPEND with session_id releases each of
+// the caller's contracts of that session exactly as SUSPEND with its
+// synthesis_id does: one rcns_release on the lifecycle stream and one
+// release negotiation record per contract (it wrote neither), once.
+func TestSessionReleaseRecords(t *testing.T) {
+	g := newTestGateway(t)
+	s1, s2 := "sess1-0123456789abcdefABCDEF", "sess2-0123456789abcdefABCDEF"
+	a := g.propose(t, "/item/a", "Session-ID", s1)
+	b := g.propose(t, "/item/b", "Session-ID", s1)
+	c := g.propose(t, "/item/c")
+	d := g.propose(t, "/item/d", "Session-ID", s2)
+
+	r := g.builtin(t, "SUSPEND", map[string]any{"session_id": s1, "reason": "task done"})
+	want := []any{a, b}
+	if b < a {
+		want = []any{b, a}
+	}
+	if r.status != 200 || !reflect.DeepEqual(r.body["result"], map[string]any{"session_id": s1, "released": want}) {
+		t.Fatalf("SUSPEND session_id: %s; want %v released", r, want)
+	}
+	// The reference: a release by synthesis_id.
+	if r := g.builtin(t, "SUSPEND", map[string]any{"synthesis_id": c, "reason": "task done"}); r.status != 200 {
+		t.Fatalf("SUSPEND synthesis_id: %s", r)
+	}
+	evs := g.lifecycleEvents(t)
+	ref := events(evs, "rcns_release", c)
+	refRec := g.negotiationRecords(t, "release", c)
+	if len(ref) != 1 || len(refRec) != 1 {
+		t.Fatalf("release by synthesis_id: %d events, %d records; want 1 and 1", len(ref), len(refRec))
+	}
+	for _, id := range []string{a, b} {
+		ev := events(evs, "rcns_release", id)
+		if len(ev) != 1 || ev[0]["reason"] != "task done" || ev[0]["actor_agent_id"] != benchAgent || !reflect.DeepEqual(keys(ev[0]), keys(ref[0])) {
+			t.Fatalf("contract %s released by session: events %v; want one rcns_release like %v", id, ev, ref)
+		}
+		rec := g.negotiationRecords(t, "release", id)
+		if len(rec) != 1 || rec[0]["outcome"] != "accepted" || rec[0]["reason"] != "task done" ||
+			!reflect.DeepEqual(rec[0]["granted"], map[string]any{"synthesis_id": id, "state": "released"}) ||
+			!reflect.DeepEqual(rec[0]["requested"], map[string]any{"target": "session", "session_id": s1, "synthesis_id": id}) {
+			t.Fatalf("contract %s released by session: negotiation records %v", id, rec)
+		}
+		if st := g.builtin(t, "INSPECT", map[string]any{"target": "contract", "synthesis_id": id}).str("state"); st != "released" {
+			t.Fatalf("contract %s is %q after its session ended", id, st)
+		}
+	}
+	// Other sessions' and session-less contracts are untouched.
+	if st := g.builtin(t, "INSPECT", map[string]any{"target": "contract", "synthesis_id": d}).str("state"); st != "active" {
+		t.Fatalf("contract %s of another session is %q", d, st)
+	}
+	if len(events(evs, "rcns_release", d)) != 0 {
+		t.Fatalf("contract %s of another session has a release event", d)
+	}
+	// Ending the session again releases nothing and records nothing.
+	if r := g.builtin(t, "SUSPEND", map[string]any{"session_id": s1}); r.status != 200 || len(r.body["result"].(map[string]any)["released"].([]any)) != 0 {
+		t.Fatalf("second SUSPEND session_id: %s", r)
+	}
+	if n := len(events(g.lifecycleEvents(t), "rcns_release", a)); n != 1 || len(g.negotiationRecords(t, "release", a)) != 1 {
+		t.Fatalf("a second session end recorded again: %d events", n)
+	}
+}
+
+// TestPersistentContractLeavesManifest: a persistent contract released
+// by synthesis_id or by its session, or revoked, leaves the manifest at
+// once (and AGTP-API-Version moves); releases did not rebuild it.
+func TestPersistentContractLeavesManifest(t *testing.T) {
+	g := newTestGateway(t)
+	g.h.AllowPersistent = true
+	sid := "persist-0123456789abcdefABCDEF"
+	manifest := func() (map[string]bool, string) {
+		t.Helper()
+		a := g.serve(t, "DISCOVER", "/", nil, nil, 0)
+		paths := map[string]bool{}
+		for _, e := range a.body["endpoints"].([]any) {
+			paths[e.(map[string]any)["path"].(string)] = true
+		}
+		return paths, a.hdr("AGTP-API-Version")
+	}
+	for i, end := range []struct {
+		name   string
+		method string
+		params func(id string) map[string]any
+	}{
+		{"SUSPEND synthesis_id", "SUSPEND", func(id string) map[string]any { return map[string]any{"synthesis_id": id} }},
+		{"SUSPEND session_id", "SUSPEND", func(string) map[string]any { return map[string]any{"session_id": sid} }},
+		{"REVOKE", "REVOKE", func(id string) map[string]any { return map[string]any{"target": "contract", "synthesis_id": id} }},
+	} {
+		path := "/item/persistent-" + strconv.Itoa(i)
+		a := g.builtin(t, "PROPOSE", proposal(path, "persistent", true), "Session-ID", sid)
+		if a.status != 263 || a.body["persistent"] != true {
+			t.Fatalf("%s: persistent PROPOSE: %s", end.name, a)
+		}
+		in, v1 := manifest()
+		if !in[path] {
+			t.Fatalf("%s: the persistent contract is not in the manifest", end.name)
+		}
+		if r := g.builtin(t, end.method, end.params(a.str("synthesis_id"))); r.status != 200 {
+			t.Fatalf("%s: %s", end.name, r)
+		}
+		in, v2 := manifest()
+		if in[path] || v2 == v1 {
+			t.Fatalf("%s: the ended persistent contract is still in the manifest (AGTP-API-Version %s → %s)", end.name, v1, v2)
+		}
 	}
 }
