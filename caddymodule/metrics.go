@@ -157,7 +157,7 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		"Duration of a recipe composition (all its steps), by recipe.",
 		"recipe")
 	m.upstreamSeconds = histogramVec("upstream_request_duration_seconds",
-		"Duration of calls to upstream REST services, by configured upstream, whatever their result.",
+		"Duration of calls sent to upstream REST services, by configured upstream, whatever their result (requests refused before any call are not counted).",
 		"upstream")
 	m.upstreamErrors = counterVec("upstream_errors_total",
 		"Failed upstream calls by configured upstream and error class (upstream_timeout, upstream_connection_error, upstream_malformed_response, upstream_authentication_failed, upstream_error, mapped).",

@@ -650,7 +650,9 @@ func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint
 	ctx := recipes.WithTraceParent(context.WithoutCancel(x.r.Context()), x.r.Header.Get("Traceparent"))
 	start := time.Now()
 	out, f := ep.InvokeValidated(ctx, in)
-	h.metrics.upstreamCall(ep.UpstreamName(), failureClass(f), time.Since(start).Seconds())
+	if f == nil || f.Sent {
+		h.metrics.upstreamCall(ep.UpstreamName(), failureClass(f), time.Since(start).Seconds())
+	}
 	if f != nil {
 		if f.Code != recipes.ErrInvalidInput {
 			h.logger.Warn("upstream failure", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
@@ -819,7 +821,9 @@ func (h *Handler) execute(x *exchange, c *recipes.Contract, in map[string]any) (
 				class = failureClass(&recipes.Failure{Code: rep.Error})
 			}
 			h.metrics.stepDuration(c.Lineage.RecipeName, rep.Name, rep.Duration.Seconds())
-			h.metrics.upstreamCall(rep.Upstream, class, rep.Duration.Seconds())
+			if rep.Called {
+				h.metrics.upstreamCall(rep.Upstream, class, rep.Duration.Seconds())
+			}
 		}
 	}
 	if cf != nil {

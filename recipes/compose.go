@@ -29,6 +29,10 @@ type StepReport struct {
 	Upstream string `json:"-"`
 	// Duration is how long the step ran (0 when it did not start).
 	Duration time.Duration `json:"-"`
+	// Called reports that the step's upstream call was sent (it succeeded,
+	// or failed with Failure.Sent): false when the step failed before
+	// calling or did not start.
+	Called bool `json:"-"`
 }
 
 // CompositionFailure is a failed plan run: 422 composition_failed
@@ -160,6 +164,7 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 		res := <-results
 		running--
 		reports[res.idx].Duration = res.d
+		reports[res.idx].Called = res.f == nil || res.f.Sent
 		if res.f != nil {
 			failed = append(failed, res)
 			if ctx.Err() != nil && len(failed) > 1 {
@@ -216,6 +221,7 @@ func (r *Recipe) executeOne(ctx context.Context, input map[string]any) (any, []S
 	start := time.Now()
 	out, f := s.run(ctx, input, []any{input})
 	rep[0].Duration = time.Since(start)
+	rep[0].Called = f == nil || f.Sent
 	if f != nil {
 		rep[0].State, rep[0].Error = StepFailed, f.Code
 		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), FailedStep: s, Cause: f, Steps: rep,

@@ -358,6 +358,11 @@ type Failure struct {
 	// Internal is the underlying transport error, for the gateway's logs
 	// only: it may name hosts and addresses and never reaches agents.
 	Internal error
+	// Sent reports that the request was handed to the upstream's
+	// transport, so the upstream may have seen it. It is false for
+	// failures before any call: input, mappings, request building, a
+	// deadline that passed first. Upstream metrics count only sent calls.
+	Sent bool
 }
 
 func (f *Failure) Error() string { return f.Code + ": " + f.Explanation }
@@ -401,13 +406,14 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	sent := false // set when the request goes to the transport
 	fail := func(code, expl string, status int) *Failure {
 		if mapped, ok := s.errorMap[status]; ok && status != 0 {
 			code = mapped
 		}
 		return &Failure{Status: 422, Code: code, Explanation: expl, UpstreamStatus: status,
 			Details:        map[string]any{"upstream": s.up.Name, "upstream_status": status},
-			SideEffectFree: e.Semantic.IsIdempotent}
+			SideEffectFree: e.Semantic.IsIdempotent, Sent: sent}
 	}
 	// Every upstream path parameter is a required input field (checked at
 	// load), so validated input has them all. The explanations name the
@@ -494,6 +500,7 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	if tp := TraceParent(ctx); tp != "" {
 		req.Header.Set("Traceparent", tp)
 	}
+	sent = true
 	resp, err := s.up.transport.RoundTrip(req)
 	if err != nil {
 		if isTimeout(ctx, err) {

@@ -179,6 +179,11 @@ func TestInvokeMapsUpstreamOutcomes(t *testing.T) {
 			if f.Code != tc.wantCode || f.Status != 422 || f.UpstreamStatus != tc.wantStatus {
 				t.Fatalf("failure = %+v, want code %s upstream status %d", f, tc.wantCode, tc.wantStatus)
 			}
+			// Every failure here but refused input came from a sent call
+			// (upstream metrics count exactly those).
+			if wantSent := tc.wantCode != ErrInvalidInput; f.Sent != wantSent {
+				t.Fatalf("failure.Sent = %v, want %v", f.Sent, wantSent)
+			}
 		})
 	}
 }
@@ -192,8 +197,8 @@ func TestInvokeConnectionRefused(t *testing.T) {
 	l.Close()
 	ep := buildEndpoint(t, endpointDoc("FETCH", "/things", "GET", "/x", ""), newUpstream(t, "http://"+addr))
 	_, f := ep.Invoke(context.Background(), map[string]any{})
-	if f == nil || f.Code != ErrUpstreamConnection || !f.SideEffectFree {
-		t.Fatalf("failure = %+v, want side-effect-free %s", f, ErrUpstreamConnection)
+	if f == nil || f.Code != ErrUpstreamConnection || !f.SideEffectFree || !f.Sent {
+		t.Fatalf("failure = %+v, want a sent, side-effect-free %s", f, ErrUpstreamConnection)
 	}
 }
 
@@ -397,6 +402,11 @@ output: '$third'
 	states := []string{reports[0].State, reports[1].State, reports[2].State}
 	if fmt.Sprint(states) != "[succeeded failed not-started]" {
 		t.Fatalf("states = %v", states)
+	}
+	// The succeeded and the failed step called their upstream; the one
+	// never started did not (upstream metrics count exactly these).
+	if called := []bool{reports[0].Called, reports[1].Called, reports[2].Called}; fmt.Sprint(called) != "[true true false]" {
+		t.Fatalf("called = %v, want [true true false]", called)
 	}
 	if _, called := calls.Load("/never"); called {
 		t.Fatal("a step after the failed one was called")
@@ -760,7 +770,7 @@ func TestInvokePathSegmentValues(t *testing.T) {
 	ep := buildEndpoint(t, endpointDoc("FETCH", "/things", "GET", "/secret-backend/{id}", ""), newUpstream(t, srv.URL))
 	for _, id := range []string{"", ".", ".."} {
 		_, f := ep.Invoke(context.Background(), map[string]any{"id": id})
-		if f == nil || f.Code != ErrInvalidInput || !f.SideEffectFree || !strings.Contains(f.Explanation, `input field "id"`) || strings.Contains(f.Explanation, "secret-backend") {
+		if f == nil || f.Code != ErrInvalidInput || !f.SideEffectFree || f.Sent || !strings.Contains(f.Explanation, `input field "id"`) || strings.Contains(f.Explanation, "secret-backend") {
 			t.Errorf("id %q: failure = %+v, want a side-effect-free invalid-input naming the field, not the upstream path", id, f)
 		}
 	}
@@ -831,8 +841,8 @@ func TestMappingDeadlineIsATimeout(t *testing.T) {
 				t.Fatalf("failed step = %v, want %s", cf.FailedStep, tc.failedStep)
 			}
 			rep := reports[cf.FailedStep.Index]
-			if rep.State != StepFailed || rep.Error != ErrUpstreamTimeout {
-				t.Fatalf("step report = %+v, want failed with upstream_timeout", rep)
+			if rep.State != StepFailed || rep.Error != ErrUpstreamTimeout || rep.Called {
+				t.Fatalf("step report = %+v, want failed with upstream_timeout, not called", rep)
 			}
 			if _, called := calls.Load("/b"); called {
 				t.Fatal("the step's upstream was called after its mapping ran out of time")
@@ -845,7 +855,7 @@ func TestMappingDeadlineIsATimeout(t *testing.T) {
 			ep := buildEndpoint(t, endpointDoc("FETCH", "/things", "POST", "/slow-mapping", "  timeout_seconds: 0.2\n  "+field+"\n"), up)
 			var f *Failure
 			within(t, func() { _, f = ep.Invoke(context.Background(), map[string]any{}) })
-			if f == nil || f.Code != ErrUpstreamTimeout || !f.SideEffectFree || !strings.Contains(f.Explanation, "did not finish within 200ms") {
+			if f == nil || f.Code != ErrUpstreamTimeout || !f.SideEffectFree || f.Sent || !strings.Contains(f.Explanation, "did not finish within 200ms") {
 				t.Fatalf("Invoke failure = %+v, want a side-effect-free upstream_timeout naming the 200ms timeout", f)
 			}
 			if _, called := calls.Load("/slow-mapping"); called {
