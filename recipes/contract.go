@@ -309,24 +309,6 @@ func (s *Store) Inspect(id string) (c *Contract, state string, found bool) {
 	return nil, "", false
 }
 
-// EndSession ends, as released, every live contract of agent created
-// with Session-ID session (spec §14.2, OP-20) and returns their ids.
-func (s *Store) EndSession(agent, session string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var ids []string
-	for _, c := range s.byID {
-		if c.OriginatingAgentID == agent && c.SessionID == session && session != "" {
-			ids = append(ids, c.SynthesisID)
-		}
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		s.evictLocked(s.byID[id], StateReleased)
-	}
-	return ids
-}
-
 // End ends a live contract with state StateRevoked, StateReleased or
 // StateExpired and keeps a tombstone; returns false when it was not live.
 func (s *Store) End(id, state string) bool {
