@@ -268,7 +268,8 @@ func outputMappingFailure(ctx context.Context, err error) *Failure {
 		f.SideEffectFree = false // steps ran; CompositionFailure decides
 		return f
 	}
-	return &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "output mapping failed: " + err.Error()}
+	return &Failure{Status: 422, Code: ErrCompositionFailed, Internal: err,
+		Explanation: mappingExplanation("the recipe's output mapping", "the input and step outputs", err)}
 }
 
 // run maps the step input and invokes the step's endpoint.
@@ -281,15 +282,36 @@ func (s *Step) run(ctx context.Context, input any, vals []any) (any, *Failure) {
 		if f := deadlineFailure(ctx, "composition deadline passed during the step input mapping"); f != nil {
 			return nil, f
 		}
-		return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: "step input mapping failed: " + err.Error(), SideEffectFree: true}
+		return nil, &Failure{Status: 422, Code: ErrInvalidInput, SideEffectFree: true, Internal: err,
+			Explanation: mappingExplanation("the input mapping for step "+s.Name, "the given input", err)}
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
-		return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: fmt.Sprintf("step input mapping produced %T, want an object", v), SideEffectFree: true}
+		return nil, &Failure{Status: 422, Code: ErrInvalidInput, SideEffectFree: true,
+			Explanation: fmt.Sprintf("the input mapping for step %s produced %s on the given input, not an object", s.Name, jsonKind(v))}
 	}
 	nv, err := normalize(obj)
 	if err != nil {
-		return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: err.Error(), SideEffectFree: true}
+		return nil, &Failure{Status: 422, Code: ErrInvalidInput, SideEffectFree: true, Internal: err,
+			Explanation: fmt.Sprintf("the input mapping for step %s produced a value that is not JSON on the given input", s.Name)}
 	}
 	return s.Endpoint.Invoke(ctx, nv.(map[string]any))
+}
+
+// jsonKind names the JSON kind of a jq result, for explanations.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	default:
+		return "a number"
+	}
 }

@@ -355,8 +355,10 @@ type Failure struct {
 	// SideEffectFree reports that the upstream provably did not act (input
 	// refused, connection refused, or an idempotent endpoint).
 	SideEffectFree bool
-	// Internal is the underlying transport error, for the gateway's logs
-	// only: it may name hosts and addresses and never reaches agents.
+	// Internal is the underlying error, for the gateway's logs only: a
+	// transport error (it may name hosts and addresses) or a failed jq
+	// mapping's error (it quotes the operator's expression). It never
+	// reaches agents.
 	Internal error
 	// Sent reports that the request was handed to the upstream's
 	// transport, so the upstream may have seen it. It is false for
@@ -435,7 +437,9 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		return nil, fail(ErrUpstreamConnection, "cannot build the upstream request", 0)
 	}
 	// mapFailure classifies a failed query or body mapping: stopped by a
-	// deadline, it is upstream_timeout; otherwise invalid-input.
+	// deadline, it is upstream_timeout; otherwise invalid-input (the
+	// mapping may have failed on the caller's input), explained without
+	// the operator's expression, which goes to Internal for the logs.
 	mapFailure := func(what string, err error) *Failure {
 		expl := fmt.Sprintf("the %s mapping for upstream %s did not finish within %s", what, s.up.Name, s.timeout)
 		if parent.Err() != nil {
@@ -445,7 +449,8 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 			f.Details = map[string]any{"upstream": s.up.Name, "upstream_status": 0}
 			return f
 		}
-		return &Failure{Status: 422, Code: ErrInvalidInput, Explanation: err.Error(), SideEffectFree: true}
+		return &Failure{Status: 422, Code: ErrInvalidInput, SideEffectFree: true, Internal: err,
+			Explanation: mappingExplanation("the "+what+" mapping for this endpoint", "the given input", err)}
 	}
 	q := url.Values{}
 	for _, k := range s.queryKeys {
@@ -465,7 +470,8 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 			return nil, mapFailure("body", err)
 		}
 		if body, err = json.Marshal(rename(v, s.inRename)); err != nil {
-			return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: err.Error(), SideEffectFree: true}
+			return nil, &Failure{Status: 422, Code: ErrInvalidInput, SideEffectFree: true, Internal: err,
+				Explanation: "the body mapping for this endpoint produced a value that is not JSON on the given input"}
 		}
 	case s.method == http.MethodPost || s.method == http.MethodPut || s.method == http.MethodPatch:
 		rest := make(map[string]any, len(input))

@@ -194,7 +194,9 @@ func (e *Expr) String() string { return e.src }
 // Eval runs the expression on input v with variable values in the
 // order given at compile time and returns its single result. No result,
 // several results or a jq error are errors; values are JSON values
-// (map[string]any, []any, float64, string, bool, nil).
+// (map[string]any, []any, float64, string, bool, nil). Errors quote the
+// expression and wrap gojq's error: they are for the gateway's logs
+// (Failure.Internal), never for agents (see mappingExplanation).
 func (e *Expr) Eval(ctx context.Context, v any, values ...any) (any, error) {
 	if e.proj != nil && len(values) == len(e.vars) && ctx.Err() == nil {
 		if out, ok := e.proj.eval(values); ok {
@@ -211,7 +213,7 @@ func (e *Expr) Eval(ctx context.Context, v any, values ...any) (any, error) {
 		if errors.As(err, &he) && he.Value() == nil {
 			return nil, fmt.Errorf("jq expression %q halted", e.src)
 		}
-		return nil, fmt.Errorf("jq expression %q: %v", e.src, err)
+		return nil, fmt.Errorf("jq expression %q: %w", e.src, err)
 	}
 	if extra, more := iter.Next(); more {
 		if _, isErr := extra.(error); !isErr {
@@ -235,4 +237,33 @@ func normalize(v any) (any, error) {
 	var out any
 	err = json.Unmarshal(raw, &out)
 	return out, err
+}
+
+// raisedMessage returns the message of an error(msg) (or halt_error(msg))
+// that an operator's jq expression raised with a string msg: gojq's
+// ValueError carrying a string. The operator wrote that text for
+// callers. Any other error (a type error, no value, a non-string error
+// value) reports false: its text is gojq's and may quote the expression
+// or server-side values.
+func raisedMessage(err error) (string, bool) {
+	var ve gojq.ValueError
+	if errors.As(err, &ve) {
+		if msg, ok := ve.Value().(string); ok {
+			return msg, true
+		}
+	}
+	return "", false
+}
+
+// mappingExplanation is what an agent is told when a jq mapping failed:
+// which mapping, in the agent's terms (what, such as "the query mapping
+// for this endpoint"), plus the message of an error("…") the operator's
+// expression raised. It never carries the expression or gojq's own text,
+// which stay in Failure.Internal for the gateway's logs.
+func mappingExplanation(what, on string, err error) string {
+	expl := what + " failed on " + on
+	if msg, ok := raisedMessage(err); ok {
+		expl += ": " + msg
+	}
+	return expl
 }

@@ -945,3 +945,81 @@ func tryBuildRecipe(t *testing.T, up *Upstream, recipe string, endpoints ...stri
 	_, err = BuildRecipe(doc, methodPolicy(), func(m, p string) (*Endpoint, bool) { e, ok := eps[m+" "+p]; return e, ok })
 	return err
 }
+
+// TestMappingErrorsKeepExpressionsInternal: a jq mapping that fails on
+// the caller's input (an endpoint's query or body, a step's input, a
+// recipe's output) is explained in the agent's terms — which mapping
+// failed — never with the operator's expression or gojq's own text,
+// which go to Failure.Internal for the logs. The message of an
+// error("…") the expression raises is the operator's word to callers
+// and is passed on.
+func TestMappingErrorsKeepExpressionsInternal(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"id":"ok"}`)
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	const secret = "SECRET_MARKER"
+	raises := `if .name=="bad" then error("boom") else "` + secret + `" end`
+	typeErr := `if .name=="bad" then (.name | .x) else "` + secret + `" end` // gojq: expected an object but got: string
+	check := func(t *testing.T, f *Failure, code, want, raised string) {
+		t.Helper()
+		if f == nil || f.Code != code {
+			t.Fatalf("failure = %+v, want %s", f, code)
+		}
+		for _, leak := range []string{secret, "jq", "expected an object", "if .name"} {
+			if strings.Contains(f.Explanation, leak) {
+				t.Errorf("explanation %q leaks %q", f.Explanation, leak)
+			}
+		}
+		if !strings.Contains(f.Explanation, want) {
+			t.Errorf("explanation %q does not say %q", f.Explanation, want)
+		}
+		if raised != "" && !strings.HasSuffix(f.Explanation, ": "+raised) {
+			t.Errorf("explanation %q does not pass on the raised message %q", f.Explanation, raised)
+		}
+		if raised == "" && strings.Contains(f.Explanation, ": ") {
+			t.Errorf("explanation %q carries more than which mapping failed", f.Explanation)
+		}
+		if f.Internal == nil || !strings.Contains(f.Internal.Error(), secret) {
+			t.Errorf("Internal = %v, want the jq error with the expression, for the logs", f.Internal)
+		}
+	}
+	for _, tc := range []struct{ name, extra, want string }{
+		{"query", "  query: {x: '%s'}\n", "the query mapping for this endpoint failed on the given input"},
+		{"body", "  body: '{x: (%s)}'\n", "the body mapping for this endpoint failed on the given input"},
+	} {
+		for _, expr := range []struct{ src, raised string }{{raises, "boom"}, {typeErr, ""}} {
+			t.Run(tc.name+" "+expr.raised, func(t *testing.T) {
+				ep := buildEndpoint(t, endpointDoc("FETCH", "/things", "POST", "/x", fmt.Sprintf(tc.extra, expr.src)), up)
+				if _, f := ep.Invoke(context.Background(), map[string]any{"name": "good"}); f != nil {
+					t.Fatalf("good input: %+v", f)
+				}
+				_, f := ep.Invoke(context.Background(), map[string]any{"name": "bad"})
+				check(t, f, ErrInvalidInput, tc.want, expr.raised)
+				if !f.SideEffectFree || f.Sent {
+					t.Errorf("failure = %+v, want side-effect-free and not sent", f)
+				}
+			})
+		}
+	}
+	eps := []string{endpointDoc("FETCH", "/alpha", "GET", "/a", "")}
+	for _, expr := range []struct{ src, raised string }{{raises, "boom"}, {typeErr, ""}} {
+		t.Run("step input "+expr.raised, func(t *testing.T) {
+			r, _ := buildSet(t, up, recipeHead+"steps:\n  - {name: a, method: FETCH, path: /alpha, input: '{name: ($input | "+expr.src+")}'}\noutput: '$a'\n", eps...)
+			_, _, cf := r.Execute(context.Background(), map[string]any{"name": "bad"}, 5*time.Second)
+			if cf == nil {
+				t.Fatal("Execute succeeded")
+			}
+			check(t, cf.Cause, ErrInvalidInput, "the input mapping for step a failed on the given input", expr.raised)
+		})
+		t.Run("output "+expr.raised, func(t *testing.T) {
+			r, _ := buildSet(t, up, recipeHead+"steps:\n  - {name: a, method: FETCH, path: /alpha, input: '{}'}\noutput: '{v: ($input | "+expr.src+")}'\n", eps...)
+			_, _, cf := r.Execute(context.Background(), map[string]any{"name": "bad"}, 5*time.Second)
+			if cf == nil {
+				t.Fatal("Execute succeeded")
+			}
+			check(t, cf.Cause, ErrCompositionFailed, "the recipe's output mapping failed", expr.raised)
+		})
+	}
+}
