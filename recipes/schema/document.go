@@ -26,6 +26,9 @@ type Document struct {
 	// mapping member, its key; for a sequence item, the item; "" is the
 	// document root.
 	index map[string]position
+	// huge maps the pointer of each number literal beyond float64's range
+	// to the literal as written (parseYAML); validate refuses them.
+	huge map[string]string
 }
 
 // Parse parses data as one operator document of kind k and validates it
@@ -47,11 +50,11 @@ func Parse(name string, data []byte, k Kind) (*Document, error) {
 	if _, ok := schemaFiles[k]; !ok {
 		return nil, &Error{File: name, Message: fmt.Sprintf("unknown document kind %q", k)}
 	}
-	v, index, err := parseYAML(name, data)
+	v, index, huge, err := parseYAML(name, data)
 	if err != nil {
 		return nil, err
 	}
-	d := &Document{File: name, Kind: k, Value: v, index: index}
+	d := &Document{File: name, Kind: k, Value: v, index: index, huge: huge}
 	if err := d.validate(); err != nil {
 		return nil, err
 	}

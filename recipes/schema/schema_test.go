@@ -306,6 +306,9 @@ func TestParseInline(t *testing.T) {
 		{"bad explicit !!int", agent + "name: !!int x\n", []wantErr{{4, 7, "/name", "'x' is not a valid !!int"}}},
 		{"infinite number", agent + "name: demo\nscopes: .inf\n",
 			[]wantErr{{5, 9, "/scopes", "number .inf is not finite; JSON has no such number"}}},
+		{"number beyond float64 is a number", agent + "name: demo\nscopes: [1e400]\n",
+			[]wantErr{{5, 10, "/scopes/0", "got number, want string"}}},
+		{"quoted huge number stays a string", agent + "name: '1e400'\n", nil},
 		{"null key", agent + "name: demo\n~: x\n", []wantErr{{5, 1, "", "mapping key ~ is null, want a string (quote it)"}}},
 		{"sequence key", agent + "name: demo\n? [a]\n: x\n", []wantErr{{5, 3, "", "mapping key is a sequence, want a string"}}},
 		{"null value", agent + "name:\n", []wantErr{{4, 1, "/name", "got null, want string"}}},
@@ -627,6 +630,11 @@ func TestEndpointTimeoutBounds(t *testing.T) {
 		want  string // "": accepted
 	}{
 		{"1e12", "1e+12 is not a valid per-call timeout: " + bounds},
+		// Beyond float64: the YAML library resolves the literal as a
+		// string; it is a number out of range, not "got string".
+		{"1e400", "number 1e400 is out of range: " + bounds},
+		{"-1e400", "number -1e400 is out of range: " + bounds},
+		{"1" + strings.Repeat("0", 400), "number 1" + strings.Repeat("0", 400) + " is out of range: " + bounds},
 		{"3600.5", "3600.5 is not a valid per-call timeout: " + bounds},
 		{"0.0000000001", "1e-10 is not a valid per-call timeout: " + bounds},
 		{"0.0009", "0.0009 is not a valid per-call timeout: " + bounds},
@@ -648,6 +656,21 @@ func TestEndpointTimeoutBounds(t *testing.T) {
 			checkErrors(t, err, "ep.yaml", []wantErr{{19, 3, "/external_service/timeout_seconds", tt.want}})
 		})
 	}
+}
+
+// TestHugeNumberNeverAccepted: a number literal beyond float64's range
+// where the schema takes any value (inside input_schema) is refused as
+// out of range, not accepted as a string or as its stand-in.
+func TestHugeNumberNeverAccepted(t *testing.T) {
+	raw, err := os.ReadFile("testdata/bad/endpoint_timeout.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.Replace(string(raw), "timeout_seconds: 0", "timeout_seconds: 1", 1)
+	src = strings.Replace(src, "additionalProperties: false}", "additionalProperties: false, maxProperties: 1e400}", 1)
+	_, err = Parse("ep.yaml", []byte(src), KindEndpoint)
+	checkErrors(t, err, "ep.yaml", []wantErr{{12, 59, "/input_schema/maxProperties",
+		"number 1e400 is out of range: a number here must fit a 64-bit float (at most about 1.8e308 in magnitude)"}})
 }
 
 // TestTimeoutBoundsMatchSchema holds MinTimeoutSeconds and

@@ -23,19 +23,27 @@ func (d *Document) validate() error {
 	if !ok {
 		return &Error{File: d.File, Message: fmt.Sprintf("unknown document kind %q", d.Kind)}
 	}
-	err = s.Validate(d.Value)
-	if err == nil {
-		return nil
-	}
-	var verr *jsonschema.ValidationError
-	if !errors.As(err, &verr) {
-		return &Error{File: d.File, Message: err.Error()}
-	}
 	v := &violations{doc: d, c: c}
-	v.collect(verr)
+	if err = s.Validate(d.Value); err != nil {
+		var verr *jsonschema.ValidationError
+		if !errors.As(err, &verr) {
+			return &Error{File: d.File, Message: err.Error()}
+		}
+		v.collect(verr)
+		if len(v.errs) == 0 {
+			// Never expected: a failure without a leaf.
+			v.add(nil, "", verr.Error())
+		}
+	}
+	// A number beyond float64's range is never accepted; one the schema
+	// bounds was reported with the field's range by collect.
+	for ptr, lit := range d.huge {
+		if !slices.ContainsFunc(v.errs, func(e *Error) bool { return e.Pointer == ptr }) {
+			v.errs = append(v.errs, d.Errorf(ptr, "number %s is out of range: a number here must fit a 64-bit float (at most about 1.8e308 in magnitude)", lit).(*Error))
+		}
+	}
 	if len(v.errs) == 0 {
-		// Never expected: a failure without a leaf.
-		v.add(nil, "", verr.Error())
+		return nil
 	}
 	sortErrors(v.errs)
 	v.errs = slices.CompactFunc(v.errs, func(a, b *Error) bool { return *a == *b })
@@ -115,6 +123,15 @@ func (v *violations) collect(e *jsonschema.ValidationError) {
 		// A titled number with a described range: name the knob and its
 		// range instead of the bare bound that was crossed.
 		t, want := v.str(e.SchemaURL, "title"), v.str(e.SchemaURL, "description")
+		if lit, huge := v.doc.huge[pointerOf(e.InstanceLocation)]; huge {
+			// A literal beyond float64's range: the value checked is a
+			// stand-in (±math.MaxFloat64), so name the literal.
+			if want == "" {
+				want = describe(k)
+			}
+			v.add(e.InstanceLocation, "", fmt.Sprintf("number %s is out of range: %s", lit, want))
+			return
+		}
 		if t != "" && want != "" {
 			v.add(e.InstanceLocation, "", fmt.Sprintf("%s is not a valid %s: %s", display(v.doc.valueAt(pointerOf(e.InstanceLocation))), t, want))
 			return

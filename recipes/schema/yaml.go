@@ -26,6 +26,9 @@ type converter struct {
 	file  string
 	index map[string]position
 	errs  []*Error
+	// huge maps the pointer of each number literal too large for a
+	// float64 to the literal as written (see scalar).
+	huge map[string]string
 }
 
 // yamlLineRE matches the location prefix of go.yaml.in/yaml/v3 errors.
@@ -72,45 +75,51 @@ func syntaxError(file string, err error) *Error {
 // that are not finite, and a root that is not a mapping. Implicit
 // timestamps stay strings. Several problems are returned together as
 // Errors.
-func parseYAML(file string, data []byte) (any, map[string]position, error) {
+//
+// A plain number literal beyond float64's range (1e400), which the YAML
+// library resolves as a string, is converted to ±math.MaxFloat64 and
+// returned in huge (pointer → literal as written): validate names it as
+// out of range, with the field's range when the schema gives one, and
+// never accepts it.
+func parseYAML(file string, data []byte) (v any, index map[string]position, huge map[string]string, err error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, nil, &Error{File: file, Message: "empty document"}
+			return nil, nil, nil, &Error{File: file, Message: "empty document"}
 		}
-		return nil, nil, syntaxError(file, err)
+		return nil, nil, nil, syntaxError(file, err)
 	}
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
 	case err == nil:
-		return nil, nil, &Error{File: file, Line: extra.Line, Column: extra.Column,
+		return nil, nil, nil, &Error{File: file, Line: extra.Line, Column: extra.Column,
 			Message: "more than one YAML document; a file holds exactly one"}
 	case !errors.Is(err, io.EOF):
-		return nil, nil, syntaxError(file, err)
+		return nil, nil, nil, syntaxError(file, err)
 	}
 
 	root := &doc
 	if root.Kind == yaml.DocumentNode {
 		if len(root.Content) != 1 {
-			return nil, nil, &Error{File: file, Message: "empty document"}
+			return nil, nil, nil, &Error{File: file, Message: "empty document"}
 		}
 		root = root.Content[0]
 	}
-	c := &converter{file: file, index: make(map[string]position)}
+	c := &converter{file: file, index: make(map[string]position), huge: map[string]string{}}
 	c.index[""] = position{root.Line, root.Column}
 	if root.Kind != yaml.MappingNode {
 		if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" && root.Style&yaml.TaggedStyle == 0 {
-			return nil, nil, &Error{File: file, Message: "empty document"}
+			return nil, nil, nil, &Error{File: file, Message: "empty document"}
 		}
-		return nil, nil, c.errAt(root, "", fmt.Sprintf("document is %s, want a mapping", nodeKindName(root)))
+		return nil, nil, nil, c.errAt(root, "", fmt.Sprintf("document is %s, want a mapping", nodeKindName(root)))
 	}
-	v := c.value(root, "")
+	v = c.value(root, "")
 	if len(c.errs) > 0 {
 		sortErrors(c.errs)
-		return nil, nil, Errors(c.errs)
+		return nil, nil, nil, Errors(c.errs)
 	}
-	return v, c.index, nil
+	return v, c.index, c.huge, nil
 }
 
 // errAt builds an *Error at node n and JSON pointer ptr.
@@ -243,11 +252,25 @@ func (c *converter) mapping(n *yaml.Node, ptr string) map[string]any {
 	return out
 }
 
+// yamlFloat is the YAML library's number syntax (its yamlStyleFloat):
+// a plain scalar matching it that the library resolved as a string is a
+// number beyond float64's range.
+var yamlFloat = regexp.MustCompile(`^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`)
+
 // scalar converts a scalar by its resolved tag: !!int and !!float become
 // float64, !!bool a bool, !!null nil, anything else (timestamps included)
-// the string as written.
+// the string as written. A plain number too large for a float64 (the
+// library resolves it as a string) becomes ±math.MaxFloat64, recorded in
+// c.huge for validate to refuse.
 func (c *converter) scalar(n *yaml.Node, ptr string) any {
 	switch n.ShortTag() {
+	case "!!str":
+		if n.Style == 0 && yamlFloat.MatchString(n.Value) {
+			if f, err := strconv.ParseFloat(n.Value, 64); errors.Is(err, strconv.ErrRange) && math.IsInf(f, 0) {
+				c.huge[ptr] = n.Value
+				return math.Copysign(math.MaxFloat64, f)
+			}
+		}
 	case "!!null":
 		return nil
 	case "!!bool":
