@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1021,5 +1022,25 @@ func TestMappingErrorsKeepExpressionsInternal(t *testing.T) {
 			}
 			check(t, cf.Cause, ErrCompositionFailed, "the recipe's output mapping failed", expr.raised)
 		})
+	}
+}
+
+// TestNewUpstreamName: an upstream name must match the pattern of an
+// endpoint's external_service.upstream, or no endpoint could name it.
+func TestNewUpstreamName(t *testing.T) {
+	for name, ok := range map[string]bool{"hotel": true, "hotel-api.v2_1": true, "": false, "a b": false, "a\tb": false, "{a}": false, "a}": false} {
+		up, err := NewUpstream(name, "http://127.0.0.1:1", UpstreamOptions{})
+		if ok != (err == nil) {
+			t.Errorf("NewUpstream(%q) err = %v, want ok=%v", name, err, ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "the name must match "+schema.UpstreamNamePattern()) {
+			t.Errorf("NewUpstream(%q) err = %v, want it to give the pattern", name, err)
+		}
+		if up != nil {
+			up.Close()
+		}
+		if _, perr := schema.Parse("ep.yaml", []byte(strings.Replace(endpointDoc("FETCH", "/x", "GET", "/x", ""), "upstream: up", "upstream: "+strconv.Quote(name), 1)), schema.KindEndpoint); ok != (perr == nil) {
+			t.Errorf("an endpoint naming upstream %q: err = %v, want ok=%v (the same rule)", name, perr, ok)
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
 
 // UpstreamOptions are the knobs of one named upstream (Caddyfile
@@ -61,11 +63,25 @@ type Upstream struct {
 	transport *http.Transport
 }
 
-// NewUpstream validates baseURL against the scheme rule (https://, or
+// CheckUpstreamName refuses an upstream name that no endpoint could
+// name: one not matching schema.UpstreamNamePattern, the pattern of an
+// endpoint's external_service.upstream (empty, or with white space or
+// braces).
+func CheckUpstreamName(name string) error {
+	if !schema.ValidUpstreamName(name) {
+		return fmt.Errorf("upstream %q: the name must match %s (not empty, no white space or braces), as an endpoint's external_service.upstream must, or no endpoint could use it", name, schema.UpstreamNamePattern())
+	}
+	return nil
+}
+
+// NewUpstream checks name with CheckUpstreamName, validates baseURL against the scheme rule (https://, or
 // http:// to a loopback host, or http:// with InsecureHTTP) and the
 // timeout against MinCallTimeout and MaxCallTimeout, and builds the
 // upstream's client. Errors name the upstream and the rule broken.
 func NewUpstream(name, baseURL string, opts UpstreamOptions) (*Upstream, error) {
+	if err := CheckUpstreamName(name); err != nil {
+		return nil, err
+	}
 	u, err := url.Parse(baseURL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %q: invalid base URL %q: %v", name, baseURL, err)

@@ -23,6 +23,7 @@ import (
 	"embed"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,3 +139,30 @@ func (c *compiled) lookup(loc string, extra ...string) any {
 	}
 	return v
 }
+
+// upstreamNameLoc is where endpoint.schema.json gives the pattern of
+// external_service.upstream, the one definition of an upstream name.
+const upstreamNameLoc = schemaBase + "endpoint.schema.json#/properties/external_service/properties/upstream"
+
+// upstreamName is the compiled upstream-name pattern (Go's regexp, the
+// engine the schema validator uses).
+var upstreamName = sync.OnceValue(func() *regexp.Regexp {
+	c, err := loadSchemas()
+	if err != nil {
+		panic(err) // a bug in the embedded files
+	}
+	p, ok := c.lookup(upstreamNameLoc, "pattern").(string)
+	if !ok {
+		panic("schema: endpoint.schema.json gives external_service.upstream no pattern")
+	}
+	return regexp.MustCompile(p)
+})
+
+// UpstreamNamePattern returns the regular expression an upstream name
+// must match: the pattern endpoint.schema.json gives
+// external_service.upstream, so an upstream declared with any other
+// name could never be used by an endpoint.
+func UpstreamNamePattern() string { return upstreamName().String() }
+
+// ValidUpstreamName reports whether name matches UpstreamNamePattern.
+func ValidUpstreamName(name string) bool { return upstreamName().MatchString(name) }
