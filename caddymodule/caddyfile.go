@@ -1,14 +1,22 @@
 package caddymodule
 
 import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
+
+	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
 func init() {
@@ -191,16 +199,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				"idempotency_max_per_agent": &h.IdempotencyMaxPerAgent, "replay_cache_size": &h.ReplayCacheSize,
 			}[key] = n
 		case "contract_ttl", "tombstone_ttl", "composition_timeout", "signature_max_age", "signature_skew":
-			v, err := oneArg(d)
+			dur, err := positiveDuration(d)
 			if err != nil {
 				return err
-			}
-			dur, err := caddy.ParseDuration(v)
-			if err != nil {
-				return d.Errf("%s: %v", key, err)
-			}
-			if dur <= 0 {
-				return d.Errf("%s: %q must be a positive duration", key, v)
 			}
 			switch key {
 			case "contract_ttl":
@@ -256,19 +257,18 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("rate_limit: budget %q is not rcns or invocation", args[0])
 			}
 		case "idempotency_window":
-			v, err := oneArg(d)
+			dur, err := positiveDuration(d)
 			if err != nil {
 				return err
-			}
-			dur, err := caddy.ParseDuration(v)
-			if err != nil || dur <= 0 {
-				return d.Errf("idempotency_window: %q is not a positive duration", v)
 			}
 			h.IdempotencyWindow = caddy.Duration(dur)
 		case "agents", "endpoints", "recipes", "record_keys", "legacy", "allow", "disallow", "passthrough_methods":
 			args := d.RemainingArgs()
 			if len(args) == 0 {
 				return d.ArgErr()
+			}
+			if slices.Contains(args, "") {
+				return d.Errf("%s: empty value; leave the line out for the default", key)
 			}
 			list := map[string]*[]string{
 				"agents": &h.Agents, "endpoints": &h.Endpoints, "recipes": &h.Recipes, "record_keys": &h.RecordKeys,
@@ -280,6 +280,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if len(args) != 2 {
 				return d.Errf("upstream: want <name> <base-url>, got %d arguments", len(args))
 			}
+			if err := recipes.CheckUpstreamName(args[0]); err != nil {
+				return d.Errf("%v", err)
+			}
 			uc := &UpstreamConfig{URL: args[1]}
 			for nesting := d.Nesting(); d.NextBlock(nesting); {
 				switch d.Val() {
@@ -288,9 +291,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					if err != nil {
 						return err
 					}
-					dur, err := caddy.ParseDuration(v)
-					if err != nil || dur <= 0 {
-						return d.Errf("upstream %s: timeout: %q must be a positive duration", args[0], v)
+					dur, err := parseDuration(v)
+					if errors.Is(err, errNotDuration) {
+						return d.Errf("upstream %s: timeout: %q %v", args[0], v, err)
+					}
+					if err != nil || dur < recipes.MinCallTimeout || dur > recipes.MaxCallTimeout {
+						return d.Errf("upstream %s: timeout: %q is out of range: the allowed range is %s to %s", args[0], v,
+							shortDuration(recipes.MinCallTimeout), shortDuration(recipes.MaxCallTimeout))
 					}
 					uc.Timeout = caddy.Duration(dur)
 				case "max_conns":
@@ -348,6 +355,63 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
+}
+
+// errNotDuration and errDurationTooLarge are parseDuration's refusals.
+var (
+	errNotDuration      = errors.New("is not a duration (e.g. 90s, 15m, 24h, 7d)")
+	errDurationTooLarge = fmt.Errorf("is too large: a duration can be at most %s (about 292 years)", shortDuration(time.Duration(math.MaxInt64).Truncate(time.Hour)))
+)
+
+// durationSyntax is the syntax caddy.ParseDuration reads (Go's duration
+// syntax plus d for days), whatever the size of the numbers.
+var durationSyntax = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h|d))+$`)
+
+// parseDuration is caddy.ParseDuration telling a value time.Duration
+// cannot hold (errDurationTooLarge: written in duration syntax, but
+// beyond about 292 years either way) from one that is not a duration
+// at all (errNotDuration); the time package reports both as "invalid
+// duration".
+func parseDuration(v string) (time.Duration, error) {
+	dur, err := caddy.ParseDuration(v)
+	switch {
+	case err == nil:
+		return dur, nil
+	case durationSyntax.MatchString(v):
+		return 0, errDurationTooLarge
+	}
+	return 0, errNotDuration
+}
+
+// positiveDuration reads the one argument of a duration knob that must
+// be positive; errors name the knob.
+func positiveDuration(d *caddyfile.Dispenser) (time.Duration, error) {
+	key := d.Val()
+	v, err := oneArg(d)
+	if err != nil {
+		return 0, err
+	}
+	dur, err := parseDuration(v)
+	switch {
+	case strings.HasPrefix(v, "-") && !errors.Is(err, errNotDuration), err == nil && dur <= 0:
+		return 0, d.Errf("%s: %q must be a positive duration", key, v)
+	case err != nil:
+		return 0, d.Errf("%s: %q %v", key, v, err)
+	}
+	return dur, nil
+}
+
+// shortDuration prints a whole number of hours or minutes without the
+// zero units time.Duration.String adds ("1h", not "1h0m0s").
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func oneArg(d *caddyfile.Dispenser) (string, error) {

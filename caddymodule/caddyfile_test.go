@@ -88,10 +88,32 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"duplicate upstream", "upstream a http://127.0.0.1:1\n\t\tupstream a http://127.0.0.1:2", "declared twice"},
 		{"redirect arity", "redirect A /b C", "redirect"},
 		{"bad bool", "enabled maybe", "not true or false"},
-		{"negative upstream timeout", "upstream a http://127.0.0.1:1 {\n\t\t\ttimeout -1s\n\t\t}", "upstream a: timeout: \"-1s\" must be a positive duration"},
+		{"negative upstream timeout", "upstream a http://127.0.0.1:1 {\n\t\t\ttimeout -1s\n\t\t}", "upstream a: timeout: \"-1s\" is out of range: the allowed range is 1ms to 1h"},
 		{"knob twice", "mode optimistic\n\t\tmode confirm-first", "mode is set twice"},
 		{"rate limit twice", "rate_limit rcns 10\n\t\trate_limit rcns 20", "rate_limit rcns is set twice"},
-		{"zero upstream timeout", "upstream a http://127.0.0.1:1 {\n\t\t\ttimeout 0s\n\t\t}", "must be a positive duration"},
+		{"zero upstream timeout", "upstream a http://127.0.0.1:1 {\n\t\t\ttimeout 0s\n\t\t}", "upstream a: timeout: \"0s\" is out of range: the allowed range is 1ms to 1h"},
+		// A value time.Duration cannot hold is out of the range too, not
+		// "must be a positive duration"; so is one above 1h.
+		{"huge upstream timeout", "upstream a http://127.0.0.1:1 {\n\t\t\ttimeout 999999999999h\n\t\t}", "upstream a: timeout: \"999999999999h\" is out of range: the allowed range is 1ms to 1h"},
+		{"upstream timeout above 1h", "upstream a http://127.0.0.1:1 {\n\t\t\ttimeout 61m\n\t\t}", "upstream a: timeout: \"61m\" is out of range: the allowed range is 1ms to 1h"},
+		{"upstream timeout not a duration", "upstream a http://127.0.0.1:1 {\n\t\t\ttimeout soon\n\t\t}", "upstream a: timeout: \"soon\" is not a duration"},
+		{"ttl not a duration", "contract_ttl soon", "contract_ttl: \"soon\" is not a duration"},
+		{"huge contract_ttl", "contract_ttl 999999999999h", "contract_ttl: \"999999999999h\" is too large: a duration can be at most 2562047h"},
+		{"huge tombstone_ttl", "tombstone_ttl 2562048h", "tombstone_ttl: \"2562048h\" is too large"},
+		{"huge composition_timeout", "composition_timeout 99999999999d", "composition_timeout: \"99999999999d\" is too large"},
+		{"huge idempotency_window", "idempotency_window 999999999999h", "idempotency_window: \"999999999999h\" is too large"},
+		{"huge signature_max_age", "signature_max_age 999999999999h", "signature_max_age: \"999999999999h\" is too large"},
+		{"huge negative ttl", "contract_ttl -999999999999h", "contract_ttl: \"-999999999999h\" must be a positive duration"},
+		{"zero idempotency_window", "idempotency_window 0s", "idempotency_window: \"0s\" must be a positive duration"},
+		// Names an endpoint's external_service.upstream can never match.
+		{"empty upstream name", `upstream "" http://127.0.0.1:1`, `upstream "": the name must match ^[^\s{}]+$`},
+		{"upstream name with a space", `upstream "a b" http://127.0.0.1:1`, `upstream "a b": the name must match ^[^\s{}]+$`},
+		{"upstream name with a brace", `upstream "a{b}" http://127.0.0.1:1`, `upstream "a{b}": the name must match`},
+		// File and directory knobs: an empty value is a mistake.
+		{"empty agents", `agents ""`, "agents: empty value"},
+		{"empty endpoints among others", `endpoints a.yaml ""`, "endpoints: empty value"},
+		{"empty recipes", `recipes ""`, "recipes: empty value"},
+		{"empty record_keys", `record_keys ""`, "record_keys: empty value"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
