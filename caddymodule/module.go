@@ -375,6 +375,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if !validName(h.Name) {
 		return fmt.Errorf("rcns: name %q must be 1-64 characters of A-Z a-z 0-9 . _ - and not . or .. (it names the records directory)", h.Name)
 	}
+	if err := h.checkPaths(); err != nil {
+		return err
+	}
+	if err := h.checkNotNegative(); err != nil {
+		return err
+	}
 	if ev, err := ctx.App("events"); err == nil {
 		h.events, _ = ev.(*caddyevents.App)
 	}
@@ -434,8 +440,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if uc == nil {
 			return fmt.Errorf("rcns: upstream %q has no configuration", n)
 		}
-		if uc.Timeout < 0 || uc.MaxConns < 0 {
-			return fmt.Errorf("rcns: upstream %q: timeout and max_conns must be positive (or omitted for the defaults)", n)
+		if uc.Timeout < 0 {
+			return fmt.Errorf("rcns: upstream %q: timeout must not be negative (leave it out for the default)", n)
+		}
+		if uc.MaxConns < 0 {
+			return fmt.Errorf("rcns: upstream %q: max_conns must not be negative (leave it out for the default)", n)
 		}
 		up, err := recipes.NewUpstream(n, uc.URL, recipes.UpstreamOptions{
 			Timeout: time.Duration(uc.Timeout), MaxConns: uc.MaxConns, InsecureHTTP: uc.InsecureHTTP,
@@ -710,9 +719,6 @@ func (h *Handler) Validate() error {
 	default:
 		return fmt.Errorf("rcns: identity mode %q is not supported (header, mtls, signature)", h.Identity)
 	}
-	if h.SignatureMaxAge < 0 || h.SignatureSkew < 0 || h.ReplayCacheSize < 0 {
-		return fmt.Errorf("rcns: signature limits must not be negative")
-	}
 	if !validServerID(h.ServerID) {
 		return fmt.Errorf("rcns: server_id %q must be 1-255 visible ASCII characters (no spaces, control characters or non-ASCII): it is sent as the Server-ID response header", h.ServerID)
 	}
@@ -722,17 +728,8 @@ func (h *Handler) Validate() error {
 	if h.MaxSynthesisDepth < 1 {
 		return fmt.Errorf("rcns: max_synthesis_depth must be a positive integer")
 	}
-	if h.RateLimitPerMinute < 0 || h.InvocationRateLimitPerMinute < 0 || h.RateLimitBurst < 0 || h.InvocationRateLimitBurst < 0 {
-		return fmt.Errorf("rcns: rate limits must not be negative")
-	}
-	if h.MaxRequestBody < 0 || h.MaxUpstreamResponse < 0 || h.MaxContracts < 0 || h.MaxContractsPerAgent < 0 || h.AttemptBuffer < 0 {
-		return fmt.Errorf("rcns: limits must not be negative")
-	}
-	if h.IdempotencyMaxRecords < 0 || h.IdempotencyMaxPerAgent < 0 || time.Duration(h.IdempotencyWindow) < 0 {
-		return fmt.Errorf("rcns: idempotency_window, idempotency_max_records and idempotency_max_per_agent must not be negative")
-	}
-	if time.Duration(h.ContractTTL) < 0 || time.Duration(h.TombstoneTTL) < 0 || time.Duration(h.CompositionTimeout) < 0 {
-		return fmt.Errorf("rcns: durations must not be negative")
+	if err := h.checkNotNegative(); err != nil {
+		return err
 	}
 	if err := perAgentBound("max_contracts", h.MaxContracts, defaultMaxContracts, "max_contracts_per_agent", h.MaxContractsPerAgent); err != nil {
 		return err
@@ -777,6 +774,53 @@ func (h *Handler) Cleanup() error {
 	if h.st != nil {
 		_, err := states.Delete(h.Name)
 		return err
+	}
+	return nil
+}
+
+// checkNotNegative refuses a negative bound or duration, naming its
+// member: JSON can say what the Caddyfile refuses, and a negative value
+// is an error, never the default. Provision calls it before using any
+// of them (a negative attempt_buffer or rate limit would fail there
+// first, or worse), Validate again.
+func (h *Handler) checkNotNegative() error {
+	for _, k := range []struct {
+		name     string
+		negative bool
+	}{
+		{"signature_max_age", h.SignatureMaxAge < 0}, {"signature_skew", h.SignatureSkew < 0},
+		{"replay_cache_size", h.ReplayCacheSize < 0},
+		{"rate_limit_per_minute", h.RateLimitPerMinute < 0}, {"rate_limit_burst", h.RateLimitBurst < 0},
+		{"invocation_rate_limit_per_minute", h.InvocationRateLimitPerMinute < 0},
+		{"invocation_rate_limit_burst", h.InvocationRateLimitBurst < 0},
+		{"max_request_body", h.MaxRequestBody < 0}, {"max_upstream_response", h.MaxUpstreamResponse < 0},
+		{"max_contracts", h.MaxContracts < 0}, {"max_contracts_per_agent", h.MaxContractsPerAgent < 0},
+		{"attempt_buffer", h.AttemptBuffer < 0},
+		{"idempotency_window", h.IdempotencyWindow < 0}, {"idempotency_max_records", h.IdempotencyMaxRecords < 0},
+		{"idempotency_max_per_agent", h.IdempotencyMaxPerAgent < 0},
+		{"contract_ttl", h.ContractTTL < 0}, {"tombstone_ttl", h.TombstoneTTL < 0},
+		{"composition_timeout", h.CompositionTimeout < 0},
+	} {
+		if k.negative {
+			return fmt.Errorf("rcns: %s must not be negative (leave it out for the default)", k.name)
+		}
+	}
+	return nil
+}
+
+// checkPaths refuses an empty entry in a list of files or directories
+// (agents, endpoints, recipes, record_keys): in JSON "" in a list is not
+// "unset", and loading it would fail with an error naming no file.
+func (h *Handler) checkPaths() error {
+	for _, k := range []struct {
+		name  string
+		paths []string
+	}{{"agents", h.Agents}, {"endpoints", h.Endpoints}, {"recipes", h.Recipes}, {"record_keys", h.RecordKeys}} {
+		for i, p := range k.paths {
+			if p == "" {
+				return fmt.Errorf("rcns: %s[%d]: empty value; give a path or remove the entry", k.name, i)
+			}
+		}
 	}
 	return nil
 }

@@ -200,3 +200,57 @@ func TestNegativeLimitsJSON(t *testing.T) {
 		{"idempotency_window", "", `"idempotency_window":-1000000000`, "must not be negative"},
 	})
 }
+
+// TestNegativeKnobsNamedJSON: each negative bound or duration in JSON is
+// refused with its member named, not a shared "limits must not be
+// negative".
+func TestNegativeKnobsNamedJSON(t *testing.T) {
+	var cases []configCase
+	for _, k := range []string{"signature_max_age", "signature_skew", "replay_cache_size", "rate_limit_per_minute", "rate_limit_burst",
+		"invocation_rate_limit_per_minute", "invocation_rate_limit_burst", "max_request_body", "max_upstream_response",
+		"max_contracts", "max_contracts_per_agent", "attempt_buffer", "idempotency_window", "idempotency_max_records",
+		"idempotency_max_per_agent", "contract_ttl", "tombstone_ttl", "composition_timeout"} {
+		cases = append(cases, configCase{k, "", `"` + k + `":-1`, "rcns: " + k + " must not be negative"})
+	}
+	cases = append(cases,
+		configCase{"upstream timeout", "", `"upstreams":{"a":{"url":"http://127.0.0.1:1","timeout":-1}}`, `upstream "a": timeout must not be negative`},
+		configCase{"upstream max_conns", "", `"upstreams":{"a":{"url":"http://127.0.0.1:1","max_conns":-1}}`, `upstream "a": max_conns must not be negative`})
+	runConfigCases(t, cases)
+}
+
+// TestUpstreamNames: an upstream is declared under a name an endpoint's
+// external_service.upstream can match (the endpoint schema's pattern),
+// or refused, in the Caddyfile and in JSON.
+func TestUpstreamNames(t *testing.T) {
+	up := func(name string) (string, string) {
+		return strconv.Quote(name) + " http://127.0.0.1:1", `"upstreams":{` + strconv.Quote(name) + `:{"url":"http://127.0.0.1:1"}}`
+	}
+	var cases []configCase
+	for _, tc := range []struct{ name, want string }{
+		{"hotel-api.v2", ""},
+		{"", `upstream "": the name must match ^[^\s{}]+$`},
+		{"a b", `upstream "a b": the name must match ^[^\s{}]+$`},
+		{"a\tb", `upstream "a\tb": the name must match`},
+		{"{a}", `upstream "{a}": the name must match`},
+	} {
+		cf, js := up(tc.name)
+		if strings.Contains(tc.name, "\t") {
+			cf = "" // a Caddyfile quoted token has no escapes: JSON only
+		} else {
+			cf = "upstream " + cf
+		}
+		cases = append(cases, configCase{"name " + strconv.Quote(tc.name), cf, js, tc.want})
+	}
+	runConfigCases(t, cases)
+}
+
+// TestEmptyPathsJSON: in JSON an empty entry in a list of files or
+// directories is refused naming the member and index (it failed with
+// "open : no such file" or ": cannot stat").
+func TestEmptyPathsJSON(t *testing.T) {
+	var cases []configCase
+	for _, k := range []string{"agents", "endpoints", "recipes", "record_keys"} {
+		cases = append(cases, configCase{k, "", `"` + k + `":[""]`, "rcns: " + k + "[0]: empty value"})
+	}
+	runConfigCases(t, cases)
+}
