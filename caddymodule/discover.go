@@ -126,15 +126,16 @@ var (
 	contractCursor = regexp.MustCompile(`^[0-9]{20}\|syn-[A-Za-z0-9_-]{22}$`)
 )
 
-// listingParam returns a listing parameter given in the query or in
-// the body parameters (read), refusing the two ways with different
+// listingParam returns a listing parameter given in the query (its
+// last value when repeated, spec §2.1) or in the body parameters
+// (read), refusing the two ways with different
 // values (400 parameter-conflict, as params does for a key given at the
 // top level and in parameters).
 func listingParam[T comparable](q url.Values, p map[string]any, name string, def T, read func(v any, inQuery bool) (T, *wireError)) (T, *wireError) {
 	out := def
-	qv, inQuery := q[name]
+	qv, inQuery := queryValue(q, name) // the last value of a repeated key (spec §2.1)
 	if inQuery {
-		v, e := read(qv[0], true) // parseQuery leaves one value per key
+		v, e := read(qv, true)
 		if e != nil {
 			return def, e
 		}

@@ -382,13 +382,14 @@ func catalogWarning(info *policy.MethodInfo) string {
 
 // parseQuery parses the request's query once for every tier, refusing
 // what net/url would partly drop (a malformed percent-escape, a ';'
-// separator), keys or values that are not UTF-8, and a key given twice
-// (once percent-decoded: net/url keeps both and readers take one, as
-// duplicate JSON keys and single-valued headers are refused):
-// parameters come from the pairs the agent sent, or the request is
-// refused (400 invalid-query, with the returned error as the
-// explanation). Only AGTP requests are parsed here; legacy HTTP passes
-// through untouched.
+// separator) and keys or values that are not UTF-8: parameters come from
+// the pairs the agent sent, or the request is refused (400
+// invalid-query, with the returned error as the explanation). A key
+// given more than once (in any spelling: "a" and "%61" are one key once
+// decoded) keeps all its values in order; every reader takes the last
+// one (spec §2.1: repeated query keys keep the last value; queryValue).
+// Only AGTP requests are parsed here; legacy HTTP passes through
+// untouched.
 func parseQuery(raw string) (url.Values, error) {
 	if raw == "" {
 		return nil, nil
@@ -407,18 +408,17 @@ func parseQuery(raw string) (url.Values, error) {
 			}
 		}
 	}
-	var repeated []string
-	for k, vs := range vals {
-		if len(vs) > 1 {
-			repeated = append(repeated, k)
-		}
-	}
-	if len(repeated) > 0 {
-		slices.Sort(repeated) // name the same key every time
-		k := repeated[0]
-		return nil, fmt.Errorf("the query key %q appears %d times; send it once", clip(k), len(vals[k]))
-	}
 	return vals, nil
+}
+
+// queryValue returns the value of query key name, the last one when
+// the key is repeated (spec §2.1), and whether the key was given.
+func queryValue(q url.Values, name string) (string, bool) {
+	vs := q[name]
+	if len(vs) == 0 {
+		return "", false
+	}
+	return vs[len(vs)-1], true
 }
 
 // validHeaderValue reports whether s can be echoed in a response
@@ -590,9 +590,9 @@ func (h *Handler) methodNotAllowed(x *exchange, why string) *wireError {
 var envelopeKeys = map[string]bool{"method": true, "task_id": true, "session_id": true, "parameters": true, "context": true}
 
 // input assembles an invocation's input (spec OP-32, api-01 §5.5):
-// envelope parameters, plus query parameters (body wins; a key is never
-// repeated: parseQuery), plus template parameters (a different body
-// value is an error).
+// envelope parameters, plus query parameters (body wins; a repeated
+// query key keeps its last value, spec §2.1), plus template parameters
+// (a different body value is an error).
 func (x *exchange) input(req *request, params map[string]string) (map[string]any, *wireError) {
 	for k := range req.body {
 		if !envelopeKeys[k] {
@@ -603,9 +603,9 @@ func (x *exchange) input(req *request, params map[string]string) (map[string]any
 	if e != nil {
 		return nil, e
 	}
-	for k, vs := range x.query {
-		if _, inBody := in[k]; !inBody && len(vs) > 0 {
-			in[k] = vs[0]
+	for k := range x.query {
+		if _, inBody := in[k]; !inBody {
+			in[k], _ = queryValue(x.query, k)
 		}
 	}
 	for k, v := range params {

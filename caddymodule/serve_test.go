@@ -148,42 +148,91 @@ func TestParseQuery(t *testing.T) {
 			t.Errorf("parseQuery(%q) accepted it", bad)
 		}
 	}
-	// A key given twice, in any spelling, is named (the first in order
-	// when several are).
-	for bad, key := range map[string]string{"a=1&a=2": `"a" appears 2 times`, "a=1&%61=1": `"a" appears 2 times`, "a&a&a": `"a" appears 3 times`,
-		"b=1&b=2&a=1&a=1": `"a" appears 2`, "=1&=2": `"" appears 2`} {
-		if _, err := parseQuery(bad); err == nil || !strings.Contains(err.Error(), key) {
-			t.Errorf("parseQuery(%q) = %v; want an error naming %s", bad, err, key)
+	// A key given more than once, in any spelling, keeps its values in
+	// order: readers take the last one (spec §2.1).
+	for raw, want := range map[string]string{"a=1&a=2": "2", "a=2&%61=1": "1", "%61=1&a=3": "3", "a&a&a=x": "x", "a=x&a": ""} {
+		q, err := parseQuery(raw)
+		if err != nil {
+			t.Fatalf("parseQuery(%q) = %v, want nil", raw, err)
 		}
+		if v, ok := queryValue(q, "a"); !ok || v != want {
+			t.Errorf("queryValue(parseQuery(%q), a) = %q, %v; want %q (the last value)", raw, v, ok, want)
+		}
+	}
+	if _, ok := queryValue(nil, "a"); ok {
+		t.Error("queryValue of an empty query found a key")
 	}
 }
 
-// TestRepeatedQueryKeys: an AGTP request naming a query key twice is
-// 400 invalid-query naming the key (net/url keeps both, readers took
-// the last or the first one); legacy HTTP passes through untouched.
+// TestRepeatedQueryKeys: a query key given twice keeps its last value
+// (spec §2.1, api-01 §5.5) for every reader: Tier B input, DISCOVER
+// limit and cursor, anonymous DISCOVER included; "a" and "%61" are one
+// key. It was 400 invalid-query for a while, against the spec.
 func TestRepeatedQueryKeys(t *testing.T) {
 	g := newTestGateway(t)
-	for target, key := range map[string]string{
-		"/items/1?item_id=2&item_id=1": "item_id",
-		"/contracts?limit=1&limit=2":   "limit",
-		"/contracts?cursor=a&cursor=a": "cursor",
-	} {
-		method := "FETCH"
-		if strings.HasPrefix(target, "/contracts") {
-			method = "DISCOVER"
-		}
-		a := g.do(t, method, target, nil)
-		wantError(t, a, 400, "invalid-query", `the query key "`+key+`" appears 2 times`)
+	for _, p := range []string{"/item/a", "/item/b", "/item/c"} {
+		g.propose(t, p)
 	}
+	// Tier B input: the last item_id agrees with the path, the first
+	// one does not.
+	for _, target := range []string{"/items/1?item_id=2&item_id=1", "/items/1?item_id=2&item_%69d=1", "/items/1?%69tem_id=2&item_id=1"} {
+		if a := g.do(t, "FETCH", target, nil); a.status != 200 || field(a.body, "result", "id") != "1" {
+			t.Errorf("FETCH %s: %s; want 200 with the last item_id (1)", target, a)
+		}
+	}
+	for _, target := range []string{"/items/1?item_id=1&item_id=2", "/items/1?item_id=1&item_%69d=2"} {
+		wantError(t, g.do(t, "FETCH", target, nil), 400, "parameter-conflict", `"item_id" is given by the path as "1"`)
+	}
+	count := func(a *answer) int {
+		t.Helper()
+		var list []any
+		if a.status != 200 || json.Unmarshal([]byte(a.raw), &list) != nil {
+			t.Fatalf("answer %s; want a 200 listing", a)
+		}
+		return len(list)
+	}
+	// DISCOVER limit: the last value is read, and only it is checked.
+	for target, want := range map[string]int{"/contracts?limit=5&limit=1": 1, "/contracts?limit=0&limit=2": 2, "/contracts?%6cimit=1&limit=3": 3} {
+		if n := count(g.do(t, "DISCOVER", target, nil)); n != want {
+			t.Errorf("DISCOVER %s listed %d; want %d", target, n, want)
+		}
+	}
+	wantError(t, g.do(t, "DISCOVER", "/contracts?limit=2&limit=0", nil), 400, "invalid-limit", "positive integer")
+	// The last query value is the one compared with the body's.
+	if n := count(g.do(t, "DISCOVER", "/contracts?limit=1&limit=2", map[string]any{"parameters": map[string]any{"limit": 2}})); n != 2 {
+		t.Errorf("query limit=1&limit=2 with body limit 2 listed %d; want 2", n)
+	}
+	wantError(t, g.do(t, "DISCOVER", "/contracts?limit=2&limit=1", map[string]any{"parameters": map[string]any{"limit": 2}}), 400, "parameter-conflict", `"limit"`)
+	// DISCOVER cursor: a bad first cursor is not read.
+	a := g.do(t, "DISCOVER", "/contracts?limit=2", nil)
+	next := strings.TrimPrefix(strings.Split(a.header.Get("Link"), ">")[0], "<")
+	cursor := next[strings.Index(next, "cursor=")+len("cursor="):]
+	if n := count(g.do(t, "DISCOVER", "/contracts?cursor=bogus&cursor="+cursor, nil)); n != 1 {
+		t.Errorf("cursor=bogus&cursor=<next> listed %d; want the last page (1)", n)
+	}
+	wantError(t, g.do(t, "DISCOVER", "/contracts?cursor="+cursor+"&cursor=bogus", nil), 400, "invalid-cursor", "not one this server issued")
 	// Anonymous DISCOVER is AGTP too.
-	a := g.serve(t, "DISCOVER", "/methods?limit=1&limit=1", nil, nil, 0)
-	wantError(t, a, 400, "invalid-query", `"limit"`)
+	if n := count(g.serve(t, "DISCOVER", "/methods?limit=9&limit=1", nil, nil, 0)); n != 1 {
+		t.Errorf("anonymous DISCOVER /methods?limit=9&limit=1 listed %d; want 1", n)
+	}
+	// A malformed query is still refused.
+	wantError(t, g.do(t, "DISCOVER", "/contracts?limit=1&limit=%zz", nil), 400, "invalid-query", "malformed")
 	// Legacy HTTP (no Agent-ID, an IANA method) is not the gateway's.
 	before := g.passed
 	a = g.serve(t, "GET", "/items/1?x=1&x=2", nil, nil, 0)
 	if a.status != http.StatusTeapot || g.passed != before+1 {
 		t.Fatalf("legacy GET with a repeated key was not passed on: %s", a)
 	}
+}
+
+// field returns the member of a decoded JSON object at the given path
+// of keys (nil when absent).
+func field(v any, path ...string) any {
+	for _, k := range path {
+		m, _ := v.(map[string]any)
+		v = m[k]
+	}
+	return v
 }
 
 func TestValidHeaderValue(t *testing.T) {

@@ -216,3 +216,26 @@ func TestAmbiguousBodiesAndPaths(t *testing.T) {
 	}
 	w.assertReservations(t, 2)
 }
+
+// TestRepeatedQueryKeyLastValue: a query key given twice keeps its last
+// value (spec §2.1, api-01 §5.5), in every spelling of the key, for the
+// gate's synthesis input and for Tier B.
+func TestRepeatedQueryKeyLastValue(t *testing.T) {
+	w := startHotel(t, hotelOpts{Mode: "optimistic"})
+	a1 := agentID("rcns-demo-agent")
+	scope := "rcns:negotiate, hotel:read, hotel:book"
+	body := map[string]any{"parameters": map[string]any{"property_id": demoProperty, "check_in": demoCheckIn, "nights": demoNights}}
+	r := w.GW.Do(t, "BOOK", "/room?guest_id=g-2&guest_id=g-1", hdr(a1, scope, "Allow-RCNS", "true"), body)
+	wantStatus(t, r, 263)
+	if rs := w.assertReservations(t, 1); rs[0]["guest_id"] != "g-1" {
+		t.Fatalf("?guest_id=g-2&guest_id=g-1 booked for %v; want g-1 (the last value)", rs[0]["guest_id"])
+	}
+	// "%67uest_id" is guest_id: the last of the two spellings wins.
+	wantStatus(t, w.GW.Do(t, "BOOK", "/room?guest_id=g-1&%67uest_id=g-2", hdr(a1, scope), body), 200)
+	if rs := w.assertReservations(t, 2); rs[1]["guest_id"] != "g-2" {
+		t.Fatalf("?guest_id=g-1&%%67uest_id=g-2 booked for %v; want g-2", rs[1]["guest_id"])
+	}
+	// Tier B: the last value agrees with the path template.
+	wantStatus(t, w.GW.Do(t, "FETCH", "/guests/g-1?guest_id=g-2&guest_id=g-1", hdr(a1, "hotel:read"), nil), 200)
+	assertErrorBody(t, w.GW.Do(t, "FETCH", "/guests/g-1?guest_id=g-1&guest_id=g-2", hdr(a1, "hotel:read"), nil), 400, "parameter-conflict")
+}
