@@ -208,6 +208,12 @@ func (h *Handler) serve(x *exchange) {
 		return
 	}
 	if _, ok := r.Header["Agent-Id"]; !ok {
+		// The identifiers of an anonymous request are checked as any
+		// other's: they are echoed and go into its Attribution-Record.
+		if e := h.checkIdentifiers(r, true); e != nil {
+			x.fail(e)
+			return
+		}
 		if x.method == "DISCOVER" {
 			if !h.anonymousDiscovery() {
 				x.fail(&wireError{Status: policy.StatusAuthorizationRequired, Reason: "anonymous-discovery-disabled",
@@ -225,7 +231,7 @@ func (h *Handler) serve(x *exchange) {
 		x.fail(e)
 		return
 	}
-	if e := h.checkIdentifiers(r); e != nil {
+	if e := h.checkIdentifiers(r, false); e != nil {
 		x.fail(e)
 		return
 	}
@@ -310,16 +316,25 @@ func validSessionID(s string) bool {
 	return sessionIDPattern.MatchString(s)
 }
 
-// checkIdentifiers validates Request-ID and Session-ID (and Owner-ID's
-// presence under strict_identifiers; its syntax and registry match are
-// checked with the caller) (spec §3, OP-6, OP-7, §24 item 94).
-func (h *Handler) checkIdentifiers(r *http.Request) *wireError {
+// checkIdentifiers validates Request-ID and Session-ID on every AGTP
+// request, anonymous ones (no Agent-ID) included, and Owner-ID's
+// syntax on anonymous ones (with Agent-ID, policy.ResolveCaller checks
+// its syntax and its registry match). Under strict_identifiers a
+// request with Agent-ID must carry Owner-ID and Request-ID; an anonymous
+// one need not (spec §3, OP-6, OP-7, §24 item 94).
+func (h *Handler) checkIdentifiers(r *http.Request, anonymous bool) *wireError {
 	rid, hasRID := headerValue(r, "Request-ID")
 	if hasRID && !ValidRequestID(rid) {
 		return errorf(400, "invalid-request-id", "Request-ID must be a lowercase UUIDv7 or a ULID")
 	}
 	if sid, ok := headerValue(r, "Session-ID"); ok && !validSessionID(sid) {
 		return errorf(400, "invalid-session-id", "Session-ID must be "+sessionIDForm)
+	}
+	if anonymous {
+		if oid := headerGet(r, "Owner-ID"); oid != "" && !policy.ValidOwnerID(oid) {
+			return errorf(400, "invalid-owner-id", fmt.Sprintf("Owner-ID %q is not 1 to 256 characters of letters, digits, '-', '_', ':' and '.'", clip(oid)))
+		}
+		return nil
 	}
 	if h.StrictIdentifiers {
 		if _, ok := headerValue(r, "Owner-ID"); !ok {

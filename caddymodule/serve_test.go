@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"math"
@@ -364,4 +365,65 @@ func TestSessionIDForm(t *testing.T) {
 		a := g.do(t, "DISCOVER", "/contracts", nil, "Session-ID", bad)
 		wantError(t, a, 400, "invalid-session-id", "22-256 characters")
 	}
+}
+
+// attributionPayload decodes the payload of an answer's
+// Attribution-Record (a compact JWS).
+func attributionPayload(t *testing.T, a *answer) map[string]any {
+	t.Helper()
+	parts := strings.Split(a.hdr("Attribution-Record"), ".")
+	if len(parts) != 3 {
+		t.Fatalf("Attribution-Record %q is not a compact JWS", a.hdr("Attribution-Record"))
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p map[string]any
+	if err := json.Unmarshal(raw, &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestAnonymousIdentifiers: a request without Agent-ID (anonymous
+// DISCOVER) has its Request-ID, Session-ID and Owner-ID checked like
+// any other (spec §24 item 94): it answered 200, echoed Request-ID: bad
+// and put the values in its Attribution-Record. strict_identifiers
+// still asks Owner-ID and Request-ID only of requests with Agent-ID.
+func TestAnonymousIdentifiers(t *testing.T) {
+	g := newTestGateway(t)
+	for _, tc := range []struct {
+		hdr          map[string]string
+		reason, expl string
+	}{
+		{map[string]string{"Request-ID": "bad"}, "invalid-request-id", "UUIDv7 or a ULID"},
+		{map[string]string{"Session-ID": "x"}, "invalid-session-id", "22-256 characters"},
+		{map[string]string{"Request-ID": "bad", "Session-ID": "x"}, "invalid-request-id", ""},
+		{map[string]string{"Owner-ID": "org acme"}, "invalid-owner-id", `Owner-ID "org acme"`},
+	} {
+		for _, target := range []string{"/", "/methods"} {
+			wantError(t, g.serve(t, "DISCOVER", target, tc.hdr, nil, 0), 400, tc.reason, tc.expl)
+		}
+	}
+	// Without Agent-ID a catalog method other than DISCOVER is checked
+	// the same way before it is refused for the missing Agent-ID.
+	wantError(t, g.serve(t, "FETCH", "/items/1", map[string]string{"Request-ID": "bad"}, nil, 0), 400, "invalid-request-id", "")
+	// Well-formed identifiers are served and recorded.
+	rid, sid := newUUID(), "anon-0123456789abcdefABCDEF"
+	a := g.serve(t, "DISCOVER", "/methods", map[string]string{"Request-ID": rid, "Session-ID": sid, "Owner-ID": "org:acme"}, nil, 0)
+	if a.status != 200 || a.hdr("Request-ID") != rid {
+		t.Fatalf("anonymous DISCOVER with good identifiers: %s (Request-ID %q)", a, a.hdr("Request-ID"))
+	}
+	if p := attributionPayload(t, a); p["request_id"] != rid || p["session_id"] != sid || p["owner_id"] != "org:acme" {
+		t.Fatalf("Attribution-Record %v; want request_id %s, session_id %s, owner_id org:acme", p, rid, sid)
+	}
+	// strict_identifiers: anonymous DISCOVER needs neither; a request
+	// with Agent-ID needs both.
+	g.h.StrictIdentifiers = true
+	if a := g.serve(t, "DISCOVER", "/", nil, nil, 0); a.status != 200 {
+		t.Fatalf("strict_identifiers refused anonymous DISCOVER: %s", a)
+	}
+	wantError(t, g.serve(t, "DISCOVER", "/", map[string]string{"Request-ID": "bad"}, nil, 0), 400, "invalid-request-id", "")
+	wantError(t, g.do(t, "DISCOVER", "/methods", nil), 400, "owner-id-required", "")
 }

@@ -1012,6 +1012,14 @@ func TestManifestStrictIdentifiers(t *testing.T) {
 	t.Run("anonymous DISCOVER unaffected", func(t *testing.T) {
 		wantStatus(t, g.Do(t, "DISCOVER", "/", nil, nil), 200)
 	})
+	// §24 94 holds without Agent-ID too: anonymous DISCOVER answered
+	// 200 and echoed a malformed Request-ID.
+	t.Run("anonymous DISCOVER with malformed identifiers 400", func(t *testing.T) {
+		assertErrorBody(t, g.Do(t, "DISCOVER", "/", hdr("", "", "Request-ID", "bad"), nil), 400, "invalid-request-id")
+		assertErrorBody(t, g.Do(t, "DISCOVER", "/", hdr("", "", "Session-ID", "x"), nil), 400, "invalid-session-id")
+		assertErrorBody(t, g.Do(t, "DISCOVER", "/", hdr("", "", "Owner-ID", "a b"), nil), 400, "invalid-owner-id")
+		wantStatus(t, g.Do(t, "DISCOVER", "/", hdr("", "", "Request-ID", mfRequestID(t), "Owner-ID", mfOwner), nil), 200)
+	})
 }
 
 // ---------------------------------------------------------------------------
