@@ -73,6 +73,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if x.requestID == "" {
 		x.requestID = newUUID()
 	}
+	if x.sessionID != "" {
+		x.sessionFrom = sessionFromHeader
+	}
 	h.serve(x)
 	m := x.method
 	if m == "" {
@@ -149,9 +152,21 @@ func (h *Handler) serve(x *exchange) {
 				x.fail(errorf(400, "invalid-task-id", "the envelope task_id must be a string of visible characters (it is echoed in the Task-ID header)"))
 				return
 			}
-			if x.taskID == "" { // the Task-ID header, when sent, wins (agtp-09 §6.5.4 echoes it)
+			switch { // the Task-ID header, when sent, wins (agtp-09 §6.5.4 echoes it; OP-37)
+			case x.taskID == "":
 				x.taskID = s
+			case x.taskID != s:
+				h.logger.Info("the Task-ID header and the envelope task_id disagree; the header wins (OP-37)",
+					zap.String("agent_id", x.agentID), zap.String("task_id_header", clip(x.taskID)), zap.String("task_id_envelope", clip(s)))
 			}
+		}
+		if v, ok := obj["session_id"]; ok && v != nil {
+			s, e := sessionValue(v, "the envelope session_id")
+			if e != nil {
+				x.fail(e)
+				return
+			}
+			x.adoptSession(s, sessionFromEnvelope)
 		}
 	}
 
@@ -314,6 +329,45 @@ const sessionIDForm = "22-256 characters of A-Z a-z 0-9 - . _ ~ + / = : holding 
 // validSessionID reports whether s has the form of a Session-ID.
 func validSessionID(s string) bool {
 	return sessionIDPattern.MatchString(s)
+}
+
+// sessionValue reads a session id sent in the body (what names it: the
+// envelope session_id, PROPOSE's parameters.session_id): a string of
+// the Session-ID form, else 400 invalid-session-id, as for the header.
+func sessionValue(v any, what string) (string, *wireError) {
+	s, ok := v.(string)
+	if !ok {
+		return "", errorf(400, "invalid-session-id", fmt.Sprintf("%s must be a string, not %s", what, jsonType(v)))
+	}
+	if !validSessionID(s) {
+		return "", errorf(400, "invalid-session-id", what+" must be a Session-ID: "+sessionIDForm)
+	}
+	return s, nil
+}
+
+// Where a request's session came from, in order of precedence: the
+// Session-ID header, the envelope session_id, PROPOSE's
+// parameters.session_id.
+const (
+	sessionFromHeader     = "Session-ID header"
+	sessionFromEnvelope   = "envelope session_id"
+	sessionFromParameters = "parameters.session_id"
+)
+
+// adoptSession takes s, a valid session id read from the body at
+// from, as the request's session (the one its contracts carry, so
+// SUSPEND with session_id ends them) unless one came from a source of
+// higher precedence; a different value there is logged, and the first
+// source wins (AGTP headers win over the payload, spec OP-37).
+func (x *exchange) adoptSession(s, from string) {
+	switch {
+	case x.sessionID == "":
+		x.sessionID, x.sessionFrom = s, from
+	case x.sessionID != s:
+		x.h.logger.Info("session ids disagree; the "+x.sessionFrom+" wins (OP-37)", zap.String("agent_id", x.agentID),
+			zap.String("session_id", x.sessionID), zap.String("from", x.sessionFrom),
+			zap.String("ignored_session_id", s), zap.String("ignored_from", from))
+	}
 }
 
 // checkIdentifiers validates Request-ID and Session-ID on every AGTP

@@ -743,6 +743,14 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		failHdr(e)
 		return
 	}
+	if given(p, "session_id") { // agtp-09 §8.5.3: below the Session-ID header and the envelope's
+		sid, e := sessionValue(p["session_id"], "PROPOSE: parameter session_id")
+		if e != nil {
+			failHdr(e)
+			return
+		}
+		x.adoptSession(sid, sessionFromParameters)
+	}
 	var requested time.Duration
 	if given(p, "requested_duration") {
 		d, err := parseRequestedDuration(rd)

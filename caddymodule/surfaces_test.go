@@ -18,6 +18,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // The tests here run the whole handler in process (benchHandler: the
@@ -532,5 +534,118 @@ func TestPersistentContractLeavesManifest(t *testing.T) {
 		if in[path] || v2 == v1 {
 			t.Fatalf("%s: the ended persistent contract is still in the manifest (AGTP-API-Version %s → %s)", end.name, v1, v2)
 		}
+	}
+}
+
+// released returns the synthesis ids SUSPEND with session_id sid
+// released.
+func (g *testGateway) released(t *testing.T, sid string) []any {
+	t.Helper()
+	a := g.builtin(t, "SUSPEND", map[string]any{"session_id": sid})
+	if a.status != 200 {
+		t.Fatalf("SUSPEND session_id %s: %s", sid, a)
+	}
+	return field(a.body, "result", "released").([]any)
+}
+
+// TestBodySession: a request's session is the Session-ID header, else
+// the envelope session_id, else (PROPOSE) parameters.session_id, each
+// checked as a Session-ID (400 invalid-session-id); a contract carries
+// it, so SUSPEND with session_id ends it. When two disagree the first
+// wins and the disagreement is logged (spec OP-37). Body session ids
+// used to be accepted and ignored.
+func TestBodySession(t *testing.T) {
+	g := newTestGateway(t)
+	core, logs := observer.New(zap.InfoLevel)
+	g.h.logger = zap.New(core)
+	hdrS, envS, parS := "hdr-0123456789abcdefABCDEF", "env-0123456789abcdefABCDEF", "par-0123456789abcdefABCDEF"
+	propose := func(path string, envelope map[string]any, kv ...string) string {
+		t.Helper()
+		body := map[string]any{"parameters": proposal(path)}
+		for k, v := range envelope {
+			if k == "parameters.session_id" {
+				body["parameters"].(map[string]any)["session_id"] = v
+				continue
+			}
+			body[k] = v
+		}
+		a := g.do(t, "PROPOSE", "/", body, kv...)
+		if a.status != 263 {
+			t.Fatalf("PROPOSE %s %v: %s", path, envelope, a)
+		}
+		return a.str("synthesis_id")
+	}
+	disagreements := func() int { return logs.FilterMessageSnippet("session ids disagree").Len() }
+
+	// No header: the envelope's, else the parameters'.
+	a := propose("/item/env", map[string]any{"session_id": envS})
+	b := propose("/item/par", map[string]any{"parameters.session_id": parS})
+	c := propose("/item/both", map[string]any{"session_id": envS, "parameters.session_id": parS})
+	if disagreements() != 1 {
+		t.Fatalf("envelope and parameters disagreeing logged %d lines; want 1", disagreements())
+	}
+	// The header wins over either, with a log line each.
+	d := propose("/item/hdr-env", map[string]any{"session_id": envS}, "Session-ID", hdrS)
+	e := propose("/item/hdr-par", map[string]any{"parameters.session_id": parS}, "Session-ID", hdrS)
+	f := propose("/item/hdr-same", map[string]any{"session_id": hdrS, "parameters.session_id": hdrS}, "Session-ID", hdrS)
+	if n := disagreements(); n != 3 {
+		t.Fatalf("%d disagreement lines; want 3 (agreeing values are not logged)", n)
+	}
+	l := logs.FilterMessageSnippet("session ids disagree").All()[1]
+	if m := l.ContextMap(); l.Message != "session ids disagree; the Session-ID header wins (OP-37)" || m["session_id"] != hdrS || m["ignored_session_id"] != envS || m["ignored_from"] != "envelope session_id" {
+		t.Fatalf("disagreement log line: %s %v", l.Message, m)
+	}
+	sorted := func(ids ...string) []any {
+		sort.Strings(ids)
+		out := make([]any, len(ids))
+		for i, id := range ids {
+			out[i] = id
+		}
+		return out
+	}
+	if got := g.released(t, parS); !reflect.DeepEqual(got, sorted(b)) {
+		t.Fatalf("session %s released %v; want %v", parS, got, sorted(b))
+	}
+	if got := g.released(t, envS); !reflect.DeepEqual(got, sorted(a, c)) {
+		t.Fatalf("session %s released %v; want %v", envS, got, sorted(a, c))
+	}
+	if got := g.released(t, hdrS); !reflect.DeepEqual(got, sorted(d, e, f)) {
+		t.Fatalf("session %s released %v; want %v", hdrS, got, sorted(d, e, f))
+	}
+	// The envelope's session is the request's: its Attribution-Record
+	// carries it, on any method.
+	r := g.do(t, "DISCOVER", "/methods", map[string]any{"session_id": envS})
+	if p := attributionPayload(t, r); r.status != 200 || p["session_id"] != envS {
+		t.Fatalf("DISCOVER with an envelope session_id: %s, record %v", r, p)
+	}
+	// null is "not given".
+	if r := g.do(t, "DISCOVER", "/methods", map[string]any{"session_id": nil}); r.status != 200 {
+		t.Fatalf("envelope session_id null: %s", r)
+	}
+	// Each is checked as the header is, before anything is spent.
+	for _, bad := range []any{"sess-a1b2c3d4", "", 5, true, map[string]any{}} {
+		wantError(t, g.do(t, "DISCOVER", "/methods", map[string]any{"session_id": bad}), 400, "invalid-session-id", "envelope session_id must be")
+		body := map[string]any{"parameters": proposal("/item/bad", "session_id", bad)}
+		r := g.do(t, "PROPOSE", "/", body)
+		wantError(t, r, 400, "invalid-session-id", "parameter session_id must be")
+		if r.str("negotiation_id") == "" || r.hdr("RateLimit") != "" {
+			t.Fatalf("PROPOSE parameters.session_id %v: %s (RateLimit %q); want a negotiation_id and no budget spent", bad, r, r.hdr("RateLimit"))
+		}
+	}
+}
+
+// TestTaskIDDisagreementLogged: the Task-ID header wins over the
+// envelope task_id, and a disagreement is logged (spec OP-37).
+func TestTaskIDDisagreementLogged(t *testing.T) {
+	g := newTestGateway(t)
+	core, logs := observer.New(zap.InfoLevel)
+	g.h.logger = zap.New(core)
+	g.do(t, "DISCOVER", "/methods", map[string]any{"task_id": "t-1"}, "Task-ID", "t-1")
+	if n := logs.FilterMessageSnippet("task_id disagree").Len(); n != 0 {
+		t.Fatalf("agreeing task ids logged %d lines", n)
+	}
+	a := g.do(t, "DISCOVER", "/methods", map[string]any{"task_id": "t-2"}, "Task-ID", "t-1")
+	if a.hdr("Task-ID") != "t-1" || logs.FilterMessageSnippet("task_id disagree").Len() != 1 {
+		t.Fatalf("Task-ID t-1, task_id t-2: Task-ID %q echoed, %d log lines; want t-1 and 1", a.hdr("Task-ID"), logs.FilterMessageSnippet("task_id disagree").Len())
 	}
 }

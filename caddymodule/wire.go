@@ -62,6 +62,9 @@ type exchange struct {
 	path       string // dispatched path
 	contract   *recipes.Contract
 	catalogWrn string
+	// sessionFrom says where sessionID, the request's session, came
+	// from: the Session-ID header, else the body (adoptSession).
+	sessionFrom string
 	// failHeaders are extra headers for an error answer (e.g.
 	// AGTP-Endpoint-Warning on a deprecated endpoint's failure).
 	failHeaders map[string]string

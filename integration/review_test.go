@@ -239,3 +239,44 @@ func TestRepeatedQueryKeyLastValue(t *testing.T) {
 	wantStatus(t, w.GW.Do(t, "FETCH", "/guests/g-1?guest_id=g-2&guest_id=g-1", hdr(a1, "hotel:read"), nil), 200)
 	assertErrorBody(t, w.GW.Do(t, "FETCH", "/guests/g-1?guest_id=g-1&guest_id=g-2", hdr(a1, "hotel:read"), nil), 400, "parameter-conflict")
 }
+
+// TestEnvelopeSessionID: without a Session-ID header the envelope's
+// session_id is the request's session: the gate's contract carries it
+// and SUSPEND with that session_id releases it. With the header, the
+// header wins (spec OP-37). A malformed one is 400 invalid-session-id.
+func TestEnvelopeSessionID(t *testing.T) {
+	w := startHotel(t, hotelOpts{Mode: "optimistic"})
+	a1 := agentID("rcns-demo-agent")
+	scope := "rcns:negotiate, hotel:read, hotel:book"
+	hdrS, bodyS := "hdr-0123456789abcdefABCDEF", "body-0123456789abcdefABCDEF"
+	book := func(session any, kv ...string) string {
+		t.Helper()
+		b := bookBody()
+		b["session_id"] = session
+		r := w.GW.Do(t, "BOOK", "/room", hdr(a1, scope, append([]string{"Allow-RCNS", "true"}, kv...)...), b)
+		wantStatus(t, r, 263)
+		return str(r.Object(t), "synthesis_id")
+	}
+	released := func(sid string) []any {
+		t.Helper()
+		r := builtinCall(t, w.GW, "SUSPEND", a1, scope, map[string]any{"session_id": sid})
+		wantStatus(t, r, 200)
+		return field(r.Object(t), "result", "released").([]any)
+	}
+	id := book(bodyS)
+	if got := released(bodyS); len(got) != 1 || got[0] != id {
+		t.Fatalf("SUSPEND session_id %s released %v; want [%s]", bodyS, got, id)
+	}
+	id = book(bodyS, "Session-ID", hdrS)
+	if got := released(bodyS); len(got) != 0 {
+		t.Fatalf("the envelope session_id won over the header: released %v", got)
+	}
+	if got := released(hdrS); len(got) != 1 || got[0] != id {
+		t.Fatalf("SUSPEND session_id %s released %v; want [%s]", hdrS, got, id)
+	}
+	b := bookBody()
+	b["session_id"] = "sess-a1b2c3d4"
+	r := w.GW.Do(t, "BOOK", "/room", hdr(a1, scope, "Allow-RCNS", "true"), b)
+	assertErrorBody(t, r, 400, "invalid-session-id")
+	w.assertReservations(t, 2)
+}
