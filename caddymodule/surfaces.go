@@ -615,6 +615,12 @@ var (
 	goDuration  = regexp.MustCompile(`^(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+$`)
 )
 
+// minRequestedDuration is the shortest requested_duration PROPOSE
+// accepts: contract times are whole seconds (issued_at, expires_at), so
+// a shorter grant would be expired when issued, yet spend the rcns
+// budget.
+const minRequestedDuration = time.Second
+
 // maxDuration is the longest time.Duration: a requested_duration beyond
 // it is read as maxDuration (and then bounded by contract_ttl like any
 // long request), never wrapped around.
@@ -622,7 +628,8 @@ const maxDuration = time.Duration(math.MaxInt64)
 
 // parseRequestedDuration parses a requested_duration in one of the
 // forms above. A value too large for time.Duration saturates at
-// maxDuration. The caller refuses a duration of zero.
+// maxDuration. The caller refuses a duration below
+// minRequestedDuration.
 func parseRequestedDuration(s string) (time.Duration, error) {
 	if m := isoDuration.FindStringSubmatch(s); m != nil && s != "P" && !strings.HasSuffix(s, "T") {
 		var d time.Duration
@@ -758,8 +765,8 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		case err != nil:
 			failHdr(errorf(400, "invalid-duration", "requested_duration must be a duration such as 24h, 30m, 7d or the ISO 8601 P1DT2H"))
 			return
-		case d <= 0:
-			failHdr(errorf(400, "invalid-duration", "requested_duration must be longer than zero"))
+		case d < minRequestedDuration:
+			failHdr(errorf(400, "invalid-duration", fmt.Sprintf("requested_duration must be at least %v: a shorter contract would expire before it could be presented", minRequestedDuration)))
 			return
 		}
 		requested = d

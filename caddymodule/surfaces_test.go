@@ -325,8 +325,9 @@ func TestParseRequestedDuration(t *testing.T) {
 
 // TestProposeRequestedDuration: granted_duration is at most the request
 // and at most contract_ttl (spec §14.3); a request beyond any bound is
-// granted contract_ttl; an empty, zero or unparsable request is 400
-// invalid-duration (it used to be ignored, or to wrap).
+// granted contract_ttl; an empty, unparsable or sub-second request is
+// 400 invalid-duration (it used to be ignored, to wrap, or to be granted
+// already expired).
 func TestProposeRequestedDuration(t *testing.T) {
 	g := newTestGateway(t)
 	ttl := time.Duration(g.h.ContractTTL)
@@ -334,7 +335,7 @@ func TestProposeRequestedDuration(t *testing.T) {
 		requested string
 		granted   time.Duration
 	}{
-		{"10s", 10 * time.Second}, {"PT20S", 20 * time.Second}, {"1h", ttl}, {"213504d", ttl}, {"P213504D", ttl},
+		{"10s", 10 * time.Second}, {"PT20S", 20 * time.Second}, {"1s", time.Second}, {"PT1S", time.Second}, {"1000ms", time.Second}, {"1h", ttl}, {"213504d", ttl}, {"P213504D", ttl},
 		{"99999999999999999999d", ttl}, {"9999999999h", ttl},
 	} {
 		a := g.builtin(t, "PROPOSE", proposal("/item/d"+strconv.Itoa(i), "requested_duration", tc.requested))
@@ -352,6 +353,16 @@ func TestProposeRequestedDuration(t *testing.T) {
 		wantError(t, a, 400, "invalid-duration", "requested_duration")
 		if a.str("negotiation_id") == "" {
 			t.Fatalf("requested_duration %v: the refusal has no negotiation_id: %s", bad, a)
+		}
+	}
+	// Below one second the contract would be expired when issued
+	// (issued_at and expires_at are whole seconds): refused before the
+	// rcns budget is spent (no RateLimit fields), not granted "1ns".
+	for _, short := range []string{"1ns", "1ms", "999ms", "0.5s", "999999us"} {
+		a := g.builtin(t, "PROPOSE", proposal("/item/short", "requested_duration", short))
+		wantError(t, a, 400, "invalid-duration", "at least 1s")
+		if a.hdr("RateLimit") != "" {
+			t.Fatalf("requested_duration %q: the refusal spent the rcns budget (RateLimit %q)", short, a.hdr("RateLimit"))
 		}
 	}
 	// Without requested_duration the grant is contract_ttl, unreported.
