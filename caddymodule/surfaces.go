@@ -189,15 +189,6 @@ func limitValue(v any, inQuery bool) (int, *wireError) {
 	return int(min(n, maxPageLimit)), nil
 }
 
-// bodyLimit reads the limit body parameter: defaultPageLimit when not
-// given.
-func bodyLimit(p map[string]any) (int, *wireError) {
-	if !given(p, "limit") {
-		return defaultPageLimit, nil
-	}
-	return limitValue(p["limit"], false)
-}
-
 // synthesisParam reads a synthesis_id parameter: missing → 400
 // parameter-required, malformed → 400 invalid-synthesis-id.
 func synthesisParam(x *exchange, p map[string]any, what string) (string, bool) {
@@ -325,9 +316,20 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 			x.fail(e)
 			return
 		}
-		limit, e := bodyLimit(p)
+		limit, e := listingParam(x.query, p, "limit", defaultPageLimit, limitValue)
 		if e != nil {
 			x.fail(e)
+			return
+		}
+		// The stream is read newest first, limit events at a time,
+		// without pages: a cursor would be silently ignored.
+		cursor, e := listingParam(x.query, p, "cursor", "", cursorValue)
+		if e != nil {
+			x.fail(e)
+			return
+		}
+		if cursor != "" {
+			x.fail(errorf(400, "invalid-cursor", fmt.Sprintf("INSPECT target=lifecycle has no pages: it returns the newest limit events (at most %d); drop cursor", maxPageLimit)))
 			return
 		}
 		if agent == "" {

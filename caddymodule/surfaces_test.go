@@ -299,6 +299,59 @@ func TestListingLimit(t *testing.T) {
 	wantError(t, g.do(t, "DISCOVER", "/contracts", map[string]any{"parameters": map[string]any{"cursor": 5}}), 400, "invalid-cursor", "must be a string")
 }
 
+// TestLifecycleListing: INSPECT target=lifecycle reads limit from the
+// query or the body through DISCOVER's reader (a query limit was
+// ignored, ?limit=0 answered 200) and refuses a cursor (it was
+// ignored): the stream is the newest limit events, without pages.
+func TestLifecycleListing(t *testing.T) {
+	g := newTestGateway(t)
+	for _, p := range []string{"/item/a", "/item/b", "/item/c"} {
+		g.propose(t, p)
+	}
+	lifecycle := func(target string, params map[string]any) *answer {
+		t.Helper()
+		params["target"] = "lifecycle"
+		return g.do(t, "INSPECT", target, map[string]any{"parameters": params})
+	}
+	entries := func(a *answer) int {
+		t.Helper()
+		list, ok := a.body["entries"].([]any)
+		if a.status != 200 || !ok {
+			t.Fatalf("answer %s; want 200 with entries", a)
+		}
+		return len(list)
+	}
+	for _, bad := range []string{"0", "-1", "1.5", "x", "", "+1"} {
+		wantError(t, lifecycle("/?limit="+bad, map[string]any{}), 400, "invalid-limit", "positive integer")
+	}
+	for target, want := range map[string]int{"/?limit=1": 1, "/?limit=2": 2, "/?limit=1001": 3, "/?limit=5&limit=1": 1, "/": 3} {
+		if n := entries(lifecycle(target, map[string]any{})); n != want {
+			t.Errorf("INSPECT %s target=lifecycle: %d entries; want %d", target, n, want)
+		}
+	}
+	if n := entries(lifecycle("/?limit=2", map[string]any{"limit": 2})); n != 2 {
+		t.Errorf("query and body limit 2: %d entries", n)
+	}
+	wantError(t, lifecycle("/?limit=1", map[string]any{"limit": 2}), 400, "parameter-conflict", `"limit"`)
+	// A cursor is refused, saying why; a wrong type as on DISCOVER.
+	for _, tc := range []struct {
+		target string
+		params map[string]any
+	}{
+		{"/", map[string]any{"cursor": "abc"}},
+		{"/?cursor=abc", map[string]any{}},
+		{"/?cursor=abc", map[string]any{"cursor": "abc", "limit": 1}},
+	} {
+		wantError(t, lifecycle(tc.target, tc.params), 400, "invalid-cursor", "has no pages: it returns the newest limit events")
+	}
+	wantError(t, lifecycle("/", map[string]any{"cursor": 5}), 400, "invalid-cursor", "must be a string")
+	wantError(t, lifecycle("/?cursor=a", map[string]any{"cursor": "b"}), 400, "parameter-conflict", `"cursor"`)
+	// null and the empty cursor (the first page) are no cursor.
+	if n := entries(lifecycle("/", map[string]any{"cursor": nil})) + entries(lifecycle("/?cursor=", map[string]any{})); n != 6 {
+		t.Errorf("null and empty cursors: %d entries; want 3 each", n)
+	}
+}
+
 // TestParseRequestedDuration: the accepted forms, and saturation: a
 // duration beyond time.Duration's range is the maximum, never wrapped
 // ("213504d" used to come out as about 25 minutes).
