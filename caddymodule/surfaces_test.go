@@ -713,3 +713,27 @@ func TestTaskIDDisagreementLogged(t *testing.T) {
 		t.Fatalf("Task-ID t-1, task_id t-2: Task-ID %q echoed, %d log lines; want t-1 and 1", a.hdr("Task-ID"), logs.FilterMessageSnippet("task_id disagree").Len())
 	}
 }
+
+// TestNullIsNotGiven pins what the docs say: JSON null in a built-in
+// parameter, or as "parameters", is "not given" (the default applies),
+// never a wrong type. (REVOKE's mode needs inspect:all, which
+// benchAgent lacks.)
+func TestNullIsNotGiven(t *testing.T) {
+	g := newTestGateway(t)
+	g.propose(t, "/item/a")
+	for _, tc := range []struct {
+		method, target string
+		body           map[string]any
+	}{
+		{"DISCOVER", "/contracts", map[string]any{"parameters": nil}},
+		{"DISCOVER", "/contracts", map[string]any{"parameters": map[string]any{"limit": nil, "cursor": nil}}},
+		{"INSPECT", "/", map[string]any{"parameters": map[string]any{"target": "lifecycle", "limit": nil, "cursor": nil, "agent_id": nil}}},
+	} {
+		if a := g.do(t, tc.method, tc.target, tc.body); a.status != 200 {
+			t.Errorf("%s %s %v: %s", tc.method, tc.target, tc.body, a)
+		}
+	}
+	if a := g.builtin(t, "PROPOSE", proposal("/item/b", "requested_duration", nil, "session_id", nil, "persistent", nil)); a.status != 263 {
+		t.Errorf("PROPOSE with null parameters: %s", a)
+	}
+}
