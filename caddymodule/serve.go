@@ -723,10 +723,17 @@ func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint
 		h.metrics.upstreamCall(ep.UpstreamName(), failureClass(f), time.Since(start).Seconds())
 	}
 	if f != nil {
-		if f.Code != recipes.ErrInvalidInput {
+		switch {
+		case f.Code != recipes.ErrInvalidInput:
 			h.logger.Warn("upstream failure", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
 				zap.String("upstream", ep.UpstreamName()), zap.String("reason", f.Code), zap.Int("upstream_status", f.UpstreamStatus),
 				zap.NamedError("cause", f.Internal))
+		case f.Internal != nil:
+			// An operator's query or body mapping failed on this input:
+			// the agent sees which mapping, the operator needs the jq
+			// error (with the expression), which only the log carries.
+			h.logger.Warn("endpoint mapping failed", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
+				zap.String("upstream", ep.UpstreamName()), zap.NamedError("cause", f.Internal))
 		}
 		x.failWith(failureError(f), extra)
 		return
@@ -900,6 +907,11 @@ func (h *Handler) execute(x *exchange, c *recipes.Contract, in map[string]any) (
 			zap.String("recipe", c.Lineage.RecipeName), zap.String("reason", cf.Cause.Code)}
 		if cf.FailedStep != nil {
 			fields = append(fields, zap.String("step", cf.FailedStep.Name), zap.String("upstream", cf.FailedStep.Endpoint.UpstreamName()))
+		}
+		if cf.Cause.Internal != nil {
+			// A transport error or an operator's mapping error: for the
+			// log only, never the answer (it may name hosts or jq).
+			fields = append(fields, zap.NamedError("cause", cf.Cause.Internal))
 		}
 		h.logger.Warn("composition failed", fields...)
 		details := cf.Details()

@@ -65,6 +65,13 @@ func benchUpstream(tb testing.TB) *httptest.Server {
 // (signed: with an Ed25519 record key).
 func benchHandler(tb testing.TB, upstream string, signed bool) *Handler {
 	tb.Helper()
+	return benchHandlerWith(tb, upstream, signed, "", "")
+}
+
+// benchHandlerWith is benchHandler with one more endpoints directory
+// and one more recipes directory ("" for none).
+func benchHandlerWith(tb testing.TB, upstream string, signed bool, endpoints, recipes string) *Handler {
+	tb.Helper()
 	docs := filepath.Join("..", "scripts", "bench", "docs")
 	dir := tb.TempDir()
 	h := &Handler{
@@ -85,6 +92,12 @@ func benchHandler(tb testing.TB, upstream string, signed bool) *Handler {
 		Recipes:              []string{filepath.Join(docs, "recipes")},
 		RecordsDir:           filepath.Join(dir, "records"),
 		Fsync:                "off",
+	}
+	if endpoints != "" {
+		h.Endpoints = append(h.Endpoints, endpoints)
+	}
+	if recipes != "" {
+		h.Recipes = append(h.Recipes, recipes)
 	}
 	if signed {
 		_, priv, err := ed25519.GenerateKey(rand.Reader)

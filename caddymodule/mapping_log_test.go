@@ -1,0 +1,123 @@
+package caddymodule
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// raisingEndpoint is Tier B FETCH /raise/{item_id} whose query mapping
+// raises an operator-written error for item "bad".
+const raisingEndpoint = `method: FETCH
+path: /raise/{item_id}
+description: Fetches one item, refusing withdrawn ones in its query mapping.
+semantic:
+  intent: Fetch one item record by its id.
+  actor: agent
+  outcome: The item record is returned.
+  capability: retrieval
+  confidence: 0.9
+  impact: informational
+  is_idempotent: true
+input_schema:
+  type: object
+  additionalProperties: false
+  required: [item_id]
+  properties:
+    item_id: {type: string, minLength: 1}
+output_schema: {type: object}
+errors: [upstream_timeout, upstream_connection_error, upstream_malformed_response, upstream_authentication_failed, upstream_error]
+required_scopes: [bench:read]
+external_service:
+  upstream: bench
+  method: GET
+  path: /items/{item_id}
+  query:
+    v: 'if .item_id == "bad" then error("item bad is withdrawn") else "1" end'
+  timeout_seconds: 10
+`
+
+// raisingRecipe is LOOKUP /raise-item/… whose one step's input mapping
+// raises for item "bad".
+const raisingRecipe = `name: raise-item
+version: "1"
+description: Looks up one item, refusing withdrawn ones in its step mapping.
+required_scopes: [bench:read]
+pattern:
+  method: LOOKUP
+  path_regex: '/raise-item/[a-z]+'
+endpoint:
+  description: Looks up one item by id.
+  semantic:
+    intent: Look up one item by id.
+    actor: agent
+    outcome: The item record is returned.
+    capability: retrieval
+    confidence: 0.9
+    impact: informational
+    is_idempotent: true
+  input_schema:
+    type: object
+    additionalProperties: false
+    required: [item_id]
+    properties:
+      item_id: {type: string, minLength: 1}
+  output_schema: {type: object}
+  errors: [composition_failed]
+steps:
+  - name: item
+    method: FETCH
+    path: /items/{item_id}
+    input: 'if $input.item_id == "bad" then error("item bad is withdrawn") else {item_id: $input.item_id} end'
+output: '{item: $item}'
+`
+
+// TestMappingErrorLogged: when an operator's jq mapping fails on an
+// agent's input, the agent's answer names the mapping and the message
+// the expression raised, never the expression; the gateway's log
+// carries the jq error with the expression, for the operator (Tier B
+// endpoint mappings and recipe step mappings alike).
+func TestMappingErrorLogged(t *testing.T) {
+	eps, rcs := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(eps, "fetch-raise.yaml"), []byte(raisingEndpoint), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rcs, "raise-item.yaml"), []byte(raisingRecipe), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := &testGateway{h: benchHandlerWith(t, benchUpstream(t).URL, false, eps, rcs)}
+	core, logs := observer.New(zap.InfoLevel)
+	g.h.logger = zap.New(core)
+
+	check := func(t *testing.T, a *answer, reason, msg string) {
+		t.Helper()
+		wantError(t, a, 422, reason, "item bad is withdrawn")
+		if strings.Contains(a.raw, "if ") || strings.Contains(a.raw, "error(") {
+			t.Fatalf("the answer shows the operator's expression: %s", a.raw)
+		}
+		entries := logs.FilterMessage(msg).All()
+		if len(entries) != 1 {
+			t.Fatalf("%d %q log entries, want 1 (all: %v)", len(entries), msg, logs.All())
+		}
+		cause, _ := entries[0].ContextMap()["cause"].(string)
+		if !strings.Contains(cause, "item bad is withdrawn") || !strings.Contains(cause, "then error(") {
+			t.Fatalf("logged cause %q, want the jq error with the expression", cause)
+		}
+	}
+
+	t.Run("endpoint query mapping", func(t *testing.T) {
+		check(t, g.do(t, "FETCH", "/raise/bad", nil, "Authority-Scope", "bench:read"), "invalid-input", "endpoint mapping failed")
+		if a := g.do(t, "FETCH", "/raise/good", nil, "Authority-Scope", "bench:read"); a.status != 200 {
+			t.Fatalf("FETCH /raise/good: %s", a)
+		}
+	})
+	t.Run("recipe step mapping", func(t *testing.T) {
+		a := g.do(t, "LOOKUP", "/raise-item/bad", map[string]any{"parameters": map[string]any{"item_id": "bad"}},
+			"Allow-RCNS", "true", "Authority-Scope", "rcns:negotiate, bench:read")
+		check(t, a, "composition_failed", "composition failed")
+	})
+}
