@@ -138,18 +138,15 @@ func agentParam(p map[string]any, what string) (string, *wireError) {
 	return id, nil
 }
 
-// sessionParam reads a session_id parameter: "" when not given, 400
-// invalid-parameter unless it has the form of a Session-ID header (no
-// contract can belong to any other value).
+// sessionParam reads a session_id parameter: "" when not given (absent
+// or null), else 400 invalid-session-id unless it is a string of the
+// Session-ID form, the same refusal as the header and the envelope's
+// session_id (no contract can belong to any other value).
 func sessionParam(p map[string]any, what string) (string, *wireError) {
-	sid, e := strParam(p, what, "session_id")
-	if e != nil || !given(p, "session_id") {
-		return "", e
+	if !given(p, "session_id") {
+		return "", nil
 	}
-	if !validSessionID(sid) {
-		return "", errorf(400, "invalid-parameter", what+": parameter session_id must be a Session-ID: "+sessionIDForm)
-	}
-	return sid, nil
+	return sessionValue(p["session_id"], what+": parameter session_id")
 }
 
 // invalidLimit is the refusal of every bad limit.
