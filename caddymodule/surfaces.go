@@ -802,6 +802,13 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 				failHdr(errorf(400, "invalid-schema", k+" must be a JSON Schema object"))
 				return
 			}
+			// Bounded in shape before the compile, whose cost grows
+			// about cubically with nesting depth.
+			if err := recipes.CheckProposedSchema(obj); err != nil {
+				failHdr(&wireError{Status: 400, Reason: "invalid-schema", Explanation: fmt.Sprintf("%s is refused: %v", k, err),
+					Fields: map[string]any{"schema": k, "limit_depth": recipes.MaxProposedSchemaDepth, "limit_nodes": recipes.MaxProposedSchemaNodes}})
+				return
+			}
 			if _, err := recipes.CompileSchema(obj); err != nil {
 				failHdr(errorf(400, "invalid-schema", fmt.Sprintf("%s is not a valid JSON Schema: %v", k, err)))
 				return

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -735,5 +736,55 @@ func TestNullIsNotGiven(t *testing.T) {
 	}
 	if a := g.builtin(t, "PROPOSE", proposal("/item/b", "requested_duration", nil, "session_id", nil, "persistent", nil)); a.status != 263 {
 		t.Errorf("PROPOSE with null parameters: %s", a)
+	}
+}
+
+// nestedItems is a JSON Schema {"items":{"items":...{"type":"string"}}}
+// whose JSON nesting is depth levels (the schema object itself is one).
+func nestedItems(depth int) map[string]any {
+	m := map[string]any{"type": "string"}
+	for i := 1; i < depth; i++ {
+		m = map[string]any{"items": m}
+	}
+	return m
+}
+
+// TestProposeSchemaShapeLimits: a proposed input_schema or output_schema
+// nested deeper than recipes.MaxProposedSchemaDepth or holding more than
+// recipes.MaxProposedSchemaNodes values is refused 400 invalid-schema
+// before jsonschema's compiler (cubic in depth) sees it; at the limits
+// it is compiled and the proposal goes on.
+func TestProposeSchemaShapeLimits(t *testing.T) {
+	g := newTestGateway(t)
+	withSchema := func(path, key string, s any) map[string]any {
+		p := proposal(path)
+		p["endpoint"].(map[string]any)[key] = s
+		return p
+	}
+	wide := map[string]any{}
+	for i := 0; i < recipes.MaxProposedSchemaNodes; i++ {
+		wide["p"+strconv.Itoa(i)] = true
+	}
+	for _, tc := range []struct {
+		name, key string
+		schema    any
+		expl      string
+	}{
+		{"deep input_schema", "input_schema", nestedItems(2000), "input_schema is refused: it nests deeper than 32 levels"},
+		{"one level too deep", "output_schema", nestedItems(recipes.MaxProposedSchemaDepth + 1), "output_schema is refused: it nests deeper than 32 levels"},
+		{"too many values", "input_schema", map[string]any{"type": "object", "properties": wide}, "holds more than 1000 JSON values"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := g.builtin(t, "PROPOSE", withSchema("/item/x", tc.key, tc.schema))
+			wantError(t, a, 400, "invalid-schema", tc.expl)
+			if a.body["limit_depth"] != float64(recipes.MaxProposedSchemaDepth) || a.body["limit_nodes"] != float64(recipes.MaxProposedSchemaNodes) || a.body["schema"] != tc.key {
+				t.Errorf("refusal fields: %s", a)
+			}
+		})
+	}
+	for i, key := range []string{"input_schema", "output_schema"} {
+		if a := g.builtin(t, "PROPOSE", withSchema("/item/ok"+strconv.Itoa(i), key, nestedItems(recipes.MaxProposedSchemaDepth))); a.status != 263 {
+			t.Errorf("%s nested exactly %d deep: %s; want 263", key, recipes.MaxProposedSchemaDepth, a)
+		}
 	}
 }

@@ -42,6 +42,65 @@ func CompileSchema(doc map[string]any) (*jsonschema.Schema, error) {
 	return c.Compile("mem:///schema.json")
 }
 
+// Limits on an agent-proposed JSON Schema (PROPOSE input_schema and
+// output_schema), checked by CheckProposedSchema before the schema is
+// compiled. jsonschema/v6's compiler costs roughly cubic time in the
+// nesting depth of a schema ({"items":{"items":...}} 2,000 deep takes
+// over 10 s of CPU), so a schema an agent sends is bounded in shape
+// first. At the limits the compile takes a few milliseconds.
+const (
+	// MaxProposedSchemaDepth is the deepest JSON nesting a proposed
+	// schema may have: the schema object itself is level 1 and every
+	// object or array inside it adds a level.
+	MaxProposedSchemaDepth = 32
+	// MaxProposedSchemaNodes is the most JSON values (objects, arrays,
+	// strings, numbers, booleans, nulls; object keys are not counted) a
+	// proposed schema may hold.
+	MaxProposedSchemaNodes = 1000
+)
+
+// CheckProposedSchema reports whether doc, an agent-proposed schema
+// held as a decoded JSON value, is within MaxProposedSchemaDepth and
+// MaxProposedSchemaNodes. It stops walking as soon as a limit is passed,
+// so its own cost is bounded by the limits.
+func CheckProposedSchema(doc any) error {
+	nodes := 0
+	var walk func(v any, depth int) error
+	walk = func(v any, depth int) error {
+		nodes++
+		if nodes > MaxProposedSchemaNodes {
+			return fmt.Errorf("it holds more than %d JSON values; a proposed schema may hold at most %d", MaxProposedSchemaNodes, MaxProposedSchemaNodes)
+		}
+		switch t := v.(type) {
+		case map[string]any:
+			if depth > MaxProposedSchemaDepth {
+				return fmt.Errorf("it nests deeper than %d levels of JSON objects and arrays; a proposed schema may nest at most %d", MaxProposedSchemaDepth, MaxProposedSchemaDepth)
+			}
+			keys := make([]string, 0, len(t))
+			for k := range t {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys) // the same document always reports the same limit
+			for _, k := range keys {
+				if err := walk(t[k], depth+1); err != nil {
+					return err
+				}
+			}
+		case []any:
+			if depth > MaxProposedSchemaDepth {
+				return fmt.Errorf("it nests deeper than %d levels of JSON objects and arrays; a proposed schema may nest at most %d", MaxProposedSchemaDepth, MaxProposedSchemaDepth)
+			}
+			for _, e := range t {
+				if err := walk(e, depth+1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk(doc, 1)
+}
+
 type noRemoteLoader struct{}
 
 func (noRemoteLoader) Load(url string) (any, error) {
