@@ -1096,9 +1096,25 @@ func (h *Handler) claim(x *exchange, req *request) bool {
 		x.fail(&wireError{Status: 409, Reason: "idempotency-key-in-flight", Explanation: "a request with this Idempotency-Key is still running; retry after it completes", Retryable: true})
 	default:
 		h.metrics.idempotency("store_full")
-		x.fail(&wireError{Status: 503, Reason: "idempotency-store-full", Explanation: "the idempotency store holds this agent's maximum number of records; retry later", Retryable: true})
+		x.fail(idempotencyStoreFull(h.st.idem))
 	}
 	return false
+}
+
+// idempotencyStoreFull is the 503 for a Claim answered Full: it names
+// the bound that was hit, the store's (idempotency_max_records, reported
+// when both are) or this agent's (idempotency_max_per_agent), with its
+// effective value (defaults applied) in limit_records.
+func idempotencyStoreFull(st *idempotency.Store) *wireError {
+	l := st.Limits()
+	knob, limit := "idempotency_max_per_agent", l.MaxPerAgent
+	expl := fmt.Sprintf("this agent holds its maximum of %d idempotency records (idempotency_max_per_agent); retry after some expire", limit)
+	if st.Len() >= l.MaxRecords {
+		knob, limit = "idempotency_max_records", l.MaxRecords
+		expl = fmt.Sprintf("the gateway's idempotency store holds its maximum of %d records for all agents (idempotency_max_records); retry later", limit)
+	}
+	return &wireError{Status: 503, Reason: "idempotency-store-full", Explanation: expl, Retryable: true,
+		Fields: map[string]any{"bound": knob, "limit_records": limit}}
 }
 
 // spend takes one token of budget l for the caller (nil l: no budget).
@@ -1149,12 +1165,27 @@ func (h *Handler) mintContract(r *recipes.Recipe, method, path string, x *exchan
 	if err := h.st.contracts.Put(c, state); err != nil {
 		switch {
 		case errors.Is(err, recipes.ErrAgentFull):
-			return nil, fmt.Errorf("the agent already holds %d live contracts (max_contracts_per_agent); release some first", h.storeLimits().MaxPerAgent)
+			// The count is read on this refusal path only (a scan of the
+			// live contracts, after a budget was spent).
+			held := len(h.st.contracts.List(req.caller.Agent.ID))
+			return nil, fmt.Errorf("the agent already holds %d live contracts; max_contracts_per_agent is %d; release some first", held, effectiveLimit(h.MaxContractsPerAgent, defaultMaxContractsPerAgent))
 		default:
-			return nil, fmt.Errorf("the gateway holds its maximum number of live contracts (max_contracts); try later")
+			return nil, fmt.Errorf("the gateway holds its maximum of %d live contracts (max_contracts); try later", effectiveLimit(h.MaxContracts, defaultMaxContracts))
 		}
 	}
 	return c, nil
+}
+
+// defaultMaxContractsPerAgent is the max_contracts_per_agent default
+// (recipes.NewStore's).
+const defaultMaxContractsPerAgent = 100
+
+// effectiveLimit is a bound as enforced: v, or def when v is unset (0).
+func effectiveLimit(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // contractBody is the §13.4 body shared by 461 and 263.

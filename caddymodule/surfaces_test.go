@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -786,5 +787,52 @@ func TestProposeSchemaShapeLimits(t *testing.T) {
 		if a := g.builtin(t, "PROPOSE", withSchema("/item/ok"+strconv.Itoa(i), key, nestedItems(recipes.MaxProposedSchemaDepth))); a.status != 263 {
 			t.Errorf("%s nested exactly %d deep: %s; want 263", key, recipes.MaxProposedSchemaDepth, a)
 		}
+	}
+}
+
+// TestContractLimitExplanation: a refusal at the per-agent contract
+// limit states the limit as enforced (the default 100 when
+// max_contracts_per_agent is unset, not 0) and the agent's actual count
+// (which exceeds the limit after a reload lowered it).
+func TestContractLimitExplanation(t *testing.T) {
+	g := newTestGateway(t)
+	g.h.MaxContractsPerAgent = 0 // unset: the default applies
+	g.h.st.contracts.SetLimits(g.h.storeLimits())
+	for i := 0; i < defaultMaxContractsPerAgent; i++ {
+		g.propose(t, "/item/n"+strconv.Itoa(i))
+	}
+	a := g.builtin(t, "PROPOSE", proposal("/item/over"))
+	wantError(t, a, 463, "policy-refused", "the agent already holds 100 live contracts; max_contracts_per_agent is 100")
+	g.h.MaxContractsPerAgent = 50
+	g.h.st.contracts.SetLimits(g.h.storeLimits())
+	a = g.builtin(t, "PROPOSE", proposal("/item/over"))
+	wantError(t, a, 463, "policy-refused", "the agent already holds 100 live contracts; max_contracts_per_agent is 50")
+}
+
+// TestIdempotencyStoreFullNamesTheBound: 503 idempotency-store-full
+// says whether the agent's bound (idempotency_max_per_agent) or the
+// store's (idempotency_max_records) was hit.
+func TestIdempotencyStoreFullNamesTheBound(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		limits       idempotency.Limits
+		bound, expl  string
+		limitRecords float64
+	}{
+		{"per agent", idempotency.Limits{MaxRecords: 10, MaxPerAgent: 1}, "idempotency_max_per_agent", "this agent holds its maximum of 1 idempotency records (idempotency_max_per_agent)", 1},
+		{"store", idempotency.Limits{MaxRecords: 1, MaxPerAgent: 5}, "idempotency_max_records", "the gateway's idempotency store holds its maximum of 1 records for all agents (idempotency_max_records)", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newTestGateway(t)
+			g.h.st.idem = idempotency.NewStore(tc.limits, nil)
+			if a := g.builtin(t, "PROPOSE", proposal("/item/k1"), "Idempotency-Key", "k1"); a.status != 263 {
+				t.Fatalf("first keyed PROPOSE: %s", a)
+			}
+			a := g.builtin(t, "PROPOSE", proposal("/item/k2"), "Idempotency-Key", "k2")
+			wantError(t, a, 503, "idempotency-store-full", tc.expl)
+			if a.body["bound"] != tc.bound || a.body["limit_records"] != tc.limitRecords {
+				t.Errorf("fields: %s", a)
+			}
+		})
 	}
 }
