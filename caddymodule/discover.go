@@ -355,7 +355,7 @@ func (h *Handler) buildManifest() error {
 		return err
 	}
 	m["server"] = server
-	ver, err := h.st.records.bumpAPIVersion(manifestHash(stable))
+	ver, err := h.apiVersionFor(manifestHash(stable))
 	if err != nil {
 		return fmt.Errorf("AGTP-API-Version: %v", err)
 	}

@@ -228,6 +228,11 @@ type Handler struct {
 	ctx       caddy.Context
 	events    *caddyevents.App
 	signer    *records.Signer
+	// recDir and recFsync are the resolved records_dir ("" memory-only)
+	// and fsync policy, opened on the first request (act).
+	recDir   string
+	recFsync records.FsyncPolicy
+	act      *activation
 	// published is the current manifest, its ETag and AGTP-API-Version;
 	// replaced when a persistent synthesis changes the manifest.
 	pub      *manifestHolder
@@ -370,6 +375,7 @@ var states = caddy.NewUsagePool()
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.pub = &manifestHolder{}
+	h.act = &activation{}
 	h.ctx = ctx
 	h.setDefaults()
 	if !validName(h.Name) {
@@ -541,7 +547,10 @@ func (h *Handler) attachState() error {
 	case "":
 		dir = filepath.Join(caddy.AppDataDir(), "rcns", h.Name)
 	}
-	if err := st.records.open(dir, records.FsyncPolicy(h.Fsync), h.signer, h.logger); err != nil {
+	// Read-only here: the files are opened (and records_dir created) on
+	// the first request, see activate.
+	h.recDir, h.recFsync = dir, records.FsyncPolicy(h.Fsync)
+	if err := st.records.check(dir, h.recFsync, h.signer); err != nil {
 		return err
 	}
 	if st.idem.Limits() != h.idempotencyLimits() {

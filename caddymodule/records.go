@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
@@ -69,7 +70,38 @@ type manifestState struct {
 	Hash    string `json:"hash"`
 }
 
-// open (re)opens the record files under dir. Memory-only when dir is "".
+// check is Provision's part of opening the record files under dir: it
+// reads what open will read (the negotiation log, the chain heads) and
+// fails as open would on a file that does not parse, but writes nothing
+// and creates nothing, because `caddy validate` provisions too and may
+// run against the records_dir of a live gateway. It also creates the
+// in-memory lifecycle streams once. Nothing is read when dir is already
+// open (a reload) or is "" (memory-only).
+func (rs *recordState) check(dir string, fsync records.FsyncPolicy, signer *records.Signer) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.lifecycle == nil {
+		var err error
+		if rs.lifecycle, err = records.NewLifecycle(signer, records.LifecycleOptions{}); err != nil {
+			return err
+		}
+	}
+	if dir == "" || rs.chains != nil && rs.dir == dir && rs.fsync == fsync {
+		return nil
+	}
+	if err := records.CheckLog(filepath.Join(dir, "negotiations")); err != nil {
+		return fmt.Errorf("records_dir: %v", err)
+	}
+	if _, err := records.OpenChains(filepath.Join(dir, "attribution-chains.json")); err != nil {
+		return fmt.Errorf("records_dir: %v", err)
+	}
+	return nil
+}
+
+// open (re)opens the record files under dir, creating dir when missing.
+// Memory-only when dir is "". A handler calls it on its first request
+// (Handler.activate), never in Provision. On an error the chain heads
+// are still usable (memory-only) so that the handler can serve.
 func (rs *recordState) open(dir string, fsync records.FsyncPolicy, signer *records.Signer, logger *zap.Logger) error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -77,7 +109,26 @@ func (rs *recordState) open(dir string, fsync records.FsyncPolicy, signer *recor
 		return nil
 	}
 	rs.closeLocked()
+	if rs.lifecycle == nil {
+		var err error
+		if rs.lifecycle, err = records.NewLifecycle(signer, records.LifecycleOptions{}); err != nil {
+			return err
+		}
+	}
+	err := rs.openLocked(dir, fsync)
+	if err != nil {
+		// Serve on with memory-only chain heads; the error is logged.
+		dir = ""
+		rs.chains, _ = records.OpenChains("")
+	}
 	rs.dir, rs.fsync = dir, fsync
+	rs.stop, rs.done = make(chan struct{}), make(chan struct{})
+	go rs.flusher(rs.chains, rs.stop, rs.done, logger)
+	return err
+}
+
+// openLocked opens the log and the chain heads under dir; rs.mu is held.
+func (rs *recordState) openLocked(dir string, fsync records.FsyncPolicy) error {
 	var err error
 	chainsPath := ""
 	if dir != "" {
@@ -90,15 +141,12 @@ func (rs *recordState) open(dir string, fsync records.FsyncPolicy, signer *recor
 		}
 	}
 	if rs.chains, err = records.OpenChains(chainsPath); err != nil {
+		if rs.log != nil {
+			_ = rs.log.Close()
+			rs.log = nil
+		}
 		return fmt.Errorf("records_dir: %v", err)
 	}
-	if rs.lifecycle == nil {
-		if rs.lifecycle, err = records.NewLifecycle(signer, records.LifecycleOptions{}); err != nil {
-			return err
-		}
-	}
-	rs.stop, rs.done = make(chan struct{}), make(chan struct{})
-	go rs.flusher(rs.chains, rs.stop, rs.done, logger)
 	return nil
 }
 
@@ -140,42 +188,121 @@ func (rs *recordState) close() {
 	rs.closeLocked()
 }
 
-// bumpAPIVersion persists AGTP-API-Version: it grows by one whenever the
-// manifest's content hash changes and never decreases (spec §4, §15.4).
-func (rs *recordState) bumpAPIVersion(manifestHash string) (int, error) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	var st manifestState
-	path := ""
+// nextAPIVersion computes AGTP-API-Version for a manifest with the given
+// hash: the stored (or, when higher, the in-memory) version, plus one
+// when the stored hash differs. It also returns the state to store and
+// whether it differs from what is stored. rs.mu is held.
+func (rs *recordState) nextAPIVersion(manifestHash string) (st manifestState, changed bool, path string, err error) {
 	if rs.dir != "" {
 		path = filepath.Join(rs.dir, "manifest-version.json")
+	}
+	if path != "" {
 		if raw, err := os.ReadFile(path); err == nil {
 			if err := json.Unmarshal(raw, &st); err != nil {
-				return 0, fmt.Errorf("%s: %v", path, err)
+				return st, false, path, fmt.Errorf("%s: %v", path, err)
 			}
 		} else if !errors.Is(err, os.ErrNotExist) {
-			return 0, err
+			return st, false, path, err
 		}
 	}
 	if st.Version < rs.apiVersion {
 		st.Version = rs.apiVersion
+		changed = true
 	}
 	if st.Hash != manifestHash || st.Version == 0 {
 		st.Version++
 		st.Hash = manifestHash
-		if path != "" {
-			raw, _ := json.Marshal(st)
-			tmp := path + ".tmp"
-			if err := os.WriteFile(tmp, raw, 0o640); err != nil {
-				return 0, err
-			}
-			if err := os.Rename(tmp, path); err != nil {
-				return 0, err
-			}
-		}
+		changed = true
+	}
+	return st, changed, path, nil
+}
+
+// peekAPIVersion is the AGTP-API-Version a manifest with this hash will
+// get, read-only: Provision uses it (a config load that `caddy validate`
+// runs must not bump the version a live gateway serves). dir is the
+// records_dir the handler will open (a reload may change it).
+func (rs *recordState) peekAPIVersion(dir, manifestHash string) (int, error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	saved := rs.dir
+	rs.dir = dir
+	st, _, _, err := rs.nextAPIVersion(manifestHash)
+	rs.dir = saved
+	return st.Version, err
+}
+
+// bumpAPIVersion persists AGTP-API-Version: it grows by one whenever the
+// manifest's content hash changes and never decreases (spec §4, §15.4),
+// even with two handlers alive across a reload: the file and the
+// in-memory version are read and written under rs.mu. A handler calls it
+// once it serves (Handler.activate, manifest rebuilds), never in
+// Provision. A failed write still returns the new version, with the
+// error; the in-memory version keeps it from going back.
+func (rs *recordState) bumpAPIVersion(manifestHash string) (int, error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	st, changed, path, err := rs.nextAPIVersion(manifestHash)
+	if err != nil {
+		return 0, err
 	}
 	rs.apiVersion = st.Version
+	if changed && path != "" {
+		raw, _ := json.Marshal(st)
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, raw, 0o640); err != nil {
+			return st.Version, err
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return st.Version, err
+		}
+	}
 	return st.Version, nil
+}
+
+// activation is what a handler does once, on its first request.
+type activation struct {
+	once    sync.Once
+	done    atomic.Bool
+	persist atomic.Bool
+}
+
+// activate does, once, on the handler's first request, what Provision
+// must not do because `caddy validate` provisions too (spec §15.4 "a
+// config load that is not applied changes nothing"): open the record
+// files under records_dir (creating it) and persist AGTP-API-Version.
+// Errors are logged and the handler serves on: without durable records
+// when records_dir cannot be opened, with the computed AGTP-API-Version
+// (never lower than one already served) when it cannot be stored.
+func (h *Handler) activate() {
+	a := h.act
+	if a == nil || a.done.Load() {
+		return
+	}
+	a.once.Do(func() {
+		defer a.done.Store(true)
+		if err := h.st.records.open(h.recDir, h.recFsync, h.signer, h.logger); err != nil {
+			h.logger.Error("opening records_dir failed: serving without durable negotiation records", zap.String("records_dir", h.recDir), zap.Error(err))
+		}
+		a.persist.Store(true)
+		if err := h.buildManifest(); err != nil {
+			h.logger.Error("rebuilding the manifest on the first request", zap.Error(err))
+		}
+	})
+}
+
+// apiVersionFor is the AGTP-API-Version of a manifest with this hash:
+// computed read-only before the handler's first request, persisted
+// after.
+func (h *Handler) apiVersionFor(manifestHash string) (int, error) {
+	if h.act == nil || !h.act.persist.Load() {
+		return h.st.records.peekAPIVersion(h.recDir, manifestHash)
+	}
+	ver, err := h.st.records.bumpAPIVersion(manifestHash)
+	if err != nil && ver > 0 {
+		h.logger.Error("storing AGTP-API-Version failed; serving the computed version", zap.Int("version", ver), zap.Error(err))
+		return ver, nil
+	}
+	return ver, err
 }
 
 // loadSigner builds the Attribution-Record signer from the configured

@@ -60,6 +60,7 @@ func (h *Handler) isAGTP(r *http.Request) bool {
 // ServeHTTP serves AGTP requests in the order of spec §10 and passes
 // every other request to next unchanged.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	h.activate()
 	if !h.isAGTP(r) {
 		return next.ServeHTTP(w, r)
 	}

@@ -210,7 +210,7 @@ func OpenLog(opt LogOptions) (*Log, error) {
 		return nil, err
 	}
 	for i, lf := range files {
-		size, err := l.readHeads(lf, i == len(files)-1)
+		size, err := l.readHeads(lf, i == len(files)-1, true)
 		if err != nil {
 			return nil, err
 		}
@@ -221,6 +221,33 @@ func OpenLog(opt LogOptions) (*Log, error) {
 		go l.flusher()
 	}
 	return l, nil
+}
+
+// CheckLog reads the negotiation log in dir as [OpenLog] would, without
+// writing anything: no directory is created and a torn last line is left
+// in place (OpenLog truncates it). It returns the errors OpenLog would
+// for an unreadable file or a complete line that does not parse; a
+// missing dir is not an error (OpenLog creates it). It lets a caller
+// check a configuration (as `caddy validate` does) without touching a
+// directory a running gateway writes to.
+func CheckLog(dir string) error {
+	if dir == "" {
+		return errors.New("records: negotiation log Dir is empty")
+	}
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	files, err := listLogFiles(dir)
+	if err != nil {
+		return err
+	}
+	l := &Log{dir: dir, heads: map[string]logHead{}}
+	for i, lf := range files {
+		if _, err := l.readHeads(lf, i == len(files)-1, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // listLogFiles returns the log files of dir in write order.
@@ -281,8 +308,10 @@ func logName(day string, num int) string {
 }
 
 // readHeads reads one file's records into l.heads and returns the file's
-// size after any torn tail was truncated (only when last).
-func (l *Log) readHeads(lf logFile, last bool) (int64, error) {
+// size after any torn tail was truncated (only when last, and only when
+// truncate; without truncate a torn tail of the last file is left as it
+// is and the size returned ends before it).
+func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 	path := filepath.Join(l.dir, lf.name)
 	f, err := os.Open(path)
 	if err != nil {
@@ -302,6 +331,9 @@ func (l *Log) readHeads(lf logFile, last bool) (int64, error) {
 			}
 			// A record whose write was cut short; it was never
 			// acknowledged under always or group.
+			if !truncate {
+				return off, nil
+			}
 			if err := os.Truncate(path, off); err != nil {
 				return 0, fmt.Errorf("records: truncate torn line at %s:%d: %w", path, lineNo, err)
 			}

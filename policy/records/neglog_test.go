@@ -759,3 +759,34 @@ func TestInsertHashMatchesJCS(t *testing.T) {
 		})
 	}
 }
+
+// CheckLog reads as OpenLog does but writes nothing: a missing
+// directory is not created, a torn last line is left in place, and a
+// complete line that does not parse is the error OpenLog gives.
+func TestCheckLogWritesNothing(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "negotiations")
+	if err := CheckLog(missing); err != nil {
+		t.Fatalf("missing dir: %v", err)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Fatalf("CheckLog created %s (%v)", missing, err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "negotiations-2026-01-01-0001.jsonl")
+	torn := []byte(`{"agent_id":"a`)
+	if err := os.WriteFile(path, torn, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckLog(dir); err != nil {
+		t.Fatalf("torn last line: %v", err)
+	}
+	if raw, _ := os.ReadFile(path); !bytes.Equal(raw, torn) {
+		t.Fatalf("CheckLog changed the torn line to %q", raw)
+	}
+	if err := os.WriteFile(path, []byte("{}\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckLog(dir); err == nil || !strings.Contains(err.Error(), "unreadable negotiation record") {
+		t.Fatalf("bad line: %v", err)
+	}
+}
