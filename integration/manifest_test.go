@@ -1297,6 +1297,17 @@ func TestManifestAPIVersionMonotonic(t *testing.T) {
 		t.Fatalf("same config reloaded: AGTP-API-Version %d → %d, want unchanged", v0, v1)
 	}
 
+	// `caddy validate` of another config naming the live records_dir
+	// (the upgrade steps run it) writes nothing there: a reload of the
+	// unchanged config still serves the same version.
+	if out, err := caddyValidate(t, siteMore); err != nil {
+		t.Fatalf("caddy validate: %v\n%s", err, out)
+	}
+	load(g, g.Caddyfile)
+	if v := version(g); v != v1 {
+		t.Fatalf("caddy validate of another config, then the running config reloaded: AGTP-API-Version %d → %d, want unchanged", v1, v)
+	}
+
 	if !strings.Contains(g.Caddyfile, site) {
 		t.Fatalf("Caddyfile does not contain the site text")
 	}
