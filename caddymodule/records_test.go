@@ -1,13 +1,17 @@
 package caddymodule
 
 import (
+	"bytes"
 	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
 )
 
 // snapshotDir maps every file and directory under dir to its mode,
@@ -152,5 +156,41 @@ func TestProvisionWritesNothingToRecordsDir(t *testing.T) {
 	(&testGateway{h: h2}).serve(t, "GET", "/", nil, nil, 0)
 	if v, got := storedAPIVersion(t, dir), h3.apiVersion(); v != 39 || got != "39" {
 		t.Errorf("reload of a changed config: stored %d, served %s, want 39", v, got)
+	}
+}
+
+// verify-log on a directory without any log (an empty one, or the
+// parent of the records_dirs) fails instead of calling it intact; on a
+// records_dir or its negotiations folder it says how much it checked.
+func TestVerifyLogNeedsLogs(t *testing.T) {
+	parent := t.TempDir()
+	recDir := filepath.Join(parent, "default")
+	l, err := records.OpenLog(records.LogOptions{Dir: filepath.Join(recDir, "negotiations"), Fsync: records.FsyncOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, agent := range []string{"a", "a", "b"} {
+		if _, err := l.Append(agent, map[string]any{"kind": records.KindGate, "outcome": records.OutcomeAccepted, "requested": map[string]any{}, "granted": nil}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{parent, t.TempDir(), filepath.Join(parent, "missing")} {
+		var out bytes.Buffer
+		err := verifyLog(&out, dir)
+		if err == nil || !strings.Contains(err.Error(), "no record logs found in "+dir) && !strings.Contains(err.Error(), "no such file") {
+			t.Errorf("verify-log %s: err %v, out %q; want no record logs found", dir, err, out.String())
+		}
+	}
+	for _, dir := range []string{recDir, filepath.Join(recDir, "negotiations")} {
+		var out bytes.Buffer
+		if err := verifyLog(&out, dir); err != nil {
+			t.Fatalf("verify-log %s: %v", dir, err)
+		}
+		if !strings.Contains(out.String(), "2 chains, 3 records in 1 files") {
+			t.Errorf("verify-log %s said %q, want the counts", dir, out.String())
+		}
 	}
 }

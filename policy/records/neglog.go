@@ -905,17 +905,45 @@ func (e *VerifyError) Error() string {
 // naming the file, line and agent of the first broken record, or an
 // error for an unreadable directory or file.
 func VerifyDir(dir string) error {
+	_, err := VerifyDirStats(dir)
+	return err
+}
+
+// VerifyStats is what [VerifyDirStats] checked.
+type VerifyStats struct {
+	Files   int   // log files read
+	Chains  int   // agents (hash chains) seen
+	Records int64 // records checked
+}
+
+// VerifyDirStats is [VerifyDir] that also says how much it checked (the
+// counts up to the first broken record when there is one). Zero Files is
+// not an error here; a caller that was given dir to check should treat
+// it as one (the wrong directory, or an empty one).
+//
+// Only what is stored can be checked: a chain whose last records were
+// removed (or a newest log file deleted whole) still verifies, since
+// nothing records how long each chain was.
+func VerifyDirStats(dir string) (VerifyStats, error) {
+	var st VerifyStats
 	files, err := listLogFiles(dir)
 	if err != nil {
-		return err
+		return st, err
 	}
 	heads := map[string]logHead{}
 	for _, lf := range files {
-		if err := verifyFile(filepath.Join(dir, lf.name), heads); err != nil {
-			return err
+		st.Files++
+		err := verifyFile(filepath.Join(dir, lf.name), heads)
+		st.Chains = len(heads)
+		st.Records = 0
+		for _, h := range heads {
+			st.Records += h.seq
+		}
+		if err != nil {
+			return st, err
 		}
 	}
-	return nil
+	return st, nil
 }
 
 // verifyFile checks one file against and advances heads.
