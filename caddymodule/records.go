@@ -218,10 +218,11 @@ func (rs *recordState) close() {
 // nextAPIVersion computes AGTP-API-Version for a manifest with the given
 // hash: the stored (or, when higher, the in-memory) version, plus one
 // when the stored hash differs. It also returns the state to store and
-// whether it differs from what is stored. rs.mu is held.
-func (rs *recordState) nextAPIVersion(manifestHash string) (st manifestState, changed bool, path string, err error) {
-	if rs.dir != "" {
-		path = filepath.Join(rs.dir, "manifest-version.json")
+// whether it differs from what is stored in dir ("": nothing stored).
+// rs.mu is held.
+func (rs *recordState) nextAPIVersion(dir, manifestHash string) (st manifestState, changed bool, path string, err error) {
+	if dir != "" {
+		path = filepath.Join(dir, "manifest-version.json")
 	}
 	if path != "" {
 		if raw, err := os.ReadFile(path); err == nil {
@@ -251,10 +252,7 @@ func (rs *recordState) nextAPIVersion(manifestHash string) (st manifestState, ch
 func (rs *recordState) peekAPIVersion(dir, manifestHash string) (int, error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	saved := rs.dir
-	rs.dir = dir
-	st, _, _, err := rs.nextAPIVersion(manifestHash)
-	rs.dir = saved
+	st, _, _, err := rs.nextAPIVersion(dir, manifestHash)
 	return st.Version, err
 }
 
@@ -268,7 +266,7 @@ func (rs *recordState) peekAPIVersion(dir, manifestHash string) (int, error) {
 func (rs *recordState) bumpAPIVersion(manifestHash string) (int, error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	st, changed, path, err := rs.nextAPIVersion(manifestHash)
+	st, changed, path, err := rs.nextAPIVersion(rs.dir, manifestHash)
 	if err != nil {
 		return 0, err
 	}
