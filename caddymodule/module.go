@@ -740,7 +740,7 @@ func (h *Handler) Validate() error {
 	if err := h.checkNotNegative(); err != nil {
 		return err
 	}
-	if err := perAgentBound("max_contracts", h.MaxContracts, defaultMaxContracts, "max_contracts_per_agent", h.MaxContractsPerAgent); err != nil {
+	if err := perAgentBound("max_contracts", h.MaxContracts, recipes.DefaultMaxContracts, "max_contracts_per_agent", h.MaxContractsPerAgent); err != nil {
 		return err
 	}
 	if err := perAgentBound("idempotency_max_records", h.IdempotencyMaxRecords, idempotency.DefaultMaxRecords, "idempotency_max_per_agent", h.IdempotencyMaxPerAgent); err != nil {
@@ -753,10 +753,6 @@ func (h *Handler) Validate() error {
 	}
 	return nil
 }
-
-// defaultMaxContracts is the max_contracts default (recipes.NewStore's
-// default for StoreLimits.MaxContracts).
-const defaultMaxContracts = 100000
 
 // perAgentBound refuses a per-agent bound set above the total bound it
 // is part of (the total as set, or its default when unset): the

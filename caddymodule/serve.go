@@ -1169,17 +1169,13 @@ func (h *Handler) mintContract(r *recipes.Recipe, method, path string, x *exchan
 			// The count is read on this refusal path only (a scan of the
 			// live contracts, after a budget was spent).
 			held := len(h.st.contracts.List(req.caller.Agent.ID))
-			return nil, fmt.Errorf("the agent already holds %d live contracts; max_contracts_per_agent is %d; release some first", held, effectiveLimit(h.MaxContractsPerAgent, defaultMaxContractsPerAgent))
+			return nil, fmt.Errorf("the agent already holds %d live contracts; max_contracts_per_agent is %d; release some first", held, effectiveLimit(h.MaxContractsPerAgent, recipes.DefaultMaxContractsPerAgent))
 		default:
-			return nil, fmt.Errorf("the gateway holds its maximum of %d live contracts (max_contracts); try later", effectiveLimit(h.MaxContracts, defaultMaxContracts))
+			return nil, fmt.Errorf("the gateway holds its maximum of %d live contracts (max_contracts); try later", effectiveLimit(h.MaxContracts, recipes.DefaultMaxContracts))
 		}
 	}
 	return c, nil
 }
-
-// defaultMaxContractsPerAgent is the max_contracts_per_agent default
-// (recipes.NewStore's).
-const defaultMaxContractsPerAgent = 100
 
 // effectiveLimit is a bound as enforced: v, or def when v is unset (0).
 func effectiveLimit(v, def int) int {

@@ -798,7 +798,7 @@ func TestContractLimitExplanation(t *testing.T) {
 	g := newTestGateway(t)
 	g.h.MaxContractsPerAgent = 0 // unset: the default applies
 	g.h.st.contracts.SetLimits(g.h.storeLimits())
-	for i := 0; i < defaultMaxContractsPerAgent; i++ {
+	for i := 0; i < recipes.DefaultMaxContractsPerAgent; i++ {
 		g.propose(t, "/item/n"+strconv.Itoa(i))
 	}
 	a := g.builtin(t, "PROPOSE", proposal("/item/over"))

@@ -159,13 +159,24 @@ func (h *expiryHeap) Pop() any {
 	return c
 }
 
-// NewStore returns an empty store; now may be nil (time.Now).
+// Store bounds used when StoreLimits leaves them unset (≤ 0).
+const (
+	// DefaultMaxContracts is the default bound of live contracts in all.
+	DefaultMaxContracts = 100000
+	// DefaultMaxContractsPerAgent is the default bound of one agent's
+	// live contracts.
+	DefaultMaxContractsPerAgent = 100
+)
+
+// NewStore returns an empty store; now may be nil (time.Now). Unset
+// limits take DefaultMaxContracts, DefaultMaxContractsPerAgent, a 24 h
+// tombstone TTL and 100000 tombstones.
 func NewStore(limits StoreLimits, now func() time.Time) *Store {
 	if limits.MaxContracts <= 0 {
-		limits.MaxContracts = 100000
+		limits.MaxContracts = DefaultMaxContracts
 	}
 	if limits.MaxPerAgent <= 0 {
-		limits.MaxPerAgent = 100
+		limits.MaxPerAgent = DefaultMaxContractsPerAgent
 	}
 	if limits.TombstoneTTL <= 0 {
 		limits.TombstoneTTL = 24 * time.Hour
