@@ -14,7 +14,7 @@ PROMTOOL            := .tools/bin/promtool
 UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/... ./cmd/...
 INTEGRATION_TIMEOUT ?= 20m
 
-.PHONY: all build deps vet unit integration test demo clean bench
+.PHONY: all build deps vet unit bench-smoke integration test demo clean bench
 
 all: build
 
@@ -38,7 +38,12 @@ unit: deps
 integration: deps
 	$(GO) test -race -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) ./integration/...
 
-test: vet unit integration
+# Every benchmark once (-benchtime 1x), so a benchmark broken by a change
+# fails the tests, not only `make bench`.
+bench-smoke:
+	$(GO) test -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
+
+test: vet unit bench-smoke integration
 
 demo:
 	bash scripts/demo.sh
