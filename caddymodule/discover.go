@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
 
 // builtins are the reserved DISCOVER paths (spec §9), in directory order.
@@ -160,7 +161,7 @@ func listingParam[T comparable](q url.Values, p map[string]any, name string, def
 func cursorValue(v any, _ bool) (string, *wireError) {
 	s, ok := v.(string)
 	if !ok {
-		return "", errorf(400, "invalid-cursor", fmt.Sprintf("cursor must be a string, not %s", jsonType(v)))
+		return "", errorf(400, "invalid-cursor", fmt.Sprintf("cursor must be a string, not %s", schema.JSONTypeName(v)))
 	}
 	return s, nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
+	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
 
 // ianaMethods are the methods of the IANA HTTP Method Registry; without
@@ -338,7 +339,7 @@ func validSessionID(s string) bool {
 func sessionValue(v any, what string) (string, *wireError) {
 	s, ok := v.(string)
 	if !ok {
-		return "", errorf(400, "invalid-session-id", fmt.Sprintf("%s must be a string, not %s", what, jsonType(v)))
+		return "", errorf(400, "invalid-session-id", fmt.Sprintf("%s must be a string, not %s", what, schema.JSONTypeName(v)))
 	}
 	if !validSessionID(s) {
 		return "", errorf(400, "invalid-session-id", what+" must be a Session-ID: "+sessionIDForm)

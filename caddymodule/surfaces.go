@@ -71,23 +71,6 @@ func given(p map[string]any, name string) bool {
 	return ok && v != nil
 }
 
-// jsonType names the JSON type of a decoded value, for refusals.
-func jsonType(v any) string {
-	switch v.(type) {
-	case string:
-		return "a string"
-	case float64:
-		return "a number"
-	case bool:
-		return "a boolean"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
-	}
-	return "null"
-}
-
 // typedString reads the optional string parameter name of the
 // built-in what: "" when not given; 400 reason when given as another
 // JSON type.
@@ -98,7 +81,7 @@ func typedString(p map[string]any, what, name, reason string) (string, *wireErro
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", errorf(400, reason, fmt.Sprintf("%s: parameter %s must be a string, not %s", what, name, jsonType(v)))
+		return "", errorf(400, reason, fmt.Sprintf("%s: parameter %s must be a string, not %s", what, name, schema.JSONTypeName(v)))
 	}
 	return s, nil
 }
@@ -119,7 +102,7 @@ func boolParam(p map[string]any, what, name string) (bool, *wireError) {
 	}
 	b, ok := v.(bool)
 	if !ok {
-		return false, errorf(400, "invalid-parameter", fmt.Sprintf("%s: parameter %s must be true or false, not %s", what, name, jsonType(v)))
+		return false, errorf(400, "invalid-parameter", fmt.Sprintf("%s: parameter %s must be true or false, not %s", what, name, schema.JSONTypeName(v)))
 	}
 	return b, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
 
 // Step states reported in a composition_failed body (ARCHITECTURE.md
@@ -288,7 +290,7 @@ func (s *Step) run(ctx context.Context, input any, vals []any) (any, *Failure) {
 	obj, ok := v.(map[string]any)
 	if !ok {
 		return nil, &Failure{Status: 422, Code: ErrInvalidInput, SideEffectFree: true,
-			Explanation: fmt.Sprintf("the input mapping for step %s produced %s on the given input, not an object", s.Name, jsonKind(v))}
+			Explanation: fmt.Sprintf("the input mapping for step %s produced %s on the given input, not an object", s.Name, schema.JSONTypeName(v))}
 	}
 	nv, err := normalize(obj)
 	if err != nil {
@@ -296,22 +298,4 @@ func (s *Step) run(ctx context.Context, input any, vals []any) (any, *Failure) {
 			Explanation: fmt.Sprintf("the input mapping for step %s produced a value that is not JSON on the given input", s.Name)}
 	}
 	return s.Endpoint.Invoke(ctx, nv.(map[string]any))
-}
-
-// jsonKind names the JSON kind of a jq result, for explanations.
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "a boolean"
-	case string:
-		return "a string"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
-	default:
-		return "a number"
-	}
 }

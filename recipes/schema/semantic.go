@@ -34,7 +34,7 @@ var semanticFields = []string{
 func ValidateSemantic(v any) []string {
 	m, ok := v.(map[string]any)
 	if !ok {
-		return []string{fmt.Sprintf("semantic block is %s, want an object", jsonTypeName(v))}
+		return []string{fmt.Sprintf("semantic block is %s, want an object", JSONTypeName(v))}
 	}
 	var problems []string
 	for _, f := range semanticFields {
@@ -48,7 +48,7 @@ func ValidateSemantic(v any) []string {
 			s, ok := val.(string)
 			switch {
 			case !ok:
-				problems = append(problems, fmt.Sprintf("%s is %s, want a string", f, jsonTypeName(val)))
+				problems = append(problems, fmt.Sprintf("%s is %s, want a string", f, JSONTypeName(val)))
 			case s == "":
 				problems = append(problems, fmt.Sprintf("%s is empty", f))
 			}
@@ -60,7 +60,7 @@ func ValidateSemantic(v any) []string {
 			s, ok := val.(string)
 			switch {
 			case !ok:
-				problems = append(problems, fmt.Sprintf("%s is %s, want a string", f, jsonTypeName(val)))
+				problems = append(problems, fmt.Sprintf("%s is %s, want a string", f, JSONTypeName(val)))
 			case !slices.Contains(allowed, s):
 				problems = append(problems, fmt.Sprintf("unknown %s %s, want one of %s", f, quote(s), quoteAll(allowed)))
 			}
@@ -68,13 +68,13 @@ func ValidateSemantic(v any) []string {
 			x, ok := number(val)
 			switch {
 			case !ok:
-				problems = append(problems, fmt.Sprintf("confidence is %s, want a number", jsonTypeName(val)))
+				problems = append(problems, fmt.Sprintf("confidence is %s, want a number", JSONTypeName(val)))
 			case math.IsNaN(x) || x < 0 || x > 1:
 				problems = append(problems, fmt.Sprintf("confidence %v is outside [0, 1]", x))
 			}
 		case "is_idempotent":
 			if _, ok := val.(bool); !ok {
-				problems = append(problems, fmt.Sprintf("is_idempotent is %s, want a boolean", jsonTypeName(val)))
+				problems = append(problems, fmt.Sprintf("is_idempotent is %s, want a boolean", JSONTypeName(val)))
 			}
 		}
 	}
@@ -115,8 +115,10 @@ func number(v any) (float64, bool) {
 	return 0, false
 }
 
-// jsonTypeName names the JSON type of a decoded value for messages.
-func jsonTypeName(v any) string {
+// JSONTypeName names the JSON type of a decoded value (JSON, YAML or
+// jq) for messages: "null", "a string", "a boolean", "an object",
+// "an array", "a number" (any Go numeric type), else "a <Go type>".
+func JSONTypeName(v any) string {
 	switch v.(type) {
 	case nil:
 		return "null"
