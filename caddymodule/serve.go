@@ -318,19 +318,34 @@ func ValidRequestID(s string) bool {
 	return uuidV7Pattern.MatchString(s) || ulidPattern.MatchString(s)
 }
 
-// sessionIDPattern is the Session-ID form this gateway accepts: 22 to
-// 256 characters of base64 (either alphabet), token and URI-safe
-// punctuation. 22 base64url characters carry 128 bits, the least a
-// Session-ID must hold (spec §3, agtp-09 §11.4); anything shorter
-// cannot be one.
-var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9._~+/=:-]{22,256}$`)
+// Session-ID lengths this gateway accepts. 22 base64url characters
+// carry 128 bits, the least a Session-ID must hold (spec §3, agtp-09
+// §11.4); anything shorter cannot be one.
+const (
+	minSessionIDLen = 22
+	maxSessionIDLen = 256
+)
 
-// sessionIDForm describes sessionIDPattern in refusals.
+// sessionIDForm describes the accepted Session-ID form in refusals.
 const sessionIDForm = "22-256 characters of A-Z a-z 0-9 - . _ ~ + / = : holding at least 128 random bits (e.g. 16 random bytes in base64url: 22 characters)"
 
-// validSessionID reports whether s has the form of a Session-ID.
+// validSessionID reports whether s has the form of a Session-ID:
+// minSessionIDLen to maxSessionIDLen characters of base64 (either
+// alphabet), token and URI-safe punctuation (`^[A-Za-z0-9._~+/=:-]{22,256}$`,
+// checked byte by byte: it runs on every request that carries one).
 func validSessionID(s string) bool {
-	return sessionIDPattern.MatchString(s)
+	if len(s) < minSessionIDLen || len(s) > maxSessionIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.', c == '_', c == '~', c == '+', c == '/', c == '=', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // sessionValue reads a session id sent in the body (what names it: the

@@ -8,11 +8,13 @@ import (
 	"io"
 	"math"
 	"math/big"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -426,4 +428,34 @@ func TestAnonymousIdentifiers(t *testing.T) {
 	}
 	wantError(t, g.serve(t, "DISCOVER", "/", map[string]string{"Request-ID": "bad"}, nil, 0), 400, "invalid-request-id", "")
 	wantError(t, g.do(t, "DISCOVER", "/methods", nil), 400, "owner-id-required", "")
+}
+
+// TestValidSessionIDMatchesPattern: the byte loop accepts exactly what
+// the documented pattern does, on every single byte and on random
+// strings around the length bounds.
+func TestValidSessionIDMatchesPattern(t *testing.T) {
+	pattern := regexp.MustCompile(`^[A-Za-z0-9._~+/=:-]{22,256}$`)
+	base := strings.Repeat("a", 21)
+	for c := 0; c < 256; c++ {
+		s := base + string([]byte{byte(c)})
+		if got, want := validSessionID(s), pattern.MatchString(s); got != want {
+			t.Fatalf("byte %#x: validSessionID = %v, pattern = %v", c, got, want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	const alphabet = "aZ09._~+/=:- ,\"é\x00"
+	for range 20000 {
+		n := 18 + rng.IntN(8)
+		if rng.IntN(4) == 0 {
+			n = 250 + rng.IntN(10)
+		}
+		b := make([]byte, 0, n)
+		for len(b) < n {
+			b = append(b, alphabet[rng.IntN(len(alphabet))])
+		}
+		s := string(b)
+		if got, want := validSessionID(s), pattern.MatchString(s); got != want {
+			t.Fatalf("%q: validSessionID = %v, pattern = %v", s, got, want)
+		}
+	}
 }
