@@ -1180,25 +1180,17 @@ func (h *Handler) mintContract(r *recipes.Recipe, method, path string, x *exchan
 		state = recipes.StatePending
 	}
 	if err := h.st.contracts.Put(c, state); err != nil {
+		var le *recipes.LimitError
 		switch {
-		case errors.Is(err, recipes.ErrAgentFull):
-			// The count is read on this refusal path only (a scan of the
-			// live contracts, after a budget was spent).
-			held := len(h.st.contracts.List(req.caller.Agent.ID))
-			return nil, fmt.Errorf("the agent already holds %d live contracts; max_contracts_per_agent is %d; release some first", held, effectiveLimit(h.MaxContractsPerAgent, recipes.DefaultMaxContractsPerAgent))
+		case errors.As(err, &le) && errors.Is(err, recipes.ErrAgentFull):
+			return nil, fmt.Errorf("the agent already holds %d live contracts; max_contracts_per_agent is %d; release some first", le.Held, le.Limit)
+		case le != nil:
+			return nil, fmt.Errorf("the gateway holds its maximum of %d live contracts (max_contracts); try later", le.Limit)
 		default:
-			return nil, fmt.Errorf("the gateway holds its maximum of %d live contracts (max_contracts); try later", effectiveLimit(h.MaxContracts, recipes.DefaultMaxContracts))
+			return nil, err
 		}
 	}
 	return c, nil
-}
-
-// effectiveLimit is a bound as enforced: v, or def when v is unset (0).
-func effectiveLimit(v, def int) int {
-	if v <= 0 {
-		return def
-	}
-	return v
 }
 
 // contractBody is the §13.4 body shared by 461 and 263.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -121,6 +122,23 @@ var ErrStoreFull = errors.New("contract store is full")
 // reached.
 var ErrAgentFull = errors.New("the agent holds the maximum number of contracts")
 
+// LimitError is Put's refusal at a limit: Err is ErrStoreFull or
+// ErrAgentFull (errors.Is matches either), Held the live contracts
+// counted against the limit (all of them, or the agent's), Limit the
+// bound as enforced (defaults applied).
+type LimitError struct {
+	Err   error
+	Held  int
+	Limit int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%v: %d live, limit %d", e.Err, e.Held, e.Limit)
+}
+
+// Unwrap returns ErrStoreFull or ErrAgentFull.
+func (e *LimitError) Unwrap() error { return e.Err }
+
 type tombstone struct {
 	state string
 	at    time.Time
@@ -202,7 +220,8 @@ func (s *Store) SetLimits(l StoreLimits) {
 func pairKey(agent, method, path string) string { return agent + "|" + method + "|" + path }
 
 // Put stores a new contract in the given initial state (StatePending or
-// StateActive). It fails with ErrStoreFull or ErrAgentFull at the limits.
+// StateActive). At a limit it fails with a *LimitError wrapping
+// ErrStoreFull or ErrAgentFull.
 func (s *Store) Put(c *Contract, state string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -210,13 +229,13 @@ func (s *Store) Put(c *Contract, state string) error {
 	if len(s.byID) >= s.limits.MaxContracts {
 		s.sweepLocked(true)
 		if len(s.byID) >= s.limits.MaxContracts {
-			return ErrStoreFull
+			return &LimitError{Err: ErrStoreFull, Held: len(s.byID), Limit: s.limits.MaxContracts}
 		}
 	}
 	if s.perAgent[c.OriginatingAgentID] >= s.limits.MaxPerAgent {
 		s.sweepLocked(true)
-		if s.perAgent[c.OriginatingAgentID] >= s.limits.MaxPerAgent {
-			return ErrAgentFull
+		if n := s.perAgent[c.OriginatingAgentID]; n >= s.limits.MaxPerAgent {
+			return &LimitError{Err: ErrAgentFull, Held: n, Limit: s.limits.MaxPerAgent}
 		}
 	}
 	c.state = state

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -530,8 +531,9 @@ func TestStoreLifecycle(t *testing.T) {
 	if s.ActiveFor("a", "BOOK", "/room") != second {
 		t.Fatal("the most recent contract does not serve the pair")
 	}
-	if err := s.Put(mk("a"), StateActive); err != ErrAgentFull {
-		t.Fatalf("third contract err = %v, want ErrAgentFull", err)
+	var le *LimitError
+	if err := s.Put(mk("a"), StateActive); !errors.As(err, &le) || !errors.Is(err, ErrAgentFull) || le.Held != 2 || le.Limit != 2 {
+		t.Fatalf("third contract err = %v, want ErrAgentFull holding 2 of 2", err)
 	}
 	if err := s.Put(mk("b"), StateActive); err != nil {
 		t.Fatalf("another agent refused: %v", err)
