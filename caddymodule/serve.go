@@ -1111,22 +1111,22 @@ func (h *Handler) claim(x *exchange, req *request) bool {
 	case idempotency.InFlight:
 		h.metrics.idempotency("in_flight")
 		x.fail(&wireError{Status: 409, Reason: "idempotency-key-in-flight", Explanation: "a request with this Idempotency-Key is still running; retry after it completes", Retryable: true})
-	default:
+	default: // AgentFull, StoreFull
 		h.metrics.idempotency("store_full")
-		x.fail(idempotencyStoreFull(h.st.idem))
+		x.fail(idempotencyStoreFull(outcome, h.st.idem.Limits()))
 	}
 	return false
 }
 
-// idempotencyStoreFull is the 503 for a Claim answered Full: it names
+// idempotencyStoreFull is the 503 for a Claim answered AgentFull or
+// StoreFull (o): it names
 // the bound that was hit, the store's (idempotency_max_records, reported
 // when both are) or this agent's (idempotency_max_per_agent), with its
 // effective value (defaults applied) in limit_records.
-func idempotencyStoreFull(st *idempotency.Store) *wireError {
-	l := st.Limits()
+func idempotencyStoreFull(o idempotency.Outcome, l idempotency.Limits) *wireError {
 	knob, limit := "idempotency_max_per_agent", l.MaxPerAgent
 	expl := fmt.Sprintf("this agent holds its maximum of %d idempotency records (idempotency_max_per_agent); retry after some expire", limit)
-	if st.Len() >= l.MaxRecords {
+	if o == idempotency.StoreFull {
 		knob, limit = "idempotency_max_records", l.MaxRecords
 		expl = fmt.Sprintf("the gateway's idempotency store holds its maximum of %d records for all agents (idempotency_max_records); retry later", limit)
 	}

@@ -105,15 +105,18 @@ const (
 	// InFlight: the same request is still executing under this key;
 	// answer 409, retryable. RCNS §12.2.
 	InFlight
-	// Full: the agent already holds MaxPerAgent records, or the store
-	// holds MaxRecords; answer 503 idempotency-store-full, nothing
-	// executes. A per-agent Full affects that agent only.
-	// ARCHITECTURE.md "Idempotency".
-	Full
+	// AgentFull: the agent already holds MaxPerAgent records; answer 503
+	// idempotency-store-full, nothing executes. It affects that agent
+	// only. ARCHITECTURE.md "Idempotency".
+	AgentFull
+	// StoreFull: the store holds MaxRecords records (reported when the
+	// agent is at its bound too); answer 503 idempotency-store-full,
+	// nothing executes.
+	StoreFull
 )
 
 // String returns the outcome's name: "execute", "replay", "mismatch",
-// "in-flight" or "full" (for logs and metric labels).
+// "in-flight", "agent-full" or "store-full" (for logs).
 func (o Outcome) String() string {
 	switch o {
 	case Execute:
@@ -124,8 +127,10 @@ func (o Outcome) String() string {
 		return "mismatch"
 	case InFlight:
 		return "in-flight"
-	case Full:
-		return "full"
+	case AgentFull:
+		return "agent-full"
+	case StoreFull:
+		return "store-full"
 	}
 	return "unknown"
 }
@@ -189,8 +194,9 @@ func (s *Store) Limits() Limits { return s.limits }
 //   - Replay, response, nil: a copy of the stored response (same fp).
 //   - Mismatch, nil, nil: the key holds another fingerprint.
 //   - InFlight, nil, nil: the same fingerprint is still executing.
-//   - Full, nil, nil: the agent is at MaxPerAgent records, or the store
-//     at MaxRecords, after dropping expired records.
+//   - StoreFull, nil, nil: the store is at MaxRecords records, after
+//     dropping expired records.
+//   - AgentFull, nil, nil: the agent is at MaxPerAgent records.
 //
 // Records are scoped by (agentID, key): the same key from another agent
 // is unrelated.
@@ -216,8 +222,11 @@ func (s *Store) Claim(agentID, key, fp string) (Outcome, *Response, *Claim) {
 	}
 
 	recs := s.byAgent[agentID]
-	if len(recs) >= s.limits.MaxPerAgent || s.n >= s.limits.MaxRecords {
-		return Full, nil, nil
+	if s.n >= s.limits.MaxRecords {
+		return StoreFull, nil, nil
+	}
+	if len(recs) >= s.limits.MaxPerAgent {
+		return AgentFull, nil, nil
 	}
 	if recs == nil {
 		recs = make(map[string]*record)

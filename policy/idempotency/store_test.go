@@ -291,8 +291,8 @@ func TestSweepDropsExpired(t *testing.T) {
 		mustExecute(t, s, fmt.Sprintf("agent-%d", i%3), fmt.Sprintf("k%d", i), fpA).Complete(Response{Status: 200})
 		clk.Advance(time.Second)
 	}
-	if o, _, _ := s.Claim("agent-new", "k", fpA); o != Full {
-		t.Fatalf("Claim on a full store = %v, want full", o)
+	if o, _, _ := s.Claim("agent-new", "k", fpA); o != StoreFull {
+		t.Fatalf("Claim on a full store = %v, want store-full", o)
 	}
 	clk.Advance(time.Minute - 10*time.Second + 4*time.Second) // the first 5 expire
 	if n := s.Len(); n != 5 {
@@ -338,7 +338,7 @@ func TestPerAgentFull(t *testing.T) {
 		key   string
 		want  Outcome
 	}{
-		{name: "agent at its share", agent: "agent-a", key: "k9", want: Full},
+		{name: "agent at its share", agent: "agent-a", key: "k9", want: AgentFull},
 		{name: "its stored keys still replay", agent: "agent-a", key: "k1", want: Replay},
 		{name: "its in-flight key still answers", agent: "agent-a", key: "k0", want: InFlight},
 		{name: "another agent is unaffected", agent: "agent-b", key: "k9", want: Execute},
@@ -362,7 +362,7 @@ func TestGlobalFull(t *testing.T) {
 	for i := range 4 {
 		mustExecute(t, s, fmt.Sprintf("agent-%d", i%2), fmt.Sprintf("k%d", i), fpA).Complete(Response{Status: 200})
 	}
-	if o, _, _ := s.Claim("agent-c", "k", fpA); o != Full {
+	if o, _, _ := s.Claim("agent-c", "k", fpA); o != StoreFull {
 		t.Fatalf("Claim on a full store = %v, want full", o)
 	}
 	clk.Advance(time.Hour)
@@ -382,7 +382,8 @@ func TestOutcomeString(t *testing.T) {
 		{name: "replay", o: Replay, want: "replay"},
 		{name: "mismatch", o: Mismatch, want: "mismatch"},
 		{name: "in flight", o: InFlight, want: "in-flight"},
-		{name: "full", o: Full, want: "full"},
+		{name: "agent full", o: AgentFull, want: "agent-full"},
+		{name: "store full", o: StoreFull, want: "store-full"},
 		{name: "unknown", o: Outcome(42), want: "unknown"},
 	}
 	for _, tt := range tests {
