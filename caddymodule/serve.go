@@ -1119,10 +1119,10 @@ func (h *Handler) claim(x *exchange, req *request) bool {
 }
 
 // idempotencyStoreFull is the 503 for a Claim answered AgentFull or
-// StoreFull (o): it names
-// the bound that was hit, the store's (idempotency_max_records, reported
-// when both are) or this agent's (idempotency_max_per_agent), with its
-// effective value (defaults applied) in limit_records.
+// StoreFull (o): it names the bound that was hit, the store's
+// (idempotency_max_records, reported when both are) or this agent's
+// (idempotency_max_per_agent), with its effective value (defaults
+// applied) in limit_records.
 func idempotencyStoreFull(o idempotency.Outcome, l idempotency.Limits) *wireError {
 	knob, limit := "idempotency_max_per_agent", l.MaxPerAgent
 	expl := fmt.Sprintf("this agent holds its maximum of %d idempotency records (idempotency_max_per_agent); retry after some expire", limit)
