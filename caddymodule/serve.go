@@ -1185,7 +1185,7 @@ func (h *Handler) mintContract(r *recipes.Recipe, method, path string, x *exchan
 		case errors.As(err, &le) && errors.Is(err, recipes.ErrAgentFull):
 			return nil, fmt.Errorf("the agent already holds %d live contracts; max_contracts_per_agent is %d; release some first", le.Held, le.Limit)
 		case le != nil:
-			return nil, fmt.Errorf("the gateway holds its maximum of %d live contracts (max_contracts); try later", le.Limit)
+			return nil, fmt.Errorf("the gateway holds %d live contracts, its maximum (max_contracts is %d); try later", le.Held, le.Limit)
 		default:
 			return nil, err
 		}

@@ -179,7 +179,7 @@ func synthesisParam(x *exchange, p map[string]any, what string) (string, bool) {
 		x.fail(errorf(400, "parameter-required", what+" needs synthesis_id"))
 		return "", false
 	case !isString:
-		x.fail(errorf(400, "invalid-synthesis-id", "synthesis_id must be a string"))
+		x.fail(errorf(400, "invalid-synthesis-id", fmt.Sprintf("%s: parameter synthesis_id must be a string, not %s", what, schema.JSONTypeName(v))))
 		return "", false
 	}
 	if !recipes.ValidSynthesisID(id) {

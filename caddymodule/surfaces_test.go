@@ -187,7 +187,7 @@ func TestBuiltinParameterTypes(t *testing.T) {
 		{"INSPECT target number", "INSPECT", map[string]any{"target": 5}, 400, "invalid-parameter", "parameter target must be a string"},
 		{"INSPECT target missing", "INSPECT", map[string]any{}, 400, "parameter-required", "needs a target"},
 		{"INSPECT attempt_id object", "INSPECT", map[string]any{"target": "rcns-attempt", "attempt_id": map[string]any{}}, 400, "invalid-parameter", "attempt_id must be a string, not an object"},
-		{"INSPECT synthesis_id number", "INSPECT", map[string]any{"target": "contract", "synthesis_id": 5}, 400, "invalid-synthesis-id", "must be a string"},
+		{"INSPECT synthesis_id number", "INSPECT", map[string]any{"target": "contract", "synthesis_id": 5}, 400, "invalid-synthesis-id", "INSPECT target=contract: parameter synthesis_id must be a string, not a number"},
 		{"lifecycle agent_id malformed", "INSPECT", map[string]any{"target": "lifecycle", "agent_id": "abc"}, 400, "invalid-parameter", "canonical Agent-ID"},
 		{"lifecycle agent_id uppercase", "INSPECT", map[string]any{"target": "lifecycle", "agent_id": strings.ToUpper(benchAgent)}, 400, "invalid-parameter", "canonical Agent-ID"},
 		{"lifecycle agent_id number", "INSPECT", map[string]any{"target": "lifecycle", "agent_id": 5}, 400, "invalid-parameter", "must be a string"},
@@ -807,6 +807,11 @@ func TestContractLimitExplanation(t *testing.T) {
 	g.h.st.contracts.SetLimits(g.h.storeLimits())
 	a = g.builtin(t, "PROPOSE", proposal("/item/over"))
 	wantError(t, a, 463, "policy-refused", "the agent already holds 100 live contracts; max_contracts_per_agent is 50")
+	// The store-wide bound: its count and limit.
+	g.h.MaxContracts, g.h.MaxContractsPerAgent = 80, 0
+	g.h.st.contracts.SetLimits(g.h.storeLimits())
+	a = g.builtin(t, "PROPOSE", proposal("/item/over"))
+	wantError(t, a, 463, "policy-refused", "the gateway holds 100 live contracts, its maximum (max_contracts is 80)")
 }
 
 // TestIdempotencyStoreFullNamesTheBound: 503 idempotency-store-full
