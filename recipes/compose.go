@@ -110,6 +110,9 @@ type stepResult struct {
 // does not cancel a running plan) but keeps ctx's values. On success it
 // returns the output expression's value and the per-step reports.
 func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time.Duration) (any, []StepReport, *CompositionFailure) {
+	if r.untimedOne(timeout) {
+		return r.executeOne(compositionContext{parent: ctx, deadline: time.Now().Add(timeout)}, input)
+	}
 	ctx = context.WithoutCancel(ctx)
 	var cancel context.CancelFunc
 	if timeout > 0 {
@@ -230,6 +233,10 @@ func (r *Recipe) executeOne(ctx context.Context, input map[string]any) (any, []S
 			SideEffectFree: s.Endpoint.Semantic.IsIdempotent || f.SideEffectFree}
 	}
 	rep[0].State, rep[0].Output = StepSucceeded, out
+	if f := deadlineFailure(ctx, "composition deadline passed before the output mapping"); f != nil {
+		f.SideEffectFree = false // the step ran
+		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), Cause: f, Steps: rep}
+	}
 	res, err := r.outExpr.Eval(ctx, input, input, out)
 	if err != nil {
 		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), Cause: outputMappingFailure(ctx, err), Steps: rep}
@@ -239,6 +246,38 @@ func (r *Recipe) executeOne(ctx context.Context, input map[string]any) (any, []S
 	}
 	return res, rep, nil
 }
+
+// untimedOne reports whether a run of r under timeout can go without a
+// composition timer: one step, both mappings plain projections (bounded
+// work that ctx could not interrupt anyway), and a call timeout that
+// ends within the composition timeout, so the call's own timer bounds
+// the one blocking part. The composition deadline is then checked
+// before the call and before the output mapping (deadlineFailure). It
+// saves a second timer and a cancellation link per presentation; a plan
+// outside these conditions runs under a timer context as before.
+func (r *Recipe) untimedOne(timeout time.Duration) bool {
+	if timeout <= 0 || len(r.Steps) != 1 {
+		return false
+	}
+	s := r.Steps[0]
+	return s.input.proj != nil && r.outExpr.proj != nil && s.Endpoint.svc != nil && s.Endpoint.svc.timeout <= timeout
+}
+
+// compositionContext carries a composition deadline without a timer
+// (see untimedOne): it keeps parent's values, is never cancelled (a
+// plan is detached from its caller, like context.WithoutCancel), and
+// reports no Deadline, so a call's context.WithTimeout under it always
+// arms the call's own timer. deadlineFailure reads the deadline.
+type compositionContext struct {
+	parent   context.Context
+	deadline time.Time
+}
+
+func (compositionContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (compositionContext) Done() <-chan struct{}       { return nil }
+func (compositionContext) Err() error                  { return nil }
+func (c compositionContext) Value(key any) any         { return c.parent.Value(key) }
+func (c compositionContext) String() string            { return "recipes.compositionContext" }
 
 func failedFree(failed []stepResult, i int) bool {
 	for _, f := range failed {
@@ -257,7 +296,9 @@ func failedFree(failed []stepResult, i int) bool {
 // expl says which work stopped.
 func deadlineFailure(ctx context.Context, expl string) *Failure {
 	if ctx.Err() == nil {
-		return nil
+		if c, ok := ctx.(compositionContext); !ok || time.Now().Before(c.deadline) {
+			return nil
+		}
 	}
 	return &Failure{Status: 422, Code: ErrUpstreamTimeout, Explanation: expl, SideEffectFree: true}
 }

@@ -451,6 +451,89 @@ output: '{n: ([limit(80000000; repeat(1))] | length)}'
 	}
 }
 
+// TestExecuteOneStepProjectionsWithoutTimer: a one-step plan whose
+// mappings are plain projections and whose call timeout is within the
+// composition timeout runs without a composition timer (untimedOne); its
+// call's own timer still bounds the upstream exchange, and the
+// composition deadline is still checked before the call and before the
+// output mapping. Any other plan keeps the timer: a call timeout longer
+// than the composition timeout is cut at the composition deadline.
+func TestExecuteOneStepProjectionsWithoutTimer(t *testing.T) {
+	delay := make(chan time.Duration, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case d := <-delay:
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+		default:
+		}
+		fmt.Fprint(w, `{"id":"ok"}`)
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	projection := recipeHead + `steps:
+  - {name: only, method: FETCH, path: /alpha, input: '{}'}
+output: '{id: $only.id}'
+`
+	build := func(recipe, callTimeout string) *Recipe {
+		r, _ := buildSet(t, up, recipe, endpointDoc("FETCH", "/alpha", "GET", "/a", "  timeout_seconds: "+callTimeout+"\n"))
+		return r
+	}
+	fast := build(projection, "0.1")
+	if !fast.untimedOne(200 * time.Millisecond) {
+		t.Fatal("untimedOne = false for a projection plan whose call timeout is within the composition timeout")
+	}
+	if fast.untimedOne(50 * time.Millisecond) {
+		t.Fatal("untimedOne = true for a composition timeout shorter than the call timeout")
+	}
+	jq := build(strings.Replace(projection, "'{id: $only.id}'", "'{id: ($only.id | ascii_upcase)}'", 1), "0.1")
+	if jq.untimedOne(200 * time.Millisecond) {
+		t.Fatal("untimedOne = true for an output mapping that is not a plain projection")
+	}
+
+	// Untimed and fast: the answer as before.
+	out, _, cf := fast.Execute(context.Background(), map[string]any{}, 200*time.Millisecond)
+	if cf != nil || fmt.Sprint(out) != "map[id:ok]" {
+		t.Fatalf("Execute = %v, %+v; want map[id:ok]", out, cf)
+	}
+	// Untimed, slow upstream: the call's own 0.1 s timer ends it.
+	delay <- 5 * time.Second
+	start := time.Now()
+	_, _, cf = fast.Execute(context.Background(), map[string]any{}, 200*time.Millisecond)
+	if cf == nil || cf.Cause.Code != ErrUpstreamTimeout || time.Since(start) > 3*time.Second {
+		t.Fatalf("Execute = %+v after %v, want upstream_timeout from the 0.1 s call timeout", cf, time.Since(start))
+	}
+	// The composition deadline is checked before the call ...
+	past := compositionContext{parent: context.Background(), deadline: time.Now().Add(-time.Millisecond)}
+	_, reports, cf := fast.executeOne(past, map[string]any{})
+	if cf == nil || cf.Cause.Code != ErrUpstreamTimeout || !strings.Contains(cf.Cause.Explanation, "before the step started") || reports[0].Called {
+		t.Fatalf("executeOne past its deadline = %+v (called %v), want upstream_timeout before the step started, no call", cf, reports[0].Called)
+	}
+	// ... and before the output mapping: a call that answers after the
+	// composition deadline (here within its own timeout) fails.
+	slow := build(projection, "2")
+	delay <- 150 * time.Millisecond
+	soon := compositionContext{parent: context.Background(), deadline: time.Now().Add(50 * time.Millisecond)}
+	_, reports, cf = slow.executeOne(soon, map[string]any{})
+	if cf == nil || cf.Cause.Code != ErrUpstreamTimeout || !strings.Contains(cf.Cause.Explanation, "before the output mapping") || !reports[0].Called {
+		t.Fatalf("executeOne whose call outlived the deadline = %+v, want upstream_timeout before the output mapping", cf)
+	}
+	// A call timeout (2 s) longer than the composition timeout (0.2 s):
+	// the timer plan, cut at the composition deadline.
+	if slow.untimedOne(200 * time.Millisecond) {
+		t.Fatal("untimedOne = true for a 2 s call under a 0.2 s composition timeout")
+	}
+	delay <- 5 * time.Second
+	start = time.Now()
+	_, _, cf = slow.Execute(context.Background(), map[string]any{}, 200*time.Millisecond)
+	if cf == nil || cf.Cause.Code != ErrUpstreamTimeout || time.Since(start) > 1500*time.Millisecond {
+		t.Fatalf("Execute = %+v after %v, want upstream_timeout at the 0.2 s composition deadline", cf, time.Since(start))
+	}
+}
+
 func TestBuildRecipeRefusals(t *testing.T) {
 	up := newUpstream(t, "http://127.0.0.1:1")
 	ep := endpointDoc("FETCH", "/alpha", "GET", "/a", "")
