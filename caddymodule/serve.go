@@ -122,7 +122,7 @@ func (h *Handler) serve(x *exchange) {
 	}
 	req := &request{}
 	if r.ContentLength > 0 {
-		raw, err := io.ReadAll(io.LimitReader(r.Body, h.MaxRequestBody+1))
+		raw, err := recipes.ReadBody(r.Body, r.ContentLength, h.MaxRequestBody)
 		if err != nil {
 			h.logger.Info("request body read failed", zap.String("agent_id", x.agentID), zap.Int("read_bytes", len(raw)),
 				zap.Int64("content_length", r.ContentLength), zap.Error(err))

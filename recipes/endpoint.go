@@ -520,7 +520,7 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		return nil, f
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, s.up.MaxResponseBytes+1))
+	raw, err := ReadBody(resp.Body, resp.ContentLength, s.up.MaxResponseBytes)
 	if err != nil {
 		if isTimeout(ctx, err) {
 			return nil, fail(ErrUpstreamTimeout, fmt.Sprintf("upstream %s did not finish its response within %s", s.up.Name, s.timeout), resp.StatusCode)
