@@ -5,6 +5,9 @@
 //	(a)  the upstream directly
 //	(b)  a plain reverse_proxy to it
 //	(b2) a non-AGTP request through the gateway site (passthrough)
+//	(bh) a plain reverse_proxy that also sends the AGTP response headers
+//	     a Tier B answer carries (static values of the same sizes): the
+//	     wire cost of those headers alone, for reference
 //	(c)  a Tier B endpoint (FETCH → GET)
 //	(d)  a contract presentation, one step
 //	(e)  a contract presentation, one vs three parallel 20 ms steps
@@ -23,6 +26,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -177,7 +181,7 @@ func (d *driver) run(ctx context.Context, o runOpts) error {
 		return err
 	}
 	d.admin = fmt.Sprintf("127.0.0.1:%d", adminPort)
-	for _, v := range []string{vNone, vNoKey, vEd25519, vGroup} {
+	for _, v := range []string{vNone, vNoKey, vEd25519, vGroup, vHeaders} {
 		if d.ports[v], err = freePort(); err != nil {
 			return err
 		}
@@ -186,6 +190,7 @@ func (d *driver) run(ctx context.Context, o runOpts) error {
 		"BENCH_ADMIN=" + d.admin, "BENCH_UPSTREAM=" + d.upAddr, "BENCH_DOCS=" + d.docs, "BENCH_WORK=" + d.work,
 		"BENCH_KEY=" + d.keyPath, "BENCH_PROXY_PORT=" + itoa(d.ports[vNone]), "BENCH_GW_PORT=" + itoa(d.ports[vNoKey]),
 		"BENCH_GWKEY_PORT=" + itoa(d.ports[vEd25519]), "BENCH_GWGRP_PORT=" + itoa(d.ports[vGroup]),
+		"BENCH_HDR_PORT=" + itoa(d.ports[vHeaders]), "BENCH_HDR_RECORD=" + staticRecord(),
 	}
 	say("==> caddy (admin %s; proxy :%d, gateway :%d, gateway+Ed25519 :%d, gateway fsync group :%d)",
 		d.admin, d.ports[vNone], d.ports[vNoKey], d.ports[vEd25519], d.ports[vGroup])
@@ -374,7 +379,7 @@ func (d *driver) sanity(ctx context.Context, scens []*scenario) error {
 		if rec := resp.Header.Get("Attribution-Record"); rec != "" {
 			alg = jwsAlg(rec)
 		}
-		wantAlg := map[string]string{vNone: "", vNoKey: "none", vEd25519: "EdDSA", vGroup: "none"}[s.Variant]
+		wantAlg := map[string]string{vNone: "", vNoKey: "none", vEd25519: "EdDSA", vGroup: "none", vHeaders: "none"}[s.Variant]
 		if s.Letter == "b2" {
 			wantAlg = "" // passthrough: not AGTP, no record
 		}
@@ -384,6 +389,19 @@ func (d *driver) sanity(ctx context.Context, scens []*scenario) error {
 		say("    %-12s %d %s %s", s.Key, resp.StatusCode, s.Method, s.pathFor(tag, 0))
 	}
 	return nil
+}
+
+// staticRecord is the Attribution-Record (bh) sends: the unsigned form
+// a Tier B answer of the nokey site carries (agtp-09 §4, RCNS §16), with
+// fixed values of the same lengths.
+func staticRecord() string {
+	head := `{"alg":"none","typ":"agtp-attribution+jwt"}`
+	payload := `{"agent_id":"` + agentID + `","audit_record_version":"1","issued_at":"2026-11-30T01:54:16.067513567Z",` +
+		`"method":"FETCH","owner_id":"bench-ops","previous_audit_id":"c702104dd51e493b2c6bfaac62a44b4a149fd5fcbc24a638471a96f3a85ea413",` +
+		`"request_id":"01a22a28-f182-7dc1-9f6f-6367c011e8a6","response_id":"01a22a28-f183-77c5-aefe-0ada48d5c190",` +
+		`"server_id":"rcns-bench-nokey","status":200}`
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc([]byte(head)) + "." + enc([]byte(payload)) + "."
 }
 
 func jwsAlg(compact string) string {

@@ -15,12 +15,13 @@ const (
 	vNoKey   = "nokey"   // no record_keys, fsync off
 	vEd25519 = "ed25519" // Ed25519 record key, fsync off
 	vGroup   = "group"   // no record_keys, fsync group (the default)
+	vHeaders = "headers" // (bh): reverse_proxy adding (c)'s AGTP response headers, no gateway
 )
 
 // scenario is one measured request shape.
 type scenario struct {
 	Key     string // unique, e.g. "c/nokey"
-	Letter  string // a, b, b2, c, d, e1, e3, f, g
+	Letter  string // a, b, b2, bh, c, d, e1, e3, f, g
 	Variant string
 	Label   string
 	Method  string
@@ -74,6 +75,8 @@ func scenarios(rate, slowRate int) []*scenario {
 		{Key: "b", Letter: "b", Label: "plain reverse_proxy: GET /items/1", Method: http.MethodGet,
 			pathFor: fixedPath("/items/1"), Want: 200, Tput: true, Rate: rate},
 		{Key: "b2", Letter: "b2", Variant: vNoKey, Label: "non-AGTP GET through the gateway site (rcns passes it to reverse_proxy)",
+			Method: http.MethodGet, pathFor: fixedPath("/items/1"), Want: 200, Tput: true},
+		{Key: "bh", Letter: "bh", Variant: vHeaders, Label: "plain reverse_proxy that also sends the AGTP response headers of (c), static values (no gateway)",
 			Method: http.MethodGet, pathFor: fixedPath("/items/1"), Want: 200, Tput: true},
 	}
 	for _, v := range []string{vNoKey, vEd25519} {
