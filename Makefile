@@ -53,7 +53,7 @@ clean:
 
 # make bench: Go benchmarks of the per-stage and in-process handler
 # costs (medians of BENCH_COUNT runs, about 4 min), then the loopback load
-# comparison (scripts/bench/load.sh, about 8 min with 3 rounds), then
+# comparison (scripts/bench/load.sh, about 7 min with 4 rounds), then
 # docs/performance.md regenerated from both (scripts/bench/perfdoc).
 # BENCH_OUT keeps the raw output, report.md, results.json and profiles;
 # LOAD_ARGS go to the load driver (e.g. LOAD_ARGS='-rounds 5').
@@ -61,7 +61,7 @@ BENCH_COUNT ?= 6
 BENCH_TIME  ?= 250ms
 BENCH_PKGS  := ./policy ./policy/ratelimit ./policy/idempotency ./policy/records ./recipes ./caddymodule
 BENCH_OUT   ?= bin/bench
-LOAD_ARGS   ?= -rounds 3
+LOAD_ARGS   ?= -rounds 4
 BENCH_GO    := go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) $(BENCH_PKGS)
 
 bench:
