@@ -148,7 +148,7 @@ func (h *Handler) serve(x *exchange) {
 			return
 		}
 		req.raw, req.body, req.hasBody = raw, obj, true
-		if bt, ok := obj["task_id"]; ok {
+		if bt, ok := obj["task_id"]; ok && bt != nil { // null: not given, like every envelope member
 			s, isString := bt.(string)
 			if !isString || !validHeaderValue(s) {
 				x.fail(errorf(400, "invalid-task-id", "the envelope task_id must be a string of visible characters (it is echoed in the Task-ID header)"))
@@ -191,7 +191,7 @@ func (h *Handler) serve(x *exchange) {
 	if rm.Info != nil && rm.Info.DeprecatedIn != "" {
 		x.catalogWrn = catalogWarning(rm.Info)
 	}
-	if bm, ok := req.body["method"]; ok {
+	if bm, ok := req.body["method"]; ok && bm != nil {
 		if s, _ := bm.(string); s != rm.Method && s != r.Method {
 			x.fail(errorf(400, "method-mismatch", fmt.Sprintf("the envelope method %v differs from the request method %s", bm, rm.Method)))
 			return

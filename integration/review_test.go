@@ -198,6 +198,13 @@ func TestAmbiguousBodiesAndPaths(t *testing.T) {
 	for _, body := range []string{`{"task_id":5,"parameters":{}}`, `{"task_id":"a\r\nb","parameters":{}}`} {
 		assertErrorBody(t, w.GW.Do(t, "BOOK", "/room", hdr(a1, scope, "Allow-RCNS", "true", "Content-Type", "application/json"), body), 400, "invalid-task-id")
 	}
+	// JSON null is "not given" for every envelope member, as for the
+	// gateway's parameters: no Task-ID echo, no method mismatch.
+	r = w.GW.Do(t, "FETCH", "/guests/g-1", hdr(a1, "hotel:read", "Content-Type", "application/json"), `{"method":null,"task_id":null,"session_id":null,"context":null,"parameters":null}`)
+	wantStatus(t, r, 200)
+	if v := r.Header.Get("Task-ID"); v != "" {
+		t.Fatalf("Task-ID = %q for a null envelope task_id, want none", v)
+	}
 
 	r = w.GW.Do(t, "BOOK", "/%72oom", hdr(a1, scope, "Allow-RCNS", "true"), bookBody())
 	wantStatus(t, r, 263)
