@@ -176,7 +176,11 @@ type Handler struct {
 	// RecordsDir holds the durable records: negotiation logs (JSON
 	// Lines, one hash chain per agent), Attribution-Record chain heads
 	// and AGTP-API-Version. Default: Caddy's data directory
-	// (rcns/<name>). "off" keeps everything in memory.
+	// (rcns/<name>). "off" keeps everything in memory. A records_dir
+	// belongs to one gateway: the handler locks it on its first request
+	// (gateway.lock); a handler that finds it locked by another gateway
+	// (another process, or another name in this one) logs an error and
+	// serves without durable records.
 	RecordsDir string `json:"records_dir,omitempty"`
 	// Fsync is the negotiation log's durability policy: "always",
 	// "group" (default: group commit, concurrent records share one
@@ -495,7 +499,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			recipes:      map[string]string{},
 			limiters:     map[string]*limiterSlot{},
 			negotiations: newNegotiations(10000),
-			records:      &recordState{},
+			records:      &recordState{name: h.Name},
 			replay:       httpsig.NewReplayCache(h.ReplayCacheSize, nil),
 			idem:         idempotency.NewStore(h.idempotencyLimits(), nil),
 		}, nil

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -144,6 +145,48 @@ func TestSignedRecordsAndNegotiationLog(t *testing.T) {
 	}
 	if !strings.Contains(string(out), filepath.Base(files[0])) || !regexp.MustCompile(`\b2\b`).Match(out) {
 		t.Fatalf("verify-log output does not name the file and line 2:\n%s", out)
+	}
+}
+
+// TestRecordsDirSharedByTwoGateways: two Caddy processes configured with
+// the same records_dir (as two gateways without a name share
+// <caddy data dir>/rcns/default). The first to serve holds the directory;
+// the second logs that another gateway (by pid) holds it, serves on
+// without durable records and writes nothing there, so with requests
+// alternating between the two every hash chain stays intact and
+// verify-log works while the holder is live. Before the lock, the second
+// continued the chains from its own heads: verify-log failed with
+// "seq 3, want 4".
+func TestRecordsDirSharedByTwoGateways(t *testing.T) {
+	recDir := filepath.Join(t.TempDir(), "records")
+	up := startCounter(t)
+	site := fill(hotelSite, "ENABLED", "true", "MODE", "optimistic", "HOTEL", up.URL,
+		"EXTRA", "\t\trecords_dir "+recDir+"\n\t\tfsync always", "LEGACY", up.URL)
+	first, second := startGateway(t, site), startGateway(t, site)
+
+	const rounds = 3
+	for i := 0; i < rounds; i++ {
+		for _, g := range []*Gateway{first, second} {
+			r := g.Do(t, "BOOK", "/room", hdr(agentA2, "hotel:read, hotel:book", "Allow-RCNS", "true"), bookBody())
+			wantStatus(t, r, 262)
+		}
+	}
+
+	want := fmt.Sprintf("is held by another gateway (pid %d on host ", first.proc.cmd.Process.Pid)
+	if out := second.Output(); !strings.Contains(out, "opening records_dir failed") || !strings.Contains(out, want) ||
+		!strings.Contains(out, "each gateway needs its own records_dir") {
+		t.Fatalf("the second gateway did not log that the first (%s) holds records_dir; output:\n%s", want, out)
+	}
+	if strings.Contains(first.Output(), "opening records_dir failed") {
+		t.Fatalf("the first gateway could not open records_dir:\n%s", first.Output())
+	}
+
+	out, err := exec.Command(caddyBin, "rcns", "verify-log", recDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("verify-log on the shared records_dir failed: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), fmt.Sprintf("1 chains, %d records", rounds)) {
+		t.Fatalf("verify-log: %s; want the first gateway's %d records only", out, rounds)
 	}
 }
 
