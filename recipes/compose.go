@@ -2,6 +2,7 @@ package recipes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -295,12 +296,22 @@ func failedFree(failed []stepResult, i int) bool {
 // spec's "no reply in time" (§7.3) and never the caller's invalid-input.
 // expl says which work stopped.
 func deadlineFailure(ctx context.Context, expl string) *Failure {
-	if ctx.Err() == nil {
-		if c, ok := ctx.(compositionContext); !ok || time.Now().Before(c.deadline) {
-			return nil
-		}
+	if ctx.Err() == nil && !compositionDeadlinePassed(ctx) {
+		return nil
 	}
 	return &Failure{Status: 422, Code: ErrUpstreamTimeout, Explanation: expl, SideEffectFree: true}
+}
+
+// compositionDeadlinePassed reports whether the deadline of ctx, the
+// context a plan runs its steps under, has passed: a timer context's
+// (context.DeadlineExceeded, not a cancellation) or a
+// compositionContext's. Under a context without a deadline (a Tier B
+// call) it is false.
+func compositionDeadlinePassed(ctx context.Context) bool {
+	if c, ok := ctx.(compositionContext); ok {
+		return !time.Now().Before(c.deadline)
+	}
+	return errors.Is(ctx.Err(), context.DeadlineExceeded)
 }
 
 // outputMappingFailure is the cause of a failed recipe output mapping:

@@ -442,8 +442,8 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	// the operator's expression, which goes to Internal for the logs.
 	mapFailure := func(what string, err error) *Failure {
 		expl := fmt.Sprintf("the %s mapping for upstream %s did not finish within %s", what, s.up.Name, s.timeout)
-		if parent.Err() != nil {
-			expl = fmt.Sprintf("the deadline passed during the %s mapping for upstream %s", what, s.up.Name)
+		if parent.Err() != nil || compositionDeadlinePassed(parent) {
+			expl = fmt.Sprintf("the composition deadline passed during the %s mapping for upstream %s", what, s.up.Name)
 		}
 		if f := deadlineFailure(ctx, expl); f != nil {
 			f.Details = map[string]any{"upstream": s.up.Name, "upstream_status": 0}
@@ -510,7 +510,13 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	resp, err := s.up.transport.RoundTrip(req)
 	if err != nil {
 		if isTimeout(ctx, err) {
-			return nil, fail(ErrUpstreamTimeout, fmt.Sprintf("upstream %s did not answer within %s", s.up.Name, s.timeout), 0)
+			// Cut by the composition deadline (parent), or by the call's
+			// own timeout: the explanation names the one that ran out.
+			expl := fmt.Sprintf("upstream %s did not answer within %s", s.up.Name, s.timeout)
+			if compositionDeadlinePassed(parent) {
+				expl = fmt.Sprintf("the composition deadline passed during the call to upstream %s", s.up.Name)
+			}
+			return nil, fail(ErrUpstreamTimeout, expl, 0)
 		}
 		f := fail(ErrUpstreamConnection, fmt.Sprintf("cannot reach upstream %s: %s", s.up.Name, connErrorText(err)), 0)
 		f.Internal = err
@@ -523,7 +529,11 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	raw, err := ReadBody(resp.Body, resp.ContentLength, s.up.MaxResponseBytes)
 	if err != nil {
 		if isTimeout(ctx, err) {
-			return nil, fail(ErrUpstreamTimeout, fmt.Sprintf("upstream %s did not finish its response within %s", s.up.Name, s.timeout), resp.StatusCode)
+			expl := fmt.Sprintf("upstream %s did not finish its response within %s", s.up.Name, s.timeout)
+			if compositionDeadlinePassed(parent) {
+				expl = fmt.Sprintf("the composition deadline passed while upstream %s was sending its response", s.up.Name)
+			}
+			return nil, fail(ErrUpstreamTimeout, expl, resp.StatusCode)
 		}
 		return nil, fail(ErrUpstreamConnection, "reading the upstream response failed: "+connErrorText(err), resp.StatusCode)
 	}

@@ -534,6 +534,94 @@ output: '{id: $only.id}'
 	}
 }
 
+// TestUpstreamTimeoutNamesWhatRanOut: a step's upstream call cut off by
+// the composition deadline says so, not "did not answer within" the
+// call's own (longer) timeout, whether the plan runs under a timer
+// context or a compositionContext (untimedOne); a call cut by its own
+// timeout, in a plan or a Tier B call, names that timeout. Both are
+// upstream_timeout.
+func TestUpstreamTimeoutNamesWhatRanOut(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/fast":
+			fmt.Fprint(w, `{"id":"ok"}`)
+			return
+		case "/stall-body": // headers and part of the body, then nothing
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"id":`)
+			w.(http.Flusher).Flush()
+		}
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	oneStep := recipeHead + `steps:
+  - {name: only, method: FETCH, path: /alpha, input: '{}'}
+output: '{id: $only.id}'
+`
+	twoSteps := recipeHead + `steps:
+  - {name: a, method: FETCH, path: /beta, input: '{}'}
+  - {name: only, method: FETCH, path: /alpha, input: '{}'}
+output: '{id: $only.id}'
+`
+	beta := endpointDoc("FETCH", "/beta", "GET", "/fast", "")
+	const (
+		composition = "the composition deadline passed during the call to upstream up"
+		reading     = "the composition deadline passed while upstream up was sending its response"
+	)
+	tests := []struct {
+		name        string
+		recipe      string
+		upPath      string
+		callTimeout string
+		// timeout is the composition timeout of Execute; 0 runs
+		// executeOne under a compositionContext whose deadline is
+		// deadline from now.
+		timeout  time.Duration
+		deadline time.Duration
+		untimed  bool
+		extra    string // more endpoint lines
+		want     string
+	}{
+		{name: "timer plan, cut by the composition deadline", recipe: oneStep, upPath: "/stall", callTimeout: "5", timeout: 200 * time.Millisecond, want: composition},
+		{name: "timer plan of two steps, cut by the composition deadline", recipe: twoSteps, upPath: "/stall", callTimeout: "5", timeout: 200 * time.Millisecond, want: composition},
+		{name: "timer plan, response cut by the composition deadline", recipe: oneStep, upPath: "/stall-body", callTimeout: "5", timeout: 200 * time.Millisecond, want: reading},
+		{name: "compositionContext, its deadline passed during the call", recipe: oneStep, upPath: "/stall", callTimeout: "0.3", deadline: 50 * time.Millisecond, want: composition},
+		{name: "compositionContext, response cut after its deadline", recipe: oneStep, upPath: "/stall-body", callTimeout: "0.3", deadline: 50 * time.Millisecond, want: reading},
+		{name: "compositionContext, its deadline passed during a query mapping", recipe: oneStep, upPath: "/fast", callTimeout: "0.3", deadline: 50 * time.Millisecond,
+			extra: "  query: {q: '" + runaway + "'}\n", want: "the composition deadline passed during the query mapping for upstream up"},
+		{name: "untimed plan, cut by the call's own timeout", recipe: oneStep, upPath: "/stall", callTimeout: "0.1", timeout: 5 * time.Second, untimed: true, want: "upstream up did not answer within 100ms"},
+		{name: "timer plan of two steps, cut by the call's own timeout", recipe: twoSteps, upPath: "/stall", callTimeout: "0.1", timeout: 5 * time.Second, want: "upstream up did not answer within 100ms"},
+		{name: "timer plan, response cut by the call's own timeout", recipe: twoSteps, upPath: "/stall-body", callTimeout: "0.1", timeout: 5 * time.Second, want: "upstream up did not finish its response within 100ms"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := buildSet(t, up, tc.recipe, endpointDoc("FETCH", "/alpha", "GET", tc.upPath, "  timeout_seconds: "+tc.callTimeout+"\n"+tc.extra), beta)
+			if tc.timeout > 0 && r.untimedOne(tc.timeout) != tc.untimed {
+				t.Fatalf("untimedOne(%v) = %v, want %v", tc.timeout, !tc.untimed, tc.untimed)
+			}
+			var cf *CompositionFailure
+			if tc.timeout > 0 {
+				_, _, cf = r.Execute(context.Background(), map[string]any{}, tc.timeout)
+			} else {
+				_, _, cf = r.executeOne(compositionContext{parent: context.Background(), deadline: time.Now().Add(tc.deadline)}, map[string]any{})
+			}
+			if cf == nil || cf.Cause.Code != ErrUpstreamTimeout || cf.Cause.Explanation != tc.want {
+				t.Fatalf("Execute failure = %+v, want upstream_timeout %q", cf, tc.want)
+			}
+		})
+	}
+
+	// A Tier B call has no composition deadline: its own timeout.
+	ep := buildEndpoint(t, endpointDoc("FETCH", "/alpha", "GET", "/stall", "  timeout_seconds: 0.1\n"), up)
+	if _, f := ep.InvokeValidated(context.WithoutCancel(context.Background()), map[string]any{}); f == nil || f.Code != ErrUpstreamTimeout || f.Explanation != "upstream up did not answer within 100ms" {
+		t.Fatalf("Tier B failure = %+v, want upstream_timeout naming the 100ms call timeout", f)
+	}
+}
+
 func TestBuildRecipeRefusals(t *testing.T) {
 	up := newUpstream(t, "http://127.0.0.1:1")
 	ep := endpointDoc("FETCH", "/alpha", "GET", "/a", "")
