@@ -869,7 +869,6 @@ func (h *Handler) present(x *exchange, req *request, id string) {
 // runContract executes a contract's captured plan and answers 200
 // (spec §13.4 "Invocation under a contract").
 func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract) {
-	x.contract = c
 	if h.scopeRequired() && !req.caller.ScopeHeader {
 		x.fail(scopeHeaderRequired())
 		return
@@ -890,6 +889,9 @@ func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract) {
 	if !h.claim(x, req) || !h.spend(x, req, h.invokeRL) {
 		return
 	}
+	// Only now does the answer name the contract: every refusal above
+	// ran nothing (spec §16.1).
+	x.contract = contractRef(c)
 	x.executed = true
 	out, ok := h.execute(x, c, in)
 	if !ok {
@@ -898,6 +900,12 @@ func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract) {
 	}
 	h.metrics.presentation("executed")
 	x.write(200, mediaAGTP, envelope(200, x.taskID, out), nil)
+}
+
+// contractRef is what an answer produced by running c says of it
+// (Contract-Synthesized and the Attribution-Record fields, spec §16.1).
+func contractRef(c *recipes.Contract) idempotency.ContractRef {
+	return idempotency.ContractRef{SynthesisID: c.SynthesisID, ContractHash: c.ContractHash, NegotiationOrigin: c.NegotiationOrigin}
 }
 
 // execute runs c's plan; on failure it writes the 422 composition_failed
@@ -1072,7 +1080,7 @@ func (h *Handler) gateway(x *exchange, req *request) {
 		x.write(policy.StatusContractAvailable, mediaEndpoint, body, nil)
 		return
 	}
-	x.contract = c
+	x.contract = contractRef(c)
 	out, ok := h.execute(x, c, in)
 	if !ok {
 		h.metrics.synthesis(recipe.Name, ModeOptimistic, "failed")

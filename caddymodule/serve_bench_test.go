@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -318,7 +319,7 @@ func BenchmarkAttribution(b *testing.B) {
 			h := benchHandler(b, up.URL, signed)
 			h.activate() // what the first request does: opens the record chains
 			x := &exchange{h: h, agentID: benchAgent, method: "LOOKUP", ownerID: "bench-ops", requestID: newUUID(),
-				contract: &recipes.Contract{SynthesisID: "syn-UAnHZX7sOG7zkqfyKqWafw", NegotiationOrigin: "rcns-gate",
+				contract: idempotency.ContractRef{SynthesisID: "syn-UAnHZX7sOG7zkqfyKqWafw", NegotiationOrigin: "rcns-gate",
 					ContractHash: "b514591affe87603c866d338581f7f760e9fade9d9b6de220051aa808cf915d3"}}
 			resp := newUUID()
 			b.ReportAllocs()

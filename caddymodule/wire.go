@@ -60,7 +60,6 @@ type exchange struct {
 	requested  string // wire method when an alias applied
 	method     string // dispatched method
 	path       string // dispatched path
-	contract   *recipes.Contract
 	catalogWrn string
 	// sessionFrom says where sessionID, the request's session, came
 	// from: the Session-ID header, else the body (adoptSession).
@@ -81,6 +80,13 @@ type exchange struct {
 	replayed bool
 	// minted is the contract this request synthesized, if any.
 	minted *recipes.Contract
+	// contract names the contract this answer is produced by running:
+	// set just before the contract runs (runContract, an optimistic
+	// synthesis) or taken from a replayed record; never on a refusal,
+	// which ran nothing. It puts Contract-Synthesized and the
+	// Attribution-Record's RCNS fields on the answer (spec §16.1).
+	// Zero: none.
+	contract idempotency.ContractRef
 	// beforeWrite runs once just before the answer is written (durable
 	// negotiation records are written before the response).
 	beforeWrite func(status int)
@@ -191,7 +197,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 			if len(raw) > 0 {
 				h["Content-Type"] = contentType
 			}
-			if x.contract != nil {
+			if x.contract.SynthesisID != "" {
 				h["Contract-Synthesized"] = x.contract.SynthesisID
 			}
 			for _, k := range []string{"Negotiation-ID", "Location"} {
@@ -199,7 +205,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 					h[k] = v
 				}
 			}
-			x.claim.Complete(idempotency.Response{Status: status, Header: h, Body: raw})
+			x.claim.Complete(idempotency.Response{Status: status, Header: h, Body: raw, Contract: x.contract})
 		} else {
 			x.claim.Abandon()
 		}
@@ -228,7 +234,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 	if x.catalogWrn != "" {
 		set("AGTP-Catalog-Warning", x.catalogWrn)
 	}
-	if x.contract != nil {
+	if x.contract.SynthesisID != "" {
 		set("Contract-Synthesized", x.contract.SynthesisID)
 	}
 	for k, v := range x.rateHeaders {
@@ -277,14 +283,14 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 			field("agent_id", x.agentID)
 		}
 		field("audit_record_version", "1")
-		if x.contract != nil {
+		if x.contract.ContractHash != "" {
 			field("contract_hash", x.contract.ContractHash)
 		}
 		field("issued_at", issued)
 		if x.method != "" {
 			field("method", x.method)
 		}
-		if x.contract != nil {
+		if x.contract.NegotiationOrigin != "" {
 			field("negotiation_origin", x.contract.NegotiationOrigin)
 		}
 		if x.ownerID != "" {
@@ -302,7 +308,7 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 		}
 		b = append(b, `,"status":`...)
 		b = strconv.AppendInt(b, int64(status), 10)
-		if x.contract != nil {
+		if x.contract.SynthesisID != "" {
 			field("synthesis_id", x.contract.SynthesisID)
 		}
 		if x.taskID != "" {
@@ -390,13 +396,13 @@ func (a *attemptRing) get(id string) (*attemptRecord, bool) {
 // replay answers with a stored idempotent response: the stored status,
 // headers and body byte for byte, with a fresh Response-ID and
 // Attribution-Record and Idempotent-Replayed: true (spec §12.2, OP-15).
+// It names the contract the first answer ran, if any, whatever route
+// the repeat took: never the one this request would have run.
 func (x *exchange) replay(resp *idempotency.Response) {
 	x.replayed = true
+	x.contract = resp.Contract
 	extra := map[string]string{"Idempotent-Replayed": "true"}
 	ct := resp.Header["Content-Type"]
-	if cs := resp.Header["Contract-Synthesized"]; cs != "" {
-		extra["Contract-Synthesized"] = cs
-	}
 	if loc := resp.Header["Location"]; loc != "" {
 		extra["Location"] = loc
 	}

@@ -138,3 +138,65 @@ func TestAttributionAndHeaders(t *testing.T) {
 		}
 	})
 }
+
+// A request that reaches a contract (by pair or by presentation) but is
+// refused before it runs names no contract: contract fields belong to
+// answers produced by running (or replaying) the contract (RCNS §16.1).
+// rate_limit invocation 1 1 and idempotency_max_per_agent 1 make the 429
+// and the 503 reachable.
+func TestContractRefusalsNameNoContract(t *testing.T) {
+	w := startHotel(t, hotelOpts{Mode: "optimistic", LegacyCounter: true,
+		Extra: "\t\trate_limit invocation 1 1\n\t\tidempotency_max_per_agent 1\n"})
+	g := w.GW
+	first := w.book(t, agentA1, scopeAll, "Allow-RCNS", "true", "Idempotency-Key", "k1")
+	b := assertContractBody(t, first, 263, "BOOK", "/room", recipeName, recipeVer)
+	id, hash := str(b, "synthesis_id"), str(b, "contract_hash")
+	assertContractFields(t, first, id, hash, "rcns-gate")
+
+	bad := bookBody()
+	bad["parameters"].(map[string]any)["nights"] = 0
+	other := bookBody()
+	other["parameters"].(map[string]any)["nights"] = 3
+	for _, route := range []struct {
+		name string
+		kv   []string
+	}{
+		{"by pair", nil},
+		{"presentation", []string{"Contract-Synthesized", id}},
+	} {
+		for _, c := range []struct {
+			name, scope string
+			kv          []string
+			body        any
+			status      int
+			reason      string
+		}{
+			{"scope not claimed", "rcns:negotiate, hotel:read", nil, bookBody(), 262, "scope-required"},
+			{"no Authority-Scope", "", nil, bookBody(), 262, "scope-required"},
+			{"invalid input", scopeAll, nil, bad, 422, ""},
+			{"key reused", scopeAll, []string{"Idempotency-Key", "k1"}, other, 422, "idempotency-key-reused"},
+			{"store full", scopeAll, []string{"Idempotency-Key", "k2"}, bookBody(), 503, "idempotency-store-full"},
+		} {
+			t.Run(route.name+": "+c.name, func(t *testing.T) {
+				defer w.noUpstreamCall(t)()
+				r := g.Do(t, "BOOK", "/room", hdr(agentA1, c.scope, append(append([]string{}, route.kv...), c.kv...)...), c.body)
+				assertErrorBody(t, r, c.status, c.reason)
+				assertNoContractFields(t, r)
+			})
+		}
+	}
+
+	// The one invocation token: the contract runs and says so.
+	r := w.book(t, agentA1, scopeAll)
+	wantStatus(t, r, 200)
+	assertContractFields(t, r, id, hash, "rcns-gate")
+	for _, kv := range [][]string{nil, {"Contract-Synthesized", id}} {
+		func() {
+			defer w.noUpstreamCall(t)()
+			r := w.book(t, agentA1, scopeAll, kv...)
+			assertRateLimited(t, r, "invocation", 1, 60)
+			assertNoContractFields(t, r)
+		}()
+	}
+	w.assertReservations(t, 2)
+}

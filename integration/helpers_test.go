@@ -495,3 +495,34 @@ func mustJSON(t testing.TB, v any) []byte {
 	}
 	return b
 }
+
+// assertNoContractFields checks that r names no contract: no
+// Contract-Synthesized header and no synthesis_id, contract_hash or
+// negotiation_origin in its Attribution-Record (RCNS §16.1: they belong
+// to answers produced by running, or replaying, a contract).
+func assertNoContractFields(t testing.TB, r *Resp) {
+	t.Helper()
+	if v := r.Header.Get("Contract-Synthesized"); v != "" {
+		t.Errorf("%d %s carries Contract-Synthesized: %s\n%s", r.Status, str(r.JSON(), "reason"), v, r)
+	}
+	p := attribution(t, r)
+	for _, k := range []string{"synthesis_id", "contract_hash", "negotiation_origin"} {
+		if v, ok := p[k]; ok {
+			t.Errorf("%d %s: Attribution-Record has %s %v", r.Status, str(r.JSON(), "reason"), k, v)
+		}
+	}
+}
+
+// assertContractFields checks that r names contract id: the
+// Contract-Synthesized header and the three RCNS fields of its
+// Attribution-Record, with contract_hash hash and origin.
+func assertContractFields(t testing.TB, r *Resp, id, hash, origin string) {
+	t.Helper()
+	if v := r.Header.Get("Contract-Synthesized"); v != id {
+		t.Errorf("Contract-Synthesized = %q, want %s\n%s", v, id, r)
+	}
+	p := attribution(t, r)
+	if str(p, "synthesis_id") != id || str(p, "contract_hash") != hash || str(p, "negotiation_origin") != origin {
+		t.Errorf("Attribution-Record payload = %v, want synthesis_id %s contract_hash %s negotiation_origin %s", p, id, hash, origin)
+	}
+}

@@ -3,9 +3,13 @@ package integration
 import (
 	"bytes"
 	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Idempotency-Key (RCNS §12.2, OP-15; ARCHITECTURE.md "Idempotency";
@@ -384,6 +388,7 @@ func TestIdempotencyConcurrent(t *testing.T) {
 					if b["retryable"] != true {
 						t.Errorf("409 is not retryable:\n%s", r)
 					}
+					assertNoContractFields(t, r) // nothing ran
 					conflicts = append(conflicts, r)
 				case r.Status == c.status && r.Header.Get("Idempotent-Replayed") == "true":
 					replays = append(replays, r)
@@ -412,5 +417,149 @@ func TestIdempotencyConcurrent(t *testing.T) {
 			assertReplay(t, executed, r)
 			w.assertReservations(t, before+1)
 		})
+	}
+}
+
+// holdingProxy forwards to json-server; while armed, the first write to
+// /reservations (the reservation step of BOOK /room) waits until release
+// is closed (at most requestTimeout), after closing entered.
+type holdingProxy struct {
+	URL     string
+	next    http.Handler
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	writes  int
+}
+
+func startHoldingProxy(t testing.TB, target string) *holdingProxy {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatalf("holding proxy target: %v", err)
+	}
+	p := &holdingProxy{next: httputil.NewSingleHostReverseProxy(u), entered: make(chan struct{}), release: make(chan struct{})}
+	p.URL = serve(t, http.HandlerFunc(p.serveHTTP))
+	t.Cleanup(p.Release) // before the server shuts down (cleanups run last first)
+	return p
+}
+
+func (p *holdingProxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.URL.Path == "/reservations" {
+		p.mu.Lock()
+		p.writes++
+		first := p.writes == 1
+		p.mu.Unlock()
+		if first {
+			close(p.entered)
+			select {
+			case <-p.release:
+			case <-time.After(requestTimeout):
+			}
+		}
+	}
+	p.next.ServeHTTP(w, r)
+}
+
+// Release lets the held write go on (idempotent).
+func (p *holdingProxy) Release() { p.once.Do(func() { close(p.release) }) }
+
+// Writes returns how many writes to /reservations reached the proxy.
+func (p *holdingProxy) Writes() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.writes
+}
+
+// A 409 idempotency-key-in-flight means nothing ran, so it names no
+// contract: in optimistic mode the gate's contract is active while its
+// first execution still runs, and a repeat with the same key reaches the
+// contract by pair (or by presentation) before the claim is refused.
+// The answers that ran or replay the contract name it (RCNS §12.2,
+// §16.1; ARCHITECTURE.md "Idempotency").
+func TestIdempotencyInFlightNamesNoContract(t *testing.T) {
+	js := startJSONServer(t, hotelDB)
+	hold := startHoldingProxy(t, js.URL)
+	g := startGateway(t, fill(hotelSite, "ENABLED", "true", "MODE", "optimistic", "HOTEL", hold.URL,
+		"EXTRA", "", "LEGACY", startCounter(t).URL))
+	h := hdr(agentA1, scopeAll, "Allow-RCNS", "true", "Idempotency-Key", "held-1")
+
+	firstc := make(chan *Resp, 1)
+	go func() {
+		r, err := tryDo(g, "BOOK", "/room", h, bookBody())
+		if err != nil {
+			t.Errorf("first BOOK: %v", err)
+		}
+		firstc <- r
+	}()
+	select {
+	case <-hold.entered:
+	case <-time.After(requestTimeout):
+		t.Fatal("the first BOOK /room never reached the reservation step")
+	}
+	// The contract is active now (optimistic): list it.
+	cs := contracts(t, g, agentA1)
+	if len(cs) != 1 {
+		t.Fatalf("contracts while the first BOOK runs = %v, want one", contractIDs(cs))
+	}
+	id := str(cs[0], "synthesis_id")
+
+	for _, c := range []struct {
+		name string
+		h    map[string]string
+	}{
+		{"gate repeat (by pair)", h},
+		{"by pair", hdr(agentA1, scopeAll, "Idempotency-Key", "held-1")},
+		{"presentation", hdr(agentA1, scopeAll, "Contract-Synthesized", id, "Idempotency-Key", "held-1")},
+	} {
+		t.Run("409 "+c.name, func(t *testing.T) {
+			r := g.Do(t, "BOOK", "/room", c.h, bookBody())
+			b := assertErrorBody(t, r, 409, "idempotency-key-in-flight")
+			if b["retryable"] != true {
+				t.Errorf("409 is not retryable:\n%s", r)
+			}
+			assertNoContractFields(t, r)
+		})
+	}
+
+	hold.Release()
+	var first *Resp
+	select {
+	case first = <-firstc:
+	case <-time.After(requestTimeout + 5*time.Second):
+		t.Fatal("the first BOOK /room did not finish")
+	}
+	if first == nil {
+		t.FailNow()
+	}
+	b := assertContractBody(t, first, 263, "BOOK", "/room", recipeName, recipeVer)
+	if str(b, "synthesis_id") != id {
+		t.Fatalf("263 synthesis_id %s, want %s", str(b, "synthesis_id"), id)
+	}
+	hash := str(b, "contract_hash")
+	assertContractFields(t, first, id, hash, "rcns-gate")
+
+	// Replays name the contract whose answer they repeat, by whichever
+	// route they arrive.
+	for _, c := range []struct {
+		name string
+		h    map[string]string
+	}{
+		{"gate repeat (by pair)", h},
+		{"by pair", hdr(agentA1, scopeAll, "Idempotency-Key", "held-1")},
+		{"presentation", hdr(agentA1, scopeAll, "Contract-Synthesized", id, "Idempotency-Key", "held-1")},
+	} {
+		t.Run("replay "+c.name, func(t *testing.T) {
+			r := g.Do(t, "BOOK", "/room", c.h, bookBody())
+			assertReplay(t, first, r)
+			assertContractFields(t, r, id, hash, "rcns-gate")
+		})
+	}
+	if n := hold.Writes(); n != 1 {
+		t.Errorf("reservation writes upstream = %d, want 1", n)
+	}
+	if rs := js.Reservations(t); len(rs) != 1 {
+		t.Errorf("json-server has %d reservations, want 1", len(rs))
 	}
 }

@@ -50,12 +50,26 @@ type Response struct {
 	Header map[string]string
 	// Body is the response content as sent, byte for byte.
 	Body []byte
+	// Contract names the contract the answer was produced by running;
+	// the zero value when it ran none. A replay names the same contract
+	// as the first answer did: its Attribution-Record carries these
+	// fields again (RCNS §12.2, §16.1).
+	Contract ContractRef
+}
+
+// ContractRef is what an answer says of the contract it ran: the
+// RCNS extension fields of its Attribution-Record (RCNS §16.1), the
+// synthesis id also in Contract-Synthesized. The zero value names none.
+type ContractRef struct {
+	SynthesisID       string
+	ContractHash      string
+	NegotiationOrigin string
 }
 
 // clone returns a deep copy of r keeping only the storedHeaders, with
 // canonical names.
 func (r Response) clone() *Response {
-	c := &Response{Status: r.Status}
+	c := &Response{Status: r.Status, Contract: r.Contract}
 	for k, v := range r.Header {
 		k = http.CanonicalHeaderKey(k)
 		if slices.Contains(storedHeaders, k) {

@@ -79,7 +79,8 @@ func TestExecuteCompleteReplay(t *testing.T) {
 			"Response-ID":          "r-1",
 			"Set-Cookie":           "x=y",
 		},
-		Body: body,
+		Body:     body,
+		Contract: ContractRef{SynthesisID: "syn-1", ContractHash: "ab12", NegotiationOrigin: "rcns-gate"},
 	}
 	c.Complete(sent)
 	// The caller reusing its buffers must not change the record.
@@ -93,7 +94,8 @@ func TestExecuteCompleteReplay(t *testing.T) {
 			"Content-Type":         "application/json",
 			"Location":             "/bookings/7",
 		},
-		Body: []byte(`{"status":"booked","synthesis_id":"syn-1"}`),
+		Body:     []byte(`{"status":"booked","synthesis_id":"syn-1"}`),
+		Contract: ContractRef{SynthesisID: "syn-1", ContractHash: "ab12", NegotiationOrigin: "rcns-gate"},
 	}
 	for i := range 2 {
 		o, got, claim := s.Claim("agent-a", "k1", fpA)
