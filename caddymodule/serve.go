@@ -507,6 +507,41 @@ func queryValue(q url.Values, name string) (string, bool) {
 	return vs[len(vs)-1], true
 }
 
+// fingerprintTarget is the request target the Idempotency-Key
+// fingerprint compares (ARCHITECTURE.md "Idempotency"): the path in the
+// RFC 3986 normal form every tier routes by (policy.NormalizePath, as
+// requested, before redirects) and, when the query holds a key, "?" and
+// canonicalQuery. "/%72oom?" and "/room" are one target; so are
+// "?b=2&a=1" and "?a=0&a=1&b=2".
+func (x *exchange) fingerprintTarget() string {
+	path, err := policy.NormalizePath(x.r.URL.EscapedPath())
+	if err != nil { // serve refused such a path before any claim
+		path = x.r.URL.EscapedPath()
+	}
+	if q := canonicalQuery(x.query); q != "" {
+		return path + "?" + q
+	}
+	return path
+}
+
+// canonicalQuery is q as its readers see it: each key once with the
+// value every reader takes (the last, spec §2.1; queryValue), keys
+// sorted, key and value percent-encoded as url.Values.Encode does; ""
+// when q holds no key (no query, "?" or "&" alone). Two queries that
+// give every reader the same values have one canonical form, whatever
+// their key order, escaping or repeated keys.
+func canonicalQuery(q url.Values) string {
+	if len(q) == 0 {
+		return ""
+	}
+	last := make(url.Values, len(q))
+	for k := range q {
+		v, _ := queryValue(q, k)
+		last[k] = []string{v}
+	}
+	return last.Encode()
+}
+
 // validHeaderValue reports whether s can be echoed in a response
 // header: visible ASCII, spaces and tabs, or UTF-8 text without control
 // characters.
@@ -1103,7 +1138,7 @@ func (h *Handler) claim(x *exchange, req *request) bool {
 	if req.idemKey == "" {
 		return true
 	}
-	fp := idempotency.Fingerprint(x.r.Method, x.r.RequestURI, req.raw)
+	fp := idempotency.Fingerprint(x.r.Method, x.fingerprintTarget(), req.raw)
 	outcome, resp, c := h.st.idem.Claim(req.caller.Agent.ID, req.idemKey, fp)
 	h.metrics.setIdempotencyRecords(h.st.idem.Len())
 	switch outcome {

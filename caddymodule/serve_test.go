@@ -167,6 +167,40 @@ func TestParseQuery(t *testing.T) {
 	}
 }
 
+// TestFingerprintTarget: the Idempotency-Key fingerprint compares the
+// path in RFC 3986 normal form and the query as its readers see it (the
+// last value of each key, in key order), never the raw request target
+// (ARCHITECTURE.md "Idempotency").
+func TestFingerprintTarget(t *testing.T) {
+	tests := []struct {
+		name, target, want string
+	}{
+		{"plain", "/room", "/room"},
+		{"empty query is none", "/room?", "/room"},
+		{"separators only", "/room?&&", "/room"},
+		{"unreserved escape decoded", "/%72oom", "/room"},
+		{"reserved escape kept, hex upper-cased", "/a%2fb?", "/a%2Fb"},
+		{"keys sorted", "/room?b=2&a=1", "/room?a=1&b=2"},
+		{"last value of a repeated key", "/room?a=0&b=2&a=1", "/room?a=1&b=2"},
+		{"one key in two spellings", "/room?%61=0&a=1", "/room?a=1"},
+		{"escapes in the query decoded", "/room?n=%67-1&s=a+b", "/room?n=g-1&s=a+b"},
+		{"valueless key", "/room?flag", "/room?flag="},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("BOOK", tt.target, nil)
+			q, err := parseQuery(r.URL.RawQuery)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := &exchange{r: r, query: q}
+			if got := x.fingerprintTarget(); got != tt.want {
+				t.Errorf("fingerprintTarget(%s) = %q, want %q", tt.target, got, tt.want)
+			}
+		})
+	}
+}
+
 // TestRepeatedQueryKeys: a query key given twice keeps its last value
 // (spec §2.1, api-01 §5.5) for every reader: Tier B input, DISCOVER
 // limit and cursor, anonymous DISCOVER included; "a" and "%61" are one

@@ -563,3 +563,60 @@ func TestIdempotencyInFlightNamesNoContract(t *testing.T) {
 		t.Errorf("json-server has %d reservations, want 1", len(rs))
 	}
 }
+
+// The fingerprint compares the request target as the gateway routes it
+// (ARCHITECTURE.md "Idempotency"): the path in RFC 3986 normal form and
+// the query as the values every reader takes (each key's last value,
+// spec §2.1), in any key order, escaping or repetition; "?" alone is no
+// query. A target that asks for something else is still 422.
+func TestIdempotencyFingerprintCanonicalTarget(t *testing.T) {
+	w := startLab(t, "optimistic", "")
+	g := w.GW
+	for _, c := range []struct {
+		name, method, first string
+		same, other         []string
+		scope               string
+		body                any
+	}{
+		{name: "RESERVE path", method: "RESERVE", first: "/reservations", scope: "hotel:book", body: reserveBody("g-1", 2),
+			same: []string{"/%72eservations", "/reservations?", "/%72eservation%73?", "/reservations?&"}},
+		{name: "FETCH path and query", method: "FETCH", first: "/guests/g-1?guest_id=g-1", scope: "hotel:read",
+			same: []string{"/%67uests/g%2D1?guest_id=g-1", "/guests/g-1?%67uest_id=g%2d1", "/guests/g-1?guest_id=g-2&guest_id=g-1",
+				"/guests/g-1?guest_id=g-1&", "/guests/g-1?&guest_id=g-1"},
+			other: []string{"/guests/g-1", "/guests/g-1?"}},
+		{name: "FETCH query order", method: "FETCH", first: "/reflect?color=blue&size=m", scope: "hotel:read",
+			same:  []string{"/reflect?size=m&color=blue", "/reflect?size=m&color=red&color=blue", "/reflect?color=%62lue&size=m&"},
+			other: []string{"/reflect?color=red&size=m", "/reflect?color=blue&size=m&color=red", "/reflect?color=blue&size=M"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := hdr(agentA1, c.scope, "Idempotency-Key", "canon-"+strings.ReplaceAll(c.name, " ", "-"))
+			first := g.Do(t, c.method, c.first, h, c.body)
+			wantStatus(t, first, 200)
+			assertExecuted(t, first)
+			defer w.noHotelWrite(t)()
+			for _, target := range c.same {
+				t.Run("same "+target, func(t *testing.T) {
+					assertReplay(t, first, g.Do(t, c.method, target, h, c.body))
+				})
+			}
+			for _, target := range c.other {
+				t.Run("other "+target, func(t *testing.T) {
+					assertErrorBody(t, g.Do(t, c.method, target, h, c.body), 422, "idempotency-key-reused")
+				})
+			}
+		})
+	}
+}
+
+// noHotelWrite checks, when the returned func runs, that no reservation
+// was written to json-server meanwhile.
+func (w *labWorld) noHotelWrite(t testing.TB) func() {
+	t.Helper()
+	n := len(w.JS.Reservations(t))
+	return func() {
+		t.Helper()
+		if m := len(w.JS.Reservations(t)); m != n {
+			t.Errorf("reservations %d → %d, want unchanged", n, m)
+		}
+	}
+}

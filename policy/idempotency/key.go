@@ -72,11 +72,14 @@ func ParseKey(header string) (string, error) {
 // Fingerprint identifies what a request asks for, so that a key reused for
 // a different request is told apart (RCNS §12.2, OP-15: "(method, path,
 // body digest)"; ARCHITECTURE.md "Idempotency"). It hashes, with SHA-256,
-// the method, the request target (escaped path plus "?" and query when
-// present, as the caller received it) and the SHA-256 of the body, each
+// the method, the request target and the SHA-256 of the body, each
 // length-prefixed so no two inputs collide by concatenation, and returns
-// 64 lowercase hex characters. Agent-ID and key are not part of it: the
-// Store already scopes records by (Agent-ID, key).
+// 64 lowercase hex characters. target is compared as given: the caller
+// passes it in the canonical form it routes by (the gateway: the path in
+// RFC 3986 normal form plus "?" and a canonical query when the query
+// holds a key), so that two spellings of one request are one target.
+// Agent-ID and key are not part of it: the Store already scopes records
+// by (Agent-ID, key).
 func Fingerprint(method, target string, body []byte) string {
 	bodySum := sha256.Sum256(body)
 	h := sha256.New()
