@@ -25,10 +25,15 @@ var builtins = []string{"/methods", "/agents", "/genesis", "/tools", "/apis", "/
 var scopeInspectAll = policy.MustParseScope("inspect:all")
 
 // discover serves the DISCOVER built-ins (spec §8, §9, §17.1, §17.2).
-// It returns false when the path is not a built-in, so an operator
-// DISCOVER endpoint may serve it.
+// It returns true when it has answered; false when the request's pair
+// (x.method, x.path) is not a built-in, so the rest of the dispatch (an
+// operator DISCOVER endpoint, a contract, the gate) serves it. The
+// caller must then answer: false writes nothing.
+//
+// A body target at "/" makes the request DISCOVER /target (retarget);
+// at any other path it must name that path (400 target-conflict). The
+// target is consumed here: it never reaches an endpoint's input.
 func (h *Handler) discover(x *exchange, req *request) bool {
-	path := x.path
 	p, e := params(req)
 	if e != nil {
 		x.fail(e)
@@ -40,14 +45,23 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 		return true
 	}
 	if given(p, "target") {
+		target := "/" + strings.TrimPrefix(ts, "/")
 		switch {
-		case path == "/" && ts != "":
-			path = "/" + strings.TrimPrefix(ts, "/")
-		case "/"+strings.TrimPrefix(ts, "/") != path:
-			x.fail(errorf(400, "target-conflict", fmt.Sprintf("the body target %q disagrees with the path %s (api-01 §5.10)", ts, path)))
+		case x.path == "/" && target != "/":
+			if e := h.retarget(x, target); e != nil {
+				x.fail(e)
+				return true
+			}
+		case target != x.path:
+			x.fail(errorf(400, "target-conflict", fmt.Sprintf("the body target %q disagrees with the path %s (api-01 §5.10)", ts, x.path)))
 			return true
 		}
+		dropTarget(req)
 	}
+	if x.method != "DISCOVER" { // a redirect of the retargeted pair
+		return false
+	}
+	path := x.path
 	anonymous := req.caller == nil
 	switch path {
 	case "/":
@@ -113,6 +127,39 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 		return false
 	}
 	return true
+}
+
+// retarget makes DISCOVER / with the body target "/X" the request
+// DISCOVER /X: the legacy body form, when accepted, must equal the path
+// form (api-01 §5.10, spec §9). target is read as the request path is
+// (§10 steps 3–5): percent-encoding normalized (400 invalid-parameter),
+// redirects applied, path grammar checked (460), method policy (405
+// when a redirect names a disallowed method). x.method and x.path
+// become the new pair.
+func (h *Handler) retarget(x *exchange, target string) *wireError {
+	path, err := policy.NormalizePath(target)
+	if err != nil {
+		return errorf(400, "invalid-parameter", fmt.Sprintf("DISCOVER: parameter target %q is not a path: %v", clip(target), err))
+	}
+	x.method, x.path = h.methods.ApplyRedirects(x.method, path)
+	if ref := h.methods.CheckPath(x.path); ref != nil {
+		return fromRefusal(ref)
+	}
+	if h.methods.Disallowed(x.method) {
+		return h.methodNotAllowed(x, fmt.Sprintf("method %s is not allowed on this server", x.method))
+	}
+	return nil
+}
+
+// dropTarget removes the DISCOVER target, which names the request's
+// path, from the body (top level and parameters), so that an endpoint,
+// contract or recipe that serves the path gets the same input with the
+// body form as with the path form.
+func dropTarget(req *request) {
+	delete(req.body, "target")
+	if p, ok := req.body["parameters"].(map[string]any); ok {
+		delete(p, "target")
+	}
 }
 
 // Listing bounds for DISCOVER /methods and /contracts.
