@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,11 @@ import (
 
 // builtins are the reserved DISCOVER paths (spec §9), in directory order.
 var builtins = []string{"/methods", "/agents", "/genesis", "/tools", "/apis", "/patterns", "/contracts"}
+
+// anonymousBuiltins names, for refusals, the built-ins a DISCOVER
+// without Agent-ID reaches: all but /contracts, which lists the
+// caller's contracts.
+var anonymousBuiltins = strings.Join(slices.DeleteFunc(slices.Clone(builtins), func(b string) bool { return b == "/contracts" }), ", ")
 
 var scopeInspectAll = policy.MustParseScope("inspect:all")
 

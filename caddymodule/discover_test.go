@@ -1,10 +1,16 @@
 package caddymodule
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // catalogEndpoint is an operator DISCOVER endpoint (Tier B) over the
@@ -58,6 +64,59 @@ func wantAGTPAnswer(t *testing.T, a *answer) {
 	if a.body == nil {
 		t.Errorf("answer has no JSON object body: %s", a)
 	}
+}
+
+// TestAnonymousDiscoverOutsideBuiltins: a DISCOVER without Agent-ID of
+// anything but the manifest and the read-only built-ins is 401
+// agent-unauthenticated with the AGTP headers and the §19 body, like
+// any other request without Agent-ID (identity, §10 step 6, comes
+// before the match). It was an empty 200 without any AGTP header.
+func TestAnonymousDiscoverOutsideBuiltins(t *testing.T) {
+	g := newCatalogGateway(t)
+	tests := []struct {
+		name, target, path string
+		body               any
+	}{
+		{name: "unknown path", target: "/nope", path: "/nope"},
+		{name: "path of a Tier B endpoint of another method", target: "/items/1", path: "/items/1"},
+		{name: "path of a Tier B DISCOVER endpoint", target: "/catalog/1", path: "/catalog/1"},
+		{name: "below a built-in", target: "/patterns/x", path: "/patterns/x"},
+		{name: "body target", target: "/", body: map[string]any{"parameters": map[string]any{"target": "nope"}}, path: "/nope"},
+		{name: "top-level body target", target: "/", body: map[string]any{"target": "/catalog/1"}, path: "/catalog/1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := g.anonymous(t, "DISCOVER", tc.target, tc.body)
+			wantError(t, a, 401, "agent-unauthenticated", "DISCOVER "+tc.path+" needs an Agent-ID")
+			wantAGTPAnswer(t, a)
+			if a.str("path") != tc.path || a.str("method") != "DISCOVER" {
+				t.Errorf("body names %s %s, want DISCOVER %s", a.str("method"), a.str("path"), tc.path)
+			}
+		})
+	}
+	t.Run("body target naming a built-in", func(t *testing.T) {
+		a := g.anonymous(t, "DISCOVER", "/", map[string]any{"parameters": map[string]any{"target": "patterns"}})
+		if a.status != 200 || a.body["patterns"] == nil {
+			t.Fatalf("DISCOVER / target=patterns without Agent-ID: %s", a)
+		}
+	})
+	if g.passed != 0 {
+		t.Errorf("%d AGTP requests passed to the next handler", g.passed)
+	}
+}
+
+// anonymous sends method target without Agent-ID, with body (JSON) when
+// not nil.
+func (g *testGateway) anonymous(t *testing.T, method, target string, body any) *answer {
+	t.Helper()
+	if body == nil {
+		return g.serve(t, method, target, nil, nil, 0)
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.serve(t, method, target, nil, bytes.NewReader(raw), int64(len(raw)))
 }
 
 // TestDiscoverBodyTarget: DISCOVER / with the body target X is the
@@ -117,5 +176,48 @@ func TestDiscoverBodyTarget(t *testing.T) {
 	}
 	if a := g.do(t, "DISCOVER", "/", target("methods")); a.status != 200 || !strings.Contains(a.raw, `"/catalog/{item_id}"`) {
 		t.Fatalf("DISCOVER / target=methods: %s", a)
+	}
+}
+
+// TestEveryAGTPRequestAnswered: every AGTP request gets an answer with
+// the AGTP response headers and a JSON body, whatever the method, path,
+// identity and body (a DISCOVER without Agent-ID outside the built-ins
+// was an empty 200), and never through ServeHTTP's net for a dispatch
+// path that forgot to answer (logged "no answer written").
+func TestEveryAGTPRequestAnswered(t *testing.T) {
+	g := newCatalogGateway(t)
+	core, logs := observer.New(zap.InfoLevel)
+	g.h.logger = zap.New(core)
+	bodies := []any{nil, map[string]any{}, map[string]any{"parameters": map[string]any{"target": "nope"}},
+		map[string]any{"parameters": map[string]any{"target": "methods"}}, map[string]any{"target": "catalog/1"}}
+	n := 0
+	for _, method := range []string{"DISCOVER", "FETCH", "LOOKUP", "INSPECT", "PROPOSE", "REVOKE", "SUSPEND", "QUERY"} {
+		for _, path := range []string{"/", "/nope", "/items/1", "/item/1", "/catalog/1", "/patterns", "/patterns/x", "/contracts", "/genesis"} {
+			for _, body := range bodies {
+				for _, hdr := range []map[string]string{nil, {"Agent-ID": benchAgent}, {"Agent-ID": benchAgent, "Authority-Scope": testScope, "Allow-RCNS": "true"}} {
+					var raw []byte
+					if body != nil {
+						raw, _ = json.Marshal(body)
+					}
+					passed := g.passed
+					a := g.serve(t, method, path, hdr, bytes.NewReader(raw), int64(len(raw)))
+					if g.passed != passed {
+						continue // not AGTP: the next handler's
+					}
+					n++
+					what := fmt.Sprintf("%s %s %s %v", method, path, raw, hdr)
+					if a.status < 200 || a.hdr("Server-ID") == "" || a.hdr("Response-ID") == "" || a.hdr("Attribution-Record") == "" ||
+						a.hdr("AGTP-API-Version") == "" || a.hdr("Content-Type") == "" || !json.Valid([]byte(a.raw)) {
+						t.Fatalf("%s: answer %s with headers %v", what, a, a.header)
+					}
+				}
+			}
+		}
+	}
+	if n < 300 {
+		t.Fatalf("only %d AGTP requests", n)
+	}
+	if l := logs.FilterMessage("no answer written for an AGTP request"); l.Len() != 0 {
+		t.Fatalf("%d requests reached no answer: %v", l.Len(), l.All()[0].ContextMap())
 	}
 }

@@ -79,6 +79,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		x.sessionFrom = sessionFromHeader
 	}
 	h.serve(x)
+	if !x.written {
+		// Every path of serve answers; this is the net under a new one
+		// that forgets to, so an AGTP request never gets an empty 200
+		// without the AGTP response headers.
+		h.logger.Error("no answer written for an AGTP request", zap.String("agent_id", x.agentID),
+			zap.String("method", x.method), zap.String("path", x.path))
+		x.fail(&wireError{Status: 500, Reason: "internal-error", Explanation: "the gateway reached no answer for this request", Retryable: true})
+	}
 	m := x.method
 	if m == "" {
 		m = r.Method
@@ -237,7 +245,13 @@ func (h *Handler) serve(x *exchange) {
 					Explanation: "this server does not answer DISCOVER without an Agent-ID", Fields: map[string]any{"type": "anonymous-discovery-disabled"}})
 				return
 			}
-			h.discover(x, req)
+			if !h.discover(x, req) {
+				// Identity (§10 step 6) comes before the match (steps
+				// 8–9): without Agent-ID only the manifest and the
+				// read-only built-ins are served (spec §8.1).
+				x.fail(errorf(401, "agent-unauthenticated", fmt.Sprintf("%s %s needs an Agent-ID header; without one this server answers only DISCOVER / (the manifest) and the built-ins %s",
+					x.method, x.path, anonymousBuiltins)))
+			}
 			return
 		}
 		x.fail(errorf(401, "agent-unauthenticated", "this request needs an Agent-ID header"))
