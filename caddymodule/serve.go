@@ -130,6 +130,10 @@ func (h *Handler) serve(x *exchange) {
 	}
 	req := &request{}
 	if r.ContentLength > 0 {
+		if e := checkContentEncoding(r.Header); e != nil {
+			x.failWith(e, map[string]string{"Accept-Encoding": "identity"})
+			return
+		}
 		raw, err := recipes.ReadBody(r.Body, r.ContentLength, h.MaxRequestBody)
 		if err != nil {
 			h.logger.Info("request body read failed", zap.String("agent_id", x.agentID), zap.Int("read_bytes", len(raw)),
@@ -654,6 +658,32 @@ func pointerOrRoot(p jsontext.Pointer) string {
 		return "/"
 	}
 	return string(p)
+}
+
+// checkContentEncoding refuses a request body sent with a content
+// coding (Content-Encoding: gzip, br, …): the gateway reads bodies as
+// sent, so it would read the coded bytes as JSON. RFC 9110 §15.5.16
+// and §12.5.3: 415, with Accept-Encoding naming what is accepted (the
+// caller adds "Accept-Encoding: identity"). "identity", no coding, is
+// accepted.
+func checkContentEncoding(h http.Header) *wireError {
+	vals, ok := h["Content-Encoding"]
+	if !ok {
+		return nil
+	}
+	var codings []string
+	for _, v := range vals {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				codings = append(codings, c)
+			}
+		}
+	}
+	if len(codings) == 0 {
+		return nil
+	}
+	return errorf(http.StatusUnsupportedMediaType, "unsupported-content-encoding",
+		fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed, without Content-Encoding", clip(strings.Join(codings, ", "))))
 }
 
 // checkContentType enforces spec OP-30 on request bodies.
