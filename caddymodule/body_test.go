@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"bytes"
 	"compress/gzip"
+	"strings"
 	"testing"
 )
 
@@ -53,5 +54,61 @@ func TestContentEncodingRefused(t *testing.T) {
 	}
 	if a := g.do(t, "DISCOVER", "/methods", map[string]any{"parameters": map[string]any{}}); a.hdr("Accept-Encoding") != "" {
 		t.Errorf("an answer to a plain body carries Accept-Encoding %q", a.hdr("Accept-Encoding"))
+	}
+}
+
+// TestTaskIDForm: the Task-ID header and the envelope task_id follow
+// one rule (validTaskID: 1-256 visible ASCII characters) and a
+// malformed one, empty included, is 400 invalid-task-id and never
+// echoed. The header was echoed raw with spaces and non-ASCII bytes;
+// the envelope took "a b" and silently dropped "".
+func TestTaskIDForm(t *testing.T) {
+	g := newTestGateway(t)
+	long := strings.Repeat("t", 256)
+	for _, ok := range []string{"task-0042", "7c9e6679-7425-40de-944b-e07fc1f90ae7", `a"b\c,{}`, long} {
+		for _, how := range []string{"header", "envelope"} {
+			var a *answer
+			if how == "header" {
+				a = g.do(t, "FETCH", "/items/1", nil, "Authority-Scope", "bench:read", "Task-ID", ok)
+			} else {
+				a = g.do(t, "FETCH", "/items/1", map[string]any{"task_id": ok}, "Authority-Scope", "bench:read")
+			}
+			if a.status != 200 || a.hdr("Task-ID") != ok || a.str("task_id") != ok || attributionPayload(t, a)["task_id"] != ok {
+				t.Fatalf("%s task id %q: %s, Task-ID %q; want 200 echoing it in the header, the body and the record", how, ok, a, a.hdr("Task-ID"))
+			}
+		}
+	}
+	bad := []string{"", "a b", " a", "a\tb", "caf\xc3\xa9", "caf\xe9", "a\x00", "\x7f", long + "t"}
+	for _, v := range bad {
+		for _, anonymous := range []bool{false, true} {
+			hdr := map[string]string{"Task-ID": v}
+			if !anonymous {
+				hdr["Agent-ID"], hdr["Authority-Scope"] = benchAgent, testScope
+			}
+			a := g.serve(t, "DISCOVER", "/methods", hdr, nil, 0)
+			wantError(t, a, 400, "invalid-task-id", "the Task-ID header must be 1-256 visible ASCII characters")
+			wantAGTPAnswer(t, a)
+			if a.hdr("Task-ID") != "" || a.body["task_id"] != nil {
+				t.Fatalf("Task-ID %q echoed: header %q, body task_id %v", v, a.hdr("Task-ID"), a.body["task_id"])
+			}
+		}
+		a := g.do(t, "DISCOVER", "/methods", map[string]any{"task_id": v})
+		wantError(t, a, 400, "invalid-task-id", "the envelope task_id must be 1-256 visible ASCII characters")
+		if a.hdr("Task-ID") != "" || a.body["task_id"] != nil {
+			t.Fatalf("task_id %q echoed: header %q, body task_id %v", v, a.hdr("Task-ID"), a.body["task_id"])
+		}
+	}
+	for _, v := range []any{5, true, []any{"t"}, map[string]any{}} {
+		wantError(t, g.do(t, "DISCOVER", "/methods", map[string]any{"task_id": v}), 400, "invalid-task-id", "the envelope task_id must be a string, not ")
+	}
+	// null is "not given"; with a valid header, a malformed envelope
+	// task_id is still refused (the rule holds for each).
+	if a := g.do(t, "DISCOVER", "/methods", map[string]any{"task_id": nil}); a.status != 200 || a.hdr("Task-ID") != "" {
+		t.Fatalf("task_id null: %s, Task-ID %q; want 200 without Task-ID", a, a.hdr("Task-ID"))
+	}
+	a := g.do(t, "DISCOVER", "/methods", map[string]any{"task_id": "a b"}, "Task-ID", "t-1")
+	wantError(t, a, 400, "invalid-task-id", "envelope task_id")
+	if a.hdr("Task-ID") != "t-1" {
+		t.Fatalf("Task-ID %q, want the header's t-1", a.hdr("Task-ID"))
 	}
 }

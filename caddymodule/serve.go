@@ -111,6 +111,13 @@ type request struct {
 
 func (h *Handler) serve(x *exchange) {
 	r := x.r
+	// The Task-ID header is echoed on every answer, refusals included:
+	// checked first, and a malformed one is never echoed.
+	if _, ok := r.Header[canonicalKey("Task-ID")]; ok && !validTaskID(x.taskID) {
+		x.taskID = ""
+		x.fail(errorf(400, "invalid-task-id", "the Task-ID header must be "+taskIDForm))
+		return
+	}
 	// §10 step 1: framing and body limit.
 	if strings.Contains(r.RequestURI, "#") {
 		x.fail(errorf(400, "invalid-request-line", "the request target must not contain '#' (api-01 §5.6)"))
@@ -162,8 +169,12 @@ func (h *Handler) serve(x *exchange) {
 		req.raw, req.body, req.hasBody = raw, obj, true
 		if bt, ok := obj["task_id"]; ok && bt != nil { // null: not given, like every envelope member
 			s, isString := bt.(string)
-			if !isString || !validHeaderValue(s) {
-				x.fail(errorf(400, "invalid-task-id", "the envelope task_id must be a string of visible characters (it is echoed in the Task-ID header)"))
+			if !isString {
+				x.fail(errorf(400, "invalid-task-id", "the envelope task_id must be a string, not "+schema.JSONTypeName(bt)))
+				return
+			}
+			if !validTaskID(s) {
+				x.fail(errorf(400, "invalid-task-id", "the envelope task_id must be "+taskIDForm))
 				return
 			}
 			switch { // the Task-ID header, when sent, wins (agtp-09 §6.5.4 echoes it; OP-37)
@@ -560,16 +571,33 @@ func canonicalQuery(q url.Values) string {
 	return last.Encode()
 }
 
-// validHeaderValue reports whether s can be echoed in a response
-// header: visible ASCII, spaces and tabs, or UTF-8 text without control
-// characters.
-func validHeaderValue(s string) bool {
-	for _, c := range s {
-		if c < 0x20 && c != '\t' || c == 0x7f {
+// maxTaskIDLen is the longest task id accepted, in bytes (= characters:
+// a task id is ASCII), as for Session-ID and Owner-ID.
+const maxTaskIDLen = 256
+
+// taskIDForm describes the accepted task id form in refusals.
+const taskIDForm = "1-256 visible ASCII characters (! to ~: no space, no control or non-ASCII character), e.g. task-0042 or a UUID"
+
+// validTaskID reports whether s has the form of a task id, sent as the
+// Task-ID header or the envelope task_id (one rule for both): 1 to
+// maxTaskIDLen visible ASCII characters (RFC 5234 VCHAR, 0x21-0x7E, as
+// Idempotency-Key). A task id is opaque (spec §3) and echoed unchanged
+// in the Task-ID header, the body's task_id and the
+// Attribution-Record, so it must be a header value that no hop
+// rewrites: no space (an HTTP field value loses its leading and
+// trailing ones), no control character, nothing outside ASCII. An
+// empty one is not "no task id": a request without one omits it (or
+// sends task_id null).
+func validTaskID(s string) bool {
+	if len(s) == 0 || len(s) > maxTaskIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x21 || c > 0x7e {
 			return false
 		}
 	}
-	return utf8.ValidString(s)
+	return true
 }
 
 // decodeBody decodes a request body as exactly one JSON value (RFC

@@ -272,10 +272,12 @@ func field(v any, path ...string) any {
 	return v
 }
 
-func TestValidHeaderValue(t *testing.T) {
-	for s, want := range map[string]bool{"t-1": true, "a b\tc": true, "é": true, "a\r\nb": false, "a\x00": false, "\x7f": false, "caf\xe9": false} {
-		if got := validHeaderValue(s); got != want {
-			t.Errorf("validHeaderValue(%q) = %v, want %v", s, got, want)
+func TestValidTaskID(t *testing.T) {
+	for s, want := range map[string]bool{"t-1": true, "task-0042": true, "!~\"\\{}": true, strings.Repeat("t", 256): true,
+		"": false, strings.Repeat("t", 257): false, "a b": false, " a": false, "a\tb": false, "é": false, "a\r\nb": false,
+		"a\x00": false, "\x7f": false, "caf\xe9": false} {
+		if got := validTaskID(s); got != want {
+			t.Errorf("validTaskID(%q) = %v, want %v", s, got, want)
 		}
 	}
 }

@@ -42,3 +42,41 @@ func TestContentEncodingRefused(t *testing.T) {
 	}
 	w.assertReservations(t, 0)
 }
+
+// TestTaskIDForm: one rule for the Task-ID header and the envelope
+// task_id, 1-256 visible ASCII characters; anything else, empty
+// included, is 400 invalid-task-id and is not echoed (the header was
+// echoed raw with spaces and non-ASCII bytes, the envelope took "a b"
+// and dropped ""). A well-formed one is echoed unchanged (§24 item 4).
+func TestTaskIDForm(t *testing.T) {
+	w := startHotel(t, hotelOpts{Mode: "optimistic", LegacyCounter: true})
+	g := w.GW
+	for _, v := range []string{"", "a b", "caf\xc3\xa9", strings.Repeat("t", 257)} {
+		r := g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read", "Task-ID", v), nil)
+		b := assertErrorBody(t, r, 400, "invalid-task-id")
+		if _, echoed := r.Header["Task-Id"]; echoed || b["task_id"] != nil {
+			t.Errorf("Task-ID %q echoed: header %q, body task_id %v", v, r.Header.Get("Task-ID"), b["task_id"])
+		}
+		r = g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), map[string]any{"task_id": v})
+		b = assertErrorBody(t, r, 400, "invalid-task-id")
+		if _, echoed := r.Header["Task-Id"]; echoed || b["task_id"] != nil {
+			t.Errorf("task_id %q echoed: header %q, body task_id %v", v, r.Header.Get("Task-ID"), b["task_id"])
+		}
+	}
+	assertErrorBody(t, g.Do(t, "DISCOVER", "/", hdr("", "", "Task-ID", "a b"), nil), 400, "invalid-task-id")
+	if n := w.Hotel.Count(); n != 0 {
+		t.Errorf("refused requests made %d hotel calls", n)
+	}
+	for _, v := range []string{"task-0042", `a"b\c`} {
+		r := g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read", "Task-ID", v), nil)
+		wantStatus(t, r, 200)
+		if r.Header.Get("Task-ID") != v || str(r.Object(t), "task_id") != v {
+			t.Errorf("Task-ID %q: echoed %q, body task_id %q", v, r.Header.Get("Task-ID"), str(r.Object(t), "task_id"))
+		}
+		r = g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), map[string]any{"task_id": v})
+		wantStatus(t, r, 200)
+		if r.Header.Get("Task-ID") != v || str(r.Object(t), "task_id") != v {
+			t.Errorf("task_id %q: echoed %q, body task_id %q", v, r.Header.Get("Task-ID"), str(r.Object(t), "task_id"))
+		}
+	}
+}
