@@ -385,6 +385,11 @@ func adminLoad(t testing.TB, g *Gateway, caddyfile string) (int, string) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
+	// The old config's server closes its idle keep-alive connections as
+	// it stops; a later request on one of them fails with EOF or a reset
+	// (net/http does not retry AGTP methods, which are not idempotent to
+	// it). Start every request after a reload on a fresh connection.
+	testClient.CloseIdleConnections()
 	return resp.StatusCode, string(body)
 }
 
