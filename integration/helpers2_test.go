@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -385,12 +386,69 @@ func adminLoad(t testing.TB, g *Gateway, caddyfile string) (int, string) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	// The old config's server closes its idle keep-alive connections as
-	// it stops; a later request on one of them fails with EOF or a reset
-	// (net/http does not retry AGTP methods, which are not idempotent to
-	// it). Start every request after a reload on a fresh connection.
+	// Caddy on Linux binds each config's listener with SO_REUSEPORT: until
+	// the old config's socket is closed (asynchronously, as its server
+	// shuts down), the kernel may queue a new connection on it, and
+	// closing it resets that connection. The old server also closes its
+	// idle keep-alive connections. Either fails the next AGTP request with
+	// EOF or a reset (net/http does not retry methods it does not know to
+	// be idempotent). Wait until one listening socket is left, then start
+	// every request on a fresh connection.
+	waitSingleListener(t, g.Addr)
 	testClient.CloseIdleConnections()
 	return resp.StatusCode, string(body)
+}
+
+// waitSingleListener waits (at most 5 s) until at most one socket
+// listens on addr's port, read from /proc/net/tcp and /proc/net/tcp6
+// (state 0A, LISTEN). Where /proc cannot be read it waits 200 ms.
+func waitSingleListener(t testing.TB, addr string) {
+	t.Helper()
+	_, portText, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("waitSingleListener: %v", err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		t.Fatalf("waitSingleListener: port %q: %v", portText, err)
+	}
+	suffix := fmt.Sprintf(":%04X", port)
+	listeners := func() int {
+		n, read := 0, false
+		for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			read = true
+			for _, line := range strings.Split(string(raw), "\n")[1:] {
+				fields := strings.Fields(line)
+				if len(fields) > 3 && strings.HasSuffix(fields[1], suffix) && fields[3] == "0A" {
+					n++
+				}
+			}
+		}
+		if !read {
+			return -1
+		}
+		return n
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := listeners()
+		if n < 0 {
+			time.Sleep(200 * time.Millisecond)
+			return
+		}
+		if n <= 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Logf("waitSingleListener: %d sockets still listen on %s after 5 s", n, addr)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // nextLink returns the target of a `Link: <…>; rel="next"` header as a
