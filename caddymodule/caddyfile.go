@@ -41,6 +41,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    identity header|mtls|signature
 //	    signature_max_age <duration>
 //	    signature_skew <duration>
+//	    signature_authorities <host[:port]>...
 //	    replay_cache_size <n>
 //	    enabled [true|false]
 //	    mode confirm-first|optimistic
@@ -93,7 +94,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		key := d.Val()
 		switch key {
 		case "agents", "endpoints", "recipes", "record_keys", "legacy", "allow", "disallow", "passthrough_methods",
-			"upstream", "alias", "redirect", "rate_limit":
+			"signature_authorities", "upstream", "alias", "redirect", "rate_limit":
 		default:
 			if seen[key] {
 				return d.Errf("%s is set twice; give it once", key)
@@ -275,6 +276,17 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				"legacy": &h.Legacy, "allow": &h.Allow, "disallow": &h.Disallow, "passthrough_methods": &h.PassthroughMethods,
 			}[key]
 			*list = append(*list, args...)
+		case "signature_authorities":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			for _, a := range args {
+				if err := checkAuthority(a); err != nil {
+					return d.Errf("signature_authorities: %q %v", a, err)
+				}
+			}
+			h.SignatureAuthorities = append(h.SignatureAuthorities, args...)
 		case "upstream":
 			args := d.RemainingArgs()
 			if len(args) != 2 {

@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
@@ -74,6 +77,57 @@ func buildIdentities(mode string, docs []*schema.Document, ads []schema.AgentDoc
 	return id, nil
 }
 
+// checkAuthority refuses a signature_authorities entry that is not an
+// RFC 9110 authority as a request's Host carries it: a host name or
+// IPv4 address (letters, digits, "-", ".", "_", "~") or a bracketed
+// IPv6 literal, then an optional ":port" (1-65535). A URL, a path, user
+// information or a wildcard never equals a request's @authority.
+func checkAuthority(a string) error {
+	if strings.ContainsAny(a, "/?#@") {
+		return errors.New("is not host[:port]: give the Host a request carries, without scheme, user information or path")
+	}
+	host, port := a, ""
+	if strings.HasPrefix(a, "[") {
+		end := strings.IndexByte(a, ']')
+		if end < 0 {
+			return errors.New("is not host[:port]: the IPv6 literal has no closing ]")
+		}
+		if lit := a[1:end]; !strings.Contains(lit, ":") || net.ParseIP(lit) == nil {
+			return errors.New("is not host[:port]: the bracketed host is not an IPv6 address")
+		}
+		host, port = a[:end+1], a[end+1:]
+		if port != "" && port[0] != ':' {
+			return errors.New("is not host[:port]: text after the IPv6 literal")
+		}
+	} else if strings.Count(a, ":") > 1 {
+		return errors.New("is not host[:port]: write an IPv6 address in brackets ([::1] or [::1]:8080)")
+	} else if i := strings.LastIndexByte(a, ':'); i >= 0 {
+		host, port = a[:i], a[i:]
+	}
+	if port != "" {
+		digits := port[1:]
+		n, err := strconv.Atoi(digits)
+		if err != nil || strings.Trim(digits, "0123456789") != "" || n < 1 || n > 65535 {
+			return errors.New("is not host[:port]: the port must be 1-65535")
+		}
+	}
+	if host == "" {
+		return errors.New("is not host[:port]: the host is empty")
+	}
+	if host[0] != '[' {
+		for i := 0; i < len(host); i++ {
+			c := host[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~') {
+				if c == '*' {
+					return errors.New("is not host[:port]: wildcards are not supported; list each host name")
+				}
+				return fmt.Errorf("is not host[:port]: %q is not allowed in a host name", string(c))
+			}
+		}
+	}
+	return nil
+}
+
 // assurance is the identity_assurance recorded for requests in mode.
 func assurance(mode string) string {
 	switch mode {
@@ -107,7 +161,8 @@ func (h *Handler) verifyIdentity(x *exchange, req *request) *wireError {
 			return k.alg, k.pub, k.owner, ok
 		}, httpsig.VerifyOptions{
 			MaxAge: time.Duration(h.SignatureMaxAge), Skew: time.Duration(h.SignatureSkew),
-			Body: req.raw, ExpectOwner: x.agentID, Replay: h.st.replay,
+			Authorities: h.SignatureAuthorities,
+			Body:        req.raw, ExpectOwner: x.agentID, Replay: h.st.replay,
 		})
 		if err != nil {
 			var se *httpsig.Error

@@ -72,6 +72,18 @@ type Handler struct {
 	// SignatureSkew bounds how far created may be from the gateway clock.
 	// Default 60s.
 	SignatureSkew caddy.Duration `json:"signature_skew,omitempty"`
+	// SignatureAuthorities are the authorities (RFC 9110 host[:port]: a
+	// host name, an IPv4 address or a bracketed IPv6 literal, and an
+	// optional port) this gateway answers to in identity signature: a
+	// signed request whose covered @authority is none of them is refused
+	// with 401 authority-mismatch. They are compared case-insensitively,
+	// the request scheme's default port (80 for http, 443 for https)
+	// removed from both sides. Default: none, which accepts any authority
+	// and logs a warning at start: on a site that answers several host
+	// names, or every one (http://:8080), a request an agent signed for
+	// another server trusting the same key can be replayed here once
+	// within its validity window (the replay cache is per gateway).
+	SignatureAuthorities []string `json:"signature_authorities,omitempty"`
 	// ReplayCacheSize bounds the seen-signature cache that refuses
 	// replays within the validity window; it must exceed the signatures
 	// accepted per window. Default 1000000.
@@ -399,6 +411,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("rcns: %v", err)
 	}
 	h.signer = signer
+	if h.Identity == IdentitySignature && len(h.SignatureAuthorities) == 0 {
+		h.logger.Warn("identity signature without signature_authorities: any signed @authority is accepted, so a request an agent signed for another server that trusts the same key can be replayed here once within its validity window; list this gateway's host[:port] names in signature_authorities")
+	}
 	if !signer.Signed() {
 		h.logger.Warn("no record_keys configured: Attribution-Records are unsigned (alg none) and not authoritative")
 	}
@@ -731,6 +746,11 @@ func (h *Handler) Validate() error {
 	case IdentityHeader, IdentityMTLS, IdentitySignature:
 	default:
 		return fmt.Errorf("rcns: identity mode %q is not supported (header, mtls, signature)", h.Identity)
+	}
+	for i, a := range h.SignatureAuthorities {
+		if err := checkAuthority(a); err != nil {
+			return fmt.Errorf("rcns: signature_authorities[%d] %q %v", i, a, err)
+		}
 	}
 	if !validServerID(h.ServerID) {
 		return fmt.Errorf("rcns: server_id %q must be 1-255 visible ASCII characters (no spaces, control characters or non-ASCII): it is sent as the Server-ID response header", h.ServerID)

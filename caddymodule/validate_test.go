@@ -254,3 +254,40 @@ func TestEmptyPathsJSON(t *testing.T) {
 	}
 	runConfigCases(t, cases)
 }
+
+// TestSignatureAuthorities: signature_authorities takes RFC 9110
+// host[:port] values as a request's Host carries them; a URL, a path, a
+// wildcard or a bad port is refused at load, naming the entry.
+func TestSignatureAuthorities(t *testing.T) {
+	cases := []configCase{
+		{"names, address, literal, ports", "signature_authorities gw.example.com GW.Example.com:8443 127.0.0.1:8080 [::1]:8080 [2001:db8::1]",
+			`"signature_authorities":["gw.example.com","GW.Example.com:8443","127.0.0.1:8080","[::1]:8080","[2001:db8::1]"]`, ""},
+		{"with identity signature", "identity signature\n\t\tsignature_authorities gw.example.com", `"identity":"signature","signature_authorities":["gw.example.com"]`, ""},
+	}
+	for _, tc := range []struct{ value, want string }{
+		{"https://gw.example.com", "give the Host a request carries, without scheme, user information or path"},
+		{"gw.example.com/rcns", "give the Host a request carries, without scheme, user information or path"},
+		{"agent@gw.example.com", "give the Host a request carries, without scheme, user information or path"},
+		{"*.example.com", "wildcards are not supported; list each host name"},
+		{"gw example", `" " is not allowed in a host name`},
+		{"gw.example.com:0", "the port must be 1-65535"},
+		{"gw.example.com:65536", "the port must be 1-65535"},
+		{"gw.example.com:", "the port must be 1-65535"},
+		{"gw.example.com:+80", "the port must be 1-65535"},
+		{"gw.example.com:http", "the port must be 1-65535"},
+		{":8080", "the host is empty"},
+		{"[::1", "the IPv6 literal has no closing ]"},
+		{"[127.0.0.1]:80", "the bracketed host is not an IPv6 address"},
+		{"[::1]8080", "text after the IPv6 literal"},
+		{"::1", "write an IPv6 address in brackets"},
+	} {
+		cases = append(cases, configCase{tc.value, "signature_authorities " + strconv.Quote(tc.value),
+			`"signature_authorities":["gw.example.com",` + strconv.Quote(tc.value) + `]`,
+			strconv.Quote(tc.value) + " is not host[:port]: " + tc.want})
+	}
+	cases = append(cases, configCase{"empty", `signature_authorities ""`, `"signature_authorities":[""]`, `"" is not host[:port]: the host is empty`})
+	runConfigCases(t, cases)
+	if err := validateHandlerJSON(t, `"signature_authorities":["gw.example.com","a,b"]`); err == nil || !strings.Contains(err.Error(), `rcns: signature_authorities[1] "a,b" is not host[:port]: "," is not allowed`) {
+		t.Errorf("JSON error %v does not name signature_authorities[1]", err)
+	}
+}

@@ -610,6 +610,96 @@ func TestIdentitySignature(t *testing.T) {
 	})
 }
 
+// idvCatchAllGateway runs the site siteFor(port) returns in a catch-all
+// site (http://:PORT, as in Caddyfile.example): every Host is served, as
+// on a gateway that answers several names. It returns the gateway and a
+// client that sends every request to it whatever the URL's host, so a
+// request can carry the Host of another server.
+func idvCatchAllGateway(t testing.TB, siteFor func(port int) string) (*Gateway, *http.Client) {
+	t.Helper()
+	port, admin := freePort(t), freePort(t)
+	text := fmt.Sprintf("{\n\tadmin 127.0.0.1:%d\n\tpersist_config off\n}\n\nhttp://:%d {\n\tbind 127.0.0.1\n\tlog {\n\t\toutput stderr\n\t}\n%s\n}\n",
+		admin, port, siteFor(port))
+	path := filepath.Join(t.TempDir(), "Caddyfile")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatalf("write Caddyfile: %v", err)
+	}
+	g := startGatewayFile(t, path, fmt.Sprintf("127.0.0.1:%d", port), nil)
+	var d net.Dialer
+	client := &http.Client{Timeout: requestTimeout, Transport: &http.Transport{
+		Proxy: nil, DisableCompression: true,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, g.Addr)
+		},
+	}}
+	t.Cleanup(client.CloseIdleConnections)
+	return g, client
+}
+
+// TestIdentitySignatureAuthorities: a signature covers @authority, the
+// host the agent signed the request for. With signature_authorities the
+// gateway accepts only the listed names (case-insensitive, the default
+// port optional), so a request the agent signed for another server that
+// trusts the same key cannot be replayed here under that server's Host;
+// without the knob such a request is still accepted (compatibility) and
+// the gateway warns at start.
+func TestIdentitySignatureAuthorities(t *testing.T) {
+	k := idvNewKey(t, httpsig.AlgEd25519)
+	a1 := idvDemo("rcns-demo-agent")
+	a1.keys = []map[string]any{k.jwk}
+	agents := idvWriteAgents(t, a1)
+	js := startJSONServer(t, hotelDB)
+	hotel := startCountingProxy(t, js.URL)
+	site := func(extra string) string {
+		return fill(idvSite, "IDENTITY", "signature", "MODE", "optimistic", "HOTEL", hotel.URL,
+			"AGENTS", agents, "EXTRA", extra, "LEGACY", js.URL)
+	}
+	// fetch is a signed FETCH /guests/g-1 for the server at base.
+	fetch := func(base string) *idvWire {
+		return idvBuild(t, base, idvCall{method: "FETCH", path: "/guests/g-1", agent: agentA1, scope: "hotel:read", key: k})
+	}
+	wantGuest := func(t *testing.T, r *Resp) {
+		t.Helper()
+		wantStatus(t, r, 200)
+		if id := str(r.Object(t), "result", "id"); id != "g-1" {
+			t.Fatalf("FETCH /guests/g-1 result id = %q, want g-1:\n%s", id, r)
+		}
+	}
+	const warning = "identity signature without signature_authorities"
+
+	t.Run("listed", func(t *testing.T) {
+		g, client := idvCatchAllGateway(t, func(port int) string {
+			return site(fmt.Sprintf("\t\tsignature_authorities gw-a.example 127.0.0.1:%d", port))
+		})
+		if strings.Contains(g.Output(), warning) {
+			t.Errorf("signature_authorities is set, yet the gateway warns:\n%s", g.Output())
+		}
+		for _, base := range []string{g.URL, "http://gw-a.example", "http://GW-A.Example:80"} {
+			wantGuest(t, idvSend(t, client, fetch(base)))
+		}
+		for _, base := range []string{"http://gw-b.example", "http://gw-a.example:8080", "http://localhost:" + strings.Split(g.Addr, ":")[1]} {
+			before := hotel.Count()
+			r := idvSend(t, client, fetch(base))
+			idvRefused(t, r, 401, "authority-mismatch", hotel, before)
+			if e := str(r.Object(t), "explanation"); !strings.Contains(e, strings.ToLower(strings.TrimPrefix(base, "http://"))) {
+				t.Errorf("the explanation %q does not name the signed authority of %s", e, base)
+			}
+		}
+	})
+
+	t.Run("unset accepts any authority and warns", func(t *testing.T) {
+		g, client := idvCatchAllGateway(t, func(int) string { return site("") })
+		waitFor(t, 5*time.Second, 50*time.Millisecond, "the signature_authorities warning", func() bool {
+			return strings.Contains(g.Output(), warning)
+		})
+		// What the knob prevents: a request the agent signed for gw-b, a
+		// server that trusts the same key, is served here once.
+		w := fetch("http://gw-b.example")
+		wantGuest(t, idvSend(t, client, w))
+		idvRefused(t, idvSend(t, client, w), 401, "signature-replayed", hotel, hotel.Count())
+	})
+}
+
 func TestIdentitySignatureConfigRejected(t *testing.T) {
 	k := idvNewKey(t, httpsig.AlgEd25519)
 	a1 := idvDemo("rcns-demo-agent")

@@ -246,11 +246,18 @@ func authority(r *http.Request) string {
 	if h == "" && r.URL != nil {
 		h = r.URL.Host
 	}
+	return normalizeAuthority(h, scheme(r))
+}
+
+// normalizeAuthority lowercases the host[:port] h and removes the
+// default port of scheme (":443" for https, ":80" for http) and an
+// empty port.
+func normalizeAuthority(h, scheme string) string {
 	h = strings.ToLower(h)
-	switch s := scheme(r); {
-	case s == "https" && strings.HasSuffix(h, ":443"):
+	switch {
+	case scheme == "https" && strings.HasSuffix(h, ":443"):
 		h = strings.TrimSuffix(h, ":443")
-	case s == "http" && strings.HasSuffix(h, ":80"):
+	case scheme == "http" && strings.HasSuffix(h, ":80"):
 		h = strings.TrimSuffix(h, ":80")
 	}
 	return strings.TrimSuffix(h, ":") // empty port

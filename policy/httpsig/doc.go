@@ -18,7 +18,10 @@
 //     "content-type" and the AGTP request headers whenever present;
 //   - created and expires are required, expires-created is at most
 //     300 s and created lies within ±60 s of the verifier's clock;
-//   - a signature is accepted once ([ReplayCache]).
+//   - a signature is accepted once ([ReplayCache]);
+//   - when [VerifyOptions.Authorities] is set, @authority must be one of
+//     the verifier's own authorities, so a signature made for another
+//     server that trusts the same key is refused.
 //
 // The signature base (RFC 9421 §2.5) is built here, from the request
 // alone; it is tested against RFC 9421 Appendix B.2.4 and B.2.6.

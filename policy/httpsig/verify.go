@@ -26,6 +26,9 @@ const (
 	ReasonSignatureExpired = "signature-expired"
 	// ReasonComponentNotCovered: a required component is not covered.
 	ReasonComponentNotCovered = "component-not-covered"
+	// ReasonAuthorityMismatch: the request's @authority (the host the
+	// signature was made for) is not one of [VerifyOptions.Authorities].
+	ReasonAuthorityMismatch = "authority-mismatch"
 	// ReasonDigestMismatch: Content-Digest is missing, has no sha-256
 	// member, or does not match the body.
 	ReasonDigestMismatch = "digest-mismatch"
@@ -76,6 +79,15 @@ type VerifyOptions struct {
 	// Required returns the components that must be covered; nil means
 	// DefaultComponents.
 	Required func(req *http.Request) []string
+	// Authorities, when not empty, are the authorities (RFC 9110
+	// host[:port]) the verifier serves: the request's @authority (RFC
+	// 9421 §2.2.3, the value the signature covers) must equal one of them,
+	// compared case-insensitively and with the request scheme's default
+	// port (80 for http, 443 for https) removed from both, else
+	// authority-mismatch. It stops a signature made for another server
+	// that trusts the same key from being accepted here. Empty accepts any
+	// authority.
+	Authorities []string
 	// Body is the request content. When non-nil and non-empty, or when
 	// "content-digest" is covered, Content-Digest must carry a sha-256
 	// member equal to SHA-256(Body). When nil the body is not compared
@@ -127,15 +139,17 @@ type Result struct {
 //  4. signature-expired: Now is after expires.
 //  5. component-not-covered: a component of Required(req) is not in the
 //     covered list.
-//  6. digest-mismatch: Content-Digest is checked when Body is non-empty
+//  6. authority-mismatch: Authorities is not empty and the request's
+//     @authority is none of them.
+//  7. digest-mismatch: Content-Digest is checked when Body is non-empty
 //     or "content-digest" is covered; it is absent, does not parse,
 //     has no sha-256 Byte Sequence member, or (when Body is non-nil)
 //     that member differs from SHA-256(Body).
-//  7. signature-invalid: the alg parameter differs from the resolver's
+//  8. signature-invalid: the alg parameter differs from the resolver's
 //     algorithm, the key does not fit the algorithm, the signature base
 //     cannot be built (a covered field is absent, an identifier is
 //     unsupported), or the cryptographic check fails.
-//  8. signature-replayed: opt.Replay is set and has seen the signature.
+//  9. signature-replayed: opt.Replay is set and has seen the signature.
 func Verify(req *http.Request, keys KeyResolver, opt VerifyOptions) (*Result, error) {
 	label := opt.Label
 	if label == "" {
@@ -260,14 +274,21 @@ func Verify(req *http.Request, keys KeyResolver, opt VerifyOptions) (*Result, er
 		}
 	}
 
-	// 6. digest
+	// 6. authority
+	if len(opt.Authorities) > 0 {
+		if a := authority(req); !acceptsAuthority(opt.Authorities, a, scheme(req)) {
+			return nil, fail(ReasonAuthorityMismatch, "the request was signed for authority %q, which this server does not serve", a)
+		}
+	}
+
+	// 7. digest
 	if len(opt.Body) > 0 || seen["content-digest"] {
 		if err := checkDigest(req.Header, opt.Body); err != nil {
 			return nil, err
 		}
 	}
 
-	// 7. cryptography
+	// 8. cryptography
 	if hasAlg && algParam != alg {
 		return nil, fail(ReasonSignatureInvalid, "alg %q does not match the key's %q", algParam, alg)
 	}
@@ -282,12 +303,24 @@ func Verify(req *http.Request, keys KeyResolver, opt VerifyOptions) (*Result, er
 		return nil, fail(ReasonSignatureInvalid, "the signature does not verify")
 	}
 
-	// 8. replay
+	// 9. replay
 	if opt.Replay != nil && opt.Replay.Seen(sig, expires) {
 		return nil, fail(ReasonSignatureReplayed, "the signature was already used")
 	}
 	return &Result{KeyID: keyID, Owner: owner, Alg: alg, Created: created, Expires: expires,
 		Covered: covered, Signature: bytes.Clone(sig)}, nil
+}
+
+// acceptsAuthority reports whether the request authority a (already
+// normalized by authority) equals one of list, each normalized the same
+// way for scheme.
+func acceptsAuthority(list []string, a, scheme string) bool {
+	for _, l := range list {
+		if normalizeAuthority(l, scheme) == a {
+			return true
+		}
+	}
+	return false
 }
 
 // checkDigest checks Content-Digest (RFC 9530 §2) against body: a

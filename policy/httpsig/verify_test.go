@@ -171,6 +171,15 @@ func TestVerifyRefusals(t *testing.T) {
 		{name: "custom Required", verify: func(o *httpsig.VerifyOptions) {
 			o.Required = func(*http.Request) []string { return []string{"@target-uri"} }
 		}, reason: "component-not-covered"},
+		{name: "authority listed", verify: func(o *httpsig.VerifyOptions) { o.Authorities = []string{"other.example", "gw.example:8080"} }, reason: ""},
+		{name: "authority not listed", verify: func(o *httpsig.VerifyOptions) { o.Authorities = []string{"other.example:8080"} }, reason: "authority-mismatch"},
+		{name: "authority beats digest", verify: func(o *httpsig.VerifyOptions) {
+			o.Authorities = []string{"other.example:8080"}
+			o.Body = []byte(`{"item":"book","qty":200}`)
+		}, reason: "authority-mismatch"},
+		{name: "not covered beats authority", sign: func(r *http.Request, o *httpsig.SignOptions, _ *httpsig.Signer) {
+			o.Components = without(httpsig.DefaultComponents(r), "authority-scope")
+		}, verify: func(o *httpsig.VerifyOptions) { o.Authorities = []string{"other.example:8080"} }, reason: "component-not-covered"},
 		{name: "body changed", verify: func(o *httpsig.VerifyOptions) { o.Body = []byte(`{"item":"book","qty":200}`) }, reason: "digest-mismatch"},
 		{name: "digest removed", tamper: func(r *http.Request) { r.Header.Del("Content-Digest") }, reason: "digest-mismatch"},
 		{name: "digest not sha-256", sign: func(r *http.Request, _ *httpsig.SignOptions, _ *httpsig.Signer) {
@@ -224,6 +233,49 @@ func TestVerifyRefusals(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestAuthorities: VerifyOptions.Authorities are compared with the
+// request's @authority case-insensitively, the scheme's default port
+// removed from both; a port that is not the default must match.
+func TestAuthorities(t *testing.T) {
+	for _, tc := range []struct {
+		name, url   string
+		authorities []string
+		ok          bool
+	}{
+		{"exact", "http://gw.example:8080/orders/42", []string{"gw.example:8080"}, true},
+		{"case-insensitive", "http://GW.Example:8080/orders/42", []string{"gw.EXAMPLE:8080"}, true},
+		{"http default port in the request", "http://gw.example:80/orders/42", []string{"gw.example"}, true},
+		{"http default port in the list", "http://gw.example/orders/42", []string{"gw.example:80"}, true},
+		{"https default port in the list", "https://gw.example/orders/42", []string{"gw.example:443"}, true},
+		{"https port 80 is not default", "https://gw.example:80/orders/42", []string{"gw.example"}, false},
+		{"other port", "http://gw.example:8081/orders/42", []string{"gw.example:8080"}, false},
+		{"port missing from the list", "http://gw.example:8080/orders/42", []string{"gw.example"}, false},
+		{"other host", "http://gw-b.example/orders/42", []string{"gw.example", "127.0.0.1:8080"}, false},
+		{"IPv6 literal", "http://[::1]:8080/orders/42", []string{"[::1]:8080"}, true},
+		{"second entry", "http://127.0.0.1:8080/orders/42", []string{"gw.example", "127.0.0.1:8080"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, httpsig.AlgEd25519)
+			req, err := http.NewRequest("FETCH", tc.url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Agent-ID", agentA)
+			if err := f.signer.Sign(req, signOpts()); err != nil {
+				t.Fatal(err)
+			}
+			_, err = httpsig.Verify(req, f.keys, httpsig.VerifyOptions{Now: now, Authorities: tc.authorities})
+			var e *httpsig.Error
+			switch {
+			case tc.ok && err != nil:
+				t.Fatalf("Authorities %q refused %s: %v", tc.authorities, tc.url, err)
+			case !tc.ok && (!errors.As(err, &e) || e.Reason != httpsig.ReasonAuthorityMismatch):
+				t.Fatalf("Authorities %q, %s: err = %v, want authority-mismatch", tc.authorities, tc.url, err)
+			}
+		})
 	}
 }
 
