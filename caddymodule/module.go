@@ -855,7 +855,8 @@ func (h *Handler) checkPaths() error {
 }
 
 // loadAgents reads agent documents into registry values and indexes
-// their certificates and keys for the verified identity modes.
+// their certificates and keys for the verified identity modes. An
+// agent_id declared in two documents fails with both files named.
 func (h *Handler) loadAgents() ([]policy.Agent, error) {
 	docs, err := schema.LoadPaths(h.Agents, schema.KindAgent)
 	if err != nil {
@@ -863,11 +864,20 @@ func (h *Handler) loadAgents() ([]policy.Agent, error) {
 	}
 	out := make([]policy.Agent, 0, len(docs))
 	ads := make([]schema.AgentDoc, 0, len(docs))
+	first := map[string]*schema.Document{} // agent_id → the document declaring it
 	for _, d := range docs {
 		var a schema.AgentDoc
 		if err := d.Decode(&a); err != nil {
 			return nil, d.Errorf("", "%v", err)
 		}
+		if prev, dup := first[a.AgentID]; dup {
+			if prev.File == d.File {
+				return nil, d.Errorf("/agent_id", "agent_id %s: this file is loaded twice (agents lists it twice, or it and its directory)", a.AgentID)
+			}
+			line, _ := prev.Line("/agent_id")
+			return nil, d.Errorf("/agent_id", "agent_id %s is already declared in %s:%d", a.AgentID, prev.File, line)
+		}
+		first[a.AgentID] = d
 		ads = append(ads, a)
 		ag := policy.Agent{ID: a.AgentID, Name: a.Name, OwnerID: a.OwnerID, TrustTier: policy.TrustTier(a.TrustTier), Status: policy.AgentStatus(a.Status)}
 		if ag.Status == "" {

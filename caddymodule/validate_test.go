@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"encoding/json"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -290,4 +291,28 @@ func TestSignatureAuthorities(t *testing.T) {
 	if err := validateHandlerJSON(t, `"signature_authorities":["gw.example.com","a,b"]`); err == nil || !strings.Contains(err.Error(), `rcns: signature_authorities[1] "a,b" is not host[:port]: "," is not allowed`) {
 		t.Errorf("JSON error %v does not name signature_authorities[1]", err)
 	}
+}
+
+// TestDuplicateAgentID: the same agent_id in two agent documents fails
+// the load naming both files, with the line and pointer of the second
+// (as every other document error), not only the registry's index.
+func TestDuplicateAgentID(t *testing.T) {
+	dir := t.TempDir()
+	const id = "c7f080d97c6a985b1decfb9a9857a05894ecfdd083fca2583dc933201664160e"
+	for name, doc := range map[string]string{
+		"a-first.yaml":  "name: first\nagent_id: " + id + "\nowner_id: ops\ntrust_tier: 1\n",
+		"b-second.yaml": "# the same agent again\nname: second\nowner_id: ops\nagent_id: " + id + "\ntrust_tier: 2\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, second := filepath.Join(dir, "a-first.yaml"), filepath.Join(dir, "b-second.yaml")
+	want := second + ":4:1: at /agent_id: agent_id " + id + " is already declared in " + first + ":2"
+	runConfigCases(t, []configCase{
+		{"directory", "agents " + dir, `"agents":[` + strconv.Quote(dir) + `]`, want},
+		{"files", "agents " + first + " " + second, `"agents":[` + strconv.Quote(first) + `,` + strconv.Quote(second) + `]`, want},
+		{"one file twice", "agents " + first + " " + first, `"agents":[` + strconv.Quote(first) + `,` + strconv.Quote(first) + `]`,
+			first + ":2:1: at /agent_id: agent_id " + id + ": this file is loaded twice"},
+	})
 }
