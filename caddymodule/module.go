@@ -67,10 +67,11 @@ type Handler struct {
 	// "signature" verifies RFC 9421 HTTP Message Signatures (label sig1,
 	// ed25519 or ecdsa-p256-sha256, keyid = RFC 7638 thumbprint).
 	Identity string `json:"identity,omitempty"`
-	// SignatureMaxAge bounds expires - created of a signature. Default 300s.
+	// SignatureMaxAge bounds expires - created of a signature: at least
+	// 1s (created and expires are whole seconds). Default 300s.
 	SignatureMaxAge caddy.Duration `json:"signature_max_age,omitempty"`
-	// SignatureSkew bounds how far created may be from the gateway clock.
-	// Default 60s.
+	// SignatureSkew bounds how far created may be from the gateway clock:
+	// at least 1s. Default 60s.
 	SignatureSkew caddy.Duration `json:"signature_skew,omitempty"`
 	// SignatureAuthorities are the authorities (RFC 9110 host[:port]: a
 	// host name, an IPv4 address or a bracketed IPv6 literal, and an
@@ -116,10 +117,12 @@ type Handler struct {
 	// that carry no Authority-Scope header with 262 scope-required
 	// (spec OP-9). Default true.
 	ScopeRequiredForInvocation *bool `json:"scope_required_for_invocation,omitempty"`
-	// ContractTTL is the lifetime of a synthesized contract. Default 1h.
+	// ContractTTL is the lifetime of a synthesized contract: at least 1s
+	// (contract times are whole seconds). Default 1h.
 	ContractTTL caddy.Duration `json:"contract_ttl,omitempty"`
 	// TombstoneTTL is how long an expired or revoked contract answers
-	// 464 contract-revoked before it becomes unknown (404). Default 24h.
+	// 464 contract-revoked before it becomes unknown (404): at least 1s.
+	// Default 24h.
 	TombstoneTTL caddy.Duration `json:"tombstone_ttl,omitempty"`
 	// MaxContracts bounds live contracts in all. Default 100000.
 	MaxContracts int `json:"max_contracts,omitempty"`
@@ -168,7 +171,7 @@ type Handler struct {
 	// bucket restarts full. Default 100000.
 	RateLimitAgents int64 `json:"rate_limit_agents,omitempty"`
 	// IdempotencyWindow is how long a completed Idempotency-Key record
-	// replays (spec §12.2, OP-15). Default 24h.
+	// replays (spec §12.2, OP-15): at least 1s. Default 24h.
 	IdempotencyWindow caddy.Duration `json:"idempotency_window,omitempty"`
 	// IdempotencyMaxRecords bounds idempotency records in all.
 	// Default 100000.
@@ -764,6 +767,9 @@ func (h *Handler) Validate() error {
 	if err := h.checkNotNegative(); err != nil {
 		return err
 	}
+	if err := h.checkMinDurations(); err != nil {
+		return err
+	}
 	if err := perAgentBound("max_contracts", h.MaxContracts, recipes.DefaultMaxContracts, "max_contracts_per_agent", h.MaxContractsPerAgent); err != nil {
 		return err
 	}
@@ -832,6 +838,35 @@ func (h *Handler) checkNotNegative() error {
 	} {
 		if k.negative {
 			return fmt.Errorf("rcns: %s must not be negative (leave it out for the default)", k.name)
+		}
+	}
+	return nil
+}
+
+// minDuration is the shortest value of the duration knobs that count in
+// whole seconds (checkMinDurations).
+const minDuration = time.Second
+
+// checkMinDurations refuses a duration knob set below minDuration, where
+// a shorter value cannot work: contract times are whole seconds
+// (issued_at, expires_at; PROPOSE refuses a requested_duration under
+// 1s), and so are a signature's created and expires; a tombstone or an
+// idempotency record that lasts under a second is gone before a client
+// can come back. Zero (unset) is the default and passes.
+func (h *Handler) checkMinDurations() error {
+	for _, k := range []struct {
+		name string
+		v    caddy.Duration
+		why  string
+	}{
+		{"contract_ttl", h.ContractTTL, "contract times (issued_at, expires_at) are whole seconds, and PROPOSE refuses a requested_duration under 1s"},
+		{"tombstone_ttl", h.TombstoneTTL, "a revoked or expired contract must answer 464 long enough for its agent to see it"},
+		{"idempotency_window", h.IdempotencyWindow, "a retry comes later than that"},
+		{"signature_max_age", h.SignatureMaxAge, "a signature's created and expires are whole seconds"},
+		{"signature_skew", h.SignatureSkew, "a signature's created is whole seconds"},
+	} {
+		if k.v > 0 && time.Duration(k.v) < minDuration {
+			return fmt.Errorf("rcns: %s %s is below the minimum %s: %s", k.name, time.Duration(k.v), minDuration, k.why)
 		}
 	}
 	return nil

@@ -316,3 +316,21 @@ func TestDuplicateAgentID(t *testing.T) {
 			first + ":2:1: at /agent_id: agent_id " + id + ": this file is loaded twice"},
 	})
 }
+
+// TestMinDurations: the duration knobs that count in whole seconds
+// (contract_ttl, tombstone_ttl, idempotency_window, signature_max_age,
+// signature_skew) refuse a value under 1s at load, naming the knob; 1s
+// is accepted. composition_timeout may be shorter.
+func TestMinDurations(t *testing.T) {
+	var cases []configCase
+	for _, k := range []string{"contract_ttl", "tombstone_ttl", "idempotency_window", "signature_max_age", "signature_skew"} {
+		cases = append(cases,
+			configCase{k + " 1ms", k + " 1ms", `"` + k + `":1000000`, "rcns: " + k + " 1ms is below the minimum 1s"},
+			configCase{k + " 999ms", k + " 999ms", `"` + k + `":999000000`, "rcns: " + k + " 999ms is below the minimum 1s"},
+			configCase{k + " 1ns", "", `"` + k + `":1`, "rcns: " + k + " 1ns is below the minimum 1s"},
+			configCase{k + " 1s", k + " 1s", `"` + k + `":1000000000`, ""},
+			configCase{k + " 1.5s", k + " 1500ms", `"` + k + `":1500000000`, ""})
+	}
+	cases = append(cases, configCase{"composition_timeout 100ms", "composition_timeout 100ms", `"composition_timeout":100000000`, ""})
+	runConfigCases(t, cases)
+}
