@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -61,6 +62,37 @@ func TestTierBHotel(t *testing.T) {
 				"check_in": demoCheckIn, "nights": 0}})
 		assertErrorBody(t, r, 422, "")
 		w.assertReservations(t, 0)
+	})
+
+	// A body of 60,000 unknown keys (about 700 KB) is answered with a 422
+	// of a few hundred bytes: the violation names five keys and how many
+	// more, once in the explanation and once in error.details (it was
+	// the whole key list twice, larger than the request).
+	t.Run("invalid-input answer is bounded", func(t *testing.T) {
+		before := w.Hotel.Count()
+		params := map[string]any{}
+		for i := range 60_000 {
+			params[fmt.Sprintf("k%05d", i)] = i
+		}
+		r := g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), map[string]any{"parameters": params})
+		b := assertNamedError(t, r, "invalid-input")
+		if len(r.Body) > 2048 {
+			t.Errorf("the 422 is %d bytes: %.300s", len(r.Body), r.Body)
+		}
+		const want = "at /: additional properties 'k00000', 'k00001', 'k00002', 'k00003', 'k00004' and 59995 more not allowed"
+		if e := str(b, "explanation"); e != "input does not match input_schema: "+want {
+			t.Errorf("explanation = %q", e)
+		}
+		vs, _ := field(b, "error", "details", "violations").([]any)
+		if len(vs) != 1 || vs[0] != want {
+			t.Errorf("error.details.violations = %v, want [%q]", vs, want)
+		}
+		if n, _ := field(b, "error", "details", "violation_count").(float64); n != 1 {
+			t.Errorf("error.details.violation_count = %v, want 1", field(b, "error", "details", "violation_count"))
+		}
+		if n := w.Hotel.Count(); n != before {
+			t.Errorf("invalid input reached the hotel upstream")
+		}
 	})
 
 	// error_map: upstream 404 → the endpoint's named error.

@@ -214,9 +214,16 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), Cause: outputMappingFailure(ctx, err), Steps: reports}
 	}
 	if probs := validateSchema(r.output, out); probs != nil {
-		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "composed output does not match output_schema: " + fmt.Sprint(probs)}, Steps: reports}
+		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), Cause: outputSchemaFailure(probs), Steps: reports}
 	}
 	return out, reports, nil
+}
+
+// outputSchemaFailure is the failure of a composed output that does not
+// match the recipe's output_schema.
+func outputSchemaFailure(probs []string) *Failure {
+	expl, _ := describeViolations("composed output does not match output_schema", probs)
+	return &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: expl}
 }
 
 // executeOne runs a one-step plan on the caller's goroutine: no
@@ -243,7 +250,7 @@ func (r *Recipe) executeOne(ctx context.Context, input map[string]any) (any, []S
 		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), Cause: outputMappingFailure(ctx, err), Steps: rep}
 	}
 	if probs := validateSchema(r.output, res); probs != nil {
-		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), Cause: &Failure{Status: 422, Code: ErrCompositionFailed, Explanation: "composed output does not match output_schema: " + fmt.Sprint(probs)}, Steps: rep}
+		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), Cause: outputSchemaFailure(probs), Steps: rep}
 	}
 	return res, rep, nil
 }

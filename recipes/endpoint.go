@@ -9,6 +9,7 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -371,17 +372,16 @@ func (f *Failure) Error() string { return f.Code + ": " + f.Explanation }
 
 // ValidateInput checks input against the endpoint's input_schema (spec
 // §7.1: unknown fields fail). It returns a 422 invalid-input Failure
-// listing the violations, or nil.
+// naming the first violations and their count (describeViolations), or
+// nil.
 func (e *Endpoint) ValidateInput(input map[string]any) *Failure {
 	return validateInput(e.input, input)
 }
 
 func validateInput(s *compiledSchema, input map[string]any) *Failure {
 	if probs := validateSchema(s, input); probs != nil {
-		return &Failure{Status: 422, Code: ErrInvalidInput,
-			Explanation:    "input does not match input_schema: " + strings.Join(probs, "; "),
-			Details:        map[string]any{"violations": probs},
-			SideEffectFree: true}
+		expl, details := describeViolations("input does not match input_schema", probs)
+		return &Failure{Status: 422, Code: ErrInvalidInput, Explanation: expl, Details: details, SideEffectFree: true}
 	}
 	return nil
 }
@@ -569,8 +569,9 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	// promises an object does not deliver one.
 	out = rename(out, s.outRename)
 	if probs := validateSchema(e.output, out); probs != nil {
-		f := fail(ErrUpstreamMalformed, "upstream output does not match output_schema: "+strings.Join(probs, "; "), resp.StatusCode)
-		f.Details["violations"] = probs
+		expl, details := describeViolations("upstream output does not match output_schema", probs)
+		f := fail(ErrUpstreamMalformed, expl, resp.StatusCode)
+		maps.Copy(f.Details, details)
 		return nil, f
 	}
 	return out, nil

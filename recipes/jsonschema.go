@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )
@@ -126,7 +128,13 @@ func validate(s *jsonschema.Schema, v any) []string {
 	walk = func(e *jsonschema.ValidationError) {
 		if len(e.Causes) == 0 {
 			loc := "/" + strings.Join(e.InstanceLocation, "/")
-			out = append(out, fmt.Sprintf("at %s: %s", loc, e.ErrorKind.LocalizedString(printer)))
+			msg := ""
+			if ap, ok := e.ErrorKind.(*kind.AdditionalProperties); ok {
+				msg = additionalProperties(ap.Properties)
+			} else {
+				msg = e.ErrorKind.LocalizedString(printer)
+			}
+			out = append(out, truncate(fmt.Sprintf("at %s: %s", loc, msg), maxViolationBytes))
 			return
 		}
 		for _, c := range e.Causes {
@@ -136,6 +144,73 @@ func validate(s *jsonschema.Schema, v any) []string {
 	walk(ve)
 	sort.Strings(out)
 	return out
+}
+
+// Bounds of the violations an answer carries: the input is the caller's
+// (up to max_request_body) and an upstream's output up to
+// max_upstream_response, so neither the number of violations nor the
+// size of one (a value or key it quotes) may grow with it.
+const (
+	// maxViolationBytes bounds one violation's text.
+	maxViolationBytes = 256
+	// maxListedProperties bounds the properties an "additional
+	// properties" violation names.
+	maxListedProperties = 5
+	// maxListedViolations bounds the violations listed in error.details.
+	maxListedViolations = 20
+	// maxExplainedViolations bounds the violations quoted in an
+	// explanation.
+	maxExplainedViolations = 3
+)
+
+// additionalProperties words an additionalProperties violation: the
+// first maxListedProperties names in sorted order (jsonschema/v6 lists
+// them all, in map order), then how many more there are.
+func additionalProperties(props []string) string {
+	props = slices.Clone(props)
+	sort.Strings(props)
+	n := len(props)
+	if n > maxListedProperties {
+		props = props[:maxListedProperties]
+	}
+	q := make([]string, len(props))
+	for i, p := range props {
+		q[i] = "'" + truncate(p, 64) + "'"
+	}
+	msg := "additional properties " + strings.Join(q, ", ")
+	if n > len(props) {
+		msg += fmt.Sprintf(" and %d more", n-len(props))
+	}
+	return msg + " not allowed"
+}
+
+// truncate cuts s to at most n bytes on a UTF-8 boundary, marking the cut
+// with "…".
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n - len("…")
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
+
+// describeViolations is a schema check's failure as an answer words it: what
+// does not match ("input does not match input_schema"), then the first
+// few violations and how many there are in all. Details are the first
+// maxListedViolations violations under "violations" and their total under
+// "violation_count". probs is validate's sorted list, each entry already
+// bounded in size.
+func describeViolations(what string, probs []string) (explanation string, details map[string]any) {
+	shown := probs[:min(len(probs), maxExplainedViolations)]
+	explanation = what + ": " + strings.Join(shown, "; ")
+	if more := len(probs) - len(shown); more > 0 {
+		explanation += fmt.Sprintf("; and %d more (%d violations in all)", more, len(probs))
+	}
+	listed := slices.Clone(probs[:min(len(probs), maxListedViolations)])
+	return explanation, map[string]any{"violations": listed, "violation_count": len(probs)}
 }
 
 // checkObjectSchema enforces spec §7.1 on an input schema: `"type":

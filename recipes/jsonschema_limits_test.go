@@ -79,3 +79,96 @@ func BenchmarkCompileProposedSchemaAtLimits(b *testing.B) {
 		})
 	}
 }
+
+// TestInvalidInputIsBounded: an invalid-input answer stays small however
+// large and however wrong the input: the explanation names the first
+// three violations and the count, details.violations holds at most 20
+// with violation_count the total, each violation is at most 256 bytes,
+// and an additionalProperties violation names five keys (sorted) and how
+// many more. A 1 MB input of unknown keys made a 422 twice its size.
+func TestInvalidInputIsBounded(t *testing.T) {
+	s, err := compileSchema(map[string]any{
+		"type": "object", "additionalProperties": false,
+		"properties": map[string]any{
+			"name": map[string]any{"type": "string", "pattern": "^[a-z]+$"},
+			"tags": map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name        string
+		input       map[string]any
+		count       int
+		first, expl string
+	}{
+		{"one violation", map[string]any{"tags": []any{1}}, 1, "at /tags/0: got number, want string",
+			"input does not match input_schema: at /tags/0: got number, want string"},
+		{"three violations", map[string]any{"tags": []any{1, 2, 3}}, 3, "at /tags/0: got number, want string",
+			"input does not match input_schema: at /tags/0: got number, want string; at /tags/1: got number, want string; at /tags/2: got number, want string"},
+		{"four violations", map[string]any{"tags": []any{1, 2, 3, 4}}, 4, "at /tags/0: got number, want string",
+			"input does not match input_schema: at /tags/0: got number, want string; at /tags/1: got number, want string; at /tags/2: got number, want string; and 1 more (4 violations in all)"},
+		{"60000 unknown keys, 100 wrong items, a long value", func() map[string]any {
+			in := map[string]any{"name": strings.Repeat("A", 100_000)}
+			for i := range 60_000 {
+				in["k"+strconv.Itoa(100_000+i)] = i
+			}
+			tags := make([]any, 100)
+			for i := range tags {
+				tags[i] = i
+			}
+			in["tags"] = tags
+			return in
+		}(), 102, "at /: additional properties 'k100000', 'k100001', 'k100002', 'k100003', 'k100004' and 59995 more not allowed", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := validateInput(s, tc.input)
+			if f == nil || f.Code != ErrInvalidInput {
+				t.Fatalf("failure = %+v, want invalid-input", f)
+			}
+			vs, _ := f.Details["violations"].([]string)
+			if n, _ := f.Details["violation_count"].(int); n != tc.count {
+				t.Errorf("violation_count = %v, want %d", f.Details["violation_count"], tc.count)
+			}
+			if len(vs) != min(tc.count, 20) {
+				t.Errorf("%d violations listed, want %d", len(vs), min(tc.count, 20))
+			}
+			if len(vs) > 0 && vs[0] != tc.first {
+				t.Errorf("first violation = %q, want %q", vs[0], tc.first)
+			}
+			for _, v := range vs {
+				if len(v) > 256 {
+					t.Errorf("a violation of %d bytes: %.80q…", len(v), v)
+				}
+			}
+			if tc.expl != "" && f.Explanation != tc.expl {
+				t.Errorf("explanation = %q, want %q", f.Explanation, tc.expl)
+			}
+			if len(f.Explanation) > 1024 {
+				t.Errorf("explanation of %d bytes", len(f.Explanation))
+			}
+			if tc.count > 3 && !strings.HasSuffix(f.Explanation, "; and "+strconv.Itoa(tc.count-3)+" more ("+strconv.Itoa(tc.count)+" violations in all)") {
+				t.Errorf("explanation %q does not give the count", f.Explanation)
+			}
+		})
+	}
+}
+
+// TestTruncate: truncate cuts on a UTF-8 boundary and marks the cut.
+func TestTruncate(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"abc", 3, "abc"},
+		{"abcdef", 5, "ab…"},
+		{"ééé", 5, "é…"}, // é is 2 bytes, … is 3
+		{strings.Repeat("x", 300), 256, strings.Repeat("x", 253) + "…"},
+	} {
+		if got := truncate(tc.s, tc.n); got != tc.want || len(got) > tc.n {
+			t.Errorf("truncate(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
+		}
+	}
+}
