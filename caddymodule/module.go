@@ -137,7 +137,9 @@ type Handler struct {
 	// MaxUpstreamResponse bounds each upstream response body in bytes.
 	// Default 8 MiB.
 	MaxUpstreamResponse int64 `json:"max_upstream_response,omitempty"`
-	// CompositionTimeout bounds one plan execution. Default 60s.
+	// CompositionTimeout bounds one plan execution, jq mappings included.
+	// It bounds time, not the memory a mapping allocates: mappings are
+	// the operator's and trusted; keep them small. Default 60s.
 	CompositionTimeout caddy.Duration `json:"composition_timeout,omitempty"`
 	// AllowPersistent lets PROPOSE grant `persistent: true`: the contract
 	// does not expire by contract_ttl, and its endpoint joins the manifest
