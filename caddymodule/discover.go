@@ -51,6 +51,12 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 		return true
 	}
 	if given(p, "target") {
+		if len(ts) > maxTargetBytes {
+			x.fail(&wireError{Status: 400, Reason: "invalid-parameter",
+				Explanation: fmt.Sprintf("DISCOVER: parameter target is %d bytes; the limit is %d (the URI length RFC 9110 §4.1 asks every recipient to support)", len(ts), maxTargetBytes),
+				Fields:      map[string]any{"limit_bytes": maxTargetBytes}})
+			return true
+		}
 		target := "/" + strings.TrimPrefix(ts, "/")
 		switch {
 		case x.path == "/" && target != "/":
@@ -59,7 +65,7 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 				return true
 			}
 		case target != x.path:
-			x.fail(errorf(400, "target-conflict", fmt.Sprintf("the body target %q disagrees with the path %s (api-01 §5.10)", ts, x.path)))
+			x.fail(errorf(400, "target-conflict", fmt.Sprintf("the body target %q disagrees with the path %s (api-01 §5.10)", clip(ts), clip(x.path))))
 			return true
 		}
 		dropTarget(req)
@@ -134,6 +140,12 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 	}
 	return true
 }
+
+// maxTargetBytes bounds a DISCOVER body target (bytes): 8000, the URI
+// length RFC 9110 §4.1 recommends every recipient support. A path in the
+// request line is bounded by the header limit; a body target otherwise
+// only by the body limit, and it is echoed in the answer.
+const maxTargetBytes = 8000
 
 // retarget makes DISCOVER / with the body target "/X" the request
 // DISCOVER /X: the legacy body form, when accepted, must equal the path

@@ -146,6 +146,12 @@ func TestDiscoverBodyTarget(t *testing.T) {
 			explanation: `parameter target "/x%zz"`},
 		{name: "conflict with the path", path: "/methods", body: target("nope"), status: 400, reason: "target-conflict",
 			explanation: `"nope" disagrees with the path /methods`, wantPath: "/methods"},
+		// A body target is bounded like a request-line path; the answer
+		// never echoes an unbounded one.
+		{name: "target over the limit", path: "/", body: target(strings.Repeat("a", maxTargetBytes+1)), status: 400, reason: "invalid-parameter",
+			explanation: "parameter target is 8001 bytes; the limit is 8000", wantPath: "/"},
+		{name: "long target in a conflict is clipped", path: "/methods", body: target(strings.Repeat("b", maxTargetBytes)), status: 400, reason: "target-conflict",
+			explanation: "disagrees with the path /methods", wantPath: "/methods"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,6 +164,9 @@ func TestDiscoverBodyTarget(t *testing.T) {
 				wantError(t, a, tc.status, tc.reason, tc.explanation)
 			}
 			wantAGTPAnswer(t, a)
+			if len(a.raw) > 2048 {
+				t.Errorf("answer is %d bytes; a refusal should not echo an unbounded target", len(a.raw))
+			}
 			if tc.wantPath != "" && a.str("path") != tc.wantPath {
 				t.Errorf("body path %q, want %q", a.str("path"), tc.wantPath)
 			}

@@ -416,6 +416,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("rcns: %v", err)
 	}
 	h.signer = signer
+	if h.Identity != IdentitySignature && len(h.SignatureAuthorities) > 0 {
+		h.logger.Warn("signature_authorities has no effect: it applies to identity signature, and this gateway runs identity " + h.Identity)
+	}
 	if h.Identity == IdentitySignature && len(h.SignatureAuthorities) == 0 {
 		h.logger.Warn("identity signature without signature_authorities: any signed @authority is accepted, so a request an agent signed for another server that trusts the same key can be replayed here once within its validity window; list this gateway's host[:port] names in signature_authorities")
 	}

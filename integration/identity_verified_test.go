@@ -687,6 +687,16 @@ func TestIdentitySignatureAuthorities(t *testing.T) {
 		}
 	})
 
+	t.Run("set outside signature mode warns", func(t *testing.T) {
+		g, _ := idvCatchAllGateway(t, func(int) string {
+			return fill(idvSite, "IDENTITY", "header", "MODE", "optimistic", "HOTEL", hotel.URL,
+				"AGENTS", agents, "EXTRA", "\t\tsignature_authorities gw-a.example", "LEGACY", js.URL)
+		})
+		waitFor(t, 5*time.Second, 50*time.Millisecond, "the no-effect warning", func() bool {
+			return strings.Contains(g.Output(), "signature_authorities has no effect")
+		})
+	})
+
 	t.Run("unset accepts any authority and warns", func(t *testing.T) {
 		g, client := idvCatchAllGateway(t, func(int) string { return site("") })
 		waitFor(t, 5*time.Second, 50*time.Millisecond, "the signature_authorities warning", func() bool {

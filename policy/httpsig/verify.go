@@ -277,7 +277,7 @@ func Verify(req *http.Request, keys KeyResolver, opt VerifyOptions) (*Result, er
 	// 6. authority
 	if len(opt.Authorities) > 0 {
 		if a := authority(req); !acceptsAuthority(opt.Authorities, a, scheme(req)) {
-			return nil, fail(ReasonAuthorityMismatch, "@authority %q (the host the request is signed for) is not one this server answers to", a)
+			return nil, fail(ReasonAuthorityMismatch, "the request's @authority %q is not one this server answers to", a)
 		}
 	}
 
