@@ -11,7 +11,7 @@ GO                  ?= go
 JSON_SERVER_VERSION := 0.17.4
 JSON_SERVER         := .tools/node_modules/.bin/json-server
 PROMTOOL            := .tools/bin/promtool
-UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/... ./cmd/...
+UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/... ./cmd/... ./scripts/...
 INTEGRATION_TIMEOUT ?= 20m
 
 .PHONY: all build deps vet unit bench-smoke integration test demo clean bench

@@ -48,8 +48,17 @@ func parseBench(in io.Reader) (*benchSet, error) {
 	pkg := ""
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	// pending is a benchmark name whose result went to a later line: a
+	// log line the benchmark printed to stderr lands after the name go
+	// test has already written ("BenchmarkX-2 \t{"level":…}"), and the
+	// result follows on a line of its own.
+	pending := ""
 	for sc.Scan() {
 		line := sc.Text()
+		if f := strings.Fields(line); pending != "" && len(f) >= 3 && isCount(f[0]) {
+			line = pending + "\t" + line
+		}
+		pending = ""
 		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
 			pkg = strings.TrimPrefix(strings.TrimSpace(p), modulePrefix)
 			continue
@@ -62,7 +71,8 @@ func parseBench(in io.Reader) (*benchSet, error) {
 			continue
 		}
 		f := strings.Fields(line)
-		if len(f) < 4 {
+		if len(f) < 4 || !isCount(f[1]) {
+			pending = f[0]
 			continue
 		}
 		name := f[0]
@@ -88,6 +98,12 @@ func parseBench(in io.Reader) (*benchSet, error) {
 		}
 	}
 	return bs, sc.Err()
+}
+
+// isCount reports whether s is go test's iteration count (digits).
+func isCount(s string) bool {
+	_, err := strconv.ParseUint(s, 10, 64)
+	return err == nil
 }
 
 // med returns the median of unit for pkg/name, or an error naming what
