@@ -159,14 +159,7 @@ func (h *Handler) retarget(x *exchange, target string) *wireError {
 	if err != nil {
 		return errorf(400, "invalid-parameter", fmt.Sprintf("DISCOVER: parameter target %q is not a path: %v", clip(target), err))
 	}
-	x.method, x.path = h.methods.ApplyRedirects(x.method, path)
-	if ref := h.methods.CheckPath(x.path); ref != nil {
-		return fromRefusal(ref)
-	}
-	if h.methods.Disallowed(x.method) {
-		return h.methodNotAllowed(x, fmt.Sprintf("method %s is not allowed on this server", x.method))
-	}
-	return nil
+	return h.dispatchTo(x, path)
 }
 
 // dropTarget removes the DISCOVER target, which names the request's

@@ -231,15 +231,9 @@ func (h *Handler) serve(x *exchange) {
 		x.fail(errorf(400, "invalid-query", err.Error()))
 		return
 	}
-	x.method, x.path = h.methods.ApplyRedirects(x.method, path)
-	// §10 step 4: path grammar.
-	if ref := h.methods.CheckPath(x.path); ref != nil {
-		x.fail(fromRefusal(ref))
-		return
-	}
-	// §10 step 5: method policy.
-	if h.methods.Disallowed(x.method) {
-		x.fail(h.methodNotAllowed(x, fmt.Sprintf("method %s is not allowed on this server", x.method)))
+	x.requestPath = path
+	if e := h.dispatchTo(x, path); e != nil {
+		x.fail(e)
 		return
 	}
 	// §10 step 6: identity.
@@ -536,6 +530,20 @@ func queryValue(q url.Values, name string) (string, bool) {
 	return vs[len(vs)-1], true
 }
 
+// dispatchTo makes the normalized path the exchange's pair: §10 step 3
+// (redirects), step 4 (path grammar) and step 5 (method policy). serve
+// runs it on the request path, discover on a DISCOVER body target.
+func (h *Handler) dispatchTo(x *exchange, path string) *wireError {
+	x.method, x.path = h.methods.ApplyRedirects(x.method, path)
+	if ref := h.methods.CheckPath(x.path); ref != nil {
+		return fromRefusal(ref)
+	}
+	if h.methods.Disallowed(x.method) {
+		return h.methodNotAllowed(x, fmt.Sprintf("method %s is not allowed on this server", x.method))
+	}
+	return nil
+}
+
 // fingerprintTarget is the request target the Idempotency-Key
 // fingerprint compares (ARCHITECTURE.md "Idempotency"): the path in the
 // RFC 3986 normal form every tier routes by (policy.NormalizePath, as
@@ -543,14 +551,10 @@ func queryValue(q url.Values, name string) (string, bool) {
 // canonicalQuery. "/%72oom?" and "/room" are one target; so are
 // "?b=2&a=1" and "?a=0&a=1&b=2".
 func (x *exchange) fingerprintTarget() string {
-	path, err := policy.NormalizePath(x.r.URL.EscapedPath())
-	if err != nil { // serve refused such a path before any claim
-		path = x.r.URL.EscapedPath()
-	}
 	if q := canonicalQuery(x.query); q != "" {
-		return path + "?" + q
+		return x.requestPath + "?" + q
 	}
-	return path
+	return x.requestPath
 }
 
 // canonicalQuery is q as its readers see it: each key once with the

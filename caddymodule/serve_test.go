@@ -23,6 +23,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -193,7 +194,11 @@ func TestFingerprintTarget(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			x := &exchange{r: r, query: q}
+			path, err := policy.NormalizePath(r.URL.EscapedPath())
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := &exchange{r: r, query: q, requestPath: path} // as serve sets them
 			if got := x.fingerprintTarget(); got != tt.want {
 				t.Errorf("fingerprintTarget(%s) = %q, want %q", tt.target, got, tt.want)
 			}

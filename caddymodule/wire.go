@@ -48,19 +48,22 @@ func errorf(status int, reason, explanation string) *wireError {
 // exchange is one AGTP request in flight: what the response headers and
 // the Attribution-Record need.
 type exchange struct {
-	h          *Handler
-	w          http.ResponseWriter
-	r          *http.Request
-	query      url.Values // the request query, parsed and checked once (parseQuery)
-	taskID     string
-	requestID  string
-	agentID    string // verbatim header value
-	ownerID    string
-	sessionID  string
-	requested  string // wire method when an alias applied
-	method     string // dispatched method
-	path       string // dispatched path
-	catalogWrn string
+	h         *Handler
+	w         http.ResponseWriter
+	r         *http.Request
+	query     url.Values // the request query, parsed and checked once (parseQuery)
+	taskID    string
+	requestID string
+	agentID   string // verbatim header value
+	ownerID   string
+	sessionID string
+	requested string // wire method when an alias applied
+	method    string // dispatched method
+	path      string // dispatched path
+	// requestPath is the request path in RFC 3986 normal form, before
+	// redirects (the Idempotency-Key fingerprint's).
+	requestPath string
+	catalogWrn  string
 	// sessionFrom says where sessionID, the request's session, came
 	// from: the Session-ID header, else the body (adoptSession).
 	sessionFrom string
