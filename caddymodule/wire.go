@@ -200,9 +200,6 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 			if len(raw) > 0 {
 				h["Content-Type"] = contentType
 			}
-			if x.contract.SynthesisID != "" {
-				h["Contract-Synthesized"] = x.contract.SynthesisID
-			}
 			for _, k := range []string{"Negotiation-ID", "Location"} {
 				if v := extra[k]; v != "" {
 					h[k] = v

@@ -32,11 +32,12 @@ const (
 	DefaultMaxPerAgent = 10000
 )
 
-// storedHeaders are the only response header fields a record keeps
-// (RCNS §12.2: status, body and Contract-Synthesized; plus what the body,
-// a 201/3xx and a PROPOSE turn (Negotiation-ID, OP-35) need to be
-// replayed as sent).
-var storedHeaders = []string{"Contract-Synthesized", "Content-Type", "Location", "Negotiation-Id"}
+// storedHeaders are the only response header fields a record keeps:
+// what the body, a 201/3xx and a PROPOSE turn (Negotiation-ID, OP-35)
+// need to be replayed as sent. Contract-Synthesized (RCNS §12.2) is
+// Response.Contract's synthesis id, kept there with the rest of the
+// contract's fields.
+var storedHeaders = []string{"Content-Type", "Location", "Negotiation-Id"}
 
 // Response is what a record replays: the status, the few header fields
 // that belong to the result, and the body.
@@ -44,9 +45,9 @@ type Response struct {
 	// Status is the status code sent the first time, whatever it was
 	// (2xx, 461, 4xx, 5xx: RCNS §12.2, ARCHITECTURE.md "Idempotency").
 	Status int
-	// Header maps canonical field names to values. Only
-	// Contract-Synthesized, Content-Type, Location and Negotiation-Id are
-	// kept; Complete drops every other field. Nil when there are none.
+	// Header maps canonical field names to values. Only Content-Type,
+	// Location and Negotiation-Id are kept; Complete drops every other
+	// field. Nil when there are none.
 	Header map[string]string
 	// Body is the response content as sent, byte for byte.
 	Body []byte
@@ -307,8 +308,8 @@ type Claim struct {
 
 // Complete stores resp (whatever its status) for replay during the
 // window, counted from now, and releases the in-flight hold. Only the
-// Contract-Synthesized, Content-Type, Location and Negotiation-Id header
-// fields are kept;
+// Content-Type, Location and Negotiation-Id header fields are kept (the
+// contract, Contract-Synthesized included, is resp.Contract);
 // Header and Body are copied, so the caller may reuse them. A second call,
 // a call after Abandon, or a call after the claim expired is a no-op.
 // RCNS §12.2.

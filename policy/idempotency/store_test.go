@@ -89,10 +89,9 @@ func TestExecuteCompleteReplay(t *testing.T) {
 
 	want := &Response{
 		Status: 461,
-		Header: map[string]string{
-			"Contract-Synthesized": "syn-1",
-			"Content-Type":         "application/json",
-			"Location":             "/bookings/7",
+		Header: map[string]string{ // Contract-Synthesized is Contract's
+			"Content-Type": "application/json",
+			"Location":     "/bookings/7",
 		},
 		Body:     []byte(`{"status":"booked","synthesis_id":"syn-1"}`),
 		Contract: ContractRef{SynthesisID: "syn-1", ContractHash: "ab12", NegotiationOrigin: "rcns-gate"},
