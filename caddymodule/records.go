@@ -278,10 +278,7 @@ func (rs *recordState) lockDirLocked(dir string) error {
 	rs.lock = l
 	host, _ := os.Hostname()
 	raw, _ := json.Marshal(lockOwner{PID: os.Getpid(), Host: host, Process: processID, Name: rs.name, Since: time.Now().UTC().Format(time.RFC3339)})
-	path := filepath.Join(dir, ownerFile)
-	if err := os.WriteFile(path+".tmp", raw, 0o640); err == nil {
-		_ = os.Rename(path+".tmp", path)
-	}
+	_ = records.WriteFileAtomic(filepath.Join(dir, ownerFile), raw) // best effort: it only names the holder
 	return nil
 }
 
@@ -397,11 +394,7 @@ func (rs *recordState) bumpAPIVersion(manifestHash string) (int, error) {
 	rs.apiVersion = st.Version
 	if changed && path != "" {
 		raw, _ := json.Marshal(st)
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, raw, 0o640); err != nil {
-			return st.Version, err
-		}
-		if err := os.Rename(tmp, path); err != nil {
+		if err := records.WriteFileAtomic(path, raw); err != nil {
 			return st.Version, err
 		}
 	}

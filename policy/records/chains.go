@@ -280,15 +280,19 @@ func (c *Chains) Flush() error {
 	if err != nil {
 		return fmt.Errorf("records: encode chain heads: %w", err)
 	}
-	if err := writeFileAtomic(c.path, data); err != nil {
+	if err := WriteFileAtomic(c.path, data); err != nil {
 		return err
 	}
 	c.flushed = gen
 	return nil
 }
 
-// writeFileAtomic replaces path with data via a synced temporary file.
-func writeFileAtomic(path string, data []byte) (err error) {
+// WriteFileAtomic replaces the file at path with data: written to a
+// temporary file in the same directory, synced, renamed onto path, and
+// the directory synced, so a reader or a crash sees the old content or
+// the new, never a part. Errors name path and the step that failed; on
+// an error the temporary file is removed and path is unchanged.
+func WriteFileAtomic(path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
 	if err != nil {
