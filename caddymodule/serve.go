@@ -672,17 +672,7 @@ const maxJSONDepth = 10000
 
 // clip shortens s (a key or pointer taken from the body) to 64 bytes,
 // on a UTF-8 boundary, so an error never carries the body back.
-func clip(s string) string {
-	const limit = 64
-	if len(s) <= limit {
-		return s
-	}
-	i := limit
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
+func clip(s string) string { return recipes.Truncate(s, 64+len("…")) }
 
 // pointerOrRoot renders an RFC 6901 pointer, "/" for the whole document.
 func pointerOrRoot(p jsontext.Pointer) string {

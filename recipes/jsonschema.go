@@ -134,7 +134,7 @@ func validate(s *jsonschema.Schema, v any) []string {
 			} else {
 				msg = e.ErrorKind.LocalizedString(printer)
 			}
-			out = append(out, truncate(fmt.Sprintf("at %s: %s", loc, msg), maxViolationBytes))
+			out = append(out, Truncate(fmt.Sprintf("at %s: %s", loc, msg), maxViolationBytes))
 			return
 		}
 		for _, c := range e.Causes {
@@ -175,7 +175,7 @@ func additionalProperties(props []string) string {
 	}
 	q := make([]string, len(props))
 	for i, p := range props {
-		q[i] = "'" + truncate(p, 64) + "'"
+		q[i] = "'" + Truncate(p, 64) + "'"
 	}
 	msg := "additional properties " + strings.Join(q, ", ")
 	if n > len(props) {
@@ -184,9 +184,11 @@ func additionalProperties(props []string) string {
 	return msg + " not allowed"
 }
 
-// truncate cuts s to at most n bytes on a UTF-8 boundary, marking the cut
-// with "…".
-func truncate(s string, n int) string {
+// Truncate cuts s to at most n bytes (n ≥ 3) on a UTF-8 boundary,
+// marking a cut with "…" (3 bytes, counted in n); s is returned as is
+// when it fits. Answers use it to bound the text they quote from a
+// request or an upstream.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

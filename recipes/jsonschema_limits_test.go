@@ -155,7 +155,7 @@ func TestInvalidInputIsBounded(t *testing.T) {
 	}
 }
 
-// TestTruncate: truncate cuts on a UTF-8 boundary and marks the cut.
+// TestTruncate: Truncate cuts on a UTF-8 boundary and marks the cut.
 func TestTruncate(t *testing.T) {
 	for _, tc := range []struct {
 		s    string
@@ -167,8 +167,8 @@ func TestTruncate(t *testing.T) {
 		{"ééé", 5, "é…"}, // é is 2 bytes, … is 3
 		{strings.Repeat("x", 300), 256, strings.Repeat("x", 253) + "…"},
 	} {
-		if got := truncate(tc.s, tc.n); got != tc.want || len(got) > tc.n {
-			t.Errorf("truncate(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
+		if got := Truncate(tc.s, tc.n); got != tc.want || len(got) > tc.n {
+			t.Errorf("Truncate(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
 		}
 	}
 }
