@@ -505,14 +505,16 @@ func TestIdempotencyInFlightNamesNoContract(t *testing.T) {
 	}
 	id := str(cs[0], "synthesis_id")
 
-	for _, c := range []struct {
+	// The three routes a repeat of the first BOOK can take.
+	routes := []struct {
 		name string
 		h    map[string]string
 	}{
 		{"gate repeat (by pair)", h},
 		{"by pair", hdr(agentA1, scopeAll, "Idempotency-Key", "held-1")},
 		{"presentation", hdr(agentA1, scopeAll, "Contract-Synthesized", id, "Idempotency-Key", "held-1")},
-	} {
+	}
+	for _, c := range routes {
 		t.Run("409 "+c.name, func(t *testing.T) {
 			r := g.Do(t, "BOOK", "/room", c.h, bookBody())
 			b := assertErrorBody(t, r, 409, "idempotency-key-in-flight")
@@ -542,14 +544,7 @@ func TestIdempotencyInFlightNamesNoContract(t *testing.T) {
 
 	// Replays name the contract whose answer they repeat, by whichever
 	// route they arrive.
-	for _, c := range []struct {
-		name string
-		h    map[string]string
-	}{
-		{"gate repeat (by pair)", h},
-		{"by pair", hdr(agentA1, scopeAll, "Idempotency-Key", "held-1")},
-		{"presentation", hdr(agentA1, scopeAll, "Contract-Synthesized", id, "Idempotency-Key", "held-1")},
-	} {
+	for _, c := range routes {
 		t.Run("replay "+c.name, func(t *testing.T) {
 			r := g.Do(t, "BOOK", "/room", c.h, bookBody())
 			assertReplay(t, first, r)
