@@ -13,16 +13,21 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// catalogEndpoint is an operator DISCOVER endpoint (Tier B) over the
-// bench upstream.
-const catalogEndpoint = `method: DISCOVER
-path: /catalog/{item_id}
-description: Describes one catalog item.
+// itemEndpoint is a Tier B endpoint document for method and path over
+// the bench upstream's GET /items/{item_id}; query, when not empty, is
+// the external_service query block (indented under it).
+func itemEndpoint(method, path, description, intent, capability, query string) string {
+	if query != "" {
+		query = "  query:\n" + query
+	}
+	return `method: ` + method + `
+path: ` + path + `
+description: ` + description + `
 semantic:
-  intent: Describe one catalog item by its id.
+  intent: ` + intent + `
   actor: agent
   outcome: The item record is returned.
-  capability: discovery
+  capability: ` + capability + `
   confidence: 0.9
   impact: informational
   is_idempotent: true
@@ -39,8 +44,14 @@ external_service:
   upstream: bench
   method: GET
   path: /items/{item_id}
-  timeout_seconds: 10
+` + query + `  timeout_seconds: 10
 `
+}
+
+// catalogEndpoint is an operator DISCOVER endpoint (Tier B) over the
+// bench upstream.
+var catalogEndpoint = itemEndpoint("DISCOVER", "/catalog/{item_id}", "Describes one catalog item.",
+	"Describe one catalog item by its id.", "discovery", "")
 
 // newCatalogGateway is newTestGateway plus catalogEndpoint.
 func newCatalogGateway(t *testing.T) *testGateway {

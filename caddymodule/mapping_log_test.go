@@ -12,34 +12,10 @@ import (
 
 // raisingEndpoint is Tier B FETCH /raise/{item_id} whose query mapping
 // raises an operator-written error for item "bad".
-const raisingEndpoint = `method: FETCH
-path: /raise/{item_id}
-description: Fetches one item, refusing withdrawn ones in its query mapping.
-semantic:
-  intent: Fetch one item record by its id.
-  actor: agent
-  outcome: The item record is returned.
-  capability: retrieval
-  confidence: 0.9
-  impact: informational
-  is_idempotent: true
-input_schema:
-  type: object
-  additionalProperties: false
-  required: [item_id]
-  properties:
-    item_id: {type: string, minLength: 1}
-output_schema: {type: object}
-errors: [upstream_timeout, upstream_connection_error, upstream_malformed_response, upstream_authentication_failed, upstream_error]
-required_scopes: [bench:read]
-external_service:
-  upstream: bench
-  method: GET
-  path: /items/{item_id}
-  query:
-    v: 'if .item_id == "bad" then error("item bad is withdrawn") else "1" end'
-  timeout_seconds: 10
-`
+var raisingEndpoint = itemEndpoint("FETCH", "/raise/{item_id}", "Fetches one item, refusing withdrawn ones in its query mapping.",
+	"Fetch one item record by its id.", "retrieval",
+	`    v: 'if .item_id == "bad" then error("item bad is withdrawn") else "1" end'
+`)
 
 // raisingRecipe is LOOKUP /raise-item/… whose one step's input mapping
 // raises for item "bad".
