@@ -16,12 +16,7 @@ import (
 // loaded (enabled false) they are "unchanged" and need REVOKE
 // target=contract.
 func TestReloadKeepsContractsOfRemovedUpstream(t *testing.T) {
-	js := startJSONServer(t, hotelDB)
-	hotel := startCountingProxy(t, js.URL)
-	legacy := startCounter(t)
-	docs := t.TempDir()
-	copyDocs(t, "examples/hotel/agents", filepath.Join(docs, "agents"))
-	copyDocs(t, "examples/hotel/endpoints", filepath.Join(docs, "endpoints"))
+	js, hotel, legacy, docs := reloadWorld(t)
 	recipesDir := filepath.Join(docs, "recipes")
 	copyDocs(t, "examples/hotel/recipes", recipesDir)
 	empty := filepath.Join(docs, "empty")

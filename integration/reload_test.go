@@ -63,13 +63,22 @@ func sweepEntries(t testing.TB, r *Resp) map[string]map[string]any {
 	return out
 }
 
-func TestReloadStaleContracts(t *testing.T) {
-	js := startJSONServer(t, hotelDB)
-	hotel := startCountingProxy(t, js.URL)
-	legacy := startCounter(t)
-	docs := t.TempDir()
+// reloadWorld starts the hotel upstream (json-server behind a counting
+// proxy) and a legacy counter, and copies the hotel agents and
+// endpoints into a fresh docs dir; recipes are the caller's.
+func reloadWorld(t *testing.T) (js *JSONServer, hotel, legacy *Counter, docs string) {
+	t.Helper()
+	js = startJSONServer(t, hotelDB)
+	hotel = startCountingProxy(t, js.URL)
+	legacy = startCounter(t)
+	docs = t.TempDir()
 	copyDocs(t, "examples/hotel/agents", filepath.Join(docs, "agents"))
 	copyDocs(t, "examples/hotel/endpoints", filepath.Join(docs, "endpoints"))
+	return js, hotel, legacy, docs
+}
+
+func TestReloadStaleContracts(t *testing.T) {
+	js, hotel, legacy, docs := reloadWorld(t)
 	v1 := filepath.Join(docs, "recipes-v1")
 	v2 := filepath.Join(docs, "recipes-v2")
 	v1c := filepath.Join(docs, "recipes-v1-changed")
