@@ -424,10 +424,12 @@ func (h *Handler) checkIdentifiers(r *http.Request, anonymous bool) *wireError {
 	if sid, ok := headerValue(r, "Session-ID"); ok && !validSessionID(sid) {
 		return errorf(400, "invalid-session-id", "Session-ID must be "+sessionIDForm)
 	}
+	// Present means checked: an empty Owner-ID is malformed, as an empty
+	// Request-ID or Session-ID is.
+	if oid, ok := headerValue(r, "Owner-ID"); ok && !policy.ValidOwnerID(oid) {
+		return errorf(400, "invalid-owner-id", fmt.Sprintf("Owner-ID %q is not 1 to 256 characters of letters, digits, '-', '_', ':' and '.'", clip(oid)))
+	}
 	if anonymous {
-		if oid := headerGet(r, "Owner-ID"); oid != "" && !policy.ValidOwnerID(oid) {
-			return errorf(400, "invalid-owner-id", fmt.Sprintf("Owner-ID %q is not 1 to 256 characters of letters, digits, '-', '_', ':' and '.'", clip(oid)))
-		}
 		return nil
 	}
 	if h.StrictIdentifiers {

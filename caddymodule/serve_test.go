@@ -444,6 +444,9 @@ func TestAnonymousIdentifiers(t *testing.T) {
 		{map[string]string{"Session-ID": "x"}, "invalid-session-id", "22-256 characters"},
 		{map[string]string{"Request-ID": "bad", "Session-ID": "x"}, "invalid-request-id", ""},
 		{map[string]string{"Owner-ID": "org acme"}, "invalid-owner-id", `Owner-ID "org acme"`},
+		{map[string]string{"Owner-ID": ""}, "invalid-owner-id", `Owner-ID ""`},
+		// With Agent-ID too: present means checked, empty included.
+		{map[string]string{"Agent-ID": benchAgent, "Owner-ID": ""}, "invalid-owner-id", `Owner-ID ""`},
 	} {
 		for _, target := range []string{"/", "/methods"} {
 			wantError(t, g.serve(t, "DISCOVER", target, tc.hdr, nil, 0), 400, tc.reason, tc.expl)
