@@ -777,7 +777,8 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 			Fields: map[string]any{"problems": probs}})
 		return
 	}
-	// Step 4: schemas.
+	// Step 4: schemas. A compile error is quoted in at most
+	// maxSchemaErrorBytes (the schema is the caller's).
 	for _, k := range []string{"input_schema", "output_schema"} {
 		if v, ok := prop[k]; ok {
 			obj, isObj := v.(map[string]any)
@@ -793,7 +794,7 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 				return
 			}
 			if _, err := recipes.CompileSchema(obj); err != nil {
-				failHdr(errorf(400, "invalid-schema", fmt.Sprintf("%s is not a valid JSON Schema: %v", k, err)))
+				failHdr(errorf(400, "invalid-schema", fmt.Sprintf("%s is not a valid JSON Schema: %s", k, recipes.SchemaErrorText(err, maxSchemaErrorBytes))))
 				return
 			}
 		}
@@ -878,3 +879,7 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	}
 	x.write(policy.StatusProposalApproved, mediaEndpoint, body, hdr)
 }
+
+// maxSchemaErrorBytes bounds the compiler's message a PROPOSE
+// invalid-schema answer quotes (bytes).
+const maxSchemaErrorBytes = 512

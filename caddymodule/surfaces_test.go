@@ -790,6 +790,29 @@ func TestProposeSchemaShapeLimits(t *testing.T) {
 	}
 }
 
+// TestProposeSchemaErrorBounded: a proposed schema the compiler refuses
+// is quoted on one line, without the internal resource name, in at most
+// maxSchemaErrorBytes: 300 invalid properties with long names and
+// values (under the node limit) gave a 326 kB multi-line explanation.
+func TestProposeSchemaErrorBounded(t *testing.T) {
+	g := newTestGateway(t)
+	props := map[string]any{}
+	for i := 0; i < 300; i++ {
+		props["p"+strconv.Itoa(i)+strings.Repeat("x", 200)] = map[string]any{"type": "nope" + strings.Repeat("y", 2000)}
+	}
+	p := proposal("/item/bad-schema")
+	p["endpoint"].(map[string]any)["input_schema"] = map[string]any{"type": "object", "additionalProperties": false, "properties": props}
+	a := g.builtin(t, "PROPOSE", p)
+	wantError(t, a, 400, "invalid-schema", "input_schema is not a valid JSON Schema: ")
+	e := a.str("explanation")
+	if len(e) > maxSchemaErrorBytes+len("input_schema is not a valid JSON Schema: ") || strings.Contains(e, "\n") || strings.Contains(e, "mem:") {
+		t.Fatalf("explanation is %d bytes (newline %v, mem: %v): %.300s", len(e), strings.Contains(e, "\n"), strings.Contains(e, "mem:"), e)
+	}
+	if len(a.raw) > 4096 {
+		t.Fatalf("answer is %d bytes", len(a.raw))
+	}
+}
+
 // TestContractLimitExplanation: a refusal at the per-agent contract
 // limit states the limit as enforced (the default 100 when
 // max_contracts_per_agent is unset, not 0) and the agent's actual count

@@ -38,10 +38,24 @@ func CompileSchema(doc map[string]any) (*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(noRemoteLoader{})
-	if err := c.AddResource("mem:///schema.json", v); err != nil {
+	if err := c.AddResource(schemaResource, v); err != nil {
 		return nil, err
 	}
-	return c.Compile("mem:///schema.json")
+	return c.Compile(schemaResource)
+}
+
+// schemaResource is the name CompileSchema gives the schema it compiles.
+const schemaResource = "mem:///schema.json"
+
+// SchemaErrorText is err (a CompileSchema failure) as an answer quotes
+// it to an agent: on one line (jsonschema/v6 reports a tree over
+// several), without the internal resource name (a JSON pointer into the
+// proposed schema stays, as "#/…"), cut to at most n bytes (Truncate):
+// a proposed schema is the caller's, so the text about it may not grow
+// with it.
+func SchemaErrorText(err error, n int) string {
+	s := strings.ReplaceAll(err.Error(), schemaResource, "")
+	return Truncate(strings.Join(strings.Fields(s), " "), n)
 }
 
 // Limits on an agent-proposed JSON Schema (PROPOSE input_schema and
