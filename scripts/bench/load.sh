@@ -5,8 +5,8 @@
 # fixed JSON routes) and the driver, installs vegeta v12.13.0 into .tools/
 # when missing, then runs scripts/bench/loadcmp on loopback. Every run is
 # bounded in requests and time; the whole comparison is bounded by
-# -max-total (default 40m) and takes about 12 minutes with the defaults
-# (5 rounds). Results: report.md, results.json, loadcmp.log and profiles/
+# -max-total (default 40m) and takes about 9 minutes with its default
+# of 5 rounds (make bench runs 4: about 7 minutes). Results: report.md, results.json, loadcmp.log and profiles/
 # in -out (default: a new temp dir). Extra arguments go to loadcmp, e.g.
 #
 #   scripts/bench/load.sh -rounds 3 -only c,d
