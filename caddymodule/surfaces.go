@@ -39,21 +39,21 @@ func params(req *request) (map[string]any, *wireError) {
 	return out, nil
 }
 
-// envelopeParameters returns a copy of the envelope's "parameters"
-// object (empty when absent or null); 400 invalid-envelope when it is
-// not an object.
+// envelopeParameters returns the envelope's "parameters" object (a new
+// empty map when absent or null); 400 invalid-envelope when it is not an
+// object. The map is the decoded body's own, which this request alone
+// holds: callers add the query, path and top-level parameters to it in
+// place instead of copying it.
 func envelopeParameters(req *request) (map[string]any, *wireError) {
-	out := map[string]any{}
-	if p, ok := req.body["parameters"]; ok && p != nil {
-		obj, ok := p.(map[string]any)
-		if !ok {
-			return nil, errorf(400, "invalid-envelope", "\"parameters\" must be a JSON object")
-		}
-		for k, v := range obj {
-			out[k] = v
-		}
+	p, ok := req.body["parameters"]
+	if !ok || p == nil {
+		return map[string]any{}, nil
 	}
-	return out, nil
+	obj, ok := p.(map[string]any)
+	if !ok {
+		return nil, errorf(400, "invalid-envelope", "\"parameters\" must be a JSON object")
+	}
+	return obj, nil
 }
 
 // Parameter readers. Every built-in parameter is read by the one reader
