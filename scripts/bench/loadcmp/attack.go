@@ -13,7 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -52,6 +52,9 @@ type stats struct {
 	// anything but Caddy, the upstream and vegeta (other work on a shared
 	// machine), in cores (CPU seconds per second).
 	ForeignCores float64 `json:"foreign_cores"`
+	// lats are the run's latencies in ns, sorted, kept for fixed-rate
+	// runs only: their percentiles are also taken over all rounds pooled.
+	lats []int64
 }
 
 type vegetaTarget struct {
@@ -203,13 +206,9 @@ func parseResults(r io.Reader, want int) (*stats, error) {
 	if st.Requests == 0 {
 		return st, errors.New("no results")
 	}
-	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
-	pct := func(p float64) float64 {
-		i := int(math.Ceil(p*float64(len(lats)))) - 1
-		i = max(0, min(i, len(lats)-1))
-		return float64(lats[i]) / 1e6
-	}
-	st.P50, st.P90, st.P99 = pct(0.50), pct(0.90), pct(0.99)
+	slices.Sort(lats)
+	st.P50, st.P90, st.P99 = percentile(lats, 0.50), percentile(lats, 0.90), percentile(lats, 0.99)
+	st.lats = lats
 	st.Max = float64(lats[len(lats)-1]) / 1e6
 	st.Mean = sum / float64(len(lats)) / 1e6
 	st.Span = float64(last-first) / 1e9
@@ -220,4 +219,29 @@ func parseResults(r io.Reader, want int) (*stats, error) {
 		st.Errors = nil
 	}
 	return st, nil
+}
+
+// percentile is the p-quantile (0 < p ≤ 1, nearest rank) of latencies
+// sorted ascending, in ns, returned in ms; 0 for none.
+func percentile(sorted []int64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	i = max(0, min(i, len(sorted)-1))
+	return float64(sorted[i]) / 1e6
+}
+
+// pool merges latency lists, each sorted ascending, into one sorted list.
+func pool(lists ...[]int64) []int64 {
+	n := 0
+	for _, l := range lists {
+		n += len(l)
+	}
+	out := make([]int64, 0, n)
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	slices.Sort(out)
+	return out
 }

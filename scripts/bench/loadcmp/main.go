@@ -326,6 +326,9 @@ func (d *driver) one(ctx context.Context, s *scenario, phase string, rate, worke
 	if err != nil {
 		return nil, err
 	}
+	if rate == 0 {
+		st.lats = nil // throughput runs: only their summary is used
+	}
 	if st.OK < st.Requests*99/100 {
 		return st, fmt.Errorf("%s: only %d of %d answers had status %d: %v %v", s.Key, st.OK, st.Requests, s.Want, st.Codes, st.Errors)
 	}
@@ -439,9 +442,12 @@ func rotate(list []*scenario, r int) []*scenario {
 
 // meanStats is the reference a scenario run is compared with: the mean
 // of the (b) runs before and after it.
+// meanStats is the reference of a run from the (b) runs a and b around
+// it: the mean of each number, and the latencies of both runs together.
 func meanStats(a, b *stats) *stats {
 	return &stats{Tput: (a.Tput + b.Tput) / 2, P50: (a.P50 + b.P50) / 2, P90: (a.P90 + b.P90) / 2, P99: (a.P99 + b.P99) / 2,
-		Mean: (a.Mean + b.Mean) / 2, CaddyCPU: (a.CaddyCPU + b.CaddyCPU) / 2, ForeignCores: (a.ForeignCores + b.ForeignCores) / 2}
+		Mean: (a.Mean + b.Mean) / 2, CaddyCPU: (a.CaddyCPU + b.CaddyCPU) / 2, ForeignCores: (a.ForeignCores + b.ForeignCores) / 2,
+		lats: pool(a.lats, b.lats)}
 }
 
 func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// ms returns n latencies of v milliseconds, in ns.
+func ms(n int, v float64) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(v * 1e6)
+	}
+	return out
+}
+
+func TestPercentileAndPool(t *testing.T) {
+	l := pool(append(ms(98, 1), ms(2, 9)...), nil)
+	if got := percentile(l, 0.50); got != 1 {
+		t.Errorf("p50 = %v, want 1", got)
+	}
+	if got := percentile(l, 0.98); got != 1 {
+		t.Errorf("p98 = %v, want 1 (nearest rank: the 98th of 100)", got)
+	}
+	if got := percentile(l, 0.99); got != 9 {
+		t.Errorf("p99 = %v, want 9", got)
+	}
+	if got := percentile(nil, 0.99); got != 0 {
+		t.Errorf("p99 of nothing = %v, want 0", got)
+	}
+	p := pool([]int64{1, 5, 9}, []int64{2, 3}, nil, []int64{4})
+	if want := []int64{1, 2, 3, 4, 5, 9}; len(p) != len(want) {
+		t.Fatalf("pool = %v, want %v", p, want)
+	} else {
+		for i := range want {
+			if p[i] != want[i] {
+				t.Fatalf("pool = %v, want %v", p, want)
+			}
+		}
+	}
+}
+
+// The p99 targets are judged on the pooled difference: one round whose
+// scenario run caught a stall moves the per-round median, but not the
+// p99 over all rounds' requests when that stall is under 1 % of them.
+func TestPooledP99Target(t *testing.T) {
+	r := &results{Meta: map[string]any{}, Runs: map[string][]*runResult{}}
+	b := &scenario{Key: "b", Letter: "b", Rate: 1000}
+	d := &scenario{Key: "d/nokey", Letter: "d", Variant: vNoKey, Rate: 1000}
+	for round := range 4 {
+		prev := &stats{lats: ms(1000, 1), P50: 1, P99: 1}
+		next := &stats{lats: ms(1000, 1), P50: 1, P99: 1}
+		// Each run: 1000 requests at 1.2 ms; rounds 0 and 1 also have
+		// 15 requests at 30 ms (1.5 % of the run, 0.75 % of the pool).
+		l := ms(1000, 1.2)
+		if round < 2 {
+			copy(l[985:], ms(15, 30))
+		}
+		l = pool(l)
+		st := &stats{lats: l, P50: percentile(l, 0.5), P99: percentile(l, 0.99)}
+		r.add("fixed", b, round, prev, nil)
+		r.add("fixed", d, round, st, meanStats(prev, next))
+	}
+	r.summarize([]*scenario{b, d})
+	sm := r.Summary["d/nokey"]
+	if sm.PoolN != 4000 || sm.PoolRefN != 8000 {
+		t.Fatalf("pools of %d and %d requests, want 4000 and 8000", sm.PoolN, sm.PoolRefN)
+	}
+	if got := sm.PoolP99B; got < 0.19 || got > 0.21 {
+		t.Errorf("pooled p99 added = %v ms, want 0.2", got)
+	}
+	if got := sm.AddP99B; got.Lo > 0.21 || got.Hi < 28 {
+		t.Errorf("per-round p99 added = %+v, want from 0.2 to 29", got)
+	}
+	var v *verdict
+	for _, tv := range r.Targets {
+		if strings.HasPrefix(tv.Target, "(d) no key: p99 added") {
+			v = tv
+		}
+	}
+	if v == nil {
+		t.Fatalf("no (d) p99 verdict in %+v", r.Targets)
+	}
+	if !v.Met || v.Value != sm.PoolP99B || !strings.Contains(v.Measured, "4000 requests") {
+		t.Errorf("verdict %+v, want met on the pooled value over 4000 requests", v)
+	}
+	if md := r.markdown([]*scenario{b, d}); !strings.Contains(md, "| 0.20 |") {
+		t.Errorf("report does not show the pooled difference 0.20:\n%s", md)
+	}
+}
