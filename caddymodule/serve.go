@@ -72,8 +72,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		sessionID: headerGet(r, "Session-ID"),
 		requestID: headerGet(r, "Request-ID"),
 	}
-	if x.requestID == "" {
+	// A malformed identifier is refused (checkIdentifiers) and is never
+	// echoed or written into an Attribution-Record: the record names a
+	// request id the gateway minted instead, as for a request without one.
+	if x.requestID != "" && ValidRequestID(x.requestID) {
+		x.requestIDEcho = true
+	} else {
 		x.requestID = newUUID()
+	}
+	if x.ownerID != "" && !policy.ValidOwnerID(x.ownerID) {
+		x.ownerID = ""
+	}
+	if x.sessionID != "" && !validSessionID(x.sessionID) {
+		x.sessionID = ""
 	}
 	if x.sessionID != "" {
 		x.sessionFrom = sessionFromHeader
@@ -332,11 +343,14 @@ func (h *Handler) serve(x *exchange) {
 	h.gateway(x, req)
 }
 
-var ulidPattern = regexp.MustCompile(`^[0-9A-HJKMNP-TV-Z]{26}$`)
+// ulidPattern: 26 Crockford base32 characters holding 128 bits, so the
+// first is 0-7 (the largest ULID is 7ZZZZZZZZZZZZZZZZZZZZZZZZZ).
+var ulidPattern = regexp.MustCompile(`^[0-7][0-9A-HJKMNP-TV-Z]{25}$`)
 var uuidV7Pattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
 // ValidRequestID reports whether s is a UUIDv7 (lowercase 8-4-4-4-12)
-// or a ULID (26 Crockford base32 characters) (ids-02 §9.2, spec OP-7).
+// or a ULID (26 Crockford base32 characters, at most 128 bits: the
+// first is 0-7) (ids-02 §9.2, spec OP-7).
 func ValidRequestID(s string) bool {
 	return uuidV7Pattern.MatchString(s) || ulidPattern.MatchString(s)
 }

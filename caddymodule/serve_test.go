@@ -22,6 +22,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/google/uuid"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
@@ -449,15 +450,22 @@ func TestAnonymousIdentifiers(t *testing.T) {
 		{map[string]string{"Agent-ID": benchAgent, "Owner-ID": ""}, "invalid-owner-id", `Owner-ID ""`},
 	} {
 		for _, target := range []string{"/", "/methods"} {
-			wantError(t, g.serve(t, "DISCOVER", target, tc.hdr, nil, 0), 400, tc.reason, tc.expl)
+			a := g.serve(t, "DISCOVER", target, tc.hdr, nil, 0)
+			wantError(t, a, 400, tc.reason, tc.expl)
+			noMalformedIdentifiers(t, a)
 		}
 	}
+	// Refused before the identifiers are checked (a malformed Task-ID):
+	// the malformed Request-ID is still neither echoed nor recorded.
+	a := g.serve(t, "DISCOVER", "/", map[string]string{"Task-ID": " ", "Request-ID": "bad", "Owner-ID": "org acme", "Session-ID": "x"}, nil, 0)
+	wantError(t, a, 400, "invalid-task-id", "")
+	noMalformedIdentifiers(t, a)
 	// Without Agent-ID a catalog method other than DISCOVER is checked
 	// the same way before it is refused for the missing Agent-ID.
 	wantError(t, g.serve(t, "FETCH", "/items/1", map[string]string{"Request-ID": "bad"}, nil, 0), 400, "invalid-request-id", "")
 	// Well-formed identifiers are served and recorded.
 	rid, sid := newUUID(), "anon-0123456789abcdefABCDEF"
-	a := g.serve(t, "DISCOVER", "/methods", map[string]string{"Request-ID": rid, "Session-ID": sid, "Owner-ID": "org:acme"}, nil, 0)
+	a = g.serve(t, "DISCOVER", "/methods", map[string]string{"Request-ID": rid, "Session-ID": sid, "Owner-ID": "org:acme"}, nil, 0)
 	if a.status != 200 || a.hdr("Request-ID") != rid {
 		t.Fatalf("anonymous DISCOVER with good identifiers: %s (Request-ID %q)", a, a.hdr("Request-ID"))
 	}
@@ -472,6 +480,26 @@ func TestAnonymousIdentifiers(t *testing.T) {
 	}
 	wantError(t, g.serve(t, "DISCOVER", "/", map[string]string{"Request-ID": "bad"}, nil, 0), 400, "invalid-request-id", "")
 	wantError(t, g.do(t, "DISCOVER", "/methods", nil), 400, "owner-id-required", "")
+}
+
+// noMalformedIdentifiers checks that an answer to a request with a
+// malformed Request-ID, Owner-ID or Session-ID does not echo it and
+// that its Attribution-Record names a request id the gateway minted and
+// no owner or session: the gateway signs only identifiers it accepted.
+func noMalformedIdentifiers(t *testing.T, a *answer) {
+	t.Helper()
+	if v := a.hdr("Request-ID"); v != "" && !ValidRequestID(v) {
+		t.Errorf("malformed Request-ID %q echoed: %s", v, a)
+	}
+	p := attributionPayload(t, a)
+	if rid, _ := p["request_id"].(string); !ValidRequestID(rid) {
+		t.Errorf("Attribution-Record request_id %q is not a UUIDv7 or ULID", rid)
+	}
+	for _, k := range []string{"owner_id", "session_id"} {
+		if v, ok := p[k]; ok {
+			t.Errorf("Attribution-Record carries the malformed %s %v", k, v)
+		}
+	}
 }
 
 // TestValidSessionIDMatchesPattern: the byte loop accepts exactly what
@@ -500,6 +528,22 @@ func TestValidSessionIDMatchesPattern(t *testing.T) {
 		s := string(b)
 		if got, want := validSessionID(s), pattern.MatchString(s); got != want {
 			t.Fatalf("%q: validSessionID = %v, pattern = %v", s, got, want)
+		}
+	}
+}
+
+// TestValidRequestID: a UUIDv7 in lowercase 8-4-4-4-12 or a ULID of at
+// most 128 bits (first character 0-7); nothing else.
+func TestValidRequestID(t *testing.T) {
+	for _, s := range []string{newUUID(), "01ARZ3NDEKTSV4RRFFQ69G5FAV", "7ZZZZZZZZZZZZZZZZZZZZZZZZZ", "00000000000000000000000000"} {
+		if !ValidRequestID(s) {
+			t.Errorf("ValidRequestID(%q) = false, want true", s)
+		}
+	}
+	for _, s := range []string{"", "bad", "8ZZZZZZZZZZZZZZZZZZZZZZZZZ", "ZZZZZZZZZZZZZZZZZZZZZZZZZZ", "01ARZ3NDEKTSV4RRFFQ69G5FA", "01ARZ3NDEKTSV4RRFFQ69G5FAI",
+		"01arz3ndektsv4rrffq69g5fav", strings.ToUpper(newUUID()), uuid.NewString()} {
+		if ValidRequestID(s) {
+			t.Errorf("ValidRequestID(%q) = true, want false", s)
 		}
 	}
 }

@@ -54,12 +54,15 @@ type exchange struct {
 	query     url.Values // the request query, parsed and checked once (parseQuery)
 	taskID    string
 	requestID string
-	agentID   string // verbatim header value
-	ownerID   string
-	sessionID string
-	requested string // wire method when an alias applied
-	method    string // dispatched method
-	path      string // dispatched path
+	// requestIDEcho: requestID is the request's own well-formed
+	// Request-ID, echoed on the answer (not one the gateway minted).
+	requestIDEcho bool
+	agentID       string // verbatim header value
+	ownerID       string
+	sessionID     string
+	requested     string // wire method when an alias applied
+	method        string // dispatched method
+	path          string // dispatched path
 	// requestPath is the request path in RFC 3986 normal form, before
 	// redirects (the Idempotency-Key fingerprint's).
 	requestPath string
@@ -228,8 +231,8 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 	if x.taskID != "" {
 		set("Task-ID", x.taskID)
 	}
-	if v := headerGet(x.r, "Request-ID"); v != "" {
-		set("Request-ID", v)
+	if x.requestIDEcho {
+		set("Request-ID", x.requestID)
 	}
 	if x.catalogWrn != "" {
 		set("AGTP-Catalog-Warning", x.catalogWrn)

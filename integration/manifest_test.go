@@ -45,7 +45,7 @@ const (
 
 var (
 	mfUUIDv7Re = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
-	mfULIDRe   = regexp.MustCompile(`^[0-9A-HJKMNP-TV-Z]{26}$`)
+	mfULIDRe   = regexp.MustCompile(`^[0-7][0-9A-HJKMNP-TV-Z]{25}$`)
 )
 
 // mfRequestID mints a valid Request-ID (a lowercase UUIDv7, ids-02 §9.2).
@@ -943,6 +943,7 @@ func TestManifestIdentifiers(t *testing.T) {
 		{"UUIDv7 without dashes", strings.ReplaceAll(mfRequestID(t), "-", "")},
 		{"25-character ULID", "01ARZ3NDEKTSV4RRFFQ69G5FA"},
 		{"ULID with I", "01ARZ3NDEKTSV4RRFFQ69G5FAI"},
+		{"ULID over 128 bits", "81ARZ3NDEKTSV4RRFFQ69G5FAV"},
 	} {
 		t.Run("malformed Request-ID "+c.name+" 400", func(t *testing.T) {
 			r := fetch(t, agentA1, "Owner-ID", mfOwner, "Request-ID", c.rid)
