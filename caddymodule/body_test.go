@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"bytes"
 	"compress/gzip"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -110,5 +111,43 @@ func TestTaskIDForm(t *testing.T) {
 	wantError(t, a, 400, "invalid-task-id", "envelope task_id")
 	if a.hdr("Task-ID") != "t-1" {
 		t.Fatalf("Task-ID %q, want the header's t-1", a.hdr("Task-ID"))
+	}
+}
+
+// TestContentTypeChecked: a body needs exactly one JSON Content-Type
+// (spec OP-30; Content-Type is a singleton field, RFC 9110 §8.3). Two
+// Content-Type fields were accepted and the first one read.
+func TestContentTypeChecked(t *testing.T) {
+	g := newTestGateway(t)
+	body := `{"parameters":{}}`
+	for _, tc := range []struct {
+		name  string
+		types []string
+		expl  string // "" when served
+	}{
+		{"json", []string{"application/json"}, ""},
+		{"json with charset", []string{"application/json; charset=utf-8"}, ""},
+		{"agtp", []string{"application/vnd.agtp+json"}, ""},
+		{"missing", nil, "needs a JSON Content-Type"},
+		{"empty", []string{""}, "needs a JSON Content-Type"},
+		{"text", []string{"text/plain"}, `Content-Type "text/plain" is not accepted`},
+		{"twice, both JSON", []string{"application/json", "application/json"}, "Content-Type appears 2 times"},
+		{"twice, JSON first", []string{"application/json", "text/plain"}, "Content-Type appears 2 times"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hdr := http.Header{"Agent-Id": {benchAgent}, "Authority-Scope": {testScope}}
+			if tc.types != nil {
+				hdr["Content-Type"] = tc.types
+			}
+			a := g.serveHeader(t, "DISCOVER", "/methods", hdr, strings.NewReader(body), int64(len(body)))
+			if tc.expl == "" {
+				if a.status != 200 {
+					t.Fatalf("answer %s; want 200", a)
+				}
+				return
+			}
+			wantError(t, a, 400, "unsupported-content-type", tc.expl)
+			wantAGTPAnswer(t, a)
+		})
 	}
 }

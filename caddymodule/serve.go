@@ -163,7 +163,7 @@ func (h *Handler) serve(x *exchange) {
 			x.fail(&wireError{Status: 413, Reason: "body-too-large", Explanation: fmt.Sprintf("the request body exceeds %d bytes", h.MaxRequestBody), Fields: map[string]any{"limit_bytes": h.MaxRequestBody}})
 			return
 		}
-		if e := checkContentType(r.Header.Get("Content-Type")); e != nil {
+		if e := checkContentType(r.Header["Content-Type"]); e != nil {
 			x.fail(e)
 			return
 		}
@@ -725,7 +725,16 @@ func checkContentEncoding(h http.Header) *wireError {
 }
 
 // checkContentType enforces spec OP-30 on request bodies.
-func checkContentType(ct string) *wireError {
+func checkContentType(values []string) *wireError {
+	if len(values) > 1 {
+		// A singleton field (RFC 9110 §8.3): which of several would be
+		// meant is not knowable, so none is guessed.
+		return errorf(400, "unsupported-content-type", fmt.Sprintf("Content-Type appears %d times; send it once", len(values)))
+	}
+	ct := ""
+	if len(values) == 1 {
+		ct = values[0]
+	}
 	if ct == "" {
 		return errorf(400, "unsupported-content-type", "a request with a body needs a JSON Content-Type")
 	}

@@ -77,17 +77,26 @@ func (a *answer) String() string {
 // (from 127.0.0.1, to a loopback listener, as Caddy hands it over).
 func (g *testGateway) serve(t *testing.T, method, target string, hdr map[string]string, body io.Reader, length int64) *answer {
 	t.Helper()
+	h := http.Header{}
+	for k, v := range hdr {
+		h.Set(k, v)
+	}
+	if length > 0 && h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "application/json")
+	}
+	return g.serveHeader(t, method, target, h, body, length)
+}
+
+// serveHeader is serve with the request's header fields as given
+// (repeated fields included, no Content-Type added).
+func (g *testGateway) serveHeader(t *testing.T, method, target string, hdr http.Header, body io.Reader, length int64) *answer {
+	t.Helper()
 	rec := httptest.NewRecorder()
 	r := httptest.NewRequest(method, target, body)
 	r.ContentLength = length
 	r.Host = "127.0.0.1"
 	r.RemoteAddr = "127.0.0.1:40000"
-	for k, v := range hdr {
-		r.Header.Set(k, v)
-	}
-	if length > 0 && r.Header.Get("Content-Type") == "" {
-		r.Header.Set("Content-Type", "application/json")
-	}
+	r.Header = hdr
 	r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, benchLocalAddr))
 	r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), rec, benchServer)
 	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
