@@ -151,3 +151,37 @@ func TestContentTypeChecked(t *testing.T) {
 		})
 	}
 }
+
+// TestInexactIntegerRefused: an integer beyond ±2^53 in a request body
+// was decoded to float64 and sent on rounded (12345678901234567891 went
+// upstream as 12345678901234567000); it is now 400 invalid-json naming
+// where it is. Integers up to 2^53, numbers written as floats and long
+// digit runs inside strings still pass.
+func TestInexactIntegerRefused(t *testing.T) {
+	g := newTestGateway(t)
+	for _, tc := range []struct {
+		body string
+		ptr  string // "" when served
+	}{
+		{`{"parameters":{"id":9007199254740992}}`, ""},
+		{`{"parameters":{"id":-9007199254740992}}`, ""},
+		{`{"parameters":{"id":"12345678901234567891"}}`, ""},
+		{`{"parameters":{"x":1.2345678901234567891}}`, ""},
+		{`{"parameters":{"x":12345678901234567891e0}}`, ""},
+		{`{"parameters":{"x":0.0000000000000000001}}`, ""},
+		{`{"parameters":{"id":9007199254740993}}`, "/parameters/id"},
+		{`{"parameters":{"id":-9007199254740993}}`, "/parameters/id"},
+		{`{"parameters":{"id":12345678901234567891}}`, "/parameters/id"},
+		{`{"parameters":{"ids":[1,2,123456789012345678901234567890]}}`, "/parameters/ids/2"},
+	} {
+		a := g.serve(t, "DISCOVER", "/methods", map[string]string{"Agent-ID": benchAgent, "Authority-Scope": testScope},
+			strings.NewReader(tc.body), int64(len(tc.body)))
+		if tc.ptr == "" {
+			if a.status != 200 {
+				t.Errorf("%s: answer %s; want 200", tc.body, a)
+			}
+			continue
+		}
+		wantError(t, a, 400, "invalid-json", "the integer at "+tc.ptr+" has ")
+	}
+}

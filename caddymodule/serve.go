@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -630,6 +631,9 @@ func decodeBody(raw []byte) (any, *wireError) {
 	var v any
 	err := jsonv2.Unmarshal(raw, &v)
 	if err == nil {
+		if e := inexactInteger(raw); e != nil {
+			return nil, e
+		}
 		return v, nil
 	}
 	var se *jsontext.SyntacticError
@@ -638,6 +642,54 @@ func decodeBody(raw []byte) (any, *wireError) {
 			clip(se.JSONPointer.LastToken()), clip(pointerOrRoot(se.JSONPointer.Parent()))))
 	}
 	return nil, errorf(400, "invalid-json", "the request body is not one JSON value: "+jsonProblem(err))
+}
+
+// maxExactInteger is 2^53: every integer up to it in magnitude is a
+// float64 exactly, the form a decoded JSON number takes here.
+const maxExactInteger = 1 << 53
+
+// inexactInteger refuses a body, already decoded without error, holding
+// an integer literal beyond ±2^53 (RFC 7493 §2.2): decoded to float64 it
+// would reach the upstream as a different number (an id of 19 digits
+// loses its last ones), so it is refused rather than changed. Only a body
+// with a run of 16 or more digits is tokenized; numbers written with a
+// fraction or an exponent are floats by their sender's choice and pass.
+func inexactInteger(raw []byte) *wireError {
+	run := 0
+	long := false
+	for _, c := range raw {
+		if c >= '0' && c <= '9' {
+			if run++; run >= 16 {
+				long = true
+				break
+			}
+		} else {
+			run = 0
+		}
+	}
+	if !long {
+		return nil
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(raw))
+	for {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return nil // decoded once already: only io.EOF ends here
+		}
+		if tok.Kind() != '0' {
+			continue
+		}
+		lit := tok.String()
+		if strings.ContainsAny(lit, ".eE") {
+			continue
+		}
+		digits := strings.TrimPrefix(lit, "-")
+		if n, err := strconv.ParseUint(digits, 10, 64); err == nil && n <= maxExactInteger {
+			continue
+		}
+		return errorf(400, "invalid-json", fmt.Sprintf("the integer at %s has %d digits and is beyond ±2^53, which this gateway cannot carry exactly (RFC 7493 §2.2); send it as a string",
+			clip(pointerOrRoot(dec.StackPointer())), len(digits)))
+	}
 }
 
 // jsonProblem describes a body decode failure without echoing the body.
