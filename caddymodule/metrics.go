@@ -47,7 +47,8 @@ var (
 	lockNames            = enumOf("server_policy", "caller_opt_in", "caller_scope", "trust_tier")
 	synthesisModes       = enumOf("confirm-first", "optimistic", "propose")
 	synthesisOutcomes    = enumOf("previewed", "executed", "failed")
-	presentationOutcomes = enumOf("executed", "failed", "not_found", "not_yours", "revoked", "by_pair")
+	presentationOutcomes = enumOf("executed", "failed", "not_run", "not_found", "not_yours", "revoked")
+	presentationVia      = enumOf(viaSynthesisID, viaPair)
 	upstreamClasses      = enumOf("ok", "upstream_timeout", "upstream_connection_error", "upstream_malformed_response", "upstream_authentication_failed", "upstream_error", "mapped")
 	idempotencyEvents    = enumOf("replay", "conflict", "in_flight", "store_full")
 )
@@ -149,8 +150,8 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		"Contract syntheses by recipe, mode (confirm-first, optimistic, propose) and outcome (previewed, executed, failed).",
 		"recipe", "mode", "outcome")
 	m.presentations = counterVec("contract_presentations_total",
-		"Contract presentations by outcome (executed, failed, not_found, not_yours, revoked, by_pair).",
-		"outcome")
+		"Contract presentations, each counted once, by how the contract was found (via: synthesis_id, pair) and outcome (executed, failed, not_run, not_found, not_yours, revoked).",
+		"via", "outcome")
 	m.activeContracts = gauge("active_contracts",
 		"Live synthesized contracts currently held.")
 	m.compositionSeconds = histogramVec("composition_duration_seconds",
@@ -190,7 +191,10 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		m.lockRefusals.WithLabelValues(v)
 	}
 	for _, v := range presentationOutcomes.values {
-		m.presentations.WithLabelValues(v)
+		m.presentations.WithLabelValues(viaSynthesisID, v)
+	}
+	for _, v := range []string{"executed", "failed", "not_run"} { // the outcomes a contract found by pair can have
+		m.presentations.WithLabelValues(viaPair, v)
 	}
 	for _, v := range idempotencyEvents.values {
 		m.idempotencyEvents.WithLabelValues(v)
@@ -244,13 +248,15 @@ func (m *metrics) synthesis(recipe, mode, outcome string) {
 	m.syntheses.WithLabelValues(recipe, synthesisModes.label(mode), synthesisOutcomes.label(outcome)).Inc()
 }
 
-// presentation counts one contract presentation. outcome is executed,
-// failed, not_found, not_yours, revoked or by_pair.
-func (m *metrics) presentation(outcome string) {
+// presentation counts one contract presentation: via is viaSynthesisID
+// or viaPair; outcome is executed, failed, not_run (answered without
+// running the plan: a refusal or an idempotent replay), not_found,
+// not_yours or revoked.
+func (m *metrics) presentation(via, outcome string) {
 	if m == nil {
 		return
 	}
-	m.presentations.WithLabelValues(presentationOutcomes.label(outcome)).Inc()
+	m.presentations.WithLabelValues(presentationVia.label(via), presentationOutcomes.label(outcome)).Inc()
 }
 
 // setActiveContracts sets the number of live contracts.

@@ -24,7 +24,7 @@ func touchAllMetrics(m *metrics) {
 	m.gateEvaluation("refused", "rcns-disabled")
 	m.lockRefusal("server_policy")
 	m.synthesis("book-trip", "confirm-first", "previewed")
-	m.presentation("executed")
+	m.presentation(viaSynthesisID, "executed")
 	m.setActiveContracts(3)
 	m.compositionDuration("book-trip", 0.042)
 	m.upstreamCall("flights", "ok", 0.01)
@@ -150,8 +150,8 @@ func TestMetricsCountersMove(t *testing.T) {
 		t.Errorf("syntheses = %v, want 1", got)
 	}
 
-	m.presentation("not_yours")
-	if got := testutil.ToFloat64(m.presentations.WithLabelValues("not_yours")); got != 1 {
+	m.presentation(viaSynthesisID, "not_yours")
+	if got := testutil.ToFloat64(m.presentations.WithLabelValues(viaSynthesisID, "not_yours")); got != 1 {
 		t.Errorf("presentations not_yours = %v, want 1", got)
 	}
 
@@ -295,9 +295,9 @@ func TestMetricsRegisterTwiceReusesCollectors(t *testing.T) {
 		first.attemptRecords != second.attemptRecords {
 		t.Fatal("second newMetrics did not reuse the registered collectors")
 	}
-	first.presentation("revoked")
-	second.presentation("revoked")
-	if got := testutil.ToFloat64(first.presentations.WithLabelValues("revoked")); got != 2 {
+	first.presentation(viaSynthesisID, "revoked")
+	second.presentation(viaSynthesisID, "revoked")
+	if got := testutil.ToFloat64(first.presentations.WithLabelValues(viaSynthesisID, "revoked")); got != 2 {
 		t.Errorf("shared presentations revoked = %v, want 2", got)
 	}
 	// Method sets stay per instance.
@@ -398,7 +398,7 @@ func TestMetricsConflictingCollectorIsAnError(t *testing.T) {
 func TestMetricsNilSafe(t *testing.T) {
 	var m *metrics
 	touchAllMetrics(m) // must not panic
-	m.presentation("by_pair")
+	m.presentation(viaPair, "executed")
 	m.synthesis("r", "propose", "failed")
 	m.idempotency("in_flight")
 }
@@ -509,5 +509,60 @@ func TestAlertRulesPromtool(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "SUCCESS") {
 		t.Fatalf("promtool output lacks SUCCESS:\n%s", out)
+	}
+}
+
+// TestPresentationsCountedOnce: every request served under an existing
+// contract is counted once in caddy_rcns_contract_presentations_total,
+// by how it found the contract (via) and what happened (outcome). A run
+// by pair was counted as both by_pair and executed, and a replay or a
+// refusal by pair as by_pair alone, so sum() over outcome overcounted.
+func TestPresentationsCountedOnce(t *testing.T) {
+	g := newTestGateway(t)
+	body := map[string]any{"parameters": map[string]any{"item_id": "1"}}
+	syn := g.do(t, "LOOKUP", "/item/m-1", body, "Allow-RCNS", "true")
+	if syn.status != 263 {
+		t.Fatalf("synthesis: %s", syn)
+	}
+	id := syn.hdr("Contract-Synthesized")
+	count := func(via, outcome string) float64 {
+		return testutil.ToFloat64(g.h.metrics.presentations.WithLabelValues(via, outcome))
+	}
+	total := func() (n float64) {
+		for _, via := range presentationVia.values {
+			for _, o := range presentationOutcomes.values {
+				n += count(via, o)
+			}
+		}
+		return n
+	}
+	steps := []struct {
+		name        string
+		kv          []string
+		body        any
+		status      int
+		via, result string
+	}{
+		{"by id", []string{"Contract-Synthesized", id}, body, 200, viaSynthesisID, "executed"},
+		{"by pair", nil, body, 200, viaPair, "executed"},
+		{"by pair with Allow-RCNS", []string{"Allow-RCNS", "true"}, body, 200, viaPair, "executed"},
+		{"by pair with a key", []string{"Idempotency-Key", `"k-1"`}, body, 200, viaPair, "executed"},
+		{"replay by pair", []string{"Idempotency-Key", `"k-1"`}, body, 200, viaPair, "not_run"},
+		{"key reused by pair", []string{"Idempotency-Key", `"k-1"`}, map[string]any{"parameters": map[string]any{"item_id": "2"}}, 422, viaPair, "not_run"},
+		{"invalid input by id", []string{"Contract-Synthesized", id}, map[string]any{"parameters": map[string]any{"item_id": ""}}, 422, viaSynthesisID, "not_run"},
+		{"unknown id", []string{"Contract-Synthesized", "syn-AAAAAAAAAAAAAAAAAAAAAA"}, body, 404, viaSynthesisID, "not_found"},
+	}
+	for _, st := range steps {
+		before, was := total(), count(st.via, st.result)
+		a := g.do(t, "LOOKUP", "/item/m-1", st.body, st.kv...)
+		if a.status != st.status {
+			t.Fatalf("%s: %s, want %d", st.name, a, st.status)
+		}
+		if got := total() - before; got != 1 {
+			t.Errorf("%s: counted %v times, want once", st.name, got)
+		}
+		if got := count(st.via, st.result) - was; got != 1 {
+			t.Errorf("%s: via=%s outcome=%s went up by %v, want 1", st.name, st.via, st.result, got)
+		}
 	}
 }

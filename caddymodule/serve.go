@@ -336,8 +336,7 @@ func (h *Handler) serve(x *exchange) {
 	}
 	// §10 step 8b: Tier C by pair.
 	if c := h.st.contracts.ActiveFor(caller.Agent.ID, x.method, x.path); c != nil {
-		h.metrics.presentation("by_pair")
-		h.runContract(x, req, c)
+		h.runContract(x, req, c, viaPair)
 		return
 	}
 	// §10 step 9: unregistered pair.
@@ -1022,31 +1021,43 @@ func (h *Handler) present(x *exchange, req *request, id string) {
 	c, res := h.st.contracts.Lookup(id)
 	switch res {
 	case recipes.LookupUnknown:
-		h.metrics.presentation("not_found")
+		h.metrics.presentation(viaSynthesisID, "not_found")
 		x.fail(errorf(404, "contract-not-found", "no contract with this synthesis id exists (unknown, released or swept)"))
 		return
 	case recipes.LookupRevoked:
-		h.metrics.presentation("revoked")
+		h.metrics.presentation(viaSynthesisID, "revoked")
 		h.refuse464(x, req, nil, "contract-revoked", "the contract has expired or was revoked; synthesize a new one")
 		return
 	}
 	if c.OriginatingAgentID != req.caller.Agent.ID {
-		h.metrics.presentation("not_yours")
+		h.metrics.presentation(viaSynthesisID, "not_yours")
 		h.refuse464(x, req, nil, "contract-not-yours", "the contract is bound to another agent")
 		return
 	}
 	if c.Method != x.method || c.Path != x.path {
-		h.metrics.presentation("not_found")
+		h.metrics.presentation(viaSynthesisID, "not_found")
 		x.fail(errorf(404, "contract-not-found", fmt.Sprintf("the presented contract serves %s %s, not this pair", c.Method, c.Path)))
 		return
 	}
 	h.st.contracts.Activate(c)
-	h.runContract(x, req, c)
+	h.runContract(x, req, c, viaSynthesisID)
 }
 
+// How a request found the contract it runs under: its synthesis id
+// (Contract-Synthesized, §10 step 7) or its (method, path) pair (Tier C,
+// step 8b); the via label of caddy_rcns_contract_presentations_total.
+const (
+	viaSynthesisID = "synthesis_id"
+	viaPair        = "pair"
+)
+
 // runContract executes a contract's captured plan and answers 200
-// (spec §13.4 "Invocation under a contract").
-func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract) {
+// (spec §13.4 "Invocation under a contract"). It counts the
+// presentation once: executed, failed, or not_run when it answered
+// without running the plan (a refusal, or an idempotent replay).
+func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract, via string) {
+	outcome := "not_run"
+	defer func() { h.metrics.presentation(via, outcome) }()
 	if h.scopeRequired() && !req.caller.ScopeHeader {
 		x.fail(scopeHeaderRequired())
 		return
@@ -1073,10 +1084,10 @@ func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract) {
 	x.executed = true
 	out, ok := h.execute(x, c, in)
 	if !ok {
-		h.metrics.presentation("failed")
+		outcome = "failed"
 		return
 	}
-	h.metrics.presentation("executed")
+	outcome = "executed"
 	x.write(200, mediaAGTP, envelope(200, x.taskID, out), nil)
 }
 

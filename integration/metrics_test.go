@@ -325,7 +325,8 @@ func TestMetricsCounterDeltas(t *testing.T) {
 		`caddy_rcns_lock_refusals_total{lock="caller_opt_in"}`,
 		`caddy_rcns_lock_refusals_total{lock="caller_scope"}`,
 		`caddy_rcns_lock_refusals_total{lock="trust_tier"}`,
-		`caddy_rcns_contract_presentations_total{outcome="by_pair"}`,
+		`caddy_rcns_contract_presentations_total{outcome="executed",via="pair"}`,
+		`caddy_rcns_contract_presentations_total{outcome="not_found",via="synthesis_id"}`,
 		`caddy_rcns_idempotency_events_total{event="replay"}`,
 		`caddy_rcns_idempotency_events_total{event="store_full"}`,
 	} {
