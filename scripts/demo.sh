@@ -131,7 +131,10 @@ curl -i -X BOOK -H 'Agent-ID: $A1' -H 'Allow-RCNS: true' -H 'Authority-Scope: rc
 
    Repeat it with -H 'Contract-Synthesized: <synthesis_id from the 263>' (or
    with neither Allow-RCNS nor Contract-Synthesized: Tier C by pair); try the
-   same with rcns-demo-noscope (262) or rcns-demo-tier3 (464).
+   same with rcns-demo-tier3 (464 trust-tier-insufficient). rcns-demo-noscope
+   lacks rcns:negotiate: without it in Authority-Scope, lock 3 refuses
+   (262 scope-required); claiming it anyway is 262 scope-claim-invalid:
+curl -i -X BOOK -H 'Agent-ID: $A2' -H 'Allow-RCNS: true' -H 'Authority-Scope: hotel:read, hotel:book' -H 'Content-Type: application/json' -d '{"parameters":{"guest_id":"g-1","property_id":"p-1","check_in":"2026-12-01","nights":2}}' $GW/room
    Plain HTTP still works: curl -i $GW/reservations
 
 Press Ctrl-C to stop (stops by itself after $MAX_SECONDS s).
