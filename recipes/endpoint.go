@@ -388,7 +388,8 @@ func validateInput(s *compiledSchema, input map[string]any) *Failure {
 
 // Invoke validates input and makes the one upstream call of the
 // endpoint, then maps the response (spec §7.3): success returns the
-// renamed JSON output (nil for 204 or an empty body); failures return a
+// renamed JSON output (nil for 204 or an empty body, when output_schema
+// accepts null); failures return a
 // *Failure with the spec's upstream codes. The caller's identity is
 // never sent upstream; only configured headers are.
 func (e *Endpoint) Invoke(ctx context.Context, input map[string]any) (any, *Failure) {
@@ -547,9 +548,6 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		}
 		return nil, fail(code, fmt.Sprintf("upstream %s answered %d", s.up.Name, resp.StatusCode), resp.StatusCode)
 	}
-	if resp.StatusCode == http.StatusNoContent {
-		return nil, nil // no content by definition; output_schema describes content
-	}
 	var out any
 	if len(bytes.TrimSpace(raw)) > 0 {
 		var err error
@@ -565,11 +563,16 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 			return nil, fail(ErrUpstreamMalformed, fmt.Sprintf("upstream %s answered %d with a body that is not JSON", s.up.Name, resp.StatusCode), resp.StatusCode)
 		}
 	}
-	// An empty 2xx body is null to output_schema: an endpoint that
-	// promises an object does not deliver one.
+	// An empty 2xx body, 204 No Content included, is null to
+	// output_schema (spec §7.1: output validation still runs): an
+	// endpoint that promises an object does not deliver one.
 	out = rename(out, s.outRename)
 	if probs := validateSchema(e.output, out); probs != nil {
-		expl, details := describeViolations("upstream output does not match output_schema", probs)
+		what := "upstream output does not match output_schema"
+		if resp.StatusCode == http.StatusNoContent {
+			what = "upstream answered 204 No Content, and output_schema does not accept null"
+		}
+		expl, details := describeViolations(what, probs)
 		f := fail(ErrUpstreamMalformed, expl, resp.StatusCode)
 		maps.Copy(f.Details, details)
 		return nil, f

@@ -153,7 +153,7 @@ func TestInvokeMapsUpstreamOutcomes(t *testing.T) {
 		{"401", "/401", "", map[string]any{}, ErrUpstreamAuthentication, 401},
 		{"unmapped 500", "/500", "", map[string]any{}, ErrUpstream, 500},
 		{"mapped 404", "/404", "  error_map: {\"404\": not_found}\n", map[string]any{}, "not_found", 404},
-		{"204 is success", "/empty", "", map[string]any{}, "", 0},
+		{"204 is null, not an object", "/empty", "", map[string]any{}, ErrUpstreamMalformed, 204},
 		{"empty 200 is null, not an object", "/empty200", "", map[string]any{}, ErrUpstreamMalformed, 200},
 		{"number out of range", "/huge-number", "", map[string]any{}, ErrUpstreamMalformed, 200},
 		{"response over limit", "/big", "", map[string]any{}, ErrUpstreamMalformed, 200},
@@ -1214,6 +1214,38 @@ func TestNewUpstreamName(t *testing.T) {
 		}
 		if _, perr := schema.Parse("ep.yaml", []byte(strings.Replace(endpointDoc("FETCH", "/x", "GET", "/x", ""), "upstream: up", "upstream: "+strconv.Quote(name), 1)), schema.KindEndpoint); ok != (perr == nil) {
 			t.Errorf("an endpoint naming upstream %q: err = %v, want ok=%v (the same rule)", name, perr, ok)
+		}
+	}
+}
+
+// TestInvoke204ValidatedAsNull: a 204 No Content is null to the
+// endpoint's output_schema (spec §7.1: output validation still runs). It
+// used to pass whatever the schema said, so an agent got "result": null
+// from an endpoint whose manifest promised an object.
+func TestInvoke204ValidatedAsNull(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	for _, tc := range []struct {
+		schema string
+		ok     bool
+	}{
+		{"{type: object}", false},
+		{"{type: object, required: [id]}", false},
+		{"{type: [object, \"null\"]}", true},
+		{"{}", true},
+	} {
+		doc := strings.Replace(endpointDoc("REMOVE", "/things", "DELETE", "/things", ""), "output_schema: {type: object}", "output_schema: "+tc.schema, 1)
+		ep := buildEndpoint(t, doc, up)
+		out, f := ep.Invoke(context.Background(), map[string]any{})
+		if tc.ok {
+			if f != nil || out != nil {
+				t.Errorf("output_schema %s: Invoke = %v, %v; want nil output", tc.schema, out, f)
+			}
+			continue
+		}
+		if f == nil || f.Code != ErrUpstreamMalformed || !strings.Contains(f.Explanation, "204 No Content") {
+			t.Errorf("output_schema %s: Invoke failure %+v; want %s naming the 204", tc.schema, f, ErrUpstreamMalformed)
 		}
 	}
 }
