@@ -482,6 +482,25 @@ func TestAnonymousIdentifiers(t *testing.T) {
 	wantError(t, g.do(t, "DISCOVER", "/methods", nil), 400, "owner-id-required", "")
 }
 
+// TestHeaderCharactersNamed: a character outside ASCII in
+// Authority-Scope is named as the UTF-8 character it is ('é', U+00E9),
+// never byte by byte as Latin-1 ('Ã'); a byte that is not UTF-8 is named
+// as a byte.
+func TestHeaderCharactersNamed(t *testing.T) {
+	g := newTestGateway(t)
+	for _, tc := range []struct{ scope, want string }{
+		{"hotel:réad", "character 'é' (U+00E9) is not allowed"},
+		{"bench:read, hotel:€", "character '€' (U+20AC) is not allowed"},
+		{"hotel:r\xc3ad", "byte 0xC3 (not valid UTF-8) is not allowed"},
+	} {
+		a := g.do(t, "DISCOVER", "/methods", nil, "Authority-Scope", tc.scope)
+		wantError(t, a, 400, "invalid-authority-scope", tc.want)
+		if e := a.str("explanation"); strings.ContainsAny(e, "Ãâ") {
+			t.Errorf("Authority-Scope %q: explanation %q reads a byte as a Latin-1 character", tc.scope, e)
+		}
+	}
+}
+
 // noMalformedIdentifiers checks that an answer to a request with a
 // malformed Request-ID, Owner-ID or Session-ID does not echo it and
 // that its Attribution-Record names a request id the gateway minted and

@@ -1,6 +1,9 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+	"unicode/utf8"
+)
 
 // AGTP status codes used by this package, named as RCNS §19 names them.
 const (
@@ -58,11 +61,33 @@ func (r *Refusal) Error() string {
 }
 
 // quote renders an agent-supplied value for an explanation sentence,
-// quoted and cut to a readable length.
+// quoted and cut to a readable length (at a character boundary, so the
+// cut never leaves part of a UTF-8 character behind).
 func quote(s string) string {
 	const limit = 64
 	if len(s) > limit {
-		return fmt.Sprintf("%q…", s[:limit])
+		i := limit
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		return fmt.Sprintf("%q…", s[:i])
 	}
 	return fmt.Sprintf("%q", s)
+}
+
+// describeChar names the character at byte offset i of an agent-supplied
+// value for an explanation sentence: the whole UTF-8 character, quoted,
+// plus its code point when it is not ASCII ("character 'é' (U+00E9)");
+// or, when the byte at i does not start a valid UTF-8 sequence, that
+// byte ("byte 0xC3 (not valid UTF-8)"). A byte of a multi-byte character
+// is never shown as a character of its own.
+func describeChar(s string, i int) string {
+	r, size := utf8.DecodeRuneInString(s[i:])
+	switch {
+	case r == utf8.RuneError && size <= 1:
+		return fmt.Sprintf("byte 0x%02X (not valid UTF-8)", s[i])
+	case r < utf8.RuneSelf:
+		return fmt.Sprintf("character %q", r)
+	}
+	return fmt.Sprintf("character %q (U+%04X)", r, r)
 }

@@ -174,6 +174,18 @@ func TestResolveCaller(t *testing.T) {
 			}
 		})
 	}
+	// An Authority-Scope character outside ASCII is named as the
+	// character, not as its first byte read as Latin-1.
+	if _, ref := ResolveCaller(reg, idA1, "", "hotel:réad", true); ref == nil || ref.Status != 400 ||
+		!strings.Contains(ref.Explanation, "character 'é' (U+00E9) is not allowed") || strings.Contains(ref.Explanation, "Ã") {
+		t.Errorf("Authority-Scope hotel:réad: %v", ref)
+	}
+	// A long malformed value is cut at a character boundary: no
+	// stray first byte of a character (\xc3) in the explanation.
+	if _, ref := ResolveCaller(reg, strings.Repeat("a", 63)+"é", "", "", false); ref == nil || ref.Status != 400 ||
+		!strings.Contains(ref.Explanation, `"`+strings.Repeat("a", 63)+`"…`) || strings.Contains(ref.Explanation, `\x`) {
+		t.Errorf("long Agent-ID with é: %v", ref)
+	}
 	if _, ref := ResolveCaller(nil, idA1, "", "", false); ref == nil || ref.Status != 401 {
 		t.Errorf("nil registry: %v, want 401", ref)
 	}

@@ -55,7 +55,7 @@ func segmentSyntax(seg string) string {
 			continue
 		}
 		if !isPchar(c) {
-			return fmt.Sprintf("the character %q", rune(c))
+			return "the " + describeChar(seg, i)
 		}
 	}
 	return ""

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestParseScope(t *testing.T) {
@@ -26,7 +27,10 @@ func TestParseScope(t *testing.T) {
 		{name: "partial wildcard", in: "booking:wr*", wantErr: "whole segment"},
 		{name: "space", in: "booking: write", wantErr: "not allowed"},
 		{name: "dot", in: "booking.rooms:write", wantErr: "not allowed"},
-		{name: "non-ascii", in: "bööking:write", wantErr: "not allowed"},
+		{name: "non-ascii", in: "bööking:write", wantErr: "character 'ö' (U+00F6) is not allowed"},
+		{name: "non-ascii action", in: "hotel:réad", wantErr: "character 'é' (U+00E9) is not allowed"},
+		{name: "invalid utf-8", in: "hotel:r\xc3ad", wantErr: "byte 0xC3 (not valid UTF-8) is not allowed"},
+		{name: "lone continuation byte", in: "hotel:\xa9", wantErr: "byte 0xA9 (not valid UTF-8) is not allowed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,6 +45,22 @@ func TestParseScope(t *testing.T) {
 				t.Fatalf("ParseScope(%q) = %q, %v", tt.in, s, err)
 			}
 		})
+	}
+}
+
+// TestParseScopeNamesCharacters: an offending character is named as the
+// whole UTF-8 character it is, never one of its bytes read as Latin-1
+// ("hotel:réad" was reported as character 'Ã'); a byte that is not
+// valid UTF-8 is named as a byte.
+func TestParseScopeNamesCharacters(t *testing.T) {
+	for _, in := range []string{"hotel:réad", "bööking:write", "a:b€", "a:\U0001F600", "hotel:r\xc3ad", "a:\xff"} {
+		_, err := ParseScope(in)
+		if err == nil {
+			t.Fatalf("ParseScope(%q) succeeded", in)
+		}
+		if msg := err.Error(); strings.ContainsAny(msg, "ÃâðÿÂ") || !utf8.ValidString(msg) {
+			t.Errorf("ParseScope(%q) = %q: a byte read as a Latin-1 character", in, msg)
+		}
 	}
 }
 
