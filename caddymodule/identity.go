@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
@@ -121,7 +122,13 @@ func checkAuthority(a string) error {
 				if c == '*' {
 					return errors.New("is not host[:port]: wildcards are not supported; list each host name")
 				}
-				return fmt.Errorf("is not host[:port]: %q is not allowed in a host name", string(c))
+				// Named as the whole UTF-8 character, or as a byte when
+				// it starts none (string(c) would read it as Latin-1).
+				r, size := utf8.DecodeRuneInString(host[i:])
+				if r == utf8.RuneError && size <= 1 {
+					return fmt.Errorf("is not host[:port]: byte 0x%02X (not valid UTF-8) is not allowed in a host name", c)
+				}
+				return fmt.Errorf("is not host[:port]: %q is not allowed in a host name", string(r))
 			}
 		}
 	}

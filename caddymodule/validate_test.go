@@ -271,6 +271,7 @@ func TestSignatureAuthorities(t *testing.T) {
 		{"agent@gw.example.com", "give the Host a request carries, without scheme, user information or path"},
 		{"*.example.com", "wildcards are not supported; list each host name"},
 		{"gw example", `" " is not allowed in a host name`},
+		{"gw.exämple.com", `"ä" is not allowed in a host name`},
 		{"gw.example.com:0", "the port must be 1-65535"},
 		{"gw.example.com:65536", "the port must be 1-65535"},
 		{"gw.example.com:", "the port must be 1-65535"},
@@ -290,6 +291,11 @@ func TestSignatureAuthorities(t *testing.T) {
 	runConfigCases(t, cases)
 	if err := validateHandlerJSON(t, `"signature_authorities":["gw.example.com","a,b"]`); err == nil || !strings.Contains(err.Error(), `rcns: signature_authorities[1] "a,b" is not host[:port]: "," is not allowed`) {
 		t.Errorf("JSON error %v does not name signature_authorities[1]", err)
+	}
+	// A byte that is not UTF-8 (no config file can carry one) is named
+	// as a byte, not as a Latin-1 character.
+	if err := checkAuthority("gw.ex\xe4mple.com"); err == nil || err.Error() != "is not host[:port]: byte 0xE4 (not valid UTF-8) is not allowed in a host name" {
+		t.Errorf("checkAuthority(invalid UTF-8) = %v", err)
 	}
 }
 
