@@ -721,6 +721,10 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		failHdr(errorf(400, "invalid-proposal", "the proposed endpoint needs method and path"))
 		return
 	}
+	// The error body's method and path are the request's own (PROPOSE
+	// and "/", spec §19); from here on every error answer names the
+	// proposal's pair in fields of its own.
+	x.failFields = map[string]any{"proposed_method": method, "proposed_path": path}
 	// The other parameters are read before anything is spent (the
 	// Idempotency-Key claim, the rcns budget).
 	rd, e := typedString(p, "PROPOSE", "requested_duration", "invalid-duration")
@@ -763,12 +767,16 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	if !policy.ValidMethodToken(method) || !h.methods.IsMethod(method) {
 		failHdr(&wireError{Status: policy.StatusMethodViolation, Reason: "method-not-in-catalog",
 			Explanation: fmt.Sprintf("proposed method %s is not in catalog %s nor a custom method", method, h.methods.Catalog.Version()),
-			Fields:      map[string]any{"method": method, "catalog_version": h.methods.Catalog.Version()}})
+			Fields:      map[string]any{"catalog_version": h.methods.Catalog.Version()}})
 		return
 	}
-	// Step 2: path grammar.
+	// Step 2: path grammar. The refusal's "path" field would be the
+	// proposed path where the request's belongs: proposed_path has it.
 	if ref := h.methods.CheckPath(path); ref != nil {
-		failHdr(fromRefusal(ref))
+		e := fromRefusal(ref)
+		delete(e.Fields, "path")
+		e.Explanation = fmt.Sprintf("proposed path %q: %s", clip(path), ref.Explanation)
+		failHdr(e)
 		return
 	}
 	// Step 3: semantic block.

@@ -822,6 +822,51 @@ func TestProposeSchemaErrorBounded(t *testing.T) {
 	}
 }
 
+// TestProposeErrorMethodPath: the uniform error body's method and path
+// are the request's own (spec §19, OP-28): PROPOSE and "/" on every
+// PROPOSE refusal. The proposal's pair is in proposed_method and
+// proposed_path and in the explanation. A 459 answered method FROB with
+// path "/", a 460 PROPOSE with path /query/x.
+func TestProposeErrorMethodPath(t *testing.T) {
+	g := newTestGateway(t)
+	with := func(method, path string) map[string]any {
+		p := proposal(path)
+		p["endpoint"].(map[string]any)["method"] = method
+		return p
+	}
+	for _, tc := range []struct {
+		name, method, path string
+		status             int
+		reason, expl       string
+		fields             map[string]any
+	}{
+		{"459", "FROB", "/item/a", 459, "method-not-in-catalog", "proposed method FROB is not in catalog", map[string]any{"catalog_version": g.h.methods.Catalog.Version()}},
+		{"460", "LOOKUP", "/query/x", 460, "path-grammar-violation", `Path segment "query"`, map[string]any{"segment": "query"}},
+		{"463", "LOOKUP", "/nothing-here", 463, "composition-impossible", "no recipe can build LOOKUP /nothing-here", nil},
+		{"400", "LOOKUP", "/item/a", 400, "invalid-semantic", "the semantic block is invalid", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := with(tc.method, tc.path)
+			if tc.status == 400 {
+				delete(p["endpoint"].(map[string]any)["semantic"].(map[string]any), "impact")
+			}
+			a := g.builtin(t, "PROPOSE", p)
+			wantError(t, a, tc.status, tc.reason, tc.expl)
+			if a.str("method") != "PROPOSE" || a.str("path") != "/" {
+				t.Errorf("method/path = %q %q, want the request's PROPOSE /: %s", a.str("method"), a.str("path"), a)
+			}
+			if a.str("proposed_method") != tc.method || a.str("proposed_path") != tc.path {
+				t.Errorf("proposed_method/proposed_path = %q %q, want %q %q: %s", a.str("proposed_method"), a.str("proposed_path"), tc.method, tc.path, a)
+			}
+			for k, v := range tc.fields {
+				if a.body[k] != v {
+					t.Errorf("%s = %v, want %v: %s", k, a.body[k], v, a)
+				}
+			}
+		})
+	}
+}
+
 // TestContractLimitExplanation: a refusal at the per-agent contract
 // limit states the limit as enforced (the default 100 when
 // max_contracts_per_agent is unset, not 0) and the agent's actual count

@@ -73,6 +73,10 @@ type exchange struct {
 	// failHeaders are extra headers for an error answer (e.g.
 	// AGTP-Endpoint-Warning on a deprecated endpoint's failure).
 	failHeaders map[string]string
+	// failFields are extra top-level fields for every error answer
+	// (PROPOSE: proposed_method and proposed_path, once the proposal is
+	// read); a refusal's own Fields win over them.
+	failFields map[string]any
 	// rateHeaders are the RateLimit fields of the budget that applied;
 	// they go on every later answer.
 	rateHeaders map[string]string
@@ -120,6 +124,9 @@ func (x *exchange) fail(e *wireError) {
 		body["path"] = x.path
 	} else if x.r != nil {
 		body["path"] = x.r.URL.Path
+	}
+	for k, v := range x.failFields {
+		body[k] = v
 	}
 	for k, v := range e.Fields {
 		body[k] = v

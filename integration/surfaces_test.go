@@ -481,6 +481,17 @@ func TestPropose(t *testing.T) {
 	}
 	both := wrappedProposal("BOOK", "/room")
 	both["name"] = "my-booking"
+	// The error body's method and path are the request's (PROPOSE /,
+	// RCNS §19); the proposal's pair is in proposed_method/proposed_path.
+	pair := func(t testing.TB, b map[string]any, method, path string) {
+		t.Helper()
+		if str(b, "method") != "PROPOSE" || str(b, "path") != "/" {
+			t.Errorf("error body method/path = %q %q, want the request's PROPOSE /: %v", str(b, "method"), str(b, "path"), b)
+		}
+		if str(b, "proposed_method") != method || str(b, "proposed_path") != path {
+			t.Errorf("proposed_method/proposed_path = %q %q, want %q %q: %v", str(b, "proposed_method"), str(b, "proposed_path"), method, path, b)
+		}
+	}
 	for _, c := range []struct {
 		name   string
 		scope  string
@@ -491,14 +502,16 @@ func TestPropose(t *testing.T) {
 	}{
 		{"both forms 400 ambiguous-body", scopeAll, both, 400, "ambiguous-body", nil},
 		{"method not in catalog 459", scopeAll, wrappedProposal("FROBNICATE", "/room"), 459, "", func(t testing.TB, b map[string]any) {
-			if !strings.Contains(fmt.Sprint(b), "FROBNICATE") {
+			if !strings.Contains(str(b, "explanation"), "FROBNICATE") {
 				t.Errorf("459 does not name the method: %v", b)
 			}
+			pair(t, b, "FROBNICATE", "/room")
 		}},
 		{"path /query/x 460", scopeAll, wrappedProposal("BOOK", "/query/x"), 460, "", func(t testing.TB, b map[string]any) {
 			if str(b, "segment") != "query" {
 				t.Errorf("460 segment = %q, want query", str(b, "segment"))
 			}
+			pair(t, b, "BOOK", "/query/x")
 		}},
 		{"semantic missing impact 400", scopeAll, semantic("impact", nil), 400, "", nil},
 		{"semantic confidence 1.5 400", scopeAll, semantic("confidence", 1.5), 400, "", nil},
@@ -526,7 +539,9 @@ func TestPropose(t *testing.T) {
 			mod(func(ep map[string]any) { ep["input_schema"] = map[string]any{"type": 12} }), 400, "", nil},
 		{"scope checked before policy", "rcns:negotiate, hotel:read", wrappedProposal("BOOK", "/closed-room"), 262, "", nil},
 		{"scope not granted 455", scopeAll, wrappedProposal("BOOK", "/vault-room"), 455, "scope-exceeded", nil},
-		{"no recipe 463", scopeAll, wrappedProposal("BOOK", "/nothing-here"), 463, "composition-impossible", nil},
+		{"no recipe 463", scopeAll, wrappedProposal("BOOK", "/nothing-here"), 463, "composition-impossible", func(t testing.TB, b map[string]any) {
+			pair(t, b, "BOOK", "/nothing-here")
+		}},
 		{"propose false 463", scopeAll, wrappedProposal("BOOK", "/closed-room"), 463, "policy-refused", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
