@@ -1,6 +1,9 @@
 package caddymodule
 
 import (
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,4 +99,49 @@ func TestMappingErrorLogged(t *testing.T) {
 			"Allow-RCNS", "true", "Authority-Scope", "rcns:negotiate, bench:read")
 		check(t, a, "composition_failed", "composition failed")
 	})
+}
+
+// TestUpstreamStatusOmitted: a 422 upstream failure carries
+// error.details.upstream_status (and the "upstream failure" log line its
+// upstream_status) only when the upstream answered with a status; a
+// refused connection, which has none, answered "upstream_status":0.
+func TestUpstreamStatusOmitted(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + l.Addr().String()
+	l.Close()
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(broken.Close)
+	for _, tc := range []struct {
+		name, upstream, reason string
+		status                 float64 // 0: no upstream_status
+	}{
+		{"refused", closed, "upstream_connection_error", 0},
+		{"503", broken.URL, "upstream_error", 503},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &testGateway{h: benchHandler(t, tc.upstream, false)}
+			core, logs := observer.New(zap.InfoLevel)
+			g.h.logger = zap.New(core)
+			a := g.do(t, "FETCH", "/items/1", nil, "Authority-Scope", "bench:read")
+			wantError(t, a, 422, tc.reason, "")
+			details, _ := a.body["error"].(map[string]any)["details"].(map[string]any)
+			st, has := details["upstream_status"]
+			if details["upstream"] != "bench" || has != (tc.status != 0) || (has && st != tc.status) {
+				t.Fatalf("error.details = %v, want upstream bench and upstream_status %v (absent for 0): %s", details, tc.status, a)
+			}
+			entries := logs.FilterMessage("upstream failure").All()
+			if len(entries) != 1 {
+				t.Fatalf("%d \"upstream failure\" log entries, want 1 (all: %v)", len(entries), logs.All())
+			}
+			lst, has := entries[0].ContextMap()["upstream_status"]
+			if has != (tc.status != 0) || (has && lst != int64(tc.status)) {
+				t.Fatalf("logged upstream_status %v (present %v), want %v (absent for 0)", lst, has, tc.status)
+			}
+		})
+	}
 }

@@ -919,8 +919,12 @@ func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint
 	if f != nil {
 		switch {
 		case f.Code != recipes.ErrInvalidInput:
+			status := zap.Skip() // no upstream status came back (a timeout, a refused connection)
+			if f.UpstreamStatus != 0 {
+				status = zap.Int("upstream_status", f.UpstreamStatus)
+			}
 			h.logger.Warn("upstream failure", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
-				zap.String("upstream", ep.UpstreamName()), zap.String("reason", f.Code), zap.Int("upstream_status", f.UpstreamStatus),
+				zap.String("upstream", ep.UpstreamName()), zap.String("reason", f.Code), status,
 				zap.NamedError("cause", f.Internal))
 		case f.Internal != nil:
 			// An operator's query or body mapping failed on this input:

@@ -245,8 +245,14 @@ func TestTierBUpstreams(t *testing.T) {
 	} {
 		t.Run("FETCH "+c.path+" "+c.code, func(t *testing.T) {
 			r := g.Do(t, "FETCH", c.path, hdr(agentA1, "hotel:read"), nil)
-			assertNamedError(t, r, c.code)
+			b := assertNamedError(t, r, c.code)
 			assertNoRCNSSignal(t, r)
+			// details.upstream_status only when the upstream answered.
+			details, _ := field(b, "error", "details").(map[string]any)
+			st, has := details["upstream_status"]
+			if answered := c.code != "upstream_timeout" && c.code != "upstream_connection_error"; has != answered || (has && st == 0.0) {
+				t.Errorf("error.details.upstream_status = %v (present %v), want present and non-zero only when the upstream answered:\n%s", st, has, r)
+			}
 		})
 	}
 }

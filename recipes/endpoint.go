@@ -370,6 +370,18 @@ type Failure struct {
 
 func (f *Failure) Error() string { return f.Code + ": " + f.Explanation }
 
+// upstreamDetails is the details object of an upstream failure: the
+// upstream's name and, when it answered, its HTTP status
+// (upstream_status is left out when none came back: a timeout, a
+// refused connection, a mapping stopped before the call).
+func upstreamDetails(upstream string, status int) map[string]any {
+	d := map[string]any{"upstream": upstream}
+	if status != 0 {
+		d["upstream_status"] = status
+	}
+	return d
+}
+
 // ValidateInput checks input against the endpoint's input_schema (spec
 // §7.1: unknown fields fail). It returns a 422 invalid-input Failure
 // naming the first violations and their count (describeViolations), or
@@ -415,8 +427,7 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 			code = mapped
 		}
 		return &Failure{Status: 422, Code: code, Explanation: expl, UpstreamStatus: status,
-			Details:        map[string]any{"upstream": s.up.Name, "upstream_status": status},
-			SideEffectFree: e.Semantic.IsIdempotent, Sent: sent}
+			Details: upstreamDetails(s.up.Name, status), SideEffectFree: e.Semantic.IsIdempotent, Sent: sent}
 	}
 	// Every upstream path parameter is a required input field (checked at
 	// load), so validated input has them all. The explanations name the
@@ -447,7 +458,7 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 			expl = fmt.Sprintf("the composition deadline passed during the %s mapping for upstream %s", what, s.up.Name)
 		}
 		if f := deadlineFailure(ctx, expl); f != nil {
-			f.Details = map[string]any{"upstream": s.up.Name, "upstream_status": 0}
+			f.Details = upstreamDetails(s.up.Name, 0)
 			return f
 		}
 		return &Failure{Status: 422, Code: ErrInvalidInput, SideEffectFree: true, Internal: err,

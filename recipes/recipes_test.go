@@ -186,6 +186,14 @@ func TestInvokeMapsUpstreamOutcomes(t *testing.T) {
 			if wantSent := tc.wantCode != ErrInvalidInput; f.Sent != wantSent {
 				t.Fatalf("failure.Sent = %v, want %v", f.Sent, wantSent)
 			}
+			// details.upstream_status is the upstream's status, left out
+			// when none came back (a timeout), never 0.
+			if tc.wantCode != ErrInvalidInput {
+				st, has := f.Details["upstream_status"]
+				if f.Details["upstream"] != "up" || has != (tc.wantStatus != 0) || (has && st != tc.wantStatus) {
+					t.Fatalf("details = %v, want upstream up and upstream_status %d (absent when 0)", f.Details, tc.wantStatus)
+				}
+			}
 		})
 	}
 }
@@ -201,6 +209,10 @@ func TestInvokeConnectionRefused(t *testing.T) {
 	_, f := ep.Invoke(context.Background(), map[string]any{})
 	if f == nil || f.Code != ErrUpstreamConnection || !f.SideEffectFree || !f.Sent {
 		t.Fatalf("failure = %+v, want a sent, side-effect-free %s", f, ErrUpstreamConnection)
+	}
+	// No upstream answered: details name the upstream, no status.
+	if _, has := f.Details["upstream_status"]; has || f.Details["upstream"] == nil {
+		t.Fatalf("details = %v, want upstream and no upstream_status", f.Details)
 	}
 }
 
@@ -1031,6 +1043,9 @@ func TestMappingDeadlineIsATimeout(t *testing.T) {
 			within(t, func() { _, f = ep.Invoke(context.Background(), map[string]any{}) })
 			if f == nil || f.Code != ErrUpstreamTimeout || !f.SideEffectFree || f.Sent || !strings.Contains(f.Explanation, "did not finish within 200ms") {
 				t.Fatalf("Invoke failure = %+v, want a side-effect-free upstream_timeout naming the 200ms timeout", f)
+			}
+			if _, has := f.Details["upstream_status"]; has || f.Details["upstream"] != "up" {
+				t.Fatalf("details = %v, want upstream up and no upstream_status", f.Details)
 			}
 			if _, called := calls.Load("/slow-mapping"); called {
 				t.Fatal("the upstream was called after the mapping ran out of time")
