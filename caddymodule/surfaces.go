@@ -721,10 +721,18 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		failHdr(errorf(400, "invalid-proposal", "the proposed endpoint needs method and path"))
 		return
 	}
+	// A proposed path is bounded as a DISCOVER body target is: a
+	// request-line path is bounded by the header limit, this one only by
+	// the body's, and it is echoed in every error answer below.
+	if len(path) > maxTargetBytes {
+		failHdr(errorf(400, "invalid-proposal", fmt.Sprintf("the proposed path is %d bytes; at most %d are accepted", len(path), maxTargetBytes)))
+		return
+	}
 	// The error body's method and path are the request's own (PROPOSE
 	// and "/", spec §19); from here on every error answer names the
-	// proposal's pair in fields of its own.
-	x.failFields = map[string]any{"proposed_method": method, "proposed_path": path}
+	// proposal's pair in fields of its own (a method longer than a
+	// method token can be is cut, as in explanations).
+	x.failFields = map[string]any{"proposed_method": clip(method), "proposed_path": path}
 	// The other parameters are read before anything is spent (the
 	// Idempotency-Key claim, the rcns budget).
 	rd, e := typedString(p, "PROPOSE", "requested_duration", "invalid-duration")
@@ -766,7 +774,7 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	// Step 1: method.
 	if !policy.ValidMethodToken(method) || !h.methods.IsMethod(method) {
 		failHdr(&wireError{Status: policy.StatusMethodViolation, Reason: "method-not-in-catalog",
-			Explanation: fmt.Sprintf("proposed method %s is not in catalog %s nor a custom method", method, h.methods.Catalog.Version()),
+			Explanation: fmt.Sprintf("proposed method %s is not in catalog %s nor a custom method", clip(method), h.methods.Catalog.Version()),
 			Fields:      map[string]any{"catalog_version": h.methods.Catalog.Version()}})
 		return
 	}

@@ -918,3 +918,27 @@ func TestIdempotencyStoreFullNamesTheBound(t *testing.T) {
 		})
 	}
 }
+
+// TestProposeEchoBounded: a PROPOSE's method and path are echoed in its
+// error answers, so they are bounded: a proposed path over 8000 bytes is
+// 400 invalid-proposal, and an over-long method is cut in the 459's
+// explanation and proposed_method. A 500 kB method gave a 1 MB 459.
+func TestProposeEchoBounded(t *testing.T) {
+	g := newTestGateway(t)
+	p := proposal("/item/" + strings.Repeat("a", 8000))
+	a := g.builtin(t, "PROPOSE", p)
+	wantError(t, a, 400, "invalid-proposal", "the proposed path is 8006 bytes; at most 8000")
+	if len(a.raw) > 2048 {
+		t.Errorf("400 answer is %d bytes", len(a.raw))
+	}
+	p = proposal("/item/a")
+	p["endpoint"].(map[string]any)["method"] = strings.Repeat("A", 500_000)
+	a = g.builtin(t, "PROPOSE", p)
+	wantError(t, a, 459, "method-not-in-catalog", "proposed method AAAA")
+	if len(a.raw) > 2048 {
+		t.Errorf("459 answer is %d bytes", len(a.raw))
+	}
+	if m := a.str("proposed_method"); len(m) > 100 || !strings.HasPrefix(m, "AAAA") {
+		t.Errorf("proposed_method %q…, want the method cut", m[:min(len(m), 80)])
+	}
+}
