@@ -352,11 +352,8 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 		if !ok {
 			return
 		}
-		id := c.SynthesisID
-		noop := !h.endContract(x, req, c, contractEnd{state: recipes.StateRevoked, reason: reason, operator: actor, via: "REVOKE target=contract",
-			requested: map[string]any{"target": "contract", "synthesis_id": id}})
-		h.afterEnding(!noop && c.Persistent)
-		x.write(200, mediaAGTP, map[string]any{"status": 200, "result": map[string]any{"synthesis_id": id, "state": recipes.StateRevoked, "noop": noop}}, nil)
+		h.endNamed(x, req, c, contractEnd{state: recipes.StateRevoked, reason: reason, operator: actor, via: "REVOKE target=contract",
+			requested: map[string]any{"target": "contract", "synthesis_id": c.SynthesisID}})
 	case "stale-contracts":
 		if !h.inspectAll(req) {
 			x.fail(errorf(403, "forbidden", "REVOKE target=stale-contracts needs the inspect:all scope"))
@@ -434,11 +431,8 @@ func (h *Handler) suspend(x *exchange, req *request, p map[string]any) {
 		if !ok {
 			return
 		}
-		id := c.SynthesisID
-		noop := !h.endContract(x, req, c, contractEnd{state: recipes.StateReleased, reason: reason, via: "SUSPEND synthesis_id",
-			requested: map[string]any{"target": "contract", "synthesis_id": id}})
-		h.afterEnding(!noop && c.Persistent)
-		x.write(200, mediaAGTP, map[string]any{"status": 200, "result": map[string]any{"synthesis_id": id, "state": recipes.StateReleased, "noop": noop}}, nil)
+		h.endNamed(x, req, c, contractEnd{state: recipes.StateReleased, reason: reason, via: "SUSPEND synthesis_id",
+			requested: map[string]any{"target": "contract", "synthesis_id": c.SynthesisID}})
 		return
 	}
 	if sid, _ := sessionParam(p, "SUSPEND"); sid != "" {
@@ -496,6 +490,21 @@ func (h *Handler) endContract(x *exchange, req *request, c *recipes.Contract, e 
 	h.logger.Info("rcns contract "+e.state, zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 		zap.String("originating_agent_id", c.OriginatingAgentID), zap.String("via", e.via), zap.String("reason", e.reason))
 	return true
+}
+
+// endNamed ends the contract c a request named by synthesis_id (REVOKE
+// target=contract, SUSPEND synthesis_id) and answers 200 with the state
+// c is in: e.state, or, when c had already ended (noop: true), the state
+// it ended in (revoked, released or expired, as INSPECT reports it),
+// never the one this request would have set (spec §14.4).
+func (h *Handler) endNamed(x *exchange, req *request, c *recipes.Contract, e contractEnd) {
+	noop := !h.endContract(x, req, c, e)
+	h.afterEnding(!noop && c.Persistent)
+	state := e.state
+	if noop {
+		state = h.st.contracts.State(c)
+	}
+	x.write(200, mediaAGTP, map[string]any{"status": 200, "result": map[string]any{"synthesis_id": c.SynthesisID, "state": state, "noop": noop}}, nil)
 }
 
 // afterEnding follows endContract calls: it updates the live-contract

@@ -942,3 +942,66 @@ func TestProposeEchoBounded(t *testing.T) {
 		t.Errorf("proposed_method %q…, want the method cut", m[:min(len(m), 80)])
 	}
 }
+
+// endContract asks for contract id to end: REVOKE target=contract or
+// SUSPEND synthesis_id.
+func (g *testGateway) endContract(t *testing.T, method, id string) *answer {
+	t.Helper()
+	p := map[string]any{"synthesis_id": id}
+	if method == "REVOKE" {
+		p["target"] = "contract"
+	}
+	return g.builtin(t, method, p)
+}
+
+// inspectState returns the state INSPECT target=contract reports for
+// id, failing unless it answers 200.
+func (g *testGateway) inspectState(t *testing.T, id string) string {
+	t.Helper()
+	a := g.builtin(t, "INSPECT", map[string]any{"target": "contract", "synthesis_id": id})
+	if a.status != 200 {
+		t.Fatalf("INSPECT target=contract %s: %s", id, a)
+	}
+	return a.str("state")
+}
+
+// TestEndedContractNoopReportsState: SUSPEND synthesis_id or REVOKE
+// target=contract on a contract that has already ended is a 200 no-op
+// reporting the state the contract is in, the one INSPECT reports
+// (revoked, expired), not the state the request would have set (spec
+// §14.4); it writes no lifecycle event. SUSPEND of a revoked contract
+// used to answer "released".
+func TestEndedContractNoopReportsState(t *testing.T) {
+	g := newTestGateway(t)
+	for i, tc := range []struct {
+		name, end, then, want string
+	}{
+		{"SUSPEND a revoked one", "REVOKE", "SUSPEND", recipes.StateRevoked},
+		{"REVOKE a revoked one", "REVOKE", "REVOKE", recipes.StateRevoked},
+		{"SUSPEND an expired one", "expire", "SUSPEND", recipes.StateExpired},
+		{"REVOKE an expired one", "expire", "REVOKE", recipes.StateExpired},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := g.propose(t, "/item/ended-"+strconv.Itoa(i))
+			if tc.end == "expire" {
+				if !g.h.st.contracts.End(id, recipes.StateExpired) {
+					t.Fatalf("contract %s was not live", id)
+				}
+			} else if a := g.endContract(t, tc.end, id); a.status != 200 || field(a.body, "result", "noop") != false {
+				t.Fatalf("%s: %s", tc.end, a)
+			}
+			evs := len(g.lifecycleEvents(t))
+			a := g.endContract(t, tc.then, id)
+			want := map[string]any{"synthesis_id": id, "state": tc.want, "noop": true}
+			if a.status != 200 || !reflect.DeepEqual(a.body["result"], want) {
+				t.Fatalf("%s: %s; want 200 with result %v", tc.then, a, want)
+			}
+			if st := g.inspectState(t, id); st != tc.want {
+				t.Fatalf("INSPECT reports %q, the no-op %q", st, tc.want)
+			}
+			if n := len(g.lifecycleEvents(t)); n != evs {
+				t.Fatalf("the no-op %s wrote %d lifecycle events", tc.then, n-evs)
+			}
+		})
+	}
+}
