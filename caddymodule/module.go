@@ -122,7 +122,8 @@ type Handler struct {
 	ContractTTL caddy.Duration `json:"contract_ttl,omitempty"`
 	// TombstoneTTL is how long an expired or revoked contract answers
 	// 464 contract-revoked before it becomes unknown (404): at least 1s.
-	// Default 24h.
+	// Every ended contract, released ones too, stays known this long to
+	// INSPECT, REVOKE and SUSPEND (200, noop: true). Default 24h.
 	TombstoneTTL caddy.Duration `json:"tombstone_ttl,omitempty"`
 	// MaxContracts bounds live contracts in all. Default 100000.
 	MaxContracts int `json:"max_contracts,omitempty"`

@@ -191,22 +191,23 @@ func synthesisParam(x *exchange, p map[string]any, what string) (string, bool) {
 
 // contractAccess says who may act on a contract named by synthesis_id.
 type contractAccess struct {
-	what          string // the request, for messages
-	verb          string // what the caller wants to do, for messages
-	inspectAll    bool   // inspect:all also grants access (else originator only)
-	releasedKnown bool   // a released contract is still found (INSPECT)
+	what       string // the request, for messages
+	verb       string // what the caller wants to do, for messages
+	inspectAll bool   // inspect:all also grants access (else originator only)
 }
 
 // contractParam resolves the synthesis_id parameter to a contract the
 // caller may act on, answering 400/404/403 itself when not (spec §14.4,
-// §17.3).
+// §17.3). A contract is known, live or ended (expired, revoked or
+// released), while its tombstone is kept: INSPECT, REVOKE and SUSPEND
+// agree on which ids are unknown (404).
 func (h *Handler) contractParam(x *exchange, req *request, p map[string]any, a contractAccess) (*recipes.Contract, string, bool) {
 	id, ok := synthesisParam(x, p, a.what)
 	if !ok {
 		return nil, "", false
 	}
 	c, state, found := h.st.contracts.Inspect(id)
-	if !found || (state == recipes.StateReleased && !a.releasedKnown) {
+	if !found {
 		x.fail(errorf(404, "contract-not-found", "no contract with this synthesis id is known"))
 		return nil, "", false
 	}
@@ -255,7 +256,7 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 	}
 	switch target {
 	case "contract":
-		c, state, ok := h.contractParam(x, req, p, contractAccess{what: "INSPECT target=contract", verb: "inspect", inspectAll: true, releasedKnown: true})
+		c, state, ok := h.contractParam(x, req, p, contractAccess{what: "INSPECT target=contract", verb: "inspect", inspectAll: true})
 		if !ok {
 			return
 		}

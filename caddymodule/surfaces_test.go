@@ -1005,3 +1005,71 @@ func TestEndedContractNoopReportsState(t *testing.T) {
 		})
 	}
 }
+
+// TestReleasedContractStaysKnown: a released contract is known while
+// its tombstone is kept, to REVOKE and SUSPEND as to INSPECT: both
+// answer 200 noop with state released (spec §14.4: 404 is for ids the
+// server does not know; they used to answer 404 contract-not-found
+// while INSPECT showed the record). Presenting it stays 404 (§14.4 path
+// 1). Once the tombstone is gone (tombstone_ttl), and for an id never
+// issued, INSPECT, REVOKE and SUSPEND all answer 404.
+func TestReleasedContractStaysKnown(t *testing.T) {
+	g := newTestGateway(t)
+	var ids []string
+	for i, end := range []string{"SUSPEND synthesis_id", "SUSPEND session_id", "stale sweep"} {
+		sid := "known-" + strconv.Itoa(i) + "-0123456789abcdefABCDEF"
+		path := "/item/released-" + strconv.Itoa(i)
+		id := g.propose(t, path, "Session-ID", sid)
+		switch end {
+		case "SUSPEND synthesis_id":
+			if a := g.endContract(t, "SUSPEND", id); a.status != 200 || field(a.body, "result", "noop") != false {
+				t.Fatalf("%s: %s", end, a)
+			}
+		case "SUSPEND session_id":
+			if got := g.released(t, sid); len(got) != 1 || got[0] != id {
+				t.Fatalf("%s released %v; want [%s]", end, got, id)
+			}
+		case "stale sweep":
+			// Released as an invalidating sweep releases (its recipe is
+			// unchanged here, so a sweep would keep it).
+			if !g.h.st.contracts.End(id, recipes.StateReleased) {
+				t.Fatalf("contract %s was not live", id)
+			}
+		}
+		ids = append(ids, id)
+		if st := g.inspectState(t, id); st != recipes.StateReleased {
+			t.Fatalf("released by %s: INSPECT reports %q", end, st)
+		}
+		evs := len(g.lifecycleEvents(t))
+		for _, method := range []string{"REVOKE", "SUSPEND"} {
+			a := g.endContract(t, method, id)
+			want := map[string]any{"synthesis_id": id, "state": recipes.StateReleased, "noop": true}
+			if a.status != 200 || !reflect.DeepEqual(a.body["result"], want) {
+				t.Fatalf("released by %s, then %s: %s; want 200 with result %v", end, method, a, want)
+			}
+		}
+		if n := len(g.lifecycleEvents(t)); n != evs {
+			t.Fatalf("released by %s: the no-ops wrote %d lifecycle events", end, n-evs)
+		}
+		if st := g.inspectState(t, id); st != recipes.StateReleased {
+			t.Fatalf("released by %s: INSPECT reports %q after the no-ops", end, st)
+		}
+		wantError(t, g.do(t, "LOOKUP", path, map[string]any{"parameters": map[string]any{"item_id": "1"}}, "Contract-Synthesized", id),
+			404, "contract-not-found", "")
+	}
+	// A revoked contract too, until its tombstone goes.
+	revoked := g.propose(t, "/item/revoked")
+	if a := g.endContract(t, "REVOKE", revoked); a.status != 200 {
+		t.Fatalf("REVOKE: %s", a)
+	}
+	ids = append(ids, revoked)
+	// With the tombstones gone the ids are unknown to all three, as an
+	// id never issued is.
+	g.h.TombstoneTTL = caddy.Duration(time.Nanosecond)
+	g.h.st.contracts.SetLimits(g.h.storeLimits())
+	for _, id := range append(ids, "syn-AAAAAAAAAAAAAAAAAAAAAA") {
+		wantError(t, g.builtin(t, "INSPECT", map[string]any{"target": "contract", "synthesis_id": id}), 404, "contract-not-found", "")
+		wantError(t, g.endContract(t, "REVOKE", id), 404, "contract-not-found", "")
+		wantError(t, g.endContract(t, "SUSPEND", id), 404, "contract-not-found", "")
+	}
+}
