@@ -413,17 +413,25 @@ func positiveDuration(d *caddyfile.Dispenser) (time.Duration, error) {
 	return dur, nil
 }
 
-// shortDuration prints a whole number of hours or minutes without the
-// zero units time.Duration.String adds ("1h", not "1h0m0s").
+// shortDuration prints d in the Go form without zero units: "1h", not
+// "1h0m0s"; "1h30m", "26h", "1h1s", "1.5s", "1ms". It reads back as d
+// (time.ParseDuration, PROPOSE's requested_duration), and is how config
+// messages and granted_duration write a duration.
 func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
+	var b []byte
+	for _, u := range []struct {
+		unit time.Duration
+		sym  byte
+	}{{time.Hour, 'h'}, {time.Minute, 'm'}} {
+		if n := d / u.unit; n > 0 {
+			b = append(strconv.AppendInt(b, int64(n), 10), u.sym)
+			d -= n * u.unit
+		}
 	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
+	if d > 0 || len(b) == 0 {
+		b = append(b, d.String()...) // under a minute: "45s", "1.5s", "500ms"
 	}
-	return s
+	return string(b)
 }
 
 func oneArg(d *caddyfile.Dispenser) (string, error) {

@@ -106,7 +106,7 @@ func TestContractAnswerEncoding(t *testing.T) {
 		{"status": 461},
 		{"status": 263, "result": map[string]any{"item": map[string]any{"id": "1"}}, "task_id": "t-1"},
 		{"status": 263, "result": nil},
-		{"status": 263, "persistent": true, "negotiation_id": "n-1", "granted_duration": "1h0m0s", "result": []any{1.5, "<"}},
+		{"status": 263, "persistent": true, "negotiation_id": "n-1", "granted_duration": "1h", "result": []any{1.5, "<"}},
 	} {
 		a := &contractAnswer{endpoint: endpoint, members: map[string]any{
 			"synthesis_id": "syn-1", "method": "LOOKUP", "path": "/item/x", "recipe_lineage": recipes.Lineage{RecipeName: "r <x>", RecipeVersion: "1"},

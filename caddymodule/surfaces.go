@@ -676,7 +676,7 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		if x.minted != nil {
 			granted := grantedOf(x.minted, x.minted.Persistent)
 			if rd != "" {
-				granted["granted_duration"] = x.minted.ExpiresAt.Sub(x.minted.IssuedAt).String()
+				granted["granted_duration"] = shortDuration(x.minted.ExpiresAt.Sub(x.minted.IssuedAt))
 				requested["requested_duration"] = rd
 			}
 			h.negotiationRecord(x, records.KindPropose, records.OutcomeAccepted, "", requested, granted)
@@ -898,7 +898,7 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	body.members["persistent"] = granting
 	body.members["negotiation_id"] = negID
 	if granted > 0 {
-		body.members["granted_duration"] = granted.String()
+		body.members["granted_duration"] = shortDuration(granted)
 	}
 	if x.taskID != "" {
 		body.members["task_id"] = x.taskID

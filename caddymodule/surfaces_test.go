@@ -403,7 +403,7 @@ func TestProposeRequestedDuration(t *testing.T) {
 		{"99999999999999999999d", ttl}, {"9999999999h", ttl},
 	} {
 		a := g.builtin(t, "PROPOSE", proposal("/item/d"+strconv.Itoa(i), "requested_duration", tc.requested))
-		if a.status != 263 || a.str("granted_duration") != tc.granted.String() {
+		if a.status != 263 || a.str("granted_duration") != shortDuration(tc.granted) {
 			t.Fatalf("requested_duration %q: %s; want 263 granting %v", tc.requested, a, tc.granted)
 		}
 		issued, _ := time.Parse(time.RFC3339, a.str("issued_at"))
@@ -471,7 +471,8 @@ func events(evs []map[string]any, typ, id string) []map[string]any {
 }
 
 // negotiationRecords returns the negotiation records of kind about
-// synthesis id (requested.synthesis_id).
+// synthesis id (requested.synthesis_id), or all of that kind when id is
+// "".
 func (g *testGateway) negotiationRecords(t *testing.T, kind, id string) []map[string]any {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(g.h.RecordsDir, "negotiations", "*.jsonl"))
@@ -489,7 +490,7 @@ func (g *testGateway) negotiationRecords(t *testing.T, kind, id string) []map[st
 			if err := json.Unmarshal([]byte(line), &rec); err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
-			if req, _ := rec["requested"].(map[string]any); rec["kind"] == kind && req["synthesis_id"] == id {
+			if req, _ := rec["requested"].(map[string]any); rec["kind"] == kind && (id == "" || req["synthesis_id"] == id) {
 				out = append(out, rec)
 			}
 		}
@@ -1071,5 +1072,37 @@ func TestReleasedContractStaysKnown(t *testing.T) {
 		wantError(t, g.builtin(t, "INSPECT", map[string]any{"target": "contract", "synthesis_id": id}), 404, "contract-not-found", "")
 		wantError(t, g.endContract(t, "REVOKE", id), 404, "contract-not-found", "")
 		wantError(t, g.endContract(t, "SUSPEND", id), 404, "contract-not-found", "")
+	}
+}
+
+// TestGrantedDurationForm: granted_duration, in the 263 body and in the
+// propose negotiation record, is written in a form requested_duration
+// accepts, the shortest Go form without zero units ("30m", "1h30m",
+// "26h"), not Go's "30m0s" / "1h30m0s" / "26h0m0s"; it reads back as the
+// duration granted.
+func TestGrantedDurationForm(t *testing.T) {
+	g := newTestGateway(t)
+	g.h.ContractTTL = caddy.Duration(100 * time.Hour)
+	for i, tc := range []struct{ requested, granted string }{
+		{"30m", "30m"}, {"PT30M", "30m"}, {"1h30m", "1h30m"}, {"90m", "1h30m"}, {"PT90M", "1h30m"}, {"24h", "24h"}, {"P1D", "24h"},
+		{"P1DT2H", "26h"}, {"45s", "45s"}, {"3600s", "1h"}, {"1h0m1s", "1h1s"}, {"1.5s", "1.5s"}, {"7d", "100h"}, {"61m", "1h1m"},
+	} {
+		a := g.builtin(t, "PROPOSE", proposal("/item/form"+strconv.Itoa(i), "requested_duration", tc.requested))
+		if a.status != 263 || a.str("granted_duration") != tc.granted {
+			t.Fatalf("requested_duration %q: %s; want 263 with granted_duration %q", tc.requested, a, tc.granted)
+		}
+		want, _ := time.ParseDuration(tc.granted)
+		if d, err := parseRequestedDuration(tc.granted); err != nil || d != want {
+			t.Fatalf("granted_duration %q reads back as %v, %v; want %v", tc.granted, d, err, want)
+		}
+		var recs []any
+		for _, rec := range g.negotiationRecords(t, "propose", "") {
+			if field(rec, "granted", "synthesis_id") == a.str("synthesis_id") {
+				recs = append(recs, field(rec, "granted", "granted_duration"))
+			}
+		}
+		if !reflect.DeepEqual(recs, []any{tc.granted}) {
+			t.Fatalf("requested_duration %q: the negotiation record grants %v; want [%s]", tc.requested, recs, tc.granted)
+		}
 	}
 }
