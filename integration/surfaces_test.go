@@ -273,6 +273,33 @@ func TestSurfacesContracts(t *testing.T) {
 			t.Errorf("released contract %s still listed", c3)
 		}
 	})
+	// §14.4: an operation on a contract that has already ended is a 200
+	// no-op reporting the state INSPECT reports; 404 is for unknown ids.
+	for _, c := range []struct {
+		name, id, state string
+		call            func(t testing.TB, g *Gateway, agent, scope, id string) *Resp
+	}{
+		{"SUSPEND a revoked contract", c1, "revoked", suspendContract},
+		{"REVOKE a released contract", c3, "released", revokeContract},
+		{"SUSPEND a released contract", c3, "released", suspendContract},
+	} {
+		t.Run(c.name+" noop", func(t *testing.T) {
+			r := c.call(t, g, agentA1, "", c.id)
+			wantStatus(t, r, 200)
+			b := r.Object(t)
+			if str(b, "result", "synthesis_id") != c.id || str(b, "result", "state") != c.state || field(b, "result", "noop") != true {
+				t.Errorf("result = %v, want {synthesis_id %s, state %s, noop true}", field(b, "result"), c.id, c.state)
+			}
+			r = inspectContract(t, g, agentA1, "", c.id)
+			wantStatus(t, r, 200)
+			if str(r.Object(t), "state") != c.state {
+				t.Errorf("INSPECT state %q, want %s", str(r.Object(t), "state"), c.state)
+			}
+		})
+	}
+	t.Run("SUSPEND unknown 404", func(t *testing.T) {
+		assertErrorBody(t, suspendContract(t, g, agentA1, "", "syn-CCCCCCCCCCCCCCCCCCCCCC"), 404, "")
+	})
 
 	// §24 49: only OP's contract is left.
 	if cs := contracts(t, g, agentA1); len(cs) != 0 {
