@@ -676,8 +676,11 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		if x.minted != nil {
 			granted := grantedOf(x.minted, x.minted.Persistent)
 			if rd != "" {
-				granted["granted_duration"] = shortDuration(x.minted.ExpiresAt.Sub(x.minted.IssuedAt))
 				requested["requested_duration"] = rd
+			}
+			// As the answer: a persistent grant has no duration.
+			if rd != "" && !x.minted.Persistent {
+				granted["granted_duration"] = shortDuration(x.minted.ExpiresAt.Sub(x.minted.IssuedAt))
 			}
 			h.negotiationRecord(x, records.KindPropose, records.OutcomeAccepted, "", requested, granted)
 			return

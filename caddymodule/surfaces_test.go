@@ -1106,3 +1106,32 @@ func TestGrantedDurationForm(t *testing.T) {
 		}
 	}
 }
+
+// TestPersistentGrantHasNoDuration: a persistent PROPOSE with
+// requested_duration is granted no duration in the 263 answer, and its
+// negotiation record says the same; the record wrote the internal
+// lifetime of persistent contracts ("876000h") as granted_duration.
+func TestPersistentGrantHasNoDuration(t *testing.T) {
+	g := newTestGateway(t)
+	g.h.AllowPersistent = true
+	a := g.builtin(t, "PROPOSE", proposal("/item/persist-d", "persistent", true, "requested_duration", "30m"))
+	if a.status != 263 || a.body["persistent"] != true || a.body["granted_duration"] != nil {
+		t.Fatalf("persistent PROPOSE: %s; want 263, persistent, no granted_duration", a)
+	}
+	n := 0
+	for _, rec := range g.negotiationRecords(t, "propose", "") {
+		if field(rec, "granted", "synthesis_id") != a.str("synthesis_id") {
+			continue
+		}
+		n++
+		if d := field(rec, "granted", "granted_duration"); d != nil {
+			t.Errorf("the negotiation record grants duration %v to a persistent contract", d)
+		}
+		if r := field(rec, "requested", "requested_duration"); r != "30m" {
+			t.Errorf("the negotiation record's requested_duration is %v, want 30m", r)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d negotiation records of the synthesis, want 1", n)
+	}
+}
