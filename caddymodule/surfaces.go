@@ -788,7 +788,9 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	if !policy.ValidMethodToken(method) || !h.methods.IsMethod(method) {
 		failHdr(&wireError{Status: policy.StatusMethodViolation, Reason: "method-not-in-catalog",
 			Explanation: fmt.Sprintf("proposed method %s is not in catalog %s nor a custom method", clip(method), h.methods.Catalog.Version()),
-			Fields:      map[string]any{"catalog_version": h.methods.Catalog.Version()}})
+			// A 459 names the method it refuses in "method" (spec §19:
+			// 459 adds method, catalog_version): here the proposed one.
+			Fields: map[string]any{"method": clip(method), "catalog_version": h.methods.Catalog.Version()}})
 		return
 	}
 	// Step 2: path grammar. The refusal's "path" field would be the

@@ -825,9 +825,10 @@ func TestProposeSchemaErrorBounded(t *testing.T) {
 
 // TestProposeErrorMethodPath: the uniform error body's method and path
 // are the request's own (spec §19, OP-28): PROPOSE and "/" on every
-// PROPOSE refusal. The proposal's pair is in proposed_method and
-// proposed_path and in the explanation. A 459 answered method FROB with
-// path "/", a 460 PROPOSE with path /query/x.
+// PROPOSE refusal, except that a 459 names the method it refuses (§19:
+// "459 adds method"), the proposed one. The proposal's pair is in
+// proposed_method and proposed_path and in the explanation. A 460
+// answered PROPOSE with path /query/x.
 func TestProposeErrorMethodPath(t *testing.T) {
 	g := newTestGateway(t)
 	with := func(method, path string) map[string]any {
@@ -853,8 +854,14 @@ func TestProposeErrorMethodPath(t *testing.T) {
 			}
 			a := g.builtin(t, "PROPOSE", p)
 			wantError(t, a, tc.status, tc.reason, tc.expl)
-			if a.str("method") != "PROPOSE" || a.str("path") != "/" {
-				t.Errorf("method/path = %q %q, want the request's PROPOSE /: %s", a.str("method"), a.str("path"), a)
+			// A 459 names the method it refuses (spec §19: 459 adds
+			// method): the proposed one; any other answer the request's.
+			wantMethod := "PROPOSE"
+			if tc.status == 459 {
+				wantMethod = tc.method
+			}
+			if a.str("method") != wantMethod || a.str("path") != "/" {
+				t.Errorf("method/path = %q %q, want %s /: %s", a.str("method"), a.str("path"), wantMethod, a)
 			}
 			if a.str("proposed_method") != tc.method || a.str("proposed_path") != tc.path {
 				t.Errorf("proposed_method/proposed_path = %q %q, want %q %q: %s", a.str("proposed_method"), a.str("proposed_path"), tc.method, tc.path, a)

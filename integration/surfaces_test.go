@@ -509,11 +509,16 @@ func TestPropose(t *testing.T) {
 	both := wrappedProposal("BOOK", "/room")
 	both["name"] = "my-booking"
 	// The error body's method and path are the request's (PROPOSE /,
-	// RCNS §19); the proposal's pair is in proposed_method/proposed_path.
+	// RCNS §19), but a 459's method is the method it refuses (§19: 459
+	// adds method); the proposal's pair is in proposed_method/proposed_path.
 	pair := func(t testing.TB, b map[string]any, method, path string) {
 		t.Helper()
-		if str(b, "method") != "PROPOSE" || str(b, "path") != "/" {
-			t.Errorf("error body method/path = %q %q, want the request's PROPOSE /: %v", str(b, "method"), str(b, "path"), b)
+		want := "PROPOSE"
+		if st, _ := field(b, "status").(float64); st == 459 {
+			want = method
+		}
+		if str(b, "method") != want || str(b, "path") != "/" {
+			t.Errorf("error body method/path = %q %q, want %s /: %v", str(b, "method"), str(b, "path"), want, b)
 		}
 		if str(b, "proposed_method") != method || str(b, "proposed_path") != path {
 			t.Errorf("proposed_method/proposed_path = %q %q, want %q %q: %v", str(b, "proposed_method"), str(b, "proposed_path"), method, path, b)
