@@ -185,3 +185,36 @@ func TestInexactIntegerRefused(t *testing.T) {
 		wantError(t, a, 400, "invalid-json", "the integer at "+tc.ptr+" has ")
 	}
 }
+
+// TestRefusalsDoNotEchoBodies: a refusal quoting a value from the body
+// quotes at most a short cut of it, and every explanation is bounded, so
+// no answer sends a body back. Each of these answered about 500 kB (1 MB
+// for the semantic value, quoted in explanation and problems).
+func TestRefusalsDoNotEchoBodies(t *testing.T) {
+	g := newTestGateway(t)
+	long := strings.Repeat("é", 250_000) // 500 kB
+	semantic := proposal("/item/s1")
+	semantic["endpoint"].(map[string]any)["semantic"].(map[string]any)["impact"] = long
+	for _, tc := range []struct {
+		name, method, target string
+		body                 any
+		status               int
+		reason               string
+	}{
+		{"unknown envelope field", "FETCH", "/items/1", map[string]any{long: 1}, 400, "invalid-envelope"},
+		{"INSPECT target", "INSPECT", "/", map[string]any{"parameters": map[string]any{"target": long}}, 400, "unknown-target"},
+		{"REVOKE target", "REVOKE", "/", map[string]any{"parameters": map[string]any{"target": long}}, 400, "unknown-target"},
+		{"envelope method string", "DISCOVER", "/patterns", map[string]any{"method": long}, 400, "method-mismatch"},
+		{"envelope method object", "DISCOVER", "/patterns", map[string]any{"method": map[string]any{"x": long}}, 400, "method-mismatch"},
+		{"parameter conflict", "DISCOVER", "/methods", map[string]any{"parameters": map[string]any{long: 1}, long: 2}, 400, "parameter-conflict"},
+		{"PROPOSE semantic value", "PROPOSE", "/", map[string]any{"parameters": semantic}, 400, "invalid-semantic"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := g.do(t, tc.method, tc.target, tc.body)
+			wantError(t, a, tc.status, tc.reason, "")
+			if len(a.raw) > 4096 {
+				t.Errorf("the %d answer is %d bytes", tc.status, len(a.raw))
+			}
+		})
+	}
+}

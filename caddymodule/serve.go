@@ -228,7 +228,11 @@ func (h *Handler) serve(x *exchange) {
 	}
 	if bm, ok := req.body["method"]; ok && bm != nil {
 		if s, _ := bm.(string); s != rm.Method && s != r.Method {
-			x.fail(errorf(400, "method-mismatch", fmt.Sprintf("the envelope method %v differs from the request method %s", bm, rm.Method)))
+			got := "a " + schema.JSONTypeName(bm)
+			if s, isStr := bm.(string); isStr {
+				got = fmt.Sprintf("%q", clip(s))
+			}
+			x.fail(errorf(400, "method-mismatch", fmt.Sprintf("the envelope method %s differs from the request method %s", got, rm.Method)))
 			return
 		}
 	}
@@ -796,7 +800,7 @@ func checkContentType(values []string) *wireError {
 			return nil
 		}
 	}
-	return errorf(400, "unsupported-content-type", fmt.Sprintf("Content-Type %q is not accepted; send application/json or %s", ct, mediaAGTP))
+	return errorf(400, "unsupported-content-type", fmt.Sprintf("Content-Type %q is not accepted; send application/json or %s", clip(ct), mediaAGTP))
 }
 
 func localIsLoopback(r *http.Request) bool {
@@ -859,7 +863,7 @@ var envelopeKeys = map[string]bool{"method": true, "task_id": true, "session_id"
 func (x *exchange) input(req *request, params map[string]string) (map[string]any, *wireError) {
 	for k := range req.body {
 		if !envelopeKeys[k] {
-			return nil, errorf(400, "invalid-envelope", fmt.Sprintf("unknown envelope field %q; put the input under \"parameters\"", k))
+			return nil, errorf(400, "invalid-envelope", fmt.Sprintf("unknown envelope field %q; put the input under \"parameters\"", clip(k)))
 		}
 	}
 	in, e := envelopeParameters(req)
@@ -874,7 +878,7 @@ func (x *exchange) input(req *request, params map[string]string) (map[string]any
 	for k, v := range params {
 		if bv, ok := in[k]; ok {
 			if s, isStr := bv.(string); !isStr || s != v {
-				return nil, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given by the path as %q and differently in the request", k, v))
+				return nil, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given by the path as %q and differently in the request", clip(k), clip(v)))
 			}
 		}
 		in[k] = v

@@ -32,7 +32,7 @@ func params(req *request) (map[string]any, *wireError) {
 			continue
 		}
 		if prev, ok := out[k]; ok && fmt.Sprint(prev) != fmt.Sprint(v) {
-			return nil, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given twice with different values", k))
+			return nil, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given twice with different values", clip(k)))
 		}
 		out[k] = v
 	}
@@ -328,7 +328,7 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 	case "audit", "chain_head":
 		x.fail(errorf(501, "not-implemented", "INSPECT target="+target+" is not implemented by this gateway yet"))
 	default:
-		x.fail(errorf(400, "unknown-target", fmt.Sprintf("INSPECT target %q is not known (contract, rcns-attempt, lifecycle)", target)))
+		x.fail(errorf(400, "unknown-target", fmt.Sprintf("INSPECT target %q is not known (contract, rcns-attempt, lifecycle)", clip(target))))
 	}
 }
 
@@ -369,7 +369,7 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 			mode = h.OnPolicyChange
 		}
 		if mode != "grandfather" && mode != "invalidate" {
-			x.fail(errorf(400, "invalid-mode", fmt.Sprintf("mode %q is not grandfather or invalidate", mode)))
+			x.fail(errorf(400, "invalid-mode", fmt.Sprintf("mode %q is not grandfather or invalidate", clip(mode))))
 			return
 		}
 		current := map[string]string{}
@@ -409,7 +409,7 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 	case "":
 		x.fail(errorf(400, "parameter-required", "REVOKE needs a target"))
 	default:
-		x.fail(errorf(400, "unknown-target", fmt.Sprintf("REVOKE target %q is not known (contract, stale-contracts)", target)))
+		x.fail(errorf(400, "unknown-target", fmt.Sprintf("REVOKE target %q is not known (contract, stale-contracts)", clip(target))))
 	}
 }
 

@@ -104,11 +104,16 @@ type exchange struct {
 	reason      string // reason token of a refusal written
 }
 
+// maxExplanationBytes bounds an error answer's explanation (bytes): the
+// net under every refusal that quotes what the caller sent (each quote
+// is also cut on its own, see clip), so no answer echoes a body back.
+const maxExplanationBytes = 2048
+
 func (x *exchange) fail(e *wireError) {
 	body := map[string]any{
 		"status":      e.Status,
 		"reason":      e.Reason,
-		"explanation": e.Explanation,
+		"explanation": recipes.Truncate(e.Explanation, maxExplanationBytes),
 		"retryable":   e.Retryable,
 	}
 	x.reason = e.Reason

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
@@ -295,10 +296,23 @@ func display(v any) string {
 
 // quote wraps s in single quotes for messages.
 func quote(s string) string {
+	cut := ""
+	if len(s) > maxQuoted {
+		i := maxQuoted
+		for i > 0 && !utf8.RuneStart(s[i]) {
+			i--
+		}
+		s, cut = s[:i], "…"
+	}
 	s = strconv.Quote(s)
 	s = strings.ReplaceAll(s[1:len(s)-1], `\"`, `"`)
-	return "'" + strings.ReplaceAll(s, "'", `\'`) + "'"
+	return "'" + strings.ReplaceAll(s, "'", `\'`) + "'" + cut
 }
+
+// maxQuoted is the longest value quote renders whole (bytes); a longer
+// one, often a caller's (a PROPOSE semantic value), is cut at a
+// character boundary and marked with "…".
+const maxQuoted = 64
 
 // quoteAll quotes and comma-joins names.
 func quoteAll(names []string) string {
