@@ -73,6 +73,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		sessionID: headerGet(r, "Session-ID"),
 		requestID: headerGet(r, "Request-ID"),
 	}
+	// The Attribution-Record names, and chains under, a registered
+	// Agent-ID only (spec §16.2: agent_id is 64 lowercase hex): every
+	// answer to that agent chains, refusals before step 6 included (OP-22),
+	// while a malformed or unknown one chains as an anonymous request
+	// does, so no request adds a chain key of its own choosing.
+	if policy.ValidAgentID(x.agentID) {
+		if _, ok := h.agents.Lookup(x.agentID); ok {
+			x.recordAgent = x.agentID
+		}
+	}
 	// A malformed identifier is refused (checkIdentifiers) and is never
 	// echoed or written into an Attribution-Record: the record names a
 	// request id the gateway minted instead, as for a request without one.
@@ -283,7 +293,11 @@ func (h *Handler) serve(x *exchange) {
 		return
 	}
 	if e := h.verifyIdentity(x, req); e != nil {
-		h.logger.Info("identity refused", zap.String("agent_id", x.agentID), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
+		h.logger.Info("identity refused", zap.String("agent_id", clip(x.agentID)), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
+		// The claim failed verification: the refusal is not the named
+		// agent's to chain (an unsigned request must not add records to
+		// another agent's chain).
+		x.recordAgent = ""
 		x.fail(e)
 		return
 	}
@@ -294,6 +308,9 @@ func (h *Handler) serve(x *exchange) {
 	scopeHdr, scopePresent := headerValue(r, "Authority-Scope")
 	caller, ref := policy.ResolveCaller(h.agents, x.agentID, x.ownerID, scopeHdr, scopePresent)
 	if ref != nil {
+		if ref.Reason == "owner-mismatch" {
+			x.ownerID = "" // the record does not state an owner the gateway refused
+		}
 		x.fail(fromRefusal(ref))
 		return
 	}
@@ -445,7 +462,7 @@ func (h *Handler) checkIdentifiers(r *http.Request, anonymous bool) *wireError {
 	// Present means checked: an empty Owner-ID is malformed, as an empty
 	// Request-ID or Session-ID is.
 	if oid, ok := headerValue(r, "Owner-ID"); ok && !policy.ValidOwnerID(oid) {
-		return errorf(400, "invalid-owner-id", fmt.Sprintf("Owner-ID %q is not 1 to 256 characters of letters, digits, '-', '_', ':' and '.'", clip(oid)))
+		return errorf(400, "invalid-owner-id", "Owner-ID is not 1 to 256 characters of letters, digits, '-', '_', ':' and '.'")
 	}
 	if anonymous {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"math/big"
@@ -25,6 +26,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -444,10 +446,10 @@ func TestAnonymousIdentifiers(t *testing.T) {
 		{map[string]string{"Request-ID": "bad"}, "invalid-request-id", "UUIDv7 or a ULID"},
 		{map[string]string{"Session-ID": "x"}, "invalid-session-id", "22-256 characters"},
 		{map[string]string{"Request-ID": "bad", "Session-ID": "x"}, "invalid-request-id", ""},
-		{map[string]string{"Owner-ID": "org acme"}, "invalid-owner-id", `Owner-ID "org acme"`},
-		{map[string]string{"Owner-ID": ""}, "invalid-owner-id", `Owner-ID ""`},
+		{map[string]string{"Owner-ID": "org acme"}, "invalid-owner-id", "Owner-ID is not 1 to 256"},
+		{map[string]string{"Owner-ID": ""}, "invalid-owner-id", "Owner-ID is not 1 to 256"},
 		// With Agent-ID too: present means checked, empty included.
-		{map[string]string{"Agent-ID": benchAgent, "Owner-ID": ""}, "invalid-owner-id", `Owner-ID ""`},
+		{map[string]string{"Agent-ID": benchAgent, "Owner-ID": ""}, "invalid-owner-id", "Owner-ID is not 1 to 256"},
 	} {
 		for _, target := range []string{"/", "/methods"} {
 			a := g.serve(t, "DISCOVER", target, tc.hdr, nil, 0)
@@ -518,6 +520,71 @@ func noMalformedIdentifiers(t *testing.T, a *answer) {
 		if v, ok := p[k]; ok {
 			t.Errorf("Attribution-Record carries the malformed %s %v", k, v)
 		}
+	}
+	if strings.Contains(a.raw, "org acme") {
+		t.Errorf("the malformed Owner-ID is echoed: %s", a)
+	}
+}
+
+// TestUnacceptedAgentIDNotRecorded: an Agent-ID that is malformed, or
+// well-formed but unknown, is refused without naming the
+// Attribution-Record or its chain: the record has no agent_id and chains
+// as an anonymous request's does. A malformed one is not echoed. Every
+// malformed Agent-ID became a chain key of its own, up to the header
+// limit in size (a few hundred junk requests grew the chain file by
+// megabytes), and the signed record carried it as agent_id.
+func TestUnacceptedAgentIDNotRecorded(t *testing.T) {
+	g := newTestGateway(t)
+	// The records store opens on the first request; an anonymous one
+	// also starts the anonymous chain.
+	if a := g.serve(t, "DISCOVER", "/", nil, nil, 0); a.status != 200 {
+		t.Fatalf("DISCOVER /: %s", a)
+	}
+	chains := g.h.st.records.chains
+	before := chains.Len()
+	unknown := strings.Repeat("ab", 32)
+	for i, tc := range []struct {
+		agentID string
+		status  int
+		reason  string
+		echoed  bool
+	}{
+		{"EVIL<script>", 400, "invalid-canonical-id", false},
+		{strings.Repeat("Z", 12000), 400, "invalid-canonical-id", false},
+		{strings.ToUpper(benchAgent), 400, "invalid-canonical-id", false},
+		{unknown, 401, "agent-unauthenticated", true},
+	} {
+		a := g.serve(t, "FETCH", "/items/1", map[string]string{"Agent-ID": tc.agentID, "Authority-Scope": "bench:read"}, nil, 0)
+		wantError(t, a, tc.status, tc.reason, "")
+		if got := a.hdr("Agent-ID"); (got != "") != tc.echoed {
+			t.Errorf("case %d: Agent-ID echoed as %q, want echoed %v", i, clip(got), tc.echoed)
+		}
+		if strings.Contains(a.raw, tc.agentID) {
+			t.Errorf("case %d: the body quotes the Agent-ID: %s", i, clip(a.raw))
+		}
+		if v, ok := attributionPayload(t, a)["agent_id"]; ok {
+			t.Errorf("case %d: the Attribution-Record names agent_id %v", i, clip(fmt.Sprint(v)))
+		}
+	}
+	if n := chains.Len(); n != before {
+		t.Errorf("the refusals added %d chains, want none (they chain as anonymous requests do)", n-before)
+	}
+	if chains.Next(unknown) != records.ZeroHash {
+		t.Errorf("an unknown agent's refusal started a chain of its own")
+	}
+	// An Owner-ID the registry contradicts is refused and not recorded.
+	a := g.serve(t, "FETCH", "/items/1", map[string]string{"Agent-ID": benchAgent, "Owner-ID": "someone-else", "Authority-Scope": "bench:read"}, nil, 0)
+	wantError(t, a, 401, "owner-mismatch", "")
+	if v, ok := attributionPayload(t, a)["owner_id"]; ok {
+		t.Errorf("the owner-mismatch record names owner_id %v", v)
+	}
+	// A registered agent's answers still name it and chain under it.
+	a = g.do(t, "FETCH", "/items/1", nil, "Authority-Scope", "bench:read")
+	if a.status != 200 || attributionPayload(t, a)["agent_id"] != benchAgent || a.hdr("Agent-ID") != benchAgent {
+		t.Fatalf("registered agent: %s", a)
+	}
+	if chains.Next(benchAgent) != a.hdr("Audit-ID") {
+		t.Errorf("the registered agent's chain head is not its last Audit-ID")
 	}
 }
 

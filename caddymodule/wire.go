@@ -58,11 +58,15 @@ type exchange struct {
 	// Request-ID, echoed on the answer (not one the gateway minted).
 	requestIDEcho bool
 	agentID       string // verbatim header value
-	ownerID       string
-	sessionID     string
-	requested     string // wire method when an alias applied
-	method        string // dispatched method
-	path          string // dispatched path
+	// recordAgent is agentID once the identity mode accepted it and the
+	// registry knows it: the Attribution-Record's agent_id and chain key
+	// ("" before that, as for an anonymous request).
+	recordAgent string
+	ownerID     string
+	sessionID   string
+	requested   string // wire method when an alias applied
+	method      string // dispatched method
+	path        string // dispatched path
 	// requestPath is the request path in RFC 3986 normal form, before
 	// redirects (the Idempotency-Key fingerprint's).
 	requestPath string
@@ -237,7 +241,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 	set("Server-ID", x.h.ServerID)
 	set("Response-ID", responseID)
 	set("AGTP-API-Version", x.h.apiVersion())
-	if x.agentID != "" {
+	if policy.ValidAgentID(x.agentID) { // echoed verbatim; a malformed one is not echoed
 		set("Agent-ID", x.agentID)
 	}
 	if x.taskID != "" {
@@ -279,7 +283,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 // requesting Agent-ID (OP-22). The payload JSON is appended by
 // hand in encoding/json's sorted-key order (byte-identical output).
 func (x *exchange) attribution(status int, responseID string) (string, string) {
-	chainKey := x.agentID
+	chainKey := x.recordAgent
 	issued := time.Now().UTC().Format(time.RFC3339Nano)
 	str := records.AppendJSONString
 	compact, auditID, err := x.h.st.records.chains.Append(chainKey, func(prev string) (string, string, error) {
@@ -294,8 +298,8 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 			b = append(b, '"', ':')
 			b = str(b, v)
 		}
-		if x.agentID != "" {
-			field("agent_id", x.agentID)
+		if x.recordAgent != "" {
+			field("agent_id", x.recordAgent)
 		}
 		field("audit_record_version", "1")
 		if x.contract.ContractHash != "" {

@@ -442,6 +442,21 @@ func TestIdentitySignature(t *testing.T) {
 		before := hotel.Count()
 		r := idvSend(t, nil, idvBuild(t, g.URL, fetch(agentA1, nil)))
 		idvRefused(t, r, 401, "signature-missing", hotel, before)
+		// An unsigned claim is not the named agent's to chain: the
+		// refusal's record names no agent, and A1's next signed answer
+		// continues A1's chain from its last signed one.
+		prev := idvSend(t, nil, idvBuild(t, g.URL, fetch(agentA1, kA1)))
+		wantGuest(t, prev)
+		r = idvSend(t, nil, idvBuild(t, g.URL, fetch(agentA1, nil)))
+		idvRefused(t, r, 401, "signature-missing", hotel, before+1)
+		if v, ok := attribution(t, r)["agent_id"]; ok {
+			t.Errorf("the unsigned request's refusal names agent_id %v", v)
+		}
+		next := idvSend(t, nil, idvBuild(t, g.URL, fetch(agentA1, kA1)))
+		wantGuest(t, next)
+		if got, want := str(attribution(t, next), "previous_audit_id"), prev.Header.Get("Audit-ID"); got != want {
+			t.Errorf("A1's chain: previous_audit_id %s, want its last signed answer's Audit-ID %s", got, want)
+		}
 	})
 
 	t.Run("garbage Signature-Input 401 signature-invalid", func(t *testing.T) {

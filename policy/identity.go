@@ -56,11 +56,11 @@ func (c *Caller) granted() ScopeSet {
 func ResolveCaller(reg *Registry, agentID, ownerID, authorityScope string, scopePresent bool) (*Caller, *Refusal) {
 	if !ValidAgentID(agentID) {
 		return nil, &Refusal{Status: 400, Reason: "invalid-canonical-id",
-			Explanation: fmt.Sprintf("Agent-ID %s is not a canonical Agent-ID (64 lowercase hexadecimal characters).", quote(agentID))}
+			Explanation: "Agent-ID is not a canonical Agent-ID (64 lowercase hexadecimal characters)."}
 	}
 	if ownerID != "" && !ValidOwnerID(ownerID) {
 		return nil, &Refusal{Status: 400, Reason: "invalid-owner-id",
-			Explanation: fmt.Sprintf("Owner-ID %s is not 1 to 256 characters of letters, digits, '-', '_', ':' and '.'.", quote(ownerID))}
+			Explanation: "Owner-ID is not 1 to 256 characters of letters, digits, '-', '_', ':' and '.'."}
 	}
 	var claimed ScopeSet
 	if scopePresent {
