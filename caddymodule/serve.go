@@ -1044,19 +1044,21 @@ func scopeHeaderRequired() *wireError {
 // §14.1): the gate is skipped and no synthesis starts.
 func (h *Handler) present(x *exchange, req *request, id string) {
 	c, res := h.st.contracts.Lookup(id)
-	switch res {
-	case recipes.LookupUnknown:
+	if res == recipes.LookupUnknown {
 		h.metrics.presentation(viaSynthesisID, "not_found")
 		x.fail(errorf(404, "contract-not-found", "no contract with this synthesis id exists (unknown, released or swept)"))
 		return
-	case recipes.LookupRevoked:
-		h.metrics.presentation(viaSynthesisID, "revoked")
-		h.refuse464(x, req, nil, "contract-revoked", "the contract has expired or was revoked; synthesize a new one")
-		return
 	}
+	// Whose it is comes before how it ended: another agent learns
+	// nothing of a contract's state (§10 step 7).
 	if c.OriginatingAgentID != req.caller.Agent.ID {
 		h.metrics.presentation(viaSynthesisID, "not_yours")
 		h.refuse464(x, req, nil, "contract-not-yours", "the contract is bound to another agent")
+		return
+	}
+	if res == recipes.LookupRevoked {
+		h.metrics.presentation(viaSynthesisID, "revoked")
+		h.refuse464(x, req, nil, "contract-revoked", "the contract has expired or was revoked; synthesize a new one")
 		return
 	}
 	if c.Method != x.method || c.Path != x.path {

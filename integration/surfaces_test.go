@@ -218,6 +218,9 @@ func TestSurfacesContracts(t *testing.T) {
 		}
 		defer w.noUpstreamCall(t)()
 		assert464(t, w.book(t, agentA1, scopeAll, "Contract-Synthesized", c1), "contract-revoked")
+		// Another agent learns nothing of its state: whose it was comes
+		// first (§10 step 7).
+		assert464(t, w.book(t, agentA3, scopeAll, "Contract-Synthesized", c1), "contract-not-yours")
 		if hasContract(contracts(t, g, agentA1), c1) || hasContract(contracts(t, g, agentOP), c1) {
 			t.Errorf("revoked contract %s still listed", c1)
 		}

@@ -256,8 +256,9 @@ const (
 )
 
 // Lookup finds a contract by synthesis id. It returns the contract and
-// LookupFound, or nil and LookupUnknown / LookupRevoked (spec §14.1,
-// OP-21).
+// LookupFound; the ended contract its tombstone keeps and LookupRevoked
+// (so the caller can check whose it was before saying how it ended); or
+// nil and LookupUnknown (spec §14.1, OP-21).
 func (s *Store) Lookup(id string) (*Contract, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -272,7 +273,7 @@ func (s *Store) Lookup(id string) (*Contract, int) {
 		if t.state == StateReleased {
 			return nil, LookupUnknown
 		}
-		return nil, LookupRevoked
+		return t.c, LookupRevoked
 	}
 	return nil, LookupUnknown
 }
