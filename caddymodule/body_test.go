@@ -218,3 +218,37 @@ func TestRefusalsDoNotEchoBodies(t *testing.T) {
 		})
 	}
 }
+
+// TestIdempotencyKeyBeforeInput: an Idempotency-Key reused for a
+// different request is 422 idempotency-key-reused even when the new
+// input is invalid (spec §11.2 checks the key first); it was answered
+// 422 invalid-input. A key whose first use was refused for its input is
+// released, not stored: the next request with it runs.
+func TestIdempotencyKeyBeforeInput(t *testing.T) {
+	g := newTestGateway(t)
+	syn := g.do(t, "LOOKUP", "/item/k-1", map[string]any{"parameters": map[string]any{"item_id": "1"}}, "Allow-RCNS", "true")
+	if syn.status != 263 {
+		t.Fatalf("synthesis: %s", syn)
+	}
+	for _, tc := range []struct {
+		name, method, target string
+		valid, invalid       any
+	}{
+		{"contract by pair", "LOOKUP", "/item/k-1",
+			map[string]any{"parameters": map[string]any{"item_id": "1"}}, map[string]any{"parameters": map[string]any{"item_id": ""}}},
+		{"Tier B", "FETCH", "/items/1", nil, map[string]any{"parameters": map[string]any{"bogus": 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key, fresh := `"k-`+tc.method+`"`, `"fresh-`+tc.method+`"`
+			if a := g.do(t, tc.method, tc.target, tc.valid, "Idempotency-Key", key); a.status != 200 {
+				t.Fatalf("first use of the key: %s", a)
+			}
+			wantError(t, g.do(t, tc.method, tc.target, tc.invalid, "Idempotency-Key", key), 422, "idempotency-key-reused", "")
+			// A fresh key refused for its input is not kept.
+			wantError(t, g.do(t, tc.method, tc.target, tc.invalid, "Idempotency-Key", fresh), 422, "invalid-input", "")
+			if a := g.do(t, tc.method, tc.target, tc.valid, "Idempotency-Key", fresh); a.status != 200 || a.hdr("Idempotent-Replayed") != "" {
+				t.Fatalf("the key after its refused first use: %s, want a fresh 200", a)
+			}
+		})
+	}
+}

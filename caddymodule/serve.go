@@ -918,6 +918,12 @@ func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint
 		x.failWith(fromRefusal(ref), extra)
 		return
 	}
+	// The Idempotency-Key first (spec §11.2 order): a key reused for
+	// another request is that, whatever its input; a claim that ends in
+	// a refusal below is released, not stored.
+	if !h.claim(x, req) {
+		return
+	}
 	in, e := x.input(req, params)
 	if e != nil {
 		x.failWith(e, extra)
@@ -927,7 +933,7 @@ func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint
 		x.failWith(failureError(f), extra)
 		return
 	}
-	if !h.claim(x, req) || !h.spend(x, req, h.invokeRL) {
+	if !h.spend(x, req, h.invokeRL) {
 		return
 	}
 	x.executed = true
@@ -1093,6 +1099,9 @@ func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract, vi
 		x.fail(fromRefusal(ref))
 		return
 	}
+	if !h.claim(x, req) { // first, as in invokeEndpoint
+		return
+	}
 	in, e := x.input(req, nil)
 	if e != nil {
 		x.fail(e)
@@ -1102,7 +1111,7 @@ func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract, vi
 		x.fail(failureError(f))
 		return
 	}
-	if !h.claim(x, req) || !h.spend(x, req, h.invokeRL) {
+	if !h.spend(x, req, h.invokeRL) {
 		return
 	}
 	// Only now does the answer name the contract: every refusal above
