@@ -364,14 +364,15 @@ func (h *Handler) serve(x *exchange) {
 	h.gateway(x, req)
 }
 
-// ulidPattern: 26 Crockford base32 characters holding 128 bits, so the
+// ulidPattern: 26 Crockford base32 characters, in either case (the
+// ULID spec reads them case-insensitively), holding 128 bits, so the
 // first is 0-7 (the largest ULID is 7ZZZZZZZZZZZZZZZZZZZZZZZZZ).
-var ulidPattern = regexp.MustCompile(`^[0-7][0-9A-HJKMNP-TV-Z]{25}$`)
+var ulidPattern = regexp.MustCompile(`^[0-7][0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{25}$`)
 var uuidV7Pattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
 // ValidRequestID reports whether s is a UUIDv7 (lowercase 8-4-4-4-12)
-// or a ULID (26 Crockford base32 characters, at most 128 bits: the
-// first is 0-7) (ids-02 §9.2, spec OP-7).
+// or a ULID (26 Crockford base32 characters in either case, at most 128
+// bits: the first is 0-7) (ids-02 §9.2, spec OP-7).
 func ValidRequestID(s string) bool {
 	return uuidV7Pattern.MatchString(s) || ulidPattern.MatchString(s)
 }
