@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
@@ -130,7 +131,7 @@ func (rs *recordState) check(dir string, fsync records.FsyncPolicy, signer *reco
 	if err := records.CheckLog(filepath.Join(dir, "negotiations")); err != nil {
 		return fmt.Errorf("records_dir: %v", err)
 	}
-	if _, err := records.OpenChains(filepath.Join(dir, "attribution-chains.json")); err != nil {
+	if _, err := openChains(filepath.Join(dir, "attribution-chains.json")); err != nil {
 		return fmt.Errorf("records_dir: %v", err)
 	}
 	return nil
@@ -159,6 +160,10 @@ func (rs *recordState) open(dir string, fsync records.FsyncPolicy, signer *recor
 		dir = ""
 		rs.chains, _ = records.OpenChains("")
 	}
+	if n := rs.chains.Dropped(); n > 0 && logger != nil {
+		logger.Warn("dropped attribution chain heads whose key is not an Agent-ID (written by an older build that chained malformed Agent-IDs)",
+			zap.String("records_dir", dir), zap.Int("dropped", n))
+	}
 	rs.dir, rs.fsync = dir, fsync
 	rs.stop, rs.done = make(chan struct{}), make(chan struct{})
 	go rs.flusher(rs.chains, rs.stop, rs.done, logger)
@@ -184,7 +189,7 @@ func (rs *recordState) openLocked(dir string, fsync records.FsyncPolicy) error {
 			return fmt.Errorf("records_dir: %v", err)
 		}
 	}
-	if rs.chains, err = records.OpenChains(chainsPath); err != nil {
+	if rs.chains, err = openChains(chainsPath); err != nil {
 		if rs.log != nil {
 			_ = rs.log.Close()
 			rs.log = nil
@@ -545,4 +550,14 @@ func (h *Handler) lifecycleEvent(eventType string, c *recipes.Contract, actor, r
 func manifestHash(stable []byte) string {
 	sum := sha256.Sum256(stable)
 	return hex.EncodeToString(sum[:])
+}
+
+// openChains opens the Attribution-Record chain heads at path ("": in
+// memory). A chain key is a registered Agent-ID or "" (anonymous and
+// unaccepted callers); a key of any other form, written by a build that
+// chained malformed Agent-IDs, is dropped on load.
+func openChains(path string) (*records.Chains, error) {
+	return records.NewChains(records.ChainsOptions{Path: path, ValidKey: func(k string) bool {
+		return k == "" || policy.ValidAgentID(k)
+	}})
 }

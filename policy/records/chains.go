@@ -27,6 +27,11 @@ type ChainsOptions struct {
 	// the least recently used idle chain is dropped and its next record
 	// starts again from [ZeroHash]. Zero means [DefaultMaxChainKeys].
 	MaxKeys int
+	// ValidKey, when set, is asked about every key loaded from Path; an
+	// entry whose key it refuses is dropped (counted by [Chains.Dropped]),
+	// not an error: a file written by an older build may hold keys this
+	// one no longer makes.
+	ValidKey func(key string) bool
 }
 
 // Chains holds the head (last Audit-ID) of each Attribution-Record chain,
@@ -49,6 +54,8 @@ type Chains struct {
 	// flushMu serializes Flush; flushed is the gen last written.
 	flushMu sync.Mutex
 	flushed uint64
+	// dropped counts the entries NewChains dropped (ValidKey).
+	dropped int
 }
 
 // chain is one key's head and the lock that serializes its records.
@@ -109,13 +116,24 @@ func NewChains(opt ChainsOptions) (*Chains, error) {
 	}
 	for i, h := range f.Heads {
 		if !isHex64(h.Head) {
-			return nil, fmt.Errorf("records: chain heads %s: entry %d (key %q): %w", opt.Path, i, h.Key, ErrBadAuditID)
+			return nil, fmt.Errorf("records: chain heads %s: entry %d (key %.64q): %w", opt.Path, i, h.Key, ErrBadAuditID)
+		}
+		if opt.ValidKey != nil && !opt.ValidKey(h.Key) {
+			c.dropped++
+			continue
 		}
 		c.setLocked(h.Key, h.Head)
 	}
 	c.flushed = c.gen
+	if c.dropped > 0 {
+		c.gen++ // the next Flush rewrites the file without them
+	}
 	return c, nil
 }
+
+// Dropped returns the number of entries NewChains dropped from the file
+// because [ChainsOptions.ValidKey] refused their keys.
+func (c *Chains) Dropped() int { return c.dropped }
 
 // init sets defaults; callers hold c.mu or own c exclusively.
 func (c *Chains) init() {

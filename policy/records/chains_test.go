@@ -342,3 +342,44 @@ func TestChainsMemoryOnlyFlush(t *testing.T) {
 		t.Errorf("Flush of memory-only chains = %v, want nil", err)
 	}
 }
+
+// TestChainsValidKeyDropsOnLoad: entries whose key ValidKey refuses are
+// dropped on load, counted, and gone from the file after the next
+// Flush; the others load as written.
+func TestChainsValidKeyDropsOnLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "chains.json")
+	c, err := NewChains(ChainsOptions{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := strings.Repeat("a", 64)
+	head := strings.Repeat("b", 64)
+	for _, k := range []string{good, "", "EVIL<script>", strings.Repeat("x", 12000)} {
+		c.Commit(k, head)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	valid := func(k string) bool { return k == "" || len(k) == 64 }
+	c, err = NewChains(ChainsOptions{Path: path, ValidKey: valid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Dropped() != 2 || c.Len() != 2 || c.Next(good) != head || c.Next("") != head || c.Next("EVIL<script>") != ZeroHash {
+		t.Fatalf("after load: dropped %d, %d chains, heads %s / %s / %s", c.Dropped(), c.Len(), c.Next(good), c.Next(""), c.Next("EVIL<script>"))
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), "EVIL") || strings.Contains(string(raw), "xxxx") {
+		t.Fatalf("the dropped keys are still in the file after Flush: %.200s", raw)
+	}
+	c, err = NewChains(ChainsOptions{Path: path, ValidKey: valid})
+	if err != nil || c.Dropped() != 0 || c.Len() != 2 {
+		t.Fatalf("reload: %v, dropped %d, %d chains", err, c.Dropped(), c.Len())
+	}
+}
