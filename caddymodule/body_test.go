@@ -3,7 +3,9 @@ package caddymodule
 import (
 	"bytes"
 	"compress/gzip"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -251,4 +253,41 @@ func TestIdempotencyKeyBeforeInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUpstreamLargeIntegersExact: an upstream's integers beyond ±2^53
+// (64-bit ids, nanosecond timestamps) reach the agent exactly, through a
+// Tier B endpoint, a synthesis (263) and a contract presentation. They
+// were decoded to float64: 12345678901234567891 arrived as
+// 12345678901234567000.
+func TestUpstreamLargeIntegersExact(t *testing.T) {
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"1","name":"bench item","price":12.5,"sku":12345678901234567891,"ts":-9007199254740993,"ids":[18446744073709551616,2]}`))
+	}))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.Listener = l
+	up.Start()
+	t.Cleanup(up.Close)
+	g := &testGateway{h: benchHandler(t, up.URL, false)}
+	exact := []string{`"sku":12345678901234567891`, `"ts":-9007199254740993`, `"ids":[18446744073709551616,2]`}
+	check := func(name string, a *answer, status int) {
+		t.Helper()
+		if a.status != status {
+			t.Fatalf("%s: %s, want %d", name, a, status)
+		}
+		for _, s := range exact {
+			if !strings.Contains(a.raw, s) {
+				t.Errorf("%s: the answer lacks %s: %s", name, s, a.raw)
+			}
+		}
+	}
+	check("Tier B", g.do(t, "FETCH", "/items/1", nil, "Authority-Scope", "bench:read"), 200)
+	body := map[string]any{"parameters": map[string]any{"item_id": "1"}}
+	syn := g.do(t, "LOOKUP", "/item/big", body, "Allow-RCNS", "true")
+	check("synthesis", syn, 263)
+	check("presentation", g.do(t, "LOOKUP", "/item/big", body, "Contract-Synthesized", syn.hdr("Contract-Synthesized")), 200)
 }

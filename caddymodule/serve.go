@@ -665,10 +665,6 @@ func decodeBody(raw []byte) (any, *wireError) {
 	return nil, errorf(400, "invalid-json", "the request body is not one JSON value: "+jsonProblem(err))
 }
 
-// maxExactInteger is 2^53: every integer up to it in magnitude is a
-// float64 exactly, the form a decoded JSON number takes here.
-const maxExactInteger = 1 << 53
-
 // inexactInteger refuses a body, already decoded without error, holding
 // an integer literal beyond ±2^53 (RFC 7493 §2.2): decoded to float64 it
 // would reach the upstream as a different number (an id of 19 digits
@@ -676,19 +672,7 @@ const maxExactInteger = 1 << 53
 // with a run of 16 or more digits is tokenized; numbers written with a
 // fraction or an exponent are floats by their sender's choice and pass.
 func inexactInteger(raw []byte) *wireError {
-	run := 0
-	long := false
-	for _, c := range raw {
-		if c >= '0' && c <= '9' {
-			if run++; run >= 16 {
-				long = true
-				break
-			}
-		} else {
-			run = 0
-		}
-	}
-	if !long {
+	if !recipes.HasLongDigitRun(raw) {
 		return nil
 	}
 	dec := jsontext.NewDecoder(bytes.NewReader(raw))
@@ -700,16 +684,10 @@ func inexactInteger(raw []byte) *wireError {
 		if tok.Kind() != '0' {
 			continue
 		}
-		lit := tok.String()
-		if strings.ContainsAny(lit, ".eE") {
-			continue
+		if lit := tok.String(); recipes.InexactInteger(lit) {
+			return errorf(400, "invalid-json", fmt.Sprintf("the integer at %s has %d digits and is beyond ±2^53, which this gateway cannot carry exactly (RFC 7493 §2.2); send it as a string",
+				clip(pointerOrRoot(dec.StackPointer())), len(strings.TrimPrefix(lit, "-"))))
 		}
-		digits := strings.TrimPrefix(lit, "-")
-		if n, err := strconv.ParseUint(digits, 10, 64); err == nil && n <= maxExactInteger {
-			continue
-		}
-		return errorf(400, "invalid-json", fmt.Sprintf("the integer at %s has %d digits and is beyond ±2^53, which this gateway cannot carry exactly (RFC 7493 §2.2); send it as a string",
-			clip(pointerOrRoot(dec.StackPointer())), len(digits)))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -603,12 +604,19 @@ var upstreamJSON = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsonte
 // read as before instead of failing the call.
 func decodeUpstream(raw []byte) (any, error) {
 	var out any
-	if err := jsonv2.Unmarshal(raw, &out); err == nil {
-		return out, nil
+	err := jsonv2.Unmarshal(raw, &out)
+	if err != nil {
+		out = nil
+		if err = jsonv2.Unmarshal(raw, &out, upstreamJSON); err != nil {
+			return out, err
+		}
 	}
-	out = nil
-	err := jsonv2.Unmarshal(raw, &out, upstreamJSON)
-	return out, err
+	// Integers beyond ±2^53 (64-bit ids) are kept exactly, as *big.Int;
+	// only a body with a 16-digit run is tokenized again for them.
+	if HasLongDigitRun(raw) {
+		return decodeExact(raw, upstreamJSON)
+	}
+	return out, nil
 }
 
 // rename applies a field rename map to a JSON object; other values and
@@ -638,6 +646,8 @@ func scalarString(v any) string {
 		return strconv.Itoa(x)
 	case bool:
 		return strconv.FormatBool(x)
+	case *big.Int:
+		return x.String()
 	case nil:
 		return ""
 	default:

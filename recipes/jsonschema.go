@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"slices"
 	"sort"
 	"strings"
@@ -129,7 +130,7 @@ func validate(s *jsonschema.Schema, v any) []string {
 	if s == nil {
 		return nil
 	}
-	err := s.Validate(v)
+	err := s.Validate(forSchemaLibrary(v))
 	if err == nil {
 		return nil
 	}
@@ -403,7 +404,8 @@ func nonNegativeInt(v any) (int, bool) {
 }
 
 // jsonType returns the JSON type bits of a decoded value, 0 for a Go
-// value the fast check does not model (big numbers, NaN, ±Inf, others).
+// value the fast check does not model (NaN, ±Inf, others). A *big.Int
+// is an integer beyond ±2^53 (decodeExact, or gojq arithmetic).
 func jsonType(v any) uint8 {
 	switch x := v.(type) {
 	case nil:
@@ -420,7 +422,7 @@ func jsonType(v any) uint8 {
 			return tNumber | tInteger
 		}
 		return tNumber
-	case int, int64:
+	case int, int64, *big.Int:
 		return tNumber | tInteger
 	case map[string]any:
 		return tObject

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"os"
 	"slices"
 	"strconv"
@@ -353,8 +354,9 @@ func appendStringMap(m map[string]any) ([]byte, bool) {
 // AppendJSONValue appends v as encoding/json.Marshal writes it (html:
 // <, > and & escaped, as Marshal does; false: as an Encoder with
 // SetEscapeHTML(false)) for the plain decoded-JSON types: nil, bool,
-// string, float64 (encoding/json's float format), int, int64,
-// map[string]any (keys sorted) and []any. It reports false, having
+// string, float64 (encoding/json's float format), int, int64, *big.Int
+// (its decimal digits, as encoding/json writes it), map[string]any (keys
+// sorted) and []any. It reports false, having
 // appended an unspecified prefix, for any other type or a NaN/±Inf; the
 // caller then encodes with encoding/json.
 func AppendJSONValue(b []byte, v any, html bool) ([]byte, bool) {
@@ -386,6 +388,11 @@ func AppendJSONValue(b []byte, v any, html bool) ([]byte, bool) {
 		return strconv.AppendInt(b, int64(x), 10), true
 	case int64:
 		return strconv.AppendInt(b, x, 10), true
+	case *big.Int: // an integer beyond ±2^53, kept exactly (recipes.decodeExact)
+		if x == nil {
+			return append(b, "null"...), true
+		}
+		return x.Append(b, 10), true
 	case []any:
 		if x == nil {
 			return append(b, "null"...), true
