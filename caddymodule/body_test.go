@@ -3,9 +3,7 @@ package caddymodule
 import (
 	"bytes"
 	"compress/gzip"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -261,17 +259,10 @@ func TestIdempotencyKeyBeforeInput(t *testing.T) {
 // were decoded to float64: 12345678901234567891 arrived as
 // 12345678901234567000.
 func TestUpstreamLargeIntegersExact(t *testing.T) {
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up := loopbackServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"id":"1","name":"bench item","price":12.5,"sku":12345678901234567891,"ts":-9007199254740993,"ids":[18446744073709551616,2]}`))
 	}))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	up.Listener = l
-	up.Start()
-	t.Cleanup(up.Close)
 	g := &testGateway{h: benchHandler(t, up.URL, false)}
 	exact := []string{`"sku":12345678901234567891`, `"ts":-9007199254740993`, `"ids":[18446744073709551616,2]`}
 	check := func(name string, a *answer, status int) {

@@ -51,7 +51,14 @@ func benchUpstream(tb testing.TB) *httptest.Server {
 		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 		_, _ = w.Write(b)
 	})
-	srv := httptest.NewUnstartedServer(mux)
+	return loopbackServer(tb, mux)
+}
+
+// loopbackServer serves h on 127.0.0.1 (never the wildcard address)
+// until the test ends.
+func loopbackServer(tb testing.TB, h http.Handler) *httptest.Server {
+	tb.Helper()
+	srv := httptest.NewUnstartedServer(h)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
