@@ -67,35 +67,38 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return next.ServeHTTP(w, r)
 	}
 	x := &exchange{h: h, w: w, r: r,
-		agentID:   headerGet(r, "Agent-ID"),
-		taskID:    headerGet(r, "Task-ID"),
-		ownerID:   headerGet(r, "Owner-ID"),
-		sessionID: headerGet(r, "Session-ID"),
-		requestID: headerGet(r, "Request-ID"),
+		agentID: headerGet(r, "Agent-ID"),
+		taskID:  headerGet(r, "Task-ID"),
 	}
-	// The Attribution-Record names, and chains under, a registered
-	// Agent-ID only (spec §16.2: agent_id is 64 lowercase hex): every
-	// answer to that agent chains, refusals before step 6 included (OP-22),
-	// while a malformed or unknown one chains as an anonymous request
-	// does, so no request adds a chain key of its own choosing.
-	if policy.ValidAgentID(x.agentID) {
-		if _, ok := h.agents.Lookup(x.agentID); ok {
-			x.recordAgent = x.agentID
-		}
-	}
-	// A malformed identifier is refused (checkIdentifiers) and is never
-	// echoed or written into an Attribution-Record: the record names a
-	// request id the gateway minted instead, as for a request without one.
-	if x.requestID != "" && ValidRequestID(x.requestID) {
-		x.requestIDEcho = true
+	x.agentIDValid = policy.ValidAgentID(x.agentID)
+	// Each identifier is checked once, here. A malformed one is refused
+	// (checkIdentifiers reads the verdicts) and is never echoed or
+	// written into an Attribution-Record: the record names a request id
+	// the gateway minted instead, as for a request without one.
+	rid, ridSent := headerValue(r, "Request-ID")
+	oid, oidSent := headerValue(r, "Owner-ID")
+	sid, sidSent := headerValue(r, "Session-ID")
+	x.ids = identifiers{requestIDSent: ridSent, ownerIDSent: oidSent,
+		badRequestID: ridSent && !ValidRequestID(rid),
+		badOwnerID:   oidSent && !policy.ValidOwnerID(oid),
+		badSessionID: sidSent && !validSessionID(sid)}
+	if ridSent && !x.ids.badRequestID {
+		x.requestID, x.requestIDEcho = rid, true
 	} else {
 		x.requestID = newUUID()
 	}
-	if x.ownerID != "" && !policy.ValidOwnerID(x.ownerID) {
-		x.ownerID = ""
+	if oidSent && !x.ids.badOwnerID {
+		x.ownerID = oid
 	}
-	if x.sessionID != "" && !validSessionID(x.sessionID) {
-		x.sessionID = ""
+	if sidSent && !x.ids.badSessionID {
+		x.sessionID = sid
+	}
+	// Under identity header the Agent-ID header is the identity, on
+	// loopback: a registered one names the Attribution-Record and its
+	// chain from the first answer on, refusals before step 6 included
+	// (OP-22). In a verified mode it does so only once verified (serve).
+	if h.Identity == IdentityHeader && localIsLoopback(r) {
+		x.recordAgent = h.recordAgentFor(x)
 	}
 	if x.sessionID != "" {
 		x.sessionFrom = sessionFromHeader
@@ -270,7 +273,7 @@ func (h *Handler) serve(x *exchange) {
 	if _, ok := r.Header["Agent-Id"]; !ok {
 		// The identifiers of an anonymous request are checked as any
 		// other's: they are echoed and go into its Attribution-Record.
-		if e := h.checkIdentifiers(r, true); e != nil {
+		if e := h.checkIdentifiers(x, true); e != nil {
 			x.fail(e)
 			return
 		}
@@ -294,14 +297,11 @@ func (h *Handler) serve(x *exchange) {
 	}
 	if e := h.verifyIdentity(x, req); e != nil {
 		h.logger.Info("identity refused", zap.String("agent_id", clip(x.agentID)), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
-		// The claim failed verification: the refusal is not the named
-		// agent's to chain (an unsigned request must not add records to
-		// another agent's chain).
-		x.recordAgent = ""
 		x.fail(e)
 		return
 	}
-	if e := h.checkIdentifiers(r, false); e != nil {
+	x.recordAgent = h.recordAgentFor(x)
+	if e := h.checkIdentifiers(x, false); e != nil {
 		x.fail(e)
 		return
 	}
@@ -446,37 +446,53 @@ func (x *exchange) adoptSession(s, from string) {
 	}
 }
 
-// checkIdentifiers validates Request-ID and Session-ID on every AGTP
-// request, anonymous ones (no Agent-ID) included, and Owner-ID's
-// syntax on anonymous ones (with Agent-ID, policy.ResolveCaller checks
-// its syntax and its registry match). Under strict_identifiers a
-// request with Agent-ID must carry Owner-ID and Request-ID; an anonymous
-// one need not (spec §3, OP-6, OP-7, §24 item 94).
-func (h *Handler) checkIdentifiers(r *http.Request, anonymous bool) *wireError {
-	rid, hasRID := headerValue(r, "Request-ID")
-	if hasRID && !ValidRequestID(rid) {
+// identifiers records, for one request, which of Request-ID, Owner-ID
+// and Session-ID it sent and which of those are malformed (checked once,
+// in ServeHTTP; present means checked, so an empty one is malformed).
+type identifiers struct {
+	requestIDSent, ownerIDSent             bool
+	badRequestID, badOwnerID, badSessionID bool
+}
+
+// checkIdentifiers refuses a malformed Request-ID, Session-ID or
+// Owner-ID on every AGTP request, anonymous ones (no Agent-ID)
+// included, without quoting it. Under strict_identifiers a request with
+// Agent-ID must carry Owner-ID and Request-ID; an anonymous one need not
+// (spec §3, OP-6, OP-7, §24 item 94). An Owner-ID's registry match is
+// policy.ResolveCaller's.
+func (h *Handler) checkIdentifiers(x *exchange, anonymous bool) *wireError {
+	switch {
+	case x.ids.badRequestID:
 		return errorf(400, "invalid-request-id", "Request-ID must be a lowercase UUIDv7 or a ULID")
-	}
-	if sid, ok := headerValue(r, "Session-ID"); ok && !validSessionID(sid) {
+	case x.ids.badSessionID:
 		return errorf(400, "invalid-session-id", "Session-ID must be "+sessionIDForm)
-	}
-	// Present means checked: an empty Owner-ID is malformed, as an empty
-	// Request-ID or Session-ID is.
-	if oid, ok := headerValue(r, "Owner-ID"); ok && !policy.ValidOwnerID(oid) {
+	case x.ids.badOwnerID:
 		return errorf(400, "invalid-owner-id", "Owner-ID is not 1 to 256 characters of letters, digits, '-', '_', ':' and '.'")
 	}
-	if anonymous {
+	if anonymous || !h.StrictIdentifiers {
 		return nil
 	}
-	if h.StrictIdentifiers {
-		if _, ok := headerValue(r, "Owner-ID"); !ok {
-			return errorf(400, "owner-id-required", "this server requires Owner-ID with Agent-ID (strict_identifiers)")
-		}
-		if !hasRID {
-			return errorf(400, "request-id-required", "this server requires Request-ID with Agent-ID (strict_identifiers)")
-		}
+	if !x.ids.ownerIDSent {
+		return errorf(400, "owner-id-required", "this server requires Owner-ID with Agent-ID (strict_identifiers)")
+	}
+	if !x.ids.requestIDSent {
+		return errorf(400, "request-id-required", "this server requires Request-ID with Agent-ID (strict_identifiers)")
 	}
 	return nil
+}
+
+// recordAgentFor returns x's Agent-ID when it is a registered one, the
+// Attribution-Record's agent_id and chain key, else "" (chained as an
+// anonymous request: spec §16.2 wants 64 lowercase hex, and no request
+// may add a chain key of its own choosing).
+func (h *Handler) recordAgentFor(x *exchange) string {
+	if !x.agentIDValid {
+		return ""
+	}
+	if _, ok := h.agents.Lookup(x.agentID); !ok {
+		return ""
+	}
+	return x.agentID
 }
 
 // canonicalKeys maps the AGTP spelling of the request headers this

@@ -58,10 +58,13 @@ type exchange struct {
 	// Request-ID, echoed on the answer (not one the gateway minted).
 	requestIDEcho bool
 	agentID       string // verbatim header value
-	// recordAgent is agentID once the identity mode accepted it and the
-	// registry knows it: the Attribution-Record's agent_id and chain key
-	// ("" before that, as for an anonymous request).
+	agentIDValid  bool   // agentID is 64 lowercase hex (echoed only then)
+	// recordAgent is agentID once the identity mode accepted it (at
+	// once under identity header on loopback, else once verified) and
+	// the registry knows it: the Attribution-Record's agent_id and chain
+	// key ("" until then, as for an anonymous request).
 	recordAgent string
+	ids         identifiers // which identifier headers came, and which are malformed
 	ownerID     string
 	sessionID   string
 	requested   string // wire method when an alias applied
@@ -241,7 +244,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 	set("Server-ID", x.h.ServerID)
 	set("Response-ID", responseID)
 	set("AGTP-API-Version", x.h.apiVersion())
-	if policy.ValidAgentID(x.agentID) { // echoed verbatim; a malformed one is not echoed
+	if x.agentIDValid { // echoed verbatim; a malformed one is not echoed
 		set("Agent-ID", x.agentID)
 	}
 	if x.taskID != "" {

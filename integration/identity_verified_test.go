@@ -452,6 +452,18 @@ func TestIdentitySignature(t *testing.T) {
 		if v, ok := attribution(t, r)["agent_id"]; ok {
 			t.Errorf("the unsigned request's refusal names agent_id %v", v)
 		}
+		// Nor does a refusal before the identity step (here a body that
+		// is not JSON, and a malformed Task-ID) of an unsigned request.
+		for _, c := range []idvCall{
+			{method: "FETCH", path: "/guests/g-1", agent: agentA1, scope: "hotel:read", body: `{"parameters":`},
+			{method: "FETCH", path: "/guests/g-1", agent: agentA1, scope: "hotel:read", extra: map[string]string{"Task-ID": "a b"}},
+		} {
+			r := idvSend(t, nil, idvBuild(t, g.URL, c))
+			assertErrorBody(t, r, 400, "")
+			if v, ok := attribution(t, r)["agent_id"]; ok {
+				t.Errorf("an unsigned request's early 400 names agent_id %v: %s", v, r)
+			}
+		}
 		next := idvSend(t, nil, idvBuild(t, g.URL, fetch(agentA1, kA1)))
 		wantGuest(t, next)
 		if got, want := str(attribution(t, next), "previous_audit_id"), prev.Header.Get("Audit-ID"); got != want {
