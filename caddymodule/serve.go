@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -666,12 +665,20 @@ func validTaskID(s string) bool {
 // never echo the body. Numbers decode to float64 as in encoding/json.
 func decodeBody(raw []byte) (any, *wireError) {
 	var v any
-	err := jsonv2.Unmarshal(raw, &v)
+	var opts []jsonv2.Options // none: the common case, without an option merge
+	if recipes.HasLongDigitRun(raw) {
+		// An integer beyond ±2^53 is refused rather than sent on rounded.
+		opts = []jsonv2.Options{recipes.RefuseInexactIntegers}
+	}
+	err := jsonv2.Unmarshal(raw, &v, opts...)
 	if err == nil {
-		if e := inexactInteger(raw); e != nil {
-			return nil, e
-		}
 		return v, nil
+	}
+	var ie *recipes.InexactIntegerError
+	var me *jsonv2.SemanticError
+	if errors.As(err, &ie) && errors.As(err, &me) {
+		return nil, errorf(400, "invalid-json", fmt.Sprintf("the integer at %s has %d digits and is beyond ±2^53, which this gateway cannot carry exactly (RFC 7493 §2.2); send it as a string",
+			clip(pointerOrRoot(me.JSONPointer)), ie.Digits))
 	}
 	var se *jsontext.SyntacticError
 	if errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName) {
@@ -679,32 +686,6 @@ func decodeBody(raw []byte) (any, *wireError) {
 			clip(se.JSONPointer.LastToken()), clip(pointerOrRoot(se.JSONPointer.Parent()))))
 	}
 	return nil, errorf(400, "invalid-json", "the request body is not one JSON value: "+jsonProblem(err))
-}
-
-// inexactInteger refuses a body, already decoded without error, holding
-// an integer literal beyond ±2^53 (RFC 7493 §2.2): decoded to float64 it
-// would reach the upstream as a different number (an id of 19 digits
-// loses its last ones), so it is refused rather than changed. Only a body
-// with a run of 16 or more digits is tokenized; numbers written with a
-// fraction or an exponent are floats by their sender's choice and pass.
-func inexactInteger(raw []byte) *wireError {
-	if !recipes.HasLongDigitRun(raw) {
-		return nil
-	}
-	dec := jsontext.NewDecoder(bytes.NewReader(raw))
-	for {
-		tok, err := dec.ReadToken()
-		if err != nil {
-			return nil // decoded once already: only io.EOF ends here
-		}
-		if tok.Kind() != '0' {
-			continue
-		}
-		if lit := tok.String(); recipes.InexactInteger(lit) {
-			return errorf(400, "invalid-json", fmt.Sprintf("the integer at %s has %d digits and is beyond ±2^53, which this gateway cannot carry exactly (RFC 7493 §2.2); send it as a string",
-				clip(pointerOrRoot(dec.StackPointer())), len(strings.TrimPrefix(lit, "-"))))
-		}
-	}
 }
 
 // jsonProblem describes a body decode failure without echoing the body.

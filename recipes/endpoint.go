@@ -603,20 +603,20 @@ var upstreamJSON = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsonte
 // leniency, so a legacy service's duplicate keys or invalid UTF-8 are
 // read as before instead of failing the call.
 func decodeUpstream(raw []byte) (any, error) {
-	var out any
-	err := jsonv2.Unmarshal(raw, &out)
-	if err != nil {
-		out = nil
-		if err = jsonv2.Unmarshal(raw, &out, upstreamJSON); err != nil {
-			return out, err
-		}
-	}
 	// Integers beyond ±2^53 (64-bit ids) are kept exactly, as *big.Int;
-	// only a body with a 16-digit run is tokenized again for them.
+	// only a body with a 16-digit run can hold one (exactIntegers).
+	var strict []jsonv2.Options // none: the common case, without an option merge
+	lenient := upstreamJSON
 	if HasLongDigitRun(raw) {
-		return decodeExact(raw, upstreamJSON)
+		strict, lenient = []jsonv2.Options{exactIntegers}, jsonv2.JoinOptions(upstreamJSON, exactIntegers)
 	}
-	return out, nil
+	var out any
+	if err := jsonv2.Unmarshal(raw, &out, strict...); err == nil {
+		return out, nil
+	}
+	out = nil
+	err := jsonv2.Unmarshal(raw, &out, lenient)
+	return out, err
 }
 
 // rename applies a field rename map to a JSON object; other values and

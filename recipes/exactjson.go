@@ -1,13 +1,14 @@
 package recipes
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/big"
 	"strconv"
 	"strings"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 )
 
@@ -18,8 +19,8 @@ const MaxExactInteger = 1 << 53
 
 // HasLongDigitRun reports whether raw holds 16 or more consecutive ASCII
 // digits, the least an integer beyond ±2^53 needs: a body without such a
-// run is decoded to float64 without loss, and only one with it is
-// tokenized again (InexactInteger, decodeExact).
+// run is decoded to float64 without loss; only one with it needs
+// exactIntegers (or, in a request, the refusal of such integers).
 func HasLongDigitRun(raw []byte) bool {
 	run := 0
 	for _, c := range raw {
@@ -46,66 +47,62 @@ func InexactInteger(lit string) bool {
 	return err != nil || n > MaxExactInteger
 }
 
-// decodeExact decodes one JSON value (raw, already known to decode
-// without error under opts) as json/v2 decodes into any, except that an
-// integer literal beyond ±2^53 becomes a *big.Int holding it exactly:
-// a legacy service's 64-bit ids reach the agent as sent. gojq computes
-// on *big.Int, the answer encoders write it as a number, and schema
-// checks read it as an integer (forSchemaLibrary).
-func decodeExact(raw []byte, opts ...jsontext.Options) (any, error) {
-	dec := jsontext.NewDecoder(bytes.NewReader(raw), opts...)
-	return exactValue(dec)
-}
-
-func exactValue(dec *jsontext.Decoder) (any, error) {
+// exactIntegers makes json/v2, decoding into any, keep an integer
+// literal beyond ±2^53 exactly as a *big.Int instead of rounding it to
+// float64 (every other value decodes as before: duplicate names merge as
+// json/v2 merges them). gojq computes on *big.Int, the answer encoders
+// write it as a number, and schema checks read it as an integer
+// (forSchemaLibrary). decodeUpstream adds it only for a body with a
+// 16-digit run (HasLongDigitRun).
+var exactIntegers = jsonv2.WithUnmarshalers(jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *any) error {
+	if dec.PeekKind() != '0' {
+		return errors.ErrUnsupported // not a number: json/v2's own decoding
+	}
 	tok, err := dec.ReadToken()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	switch tok.Kind() {
-	case 'n':
-		return nil, nil
-	case 't', 'f':
-		return tok.Bool(), nil
-	case '"':
-		return tok.String(), nil
-	case '0':
-		if lit := tok.String(); InexactInteger(lit) {
-			if n, ok := new(big.Int).SetString(lit, 10); ok {
-				return n, nil
-			}
+	if lit := tok.String(); InexactInteger(lit) {
+		if n, ok := new(big.Int).SetString(lit, 10); ok {
+			*v = n
+			return nil
 		}
-		return tok.Float()
-	case '{':
-		m := map[string]any{}
-		for dec.PeekKind() != '}' {
-			k, err := dec.ReadToken()
-			if err != nil {
-				return nil, err
-			}
-			name := k.String() // before the next read voids the token
-			v, err := exactValue(dec)
-			if err != nil {
-				return nil, err
-			}
-			m[name] = v // a duplicate name keeps its last value
-		}
-		_, err := dec.ReadToken()
-		return m, err
-	case '[':
-		a := []any{}
-		for dec.PeekKind() != ']' {
-			v, err := exactValue(dec)
-			if err != nil {
-				return nil, err
-			}
-			a = append(a, v)
-		}
-		_, err := dec.ReadToken()
-		return a, err
 	}
-	return nil, fmt.Errorf("unexpected JSON token %v", tok.Kind())
+	f, err := tok.Float()
+	*v = f
+	return err
+}))
+
+// InexactIntegerError is what RefuseInexactIntegers fails with, wrapped
+// by json/v2 in a *jsonv2.SemanticError that names where the integer is.
+type InexactIntegerError struct {
+	Digits int // digits of the integer, sign left out
 }
+
+func (e *InexactIntegerError) Error() string {
+	return fmt.Sprintf("an integer of %d digits is beyond ±2^53", e.Digits)
+}
+
+// RefuseInexactIntegers makes json/v2, decoding into any, fail on an
+// integer literal beyond ±2^53 instead of rounding it to float64: a
+// request body's integer must not reach the upstream as another number
+// (RFC 7493 §2.2). Use it only for a body with a 16-digit run.
+var RefuseInexactIntegers = jsonv2.WithUnmarshalers(jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *any) error {
+	if dec.PeekKind() != '0' {
+		return errors.ErrUnsupported
+	}
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return err
+	}
+	lit := tok.String()
+	if InexactInteger(lit) {
+		return &InexactIntegerError{Digits: len(strings.TrimPrefix(lit, "-"))}
+	}
+	f, err := tok.Float()
+	*v = f
+	return err
+}))
 
 // forSchemaLibrary returns v with every *big.Int written as the
 // json.Number jsonschema/v6 reads (it refuses *big.Int as "invalid

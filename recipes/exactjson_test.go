@@ -23,7 +23,7 @@ func bigOf(t *testing.T, s string) *big.Int {
 // ±2^53 is kept exactly (as *big.Int); it was decoded to float64, so a
 // 64-bit id such as 12345678901234567891 reached the agent as
 // 12345678901234567000. Everything else decodes as before, duplicate
-// names and invalid UTF-8 included.
+// names included.
 func TestDecodeUpstreamKeepsLargeIntegers(t *testing.T) {
 	for _, tc := range []struct {
 		raw  string
@@ -36,6 +36,10 @@ func TestDecodeUpstreamKeepsLargeIntegers(t *testing.T) {
 				"arr": []any{bigOf(t, "9007199254740993"), "x", nil, true}, "s": "12345678901234567891",
 				"o": map[string]any{"deep": []any{bigOf(t, "18446744073709551616")}}}},
 		{`{"a":1,"a":12345678901234567891}`, map[string]any{"a": bigOf(t, "12345678901234567891")}},
+		// Duplicate names merge as json/v2 merges them whether or not the
+		// body has a large integer (a token walker of its own did not).
+		{`{"a":{"x":1},"a":{"y":12345678901234567891}}`, map[string]any{"a": map[string]any{"x": 1.0, "y": bigOf(t, "12345678901234567891")}}},
+		{`{"a":{"x":1},"a":{"y":2}}`, map[string]any{"a": map[string]any{"x": 1.0, "y": 2.0}}},
 		{`[12345678901234567891, {}, []]`, []any{bigOf(t, "12345678901234567891"), map[string]any{}, []any{}}},
 		{`{"n":1234567890123456.5}`, map[string]any{"n": 1234567890123456.5}},
 		{`{"id":1}`, map[string]any{"id": 1.0}},
