@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 )
 
 // AGTP status codes used by this package, named as RCNS §19 names them.
@@ -64,13 +66,8 @@ func (r *Refusal) Error() string {
 // quoted and cut to a readable length (at a character boundary, so the
 // cut never leaves part of a UTF-8 character behind).
 func quote(s string) string {
-	const limit = 64
-	if len(s) > limit {
-		i := limit
-		for i > 0 && !utf8.RuneStart(s[i]) {
-			i--
-		}
-		return fmt.Sprintf("%q…", s[:i])
+	if p := textcut.Prefix(s, 64); len(p) < len(s) {
+		return fmt.Sprintf("%q%s", p, textcut.Ellipsis)
 	}
 	return fmt.Sprintf("%q", s)
 }

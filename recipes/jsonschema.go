@@ -16,6 +16,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 )
 
 var printer = message.NewPrinter(language.English)
@@ -202,17 +204,8 @@ func additionalProperties(props []string) string {
 // Truncate cuts s to at most n bytes (n ≥ 3) on a UTF-8 boundary,
 // marking a cut with "…" (3 bytes, counted in n); s is returned as is
 // when it fits. Answers use it to bound the text they quote from a
-// request or an upstream.
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n - len("…")
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
+// request or an upstream (textcut.Truncate).
+func Truncate(s string, n int) string { return textcut.Truncate(s, n) }
 
 // describeViolations is a schema check's failure as an answer words it: what
 // does not match ("input does not match input_schema"), then the first

@@ -7,10 +7,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 )
 
 // validate checks d.Value against the schema of d.Kind and returns every
@@ -297,12 +298,8 @@ func display(v any) string {
 // quote wraps s in single quotes for messages.
 func quote(s string) string {
 	cut := ""
-	if len(s) > maxQuoted {
-		i := maxQuoted
-		for i > 0 && !utf8.RuneStart(s[i]) {
-			i--
-		}
-		s, cut = s[:i], "…"
+	if p := textcut.Prefix(s, maxQuoted); len(p) < len(s) {
+		s, cut = p, textcut.Ellipsis
 	}
 	s = strconv.Quote(s)
 	s = strings.ReplaceAll(s[1:len(s)-1], `\"`, `"`)
