@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
@@ -124,11 +124,7 @@ func checkAuthority(a string) error {
 				}
 				// Named as the whole UTF-8 character, or as a byte when
 				// it starts none (string(c) would read it as Latin-1).
-				r, size := utf8.DecodeRuneInString(host[i:])
-				if r == utf8.RuneError && size <= 1 {
-					return fmt.Errorf("is not host[:port]: byte 0x%02X (not valid UTF-8) is not allowed in a host name", c)
-				}
-				return fmt.Errorf("is not host[:port]: %q is not allowed in a host name", string(r))
+				return fmt.Errorf("is not host[:port]: the %s is not allowed in a host name", policy.DescribeChar(host, i))
 			}
 		}
 	}

@@ -270,8 +270,8 @@ func TestSignatureAuthorities(t *testing.T) {
 		{"gw.example.com/rcns", "give the Host a request carries, without scheme, user information or path"},
 		{"agent@gw.example.com", "give the Host a request carries, without scheme, user information or path"},
 		{"*.example.com", "wildcards are not supported; list each host name"},
-		{"gw example", `" " is not allowed in a host name`},
-		{"gw.exämple.com", `"ä" is not allowed in a host name`},
+		{"gw example", `the character ' ' is not allowed in a host name`},
+		{"gw.exämple.com", `the character 'ä' (U+00E4) is not allowed in a host name`},
 		{"gw.example.com:0", "the port must be 1-65535"},
 		{"gw.example.com:65536", "the port must be 1-65535"},
 		{"gw.example.com:", "the port must be 1-65535"},
@@ -289,12 +289,12 @@ func TestSignatureAuthorities(t *testing.T) {
 	}
 	cases = append(cases, configCase{"empty", `signature_authorities ""`, `"signature_authorities":[""]`, `"" is not host[:port]: the host is empty`})
 	runConfigCases(t, cases)
-	if err := validateHandlerJSON(t, `"signature_authorities":["gw.example.com","a,b"]`); err == nil || !strings.Contains(err.Error(), `rcns: signature_authorities[1] "a,b" is not host[:port]: "," is not allowed`) {
+	if err := validateHandlerJSON(t, `"signature_authorities":["gw.example.com","a,b"]`); err == nil || !strings.Contains(err.Error(), `rcns: signature_authorities[1] "a,b" is not host[:port]: the character ',' is not allowed`) {
 		t.Errorf("JSON error %v does not name signature_authorities[1]", err)
 	}
 	// A byte that is not UTF-8 (no config file can carry one) is named
 	// as a byte, not as a Latin-1 character.
-	if err := checkAuthority("gw.ex\xe4mple.com"); err == nil || err.Error() != "is not host[:port]: byte 0xE4 (not valid UTF-8) is not allowed in a host name" {
+	if err := checkAuthority("gw.ex\xe4mple.com"); err == nil || err.Error() != "is not host[:port]: the byte 0xE4 (not valid UTF-8) is not allowed in a host name" {
 		t.Errorf("checkAuthority(invalid UTF-8) = %v", err)
 	}
 }

@@ -72,13 +72,13 @@ func quote(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-// describeChar names the character at byte offset i of an agent-supplied
+// DescribeChar names the character at byte offset i of an agent-supplied
 // value for an explanation sentence: the whole UTF-8 character, quoted,
 // plus its code point when it is not ASCII ("character 'é' (U+00E9)");
 // or, when the byte at i does not start a valid UTF-8 sequence, that
 // byte ("byte 0xC3 (not valid UTF-8)"). A byte of a multi-byte character
 // is never shown as a character of its own.
-func describeChar(s string, i int) string {
+func DescribeChar(s string, i int) string {
 	r, size := utf8.DecodeRuneInString(s[i:])
 	switch {
 	case r == utf8.RuneError && size <= 1:

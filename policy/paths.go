@@ -55,7 +55,7 @@ func segmentSyntax(seg string) string {
 			continue
 		}
 		if !isPchar(c) {
-			return "the " + describeChar(seg, i)
+			return "the " + DescribeChar(seg, i)
 		}
 	}
 	return ""

@@ -42,7 +42,7 @@ func ParseScope(s string) (Scope, error) {
 			case c == '*':
 				return Scope{}, fmt.Errorf("scope %s: '*' must be a whole segment", quote(s))
 			default:
-				return Scope{}, fmt.Errorf("scope %s: %s is not allowed", quote(s), describeChar(seg, i))
+				return Scope{}, fmt.Errorf("scope %s: %s is not allowed", quote(s), DescribeChar(seg, i))
 			}
 		}
 	}
