@@ -723,17 +723,7 @@ func validName(n string) bool {
 // VCHAR). A control character (a newline would end the header), a
 // non-ASCII byte and a space (recipients trim it at either end; an
 // identifier needs none inside) are refused.
-func validServerID(id string) bool {
-	if id == "" || len(id) > 255 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if id[i] < 0x21 || id[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
+func validServerID(id string) bool { return visibleASCII(id, 255) }
 
 // Validate checks the configuration's values (Provision does the
 // loading).
@@ -850,8 +840,9 @@ func (h *Handler) checkNotNegative() error {
 }
 
 // minDuration is the shortest value of the duration knobs that count in
-// whole seconds (checkMinDurations).
-const minDuration = time.Second
+// whole seconds (checkMinDurations): the same second PROPOSE's
+// requested_duration must reach.
+const minDuration = minRequestedDuration
 
 // checkMinDurations refuses a duration knob set below minDuration, where
 // a shorter value cannot work: contract times are whole seconds

@@ -645,8 +645,12 @@ const taskIDForm = "1-256 visible ASCII characters (! to ~: no space, no control
 // trailing ones), no control character, nothing outside ASCII. An
 // empty one is not "no task id": a request without one omits it (or
 // sends task_id null).
-func validTaskID(s string) bool {
-	if len(s) == 0 || len(s) > maxTaskIDLen {
+func validTaskID(s string) bool { return visibleASCII(s, maxTaskIDLen) }
+
+// visibleASCII reports whether s is 1 to max visible ASCII characters
+// (RFC 9110 VCHAR, 0x21-0x7E): a header value no hop rewrites.
+func visibleASCII(s string, max int) bool {
+	if len(s) == 0 || len(s) > max {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
