@@ -232,7 +232,7 @@ func percentile(sorted []int64, p float64) float64 {
 	return float64(sorted[i]) / 1e6
 }
 
-// pool merges latency lists, each sorted ascending, into one sorted list.
+// pool returns the latencies of all lists in one list, sorted ascending.
 func pool(lists ...[]int64) []int64 {
 	n := 0
 	for _, l := range lists {

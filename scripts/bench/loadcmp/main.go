@@ -440,10 +440,9 @@ func rotate(list []*scenario, r int) []*scenario {
 	return append(append([]*scenario(nil), list[k:]...), list[:k]...)
 }
 
-// meanStats is the reference a scenario run is compared with: the mean
-// of the (b) runs before and after it.
-// meanStats is the reference of a run from the (b) runs a and b around
-// it: the mean of each number, and the latencies of both runs together.
+// meanStats is the reference a scenario run is compared with, from the
+// (b) runs a and b before and after it: the mean of each number, and the
+// latencies of both runs together.
 func meanStats(a, b *stats) *stats {
 	return &stats{Tput: (a.Tput + b.Tput) / 2, P50: (a.P50 + b.P50) / 2, P90: (a.P90 + b.P90) / 2, P99: (a.P99 + b.P99) / 2,
 		Mean: (a.Mean + b.Mean) / 2, CaddyCPU: (a.CaddyCPU + b.CaddyCPU) / 2, ForeignCores: (a.ForeignCores + b.ForeignCores) / 2,
