@@ -41,5 +41,17 @@ echo "==> building into $BENCH_BIN"
 "$GO" build -o "$BENCH_BIN/upstream" ./scripts/bench/upstream
 "$GO" build -o "$BENCH_BIN/loadcmp" ./scripts/bench/loadcmp
 
+# loadcmp runs in the background so that a SIGTERM or SIGINT sent to this
+# script (timeout, CI, kill) reaches it: it then stops every process it
+# started. The script waits for it and exits with its status.
 "$BENCH_BIN/loadcmp" -caddy "$BENCH_BIN/caddy" -upstream "$BENCH_BIN/upstream" -vegeta "$VEGETA" -vegeta-version "$VEGETA_LABEL" \
-	-caddyfile scripts/bench/Caddyfile -docs scripts/bench/docs "$@"
+	-caddyfile scripts/bench/Caddyfile -docs scripts/bench/docs "$@" &
+LOADCMP=$!
+trap 'kill -TERM "$LOADCMP" 2>/dev/null' TERM INT
+set +e
+while :; do
+	wait "$LOADCMP"
+	rc=$?
+	kill -0 "$LOADCMP" 2>/dev/null || break # wait returned for a trapped signal: wait again
+done
+exit "$rc"

@@ -128,6 +128,9 @@ func (d *driver) attack(ctx context.Context, a attackSpec) (*stats, error) {
 	runErr := cmd.Wait()
 	wall, busy1, caddy1, up1 := time.Since(t0).Seconds(), machineBusy(), d.caddyCPU(), d.upstreamCPU()
 	<-werr
+	if err := ctx.Err(); err != nil {
+		return nil, err // interrupted, or -max-total ran out (reported by main)
+	}
 	if cctx.Err() != nil {
 		return nil, fmt.Errorf("vegeta exceeded its hard deadline %s", hard)
 	}

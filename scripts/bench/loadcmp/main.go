@@ -101,11 +101,50 @@ func main() {
 		fmt.Fprintln(os.Stderr, "loadcmp: -caddy and -upstream are required (use scripts/bench/load.sh)")
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// Every bound is checked before anything starts: a zero or negative
+	// one would run unbounded (vegeta reads -duration=0 as "forever") or
+	// leave nothing to compare.
+	var bad []string
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"-rounds must be at least 1", *rounds >= 1},
+		{"-rate must be at least 1 (requests/s)", *rate >= 1},
+		{"-slow-rate must be at least 1 (requests/s)", *slowRate >= 1},
+		{"-workers must be at least 1", *workers >= 1},
+		{"-max-requests must be at least 500", *maxReq >= 500},
+		{"-tput-duration must be positive", *tputDur > 0},
+		{"-fixed-duration must be positive", *fixedDur > 0},
+		{"-slow-duration must be positive", *slowDur > 0},
+		{"-delay must be positive", d.delay > 0},
+		{"-max-total must be positive", d.maxTotal > 0},
+		{"-profile-seconds must not be negative", *profileSecs >= 0},
+	} {
+		if !c.ok {
+			bad = append(bad, c.name)
+		}
+	}
+	if _, err := filterScenarios(scenarios(*rate, *slowRate), *only); err != nil {
+		bad = append(bad, err.Error())
+	}
+	if len(bad) > 0 {
+		fmt.Fprintln(os.Stderr, "loadcmp: "+strings.Join(bad, "; "))
+		os.Exit(2)
+	}
+	sigCtx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, d.maxTotal)
+	ctx, cancel := context.WithTimeout(sigCtx, d.maxTotal)
 	defer cancel()
 
+	defer func() {
+		if p := recover(); p != nil { // stop what was started, then crash as before
+			for i := len(d.procs) - 1; i >= 0; i-- {
+				d.procs[i].stop()
+			}
+			panic(p)
+		}
+	}()
 	err := d.run(ctx, runOpts{rounds: *rounds, tput: *tputDur, fixed: *fixedDur, slow: *slowDur, rate: *rate, slowRate: *slowRate,
 		workers: *workers, maxReq: *maxReq, profileSecs: *profileSecs, profileKeys: *profileKeys, only: *only})
 	for i := len(d.procs) - 1; i >= 0; i-- {
@@ -116,7 +155,14 @@ func main() {
 	} else {
 		fmt.Fprintf(os.Stderr, "loadcmp: work dir kept: %s\n", d.work)
 	}
-	if err != nil {
+	switch {
+	case err != nil && sigCtx.Err() != nil:
+		fmt.Fprintln(os.Stderr, "loadcmp: interrupted; every process it started is stopped")
+		os.Exit(130)
+	case err != nil && ctx.Err() != nil:
+		fmt.Fprintf(os.Stderr, "loadcmp: stopped after -max-total %s\n", d.maxTotal)
+		os.Exit(1)
+	case err != nil:
 		fmt.Fprintf(os.Stderr, "loadcmp: %v\n", err)
 		os.Exit(1)
 	}
@@ -198,7 +244,10 @@ func (d *driver) run(ctx context.Context, o runOpts) error {
 		return err
 	}
 
-	scens := filterScenarios(scenarios(o.rate, o.slowRate), o.only)
+	scens, err := filterScenarios(scenarios(o.rate, o.slowRate), o.only)
+	if err != nil {
+		return err
+	}
 	if err := d.sanity(ctx, scens); err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -109,19 +111,36 @@ func scenarios(rate, slowRate int) []*scenario {
 
 // filterScenarios keeps the scenarios whose key or letter is listed
 // (comma-separated); (a) and (b) are always kept (ratios need them).
-func filterScenarios(all []*scenario, only string) []*scenario {
+func filterScenarios(all []*scenario, only string) ([]*scenario, error) {
 	if only == "" {
-		return all
+		return all, nil
 	}
 	want := map[string]bool{"a": true, "b": true}
 	for _, k := range strings.Split(only, ",") {
 		want[strings.TrimSpace(k)] = true
 	}
 	var out []*scenario
+	used := map[string]bool{"a": true, "b": true}
 	for _, s := range all {
-		if want[s.Key] || want[s.Letter] || want[s.Variant] && s.Variant != "" {
+		matched := false
+		for _, k := range []string{s.Key, s.Letter, s.Variant} {
+			if k != "" && want[k] {
+				used[k], matched = true, true
+			}
+		}
+		if matched {
 			out = append(out, s)
 		}
 	}
-	return out
+	var unknown []string
+	for k := range want {
+		if !used[k] {
+			unknown = append(unknown, strconv.Quote(k))
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return nil, fmt.Errorf("-only: %s names no scenario (keys such as c/nokey, letters a b bh c d e1 e3 f g, variants nokey ed25519 group headers)", strings.Join(unknown, ", "))
+	}
+	return out, nil
 }

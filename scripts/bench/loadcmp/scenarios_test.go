@@ -1,0 +1,24 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestFilterScenarios: -only keeps the scenarios a key, letter or
+// variant names, plus (a) and (b); a token that names none is an error
+// before anything starts (it ran (a) and (b) alone, then crashed).
+func TestFilterScenarios(t *testing.T) {
+	all := scenarios(1000, 200)
+	for _, only := range []string{"", "c/nokey", "d,nokey", "bh", "e1,e3", "ed25519"} {
+		got, err := filterScenarios(all, only)
+		if err != nil || len(got) < 3 && only != "" {
+			t.Errorf("-only %q: %d scenarios, %v", only, len(got), err)
+		}
+	}
+	for _, only := range []string{"nosuch", "c/nokey,zz", "c/"} {
+		if _, err := filterScenarios(all, only); err == nil || !strings.Contains(err.Error(), "names no scenario") {
+			t.Errorf("-only %q: err = %v, want names no scenario", only, err)
+		}
+	}
+}
