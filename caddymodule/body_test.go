@@ -282,3 +282,13 @@ func TestUpstreamLargeIntegersExact(t *testing.T) {
 	check("synthesis", syn, 263)
 	check("presentation", g.do(t, "LOOKUP", "/item/big", body, "Contract-Synthesized", syn.hdr("Contract-Synthesized")), 200)
 }
+
+// TestEnvelopeMethodTypeNamed: an envelope method that is not a string
+// is named by its JSON type, once ("a number"); it read "a a number".
+func TestEnvelopeMethodTypeNamed(t *testing.T) {
+	g := newTestGateway(t)
+	for body, want := range map[string]string{`{"method":123}`: "the envelope method a number differs", `{"method":true}`: "the envelope method a boolean differs"} {
+		a := g.serve(t, "DISCOVER", "/patterns", map[string]string{"Agent-ID": benchAgent, "Authority-Scope": testScope}, strings.NewReader(body), int64(len(body)))
+		wantError(t, a, 400, "method-mismatch", want)
+	}
+}

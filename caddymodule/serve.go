@@ -240,7 +240,7 @@ func (h *Handler) serve(x *exchange) {
 	}
 	if bm, ok := req.body["method"]; ok && bm != nil {
 		if s, _ := bm.(string); s != rm.Method && s != r.Method {
-			got := "a " + schema.JSONTypeName(bm)
+			got := schema.JSONTypeName(bm) // "a number", "an object"…
 			if s, isStr := bm.(string); isStr {
 				got = fmt.Sprintf("%q", clip(s))
 			}
