@@ -23,7 +23,9 @@ func (d *driver) profiles(ctx context.Context, scens []*scenario, o runOpts) err
 	}
 	dir := filepath.Join(d.out, "profiles")
 	var summary strings.Builder
-	summary.WriteString("# CPU profiles of the Caddy process under closed-loop load\n\n")
+	summary.WriteString("# CPU profiles of the Caddy process under closed-loop load\n\n" +
+		"One profiled run per scenario after the rounds, each alone (no (b) run around it): its req/s is that single run's, " +
+		"not comparable with the per-round ratios of the tables above.\n\n")
 	for _, s := range scens {
 		if !want[s.Key] {
 			continue

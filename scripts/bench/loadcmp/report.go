@@ -300,7 +300,7 @@ func sp0(s spread) string {
 func (r *results) markdown(scens []*scenario) string {
 	var b strings.Builder
 	m := r.Meta
-	fmt.Fprintf(&b, "Machine: %v × %v, %v; %v; %v; vegeta %v. Load average at start: %v.\n\n",
+	fmt.Fprintf(&b, "Machine: %v CPUs (%v), %v; %v; %v; vegeta %v. Load average at start: %v.\n\n",
 		m["nproc"], m["cpu_model"], m["kernel"], m["go"], m["caddy"], m["vegeta"], m["loadavg"])
 	fmt.Fprintf(&b, "%v rounds; each round runs every scenario once in an order rotated per round, with a (b) run before the first and after each one. "+
 		"Throughput: closed loop, %v requests in flight, %vs per run. Fixed rate: %v req/s for %vs ((e): %v req/s for %vs). "+
@@ -354,13 +354,27 @@ func (r *results) markdown(scens []*scenario) string {
 		verdict := "met"
 		switch {
 		case t.Reference && t.Met:
-			verdict = "reference only (the issue sets this target without a key); would be met"
+			verdict = "reference only (issue 7 sets this target without a key); would be met"
 		case t.Reference:
-			verdict = fmt.Sprintf("reference only (the issue sets this target without a key); %.2f below", math.Abs(t.Limit-t.Value))
+			verdict = fmt.Sprintf("reference only (issue 7 sets this target without a key); %s below", gap(t.Limit-t.Value))
 		case !t.Met:
-			verdict = fmt.Sprintf("**not met** (misses the limit by %.2f)", math.Abs(t.Limit-t.Value))
+			verdict = fmt.Sprintf("**not met** (misses the limit by %s)", gap(t.Limit-t.Value))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %s |\n", t.Target, t.Measured, t.Value, t.Limit, verdict)
+		value := fmt.Sprintf("%.2f", t.Value)
+		if d := math.Abs(t.Limit - t.Value); d > 0 && d < 0.005 {
+			value = fmt.Sprintf("%.3f", t.Value) // two decimals would print the limit itself
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %.2f | %s |\n", t.Target, t.Measured, value, t.Limit, verdict)
 	}
 	return b.String()
+}
+
+// gap renders how far a value misses its limit: two decimals, as the
+// table prints values, and "less than 0.01" when those would show 0.00
+// (a verdict must never read "misses by 0.00").
+func gap(d float64) string {
+	if d = math.Abs(d); d < 0.005 {
+		return "less than 0.01"
+	}
+	return fmt.Sprintf("%.2f", d)
 }

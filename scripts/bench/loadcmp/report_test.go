@@ -88,3 +88,18 @@ func TestPooledP99Target(t *testing.T) {
 		t.Errorf("report does not show the pooled difference 0.20:\n%s", md)
 	}
 }
+
+// TestVerdictNearTheLimit: a value that misses its limit by less than
+// what two decimals show is printed with three, and its verdict does not
+// read "misses the limit by 0.00" (a row read "0.70 | 0.70 | not met").
+func TestVerdictNearTheLimit(t *testing.T) {
+	r := &results{Meta: map[string]any{}, Targets: []*verdict{
+		{Target: "x", Measured: "m", Value: 0.6981, Limit: 0.7, Met: false},
+		{Target: "y", Measured: "m", Value: 0.64, Limit: 0.7, Met: false},
+	}}
+	md := r.markdown(nil)
+	if !strings.Contains(md, "| 0.698 | 0.70 | **not met** (misses the limit by less than 0.01) |") ||
+		!strings.Contains(md, "| 0.64 | 0.70 | **not met** (misses the limit by 0.06) |") || strings.Contains(md, "by 0.00") {
+		t.Errorf("targets table:\n%s", md)
+	}
+}
