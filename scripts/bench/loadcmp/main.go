@@ -355,7 +355,11 @@ func (d *driver) run(ctx context.Context, o runOpts) error {
 			return err
 		}
 	}
-	say("==> results: %s/report.md, %s/results.json, profiles in %s/profiles", d.out, d.out, d.out)
+	if o.profileSecs > 0 {
+		say("==> results: %s/report.md, %s/results.json, profiles in %s/profiles", d.out, d.out, d.out)
+	} else {
+		say("==> results: %s/report.md, %s/results.json (no profiles: -profile-seconds 0)", d.out, d.out)
+	}
 	return nil
 }
 
