@@ -8,6 +8,10 @@
 //	(bh) a plain reverse_proxy that also sends the AGTP response headers
 //	     a Tier B answer carries (static values of the same sizes): the
 //	     wire cost of those headers alone, for reference
+//	(bd) a plain reverse_proxy carrying the exchange of (d): the same
+//	     request (LOOKUP, headers, body) in and (d)'s AGTP response
+//	     headers out, static values: the wire cost of (d)'s exchange
+//	     without the gateway's work, for reference
 //	(c)  a Tier B endpoint (FETCH → GET)
 //	(d)  a contract presentation, one step
 //	(e)  a contract presentation, one vs three parallel 20 ms steps
@@ -32,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -227,7 +232,7 @@ func (d *driver) run(ctx context.Context, o runOpts) error {
 		return err
 	}
 	d.admin = fmt.Sprintf("127.0.0.1:%d", adminPort)
-	for _, v := range []string{vNone, vNoKey, vEd25519, vGroup, vHeaders} {
+	for _, v := range []string{vNone, vNoKey, vEd25519, vGroup, vHeaders, vExchange} {
 		if d.ports[v], err = freePort(); err != nil {
 			return err
 		}
@@ -236,7 +241,8 @@ func (d *driver) run(ctx context.Context, o runOpts) error {
 		"BENCH_ADMIN=" + d.admin, "BENCH_UPSTREAM=" + d.upAddr, "BENCH_DOCS=" + d.docs, "BENCH_WORK=" + d.work,
 		"BENCH_KEY=" + d.keyPath, "BENCH_PROXY_PORT=" + itoa(d.ports[vNone]), "BENCH_GW_PORT=" + itoa(d.ports[vNoKey]),
 		"BENCH_GWKEY_PORT=" + itoa(d.ports[vEd25519]), "BENCH_GWGRP_PORT=" + itoa(d.ports[vGroup]),
-		"BENCH_HDR_PORT=" + itoa(d.ports[vHeaders]), "BENCH_HDR_RECORD=" + staticRecord(),
+		"BENCH_HDR_PORT=" + itoa(d.ports[vHeaders]), "BENCH_HDR_RECORD=" + staticRecord(tierBPayload),
+		"BENCH_XCHG_PORT=" + itoa(d.ports[vExchange]), "BENCH_XCHG_RECORD=" + staticRecord(presentationPayload), "BENCH_XCHG_SYNTHESIS_ID=" + staticSynthesisID,
 	}
 	say("==> caddy (admin %s; proxy :%d, gateway :%d, gateway+Ed25519 :%d, gateway fsync group :%d)",
 		d.admin, d.ports[vNone], d.ports[vNoKey], d.ports[vEd25519], d.ports[vGroup])
@@ -411,6 +417,7 @@ func (d *driver) synthesize(ctx context.Context, s *scenario, tag string) (strin
 // sanity sends each scenario once and checks its status and record form.
 func (d *driver) sanity(ctx context.Context, scens []*scenario) error {
 	say("==> sanity check")
+	sizes := map[string]int{} // key → response header bytes
 	for _, s := range scens {
 		tag := d.tag("s")
 		hdr := map[string]string{}
@@ -435,27 +442,77 @@ func (d *driver) sanity(ctx context.Context, scens []*scenario) error {
 		if rec := resp.Header.Get("Attribution-Record"); rec != "" {
 			alg = jwsAlg(rec)
 		}
-		wantAlg := map[string]string{vNone: "", vNoKey: "none", vEd25519: "EdDSA", vGroup: "none", vHeaders: "none"}[s.Variant]
+		wantAlg := map[string]string{vNone: "", vNoKey: "none", vEd25519: "EdDSA", vGroup: "none", vHeaders: "none", vExchange: "none"}[s.Variant]
 		if s.Letter == "b2" {
 			wantAlg = "" // passthrough: not AGTP, no record
 		}
 		if alg != wantAlg {
 			return fmt.Errorf("%s: Attribution-Record alg %q, want %q", s.Key, alg, wantAlg)
 		}
-		say("    %-12s %d %s %s", s.Key, resp.StatusCode, s.Method, s.pathFor(tag, 0))
+		sizes[s.Key] = headerBytes(resp.Header)
+		say("    %-12s %d %s %s (response headers %d bytes)", s.Key, resp.StatusCode, s.Method, s.pathFor(tag, 0), sizes[s.Key])
+	}
+	return checkReferenceSizes(sizes)
+}
+
+// referenceOf maps each reference scenario to the gateway scenario whose
+// response headers it imitates with static values.
+var referenceOf = map[string]string{"bh": "c/nokey", "bd": "d/nokey"}
+
+// checkReferenceSizes fails when a reference site's response headers
+// are more than 10% larger or smaller than those of the answer it
+// imitates (when both ran): a reference that drifted from the product's
+// wire form would no longer measure what its row says.
+func checkReferenceSizes(sizes map[string]int) error {
+	for ref, of := range referenceOf {
+		r, okR := sizes[ref]
+		o, okO := sizes[of]
+		if !okR || !okO {
+			continue
+		}
+		if diff := math.Abs(float64(r-o)) / float64(o); diff > 0.10 {
+			return fmt.Errorf("(%s) answers with %d bytes of response headers, (%s) with %d: more than 10%% apart; update the static values in scripts/bench/Caddyfile and loadcmp", ref, r, of, o)
+		}
 	}
 	return nil
 }
 
-// staticRecord is the Attribution-Record (bh) sends: the unsigned form
-// a Tier B answer of the nokey site carries (agtp-09 §4, RCNS §16), with
-// fixed values of the same lengths.
-func staticRecord() string {
-	head := `{"alg":"none","typ":"agtp-attribution+jwt"}`
-	payload := `{"agent_id":"` + agentID + `","audit_record_version":"1","issued_at":"2026-11-30T01:54:16.067513567Z",` +
+// headerBytes is the size of a response's header fields as sent
+// ("Name: value\r\n" each), Date excluded (its length never changes).
+func headerBytes(h http.Header) int {
+	n := 0
+	for k, vs := range h {
+		if k == "Date" {
+			continue
+		}
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// Payloads of the static Attribution-Records the reference sites send:
+// tierBPayload is what a Tier B answer of the nokey site carries ((bh)),
+// presentationPayload what a contract presentation's carries ((bd):
+// the three RCNS fields added, method LOOKUP), with fixed values of the
+// same lengths (agtp-09 §4, RCNS §16).
+const (
+	tierBPayload = `{"agent_id":"` + agentID + `","audit_record_version":"1","issued_at":"2026-11-30T01:54:16.067513567Z",` +
 		`"method":"FETCH","owner_id":"bench-ops","previous_audit_id":"c702104dd51e493b2c6bfaac62a44b4a149fd5fcbc24a638471a96f3a85ea413",` +
 		`"request_id":"01a22a28-f182-7dc1-9f6f-6367c011e8a6","response_id":"01a22a28-f183-77c5-aefe-0ada48d5c190",` +
 		`"server_id":"rcns-bench-nokey","status":200}`
+	presentationPayload = `{"agent_id":"` + agentID + `","audit_record_version":"1",` +
+		`"contract_hash":"db24347ca27e259ad43300a35c41542e7ceb507ee667b81f2534ec47d555f843","issued_at":"2026-11-30T07:04:28.328590465Z",` +
+		`"method":"LOOKUP","negotiation_origin":"rcns-gate","owner_id":"bench-ops","previous_audit_id":"ea4c142fa5b9829813e808ebcfa88ebd62928b918e73ffbba6da2a64eef2147a",` +
+		`"request_id":"01a22b44-f1a7-7d05-b86c-2351b0307de5","response_id":"01a22b44-f1a8-78f9-a1ba-17ed85b2b939",` +
+		`"server_id":"rcns-bench-nokey","status":200,"synthesis_id":"` + staticSynthesisID + `"}`
+)
+
+// staticRecord is an unsigned Attribution-Record (JWS compact, alg none)
+// of the given payload, as a reference site sends it.
+func staticRecord(payload string) string {
+	head := `{"alg":"none","typ":"agtp-attribution+jwt"}`
 	enc := base64.RawURLEncoding.EncodeToString
 	return enc([]byte(head)) + "." + enc([]byte(payload)) + "."
 }

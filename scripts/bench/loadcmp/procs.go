@@ -112,7 +112,8 @@ func (d *driver) startCaddy(env []string) error {
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for _, u := range []string{"http://" + d.admin + "/config/", d.url(vNone, false) + "/ready", d.url(vNoKey, false) + "/ready",
-		d.url(vEd25519, false) + "/ready", d.url(vGroup, false) + "/ready", d.url(vHeaders, false) + "/ready"} {
+		d.url(vEd25519, false) + "/ready", d.url(vGroup, false) + "/ready", d.url(vHeaders, false) + "/ready",
+		d.url(vExchange, false) + "/ready"} {
 		for {
 			if p.exited() {
 				return fmt.Errorf("caddy exited; see %s/caddy.log", d.work)

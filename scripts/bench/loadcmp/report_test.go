@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -101,5 +102,81 @@ func TestVerdictNearTheLimit(t *testing.T) {
 	if !strings.Contains(md, "| 0.698 | 0.70 | **not met** (misses the limit by less than 0.01) |") ||
 		!strings.Contains(md, "| 0.64 | 0.70 | **not met** (misses the limit by 0.06) |") || strings.Contains(md, "by 0.00") {
 		t.Errorf("targets table:\n%s", md)
+	}
+}
+
+// TestWireReferenceNote: the (d) throughput targets quote (bd), and the
+// (c) target (bh); with (d) not run (-only c,bd), no other target takes
+// (bd)'s note.
+func TestWireReferenceNote(t *testing.T) {
+	tput := func(keys ...string) *results {
+		r := &results{Meta: map[string]any{}, Runs: map[string][]*runResult{}}
+		b := &scenario{Key: "b", Letter: "b"}
+		ratio := map[string]float64{"c/nokey": 0.9, "d/nokey": 0.75, "d/ed25519": 0.65, "bh": 0.88, "bd": 0.74}
+		for round := range 3 {
+			ref := &stats{Tput: 1000}
+			r.add("tput", b, round, ref, nil)
+			for _, k := range keys {
+				letter, variant, _ := strings.Cut(k, "/")
+				r.add("tput", &scenario{Key: k, Letter: letter, Variant: variant}, round, &stats{Tput: 1000 * ratio[k]}, ref)
+			}
+		}
+		var scens []*scenario
+		for _, k := range append([]string{"b"}, keys...) {
+			letter, variant, _ := strings.Cut(k, "/")
+			scens = append(scens, &scenario{Key: k, Letter: letter, Variant: variant})
+		}
+		r.summarize(scens)
+		return r
+	}
+	find := func(r *results, prefix string) *verdict {
+		for _, v := range r.Targets {
+			if strings.HasPrefix(v.Target, prefix) {
+				return v
+			}
+		}
+		return nil
+	}
+	r := tput("c/nokey", "d/nokey", "d/ed25519", "bh", "bd")
+	for prefix, want := range map[string]string{
+		"(c) no key: throughput":  "(bh), the same exchange through a plain reverse_proxy with static values: 0.88 (rounds 0.88–0.88)",
+		"(d) no key: throughput":  "(bd), the same exchange through a plain reverse_proxy with static values: 0.74 (rounds 0.74–0.74)",
+		"(d) Ed25519: throughput": "(bd), the same exchange",
+	} {
+		if v := find(r, prefix); v == nil || !strings.Contains(v.Measured, want) {
+			t.Errorf("%s: %+v, want its measured text to contain %q", prefix, v, want)
+		}
+	}
+	r = tput("c/nokey", "bd")
+	if v := find(r, "(c) no key: throughput"); v == nil || strings.Contains(v.Measured, "(bd)") || strings.Contains(v.Measured, "(bh)") {
+		t.Errorf("(c) without (bh) run: %+v, want no reference note", v)
+	}
+	if v := find(r, "(d) no key: throughput"); v != nil {
+		t.Errorf("(d) not run, yet a verdict: %+v", v)
+	}
+}
+
+// TestReferenceSizes: a reference row whose static response headers
+// drifted more than 10% from the answer it imitates stops the run
+// before any measurement; within 10%, or with either side not run, it
+// passes.
+func TestReferenceSizes(t *testing.T) {
+	h := http.Header{"Date": {"Mon, 30 Nov 2026 07:04:28 GMT"}, "Agent-Id": {"abc"}}
+	if got, want := headerBytes(h), len("Agent-Id")+len("abc")+4; got != want {
+		t.Errorf("headerBytes = %d, want %d (Date excluded)", got, want)
+	}
+	for _, tc := range []struct {
+		sizes map[string]int
+		ok    bool
+	}{
+		{map[string]int{"bh": 1000, "c/nokey": 1050, "bd": 1300, "d/nokey": 1250}, true},
+		{map[string]int{"bd": 1300}, true},
+		{map[string]int{"bh": 700, "c/nokey": 1050}, false},
+		{map[string]int{"bd": 1500, "d/nokey": 1250}, false},
+	} {
+		err := checkReferenceSizes(tc.sizes)
+		if (err == nil) != tc.ok {
+			t.Errorf("%v: err = %v, want ok %v", tc.sizes, err, tc.ok)
+		}
 	}
 }

@@ -18,12 +18,20 @@ const (
 	vEd25519 = "ed25519" // Ed25519 record key, fsync off
 	vGroup   = "group"   // no record_keys, fsync group (the default)
 	vHeaders = "headers" // (bh): reverse_proxy adding (c)'s AGTP response headers, no gateway
+	// (bd): reverse_proxy carrying (d)'s exchange (request headers and
+	// body in, (d)'s AGTP response headers out), no gateway.
+	vExchange = "exchange"
 )
+
+// staticSynthesisID is the Contract-Synthesized value (bd) sends and
+// answers with: the form and length of a real one (syn- and 22
+// base64url characters), naming no contract.
+const staticSynthesisID = "syn-Lptr2IwjQBSY0j-XhChA-w"
 
 // scenario is one measured request shape.
 type scenario struct {
 	Key     string // unique, e.g. "c/nokey"
-	Letter  string // a, b, b2, bh, c, d, e1, e3, f, g
+	Letter  string // a, b, b2, bh, bd, c, d, e1, e3, f, g
 	Variant string
 	Label   string
 	Method  string
@@ -80,6 +88,9 @@ func scenarios(rate, slowRate int) []*scenario {
 			Method: http.MethodGet, pathFor: fixedPath("/items/1"), Want: 200, Tput: true},
 		{Key: "bh", Letter: "bh", Variant: vHeaders, Label: "plain reverse_proxy that also sends the AGTP response headers of (c), static values (no gateway)",
 			Method: http.MethodGet, pathFor: fixedPath("/items/1"), Want: 200, Tput: true},
+		{Key: "bd", Letter: "bd", Variant: vExchange, Label: "plain reverse_proxy carrying the exchange of (d): its LOOKUP with the same request headers and body in, its AGTP response headers out, static values (no gateway)",
+			Method: "LOOKUP", Headers: agentHeaders(scopeRead, "Content-Type", "application/json", "Contract-Synthesized", staticSynthesisID), Body: bodyOne,
+			pathFor: runPath("/item/d-"), Want: 200, Tput: true},
 	}
 	for _, v := range []string{vNoKey, vEd25519} {
 		out = append(out,
@@ -140,7 +151,7 @@ func filterScenarios(all []*scenario, only string) ([]*scenario, error) {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return nil, fmt.Errorf("-only: %s names no scenario (keys such as c/nokey, letters a b bh c d e1 e3 f g, variants nokey ed25519 group headers)", strings.Join(unknown, ", "))
+		return nil, fmt.Errorf("-only: %s names no scenario (keys such as c/nokey, letters a b bh bd c d e1 e3 f g, variants nokey ed25519 group headers exchange)", strings.Join(unknown, ", "))
 	}
 	return out, nil
 }
