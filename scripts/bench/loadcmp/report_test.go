@@ -139,9 +139,9 @@ func TestWireReferenceNote(t *testing.T) {
 	}
 	r := tput("c/nokey", "d/nokey", "d/ed25519", "bh", "bd")
 	for prefix, want := range map[string]string{
-		"(c) no key: throughput":  "(bh), the same exchange through a plain reverse_proxy with static values: 0.88 (rounds 0.88–0.88)",
-		"(d) no key: throughput":  "(bd), the same exchange through a plain reverse_proxy with static values: 0.74 (rounds 0.74–0.74)",
-		"(d) Ed25519: throughput": "(bd), the same exchange",
+		"(c) no key: throughput":  "(bh), (c)'s AGTP response headers through a plain reverse_proxy with static values: 0.88 (rounds 0.88–0.88)",
+		"(d) no key: throughput":  "(bd), (d)'s whole exchange through a plain reverse_proxy with static values: 0.74 (rounds 0.74–0.74)",
+		"(d) Ed25519: throughput": "(bd), (d)'s whole exchange",
 	} {
 		if v := find(r, prefix); v == nil || !strings.Contains(v.Measured, want) {
 			t.Errorf("%s: %+v, want its measured text to contain %q", prefix, v, want)
