@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/bench/load.sh — the load comparison of docs/performance.md.
 #
-# Builds Caddy with the rcns module, the bench upstream (go-httpbin plus
+# Builds Caddy with the rcns module (and the (bd) reference handler,
+# scripts/bench/caddy), the bench upstream (go-httpbin plus
 # fixed JSON routes) and the driver, installs vegeta v12.13.0 into .tools/
 # when missing, then runs scripts/bench/loadcmp on loopback. Every run is
 # bounded in requests and time; the whole comparison is bounded by
@@ -37,7 +38,7 @@ if [ -z "${BENCH_BIN:-}" ]; then
 	trap 'rm -rf "$BENCH_BIN"' EXIT
 fi
 echo "==> building into $BENCH_BIN"
-"$GO" build -o "$BENCH_BIN/caddy" ./cmd/caddy
+"$GO" build -o "$BENCH_BIN/caddy" ./scripts/bench/caddy # cmd/caddy plus the (bd) reference handler
 "$GO" build -o "$BENCH_BIN/upstream" ./scripts/bench/upstream
 "$GO" build -o "$BENCH_BIN/loadcmp" ./scripts/bench/loadcmp
 

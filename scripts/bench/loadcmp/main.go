@@ -8,10 +8,11 @@
 //	(bh) a plain reverse_proxy that also sends the AGTP response headers
 //	     a Tier B answer carries (static values of the same sizes): the
 //	     wire cost of those headers alone, for reference
-//	(bd) a plain reverse_proxy carrying the exchange of (d): the same
-//	     request (LOOKUP, headers, body) in and (d)'s AGTP response
-//	     headers out, static values: the wire cost of (d)'s exchange
-//	     without the gateway's work, for reference
+//	(bd) the exchange of (d) with no gateway work: the bench build's
+//	     bench_exchange handler (scripts/bench/benchref) reads the
+//	     request body, makes the same upstream GET and answers with (d)'s
+//	     AGTP headers and envelope, static values; a lower bound of what
+//	     any gateway serving (d)'s exchange costs, for reference
 //	(c)  a Tier B endpoint (FETCH → GET)
 //	(d)  a contract presentation, one step
 //	(e)  a contract presentation, one vs three parallel 20 ms steps
@@ -42,6 +43,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -133,6 +135,12 @@ func main() {
 	if _, err := filterScenarios(scenarios(*rate, *slowRate), *only); err != nil {
 		bad = append(bad, err.Error())
 	}
+	if err := checkProfileKeys(scenarios(*rate, *slowRate), *profileKeys); err != nil {
+		bad = append(bad, err.Error())
+	}
+	if flag.NArg() > 0 {
+		bad = append(bad, fmt.Sprintf("unexpected arguments %q (every option is a -flag; see -h)", flag.Args()))
+	}
 	if len(bad) > 0 {
 		fmt.Fprintln(os.Stderr, "loadcmp: "+strings.Join(bad, "; "))
 		os.Exit(2)
@@ -155,10 +163,14 @@ func main() {
 	for i := len(d.procs) - 1; i >= 0; i-- {
 		d.procs[i].stop()
 	}
-	if err == nil && !*keepWork {
-		_ = os.RemoveAll(d.work)
-	} else {
+	switch {
+	case d.work == "":
+	case *keepWork || err != nil && len(d.procs) > 0:
+		// Logs and records of a run that started something are kept
+		// for a look at what went wrong.
 		fmt.Fprintf(os.Stderr, "loadcmp: work dir kept: %s\n", d.work)
+	default:
+		_ = os.RemoveAll(d.work)
 	}
 	switch {
 	case err != nil && sigCtx.Err() != nil:
@@ -171,6 +183,25 @@ func main() {
 		fmt.Fprintf(os.Stderr, "loadcmp: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// checkProfileKeys: every -profile entry must be a scenario key (such as
+// b or c/nokey); an empty list means no profiles.
+func checkProfileKeys(all []*scenario, keys string) error {
+	known := map[string]bool{}
+	for _, s := range all {
+		known[s.Key] = true
+	}
+	var unknown []string
+	for _, k := range strings.Split(keys, ",") {
+		if k = strings.TrimSpace(k); k != "" && !known[k] {
+			unknown = append(unknown, strconv.Quote(k))
+		}
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("-profile: %s names no scenario (scenario keys such as b, c/nokey, d/ed25519)", strings.Join(unknown, ", "))
+	}
+	return nil
 }
 
 type runOpts struct {

@@ -139,13 +139,15 @@ func TestWireReferenceNote(t *testing.T) {
 	}
 	r := tput("c/nokey", "d/nokey", "d/ed25519", "bh", "bd")
 	for prefix, want := range map[string]string{
-		"(c) no key: throughput":  "(bh), (c)'s AGTP response headers through a plain reverse_proxy with static values: 0.88 (rounds 0.88–0.88)",
-		"(d) no key: throughput":  "(bd), (d)'s whole exchange through a plain reverse_proxy with static values: 0.74 (rounds 0.74–0.74)",
-		"(d) Ed25519: throughput": "(bd), (d)'s whole exchange",
+		"(c) no key: throughput": "(bh), (c)'s AGTP response headers through a plain reverse_proxy with static values and no gateway work: 0.88 (rounds 0.88–0.88)",
+		"(d) no key: throughput": "(bd), (d)'s whole exchange with static values and no gateway work: 0.74 (rounds 0.74–0.74)",
 	} {
 		if v := find(r, prefix); v == nil || !strings.Contains(v.Measured, want) {
 			t.Errorf("%s: %+v, want its measured text to contain %q", prefix, v, want)
 		}
+	}
+	if v := find(r, "(d) Ed25519: throughput"); v == nil || strings.Contains(v.Measured, "(bd)") {
+		t.Errorf("(d) Ed25519: %+v, want a verdict without (bd)'s note ((bd) is the unsigned exchange)", v)
 	}
 	r = tput("c/nokey", "bd")
 	if v := find(r, "(c) no key: throughput"); v == nil || strings.Contains(v.Measured, "(bd)") || strings.Contains(v.Measured, "(bh)") {
@@ -177,6 +179,40 @@ func TestReferenceSizes(t *testing.T) {
 		err := checkReferenceSizes(tc.sizes)
 		if (err == nil) != tc.ok {
 			t.Errorf("%v: err = %v, want ok %v", tc.sizes, err, tc.ok)
+		}
+	}
+}
+
+// TestSummarizeWithoutTargets: a run of scenarios no target judges
+// (-only bh, bd, b2, e1/nokey, g/nokey…) summarizes and reports
+// without a verdict (it crashed with an index out of range, and the
+// report was lost).
+func TestSummarizeWithoutTargets(t *testing.T) {
+	for _, keys := range [][]string{{"bh"}, {"bd"}, {"b2"}, {"g/nokey"}, {"f/ed25519"}, {"g/ed25519"}} {
+		r := &results{Meta: map[string]any{}, Runs: map[string][]*runResult{}}
+		b := &scenario{Key: "b", Letter: "b"}
+		scens := []*scenario{b}
+		for round := range 2 {
+			ref := &stats{Tput: 1000}
+			r.add("tput", b, round, ref, nil)
+			for _, k := range keys {
+				letter, variant, _ := strings.Cut(k, "/")
+				s := &scenario{Key: k, Letter: letter, Variant: variant}
+				if round == 0 {
+					scens = append(scens, s)
+				}
+				r.add("tput", s, round, &stats{Tput: 900}, ref)
+			}
+		}
+		r.summarize(scens)
+		md := r.markdown(scens)
+		if !strings.Contains(md, "| target |") {
+			t.Errorf("-only %v: no targets table:\n%s", keys, md)
+		}
+		for _, v := range r.Targets {
+			if !v.Reference {
+				t.Errorf("-only %v: a judged target %q from scenarios that have none", keys, v.Target)
+			}
 		}
 	}
 }

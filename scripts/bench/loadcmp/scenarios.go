@@ -18,8 +18,8 @@ const (
 	vEd25519 = "ed25519" // Ed25519 record key, fsync off
 	vGroup   = "group"   // no record_keys, fsync group (the default)
 	vHeaders = "headers" // (bh): reverse_proxy adding (c)'s AGTP response headers, no gateway
-	// (bd): reverse_proxy carrying (d)'s exchange (request headers and
-	// body in, (d)'s AGTP response headers out), no gateway.
+	// (bd): (d)'s exchange with no gateway work (bench_exchange: read the
+	// request body, the same upstream GET, static (d) answer).
 	vExchange = "exchange"
 )
 
@@ -88,7 +88,7 @@ func scenarios(rate, slowRate int) []*scenario {
 			Method: http.MethodGet, pathFor: fixedPath("/items/1"), Want: 200, Tput: true},
 		{Key: "bh", Letter: "bh", Variant: vHeaders, Label: "plain reverse_proxy that also sends the AGTP response headers of (c), static values (no gateway)",
 			Method: http.MethodGet, pathFor: fixedPath("/items/1"), Want: 200, Tput: true},
-		{Key: "bd", Letter: "bd", Variant: vExchange, Label: "plain reverse_proxy carrying the exchange of (d): its LOOKUP with the same request headers and body in, its AGTP response headers out, static values (no gateway)",
+		{Key: "bd", Letter: "bd", Variant: vExchange, Label: "the exchange of (d) with no gateway work: bench_exchange reads its request body, makes the same upstream GET and answers with (d)'s AGTP headers and envelope, static values",
 			Method: "LOOKUP", Headers: agentHeaders(scopeRead, "Content-Type", "application/json", "Contract-Synthesized", staticSynthesisID), Body: bodyOne,
 			pathFor: runPath("/item/d-"), Want: 200, Tput: true},
 	}

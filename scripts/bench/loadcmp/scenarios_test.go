@@ -22,3 +22,19 @@ func TestFilterScenarios(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckProfileKeys: -profile takes scenario keys; one that names
+// none is refused before anything starts (it was silently skipped).
+func TestCheckProfileKeys(t *testing.T) {
+	all := scenarios(1000, 200)
+	for _, ok := range []string{"", "b", "b,c/nokey,d/nokey,f/nokey,g/nokey,c/ed25519,d/ed25519,g/ed25519", " bd , d/nokey "} {
+		if err := checkProfileKeys(all, ok); err != nil {
+			t.Errorf("-profile %q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"nonsense", "b,c", "d/nokey,zz"} {
+		if err := checkProfileKeys(all, bad); err == nil || !strings.Contains(err.Error(), "names no scenario") {
+			t.Errorf("-profile %q: err = %v, want names no scenario", bad, err)
+		}
+	}
+}
