@@ -32,13 +32,14 @@ func (e *eofReader) Read(p []byte) (int, error) {
 // fields and body.
 func TestExchange(t *testing.T) {
 	var calls atomic.Int32
-	status := http.StatusOK
+	var status atomic.Int32
+	status.Store(http.StatusOK)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		if r.Method != http.MethodGet || r.URL.Path != "/items/1" {
 			t.Errorf("upstream got %s %s, want GET /items/1", r.Method, r.URL.Path)
 		}
-		w.WriteHeader(status)
+		w.WriteHeader(int(status.Load()))
 		_, _ = io.WriteString(w, `{"id":"1"}`)
 	}))
 	defer up.Close()
@@ -79,7 +80,7 @@ func TestExchange(t *testing.T) {
 	if !errors.As(err, &he) || he.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Errorf("body of %d bytes: %v, want 413", MaxBodyBytes+1, err)
 	}
-	status = http.StatusInternalServerError
+	status.Store(http.StatusInternalServerError)
 	err = e.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("LOOKUP", "/item/d-1", nil), nil)
 	if !errors.As(err, &he) || he.StatusCode != http.StatusBadGateway {
 		t.Errorf("upstream 500: %v, want 502", err)
