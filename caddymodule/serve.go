@@ -172,6 +172,7 @@ func (h *Handler) serve(x *exchange) {
 			x.fail(bodyReadError(err, len(raw), r.ContentLength))
 			return
 		}
+		x.bodyRead = int64(len(raw)) == r.ContentLength
 		if int64(len(raw)) > h.MaxRequestBody {
 			x.fail(&wireError{Status: 413, Reason: "body-too-large", Explanation: fmt.Sprintf("the request body exceeds %d bytes", h.MaxRequestBody), Fields: map[string]any{"limit_bytes": h.MaxRequestBody}})
 			return

@@ -94,6 +94,9 @@ type exchange struct {
 	claim    *idempotency.Claim
 	executed bool
 	written  bool
+	// bodyRead: the request's declared body was read to its end (serve,
+	// §10 step 1). An answer without it closes the connection (writeRaw).
+	bodyRead bool
 	replayed bool
 	// minted is the contract this request synthesized, if any.
 	minted *recipes.Contract
@@ -275,6 +278,16 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 		delete(hd, "Content-Type")
 	}
 	set("Content-Length", strconv.Itoa(len(raw)))
+	if x.r.ContentLength != 0 && !x.bodyRead && x.r.ProtoMajor == 1 {
+		// A refusal before the declared body (Content-Length or chunked)
+		// was read: net/http would otherwise try to discard the unread
+		// body before finishing the answer, which for a body that never
+		// comes waits out the server's read timeout. With Connection:
+		// close it skips the discard and the answer leaves at once.
+		// HTTP/1 only: on HTTP/2 the header would shut the whole
+		// connection down, and a stream's unread body is reset instead.
+		set("Connection", "close")
+	}
 	x.w.WriteHeader(status)
 	if len(raw) > 0 && x.r.Method != http.MethodHead {
 		_, _ = x.w.Write(raw)
