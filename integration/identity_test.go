@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -49,6 +50,29 @@ func TestIdentity(t *testing.T) {
 			}
 		})
 	}
+
+	// A claim of 1500 ungranted tokens, each sent twice, is answered
+	// with the first 8 and their count, not a 14.6 KB echo.
+	t.Run("262 echo bounded", func(t *testing.T) {
+		toks := []string{"hotel:read"}
+		for i := range 1500 {
+			toks = append(toks, fmt.Sprintf("a:%d", i), fmt.Sprintf("a:%d", i))
+		}
+		r := g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, strings.Join(toks, ", ")), nil)
+		b := assertErrorBody(t, r, 262, "scope-claim-invalid")
+		if got := fmt.Sprint(b["missing_scopes"]); got != "[a:0 a:1 a:2 a:3 a:4 a:5 a:6 a:7]" {
+			t.Errorf("missing_scopes = %s, want the first 8", got)
+		}
+		if n, _ := b["missing_scope_count"].(float64); n != 1500 {
+			t.Errorf("missing_scope_count = %v, want 1500", b["missing_scope_count"])
+		}
+		if e := str(b, "explanation"); !strings.Contains(e, "a:7 and 1492 more,") {
+			t.Errorf("explanation %q does not say how many more", e)
+		}
+		if len(r.Body) > 1024 {
+			t.Errorf("the 262 body is %d bytes:\n%s", len(r.Body), r)
+		}
+	})
 
 	// §24 22: whitespace after commas is optional.
 	t.Run("comma spacing", func(t *testing.T) {

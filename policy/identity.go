@@ -1,6 +1,11 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
+)
 
 // Caller is the resolved identity of a request (RCNS §3, §10 step 6).
 type Caller struct {
@@ -50,7 +55,8 @@ func (c *Caller) granted() ScopeSet {
 //   - suspended → 503 "agent-suspended"; retired → 410 "agent-retired"
 //   - a claimed token not covered by the granted set → 262
 //     "scope-claim-invalid", Fields {"type": "scope-claim-invalid",
-//     "missing_scopes": [...]}
+//     "missing_scopes": [the first 8 such tokens, each cut to 64 bytes]},
+//     plus "missing_scope_count" (all of them) when there are more
 //
 // Deprecated agents are served.
 func ResolveCaller(reg *Registry, agentID, ownerID, authorityScope string, scopePresent bool) (*Caller, *Refusal) {
@@ -90,11 +96,37 @@ func ResolveCaller(reg *Registry, agentID, ownerID, authorityScope string, scope
 	}
 	c := &Caller{Agent: agent, Claimed: claimed, ScopeHeader: scopePresent}
 	if missing := agent.Scopes.Missing(claimed); len(missing) > 0 {
+		words, listed := echoScopes(missing)
+		fields := map[string]any{"type": "scope-claim-invalid", "missing_scopes": listed}
+		if len(listed) < len(missing) {
+			fields["missing_scope_count"] = len(missing)
+		}
 		return nil, &Refusal{Status: StatusAuthorizationRequired, Reason: "scope-claim-invalid",
-			Explanation: fmt.Sprintf("Authority-Scope claims %s, which the agent has not been granted.", ScopeSet(missing)),
-			Fields:      map[string]any{"type": "scope-claim-invalid", "missing_scopes": scopeStrings(missing)}}
+			Explanation: fmt.Sprintf("Authority-Scope claims %s, which the agent has not been granted.", words),
+			Fields:      fields}
 	}
 	return c, nil
+}
+
+// maxEchoedScopes bounds how many claimed scope tokens a refusal echoes:
+// an Authority-Scope header can carry as many as the header limit lets
+// through (about 20 KiB), and the answer would list them all.
+const maxEchoedScopes = 8
+
+// echoScopes renders scope tokens taken from the request for a refusal:
+// the first maxEchoedScopes, each cut to 64 bytes (as quote cuts), as
+// words for the explanation ("a:b, c:d and 3 more") and as the list for
+// missing_scopes.
+func echoScopes(s []Scope) (words string, listed []string) {
+	listed = make([]string, min(len(s), maxEchoedScopes))
+	for i := range listed {
+		listed[i] = textcut.Truncate(s[i].tok, 64+len(textcut.Ellipsis))
+	}
+	words = strings.Join(listed, ", ")
+	if more := len(s) - len(listed); more > 0 {
+		words += fmt.Sprintf(" and %d more", more)
+	}
+	return words, listed
 }
 
 // CheckRequiredScopes checks required scopes against the request (RCNS

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -192,6 +193,58 @@ func TestResolveCaller(t *testing.T) {
 	}
 	if _, ref := ResolveCaller(nil, idA1, "", "", false); ref == nil || ref.Status != 401 {
 		t.Errorf("nil registry: %v, want 401", ref)
+	}
+}
+
+// TestScopeClaimInvalidEchoBounded: a 262 scope-claim-invalid echoes at
+// most 8 of the claimed tokens it refuses, each cut to 64 bytes, and says
+// how many there are in all. An Authority-Scope of 1500 ungranted tokens
+// gave a 14.6 KB answer listing each twice (explanation and
+// missing_scopes).
+func TestScopeClaimInvalidEchoBounded(t *testing.T) {
+	reg := fixtureRegistry(t)
+	long := "x:" + strings.Repeat("y", 200)
+	tests := []struct {
+		name       string
+		scope      string
+		wantListed []string
+		wantCount  int    // missing_scope_count; 0 = absent
+		wantWords  string // in the explanation
+	}{
+		{name: "eight listed whole", scope: "a:1, a:2, a:3, a:4, a:5, a:6, a:7, a:8",
+			wantListed: []string{"a:1", "a:2", "a:3", "a:4", "a:5", "a:6", "a:7", "a:8"},
+			wantWords:  "claims a:1, a:2, a:3, a:4, a:5, a:6, a:7, a:8, which"},
+		{name: "1500 cut to eight", scope: func() string {
+			toks := []string{"booking:read"}
+			for i := range 1500 {
+				toks = append(toks, fmt.Sprintf("a:%d", i), fmt.Sprintf("a:%d", i))
+			}
+			return strings.Join(toks, ", ")
+		}(),
+			wantListed: []string{"a:0", "a:1", "a:2", "a:3", "a:4", "a:5", "a:6", "a:7"},
+			wantCount:  1500, wantWords: "claims a:0, a:1, a:2, a:3, a:4, a:5, a:6, a:7 and 1492 more, which"},
+		{name: "long token cut", scope: long,
+			wantListed: []string{long[:64] + "…"}, wantWords: "claims " + long[:64] + "…, which"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ref := ResolveCaller(reg, idA2, "", tt.scope, true)
+			if ref == nil || ref.Status != 262 || ref.Reason != "scope-claim-invalid" {
+				t.Fatalf("refusal = %v, want 262 scope-claim-invalid", ref)
+			}
+			if got, _ := ref.Fields["missing_scopes"].([]string); !slices.Equal(got, tt.wantListed) {
+				t.Errorf("missing_scopes = %v, want %v", got, tt.wantListed)
+			}
+			if got, ok := ref.Fields["missing_scope_count"]; tt.wantCount == 0 && ok || tt.wantCount != 0 && got != tt.wantCount {
+				t.Errorf("missing_scope_count = %v (present %v), want %d", got, ok, tt.wantCount)
+			}
+			if !strings.Contains(ref.Explanation, tt.wantWords) {
+				t.Errorf("explanation %q does not contain %q", ref.Explanation, tt.wantWords)
+			}
+			if len(ref.Explanation) > 300 {
+				t.Errorf("explanation is %d bytes", len(ref.Explanation))
+			}
+		})
 	}
 }
 
