@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"fmt"
 	"math"
+	"net/url"
 	"regexp"
 	"sort"
 	"strconv"
@@ -226,6 +227,9 @@ func (h *Handler) contractParam(x *exchange, req *request, p map[string]any, a c
 // §14.4, §15, §17.3).
 func (h *Handler) builtin(x *exchange, req *request) {
 	p, e := params(req)
+	if e == nil {
+		e = queryParams(x.query, p)
+	}
 	if e != nil {
 		x.fail(e)
 		return
@@ -240,6 +244,39 @@ func (h *Handler) builtin(x *exchange, req *request) {
 	case "PROPOSE":
 		h.propose(x, req, p)
 	}
+}
+
+// builtinQueryParams are the parameters of INSPECT, REVOKE, SUSPEND
+// and PROPOSE that may be given in the query as well as in the body
+// (docs/agent-guide.md): the string-valued ones, and persistent, so that
+// a query persistent=true is refused as not a boolean instead of being
+// ignored. limit and cursor are read from the query by listingParam,
+// which parses their string form there. Other query keys are not read.
+var builtinQueryParams = []string{"target", "synthesis_id", "attempt_id", "agent_id", "session_id",
+	"reason", "actor", "mode", "requested_duration", "persistent"}
+
+// queryParams adds the builtinQueryParams given in the query q (the last
+// value of a repeated key, spec §2.1) to the body parameters p. One
+// given in both with different values is 400 parameter-conflict, as
+// limit and cursor are (listingParam).
+func queryParams(q url.Values, p map[string]any) *wireError {
+	if len(q) == 0 {
+		return nil
+	}
+	for _, name := range builtinQueryParams {
+		qv, ok := queryValue(q, name)
+		if !ok {
+			continue
+		}
+		if given(p, name) {
+			if bv, isString := p[name].(string); !isString || bv != qv {
+				return errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given in the query and in the body with different values", name))
+			}
+			continue
+		}
+		p[name] = qv
+	}
+	return nil
 }
 
 func (h *Handler) inspectAll(req *request) bool {

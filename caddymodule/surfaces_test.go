@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -360,6 +361,45 @@ func TestLifecycleListing(t *testing.T) {
 	// null and the empty cursor (the first page) are no cursor.
 	if n := entries(lifecycle("/", map[string]any{"cursor": nil})) + entries(lifecycle("/?cursor=", map[string]any{})); n != 6 {
 		t.Errorf("null and empty cursors: %d entries; want 3 each", n)
+	}
+}
+
+// TestBuiltinQueryParameters: INSPECT, REVOKE, SUSPEND and PROPOSE read
+// their own parameters from the query as well as the body (the agent
+// guide says so; INSPECT /?target=lifecycle&limit=1 was 400 "INSPECT
+// needs a target" while its limit was read). The same value both ways
+// is one parameter; different values are 400 parameter-conflict, as for
+// limit; a query value is a string, so a boolean cannot come that way.
+func TestBuiltinQueryParameters(t *testing.T) {
+	g := newTestGateway(t)
+	id := g.propose(t, "/item/a")
+	g.propose(t, "/item/b")
+	a := g.do(t, "INSPECT", "/?target=lifecycle&limit=1", nil)
+	if list, _ := a.body["entries"].([]any); a.status != 200 || a.str("target") != "lifecycle" || len(list) != 1 {
+		t.Fatalf("INSPECT /?target=lifecycle&limit=1: %s; want 200 with 1 entry", a)
+	}
+	if a := g.do(t, "INSPECT", "/?target=contract&synthesis_id="+id, nil); a.status != 200 || a.str("synthesis_id") != id || a.str("state") != "active" {
+		t.Fatalf("INSPECT target and synthesis_id in the query: %s", a)
+	}
+	if a := g.do(t, "INSPECT", "/?target=contract", map[string]any{"parameters": map[string]any{"target": "contract", "synthesis_id": id}}); a.status != 200 {
+		t.Fatalf("the same target in the query and the body: %s", a)
+	}
+	if a := g.do(t, "INSPECT", "/?target=contract", map[string]any{"parameters": map[string]any{"synthesis_id": id}}); a.status != 200 {
+		t.Fatalf("target in the query, synthesis_id in the body: %s", a)
+	}
+	wantError(t, g.do(t, "INSPECT", "/?target=lifecycle", map[string]any{"parameters": map[string]any{"target": "contract", "synthesis_id": id}}),
+		400, "parameter-conflict", `parameter "target" is given in the query and in the body with different values`)
+	wantError(t, g.do(t, "INSPECT", "/?target=lifecycle", map[string]any{"target": 5}), 400, "parameter-conflict", `"target"`)
+	wantError(t, g.do(t, "INSPECT", "/?target=nope", nil), 400, "unknown-target", `"nope"`)
+	wantError(t, g.do(t, "REVOKE", "/?target=contract", nil), 400, "parameter-required", "needs synthesis_id")
+	wantError(t, g.do(t, "SUSPEND", "/?session_id=short", nil), 400, "invalid-session-id", "SUSPEND: parameter session_id")
+	wantError(t, g.do(t, "PROPOSE", "/?requested_duration=soon", proposal("/item/c")), 400, "invalid-duration", "requested_duration")
+	wantError(t, g.do(t, "PROPOSE", "/?persistent=true", proposal("/item/c")), 400, "invalid-parameter", "persistent must be true or false, not a string")
+	if a := g.do(t, "SUSPEND", "/?synthesis_id="+id+"&reason=done", nil); a.status != 200 || fmt.Sprint(field(a.body, "result", "state")) != "released" {
+		t.Fatalf("SUSPEND with synthesis_id in the query: %s", a)
+	}
+	if a := g.do(t, "REVOKE", "/?target=contract&synthesis_id="+id, nil); a.status != 200 || fmt.Sprint(field(a.body, "result", "noop")) != "true" {
+		t.Fatalf("REVOKE with target and synthesis_id in the query: %s", a)
 	}
 }
 
