@@ -635,14 +635,24 @@ func (n *negotiations) rejections(ng *negotiation) int {
 }
 
 // The forms of requested_duration (spec §14.3: agtp-09's "24h" and
-// "7d", and ISO 8601 durations): ISO 8601 days and time parts in whole
-// numbers ("P1DT2H", "PT90M"), whole days ("7d"), and Go durations
-// ("30m", "1h30m", "1.5h"; no sign).
+// "7d", and ISO 8601 durations): ISO 8601 durations of fixed length, in
+// the grammar of RFC 3339 Appendix A (weeks alone, "P2W"; or days and
+// time parts, "P1DT2H", "PT90M"), whose last part may carry a decimal
+// fraction, with '.' or ',' as ISO 8601 allows ("PT1.5S", "P0,5D");
+// whole days ("7d"); and Go durations ("30m", "1h30m", "1.5h"; no
+// sign). ISO 8601 years and months are refused: their length varies.
 var (
-	isoDuration = regexp.MustCompile(`^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$`)
+	isoDuration = regexp.MustCompile(`^P(?:(` + isoNumber + `)W|(?:(` + isoNumber + `)D)?(?:T(?:(` + isoNumber + `)H)?(?:(` + isoNumber + `)M)?(?:(` + isoNumber + `)S)?)?)$`)
 	dayDuration = regexp.MustCompile(`^(\d+)d$`)
 	goDuration  = regexp.MustCompile(`^(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+$`)
 )
+
+// isoNumber is a number of an ISO 8601 duration part: digits, with an
+// optional decimal fraction.
+const isoNumber = `\d+(?:[.,]\d+)?`
+
+// durationForms names the accepted requested_duration forms in refusals.
+const durationForms = "a Go duration (30m, 1h30m, 1.5h), whole days (7d), or an ISO 8601 duration in weeks (P2W) or days, hours, minutes and seconds (P1DT2H, PT90M, PT1.5S; a fraction on the last part only; no years or months, whose length varies)"
 
 // minRequestedDuration is the shortest requested_duration PROPOSE
 // accepts: contract times are whole seconds (issued_at, expires_at), so
@@ -662,9 +672,20 @@ const maxDuration = time.Duration(math.MaxInt64)
 func parseRequestedDuration(s string) (time.Duration, error) {
 	if m := isoDuration.FindStringSubmatch(s); m != nil && s != "P" && !strings.HasSuffix(s, "T") {
 		var d time.Duration
-		for i, u := range []time.Duration{24 * time.Hour, time.Hour, time.Minute, time.Second} {
-			if m[i+1] != "" {
-				d = addSaturated(d, mulSaturated(m[i+1], u))
+		fraction := false // a part with a fraction must be the last one
+		for i, u := range []time.Duration{7 * 24 * time.Hour, 24 * time.Hour, time.Hour, time.Minute, time.Second} {
+			if m[i+1] == "" {
+				continue
+			}
+			if fraction {
+				return 0, fmt.Errorf("bad duration %q: only the last part may have a fraction", s)
+			}
+			whole, frac, _ := strings.Cut(strings.Replace(m[i+1], ",", ".", 1), ".")
+			d = addSaturated(d, mulSaturated(whole, u))
+			if frac != "" {
+				fraction = true
+				f, _ := strconv.ParseFloat("0."+frac, 64) // digits only: cannot fail
+				d = addSaturated(d, time.Duration(f*float64(u)))
 			}
 		}
 		return d, nil
@@ -807,7 +828,7 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		d, err := parseRequestedDuration(rd)
 		switch {
 		case err != nil:
-			failHdr(errorf(400, "invalid-duration", "requested_duration must be a duration such as 24h, 30m, 7d or the ISO 8601 P1DT2H"))
+			failHdr(errorf(400, "invalid-duration", "requested_duration must be "+durationForms))
 			return
 		case d < minRequestedDuration:
 			failHdr(errorf(400, "invalid-duration", fmt.Sprintf("requested_duration must be at least %v: a shorter contract would expire before it could be presented", minRequestedDuration)))

@@ -414,13 +414,19 @@ func TestParseRequestedDuration(t *testing.T) {
 		"213504d": maxDuration, "P213504D": maxDuration, "106752d": maxDuration, "106751d": 106751 * 24 * time.Hour,
 		"99999999999999999999d": maxDuration, "PT99999999999999999999S": maxDuration, "P106751DT24H": maxDuration,
 		"9999999999h": maxDuration, "2562048h": maxDuration, "2562047h": 2562047 * time.Hour,
+		// ISO 8601 weeks (alone, RFC 3339 App. A) and a fraction on the
+		// last part, '.' or ',' (both were 400 invalid-duration).
+		"P1W": 7 * 24 * time.Hour, "P2W": 14 * 24 * time.Hour, "P0.5W": 84 * time.Hour, "P15251W": maxDuration, "P15250W": 15250 * 7 * 24 * time.Hour,
+		"PT1.5S": 1500 * time.Millisecond, "PT0.5S": 500 * time.Millisecond, "PT0,25S": 250 * time.Millisecond,
+		"P1.5D": 36 * time.Hour, "P0,5D": 12 * time.Hour, "PT1.5H": 90 * time.Minute, "P1DT1H1.5M": 25*time.Hour + 90*time.Second,
+		"PT99999999999999999999.5S": maxDuration, "PT1." + strings.Repeat("9", 40) + "S": 2 * time.Second,
 	} {
 		got, err := parseRequestedDuration(s)
 		if err != nil || got != want {
 			t.Errorf("parseRequestedDuration(%q) = %v, %v; want %v", s, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "P", "PT", "P1DT", "1d2h", "-1h", "+1h", "-1d", "1y", "P1W", "P1.5D", "abc", "1.5d", "5", " 1h", "1h "} {
+	for _, bad := range []string{"", "P", "PT", "P1DT", "1d2h", "-1h", "+1h", "-1d", "1y", "P1Y", "P1M", "PT1.5H30M", "P1.5DT1H", "P1W2D", "P1WT1H", "P1.W", "P.5W", "PT.5S", "PT1.S", "p1w", "P-1W", "abc", "1.5d", "5", " 1h", "1h "} {
 		if got, err := parseRequestedDuration(bad); err == nil {
 			t.Errorf("parseRequestedDuration(%q) = %v; want an error", bad, got)
 		}
@@ -440,7 +446,7 @@ func TestProposeRequestedDuration(t *testing.T) {
 		granted   time.Duration
 	}{
 		{"10s", 10 * time.Second}, {"PT20S", 20 * time.Second}, {"1s", time.Second}, {"PT1S", time.Second}, {"1000ms", time.Second}, {"1h", ttl}, {"213504d", ttl}, {"P213504D", ttl},
-		{"99999999999999999999d", ttl}, {"9999999999h", ttl},
+		{"99999999999999999999d", ttl}, {"9999999999h", ttl}, {"P1W", ttl}, {"PT0.5M", 30 * time.Second}, {"PT0,25M", 15 * time.Second},
 	} {
 		a := g.builtin(t, "PROPOSE", proposal("/item/d"+strconv.Itoa(i), "requested_duration", tc.requested))
 		if a.status != 263 || a.str("granted_duration") != shortDuration(tc.granted) {
@@ -452,7 +458,11 @@ func TestProposeRequestedDuration(t *testing.T) {
 			t.Fatalf("requested_duration %q: expires_at - issued_at = %v; want %v", tc.requested, expires.Sub(issued), tc.granted)
 		}
 	}
-	for _, bad := range []any{"", "0s", "PT0S", "0d", "-1h", "soon", 30, true, map[string]any{}} {
+	// The explanation names every accepted form, and why years and
+	// months are not among them.
+	wantError(t, g.builtin(t, "PROPOSE", proposal("/item/bad", "requested_duration", "P1Y")), 400, "invalid-duration",
+		"a Go duration (30m, 1h30m, 1.5h), whole days (7d), or an ISO 8601 duration in weeks (P2W) or days, hours, minutes and seconds (P1DT2H, PT90M, PT1.5S; a fraction on the last part only; no years or months, whose length varies)")
+	for _, bad := range []any{"", "0s", "PT0S", "0d", "-1h", "soon", "P1Y", "P1M", 30, true, map[string]any{}} {
 		a := g.builtin(t, "PROPOSE", proposal("/item/bad", "requested_duration", bad))
 		wantError(t, a, 400, "invalid-duration", "requested_duration")
 		if a.str("negotiation_id") == "" {
@@ -462,7 +472,7 @@ func TestProposeRequestedDuration(t *testing.T) {
 	// Below one second the contract would be expired when issued
 	// (issued_at and expires_at are whole seconds): refused before the
 	// rcns budget is spent (no RateLimit fields), not granted "1ns".
-	for _, short := range []string{"1ns", "1ms", "999ms", "0.5s", "999999us"} {
+	for _, short := range []string{"1ns", "1ms", "999ms", "0.5s", "999999us", "PT0.5S", "PT0,999S"} {
 		a := g.builtin(t, "PROPOSE", proposal("/item/short", "requested_duration", short))
 		wantError(t, a, 400, "invalid-duration", "at least 1s")
 		if a.hdr("RateLimit") != "" {
