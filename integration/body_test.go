@@ -175,5 +175,6 @@ func rawExchange(t testing.TB, addr, rawRequest string) (*Resp, bool) {
 	if err != nil {
 		t.Fatalf("read raw response body: %v", err)
 	}
-	return &Resp{Method: method, Status: resp.StatusCode, Header: resp.Header, Body: b}, resp.Close
+	return &Resp{Method: method, Status: resp.StatusCode, Header: resp.Header, Body: b,
+		TransferEncoding: resp.TransferEncoding}, resp.Close
 }

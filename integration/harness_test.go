@@ -12,7 +12,6 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -770,27 +769,8 @@ func (g *Gateway) Do(t testing.TB, method, path string, hdr map[string]string, b
 // client refuses to send (e.g. a '#' in the target).
 func (g *Gateway) Raw(t testing.TB, rawRequest string) *Resp {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", g.Addr, 5*time.Second)
-	if err != nil {
-		t.Fatalf("dial %s: %v", g.Addr, err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(requestTimeout))
-	if _, err := io.WriteString(conn, rawRequest); err != nil {
-		t.Fatalf("write raw request: %v", err)
-	}
-	method := strings.SplitN(rawRequest, " ", 2)[0]
-	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: method})
-	if err != nil {
-		t.Fatalf("read raw response: %v", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("read raw response body: %v", err)
-	}
-	return &Resp{Method: method, Status: resp.StatusCode, Header: resp.Header, Body: b,
-		TransferEncoding: resp.TransferEncoding}
+	r, _ := rawExchange(t, g.Addr, rawRequest)
+	return r
 }
 
 // String renders the response for failure messages (body cut at 4 KiB).
