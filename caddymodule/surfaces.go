@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"net/url"
 	"regexp"
 	"sort"
@@ -269,7 +270,7 @@ func queryParams(q url.Values, p map[string]any) *wireError {
 			continue
 		}
 		if given(p, name) {
-			if bv, isString := p[name].(string); !isString || bv != qv {
+			if !sameParam(name, p[name], qv) {
 				return errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given in the query and in the body with different values", name))
 			}
 			continue
@@ -277,6 +278,33 @@ func queryParams(q url.Values, p map[string]any) *wireError {
 		p[name] = qv
 	}
 	return nil
+}
+
+// sameParam reports whether a body value and the query's text of the
+// same parameter say the same thing: equal strings, a boolean and its
+// "true"/"false", a number and its decimal text, or two
+// requested_duration forms of one duration ("1h" and "PT1H"). The body
+// value keeps its own type, so a mistyped one is still refused by the
+// parameter's own check.
+func sameParam(name string, body any, query string) bool {
+	switch v := body.(type) {
+	case string:
+		if v == query {
+			return true
+		}
+		if name == "requested_duration" {
+			a, errA := parseRequestedDuration(v)
+			b, errB := parseRequestedDuration(query)
+			return errA == nil && errB == nil && a == b
+		}
+		return false
+	case bool:
+		return strconv.FormatBool(v) == query
+	case float64:
+		q, err := strconv.ParseFloat(query, 64)
+		return err == nil && q == v
+	}
+	return false
 }
 
 func (h *Handler) inspectAll(req *request) bool {
@@ -684,8 +712,7 @@ func parseRequestedDuration(s string) (time.Duration, error) {
 			d = addSaturated(d, mulSaturated(whole, u))
 			if frac != "" {
 				fraction = true
-				f, _ := strconv.ParseFloat("0."+frac, 64) // digits only: cannot fail
-				d = addSaturated(d, time.Duration(f*float64(u)))
+				d = addSaturated(d, fractionOf(frac, u))
 			}
 		}
 		return d, nil
@@ -701,6 +728,24 @@ func parseRequestedDuration(s string) (time.Duration, error) {
 		return d, nil
 	}
 	return 0, fmt.Errorf("bad duration %q", s)
+}
+
+// fractionOf is 0.digits × unit, rounded down to the nanosecond (digits
+// are decimal digits; those past the 18th are dropped, which can only
+// lower the result): a granted duration never exceeds the requested
+// one, and a value just under a limit (PT0.999…S) stays under it.
+func fractionOf(digits string, unit time.Duration) time.Duration {
+	if len(digits) > 18 {
+		digits = digits[:18]
+	}
+	n, _ := strconv.ParseUint(digits, 10, 64) // at most 18 digits: cannot fail
+	den := uint64(1)
+	for range digits {
+		den *= 10
+	}
+	hi, lo := bits.Mul64(n, uint64(unit))
+	q, _ := bits.Div64(hi, lo, den) // n < den, so hi < den and q < unit
+	return time.Duration(q)
 }
 
 // mulSaturated is the decimal digits times unit, at most maxDuration.

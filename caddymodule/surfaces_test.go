@@ -395,6 +395,26 @@ func TestBuiltinQueryParameters(t *testing.T) {
 	wantError(t, g.do(t, "SUSPEND", "/?session_id=short", nil), 400, "invalid-session-id", "SUSPEND: parameter session_id")
 	wantError(t, g.do(t, "PROPOSE", "/?requested_duration=soon", proposal("/item/c")), 400, "invalid-duration", "requested_duration")
 	wantError(t, g.do(t, "PROPOSE", "/?persistent=true", proposal("/item/c")), 400, "invalid-parameter", "persistent must be true or false, not a string")
+	// The query's text of a body value is no conflict: a boolean and its
+	// "true", two forms of one duration. Each answers as the body alone.
+	for _, c := range []struct {
+		query, key string
+		val        any
+	}{
+		{"persistent=true", "persistent", true},
+		{"requested_duration=PT10S", "requested_duration", "10s"},
+	} {
+		alone := g.do(t, "PROPOSE", "/", proposal("/item/q1"+c.key[:1], c.key, c.val))
+		both := g.do(t, "PROPOSE", "/?"+c.query, proposal("/item/q2"+c.key[:1], c.key, c.val))
+		if both.status != alone.status || both.str("granted_duration") != alone.str("granted_duration") || strings.Contains(both.String(), "parameter-conflict") {
+			t.Errorf("?%s with body %s=%v: %s; the body alone: %s", c.query, c.key, c.val, both, alone)
+		}
+		if alone.status != 263 || c.key == "requested_duration" && alone.str("granted_duration") != "10s" {
+			t.Errorf("body %s=%v alone: %s, want 263", c.key, c.val, alone)
+		}
+	}
+	wantError(t, g.do(t, "PROPOSE", "/?persistent=false", proposal("/item/c", "persistent", true)), 400, "parameter-conflict", `"persistent"`)
+	wantError(t, g.do(t, "PROPOSE", "/?requested_duration=PT2H", proposal("/item/c", "requested_duration", "1h")), 400, "parameter-conflict", `"requested_duration"`)
 	if a := g.do(t, "SUSPEND", "/?synthesis_id="+id+"&reason=done", nil); a.status != 200 || fmt.Sprint(field(a.body, "result", "state")) != "released" {
 		t.Fatalf("SUSPEND with synthesis_id in the query: %s", a)
 	}
@@ -419,7 +439,10 @@ func TestParseRequestedDuration(t *testing.T) {
 		"P1W": 7 * 24 * time.Hour, "P2W": 14 * 24 * time.Hour, "P0.5W": 84 * time.Hour, "P15251W": maxDuration, "P15250W": 15250 * 7 * 24 * time.Hour,
 		"PT1.5S": 1500 * time.Millisecond, "PT0.5S": 500 * time.Millisecond, "PT0,25S": 250 * time.Millisecond,
 		"P1.5D": 36 * time.Hour, "P0,5D": 12 * time.Hour, "PT1.5H": 90 * time.Minute, "P1DT1H1.5M": 25*time.Hour + 90*time.Second,
-		"PT99999999999999999999.5S": maxDuration, "PT1." + strings.Repeat("9", 40) + "S": 2 * time.Second,
+		"PT99999999999999999999.5S": maxDuration, "PT1." + strings.Repeat("9", 40) + "S": 2*time.Second - 1,
+		// Rounded down, never up: granted ≤ requested, and just under the
+		// 1 s minimum stays under it (ParseFloat gave 1s and 2s).
+		"PT0." + strings.Repeat("9", 20) + "S": time.Second - 1, "P0.1W": 60480 * time.Second, "PT0.333333333333S": 333333333,
 	} {
 		got, err := parseRequestedDuration(s)
 		if err != nil || got != want {

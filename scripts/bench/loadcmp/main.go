@@ -275,8 +275,8 @@ func (d *driver) run(ctx context.Context, o runOpts) error {
 		"BENCH_HDR_PORT=" + itoa(d.ports[vHeaders]), "BENCH_HDR_RECORD=" + staticRecord(tierBPayload),
 		"BENCH_XCHG_PORT=" + itoa(d.ports[vExchange]), "BENCH_XCHG_RECORD=" + staticRecord(presentationPayload), "BENCH_XCHG_SYNTHESIS_ID=" + staticSynthesisID,
 	}
-	say("==> caddy (admin %s; proxy :%d, gateway :%d, gateway+Ed25519 :%d, gateway fsync group :%d)",
-		d.admin, d.ports[vNone], d.ports[vNoKey], d.ports[vEd25519], d.ports[vGroup])
+	say("==> caddy (admin %s; proxy :%d, gateway :%d, gateway+Ed25519 :%d, gateway fsync group :%d, (bh) headers :%d, (bd) exchange :%d)",
+		d.admin, d.ports[vNone], d.ports[vNoKey], d.ports[vEd25519], d.ports[vGroup], d.ports[vHeaders], d.ports[vExchange])
 	if err := d.startCaddy(env); err != nil {
 		return err
 	}
