@@ -62,11 +62,31 @@ func (r *Refusal) Error() string {
 	return fmt.Sprintf("%d %s: %s", r.Status, r.Reason, r.Explanation)
 }
 
+// echoBytes is how much of an agent-supplied value a refusal repeats:
+// its first 64 bytes (at a character boundary, so the cut never leaves
+// part of a UTF-8 character behind), followed by an ellipsis when cut.
+const echoBytes = 64
+
+// echoPrefix returns the part of s a refusal repeats and whether s was
+// cut (see echoBytes).
+func echoPrefix(s string) (string, bool) {
+	p := textcut.Prefix(s, echoBytes)
+	return p, len(p) < len(s)
+}
+
+// clipEcho is s as a refusal lists it: cut after echoBytes and ended
+// with an ellipsis when longer.
+func clipEcho(s string) string {
+	if p, cut := echoPrefix(s); cut {
+		return p + textcut.Ellipsis
+	}
+	return s
+}
+
 // quote renders an agent-supplied value for an explanation sentence,
-// quoted and cut to a readable length (at a character boundary, so the
-// cut never leaves part of a UTF-8 character behind).
+// quoted and cut as clipEcho cuts it.
 func quote(s string) string {
-	if p := textcut.Prefix(s, 64); len(p) < len(s) {
+	if p, cut := echoPrefix(s); cut {
 		return fmt.Sprintf("%q%s", p, textcut.Ellipsis)
 	}
 	return fmt.Sprintf("%q", s)

@@ -225,6 +225,12 @@ func TestScopeClaimInvalidEchoBounded(t *testing.T) {
 			wantCount:  1500, wantWords: "claims a:0, a:1, a:2, a:3, a:4, a:5, a:6, a:7 and 1492 more, which"},
 		{name: "long token cut", scope: long,
 			wantListed: []string{long[:64] + "…"}, wantWords: "claims " + long[:64] + "…, which"},
+		// 66 bytes: cut after 64 like every other echo (a cut that
+		// counted the ellipsis in the budget kept it whole).
+		{name: "token just over 64 bytes cut", scope: long[:66],
+			wantListed: []string{long[:64] + "…"}, wantWords: "claims " + long[:64] + "…, which"},
+		{name: "64-byte token whole", scope: long[:64],
+			wantListed: []string{long[:64]}, wantWords: "claims " + long[:64] + ", which"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
