@@ -65,7 +65,7 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 				return true
 			}
 		case target != x.path:
-			x.fail(errorf(400, "target-conflict", fmt.Sprintf("the body target %q disagrees with the path %s (api-01 §5.10)", clip(ts), clip(x.path))))
+			x.fail(errorf(400, "target-conflict", fmt.Sprintf("the body target %q disagrees with the path %s (api-01 §5.10)", policy.ClipEcho(ts), policy.ClipEcho(x.path))))
 			return true
 		}
 		dropTarget(req)
@@ -157,7 +157,7 @@ const maxTargetBytes = 8000
 func (h *Handler) retarget(x *exchange, target string) *wireError {
 	path, err := policy.NormalizePath(target)
 	if err != nil {
-		return errorf(400, "invalid-parameter", fmt.Sprintf("DISCOVER: parameter target %q is not a path: %v", clip(target), err))
+		return errorf(400, "invalid-parameter", fmt.Sprintf("DISCOVER: parameter target %q is not a path: %v", policy.ClipEcho(target), err))
 	}
 	return h.dispatchTo(x, path)
 }

@@ -207,7 +207,7 @@ func (h *Handler) serve(x *exchange) {
 				x.taskID = s
 			case x.taskID != s:
 				h.logger.Info("the Task-ID header and the envelope task_id disagree; the header wins (OP-37)",
-					zap.String("agent_id", x.agentID), zap.String("task_id_header", clip(x.taskID)), zap.String("task_id_envelope", clip(s)))
+					zap.String("agent_id", x.agentID), zap.String("task_id_header", policy.ClipEcho(x.taskID)), zap.String("task_id_envelope", policy.ClipEcho(s)))
 			}
 		}
 		if v, ok := obj["session_id"]; ok && v != nil {
@@ -243,7 +243,7 @@ func (h *Handler) serve(x *exchange) {
 		if s, _ := bm.(string); s != rm.Method && s != r.Method {
 			got := schema.JSONTypeName(bm) // "a number", "an object"…
 			if s, isStr := bm.(string); isStr {
-				got = fmt.Sprintf("%q", clip(s))
+				got = fmt.Sprintf("%q", policy.ClipEcho(s))
 			}
 			x.fail(errorf(400, "method-mismatch", fmt.Sprintf("the envelope method %s differs from the request method %s", got, rm.Method)))
 			return
@@ -296,7 +296,7 @@ func (h *Handler) serve(x *exchange) {
 		return
 	}
 	if e := h.verifyIdentity(x, req); e != nil {
-		h.logger.Info("identity refused", zap.String("agent_id", clip(x.agentID)), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
+		h.logger.Info("identity refused", zap.String("agent_id", policy.ClipEcho(x.agentID)), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
 		x.fail(e)
 		return
 	}
@@ -683,12 +683,12 @@ func decodeBody(raw []byte) (any, *wireError) {
 	var me *jsonv2.SemanticError
 	if errors.As(err, &ie) && errors.As(err, &me) {
 		return nil, errorf(400, "invalid-json", fmt.Sprintf("the integer at %s has %d digits and is beyond ±2^53, which this gateway cannot carry exactly (RFC 7493 §2.2); send it as a string",
-			clip(pointerOrRoot(me.JSONPointer)), ie.Digits))
+			policy.ClipEcho(pointerOrRoot(me.JSONPointer)), ie.Digits))
 	}
 	var se *jsontext.SyntacticError
 	if errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName) {
 		return nil, errorf(400, "duplicate-key", fmt.Sprintf("the request body names the key %q twice in one object (at %s)",
-			clip(se.JSONPointer.LastToken()), clip(pointerOrRoot(se.JSONPointer.Parent()))))
+			policy.ClipEcho(se.JSONPointer.LastToken()), policy.ClipEcho(pointerOrRoot(se.JSONPointer.Parent()))))
 	}
 	return nil, errorf(400, "invalid-json", "the request body is not one JSON value: "+jsonProblem(err))
 }
@@ -739,10 +739,6 @@ func bodyReadError(err error, read int, want int64) *wireError {
 // maxJSONDepth is encoding/json/v2's nesting limit for decoded bodies.
 const maxJSONDepth = 10000
 
-// clip shortens s (a key or pointer taken from the body) to 64 bytes,
-// on a UTF-8 boundary, so an error never carries the body back.
-func clip(s string) string { return recipes.Truncate(s, 64+len("…")) }
-
 // pointerOrRoot renders an RFC 6901 pointer, "/" for the whole document.
 func pointerOrRoot(p jsontext.Pointer) string {
 	if p == "" {
@@ -774,7 +770,7 @@ func checkContentEncoding(h http.Header) *wireError {
 		return nil
 	}
 	return errorf(http.StatusUnsupportedMediaType, "unsupported-content-encoding",
-		fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed, without Content-Encoding", clip(strings.Join(codings, ", "))))
+		fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed, without Content-Encoding", policy.ClipEcho(strings.Join(codings, ", "))))
 }
 
 // checkContentType enforces spec OP-30 on request bodies.
@@ -798,7 +794,7 @@ func checkContentType(values []string) *wireError {
 			return nil
 		}
 	}
-	return errorf(400, "unsupported-content-type", fmt.Sprintf("Content-Type %q is not accepted; send application/json or %s", clip(ct), mediaAGTP))
+	return errorf(400, "unsupported-content-type", fmt.Sprintf("Content-Type %q is not accepted; send application/json or %s", policy.ClipEcho(ct), mediaAGTP))
 }
 
 func localIsLoopback(r *http.Request) bool {
@@ -861,7 +857,7 @@ var envelopeKeys = map[string]bool{"method": true, "task_id": true, "session_id"
 func (x *exchange) input(req *request, params map[string]string) (map[string]any, *wireError) {
 	for k := range req.body {
 		if !envelopeKeys[k] {
-			return nil, errorf(400, "invalid-envelope", fmt.Sprintf("unknown envelope field %q; put the input under \"parameters\"", clip(k)))
+			return nil, errorf(400, "invalid-envelope", fmt.Sprintf("unknown envelope field %q; put the input under \"parameters\"", policy.ClipEcho(k)))
 		}
 	}
 	in, e := envelopeParameters(req)
@@ -876,7 +872,7 @@ func (x *exchange) input(req *request, params map[string]string) (map[string]any
 	for k, v := range params {
 		if bv, ok := in[k]; ok {
 			if s, isStr := bv.(string); !isStr || s != v {
-				return nil, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given by the path as %q and differently in the request", clip(k), clip(v)))
+				return nil, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given by the path as %q and differently in the request", policy.ClipEcho(k), policy.ClipEcho(v)))
 			}
 		}
 		in[k] = v

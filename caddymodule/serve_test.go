@@ -557,13 +557,13 @@ func TestUnacceptedAgentIDNotRecorded(t *testing.T) {
 		a := g.serve(t, "FETCH", "/items/1", map[string]string{"Agent-ID": tc.agentID, "Authority-Scope": "bench:read"}, nil, 0)
 		wantError(t, a, tc.status, tc.reason, "")
 		if got := a.hdr("Agent-ID"); (got != "") != tc.echoed {
-			t.Errorf("case %d: Agent-ID echoed as %q, want echoed %v", i, clip(got), tc.echoed)
+			t.Errorf("case %d: Agent-ID echoed as %q, want echoed %v", i, policy.ClipEcho(got), tc.echoed)
 		}
 		if strings.Contains(a.raw, tc.agentID) {
-			t.Errorf("case %d: the body quotes the Agent-ID: %s", i, clip(a.raw))
+			t.Errorf("case %d: the body quotes the Agent-ID: %s", i, policy.ClipEcho(a.raw))
 		}
 		if v, ok := attributionPayload(t, a)["agent_id"]; ok {
-			t.Errorf("case %d: the Attribution-Record names agent_id %v", i, clip(fmt.Sprint(v)))
+			t.Errorf("case %d: the Attribution-Record names agent_id %v", i, policy.ClipEcho(fmt.Sprint(v)))
 		}
 	}
 	if n := chains.Len(); n != before {

@@ -74,9 +74,12 @@ func echoPrefix(s string) (string, bool) {
 	return p, len(p) < len(s)
 }
 
-// clipEcho is s as a refusal lists it: cut after echoBytes and ended
-// with an ellipsis when longer.
-func clipEcho(s string) string {
+// ClipEcho is an agent-supplied value (a header token, a body key or
+// string, a JSON pointer) as a refusal repeats it: its first 64 bytes,
+// cut at a UTF-8 character boundary and ended with "…" when longer, so
+// an answer never carries a long input back. Every echo in refusals
+// uses it (and quote, its quoted form).
+func ClipEcho(s string) string {
 	if p, cut := echoPrefix(s); cut {
 		return p + textcut.Ellipsis
 	}
@@ -84,7 +87,7 @@ func clipEcho(s string) string {
 }
 
 // quote renders an agent-supplied value for an explanation sentence,
-// quoted and cut as clipEcho cuts it.
+// quoted and cut as ClipEcho cuts it.
 func quote(s string) string {
 	if p, cut := echoPrefix(s); cut {
 		return fmt.Sprintf("%q%s", p, textcut.Ellipsis)
