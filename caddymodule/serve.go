@@ -87,7 +87,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		x.requestID = newUUID()
 	}
 	if oidSent && !x.ids.badOwnerID {
-		x.ownerID = oid
+		x.ownerClaim = oid
+		if x.agentID == "" {
+			// An anonymous request has no registry owner to check the
+			// claim against: its record states the owner it claimed,
+			// as it states its session.
+			x.ownerID = oid
+		}
 	}
 	if sidSent && !x.ids.badSessionID {
 		x.sessionID = sid
@@ -300,24 +306,21 @@ func (h *Handler) serve(x *exchange) {
 		x.fail(e)
 		return
 	}
-	x.recordAgent = h.recordAgentFor(x)
+	if x.recordAgent == "" { // not already set from the header (ServeHTTP)
+		x.recordAgent = h.recordAgentFor(x)
+	}
 	if e := h.checkIdentifiers(x, false); e != nil {
 		x.fail(e)
 		return
 	}
 	scopeHdr, scopePresent := headerValue(r, "Authority-Scope")
-	caller, ref := policy.ResolveCaller(h.agents, x.agentID, x.ownerID, scopeHdr, scopePresent)
+	caller, ref := policy.ResolveCaller(h.agents, x.agentID, x.ownerClaim, scopeHdr, scopePresent)
 	if ref != nil {
-		if ref.Reason == "owner-mismatch" {
-			x.ownerID = "" // the record does not state an owner the gateway refused
-		}
 		x.fail(fromRefusal(ref))
 		return
 	}
 	req.caller = caller
-	if x.ownerID == "" {
-		x.ownerID = caller.Agent.OwnerID
-	}
+	x.ownerID = caller.Agent.OwnerID // a claimed Owner-ID equals it (ResolveCaller)
 	if v, ok := headerValue(r, "Idempotency-Key"); ok {
 		key, err := idempotency.ParseKey(v)
 		if err != nil {

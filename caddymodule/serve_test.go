@@ -554,8 +554,13 @@ func TestUnacceptedAgentIDNotRecorded(t *testing.T) {
 		{strings.ToUpper(benchAgent), 400, "invalid-canonical-id", false},
 		{unknown, 401, "agent-unauthenticated", true},
 	} {
-		a := g.serve(t, "FETCH", "/items/1", map[string]string{"Agent-ID": tc.agentID, "Authority-Scope": "bench:read"}, nil, 0)
+		// With a well-formed Owner-ID: the record names neither the
+		// agent nor the owner it claimed (the owner used to be stated).
+		a := g.serve(t, "FETCH", "/items/1", map[string]string{"Agent-ID": tc.agentID, "Owner-ID": "victim-owner", "Authority-Scope": "bench:read"}, nil, 0)
 		wantError(t, a, tc.status, tc.reason, "")
+		if v, ok := attributionPayload(t, a)["owner_id"]; ok {
+			t.Errorf("case %d: the Attribution-Record names owner_id %v", i, v)
+		}
 		if got := a.hdr("Agent-ID"); (got != "") != tc.echoed {
 			t.Errorf("case %d: Agent-ID echoed as %q, want echoed %v", i, policy.ClipEcho(got), tc.echoed)
 		}
@@ -580,8 +585,8 @@ func TestUnacceptedAgentIDNotRecorded(t *testing.T) {
 	}
 	// A registered agent's answers still name it and chain under it.
 	a = g.do(t, "FETCH", "/items/1", nil, "Authority-Scope", "bench:read")
-	if a.status != 200 || attributionPayload(t, a)["agent_id"] != benchAgent || a.hdr("Agent-ID") != benchAgent {
-		t.Fatalf("registered agent: %s", a)
+	if p := attributionPayload(t, a); a.status != 200 || p["agent_id"] != benchAgent || a.hdr("Agent-ID") != benchAgent || p["owner_id"] != "bench-ops" {
+		t.Fatalf("registered agent: %s (record %v; want its registry owner bench-ops)", a, p)
 	}
 	if chains.Next(benchAgent) != a.hdr("Audit-ID") {
 		t.Errorf("the registered agent's chain head is not its last Audit-ID")

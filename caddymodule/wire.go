@@ -65,11 +65,19 @@ type exchange struct {
 	// key ("" until then, as for an anonymous request).
 	recordAgent string
 	ids         identifiers // which identifier headers came, and which are malformed
-	ownerID     string
-	sessionID   string
-	requested   string // wire method when an alias applied
-	method      string // dispatched method
-	path        string // dispatched path
+	// ownerClaim is a well-formed Owner-ID header value, checked against
+	// the registry at §10 step 6; ownerID is the owner the
+	// Attribution-Record states: the resolved caller's once the caller is
+	// accepted ("" before), or, on an anonymous request (no Agent-ID),
+	// the claim itself. A request that names an Agent-ID the gateway
+	// refuses (unknown, unverified, another owner's) never gets a
+	// record naming the owner it claimed.
+	ownerClaim string
+	ownerID    string
+	sessionID  string
+	requested  string // wire method when an alias applied
+	method     string // dispatched method
+	path       string // dispatched path
 	// requestPath is the request path in RFC 3986 normal form, before
 	// redirects (the Idempotency-Key fingerprint's).
 	requestPath string
