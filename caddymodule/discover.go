@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
@@ -65,7 +66,7 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 				return true
 			}
 		case target != x.path:
-			x.fail(errorf(400, "target-conflict", fmt.Sprintf("the body target %q disagrees with the path %s (api-01 §5.10)", policy.ClipEcho(ts), policy.ClipEcho(x.path))))
+			x.fail(errorf(400, "target-conflict", fmt.Sprintf("the body target %q disagrees with the path %s (api-01 §5.10)", textcut.Clip(ts), textcut.Clip(x.path))))
 			return true
 		}
 		dropTarget(req)
@@ -157,7 +158,7 @@ const maxTargetBytes = 8000
 func (h *Handler) retarget(x *exchange, target string) *wireError {
 	path, err := policy.NormalizePath(target)
 	if err != nil {
-		return errorf(400, "invalid-parameter", fmt.Sprintf("DISCOVER: parameter target %q is not a path: %v", policy.ClipEcho(target), err))
+		return errorf(400, "invalid-parameter", fmt.Sprintf("DISCOVER: parameter target %q is not a path: %v", textcut.Clip(target), err))
 	}
 	return h.dispatchTo(x, path)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 	"io"
 	"mime"
 	"net"
@@ -20,8 +18,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"go.uber.org/zap"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
@@ -213,7 +214,7 @@ func (h *Handler) serve(x *exchange) {
 				x.taskID = s
 			case x.taskID != s:
 				h.logger.Info("the Task-ID header and the envelope task_id disagree; the header wins (OP-37)",
-					zap.String("agent_id", x.agentID), zap.String("task_id_header", policy.ClipEcho(x.taskID)), zap.String("task_id_envelope", policy.ClipEcho(s)))
+					zap.String("agent_id", x.agentID), zap.String("task_id_header", textcut.Clip(x.taskID)), zap.String("task_id_envelope", textcut.Clip(s)))
 			}
 		}
 		if v, ok := obj["session_id"]; ok && v != nil {
@@ -249,7 +250,7 @@ func (h *Handler) serve(x *exchange) {
 		if s, _ := bm.(string); s != rm.Method && s != r.Method {
 			got := schema.JSONTypeName(bm) // "a number", "an object"…
 			if s, isStr := bm.(string); isStr {
-				got = fmt.Sprintf("%q", policy.ClipEcho(s))
+				got = fmt.Sprintf("%q", textcut.Clip(s))
 			}
 			x.fail(errorf(400, "method-mismatch", fmt.Sprintf("the envelope method %s differs from the request method %s", got, rm.Method)))
 			return
@@ -302,7 +303,7 @@ func (h *Handler) serve(x *exchange) {
 		return
 	}
 	if e := h.verifyIdentity(x, req); e != nil {
-		h.logger.Info("identity refused", zap.String("agent_id", policy.ClipEcho(x.agentID)), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
+		h.logger.Info("identity refused", zap.String("agent_id", textcut.Clip(x.agentID)), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
 		x.fail(e)
 		return
 	}
@@ -686,12 +687,12 @@ func decodeBody(raw []byte) (any, *wireError) {
 	var me *jsonv2.SemanticError
 	if errors.As(err, &ie) && errors.As(err, &me) {
 		return nil, errorf(400, "invalid-json", fmt.Sprintf("the integer at %s has %d digits and is beyond ±2^53, which this gateway cannot carry exactly (RFC 7493 §2.2); send it as a string",
-			policy.ClipEcho(pointerOrRoot(me.JSONPointer)), ie.Digits))
+			textcut.Clip(pointerOrRoot(me.JSONPointer)), ie.Digits))
 	}
 	var se *jsontext.SyntacticError
 	if errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName) {
 		return nil, errorf(400, "duplicate-key", fmt.Sprintf("the request body names the key %q twice in one object (at %s)",
-			policy.ClipEcho(se.JSONPointer.LastToken()), policy.ClipEcho(pointerOrRoot(se.JSONPointer.Parent()))))
+			textcut.Clip(se.JSONPointer.LastToken()), textcut.Clip(pointerOrRoot(se.JSONPointer.Parent()))))
 	}
 	return nil, errorf(400, "invalid-json", "the request body is not one JSON value: "+jsonProblem(err))
 }
@@ -773,7 +774,7 @@ func checkContentEncoding(h http.Header) *wireError {
 		return nil
 	}
 	return errorf(http.StatusUnsupportedMediaType, "unsupported-content-encoding",
-		fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed, without Content-Encoding", policy.ClipEcho(strings.Join(codings, ", "))))
+		fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed, without Content-Encoding", textcut.Clip(strings.Join(codings, ", "))))
 }
 
 // checkContentType enforces spec OP-30 on request bodies.
@@ -797,7 +798,7 @@ func checkContentType(values []string) *wireError {
 			return nil
 		}
 	}
-	return errorf(400, "unsupported-content-type", fmt.Sprintf("Content-Type %q is not accepted; send application/json or %s", policy.ClipEcho(ct), mediaAGTP))
+	return errorf(400, "unsupported-content-type", fmt.Sprintf("Content-Type %q is not accepted; send application/json or %s", textcut.Clip(ct), mediaAGTP))
 }
 
 func localIsLoopback(r *http.Request) bool {
@@ -860,7 +861,7 @@ var envelopeKeys = map[string]bool{"method": true, "task_id": true, "session_id"
 func (x *exchange) input(req *request, params map[string]string) (map[string]any, *wireError) {
 	for k := range req.body {
 		if !envelopeKeys[k] {
-			return nil, errorf(400, "invalid-envelope", fmt.Sprintf("unknown envelope field %q; put the input under \"parameters\"", policy.ClipEcho(k)))
+			return nil, errorf(400, "invalid-envelope", fmt.Sprintf("unknown envelope field %q; put the input under \"parameters\"", textcut.Clip(k)))
 		}
 	}
 	in, e := envelopeParameters(req)
@@ -875,7 +876,7 @@ func (x *exchange) input(req *request, params map[string]string) (map[string]any
 	for k, v := range params {
 		if bv, ok := in[k]; ok {
 			if s, isStr := bv.(string); !isStr || s != v {
-				return nil, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given by the path as %q and differently in the request", policy.ClipEcho(k), policy.ClipEcho(v)))
+				return nil, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given by the path as %q and differently in the request", textcut.Clip(k), textcut.Clip(v)))
 			}
 		}
 		in[k] = v

@@ -25,6 +25,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/google/uuid"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
@@ -562,13 +563,13 @@ func TestUnacceptedAgentIDNotRecorded(t *testing.T) {
 			t.Errorf("case %d: the Attribution-Record names owner_id %v", i, v)
 		}
 		if got := a.hdr("Agent-ID"); (got != "") != tc.echoed {
-			t.Errorf("case %d: Agent-ID echoed as %q, want echoed %v", i, policy.ClipEcho(got), tc.echoed)
+			t.Errorf("case %d: Agent-ID echoed as %q, want echoed %v", i, textcut.Clip(got), tc.echoed)
 		}
 		if strings.Contains(a.raw, tc.agentID) {
-			t.Errorf("case %d: the body quotes the Agent-ID: %s", i, policy.ClipEcho(a.raw))
+			t.Errorf("case %d: the body quotes the Agent-ID: %s", i, textcut.Clip(a.raw))
 		}
 		if v, ok := attributionPayload(t, a)["agent_id"]; ok {
-			t.Errorf("case %d: the Attribution-Record names agent_id %v", i, policy.ClipEcho(fmt.Sprint(v)))
+			t.Errorf("case %d: the Attribution-Record names agent_id %v", i, textcut.Clip(fmt.Sprint(v)))
 		}
 	}
 	if n := chains.Len(); n != before {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
@@ -34,7 +35,7 @@ func params(req *request) (map[string]any, *wireError) {
 			continue
 		}
 		if prev, ok := out[k]; ok && fmt.Sprint(prev) != fmt.Sprint(v) {
-			return nil, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given twice with different values", policy.ClipEcho(k)))
+			return nil, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given twice with different values", textcut.Clip(k)))
 		}
 		out[k] = v
 	}
@@ -393,7 +394,7 @@ func (h *Handler) inspect(x *exchange, req *request, p map[string]any) {
 	case "audit", "chain_head":
 		x.fail(errorf(501, "not-implemented", "INSPECT target="+target+" is not implemented by this gateway yet"))
 	default:
-		x.fail(errorf(400, "unknown-target", fmt.Sprintf("INSPECT target %q is not known (contract, rcns-attempt, lifecycle)", policy.ClipEcho(target))))
+		x.fail(errorf(400, "unknown-target", fmt.Sprintf("INSPECT target %q is not known (contract, rcns-attempt, lifecycle)", textcut.Clip(target))))
 	}
 }
 
@@ -434,7 +435,7 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 			mode = h.OnPolicyChange
 		}
 		if mode != "grandfather" && mode != "invalidate" {
-			x.fail(errorf(400, "invalid-mode", fmt.Sprintf("mode %q is not grandfather or invalidate", policy.ClipEcho(mode))))
+			x.fail(errorf(400, "invalid-mode", fmt.Sprintf("mode %q is not grandfather or invalidate", textcut.Clip(mode))))
 			return
 		}
 		current := map[string]string{}
@@ -474,7 +475,7 @@ func (h *Handler) revoke(x *exchange, req *request, p map[string]any) {
 	case "":
 		x.fail(errorf(400, "parameter-required", "REVOKE needs a target"))
 	default:
-		x.fail(errorf(400, "unknown-target", fmt.Sprintf("REVOKE target %q is not known (contract, stale-contracts)", policy.ClipEcho(target))))
+		x.fail(errorf(400, "unknown-target", fmt.Sprintf("REVOKE target %q is not known (contract, stale-contracts)", textcut.Clip(target))))
 	}
 }
 
@@ -848,7 +849,7 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	// and "/", spec §19); from here on every error answer names the
 	// proposal's pair in fields of its own (a method longer than a
 	// method token can be is cut, as in explanations).
-	x.failFields = map[string]any{"proposed_method": policy.ClipEcho(method), "proposed_path": path}
+	x.failFields = map[string]any{"proposed_method": textcut.Clip(method), "proposed_path": path}
 	// The other parameters are read before anything is spent (the
 	// Idempotency-Key claim, the rcns budget).
 	rd, e := typedString(p, "PROPOSE", "requested_duration", "invalid-duration")
@@ -890,10 +891,10 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	// Step 1: method.
 	if !policy.ValidMethodToken(method) || !h.methods.IsMethod(method) {
 		failHdr(&wireError{Status: policy.StatusMethodViolation, Reason: "method-not-in-catalog",
-			Explanation: fmt.Sprintf("proposed method %s is not in catalog %s nor a custom method", policy.ClipEcho(method), h.methods.Catalog.Version()),
+			Explanation: fmt.Sprintf("proposed method %s is not in catalog %s nor a custom method", textcut.Clip(method), h.methods.Catalog.Version()),
 			// A 459 names the method it refuses in "method" (spec §19:
 			// 459 adds method, catalog_version): here the proposed one.
-			Fields: map[string]any{"method": policy.ClipEcho(method), "catalog_version": h.methods.Catalog.Version()}})
+			Fields: map[string]any{"method": textcut.Clip(method), "catalog_version": h.methods.Catalog.Version()}})
 		return
 	}
 	// Step 2: path grammar. The refusal's "path" field would be the
@@ -901,7 +902,7 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	if ref := h.methods.CheckPath(path); ref != nil {
 		e := fromRefusal(ref)
 		delete(e.Fields, "path")
-		e.Explanation = fmt.Sprintf("proposed path %q: %s", policy.ClipEcho(path), ref.Explanation)
+		e.Explanation = fmt.Sprintf("proposed path %q: %s", textcut.Clip(path), ref.Explanation)
 		failHdr(e)
 		return
 	}

@@ -62,34 +62,10 @@ func (r *Refusal) Error() string {
 	return fmt.Sprintf("%d %s: %s", r.Status, r.Reason, r.Explanation)
 }
 
-// echoBytes is how much of an agent-supplied value a refusal repeats:
-// its first 64 bytes (at a character boundary, so the cut never leaves
-// part of a UTF-8 character behind), followed by an ellipsis when cut.
-const echoBytes = 64
-
-// echoPrefix returns the part of s a refusal repeats and whether s was
-// cut (see echoBytes).
-func echoPrefix(s string) (string, bool) {
-	p := textcut.Prefix(s, echoBytes)
-	return p, len(p) < len(s)
-}
-
-// ClipEcho is an agent-supplied value (a header token, a body key or
-// string, a JSON pointer) as a refusal repeats it: its first 64 bytes,
-// cut at a UTF-8 character boundary and ended with "…" when longer, so
-// an answer never carries a long input back. Every echo in refusals
-// uses it (and quote, its quoted form).
-func ClipEcho(s string) string {
-	if p, cut := echoPrefix(s); cut {
-		return p + textcut.Ellipsis
-	}
-	return s
-}
-
 // quote renders an agent-supplied value for an explanation sentence,
-// quoted and cut as ClipEcho cuts it.
+// quoted and cut as textcut.Clip cuts every echo.
 func quote(s string) string {
-	if p, cut := echoPrefix(s); cut {
+	if p := textcut.Prefix(s, textcut.EchoBytes); len(p) < len(s) {
 		return fmt.Sprintf("%q%s", p, textcut.Ellipsis)
 	}
 	return fmt.Sprintf("%q", s)

@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"strings"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 )
 
 // Caller is the resolved identity of a request (RCNS §3, §10 step 6).
@@ -112,13 +114,13 @@ func ResolveCaller(reg *Registry, agentID, ownerID, authorityScope string, scope
 const maxEchoedScopes = 8
 
 // echoScopes renders scope tokens taken from the request for a refusal:
-// the first maxEchoedScopes, each cut as ClipEcho cuts, as words for
+// the first maxEchoedScopes, each cut as textcut.Clip cuts, as words for
 // the explanation ("a:b, c:d and 3 more") and as the list for
 // missing_scopes.
 func echoScopes(s []Scope) (words string, listed []string) {
 	listed = make([]string, min(len(s), maxEchoedScopes))
 	for i := range listed {
-		listed[i] = ClipEcho(s[i].tok)
+		listed[i] = textcut.Clip(s[i].tok)
 	}
 	words = strings.Join(listed, ", ")
 	if more := len(s) - len(listed); more > 0 {

@@ -192,7 +192,7 @@ func additionalProperties(props []string) string {
 	}
 	q := make([]string, len(props))
 	for i, p := range props {
-		q[i] = "'" + Truncate(p, 64) + "'"
+		q[i] = "'" + textcut.Clip(p) + "'"
 	}
 	msg := "additional properties " + strings.Join(q, ", ")
 	if n > len(props) {

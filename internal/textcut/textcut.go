@@ -8,6 +8,19 @@ import "unicode/utf8"
 // Ellipsis marks a cut.
 const Ellipsis = "…"
 
+// EchoBytes is how much of an input value (a header token, a body key
+// or string, a property name) a message repeats: its first 64 bytes.
+const EchoBytes = 64
+
+// Clip is s as a message repeats it: whole when at most EchoBytes long,
+// else its first EchoBytes (at a character boundary) and Ellipsis.
+func Clip(s string) string {
+	if p := Prefix(s, EchoBytes); len(p) < len(s) {
+		return p + Ellipsis
+	}
+	return s
+}
+
 // Truncate cuts s to at most n bytes (n ≥ 3), the Ellipsis that marks a
 // cut counted in n; s is returned as is when it fits.
 func Truncate(s string, n int) string {

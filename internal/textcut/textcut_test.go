@@ -32,3 +32,18 @@ func TestTruncateAndPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestClip: every echo is cut after EchoBytes (64) at a character
+// boundary and marked; up to 64 bytes it is whole. The scope list of a
+// 262 used a 67-byte budget and kept 65-67-byte tokens whole.
+func TestClip(t *testing.T) {
+	a64, a66 := strings.Repeat("a", 64), strings.Repeat("a", 66)
+	for in, want := range map[string]string{
+		"": "", "short": "short", a64: a64, a66: a64 + Ellipsis,
+		strings.Repeat("a", 63) + "é": strings.Repeat("a", 63) + Ellipsis,
+	} {
+		if got := Clip(in); got != want {
+			t.Errorf("Clip(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -295,21 +295,18 @@ func display(v any) string {
 	return fmt.Sprint(v)
 }
 
-// quote wraps s in single quotes for messages.
+// quote wraps s in single quotes for messages; a value longer than
+// textcut.EchoBytes, often a caller's (a PROPOSE semantic value), is cut
+// at a character boundary and marked with "…", as every echo is.
 func quote(s string) string {
 	cut := ""
-	if p := textcut.Prefix(s, maxQuoted); len(p) < len(s) {
+	if p := textcut.Prefix(s, textcut.EchoBytes); len(p) < len(s) {
 		s, cut = p, textcut.Ellipsis
 	}
 	s = strconv.Quote(s)
 	s = strings.ReplaceAll(s[1:len(s)-1], `\"`, `"`)
 	return "'" + strings.ReplaceAll(s, "'", `\'`) + "'" + cut
 }
-
-// maxQuoted is the longest value quote renders whole (bytes); a longer
-// one, often a caller's (a PROPOSE semantic value), is cut at a
-// character boundary and marked with "…".
-const maxQuoted = 64
 
 // quoteAll quotes and comma-joins names.
 func quoteAll(names []string) string {
