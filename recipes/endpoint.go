@@ -597,6 +597,9 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 // becomes U+FFFD).
 var upstreamJSON = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 
+// upstreamJSONExact is upstreamJSON with exactIntegers, merged once.
+var upstreamJSONExact = jsonv2.JoinOptions(upstreamJSON, exactIntegers)
+
 // decodeUpstream decodes one upstream JSON body with encoding/json/v2:
 // strict first (the common case, and the cheaper one: options cost a
 // merge per call), then, only when that fails, with upstreamJSON's
@@ -608,7 +611,7 @@ func decodeUpstream(raw []byte) (any, error) {
 	var strict []jsonv2.Options // none: the common case, without an option merge
 	lenient := upstreamJSON
 	if HasLongDigitRun(raw) {
-		strict, lenient = []jsonv2.Options{exactIntegers}, jsonv2.JoinOptions(upstreamJSON, exactIntegers)
+		strict, lenient = []jsonv2.Options{exactIntegers}, upstreamJSONExact
 	}
 	var out any
 	if err := jsonv2.Unmarshal(raw, &out, strict...); err == nil {

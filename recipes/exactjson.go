@@ -47,6 +47,35 @@ func InexactInteger(lit string) bool {
 	return err != nil || n > MaxExactInteger
 }
 
+// numbers makes json/v2, decoding into any, read each number literal
+// itself: an integer beyond ±2^53 goes to inexact (which returns the
+// value to keep, or an error), every other number decodes as float64,
+// as json/v2 decodes it. Other values are json/v2's own decoding.
+func numbers(inexact func(lit string) (any, error)) jsonv2.Options {
+	return jsonv2.WithUnmarshalers(jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *any) error {
+		if dec.PeekKind() != '0' {
+			return errors.ErrUnsupported // not a number: json/v2's own decoding
+		}
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		if lit := tok.String(); InexactInteger(lit) {
+			n, err := inexact(lit)
+			if err != nil {
+				return err
+			}
+			if n != nil {
+				*v = n
+				return nil
+			}
+		}
+		f, err := tok.Float()
+		*v = f
+		return err
+	}))
+}
+
 // exactIntegers makes json/v2, decoding into any, keep an integer
 // literal beyond ±2^53 exactly as a *big.Int instead of rounding it to
 // float64 (every other value decodes as before: duplicate names merge as
@@ -54,24 +83,12 @@ func InexactInteger(lit string) bool {
 // write it as a number, and schema checks read it as an integer
 // (forSchemaLibrary). decodeUpstream adds it only for a body with a
 // 16-digit run (HasLongDigitRun).
-var exactIntegers = jsonv2.WithUnmarshalers(jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *any) error {
-	if dec.PeekKind() != '0' {
-		return errors.ErrUnsupported // not a number: json/v2's own decoding
+var exactIntegers = numbers(func(lit string) (any, error) {
+	if n, ok := new(big.Int).SetString(lit, 10); ok {
+		return n, nil
 	}
-	tok, err := dec.ReadToken()
-	if err != nil {
-		return err
-	}
-	if lit := tok.String(); InexactInteger(lit) {
-		if n, ok := new(big.Int).SetString(lit, 10); ok {
-			*v = n
-			return nil
-		}
-	}
-	f, err := tok.Float()
-	*v = f
-	return err
-}))
+	return nil, nil // not a plain integer after all: decoded as a float
+})
 
 // InexactIntegerError is what RefuseInexactIntegers fails with, wrapped
 // by json/v2 in a *jsonv2.SemanticError that names where the integer is.
@@ -87,22 +104,9 @@ func (e *InexactIntegerError) Error() string {
 // integer literal beyond ±2^53 instead of rounding it to float64: a
 // request body's integer must not reach the upstream as another number
 // (RFC 7493 §2.2). Use it only for a body with a 16-digit run.
-var RefuseInexactIntegers = jsonv2.WithUnmarshalers(jsonv2.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *any) error {
-	if dec.PeekKind() != '0' {
-		return errors.ErrUnsupported
-	}
-	tok, err := dec.ReadToken()
-	if err != nil {
-		return err
-	}
-	lit := tok.String()
-	if InexactInteger(lit) {
-		return &InexactIntegerError{Digits: len(strings.TrimPrefix(lit, "-"))}
-	}
-	f, err := tok.Float()
-	*v = f
-	return err
-}))
+var RefuseInexactIntegers = numbers(func(lit string) (any, error) {
+	return nil, &InexactIntegerError{Digits: len(strings.TrimPrefix(lit, "-"))}
+})
 
 // forSchemaLibrary returns v with every *big.Int written as the
 // json.Number jsonschema/v6 reads (it refuses *big.Int as "invalid
