@@ -770,7 +770,8 @@ func addSaturated(a, b time.Duration) time.Duration {
 func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	negID, ng := h.st.negotiations.turn(req.caller.Agent.ID, headerGet(x.r, "Negotiation-ID"))
 	hdr := map[string]string{"Negotiation-ID": negID}
-	var rd string // requested_duration, once read
+	var rd string              // requested_duration, once read
+	var grantedDuration string // the answer's granted_duration, once granted
 	x.beforeWrite = func(int) {
 		if x.replayed {
 			return
@@ -782,9 +783,8 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 			if rd != "" {
 				requested["requested_duration"] = rd
 			}
-			// As the answer: a persistent grant has no duration.
-			if rd != "" && !x.minted.Persistent {
-				granted["granted_duration"] = shortDuration(x.minted.ExpiresAt.Sub(x.minted.IssuedAt))
+			if grantedDuration != "" { // the answer's own value
+				granted["granted_duration"] = grantedDuration
 			}
 			h.negotiationRecord(x, records.KindPropose, records.OutcomeAccepted, "", requested, granted)
 			return
@@ -1007,7 +1007,8 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	body.members["persistent"] = granting
 	body.members["negotiation_id"] = negID
 	if granted > 0 {
-		body.members["granted_duration"] = shortDuration(granted)
+		grantedDuration = shortDuration(granted)
+		body.members["granted_duration"] = grantedDuration
 	}
 	if x.taskID != "" {
 		body.members["task_id"] = x.taskID
