@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net"
 	"net/http"
@@ -973,16 +974,15 @@ func endpointWarning(ep *recipes.Endpoint) string {
 	return s
 }
 
+// failWith is fail with extra headers on the answer, added to the
+// exchange's failHeaders (a later one wins).
 func (x *exchange) failWith(e *wireError, extra map[string]string) {
-	if len(extra) == 0 {
-		x.fail(e)
-		return
+	if len(extra) > 0 {
+		merged := make(map[string]string, len(x.failHeaders)+len(extra))
+		maps.Copy(merged, x.failHeaders)
+		maps.Copy(merged, extra)
+		x.failHeaders = merged
 	}
-	if e.Fields == nil {
-		e.Fields = map[string]any{}
-	}
-	// Extra headers travel through the same writer as fail's.
-	x.failHeaders = extra
 	x.fail(e)
 }
 

@@ -791,17 +791,14 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		}
 		h.negotiationRecord(x, records.KindPropose, records.OutcomeRefused, x.reason, requested, nil)
 	}
+	// Every error answer of PROPOSE, the budget's and the
+	// Idempotency-Key's included, names the negotiation, in its body and
+	// its Negotiation-ID header.
+	x.failFields = map[string]any{"negotiation_id": negID}
+	x.failHeaders = hdr
 	reject := func(reason, explanation string) {
 		h.st.negotiations.reject(ng)
-		x.failWith(&wireError{Status: policy.StatusProposalRejected, Reason: reason, Explanation: explanation,
-			Fields: map[string]any{"negotiation_id": negID}}, hdr)
-	}
-	failHdr := func(e *wireError) {
-		if e.Fields == nil {
-			e.Fields = map[string]any{}
-		}
-		e.Fields["negotiation_id"] = negID
-		x.failWith(e, hdr)
+		x.fail(&wireError{Status: policy.StatusProposalRejected, Reason: reason, Explanation: explanation})
 	}
 	if !h.synthesisEnabled() {
 		reject("synthesis-disabled", "this server does not synthesize endpoints (RCNS is disabled or policies.synthesis_enabled is false)")
@@ -814,7 +811,7 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	ep, hasEP := p["endpoint"]
 	_, hasName := p["name"]
 	if hasEP && hasName {
-		failHdr(errorf(400, "ambiguous-body", "a proposal carries either endpoint (wrapped form) or name (legacy form), not both"))
+		x.fail(errorf(400, "ambiguous-body", "a proposal carries either endpoint (wrapped form) or name (legacy form), not both"))
 		return
 	}
 	var prop map[string]any
@@ -822,34 +819,34 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	case hasEP:
 		obj, ok := ep.(map[string]any)
 		if !ok {
-			failHdr(errorf(400, "invalid-proposal", "endpoint must be a JSON object"))
+			x.fail(errorf(400, "invalid-proposal", "endpoint must be a JSON object"))
 			return
 		}
 		prop = obj
 	case hasName:
 		prop = p
 	default:
-		failHdr(errorf(400, "invalid-proposal", "a proposal needs endpoint (wrapped form) or name, method and path (legacy form)"))
+		x.fail(errorf(400, "invalid-proposal", "a proposal needs endpoint (wrapped form) or name, method and path (legacy form)"))
 		return
 	}
 	method, _ := prop["method"].(string)
 	path, _ := prop["path"].(string)
 	if method == "" || path == "" {
-		failHdr(errorf(400, "invalid-proposal", "the proposed endpoint needs method and path"))
+		x.fail(errorf(400, "invalid-proposal", "the proposed endpoint needs method and path"))
 		return
 	}
 	// A proposed path is bounded as a DISCOVER body target is: a
 	// request-line path is bounded by the header limit, this one only by
 	// the body's, and it is echoed in every error answer below.
 	if len(path) > maxTargetBytes {
-		failHdr(errorf(400, "invalid-proposal", fmt.Sprintf("the proposed path is %d bytes; at most %d are accepted", len(path), maxTargetBytes)))
+		x.fail(errorf(400, "invalid-proposal", fmt.Sprintf("the proposed path is %d bytes; at most %d are accepted", len(path), maxTargetBytes)))
 		return
 	}
 	// The error body's method and path are the request's own (PROPOSE
 	// and "/", spec §19); from here on every error answer names the
 	// proposal's pair in fields of its own (a method longer than a
 	// method token can be is cut, as in explanations).
-	x.failFields = map[string]any{"proposed_method": textcut.Clip(method), "proposed_path": path}
+	x.failFields["proposed_method"], x.failFields["proposed_path"] = textcut.Clip(method), path
 	// The other parameters are read before anything is spent (the
 	// Idempotency-Key claim, the rcns budget).
 	rd, e := typedString(p, "PROPOSE", "requested_duration", "invalid-duration")
@@ -858,13 +855,13 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		persistent, e = boolParam(p, "PROPOSE", "persistent")
 	}
 	if e != nil {
-		failHdr(e)
+		x.fail(e)
 		return
 	}
 	if given(p, "session_id") { // agtp-09 §8.5.3: below the Session-ID header and the envelope's
 		sid, e := sessionValue(p["session_id"], "PROPOSE: parameter session_id")
 		if e != nil {
-			failHdr(e)
+			x.fail(e)
 			return
 		}
 		x.adoptSession(sid, sessionFromParameters)
@@ -874,10 +871,10 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		d, err := parseRequestedDuration(rd)
 		switch {
 		case err != nil:
-			failHdr(errorf(400, "invalid-duration", "requested_duration must be "+durationForms))
+			x.fail(errorf(400, "invalid-duration", "requested_duration must be "+durationForms))
 			return
 		case d < minRequestedDuration:
-			failHdr(errorf(400, "invalid-duration", fmt.Sprintf("requested_duration must be at least %v: a shorter contract would expire before it could be presented", minRequestedDuration)))
+			x.fail(errorf(400, "invalid-duration", fmt.Sprintf("requested_duration must be at least %v: a shorter contract would expire before it could be presented", minRequestedDuration)))
 			return
 		}
 		requested = d
@@ -890,7 +887,7 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	}
 	// Step 1: method.
 	if !policy.ValidMethodToken(method) || !h.methods.IsMethod(method) {
-		failHdr(&wireError{Status: policy.StatusMethodViolation, Reason: "method-not-in-catalog",
+		x.fail(&wireError{Status: policy.StatusMethodViolation, Reason: "method-not-in-catalog",
 			Explanation: fmt.Sprintf("proposed method %s is not in catalog %s nor a custom method", textcut.Clip(method), h.methods.Catalog.Version()),
 			// A 459 names the method it refuses in "method" (spec §19:
 			// 459 adds method, catalog_version): here the proposed one.
@@ -903,12 +900,12 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		e := fromRefusal(ref)
 		delete(e.Fields, "path")
 		e.Explanation = fmt.Sprintf("proposed path %q: %s", textcut.Clip(path), ref.Explanation)
-		failHdr(e)
+		x.fail(e)
 		return
 	}
 	// Step 3: semantic block.
 	if probs := schema.ValidateSemantic(prop["semantic"]); len(probs) > 0 {
-		failHdr(&wireError{Status: 400, Reason: "invalid-semantic", Explanation: "the semantic block is invalid: " + strings.Join(probs, "; "),
+		x.fail(&wireError{Status: 400, Reason: "invalid-semantic", Explanation: "the semantic block is invalid: " + strings.Join(probs, "; "),
 			Fields: map[string]any{"problems": probs}})
 		return
 	}
@@ -918,24 +915,24 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		if v, ok := prop[k]; ok {
 			obj, isObj := v.(map[string]any)
 			if !isObj {
-				failHdr(errorf(400, "invalid-schema", k+" must be a JSON Schema object"))
+				x.fail(errorf(400, "invalid-schema", k+" must be a JSON Schema object"))
 				return
 			}
 			// Bounded in shape before the compile, whose cost grows
 			// about cubically with nesting depth.
 			if err := recipes.CheckProposedSchema(obj); err != nil {
-				failHdr(&wireError{Status: 400, Reason: "invalid-schema", Explanation: fmt.Sprintf("%s is refused: %v", k, err),
+				x.fail(&wireError{Status: 400, Reason: "invalid-schema", Explanation: fmt.Sprintf("%s is refused: %v", k, err),
 					Fields: map[string]any{"schema": k, "limit_depth": recipes.MaxProposedSchemaDepth, "limit_nodes": recipes.MaxProposedSchemaNodes}})
 				return
 			}
 			if _, err := recipes.CompileSchema(obj); err != nil {
-				failHdr(errorf(400, "invalid-schema", fmt.Sprintf("%s is not a valid JSON Schema: %s", k, recipes.SchemaErrorText(err, maxSchemaErrorBytes))))
+				x.fail(errorf(400, "invalid-schema", fmt.Sprintf("%s is not a valid JSON Schema: %s", k, recipes.SchemaErrorText(err, maxSchemaErrorBytes))))
 				return
 			}
 		}
 	}
 	if h.scopeRequired() && !req.caller.ScopeHeader {
-		failHdr(scopeHeaderRequired())
+		x.fail(scopeHeaderRequired())
 		return
 	}
 	recipe := h.set.Match(method, path)
@@ -946,7 +943,7 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		needs = append(needs, recipe.RequiredScopes...)
 	}
 	if ref := policy.CheckRequiredScopes(req.caller, needs); ref != nil {
-		failHdr(fromRefusal(ref))
+		x.fail(fromRefusal(ref))
 		return
 	}
 	// Step 6: capability envelope.

@@ -1215,3 +1215,24 @@ func TestPersistentGrantHasNoDuration(t *testing.T) {
 		t.Fatalf("%d negotiation records of the synthesis, want 1", n)
 	}
 }
+
+// TestProposeErrorsNameNegotiation: every error answer of PROPOSE names
+// its negotiation in the body and the Negotiation-ID header, those of
+// the shared Idempotency-Key and budget checks included (they named
+// none while PROPOSE's own refusals did).
+func TestProposeErrorsNameNegotiation(t *testing.T) {
+	g := newTestGateway(t)
+	if a := g.builtin(t, "PROPOSE", proposal("/item/n1"), "Idempotency-Key", "nk"); a.status != 263 {
+		t.Fatalf("first PROPOSE: %s", a)
+	}
+	a := g.builtin(t, "PROPOSE", proposal("/item/n2"), "Idempotency-Key", "nk")
+	wantError(t, a, 422, "idempotency-key-reused", "")
+	if id := a.str("negotiation_id"); id == "" || a.hdr("Negotiation-ID") != id || a.str("proposed_path") != "/item/n2" {
+		t.Errorf("reused key: %s (Negotiation-ID %q); want negotiation_id in the body and the header, and proposed_path", a, a.hdr("Negotiation-ID"))
+	}
+	a = g.builtin(t, "PROPOSE", map[string]any{"endpoint": 5})
+	wantError(t, a, 400, "invalid-proposal", "")
+	if id := a.str("negotiation_id"); id == "" || a.hdr("Negotiation-ID") != id {
+		t.Errorf("invalid proposal: %s (Negotiation-ID %q); want negotiation_id in the body and the header", a, a.hdr("Negotiation-ID"))
+	}
+}
