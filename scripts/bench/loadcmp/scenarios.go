@@ -128,7 +128,9 @@ func filterScenarios(all []*scenario, only string) ([]*scenario, error) {
 	}
 	want := map[string]bool{"a": true, "b": true}
 	for _, k := range strings.Split(only, ",") {
-		want[strings.TrimSpace(k)] = true
+		if k = strings.TrimSpace(k); k != "" { // "c,d," as "c,d", as -profile reads it
+			want[k] = true
+		}
 	}
 	var out []*scenario
 	used := map[string]bool{"a": true, "b": true}

@@ -10,7 +10,7 @@ import (
 // before anything starts (it ran (a) and (b) alone, then crashed).
 func TestFilterScenarios(t *testing.T) {
 	all := scenarios(1000, 200)
-	for _, only := range []string{"", "c/nokey", "d,nokey", "bh", "bd", "exchange", "e1,e3", "ed25519"} {
+	for _, only := range []string{"", "c/nokey", "d,nokey", "bh", "bd", "exchange", "e1,e3", "ed25519", "c/nokey,"} {
 		got, err := filterScenarios(all, only)
 		if err != nil || len(got) < 3 && only != "" {
 			t.Errorf("-only %q: %d scenarios, %v", only, len(got), err)
