@@ -968,7 +968,11 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	ttl := time.Duration(h.ContractTTL)
 	var granted time.Duration
 	if requested > 0 { // granted ≤ requested, bounded by contract_ttl (spec §14.3)
-		ttl = min(ttl, requested)
+		// Contract times are whole seconds (issued_at, expires_at), so
+		// the grant is too: a fraction is rounded down, and expires_at
+		// − issued_at is exactly granted_duration (PT1.9S is granted 1s;
+		// it ran 1.9 s past an issued_at cut to the second).
+		ttl = min(ttl, requested).Truncate(time.Second)
 		granted = ttl
 	}
 	granting := persistent && h.AllowPersistent

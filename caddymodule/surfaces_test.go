@@ -470,6 +470,9 @@ func TestProposeRequestedDuration(t *testing.T) {
 	}{
 		{"10s", 10 * time.Second}, {"PT20S", 20 * time.Second}, {"1s", time.Second}, {"PT1S", time.Second}, {"1000ms", time.Second}, {"1h", ttl}, {"213504d", ttl}, {"P213504D", ttl},
 		{"99999999999999999999d", ttl}, {"9999999999h", ttl}, {"P1W", ttl}, {"PT0.5M", 30 * time.Second}, {"PT0,25M", 15 * time.Second},
+		// A fraction of a second is not granted: contract times are whole
+		// seconds, and expires_at − issued_at must equal the grant.
+		{"PT1.9S", time.Second}, {"2.5s", 2 * time.Second}, {"PT0.3333M", 19 * time.Second},
 	} {
 		a := g.builtin(t, "PROPOSE", proposal("/item/d"+strconv.Itoa(i), "requested_duration", tc.requested))
 		if a.status != 263 || a.str("granted_duration") != shortDuration(tc.granted) {
@@ -1165,7 +1168,7 @@ func TestGrantedDurationForm(t *testing.T) {
 	g.h.ContractTTL = caddy.Duration(100 * time.Hour)
 	for i, tc := range []struct{ requested, granted string }{
 		{"30m", "30m"}, {"PT30M", "30m"}, {"1h30m", "1h30m"}, {"90m", "1h30m"}, {"PT90M", "1h30m"}, {"24h", "24h"}, {"P1D", "24h"},
-		{"P1DT2H", "26h"}, {"45s", "45s"}, {"3600s", "1h"}, {"1h0m1s", "1h1s"}, {"1.5s", "1.5s"}, {"7d", "100h"}, {"61m", "1h1m"},
+		{"P1DT2H", "26h"}, {"45s", "45s"}, {"3600s", "1h"}, {"1h0m1s", "1h1s"}, {"1.5s", "1s"}, {"PT1.9S", "1s"}, {"PT59.9999999999M", "59m59s"}, {"7d", "100h"}, {"61m", "1h1m"},
 	} {
 		a := g.builtin(t, "PROPOSE", proposal("/item/form"+strconv.Itoa(i), "requested_duration", tc.requested))
 		if a.status != 263 || a.str("granted_duration") != tc.granted {
