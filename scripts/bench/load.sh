@@ -29,6 +29,10 @@ for tool in openssl "$GO"; do
 	command -v "$tool" >/dev/null || { echo "load.sh: $tool is required" >&2; exit 1; }
 done
 if [ ! -x "$VEGETA" ]; then
+	if [ "$VEGETA" != "$ROOT/.tools/bin/vegeta" ]; then
+		echo "load.sh: VEGETA=$VEGETA is not an executable file" >&2
+		exit 1
+	fi
 	echo "==> installing vegeta $VEGETA_VERSION into .tools/bin"
 	GOBIN="$ROOT/.tools/bin" "$GO" install "github.com/tsenart/vegeta/v12@$VEGETA_VERSION"
 fi

@@ -172,6 +172,11 @@ func main() {
 	default:
 		_ = os.RemoveAll(d.work)
 	}
+	if err != nil && d.out != "" {
+		// A failed run's results dir holds its log (loadcmp.log) and any
+		// partial output: named, so it is neither lost nor left unseen.
+		fmt.Fprintf(os.Stderr, "loadcmp: results dir (log of this run): %s\n", d.out)
+	}
 	switch {
 	case err != nil && sigCtx.Err() != nil:
 		fmt.Fprintln(os.Stderr, "loadcmp: interrupted; every process it started is stopped")

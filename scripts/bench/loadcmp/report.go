@@ -321,7 +321,7 @@ func (r *results) markdown(scens []*scenario) string {
 	m := r.Meta
 	fmt.Fprintf(&b, "Machine: %v CPUs (%v), %v; %v; %v; vegeta %v. Load average at start: %v.\n\n",
 		m["nproc"], m["cpu_model"], m["kernel"], m["go"], m["caddy"], m["vegeta"], m["loadavg"])
-	fmt.Fprintf(&b, "%v rounds; each round runs every scenario once in an order rotated per round, with a (b) run before the first and after each one. "+
+	fmt.Fprintf(&b, "%v rounds; each round runs every scenario once in an order rotated per round, with a (b) run before the first and after each one (not after (e1) and (e3), compared with each other). "+
 		"Throughput: closed loop, %v requests in flight, %vs per run. Fixed rate: %v req/s for %vs ((e): %v req/s for %vs). "+
 		"Absolute values are medians over all runs; ×(b), − (b) are medians over rounds of each run against the mean of the two (b) runs around it "+
 		"(range over rounds in parentheses); ×(a) is (X/b)/(a/b). p99 − (b) pooled is the p99 over every request of the scenario's fixed-rate runs in all rounds "+
@@ -367,6 +367,10 @@ func (r *results) markdown(scens []*scenario) string {
 		}
 		fmt.Fprintf(&b, "| %s | %s (%d) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			s.Letter, s.Label, s.Want, v, tput, rb, ra, tp50, tp99, cpu, cpub, rate, fp50, fp99, a50, a99, p99)
+	}
+	if len(r.Targets) == 0 {
+		b.WriteString("\nNo target of issue 7 applies to the scenarios of this run (the targets need c/nokey, d/nokey, c/ed25519, d/ed25519, e1 with e3, f, and g with d).\n")
+		return b.String()
 	}
 	b.WriteString("\n| target | measured | value | limit | verdict |\n|---|---|---:|---:|---|\n")
 	for _, t := range r.Targets {

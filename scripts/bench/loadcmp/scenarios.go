@@ -153,7 +153,7 @@ func filterScenarios(all []*scenario, only string) ([]*scenario, error) {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return nil, fmt.Errorf("-only: %s names no scenario (keys such as c/nokey, letters a b bh bd c d e1 e3 f g, variants nokey ed25519 group headers exchange)", strings.Join(unknown, ", "))
+		return nil, fmt.Errorf("-only: %s names no scenario (keys such as c/nokey, letters a b b2 bh bd c d e1 e3 f g, variants nokey ed25519 group headers exchange)", strings.Join(unknown, ", "))
 	}
 	return out, nil
 }
