@@ -105,7 +105,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// chain from the first answer on, refusals before step 6 included
 	// (OP-22). In a verified mode it does so only once verified (serve).
 	if h.Identity == IdentityHeader && localIsLoopback(r) {
-		x.recordAgent = h.recordAgentFor(x)
+		h.setRecordAgent(x)
 	}
 	if x.sessionID != "" {
 		x.sessionFrom = sessionFromHeader
@@ -309,7 +309,7 @@ func (h *Handler) serve(x *exchange) {
 		return
 	}
 	if x.recordAgent == "" { // not already set from the header (ServeHTTP)
-		x.recordAgent = h.recordAgentFor(x)
+		h.setRecordAgent(x)
 	}
 	if e := h.checkIdentifiers(x, false); e != nil {
 		x.fail(e)
@@ -486,18 +486,21 @@ func (h *Handler) checkIdentifiers(x *exchange, anonymous bool) *wireError {
 	return nil
 }
 
-// recordAgentFor returns x's Agent-ID when it is a registered one, the
-// Attribution-Record's agent_id and chain key, else "" (chained as an
-// anonymous request: spec §16.2 wants 64 lowercase hex, and no request
-// may add a chain key of its own choosing).
-func (h *Handler) recordAgentFor(x *exchange) string {
+// setRecordAgent makes x's Agent-ID, when it is a registered one, the
+// Attribution-Record's agent_id and chain key, and that agent's
+// registry owner its owner_id (ids-02 §8.2: owner_id goes with
+// agent_id); else it leaves both "" (chained as an anonymous request:
+// spec §16.2 wants 64 lowercase hex, and no request may add a chain key
+// of its own choosing, nor have a claimed owner stated for it).
+func (h *Handler) setRecordAgent(x *exchange) {
 	if !x.agentIDValid {
-		return ""
+		return
 	}
-	if _, ok := h.agents.Lookup(x.agentID); !ok {
-		return ""
+	a, ok := h.agents.Lookup(x.agentID)
+	if !ok {
+		return
 	}
-	return x.agentID
+	x.recordAgent, x.ownerID = x.agentID, a.OwnerID
 }
 
 // canonicalKeys maps the AGTP spelling of the request headers this

@@ -517,10 +517,13 @@ func noMalformedIdentifiers(t *testing.T, a *answer) {
 	if rid, _ := p["request_id"].(string); !ValidRequestID(rid) {
 		t.Errorf("Attribution-Record request_id %q is not a UUIDv7 or ULID", rid)
 	}
-	for _, k := range []string{"owner_id", "session_id"} {
-		if v, ok := p[k]; ok {
-			t.Errorf("Attribution-Record carries the malformed %s %v", k, v)
-		}
+	if v, ok := p["session_id"]; ok {
+		t.Errorf("Attribution-Record carries the malformed session_id %v", v)
+	}
+	// The owner stated, if any, is the registry owner of the recorded
+	// agent (ids-02 §8.2), never the Owner-ID the request sent.
+	if v, ok := p["owner_id"]; ok && (v != "bench-ops" || p["agent_id"] != benchAgent) {
+		t.Errorf("Attribution-Record carries owner_id %v (agent_id %v), want none or the registry owner bench-ops of %s", v, p["agent_id"], benchAgent)
 	}
 	if strings.Contains(a.raw, "org acme") {
 		t.Errorf("the malformed Owner-ID is echoed: %s", a)
@@ -578,11 +581,13 @@ func TestUnacceptedAgentIDNotRecorded(t *testing.T) {
 	if chains.Next(unknown) != records.ZeroHash {
 		t.Errorf("an unknown agent's refusal started a chain of its own")
 	}
-	// An Owner-ID the registry contradicts is refused and not recorded.
+	// An Owner-ID the registry contradicts is refused and not recorded:
+	// the record states the agent's registry owner, as every record
+	// naming a registered agent does.
 	a := g.serve(t, "FETCH", "/items/1", map[string]string{"Agent-ID": benchAgent, "Owner-ID": "someone-else", "Authority-Scope": "bench:read"}, nil, 0)
 	wantError(t, a, 401, "owner-mismatch", "")
-	if v, ok := attributionPayload(t, a)["owner_id"]; ok {
-		t.Errorf("the owner-mismatch record names owner_id %v", v)
+	if v := attributionPayload(t, a)["owner_id"]; v != "bench-ops" {
+		t.Errorf("the owner-mismatch record names owner_id %v, want the registry owner bench-ops", v)
 	}
 	// A registered agent's answers still name it and chain under it.
 	a = g.do(t, "FETCH", "/items/1", nil, "Authority-Scope", "bench:read")

@@ -66,12 +66,12 @@ type exchange struct {
 	recordAgent string
 	ids         identifiers // which identifier headers came, and which are malformed
 	// ownerClaim is a well-formed Owner-ID header value, checked against
-	// the registry at §10 step 6; ownerID is the owner the
-	// Attribution-Record states: the resolved caller's once the caller is
-	// accepted ("" before), or, on an anonymous request (no Agent-ID),
-	// the claim itself. A request that names an Agent-ID the gateway
-	// refuses (unknown, unverified, another owner's) never gets a
-	// record naming the owner it claimed.
+	// the registry at §10 step 6. ownerID is the owner the
+	// Attribution-Record states: the registry owner of recordAgent (set
+	// with it), or, on an anonymous request (no Agent-ID), the claim
+	// itself. A request naming an Agent-ID the gateway does not record
+	// (unknown, malformed, unverified) never gets a record stating the
+	// owner it claimed, nor does an owner-mismatch refusal.
 	ownerClaim string
 	ownerID    string
 	sessionID  string
