@@ -3,9 +3,14 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
 // Metric names and label sets (docs/metrics.md describes each one). Every
@@ -88,6 +93,49 @@ type metrics struct {
 	idempotencyRecords prometheus.Gauge         //
 	attemptRecords     prometheus.Gauge         //
 	requests           *prometheus.CounterVec   // method, code
+
+	// presented holds the presentation counters started at zero below,
+	// by via (0: synthesis_id, 1: pair) and presentationOutcomes index;
+	// nil where a series is left to its first event.
+	presented [2][6]prometheus.Counter
+	// series memoizes the histogram children of a recipe's or an
+	// endpoint's labels (*recipes.Recipe → *recipeSeries,
+	// *recipes.Endpoint → prometheus.Observer), resolved at first use:
+	// WithLabelValues hashes and compares every label on each call.
+	series sync.Map
+}
+
+// recipeSeries are one recipe's histogram children: its composition,
+// and each step's duration and upstream call, by step index. A step's
+// children are resolved at its first observation, so a series appears
+// only once it has a sample, as with WithLabelValues at each event.
+type recipeSeries struct {
+	composition prometheus.Observer
+	steps       []lazyObserver
+	upstreams   []lazyObserver
+}
+
+// lazyObserver is a histogram child resolved at first use. Two first
+// uses at once may both resolve it: WithLabelValues gives both the same
+// child.
+type lazyObserver struct {
+	p atomic.Pointer[prometheus.Observer]
+}
+
+// get returns the child of vec for the label values lvs (one or two:
+// b is used when vec has two labels), resolving it the first time.
+func (l *lazyObserver) get(vec *prometheus.HistogramVec, a, b string, two bool) prometheus.Observer {
+	if o := l.p.Load(); o != nil {
+		return *o
+	}
+	var o prometheus.Observer
+	if two {
+		o = vec.WithLabelValues(a, b)
+	} else {
+		o = vec.WithLabelValues(a)
+	}
+	l.p.Store(&o)
+	return o
 }
 
 // newMetrics registers every collector on reg (reusing existing ones on
@@ -190,11 +238,11 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 	for _, v := range lockNames.values {
 		m.lockRefusals.WithLabelValues(v)
 	}
-	for _, v := range presentationOutcomes.values {
-		m.presentations.WithLabelValues(viaSynthesisID, v)
+	for i, v := range presentationOutcomes.values {
+		m.presented[0][i] = m.presentations.WithLabelValues(viaSynthesisID, v)
 	}
-	for _, v := range []string{"executed", "failed", "not_run"} { // the outcomes a contract found by pair can have
-		m.presentations.WithLabelValues(viaPair, v)
+	for i, v := range presentationOutcomes.values[:3] { // executed, failed, not_run: the outcomes a contract found by pair can have
+		m.presented[1][i] = m.presentations.WithLabelValues(viaPair, v)
 	}
 	for _, v := range idempotencyEvents.values {
 		m.idempotencyEvents.WithLabelValues(v)
@@ -256,6 +304,14 @@ func (m *metrics) presentation(via, outcome string) {
 	if m == nil {
 		return
 	}
+	v := 0
+	if via == viaPair {
+		v = 1
+	}
+	if i := slices.Index(presentationOutcomes.values, outcome); i >= 0 && m.presented[v][i] != nil && via == presentationVia.values[v] {
+		m.presented[v][i].Inc()
+		return
+	}
 	m.presentations.WithLabelValues(presentationVia.label(via), presentationOutcomes.label(outcome)).Inc()
 }
 
@@ -267,34 +323,78 @@ func (m *metrics) setActiveContracts(n int) {
 	m.activeContracts.Set(float64(n))
 }
 
-// compositionDuration observes how long a recipe's composition took.
-func (m *metrics) compositionDuration(recipe string, seconds float64) {
-	if m == nil {
-		return
+// recipeSeriesOf returns recipe r's histogram children, made at its
+// first run with one slot per step report (one per step, in r.Steps
+// order).
+func (m *metrics) recipeSeriesOf(r *recipes.Recipe, steps int) *recipeSeries {
+	if v, ok := m.series.Load(r); ok {
+		return v.(*recipeSeries)
 	}
-	m.compositionSeconds.WithLabelValues(recipe).Observe(seconds)
+	rs := &recipeSeries{composition: m.compositionSeconds.WithLabelValues(r.Name),
+		steps: make([]lazyObserver, steps), upstreams: make([]lazyObserver, steps)}
+	v, _ := m.series.LoadOrStore(r, rs)
+	return v.(*recipeSeries)
 }
 
-// upstreamCall observes one upstream call's duration and, when class is
-// not "ok", counts it as an error of that class (upstream_timeout,
-// upstream_connection_error, upstream_malformed_response,
-// upstream_authentication_failed, upstream_error or mapped).
-func (m *metrics) upstreamCall(upstream, class string, seconds float64) {
+// recipeRun observes one run of recipe r (spec §13.4): how long its
+// composition took (seconds) and, from its step reports (in r.Steps
+// order, each naming its step and upstream), each succeeded or failed
+// step's duration and, for a step whose call was sent, the upstream
+// call, counted as an error of its class (upstreamError) when the step
+// failed.
+func (m *metrics) recipeRun(r *recipes.Recipe, seconds float64, reports []recipes.StepReport) {
 	if m == nil {
 		return
 	}
-	m.upstreamSeconds.WithLabelValues(upstream).Observe(seconds)
+	rs := m.recipeSeriesOf(r, len(reports))
+	rs.composition.Observe(seconds)
+	for i := range reports {
+		rep := &reports[i]
+		if rep.State != recipes.StepSucceeded && rep.State != recipes.StepFailed {
+			continue
+		}
+		var step, upstream prometheus.Observer
+		if i < len(rs.steps) { // always, for one recipe's reports
+			step = rs.steps[i].get(m.stepSeconds, r.Name, rep.Name, true)
+			upstream = rs.upstreams[i].get(m.upstreamSeconds, rep.Upstream, "", false)
+		} else {
+			step, upstream = m.stepSeconds.WithLabelValues(r.Name, rep.Name), m.upstreamSeconds.WithLabelValues(rep.Upstream)
+		}
+		step.Observe(rep.Duration.Seconds())
+		if !rep.Called {
+			continue
+		}
+		upstream.Observe(rep.Duration.Seconds())
+		if rep.State == recipes.StepFailed {
+			m.upstreamError(rep.Upstream, failureClass(&recipes.Failure{Code: rep.Error}))
+		}
+	}
+}
+
+// endpointCall observes one call sent by Tier B endpoint ep to its
+// upstream (seconds) and, when class is not "ok", counts it as an error
+// of that class (upstreamError). The upstream's child is resolved once
+// per endpoint.
+func (m *metrics) endpointCall(ep *recipes.Endpoint, class string, seconds float64) {
+	if m == nil {
+		return
+	}
+	v, ok := m.series.Load(ep)
+	if !ok {
+		v, _ = m.series.LoadOrStore(ep, m.upstreamSeconds.WithLabelValues(ep.UpstreamName()))
+	}
+	v.(prometheus.Observer).Observe(seconds)
+	m.upstreamError(ep.UpstreamName(), class)
+}
+
+// upstreamError counts a failed upstream call of upstream by class
+// (upstream_timeout, upstream_connection_error,
+// upstream_malformed_response, upstream_authentication_failed,
+// upstream_error or mapped); class "ok" counts nothing.
+func (m *metrics) upstreamError(upstream, class string) {
 	if class != "ok" {
 		m.upstreamErrors.WithLabelValues(upstream, upstreamClasses.label(class)).Inc()
 	}
-}
-
-// stepDuration observes how long one recipe step took.
-func (m *metrics) stepDuration(recipe, step string, seconds float64) {
-	if m == nil {
-		return
-	}
-	m.stepSeconds.WithLabelValues(recipe, step).Observe(seconds)
 }
 
 // rateLimited counts a request refused by the rate-limit budget named

@@ -10,11 +10,15 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
 // touchAllMetrics records one event on every metric so every family is
@@ -26,16 +30,20 @@ func touchAllMetrics(m *metrics) {
 	m.synthesis("book-trip", "confirm-first", "previewed")
 	m.presentation(viaSynthesisID, "executed")
 	m.setActiveContracts(3)
-	m.compositionDuration("book-trip", 0.042)
-	m.upstreamCall("flights", "ok", 0.01)
-	m.upstreamCall("flights", "upstream_timeout", 5)
-	m.stepDuration("book-trip", "reserve", 0.02)
+	m.recipeRun(bookTrip, 0.042, []recipes.StepReport{
+		{Name: "reserve", Upstream: "flights", State: recipes.StepSucceeded, Called: true, Duration: 10 * time.Millisecond},
+		{Name: "pay", Upstream: "flights", State: recipes.StepFailed, Error: recipes.ErrUpstreamTimeout, Called: true, Duration: 5 * time.Second},
+	})
 	m.rateLimited("rcns")
 	m.idempotency("replay")
 	m.setIdempotencyRecords(7)
 	m.setAttemptRingSize(11)
 	m.request("QUERY", 200)
 }
+
+// bookTrip is the recipe the metrics tests observe runs of (only its
+// identity and name matter to the metrics).
+var bookTrip = &recipes.Recipe{Name: "book-trip"}
 
 // registeredMetricNames gathers g and returns the metric family names.
 func registeredMetricNames(t *testing.T, g prometheus.Gatherer) map[string]bool {
@@ -161,11 +169,24 @@ func TestMetricsCountersMove(t *testing.T) {
 		t.Errorf("active contracts = %v, want 4", got)
 	}
 
-	m.upstreamCall("flights", "ok", 0.003)
-	m.upstreamCall("flights", "upstream_timeout", 30)
-	m.upstreamCall("flights", "mapped", 0.01)
+	run := func(state, code string, called bool) {
+		m.recipeRun(bookTrip, 0.2, []recipes.StepReport{
+			{Name: "reserve", Upstream: "flights", State: state, Error: code, Called: called, Duration: 100 * time.Millisecond},
+			{Name: "notify", Upstream: "mail", State: recipes.StepNotStarted},
+		})
+	}
+	run(recipes.StepSucceeded, "", true)
+	run(recipes.StepFailed, recipes.ErrUpstreamTimeout, true)
+	run(recipes.StepFailed, recipes.ErrInvalidInput, true)  // a mapped failure after the call
+	run(recipes.StepFailed, recipes.ErrInvalidInput, false) // refused before any call: no upstream observation
 	if got := testutil.CollectAndCount(m.upstreamSeconds); got != 1 {
-		t.Errorf("upstream histogram series = %d, want 1", got)
+		t.Errorf("upstream histogram series = %d, want 1 (a step that did not start calls nothing)", got)
+	}
+	if got := histogramCount(t, m.upstreamSeconds.WithLabelValues("flights")); got != 3 {
+		t.Errorf("flights calls observed = %d, want 3 (the call refused before sending is not one)", got)
+	}
+	if got := histogramCount(t, m.stepSeconds.WithLabelValues("book-trip", "reserve")); got != 4 {
+		t.Errorf("reserve step observations = %d, want 4", got)
 	}
 	if got := testutil.ToFloat64(m.upstreamErrors.WithLabelValues("flights", "upstream_timeout")); got != 1 {
 		t.Errorf("upstream_timeout errors = %v, want 1", got)
@@ -177,13 +198,14 @@ func TestMetricsCountersMove(t *testing.T) {
 		t.Errorf("upstream error series = %d, want 2 (ok is not an error)", got)
 	}
 
-	m.compositionDuration("book-trip", 0.2)
-	m.stepDuration("book-trip", "reserve", 0.1)
 	if got := testutil.CollectAndCount(m.compositionSeconds); got != 1 {
 		t.Errorf("composition series = %d, want 1", got)
 	}
+	if got := histogramCount(t, m.compositionSeconds.WithLabelValues("book-trip")); got != 4 {
+		t.Errorf("book-trip compositions = %d, want 4", got)
+	}
 	if got := testutil.CollectAndCount(m.stepSeconds); got != 1 {
-		t.Errorf("step series = %d, want 1", got)
+		t.Errorf("step series = %d, want 1 (a step that did not start is not observed)", got)
 	}
 
 	m.rateLimited("invocation")
@@ -565,4 +587,18 @@ func TestPresentationsCountedOnce(t *testing.T) {
 			t.Errorf("%s: via=%s outcome=%s went up by %v, want 1", st.name, st.via, st.result, got)
 		}
 	}
+}
+
+// histogramCount is the sample count of one histogram child.
+func histogramCount(t *testing.T, o prometheus.Observer) uint64 {
+	t.Helper()
+	h, ok := o.(prometheus.Histogram)
+	if !ok {
+		t.Fatalf("%T is not a prometheus.Histogram", o)
+	}
+	var pb dto.Metric
+	if err := h.Write(&pb); err != nil {
+		t.Fatal(err)
+	}
+	return pb.GetHistogram().GetSampleCount()
 }

@@ -132,6 +132,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 var singleValued = []string{"Agent-ID", "Owner-ID", "Request-ID", "Task-ID", "Session-ID", "Allow-RCNS",
 	"Contract-Synthesized", "Synthesis-Id", "Idempotency-Key", "Negotiation-ID"}
 
+// singleValuedKeys holds singleValued in net/http's canonical form.
+var singleValuedKeys = func() map[string]bool {
+	m := make(map[string]bool, len(singleValued))
+	for _, name := range singleValued {
+		m[http.CanonicalHeaderKey(name)] = true
+	}
+	return m
+}()
+
 // request is the parsed AGTP request after framing.
 type request struct {
 	raw     []byte
@@ -229,10 +238,16 @@ func (h *Handler) serve(x *exchange) {
 	}
 
 	// Single-valued AGTP headers sent twice make the request ambiguous.
-	for _, name := range singleValued {
-		if len(r.Header[canonicalKey(name)]) > 1 {
-			x.fail(errorf(400, "duplicate-header", fmt.Sprintf("the %s header appears more than once; send it once", name)))
-			return
+	// One pass over the (few) request fields finds whether any is; the
+	// refusal names the first in singleValued order.
+	for k, v := range r.Header {
+		if len(v) > 1 && singleValuedKeys[k] {
+			for _, name := range singleValued {
+				if len(r.Header[canonicalKey(name)]) > 1 {
+					x.fail(errorf(400, "duplicate-header", fmt.Sprintf("the %s header appears more than once; send it once", name)))
+					return
+				}
+			}
 		}
 	}
 
@@ -795,6 +810,10 @@ func checkContentType(values []string) *wireError {
 	if ct == "" {
 		return errorf(400, "unsupported-content-type", "a request with a body needs a JSON Content-Type")
 	}
+	switch ct { // the accepted types exactly, as agents send them: no parse
+	case "application/json", mediaAGTP, "application/agtp+json", mediaEndpoint:
+		return nil
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err == nil {
 		switch mt {
@@ -926,7 +945,7 @@ func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint
 	start := time.Now()
 	out, f := ep.InvokeValidated(ctx, in)
 	if f == nil || f.Sent {
-		h.metrics.upstreamCall(ep.UpstreamName(), failureClass(f), time.Since(start).Seconds())
+		h.metrics.endpointCall(ep, failureClass(f), time.Since(start).Seconds())
 	}
 	if f != nil {
 		switch {
@@ -1123,19 +1142,7 @@ func (h *Handler) execute(x *exchange, c *recipes.Contract, in map[string]any) (
 	ctx := recipes.WithTraceParent(x.r.Context(), x.r.Header.Get("Traceparent"))
 	start := time.Now()
 	out, reports, cf := c.Recipe.Execute(ctx, in, time.Duration(h.CompositionTimeout))
-	h.metrics.compositionDuration(c.Lineage.RecipeName, time.Since(start).Seconds())
-	for _, rep := range reports {
-		if rep.State == recipes.StepSucceeded || rep.State == recipes.StepFailed {
-			class := "ok"
-			if rep.State == recipes.StepFailed {
-				class = failureClass(&recipes.Failure{Code: rep.Error})
-			}
-			h.metrics.stepDuration(c.Lineage.RecipeName, rep.Name, rep.Duration.Seconds())
-			if rep.Called {
-				h.metrics.upstreamCall(rep.Upstream, class, rep.Duration.Seconds())
-			}
-		}
-	}
+	h.metrics.recipeRun(c.Recipe, time.Since(start).Seconds(), reports)
 	if cf != nil {
 		fields := []zap.Field{zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 			zap.String("recipe", c.Lineage.RecipeName), zap.String("reason", cf.Cause.Code)}

@@ -308,7 +308,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 // hand in encoding/json's sorted-key order (byte-identical output).
 func (x *exchange) attribution(status int, responseID string) (string, string) {
 	chainKey := x.recordAgent
-	issued := time.Now().UTC().Format(time.RFC3339Nano)
+	issued := time.Now().UTC()
 	str := records.AppendJSONString
 	compact, auditID, err := x.h.st.records.chains.Append(chainKey, func(prev string) (string, string, error) {
 		b := make([]byte, 0, 768)
@@ -329,7 +329,10 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 		if x.contract.ContractHash != "" {
 			field("contract_hash", x.contract.ContractHash)
 		}
-		field("issued_at", issued)
+		// RFC 3339 text needs no JSON escaping: appended in place.
+		b = append(b, `,"issued_at":"`...)
+		b = issued.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
 		if x.method != "" {
 			field("method", x.method)
 		}

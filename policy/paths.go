@@ -107,28 +107,27 @@ func asciiFold(r rune) (byte, bool) {
 	return 0, false
 }
 
-// normalizeSegment returns the method-name form of a decoded segment
-// ('-' and '_' removed, letters case-folded to ASCII uppercase), or ""
-// when the result cannot be a method name.
-func normalizeSegment(dec string) string {
-	var b strings.Builder
+// normalizeSegment writes the method-name form of a decoded segment
+// ('-' and '_' removed, letters case-folded to ASCII uppercase) into buf
+// and returns it, or nil when the result cannot be a method name. It
+// allocates nothing: reservedMethod looks the form up without copying it.
+func normalizeSegment(dec string, buf *[33]byte) []byte {
+	n := 0
 	for _, r := range dec {
 		if r == '-' || r == '_' {
 			continue
 		}
 		c, ok := asciiFold(r)
-		if !ok {
-			return ""
+		if !ok || n == len(buf) {
+			return nil
 		}
-		b.WriteByte(c)
-		if b.Len() > 32 {
-			return ""
-		}
+		buf[n] = c
+		n++
 	}
-	if !ValidMethodToken(b.String()) {
-		return ""
+	if n < 3 || n > 32 { // ValidMethodToken's length; every byte is A-Z
+		return nil
 	}
-	return b.String()
+	return buf[:n]
 }
 
 // reservedMethod returns the method name seg collides with, or "".
@@ -137,15 +136,19 @@ func (p *MethodPolicy) reservedMethod(seg string) string {
 	if !ok {
 		return ""
 	}
-	name := normalizeSegment(dec)
-	if name == "" {
+	var buf [33]byte
+	form := normalizeSegment(dec, &buf)
+	if form == nil {
 		return ""
 	}
+	// name does not escape (the lookups only read it), so it stays on
+	// the stack; only a collision, the rare refusal, copies it.
+	name := string(form)
 	if p.IsMethod(name) || isLegacyVerb(name) {
-		return name
+		return strings.Clone(name)
 	}
 	if _, ok := p.aliases()[name]; ok {
-		return name
+		return strings.Clone(name)
 	}
 	return ""
 }
@@ -188,12 +191,16 @@ func (p *MethodPolicy) CheckPath(path string) *Refusal {
 	if strings.HasSuffix(path, "/") {
 		return pathRefusal(path, "", fmt.Sprintf("Path %s must not end with \"/\" (only the root path \"/\" may).", quote(path)))
 	}
-	for _, seg := range strings.Split(path[1:], "/") {
+	for rest := path[1:]; ; {
+		seg, tail, more := strings.Cut(rest, "/")
 		if ref := p.checkLiteralSegment(path, seg, true); ref != nil {
 			return ref
 		}
+		if !more {
+			return nil
+		}
+		rest = tail
 	}
-	return nil
 }
 
 // checkLiteralSegment checks one raw literal segment of path.

@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -22,11 +23,12 @@ func ParseScope(s string) (Scope, error) {
 	if s == "" {
 		return Scope{}, errors.New("scope: empty token")
 	}
-	segs := strings.Split(s, ":")
-	if len(segs) < 2 {
+	if !strings.Contains(s, ":") {
 		return Scope{}, fmt.Errorf("scope %s: needs at least two ':'-separated segments", quote(s))
 	}
-	for _, seg := range segs {
+	for rest, more := s, true; more; {
+		var seg string
+		seg, rest, more = strings.Cut(rest, ":")
 		if seg == "" {
 			return Scope{}, fmt.Errorf("scope %s: empty segment", quote(s))
 		}
@@ -116,10 +118,13 @@ func ParseAuthorityScope(header string) ([]Scope, error) {
 	if strings.Trim(header, " \t") == "" {
 		return nil, errors.New("authority-scope: empty list")
 	}
-	parts := strings.Split(header, ",")
-	out := make([]Scope, 0, len(parts))
-	seen := make(map[Scope]bool, len(parts))
-	for i, part := range parts {
+	out := make([]Scope, 0, strings.Count(header, ",")+1)
+	// Duplicates are found by a scan of out while it is short (a header
+	// names a few scopes), by a set past dedupeScanMax.
+	var seen map[Scope]bool
+	for i, rest, more := 0, header, true; more; i++ {
+		var part string
+		part, rest, more = strings.Cut(rest, ",")
 		tok := strings.Trim(part, " \t")
 		if tok == "" {
 			return nil, fmt.Errorf("authority-scope: element %d is empty", i+1)
@@ -128,13 +133,29 @@ func ParseAuthorityScope(header string) ([]Scope, error) {
 		if err != nil {
 			return nil, fmt.Errorf("authority-scope: element %d: %w", i+1, err)
 		}
-		if !seen[sc] {
+		if seen == nil && len(out) == dedupeScanMax {
+			seen = make(map[Scope]bool, cap(out))
+			for _, o := range out {
+				seen[o] = true
+			}
+		}
+		dup := false
+		if seen != nil {
+			dup = seen[sc]
 			seen[sc] = true
+		} else {
+			dup = slices.Contains(out, sc)
+		}
+		if !dup {
 			out = append(out, sc)
 		}
 	}
 	return out, nil
 }
+
+// dedupeScanMax is how many distinct scopes ParseAuthorityScope
+// compares a new one with by a scan before it keeps a set instead.
+const dedupeScanMax = 16
 
 // ParseScopes parses a list of scope tokens (e.g. an agent document's
 // granted scopes), collapsing duplicates; the error names the offending

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -143,6 +144,29 @@ func TestParseAuthorityScope(t *testing.T) {
 				t.Errorf("ParseAuthorityScope(%q) = %v, want %v", tt.in, s, tt.want)
 			}
 		})
+	}
+}
+
+// TestParseAuthorityScopeLongList crosses dedupeScanMax: duplicates are
+// collapsed in first-occurrence order whether found by the scan or by the
+// set that replaces it, including a duplicate of a scope seen before the
+// switch.
+func TestParseAuthorityScopeLongList(t *testing.T) {
+	var in, want []string
+	for i := range dedupeScanMax + 8 {
+		tok := fmt.Sprintf("s%d:read", i)
+		want = append(want, tok)
+		in = append(in, tok)
+		if i%5 == 0 {
+			in = append(in, "s0:read", tok) // an early one again, and this one
+		}
+	}
+	got, err := ParseAuthorityScope(strings.Join(in, ", "))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := ScopeSet(got).Strings(); !slices.Equal(s, want) {
+		t.Errorf("got %v, want %v", s, want)
 	}
 }
 

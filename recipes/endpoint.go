@@ -465,7 +465,10 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		return &Failure{Status: 422, Code: ErrInvalidInput, SideEffectFree: true, Internal: err,
 			Explanation: mappingExplanation("the "+what+" mapping for this endpoint", "the given input", err)}
 	}
-	q := url.Values{}
+	var q url.Values // nil without query mappings: Encode gives ""
+	if len(s.queryKeys) > 0 {
+		q = make(url.Values, len(s.queryKeys))
+	}
 	for _, k := range s.queryKeys {
 		v, err := s.query[k].Eval(ctx, input)
 		if err != nil {
@@ -512,9 +515,9 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	for k, v := range s.headers {
 		req.Header[k] = v
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header["Accept"] = mediaJSONValue // shared: the transport never writes request headers
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header["Content-Type"] = mediaJSONValue
 	}
 	if tp := TraceParent(ctx); tp != "" {
 		req.Header.Set("Traceparent", tp)
@@ -591,6 +594,10 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	}
 	return out, nil
 }
+
+// mediaJSONValue is the header value "application/json", shared by
+// every upstream request's Accept and Content-Type fields.
+var mediaJSONValue = []string{"application/json"}
 
 // upstreamJSON reads upstream bodies as encoding/json did before (a
 // legacy service's duplicate keys keep the last value, invalid UTF-8
