@@ -54,8 +54,11 @@ func (m MethodInfo) CatalogWarning() string {
 // categories (RCNS §5.1, §5.2). A Catalog is immutable and safe for
 // concurrent use.
 type Catalog struct {
-	version    string
-	methods    map[string]MethodInfo
+	version string
+	methods map[string]MethodInfo
+	// shared holds each entry of methods once more, behind a pointer
+	// ResolveMethod hands out (ResolvedMethod.Info): read-only.
+	shared     map[string]*MethodInfo
 	floor      map[string]bool
 	legacy     map[string]string
 	categories []string
@@ -186,6 +189,10 @@ func LoadCatalog(data []byte) (*Catalog, error) {
 		}
 		c.legacy[verb] = target
 	}
+	c.shared = make(map[string]*MethodInfo, len(c.methods))
+	for name, m := range c.methods {
+		c.shared[name] = &m
+	}
 	return c, nil
 }
 
@@ -222,6 +229,13 @@ func (c *Catalog) Lookup(name string) (MethodInfo, bool) {
 	}
 	m.Categories = slices.Clone(m.Categories)
 	return m, true
+}
+
+// lookupShared is Lookup without the copy: the catalog's own entry,
+// which the caller must not modify (ResolvedMethod.Info).
+func (c *Catalog) lookupShared(name string) (*MethodInfo, bool) {
+	m, ok := c.shared[name]
+	return m, ok
 }
 
 // Has reports whether name (exact, case-sensitive) is a catalog method.

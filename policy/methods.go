@@ -311,7 +311,9 @@ type ResolvedMethod struct {
 	Requested string
 	// Info is the catalog entry when Method is a catalog method, nil for
 	// custom methods and unaliased legacy verbs. Use it for
-	// AGTP-Catalog-Warning.
+	// AGTP-Catalog-Warning. It is the catalog's own entry, shared by
+	// every resolution: read it, never modify it (Catalog.Lookup gives
+	// a copy).
 	Info *MethodInfo
 }
 
@@ -335,8 +337,8 @@ func (p *MethodPolicy) ResolveMethod(wire string) (ResolvedMethod, *Refusal) {
 		}
 	}
 	if cat.IsFloor(wire) {
-		info, _ := cat.Lookup(wire)
-		return ResolvedMethod{Method: wire, Info: &info}, nil
+		info, _ := cat.lookupShared(wire)
+		return ResolvedMethod{Method: wire, Info: info}, nil
 	}
 	if isLegacyVerb(wire) && !p.legacyAdmitted(wire) {
 		return refuse("legacy-method-not-enabled",
@@ -350,8 +352,8 @@ func (p *MethodPolicy) ResolveMethod(wire string) (ResolvedMethod, *Refusal) {
 	if target, ok := p.aliases()[wire]; ok && target != wire {
 		res.Method, res.Requested = target, wire
 	}
-	if info, ok := cat.Lookup(res.Method); ok {
-		res.Info = &info
+	if info, ok := cat.lookupShared(res.Method); ok {
+		res.Info = info
 		return res, nil
 	}
 	if p.isCustom(res.Method) || p.legacyAdmitted(res.Method) {

@@ -78,6 +78,7 @@ type externalService struct {
 	up        *Upstream
 	method    string
 	path      *policy.PathTemplate
+	params    []string // path.Params(), once: read-only
 	queryKeys []string
 	query     map[string]*Expr
 	body      *Expr
@@ -202,7 +203,7 @@ func buildExternalService(doc *schema.Document, d *schema.ExternalServiceDoc, e 
 		return nil, doc.Errorf("/external_service/path", "endpoint %s %s: %v", e.Method, e.Path, err)
 	}
 	s := &externalService{
-		up: up, method: d.Method, path: tmpl, query: map[string]*Expr{},
+		up: up, method: d.Method, path: tmpl, params: tmpl.Params(), query: map[string]*Expr{},
 		headers: http.Header{}, inRename: d.InputTransform, outRename: d.OutputTransform,
 		errorMap: map[int]string{}, timeout: up.Timeout,
 	}
@@ -433,8 +434,8 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	// Every upstream path parameter is a required input field (checked at
 	// load), so validated input has them all. The explanations name the
 	// input field, never the upstream path, which is server-internal.
-	vals := map[string]string{}
-	for _, p := range s.path.Params() {
+	vals := make(map[string]string, len(s.params))
+	for _, p := range s.params {
 		v, ok := input[p]
 		if !ok {
 			return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: fmt.Sprintf("input field %q is required", p), SideEffectFree: true}
@@ -494,7 +495,7 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		for k, v := range input {
 			rest[k] = v
 		}
-		for _, p := range s.path.Params() {
+		for _, p := range s.params {
 			delete(rest, p)
 		}
 		body, _ = json.Marshal(rename(rest, s.inRename))
