@@ -75,9 +75,11 @@ type metrics struct {
 	// registry is the private registry used when newMetrics was given no
 	// registerer (tests); nil otherwise.
 	registry *prometheus.Registry
-	// methods are the method label values kept as themselves: the AGTP
-	// floor plus the configured methods. Read-only after newMetrics.
-	methods map[string]struct{}
+	// methods are the method label values kept as themselves (the AGTP
+	// floor plus the configured methods), each with its request counter
+	// cache; other is OTHER's. Read-only after newMetrics.
+	methods map[string]*lastCounter
+	other   *lastCounter
 
 	gateEvaluations    *prometheus.CounterVec   // outcome, reason
 	lockRefusals       *prometheus.CounterVec   // lock
@@ -150,17 +152,17 @@ func (l *lazyObserver) get(vec *prometheus.HistogramVec, a, b string, two bool) 
 // result across loads, and expect counters to restart at zero after a
 // reload. Several handlers provisioned in one load share the collectors.
 func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
-	m := &metrics{methods: make(map[string]struct{}, len(floorMethods)+len(methods))}
+	m := &metrics{methods: make(map[string]*lastCounter, len(floorMethods)+len(methods)), other: &lastCounter{label: methodOther}}
 	if r, ok := reg.(*prometheus.Registry); reg == nil || (ok && r == nil) {
 		m.registry = prometheus.NewRegistry()
 		reg = m.registry
 	}
 	for _, name := range floorMethods {
-		m.methods[name] = struct{}{}
+		m.methods[name] = &lastCounter{label: name}
 	}
 	for _, name := range methods {
 		if name != "" {
-			m.methods[name] = struct{}{}
+			m.methods[name] = &lastCounter{label: name}
 		}
 	}
 
@@ -431,22 +433,45 @@ func (m *metrics) setAttemptRingSize(n int) {
 	m.attemptRecords.Set(float64(n))
 }
 
-// request counts one handled request by method (bucketed by methodLabel)
+// request counts one handled request by method (bucketed by methodSeries)
 // and final status code.
 func (m *metrics) request(method string, status int) {
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(m.methodLabel(method), codeLabel(status)).Inc()
+	lc := m.methodSeries(method)
+	code := codeLabel(status)
+	if c := lc.last.Load(); c != nil && c.code == code {
+		c.counter.Inc()
+		return
+	}
+	c := &codeCounter{code: code, counter: m.requests.WithLabelValues(lc.label, code)}
+	lc.last.Store(c)
+	c.counter.Inc()
 }
 
-// methodLabel returns method when it is an AGTP floor method or one passed
-// to newMetrics, else "OTHER".
-func (m *metrics) methodLabel(method string) string {
-	if _, ok := m.methods[method]; ok {
-		return method
+// lastCounter is one method label's caddy_rcns_requests_total child for
+// the status code it last counted: a request with the same code (most
+// of them) skips WithLabelValues.
+type lastCounter struct {
+	label string
+	last  atomic.Pointer[codeCounter]
+}
+
+// codeCounter is the requests_total child of one method label and code.
+type codeCounter struct {
+	code    string
+	counter prometheus.Counter
+}
+
+// methodSeries returns the request counter cache of method's label:
+// method itself when it is an AGTP floor method or one passed to
+// newMetrics, else "OTHER".
+func (m *metrics) methodSeries(method string) *lastCounter {
+	if lc, ok := m.methods[method]; ok {
+		return lc
 	}
-	return methodOther
+	return m.other
 }
 
 // codeLabel returns the code label of an HTTP status; 0 (nothing written)

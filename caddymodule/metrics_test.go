@@ -242,6 +242,16 @@ func TestMetricsCountersMove(t *testing.T) {
 	if got := testutil.ToFloat64(m.requests.WithLabelValues("QUERY", "200")); got != 1 {
 		t.Errorf("QUERY 0→200 = %v, want 1", got)
 	}
+	// The per-method cache holds the last code: alternating codes miss
+	// it and still count each request once, under its own code.
+	for _, code := range []int{200, 464, 200, 200, 464, 262} {
+		m.request("QUERY", code)
+	}
+	for code, want := range map[string]float64{"200": 4, "464": 2, "262": 2} {
+		if got := testutil.ToFloat64(m.requests.WithLabelValues("QUERY", code)); got != want {
+			t.Errorf("QUERY %s = %v, want %v", code, got, want)
+		}
+	}
 
 	problems, err := testutil.GatherAndLint(m.registry)
 	if err != nil {
@@ -267,12 +277,12 @@ func TestMetricsMethodBucketing(t *testing.T) {
 		{"GET", "OTHER"},
 		{"", "OTHER"},
 	} {
-		if got := m.methodLabel(tt.method); got != tt.want {
-			t.Errorf("methodLabel(%q) = %q, want %q", tt.method, got, tt.want)
+		if got := m.methodSeries(tt.method).label; got != tt.want {
+			t.Errorf("methodSeries(%q).label = %q, want %q", tt.method, got, tt.want)
 		}
 	}
 	for _, name := range floorMethods {
-		if got := m.methodLabel(name); got != name {
+		if got := m.methodSeries(name).label; got != name {
 			t.Errorf("floor method %s labelled %q", name, got)
 		}
 	}
@@ -323,7 +333,7 @@ func TestMetricsRegisterTwiceReusesCollectors(t *testing.T) {
 		t.Errorf("shared presentations revoked = %v, want 2", got)
 	}
 	// Method sets stay per instance.
-	if first.methodLabel("BOOK") != "OTHER" || second.methodLabel("BOOK") != "BOOK" {
+	if first.methodSeries("BOOK").label != "OTHER" || second.methodSeries("BOOK").label != "BOOK" {
 		t.Error("method sets leaked between instances")
 	}
 }
