@@ -388,17 +388,40 @@ func (t *PathTemplate) Match(path string) (map[string]string, bool) {
 // Extra keys in values are ignored. It returns an error naming the
 // parameter when a value is missing, empty, "." or "..".
 func (t *PathTemplate) Expand(values map[string]string) (string, error) {
+	return t.expand(func(_ int, name string) (string, bool) {
+		v, ok := values[name]
+		return v, ok
+	})
+}
+
+// ExpandParams is Expand with the values given in Params order
+// (values[i] for Params()[i]), without building a map; fewer values
+// than parameters is the missing-value error.
+func (t *PathTemplate) ExpandParams(values []string) (string, error) {
+	return t.expand(func(i int, _ string) (string, bool) {
+		if i >= len(values) {
+			return "", false
+		}
+		return values[i], true
+	})
+}
+
+// expand builds the path, asking value for the i-th parameter (named
+// name) of the template.
+func (t *PathTemplate) expand(value func(i int, name string) (string, bool)) (string, error) {
 	if len(t.segs) == 0 {
 		return "/", nil
 	}
 	var b strings.Builder
+	i := 0
 	for _, s := range t.segs {
 		b.WriteByte('/')
 		if s.param == "" {
 			b.WriteString(s.lit)
 			continue
 		}
-		v, ok := values[s.param]
+		v, ok := value(i, s.param)
+		i++
 		switch {
 		case !ok:
 			return "", fmt.Errorf("path template %q: no value for parameter {%s}", t.raw, s.param)

@@ -248,6 +248,8 @@ func TestTemplateExpand(t *testing.T) {
 		{name: "empty", tmpl: "/a/{id}", values: map[string]string{"id": ""}, wantErr: "empty value"},
 		{name: "dot", tmpl: "/a/{id}", values: map[string]string{"id": "."}, wantErr: "dot segment"},
 		{name: "dot-dot", tmpl: "/a/{id}", values: map[string]string{"id": ".."}, wantErr: "dot segment"},
+		{name: "two parameters", tmpl: "/a/{x}/b/{y}", values: map[string]string{"y": "2", "x": "1"}, want: "/a/1/b/2"},
+		{name: "second missing", tmpl: "/a/{x}/b/{y}", values: map[string]string{"x": "1"}, wantErr: "no value for parameter {y}"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -256,6 +258,17 @@ func TestTemplateExpand(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, err := tp.Expand(tt.values)
+			// ExpandParams with the same values in Params order agrees
+			// with Expand, errors included.
+			var ordered []string
+			for _, name := range tp.Params() {
+				if v, ok := tt.values[name]; ok {
+					ordered = append(ordered, v)
+				}
+			}
+			if got2, err2 := tp.ExpandParams(ordered); got2 != got || (err2 == nil) != (err == nil) || (err != nil && err2.Error() != err.Error()) {
+				t.Errorf("ExpandParams(%q) = %q, %v; Expand gave %q, %v", ordered, got2, err2, got, err)
+			}
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Expand err = %v, want containing %q", err, tt.wantErr)

@@ -434,7 +434,8 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	// Every upstream path parameter is a required input field (checked at
 	// load), so validated input has them all. The explanations name the
 	// input field, never the upstream path, which is server-internal.
-	vals := make(map[string]string, len(s.params))
+	var small [4]string // the values, in s.params order: no map for a few
+	vals := small[:0]
 	for _, p := range s.params {
 		v, ok := input[p]
 		if !ok {
@@ -444,9 +445,9 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		if sv == "" || sv == "." || sv == ".." {
 			return nil, &Failure{Status: 422, Code: ErrInvalidInput, Explanation: fmt.Sprintf("input field %q cannot be empty, \".\" or \"..\": its value is a path segment", p), SideEffectFree: true}
 		}
-		vals[p] = sv
+		vals = append(vals, sv)
 	}
-	upPath, err := s.path.Expand(vals)
+	upPath, err := s.path.ExpandParams(vals)
 	if err != nil {
 		return nil, fail(ErrUpstreamConnection, "cannot build the upstream request", 0)
 	}
