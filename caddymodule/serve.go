@@ -104,8 +104,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// loopback: a registered one names the Attribution-Record and its
 	// chain from the first answer on, refusals before step 6 included
 	// (OP-22). In a verified mode it does so only once verified (serve).
-	if h.Identity == IdentityHeader && localIsLoopback(r) {
-		h.setRecordAgent(x)
+	if h.Identity == IdentityHeader {
+		x.loopback = localIsLoopback(r) // once: a walk up the request's context chain
+		if x.loopback {
+			h.setRecordAgent(x)
+		}
 	}
 	if x.sessionID != "" {
 		x.sessionFrom = sessionFromHeader
@@ -289,7 +292,7 @@ func (h *Handler) serve(x *exchange) {
 		return
 	}
 	// §10 step 6: identity.
-	if h.Identity == IdentityHeader && !localIsLoopback(r) {
+	if h.Identity == IdentityHeader && !x.loopback {
 		x.fail(errorf(401, "identity-mode-refused", "this gateway trusts the Agent-ID header only on loopback; configure a verified identity mode"))
 		return
 	}

@@ -64,7 +64,10 @@ type exchange struct {
 	// the registry knows it: the Attribution-Record's agent_id and chain
 	// key ("" until then, as for an anonymous request).
 	recordAgent string
-	ids         identifiers // which identifier headers came, and which are malformed
+	// loopback: under identity header, the request arrived on a
+	// loopback listener (localIsLoopback, read once in ServeHTTP).
+	loopback bool
+	ids      identifiers // which identifier headers came, and which are malformed
 	// ownerClaim is a well-formed Owner-ID header value, checked against
 	// the registry at §10 step 6. ownerID is the owner the
 	// Attribution-Record states: the registry owner of recordAgent (set
