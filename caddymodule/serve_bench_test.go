@@ -471,3 +471,40 @@ func v1DecodeWithDuplicateScan(raw []byte) (any, bool, error) {
 		}
 	}
 }
+
+// BenchmarkMetricsPresentation is the metrics of one contract
+// presentation (request, presentation, composition, step and upstream
+// call), from every core at once as under load: resolved is the handler's
+// path (children resolved once: presented, recipeRun, the request
+// counter's last code); with-label-values is the path it replaced,
+// WithLabelValues on every observation (kept here only as the baseline).
+func BenchmarkMetricsPresentation(b *testing.B) {
+	m, err := newMetrics(nil, []string{"LOOKUP"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := &recipes.Recipe{Name: "lookup-item"}
+	reports := []recipes.StepReport{{Name: "item", Upstream: "bench", State: recipes.StepSucceeded, Called: true, Duration: time.Millisecond}}
+	b.Run("resolved", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				m.recipeRun(r, 0.001, reports)
+				m.presentation(viaSynthesisID, "executed")
+				m.request("LOOKUP", 200)
+			}
+		})
+	})
+	b.Run("with-label-values", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				m.compositionSeconds.WithLabelValues(r.Name).Observe(0.001)
+				m.stepSeconds.WithLabelValues(r.Name, reports[0].Name).Observe(0.001)
+				m.upstreamSeconds.WithLabelValues(reports[0].Upstream).Observe(0.001)
+				m.presentations.WithLabelValues(presentationVia.label(viaSynthesisID), presentationOutcomes.label("executed")).Inc()
+				m.requests.WithLabelValues(m.methodSeries("LOOKUP").label, codeLabel(200)).Inc()
+			}
+		})
+	})
+}
