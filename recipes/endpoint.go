@@ -83,10 +83,14 @@ type externalService struct {
 	query     map[string]*Expr
 	body      *Expr
 	headers   http.Header
-	inRename  map[string]string
-	outRename map[string]string
-	errorMap  map[int]string
-	timeout   time.Duration
+	// plainHeader is the whole header of a request without a body or a
+	// Traceparent (headers plus Accept), built once and shared by those
+	// requests: read-only, as RoundTrip never modifies a request.
+	plainHeader http.Header
+	inRename    map[string]string
+	outRename   map[string]string
+	errorMap    map[int]string
+	timeout     time.Duration
 }
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
@@ -254,6 +258,8 @@ func buildExternalService(doc *schema.Document, d *schema.ExternalServiceDoc, e 
 		}
 		s.errorMap[n] = name
 	}
+	s.plainHeader = s.headers.Clone()
+	s.plainHeader["Accept"] = mediaJSONValue
 	return s, nil
 }
 
@@ -514,15 +520,19 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		return nil, fail(ErrUpstreamConnection, "cannot build the upstream request", 0)
 	}
 	req.URL, req.Host = target, target.Host
-	for k, v := range s.headers {
-		req.Header[k] = v
-	}
-	req.Header["Accept"] = mediaJSONValue // shared: the transport never writes request headers
-	if body != nil {
-		req.Header["Content-Type"] = mediaJSONValue
-	}
-	if tp := TraceParent(ctx); tp != "" {
-		req.Header.Set("Traceparent", tp)
+	if tp := TraceParent(ctx); body == nil && tp == "" {
+		req.Header = s.plainHeader
+	} else {
+		for k, v := range s.headers {
+			req.Header[k] = v
+		}
+		req.Header["Accept"] = mediaJSONValue // shared: the transport never writes request headers
+		if body != nil {
+			req.Header["Content-Type"] = mediaJSONValue
+		}
+		if tp != "" {
+			req.Header.Set("Traceparent", tp)
+		}
 	}
 	sent = true
 	resp, err := s.up.transport.RoundTrip(req)

@@ -249,6 +249,57 @@ func TestInvokeSendsOnlyConfiguredHeadersAndRenames(t *testing.T) {
 	}
 }
 
+// TestInvokeRequestHeaders: a GET without a Traceparent carries the
+// configured headers and Accept (the header shared by such requests), a
+// call with a Traceparent adds it, and neither leaks into the next plain
+// call (the shared header is never written); a POST body carries
+// Content-Type.
+func TestInvokeRequestHeaders(t *testing.T) {
+	t.Setenv("RCNS_TEST_KEY", "s3cret")
+	var got []http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Clone())
+		fmt.Fprint(w, `{"id":"1"}`)
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	extra := "  headers: {X-Api-Key: \"${RCNS_TEST_KEY}\"}\n"
+	get := buildEndpoint(t, endpointDoc("FETCH", "/things/{id}", "GET", "/things/{id}", extra), up)
+	post := buildEndpoint(t, endpointDoc("CREATE", "/things/{id}", "POST", "/things/{id}", extra), up)
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	in := map[string]any{"id": "1"}
+	calls := []struct {
+		ep          *Endpoint
+		ctx         context.Context
+		traceparent string
+		contentType string
+	}{
+		{get, context.Background(), "", ""},
+		{get, WithTraceParent(context.Background(), tp), tp, ""},
+		{get, context.Background(), "", ""},
+		{post, context.Background(), "", "application/json"},
+		{get, context.Background(), "", ""},
+	}
+	for i, c := range calls {
+		if _, f := c.ep.Invoke(c.ctx, in); f != nil {
+			t.Fatalf("call %d: %v", i, f)
+		}
+		h := got[i]
+		if h.Get("X-Api-Key") != "s3cret" || h.Get("Accept") != "application/json" {
+			t.Errorf("call %d: X-Api-Key %q, Accept %q", i, h.Get("X-Api-Key"), h.Get("Accept"))
+		}
+		if h.Get("Traceparent") != c.traceparent {
+			t.Errorf("call %d: Traceparent %q, want %q", i, h.Get("Traceparent"), c.traceparent)
+		}
+		if h.Get("Content-Type") != c.contentType {
+			t.Errorf("call %d: Content-Type %q, want %q", i, h.Get("Content-Type"), c.contentType)
+		}
+	}
+	if n := len(get.svc.plainHeader); n != 2 {
+		t.Errorf("shared header has %d fields after the calls, want 2 (X-Api-Key, Accept): %v", n, get.svc.plainHeader)
+	}
+}
+
 func TestBuildEndpointRefusals(t *testing.T) {
 	up := newUpstream(t, "http://127.0.0.1:1")
 	tests := []struct {
