@@ -341,9 +341,9 @@ func (m *metrics) recipeSeriesOf(r *recipes.Recipe, steps int) *recipeSeries {
 // recipeRun observes one run of recipe r (spec §13.4): how long its
 // composition took (seconds) and, from its step reports (in r.Steps
 // order, each naming its step and upstream), each succeeded or failed
-// step's duration and, for a step whose call was sent, the upstream
-// call, counted as an error of its class (upstreamError) when the step
-// failed.
+// step's duration and, for every step whose call was sent (a step
+// cancelled after sending included), the upstream call, counted as an
+// error of its class (upstreamError) when the step failed.
 func (m *metrics) recipeRun(r *recipes.Recipe, seconds float64, reports []recipes.StepReport) {
 	if m == nil {
 		return
@@ -352,21 +352,25 @@ func (m *metrics) recipeRun(r *recipes.Recipe, seconds float64, reports []recipe
 	rs.composition.Observe(seconds)
 	for i := range reports {
 		rep := &reports[i]
-		if rep.State != recipes.StepSucceeded && rep.State != recipes.StepFailed {
-			continue
+		ran := rep.State == recipes.StepSucceeded || rep.State == recipes.StepFailed
+		if ran {
+			if i < len(rs.steps) { // always, for one recipe's reports
+				rs.steps[i].get(m.stepSeconds, r.Name, rep.Name, true).Observe(rep.Duration.Seconds())
+			} else {
+				m.stepSeconds.WithLabelValues(r.Name, rep.Name).Observe(rep.Duration.Seconds())
+			}
 		}
-		var step, upstream prometheus.Observer
-		if i < len(rs.steps) { // always, for one recipe's reports
-			step = rs.steps[i].get(m.stepSeconds, r.Name, rep.Name, true)
-			upstream = rs.upstreams[i].get(m.upstreamSeconds, rep.Upstream, "", false)
-		} else {
-			step, upstream = m.stepSeconds.WithLabelValues(r.Name, rep.Name), m.upstreamSeconds.WithLabelValues(rep.Upstream)
-		}
-		step.Observe(rep.Duration.Seconds())
+		// Every call sent is an upstream call, a cancelled step's too
+		// (stopped when a sibling failed); only a failed step's is an
+		// upstream error.
 		if !rep.Called {
 			continue
 		}
-		upstream.Observe(rep.Duration.Seconds())
+		if i < len(rs.upstreams) {
+			rs.upstreams[i].get(m.upstreamSeconds, rep.Upstream, "", false).Observe(rep.Duration.Seconds())
+		} else {
+			m.upstreamSeconds.WithLabelValues(rep.Upstream).Observe(rep.Duration.Seconds())
+		}
 		if rep.State == recipes.StepFailed {
 			m.upstreamError(rep.Upstream, failureClass(&recipes.Failure{Code: rep.Error}))
 		}

@@ -179,14 +179,15 @@ func TestMetricsCountersMove(t *testing.T) {
 	run(recipes.StepFailed, recipes.ErrUpstreamTimeout, true)
 	run(recipes.StepFailed, recipes.ErrInvalidInput, true)  // a mapped failure after the call
 	run(recipes.StepFailed, recipes.ErrInvalidInput, false) // refused before any call: no upstream observation
+	run(recipes.StepCancelled, "", true)                    // sent, then stopped when a sibling failed: a call, not an error
 	if got := testutil.CollectAndCount(m.upstreamSeconds); got != 1 {
 		t.Errorf("upstream histogram series = %d, want 1 (a step that did not start calls nothing)", got)
 	}
-	if got := histogramCount(t, m.upstreamSeconds.WithLabelValues("flights")); got != 3 {
-		t.Errorf("flights calls observed = %d, want 3 (the call refused before sending is not one)", got)
+	if got := histogramCount(t, m.upstreamSeconds.WithLabelValues("flights")); got != 4 {
+		t.Errorf("flights calls observed = %d, want 4 (every call sent, the cancelled one's too; not the call refused before sending)", got)
 	}
 	if got := histogramCount(t, m.stepSeconds.WithLabelValues("book-trip", "reserve")); got != 4 {
-		t.Errorf("reserve step observations = %d, want 4", got)
+		t.Errorf("reserve step observations = %d, want 4 (the steps that ran to an outcome)", got)
 	}
 	if got := testutil.ToFloat64(m.upstreamErrors.WithLabelValues("flights", "upstream_timeout")); got != 1 {
 		t.Errorf("upstream_timeout errors = %v, want 1", got)
@@ -201,8 +202,8 @@ func TestMetricsCountersMove(t *testing.T) {
 	if got := testutil.CollectAndCount(m.compositionSeconds); got != 1 {
 		t.Errorf("composition series = %d, want 1", got)
 	}
-	if got := histogramCount(t, m.compositionSeconds.WithLabelValues("book-trip")); got != 4 {
-		t.Errorf("book-trip compositions = %d, want 4", got)
+	if got := histogramCount(t, m.compositionSeconds.WithLabelValues("book-trip")); got != 5 {
+		t.Errorf("book-trip compositions = %d, want 5", got)
 	}
 	if got := testutil.CollectAndCount(m.stepSeconds); got != 1 {
 		t.Errorf("step series = %d, want 1 (a step that did not start is not observed)", got)
