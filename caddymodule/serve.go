@@ -846,6 +846,16 @@ func localIsLoopback(r *http.Request) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// traceParent is the request's traceparent field when it has exactly
+// one (W3C Trace Context §3.2: several make it invalid), else "";
+// recipes.WithTraceParent forwards it only when valid.
+func traceParent(r *http.Request) string {
+	if v := r.Header["Traceparent"]; len(v) == 1 {
+		return v[0]
+	}
+	return ""
+}
+
 // presentedContract reads Contract-Synthesized and its alias
 // Synthesis-Id (spec §13.5, OP-3).
 func presentedContract(r *http.Request) (string, bool, *wireError) {
@@ -944,7 +954,7 @@ func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint
 		return
 	}
 	x.executed = true
-	ctx := recipes.WithTraceParent(context.WithoutCancel(x.r.Context()), x.r.Header.Get("Traceparent"))
+	ctx := recipes.WithTraceParent(context.WithoutCancel(x.r.Context()), traceParent(x.r))
 	start := time.Now()
 	out, f := ep.InvokeValidated(ctx, in)
 	if f == nil || f.Sent {
@@ -1142,7 +1152,7 @@ func contractRef(c *recipes.Contract) idempotency.ContractRef {
 // execute runs c's plan; on failure it writes the 422 composition_failed
 // answer and returns false.
 func (h *Handler) execute(x *exchange, c *recipes.Contract, in map[string]any) (any, bool) {
-	ctx := recipes.WithTraceParent(x.r.Context(), x.r.Header.Get("Traceparent"))
+	ctx := recipes.WithTraceParent(x.r.Context(), traceParent(x.r))
 	start := time.Now()
 	out, reports, cf := c.Recipe.Execute(ctx, in, time.Duration(h.CompositionTimeout))
 	h.metrics.recipeRun(c.Recipe, time.Since(start).Seconds(), reports)

@@ -17,6 +17,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -641,6 +642,70 @@ func TestValidRequestID(t *testing.T) {
 		"01arz3ndektsv4rrffq69g5fai", strings.ToUpper(newUUID()), uuid.NewString()} {
 		if ValidRequestID(s) {
 			t.Errorf("ValidRequestID(%q) = true, want false", s)
+		}
+	}
+}
+
+// TestTraceParentForwarding: a Tier B call and a contract presentation
+// forward the agent's traceparent upstream only when the request has
+// exactly one and it is valid (W3C Trace Context §3.2); an invalid one,
+// or two, reach the upstream as none.
+func TestTraceParentForwarding(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, strings.Join(r.Header.Values("Traceparent"), "|"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":%q,"name":"bench item","price":12.5}`, r.PathValue("id"))
+	})
+	up := loopbackServer(t, mux)
+	h := benchHandler(t, up.URL, false)
+	const valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	negotiate := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read", "Allow-RCNS": "true", "Content-Type": "application/json"}
+	const one = `{"parameters":{"item_id":"1"}}`
+	w := &discardWriter{hdr: http.Header{}}
+	if err := h.ServeHTTP(w, benchRequest(w, "LOOKUP", "/item/tp-1", one, negotiate), notFound); err != nil || w.status != 263 {
+		t.Fatalf("synthesis: %v, status %d: %s", err, w.status, w.head)
+	}
+	syn := w.hdr.Get("Contract-Synthesized")
+	for _, tt := range []struct {
+		name   string
+		values []string
+		want   string
+	}{
+		{"valid", []string{valid}, valid},
+		{"none", nil, ""},
+		{"invalid", []string{"garbage value <script>"}, ""},
+		{"too long", []string{valid + "-" + strings.Repeat("a", 6000)}, ""},
+		{"two", []string{valid, valid}, ""},
+	} {
+		for _, call := range []struct {
+			method, path, body string
+			hdr                map[string]string
+		}{
+			{"FETCH", "/items/1", "", map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read"}},
+			{"LOOKUP", "/item/tp-1", one, map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read", "Content-Type": "application/json", "Contract-Synthesized": syn}},
+		} {
+			mu.Lock()
+			seen = nil
+			mu.Unlock()
+			w := &discardWriter{hdr: http.Header{}}
+			r := benchRequest(w, call.method, call.path, call.body, call.hdr)
+			for _, v := range tt.values {
+				r.Header.Add("Traceparent", v)
+			}
+			if err := h.ServeHTTP(w, r, notFound); err != nil || w.status != 200 {
+				t.Fatalf("%s %s %s: %v, status %d: %s", tt.name, call.method, call.path, err, w.status, w.head)
+			}
+			mu.Lock()
+			got := seen
+			mu.Unlock()
+			if len(got) != 1 || got[0] != tt.want {
+				t.Errorf("%s %s %s: upstream saw traceparent %q, want [%q]", tt.name, call.method, call.path, got, tt.want)
+			}
 		}
 	}
 }

@@ -716,12 +716,52 @@ func connErrorText(err error) string {
 type traceKey struct{}
 
 // WithTraceParent returns ctx carrying a W3C traceparent value to
-// forward upstream.
+// forward upstream, or ctx unchanged when tp is not a valid traceparent
+// (ValidTraceParent): W3C Trace Context §3.2 has an invalid one dropped,
+// not propagated.
 func WithTraceParent(ctx context.Context, tp string) context.Context {
-	if tp == "" {
+	if !ValidTraceParent(tp) {
 		return ctx
 	}
 	return context.WithValue(ctx, traceKey{}, tp)
+}
+
+// MaxTraceParentBytes bounds a traceparent of a version above 00, whose
+// fields after the known four W3C Trace Context leaves open: 256 bytes.
+const MaxTraceParentBytes = 256
+
+// ValidTraceParent reports whether tp is a traceparent field value as
+// W3C Trace Context (Level 1, §3.2.2) defines it: version "-" trace-id
+// "-" parent-id "-" trace-flags, in lowercase hex of 2, 32, 16 and 2
+// digits, the version not ff, neither id all zeros; version 00 exactly
+// that (55 bytes); a later version may go on after a "-" (§3.2.4), up to
+// MaxTraceParentBytes of visible ASCII.
+func ValidTraceParent(tp string) bool {
+	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' {
+		return false
+	}
+	for _, f := range [...]string{tp[0:2], tp[3:35], tp[36:52], tp[53:55]} {
+		for i := 0; i < len(f); i++ {
+			if c := f[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	if tp[0:2] == "ff" || strings.Trim(tp[3:35], "0") == "" || strings.Trim(tp[36:52], "0") == "" {
+		return false
+	}
+	if len(tp) == 55 {
+		return true
+	}
+	if tp[0:2] == "00" || tp[55] != '-' || len(tp) > MaxTraceParentBytes {
+		return false
+	}
+	for i := 56; i < len(tp); i++ {
+		if tp[i] <= ' ' || tp[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // TraceParent returns the traceparent carried by ctx, or "".

@@ -1315,3 +1315,38 @@ func TestInvoke204ValidatedAsNull(t *testing.T) {
 		}
 	}
 }
+
+// TestValidTraceParent follows W3C Trace Context §3.2: only a well-formed
+// traceparent is forwarded upstream.
+func TestValidTraceParent(t *testing.T) {
+	const ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, tt := range []struct {
+		tp   string
+		want bool
+	}{
+		{ok, true},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", true},
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", true},
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future", true}, // a later version may extend (§3.2.4)
+		{"", false},
+		{"garbage value <script>", false},
+		{ok + "-x", false}, // version 00 is exactly 55 bytes
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x", false},
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-" + strings.Repeat("a", MaxTraceParentBytes), false},
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-a b", false},
+		{"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", false},
+		{"00-00000000000000000000000000000000-00f067aa0ba902b7-01", false},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", false},
+		{"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", false}, // lowercase hex only
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0g", false},
+		{"00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", false},
+		{"00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01", false},
+	} {
+		if got := ValidTraceParent(tt.tp); got != tt.want {
+			t.Errorf("ValidTraceParent(%q) = %v, want %v", tt.tp, got, tt.want)
+		}
+		if got := TraceParent(WithTraceParent(context.Background(), tt.tp)) != ""; got != tt.want {
+			t.Errorf("WithTraceParent(%q) carried it: %v, want %v", tt.tp, got, tt.want)
+		}
+	}
+}
