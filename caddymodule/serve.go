@@ -1088,7 +1088,6 @@ func (h *Handler) present(x *exchange, req *request, id string) {
 		x.fail(errorf(404, "contract-not-found", fmt.Sprintf("the presented contract serves %s %s, not this pair", c.Method, c.Path)))
 		return
 	}
-	h.st.contracts.Activate(c)
 	h.runContract(x, req, c, viaSynthesisID)
 }
 
@@ -1129,6 +1128,12 @@ func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract, vi
 	}
 	if !h.spend(x, req, h.invokeRL) {
 		return
+	}
+	if via == viaSynthesisID {
+		// Presenting a confirm-first contract accepts it (spec §13.4),
+		// but only a presentation that runs it: a refused one (scope,
+		// input, budget) leaves it pending, so it still serves no pair.
+		h.st.contracts.Activate(c)
 	}
 	// Only now does the answer name the contract: every refusal above
 	// ran nothing (spec §16.1).

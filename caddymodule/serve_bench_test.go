@@ -78,8 +78,9 @@ func benchHandler(tb testing.TB, upstream string, signed bool) *Handler {
 }
 
 // benchHandlerWith is benchHandler with one more endpoints directory
-// and one more recipes directory ("" for none).
-func benchHandlerWith(tb testing.TB, upstream string, signed bool, endpoints, recipes string) *Handler {
+// and one more recipes directory ("" for none), each adjust applied to
+// the configuration before Provision.
+func benchHandlerWith(tb testing.TB, upstream string, signed bool, endpoints, recipes string, adjust ...func(*Handler)) *Handler {
 	tb.Helper()
 	docs := filepath.Join("..", "scripts", "bench", "docs")
 	dir := tb.TempDir()
@@ -122,6 +123,9 @@ func benchHandlerWith(tb testing.TB, upstream string, signed bool, endpoints, re
 			tb.Fatal(err)
 		}
 		h.RecordKeys = []string{key}
+	}
+	for _, f := range adjust {
+		f(h)
 	}
 	ctx := benchContext(tb)
 	if err := h.Provision(ctx); err != nil {

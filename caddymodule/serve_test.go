@@ -709,3 +709,55 @@ func TestTraceParentForwarding(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedPresentationLeavesContractPending: in confirm-first mode a
+// presentation refused before the plan runs (here 262, its scope
+// missing) does not accept the 461 contract, which so still serves no
+// (method, path) pair; a presentation that runs it does (spec §13.4).
+func TestRefusedPresentationLeavesContractPending(t *testing.T) {
+	up := benchUpstream(t)
+	h := benchHandlerWith(t, up.URL, false, "", "", func(h *Handler) { h.Mode = ModeConfirmFirst })
+	serve := func(path, body string, hdr map[string]string) *discardWriter {
+		t.Helper()
+		w := &discardWriter{hdr: http.Header{}}
+		if err := h.ServeHTTP(w, benchRequest(w, "LOOKUP", path, body, hdr), notFound); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	const path, one = "/item/cf-1", `{"parameters":{"item_id":"1"}}`
+	if w := serve(path, one, map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read", "Allow-RCNS": "true", "Content-Type": "application/json"}); w.status != 461 {
+		t.Fatalf("synthesis: status %d, want 461: %s", w.status, w.head)
+	}
+	var c *recipes.Contract
+	for _, k := range h.st.contracts.List(benchAgent) {
+		if k.Path == path {
+			c = k
+		}
+	}
+	if c == nil {
+		t.Fatal("no contract for " + path)
+	}
+	present := func(scope string) *discardWriter {
+		return serve(path, one, map[string]string{"Agent-ID": benchAgent, "Authority-Scope": scope, "Content-Type": "application/json", "Contract-Synthesized": c.SynthesisID})
+	}
+	plain := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read", "Content-Type": "application/json"}
+	if w := present("rcns:negotiate"); w.status != policy.StatusAuthorizationRequired {
+		t.Fatalf("presentation without bench:read: status %d, want 262: %s", w.status, w.head)
+	}
+	if st := h.st.contracts.State(c); st != recipes.StatePending {
+		t.Errorf("after a refused presentation the contract is %s, want pending", st)
+	}
+	if w := serve(path, one, plain); w.status != 404 {
+		t.Errorf("by pair after a refused presentation: status %d, want 404 (a pending contract serves no pair): %s", w.status, w.head)
+	}
+	if w := present("bench:read"); w.status != 200 {
+		t.Fatalf("presentation: status %d, want 200: %s", w.status, w.head)
+	}
+	if st := h.st.contracts.State(c); st != recipes.StateActive {
+		t.Errorf("after a presentation that ran it the contract is %s, want active", st)
+	}
+	if w := serve(path, one, plain); w.status != 200 {
+		t.Errorf("by pair once accepted: status %d, want 200: %s", w.status, w.head)
+	}
+}
