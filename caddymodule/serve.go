@@ -275,6 +275,13 @@ func (h *Handler) serve(x *exchange) {
 			return
 		}
 	}
+	// The path's characters as sent: url.URL re-escapes a raw one
+	// outside the grammar ("{", "|"…) into a valid percent-encoding.
+	rawPath, _, _ := strings.Cut(r.RequestURI, "?")
+	if ref := policy.CheckPathCharacters(rawPath); ref != nil {
+		x.fail(fromRefusal(ref))
+		return
+	}
 	// §10 step 3: redirects, on the normalized path (RFC 3986 §6.2.2:
 	// every tier compares the same form).
 	path, err := policy.NormalizePath(r.URL.EscapedPath())

@@ -761,3 +761,38 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 		t.Errorf("by pair once accepted: status %d, want 200: %s", w.status, w.head)
 	}
 }
+
+// TestRawPathCharactersRefused: a request line with a raw character
+// outside the AGTP path grammar is 460 naming the segment, before any
+// endpoint runs (url.URL would have handed the handler it re-escaped).
+func TestRawPathCharactersRefused(t *testing.T) {
+	calls := 0
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"1","name":"bench item","price":12.5}`)
+	})
+	h := benchHandler(t, loopbackServer(t, mux).URL, false)
+	for _, target := range []string{"/items/{id}", "/items/a|b", "/items/a^b", "/items/a%60b"} {
+		w := &discardWriter{hdr: http.Header{}}
+		r := benchRequest(w, "FETCH", target, "", map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read"})
+		if err := h.ServeHTTP(w, r, notFound); err != nil {
+			t.Fatal(err)
+		}
+		if target == "/items/a%60b" { // the same character percent-encoded is a value
+			if w.status != 200 {
+				t.Errorf("%s: status %d, want 200: %s", target, w.status, w.head)
+			}
+			continue
+		}
+		var body map[string]any
+		_ = json.Unmarshal(w.head, &body)
+		if w.status != 460 || body["reason"] != "path-grammar-violation" || body["segment"] != strings.TrimPrefix(target, "/items/") {
+			t.Errorf("%s: status %d %v, want 460 path-grammar-violation naming the segment", target, w.status, body)
+		}
+	}
+	if calls != 1 {
+		t.Errorf("upstream called %d times, want 1 (only the percent-encoded request)", calls)
+	}
+}

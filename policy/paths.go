@@ -172,6 +172,24 @@ func pathRefusal(path, seg, expl string) *Refusal {
 	}
 }
 
+// CheckPathCharacters checks only the characters of a request path as
+// the client sent it (the request target before "?"): each must be a
+// pchar (RFC 3986: unreserved / sub-delims / ":" / "@"), "/" or a valid
+// percent-encoding (RCNS §6). It exists because Go's url.URL escapes a
+// raw character outside that set ("{", "|", "^", a space…) into a valid
+// percent-encoding, so CheckPath on the parsed form cannot see one. The
+// refusal (460 path-grammar-violation) names the segment.
+func CheckPathCharacters(raw string) *Refusal {
+	for rest, more := raw, true; more; {
+		var seg string
+		seg, rest, more = strings.Cut(rest, "/")
+		if bad := segmentSyntax(seg); bad != "" {
+			return pathRefusal(raw, seg, fmt.Sprintf("Path segment %s contains %s, which the AGTP path grammar does not allow (send it percent-encoded).", quote(seg), bad))
+		}
+	}
+	return nil
+}
+
 // CheckPath validates a concrete request path in escaped form, without
 // the query (RCNS §6): it must start with "/", must not end with "/"
 // unless it is exactly "/", must have no empty segment ("//"), every

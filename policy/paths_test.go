@@ -449,3 +449,35 @@ func TestNormalizePath(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckPathCharacters: the raw request path's characters, as sent,
+// against RCNS §6; url.URL would have re-escaped the bad ones.
+func TestCheckPathCharacters(t *testing.T) {
+	for _, ok := range []string{"/", "/items/1", "/a/b%20c/d", "/x:y@z/!$&'()*+,;=-._~", "/room/", "//", "/%7B"} {
+		if ref := CheckPathCharacters(ok); ref != nil {
+			t.Errorf("CheckPathCharacters(%q) = %s, want nil", ok, ref.Explanation)
+		}
+	}
+	for _, tt := range []struct{ path, seg string }{
+		{"/guests/{guest_id}", "{guest_id}"},
+		{"/a|b", "a|b"},
+		{"/a^b/c", "a^b"},
+		{"/x/a`b", "a`b"},
+		{"/a<b", "a<b"},
+		{"/a\"b", "a\"b"},
+		{"/a\\b", "a\\b"},
+		{"/a b", "a b"},
+		{"/caf\u00e9", "caf\u00e9"},
+		{"/a%zz", "a%zz"},
+		{"/a%4", "a%4"},
+	} {
+		ref := CheckPathCharacters(tt.path)
+		if ref == nil {
+			t.Errorf("CheckPathCharacters(%q) = nil, want a refusal", tt.path)
+			continue
+		}
+		if ref.Status != StatusEndpointViolation || ref.Reason != "path-grammar-violation" || ref.Fields["segment"] != tt.seg {
+			t.Errorf("CheckPathCharacters(%q) = %d %s segment %v, want 460 path-grammar-violation segment %q", tt.path, ref.Status, ref.Reason, ref.Fields["segment"], tt.seg)
+		}
+	}
+}
