@@ -173,7 +173,7 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 		reports[res.idx].Called = res.f == nil || res.f.Sent
 		if res.f != nil {
 			failed = append(failed, res)
-			if ctx.Err() != nil && len(failed) > 1 {
+			if failureState(ctx.Err() != nil && len(failed) > 1, res.f) == StepCancelled {
 				reports[res.idx].State = StepCancelled
 			} else {
 				reports[res.idx].State = StepFailed
@@ -286,6 +286,21 @@ func (compositionContext) Done() <-chan struct{}       { return nil }
 func (compositionContext) Err() error                  { return nil }
 func (c compositionContext) Value(key any) any         { return c.parent.Value(key) }
 func (c compositionContext) String() string            { return "recipes.compositionContext" }
+
+// failureState is the state reported for a step whose run ended in f:
+// StepCancelled when the plan had already been cancelled for an earlier
+// failure (afterCancel) and the upstream never answered the step (no
+// UpstreamStatus: its call was cut, or never got a response), else
+// StepFailed. A step whose upstream answered, a 404 racing a sibling's
+// failure, failed on its own: it is reported failed, counted as an
+// upstream error, and the first failed step in declared order is chosen
+// among such steps, not by which answer the plan read first.
+func failureState(afterCancel bool, f *Failure) string {
+	if afterCancel && f.UpstreamStatus == 0 {
+		return StepCancelled
+	}
+	return StepFailed
+}
 
 func failedFree(failed []stepResult, i int) bool {
 	for _, f := range failed {

@@ -1350,3 +1350,78 @@ func TestValidTraceParent(t *testing.T) {
 		}
 	}
 }
+
+// TestFailureState: after the plan was cancelled, a failure the
+// upstream answered is the step's own; one without an answer is the
+// cancellation's.
+func TestFailureState(t *testing.T) {
+	for _, tt := range []struct {
+		afterCancel bool
+		status      int
+		want        string
+	}{
+		{false, 0, StepFailed},
+		{false, 404, StepFailed},
+		{true, 404, StepFailed},
+		{true, 0, StepCancelled},
+	} {
+		if got := failureState(tt.afterCancel, &Failure{UpstreamStatus: tt.status}); got != tt.want {
+			t.Errorf("failureState(%v, status %d) = %s, want %s", tt.afterCancel, tt.status, got, tt.want)
+		}
+	}
+}
+
+// TestExecuteSimultaneousFailures: two parallel steps whose upstream
+// answers 404 at the same moment. Which answer the plan reads first is
+// up to the scheduler, and the other call may be cut before its answer
+// is read; whatever happens, the step reported is the first failed one
+// in declared order, every failed step carries its upstream error, and
+// a cancelled one was called and carries none.
+func TestExecuteSimultaneousFailures(t *testing.T) {
+	for run := range 10 {
+		release := make(chan struct{})
+		var mu sync.Mutex
+		waiting := 0
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			if waiting++; waiting == 2 {
+				close(release)
+			}
+			mu.Unlock()
+			select {
+			case <-release:
+			case <-time.After(5 * time.Second):
+			}
+			w.WriteHeader(404)
+		}))
+		up := newUpstream(t, srv.URL)
+		recipe := recipeHead + `steps:
+  - {name: a, method: FETCH, path: /alpha, input: '{}'}
+  - {name: b, method: FETCH, path: /beta, input: '{}'}
+output: '{a: $a, b: $b}'
+`
+		r, _ := buildSet(t, up, recipe,
+			endpointDoc("FETCH", "/alpha", "GET", "/a", ""),
+			endpointDoc("FETCH", "/beta", "GET", "/b", ""))
+		_, reports, cf := r.Execute(context.Background(), map[string]any{}, 10*time.Second)
+		srv.Close()
+		if cf == nil || cf.FailedStep == nil {
+			t.Fatalf("run %d: failure %v, want a failed step", run, cf)
+		}
+		firstFailed := ""
+		for _, rep := range reports {
+			switch {
+			case rep.State == StepFailed && rep.Error == ErrUpstream && rep.Called:
+				if firstFailed == "" {
+					firstFailed = rep.Name
+				}
+			case rep.State == StepCancelled && rep.Error == "" && rep.Called:
+			default:
+				t.Fatalf("run %d: step %s state %s error %q called %v", run, rep.Name, rep.State, rep.Error, rep.Called)
+			}
+		}
+		if cf.FailedStep.Name != firstFailed {
+			t.Fatalf("run %d: failed step %s, want %s (the first failed in declared order; states %s %s)", run, cf.FailedStep.Name, firstFailed, reports[0].State, reports[1].State)
+		}
+	}
+}
