@@ -93,7 +93,10 @@ PIDS+=($!)
 wait_for "http://127.0.0.1:$HOTEL_PORT/db" json-server "${PIDS[-1]}" "$WORK/json-server.log"
 
 say "==> starting caddy on 127.0.0.1:$DEMO_PORT (admin 127.0.0.1:$ADMIN_PORT)"
-RCNS_ADMIN="127.0.0.1:$ADMIN_PORT" RCNS_PORT="$DEMO_PORT" HOTEL_ADDR="127.0.0.1:$HOTEL_PORT" \
+# Caddy autosaves the loaded config under XDG_CONFIG_HOME: the demo's goes
+# to its work folder, not over the user's own autosave.json (records stay
+# in Caddy's data directory, XDG_DATA_HOME, as the README says).
+RCNS_ADMIN="127.0.0.1:$ADMIN_PORT" RCNS_PORT="$DEMO_PORT" HOTEL_ADDR="127.0.0.1:$HOTEL_PORT" XDG_CONFIG_HOME="$WORK/config" \
 	bin/caddy run --config Caddyfile.example --adapter caddyfile >"$WORK/caddy.log" 2>&1 &
 PIDS+=($!)
 wait_for "http://127.0.0.1:$DEMO_PORT/guests/g-1" caddy "${PIDS[-1]}" "$WORK/caddy.log"
