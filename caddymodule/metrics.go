@@ -124,8 +124,10 @@ type lazyObserver struct {
 	p atomic.Pointer[prometheus.Observer]
 }
 
-// get returns the child of vec for the label values lvs (one or two:
-// b is used when vec has two labels), resolving it the first time.
+// get returns the child of vec for the label value a, or a and b when
+// two (vec has two labels), resolving it the first time. A slot always
+// stands for the same label values (one step of one recipe), so the
+// values of later calls are not compared.
 func (l *lazyObserver) get(vec *prometheus.HistogramVec, a, b string, two bool) prometheus.Observer {
 	if o := l.p.Load(); o != nil {
 		return *o
