@@ -14,6 +14,7 @@ require (
 	github.com/gowebpki/jcs v1.0.2
 	github.com/itchyny/gojq v0.12.20
 	github.com/mccutchen/go-httpbin/v2 v2.26.0
+	github.com/oasisprotocol/curve25519-voi v0.0.0-20230904125328-1f23a7beb09a
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0

@@ -471,3 +471,100 @@ func TestAppendJSONValueMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// rfc8032Vectors are RFC 8032 §7.1 TEST 1, TEST 2 and TEST 3 (Ed25519):
+// secret key (the 32-byte seed), public key, message and signature, hex.
+var rfc8032Vectors = []struct{ seed, pub, msg, sig string }{
+	{
+		"9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+		"d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+		"",
+		"e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b",
+	},
+	{
+		"4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb",
+		"3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c",
+		"72",
+		"92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00",
+	},
+	{
+		"c5aa8df43f9f837bedb7442f31dcb7b166d38535076f094b85ce3a2e0b4458f7",
+		"fc51cd8e6218a1a38da47ed00230f0580816ed13ba3303ac5deb911548908025",
+		"af82",
+		"6291d657deec24024827e69c3abe01a30ce548a284743a445e3680d7db5ac3ac18ff9b538d16f290ae67f760984dc6594a7c15e9716ed28dc027beceea1ec40a",
+	},
+}
+
+// signatureOf returns the decoded signature part of a compact record and
+// its signing input (header "." payload).
+func signatureOf(t *testing.T, compact string) (input, sig []byte) {
+	t.Helper()
+	i := strings.LastIndexByte(compact, '.')
+	sig, err := base64.RawURLEncoding.DecodeString(compact[i+1:])
+	if err != nil || i < 0 {
+		t.Fatalf("signature part of %q: %v", compact, err)
+	}
+	return []byte(compact[:i]), sig
+}
+
+// TestSignRFC8032 checks the signing primitive the Signer uses against
+// RFC 8032's own vectors, and the vectors' keys through the Signer: its
+// signature over a record is the one crypto/ed25519 gives for the same
+// signing input (Ed25519 is deterministic), so swapping the
+// implementation cannot change a single record byte.
+func TestSignRFC8032(t *testing.T) {
+	for i, v := range rfc8032Vectors {
+		seed, _ := hex.DecodeString(v.seed)
+		msg, _ := hex.DecodeString(v.msg)
+		want, _ := hex.DecodeString(v.sig)
+		priv := ed25519.NewKeyFromSeed(seed)
+		if got := hex.EncodeToString(priv.Public().(ed25519.PublicKey)); got != v.pub {
+			t.Fatalf("TEST %d: public key %s, want %s", i+1, got, v.pub)
+		}
+		if got := signWithSigner(priv, msg); !bytes.Equal(got, want) {
+			t.Errorf("TEST %d: signature %x, want %x", i+1, got, want)
+		}
+		s := mustSigner(t, priv)
+		compact, _, err := s.Sign(map[string]any{"vector": i + 1, "msg": v.msg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		input, sig := signatureOf(t, compact)
+		if std := ed25519.Sign(priv, input); !bytes.Equal(sig, std) {
+			t.Errorf("TEST %d key: record signature %x, crypto/ed25519 gives %x", i+1, sig, std)
+		}
+	}
+}
+
+// TestSignMatchesStdlib compares the Signer's signatures with
+// crypto/ed25519's for random keys and records of random content and
+// length (both forms: Sign and SignJSON), and verifies each with
+// crypto/ed25519.Verify.
+func TestSignMatchesStdlib(t *testing.T) {
+	r := mrand.New(mrand.NewPCG(7, 8))
+	for i := range 200 {
+		priv := newKey(t)
+		s := mustSigner(t, priv)
+		raw := make([]byte, r.IntN(3000))
+		for j := range raw {
+			raw[j] = byte(0x20 + r.IntN(0x5f))
+		}
+		var compact string
+		if i%2 == 0 {
+			var err error
+			if compact, _, err = s.Sign(map[string]any{"n": i, "text": string(raw)}); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			body, _ := json.Marshal(map[string]any{"n": i, "text": string(raw)})
+			compact, _ = s.SignJSON(body)
+		}
+		input, sig := signatureOf(t, compact)
+		if std := ed25519.Sign(priv, input); !bytes.Equal(sig, std) {
+			t.Fatalf("record %d (%d bytes): signature differs from crypto/ed25519", i, len(input))
+		}
+		if !ed25519.Verify(priv.Public().(ed25519.PublicKey), input, sig) {
+			t.Fatalf("record %d: crypto/ed25519 rejects the signature", i)
+		}
+	}
+}
