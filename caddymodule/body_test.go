@@ -168,6 +168,7 @@ func TestInexactIntegerRefused(t *testing.T) {
 		{`{"parameters":{"id":"12345678901234567891"}}`, ""},
 		{`{"parameters":{"x":1.2345678901234567891}}`, ""},
 		{`{"parameters":{"x":12345678901234567891e0}}`, ""},
+		{`{"parameters":{"x":12345678901234567891.0}}`, ""}, // a float by its form: rounded, as documented
 		{`{"parameters":{"x":0.0000000000000000001}}`, ""},
 		{`{"parameters":{"id":9007199254740993}}`, "/parameters/id"},
 		{`{"parameters":{"id":-9007199254740993}}`, "/parameters/id"},
