@@ -193,6 +193,9 @@ func (h *Handler) serve(x *exchange) {
 			return
 		}
 		x.bodyRead = int64(len(raw)) == r.ContentLength
+		if x.bodyRead {
+			x.rawBody = raw
+		}
 		if int64(len(raw)) > h.MaxRequestBody {
 			x.fail(&wireError{Status: 413, Reason: "body-too-large", Explanation: fmt.Sprintf("the request body exceeds %d bytes", h.MaxRequestBody), Fields: map[string]any{"limit_bytes": h.MaxRequestBody}})
 			return
@@ -961,6 +964,7 @@ func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint
 		return
 	}
 	x.executed = true
+	x.stateChanging = ep.Semantic.Impact != "" && ep.Semantic.Impact != schema.Impacts[0]
 	ctx := recipes.WithTraceParent(context.WithoutCancel(x.r.Context()), traceParent(x.r))
 	start := time.Now()
 	out, f := ep.InvokeValidated(ctx, in)
@@ -1146,6 +1150,7 @@ func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract, vi
 	// ran nothing (spec §16.1).
 	x.contract = contractRef(c)
 	x.executed = true
+	x.stateChanging = c.Recipe.StateChanging()
 	out, ok := h.execute(x, c, in)
 	if !ok {
 		outcome = "failed"
@@ -1322,6 +1327,7 @@ func (h *Handler) gateway(x *exchange, req *request) {
 		return
 	}
 	x.contract = contractRef(c)
+	x.stateChanging = c.Recipe.StateChanging()
 	out, ok := h.execute(x, c, in)
 	if !ok {
 		h.metrics.synthesis(recipe.Name, ModeOptimistic, "failed")

@@ -339,7 +339,8 @@ func (f mwFunc) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp
 
 // BenchmarkAttribution is the Attribution-Record of one contract
 // answer as the handler builds it (payload appended by hand in
-// encoding/json's key order, chain append, JWS), unsigned and Ed25519.
+// encoding/json's key order, request_hash of a 30-byte body, chain
+// append, JWS), unsigned and Ed25519.
 func BenchmarkAttribution(b *testing.B) {
 	up := benchUpstream(b)
 	for _, signed := range []bool{false, true} {
@@ -350,7 +351,9 @@ func BenchmarkAttribution(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			h := benchHandler(b, up.URL, signed)
 			h.activate() // what the first request does: opens the record chains
-			x := &exchange{h: h, agentID: benchAgent, method: "LOOKUP", ownerID: "bench-ops", requestID: newUUID(),
+			body := []byte(`{"parameters":{"item_id":"1"}}`)
+			r := httptest.NewRequest("LOOKUP", "/item/d-1", bytes.NewReader(body))
+			x := &exchange{h: h, r: r, bodyRead: true, rawBody: body, agentID: benchAgent, method: "LOOKUP", ownerID: "bench-ops", requestID: newUUID(),
 				contract: idempotency.ContractRef{SynthesisID: "syn-UAnHZX7sOG7zkqfyKqWafw", NegotiationOrigin: "rcns-gate",
 					ContractHash: "b514591affe87603c866d338581f7f760e9fade9d9b6de220051aa808cf915d3"}}
 			resp := newUUID()

@@ -1,6 +1,9 @@
 package caddymodule
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -108,7 +111,14 @@ type exchange struct {
 	// bodyRead: the request's declared body was read to its end (serve,
 	// §10 step 1). An answer without it closes the connection (writeRaw).
 	bodyRead bool
-	replayed bool
+	// rawBody is the request body as received, once read to its end:
+	// with the method and target it makes the record's request_hash.
+	rawBody []byte
+	// stateChanging: what executed (a Tier B endpoint or a contract) has
+	// a semantic.impact above informational; an executed answer then
+	// carries an action_id (RCNS §16.2).
+	stateChanging bool
+	replayed      bool
 	// minted is the contract this request synthesized, if any.
 	minted *recipes.Contract
 	// contract names the contract this answer is produced by running:
@@ -313,6 +323,15 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 	chainKey := x.recordAgent
 	issued := time.Now().UTC()
 	str := records.AppendJSONString
+	// Computed before the chain lock: only what depends on the chain's
+	// head is built under it.
+	var reqHash, actionID string
+	if x.r.ContentLength == 0 || x.bodyRead { // not for an answer given before the body was read
+		reqHash = requestHash(x.r.Method, x.r.RequestURI, x.rawBody)
+	}
+	if x.executed && x.stateChanging {
+		actionID = newUUID()
+	}
 	compact, auditID, err := x.h.st.records.chains.Append(chainKey, func(prev string) (string, string, error) {
 		b := make([]byte, 0, 768)
 		b = append(b, '{')
@@ -324,6 +343,9 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 			b = append(b, k...)
 			b = append(b, '"', ':')
 			b = str(b, v)
+		}
+		if actionID != "" {
+			field("action_id", actionID)
 		}
 		if x.recordAgent != "" {
 			field("agent_id", x.recordAgent)
@@ -346,6 +368,11 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 			field("owner_id", x.ownerID)
 		}
 		field("previous_audit_id", prev)
+		if reqHash != "" { // 64 hex: no escaping
+			b = append(b, `,"request_hash":"`...)
+			b = append(b, reqHash...)
+			b = append(b, '"')
+		}
 		field("request_id", x.requestID)
 		if x.requested != "" {
 			field("requested_method", x.requested)
@@ -371,6 +398,31 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 		x.h.logger.Error("signing Attribution-Record", zap.Error(err))
 	}
 	return compact, auditID
+}
+
+// requestHash is an Attribution-Record's request_hash (RCNS §16.2): 64
+// lowercase hex, the SHA-256 over the method and the request target as
+// sent and the SHA-256 of the body bytes as received, each part
+// length-prefixed (8-byte big-endian) so no two requests collide by
+// concatenation: the framing of idempotency.Fingerprint, over the
+// request as it came rather than in its canonical form, so an auditor
+// holding the request recomputes it from the bytes alone.
+// It is built in a stack buffer for the common short target: no
+// allocation but the returned string (TestRequestHashIsFingerprint).
+func requestHash(method, target string, body []byte) string {
+	bodySum := sha256.Sum256(body)
+	var small [256]byte
+	b := small[:0]
+	b = binary.BigEndian.AppendUint64(b, uint64(len(method)))
+	b = append(b, method...)
+	b = binary.BigEndian.AppendUint64(b, uint64(len(target)))
+	b = append(b, target...)
+	b = binary.BigEndian.AppendUint64(b, sha256.Size)
+	b = append(b, bodySum[:]...)
+	sum := sha256.Sum256(b)
+	var hx [2 * sha256.Size]byte
+	hex.Encode(hx[:], sum[:])
+	return string(hx[:])
 }
 
 func newUUID() string {

@@ -536,12 +536,12 @@ func headerBytes(h http.Header) int {
 const (
 	tierBPayload = `{"agent_id":"` + agentID + `","audit_record_version":"1","issued_at":"2026-11-30T01:54:16.067513567Z",` +
 		`"method":"FETCH","owner_id":"bench-ops","previous_audit_id":"c702104dd51e493b2c6bfaac62a44b4a149fd5fcbc24a638471a96f3a85ea413",` +
-		`"request_id":"01a22a28-f182-7dc1-9f6f-6367c011e8a6","response_id":"01a22a28-f183-77c5-aefe-0ada48d5c190",` +
+		`"request_hash":"9b3e7f0c2d41a8e65f1c0b7d93a2e4f6018c5d7b9e3a6f2c4d8b1e07a5c3f962","request_id":"01a22a28-f182-7dc1-9f6f-6367c011e8a6","response_id":"01a22a28-f183-77c5-aefe-0ada48d5c190",` +
 		`"server_id":"rcns-bench-nokey","status":200}`
 	presentationPayload = `{"agent_id":"` + agentID + `","audit_record_version":"1",` +
 		`"contract_hash":"db24347ca27e259ad43300a35c41542e7ceb507ee667b81f2534ec47d555f843","issued_at":"2026-11-30T07:04:28.328590465Z",` +
 		`"method":"LOOKUP","negotiation_origin":"rcns-gate","owner_id":"bench-ops","previous_audit_id":"ea4c142fa5b9829813e808ebcfa88ebd62928b918e73ffbba6da2a64eef2147a",` +
-		`"request_id":"01a22b44-f1a7-7d05-b86c-2351b0307de5","response_id":"01a22b44-f1a8-78f9-a1ba-17ed85b2b939",` +
+		`"request_hash":"4f0a9c3e7b21d5846e9f1a0c3b7d2e58a6c4f1093e7b5d2a8c6e4f1b3d9a0e72","request_id":"01a22b44-f1a7-7d05-b86c-2351b0307de5","response_id":"01a22b44-f1a8-78f9-a1ba-17ed85b2b939",` +
 		`"server_id":"rcns-bench-nokey","status":200,"synthesis_id":"` + staticSynthesisID + `"}`
 )
 
