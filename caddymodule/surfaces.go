@@ -904,7 +904,13 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 		return
 	}
 	// Step 3: semantic block.
-	if probs := schema.ValidateSemantic(prop["semantic"]); len(probs) > 0 {
+	sem, given := prop["semantic"]
+	if !given {
+		x.fail(&wireError{Status: 400, Reason: "invalid-semantic", Explanation: "the semantic block is invalid: the proposed endpoint has no semantic block (an object of seven fields: intent, actor, outcome, capability, confidence, impact, is_idempotent)",
+			Fields: map[string]any{"problems": []string{"missing semantic block"}}})
+		return
+	}
+	if probs := schema.ValidateSemantic(sem); len(probs) > 0 {
 		x.fail(&wireError{Status: 400, Reason: "invalid-semantic", Explanation: "the semantic block is invalid: " + strings.Join(probs, "; "),
 			Fields: map[string]any{"problems": probs}})
 		return

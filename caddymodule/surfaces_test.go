@@ -922,11 +922,20 @@ func TestProposeErrorMethodPath(t *testing.T) {
 		{"460", "LOOKUP", "/query/x", 460, "path-grammar-violation", `Path segment "query"`, map[string]any{"segment": "query"}},
 		{"463", "LOOKUP", "/nothing-here", 463, "composition-impossible", "no recipe can build LOOKUP /nothing-here", nil},
 		{"400", "LOOKUP", "/item/a", 400, "invalid-semantic", "the semantic block is invalid", nil},
+		// A missing block is named missing (it was "semantic block is
+		// null, want an object"; fresh-user review); null is null.
+		{"400 missing", "LOOKUP", "/item/a", 400, "invalid-semantic", "has no semantic block", nil},
+		{"400 null", "LOOKUP", "/item/a", 400, "invalid-semantic", "semantic block is null, want an object", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := with(tc.method, tc.path)
-			if tc.status == 400 {
+			switch tc.name {
+			case "400":
 				delete(p["endpoint"].(map[string]any)["semantic"].(map[string]any), "impact")
+			case "400 missing":
+				delete(p["endpoint"].(map[string]any), "semantic")
+			case "400 null":
+				p["endpoint"].(map[string]any)["semantic"] = nil
 			}
 			a := g.builtin(t, "PROPOSE", p)
 			wantError(t, a, tc.status, tc.reason, tc.expl)
