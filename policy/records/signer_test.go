@@ -500,8 +500,11 @@ var rfc8032Vectors = []struct{ seed, pub, msg, sig string }{
 func signatureOf(t *testing.T, compact string) (input, sig []byte) {
 	t.Helper()
 	i := strings.LastIndexByte(compact, '.')
+	if i < 0 {
+		t.Fatalf("%q is not a compact JWS", compact)
+	}
 	sig, err := base64.RawURLEncoding.DecodeString(compact[i+1:])
-	if err != nil || i < 0 {
+	if err != nil {
 		t.Fatalf("signature part of %q: %v", compact, err)
 	}
 	return []byte(compact[:i]), sig
