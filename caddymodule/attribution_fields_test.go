@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 )
 
 // wantRequestHash recomputes RCNS §16.2 request_hash from the request
@@ -118,24 +116,5 @@ func TestAttributionRequestHashAndActionID(t *testing.T) {
 			t.Errorf("%s: action_id %q on an answer that changed nothing", tc.name, id)
 		}
 		seen[id] = true
-	}
-}
-
-// TestRequestHashIsFingerprint: request_hash has the framing of
-// idempotency.Fingerprint (over the request as sent), for targets that
-// fit requestHash's stack buffer and for longer ones.
-func TestRequestHashIsFingerprint(t *testing.T) {
-	for _, tc := range []struct{ method, target, body string }{
-		{"FETCH", "/items/1", ""},
-		{"LOOKUP", "/item/d-1?x=%41", `{"parameters":{"item_id":"1"}}`},
-		{"BOOK", "/" + strings.Repeat("a", 300), strings.Repeat("b", 5000)},
-	} {
-		got := requestHash(tc.method, tc.target, []byte(tc.body))
-		if want := idempotency.Fingerprint(tc.method, tc.target, []byte(tc.body)); got != want {
-			t.Errorf("%s %.20s…: requestHash %s, Fingerprint %s", tc.method, tc.target, got, want)
-		}
-		if want := wantRequestHash(tc.method, tc.target, tc.body); got != want {
-			t.Errorf("%s %.20s…: requestHash %s, recomputed %s", tc.method, tc.target, got, want)
-		}
 	}
 }

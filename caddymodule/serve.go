@@ -964,7 +964,7 @@ func (h *Handler) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint
 		return
 	}
 	x.executed = true
-	x.stateChanging = ep.Semantic.Impact != "" && ep.Semantic.Impact != schema.Impacts[0]
+	x.stateChanging = schema.StateChanging(ep.Semantic.Impact)
 	ctx := recipes.WithTraceParent(context.WithoutCancel(x.r.Context()), traceParent(x.r))
 	start := time.Now()
 	out, f := ep.InvokeValidated(ctx, in)

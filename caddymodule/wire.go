@@ -1,9 +1,6 @@
 package caddymodule
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -401,28 +398,12 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 }
 
 // requestHash is an Attribution-Record's request_hash (RCNS §16.2): 64
-// lowercase hex, the SHA-256 over the method and the request target as
-// sent and the SHA-256 of the body bytes as received, each part
-// length-prefixed (8-byte big-endian) so no two requests collide by
-// concatenation: the framing of idempotency.Fingerprint, over the
-// request as it came rather than in its canonical form, so an auditor
-// holding the request recomputes it from the bytes alone.
-// It is built in a stack buffer for the common short target: no
-// allocation but the returned string (TestRequestHashIsFingerprint).
+// lowercase hex, idempotency.Fingerprint (SHA-256 over the method, the
+// target and the SHA-256 of the body, each length-prefixed with 8 bytes
+// big-endian) over the request as it came, not in its canonical form, so
+// an auditor holding the request recomputes it from the bytes alone.
 func requestHash(method, target string, body []byte) string {
-	bodySum := sha256.Sum256(body)
-	var small [256]byte
-	b := small[:0]
-	b = binary.BigEndian.AppendUint64(b, uint64(len(method)))
-	b = append(b, method...)
-	b = binary.BigEndian.AppendUint64(b, uint64(len(target)))
-	b = append(b, target...)
-	b = binary.BigEndian.AppendUint64(b, sha256.Size)
-	b = append(b, bodySum[:]...)
-	sum := sha256.Sum256(b)
-	var hx [2 * sha256.Size]byte
-	hex.Encode(hx[:], sum[:])
-	return string(hx[:])
+	return idempotency.Fingerprint(method, target, body)
 }
 
 func newUUID() string {

@@ -316,9 +316,8 @@ func (r *Recipe) ValidateInput(input map[string]any) *Failure {
 }
 
 // StateChanging reports whether the synthesized endpoint's
-// semantic.impact is above informational (reversible or irreversible):
-// an answer that ran it carries an action_id (RCNS §16.2).
-func (r *Recipe) StateChanging() bool { return r.impact != "" && r.impact != schema.Impacts[0] }
+// semantic.impact is above informational ([schema.StateChanging]).
+func (r *Recipe) StateChanging() bool { return schema.StateChanging(r.impact) }
 
 // Semantic returns the synthesized endpoint's semantic block.
 func (r *Recipe) Semantic() map[string]any { return r.endpoint["semantic"].(map[string]any) }

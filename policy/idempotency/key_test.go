@@ -1,6 +1,9 @@
 package idempotency
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -141,5 +144,37 @@ func TestFingerprint(t *testing.T) {
 	}
 	if Fingerprint("BOOK", "/r", nil) != Fingerprint("BOOK", "/r", []byte{}) {
 		t.Errorf("nil and empty bodies fingerprint differently")
+	}
+}
+
+// TestFingerprintFraming recomputes Fingerprint with a streaming hash:
+// SHA-256 over each part (method, target, SHA-256 of the body) preceded
+// by its length as 8 bytes big-endian, for targets that fit its stack
+// buffer and longer ones. Requests differing only in where one part ends
+// and the next begins differ.
+func TestFingerprintFraming(t *testing.T) {
+	want := func(method, target string, body []byte) string {
+		bodySum := sha256.Sum256(body)
+		h := sha256.New()
+		for _, part := range [][]byte{[]byte(method), []byte(target), bodySum[:]} {
+			var n [8]byte
+			binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+			h.Write(n[:])
+			h.Write(part)
+		}
+		return hex.EncodeToString(h.Sum(nil))
+	}
+	for _, tc := range []struct{ method, target, body string }{
+		{"FETCH", "/items/1", ""},
+		{"LOOKUP", "/item/d-1?x=%41", `{"parameters":{"item_id":"1"}}`},
+		{"BOOK", "/" + strings.Repeat("a", 300), strings.Repeat("b", 5000)},
+		{strings.Repeat("M", 32), "/" + strings.Repeat("p", 8000), ""},
+	} {
+		if got, w := Fingerprint(tc.method, tc.target, []byte(tc.body)), want(tc.method, tc.target, []byte(tc.body)); got != w {
+			t.Errorf("%s %.20s…: Fingerprint %s, want %s", tc.method, tc.target, got, w)
+		}
+	}
+	if Fingerprint("LOOKUP", "/a", nil) == Fingerprint("LOOKUP/", "a", nil) {
+		t.Error("moving a byte from the method into the target left the fingerprint unchanged")
 	}
 }

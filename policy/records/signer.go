@@ -233,7 +233,7 @@ func (s *Signer) finish(head string, body []byte) (compact, auditID string) {
 		// (Ed25519 is deterministic; TestSignMatchesStdlib) in about two
 		// thirds of the time here: its fixed-base scalar multiplication
 		// uses larger precomputed tables (BenchmarkEd25519Sign).
-		sig := signWithSigner(s.priv, buf[:len(buf)-1])
+		sig := ed25519Sign(s.priv, buf[:len(buf)-1])
 		buf = b64.AppendEncode(buf, sig)
 	}
 	sum := sha256.Sum256(buf)
@@ -244,9 +244,9 @@ func (s *Signer) finish(head string, body []byte) (compact, auditID string) {
 	return unsafe.String(unsafe.SliceData(buf), len(buf)), string(hx[:])
 }
 
-// signWithSigner is the Ed25519 signature (RFC 8032, pure Ed25519) of
-// msg by priv, a 64-byte key NewSigner checked.
-func signWithSigner(priv ed25519.PrivateKey, msg []byte) []byte {
+// ed25519Sign is the Ed25519 signature (RFC 8032, pure Ed25519) of msg
+// by priv, a 64-byte key NewSigner checked, made with curve25519-voi.
+func ed25519Sign(priv ed25519.PrivateKey, msg []byte) []byte {
 	return voied25519.Sign(voied25519.PrivateKey(priv), msg)
 }
 

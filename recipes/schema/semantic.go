@@ -17,6 +17,11 @@ var Capabilities = []string{
 // §13.3: informational < reversible < irreversible).
 var Impacts = []string{"informational", "reversible", "irreversible"}
 
+// StateChanging reports whether impact, a semantic.impact value, is
+// above informational (reversible or irreversible): an answer that ran
+// such an endpoint carries an action_id (RCNS §16.2).
+func StateChanging(impact string) bool { return impact != "" && impact != Impacts[0] }
+
 // semanticFields are the seven required fields, in spec order.
 var semanticFields = []string{
 	"intent", "actor", "outcome", "capability", "confidence", "impact", "is_idempotent",
