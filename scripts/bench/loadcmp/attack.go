@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"time"
@@ -52,6 +53,13 @@ type stats struct {
 	// anything but Caddy, the upstream and vegeta (other work on a shared
 	// machine), in cores (CPU seconds per second).
 	ForeignCores float64 `json:"foreign_cores"`
+	// UpstreamCPU and VegetaCPU are the bench upstream's and vegeta's
+	// CPU time per request during the run, in µs, as CaddyCPU.
+	UpstreamCPU float64 `json:"upstream_cpu_us_per_request"`
+	VegetaCPU   float64 `json:"vegeta_cpu_us_per_request"`
+	// IdleCores is the CPU the machine left unused during the run, in
+	// cores: the number of CPUs minus their busy time per second.
+	IdleCores float64 `json:"idle_cores"`
 	// lats are the run's latencies in ns, sorted, kept for fixed-rate
 	// runs only: their percentiles are also taken over all rounds pooled.
 	lats []int64
@@ -144,9 +152,22 @@ func (d *driver) attack(ctx context.Context, a attackSpec) (*stats, error) {
 	if caddy0 >= 0 && caddy1 >= 0 && st.Requests > 0 {
 		st.CaddyCPU = (caddy1 - caddy0) / float64(st.Requests) * 1e6
 	}
-	if busy0 >= 0 && busy1 >= 0 && caddy0 >= 0 && up0 >= 0 && cmd.ProcessState != nil {
-		ours := (caddy1 - caddy0) + (up1 - up0) + (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
-		st.ForeignCores = max(0, (busy1-busy0)-ours) / wall
+	var vegetaCPU float64
+	if cmd.ProcessState != nil {
+		vegetaCPU = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+		if st.Requests > 0 {
+			st.VegetaCPU = vegetaCPU / float64(st.Requests) * 1e6
+		}
+	}
+	if up0 >= 0 && up1 >= 0 && st.Requests > 0 {
+		st.UpstreamCPU = (up1 - up0) / float64(st.Requests) * 1e6
+	}
+	if busy0 >= 0 && busy1 >= 0 {
+		st.IdleCores = max(0, float64(runtime.NumCPU())-(busy1-busy0)/wall)
+		if caddy0 >= 0 && up0 >= 0 && cmd.ProcessState != nil {
+			ours := (caddy1 - caddy0) + (up1 - up0) + vegetaCPU
+			st.ForeignCores = max(0, (busy1-busy0)-ours) / wall
+		}
 	}
 	return st, nil
 }

@@ -368,6 +368,7 @@ func (r *results) markdown(scens []*scenario) string {
 		fmt.Fprintf(&b, "| %s | %s (%d) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			s.Letter, s.Label, s.Want, v, tput, rb, ra, tp50, tp99, cpu, cpub, rate, fp50, fp99, a50, a99, p99)
 	}
+	r.machineTime(&b, scens)
 	if len(r.Targets) == 0 {
 		b.WriteString("\nNo target of issue 7 applies to the scenarios of this run (the targets need c/nokey, d/nokey, c/ed25519, d/ed25519, e1 with e3, f, and g with d).\n")
 		return b.String()
@@ -400,4 +401,55 @@ func gap(d float64) string {
 		return "less than 0.01"
 	}
 	return fmt.Sprintf("%.2f", d)
+}
+
+// machineTime writes where each throughput scenario's machine time per
+// request went: the two cores' time per answered request (CPUs ÷
+// throughput), split into Caddy, the upstream, vegeta, other work and
+// idle, each the median over the scenario's runs, in µs. The parts are
+// medians of different runs' values, so they need not add up exactly.
+func (r *results) machineTime(b *strings.Builder, scens []*scenario) {
+	ncpu, _ := r.Meta["nproc"].(int)
+	if ncpu == 0 {
+		if f, ok := r.Meta["nproc"].(float64); ok {
+			ncpu = int(f)
+		}
+	}
+	if ncpu == 0 {
+		return
+	}
+	per := func(key string, f func(s *stats) float64) float64 { return median(r.all("tput", key, f)) }
+	var rows []string
+	for _, s := range scens {
+		if len(r.Runs["tput|"+s.Key]) == 0 || s.Letter == "a" {
+			continue
+		}
+		total := per(s.Key, func(st *stats) float64 {
+			if st.Tput <= 0 {
+				return 0
+			}
+			return float64(ncpu) / st.Tput * 1e6
+		})
+		perReq := func(cores func(st *stats) float64) float64 {
+			return per(s.Key, func(st *stats) float64 {
+				if st.Tput <= 0 {
+					return 0
+				}
+				return cores(st) / st.Tput * 1e6
+			})
+		}
+		v := s.Variant
+		if v == "" {
+			v = "—"
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |", s.Letter, v, total,
+			per(s.Key, cpuOf), per(s.Key, func(st *stats) float64 { return st.UpstreamCPU }), per(s.Key, func(st *stats) float64 { return st.VegetaCPU }),
+			perReq(func(st *stats) float64 { return st.ForeignCores }), perReq(func(st *stats) float64 { return st.IdleCores })))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nMachine time per request in the throughput runs, µs (medians over runs): the %d CPUs' time per answered request (%d ÷ throughput), and where it went.\n\n", ncpu, ncpu)
+	b.WriteString("| | variant | machine | Caddy | upstream | vegeta | other work | idle |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString(strings.Join(rows, "\n") + "\n")
 }

@@ -216,3 +216,35 @@ func TestSummarizeWithoutTargets(t *testing.T) {
 		}
 	}
 }
+
+// The machine-time table splits each throughput scenario's CPUs ÷
+// throughput into the processes' CPU per request, other work and idle,
+// and reads nproc as results.json gives it back (a float64) as well.
+func TestMachineTime(t *testing.T) {
+	for _, nproc := range []any{2, 2.0} {
+		r := &results{Meta: map[string]any{"nproc": nproc}, Runs: map[string][]*runResult{}}
+		b := &scenario{Key: "b", Letter: "b"}
+		d := &scenario{Key: "d/nokey", Letter: "d", Variant: vNoKey}
+		// 8000 req/s on 2 CPUs: 250 µs of machine per request; 0.2 idle
+		// cores and 0.04 of other work are 25 and 5 µs of it.
+		r.add("tput", b, 0, &stats{Tput: 8000, CaddyCPU: 100, UpstreamCPU: 40, VegetaCPU: 80, IdleCores: 0.2, ForeignCores: 0.04}, nil)
+		r.add("tput", d, 0, &stats{Tput: 5000, CaddyCPU: 150, UpstreamCPU: 45, VegetaCPU: 90, IdleCores: 0.3}, nil)
+		var sb strings.Builder
+		r.machineTime(&sb, []*scenario{b, d})
+		out := sb.String()
+		for _, want := range []string{
+			"the 2 CPUs' time per answered request (2 ÷ throughput)",
+			"| b | — | 250 | 100 | 40 | 80 | 5 | 25 |",
+			"| d | nokey | 400 | 150 | 45 | 90 | 0 | 60 |",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("nproc %T: machine-time table lacks %q:\n%s", nproc, want, out)
+			}
+		}
+	}
+	var sb strings.Builder
+	(&results{Meta: map[string]any{}, Runs: map[string][]*runResult{}}).machineTime(&sb, nil)
+	if sb.Len() != 0 {
+		t.Errorf("no nproc and no runs: want no table, got %q", sb.String())
+	}
+}
