@@ -762,6 +762,64 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 	}
 }
 
+// TestConfirmWithTheGateRequestsKey: in confirm-first mode, presenting
+// the 461 contract with the Idempotency-Key of the gate request that
+// minted it is a key reused for a different request (422
+// idempotency-key-reused), not a replay of the stored 461: the contract
+// stays pending, and presenting it with a new key runs it. A repeat of
+// the gate request itself with its key still replays the 461.
+func TestConfirmWithTheGateRequestsKey(t *testing.T) {
+	up := benchUpstream(t)
+	h := benchHandlerWith(t, up.URL, false, "", "", func(h *Handler) { h.Mode = ModeConfirmFirst })
+	serve := func(hdr map[string]string) *discardWriter {
+		t.Helper()
+		w := &discardWriter{hdr: http.Header{}}
+		if err := h.ServeHTTP(w, benchRequest(w, "LOOKUP", "/item/cf-key", `{"parameters":{"item_id":"1"}}`, hdr), notFound); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	gate := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read", "Allow-RCNS": "true",
+		"Content-Type": "application/json", "Idempotency-Key": "k-gate"}
+	w := serve(gate)
+	if w.status != 461 {
+		t.Fatalf("synthesis: status %d, want 461: %s", w.status, w.head)
+	}
+	var c *recipes.Contract
+	for _, k := range h.st.contracts.List(benchAgent) {
+		if k.Path == "/item/cf-key" {
+			c = k
+		}
+	}
+	if c == nil {
+		t.Fatal("no contract for /item/cf-key")
+	}
+	id := c.SynthesisID
+	if again := serve(gate); again.status != 461 || again.hdr.Get("Idempotent-Replayed") != "true" || len(h.st.contracts.List(benchAgent)) != 1 {
+		t.Fatalf("gate request repeated with its key: status %d, Idempotent-Replayed %q, %d contracts; want the stored 461 and one contract",
+			again.status, again.hdr.Get("Idempotent-Replayed"), len(h.st.contracts.List(benchAgent)))
+	}
+	present := func(key string) *discardWriter {
+		return serve(map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read", "Content-Type": "application/json",
+			"Contract-Synthesized": id, "Idempotency-Key": key})
+	}
+	w = present("k-gate")
+	var body struct{ Reason, Explanation string }
+	_ = json.Unmarshal(w.head, &body)
+	if w.status != 422 || body.Reason != "idempotency-key-reused" || !strings.Contains(body.Explanation, "use a new key") {
+		t.Fatalf("confirmation with the gate request's key: status %d, reason %q (%s); want 422 idempotency-key-reused", w.status, body.Reason, body.Explanation)
+	}
+	if st := h.st.contracts.State(c); st != recipes.StatePending {
+		t.Errorf("after the refused confirmation the contract is %s, want pending", st)
+	}
+	if w := present("k-confirm"); w.status != 200 {
+		t.Fatalf("confirmation with a new key: status %d, want 200: %s", w.status, w.head)
+	}
+	if w := present("k-confirm"); w.status != 200 || w.hdr.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("confirmation repeated with its key: status %d, Idempotent-Replayed %q; want the stored 200", w.status, w.hdr.Get("Idempotent-Replayed"))
+	}
+}
+
 // TestRawPathCharactersRefused: a request line with a raw character
 // outside the AGTP path grammar is 460 naming the segment, before any
 // endpoint runs (url.URL would have handed the handler it re-escaped).

@@ -48,12 +48,16 @@ func errorf(status int, reason, explanation string) *wireError {
 // exchange is one AGTP request in flight: what the response headers and
 // the Attribution-Record need.
 type exchange struct {
-	h         *Handler
-	w         http.ResponseWriter
-	r         *http.Request
-	query     url.Values // the request query, parsed and checked once (parseQuery)
-	taskID    string
-	requestID string
+	h     *Handler
+	w     http.ResponseWriter
+	r     *http.Request
+	query url.Values // the request query, parsed and checked once (parseQuery)
+	// presentedID is the synthesis id of the contract the request
+	// presents (Contract-Synthesized, §10 step 7), "" when none: part
+	// of its Idempotency-Key fingerprint (claim).
+	presentedID string
+	taskID      string
+	requestID   string
 	// requestIDEcho: requestID is the request's own well-formed
 	// Request-ID, echoed on the answer (not one the gateway minted).
 	requestIDEcho bool
