@@ -20,6 +20,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -272,6 +273,9 @@ func call(ctx context.Context, client *http.Client, args []string, stdout, stder
 	if *keyPath == "" || *agent == "" {
 		return usageErr("call needs -key and -agent-id")
 	}
+	if err := refuseEmpty(fs, "idempotency-key", "contract"); err != nil {
+		return err
+	}
 	if fs.NArg() < 2 || fs.NArg() > 3 {
 		return usageErr("call needs METHOD URL [JSON-BODY]")
 	}
@@ -317,6 +321,20 @@ func call(ctx context.Context, client *http.Client, args []string, stdout, stder
 	}
 	defer resp.Body.Close()
 	return printResponse(stdout, resp)
+}
+
+// refuseEmpty is a usage error when one of the named flags was given
+// with an empty value: `-idempotency-key "$(uuidgen)"` on a machine
+// without uuidgen would otherwise send no Idempotency-Key, silently
+// losing the at-most-once protection the caller asked for.
+func refuseEmpty(fs *flag.FlagSet, names ...string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if err == nil && slices.Contains(names, f.Name) && f.Value.String() == "" {
+			err = usageErr("-%s was given an empty value (did a command substitution fail?); give a value or leave the flag out", f.Name)
+		}
+	})
+	return err
 }
 
 // newSignedRequest builds METHOD target with body (JSON, may be nil),
@@ -382,8 +400,30 @@ func printResponse(w io.Writer, resp *http.Response) error {
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err
 	}
-	if _, err := io.Copy(w, resp.Body); err != nil {
+	lw := &lastByteWriter{w: w}
+	if _, err := io.Copy(lw, resp.Body); err != nil {
+		return err
+	}
+	if lw.n > 0 && lw.last != '\n' {
+		_, err := io.WriteString(w, "\n") // the shell prompt starts on its own line
 		return err
 	}
 	return nil
+}
+
+// lastByteWriter passes writes to w and remembers how many bytes went
+// through and the last of them.
+type lastByteWriter struct {
+	w    io.Writer
+	n    int64
+	last byte
+}
+
+func (l *lastByteWriter) Write(p []byte) (int, error) {
+	n, err := l.w.Write(p)
+	if n > 0 {
+		l.n += int64(n)
+		l.last = p[n-1]
+	}
+	return n, err
 }

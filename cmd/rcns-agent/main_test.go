@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,6 +185,26 @@ func TestCall(t *testing.T) {
 	}
 }
 
+// TestCallBodyNewline: a body without a final newline is printed with
+// one, so the shell prompt starts on its own line; one that ends in a
+// newline gets no second one, and an empty body none at all.
+func TestCallBodyNewline(t *testing.T) {
+	path, _, _ := keygenKey(t, "ed25519")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.URL.Query().Get("body"))
+	}))
+	defer srv.Close()
+	for body, want := range map[string]string{`{"a":1}`: "{\"a\":1}\n", "{}\n": "{}\n", "": ""} {
+		code, out, errOut := runCLI("call", "-key", path, "-agent-id", agent, "FETCH", srv.URL+"/?body="+url.QueryEscape(body))
+		if code != 0 {
+			t.Fatalf("call: %d %s", code, errOut)
+		}
+		if _, got, _ := strings.Cut(out, "\n\n"); got != want {
+			t.Errorf("body %q printed as %q, want %q", body, got, want)
+		}
+	}
+}
+
 // TestAgentID checks the Agent-ID against a hand-canonicalized
 // document: the signature member is dropped, members sorted, numbers
 // and whitespace normalized (RFC 8785).
@@ -241,6 +262,9 @@ func TestUsage(t *testing.T) {
 		{"call bad body", []string{"call", "-key", existing, "-agent-id", agent, "POST", "http://127.0.0.1:1/", "{"}, 2},
 		{"call bad header", []string{"call", "-key", existing, "-agent-id", agent, "-H", "nocolon", "GET", "http://127.0.0.1:1/"}, 2},
 		{"call bad scheme", []string{"call", "-key", existing, "-agent-id", agent, "GET", "ftp://127.0.0.1/"}, 1},
+		// "$(uuidgen)" where uuidgen is missing: refused, not sent without the key.
+		{"call empty idempotency key", []string{"call", "-key", existing, "-agent-id", agent, "-idempotency-key", "", "BOOK", "http://127.0.0.1:1/"}, 2},
+		{"call empty contract", []string{"call", "-key", existing, "-agent-id", agent, "-contract=", "BOOK", "http://127.0.0.1:1/"}, 2},
 		{"help", []string{"help"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
