@@ -885,8 +885,15 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	if !h.spend(x, req, h.gateRL) {
 		return
 	}
-	// Step 1: method.
-	if !policy.ValidMethodToken(method) || !h.methods.IsMethod(method) {
+	// Step 1: method. A token outside the lexical rule is named as such,
+	// as the same token sent as the request method is (ResolveMethod).
+	if !policy.ValidMethodToken(method) {
+		x.fail(&wireError{Status: policy.StatusMethodViolation, Reason: "invalid-method-token",
+			Explanation: fmt.Sprintf("proposed method %q is not a valid AGTP method token (3 to 32 uppercase ASCII letters)", textcut.Clip(method)),
+			Fields:      map[string]any{"method": textcut.Clip(method), "catalog_version": h.methods.Catalog.Version()}})
+		return
+	}
+	if !h.methods.IsMethod(method) {
 		x.fail(&wireError{Status: policy.StatusMethodViolation, Reason: "method-not-in-catalog",
 			Explanation: fmt.Sprintf("proposed method %s is not in catalog %s nor a custom method", textcut.Clip(method), h.methods.Catalog.Version()),
 			// A 459 names the method it refuses in "method" (spec §19:

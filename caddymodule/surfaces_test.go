@@ -919,6 +919,11 @@ func TestProposeErrorMethodPath(t *testing.T) {
 		fields             map[string]any
 	}{
 		{"459", "FROB", "/item/a", 459, "method-not-in-catalog", "proposed method FROB is not in catalog", map[string]any{"catalog_version": g.h.methods.Catalog.Version()}},
+		// Outside the lexical rule: named so, as for a request method
+		// (it was method-not-in-catalog; fresh-user review).
+		{"459 lowercase", "book", "/item/a", 459, "invalid-method-token", `proposed method "book" is not a valid AGTP method token`, map[string]any{"method": "book"}},
+		{"459 digit", "B0OK", "/item/a", 459, "invalid-method-token", `proposed method "B0OK" is not a valid AGTP method token`, map[string]any{"method": "B0OK"}},
+		{"459 too long", strings.Repeat("A", 34), "/item/a", 459, "invalid-method-token", "is not a valid AGTP method token", nil},
 		{"460", "LOOKUP", "/query/x", 460, "path-grammar-violation", `Path segment "query"`, map[string]any{"segment": "query"}},
 		{"463", "LOOKUP", "/nothing-here", 463, "composition-impossible", "no recipe can build LOOKUP /nothing-here", nil},
 		{"400", "LOOKUP", "/item/a", 400, "invalid-semantic", "the semantic block is invalid", nil},
@@ -1027,7 +1032,7 @@ func TestProposeEchoBounded(t *testing.T) {
 	p = proposal("/item/a")
 	p["endpoint"].(map[string]any)["method"] = strings.Repeat("A", 500_000)
 	a = g.builtin(t, "PROPOSE", p)
-	wantError(t, a, 459, "method-not-in-catalog", "proposed method AAAA")
+	wantError(t, a, 459, "invalid-method-token", `proposed method "AAAA`)
 	if len(a.raw) > 2048 {
 		t.Errorf("459 answer is %d bytes", len(a.raw))
 	}
