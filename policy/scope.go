@@ -23,12 +23,14 @@ func ParseScope(s string) (Scope, error) {
 	if s == "" {
 		return Scope{}, errors.New("scope: empty token")
 	}
-	if !strings.Contains(s, ":") {
-		return Scope{}, fmt.Errorf("scope %s: needs at least two ':'-separated segments", quote(s))
-	}
+	// Characters are checked before the segment count, so that a token
+	// like "é" is told which character is wrong, not only that it has
+	// one segment.
+	segments := 0
 	for rest, more := s, true; more; {
 		var seg string
 		seg, rest, more = strings.Cut(rest, ":")
+		segments++
 		if seg == "" {
 			return Scope{}, fmt.Errorf("scope %s: empty segment", quote(s))
 		}
@@ -47,6 +49,9 @@ func ParseScope(s string) (Scope, error) {
 				return Scope{}, fmt.Errorf("scope %s: %s is not allowed", quote(s), DescribeChar(seg, i))
 			}
 		}
+	}
+	if segments < 2 {
+		return Scope{}, fmt.Errorf("scope %s: needs at least two ':'-separated segments", quote(s))
 	}
 	return Scope{tok: s}, nil
 }

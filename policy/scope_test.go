@@ -30,6 +30,10 @@ func TestParseScope(t *testing.T) {
 		{name: "dot", in: "booking.rooms:write", wantErr: "not allowed"},
 		{name: "non-ascii", in: "bööking:write", wantErr: "character 'ö' (U+00F6) is not allowed"},
 		{name: "non-ascii action", in: "hotel:réad", wantErr: "character 'é' (U+00E9) is not allowed"},
+		// One segment with a bad character: the character is named
+		// (it was "needs at least two segments"; fresh-user review).
+		{name: "non-ascii single segment", in: "é", wantErr: "character 'é' (U+00E9) is not allowed"},
+		{name: "single segment", in: "hotel", wantErr: "needs at least two ':'-separated segments"},
 		{name: "invalid utf-8", in: "hotel:r\xc3ad", wantErr: "byte 0xC3 (not valid UTF-8) is not allowed"},
 		{name: "lone continuation byte", in: "hotel:\xa9", wantErr: "byte 0xA9 (not valid UTF-8) is not allowed"},
 	}
