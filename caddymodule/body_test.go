@@ -115,8 +115,9 @@ func TestTaskIDForm(t *testing.T) {
 }
 
 // TestContentTypeChecked: a body needs exactly one JSON Content-Type
-// (spec OP-30; Content-Type is a singleton field, RFC 9110 §8.3). Two
-// Content-Type fields were accepted and the first one read.
+// (spec OP-30; Content-Type is a singleton field, RFC 9110 §8.3), with
+// no charset but UTF-8. Two Content-Type fields were accepted and the
+// first one read.
 func TestContentTypeChecked(t *testing.T) {
 	g := newTestGateway(t)
 	body := `{"parameters":{}}`
@@ -127,6 +128,11 @@ func TestContentTypeChecked(t *testing.T) {
 	}{
 		{"json", []string{"application/json"}, ""},
 		{"json with charset", []string{"application/json; charset=utf-8"}, ""},
+		{"json with charset in capitals", []string{"application/json; charset=UTF-8"}, ""},
+		// Bodies are decoded as UTF-8 (RFC 8259 §8.1): another charset
+		// is refused, not read wrongly (it was accepted; fresh-user review).
+		{"json utf-16", []string{"application/json;charset=utf-16"}, `Content-Type charset "utf-16" is not accepted`},
+		{"agtp latin-1", []string{"application/vnd.agtp+json; charset=iso-8859-1"}, `Content-Type charset "iso-8859-1" is not accepted`},
 		{"agtp", []string{"application/vnd.agtp+json"}, ""},
 		{"missing", nil, "needs a JSON Content-Type"},
 		{"empty", []string{""}, "needs a JSON Content-Type"},

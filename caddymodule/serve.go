@@ -828,10 +828,16 @@ func checkContentType(values []string) *wireError {
 	case "application/json", mediaAGTP, "application/agtp+json", mediaEndpoint:
 		return nil
 	}
-	mt, _, err := mime.ParseMediaType(ct)
+	mt, params, err := mime.ParseMediaType(ct)
 	if err == nil {
 		switch mt {
 		case "application/json", mediaAGTP, "application/agtp+json", mediaEndpoint:
+			// JSON exchanged between systems is UTF-8 (RFC 8259 §8.1),
+			// and the body is decoded as such: a charset naming another
+			// encoding would be read wrongly, so it is refused.
+			if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+				return errorf(400, "unsupported-content-type", fmt.Sprintf("Content-Type charset %q is not accepted: AGTP bodies are UTF-8 JSON (RFC 8259 §8.1); send charset=utf-8 or no charset", textcut.Clip(cs)))
+			}
 			return nil
 		}
 	}
