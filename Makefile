@@ -2,7 +2,7 @@
 #
 #   make build        bin/caddy (Caddy with the rcns module)
 #   make deps         json-server 0.17.4 and promtool into .tools/ (test tools)
-#   make test         vet, unit tests (-race), then the integration suite
+#   make test         vet, unit tests (-race), every benchmark once (bench-smoke), then the integration suite
 #   make unit         unit tests only
 #   make integration  black-box suite only (builds its own Caddy binary)
 #   make demo         the hotel demo (scripts/demo.sh)
