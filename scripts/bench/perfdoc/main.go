@@ -2,8 +2,10 @@
 // the raw `go test -bench -benchmem -count N` output (medians per
 // benchmark, benchstat-style), the load comparison's report.md and its
 // profile summary, through the template scripts/bench/performance.md.tmpl.
-// Every number in the document comes from those inputs; a benchmark the
-// template names but the run lacks is an error, not a blank cell.
+// Every number the template renders comes from those inputs (the
+// template's prose also quotes a few by-hand measurements, each named
+// with its command, date and commit); a benchmark the template names but
+// the run lacks is an error, not a blank cell.
 //
 //	go run ./scripts/bench/perfdoc -go bin/bench/go-bench.txt -load bin/bench/load \
 //	    -medians bin/bench/go-bench-medians.md -out docs/performance.md
@@ -15,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -104,20 +107,6 @@ func parseBench(in io.Reader) (*benchSet, error) {
 func isCount(s string) bool {
 	_, err := strconv.ParseUint(s, 10, 64)
 	return err == nil
-}
-
-// med returns the median of unit for pkg/name, or an error naming what
-// is missing.
-func (bs *benchSet) med(pkg, name, unit string) (float64, error) {
-	s := bs.byKey[pkg+" "+name]
-	if s == nil {
-		return 0, fmt.Errorf("benchmark %s %s is not in the go test output", pkg, name)
-	}
-	v := s.vals[unit]
-	if len(v) == 0 {
-		return 0, fmt.Errorf("benchmark %s %s reported no %s", pkg, name, unit)
-	}
-	return median(v), nil
 }
 
 // mediansTable is the whole run as a Markdown table.
@@ -251,8 +240,106 @@ func run(goOut, loadDir, tmplPath, out, medians, command, goCmd, started string)
 		d.LoadReport, d.LoadRan = readOptional(filepath.Join(loadDir, "report.md"))
 		d.Profiles, _ = readOptional(filepath.Join(loadDir, "profiles", "summary.md"))
 	}
-	get := func(pkg, name, unit string) (float64, error) { return bs.med(pkg, name, unit) }
-	funcs := template.FuncMap{
+	tb, err := os.ReadFile(tmplPath)
+	if err != nil {
+		return err
+	}
+	buf, err := render(filepath.Base(tmplPath), string(tb), d, bs)
+	if err != nil {
+		return err
+	}
+	if out == "" {
+		_, err = os.Stdout.Write(buf)
+		return err
+	}
+	return os.WriteFile(out, buf, 0o644)
+}
+
+// source gives the template every run of one benchmark's unit; a
+// benchSet is one, the tests give fixtures.
+type source interface {
+	runs(pkg, name, unit string) ([]float64, error)
+}
+
+// runs returns every run's value of unit for pkg/name, or an error
+// naming what is missing.
+func (bs *benchSet) runs(pkg, name, unit string) ([]float64, error) {
+	s := bs.byKey[pkg+" "+name]
+	if s == nil {
+		return nil, fmt.Errorf("benchmark %s %s is not in the go test output", pkg, name)
+	}
+	v := s.vals[unit]
+	if len(v) == 0 {
+		return nil, fmt.Errorf("benchmark %s %s reported no %s", pkg, name, unit)
+	}
+	return v, nil
+}
+
+// render executes the document template text with d and the template
+// functions over src.
+func render(name, text string, d doc, src source) ([]byte, error) {
+	t, err := template.New(name).Funcs(funcs(src)).Option("missingkey=error").Parse(text)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, d); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// sameWithin is how close, in µs, two medians must be to read as "about
+// the same" in prose rather than as more or less.
+const sameWithin = 0.5
+
+// signOf is 1 when d (µs) is at least sameWithin above zero, -1 when it
+// is at least sameWithin below, else 0.
+func signOf(d float64) int {
+	switch {
+	case d >= sameWithin:
+		return 1
+	case d <= -sameWithin:
+		return -1
+	}
+	return 0
+}
+
+// moreLess words a difference d in µs by its sign, for prose: "5.7 µs
+// more than X" / "5.7 µs less than X" / "about the same as X (within
+// 0.5 µs)"; without X, "5.7 µs more" / "5.7 µs less" / "about the same
+// (within 0.5 µs)". A negative difference never reads "-5.7 µs more".
+func moreLess(d float64, than string) string {
+	abs := strconv.FormatFloat(math.Abs(d), 'f', 1, 64)
+	word := ""
+	switch signOf(d) {
+	case 1:
+		word = abs + " µs more"
+	case -1:
+		word = abs + " µs less"
+	default:
+		if than == "" {
+			return "about the same (within " + strconv.FormatFloat(sameWithin, 'f', 1, 64) + " µs)"
+		}
+		return "about the same as " + than + " (within " + strconv.FormatFloat(sameWithin, 'f', 1, 64) + " µs)"
+	}
+	if than == "" {
+		return word
+	}
+	return word + " than " + than
+}
+
+func funcs(src source) template.FuncMap {
+	get := func(pkg, name, unit string) (float64, error) {
+		v, err := src.runs(pkg, name, unit)
+		return median(v), err
+	}
+	// diff is a − b of one unit's medians, in µs.
+	diff := func(pkg, a, b, unit string) (float64, error) {
+		x, y, err := pair(get, pkg, a, b, unit)
+		return (x - y) / 1000, err
+	}
+	return template.FuncMap{
 		"list": func(s ...string) []string { return s },
 		// ns, bytes, allocs, cpu: the median of one benchmark, formatted.
 		"ns":     func(pkg, name string) (string, error) { return fmtOf(get(pkg, name, "ns/op")) },
@@ -264,34 +351,41 @@ func run(goOut, loadDir, tmplPath, out, medians, command, goCmd, started string)
 			v, err := get(pkg, name, unit)
 			return num(v / 1000), err
 		},
+		// rangeus: the lowest and highest run of a unit, in µs ("L–H").
+		"rangeus": func(pkg, name, unit string) (string, error) {
+			v, err := src.runs(pkg, name, unit)
+			if err != nil {
+				return "", err
+			}
+			lo, hi := minMax(v)
+			return num(lo/1000) + "–" + num(hi/1000), nil
+		},
 		// ratio: a/b of one unit's medians, two decimals.
 		"ratio": func(pkg, a, b, unit string) (string, error) {
 			x, y, err := pair(get, pkg, a, b, unit)
 			return strconv.FormatFloat(x/y, 'f', 2, 64), err
 		},
-		// diffus: a − b of one unit's medians, in µs.
+		// diffus: a − b of one unit's medians, in µs, signed: for tables
+		// and for "a − b" expressions, never before "more than" (use than).
 		"diffus": func(pkg, a, b, unit string) (string, error) {
-			x, y, err := pair(get, pkg, a, b, unit)
-			return strconv.FormatFloat((x-y)/1000, 'f', 1, 64), err
+			v, err := diff(pkg, a, b, unit)
+			return strconv.FormatFloat(v, 'f', 1, 64), err
+		},
+		// than: a − b of one unit's medians worded by its sign, "5.7 µs
+		// more than X", "5.7 µs less than X" or "about the same as X
+		// (within 0.5 µs)"; an empty X drops "than X".
+		"than": func(pkg, a, b, unit, x string) (string, error) {
+			v, err := diff(pkg, a, b, unit)
+			return moreLess(v, x), err
+		},
+		// cmpus: the sign of a − b of one unit's medians (1, -1, or 0
+		// within 0.5 µs), for prose that explains a difference only
+		// where it has that sign: {{if eq (cmpus …) 1}}.
+		"cmpus": func(pkg, a, b, unit string) (int, error) {
+			v, err := diff(pkg, a, b, unit)
+			return signOf(v), err
 		},
 	}
-	tb, err := os.ReadFile(tmplPath)
-	if err != nil {
-		return err
-	}
-	t, err := template.New(filepath.Base(tmplPath)).Funcs(funcs).Option("missingkey=error").Parse(string(tb))
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	if err := t.Execute(&buf, d); err != nil {
-		return err
-	}
-	if out == "" {
-		_, err = os.Stdout.Write(buf.Bytes())
-		return err
-	}
-	return os.WriteFile(out, buf.Bytes(), 0o644)
 }
 
 // pair returns the medians of unit for benchmarks a and b of pkg.
