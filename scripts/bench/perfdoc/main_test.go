@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -53,6 +55,85 @@ func TestMoreLess(t *testing.T) {
 		}
 		if got := signOf(tc.d); got != tc.wantS {
 			t.Errorf("signOf(%v) = %d, want %d", tc.d, got, tc.wantS)
+		}
+	}
+}
+
+// fixture is a source of made-up runs: every benchmark the template
+// names has three runs (0.9, 1 and 1.1 × 10 µs) in every unit, unless
+// set says otherwise (its values are medians, in µs, given three runs
+// of ±10 %).
+type fixture map[string]float64
+
+func (f fixture) runs(pkg, name, unit string) ([]float64, error) {
+	v, ok := f[pkg+" "+name+" "+unit]
+	if !ok {
+		v = 10
+	}
+	return []float64{900 * v, 1000 * v, 1100 * v}, nil
+}
+
+// renderTemplate renders the real template with src and a load report.
+func renderTemplate(t *testing.T, src source) string {
+	t.Helper()
+	text, err := os.ReadFile("../performance.md.tmpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := doc{Date: "2026-12-02", Command: "make bench", GoCommand: "go test", GoVersion: "go1.26", CPU: "cpu", Medians: "medians",
+		LoadReport: "| target | measured | value | limit | verdict |\n|---|---|---:|---:|---|\n| x | m | 1.03 | 1.00 | reference only (the targets set this limit for the no-key variant only); would be met |",
+		LoadRan:    true}
+	out, err := render("performance.md.tmpl", string(text), d, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+// TestTemplateFollowsSign: the document's computed differences read
+// "more than" or "less than" by their sign, and the explanation of why
+// (d) costs more than (c) appears only where it does (a run rendered
+// "(d) costs -5.7 µs more than (c)", then explained the excess).
+func TestTemplateFollowsSign(t *testing.T) {
+	const cm, cpu = "caddymodule ", " cpu-ns/op"
+	badSign := regexp.MustCompile(`-[0-9][0-9.,]* µs\s+(more|less)`)
+	for _, tc := range []struct {
+		name      string
+		d, c, bd  float64 // cpu µs per request of (d), (c) and (bd)
+		want, not []string
+	}{
+		{"d above c", 130, 120, 90,
+			[]string{"(d) costs 10.0 µs more than (c). The per-stage benchmarks", "cold caches", "40.0 µs more than `bench_exchange`\n  serving the same exchange: that is the\n  gateway's own work"},
+			[]string{"is not above\n  (c)'s"}},
+		{"d below c", 116, 121.7, 90,
+			[]string{"(d) costs 5.7 µs less than (c). What (d) does beyond (c)", "(d)'s median is not above\n  (c)'s"},
+			[]string{"cold caches", "µs more than (c)"}},
+		{"d about c", 120.2, 120, 90,
+			[]string{"(d) costs about the same as (c) (within 0.5 µs). What (d) does beyond (c)"},
+			[]string{"cold caches"}},
+		{"d below bd", 85, 120, 90,
+			[]string{"5.0 µs less than `bench_exchange`\n  serving the same exchange: in this run the in-process benchmark does not\n  separate"},
+			[]string{"gateway's own work per presentation, the part an implementation"}},
+	} {
+		doc := renderTemplate(t, fixture{
+			cm + "Serve/d-present/nokey" + cpu: tc.d, cm + "Serve/c-tierB/nokey" + cpu: tc.c, cm + "Serve/bd-exchange" + cpu: tc.bd,
+			cm + "Serve/b-reverse_proxy" + cpu: 80, // reverse_proxy below bench_exchange: "less than"
+		})
+		if m := badSign.FindString(doc); m != "" {
+			t.Errorf("%s: a negative difference worded as more or less: %q", tc.name, m)
+		}
+		if !strings.Contains(doc, "`reverse_proxy` itself costs\n  10.0 µs less than `bench_exchange`") {
+			t.Errorf("%s: reverse_proxy against bench_exchange not worded by its sign", tc.name)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(doc, w) {
+				t.Errorf("%s: document lacks %q", tc.name, w)
+			}
+		}
+		for _, w := range tc.not {
+			if strings.Contains(doc, w) {
+				t.Errorf("%s: document has %q", tc.name, w)
+			}
 		}
 	}
 }
