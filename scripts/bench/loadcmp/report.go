@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -368,6 +369,8 @@ func (r *results) markdown(scens []*scenario) string {
 		fmt.Fprintf(&b, "| %s | %s (%d) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			s.Letter, s.Label, s.Want, v, tput, rb, ra, tp50, tp99, cpu, cpub, rate, fp50, fp99, a50, a99, p99)
 	}
+	r.unexpected(&b, scens)
+	r.shortRuns(&b, scens)
 	r.machineTime(&b, scens)
 	if len(r.Targets) == 0 {
 		b.WriteString("\nNo target of issue 7 applies to the scenarios of this run (the targets need c/nokey, d/nokey, c/ed25519, d/ed25519, e1 with e3, f, and g with d).\n")
@@ -452,4 +455,129 @@ func (r *results) machineTime(b *strings.Builder, scens []*scenario) {
 	fmt.Fprintf(b, "\nMachine time per request in the throughput runs, µs (medians over runs): the %d CPUs' time per answered request (%d ÷ throughput), and where it went.\n\n", ncpu, ncpu)
 	b.WriteString("| | variant | machine | Caddy | upstream | vegeta | other work | idle |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	b.WriteString(strings.Join(rows, "\n") + "\n")
+}
+
+// unexpected writes, over every run of the report (both phases; not the
+// warm-up, the sanity check or the profiles), the requests that did not
+// get their scenario's expected status, per scenario: the statuses they
+// got instead and, for those with no answer (status 0), vegeta's errors.
+// A run fails outright below 99 % expected answers (driver.one), so up
+// to 1 % of a run can go wrong without stopping the comparison; this
+// says whether any did.
+func (r *results) unexpected(b *strings.Builder, scens []*scenario) {
+	var rows []string
+	for _, s := range scens {
+		n, bad := 0, 0
+		codes, errs := map[int]int{}, map[string]int{}
+		for _, phase := range []string{"tput", "fixed"} {
+			for _, rr := range r.Runs[phase+"|"+s.Key] {
+				st := rr.Stats
+				n += st.Requests
+				bad += st.Requests - st.OK
+				for c, k := range st.Codes {
+					if c != s.Want {
+						codes[c] += k
+					}
+				}
+				for e, k := range st.Errors {
+					errs[e] += k
+				}
+			}
+		}
+		if bad == 0 {
+			continue
+		}
+		var parts []string
+		for _, c := range sortedKeys(codes) {
+			if c == 0 {
+				parts = append(parts, fmt.Sprintf("no answer ×%d", codes[c]))
+				continue
+			}
+			parts = append(parts, fmt.Sprintf("status %d ×%d", c, codes[c]))
+		}
+		var es []string
+		for e := range errs {
+			es = append(es, e)
+		}
+		sort.Strings(es)
+		for _, e := range es {
+			parts = append(parts, fmt.Sprintf("`%s` ×%d", strings.NewReplacer("|", "\\|", "`", "'", "\n", " ").Replace(e), errs[e]))
+		}
+		v := s.Variant
+		if v == "" {
+			v = "—"
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %s | %d | %d | %d | %s |", s.Letter, v, s.Want, n, bad, strings.Join(parts, "; ")))
+	}
+	if len(rows) == 0 {
+		b.WriteString("\nEvery request of every run got its expected status.\n")
+		return
+	}
+	b.WriteString("\nRequests that did not get their scenario's expected status, over all runs of this report (a run with more than 1 % of them stops the comparison):\n\n")
+	b.WriteString("| | variant | expected | requests | not expected | got instead |\n|---|---|---:|---:|---:|---|\n")
+	b.WriteString(strings.Join(rows, "\n") + "\n")
+}
+
+func sortedKeys(m map[int]int) []int {
+	var k []int
+	for c := range m {
+		k = append(k, c)
+	}
+	sort.Ints(k)
+	return k
+}
+
+// shortRuns says how many fixed-rate runs made fewer requests than
+// rate × duration, and why: vegeta v12.13.0's attack loop (lib/attack.go)
+// checks -duration only at the top of each iteration, before its
+// constant pacer (lib/pacer.go) says when to send the next request, and
+// that pacer sends request i (from 1) at i ÷ rate. The last of rate ×
+// duration requests is therefore due just when -duration ends; if the
+// request before it left more than one interval late, the check that
+// follows already finds the duration past and the run ends short.
+func (r *results) shortRuns(b *strings.Builder, scens []*scenario) {
+	fixedS, slowS := metaFloat(r.Meta["fixed_s"]), metaFloat(r.Meta["slow_s"])
+	runs, short, missing, most := 0, 0, 0, 0
+	for _, s := range scens {
+		dur := fixedS
+		if s.Letter == "e1" || s.Letter == "e3" {
+			dur = slowS
+		}
+		if s.Rate <= 0 || dur <= 0 {
+			continue
+		}
+		want := int(math.Ceil(float64(s.Rate) * dur))
+		for _, rr := range r.Runs["fixed|"+s.Key] {
+			runs++
+			if d := want - rr.Stats.Requests; d > 0 {
+				short++
+				missing += d
+				most = max(most, d)
+			}
+		}
+	}
+	if short == 0 {
+		return
+	}
+	rate := metaFloat(r.Meta["rate"])
+	interval := ""
+	if rate > 0 {
+		interval = fmt.Sprintf(": %s ms at %.0f req/s", strconv.FormatFloat(1000/rate, 'g', 3, 64), rate)
+	}
+	fmt.Fprintf(b, "\n%d of the %d fixed-rate runs made fewer requests than rate × duration (%d fewer in all, at most %d in one run), so a pool of runs can hold fewer requests than rate × duration × runs. "+
+		"vegeta's constant pacer sends a run's i-th request at i ÷ rate, so the last one is due just as `-duration` ends, and vegeta checks the duration only before pacing each request: "+
+		"when a run is behind that schedule as the duration ends (the request before the last sent more than one interval late%s), that check finds the duration past and the run ends without the requests still due.\n",
+		short, runs, missing, most, interval)
+}
+
+// metaFloat reads a number of results.Meta as the driver sets it (int or
+// float64) or as results.json gives it back (float64); 0 otherwise.
+func metaFloat(v any) float64 {
+	switch n := v.(type) {
+	case int:
+		return float64(n)
+	case float64:
+		return n
+	}
+	return 0
 }

@@ -248,3 +248,64 @@ func TestMachineTime(t *testing.T) {
 		t.Errorf("no nproc and no runs: want no table, got %q", sb.String())
 	}
 }
+
+// TestUnexpectedAndShortRuns: the report says, over all runs, which
+// requests did not get their scenario's status (and what they got), or
+// that every one did; and how many fixed-rate runs made fewer requests
+// than rate × duration, with vegeta's reason (a pool read "15999
+// requests of the (b) runs" where 16000 were expected, unexplained).
+func TestUnexpectedAndShortRuns(t *testing.T) {
+	b := &scenario{Key: "b", Letter: "b", Want: 200, Rate: 1000}
+	f := &scenario{Key: "f/nokey", Letter: "f", Variant: vNoKey, Want: 464, Rate: 1000}
+	e1 := &scenario{Key: "e1/nokey", Letter: "e1", Variant: vNoKey, Want: 200, Rate: 200}
+	scens := []*scenario{b, f, e1}
+	build := func(bad bool) *results {
+		r := &results{Meta: map[string]any{"fixed_s": 2.0, "slow_s": 3, "rate": 1000}, Runs: map[string][]*runResult{}}
+		for round := range 2 {
+			r.add("tput", b, round, &stats{Requests: 9000, OK: 9000, Codes: map[int]int{200: 9000}}, nil)
+			ft := &stats{Requests: 9000, OK: 9000, Codes: map[int]int{464: 9000}}
+			if bad && round == 1 {
+				ft = &stats{Requests: 9000, OK: 8990, Codes: map[int]int{464: 8990, 502: 7, 0: 3}, Errors: map[string]int{"read: connection reset | peer": 3}}
+			}
+			r.add("tput", f, round, ft, nil)
+			// (b) around the fixed-rate runs: one run of round 0 is one
+			// request short; (e1) makes 200 × 3 s.
+			nb := 2000
+			if round == 0 {
+				nb = 1999
+			}
+			r.add("fixed", b, round, &stats{Requests: nb, OK: nb, Codes: map[int]int{200: nb}}, nil)
+			r.add("fixed", b, round, &stats{Requests: 2000, OK: 2000, Codes: map[int]int{200: 2000}}, nil)
+			r.add("fixed", e1, round, &stats{Requests: 600, OK: 600, Codes: map[int]int{200: 600}}, nil)
+		}
+		return r
+	}
+	var sb strings.Builder
+	r := build(true)
+	r.unexpected(&sb, scens)
+	r.shortRuns(&sb, scens)
+	out := sb.String()
+	for _, want := range []string{
+		"| | variant | expected | requests | not expected | got instead |",
+		"| f | nokey | 464 | 18000 | 10 | no answer ×3; status 502 ×7; `read: connection reset \\| peer` ×3 |",
+		"1 of the 6 fixed-rate runs made fewer requests than rate × duration (1 fewer in all, at most 1 in one run)",
+		"vegeta checks the duration only before pacing each request",
+		"more than one interval late: 1 ms at 1000 req/s)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "| b |") || strings.Contains(out, "Every request") {
+		t.Errorf("(b) had no unexpected answer, yet:\n%s", out)
+	}
+
+	sb.Reset()
+	r = build(false)
+	r.Runs["fixed|b"][0].Stats.Requests, r.Runs["fixed|b"][0].Stats.OK = 2000, 2000
+	r.summarize(scens)
+	md := r.markdown(scens)
+	if !strings.Contains(md, "\nEvery request of every run got its expected status.\n") || strings.Contains(md, "fixed-rate runs made fewer") {
+		t.Errorf("a clean run, report:\n%s", md)
+	}
+}
