@@ -1357,12 +1357,11 @@ func (h *Handler) claim(x *exchange, req *request) bool {
 	if req.idemKey == "" {
 		return true
 	}
-	// A presentation's fingerprint holds the contract it presents: the
-	// key of the gate request that minted a 461 (or 263) contract, reused
-	// to confirm it, is refused as reused, not answered with the stored
-	// 461 while the contract stays pending.
-	fp := idempotency.FingerprintPresenting(x.r.Method, x.fingerprintTarget(), x.presentedID, req.raw)
-	outcome, resp, c := h.st.idem.Claim(req.caller.Agent.ID, req.idemKey, fp)
+	fp := idempotency.Fingerprint(x.r.Method, x.fingerprintTarget(), req.raw)
+	// A presentation that confirms the 461 its key stored runs the
+	// contract under the key instead of replaying the preview
+	// (ClaimConfirming); any other presentation is claimed as a repeat.
+	outcome, resp, c := h.st.idem.ClaimConfirming(req.caller.Agent.ID, req.idemKey, fp, x.presentedID)
 	h.metrics.setIdempotencyRecords(h.st.idem.Len())
 	switch outcome {
 	case idempotency.Execute:
@@ -1373,11 +1372,7 @@ func (h *Handler) claim(x *exchange, req *request) bool {
 		x.replay(resp)
 	case idempotency.Mismatch:
 		h.metrics.idempotency("conflict")
-		expl := "this Idempotency-Key was used for a different request (method, target or body); use a new key"
-		if x.presentedID != "" {
-			expl = "this Idempotency-Key was used for a different request (method, target, body or presented contract); presenting a contract, a 461 confirmation included, is a new request: use a new key"
-		}
-		x.fail(errorf(422, "idempotency-key-reused", expl))
+		x.fail(errorf(422, "idempotency-key-reused", "this Idempotency-Key was used for a different request (method, target or body); use a new key"))
 	case idempotency.InFlight:
 		h.metrics.idempotency("in_flight")
 		x.fail(&wireError{Status: 409, Reason: "idempotency-key-in-flight", Explanation: "a request with this Idempotency-Key is still running; retry after it completes", Retryable: true})

@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -764,13 +765,21 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 
 // TestConfirmWithTheGateRequestsKey: in confirm-first mode, presenting
 // the 461 contract with the Idempotency-Key of the gate request that
-// minted it is a key reused for a different request (422
-// idempotency-key-reused), not a replay of the stored 461: the contract
-// stays pending, and presenting it with a new key runs it. A repeat of
-// the gate request itself with its key still replays the 461.
+// minted it confirms it (spec §13.4): the contract runs under the key,
+// instead of the stored 461 being replayed while the contract stayed
+// pending for the whole idempotency window (fresh-user review). A
+// confirmation refused before it runs leaves the preview stored; once
+// one ran, every repeat with the key, by presentation or by pair,
+// replays its 200, and the upstream was called once.
 func TestConfirmWithTheGateRequestsKey(t *testing.T) {
-	up := benchUpstream(t)
-	h := benchHandlerWith(t, up.URL, false, "", "", func(h *Handler) { h.Mode = ModeConfirmFirst })
+	var calls atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"1","name":"bench item","price":12.5}`)
+	})
+	h := benchHandlerWith(t, loopbackServer(t, mux).URL, false, "", "", func(h *Handler) { h.Mode = ModeConfirmFirst })
 	serve := func(hdr map[string]string) *discardWriter {
 		t.Helper()
 		w := &discardWriter{hdr: http.Header{}}
@@ -779,44 +788,56 @@ func TestConfirmWithTheGateRequestsKey(t *testing.T) {
 		}
 		return w
 	}
+	const key = "k-gate"
 	gate := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read", "Allow-RCNS": "true",
-		"Content-Type": "application/json", "Idempotency-Key": "k-gate"}
-	w := serve(gate)
-	if w.status != 461 {
+		"Content-Type": "application/json", "Idempotency-Key": key}
+	if w := serve(gate); w.status != 461 {
 		t.Fatalf("synthesis: status %d, want 461: %s", w.status, w.head)
 	}
-	var c *recipes.Contract
-	for _, k := range h.st.contracts.List(benchAgent) {
-		if k.Path == "/item/cf-key" {
-			c = k
-		}
+	cs := h.st.contracts.List(benchAgent)
+	if len(cs) != 1 {
+		t.Fatalf("%d contracts after the 461, want 1", len(cs))
 	}
-	if c == nil {
-		t.Fatal("no contract for /item/cf-key")
+	c := cs[0]
+	replayed := func(w *discardWriter) bool { return w.hdr.Get("Idempotent-Replayed") == "true" }
+	if w := serve(gate); w.status != 461 || !replayed(w) || len(h.st.contracts.List(benchAgent)) != 1 {
+		t.Fatalf("gate request repeated with its key: status %d, replayed %v, %d contracts; want the stored 461 and one contract",
+			w.status, replayed(w), len(h.st.contracts.List(benchAgent)))
 	}
-	id := c.SynthesisID
-	if again := serve(gate); again.status != 461 || again.hdr.Get("Idempotent-Replayed") != "true" || len(h.st.contracts.List(benchAgent)) != 1 {
-		t.Fatalf("gate request repeated with its key: status %d, Idempotent-Replayed %q, %d contracts; want the stored 461 and one contract",
-			again.status, again.hdr.Get("Idempotent-Replayed"), len(h.st.contracts.List(benchAgent)))
+	present := func(scope string) *discardWriter {
+		return serve(map[string]string{"Agent-ID": benchAgent, "Authority-Scope": scope, "Content-Type": "application/json",
+			"Contract-Synthesized": c.SynthesisID, "Idempotency-Key": key})
 	}
-	present := func(key string) *discardWriter {
-		return serve(map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read", "Content-Type": "application/json",
-			"Contract-Synthesized": id, "Idempotency-Key": key})
+	// Refused before the plan (its scope missing): the preview stays.
+	if w := present("rcns:negotiate"); w.status != policy.StatusAuthorizationRequired {
+		t.Fatalf("confirmation without bench:read: status %d, want 262: %s", w.status, w.head)
 	}
-	w = present("k-gate")
-	var body struct{ Reason, Explanation string }
-	_ = json.Unmarshal(w.head, &body)
-	if w.status != 422 || body.Reason != "idempotency-key-reused" || !strings.Contains(body.Explanation, "use a new key") {
-		t.Fatalf("confirmation with the gate request's key: status %d, reason %q (%s); want 422 idempotency-key-reused", w.status, body.Reason, body.Explanation)
+	if w := serve(gate); w.status != 461 || !replayed(w) {
+		t.Fatalf("gate repeat after a refused confirmation: status %d, replayed %v; want the stored 461", w.status, replayed(w))
 	}
 	if st := h.st.contracts.State(c); st != recipes.StatePending {
 		t.Errorf("after the refused confirmation the contract is %s, want pending", st)
 	}
-	if w := present("k-confirm"); w.status != 200 {
-		t.Fatalf("confirmation with a new key: status %d, want 200: %s", w.status, w.head)
+	w := present("bench:read")
+	if w.status != 200 || replayed(w) || w.hdr.Get("Contract-Synthesized") != c.SynthesisID {
+		t.Fatalf("confirmation with the gate request's key: status %d, replayed %v, contract %q; want 200 run under %s: %s",
+			w.status, replayed(w), w.hdr.Get("Contract-Synthesized"), c.SynthesisID, w.head)
 	}
-	if w := present("k-confirm"); w.status != 200 || w.hdr.Get("Idempotent-Replayed") != "true" {
-		t.Errorf("confirmation repeated with its key: status %d, Idempotent-Replayed %q; want the stored 200", w.status, w.hdr.Get("Idempotent-Replayed"))
+	if st := h.st.contracts.State(c); st != recipes.StateActive {
+		t.Errorf("after the confirmation the contract is %s, want active", st)
+	}
+	for name, hdr := range map[string]map[string]string{
+		"presentation": {"Agent-ID": benchAgent, "Authority-Scope": "bench:read", "Content-Type": "application/json", "Contract-Synthesized": c.SynthesisID, "Idempotency-Key": key},
+		"gate repeat":  gate,
+		"by pair":      {"Agent-ID": benchAgent, "Authority-Scope": "bench:read", "Content-Type": "application/json", "Idempotency-Key": key},
+	} {
+		if w := serve(hdr); w.status != 200 || !replayed(w) || w.hdr.Get("Contract-Synthesized") != c.SynthesisID {
+			t.Errorf("%s with the key after the confirmation: status %d, replayed %v, contract %q; want its 200 replayed",
+				name, w.status, replayed(w), w.hdr.Get("Contract-Synthesized"))
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("upstream called %d times, want once (by the confirmation)", n)
 	}
 }
 

@@ -53,8 +53,7 @@ type exchange struct {
 	r     *http.Request
 	query url.Values // the request query, parsed and checked once (parseQuery)
 	// presentedID is the synthesis id of the contract the request
-	// presents (Contract-Synthesized, §10 step 7), "" when none: part
-	// of its Idempotency-Key fingerprint (claim).
+	// presents (Contract-Synthesized, §10 step 7), "" when none (claim).
 	presentedID string
 	taskID      string
 	requestID   string
@@ -252,7 +251,11 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 					h[k] = v
 				}
 			}
-			x.claim.Complete(idempotency.Response{Status: status, Header: h, Body: raw, Contract: x.contract})
+			resp := idempotency.Response{Status: status, Header: h, Body: raw, Contract: x.contract}
+			if status == policy.StatusContractAvailable && x.minted != nil {
+				resp.Previewed = x.minted.SynthesisID // its confirmation may take the key over (claim)
+			}
+			x.claim.Complete(resp)
 		} else {
 			x.claim.Abandon()
 		}

@@ -286,6 +286,23 @@ func TestIdempotencyConfirmFirst(t *testing.T) {
 	r = w.book(t, agentA1, scopeAll, "Allow-RCNS", "true", "Idempotency-Key", "preview-1")
 	assertReplay(t, first, r)
 	w.assertReservations(t, 0)
+
+	// Confirming the preview with the same key runs the contract (spec
+	// §13.4): it was answered with the stored 461 and never ran. Its
+	// answer then replaces the preview under the key, for the gate
+	// repeat and the presentation alike; one reservation is made.
+	id := str(b, "synthesis_id")
+	confirm := w.book(t, agentA1, scopeAll, "Contract-Synthesized", id, "Idempotency-Key", "preview-1")
+	wantStatus(t, confirm, 200)
+	assertExecuted(t, confirm)
+	w.assertReservations(t, 1)
+	for _, h := range [][]string{
+		{"Contract-Synthesized", id, "Idempotency-Key", "preview-1"},
+		{"Allow-RCNS", "true", "Idempotency-Key", "preview-1"},
+	} {
+		assertReplay(t, confirm, w.book(t, agentA1, scopeAll, h...))
+	}
+	w.assertReservations(t, 1)
 }
 
 // idempotency_max_per_agent 2: an agent over its share gets 503

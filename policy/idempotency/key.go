@@ -86,23 +86,6 @@ func ParseKey(header string) (string, error) {
 // returned string (it runs on every answer: the Attribution-Record's
 // request_hash has this framing too).
 func Fingerprint(method, target string, body []byte) string {
-	return fingerprint(method, target, "", body)
-}
-
-// FingerprintPresenting is Fingerprint for a request that presents a
-// contract (Contract-Synthesized, RCNS §10 step 7): the contract's
-// synthesis id is part of what the request asks for, so a key first
-// used for the gate request that minted a 461 or 263 contract, and
-// reused to present that contract, is a key reused for a different
-// request (Claim answers Mismatch) instead of replaying the earlier
-// answer. The id is framed as a fourth length-prefixed part between the
-// target and the body digest; with synthesisID empty the result is
-// Fingerprint's, byte for byte.
-func FingerprintPresenting(method, target, synthesisID string, body []byte) string {
-	return fingerprint(method, target, synthesisID, body)
-}
-
-func fingerprint(method, target, synthesisID string, body []byte) string {
 	bodySum := sha256.Sum256(body)
 	var small [256]byte
 	b := small[:0]
@@ -110,10 +93,6 @@ func fingerprint(method, target, synthesisID string, body []byte) string {
 	b = append(b, method...)
 	b = binary.BigEndian.AppendUint64(b, uint64(len(target)))
 	b = append(b, target...)
-	if synthesisID != "" {
-		b = binary.BigEndian.AppendUint64(b, uint64(len(synthesisID)))
-		b = append(b, synthesisID...)
-	}
 	b = binary.BigEndian.AppendUint64(b, sha256.Size)
 	b = append(b, bodySum[:]...)
 	sum := sha256.Sum256(b)

@@ -178,39 +178,3 @@ func TestFingerprintFraming(t *testing.T) {
 		t.Error("moving a byte from the method into the target left the fingerprint unchanged")
 	}
 }
-
-// FingerprintPresenting frames the presented contract's synthesis id as
-// a fourth part between the target and the body digest; without one it
-// is Fingerprint itself, so no stored record of a request that presents
-// no contract changes its fingerprint.
-func TestFingerprintPresenting(t *testing.T) {
-	want := func(method, target, id string, body []byte) string {
-		bodySum := sha256.Sum256(body)
-		h := sha256.New()
-		for _, part := range [][]byte{[]byte(method), []byte(target), []byte(id), bodySum[:]} {
-			var n [8]byte
-			binary.BigEndian.PutUint64(n[:], uint64(len(part)))
-			h.Write(n[:])
-			h.Write(part)
-		}
-		return hex.EncodeToString(h.Sum(nil))
-	}
-	const body = `{"parameters":{"item_id":"1"}}`
-	for _, tc := range []struct{ method, target, id string }{
-		{"BOOK", "/room", "syn-e2Zz0123456789abcdef"},
-		{"LOOKUP", "/" + strings.Repeat("p", 300), strings.Repeat("s", 128)},
-	} {
-		if got, w := FingerprintPresenting(tc.method, tc.target, tc.id, []byte(body)), want(tc.method, tc.target, tc.id, []byte(body)); got != w {
-			t.Errorf("%s %.20s… %s: FingerprintPresenting %s, want %s", tc.method, tc.target, tc.id, got, w)
-		}
-		if FingerprintPresenting(tc.method, tc.target, tc.id, []byte(body)) == Fingerprint(tc.method, tc.target, []byte(body)) {
-			t.Errorf("%s %s: presenting %s left the fingerprint of the bare request unchanged", tc.method, tc.target, tc.id)
-		}
-	}
-	if got, w := FingerprintPresenting("BOOK", "/room", "", []byte(body)), Fingerprint("BOOK", "/room", []byte(body)); got != w {
-		t.Errorf("no presented contract: FingerprintPresenting %s, want Fingerprint's %s", got, w)
-	}
-	if FingerprintPresenting("BOOK", "/room", "syn-a", nil) == FingerprintPresenting("BOOK", "/room", "syn-b", nil) {
-		t.Error("two presented contracts gave one fingerprint")
-	}
-}

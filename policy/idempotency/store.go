@@ -56,6 +56,10 @@ type Response struct {
 	// as the first answer did: its Attribution-Record carries these
 	// fields again (RCNS §12.2, §16.1).
 	Contract ContractRef
+	// Previewed is the synthesis id of the contract a 461 preview offers
+	// (minted, not run, so not in Contract); "" for any other answer.
+	// ClaimConfirming reads it.
+	Previewed string
 }
 
 // ContractRef is what an answer says of the contract it ran: the
@@ -70,7 +74,7 @@ type ContractRef struct {
 // clone returns a deep copy of r keeping only the storedHeaders, with
 // canonical names.
 func (r Response) clone() *Response {
-	c := &Response{Status: r.Status, Contract: r.Contract}
+	c := &Response{Status: r.Status, Contract: r.Contract, Previewed: r.Previewed}
 	for k, v := range r.Header {
 		k = http.CanonicalHeaderKey(k)
 		if slices.Contains(storedHeaders, k) {
@@ -218,6 +222,40 @@ func (s *Store) Limits() Limits { return s.limits }
 func (s *Store) Claim(agentID, key, fp string) (Outcome, *Response, *Claim) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.claimLocked(agentID, key, fp)
+}
+
+// PreviewStatus is the status of a confirm-first preview (RCNS §13.3,
+// 461): the answer ClaimConfirming lets a presentation supersede.
+const PreviewStatus = 461
+
+// ClaimConfirming is Claim for a request that presents the contract
+// synthesisID (RCNS §10 step 7). When the key holds, for the same
+// fingerprint, the stored 461 preview of that very contract, the
+// presentation is its confirmation (§13.4), not a repeat of the gate
+// request: replaying the preview would leave the contract pending and
+// the confirmation unrun for the whole window. The record goes back in
+// flight under the returned claim (Execute), the preview kept aside:
+// Claim.Complete replaces it with the confirmation's answer, which
+// later repeats with the key replay; Claim.Abandon (the presentation was
+// refused before it ran) restores the preview as it was, expiry
+// included. Concurrent confirmations with the key meet InFlight as for
+// any claim. Every other case is Claim's: a stored 263, another
+// contract's preview, or any other answer is replayed.
+func (s *Store) ClaimConfirming(agentID, key, fp, synthesisID string) (Outcome, *Response, *Claim) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.byAgent[agentID][key]; ok && synthesisID != "" && r.fp == fp && r.resp != nil &&
+		r.resp.Status == PreviewStatus && r.resp.Previewed == synthesisID && s.now().Before(r.expires) {
+		c := &Claim{store: s, rec: r, preview: r.resp, previewExpires: r.expires}
+		r.resp, r.claim = nil, c
+		return Execute, nil, c
+	}
+	return s.claimLocked(agentID, key, fp)
+}
+
+// claimLocked is Claim with s.mu held.
+func (s *Store) claimLocked(agentID, key, fp string) (Outcome, *Response, *Claim) {
 	now := s.now()
 	s.prune(now)
 
@@ -304,6 +342,11 @@ func (s *Store) owns(c *Claim) bool {
 type Claim struct {
 	store *Store
 	rec   *record
+	// preview is the stored 461 a confirming presentation took over
+	// (ClaimConfirming), restored by Abandon with its expiry; nil for a
+	// claim of a new key.
+	preview        *Response
+	previewExpires time.Time
 }
 
 // Complete stores resp (whatever its status) for replay during the
@@ -332,8 +375,10 @@ func (c *Claim) Complete(resp Response) {
 
 // Abandon releases the in-flight hold without storing anything (the
 // request was refused before execution); the next Claim of the key
-// executes again. A call after Complete, a second call, or a call after
-// the claim expired is a no-op.
+// executes again. A claim from ClaimConfirming instead restores the 461
+// preview it took over, with its expiry, so the key replays it again. A
+// call after Complete, a second call, or a call after the claim expired
+// is a no-op.
 func (c *Claim) Abandon() {
 	if c == nil {
 		return
@@ -342,6 +387,11 @@ func (c *Claim) Abandon() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.owns(c) {
+		return
+	}
+	if c.preview != nil {
+		r := c.rec
+		r.resp, r.claim, r.expires = c.preview, nil, c.previewExpires
 		return
 	}
 	s.remove(c.rec)

@@ -395,3 +395,76 @@ func TestOutcomeString(t *testing.T) {
 		})
 	}
 }
+
+// ClaimConfirming: a presentation of the contract whose 461 preview the
+// key stored (same fingerprint) takes the key over instead of replaying
+// the preview. Abandon restores the preview with its expiry; Complete
+// replaces it, and the key then replays the confirmation's answer. A
+// stored 263, another contract's preview, another fingerprint and a
+// presentation of nothing keep Claim's outcomes.
+func TestClaimConfirming(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{Window: time.Hour}, clk.Now)
+	preview := Response{Status: PreviewStatus, Body: []byte(`{"status":461}`), Previewed: "syn-1"}
+	mustExecute(t, s, "a", "k", fpA).Complete(preview)
+	expires := s.byAgent["a"]["k"].expires
+
+	if o, resp, _ := s.ClaimConfirming("a", "k", fpA, ""); o != Replay || resp.Status != PreviewStatus {
+		t.Fatalf("no contract presented: %v %v; want the 461 replayed", o, resp)
+	}
+	if o, resp, _ := s.ClaimConfirming("a", "k", fpA, "syn-2"); o != Replay || resp.Status != PreviewStatus {
+		t.Fatalf("another contract presented: %v %v; want the 461 replayed", o, resp)
+	}
+	if o, _, _ := s.ClaimConfirming("a", "k", fpB, "syn-1"); o != Mismatch {
+		t.Fatalf("another body: %v; want mismatch", o)
+	}
+	if o, _, _ := s.ClaimConfirming("b", "k", fpA, "syn-1"); o != Execute {
+		t.Fatalf("another agent's key: %v; want execute (unrelated)", o)
+	}
+
+	// Refused before it ran: the preview is back, as it was.
+	clk.Advance(time.Minute)
+	o, _, c := s.ClaimConfirming("a", "k", fpA, "syn-1")
+	if o != Execute || c == nil {
+		t.Fatalf("confirmation: %v; want execute", o)
+	}
+	if o, _, _ := s.Claim("a", "k", fpA); o != InFlight {
+		t.Fatalf("while the confirmation runs: %v; want in-flight", o)
+	}
+	if o, _, _ := s.ClaimConfirming("a", "k", fpA, "syn-1"); o != InFlight {
+		t.Fatalf("a second confirmation while the first runs: %v; want in-flight", o)
+	}
+	c.Abandon()
+	if o, resp, _ := s.Claim("a", "k", fpA); o != Replay || !bytes.Equal(resp.Body, preview.Body) || resp.Previewed != "syn-1" {
+		t.Fatalf("after an abandoned confirmation: %v %+v; want the preview replayed", o, resp)
+	}
+	if got := s.byAgent["a"]["k"].expires; !got.Equal(expires) {
+		t.Errorf("restored preview expires %v, want its own %v", got, expires)
+	}
+	if s.Len() != 2 {
+		t.Errorf("Len = %d, want 2 (a's record and b's claim)", s.Len())
+	}
+
+	// Run: the answer replaces the preview, for every later repeat.
+	_, _, c = s.ClaimConfirming("a", "k", fpA, "syn-1")
+	c.Complete(Response{Status: 200, Body: []byte(`{"status":200}`), Contract: ContractRef{SynthesisID: "syn-1"}})
+	for _, presented := range []string{"", "syn-1"} {
+		if o, resp, _ := s.ClaimConfirming("a", "k", fpA, presented); o != Replay || resp.Status != 200 || resp.Contract.SynthesisID != "syn-1" {
+			t.Fatalf("after the confirmation ran, presenting %q: %v %+v; want its 200 replayed", presented, o, resp)
+		}
+	}
+
+	// A stored 263 (it ran, and names its contract) is replayed to a
+	// presentation of that contract: nothing runs twice.
+	mustExecute(t, s, "a", "k263", fpA).Complete(Response{Status: 263, Contract: ContractRef{SynthesisID: "syn-3"}})
+	if o, resp, _ := s.ClaimConfirming("a", "k263", fpA, "syn-3"); o != Replay || resp.Status != 263 {
+		t.Fatalf("presenting a 263's contract with its key: %v %v; want the 263 replayed", o, resp)
+	}
+
+	// An expired preview is not taken over: the key is new again.
+	mustExecute(t, s, "a", "kold", fpA).Complete(preview)
+	clk.Advance(2 * time.Hour)
+	if o, _, c := s.ClaimConfirming("a", "kold", fpA, "syn-1"); o != Execute || c.preview != nil {
+		t.Fatalf("expired preview: %v (preview kept: %v); want a fresh execute", o, c != nil && c.preview != nil)
+	}
+}
