@@ -380,7 +380,6 @@ func (h *Handler) serve(x *exchange) {
 		return
 	}
 	if presented {
-		x.presentedID = id
 		h.present(x, req, id)
 		return
 	}
@@ -1106,6 +1105,12 @@ func (h *Handler) present(x *exchange, req *request, id string) {
 		x.fail(errorf(404, "contract-not-found", fmt.Sprintf("the presented contract serves %s %s, not this pair", c.Method, c.Path)))
 		return
 	}
+	if req.idemKey != "" && h.st.contracts.State(c) == recipes.StatePending {
+		// Still pending: this presentation may be the confirmation of
+		// the 461 its key stored (claim). A contract already confirmed
+		// under another key is not run again by its preview's key.
+		x.confirming = c.SynthesisID
+	}
 	h.runContract(x, req, c, viaSynthesisID)
 }
 
@@ -1361,7 +1366,7 @@ func (h *Handler) claim(x *exchange, req *request) bool {
 	// A presentation that confirms the 461 its key stored runs the
 	// contract under the key instead of replaying the preview
 	// (ClaimConfirming); any other presentation is claimed as a repeat.
-	outcome, resp, c := h.st.idem.ClaimConfirming(req.caller.Agent.ID, req.idemKey, fp, x.presentedID)
+	outcome, resp, c := h.st.idem.ClaimConfirming(req.caller.Agent.ID, req.idemKey, fp, x.confirming)
 	h.metrics.setIdempotencyRecords(h.st.idem.Len())
 	switch outcome {
 	case idempotency.Execute:
@@ -1372,7 +1377,11 @@ func (h *Handler) claim(x *exchange, req *request) bool {
 		x.replay(resp)
 	case idempotency.Mismatch:
 		h.metrics.idempotency("conflict")
-		x.fail(errorf(422, "idempotency-key-reused", "this Idempotency-Key was used for a different request (method, target or body); use a new key"))
+		expl := "this Idempotency-Key was used for a different request (method, target or body); use a new key"
+		if x.confirming != "" {
+			expl = "this Idempotency-Key was used for a different request (method, target or body, or the 461 preview of another contract); use a new key"
+		}
+		x.fail(errorf(422, "idempotency-key-reused", expl))
 	case idempotency.InFlight:
 		h.metrics.idempotency("in_flight")
 		x.fail(&wireError{Status: 409, Reason: "idempotency-key-in-flight", Explanation: "a request with this Idempotency-Key is still running; retry after it completes", Retryable: true})

@@ -841,6 +841,76 @@ func TestConfirmWithTheGateRequestsKey(t *testing.T) {
 	}
 }
 
+// TestConfirmingKeyAcrossContracts: a key holding contract A's 461 is
+// not used to run contract B (422 idempotency-key-reused, B stays
+// pending), and a contract already confirmed under a new key is not run
+// again by its preview's key (the preview is replayed): nothing runs
+// twice whichever keys an agent mixes (second fresh-user review).
+func TestConfirmingKeyAcrossContracts(t *testing.T) {
+	var calls atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"1","name":"bench item","price":12.5}`)
+	})
+	h := benchHandlerWith(t, loopbackServer(t, mux).URL, false, "", "", func(h *Handler) { h.Mode = ModeConfirmFirst })
+	serve := func(hdr map[string]string) *discardWriter {
+		t.Helper()
+		w := &discardWriter{hdr: http.Header{}}
+		if err := h.ServeHTTP(w, benchRequest(w, "LOOKUP", "/item/cf-mix", `{"parameters":{"item_id":"1"}}`, hdr), notFound); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	gate := func(key string) string {
+		t.Helper()
+		before := map[string]bool{}
+		for _, c := range h.st.contracts.List(benchAgent) {
+			before[c.SynthesisID] = true
+		}
+		w := serve(map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read", "Allow-RCNS": "true",
+			"Content-Type": "application/json", "Idempotency-Key": key})
+		if w.status != 461 {
+			t.Fatalf("gate with %s: status %d, want 461: %s", key, w.status, w.head)
+		}
+		for _, c := range h.st.contracts.List(benchAgent) {
+			if !before[c.SynthesisID] {
+				return c.SynthesisID
+			}
+		}
+		t.Fatalf("gate with %s minted no contract", key)
+		return ""
+	}
+	present := func(id, key string) *discardWriter {
+		return serve(map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read", "Content-Type": "application/json",
+			"Contract-Synthesized": id, "Idempotency-Key": key})
+	}
+	a, b := gate("k-a"), gate("k-b")
+	w := present(b, "k-a")
+	var body struct{ Reason, Explanation string }
+	_ = json.Unmarshal(w.head, &body)
+	if w.status != 422 || body.Reason != "idempotency-key-reused" || !strings.Contains(body.Explanation, "461 preview of another contract") {
+		t.Fatalf("contract B under A's preview key: status %d, reason %q (%s); want 422 idempotency-key-reused", w.status, body.Reason, body.Explanation)
+	}
+	for _, id := range []string{a, b} {
+		c, _ := h.st.contracts.Lookup(id)
+		if st := h.st.contracts.State(c); st != recipes.StatePending {
+			t.Errorf("%s is %s after the refusal, want pending", id, st)
+		}
+	}
+	if w := present(a, "k-new"); w.status != 200 || w.hdr.Get("Idempotent-Replayed") == "true" {
+		t.Fatalf("confirmation of A with a new key: status %d, replayed %q; want 200 run", w.status, w.hdr.Get("Idempotent-Replayed"))
+	}
+	if w := present(a, "k-a"); w.status != 461 || w.hdr.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("A, already confirmed, presented with its preview's key: status %d, replayed %q; want the 461 replayed, nothing run",
+			w.status, w.hdr.Get("Idempotent-Replayed"))
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("upstream called %d times, want once", n)
+	}
+}
+
 // TestRawPathCharactersRefused: a request line with a raw character
 // outside the AGTP path grammar is 460 naming the segment, before any
 // endpoint runs (url.URL would have handed the handler it re-escaped).

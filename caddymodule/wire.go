@@ -52,11 +52,13 @@ type exchange struct {
 	w     http.ResponseWriter
 	r     *http.Request
 	query url.Values // the request query, parsed and checked once (parseQuery)
-	// presentedID is the synthesis id of the contract the request
-	// presents (Contract-Synthesized, §10 step 7), "" when none (claim).
-	presentedID string
-	taskID      string
-	requestID   string
+	// confirming is the synthesis id of the still-pending (461) contract
+	// a keyed request presents (Contract-Synthesized, §10 step 7): its
+	// key may hold the preview this presentation confirms (claim). ""
+	// otherwise.
+	confirming string
+	taskID     string
+	requestID  string
 	// requestIDEcho: requestID is the request's own well-formed
 	// Request-ID, echoed on the answer (not one the gateway minted).
 	requestIDEcho bool

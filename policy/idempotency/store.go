@@ -235,20 +235,36 @@ const PreviewStatus = 461
 // presentation is its confirmation (§13.4), not a repeat of the gate
 // request: replaying the preview would leave the contract pending and
 // the confirmation unrun for the whole window. The record goes back in
-// flight under the returned claim (Execute), the preview kept aside:
-// Claim.Complete replaces it with the confirmation's answer, which
-// later repeats with the key replay; Claim.Abandon (the presentation was
-// refused before it ran) restores the preview as it was, expiry
-// included. Concurrent confirmations with the key meet InFlight as for
-// any claim. Every other case is Claim's: a stored 263, another
-// contract's preview, or any other answer is replayed.
+// flight under the returned claim (Execute), the preview kept aside,
+// and holds the key for a whole Window from now, as a new claim does
+// (the preview's own expiry may be close: a hold that ended with it
+// would let a second confirmation run). Claim.Complete replaces the
+// preview with the confirmation's answer, which later repeats with the
+// key replay; Claim.Abandon (the presentation was refused before it
+// ran) restores the preview as it was, expiry included. Concurrent
+// confirmations with the key meet InFlight as for any claim. A key
+// whose stored 461 previews another contract is Mismatch: presenting
+// one contract under another's preview is a different request, and
+// replaying that preview would answer for a contract not presented.
+// Every other case is Claim's (a stored 263 is replayed).
+//
+// The caller passes synthesisID only for a contract still pending: once
+// a contract was confirmed under another key, presenting it with the
+// preview's key must not run it a second time (the caller passes "",
+// and the preview is replayed).
 func (s *Store) ClaimConfirming(agentID, key, fp, synthesisID string) (Outcome, *Response, *Claim) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now()
 	if r, ok := s.byAgent[agentID][key]; ok && synthesisID != "" && r.fp == fp && r.resp != nil &&
-		r.resp.Status == PreviewStatus && r.resp.Previewed == synthesisID && s.now().Before(r.expires) {
+		r.resp.Status == PreviewStatus && r.resp.Previewed != "" && now.Before(r.expires) {
+		if r.resp.Previewed != synthesisID {
+			return Mismatch, nil, nil
+		}
 		c := &Claim{store: s, rec: r, preview: r.resp, previewExpires: r.expires}
 		r.resp, r.claim = nil, c
+		r.expires = now.Add(s.limits.Window)
+		s.order.MoveToBack(r.elem)
 		return Execute, nil, c
 	}
 	return s.claimLocked(agentID, key, fp)
@@ -392,6 +408,15 @@ func (c *Claim) Abandon() {
 	if c.preview != nil {
 		r := c.rec
 		r.resp, r.claim, r.expires = c.preview, nil, c.previewExpires
+		// Back to its place in the expiry order, which the hold had
+		// moved it out of (the records after it expire later).
+		at := r.elem
+		for e := r.elem.Prev(); e != nil && e.Value.(*record).expires.After(r.expires); e = e.Prev() {
+			at = e
+		}
+		if at != r.elem {
+			s.order.MoveBefore(r.elem, at)
+		}
 		return
 	}
 	s.remove(c.rec)

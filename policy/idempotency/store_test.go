@@ -412,8 +412,8 @@ func TestClaimConfirming(t *testing.T) {
 	if o, resp, _ := s.ClaimConfirming("a", "k", fpA, ""); o != Replay || resp.Status != PreviewStatus {
 		t.Fatalf("no contract presented: %v %v; want the 461 replayed", o, resp)
 	}
-	if o, resp, _ := s.ClaimConfirming("a", "k", fpA, "syn-2"); o != Replay || resp.Status != PreviewStatus {
-		t.Fatalf("another contract presented: %v %v; want the 461 replayed", o, resp)
+	if o, resp, _ := s.ClaimConfirming("a", "k", fpA, "syn-2"); o != Mismatch {
+		t.Fatalf("another contract presented under syn-1's preview: %v %v; want mismatch (not syn-1's 461)", o, resp)
 	}
 	if o, _, _ := s.ClaimConfirming("a", "k", fpB, "syn-1"); o != Mismatch {
 		t.Fatalf("another body: %v; want mismatch", o)
@@ -441,6 +441,7 @@ func TestClaimConfirming(t *testing.T) {
 	if got := s.byAgent["a"]["k"].expires; !got.Equal(expires) {
 		t.Errorf("restored preview expires %v, want its own %v", got, expires)
 	}
+	assertExpiryOrder(t, s)
 	if s.Len() != 2 {
 		t.Errorf("Len = %d, want 2 (a's record and b's claim)", s.Len())
 	}
@@ -461,10 +462,66 @@ func TestClaimConfirming(t *testing.T) {
 		t.Fatalf("presenting a 263's contract with its key: %v %v; want the 263 replayed", o, resp)
 	}
 
+	// A confirmation near the end of the preview's window holds the key
+	// for a whole window: a second one after the preview's expiry meets
+	// the hold, not a free key (two runs, reviewed with a 5 s window).
+	mustExecute(t, s, "a", "klate", fpA).Complete(preview)
+	clk.Advance(time.Hour - time.Second)
+	if o, _, _ := s.ClaimConfirming("a", "klate", fpA, "syn-1"); o != Execute {
+		t.Fatalf("confirmation a second before the preview expires: %v; want execute", o)
+	}
+	clk.Advance(2 * time.Second)
+	for _, presented := range []string{"syn-1", ""} {
+		if o, _, _ := s.ClaimConfirming("a", "klate", fpA, presented); o != InFlight {
+			t.Fatalf("past the preview's expiry, while the confirmation runs (presenting %q): %v; want in-flight", presented, o)
+		}
+	}
+	assertExpiryOrder(t, s)
+
 	// An expired preview is not taken over: the key is new again.
 	mustExecute(t, s, "a", "kold", fpA).Complete(preview)
 	clk.Advance(2 * time.Hour)
 	if o, _, c := s.ClaimConfirming("a", "kold", fpA, "syn-1"); o != Execute || c.preview != nil {
 		t.Fatalf("expired preview: %v (preview kept: %v); want a fresh execute", o, c != nil && c.preview != nil)
+	}
+}
+
+// An abandoned confirmation puts the restored preview back in its place
+// of the expiry order, before the records that expire later.
+func TestClaimConfirmingAbandonKeepsOrder(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{Window: time.Hour}, clk.Now)
+	mustExecute(t, s, "a", "kx", fpA).Complete(Response{Status: PreviewStatus, Previewed: "syn-x"})
+	clk.Advance(10 * time.Minute)
+	mustExecute(t, s, "a", "ky", fpA).Complete(Response{Status: 200})
+	clk.Advance(10 * time.Minute)
+	o, _, c := s.ClaimConfirming("a", "kx", fpA, "syn-x")
+	if o != Execute {
+		t.Fatalf("confirmation: %v; want execute", o)
+	}
+	c.Abandon()
+	assertExpiryOrder(t, s)
+	if front := s.order.Front().Value.(*record); front.key != "kx" {
+		t.Errorf("front of the expiry order is %s, want kx (it expires first)", front.key)
+	}
+	clk.Advance(41 * time.Minute) // kx's window is over, ky's is not
+	if n := s.Len(); n != 1 {
+		t.Errorf("Len after kx expired = %d, want 1 (pruned from the head)", n)
+	}
+}
+
+// assertExpiryOrder checks the store's expiry list runs from the
+// earliest expiry to the latest, which prune relies on.
+func assertExpiryOrder(t *testing.T, s *Store) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var prev time.Time
+	for e := s.order.Front(); e != nil; e = e.Next() {
+		r := e.Value.(*record)
+		if r.expires.Before(prev) {
+			t.Fatalf("expiry order broken: %s/%s expires %v after a record expiring %v", r.agent, r.key, r.expires, prev)
+		}
+		prev = r.expires
 	}
 }
