@@ -832,7 +832,20 @@ func (h *Handler) propose(x *exchange, req *request, p map[string]any) {
 	method, _ := prop["method"].(string)
 	path, _ := prop["path"].(string)
 	if method == "" || path == "" {
-		x.fail(errorf(400, "invalid-proposal", "the proposed endpoint needs method and path"))
+		// Name what is wrong: a member missing (or empty) reads
+		// differently from one of the wrong JSON type.
+		var probs []string
+		for _, k := range []string{"method", "path"} {
+			switch v, ok := prop[k]; {
+			case !ok || v == nil || v == "":
+				probs = append(probs, k+" is missing")
+			default:
+				if _, isStr := v.(string); !isStr {
+					probs = append(probs, k+" must be a string, not "+schema.JSONTypeName(v))
+				}
+			}
+		}
+		x.fail(errorf(400, "invalid-proposal", "the proposed endpoint needs method and path as strings: "+strings.Join(probs, "; ")))
 		return
 	}
 	// A proposed path is bounded as a DISCOVER body target is: a

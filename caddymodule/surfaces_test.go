@@ -1017,6 +1017,29 @@ func TestIdempotencyStoreFullNamesTheBound(t *testing.T) {
 	}
 }
 
+// TestProposeMethodPathTyped: a proposal whose method or path is
+// missing or not a string is told which, and how (a number method was
+// answered "needs method and path"; second fresh-user review).
+func TestProposeMethodPathTyped(t *testing.T) {
+	g := newTestGateway(t)
+	for _, tc := range []struct {
+		name string
+		set  func(ep map[string]any)
+		expl string
+	}{
+		{"number method", func(ep map[string]any) { ep["method"] = 123 }, "method must be a string, not a number"},
+		{"object path", func(ep map[string]any) { ep["path"] = map[string]any{} }, "path must be a string, not an object"},
+		{"missing path", func(ep map[string]any) { delete(ep, "path") }, "path is missing"},
+		{"empty method, missing path", func(ep map[string]any) { ep["method"] = ""; delete(ep, "path") }, "method is missing; path is missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := proposal("/item/a")
+			tc.set(p["endpoint"].(map[string]any))
+			wantError(t, g.builtin(t, "PROPOSE", p), 400, "invalid-proposal", tc.expl)
+		})
+	}
+}
+
 // TestProposeEchoBounded: a PROPOSE's method and path are echoed in its
 // error answers, so they are bounded: a proposed path over 8000 bytes is
 // 400 invalid-proposal, and an over-long method is cut in the 459's
