@@ -273,7 +273,7 @@ func call(ctx context.Context, client *http.Client, args []string, stdout, stder
 	if *keyPath == "" || *agent == "" {
 		return usageErr("call needs -key and -agent-id")
 	}
-	if err := refuseEmpty(fs, "idempotency-key", "contract"); err != nil {
+	if err := refuseEmpty(fs, "idempotency-key", "contract", "scope"); err != nil {
 		return err
 	}
 	if fs.NArg() < 2 || fs.NArg() > 3 {
@@ -326,7 +326,9 @@ func call(ctx context.Context, client *http.Client, args []string, stdout, stder
 // refuseEmpty is a usage error when one of the named flags was given
 // with an empty value: `-idempotency-key "$(uuidgen)"` on a machine
 // without uuidgen would otherwise send no Idempotency-Key, silently
-// losing the at-most-once protection the caller asked for.
+// losing the at-most-once protection the caller asked for, and an empty
+// -scope would send no Authority-Scope, which gives the request the
+// agent's whole grant (spec §3) instead of the narrow claim intended.
 func refuseEmpty(fs *flag.FlagSet, names ...string) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {

@@ -265,6 +265,8 @@ func TestUsage(t *testing.T) {
 		// "$(uuidgen)" where uuidgen is missing: refused, not sent without the key.
 		{"call empty idempotency key", []string{"call", "-key", existing, "-agent-id", agent, "-idempotency-key", "", "BOOK", "http://127.0.0.1:1/"}, 2},
 		{"call empty contract", []string{"call", "-key", existing, "-agent-id", agent, "-contract=", "BOOK", "http://127.0.0.1:1/"}, 2},
+		// No Authority-Scope would carry the whole grant, not a narrow claim.
+		{"call empty scope", []string{"call", "-key", existing, "-agent-id", agent, "-scope", "", "DISCOVER", "http://127.0.0.1:1/"}, 2},
 		{"help", []string{"help"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
