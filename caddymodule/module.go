@@ -672,7 +672,12 @@ func burstOf(burst int, perMinute float64) int {
 }
 
 func (h *Handler) idempotencyLimits() idempotency.Limits {
-	l := idempotency.Limits{Window: time.Duration(h.IdempotencyWindow), MaxRecords: h.IdempotencyMaxRecords, MaxPerAgent: h.IdempotencyMaxPerAgent}
+	l := idempotency.Limits{Window: time.Duration(h.IdempotencyWindow), MaxRecords: h.IdempotencyMaxRecords, MaxPerAgent: h.IdempotencyMaxPerAgent,
+		// A keyed request runs at most its longest call (at most
+		// recipes.MaxCallTimeout) or its plan (composition_timeout):
+		// its key stays held that long even when idempotency_window is
+		// shorter, so a repeat never runs it a second time.
+		InFlightHold: max(time.Duration(h.CompositionTimeout), recipes.MaxCallTimeout) + time.Minute}
 	if l.Window <= 0 {
 		l.Window = idempotency.DefaultWindow
 	}

@@ -1105,11 +1105,12 @@ func (h *Handler) present(x *exchange, req *request, id string) {
 		x.fail(errorf(404, "contract-not-found", fmt.Sprintf("the presented contract serves %s %s, not this pair", c.Method, c.Path)))
 		return
 	}
-	if req.idemKey != "" && h.st.contracts.State(c) == recipes.StatePending {
-		// Still pending: this presentation may be the confirmation of
-		// the 461 its key stored (claim). A contract already confirmed
-		// under another key is not run again by its preview's key.
-		x.confirming = c.SynthesisID
+	if req.idemKey != "" {
+		// The key's stored answer is checked against the presented
+		// contract, and a still-pending one's 461 may be confirmed
+		// under it (claim, ClaimConfirming).
+		x.presentedID = c.SynthesisID
+		x.presentedPending = h.st.contracts.State(c) == recipes.StatePending
 	}
 	h.runContract(x, req, c, viaSynthesisID)
 }
@@ -1156,7 +1157,17 @@ func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract, vi
 		// Presenting a confirm-first contract accepts it (spec §13.4),
 		// but only a presentation that runs it: a refused one (scope,
 		// input, budget) leaves it pending, so it still serves no pair.
-		h.st.contracts.Activate(c)
+		activated := h.st.contracts.Activate(c)
+		if preview := x.claim.Preview(); preview != nil && !activated {
+			// This presentation took its key's 461 over to confirm the
+			// contract, but another request accepted it meanwhile:
+			// the key's preview stays, and is answered, as for a
+			// contract already confirmed; nothing runs under the key.
+			x.claim.Abandon()
+			x.claim = nil
+			x.replay(preview)
+			return
+		}
 	}
 	// Only now does the answer name the contract: every refusal above
 	// ran nothing (spec §16.1).
@@ -1366,7 +1377,7 @@ func (h *Handler) claim(x *exchange, req *request) bool {
 	// A presentation that confirms the 461 its key stored runs the
 	// contract under the key instead of replaying the preview
 	// (ClaimConfirming); any other presentation is claimed as a repeat.
-	outcome, resp, c := h.st.idem.ClaimConfirming(req.caller.Agent.ID, req.idemKey, fp, x.confirming)
+	outcome, resp, c := h.st.idem.ClaimConfirming(req.caller.Agent.ID, req.idemKey, fp, x.presentedID, x.presentedPending)
 	h.metrics.setIdempotencyRecords(h.st.idem.Len())
 	switch outcome {
 	case idempotency.Execute:
@@ -1377,11 +1388,10 @@ func (h *Handler) claim(x *exchange, req *request) bool {
 		x.replay(resp)
 	case idempotency.Mismatch:
 		h.metrics.idempotency("conflict")
-		expl := "this Idempotency-Key was used for a different request (method, target or body); use a new key"
-		if x.confirming != "" {
-			expl = "this Idempotency-Key was used for a different request (method, target or body, or the 461 preview of another contract); use a new key"
-		}
-		x.fail(errorf(422, "idempotency-key-reused", expl))
+		x.fail(errorf(422, "idempotency-key-reused", "this Idempotency-Key was used for a different request (method, target or body); use a new key"))
+	case idempotency.OtherContract:
+		h.metrics.idempotency("conflict")
+		x.fail(errorf(422, "idempotency-key-reused", "this Idempotency-Key holds the answer for another contract than the one presented (its 461 preview or its result); use a new key"))
 	case idempotency.InFlight:
 		h.metrics.idempotency("in_flight")
 		x.fail(&wireError{Status: 409, Reason: "idempotency-key-in-flight", Explanation: "a request with this Idempotency-Key is still running; retry after it completes", Retryable: true})

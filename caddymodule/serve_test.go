@@ -763,6 +763,27 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 	}
 }
 
+// confirmFirstHandler is a confirm-first bench handler (set further by
+// opt, when not nil) over a loopback upstream serving GET /items/{id},
+// and the count of the calls that upstream answered.
+func confirmFirstHandler(t *testing.T, opt func(*Handler)) (*Handler, *atomic.Int32) {
+	t.Helper()
+	calls := new(atomic.Int32)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"1","name":"bench item","price":12.5}`)
+	})
+	h := benchHandlerWith(t, loopbackServer(t, mux).URL, false, "", "", func(h *Handler) {
+		h.Mode = ModeConfirmFirst
+		if opt != nil {
+			opt(h)
+		}
+	})
+	return h, calls
+}
+
 // TestConfirmWithTheGateRequestsKey: in confirm-first mode, presenting
 // the 461 contract with the Idempotency-Key of the gate request that
 // minted it confirms it (spec §13.4): the contract runs under the key,
@@ -772,14 +793,7 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 // one ran, every repeat with the key, by presentation or by pair,
 // replays its 200, and the upstream was called once.
 func TestConfirmWithTheGateRequestsKey(t *testing.T) {
-	var calls atomic.Int32
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprint(w, `{"id":"1","name":"bench item","price":12.5}`)
-	})
-	h := benchHandlerWith(t, loopbackServer(t, mux).URL, false, "", "", func(h *Handler) { h.Mode = ModeConfirmFirst })
+	h, calls := confirmFirstHandler(t, nil)
 	serve := func(hdr map[string]string) *discardWriter {
 		t.Helper()
 		w := &discardWriter{hdr: http.Header{}}
@@ -847,14 +861,7 @@ func TestConfirmWithTheGateRequestsKey(t *testing.T) {
 // again by its preview's key (the preview is replayed): nothing runs
 // twice whichever keys an agent mixes (second fresh-user review).
 func TestConfirmingKeyAcrossContracts(t *testing.T) {
-	var calls atomic.Int32
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprint(w, `{"id":"1","name":"bench item","price":12.5}`)
-	})
-	h := benchHandlerWith(t, loopbackServer(t, mux).URL, false, "", "", func(h *Handler) { h.Mode = ModeConfirmFirst })
+	h, calls := confirmFirstHandler(t, nil)
 	serve := func(hdr map[string]string) *discardWriter {
 		t.Helper()
 		w := &discardWriter{hdr: http.Header{}}
@@ -890,7 +897,7 @@ func TestConfirmingKeyAcrossContracts(t *testing.T) {
 	w := present(b, "k-a")
 	var body struct{ Reason, Explanation string }
 	_ = json.Unmarshal(w.head, &body)
-	if w.status != 422 || body.Reason != "idempotency-key-reused" || !strings.Contains(body.Explanation, "461 preview of another contract") {
+	if w.status != 422 || body.Reason != "idempotency-key-reused" || !strings.Contains(body.Explanation, "holds the answer for another contract") {
 		t.Fatalf("contract B under A's preview key: status %d, reason %q (%s); want 422 idempotency-key-reused", w.status, body.Reason, body.Explanation)
 	}
 	for _, id := range []string{a, b} {
@@ -906,8 +913,61 @@ func TestConfirmingKeyAcrossContracts(t *testing.T) {
 		t.Fatalf("A, already confirmed, presented with its preview's key: status %d, replayed %q; want the 461 replayed, nothing run",
 			w.status, w.hdr.Get("Idempotent-Replayed"))
 	}
+	// B confirmed without a key, then presented under A's preview key:
+	// still another contract's answer, so 422 (it replayed A's 461).
+	if w := serve(map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read", "Content-Type": "application/json",
+		"Contract-Synthesized": b}); w.status != 200 {
+		t.Fatalf("confirmation of B without a key: status %d, want 200", w.status)
+	}
+	if w := present(b, "k-a"); w.status != 422 {
+		t.Fatalf("B, confirmed, under A's preview key: status %d, want 422: %s", w.status, w.head)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("upstream called %d times, want twice (A and B once each)", n)
+	}
+}
+
+// TestRefusedConfirmationKeepsPreview: a confirmation that took its
+// key's 461 over and was then refused before it ran (429, its
+// invocation budget spent) gives the preview back: the gate repeat
+// replays the 461, and the contract stays pending.
+func TestRefusedConfirmationKeepsPreview(t *testing.T) {
+	h, calls := confirmFirstHandler(t, func(h *Handler) { h.InvocationRateLimitPerMinute, h.InvocationRateLimitBurst = 1, 1 })
+	do := func(method, path string, hdr map[string]string) *discardWriter {
+		t.Helper()
+		body := ""
+		if method == "LOOKUP" {
+			body = `{"parameters":{"item_id":"1"}}`
+		}
+		w := &discardWriter{hdr: http.Header{}}
+		if err := h.ServeHTTP(w, benchRequest(w, method, path, body, hdr), notFound); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	gate := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read", "Allow-RCNS": "true",
+		"Content-Type": "application/json", "Idempotency-Key": "k-429"}
+	if w := do("LOOKUP", "/item/cf-429", gate); w.status != 461 {
+		t.Fatalf("synthesis: status %d, want 461: %s", w.status, w.head)
+	}
+	c := h.st.contracts.List(benchAgent)[0]
+	// The one invocation token goes to a Tier B call.
+	if w := do("FETCH", "/items/1", map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read"}); w.status != 200 {
+		t.Fatalf("Tier B call: status %d, want 200: %s", w.status, w.head)
+	}
+	w := do("LOOKUP", "/item/cf-429", map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read", "Content-Type": "application/json",
+		"Contract-Synthesized": c.SynthesisID, "Idempotency-Key": "k-429"})
+	if w.status != 429 {
+		t.Fatalf("confirmation with the budget spent: status %d, want 429: %s", w.status, w.head)
+	}
+	if w := do("LOOKUP", "/item/cf-429", gate); w.status != 461 || w.hdr.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("gate repeat after the refused confirmation: status %d, replayed %q; want the stored 461", w.status, w.hdr.Get("Idempotent-Replayed"))
+	}
+	if st := h.st.contracts.State(c); st != recipes.StatePending {
+		t.Errorf("after the refused confirmation the contract is %s, want pending", st)
+	}
 	if n := calls.Load(); n != 1 {
-		t.Errorf("upstream called %d times, want once", n)
+		t.Errorf("upstream called %d times, want once (the Tier B call)", n)
 	}
 }
 

@@ -52,13 +52,15 @@ type exchange struct {
 	w     http.ResponseWriter
 	r     *http.Request
 	query url.Values // the request query, parsed and checked once (parseQuery)
-	// confirming is the synthesis id of the still-pending (461) contract
-	// a keyed request presents (Contract-Synthesized, §10 step 7): its
-	// key may hold the preview this presentation confirms (claim). ""
-	// otherwise.
-	confirming string
-	taskID     string
-	requestID  string
+	// presentedID is the synthesis id of the contract a keyed request
+	// presents (Contract-Synthesized, §10 step 7), "" otherwise; and
+	// presentedPending whether that contract was still pending (a 461
+	// not yet accepted) when presented. claim checks the key's stored
+	// answer against them (ClaimConfirming).
+	presentedID      string
+	presentedPending bool
+	taskID           string
+	requestID        string
 	// requestIDEcho: requestID is the request's own well-formed
 	// Request-ID, echoed on the answer (not one the gateway minted).
 	requestIDEcho bool

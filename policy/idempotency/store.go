@@ -93,9 +93,17 @@ func (r Response) clone() *Response {
 // Limits bounds a Store. Zero or negative fields take the defaults.
 type Limits struct {
 	// Window is how long a stored response is replayed, counted from
-	// Complete; also the longest an uncompleted claim holds its key.
-	// 0 means DefaultWindow (24 h). RCNS §12.2 `idempotency_window_seconds`.
+	// Complete; also how long an uncompleted claim holds its key, but
+	// never less than InFlightHold. 0 means DefaultWindow (24 h). RCNS
+	// §12.2 `idempotency_window_seconds`.
 	Window time.Duration
+	// InFlightHold is the least time a claim holds its key while its
+	// request runs, whatever Window is: a request still running when a
+	// short Window ends must not let a repeat run a second time. The
+	// caller sets it to the longest a request can run (the gateway: its
+	// longest call or composition timeout, plus a margin). 0: Window
+	// alone.
+	InFlightHold time.Duration
 	// MaxRecords is the number of records (stored and in flight) held in
 	// all. 0 means DefaultMaxRecords (100,000).
 	MaxRecords int
@@ -132,10 +140,15 @@ const (
 	// agent is at its bound too); answer 503 idempotency-store-full,
 	// nothing executes.
 	StoreFull
+	// OtherContract: a presentation (ClaimConfirming) of a contract
+	// whose key holds the answer of another contract (the one it ran, or
+	// the one its 461 previews); answer 422 idempotency-key-reused, not
+	// retryable.
+	OtherContract
 )
 
 // String returns the outcome's name: "execute", "replay", "mismatch",
-// "in-flight", "agent-full" or "store-full" (for logs).
+// "in-flight", "agent-full", "store-full" or "other-contract" (for logs).
 func (o Outcome) String() string {
 	switch o {
 	case Execute:
@@ -150,6 +163,8 @@ func (o Outcome) String() string {
 		return "agent-full"
 	case StoreFull:
 		return "store-full"
+	case OtherContract:
+		return "other-contract"
 	}
 	return "unknown"
 }
@@ -202,6 +217,10 @@ func NewStore(l Limits, now func() time.Time) *Store {
 	}
 }
 
+// hold is how long a new claim holds its key: Window, or InFlightHold
+// when that is longer.
+func (s *Store) hold() time.Duration { return max(s.limits.Window, s.limits.InFlightHold) }
+
 // Limits returns the store's bounds with defaults applied.
 func (s *Store) Limits() Limits { return s.limits }
 
@@ -230,42 +249,48 @@ func (s *Store) Claim(agentID, key, fp string) (Outcome, *Response, *Claim) {
 const PreviewStatus = 461
 
 // ClaimConfirming is Claim for a request that presents the contract
-// synthesisID (RCNS §10 step 7). When the key holds, for the same
-// fingerprint, the stored 461 preview of that very contract, the
+// synthesisID (RCNS §10 step 7); pending says whether that contract is
+// still pending (a 461 not yet accepted).
+//
+// When the key holds, for the same fingerprint, the stored 461 preview
+// of that very contract and the contract is still pending, the
 // presentation is its confirmation (§13.4), not a repeat of the gate
 // request: replaying the preview would leave the contract pending and
 // the confirmation unrun for the whole window. The record goes back in
-// flight under the returned claim (Execute), the preview kept aside,
-// and holds the key for a whole Window from now, as a new claim does
-// (the preview's own expiry may be close: a hold that ended with it
-// would let a second confirmation run). Claim.Complete replaces the
-// preview with the confirmation's answer, which later repeats with the
-// key replay; Claim.Abandon (the presentation was refused before it
-// ran) restores the preview as it was, expiry included. Concurrent
-// confirmations with the key meet InFlight as for any claim. A key
-// whose stored 461 previews another contract is Mismatch: presenting
-// one contract under another's preview is a different request, and
-// replaying that preview would answer for a contract not presented.
-// Every other case is Claim's (a stored 263 is replayed).
+// flight under the returned claim (Execute), the preview kept aside
+// (Claim.Preview), and holds the key as a new claim does, from now (the
+// preview's own expiry may be close: a hold that ended with it would
+// let a second confirmation run). Claim.Complete replaces the preview
+// with the confirmation's answer, which later repeats with the key
+// replay; Claim.Abandon (the presentation was refused before it ran)
+// restores the preview as it was, expiry included. Concurrent
+// confirmations with the key meet InFlight as for any claim.
 //
-// The caller passes synthesisID only for a contract still pending: once
-// a contract was confirmed under another key, presenting it with the
-// preview's key must not run it a second time (the caller passes "",
-// and the preview is replayed).
-func (s *Store) ClaimConfirming(agentID, key, fp, synthesisID string) (Outcome, *Response, *Claim) {
+// When the key's stored answer names another contract than the one
+// presented (the contract it ran, or the one its 461 previews), the
+// outcome is OtherContract: replaying it would answer a presentation of
+// one contract with another's result or preview. Every other case is
+// Claim's: a preview of a contract no longer pending (confirmed under
+// another key) is replayed and nothing runs again, and so is a 263.
+func (s *Store) ClaimConfirming(agentID, key, fp, synthesisID string, pending bool) (Outcome, *Response, *Claim) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if r, ok := s.byAgent[agentID][key]; ok && synthesisID != "" && r.fp == fp && r.resp != nil &&
-		r.resp.Status == PreviewStatus && r.resp.Previewed != "" && now.Before(r.expires) {
-		if r.resp.Previewed != synthesisID {
-			return Mismatch, nil, nil
+	if r, ok := s.byAgent[agentID][key]; ok && synthesisID != "" && r.fp == fp && r.resp != nil && now.Before(r.expires) {
+		named := r.resp.Previewed
+		if named == "" {
+			named = r.resp.Contract.SynthesisID
 		}
-		c := &Claim{store: s, rec: r, preview: r.resp, previewExpires: r.expires}
-		r.resp, r.claim = nil, c
-		r.expires = now.Add(s.limits.Window)
-		s.order.MoveToBack(r.elem)
-		return Execute, nil, c
+		switch {
+		case named != "" && named != synthesisID:
+			return OtherContract, nil, nil
+		case pending && r.resp.Status == PreviewStatus && r.resp.Previewed == synthesisID:
+			c := &Claim{store: s, rec: r, preview: r.resp, previewExpires: r.expires}
+			r.resp, r.claim = nil, c
+			r.expires = now.Add(s.hold())
+			s.order.MoveToBack(r.elem)
+			return Execute, nil, c
+		}
 	}
 	return s.claimLocked(agentID, key, fp)
 }
@@ -301,7 +326,7 @@ func (s *Store) claimLocked(agentID, key, fp string) (Outcome, *Response, *Claim
 		recs = make(map[string]*record)
 		s.byAgent[agentID] = recs
 	}
-	r := &record{agent: agentID, key: key, fp: fp, expires: now.Add(s.limits.Window)}
+	r := &record{agent: agentID, key: key, fp: fp, expires: now.Add(s.hold())}
 	c := &Claim{store: s, rec: r}
 	r.claim = c
 	r.elem = s.order.PushBack(r)
@@ -408,10 +433,15 @@ func (c *Claim) Abandon() {
 	if c.preview != nil {
 		r := c.rec
 		r.resp, r.claim, r.expires = c.preview, nil, c.previewExpires
-		// Back to its place in the expiry order, which the hold had
-		// moved it out of (the records after it expire later).
+		// Back towards its place in the expiry order, which the hold
+		// moved it out of, past at most maxReorder records that expire
+		// later (the lock is global: a walk over every newer record
+		// would cost each refused confirmation O(records)). Past that
+		// bound it stays behind them and is dropped when they are, or
+		// when its key is next looked up: a record may outlive its
+		// window, never the reverse.
 		at := r.elem
-		for e := r.elem.Prev(); e != nil && e.Value.(*record).expires.After(r.expires); e = e.Prev() {
+		for e, n := r.elem.Prev(), 0; e != nil && n < maxReorder && e.Value.(*record).expires.After(r.expires); e, n = e.Prev(), n+1 {
 			at = e
 		}
 		if at != r.elem {
@@ -420,6 +450,19 @@ func (c *Claim) Abandon() {
 		return
 	}
 	s.remove(c.rec)
+}
+
+// maxReorder bounds the walk Abandon makes to put a restored 461
+// preview back in the expiry order: 64 records.
+const maxReorder = 64
+
+// Preview returns a copy of the 461 preview a ClaimConfirming claim took
+// over, or nil for a claim of a new key (or a nil claim).
+func (c *Claim) Preview() *Response {
+	if c == nil || c.preview == nil {
+		return nil
+	}
+	return c.preview.clone()
 }
 
 // Key returns the (Agent-ID, key) pair the claim holds.

@@ -409,29 +409,35 @@ func TestClaimConfirming(t *testing.T) {
 	mustExecute(t, s, "a", "k", fpA).Complete(preview)
 	expires := s.byAgent["a"]["k"].expires
 
-	if o, resp, _ := s.ClaimConfirming("a", "k", fpA, ""); o != Replay || resp.Status != PreviewStatus {
+	if o, resp, _ := s.ClaimConfirming("a", "k", fpA, "", true); o != Replay || resp.Status != PreviewStatus {
 		t.Fatalf("no contract presented: %v %v; want the 461 replayed", o, resp)
 	}
-	if o, resp, _ := s.ClaimConfirming("a", "k", fpA, "syn-2"); o != Mismatch {
-		t.Fatalf("another contract presented under syn-1's preview: %v %v; want mismatch (not syn-1's 461)", o, resp)
+	if o, resp, _ := s.ClaimConfirming("a", "k", fpA, "syn-2", true); o != OtherContract {
+		t.Fatalf("another contract presented under syn-1's preview: %v %v; want other-contract (not syn-1's 461)", o, resp)
 	}
-	if o, _, _ := s.ClaimConfirming("a", "k", fpB, "syn-1"); o != Mismatch {
+	if o, _, _ := s.ClaimConfirming("a", "k", fpA, "syn-2", false); o != OtherContract {
+		t.Fatalf("another, already confirmed, contract under syn-1's preview: %v; want other-contract", o)
+	}
+	if o, resp, _ := s.ClaimConfirming("a", "k", fpA, "syn-1", false); o != Replay || resp.Status != PreviewStatus {
+		t.Fatalf("syn-1 no longer pending (confirmed under another key): %v %v; want its 461 replayed, nothing run", o, resp)
+	}
+	if o, _, _ := s.ClaimConfirming("a", "k", fpB, "syn-1", true); o != Mismatch {
 		t.Fatalf("another body: %v; want mismatch", o)
 	}
-	if o, _, _ := s.ClaimConfirming("b", "k", fpA, "syn-1"); o != Execute {
+	if o, _, _ := s.ClaimConfirming("b", "k", fpA, "syn-1", true); o != Execute {
 		t.Fatalf("another agent's key: %v; want execute (unrelated)", o)
 	}
 
 	// Refused before it ran: the preview is back, as it was.
 	clk.Advance(time.Minute)
-	o, _, c := s.ClaimConfirming("a", "k", fpA, "syn-1")
-	if o != Execute || c == nil {
-		t.Fatalf("confirmation: %v; want execute", o)
+	o, _, c := s.ClaimConfirming("a", "k", fpA, "syn-1", true)
+	if o != Execute || c == nil || c.Preview() == nil || c.Preview().Previewed != "syn-1" {
+		t.Fatalf("confirmation: %v (preview %v); want execute holding syn-1's preview", o, c.Preview())
 	}
 	if o, _, _ := s.Claim("a", "k", fpA); o != InFlight {
 		t.Fatalf("while the confirmation runs: %v; want in-flight", o)
 	}
-	if o, _, _ := s.ClaimConfirming("a", "k", fpA, "syn-1"); o != InFlight {
+	if o, _, _ := s.ClaimConfirming("a", "k", fpA, "syn-1", true); o != InFlight {
 		t.Fatalf("a second confirmation while the first runs: %v; want in-flight", o)
 	}
 	c.Abandon()
@@ -447,10 +453,10 @@ func TestClaimConfirming(t *testing.T) {
 	}
 
 	// Run: the answer replaces the preview, for every later repeat.
-	_, _, c = s.ClaimConfirming("a", "k", fpA, "syn-1")
+	_, _, c = s.ClaimConfirming("a", "k", fpA, "syn-1", true)
 	c.Complete(Response{Status: 200, Body: []byte(`{"status":200}`), Contract: ContractRef{SynthesisID: "syn-1"}})
 	for _, presented := range []string{"", "syn-1"} {
-		if o, resp, _ := s.ClaimConfirming("a", "k", fpA, presented); o != Replay || resp.Status != 200 || resp.Contract.SynthesisID != "syn-1" {
+		if o, resp, _ := s.ClaimConfirming("a", "k", fpA, presented, true); o != Replay || resp.Status != 200 || resp.Contract.SynthesisID != "syn-1" {
 			t.Fatalf("after the confirmation ran, presenting %q: %v %+v; want its 200 replayed", presented, o, resp)
 		}
 	}
@@ -458,8 +464,11 @@ func TestClaimConfirming(t *testing.T) {
 	// A stored 263 (it ran, and names its contract) is replayed to a
 	// presentation of that contract: nothing runs twice.
 	mustExecute(t, s, "a", "k263", fpA).Complete(Response{Status: 263, Contract: ContractRef{SynthesisID: "syn-3"}})
-	if o, resp, _ := s.ClaimConfirming("a", "k263", fpA, "syn-3"); o != Replay || resp.Status != 263 {
+	if o, resp, _ := s.ClaimConfirming("a", "k263", fpA, "syn-3", false); o != Replay || resp.Status != 263 {
 		t.Fatalf("presenting a 263's contract with its key: %v %v; want the 263 replayed", o, resp)
+	}
+	if o, _, _ := s.ClaimConfirming("a", "k263", fpA, "syn-4", false); o != OtherContract {
+		t.Fatalf("presenting another contract with a 263's key: %v; want other-contract", o)
 	}
 
 	// A confirmation near the end of the preview's window holds the key
@@ -467,12 +476,12 @@ func TestClaimConfirming(t *testing.T) {
 	// the hold, not a free key (two runs, reviewed with a 5 s window).
 	mustExecute(t, s, "a", "klate", fpA).Complete(preview)
 	clk.Advance(time.Hour - time.Second)
-	if o, _, _ := s.ClaimConfirming("a", "klate", fpA, "syn-1"); o != Execute {
+	if o, _, _ := s.ClaimConfirming("a", "klate", fpA, "syn-1", true); o != Execute {
 		t.Fatalf("confirmation a second before the preview expires: %v; want execute", o)
 	}
 	clk.Advance(2 * time.Second)
 	for _, presented := range []string{"syn-1", ""} {
-		if o, _, _ := s.ClaimConfirming("a", "klate", fpA, presented); o != InFlight {
+		if o, _, _ := s.ClaimConfirming("a", "klate", fpA, presented, true); o != InFlight {
 			t.Fatalf("past the preview's expiry, while the confirmation runs (presenting %q): %v; want in-flight", presented, o)
 		}
 	}
@@ -481,7 +490,7 @@ func TestClaimConfirming(t *testing.T) {
 	// An expired preview is not taken over: the key is new again.
 	mustExecute(t, s, "a", "kold", fpA).Complete(preview)
 	clk.Advance(2 * time.Hour)
-	if o, _, c := s.ClaimConfirming("a", "kold", fpA, "syn-1"); o != Execute || c.preview != nil {
+	if o, _, c := s.ClaimConfirming("a", "kold", fpA, "syn-1", true); o != Execute || c.preview != nil {
 		t.Fatalf("expired preview: %v (preview kept: %v); want a fresh execute", o, c != nil && c.preview != nil)
 	}
 }
@@ -495,7 +504,7 @@ func TestClaimConfirmingAbandonKeepsOrder(t *testing.T) {
 	clk.Advance(10 * time.Minute)
 	mustExecute(t, s, "a", "ky", fpA).Complete(Response{Status: 200})
 	clk.Advance(10 * time.Minute)
-	o, _, c := s.ClaimConfirming("a", "kx", fpA, "syn-x")
+	o, _, c := s.ClaimConfirming("a", "kx", fpA, "syn-x", true)
 	if o != Execute {
 		t.Fatalf("confirmation: %v; want execute", o)
 	}
@@ -523,5 +532,39 @@ func assertExpiryOrder(t *testing.T, s *Store) {
 			t.Fatalf("expiry order broken: %s/%s expires %v after a record expiring %v", r.agent, r.key, r.expires, prev)
 		}
 		prev = r.expires
+	}
+}
+
+// InFlightHold: a claim holds its key at least that long while its
+// request runs, even past a shorter Window (a plan outlasting a 5 s
+// window ran twice under one key; third fresh-user review); the answer
+// it stores is then replayed for Window from Complete.
+func TestInFlightHold(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{Window: 5 * time.Second, InFlightHold: time.Minute}, clk.Now)
+	c := mustExecute(t, s, "a", "k", fpA)
+	clk.Advance(10 * time.Second)
+	if o, _, _ := s.Claim("a", "k", fpA); o != InFlight {
+		t.Fatalf("10 s into a run under a 5 s window: %v; want in-flight", o)
+	}
+	c.Complete(Response{Status: 200})
+	clk.Advance(4 * time.Second)
+	if o, _, _ := s.Claim("a", "k", fpA); o != Replay {
+		t.Fatalf("4 s after Complete: %v; want replay", o)
+	}
+	clk.Advance(2 * time.Second)
+	if o, _, c := s.Claim("a", "k", fpA); o != Execute {
+		t.Fatalf("6 s after Complete (window 5 s): %v; want a fresh execute", o)
+	} else {
+		c.Abandon()
+	}
+	// The hold still ends: a claim never completed frees its key after
+	// InFlightHold.
+	mustExecute(t, s, "a", "stuck", fpA)
+	clk.Advance(time.Minute + time.Second)
+	if o, _, c := s.Claim("a", "stuck", fpA); o != Execute {
+		t.Fatalf("a claim never completed, past InFlightHold: %v; want execute", o)
+	} else {
+		c.Abandon()
 	}
 }
