@@ -1163,8 +1163,13 @@ func (h *Handler) runContract(x *exchange, req *request, c *recipes.Contract, vi
 			// contract, but another request accepted it meanwhile:
 			// the key's preview stays, and is answered, as for a
 			// contract already confirmed; nothing runs under the key.
+			// (Unlike a replay found by claim, this one comes after the
+			// invocation budget was spent: the race is rare, and
+			// spending after the activation would let a refused
+			// presentation accept the contract.)
 			x.claim.Abandon()
 			x.claim = nil
+			h.metrics.idempotency("replay")
 			x.replay(preview)
 			return
 		}

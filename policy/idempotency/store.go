@@ -177,20 +177,25 @@ type record struct {
 	expires    time.Time
 	claim      *Claim // owner while in flight; nil once completed
 	elem       *list.Element
+	lst        *list.List // the list elem is in: Store.order or Store.flight
 }
 
 // Store is the in-memory Idempotency-Key store. It is safe for concurrent
-// use. Records are kept in a list ordered by expiry; every Claim and Len
-// first drops the expired records at its head (an incremental sweep, so
-// no goroutine is needed), and a record found expired on lookup is
-// dropped too. With an injected clock that goes backwards a record may
-// outlive its window, never the reverse.
+// use. Stored answers and in-flight claims are kept in two lists, each
+// ordered by expiry because each adds a fixed duration to the time a
+// record joins it (Window from Complete; the hold from the claim); every
+// Claim and Len first drops the expired records at both heads (an
+// incremental sweep, so no goroutine is needed), and a record found
+// expired on lookup is dropped too. With an injected clock that goes
+// backwards, or a restored 461 preview Abandon could not sort back in
+// (maxReorder), a record may outlive its window, never the reverse.
 type Store struct {
 	mu      sync.Mutex
 	limits  Limits
 	now     func() time.Time
 	byAgent map[string]map[string]*record
-	order   *list.List // of *record, oldest expiry first
+	order   *list.List // of *record with a stored answer, oldest expiry first
+	flight  *list.List // of *record in flight, oldest expiry first
 	n       int
 }
 
@@ -214,6 +219,7 @@ func NewStore(l Limits, now func() time.Time) *Store {
 		now:     now,
 		byAgent: make(map[string]map[string]*record),
 		order:   list.New(),
+		flight:  list.New(),
 	}
 }
 
@@ -288,7 +294,7 @@ func (s *Store) ClaimConfirming(agentID, key, fp, synthesisID string, pending bo
 			c := &Claim{store: s, rec: r, preview: r.resp, previewExpires: r.expires}
 			r.resp, r.claim = nil, c
 			r.expires = now.Add(s.hold())
-			s.order.MoveToBack(r.elem)
+			s.move(r, s.flight)
 			return Execute, nil, c
 		}
 	}
@@ -329,7 +335,7 @@ func (s *Store) claimLocked(agentID, key, fp string) (Outcome, *Response, *Claim
 	r := &record{agent: agentID, key: key, fp: fp, expires: now.Add(s.hold())}
 	c := &Claim{store: s, rec: r}
 	r.claim = c
-	r.elem = s.order.PushBack(r)
+	r.lst, r.elem = s.flight, s.flight.PushBack(r)
 	recs[key] = r
 	s.n++
 	return Execute, nil, c
@@ -344,21 +350,30 @@ func (s *Store) Len() int {
 	return s.n
 }
 
-// prune drops expired records from the head of the expiry order.
+// prune drops expired records from the heads of both expiry orders.
 // s.mu must be held.
 func (s *Store) prune(now time.Time) {
-	for e := s.order.Front(); e != nil; e = s.order.Front() {
-		r := e.Value.(*record)
-		if now.Before(r.expires) {
-			return
+	for _, l := range []*list.List{s.order, s.flight} {
+		for e := l.Front(); e != nil; e = l.Front() {
+			r := e.Value.(*record)
+			if now.Before(r.expires) {
+				break
+			}
+			s.remove(r)
 		}
-		s.remove(r)
 	}
+}
+
+// move puts r at the back of list l (its expiry the latest there).
+// s.mu must be held.
+func (s *Store) move(r *record, l *list.List) {
+	r.lst.Remove(r.elem)
+	r.lst, r.elem = l, l.PushBack(r)
 }
 
 // remove drops r from every index. s.mu must be held.
 func (s *Store) remove(r *record) {
-	s.order.Remove(r.elem)
+	r.lst.Remove(r.elem)
 	recs := s.byAgent[r.agent]
 	delete(recs, r.key)
 	if len(recs) == 0 {
@@ -379,7 +394,8 @@ func (s *Store) owns(c *Claim) bool {
 // Execute. Exactly one of Complete or Abandon takes effect; later calls
 // are no-ops. Methods on a nil *Claim are no-ops, so
 // `defer claim.Abandon()` is safe after Complete. If neither is called the
-// key stays in flight until the window passes.
+// key stays in flight until its hold passes (Window, or InFlightHold
+// when longer).
 type Claim struct {
 	store *Store
 	rec   *record
@@ -411,7 +427,7 @@ func (c *Claim) Complete(resp Response) {
 	r.resp = resp.clone()
 	r.claim = nil
 	r.expires = s.now().Add(s.limits.Window)
-	s.order.MoveToBack(r.elem)
+	s.move(r, s.order)
 }
 
 // Abandon releases the in-flight hold without storing anything (the
@@ -433,13 +449,14 @@ func (c *Claim) Abandon() {
 	if c.preview != nil {
 		r := c.rec
 		r.resp, r.claim, r.expires = c.preview, nil, c.previewExpires
-		// Back towards its place in the expiry order, which the hold
-		// moved it out of, past at most maxReorder records that expire
+		// Back among the stored answers, towards its place in their
+		// expiry order, past at most maxReorder records that expire
 		// later (the lock is global: a walk over every newer record
 		// would cost each refused confirmation O(records)). Past that
 		// bound it stays behind them and is dropped when they are, or
 		// when its key is next looked up: a record may outlive its
 		// window, never the reverse.
+		s.move(r, s.order)
 		at := r.elem
 		for e, n := r.elem.Prev(), 0; e != nil && n < maxReorder && e.Value.(*record).expires.After(r.expires); e, n = e.Prev(), n+1 {
 			at = e

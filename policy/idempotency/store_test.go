@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bytes"
+	"container/list"
 	"fmt"
 	"reflect"
 	"sync"
@@ -519,20 +520,72 @@ func TestClaimConfirmingAbandonKeepsOrder(t *testing.T) {
 	}
 }
 
-// assertExpiryOrder checks the store's expiry list runs from the
-// earliest expiry to the latest, which prune relies on.
+// assertExpiryOrder checks each of the store's expiry lists (stored
+// answers, in-flight claims) runs from the earliest expiry to the
+// latest, which prune relies on.
 func assertExpiryOrder(t *testing.T, s *Store) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var prev time.Time
-	for e := s.order.Front(); e != nil; e = e.Next() {
-		r := e.Value.(*record)
-		if r.expires.Before(prev) {
-			t.Fatalf("expiry order broken: %s/%s expires %v after a record expiring %v", r.agent, r.key, r.expires, prev)
+	for name, l := range map[string]*list.List{"stored": s.order, "in flight": s.flight} {
+		var prev time.Time
+		for e := l.Front(); e != nil; e = e.Next() {
+			r := e.Value.(*record)
+			if r.expires.Before(prev) {
+				t.Fatalf("%s expiry order broken: %s/%s expires %v after a record expiring %v", name, r.agent, r.key, r.expires, prev)
+			}
+			prev = r.expires
 		}
-		prev = r.expires
 	}
+}
+
+// A claim held longer than Window (InFlightHold) does not keep stored
+// answers completed after it from expiring: they are in their own
+// expiry order, so they leave at the end of their window and free
+// their room (they counted towards MaxRecords behind a slow request,
+// giving a false store-full; fourth review).
+func TestInFlightHoldKeepsStoredExpiring(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{Window: time.Minute, InFlightHold: time.Hour, MaxRecords: 3}, clk.Now)
+	slow := mustExecute(t, s, "a", "slow", fpA) // still running
+	mustExecute(t, s, "a", "k1", fpA).Complete(Response{Status: 200})
+	mustExecute(t, s, "b", "k2", fpA).Complete(Response{Status: 200})
+	assertExpiryOrder(t, s)
+	clk.Advance(2 * time.Minute)
+	if n := s.Len(); n != 1 {
+		t.Errorf("Len = %d two minutes on, want 1 (the slow claim; k1 and k2 expired)", n)
+	}
+	if o, _, c := s.Claim("a", "k3", fpA); o != Execute {
+		t.Fatalf("a new key with two records expired: %v; want execute", o)
+	} else {
+		c.Abandon()
+	}
+	if o, _, _ := s.Claim("a", "slow", fpA); o != InFlight {
+		t.Fatalf("the slow request's key: %v; want still in flight", o)
+	}
+	slow.Complete(Response{Status: 200})
+	assertExpiryOrder(t, s)
+}
+
+// A confirmation holds its key for InFlightHold when that is longer
+// than Window, as any claim does; a stored answer that names no
+// contract is replayed to a presentation (nothing to tell apart).
+func TestClaimConfirmingHold(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{Window: 5 * time.Second, InFlightHold: time.Minute}, clk.Now)
+	mustExecute(t, s, "a", "k", fpA).Complete(Response{Status: PreviewStatus, Previewed: "syn-1"})
+	if o, _, _ := s.ClaimConfirming("a", "k", fpA, "syn-1", true); o != Execute {
+		t.Fatalf("confirmation: %v; want execute", o)
+	}
+	clk.Advance(30 * time.Second)
+	if o, _, _ := s.ClaimConfirming("a", "k", fpA, "syn-1", true); o != InFlight {
+		t.Fatalf("30 s into the confirmation (window 5 s, hold 1 min): %v; want in-flight", o)
+	}
+	mustExecute(t, s, "a", "plain", fpA).Complete(Response{Status: 422})
+	if o, resp, _ := s.ClaimConfirming("a", "plain", fpA, "syn-9", false); o != Replay || resp.Status != 422 {
+		t.Fatalf("presentation under a key whose answer names no contract: %v %v; want its 422 replayed", o, resp)
+	}
+	assertExpiryOrder(t, s)
 }
 
 // InFlightHold: a claim holds its key at least that long while its
