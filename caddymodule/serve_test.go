@@ -763,6 +763,22 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 	}
 }
 
+// serveBench sends method path with hdr through h, with the bench
+// recipe's one-item envelope as the body of a LOOKUP (none otherwise),
+// and returns what h answered.
+func serveBench(t *testing.T, h *Handler, method, path string, hdr map[string]string) *discardWriter {
+	t.Helper()
+	body := ""
+	if method == "LOOKUP" {
+		body = `{"parameters":{"item_id":"1"}}`
+	}
+	w := &discardWriter{hdr: http.Header{}}
+	if err := h.ServeHTTP(w, benchRequest(w, method, path, body, hdr), notFound); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 // confirmFirstHandler is a confirm-first bench handler (set further by
 // opt, when not nil) over a loopback upstream serving GET /items/{id},
 // and the count of the calls that upstream answered.
@@ -796,11 +812,7 @@ func TestConfirmWithTheGateRequestsKey(t *testing.T) {
 	h, calls := confirmFirstHandler(t, nil)
 	serve := func(hdr map[string]string) *discardWriter {
 		t.Helper()
-		w := &discardWriter{hdr: http.Header{}}
-		if err := h.ServeHTTP(w, benchRequest(w, "LOOKUP", "/item/cf-key", `{"parameters":{"item_id":"1"}}`, hdr), notFound); err != nil {
-			t.Fatal(err)
-		}
-		return w
+		return serveBench(t, h, "LOOKUP", "/item/cf-key", hdr)
 	}
 	const key = "k-gate"
 	gate := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read", "Allow-RCNS": "true",
@@ -864,11 +876,7 @@ func TestConfirmingKeyAcrossContracts(t *testing.T) {
 	h, calls := confirmFirstHandler(t, nil)
 	serve := func(hdr map[string]string) *discardWriter {
 		t.Helper()
-		w := &discardWriter{hdr: http.Header{}}
-		if err := h.ServeHTTP(w, benchRequest(w, "LOOKUP", "/item/cf-mix", `{"parameters":{"item_id":"1"}}`, hdr), notFound); err != nil {
-			t.Fatal(err)
-		}
-		return w
+		return serveBench(t, h, "LOOKUP", "/item/cf-mix", hdr)
 	}
 	gate := func(key string) string {
 		t.Helper()
@@ -935,15 +943,7 @@ func TestRefusedConfirmationKeepsPreview(t *testing.T) {
 	h, calls := confirmFirstHandler(t, func(h *Handler) { h.InvocationRateLimitPerMinute, h.InvocationRateLimitBurst = 1, 1 })
 	do := func(method, path string, hdr map[string]string) *discardWriter {
 		t.Helper()
-		body := ""
-		if method == "LOOKUP" {
-			body = `{"parameters":{"item_id":"1"}}`
-		}
-		w := &discardWriter{hdr: http.Header{}}
-		if err := h.ServeHTTP(w, benchRequest(w, method, path, body, hdr), notFound); err != nil {
-			t.Fatal(err)
-		}
-		return w
+		return serveBench(t, h, method, path, hdr)
 	}
 	gate := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read", "Allow-RCNS": "true",
 		"Content-Type": "application/json", "Idempotency-Key": "k-429"}
