@@ -177,6 +177,49 @@ type doc struct {
 	Medians                             string
 	LoadReport, Profiles                string
 	LoadRan                             bool
+	// Summary is the load report's targets table without its
+	// "measured" column (targetSummary), "" when the report has none.
+	Summary string
+}
+
+// targetsHeader is the header row of the load report's targets table
+// (scripts/bench/loadcmp, report.go).
+const targetsHeader = "| target | measured | value | limit | verdict |"
+
+// targetSummary returns the targets table of a load report (markdown)
+// as a shorter table of target, value, limit and verdict, for the top
+// of the document; "" when the report holds no targets table. A row
+// whose cells do not split into the header's five is left out rather
+// than shown shifted.
+func targetSummary(report string) string {
+	lines := strings.Split(report, "\n")
+	start := -1
+	for i, l := range lines {
+		if strings.TrimSpace(l) == targetsHeader {
+			start = i + 2 // past the header and its |---| line
+			break
+		}
+	}
+	if start < 0 || start > len(lines) {
+		return ""
+	}
+	var b strings.Builder
+	for _, l := range lines[start:] {
+		l = strings.TrimSpace(l)
+		if !strings.HasPrefix(l, "|") {
+			break
+		}
+		cells := strings.Split(strings.Trim(l, "|"), " | ")
+		if len(cells) != 5 {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("| target | value | limit | verdict |\n|---|---:|---:|---|\n")
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", strings.TrimSpace(cells[0]), strings.TrimSpace(cells[2]),
+			strings.TrimSpace(cells[3]), strings.TrimSpace(cells[4]))
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 func readOptional(path string) (string, bool) {
@@ -238,6 +281,7 @@ func run(goOut, loadDir, tmplPath, out, medians, command, goCmd, started string)
 	}
 	if loadDir != "" {
 		d.LoadReport, d.LoadRan = readOptional(filepath.Join(loadDir, "report.md"))
+		d.Summary = targetSummary(d.LoadReport)
 		d.Profiles, _ = readOptional(filepath.Join(loadDir, "profiles", "summary.md"))
 	}
 	tb, err := os.ReadFile(tmplPath)

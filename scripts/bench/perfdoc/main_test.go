@@ -167,3 +167,23 @@ func TestTemplateEd25519(t *testing.T) {
 		t.Errorf("the template names issue 7 %d times, want none (the load report introduces the targets)", n)
 	}
 }
+
+// TestTargetSummary checks the summary table at the top of the document
+// against a targets table as loadcmp writes it: the "measured" column
+// goes, the rest stays in order, and a report without targets gives "".
+func TestTargetSummary(t *testing.T) {
+	report := "intro\n\n" + targetsHeader + "\n|---|---|---:|---:|---|\n" +
+		"| (c) no key: throughput ≥ 0.85×(b) | median per-round ratio (rounds 0.93–0.95) | 0.95 | 0.85 | met |\n" +
+		"| (d) no key: throughput ≥ 0.85×(b) | median per-round ratio (rounds 0.77–0.87); (bd) 0.95 | 0.79 | 0.85 | **not met** (misses the limit by 0.06) |\n" +
+		"| broken row | only two |\n" +
+		"\nHow to read the targets table: …\n| not | a | targets | row | here |\n"
+	want := "| target | value | limit | verdict |\n|---|---:|---:|---|\n" +
+		"| (c) no key: throughput ≥ 0.85×(b) | 0.95 | 0.85 | met |\n" +
+		"| (d) no key: throughput ≥ 0.85×(b) | 0.79 | 0.85 | **not met** (misses the limit by 0.06) |"
+	if got := targetSummary(report); got != want {
+		t.Errorf("targetSummary:\n%s\nwant:\n%s", got, want)
+	}
+	if got := targetSummary("no targets table in this report"); got != "" {
+		t.Errorf("targetSummary without a table = %q, want \"\"", got)
+	}
+}
