@@ -187,3 +187,17 @@ func TestTargetSummary(t *testing.T) {
 		t.Errorf("targetSummary without a table = %q, want \"\"", got)
 	}
 }
+
+// TestTargetsHeaderMatchesLoadcmp ties targetsHeader to the header row
+// loadcmp writes (scripts/bench/loadcmp/report.go): if that row changed,
+// targetSummary would find no table and the summary at the top of
+// performance.md would silently go.
+func TestTargetsHeaderMatchesLoadcmp(t *testing.T) {
+	src, err := os.ReadFile("../loadcmp/report.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(src), `\n`+targetsHeader+`\n`) {
+		t.Errorf("scripts/bench/loadcmp/report.go no longer writes the targets header %q", targetsHeader)
+	}
+}
