@@ -23,6 +23,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"go.uber.org/zap"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
@@ -1524,7 +1525,7 @@ func (a *contractAnswer) encode() ([]byte, error) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = records.AppendJSONStringHTML(b, k)
+		b = jsonenc.AppendStringHTML(b, k)
 		b = append(b, ':')
 		if k == "endpoint" {
 			b = append(b, a.endpoint...)
@@ -1533,20 +1534,20 @@ func (a *contractAnswer) encode() ([]byte, error) {
 		mark := len(b)
 		switch v := a.members[k].(type) {
 		case string:
-			b = records.AppendJSONStringHTML(b, v)
+			b = jsonenc.AppendStringHTML(b, v)
 		case int:
 			b = strconv.AppendInt(b, int64(v), 10)
 		case bool:
 			b = strconv.AppendBool(b, v)
 		case recipes.Lineage:
 			b = append(b, `{"recipe_name":`...)
-			b = records.AppendJSONStringHTML(b, v.RecipeName)
+			b = jsonenc.AppendStringHTML(b, v.RecipeName)
 			b = append(b, `,"recipe_version":`...)
-			b = records.AppendJSONStringHTML(b, v.RecipeVersion)
+			b = jsonenc.AppendStringHTML(b, v.RecipeVersion)
 			b = append(b, '}')
 		default:
 			var ok bool
-			if b, ok = records.AppendJSONValue(b, v, true); !ok {
+			if b, ok = jsonenc.AppendValue(b, v, true); !ok {
 				raw, err := jsonv2.Marshal(v, responseJSON)
 				if err != nil {
 					return nil, err

@@ -2,20 +2,21 @@ package caddymodule
 
 import (
 	"encoding/json"
-	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 	"net/http"
 	"net/url"
 	"strconv"
 	"sync"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
-	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -185,18 +186,18 @@ func (x *exchange) fail(e *wireError) {
 // does (keys sorted, <>& and U+2028/2029 escaped, nil slices and maps as
 // null; invalid UTF-8 becomes U+FFFD, written as the character where
 // encoding/json writes \ufffd): the fallback for result values that
-// records.AppendJSONValue does not model (TestEnvelopeEncodingMatchesEncodingJSON).
+// jsonenc.AppendValue does not model (TestEnvelopeEncodingMatchesEncodingJSON).
 var responseJSON = jsonv2.JoinOptions(jsonv2.Deterministic(true), jsontext.EscapeForHTML(true), jsontext.EscapeForJS(true),
 	jsontext.AllowInvalidUTF8(true), jsonv2.FormatNilSliceAsNull(true), jsonv2.FormatNilMapAsNull(true))
 
 // encodeEnvelope writes a success envelope as encoding/json.Marshal
 // does (fields in declaration order: result, status, task_id): by hand
-// for plain decoded-JSON results (records.AppendJSONValue), through
+// for plain decoded-JSON results (jsonenc.AppendValue), through
 // json/v2 with responseJSON for anything else.
 func encodeEnvelope(e envelopeBody) ([]byte, error) {
 	b := make([]byte, 0, 256)
 	b = append(b, `{"result":`...)
-	b, ok := records.AppendJSONValue(b, e.Result, true)
+	b, ok := jsonenc.AppendValue(b, e.Result, true)
 	if !ok {
 		return jsonv2.Marshal(e, responseJSON)
 	}
@@ -204,7 +205,7 @@ func encodeEnvelope(e envelopeBody) ([]byte, error) {
 	b = strconv.AppendInt(b, int64(e.Status), 10)
 	if e.TaskID != "" {
 		b = append(b, `,"task_id":`...)
-		b = records.AppendJSONStringHTML(b, e.TaskID)
+		b = jsonenc.AppendStringHTML(b, e.TaskID)
 	}
 	return append(b, '}'), nil
 }
@@ -330,7 +331,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 func (x *exchange) attribution(status int, responseID string) (string, string) {
 	chainKey := x.recordAgent
 	issued := time.Now().UTC()
-	str := records.AppendJSONString
+	str := jsonenc.AppendString
 	// Computed before the chain lock: only what depends on the chain's
 	// head is built under it.
 	var reqHash, actionID string

@@ -136,7 +136,7 @@ func LoadCatalog(data []byte) (*Catalog, error) {
 		if !ValidMethodToken(name) {
 			return nil, fmt.Errorf("catalog: method %q does not match ^[A-Z]+$ with length 3..32", name)
 		}
-		if isLegacyVerb(name) {
+		if IsLegacyVerb(name) {
 			return nil, fmt.Errorf("catalog: method %q is a legacy HTTP verb; list it under \"legacy\"", name)
 		}
 		var v catalogVerb
@@ -181,7 +181,7 @@ func LoadCatalog(data []byte) (*Catalog, error) {
 		c.floor[name] = true
 	}
 	for verb, target := range f.Legacy {
-		if !isLegacyVerb(verb) {
+		if !IsLegacyVerb(verb) {
 			return nil, fmt.Errorf("catalog: legacy verb %q is not one of GET POST PUT DELETE PATCH", verb)
 		}
 		if _, ok := c.methods[target]; !ok {

@@ -146,7 +146,7 @@ func FuzzResolveMethod(f *testing.F) {
 			if res != (ResolvedMethod{}) {
 				t.Fatalf("refusal with result %+v", res)
 			}
-			if ValidMethodToken(wire) && !isLegacyVerb(wire) && p.IsMethod(wire) {
+			if ValidMethodToken(wire) && !IsLegacyVerb(wire) && p.IsMethod(wire) {
 				t.Fatalf("method %q of this server refused", wire)
 			}
 			return

@@ -11,7 +11,10 @@ import (
 // (RCNS §5.4).
 var legacyVerbs = [...]string{"GET", "POST", "PUT", "DELETE", "PATCH"}
 
-func isLegacyVerb(s string) bool {
+// IsLegacyVerb reports whether s is one of the five HTTP verbs that
+// policies.methods.legacy can admit as AGTP methods: GET, POST, PUT,
+// DELETE, PATCH (RCNS §5.4).
+func IsLegacyVerb(s string) bool {
 	for _, v := range legacyVerbs {
 		if s == v {
 			return true
@@ -109,7 +112,7 @@ func (p *MethodPolicy) allowAll() bool {
 
 // legacyAdmitted reports whether the legacy verb v is admitted.
 func (p *MethodPolicy) legacyAdmitted(v string) bool {
-	if p == nil || !isLegacyVerb(v) {
+	if p == nil || !IsLegacyVerb(v) {
 		return false
 	}
 	for _, l := range p.Legacy {
@@ -123,7 +126,7 @@ func (p *MethodPolicy) legacyAdmitted(v string) bool {
 // isCustom reports whether name is a custom method: listed in Allow or
 // Custom, lexically valid, not a catalog method and not a legacy verb.
 func (p *MethodPolicy) isCustom(name string) bool {
-	if p == nil || !ValidMethodToken(name) || isLegacyVerb(name) || p.catalog().Has(name) {
+	if p == nil || !ValidMethodToken(name) || IsLegacyVerb(name) || p.catalog().Has(name) {
 		return false
 	}
 	if !p.allowAll() {
@@ -165,7 +168,7 @@ func (p *MethodPolicy) Validate() error {
 			if len(p.Legacy) != 1 {
 				add("legacy[%d] %q must be the only entry", i, l)
 			}
-		case !isLegacyVerb(l):
+		case !IsLegacyVerb(l):
 			add("legacy[%d] %q is not one of GET POST PUT DELETE PATCH, \"*\" or \"NONE\"", i, l)
 		}
 	}
@@ -184,7 +187,7 @@ func (p *MethodPolicy) Validate() error {
 		switch {
 		case !ValidMethodToken(a):
 			add("custom[%d] %q does not match ^[A-Z]+$ with length 3..32", i, a)
-		case isLegacyVerb(a):
+		case IsLegacyVerb(a):
 			add("custom[%d] %q is a legacy HTTP verb; admit it with legacy instead", i, a)
 		}
 	}
@@ -285,7 +288,7 @@ func (p *MethodPolicy) Warnings() []string {
 		}
 	}
 	for i, l := range p.Legacy {
-		if isLegacyVerb(l) || l == "*" {
+		if IsLegacyVerb(l) || l == "*" {
 			for _, v := range legacyVerbs {
 				if (l == "*" || l == v) && p.aliases()[v] == "" {
 					out = append(out, fmt.Sprintf("methods: legacy[%d] admits %s without an alias; it is dispatched as %s", i, v, v))
@@ -340,7 +343,7 @@ func (p *MethodPolicy) ResolveMethod(wire string) (ResolvedMethod, *Refusal) {
 		info, _ := cat.lookupShared(wire)
 		return ResolvedMethod{Method: wire, Info: info}, nil
 	}
-	if isLegacyVerb(wire) && !p.legacyAdmitted(wire) {
+	if IsLegacyVerb(wire) && !p.legacyAdmitted(wire) {
 		return refuse("legacy-method-not-enabled",
 			fmt.Sprintf("Legacy HTTP method %s is not enabled on this server; use an AGTP method from catalog %s instead.", wire, cat.Version()))
 	}

@@ -144,7 +144,7 @@ func (p *MethodPolicy) reservedMethod(seg string) string {
 	// name does not escape (the lookups only read it), so it stays on
 	// the stack; only a collision, the rare refusal, copies it.
 	name := string(form)
-	if p.IsMethod(name) || isLegacyVerb(name) {
+	if p.IsMethod(name) || IsLegacyVerb(name) {
 		return strings.Clone(name)
 	}
 	if _, ok := p.aliases()[name]; ok {

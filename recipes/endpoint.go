@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 	"io"
 	"maps"
 	"math"
@@ -22,6 +20,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
@@ -108,7 +109,7 @@ func BuildEndpoint(doc *schema.Document, mp *policy.MethodPolicy, upstreams map[
 	if !mp.IsMethod(d.Method) {
 		return nil, doc.Errorf("/method", "method %s is neither in the catalog %s nor a custom method", d.Method, mp.Catalog.Version())
 	}
-	if isLegacyVerb(d.Method) {
+	if policy.IsLegacyVerb(d.Method) {
 		return nil, doc.Errorf("/method", "legacy verb %s must not be used in an endpoint definition (use its AGTP alias)", d.Method)
 	}
 	tmpl, err := mp.ParsePathTemplate(d.Path)
@@ -312,13 +313,6 @@ func forbiddenUpstreamHeader(k string) bool {
 	return false
 }
 
-func isLegacyVerb(m string) bool {
-	switch m {
-	case "GET", "POST", "PUT", "DELETE", "PATCH":
-		return true
-	}
-	return false
-}
 
 // reservedDiscoverSegment returns the reserved built-in name that the
 // first segment of path equals or starts with, or "" (spec §9).

@@ -7,7 +7,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/caddy-rcns/caddy-rcns/policy/records"
+	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
 )
 
 func bigOf(t *testing.T, s string) *big.Int {
@@ -51,7 +51,7 @@ func TestDecodeUpstreamKeepsLargeIntegers(t *testing.T) {
 	}
 	// The answer encoders write *big.Int as the number it is.
 	v, _ := decodeUpstream([]byte(`{"id":12345678901234567891,"l":[-9007199254740993]}`))
-	b, ok := records.AppendJSONValue(nil, v, true)
+	b, ok := jsonenc.AppendValue(nil, v, true)
 	if want := `{"id":12345678901234567891,"l":[-9007199254740993]}`; !ok || string(b) != want {
 		t.Errorf("AppendJSONValue = %s, %v; want %s", b, ok, want)
 	}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/gowebpki/jcs"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
 	"github.com/caddy-rcns/caddy-rcns/policy"
-	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
 
@@ -99,7 +99,7 @@ func BuildRecipe(doc *schema.Document, mp *policy.MethodPolicy, lookup EndpointL
 	}
 	r := &Recipe{Name: d.Name, Version: d.Version, Description: d.Description, Method: d.Pattern.Method,
 		Propose: d.Propose == nil || *d.Propose, File: doc.File, impact: d.Endpoint.Semantic.Impact}
-	if !mp.IsMethod(r.Method) || isLegacyVerb(r.Method) {
+	if !mp.IsMethod(r.Method) || policy.IsLegacyVerb(r.Method) {
 		return nil, doc.Errorf("/pattern/method", "method %s is neither in the catalog nor a custom method", r.Method)
 	}
 	switch {
@@ -362,7 +362,7 @@ func (r *Recipe) ContractHashFor(method, path string) (hash string, endpointJSON
 	dyn := [2]canonMember{{key: "method"}, {key: "path"}} // sorted: "method" < "path"
 	size := len(r.canonLineage) + 64
 	for i, v := range [2]string{method, path} {
-		c, ok := records.AppendJCSString([]byte(`"`+dyn[i].key+`":`), v)
+		c, ok := jsonenc.AppendJCSString([]byte(`"`+dyn[i].key+`":`), v)
 		if !ok { // invalid UTF-8: let json.Marshal + JCS replace it
 			raw, err := json.Marshal(map[string]string{dyn[i].key: v})
 			if err != nil {

@@ -9,15 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
 	"github.com/gowebpki/jcs"
 )
 
@@ -543,148 +542,6 @@ func insertHash(canon []byte, hash string) []byte {
 	return append(out, '}')
 }
 
-// canonical is JCS(json(v)) (RFC 8785): one pass for the value types
-// records hold; anything else falls back to json.Marshal + jcs.Transform.
-func canonical(v any) ([]byte, error) {
-	if b, ok := appendJCS(make([]byte, 0, 512), v); ok {
-		return b, nil
-	}
-	return canonicalSlow(v)
-}
-
-func appendJCS(b []byte, v any) ([]byte, bool) {
-	switch x := v.(type) {
-	case nil:
-		return append(b, "null"...), true
-	case bool:
-		return strconv.AppendBool(b, x), true
-	case string:
-		return AppendJCSString(b, x)
-	case int:
-		return appendJCSInt(b, int64(x))
-	case int64:
-		return appendJCSInt(b, x)
-	case float64:
-		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
-			return appendJCSInt(b, int64(x))
-		}
-		return b, false
-	case []string:
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			var ok bool
-			if b, ok = AppendJCSString(b, e); !ok {
-				return b, false
-			}
-		}
-		return append(b, ']'), true
-	case []any:
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			var ok bool
-			if b, ok = appendJCS(b, e); !ok {
-				return b, false
-			}
-		}
-		return append(b, ']'), true
-	case map[string]any:
-		var arr [16]string
-		keys := arr[:0]
-		for k := range x {
-			for i := 0; i < len(k); i++ {
-				if k[i] >= utf8.RuneSelf {
-					return b, false // UTF-16 key order: leave it to jcs
-				}
-			}
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b = append(b, '{')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			var ok bool
-			b, _ = AppendJCSString(b, k)
-			b = append(b, ':')
-			if b, ok = appendJCS(b, x[k]); !ok {
-				return b, false
-			}
-		}
-		return append(b, '}'), true
-	}
-	return b, false
-}
-
-func appendJCSInt(b []byte, i int64) ([]byte, bool) {
-	if i > 1<<53 || i < -(1<<53) {
-		return b, false
-	}
-	return strconv.AppendInt(b, i, 10), true
-}
-
-// AppendJCSString appends s as an RFC 8785 string (§3.2.2.2, ECMAScript
-// JSON.stringify: only '"', '\\' and controls escaped) and reports true;
-// for invalid UTF-8 it appends nothing and reports false (the caller
-// falls back to json.Marshal + jcs.Transform, which replace it).
-func AppendJCSString(b []byte, s string) ([]byte, bool) {
-	if !utf8.ValidString(s) {
-		return b, false
-	}
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		b = appendEscapedByte(append(b, s[start:i]...), c)
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"'), true
-}
-
-// appendEscapedByte appends the JSON escape of an ASCII byte both RFC
-// 8785 and encoding/json write the same way: '"' and '\\' backslashed,
-// \b \t \n \f \r short, any other byte as \u00XX.
-func appendEscapedByte(b []byte, c byte) []byte {
-	const hexd = "0123456789abcdef"
-	switch c {
-	case '"', '\\':
-		return append(b, '\\', c)
-	case '\b':
-		return append(b, '\\', 'b')
-	case '\t':
-		return append(b, '\\', 't')
-	case '\n':
-		return append(b, '\\', 'n')
-	case '\f':
-		return append(b, '\\', 'f')
-	case '\r':
-		return append(b, '\\', 'r')
-	}
-	return append(b, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&0xf])
-}
-
-func canonicalSlow(v any) ([]byte, error) {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
-	}
-	out, err := jcs.Transform(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%w: canonicalize: %v", ErrInvalidRecord, err)
-	}
-	return out, nil
-}
-
 // writeLocked writes line to the right file, rotating by day and size.
 func (l *Log) writeLocked(now time.Time, line []byte) error {
 	day := now.Format(dayLayout)
@@ -1058,4 +915,14 @@ func parseRecord(line []byte) (parsedRecord, error) {
 		return p, fmt.Errorf("hash %s does not match the record (computed %s)", p.hash, got)
 	}
 	return p, nil
+}
+
+// canonical is jsonenc.Canonical with its failures marked
+// ErrInvalidRecord.
+func canonical(v any) ([]byte, error) {
+	out, err := jsonenc.Canonical(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
+	}
+	return out, nil
 }

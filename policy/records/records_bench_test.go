@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
 )
 
 const benchAgent = "677812645a9fe530d9c0251df0296775b37b392ac32b2003ab5beba14490e4fa"
@@ -208,7 +210,7 @@ func BenchmarkCanonicalRecord(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		fn   func(any) ([]byte, error)
-	}{{"one-pass", canonical}, {"marshal+jcs", canonicalSlow}} {
+	}{{"one-pass", canonical}, {"marshal+jcs", jsonenc.CanonicalSlow}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

@@ -11,18 +11,15 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math"
-	"math/big"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
-	"unicode/utf8"
 	"unsafe"
 
 	jose "github.com/go-jose/go-jose/v4"
 	voied25519 "github.com/oasisprotocol/curve25519-voi/primitives/ed25519"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
 	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
 )
 
@@ -250,67 +247,6 @@ func ed25519Sign(priv ed25519.PrivateKey, msg []byte) []byte {
 	return voied25519.Sign(voied25519.PrivateKey(priv), msg)
 }
 
-// AppendJSONString appends s as a JSON string exactly as encoding/json
-// does with SetEscapeHTML(false).
-func AppendJSONString(b []byte, s string) []byte { return appendJSONString(b, s, false) }
-
-// AppendJSONStringHTML appends s as a JSON string exactly as
-// encoding/json.Marshal does (<, > and & escaped as \u003c, \u003e, \u0026).
-func AppendJSONStringHTML(b []byte, s string) []byte { return appendJSONString(b, s, true) }
-
-// jsonSafe and jsonHTMLSafe mark the bytes appendJSONString copies as
-// they are (ASCII from 0x20, but '"' and '\\'; the HTML table also not
-// '<', '>' and '&'), as encoding/json's safeSet and htmlSafeSet do:
-// one table load per byte on the common run of plain characters.
-var jsonSafe, jsonHTMLSafe = func() (plain, html [256]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		plain[c] = c != '"' && c != '\\'
-		html[c] = plain[c] && c != '<' && c != '>' && c != '&'
-	}
-	return plain, html
-}()
-
-func appendJSONString(b []byte, s string, html bool) []byte {
-	const hexd = "0123456789abcdef"
-	safe := &jsonSafe
-	if html {
-		safe = &jsonHTMLSafe
-	}
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if safe[c] {
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			b = appendEscapedByte(append(b, s[start:i]...), c)
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexd[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
-
 // sign is Sign with the header chosen by typ.
 func (s *Signer) sign(payload map[string]any, typ string) (compact, auditID string, err error) {
 	var head string
@@ -351,7 +287,7 @@ func encodePayload(payload map[string]any) ([]byte, error) {
 
 // appendStringMap is encodePayload for the common payload whose values
 // are all strings (lifecycle events): keys sorted as encoding/json sorts
-// them, keys and values written by AppendJSONString; false when a value
+// them, keys and values written by jsonenc.AppendString; false when a value
 // is not a string.
 func appendStringMap(m map[string]any) ([]byte, bool) {
 	keys := make([]string, 0, len(m))
@@ -371,95 +307,11 @@ func appendStringMap(m map[string]any) ([]byte, bool) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = AppendJSONString(b, k)
+		b = jsonenc.AppendString(b, k)
 		b = append(b, ':')
-		b = AppendJSONString(b, m[k].(string))
+		b = jsonenc.AppendString(b, m[k].(string))
 	}
 	return append(b, '}'), true
-}
-
-// AppendJSONValue appends v as encoding/json.Marshal writes it (html:
-// <, > and & escaped, as Marshal does; false: as an Encoder with
-// SetEscapeHTML(false)) for the plain decoded-JSON types: nil, bool,
-// string, float64 (encoding/json's float format), int, int64, *big.Int
-// (its decimal digits, as encoding/json writes it), map[string]any (keys
-// sorted) and []any. It reports false, having
-// appended an unspecified prefix, for any other type or a NaN/±Inf; the
-// caller then encodes with encoding/json.
-func AppendJSONValue(b []byte, v any, html bool) ([]byte, bool) {
-	switch x := v.(type) {
-	case nil:
-		return append(b, "null"...), true
-	case bool:
-		return strconv.AppendBool(b, x), true
-	case string:
-		return appendJSONString(b, x, html), true
-	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return b, false
-		}
-		// encoding/json's floatEncoder (bits 64): ES6 number formatting.
-		format := byte('f')
-		if abs := math.Abs(x); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-			format = 'e'
-		}
-		b = strconv.AppendFloat(b, x, format, -1, 64)
-		if format == 'e' {
-			if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-				b[n-2] = b[n-1]
-				b = b[:n-1]
-			}
-		}
-		return b, true
-	case int:
-		return strconv.AppendInt(b, int64(x), 10), true
-	case int64:
-		return strconv.AppendInt(b, x, 10), true
-	case *big.Int: // an integer beyond ±2^53, kept exactly (recipes.decodeExact)
-		if x == nil {
-			return append(b, "null"...), true
-		}
-		return x.Append(b, 10), true
-	case []any:
-		if x == nil {
-			return append(b, "null"...), true
-		}
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			var ok bool
-			if b, ok = AppendJSONValue(b, e, html); !ok {
-				return b, false
-			}
-		}
-		return append(b, ']'), true
-	case map[string]any:
-		if x == nil {
-			return append(b, "null"...), true
-		}
-		var small [16]string
-		keys := small[:0]
-		for k := range x {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b = append(b, '{')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, k, html)
-			b = append(b, ':')
-			var ok bool
-			if b, ok = AppendJSONValue(b, x[k], html); !ok {
-				return b, false
-			}
-		}
-		return append(b, '}'), true
-	}
-	return b, false
 }
 
 // AuditID returns the Audit-ID of a JWS Compact string: lowercase hex

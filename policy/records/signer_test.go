@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
-	"math"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
@@ -381,94 +380,6 @@ func TestAppendStringMapMatchesEncodingJSON(t *testing.T) {
 	}
 	if _, ok := appendStringMap(map[string]any{"n": 1}); ok {
 		t.Error("a non-string value took the fast path")
-	}
-}
-
-// TestAppendJSONStringMatchesEncodingJSON: both string writers equal
-// encoding/json, with and without HTML escaping, over every byte and
-// the characters it treats specially.
-func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
-	cases := []string{"", "plain", "<a href=\"x\">&</a>", "\u2028\u2029", "caf\xe9", "é😀", "\x00\x1f\x7f\\"}
-	for c := 0; c < 256; c++ {
-		cases = append(cases, string([]byte{'a', byte(c), 'b'}))
-	}
-	for _, s := range cases {
-		html, _ := json.Marshal(s)
-		var plain bytes.Buffer
-		enc := json.NewEncoder(&plain)
-		enc.SetEscapeHTML(false)
-		_ = enc.Encode(s)
-		if got := AppendJSONStringHTML(nil, s); !bytes.Equal(got, html) {
-			t.Errorf("AppendJSONStringHTML(%q) = %s, encoding/json %s", s, got, html)
-		}
-		if got := AppendJSONString(nil, s); !bytes.Equal(got, bytes.TrimSuffix(plain.Bytes(), []byte("\n"))) {
-			t.Errorf("AppendJSONString(%q) = %s, encoding/json %s", s, got, plain.Bytes())
-		}
-	}
-}
-
-// TestAppendJSONValueMatchesEncodingJSON: random decoded-JSON values
-// (and the float edge cases) encode byte for byte as encoding/json
-// writes them, with and without HTML escaping; other types decline.
-func TestAppendJSONValueMatchesEncodingJSON(t *testing.T) {
-	r := mrand.New(mrand.NewPCG(5, 6))
-	strs := []string{"", "a", "<b>&", "\u2028", "caf\xe9", "é😀", "\x00\"\\", "k"}
-	floats := []float64{0, math.Copysign(0, -1), 1, -1.5, 12.5, 1e20, 1e21, 1e-6, 1e-7, 123456789012, 5e-324, math.MaxFloat64, 0.1, 2.5e-10}
-	var gen func(depth int) any
-	gen = func(depth int) any {
-		switch n := r.IntN(9); {
-		case n == 0:
-			return nil
-		case n == 1:
-			return r.IntN(2) == 0
-		case n == 2:
-			return strs[r.IntN(len(strs))]
-		case n == 3:
-			return floats[r.IntN(len(floats))]
-		case n == 4:
-			return r.IntN(2000) - 1000
-		case n == 5:
-			return int64(r.Int64())
-		case n == 6 && depth > 0:
-			m := map[string]any{}
-			for range r.IntN(4) {
-				m[strs[r.IntN(len(strs))]] = gen(depth - 1)
-			}
-			return m
-		case n == 7 && depth > 0:
-			if r.IntN(5) == 0 {
-				return []any(nil)
-			}
-			l := []any{}
-			for range r.IntN(4) {
-				l = append(l, gen(depth-1))
-			}
-			return l
-		}
-		return "leaf"
-	}
-	for i := 0; i < 3000; i++ {
-		v := gen(3)
-		want, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, ok := AppendJSONValue(nil, v, true)
-		if !ok || !bytes.Equal(got, want) {
-			t.Fatalf("AppendJSONValue(%#v, html) = %s (%v)\nencoding/json          %s", v, got, ok, want)
-		}
-		var plain bytes.Buffer
-		enc := json.NewEncoder(&plain)
-		enc.SetEscapeHTML(false)
-		_ = enc.Encode(v)
-		if got, ok := AppendJSONValue(nil, v, false); !ok || !bytes.Equal(got, bytes.TrimSuffix(plain.Bytes(), []byte("\n"))) {
-			t.Fatalf("AppendJSONValue(%#v) = %s (%v)\nencoding/json     %s", v, got, ok, plain.Bytes())
-		}
-	}
-	for _, v := range []any{math.NaN(), math.Inf(1), map[string]any{"x": []string{"a"}}, struct{}{}, json.Number("1")} {
-		if _, ok := AppendJSONValue(nil, v, true); ok {
-			t.Errorf("AppendJSONValue(%#v) took a type it does not model", v)
-		}
 	}
 }
 
