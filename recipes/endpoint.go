@@ -24,6 +24,8 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/httpbody"
+	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
@@ -313,7 +315,6 @@ func forbiddenUpstreamHeader(k string) bool {
 	return false
 }
 
-
 // reservedDiscoverSegment returns the reserved built-in name that the
 // first segment of path equals or starts with, or "" (spec §9).
 func reservedDiscoverSegment(path string) string {
@@ -548,7 +549,7 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		return nil, f
 	}
 	defer resp.Body.Close()
-	raw, err := ReadBody(resp.Body, resp.ContentLength, s.up.MaxResponseBytes)
+	raw, err := httpbody.Read(resp.Body, resp.ContentLength, s.up.MaxResponseBytes)
 	if err != nil {
 		if isTimeout(ctx, err) {
 			expl := fmt.Sprintf("upstream %s did not finish its response within %s", s.up.Name, s.timeout)
@@ -610,8 +611,8 @@ var mediaJSONValue = []string{"application/json"}
 // becomes U+FFFD).
 var upstreamJSON = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 
-// upstreamJSONExact is upstreamJSON with exactIntegers, merged once.
-var upstreamJSONExact = jsonv2.JoinOptions(upstreamJSON, exactIntegers)
+// upstreamJSONExact is upstreamJSON with jsonenc.ExactIntegers, merged once.
+var upstreamJSONExact = jsonv2.JoinOptions(upstreamJSON, jsonenc.ExactIntegers)
 
 // decodeUpstream decodes one upstream JSON body with encoding/json/v2:
 // strict first (the common case, and the cheaper one: options cost a
@@ -620,11 +621,11 @@ var upstreamJSONExact = jsonv2.JoinOptions(upstreamJSON, exactIntegers)
 // read as before instead of failing the call.
 func decodeUpstream(raw []byte) (any, error) {
 	// Integers beyond ±2^53 (64-bit ids) are kept exactly, as *big.Int;
-	// only a body with a 16-digit run can hold one (exactIntegers).
+	// only a body with a 16-digit run can hold one (jsonenc.ExactIntegers).
 	var strict []jsonv2.Options // none: the common case, without an option merge
 	lenient := upstreamJSON
-	if HasLongDigitRun(raw) {
-		strict, lenient = []jsonv2.Options{exactIntegers}, upstreamJSONExact
+	if jsonenc.HasLongDigitRun(raw) {
+		strict, lenient = []jsonv2.Options{jsonenc.ExactIntegers}, upstreamJSONExact
 	}
 	var out any
 	if err := jsonv2.Unmarshal(raw, &out, strict...); err == nil {

@@ -58,7 +58,7 @@ const schemaResource = "mem:///schema.json"
 // with it.
 func SchemaErrorText(err error, n int) string {
 	s := strings.ReplaceAll(err.Error(), schemaResource, "")
-	return Truncate(strings.Join(strings.Fields(s), " "), n)
+	return textcut.Truncate(strings.Join(strings.Fields(s), " "), n)
 }
 
 // Limits on an agent-proposed JSON Schema (PROPOSE input_schema and
@@ -151,7 +151,7 @@ func validate(s *jsonschema.Schema, v any) []string {
 			} else {
 				msg = e.ErrorKind.LocalizedString(printer)
 			}
-			out = append(out, Truncate(fmt.Sprintf("at %s: %s", loc, msg), maxViolationBytes))
+			out = append(out, textcut.Truncate(fmt.Sprintf("at %s: %s", loc, msg), maxViolationBytes))
 			return
 		}
 		for _, c := range e.Causes {
@@ -200,12 +200,6 @@ func additionalProperties(props []string) string {
 	}
 	return msg + " not allowed"
 }
-
-// Truncate cuts s to at most n bytes (n ≥ 3) on a UTF-8 boundary,
-// marking a cut with "…" (3 bytes, counted in n); s is returned as is
-// when it fits. Answers use it to bound the text they quote from a
-// request or an upstream (textcut.Truncate).
-func Truncate(s string, n int) string { return textcut.Truncate(s, n) }
 
 // describeViolations is a schema check's failure as an answer words it: what
 // does not match ("input does not match input_schema"), then the first

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 )
 
 // nestedItems is {"items":{"items":...{"type":"string"}}} whose JSON
@@ -167,7 +169,7 @@ func TestTruncate(t *testing.T) {
 		{"ééé", 5, "é…"}, // é is 2 bytes, … is 3
 		{strings.Repeat("x", 300), 256, strings.Repeat("x", 253) + "…"},
 	} {
-		if got := Truncate(tc.s, tc.n); got != tc.want || len(got) > tc.n {
+		if got := textcut.Truncate(tc.s, tc.n); got != tc.want || len(got) > tc.n {
 			t.Errorf("Truncate(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
 		}
 	}

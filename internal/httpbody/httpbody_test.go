@@ -1,4 +1,4 @@
-package recipes
+package httpbody
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-func TestReadBody(t *testing.T) {
+func TestRead(t *testing.T) {
 	big := strings.Repeat("x", ExactReadMax+10)
 	tests := []struct {
 		name          string
@@ -30,9 +30,9 @@ func TestReadBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ReadBody(strings.NewReader(tt.body), tt.contentLength, tt.limit)
+			got, err := Read(strings.NewReader(tt.body), tt.contentLength, tt.limit)
 			if string(got) != tt.want || !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
-				t.Fatalf("ReadBody = %d bytes %q…, %v; want %d bytes, %v", len(got), clipTest(got), err, len(tt.want), tt.wantErr)
+				t.Fatalf("Read = %d bytes %q…, %v; want %d bytes, %v", len(got), clipTest(got), err, len(tt.want), tt.wantErr)
 			}
 		})
 	}
@@ -40,10 +40,10 @@ func TestReadBody(t *testing.T) {
 
 func clipTest(b []byte) string { return string(b[:min(len(b), 16)]) }
 
-// TestReadBodyReleasesConnection: reading exactly Content-Length bytes
+// TestReadReleasesConnection: reading exactly Content-Length bytes
 // of a net/http response ends it (net/http reports io.EOF with the last
 // bytes), so the keep-alive connection is reused without another Read.
-func TestReadBodyReleasesConnection(t *testing.T) {
+func TestReadReleasesConnection(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "11")
 		_, _ = io.WriteString(w, `{"id":"ok"}`)
@@ -64,9 +64,9 @@ func TestReadBodyReleasesConnection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := ReadBody(resp.Body, resp.ContentLength, 1<<20)
+		raw, err := Read(resp.Body, resp.ContentLength, 1<<20)
 		if err != nil || string(raw) != `{"id":"ok"}` {
-			t.Fatalf("ReadBody = %q, %v", raw, err)
+			t.Fatalf("Read = %q, %v", raw, err)
 		}
 		_ = resp.Body.Close()
 	}
