@@ -59,7 +59,7 @@ func TestContentEncodingRefused(t *testing.T) {
 }
 
 // TestTaskIDForm: the Task-ID header and the envelope task_id follow
-// one rule (validTaskID: 1-256 visible ASCII characters) and a
+// one rule (agtp.ValidTaskID: 1-256 visible ASCII characters) and a
 // malformed one, empty included, is 400 invalid-task-id and never
 // echoed. The header was echoed raw with spaces and non-ASCII bytes;
 // the envelope took "a b" and silently dropped "".

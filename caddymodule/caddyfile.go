@@ -16,6 +16,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/dustin/go-humanize"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -309,7 +310,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					}
 					if err != nil || dur < recipes.MinCallTimeout || dur > recipes.MaxCallTimeout {
 						return d.Errf("upstream %s: timeout: %q is out of range: the allowed range is %s to %s", args[0], v,
-							shortDuration(recipes.MinCallTimeout), shortDuration(recipes.MaxCallTimeout))
+							agtp.FormatDuration(recipes.MinCallTimeout), agtp.FormatDuration(recipes.MaxCallTimeout))
 					}
 					uc.Timeout = caddy.Duration(dur)
 				case "max_conns":
@@ -372,7 +373,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // errNotDuration and errDurationTooLarge are parseDuration's refusals.
 var (
 	errNotDuration      = errors.New("is not a duration (e.g. 90s, 15m, 24h, 7d)")
-	errDurationTooLarge = fmt.Errorf("is too large: a duration can be at most %s (about 292 years)", shortDuration(time.Duration(math.MaxInt64).Truncate(time.Hour)))
+	errDurationTooLarge = fmt.Errorf("is too large: a duration can be at most %s (about 292 years)", agtp.FormatDuration(time.Duration(math.MaxInt64).Truncate(time.Hour)))
 )
 
 // durationSyntax is the syntax caddy.ParseDuration reads (Go's duration
@@ -411,27 +412,6 @@ func positiveDuration(d *caddyfile.Dispenser) (time.Duration, error) {
 		return 0, d.Errf("%s: %q %v", key, v, err)
 	}
 	return dur, nil
-}
-
-// shortDuration prints d in the Go form without zero units: "1h", not
-// "1h0m0s"; "1h30m", "26h", "1h1s", "1.5s", "1ms". It reads back as d
-// (time.ParseDuration, PROPOSE's requested_duration), and is how config
-// messages and granted_duration write a duration.
-func shortDuration(d time.Duration) string {
-	var b []byte
-	for _, u := range []struct {
-		unit time.Duration
-		sym  byte
-	}{{time.Hour, 'h'}, {time.Minute, 'm'}} {
-		if n := d / u.unit; n > 0 {
-			b = append(strconv.AppendInt(b, int64(n), 10), u.sym)
-			d -= n * u.unit
-		}
-	}
-	if d > 0 || len(b) == 0 {
-		b = append(b, d.String()...) // under a minute: "45s", "1.5s", "500ms"
-	}
-	return string(b)
 }
 
 func oneArg(d *caddyfile.Dispenser) (string, error) {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -124,23 +123,5 @@ func TestCaddyfileErrors(t *testing.T) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}
 		})
-	}
-}
-
-// TestShortDuration: shortDuration drops zero units and reads back,
-// through parseRequestedDuration, as the same duration.
-func TestShortDuration(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		time.Second: "1s", 45 * time.Second: "45s", time.Minute: "1m", 30 * time.Minute: "30m", time.Hour: "1h",
-		90 * time.Minute: "1h30m", time.Hour + time.Second: "1h1s", 26 * time.Hour: "26h", 1500 * time.Millisecond: "1.5s",
-		time.Hour + 500*time.Millisecond: "1h500ms", 100 * 365 * 24 * time.Hour: "876000h", maxDuration: "2562047h47m16.854775807s",
-	} {
-		got := shortDuration(d)
-		if got != want {
-			t.Errorf("shortDuration(%v) = %q, want %q", d, got, want)
-		}
-		if back, err := parseRequestedDuration(got); err != nil || back != d {
-			t.Errorf("shortDuration(%v) = %q reads back as %v, %v", d, got, back, err)
-		}
 	}
 }

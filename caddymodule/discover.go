@@ -1,24 +1,17 @@
 package caddymodule
 
 import (
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
-	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
 
 // builtins are the reserved DISCOVER paths (spec §9), in directory order.
@@ -40,7 +33,7 @@ var scopeInspectAll = policy.MustParseScope("inspect:all")
 // A body target at "/" makes the request DISCOVER /target (retarget);
 // at any other path it must name that path (400 target-conflict). The
 // target is consumed here: it never reaches an endpoint's input.
-func (h *Handler) discover(x *exchange, req *request) bool {
+func (h *engine) discover(x *exchange, req *request) bool {
 	p, e := params(req)
 	if e != nil {
 		x.fail(e)
@@ -53,9 +46,7 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 	}
 	if given(p, "target") {
 		if len(ts) > maxTargetBytes {
-			x.fail(&wireError{Status: 400, Reason: "invalid-parameter",
-				Explanation: fmt.Sprintf("DISCOVER: parameter target is %d bytes; the limit is %d (the URI length RFC 9110 §4.1 asks every recipient to support)", len(ts), maxTargetBytes),
-				Fields:      map[string]any{"limit_bytes": maxTargetBytes}})
+			x.fail(agtp.InvalidParameter.WithFields(fmt.Sprintf("DISCOVER: parameter target is %d bytes; the limit is %d (the URI length RFC 9110 §4.1 asks every recipient to support)", len(ts), maxTargetBytes), map[string]any{"limit_bytes": maxTargetBytes}))
 			return true
 		}
 		target := "/" + strings.TrimPrefix(ts, "/")
@@ -66,7 +57,7 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 				return true
 			}
 		case target != x.path:
-			x.fail(errorf(400, "target-conflict", fmt.Sprintf("the body target %q disagrees with the path %s (api-01 §5.10)", textcut.Clip(ts), textcut.Clip(x.path))))
+			x.fail(agtp.TargetConflict.New(fmt.Sprintf("the body target %q disagrees with the path %s (api-01 §5.10)", textcut.Clip(ts), textcut.Clip(x.path))))
 			return true
 		}
 		dropTarget(req)
@@ -80,14 +71,14 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 	case "/":
 		if anonymous {
 			pm := h.pub.cur.Load()
-			x.write(200, mediaManifest, json.RawMessage(pm.raw), map[string]string{"ETag": pm.etag})
+			x.write(200, agtp.MediaManifest, json.RawMessage(pm.raw), map[string]string{"ETag": pm.etag})
 			return true
 		}
 		dir := make([]map[string]any, 0, len(builtins))
 		for _, b := range builtins {
 			dir = append(dir, map[string]any{"path": b, "tier": "A"})
 		}
-		x.write(200, mediaAGTP, map[string]any{"directory": dir}, nil)
+		x.write(200, agtp.MediaAGTP, map[string]any{"directory": dir}, nil)
 	case "/methods":
 		all := h.methodList()
 		keys := make([]string, len(all))
@@ -99,12 +90,12 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 			x.fail(e)
 			return true
 		}
-		x.write(200, mediaAGTP, all[from:to], link)
+		x.write(200, agtp.MediaAGTP, all[from:to], link)
 	case "/patterns":
-		x.write(200, mediaAGTP, h.patterns(), nil)
+		x.write(200, agtp.MediaAGTP, h.patterns(), nil)
 	case "/contracts":
 		if anonymous {
-			x.fail(errorf(401, "agent-unauthenticated", "DISCOVER /contracts lists the caller's contracts and needs an Agent-ID"))
+			x.fail(agtp.AgentUnauthenticated.New("DISCOVER /contracts lists the caller's contracts and needs an Agent-ID"))
 			return true
 		}
 		agent := req.caller.Agent.ID
@@ -125,17 +116,17 @@ func (h *Handler) discover(x *exchange, req *request) bool {
 		for _, c := range cs[from:to] {
 			list = append(list, c.Summary())
 		}
-		x.write(200, mediaAGTP, list, link)
+		x.write(200, agtp.MediaAGTP, list, link)
 	case "/apis":
 		apis := []map[string]any{}
 		for _, n := range sortedKeys(h.upstreams) {
 			apis = append(apis, map[string]any{"name": n})
 		}
-		x.write(200, mediaAGTP, apis, nil)
+		x.write(200, agtp.MediaAGTP, apis, nil)
 	case "/agents", "/tools":
-		x.write(200, mediaAGTP, []any{}, nil)
+		x.write(200, agtp.MediaAGTP, []any{}, nil)
 	case "/genesis":
-		x.fail(errorf(404, "not-found", "this gateway hosts no agent, so it has no Agent Genesis"))
+		x.fail(agtp.NotFound.New("this gateway hosts no agent, so it has no Agent Genesis"))
 	default:
 		return false
 	}
@@ -155,10 +146,10 @@ const maxTargetBytes = 8000
 // redirects applied, path grammar checked (460), method policy (405
 // when a redirect names a disallowed method). x.method and x.path
 // become the new pair.
-func (h *Handler) retarget(x *exchange, target string) *wireError {
+func (h *engine) retarget(x *exchange, target string) *agtp.Error {
 	path, err := policy.NormalizePath(target)
 	if err != nil {
-		return errorf(400, "invalid-parameter", fmt.Sprintf("DISCOVER: parameter target %q is not a path: %v", textcut.Clip(target), err))
+		return agtp.InvalidParameter.New(fmt.Sprintf("DISCOVER: parameter target %q is not a path: %v", textcut.Clip(target), err))
 	}
 	return h.dispatchTo(x, path)
 }
@@ -186,51 +177,12 @@ var (
 	contractCursor = regexp.MustCompile(`^[0-9]{20}\|syn-[A-Za-z0-9_-]{22}$`)
 )
 
-// listingParam returns a listing parameter given in the query (its
-// last value when repeated, spec §2.1) or in the body parameters
-// (read), refusing the two ways with different
-// values (400 parameter-conflict, as params does for a key given at the
-// top level and in parameters).
-func listingParam[T comparable](q url.Values, p map[string]any, name string, def T, read func(v any, inQuery bool) (T, *wireError)) (T, *wireError) {
-	out := def
-	qv, inQuery := queryValue(q, name) // the last value of a repeated key (spec §2.1)
-	if inQuery {
-		v, e := read(qv, true)
-		if e != nil {
-			return def, e
-		}
-		out = v
-	}
-	if given(p, name) {
-		v, e := read(p[name], false)
-		if e != nil {
-			return def, e
-		}
-		if inQuery && v != out {
-			return def, errorf(400, "parameter-conflict", fmt.Sprintf("parameter %q is given in the query and in the body with different values", name))
-		}
-		out = v
-	}
-	return out, nil
-}
-
-// cursorValue reads a cursor: a string, in the query or the body
-// parameters ("" is the first page); 400 invalid-cursor when another
-// JSON type.
-func cursorValue(v any, _ bool) (string, *wireError) {
-	s, ok := v.(string)
-	if !ok {
-		return "", errorf(400, "invalid-cursor", fmt.Sprintf("cursor must be a string, not %s", schema.JSONTypeName(v)))
-	}
-	return s, nil
-}
-
 // page applies the limit (limitValue) and cursor parameters, from the
 // query or the body parameters p, to a listing whose entries have the
 // given strictly increasing keys. It returns the slice bounds and, when
 // more entries follow, an RFC 8288 Link header with rel="next". The
 // cursor is opaque to clients: base64url of the last key served.
-func (x *exchange) page(path string, p map[string]any, keys []string, cursorForm *regexp.Regexp) (int, int, map[string]string, *wireError) {
+func (x *exchange) page(path string, p map[string]any, keys []string, cursorForm *regexp.Regexp) (int, int, map[string]string, *agtp.Error) {
 	limit, e := listingParam(x.query, p, "limit", defaultPageLimit, limitValue)
 	if e != nil {
 		return 0, 0, nil, e
@@ -243,7 +195,7 @@ func (x *exchange) page(path string, p map[string]any, keys []string, cursorForm
 	if c != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(c)
 		if err != nil || !cursorForm.Match(raw) {
-			return 0, 0, nil, errorf(400, "invalid-cursor", "cursor is not one this server issued")
+			return 0, 0, nil, agtp.InvalidCursor.New("cursor is not one this server issued")
 		}
 		after := string(raw)
 		from = sort.SearchStrings(keys, after)
@@ -271,7 +223,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // methodList is DISCOVER /methods: built-ins (tier A) then Tier B
 // endpoints agents may call.
-func (h *Handler) methodList() []map[string]any {
+func (h *engine) methodList() []map[string]any {
 	out := []map[string]any{{"method": "DISCOVER", "path": "/", "description": "Server manifest (without Agent-ID) or directory of built-ins.", "tier": "A"}}
 	for _, b := range builtins {
 		out = append(out, map[string]any{"method": "DISCOVER", "path": b, "description": "Built-in discovery surface " + b + ".", "tier": "A"})
@@ -286,7 +238,7 @@ func (h *Handler) methodList() []map[string]any {
 }
 
 // patterns is DISCOVER /patterns (spec §17.1).
-func (h *Handler) patterns() map[string]any {
+func (h *engine) patterns() map[string]any {
 	list := []map[string]any{}
 	for _, r := range h.set.Recipes {
 		p := map[string]any{"recipe_name": r.Name, "recipe_version": r.Version, "method": r.Method, "description": r.Description,
@@ -306,126 +258,4 @@ func (h *Handler) patterns() map[string]any {
 		list = append(list, p)
 	}
 	return map[string]any{"rcns_enabled": h.Enabled, "patterns": list}
-}
-
-// manifestHolder holds the current manifest; a pointer so Handler stays
-// copyable.
-type manifestHolder struct {
-	mu  sync.Mutex // serializes rebuilds
-	cur atomic.Pointer[publishedManifest]
-}
-
-// publishedManifest is one rendering of the manifest.
-type publishedManifest struct {
-	raw        []byte
-	etag       string
-	apiVersion string
-}
-
-// apiVersion is the current AGTP-API-Version.
-func (h *Handler) apiVersion() string {
-	if pm := h.pub.cur.Load(); pm != nil {
-		return pm.apiVersion
-	}
-	return "1"
-}
-
-// buildManifest renders the manifest (spec §8.2) at each config load and
-// whenever a persistent synthesis joins or leaves it.
-func (h *Handler) buildManifest() error {
-	h.pub.mu.Lock()
-	defer h.pub.mu.Unlock()
-	endpoints := []map[string]any{}
-	for _, e := range h.set.Endpoints {
-		if !e.Internal {
-			endpoints = append(endpoints, e.Projection())
-		}
-	}
-	for _, c := range h.st.contracts.List("") {
-		if c.Persistent {
-			var ep map[string]any
-			if err := json.Unmarshal(c.EndpointJSON, &ep); err != nil {
-				return fmt.Errorf("persistent contract %s: %v", c.SynthesisID, err)
-			}
-			ep["tier"] = "C"
-			endpoints = append(endpoints, ep)
-		}
-	}
-	legacy := any("NONE")
-	if len(h.Legacy) > 0 {
-		legacy = h.Legacy
-	}
-	allow := any("*")
-	if len(h.Allow) > 0 && !(len(h.Allow) == 1 && h.Allow[0] == "*") {
-		allow = h.Allow
-	}
-	redirects := []map[string]string{}
-	for _, r := range h.Redirects {
-		redirects = append(redirects, map[string]string{"from_method": r.FromMethod, "from_path": r.FromPath, "to_method": r.ToMethod, "to_path": r.ToPath})
-	}
-	apis := []map[string]any{}
-	for _, n := range sortedKeys(h.upstreams) {
-		apis = append(apis, map[string]any{"name": n})
-	}
-	features := []string{"endpoint-registry"}
-	if h.Enabled {
-		features = append(features, "synthesis")
-	}
-	disallow := h.Disallow
-	if disallow == nil {
-		disallow = []string{}
-	}
-	now := time.Now().UTC().Format(time.RFC3339)
-	m := map[string]any{
-		"agtp_version":               "1.0",
-		"agtp_api_version":           "1.0",
-		"catalog_version":            h.methods.Catalog.Version(),
-		"catalog_versions_supported": []string{h.methods.Catalog.Version()},
-		"server": map[string]any{"server_id": h.ServerID, "domain": nil, "supported_features": features,
-			"issued": now, "updated": now, "record_keys": h.signer.JWKS()},
-		"embedded_methods":        []any{},
-		"custom_methods":          h.methods.CustomMethods(),
-		"endpoints":               endpoints,
-		"agent_disclosure":        "public",
-		"hosted_agents":           []any{},
-		"agent_disclosure_notice": nil,
-		"apis":                    apis,
-		"hosted_protocols":        []any{},
-		"policies": map[string]any{
-			"wildcards_accepted":            false,
-			"anonymous_discovery":           h.anonymousDiscovery(),
-			"scope_required_for_invocation": h.scopeRequired(),
-			"synthesis_enabled":             h.synthesisEnabled(),
-			"max_synthesis_depth":           h.MaxSynthesisDepth,
-			"methods":                       map[string]any{"allow": allow, "disallow": disallow, "legacy": legacy, "redirects": redirects},
-		},
-		"manifest_signature": nil,
-	}
-	// AGTP-API-Version and the ETag follow everything but the timestamps.
-	server := m["server"].(map[string]any)
-	stableServer := map[string]any{}
-	for k, v := range server {
-		if k != "issued" && k != "updated" {
-			stableServer[k] = v
-		}
-	}
-	m["server"] = stableServer
-	stable, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	m["server"] = server
-	ver, err := h.apiVersionFor(manifestHash(stable))
-	if err != nil {
-		return fmt.Errorf("AGTP-API-Version: %v", err)
-	}
-	apiVer := strconv.Itoa(ver)
-	m["document_version"] = "v" + apiVer
-	raw, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256(stable)
-	h.pub.cur.Store(&publishedManifest{raw: raw, etag: `"` + hex.EncodeToString(sum[:8]) + `"`, apiVersion: apiVer})
-	return nil
 }

@@ -207,7 +207,7 @@ func TestDiscoverBodyTarget(t *testing.T) {
 func TestEveryAGTPRequestAnswered(t *testing.T) {
 	g := newCatalogGateway(t)
 	core, logs := observer.New(zap.InfoLevel)
-	g.h.logger = zap.New(core)
+	g.h.eng.logger = zap.New(core)
 	bodies := []any{nil, map[string]any{}, map[string]any{"parameters": map[string]any{"target": "nope"}},
 		map[string]any{"parameters": map[string]any{"target": "methods"}}, map[string]any{"target": "catalog/1"}}
 	n := 0

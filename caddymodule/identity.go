@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
@@ -131,6 +132,15 @@ func checkAuthority(a string) error {
 	return nil
 }
 
+// verificationPath is the Verification-Path response header of an
+// identified caller: how the identity mode established it (spec §4).
+func verificationPath(mode string) string {
+	if mode == IdentityMTLS || mode == IdentitySignature {
+		return mode
+	}
+	return IdentityHeader
+}
+
 // assurance is the identity_assurance recorded for requests in mode.
 func assurance(mode string) string {
 	switch mode {
@@ -143,23 +153,22 @@ func assurance(mode string) string {
 // verifyIdentity proves the request's Agent-ID in the configured mode
 // before the registry lookup (spec §3, §21 item 4). It returns a 401
 // wire error with a distinct reason, or nil.
-func (h *Handler) verifyIdentity(x *exchange, req *request) *wireError {
-	r := x.r
+func (h *engine) verifyIdentity(x *exchange, req *request) *agtp.Error {
 	switch h.Identity {
 	case IdentityMTLS:
-		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-			return errorf(401, "certificate-required", "identity mtls: an AGTP request must present a client certificate")
+		if x.in.TLS == nil || len(x.in.TLS.PeerCertificates) == 0 {
+			return agtp.CertificateRequired.New("identity mtls: an AGTP request must present a client certificate")
 		}
-		sum := sha256.Sum256(r.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)
+		sum := sha256.Sum256(x.in.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)
 		owner, ok := h.idents.spki[hex.EncodeToString(sum[:])]
 		if !ok {
-			return errorf(401, "certificate-unknown", "identity mtls: the client certificate's key is not bound to any agent")
+			return agtp.CertificateUnknown.New("identity mtls: the client certificate's key is not bound to any agent")
 		}
 		if owner != x.agentID {
-			return errorf(401, "certificate-mismatch", "identity mtls: the client certificate is bound to another Agent-ID")
+			return agtp.CertificateMismatch.New("identity mtls: the client certificate is bound to another Agent-ID")
 		}
 	case IdentitySignature:
-		res, err := httpsig.Verify(r, func(keyID string) (string, crypto.PublicKey, string, bool) {
+		res, err := httpsig.Verify(httpView(x.in), func(keyID string) (string, crypto.PublicKey, string, bool) {
 			k, ok := h.idents.keys[keyID]
 			return k.alg, k.pub, k.owner, ok
 		}, httpsig.VerifyOptions{
@@ -170,9 +179,9 @@ func (h *Handler) verifyIdentity(x *exchange, req *request) *wireError {
 		if err != nil {
 			var se *httpsig.Error
 			if errors.As(err, &se) {
-				return errorf(401, se.Reason, "identity signature: "+se.Detail)
+				return &agtp.Error{Status: 401, Reason: se.Reason, Explanation: "identity signature: " + se.Detail}
 			}
-			return errorf(401, httpsig.ReasonSignatureInvalid, "identity signature: "+err.Error())
+			return agtp.SignatureInvalid.New("identity signature: " + err.Error())
 		}
 		_ = res // the key's owner was checked against Agent-ID (ExpectOwner)
 	}

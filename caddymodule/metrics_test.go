@@ -559,7 +559,7 @@ func TestPresentationsCountedOnce(t *testing.T) {
 	}
 	id := syn.hdr("Contract-Synthesized")
 	count := func(via, outcome string) float64 {
-		return testutil.ToFloat64(g.h.metrics.presentations.WithLabelValues(via, outcome))
+		return testutil.ToFloat64(g.h.eng.metrics.presentations.WithLabelValues(via, outcome))
 	}
 	total := func() (n float64) {
 		for _, via := range presentationVia.values {

@@ -1,9 +1,7 @@
 package caddymodule
 
 import (
-	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,12 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gofrs/flock"
-	"go.uber.org/zap"
-
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
+	"github.com/gofrs/flock"
+	"go.uber.org/zap"
 )
 
 // recordState is the durable part of the shared state: the negotiation
@@ -364,7 +361,7 @@ type activation struct {
 // Errors are logged and the handler serves on: without durable records
 // when records_dir cannot be opened, with the computed AGTP-API-Version
 // (never lower than one already served) when it cannot be stored.
-func (h *Handler) activate() {
+func (h *engine) activate() {
 	a := h.act
 	if a == nil || a.done.Load() {
 		return
@@ -384,7 +381,7 @@ func (h *Handler) activate() {
 // apiVersionFor is the AGTP-API-Version of a manifest with this hash:
 // computed read-only before the handler's first request, persisted
 // after.
-func (h *Handler) apiVersionFor(manifestHash string) (int, error) {
+func (h *engine) apiVersionFor(manifestHash string) (int, error) {
 	if h.act == nil || !h.act.persist.Load() {
 		return h.st.records.peekAPIVersion(h.recDir, manifestHash)
 	}
@@ -396,24 +393,10 @@ func (h *Handler) apiVersionFor(manifestHash string) (int, error) {
 	return ver, err
 }
 
-// loadSigner builds the Attribution-Record signer from the configured
-// Ed25519 keys (first signs; all published).
-func loadSigner(paths []string) (*records.Signer, error) {
-	keys := make([]ed25519.PrivateKey, 0, len(paths))
-	for _, p := range paths {
-		k, err := records.LoadEd25519Key(p)
-		if err != nil {
-			return nil, fmt.Errorf("record_keys: %v", err)
-		}
-		keys = append(keys, k)
-	}
-	return records.NewSigner(keys)
-}
-
 // negotiationRecord appends one negotiation record before the response
 // is written (ARCHITECTURE.md "Records"). Failures are logged; the
 // answer still goes out.
-func (h *Handler) negotiationRecord(x *exchange, kind, outcome, reason string, requested, granted map[string]any) {
+func (h *engine) negotiationRecord(x *exchange, kind, outcome, reason string, requested, granted map[string]any) {
 	rs := h.st.records
 	rs.mu.Lock()
 	log := rs.log
@@ -462,7 +445,7 @@ func grantedOf(c *recipes.Contract, persistent bool) map[string]any {
 
 // lifecycleEvent appends an rcns_* event to the originating agent's
 // stream and emits it as a Caddy event (spec §18, OP-26).
-func (h *Handler) lifecycleEvent(eventType string, c *recipes.Contract, actor, reason, operator string) {
+func (h *engine) lifecycleEvent(eventType string, c *recipes.Contract, actor, reason, operator string) {
 	ev := map[string]any{
 		"event_type":         eventType,
 		"agent_id":           c.OriginatingAgentID,
@@ -487,13 +470,6 @@ func (h *Handler) lifecycleEvent(eventType string, c *recipes.Contract, actor, r
 	if h.events != nil {
 		h.events.Emit(h.ctx, eventType, ev)
 	}
-}
-
-// manifestHash is the hash AGTP-API-Version tracks: the manifest without
-// its timestamps.
-func manifestHash(stable []byte) string {
-	sum := sha256.Sum256(stable)
-	return hex.EncodeToString(sum[:])
 }
 
 // openChains opens the Attribution-Record chain heads at path ("": in

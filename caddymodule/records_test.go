@@ -81,7 +81,10 @@ func storedAPIVersion(t *testing.T, dir string) int {
 // as a config load (or reload) does.
 func provisionedHandler(t *testing.T, name, dir, serverID string) *Handler {
 	t.Helper()
-	h := &Handler{Name: name, RecordsDir: dir, ServerID: serverID}
+	h := &Handler{}
+	h.Name = name
+	h.RecordsDir = dir
+	h.ServerID = serverID
 	if err := h.Provision(benchContext(t)); err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
@@ -130,7 +133,7 @@ func TestProvisionWritesNothingToRecordsDir(t *testing.T) {
 	// Provision alone (a config load) writes nothing either.
 	h := provisionedHandler(t, "provtest", dir, "a")
 	assertSameDir(t, "Provision", before, snapshotDir(t, dir))
-	if got := h.apiVersion(); got != "38" {
+	if got := h.eng.apiVersion(); got != "38" {
 		t.Errorf("computed AGTP-API-Version %s, want 38", got)
 	}
 
@@ -148,7 +151,7 @@ func TestProvisionWritesNothingToRecordsDir(t *testing.T) {
 	assertSameDir(t, "caddy validate of a changed config", before, snapshotDir(t, dir))
 	h2 := provisionedHandler(t, "provtest", dir, "a")
 	(&testGateway{h: h2}).serve(t, "GET", "/", nil, nil, 0)
-	if v, got := storedAPIVersion(t, dir), h2.apiVersion(); v != 38 || got != "38" {
+	if v, got := storedAPIVersion(t, dir), h2.eng.apiVersion(); v != 38 || got != "38" {
 		t.Errorf("reload of the unchanged config: stored %d, served %s, want 38", v, got)
 	}
 
@@ -160,7 +163,7 @@ func TestProvisionWritesNothingToRecordsDir(t *testing.T) {
 	}
 	(&testGateway{h: h3}).serve(t, "GET", "/", nil, nil, 0)
 	(&testGateway{h: h2}).serve(t, "GET", "/", nil, nil, 0)
-	if v, got := storedAPIVersion(t, dir), h3.apiVersion(); v != 39 || got != "39" {
+	if v, got := storedAPIVersion(t, dir), h3.eng.apiVersion(); v != 39 || got != "39" {
 		t.Errorf("reload of a changed config: stored %d, served %s, want 39", v, got)
 	}
 }
@@ -335,7 +338,7 @@ func TestRecordsDirHandlers(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "records")
 	observed := func(h *Handler) *observer.ObservedLogs {
 		core, logs := observer.New(zap.InfoLevel)
-		h.logger = zap.New(core)
+		h.eng.logger = zap.New(core)
 		return logs
 	}
 	h1 := provisionedHandler(t, "lock-one", dir, "a")

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddy-rcns/caddy-rcns/scripts/bench/benchref"
@@ -84,25 +85,24 @@ func benchHandlerWith(tb testing.TB, upstream string, signed bool, endpoints, re
 	tb.Helper()
 	docs := filepath.Join("..", "scripts", "bench", "docs")
 	dir := tb.TempDir()
-	h := &Handler{
-		Name:                 fmt.Sprintf("bench-%s-%v", strings.ReplaceAll(tb.Name(), "/", "-"), signed),
-		ServerID:             "rcns-bench",
-		Identity:             "header",
-		Enabled:              true,
-		Mode:                 "optimistic",
-		ContractTTL:          caddy.Duration(30 * time.Second),
-		TombstoneTTL:         caddy.Duration(30 * time.Second),
-		MaxContracts:         10_000_000,
-		MaxContractsPerAgent: 10_000_000,
-		RateLimitPerMinute:   1e8,
-		RateLimitBurst:       100_000_000,
-		Upstreams:            map[string]*UpstreamConfig{"bench": {URL: upstream}},
-		Agents:               []string{filepath.Join(docs, "agents")},
-		Endpoints:            []string{filepath.Join(docs, "endpoints")},
-		Recipes:              []string{filepath.Join(docs, "recipes")},
-		RecordsDir:           filepath.Join(dir, "records"),
-		Fsync:                "off",
-	}
+	h := &Handler{}
+	h.Name = fmt.Sprintf("bench-%s-%v", strings.ReplaceAll(tb.Name(), "/", "-"), signed)
+	h.ServerID = "rcns-bench"
+	h.Identity = "header"
+	h.Enabled = true
+	h.Mode = "optimistic"
+	h.ContractTTL = caddy.Duration(30 * time.Second)
+	h.TombstoneTTL = caddy.Duration(30 * time.Second)
+	h.MaxContracts = 10_000_000
+	h.MaxContractsPerAgent = 10_000_000
+	h.RateLimitPerMinute = 1e8
+	h.RateLimitBurst = 100_000_000
+	h.Upstreams = map[string]*UpstreamConfig{"bench": {URL: upstream}}
+	h.Agents = []string{filepath.Join(docs, "agents")}
+	h.Endpoints = []string{filepath.Join(docs, "endpoints")}
+	h.Recipes = []string{filepath.Join(docs, "recipes")}
+	h.RecordsDir = filepath.Join(dir, "records")
+	h.Fsync = "off"
 	if endpoints != "" {
 		h.Endpoints = append(h.Endpoints, endpoints)
 	}
@@ -133,7 +133,7 @@ func benchHandlerWith(tb testing.TB, upstream string, signed bool, endpoints, re
 	}
 	// Caddy's default logger writes INFO lines to stderr; keep the
 	// encoding, drop the output.
-	h.logger = zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
+	h.eng.logger = zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
 	if err := h.Validate(); err != nil {
 		tb.Fatalf("Validate: %v", err)
 	}
@@ -254,7 +254,7 @@ func BenchmarkServe(b *testing.B) {
 	// of the gateway's work (read the body, the same upstream GET, a
 	// static answer of the same size), the lower bound of d-present.
 	b.Run("bd-exchange", func(b *testing.B) {
-		ex := &benchref.Exchange{Upstream: host, Path: "/items/1", ContentType: mediaAGTP,
+		ex := &benchref.Exchange{Upstream: host, Path: "/items/1", ContentType: agtp.MediaAGTP,
 			Body: `{"result":{"item":{"id":"1","name":"bench item","price":12.5}},"status":200}`,
 			Headers: map[string]string{"AGTP-API-Version": "1", "Agent-ID": benchAgent, "Attribution-Record": strings.Repeat("e", 844),
 				"Audit-ID": strings.Repeat("a", 64), "Cache-Control": "no-store", "Contract-Synthesized": "syn-" + strings.Repeat("s", 22),
@@ -350,10 +350,10 @@ func BenchmarkAttribution(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			h := benchHandler(b, up.URL, signed)
-			h.activate() // what the first request does: opens the record chains
+			h.eng.activate() // what the first request does: opens the record chains
 			body := []byte(`{"parameters":{"item_id":"1"}}`)
 			r := httptest.NewRequest("LOOKUP", "/item/d-1", bytes.NewReader(body))
-			x := &exchange{h: h, r: r, bodyRead: true, rawBody: body, agentID: benchAgent, method: "LOOKUP", ownerID: "bench-ops", requestID: newUUID(),
+			x := &exchange{h: h.eng, in: &agtp.Request{Method: r.Method, Target: r.RequestURI, ContentLength: r.ContentLength}, bodyRead: true, rawBody: body, agentID: benchAgent, method: "LOOKUP", ownerID: "bench-ops", requestID: newUUID(),
 				contract: idempotency.ContractRef{SynthesisID: "syn-UAnHZX7sOG7zkqfyKqWafw", NegotiationOrigin: "rcns-gate",
 					ContractHash: "b514591affe87603c866d338581f7f760e9fade9d9b6de220051aa808cf915d3"}}
 			resp := newUUID()
@@ -375,7 +375,7 @@ func BenchmarkContractAnswer(b *testing.B) {
 	up := benchUpstream(b)
 	h := benchHandler(b, up.URL, false)
 	var r *recipes.Recipe
-	for _, rc := range h.set.Recipes {
+	for _, rc := range h.eng.set.Recipes {
 		if rc.Name == "lookup-item" {
 			r = rc
 		}
@@ -394,87 +394,11 @@ func BenchmarkContractAnswer(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		body := contractBody(c)
-		body.members["status"] = 263
-		body.members["result"] = result
-		raw, err := body.encode()
+		body.Members["status"] = 263
+		body.Members["result"] = result
+		raw, err := body.Encode()
 		if err != nil || len(raw) == 0 {
 			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkDecodeBody is the request-body decode of a contract
-// presentation: json/v2 is decodeBody (one pass, duplicate keys refused
-// by the decoder); v1+token-scan is the path it replaced, encoding/json's
-// Decoder plus a second Token-by-Token pass looking for duplicate keys
-// (kept here, as v1DecodeWithDuplicateScan, only as the baseline).
-func BenchmarkDecodeBody(b *testing.B) {
-	raw := []byte(`{"parameters":{"item_id":"1"}}`)
-	b.Run("json-v2", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, e := decodeBody(raw); e != nil {
-				b.Fatal(e.Explanation)
-			}
-		}
-	})
-	b.Run("v1+token-scan", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, dup, err := v1DecodeWithDuplicateScan(raw); err != nil || dup {
-				b.Fatal(err)
-			}
-		}
-	})
-}
-
-// v1DecodeWithDuplicateScan is the former request-body decode, the
-// baseline of BenchmarkDecodeBody.
-func v1DecodeWithDuplicateScan(raw []byte) (any, bool, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, false, err
-	}
-	dec = json.NewDecoder(bytes.NewReader(raw))
-	type frame struct {
-		keys   map[string]bool
-		object bool
-		expect bool
-	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return v, false, nil
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			if t == '{' || t == '[' {
-				if top != nil && top.object {
-					top.expect = true
-				}
-				stack = append(stack, &frame{keys: map[string]bool{}, object: t == '{', expect: t == '{'})
-			} else {
-				stack = stack[:len(stack)-1]
-			}
-			continue
-		case string:
-			if top != nil && top.object && top.expect {
-				if top.keys[t] {
-					return v, true, nil
-				}
-				top.keys[t] = true
-				top.expect = false
-				continue
-			}
-		}
-		if top != nil && top.object {
-			top.expect = true
 		}
 	}
 }

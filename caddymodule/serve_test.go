@@ -2,20 +2,14 @@ package caddymodule
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
-	"math/big"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"reflect"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,154 +19,13 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/google/uuid"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
-
-func TestDecodeBody(t *testing.T) {
-	tests := []struct {
-		name, body, reason, explanation string
-	}{
-		{name: "none", body: `{"a":1,"b":{"a":2},"c":[{"a":1},{"a":1}]}`},
-		{name: "string values equal to keys", body: `{"a":"a","b":"a"}`},
-		{name: "top level", body: `{"a":1,"a":2}`, reason: "duplicate-key", explanation: `the key "a" twice in one object (at /)`},
-		{name: "in parameters", body: `{"parameters":{"guest_id":"g-1","guest_id":"g-2"}}`, reason: "duplicate-key", explanation: `"guest_id" twice in one object (at /parameters)`},
-		{name: "escaped spelling", body: `{"a":1,"\u0061":2}`, reason: "duplicate-key", explanation: `"a" twice`},
-		{name: "after nested value", body: `{"x":{"y":1},"z":[1,2],"x":3}`, reason: "duplicate-key", explanation: `"x" twice`},
-		{name: "in array element", body: `{"l":[{"k":1,"k":2}]}`, reason: "duplicate-key", explanation: `"k" twice in one object (at /l/0)`},
-		{name: "trailing value", body: `{"a":1} {"b":2}`, reason: "invalid-json", explanation: "syntax error at byte"},
-		{name: "truncated", body: `{"a":`, reason: "invalid-json", explanation: "truncated"},
-		{name: "invalid UTF-8", body: "{\"a\":\"\xff\"}", reason: "invalid-json", explanation: "invalid UTF-8 or an unpaired surrogate escape at byte 6"},
-		{name: "number out of range", body: `{"a":1e400}`, reason: "invalid-json", explanation: "value not representable"},
-		{name: "syntax", body: `{"a" 1}`, reason: "invalid-json", explanation: "syntax error at byte 5"},
-		{name: "unpaired surrogate", body: `{"a":"\ud800"}`, reason: "invalid-json", explanation: "unpaired surrogate"},
-		{name: "too deep", body: strings.Repeat("[", 10001) + strings.Repeat("]", 10001), reason: "invalid-json", explanation: "nesting deeper than 10000 levels"},
-		{name: "long duplicate key clipped", body: `{"` + strings.Repeat("k", 5000) + `":1,"` + strings.Repeat("k", 5000) + `":2}`, reason: "duplicate-key", explanation: `"` + strings.Repeat("k", 64) + `…"`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			v, e := decodeBody([]byte(tc.body))
-			if tc.reason == "" {
-				if e != nil || v == nil {
-					t.Fatalf("decodeBody(%s) = %v, %+v; want a value", tc.body, v, e)
-				}
-				return
-			}
-			if e == nil {
-				t.Fatalf("decodeBody(%s) = %v, nil; want %s", tc.body, v, tc.reason)
-			}
-			if e.Status != 400 || e.Reason != tc.reason || !strings.Contains(e.Explanation, tc.explanation) || len(e.Explanation) > 300 {
-				t.Fatalf("decodeBody(%s) = %d %s %q; want 400 %s containing %q", tc.body, e.Status, e.Reason, e.Explanation, tc.reason, tc.explanation)
-			}
-		})
-	}
-}
-
-// TestEnvelopeEncodingMatchesEncodingJSON holds success envelopes
-// (encodeEnvelope: by hand, json/v2 for other types) byte-equal to
-// encoding/json.Marshal for the values a result can hold.
-func TestEnvelopeEncodingMatchesEncodingJSON(t *testing.T) {
-	bi, _ := new(big.Int).SetString("123456789012345678901234567890", 10)
-	vals := []any{
-		map[string]any{"é": 1, "\U0001F600": 2, "ｚ": 3, "a": 4, "B": 5, "": 6, "<k>": map[string]any{"z": 1, "y": []any{2.5, "x"}}},
-		math.Copysign(0, -1), 1e21, 1e-7, 123456789.0, 0.1, 1e20, 5e-324, math.MaxFloat64, -1.5, 12.5,
-		"<a href=\"x\">&</a>\u2028\u2029\x00\x1f\x7f\t\n", "caf\xe9", []any{nil, true, false, []any{}, map[string]any{}},
-		7, int64(-9), nil, []any(nil),
-		// Not modeled by hand: the json/v2 fallback.
-		bi, []string(nil), []string{"a"}, map[string]string(nil), map[string]any{"n": bi},
-	}
-	for _, v := range vals {
-		for _, task := range []string{"", "t-<1>"} {
-			e := envelope(200, task, v)
-			want, err := json.Marshal(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := encodeEnvelope(e)
-			if err != nil || !bytes.Equal(got, want) {
-				t.Errorf("encodeEnvelope %s (%v)\nencoding/json  %s", got, err, want)
-			}
-		}
-	}
-}
-
-// TestContractAnswerEncoding: the spliced contract body is the JSON
-// encoding/json writes for the same members (the endpoint bytes kept
-// as they are: RFC 8785 form, where encoding/json would also escape
-// <, > and & inside them), for every set of members the handlers send.
-func TestContractAnswerEncoding(t *testing.T) {
-	endpoint := []byte(`{"description":"a <b> & c","input_schema":{"type":"object"},"method":"LOOKUP","path":"/item/x"}`)
-	for _, extra := range []map[string]any{
-		{},
-		{"status": 461},
-		{"status": 263, "result": map[string]any{"item": map[string]any{"id": "1"}}, "task_id": "t-1"},
-		{"status": 263, "result": nil},
-		{"status": 263, "persistent": true, "negotiation_id": "n-1", "granted_duration": "1h", "result": []any{1.5, "<"}},
-	} {
-		a := &contractAnswer{endpoint: endpoint, members: map[string]any{
-			"synthesis_id": "syn-1", "method": "LOOKUP", "path": "/item/x", "recipe_lineage": recipes.Lineage{RecipeName: "r <x>", RecipeVersion: "1"},
-			"contract_hash": "ab", "negotiation_origin": "rcns-gate", "issued_at": "2026-11-29T00:00:00Z", "expires_at": "2026-11-29T01:00:00Z",
-		}}
-		want := map[string]any{"endpoint": json.RawMessage(endpoint)}
-		for k, v := range a.members {
-			want[k] = v
-		}
-		for k, v := range extra {
-			a.members[k] = v
-			want[k] = v
-		}
-		got, err := a.encode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantRaw, _ := json.Marshal(want)
-		var g, w any
-		if err := json.Unmarshal(got, &g); err != nil {
-			t.Fatalf("encode gave invalid JSON %s: %v", got, err)
-		}
-		_ = json.Unmarshal(wantRaw, &w)
-		if !reflect.DeepEqual(g, w) {
-			t.Fatalf("encode = %s\nencoding/json = %s", got, wantRaw)
-		}
-		// Byte for byte the same, once encoding/json's HTML escapes inside
-		// the endpoint are undone.
-		escaped, _ := json.Marshal(json.RawMessage(endpoint))
-		if wantBytes := bytes.Replace(wantRaw, escaped, endpoint, 1); !bytes.Equal(got, wantBytes) {
-			t.Fatalf("encode = %s\nwant     %s", got, wantBytes)
-		}
-	}
-}
-
-func TestParseQuery(t *testing.T) {
-	for _, ok := range []string{"", "a=1", "a=1&b=x+y", "k=%C3%A9", "a=&b", "a=1&A=2"} {
-		if _, err := parseQuery(ok); err != nil {
-			t.Errorf("parseQuery(%q) = %v, want nil", ok, err)
-		}
-	}
-	for _, bad := range []string{"x=%zz", "x=1;y=2", "doc=%ff", "%ff=1", "a=%"} {
-		if _, err := parseQuery(bad); err == nil {
-			t.Errorf("parseQuery(%q) accepted it", bad)
-		}
-	}
-	// A key given more than once, in any spelling, keeps its values in
-	// order: readers take the last one (spec §2.1).
-	for raw, want := range map[string]string{"a=1&a=2": "2", "a=2&%61=1": "1", "%61=1&a=3": "3", "a&a&a=x": "x", "a=x&a": ""} {
-		q, err := parseQuery(raw)
-		if err != nil {
-			t.Fatalf("parseQuery(%q) = %v, want nil", raw, err)
-		}
-		if v, ok := queryValue(q, "a"); !ok || v != want {
-			t.Errorf("queryValue(parseQuery(%q), a) = %q, %v; want %q (the last value)", raw, v, ok, want)
-		}
-	}
-	if _, ok := queryValue(nil, "a"); ok {
-		t.Error("queryValue of an empty query found a key")
-	}
-}
 
 // TestFingerprintTarget: the Idempotency-Key fingerprint compares the
 // path in RFC 3986 normal form and the query as its readers see it (the
@@ -196,7 +49,7 @@ func TestFingerprintTarget(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := httptest.NewRequest("BOOK", tt.target, nil)
-			q, err := parseQuery(r.URL.RawQuery)
+			q, err := agtp.ParseQuery(r.URL.RawQuery)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -204,7 +57,7 @@ func TestFingerprintTarget(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			x := &exchange{r: r, query: q, requestPath: path} // as serve sets them
+			x := &exchange{query: q, requestPath: path} // as dispatch sets them
 			if got := x.fingerprintTarget(); got != tt.want {
 				t.Errorf("fingerprintTarget(%s) = %q, want %q", tt.target, got, tt.want)
 			}
@@ -281,16 +134,6 @@ func field(v any, path ...string) any {
 		v = m[k]
 	}
 	return v
-}
-
-func TestValidTaskID(t *testing.T) {
-	for s, want := range map[string]bool{"t-1": true, "task-0042": true, "!~\"\\{}": true, strings.Repeat("t", 256): true,
-		"": false, strings.Repeat("t", 257): false, "a b": false, " a": false, "a\tb": false, "é": false, "a\r\nb": false,
-		"a\x00": false, "\x7f": false, "caf\xe9": false} {
-		if got := validTaskID(s); got != want {
-			t.Errorf("validTaskID(%q) = %v, want %v", s, got, want)
-		}
-	}
 }
 
 func TestValidName(t *testing.T) {
@@ -512,11 +355,11 @@ func TestHeaderCharactersNamed(t *testing.T) {
 // no owner or session: the gateway signs only identifiers it accepted.
 func noMalformedIdentifiers(t *testing.T, a *answer) {
 	t.Helper()
-	if v := a.hdr("Request-ID"); v != "" && !ValidRequestID(v) {
+	if v := a.hdr("Request-ID"); v != "" && !agtp.ValidRequestID(v) {
 		t.Errorf("malformed Request-ID %q echoed: %s", v, a)
 	}
 	p := attributionPayload(t, a)
-	if rid, _ := p["request_id"].(string); !ValidRequestID(rid) {
+	if rid, _ := p["request_id"].(string); !agtp.ValidRequestID(rid) {
 		t.Errorf("Attribution-Record request_id %q is not a UUIDv7 or ULID", rid)
 	}
 	if v, ok := p["session_id"]; ok {
@@ -546,7 +389,7 @@ func TestUnacceptedAgentIDNotRecorded(t *testing.T) {
 	if a := g.serve(t, "DISCOVER", "/", nil, nil, 0); a.status != 200 {
 		t.Fatalf("DISCOVER /: %s", a)
 	}
-	chains := g.h.st.records.chains
+	chains := g.h.eng.st.records.chains
 	before := chains.Len()
 	unknown := strings.Repeat("ab", 32)
 	for i, tc := range []struct {
@@ -598,52 +441,6 @@ func TestUnacceptedAgentIDNotRecorded(t *testing.T) {
 	}
 	if chains.Next(benchAgent) != a.hdr("Audit-ID") {
 		t.Errorf("the registered agent's chain head is not its last Audit-ID")
-	}
-}
-
-// TestValidSessionIDMatchesPattern: the byte loop accepts exactly what
-// the documented pattern does, on every single byte and on random
-// strings around the length bounds.
-func TestValidSessionIDMatchesPattern(t *testing.T) {
-	pattern := regexp.MustCompile(`^[A-Za-z0-9._~+/=:-]{22,256}$`)
-	base := strings.Repeat("a", 21)
-	for c := 0; c < 256; c++ {
-		s := base + string([]byte{byte(c)})
-		if got, want := validSessionID(s), pattern.MatchString(s); got != want {
-			t.Fatalf("byte %#x: validSessionID = %v, pattern = %v", c, got, want)
-		}
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	const alphabet = "aZ09._~+/=:- ,\"é\x00"
-	for range 20000 {
-		n := 18 + rng.IntN(8)
-		if rng.IntN(4) == 0 {
-			n = 250 + rng.IntN(10)
-		}
-		b := make([]byte, 0, n)
-		for len(b) < n {
-			b = append(b, alphabet[rng.IntN(len(alphabet))])
-		}
-		s := string(b)
-		if got, want := validSessionID(s), pattern.MatchString(s); got != want {
-			t.Fatalf("%q: validSessionID = %v, pattern = %v", s, got, want)
-		}
-	}
-}
-
-// TestValidRequestID: a UUIDv7 in lowercase 8-4-4-4-12 or a ULID of at
-// most 128 bits (first character 0-7), in either case; nothing else.
-func TestValidRequestID(t *testing.T) {
-	for _, s := range []string{newUUID(), "01ARZ3NDEKTSV4RRFFQ69G5FAV", "01arz3ndektsv4rrffq69g5fav", "7ZZZZZZZZZZZZZZZZZZZZZZZZZ", "00000000000000000000000000"} {
-		if !ValidRequestID(s) {
-			t.Errorf("ValidRequestID(%q) = false, want true", s)
-		}
-	}
-	for _, s := range []string{"", "bad", "8ZZZZZZZZZZZZZZZZZZZZZZZZZ", "zZZZZZZZZZZZZZZZZZZZZZZZZZ", "01ARZ3NDEKTSV4RRFFQ69G5FA", "01ARZ3NDEKTSV4RRFFQ69G5FAI",
-		"01arz3ndektsv4rrffq69g5fai", strings.ToUpper(newUUID()), uuid.NewString()} {
-		if ValidRequestID(s) {
-			t.Errorf("ValidRequestID(%q) = true, want false", s)
-		}
 	}
 }
 
@@ -731,7 +528,7 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 		t.Fatalf("synthesis: status %d, want 461: %s", w.status, w.head)
 	}
 	var c *recipes.Contract
-	for _, k := range h.st.contracts.List(benchAgent) {
+	for _, k := range h.eng.st.contracts.List(benchAgent) {
 		if k.Path == path {
 			c = k
 		}
@@ -746,7 +543,7 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 	if w := present("rcns:negotiate"); w.status != policy.StatusAuthorizationRequired {
 		t.Fatalf("presentation without bench:read: status %d, want 262: %s", w.status, w.head)
 	}
-	if st := h.st.contracts.State(c); st != recipes.StatePending {
+	if st := h.eng.st.contracts.State(c); st != recipes.StatePending {
 		t.Errorf("after a refused presentation the contract is %s, want pending", st)
 	}
 	if w := serve(path, one, plain); w.status != 404 {
@@ -755,7 +552,7 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 	if w := present("bench:read"); w.status != 200 {
 		t.Fatalf("presentation: status %d, want 200: %s", w.status, w.head)
 	}
-	if st := h.st.contracts.State(c); st != recipes.StateActive {
+	if st := h.eng.st.contracts.State(c); st != recipes.StateActive {
 		t.Errorf("after a presentation that ran it the contract is %s, want active", st)
 	}
 	if w := serve(path, one, plain); w.status != 200 {
@@ -820,15 +617,15 @@ func TestConfirmWithTheGateRequestsKey(t *testing.T) {
 	if w := serve(gate); w.status != 461 {
 		t.Fatalf("synthesis: status %d, want 461: %s", w.status, w.head)
 	}
-	cs := h.st.contracts.List(benchAgent)
+	cs := h.eng.st.contracts.List(benchAgent)
 	if len(cs) != 1 {
 		t.Fatalf("%d contracts after the 461, want 1", len(cs))
 	}
 	c := cs[0]
 	replayed := func(w *discardWriter) bool { return w.hdr.Get("Idempotent-Replayed") == "true" }
-	if w := serve(gate); w.status != 461 || !replayed(w) || len(h.st.contracts.List(benchAgent)) != 1 {
+	if w := serve(gate); w.status != 461 || !replayed(w) || len(h.eng.st.contracts.List(benchAgent)) != 1 {
 		t.Fatalf("gate request repeated with its key: status %d, replayed %v, %d contracts; want the stored 461 and one contract",
-			w.status, replayed(w), len(h.st.contracts.List(benchAgent)))
+			w.status, replayed(w), len(h.eng.st.contracts.List(benchAgent)))
 	}
 	present := func(scope string) *discardWriter {
 		return serve(map[string]string{"Agent-ID": benchAgent, "Authority-Scope": scope, "Content-Type": "application/json",
@@ -841,7 +638,7 @@ func TestConfirmWithTheGateRequestsKey(t *testing.T) {
 	if w := serve(gate); w.status != 461 || !replayed(w) {
 		t.Fatalf("gate repeat after a refused confirmation: status %d, replayed %v; want the stored 461", w.status, replayed(w))
 	}
-	if st := h.st.contracts.State(c); st != recipes.StatePending {
+	if st := h.eng.st.contracts.State(c); st != recipes.StatePending {
 		t.Errorf("after the refused confirmation the contract is %s, want pending", st)
 	}
 	w := present("bench:read")
@@ -849,7 +646,7 @@ func TestConfirmWithTheGateRequestsKey(t *testing.T) {
 		t.Fatalf("confirmation with the gate request's key: status %d, replayed %v, contract %q; want 200 run under %s: %s",
 			w.status, replayed(w), w.hdr.Get("Contract-Synthesized"), c.SynthesisID, w.head)
 	}
-	if st := h.st.contracts.State(c); st != recipes.StateActive {
+	if st := h.eng.st.contracts.State(c); st != recipes.StateActive {
 		t.Errorf("after the confirmation the contract is %s, want active", st)
 	}
 	for name, hdr := range map[string]map[string]string{
@@ -881,7 +678,7 @@ func TestConfirmingKeyAcrossContracts(t *testing.T) {
 	gate := func(key string) string {
 		t.Helper()
 		before := map[string]bool{}
-		for _, c := range h.st.contracts.List(benchAgent) {
+		for _, c := range h.eng.st.contracts.List(benchAgent) {
 			before[c.SynthesisID] = true
 		}
 		w := serve(map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read", "Allow-RCNS": "true",
@@ -889,7 +686,7 @@ func TestConfirmingKeyAcrossContracts(t *testing.T) {
 		if w.status != 461 {
 			t.Fatalf("gate with %s: status %d, want 461: %s", key, w.status, w.head)
 		}
-		for _, c := range h.st.contracts.List(benchAgent) {
+		for _, c := range h.eng.st.contracts.List(benchAgent) {
 			if !before[c.SynthesisID] {
 				return c.SynthesisID
 			}
@@ -909,8 +706,8 @@ func TestConfirmingKeyAcrossContracts(t *testing.T) {
 		t.Fatalf("contract B under A's preview key: status %d, reason %q (%s); want 422 idempotency-key-reused", w.status, body.Reason, body.Explanation)
 	}
 	for _, id := range []string{a, b} {
-		c, _ := h.st.contracts.Lookup(id)
-		if st := h.st.contracts.State(c); st != recipes.StatePending {
+		c, _ := h.eng.st.contracts.Lookup(id)
+		if st := h.eng.st.contracts.State(c); st != recipes.StatePending {
 			t.Errorf("%s is %s after the refusal, want pending", id, st)
 		}
 	}
@@ -950,7 +747,7 @@ func TestRefusedConfirmationKeepsPreview(t *testing.T) {
 	if w := do("LOOKUP", "/item/cf-429", gate); w.status != 461 {
 		t.Fatalf("synthesis: status %d, want 461: %s", w.status, w.head)
 	}
-	c := h.st.contracts.List(benchAgent)[0]
+	c := h.eng.st.contracts.List(benchAgent)[0]
 	// The one invocation token goes to a Tier B call.
 	if w := do("FETCH", "/items/1", map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read"}); w.status != 200 {
 		t.Fatalf("Tier B call: status %d, want 200: %s", w.status, w.head)
@@ -963,7 +760,7 @@ func TestRefusedConfirmationKeepsPreview(t *testing.T) {
 	if w := do("LOOKUP", "/item/cf-429", gate); w.status != 461 || w.hdr.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("gate repeat after the refused confirmation: status %d, replayed %q; want the stored 461", w.status, w.hdr.Get("Idempotent-Replayed"))
 	}
-	if st := h.st.contracts.State(c); st != recipes.StatePending {
+	if st := h.eng.st.contracts.State(c); st != recipes.StatePending {
 		t.Errorf("after the refused confirmation the contract is %s, want pending", st)
 	}
 	if n := calls.Load(); n != 1 {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddyserver/caddy/v2"
@@ -423,39 +424,6 @@ func TestBuiltinQueryParameters(t *testing.T) {
 	}
 }
 
-// TestParseRequestedDuration: the accepted forms, and saturation: a
-// duration beyond time.Duration's range is the maximum, never wrapped
-// ("213504d" used to come out as about 25 minutes).
-func TestParseRequestedDuration(t *testing.T) {
-	for s, want := range map[string]time.Duration{
-		"24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "30m": 30 * time.Minute, "90s": 90 * time.Second,
-		"1h30m": 90 * time.Minute, "1.5h": 90 * time.Minute, "P1DT2H": 26 * time.Hour, "PT90M": 90 * time.Minute,
-		"P1D": 24 * time.Hour, "PT1S": time.Second, "0s": 0, "PT0S": 0, "0d": 0,
-		"213504d": maxDuration, "P213504D": maxDuration, "106752d": maxDuration, "106751d": 106751 * 24 * time.Hour,
-		"99999999999999999999d": maxDuration, "PT99999999999999999999S": maxDuration, "P106751DT24H": maxDuration,
-		"9999999999h": maxDuration, "2562048h": maxDuration, "2562047h": 2562047 * time.Hour,
-		// ISO 8601 weeks (alone, RFC 3339 App. A) and a fraction on the
-		// last part, '.' or ',' (both were 400 invalid-duration).
-		"P1W": 7 * 24 * time.Hour, "P2W": 14 * 24 * time.Hour, "P0.5W": 84 * time.Hour, "P15251W": maxDuration, "P15250W": 15250 * 7 * 24 * time.Hour,
-		"PT1.5S": 1500 * time.Millisecond, "PT0.5S": 500 * time.Millisecond, "PT0,25S": 250 * time.Millisecond,
-		"P1.5D": 36 * time.Hour, "P0,5D": 12 * time.Hour, "PT1.5H": 90 * time.Minute, "P1DT1H1.5M": 25*time.Hour + 90*time.Second,
-		"PT99999999999999999999.5S": maxDuration, "PT1." + strings.Repeat("9", 40) + "S": 2*time.Second - 1,
-		// Rounded down, never up: granted ≤ requested, and just under the
-		// 1 s minimum stays under it (ParseFloat gave 1s and 2s).
-		"PT0." + strings.Repeat("9", 20) + "S": time.Second - 1, "P0.1W": 60480 * time.Second, "PT0.333333333333S": 333333333,
-	} {
-		got, err := parseRequestedDuration(s)
-		if err != nil || got != want {
-			t.Errorf("parseRequestedDuration(%q) = %v, %v; want %v", s, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "P", "PT", "P1DT", "1d2h", "-1h", "+1h", "-1d", "1y", "P1Y", "P1M", "PT1.5H30M", "P1.5DT1H", "P1W2D", "P1WT1H", "P1.W", "P.5W", "PT.5S", "PT1.S", "p1w", "P-1W", "abc", "1.5d", "5", " 1h", "1h "} {
-		if got, err := parseRequestedDuration(bad); err == nil {
-			t.Errorf("parseRequestedDuration(%q) = %v; want an error", bad, got)
-		}
-	}
-}
-
 // TestProposeRequestedDuration: granted_duration is at most the request
 // and at most contract_ttl (spec §14.3); a request beyond any bound is
 // granted contract_ttl; an empty, unparsable or sub-second request is
@@ -475,7 +443,7 @@ func TestProposeRequestedDuration(t *testing.T) {
 		{"PT1.9S", time.Second}, {"2.5s", 2 * time.Second}, {"PT0.3333M", 19 * time.Second},
 	} {
 		a := g.builtin(t, "PROPOSE", proposal("/item/d"+strconv.Itoa(i), "requested_duration", tc.requested))
-		if a.status != 263 || a.str("granted_duration") != shortDuration(tc.granted) {
+		if a.status != 263 || a.str("granted_duration") != agtp.FormatDuration(tc.granted) {
 			t.Fatalf("requested_duration %q: %s; want 263 granting %v", tc.requested, a, tc.granted)
 		}
 		issued, _ := time.Parse(time.RFC3339, a.str("issued_at"))
@@ -709,7 +677,7 @@ func (g *testGateway) released(t *testing.T, sid string) []any {
 func TestBodySession(t *testing.T) {
 	g := newTestGateway(t)
 	core, logs := observer.New(zap.InfoLevel)
-	g.h.logger = zap.New(core)
+	g.h.eng.logger = zap.New(core)
 	hdrS, envS, parS := "hdr-0123456789abcdefABCDEF", "env-0123456789abcdefABCDEF", "par-0123456789abcdefABCDEF"
 	propose := func(path string, envelope map[string]any, kv ...string) string {
 		t.Helper()
@@ -791,7 +759,7 @@ func TestBodySession(t *testing.T) {
 func TestTaskIDDisagreementLogged(t *testing.T) {
 	g := newTestGateway(t)
 	core, logs := observer.New(zap.InfoLevel)
-	g.h.logger = zap.New(core)
+	g.h.eng.logger = zap.New(core)
 	g.do(t, "DISCOVER", "/methods", map[string]any{"task_id": "t-1"}, "Task-ID", "t-1")
 	if n := logs.FilterMessageSnippet("task_id disagree").Len(); n != 0 {
 		t.Fatalf("agreeing task ids logged %d lines", n)
@@ -918,7 +886,7 @@ func TestProposeErrorMethodPath(t *testing.T) {
 		reason, expl       string
 		fields             map[string]any
 	}{
-		{"459", "FROB", "/item/a", 459, "method-not-in-catalog", "proposed method FROB is not in catalog", map[string]any{"catalog_version": g.h.methods.Catalog.Version()}},
+		{"459", "FROB", "/item/a", 459, "method-not-in-catalog", "proposed method FROB is not in catalog", map[string]any{"catalog_version": g.h.eng.methods.Catalog.Version()}},
 		// Outside the lexical rule: named so, as for a request method
 		// (it was method-not-in-catalog; fresh-user review).
 		{"459 lowercase", "book", "/item/a", 459, "invalid-method-token", `proposed method "book" is not a valid AGTP method token`, map[string]any{"method": "book"}},
@@ -972,19 +940,19 @@ func TestProposeErrorMethodPath(t *testing.T) {
 func TestContractLimitExplanation(t *testing.T) {
 	g := newTestGateway(t)
 	g.h.MaxContractsPerAgent = 0 // unset: the default applies
-	g.h.st.contracts.SetLimits(g.h.storeLimits())
+	g.h.eng.st.contracts.SetLimits(g.h.storeLimits())
 	for i := 0; i < recipes.DefaultMaxContractsPerAgent; i++ {
 		g.propose(t, "/item/n"+strconv.Itoa(i))
 	}
 	a := g.builtin(t, "PROPOSE", proposal("/item/over"))
 	wantError(t, a, 463, "policy-refused", "the agent already holds 100 live contracts; max_contracts_per_agent is 100")
 	g.h.MaxContractsPerAgent = 50
-	g.h.st.contracts.SetLimits(g.h.storeLimits())
+	g.h.eng.st.contracts.SetLimits(g.h.storeLimits())
 	a = g.builtin(t, "PROPOSE", proposal("/item/over"))
 	wantError(t, a, 463, "policy-refused", "the agent already holds 100 live contracts; max_contracts_per_agent is 50")
 	// The store-wide bound: its count and limit.
 	g.h.MaxContracts, g.h.MaxContractsPerAgent = 80, 0
-	g.h.st.contracts.SetLimits(g.h.storeLimits())
+	g.h.eng.st.contracts.SetLimits(g.h.storeLimits())
 	a = g.builtin(t, "PROPOSE", proposal("/item/over"))
 	wantError(t, a, 463, "policy-refused", "the gateway holds 100 live contracts, its maximum (max_contracts is 80)")
 }
@@ -1004,7 +972,7 @@ func TestIdempotencyStoreFullNamesTheBound(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newTestGateway(t)
-			g.h.st.idem = idempotency.NewStore(tc.limits, nil)
+			g.h.eng.st.idem = idempotency.NewStore(tc.limits, nil)
 			if a := g.builtin(t, "PROPOSE", proposal("/item/k1"), "Idempotency-Key", "k1"); a.status != 263 {
 				t.Fatalf("first keyed PROPOSE: %s", a)
 			}
@@ -1105,7 +1073,7 @@ func TestEndedContractNoopReportsState(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := g.propose(t, "/item/ended-"+strconv.Itoa(i))
 			if tc.end == "expire" {
-				if !g.h.st.contracts.End(id, recipes.StateExpired) {
+				if !g.h.eng.st.contracts.End(id, recipes.StateExpired) {
 					t.Fatalf("contract %s was not live", id)
 				}
 			} else if a := g.endContract(t, tc.end, id); a.status != 200 || field(a.body, "result", "noop") != false {
@@ -1153,7 +1121,7 @@ func TestReleasedContractStaysKnown(t *testing.T) {
 		case "stale sweep":
 			// Released as an invalidating sweep releases (its recipe is
 			// unchanged here, so a sweep would keep it).
-			if !g.h.st.contracts.End(id, recipes.StateReleased) {
+			if !g.h.eng.st.contracts.End(id, recipes.StateReleased) {
 				t.Fatalf("contract %s was not live", id)
 			}
 		}
@@ -1187,7 +1155,7 @@ func TestReleasedContractStaysKnown(t *testing.T) {
 	// With the tombstones gone the ids are unknown to all three, as an
 	// id never issued is.
 	g.h.TombstoneTTL = caddy.Duration(time.Nanosecond)
-	g.h.st.contracts.SetLimits(g.h.storeLimits())
+	g.h.eng.st.contracts.SetLimits(g.h.storeLimits())
 	for _, id := range append(ids, "syn-AAAAAAAAAAAAAAAAAAAAAA") {
 		wantError(t, g.builtin(t, "INSPECT", map[string]any{"target": "contract", "synthesis_id": id}), 404, "contract-not-found", "")
 		wantError(t, g.endContract(t, "REVOKE", id), 404, "contract-not-found", "")
@@ -1212,7 +1180,7 @@ func TestGrantedDurationForm(t *testing.T) {
 			t.Fatalf("requested_duration %q: %s; want 263 with granted_duration %q", tc.requested, a, tc.granted)
 		}
 		want, _ := time.ParseDuration(tc.granted)
-		if d, err := parseRequestedDuration(tc.granted); err != nil || d != want {
+		if d, err := agtp.ParseRequestedDuration(tc.granted); err != nil || d != want {
 			t.Fatalf("granted_duration %q reads back as %v, %v; want %v", tc.granted, d, err, want)
 		}
 		var recs []any

@@ -164,13 +164,12 @@ func TestRedirectFromPathOutsideTheGrammar(t *testing.T) {
 	up := benchUpstream(t)
 	docs := filepath.Join("..", "scripts", "bench", "docs")
 	for _, redirect := range []bool{true, false} {
-		h := &Handler{
-			Name:       "redirect-repair-" + strconv.FormatBool(redirect),
-			RecordsDir: "off",
-			Upstreams:  map[string]*UpstreamConfig{"bench": {URL: up.URL}},
-			Agents:     []string{filepath.Join(docs, "agents")},
-			Endpoints:  []string{filepath.Join(docs, "endpoints")},
-		}
+		h := &Handler{}
+		h.Name = "redirect-repair-" + strconv.FormatBool(redirect)
+		h.RecordsDir = "off"
+		h.Upstreams = map[string]*UpstreamConfig{"bench": {URL: up.URL}}
+		h.Agents = []string{filepath.Join(docs, "agents")}
+		h.Endpoints = []string{filepath.Join(docs, "endpoints")}
 		if redirect {
 			h.Redirects = []RedirectConfig{{FromMethod: "FETCH", FromPath: "/items/1/", ToMethod: "FETCH", ToPath: "/items/1"}}
 		}

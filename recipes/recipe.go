@@ -81,6 +81,16 @@ type Lineage struct {
 	RecipeVersion string `json:"recipe_version"`
 }
 
+// AppendJSON appends l as encoding/json.Marshal writes it
+// ({"recipe_name":…,"recipe_version":…}, HTML-escaped).
+func (l Lineage) AppendJSON(b []byte) []byte {
+	b = append(b, `{"recipe_name":`...)
+	b = jsonenc.AppendStringHTML(b, l.RecipeName)
+	b = append(b, `,"recipe_version":`...)
+	b = jsonenc.AppendStringHTML(b, l.RecipeVersion)
+	return append(b, '}')
+}
+
 var impactRank = map[string]int{"informational": 0, "reversible": 1, "irreversible": 2}
 
 // EndpointLookup finds a Tier B endpoint by method and declared path

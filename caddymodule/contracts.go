@@ -1,0 +1,210 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+	"go.uber.org/zap"
+)
+
+// present serves a request that presents a contract (spec §10 step 7,
+// §14.1): the gate is skipped and no synthesis starts.
+func (h *engine) present(x *exchange, req *request, id string) {
+	c, res := h.st.contracts.Lookup(id)
+	if res == recipes.LookupUnknown {
+		h.metrics.presentation(viaSynthesisID, "not_found")
+		x.fail(agtp.ContractNotFound.New("no contract with this synthesis id exists (unknown, released or swept)"))
+		return
+	}
+	// Whose it is comes before how it ended: another agent learns
+	// nothing of a contract's state (§10 step 7).
+	if c.OriginatingAgentID != req.caller.Agent.ID {
+		h.metrics.presentation(viaSynthesisID, "not_yours")
+		h.refuse(x, req, nil, agtp.ContractNotYours.New("the contract is bound to another agent"))
+		return
+	}
+	if res == recipes.LookupRevoked {
+		h.metrics.presentation(viaSynthesisID, "revoked")
+		h.refuse(x, req, nil, agtp.ContractRevoked.New("the contract has expired or was revoked; synthesize a new one"))
+		return
+	}
+	if c.Method != x.method || c.Path != x.path {
+		h.metrics.presentation(viaSynthesisID, "not_found")
+		x.fail(agtp.ContractNotFound.New(fmt.Sprintf("the presented contract serves %s %s, not this pair", c.Method, c.Path)))
+		return
+	}
+	if req.idemKey != "" {
+		// The key's stored answer is checked against the presented
+		// contract, and a still-pending one's 461 may be confirmed
+		// under it (claim, ClaimConfirming).
+		x.presentedID = c.SynthesisID
+		x.presentedPending = h.st.contracts.State(c) == recipes.StatePending
+	}
+	h.runContract(x, req, c, viaSynthesisID)
+}
+
+// How a request found the contract it runs under: its synthesis id
+// (Contract-Synthesized, §10 step 7) or its (method, path) pair (Tier C,
+// step 8b); the via label of caddy_rcns_contract_presentations_total.
+const (
+	viaSynthesisID = "synthesis_id"
+	viaPair        = "pair"
+)
+
+// runContract executes a contract's captured plan and answers 200
+// (spec §13.4 "Invocation under a contract"). It counts the
+// presentation once: executed, failed, or not_run when it answered
+// without running the plan (a refusal, or an idempotent replay).
+func (h *engine) runContract(x *exchange, req *request, c *recipes.Contract, via string) {
+	outcome := "not_run"
+	defer func() { h.metrics.presentation(via, outcome) }()
+	if h.scopeRequired() && !req.caller.ScopeHeader {
+		x.fail(scopeHeaderRequired())
+		return
+	}
+	if ref := policy.CheckRequiredScopes(req.caller, c.Recipe.RequiredScopes); ref != nil {
+		x.fail(agtp.FromRefusal(ref))
+		return
+	}
+	if !h.claim(x, req) { // first, as in invokeEndpoint
+		return
+	}
+	in, e := x.input(req, nil)
+	if e != nil {
+		x.fail(e)
+		return
+	}
+	if f := c.Recipe.ValidateInput(in); f != nil {
+		x.fail(failureError(f))
+		return
+	}
+	if !h.spend(x, req, h.invokeRL) {
+		return
+	}
+	if via == viaSynthesisID {
+		// Presenting a confirm-first contract accepts it (spec §13.4),
+		// but only a presentation that runs it: a refused one (scope,
+		// input, budget) leaves it pending, so it still serves no pair.
+		activated := h.st.contracts.Activate(c)
+		if preview := x.claim.Preview(); preview != nil && !activated {
+			// This presentation took its key's 461 over to confirm the
+			// contract, but another request accepted it meanwhile:
+			// the key's preview stays, and is answered, as for a
+			// contract already confirmed; nothing runs under the key.
+			// (Unlike a replay found by claim, this one comes after the
+			// invocation budget was spent: the race is rare, and
+			// spending after the activation would let a refused
+			// presentation accept the contract.)
+			x.claim.Abandon()
+			x.claim = nil
+			h.metrics.idempotency("replay")
+			x.replay(preview)
+			return
+		}
+	}
+	// Only now does the answer name the contract: every refusal above
+	// ran nothing (spec §16.1).
+	x.contract = contractRef(c)
+	x.executed = true
+	x.stateChanging = c.Recipe.StateChanging()
+	out, ok := h.execute(x, c, in)
+	if !ok {
+		outcome = "failed"
+		return
+	}
+	outcome = "executed"
+	x.write(200, agtp.MediaAGTP, agtp.Envelope{Status: 200, TaskID: x.taskID, Result: out}, nil)
+}
+
+// contractRef is what an answer produced by running c says of it
+// (Contract-Synthesized and the Attribution-Record fields, spec §16.1).
+func contractRef(c *recipes.Contract) idempotency.ContractRef {
+	return idempotency.ContractRef{SynthesisID: c.SynthesisID, ContractHash: c.ContractHash, NegotiationOrigin: c.NegotiationOrigin}
+}
+
+// execute runs c's plan; on failure it writes the 422 composition_failed
+// answer and returns false.
+func (h *engine) execute(x *exchange, c *recipes.Contract, in map[string]any) (any, bool) {
+	ctx := recipes.WithTraceParent(x.in.Context, traceParent(x.in))
+	start := time.Now()
+	out, reports, cf := c.Recipe.Execute(ctx, in, time.Duration(h.CompositionTimeout))
+	h.metrics.recipeRun(c.Recipe, time.Since(start).Seconds(), reports)
+	if cf != nil {
+		fields := []zap.Field{zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
+			zap.String("recipe", c.Lineage.RecipeName), zap.String("reason", cf.Cause.Code)}
+		if cf.FailedStep != nil {
+			fields = append(fields, zap.String("step", cf.FailedStep.Name), zap.String("upstream", cf.FailedStep.Endpoint.UpstreamName()))
+		}
+		if cf.Cause.Internal != nil {
+			// A transport error or an operator's mapping error: for the
+			// log only, never the answer (it may name hosts or jq).
+			fields = append(fields, zap.NamedError("cause", cf.Cause.Internal))
+		}
+		h.logger.Warn("composition failed", fields...)
+		details := cf.Details()
+		body := map[string]any{"error": map[string]any{"code": recipes.ErrCompositionFailed, "details": details}}
+		if cf.FailedStep != nil {
+			body["failed_step"] = cf.FailedStep.Name
+		}
+		e := agtp.CompositionFailed.WithFields(cf.Error(), body)
+		e.Retryable = cf.SideEffectFree && transient(cf.Cause)
+		x.fail(e)
+		return nil, false
+	}
+	return out, true
+}
+
+// newContract mints and stores a gate contract for the caller.
+func (h *engine) newContract(r *recipes.Recipe, x *exchange, req *request, origin string) (*recipes.Contract, error) {
+	return h.mintContract(r, x.method, x.path, x, req, origin, time.Duration(h.ContractTTL), false)
+}
+
+// mintContract mints and stores a contract with lifetime ttl.
+func (h *engine) mintContract(r *recipes.Recipe, method, path string, x *exchange, req *request, origin string, ttl time.Duration, persistent bool) (*recipes.Contract, error) {
+	lin := r.Lineage()
+	hash, epJSON, err := r.ContractHashFor(method, path)
+	if err != nil {
+		return nil, fmt.Errorf("contract hash: %v", err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	c := &recipes.Contract{
+		SynthesisID: recipes.NewSynthesisID(), Method: method, Path: path, Recipe: r, EndpointJSON: epJSON,
+		Lineage: lin, ContractHash: hash, OriginatingAgentID: req.caller.Agent.ID, NegotiationOrigin: origin,
+		IssuedAt: now, ExpiresAt: now.Add(ttl), SessionID: x.sessionID, Persistent: persistent,
+	}
+	state := recipes.StateActive
+	if h.Mode == ModeConfirmFirst && origin == recipes.OriginGate {
+		state = recipes.StatePending
+	}
+	if err := h.st.contracts.Put(c, state); err != nil {
+		var le *recipes.LimitError
+		switch {
+		case errors.As(err, &le) && errors.Is(err, recipes.ErrAgentFull):
+			return nil, fmt.Errorf("the agent already holds %d live contracts; max_contracts_per_agent is %d; release some first", le.Held, le.Limit)
+		case le != nil:
+			return nil, fmt.Errorf("the gateway holds %d live contracts, its maximum (max_contracts is %d); try later", le.Held, le.Limit)
+		default:
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// contractBody is the §13.4 body shared by 461 and 263.
+func contractBody(c *recipes.Contract) *agtp.ContractAnswer {
+	return &agtp.ContractAnswer{Endpoint: c.EndpointJSON, Members: map[string]any{
+		"synthesis_id":       c.SynthesisID,
+		"method":             c.Method,
+		"path":               c.Path,
+		"recipe_lineage":     c.Lineage,
+		"contract_hash":      c.ContractHash,
+		"negotiation_origin": c.NegotiationOrigin,
+		"issued_at":          c.IssuedAt.Format(time.RFC3339),
+		"expires_at":         c.ExpiresAt.Format(time.RFC3339),
+	}}
+}

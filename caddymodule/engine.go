@@ -1,0 +1,112 @@
+package caddymodule
+
+import (
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyevents"
+	"go.uber.org/zap"
+)
+
+// engine is the gateway's one request engine: the spec §10 dispatch
+// over the transport-neutral agtp.Request, with the state, limits,
+// contracts and record chains that every door of one rcns name shares.
+// Each door (the HTTP binding here, the native AGTP/1.0 listener, MCP)
+// only turns its framing into an agtp.Request and the agtp.Response
+// back into bytes. Provision builds it; its Config is the handler's
+// provisioned configuration (defaults applied), read-only from then on.
+type engine struct {
+	*Config
+
+	logger    *zap.Logger
+	methods   *policy.MethodPolicy
+	agents    *policy.Registry
+	set       *recipes.Set
+	upstreams map[string]*recipes.Upstream
+	gate      policy.Gate
+	st        *state
+	passthru  map[string]bool
+	metrics   *metrics
+	idents    *identities
+	ctx       caddy.Context
+	events    *caddyevents.App
+	signer    *records.Signer
+	// recDir and recFsync are the resolved records_dir ("" memory-only)
+	// and fsync policy, opened on the first request (act).
+	recDir   string
+	recFsync records.FsyncPolicy
+	act      *activation
+	// published is the current manifest, its ETag and AGTP-API-Version;
+	// replaced when a persistent synthesis changes the manifest.
+	pub      *manifestHolder
+	gateRL   *ratelimit.Limiter
+	invokeRL *ratelimit.Limiter
+}
+
+// serve answers one AGTP request from any door, in the order of spec
+// §10; it always returns an answer.
+func (h *engine) serve(r *agtp.Request) *agtp.Response {
+	x := &exchange{h: h, in: r,
+		agentID: r.Get("Agent-ID"),
+		taskID:  r.Get("Task-ID"),
+	}
+	x.agentIDValid = policy.ValidAgentID(x.agentID)
+	// Each identifier is checked once, here. A malformed one is refused
+	// (checkIdentifiers reads the verdicts) and is never echoed or
+	// written into an Attribution-Record: the record names a request id
+	// the gateway minted instead, as for a request without one.
+	rid, ridSent := r.Value("Request-ID")
+	oid, oidSent := r.Value("Owner-ID")
+	sid, sidSent := r.Value("Session-ID")
+	x.ids = identifiers{requestIDSent: ridSent, ownerIDSent: oidSent,
+		badRequestID: ridSent && !agtp.ValidRequestID(rid),
+		badOwnerID:   oidSent && !policy.ValidOwnerID(oid),
+		badSessionID: sidSent && !agtp.ValidSessionID(sid)}
+	if ridSent && !x.ids.badRequestID {
+		x.requestID, x.requestIDEcho = rid, true
+	} else {
+		x.requestID = newUUID()
+	}
+	if oidSent && !x.ids.badOwnerID {
+		x.ownerClaim = oid
+		if x.agentID == "" {
+			// An anonymous request has no registry owner to check the
+			// claim against: its record states the owner it claimed,
+			// as it states its session.
+			x.ownerID = oid
+		}
+	}
+	if sidSent && !x.ids.badSessionID {
+		x.sessionID = sid
+	}
+	// Under identity header the Agent-ID header is the identity, on
+	// loopback: a registered one names the Attribution-Record and its
+	// chain from the first answer on, refusals before step 6 included
+	// (OP-22). In a verified mode it does so only once verified (serve).
+	if h.Identity == IdentityHeader {
+		if r.Loopback {
+			h.setRecordAgent(x)
+		}
+	}
+	if x.sessionID != "" {
+		x.sessionFrom = sessionFromHeader
+	}
+	h.dispatch(x)
+	if !x.written {
+		// Every path of serve answers; this is the net under a new one
+		// that forgets to, so an AGTP request never gets an empty 200
+		// without the AGTP response headers.
+		h.logger.Error("no answer written for an AGTP request", zap.String("agent_id", x.agentID),
+			zap.String("method", x.method), zap.String("path", x.path))
+		x.fail(agtp.InternalError.New("the gateway reached no answer for this request"))
+	}
+	m := x.method
+	if m == "" {
+		m = r.Method
+	}
+	h.metrics.request(m, x.status)
+	return x.resp
+}

@@ -1,0 +1,177 @@
+package caddymodule
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+	"go.uber.org/zap"
+)
+
+// gateway handles an unregistered pair (spec §10 step 9, §11).
+func (h *engine) gateway(x *exchange, req *request) {
+	optIn := policy.AllowRCNS(x.in.Get("Allow-RCNS"))
+	if optIn {
+		defer func() {
+			switch {
+			case x.replayed:
+			case x.minted != nil:
+				h.metrics.gateEvaluation("accepted", "")
+			default:
+				h.metrics.gateEvaluation("refused", x.reason)
+			}
+		}()
+	}
+	if optIn {
+		x.beforeWrite = func(int) {
+			if x.replayed {
+				return
+			}
+			requested := map[string]any{"method": x.method, "path": x.path, "allow_rcns": true}
+			if x.minted != nil {
+				h.negotiationRecord(x, records.KindGate, records.OutcomeAccepted, "", requested, grantedOf(x.minted, false))
+				return
+			}
+			h.negotiationRecord(x, records.KindGate, records.OutcomeRefused, x.reason, requested, nil)
+		}
+	}
+	states, proceed, ref := h.gate.Locks12(optIn)
+	if ref != nil {
+		h.refuse(x, req, &states, agtp.FromRefusal(ref))
+		return
+	}
+	if !proceed {
+		h.metrics.lockRefusal(policy.LockCallerOptIn.String())
+		if len(h.set.MethodsForPath(x.path)) > 0 {
+			x.fail(h.methodNotAllowed(x, fmt.Sprintf("no endpoint serves %s %s; the path is served under other methods", x.method, x.path)))
+			return
+		}
+		x.fail(agtp.NotFound.New(fmt.Sprintf("no endpoint serves %s %s", x.method, x.path)))
+		return
+	}
+	// Locks 1–2 are open: idempotent replay first, then the RCNS budget,
+	// then locks 3–4 (spec §11.2, OP-4).
+	if !h.claim(x, req) {
+		return
+	}
+	if h.scopeRequired() && !req.caller.ScopeHeader {
+		x.fail(scopeHeaderRequired())
+		return
+	}
+	if !h.spend(x, req, h.gateRL) {
+		return
+	}
+	if ref := h.gate.Locks34(req.caller, &states); ref != nil {
+		h.refuse(x, req, &states, agtp.FromRefusal(ref))
+		return
+	}
+	recipe := h.set.Match(x.method, x.path)
+	if recipe == nil {
+		h.refuse(x, req, &states, agtp.CompositionImpossible.Newf("no recipe can synthesize %s %s", x.method, x.path))
+		return
+	}
+	if recipe.Depth() > h.MaxSynthesisDepth {
+		h.refuse(x, req, &states, agtp.CompositionImpossible.Newf("recipe %s needs %d steps; max_synthesis_depth is %d", recipe.Name, recipe.Depth(), h.MaxSynthesisDepth))
+		return
+	}
+	// Authority preservation, before any upstream call (spec §13.3).
+	if ref := policy.CheckRequiredScopes(req.caller, recipe.RequiredScopes); ref != nil {
+		h.refuse(x, req, &states, agtp.FromRefusal(ref))
+		return
+	}
+	in, e := x.input(req, nil)
+	if e != nil {
+		x.fail(e)
+		return
+	}
+	if f := recipe.ValidateInput(in); f != nil {
+		x.fail(failureError(f))
+		return
+	}
+	c, err := h.newContract(recipe, x, req, recipes.OriginGate)
+	if err != nil {
+		h.refuse(x, req, &states, agtp.SynthesisError.New(err.Error()))
+		return
+	}
+	x.executed = true
+	x.minted = c
+	h.lifecycleEvent(records.EventProposeAccepted, c, req.caller.Agent.ID, "", "")
+	h.logger.Info("rcns contract synthesized", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
+		zap.String("recipe", recipe.Name), zap.String("recipe_version", recipe.Version), zap.String("mode", h.Mode))
+	h.metrics.setActiveContracts(h.st.contracts.Len())
+	body := contractBody(c)
+	if h.Mode == ModeConfirmFirst {
+		h.metrics.synthesis(recipe.Name, ModeConfirmFirst, "previewed")
+		body.Members["status"] = policy.StatusContractAvailable
+		x.write(policy.StatusContractAvailable, agtp.MediaEndpoint, body, nil)
+		return
+	}
+	x.contract = contractRef(c)
+	x.stateChanging = c.Recipe.StateChanging()
+	out, ok := h.execute(x, c, in)
+	if !ok {
+		h.metrics.synthesis(recipe.Name, ModeOptimistic, "failed")
+		return
+	}
+	h.metrics.synthesis(recipe.Name, ModeOptimistic, "executed")
+	body.Members["status"] = policy.StatusProposalApproved
+	body.Members["result"] = out
+	if x.taskID != "" {
+		body.Members["task_id"] = x.taskID
+	}
+	x.write(policy.StatusProposalApproved, agtp.MediaEndpoint, body, nil)
+}
+
+// refuse answers e, a gate or presentation refusal, and keeps its
+// attempt record (spec §17.3): a 464 carries the record's id in
+// RCNS-Attempt-Id (spec §11.1).
+func (h *engine) refuse(x *exchange, req *request, states *policy.LockStates, e *agtp.Error) {
+	rec := &attemptRecord{ID: recipes.NewAttemptID(), Method: x.method, Path: x.path, Reason: e.Reason,
+		Explanation: e.Explanation, At: time.Now().UTC().Format(time.RFC3339)}
+	if req.caller != nil {
+		rec.AgentID = req.caller.Agent.ID
+		rec.TrustTier = int(req.caller.Agent.TrustTier)
+	}
+	if states != nil {
+		rec.Locks = states.Map()
+		for i, st := range states {
+			if st == policy.LockClosed {
+				h.metrics.lockRefusal(policy.Lock(i + 1).String())
+			}
+		}
+	}
+	h.st.attempts.add(rec)
+	h.metrics.setAttemptRingSize(h.st.attempts.len())
+	if e.Status == policy.StatusNoContract {
+		e.AttemptID = rec.ID
+	}
+	h.logger.Info("rcns refusal", zap.String("agent_id", rec.AgentID), zap.String("attempt_id", rec.ID),
+		zap.String("method", x.method), zap.String("reason", e.Reason))
+	x.fail(e)
+}
+
+// spend takes one token of budget l for the caller (nil l: no budget).
+// On refusal it answers 429 with Retry-After, RateLimit-Policy and
+// RateLimit (draft-ietf-httpapi-ratelimit-headers-10) and the §12.1 body.
+func (h *engine) spend(x *exchange, req *request, l *ratelimit.Limiter) bool {
+	if l == nil {
+		return true
+	}
+	d := l.Allow(req.caller.Agent.ID)
+	x.rateHeaders = map[string]string{"RateLimit-Policy": l.PolicyHeader(), "RateLimit": l.RateLimitHeader(d)}
+	if d.Allowed {
+		return true
+	}
+	h.metrics.rateLimited(l.Budget().Name)
+	secs := ratelimit.RetryAfterSeconds(d)
+	x.rateHeaders["Retry-After"] = strconv.Itoa(secs)
+	scope := l.Budget().Name
+	h.logger.Info("rate limited", zap.String("agent_id", x.agentID), zap.String("budget", scope), zap.String("method", x.method))
+	x.fail(agtp.RateLimited.WithFields(fmt.Sprintf("the %s budget of this agent is spent; retry in %d s", scope, secs), map[string]any{"scope": scope, "retry_after_seconds": secs}))
+	return false
+}
