@@ -151,6 +151,12 @@ func (h *engine) execute(x *exchange, c *recipes.Contract, in map[string]any) (a
 		if cf.FailedStep != nil {
 			body["failed_step"] = cf.FailedStep.Name
 		}
+		// The contract stays after a failed run (an optimistic one
+		// included): it is the caller's to present again or release.
+		// The answer says so itself, so that the 422 alone tells the
+		// agent what it holds (cases/03).
+		body["synthesis_id"] = c.SynthesisID
+		body["contract_state"] = h.st.contracts.State(c)
 		e := agtp.CompositionFailed.WithFields(cf.Error(), body)
 		e.Retryable = cf.SideEffectFree && transient(cf.Cause)
 		x.fail(e)

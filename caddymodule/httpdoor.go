@@ -1,9 +1,13 @@
 package caddymodule
 
 import (
+	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
+	"sync"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -44,6 +48,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	e := h.eng
 	e.activate()
 	if !e.isAGTP(r) {
+		if r.RequestURI == "*" && r.Method == http.MethodOptions {
+			answerOptionsStar(w, r)
+			return nil
+		}
 		return next.ServeHTTP(w, r)
 	}
 	in := &agtp.Request{
@@ -96,9 +104,15 @@ func writeHTTP(w http.ResponseWriter, r *http.Request, resp *agtp.Response) {
 
 // httpView is the request as policy/httpsig reads it for RFC 9421
 // derived components: @method, @authority (Host), @path and @query from
-// the target, and the header fields. Every door's request has one.
+// the target, the header fields, and whether it has a body (then
+// content-type and content-digest must be covered; the body's bytes go
+// to httpsig.VerifyOptions.Body). Every door's request has one.
 func httpView(in *agtp.Request) *http.Request {
-	r := &http.Request{Method: in.Method, Host: in.Host, Header: in.Header, RequestURI: in.Target, URL: in.URL, TLS: in.TLS}
+	r := &http.Request{Method: in.Method, Host: in.Host, Header: in.Header, RequestURI: in.Target, URL: in.URL, TLS: in.TLS,
+		ContentLength: in.ContentLength, Body: http.NoBody}
+	if in.ContentLength != 0 {
+		r.Body = io.NopCloser(strings.NewReader(""))
+	}
 	if r.URL == nil {
 		r.URL = &url.URL{}
 	}
@@ -122,4 +136,50 @@ func localIsLoopback(r *http.Request) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// answerOptionsStar answers a plain (non-AGTP) OPTIONS * as Go's
+// net/http answers it when it keeps the request from the handlers: 200
+// with Content-Length: 0, its body (up to 4 KiB) discarded. The
+// handler sees OPTIONS * at all only because passOptionsStar lets it
+// through, so that an AGTP one gets its AGTP refusal.
+func answerOptionsStar(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Length", "0")
+	if r.ContentLength != 0 {
+		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 4<<10))
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// optionsStarServers are the Caddy servers passOptionsStar has hooked,
+// so that several rcns handlers in one server hook it once.
+var optionsStarServers sync.Map // *caddyhttp.Server → struct{}
+
+// passOptionsStar makes the HTTP server that srv starts pass OPTIONS *
+// to its handlers (http.Server.DisableGeneralOptionsHandler): Go's
+// server otherwise answers it with a bare 200 before any handler runs,
+// so an AGTP OPTIONS * (it carries Agent-ID) never got its 400
+// invalid-request-line with the AGTP response headers (spec §2.3,
+// cases/01). Caddy builds the http.Server only when it starts, so the
+// field is set from a connection hook, once, on the first connection:
+// before any request of the server is read. It applies to every site
+// of that server (listener address); a plain OPTIONS * is then
+// answered by answerOptionsStar in rcns, or by a site's own routes
+// where that site has no rcns handler.
+func passOptionsStar(srv *caddyhttp.Server) {
+	if srv == nil {
+		return
+	}
+	if _, loaded := optionsStarServers.LoadOrStore(srv, struct{}{}); loaded {
+		return
+	}
+	var once sync.Once
+	srv.RegisterConnContext(func(ctx context.Context, _ net.Conn) context.Context {
+		once.Do(func() {
+			if hs, ok := ctx.Value(http.ServerContextKey).(*http.Server); ok {
+				hs.DisableGeneralOptionsHandler = true
+			}
+		})
+		return ctx
+	})
 }

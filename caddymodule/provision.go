@@ -17,6 +17,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyevents"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 )
 
@@ -27,6 +28,8 @@ import (
 // config load with its file, line and JSON pointer.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.setDefaults()
+	srv, _ := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	passOptionsStar(srv)
 	e := &engine{Config: &h.Config}
 	// Set before provision so that Cleanup releases what a failed
 	// provision attached.

@@ -36,6 +36,14 @@ func TestCompositionFailure(t *testing.T) {
 	if r.Header.Get("Contract-Synthesized") == "" {
 		t.Errorf("optimistic failure lacks Contract-Synthesized:\n%s", r)
 	}
+	// The 422 alone says which contract the agent holds and its state
+	// (cases/03); INSPECT agrees.
+	if str(b, "synthesis_id") != r.Header.Get("Contract-Synthesized") || str(b, "contract_state") != "active" {
+		t.Errorf("composition_failed body does not name the contract kept and its state:\n%s", r)
+	}
+	if in := inspectContract(t, w.GW, agentA1, "rcns:negotiate, hotel:read", str(b, "synthesis_id")); str(in.JSON(), "state") != "active" {
+		t.Errorf("INSPECT of the contract kept after the failed run:\n%s", in)
+	}
 	details := field(b, "error", "details")
 	if details == nil {
 		t.Fatalf("composition_failed without error.details:\n%s", r)

@@ -29,6 +29,7 @@ die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+say "==> caddy-rcns demo: json-server (installed into .tools/ when missing), then bin/caddy is built (about 2 minutes the first time), then both start"
 for p in "$DEMO_PORT" "$HOTEL_PORT" "$ADMIN_PORT"; do
 	if port_in_use "$p"; then
 		die "port 127.0.0.1:$p is already in use (set RCNS_DEMO_PORT, HOTEL_PORT or RCNS_ADMIN_PORT)"
@@ -43,7 +44,7 @@ if [ ! -x "$JSON_SERVER" ]; then
 fi
 
 # 2. Caddy with the rcns module.
-say "==> building bin/caddy"
+say "==> building bin/caddy (the first build on a machine downloads Caddy's modules and compiles for about 2 minutes on 2 cores; later ones take seconds)"
 go build -o bin/caddy ./cmd/caddy
 
 # 3. A fresh copy of the hotel database (json-server writes to it).

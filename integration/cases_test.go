@@ -1,0 +1,89 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestOptionsStar is ../shared/cases/01: an AGTP OPTIONS * (it carries
+// Agent-ID) gets the 400 invalid-request-line of any other target that
+// is not origin-form, with every AGTP response header; a plain OPTIONS
+// * keeps what Caddy does (a bare 200, nothing sent to the legacy
+// API).
+func TestOptionsStar(t *testing.T) {
+	w := startHotel(t, hotelOpts{LegacyCounter: true})
+	r := w.GW.Raw(t, "OPTIONS * HTTP/1.1\r\nHost: "+w.GW.Addr+"\r\nAgent-ID: "+agentA1+"\r\nContent-Length: 0\r\n\r\n")
+	assertErrorBody(t, r, 400, "invalid-request-line")
+	assertAGTPHeaders(t, r)
+	r = w.GW.Raw(t, "BOOK * HTTP/1.1\r\nHost: "+w.GW.Addr+"\r\nContent-Length: 0\r\n\r\n")
+	assertErrorBody(t, r, 400, "invalid-request-line")
+
+	plain := w.GW.Raw(t, "OPTIONS * HTTP/1.1\r\nHost: "+w.GW.Addr+"\r\nContent-Length: 0\r\n\r\n")
+	if plain.Status != 200 || plain.Header.Get("Content-Length") != "0" || len(plain.Body) != 0 {
+		t.Fatalf("plain OPTIONS *: want a bare 200 with Content-Length 0:\n%s", plain)
+	}
+	for _, h := range []string{"Server-ID", "Response-ID", "Attribution-Record"} {
+		if plain.Header.Get(h) != "" {
+			t.Errorf("plain OPTIONS * is not AGTP, yet its answer carries %s:\n%s", h, plain)
+		}
+	}
+	// A plain OPTIONS * with a body: answered as Go answers it, the
+	// connection still usable.
+	plain = w.GW.Raw(t, "OPTIONS * HTTP/1.1\r\nHost: "+w.GW.Addr+"\r\nContent-Length: 5\r\n\r\nhello")
+	if plain.Status != 200 {
+		t.Fatalf("plain OPTIONS * with a body: %s", plain)
+	}
+	if n := w.Legacy.Count(); n != 0 {
+		t.Fatalf("the legacy API got %d requests; OPTIONS * must not reach it", n)
+	}
+}
+
+// TestCallerIdentityHeaders is ../shared/cases/02: every answer to an
+// identified agent says who the gateway took it to be (Owner-ID from
+// the registry, Trust-Tier, Verification-Path), refusals after identity
+// included; an anonymous answer and a refusal given before identity
+// carry none.
+func TestCallerIdentityHeaders(t *testing.T) {
+	w := startHotel(t, hotelOpts{Mode: "optimistic"})
+	for _, tc := range []struct {
+		name, agent, tier string
+		r                 func() *Resp
+	}{
+		{"tier B 200", agentA1, "1", func() *Resp {
+			return w.GW.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), nil)
+		}},
+		{"gate 464 for tier 3", agentA3, "3", func() *Resp { return w.book(t, agentA3, scopeAll, "Allow-RCNS", "true") }},
+		{"404 without opt-in", agentA1, "1", func() *Resp {
+			return w.GW.Do(t, "BOOK", "/room", hdr(agentA1, scopeAll), bookBody())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.r()
+			if got := r.Header.Get("Owner-ID"); got != "hotel-ops" {
+				t.Errorf("Owner-ID %q, want hotel-ops:\n%s", got, r)
+			}
+			if got := r.Header.Get("Trust-Tier"); got != tc.tier {
+				t.Errorf("Trust-Tier %q, want %s:\n%s", got, tc.tier, r)
+			}
+			if got := r.Header.Get("Verification-Path"); got != "header" {
+				t.Errorf("Verification-Path %q, want header (identity header):\n%s", got, r)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		r    *Resp
+	}{
+		{"anonymous manifest", w.GW.Do(t, "DISCOVER", "/", nil, nil)},
+		{"400 before identity", w.GW.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read", "Task-ID", "has space"), nil)},
+		{"unknown agent 401", w.GW.Do(t, "FETCH", "/guests/g-1", hdr(strings.Repeat("a", 64), "hotel:read"), nil)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, h := range []string{"Owner-ID", "Trust-Tier", "Verification-Path"} {
+				if v := tc.r.Header.Get(h); v != "" {
+					t.Errorf("%s: %s %q on an answer to no identified caller:\n%s", tc.name, h, v, tc.r)
+				}
+			}
+		})
+	}
+}
