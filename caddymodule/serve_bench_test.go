@@ -24,7 +24,6 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
-	"github.com/caddy-rcns/caddy-rcns/scripts/bench/benchref"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
@@ -248,26 +247,6 @@ func BenchmarkServe(b *testing.B) {
 			return next.ServeHTTP(w, r)
 		})
 		loop(b, func(int) { serveOnce(b, passthrough, wrap, http.MethodGet, "/items/1", "", nil, 200) })
-	})
-
-	// (bd) of the load comparison: the exchange of d-present with none
-	// of the gateway's work (read the body, the same upstream GET, a
-	// static answer of the same size), the lower bound of d-present.
-	b.Run("bd-exchange", func(b *testing.B) {
-		ex := &benchref.Exchange{Upstream: host, Path: "/items/1", ContentType: agtp.MediaAGTP,
-			Body: `{"result":{"item":{"id":"1","name":"bench item","price":12.5}},"status":200}`,
-			Headers: map[string]string{"AGTP-API-Version": "1", "Agent-ID": benchAgent, "Attribution-Record": strings.Repeat("e", 844),
-				"Audit-ID": strings.Repeat("a", 64), "Cache-Control": "no-store", "Contract-Synthesized": "syn-" + strings.Repeat("s", 22),
-				"Response-ID": "01a22b44-f1a8-78f9-a1ba-17ed85b2b939", "Server-ID": "rcns-bench-nokey"}}
-		if err := ex.Provision(caddy.Context{}); err != nil {
-			b.Fatal(err)
-		}
-		defer func() { _ = ex.Cleanup() }()
-		hdr := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read", "Content-Type": "application/json",
-			"Contract-Synthesized": "syn-" + strings.Repeat("s", 22)}
-		loop(b, func(int) {
-			serveOnce(b, ex, notFound, "LOOKUP", "/item/d-1", `{"parameters":{"item_id":"1"}}`, hdr, 200)
-		})
 	})
 
 	runs := 0

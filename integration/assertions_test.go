@@ -6,8 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,68 +15,9 @@ import (
 	"github.com/gowebpki/jcs"
 )
 
-// ---------------------------------------------------------------------------
-// The demo agents (examples/hotel/agents), mapped onto the spec §24 fixture:
-// A1 → rcns-demo-agent, A2 → rcns-demo-noscope, A3 → rcns-demo-tier3,
-// OP → rcns-demo-operator.
-
-// agentID is the demo's agent id: lowercase hex SHA-256 of the name.
-func agentID(name string) string {
-	sum := sha256.Sum256([]byte(name))
-	return hex.EncodeToString(sum[:])
-}
-
-var (
-	agentA1 = agentID("rcns-demo-agent")    // tier 1: rcns:negotiate hotel:read hotel:book
-	agentA2 = agentID("rcns-demo-noscope")  // tier 1: hotel:read hotel:book
-	agentA3 = agentID("rcns-demo-tier3")    // tier 3: rcns:negotiate hotel:read hotel:book
-	agentOP = agentID("rcns-demo-operator") // tier 1: inspect:all + the three
-)
-
-const (
-	scopeAll     = "rcns:negotiate, hotel:read, hotel:book"
-	scopeNoRCNS  = "hotel:read, hotel:book"
-	recipeName   = "book-room"
-	recipeVer    = "1"
-	demoCheckIn  = "2026-12-01"
-	demoNights   = 2
-	demoGuest    = "g-1"
-	demoProperty = "p-1"
-	hotelDB      = "examples/hotel/db.json"
-)
-
-// The six 464 reason tokens (RCNS §19).
-var reasons464 = []string{
-	"rcns-disabled", "trust-tier-insufficient", "composition-impossible",
-	"synthesis-error", "contract-not-yours", "contract-revoked",
-}
-
-// bookBody is the demo's BOOK /room request body.
-func bookBody() map[string]any {
-	return map[string]any{"parameters": map[string]any{
-		"guest_id": demoGuest, "property_id": demoProperty,
-		"check_in": demoCheckIn, "nights": demoNights,
-	}}
-}
-
-// hdr builds AGTP request headers: agent and scope may be empty (then not
-// sent); kv adds more NAME, value pairs.
-func hdr(agent, scope string, kv ...string) map[string]string {
-	h := map[string]string{}
-	if agent != "" {
-		h["Agent-ID"] = agent
-	}
-	if scope != "" {
-		h["Authority-Scope"] = scope
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		h[kv[i]] = kv[i+1]
-	}
-	return h
-}
-
-// ---------------------------------------------------------------------------
-// Assertions
+// Assertions on AGTP answers: status, the AGTP response headers, the
+// uniform error body (spec §19), contract and proposal bodies, the
+// Attribution-Record and the RateLimit fields.
 
 func wantStatus(t testing.TB, r *Resp, status int) {
 	t.Helper()
@@ -161,6 +102,18 @@ func assert464(t testing.TB, r *Resp, reason string) map[string]any {
 	return b
 }
 
+// assert463 checks a 463 Proposal Rejected with reason (RCNS §15.5).
+func assert463(t testing.TB, r *Resp, reason string) map[string]any {
+	t.Helper()
+	b := assertErrorBody(t, r, 463, reason)
+	switch str(b, "reason") {
+	case "out-of-scope", "policy-refused", "composition-impossible", "ambiguous", "synthesis-disabled":
+	default:
+		t.Errorf("463 reason %q is outside the §15.5 vocabulary", str(b, "reason"))
+	}
+	return b
+}
+
 // assertNoRCNSSignal checks that a response says nothing RCNS-specific.
 func assertNoRCNSSignal(t testing.TB, r *Resp) {
 	t.Helper()
@@ -188,11 +141,37 @@ func str(v any, keys ...string) string {
 	return s
 }
 
-var (
-	hex64     = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	b64url    = regexp.MustCompile(`^[A-Za-z0-9_-]*$`)
-	synthIDRe = regexp.MustCompile(`^[A-Za-z0-9._~-]{1,128}$`)
-)
+// findString reports whether s occurs as a string value (or an object key)
+// anywhere inside the decoded JSON value v.
+func findString(v any, s string) bool {
+	switch x := v.(type) {
+	case string:
+		return x == s
+	case map[string]any:
+		for k, e := range x {
+			if k == s || findString(e, s) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if findString(e, s) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// headerNames returns the lowercased names of an httpbin "headers" echo.
+func headerNames(v any) []string {
+	m, _ := v.(map[string]any)
+	var out []string
+	for k := range m {
+		out = append(out, strings.ToLower(k))
+	}
+	return out
+}
 
 // attribution decodes the Attribution-Record header: a JWS compact
 // serialization (three base64url segments; the signature may be empty for
@@ -252,9 +231,22 @@ func contractHash(t testing.TB, body []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// assertContractBody checks the fields a 461 or 263 body shares and
-// returns the decoded body.
+// assertContractBody checks the fields a 461 or 263 body of the gate
+// shares and returns the decoded body.
 func assertContractBody(t testing.TB, r *Resp, status int, method, path, recipe, version string) map[string]any {
+	t.Helper()
+	b := checkContractBody(t, r, status, method, path, recipe, version, "rcns-gate")
+	if t.Failed() {
+		t.FailNow()
+	}
+	return b
+}
+
+// checkContractBody checks the fields every contract body shares (spec
+// §13.4, §15.4): the status, synthesis_id, method and path, endpoint,
+// recipe_lineage, contract_hash over {endpoint, recipe_lineage},
+// negotiation_origin origin, and issued_at before a future expires_at.
+func checkContractBody(t testing.TB, r *Resp, status int, method, path, recipe, version, origin string) map[string]any {
 	t.Helper()
 	wantStatus(t, r, status)
 	assertAGTPHeaders(t, r)
@@ -280,8 +272,8 @@ func assertContractBody(t testing.TB, r *Resp, status int, method, path, recipe,
 	} else if want := contractHash(t, r.Body); h != want {
 		t.Errorf("contract_hash = %s, want sha256(JCS({endpoint, recipe_lineage})) = %s", h, want)
 	}
-	if o := str(b, "negotiation_origin"); o != "rcns-gate" {
-		t.Errorf("negotiation_origin = %q, want rcns-gate", o)
+	if o := str(b, "negotiation_origin"); o != origin {
+		t.Errorf("negotiation_origin = %q, want %s", o, origin)
 	}
 	issued, err1 := time.Parse(time.RFC3339, str(b, "issued_at"))
 	expires, err2 := time.Parse(time.RFC3339, str(b, "expires_at"))
@@ -295,203 +287,23 @@ func assertContractBody(t testing.TB, r *Resp, status int, method, path, recipe,
 			t.Errorf("expires_at %s is not after issued_at %s", expires, issued)
 		}
 	}
-	if t.Failed() {
-		t.FailNow()
-	}
 	return b
 }
 
-// contracts lists the caller's contracts with DISCOVER /contracts.
-func contracts(t testing.TB, g *Gateway, agent string) []any {
+// assertProposeBody checks a 263 Proposal Approved (RCNS §15.4): the
+// contract body of the proposed method and path with
+// negotiation_origin "propose", and a UUID Negotiation-ID header equal
+// to the body's negotiation_id. It returns the body.
+func assertProposeBody(t testing.TB, r *Resp, method, path, recipe, version string) map[string]any {
 	t.Helper()
-	r := g.Do(t, "DISCOVER", "/contracts", hdr(agent, ""), nil)
-	wantStatus(t, r, 200)
-	return r.Array(t)
-}
-
-// waitFor polls cond every interval until it is true or limit passes.
-func waitFor(t testing.TB, limit, interval time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		if cond() {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(interval)
+	b := checkContractBody(t, r, 263, method, path, recipe, version, "propose")
+	if n := r.Header.Get("Negotiation-ID"); !uuidRe.MatchString(n) {
+		t.Errorf("Negotiation-ID header %q is not a UUID", n)
+	} else if got := str(b, "negotiation_id"); got != n {
+		t.Errorf("263 body negotiation_id %q, header %q (OP-35)", got, n)
 	}
-}
-
-// findString reports whether s occurs as a string value (or an object key)
-// anywhere inside the decoded JSON value v.
-func findString(v any, s string) bool {
-	switch x := v.(type) {
-	case string:
-		return x == s
-	case map[string]any:
-		for k, e := range x {
-			if k == s || findString(e, s) {
-				return true
-			}
-		}
-	case []any:
-		for _, e := range x {
-			if findString(e, s) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// headerNames returns the lowercased names of an httpbin "headers" echo.
-func headerNames(v any) []string {
-	m, _ := v.(map[string]any)
-	var out []string
-	for k := range m {
-		out = append(out, strings.ToLower(k))
-	}
-	return out
-}
-
-// ---------------------------------------------------------------------------
-// Worlds: a gateway plus the upstreams it talks to.
-
-// hotelSite is the demo's rcns block: the example documents, the hotel
-// upstream, then the legacy API for everything that is not AGTP.
-const hotelSite = `
-	rcns {
-		server_id caddy-rcns-it
-		identity header
-		enabled {{ENABLED}}
-		mode {{MODE}}
-		upstream hotel {{HOTEL}}
-		agents examples/hotel/agents
-		endpoints examples/hotel/endpoints
-		recipes examples/hotel/recipes
-{{EXTRA}}
-	}
-	reverse_proxy {{LEGACY}}
-`
-
-// hotelOpts configures startHotel.
-type hotelOpts struct {
-	Mode     string // optimistic | confirm-first (default confirm-first)
-	Disabled bool   // enabled false
-	Extra    string // more lines inside the rcns block
-	// LegacyCounter sends non-AGTP traffic to a counting upstream instead
-	// of json-server, so a test can prove nothing fell through.
-	LegacyCounter bool
-}
-
-// hotelWorld is json-server, a counting proxy in front of it (the rcns
-// `hotel` upstream) and the gateway.
-type hotelWorld struct {
-	JS     *JSONServer
-	Hotel  *Counter // every upstream call rcns makes to the hotel API
-	Legacy *Counter // non-nil with LegacyCounter
-	GW     *Gateway
-}
-
-func startHotel(t testing.TB, o hotelOpts) *hotelWorld {
-	t.Helper()
-	w := &hotelWorld{JS: startJSONServer(t, hotelDB)}
-	w.Hotel = startCountingProxy(t, w.JS.URL)
-	legacy := w.JS.URL
-	if o.LegacyCounter {
-		w.Legacy = startCounter(t)
-		legacy = w.Legacy.URL
-	}
-	mode := o.Mode
-	if mode == "" {
-		mode = "confirm-first"
-	}
-	enabled := "true"
-	if o.Disabled {
-		enabled = "false"
-	}
-	w.GW = startGateway(t, fill(hotelSite,
-		"ENABLED", enabled, "MODE", mode, "HOTEL", w.Hotel.URL,
-		"EXTRA", o.Extra, "LEGACY", legacy))
-	return w
-}
-
-// book sends the demo's BOOK /room as agent with extra headers.
-func (w *hotelWorld) book(t testing.TB, agent, scope string, kv ...string) *Resp {
-	t.Helper()
-	return w.GW.Do(t, "BOOK", "/room", hdr(agent, scope, kv...), bookBody())
-}
-
-// assertReservations checks the number of reservations in json-server.
-func (w *hotelWorld) assertReservations(t testing.TB, n int) []map[string]any {
-	t.Helper()
-	rs := w.JS.Reservations(t)
-	if len(rs) != n {
-		t.Fatalf("json-server has %d reservations, want %d: %v", len(rs), n, rs)
-	}
-	return rs
-}
-
-// labSite loads the demo documents plus integration/testdata/lab: Tier B
-// endpoints on go-httpbin (bin), a closed port (dead), a counting upstream
-// (counter) and a barrier upstream (barrier), and recipes over them.
-const labSite = `
-	rcns {
-		server_id caddy-rcns-it
-		identity header
-		enabled true
-		mode {{MODE}}
-		upstream hotel {{HOTEL}}
-		upstream bin {{BIN}}
-		upstream dead {{DEAD}}
-		upstream counter {{COUNTER}}
-		upstream barrier {{BARRIER}}
-		agents examples/hotel/agents
-		endpoints examples/hotel/endpoints integration/testdata/lab/endpoints
-		recipes examples/hotel/recipes integration/testdata/lab/recipes
-{{EXTRA}}
-	}
-	reverse_proxy {{LEGACY}}
-`
-
-type labWorld struct {
-	JS      *JSONServer
-	Hotel   *Counter // counting proxy in front of json-server (the hotel upstream)
-	Bin     string
-	Counter *Counter
-	Barrier *Barrier
-	GW      *Gateway
-}
-
-// startLab starts json-server, go-httpbin, a counter, a 3-way barrier and
-// a gateway in mode (optimistic when empty) with extra rcns lines.
-func startLab(t testing.TB, mode, extra string) *labWorld {
-	t.Helper()
-	if mode == "" {
-		mode = "optimistic"
-	}
-	w := &labWorld{
-		JS:      startJSONServer(t, hotelDB),
-		Bin:     startHTTPBin(t),
-		Counter: startCounter(t),
-		Barrier: startBarrier(t, 3),
-	}
-	w.Hotel = startCountingProxy(t, w.JS.URL)
-	dead := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	w.GW = startGateway(t, fill(labSite,
-		"MODE", mode, "HOTEL", w.Hotel.URL, "LEGACY", w.JS.URL, "BIN", w.Bin, "DEAD", dead,
-		"COUNTER", w.Counter.URL, "BARRIER", w.Barrier.URL, "EXTRA", extra))
-	return w
-}
-
-// mustJSON encodes v (map keys sorted, so equal values give equal bytes).
-func mustJSON(t testing.TB, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatalf("encode: %v", err)
+	if t.Failed() {
+		t.FailNow()
 	}
 	return b
 }
@@ -524,5 +336,64 @@ func assertContractFields(t testing.TB, r *Resp, id, hash, origin string) {
 	p := attribution(t, r)
 	if str(p, "synthesis_id") != id || str(p, "contract_hash") != hash || str(p, "negotiation_origin") != origin {
 		t.Errorf("Attribution-Record payload = %v, want synthesis_id %s contract_hash %s negotiation_origin %s", p, id, hash, origin)
+	}
+}
+
+// rateLimitField parses a RateLimit value `"name";r=R;t=T`; ok is false
+// when it does not have that shape.
+func rateLimitField(v string) (name string, r, tsec int, ok bool) {
+	m := rateLimitRe.FindStringSubmatch(v)
+	if m == nil {
+		return "", 0, 0, false
+	}
+	r, _ = strconv.Atoi(m[2])
+	tsec, _ = strconv.Atoi(m[3])
+	return m[1], r, tsec, true
+}
+
+// assertRateLimited checks a 429 of budget scope with policy q/w: the
+// uniform body with reason rate-limited, scope, retry_after_seconds equal
+// to an integer Retry-After ≥ 1, RateLimit-Policy `"scope";q=Q;w=W` and
+// RateLimit `"scope";r=0;t=N` (N ≥ 1). It returns the Retry-After value.
+func assertRateLimited(t testing.TB, r *Resp, scope string, q, w int) int {
+	t.Helper()
+	b := assertErrorBody(t, r, 429, "rate-limited")
+	if str(b, "scope") != scope {
+		t.Errorf("429 body scope = %q, want %q:\n%s", str(b, "scope"), scope, r)
+	}
+	ra := r.Header.Get("Retry-After")
+	secs, err := strconv.Atoi(ra)
+	if err != nil || secs < 1 || strconv.Itoa(secs) != ra {
+		t.Errorf("Retry-After = %q, want an integer number of seconds ≥ 1:\n%s", ra, r)
+	}
+	if got, ok := b["retry_after_seconds"].(float64); !ok || int(got) != secs || got != float64(int(got)) {
+		t.Errorf("body retry_after_seconds = %v, want the Retry-After value %d:\n%s", b["retry_after_seconds"], secs, r)
+	}
+	if secs > w {
+		t.Errorf("Retry-After %d exceeds the policy window %d s", secs, w)
+	}
+	if want := fmt.Sprintf(`"%s";q=%d;w=%d`, scope, q, w); r.Header.Get("RateLimit-Policy") != want {
+		t.Errorf("RateLimit-Policy = %q, want %q", r.Header.Get("RateLimit-Policy"), want)
+	}
+	name, rem, tsec, ok := rateLimitField(r.Header.Get("RateLimit"))
+	if !ok || name != scope || rem != 0 || tsec < 1 {
+		t.Errorf("RateLimit = %q, want \"%s\";r=0;t=N with N ≥ 1", r.Header.Get("RateLimit"), scope)
+	}
+	if v := r.Header.Get("RCNS-Attempt-Id"); v != "" && scope != "rcns" {
+		t.Errorf("invocation 429 carries RCNS-Attempt-Id %s", v)
+	}
+	return secs
+}
+
+// assertRateLimitHeader checks that an answer that spent budget scope
+// carries RateLimit `"scope";r=remaining;t=N` and the matching policy.
+func assertRateLimitHeader(t testing.TB, r *Resp, scope string, remaining, q, w int) {
+	t.Helper()
+	name, rem, _, ok := rateLimitField(r.Header.Get("RateLimit"))
+	if !ok || name != scope || rem != remaining {
+		t.Errorf("RateLimit = %q, want \"%s\";r=%d;t=N:\n%s", r.Header.Get("RateLimit"), scope, remaining, r)
+	}
+	if want := fmt.Sprintf(`"%s";q=%d;w=%d`, scope, q, w); r.Header.Get("RateLimit-Policy") != want {
+		t.Errorf("RateLimit-Policy = %q, want %q", r.Header.Get("RateLimit-Policy"), want)
 	}
 }

@@ -1,0 +1,370 @@
+package recipes
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestExecuteRunsIndependentStepsConcurrently(t *testing.T) {
+	b := &barrier{n: 3, release: make(chan struct{})}
+	srv := httptest.NewServer(b)
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	recipe := recipeHead + `steps:
+  - {name: a, method: FETCH, path: /alpha, input: '{}'}
+  - {name: b, method: FETCH, path: /beta, input: '{}'}
+  - {name: c, method: FETCH, path: /gamma, input: '{}'}
+output: '{a: $a.id, b: $b.id, c: $c.id}'
+`
+	r, _ := buildSet(t, up, recipe,
+		endpointDoc("FETCH", "/alpha", "GET", "/a", ""),
+		endpointDoc("FETCH", "/beta", "GET", "/b", ""),
+		endpointDoc("FETCH", "/gamma", "GET", "/c", ""))
+	for _, s := range r.Steps {
+		if len(s.Deps) != 0 {
+			t.Fatalf("step %s deps = %v, want none", s.Name, s.Deps)
+		}
+	}
+	out, _, cf := r.Execute(context.Background(), map[string]any{}, 10*time.Second)
+	if cf != nil {
+		t.Fatalf("Execute: %v (sequential execution cannot pass the barrier)", cf)
+	}
+	want := map[string]any{"a": "a", "b": "b", "c": "c"}
+	if fmt.Sprint(out) != fmt.Sprint(want) {
+		t.Fatalf("output = %v, want %v", out, want)
+	}
+}
+
+func TestExecuteFailureStopsLaterSteps(t *testing.T) {
+	var calls sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Store(r.URL.Path, true)
+		if r.URL.Path == "/fail" {
+			w.WriteHeader(500)
+			return
+		}
+		fmt.Fprint(w, `{"id":"ok"}`)
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	recipe := recipeHead + `steps:
+  - {name: first, method: FETCH, path: /alpha, input: '{id: $input.id}'}
+  - {name: second, method: FETCH, path: /beta, input: '{id: $first.id}'}
+  - {name: third, method: FETCH, path: /gamma, input: '{id: $second.id}'}
+output: '$third'
+`
+	r, _ := buildSet(t, up, recipe,
+		endpointDoc("FETCH", "/alpha", "GET", "/ok", ""),
+		endpointDoc("FETCH", "/beta", "GET", "/fail", ""),
+		endpointDoc("FETCH", "/gamma", "GET", "/never", ""))
+	if fmt.Sprint(r.Steps[1].Deps, r.Steps[2].Deps) != "[0] [1]" {
+		t.Fatalf("deps = %v %v, want [0] [1]", r.Steps[1].Deps, r.Steps[2].Deps)
+	}
+	_, reports, cf := r.Execute(context.Background(), map[string]any{"id": "x"}, 10*time.Second)
+	if cf == nil {
+		t.Fatal("Execute succeeded, want composition failure")
+	}
+	if cf.FailedStep.Name != "second" || cf.Cause.Code != ErrUpstream || cf.Cause.UpstreamStatus != 500 {
+		t.Fatalf("failure = step %s cause %+v", cf.FailedStep.Name, cf.Cause)
+	}
+	states := []string{reports[0].State, reports[1].State, reports[2].State}
+	if fmt.Sprint(states) != "[succeeded failed not-started]" {
+		t.Fatalf("states = %v", states)
+	}
+	// The succeeded and the failed step called their upstream; the one
+	// never started did not (upstream metrics count exactly these).
+	if called := []bool{reports[0].Called, reports[1].Called, reports[2].Called}; fmt.Sprint(called) != "[true true false]" {
+		t.Fatalf("called = %v, want [true true false]", called)
+	}
+	if _, called := calls.Load("/never"); called {
+		t.Fatal("a step after the failed one was called")
+	}
+	d := cf.Details()
+	if d["failed_step"] != "second" || d["failed_step_method"] != "FETCH" || d["underlying_status"] != 500 {
+		t.Fatalf("details = %v", d)
+	}
+	if capt := d["captured"].(map[string]any); capt["first"] == nil {
+		t.Fatalf("captured = %v, want first's output", capt)
+	}
+}
+
+// TestExecuteOneStepHonorsCompositionTimeout: the composition deadline
+// bounds a one-step plan's mappings too, not only its upstream call (a
+// runaway output expression ends at the deadline, with a failure).
+func TestExecuteOneStepHonorsCompositionTimeout(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"id":"ok"}`) }))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	recipe := recipeHead + `steps:
+  - {name: only, method: FETCH, path: /alpha, input: '{}'}
+output: '{n: ([limit(80000000; repeat(1))] | length)}'
+`
+	// The step's own call timeout (0.1 s) is within the plan's (0.2 s):
+	// the plan deadline must still bound the mappings around the call.
+	r, _ := buildSet(t, up, recipe, endpointDoc("FETCH", "/alpha", "GET", "/a", "  timeout_seconds: 0.1\n"))
+	done := make(chan *CompositionFailure, 1)
+	go func() {
+		_, _, cf := r.Execute(context.Background(), map[string]any{}, 200*time.Millisecond)
+		done <- cf
+	}()
+	select {
+	case cf := <-done:
+		if cf == nil || !strings.Contains(cf.Cause.Explanation, "deadline") || cf.Cause.Code != ErrUpstreamTimeout {
+			t.Fatalf("Execute = %+v, want an upstream_timeout naming the deadline", cf)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a one-step plan ran past its 200ms composition timeout for 20 s")
+	}
+}
+
+// TestExecuteOneStepProjectionsWithoutTimer: a one-step plan whose
+// mappings are plain projections and whose call timeout is within the
+// composition timeout runs without a composition timer (untimedOne); its
+// call's own timer still bounds the upstream exchange, and the
+// composition deadline is still checked before the call and before the
+// output mapping. Any other plan keeps the timer: a call timeout longer
+// than the composition timeout is cut at the composition deadline.
+func TestExecuteOneStepProjectionsWithoutTimer(t *testing.T) {
+	delay := make(chan time.Duration, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case d := <-delay:
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+		default:
+		}
+		fmt.Fprint(w, `{"id":"ok"}`)
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	projection := recipeHead + `steps:
+  - {name: only, method: FETCH, path: /alpha, input: '{}'}
+output: '{id: $only.id}'
+`
+	build := func(recipe, callTimeout string) *Recipe {
+		r, _ := buildSet(t, up, recipe, endpointDoc("FETCH", "/alpha", "GET", "/a", "  timeout_seconds: "+callTimeout+"\n"))
+		return r
+	}
+	fast := build(projection, "0.1")
+	if !fast.untimedOne(200 * time.Millisecond) {
+		t.Fatal("untimedOne = false for a projection plan whose call timeout is within the composition timeout")
+	}
+	if fast.untimedOne(50 * time.Millisecond) {
+		t.Fatal("untimedOne = true for a composition timeout shorter than the call timeout")
+	}
+	jq := build(strings.Replace(projection, "'{id: $only.id}'", "'{id: ($only.id | ascii_upcase)}'", 1), "0.1")
+	if jq.untimedOne(200 * time.Millisecond) {
+		t.Fatal("untimedOne = true for an output mapping that is not a plain projection")
+	}
+
+	// Untimed and fast: the answer as before.
+	out, _, cf := fast.Execute(context.Background(), map[string]any{}, 200*time.Millisecond)
+	if cf != nil || fmt.Sprint(out) != "map[id:ok]" {
+		t.Fatalf("Execute = %v, %+v; want map[id:ok]", out, cf)
+	}
+	// Untimed, slow upstream: the call's own 0.1 s timer ends it.
+	delay <- 5 * time.Second
+	start := time.Now()
+	_, _, cf = fast.Execute(context.Background(), map[string]any{}, 200*time.Millisecond)
+	if cf == nil || cf.Cause.Code != ErrUpstreamTimeout || time.Since(start) > 3*time.Second {
+		t.Fatalf("Execute = %+v after %v, want upstream_timeout from the 0.1 s call timeout", cf, time.Since(start))
+	}
+	// The composition deadline is checked before the call ...
+	past := compositionContext{parent: context.Background(), deadline: time.Now().Add(-time.Millisecond)}
+	_, reports, cf := fast.executeOne(past, map[string]any{})
+	if cf == nil || cf.Cause.Code != ErrUpstreamTimeout || !strings.Contains(cf.Cause.Explanation, "before the step started") || reports[0].Called {
+		t.Fatalf("executeOne past its deadline = %+v (called %v), want upstream_timeout before the step started, no call", cf, reports[0].Called)
+	}
+	// ... and before the output mapping: a call that answers after the
+	// composition deadline (here within its own timeout) fails.
+	slow := build(projection, "2")
+	delay <- 150 * time.Millisecond
+	soon := compositionContext{parent: context.Background(), deadline: time.Now().Add(50 * time.Millisecond)}
+	_, reports, cf = slow.executeOne(soon, map[string]any{})
+	if cf == nil || cf.Cause.Code != ErrUpstreamTimeout || !strings.Contains(cf.Cause.Explanation, "before the output mapping") || !reports[0].Called {
+		t.Fatalf("executeOne whose call outlived the deadline = %+v, want upstream_timeout before the output mapping", cf)
+	}
+	// A call timeout (2 s) longer than the composition timeout (0.2 s):
+	// the timer plan, cut at the composition deadline.
+	if slow.untimedOne(200 * time.Millisecond) {
+		t.Fatal("untimedOne = true for a 2 s call under a 0.2 s composition timeout")
+	}
+	delay <- 5 * time.Second
+	start = time.Now()
+	_, _, cf = slow.Execute(context.Background(), map[string]any{}, 200*time.Millisecond)
+	if cf == nil || cf.Cause.Code != ErrUpstreamTimeout || time.Since(start) > 1500*time.Millisecond {
+		t.Fatalf("Execute = %+v after %v, want upstream_timeout at the 0.2 s composition deadline", cf, time.Since(start))
+	}
+}
+
+// TestUpstreamTimeoutNamesWhatRanOut: a step's upstream call cut off by
+// the composition deadline says so, not "did not answer within" the
+// call's own (longer) timeout, whether the plan runs under a timer
+// context or a compositionContext (untimedOne); a call cut by its own
+// timeout, in a plan or a Tier B call, names that timeout. Both are
+// upstream_timeout.
+func TestUpstreamTimeoutNamesWhatRanOut(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/fast":
+			fmt.Fprint(w, `{"id":"ok"}`)
+			return
+		case "/stall-body": // headers and part of the body, then nothing
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"id":`)
+			w.(http.Flusher).Flush()
+		}
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	oneStep := recipeHead + `steps:
+  - {name: only, method: FETCH, path: /alpha, input: '{}'}
+output: '{id: $only.id}'
+`
+	twoSteps := recipeHead + `steps:
+  - {name: a, method: FETCH, path: /beta, input: '{}'}
+  - {name: only, method: FETCH, path: /alpha, input: '{}'}
+output: '{id: $only.id}'
+`
+	beta := endpointDoc("FETCH", "/beta", "GET", "/fast", "")
+	const (
+		composition = "the composition deadline passed during the call to upstream up"
+		reading     = "the composition deadline passed while upstream up was sending its response"
+	)
+	tests := []struct {
+		name        string
+		recipe      string
+		upPath      string
+		callTimeout string
+		// timeout is the composition timeout of Execute; 0 runs
+		// executeOne under a compositionContext whose deadline is
+		// deadline from now.
+		timeout  time.Duration
+		deadline time.Duration
+		untimed  bool
+		extra    string // more endpoint lines
+		want     string
+	}{
+		{name: "timer plan, cut by the composition deadline", recipe: oneStep, upPath: "/stall", callTimeout: "5", timeout: 200 * time.Millisecond, want: composition},
+		{name: "timer plan of two steps, cut by the composition deadline", recipe: twoSteps, upPath: "/stall", callTimeout: "5", timeout: 200 * time.Millisecond, want: composition},
+		{name: "timer plan, response cut by the composition deadline", recipe: oneStep, upPath: "/stall-body", callTimeout: "5", timeout: 200 * time.Millisecond, want: reading},
+		{name: "compositionContext, its deadline passed during the call", recipe: oneStep, upPath: "/stall", callTimeout: "0.3", deadline: 50 * time.Millisecond, want: composition},
+		{name: "compositionContext, response cut after its deadline", recipe: oneStep, upPath: "/stall-body", callTimeout: "0.3", deadline: 50 * time.Millisecond, want: reading},
+		{name: "compositionContext, its deadline passed during a query mapping", recipe: oneStep, upPath: "/fast", callTimeout: "0.3", deadline: 50 * time.Millisecond,
+			extra: "  query: {q: '" + runaway + "'}\n", want: "the composition deadline passed during the query mapping for upstream up"},
+		{name: "untimed plan, cut by the call's own timeout", recipe: oneStep, upPath: "/stall", callTimeout: "0.1", timeout: 5 * time.Second, untimed: true, want: "upstream up did not answer within 100ms"},
+		{name: "timer plan of two steps, cut by the call's own timeout", recipe: twoSteps, upPath: "/stall", callTimeout: "0.1", timeout: 5 * time.Second, want: "upstream up did not answer within 100ms"},
+		{name: "timer plan, response cut by the call's own timeout", recipe: twoSteps, upPath: "/stall-body", callTimeout: "0.1", timeout: 5 * time.Second, want: "upstream up did not finish its response within 100ms"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := buildSet(t, up, tc.recipe, endpointDoc("FETCH", "/alpha", "GET", tc.upPath, "  timeout_seconds: "+tc.callTimeout+"\n"+tc.extra), beta)
+			if tc.timeout > 0 && r.untimedOne(tc.timeout) != tc.untimed {
+				t.Fatalf("untimedOne(%v) = %v, want %v", tc.timeout, !tc.untimed, tc.untimed)
+			}
+			var cf *CompositionFailure
+			if tc.timeout > 0 {
+				_, _, cf = r.Execute(context.Background(), map[string]any{}, tc.timeout)
+			} else {
+				_, _, cf = r.executeOne(compositionContext{parent: context.Background(), deadline: time.Now().Add(tc.deadline)}, map[string]any{})
+			}
+			if cf == nil || cf.Cause.Code != ErrUpstreamTimeout || cf.Cause.Explanation != tc.want {
+				t.Fatalf("Execute failure = %+v, want upstream_timeout %q", cf, tc.want)
+			}
+		})
+	}
+
+	// A Tier B call has no composition deadline: its own timeout.
+	ep := buildEndpoint(t, endpointDoc("FETCH", "/alpha", "GET", "/stall", "  timeout_seconds: 0.1\n"), up)
+	if _, f := ep.InvokeValidated(context.WithoutCancel(context.Background()), map[string]any{}); f == nil || f.Code != ErrUpstreamTimeout || f.Explanation != "upstream up did not answer within 100ms" {
+		t.Fatalf("Tier B failure = %+v, want upstream_timeout naming the 100ms call timeout", f)
+	}
+}
+
+// TestFailureState: after the plan was cancelled, a failure the
+// upstream answered is the step's own; one without an answer is the
+// cancellation's.
+func TestFailureState(t *testing.T) {
+	for _, tt := range []struct {
+		afterCancel bool
+		status      int
+		want        string
+	}{
+		{false, 0, StepFailed},
+		{false, 404, StepFailed},
+		{true, 404, StepFailed},
+		{true, 0, StepCancelled},
+	} {
+		if got := failureState(tt.afterCancel, &Failure{UpstreamStatus: tt.status}); got != tt.want {
+			t.Errorf("failureState(%v, status %d) = %s, want %s", tt.afterCancel, tt.status, got, tt.want)
+		}
+	}
+}
+
+// TestExecuteSimultaneousFailures: two parallel steps whose upstream
+// answers 404 at the same moment. Which answer the plan reads first is
+// up to the scheduler, and the other call may be cut before its answer
+// is read; whatever happens, the step reported is the first failed one
+// in declared order, every failed step carries its upstream error, and
+// a cancelled one was called and carries none.
+func TestExecuteSimultaneousFailures(t *testing.T) {
+	for run := range 10 {
+		release := make(chan struct{})
+		var mu sync.Mutex
+		waiting := 0
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			if waiting++; waiting == 2 {
+				close(release)
+			}
+			mu.Unlock()
+			select {
+			case <-release:
+			case <-time.After(5 * time.Second):
+			}
+			w.WriteHeader(404)
+		}))
+		up := newUpstream(t, srv.URL)
+		recipe := recipeHead + `steps:
+  - {name: a, method: FETCH, path: /alpha, input: '{}'}
+  - {name: b, method: FETCH, path: /beta, input: '{}'}
+output: '{a: $a, b: $b}'
+`
+		r, _ := buildSet(t, up, recipe,
+			endpointDoc("FETCH", "/alpha", "GET", "/a", ""),
+			endpointDoc("FETCH", "/beta", "GET", "/b", ""))
+		_, reports, cf := r.Execute(context.Background(), map[string]any{}, 10*time.Second)
+		srv.Close()
+		if cf == nil || cf.FailedStep == nil {
+			t.Fatalf("run %d: failure %v, want a failed step", run, cf)
+		}
+		firstFailed := ""
+		for _, rep := range reports {
+			switch {
+			case rep.State == StepFailed && rep.Error == ErrUpstream && rep.Called:
+				if firstFailed == "" {
+					firstFailed = rep.Name
+				}
+			case rep.State == StepCancelled && rep.Error == "" && rep.Called:
+			default:
+				t.Fatalf("run %d: step %s state %s error %q called %v", run, rep.Name, rep.State, rep.Error, rep.Called)
+			}
+		}
+		if cf.FailedStep.Name != firstFailed {
+			t.Fatalf("run %d: failed step %s, want %s (the first failed in declared order; states %s %s)", run, cf.FailedStep.Name, firstFailed, reports[0].State, reports[1].State)
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package recipes
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
+)
+
+func TestNewUpstreamSchemeRule(t *testing.T) {
+	tests := []struct {
+		name, url string
+		insecure  bool
+		ok        bool
+	}{
+		{"https", "https://api.example.com", false, true},
+		{"http loopback v4", "http://127.0.0.1:3000", false, true},
+		{"http localhost", "http://localhost:3000", false, true},
+		{"http loopback v6", "http://[::1]:3000", false, true},
+		{"http remote refused", "http://api.example.com", false, false},
+		{"http remote insecure", "http://api.example.com", true, true},
+		{"ftp refused", "ftp://127.0.0.1", false, false},
+		{"no host", "http://", false, false},
+		{"query refused", "https://a.example/?x=1", false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewUpstream("u", tc.url, UpstreamOptions{InsecureHTTP: tc.insecure})
+			if (err == nil) != tc.ok {
+				t.Fatalf("NewUpstream(%q) err = %v, want ok=%v", tc.url, err, tc.ok)
+			}
+		})
+	}
+}
+
+// TestUpstreamRequestURL: the base path joins the escaped endpoint path
+// once (no double slash, escapes kept), the query follows.
+func TestUpstreamRequestURL(t *testing.T) {
+	for _, tc := range []struct{ base, path, query, want string }{
+		{"http://127.0.0.1:8080", "/items/1", "", "http://127.0.0.1:8080/items/1"},
+		{"http://127.0.0.1:8080/api/", "/items/a%2Fb", "q=x+y", "http://127.0.0.1:8080/api/items/a%2Fb?q=x+y"},
+		{"https://svc.example/v1", "/r%C3%A9servations", "", "https://svc.example/v1/r%C3%A9servations"},
+	} {
+		up, err := NewUpstream("u", tc.base, UpstreamOptions{})
+		if err != nil {
+			t.Fatalf("NewUpstream(%s): %v", tc.base, err)
+		}
+		u, err := up.requestURL(tc.path, tc.query)
+		if err != nil {
+			t.Fatalf("requestURL(%s, %s): %v", tc.path, tc.query, err)
+		}
+		if got := u.String(); got != tc.want {
+			t.Errorf("requestURL(%s + %s, %s) = %s, want %s", tc.base, tc.path, tc.query, got, tc.want)
+		}
+	}
+}
+
+// TestNewUpstreamTimeoutBounds: an upstream's default per-call timeout is
+// held to the same MinCallTimeout to MaxCallTimeout range as
+// timeout_seconds; zero means 30 s.
+func TestNewUpstreamTimeoutBounds(t *testing.T) {
+	if MinCallTimeout.Seconds() != schema.MinTimeoutSeconds || MaxCallTimeout.Seconds() != schema.MaxTimeoutSeconds {
+		t.Fatalf("MinCallTimeout/MaxCallTimeout = %v/%v, want schema's %v s/%v s", MinCallTimeout, MaxCallTimeout, schema.MinTimeoutSeconds, schema.MaxTimeoutSeconds)
+	}
+	for _, tc := range []struct {
+		timeout, want time.Duration
+		ok            bool
+	}{
+		{0, 30 * time.Second, true},
+		{time.Millisecond, time.Millisecond, true},
+		{time.Hour, time.Hour, true},
+		{time.Hour + time.Nanosecond, 0, false},
+		{999 * time.Microsecond, 0, false},
+	} {
+		up, err := NewUpstream("u", "http://127.0.0.1:1", UpstreamOptions{Timeout: tc.timeout})
+		if !tc.ok {
+			if err == nil || !strings.Contains(err.Error(), `upstream "u": timeout`) || !strings.Contains(err.Error(), "1ms to 1h0m0s") {
+				t.Errorf("NewUpstream(timeout %v) err = %v, want the upstream, the knob and the range named", tc.timeout, err)
+			}
+			continue
+		}
+		if err != nil || up.Timeout != tc.want {
+			t.Errorf("NewUpstream(timeout %v) = %v, %v, want timeout %v", tc.timeout, up, err, tc.want)
+		}
+	}
+}
+
+// TestNewUpstreamName: an upstream name must match the pattern of an
+// endpoint's external_service.upstream, or no endpoint could name it.
+func TestNewUpstreamName(t *testing.T) {
+	for name, ok := range map[string]bool{"hotel": true, "hotel-api.v2_1": true, "": false, "a b": false, "a\tb": false, "{a}": false, "a}": false} {
+		up, err := NewUpstream(name, "http://127.0.0.1:1", UpstreamOptions{})
+		if ok != (err == nil) {
+			t.Errorf("NewUpstream(%q) err = %v, want ok=%v", name, err, ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "the name must match "+schema.UpstreamNamePattern()) {
+			t.Errorf("NewUpstream(%q) err = %v, want it to give the pattern", name, err)
+		}
+		if up != nil {
+			up.Close()
+		}
+		if _, perr := schema.Parse("ep.yaml", []byte(strings.Replace(endpointDoc("FETCH", "/x", "GET", "/x", ""), "upstream: up", "upstream: "+strconv.Quote(name), 1)), schema.KindEndpoint); ok != (perr == nil) {
+			t.Errorf("an endpoint naming upstream %q: err = %v, want ok=%v (the same rule)", name, perr, ok)
+		}
+	}
+}
+
+// TestValidTraceParent follows W3C Trace Context §3.2: only a well-formed
+// traceparent is forwarded upstream.
+func TestValidTraceParent(t *testing.T) {
+	const ok = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, tt := range []struct {
+		tp   string
+		want bool
+	}{
+		{ok, true},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", true},
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", true},
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future", true}, // a later version may extend (§3.2.4)
+		{"", false},
+		{"garbage value <script>", false},
+		{ok + "-x", false}, // version 00 is exactly 55 bytes
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x", false},
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-" + strings.Repeat("a", MaxTraceParentBytes), false},
+		{"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-a b", false},
+		{"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", false},
+		{"00-00000000000000000000000000000000-00f067aa0ba902b7-01", false},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", false},
+		{"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", false}, // lowercase hex only
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0g", false},
+		{"00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", false},
+		{"00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01", false},
+	} {
+		if got := ValidTraceParent(tt.tp); got != tt.want {
+			t.Errorf("ValidTraceParent(%q) = %v, want %v", tt.tp, got, tt.want)
+		}
+		if got := TraceParent(WithTraceParent(context.Background(), tt.tp)) != ""; got != tt.want {
+			t.Errorf("WithTraceParent(%q) carried it: %v, want %v", tt.tp, got, tt.want)
+		}
+	}
+}
