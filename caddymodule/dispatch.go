@@ -192,7 +192,15 @@ func (h *engine) dispatch(x *exchange) {
 		x.fail(agtp.AgentUnauthenticated.New("this request needs an Agent-ID header"))
 		return
 	}
-	if e := h.verifyIdentity(x, req); e != nil {
+	if v := x.in.Verified; v != nil {
+		// The door verified the transport (the MCP door, the HTTP
+		// request that carries a tool call); the request names that
+		// identity or none.
+		if x.agentID != v.AgentID {
+			x.fail(agtp.AgentUnauthenticated.New("the Agent-ID differs from the identity the transport verified"))
+			return
+		}
+	} else if e := h.verifyIdentity(x, req); e != nil {
 		h.logger.Info("identity refused", zap.String("agent_id", textcut.Clip(x.agentID)), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
 		x.fail(e)
 		return

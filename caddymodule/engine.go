@@ -107,6 +107,6 @@ func (h *engine) serve(r *agtp.Request) *agtp.Response {
 	if m == "" {
 		m = r.Method
 	}
-	h.metrics.request(m, x.status)
+	h.metrics.request(m, x.status, r.Binding)
 	return x.resp
 }

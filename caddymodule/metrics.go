@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -78,8 +79,8 @@ type metrics struct {
 	// methods are the method label values kept as themselves (the AGTP
 	// floor plus the configured methods), each with its request counter
 	// cache; other is OTHER's. Read-only after newMetrics.
-	methods map[string]*lastCounter
-	other   *lastCounter
+	methods map[string]*methodCounters
+	other   *methodCounters
 
 	gateEvaluations    *prometheus.CounterVec   // outcome, reason
 	lockRefusals       *prometheus.CounterVec   // lock
@@ -154,17 +155,17 @@ func (l *lazyObserver) get(vec *prometheus.HistogramVec, a, b string, two bool) 
 // result across loads, and expect counters to restart at zero after a
 // reload. Several handlers provisioned in one load share the collectors.
 func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
-	m := &metrics{methods: make(map[string]*lastCounter, len(floorMethods)+len(methods)), other: &lastCounter{label: methodOther}}
+	m := &metrics{methods: make(map[string]*methodCounters, len(floorMethods)+len(methods)), other: newMethodCounters(methodOther)}
 	if r, ok := reg.(*prometheus.Registry); reg == nil || (ok && r == nil) {
 		m.registry = prometheus.NewRegistry()
 		reg = m.registry
 	}
 	for _, name := range floorMethods {
-		m.methods[name] = &lastCounter{label: name}
+		m.methods[name] = newMethodCounters(name)
 	}
 	for _, name := range methods {
 		if name != "" {
-			m.methods[name] = &lastCounter{label: name}
+			m.methods[name] = newMethodCounters(name)
 		}
 	}
 
@@ -229,8 +230,8 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 	m.attemptRecords = gauge("attempt_records",
 		"RCNS attempt records currently held for INSPECT target=rcns-attempt.")
 	m.requests = counterVec("requests_total",
-		"Requests handled by the gateway, by method (AGTP floor or configured, else OTHER) and response status code.",
-		"method", "code")
+		"AGTP requests handled by the gateway, by method (AGTP floor or configured, else OTHER), response status code and the door (binding) it came through: http, agtp or mcp.",
+		"method", "code", "binding")
 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -439,21 +440,37 @@ func (m *metrics) setAttemptRingSize(n int) {
 	m.attemptRecords.Set(float64(n))
 }
 
-// request counts one handled request by method (bucketed by methodSeries)
-// and final status code.
-func (m *metrics) request(method string, status int) {
+// request counts one handled request by method (bucketed by
+// methodSeries), final status code and binding (the door: agtp.BindingHTTP,
+// BindingNative or BindingMCP; anything else counts as http).
+func (m *metrics) request(method string, status int, binding string) {
 	if m == nil {
 		return
 	}
-	lc := m.methodSeries(method)
+	b := bindingIndex(binding)
+	lc := &m.methodSeries(method)[b]
 	code := codeLabel(status)
 	if c := lc.last.Load(); c != nil && c.code == code {
 		c.counter.Inc()
 		return
 	}
-	c := &codeCounter{code: code, counter: m.requests.WithLabelValues(lc.label, code)}
+	c := &codeCounter{code: code, counter: m.requests.WithLabelValues(lc.label, code, bindings[b])}
 	lc.last.Store(c)
 	c.counter.Inc()
+}
+
+// bindings are the binding label's values, in bindingIndex order.
+var bindings = [...]string{agtp.BindingHTTP, agtp.BindingNative, agtp.BindingMCP}
+
+// bindingIndex is binding's index in bindings (0, http, for an unknown
+// one: the label stays bounded).
+func bindingIndex(binding string) int {
+	for i, b := range bindings {
+		if b == binding {
+			return i
+		}
+	}
+	return 0
 }
 
 // lastCounter is one method label's caddy_rcns_requests_total child for
@@ -462,6 +479,18 @@ func (m *metrics) request(method string, status int) {
 type lastCounter struct {
 	label string
 	last  atomic.Pointer[codeCounter]
+}
+
+// methodCounters are one method label's request counter caches, one
+// per binding.
+type methodCounters [len(bindings)]lastCounter
+
+func newMethodCounters(label string) *methodCounters {
+	var mc methodCounters
+	for i := range mc {
+		mc[i].label = label
+	}
+	return &mc
 }
 
 // codeCounter is the requests_total child of one method label and code.
@@ -473,7 +502,7 @@ type codeCounter struct {
 // methodSeries returns the request counter cache of method's label:
 // method itself when it is an AGTP floor method or one passed to
 // newMetrics, else "OTHER".
-func (m *metrics) methodSeries(method string) *lastCounter {
+func (m *metrics) methodSeries(method string) *methodCounters {
 	if lc, ok := m.methods[method]; ok {
 		return lc
 	}

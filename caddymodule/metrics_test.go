@@ -38,7 +38,7 @@ func touchAllMetrics(m *metrics) {
 	m.idempotency("replay")
 	m.setIdempotencyRecords(7)
 	m.setAttemptRingSize(11)
-	m.request("QUERY", 200)
+	m.request("QUERY", 200, "http")
 }
 
 // bookTrip is the recipe the metrics tests observe runs of (only its
@@ -231,25 +231,25 @@ func TestMetricsCountersMove(t *testing.T) {
 		t.Errorf("attempt records = %v, want 1024", got)
 	}
 
-	m.request("BOOK", 200)
-	m.request("QUERY", 262)
-	m.request("QUERY", 0)
-	if got := testutil.ToFloat64(m.requests.WithLabelValues("BOOK", "200")); got != 1 {
+	m.request("BOOK", 200, "http")
+	m.request("QUERY", 262, "http")
+	m.request("QUERY", 0, "http")
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("BOOK", "200", "http")); got != 1 {
 		t.Errorf("BOOK 200 = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.requests.WithLabelValues("QUERY", "262")); got != 1 {
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("QUERY", "262", "http")); got != 1 {
 		t.Errorf("QUERY 262 = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(m.requests.WithLabelValues("QUERY", "200")); got != 1 {
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("QUERY", "200", "http")); got != 1 {
 		t.Errorf("QUERY 0→200 = %v, want 1", got)
 	}
 	// The per-method cache holds the last code: alternating codes miss
 	// it and still count each request once, under its own code.
 	for _, code := range []int{200, 464, 200, 200, 464, 262} {
-		m.request("QUERY", code)
+		m.request("QUERY", code, "http")
 	}
 	for code, want := range map[string]float64{"200": 4, "464": 2, "262": 2} {
-		if got := testutil.ToFloat64(m.requests.WithLabelValues("QUERY", code)); got != want {
+		if got := testutil.ToFloat64(m.requests.WithLabelValues("QUERY", code, "http")); got != want {
 			t.Errorf("QUERY %s = %v, want %v", code, got, want)
 		}
 	}
@@ -278,12 +278,12 @@ func TestMetricsMethodBucketing(t *testing.T) {
 		{"GET", "OTHER"},
 		{"", "OTHER"},
 	} {
-		if got := m.methodSeries(tt.method).label; got != tt.want {
+		if got := m.methodSeries(tt.method)[0].label; got != tt.want {
 			t.Errorf("methodSeries(%q).label = %q, want %q", tt.method, got, tt.want)
 		}
 	}
 	for _, name := range floorMethods {
-		if got := m.methodSeries(name).label; got != name {
+		if got := m.methodSeries(name)[0].label; got != name {
 			t.Errorf("floor method %s labelled %q", name, got)
 		}
 	}
@@ -291,13 +291,26 @@ func TestMetricsMethodBucketing(t *testing.T) {
 		t.Errorf("floor has %d methods, want 18", len(floorMethods))
 	}
 
-	m.request("FROBNICATE", 459)
-	m.request("FLUMMOX", 459)
-	if got := testutil.ToFloat64(m.requests.WithLabelValues("OTHER", "459")); got != 2 {
+	m.request("FROBNICATE", 459, "http")
+	m.request("FLUMMOX", 459, "http")
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("OTHER", "459", "http")); got != 2 {
 		t.Errorf("OTHER 459 = %v, want 2", got)
 	}
 	if got := testutil.CollectAndCount(m.requests); got != 1 {
 		t.Errorf("request series = %d, want 1", got)
+	}
+	// The binding label: the three doors, and an unknown one counted as
+	// http (bounded).
+	m.request("FROBNICATE", 459, "agtp")
+	m.request("FROBNICATE", 459, "mcp")
+	m.request("FROBNICATE", 459, "carrier-pigeon")
+	for b, want := range map[string]float64{"http": 3, "agtp": 1, "mcp": 1} {
+		if got := testutil.ToFloat64(m.requests.WithLabelValues("OTHER", "459", b)); got != want {
+			t.Errorf("OTHER 459 binding %s = %v, want %v", b, got, want)
+		}
+	}
+	if got := testutil.CollectAndCount(m.requests); got != 3 {
+		t.Errorf("request series = %d, want 3", got)
 	}
 
 	for _, tt := range []struct {
@@ -308,7 +321,7 @@ func TestMetricsMethodBucketing(t *testing.T) {
 			t.Errorf("codeLabel(%d) = %q, want %q", tt.status, got, tt.want)
 		}
 	}
-	if n := testing.AllocsPerRun(100, func() { m.request("QUERY", 262) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { m.request("QUERY", 262, "http") }); n != 0 {
 		t.Errorf("request allocates %v times, want 0", n)
 	}
 }
@@ -334,7 +347,7 @@ func TestMetricsRegisterTwiceReusesCollectors(t *testing.T) {
 		t.Errorf("shared presentations revoked = %v, want 2", got)
 	}
 	// Method sets stay per instance.
-	if first.methodSeries("BOOK").label != "OTHER" || second.methodSeries("BOOK").label != "BOOK" {
+	if first.methodSeries("BOOK")[0].label != "OTHER" || second.methodSeries("BOOK")[0].label != "BOOK" {
 		t.Error("method sets leaked between instances")
 	}
 }
@@ -387,7 +400,7 @@ func TestMetricsCaddyReload(t *testing.T) {
 	}
 	touchAllMetrics(a)
 	touchAllMetrics(b)
-	if got := testutil.ToFloat64(b.requests.WithLabelValues("QUERY", "200")); got != 2 {
+	if got := testutil.ToFloat64(b.requests.WithLabelValues("QUERY", "200", "http")); got != 2 {
 		t.Errorf("load 1 QUERY 200 = %v, want 2", got)
 	}
 	if _, err := ctx1.GetMetricsRegistry().Gather(); err != nil {
@@ -406,7 +419,7 @@ func TestMetricsCaddyReload(t *testing.T) {
 	if err != nil {
 		t.Fatalf("load 2: %v", err)
 	}
-	if got := testutil.ToFloat64(c.requests.WithLabelValues("QUERY", "200")); got != 0 {
+	if got := testutil.ToFloat64(c.requests.WithLabelValues("QUERY", "200", "http")); got != 0 {
 		t.Errorf("load 2 QUERY 200 = %v, want 0 (fresh registry)", got)
 	}
 	touchAllMetrics(c)

@@ -411,6 +411,7 @@ func (h *engine) negotiationRecord(x *exchange, kind, outcome, reason string, re
 		"granted":            nil,
 		"identity_assurance": assurance(h.Identity),
 		"request_id":         x.requestID,
+		"binding":            x.in.Binding,
 	}
 	if granted != nil {
 		rec["granted"] = granted

@@ -401,7 +401,7 @@ func BenchmarkMetricsPresentation(b *testing.B) {
 			for pb.Next() {
 				m.recipeRun(r, 0.001, reports)
 				m.presentation(viaSynthesisID, "executed")
-				m.request("LOOKUP", 200)
+				m.request("LOOKUP", 200, "http")
 			}
 		})
 	})
@@ -413,7 +413,7 @@ func BenchmarkMetricsPresentation(b *testing.B) {
 				m.stepSeconds.WithLabelValues(r.Name, reports[0].Name).Observe(0.001)
 				m.upstreamSeconds.WithLabelValues(reports[0].Upstream).Observe(0.001)
 				m.presentations.WithLabelValues(presentationVia.label(viaSynthesisID), presentationOutcomes.label("executed")).Inc()
-				m.requests.WithLabelValues(m.methodSeries("LOOKUP").label, codeLabel(200)).Inc()
+				m.requests.WithLabelValues(m.methodSeries("LOOKUP")[0].label, codeLabel(200), "http").Inc()
 			}
 		})
 	})
