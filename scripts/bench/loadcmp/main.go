@@ -130,12 +130,12 @@ type driver struct {
 func main() {
 	var d driver
 	o := &d.o
-	flag.IntVar(&o.Rounds, "rounds", 6, "interleaved rounds")
-	flag.DurationVar(&o.LoadDuration, "load-duration", 2*time.Second, "most sending time of one closed-loop run")
+	flag.IntVar(&o.Rounds, "rounds", 10, "interleaved rounds")
+	flag.DurationVar(&o.LoadDuration, "load-duration", time.Second, "most sending time of one closed-loop run")
 	flag.IntVar(&o.LoadRequests, "load-requests", 40000, "most requests of one closed-loop run")
 	flag.IntVar(&o.Workers, "workers", 16, "connections, each with one request in flight, of a closed-loop run")
 	flag.IntVar(&o.SlowRate, "slow-rate", 200, "requests/s of the (e) runs (open loop)")
-	flag.DurationVar(&o.SlowDuration, "slow-duration", 3*time.Second, "length of one (e) run")
+	flag.DurationVar(&o.SlowDuration, "slow-duration", 2*time.Second, "length of one (e) run")
 	flag.IntVar(&o.SlowConns, "slow-conns", 32, "connections of an (e) run")
 	flag.DurationVar(&o.Warmup, "warmup", time.Second, "length of the one unrecorded run per scenario before the rounds")
 	flag.DurationVar(&o.Settle, "settle", 20*time.Millisecond, "pause after a run's last answer before its CPU is read")
