@@ -111,8 +111,8 @@ var letters = map[string]string{
 	"b2": "the same non-AGTP `GET` through a gateway site: rcns passes it on (200)",
 	"c":  "Tier B `FETCH /items/1` → `GET /items/1` (200)",
 	"d":  "`LOOKUP /item/d-…` presenting `Contract-Synthesized` of a one-step contract made before the run (200)",
-	"e1": "the same with a one-step recipe whose step waits 20 ms upstream (200)",
-	"e3": "the same with three independent 20 ms steps, run in parallel (200)",
+	"e1": "`LOOKUP /slow-one/e-…` presenting a contract whose one step waits 20 ms upstream (200)",
+	"e3": "`COMPARE /slow-three/e-…` presenting a contract of three independent 20 ms steps, run in parallel (200)",
 	"f":  "`LOOKUP /nothing` with `Allow-RCNS: true`: every lock open, no recipe matches → 464, recorded",
 	"g":  "`LOOKUP /item/g-…` with `Allow-RCNS: true`, a fresh path per request: optimistic synthesis with contract creation, one upstream step (263)",
 }
