@@ -2,14 +2,12 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,7 +21,8 @@ type proc struct {
 	done chan error
 }
 
-func (d *driver) start(name string, logFile string, env []string, bin string, args ...string) (*proc, io.ReadCloser, error) {
+// start runs bin with args, its stderr to logFile, env added to ours.
+func (d *driver) start(name, logFile string, env []string, bin string, args ...string) (*proc, io.ReadCloser, error) {
 	f, err := os.Create(logFile)
 	if err != nil {
 		return nil, nil, err
@@ -33,9 +32,11 @@ func (d *driver) start(name string, logFile string, env []string, bin string, ar
 	cmd.Stderr = f
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
+		f.Close()
 		return nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
+		f.Close()
 		return nil, nil, err
 	}
 	p := &proc{name: name, cmd: cmd, done: make(chan error, 1)}
@@ -45,8 +46,7 @@ func (d *driver) start(name string, logFile string, env []string, bin string, ar
 	return p, stdout, nil
 }
 
-// stop sends SIGTERM to the process this driver started, then SIGKILL
-// after 5 s.
+// stop sends SIGTERM to the process, then SIGKILL after 5 s.
 func (p *proc) stop() {
 	if p.cmd.Process == nil {
 		return
@@ -70,110 +70,105 @@ func (p *proc) exited() bool {
 	}
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// cpuReading is a process's CPU time at one moment, read two ways:
+// Tasks, each thread's time on a CPU in ns (first field of
+// /proc/PID/task/TID/schedstat), and Ticks, the whole process's
+// user+system time in clock ticks (/proc/PID/stat fields 14 and 15,
+// which also hold the threads that have exited).
+type cpuReading struct {
+	Tasks map[int]int64
+	Ticks int64
 }
 
-// startUpstream starts the bench upstream and returns its host:port.
-func (d *driver) startUpstream() (string, error) {
-	p, stdout, err := d.start("upstream", d.work+"/upstream.log", nil, d.upstream,
-		"-host", "127.0.0.1", "-port", "0", "-delay", d.delay.String(), "-max-lifetime", d.maxTotal.String())
+// readCPU reads pid's cpuReading from procRoot (/proc).
+func readCPU(procRoot string, pid int) (cpuReading, error) {
+	base := filepath.Join(procRoot, strconv.Itoa(pid))
+	raw, err := os.ReadFile(filepath.Join(base, "stat"))
 	if err != nil {
-		return "", err
+		return cpuReading{}, err
 	}
-	d.upProc = p
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	ticks, err := parseStatTicks(string(raw))
 	if err != nil {
-		p.stop()
-		return "", fmt.Errorf("upstream did not print its address: %v", err)
+		return cpuReading{}, fmt.Errorf("%s/stat: %v", base, err)
 	}
-	go func() { _, _ = io.Copy(io.Discard, stdout) }()
-	addr := strings.TrimSpace(line)
-	if err := waitHTTP("http://"+addr+"/ready", 10*time.Second); err != nil {
-		return "", err
+	r := cpuReading{Tasks: map[int]int64{}, Ticks: ticks}
+	ents, err := os.ReadDir(filepath.Join(base, "task"))
+	if err != nil {
+		return cpuReading{}, err
 	}
-	return addr, nil
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(base, "task", e.Name(), "schedstat"))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the thread exited while the directory was read
+		}
+		if err != nil {
+			return cpuReading{}, err
+		}
+		ns, err := parseSchedstat(string(raw))
+		if err != nil {
+			return cpuReading{}, fmt.Errorf("%s/task/%d/schedstat: %v", base, tid, err)
+		}
+		r.Tasks[tid] = ns
+	}
+	return r, nil
 }
 
-// startCaddy starts Caddy on scripts/bench/Caddyfile with the ports in env.
-func (d *driver) startCaddy(env []string) error {
-	env = append(env, "XDG_DATA_HOME="+d.work+"/xdg-data", "XDG_CONFIG_HOME="+d.work+"/xdg-config")
-	p, stdout, err := d.start("caddy", d.work+"/caddy.log", env, d.caddy, "run", "--config", d.caddyfile, "--adapter", "caddyfile")
-	if err != nil {
-		return err
+// parseStatTicks returns utime+stime (clock ticks) of a /proc/PID/stat
+// line. The command name, in parentheses, may hold spaces and ')'.
+func parseStatTicks(s string) (int64, error) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("no ')' after the command name")
 	}
-	d.caddyProc = p
-	go func() { _, _ = io.Copy(io.Discard, stdout) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for _, u := range []string{"http://" + d.admin + "/config/", d.url(vNone, false) + "/ready", d.url(vNoKey, false) + "/ready",
-		d.url(vEd25519, false) + "/ready", d.url(vGroup, false) + "/ready", d.url(vHeaders, false) + "/ready",
-		d.url(vExchange, false) + "/ready"} {
-		for {
-			if p.exited() {
-				return fmt.Errorf("caddy exited; see %s/caddy.log", d.work)
-			}
-			if err := waitHTTP(u, 500*time.Millisecond); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("caddy not ready at %s; see %s/caddy.log", u, d.work)
-			}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%d fields after the command name, want at least 13", len(f))
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil || ut < 0 || st < 0 {
+		return 0, fmt.Errorf("utime %q, stime %q are not tick counts", f[11], f[12])
+	}
+	return ut + st, nil
+}
+
+// parseSchedstat returns the first field of a schedstat line: time on
+// a CPU in ns.
+func parseSchedstat(s string) (int64, error) {
+	f := strings.Fields(s)
+	if len(f) != 3 {
+		return 0, fmt.Errorf("%d fields, want 3", len(f))
+	}
+	ns, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil || ns < 0 {
+		return 0, fmt.Errorf("run time %q is not a count of ns", f[0])
+	}
+	return ns, nil
+}
+
+// cpuSeconds is the CPU time a process spent between readings a and b,
+// in seconds, and which reading gave it: "schedstat" (ns) when every
+// thread of a is still there in b (a thread started in between counts
+// whole), else "stat" (clock ticks of clk per second), since the time
+// of a thread that exited is in stat only.
+func cpuSeconds(a, b cpuReading, clk float64) (float64, string) {
+	var ns int64
+	for tid, v := range b.Tasks {
+		ns += v - a.Tasks[tid]
+	}
+	for tid := range a.Tasks {
+		if _, ok := b.Tasks[tid]; !ok {
+			return float64(b.Ticks-a.Ticks) / clk, "stat"
 		}
 	}
-	return nil
+	return float64(ns) / 1e9, "schedstat"
 }
-
-func waitHTTP(url string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	c := &http.Client{Timeout: time.Second}
-	for {
-		resp, err := c.Get(url)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode < 500 {
-				return nil
-			}
-			err = errors.New(resp.Status)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %v", url, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// request sends one request with the Go client (contract synthesis and
-// sanity checks).
-func request(ctx context.Context, method, url string, hdr map[string]string, body string) (*http.Response, []byte, error) {
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
-	if err != nil {
-		return nil, nil, err
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	c := &http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp, raw, err
-}
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 // clockTicks is USER_HZ, the unit of /proc/PID/stat times.
 var clockTicks = func() float64 {
@@ -188,59 +183,38 @@ var clockTicks = func() float64 {
 	return v
 }()
 
-// caddyCPU returns the Caddy process's user+system CPU seconds so far,
-// or -1.
-func (d *driver) caddyCPU() float64 { return procCPU(d.caddyProc) }
-
-// upstreamCPU is caddyCPU for the bench upstream.
-func (d *driver) upstreamCPU() float64 { return procCPU(d.upProc) }
-
-// procCPU returns a child's user+system CPU seconds so far, or -1.
-func procCPU(p *proc) float64 {
-	if p == nil || p.cmd.Process == nil {
-		return -1
-	}
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return -1
-	}
-	// Fields after the command name (which may hold spaces) in parentheses.
-	s := string(raw)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return -1
-	}
-	ut, err1 := strconv.ParseFloat(f[11], 64)
-	st, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return -1
-	}
-	return (ut + st) / clockTicks
-}
-
 // machineBusy returns the CPU seconds all CPUs spent busy (user, nice,
-// system, irq, softirq, steal) since boot, from /proc/stat, or -1.
-func machineBusy() float64 {
-	raw, err := os.ReadFile("/proc/stat")
+// system, irq, softirq, steal) since boot, from /proc/stat.
+func machineBusy() (float64, error) {
+	fh, err := os.Open("/proc/stat")
 	if err != nil {
-		return -1
+		return 0, err
 	}
-	line, _, _ := strings.Cut(string(raw), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return -1
+	defer fh.Close()
+	line, err := bufio.NewReader(fh).ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	fl := strings.Fields(line)
+	if len(fl) < 9 || fl[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: first line %q", line)
 	}
 	var busy float64
-	for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system irq softirq steal
-		v, err := strconv.ParseFloat(f[i], 64)
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		v, err := strconv.ParseFloat(fl[i], 64)
 		if err != nil {
-			return -1
+			return 0, err
 		}
 		busy += v
 	}
-	return busy / clockTicks
+	return busy / clockTicks, nil
+}
+
+// selfCPU is this process's user+system CPU seconds so far.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }

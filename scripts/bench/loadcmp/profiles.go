@@ -9,78 +9,112 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// profiles runs each listed scenario closed-loop while Caddy's admin
-// endpoint records a CPU profile, and snapshots the allocation profile
-// before and after; `go tool pprof -top` summaries go next to them.
-func (d *driver) profiles(ctx context.Context, scens []*scenario, o runOpts) error {
-	want := map[string]bool{}
-	for _, k := range strings.Split(o.profileKeys, ",") {
-		want[strings.TrimSpace(k)] = true
-	}
+// profiles runs each listed load scenario closed loop, alone, while
+// Caddy's admin endpoint records a CPU profile of -profile-seconds, and
+// writes the profile and its `go tool pprof -top -cum` text to
+// profiles/ in the results dir, with summary.txt holding each one's
+// lines of this module's frames: where a scenario's CPU per request
+// goes, stage by stage.
+func (d *driver) profiles(ctx context.Context, scens []*scenario, keys []string, res *results) error {
 	dir := filepath.Join(d.out, "profiles")
-	var summary strings.Builder
-	summary.WriteString("# CPU profiles of the Caddy process under closed-loop load\n\n" +
-		"One profiled run per scenario after the rounds, each alone (no (b) run around it): its req/s is that single run's, " +
-		"not comparable with the per-round ratios of the tables above.\n\n")
-	for _, s := range scens {
-		if !want[s.Key] {
-			continue
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var sum strings.Builder
+	sum.WriteString("CPU profiles of the Caddy process, one closed-loop run per scenario (alone, no (b) around it).\n" +
+		"flat/cum are CPU seconds of the profile; divide by the run's requests for seconds per request.\n\n")
+	for _, k := range keys {
+		var s *scenario
+		for _, c := range scens {
+			if c.Key == k {
+				s = c
+			}
+		}
+		if s == nil {
+			continue // not in this run (-only)
 		}
 		name := strings.ReplaceAll(s.Key, "/", "-")
-		say("==> profile %s (%ds)", s.Key, o.profileSecs)
-		before := filepath.Join(dir, name+".allocs-before.pprof")
-		if err := d.fetch(ctx, "/debug/pprof/allocs", before, 30*time.Second); err != nil {
-			return err
-		}
-		dur := time.Duration(o.profileSecs)*time.Second + 1500*time.Millisecond
+		say("==> profile %s (%ds)", s.Key, d.o.ProfileSecs)
+		secs := time.Duration(d.o.ProfileSecs) * time.Second
 		done := make(chan error, 1)
 		var st *stats
 		go func() {
 			var err error
-			st, err = d.one(ctx, s, "p", 0, o.workers, o.maxReq, dur)
+			st, err = d.one(ctx, s, "p", secs+time.Second)
 			done <- err
 		}()
-		time.Sleep(500 * time.Millisecond)
-		cpu := filepath.Join(dir, name+".cpu.pprof")
-		perr := d.fetch(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", o.profileSecs), cpu, time.Duration(o.profileSecs+30)*time.Second)
+		time.Sleep(300 * time.Millisecond)
+		file := filepath.Join(dir, name+".cpu.pprof")
+		perr := d.fetch(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", d.o.ProfileSecs), file, secs+30*time.Second)
 		if err := <-done; err != nil {
 			return fmt.Errorf("profile run %s: %v", s.Key, err)
 		}
 		if perr != nil {
 			return perr
 		}
-		after := filepath.Join(dir, name+".allocs-after.pprof")
-		if err := d.fetch(ctx, "/debug/pprof/allocs", after, 30*time.Second); err != nil {
-			return err
+		top := d.pprofTop(ctx, "-top", "-cum", "-nodecount=400", file)
+		_ = os.WriteFile(filepath.Join(dir, name+".cpu.cum.txt"), []byte(top), 0o644)
+		fmt.Fprintf(&sum, "== %s: %.0f req/s, Caddy CPU %.1f µs/request over the run\n", s.Key, st.Tput, st.CaddyCPU)
+		if res.Profiles == nil {
+			res.Profiles = map[string][]frame{}
 		}
-		d.pprofTop(ctx, filepath.Join(dir, name+".cpu.top.txt"), "-top", "-nodecount=40", cpu)
-		d.pprofTop(ctx, filepath.Join(dir, name+".cpu.cum.txt"), "-top", "-cum", "-nodecount=60", cpu)
-		d.pprofTop(ctx, filepath.Join(dir, name+".alloc_space.top.txt"), "-top", "-nodecount=40", "-sample_index=alloc_space", "-base", before, after)
-		d.pprofTop(ctx, filepath.Join(dir, name+".alloc_space.cum.txt"), "-top", "-cum", "-nodecount=60", "-sample_index=alloc_space", "-base", before, after)
-		cum := d.pprofTop(ctx, "", "-top", "-cum", "-nodecount=800", cpu)
-		fmt.Fprintf(&summary, "## %s — %s\n\n%.0f req/s, Caddy CPU %.0f µs/request (/proc, whole run)\n\n```\n", s.Key, s.Label, st.Tput, st.CaddyCPU)
-		for i, l := range strings.Split(cum, "\n") {
-			if i < 6 && strings.TrimSpace(l) != "" && !strings.HasPrefix(l, "File:") && !strings.HasPrefix(l, "Build ID") {
-				summary.WriteString(l + "\n")
-				continue
-			}
-			if interesting.MatchString(l) {
-				summary.WriteString(l + "\n")
+		res.Profiles[s.Key] = moduleFrames(top, st.CaddyCPU, maxFrames)
+		for i, l := range strings.Split(top, "\n") {
+			if i < 6 && strings.Contains(l, "Duration") || interesting.MatchString(l) {
+				sum.WriteString(l + "\n")
 			}
 		}
-		summary.WriteString("```\n\n")
+		sum.WriteString("\n")
 	}
-	return os.WriteFile(filepath.Join(dir, "summary.md"), []byte(summary.String()), 0o644)
+	return os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(sum.String()), 0o644)
 }
 
-// interesting selects the lines of `pprof -top -cum` kept in summary.md:
-// this module's frames, the libraries it calls per request, and the
-// runtime's allocation, GC and syscall totals.
-var interesting = regexp.MustCompile(`caddy-rcns|gowebpki/jcs\.Transform|jsonschema/v6\.\(\*Schema\)\.Validate$|gojq\.\(\*Code\)|ed25519\.Sign$|zap\.\(\*Logger\)\.(Info|Warn)$|encoding/json\.Marshal$|encoding/json\.\(\*Decoder\)\.Decode$|prometheus.*WithLabelValues$|google/uuid\.NewV7$|runtime\.gcBgMarkWorker$|runtime\.mallocgc$|linux\.Syscall6$|reverseproxy\.\(\*Handler\)\.ServeHTTP$|caddyhttp\.\(\*Server\)\.ServeHTTP$`)
+// frame is one function of a CPU profile with the CPU per request
+// spent in it and what it calls (pprof's cum), µs.
+type frame struct {
+	Name string  `json:"name"`
+	US   float64 `json:"us"`
+}
+
+// maxFrames bounds the frames kept per profiled scenario.
+const maxFrames = 8
+
+// modulePrefix is this module's import path, with the slash after it.
+const modulePrefix = "github.com/caddy-rcns/caddy-rcns/"
+
+// moduleFrames returns the first n of this module's functions in the
+// text of `go tool pprof -top -cum` (largest cum first), each with its
+// cum share of the profile times cpu, the run's Caddy CPU per request
+// in µs. Nested functions overlap: a caller's µs hold its callees'.
+func moduleFrames(top string, cpu float64, n int) []frame {
+	var out []frame
+	for _, l := range strings.Split(top, "\n") {
+		f := strings.Fields(l)
+		// flat flat% sum% cum cum% name [(inline)]
+		if len(f) < 6 || !strings.HasSuffix(f[4], "%") || !strings.HasPrefix(f[5], modulePrefix) {
+			continue
+		}
+		pct, err := strconv.ParseFloat(strings.TrimSuffix(f[4], "%"), 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, frame{Name: strings.TrimPrefix(f[5], modulePrefix), US: pct / 100 * cpu})
+		if len(out) == n {
+			break
+		}
+	}
+	return out
+}
+
+// interesting selects the lines of `pprof -top -cum` kept in
+// summary.txt: this module's frames, Caddy's server and reverse proxy
+// entry points, and the runtime's allocation, GC and syscall totals.
+var interesting = regexp.MustCompile(`caddy-rcns|reverseproxy\.\(\*Handler\)\.ServeHTTP$|caddyhttp\.\(\*Server\)\.ServeHTTP$|runtime\.gcBgMarkWorker$|runtime\.mallocgc$|syscall\.Syscall6?$|internal/runtime/syscall`)
 
 func (d *driver) fetch(ctx context.Context, path, to string, timeout time.Duration) error {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -102,15 +136,16 @@ func (d *driver) fetch(ctx context.Context, path, to string, timeout time.Durati
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	return err
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
-// pprofTop writes `go tool pprof <args>` output (with the Caddy binary
-// for symbols) to file (none when file is "") and returns it; failures
-// are logged, not fatal.
-func (d *driver) pprofTop(ctx context.Context, file string, args ...string) string {
+// pprofTop returns `go tool pprof ARGS CADDY PROFILE` (the last arg is
+// the profile); a failure is logged and returns "".
+func (d *driver) pprofTop(ctx context.Context, args ...string) string {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	full := append([]string{"tool", "pprof"}, args[:len(args)-1]...)
@@ -118,9 +153,7 @@ func (d *driver) pprofTop(ctx context.Context, file string, args ...string) stri
 	out, err := exec.CommandContext(cctx, "go", full...).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(d.log, "go %s: %v\n%s\n", strings.Join(full, " "), err, out)
-	}
-	if file != "" {
-		_ = os.WriteFile(file, out, 0o644)
+		return ""
 	}
 	return string(out)
 }

@@ -1,333 +1,171 @@
 package main
 
 import (
-	"net/http"
+	"io"
+	"os"
 	"strings"
 	"testing"
 )
 
-// ms returns n latencies of v milliseconds, in ns.
-func ms(n int, v float64) []int64 {
-	out := make([]int64, n)
-	for i := range out {
-		out[i] = int64(v * 1e6)
+// fixture builds results over rounds: each load scenario's per-round
+// Caddy CPU over a (b) of 100 µs, each slow scenario's per-round p50.
+func fixture(over map[string][]float64, p50 map[string][]float64) *results {
+	r := &results{Meta: map[string]string{"date": "2026-12-02 10:00 UTC", "source": "commit abc1234", "elapsed": "9m30s",
+		"nproc": "2", "cpu": "Test CPU", "kernel": "Linux 6.1", "go": "go1.26.8", "caddy": "v2.11.9", "loadavg": "0.10 0.20 0.30 1/100 7"},
+		Options: options{Rounds: 4, Workers: 16, LoadRequests: 40000, SlowRate: 200}}
+	b := scenarios()[0]
+	r.Scenarios = []*scenario{b}
+	for _, s := range scenarios()[1:] {
+		if over[s.Key] != nil || p50[s.Key] != nil {
+			r.Scenarios = append(r.Scenarios, s)
+		}
 	}
-	return out
+	for _, s := range r.Scenarios[1:] {
+		for round, v := range over[s.Key] {
+			ref := &stats{CaddyCPU: 100, Tput: 5000}
+			r.add(b, round, &stats{CaddyCPU: 100, Tput: 5000, Requests: 10000, OK: 10000}, nil)
+			r.add(s, round, &stats{CaddyCPU: 100 + v, Tput: 5000 * 100 / (100 + v), Requests: 9000, OK: 9000, CPUSource: "schedstat"}, ref)
+		}
+		for round, v := range p50[s.Key] {
+			r.add(s, round, &stats{P50: v, P99: v + 3, Requests: 600, OK: 600}, nil)
+		}
+	}
+	return r
 }
 
-func TestPercentileAndPool(t *testing.T) {
-	l := pool(append(ms(98, 1), ms(2, 9)...), nil)
-	if got := percentile(l, 0.50); got != 1 {
-		t.Errorf("p50 = %v, want 1", got)
-	}
-	if got := percentile(l, 0.98); got != 1 {
-		t.Errorf("p98 = %v, want 1 (nearest rank: the 98th of 100)", got)
-	}
-	if got := percentile(l, 0.99); got != 9 {
-		t.Errorf("p99 = %v, want 9", got)
-	}
-	if got := percentile(nil, 0.99); got != 0 {
-		t.Errorf("p99 of nothing = %v, want 0", got)
-	}
-	p := pool([]int64{1, 5, 9}, []int64{2, 3}, nil, []int64{4})
-	if want := []int64{1, 2, 3, 4, 5, 9}; len(p) != len(want) {
-		t.Fatalf("pool = %v, want %v", p, want)
-	} else {
-		for i := range want {
-			if p[i] != want[i] {
-				t.Fatalf("pool = %v, want %v", p, want)
-			}
+func verdictOf(t *testing.T, r *results, key string) verdict {
+	t.Helper()
+	for _, v := range r.judge() {
+		if v.T.Key == key {
+			return v
 		}
 	}
+	t.Fatalf("no target on %s", key)
+	return verdict{}
 }
 
-// The p99 targets are judged on the pooled difference: one round whose
-// scenario run caught a stall moves the per-round median, but not the
-// p99 over all rounds' requests when that stall is under 1 % of them.
-func TestPooledP99Target(t *testing.T) {
-	r := &results{Meta: map[string]any{}, Runs: map[string][]*runResult{}}
-	b := &scenario{Key: "b", Letter: "b", Rate: 1000}
-	d := &scenario{Key: "d/nokey", Letter: "d", Variant: vNoKey, Rate: 1000}
-	for round := range 4 {
-		prev := &stats{lats: ms(1000, 1), P50: 1, P99: 1}
-		next := &stats{lats: ms(1000, 1), P50: 1, P99: 1}
-		// Each run: 1000 requests at 1.2 ms; rounds 0 and 1 also have
-		// 15 requests at 30 ms (1.5 % of the run, 0.75 % of the pool).
-		l := ms(1000, 1.2)
-		if round < 2 {
-			copy(l[985:], ms(15, 30))
-		}
-		l = pool(l)
-		st := &stats{lats: l, P50: percentile(l, 0.5), P99: percentile(l, 0.99)}
-		r.add("fixed", b, round, prev, nil)
-		r.add("fixed", d, round, st, meanStats(prev, next))
-	}
-	r.summarize([]*scenario{b, d})
-	sm := r.Summary["d/nokey"]
-	if sm.PoolN != 4000 || sm.PoolRefN != 8000 {
-		t.Fatalf("pools of %d and %d requests, want 4000 and 8000", sm.PoolN, sm.PoolRefN)
-	}
-	if got := sm.PoolP99B; got < 0.19 || got > 0.21 {
-		t.Errorf("pooled p99 added = %v ms, want 0.2", got)
-	}
-	if got := sm.AddP99B; got.Lo > 0.21 || got.Hi < 28 {
-		t.Errorf("per-round p99 added = %+v, want from 0.2 to 29", got)
-	}
-	var v *verdict
-	for _, tv := range r.Targets {
-		if strings.HasPrefix(tv.Target, "(d) no key: p99 added") {
-			v = tv
-		}
-	}
-	if v == nil {
-		t.Fatalf("no (d) p99 verdict in %+v", r.Targets)
-	}
-	if !v.Met || v.Value != sm.PoolP99B || !strings.Contains(v.Measured, "4000 requests") {
-		t.Errorf("verdict %+v, want met on the pooled value over 4000 requests", v)
-	}
-	if md := r.markdown([]*scenario{b, d}); !strings.Contains(md, "| 0.20 |") {
-		t.Errorf("report does not show the pooled difference 0.20:\n%s", md)
-	}
-}
-
-// TestVerdictNearTheLimit: a value that misses its limit by less than
-// what two decimals show is printed with three, and its verdict does not
-// read "misses the limit by 0.00" (a row read "0.70 | 0.70 | not met").
-func TestVerdictNearTheLimit(t *testing.T) {
-	r := &results{Meta: map[string]any{}, Targets: []*verdict{
-		{Target: "x", Measured: "m", Value: 0.6981, Limit: 0.7, Met: false},
-		{Target: "y", Measured: "m", Value: 0.64, Limit: 0.7, Met: false},
-	}}
-	md := r.markdown(nil)
-	if !strings.Contains(md, "| 0.698 | 0.70 | **not met** (misses the limit by less than 0.01) |") ||
-		!strings.Contains(md, "| 0.64 | 0.70 | **not met** (misses the limit by 0.06) |") || strings.Contains(md, "by 0.00") {
-		t.Errorf("targets table:\n%s", md)
-	}
-}
-
-// TestWireReferenceNote: the (d) throughput targets quote (bd), and the
-// (c) target (bh); with (d) not run (-only c,bd), no other target takes
-// (bd)'s note.
-func TestWireReferenceNote(t *testing.T) {
-	tput := func(keys ...string) *results {
-		r := &results{Meta: map[string]any{}, Runs: map[string][]*runResult{}}
-		b := &scenario{Key: "b", Letter: "b"}
-		ratio := map[string]float64{"c/nokey": 0.9, "d/nokey": 0.75, "d/ed25519": 0.65, "bh": 0.88, "bd": 0.74}
-		for round := range 3 {
-			ref := &stats{Tput: 1000}
-			r.add("tput", b, round, ref, nil)
-			for _, k := range keys {
-				letter, variant, _ := strings.Cut(k, "/")
-				r.add("tput", &scenario{Key: k, Letter: letter, Variant: variant}, round, &stats{Tput: 1000 * ratio[k]}, ref)
-			}
-		}
-		var scens []*scenario
-		for _, k := range append([]string{"b"}, keys...) {
-			letter, variant, _ := strings.Cut(k, "/")
-			scens = append(scens, &scenario{Key: k, Letter: letter, Variant: variant})
-		}
-		r.summarize(scens)
-		return r
-	}
-	find := func(r *results, prefix string) *verdict {
-		for _, v := range r.Targets {
-			if strings.HasPrefix(v.Target, prefix) {
-				return v
-			}
-		}
-		return nil
-	}
-	r := tput("c/nokey", "d/nokey", "d/ed25519", "bh", "bd")
-	for prefix, want := range map[string]string{
-		"(c) no key: throughput": "(bh), (c)'s AGTP response headers through a plain reverse_proxy with static values and no gateway work: 0.88 (rounds 0.88–0.88)",
-		"(d) no key: throughput": "(bd), (d)'s whole exchange with static values and no gateway work: 0.74 (rounds 0.74–0.74)",
-	} {
-		if v := find(r, prefix); v == nil || !strings.Contains(v.Measured, want) {
-			t.Errorf("%s: %+v, want its measured text to contain %q", prefix, v, want)
-		}
-	}
-	if v := find(r, "(d) Ed25519: throughput"); v == nil || strings.Contains(v.Measured, "(bd)") {
-		t.Errorf("(d) Ed25519: %+v, want a verdict without (bd)'s note ((bd) is the unsigned exchange)", v)
-	}
-	r = tput("c/nokey", "bd")
-	if v := find(r, "(c) no key: throughput"); v == nil || strings.Contains(v.Measured, "(bd)") || strings.Contains(v.Measured, "(bh)") {
-		t.Errorf("(c) without (bh) run: %+v, want no reference note", v)
-	}
-	if v := find(r, "(d) no key: throughput"); v != nil {
-		t.Errorf("(d) not run, yet a verdict: %+v", v)
-	}
-}
-
-// TestReferenceSizes: a reference row whose static response headers
-// drifted more than 10% from the answer it imitates stops the run
-// before any measurement; within 10%, or with either side not run, it
-// passes.
-func TestReferenceSizes(t *testing.T) {
-	h := http.Header{"Date": {"Mon, 30 Nov 2026 07:04:28 GMT"}, "Agent-Id": {"abc"}}
-	if got, want := headerBytes(h), len("Agent-Id")+len("abc")+4; got != want {
-		t.Errorf("headerBytes = %d, want %d (Date excluded)", got, want)
-	}
+func TestJudge(t *testing.T) {
+	r := fixture(map[string][]float64{
+		"c/nokey":   {10, 12, 25, 8},  // median 11 ≤ 15
+		"d/nokey":   {20, 22, 18, 30}, // median 21 > 15
+		"c/ed25519": {30, 30, 29, 31}, // median 30 = limit: at most, met
+		"f/nokey":   {0, -1, 1, 0},    // median 0: not less than (b)
+		"f/ed25519": {-20, -25, -18, -30},
+	}, map[string][]float64{
+		"e1/nokey": {22, 22, 23, 22}, "e3/nokey": {22.5, 22, 27, 23}, // ratios 1.023 1 1.174 1.045: median 1.034
+		"e1/ed25519": {20, 20, 20, 20}, "e3/ed25519": {25, 23, 30, 20}, // 1.25 1.15 1.5 1: median 1.2
+	})
 	for _, tc := range []struct {
-		sizes map[string]int
-		ok    bool
+		key      string
+		med      float64
+		met      bool
+		verdict  string
+		measured bool
 	}{
-		{map[string]int{"bh": 1000, "c/nokey": 1050, "bd": 1300, "d/nokey": 1250}, true},
-		{map[string]int{"bd": 1300}, true},
-		{map[string]int{"bh": 700, "c/nokey": 1050}, false},
-		{map[string]int{"bd": 1500, "d/nokey": 1250}, false},
+		{"c/nokey", 11, true, "met", true},
+		{"d/nokey", 21, false, "**not met**: 6.0 µs over the limit", true},
+		{"c/ed25519", 30, true, "met", true},
+		{"d/ed25519", 0, false, "not measured in this run", false},
+		{"f/nokey", 0, false, "**not met**: less than 0.1 µs over the limit", true},
+		{"f/ed25519", -22.5, true, "met", true},
+		{"e3/nokey", (22.5/22 + 23.0/22) / 2, true, "met", true},
+		{"e3/ed25519", 1.2, false, "**not met**: 0.05 over the limit", true},
 	} {
-		err := checkReferenceSizes(tc.sizes)
-		if (err == nil) != tc.ok {
-			t.Errorf("%v: err = %v, want ok %v", tc.sizes, err, tc.ok)
+		v := verdictOf(t, r, tc.key)
+		if v.Measured != tc.measured || v.Met != tc.met || v.VerdictText() != tc.verdict {
+			t.Errorf("%s: measured %v met %v %q; want %v %v %q", tc.key, v.Measured, v.Met, v.VerdictText(), tc.measured, tc.met, tc.verdict)
+		}
+		if d := v.Value.Med - tc.med; tc.measured && (d > 1e-9 || d < -1e-9) {
+			t.Errorf("%s: median %v, want %v", tc.key, v.Value.Med, tc.med)
+		}
+	}
+	if v := verdictOf(t, r, "d/nokey"); v.ValueText() != "+21.0 µs (rounds +18.0 to +30.0)" || v.LimitText() != "≤ +15 µs" {
+		t.Errorf("d/nokey: %q, %q", v.ValueText(), v.LimitText())
+	}
+	if v := verdictOf(t, r, "f/nokey"); v.LimitText() != "< 0 µs" {
+		t.Errorf("f/nokey limit %q, want < 0 µs", v.LimitText())
+	}
+}
+
+// TestSlowTargetPairsRounds: (e) divides p50s of the same round, so a
+// slow round of e1 alone does not make e3 look fast.
+func TestSlowTargetPairsRounds(t *testing.T) {
+	r := fixture(nil, map[string][]float64{"e1/nokey": {20, 40, 20}, "e3/nokey": {22, 44, 22}})
+	if v := verdictOf(t, r, "e3/nokey"); v.Value.Med < 1.0999 || v.Value.Med > 1.1001 || v.Value.Lo < 1.0999 {
+		t.Errorf("e3/nokey: %+v, want every round at 1.10", v.Value)
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	r := fixture(map[string][]float64{"c/nokey": {10, 20, 30}}, nil)
+	r.Runs[1].Stats.CPUSource = "stat"
+	sms := r.summarize()
+	if len(sms) != 2 || sms[0].S.Key != "b" || sms[1].S.Key != "c/nokey" {
+		t.Fatalf("summaries %v, want b then c/nokey", sms)
+	}
+	c := sms[1]
+	if c.CPU != 120 || c.CPUOverB.Med != 20 || c.CPUOverB.Lo != 10 || c.CPUOverB.Hi != 30 || c.Rounds != 3 || c.StatRuns != 1 {
+		t.Errorf("c/nokey summary %+v", c)
+	}
+	if c.TputB.Med < 0.833 || c.TputB.Med > 0.834 {
+		t.Errorf("c/nokey × (b) = %v, want 100/120", c.TputB.Med)
+	}
+}
+
+func TestModuleFrames(t *testing.T) {
+	raw, err := os.ReadFile("testdata/d-nokey.cpu.cum.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr := moduleFrames(string(raw), 200, 3)
+	want := []frame{{"caddymodule.(*Handler).ServeHTTP", 55.88}, {"caddymodule.(*Handler).serve", 52.94}, {"caddymodule.(*Handler).present", 50}}
+	if len(fr) != len(want) {
+		t.Fatalf("frames %v, want %v", fr, want)
+	}
+	for i := range want {
+		if fr[i].Name != want[i].Name || fr[i].US < want[i].US-0.01 || fr[i].US > want[i].US+0.01 {
+			t.Errorf("frame %d = %+v, want %+v", i, fr[i], want[i])
+		}
+	}
+	if fr := moduleFrames("no profile here", 200, 3); len(fr) != 0 {
+		t.Errorf("frames of nothing: %v", fr)
+	}
+}
+
+func TestMissBy(t *testing.T) {
+	for _, tc := range []struct {
+		d    float64
+		dec  int
+		want string
+	}{{6, 1, "6.0"}, {0.04, 1, "less than 0.1"}, {0, 2, "less than 0.01"}, {0.034, 2, "0.03"}} {
+		if got := missBy(tc.d, tc.dec); got != tc.want {
+			t.Errorf("missBy(%v, %d) = %q, want %q", tc.d, tc.dec, got, tc.want)
 		}
 	}
 }
 
-// TestSummarizeWithoutTargets: a run of scenarios no target judges
-// (-only bh, bd, b2, e1/nokey, g/nokey…) summarizes and reports
-// without a verdict (it crashed with an index out of range, and the
-// report was lost).
-func TestSummarizeWithoutTargets(t *testing.T) {
-	for _, keys := range [][]string{{"bh"}, {"bd"}, {"b2"}, {"g/nokey"}, {"f/ed25519"}, {"g/ed25519"}} {
-		r := &results{Meta: map[string]any{}, Runs: map[string][]*runResult{}}
-		b := &scenario{Key: "b", Letter: "b"}
-		scens := []*scenario{b}
-		for round := range 2 {
-			ref := &stats{Tput: 1000}
-			r.add("tput", b, round, ref, nil)
-			for _, k := range keys {
-				letter, variant, _ := strings.Cut(k, "/")
-				s := &scenario{Key: k, Letter: letter, Variant: variant}
-				if round == 0 {
-					scens = append(scens, s)
-				}
-				r.add("tput", s, round, &stats{Tput: 900}, ref)
-			}
-		}
-		r.summarize(scens)
-		md := r.markdown(scens)
-		if judged := len(r.Targets) > 0; judged != strings.Contains(md, "| target |") || !judged && !strings.Contains(md, "None of the project's performance targets (issue 7 in its tracker) applies") {
-			t.Errorf("-only %v: %d targets, report:\n%s", keys, len(r.Targets), md)
-		}
-		for _, v := range r.Targets {
-			if !v.Reference {
-				t.Errorf("-only %v: a judged target %q from scenarios that have none", keys, v.Target)
-			}
-		}
+// TestResultsRoundTrip: a results.json renders the same page as the
+// run that wrote it.
+func TestResultsRoundTrip(t *testing.T) {
+	r := fixture(map[string][]float64{"c/nokey": {10, 12, 25, 8}, "d/nokey": {20, 22, 18, 30}}, nil)
+	dir := t.TempDir()
+	page := dir + "/performance.md"
+	if err := writeResults(io.Discard, r, dir, page); err != nil {
+		t.Fatal(err)
 	}
-}
-
-// The machine-time table splits each throughput scenario's CPUs ÷
-// throughput into the processes' CPU per request, other work and idle,
-// and reads nproc as results.json gives it back (a float64) as well.
-func TestMachineTime(t *testing.T) {
-	for _, nproc := range []any{2, 2.0} {
-		r := &results{Meta: map[string]any{"nproc": nproc}, Runs: map[string][]*runResult{}}
-		b := &scenario{Key: "b", Letter: "b"}
-		d := &scenario{Key: "d/nokey", Letter: "d", Variant: vNoKey}
-		// 8000 req/s on 2 CPUs: 250 µs of machine per request; 0.2 idle
-		// cores and 0.04 of other work are 25 and 5 µs of it.
-		r.add("tput", b, 0, &stats{Tput: 8000, CaddyCPU: 100, UpstreamCPU: 40, VegetaCPU: 80, IdleCores: 0.2, ForeignCores: 0.04}, nil)
-		r.add("tput", d, 0, &stats{Tput: 5000, CaddyCPU: 150, UpstreamCPU: 45, VegetaCPU: 90, IdleCores: 0.3}, nil)
-		var sb strings.Builder
-		r.machineTime(&sb, []*scenario{b, d})
-		out := sb.String()
-		for _, want := range []string{
-			"the 2 CPUs' time per answered request (2 ÷ throughput)",
-			"| b | — | 250 | 100 | 40 | 80 | 5 | 25 |",
-			"| d | nokey | 400 | 150 | 45 | 90 | 0 | 60 |",
-		} {
-			if !strings.Contains(out, want) {
-				t.Errorf("nproc %T: machine-time table lacks %q:\n%s", nproc, want, out)
-			}
-		}
+	again := dir + "/again.md"
+	if err := renderFile(dir+"/results.json", again); err != nil {
+		t.Fatal(err)
 	}
-	var sb strings.Builder
-	(&results{Meta: map[string]any{}, Runs: map[string][]*runResult{}}).machineTime(&sb, nil)
-	if sb.Len() != 0 {
-		t.Errorf("no nproc and no runs: want no table, got %q", sb.String())
+	a, _ := os.ReadFile(page)
+	b, _ := os.ReadFile(again)
+	if len(a) == 0 || string(a) != string(b) {
+		t.Errorf("the page rendered from results.json differs from the run's")
 	}
-}
-
-// TestUnexpectedAndShortRuns: the report says, over all runs, which
-// requests did not get their scenario's status (and what they got), or
-// that every one did; and how many fixed-rate runs made fewer requests
-// than rate × duration, with vegeta's reason (a pool read "15999
-// requests of the (b) runs" where 16000 were expected, unexplained).
-func TestUnexpectedAndShortRuns(t *testing.T) {
-	b := &scenario{Key: "b", Letter: "b", Want: 200, Rate: 1000}
-	f := &scenario{Key: "f/nokey", Letter: "f", Variant: vNoKey, Want: 464, Rate: 1000}
-	e1 := &scenario{Key: "e1/nokey", Letter: "e1", Variant: vNoKey, Want: 200, Rate: 200}
-	scens := []*scenario{b, f, e1}
-	build := func(bad bool) *results {
-		r := &results{Meta: map[string]any{"fixed_s": 2.0, "slow_s": 3, "rate": 1000}, Runs: map[string][]*runResult{}}
-		for round := range 2 {
-			r.add("tput", b, round, &stats{Requests: 9000, OK: 9000, Codes: map[int]int{200: 9000}}, nil)
-			ft := &stats{Requests: 9000, OK: 9000, Codes: map[int]int{464: 9000}}
-			if bad && round == 1 {
-				ft = &stats{Requests: 9000, OK: 8990, Codes: map[int]int{464: 8990, 502: 7, 0: 3}, Errors: map[string]int{"read: connection reset | peer": 3}}
-			}
-			r.add("tput", f, round, ft, nil)
-			// (b) around the fixed-rate runs: one run of round 0 is one
-			// request short; (e1) makes 200 × 3 s.
-			nb := 2000
-			if round == 0 {
-				nb = 1999
-			}
-			r.add("fixed", b, round, &stats{Requests: nb, OK: nb, Codes: map[int]int{200: nb}}, nil)
-			r.add("fixed", b, round, &stats{Requests: 2000, OK: 2000, Codes: map[int]int{200: 2000}}, nil)
-			r.add("fixed", e1, round, &stats{Requests: 600, OK: 600, Codes: map[int]int{200: 600}}, nil)
-		}
-		return r
+	if err := os.WriteFile(dir+"/bad.json", []byte(`{"scenarios":[],"runs":[]}`), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	var sb strings.Builder
-	r := build(true)
-	r.unexpected(&sb, scens)
-	r.shortRuns(&sb, scens)
-	out := sb.String()
-	for _, want := range []string{
-		"| | variant | expected | requests | not expected | got instead |",
-		"| f | nokey | 464 | 18000 | 10 | no answer ×3; status 502 ×7; `read: connection reset \\| peer` ×3 |",
-		"1 of the 6 fixed-rate runs made fewer requests than rate × duration (1 fewer in all, at most 1 in one run)",
-		"vegeta checks the duration only before pacing each request",
-		"more than one interval late: 1 ms at 1000 req/s)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q:\n%s", want, out)
-		}
-	}
-	if strings.Contains(out, "| b |") || strings.Contains(out, "Every request") {
-		t.Errorf("(b) had no unexpected answer, yet:\n%s", out)
-	}
-
-	sb.Reset()
-	r = build(false)
-	r.Runs["fixed|b"][0].Stats.Requests, r.Runs["fixed|b"][0].Stats.OK = 2000, 2000
-	r.summarize(scens)
-	md := r.markdown(scens)
-	if !strings.Contains(md, "\nEvery request of every run got its expected status.\n") || strings.Contains(md, "fixed-rate runs made fewer") {
-		t.Errorf("a clean run, report:\n%s", md)
-	}
-}
-
-// TestTargetsNamed: the report says once what "the targets" are (a
-// reader of docs/performance.md met a bare "issue 7" in the verdicts),
-// with a targets table and without one.
-func TestTargetsNamed(t *testing.T) {
-	const named = "the project's performance targets (issue 7 in its tracker)"
-	r := &results{Meta: map[string]any{}, Targets: []*verdict{
-		{Target: "x", Measured: "m", Value: 1.03, Limit: 1, Met: true, Reference: true},
-		{Target: "y", Measured: "m", Value: 0.64, Limit: 0.7, Met: false, Reference: true},
-	}}
-	md := r.markdown(nil)
-	if strings.Count(strings.ToLower(md), "issue 7") != 1 || !strings.Contains(strings.ToLower(md), named) ||
-		!strings.Contains(md, "| reference only (the targets set this limit for the no-key variant only); would be met |") ||
-		!strings.Contains(md, "| reference only (the targets set this limit for the no-key variant only); 0.06 below |") {
-		t.Errorf("targets table:\n%s", md)
-	}
-	r = &results{Meta: map[string]any{}, Runs: map[string][]*runResult{}}
-	r.summarize(nil)
-	if md := r.markdown(nil); strings.Count(strings.ToLower(md), "issue 7") != 1 || !strings.Contains(strings.ToLower(md), named) {
-		t.Errorf("no targets:\n%s", md)
+	if err := renderFile(dir+"/bad.json", ""); err == nil || !strings.Contains(err.Error(), "no scenarios") {
+		t.Errorf("empty results: err = %v", err)
 	}
 }

@@ -2,65 +2,93 @@ package main
 
 import (
 	"fmt"
-	"net/http"
 	"sort"
 	"strconv"
 	"strings"
 )
 
-// agentID is the bench agent (scripts/bench/docs/agents/bench-agent.yaml).
-const agentID = "677812645a9fe530d9c0251df0296775b37b392ac32b2003ab5beba14490e4fa"
+// This file is the whole list of what the comparison measures: the
+// sites (listeners of scripts/bench/Caddyfile), the scenarios (request
+// shapes sent to one site), and the targets judged on them. How to add
+// a scenario is in scripts/bench/README.md.
 
-// Variants of the gateway (one listener each in scripts/bench/Caddyfile).
+// site is one listener of scripts/bench/Caddyfile. loadcmp gives it a
+// free loopback port and passes it to Caddy as the environment variable
+// BENCH_PORT_<NAME> (the name upper-cased, '-' as '_').
+type site struct {
+	Name string
+	// Door is how the load generator speaks to the site.
+	Door door
+	// Alg is the "alg" of the Attribution-Record an AGTP answer of the
+	// site carries: "" for a site without rcns, "none" without
+	// record_keys, "EdDSA" with an Ed25519 key. The sanity check
+	// before the rounds holds every scenario to it.
+	Alg string
+	// Label names the site's configuration on the page.
+	Label string
+}
+
+// sites of scripts/bench/Caddyfile. Every gateway site writes its
+// negotiation records to disk; only the record key and the fsync
+// policy differ.
+var sites = []*site{
+	{Name: "proxy", Door: httpDoor{}, Label: "plain `reverse_proxy`, no rcns"},
+	{Name: "nokey", Door: httpDoor{}, Alg: "none", Label: "rcns, no record key (unsigned records), fsync off"},
+	{Name: "ed25519", Door: httpDoor{}, Alg: "EdDSA", Label: "rcns, Ed25519 record key, fsync off"},
+	{Name: "group", Door: httpDoor{}, Alg: "none", Label: "rcns, no record key, fsync group (the default)"},
+}
+
+// envName is the environment variable that carries a site's port.
+func (s *site) envName() string {
+	return "BENCH_PORT_" + strings.ToUpper(strings.ReplaceAll(s.Name, "-", "_"))
+}
+
+func siteNamed(name string) *site {
+	for _, s := range sites {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// phase is how a scenario is run in each round.
+type phase string
+
 const (
-	vNone    = ""        // (a), (b): no gateway
-	vNoKey   = "nokey"   // no record_keys, fsync off
-	vEd25519 = "ed25519" // Ed25519 record key, fsync off
-	vGroup   = "group"   // no record_keys, fsync group (the default)
-	vHeaders = "headers" // (bh): reverse_proxy adding (c)'s AGTP response headers, no gateway
-	// (bd): (d)'s exchange with no gateway work (bench_exchange: read the
-	// request body, the same upstream GET, static (d) answer).
-	vExchange = "exchange"
+	// phaseLoad: closed loop, -workers requests in flight; gives the
+	// Caddy CPU per request and the throughput, each against the (b)
+	// runs just before and after.
+	phaseLoad phase = "load"
+	// phaseSlow: open loop at -slow-rate; gives p50 latency, compared
+	// between the (e) scenarios of one site in the same round.
+	phaseSlow phase = "slow"
 )
 
-// staticSynthesisID is the Contract-Synthesized value (bd) sends and
-// answers with: the form and length of a real one (syn- and 22
-// base64url characters), naming no contract.
-const staticSynthesisID = "syn-Lptr2IwjQBSY0j-XhChA-w"
-
-// scenario is one measured request shape.
+// scenario is one measured request shape on one site.
 type scenario struct {
-	Key     string // unique, e.g. "c/nokey"
-	Letter  string // a, b, b2, bh, bd, c, d, e1, e3, f, g
-	Variant string
-	Label   string
-	Method  string
-	Headers map[string]string
-	Body    string
-	Want    int // expected status
-	// pathFor returns the request path of request i of a run tagged tag
-	// (tags are unique per run); the contract, when the scenario
-	// presents one, is synthesized on pathFor(tag, -1).
-	pathFor func(tag string, i int) string
-	// Contract: synthesize a fresh contract before each run and present it.
+	Key    string // unique: "b", or letter/site such as "d/nokey"
+	Letter string // what the page explains: b, b2, c, d, e1, e3, f, g
+	Site   string
+	Method string
+	// Path is the request path; "{run}" becomes the run's tag (unique
+	// per run) and "{i}" the request's index in the run.
+	Path   string
+	Header map[string]string
+	Body   string
+	Want   int // the status every answer must have
+	// Contract: a contract is synthesized on the run's path (as
+	// Path with {i} = "0") before each run, and every request presents
+	// it in Contract-Synthesized.
 	Contract bool
-	// Tput: measured in the throughput phase; Rate: fixed-rate phase
-	// requests per second (0 = not in that phase).
-	Tput bool
-	Rate int
+	// NoRecord: a request that is not AGTP, answered without an
+	// Attribution-Record even on a gateway site.
+	NoRecord bool
+	Phase    phase
 }
 
-func fixedPath(p string) func(string, int) string { return func(string, int) string { return p } }
-
-// runPath: one path per run (the contract's pair).
-func runPath(prefix string) func(string, int) string {
-	return func(tag string, _ int) string { return prefix + tag }
-}
-
-// uniquePath: a fresh pair for every request (every request synthesizes).
-func uniquePath(prefix string) func(string, int) string {
-	return func(tag string, i int) string { return fmt.Sprintf("%s%s-%d", prefix, tag, i) }
-}
+// agentID is the bench agent (scripts/bench/docs/agents/bench-agent.yaml).
+const agentID = "677812645a9fe530d9c0251df0296775b37b392ac32b2003ab5beba14490e4fa"
 
 const (
 	scopeRead      = "bench:read"
@@ -69,79 +97,166 @@ const (
 	bodyThree      = `{"parameters":{"a":"1","b":"2","c":"3"}}`
 )
 
-func agentHeaders(scope string, extra ...string) map[string]string {
+func agentHeader(scope string, kv ...string) map[string]string {
 	h := map[string]string{"Agent-ID": agentID, "Authority-Scope": scope}
-	for i := 0; i+1 < len(extra); i += 2 {
-		h[extra[i]] = extra[i+1]
+	for i := 0; i+1 < len(kv); i += 2 {
+		h[kv[i]] = kv[i+1]
 	}
 	return h
 }
 
-// scenarios returns every scenario of the comparison, in table order.
-func scenarios(rate, slowRate int) []*scenario {
-	out := []*scenario{
-		{Key: "a", Letter: "a", Label: "direct upstream: GET /items/1", Method: http.MethodGet,
-			pathFor: fixedPath("/items/1"), Want: 200, Tput: true, Rate: rate},
-		{Key: "b", Letter: "b", Label: "plain reverse_proxy: GET /items/1", Method: http.MethodGet,
-			pathFor: fixedPath("/items/1"), Want: 200, Tput: true, Rate: rate},
-		{Key: "b2", Letter: "b2", Variant: vNoKey, Label: "non-AGTP GET through the gateway site (rcns passes it to reverse_proxy)",
-			Method: http.MethodGet, pathFor: fixedPath("/items/1"), Want: 200, Tput: true},
-		{Key: "bh", Letter: "bh", Variant: vHeaders, Label: "plain reverse_proxy that also sends the AGTP response headers of (c), static values (no gateway)",
-			Method: http.MethodGet, pathFor: fixedPath("/items/1"), Want: 200, Tput: true},
-		{Key: "bd", Letter: "bd", Variant: vExchange, Label: "the exchange of (d) with no gateway work: bench_exchange reads its request body, makes the same upstream GET and answers with (d)'s AGTP headers and envelope, static values",
-			Method: "LOOKUP", Headers: agentHeaders(scopeRead, "Content-Type", "application/json", "Contract-Synthesized", staticSynthesisID), Body: bodyOne,
-			pathFor: runPath("/item/d-"), Want: 200, Tput: true},
-	}
-	for _, v := range []string{vNoKey, vEd25519} {
-		out = append(out,
-			&scenario{Key: "c/" + v, Letter: "c", Variant: v, Label: "Tier B: FETCH /items/1 → GET /items/1",
-				Method: "FETCH", Headers: agentHeaders(scopeRead), pathFor: fixedPath("/items/1"), Want: 200, Tput: true, Rate: rate},
-			&scenario{Key: "d/" + v, Letter: "d", Variant: v, Label: "contract presentation, one step (LOOKUP /item/… + Contract-Synthesized)",
-				Method: "LOOKUP", Headers: agentHeaders(scopeRead, "Content-Type", "application/json"), Body: bodyOne,
-				pathFor: runPath("/item/d-"), Contract: true, Want: 200, Tput: true, Rate: rate},
-			&scenario{Key: "e1/" + v, Letter: "e1", Variant: v, Label: "contract presentation, one 20 ms step",
-				Method: "LOOKUP", Headers: agentHeaders(scopeRead, "Content-Type", "application/json"), Body: bodyOne,
-				pathFor: runPath("/slow-one/e-"), Contract: true, Want: 200, Rate: slowRate},
-			&scenario{Key: "e3/" + v, Letter: "e3", Variant: v, Label: "contract presentation, three parallel 20 ms steps",
-				Method: "COMPARE", Headers: agentHeaders(scopeRead, "Content-Type", "application/json"), Body: bodyThree,
-				pathFor: runPath("/slow-three/e-"), Contract: true, Want: 200, Rate: slowRate},
-		)
-	}
-	for _, v := range []string{vNoKey, vEd25519, vGroup} {
-		out = append(out,
-			&scenario{Key: "f/" + v, Letter: "f", Variant: v, Label: "gate refusal 464 composition-impossible (LOOKUP /nothing, Allow-RCNS: true)",
-				Method: "LOOKUP", Headers: agentHeaders(scopeNegotiate, "Allow-RCNS", "true"), pathFor: fixedPath("/nothing"),
-				Want: 464, Tput: true, Rate: rate},
-			&scenario{Key: "g/" + v, Letter: "g", Variant: v, Label: "optimistic synthesis 263, one-step recipe, new contract per request",
-				Method: "LOOKUP", Headers: agentHeaders(scopeNegotiate, "Allow-RCNS", "true", "Content-Type", "application/json"), Body: bodyOne,
-				pathFor: uniquePath("/item/g-"), Want: 263, Tput: true, Rate: rate},
-		)
-	}
-	return out
+// letters describes each scenario letter for the page.
+var letters = map[string]string{
+	"b":  "`GET /items/1` through the plain `reverse_proxy` (200): the reference",
+	"b2": "the same non-AGTP `GET` through a gateway site: rcns passes it on (200)",
+	"c":  "Tier B `FETCH /items/1` → `GET /items/1` (200)",
+	"d":  "`LOOKUP /item/d-…` presenting `Contract-Synthesized` of a one-step contract made before the run (200)",
+	"e1": "`LOOKUP /slow-one/e-…` presenting a contract whose one step waits 20 ms upstream (200)",
+	"e3": "`COMPARE /slow-three/e-…` presenting a contract of three independent 20 ms steps, run in parallel (200)",
+	"f":  "`LOOKUP /nothing` with `Allow-RCNS: true`: every lock open, no recipe matches → 464, recorded",
+	"g":  "`LOOKUP /item/g-…` with `Allow-RCNS: true`, a fresh path per request: optimistic synthesis with contract creation, one upstream step (263)",
 }
 
-// filterScenarios keeps the scenarios whose key or letter is listed
-// (comma-separated); (a) and (b) are always kept (ratios need them).
+// Scenario constructors, one per letter: a new site gets a letter's
+// scenario with one call.
+func b2(site string) *scenario {
+	return &scenario{Key: "b2/" + site, Letter: "b2", Site: site, Method: "GET", Path: "/items/1", Want: 200, NoRecord: true, Phase: phaseLoad}
+}
+
+func c(site string) *scenario {
+	return &scenario{Key: "c/" + site, Letter: "c", Site: site, Method: "FETCH", Path: "/items/1",
+		Header: agentHeader(scopeRead), Want: 200, Phase: phaseLoad}
+}
+
+func d(site string) *scenario {
+	return &scenario{Key: "d/" + site, Letter: "d", Site: site, Method: "LOOKUP", Path: "/item/d-{run}",
+		Header: agentHeader(scopeRead, "Content-Type", "application/json"), Body: bodyOne, Contract: true, Want: 200, Phase: phaseLoad}
+}
+
+func e1(site string) *scenario {
+	return &scenario{Key: "e1/" + site, Letter: "e1", Site: site, Method: "LOOKUP", Path: "/slow-one/e-{run}",
+		Header: agentHeader(scopeRead, "Content-Type", "application/json"), Body: bodyOne, Contract: true, Want: 200, Phase: phaseSlow}
+}
+
+func e3(site string) *scenario {
+	return &scenario{Key: "e3/" + site, Letter: "e3", Site: site, Method: "COMPARE", Path: "/slow-three/e-{run}",
+		Header: agentHeader(scopeRead, "Content-Type", "application/json"), Body: bodyThree, Contract: true, Want: 200, Phase: phaseSlow}
+}
+
+func f(site string) *scenario {
+	return &scenario{Key: "f/" + site, Letter: "f", Site: site, Method: "LOOKUP", Path: "/nothing",
+		Header: agentHeader(scopeNegotiate, "Allow-RCNS", "true"), Want: 464, Phase: phaseLoad}
+}
+
+func g(site string) *scenario {
+	return &scenario{Key: "g/" + site, Letter: "g", Site: site, Method: "LOOKUP", Path: "/item/g-{run}-{i}",
+		Header: agentHeader(scopeNegotiate, "Allow-RCNS", "true", "Content-Type", "application/json"), Body: bodyOne, Want: 263, Phase: phaseLoad}
+}
+
+// scenarios returns every scenario of the comparison in table order;
+// "b" comes first and is the reference of every load scenario.
+func scenarios() []*scenario {
+	return []*scenario{
+		{Key: "b", Letter: "b", Site: "proxy", Method: "GET", Path: "/items/1", Want: 200, NoRecord: true, Phase: phaseLoad},
+		b2("nokey"),
+		c("nokey"), d("nokey"), f("nokey"), g("nokey"),
+		c("ed25519"), d("ed25519"), f("ed25519"), g("ed25519"),
+		f("group"), g("group"),
+		e1("nokey"), e3("nokey"),
+		e1("ed25519"), e3("ed25519"),
+	}
+}
+
+// target is one performance target, judged on every run.
+type target struct {
+	Name string // as the page shows it
+	// Key is the scenario judged. For kindCPU, the median over rounds
+	// of its Caddy CPU per request minus that of the (b) runs around
+	// it, µs; for kindSlow, the median over rounds of the p50 of Key
+	// divided by the p50 of Of in the same round.
+	Key, Of string
+	Kind    targetKind
+	Limit   float64
+	// Below: the value must be less than Limit; otherwise at most Limit.
+	Below bool
+}
+
+type targetKind string
+
+const (
+	kindCPU  targetKind = "cpu"  // Caddy CPU µs per request more than (b)
+	kindSlow targetKind = "slow" // p50 ratio of two (e) scenarios
+)
+
+// targets are the project's load targets (issue 18 of its tracker).
+var targets = []target{
+	{Name: "(c) Tier B, no record key: Caddy CPU per request ≤ (b) + 15 µs", Key: "c/nokey", Kind: kindCPU, Limit: 15},
+	{Name: "(d) contract presentation, no record key: ≤ (b) + 15 µs", Key: "d/nokey", Kind: kindCPU, Limit: 15},
+	{Name: "(c) Tier B, Ed25519 record key: ≤ (b) + 30 µs", Key: "c/ed25519", Kind: kindCPU, Limit: 30},
+	{Name: "(d) contract presentation, Ed25519 record key: ≤ (b) + 30 µs", Key: "d/ed25519", Kind: kindCPU, Limit: 30},
+	{Name: "(f) gate refusal, no record key: < (b)", Key: "f/nokey", Kind: kindCPU, Limit: 0, Below: true},
+	{Name: "(f) gate refusal, Ed25519 record key: < (b)", Key: "f/ed25519", Kind: kindCPU, Limit: 0, Below: true},
+	{Name: "(e) no record key: p50 of three parallel 20 ms steps ≤ 1.15 × p50 of one", Key: "e3/nokey", Of: "e1/nokey", Kind: kindSlow, Limit: 1.15},
+	{Name: "(e) Ed25519 record key: p50 of three parallel 20 ms steps ≤ 1.15 × p50 of one", Key: "e3/ed25519", Of: "e1/ed25519", Kind: kindSlow, Limit: 1.15},
+}
+
+// checkScenarios reports a scenario list that cannot run: a duplicate
+// key, a site not in sites, a letter the page does not explain, no (b),
+// or a target naming a scenario not in the list.
+func checkScenarios(all []*scenario) error {
+	seen := map[string]bool{}
+	for _, s := range all {
+		switch {
+		case seen[s.Key]:
+			return fmt.Errorf("scenario %q is listed twice", s.Key)
+		case siteNamed(s.Site) == nil:
+			return fmt.Errorf("scenario %q: no site %q", s.Key, s.Site)
+		case letters[s.Letter] == "":
+			return fmt.Errorf("scenario %q: letter %q has no description", s.Key, s.Letter)
+		case s.Want < 100 || s.Want > 999:
+			return fmt.Errorf("scenario %q: expected status %d", s.Key, s.Want)
+		case s.Phase != phaseLoad && s.Phase != phaseSlow:
+			return fmt.Errorf("scenario %q: phase %q", s.Key, s.Phase)
+		}
+		seen[s.Key] = true
+	}
+	if !seen["b"] || all[0].Key != "b" {
+		return fmt.Errorf("the reference scenario b must come first")
+	}
+	for _, t := range targets {
+		for _, k := range []string{t.Key, t.Of} {
+			if k != "" && !seen[k] {
+				return fmt.Errorf("target %q: no scenario %q", t.Name, k)
+			}
+		}
+	}
+	return nil
+}
+
+// filterScenarios keeps the scenarios whose key, letter or site is in
+// the comma-separated list only (all for ""); b is always kept, as
+// every load scenario is measured against it. A token that names no
+// scenario is an error.
 func filterScenarios(all []*scenario, only string) ([]*scenario, error) {
-	if only == "" {
+	if strings.TrimSpace(only) == "" {
 		return all, nil
 	}
-	want := map[string]bool{"a": true, "b": true}
+	want := map[string]bool{}
 	for _, k := range strings.Split(only, ",") {
-		if k = strings.TrimSpace(k); k != "" { // "c,d," as "c,d", as -profile reads it
+		if k = strings.TrimSpace(k); k != "" {
 			want[k] = true
 		}
 	}
+	used := map[string]bool{}
 	var out []*scenario
-	used := map[string]bool{"a": true, "b": true}
 	for _, s := range all {
-		matched := false
-		for _, k := range []string{s.Key, s.Letter, s.Variant} {
-			if k != "" && want[k] {
-				used[k], matched = true, true
+		hit := s.Key == "b"
+		for _, k := range []string{s.Key, s.Letter, s.Site} {
+			if want[k] {
+				used[k], hit = true, true
 			}
 		}
-		if matched {
+		if hit {
 			out = append(out, s)
 		}
 	}
@@ -153,7 +268,16 @@ func filterScenarios(all []*scenario, only string) ([]*scenario, error) {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return nil, fmt.Errorf("-only: %s names no scenario (keys such as c/nokey, letters a b b2 bh bd c d e1 e3 f g, variants nokey ed25519 group headers exchange)", strings.Join(unknown, ", "))
+		return nil, fmt.Errorf("-only: %s names no scenario (keys such as d/nokey, letters such as c, sites such as ed25519)", strings.Join(unknown, ", "))
 	}
 	return out, nil
+}
+
+// path returns the scenario's request path for run tag and index i.
+func (s *scenario) path(tag string, i int) string {
+	p := strings.ReplaceAll(s.Path, "{run}", tag)
+	if strings.Contains(p, "{i}") {
+		p = strings.ReplaceAll(p, "{i}", strconv.Itoa(i))
+	}
+	return p
 }

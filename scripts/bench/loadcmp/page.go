@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"strings"
+	"text/template"
+	"time"
+)
+
+// pageTemplate is docs/performance.md's text; renderPage fills it in.
+//
+//go:embed page.md.tmpl
+var pageTemplate string
+
+// pageData is what the page template reads.
+type pageData struct {
+	Meta       map[string]string
+	O          options
+	Verdicts   []verdict
+	Missed     int // targets measured and not met
+	Unmeasured int // targets whose scenarios did not run
+	Load, Slow []*summary
+	Letters    [][2]string // letter, description, in table order
+	Sites      []*site     // the sites the run's scenarios use
+	OtherMed   float64     // cores
+	OtherMax   float64     // cores
+	StatRuns   int         // runs whose Caddy CPU came from /proc/PID/stat ticks
+	Runs       int
+	// Stages: for each missed target whose scenario was profiled, the
+	// heaviest functions of this module in its profile.
+	Stages []stage
+}
+
+// maxStages bounds the missed targets the page breaks down (the page
+// stays under 200 lines); profiles/summary.txt has every profile.
+const maxStages = 3
+
+// stage is a missed target's profile breakdown.
+type stage struct {
+	Key    string
+	V      verdict
+	Frames []frame
+}
+
+var pageFuncs = template.FuncMap{
+	"f0": func(v float64) string { return fmt.Sprintf("%.0f", v) },
+	"f1": func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"f2": func(v float64) string { return fmt.Sprintf("%.2f", v) },
+	// us: a difference in µs with its range, "+4.2 (−1.0 to +9.3)".
+	"us": func(s spread) string {
+		if s.N == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%+.1f (%+.1f to %+.1f)", s.Med, s.Lo, s.Hi)
+	},
+	// ratio: a ratio with its range, "0.91 (0.88–0.95)".
+	"ratio": func(s spread) string {
+		if s.N == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f (%.2f–%.2f)", s.Med, s.Lo, s.Hi)
+	},
+	"dur": func(d time.Duration) string { return d.String() },
+	// shown: a scenario path as the page shows it, "{run}" and "{i}" as "…".
+	"shown": func(p string) string { return strings.NewReplacer("{run}", "…", "{i}", "…").Replace(p) },
+}
+
+// renderPage renders the page of a comparison's results.
+func renderPage(r *results) (string, error) {
+	t, err := template.New("page.md.tmpl").Funcs(pageFuncs).Option("missingkey=error").Parse(pageTemplate)
+	if err != nil {
+		return "", err
+	}
+	pd := pageData{Meta: r.Meta, O: r.Options, Verdicts: r.judge(), Runs: len(r.Runs)}
+	for _, v := range pd.Verdicts {
+		switch {
+		case !v.Measured:
+			pd.Unmeasured++
+		case !v.Met:
+			pd.Missed++
+			if fr := r.Profiles[v.T.Key]; len(fr) > 0 && len(pd.Stages) < maxStages {
+				pd.Stages = append(pd.Stages, stage{Key: v.T.Key, V: v, Frames: fr})
+			}
+		}
+	}
+	seenLetter, seenSite := map[string]bool{}, map[string]bool{}
+	for _, sm := range r.summarize() {
+		if sm.S.Phase == phaseSlow {
+			pd.Slow = append(pd.Slow, sm)
+		} else {
+			pd.Load = append(pd.Load, sm)
+		}
+		pd.StatRuns += sm.StatRuns
+		if !seenLetter[sm.S.Letter] {
+			seenLetter[sm.S.Letter] = true
+			pd.Letters = append(pd.Letters, [2]string{sm.S.Letter, letters[sm.S.Letter]})
+		}
+		seenSite[sm.S.Site] = true
+	}
+	for _, s := range sites {
+		if seenSite[s.Name] {
+			pd.Sites = append(pd.Sites, s)
+		}
+	}
+	pd.OtherMed, pd.OtherMax = r.otherLoad()
+	var b bytes.Buffer
+	if err := t.Execute(&b, pd); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
