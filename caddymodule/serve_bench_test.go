@@ -35,7 +35,7 @@ import (
 // request, against a real upstream on 127.0.0.1 (the same fixed JSON
 // item the load comparison's upstream serves), with the load test's
 // documents (scripts/bench/docs) and its gateway settings. They give the
-// gateway's own cost per scenario of docs/performance.md in ns/op and
+// gateway's own cost per load scenario of make bench (scripts/bench/loadcmp) in ns/op and
 // allocs/op, next to Caddy's reverse_proxy over the same upstream
 // (BenchmarkServe/b-reverse_proxy), without the load generator and the
 // upstream competing for the same cores.
@@ -220,7 +220,7 @@ var notFound = caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request
 	return nil
 })
 
-// BenchmarkServe gives, per scenario of docs/performance.md, the cost of
+// BenchmarkServe gives, per load scenario of make bench (scripts/bench/loadcmp), the cost of
 // one request through the handler in process (ns/op, B/op, allocs/op),
 // upstream round trip over loopback included:
 //

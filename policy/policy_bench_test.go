@@ -1,6 +1,6 @@
 package policy
 
-// Per-stage benchmarks of the request path (docs/performance.md): the
+// Per-stage benchmarks of the request path (go test -bench): the
 // parse and identity stages and the gate, as caddymodule's serve and
 // gateway call them, with the bench documents' shapes
 // (scripts/bench/docs). Run with `make bench` or

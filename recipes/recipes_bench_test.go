@@ -1,6 +1,6 @@
 package recipes
 
-// Per-stage benchmarks (docs/performance.md): the plan, upstream and
+// Per-stage benchmarks (go test -bench; the load comparison is make bench): the plan, upstream and
 // validation stages of a contract presentation, a Tier B call and a
 // synthesis, on the load test's own documents (scripts/bench/docs)
 // against an in-process httptest upstream.

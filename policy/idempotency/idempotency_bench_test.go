@@ -1,6 +1,6 @@
 package idempotency
 
-// Per-stage benchmarks (docs/performance.md): the idempotency stage of a
+// Per-stage benchmarks (go test -bench; the load comparison is make bench): the idempotency stage of a
 // request that carries an Idempotency-Key, as caddymodule's claim and
 // writeRaw use it.
 

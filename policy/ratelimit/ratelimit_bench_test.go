@@ -1,6 +1,6 @@
 package ratelimit
 
-// Per-stage benchmarks (docs/performance.md): the rate-limit stage of a
+// Per-stage benchmarks (go test -bench; the load comparison is make bench): the rate-limit stage of a
 // gate request, as caddymodule's spend calls it: Allow, then the
 // RateLimit-Policy and RateLimit field values it puts on the answer.
 

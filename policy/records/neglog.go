@@ -43,7 +43,7 @@ const (
 // GroupFsyncInterval is the least time between two fsyncs under
 // [FsyncGroup]. Zero: a floor (10 ms before) only added latency, since
 // records arriving during an fsync already share the next one
-// (docs/performance.md).
+// (BenchmarkLogAppend in records_bench_test.go measures it).
 const GroupFsyncInterval = 0
 
 // DefaultMaxFileBytes is the size at which a negotiation log file is

@@ -1,6 +1,6 @@
 package records
 
-// Per-stage benchmarks (docs/performance.md): the record and signing
+// Per-stage benchmarks (go test -bench; the load comparison is make bench): the record and signing
 // stages of every AGTP answer (Attribution-Record: payload, chain,
 // signature) and of every gate evaluation (negotiation log append), with
 // the shapes caddymodule builds.
