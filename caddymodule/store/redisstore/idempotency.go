@@ -43,7 +43,10 @@ import (
 // member in the agent's index, its member in the global index.
 // Returns {outcome} or {outcome, stored answer}; outcomes as
 // idempotency.Outcome.
-var claimScript = redis.NewScript(`
+var claimScript = redis.NewScript(claimLua)
+
+// claimLua is claimScript's source.
+const claimLua = `
 local now = tonumber(ARGV[1])
 local hold = now + tonumber(ARGV[3])
 local r = redis.call('HMGET', KEYS[1], 'fp', 'st', 'pv', 'cs', 'exp', 'r')
@@ -82,7 +85,7 @@ redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'fp', ARGV[2], 'tok', ARGV[6], 'exp', hold)
 index(hold)
 return {0}
-`)
+`
 
 // completeScript stores the answer of the claim whose token is ARGV[2].
 // KEYS as claimScript. ARGV: now, token, window, answer, status,
