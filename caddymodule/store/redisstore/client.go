@@ -28,8 +28,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -107,6 +109,16 @@ type Config struct {
 	MaxContractsCached int
 	// Observer, when set, is told about every round trip.
 	Observer store.Observer
+	// RestartQuarantine is how long claims are refused (ErrUnavailable)
+	// after the client sees a Redis server that restarted: a run id it
+	// has not seen for that server, with an uptime shorter than this. A
+	// server that restarted empty has forgotten the keys held by plans
+	// still running; refusing claims until the longest plan has ended
+	// keeps one request from executing twice. Set it to the
+	// Idempotency-Key in-flight hold (idempotency.Limits.InFlightHold:
+	// the longest a request runs). 0 turns it off. A Sentinel failover
+	// promotes a replica that has run for long and is not quarantined.
+	RestartQuarantine time.Duration
 	// Now is the clock (nil: time.Now). Expiry logic in the scripts runs
 	// on the caller's clock, so nodes must agree on time (NTP); tests
 	// inject a fake one. Rate limits use Redis's own clock (redis_rate).
@@ -125,6 +137,11 @@ type Client struct {
 
 	mu       sync.Mutex
 	limiters map[string]*limiter // by budget configuration
+	// runIDs maps each server (its cluster node id, or "master") to
+	// the run id last seen; quarantine is when claims may start again
+	// (Unix ns; 0 none).
+	runIDs     map[string]string
+	quarantine atomic.Int64
 }
 
 // New validates cfg, builds the client and checks that Redis answers
@@ -202,6 +219,11 @@ func newClient(cfg Config) (*Client, error) {
 		PoolTimeout: cfg.DialTimeout, PoolSize: cfg.PoolSize, TLSConfig: tlsConf,
 		MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
 	}
+	c := &Client{cfg: cfg, cluster: cfg.Mode == ModeCluster, prefix: cfg.KeyPrefix,
+		limiters: map[string]*limiter{}, runIDs: map[string]string{}}
+	if cfg.RestartQuarantine > 0 {
+		opt.OnConnect = c.onConnect
+	}
 	var rdb redis.UniversalClient
 	switch cfg.Mode {
 	case ModeSingle:
@@ -239,8 +261,69 @@ func newClient(cfg Config) (*Client, error) {
 	if obs == nil {
 		obs = store.ObserverFunc(func(store.Op, time.Duration, error) {})
 	}
-	return &Client{cfg: cfg, rdb: rdb, cluster: cfg.Mode == ModeCluster, prefix: cfg.KeyPrefix, now: now, obs: obs,
-		limiters: map[string]*limiter{}}, nil
+	c.rdb, c.now, c.obs = rdb, now, obs
+	return c, nil
+}
+
+// onConnect reads, on each new connection, which server run it reached
+// (INFO server: run_id, uptime_in_seconds) and starts a quarantine when
+// that server restarted less than RestartQuarantine ago. The first run
+// id seen for a server is its baseline. Errors leave the connection
+// usable.
+func (c *Client) onConnect(ctx context.Context, cn *redis.Conn) error {
+	info, err := cn.Info(ctx, "server").Result()
+	if err != nil {
+		return nil
+	}
+	server := "master"
+	if c.cluster {
+		if server, err = cn.ClusterMyID(ctx).Result(); err != nil {
+			return nil
+		}
+	}
+	var runID string
+	var uptime time.Duration
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch k {
+		case "run_id":
+			runID = v
+		case "uptime_in_seconds":
+			n, _ := strconv.ParseInt(v, 10, 64)
+			uptime = time.Duration(n) * time.Second
+		}
+	}
+	c.sawRun(server, runID, uptime)
+	return nil
+}
+
+// sawRun records that server runs as runID since uptime ago.
+func (c *Client) sawRun(server, runID string, uptime time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev, known := c.runIDs[server]
+	c.runIDs[server] = runID
+	if !known || prev == runID || uptime >= c.cfg.RestartQuarantine {
+		return
+	}
+	until := c.now().Add(c.cfg.RestartQuarantine - uptime).UnixNano()
+	if until > c.quarantine.Load() {
+		c.quarantine.Store(until)
+	}
+}
+
+// quarantined returns the error claims fail with while a restarted
+// server's quarantine lasts, else nil.
+func (c *Client) quarantined() error {
+	until := c.quarantine.Load()
+	if until == 0 {
+		return nil
+	}
+	left := time.Unix(0, until).Sub(c.now())
+	if left <= 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: Redis restarted; claims resume in %v, once every plan that may have held a key before it has ended", store.ErrUnavailable, left.Round(time.Second))
 }
 
 // Close closes the pool and the limiters' header renderers. Calls made

@@ -165,6 +165,9 @@ func (s *idem) ClaimConfirming(ctx context.Context, agentID, key, fp, synthesisI
 }
 
 func (s *idem) claim(ctx context.Context, agentID, key, fp, synthesisID string, pending bool) (store.Claimed, error) {
+	if err := s.c.quarantined(); err != nil {
+		return store.Claimed{}, err
+	}
 	keys, member, global := s.keys(agentID, key)
 	token := newToken()
 	p := "0"
@@ -181,6 +184,14 @@ func (s *idem) claim(ctx context.Context, agentID, key, fp, synthesisID string, 
 		return store.Claimed{}, fmt.Errorf("%w: claim script returned nothing", store.ErrUnavailable)
 	}
 	code, _ := v[0].(int64)
+	if err := s.c.quarantined(); err != nil {
+		// The connection that ran the script found the server restarted:
+		// the claim is released, nothing may execute yet.
+		if code == 0 {
+			_ = (&claim{s: s, agent: agentID, key: key, token: token}).Abandon(ctx)
+		}
+		return store.Claimed{}, err
+	}
 	var stored *idempotency.Response
 	if len(v) > 1 {
 		raw, _ := v[1].(string)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -344,3 +345,47 @@ func init() {
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
+
+// TestRestartQuarantine: after Redis restarts empty, claims are refused
+// until a request that held a key before the restart has ended, then
+// served again.
+func TestRestartQuarantine(t *testing.T) {
+	srv := redistest.StartServer(t)
+	clock := storetest.NewClock()
+	c, err := New(context.Background(), Config{Addrs: []string{srv.Addr()}, RestartQuarantine: 2 * time.Minute, Now: clock.Now,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	set, err := c.Set(store.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if got, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
+		t.Fatalf("claim before the restart: %v %v", got.Outcome, err)
+	}
+	srv.Restart()
+	// The first calls after the restart meet broken connections, then
+	// the new one finds the new run: either way, nothing executes.
+	var last error
+	for range 5 {
+		got, err := set.Idempotency.Claim(ctx, "a", "k", "fp")
+		if err == nil {
+			t.Fatalf("claim right after the restart: %v, want refused", got.Outcome)
+		}
+		last = err
+	}
+	if !errors.Is(last, store.ErrUnavailable) || !strings.Contains(last.Error(), "Redis restarted") {
+		t.Fatalf("claim after the restart: %v, want the quarantine", last)
+	}
+	// Other state is served meanwhile.
+	if _, err := set.Replay.Seen(ctx, "a", []byte("s"), clock.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	if got, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
+		t.Fatalf("claim after the quarantine: %v %v", got.Outcome, err)
+	}
+}
