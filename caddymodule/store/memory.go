@@ -60,6 +60,7 @@ func NewMemory(l Limits, now func() time.Time) *Memory {
 		records:   newMemRecords(l.MaxRecords, l.RecordRetention, now),
 	}
 	m.set = Set{
+		Presenter:   memPresenter{m},
 		Idempotency: memIdempotency{m},
 		Limiters:    memLimiters{m},
 		Contracts:   memContracts{m.contracts},
@@ -160,6 +161,24 @@ func newToken() string {
 		panic("crypto/rand failed: " + err.Error())
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// memPresenter is Present as the three calls it combines.
+type memPresenter struct{ m *Memory }
+
+func (a memPresenter) Present(_ context.Context, req PresentRequest) (Presentation, error) {
+	c, res := a.m.contracts.Lookup(req.SynthesisID)
+	p := Presentation{Contract: c, Lookup: res}
+	if c == nil {
+		return p, nil
+	}
+	p.State = a.m.contracts.State(c)
+	if res == recipes.LookupFound && req.Claim && req.Key != "" && c.OriginatingAgentID == req.Presenter &&
+		c.Method == req.Method && c.Path == req.Path {
+		cl := claimed(a.m.idemStore().ClaimConfirming(req.Presenter, req.Key, req.Fingerprint, c.SynthesisID, p.State == recipes.StatePending))
+		p.Claimed = &cl
+	}
+	return p, nil
 }
 
 // memLimiters keeps one ratelimit.Limiter per budget name, replaced when

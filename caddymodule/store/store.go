@@ -236,9 +236,53 @@ type Records interface {
 	Heads(ctx context.Context, agentID string) ([]Head, error)
 }
 
+// PresentRequest is a request presenting a contract (RCNS §10 step 7).
+type PresentRequest struct {
+	// Presenter is the presenting Agent-ID.
+	Presenter string
+	// SynthesisID is the presented contract (Contract-Synthesized).
+	SynthesisID string
+	// Method and Path are the request's dispatched pair.
+	Method, Path string
+	// Key and Fingerprint are the request's Idempotency-Key and
+	// fingerprint; Key "" claims nothing.
+	Key, Fingerprint string
+	// Claim asks for the key to be claimed (ClaimConfirming, pending
+	// read from the contract) when the contract is found, live, the
+	// presenter's, and serves (Method, Path). The engine sets it when
+	// no refusal that needs no contract is due first (the
+	// scope_required_for_invocation header check).
+	Claim bool
+}
+
+// Presentation is what Present found, and the claim it made.
+type Presentation struct {
+	// Contract, Lookup: as Contracts.Lookup.
+	Contract *recipes.Contract
+	Lookup   int
+	// State is the contract's state when found (pending, active, or how
+	// it ended).
+	State string
+	// Claimed is the claim's result, nil when no claim was made (no key,
+	// Claim false, or the contract not found, ended, another agent's or
+	// for another pair).
+	Claimed *Claimed
+}
+
+// Presenter serves a contract presentation in one round trip: the
+// lookup of the contract in the presenter's slot and, in the same
+// script, the claim of its Idempotency-Key. It is exactly
+// Contracts.Lookup, Contracts.State and Idempotency.ClaimConfirming
+// done in that order, atomically.
+type Presenter interface {
+	Present(ctx context.Context, req PresentRequest) (Presentation, error)
+}
+
 // Set is every kind of state one gateway name shares, all from one
 // store.
 type Set struct {
+	// Presenter combines a contract lookup with its key's claim.
+	Presenter   Presenter
 	Idempotency Idempotency
 	Limiters    Limiters
 	Contracts   Contracts
@@ -333,6 +377,7 @@ const (
 	OpContractUpdate Op = "contract_update"
 	OpContractPair   Op = "contract_pair"
 	OpContractList   Op = "contract_list"
+	OpPresent        Op = "present"
 	OpReplay         Op = "replay"
 	OpAttempt        Op = "attempt"
 	OpRecord         Op = "record"
@@ -341,7 +386,7 @@ const (
 
 // Ops lists every Op, for registering metric label values.
 var Ops = []Op{OpClaim, OpComplete, OpAbandon, OpRateLimit, OpContractMint, OpContractLookup,
-	OpContractUpdate, OpContractPair, OpContractList, OpReplay, OpAttempt, OpRecord, OpPing}
+	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpReplay, OpAttempt, OpRecord, OpPing}
 
 // Observer is told about every round trip a store makes: the operation,
 // its latency, and its error (nil, or one wrapping ErrUnavailable). The

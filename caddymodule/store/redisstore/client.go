@@ -366,8 +366,10 @@ func (c *Client) Set(l store.Limits, rs *recipes.Restorer) (store.Set, error) {
 	if err != nil {
 		return store.Set{}, err
 	}
+	idem := newIdempotency(c, l.Idempotency)
 	return store.Set{
-		Idempotency: newIdempotency(c, l.Idempotency),
+		Presenter:   presenter{c: c, idem: idem, contracts: contracts},
+		Idempotency: idem,
 		Limiters:    limiters{c},
 		Contracts:   contracts,
 		Replay:      replay{c},

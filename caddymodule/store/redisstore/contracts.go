@@ -23,6 +23,7 @@ import (
 //	exp   ExpiresAt (Unix ms)
 //	at    when it ended (Unix ms; absent while live)
 //	seq   its issue order among the agent's contracts
+//	m, p  its method and path
 //	meta  recipes.CapturedContract as JSON
 //	plan  its captured plan (recipes.Recipe.Plan)
 //
@@ -58,7 +59,7 @@ end
 local n = redis.call('ZCARD', KEYS[2])
 if n >= tonumber(ARGV[6]) then return {2, n} end
 local seq = redis.call('INCR', KEYS[4])
-redis.call('HSET', KEYS[1], 's', ARGV[3], 'exp', ARGV[2], 'seq', seq, 'meta', ARGV[4], 'plan', ARGV[5])
+redis.call('HSET', KEYS[1], 's', ARGV[3], 'exp', ARGV[2], 'seq', seq, 'm', ARGV[11], 'p', ARGV[12], 'meta', ARGV[4], 'plan', ARGV[5])
 redis.call('PEXPIREAT', KEYS[1], ARGV[8])
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[9])
 extend(KEYS[2], ARGV[8])
@@ -165,7 +166,7 @@ func (s *contracts) Mint(ctx context.Context, c *recipes.Contract, mode string) 
 	}
 	start := time.Now()
 	v, err := s.c.pipeScript(ctx, mintScript, keys, []any{s.c.nowMS(), exp, state, meta, plan,
-		s.limits.MaxPerAgent, s.limits.MaxContracts, keep, id, member}, func(p redis.Pipeliner) {
+		s.limits.MaxPerAgent, s.limits.MaxContracts, keep, id, member, c.Method, c.Path}, func(p redis.Pipeliner) {
 		p.Set(ctx, s.ownerKey(id), agent, 0)
 		p.PExpireAt(ctx, s.ownerKey(id), time.UnixMilli(keep))
 		if s.c.cluster {

@@ -45,46 +45,53 @@ import (
 // idempotency.Outcome.
 var claimScript = redis.NewScript(claimLua)
 
-// claimLua is claimScript's source.
-const claimLua = `
-local now = tonumber(ARGV[1])
-local hold = now + tonumber(ARGV[3])
-local r = redis.call('HMGET', KEYS[1], 'fp', 'st', 'pv', 'cs', 'exp', 'r')
-local exp = tonumber(r[5])
-local function index(score)
-  redis.call('PEXPIREAT', KEYS[1], score)
-  redis.call('ZADD', KEYS[2], score, ARGV[9])
-  if redis.call('PTTL', KEYS[2]) == -1 then redis.call('PEXPIREAT', KEYS[2], score) else redis.call('PEXPIREAT', KEYS[2], score, 'GT') end
-  if KEYS[3] then redis.call('ZADD', KEYS[3], score, ARGV[10]) end
-end
-if exp and exp > now then
-  local done = r[2] ~= false
-  if ARGV[7] ~= '' and r[1] == ARGV[2] and done then
-    local pv, cs = r[3] or '', r[4] or ''
-    local named = pv
-    if named == '' then named = cs end
-    if named ~= '' and named ~= ARGV[7] then return {6} end
-    if ARGV[8] == '1' and tonumber(r[2]) == 461 and pv == ARGV[7] then
-      redis.call('HSET', KEYS[1], 'ps', r[2], 'pr', r[6], 'ppv', pv, 'pcs', cs, 'pexp', r[5], 'tok', ARGV[6], 'exp', hold)
-      redis.call('HDEL', KEYS[1], 'st', 'r', 'pv', 'cs')
-      index(hold)
-      return {0, r[6]}
-    end
+// claimFuncLua defines claim(K, A): claimScript's logic with KEYS as K
+// and ARGV as A, shared with presentScript.
+const claimFuncLua = `
+local function claim(K, A)
+  local now = tonumber(A[1])
+  local hold = now + tonumber(A[3])
+  local r = redis.call('HMGET', K[1], 'fp', 'st', 'pv', 'cs', 'exp', 'r')
+  local exp = tonumber(r[5])
+  local function index(score)
+    redis.call('PEXPIREAT', K[1], score)
+    redis.call('ZADD', K[2], score, A[9])
+    if redis.call('PTTL', K[2]) == -1 then redis.call('PEXPIREAT', K[2], score) else redis.call('PEXPIREAT', K[2], score, 'GT') end
+    if K[3] then redis.call('ZADD', K[3], score, A[10]) end
   end
-  if r[1] ~= ARGV[2] then return {2} end
-  if not done then return {3} end
-  return {1, r[6]}
+  if exp and exp > now then
+    local done = r[2] ~= false
+    if A[7] ~= '' and r[1] == A[2] and done then
+      local pv, cs = r[3] or '', r[4] or ''
+      local named = pv
+      if named == '' then named = cs end
+      if named ~= '' and named ~= A[7] then return {6} end
+      if A[8] == '1' and tonumber(r[2]) == 461 and pv == A[7] then
+        redis.call('HSET', K[1], 'ps', r[2], 'pr', r[6], 'ppv', pv, 'pcs', cs, 'pexp', r[5], 'tok', A[6], 'exp', hold)
+        redis.call('HDEL', K[1], 'st', 'r', 'pv', 'cs')
+        index(hold)
+        return {0, r[6]}
+      end
+    end
+    if r[1] ~= A[2] then return {2} end
+    if not done then return {3} end
+    return {1, r[6]}
+  end
+  redis.call('ZREMRANGEBYSCORE', K[2], '-inf', now)
+  if K[3] then
+    redis.call('ZREMRANGEBYSCORE', K[3], '-inf', now)
+    if redis.call('ZCARD', K[3]) >= tonumber(A[5]) then return {5} end
+  end
+  if redis.call('ZCARD', K[2]) >= tonumber(A[4]) then return {4} end
+  redis.call('DEL', K[1])
+  redis.call('HSET', K[1], 'fp', A[2], 'tok', A[6], 'exp', hold)
+  index(hold)
+  return {0}
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-if KEYS[3] then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[5]) then return {5} end
-end
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return {4} end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'fp', ARGV[2], 'tok', ARGV[6], 'exp', hold)
-index(hold)
-return {0}
+`
+
+// claimLua is claimScript's source.
+const claimLua = claimFuncLua + `return claim(KEYS, ARGV)
 `
 
 // completeScript stores the answer of the claim whose token is ARGV[2].
@@ -184,17 +191,27 @@ func (s *idem) claim(ctx context.Context, agentID, key, fp, synthesisID string, 
 		return store.Claimed{}, fmt.Errorf("%w: claim script returned nothing", store.ErrUnavailable)
 	}
 	code, _ := v[0].(int64)
+	raw := ""
+	if len(v) > 1 {
+		raw, _ = v[1].(string)
+	}
+	return s.claimed(ctx, agentID, key, token, code, raw)
+}
+
+// claimed turns the claim logic's reply (outcome code, stored answer)
+// into a Claimed. A claim made while a restarted server's quarantine
+// started (the connection that ran it found the new run) is released
+// and refused.
+func (s *idem) claimed(ctx context.Context, agentID, key, token string, code int64, raw string) (store.Claimed, error) {
 	if err := s.c.quarantined(); err != nil {
-		// The connection that ran the script found the server restarted:
-		// the claim is released, nothing may execute yet.
 		if code == 0 {
 			_ = (&claim{s: s, agent: agentID, key: key, token: token}).Abandon(ctx)
 		}
 		return store.Claimed{}, err
 	}
 	var stored *idempotency.Response
-	if len(v) > 1 {
-		raw, _ := v[1].(string)
+	if raw != "" {
+		var err error
 		if stored, err = decodeResponse([]byte(raw)); err != nil {
 			return store.Claimed{}, fmt.Errorf("%w: stored answer of key %q: %v", store.ErrUnavailable, key, err)
 		}

@@ -97,6 +97,8 @@ func TestRoundTripsPerOperation(t *testing.T) {
 	ctx := context.Background()
 	cnt.take() // the PING of New
 	agent := "a"
+	f := storetest.NewFixture(t)
+	minted := f.Contract(t, time.Now(), agent, "/trip", "rcns-gate", time.Hour)
 	lim, err := set.Limiters.Limiter(ratelimit.Budget{Name: "rcns", Burst: 10, PerMinute: 10}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +125,20 @@ func TestRoundTripsPerOperation(t *testing.T) {
 			return set.Records.Retain(ctx, store.Record{AuditID: "x", AgentID: agent, NodeID: "n"})
 		}, map[store.Op]int{store.OpRecord: 1}},
 		{"pair miss", func() error { _, err := set.Contracts.ActiveFor(ctx, agent, "BOOK", "/x"); return err }, map[store.Op]int{store.OpContractPair: 1}},
+		{"mint", func() error { _, err := set.Contracts.Mint(ctx, minted, store.ModeConfirmFirst); return err }, map[store.Op]int{store.OpContractMint: 1}},
+		{"keyed presentation", func() error {
+			p, err := set.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: minted.SynthesisID, Method: "BOOK", Path: "/trip", Key: "k2", Fingerprint: "fp", Claim: true})
+			if err == nil && (p.Claimed == nil || p.Claimed.Outcome != idempotency.Execute) {
+				err = fmt.Errorf("presentation claimed %+v", p.Claimed)
+			}
+			return err
+		}, map[store.Op]int{store.OpPresent: 1}},
+		{"activate", func() error { _, err := set.Contracts.Activate(ctx, minted); return err }, map[store.Op]int{store.OpContractUpdate: 1}},
+		{"pair hit", func() error { _, err := set.Contracts.ActiveFor(ctx, agent, "BOOK", "/trip"); return err }, map[store.Op]int{store.OpContractPair: 1}},
+		{"unknown presentation", func() error {
+			_, err := set.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: "syn-x", Method: "BOOK", Path: "/x", Key: "k3", Fingerprint: "fp", Claim: true})
+			return err
+		}, map[store.Op]int{store.OpPresent: 1, store.OpContractLookup: 2}},
 		{"lookup miss", func() error { _, _, err := set.Contracts.Lookup(ctx, agent, "syn-x"); return err }, map[store.Op]int{store.OpContractLookup: 2}},
 	}
 	for _, s := range steps {

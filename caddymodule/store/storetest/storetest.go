@@ -94,6 +94,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("idempotency-exactly-once", func(t *testing.T) { testExactlyOnce(t, h) })
 	t.Run("rate-limit", func(t *testing.T) { testRateLimit(t, h) })
 	t.Run("contracts", func(t *testing.T) { testContracts(t, h) })
+	t.Run("present", func(t *testing.T) { testPresent(t, h) })
 	t.Run("contracts-expiry", func(t *testing.T) { testContractExpiry(t, h) })
 	t.Run("contracts-bounds", func(t *testing.T) { testContractBounds(t, h) })
 	t.Run("replay-cache", func(t *testing.T) { testReplay(t, h) })
@@ -418,9 +419,10 @@ func testRateLimit(t *testing.T, h Harness) {
 	}
 }
 
-// fixture builds the recipe contracts capture: two steps over two
-// Tier B endpoints on upstream "up" (never called here).
-type fixture struct {
+// Fixture builds the recipe the suite's contracts capture: two steps
+// over two Tier B endpoints on upstream "up" (127.0.0.1:9, never
+// answering).
+type Fixture struct {
 	recipe    *recipes.Recipe
 	mp        *policy.MethodPolicy
 	upstreams map[string]*recipes.Upstream
@@ -452,14 +454,15 @@ steps:
 output: '{a: $a, b: $b}'
 `
 
-func newFixture(t *testing.T) *fixture {
+// NewFixture builds the fixture's endpoints and recipe.
+func NewFixture(t *testing.T) *Fixture {
 	t.Helper()
 	up, err := recipes.NewUpstream("up", "http://127.0.0.1:9", recipes.UpstreamOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(up.Close)
-	f := &fixture{mp: &policy.MethodPolicy{Catalog: policy.DefaultCatalog()}, upstreams: map[string]*recipes.Upstream{"up": up}}
+	f := &Fixture{mp: &policy.MethodPolicy{Catalog: policy.DefaultCatalog()}, upstreams: map[string]*recipes.Upstream{"up": up}}
 	eps := map[string]*recipes.Endpoint{}
 	for _, p := range []string{"/alpha", "/beta"} {
 		doc, err := schema.Parse("ep"+p+".yaml", fmt.Appendf(nil, fixtureEndpoint, p), schema.KindEndpoint)
@@ -482,8 +485,9 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-// restorer is a second node's: same upstream names, no loaded recipe.
-func (f *fixture) restorer(t *testing.T) *recipes.Restorer {
+// Restorer is a second node's: the same upstream names, no loaded
+// recipe.
+func (f *Fixture) Restorer(t *testing.T) *recipes.Restorer {
 	t.Helper()
 	rs, err := recipes.NewRestorer(f.mp, f.upstreams, nil, 16)
 	if err != nil {
@@ -493,9 +497,9 @@ func (f *fixture) restorer(t *testing.T) *recipes.Restorer {
 	return rs
 }
 
-// contract mints a contract value (not stored) for agent on (BOOK,
-// path) issued now for ttl.
-func (f *fixture) contract(t *testing.T, now time.Time, agent, path, origin string, ttl time.Duration) *recipes.Contract {
+// Contract returns a new contract value (not stored) of agent on
+// (BOOK, path), issued at now for ttl.
+func (f *Fixture) Contract(t *testing.T, now time.Time, agent, path, origin string, ttl time.Duration) *recipes.Contract {
 	t.Helper()
 	hash, ep, err := f.recipe.ContractHashFor("BOOK", path)
 	if err != nil {
@@ -525,8 +529,8 @@ func sameContract(t *testing.T, got, want *recipes.Contract) {
 
 func testContracts(t *testing.T, h Harness) {
 	clock := NewClock()
-	f := newFixture(t)
-	a, b := h.New(t, Config{Now: clock.Now, Restorer: f.restorer(t)})
+	f := NewFixture(t)
+	a, b := h.New(t, Config{Now: clock.Now, Restorer: f.Restorer(t)})
 	mint := func(s store.Set, c *recipes.Contract, mode, want string) {
 		t.Helper()
 		state, err := s.Contracts.Mint(ctx, c, mode)
@@ -551,7 +555,7 @@ func testContracts(t *testing.T, h Harness) {
 		return must[*recipes.Contract](t)(s.Contracts.ActiveFor(ctx, agent, "BOOK", "/trip"))
 	}
 
-	pending := f.contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Hour)
+	pending := f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Hour)
 	mint(a, pending, store.ModeConfirmFirst, recipes.StatePending)
 	if got, res := lookup(b, agentA, pending.SynthesisID); res != recipes.LookupFound {
 		t.Fatalf("lookup on the other node = %d", res)
@@ -583,13 +587,13 @@ func testContracts(t *testing.T, h Harness) {
 	// Newer contracts serve the pair; optimistic gate and PROPOSE ones
 	// start active.
 	clock.Advance(time.Second)
-	newer := f.contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Hour)
+	newer := f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Hour)
 	mint(b, newer, store.ModeOptimistic, recipes.StateActive)
 	sameContract(t, pair(a, agentA), newer)
-	proposed := f.contract(t, clock.Now(), agentA, "/other", recipes.OriginPropose, 2*time.Hour)
+	proposed := f.Contract(t, clock.Now(), agentA, "/other", recipes.OriginPropose, 2*time.Hour)
 	proposed.Persistent = true
 	mint(a, proposed, store.ModeConfirmFirst, recipes.StateActive)
-	other := f.contract(t, clock.Now(), agentB, "/trip", recipes.OriginPropose, time.Hour)
+	other := f.Contract(t, clock.Now(), agentB, "/trip", recipes.OriginPropose, time.Hour)
 	mint(b, other, store.ModeOptimistic, recipes.StateActive)
 
 	list := must[[]*recipes.Contract](t)(b.Contracts.List(ctx, agentA))
@@ -643,9 +647,9 @@ func testContracts(t *testing.T, h Harness) {
 
 func testContractExpiry(t *testing.T, h Harness) {
 	clock := NewClock()
-	f := newFixture(t)
-	a, b := h.New(t, Config{Now: clock.Now, Restorer: f.restorer(t), Limits: store.Limits{Contracts: recipes.StoreLimits{TombstoneTTL: time.Hour}}})
-	c := f.contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Minute)
+	f := NewFixture(t)
+	a, b := h.New(t, Config{Now: clock.Now, Restorer: f.Restorer(t), Limits: store.Limits{Contracts: recipes.StoreLimits{TombstoneTTL: time.Hour}}})
+	c := f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Minute)
 	if _, err := a.Contracts.Mint(ctx, c, store.ModeOptimistic); err != nil {
 		t.Fatal(err)
 	}
@@ -676,26 +680,26 @@ func testContractExpiry(t *testing.T, h Harness) {
 
 func testContractBounds(t *testing.T, h Harness) {
 	clock := NewClock()
-	f := newFixture(t)
-	a, b := h.New(t, Config{Now: clock.Now, Restorer: f.restorer(t), Limits: store.Limits{Contracts: recipes.StoreLimits{MaxPerAgent: 2, MaxContracts: 3}}})
+	f := NewFixture(t)
+	a, b := h.New(t, Config{Now: clock.Now, Restorer: f.Restorer(t), Limits: store.Limits{Contracts: recipes.StoreLimits{MaxPerAgent: 2, MaxContracts: 3}}})
 	if l := a.Contracts.Limits(); l.MaxPerAgent != 2 || l.MaxContracts != 3 || l.TombstoneTTL != 24*time.Hour {
 		t.Fatalf("limits = %+v", l)
 	}
 	for i, s := range []store.Set{a, b} {
-		if _, err := s.Contracts.Mint(ctx, f.contract(t, clock.Now(), agentA, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic); err != nil {
+		if _, err := s.Contracts.Mint(ctx, f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic); err != nil {
 			t.Fatalf("mint %d: %v", i, err)
 		}
 	}
-	_, err := a.Contracts.Mint(ctx, f.contract(t, clock.Now(), agentA, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic)
+	_, err := a.Contracts.Mint(ctx, f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic)
 	var le *store.LimitError
 	if !errors.As(err, &le) || !errors.Is(err, store.ErrAgentFull) || le.Held != 2 || le.Limit != 2 ||
 		err.Error() != "the agent already holds 2 live contracts; max_contracts_per_agent is 2; release some first" {
 		t.Fatalf("third contract of one agent: %v", err)
 	}
-	if _, err := b.Contracts.Mint(ctx, f.contract(t, clock.Now(), agentB, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic); err != nil {
+	if _, err := b.Contracts.Mint(ctx, f.Contract(t, clock.Now(), agentB, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic); err != nil {
 		t.Fatal(err)
 	}
-	_, err = b.Contracts.Mint(ctx, f.contract(t, clock.Now(), agentB, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic)
+	_, err = b.Contracts.Mint(ctx, f.Contract(t, clock.Now(), agentB, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic)
 	if h.Totals {
 		if !errors.As(err, &le) || !errors.Is(err, store.ErrStoreFull) || le.Held != 3 || le.Limit != 3 ||
 			err.Error() != "the gateway holds 3 live contracts, its maximum (max_contracts is 3); try later" {
@@ -706,7 +710,7 @@ func testContractBounds(t *testing.T, h Harness) {
 	}
 	// Expired contracts free the agent's share.
 	clock.Advance(time.Hour)
-	if _, err := a.Contracts.Mint(ctx, f.contract(t, clock.Now(), agentA, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic); err != nil {
+	if _, err := a.Contracts.Mint(ctx, f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic); err != nil {
 		t.Fatalf("after expiry: %v", err)
 	}
 }
@@ -802,5 +806,79 @@ func testRecords(t *testing.T, h Harness) {
 		if hs := must[[]store.Head](t)(b.Records.Heads(ctx, agentA)); len(hs) != 0 {
 			t.Fatalf("heads outlived the retention: %+v", hs)
 		}
+	}
+}
+
+func testPresent(t *testing.T, h Harness) {
+	clock := NewClock()
+	f := NewFixture(t)
+	a, b := h.New(t, Config{Now: clock.Now, Restorer: f.Restorer(t)})
+	c := f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Hour)
+	if _, err := a.Contracts.Mint(ctx, c, store.ModeConfirmFirst); err != nil {
+		t.Fatal(err)
+	}
+	gate := claim(t, a, agentA, "k", "fp")
+	if err := gate.Claim.Complete(ctx, idempotency.Response{Status: 461, Body: []byte("preview"), Previewed: c.SynthesisID}); err != nil {
+		t.Fatal(err)
+	}
+	present := func(s store.Set, req store.PresentRequest) store.Presentation {
+		t.Helper()
+		return must[store.Presentation](t)(s.Presenter.Present(ctx, req))
+	}
+	req := store.PresentRequest{Presenter: agentA, SynthesisID: c.SynthesisID, Method: "BOOK", Path: "/trip", Key: "k", Fingerprint: "fp", Claim: true}
+
+	p := present(b, req)
+	if p.Lookup != recipes.LookupFound || p.State != recipes.StatePending || p.Claimed == nil {
+		t.Fatalf("present = %+v", p)
+	}
+	sameContract(t, p.Contract, c)
+	wantOutcome(t, *p.Claimed, idempotency.Execute)
+	if pv := p.Claimed.Claim.Preview(); pv == nil || string(pv.Body) != "preview" {
+		t.Fatalf("the confirmation did not take the preview over: %+v", pv)
+	}
+	if again := present(a, req); again.Claimed == nil || again.Claimed.Outcome != idempotency.InFlight {
+		t.Fatalf("concurrent confirmation = %+v", again.Claimed)
+	}
+	if err := p.Claimed.Claim.Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	noClaim := req
+	noClaim.Claim = false
+	if p := present(a, noClaim); p.Claimed != nil || p.Lookup != recipes.LookupFound || p.State != recipes.StatePending {
+		t.Fatalf("present without claim = %+v", p)
+	}
+	noKey := req
+	noKey.Key = ""
+	if p := present(a, noKey); p.Claimed != nil || p.Lookup != recipes.LookupFound {
+		t.Fatalf("present without key = %+v", p)
+	}
+	other := req
+	other.Presenter = agentB
+	if p := present(b, other); p.Claimed != nil || p.Lookup != recipes.LookupFound || p.Contract.OriginatingAgentID != agentA {
+		t.Fatalf("present by another agent = %+v", p)
+	}
+	wrongPair := req
+	wrongPair.Path = "/elsewhere"
+	if p := present(b, wrongPair); p.Claimed != nil || p.Contract == nil || p.Contract.Path != "/trip" {
+		t.Fatalf("present on another pair = %+v", p)
+	}
+	unknown := req
+	unknown.SynthesisID = "syn-unknown"
+	if p := present(a, unknown); p.Claimed != nil || p.Lookup != recipes.LookupUnknown || p.Contract != nil {
+		t.Fatalf("present unknown = %+v", p)
+	}
+	// Accepted: the key now confirms an active contract, which replays
+	// the preview (it is no longer pending).
+	if _, err := a.Contracts.Activate(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if p := present(b, req); p.State != recipes.StateActive || p.Claimed == nil || p.Claimed.Outcome != idempotency.Replay {
+		t.Fatalf("present of the active contract = %+v", p)
+	}
+	if _, err := b.Contracts.End(ctx, c, recipes.StateRevoked); err != nil {
+		t.Fatal(err)
+	}
+	if p := present(a, req); p.Lookup != recipes.LookupRevoked || p.State != recipes.StateRevoked || p.Claimed != nil {
+		t.Fatalf("present revoked = %+v", p)
 	}
 }
