@@ -128,7 +128,7 @@ func (a memIdempotency) Len(context.Context) (int, error) { return a.m.idemStore
 func claimed(o idempotency.Outcome, resp *idempotency.Response, c *idempotency.Claim) Claimed {
 	out := Claimed{Outcome: o, Response: resp}
 	if c != nil {
-		out.Claim = &memClaim{c: c, token: newToken()}
+		out.Claim = &memClaim{c: c, token: NewToken()}
 	}
 	return out
 }
@@ -154,8 +154,9 @@ func (c *memClaim) Preview() *idempotency.Response { return c.c.Preview() }
 func (c *memClaim) Key() (string, string)          { return c.c.Key() }
 func (c *memClaim) Token() string                  { return c.token }
 
-// newToken returns 128 random bits in hex: a claim's fencing token.
-func newToken() string {
+// NewToken returns 128 random bits from the CSPRNG in hex: a claim's
+// fencing token, unique to one claim of a key.
+func NewToken() string {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic("crypto/rand failed: " + err.Error())

@@ -3,8 +3,6 @@ package redisstore
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -176,7 +174,7 @@ func (s *idem) claim(ctx context.Context, agentID, key, fp, synthesisID string, 
 		return store.Claimed{}, err
 	}
 	keys, member, global := s.keys(agentID, key)
-	token := newToken()
+	token := store.NewToken()
 	p := "0"
 	if pending {
 		p = "1"
@@ -297,15 +295,6 @@ func (c *claim) Preview() *idempotency.Response {
 
 func (c *claim) Key() (string, string) { return c.agent, c.key }
 func (c *claim) Token() string         { return c.token }
-
-// newToken returns 128 random bits in hex: a claim's fencing token.
-func newToken() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("crypto/rand failed: " + err.Error())
-	}
-	return hex.EncodeToString(b[:])
-}
 
 // storedHeaders are the header fields a record keeps
 // (idempotency.Response.Header).

@@ -57,7 +57,7 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 	_, cached := p.contracts.cache.Get(req.SynthesisID)
 	ikeys, member, global := p.idem.keys(req.Presenter, req.Key)
 	keys := append([]string{p.contracts.key(req.Presenter, req.SynthesisID)}, ikeys...)
-	token := newToken()
+	token := store.NewToken()
 	flag := func(b bool) string {
 		if b {
 			return "1"

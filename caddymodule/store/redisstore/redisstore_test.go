@@ -85,15 +85,7 @@ func (c *counter) take() map[store.Op]int {
 func TestRoundTripsPerOperation(t *testing.T) {
 	srv := redistest.StartServer(t)
 	cnt := &counter{ops: map[store.Op]int{}}
-	c, err := New(context.Background(), Config{Addrs: []string{srv.Addr()}, Observer: cnt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	set, err := c.Set(store.Limits{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, Observer: cnt})
 	ctx := context.Background()
 	cnt.take() // the PING of New
 	agent := "a"
@@ -156,16 +148,8 @@ func TestRoundTripsPerOperation(t *testing.T) {
 // itself once Redis is back (empty: it has no persistence).
 func TestUnavailable(t *testing.T) {
 	srv := redistest.StartServer(t)
-	c, err := New(context.Background(), Config{Addrs: []string{srv.Addr()}, DialTimeout: 200 * time.Millisecond,
+	c, set := newSet(t, Config{Addrs: []string{srv.Addr()}, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	set, err := c.Set(store.Limits{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	lim, err := set.Limiters.Limiter(ratelimit.Budget{Name: "rcns", Burst: 10, PerMinute: 10}, 0)
 	if err != nil {
@@ -301,16 +285,8 @@ func TestConfigRefusals(t *testing.T) {
 // the failover is still there.
 func TestSentinelFailover(t *testing.T) {
 	g := redistest.StartSentinel(t)
-	c, err := New(context.Background(), Config{Mode: ModeSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName,
+	_, set := newSet(t, Config{Mode: ModeSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName,
 		DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	set, err := c.Set(store.Limits{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	first, err := set.Idempotency.Claim(ctx, "a", "k", "fp")
 	if err != nil || first.Outcome != idempotency.Execute {
@@ -368,16 +344,8 @@ func (quiet) Printf(context.Context, string, ...any) {}
 func TestRestartQuarantine(t *testing.T) {
 	srv := redistest.StartServer(t)
 	clock := storetest.NewClock()
-	c, err := New(context.Background(), Config{Addrs: []string{srv.Addr()}, RestartQuarantine: 2 * time.Minute, Now: clock.Now,
+	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, RestartQuarantine: 2 * time.Minute, Now: clock.Now,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	set, err := c.Set(store.Limits{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	if got, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
 		t.Fatalf("claim before the restart: %v %v", got.Outcome, err)
@@ -404,4 +372,20 @@ func TestRestartQuarantine(t *testing.T) {
 	if got, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
 		t.Fatalf("claim after the quarantine: %v %v", got.Outcome, err)
 	}
+}
+
+// newSet connects a Client with cfg (closed at the end of the test) and
+// returns it with its default Set.
+func newSet(t *testing.T, cfg Config) (*Client, store.Set) {
+	t.Helper()
+	c, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	set, err := c.Set(store.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, set
 }
