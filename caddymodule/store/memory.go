@@ -182,6 +182,16 @@ func (a memPresenter) Present(_ context.Context, req PresentRequest) (Presentati
 	return p, nil
 }
 
+func (a memPresenter) ResolvePair(_ context.Context, req PairRequest) (PairResolution, error) {
+	c := a.m.contracts.ActiveFor(req.AgentID, req.Method, req.Path)
+	res := PairResolution{Contract: c}
+	if req.Key != "" && (c != nil && req.ClaimIfFound || c == nil && req.ClaimIfMissing) {
+		cl := claimed(a.m.idemStore().Claim(req.AgentID, req.Key, req.Fingerprint))
+		res.Claimed = &cl
+	}
+	return res, nil
+}
+
 // memLimiters keeps one ratelimit.Limiter per budget name, replaced when
 // the budget's configuration changes.
 type memLimiters struct{ m *Memory }

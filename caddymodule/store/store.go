@@ -269,13 +269,42 @@ type Presentation struct {
 	Claimed *Claimed
 }
 
-// Presenter serves a contract presentation in one round trip: the
-// lookup of the contract in the presenter's slot and, in the same
-// script, the claim of its Idempotency-Key. It is exactly
-// Contracts.Lookup, Contracts.State and Idempotency.ClaimConfirming
-// done in that order, atomically.
+// PairRequest is a request for a pair no Tier B endpoint serves (RCNS
+// §10 steps 8b and 9): it runs under the agent's active contract for
+// the pair, or goes to the gate.
+type PairRequest struct {
+	// AgentID is the requesting agent.
+	AgentID string
+	// Method and Path are the dispatched pair.
+	Method, Path string
+	// Key and Fingerprint are the request's Idempotency-Key and
+	// fingerprint; Key "" claims nothing.
+	Key, Fingerprint string
+	// ClaimIfFound claims the key when an active contract serves the
+	// pair (the engine sets it when no refusal that needs no contract
+	// is due first); ClaimIfMissing claims it when none does (the
+	// engine sets it when locks 1-2 let the gate proceed).
+	ClaimIfFound, ClaimIfMissing bool
+}
+
+// PairResolution is what ResolvePair found, and the claim it made.
+type PairResolution struct {
+	// Contract is the newest active contract for the pair, or nil.
+	Contract *recipes.Contract
+	// Claimed is the claim's result, nil when none was made.
+	Claimed *Claimed
+}
+
+// Presenter serves the requests that run under a contract, or may, in
+// one round trip each: the contract's lookup and, in the same script,
+// the claim of the request's Idempotency-Key.
 type Presenter interface {
+	// Present is exactly Contracts.Lookup, Contracts.State and
+	// Idempotency.ClaimConfirming done in that order, atomically.
 	Present(ctx context.Context, req PresentRequest) (Presentation, error)
+	// ResolvePair is exactly Contracts.ActiveFor then, as asked,
+	// Idempotency.Claim, atomically.
+	ResolvePair(ctx context.Context, req PairRequest) (PairResolution, error)
 }
 
 // Set is every kind of state one gateway name shares, all from one
@@ -378,6 +407,7 @@ const (
 	OpContractPair   Op = "contract_pair"
 	OpContractList   Op = "contract_list"
 	OpPresent        Op = "present"
+	OpResolvePair    Op = "resolve_pair"
 	OpReplay         Op = "replay"
 	OpAttempt        Op = "attempt"
 	OpRecord         Op = "record"
@@ -386,7 +416,7 @@ const (
 
 // Ops lists every Op, for registering metric label values.
 var Ops = []Op{OpClaim, OpComplete, OpAbandon, OpRateLimit, OpContractMint, OpContractLookup,
-	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpReplay, OpAttempt, OpRecord, OpPing}
+	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpPing}
 
 // Observer is told about every round trip a store makes: the operation,
 // its latency, and its error (nil, or one wrapping ErrUnavailable). The

@@ -93,22 +93,31 @@ redis.call('ZREM', KEYS[3], ARGV[4])
 return 1
 `)
 
-// pairScript finds the newest active contract in a pair index,
-// dropping the ended and expired ones it passes. KEYS: pair index.
-// ARGV: now, the agent's contract key prefix. Returns the id or nil.
-var pairScript = redis.NewScript(`
-local now = tonumber(ARGV[1])
-local ids = redis.call('ZREVRANGE', KEYS[1], 0, -1)
-for _, id in ipairs(ids) do
-  local r = redis.call('HMGET', ARGV[2] .. id, 's', 'exp')
-  local live = (r[1] == 'pending' or r[1] == 'active') and tonumber(r[2]) > now
-  if not live then
-    redis.call('ZREM', KEYS[1], id)
-  elseif r[1] == 'active' then
-    return id
+// pairFuncLua defines newest(pair index, contract key prefix, now):
+// the newest active contract's id in a pair index, "" for none,
+// dropping the ended and expired ones it passes.
+const pairFuncLua = `
+local function newest(pairKey, prefix, now)
+  local ids = redis.call('ZREVRANGE', pairKey, 0, -1)
+  for _, id in ipairs(ids) do
+    local r = redis.call('HMGET', prefix .. id, 's', 'exp')
+    local live = (r[1] == 'pending' or r[1] == 'active') and tonumber(r[2]) > now
+    if not live then
+      redis.call('ZREM', pairKey, id)
+    elseif r[1] == 'active' then
+      return id
+    end
   end
+  return ''
 end
-return false
+`
+
+// pairScript returns the newest active contract's id of a pair index,
+// or nil. KEYS: pair index. ARGV: now, the agent's contract key prefix.
+var pairScript = redis.NewScript(pairFuncLua + `
+local id = newest(KEYS[1], ARGV[2], tonumber(ARGV[1]))
+if id == '' then return false end
+return id
 `)
 
 // contracts is the Redis contract store.

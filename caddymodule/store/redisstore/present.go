@@ -38,6 +38,23 @@ end
 return out
 `)
 
+// resolveScript finds the newest active contract of a pair index (as
+// pairScript) and, as asked, claims the request's key with the claim
+// logic. KEYS: pair index, key record, agent key index, [global key
+// index]. ARGV: now, the agent's contract key prefix, claim if found,
+// claim if missing ("1"/"0"), then the claim's fp, hold, max per agent,
+// max records, token, agent-index member, global member. Returns {id or
+// ""} and, when it claimed, the claim's outcome and stored answer.
+var resolveScript = redis.NewScript(claimFuncLua + pairFuncLua + `
+local found = newest(KEYS[1], ARGV[2], tonumber(ARGV[1]))
+local out = {found}
+if (found ~= '' and ARGV[3] == '1') or (found == '' and ARGV[4] == '1') then
+  local r = claim({KEYS[2], KEYS[3], KEYS[4]}, {ARGV[1], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], '', '0', ARGV[10], ARGV[11]})
+  out[2], out[3] = r[1], r[2] or ''
+end
+return out
+`)
+
 // presenter is the Redis Presenter.
 type presenter struct {
 	c         *Client
@@ -112,5 +129,55 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 		return store.Presentation{}, err
 	}
 	out.Contract = c
+	return out, nil
+}
+
+// ResolvePair runs resolveScript in the agent's slot: one round trip,
+// plus one the first time this node decodes the contract found.
+func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (store.PairResolution, error) {
+	claiming := req.Key != "" && (req.ClaimIfFound || req.ClaimIfMissing)
+	if claiming {
+		if err := p.c.quarantined(); err != nil {
+			return store.PairResolution{}, err
+		}
+	}
+	flag := func(b bool) string {
+		if b && req.Key != "" {
+			return "1"
+		}
+		return "0"
+	}
+	ikeys, member, global := p.idem.keys(req.AgentID, req.Key)
+	keys := append([]string{p.contracts.pairKey(req.AgentID, req.Method, req.Path)}, ikeys...)
+	token := store.NewToken()
+	start := time.Now()
+	v, err := resolveScript.Run(ctx, p.c.rdb, keys, p.c.nowMS(), p.c.agentKey(req.AgentID, "c:"), flag(req.ClaimIfFound), flag(req.ClaimIfMissing),
+		req.Fingerprint, p.idem.hold().Milliseconds(), p.idem.limits.MaxPerAgent, p.idem.limits.MaxRecords, token, member, global).Slice()
+	if err = p.c.done(store.OpResolvePair, start, err); err != nil {
+		return store.PairResolution{}, err
+	}
+	var out store.PairResolution
+	if len(v) > 1 {
+		code, _ := v[1].(int64)
+		raw := ""
+		if len(v) > 2 {
+			raw, _ = v[2].(string)
+		}
+		cl, err := p.idem.claimed(ctx, req.AgentID, req.Key, token, code, raw)
+		if err != nil {
+			return store.PairResolution{}, err
+		}
+		out.Claimed = &cl
+	}
+	if id, _ := v[0].(string); id != "" {
+		c, err := p.contracts.contract(ctx, record{agent: req.AgentID, id: id})
+		if err != nil {
+			if out.Claimed != nil && out.Claimed.Claim != nil {
+				_ = out.Claimed.Claim.Abandon(ctx)
+			}
+			return store.PairResolution{}, err
+		}
+		out.Contract = c
+	}
 	return out, nil
 }

@@ -127,6 +127,20 @@ func TestRoundTripsPerOperation(t *testing.T) {
 		}, map[store.Op]int{store.OpPresent: 1}},
 		{"activate", func() error { _, err := set.Contracts.Activate(ctx, minted); return err }, map[store.Op]int{store.OpContractUpdate: 1}},
 		{"pair hit", func() error { _, err := set.Contracts.ActiveFor(ctx, agent, "BOOK", "/trip"); return err }, map[store.Op]int{store.OpContractPair: 1}},
+		{"keyed Tier C by pair", func() error {
+			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/trip", Key: "k4", Fingerprint: "fp", ClaimIfFound: true})
+			if err == nil && (r.Contract == nil || r.Claimed == nil || r.Claimed.Outcome != idempotency.Execute) {
+				err = fmt.Errorf("resolved %+v", r)
+			}
+			return err
+		}, map[store.Op]int{store.OpResolvePair: 1}},
+		{"keyed gate pair miss", func() error {
+			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/none", Key: "k5", Fingerprint: "fp", ClaimIfMissing: true})
+			if err == nil && (r.Contract != nil || r.Claimed == nil || r.Claimed.Outcome != idempotency.Execute) {
+				err = fmt.Errorf("resolved %+v", r)
+			}
+			return err
+		}, map[store.Op]int{store.OpResolvePair: 1}},
 		{"unknown presentation", func() error {
 			_, err := set.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: "syn-x", Method: "BOOK", Path: "/x", Key: "k3", Fingerprint: "fp", Claim: true})
 			return err

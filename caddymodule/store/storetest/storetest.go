@@ -95,6 +95,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("rate-limit", func(t *testing.T) { testRateLimit(t, h) })
 	t.Run("contracts", func(t *testing.T) { testContracts(t, h) })
 	t.Run("present", func(t *testing.T) { testPresent(t, h) })
+	t.Run("resolve-pair", func(t *testing.T) { testResolvePair(t, h) })
 	t.Run("contracts-expiry", func(t *testing.T) { testContractExpiry(t, h) })
 	t.Run("contracts-bounds", func(t *testing.T) { testContractBounds(t, h) })
 	t.Run("replay-cache", func(t *testing.T) { testReplay(t, h) })
@@ -880,5 +881,62 @@ func testPresent(t *testing.T, h Harness) {
 	}
 	if p := present(a, req); p.Lookup != recipes.LookupRevoked || p.State != recipes.StateRevoked || p.Claimed != nil {
 		t.Fatalf("present revoked = %+v", p)
+	}
+}
+
+func testResolvePair(t *testing.T, h Harness) {
+	clock := NewClock()
+	f := NewFixture(t)
+	a, b := h.New(t, Config{Now: clock.Now, Restorer: f.Restorer(t)})
+	resolve := func(s store.Set, req store.PairRequest) store.PairResolution {
+		t.Helper()
+		return must[store.PairResolution](t)(s.Presenter.ResolvePair(ctx, req))
+	}
+	gate := store.PairRequest{AgentID: agentA, Method: "BOOK", Path: "/trip", Key: "g", Fingerprint: "fp", ClaimIfMissing: true}
+	// No contract: the gate's claim is made.
+	r := resolve(a, gate)
+	if r.Contract != nil || r.Claimed == nil {
+		t.Fatalf("no contract: %+v", r)
+	}
+	wantOutcome(t, *r.Claimed, idempotency.Execute)
+	if again := resolve(b, gate); again.Claimed == nil || again.Claimed.Outcome != idempotency.InFlight {
+		t.Fatalf("repeat in flight: %+v", again.Claimed)
+	}
+	if err := r.Claimed.Claim.Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Hour)
+	if _, err := a.Contracts.Mint(ctx, c, store.ModeOptimistic); err != nil {
+		t.Fatal(err)
+	}
+	// An active contract serves the pair: no gate claim.
+	r = resolve(b, gate)
+	if r.Claimed != nil {
+		t.Fatalf("a gate claim beside a contract: %+v", r.Claimed)
+	}
+	sameContract(t, r.Contract, c)
+	tierC := gate
+	tierC.Key, tierC.ClaimIfFound = "c", true
+	r = resolve(b, tierC)
+	sameContract(t, r.Contract, c)
+	if r.Claimed == nil {
+		t.Fatal("no Tier C claim")
+	}
+	wantOutcome(t, *r.Claimed, idempotency.Execute)
+	if err := r.Claimed.Claim.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("ran")}); err != nil {
+		t.Fatal(err)
+	}
+	if r := resolve(a, tierC); r.Claimed == nil || r.Claimed.Outcome != idempotency.Replay || string(r.Claimed.Response.Body) != "ran" {
+		t.Fatalf("Tier C repeat: %+v", r.Claimed)
+	}
+	noKey := tierC
+	noKey.Key = ""
+	if r := resolve(a, noKey); r.Claimed != nil || r.Contract == nil {
+		t.Fatalf("without a key: %+v", r)
+	}
+	other := gate
+	other.AgentID = agentB
+	if r := resolve(a, other); r.Contract != nil || r.Claimed == nil || r.Claimed.Outcome != idempotency.Execute {
+		t.Fatalf("another agent's pair: %+v", r)
 	}
 }
