@@ -403,3 +403,16 @@ func newSet(t *testing.T, cfg Config) (*Client, store.Set) {
 	}
 	return c, set
 }
+
+// TestAuthentication: an ACL user and password reach a server that
+// requires them; a wrong password fails New.
+func TestAuthentication(t *testing.T) {
+	srv := redistest.StartServer(t, "--user", "gw", "on", ">s3cret", "~*", "&*", "+@all", "--user", "default", "off")
+	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, Username: "gw", Password: "s3cret"})
+	if got, err := set.Idempotency.Claim(context.Background(), "a", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
+		t.Fatalf("claim as gw: %v %v", got.Outcome, err)
+	}
+	if _, err := New(context.Background(), Config{Addrs: []string{srv.Addr()}, Username: "gw", Password: "wrong"}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("wrong password: %v", err)
+	}
+}
