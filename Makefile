@@ -1,7 +1,7 @@
 # caddy-rcns — build, test and demo targets.
 #
 #   make build        bin/caddy (Caddy with the rcns module)
-#   make deps         json-server 0.17.4 and promtool into .tools/ (test tools)
+#   make deps         json-server 0.17.4, promtool and redis-server 7.0 into .tools/ (test tools)
 #   make test         vet, unit tests (-race), every benchmark once (bench-smoke), then the integration suite
 #   make unit         unit tests only
 #   make integration  black-box suite only (builds its own Caddy binary)
@@ -11,6 +11,7 @@ GO                  ?= go
 JSON_SERVER_VERSION := 0.17.4
 JSON_SERVER         := .tools/node_modules/.bin/json-server
 PROMTOOL            := .tools/bin/promtool
+REDIS_SERVER        := .tools/bin/redis-server
 UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/... ./cmd/... ./scripts/...
 INTEGRATION_TIMEOUT ?= 20m
 
@@ -21,7 +22,10 @@ all: build
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
 
-deps: $(JSON_SERVER) $(PROMTOOL)
+deps: $(JSON_SERVER) $(PROMTOOL) $(REDIS_SERVER)
+
+$(REDIS_SERVER):
+	bash scripts/install-redis.sh
 
 $(PROMTOOL):
 	bash scripts/install-promtool.sh

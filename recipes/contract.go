@@ -217,6 +217,13 @@ func (s *Store) SetLimits(l StoreLimits) {
 	s.mu.Unlock()
 }
 
+// Limits returns the bounds in force, defaults applied.
+func (s *Store) Limits() StoreLimits {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limits
+}
+
 func pairKey(agent, method, path string) string { return agent + "|" + method + "|" + path }
 
 // Put stores a new contract in the given initial state (StatePending or

@@ -71,10 +71,14 @@ type Endpoint struct {
 	File string
 
 	projection map[string]any
-	errors     map[string]bool
-	input      *compiledSchema
-	output     *compiledSchema
-	svc        *externalService
+	// doc is the endpoint document as validated (schema.Document.Value),
+	// before ${ENV} references are resolved: what a captured plan
+	// carries (capture.go).
+	doc    any
+	errors map[string]bool
+	input  *compiledSchema
+	output *compiledSchema
+	svc    *externalService
 }
 
 type externalService struct {
@@ -129,7 +133,7 @@ func BuildEndpoint(doc *schema.Document, mp *policy.MethodPolicy, upstreams map[
 	e := &Endpoint{
 		Method: d.Method, Path: d.Path, Template: tmpl, Description: d.Description,
 		Semantic: d.Semantic, Internal: d.Internal, Deprecated: d.Deprecated, File: doc.File,
-		errors: map[string]bool{},
+		errors: map[string]bool{}, doc: doc.Value,
 	}
 	for _, c := range d.Errors {
 		e.errors[c] = true

@@ -48,6 +48,15 @@ type Recipe struct {
 	ContentHash string
 
 	endpoint map[string]any // projection without method/path
+	// doc is the recipe document as validated (schema.Document.Value):
+	// with its steps' endpoint documents, the captured plan a contract
+	// carries to other nodes (capture.go).
+	doc any
+	// plan is the captured plan, built once (Plan).
+	planOnce sync.Once
+	plan     []byte
+	planHash string
+	planErr  error
 
 	// Canonical members of endpoint and lineage, built once.
 	canonOnce    sync.Once
@@ -108,7 +117,7 @@ func BuildRecipe(doc *schema.Document, mp *policy.MethodPolicy, lookup EndpointL
 		return nil, doc.Errorf("", "%v", err)
 	}
 	r := &Recipe{Name: d.Name, Version: d.Version, Description: d.Description, Method: d.Pattern.Method,
-		Propose: d.Propose == nil || *d.Propose, File: doc.File, impact: d.Endpoint.Semantic.Impact}
+		Propose: d.Propose == nil || *d.Propose, File: doc.File, impact: d.Endpoint.Semantic.Impact, doc: doc.Value}
 	if !mp.IsMethod(r.Method) || policy.IsLegacyVerb(r.Method) {
 		return nil, doc.Errorf("/pattern/method", "method %s is neither in the catalog nor a custom method", r.Method)
 	}

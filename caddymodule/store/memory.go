@@ -1,0 +1,420 @@
+package store
+
+import (
+	"container/list"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
+	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+)
+
+// Memory is the embedded store for one node: today's in-memory types
+// (idempotency.Store, ratelimit.Limiter, recipes.Store,
+// httpsig.ReplayCache) behind the interfaces, plus bounded in-memory
+// attempt records and retained Attribution-Records. Its methods never
+// fail with ErrUnavailable. It is kept across config reloads (a
+// caddy.UsagePool entry); SetLimits adapts it to a new configuration as
+// the handler does today. Safe for concurrent use.
+type Memory struct {
+	now func() time.Time
+
+	mu       sync.Mutex
+	limits   Limits
+	idem     *idempotency.Store
+	limiters map[string]*limiterSlot
+	set      Set
+
+	contracts *recipes.Store
+	replay    *httpsig.ReplayCache
+	attempts  *memAttempts
+	records   *memRecords
+}
+
+// limiterSlot keeps a budget's limiter while its configuration is
+// unchanged.
+type limiterSlot struct {
+	sig string
+	l   *ratelimit.Limiter
+}
+
+// NewMemory returns an empty memory store bounded by l (zero fields take
+// the defaults), reading time from now (nil: time.Now).
+func NewMemory(l Limits, now func() time.Time) *Memory {
+	if now == nil {
+		now = time.Now
+	}
+	l = l.WithDefaults()
+	m := &Memory{now: now, limits: l, limiters: map[string]*limiterSlot{},
+		idem:      idempotency.NewStore(l.Idempotency, now),
+		contracts: recipes.NewStore(l.Contracts, now),
+		replay:    httpsig.NewReplayCache(l.ReplayEntries, now),
+		attempts:  &memAttempts{size: l.Attempts, byID: map[string]Attempt{}},
+		records:   newMemRecords(l.MaxRecords, l.RecordRetention, now),
+	}
+	m.set = Set{
+		Presenter:   memPresenter{m},
+		Idempotency: memIdempotency{m},
+		Limiters:    memLimiters{m},
+		Contracts:   memContracts{m.contracts},
+		Replay:      memReplay{m.replay},
+		Attempts:    m.attempts,
+		Records:     m.records,
+	}
+	return m
+}
+
+// Set returns the store's state as a Set.
+func (m *Memory) Set() Set { return m.set }
+
+// SetLimits applies a new configuration's bounds as the handler does on
+// a reload: contract bounds and the attempt and record bounds change in
+// place; an Idempotency-Key store whose limits changed starts empty (as
+// today: its records were bounded by the old limits). The replay
+// cache's size is fixed at NewMemory.
+func (m *Memory) SetLimits(l Limits) {
+	l = l.WithDefaults()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.contracts.SetLimits(l.Contracts)
+	m.attempts.resize(l.Attempts)
+	m.records.resize(l.MaxRecords, l.RecordRetention)
+	if m.idem.Limits() != idempotency.NewStore(l.Idempotency, nil).Limits() {
+		m.idem = idempotency.NewStore(l.Idempotency, m.now)
+	}
+	m.limits = l
+}
+
+// Close stops the limiters' background goroutines. The store stays
+// usable: a limiter asked for again is rebuilt.
+func (m *Memory) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, slot := range m.limiters {
+		slot.l.Close()
+		delete(m.limiters, name)
+	}
+	return nil
+}
+
+func (m *Memory) idemStore() *idempotency.Store {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.idem
+}
+
+// memIdempotency adapts idempotency.Store.
+type memIdempotency struct{ m *Memory }
+
+func (a memIdempotency) Claim(_ context.Context, agentID, key, fp string) (Claimed, error) {
+	return claimed(a.m.idemStore().Claim(agentID, key, fp)), nil
+}
+
+func (a memIdempotency) ClaimConfirming(_ context.Context, agentID, key, fp, synthesisID string, pending bool) (Claimed, error) {
+	return claimed(a.m.idemStore().ClaimConfirming(agentID, key, fp, synthesisID, pending)), nil
+}
+
+func (a memIdempotency) Limits() idempotency.Limits { return a.m.idemStore().Limits() }
+
+func (a memIdempotency) Len(context.Context) (int, error) { return a.m.idemStore().Len(), nil }
+
+func claimed(o idempotency.Outcome, resp *idempotency.Response, c *idempotency.Claim) Claimed {
+	out := Claimed{Outcome: o, Response: resp}
+	if c != nil {
+		out.Claim = &memClaim{c: c, token: NewToken()}
+	}
+	return out
+}
+
+// memClaim adapts idempotency.Claim, whose ownership check (the record
+// still points at this claim) is the fencing.
+type memClaim struct {
+	c     *idempotency.Claim
+	token string
+}
+
+func (c *memClaim) Complete(_ context.Context, resp idempotency.Response) error {
+	c.c.Complete(resp)
+	return nil
+}
+
+func (c *memClaim) Abandon(context.Context) error {
+	c.c.Abandon()
+	return nil
+}
+
+func (c *memClaim) Preview() *idempotency.Response { return c.c.Preview() }
+func (c *memClaim) Key() (string, string)          { return c.c.Key() }
+func (c *memClaim) Token() string                  { return c.token }
+
+// NewToken returns 128 random bits from the CSPRNG in hex: a claim's
+// fencing token, unique to one claim of a key.
+func NewToken() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// memPresenter is Present as the three calls it combines.
+type memPresenter struct{ m *Memory }
+
+func (a memPresenter) Present(_ context.Context, req PresentRequest) (Presentation, error) {
+	c, res := a.m.contracts.Lookup(req.SynthesisID)
+	p := Presentation{Contract: c, Lookup: res}
+	if c == nil {
+		return p, nil
+	}
+	p.State = a.m.contracts.State(c)
+	if res == recipes.LookupFound && req.Claim && req.Key != "" && c.OriginatingAgentID == req.Presenter &&
+		c.Method == req.Method && c.Path == req.Path {
+		cl := claimed(a.m.idemStore().ClaimConfirming(req.Presenter, req.Key, req.Fingerprint, c.SynthesisID, p.State == recipes.StatePending))
+		p.Claimed = &cl
+	}
+	return p, nil
+}
+
+func (a memPresenter) ResolvePair(_ context.Context, req PairRequest) (PairResolution, error) {
+	c := a.m.contracts.ActiveFor(req.AgentID, req.Method, req.Path)
+	res := PairResolution{Contract: c}
+	if req.Key != "" && (c != nil && req.ClaimIfFound || c == nil && req.ClaimIfMissing) {
+		cl := claimed(a.m.idemStore().Claim(req.AgentID, req.Key, req.Fingerprint))
+		res.Claimed = &cl
+	}
+	return res, nil
+}
+
+// memLimiters keeps one ratelimit.Limiter per budget name, replaced when
+// the budget's configuration changes.
+type memLimiters struct{ m *Memory }
+
+func (a memLimiters) Limiter(b ratelimit.Budget, maxAgents int64) (Limiter, error) {
+	m := a.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sig := fmt.Sprintf("%d/%g/%d", b.Burst, b.PerMinute, maxAgents)
+	if slot, ok := m.limiters[b.Name]; ok {
+		if slot.sig == sig {
+			return memLimiter{slot.l}, nil
+		}
+		slot.l.Close()
+		delete(m.limiters, b.Name)
+	}
+	l, err := ratelimit.New(b, maxAgents, m.now)
+	if err != nil {
+		return nil, err
+	}
+	m.limiters[b.Name] = &limiterSlot{sig: sig, l: l}
+	return memLimiter{l}, nil
+}
+
+// memLimiter adapts ratelimit.Limiter.
+type memLimiter struct{ l *ratelimit.Limiter }
+
+func (a memLimiter) Allow(_ context.Context, agentID string) (ratelimit.Decision, error) {
+	return a.l.Allow(agentID), nil
+}
+func (a memLimiter) Budget() ratelimit.Budget                    { return a.l.Budget() }
+func (a memLimiter) PolicyHeader() string                        { return a.l.PolicyHeader() }
+func (a memLimiter) RateLimitHeader(d ratelimit.Decision) string { return a.l.RateLimitHeader(d) }
+
+// memContracts adapts recipes.Store.
+type memContracts struct{ s *recipes.Store }
+
+func (a memContracts) Mint(_ context.Context, c *recipes.Contract, mode string) (string, error) {
+	state := InitialState(c.NegotiationOrigin, mode)
+	if err := a.s.Put(c, state); err != nil {
+		return "", limitError(err)
+	}
+	return state, nil
+}
+
+func (a memContracts) Lookup(_ context.Context, _, id string) (*recipes.Contract, int, error) {
+	c, res := a.s.Lookup(id)
+	return c, res, nil
+}
+
+func (a memContracts) Activate(_ context.Context, c *recipes.Contract) (bool, error) {
+	return a.s.Activate(c), nil
+}
+
+func (a memContracts) State(_ context.Context, c *recipes.Contract) (string, error) {
+	return a.s.State(c), nil
+}
+
+func (a memContracts) ActiveFor(_ context.Context, agent, method, path string) (*recipes.Contract, error) {
+	return a.s.ActiveFor(agent, method, path), nil
+}
+
+func (a memContracts) Inspect(_ context.Context, id string) (*recipes.Contract, string, bool, error) {
+	c, state, found := a.s.Inspect(id)
+	return c, state, found, nil
+}
+
+func (a memContracts) End(_ context.Context, c *recipes.Contract, state string) (bool, error) {
+	return a.s.End(c.SynthesisID, state), nil
+}
+
+func (a memContracts) List(_ context.Context, agent string) ([]*recipes.Contract, error) {
+	return a.s.List(agent), nil
+}
+
+func (a memContracts) Len(context.Context) (int, error) { return a.s.Len(), nil }
+
+func (a memContracts) Limits() recipes.StoreLimits { return a.s.Limits() }
+
+// memReplay adapts httpsig.ReplayCache (a signature belongs to one
+// agent's key, so the agent adds nothing to its identity).
+type memReplay struct{ c *httpsig.ReplayCache }
+
+func (a memReplay) Seen(_ context.Context, _ string, sig []byte, expires time.Time) (bool, error) {
+	return a.c.Seen(sig, expires), nil
+}
+
+// memAttempts is a bounded ring of attempt records; the oldest is
+// dropped first.
+type memAttempts struct {
+	mu    sync.Mutex
+	size  int
+	order []string
+	byID  map[string]Attempt
+}
+
+func (a *memAttempts) resize(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.size = n
+	a.trimLocked()
+}
+
+func (a *memAttempts) Add(_ context.Context, rec Attempt) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.byID[rec.ID]; !ok {
+		a.order = append(a.order, rec.ID)
+	}
+	a.byID[rec.ID] = rec
+	a.trimLocked()
+	return nil
+}
+
+func (a *memAttempts) trimLocked() {
+	for len(a.order) > a.size {
+		delete(a.byID, a.order[0])
+		a.order = a.order[1:]
+	}
+}
+
+func (a *memAttempts) Get(_ context.Context, id string) (Attempt, bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.byID[id]
+	return r, ok, nil
+}
+
+func (a *memAttempts) Len(context.Context) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.order), nil
+}
+
+// memRecords retains Attribution-Records in insertion order, at most max
+// of them and each for retention, and the chain heads by agent and node.
+type memRecords struct {
+	mu        sync.Mutex
+	max       int
+	retention time.Duration
+	now       func() time.Time
+	order     *list.List // of *memRecord, oldest first
+	byID      map[string]*list.Element
+	heads     map[string]map[string]memHead // agent → node → head
+}
+
+type memRecord struct {
+	rec  Record
+	kept time.Time
+}
+
+type memHead struct {
+	auditID string
+	kept    time.Time
+}
+
+func newMemRecords(max int, retention time.Duration, now func() time.Time) *memRecords {
+	return &memRecords{max: max, retention: retention, now: now, order: list.New(),
+		byID: map[string]*list.Element{}, heads: map[string]map[string]memHead{}}
+}
+
+func (r *memRecords) resize(max int, retention time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.max, r.retention = max, retention
+	r.pruneLocked(r.now())
+}
+
+// pruneLocked drops records past their retention and past the bound.
+func (r *memRecords) pruneLocked(now time.Time) {
+	for e := r.order.Front(); e != nil; e = r.order.Front() {
+		mr := e.Value.(*memRecord)
+		if r.order.Len() <= r.max && now.Sub(mr.kept) < r.retention {
+			break
+		}
+		r.order.Remove(e)
+		delete(r.byID, mr.rec.AuditID)
+	}
+}
+
+func (r *memRecords) Retain(_ context.Context, rec Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	if e, ok := r.byID[rec.AuditID]; ok {
+		r.order.Remove(e)
+	}
+	r.byID[rec.AuditID] = r.order.PushBack(&memRecord{rec: rec, kept: now})
+	nodes := r.heads[rec.AgentID]
+	if nodes == nil {
+		nodes = map[string]memHead{}
+		r.heads[rec.AgentID] = nodes
+	}
+	nodes[rec.NodeID] = memHead{auditID: rec.AuditID, kept: now}
+	r.pruneLocked(now)
+	return nil
+}
+
+func (r *memRecords) Get(_ context.Context, auditID string) (Record, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pruneLocked(r.now())
+	if e, ok := r.byID[auditID]; ok {
+		return e.Value.(*memRecord).rec, true, nil
+	}
+	return Record{}, false, nil
+}
+
+func (r *memRecords) Heads(_ context.Context, agentID string) ([]Head, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	var out []Head
+	for node, h := range r.heads[agentID] {
+		if now.Sub(h.kept) >= r.retention {
+			delete(r.heads[agentID], node)
+			continue
+		}
+		out = append(out, Head{NodeID: node, AuditID: h.auditID})
+	}
+	if len(r.heads[agentID]) == 0 {
+		delete(r.heads, agentID)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	return out, nil
+}

@@ -1,0 +1,404 @@
+// Package redisstore is the Redis implementation of the store
+// interfaces (package store), shared by several gateway nodes: single
+// Redis, Redis Cluster and Sentinel, through github.com/redis/go-redis/v9
+// (docs/cluster.md says why that client, and what each request costs in
+// round trips).
+//
+// Every multi-key operation touches keys of one hash slot: keys are
+// tagged by agent ("{a:<Agent-ID>}"), by synthesis id for the contract
+// owner index, by Audit-ID for retained records, and "{g}" for the few
+// gateway-wide indexes. Atomic read-modify-write operations are Lua
+// scripts run with EVALSHA, falling back to EVAL when Redis does not
+// know them (a restarted or failed-over server). Rate limits are
+// github.com/go-redis/redis_rate/v10 (GCRA).
+//
+// Every error a call returns, but "not found", wraps store.ErrUnavailable
+// and names the operation. Connection errors are not retried (go-redis
+// MaxRetries is disabled): a retried claim script could find its own
+// first attempt and answer 409. Each call is bounded by the dial, read
+// and write timeouts and by the caller's context.
+//
+// The package imports no caddy.
+package redisstore
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+)
+
+// Modes of Config.Mode.
+const (
+	// ModeSingle is one Redis server (or a proxy in front of several).
+	ModeSingle = "single"
+	// ModeCluster is Redis Cluster: Addrs are seed nodes.
+	ModeCluster = "cluster"
+	// ModeSentinel is a master found through Sentinel: Addrs are the
+	// sentinels, MasterName the monitored master.
+	ModeSentinel = "sentinel"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	// DefaultKeyPrefix starts every key.
+	DefaultKeyPrefix = "rcns:"
+	// DefaultDialTimeout bounds establishing a connection.
+	DefaultDialTimeout = time.Second
+	// DefaultReadTimeout bounds waiting for one reply.
+	DefaultReadTimeout = 500 * time.Millisecond
+	// DefaultWriteTimeout bounds writing one command.
+	DefaultWriteTimeout = 500 * time.Millisecond
+	// DefaultMaxContractsCached is the number of decoded contracts a
+	// node keeps (their immutable part and compiled plan).
+	DefaultMaxContractsCached = 10000
+)
+
+// Config configures a Client; it maps one to one onto the Caddyfile's
+// `store redis { … }` block.
+type Config struct {
+	// Mode is ModeSingle (default), ModeCluster or ModeSentinel.
+	Mode string
+	// Addrs are host:port addresses: the server (single, exactly one),
+	// seed nodes (cluster, at least one) or sentinels (sentinel, at
+	// least one).
+	Addrs []string
+	// MasterName is the Sentinel master name (sentinel mode only,
+	// required there).
+	MasterName string
+	// Username and Password authenticate to Redis (ACL user, or the
+	// default user's password when Username is empty).
+	Username, Password string
+	// SentinelUsername and SentinelPassword authenticate to the
+	// sentinels when they differ from the data servers'.
+	SentinelUsername, SentinelPassword string
+	// DB is the database number (single and sentinel; Cluster has only
+	// 0). Default 0.
+	DB int
+	// TLS, when set, is the client TLS configuration (the caller builds
+	// it, e.g. from Caddy's TLS config). It wins over CAFile.
+	TLS *tls.Config
+	// CAFile, when set and TLS is nil, turns TLS on and trusts the PEM
+	// certificates in that file (and no others).
+	CAFile string
+	// KeyPrefix starts every key (default "rcns:"): gateways that must
+	// not share state use different prefixes (or DBs). It must not
+	// contain '{' or '}' (hash tags follow it).
+	KeyPrefix string
+	// DialTimeout, ReadTimeout and WriteTimeout bound each call (defaults
+	// 1 s, 500 ms, 500 ms). A call waits at most DialTimeout for a
+	// connection from the pool too.
+	DialTimeout, ReadTimeout, WriteTimeout time.Duration
+	// PoolSize is the number of connections per server (default
+	// go-redis's: 10 per GOMAXPROCS).
+	PoolSize int
+	// MaxContractsCached bounds the node-local cache of decoded contracts
+	// (default DefaultMaxContractsCached).
+	MaxContractsCached int
+	// Observer, when set, is told about every round trip.
+	Observer store.Observer
+	// RestartQuarantine is how long claims are refused (ErrUnavailable)
+	// after the client sees a Redis server that restarted: a run id it
+	// has not seen for that server, with an uptime shorter than this. A
+	// server that restarted empty has forgotten the keys held by plans
+	// still running; refusing claims until the longest plan has ended
+	// keeps one request from executing twice. Set it to the
+	// Idempotency-Key in-flight hold (idempotency.Limits.InFlightHold:
+	// the longest a request runs). 0 turns it off. A Sentinel failover
+	// promotes a replica that has run for long and is not quarantined.
+	RestartQuarantine time.Duration
+	// Now is the clock (nil: time.Now). Expiry logic in the scripts runs
+	// on the caller's clock, so nodes must agree on time (NTP); tests
+	// inject a fake one. Rate limits use Redis's own clock (redis_rate).
+	Now func() time.Time
+}
+
+// Client is a pool of connections to one Redis deployment, shared across
+// config reloads; Set gives each configuration its view of the state.
+type Client struct {
+	cfg     Config
+	rdb     redis.UniversalClient
+	cluster bool
+	prefix  string
+	now     func() time.Time
+	obs     store.Observer
+
+	mu       sync.Mutex
+	limiters map[string]*limiter // by budget configuration
+	// runIDs maps each server (its cluster node id, or "master") to
+	// the run id last seen; quarantine is when claims may start again
+	// (Unix ns; 0 none).
+	runIDs     map[string]string
+	quarantine atomic.Int64
+}
+
+// New validates cfg, builds the client and checks that Redis answers
+// PING within the dial timeout. Errors name the field or the failure;
+// a Redis that does not answer is an error wrapping store.ErrUnavailable.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	c, err := newClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Ping(ctx); err != nil {
+		c.rdb.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// NewDegraded is New without the PING: the client connects lazily, and
+// every call fails with store.ErrUnavailable until Redis answers (the
+// Caddyfile's `store_required off`). Only cfg errors fail it.
+func NewDegraded(cfg Config) (*Client, error) { return newClient(cfg) }
+
+func newClient(cfg Config) (*Client, error) {
+	if cfg.Mode == "" {
+		cfg.Mode = ModeSingle
+	}
+	if len(cfg.Addrs) == 0 {
+		return nil, errors.New("redisstore: no address")
+	}
+	for i, a := range cfg.Addrs {
+		if a == "" || !strings.Contains(a, ":") {
+			return nil, fmt.Errorf("redisstore: address %d %q is not host:port", i, a)
+		}
+	}
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = DefaultKeyPrefix
+	}
+	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
+		return nil, fmt.Errorf("redisstore: key prefix %q must not contain '{' or '}'", cfg.KeyPrefix)
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{{"dial timeout", &cfg.DialTimeout, DefaultDialTimeout}, {"read timeout", &cfg.ReadTimeout, DefaultReadTimeout}, {"write timeout", &cfg.WriteTimeout, DefaultWriteTimeout}} {
+		if *d.v < 0 {
+			return nil, fmt.Errorf("redisstore: %s %v is negative", d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if cfg.PoolSize < 0 || cfg.DB < 0 || cfg.MaxContractsCached < 0 {
+		return nil, errors.New("redisstore: pool size, DB and contract cache size must not be negative")
+	}
+	if cfg.MaxContractsCached == 0 {
+		cfg.MaxContractsCached = DefaultMaxContractsCached
+	}
+	tlsConf := cfg.TLS
+	if tlsConf == nil && cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: CA file: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redisstore: CA file %s holds no PEM certificate", cfg.CAFile)
+		}
+		tlsConf = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	opt := &redis.UniversalOptions{
+		Addrs: cfg.Addrs, Username: cfg.Username, Password: cfg.Password,
+		SentinelUsername: cfg.SentinelUsername, SentinelPassword: cfg.SentinelPassword,
+		DialTimeout: cfg.DialTimeout, ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
+		PoolTimeout: cfg.DialTimeout, PoolSize: cfg.PoolSize, TLSConfig: tlsConf,
+		MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
+	}
+	c := &Client{cfg: cfg, cluster: cfg.Mode == ModeCluster, prefix: cfg.KeyPrefix,
+		limiters: map[string]*limiter{}, runIDs: map[string]string{}}
+	if cfg.RestartQuarantine > 0 {
+		opt.OnConnect = c.onConnect
+	}
+	var rdb redis.UniversalClient
+	switch cfg.Mode {
+	case ModeSingle:
+		if len(cfg.Addrs) != 1 {
+			return nil, fmt.Errorf("redisstore: single mode takes one address, not %d", len(cfg.Addrs))
+		}
+		if cfg.MasterName != "" {
+			return nil, errors.New("redisstore: master name is for sentinel mode")
+		}
+		opt.DB = cfg.DB
+		rdb = redis.NewClient(opt.Simple())
+	case ModeCluster:
+		if cfg.DB != 0 {
+			return nil, errors.New("redisstore: Redis Cluster has only DB 0")
+		}
+		if cfg.MasterName != "" {
+			return nil, errors.New("redisstore: master name is for sentinel mode")
+		}
+		opt.MaxRedirects = 3
+		rdb = redis.NewClusterClient(opt.Cluster())
+	case ModeSentinel:
+		if cfg.MasterName == "" {
+			return nil, errors.New("redisstore: sentinel mode needs a master name")
+		}
+		opt.DB, opt.MasterName = cfg.DB, cfg.MasterName
+		rdb = redis.NewFailoverClient(opt.Failover())
+	default:
+		return nil, fmt.Errorf("redisstore: mode %q is not single, cluster or sentinel", cfg.Mode)
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	obs := cfg.Observer
+	if obs == nil {
+		obs = store.ObserverFunc(func(store.Op, time.Duration, error) {})
+	}
+	c.rdb, c.now, c.obs = rdb, now, obs
+	return c, nil
+}
+
+// onConnect reads, on each new connection, which server run it reached
+// (INFO server: run_id, uptime_in_seconds) and starts a quarantine when
+// that server restarted less than RestartQuarantine ago. The first run
+// id seen for a server is its baseline. Errors leave the connection
+// usable.
+func (c *Client) onConnect(ctx context.Context, cn *redis.Conn) error {
+	info, err := cn.Info(ctx, "server").Result()
+	if err != nil {
+		return nil
+	}
+	server := "master"
+	if c.cluster {
+		if server, err = cn.ClusterMyID(ctx).Result(); err != nil {
+			return nil
+		}
+	}
+	var runID string
+	var uptime time.Duration
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch k {
+		case "run_id":
+			runID = v
+		case "uptime_in_seconds":
+			n, _ := strconv.ParseInt(v, 10, 64)
+			uptime = time.Duration(n) * time.Second
+		}
+	}
+	c.sawRun(server, runID, uptime)
+	return nil
+}
+
+// sawRun records that server runs as runID since uptime ago.
+func (c *Client) sawRun(server, runID string, uptime time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev, known := c.runIDs[server]
+	c.runIDs[server] = runID
+	if !known || prev == runID || uptime >= c.cfg.RestartQuarantine {
+		return
+	}
+	until := c.now().Add(c.cfg.RestartQuarantine - uptime).UnixNano()
+	if until > c.quarantine.Load() {
+		c.quarantine.Store(until)
+	}
+}
+
+// quarantined returns the error claims fail with while a restarted
+// server's quarantine lasts, else nil.
+func (c *Client) quarantined() error {
+	until := c.quarantine.Load()
+	if until == 0 {
+		return nil
+	}
+	left := time.Unix(0, until).Sub(c.now())
+	if left <= 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: Redis restarted; claims resume in %v, once every plan that may have held a key before it has ended", store.ErrUnavailable, left.Round(time.Second))
+}
+
+// Close closes the pool and the limiters' header renderers. Calls made
+// after it fail.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	for name, l := range c.limiters {
+		l.h.Close()
+		delete(c.limiters, name)
+	}
+	c.mu.Unlock()
+	return c.rdb.Close()
+}
+
+// Ping checks that Redis answers (in cluster mode, every master).
+func (c *Client) Ping(ctx context.Context) error {
+	start := time.Now()
+	var err error
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
+	} else {
+		err = c.rdb.Ping(ctx).Err()
+	}
+	return c.done(store.OpPing, start, err)
+}
+
+// Redis returns the underlying go-redis client (for health checks and
+// tests).
+func (c *Client) Redis() redis.UniversalClient { return c.rdb }
+
+// Set returns the state of one configuration: limits l (zero fields take
+// the defaults) and contracts restored through rs, which holds that
+// configuration's method policy and upstream clients (nil: contracts
+// whose plan is neither loaded here nor cached cannot be restored, and
+// such a lookup fails with recipes.ErrPlan). Cheap: build one per
+// config load; every Set of a Client shares its pool.
+func (c *Client) Set(l store.Limits, rs *recipes.Restorer) (store.Set, error) {
+	l = l.WithDefaults()
+	contracts, err := newContracts(c, l.Contracts, rs)
+	if err != nil {
+		return store.Set{}, err
+	}
+	idem := newIdempotency(c, l.Idempotency)
+	return store.Set{
+		Presenter:   presenter{c: c, idem: idem, contracts: contracts},
+		Idempotency: idem,
+		Limiters:    limiters{c},
+		Contracts:   contracts,
+		Replay:      replay{c},
+		Attempts:    attempts{c: c, size: l.Attempts},
+		Records:     records{c: c, retention: l.RecordRetention},
+	}, nil
+}
+
+// done reports one round trip to the observer and maps its error: nil
+// and redis.Nil (not found) are nil, anything else wraps
+// store.ErrUnavailable.
+func (c *Client) done(op store.Op, start time.Time, err error) error {
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	if err != nil {
+		err = fmt.Errorf("%w: %s: %w", store.ErrUnavailable, op, err)
+	}
+	c.obs.Observe(op, time.Since(start), err)
+	return err
+}
+
+// nowMS is the clock in Unix milliseconds.
+func (c *Client) nowMS() int64 { return c.now().UnixMilli() }
+
+// agentTag is the hash tag of an agent's keys.
+func (c *Client) agentKey(agent, rest string) string {
+	return c.prefix + "{a:" + agent + "}:" + rest
+}
+
+// globalKey is a gateway-wide index key (one slot, "{g}").
+func (c *Client) globalKey(rest string) string { return c.prefix + "{g}:" + rest }

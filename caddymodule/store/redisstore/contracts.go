@@ -1,0 +1,554 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+)
+
+// A contract is a hash at P{a:AGENT}:c:ID (AGENT its originating
+// agent):
+//
+//	s     state: pending, active, revoked, released or expired
+//	exp   ExpiresAt (Unix ms)
+//	at    when it ended (Unix ms; absent while live)
+//	seq   its issue order among the agent's contracts
+//	m, p  its method and path
+//	meta  recipes.CapturedContract as JSON
+//	plan  its captured plan (recipes.Recipe.Plan)
+//
+// kept until its tombstone ends (a TTL at exp + TombstoneTTL, or at the
+// end + TombstoneTTL once revoked or released). Beside it, in the
+// agent's slot: P{a:AGENT}:cz, the agent's live contracts scored by
+// exp (the per-agent bound), P{a:AGENT}:cp:METHOD PATH, the pair index
+// scored by seq (Tier C by pair), and P{a:AGENT}:cseq. Elsewhere: the
+// owner index P{o:ID} → AGENT (a presentation by another agent learns
+// whose it is) and the gateway-wide live index P{g}:cl ("AGENT ID"
+// scored by exp) that List("") and Len read. Outside Cluster the mint
+// script checks the total bound on P{g}:cl; in Cluster mode P{g}:cl is
+// written beside the script and the total is not enforced
+// (docs/cluster.md).
+
+// mintScript stores a new contract. KEYS: contract, agent live index,
+// pair index, agent sequence, [global live index]. ARGV: now, exp,
+// state, meta, plan, max per agent, max contracts, kept until, id,
+// global member. Returns {0} stored, {1, held} store full, {2, held}
+// agent full, {3} the id exists.
+var mintScript = redis.NewScript(`
+local now = tonumber(ARGV[1])
+local function extend(key, at)
+  if redis.call('PTTL', key) == -1 then redis.call('PEXPIREAT', key, at) else redis.call('PEXPIREAT', key, at, 'GT') end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {3} end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if KEYS[5] then
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+  local n = redis.call('ZCARD', KEYS[5])
+  if n >= tonumber(ARGV[7]) then return {1, n} end
+end
+local n = redis.call('ZCARD', KEYS[2])
+if n >= tonumber(ARGV[6]) then return {2, n} end
+local seq = redis.call('INCR', KEYS[4])
+redis.call('HSET', KEYS[1], 's', ARGV[3], 'exp', ARGV[2], 'seq', seq, 'm', ARGV[11], 'p', ARGV[12], 'meta', ARGV[4], 'plan', ARGV[5])
+redis.call('PEXPIREAT', KEYS[1], ARGV[8])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[9])
+extend(KEYS[2], ARGV[8])
+redis.call('ZADD', KEYS[3], seq, ARGV[9])
+extend(KEYS[3], ARGV[8])
+if KEYS[5] then redis.call('ZADD', KEYS[5], ARGV[2], ARGV[10]) end
+return {0}
+`)
+
+// activateScript marks a pending contract active. KEYS: contract.
+// Returns 1 when it was pending.
+var activateScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 's') == 'pending' then
+  redis.call('HSET', KEYS[1], 's', 'active')
+  return 1
+end
+return 0
+`)
+
+// endScript ends a live contract. KEYS: contract, agent live index,
+// pair index. ARGV: now, state, kept until, id, end time. Returns 1
+// when it was live.
+var endScript = redis.NewScript(`
+local now = tonumber(ARGV[1])
+local r = redis.call('HMGET', KEYS[1], 's', 'exp')
+if (r[1] ~= 'pending' and r[1] ~= 'active') or tonumber(r[2]) <= now then return 0 end
+redis.call('HSET', KEYS[1], 's', ARGV[2], 'at', ARGV[5])
+redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+redis.call('ZREM', KEYS[2], ARGV[4])
+redis.call('ZREM', KEYS[3], ARGV[4])
+return 1
+`)
+
+// pairFuncLua defines newest(pair index, contract key prefix, now):
+// the newest active contract's id in a pair index, "" for none,
+// dropping the ended and expired ones it passes.
+const pairFuncLua = `
+local function newest(pairKey, prefix, now)
+  local ids = redis.call('ZREVRANGE', pairKey, 0, -1)
+  for _, id in ipairs(ids) do
+    local r = redis.call('HMGET', prefix .. id, 's', 'exp')
+    local live = (r[1] == 'pending' or r[1] == 'active') and tonumber(r[2]) > now
+    if not live then
+      redis.call('ZREM', pairKey, id)
+    elseif r[1] == 'active' then
+      return id
+    end
+  end
+  return ''
+end
+`
+
+// pairScript returns the newest active contract's id of a pair index,
+// or nil. KEYS: pair index. ARGV: now, the agent's contract key prefix.
+var pairScript = redis.NewScript(pairFuncLua + `
+local id = newest(KEYS[1], ARGV[2], tonumber(ARGV[1]))
+if id == '' then return false end
+return id
+`)
+
+// contracts is the Redis contract store.
+type contracts struct {
+	c      *Client
+	limits recipes.StoreLimits
+	rs     *recipes.Restorer
+	// cache holds decoded contracts by synthesis id: their immutable
+	// part with the compiled plan (the state is always read from Redis).
+	cache *ristretto.Cache[string, *recipes.Contract]
+}
+
+func newContracts(c *Client, l recipes.StoreLimits, rs *recipes.Restorer) (*contracts, error) {
+	cache, err := ristretto.NewCache(&ristretto.Config[string, *recipes.Contract]{
+		NumCounters: 10 * int64(c.cfg.MaxContractsCached), MaxCost: int64(c.cfg.MaxContractsCached),
+		BufferItems: 64, IgnoreInternalCost: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: contract cache: %w", err)
+	}
+	return &contracts{c: c, limits: store.ContractLimits(l), rs: rs, cache: cache}, nil
+}
+
+func (s *contracts) Limits() recipes.StoreLimits { return s.limits }
+
+func (s *contracts) key(agent, id string) string { return s.c.agentKey(agent, "c:"+id) }
+func (s *contracts) ownerKey(id string) string   { return s.c.prefix + "{o:" + id + "}" }
+func (s *contracts) pairKey(agent, method, path string) string {
+	return s.c.agentKey(agent, "cp:"+method+" "+path)
+}
+
+// keptUntil is when a contract that ends at end (Unix ms) leaves its
+// tombstone.
+func (s *contracts) keptUntil(end int64) int64 { return end + s.limits.TombstoneTTL.Milliseconds() }
+
+// Mint runs the mint script, the owner index write and (in Cluster mode)
+// the global index write in one pipeline: one round trip.
+func (s *contracts) Mint(ctx context.Context, c *recipes.Contract, mode string) (string, error) {
+	state := store.InitialState(c.NegotiationOrigin, mode)
+	cc, plan, err := c.Capture()
+	if err != nil {
+		return "", err
+	}
+	meta, err := cc.Marshal()
+	if err != nil {
+		return "", err
+	}
+	agent, id := c.OriginatingAgentID, c.SynthesisID
+	exp := c.ExpiresAt.UnixMilli()
+	keep := s.keptUntil(exp)
+	member := agent + " " + id
+	keys := []string{s.key(agent, id), s.c.agentKey(agent, "cz"), s.pairKey(agent, c.Method, c.Path), s.c.agentKey(agent, "cseq")}
+	if !s.c.cluster {
+		keys = append(keys, s.c.globalKey("cl"))
+	}
+	start := time.Now()
+	v, err := s.c.pipeScript(ctx, mintScript, keys, []any{s.c.nowMS(), exp, state, meta, plan,
+		s.limits.MaxPerAgent, s.limits.MaxContracts, keep, id, member, c.Method, c.Path}, func(p redis.Pipeliner) {
+		p.Set(ctx, s.ownerKey(id), agent, 0)
+		p.PExpireAt(ctx, s.ownerKey(id), time.UnixMilli(keep))
+		if s.c.cluster {
+			p.ZAdd(ctx, s.c.globalKey("cl"), redis.Z{Score: float64(exp), Member: member})
+		}
+	})
+	if err = s.c.done(store.OpContractMint, start, err); err != nil {
+		return "", err
+	}
+	res, _ := v.([]any)
+	code := int64(-1)
+	if len(res) > 0 {
+		code, _ = res[0].(int64)
+	}
+	if code == 0 {
+		s.cache.Set(id, c, 1)
+		return state, nil
+	}
+	// Refused: undo the writes made beside the script.
+	start = time.Now()
+	_, uerr := s.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, s.ownerKey(id))
+		if s.c.cluster {
+			p.ZRem(ctx, s.c.globalKey("cl"), member)
+		}
+		return nil
+	})
+	_ = s.c.done(store.OpContractUpdate, start, uerr)
+	held := 0
+	if len(res) > 1 {
+		n, _ := res[1].(int64)
+		held = int(n)
+	}
+	switch code {
+	case 1:
+		return "", &store.LimitError{Err: store.ErrStoreFull, Held: held, Limit: s.limits.MaxContracts}
+	case 2:
+		return "", &store.LimitError{Err: store.ErrAgentFull, Held: held, Limit: s.limits.MaxPerAgent}
+	case 3:
+		return "", fmt.Errorf("redisstore: contract %s already exists", id)
+	}
+	return "", fmt.Errorf("%w: mint script returned %v", store.ErrUnavailable, v)
+}
+
+// record is one contract hash as read.
+type record struct {
+	agent, id string
+	state     string
+	exp, at   int64
+	meta      string
+	plan      string
+	found     bool
+}
+
+// read fetches the state fields of the contract (agent, id) and, when
+// this node has not decoded it yet, its meta and plan: one HMGET.
+func (s *contracts) read(ctx context.Context, op store.Op, agent, id string) (record, error) {
+	_, cached := s.cache.Get(id)
+	fields := []string{"s", "exp", "at"}
+	if !cached {
+		fields = append(fields, "meta", "plan")
+	}
+	start := time.Now()
+	v, err := s.c.rdb.HMGet(ctx, s.key(agent, id), fields...).Result()
+	if err = s.c.done(op, start, err); err != nil {
+		return record{}, err
+	}
+	return parseRecord(agent, id, v), nil
+}
+
+func parseRecord(agent, id string, v []any) record {
+	r := record{agent: agent, id: id}
+	str := func(i int) string {
+		if i < len(v) {
+			s, _ := v[i].(string)
+			return s
+		}
+		return ""
+	}
+	r.state = str(0)
+	r.found = r.state != ""
+	r.exp, _ = strconv.ParseInt(str(1), 10, 64)
+	r.at, _ = strconv.ParseInt(str(2), 10, 64)
+	r.meta, r.plan = str(3), str(4)
+	return r
+}
+
+// contract decodes r's contract: from the node's cache, else from its
+// meta and plan (fetched now when read skipped them because the cache
+// held the contract then and has dropped it since).
+func (s *contracts) contract(ctx context.Context, r record) (*recipes.Contract, error) {
+	if c, ok := s.cache.Get(r.id); ok {
+		return c, nil
+	}
+	if r.meta == "" {
+		start := time.Now()
+		v, err := s.c.rdb.HMGet(ctx, s.key(r.agent, r.id), "meta", "plan").Result()
+		if err = s.c.done(store.OpContractLookup, start, err); err != nil {
+			return nil, err
+		}
+		m := parseRecord(r.agent, r.id, append([]any{"", "", ""}, v...))
+		r.meta, r.plan = m.meta, m.plan
+		if r.meta == "" {
+			return nil, fmt.Errorf("%w: contract %s vanished while read", store.ErrUnavailable, r.id)
+		}
+	}
+	cc, err := recipes.UnmarshalCapturedContract([]byte(r.meta))
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: contract %s: %w", r.id, err)
+	}
+	var rec *recipes.Recipe
+	if s.rs == nil {
+		return nil, fmt.Errorf("%w: contract %s: no restorer configured", recipes.ErrPlan, r.id)
+	}
+	if rec, err = s.rs.Restore(cc.PlanHash, []byte(r.plan)); err != nil {
+		return nil, fmt.Errorf("contract %s: %w", r.id, err)
+	}
+	c, err := cc.Contract(rec)
+	if err != nil {
+		return nil, err
+	}
+	s.cache.Set(r.id, c, 1)
+	return c, nil
+}
+
+// live reports whether r is a live contract at now (ms).
+func live(r record, now int64) bool {
+	return (r.state == recipes.StatePending || r.state == recipes.StateActive) && now < r.exp
+}
+
+// ended returns the state r ended in and when (ms), for a record that is
+// not live.
+func ended(r record) (string, int64) {
+	if r.state == recipes.StatePending || r.state == recipes.StateActive {
+		return recipes.StateExpired, r.exp
+	}
+	if r.state == recipes.StateExpired && r.at == 0 {
+		return r.state, r.exp
+	}
+	return r.state, r.at
+}
+
+// tombKept reports whether the tombstone of an ended r is still kept.
+func (s *contracts) tombKept(r record, now int64) bool {
+	_, at := ended(r)
+	return now-at < s.limits.TombstoneTTL.Milliseconds()
+}
+
+// find reads contract id, first in presenter's slot, else in the slot
+// its owner index names.
+func (s *contracts) find(ctx context.Context, presenter, id string) (record, error) {
+	if presenter != "" {
+		r, err := s.read(ctx, store.OpContractLookup, presenter, id)
+		if err != nil || r.found {
+			return r, err
+		}
+	}
+	start := time.Now()
+	owner, err := s.c.rdb.Get(ctx, s.ownerKey(id)).Result()
+	if err = s.c.done(store.OpContractLookup, start, err); err != nil || owner == "" || owner == presenter {
+		return record{}, err
+	}
+	return s.read(ctx, store.OpContractLookup, owner, id)
+}
+
+// Lookup costs one round trip when the presenter is the contract's
+// agent, three when it is another agent's.
+func (s *contracts) Lookup(ctx context.Context, presenter, id string) (*recipes.Contract, int, error) {
+	r, err := s.find(ctx, presenter, id)
+	if err != nil || !r.found {
+		return nil, recipes.LookupUnknown, err
+	}
+	now := s.c.nowMS()
+	res := recipes.LookupFound
+	if !live(r, now) {
+		state, _ := ended(r)
+		if state == recipes.StateReleased || !s.tombKept(r, now) {
+			return nil, recipes.LookupUnknown, nil
+		}
+		res = recipes.LookupRevoked
+	}
+	c, err := s.contract(ctx, r)
+	if err != nil {
+		return nil, recipes.LookupUnknown, err
+	}
+	return c, res, nil
+}
+
+func (s *contracts) Activate(ctx context.Context, c *recipes.Contract) (bool, error) {
+	start := time.Now()
+	n, err := activateScript.Run(ctx, s.c.rdb, []string{s.key(c.OriginatingAgentID, c.SynthesisID)}).Int()
+	if err = s.c.done(store.OpContractUpdate, start, err); err != nil {
+		return false, err
+	}
+	return n == 1, nil
+}
+
+// State reads the state: "" once the contract's tombstone is gone.
+func (s *contracts) State(ctx context.Context, c *recipes.Contract) (string, error) {
+	start := time.Now()
+	v, err := s.c.rdb.HMGet(ctx, s.key(c.OriginatingAgentID, c.SynthesisID), "s", "exp", "at").Result()
+	if err = s.c.done(store.OpContractLookup, start, err); err != nil {
+		return "", err
+	}
+	r := parseRecord(c.OriginatingAgentID, c.SynthesisID, v)
+	if !r.found {
+		return "", nil
+	}
+	if live(r, s.c.nowMS()) {
+		return r.state, nil
+	}
+	state, _ := ended(r)
+	return state, nil
+}
+
+func (s *contracts) ActiveFor(ctx context.Context, agent, method, path string) (*recipes.Contract, error) {
+	start := time.Now()
+	id, err := pairScript.Run(ctx, s.c.rdb, []string{s.pairKey(agent, method, path)}, s.c.nowMS(), s.c.agentKey(agent, "c:")).Text()
+	if err = s.c.done(store.OpContractPair, start, err); err != nil || id == "" {
+		return nil, err
+	}
+	return s.contract(ctx, record{agent: agent, id: id})
+}
+
+func (s *contracts) Inspect(ctx context.Context, id string) (*recipes.Contract, string, bool, error) {
+	r, err := s.find(ctx, "", id)
+	if err != nil || !r.found {
+		return nil, "", false, err
+	}
+	now := s.c.nowMS()
+	state := recipes.StateActive // pending is reported as active (spec OP-33)
+	if !live(r, now) {
+		if !s.tombKept(r, now) {
+			return nil, "", false, nil
+		}
+		state, _ = ended(r)
+	}
+	c, err := s.contract(ctx, r)
+	if err != nil {
+		return nil, "", false, err
+	}
+	return c, state, true, nil
+}
+
+// End runs the end script beside the owner and global index updates:
+// one round trip.
+func (s *contracts) End(ctx context.Context, c *recipes.Contract, state string) (bool, error) {
+	switch state {
+	case recipes.StateRevoked, recipes.StateReleased, recipes.StateExpired:
+	default:
+		return false, fmt.Errorf("redisstore: End state %q is not revoked, released or expired", state)
+	}
+	agent, id := c.OriginatingAgentID, c.SynthesisID
+	now := s.c.nowMS()
+	at := now
+	if state == recipes.StateExpired {
+		at = c.ExpiresAt.UnixMilli()
+	}
+	keep := s.keptUntil(at)
+	keys := []string{s.key(agent, id), s.c.agentKey(agent, "cz"), s.pairKey(agent, c.Method, c.Path)}
+	start := time.Now()
+	v, err := s.c.pipeScript(ctx, endScript, keys, []any{now, state, keep, id, at}, func(p redis.Pipeliner) {
+		p.PExpireAt(ctx, s.ownerKey(id), time.UnixMilli(keep))
+		p.ZRem(ctx, s.c.globalKey("cl"), agent+" "+id)
+	})
+	if err = s.c.done(store.OpContractUpdate, start, err); err != nil {
+		return false, err
+	}
+	n, _ := v.(int64)
+	return n == 1, nil
+}
+
+// List reads the live index (the agent's, or the global one for "")
+// then every listed contract in one pipeline: two round trips, plus one
+// for contracts this node has not decoded yet.
+func (s *contracts) List(ctx context.Context, agent string) ([]*recipes.Contract, error) {
+	now := s.c.nowMS()
+	min := "(" + strconv.FormatInt(now, 10)
+	var members []string
+	start := time.Now()
+	var err error
+	if agent != "" {
+		var ids []string
+		ids, err = s.c.rdb.ZRangeByScore(ctx, s.c.agentKey(agent, "cz"), &redis.ZRangeBy{Min: min, Max: "+inf"}).Result()
+		for _, id := range ids {
+			members = append(members, agent+" "+id)
+		}
+	} else {
+		members, err = s.c.rdb.ZRangeByScore(ctx, s.c.globalKey("cl"), &redis.ZRangeBy{Min: min, Max: "+inf"}).Result()
+	}
+	if err = s.c.done(store.OpContractList, start, err); err != nil {
+		return nil, err
+	}
+	type item struct {
+		agent, id string
+		cmd       *redis.SliceCmd
+	}
+	items := make([]item, 0, len(members))
+	start = time.Now()
+	_, err = s.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, m := range members {
+			a, id, ok := strings.Cut(m, " ")
+			if !ok {
+				continue
+			}
+			fields := []string{"s", "exp", "at"}
+			if _, cached := s.cache.Get(id); !cached {
+				fields = append(fields, "meta", "plan")
+			}
+			items = append(items, item{a, id, p.HMGet(ctx, s.key(a, id), fields...)})
+		}
+		return nil
+	})
+	if err = s.c.done(store.OpContractList, start, err); err != nil {
+		return nil, err
+	}
+	out := make([]*recipes.Contract, 0, len(items))
+	for _, it := range items {
+		r := parseRecord(it.agent, it.id, it.cmd.Val())
+		if !r.found || !live(r, now) {
+			continue
+		}
+		c, err := s.contract(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].IssuedAt.Equal(out[j].IssuedAt) {
+			return out[i].IssuedAt.Before(out[j].IssuedAt)
+		}
+		return out[i].SynthesisID < out[j].SynthesisID
+	})
+	return out, nil
+}
+
+// Len counts the live index: one round trip.
+func (s *contracts) Len(ctx context.Context) (int, error) {
+	start := time.Now()
+	n, err := s.c.rdb.ZCount(ctx, s.c.globalKey("cl"), "("+strconv.FormatInt(s.c.nowMS(), 10), "+inf").Result()
+	if err = s.c.done(store.OpContractList, start, err); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// pipeScript runs script in a pipeline with the commands extra adds, in
+// one round trip (in Cluster mode, one per node, concurrently), and
+// returns the script's reply. A script Redis does not know (NOSCRIPT:
+// restarted, failed over) is sent again as EVAL; the other commands ran
+// already. The error is the script's, else the first other one.
+func (c *Client) pipeScript(ctx context.Context, script *redis.Script, keys []string, args []any, extra func(redis.Pipeliner)) (any, error) {
+	var sc *redis.Cmd
+	cmds, _ := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		sc = script.EvalSha(ctx, p, keys, args...)
+		extra(p)
+		return nil
+	})
+	sent := sc
+	if err := sc.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		sc = script.Eval(ctx, c.rdb, keys, args...)
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	for _, cmd := range cmds {
+		if cmd == sent {
+			continue
+		}
+		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return sc.Val(), err
+		}
+	}
+	return sc.Val(), nil
+}

@@ -1,0 +1,418 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/storetest"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
+	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
+)
+
+var prefixes atomic.Int64
+
+// harness runs each suite test on its own key prefix of one deployment,
+// with two Clients (two nodes).
+func harness(base Config, totals bool) storetest.Harness {
+	return storetest.Harness{
+		Totals: totals,
+		New: func(t *testing.T, cfg storetest.Config) (store.Set, store.Set) {
+			prefix := fmt.Sprintf("t%d:", prefixes.Add(1))
+			node := func() store.Set {
+				c := base
+				c.KeyPrefix, c.Now = prefix, cfg.Now
+				client, err := New(context.Background(), c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = client.Close() })
+				set, err := client.Set(cfg.Limits, cfg.Restorer)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return set
+			}
+			return node(), node()
+		},
+	}
+}
+
+func TestSuiteSingle(t *testing.T) {
+	srv := redistest.StartServer(t)
+	storetest.Run(t, harness(Config{Addrs: []string{srv.Addr()}}, true))
+}
+
+func TestSuiteCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	storetest.Run(t, harness(Config{Mode: ModeCluster, Addrs: c.Addrs()}, false))
+}
+
+func TestSuiteSentinel(t *testing.T) {
+	g := redistest.StartSentinel(t)
+	storetest.Run(t, harness(Config{Mode: ModeSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName}, true))
+}
+
+// counter counts round trips by operation.
+type counter struct {
+	mu  sync.Mutex
+	ops map[store.Op]int
+}
+
+func (c *counter) Observe(op store.Op, _ time.Duration, _ error) {
+	c.mu.Lock()
+	c.ops[op]++
+	c.mu.Unlock()
+}
+
+func (c *counter) take() map[store.Op]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.ops
+	c.ops = map[store.Op]int{}
+	return out
+}
+
+func TestRoundTripsPerOperation(t *testing.T) {
+	srv := redistest.StartServer(t)
+	cnt := &counter{ops: map[store.Op]int{}}
+	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, Observer: cnt})
+	ctx := context.Background()
+	cnt.take() // the PING of New
+	agent := "a"
+	f := storetest.NewFixture(t)
+	minted := f.Contract(t, time.Now(), agent, "/trip", "rcns-gate", time.Hour)
+	lim, err := set.Limiters.Limiter(ratelimit.Budget{Name: "rcns", Burst: 10, PerMinute: 10}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name string
+		run  func() error
+		want map[store.Op]int
+	}{
+		{"claim", func() error {
+			got, err := set.Idempotency.Claim(ctx, agent, "k", "fp")
+			if err == nil {
+				err = got.Claim.Complete(ctx, idempotency.Response{Status: 200})
+			}
+			return err
+		}, map[store.Op]int{store.OpClaim: 1, store.OpComplete: 1}},
+		{"replay", func() error { _, err := set.Idempotency.Claim(ctx, agent, "k", "fp"); return err }, map[store.Op]int{store.OpClaim: 1}},
+		{"rate limit", func() error { _, err := lim.Allow(ctx, agent); return err }, map[store.Op]int{store.OpRateLimit: 1}},
+		{"signature", func() error {
+			_, err := set.Replay.Seen(ctx, agent, []byte("s"), time.Now().Add(time.Minute))
+			return err
+		}, map[store.Op]int{store.OpReplay: 1}},
+		{"record", func() error {
+			return set.Records.Retain(ctx, store.Record{AuditID: "x", AgentID: agent, NodeID: "n"})
+		}, map[store.Op]int{store.OpRecord: 1}},
+		{"pair miss", func() error { _, err := set.Contracts.ActiveFor(ctx, agent, "BOOK", "/x"); return err }, map[store.Op]int{store.OpContractPair: 1}},
+		{"mint", func() error { _, err := set.Contracts.Mint(ctx, minted, store.ModeConfirmFirst); return err }, map[store.Op]int{store.OpContractMint: 1}},
+		{"keyed presentation", func() error {
+			p, err := set.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: minted.SynthesisID, Method: "BOOK", Path: "/trip", Key: "k2", Fingerprint: "fp", Claim: true})
+			if err == nil && (p.Claimed == nil || p.Claimed.Outcome != idempotency.Execute) {
+				err = fmt.Errorf("presentation claimed %+v", p.Claimed)
+			}
+			return err
+		}, map[store.Op]int{store.OpPresent: 1}},
+		{"activate", func() error { _, err := set.Contracts.Activate(ctx, minted); return err }, map[store.Op]int{store.OpContractUpdate: 1}},
+		{"pair hit", func() error { _, err := set.Contracts.ActiveFor(ctx, agent, "BOOK", "/trip"); return err }, map[store.Op]int{store.OpContractPair: 1}},
+		{"keyed Tier C by pair", func() error {
+			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/trip", Key: "k4", Fingerprint: "fp", ClaimIfFound: true})
+			if err == nil && (r.Contract == nil || r.Claimed == nil || r.Claimed.Outcome != idempotency.Execute) {
+				err = fmt.Errorf("resolved %+v", r)
+			}
+			return err
+		}, map[store.Op]int{store.OpResolvePair: 1}},
+		{"keyed gate pair miss", func() error {
+			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/none", Key: "k5", Fingerprint: "fp", ClaimIfMissing: true})
+			if err == nil && (r.Contract != nil || r.Claimed == nil || r.Claimed.Outcome != idempotency.Execute) {
+				err = fmt.Errorf("resolved %+v", r)
+			}
+			return err
+		}, map[store.Op]int{store.OpResolvePair: 1}},
+		{"unknown presentation", func() error {
+			_, err := set.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: "syn-x", Method: "BOOK", Path: "/x", Key: "k3", Fingerprint: "fp", Claim: true})
+			return err
+		}, map[store.Op]int{store.OpPresent: 1, store.OpContractLookup: 2}},
+		{"lookup miss", func() error { _, _, err := set.Contracts.Lookup(ctx, agent, "syn-x"); return err }, map[store.Op]int{store.OpContractLookup: 2}},
+	}
+	for _, s := range steps {
+		if err := s.run(); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if got := cnt.take(); fmt.Sprint(got) != fmt.Sprint(s.want) {
+			t.Errorf("%s: round trips %v, want %v", s.name, got, s.want)
+		}
+	}
+}
+
+// TestUnavailable kills Redis under a client: every call fails with
+// store.ErrUnavailable within the timeouts, and the client recovers by
+// itself once Redis is back (empty: it has no persistence).
+func TestUnavailable(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c, set := newSet(t, Config{Addrs: []string{srv.Addr()}, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	ctx := context.Background()
+	lim, err := set.Limiters.Limiter(ratelimit.Budget{Name: "rcns", Burst: 10, PerMinute: 10}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := set.Idempotency.Claim(ctx, "a", "before", "fp")
+	if err != nil || held.Outcome != idempotency.Execute {
+		t.Fatalf("claim before the outage: %v %v", held.Outcome, err)
+	}
+	calls := []struct {
+		name string
+		run  func() error
+	}{
+		{"claim", func() error { _, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); return err }},
+		{"complete", func() error { return held.Claim.Complete(ctx, idempotency.Response{Status: 200}) }},
+		{"rate limit", func() error { _, err := lim.Allow(ctx, "a"); return err }},
+		{"lookup", func() error { _, _, err := set.Contracts.Lookup(ctx, "a", "syn-1"); return err }},
+		{"pair", func() error { _, err := set.Contracts.ActiveFor(ctx, "a", "BOOK", "/x"); return err }},
+		{"list", func() error { _, err := set.Contracts.List(ctx, ""); return err }},
+		{"replay", func() error {
+			_, err := set.Replay.Seen(ctx, "a", []byte("s"), time.Now().Add(time.Minute))
+			return err
+		}},
+		{"attempt", func() error { return set.Attempts.Add(ctx, store.Attempt{ID: "x"}) }},
+		{"record", func() error { return set.Records.Retain(ctx, store.Record{AuditID: "x"}) }},
+		{"ping", func() error { return c.Ping(ctx) }},
+	}
+	srv.Stop()
+	for _, call := range calls {
+		start := time.Now()
+		err := call.run()
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("%s with Redis down: %v, want ErrUnavailable", call.name, err)
+		}
+		// Generous: bounded by the timeouts, never by a retry loop.
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s took %v with Redis down", call.name, d)
+		}
+	}
+	srv.Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Ping(ctx) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the client did not recover after Redis came back")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Redis came back empty: the key held before the outage is free
+	// again (docs/cluster.md "Redis restarted empty"), and scripts are
+	// loaded again (EVALSHA falls back to EVAL).
+	got, err := set.Idempotency.Claim(ctx, "a", "before", "fp")
+	if err != nil || got.Outcome != idempotency.Execute {
+		t.Fatalf("claim after the restart: %v %v", got.Outcome, err)
+	}
+	if d, err := lim.Allow(ctx, "a"); err != nil || !d.Allowed {
+		t.Fatalf("rate limit after the restart: %+v %v", d, err)
+	}
+	// The claim made before the outage cannot complete over the new one.
+	if err := held.Claim.Complete(ctx, idempotency.Response{Status: 500}); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := set.Idempotency.Claim(ctx, "a", "before", "fp"); again.Outcome != idempotency.InFlight {
+		t.Fatalf("after the stale Complete: %v, want in flight", again.Outcome)
+	}
+}
+
+// TestNewRefusesUnreachable: New fails when Redis does not answer, and
+// NewDegraded starts anyway, failing calls until Redis is there.
+func TestNewRefusesUnreachable(t *testing.T) {
+	srv := redistest.StartServer(t)
+	srv.Stop()
+	cfg := Config{Addrs: []string{srv.Addr()}, DialTimeout: 200 * time.Millisecond}
+	if _, err := New(context.Background(), cfg); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("New with Redis down: %v", err)
+	}
+	c, err := NewDegraded(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	set, err := c.Set(store.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := set.Idempotency.Claim(context.Background(), "a", "k", "fp"); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("degraded claim: %v", err)
+	}
+	srv.Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := set.Idempotency.Claim(context.Background(), "a", "k", "fp")
+		if err == nil {
+			if got.Outcome != idempotency.Execute {
+				t.Fatalf("first claim once up: %v", got.Outcome)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never recovered: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestConfigRefusals(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"no address", Config{}},
+		{"bad address", Config{Addrs: []string{"localhost"}}},
+		{"two addresses single", Config{Addrs: []string{"a:1", "b:1"}}},
+		{"braces in prefix", Config{Addrs: []string{"a:1"}, KeyPrefix: "x{y}"}},
+		{"negative timeout", Config{Addrs: []string{"a:1"}, ReadTimeout: -1}},
+		{"sentinel without master", Config{Mode: ModeSentinel, Addrs: []string{"a:1"}}},
+		{"cluster with DB", Config{Mode: ModeCluster, Addrs: []string{"a:1"}, DB: 2}},
+		{"master name in single", Config{Addrs: []string{"a:1"}, MasterName: "m"}},
+		{"unknown mode", Config{Mode: "ring", Addrs: []string{"a:1"}}},
+		{"missing CA file", Config{Addrs: []string{"a:1"}, CAFile: "/nonexistent/ca.pem"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if c, err := NewDegraded(tt.cfg); err == nil {
+				c.Close()
+				t.Fatal("accepted")
+			}
+		})
+	}
+}
+
+// TestSentinelFailover kills the master: after Sentinel promotes the
+// replica the client finds it by itself, and state replicated before
+// the failover is still there.
+func TestSentinelFailover(t *testing.T) {
+	g := redistest.StartSentinel(t)
+	_, set := newSet(t, Config{Mode: ModeSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName,
+		DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	first, err := set.Idempotency.Claim(ctx, "a", "k", "fp")
+	if err != nil || first.Outcome != idempotency.Execute {
+		t.Fatal(first.Outcome, err)
+	}
+	if err := first.Claim.Complete(ctx, idempotency.Response{Status: 201, Body: []byte("made")}); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the replica to have it (asynchronous replication).
+	if _, err := redistest.Do(g.Master.Addr(), "WAIT", "1", "5000"); err != nil {
+		t.Fatal(err)
+	}
+	g.Master.Stop()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		addr, err := g.MasterAddr()
+		if err == nil && addr == g.Replica.Addr() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sentinels did not fail over: %v %v", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for {
+		got, err := set.Idempotency.Claim(ctx, "a", "k", "fp")
+		if err == nil {
+			if got.Outcome != idempotency.Replay || string(got.Response.Body) != "made" {
+				t.Fatalf("after failover: %v %+v, want the replayed answer", got.Outcome, got.Response)
+			}
+			break
+		}
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("during failover: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the client did not follow the failover: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func init() {
+	// go-redis logs every failed dial; the fault tests make many.
+	redis.SetLogger(quiet{})
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// TestRestartQuarantine: after Redis restarts empty, claims are refused
+// until a request that held a key before the restart has ended, then
+// served again.
+func TestRestartQuarantine(t *testing.T) {
+	srv := redistest.StartServer(t)
+	clock := storetest.NewClock()
+	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, RestartQuarantine: 2 * time.Minute, Now: clock.Now,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	ctx := context.Background()
+	if got, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
+		t.Fatalf("claim before the restart: %v %v", got.Outcome, err)
+	}
+	srv.Restart()
+	// The first calls after the restart meet broken connections, then
+	// the new one finds the new run: either way, nothing executes.
+	var last error
+	for range 5 {
+		got, err := set.Idempotency.Claim(ctx, "a", "k", "fp")
+		if err == nil {
+			t.Fatalf("claim right after the restart: %v, want refused", got.Outcome)
+		}
+		last = err
+	}
+	if !errors.Is(last, store.ErrUnavailable) || !strings.Contains(last.Error(), "Redis restarted") {
+		t.Fatalf("claim after the restart: %v, want the quarantine", last)
+	}
+	// Other state is served meanwhile.
+	if _, err := set.Replay.Seen(ctx, "a", []byte("s"), clock.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	if got, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
+		t.Fatalf("claim after the quarantine: %v %v", got.Outcome, err)
+	}
+}
+
+// newSet connects a Client with cfg (closed at the end of the test) and
+// returns it with its default Set.
+func newSet(t *testing.T, cfg Config) (*Client, store.Set) {
+	t.Helper()
+	c, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	set, err := c.Set(store.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, set
+}
+
+// TestAuthentication: an ACL user and password reach a server that
+// requires them; a wrong password fails New.
+func TestAuthentication(t *testing.T) {
+	srv := redistest.StartServer(t, "--user", "gw", "on", ">s3cret", "~*", "&*", "+@all", "--user", "default", "off")
+	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, Username: "gw", Password: "s3cret"})
+	if got, err := set.Idempotency.Claim(context.Background(), "a", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
+		t.Fatalf("claim as gw: %v %v", got.Outcome, err)
+	}
+	if _, err := New(context.Background(), Config{Addrs: []string{srv.Addr()}, Username: "gw", Password: "wrong"}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("wrong password: %v", err)
+	}
+}

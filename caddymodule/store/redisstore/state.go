@@ -1,0 +1,146 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+)
+
+// replay is the signature replay cache: P{a:AGENT}:sig:SHA256(sig), set
+// with NX and expiring when the signature does (one round trip).
+type replay struct{ c *Client }
+
+func (r replay) Seen(ctx context.Context, agentID string, sig []byte, expires time.Time) (bool, error) {
+	if !r.c.now().Before(expires) {
+		return false, nil // expired: never recorded (Verify refuses it)
+	}
+	sum := sha256.Sum256(sig)
+	start := time.Now()
+	ok, err := r.c.rdb.SetArgs(ctx, r.c.agentKey(agentID, "sig:"+hex.EncodeToString(sum[:])), "1",
+		redis.SetArgs{Mode: "NX", ExpireAt: expires}).Result()
+	if err = r.c.done(store.OpReplay, start, err); err != nil {
+		return false, err
+	}
+	return ok != "OK", nil
+}
+
+// attempts keeps attempt records in one slot: P{g}:att (a hash id →
+// JSON) and P{g}:atto (ids, newest first), trimmed to size by the add
+// script (one round trip).
+type attempts struct {
+	c    *Client
+	size int
+}
+
+// attemptScript adds one record and drops the oldest past the bound.
+// KEYS: hash, order list. ARGV: id, JSON, size.
+var attemptScript = redis.NewScript(`
+if redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) == 1 then redis.call('LPUSH', KEYS[2], ARGV[1]) end
+local size = tonumber(ARGV[3])
+while redis.call('LLEN', KEYS[2]) > size do
+  redis.call('HDEL', KEYS[1], redis.call('RPOP', KEYS[2]))
+end
+return 1
+`)
+
+func (a attempts) Add(ctx context.Context, rec store.Attempt) error {
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	err = attemptScript.Run(ctx, a.c.rdb, []string{a.c.globalKey("att"), a.c.globalKey("atto")}, rec.ID, raw, a.size).Err()
+	return a.c.done(store.OpAttempt, start, err)
+}
+
+func (a attempts) Get(ctx context.Context, id string) (store.Attempt, bool, error) {
+	start := time.Now()
+	raw, err := a.c.rdb.HGet(ctx, a.c.globalKey("att"), id).Result()
+	if err = a.c.done(store.OpAttempt, start, err); err != nil || raw == "" {
+		return store.Attempt{}, false, err
+	}
+	var rec store.Attempt
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+		return store.Attempt{}, false, fmt.Errorf("redisstore: attempt %s: %w", id, err)
+	}
+	return rec, true, nil
+}
+
+func (a attempts) Len(ctx context.Context) (int, error) {
+	start := time.Now()
+	n, err := a.c.rdb.HLen(ctx, a.c.globalKey("att")).Result()
+	if err = a.c.done(store.OpAttempt, start, err); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// records retains Attribution-Records at P{r:AUDIT-ID} (JSON of
+// store.Record, expiring after the retention) and the chain heads in
+// P{a:AGENT}:h (node → "AUDIT-ID KEPT-MS", the hash expiring after the
+// retention from its last write). Retain is one pipeline: one round
+// trip (in Cluster mode two nodes may be written, concurrently).
+type records struct {
+	c         *Client
+	retention time.Duration
+}
+
+func (r records) recordKey(auditID string) string { return r.c.prefix + "{r:" + auditID + "}" }
+
+func (r records) Retain(ctx context.Context, rec store.Record) error {
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	heads := r.c.agentKey(rec.AgentID, "h")
+	head := rec.AuditID + " " + strconv.FormatInt(r.c.nowMS(), 10)
+	start := time.Now()
+	_, err = r.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, r.recordKey(rec.AuditID), raw, r.retention)
+		p.HSet(ctx, heads, rec.NodeID, head)
+		p.PExpire(ctx, heads, r.retention)
+		return nil
+	})
+	return r.c.done(store.OpRecord, start, err)
+}
+
+func (r records) Get(ctx context.Context, auditID string) (store.Record, bool, error) {
+	start := time.Now()
+	raw, err := r.c.rdb.Get(ctx, r.recordKey(auditID)).Result()
+	if err = r.c.done(store.OpRecord, start, err); err != nil || raw == "" {
+		return store.Record{}, false, err
+	}
+	var rec store.Record
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+		return store.Record{}, false, fmt.Errorf("redisstore: record %s: %w", auditID, err)
+	}
+	return rec, true, nil
+}
+
+func (r records) Heads(ctx context.Context, agentID string) ([]store.Head, error) {
+	start := time.Now()
+	all, err := r.c.rdb.HGetAll(ctx, r.c.agentKey(agentID, "h")).Result()
+	if err = r.c.done(store.OpRecord, start, err); err != nil {
+		return nil, err
+	}
+	oldest := r.c.nowMS() - r.retention.Milliseconds()
+	var out []store.Head
+	for node, v := range all {
+		id, kept, _ := strings.Cut(v, " ")
+		if ms, err := strconv.ParseInt(kept, 10, 64); err == nil && ms > oldest {
+			out = append(out, store.Head{NodeID: node, AuditID: id})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
+	return out, nil
+}

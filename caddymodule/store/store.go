@@ -1,0 +1,434 @@
+// Package store is the gateway's shared state behind small interfaces,
+// one per kind of state (ARCHITECTURE.md "Beyond one machine"):
+// Idempotency-Key claims and stored answers, per-agent rate limits,
+// contracts and tombstones, the signature replay cache, RCNS attempt
+// records and retained Attribution-Records.
+//
+// Two implementations pass one test suite (storetest): the memory store
+// of this package (NewMemory, the embedded default for one node: today's
+// in-memory types behind the interfaces, behaving exactly as they do) and
+// the Redis store (package redisstore), which several gateways share.
+//
+// Every method takes a context.Context and returns an error: a shared
+// store can be unreachable or slow. Every error a store returns for
+// that reason wraps ErrUnavailable; the engine answers it 503
+// store-unavailable with Retry-After and executes nothing. The memory
+// store never fails that way.
+//
+// The package imports no caddy: the engine and every door can use it,
+// and so can tests.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
+	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+)
+
+// ErrUnavailable is wrapped by every error a store returns because it
+// could not be reached in time, or refused to store (a Redis connection
+// refused or reset, a read or write timeout, a context deadline, a
+// cluster without a master for the slot, a replica that is read-only, an
+// out-of-memory refusal). The operation may or may not have taken
+// effect at the store; when it was a claim, it holds its key at most its
+// hold. The engine answers 503 store-unavailable, retryable, with
+// Retry-After, and executes nothing.
+var ErrUnavailable = errors.New("store unavailable")
+
+// Idempotency is the Idempotency-Key store (RCNS §12.2, OP-15), with the
+// rules of policy/idempotency.Store: Claim and ClaimConfirming return the
+// same outcomes in the same cases, and a Claim's Complete and Abandon
+// take effect only while it still holds its key.
+type Idempotency interface {
+	// Claim atomically looks up (agentID, key) and claims it for the
+	// request whose fingerprint is fp when it is free
+	// (idempotency.Store.Claim).
+	Claim(ctx context.Context, agentID, key, fp string) (Claimed, error)
+	// ClaimConfirming is Claim for a request presenting the contract
+	// synthesisID, pending whether that contract is still pending: a
+	// presentation that confirms the 461 preview its key stores takes the
+	// key over, a key holding another contract's answer is
+	// OtherContract (idempotency.Store.ClaimConfirming).
+	ClaimConfirming(ctx context.Context, agentID, key, fp, synthesisID string, pending bool) (Claimed, error)
+	// Limits returns the bounds in force, defaults applied.
+	Limits() idempotency.Limits
+	// Len returns the records held, stored and in flight, or -1 when the
+	// store does not count them (the Redis store: see docs/cluster.md).
+	Len(ctx context.Context) (int, error)
+}
+
+// Claimed is the result of a claim: the outcome and, with Replay, the
+// stored answer, or, with Execute, the claim the caller now holds.
+type Claimed struct {
+	Outcome  idempotency.Outcome
+	Response *idempotency.Response // Replay only: a copy of the stored answer
+	Claim    Claim                 // Execute only
+}
+
+// Claim is the in-flight hold on one (Agent-ID, key). Exactly one of
+// Complete or Abandon takes effect, and only while the claim holds the
+// key: after its hold passed and another request claimed the key, both
+// are no-ops (the fencing token no longer matches), so a request that
+// outlived its hold can never overwrite a newer claim's answer.
+type Claim interface {
+	// Complete stores resp for replay during the window, counted from
+	// now, and releases the hold (idempotency.Claim.Complete). A no-op
+	// after Abandon, a second Complete, or once the claim lost its key.
+	Complete(ctx context.Context, resp idempotency.Response) error
+	// Abandon releases the hold without storing anything; a claim that
+	// took a 461 preview over restores it (idempotency.Claim.Abandon).
+	Abandon(ctx context.Context) error
+	// Preview returns the 461 preview a ClaimConfirming claim took over,
+	// or nil.
+	Preview() *idempotency.Response
+	// Key returns the (Agent-ID, key) pair the claim holds.
+	Key() (agentID, key string)
+	// Token is the claim's fencing token: an opaque value unique to this
+	// claim of the key, which the store compares before Complete or
+	// Abandon takes effect.
+	Token() string
+}
+
+// Limiter is one rate-limit budget applied per Agent-ID, shared by every
+// node and door using the store (RCNS §12.1; policy/ratelimit).
+type Limiter interface {
+	// Allow takes one request from agentID's budget when it has one and
+	// describes the budget afterwards (ratelimit.Limiter.Allow).
+	Allow(ctx context.Context, agentID string) (ratelimit.Decision, error)
+	// Budget returns the budget applied.
+	Budget() ratelimit.Budget
+	// PolicyHeader returns the RateLimit-Policy field value
+	// (ratelimit.Limiter.PolicyHeader).
+	PolicyHeader() string
+	// RateLimitHeader returns the RateLimit field value for d
+	// (ratelimit.Limiter.RateLimitHeader).
+	RateLimitHeader(d ratelimit.Decision) string
+}
+
+// Limiters builds the shared limiter of a budget. A limiter is cheap to
+// build again on a config reload; its state is the store's.
+type Limiters interface {
+	// Limiter returns the limiter applying b per agent. The memory store
+	// keeps at most maxAgents buckets (0: ratelimit.DefaultMaxAgents);
+	// the Redis store keeps one key per agent that expires when its
+	// budget is full again. Errors are ratelimit.New's.
+	Limiter(b ratelimit.Budget, maxAgents int64) (Limiter, error)
+}
+
+// Contracts holds contracts and their tombstones (RCNS §14, §17.3;
+// recipes.Store): the by-id record, the per-(agent, method, path) index
+// that serves Tier C by pair, the per-agent and global bounds, the TTL
+// and the tombstone expiry. A revocation or release is visible to every
+// node using the store on its next call.
+type Contracts interface {
+	// Mint stores the new contract c in the state its origin and the
+	// delivery mode give it (InitialState) and returns that state. At a
+	// bound it returns a *LimitError (errors.Is ErrStoreFull or
+	// ErrAgentFull) whose Error is the operator-facing explanation.
+	Mint(ctx context.Context, c *recipes.Contract, mode string) (state string, err error)
+	// Lookup finds the contract a request presents (recipes.Store.Lookup):
+	// the live contract and recipes.LookupFound; the ended contract its
+	// tombstone keeps and recipes.LookupRevoked; or nil and
+	// recipes.LookupUnknown. presenter is the presenting Agent-ID (the
+	// Redis store looks in that agent's slot first).
+	Lookup(ctx context.Context, presenter, id string) (*recipes.Contract, int, error)
+	// Activate marks the pending contract c active; it reports whether
+	// c was pending.
+	Activate(ctx context.Context, c *recipes.Contract) (bool, error)
+	// State returns c's current state (recipes.State*): pending, active,
+	// expired, revoked or released; "" when it is no longer known.
+	State(ctx context.Context, c *recipes.Contract) (string, error)
+	// ActiveFor returns the most recently issued active contract agent
+	// holds for exactly (method, path), or nil (RCNS §10 step 8b).
+	ActiveFor(ctx context.Context, agent, method, path string) (*recipes.Contract, error)
+	// Inspect returns a contract, live or ended while its tombstone is
+	// kept, with its state as INSPECT reports it (pending as active);
+	// found is false for an unknown id (recipes.Store.Inspect).
+	Inspect(ctx context.Context, id string) (c *recipes.Contract, state string, found bool, err error)
+	// End ends the live contract c in state recipes.StateRevoked,
+	// StateReleased or StateExpired and keeps its tombstone; false when
+	// it was not live.
+	End(ctx context.Context, c *recipes.Contract, state string) (bool, error)
+	// List returns the live contracts of agent ("" every agent's), sorted
+	// by issue time then id.
+	List(ctx context.Context, agent string) ([]*recipes.Contract, error)
+	// Len returns the number of live contracts.
+	Len(ctx context.Context) (int, error)
+	// Limits returns the bounds in force, defaults applied.
+	Limits() recipes.StoreLimits
+}
+
+// ReplayCache is the seen-signature cache of identity signature (RCNS
+// §3; ARCHITECTURE.md "Identity"): each signature is accepted once
+// within its validity window, on every node.
+type ReplayCache interface {
+	// Seen reports whether sig, made by agentID, was already recorded and
+	// has not expired; otherwise it records sig until expires and reports
+	// false. A signature whose expires is already past is not recorded
+	// (httpsig.ReplayCache.Seen).
+	Seen(ctx context.Context, agentID string, sig []byte, expires time.Time) (bool, error)
+}
+
+// Attempt is one RCNS attempt record (RCNS §11.1, §17.3
+// target=rcns-attempt): what a 464 refusal's RCNS-Attempt-Id names.
+type Attempt struct {
+	ID          string            `json:"attempt_id"`
+	Method      string            `json:"method"`
+	Path        string            `json:"path"`
+	AgentID     string            `json:"agent_id"`
+	TrustTier   int               `json:"trust_tier"`
+	Locks       map[string]string `json:"locks"`
+	Reason      string            `json:"reason"`
+	Explanation string            `json:"explanation"`
+	At          string            `json:"at"`
+}
+
+// Attempts keeps the most recent attempt records, by id, bounded: past
+// the bound the oldest is dropped.
+type Attempts interface {
+	// Add keeps rec (rec.ID must be unguessable: recipes.NewAttemptID).
+	Add(ctx context.Context, rec Attempt) error
+	// Get returns the record with id, or false when it is unknown or was
+	// dropped.
+	Get(ctx context.Context, id string) (Attempt, bool, error)
+	// Len returns the number of records kept.
+	Len(ctx context.Context) (int, error)
+}
+
+// Record is one retained Attribution-Record (RCNS §16, §17.3
+// target=audit and target=chain_head).
+type Record struct {
+	// AuditID is the record's Audit-ID (64 lowercase hex).
+	AuditID string `json:"audit_id"`
+	// AgentID is its chain key: the requesting registered Agent-ID, ""
+	// for an anonymous request (INSPECT's agent_only mode reads it).
+	AgentID string `json:"agent_id"`
+	// NodeID names the gateway node whose chain it is on (its chain is
+	// one per agent and node: docs/cluster.md).
+	NodeID string `json:"node_id"`
+	// Compact is the JWS Compact form, as sent in Attribution-Record.
+	Compact string `json:"record"`
+	// IssuedAt is when it was issued.
+	IssuedAt time.Time `json:"issued_at"`
+}
+
+// Head is the head of one agent's chain on one node.
+type Head struct {
+	NodeID  string `json:"node_id"`
+	AuditID string `json:"audit_id"`
+}
+
+// Records retains Attribution-Records for a bounded time, by Audit-ID,
+// and the chain heads by Agent-ID, so INSPECT target=audit and
+// target=chain_head are served on every node.
+type Records interface {
+	// Retain keeps rec (a record already sent or about to be) and makes
+	// it the head of its (AgentID, NodeID) chain.
+	Retain(ctx context.Context, rec Record) error
+	// Get returns the retained record with auditID, or false.
+	Get(ctx context.Context, auditID string) (Record, bool, error)
+	// Heads returns the heads of agentID's chains, one per node that
+	// recorded for it within the retention, sorted by node id.
+	Heads(ctx context.Context, agentID string) ([]Head, error)
+}
+
+// PresentRequest is a request presenting a contract (RCNS §10 step 7).
+type PresentRequest struct {
+	// Presenter is the presenting Agent-ID.
+	Presenter string
+	// SynthesisID is the presented contract (Contract-Synthesized).
+	SynthesisID string
+	// Method and Path are the request's dispatched pair.
+	Method, Path string
+	// Key and Fingerprint are the request's Idempotency-Key and
+	// fingerprint; Key "" claims nothing.
+	Key, Fingerprint string
+	// Claim asks for the key to be claimed (ClaimConfirming, pending
+	// read from the contract) when the contract is found, live, the
+	// presenter's, and serves (Method, Path). The engine sets it when
+	// no refusal that needs no contract is due first (the
+	// scope_required_for_invocation header check).
+	Claim bool
+}
+
+// Presentation is what Present found, and the claim it made.
+type Presentation struct {
+	// Contract, Lookup: as Contracts.Lookup.
+	Contract *recipes.Contract
+	Lookup   int
+	// State is the contract's state when found (pending, active, or how
+	// it ended).
+	State string
+	// Claimed is the claim's result, nil when no claim was made (no key,
+	// Claim false, or the contract not found, ended, another agent's or
+	// for another pair).
+	Claimed *Claimed
+}
+
+// PairRequest is a request for a pair no Tier B endpoint serves (RCNS
+// §10 steps 8b and 9): it runs under the agent's active contract for
+// the pair, or goes to the gate.
+type PairRequest struct {
+	// AgentID is the requesting agent.
+	AgentID string
+	// Method and Path are the dispatched pair.
+	Method, Path string
+	// Key and Fingerprint are the request's Idempotency-Key and
+	// fingerprint; Key "" claims nothing.
+	Key, Fingerprint string
+	// ClaimIfFound claims the key when an active contract serves the
+	// pair (the engine sets it when no refusal that needs no contract
+	// is due first); ClaimIfMissing claims it when none does (the
+	// engine sets it when locks 1-2 let the gate proceed).
+	ClaimIfFound, ClaimIfMissing bool
+}
+
+// PairResolution is what ResolvePair found, and the claim it made.
+type PairResolution struct {
+	// Contract is the newest active contract for the pair, or nil.
+	Contract *recipes.Contract
+	// Claimed is the claim's result, nil when none was made.
+	Claimed *Claimed
+}
+
+// Presenter serves the requests that run under a contract, or may, in
+// one round trip each: the contract's lookup and, in the same script,
+// the claim of the request's Idempotency-Key.
+type Presenter interface {
+	// Present is exactly Contracts.Lookup, Contracts.State and
+	// Idempotency.ClaimConfirming done in that order, atomically.
+	Present(ctx context.Context, req PresentRequest) (Presentation, error)
+	// ResolvePair is exactly Contracts.ActiveFor then, as asked,
+	// Idempotency.Claim, atomically.
+	ResolvePair(ctx context.Context, req PairRequest) (PairResolution, error)
+}
+
+// Set is every kind of state one gateway name shares, all from one
+// store.
+type Set struct {
+	// Presenter combines a contract lookup with its key's claim.
+	Presenter   Presenter
+	Idempotency Idempotency
+	Limiters    Limiters
+	Contracts   Contracts
+	Replay      ReplayCache
+	Attempts    Attempts
+	Records     Records
+}
+
+// Limits bounds a Set. Zero fields take the defaults of each kind.
+type Limits struct {
+	// Idempotency bounds the Idempotency-Key store.
+	Idempotency idempotency.Limits
+	// Contracts bounds the contract store.
+	Contracts recipes.StoreLimits
+	// Attempts is the number of attempt records kept; 0 means
+	// DefaultAttempts.
+	Attempts int
+	// ReplayEntries bounds the memory replay cache (entries); 0 means
+	// DefaultReplayEntries. The Redis store keeps each signature until
+	// it expires, however many there are.
+	ReplayEntries int
+	// RecordRetention is how long a retained Attribution-Record and a
+	// chain head are kept; 0 means DefaultRecordRetention.
+	RecordRetention time.Duration
+	// MaxRecords bounds the memory store's retained records (the oldest
+	// is dropped past it); 0 means DefaultMaxRecords. The Redis store is
+	// bounded by RecordRetention alone.
+	MaxRecords int
+}
+
+// Defaults of Limits.
+const (
+	// DefaultAttempts is the attempt records kept (ARCHITECTURE.md
+	// "Bounds and defaults": an attempt ring of 1,024).
+	DefaultAttempts = 1024
+	// DefaultReplayEntries is the memory replay cache's bound.
+	DefaultReplayEntries = 1_000_000
+	// DefaultRecordRetention is how long Attribution-Records are
+	// retained: 24 h.
+	DefaultRecordRetention = 24 * time.Hour
+	// DefaultMaxRecords is the memory store's retained records: 100,000.
+	DefaultMaxRecords = 100_000
+)
+
+// WithDefaults returns l with every zero field set to its default.
+func (l Limits) WithDefaults() Limits {
+	if l.Attempts <= 0 {
+		l.Attempts = DefaultAttempts
+	}
+	if l.ReplayEntries <= 0 {
+		l.ReplayEntries = DefaultReplayEntries
+	}
+	if l.RecordRetention <= 0 {
+		l.RecordRetention = DefaultRecordRetention
+	}
+	if l.MaxRecords <= 0 {
+		l.MaxRecords = DefaultMaxRecords
+	}
+	l.Contracts = ContractLimits(l.Contracts)
+	return l
+}
+
+// ContractLimits returns l with recipes.NewStore's defaults applied.
+func ContractLimits(l recipes.StoreLimits) recipes.StoreLimits {
+	if l.MaxContracts <= 0 {
+		l.MaxContracts = recipes.DefaultMaxContracts
+	}
+	if l.MaxPerAgent <= 0 {
+		l.MaxPerAgent = recipes.DefaultMaxContractsPerAgent
+	}
+	if l.TombstoneTTL <= 0 {
+		l.TombstoneTTL = 24 * time.Hour
+	}
+	if l.MaxTombstones <= 0 {
+		l.MaxTombstones = 100000
+	}
+	return l
+}
+
+// Op names one store operation in metrics and in Observer calls: a
+// closed set, so a label made from it is bounded.
+type Op string
+
+// The operations an Observer is told about, one per kind of round trip.
+const (
+	OpClaim          Op = "idempotency_claim"
+	OpComplete       Op = "idempotency_complete"
+	OpAbandon        Op = "idempotency_abandon"
+	OpRateLimit      Op = "rate_limit"
+	OpContractMint   Op = "contract_mint"
+	OpContractLookup Op = "contract_lookup"
+	OpContractUpdate Op = "contract_update"
+	OpContractPair   Op = "contract_pair"
+	OpContractList   Op = "contract_list"
+	OpPresent        Op = "present"
+	OpResolvePair    Op = "resolve_pair"
+	OpReplay         Op = "replay"
+	OpAttempt        Op = "attempt"
+	OpRecord         Op = "record"
+	OpPing           Op = "ping"
+)
+
+// Ops lists every Op, for registering metric label values.
+var Ops = []Op{OpClaim, OpComplete, OpAbandon, OpRateLimit, OpContractMint, OpContractLookup,
+	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpPing}
+
+// Observer is told about every round trip a store makes: the operation,
+// its latency, and its error (nil, or one wrapping ErrUnavailable). The
+// engine turns it into Prometheus metrics (latency by op, errors by op).
+// It must be safe for concurrent use and fast: it runs on the request
+// path.
+type Observer interface {
+	Observe(op Op, latency time.Duration, err error)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(op Op, latency time.Duration, err error)
+
+// Observe calls f.
+func (f ObserverFunc) Observe(op Op, latency time.Duration, err error) { f(op, latency, err) }

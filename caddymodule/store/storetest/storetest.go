@@ -1,0 +1,942 @@
+// Package storetest is the test suite every store implementation
+// passes (package store's memory store, package redisstore against real
+// Redis servers): the idempotency rules of RCNS §12.2 (replay, 409,
+// 422, the 461 preview a confirmation takes over, fencing), the rate
+// limits of §12.1, the contract lifecycle of §14 with its bounds and
+// tombstones, the replay cache, attempt records and retained
+// Attribution-Records; each seen from two nodes sharing the store, and
+// the exactly-once claim under concurrency. Expiry runs on a fake clock.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
+	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
+)
+
+// Config is what a store under test is built from.
+type Config struct {
+	// Limits bound the store.
+	Limits store.Limits
+	// Now is the fake clock the test advances.
+	Now func() time.Time
+	// Restorer rebuilds captured plans on the second node (the memory
+	// store ignores it).
+	Restorer *recipes.Restorer
+}
+
+// Harness builds the store under test.
+type Harness struct {
+	// New returns two nodes' views of one fresh, empty store (the memory
+	// store returns its one Set twice).
+	New func(t *testing.T, cfg Config) (a, b store.Set)
+	// Totals says the store enforces the gateway-wide bounds
+	// (idempotency MaxRecords, MaxContracts) and counts idempotency
+	// records. When false (Redis Cluster) the suite checks that a claim
+	// or mint over the total is still served and that Len reports -1.
+	Totals bool
+	// ClockDrivesRetention says retained records and heads expire on
+	// the fake clock (the memory store); the Redis store's expire on
+	// Redis's clock, so the suite does not advance past them there.
+	ClockDrivesRetention bool
+}
+
+// Clock is a fake clock, safe for concurrent use.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a clock at the current time, to the millisecond.
+func NewClock() *Clock { return &Clock{now: time.Now().Truncate(time.Millisecond)} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+var ctx = context.Background()
+
+// Agent ids used by the suite (registry ids are 64 lowercase hex).
+var (
+	agentA = strings.Repeat("a", 64)
+	agentB = strings.Repeat("b", 64)
+)
+
+// Run runs the suite against h.
+func Run(t *testing.T, h Harness) {
+	t.Run("idempotency", func(t *testing.T) { testIdempotency(t, h) })
+	t.Run("idempotency-hold-and-fencing", func(t *testing.T) { testHoldAndFencing(t, h) })
+	t.Run("idempotency-confirming", func(t *testing.T) { testConfirming(t, h) })
+	t.Run("idempotency-bounds", func(t *testing.T) { testIdempotencyBounds(t, h) })
+	t.Run("idempotency-exactly-once", func(t *testing.T) { testExactlyOnce(t, h) })
+	t.Run("rate-limit", func(t *testing.T) { testRateLimit(t, h) })
+	t.Run("contracts", func(t *testing.T) { testContracts(t, h) })
+	t.Run("present", func(t *testing.T) { testPresent(t, h) })
+	t.Run("resolve-pair", func(t *testing.T) { testResolvePair(t, h) })
+	t.Run("contracts-expiry", func(t *testing.T) { testContractExpiry(t, h) })
+	t.Run("contracts-bounds", func(t *testing.T) { testContractBounds(t, h) })
+	t.Run("replay-cache", func(t *testing.T) { testReplay(t, h) })
+	t.Run("attempts", func(t *testing.T) { testAttempts(t, h) })
+	t.Run("records", func(t *testing.T) { testRecords(t, h) })
+}
+
+func must[T any](t *testing.T) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+func claim(t *testing.T, s store.Set, agent, key, fp string) store.Claimed {
+	t.Helper()
+	return must[store.Claimed](t)(s.Idempotency.Claim(ctx, agent, key, fp))
+}
+
+func wantOutcome(t *testing.T, got store.Claimed, want idempotency.Outcome) {
+	t.Helper()
+	if got.Outcome != want {
+		t.Fatalf("outcome = %v, want %v", got.Outcome, want)
+	}
+	if (got.Claim != nil) != (want == idempotency.Execute) {
+		t.Fatalf("outcome %v with claim %v", got.Outcome, got.Claim)
+	}
+}
+
+func testIdempotency(t *testing.T, h Harness) {
+	clock := NewClock()
+	a, b := h.New(t, Config{Now: clock.Now})
+	first := claim(t, a, agentA, "k1", "fp1")
+	wantOutcome(t, first, idempotency.Execute)
+	if ag, k := first.Claim.Key(); ag != agentA || k != "k1" || first.Claim.Token() == "" {
+		t.Fatalf("claim key = %q %q token %q", ag, k, first.Claim.Token())
+	}
+	wantOutcome(t, claim(t, b, agentA, "k1", "fp1"), idempotency.InFlight)
+	wantOutcome(t, claim(t, b, agentA, "k1", "fp2"), idempotency.Mismatch)
+	wantOutcome(t, claim(t, b, agentB, "k1", "fp2"), idempotency.Execute) // keys are per agent
+	resp := idempotency.Response{Status: 201, Body: []byte(`{"id":1}`),
+		Header:   map[string]string{"content-type": "application/json", "Location": "/r/1", "X-Other": "dropped"},
+		Contract: idempotency.ContractRef{SynthesisID: "syn-1", ContractHash: strings.Repeat("c", 64), NegotiationOrigin: recipes.OriginGate}}
+	if err := first.Claim.Complete(ctx, resp); err != nil {
+		t.Fatal(err)
+	}
+	// Settled: later calls are no-ops.
+	if err := first.Claim.Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep := claim(t, b, agentA, "k1", "fp1")
+	wantOutcome(t, rep, idempotency.Replay)
+	r := rep.Response
+	if r.Status != 201 || !bytes.Equal(r.Body, resp.Body) || r.Contract != resp.Contract || r.Previewed != "" {
+		t.Fatalf("replayed %+v, want %+v", r, resp)
+	}
+	if len(r.Header) != 2 || r.Header["Content-Type"] != "application/json" || r.Header["Location"] != "/r/1" {
+		t.Fatalf("replayed header = %v, want Content-Type and Location only", r.Header)
+	}
+	wantOutcome(t, claim(t, a, agentA, "k1", "fp9"), idempotency.Mismatch)
+
+	// Abandon frees the key for the next request.
+	ab := claim(t, a, agentA, "k2", "fp1")
+	wantOutcome(t, ab, idempotency.Execute)
+	if err := ab.Claim.Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := claim(t, b, agentA, "k2", "fp2")
+	wantOutcome(t, next, idempotency.Execute)
+	if err := next.Claim.Complete(ctx, idempotency.Response{Status: 204}); err != nil {
+		t.Fatal(err)
+	}
+	got := claim(t, a, agentA, "k2", "fp2")
+	if got.Outcome != idempotency.Replay || got.Response.Status != 204 || len(got.Response.Body) != 0 {
+		t.Fatalf("replay of a 204 = %v %+v", got.Outcome, got.Response)
+	}
+	if l := a.Idempotency.Limits(); l.Window != idempotency.DefaultWindow || l.MaxPerAgent != idempotency.DefaultMaxPerAgent {
+		t.Fatalf("default limits = %+v", l)
+	}
+}
+
+func testHoldAndFencing(t *testing.T, h Harness) {
+	clock := NewClock()
+	a, b := h.New(t, Config{Now: clock.Now, Limits: store.Limits{Idempotency: idempotency.Limits{Window: time.Hour, InFlightHold: 2 * time.Hour}}})
+	old := claim(t, a, agentA, "k", "fp")
+	wantOutcome(t, old, idempotency.Execute)
+	clock.Advance(2*time.Hour - time.Second)
+	wantOutcome(t, claim(t, b, agentA, "k", "fp"), idempotency.InFlight)
+	clock.Advance(time.Second)
+	// The hold passed (the node died mid-plan): the key is free again.
+	newer := claim(t, b, agentA, "k", "fp")
+	wantOutcome(t, newer, idempotency.Execute)
+	if newer.Claim.Token() == old.Claim.Token() {
+		t.Fatal("two claims of one key share a fencing token")
+	}
+	// The stale claim cannot complete or abandon over the newer one.
+	if err := old.Claim.Complete(ctx, idempotency.Response{Status: 500, Body: []byte("stale")}); err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, claim(t, a, agentA, "k", "fp"), idempotency.InFlight)
+	if err := newer.Claim.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("new")}); err != nil {
+		t.Fatal(err)
+	}
+	got := claim(t, a, agentA, "k", "fp")
+	if got.Outcome != idempotency.Replay || string(got.Response.Body) != "new" {
+		t.Fatalf("after fencing: %v %+v, want the newer claim's answer", got.Outcome, got.Response)
+	}
+	// The window counts from Complete.
+	clock.Advance(time.Hour - time.Second)
+	wantOutcome(t, claim(t, b, agentA, "k", "fp"), idempotency.Replay)
+	clock.Advance(time.Second)
+	late := claim(t, b, agentA, "k", "other")
+	wantOutcome(t, late, idempotency.Execute)
+	// A claim past its hold does nothing on Abandon either.
+	clock.Advance(3 * time.Hour)
+	fresh := claim(t, a, agentA, "k", "fp")
+	wantOutcome(t, fresh, idempotency.Execute)
+	if err := late.Claim.Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, claim(t, b, agentA, "k", "fp"), idempotency.InFlight)
+}
+
+func testConfirming(t *testing.T, h Harness) {
+	clock := NewClock()
+	a, b := h.New(t, Config{Now: clock.Now, Limits: store.Limits{Idempotency: idempotency.Limits{Window: time.Hour}}})
+	conf := func(s store.Set, key, fp, sid string, pending bool) store.Claimed {
+		t.Helper()
+		return must[store.Claimed](t)(s.Idempotency.ClaimConfirming(ctx, agentA, key, fp, sid, pending))
+	}
+	gate := claim(t, a, agentA, "k", "fp")
+	wantOutcome(t, gate, idempotency.Execute)
+	preview := idempotency.Response{Status: idempotency.PreviewStatus, Body: []byte(`{"status":461}`), Previewed: "syn-1",
+		Header: map[string]string{"Content-Type": "application/vnd.agtp.endpoint+json"}}
+	if err := gate.Claim.Complete(ctx, preview); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(50 * time.Minute)
+
+	wantOutcome(t, conf(b, "k", "fp", "syn-2", true), idempotency.OtherContract)
+	wantOutcome(t, conf(b, "k", "other-fp", "syn-1", true), idempotency.Mismatch)
+	took := conf(b, "k", "fp", "syn-1", true)
+	wantOutcome(t, took, idempotency.Execute)
+	if p := took.Claim.Preview(); p == nil || p.Status != 461 || p.Previewed != "syn-1" || string(p.Body) != `{"status":461}` {
+		t.Fatalf("Preview = %+v", p)
+	}
+	wantOutcome(t, conf(a, "k", "fp", "syn-1", true), idempotency.InFlight)
+	// The takeover holds the key from now, past the preview's own expiry.
+	clock.Advance(20 * time.Minute)
+	wantOutcome(t, claim(t, a, agentA, "k", "fp"), idempotency.InFlight)
+	// Refused before it ran: the preview comes back with its expiry
+	// (which has passed now), so the key is free.
+	if err := took.Claim.Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, claim(t, a, agentA, "k2", "fp"), idempotency.Execute)
+
+	// A preview restored within its window replays again.
+	g2 := claim(t, a, agentA, "k3", "fp")
+	if err := g2.Claim.Complete(ctx, preview); err != nil {
+		t.Fatal(err)
+	}
+	t2 := conf(b, "k3", "fp", "syn-1", true)
+	wantOutcome(t, t2, idempotency.Execute)
+	if err := t2.Claim.Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep := claim(t, a, agentA, "k3", "fp")
+	if rep.Outcome != idempotency.Replay || rep.Response.Status != 461 || rep.Response.Previewed != "syn-1" {
+		t.Fatalf("restored preview: %v %+v", rep.Outcome, rep.Response)
+	}
+	// Not pending any more (confirmed under another key): the preview
+	// replays and nothing runs.
+	wantOutcome(t, conf(a, "k3", "fp", "syn-1", false), idempotency.Replay)
+	// A confirmation that runs replaces the preview.
+	t3 := conf(b, "k3", "fp", "syn-1", true)
+	wantOutcome(t, t3, idempotency.Execute)
+	ran := idempotency.Response{Status: 200, Body: []byte(`{"ok":true}`), Contract: idempotency.ContractRef{SynthesisID: "syn-1"}}
+	if err := t3.Claim.Complete(ctx, ran); err != nil {
+		t.Fatal(err)
+	}
+	rep = conf(a, "k3", "fp", "syn-1", true)
+	if rep.Outcome != idempotency.Replay || rep.Response.Status != 200 || rep.Response.Contract.SynthesisID != "syn-1" {
+		t.Fatalf("after the confirmation: %v %+v", rep.Outcome, rep.Response)
+	}
+	wantOutcome(t, conf(a, "k3", "fp", "syn-9", true), idempotency.OtherContract)
+	// A key holding an answer that names no contract is a plain repeat.
+	g4 := claim(t, a, agentA, "k4", "fp")
+	if err := g4.Claim.Complete(ctx, idempotency.Response{Status: 404}); err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, conf(b, "k4", "fp", "syn-1", true), idempotency.Replay)
+}
+
+func testIdempotencyBounds(t *testing.T, h Harness) {
+	clock := NewClock()
+	a, b := h.New(t, Config{Now: clock.Now, Limits: store.Limits{Idempotency: idempotency.Limits{Window: time.Hour, MaxPerAgent: 2, MaxRecords: 3}}})
+	wantOutcome(t, claim(t, a, agentA, "1", "fp"), idempotency.Execute)
+	c2 := claim(t, b, agentA, "2", "fp")
+	wantOutcome(t, c2, idempotency.Execute)
+	if err := c2.Claim.Complete(ctx, idempotency.Response{Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, claim(t, a, agentA, "3", "fp"), idempotency.AgentFull)
+	wantOutcome(t, claim(t, b, agentB, "1", "fp"), idempotency.Execute)
+	n := must[int](t)(a.Idempotency.Len(ctx))
+	if h.Totals {
+		wantOutcome(t, claim(t, b, agentB, "2", "fp"), idempotency.StoreFull)
+		if n != 3 {
+			t.Fatalf("Len = %d, want 3", n)
+		}
+	} else {
+		wantOutcome(t, claim(t, b, agentB, "2", "fp"), idempotency.Execute)
+		if n != -1 {
+			t.Fatalf("Len = %d, want -1 (not counted)", n)
+		}
+	}
+	// Expired records free their agent's share.
+	clock.Advance(time.Hour + time.Second)
+	wantOutcome(t, claim(t, a, agentA, "3", "fp"), idempotency.Execute)
+	if h.Totals {
+		if n := must[int](t)(b.Idempotency.Len(ctx)); n != 1 {
+			t.Fatalf("Len after expiry = %d, want 1 (the new claim; every other record's hold or window passed)", n)
+		}
+	}
+}
+
+func testExactlyOnce(t *testing.T, h Harness) {
+	a, b := h.New(t, Config{Now: time.Now})
+	const n = 200
+	var executed, inFlight, replayed atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			got, err := s.Idempotency.Claim(ctx, agentA, "dup", "fp")
+			if err != nil {
+				errs <- err
+				return
+			}
+			switch got.Outcome {
+			case idempotency.Execute:
+				executed.Add(1)
+				if err := got.Claim.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("once")}); err != nil {
+					errs <- err
+				}
+			case idempotency.InFlight:
+				inFlight.Add(1)
+			case idempotency.Replay:
+				replayed.Add(1)
+				if string(got.Response.Body) != "once" {
+					errs <- fmt.Errorf("replayed %q", got.Response.Body)
+				}
+			default:
+				errs <- fmt.Errorf("outcome %v", got.Outcome)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if executed.Load() != 1 || executed.Load()+inFlight.Load()+replayed.Load() != n {
+		t.Fatalf("executed %d, in flight %d, replayed %d of %d: want exactly one execution", executed.Load(), inFlight.Load(), replayed.Load(), n)
+	}
+}
+
+func testRateLimit(t *testing.T, h Harness) {
+	a, b := h.New(t, Config{Now: time.Now})
+	// Three requests at once, then one per hour: the test never races
+	// the refill.
+	budget := ratelimit.Budget{Name: ratelimit.BudgetRCNS, Burst: 3, PerMinute: 1.0 / 60}
+	la := must[store.Limiter](t)(a.Limiters.Limiter(budget, 0))
+	lb := must[store.Limiter](t)(b.Limiters.Limiter(budget, 0))
+	if la.PolicyHeader() != `"rcns";q=3;w=10800` || la.Budget() != budget {
+		t.Fatalf("policy = %q, budget %+v", la.PolicyHeader(), la.Budget())
+	}
+	for i, l := range []store.Limiter{la, lb, la} {
+		d := must[ratelimit.Decision](t)(l.Allow(ctx, agentA))
+		if !d.Allowed || d.Remaining != 2-i || d.RetryAfter != 0 {
+			t.Fatalf("request %d: %+v, want allowed with %d left", i+1, d, 2-i)
+		}
+		// (i+1) hours to refill what was taken, within a second of
+		// Redis's clock moving.
+		if want := time.Duration(i+1) * time.Hour; d.Reset > want || d.Reset < want-time.Second {
+			t.Fatalf("request %d: reset %v, want about %v", i+1, d.Reset, want)
+		}
+	}
+	d := must[ratelimit.Decision](t)(lb.Allow(ctx, agentA))
+	if d.Allowed || d.Remaining != 0 || d.RetryAfter > time.Hour || d.RetryAfter < time.Hour-time.Second {
+		t.Fatalf("fourth request: %+v, want refused, retry in about 1 h", d)
+	}
+	if got := lb.RateLimitHeader(d); got != `"rcns";r=0;t=3600` && got != `"rcns";r=0;t=3599` {
+		t.Fatalf("RateLimit = %q", got)
+	}
+	if ratelimit.RetryAfterSeconds(d) < 3599 {
+		t.Fatalf("Retry-After %d", ratelimit.RetryAfterSeconds(d))
+	}
+	// Agents never share a budget; budgets never share a bucket.
+	if d := must[ratelimit.Decision](t)(la.Allow(ctx, agentB)); !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("another agent: %+v", d)
+	}
+	inv := must[store.Limiter](t)(b.Limiters.Limiter(ratelimit.Budget{Name: ratelimit.BudgetInvocation, Burst: 1, PerMinute: 1.0 / 60}, 0))
+	if d := must[ratelimit.Decision](t)(inv.Allow(ctx, agentA)); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("another budget: %+v", d)
+	}
+	if _, err := a.Limiters.Limiter(ratelimit.Budget{Name: "x", Burst: 0, PerMinute: 1}, 0); err == nil {
+		t.Fatal("burst 0 accepted")
+	}
+}
+
+// Fixture builds the recipe the suite's contracts capture: two steps
+// over two Tier B endpoints on upstream "up" (127.0.0.1:9, never
+// answering).
+type Fixture struct {
+	recipe    *recipes.Recipe
+	mp        *policy.MethodPolicy
+	upstreams map[string]*recipes.Upstream
+}
+
+const fixtureEndpoint = `method: FETCH
+path: %s
+description: test endpoint
+semantic: {intent: Do it., actor: agent, outcome: Done., capability: retrieval, confidence: 1, impact: informational, is_idempotent: true}
+input_schema: {type: object, additionalProperties: false, properties: {id: {type: string}}}
+output_schema: {type: object}
+errors: [upstream_timeout, upstream_connection_error, upstream_malformed_response, upstream_authentication_failed, upstream_error]
+external_service: {upstream: up, method: GET, path: /x}
+`
+
+const fixtureRecipe = `name: trip
+version: "3"
+description: fetch <both> & more
+pattern: {method: BOOK, path_exact: /trip}
+endpoint:
+  description: both
+  semantic: {intent: Do it., actor: agent, outcome: Done., capability: retrieval, confidence: 1, impact: informational, is_idempotent: true}
+  input_schema: {type: object, additionalProperties: false, properties: {id: {type: string}}}
+  output_schema: {type: object}
+  errors: [composition_failed]
+steps:
+  - {name: a, method: FETCH, path: /alpha, input: '{id: $input.id}'}
+  - {name: b, method: FETCH, path: /beta, input: '{id: $a.id}'}
+output: '{a: $a, b: $b}'
+`
+
+// NewFixture builds the fixture's endpoints and recipe.
+func NewFixture(t *testing.T) *Fixture {
+	t.Helper()
+	up, err := recipes.NewUpstream("up", "http://127.0.0.1:9", recipes.UpstreamOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(up.Close)
+	f := &Fixture{mp: &policy.MethodPolicy{Catalog: policy.DefaultCatalog()}, upstreams: map[string]*recipes.Upstream{"up": up}}
+	eps := map[string]*recipes.Endpoint{}
+	for _, p := range []string{"/alpha", "/beta"} {
+		doc, err := schema.Parse("ep"+p+".yaml", fmt.Appendf(nil, fixtureEndpoint, p), schema.KindEndpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := recipes.BuildEndpoint(doc, f.mp, f.upstreams)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps[e.Method+" "+e.Path] = e
+	}
+	doc, err := schema.Parse("trip.yaml", []byte(fixtureRecipe), schema.KindRecipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.recipe, err = recipes.BuildRecipe(doc, f.mp, func(m, p string) (*recipes.Endpoint, bool) { e, ok := eps[m+" "+p]; return e, ok }); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// Restorer is a second node's: the same upstream names, no loaded
+// recipe.
+func (f *Fixture) Restorer(t *testing.T) *recipes.Restorer {
+	t.Helper()
+	rs, err := recipes.NewRestorer(f.mp, f.upstreams, nil, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Close)
+	return rs
+}
+
+// Contract returns a new contract value (not stored) of agent on
+// (BOOK, path), issued at now for ttl.
+func (f *Fixture) Contract(t *testing.T, now time.Time, agent, path, origin string, ttl time.Duration) *recipes.Contract {
+	t.Helper()
+	hash, ep, err := f.recipe.ContractHashFor("BOOK", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issued := now.UTC().Truncate(time.Second)
+	return &recipes.Contract{SynthesisID: recipes.NewSynthesisID(), Method: "BOOK", Path: path, Recipe: f.recipe, EndpointJSON: ep,
+		Lineage: f.recipe.Lineage(), ContractHash: hash, OriginatingAgentID: agent, NegotiationOrigin: origin,
+		IssuedAt: issued, ExpiresAt: issued.Add(ttl), SessionID: "session-0123456789abcdefghij"}
+}
+
+func sameContract(t *testing.T, got, want *recipes.Contract) {
+	t.Helper()
+	if got == nil {
+		t.Fatalf("contract %s not found", want.SynthesisID)
+	}
+	_, gh, _ := got.Recipe.Plan()
+	_, wh, _ := want.Recipe.Plan()
+	if got.SynthesisID != want.SynthesisID || got.Method != want.Method || got.Path != want.Path ||
+		!bytes.Equal(got.EndpointJSON, want.EndpointJSON) || got.Lineage != want.Lineage || got.ContractHash != want.ContractHash ||
+		got.OriginatingAgentID != want.OriginatingAgentID || got.NegotiationOrigin != want.NegotiationOrigin ||
+		!got.IssuedAt.Equal(want.IssuedAt) || !got.ExpiresAt.Equal(want.ExpiresAt) || got.SessionID != want.SessionID ||
+		got.Persistent != want.Persistent || gh != wh {
+		t.Fatalf("contract read back differs:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func testContracts(t *testing.T, h Harness) {
+	clock := NewClock()
+	f := NewFixture(t)
+	a, b := h.New(t, Config{Now: clock.Now, Restorer: f.Restorer(t)})
+	mint := func(s store.Set, c *recipes.Contract, mode, want string) {
+		t.Helper()
+		state, err := s.Contracts.Mint(ctx, c, mode)
+		if err != nil || state != want {
+			t.Fatalf("Mint = %q, %v; want %q", state, err, want)
+		}
+	}
+	lookup := func(s store.Set, presenter, id string) (*recipes.Contract, int) {
+		t.Helper()
+		c, res, err := s.Contracts.Lookup(ctx, presenter, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, res
+	}
+	state := func(s store.Set, c *recipes.Contract) string {
+		t.Helper()
+		return must[string](t)(s.Contracts.State(ctx, c))
+	}
+	pair := func(s store.Set, agent string) *recipes.Contract {
+		t.Helper()
+		return must[*recipes.Contract](t)(s.Contracts.ActiveFor(ctx, agent, "BOOK", "/trip"))
+	}
+
+	pending := f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Hour)
+	mint(a, pending, store.ModeConfirmFirst, recipes.StatePending)
+	if got, res := lookup(b, agentA, pending.SynthesisID); res != recipes.LookupFound {
+		t.Fatalf("lookup on the other node = %d", res)
+	} else {
+		sameContract(t, got, pending)
+		out, _, cf := got.Recipe.Execute(ctx, map[string]any{}, 2*time.Second)
+		if cf == nil || out != nil {
+			t.Fatalf("the restored plan did not run its steps (the upstream is closed): %v", out)
+		}
+	}
+	if state(b, pending) != recipes.StatePending || pair(b, agentA) != nil {
+		t.Fatal("a pending contract resolves by pair")
+	}
+	if !must[bool](t)(b.Contracts.Activate(ctx, pending)) || must[bool](t)(a.Contracts.Activate(ctx, pending)) {
+		t.Fatal("Activate: want true once, then false")
+	}
+	sameContract(t, pair(a, agentA), pending)
+	if state(a, pending) != recipes.StateActive || pair(a, agentB) != nil {
+		t.Fatal("activated contract state, or another agent's pair")
+	}
+	// Another agent presenting it finds whose it is.
+	if got, res := lookup(a, agentB, pending.SynthesisID); res != recipes.LookupFound || got.OriginatingAgentID != agentA {
+		t.Fatalf("lookup by another agent = %d %v", res, got)
+	}
+	if _, res := lookup(a, agentA, "syn-never"); res != recipes.LookupUnknown {
+		t.Fatalf("unknown id = %d", res)
+	}
+
+	// Newer contracts serve the pair; optimistic gate and PROPOSE ones
+	// start active.
+	clock.Advance(time.Second)
+	newer := f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Hour)
+	mint(b, newer, store.ModeOptimistic, recipes.StateActive)
+	sameContract(t, pair(a, agentA), newer)
+	proposed := f.Contract(t, clock.Now(), agentA, "/other", recipes.OriginPropose, 2*time.Hour)
+	proposed.Persistent = true
+	mint(a, proposed, store.ModeConfirmFirst, recipes.StateActive)
+	other := f.Contract(t, clock.Now(), agentB, "/trip", recipes.OriginPropose, time.Hour)
+	mint(b, other, store.ModeOptimistic, recipes.StateActive)
+
+	list := must[[]*recipes.Contract](t)(b.Contracts.List(ctx, agentA))
+	if len(list) != 3 || list[0].SynthesisID != pending.SynthesisID {
+		t.Fatalf("List(A) = %d contracts", len(list))
+	}
+	all := must[[]*recipes.Contract](t)(a.Contracts.List(ctx, ""))
+	if len(all) != 4 || must[int](t)(b.Contracts.Len(ctx)) != 4 {
+		t.Fatalf("List() = %d, Len = %d; want 4", len(all), must[int](t)(b.Contracts.Len(ctx)))
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i].IssuedAt.Before(all[i-1].IssuedAt) || all[i].IssuedAt.Equal(all[i-1].IssuedAt) && all[i].SynthesisID < all[i-1].SynthesisID {
+			t.Fatal("List is not sorted by issue time then id")
+		}
+	}
+
+	// A revocation on one node is seen at once on the other.
+	if !must[bool](t)(b.Contracts.End(ctx, newer, recipes.StateRevoked)) || must[bool](t)(a.Contracts.End(ctx, newer, recipes.StateRevoked)) {
+		t.Fatal("End: want true once, then false")
+	}
+	if c, res := lookup(a, agentA, newer.SynthesisID); res != recipes.LookupRevoked || c == nil || c.SynthesisID != newer.SynthesisID {
+		t.Fatalf("revoked lookup = %d", res)
+	}
+	if state(a, newer) != recipes.StateRevoked {
+		t.Fatal("revoked state")
+	}
+	sameContract(t, pair(a, agentA), pending) // the older active one serves the pair again
+	if c, st, found, err := a.Contracts.Inspect(ctx, newer.SynthesisID); err != nil || !found || st != recipes.StateRevoked || c.SynthesisID != newer.SynthesisID {
+		t.Fatalf("Inspect revoked = %v %q %v", found, st, err)
+	}
+	if _, st, found, _ := b.Contracts.Inspect(ctx, pending.SynthesisID); !found || st != recipes.StateActive {
+		t.Fatalf("Inspect live = %v %q", found, st)
+	}
+	// A release forgets the contract for presentation, keeps it for INSPECT.
+	if !must[bool](t)(a.Contracts.End(ctx, pending, recipes.StateReleased)) {
+		t.Fatal("release")
+	}
+	if _, res := lookup(b, agentA, pending.SynthesisID); res != recipes.LookupUnknown {
+		t.Fatalf("released lookup = %d, want unknown", res)
+	}
+	if _, st, found, _ := b.Contracts.Inspect(ctx, pending.SynthesisID); !found || st != recipes.StateReleased {
+		t.Fatalf("Inspect released = %v %q", found, st)
+	}
+	if pair(b, agentA) != nil {
+		t.Fatal("no active contract is left for the pair")
+	}
+	if n := must[int](t)(a.Contracts.Len(ctx)); n != 2 {
+		t.Fatalf("Len = %d, want 2", n)
+	}
+}
+
+func testContractExpiry(t *testing.T, h Harness) {
+	clock := NewClock()
+	f := NewFixture(t)
+	a, b := h.New(t, Config{Now: clock.Now, Restorer: f.Restorer(t), Limits: store.Limits{Contracts: recipes.StoreLimits{TombstoneTTL: time.Hour}}})
+	c := f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Minute)
+	if _, err := a.Contracts.Mint(ctx, c, store.ModeOptimistic); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute + time.Second)
+	if got := must[*recipes.Contract](t)(b.Contracts.ActiveFor(ctx, agentA, "BOOK", "/trip")); got != nil {
+		t.Fatal("an expired contract serves the pair")
+	}
+	if _, res, _ := b.Contracts.Lookup(ctx, agentA, c.SynthesisID); res != recipes.LookupRevoked {
+		t.Fatalf("expired lookup = %d, want revoked (464)", res)
+	}
+	if st := must[string](t)(a.Contracts.State(ctx, c)); st != recipes.StateExpired {
+		t.Fatalf("state = %q, want expired", st)
+	}
+	if _, st, found, _ := a.Contracts.Inspect(ctx, c.SynthesisID); !found || st != recipes.StateExpired {
+		t.Fatalf("Inspect expired = %v %q", found, st)
+	}
+	if n := must[int](t)(a.Contracts.Len(ctx)); n != 0 {
+		t.Fatalf("Len = %d, want 0", n)
+	}
+	clock.Advance(time.Hour)
+	if _, res, _ := b.Contracts.Lookup(ctx, agentA, c.SynthesisID); res != recipes.LookupUnknown {
+		t.Fatalf("lookup after the tombstone TTL = %d, want unknown (404)", res)
+	}
+	if _, _, found, _ := a.Contracts.Inspect(ctx, c.SynthesisID); found {
+		t.Fatal("Inspect after the tombstone TTL found it")
+	}
+}
+
+func testContractBounds(t *testing.T, h Harness) {
+	clock := NewClock()
+	f := NewFixture(t)
+	a, b := h.New(t, Config{Now: clock.Now, Restorer: f.Restorer(t), Limits: store.Limits{Contracts: recipes.StoreLimits{MaxPerAgent: 2, MaxContracts: 3}}})
+	if l := a.Contracts.Limits(); l.MaxPerAgent != 2 || l.MaxContracts != 3 || l.TombstoneTTL != 24*time.Hour {
+		t.Fatalf("limits = %+v", l)
+	}
+	for i, s := range []store.Set{a, b} {
+		if _, err := s.Contracts.Mint(ctx, f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic); err != nil {
+			t.Fatalf("mint %d: %v", i, err)
+		}
+	}
+	_, err := a.Contracts.Mint(ctx, f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic)
+	var le *store.LimitError
+	if !errors.As(err, &le) || !errors.Is(err, store.ErrAgentFull) || le.Held != 2 || le.Limit != 2 ||
+		err.Error() != "the agent already holds 2 live contracts; max_contracts_per_agent is 2; release some first" {
+		t.Fatalf("third contract of one agent: %v", err)
+	}
+	if _, err := b.Contracts.Mint(ctx, f.Contract(t, clock.Now(), agentB, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Contracts.Mint(ctx, f.Contract(t, clock.Now(), agentB, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic)
+	if h.Totals {
+		if !errors.As(err, &le) || !errors.Is(err, store.ErrStoreFull) || le.Held != 3 || le.Limit != 3 ||
+			err.Error() != "the gateway holds 3 live contracts, its maximum (max_contracts is 3); try later" {
+			t.Fatalf("over the total: %v", err)
+		}
+	} else if err != nil {
+		t.Fatalf("over the total (not enforced here): %v", err)
+	}
+	// Expired contracts free the agent's share.
+	clock.Advance(time.Hour)
+	if _, err := a.Contracts.Mint(ctx, f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginPropose, time.Hour), store.ModeOptimistic); err != nil {
+		t.Fatalf("after expiry: %v", err)
+	}
+}
+
+func testReplay(t *testing.T, h Harness) {
+	clock := NewClock()
+	a, b := h.New(t, Config{Now: clock.Now})
+	seen := func(s store.Set, agent string, sig []byte, exp time.Time) bool {
+		t.Helper()
+		return must[bool](t)(s.Replay.Seen(ctx, agent, sig, exp))
+	}
+	exp := clock.Now().Add(5 * time.Minute)
+	sig := []byte("signature-1")
+	if seen(a, agentA, sig, exp) || !seen(b, agentA, sig, exp) || !seen(a, agentA, sig, exp) {
+		t.Fatal("a signature is accepted once, on any node")
+	}
+	if seen(b, agentA, []byte("signature-2"), exp) {
+		t.Fatal("another signature was seen")
+	}
+	past := clock.Now().Add(-time.Second)
+	if seen(a, agentA, []byte("old"), past) {
+		t.Fatal("an expired signature was seen")
+	}
+	if seen(b, agentA, []byte("old"), past) {
+		t.Fatal("an expired signature was recorded")
+	}
+	clock.Advance(5*time.Minute + time.Second)
+	if seen(b, agentA, sig, exp) {
+		t.Fatal("a signature past its window is still refused")
+	}
+}
+
+func testAttempts(t *testing.T, h Harness) {
+	a, b := h.New(t, Config{Now: time.Now, Limits: store.Limits{Attempts: 2}})
+	recs := make([]store.Attempt, 3)
+	for i := range recs {
+		recs[i] = store.Attempt{ID: recipes.NewAttemptID(), Method: "BOOK", Path: "/trip", AgentID: agentA, TrustTier: 2,
+			Locks: map[string]string{"server_policy": "open"}, Reason: "composition-impossible", Explanation: "no recipe", At: "2026-01-01T00:00:00Z"}
+		s := a
+		if i == 1 {
+			s = b
+		}
+		if err := s.Attempts.Add(ctx, recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok, _ := b.Attempts.Get(ctx, recs[0].ID); ok {
+		t.Fatal("the oldest attempt outlived the bound")
+	}
+	got, ok, err := b.Attempts.Get(ctx, recs[2].ID)
+	if err != nil || !ok || got.Reason != "composition-impossible" || got.Locks["server_policy"] != "open" || got.TrustTier != 2 || got.AgentID != agentA {
+		t.Fatalf("Get = %+v %v %v", got, ok, err)
+	}
+	if n := must[int](t)(a.Attempts.Len(ctx)); n != 2 {
+		t.Fatalf("Len = %d, want 2", n)
+	}
+}
+
+func testRecords(t *testing.T, h Harness) {
+	clock := NewClock()
+	a, b := h.New(t, Config{Now: clock.Now, Limits: store.Limits{RecordRetention: time.Hour}})
+	rec := func(id, node string) store.Record {
+		return store.Record{AuditID: strings.Repeat(id, 64), AgentID: agentA, NodeID: node, Compact: "e30." + id + ".", IssuedAt: clock.Now().UTC()}
+	}
+	for _, r := range []store.Record{rec("1", "n1"), rec("2", "n2"), rec("3", "n1")} {
+		s := a
+		if r.NodeID == "n2" {
+			s = b
+		}
+		if err := s.Records.Retain(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, ok, err := b.Records.Get(ctx, strings.Repeat("1", 64))
+	if err != nil || !ok || got.Compact != "e30.1." || got.NodeID != "n1" || got.AgentID != agentA || !got.IssuedAt.Equal(rec("1", "").IssuedAt) {
+		t.Fatalf("Get = %+v %v %v", got, ok, err)
+	}
+	heads := must[[]store.Head](t)(a.Records.Heads(ctx, agentA))
+	if len(heads) != 2 || heads[0] != (store.Head{NodeID: "n1", AuditID: strings.Repeat("3", 64)}) || heads[1].NodeID != "n2" {
+		t.Fatalf("Heads = %+v", heads)
+	}
+	if hs := must[[]store.Head](t)(a.Records.Heads(ctx, agentB)); len(hs) != 0 {
+		t.Fatalf("another agent's heads = %+v", hs)
+	}
+	if _, ok, _ := a.Records.Get(ctx, strings.Repeat("9", 64)); ok {
+		t.Fatal("an unknown record was found")
+	}
+	if h.ClockDrivesRetention {
+		clock.Advance(time.Hour)
+		if _, ok, _ := a.Records.Get(ctx, strings.Repeat("1", 64)); ok {
+			t.Fatal("a record outlived its retention")
+		}
+		if hs := must[[]store.Head](t)(b.Records.Heads(ctx, agentA)); len(hs) != 0 {
+			t.Fatalf("heads outlived the retention: %+v", hs)
+		}
+	}
+}
+
+func testPresent(t *testing.T, h Harness) {
+	clock := NewClock()
+	f := NewFixture(t)
+	a, b := h.New(t, Config{Now: clock.Now, Restorer: f.Restorer(t)})
+	c := f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Hour)
+	if _, err := a.Contracts.Mint(ctx, c, store.ModeConfirmFirst); err != nil {
+		t.Fatal(err)
+	}
+	gate := claim(t, a, agentA, "k", "fp")
+	if err := gate.Claim.Complete(ctx, idempotency.Response{Status: 461, Body: []byte("preview"), Previewed: c.SynthesisID}); err != nil {
+		t.Fatal(err)
+	}
+	present := func(s store.Set, req store.PresentRequest) store.Presentation {
+		t.Helper()
+		return must[store.Presentation](t)(s.Presenter.Present(ctx, req))
+	}
+	req := store.PresentRequest{Presenter: agentA, SynthesisID: c.SynthesisID, Method: "BOOK", Path: "/trip", Key: "k", Fingerprint: "fp", Claim: true}
+
+	p := present(b, req)
+	if p.Lookup != recipes.LookupFound || p.State != recipes.StatePending || p.Claimed == nil {
+		t.Fatalf("present = %+v", p)
+	}
+	sameContract(t, p.Contract, c)
+	wantOutcome(t, *p.Claimed, idempotency.Execute)
+	if pv := p.Claimed.Claim.Preview(); pv == nil || string(pv.Body) != "preview" {
+		t.Fatalf("the confirmation did not take the preview over: %+v", pv)
+	}
+	if again := present(a, req); again.Claimed == nil || again.Claimed.Outcome != idempotency.InFlight {
+		t.Fatalf("concurrent confirmation = %+v", again.Claimed)
+	}
+	if err := p.Claimed.Claim.Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	noClaim := req
+	noClaim.Claim = false
+	if p := present(a, noClaim); p.Claimed != nil || p.Lookup != recipes.LookupFound || p.State != recipes.StatePending {
+		t.Fatalf("present without claim = %+v", p)
+	}
+	noKey := req
+	noKey.Key = ""
+	if p := present(a, noKey); p.Claimed != nil || p.Lookup != recipes.LookupFound {
+		t.Fatalf("present without key = %+v", p)
+	}
+	other := req
+	other.Presenter = agentB
+	if p := present(b, other); p.Claimed != nil || p.Lookup != recipes.LookupFound || p.Contract.OriginatingAgentID != agentA {
+		t.Fatalf("present by another agent = %+v", p)
+	}
+	wrongPair := req
+	wrongPair.Path = "/elsewhere"
+	if p := present(b, wrongPair); p.Claimed != nil || p.Contract == nil || p.Contract.Path != "/trip" {
+		t.Fatalf("present on another pair = %+v", p)
+	}
+	unknown := req
+	unknown.SynthesisID = "syn-unknown"
+	if p := present(a, unknown); p.Claimed != nil || p.Lookup != recipes.LookupUnknown || p.Contract != nil {
+		t.Fatalf("present unknown = %+v", p)
+	}
+	// Accepted: the key now confirms an active contract, which replays
+	// the preview (it is no longer pending).
+	if _, err := a.Contracts.Activate(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if p := present(b, req); p.State != recipes.StateActive || p.Claimed == nil || p.Claimed.Outcome != idempotency.Replay {
+		t.Fatalf("present of the active contract = %+v", p)
+	}
+	if _, err := b.Contracts.End(ctx, c, recipes.StateRevoked); err != nil {
+		t.Fatal(err)
+	}
+	if p := present(a, req); p.Lookup != recipes.LookupRevoked || p.State != recipes.StateRevoked || p.Claimed != nil {
+		t.Fatalf("present revoked = %+v", p)
+	}
+}
+
+func testResolvePair(t *testing.T, h Harness) {
+	clock := NewClock()
+	f := NewFixture(t)
+	a, b := h.New(t, Config{Now: clock.Now, Restorer: f.Restorer(t)})
+	resolve := func(s store.Set, req store.PairRequest) store.PairResolution {
+		t.Helper()
+		return must[store.PairResolution](t)(s.Presenter.ResolvePair(ctx, req))
+	}
+	gate := store.PairRequest{AgentID: agentA, Method: "BOOK", Path: "/trip", Key: "g", Fingerprint: "fp", ClaimIfMissing: true}
+	// No contract: the gate's claim is made.
+	r := resolve(a, gate)
+	if r.Contract != nil || r.Claimed == nil {
+		t.Fatalf("no contract: %+v", r)
+	}
+	wantOutcome(t, *r.Claimed, idempotency.Execute)
+	if again := resolve(b, gate); again.Claimed == nil || again.Claimed.Outcome != idempotency.InFlight {
+		t.Fatalf("repeat in flight: %+v", again.Claimed)
+	}
+	if err := r.Claimed.Claim.Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Hour)
+	if _, err := a.Contracts.Mint(ctx, c, store.ModeOptimistic); err != nil {
+		t.Fatal(err)
+	}
+	// An active contract serves the pair: no gate claim.
+	r = resolve(b, gate)
+	if r.Claimed != nil {
+		t.Fatalf("a gate claim beside a contract: %+v", r.Claimed)
+	}
+	sameContract(t, r.Contract, c)
+	tierC := gate
+	tierC.Key, tierC.ClaimIfFound = "c", true
+	r = resolve(b, tierC)
+	sameContract(t, r.Contract, c)
+	if r.Claimed == nil {
+		t.Fatal("no Tier C claim")
+	}
+	wantOutcome(t, *r.Claimed, idempotency.Execute)
+	if err := r.Claimed.Claim.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("ran")}); err != nil {
+		t.Fatal(err)
+	}
+	if r := resolve(a, tierC); r.Claimed == nil || r.Claimed.Outcome != idempotency.Replay || string(r.Claimed.Response.Body) != "ran" {
+		t.Fatalf("Tier C repeat: %+v", r.Claimed)
+	}
+	noKey := tierC
+	noKey.Key = ""
+	if r := resolve(a, noKey); r.Claimed != nil || r.Contract == nil {
+		t.Fatalf("without a key: %+v", r)
+	}
+	other := gate
+	other.AgentID = agentB
+	if r := resolve(a, other); r.Contract != nil || r.Claimed == nil || r.Claimed.Outcome != idempotency.Execute {
+		t.Fatalf("another agent's pair: %+v", r)
+	}
+}
