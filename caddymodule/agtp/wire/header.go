@@ -34,14 +34,17 @@ var singletonKeys = func() map[string]string {
 	return m
 }()
 
-// spellings maps net/http's canonical form of the AGTP header names
-// whose spelling differs from it ("Agent-Id") to the AGTP spelling
-// ("Agent-ID"): spec §3, §4.
+// spellings maps net/http's canonical form of the header names whose
+// spelling differs from it ("Agent-Id") to their spelling ("Agent-ID"):
+// the AGTP headers of spec §3 and §4, and the gateway's other answer
+// headers (RateLimit, draft-ietf-httpapi-ratelimit-headers; ETag, RFC
+// 9110 §8.8.3).
 var spellings = func() map[string]string {
 	names := []string{
 		"Agent-ID", "Owner-ID", "Request-ID", "Task-ID", "Session-ID", "Negotiation-ID",
 		"Allow-RCNS", "Server-ID", "Response-ID", "Audit-ID", "RCNS-Attempt-Id",
 		"AGTP-API-Version", "AGTP-Catalog-Warning", "AGTP-Endpoint-Warning", "AGTP-Zone-ID",
+		"RateLimit", "RateLimit-Policy", "ETag",
 	}
 	m := make(map[string]string, len(names))
 	for _, n := range names {

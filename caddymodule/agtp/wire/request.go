@@ -281,8 +281,17 @@ func (b *body) Read(p []byte) (int, error) {
 // Proto is Version. Header is r.Header itself (not a copy: a signature
 // added to it lands on r). Body is r.Body (http.NoBody when
 // ContentLength is 0). The caller sets TLS, RemoteAddr and the context.
+// A Request without URL (not from ReadRequest or NewRequest) has Target
+// parsed for it, "/" when that fails.
 func (r *Request) HTTPRequest(scheme string) *http.Request {
-	u := *r.URL
+	var u url.URL
+	if r.URL != nil {
+		u = *r.URL
+	} else if pu, err := url.ParseRequestURI(r.Target); err == nil {
+		u = *pu
+	} else {
+		u.Path = "/"
+	}
 	u.Scheme = scheme
 	hr := &http.Request{
 		Method:        r.Method,
@@ -319,8 +328,8 @@ func NewRequest(method, target string, body []byte) (*Request, error) {
 }
 
 // Write sends r on w: the request line "AGTP/1.0 METHOD TARGET" (the
-// three-token form, always), the header fields sorted by name in
-// Spelling, Content-Length (always, "0" without a body), the empty
+// three-token form, always), the header fields (sorted by map key,
+// each name in Spelling, one line per value), Content-Length (always, "0" without a body), the empty
 // line and ContentLength bytes of Body. Content-Length and
 // Transfer-Encoding in r.Header are not copied. It fails before
 // writing anything when the method, target, a header name or a header

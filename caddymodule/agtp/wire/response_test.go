@@ -156,3 +156,41 @@ func TestResponseRoundTrip(t *testing.T) {
 		t.Fatalf("read back %+v", out)
 	}
 }
+
+// FuzzReadResponse: the client side never panics on what a server
+// sends, never returns a body over its limit, and what it parsed
+// writes back to the same response.
+func FuzzReadResponse(f *testing.F) {
+	for _, s := range []string{
+		"AGTP/1.0 263 Proposal Approved\r\nAgent-ID: a\r\nContent-Length: 2\r\n\r\n{}",
+		"AGTP/1.0 200\r\n\r\n",
+		"AGTP/1.0 200 OK\r\nContent-Length: 9\r\n\r\nab",
+		"HTTP/1.1 400 Bad Request\r\n\r\n",
+		"AGTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		const maxBody = 64
+		resp, err := ReadResponse(bufio.NewReaderSize(bytes.NewReader(data), 16), Limits{MaxHeaderBytes: 512, MaxHeaderLines: 16}, maxBody)
+		if err != nil {
+			return
+		}
+		if len(resp.Body) > maxBody || resp.Status < 100 || resp.Status > 999 {
+			t.Fatalf("parsed %+v", resp)
+		}
+		var buf bytes.Buffer
+		if err := resp.Write(&buf); err != nil {
+			t.Fatalf("Write of a parsed response: %v", err)
+		}
+		written := buf.String()
+		again, err := ReadResponse(bufio.NewReader(&buf), Limits{MaxHeaderBytes: 2 * len(written), MaxHeaderLines: 17}, maxBody)
+		reason := resp.Reason
+		if reason == "" {
+			reason = StatusText(resp.Status) // Write's default
+		}
+		if err != nil || again.Status != resp.Status || again.Reason != reason || !bytes.Equal(again.Body, resp.Body) {
+			t.Fatalf("re-read of %q: %+v %v", written, again, err)
+		}
+	})
+}
