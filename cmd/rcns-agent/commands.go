@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"sort"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/gowebpki/jcs"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
 	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
 )
 
@@ -39,7 +41,11 @@ const usage = `usage:
   rcns-agent thumbprint -key key.pem
   rcns-agent call -key key.pem -agent-id ID [-scope S] [-allow-rcns]
           [-idempotency-key K] [-contract ID] [-H 'Name: v']... [-timeout 30s]
+          [-cacert ca.pem] [-cert cert.pem -cert-key key.pem] [-insecure-plaintext]
           METHOD URL [JSON-BODY]
+  URL is http://, https://, agtp:// (AGTP/1.0 in plain text, loopback only
+  unless -insecure-plaintext) or agtps:// (AGTP/1.0 over TLS 1.3); the
+  AGTP port defaults to 4480.
 `
 
 // signatureLifetime is expires-created for call (the gateway allows at
@@ -61,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "thumbprint":
 		err = thumbprint(args[1:], stdout, stderr)
 	case "call":
-		err = call(context.Background(), http.DefaultClient, args[1:], stdout, stderr)
+		err = call(context.Background(), args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -254,9 +260,10 @@ func (h *headerFlags) Set(v string) error {
 	return nil
 }
 
-// call sends one signed AGTP request with client and prints the
-// response.
-func call(ctx context.Context, client *http.Client, args []string, stdout, stderr io.Writer) error {
+// call sends one signed AGTP request and prints the response: over
+// HTTP for http:// and https:// URLs (the HTTP binding, spec §2.3), on
+// the native AGTP/1.0 wire for agtp:// and agtps:// (spec §2.1).
+func call(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("call", stderr)
 	keyPath := fs.String("key", "", "private key file (PEM)")
 	agent := fs.String("agent-id", "", "Agent-ID of the calling agent")
@@ -265,6 +272,10 @@ func call(ctx context.Context, client *http.Client, args []string, stdout, stder
 	idem := fs.String("idempotency-key", "", "Idempotency-Key header value")
 	contract := fs.String("contract", "", "Contract-Synthesized header value (a synthesis_id)")
 	timeout := fs.Duration("timeout", 30*time.Second, "whole-request timeout")
+	caFile := fs.String("cacert", "", "PEM file of the CA certificates that https:// and agtps:// servers are verified against (default: the system's)")
+	certFile := fs.String("cert", "", "client certificate chain (PEM) presented to https:// and agtps:// servers (mTLS); needs -cert-key")
+	certKey := fs.String("cert-key", "", "private key (PEM) of -cert")
+	plaintext := fs.Bool("insecure-plaintext", false, "allow agtp:// (plain text) to a host that is not loopback")
 	var headers headerFlags
 	fs.Var(&headers, "H", "extra header 'Name: value' (repeatable; not covered unless a default component)")
 	if err := parseFlags(fs, args); err != nil {
@@ -273,8 +284,11 @@ func call(ctx context.Context, client *http.Client, args []string, stdout, stder
 	if *keyPath == "" || *agent == "" {
 		return usageErr("call needs -key and -agent-id")
 	}
-	if err := refuseEmpty(fs, "idempotency-key", "contract", "scope"); err != nil {
+	if err := refuseEmpty(fs, "idempotency-key", "contract", "scope", "cacert", "cert", "cert-key"); err != nil {
 		return err
+	}
+	if (*certFile == "") != (*certKey == "") {
+		return usageErr("-cert and -cert-key go together")
 	}
 	if fs.NArg() < 2 || fs.NArg() > 3 {
 		return usageErr("call needs METHOD URL [JSON-BODY]")
@@ -291,7 +305,11 @@ func call(ctx context.Context, client *http.Client, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	req, err := newSignedRequest(ctx, key, method, target, body, func(h http.Header) {
+	tlsConf, err := clientTLS(*caFile, *certFile, *certKey)
+	if err != nil {
+		return err
+	}
+	setHeaders := func(h http.Header) {
 		for _, hv := range headers {
 			name, value, _ := strings.Cut(hv, ":")
 			h.Add(strings.TrimSpace(name), strings.TrimSpace(value))
@@ -309,12 +327,28 @@ func call(ctx context.Context, client *http.Client, args []string, stdout, stder
 		if *contract != "" {
 			h.Set("Contract-Synthesized", *contract)
 		}
-	}, time.Now())
-	if err != nil {
-		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	if u, err := url.Parse(target); err == nil && (u.Scheme == "agtp" || u.Scheme == "agtps") {
+		req, err := newSignedAGTPRequest(key, method, u, body, setHeaders, time.Now())
+		if err != nil {
+			return err
+		}
+		resp, err := exchangeAGTP(ctx, u, req, tlsConf, *plaintext)
+		if err != nil {
+			return err
+		}
+		return printAGTPResponse(stdout, resp)
+	}
+	req, err := newSignedRequest(ctx, key, method, target, body, setHeaders, time.Now())
+	if err != nil {
+		return err
+	}
+	client := http.DefaultClient
+	if tlsConf != nil {
+		client = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: tlsConf}}
+	}
 	resp, err := client.Do(req.WithContext(ctx))
 	if err != nil {
 		return err
@@ -352,50 +386,62 @@ func newSignedRequest(ctx context.Context, key crypto.Signer, method, target str
 		return nil, err
 	}
 	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
-		return nil, fmt.Errorf("URL scheme %q: want http or https", req.URL.Scheme)
+		return nil, fmt.Errorf("URL scheme %q: want http, https, agtp or agtps", req.URL.Scheme)
 	}
 	setHeaders(req.Header)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 		httpsig.SetContentDigest(req.Header, body)
 	}
-	alg, err := httpsig.Algorithm(key.Public())
-	if err != nil {
-		return nil, err
-	}
-	kid, err := httpsig.Thumbprint(key.Public())
-	if err != nil {
-		return nil, err
-	}
-	nonce := make([]byte, 16)
-	if _, err := rand.Read(nonce); err != nil {
-		return nil, err
-	}
-	s := &httpsig.Signer{KeyID: kid, Alg: alg, Key: key}
-	err = s.Sign(req, httpsig.SignOptions{
-		Created: now,
-		Expires: now.Add(signatureLifetime),
-		Nonce:   base64.RawURLEncoding.EncodeToString(nonce),
-	})
-	if err != nil {
+	if err := sign(req, key, now); err != nil {
 		return nil, err
 	}
 	return req, nil
 }
 
+// sign signs req under sig1 at now with DefaultComponents, expires
+// now+60s and a random nonce.
+func sign(req *http.Request, key crypto.Signer, now time.Time) error {
+	alg, err := httpsig.Algorithm(key.Public())
+	if err != nil {
+		return err
+	}
+	kid, err := httpsig.Thumbprint(key.Public())
+	if err != nil {
+		return err
+	}
+	nonce := make([]byte, 16)
+	if _, err := rand.Read(nonce); err != nil {
+		return err
+	}
+	s := &httpsig.Signer{KeyID: kid, Alg: alg, Key: key}
+	return s.Sign(req, httpsig.SignOptions{
+		Created: now,
+		Expires: now.Add(signatureLifetime),
+		Nonce:   base64.RawURLEncoding.EncodeToString(nonce),
+	})
+}
+
 // printResponse writes the status line, the header fields sorted by
 // name (one line per value) and the body.
 func printResponse(w io.Writer, resp *http.Response) error {
+	return printAnswer(w, resp.Proto+" "+resp.Status, resp.Header, resp.Body)
+}
+
+// printAnswer writes statusLine, the header fields sorted by name in
+// AGTP spelling (wire.Spelling: "Agent-ID"), one line per value, an
+// empty line and the body.
+func printAnswer(w io.Writer, statusLine string, h http.Header, body io.Reader) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s\n", resp.Proto, resp.Status)
-	names := make([]string, 0, len(resp.Header))
-	for name := range resp.Header {
+	b.WriteString(statusLine + "\n")
+	names := make([]string, 0, len(h))
+	for name := range h {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		for _, v := range resp.Header[name] {
-			fmt.Fprintf(&b, "%s: %s\n", name, v)
+		for _, v := range h[name] {
+			fmt.Fprintf(&b, "%s: %s\n", wire.Spelling(name), v)
 		}
 	}
 	b.WriteString("\n")
@@ -403,7 +449,7 @@ func printResponse(w io.Writer, resp *http.Response) error {
 		return err
 	}
 	lw := &lastByteWriter{w: w}
-	if _, err := io.Copy(lw, resp.Body); err != nil {
+	if _, err := io.Copy(lw, body); err != nil {
 		return err
 	}
 	if lw.n > 0 && lw.last != '\n' {

@@ -9,7 +9,8 @@
 //	rcns-agent thumbprint -key key.pem
 //	rcns-agent call -key key.pem -agent-id ID [-scope S] [-allow-rcns]
 //	        [-idempotency-key K] [-contract ID] [-H 'Name: v']...
-//	        [-timeout 30s] METHOD URL [JSON-BODY]
+//	        [-timeout 30s] [-cacert ca.pem] [-cert c.pem -cert-key k.pem]
+//	        [-insecure-plaintext] METHOD URL [JSON-BODY]
 //
 // keygen writes a new PKCS#8 PEM private key (mode 0600, never over an
 // existing file) and prints two lines: "keyid <thumbprint>" and
@@ -21,7 +22,20 @@
 // expires=now+60s and a random nonce, covering the profile's default
 // components; a JSON-BODY is sent as application/json with a
 // Content-Digest. It prints the status line, the response header fields
-// (sorted) and the body.
+// (sorted, in AGTP spelling) and the body.
+//
+// URL is http:// or https:// (the HTTP binding, spec §2.3), or agtp://
+// or agtps:// (the native AGTP/1.0 wire, spec §2.1; port 4480 unless
+// the URL names one). agtps:// is TLS 1.3 only with ALPN "agtp";
+// agtp:// is plain text and goes only to a loopback address unless
+// -insecure-plaintext is given. On the native wire the request line
+// carries the URL's path and query, Host its host[:port], and the
+// signature covers the same components as over HTTP: @authority is the
+// Host header (port 4480 dropped), @path and @query come from the
+// request line; the status line shows the AGTP reason phrase the
+// server sent ("AGTP/1.0 263 Proposal Approved"). -cacert replaces the
+// system roots for https:// and agtps://; -cert and -cert-key present a
+// client certificate (mTLS).
 //
 // Exit status: 0 on success (for call: any HTTP response), 1 on
 // failure, 2 on a usage error.

@@ -250,8 +250,8 @@ func authority(r *http.Request) string {
 }
 
 // normalizeAuthority lowercases the host[:port] h and removes the
-// default port of scheme (":443" for https, ":80" for http) and an
-// empty port.
+// default port of scheme (":443" for https, ":80" for http, ":4480" for
+// agtp and agtps, the AGTP port of agtp-09 §6.1) and an empty port.
 func normalizeAuthority(h, scheme string) string {
 	h = strings.ToLower(h)
 	switch {
@@ -259,6 +259,8 @@ func normalizeAuthority(h, scheme string) string {
 		h = strings.TrimSuffix(h, ":443")
 	case scheme == "http" && strings.HasSuffix(h, ":80"):
 		h = strings.TrimSuffix(h, ":80")
+	case (scheme == "agtp" || scheme == "agtps") && strings.HasSuffix(h, ":4480"):
+		h = strings.TrimSuffix(h, ":4480")
 	}
 	return strings.TrimSuffix(h, ":") // empty port
 }

@@ -211,6 +211,8 @@ func TestDerivedComponents(t *testing.T) {
 	noQuery, _ := http.NewRequest("GET", "http://example.com:80", nil)
 	emptyQuery, _ := http.NewRequest("GET", "http://example.com/a%2Fb?", nil)
 	custom, _ := http.NewRequest("fetch", "http://127.0.0.1:9000/x", nil)
+	agtps, _ := http.NewRequest("QUERY", "agtps://GW.example:4480/x?y=1", nil)
+	agtp, _ := http.NewRequest("QUERY", "agtp://127.0.0.1:9000/x", nil)
 	for _, tc := range []struct {
 		name, component, want string
 		req                   *http.Request
@@ -221,6 +223,10 @@ func TestDerivedComponents(t *testing.T) {
 		{"authority other port", "@authority", "www.example.com:8080", server},
 		{"authority http default port", "@authority", "example.com", noQuery},
 		{"authority loopback", "@authority", "127.0.0.1:9000", custom},
+		{"authority agtps default port", "@authority", "gw.example", agtps},
+		{"authority agtp other port", "@authority", "127.0.0.1:9000", agtp},
+		{"scheme agtps", "@scheme", "agtps", agtps},
+		{"target-uri agtps", "@target-uri", "agtps://gw.example/x?y=1", agtps},
 		{"scheme client", "@scheme", "https", client},
 		{"scheme server", "@scheme", "http", server},
 		{"target-uri", "@target-uri", "https://www.example.com/path?param=value", client},

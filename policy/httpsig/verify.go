@@ -83,7 +83,8 @@ type VerifyOptions struct {
 	// host[:port]) the verifier serves: the request's @authority (RFC
 	// 9421 §2.2.3, the value the signature covers) must equal one of them,
 	// compared case-insensitively and with the request scheme's default
-	// port (80 for http, 443 for https) removed from both, else
+	// port (80 for http, 443 for https, 4480 for agtp and agtps) removed
+	// from both, else
 	// authority-mismatch. It stops a signature made for another server
 	// that trusts the same key from being accepted here. Empty accepts any
 	// authority.

@@ -1,0 +1,54 @@
+package wire
+
+import (
+	"errors"
+	"net"
+	"strconv"
+)
+
+// Error is a request the parser refuses: the answer the server gives
+// before closing the connection (the framing is lost, so no further
+// request can be read from it). It carries what the uniform error body
+// of spec §19 needs.
+type Error struct {
+	// Status is the AGTP status code of the answer: 400 for malformed
+	// framing, 408 for a request that stopped arriving (a read
+	// deadline), 431 for a head over Limits.
+	Status int
+	// Reason is the reason token (spec style, e.g. "invalid-request-line",
+	// "duplicate-header", "header-too-large"); the tokens are listed in
+	// the package documentation.
+	Reason string
+	// Explanation says what was wrong for a human; it quotes at most a
+	// clipped part of the input (internal/textcut.Clip, 64 bytes, with
+	// control characters escaped).
+	Explanation string
+	// Proto is the protocol the answer must be framed in: Version, or
+	// "HTTP/1.1" when the request line was an HTTP one, so that an HTTP
+	// client reads a refusal it can show.
+	Proto string
+	// Err is the read error behind a 408 or a truncated head (a
+	// net.Error timeout, io.ErrUnexpectedEOF, a connection reset), nil
+	// for a malformed one.
+	Err error
+}
+
+// Error returns "agtp wire: <status> <reason>: <explanation>".
+func (e *Error) Error() string {
+	return "agtp wire: " + strconv.Itoa(e.Status) + " " + e.Reason + ": " + e.Explanation
+}
+
+// Unwrap returns Err, so errors.Is(err, os.ErrDeadlineExceeded) holds
+// for a request cut by its read deadline.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Timeout reports whether the request was cut by a read deadline (the
+// 408 request-timeout refusal).
+func (e *Error) Timeout() bool {
+	var ne net.Error
+	return e.Err != nil && errors.As(e.Err, &ne) && ne.Timeout()
+}
+
+func refuse(status int, reason, explanation string) *Error {
+	return &Error{Status: status, Reason: reason, Explanation: explanation, Proto: Version}
+}
