@@ -21,7 +21,9 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 	// Computed before the chain lock: only what depends on the chain's
 	// head is built under it.
 	var reqHash, actionID string
-	if x.in.ContentLength == 0 || x.bodyRead { // not for an answer given before the body was read
+	// Not for an answer given before the body was read, nor for a
+	// request the door could not read (no method, no target).
+	if x.in.Target != "" && (x.in.ContentLength == 0 || x.bodyRead) {
 		reqHash = requestHash(x.in.Method, x.in.Target, x.rawBody)
 	}
 	if x.executed && x.stateChanging {

@@ -1,6 +1,8 @@
 package caddymodule
 
 import (
+	"sync"
+
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
@@ -49,6 +51,7 @@ type engine struct {
 // serve answers one AGTP request from any door, in the order of spec
 // §10; it always returns an answer.
 func (h *engine) serve(r *agtp.Request) *agtp.Response {
+	h.activate()
 	x := &exchange{h: h, in: r,
 		agentID: r.Get("Agent-ID"),
 		taskID:  r.Get("Task-ID"),
@@ -109,4 +112,62 @@ func (h *engine) serve(r *agtp.Request) *agtp.Response {
 	}
 	h.metrics.request(m, x.status, r.Binding)
 	return x.resp
+}
+
+// answer is the AGTP error answer to a request a door refused before
+// the engine could read it (bad framing on the native door): e with
+// every AGTP response header, in the body of spec §19.
+func (h *engine) answer(r *agtp.Request, e *agtp.Error) *agtp.Response {
+	h.activate()
+	x := &exchange{h: h, in: r, requestID: newUUID()}
+	x.fail(e)
+	h.metrics.request(r.Method, x.status, r.Binding)
+	return x.resp
+}
+
+// engines are the provisioned engines by rcns name, in provision order:
+// a door that finds its handler by name (the native AGTP/1.0 listener)
+// reaches the newest one still provisioned. A reload provisions the new
+// engine before the old one is cleaned up, and a failed load cleans up
+// only its own, so the name always reaches the engine serving it.
+var engines = struct {
+	sync.Mutex
+	byName map[string][]*engine
+}{byName: map[string][]*engine{}}
+
+// register makes h reachable by its name (after a successful Provision).
+func (h *engine) register() {
+	engines.Lock()
+	defer engines.Unlock()
+	engines.byName[h.Name] = append(engines.byName[h.Name], h)
+}
+
+// unregister removes h (Cleanup).
+func (h *engine) unregister() {
+	engines.Lock()
+	defer engines.Unlock()
+	list := engines.byName[h.Name]
+	for i, e := range list {
+		if e == h {
+			list = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(engines.byName, h.Name)
+		return
+	}
+	engines.byName[h.Name] = list
+}
+
+// lookupEngine returns the engine of the rcns handler named name, nil
+// when no handler of that name is provisioned.
+func lookupEngine(name string) *engine {
+	engines.Lock()
+	defer engines.Unlock()
+	list := engines.byName[name]
+	if len(list) == 0 {
+		return nil
+	}
+	return list[len(list)-1]
 }

@@ -126,7 +126,7 @@ func (x *exchange) fail(e *agtp.Error) {
 	}
 	if x.method != "" {
 		body["method"] = x.method
-	} else {
+	} else if x.in.Method != "" { // "" for a request the door could not read
 		body["method"] = x.in.Method
 	}
 	if x.path != "" {

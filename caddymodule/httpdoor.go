@@ -116,6 +116,16 @@ func httpView(in *agtp.Request) *http.Request {
 	if r.URL == nil {
 		r.URL = &url.URL{}
 	}
+	if in.Binding == agtp.BindingNative {
+		// @authority drops the scheme's default port: 4480 for agtp and
+		// agtps (policy/httpsig), as 80 and 443 for http and https.
+		u := *r.URL
+		u.Scheme = "agtp"
+		if in.TLS != nil {
+			u.Scheme = "agtps"
+		}
+		r.URL = &u
+	}
 	return r
 }
 

@@ -34,7 +34,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	// Set before provision so that Cleanup releases what a failed
 	// provision attached.
 	h.eng = e
-	return e.provision(ctx)
+	if err := e.provision(ctx); err != nil {
+		return err
+	}
+	e.register()
+	return nil
 }
 
 // provision builds the engine from its Config (defaults applied).

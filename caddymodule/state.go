@@ -67,6 +67,7 @@ var states = caddy.NewUsagePool()
 // cleanup releases the upstream clients and the engine's hold on the
 // shared state (the last holder of a name destructs it).
 func (h *engine) cleanup() error {
+	h.unregister()
 	for _, u := range h.upstreams {
 		u.Close()
 	}

@@ -12,6 +12,7 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -24,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
 	"github.com/mccutchen/go-httpbin/v2/httpbin"
 )
 
@@ -540,7 +543,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 const caddyfileTemplate = `{
 	admin 127.0.0.1:{{ADMIN_PORT}}
 	persist_config off
-}
+{{AGTP}}}
 
 http://127.0.0.1:{{SITE_PORT}} {
 	bind 127.0.0.1
@@ -553,8 +556,12 @@ http://127.0.0.1:{{SITE_PORT}} {
 
 // Gateway is a running `caddy run` process.
 type Gateway struct {
-	URL        string // http://127.0.0.1:SITE_PORT
-	Addr       string // 127.0.0.1:SITE_PORT
+	URL  string // http://127.0.0.1:SITE_PORT
+	Addr string // 127.0.0.1:SITE_PORT
+	// AGTPAddr is the native AGTP/1.0 listener (127.0.0.1:AGTP_PORT,
+	// plain text) when the suite runs over the native door
+	// (RCNS_IT_DOOR=agtp); "" otherwise.
+	AGTPAddr   string
 	AdminURL   string
 	Caddyfile  string // the text it runs
 	ConfigPath string
@@ -572,18 +579,50 @@ func fill(s string, kv ...string) string {
 	return s
 }
 
+// suiteDoor is the door the suite's AGTP requests (Gateway.Do) go
+// through: "http" (the HTTP binding, the default) or "agtp" (the native
+// AGTP/1.0 listener every test gateway then also opens), from
+// RCNS_IT_DOOR. `make integration` runs the suite once per door.
+var suiteDoor = func() string {
+	if d := os.Getenv("RCNS_IT_DOOR"); d != "" {
+		return d
+	}
+	return "http"
+}()
+
+// rcnsName is the rcns handler name a site's block sets (`name X`),
+// "default" when it sets none.
+var rcnsName = regexp.MustCompile(`(?m)^\s*name\s+(\S+)\s*$`)
+
 // renderCaddyfile puts site into caddyfileTemplate with fresh ports.
+// Over the native door (suiteDoor "agtp") the global options also open
+// the agtp listener of the site's rcns handler on agtpPort.
 func renderCaddyfile(t testing.TB, site string) (text string, sitePort, adminPort int) {
+	text, sitePort, adminPort, _ = renderCaddyfileDoor(t, site, suiteDoor)
+	return text, sitePort, adminPort
+}
+
+func renderCaddyfileDoor(t testing.TB, site, door string) (text string, sitePort, adminPort, agtpPort int) {
 	t.Helper()
 	sitePort, adminPort = freePort(t), freePort(t)
+	agtpOpt := ""
+	if door == "agtp" {
+		agtpPort = freePort(t)
+		name := "default"
+		if m := rcnsName.FindStringSubmatch(site); m != nil {
+			name = m[1]
+		}
+		agtpOpt = fmt.Sprintf("\tagtp 127.0.0.1:%d {\n\t\thandler %s\n\t}\n", agtpPort, name)
+	}
 	text = fill(caddyfileTemplate,
 		"ADMIN_PORT", strconv.Itoa(adminPort),
 		"SITE_PORT", strconv.Itoa(sitePort),
+		"AGTP", agtpOpt,
 		"SITE", site)
 	if i := strings.Index(text, "{{"); i >= 0 {
 		t.Fatalf("unfilled placeholder in Caddyfile near %q:\n%s", text[i:min(len(text), i+40)], text)
 	}
-	return text, sitePort, adminPort
+	return text, sitePort, adminPort, agtpPort
 }
 
 // startGateway writes the site (the body of the site block, placeholders
@@ -597,7 +636,28 @@ func startGateway(t testing.TB, site string) *Gateway {
 // startGatewayEnv is startGateway with extra environment variables.
 func startGatewayEnv(t testing.TB, site string, env []string) *Gateway {
 	t.Helper()
-	text, sitePort, adminPort := renderCaddyfile(t, site)
+	return startGatewayDoor(t, site, env, suiteDoor)
+}
+
+// startGatewayDoor is startGatewayEnv with the door Do uses: "agtp"
+// opens the native listener and sends Do's requests over it, "http"
+// sends them over the HTTP binding.
+func startGatewayDoor(t testing.TB, site string, env []string, door string) *Gateway {
+	t.Helper()
+	text, sitePort, adminPort, agtpPort := renderCaddyfileDoor(t, site, door)
+	return launchTextEnv(t, text, sitePort, adminPort, agtpPort, env)
+}
+
+// launchText runs a rendered Caddyfile (renderCaddyfileDoor's, possibly
+// edited) whose site, admin and native ports are given (agtpPort 0: no
+// native door).
+func launchText(t testing.TB, text string, sitePort, adminPort, agtpPort int) *Gateway {
+	t.Helper()
+	return launchTextEnv(t, text, sitePort, adminPort, agtpPort, nil)
+}
+
+func launchTextEnv(t testing.TB, text string, sitePort, adminPort, agtpPort int, env []string) *Gateway {
+	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
@@ -608,6 +668,9 @@ func startGatewayEnv(t testing.TB, site string, env []string) *Gateway {
 		AdminURL:   fmt.Sprintf("http://127.0.0.1:%d", adminPort),
 		Caddyfile:  text,
 		ConfigPath: path,
+	}
+	if agtpPort != 0 {
+		g.AGTPAddr = fmt.Sprintf("127.0.0.1:%d", agtpPort)
 	}
 	g.URL = "http://" + g.Addr
 	g.launch(t, dir, env)
@@ -716,6 +779,9 @@ type Resp struct {
 	Header           http.Header
 	Body             []byte
 	TransferEncoding []string
+	// Reason is the status line's reason phrase of a native AGTP/1.0
+	// answer ("" over HTTP).
+	Reason string
 }
 
 // Do sends one request to the gateway. hdr keys are sent exactly as
@@ -736,6 +802,9 @@ func (g *Gateway) Do(t testing.TB, method, path string, hdr map[string]string, b
 		if raw, err = json.Marshal(b); err != nil {
 			t.Fatalf("encode body: %v", err)
 		}
+	}
+	if g.AGTPAddr != "" {
+		return g.doNative(t, method, path, hdr, raw)
 	}
 	var rd io.Reader
 	if raw != nil {
@@ -762,6 +831,45 @@ func (g *Gateway) Do(t testing.TB, method, path string, hdr map[string]string, b
 	}
 	return &Resp{Method: method, Path: path, Status: resp.StatusCode, Header: resp.Header, Body: b,
 		TransferEncoding: resp.TransferEncoding}
+}
+
+// doNative is Do over the native AGTP/1.0 listener: the request line
+// `AGTP/1.0 METHOD PATH`, the header fields as spelled, Host,
+// Content-Type (application/json with a body, as Do) and Content-Length,
+// written as given (no client-side check, so a test can send what a
+// server must refuse), on a fresh connection; the answer read with the
+// codec. A reason phrase is kept in Resp.Reason.
+func (g *Gateway) doNative(t testing.TB, method, path string, hdr map[string]string, raw []byte) *Resp {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", g.AGTPAddr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("%s %s: dial %s: %v", method, path, g.AGTPAddr, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "AGTP/1.0 %s %s\r\nHost: %s\r\n", method, path, g.AGTPAddr)
+	hasCT := false
+	for k, v := range hdr {
+		fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+		hasCT = hasCT || strings.EqualFold(k, "Content-Type")
+	}
+	if raw != nil && !hasCT {
+		b.WriteString("Content-Type: application/json\r\n")
+	}
+	if raw != nil {
+		fmt.Fprintf(&b, "Content-Length: %d\r\n", len(raw))
+	}
+	b.WriteString("\r\n")
+	b.Write(raw)
+	if _, err := c.Write(b.Bytes()); err != nil {
+		t.Fatalf("%s %s: write: %v", method, path, err)
+	}
+	resp, err := wire.ReadResponse(bufio.NewReader(c), wire.Limits{MaxHeaderBytes: 1 << 20}, 64<<20)
+	if err != nil {
+		t.Fatalf("%s %s over agtp: %v", method, path, err)
+	}
+	return &Resp{Method: method, Path: path, Status: resp.Status, Header: resp.Header, Body: resp.Body, Reason: resp.Reason}
 }
 
 // Raw writes rawRequest (a complete HTTP/1.1 request, CRLF line ends) to a

@@ -36,6 +36,9 @@ type hotelOpts struct {
 	// LegacyCounter sends non-AGTP traffic to a counting upstream instead
 	// of json-server, so a test can prove nothing fell through.
 	LegacyCounter bool
+	// Door is the door Do's requests go through ("http" or "agtp");
+	// "" is the suite's (RCNS_IT_DOOR).
+	Door string
 }
 
 // hotelWorld is json-server, a counting proxy in front of it (the rcns
@@ -64,9 +67,13 @@ func startHotel(t testing.TB, o hotelOpts) *hotelWorld {
 	if o.Disabled {
 		enabled = "false"
 	}
-	w.GW = startGateway(t, fill(hotelSite,
+	door := o.Door
+	if door == "" {
+		door = suiteDoor
+	}
+	w.GW = startGatewayDoor(t, fill(hotelSite,
 		"ENABLED", enabled, "MODE", mode, "HOTEL", w.Hotel.URL,
-		"EXTRA", o.Extra, "LEGACY", legacy))
+		"EXTRA", o.Extra, "LEGACY", legacy), nil, door)
 	return w
 }
 

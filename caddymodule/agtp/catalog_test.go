@@ -50,10 +50,24 @@ func literalReasons(t *testing.T, dirs ...string) map[string]string {
 				switch x := n.(type) {
 				case *ast.CallExpr:
 					// A refusal helper given the token: refuse("…", …).
-					if id, ok := x.Fun.(*ast.Ident); ok && strings.HasPrefix(id.Name, "refuse") && len(x.Args) > 0 {
-						if lit, ok := x.Args[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-							s, _ := strconv.Unquote(lit.Value)
-							out[s] = dir + " " + id.Name
+					// refuse("…", …) in policy, refuse(400, "…", …) in wire:
+					// the first string literal is the token.
+					if id, ok := x.Fun.(*ast.Ident); ok && strings.HasPrefix(id.Name, "refuse") {
+						for _, a := range x.Args {
+							if lit, ok := a.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+								s, _ := strconv.Unquote(lit.Value)
+								out[s] = dir + " " + id.Name
+								break
+							}
+						}
+					}
+				case *ast.AssignStmt: // e.Reason = "…" (or e.Status, e.Reason = 408, "…")
+					for i, l := range x.Lhs {
+						if sel, ok := l.(*ast.SelectorExpr); ok && sel.Sel.Name == "Reason" && i < len(x.Rhs) {
+							if lit, ok := x.Rhs[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+								s, _ := strconv.Unquote(lit.Value)
+								out[s] = dir
+							}
 						}
 					}
 				case *ast.KeyValueExpr:
@@ -85,7 +99,7 @@ func literalReasons(t *testing.T, dirs ...string) map[string]string {
 // and httpsig packages send is in the catalog, and caddymodule sends no
 // reason literal of its own: it builds every error from the catalog.
 func TestCatalogCoversEveryToken(t *testing.T) {
-	for tok, where := range literalReasons(t, "policy", "policy/httpsig", "recipes") {
+	for tok, where := range literalReasons(t, "policy", "policy/httpsig", "recipes", "caddymodule/agtp/wire") {
 		if len(Lookup(tok)) == 0 {
 			t.Errorf("%s sends reason %q, which is not in the catalog (reasons.go)", where, tok)
 		}
@@ -124,7 +138,7 @@ func TestCatalogEntriesUsed(t *testing.T) {
 			}
 		}
 	}
-	sent := literalReasons(t, "policy", "policy/httpsig", "recipes")
+	sent := literalReasons(t, "policy", "policy/httpsig", "recipes", "caddymodule/agtp/wire")
 	src, err := os.ReadFile("reasons.go")
 	if err != nil {
 		t.Fatal(err)

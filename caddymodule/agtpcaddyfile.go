@@ -1,0 +1,123 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddytls"
+	"github.com/dustin/go-humanize"
+)
+
+func init() {
+	httpcaddyfile.RegisterGlobalOption("agtp", parseAGTPOption)
+}
+
+// parseAGTPOption sets up the agtp app (the native AGTP/1.0 door) from
+// the global option of that name; each `agtp` option adds one server.
+// The grammar (docs/configuration.md "The native AGTP/1.0 door"):
+//
+//	agtp <address>... {
+//	    handler <rcns name>
+//	    tls <host name>...
+//	    client_auth { <Caddy's client_auth> }
+//	    read_header_timeout <duration>
+//	    read_timeout <duration>
+//	    write_timeout <duration>
+//	    idle_timeout <duration>
+//	    max_header_size <size>
+//	    max_header_lines <n>
+//	    max_connections <n>
+//	    max_requests_per_connection <n>
+//	}
+//
+// Without tls, every address must be a loopback one (agtp://).
+func parseAGTPOption(d *caddyfile.Dispenser, existing any) (any, error) {
+	app := new(AGTPApp)
+	if prev, ok := existing.(httpcaddyfile.App); ok {
+		if err := json.Unmarshal(prev.Value, app); err != nil {
+			return nil, err
+		}
+	}
+	d.Next() // the option name
+	s := &AGTPServer{Listen: d.RemainingArgs()}
+	if len(s.Listen) == 0 {
+		return nil, d.Err("agtp: give at least one listen address (e.g. agtp 127.0.0.1:4480)")
+	}
+	for d.NextBlock(0) {
+		key := d.Val()
+		switch key {
+		case "handler":
+			v, err := oneArg(d)
+			if err != nil {
+				return nil, err
+			}
+			s.Handler = v
+		case "tls":
+			if s.TLS == nil {
+				s.TLS = &AGTPTLS{}
+			}
+			s.TLS.Names = append(s.TLS.Names, d.RemainingArgs()...)
+		case "client_auth":
+			if s.TLS == nil {
+				s.TLS = &AGTPTLS{}
+			}
+			ca := &caddytls.ClientAuthentication{}
+			if err := ca.UnmarshalCaddyfile(d.NewFromNextSegment()); err != nil {
+				return nil, err
+			}
+			s.TLS.ClientAuthentication = ca
+		case "read_header_timeout", "read_timeout", "write_timeout", "idle_timeout":
+			dur, err := positiveDuration(d)
+			if err != nil {
+				return nil, err
+			}
+			v := caddy.Duration(dur)
+			switch key {
+			case "read_header_timeout":
+				s.ReadHeaderTimeout = v
+			case "read_timeout":
+				s.ReadTimeout = v
+			case "write_timeout":
+				s.WriteTimeout = v
+			default:
+				s.IdleTimeout = v
+			}
+		case "max_header_size":
+			v, err := oneArg(d)
+			if err != nil {
+				return nil, err
+			}
+			n, err := humanize.ParseBytes(v)
+			if err != nil || n == 0 || n > 1<<30 {
+				return nil, d.Errf("max_header_size: %q is not a size up to 1GiB (e.g. 16KiB)", v)
+			}
+			s.MaxHeaderBytes = int(n)
+		case "max_header_lines", "max_connections", "max_requests_per_connection":
+			v, err := oneArg(d)
+			if err != nil {
+				return nil, err
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return nil, d.Errf("%s: %q must be a positive integer", key, v)
+			}
+			switch key {
+			case "max_header_lines":
+				s.MaxHeaderLines = n
+			case "max_connections":
+				s.MaxConnections = n
+			default:
+				s.MaxRequestsPerConnection = n
+			}
+		default:
+			return nil, d.Errf("agtp: unknown subdirective %q", key)
+		}
+	}
+	app.Servers = append(app.Servers, s)
+	return httpcaddyfile.App{Name: "agtp", Value: caddyconfig.JSON(app, nil)}, nil
+}
+

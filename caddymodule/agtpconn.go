@@ -1,0 +1,357 @@
+package caddymodule
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
+	"github.com/caddyserver/caddy/v2"
+)
+
+// nativeSocket is one native listen address's socket, shared by every
+// started configuration that listens there, so a reload keeps the very
+// socket (and its accept queue) instead of opening a second
+// SO_REUSEPORT socket whose closing would reset the connections queued
+// on the old one. The newest configuration (the last of servers) sets
+// the limits and TLS of connections accepted from then on; the socket
+// closes when the last configuration releases it.
+type nativeSocket struct {
+	key     string
+	ln      net.Listener
+	logger  *zap.Logger
+	servers []*AGTPServer // started configurations, oldest first
+	conns   map[*nativeConn]struct{}
+}
+
+// nativeSockets are the open native sockets by address.
+var nativeSockets = struct {
+	sync.Mutex
+	byKey map[string]*nativeSocket
+}{byKey: map[string]*nativeSocket{}}
+
+// acquireSocket returns the socket of na with s among its
+// configurations, opening it (through Caddy's listener pool) and
+// starting its accept loop when no configuration listens there yet.
+func acquireSocket(ctx caddy.Context, na caddy.NetworkAddress, s *AGTPServer, logger *zap.Logger) (*nativeSocket, error) {
+	key := na.String()
+	nativeSockets.Lock()
+	defer nativeSockets.Unlock()
+	if sock := nativeSockets.byKey[key]; sock != nil {
+		sock.servers = append(sock.servers, s)
+		return sock, nil
+	}
+	lnAny, err := na.Listen(ctx, 0, net.ListenConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %v", key, err)
+	}
+	ln, ok := lnAny.(net.Listener)
+	if !ok {
+		_ = closeListener(lnAny)
+		return nil, fmt.Errorf("listen %s: not a stream listener", key)
+	}
+	sock := &nativeSocket{key: key, ln: ln, logger: logger.With(zap.String("listen", key)), servers: []*AGTPServer{s}, conns: map[*nativeConn]struct{}{}}
+	nativeSockets.byKey[key] = sock
+	go sock.accept()
+	return sock, nil
+}
+
+// current is the newest configuration listening on the socket; nil once
+// the socket is closed. nativeSockets is held.
+func (sock *nativeSocket) currentLocked() *AGTPServer {
+	if len(sock.servers) == 0 {
+		return nil
+	}
+	return sock.servers[len(sock.servers)-1]
+}
+
+// release removes s from the socket's configurations; with none left,
+// the socket closes and its connections end after their current answer.
+func (sock *nativeSocket) release(s *AGTPServer) {
+	nativeSockets.Lock()
+	for i, x := range sock.servers {
+		if x == s {
+			sock.servers = append(sock.servers[:i:i], sock.servers[i+1:]...)
+			break
+		}
+	}
+	var ending []*nativeConn
+	if len(sock.servers) == 0 {
+		delete(nativeSockets.byKey, sock.key)
+		for c := range sock.conns {
+			ending = append(ending, c)
+		}
+		_ = sock.ln.Close()
+	}
+	nativeSockets.Unlock()
+	for _, c := range ending {
+		c.end()
+	}
+}
+
+// accept serves each accepted connection in its own goroutine under the
+// newest configuration's limits, at most its MaxConnections at once (a
+// further one waits in the backlog), until the socket is closed.
+func (sock *nativeSocket) accept() {
+	for {
+		nativeSockets.Lock()
+		s := sock.currentLocked()
+		nativeSockets.Unlock()
+		if s == nil {
+			return
+		}
+		s.slots <- struct{}{}
+		c, err := sock.ln.Accept()
+		if err != nil {
+			<-s.slots
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			nativeSockets.Lock()
+			open := nativeSockets.byKey[sock.key] == sock
+			nativeSockets.Unlock()
+			if open {
+				sock.logger.Error("agtp accept failed; the listener stops", zap.Error(err))
+			}
+			return
+		}
+		nc := &nativeConn{c: c, sock: sock, srv: s}
+		if !nc.track() {
+			<-s.slots
+			_ = c.Close()
+			continue
+		}
+		go func() {
+			defer func() { <-s.slots }()
+			nc.serve()
+		}()
+	}
+}
+
+// nativeConn is one AGTP/1.0 connection: requests read one after
+// another (a pipelined one waits in the read buffer), each answered in
+// order before the next is read.
+type nativeConn struct {
+	c       net.Conn
+	sock    *nativeSocket
+	srv     *AGTPServer // the configuration it was accepted under: its limits
+	mu      sync.Mutex
+	ending  bool // end was called: no request after the current one
+	reading bool // waiting for a request's first byte (end interrupts it)
+}
+
+// config is the configuration a connection's next request is served
+// under: the socket's newest (a reload applies from the next request),
+// else the one it was accepted under.
+func (c *nativeConn) config() *AGTPServer {
+	nativeSockets.Lock()
+	defer nativeSockets.Unlock()
+	if s := c.sock.currentLocked(); s != nil {
+		return s
+	}
+	return c.srv
+}
+
+// track adds c to its socket's live connections; false when the
+// socket is closed.
+func (c *nativeConn) track() bool {
+	nativeSockets.Lock()
+	defer nativeSockets.Unlock()
+	if nativeSockets.byKey[c.sock.key] != c.sock {
+		return false
+	}
+	c.sock.conns[c] = struct{}{}
+	return true
+}
+
+func (c *nativeConn) untrack() {
+	nativeSockets.Lock()
+	defer nativeSockets.Unlock()
+	delete(c.sock.conns, c)
+}
+
+// end makes the connection stop after its current request; a wait for
+// the next request is cut at once.
+func (c *nativeConn) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ending = true
+	if c.reading {
+		_ = c.c.SetReadDeadline(time.Now())
+	}
+}
+
+// waiting marks the start (true) or end of the wait for a request's
+// first byte, and reports whether the connection should stop instead.
+func (c *nativeConn) waiting(w bool) (stop bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reading = w
+	return c.ending
+}
+
+func (c *nativeConn) serve() {
+	defer c.untrack()
+	s := c.srv
+	conn := c.c
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var tlsState *tls.ConnectionState
+	if s.tlsConfig != nil {
+		tc := tls.Server(conn, s.tlsConfig)
+		_ = tc.SetDeadline(time.Now().Add(time.Duration(s.ReadHeaderTimeout)))
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.sock.logger.Debug("agtp TLS handshake failed", zap.String("remote", conn.RemoteAddr().String()), zap.Error(err))
+			_ = conn.Close()
+			return
+		}
+		_ = tc.SetDeadline(time.Time{})
+		st := tc.ConnectionState()
+		tlsState = &st
+		conn = tc
+	}
+	loopback := addrIsLoopback(conn.LocalAddr())
+	br := bufio.NewReaderSize(conn, 4<<10)
+	bw := bufio.NewWriterSize(conn, 4<<10)
+	closeConn := func(linger bool) {
+		if linger {
+			_ = wire.LingerClose(conn, 0, 256<<10)
+			return
+		}
+		_ = conn.Close()
+	}
+	for n := 1; ; n++ {
+		s = c.config()
+		c.srv = s
+		// The wait for the next request: the idle timeout, cut short by
+		// a reload that drops this address.
+		if c.waiting(true) {
+			closeConn(false)
+			return
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(time.Duration(s.IdleTimeout)))
+		_, err := br.Peek(1)
+		stop := c.waiting(false)
+		if err != nil || stop {
+			closeConn(false) // idle timeout, the peer closed, or ending: no request started
+			return
+		}
+		start := time.Now()
+		_ = conn.SetReadDeadline(start.Add(time.Duration(s.ReadHeaderTimeout)))
+		req, err := wire.ReadRequest(br, s.limits)
+		if err != nil {
+			var we *wire.Error
+			if errors.As(err, &we) {
+				c.refuse(bw, conn, we, tlsState, loopback, ctx)
+			}
+			closeConn(true)
+			return
+		}
+		_ = conn.SetReadDeadline(start.Add(time.Duration(s.ReadTimeout)))
+		in := &agtp.Request{
+			Binding: agtp.BindingNative, Method: req.Method, Target: req.Target, URL: req.URL, Host: req.Header.Get("Host"),
+			Header: req.Header, ContentLength: req.ContentLength, TLS: tlsState, Loopback: loopback, Context: ctx,
+		}
+		if req.ContentLength > 0 {
+			in.Body = req.Body
+		}
+		e := lookupEngine(s.Handler)
+		var resp *agtp.Response
+		if e == nil {
+			resp = &agtp.Response{Status: http.StatusServiceUnavailable, Close: true}
+			c.sock.logger.Error("agtp: no rcns handler of this name is provisioned", zap.String("handler", s.Handler))
+		} else {
+			resp = e.serve(in)
+		}
+		last := resp.Close || (s.MaxRequestsPerConnection > 0 && n >= s.MaxRequestsPerConnection)
+		if !resp.Close && req.BodyRemaining() > 0 {
+			// The engine answered without reading the whole body (it
+			// reads every body it accepts): drain it for the next
+			// request, within the read deadline, or close.
+			if err := req.DiscardBody(1 << 20); err != nil {
+				last = true
+			}
+		}
+		if err := c.write(bw, conn, resp, last); err != nil || last {
+			closeConn(last && err == nil)
+			return
+		}
+	}
+}
+
+// write sends one engine answer within the write timeout; last adds
+// Connection: close.
+func (c *nativeConn) write(bw *bufio.Writer, conn net.Conn, resp *agtp.Response, last bool) error {
+	h := make(http.Header, len(resp.Header)+1)
+	for _, f := range resp.Header {
+		if f.Name == "Content-Length" {
+			continue // written by the codec
+		}
+		h[f.Name] = append(h[f.Name], f.Value)
+	}
+	if last {
+		h["Connection"] = []string{"close"}
+	}
+	_ = conn.SetWriteDeadline(time.Now().Add(time.Duration(c.srv.WriteTimeout)))
+	if err := (&wire.Response{Status: resp.Status, Header: h, Body: resp.Body}).Write(bw); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// refuse answers a request the codec could not read (bad framing, a
+// head over the limits, a request that stopped arriving) with the
+// engine's AGTP error answer, then the connection closes.
+func (c *nativeConn) refuse(bw *bufio.Writer, conn net.Conn, we *wire.Error, st *tls.ConnectionState, loopback bool, ctx context.Context) {
+	if errors.Is(we.Err, io.ErrUnexpectedEOF) || errors.Is(we.Err, net.ErrClosed) || errors.Is(we.Err, os.ErrDeadlineExceeded) && we.Status != http.StatusRequestTimeout {
+		return // nobody left to read an answer
+	}
+	e := lookupEngine(c.srv.Handler)
+	in := &agtp.Request{Binding: agtp.BindingNative, Method: "", Target: "", Header: http.Header{}, TLS: st, Loopback: loopback, Context: ctx}
+	werr := &agtp.Error{Status: we.Status, Reason: we.Reason, Explanation: we.Explanation}
+	var resp *agtp.Response
+	if e != nil {
+		resp = e.answer(in, werr)
+	} else {
+		resp = &agtp.Response{Status: we.Status}
+	}
+	h := make(http.Header, len(resp.Header)+1)
+	for _, f := range resp.Header {
+		if f.Name != "Content-Length" {
+			h[f.Name] = append(h[f.Name], f.Value)
+		}
+	}
+	h["Connection"] = []string{"close"}
+	_ = conn.SetWriteDeadline(time.Now().Add(time.Duration(c.srv.WriteTimeout)))
+	if err := (&wire.Response{Proto: we.Proto, Status: resp.Status, Header: h, Body: resp.Body}).Write(bw); err == nil {
+		_ = bw.Flush()
+	}
+	c.sock.logger.Debug("agtp request refused by the codec", zap.String("reason", we.Reason), zap.Int("status", we.Status),
+		zap.String("remote", conn.RemoteAddr().String()), zap.String("explanation", strconv.Quote(we.Explanation)))
+}
+
+// addrIsLoopback reports whether a connection's local address is on
+// loopback (or a unix socket).
+func addrIsLoopback(a net.Addr) bool {
+	switch t := a.(type) {
+	case *net.TCPAddr:
+		return t.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,299 @@
+package caddymodule
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddytls"
+	"go.uber.org/zap"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
+)
+
+func init() {
+	caddy.RegisterModule(AGTPApp{})
+}
+
+// AGTPApp is the native AGTP/1.0 door (Caddy app "agtp"): listeners
+// that speak the AGTP wire itself (spec §2.1: `AGTP/1.0 METHOD PATH`,
+// Content-Length framing, persistent connections, the spec's reason
+// phrases), on TLS 1.3 with ALPN agtp or, on loopback only, in plain
+// text. Each request goes to the engine of the rcns handler named by
+// its server, the same engine and state as that handler's HTTP door.
+// Listeners come from Caddy's listener pool, so a config reload keeps
+// the socket; connections outlive a reload and are served by the new
+// configuration's engine from their next request.
+type AGTPApp struct {
+	// Servers are the native listeners; each names the rcns handler
+	// whose engine serves it.
+	Servers []*AGTPServer `json:"servers,omitempty"`
+
+	ctx    caddy.Context
+	logger *zap.Logger
+}
+
+// AGTPServer is one set of native AGTP/1.0 listeners and their limits.
+// Every limit the HTTP door has is here, with the HTTP door's default
+// where it has one.
+type AGTPServer struct {
+	// Listen are the network addresses (Caddy's syntax: "127.0.0.1:4480",
+	// ":4480", "tcp6/[::1]:4480"). Without TLS every one must be a
+	// loopback address (or a unix socket): agtp:// in plain text leaves
+	// the host only through a TLS listener.
+	Listen []string `json:"listen"`
+	// Handler is the name of the rcns handler (its `name`) whose engine
+	// serves this listener. Default "default".
+	Handler string `json:"handler,omitempty"`
+	// TLS turns on agtps://: TLS 1.3 or higher only (TLS 1.2 and below
+	// are refused; Go's server never accepts early data), ALPN "agtp",
+	// certificates from Caddy's tls app. Nil: plain text, loopback only.
+	TLS *AGTPTLS `json:"tls,omitempty"`
+	// ReadHeaderTimeout bounds reading a request's line and header
+	// fields once its first byte came. Default 1m (Caddy's HTTP
+	// default).
+	ReadHeaderTimeout caddy.Duration `json:"read_header_timeout,omitempty"`
+	// ReadTimeout bounds reading one whole request, body included, from
+	// its first byte; a stalled client is cut there (400 invalid-body,
+	// or 408 request-timeout in the head). Default 1m.
+	ReadTimeout caddy.Duration `json:"read_timeout,omitempty"`
+	// WriteTimeout bounds writing one answer. Default 1m.
+	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
+	// IdleTimeout is how long a connection waits for its next request.
+	// Default 60s (the bindings draft's).
+	IdleTimeout caddy.Duration `json:"idle_timeout,omitempty"`
+	// MaxHeaderBytes bounds the request line and header fields, in
+	// bytes (431 header-too-large above). Default 16 KiB (Caddy's HTTP
+	// default).
+	MaxHeaderBytes int `json:"max_header_bytes,omitempty"`
+	// MaxHeaderLines bounds the number of header fields (431
+	// too-many-headers above). Default 100.
+	MaxHeaderLines int `json:"max_header_lines,omitempty"`
+	// MaxConnections bounds the connections served at once on this
+	// server; a further one waits in the listen backlog until one ends.
+	// Default 10000.
+	MaxConnections int `json:"max_connections,omitempty"`
+	// MaxRequestsPerConnection closes a connection after this many
+	// requests (the last answer says Connection: close). Default 0: no
+	// bound, as on the HTTP door.
+	MaxRequestsPerConnection int `json:"max_requests_per_connection,omitempty"`
+
+	addrs     []caddy.NetworkAddress
+	tlsConfig *tls.Config
+	limits    wire.Limits
+	sockets   []*nativeSocket
+	slots     chan struct{} // MaxConnections
+}
+
+// agtpALPN is the TLS ALPN protocol id of AGTP over TCP (bindings draft
+// §4).
+const agtpALPN = "agtp"
+
+// AGTPTLS configures agtps:// for one server.
+type AGTPTLS struct {
+	// Names are the host names whose certificates Caddy's tls app
+	// manages for this listener (its automation policies apply:
+	// `local_certs` issues them internally). A name an HTTPS site of the
+	// same Caddy already serves needs no entry. The handshake picks the
+	// certificate by SNI.
+	Names []string `json:"names,omitempty"`
+	// ClientAuthentication is Caddy's client_auth (mTLS): with mode
+	// verify_if_given a client certificate is verified when sent and
+	// identity mtls binds it to the Agent-ID.
+	ClientAuthentication *caddytls.ClientAuthentication `json:"client_authentication,omitempty"`
+}
+
+// Limit defaults of the native door.
+const (
+	defaultAGTPReadHeaderTimeout = time.Minute
+	defaultAGTPReadTimeout       = time.Minute
+	defaultAGTPWriteTimeout      = time.Minute
+	defaultAGTPIdleTimeout       = 60 * time.Second
+	defaultAGTPMaxHeaderBytes    = 16 << 10
+	defaultAGTPMaxConnections    = 10000
+)
+
+// CaddyModule returns the Caddy module information.
+func (AGTPApp) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "agtp", New: func() caddy.Module { return new(AGTPApp) }}
+}
+
+// Provision checks every server and builds its TLS configuration. It
+// opens nothing: Start listens.
+func (a *AGTPApp) Provision(ctx caddy.Context) error {
+	a.ctx, a.logger = ctx, ctx.Logger()
+	for i, s := range a.Servers {
+		if err := s.provision(ctx); err != nil {
+			return fmt.Errorf("agtp: servers[%d]: %v", i, err)
+		}
+	}
+	return nil
+}
+
+func (s *AGTPServer) provision(ctx caddy.Context) error {
+	if s.Handler == "" {
+		s.Handler = "default"
+	}
+	if !validName(s.Handler) {
+		return fmt.Errorf("handler %q is not an rcns name (1-64 characters of A-Z a-z 0-9 . _ -)", s.Handler)
+	}
+	if len(s.Listen) == 0 {
+		return fmt.Errorf("listen: no address")
+	}
+	for _, k := range []struct {
+		name string
+		v    caddy.Duration
+		def  time.Duration
+	}{{"read_header_timeout", s.ReadHeaderTimeout, defaultAGTPReadHeaderTimeout}, {"read_timeout", s.ReadTimeout, defaultAGTPReadTimeout},
+		{"write_timeout", s.WriteTimeout, defaultAGTPWriteTimeout}, {"idle_timeout", s.IdleTimeout, defaultAGTPIdleTimeout}} {
+		if k.v < 0 {
+			return fmt.Errorf("%s must not be negative (leave it out for the default %s)", k.name, k.def)
+		}
+	}
+	for _, k := range []struct {
+		name string
+		v    int
+	}{{"max_header_bytes", s.MaxHeaderBytes}, {"max_header_lines", s.MaxHeaderLines}, {"max_connections", s.MaxConnections},
+		{"max_requests_per_connection", s.MaxRequestsPerConnection}} {
+		if k.v < 0 {
+			return fmt.Errorf("%s must not be negative (leave it out for the default)", k.name)
+		}
+	}
+	if s.ReadHeaderTimeout == 0 {
+		s.ReadHeaderTimeout = caddy.Duration(defaultAGTPReadHeaderTimeout)
+	}
+	if s.ReadTimeout == 0 {
+		s.ReadTimeout = caddy.Duration(defaultAGTPReadTimeout)
+	}
+	if s.WriteTimeout == 0 {
+		s.WriteTimeout = caddy.Duration(defaultAGTPWriteTimeout)
+	}
+	if s.IdleTimeout == 0 {
+		s.IdleTimeout = caddy.Duration(defaultAGTPIdleTimeout)
+	}
+	if s.MaxHeaderBytes == 0 {
+		s.MaxHeaderBytes = defaultAGTPMaxHeaderBytes
+	}
+	if s.MaxConnections == 0 {
+		s.MaxConnections = defaultAGTPMaxConnections
+	}
+	s.limits = wire.Limits{MaxHeaderBytes: s.MaxHeaderBytes, MaxHeaderLines: s.MaxHeaderLines}
+	s.addrs = nil
+	for _, l := range s.Listen {
+		na, err := caddy.ParseNetworkAddress(l)
+		if err != nil {
+			return fmt.Errorf("listen %q: %v", l, err)
+		}
+		if na.IsUnixNetwork() || na.IsFdNetwork() {
+			s.addrs = append(s.addrs, na)
+			continue
+		}
+		if na.PortRangeSize() != 1 {
+			return fmt.Errorf("listen %q: give one port, not a range", l)
+		}
+		if s.TLS == nil && !loopbackHost(na.Host) {
+			return fmt.Errorf("listen %q: plain text (agtp://) is served on loopback addresses only; add tls for agtps://", l)
+		}
+		s.addrs = append(s.addrs, na)
+	}
+	if s.TLS != nil {
+		pol := &caddytls.ConnectionPolicy{ALPN: []string{agtpALPN}, ProtocolMin: "tls1.3", ClientAuthentication: s.TLS.ClientAuthentication}
+		pols := caddytls.ConnectionPolicies{pol}
+		if err := pols.Provision(ctx); err != nil {
+			return fmt.Errorf("tls: %v", err)
+		}
+		s.tlsConfig = pols.TLSConfig(ctx)
+		s.tlsConfig.MinVersion = tls.VersionTLS13
+		s.tlsConfig.NextProtos = []string{agtpALPN}
+	}
+	return nil
+}
+
+// loopbackHost reports whether a listen host is a loopback address or
+// "localhost" (an empty host, every interface, is not).
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Start manages the TLS names and opens every listener. A listener that
+// cannot be opened fails the config load.
+func (a *AGTPApp) Start() error {
+	names := map[string]struct{}{}
+	for _, s := range a.Servers {
+		if s.TLS != nil {
+			for _, n := range s.TLS.Names {
+				names[n] = struct{}{}
+			}
+		}
+	}
+	if len(names) > 0 {
+		tlsApp, err := a.ctx.App("tls")
+		if err != nil {
+			return fmt.Errorf("agtp: tls app: %v", err)
+		}
+		if err := tlsApp.(*caddytls.TLS).Manage(names); err != nil {
+			return fmt.Errorf("agtp: managing certificates: %v", err)
+		}
+	}
+	for _, s := range a.Servers {
+		if err := s.start(a.ctx, a.logger); err != nil {
+			a.stopListeners()
+			return fmt.Errorf("agtp: %v", err)
+		}
+	}
+	return nil
+}
+
+// Stop releases this configuration's sockets: a socket a newer
+// configuration also listens on stays open and keeps its connections;
+// one no configuration listens on any more is closed, and its
+// connections end after the answer they are writing (their wait for a
+// next request is cut).
+func (a *AGTPApp) Stop() error {
+	a.stopListeners()
+	return nil
+}
+
+func (a *AGTPApp) stopListeners() {
+	for _, s := range a.Servers {
+		s.stop()
+	}
+}
+
+var (
+	_ caddy.App         = (*AGTPApp)(nil)
+	_ caddy.Provisioner = (*AGTPApp)(nil)
+)
+
+func (s *AGTPServer) start(ctx caddy.Context, logger *zap.Logger) error {
+	s.slots = make(chan struct{}, s.MaxConnections)
+	for _, na := range s.addrs {
+		sock, err := acquireSocket(ctx, na, s, logger)
+		if err != nil {
+			return err
+		}
+		s.sockets = append(s.sockets, sock)
+		logger.Info("agtp listener started", zap.String("listen", sock.key), zap.Bool("tls", s.TLS != nil), zap.String("handler", s.Handler))
+	}
+	return nil
+}
+
+func (s *AGTPServer) stop() {
+	for _, sock := range s.sockets {
+		sock.release(s)
+	}
+	s.sockets = nil
+}
+
+func closeListener(ln any) error {
+	if c, ok := ln.(interface{ Close() error }); ok {
+		return c.Close()
+	}
+	return nil
+}

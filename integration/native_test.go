@@ -1,0 +1,317 @@
+package integration
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
+)
+
+// nativeExchange writes data to a fresh connection to addr and reads
+// answers until the server closes it or wait passes without a byte; it
+// returns the answers in order and whether the server closed.
+func nativeExchange(t *testing.T, addr, data string, wait time.Duration) (answers []*wire.Response, closed bool) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, data); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	br := bufio.NewReader(c)
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(wait))
+		r, err := wire.ReadResponse(br, wire.Limits{MaxHeaderBytes: 1 << 20}, 16<<20)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return answers, false
+			}
+			return answers, true
+		}
+		answers = append(answers, r)
+	}
+}
+
+// nativeGateway is the hotel demo with the native door on, its limits
+// shortened so that the timeout cases end quickly.
+func nativeGateway(t *testing.T, agtpExtra string) *Gateway {
+	t.Helper()
+	js := startJSONServer(t, hotelDB)
+	text, sitePort, adminPort, agtpPort := renderCaddyfileDoor(t, fill(hotelSite,
+		"ENABLED", "true", "MODE", "optimistic", "HOTEL", js.URL, "EXTRA", "", "LEGACY", js.URL), "agtp")
+	text = strings.Replace(text, fmt.Sprintf("agtp 127.0.0.1:%d {\n", agtpPort), fmt.Sprintf("agtp 127.0.0.1:%d {\n%s", agtpPort, agtpExtra), 1)
+	return launchText(t, text, sitePort, adminPort, agtpPort)
+}
+
+func nativeReq(method, target string, hdr map[string]string, body string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "AGTP/1.0 %s %s\r\n", method, target)
+	for k, v := range hdr {
+		fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+	}
+	if body != "" {
+		fmt.Fprintf(&b, "Content-Type: application/json\r\nContent-Length: %d\r\n", len(body))
+	}
+	b.WriteString("\r\n" + body)
+	return b.String()
+}
+
+// TestNativeFraming: the request line forms, Content-Length framing and
+// the refusals of bad framing (an AGTP 400/431 in the spec's error body
+// with the AGTP headers, then the connection closes), over a real Caddy.
+func TestNativeFraming(t *testing.T) {
+	g := nativeGateway(t, "\t\tread_header_timeout 1s\n\t\tread_timeout 2s\n\t\tidle_timeout 3s\n\t\tmax_header_size 4KiB\n")
+	a1 := "Agent-ID: " + agentA1 + "\r\nAuthority-Scope: hotel:read\r\n"
+	for _, tc := range []struct {
+		name, data    string
+		statuses      []int
+		reason        string // of the last answer, when it is a refusal
+		closes        bool
+		phraseOfFirst string
+		wait          time.Duration // for the server to act; default 1.5 s (under idle_timeout)
+		codec         bool          // refused by the codec, before the request line is a request: no method or path
+	}{
+		{name: "two-token form is DISCOVER /", data: "AGTP/1.0 DISCOVER\r\n\r\n", statuses: []int{200}, phraseOfFirst: "OK"},
+		{name: "query in the target", data: "AGTP/1.0 DISCOVER /methods?limit=1\r\n" + a1 + "\r\n", statuses: []int{200}},
+		{name: "pipelined pair answered in order", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Task-ID: one\r\n\r\nAGTP/1.0 FETCH /guests/g-2\r\n" + a1 + "Task-ID: two\r\n\r\n", statuses: []int{200, 200}},
+		{name: "missing Content-Length: no body, the rest is the next request", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "\r\n{}\r\n\r\n", statuses: []int{200, 400}, reason: "invalid-request-line", closes: true, codec: true},
+		{name: "duplicate Content-Length", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}", statuses: []int{400}, reason: "duplicate-header", closes: true, codec: true},
+		{name: "duplicate Agent-ID", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Agent-ID: " + agentA2 + "\r\n\r\n", statuses: []int{400}, reason: "duplicate-header", closes: true, codec: true},
+		{name: "chunked", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", statuses: []int{400}, closes: true, codec: true},
+		{name: "header over max_header_size", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "X-Big: " + strings.Repeat("b", 5000) + "\r\n\r\n", statuses: []int{431}, reason: "header-too-large", closes: true, codec: true},
+		{name: "body over max_request_body", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Content-Type: application/json\r\nContent-Length: 2000000\r\n\r\n{", statuses: []int{413}, reason: "body-too-large", closes: true},
+		{name: "header line without a colon", data: "AGTP/1.0 FETCH /guests/g-1\r\nno colon here\r\n\r\n", statuses: []int{400}, reason: "invalid-header", closes: true, codec: true},
+		{name: "bare LF", data: "AGTP/1.0 FETCH /guests/g-1\n" + a1 + "\r\n", statuses: []int{400}, closes: true, codec: true},
+		{name: "fragment", data: "AGTP/1.0 FETCH /guests/g-1#x\r\n" + a1 + "\r\n", statuses: []int{400}, reason: "invalid-request-line", closes: true, codec: true},
+		{name: "OPTIONS * (cases/01)", data: "AGTP/1.0 OPTIONS *\r\n" + a1 + "\r\n", statuses: []int{400}, reason: "invalid-request-line", closes: true, codec: true},
+		{name: "stalled head: 408 at read_header_timeout", data: "AGTP/1.0 FETCH /guests/g-1\r\nAgent-ID: x", statuses: []int{408}, closes: true, wait: 6 * time.Second, codec: true},
+		{name: "stalled body: cut at read_timeout", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Content-Type: application/json\r\nContent-Length: 10\r\n\r\n{", statuses: []int{400}, reason: "invalid-body", closes: true, wait: 6 * time.Second},
+		{name: "idle connection closed at idle_timeout", data: "", statuses: nil, closes: true, wait: 6 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wait := tc.wait
+			if wait == 0 {
+				wait = 1500 * time.Millisecond
+			}
+			answers, closed := nativeExchange(t, g.AGTPAddr, tc.data, wait)
+			var got []int
+			for _, a := range answers {
+				got = append(got, a.Status)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.statuses) {
+				t.Fatalf("statuses %v, want %v (closed %v)", got, tc.statuses, closed)
+			}
+			if closed != tc.closes {
+				t.Errorf("connection closed %v, want %v", closed, tc.closes)
+			}
+			if len(answers) == 0 {
+				return
+			}
+			last := answers[len(answers)-1]
+			r := &Resp{Status: last.Status, Header: last.Header, Body: last.Body, Reason: last.Reason}
+			assertAGTPHeaders(t, r)
+			switch {
+			case last.Status >= 400 && tc.codec:
+				// The uniform body (spec §19) without method and path,
+				// which a request the codec refused does not have.
+				b := r.Object(t)
+				if got, _ := b["status"].(float64); int(got) != last.Status || str(b, "explanation") == "" || b["retryable"] == nil ||
+					tc.reason != "" && str(b, "reason") != tc.reason || str(b, "reason") == "" {
+					t.Errorf("codec refusal body %s, want status %d, reason %q, explanation, retryable", last.Body, last.Status, tc.reason)
+				}
+			case last.Status >= 400:
+				assertErrorBody(t, r, last.Status, tc.reason)
+			}
+			if tc.phraseOfFirst != "" && answers[0].Reason != tc.phraseOfFirst {
+				t.Errorf("reason phrase %q, want %q", answers[0].Reason, tc.phraseOfFirst)
+			}
+			if strings.HasPrefix(tc.name, "pipelined") {
+				if answers[0].Header.Get("Task-ID") != "one" || answers[1].Header.Get("Task-ID") != "two" {
+					t.Errorf("pipelined answers out of order: %q then %q", answers[0].Header.Get("Task-ID"), answers[1].Header.Get("Task-ID"))
+				}
+			}
+		})
+	}
+}
+
+// TestNativePersistentConnection: 100 requests one after another on one
+// connection, each answered in order; then one request per connection,
+// the reference client's way.
+func TestNativePersistentConnection(t *testing.T) {
+	g := nativeGateway(t, "")
+	c, err := net.DialTimeout("tcp", g.AGTPAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+	cc := wire.NewClientConn(c)
+	seen := map[string]bool{}
+	for i := 0; i < 100; i++ {
+		req, err := wire.NewRequest("FETCH", "/guests/g-1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Host", g.AGTPAddr)
+		req.Header["Agent-ID"] = []string{agentA1}
+		req.Header["Authority-Scope"] = []string{"hotel:read"}
+		req.Header["Task-ID"] = []string{fmt.Sprintf("t-%d", i)}
+		resp, err := cc.Do(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if resp.Status != 200 || resp.Header.Get("Task-ID") != fmt.Sprintf("t-%d", i) {
+			t.Fatalf("request %d: %d, Task-ID %q", i, resp.Status, resp.Header.Get("Task-ID"))
+		}
+		seen[resp.Header.Get("Response-ID")] = true
+	}
+	if len(seen) != 100 {
+		t.Errorf("%d distinct Response-IDs over 100 answers", len(seen))
+	}
+	for i := 0; i < 3; i++ {
+		answers, _ := nativeExchange(t, g.AGTPAddr, nativeReq("FETCH", "/guests/g-1", map[string]string{"Agent-ID": agentA1, "Authority-Scope": "hotel:read"}, ""), 2*time.Second)
+		if len(answers) != 1 || answers[0].Status != 200 {
+			t.Fatalf("one request per connection: %v", answers)
+		}
+	}
+}
+
+// TestNativeClientClosesMidBody: a client that closes in the middle of
+// its body leaves the server serving the next connection.
+func TestNativeClientClosesMidBody(t *testing.T) {
+	g := nativeGateway(t, "")
+	c, err := net.DialTimeout("tcp", g.AGTPAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(c, "AGTP/1.0 BOOK /room\r\nAgent-ID: "+agentA1+"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"param")
+	_ = c.Close()
+	answers, _ := nativeExchange(t, g.AGTPAddr, nativeReq("FETCH", "/guests/g-1", map[string]string{"Agent-ID": agentA1, "Authority-Scope": "hotel:read"}, ""), 2*time.Second)
+	if len(answers) != 1 || answers[0].Status != 200 {
+		t.Fatalf("after a client closed mid-body: %v", answers)
+	}
+}
+
+// TestNativeTLS: agtps:// on a certificate from Caddy's tls app
+// (local_certs), TLS 1.3 only with ALPN agtp, and identity mtls on the
+// native door: the client certificate must name the request's
+// Agent-ID (a mismatch is 401 certificate-mismatch, as on the HTTP
+// door).
+func TestNativeTLS(t *testing.T) {
+	p := idvNewPKI(t)
+	keyA1 := idvECKey(t)
+	certA1 := p.issue(t, "rcns-demo-agent", keyA1, false, time.Now().Add(-time.Hour))
+	a1, a2 := idvDemo("rcns-demo-agent"), idvDemo("rcns-demo-noscope")
+	a1.certs, a2.certs = []string{idvSPKI(certA1)}, []string{idvSPKI(p.issue(t, "rcns-demo-noscope", idvECKey(t), false, time.Now().Add(-time.Hour)))}
+	agents := idvWriteAgents(t, a1, a2)
+	js := startJSONServer(t, hotelDB)
+	site := fill(idvSite, "IDENTITY", "mtls", "MODE", "optimistic", "HOTEL", js.URL, "AGENTS", agents, "EXTRA", "", "LEGACY", js.URL)
+	text, sitePort, adminPort, agtpPort := renderCaddyfileDoor(t, site, "agtp")
+	text = strings.Replace(text, "\tpersist_config off\n", "\tpersist_config off\n\tlocal_certs\n", 1)
+	text = strings.Replace(text, fmt.Sprintf("agtp 127.0.0.1:%d {\n", agtpPort), fmt.Sprintf(
+		"agtp 127.0.0.1:%d {\n\t\ttls localhost\n\t\tclient_auth {\n\t\t\tmode verify_if_given\n\t\t\ttrust_pool file %s\n\t\t}\n", agtpPort, p.caPEM), 1)
+	g := launchText(t, text, sitePort, adminPort, agtpPort)
+	root := filepath.Join(filepath.Dir(g.ConfigPath), "data", "caddy", "pki", "authorities", "local", "root.crt")
+
+	dial := func(t *testing.T, maxVersion uint16, cert bool) (*tls.Conn, error) {
+		t.Helper()
+		pool := x509.NewCertPool()
+		if raw, err := os.ReadFile(root); err == nil {
+			pool.AppendCertsFromPEM(raw)
+		}
+		cfg := &tls.Config{ServerName: "localhost", RootCAs: pool, MaxVersion: maxVersion, NextProtos: []string{"agtp"}}
+		if cert {
+			cfg.Certificates = []tls.Certificate{{Certificate: [][]byte{certA1.Raw}, PrivateKey: keyA1, Leaf: certA1}}
+		}
+		return tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", g.AGTPAddr, cfg)
+	}
+	// The certificate is issued in the background once Caddy starts.
+	var c *tls.Conn
+	waitFor(t, 30*time.Second, 200*time.Millisecond, "a TLS 1.3 handshake with the managed certificate", func() bool {
+		var err error
+		c, err = dial(t, 0, true)
+		return err == nil
+	})
+	st := c.ConnectionState()
+	if st.Version != tls.VersionTLS13 || st.NegotiatedProtocol != "agtp" {
+		t.Errorf("version %x, ALPN %q; want TLS 1.3 and agtp", st.Version, st.NegotiatedProtocol)
+	}
+	do := func(c *tls.Conn, agent string) *wire.Response {
+		t.Helper()
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		cc := wire.NewClientConn(c)
+		req, err := wire.NewRequest("FETCH", "/guests/g-1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Host", "localhost")
+		req.Header["Agent-ID"] = []string{agent}
+		req.Header["Authority-Scope"] = []string{"hotel:read"}
+		resp, err := cc.Do(req)
+		if err != nil {
+			t.Fatalf("FETCH over agtps: %v", err)
+		}
+		return resp
+	}
+	if r := do(c, agentA1); r.Status != 200 || r.Header.Get("Verification-Path") != "mtls" {
+		t.Errorf("bound client certificate: %d, Verification-Path %q", r.Status, r.Header.Get("Verification-Path"))
+	}
+	if r := do(c, agentA2); r.Status != 401 || !strings.Contains(string(r.Body), "certificate-mismatch") {
+		t.Errorf("certificate of A1 with Agent-ID A2: %d %s; want 401 certificate-mismatch", r.Status, r.Body)
+	}
+	_ = c.Close()
+	c2, err := dial(t, 0, false)
+	if err != nil {
+		t.Fatalf("handshake without a client certificate (verify_if_given): %v", err)
+	}
+	if r := do(c2, agentA1); r.Status != 401 || !strings.Contains(string(r.Body), "certificate-required") {
+		t.Errorf("no client certificate: %d %s; want 401 certificate-required", r.Status, r.Body)
+	}
+	_ = c2.Close()
+	if c3, err := dial(t, tls.VersionTLS12, true); err == nil {
+		_ = c3.Close()
+		t.Errorf("a TLS 1.2 client was accepted; TLS 1.3 or higher only")
+	}
+	// Plain text on the TLS listener gets no AGTP answer.
+	answers, _ := nativeExchange(t, g.AGTPAddr, nativeReq("DISCOVER", "/", nil, ""), time.Second)
+	if len(answers) != 0 {
+		t.Errorf("plain text on the agtps listener was answered: %v", answers)
+	}
+}
+
+// TestNativeConfigRefused: plain text off loopback, a bad limit, and an
+// empty listen list are refused by caddy validate.
+func TestNativeConfigRefused(t *testing.T) {
+	site := fill(hotelSite, "ENABLED", "true", "MODE", "optimistic", "HOTEL", "http://127.0.0.1:1", "EXTRA", "", "LEGACY", "http://127.0.0.1:1")
+	for _, tc := range []struct{ option, want string }{
+		{"agtp :14480", "loopback addresses only"},
+		{"agtp 127.0.0.1:14480 {\n\t\tmax_connections -1\n\t}", "max_connections"},
+		{"agtp 127.0.0.1:14480 {\n\t\tbogus 1\n\t}", "unknown subdirective"},
+		{"agtp", "at least one listen address"},
+	} {
+		text, _, _, _ := renderCaddyfileDoor(t, site, "http")
+		text = strings.Replace(text, "\tpersist_config off\n", "\tpersist_config off\n\t"+tc.option+"\n", 1)
+		path := filepath.Join(t.TempDir(), "Caddyfile")
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(caddyBin, "validate", "--config", path, "--adapter", "caddyfile").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%q: caddy validate (err %v) does not refuse it with %q:\n%s", tc.option, err, tc.want, out)
+		}
+	}
+}
