@@ -120,4 +120,3 @@ func parseAGTPOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	app.Servers = append(app.Servers, s)
 	return httpcaddyfile.App{Name: "agtp", Value: caddyconfig.JSON(app, nil)}, nil
 }
-
