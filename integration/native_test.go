@@ -12,10 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
+	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
 )
 
 // nativeExchange writes data to a fresh connection to addr and reads
@@ -313,5 +316,141 @@ func TestNativeConfigRefused(t *testing.T) {
 		if err == nil || !strings.Contains(string(out), tc.want) {
 			t.Errorf("%q: caddy validate (err %v) does not refuse it with %q:\n%s", tc.option, err, tc.want, out)
 		}
+	}
+}
+
+// TestNativeReloadUnderLoad: config reloads while requests keep coming,
+// on long-lived connections and on a fresh connection per request, lose
+// no connection and no request: every request is answered 200.
+func TestNativeReloadUnderLoad(t *testing.T) {
+	g := nativeGateway(t, "")
+	const workers, perWorker = 4, 300
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*workers)
+	done := make(chan struct{})
+	var answered atomic.Int64
+	req := func() *wire.Request {
+		r, _ := wire.NewRequest("FETCH", "/guests/g-1", nil)
+		r.Header.Set("Host", g.AGTPAddr)
+		r.Header["Agent-ID"] = []string{agentA1}
+		r.Header["Authority-Scope"] = []string{"hotel:read"}
+		return r
+	}
+	for w := 0; w < workers; w++ {
+		wg.Add(2)
+		go func() { // one persistent connection
+			defer wg.Done()
+			c, err := net.DialTimeout("tcp", g.AGTPAddr, 5*time.Second)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+			cc := wire.NewClientConn(c)
+			for i := 0; i < perWorker; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				resp, err := cc.Do(req())
+				if err != nil || resp.Status != 200 {
+					errs <- fmt.Errorf("persistent connection, request %d: %v %v", i, err, resp)
+					return
+				}
+				answered.Add(1)
+			}
+		}()
+		go func() { // a fresh connection per request
+			defer wg.Done()
+			for i := 0; i < perWorker/3; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				c, err := net.DialTimeout("tcp", g.AGTPAddr, 5*time.Second)
+				if err != nil {
+					errs <- fmt.Errorf("dial %d: %v", i, err)
+					return
+				}
+				_ = c.SetDeadline(time.Now().Add(time.Minute))
+				resp, err := wire.NewClientConn(c).Do(req())
+				_ = c.Close()
+				if err != nil || resp.Status != 200 {
+					errs <- fmt.Errorf("fresh connection, request %d: %v %v", i, err, resp)
+					return
+				}
+				answered.Add(1)
+			}
+		}()
+	}
+	for i := 0; i < 3; i++ {
+		waitFor(t, 30*time.Second, 20*time.Millisecond, "requests between reloads", func() bool { return answered.Load() >= int64(50*(i+1)) })
+		if status, body := adminLoad(t, g, g.Caddyfile); status != 200 {
+			t.Fatalf("reload %d: %d %s", i, status, body)
+		}
+	}
+	before := answered.Load()
+	waitFor(t, 30*time.Second, 20*time.Millisecond, "requests after the last reload", func() bool { return answered.Load() >= before+50 })
+	close(done)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestNativeSigned: identity signature on the native door: @authority is
+// the Host header and @path/@query come from the request line; a signed
+// request is served once, and the same signature again is 401
+// signature-replayed (the engine's one replay cache).
+func TestNativeSigned(t *testing.T) {
+	key := idvNewKey(t, httpsig.AlgEd25519)
+	a1 := idvDemo("rcns-demo-agent")
+	a1.keys = []map[string]any{key.jwk}
+	agents := idvWriteAgents(t, a1)
+	js := startJSONServer(t, hotelDB)
+	g := startGatewayDoor(t, fill(idvSite, "IDENTITY", "signature", "MODE", "optimistic", "HOTEL", js.URL,
+		"AGENTS", agents, "EXTRA", "", "LEGACY", js.URL), nil, "agtp")
+	req, err := wire.NewRequest("FETCH", "/guests/g-1?", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Host", g.AGTPAddr)
+	req.Header.Set("Agent-ID", agentA1)
+	req.Header.Set("Authority-Scope", "hotel:read")
+	now := time.Now()
+	s := &httpsig.Signer{KeyID: key.kid, Alg: key.alg, Key: key.signer}
+	if err := s.Sign(req.HTTPRequest("agtp"), httpsig.SignOptions{Created: now, Expires: now.Add(time.Minute), Nonce: "n-native-1"}); err != nil {
+		t.Fatal(err)
+	}
+	send := func() *wire.Response {
+		c, err := net.DialTimeout("tcp", g.AGTPAddr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		r, err := wire.NewClientConn(c).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := send(); r.Status != 200 || r.Header.Get("Verification-Path") != "signature" {
+		t.Fatalf("signed FETCH over agtp: %d %s (Verification-Path %q)", r.Status, r.Body, r.Header.Get("Verification-Path"))
+	}
+	if r := send(); r.Status != 401 || !strings.Contains(string(r.Body), "signature-replayed") {
+		t.Fatalf("the same signature again: %d %s; want 401 signature-replayed", r.Status, r.Body)
+	}
+	unsigned, _ := wire.NewRequest("FETCH", "/guests/g-1", nil)
+	unsigned.Header.Set("Host", g.AGTPAddr)
+	unsigned.Header.Set("Agent-ID", agentA1)
+	unsigned.Header.Set("Authority-Scope", "hotel:read")
+	req = unsigned
+	if r := send(); r.Status != 401 || !strings.Contains(string(r.Body), "signature-missing") {
+		t.Fatalf("unsigned over agtp: %d %s; want 401 signature-missing", r.Status, r.Body)
 	}
 }
