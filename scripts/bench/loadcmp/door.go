@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
 )
 
 // request is one request in a door-neutral form: the AGTP method, the
@@ -122,6 +124,80 @@ func (c *httpClient) do(ctx context.Context, r *request, keepBody bool) (*respon
 }
 
 func (c *httpClient) close() {
+	if c.conn != nil {
+		c.conn.Close()
+		c.conn = nil
+	}
+}
+
+// agtpDoor speaks the native AGTP/1.0 wire (spec §2.1) on persistent
+// connections, one per client: `AGTP/1.0 METHOD PATH` request lines and
+// Content-Length framing, written by hand as httpDoor's are, the answer
+// read with the gateway's own codec.
+type agtpDoor struct{}
+
+func (agtpDoor) connect(ctx context.Context, addr string) (client, error) {
+	c := &agtpClient{addr: addr}
+	if err := c.dial(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+type agtpClient struct {
+	addr string
+	conn net.Conn
+	br   *bufio.Reader
+	buf  bytes.Buffer
+}
+
+func (c *agtpClient) dial(ctx context.Context) error {
+	var nd net.Dialer
+	conn, err := nd.DialContext(ctx, "tcp", c.addr)
+	if err != nil {
+		return err
+	}
+	c.conn, c.br = conn, bufio.NewReaderSize(conn, 16<<10)
+	return nil
+}
+
+func (c *agtpClient) do(ctx context.Context, r *request, keepBody bool) (*response, error) {
+	if c.conn == nil {
+		if err := c.dial(ctx); err != nil {
+			return nil, err
+		}
+	}
+	c.buf.Reset()
+	fmt.Fprintf(&c.buf, "AGTP/1.0 %s %s\r\nHost: %s\r\n", r.Method, r.Path, c.addr)
+	for k, v := range r.Header {
+		fmt.Fprintf(&c.buf, "%s: %s\r\n", k, v)
+	}
+	if r.Body != "" {
+		c.buf.WriteString("Content-Length: " + strconv.Itoa(len(r.Body)) + "\r\n")
+	}
+	c.buf.WriteString("\r\n")
+	c.buf.WriteString(r.Body)
+	_ = c.conn.SetDeadline(time.Now().Add(ioTimeout))
+	if _, err := c.conn.Write(c.buf.Bytes()); err != nil {
+		c.close()
+		return nil, err
+	}
+	resp, err := wire.ReadResponse(c.br, wire.Limits{MaxHeaderBytes: 64 << 10}, maxBody)
+	if err != nil {
+		c.close()
+		return nil, err
+	}
+	out := &response{Status: resp.Status, Header: resp.Header}
+	if keepBody {
+		out.Body = resp.Body
+	}
+	if resp.Header.Get("Connection") == "close" {
+		c.close()
+	}
+	return out, nil
+}
+
+func (c *agtpClient) close() {
 	if c.conn != nil {
 		c.conn.Close()
 		c.conn = nil

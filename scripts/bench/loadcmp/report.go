@@ -121,6 +121,18 @@ func (r *results) judge() []verdict {
 				}
 			}
 			v.Value = spreadOf(over)
+		case kindVs:
+			of := map[int]float64{}
+			for _, rn := range r.runsOf(t.Of) {
+				of[rn.Round] = rn.Stats.CaddyCPU
+			}
+			var diffs []float64
+			for _, rn := range r.runsOf(t.Key) {
+				if o, ok := of[rn.Round]; ok {
+					diffs = append(diffs, rn.Stats.CaddyCPU-o)
+				}
+			}
+			v.Value = spreadOf(diffs)
 		case kindSlow:
 			of := map[int]float64{}
 			for _, rn := range r.runsOf(t.Of) {
@@ -153,7 +165,7 @@ func (v verdict) VerdictText() string {
 		return "not measured in this run"
 	case v.Met:
 		return "met"
-	case v.T.Kind == kindCPU:
+	case v.T.Kind == kindCPU || v.T.Kind == kindVs:
 		return fmt.Sprintf("**not met**: %s µs over the limit", missBy(v.Value.Med-v.T.Limit, 1))
 	default:
 		return fmt.Sprintf("**not met**: %s over the limit", missBy(v.Value.Med-v.T.Limit, 2))
@@ -175,7 +187,7 @@ func (v verdict) ValueText() string {
 	if !v.Measured {
 		return "—"
 	}
-	if v.T.Kind == kindCPU {
+	if v.T.Kind == kindCPU || v.T.Kind == kindVs {
 		return fmt.Sprintf("%+.1f µs (rounds %+.1f to %+.1f)", v.Value.Med, v.Value.Lo, v.Value.Hi)
 	}
 	return fmt.Sprintf("%.2f (rounds %.2f to %.2f)", v.Value.Med, v.Value.Lo, v.Value.Hi)
@@ -187,6 +199,8 @@ func (v verdict) LimitText() string {
 		return fmt.Sprintf("< %s µs", signed(v.T.Limit))
 	case v.T.Kind == kindCPU:
 		return fmt.Sprintf("≤ %s µs", signed(v.T.Limit))
+	case v.T.Kind == kindVs:
+		return fmt.Sprintf("≤ %s µs over %s", signed(v.T.Limit), v.T.Of)
 	}
 	return fmt.Sprintf("≤ %.2f", v.T.Limit)
 }

@@ -169,3 +169,21 @@ func TestResultsRoundTrip(t *testing.T) {
 		t.Errorf("empty results: err = %v", err)
 	}
 }
+
+// TestJudgeVs: a kindVs target compares Key's Caddy CPU with Of's in
+// the same round, not with (b).
+func TestJudgeVs(t *testing.T) {
+	r := fixture(map[string][]float64{"d/nokey": {20, 22, 18}, "d/agtp": {19, 21, 17}}, nil)
+	v := verdictOf(t, r, "d/agtp")
+	if !v.Met || v.Value.Med != -1 {
+		t.Errorf("d/agtp 1 µs under d/nokey each round: %+v", v)
+	}
+	r = fixture(map[string][]float64{"d/nokey": {20, 22, 18}, "d/agtp": {24, 26, 22}}, nil)
+	if v := verdictOf(t, r, "d/agtp"); v.Met || v.Value.Med != 4 || v.VerdictText() != "**not met**: 4.0 µs over the limit" {
+		t.Errorf("d/agtp 4 µs over d/nokey: %+v %q", v, v.VerdictText())
+	}
+	r = fixture(map[string][]float64{"d/agtp": {25, 26, 24}}, nil)
+	if v := verdictOf(t, r, "d/agtp"); v.Measured {
+		t.Errorf("without d/nokey the comparison is not measured: %+v", v)
+	}
+}

@@ -36,6 +36,7 @@ var sites = []*site{
 	{Name: "nokey", Door: httpDoor{}, Alg: "none", Label: "rcns, no record key (unsigned records), fsync off"},
 	{Name: "ed25519", Door: httpDoor{}, Alg: "EdDSA", Label: "rcns, Ed25519 record key, fsync off"},
 	{Name: "group", Door: httpDoor{}, Alg: "none", Label: "rcns, no record key, fsync group (the default)"},
+	{Name: "agtp", Door: agtpDoor{}, Alg: "none", Label: "the native AGTP/1.0 door (plain text) of the nokey gateway: same engine, same state"},
 }
 
 // envName is the environment variable that carries a site's port.
@@ -162,6 +163,7 @@ func scenarios() []*scenario {
 		c("nokey"), d("nokey"), f("nokey"), g("nokey"),
 		c("ed25519"), d("ed25519"), f("ed25519"), g("ed25519"),
 		f("group"), g("group"),
+		c("agtp"), d("agtp"),
 		e1("nokey"), e3("nokey"),
 		e1("ed25519"), e3("ed25519"),
 	}
@@ -172,8 +174,9 @@ type target struct {
 	Name string // as the page shows it
 	// Key is the scenario judged. For kindCPU, the median over rounds
 	// of its Caddy CPU per request minus that of the (b) runs around
-	// it, µs; for kindSlow, the median over rounds of the p50 of Key
-	// divided by the p50 of Of in the same round.
+	// it, µs; for kindVs, minus that of Of in the same round, µs; for
+	// kindSlow, the median over rounds of the p50 of Key divided by the
+	// p50 of Of in the same round.
 	Key, Of string
 	Kind    targetKind
 	Limit   float64
@@ -185,6 +188,7 @@ type targetKind string
 
 const (
 	kindCPU  targetKind = "cpu"  // Caddy CPU µs per request more than (b)
+	kindVs   targetKind = "vs"   // Caddy CPU µs per request of Key more than Of's, in the same round
 	kindSlow targetKind = "slow" // p50 ratio of two (e) scenarios
 )
 
@@ -194,6 +198,7 @@ var targets = []target{
 	{Name: "(d) contract presentation, no record key: ≤ (b) + 15 µs", Key: "d/nokey", Kind: kindCPU, Limit: 15},
 	{Name: "(c) Tier B, Ed25519 record key: ≤ (b) + 30 µs", Key: "c/ed25519", Kind: kindCPU, Limit: 30},
 	{Name: "(d) contract presentation, Ed25519 record key: ≤ (b) + 30 µs", Key: "d/ed25519", Kind: kindCPU, Limit: 30},
+	{Name: "(d) over the native AGTP/1.0 door: ≤ (d) over the HTTP door", Key: "d/agtp", Of: "d/nokey", Kind: kindVs, Limit: 0},
 	{Name: "(f) gate refusal, no record key: < (b)", Key: "f/nokey", Kind: kindCPU, Limit: 0, Below: true},
 	{Name: "(f) gate refusal, Ed25519 record key: < (b)", Key: "f/ed25519", Kind: kindCPU, Limit: 0, Below: true},
 	{Name: "(e) no record key: p50 of three parallel 20 ms steps ≤ 1.15 × p50 of one", Key: "e3/nokey", Of: "e1/nokey", Kind: kindSlow, Limit: 1.15},
