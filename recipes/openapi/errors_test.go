@@ -84,6 +84,14 @@ func TestBadInput(t *testing.T) {
 			message: "refers outside this document",
 		},
 		{
+			name: "external $ref in a component no operation uses",
+			spec: doc(listPets, `  schemas:
+    Pets: {type: array, items: {type: string}}
+    Unused: {$ref: 'other.yaml#/Thing'}`),
+			ptr:     "/components/schemas/Unused/$ref",
+			message: `refers outside this document; an import reads one self-contained document (bundle external files into it first, e.g. with ` + "`redocly bundle`" + `) (no operation uses it)`,
+		},
+		{
 			name:    "dangling $ref",
 			spec:    doc(listPets, "  schemas: {}"),
 			op:      "listPets (GET /pets)",
@@ -160,7 +168,7 @@ func TestBadInput(t *testing.T) {
 		{
 			name:    "not YAML",
 			spec:    []byte("openapi: 3.0.3\ninfo: {title: t\n"),
-			message: "invalid YAML",
+			message: "invalid YAML: line 2: did not find expected ',' or '}'",
 		},
 		{
 			name:    "JSON with a duplicate key",

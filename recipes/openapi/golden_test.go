@@ -221,3 +221,35 @@ func TestGeneratedDocumentsLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestRecipeOverImportedEndpoints: a recipe whose steps name imported
+// endpoints (docs/recipes.md, "Starting from OpenAPI") loads with them,
+// its step inputs checked against the imported input schemas.
+func TestRecipeOverImportedEndpoints(t *testing.T) {
+	r := importCorpus(t, corpus{name: "hotel-3.0.yaml", opts: Options{Upstream: "hotel", QueryForSearch: true}})
+	dir := filepath.Join(t.TempDir(), "hotel")
+	if err := WriteDir(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	up, err := recipes.NewUpstream("hotel", "http://127.0.0.1:1", recipes.UpstreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp := &policy.MethodPolicy{Catalog: policy.DefaultCatalog()}
+	set, err := recipes.Load([]string{dir}, []string{"testdata/recipes/book-stay.yaml"}, mp, map[string]*recipes.Upstream{"hotel": up})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := set.Match("BOOK", "/stay")
+	if rec == nil || rec.Depth() != 3 {
+		t.Fatalf("recipe %+v", rec)
+	}
+	// A step input naming a property the imported endpoint does not have
+	// is refused at load.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	text, _ := os.ReadFile("testdata/recipes/book-stay.yaml")
+	os.WriteFile(bad, bytes.Replace(text, []byte("{guestId: $input.guest_id}"), []byte("{guest_id: $input.guest_id}"), 1), 0o644)
+	if _, err := recipes.Load([]string{dir}, []string{bad}, mp, map[string]*recipes.Upstream{"hotel": up}); err == nil || !strings.Contains(err.Error(), "guest_id") {
+		t.Fatalf("a step input with a wrong key: %v", err)
+	}
+}

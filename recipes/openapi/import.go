@@ -264,7 +264,7 @@ func (im *importer) nameOperations(ops []*operation) {
 		}
 		switch {
 		case len(names) == 0:
-			e.Operation = "(none: no operation uses it)"
+			e.Message += " (no operation uses it)"
 		case len(names) > 5:
 			e.Operation = strings.Join(names[:5], ", ") + fmt.Sprintf(" and %d more", len(names)-5)
 		default:

@@ -108,12 +108,18 @@ func (im *importer) translate(op *operation) (*Endpoint, error) {
 	d.root = root
 	root.set("method", ep.Method)
 	root.set("path", ep.Path)
-	if ep.Method != im.defaultMethod(op) && ov.Method == "" {
+	switch {
+	case ov.Method != "":
+		d.comments["/method"] = "from the map file"
+	case ep.Method != im.defaultMethod(op):
 		d.comments["/method"] = "review: QUERY because the GET declares query parameters (--query-for-search)"
-	} else if ov.Method == "" {
+	default:
 		d.comments["/method"] = fmt.Sprintf("from %s (the catalog's legacy alias, or --method-map)", op.method)
 	}
-	if ep.Proposed {
+	if ov.Path != "" {
+		d.comments["/path"] = "from the map file"
+	}
+	if ep.Proposed && ov.Path == "" {
 		d.comments["/path"] = "review: renamed from " + op.path
 	}
 	root.set("description", im.description(op))

@@ -220,6 +220,9 @@ func (im *importer) security(op *operation, params []*param, n *notes, d *yamlDo
 			}
 			n.add(p.ptr, "optional header parameter %q is not sent (an endpoint sends only configured headers; --header sets one)", p.k.Name)
 		case openapi3.ParameterInCookie:
+			if cookieSet(headers, p.k.Name) {
+				continue
+			}
 			if p.k.Required {
 				return nil, nil, skipf(p.ptr, "required cookie parameter %q: an endpoint sends only configured headers; give it with --header 'Cookie: %s=VALUE'", p.k.Name, p.k.Name)
 			}
@@ -322,6 +325,22 @@ func (im *importer) credentialHeaders(req openapi3.SecurityRequirement) (*creden
 		h["Cookie"] = strings.Join(cookies, "; ")
 	}
 	return c, ""
+}
+
+// cookieSet reports whether the Cookie header in headers sets the
+// cookie name.
+func cookieSet(headers map[string]string, name string) bool {
+	for k, v := range headers {
+		if !strings.EqualFold(k, "Cookie") {
+			continue
+		}
+		for _, c := range strings.Split(v, ";") {
+			if n, _, ok := strings.Cut(strings.TrimSpace(c), "="); ok && n == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // hasHeader reports whether headers has a field named k, compared

@@ -151,3 +151,26 @@ func FuzzImport(f *testing.F) {
 		}
 	})
 }
+
+// TestCookieParameter: a required cookie parameter skips the operation
+// unless --header sets that cookie.
+func TestCookieParameter(t *testing.T) {
+	spec := doc(`  /cart:
+    get:
+      operationId: getCart
+      parameters: [{name: sid, in: cookie, required: true, schema: {type: string}}]
+      responses: {"200": {description: ok}}
+`, "")
+	r, err := Import(spec, Options{Upstream: "shop"})
+	if err != nil || len(r.Skipped) != 1 || !strings.Contains(r.Skipped[0].Reason, `required cookie parameter "sid"`) {
+		t.Fatalf("without the cookie: %v %+v", err, r)
+	}
+	r, err = Import(spec, Options{Upstream: "shop", Headers: map[string]string{"Cookie": "lang=en; sid=${SHOP_SID}"}})
+	if err != nil || len(r.Endpoints) != 1 {
+		t.Fatalf("with the cookie: %v %+v", err, r)
+	}
+	_, v := endpoint(t, r, "getCart.yaml")
+	if at(v, "external_service/headers/Cookie") != "lang=en; sid=${SHOP_SID}" {
+		t.Errorf("headers %v", at(v, "external_service/headers"))
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -272,7 +273,7 @@ func parseYAML(name string, data []byte) (any, error) {
 		if err == io.EOF {
 			return nil, &Error{File: name, Message: "the document is empty"}
 		}
-		return nil, &Error{File: name, Message: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+		return nil, &Error{File: name, Message: "invalid YAML: " + yamlProblem(err)}
 	}
 	var second yaml.Node
 	if err := dec.Decode(&second); err != io.EOF {
@@ -284,6 +285,24 @@ func parseYAML(name string, data []byte) (any, error) {
 		return nil, &Error{File: name, Pointer: err.(*pointerError).ptr, Message: err.(*pointerError).msg}
 	}
 	return v, nil
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// yamlProblem phrases a go.yaml.in/yaml/v3 syntax error. The library
+// counts lines from 0 for the problems its parser (not its scanner)
+// finds, all of which read "did not find expected …"; they are given
+// here from 1, as the scanner's are.
+func yamlProblem(err error) string {
+	m := yamlLine.FindStringSubmatch(err.Error())
+	if m == nil {
+		return strings.TrimPrefix(err.Error(), "yaml: ")
+	}
+	line, _ := strconv.Atoi(m[1])
+	if strings.HasPrefix(m[2], "did not find expected") {
+		line++
+	}
+	return fmt.Sprintf("line %d: %s", line, m[2])
 }
 
 // pointerError is a conversion problem at a JSON pointer.
