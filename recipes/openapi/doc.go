@@ -11,7 +11,7 @@
 // with github.com/getkin/kin-openapi, and translates each selected
 // operation:
 //
-//   - the HTTP method becomes an AGTP method (DefaultMethodMap, QUERY
+//   - the HTTP method becomes an AGTP method (GET→FETCH, POST→CREATE, …; QUERY
 //     for a search with Options.QueryForSearch, or a map entry), and the
 //     path an AGTP path template, with a proposed rename for a segment
 //     equal to a method name (RCNS §6) that must be accepted;

@@ -409,7 +409,11 @@ func (im *importer) kinLocation(err error, ops []*operation) (ptr, opName string
 // selected applies Options.Tags, OperationIDs and Paths.
 func (im *importer) selected(op *operation) bool {
 	o := im.opts
-	if len(o.Tags) > 0 && !slices.ContainsFunc(op.kop.Tags, func(t string) bool { return slices.Contains(o.Tags, t) }) {
+	var tags []string
+	if op.kop != nil {
+		tags = op.kop.Tags
+	}
+	if len(o.Tags) > 0 && !slices.ContainsFunc(tags, func(t string) bool { return slices.Contains(o.Tags, t) }) {
 		return false
 	}
 	if len(o.OperationIDs) > 0 && !slices.Contains(o.OperationIDs, op.id) {

@@ -65,6 +65,9 @@ func asSkip(err error, se **skipError) bool {
 var errRefused = fmt.Errorf("refused")
 
 func (im *importer) translate(op *operation) (*Endpoint, error) {
+	if op.kop == nil || op.kitem == nil {
+		return nil, skipf(op.ptr, "kin-openapi did not read this operation") // never expected after Validate
+	}
 	n := &notes{}
 	ov := im.opts.Overrides[op.key()]
 	agtpMethod, err := im.methodFor(op, ov)
@@ -235,7 +238,7 @@ func (im *importer) defaultMethod(op *operation) string {
 	if m, ok := im.opts.MethodMap[op.method]; ok {
 		return m
 	}
-	return DefaultMethodMap[op.method]
+	return defaultMethodMap[op.method]
 }
 
 // methodFor picks the AGTP method of op.

@@ -22,11 +22,11 @@ import (
 //	x-rcns-scopes: [hotel:read]
 const DefaultScopesExtension = "x-rcns-scopes"
 
-// DefaultMethodMap is the AGTP method each HTTP method of an operation
-// becomes (the catalog's legacy aliases, RCNS §5.4). HEAD and OPTIONS
+// defaultMethodMap is the AGTP method each HTTP method of an operation
+// becomes by default (the catalog's legacy aliases, RCNS §5.4). HEAD and OPTIONS
 // operations are imported only when Options.MethodMap names a method for
 // them; TRACE never is (no endpoint can call it upstream).
-var DefaultMethodMap = map[string]string{
+var defaultMethodMap = map[string]string{
 	http.MethodGet:    "FETCH",
 	http.MethodPost:   "CREATE",
 	http.MethodPut:    "REPLACE",
@@ -54,8 +54,10 @@ type Options struct {
 	// every operation.
 	Paths []string
 
-	// MethodMap overrides DefaultMethodMap per HTTP method (upper-case
-	// key, e.g. "POST": "SUBMIT"). Each value must be a catalog method
+	// MethodMap overrides the default mapping (GET→FETCH, POST→CREATE,
+	// PUT→REPLACE, PATCH→MODIFY, DELETE→REMOVE) per HTTP method
+	// (upper-case key, e.g. "POST": "SUBMIT"); HEAD and OPTIONS
+	// operations are imported only when it maps them. Each value must be a catalog method
 	// and not a legacy verb.
 	MethodMap map[string]string
 	// QueryForSearch maps a GET operation that declares query

@@ -221,6 +221,10 @@ func (t *translator) emit(p string) any {
 func (t *translator) emitObject(o *object, p string) any {
 	if o.has("$ref") {
 		target := t.ix.target(p)
+		if target == "" { // not a schema the index walked: never expected
+			t.notes.add(p, "$ref not resolved; accepted anything instead")
+			return true
+		}
 		if t.v30 || onlyRef(o) {
 			return t.refTo(target)
 		}
@@ -505,7 +509,9 @@ func (t *translator) discriminator(out, o, d *object, p string) {
 		bo, _ := b.(*object)
 		target := ""
 		if bo.has("$ref") {
-			target = t.ix.target(bp)
+			if f, err := t.ix.follow(bp); err == nil && f != bp {
+				target = f
+			}
 		}
 		if target == "" {
 			t.notes.add(bp, "discriminator %q: an inline branch has no name to select it by; checked as a plain %s branch", prop, kw)

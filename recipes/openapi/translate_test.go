@@ -261,3 +261,29 @@ func TestMethodMapping(t *testing.T) {
 		t.Errorf("mapped: %v", q)
 	}
 }
+
+// TestMutualRecursion: schemas that recur through each other's
+// properties become $defs; the import ends and the result compiles.
+func TestMutualRecursion(t *testing.T) {
+	spec := doc(`  /a:
+    get:
+      operationId: getA
+      responses:
+        "200":
+          description: ok
+          content:
+            application/json:
+              schema: {$ref: '#/components/schemas/A'}
+`, `  schemas:
+    A: {type: object, properties: {b: {$ref: '#/components/schemas/B'}}}
+    B: {type: object, properties: {a: {$ref: '#/components/schemas/A'}, n: {type: integer}}}`)
+	r, err := Import(spec, Options{Upstream: "up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, v := endpoint(t, r, "getA.yaml")
+	want := `{"$defs":{"A":{"properties":{"b":{"properties":{"a":{"$ref":"#/$defs/A"},"n":{"type":"integer"}},"type":"object"}},"type":"object"}},"$ref":"#/$defs/A"}`
+	if got := jsonOf(at(v, "output_schema")); got != want {
+		t.Errorf("output_schema\n got  %s\n want %s", got, want)
+	}
+}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 )
 
 // Limits on the OpenAPI document an import reads (docs/recipes.md,
@@ -27,6 +29,10 @@ const (
 	// a small document full of aliases could otherwise claim.
 	MaxDocumentValues = 4_000_000
 )
+
+// maxPointerBytes bounds a JSON pointer quoted in an error (one into a
+// value nested 10,000 deep would be 20 KB).
+const maxPointerBytes = 256
 
 // object is a JSON object that keeps its members in document order, so
 // that everything derived from it (schemas, tables, files) comes out in
@@ -251,7 +257,7 @@ func parseJSON(name string, data []byte) (any, error) {
 	if err != nil {
 		var se *jsontext.SyntacticError
 		if errors.As(err, &se) && se.Err != nil {
-			return nil, &Error{File: name, Pointer: string(se.JSONPointer), Message: fmt.Sprintf("invalid JSON at byte %d: %v", se.ByteOffset, se.Err)}
+			return nil, &Error{File: name, Pointer: textcut.Truncate(string(se.JSONPointer), maxPointerBytes), Message: fmt.Sprintf("invalid JSON at byte %d: %v", se.ByteOffset, se.Err)}
 		}
 		return nil, &Error{File: name, Message: "invalid JSON: " + strings.TrimPrefix(err.Error(), "jsontext: ")}
 	}

@@ -93,6 +93,30 @@ func TestRunWritesNothingOnError(t *testing.T) {
 		t.Errorf("output folder exists after a failed import: %v", err)
 	}
 
+	// Each kind of refused document writes nothing.
+	over := filepath.Join(tmp, "over.json")
+	os.WriteFile(over, append([]byte(`{"openapi": "3.0.3"}`), bytes.Repeat([]byte(" "), MaxDocumentBytes)...), 0o644)
+	for name, spec := range map[string][]byte{
+		"external.yaml": doc(listPets, `  schemas:
+    Pets: {$ref: 'pets.yaml'}`),
+		"cycle.yaml": doc(listPets, `  schemas:
+    Pets: {$ref: '#/components/schemas/Pets'}`),
+		"invalid.yaml": doc(listPets, `  schemas:
+    Pets: {type: array}`),
+		"over.json": nil,
+	} {
+		path := filepath.Join(tmp, name)
+		if spec != nil {
+			os.WriteFile(path, spec, 0o644)
+		}
+		if err := Run(&w, path, out, false, Options{Upstream: "up"}); err == nil {
+			t.Errorf("%s imported", name)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("%s: output folder exists after a refused import", name)
+		}
+	}
+
 	good := filepath.Join(tmp, "good.yaml")
 	os.WriteFile(good, doc(listPets, `  schemas:
     Pets: {type: array, items: {type: string}}`), 0o644)
