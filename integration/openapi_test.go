@@ -2,9 +2,7 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,29 +11,11 @@ import (
 // hotelOpenAPI describes json-server's hotel routes (OpenAPI 3.0).
 const hotelOpenAPI = "recipes/openapi/testdata/hotel-3.0.yaml"
 
-// importOpenAPI runs `caddy rcns import-openapi args...` from the repo
-// root and returns its stdout, stderr and exit code.
+// importOpenAPI runs `caddy rcns import-openapi args...` and returns its
+// stdout, stderr and exit code.
 func importOpenAPI(t testing.TB, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, caddyBin, append([]string{"rcns", "import-openapi"}, args...)...)
-	cmd.Dir = repoRoot
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("caddy rcns import-openapi %v did not finish within %s", args, cliTimeout)
-	}
-	code := 0
-	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok {
-			t.Fatalf("caddy rcns import-openapi %v: %v", args, err)
-		}
-		code = ee.ExitCode()
-	}
-	return stdout.String(), stderr.String(), code
+	return cliRun(t, caddyBin, append([]string{"rcns", "import-openapi"}, args...)...)
 }
 
 // readFolder returns the files of dir by name.
@@ -63,7 +43,7 @@ func readFolder(t testing.TB, dir string) map[string]string {
 func TestImportOpenAPI(t *testing.T) {
 	tmp := t.TempDir()
 	out := filepath.Join(tmp, "hotel-endpoints")
-	args := []string{"--upstream", "hotel", "--query-for-search", hotelOpenAPI}
+	args := []string{"--upstream", "hotel", "--query-for-search", filepath.Join(repoRoot, hotelOpenAPI)}
 
 	// A dry run prints the table and writes nothing.
 	stdout, stderr, code := importOpenAPI(t, append([]string{"--dry-run", "--out", out}, args...)...)
