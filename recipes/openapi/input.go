@@ -302,6 +302,8 @@ func (im *importer) input(op *operation, params []*param, rt *route, b *body, t 
 		}
 		if b.required {
 			required = append(required, name)
+		} else {
+			n.add(b.ptr, "the request body is optional: an input without %q sends the JSON null as the body", name)
 		}
 		bodyExpr = jqField(name)
 	}
