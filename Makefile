@@ -4,7 +4,7 @@
 #   make deps         json-server 0.17.4, promtool and redis-server 7.0 into .tools/ (test tools)
 #   make test         vet, unit tests (-race), every benchmark once (bench-smoke), then the integration suite
 #   make unit         unit tests only
-#   make integration  black-box suite only (builds its own Caddy binary)
+#   make integration  black-box suite only (builds its own Caddy binary), over the HTTP door then the native door
 #   make demo         the hotel demo (scripts/demo.sh)
 
 GO                  ?= go
@@ -39,8 +39,12 @@ vet:
 unit: deps
 	$(GO) test -race $(UNIT_PKGS)
 
+# The black-box suite runs twice: its AGTP requests over the HTTP binding,
+# then over the native AGTP/1.0 door (RCNS_IT_DOOR=agtp; legacy HTTP
+# requests still go over HTTP).
 integration: deps
 	$(GO) test -race -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) ./integration/...
+	RCNS_IT_DOOR=agtp $(GO) test -race -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) ./integration/...
 
 # Every benchmark once (-benchtime 1x), so a benchmark broken by a change
 # fails the tests, not only `make bench`.

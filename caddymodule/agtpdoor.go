@@ -65,8 +65,9 @@ type AGTPServer struct {
 	// Default 60s (the bindings draft's).
 	IdleTimeout caddy.Duration `json:"idle_timeout,omitempty"`
 	// MaxHeaderBytes bounds the request line and header fields, in
-	// bytes (431 header-too-large above). Default 16 KiB (Caddy's HTTP
-	// default).
+	// bytes (431 header-too-large above). Default 32 KiB: never
+	// stricter than the HTTP door, whose Caddy default of 16 KiB lets
+	// noticeably more through (net/http reads past its limit).
 	MaxHeaderBytes int `json:"max_header_bytes,omitempty"`
 	// MaxHeaderLines bounds the number of header fields (431
 	// too-many-headers above). Default 100.
@@ -111,7 +112,7 @@ const (
 	defaultAGTPReadTimeout       = time.Minute
 	defaultAGTPWriteTimeout      = time.Minute
 	defaultAGTPIdleTimeout       = 60 * time.Second
-	defaultAGTPMaxHeaderBytes    = 16 << 10
+	defaultAGTPMaxHeaderBytes    = 32 << 10
 	defaultAGTPMaxConnections    = 10000
 )
 

@@ -803,7 +803,7 @@ func (g *Gateway) Do(t testing.TB, method, path string, hdr map[string]string, b
 			t.Fatalf("encode body: %v", err)
 		}
 	}
-	if g.AGTPAddr != "" {
+	if g.AGTPAddr != "" && agtpRequest(method, hdr) {
 		return g.doNative(t, method, path, hdr, raw)
 	}
 	var rd io.Reader
@@ -831,6 +831,24 @@ func (g *Gateway) Do(t testing.TB, method, path string, hdr map[string]string, b
 	}
 	return &Resp{Method: method, Path: path, Status: resp.StatusCode, Header: resp.Header, Body: b,
 		TransferEncoding: resp.TransferEncoding}
+}
+
+// ianaMethods are HTTP's registered methods: without Agent-ID such a
+// request is legacy HTTP, which only the HTTP door carries (it passes
+// through to the legacy API).
+var ianaMethods = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "DELETE": true, "CONNECT": true,
+	"OPTIONS": true, "TRACE": true, "PATCH": true, "QUERY": true, "PROPFIND": true, "SEARCH": true, "PURGE": true}
+
+// agtpRequest reports whether Do's request is an AGTP one (it carries
+// Agent-ID, or its method is not HTTP's): only those go over the native
+// door when the suite runs there.
+func agtpRequest(method string, hdr map[string]string) bool {
+	for k := range hdr {
+		if strings.EqualFold(k, "Agent-ID") {
+			return true
+		}
+	}
+	return !ianaMethods[method]
 }
 
 // doNative is Do over the native AGTP/1.0 listener: the request line

@@ -258,7 +258,7 @@ func TestMetricsCounterDeltas(t *testing.T) {
 		`caddy_rcns_step_duration_seconds_count{recipe="book-room",step="property"}`:          1,
 		`caddy_rcns_step_duration_seconds_count{recipe="book-room",step="reservation"}`:       1,
 		`caddy_rcns_upstream_request_duration_seconds_count{upstream="hotel"}`:                3,
-		`caddy_rcns_requests_total{binding="http",code="263",method="BOOK"}`:                  1,
+		requestSeries("263", "BOOK"): 1,
 	})
 	if got := s1.value("caddy_rcns_active_contracts"); got != 1 {
 		t.Errorf("caddy_rcns_active_contracts = %v after one synthesis, want 1", got)
@@ -272,7 +272,7 @@ func TestMetricsCounterDeltas(t *testing.T) {
 	assertDeltas(t, "lock-3 refusal", s1, s2, map[string]float64{
 		`caddy_rcns_lock_refusals_total{lock="caller_scope"}`:                          1,
 		`caddy_rcns_gate_evaluations_total{outcome="refused",reason="scope-required"}`: 1,
-		`caddy_rcns_requests_total{binding="http",code="262",method="BOOK"}`:           1,
+		requestSeries("262", "BOOK"):                                                   1,
 	})
 
 	// 3. One idempotent replay of a Tier B call: the first call executes
@@ -283,14 +283,14 @@ func TestMetricsCounterDeltas(t *testing.T) {
 	s3a := scrapeMetrics(t, g)
 	assertDeltas(t, "Tier B first execution", s2, s3a, map[string]float64{
 		`caddy_rcns_upstream_request_duration_seconds_count{upstream="hotel"}`: 1,
-		`caddy_rcns_requests_total{binding="http",code="200",method="FETCH"}`:  1,
+		requestSeries("200", "FETCH"):                                          1,
 	})
 	again := g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, readScope, "Idempotency-Key", key), nil)
 	assertReplay(t, first, again)
 	s3 := scrapeMetrics(t, g)
 	assertDeltas(t, "idempotent replay", s3a, s3, map[string]float64{
-		`caddy_rcns_idempotency_events_total{event="replay"}`:                 1,
-		`caddy_rcns_requests_total{binding="http",code="200",method="FETCH"}`: 1,
+		`caddy_rcns_idempotency_events_total{event="replay"}`: 1,
+		requestSeries("200", "FETCH"):                         1,
 	})
 	if got := s3.value("caddy_rcns_idempotency_records"); got != 1 {
 		t.Errorf("caddy_rcns_idempotency_records = %v with one stored key, want 1", got)
@@ -304,7 +304,7 @@ func TestMetricsCounterDeltas(t *testing.T) {
 	assertDeltas(t, "upstream timeout", s3, s4, map[string]float64{
 		`caddy_rcns_upstream_errors_total{class="upstream_timeout",upstream="bin"}`: 1,
 		`caddy_rcns_upstream_request_duration_seconds_count{upstream="bin"}`:        1,
-		`caddy_rcns_requests_total{binding="http",code="422",method="FETCH"}`:       1,
+		requestSeries("422", "FETCH"):                                               1,
 	})
 
 	// 5. Reload the same config through admin /load (forced, so Caddy
@@ -361,9 +361,9 @@ func TestMetricsCounterDeltas(t *testing.T) {
 	assertDeltas(t, "after reload", s5, s6, map[string]float64{
 		`caddy_rcns_lock_refusals_total{lock="caller_scope"}`:                          1,
 		`caddy_rcns_gate_evaluations_total{outcome="refused",reason="scope-required"}`: 1,
-		`caddy_rcns_requests_total{binding="http",code="262",method="BOOK"}`:           1,
+		requestSeries("262", "BOOK"):                                                   1,
 		`caddy_rcns_idempotency_events_total{event="replay"}`:                          1,
-		`caddy_rcns_requests_total{binding="http",code="200",method="FETCH"}`:          1,
+		requestSeries("200", "FETCH"):                                                  1,
 	})
 
 	out := g.Output()
@@ -531,4 +531,10 @@ feed:
 	if strings.Contains(after.raw, cardinalityPathPrefix) || strings.Contains(after.raw, cardinalityMethodStart) {
 		t.Errorf("the exposition contains a probe path or method:\n%s", metricLines(after.raw, "probe"))
 	}
+}
+
+// requestSeries is the caddy_rcns_requests_total series of one code and
+// method on the door the suite runs over (binding="http" or "agtp").
+func requestSeries(code, method string) string {
+	return `caddy_rcns_requests_total{binding="` + suiteDoor + `",code="` + code + `",method="` + method + `"}`
 }
