@@ -126,16 +126,32 @@ func findRepoRoot() (string, error) {
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
+// It never returns a port twice in one test binary: Caddy binds with
+// SO_REUSEPORT, so two of its listeners given one port would both bind
+// and share the connections.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	givenPorts.Lock()
+	defer givenPorts.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !givenPorts.m[port] {
+			givenPorts.m[port] = true
+			return port
+		}
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	return port
 }
+
+// givenPorts are the ports freePort has returned.
+var givenPorts = struct {
+	sync.Mutex
+	m map[int]bool
+}{m: map[int]bool{}}
 
 // ---------------------------------------------------------------------------
 // Child processes
