@@ -4,9 +4,11 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddytls"
 	"go.uber.org/zap"
 
@@ -223,8 +225,12 @@ func loopbackHost(host string) bool {
 }
 
 // Start manages the TLS names and opens every listener. A listener that
-// cannot be opened fails the config load.
+// cannot be opened, or that shares a port with one of the http app's
+// servers, fails the config load.
 func (a *AGTPApp) Start() error {
+	if err := a.checkPortsFree(); err != nil {
+		return err
+	}
 	names := map[string]struct{}{}
 	for _, s := range a.Servers {
 		if s.TLS != nil {
@@ -265,6 +271,52 @@ func (a *AGTPApp) stopListeners() {
 	for _, s := range a.Servers {
 		s.stop()
 	}
+}
+
+// checkPortsFree refuses a native listen address whose port an HTTP
+// server of this config also listens on (same network, and the same
+// host or a wildcard on either side): Caddy opens both with
+// SO_REUSEPORT, so both would bind and the kernel would deal each
+// connection to one of them at random.
+func (a *AGTPApp) checkPortsFree() error {
+	appAny, err := a.ctx.AppIfConfigured("http")
+	if err != nil {
+		return nil // no http app: nothing to collide with
+	}
+	httpApp, ok := appAny.(*caddyhttp.App)
+	if !ok {
+		return nil
+	}
+	for name, srv := range httpApp.Servers {
+		for _, l := range srv.Listen {
+			hna, err := caddy.ParseNetworkAddress(l)
+			if err != nil {
+				continue
+			}
+			for _, s := range a.Servers {
+				for _, na := range s.addrs {
+					if na.IsUnixNetwork() || hna.IsUnixNetwork() || networkFamily(na.Network) != networkFamily(hna.Network) {
+						continue
+					}
+					if na.StartPort < hna.StartPort || na.StartPort > hna.EndPort {
+						continue
+					}
+					if na.Host == hna.Host || na.Host == "" || hna.Host == "" {
+						return fmt.Errorf("agtp: listen %s: the http server %q listens on %s too; give the native door a port of its own (4480 is AGTP's)", na, name, l)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// networkFamily folds tcp4/tcp6 into tcp for the port check.
+func networkFamily(n string) string {
+	if strings.HasPrefix(n, "tcp") || n == "" {
+		return "tcp"
+	}
+	return n
 }
 
 var (
