@@ -1,7 +1,9 @@
 # caddy-rcns — build, test and demo targets.
 #
 #   make build        bin/caddy (Caddy with the rcns module)
-#   make deps         json-server 0.17.4 and promtool into .tools/ (test tools)
+#   make deps         json-server 0.17.4, promtool and the MCP clients (the
+#                     conformance suite, bun to run it, the Inspector CLI)
+#                     into .tools/ (test tools)
 #   make test         vet, unit tests (-race), every benchmark once (bench-smoke), then the integration suite
 #   make unit         unit tests only
 #   make integration  black-box suite only (builds its own Caddy binary)
@@ -11,6 +13,13 @@ GO                  ?= go
 JSON_SERVER_VERSION := 0.17.4
 JSON_SERVER         := .tools/node_modules/.bin/json-server
 PROMTOOL            := .tools/bin/promtool
+# Clients of the MCP door that are not the Go SDK (integration/mcp_clients_test.go):
+# the official conformance suite needs Node >= 22, so it runs under bun,
+# whose npm package ships its runtime.
+MCP_CONFORMANCE_VERSION   := 0.1.16
+BUN_VERSION               := 1.4.5
+MCP_INSPECTOR_CLI_VERSION := 1.0.3
+MCP_CLIENTS               := .tools/.mcp-clients-$(MCP_CONFORMANCE_VERSION)-$(BUN_VERSION)-$(MCP_INSPECTOR_CLI_VERSION)
 UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/... ./cmd/... ./scripts/...
 INTEGRATION_TIMEOUT ?= 20m
 
@@ -21,13 +30,20 @@ all: build
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
 
-deps: $(JSON_SERVER) $(PROMTOOL)
+deps: $(JSON_SERVER) $(PROMTOOL) $(MCP_CLIENTS)
 
 $(PROMTOOL):
 	bash scripts/install-promtool.sh
 
 $(JSON_SERVER):
 	npm install --prefix .tools --no-audit --no-fund --loglevel=error json-server@$(JSON_SERVER_VERSION)
+
+$(MCP_CLIENTS): $(JSON_SERVER)
+	npm install --prefix .tools --no-audit --no-fund --loglevel=error \
+		@modelcontextprotocol/conformance@$(MCP_CONFORMANCE_VERSION) bun@$(BUN_VERSION) \
+		@modelcontextprotocol/inspector-cli@$(MCP_INSPECTOR_CLI_VERSION)
+	.tools/node_modules/.bin/bun --version
+	touch $@
 
 vet:
 	$(GO) vet ./...

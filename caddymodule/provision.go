@@ -34,7 +34,17 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	// Set before provision so that Cleanup releases what a failed
 	// provision attached.
 	h.eng = e
-	return e.provision(ctx)
+	if err := e.provision(ctx); err != nil {
+		return err
+	}
+	if h.MCP != nil {
+		d, err := newMCPDoor(e, h.MCP)
+		if err != nil {
+			return err
+		}
+		h.mcp = d
+	}
+	return nil
 }
 
 // provision builds the engine from its Config (defaults applied).
