@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -143,16 +142,16 @@ func (rq *mcpRequest) addOut(fs ...agtp.Field) {
 func (d *mcpDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	loopback := localIsLoopback(r)
 	if d.cfg.dnsRebindingProtection() && loopback && !loopbackHost(r.Host) {
-		d.refuse(w, r, agtp.HostRefused.New("this MCP endpoint is on a loopback address and answers only Host localhost, 127.0.0.1 or [::1]: another Host is how DNS rebinding reaches a local server"), false)
+		d.refuse(w, r, agtp.HostRefused.New("this MCP endpoint is on a loopback address and answers only Host localhost, 127.0.0.1 or [::1]: another Host is how DNS rebinding reaches a local server"), nil, false)
 		return
 	}
 	if o, ok := r.Header["Origin"]; ok && !d.originAllowed(o, r) {
-		d.refuse(w, r, agtp.OriginRefused.New("the Origin of this request is neither this gateway's own nor one of the mcp block's allowed_origins"), false)
+		d.refuse(w, r, agtp.OriginRefused.New("the Origin of this request is neither this gateway's own nor one of the mcp block's allowed_origins"), nil, false)
 		return
 	}
 	if r.ContentLength > d.cfg.MaxRequestBody {
 		d.refuse(w, r, agtp.BodyTooLarge.WithFields(fmt.Sprintf("the MCP message is %d bytes; the limit is %d bytes", r.ContentLength, d.cfg.MaxRequestBody),
-			map[string]any{"limit_bytes": d.cfg.MaxRequestBody}), true)
+			map[string]any{"limit_bytes": d.cfg.MaxRequestBody}), nil, false)
 		return
 	}
 	var body []byte
@@ -160,12 +159,12 @@ func (d *mcpDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		raw, err := httpbody.Read(r.Body, r.ContentLength, d.cfg.MaxRequestBody)
 		if err != nil && !(r.ContentLength < 0 && err == io.EOF) {
 			d.e.logger.Info("MCP request body read failed", zap.Int("read_bytes", len(raw)), zap.Int64("content_length", r.ContentLength), zap.Error(err))
-			d.refuse(w, r, agtp.BodyReadError(err, len(raw), r.ContentLength), true)
+			d.refuse(w, r, agtp.BodyReadError(err, len(raw), r.ContentLength), nil, false)
 			return
 		}
 		if int64(len(raw)) > d.cfg.MaxRequestBody {
 			d.refuse(w, r, agtp.BodyTooLarge.WithFields(fmt.Sprintf("the MCP message exceeds %d bytes", d.cfg.MaxRequestBody),
-				map[string]any{"limit_bytes": d.cfg.MaxRequestBody}), true)
+				map[string]any{"limit_bytes": d.cfg.MaxRequestBody}), nil, false)
 			return
 		}
 		body = raw
@@ -174,12 +173,12 @@ func (d *mcpDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if e != nil {
 		d.e.logger.Info("MCP identity refused", zap.String("agent_id", textcut.Clip(r.Header.Get("Agent-ID"))),
 			zap.String("mode", d.e.Identity), zap.String("reason", e.Reason))
-		d.refuse(w, r, e, false)
+		d.refuse(w, r, e, body, true)
 		return
 	}
 	if over, at := agtp.DeeperThan(body, d.cfg.MaxJSONDepth); over {
 		d.refuse(w, r, agtp.InvalidJSON.WithFields(fmt.Sprintf("the MCP message nests deeper than %d levels (at byte %d)", d.cfg.MaxJSONDepth, at),
-			map[string]any{"limit_depth": d.cfg.MaxJSONDepth}), false)
+			map[string]any{"limit_depth": d.cfg.MaxJSONDepth}), body, true)
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -261,26 +260,17 @@ func (d *mcpDoor) originAllowed(vals []string, r *http.Request) bool {
 }
 
 // refuse answers an HTTP request for the MCP path that the door refused
-// before the SDK read it: the AGTP error body (spec §19) with Server-ID,
-// as the other doors refuse. closeConn: the body was not read to its
-// end, so an HTTP/1 connection cannot carry another request.
-func (d *mcpDoor) refuse(w http.ResponseWriter, r *http.Request, e *agtp.Error, closeConn bool) {
-	body := map[string]any{"status": e.Status, "reason": e.Reason, "retryable": e.Retryable, "path": d.cfg.Path,
-		"explanation": textcut.Truncate(e.Explanation, agtp.MaxExplanationBytes)}
-	for k, v := range e.Fields {
-		body[k] = v
-	}
-	raw, _ := json.Marshal(body)
-	hd := w.Header()
-	hd.Set("Server-ID", d.e.ServerID)
-	hd.Set("Content-Type", agtp.MediaAGTP)
-	hd.Set("Cache-Control", "no-store")
-	hd.Set("Content-Length", strconv.Itoa(len(raw)))
-	if closeConn && r.ProtoMajor == 1 {
-		hd.Set("Connection", "close")
-	}
-	w.WriteHeader(e.Status)
-	_, _ = w.Write(raw)
+// before the SDK read it, as the other doors refuse: the engine's
+// answer (spec §19 body, the AGTP response fields, an Attribution-Record
+// on the anonymous chain) for the HTTP request seen as an AGTP one.
+// body is the request body when it was read to its end; otherwise an
+// HTTP/1 connection is closed after the answer.
+func (d *mcpDoor) refuse(w http.ResponseWriter, r *http.Request, e *agtp.Error, body []byte, bodyRead bool) {
+	in := &agtp.Request{Binding: agtp.BindingMCP, Method: r.Method, Target: r.RequestURI, URL: r.URL, Host: r.Host,
+		Header: r.Header, ContentLength: r.ContentLength, TLS: r.TLS, Context: r.Context()}
+	x := &exchange{h: d.e, in: in, requestID: newUUID(), bodyRead: bodyRead, rawBody: body}
+	x.fail(e)
+	writeHTTP(w, r, x.resp)
 	d.e.metrics.request(r.Method, e.Status, agtp.BindingMCP)
 }
 
