@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
+	"go.uber.org/zap/exp/zapslog"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/internal/httpbody"
@@ -41,6 +44,7 @@ type mcpDoor struct {
 	origins   map[string]bool
 	sdk       *mcp.StreamableHTTPHandler
 	impl      *mcp.Implementation
+	log       *slog.Logger // the SDK's log: warnings and errors into the handler's
 	// servers holds one SDK server per set of visible tools, keyed by
 	// the agent (its Agent-ID): the registry bounds it.
 	servers sync.Map // Agent-ID → *mcp.Server
@@ -79,8 +83,13 @@ func newMCPDoor(e *engine, cfg *MCPConfig) (*mcpDoor, error) {
 	}
 	d.tools = tools
 	d.impl = &mcp.Implementation{Name: e.ServerID, Title: "caddy-rcns AGTP gateway", Version: moduleVersion()}
+	// The SDK logs every stateless session at info; its warnings and
+	// errors go to the handler's log.
+	if core, err := zapcore.NewIncreaseLevelCore(e.logger.Core(), zapcore.WarnLevel); err == nil {
+		d.log = slog.New(zapslog.NewHandler(core, zapslog.WithName("mcp")))
+	}
 	d.sdk = mcp.NewStreamableHTTPHandler(d.server, &mcp.StreamableHTTPOptions{
-		Stateless: true, JSONResponse: true,
+		Stateless: true, JSONResponse: true, Logger: d.log,
 		// The door bounds the body (MaxRequestBody) and checks Host
 		// itself, answering with the AGTP error body.
 		MaxRequestBodyBytes:        cfg.MaxRequestBody,
@@ -306,6 +315,7 @@ func (d *mcpDoor) server(r *http.Request) *mcp.Server {
 // newServer builds an SDK server serving tools.
 func (d *mcpDoor) newServer(tools []*mcpTool) *mcp.Server {
 	s := mcp.NewServer(d.impl, &mcp.ServerOptions{
+		Logger:       d.log,
 		PageSize:     d.cfg.PageSize,
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		Instructions: d.instructions(),
@@ -381,5 +391,5 @@ func (w *mcpWriter) Flush() {
 // Unwrap is the underlying writer (http.ResponseController).
 func (w *mcpWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// mcpTimeout is the door's bound on one tool call.
+// timeout is the door's bound on one tool call.
 func (d *mcpDoor) timeout() time.Duration { return time.Duration(d.cfg.Timeout) }

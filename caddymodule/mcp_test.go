@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -530,5 +532,103 @@ func TestMCPOldRevision(t *testing.T) {
 	text := msg.Result.Content[0].(*mcp.TextContent).Text
 	if !json.Valid([]byte(text)) || !bytes.Contains([]byte(text), []byte(`"outcome":"succeeded"`)) {
 		t.Fatalf("text for 2025-03-26 = %q", text)
+	}
+}
+
+func TestIdempotencyKeyOfCall(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		header []string
+		meta   mcp.Meta
+		key    string
+		keyed  bool
+		err    string
+	}{
+		{name: "none"},
+		{name: "header", header: []string{"k1"}, key: "k1", keyed: true},
+		{name: "_meta", meta: mcp.Meta{MCPMetaIdempotencyKey: "k2"}, key: "k2", keyed: true},
+		{name: "both equal", header: []string{"k3"}, meta: mcp.Meta{MCPMetaIdempotencyKey: "k3"}, key: "k3", keyed: true},
+		{name: "both differ", header: []string{"k3"}, meta: mcp.Meta{MCPMetaIdempotencyKey: "k4"}, err: "differ"},
+		{name: "header twice", header: []string{"a", "b"}, err: "more than once"},
+		{name: "_meta not a string", meta: mcp.Meta{MCPMetaIdempotencyKey: 12.0}, err: "must be a string"},
+		{name: "other _meta keys ignored", meta: mcp.Meta{"io.modelcontextprotocol/protocolVersion": "2026-07-28"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			if tc.header != nil {
+				h["Idempotency-Key"] = tc.header
+			}
+			key, keyed, err := idempotencyKey(h, tc.meta)
+			switch {
+			case tc.err != "":
+				if err == nil || err.Code != jsonrpc.CodeInvalidParams || !strings.Contains(err.Message, tc.err) {
+					t.Fatalf("err = %v, want invalid params mentioning %q", err, tc.err)
+				}
+			case err != nil || key != tc.key || keyed != tc.keyed:
+				t.Fatalf("idempotencyKey = %q, %v, %v; want %q, %v", key, keyed, err, tc.key, tc.keyed)
+			}
+		})
+	}
+}
+
+func TestNextCursor(t *testing.T) {
+	for _, tc := range []struct{ name, link, want string }{
+		{"next", `</contracts?limit=2&cursor=MDAx>; rel="next"`, "MDAx"},
+		{"none", "", ""},
+		{"not next", `</contracts?cursor=MDAx>; rel="prev"`, ""},
+		{"no cursor", `</contracts?limit=2>; rel="next"`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nextCursor(tc.link); got != tc.want {
+				t.Fatalf("nextCursor(%q) = %q, want %q", tc.link, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSegmentValue(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    any
+		want string
+		ok   bool
+	}{
+		{"string", "g-1", "g-1", true},
+		{"integer", 42.0, "42", true},
+		{"fraction", 1.5, "1.5", true},
+		{"large integer", 1e15, "1000000000000000", true},
+		{"boolean", true, "true", true},
+		{"null", nil, "", false},
+		{"object", map[string]any{}, "", false},
+		{"array", []any{"a"}, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := segmentValue(tc.v)
+			if got != tc.want || ok != tc.ok {
+				t.Fatalf("segmentValue(%v) = %q, %v; want %q, %v", tc.v, got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// TestMCPHeaderModeOffLoopback: under identity header the door serves
+// only requests that arrived on a loopback address, test_agent or not.
+func TestMCPHeaderModeOffLoopback(t *testing.T) {
+	h, _ := mcpGateway(t, func(h *Handler) { h.MCP.TestAgent = "rcns-bench-agent" })
+	for _, agent := range []string{benchAgent, ""} {
+		rec := httptest.NewRecorder()
+		hdr := map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+		if agent != "" {
+			hdr["Agent-ID"] = agent
+		}
+		r := benchRequest(rec, "POST", "/mcp", listMsg, hdr)
+		r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 8080}))
+		r.Host = "gw.example"
+		if err := h.ServeHTTP(rec, r, notFound); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Code != 401 || !strings.Contains(rec.Body.String(), `"reason":"identity-mode-refused"`) {
+			t.Fatalf("Agent-ID %q on a non-loopback listener: %d %s", agent, rec.Code, rec.Body)
+		}
 	}
 }

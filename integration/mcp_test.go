@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -413,5 +415,41 @@ func TestMCPSignature(t *testing.T) {
 		"-H", "Accept: application/json, text/event-stream", "POST", g.URL+"/mcp", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`)
 	if code != 0 || !strings.Contains(out, " 200") || !strings.Contains(out, `"fetch_guest"`) {
 		t.Fatalf("rcns-agent call POST /mcp (exit %d):\n%s%s", code, out, errOut)
+	}
+}
+
+// TestMCPMTLS: under identity mtls the client certificate on the TLS
+// connection that carries the MCP messages names the agent.
+func TestMCPMTLS(t *testing.T) {
+	p := idvNewPKI(t)
+	idvServerCert(t, p)
+	keyA1, keyA2 := idvECKey(t), idvECKey(t)
+	certA1 := p.issue(t, "rcns-demo-agent", keyA1, false, time.Now().Add(-time.Hour))
+	certA2 := p.issue(t, "rcns-demo-noscope", keyA2, false, time.Now().Add(-time.Hour))
+	a1, a2 := idvDemo("rcns-demo-agent"), idvDemo("rcns-demo-noscope")
+	a1.certs, a2.certs = []string{idvSPKI(certA1)}, []string{idvSPKI(certA2)}
+	js := startJSONServer(t, hotelDB)
+	g := idvStartTLSGateway(t, p, fill(idvSite, "IDENTITY", "mtls", "MODE", "confirm-first", "HOTEL", js.URL,
+		"AGENTS", idvWriteAgents(t, a1, a2), "EXTRA", "\t\tmcp", "LEGACY", js.URL))
+
+	tr := &mcpTransport{hdr: map[string]string{"Agent-ID": agentA1, "Authority-Scope": "hotel:read"}, base: p.client(t, g.Addr, certA1, keyA1).Transport}
+	c := mcpConnectWith(t, g.URL+"/mcp", tr)
+	if str(c.call(t, "fetch_guest", map[string]any{"guest_id": demoGuest}, nil).wantSuccess(t, 200), "id") != demoGuest {
+		t.Fatalf("fetch_guest over mTLS failed")
+	}
+	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`
+	for _, tc := range []struct {
+		name   string
+		client *http.Client
+		reason string
+	}{
+		{"no client certificate", p.client(t, g.Addr, nil, nil), "certificate-required"},
+		{"another agent's certificate", p.client(t, g.Addr, certA2, keyA2), "certificate-mismatch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &idvWire{method: "POST", url: g.URL + "/mcp", body: []byte(list), header: http.Header{
+				"Agent-Id": {agentA1}, "Content-Type": {"application/json"}, "Accept": {"application/json, text/event-stream"}}}
+			assertErrorBody(t, idvSend(t, tc.client, w), 401, tc.reason)
+		})
 	}
 }
