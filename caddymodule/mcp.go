@@ -45,11 +45,11 @@ type mcpDoor struct {
 	sdk       *mcp.StreamableHTTPHandler
 	impl      *mcp.Implementation
 	log       *slog.Logger // the SDK's log: warnings and errors into the handler's
-	// servers holds one SDK server per set of visible tools, keyed by
-	// the agent (its Agent-ID): the registry bounds it.
+	// servers maps each agent seen (its Agent-ID) to the SDK server of
+	// the tools it sees; the registry bounds it.
 	servers sync.Map // Agent-ID → *mcp.Server
-	// shared holds the servers by visible-tool set, so agents with the
-	// same grant share one.
+	// shared holds those servers by their set of tools, so agents whose
+	// grants show the same tools share one.
 	mu     sync.Mutex
 	shared map[string]*mcp.Server
 }
@@ -68,6 +68,9 @@ func newMCPDoor(e *engine, cfg *MCPConfig) (*mcpDoor, error) {
 		for _, id := range e.agents.IDs() {
 			a, _ := e.agents.Lookup(id)
 			if a.ID == cfg.TestAgent || a.Name == cfg.TestAgent {
+				if d.testAgent != "" {
+					return nil, fmt.Errorf("rcns: mcp test_agent %q names more than one agent; give its Agent-ID", cfg.TestAgent)
+				}
 				d.testAgent = a.ID
 			}
 		}

@@ -146,8 +146,17 @@ func (d *mcpDoor) engineRequest(ctx context.Context, rq *mcpRequest, t *mcpTool,
 			if !isStr || !strings.HasPrefix(p, "/") {
 				return nil, false, invalidParams("argument %q must be an absolute AGTP path matching %s", mcpArgPath, t.recipe.PatternPath())
 			}
-			if !t.recipe.Matches(t.method, p) {
+			// The pair the engine will route: the path in the normal
+			// form every tier compares (policy.NormalizePath).
+			n, err := policy.NormalizePath(p)
+			if err != nil {
+				return nil, false, invalidParams("argument %q: the percent-encoding is invalid: %v", mcpArgPath, err)
+			}
+			if !t.recipe.Matches(t.method, n) {
 				return nil, false, invalidParams("path %q does not match the recipe's pattern %s", textcut.Clip(p), t.recipe.PatternPath())
+			}
+			if ep, _, served := d.e.set.Route(t.method, n); served {
+				return nil, false, invalidParams("%s %s is served by the Tier B endpoint %s %s, not by the recipe; call that endpoint's tool", t.method, textcut.Clip(p), ep.Method, ep.Path)
 			}
 			target = p
 			delete(args, mcpArgPath)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
@@ -95,6 +96,14 @@ func (h *engine) buildMCPTools(cfg *MCPConfig) ([]*mcpTool, error) {
 	if h.Enabled {
 		for _, r := range h.set.Recipes {
 			if h.methods.Disallowed(r.Method) {
+				continue
+			}
+			if _, _, served := h.set.Route(r.Method, r.PathExact); r.PathRegex == nil && served {
+				// A Tier B endpoint answers the pair (spec §10 step 8
+				// comes before the gate): a tool for the recipe would
+				// call that endpoint.
+				h.logger.Warn("MCP door: no tool for the recipe, a Tier B endpoint serves its pair",
+					zap.String("recipe", r.Name), zap.String("method", r.Method), zap.String("path", r.PathExact))
 				continue
 			}
 			t, err := h.recipeTool(r)
