@@ -339,8 +339,10 @@ type MCPConfig struct {
 	MaxRequestBody int64 `json:"max_request_body,omitempty"`
 
 	// MaxJSONDepth bounds the nesting of arrays and objects in an MCP
-	// message, checked before it is parsed (400 invalid-json above).
-	// Default 10000, the HTTP door's decoding limit.
+	// message, checked before it is parsed (400 invalid-json above): 1
+	// to 1000 (MaxMCPJSONDepth, the go-sdk's own limit, past which it
+	// refuses a message as malformed). Default 1000. A call's arguments
+	// then meet the HTTP door's decoding limit too.
 	MaxJSONDepth int `json:"max_json_depth,omitempty"`
 
 	// Timeout bounds how long one tool call waits for its answer; past
@@ -368,6 +370,10 @@ const (
 	DefaultMCPPath = "/mcp"
 	// DefaultMCPPageSize is MCPConfig.PageSize's default.
 	DefaultMCPPageSize = 100
+	// MaxMCPJSONDepth is the deepest nesting an MCP message may have:
+	// the go-sdk refuses deeper ones itself. MCPConfig.MaxJSONDepth's
+	// default and largest value.
+	MaxMCPJSONDepth = 1000
 )
 
 // setDefaults fills the MCP door's defaults from the handler's
@@ -380,7 +386,7 @@ func (m *MCPConfig) setDefaults(h *Config) {
 		m.MaxRequestBody = h.MaxRequestBody
 	}
 	if m.MaxJSONDepth == 0 {
-		m.MaxJSONDepth = agtp.MaxJSONDepth
+		m.MaxJSONDepth = MaxMCPJSONDepth
 	}
 	if m.Timeout == 0 {
 		m.Timeout = h.CompositionTimeout
@@ -411,6 +417,9 @@ func (m *MCPConfig) validate(identity string) error {
 		if k.negative {
 			return fmt.Errorf("rcns: mcp %s must not be negative (leave it out for the default)", k.name)
 		}
+	}
+	if m.MaxJSONDepth > MaxMCPJSONDepth {
+		return fmt.Errorf("rcns: mcp max_json_depth %d is above %d, the MCP SDK's own limit (it refuses deeper messages as malformed)", m.MaxJSONDepth, MaxMCPJSONDepth)
 	}
 	for _, list := range []struct {
 		name  string

@@ -212,6 +212,7 @@ func TestMCPConfigValidate(t *testing.T) {
 		{"origin not lower case", MCPConfig{Path: "/mcp", AllowedOrigins: []string{"https://A.example"}}, IdentityHeader, "lower case"},
 		{"origin scheme", MCPConfig{Path: "/mcp", AllowedOrigins: []string{"ftp://a.example"}}, IdentityHeader, "http:// or https://"},
 		{"negative depth", MCPConfig{Path: "/mcp", MaxJSONDepth: -1}, IdentityHeader, "max_json_depth must not be negative"},
+		{"depth above the SDK's", MCPConfig{Path: "/mcp", MaxJSONDepth: 1001}, IdentityHeader, "above 1000"},
 		{"test agent under signature", MCPConfig{Path: "/mcp", TestAgent: "a"}, IdentitySignature, "only with identity header"},
 		{"valid", MCPConfig{Path: "/mcp", AllowedOrigins: []string{"http://localhost:6274"}, TestAgent: "a"}, IdentityHeader, ""},
 	} {
