@@ -1,7 +1,9 @@
 # caddy-rcns — build, test and demo targets.
 #
 #   make build        bin/caddy (Caddy with the rcns module)
-#   make deps         json-server 0.17.4, promtool and redis-server 7.0 into .tools/ (test tools)
+#   make deps         json-server 0.17.4, promtool, redis-server 7.0 and the MCP
+#                     clients (the conformance suite, bun to run it, the
+#                     Inspector CLI) into .tools/ (test tools)
 #   make test         vet, unit tests (-race), every benchmark once (bench-smoke), then the integration suite
 #   make unit         unit tests only
 #   make integration  black-box suite only (builds its own Caddy binary), over the HTTP door then the native door
@@ -12,6 +14,13 @@ JSON_SERVER_VERSION := 0.17.4
 JSON_SERVER         := .tools/node_modules/.bin/json-server
 PROMTOOL            := .tools/bin/promtool
 REDIS_SERVER        := .tools/bin/redis-server
+# Clients of the MCP door that are not the Go SDK (integration/mcp_clients_test.go):
+# the official conformance suite needs Node >= 22, so it runs under bun,
+# whose npm package ships its runtime.
+MCP_CONFORMANCE_VERSION   := 0.1.16
+BUN_VERSION               := 1.4.5
+MCP_INSPECTOR_CLI_VERSION := 1.0.3
+MCP_CLIENTS               := .tools/.mcp-clients-$(MCP_CONFORMANCE_VERSION)-$(BUN_VERSION)-$(MCP_INSPECTOR_CLI_VERSION)
 UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/... ./cmd/... ./scripts/...
 INTEGRATION_TIMEOUT ?= 20m
 
@@ -22,7 +31,7 @@ all: build
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
 
-deps: $(JSON_SERVER) $(PROMTOOL) $(REDIS_SERVER)
+deps: $(JSON_SERVER) $(PROMTOOL) $(REDIS_SERVER) $(MCP_CLIENTS)
 
 $(REDIS_SERVER):
 	bash scripts/install-redis.sh
@@ -32,6 +41,13 @@ $(PROMTOOL):
 
 $(JSON_SERVER):
 	npm install --prefix .tools --no-audit --no-fund --loglevel=error json-server@$(JSON_SERVER_VERSION)
+
+$(MCP_CLIENTS): $(JSON_SERVER)
+	npm install --prefix .tools --no-audit --no-fund --loglevel=error \
+		@modelcontextprotocol/conformance@$(MCP_CONFORMANCE_VERSION) bun@$(BUN_VERSION) \
+		@modelcontextprotocol/inspector-cli@$(MCP_INSPECTOR_CLI_VERSION)
+	.tools/node_modules/.bin/bun --version
+	touch $@
 
 vet:
 	$(GO) vet ./...

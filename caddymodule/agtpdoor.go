@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"crypto/tls"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
@@ -212,16 +211,6 @@ func (s *AGTPServer) provision(ctx caddy.Context) error {
 		s.tlsConfig.NextProtos = []string{agtpALPN}
 	}
 	return nil
-}
-
-// loopbackHost reports whether a listen host is a loopback address or
-// "localhost" (an empty host, every interface, is not).
-func loopbackHost(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Start manages the TLS names and opens every listener. A listener that

@@ -82,6 +82,18 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    disallow <METHOD>...
 //	    redirect <from_method> <from_path|*> <to_method> <to_path|*>
 //	    passthrough_methods <METHOD>...
+//	    mcp [<path>] {
+//	        include_tools <glob>...
+//	        exclude_tools <glob>...
+//	        rename <tool> <name>
+//	        allowed_origins <origin>...
+//	        dns_rebinding_protection true|false
+//	        max_request_body <size>
+//	        max_json_depth <n>
+//	        timeout <duration>
+//	        page_size <n>
+//	        test_agent <agent name or id>
+//	    }
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -363,11 +375,118 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return s
 			}
 			h.Redirects = append(h.Redirects, RedirectConfig{FromMethod: args[0], FromPath: star(args[1]), ToMethod: args[2], ToPath: star(args[3])})
+		case "mcp":
+			m, err := parseMCP(d)
+			if err != nil {
+				return err
+			}
+			h.MCP = m
 		default:
 			return d.Errf("rcns: unknown subdirective %q", key)
 		}
 	}
 	return nil
+}
+
+// parseMCP reads the mcp block (the grammar in UnmarshalCaddyfile);
+// the dispenser is on the "mcp" token.
+func parseMCP(d *caddyfile.Dispenser) (*MCPConfig, error) {
+	m := &MCPConfig{}
+	args := d.RemainingArgs()
+	switch len(args) {
+	case 0:
+	case 1:
+		if args[0] == "" {
+			return nil, d.Errf("mcp: empty path; leave it out for the default %s", DefaultMCPPath)
+		}
+		m.Path = args[0]
+	default:
+		return nil, d.Errf("mcp: want at most one argument, the path")
+	}
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		key := d.Val()
+		switch key {
+		case "include_tools", "exclude_tools", "rename", "allowed_origins":
+		default:
+			if seen[key] {
+				return nil, d.Errf("mcp: %s is set twice; give it once", key)
+			}
+			seen[key] = true
+		}
+		switch key {
+		case "include_tools", "exclude_tools", "allowed_origins":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return nil, d.ArgErr()
+			}
+			if slices.Contains(args, "") {
+				return nil, d.Errf("mcp: %s: empty value", key)
+			}
+			list := map[string]*[]string{"include_tools": &m.IncludeTools, "exclude_tools": &m.ExcludeTools, "allowed_origins": &m.AllowedOrigins}[key]
+			*list = append(*list, args...)
+		case "rename":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return nil, d.Errf("mcp: rename: want <tool> <name>")
+			}
+			if m.Rename == nil {
+				m.Rename = map[string]string{}
+			}
+			if _, dup := m.Rename[args[0]]; dup {
+				return nil, d.Errf("mcp: rename %s is given twice", args[0])
+			}
+			m.Rename[args[0]] = args[1]
+		case "dns_rebinding_protection":
+			b, err := optBool(d)
+			if err != nil {
+				return nil, err
+			}
+			m.DNSRebindingProtection = &b
+		case "max_request_body":
+			v, err := oneArg(d)
+			if err != nil {
+				return nil, err
+			}
+			n, err := humanize.ParseBytes(v)
+			if err != nil || n == 0 || n > math.MaxInt64 {
+				return nil, d.Errf("mcp: max_request_body: %q is not a size (e.g. 1MiB)", v)
+			}
+			m.MaxRequestBody = int64(n)
+		case "max_json_depth", "page_size":
+			v, err := oneArg(d)
+			if err != nil {
+				return nil, err
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return nil, d.Errf("mcp: %s: %q is not a positive integer", key, v)
+			}
+			if key == "max_json_depth" {
+				m.MaxJSONDepth = n
+			} else {
+				m.PageSize = n
+			}
+		case "timeout":
+			dur, err := positiveDuration(d)
+			if err != nil {
+				return nil, err
+			}
+			m.Timeout = caddy.Duration(dur)
+		case "test_agent":
+			v, err := oneArg(d)
+			if err != nil {
+				return nil, err
+			}
+			if v == "" {
+				return nil, d.Errf("mcp: test_agent: empty value")
+			}
+			m.TestAgent = v
+		default:
+			return nil, d.Errf("mcp: unknown subdirective %q", key)
+		}
+	}
+	return m, nil
 }
 
 // errNotDuration and errDurationTooLarge are parseDuration's refusals.

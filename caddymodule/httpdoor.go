@@ -43,10 +43,15 @@ func (h *engine) isAGTP(r *http.Request) bool {
 
 // ServeHTTP is the HTTP binding's door (spec §2.3): an AGTP request
 // goes to the engine and its answer is written back; every other
-// request goes to next unchanged.
+// request goes to next unchanged. A request for the MCP path goes to
+// the MCP door, whatever it carries, and never to next.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	e := h.eng
 	e.activate()
+	if h.mcp != nil && r.URL.Path == h.mcp.cfg.Path {
+		h.mcp.ServeHTTP(w, r)
+		return nil
+	}
 	if !e.isAGTP(r) {
 		if r.RequestURI == "*" && r.Method == http.MethodOptions {
 			answerOptionsStar(w, r)

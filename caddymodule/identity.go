@@ -154,27 +154,38 @@ func assurance(mode string) string {
 // before the registry lookup (spec §3, §21 item 4). It returns a 401
 // wire error with a distinct reason, or nil.
 func (h *engine) verifyIdentity(x *exchange, req *request) *agtp.Error {
+	return h.verifyTransport(x.in, req.raw, x.agentID)
+}
+
+// verifyTransport proves agentID on the request in (read through
+// httpView: method, target, Host, header fields, TLS state) with body,
+// its body read to the end, in the configured verified mode: the one
+// verification every door shares (the HTTP binding per AGTP request,
+// the MCP door per HTTP request to its path). It returns a 401 wire
+// error with a distinct reason, or nil; in identity header mode it
+// checks nothing.
+func (h *engine) verifyTransport(in *agtp.Request, body []byte, agentID string) *agtp.Error {
 	switch h.Identity {
 	case IdentityMTLS:
-		if x.in.TLS == nil || len(x.in.TLS.PeerCertificates) == 0 {
+		if in.TLS == nil || len(in.TLS.PeerCertificates) == 0 {
 			return agtp.CertificateRequired.New("identity mtls: an AGTP request must present a client certificate")
 		}
-		sum := sha256.Sum256(x.in.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)
+		sum := sha256.Sum256(in.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)
 		owner, ok := h.idents.spki[hex.EncodeToString(sum[:])]
 		if !ok {
 			return agtp.CertificateUnknown.New("identity mtls: the client certificate's key is not bound to any agent")
 		}
-		if owner != x.agentID {
+		if owner != agentID {
 			return agtp.CertificateMismatch.New("identity mtls: the client certificate is bound to another Agent-ID")
 		}
 	case IdentitySignature:
-		res, err := httpsig.Verify(httpView(x.in), func(keyID string) (string, crypto.PublicKey, string, bool) {
+		_, err := httpsig.Verify(httpView(in), func(keyID string) (string, crypto.PublicKey, string, bool) {
 			k, ok := h.idents.keys[keyID]
 			return k.alg, k.pub, k.owner, ok
 		}, httpsig.VerifyOptions{
 			MaxAge: time.Duration(h.SignatureMaxAge), Skew: time.Duration(h.SignatureSkew),
 			Authorities: h.SignatureAuthorities,
-			Body:        req.raw, ExpectOwner: x.agentID, Replay: h.st.replay,
+			Body:        body, ExpectOwner: agentID, Replay: h.st.replay,
 		})
 		if err != nil {
 			var se *httpsig.Error
@@ -183,7 +194,7 @@ func (h *engine) verifyIdentity(x *exchange, req *request) *agtp.Error {
 			}
 			return agtp.SignatureInvalid.New("identity signature: " + err.Error())
 		}
-		_ = res // the key's owner was checked against Agent-ID (ExpectOwner)
+		// The key's owner was checked against Agent-ID (ExpectOwner).
 	}
 	return nil
 }

@@ -74,6 +74,10 @@ func (h *engine) buildManifest() error {
 	if h.Enabled {
 		features = append(features, "synthesis")
 	}
+	hosted := []any{}
+	if h.MCP != nil {
+		hosted = append(hosted, mcpManifestEntry(h.MCP))
+	}
 	disallow := h.Disallow
 	if disallow == nil {
 		disallow = []string{}
@@ -93,7 +97,7 @@ func (h *engine) buildManifest() error {
 		"hosted_agents":           []any{},
 		"agent_disclosure_notice": nil,
 		"apis":                    apis,
-		"hosted_protocols":        []any{},
+		"hosted_protocols":        hosted,
 		"policies": map[string]any{
 			"wildcards_accepted":            false,
 			"anonymous_discovery":           h.anonymousDiscovery(),

@@ -27,10 +27,13 @@ const (
 
 // Handler is the rcns HTTP handler (module http.handlers.rcns): the
 // HTTP binding's door (spec §2.3). It serves AGTP requests through its
-// engine and passes every other request to the next handler unchanged.
+// engine and passes every other request to the next handler unchanged;
+// requests for the MCP path, when configured, go to the MCP door.
 type Handler struct {
 	Config
 	eng *engine
+	// mcp is the MCP door at Config.MCP.Path (nil when off).
+	mcp *mcpDoor
 }
 
 // CaddyModule returns the Caddy module information.

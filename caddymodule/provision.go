@@ -38,6 +38,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	e.register()
+	if h.MCP != nil {
+		d, err := newMCPDoor(e, h.MCP)
+		if err != nil {
+			return err
+		}
+		h.mcp = d
+	}
 	return nil
 }
 

@@ -3,8 +3,9 @@
 #
 # Starts the legacy hotel API (json-server 0.17.4 on a fresh copy of
 # examples/hotel/db.json) and Caddy with the rcns handler
-# (Caddyfile.example), prints the demo agents' ids and ready-to-paste curl
-# commands, then waits until interrupted (Ctrl-C) and stops both.
+# (Caddyfile.example), prints the demo agents' ids, ready-to-paste curl
+# commands and an MCP client configuration for the MCP door at /mcp, then
+# waits until interrupted (Ctrl-C) and stops both.
 #
 # Environment (all optional):
 #   RCNS_DEMO_PORT     gateway port            (default 8080)
@@ -140,6 +141,17 @@ curl -i -X BOOK -H 'Agent-ID: $A1' -H 'Allow-RCNS: true' -H 'Authority-Scope: rc
    (262 scope-required); claiming it anyway is 262 scope-claim-invalid:
 curl -i -X BOOK -H 'Agent-ID: $A2' -H 'Allow-RCNS: true' -H 'Authority-Scope: hotel:read, hotel:book' -H 'Content-Type: application/json' -d '{"parameters":{"guest_id":"g-1","property_id":"p-1","check_in":"2026-12-01","nights":2}}' $GW/room
    Plain HTTP still works: curl -i $GW/reservations
+
+4. MCP: the same endpoints and recipe are MCP tools at $GW/mcp (Streamable
+   HTTP). Add the gateway to an MCP client's config (Claude, an IDE, the
+   MCP Inspector) with the agent's identity as HTTP headers:
+
+{"mcpServers": {"caddy-rcns-hotel": {"type": "http", "url": "$GW/mcp",
+  "headers": {"Agent-ID": "$A1", "Authority-Scope": "rcns:negotiate, hotel:read, hotel:book"}}}}
+
+   and call a tool (fetch_guest, fetch_property, reserve_reservations,
+   book_room, discover_contracts, discover_patterns):
+curl -s $GW/mcp -H 'Agent-ID: $A1' -H 'Authority-Scope: hotel:read' -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_guest","arguments":{"guest_id":"g-1"}}}'
 
 Press Ctrl-C to stop (stops by itself after $MAX_SECONDS s).
 MSG

@@ -188,3 +188,12 @@ var (
 	InvalidSchema          = def("invalid-schema", 400, NotRetryable)
 	InvalidDuration        = def("invalid-duration", 400, NotRetryable)
 )
+
+// The MCP door's refusals of an HTTP request before any MCP message is
+// read (MCP transport security), and of a tool call that outlived the
+// door's timeout (docs/configuration.md "MCP door").
+var (
+	HostRefused   = def("host-refused", 403, NotRetryable)
+	OriginRefused = def("origin-refused", 403, NotRetryable)
+	CallTimeout   = def("call-timeout", 504, RetryDepends)
+)
