@@ -702,6 +702,14 @@ func startGatewayFile(t testing.TB, path, siteAddr string, env []string) *Gatewa
 		t.Fatalf("read %s: %v", path, err)
 	}
 	g := &Gateway{Addr: siteAddr, URL: "http://" + siteAddr, Caddyfile: string(text), ConfigPath: path}
+	// A file that opens the native door (Caddyfile.example: agtp on
+	// RCNS_AGTP_PORT) gets a free port for it, which Do uses when the
+	// suite runs over the native door; env may still set its own.
+	agtpPort := freePort(t)
+	if suiteDoor == "agtp" && strings.Contains(string(text), "{$RCNS_AGTP_PORT") {
+		g.AGTPAddr = fmt.Sprintf("127.0.0.1:%d", agtpPort)
+	}
+	env = append([]string{fmt.Sprintf("RCNS_AGTP_PORT=%d", agtpPort)}, env...)
 	g.launch(t, t.TempDir(), env)
 	return g
 }

@@ -11,6 +11,10 @@
 #   RCNS_DEMO_PORT     gateway port            (default 8080)
 #   HOTEL_PORT         json-server port        (default 3000)
 #   RCNS_ADMIN_PORT    Caddy admin API port    (default 2019)
+#   RCNS_DEMO_AGTP_PORT native AGTP/1.0 port  (default 4480)
+#   RCNS_DEMO_IDENTITY signature (default: RFC 9421, keys made for the run)
+#                      or header (Agent-ID trusted as sent, for clients
+#                      that cannot sign, such as most MCP clients)
 #   DEMO_MAX_SECONDS   stop by itself after this many seconds (default 3600)
 #   KEEP_DEMO_WORK=1   keep the work folder (db copy and logs) on exit
 set -euo pipefail
@@ -21,6 +25,9 @@ cd "$ROOT"
 DEMO_PORT=${RCNS_DEMO_PORT:-8080}
 HOTEL_PORT=${HOTEL_PORT:-3000}
 ADMIN_PORT=${RCNS_ADMIN_PORT:-2019}
+AGTP_PORT=${RCNS_DEMO_AGTP_PORT:-4480}
+IDENTITY=${RCNS_DEMO_IDENTITY:-signature}
+case "$IDENTITY" in signature | header) ;; *) printf 'demo: RCNS_DEMO_IDENTITY must be signature or header, not %s\n' "$IDENTITY" >&2; exit 1 ;; esac
 MAX_SECONDS=${DEMO_MAX_SECONDS:-3600}
 JSON_SERVER_VERSION=0.17.4
 JSON_SERVER="$ROOT/.tools/node_modules/.bin/json-server"
@@ -31,9 +38,9 @@ die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 say "==> caddy-rcns demo: json-server (installed into .tools/ when missing), then bin/caddy is built (about 2 minutes the first time), then both start"
-for p in "$DEMO_PORT" "$HOTEL_PORT" "$ADMIN_PORT"; do
+for p in "$DEMO_PORT" "$HOTEL_PORT" "$ADMIN_PORT" "$AGTP_PORT"; do
 	if port_in_use "$p"; then
-		die "port 127.0.0.1:$p is already in use (set RCNS_DEMO_PORT, HOTEL_PORT or RCNS_ADMIN_PORT)"
+		die "port 127.0.0.1:$p is already in use (set RCNS_DEMO_PORT, HOTEL_PORT, RCNS_ADMIN_PORT or RCNS_DEMO_AGTP_PORT)"
 	fi
 done
 
@@ -47,10 +54,30 @@ fi
 # 2. Caddy with the rcns module.
 say "==> building bin/caddy (the first build on a machine downloads Caddy's modules and compiles for about 2 minutes on 2 cores; later ones take seconds)"
 go build -o bin/caddy ./cmd/caddy
+say "==> building bin/rcns-agent (the agent CLI that signs requests)"
+go build -o bin/rcns-agent ./cmd/rcns-agent
 
 # 3. A fresh copy of the hotel database (json-server writes to it).
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/rcns-demo.XXXXXX")
 cp examples/hotel/db.json "$WORK/db.json"
+
+# 3b. Every demo agent gets an Ed25519 key made for this run (never
+# committed): the key stays in $WORK/keys, its public JWK goes into a copy
+# of the agent's document in $WORK/agents, which identity signature loads.
+say "==> making a signing key for each demo agent ($WORK/keys)"
+mkdir -p "$WORK/keys" "$WORK/agents"
+chmod 700 "$WORK/keys"
+for doc in examples/hotel/agents/*.yaml; do
+	name=$(basename "$doc" .yaml)
+	jwk=$(bin/rcns-agent keygen -alg ed25519 -out "$WORK/keys/$name.pem" | sed -n 's/^jwk //p')
+	[ -n "$jwk" ] || die "rcns-agent keygen printed no jwk for $name"
+	{ cat "$doc"; printf 'keys:\n  - %s\n' "$jwk"; } >"$WORK/agents/$name.yaml"
+done
+K="$WORK/keys"
+AGENTS_DIR="examples/hotel/agents"
+if [ "$IDENTITY" = signature ]; then
+	AGENTS_DIR="$WORK/agents"
+fi
 
 PIDS=()
 cleanup() {
@@ -94,11 +121,12 @@ say "==> starting json-server on 127.0.0.1:$HOTEL_PORT"
 PIDS+=($!)
 wait_for "http://127.0.0.1:$HOTEL_PORT/db" json-server "${PIDS[-1]}" "$WORK/json-server.log"
 
-say "==> starting caddy on 127.0.0.1:$DEMO_PORT (admin 127.0.0.1:$ADMIN_PORT)"
+say "==> starting caddy on 127.0.0.1:$DEMO_PORT, agtp://127.0.0.1:$AGTP_PORT (admin 127.0.0.1:$ADMIN_PORT; identity $IDENTITY)"
 # Caddy autosaves the loaded config under XDG_CONFIG_HOME: the demo's goes
 # to its work folder, not over the user's own autosave.json (records stay
 # in Caddy's data directory, XDG_DATA_HOME, as the README says).
-RCNS_ADMIN="127.0.0.1:$ADMIN_PORT" RCNS_PORT="$DEMO_PORT" HOTEL_ADDR="127.0.0.1:$HOTEL_PORT" XDG_CONFIG_HOME="$WORK/config" \
+RCNS_ADMIN="127.0.0.1:$ADMIN_PORT" RCNS_PORT="$DEMO_PORT" RCNS_AGTP_PORT="$AGTP_PORT" HOTEL_ADDR="127.0.0.1:$HOTEL_PORT" \
+	RCNS_IDENTITY="$IDENTITY" RCNS_AGENTS="$AGENTS_DIR" XDG_CONFIG_HOME="$WORK/config" \
 	bin/caddy run --config Caddyfile.example --adapter caddyfile >"$WORK/caddy.log" 2>&1 &
 PIDS+=($!)
 wait_for "http://127.0.0.1:$DEMO_PORT/guests/g-1" caddy "${PIDS[-1]}" "$WORK/caddy.log"
@@ -109,11 +137,15 @@ A2=$(agent_id rcns-demo-noscope)
 A3=$(agent_id rcns-demo-tier3)
 OP=$(agent_id rcns-demo-operator)
 GW="http://127.0.0.1:$DEMO_PORT"
+NATIVE="agtp://127.0.0.1:$AGTP_PORT"
+BOOK='{"parameters":{"guest_id":"g-1","property_id":"p-1","check_in":"2026-12-01","nights":2}}'
 
 cat <<MSG
 
-caddy-rcns hotel demo is running.
-  gateway      $GW   (plain HTTP passes through to the hotel API)
+caddy-rcns hotel demo is running (identity $IDENTITY).
+  HTTP door    $GW   (plain HTTP passes through to the hotel API)
+  native door  $NATIVE   (AGTP/1.0 in plain text, loopback)
+  MCP door     $GW/mcp
   hotel API    http://127.0.0.1:$HOTEL_PORT   (json-server, db copy in $WORK)
   logs         $WORK/caddy.log, $WORK/json-server.log
 
@@ -122,29 +154,55 @@ Agents (agent_id = sha256 of the name):
   rcns-demo-noscope   $A2   tier 1: hotel:read hotel:book
   rcns-demo-tier3     $A3   tier 3: rcns:negotiate hotel:read hotel:book
   rcns-demo-operator  $OP   tier 1: inspect:all rcns:negotiate hotel:read hotel:book
+MSG
+if [ "$IDENTITY" = signature ]; then
+	cat <<MSG
+Every agent request is signed (RFC 9421) by bin/rcns-agent with the agent's
+key in $K; an unsigned one gets 401 signature-missing.
 
-1. Discover: the manifest (endpoints, policies) is served without Agent-ID;
-   with Agent-ID, DISCOVER / lists the built-ins (/methods, /patterns, /contracts, ...):
+1. Discover: the manifest is served without Agent-ID, on either door:
 curl -i -X DISCOVER $GW/
 
-2. Fetch a guest (Tier B endpoint -> GET /guests/g-1 on the hotel API):
-curl -i -X FETCH -H 'Agent-ID: $A1' -H 'Authority-Scope: hotel:read' $GW/guests/g-1
+2. Fetch a guest (Tier B: FETCH /guests/g-1 -> GET /guests/g-1), over the
+   HTTP door, then over the native AGTP/1.0 door (its status line carries the
+   AGTP reason phrase):
+bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope hotel:read FETCH $GW/guests/g-1
+bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope hotel:read FETCH $NATIVE/guests/g-1
 
 3. Book a room: no endpoint serves BOOK /room, so the RCNS gate synthesizes a
-   contract from the book-room recipe and runs it (optimistic mode: 263):
-curl -i -X BOOK -H 'Agent-ID: $A1' -H 'Allow-RCNS: true' -H 'Authority-Scope: rcns:negotiate, hotel:read, hotel:book' -H 'Content-Type: application/json' -d '{"parameters":{"guest_id":"g-1","property_id":"p-1","check_in":"2026-12-01","nights":2}}' $GW/room
+   contract from the book-room recipe and runs it (optimistic mode: 263
+   Proposal Approved); each run books again, so retry with an Idempotency-Key:
+bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope 'rcns:negotiate, hotel:read, hotel:book' -allow-rcns BOOK $NATIVE/room '$BOOK'
+bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope 'hotel:read, hotel:book' -idempotency-key \$(openssl rand -hex 16) BOOK $GW/room '$BOOK'
 
-   Repeat it with -H 'Contract-Synthesized: <synthesis_id from the 263>' (or
-   with neither Allow-RCNS nor Contract-Synthesized: Tier C by pair); try the
-   same with rcns-demo-tier3 (464 trust-tier-insufficient). rcns-demo-noscope
-   lacks rcns:negotiate: without it in Authority-Scope, lock 3 refuses
-   (262 scope-required); claiming it anyway is 262 scope-claim-invalid:
-curl -i -X BOOK -H 'Agent-ID: $A2' -H 'Allow-RCNS: true' -H 'Authority-Scope: hotel:read, hotel:book' -H 'Content-Type: application/json' -d '{"parameters":{"guest_id":"g-1","property_id":"p-1","check_in":"2026-12-01","nights":2}}' $GW/room
+   The second call is served by the contract the first made (Tier C by pair,
+   on either door: one engine, one state). rcns-demo-tier3 gets 464
+   trust-tier-insufficient; rcns-demo-noscope, without rcns:negotiate, 262:
+bin/rcns-agent call -key $K/rcns-demo-noscope.pem -agent-id $A2 -scope 'hotel:read, hotel:book' -allow-rcns BOOK $GW/room '$BOOK'
    Plain HTTP still works: curl -i $GW/reservations
 
 4. MCP: the same endpoints and recipe are MCP tools at $GW/mcp (Streamable
-   HTTP). Add the gateway to an MCP client's config (Claude, an IDE, the
-   MCP Inspector) with the agent's identity as HTTP headers:
+   HTTP). A signed tool call:
+bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope hotel:read -H 'Accept: application/json, text/event-stream' POST $GW/mcp '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_guest","arguments":{"guest_id":"g-1"}}}'
+
+   Most MCP clients cannot sign requests: to add the gateway to one (Claude,
+   an IDE, the MCP Inspector), run the demo with RCNS_DEMO_IDENTITY=header
+   (Agent-ID trusted as sent, on loopback only); it then prints the client
+   config.
+MSG
+else
+	cat <<MSG
+identity header: Agent-ID is trusted as sent (loopback only).
+
+1. Discover: curl -i -X DISCOVER $GW/
+2. Fetch a guest over the HTTP door, then the native door:
+curl -i -X FETCH -H 'Agent-ID: $A1' -H 'Authority-Scope: hotel:read' $GW/guests/g-1
+bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope hotel:read FETCH $NATIVE/guests/g-1
+3. Book a room (RCNS synthesis, 263):
+curl -i -X BOOK -H 'Agent-ID: $A1' -H 'Allow-RCNS: true' -H 'Authority-Scope: rcns:negotiate, hotel:read, hotel:book' -H 'Content-Type: application/json' -d '$BOOK' $GW/room
+
+4. MCP: add the gateway to an MCP client's config (Claude, an IDE, the MCP
+   Inspector) with the agent's identity as HTTP headers:
 
 {"mcpServers": {"caddy-rcns-hotel": {"type": "http", "url": "$GW/mcp",
   "headers": {"Agent-ID": "$A1", "Authority-Scope": "rcns:negotiate, hotel:read, hotel:book"}}}}
@@ -152,9 +210,10 @@ curl -i -X BOOK -H 'Agent-ID: $A2' -H 'Allow-RCNS: true' -H 'Authority-Scope: ho
    and call a tool (fetch_guest, fetch_property, reserve_reservations,
    book_room, discover_contracts, discover_patterns):
 curl -s $GW/mcp -H 'Agent-ID: $A1' -H 'Authority-Scope: hotel:read' -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_guest","arguments":{"guest_id":"g-1"}}}'
-
-Press Ctrl-C to stop (stops by itself after $MAX_SECONDS s).
 MSG
+fi
+say ""
+say "Press Ctrl-C to stop (stops by itself after $MAX_SECONDS s)."
 
 # Wait until interrupted, a child dies, or MAX_SECONDS pass.
 end=$((SECONDS + MAX_SECONDS))
