@@ -56,6 +56,11 @@ func parseAGTPOption(d *caddyfile.Dispenser, existing any) (any, error) {
 				return nil, err
 			}
 			s.Handler = v
+		case "access_log":
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			s.AccessLog = true
 		case "tls":
 			if s.TLS == nil {
 				s.TLS = &AGTPTLS{}

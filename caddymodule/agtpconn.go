@@ -286,11 +286,25 @@ func (c *nativeConn) serve() {
 				last = true
 			}
 		}
+		if s.accessLog != nil {
+			logAccess(s.accessLog, conn, req, resp, start)
+		}
 		if err := c.write(bw, conn, resp, last); err != nil || last {
 			closeConn(last && err == nil)
 			return
 		}
 	}
+}
+
+// logAccess writes one AGTPServer.AccessLog line: no header but Host
+// and Agent-ID, which identify the request and carry no authority.
+func logAccess(l *zap.Logger, conn net.Conn, req *wire.Request, resp *agtp.Response, start time.Time) {
+	host, port, _ := net.SplitHostPort(conn.RemoteAddr().String())
+	l.Info("handled request",
+		zap.String("remote_ip", host), zap.String("remote_port", port), zap.String("proto", "AGTP/1.0"),
+		zap.String("method", req.Method), zap.String("uri", req.Target), zap.String("host", req.Header.Get("Host")),
+		zap.String("agent_id", req.Header.Get("Agent-ID")), zap.Int("status", resp.Status),
+		zap.Int("size", len(resp.Body)), zap.Float64("duration", time.Since(start).Seconds()))
 }
 
 // write sends one engine answer within the write timeout; last adds

@@ -81,7 +81,16 @@ type AGTPServer struct {
 	// requests (the last answer says Connection: close). Default 0: no
 	// bound, as on the HTTP door.
 	MaxRequestsPerConnection int `json:"max_requests_per_connection,omitempty"`
+	// AccessLog writes one "handled request" line per request at INFO
+	// to the logger agtp.log.access, as the HTTP door's `log` directive
+	// does to http.log.access: the remote address, the method and
+	// target, the Host, the Agent-ID, the status, the answer's body size
+	// in bytes and the duration in seconds. No other header is logged
+	// (Authority-Scope, Idempotency-Key and signatures stay out). Off by
+	// default, as in Caddy.
+	AccessLog bool `json:"access_log,omitempty"`
 
+	accessLog *zap.Logger
 	addrs     []caddy.NetworkAddress
 	tlsConfig *tls.Config
 	limits    wire.Limits
@@ -137,6 +146,9 @@ func (a *AGTPApp) Provision(ctx caddy.Context) error {
 func (s *AGTPServer) provision(ctx caddy.Context) error {
 	if s.Handler == "" {
 		s.Handler = "default"
+	}
+	if s.AccessLog {
+		s.accessLog = caddy.Log().Named("agtp.log.access")
 	}
 	if !validName(s.Handler) {
 		return fmt.Errorf("handler %q is not an rcns name (1-64 characters of A-Z a-z 0-9 . _ -)", s.Handler)

@@ -16,7 +16,9 @@ import (
 func TestCaddyfileExample(t *testing.T) {
 	js := startJSONServer(t, hotelDB)
 	site := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	exampleAGTPPort := freePort(t)
 	g := startGatewayFile(t, filepath.Join(repoRoot, "Caddyfile.example"), site, []string{
+		fmt.Sprintf("RCNS_AGTP_PORT=%d", exampleAGTPPort),
 		fmt.Sprintf("RCNS_ADMIN=127.0.0.1:%d", freePort(t)),
 		"RCNS_PORT=" + strings.TrimPrefix(site, "127.0.0.1:"),
 		"HOTEL_ADDR=" + js.Addr,
@@ -60,7 +62,7 @@ func TestCaddyfileExample(t *testing.T) {
 	// Access log: Agent-ID kept, sensitive headers dropped. GET with
 	// Agent-ID is refused early (459) so the headers need no meaning.
 	secret := "secret-value-must-not-be-logged"
-	r = g.Do(t, "GET", "/guests/g-1", hdr(agentA1, "hotel:read",
+	r = g.DoHTTP(t, "GET", "/guests/g-1", hdr(agentA1, "hotel:read",
 		"Idempotency-Key", secret, "Signature", "sig1=:"+secret+":",
 		"Signature-Input", `sig1=("@method");keyid="`+secret+`"`,
 		"Authorization", "Bearer "+secret, "X-Log-Probe", "probe-1"), nil)
@@ -91,9 +93,37 @@ func TestCaddyfileExample(t *testing.T) {
 	waitFor(t, 5*time.Second, 100*time.Millisecond, "the access log line of the unmapped-host request", func() bool {
 		return findAccessLog(g.Output(), "probe-2") != nil
 	})
+	// The example's native door logs too (access_log): Agent-ID kept,
+	// no other header.
+	native := *g
+	native.AGTPAddr = fmt.Sprintf("127.0.0.1:%d", exampleAGTPPort)
+	r = native.Do(t, "FETCH", "/guests/g-2", hdr(agentA1, "hotel:read", "Idempotency-Key", secret+"-native"), nil)
+	wantStatus(t, r, 200)
+	waitFor(t, 5*time.Second, 100*time.Millisecond, "the native door's access log line", func() bool {
+		logged = findNativeAccessLog(g.Output(), "/guests/g-2")
+		return logged != nil
+	})
+	if logged["agent_id"] != agentA1 || logged["method"] != "FETCH" || logged["status"] != float64(200) {
+		t.Errorf("native access log line = %v", logged)
+	}
 	if strings.Contains(g.Output(), secret) {
 		t.Errorf("the secret value appears in Caddy's output")
 	}
+}
+
+// findNativeAccessLog returns the agtp.log.access line of the request
+// for uri.
+func findNativeAccessLog(output, uri string) map[string]any {
+	for _, line := range strings.Split(output, "\n") {
+		if !strings.Contains(line, `"agtp.log.access"`) {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["uri"] == uri {
+			return m
+		}
+	}
+	return nil
 }
 
 // findAccessLog returns the JSON access-log line whose request carried

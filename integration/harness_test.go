@@ -704,8 +704,16 @@ func startGatewayFile(t testing.TB, path, siteAddr string, env []string) *Gatewa
 	g := &Gateway{Addr: siteAddr, URL: "http://" + siteAddr, Caddyfile: string(text), ConfigPath: path}
 	// A file that opens the native door (Caddyfile.example: agtp on
 	// RCNS_AGTP_PORT) gets a free port for it, which Do uses when the
-	// suite runs over the native door; env may still set its own.
-	agtpPort := freePort(t)
+	// suite runs over the native door, unless env sets its own.
+	agtpPort := 0
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "RCNS_AGTP_PORT="); ok {
+			agtpPort, _ = strconv.Atoi(v)
+		}
+	}
+	if agtpPort == 0 {
+		agtpPort = freePort(t)
+	}
 	if suiteDoor == "agtp" && strings.Contains(string(text), "{$RCNS_AGTP_PORT") {
 		g.AGTPAddr = fmt.Sprintf("127.0.0.1:%d", agtpPort)
 	}
@@ -814,6 +822,18 @@ type Resp struct {
 // Content-Type in hdr gets application/json.
 func (g *Gateway) Do(t testing.TB, method, path string, hdr map[string]string, body any) *Resp {
 	t.Helper()
+	return g.do(t, method, path, hdr, body, g.AGTPAddr != "")
+}
+
+// DoHTTP is Do over the HTTP door whatever the suite's door: for what
+// only HTTP carries (the MCP transport, HTTP's access log).
+func (g *Gateway) DoHTTP(t testing.TB, method, path string, hdr map[string]string, body any) *Resp {
+	t.Helper()
+	return g.do(t, method, path, hdr, body, false)
+}
+
+func (g *Gateway) do(t testing.TB, method, path string, hdr map[string]string, body any, native bool) *Resp {
+	t.Helper()
 	var raw []byte
 	switch b := body.(type) {
 	case nil:
@@ -827,7 +847,7 @@ func (g *Gateway) Do(t testing.TB, method, path string, hdr map[string]string, b
 			t.Fatalf("encode body: %v", err)
 		}
 	}
-	if g.AGTPAddr != "" && agtpRequest(method, hdr) {
+	if native && agtpRequest(method, hdr) {
 		return g.doNative(t, method, path, hdr, raw)
 	}
 	var rd io.Reader

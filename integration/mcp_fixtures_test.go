@@ -284,7 +284,7 @@ func mcpRaw(t testing.TB, g *Gateway, path, body string, hdr map[string]string) 
 	for k, v := range hdr {
 		h[k] = v
 	}
-	return g.Do(t, "POST", path, h, []byte(body))
+	return g.DoHTTP(t, "POST", path, h, []byte(body))
 }
 
 // bookArgs are the demo booking's tool arguments.

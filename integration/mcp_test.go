@@ -130,7 +130,7 @@ func TestMCPTierBCall(t *testing.T) {
 		hdr    map[string]string
 		status int
 	}{{"GET", hdr(agentA1, ""), 405}, {"POST", nil, 401}, {"FETCH", hdr(agentA1, "hotel:read"), 405}} {
-		r := w.GW.Do(t, req.method, "/mcp", req.hdr, nil)
+		r := w.GW.DoHTTP(t, req.method, "/mcp", req.hdr, nil)
 		if r.Status != req.status {
 			t.Errorf("%s /mcp = %d, want %d:\n%s", req.method, r.Status, req.status, r)
 		}

@@ -306,6 +306,7 @@ func TestNativeConfigRefused(t *testing.T) {
 		{"agtp 127.0.0.1:14480 {\n\t\tmax_connections -1\n\t}", "max_connections"},
 		{"agtp 127.0.0.1:14480 {\n\t\tbogus 1\n\t}", "unknown subdirective"},
 		{"agtp", "at least one listen address"},
+		{"agtp 127.0.0.1:14480 {\n\t\taccess_log on\n\t}", "wrong argument count"},
 	} {
 		text, _, _, _ := renderCaddyfileDoor(t, site, "http")
 		text = strings.Replace(text, "\tpersist_config off\n", "\tpersist_config off\n\t"+tc.option+"\n", 1)
