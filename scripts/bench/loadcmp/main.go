@@ -467,6 +467,9 @@ func (d *driver) sanity(ctx context.Context, scens []*scenario) error {
 		if resp.Status != s.Want {
 			return fmt.Errorf("%s: status %d, want %d: %s", s.Key, resp.Status, s.Want, resp.Body)
 		}
+		if s.WantBody != "" && !strings.Contains(string(resp.Body), s.WantBody) {
+			return fmt.Errorf("%s: the answer does not contain %s: %s", s.Key, s.WantBody, resp.Body)
+		}
 		want := siteNamed(s.Site).Alg
 		if s.NoRecord {
 			want = ""

@@ -37,6 +37,7 @@ var sites = []*site{
 	{Name: "ed25519", Door: httpDoor{}, Alg: "EdDSA", Label: "rcns, Ed25519 record key, fsync off"},
 	{Name: "group", Door: httpDoor{}, Alg: "none", Label: "rcns, no record key, fsync group (the default)"},
 	{Name: "agtp", Door: agtpDoor{}, Alg: "none", Label: "the native AGTP/1.0 door (plain text) of the nokey gateway: same engine, same state"},
+	{Name: "mcp", Door: httpDoor{}, Alg: "none", Label: "a gateway configured as nokey with the MCP door on (`mcp /mcp`: stateless, JSON responses)"},
 }
 
 // envName is the environment variable that carries a site's port.
@@ -85,6 +86,9 @@ type scenario struct {
 	// NoRecord: a request that is not AGTP, answered without an
 	// Attribution-Record even on a gateway site.
 	NoRecord bool
+	// WantBody, when set, must appear in the body of the sanity
+	// check's answer (an MCP tool error is an HTTP 200 too).
+	WantBody string
 	Phase    phase
 }
 
@@ -115,6 +119,7 @@ var letters = map[string]string{
 	"e1": "`LOOKUP /slow-one/e-…` presenting a contract whose one step waits 20 ms upstream (200)",
 	"e3": "`COMPARE /slow-three/e-…` presenting a contract of three independent 20 ms steps, run in parallel (200)",
 	"f":  "`LOOKUP /nothing` with `Allow-RCNS: true`: every lock open, no recipe matches → 464, recorded",
+	"cm": "the Tier B endpoint of (c) as the MCP tool `fetch_item`: `POST /mcp` with a JSON-RPC `tools/call` (200, `outcome` `succeeded`)",
 	"g":  "`LOOKUP /item/g-…` with `Allow-RCNS: true`, a fresh path per request: optimistic synthesis with contract creation, one upstream step (263)",
 }
 
@@ -127,6 +132,15 @@ func b2(site string) *scenario {
 func c(site string) *scenario {
 	return &scenario{Key: "c/" + site, Letter: "c", Site: site, Method: "FETCH", Path: "/items/1",
 		Header: agentHeader(scopeRead), Want: 200, Phase: phaseLoad}
+}
+
+// cm is (c) as an MCP tools/call (issue 20: a Tier B tool call against
+// the same endpoint on the HTTP door, in the same run).
+func cm(site string) *scenario {
+	return &scenario{Key: "cm/" + site, Letter: "cm", Site: site, Method: "POST", Path: "/mcp",
+		Header: agentHeader(scopeRead, "Content-Type", "application/json", "Accept", "application/json, text/event-stream"),
+		Body:   `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`,
+		Want:   200, WantBody: `"outcome":"succeeded"`, Phase: phaseLoad}
 }
 
 func d(site string) *scenario {
@@ -164,6 +178,7 @@ func scenarios() []*scenario {
 		c("ed25519"), d("ed25519"), f("ed25519"), g("ed25519"),
 		f("group"), g("group"),
 		c("agtp"), d("agtp"),
+		cm("mcp"),
 		e1("nokey"), e3("nokey"),
 		e1("ed25519"), e3("ed25519"),
 	}
