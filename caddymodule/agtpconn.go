@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -277,7 +278,7 @@ func (c *nativeConn) serve() {
 		} else {
 			resp = e.serve(in)
 		}
-		last := resp.Close || (s.MaxRequestsPerConnection > 0 && n >= s.MaxRequestsPerConnection)
+		last := resp.Close || (s.MaxRequestsPerConnection > 0 && n >= s.MaxRequestsPerConnection) || clientCloses(req.Header)
 		if !resp.Close && req.BodyRemaining() > 0 {
 			// The engine answered without reading the whole body (it
 			// reads every body it accepts): drain it for the next
@@ -294,6 +295,21 @@ func (c *nativeConn) serve() {
 			return
 		}
 	}
+}
+
+// clientCloses reports whether the request asks for the connection to
+// end after its answer (Connection: close, RFC 9110 §7.6.1): the answer
+// then says Connection: close too and the connection is closed, so a
+// client reading to EOF is not left waiting for the idle timeout.
+func clientCloses(h http.Header) bool {
+	for _, v := range h.Values("Connection") {
+		for _, opt := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(opt), "close") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // logAccess writes one AGTPServer.AccessLog line: no header but Host

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -68,7 +69,8 @@ type AGTPServer struct {
 	// MaxHeaderBytes bounds the request line and header fields, in
 	// bytes (431 header-too-large above). Default 32 KiB: never
 	// stricter than the HTTP door, whose Caddy default of 16 KiB lets
-	// noticeably more through (net/http reads past its limit).
+	// noticeably more through (net/http reads past its limit). At
+	// least 1 KiB.
 	MaxHeaderBytes int `json:"max_header_bytes,omitempty"`
 	// MaxHeaderLines bounds the number of header fields (431
 	// too-many-headers above). Default 100.
@@ -123,7 +125,9 @@ const (
 	defaultAGTPWriteTimeout      = time.Minute
 	defaultAGTPIdleTimeout       = 60 * time.Second
 	defaultAGTPMaxHeaderBytes    = 32 << 10
-	defaultAGTPMaxConnections    = 10000
+	// minAGTPMaxHeaderBytes is the least max_header_bytes accepted.
+	minAGTPMaxHeaderBytes     = 1 << 10
+	defaultAGTPMaxConnections = 10000
 )
 
 // CaddyModule returns the Caddy module information.
@@ -135,9 +139,30 @@ func (AGTPApp) CaddyModule() caddy.ModuleInfo {
 // opens nothing: Start listens.
 func (a *AGTPApp) Provision(ctx caddy.Context) error {
 	a.ctx, a.logger = ctx, ctx.Logger()
+	seen := map[string]int{}
 	for i, s := range a.Servers {
 		if err := s.provision(ctx); err != nil {
 			return fmt.Errorf("agtp: servers[%d]: %v", i, err)
+		}
+		for _, addr := range s.addrs {
+			k := addr.String()
+			if j, dup := seen[k]; dup {
+				return fmt.Errorf("agtp: servers[%d]: %s is listened on twice (servers[%d] too): give an address once", i, k, j)
+			}
+			seen[k] = i
+		}
+	}
+	// The http app provisions every rcns handler, which registers its
+	// engine by name: provisioned first, a handler name no rcns block
+	// sets is a typo, refused here (and by caddy validate) rather than
+	// answered 503 on every request.
+	if _, err := ctx.AppIfConfigured("http"); err != nil && !errors.Is(err, caddy.ErrNotConfigured) {
+		return err
+	}
+	for i, s := range a.Servers {
+		if lookupEngine(s.Handler) == nil {
+			return fmt.Errorf("agtp: servers[%d] (%s): handler %q: no rcns handler of this name is configured (the rcns block's `name`, \"default\" when it sets none)",
+				i, strings.Join(s.Listen, " "), s.Handler)
 		}
 	}
 	return nil
@@ -189,6 +214,9 @@ func (s *AGTPServer) provision(ctx caddy.Context) error {
 	}
 	if s.MaxHeaderBytes == 0 {
 		s.MaxHeaderBytes = defaultAGTPMaxHeaderBytes
+	}
+	if s.MaxHeaderBytes < minAGTPMaxHeaderBytes {
+		return fmt.Errorf("max_header_bytes %d is below %d: no request line and Agent-ID would fit", s.MaxHeaderBytes, minAGTPMaxHeaderBytes)
 	}
 	if s.MaxConnections == 0 {
 		s.MaxConnections = defaultAGTPMaxConnections

@@ -186,6 +186,15 @@ func TestNativePersistentConnection(t *testing.T) {
 	if len(seen) != 100 {
 		t.Errorf("%d distinct Response-IDs over 100 answers", len(seen))
 	}
+	// A client's Connection: close ends the connection after its answer
+	// (the idle timeout is far away), the answer saying so too; a
+	// request after it on the same connection is not read.
+	answers, closed := nativeExchange(t, g.AGTPAddr,
+		nativeReq("FETCH", "/guests/g-1", map[string]string{"Agent-ID": agentA1, "Authority-Scope": "hotel:read", "Connection": "keep-alive, close"}, "")+
+			nativeReq("FETCH", "/guests/g-2", map[string]string{"Agent-ID": agentA1, "Authority-Scope": "hotel:read"}, ""), 5*time.Second)
+	if !closed || len(answers) != 1 || answers[0].Status != 200 || answers[0].Header.Get("Connection") != "close" {
+		t.Fatalf("Connection: close: closed %v, answers %v", closed, answers)
+	}
 	for i := 0; i < 3; i++ {
 		answers, _ := nativeExchange(t, g.AGTPAddr, nativeReq("FETCH", "/guests/g-1", map[string]string{"Agent-ID": agentA1, "Authority-Scope": "hotel:read"}, ""), 2*time.Second)
 		if len(answers) != 1 || answers[0].Status != 200 {
@@ -307,6 +316,9 @@ func TestNativeConfigRefused(t *testing.T) {
 		{"agtp 127.0.0.1:14480 {\n\t\tbogus 1\n\t}", "unknown subdirective"},
 		{"agtp", "at least one listen address"},
 		{"agtp 127.0.0.1:14480 {\n\t\taccess_log on\n\t}", "wrong argument count"},
+		{"agtp 127.0.0.1:14480 {\n\t\thandler nosuch\n\t}", `nosuch\": no rcns handler of this name`},
+		{"agtp 127.0.0.1:14480\n\tagtp 127.0.0.1:14480", "listened on twice"},
+		{"agtp 127.0.0.1:14480 {\n\t\tmax_header_size 10\n\t}", "max_header_bytes 10 is below 1024"},
 	} {
 		text, _, _, _ := renderCaddyfileDoor(t, site, "http")
 		text = strings.Replace(text, "\tpersist_config off\n", "\tpersist_config off\n\t"+tc.option+"\n", 1)
@@ -314,7 +326,9 @@ func TestNativeConfigRefused(t *testing.T) {
 		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command(caddyBin, "validate", "--config", path, "--adapter", "caddyfile").CombinedOutput()
+		cmd := exec.Command(caddyBin, "validate", "--config", path, "--adapter", "caddyfile")
+		cmd.Dir = repoRoot // the site's documents are relative to it
+		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), tc.want) {
 			t.Errorf("%q: caddy validate (err %v) does not refuse it with %q:\n%s", tc.option, err, tc.want, out)
 		}
