@@ -192,6 +192,12 @@ func (h *engine) dispatch(x *exchange) {
 		x.fail(agtp.AgentUnauthenticated.New("this request needs an Agent-ID header"))
 		return
 	}
+	if !x.agentIDValid {
+		// Malformed is 400 whatever the identity mode (spec §3): a
+		// signature cannot name an agent the ID cannot be.
+		x.fail(agtp.InvalidCanonicalID.New("Agent-ID is not a canonical Agent-ID (64 lowercase hexadecimal characters)."))
+		return
+	}
 	if v := x.in.Verified; v != nil {
 		// The door verified the transport (the MCP door, the HTTP
 		// request that carries a tool call); the request names that

@@ -193,6 +193,14 @@ func (d *mcpDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			map[string]any{"limit_depth": d.cfg.MaxJSONDepth}), body, true)
 		return
 	}
+	// Who the gateway took the caller to be, as on the other doors'
+	// answers to an identified agent (spec §4; cases/02).
+	hd := w.Header()
+	if rq.agent.OwnerID != "" {
+		hd.Set("Owner-ID", rq.agent.OwnerID)
+	}
+	hd.Set("Trust-Tier", strconv.Itoa(int(rq.agent.TrustTier)))
+	hd.Set("Verification-Path", verificationPath(d.e.Identity))
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	d.sdk.ServeHTTP(&mcpWriter{ResponseWriter: w, rq: rq}, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))

@@ -310,6 +310,13 @@ func TestIdentitySignature(t *testing.T) {
 		idvRefused(t, idvSend(t, nil, w), 401, "signature-invalid", hotel, before)
 	})
 
+	t.Run("malformed Agent-ID 400 invalid-canonical-id, signed or not", func(t *testing.T) {
+		before := hotel.Count()
+		for _, k := range []*idvKey{kA1, nil} {
+			idvRefused(t, idvSend(t, nil, idvBuild(t, g.URL, fetch("XYZ", k))), 400, "invalid-canonical-id", hotel, before)
+		}
+	})
+
 	t.Run("unknown key 401 key-unknown", func(t *testing.T) {
 		before := hotel.Count()
 		r := idvSend(t, nil, idvBuild(t, g.URL, fetch(agentA1, kStranger)))

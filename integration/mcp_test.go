@@ -115,6 +115,10 @@ func TestMCPTierBCall(t *testing.T) {
 		t.Fatalf("fetch_guest: %v; hotel calls %d → %d", res, before, w.Hotel.Count())
 	}
 	r.wantRecord(t)
+	// Who the caller was taken to be, as on the other doors (cases/02).
+	if r.header == nil || r.header.Get("Owner-ID") != "hotel-ops" || r.header.Get("Trust-Tier") != "1" || r.header.Get("Verification-Path") != "header" {
+		t.Errorf("MCP answer lacks the caller's Owner-ID, Trust-Tier, Verification-Path: %v", r.header)
+	}
 	if r.res.Meta[metaStatus] != float64(200) {
 		t.Errorf("_meta agtp-status = %v", r.res.Meta[metaStatus])
 	}
