@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 )
 
@@ -139,8 +140,17 @@ func TestRedisStoreDown(t *testing.T) {
 	if !g.h.eng.storeDown() {
 		t.Fatal("the store is not reported down")
 	}
-	if got := testutil.ToFloat64(g.h.eng.metrics.storeUp); got != 0 {
+	m := g.h.eng.metrics
+	if got := testutil.ToFloat64(m.storeUp); got != 0 {
 		t.Fatalf("caddy_rcns_store_up = %v while down", got)
+	}
+	for _, op := range []store.Op{store.OpClaim, store.OpResolvePair, store.OpPresent} {
+		if got := testutil.ToFloat64(m.storeErrors.WithLabelValues(string(op))); got < 1 {
+			t.Errorf("caddy_rcns_store_errors_total{op=%q} = %v, want at least 1", op, got)
+		}
+	}
+	if n := testutil.CollectAndCount(m.storeSeconds); n < 4 {
+		t.Errorf("round-trip latency series by op: %d, want at least 4", n)
 	}
 	srv.Restart()
 	// Redis restarted empty: the contract is gone (404), and the gate
@@ -245,6 +255,9 @@ func TestStoreCaddyfileErrors(t *testing.T) {
 		{"store twice", "store memory\n\t\tstore memory", "store is set twice"},
 		{"store_required value", "store_required maybe", `store_required: "maybe" is not on or off`},
 		{"bad node_id", "node_id a/b", `node_id: "a/b" must be`},
+		{"bad audit_read_acl", "audit_read_acl everyone", `audit_read_acl: "everyone" is not agent_only, operator_only or public`},
+		{"bad record_retention", "record_retention 0s", `record_retention: "0s" must be a positive duration`},
+		{"bad max_retained_records", "max_retained_records 0", `max_retained_records: "0" is not a positive integer`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := ":8080 {\n\trcns {\n\t\t" + tc.body + "\n\t}\n}\n"

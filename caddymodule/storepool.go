@@ -119,7 +119,7 @@ func redisKey(cfg redisstore.Config) string {
 // storeLimitsOf is the store.Limits of this configuration.
 func (h *engine) storeLimitsOf() store.Limits {
 	return store.Limits{Idempotency: h.idempotencyLimits(), Contracts: h.storeLimits(), Attempts: h.AttemptBuffer,
-		ReplayEntries: h.ReplayCacheSize}
+		ReplayEntries: h.ReplayCacheSize, RecordRetention: time.Duration(h.RecordRetention), MaxRecords: h.MaxRetainedRecords}
 }
 
 // provisionStore attaches the configuration's store: the name's memory

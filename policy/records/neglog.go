@@ -771,6 +771,10 @@ type VerifyStats struct {
 	Files   int   // log files read
 	Chains  int   // agents (hash chains) seen
 	Records int64 // records checked
+	// Nodes are the node_id values the records name, sorted: the
+	// gateway node that wrote them (one, unless the node was renamed);
+	// records without node_id (written before it existed) add none.
+	Nodes []string
 }
 
 // VerifyDirStats is [VerifyDir] that also says how much it checked (the
@@ -781,16 +785,22 @@ type VerifyStats struct {
 // Only what is stored can be checked: a chain whose last records were
 // removed (or a newest log file deleted whole) still verifies, since
 // nothing records how long each chain was.
-func VerifyDirStats(dir string) (VerifyStats, error) {
-	var st VerifyStats
+func VerifyDirStats(dir string) (st VerifyStats, err error) {
 	files, err := listLogFiles(dir)
 	if err != nil {
 		return st, err
 	}
 	heads := map[string]logHead{}
+	nodes := map[string]bool{}
+	defer func() {
+		for n := range nodes {
+			st.Nodes = append(st.Nodes, n)
+		}
+		slices.Sort(st.Nodes)
+	}()
 	for _, lf := range files {
 		st.Files++
-		err := verifyFile(filepath.Join(dir, lf.name), heads)
+		err := verifyFile(filepath.Join(dir, lf.name), heads, nodes)
 		st.Chains = len(heads)
 		st.Records = 0
 		for _, h := range heads {
@@ -803,8 +813,11 @@ func VerifyDirStats(dir string) (VerifyStats, error) {
 	return st, nil
 }
 
-// verifyFile checks one file against and advances heads.
-func verifyFile(path string, heads map[string]logHead) error {
+// verifyFile checks one file against and advances heads, adding the
+// node ids its records name to nodes. A directory is one node's (its
+// records_dir), so each agent's chain is checked across node ids: a
+// node renamed keeps writing the same chain.
+func verifyFile(path string, heads map[string]logHead, nodes map[string]bool) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("records: open negotiation log: %w", err)
@@ -839,12 +852,16 @@ func verifyFile(path string, heads map[string]logHead) error {
 				Reason: fmt.Sprintf("prev %s, want %s (hash of the agent's previous record)", rec.prev, want.hash)}
 		}
 		heads[rec.agentID] = logHead{hash: rec.hash, seq: rec.seq}
+		if rec.nodeID != "" {
+			nodes[rec.nodeID] = true
+		}
 	}
 }
 
 // parsedRecord is what the chain check needs of one line.
 type parsedRecord struct {
 	agentID string
+	nodeID  string
 	seq     int64
 	prev    string
 	hash    string
@@ -867,6 +884,7 @@ func parseRecord(line []byte) (parsedRecord, error) {
 		return p, errors.New("not a JSON object")
 	}
 	p.agentID, _ = m["agent_id"].(string)
+	p.nodeID, _ = m["node_id"].(string)
 	if !bytes.Equal(canon, line) {
 		return p, errors.New("line is not in JCS (RFC 8785) form")
 	}
