@@ -1,8 +1,12 @@
 package caddymodule
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
+	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
 )
 
 // countingUpstream serves GET /items/{id} as benchUpstream does and
@@ -218,8 +223,16 @@ func TestRedisPoolSharedAcrossReload(t *testing.T) {
 	if err := first.h.Cleanup(); err != nil { // the old configuration goes away
 		t.Fatal(err)
 	}
+	presents := func(g *testGateway) uint64 {
+		return histogramCount(t, g.h.eng.metrics.storeSeconds.WithLabelValues(string(store.OpPresent)))
+	}
+	oldCount, newCount := presents(first), presents(second)
 	if a := second.do(t, "LOOKUP", "/item/p1", itemInput, "Contract-Synthesized", syn.str("synthesis_id")); a.status != 200 {
 		t.Fatalf("the new configuration after the old one's cleanup: %s", a)
+	}
+	if presents(first) != oldCount || presents(second) != newCount+1 {
+		t.Fatalf("store round trips observed: old configuration %d→%d, new %d→%d; want the new one's only",
+			oldCount, presents(first), newCount, presents(second))
 	}
 	other := redisGateway(t, up, srv.Addr(), func(h *Handler) { h.Redis.KeyPrefix = "other:" })
 	if other.h.eng.redis == second.h.eng.redis {
@@ -314,5 +327,69 @@ func TestRedisPlaceholders(t *testing.T) {
 	t.Setenv("RCNS_TEST_REDIS_PASSWORD", "other")
 	if redisKey(cfg) == redisKey(r.clientConfig(caddy.NewReplacer(), time.Minute)) {
 		t.Fatal("a changed password keeps the pool key")
+	}
+}
+
+// signedAgent writes an agent document with an Ed25519 key into a new
+// directory and returns the directory, the agent's id and its signer.
+func signedAgent(t *testing.T) (dir, id string, s *httpsig.Signer) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwk, err := httpsig.JWKFromPublic(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid, err := httpsig.Thumbprint(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = strings.Repeat("5a", 32)
+	doc, _ := json.Marshal(map[string]any{"agent_id": id, "name": "signer", "owner_id": "ops", "trust_tier": 1, "status": "active",
+		"scopes": []string{"bench:read"}, "keys": []any{jwk}})
+	dir = t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "signer.json"), doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, id, &httpsig.Signer{KeyID: kid, Key: priv}
+}
+
+// signedFetch is FETCH /items/1 as agent, signed by s.
+func signedFetch(t *testing.T, agent string, s *httpsig.Signer) http.Header {
+	t.Helper()
+	r, _ := http.NewRequest("FETCH", "http://127.0.0.1/items/1", nil)
+	r.Header.Set("Agent-ID", agent)
+	r.Header.Set("Authority-Scope", "bench:read")
+	now := time.Now()
+	if err := s.Sign(r, httpsig.SignOptions{Created: now, Expires: now.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	return r.Header
+}
+
+// TestRedisReplayCache: under identity signature the replay cache is
+// the store's: a signature accepted on one node is refused on the
+// other, and a signed request while the store is down is 503.
+func TestRedisReplayCache(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, hits := countingUpstream(t)
+	dir, agent, signer := signedAgent(t)
+	node := func(name string) *testGateway {
+		return redisGateway(t, up, srv.Addr(), func(h *Handler) {
+			h.Name, h.NodeID, h.Identity, h.Agents = name, name, IdentitySignature, []string{dir}
+		})
+	}
+	a, b := node("node-a"), node("node-b")
+	hdr := signedFetch(t, agent, signer)
+	if got := a.serveHeader(t, "FETCH", "/items/1", hdr.Clone(), nil, 0); got.status != 200 {
+		t.Fatalf("signed request: %s", got)
+	}
+	wantError(t, b.serveHeader(t, "FETCH", "/items/1", hdr.Clone(), nil, 0), 401, "signature-replayed", "already used")
+	srv.Stop()
+	wantStoreUnavailable(t, a.serveHeader(t, "FETCH", "/items/1", signedFetch(t, agent, signer), nil, 0))
+	if hits.Load() != 1 {
+		t.Fatalf("%d upstream calls, want 1", hits.Load())
 	}
 }
