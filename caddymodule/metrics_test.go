@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -39,6 +40,8 @@ func touchAllMetrics(m *metrics) {
 	m.setIdempotencyRecords(7)
 	m.setAttemptRingSize(11)
 	m.request("QUERY", 200, "http")
+	m.storeRoundTrip(store.OpClaim, time.Millisecond, nil)
+	m.setStoreUp(true)
 }
 
 // bookTrip is the recipe the metrics tests observe runs of (only its
@@ -74,6 +77,9 @@ var allMetricNames = []string{
 	"caddy_rcns_idempotency_records",
 	"caddy_rcns_attempt_records",
 	"caddy_rcns_requests_total",
+	"caddy_rcns_store_round_trip_duration_seconds",
+	"caddy_rcns_store_errors_total",
+	"caddy_rcns_store_up",
 }
 
 func TestMetricsRegistersEveryCollectorAndLints(t *testing.T) {
@@ -540,7 +546,7 @@ func TestMetricsNamesInDashboardAndAlerts(t *testing.T) {
 }
 
 // TestAlertRulesPromtool checks docs/prometheus/alerts.yml with promtool
-// (installed into .tools/bin by make deps).
+// (installed into .tools/bin by make deps) and runs its unit tests.
 func TestAlertRulesPromtool(t *testing.T) {
 	promtool, err := filepath.Abs("../.tools/bin/promtool")
 	if err != nil {
@@ -555,6 +561,11 @@ func TestAlertRulesPromtool(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "SUCCESS") {
 		t.Fatalf("promtool output lacks SUCCESS:\n%s", out)
+	}
+	// The rules' unit tests (docs/prometheus/alerts_test.yml).
+	out, err = exec.Command(promtool, "test", "rules", "../docs/prometheus/alerts_test.yml").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "SUCCESS") {
+		t.Fatalf("promtool test rules failed: %v\n%s", err, out)
 	}
 }
 
