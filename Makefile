@@ -86,7 +86,7 @@ BENCH_PKGS  := ./policy ./policy/ratelimit ./policy/idempotency ./policy/records
 BENCH_OUT   ?= bin/bench
 LOAD_ARGS   ?=
 
-bench:
+bench: deps
 	mkdir -p $(BENCH_OUT)
 	rm -rf $(BENCH_OUT)/profiles
 	bash scripts/bench/load.sh -out $(BENCH_OUT) -page docs/performance.md $(LOAD_ARGS)

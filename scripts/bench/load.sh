@@ -36,10 +36,16 @@ echo "==> building into $BENCH_BIN"
 SOURCE="commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 git diff --quiet HEAD -- . ':!docs/performance.md' 2>/dev/null || SOURCE="$SOURCE + uncommitted changes"
 
+# The redis site's redis-server: the one `make deps` installs
+# (scripts/install-redis.sh), else one on PATH.
+REDIS_SERVER=redis-server
+[ -x "$ROOT/.tools/bin/redis-server" ] && REDIS_SERVER="$ROOT/.tools/bin/redis-server"
+command -v "$REDIS_SERVER" >/dev/null || { echo "load.sh: redis-server is required (make deps installs it)" >&2; exit 1; }
+
 # loadcmp runs in the background so that a SIGTERM or SIGINT sent to this
 # script reaches it: it then stops every process it started. The script
 # waits for it and exits with its status.
-"$BENCH_BIN/loadcmp" -caddy "$BENCH_BIN/caddy" -upstream "$BENCH_BIN/upstream" \
+"$BENCH_BIN/loadcmp" -caddy "$BENCH_BIN/caddy" -upstream "$BENCH_BIN/upstream" -redis-server "$REDIS_SERVER" \
 	-caddyfile scripts/bench/Caddyfile -docs scripts/bench/docs -source "$SOURCE" "$@" &
 LOADCMP=$!
 trap 'kill -TERM "$LOADCMP" 2>/dev/null' TERM INT

@@ -118,6 +118,7 @@ func profileKeys(list string) ([]string, error) {
 type driver struct {
 	o                         options
 	caddy, upstream, caddyCfg string
+	redisServer               string
 	docs, work, out           string
 	admin, upAddr             string
 	ports                     map[string]int // site → port
@@ -146,6 +147,7 @@ func main() {
 	flag.IntVar(&o.ProfileSecs, "profile-seconds", 4, "CPU profile length per profiled scenario (0: none)")
 	flag.StringVar(&d.caddy, "caddy", "", "Caddy binary with the rcns module")
 	flag.StringVar(&d.upstream, "upstream", "", "bench upstream binary (scripts/bench/upstream)")
+	flag.StringVar(&d.redisServer, "redis-server", "redis-server", "redis-server binary (Redis 7) for the redis site")
 	flag.StringVar(&d.caddyCfg, "caddyfile", "scripts/bench/Caddyfile", "Caddyfile")
 	flag.StringVar(&d.docs, "docs", "scripts/bench/docs", "operator documents")
 	flag.StringVar(&d.out, "out", "", "results dir (default: a new temp dir)")
@@ -525,13 +527,18 @@ func (d *driver) startAll(ctx context.Context) error {
 		return err
 	}
 
+	redisAddr, err := d.startRedis(ctx)
+	if err != nil {
+		return err
+	}
+
 	port, err := freePort()
 	if err != nil {
 		return err
 	}
 	d.admin = fmt.Sprintf("127.0.0.1:%d", port)
 	env := []string{"BENCH_ADMIN=" + d.admin, "BENCH_UPSTREAM=" + d.upAddr, "BENCH_DOCS=" + d.docs,
-		"BENCH_WORK=" + d.work, "BENCH_KEY=" + key,
+		"BENCH_WORK=" + d.work, "BENCH_KEY=" + key, "BENCH_REDIS=" + redisAddr,
 		"XDG_DATA_HOME=" + d.work + "/xdg-data", "XDG_CONFIG_HOME=" + d.work + "/xdg-config"}
 	d.ports = map[string]int{}
 	var listed []string

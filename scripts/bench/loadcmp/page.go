@@ -22,6 +22,7 @@ type pageData struct {
 	Missed     int // targets measured and not met
 	Unmeasured int // targets whose scenarios did not run
 	Load, Slow []*summary
+	Store      []storeCmp  // the redis site against nokey
 	Letters    [][2]string // letter, description, in table order
 	Sites      []*site     // the sites the run's scenarios use
 	OtherMed   float64     // cores
@@ -61,6 +62,13 @@ var pageFuncs = template.FuncMap{
 			return "—"
 		}
 		return fmt.Sprintf("%.2f (%.2f–%.2f)", s.Med, s.Lo, s.Hi)
+	},
+	// ms: a difference in ms with its range, "+0.12 (+0.05 to +0.30)".
+	"ms": func(s spread) string {
+		if s.N == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%+.2f (%+.2f to %+.2f)", s.Med, s.Lo, s.Hi)
 	},
 	"dur": func(d time.Duration) string { return d.String() },
 	// shown: a scenario path as the page shows it, "{run}" and "{i}" as "…".
@@ -104,6 +112,7 @@ func renderPage(r *results) (string, error) {
 			pd.Sites = append(pd.Sites, s)
 		}
 	}
+	pd.Store = r.storeComparisons()
 	pd.OtherMed, pd.OtherMax = r.otherLoad()
 	var b bytes.Buffer
 	if err := t.Execute(&b, pd); err != nil {

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -217,4 +219,58 @@ func selfCPU() float64 {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// startRedis starts the redis site's redis-server on a free loopback
+// port, without persistence (the bench measures the store's round
+// trips, not a disk) and with maxmemory-policy noeviction as
+// docs/cluster.md asks, and waits until it answers PING.
+func (d *driver) startRedis(ctx context.Context) (string, error) {
+	port, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	say("==> redis-server %s", addr)
+	p, stdout, err := d.start("redis", d.work+"/redis.log", nil, d.redisServer,
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--maxmemory-policy", "noeviction", "--dir", d.work)
+	if err != nil {
+		return "", fmt.Errorf("redis-server (-redis-server %s; make deps installs it in .tools/bin): %v", d.redisServer, err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if pingRedis(ctx, addr) == nil {
+			return addr, nil
+		}
+		if p.exited() || time.Now().After(deadline) {
+			return "", fmt.Errorf("redis-server on %s did not answer PING; see %s/redis.log", addr, d.work)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// pingRedis sends one inline PING and wants +PONG.
+func pingRedis(ctx context.Context, addr string) error {
+	var nd net.Dialer
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	c, err := nd.DialContext(cctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(c, "PING\r\n"); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	}
+	return nil
 }

@@ -291,3 +291,40 @@ func renderFile(file, page string) error {
 	}
 	return os.WriteFile(page, []byte(md), 0o644)
 }
+
+// storeCmp is one scenario on the redis site against the same scenario
+// on nokey (the memory store), per round: Caddy CPU µs per request, and
+// the closed-loop p50 and p99 in ms, each redis minus nokey.
+type storeCmp struct {
+	Key, Of       string
+	CPU, P50, P99 spread
+}
+
+// storeComparisons pairs every load scenario of the redis site with its
+// letter's scenario on nokey, round by round (issue 21: the Redis store
+// against the memory store, in one run).
+func (r *results) storeComparisons() []storeCmp {
+	var out []storeCmp
+	for _, s := range r.Scenarios {
+		if s.Site != "redis" || s.Phase != phaseLoad {
+			continue
+		}
+		of := s.Letter + "/nokey"
+		mem := map[int]*stats{}
+		for _, rn := range r.runsOf(of) {
+			mem[rn.Round] = rn.Stats
+		}
+		var cpu, p50, p99 []float64
+		for _, rn := range r.runsOf(s.Key) {
+			if m, ok := mem[rn.Round]; ok {
+				cpu = append(cpu, rn.Stats.CaddyCPU-m.CaddyCPU)
+				p50 = append(p50, rn.Stats.P50-m.P50)
+				p99 = append(p99, rn.Stats.P99-m.P99)
+			}
+		}
+		if len(cpu) > 0 {
+			out = append(out, storeCmp{Key: s.Key, Of: of, CPU: spreadOf(cpu), P50: spreadOf(p50), P99: spreadOf(p99)})
+		}
+	}
+	return out
+}

@@ -37,6 +37,7 @@ var sites = []*site{
 	{Name: "ed25519", Door: httpDoor{}, Alg: "EdDSA", Label: "rcns, Ed25519 record key, fsync off"},
 	{Name: "group", Door: httpDoor{}, Alg: "none", Label: "rcns, no record key, fsync group (the default)"},
 	{Name: "agtp", Door: agtpDoor{}, Alg: "none", Label: "the native AGTP/1.0 door (plain text) of the nokey gateway: same engine, same state"},
+	{Name: "redis", Door: httpDoor{}, Alg: "none", Label: "a gateway configured as nokey with its state on Redis (`store redis`: one loopback redis-server 7, no persistence), so the Redis store against the memory store of nokey"},
 	{Name: "mcp", Door: httpDoor{}, Alg: "none", Label: "a gateway configured as nokey with the MCP door on (`mcp /mcp`: stateless, JSON responses)"},
 }
 
@@ -179,6 +180,7 @@ func scenarios() []*scenario {
 		f("group"), g("group"),
 		c("agtp"), d("agtp"),
 		cm("mcp"),
+		c("redis"), d("redis"), f("redis"), g("redis"),
 		e1("nokey"), e3("nokey"),
 		e1("ed25519"), e3("ed25519"),
 	}

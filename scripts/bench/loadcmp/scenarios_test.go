@@ -45,7 +45,7 @@ func TestCheckScenariosRefuses(t *testing.T) {
 		want string
 	}{
 		{"duplicate key", all(c("nokey")), `"c/nokey" is listed twice`},
-		{"unknown site", all(&scenario{Key: "c/redis", Letter: "c", Site: "redis", Want: 200, Phase: phaseLoad}), `no site "redis"`},
+		{"unknown site", all(&scenario{Key: "c/valkey", Letter: "c", Site: "valkey", Want: 200, Phase: phaseLoad}), `no site "valkey"`},
 		{"letter without description", all(&scenario{Key: "z/nokey", Letter: "z", Site: "nokey", Want: 200, Phase: phaseLoad}), `letter "z"`},
 		{"bad status", all(&scenario{Key: "x/nokey", Letter: "c", Site: "nokey", Want: 2000, Phase: phaseLoad}), "expected status 2000"},
 		{"unknown phase", all(&scenario{Key: "x/nokey", Letter: "c", Site: "nokey", Want: 200, Phase: "soak"}), `phase "soak"`},
@@ -67,7 +67,7 @@ func TestFilterScenarios(t *testing.T) {
 	}{
 		{"everything", "", nil, ""},
 		{"one key", "d/nokey", []string{"b", "d/nokey"}, ""},
-		{"a letter", "f", []string{"b", "f/ed25519", "f/group", "f/nokey"}, ""},
+		{"a letter", "f", []string{"b", "f/ed25519", "f/group", "f/nokey", "f/redis"}, ""},
 		{"a site", "group", []string{"b", "f/group", "g/group"}, ""},
 		{"trailing comma and spaces", " c/nokey , ", []string{"b", "c/nokey"}, ""},
 		{"unknown token", "c/nokey,zz", nil, `"zz" names no scenario`},
