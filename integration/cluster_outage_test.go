@@ -15,10 +15,11 @@ import (
 
 // Bounds of the outage load.
 const (
-	outageKeys       = 160 // keys in all (each sent to both nodes)
+	outageKeys       = 1000 // keys at most (each sent to both nodes)
 	outageWorkers    = 4
-	outageBeforeKill = 12 // keys answered 200 before Redis is killed
-	outageDown503    = 24 // 503 answers seen before the load stops
+	outagePace       = 50 * time.Millisecond // each worker's pause between keys
+	outageBeforeKill = 12                    // keys answered 200 before Redis is killed
+	outageDown503    = 24                    // 503 answers seen before the load stops
 )
 
 // keyedAnswer is one answer of the outage load.
@@ -68,7 +69,7 @@ func startKeyedLoad(w *clusterWorld, prefix string, down *atomic.Bool) *keyedLoa
 					return
 				}
 				l.sendKey(guestKey(prefix, k))
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(outagePace)
 			}
 		}()
 	}
