@@ -199,3 +199,44 @@ func infoField(info, name string) string {
 	}
 	return ""
 }
+
+// TestClusterRedisRestartKeepsState: Redis with the append-only file
+// (as docker/compose.yaml runs it) restarted between two requests keeps
+// the state: a contract minted on A before the restart is served on B
+// after it, a revocation before it still holds, and a key that ran
+// before it does not run again (its answer replays, or its claim is
+// refused while the restart quarantine lasts).
+func TestClusterRedisRestartKeepsState(t *testing.T) {
+	srv := redistest.StartServer(t, "--maxmemory-policy", "noeviction", "--appendonly", "yes", "--appendfsync", "always")
+	w := startClusterWorld(t, storeBlock("address "+srv.Addr(), ""), clusterOpts{Extra: clusterBudget})
+	keyed := hdr(agentA1, "hotel:book", "Idempotency-Key", "before-restart")
+	first := w.A.Do(t, "RESERVE", "/reservations", keyed, reserveBody("before-restart", 1))
+	wantStatus(t, first, 200)
+	r := w.book(t, w.A, agentRecover, scopeAll, "Allow-RCNS", "true")
+	id := str(assertContractBody(t, r, 263, "BOOK", "/room", recipeName, recipeVer), "synthesis_id")
+	r = w.book(t, w.A, agentRevoke, scopeAll, "Allow-RCNS", "true")
+	revoked := str(assertContractBody(t, r, 263, "BOOK", "/room", recipeName, recipeVer), "synthesis_id")
+	wantStatus(t, revokeContract(t, w.B, agentRevoke, scopeAll, revoked), 200)
+
+	srv.Restart()
+	waitFor(t, storeRecovery, 200*time.Millisecond, "B to serve the contract minted before the restart", func() bool {
+		p := w.book(t, w.B, agentRecover, scopeAll, "Contract-Synthesized", id)
+		if p.Status != 200 && !isStoreUnavailable(p) {
+			t.Fatalf("presentation after the restart: want 200 (the contract survived) or 503 store-unavailable:\n%s", p)
+		}
+		return p.Status == 200
+	})
+	defer w.noExecution(t)()
+	for _, g := range w.Nodes {
+		assert464(t, w.book(t, g, agentRevoke, scopeAll, "Contract-Synthesized", revoked), "contract-revoked")
+		r := g.Do(t, "RESERVE", "/reservations", keyed, reserveBody("before-restart", 1))
+		switch {
+		case r.Status == 200:
+			assertReplay(t, first, r)
+		case !isStoreUnavailable(r):
+			t.Errorf("repeat of the key that ran before the restart on %s: want a replay or 503 store-unavailable:\n%s", g.Addr, r)
+		default:
+			t.Logf("%s: the key that ran before the restart is refused (restart quarantine): %s", g.Addr, str(r.JSON(), "explanation"))
+		}
+	}
+}
