@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"fmt"
 	"sort"
 
@@ -28,7 +29,11 @@ func (h *engine) contractParam(x *exchange, req *request, p map[string]any, a co
 	if !ok {
 		return nil, "", false
 	}
-	c, state, found := h.st.contracts.Inspect(id)
+	c, state, found, err := h.sto.Contracts.Inspect(x.ctx(), id)
+	if err != nil {
+		h.storeFailed(x, err)
+		return nil, "", false
+	}
 	if !found {
 		x.fail(agtp.ContractNotFound.New("no contract with this synthesis id is known"))
 		return nil, "", false
@@ -99,7 +104,11 @@ func (h *engine) inspect(x *exchange, req *request, p map[string]any) {
 			x.fail(agtp.ParameterRequired.New("INSPECT target=rcns-attempt needs attempt_id"))
 			return
 		}
-		rec, found := h.st.attempts.get(id)
+		rec, found, err := h.sto.Attempts.Get(x.ctx(), id)
+		if err != nil {
+			h.storeFailed(x, err)
+			return
+		}
 		if !found {
 			x.fail(agtp.AttemptNotFound.New("no attempt record with this id (unknown or evicted from the bounded buffer)"))
 			return
@@ -207,7 +216,12 @@ func (h *engine) revoke(x *exchange, req *request, p map[string]any) {
 		}
 		list := []map[string]any{}
 		persistentLeft := false
-		for _, c := range h.st.contracts.List("") {
+		live, err := h.sto.Contracts.List(x.ctx(), "")
+		if err != nil {
+			h.storeFailed(x, err)
+			return
+		}
+		for _, c := range live {
 			cur, ok := current[c.Lineage.RecipeName]
 			entry := map[string]any{"synthesis_id": c.SynthesisID, "recipe_name": c.Lineage.RecipeName,
 				"captured_version": c.Lineage.RecipeVersion, "current_version": nil}
@@ -222,14 +236,18 @@ func (h *engine) revoke(x *exchange, req *request, p map[string]any) {
 			default:
 				// Evicted either way: by this sweep, or just before it.
 				entry["disposition"] = "evicted"
-				if h.endContract(x, req, c, contractEnd{state: recipes.StateReleased, reason: "policy-change-invalidation", operator: operator,
-					via: "REVOKE target=stale-contracts", requested: map[string]any{"target": "stale-contracts", "mode": mode, "synthesis_id": c.SynthesisID}}) {
-					persistentLeft = persistentLeft || c.Persistent
+				ended, err := h.endContract(x, req, c, contractEnd{state: recipes.StateReleased, reason: "policy-change-invalidation", operator: operator,
+					via: "REVOKE target=stale-contracts", requested: map[string]any{"target": "stale-contracts", "mode": mode, "synthesis_id": c.SynthesisID}})
+				if err != nil {
+					h.afterEnding(x.ctx(), persistentLeft)
+					h.storeFailed(x, err)
+					return
 				}
+				persistentLeft = persistentLeft || ended && c.Persistent
 			}
 			list = append(list, entry)
 		}
-		h.afterEnding(persistentLeft)
+		h.afterEnding(x.ctx(), persistentLeft)
 		x.write(200, agtp.MediaAGTP, map[string]any{"status": 200, "mode": mode, "contracts": list}, nil)
 	case "":
 		x.fail(agtp.ParameterRequired.New("REVOKE needs a target"))
@@ -267,18 +285,29 @@ func (h *engine) suspend(x *exchange, req *request, p map[string]any) {
 		// OP-20): one rcns_release and one negotiation record each.
 		ids := []string{}
 		persistentLeft := false
-		for _, c := range h.st.contracts.List(req.caller.Agent.ID) {
+		held, err := h.sto.Contracts.List(x.ctx(), req.caller.Agent.ID)
+		if err != nil {
+			h.storeFailed(x, err)
+			return
+		}
+		for _, c := range held {
 			if c.SessionID != sid {
 				continue
 			}
-			if h.endContract(x, req, c, contractEnd{state: recipes.StateReleased, reason: reason, via: "SUSPEND session_id",
-				requested: map[string]any{"target": "session", "session_id": sid, "synthesis_id": c.SynthesisID}}) {
+			ended, err := h.endContract(x, req, c, contractEnd{state: recipes.StateReleased, reason: reason, via: "SUSPEND session_id",
+				requested: map[string]any{"target": "session", "session_id": sid, "synthesis_id": c.SynthesisID}})
+			if err != nil {
+				h.afterEnding(x.ctx(), persistentLeft)
+				h.storeFailed(x, err)
+				return
+			}
+			if ended {
 				ids = append(ids, c.SynthesisID)
 				persistentLeft = persistentLeft || c.Persistent
 			}
 		}
 		sort.Strings(ids)
-		h.afterEnding(persistentLeft)
+		h.afterEnding(x.ctx(), persistentLeft)
 		x.write(200, agtp.MediaAGTP, map[string]any{"status": 200, "result": map[string]any{"session_id": sid, "released": ids}}, nil)
 		return
 	}
@@ -300,11 +329,13 @@ type contractEnd struct {
 // stale sweep) ends them here, so each gets one lifecycle event
 // (rcns_release or rcns_revoke on the originator's stream, spec §14.4,
 // §18), one negotiation record and one log line. It returns false, and
-// records nothing, when c was no longer live (ended meanwhile). The
-// caller then calls afterEnding once.
-func (h *engine) endContract(x *exchange, req *request, c *recipes.Contract, e contractEnd) bool {
-	if !h.st.contracts.End(c.SynthesisID, e.state) {
-		return false
+// records nothing, when c was no longer live (ended meanwhile), and the
+// store's error when it could not end it. The caller then calls
+// afterEnding once.
+func (h *engine) endContract(x *exchange, req *request, c *recipes.Contract, e contractEnd) (bool, error) {
+	ended, err := h.sto.Contracts.End(x.ctx(), c, e.state)
+	if err != nil || !ended {
+		return false, err
 	}
 	event, kind := records.EventRelease, records.KindRelease
 	if e.state == recipes.StateRevoked {
@@ -315,7 +346,7 @@ func (h *engine) endContract(x *exchange, req *request, c *recipes.Contract, e c
 		map[string]any{"synthesis_id": c.SynthesisID, "state": e.state})
 	h.logger.Info("rcns contract "+e.state, zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 		zap.String("originating_agent_id", c.OriginatingAgentID), zap.String("via", e.via), zap.String("reason", e.reason))
-	return true
+	return true, nil
 }
 
 // endNamed ends the contract c a request named by synthesis_id (REVOKE
@@ -324,11 +355,19 @@ func (h *engine) endContract(x *exchange, req *request, c *recipes.Contract, e c
 // it ended in (revoked, released or expired, as INSPECT reports it),
 // never the one this request would have set (spec §14.4).
 func (h *engine) endNamed(x *exchange, req *request, c *recipes.Contract, e contractEnd) {
-	noop := !h.endContract(x, req, c, e)
-	h.afterEnding(!noop && c.Persistent)
+	ended, err := h.endContract(x, req, c, e)
+	if err != nil {
+		h.storeFailed(x, err)
+		return
+	}
+	noop := !ended
+	h.afterEnding(x.ctx(), !noop && c.Persistent)
 	state := e.state
 	if noop {
-		state = h.st.contracts.State(c)
+		if state, err = h.sto.Contracts.State(x.ctx(), c); err != nil {
+			h.storeFailed(x, err)
+			return
+		}
 	}
 	x.write(200, agtp.MediaAGTP, map[string]any{"status": 200, "result": map[string]any{"synthesis_id": c.SynthesisID, "state": state, "noop": noop}}, nil)
 }
@@ -336,11 +375,11 @@ func (h *engine) endNamed(x *exchange, req *request, c *recipes.Contract, e cont
 // afterEnding follows endContract calls: it updates the live-contract
 // gauge and, when a persistent contract ended (persistentLeft), rebuilds
 // the manifest it leaves (which bumps AGTP-API-Version, spec §15.4).
-func (h *engine) afterEnding(persistentLeft bool) {
+func (h *engine) afterEnding(ctx context.Context, persistentLeft bool) {
 	if persistentLeft {
 		if err := h.buildManifest(); err != nil {
 			h.logger.Error("rebuilding the manifest after a persistent contract ended", zap.Error(err))
 		}
 	}
-	h.metrics.setActiveContracts(h.st.contracts.Len())
+	h.contractsChanged(ctx)
 }

@@ -82,6 +82,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    disallow <METHOD>...
 //	    redirect <from_method> <from_path|*> <to_method> <to_path|*>
 //	    passthrough_methods <METHOD>...
+//	    store memory|redis { … }         (storecaddyfile.go)
+//	    store_required on|off
+//	    node_id <name>
 //	    mcp [<path>] {
 //	        include_tools <glob>...
 //	        exclude_tools <glob>...
@@ -375,6 +378,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return s
 			}
 			h.Redirects = append(h.Redirects, RedirectConfig{FromMethod: args[0], FromPath: star(args[1]), ToMethod: args[2], ToPath: star(args[3])})
+		case "store", "store_required", "node_id":
+			if err := h.parseStore(d, key); err != nil {
+				return err
+			}
 		case "mcp":
 			m, err := parseMCP(d)
 			if err != nil {

@@ -1,11 +1,12 @@
 package caddymodule
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
@@ -15,7 +16,17 @@ import (
 // present serves a request that presents a contract (spec §10 step 7,
 // §14.1): the gate is skipped and no synthesis starts.
 func (h *engine) present(x *exchange, req *request, id string) {
-	c, res := h.st.contracts.Lookup(id)
+	pr := store.PresentRequest{Presenter: req.caller.Agent.ID, SynthesisID: id, Method: x.method, Path: x.path,
+		Key: req.idemKey, Claim: !h.scopeRequired() || req.caller.ScopeHeader}
+	if req.idemKey != "" {
+		pr.Fingerprint = x.fingerprint(req)
+	}
+	p, err := h.sto.Presenter.Present(x.ctx(), pr)
+	if err != nil {
+		h.storeFailed(x, err)
+		return
+	}
+	c, res := p.Contract, p.Lookup
 	if res == recipes.LookupUnknown {
 		h.metrics.presentation(viaSynthesisID, "not_found")
 		x.fail(agtp.ContractNotFound.New("no contract with this synthesis id exists (unknown, released or swept)"))
@@ -43,8 +54,9 @@ func (h *engine) present(x *exchange, req *request, id string) {
 		// contract, and a still-pending one's 461 may be confirmed
 		// under it (claim, ClaimConfirming).
 		x.presentedID = c.SynthesisID
-		x.presentedPending = h.st.contracts.State(c) == recipes.StatePending
+		x.presentedPending = p.State == recipes.StatePending
 	}
+	x.preclaimed = p.Claimed
 	h.runContract(x, req, c, viaSynthesisID)
 }
 
@@ -90,8 +102,12 @@ func (h *engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 		// Presenting a confirm-first contract accepts it (spec §13.4),
 		// but only a presentation that runs it: a refused one (scope,
 		// input, budget) leaves it pending, so it still serves no pair.
-		activated := h.st.contracts.Activate(c)
-		if preview := x.claim.Preview(); preview != nil && !activated {
+		activated, err := h.sto.Contracts.Activate(x.ctx(), c)
+		if err != nil {
+			h.storeFailed(x, err)
+			return
+		}
+		if preview := claimPreview(x.claim); preview != nil && !activated {
 			// This presentation took its key's 461 over to confirm the
 			// contract, but another request accepted it meanwhile:
 			// the key's preview stays, and is answered, as for a
@@ -100,7 +116,9 @@ func (h *engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 			// invocation budget was spent: the race is rare, and
 			// spending after the activation would let a refused
 			// presentation accept the contract.)
-			x.claim.Abandon()
+			if err := x.claim.Abandon(context.WithoutCancel(x.ctx())); err != nil {
+				h.logger.Warn("releasing an Idempotency-Key claim failed; the key is held until its hold passes", zap.String("agent_id", x.agentID), zap.Error(err))
+			}
 			x.claim = nil
 			h.metrics.idempotency("replay")
 			x.replay(preview)
@@ -119,6 +137,14 @@ func (h *engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 	}
 	outcome = "executed"
 	x.write(200, agtp.MediaAGTP, agtp.Envelope{Status: 200, TaskID: x.taskID, Result: out}, nil)
+}
+
+// claimPreview is the 461 preview claim took over, nil without a claim.
+func claimPreview(c store.Claim) *idempotency.Response {
+	if c == nil {
+		return nil
+	}
+	return c.Preview()
 }
 
 // contractRef is what an answer produced by running c says of it
@@ -156,7 +182,11 @@ func (h *engine) execute(x *exchange, c *recipes.Contract, in map[string]any) (a
 		// The answer says so itself, so that the 422 alone tells the
 		// agent what it holds (cases/03).
 		body["synthesis_id"] = c.SynthesisID
-		body["contract_state"] = h.st.contracts.State(c)
+		state, err := h.sto.Contracts.State(x.ctx(), c)
+		if err != nil {
+			state = "unknown"
+		}
+		body["contract_state"] = state
 		e := agtp.CompositionFailed.WithFields(cf.Error(), body)
 		e.Retryable = cf.SideEffectFree && transient(cf.Cause)
 		x.fail(e)
@@ -183,21 +213,12 @@ func (h *engine) mintContract(r *recipes.Recipe, method, path string, x *exchang
 		Lineage: lin, ContractHash: hash, OriginatingAgentID: req.caller.Agent.ID, NegotiationOrigin: origin,
 		IssuedAt: now, ExpiresAt: now.Add(ttl), SessionID: x.sessionID, Persistent: persistent,
 	}
-	state := recipes.StateActive
-	if h.Mode == ModeConfirmFirst && origin == recipes.OriginGate {
-		state = recipes.StatePending
+	if _, err := h.sto.Contracts.Mint(x.ctx(), c, h.Mode); err != nil {
+		// A *store.LimitError's text is the explanation; an error
+		// wrapping store.ErrUnavailable is answered 503 by the caller.
+		return nil, err
 	}
-	if err := h.st.contracts.Put(c, state); err != nil {
-		var le *recipes.LimitError
-		switch {
-		case errors.As(err, &le) && errors.Is(err, recipes.ErrAgentFull):
-			return nil, fmt.Errorf("the agent already holds %d live contracts; max_contracts_per_agent is %d; release some first", le.Held, le.Limit)
-		case le != nil:
-			return nil, fmt.Errorf("the gateway holds %d live contracts, its maximum (max_contracts is %d); try later", le.Held, le.Limit)
-		default:
-			return nil, err
-		}
-	}
+	h.contractsChanged(x.ctx())
 	return c, nil
 }
 

@@ -102,7 +102,11 @@ func (h *engine) discover(x *exchange, req *request) bool {
 		if req.caller.Effective().Covers(scopeInspectAll) {
 			agent = ""
 		}
-		cs := h.st.contracts.List(agent)
+		cs, err := h.sto.Contracts.List(x.ctx(), agent)
+		if err != nil {
+			h.storeFailed(x, err)
+			return true
+		}
 		keys := make([]string, len(cs))
 		for i, c := range cs {
 			keys[i] = fmt.Sprintf("%020d|%s", c.IssuedAt.UnixNano(), c.SynthesisID)

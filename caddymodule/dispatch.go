@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/internal/httpbody"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
@@ -258,9 +259,23 @@ func (h *engine) dispatch(x *exchange) {
 		h.invokeEndpoint(x, req, ep, params)
 		return
 	}
-	// §10 step 8b: Tier C by pair.
-	if c := h.st.contracts.ActiveFor(caller.Agent.ID, x.method, x.path); c != nil {
-		h.runContract(x, req, c, viaPair)
+	// §10 step 8b: Tier C by pair, looked up with the claim of its key
+	// in one store call: the claim the contract's run (its scope header
+	// check passed) or the gate (locks 1-2 open) takes.
+	_, gateProceeds, ref := h.gate.Locks12(policy.AllowRCNS(x.in.Get("Allow-RCNS")))
+	pr := store.PairRequest{AgentID: caller.Agent.ID, Method: x.method, Path: x.path, Key: req.idemKey,
+		ClaimIfFound: !h.scopeRequired() || caller.ScopeHeader, ClaimIfMissing: ref == nil && gateProceeds}
+	if req.idemKey != "" {
+		pr.Fingerprint = x.fingerprint(req)
+	}
+	res, err := h.sto.Presenter.ResolvePair(x.ctx(), pr)
+	if err != nil {
+		h.storeFailed(x, err)
+		return
+	}
+	x.preclaimed = res.Claimed
+	if res.Contract != nil {
+		h.runContract(x, req, res.Contract, viaPair)
 		return
 	}
 	// §10 step 9: unregistered pair.

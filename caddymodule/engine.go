@@ -4,8 +4,8 @@ import (
 	"sync"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/policy"
-	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddyserver/caddy/v2"
@@ -43,9 +43,20 @@ type engine struct {
 	act      *activation
 	// published is the current manifest, its ETag and AGTP-API-Version;
 	// replaced when a persistent synthesis changes the manifest.
-	pub      *manifestHolder
-	gateRL   *ratelimit.Limiter
-	invokeRL *ratelimit.Limiter
+	pub *manifestHolder
+	// sto is the state every door shares (store memory or store
+	// redis); gateRL and invokeRL are its budgets (invokeRL nil when
+	// the invocation budget is off).
+	sto      store.Set
+	gateRL   store.Limiter
+	invokeRL store.Limiter
+	// mem is the name's memory store (store memory), else nil; redis
+	// (with its pool key) the pooled client and restorer the plan
+	// restorer of store redis, else nil.
+	mem      *store.Memory
+	redis    *pooledRedis
+	redisKey string
+	restorer *recipes.Restorer
 }
 
 // serve answers one AGTP request from any door, in the order of spec

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
@@ -83,9 +85,17 @@ type exchange struct {
 	// executed says whether the request reached execution (a contract
 	// was minted or an upstream call started). The answer is stored for
 	// replay only then; otherwise the claim is abandoned.
-	claim    *idempotency.Claim
+	claim    store.Claim
 	executed bool
-	written  bool
+	// preclaimed is the claim a combined store call already made for
+	// this request (store.Presenter: with the contract lookup), which
+	// claim takes instead of claiming again; nil when none was made.
+	preclaimed *store.Claimed
+	// storeFailed: a store call of this request failed as unavailable
+	// (it was answered 503 store-unavailable); its record is not
+	// retained.
+	storeFailed bool
+	written     bool
 	// bodyRead: the request's declared body was read to its end (serve,
 	// §10 step 1). An answer without it closes the connection (writeRaw).
 	bodyRead bool
@@ -147,6 +157,10 @@ func (x *exchange) fail(e *agtp.Error) {
 	if e.AttemptID != "" {
 		hdr["RCNS-Attempt-Id"] = e.AttemptID
 	}
+	if e.Reason == agtp.StoreUnavailable.Token {
+		x.storeFailed = true
+		hdr["Retry-After"] = strconv.Itoa(storeRetryAfter)
+	}
 	x.write(e.Status, agtp.MediaAGTP, body, hdr)
 }
 
@@ -198,6 +212,11 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 	if x.beforeWrite != nil {
 		x.beforeWrite(status)
 	}
+	if x.preclaimed != nil && x.preclaimed.Claim != nil {
+		// Claimed with the contract lookup, refused before claim took
+		// it over: released below.
+		x.claim, x.preclaimed = x.preclaimed.Claim, nil
+	}
 	if x.claim != nil {
 		if x.executed {
 			h := map[string]string{}
@@ -213,10 +232,16 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 			if status == policy.StatusContractAvailable && x.minted != nil {
 				resp.Previewed = x.minted.SynthesisID // its confirmation may take the key over (claim)
 			}
-			x.claim.Complete(resp)
-		} else {
-			x.claim.Abandon()
+			// The answer goes out whatever the store says: it already
+			// ran. A claim that cannot be completed holds its key until
+			// its hold passes (repeats get 409 meanwhile).
+			if err := x.claim.Complete(context.WithoutCancel(x.ctx()), resp); err != nil {
+				x.h.logger.Error("storing the answer of an Idempotency-Key failed", zap.String("agent_id", x.agentID), zap.Error(err))
+			}
+		} else if err := x.claim.Abandon(context.WithoutCancel(x.ctx())); err != nil {
+			x.h.logger.Warn("releasing an Idempotency-Key claim failed; the key is held until its hold passes", zap.String("agent_id", x.agentID), zap.Error(err))
 		}
+		x.h.idempotencyChanged(x.ctx())
 	}
 	responseID := newUUID()
 	hdr := make([]agtp.Field, 0, 20+len(x.rateHeaders)+len(extra))

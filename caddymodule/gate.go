@@ -1,11 +1,13 @@
 package caddymodule
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
@@ -94,6 +96,10 @@ func (h *engine) gateway(x *exchange, req *request) {
 		return
 	}
 	c, err := h.newContract(recipe, x, req, recipes.OriginGate)
+	if errors.Is(err, store.ErrUnavailable) {
+		h.storeFailed(x, err)
+		return
+	}
 	if err != nil {
 		h.refuse(x, req, &states, agtp.SynthesisError.New(err.Error()))
 		return
@@ -103,7 +109,6 @@ func (h *engine) gateway(x *exchange, req *request) {
 	h.lifecycleEvent(records.EventProposeAccepted, c, req.caller.Agent.ID, "", "")
 	h.logger.Info("rcns contract synthesized", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 		zap.String("recipe", recipe.Name), zap.String("recipe_version", recipe.Version), zap.String("mode", h.Mode))
-	h.metrics.setActiveContracts(h.st.contracts.Len())
 	body := contractBody(c)
 	if h.Mode == ModeConfirmFirst {
 		h.metrics.synthesis(recipe.Name, ModeConfirmFirst, "previewed")
@@ -131,7 +136,7 @@ func (h *engine) gateway(x *exchange, req *request) {
 // attempt record (spec §17.3): a 464 carries the record's id in
 // RCNS-Attempt-Id (spec §11.1).
 func (h *engine) refuse(x *exchange, req *request, states *policy.LockStates, e *agtp.Error) {
-	rec := &attemptRecord{ID: recipes.NewAttemptID(), Method: x.method, Path: x.path, Reason: e.Reason,
+	rec := store.Attempt{ID: recipes.NewAttemptID(), Method: x.method, Path: x.path, Reason: e.Reason,
 		Explanation: e.Explanation, At: time.Now().UTC().Format(time.RFC3339)}
 	if req.caller != nil {
 		rec.AgentID = req.caller.Agent.ID
@@ -145,8 +150,11 @@ func (h *engine) refuse(x *exchange, req *request, states *policy.LockStates, e 
 			}
 		}
 	}
-	h.st.attempts.add(rec)
-	h.metrics.setAttemptRingSize(h.st.attempts.len())
+	if err := h.sto.Attempts.Add(x.ctx(), rec); err != nil {
+		// The refusal stands; only its record is missing.
+		h.logger.Warn("keeping an RCNS attempt record failed", zap.String("attempt_id", rec.ID), zap.Error(err))
+	}
+	h.attemptsChanged(x.ctx())
 	if e.Status == policy.StatusNoContract {
 		e.AttemptID = rec.ID
 	}
@@ -158,11 +166,15 @@ func (h *engine) refuse(x *exchange, req *request, states *policy.LockStates, e 
 // spend takes one token of budget l for the caller (nil l: no budget).
 // On refusal it answers 429 with Retry-After, RateLimit-Policy and
 // RateLimit (draft-ietf-httpapi-ratelimit-headers-10) and the §12.1 body.
-func (h *engine) spend(x *exchange, req *request, l *ratelimit.Limiter) bool {
+func (h *engine) spend(x *exchange, req *request, l store.Limiter) bool {
 	if l == nil {
 		return true
 	}
-	d := l.Allow(req.caller.Agent.ID)
+	d, err := l.Allow(x.ctx(), req.caller.Agent.ID)
+	if err != nil {
+		h.storeFailed(x, err)
+		return false
+	}
 	x.rateHeaders = map[string]string{"RateLimit-Policy": l.PolicyHeader(), "RateLimit": l.RateLimitHeader(d)}
 	if d.Allowed {
 		return true

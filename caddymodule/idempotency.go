@@ -15,19 +15,28 @@ func (h *engine) claim(x *exchange, req *request) bool {
 	if req.idemKey == "" {
 		return true
 	}
-	fp := idempotency.Fingerprint(x.in.Method, x.fingerprintTarget(), req.raw)
-	// A presentation that confirms the 461 its key stored runs the
-	// contract under the key instead of replaying the preview
-	// (ClaimConfirming); any other presentation is claimed as a repeat.
-	outcome, resp, c := h.st.idem.ClaimConfirming(req.caller.Agent.ID, req.idemKey, fp, x.presentedID, x.presentedPending)
-	h.metrics.setIdempotencyRecords(h.st.idem.Len())
-	switch outcome {
+	cl := x.preclaimed
+	x.preclaimed = nil
+	if cl == nil {
+		// A presentation that confirms the 461 its key stored runs the
+		// contract under the key instead of replaying the preview
+		// (ClaimConfirming); any other presentation is claimed as a
+		// repeat.
+		c, err := h.sto.Idempotency.ClaimConfirming(x.ctx(), req.caller.Agent.ID, req.idemKey, x.fingerprint(req), x.presentedID, x.presentedPending)
+		if err != nil {
+			h.storeFailed(x, err)
+			return false
+		}
+		cl = &c
+	}
+	h.idempotencyChanged(x.ctx())
+	switch cl.Outcome {
 	case idempotency.Execute:
-		x.claim = c
+		x.claim = cl.Claim
 		return true
 	case idempotency.Replay:
 		h.metrics.idempotency("replay")
-		x.replay(resp)
+		x.replay(cl.Response)
 	case idempotency.Mismatch:
 		h.metrics.idempotency("conflict")
 		x.fail(agtp.IdempotencyKeyReused.New("this Idempotency-Key was used for a different request (method, target or body); use a new key"))
@@ -39,9 +48,15 @@ func (h *engine) claim(x *exchange, req *request) bool {
 		x.fail(agtp.IdempotencyKeyInFlight.New("a request with this Idempotency-Key is still running; retry after it completes"))
 	default: // AgentFull, StoreFull
 		h.metrics.idempotency("store_full")
-		x.fail(idempotencyStoreFull(outcome, h.st.idem.Limits()))
+		x.fail(idempotencyStoreFull(cl.Outcome, h.sto.Idempotency.Limits()))
 	}
 	return false
+}
+
+// fingerprint is the request's Idempotency-Key fingerprint
+// (ARCHITECTURE.md "Idempotency").
+func (x *exchange) fingerprint(req *request) string {
+	return idempotency.Fingerprint(x.in.Method, x.fingerprintTarget(), req.raw)
 }
 
 // idempotencyStoreFull is the 503 for a Claim answered AgentFull or

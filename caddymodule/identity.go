@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"crypto"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
+	"go.uber.org/zap"
 )
 
 // Verified identity modes (ARCHITECTURE.md "Identity").
@@ -179,13 +181,13 @@ func (h *engine) verifyTransport(in *agtp.Request, body []byte, agentID string) 
 			return agtp.CertificateMismatch.New("identity mtls: the client certificate is bound to another Agent-ID")
 		}
 	case IdentitySignature:
-		_, err := httpsig.Verify(httpView(in), func(keyID string) (string, crypto.PublicKey, string, bool) {
+		res, err := httpsig.Verify(httpView(in), func(keyID string) (string, crypto.PublicKey, string, bool) {
 			k, ok := h.idents.keys[keyID]
 			return k.alg, k.pub, k.owner, ok
 		}, httpsig.VerifyOptions{
 			MaxAge: time.Duration(h.SignatureMaxAge), Skew: time.Duration(h.SignatureSkew),
 			Authorities: h.SignatureAuthorities,
-			Body:        body, ExpectOwner: agentID, Replay: h.st.replay,
+			Body:        body, ExpectOwner: agentID,
 		})
 		if err != nil {
 			var se *httpsig.Error
@@ -193,6 +195,20 @@ func (h *engine) verifyTransport(in *agtp.Request, body []byte, agentID string) 
 				return &agtp.Error{Status: 401, Reason: se.Reason, Explanation: "identity signature: " + se.Detail}
 			}
 			return agtp.SignatureInvalid.New("identity signature: " + err.Error())
+		}
+		// The replay check, last as in httpsig.Verify, on the shared
+		// cache: a signature is accepted once on every node.
+		ctx := in.Context
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		seen, err := h.sto.Replay.Seen(ctx, agentID, res.Signature, res.Expires)
+		if err != nil {
+			h.logger.Warn("store unavailable: answering 503 store-unavailable", zap.String("agent_id", agentID), zap.Error(err))
+			return storeUnavailable()
+		}
+		if seen {
+			return &agtp.Error{Status: 401, Reason: httpsig.ReasonSignatureReplayed, Explanation: "identity signature: the signature was already used"}
 		}
 		// The key's owner was checked against Agent-ID (ExpectOwner).
 	}

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // manifestHolder holds the current manifest; a pointer so Handler stays
@@ -44,7 +47,14 @@ func (h *engine) buildManifest() error {
 			endpoints = append(endpoints, e.Projection())
 		}
 	}
-	for _, c := range h.st.contracts.List("") {
+	// The manifest is served without the store: when it does not
+	// answer, the persistent contracts are left out until the next
+	// rebuild.
+	live, err := h.sto.Contracts.List(context.Background(), "")
+	if err != nil {
+		h.logger.Warn("building the manifest without its persistent contracts: the store did not answer", zap.Error(err))
+	}
+	for _, c := range live {
 		if c.Persistent {
 			var ep map[string]any
 			if err := json.Unmarshal(c.EndpointJSON, &ep); err != nil {

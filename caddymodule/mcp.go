@@ -221,7 +221,7 @@ func (d *mcpDoor) identify(r *http.Request, body []byte, loopback bool) (*mcpReq
 		return nil, agtp.AgentUnauthenticated.New("an MCP request needs an Agent-ID header (with the proof the identity mode asks for) on every HTTP request")
 	}
 	view := &agtp.Request{Binding: agtp.BindingMCP, Method: r.Method, Target: r.RequestURI, URL: r.URL, Host: r.Host,
-		Header: r.Header, ContentLength: int64(len(body)), TLS: r.TLS}
+		Header: r.Header, ContentLength: int64(len(body)), TLS: r.TLS, Context: r.Context()}
 	if err := e.verifyTransport(view, body, agentID); err != nil {
 		return nil, err
 	}

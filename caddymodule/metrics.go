@@ -7,10 +7,12 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -39,6 +41,10 @@ const (
 // upstream calls and steps share them so panels can be compared).
 var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
+// storeBuckets suit store round trips, from 100 µs (loopback Redis) to
+// the read timeout and beyond.
+var storeBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+
 // floorMethods are the 18 AGTP floor methods, always their own method
 // label value.
 var floorMethods = [...]string{
@@ -57,6 +63,13 @@ var (
 	presentationVia      = enumOf(viaSynthesisID, viaPair)
 	upstreamClasses      = enumOf("ok", "upstream_timeout", "upstream_connection_error", "upstream_malformed_response", "upstream_authentication_failed", "upstream_error", "mapped")
 	idempotencyEvents    = enumOf("replay", "conflict", "in_flight", "store_full")
+	storeOps             = func() enum {
+		ops := make([]string, len(store.Ops))
+		for i, op := range store.Ops {
+			ops[i] = string(op)
+		}
+		return enumOf(ops...)
+	}()
 )
 
 // codeLabels holds the code label of every status 100–999 so request
@@ -96,6 +109,9 @@ type metrics struct {
 	idempotencyRecords prometheus.Gauge         //
 	attemptRecords     prometheus.Gauge         //
 	requests           *prometheus.CounterVec   // method, code
+	storeSeconds       *prometheus.HistogramVec // op
+	storeErrors        *prometheus.CounterVec   // op
+	storeUp            prometheus.Gauge         //
 
 	// presented holds the presentation counters started at zero below,
 	// by via (0: synthesis_id, 1: pair) and presentationOutcomes index;
@@ -233,8 +249,25 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		"AGTP requests handled by the gateway, by method (AGTP floor or configured, else OTHER), response status code and the door (binding) it came through: http, agtp or mcp.",
 		"method", "code", "binding")
 
+	storeHist, err := registerCollector(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "store_round_trip_duration_seconds",
+		Help:    "Duration of one round trip to the shared state store (store redis), by operation (docs/cluster.md).",
+		Buckets: storeBuckets,
+	}, []string{"op"}))
+	errs = append(errs, err)
+	m.storeSeconds = storeHist
+	m.storeErrors = counterVec("store_errors_total",
+		"Round trips to the shared state store that failed (unreachable, timed out, refused), by operation.",
+		"op")
+	m.storeUp = gauge("store_up",
+		"1 while the shared state store answers (always with store memory), 0 while it does not: requests that need state then answer 503 store-unavailable.")
+
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	m.storeUp.Set(1)
+	for _, op := range store.Ops {
+		m.storeErrors.WithLabelValues(string(op))
 	}
 
 	// Start the series of closed enumerations at zero so rate() and ratio
@@ -430,6 +463,32 @@ func (m *metrics) setIdempotencyRecords(n int) {
 		return
 	}
 	m.idempotencyRecords.Set(float64(n))
+}
+
+// storeRoundTrip records one round trip to the shared store: its
+// latency by op and, when err is set, an error by op. op is one of
+// store.Ops (else "other").
+func (m *metrics) storeRoundTrip(op store.Op, latency time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	label := storeOps.label(string(op))
+	m.storeSeconds.WithLabelValues(label).Observe(latency.Seconds())
+	if err != nil {
+		m.storeErrors.WithLabelValues(label).Inc()
+	}
+}
+
+// setStoreUp sets the store state gauge.
+func (m *metrics) setStoreUp(up bool) {
+	if m == nil {
+		return
+	}
+	if up {
+		m.storeUp.Set(1)
+	} else {
+		m.storeUp.Set(0)
+	}
 }
 
 // setAttemptRingSize sets the number of RCNS attempt records held.

@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -39,6 +40,8 @@ func touchAllMetrics(m *metrics) {
 	m.setIdempotencyRecords(7)
 	m.setAttemptRingSize(11)
 	m.request("QUERY", 200, "http")
+	m.storeRoundTrip(store.OpClaim, time.Millisecond, nil)
+	m.setStoreUp(true)
 }
 
 // bookTrip is the recipe the metrics tests observe runs of (only its
@@ -74,6 +77,9 @@ var allMetricNames = []string{
 	"caddy_rcns_idempotency_records",
 	"caddy_rcns_attempt_records",
 	"caddy_rcns_requests_total",
+	"caddy_rcns_store_round_trip_duration_seconds",
+	"caddy_rcns_store_errors_total",
+	"caddy_rcns_store_up",
 }
 
 func TestMetricsRegistersEveryCollectorAndLints(t *testing.T) {

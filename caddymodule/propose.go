@@ -1,12 +1,14 @@
 package caddymodule
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
@@ -248,6 +250,10 @@ func (h *engine) propose(x *exchange, req *request, p map[string]any) {
 		granted = 0
 	}
 	c, err := h.mintContract(recipe, method, path, x, req, recipes.OriginPropose, ttl, granting)
+	if errors.Is(err, store.ErrUnavailable) {
+		h.storeFailed(x, err)
+		return
+	}
 	if err != nil {
 		reject(agtp.ProposalPolicyRefused.New(err.Error()))
 		return
@@ -263,7 +269,6 @@ func (h *engine) propose(x *exchange, req *request, p map[string]any) {
 	x.minted = c
 	h.lifecycleEvent(records.EventProposeAccepted, c, req.caller.Agent.ID, "", "")
 	h.metrics.synthesis(recipe.Name, "propose", "previewed")
-	h.metrics.setActiveContracts(h.st.contracts.Len())
 	if persistent && !granting {
 		h.logger.Info("persistent synthesis requested but not offered: granted a session-scoped contract (downgrade recorded)",
 			zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID))

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
-	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
-	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
@@ -61,6 +59,9 @@ func (h *engine) provision(ctx caddy.Context) error {
 		return err
 	}
 	if err := h.checkNotNegative(); err != nil {
+		return err
+	}
+	if err := h.validateStore(); err != nil {
 		return err
 	}
 	if ev, err := ctx.App("events"); err == nil {
@@ -172,14 +173,9 @@ func (h *engine) provision(ctx caddy.Context) error {
 
 	val, _, err := states.LoadOrNew(h.Name, func() (caddy.Destructor, error) {
 		return &state{
-			contracts:    recipes.NewStore(h.storeLimits(), nil),
-			attempts:     newAttemptRing(h.AttemptBuffer),
 			recipes:      map[string]string{},
-			limiters:     map[string]*limiterSlot{},
 			negotiations: newNegotiations(10000),
 			records:      &recordState{name: h.Name},
-			replay:       httpsig.NewReplayCache(h.ReplayCacheSize, nil),
-			idem:         idempotency.NewStore(h.idempotencyLimits(), nil),
 		}, nil
 	})
 	if err != nil {
@@ -190,9 +186,6 @@ func (h *engine) provision(ctx caddy.Context) error {
 		states.Delete(h.Name) //nolint:errcheck
 		h.st = nil
 		return fmt.Errorf("rcns: %v", err)
-	}
-	if err := h.buildManifest(); err != nil {
-		return fmt.Errorf("rcns: manifest: %v", err)
 	}
 	methodSet := map[string]bool{}
 	for _, e := range h.set.Endpoints {
@@ -207,21 +200,28 @@ func (h *engine) provision(ctx caddy.Context) error {
 	if h.metrics, err = newMetrics(ctx.GetMetricsRegistry(), sortedKeys(methodSet)); err != nil {
 		return fmt.Errorf("rcns: metrics: %v", err)
 	}
-	h.metrics.setActiveContracts(h.st.contracts.Len())
-	h.metrics.setIdempotencyRecords(h.st.idem.Len())
-	h.metrics.setAttemptRingSize(h.st.attempts.len())
+	if err := h.provisionStore(ctx); err != nil {
+		return err
+	}
+	if err := h.attachLimiters(); err != nil {
+		return fmt.Errorf("rcns: %v", err)
+	}
+	if err := h.buildManifest(); err != nil {
+		return fmt.Errorf("rcns: manifest: %v", err)
+	}
+	if h.mem != nil {
+		h.refreshStoreGauges(ctx)
+	}
 	return nil
 }
 
-// attachState adapts the shared state to this configuration: limits,
-// rate-limit buckets, and the recipe drift check (a recipe whose name
-// and version were seen before with other content is refused).
+// attachState adapts the shared state to this configuration: the
+// records directory and the recipe drift check (a recipe whose name and
+// version were seen before with other content is refused).
 func (h *engine) attachState() error {
 	st := h.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.contracts.SetLimits(h.storeLimits())
-	st.attempts.resize(h.AttemptBuffer)
 	dir := h.RecordsDir
 	switch dir {
 	case "off":
@@ -235,25 +235,28 @@ func (h *engine) attachState() error {
 	if err := st.records.check(dir, h.recFsync, h.signer); err != nil {
 		return err
 	}
-	if st.idem.Limits() != h.idempotencyLimits() {
-		st.idem = idempotency.NewStore(h.idempotencyLimits(), nil)
-	}
-	var err error
-	gate := ratelimit.Budget{Name: ratelimit.BudgetRCNS, Burst: burstOf(h.RateLimitBurst, h.RateLimitPerMinute), PerMinute: h.RateLimitPerMinute}
-	if h.gateRL, err = st.limiter(gate, h.RateLimitAgents); err != nil {
-		return fmt.Errorf("rate_limit rcns: %v", err)
-	}
-	if h.InvocationRateLimitPerMinute > 0 {
-		inv := ratelimit.Budget{Name: ratelimit.BudgetInvocation, Burst: burstOf(h.InvocationRateLimitBurst, h.InvocationRateLimitPerMinute), PerMinute: h.InvocationRateLimitPerMinute}
-		if h.invokeRL, err = st.limiter(inv, h.RateLimitAgents); err != nil {
-			return fmt.Errorf("rate_limit invocation: %v", err)
-		}
-	}
 	if err := h.set.CheckDrift(st.recipes); err != nil {
 		return err
 	}
 	for _, r := range h.set.Recipes {
 		st.recipes[r.Name+"@"+r.Version] = r.ContentHash
+	}
+	return nil
+}
+
+// attachLimiters takes the rate-limit budgets from the store: the gate
+// budget always, the invocation budget when configured.
+func (h *engine) attachLimiters() error {
+	var err error
+	gate := ratelimit.Budget{Name: ratelimit.BudgetRCNS, Burst: burstOf(h.RateLimitBurst, h.RateLimitPerMinute), PerMinute: h.RateLimitPerMinute}
+	if h.gateRL, err = h.sto.Limiters.Limiter(gate, h.RateLimitAgents); err != nil {
+		return fmt.Errorf("rate_limit rcns: %v", err)
+	}
+	if h.InvocationRateLimitPerMinute > 0 {
+		inv := ratelimit.Budget{Name: ratelimit.BudgetInvocation, Burst: burstOf(h.InvocationRateLimitBurst, h.InvocationRateLimitPerMinute), PerMinute: h.InvocationRateLimitPerMinute}
+		if h.invokeRL, err = h.sto.Limiters.Limiter(inv, h.RateLimitAgents); err != nil {
+			return fmt.Errorf("rate_limit invocation: %v", err)
+		}
 	}
 	return nil
 }

@@ -528,7 +528,7 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 		t.Fatalf("synthesis: status %d, want 461: %s", w.status, w.head)
 	}
 	var c *recipes.Contract
-	for _, k := range h.eng.st.contracts.List(benchAgent) {
+	for _, k := range h.eng.st.mem.ContractStore().List(benchAgent) {
 		if k.Path == path {
 			c = k
 		}
@@ -543,7 +543,7 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 	if w := present("rcns:negotiate"); w.status != policy.StatusAuthorizationRequired {
 		t.Fatalf("presentation without bench:read: status %d, want 262: %s", w.status, w.head)
 	}
-	if st := h.eng.st.contracts.State(c); st != recipes.StatePending {
+	if st := h.eng.st.mem.ContractStore().State(c); st != recipes.StatePending {
 		t.Errorf("after a refused presentation the contract is %s, want pending", st)
 	}
 	if w := serve(path, one, plain); w.status != 404 {
@@ -552,7 +552,7 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 	if w := present("bench:read"); w.status != 200 {
 		t.Fatalf("presentation: status %d, want 200: %s", w.status, w.head)
 	}
-	if st := h.eng.st.contracts.State(c); st != recipes.StateActive {
+	if st := h.eng.st.mem.ContractStore().State(c); st != recipes.StateActive {
 		t.Errorf("after a presentation that ran it the contract is %s, want active", st)
 	}
 	if w := serve(path, one, plain); w.status != 200 {
@@ -617,15 +617,15 @@ func TestConfirmWithTheGateRequestsKey(t *testing.T) {
 	if w := serve(gate); w.status != 461 {
 		t.Fatalf("synthesis: status %d, want 461: %s", w.status, w.head)
 	}
-	cs := h.eng.st.contracts.List(benchAgent)
+	cs := h.eng.st.mem.ContractStore().List(benchAgent)
 	if len(cs) != 1 {
 		t.Fatalf("%d contracts after the 461, want 1", len(cs))
 	}
 	c := cs[0]
 	replayed := func(w *discardWriter) bool { return w.hdr.Get("Idempotent-Replayed") == "true" }
-	if w := serve(gate); w.status != 461 || !replayed(w) || len(h.eng.st.contracts.List(benchAgent)) != 1 {
+	if w := serve(gate); w.status != 461 || !replayed(w) || len(h.eng.st.mem.ContractStore().List(benchAgent)) != 1 {
 		t.Fatalf("gate request repeated with its key: status %d, replayed %v, %d contracts; want the stored 461 and one contract",
-			w.status, replayed(w), len(h.eng.st.contracts.List(benchAgent)))
+			w.status, replayed(w), len(h.eng.st.mem.ContractStore().List(benchAgent)))
 	}
 	present := func(scope string) *discardWriter {
 		return serve(map[string]string{"Agent-ID": benchAgent, "Authority-Scope": scope, "Content-Type": "application/json",
@@ -638,7 +638,7 @@ func TestConfirmWithTheGateRequestsKey(t *testing.T) {
 	if w := serve(gate); w.status != 461 || !replayed(w) {
 		t.Fatalf("gate repeat after a refused confirmation: status %d, replayed %v; want the stored 461", w.status, replayed(w))
 	}
-	if st := h.eng.st.contracts.State(c); st != recipes.StatePending {
+	if st := h.eng.st.mem.ContractStore().State(c); st != recipes.StatePending {
 		t.Errorf("after the refused confirmation the contract is %s, want pending", st)
 	}
 	w := present("bench:read")
@@ -646,7 +646,7 @@ func TestConfirmWithTheGateRequestsKey(t *testing.T) {
 		t.Fatalf("confirmation with the gate request's key: status %d, replayed %v, contract %q; want 200 run under %s: %s",
 			w.status, replayed(w), w.hdr.Get("Contract-Synthesized"), c.SynthesisID, w.head)
 	}
-	if st := h.eng.st.contracts.State(c); st != recipes.StateActive {
+	if st := h.eng.st.mem.ContractStore().State(c); st != recipes.StateActive {
 		t.Errorf("after the confirmation the contract is %s, want active", st)
 	}
 	for name, hdr := range map[string]map[string]string{
@@ -678,7 +678,7 @@ func TestConfirmingKeyAcrossContracts(t *testing.T) {
 	gate := func(key string) string {
 		t.Helper()
 		before := map[string]bool{}
-		for _, c := range h.eng.st.contracts.List(benchAgent) {
+		for _, c := range h.eng.st.mem.ContractStore().List(benchAgent) {
 			before[c.SynthesisID] = true
 		}
 		w := serve(map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read", "Allow-RCNS": "true",
@@ -686,7 +686,7 @@ func TestConfirmingKeyAcrossContracts(t *testing.T) {
 		if w.status != 461 {
 			t.Fatalf("gate with %s: status %d, want 461: %s", key, w.status, w.head)
 		}
-		for _, c := range h.eng.st.contracts.List(benchAgent) {
+		for _, c := range h.eng.st.mem.ContractStore().List(benchAgent) {
 			if !before[c.SynthesisID] {
 				return c.SynthesisID
 			}
@@ -706,8 +706,8 @@ func TestConfirmingKeyAcrossContracts(t *testing.T) {
 		t.Fatalf("contract B under A's preview key: status %d, reason %q (%s); want 422 idempotency-key-reused", w.status, body.Reason, body.Explanation)
 	}
 	for _, id := range []string{a, b} {
-		c, _ := h.eng.st.contracts.Lookup(id)
-		if st := h.eng.st.contracts.State(c); st != recipes.StatePending {
+		c, _ := h.eng.st.mem.ContractStore().Lookup(id)
+		if st := h.eng.st.mem.ContractStore().State(c); st != recipes.StatePending {
 			t.Errorf("%s is %s after the refusal, want pending", id, st)
 		}
 	}
@@ -747,7 +747,7 @@ func TestRefusedConfirmationKeepsPreview(t *testing.T) {
 	if w := do("LOOKUP", "/item/cf-429", gate); w.status != 461 {
 		t.Fatalf("synthesis: status %d, want 461: %s", w.status, w.head)
 	}
-	c := h.eng.st.contracts.List(benchAgent)[0]
+	c := h.eng.st.mem.ContractStore().List(benchAgent)[0]
 	// The one invocation token goes to a Tier B call.
 	if w := do("FETCH", "/items/1", map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read"}); w.status != 200 {
 		t.Fatalf("Tier B call: status %d, want 200: %s", w.status, w.head)
@@ -760,7 +760,7 @@ func TestRefusedConfirmationKeepsPreview(t *testing.T) {
 	if w := do("LOOKUP", "/item/cf-429", gate); w.status != 461 || w.hdr.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("gate repeat after the refused confirmation: status %d, replayed %q; want the stored 461", w.status, w.hdr.Get("Idempotent-Replayed"))
 	}
-	if st := h.eng.st.contracts.State(c); st != recipes.StatePending {
+	if st := h.eng.st.mem.ContractStore().State(c); st != recipes.StatePending {
 		t.Errorf("after the refused confirmation the contract is %s, want pending", st)
 	}
 	if n := calls.Load(); n != 1 {

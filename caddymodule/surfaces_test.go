@@ -940,19 +940,19 @@ func TestProposeErrorMethodPath(t *testing.T) {
 func TestContractLimitExplanation(t *testing.T) {
 	g := newTestGateway(t)
 	g.h.MaxContractsPerAgent = 0 // unset: the default applies
-	g.h.eng.st.contracts.SetLimits(g.h.storeLimits())
+	g.h.eng.st.mem.ContractStore().SetLimits(g.h.storeLimits())
 	for i := 0; i < recipes.DefaultMaxContractsPerAgent; i++ {
 		g.propose(t, "/item/n"+strconv.Itoa(i))
 	}
 	a := g.builtin(t, "PROPOSE", proposal("/item/over"))
 	wantError(t, a, 463, "policy-refused", "the agent already holds 100 live contracts; max_contracts_per_agent is 100")
 	g.h.MaxContractsPerAgent = 50
-	g.h.eng.st.contracts.SetLimits(g.h.storeLimits())
+	g.h.eng.st.mem.ContractStore().SetLimits(g.h.storeLimits())
 	a = g.builtin(t, "PROPOSE", proposal("/item/over"))
 	wantError(t, a, 463, "policy-refused", "the agent already holds 100 live contracts; max_contracts_per_agent is 50")
 	// The store-wide bound: its count and limit.
 	g.h.MaxContracts, g.h.MaxContractsPerAgent = 80, 0
-	g.h.eng.st.contracts.SetLimits(g.h.storeLimits())
+	g.h.eng.st.mem.ContractStore().SetLimits(g.h.storeLimits())
 	a = g.builtin(t, "PROPOSE", proposal("/item/over"))
 	wantError(t, a, 463, "policy-refused", "the gateway holds 100 live contracts, its maximum (max_contracts is 80)")
 }
@@ -972,7 +972,7 @@ func TestIdempotencyStoreFullNamesTheBound(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newTestGateway(t)
-			g.h.eng.st.idem = idempotency.NewStore(tc.limits, nil)
+			g.h.eng.st.mem.ResetIdempotency(tc.limits)
 			if a := g.builtin(t, "PROPOSE", proposal("/item/k1"), "Idempotency-Key", "k1"); a.status != 263 {
 				t.Fatalf("first keyed PROPOSE: %s", a)
 			}
@@ -1073,7 +1073,7 @@ func TestEndedContractNoopReportsState(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := g.propose(t, "/item/ended-"+strconv.Itoa(i))
 			if tc.end == "expire" {
-				if !g.h.eng.st.contracts.End(id, recipes.StateExpired) {
+				if !g.h.eng.st.mem.ContractStore().End(id, recipes.StateExpired) {
 					t.Fatalf("contract %s was not live", id)
 				}
 			} else if a := g.endContract(t, tc.end, id); a.status != 200 || field(a.body, "result", "noop") != false {
@@ -1121,7 +1121,7 @@ func TestReleasedContractStaysKnown(t *testing.T) {
 		case "stale sweep":
 			// Released as an invalidating sweep releases (its recipe is
 			// unchanged here, so a sweep would keep it).
-			if !g.h.eng.st.contracts.End(id, recipes.StateReleased) {
+			if !g.h.eng.st.mem.ContractStore().End(id, recipes.StateReleased) {
 				t.Fatalf("contract %s was not live", id)
 			}
 		}
@@ -1155,7 +1155,7 @@ func TestReleasedContractStaysKnown(t *testing.T) {
 	// With the tombstones gone the ids are unknown to all three, as an
 	// id never issued is.
 	g.h.TombstoneTTL = caddy.Duration(time.Nanosecond)
-	g.h.eng.st.contracts.SetLimits(g.h.storeLimits())
+	g.h.eng.st.mem.ContractStore().SetLimits(g.h.storeLimits())
 	for _, id := range append(ids, "syn-AAAAAAAAAAAAAAAAAAAAAA") {
 		wantError(t, g.builtin(t, "INSPECT", map[string]any{"target": "contract", "synthesis_id": id}), 404, "contract-not-found", "")
 		wantError(t, g.endContract(t, "REVOKE", id), 404, "contract-not-found", "")

@@ -169,6 +169,7 @@ var (
 	IdempotencyKeyReused   = def("idempotency-key-reused", 422, NotRetryable)
 	IdempotencyKeyInFlight = def("idempotency-key-in-flight", 409, Retryable)
 	IdempotencyStoreFull   = def("idempotency-store-full", 503, Retryable)
+	StoreUnavailable       = def("store-unavailable", 503, Retryable)
 	InvalidLimit           = def("invalid-limit", 400, NotRetryable)
 	InvalidCursor          = def("invalid-cursor", 400, NotRetryable)
 	InvalidParameter       = def("invalid-parameter", 400, NotRetryable)

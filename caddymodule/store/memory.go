@@ -418,3 +418,16 @@ func (r *memRecords) Heads(_ context.Context, agentID string) ([]Head, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
 	return out, nil
 }
+
+// ContractStore returns the recipes.Store the memory contracts live in,
+// for callers that read or bound it directly (white-box tests).
+func (m *Memory) ContractStore() *recipes.Store { return m.contracts }
+
+// ResetIdempotency replaces the Idempotency-Key store with an empty one
+// bounded by l (zero fields take the defaults), as SetLimits does when
+// the idempotency limits change.
+func (m *Memory) ResetIdempotency(l idempotency.Limits) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.idem = idempotency.NewStore(l, m.now)
+}

@@ -1,0 +1,305 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
+)
+
+// countingUpstream serves GET /items/{id} as benchUpstream does and
+// counts the calls it answered.
+func countingUpstream(t *testing.T) (string, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": r.PathValue("id"), "name": "item", "price": 1})
+	})
+	return loopbackServer(t, mux).URL, &n
+}
+
+// redisGateway is the bench gateway on the Redis store at addr, each
+// adjust applied before Provision.
+func redisGateway(t *testing.T, upstream, addr string, adjust ...func(*Handler)) *testGateway {
+	t.Helper()
+	return &testGateway{h: benchHandlerWith(t, upstream, false, "", "", append([]func(*Handler){func(h *Handler) {
+		h.Store = StoreRedis
+		h.Redis = &RedisConfig{Addresses: []string{addr}, KeyPrefix: "t:"}
+	}}, adjust...)...)}
+}
+
+// wantStoreUnavailable checks a 503 store-unavailable answer.
+func wantStoreUnavailable(t *testing.T, a *answer) {
+	t.Helper()
+	wantError(t, a, 503, "store-unavailable", "nothing was executed")
+	if a.hdr("Retry-After") != "1" || a.body["retryable"] != true {
+		t.Fatalf("503 store-unavailable without Retry-After 1 or retryable: %v %s", a.header, a)
+	}
+}
+
+var itemInput = map[string]any{"parameters": map[string]any{"item_id": "1"}}
+
+// TestRedisStoreServes: on the Redis store the engine serves Tier B,
+// keyed replays, the gate and Tier C by pair, and INSPECT of contracts
+// and attempts, as on memory.
+func TestRedisStoreServes(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, hits := countingUpstream(t)
+	g := redisGateway(t, up, srv.Addr())
+	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "k1"); a.status != 200 {
+		t.Fatalf("keyed Tier B: %s", a)
+	}
+	a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "k1")
+	if a.status != 200 || a.hdr("Idempotent-Replayed") != "true" || hits.Load() != 1 {
+		t.Fatalf("keyed repeat: %s (replayed %q, %d upstream calls)", a, a.hdr("Idempotent-Replayed"), hits.Load())
+	}
+	syn := g.do(t, "LOOKUP", "/item/r1", itemInput, "Allow-RCNS", "true")
+	if syn.status != 263 || syn.str("synthesis_id") == "" {
+		t.Fatalf("gate synthesis: %s", syn)
+	}
+	if a := g.do(t, "LOOKUP", "/item/r1", itemInput); a.status != 200 || a.hdr("Contract-Synthesized") != syn.str("synthesis_id") {
+		t.Fatalf("Tier C by pair: %s", a)
+	}
+	if a := g.do(t, "LOOKUP", "/item/r1", itemInput, "Contract-Synthesized", syn.str("synthesis_id")); a.status != 200 {
+		t.Fatalf("presentation: %s", a)
+	}
+	if a := g.builtin(t, "INSPECT", map[string]any{"target": "contract", "synthesis_id": syn.str("synthesis_id")}); a.status != 200 || a.str("state") != "active" {
+		t.Fatalf("INSPECT contract: %s", a)
+	}
+	refused := g.do(t, "ACQUIRE", "/nothing/here/x", itemInput, "Allow-RCNS", "true")
+	if refused.status != 464 || refused.hdr("RCNS-Attempt-Id") == "" {
+		t.Fatalf("gate refusal: %s", refused)
+	}
+	if a := g.builtin(t, "INSPECT", map[string]any{"target": "rcns-attempt", "attempt_id": refused.hdr("RCNS-Attempt-Id")}); a.status != 200 {
+		t.Fatalf("INSPECT rcns-attempt: %s", a)
+	}
+	if a := g.endContract(t, "REVOKE", syn.str("synthesis_id")); a.status != 200 {
+		t.Fatalf("REVOKE: %s", a)
+	}
+	wantError(t, g.do(t, "LOOKUP", "/item/r1", itemInput, "Contract-Synthesized", syn.str("synthesis_id")), 464, "contract-revoked", "")
+}
+
+// TestRedisStoreDown: with Redis stopped, every request that needs
+// state answers 503 store-unavailable with Retry-After and executes
+// nothing (no upstream call, no contract); pass-through traffic, the
+// manifest and an unkeyed Tier B call (which needs no state) are served;
+// once Redis is back the gateway serves again by itself.
+func TestRedisStoreDown(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, hits := countingUpstream(t)
+	g := redisGateway(t, up, srv.Addr())
+	syn := g.do(t, "LOOKUP", "/item/d1", itemInput, "Allow-RCNS", "true")
+	if syn.status != 263 {
+		t.Fatalf("gate synthesis: %s", syn)
+	}
+	before := hits.Load()
+	srv.Stop()
+	for _, tc := range []struct {
+		name   string
+		method string
+		target string
+		kv     []string
+	}{
+		{"keyed Tier B", "FETCH", "/items/1", []string{"Idempotency-Key", "down-1"}},
+		{"gate", "LOOKUP", "/item/d2", []string{"Allow-RCNS", "true"}},
+		{"Tier C by pair", "LOOKUP", "/item/d1", nil},
+		{"presentation", "LOOKUP", "/item/d1", []string{"Contract-Synthesized", syn.str("synthesis_id")}},
+		{"keyed presentation", "LOOKUP", "/item/d1", []string{"Contract-Synthesized", syn.str("synthesis_id"), "Idempotency-Key", "down-2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantStoreUnavailable(t, g.do(t, tc.method, tc.target, itemInput, tc.kv...))
+		})
+	}
+	wantStoreUnavailable(t, g.builtin(t, "PROPOSE", proposal("/item/d3")))
+	wantStoreUnavailable(t, g.builtin(t, "INSPECT", map[string]any{"target": "contract", "synthesis_id": syn.str("synthesis_id")}))
+	wantStoreUnavailable(t, g.endContract(t, "REVOKE", syn.str("synthesis_id")))
+	if n := hits.Load(); n != before {
+		t.Fatalf("%d upstream calls while the store was down", n-before)
+	}
+	if a := g.anonymous(t, "DISCOVER", "/", nil); a.status != 200 {
+		t.Fatalf("manifest while the store is down: %s", a)
+	}
+	if a := g.serve(t, "GET", "/legacy", nil, nil, 0); a.status != http.StatusTeapot || g.passed != 1 {
+		t.Fatalf("pass-through while the store is down: %s (passed %d)", a, g.passed)
+	}
+	if a := g.do(t, "FETCH", "/items/2", nil); a.status != 200 {
+		t.Fatalf("unkeyed Tier B while the store is down: %s", a)
+	}
+	if !g.h.eng.storeDown() {
+		t.Fatal("the store is not reported down")
+	}
+	if got := testutil.ToFloat64(g.h.eng.metrics.storeUp); got != 0 {
+		t.Fatalf("caddy_rcns_store_up = %v while down", got)
+	}
+	srv.Restart()
+	// Redis restarted empty: the contract is gone (404), and the gate
+	// serves again (unkeyed: claims wait out the restart quarantine).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a := g.do(t, "LOOKUP", "/item/d4", itemInput, "Allow-RCNS", "true")
+		if a.status == 263 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway did not recover: %s", a)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wantError(t, g.do(t, "LOOKUP", "/item/d1", itemInput, "Contract-Synthesized", syn.str("synthesis_id")), 404, "contract-not-found", "")
+	wantStoreUnavailable(t, g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "after-restart"))
+}
+
+// TestRedisStoreRequired: a Redis that does not answer fails the config
+// load, naming its address, unless store_required is off: then the
+// gateway starts degraded (503 store-unavailable) and serves once Redis
+// answers.
+func TestRedisStoreRequired(t *testing.T) {
+	srv := redistest.StartServer(t)
+	srv.Stop()
+	up, hits := countingUpstream(t)
+	h := &Handler{}
+	h.Name = "required-test"
+	h.Store, h.Redis = StoreRedis, &RedisConfig{Addresses: []string{srv.Addr()}}
+	h.RecordsDir = "off"
+	err := h.Provision(benchContext(t))
+	_ = h.Cleanup()
+	if err == nil || !strings.Contains(err.Error(), srv.Addr()) || !strings.Contains(err.Error(), "store_required off") {
+		t.Fatalf("Provision against a stopped Redis: %v; want an error naming %s", err, srv.Addr())
+	}
+	off := false
+	g := redisGateway(t, up, srv.Addr(), func(h *Handler) { h.StoreRequired = &off })
+	wantStoreUnavailable(t, g.do(t, "LOOKUP", "/item/q1", itemInput, "Allow-RCNS", "true"))
+	srv.Restart()
+	if a := g.do(t, "LOOKUP", "/item/q1", itemInput, "Allow-RCNS", "true"); a.status != 263 || hits.Load() != 1 {
+		t.Fatalf("after Redis started: %s (%d upstream calls)", a, hits.Load())
+	}
+}
+
+// TestRedisPoolSharedAcrossReload: a reload with the same store settings
+// keeps the Redis client (one pool); the client is closed when the last
+// configuration using it is cleaned up; other settings get their own.
+func TestRedisPoolSharedAcrossReload(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, _ := countingUpstream(t)
+	first := redisGateway(t, up, srv.Addr())
+	second := redisGateway(t, up, srv.Addr())
+	if first.h.eng.redis == nil || first.h.eng.redis != second.h.eng.redis {
+		t.Fatal("two configurations with the same store settings do not share one client")
+	}
+	key := first.h.eng.redisKey
+	if n, _ := redisClients.References(key); n != 2 {
+		t.Fatalf("pool references = %d, want 2", n)
+	}
+	syn := first.do(t, "LOOKUP", "/item/p1", itemInput, "Allow-RCNS", "true")
+	if syn.status != 263 {
+		t.Fatalf("gate on the first configuration: %s", syn)
+	}
+	if err := first.h.Cleanup(); err != nil { // the old configuration goes away
+		t.Fatal(err)
+	}
+	if a := second.do(t, "LOOKUP", "/item/p1", itemInput, "Contract-Synthesized", syn.str("synthesis_id")); a.status != 200 {
+		t.Fatalf("the new configuration after the old one's cleanup: %s", a)
+	}
+	other := redisGateway(t, up, srv.Addr(), func(h *Handler) { h.Redis.KeyPrefix = "other:" })
+	if other.h.eng.redis == second.h.eng.redis {
+		t.Fatal("other store settings share the client")
+	}
+	if err := second.h.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := redisClients.References(key); ok {
+		t.Fatal("the client outlived the last configuration using it")
+	}
+}
+
+// TestStoreCaddyfileErrors: the store lines refuse unknown subdirectives
+// and bad combinations with the knob named.
+func TestStoreCaddyfileErrors(t *testing.T) {
+	for _, tc := range []struct{ name, body, want string }{
+		{"unknown store", "store disk", `store: "disk" is not memory or redis`},
+		{"memory block", "store memory {\n\t\t\tmode single\n\t\t}", "store memory takes no block"},
+		{"unknown subdirective", "store redis {\n\t\t\taddress 127.0.0.1:6379\n\t\t\tcolor red\n\t\t}", `store redis: unknown subdirective "color"`},
+		{"no address", "store redis {\n\t\t\tmode single\n\t\t}", "no address"},
+		{"no block", "store redis", "no address"},
+		{"master_name without sentinel", "store redis {\n\t\t\taddress 127.0.0.1:6379\n\t\t\tmaster_name m\n\t\t}", "master_name is for mode sentinel"},
+		{"sentinel without master_name", "store redis {\n\t\t\tmode sentinel\n\t\t\taddress 127.0.0.1:26379\n\t\t}", "mode sentinel needs master_name"},
+		{"db with cluster", "store redis {\n\t\t\tmode cluster\n\t\t\taddress 127.0.0.1:7000\n\t\t\tdb 1\n\t\t}", "db is not for mode cluster"},
+		{"two addresses single", "store redis {\n\t\t\taddress 127.0.0.1:1 127.0.0.1:2\n\t\t}", "mode single takes exactly one address"},
+		{"bad mode", "store redis {\n\t\t\tmode ring\n\t\t\taddress 127.0.0.1:1\n\t\t}", `mode "ring" is not single, cluster or sentinel`},
+		{"bad db", "store redis {\n\t\t\taddress 127.0.0.1:1\n\t\t\tdb -1\n\t\t}", "db: \"-1\" is not a non-negative integer"},
+		{"bad pool", "store redis {\n\t\t\taddress 127.0.0.1:1\n\t\t\tpool_size 0\n\t\t}", "pool_size: \"0\" is not a positive integer"},
+		{"bad timeout", "store redis {\n\t\t\taddress 127.0.0.1:1\n\t\t\tread_timeout soon\n\t\t}", "read_timeout: \"soon\" is not a duration"},
+		{"prefix with brace", "store redis {\n\t\t\taddress 127.0.0.1:1\n\t\t\tkey_prefix a{b\n\t\t}", "must not contain '{' or '}'"},
+		{"subdirective twice", "store redis {\n\t\t\taddress 127.0.0.1:1\n\t\t\tdb 1\n\t\t\tdb 2\n\t\t}", "db is set twice"},
+		{"store twice", "store memory\n\t\tstore memory", "store is set twice"},
+		{"store_required value", "store_required maybe", `store_required: "maybe" is not on or off`},
+		{"bad node_id", "node_id a/b", `node_id: "a/b" must be`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := ":8080 {\n\trcns {\n\t\t" + tc.body + "\n\t}\n}\n"
+			_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestStoreConfigValidate: JSON can say what the Caddyfile refuses;
+// Validate refuses it with the knob named.
+func TestStoreConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  StoreConfig
+		want string
+	}{
+		{"unknown store", StoreConfig{Store: "disk"}, `store "disk" is not memory or redis`},
+		{"redis without settings", StoreConfig{Store: StoreRedis}, "store redis needs its settings"},
+		{"settings without redis", StoreConfig{Store: StoreMemory, Redis: &RedisConfig{Addresses: []string{"a:1"}}}, "store is memory"},
+		{"no address", StoreConfig{Store: StoreRedis, Redis: &RedisConfig{}}, "no address"},
+		{"cluster db", StoreConfig{Store: StoreRedis, Redis: &RedisConfig{Mode: "cluster", Addresses: []string{"a:1"}, DB: 2}}, "db is not for mode cluster"},
+		{"negative timeout", StoreConfig{Store: StoreRedis, Redis: &RedisConfig{Addresses: []string{"a:1"}, DialTimeout: -1}}, "must not be negative"},
+		{"bad node id", StoreConfig{Store: StoreMemory, NodeID: ".."}, "node_id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Config{StoreConfig: tc.cfg}
+			c.setDefaults()
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+	c := &Config{}
+	c.setDefaults()
+	if c.Store != StoreMemory || !validName(c.NodeID) || !c.storeRequired() {
+		t.Fatalf("defaults: store %q node_id %q required %v", c.Store, c.NodeID, c.storeRequired())
+	}
+}
+
+// TestRedisPlaceholders: {env.*} placeholders in the store settings are
+// replaced when the config loads, and take part in the pool key.
+func TestRedisPlaceholders(t *testing.T) {
+	t.Setenv("RCNS_TEST_REDIS_PASSWORD", "s3cret")
+	r := &RedisConfig{Addresses: []string{"{env.RCNS_TEST_REDIS_HOST}:6379"}, Password: "{env.RCNS_TEST_REDIS_PASSWORD}"}
+	t.Setenv("RCNS_TEST_REDIS_HOST", "10.0.0.7")
+	cfg := r.clientConfig(caddy.NewReplacer(), time.Minute)
+	if cfg.Addrs[0] != "10.0.0.7:6379" || cfg.Password != "s3cret" || cfg.KeyPrefix != "rcns:" || cfg.Mode != "single" {
+		t.Fatalf("client config %+v", cfg)
+	}
+	t.Setenv("RCNS_TEST_REDIS_PASSWORD", "other")
+	if redisKey(cfg) == redisKey(r.clientConfig(caddy.NewReplacer(), time.Minute)) {
+		t.Fatal("a changed password keeps the pool key")
+	}
+}

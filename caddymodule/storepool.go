@@ -1,0 +1,240 @@
+package caddymodule
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redisstore"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+)
+
+// redisClients are the Redis store clients by their configuration
+// (redisKey): a config reload that keeps the `store redis` settings
+// keeps the client and its connection pool; the last configuration
+// using a client closes it.
+var redisClients = caddy.NewUsagePool()
+
+// Health check intervals of a pooled Redis client: how often it pings
+// while Redis answers, and while it does not.
+const (
+	storeHealthUp   = 5 * time.Second
+	storeHealthDown = time.Second
+)
+
+// pooledRedis is one shared Redis client, its health and the metrics of
+// the newest configuration using it.
+type pooledRedis struct {
+	client *redisstore.Client
+	cfg    redisstore.Config
+	// metrics is the newest configuration's (Caddy builds a fresh
+	// registry at each load); the client's Observer reports to it.
+	metrics atomic.Pointer[metrics]
+	// gauges refreshes the newest configuration's state gauges (live
+	// contracts, attempts) after a successful health check: with Redis
+	// they are not counted on the request path.
+	gauges atomic.Pointer[func(context.Context)]
+	// down is set while Redis does not answer (the last round trip or
+	// health check failed).
+	down atomic.Bool
+	stop chan struct{}
+	done chan struct{}
+}
+
+// Observe is the client's store.Observer: latency and errors by op into
+// the metrics, and the up/down state.
+func (p *pooledRedis) Observe(op store.Op, latency time.Duration, err error) {
+	p.down.Store(err != nil)
+	if m := p.metrics.Load(); m != nil {
+		m.storeRoundTrip(op, latency, err)
+		m.setStoreUp(err == nil)
+	}
+}
+
+// health pings Redis until stopped: every storeHealthUp while it
+// answers, every storeHealthDown while it does not, so the state gauge
+// follows Redis even without traffic.
+func (p *pooledRedis) health() {
+	defer close(p.done)
+	wait := storeHealthUp
+	if p.down.Load() {
+		wait = storeHealthDown
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), dialBudget(p.cfg))
+		err := p.client.Ping(ctx)
+		if err == nil {
+			if g := p.gauges.Load(); g != nil {
+				(*g)(ctx)
+			}
+		}
+		cancel()
+		wait = storeHealthUp
+		if err != nil {
+			wait = storeHealthDown
+		}
+		t.Reset(wait)
+	}
+}
+
+// Destruct stops the health checks and closes the pool (the last
+// configuration using it went away).
+func (p *pooledRedis) Destruct() error {
+	close(p.stop)
+	<-p.done
+	return p.client.Close()
+}
+
+// redisKey is the pool key of a client configuration: a hash of every
+// setting that reaches the client (placeholders replaced).
+func redisKey(cfg redisstore.Config) string {
+	raw, _ := json.Marshal(struct {
+		Mode, MasterName, Username, Password, CAFile, KeyPrefix string
+		Addrs                                                   []string
+		DB, PoolSize                                            int
+		TLS                                                     bool
+		Dial, Read, Write, Quarantine                           time.Duration
+	}{cfg.Mode, cfg.MasterName, cfg.Username, cfg.Password, cfg.CAFile, cfg.KeyPrefix, cfg.Addrs, cfg.DB, cfg.PoolSize,
+		cfg.TLS != nil, cfg.DialTimeout, cfg.ReadTimeout, cfg.WriteTimeout, cfg.RestartQuarantine})
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// storeLimitsOf is the store.Limits of this configuration.
+func (h *engine) storeLimitsOf() store.Limits {
+	return store.Limits{Idempotency: h.idempotencyLimits(), Contracts: h.storeLimits(), Attempts: h.AttemptBuffer,
+		ReplayEntries: h.ReplayCacheSize}
+}
+
+// provisionStore attaches the configuration's store: the name's memory
+// store, or a Redis client from the pool (connected here unless
+// store_required is off). A Redis that does not answer fails the load,
+// naming its addresses.
+func (h *engine) provisionStore(ctx caddy.Context) error {
+	lim := h.storeLimitsOf()
+	if h.Store != StoreRedis {
+		h.mem = h.st.memory(lim)
+		h.sto = h.mem.Set()
+		return nil
+	}
+	cfg := h.Redis.clientConfig(caddy.NewReplacer(), h.idempotencyLimits().InFlightHold)
+	key := redisKey(cfg)
+	required := h.storeRequired()
+	val, _, err := redisClients.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return newPooledRedis(ctx, cfg, required, h.logger)
+	})
+	if err != nil {
+		return fmt.Errorf("rcns: store redis (%s %s): %v", cfg.Mode, strings.Join(cfg.Addrs, " "), err)
+	}
+	h.redis, h.redisKey = val.(*pooledRedis), key
+	h.redis.metrics.Store(h.metrics)
+	refresh := h.refreshStoreGauges
+	h.redis.gauges.Store(&refresh)
+	if h.metrics != nil {
+		h.metrics.setStoreUp(!h.redis.down.Load())
+	}
+	if h.restorer, err = recipes.NewRestorer(h.methods, h.upstreams, h.set.Recipes, 0); err != nil {
+		return fmt.Errorf("rcns: store redis: %v", err)
+	}
+	if h.sto, err = h.redis.client.Set(lim, h.restorer); err != nil {
+		return fmt.Errorf("rcns: store redis: %v", err)
+	}
+	return nil
+}
+
+// newPooledRedis connects a client for the pool: redisstore.New, which
+// must answer PING within the dial and read timeouts, or, when the
+// store is not required, redisstore.NewDegraded (a warning is logged
+// when Redis does not answer yet).
+func newPooledRedis(ctx context.Context, cfg redisstore.Config, required bool, logger *zap.Logger) (*pooledRedis, error) {
+	p := &pooledRedis{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
+	cfg.Observer = p
+	var err error
+	if required {
+		cctx, cancel := context.WithTimeout(ctx, dialBudget(cfg))
+		p.client, err = redisstore.New(cctx, cfg)
+		cancel()
+		if err != nil {
+			if errors.Is(err, store.ErrUnavailable) {
+				return nil, fmt.Errorf("redis does not answer: %v (store_required off starts degraded, answering 503 store-unavailable until it does)", err)
+			}
+			return nil, err
+		}
+	} else {
+		if p.client, err = redisstore.NewDegraded(cfg); err != nil {
+			return nil, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, dialBudget(cfg))
+		if err := p.client.Ping(cctx); err != nil {
+			p.down.Store(true)
+			logger.Warn("store redis does not answer; starting degraded (store_required off): requests that need state answer 503 store-unavailable until it does",
+				zap.Strings("address", cfg.Addrs), zap.Error(err))
+		}
+		cancel()
+	}
+	go p.health()
+	return p, nil
+}
+
+// dialBudget bounds Provision's first PING: a dial and a reply (with
+// the defaults for unset timeouts).
+func dialBudget(cfg redisstore.Config) time.Duration {
+	d, r := cfg.DialTimeout, cfg.ReadTimeout
+	if d <= 0 {
+		d = redisstore.DefaultDialTimeout
+	}
+	if r <= 0 {
+		r = redisstore.DefaultReadTimeout
+	}
+	return d + r
+}
+
+// releaseStore gives the configuration's store back: the Redis client
+// to the pool (closed when no configuration uses it) and the plan
+// restorer.
+func (h *engine) releaseStore() {
+	if h.restorer != nil {
+		h.restorer.Close()
+		h.restorer = nil
+	}
+	if h.redis != nil {
+		_, _ = redisClients.Delete(h.redisKey)
+		h.redis = nil
+	}
+}
+
+// storeDown reports whether the shared store is known not to answer
+// (the Redis store's last round trip failed); the memory store never is.
+func (h *engine) storeDown() bool { return h.redis != nil && h.redis.down.Load() }
+
+// refreshStoreGauges sets the gauges counted from the store (live
+// contracts, idempotency records, attempt records). The memory store
+// counts in memory, on each change; the Redis store after each
+// successful health check.
+func (h *engine) refreshStoreGauges(ctx context.Context) {
+	if n, err := h.sto.Contracts.Len(ctx); err == nil {
+		h.metrics.setActiveContracts(n)
+	}
+	if n, err := h.sto.Idempotency.Len(ctx); err == nil && n >= 0 {
+		h.metrics.setIdempotencyRecords(n)
+	}
+	if n, err := h.sto.Attempts.Len(ctx); err == nil {
+		h.metrics.setAttemptRingSize(n)
+	}
+}
