@@ -104,6 +104,7 @@ func TestClusterSentinelFailover(t *testing.T) {
 // state by itself once Redis starts.
 func TestClusterStoreRequiredOff(t *testing.T) {
 	srv := redistest.StartServer(t, "--maxmemory-policy", "noeviction")
+	keepPort(srv)
 	srv.Stop()
 	w := startClusterWorld(t, storeBlock("address "+srv.Addr(), ""), clusterOpts{Extra: clusterBudget, Required: "off"})
 	waitFor(t, 5*time.Second, 50*time.Millisecond, "the degraded-start warning", func() bool {
@@ -208,6 +209,7 @@ func infoField(info, name string) string {
 // refused while the restart quarantine lasts).
 func TestClusterRedisRestartKeepsState(t *testing.T) {
 	srv := redistest.StartServer(t, "--maxmemory-policy", "noeviction", "--appendonly", "yes", "--appendfsync", "always")
+	keepPort(srv)
 	w := startClusterWorld(t, storeBlock("address "+srv.Addr(), ""), clusterOpts{Extra: clusterBudget})
 	keyed := hdr(agentA1, "hotel:book", "Idempotency-Key", "before-restart")
 	first := w.A.Do(t, "RESERVE", "/reservations", keyed, reserveBody("before-restart", 1))

@@ -48,6 +48,7 @@ type redisTopology struct {
 func startSingleRedis(t testing.TB) (*redistest.Server, *redisTopology) {
 	t.Helper()
 	srv := redistest.StartServer(t, "--maxmemory-policy", "noeviction")
+	keepPort(srv)
 	return srv, &redisTopology{
 		name:    "single",
 		lines:   "address " + srv.Addr(),
@@ -64,6 +65,9 @@ func startSingleRedis(t testing.TB) (*redistest.Server, *redisTopology) {
 func startRedisCluster(t testing.TB) (*redistest.Cluster, *redisTopology) {
 	t.Helper()
 	c := redistest.StartCluster(t, 3)
+	for _, n := range c.Nodes {
+		keepPort(n)
+	}
 	return c, &redisTopology{
 		name:  "cluster",
 		lines: "mode cluster\naddress " + strings.Join(c.Addrs(), " "),
@@ -84,6 +88,15 @@ func startRedisCluster(t testing.TB) (*redistest.Cluster, *redisTopology) {
 			}
 		},
 	}
+}
+
+// keepPort keeps freePort from handing out srv's port while srv is
+// stopped (an outage), so a gateway started meanwhile cannot take the
+// port srv restarts on.
+func keepPort(srv *redistest.Server) {
+	givenPorts.Lock()
+	defer givenPorts.Unlock()
+	givenPorts.m[srv.Port] = true
 }
 
 // sentinelLines are the store settings of a Sentinel group.
