@@ -1,9 +1,11 @@
 package caddymodule
 
 import (
+	"context"
 	"strconv"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/google/uuid"
@@ -12,8 +14,12 @@ import (
 
 // attribution builds the Attribution-Record (spec §16; unsigned JWS
 // `alg: none` form, built by hand) and its Audit-ID, chained per
-// requesting Agent-ID (OP-22). The payload JSON is appended by
-// hand in encoding/json's sorted-key order (byte-identical output).
+// requesting Agent-ID (OP-22) on this node: node_id names the node, so
+// each agent's records form one chain per (agent, node)
+// (docs/cluster.md). The payload JSON is appended by hand in
+// encoding/json's sorted-key order (byte-identical output). The record
+// is retained in the store for INSPECT target=audit and chain_head
+// (retain).
 func (x *exchange) attribution(status int, responseID string) (string, string) {
 	chainKey := x.recordAgent
 	issued := time.Now().UTC()
@@ -61,6 +67,7 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 		if x.contract.NegotiationOrigin != "" {
 			field("negotiation_origin", x.contract.NegotiationOrigin)
 		}
+		field("node_id", x.h.NodeID)
 		if x.ownerID != "" {
 			field("owner_id", x.ownerID)
 		}
@@ -89,12 +96,40 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 		}
 		b = append(b, '}')
 		c, a := x.h.signer.SignJSON(b)
+		if x.h.mem != nil {
+			// In memory the head is retained under the chain's lock,
+			// so it is always the chain's newest record.
+			x.retain(a, c, issued)
+		}
 		return c, a, nil
 	})
 	if err != nil {
 		x.h.logger.Error("signing Attribution-Record", zap.Error(err))
+	} else if x.h.mem == nil {
+		// A shared store's round trip is not made under the chain's
+		// lock: concurrent answers of one agent on one node may retain
+		// their heads out of order (the newer record names the older
+		// one as previous_audit_id all the same).
+		x.retain(auditID, compact, issued)
 	}
 	return compact, auditID
+}
+
+// retain keeps the record in the store (store.Records) for INSPECT
+// target=audit and chain_head. A request that met the store down, or a
+// store known to be down, retains nothing: its answer does not wait for
+// a store that does not answer. Failures are logged; the answer goes
+// out.
+func (x *exchange) retain(auditID, compact string, issued time.Time) {
+	h := x.h
+	if x.storeFailed || h.storeDown() {
+		return
+	}
+	err := h.sto.Records.Retain(context.WithoutCancel(x.ctx()), store.Record{AuditID: auditID, AgentID: x.recordAgent,
+		NodeID: h.NodeID, Compact: compact, IssuedAt: issued})
+	if err != nil {
+		h.logger.Warn("retaining an Attribution-Record failed: INSPECT target=audit will not find it", zap.String("audit_id", auditID), zap.Error(err))
+	}
 }
 
 // requestHash is an Attribution-Record's request_hash (RCNS §16.2): 64

@@ -76,8 +76,9 @@ func (h *engine) inspectAll(req *request) bool {
 	return req.caller.Effective().Covers(scopeInspectAll)
 }
 
-// inspect serves INSPECT target=contract and target=rcns-attempt (spec
-// §17.3).
+// inspect serves INSPECT target=contract, rcns-attempt, lifecycle,
+// audit and chain_head (spec §17.3; audit and chain_head in
+// inspectrecords.go).
 func (h *engine) inspect(x *exchange, req *request, p map[string]any) {
 	target, e := strParam(p, "INSPECT", "target")
 	if e != nil {
@@ -159,10 +160,12 @@ func (h *engine) inspect(x *exchange, req *request, p map[string]any) {
 			entries = []map[string]any{}
 		}
 		x.write(200, agtp.MediaAGTP, map[string]any{"target": "lifecycle", "agent_id": agent, "entries": entries}, nil)
-	case "audit", "chain_head":
-		x.fail(agtp.NotImplemented.New("INSPECT target=" + target + " is not implemented by this gateway yet"))
+	case "audit":
+		h.inspectAudit(x, req, p)
+	case "chain_head":
+		h.inspectChainHead(x, req, p)
 	default:
-		x.fail(agtp.UnknownTarget.New(fmt.Sprintf("INSPECT target %q is not known (contract, rcns-attempt, lifecycle)", textcut.Clip(target))))
+		x.fail(agtp.UnknownTarget.New(fmt.Sprintf("INSPECT target %q is not known (contract, rcns-attempt, lifecycle, audit, chain_head)", textcut.Clip(target))))
 	}
 }
 

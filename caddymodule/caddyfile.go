@@ -74,6 +74,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    record_keys <ed25519-pem>...
 //	    records_dir <path>|off
 //	    fsync always|group|off
+//	    record_retention <duration>
+//	    max_retained_records <n>
+//	    audit_read_acl agent_only|operator_only|public
 //	    upstream <name> <url> { timeout <d>; max_conns <n>; insecure_http }
 //	    legacy NONE|*|<VERB>...
 //	    alias <FROM> <TO>
@@ -118,7 +121,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			seen[key] = true
 		}
 		switch key {
-		case "name", "server_id", "identity", "mode", "catalog", "on_policy_change", "records_dir", "fsync":
+		case "name", "server_id", "identity", "mode", "catalog", "on_policy_change", "records_dir", "fsync", "audit_read_acl":
 			v, err := oneArg(d)
 			if err != nil {
 				return err
@@ -157,6 +160,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("fsync: %q is not always, group or off", v)
 				}
 				h.Fsync = v
+			case "audit_read_acl":
+				if v != ACLAgentOnly && v != ACLOperatorOnly && v != ACLPublic {
+					return d.Errf("audit_read_acl: %q is not agent_only, operator_only or public", v)
+				}
+				h.AuditReadACL = v
 			}
 		case "enabled":
 			b, err := optBool(d)
@@ -193,7 +201,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.AllowPersistent = b
 			}
 		case "min_trust_tier", "max_synthesis_depth", "max_contracts", "max_contracts_per_agent", "attempt_buffer",
-			"rate_limit_agents", "idempotency_max_records", "idempotency_max_per_agent", "replay_cache_size":
+			"rate_limit_agents", "idempotency_max_records", "idempotency_max_per_agent", "replay_cache_size", "max_retained_records":
 			v, err := oneArg(d)
 			if err != nil {
 				return err
@@ -214,8 +222,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				"max_contracts": &h.MaxContracts, "max_contracts_per_agent": &h.MaxContractsPerAgent,
 				"attempt_buffer": &h.AttemptBuffer, "idempotency_max_records": &h.IdempotencyMaxRecords,
 				"idempotency_max_per_agent": &h.IdempotencyMaxPerAgent, "replay_cache_size": &h.ReplayCacheSize,
+				"max_retained_records": &h.MaxRetainedRecords,
 			}[key] = n
-		case "contract_ttl", "tombstone_ttl", "composition_timeout", "signature_max_age", "signature_skew":
+		case "contract_ttl", "tombstone_ttl", "composition_timeout", "signature_max_age", "signature_skew", "record_retention":
 			dur, err := positiveDuration(d)
 			if err != nil {
 				return err
@@ -231,6 +240,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.SignatureMaxAge = caddy.Duration(dur)
 			case "signature_skew":
 				h.SignatureSkew = caddy.Duration(dur)
+			case "record_retention":
+				h.RecordRetention = caddy.Duration(dur)
 			}
 		case "max_request_body", "max_upstream_response":
 			v, err := oneArg(d)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
@@ -17,25 +18,29 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "rcns",
-		Usage: "verify-log <dir> | import-openapi [flags] <spec>",
+		Usage: "verify-log <dir>... | import-openapi [flags] <spec>",
 		Short: "Tools for the rcns gateway (verify-log checks negotiation record chains; import-openapi writes endpoints from OpenAPI)",
 		Long: `Tools for the rcns gateway.
 
-verify-log <dir> checks every hash chain in a negotiation record directory
-(one gateway's records_dir, or its negotiations folder), prints how many
-chains and records it checked, and exits non-zero naming the first broken
-record (file, line, agent), or when dir holds no negotiation log.
+verify-log <dir>... checks every hash chain in each negotiation record
+directory (one gateway node's records_dir, or its negotiations folder),
+prints how many chains and records it checked and the node (node_id)
+whose records they are, and exits non-zero naming the first broken record
+(file, line, agent), or when a dir holds no negotiation log. Each node of
+a cluster writes its own records_dir, with one chain per agent there
+(docs/cluster.md): give one directory per node; each is verified on its
+own.
 
 import-openapi [flags] <spec> turns an OpenAPI 3.0 or 3.1 document into
 Tier B endpoint documents, one per operation (docs/recipes.md, "Starting
 from OpenAPI"); see caddy rcns import-openapi --help.`,
 		CobraFunc: func(cmd *cobra.Command) {
 			cmd.AddCommand(&cobra.Command{
-				Use:   "verify-log <dir>",
-				Short: "Verify the hash chains of a negotiation record directory",
-				Args:  cobra.ExactArgs(1),
+				Use:   "verify-log <dir>...",
+				Short: "Verify the hash chains of negotiation record directories (one per gateway node)",
+				Args:  cobra.MinimumNArgs(1),
 				RunE: func(_ *cobra.Command, args []string) error {
-					return verifyLog(os.Stdout, args[0])
+					return verifyLog(os.Stdout, args...)
 				},
 			})
 			cmd.AddCommand(importOpenAPICommand())
@@ -111,11 +116,22 @@ docs/recipes.md "Starting from OpenAPI" has the rules.`,
 	return c
 }
 
-// verifyLog is `caddy rcns verify-log dir`: dir is a records_dir (its
-// negotiations folder is checked) or a negotiations folder. A directory
+// verifyLog is `caddy rcns verify-log dir...`: each dir is a records_dir
+// (its negotiations folder is checked) or a negotiations folder, one
+// node's; it stops at the first directory that fails. A directory
 // without any log file is an error, not a success: it is most often the
 // wrong one (the parent of the records_dirs, a typo'd name).
-func verifyLog(out io.Writer, dir string) error {
+func verifyLog(out io.Writer, dirs ...string) error {
+	for _, dir := range dirs {
+		if err := verifyLogDir(out, dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verifyLogDir verifies one node's directory (verifyLog).
+func verifyLogDir(out io.Writer, dir string) error {
 	logDir := dir
 	if sub := filepath.Join(dir, "negotiations"); isDir(sub) {
 		logDir = sub
@@ -128,8 +144,16 @@ func verifyLog(out io.Writer, dir string) error {
 		return fmt.Errorf("verify-log: no record logs found in %s; give the records_dir of one gateway, e.g. %s (or its negotiations folder)",
 			dir, filepath.Join(caddy.AppDataDir(), "rcns", "default"))
 	}
-	fmt.Fprintf(out, "verify-log: %s: %d chains, %d records in %d files: every chain is intact (a removed tail of a chain cannot be detected)\n",
-		logDir, st.Chains, st.Records, st.Files)
+	node := ""
+	switch len(st.Nodes) {
+	case 0:
+	case 1:
+		node = " of node " + st.Nodes[0]
+	default:
+		node = " of nodes " + strings.Join(st.Nodes, ", ") + " (the node was renamed)"
+	}
+	fmt.Fprintf(out, "verify-log: %s: %d chains, %d records%s in %d files: every chain is intact (a removed tail of a chain cannot be detected)\n",
+		logDir, st.Chains, st.Records, node, st.Files)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
@@ -238,6 +239,24 @@ type RecordsConfig struct {
 	// "group" (default: group commit, concurrent records share one
 	// fsync and the response waits for it) or "off".
 	Fsync string `json:"fsync,omitempty"`
+
+	// RecordRetention is how long every Attribution-Record sent, and
+	// each agent's chain heads, are retained in the store for INSPECT
+	// target=audit and target=chain_head: at least 1s. Default 24h.
+	RecordRetention caddy.Duration `json:"record_retention,omitempty"`
+
+	// MaxRetainedRecords bounds the retained Attribution-Records of the
+	// memory store (the oldest is dropped first); the Redis store is
+	// bounded by RecordRetention and Redis's maxmemory. Default 100000.
+	MaxRetainedRecords int `json:"max_retained_records,omitempty"`
+
+	// AuditReadACL is the read ACL of INSPECT target=audit and
+	// target=chain_head (spec §17.3): "agent_only" (default: an agent
+	// reads its own records and chains, a caller carrying inspect:all
+	// any), "operator_only" (inspect:all only) or "public" (every
+	// identified agent reads every record). A refusal is 403 naming
+	// the mode.
+	AuditReadACL string `json:"audit_read_acl,omitempty"`
 }
 
 // DocumentsConfig is the operator documents and the upstreams their endpoints call.
@@ -413,6 +432,9 @@ func (h *Config) setDefaults() {
 	if h.RateLimitAgents == 0 {
 		h.RateLimitAgents = ratelimit.DefaultMaxAgents
 	}
+	if h.AuditReadACL == "" {
+		h.AuditReadACL = ACLAgentOnly
+	}
 	h.setStoreDefaults()
 	if h.MCP != nil {
 		h.MCP.setDefaults(h)
@@ -447,6 +469,14 @@ func (h *Config) idempotencyLimits() idempotency.Limits {
 
 func (h *Config) storeLimits() recipes.StoreLimits {
 	return recipes.StoreLimits{MaxContracts: h.MaxContracts, MaxPerAgent: h.MaxContractsPerAgent, TombstoneTTL: time.Duration(h.TombstoneTTL)}
+}
+
+// recordRetention is RecordRetention with its default.
+func (h *Config) recordRetention() time.Duration {
+	if h.RecordRetention > 0 {
+		return time.Duration(h.RecordRetention)
+	}
+	return store.DefaultRecordRetention
 }
 
 // synthesisEnabled is the manifest's policies.synthesis_enabled: PROPOSE
@@ -497,6 +527,11 @@ func (h *Config) Validate() error {
 	case records.FsyncAlways, records.FsyncGroup, records.FsyncOff:
 	default:
 		return fmt.Errorf("rcns: fsync must be always, group or off, not %q", h.Fsync)
+	}
+	switch h.AuditReadACL {
+	case ACLAgentOnly, ACLOperatorOnly, ACLPublic:
+	default:
+		return fmt.Errorf("rcns: audit_read_acl must be agent_only, operator_only or public, not %q", h.AuditReadACL)
 	}
 	if h.OnPolicyChange != "grandfather" && h.OnPolicyChange != "invalidate" {
 		return fmt.Errorf("rcns: on_policy_change must be grandfather or invalidate, not %q", h.OnPolicyChange)
@@ -583,6 +618,7 @@ func (h *Config) checkNotNegative() error {
 		{"idempotency_max_per_agent", h.IdempotencyMaxPerAgent < 0},
 		{"contract_ttl", h.ContractTTL < 0}, {"tombstone_ttl", h.TombstoneTTL < 0},
 		{"composition_timeout", h.CompositionTimeout < 0},
+		{"record_retention", h.RecordRetention < 0}, {"max_retained_records", h.MaxRetainedRecords < 0},
 	} {
 		if k.negative {
 			return fmt.Errorf("rcns: %s must not be negative (leave it out for the default)", k.name)
@@ -613,6 +649,7 @@ func (h *Config) checkMinDurations() error {
 		{"idempotency_window", h.IdempotencyWindow, "a retry comes later than that"},
 		{"signature_max_age", h.SignatureMaxAge, "a signature's created and expires are whole seconds"},
 		{"signature_skew", h.SignatureSkew, "a signature's created is whole seconds"},
+		{"record_retention", h.RecordRetention, "a record must stay long enough to be inspected"},
 	} {
 		if k.v > 0 && time.Duration(k.v) < minDuration {
 			return fmt.Errorf("rcns: %s %s is below the minimum %s: %s", k.name, time.Duration(k.v), minDuration, k.why)

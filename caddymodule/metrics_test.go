@@ -546,7 +546,7 @@ func TestMetricsNamesInDashboardAndAlerts(t *testing.T) {
 }
 
 // TestAlertRulesPromtool checks docs/prometheus/alerts.yml with promtool
-// (installed into .tools/bin by make deps).
+// (installed into .tools/bin by make deps) and runs its unit tests.
 func TestAlertRulesPromtool(t *testing.T) {
 	promtool, err := filepath.Abs("../.tools/bin/promtool")
 	if err != nil {
@@ -561,6 +561,11 @@ func TestAlertRulesPromtool(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "SUCCESS") {
 		t.Fatalf("promtool output lacks SUCCESS:\n%s", out)
+	}
+	// The rules' unit tests (docs/prometheus/alerts_test.yml).
+	out, err = exec.Command(promtool, "test", "rules", "../docs/prometheus/alerts_test.yml").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "SUCCESS") {
+		t.Fatalf("promtool test rules failed: %v\n%s", err, out)
 	}
 }
 

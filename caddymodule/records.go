@@ -412,6 +412,7 @@ func (h *engine) negotiationRecord(x *exchange, kind, outcome, reason string, re
 		"identity_assurance": assurance(h.Identity),
 		"request_id":         x.requestID,
 		"binding":            x.in.Binding,
+		"node_id":            h.NodeID,
 	}
 	if granted != nil {
 		rec["granted"] = granted

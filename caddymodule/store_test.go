@@ -1,8 +1,12 @@
 package caddymodule
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,7 +16,9 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
+	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
 )
 
 // countingUpstream serves GET /items/{id} as benchUpstream does and
@@ -139,8 +145,17 @@ func TestRedisStoreDown(t *testing.T) {
 	if !g.h.eng.storeDown() {
 		t.Fatal("the store is not reported down")
 	}
-	if got := testutil.ToFloat64(g.h.eng.metrics.storeUp); got != 0 {
+	m := g.h.eng.metrics
+	if got := testutil.ToFloat64(m.storeUp); got != 0 {
 		t.Fatalf("caddy_rcns_store_up = %v while down", got)
+	}
+	for _, op := range []store.Op{store.OpClaim, store.OpResolvePair, store.OpPresent} {
+		if got := testutil.ToFloat64(m.storeErrors.WithLabelValues(string(op))); got < 1 {
+			t.Errorf("caddy_rcns_store_errors_total{op=%q} = %v, want at least 1", op, got)
+		}
+	}
+	if n := testutil.CollectAndCount(m.storeSeconds); n < 4 {
+		t.Errorf("round-trip latency series by op: %d, want at least 4", n)
 	}
 	srv.Restart()
 	// Redis restarted empty: the contract is gone (404), and the gate
@@ -208,8 +223,16 @@ func TestRedisPoolSharedAcrossReload(t *testing.T) {
 	if err := first.h.Cleanup(); err != nil { // the old configuration goes away
 		t.Fatal(err)
 	}
+	presents := func(g *testGateway) uint64 {
+		return histogramCount(t, g.h.eng.metrics.storeSeconds.WithLabelValues(string(store.OpPresent)))
+	}
+	oldCount, newCount := presents(first), presents(second)
 	if a := second.do(t, "LOOKUP", "/item/p1", itemInput, "Contract-Synthesized", syn.str("synthesis_id")); a.status != 200 {
 		t.Fatalf("the new configuration after the old one's cleanup: %s", a)
+	}
+	if presents(first) != oldCount || presents(second) != newCount+1 {
+		t.Fatalf("store round trips observed: old configuration %d→%d, new %d→%d; want the new one's only",
+			oldCount, presents(first), newCount, presents(second))
 	}
 	other := redisGateway(t, up, srv.Addr(), func(h *Handler) { h.Redis.KeyPrefix = "other:" })
 	if other.h.eng.redis == second.h.eng.redis {
@@ -245,6 +268,9 @@ func TestStoreCaddyfileErrors(t *testing.T) {
 		{"store twice", "store memory\n\t\tstore memory", "store is set twice"},
 		{"store_required value", "store_required maybe", `store_required: "maybe" is not on or off`},
 		{"bad node_id", "node_id a/b", `node_id: "a/b" must be`},
+		{"bad audit_read_acl", "audit_read_acl everyone", `audit_read_acl: "everyone" is not agent_only, operator_only or public`},
+		{"bad record_retention", "record_retention 0s", `record_retention: "0s" must be a positive duration`},
+		{"bad max_retained_records", "max_retained_records 0", `max_retained_records: "0" is not a positive integer`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := ":8080 {\n\trcns {\n\t\t" + tc.body + "\n\t}\n}\n"
@@ -301,5 +327,69 @@ func TestRedisPlaceholders(t *testing.T) {
 	t.Setenv("RCNS_TEST_REDIS_PASSWORD", "other")
 	if redisKey(cfg) == redisKey(r.clientConfig(caddy.NewReplacer(), time.Minute)) {
 		t.Fatal("a changed password keeps the pool key")
+	}
+}
+
+// signedAgent writes an agent document with an Ed25519 key into a new
+// directory and returns the directory, the agent's id and its signer.
+func signedAgent(t *testing.T) (dir, id string, s *httpsig.Signer) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwk, err := httpsig.JWKFromPublic(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid, err := httpsig.Thumbprint(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = strings.Repeat("5a", 32)
+	doc, _ := json.Marshal(map[string]any{"agent_id": id, "name": "signer", "owner_id": "ops", "trust_tier": 1, "status": "active",
+		"scopes": []string{"bench:read"}, "keys": []any{jwk}})
+	dir = t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "signer.json"), doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, id, &httpsig.Signer{KeyID: kid, Key: priv}
+}
+
+// signedFetch is FETCH /items/1 as agent, signed by s.
+func signedFetch(t *testing.T, agent string, s *httpsig.Signer) http.Header {
+	t.Helper()
+	r, _ := http.NewRequest("FETCH", "http://127.0.0.1/items/1", nil)
+	r.Header.Set("Agent-ID", agent)
+	r.Header.Set("Authority-Scope", "bench:read")
+	now := time.Now()
+	if err := s.Sign(r, httpsig.SignOptions{Created: now, Expires: now.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	return r.Header
+}
+
+// TestRedisReplayCache: under identity signature the replay cache is
+// the store's: a signature accepted on one node is refused on the
+// other, and a signed request while the store is down is 503.
+func TestRedisReplayCache(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, hits := countingUpstream(t)
+	dir, agent, signer := signedAgent(t)
+	node := func(name string) *testGateway {
+		return redisGateway(t, up, srv.Addr(), func(h *Handler) {
+			h.Name, h.NodeID, h.Identity, h.Agents = name, name, IdentitySignature, []string{dir}
+		})
+	}
+	a, b := node("node-a"), node("node-b")
+	hdr := signedFetch(t, agent, signer)
+	if got := a.serveHeader(t, "FETCH", "/items/1", hdr.Clone(), nil, 0); got.status != 200 {
+		t.Fatalf("signed request: %s", got)
+	}
+	wantError(t, b.serveHeader(t, "FETCH", "/items/1", hdr.Clone(), nil, 0), 401, "signature-replayed", "already used")
+	srv.Stop()
+	wantStoreUnavailable(t, a.serveHeader(t, "FETCH", "/items/1", signedFetch(t, agent, signer), nil, 0))
+	if hits.Load() != 1 {
+		t.Fatalf("%d upstream calls, want 1", hits.Load())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,13 +37,14 @@ const (
 type pooledRedis struct {
 	client *redisstore.Client
 	cfg    redisstore.Config
-	// metrics is the newest configuration's (Caddy builds a fresh
-	// registry at each load); the client's Observer reports to it.
-	metrics atomic.Pointer[metrics]
-	// gauges refreshes the newest configuration's state gauges (live
-	// contracts, attempts) after a successful health check: with Redis
-	// they are not counted on the request path.
-	gauges atomic.Pointer[func(context.Context)]
+	// users are the engines using the client (copy on write): the
+	// client's Observer reports to each one's metrics (Caddy builds a
+	// fresh registry at each load, and a reload overlaps the old and
+	// the new configuration), and a successful health check refreshes
+	// each one's state gauges (with Redis they are not counted on the
+	// request path).
+	mu    sync.Mutex
+	users atomic.Pointer[[]*engine]
 	// down is set while Redis does not answer (the last round trip or
 	// health check failed).
 	down atomic.Bool
@@ -54,9 +56,11 @@ type pooledRedis struct {
 // the metrics, and the up/down state.
 func (p *pooledRedis) Observe(op store.Op, latency time.Duration, err error) {
 	p.down.Store(err != nil)
-	if m := p.metrics.Load(); m != nil {
-		m.storeRoundTrip(op, latency, err)
-		m.setStoreUp(err == nil)
+	if users := p.users.Load(); users != nil {
+		for _, e := range *users {
+			e.metrics.storeRoundTrip(op, latency, err)
+			e.metrics.setStoreUp(err == nil)
+		}
 	}
 }
 
@@ -79,9 +83,9 @@ func (p *pooledRedis) health() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), dialBudget(p.cfg))
 		err := p.client.Ping(ctx)
-		if err == nil {
-			if g := p.gauges.Load(); g != nil {
-				(*g)(ctx)
+		if users := p.users.Load(); err == nil && users != nil {
+			for _, e := range *users {
+				e.refreshStoreGauges(ctx)
 			}
 		}
 		cancel()
@@ -91,6 +95,35 @@ func (p *pooledRedis) health() {
 		}
 		t.Reset(wait)
 	}
+}
+
+// join adds e to the client's users (provisionStore, once e.sto is set).
+func (p *pooledRedis) join(e *engine) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var next []*engine
+	if cur := p.users.Load(); cur != nil {
+		next = append(next, *cur...)
+	}
+	next = append(next, e)
+	p.users.Store(&next)
+}
+
+// leave removes e from the client's users (releaseStore).
+func (p *pooledRedis) leave(e *engine) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cur := p.users.Load()
+	if cur == nil {
+		return
+	}
+	next := make([]*engine, 0, len(*cur))
+	for _, u := range *cur {
+		if u != e {
+			next = append(next, u)
+		}
+	}
+	p.users.Store(&next)
 }
 
 // Destruct stops the health checks and closes the pool (the last
@@ -119,7 +152,7 @@ func redisKey(cfg redisstore.Config) string {
 // storeLimitsOf is the store.Limits of this configuration.
 func (h *engine) storeLimitsOf() store.Limits {
 	return store.Limits{Idempotency: h.idempotencyLimits(), Contracts: h.storeLimits(), Attempts: h.AttemptBuffer,
-		ReplayEntries: h.ReplayCacheSize}
+		ReplayEntries: h.ReplayCacheSize, RecordRetention: time.Duration(h.RecordRetention), MaxRecords: h.MaxRetainedRecords}
 }
 
 // provisionStore attaches the configuration's store: the name's memory
@@ -143,18 +176,14 @@ func (h *engine) provisionStore(ctx caddy.Context) error {
 		return fmt.Errorf("rcns: store redis (%s %s): %v", cfg.Mode, strings.Join(cfg.Addrs, " "), err)
 	}
 	h.redis, h.redisKey = val.(*pooledRedis), key
-	h.redis.metrics.Store(h.metrics)
-	refresh := h.refreshStoreGauges
-	h.redis.gauges.Store(&refresh)
-	if h.metrics != nil {
-		h.metrics.setStoreUp(!h.redis.down.Load())
-	}
 	if h.restorer, err = recipes.NewRestorer(h.methods, h.upstreams, h.set.Recipes, 0); err != nil {
 		return fmt.Errorf("rcns: store redis: %v", err)
 	}
 	if h.sto, err = h.redis.client.Set(lim, h.restorer); err != nil {
 		return fmt.Errorf("rcns: store redis: %v", err)
 	}
+	h.metrics.setStoreUp(!h.redis.down.Load())
+	h.redis.join(h)
 	return nil
 }
 
@@ -214,6 +243,7 @@ func (h *engine) releaseStore() {
 		h.restorer = nil
 	}
 	if h.redis != nil {
+		h.redis.leave(h)
 		_, _ = redisClients.Delete(h.redisKey)
 		h.redis = nil
 	}

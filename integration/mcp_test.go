@@ -30,7 +30,8 @@ import (
 // schemas and annotations that follow the documents; the manifest lists
 // the door.
 func TestMCPToolsPerAgent(t *testing.T) {
-	w := startHotel(t, hotelOpts{Extra: "\t\tmcp {\n\t\t\tpage_size 2\n\t\t}"})
+	// MCP is served over HTTP: Do stays on the HTTP door whatever the suite's.
+	w := startHotel(t, hotelOpts{Door: "http", Extra: "\t\tmcp {\n\t\t\tpage_size 2\n\t\t}"})
 
 	a1 := mcpConnect(t, w.GW, "/mcp", agentA1, scopeAll)
 	if got := a1.names(); got != "book_room discover_contracts discover_patterns fetch_guest fetch_property reserve_reservations" {
@@ -106,7 +107,8 @@ func TestMCPToolsPerAgent(t *testing.T) {
 // counted with binding="mcp", and nothing for the MCP path reaches the
 // next handler.
 func TestMCPTierBCall(t *testing.T) {
-	w := startHotel(t, hotelOpts{LegacyCounter: true, Extra: "\t\tmcp"})
+	// MCP is served over HTTP: Do stays on the HTTP door whatever the suite's.
+	w := startHotel(t, hotelOpts{Door: "http", LegacyCounter: true, Extra: "\t\tmcp"})
 	c := mcpConnect(t, w.GW, "/mcp", agentA1, "hotel:read")
 	before := w.Hotel.Count()
 	r := c.call(t, "fetch_guest", map[string]any{"guest_id": demoGuest}, nil)
@@ -143,7 +145,8 @@ func TestMCPTierBCall(t *testing.T) {
 // TestMCPDoorTransport: the checks on the HTTP request before any MCP
 // message is read, each refused with the AGTP error body.
 func TestMCPDoorTransport(t *testing.T) {
-	w := startHotel(t, hotelOpts{Extra: "\t\tmcp /agents/mcp {\n\t\t\tmax_request_body 2KiB\n\t\t\tmax_json_depth 16\n\t\t\tallowed_origins https://console.example\n\t\t}"})
+	// MCP is served over HTTP: Do stays on the HTTP door whatever the suite's.
+	w := startHotel(t, hotelOpts{Door: "http", Extra: "\t\tmcp /agents/mcp {\n\t\t\tmax_request_body 2KiB\n\t\t\tmax_json_depth 16\n\t\t\tallowed_origins https://console.example\n\t\t}"})
 	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`
 	deep := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"x":` + strings.Repeat("[", 20) + strings.Repeat("]", 20) + `}}}`
 	for _, tc := range []struct {

@@ -1,0 +1,221 @@
+package records
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gowebpki/jcs"
+)
+
+// VerifyError names the first broken record [VerifyDir] found.
+type VerifyError struct {
+	// File is the path of the log file.
+	File string
+	// Line is the 1-based line number in File.
+	Line int
+	// AgentID is the record's agent, "" when the line did not parse.
+	AgentID string
+	// Reason says what is wrong.
+	Reason string
+}
+
+// Error returns "records: FILE:LINE: agent "A": REASON".
+func (e *VerifyError) Error() string {
+	if e.AgentID == "" {
+		return fmt.Sprintf("records: %s:%d: %s", e.File, e.Line, e.Reason)
+	}
+	return fmt.Sprintf("records: %s:%d: agent %q: %s", e.File, e.Line, e.AgentID, e.Reason)
+}
+
+// VerifyDir checks every negotiation log file in dir, in write order
+// (ARCHITECTURE.md "Records"; seed 002 §8.2): every line is a complete
+// record in JCS form with the required fields, its hash is the SHA-256 of
+// its JCS form without hash, its prev is the hash of the same agent's
+// previous record ([ZeroHash] for the first), and its seq is one more
+// than that record's (1 for the first). It returns nil, a *[VerifyError]
+// naming the file, line and agent of the first broken record, or an
+// error for an unreadable directory or file.
+func VerifyDir(dir string) error {
+	_, err := VerifyDirStats(dir)
+	return err
+}
+
+// VerifyStats is what [VerifyDirStats] checked.
+type VerifyStats struct {
+	Files   int   // log files read
+	Chains  int   // agents (hash chains) seen
+	Records int64 // records checked
+	// Nodes are the node_id values the records name, sorted: the
+	// gateway node that wrote them (one, unless the node was renamed);
+	// records without node_id (written before it existed) add none.
+	Nodes []string
+}
+
+// VerifyDirStats is [VerifyDir] that also says how much it checked (the
+// counts up to the first broken record when there is one). Zero Files is
+// not an error here; a caller that was given dir to check should treat
+// it as one (the wrong directory, or an empty one).
+//
+// Only what is stored can be checked: a chain whose last records were
+// removed (or a newest log file deleted whole) still verifies, since
+// nothing records how long each chain was.
+func VerifyDirStats(dir string) (st VerifyStats, err error) {
+	files, err := listLogFiles(dir)
+	if err != nil {
+		return st, err
+	}
+	heads := map[string]logHead{}
+	nodes := map[string]bool{}
+	defer func() {
+		for n := range nodes {
+			st.Nodes = append(st.Nodes, n)
+		}
+		slices.Sort(st.Nodes)
+	}()
+	for _, lf := range files {
+		st.Files++
+		err := verifyFile(filepath.Join(dir, lf.name), heads, nodes)
+		st.Chains = len(heads)
+		st.Records = 0
+		for _, h := range heads {
+			st.Records += h.seq
+		}
+		if err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// verifyFile checks one file against and advances heads, adding the
+// node ids its records name to nodes. A directory is one node's (its
+// records_dir), so each agent's chain is checked across node ids: a
+// node renamed keeps writing the same chain.
+func verifyFile(path string, heads map[string]logHead, nodes map[string]bool) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("records: open negotiation log: %w", err)
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 64<<10)
+	for lineNo := 1; ; lineNo++ {
+		line, err := r.ReadBytes('\n')
+		if err == io.EOF {
+			if len(line) == 0 {
+				return nil
+			}
+			return &VerifyError{File: path, Line: lineNo, Reason: "torn line (no newline at end of file)"}
+		}
+		if err != nil {
+			return fmt.Errorf("records: read %s: %w", path, err)
+		}
+		rec, err := parseRecord(line[:len(line)-1])
+		if err != nil {
+			return &VerifyError{File: path, Line: lineNo, AgentID: rec.agentID, Reason: err.Error()}
+		}
+		want, ok := heads[rec.agentID]
+		if !ok {
+			want.hash = ZeroHash
+		}
+		if rec.seq != want.seq+1 {
+			return &VerifyError{File: path, Line: lineNo, AgentID: rec.agentID,
+				Reason: fmt.Sprintf("seq %d, want %d", rec.seq, want.seq+1)}
+		}
+		if rec.prev != want.hash {
+			return &VerifyError{File: path, Line: lineNo, AgentID: rec.agentID,
+				Reason: fmt.Sprintf("prev %s, want %s (hash of the agent's previous record)", rec.prev, want.hash)}
+		}
+		heads[rec.agentID] = logHead{hash: rec.hash, seq: rec.seq}
+		if rec.nodeID != "" {
+			nodes[rec.nodeID] = true
+		}
+	}
+}
+
+// parsedRecord is what the chain check needs of one line.
+type parsedRecord struct {
+	agentID string
+	nodeID  string
+	seq     int64
+	prev    string
+	hash    string
+}
+
+// parseRecord parses one log line (without its newline) and checks that
+// it is in JCS form, has the required fields and that its hash member is
+// the hash of the rest. agentID is filled in as soon as it is known, even
+// on error.
+func parseRecord(line []byte) (parsedRecord, error) {
+	var p parsedRecord
+	canon, err := jcs.Transform(line)
+	if err != nil {
+		return p, fmt.Errorf("not JSON: %v", err)
+	}
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(canon))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil || m == nil {
+		return p, errors.New("not a JSON object")
+	}
+	p.agentID, _ = m["agent_id"].(string)
+	p.nodeID, _ = m["node_id"].(string)
+	if !bytes.Equal(canon, line) {
+		return p, errors.New("line is not in JCS (RFC 8785) form")
+	}
+	if p.agentID == "" {
+		return p, errors.New(`"agent_id" missing or not a non-empty string`)
+	}
+	seq, ok := m["seq"].(json.Number)
+	if !ok {
+		return p, errors.New(`"seq" missing or not a number`)
+	}
+	p.seq, err = strconv.ParseInt(string(seq), 10, 64)
+	if err != nil || p.seq < 1 {
+		return p, fmt.Errorf(`"seq" %s is not a positive integer`, seq)
+	}
+	if at, _ := m["at"].(string); at == "" {
+		return p, errors.New(`"at" missing or not a string`)
+	} else if _, err := time.Parse(time.RFC3339Nano, at); err != nil {
+		return p, fmt.Errorf(`"at" %q is not RFC 3339`, at)
+	}
+	if kind, _ := m["kind"].(string); kind != KindGate && kind != KindPropose && kind != KindRelease && kind != KindRevoke {
+		return p, fmt.Errorf(`"kind" %v is not gate, propose, release or revoke`, m["kind"])
+	}
+	if outcome, _ := m["outcome"].(string); outcome != OutcomeAccepted && outcome != OutcomeRefused {
+		return p, fmt.Errorf(`"outcome" %v is not accepted or refused`, m["outcome"])
+	}
+	for _, k := range []string{"requested", "granted"} {
+		if _, ok := m[k]; !ok {
+			return p, fmt.Errorf("%q missing", k)
+		}
+	}
+	p.prev, _ = m["prev"].(string)
+	if !isHex64(p.prev) {
+		return p, errors.New(`"prev" is not 64 lowercase hex digits`)
+	}
+	p.hash, _ = m["hash"].(string)
+	if !isHex64(p.hash) {
+		return p, errors.New(`"hash" is not 64 lowercase hex digits`)
+	}
+	delete(m, "hash")
+	rest, err := canonical(m)
+	if err != nil {
+		return p, err
+	}
+	sum := sha256.Sum256(rest)
+	if got := hex.EncodeToString(sum[:]); got != p.hash {
+		return p, fmt.Errorf("hash %s does not match the record (computed %s)", p.hash, got)
+	}
+	return p, nil
+}
