@@ -197,6 +197,15 @@ func clusterContractAcross(t *testing.T, w *clusterWorld) {
 			t.Errorf("INSPECT on B does not name %s:\n%s", id, ins)
 		}
 	})
+	t.Run("each node names itself in its records", func(t *testing.T) {
+		for i, g := range w.Nodes {
+			r := w.book(t, g, agentA1, scopeAll, "Contract-Synthesized", id)
+			ran(t, r, "presentation")
+			if got := str(attribution(t, r), "node_id"); got != clusterNodeNames[i] {
+				t.Errorf("%s: Attribution-Record node_id %q, want %q", g.Addr, got, clusterNodeNames[i])
+			}
+		}
+	})
 	t.Run("another agent on B", func(t *testing.T) {
 		defer w.noExecution(t)()
 		assert464(t, w.book(t, w.B, agentA3, scopeAll, "Contract-Synthesized", id), "contract-not-yours")
