@@ -49,12 +49,13 @@ func (h *engine) present(x *exchange, req *request, id string) {
 		x.fail(agtp.ContractNotFound.New(fmt.Sprintf("the presented contract serves %s %s, not this pair", c.Method, c.Path)))
 		return
 	}
+	// Whether it is still pending decides whether running it accepts
+	// it (runContract); with a key, the key's stored answer is checked
+	// against the presented contract, and a still-pending one's 461 may
+	// be confirmed under it (claim, ClaimConfirming).
+	x.presentedPending = p.State == recipes.StatePending
 	if req.idemKey != "" {
-		// The key's stored answer is checked against the presented
-		// contract, and a still-pending one's 461 may be confirmed
-		// under it (claim, ClaimConfirming).
 		x.presentedID = c.SynthesisID
-		x.presentedPending = p.State == recipes.StatePending
 	}
 	x.preclaimed = p.Claimed
 	h.runContract(x, req, c, viaSynthesisID)
@@ -98,10 +99,12 @@ func (h *engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 	if !h.spend(x, req, h.invokeRL) {
 		return
 	}
-	if via == viaSynthesisID {
+	if via == viaSynthesisID && x.presentedPending {
 		// Presenting a confirm-first contract accepts it (spec §13.4),
 		// but only a presentation that runs it: a refused one (scope,
 		// input, budget) leaves it pending, so it still serves no pair.
+		// One that was active when presented needs no activation (nor
+		// a round trip to a shared store).
 		activated, err := h.sto.Contracts.Activate(x.ctx(), c)
 		if err != nil {
 			h.storeFailed(x, err)

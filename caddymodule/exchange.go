@@ -27,9 +27,10 @@ type exchange struct {
 	query url.Values // the request query, parsed and checked once (agtp.ParseQuery)
 	// presentedID is the synthesis id of the contract a keyed request
 	// presents (Contract-Synthesized, §10 step 7), "" otherwise; and
-	// presentedPending whether that contract was still pending (a 461
-	// not yet accepted) when presented. claim checks the key's stored
-	// answer against them (ClaimConfirming).
+	// presentedPending whether the presented contract was still pending
+	// (a 461 not yet accepted) when presented. claim checks the key's
+	// stored answer against them (ClaimConfirming); runContract accepts
+	// a pending one.
 	presentedID      string
 	presentedPending bool
 	taskID           string

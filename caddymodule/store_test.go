@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -391,5 +392,71 @@ func TestRedisReplayCache(t *testing.T) {
 	wantStoreUnavailable(t, a.serveHeader(t, "FETCH", "/items/1", signedFetch(t, agent, signer), nil, 0))
 	if hits.Load() != 1 {
 		t.Fatalf("%d upstream calls, want 1", hits.Load())
+	}
+}
+
+// TestRedisRoundTripsPerRequest: the round trips each kind of request
+// makes to Redis, as docs/cluster.md counts them ("before" the answer
+// plus "after"; the health check's pings left out).
+func TestRedisRoundTripsPerRequest(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, _ := countingUpstream(t)
+	g := redisGateway(t, up, srv.Addr())
+	m := g.h.eng.metrics
+	total := func() map[store.Op]uint64 {
+		out := map[store.Op]uint64{}
+		for _, op := range store.Ops {
+			if op != store.OpPing {
+				if n := histogramCount(t, m.storeSeconds.WithLabelValues(string(op))); n > 0 {
+					out[op] = n
+				}
+			}
+		}
+		return out
+	}
+	diff := func(before, after map[store.Op]uint64) map[store.Op]uint64 {
+		out := map[store.Op]uint64{}
+		for op, n := range after {
+			if d := n - before[op]; d > 0 {
+				out[op] = d
+			}
+		}
+		return out
+	}
+	syn := g.do(t, "LOOKUP", "/item/rt1", itemInput, "Allow-RCNS", "true")
+	if syn.status != 263 {
+		t.Fatalf("gate: %s", syn)
+	}
+	for _, tc := range []struct {
+		name string
+		send func() *answer
+		want map[store.Op]uint64
+	}{
+		{"manifest", func() *answer { return g.anonymous(t, "DISCOVER", "/", nil) },
+			map[store.Op]uint64{store.OpRecord: 1}},
+		{"Tier B, no key", func() *answer { return g.do(t, "FETCH", "/items/1", nil) },
+			map[store.Op]uint64{store.OpRecord: 1}},
+		{"Tier B, keyed", func() *answer { return g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "rt-b") },
+			map[store.Op]uint64{store.OpClaim: 1, store.OpComplete: 1, store.OpRecord: 1}},
+		{"keyed contract presentation", func() *answer {
+			return g.do(t, "LOOKUP", "/item/rt1", itemInput, "Contract-Synthesized", syn.str("synthesis_id"), "Idempotency-Key", "rt-p")
+		}, map[store.Op]uint64{store.OpPresent: 1, store.OpComplete: 1, store.OpRecord: 1}},
+		{"unkeyed contract presentation", func() *answer {
+			return g.do(t, "LOOKUP", "/item/rt1", itemInput, "Contract-Synthesized", syn.str("synthesis_id"))
+		}, map[store.Op]uint64{store.OpPresent: 1, store.OpRecord: 1}},
+		{"Tier C by pair", func() *answer { return g.do(t, "LOOKUP", "/item/rt1", itemInput) },
+			map[store.Op]uint64{store.OpResolvePair: 1, store.OpRecord: 1}},
+		{"gate evaluation", func() *answer { return g.do(t, "LOOKUP", "/item/rt2", itemInput, "Allow-RCNS", "true") },
+			map[store.Op]uint64{store.OpResolvePair: 1, store.OpRateLimit: 1, store.OpContractMint: 1, store.OpRecord: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := total()
+			if a := tc.send(); a.status >= 400 {
+				t.Fatalf("%s", a)
+			}
+			if got := diff(before, total()); !maps.Equal(got, tc.want) {
+				t.Fatalf("round trips %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
