@@ -313,7 +313,13 @@ func TestNativeConfigRefused(t *testing.T) {
 		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command(caddyBin, "validate", "--config", path, "--adapter", "caddyfile").CombinedOutput()
+		// From the repository root, as every gateway runs: the site's
+		// relative document paths must resolve, or whichever app Caddy
+		// provisions first (map order) fails the load for the wrong
+		// reason.
+		cmd := exec.Command(caddyBin, "validate", "--config", path, "--adapter", "caddyfile")
+		cmd.Dir = repoRoot
+		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), tc.want) {
 			t.Errorf("%q: caddy validate (err %v) does not refuse it with %q:\n%s", tc.option, err, tc.want, out)
 		}
