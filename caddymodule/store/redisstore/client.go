@@ -269,10 +269,16 @@ func newClient(cfg Config) (*Client, error) {
 // (INFO server: run_id, uptime_in_seconds) and starts a quarantine when
 // that server restarted less than RestartQuarantine ago. The first run
 // id seen for a server is its baseline. Errors leave the connection
-// usable.
+// usable. In Sentinel mode go-redis runs the hook on its connections to
+// the sentinels too (FailoverOptions.sentinelOptions copies OnConnect):
+// a sentinel holds no keys, and its run is not the master's, so those
+// connections are skipped (redis_mode:sentinel).
 func (c *Client) onConnect(ctx context.Context, cn *redis.Conn) error {
 	info, err := cn.Info(ctx, "server").Result()
 	if err != nil {
+		return nil
+	}
+	if strings.Contains(info, "redis_mode:sentinel") {
 		return nil
 	}
 	server := "master"

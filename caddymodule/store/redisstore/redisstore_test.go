@@ -388,6 +388,24 @@ func TestRestartQuarantine(t *testing.T) {
 	}
 }
 
+// TestSentinelNoQuarantine: in Sentinel mode the restart quarantine
+// looks at the master alone. go-redis also runs the connect hook on its
+// connections to the sentinels, whose run ids are not the master's: a
+// hook that took them for the master saw it "restart" at once and
+// refused every claim for the quarantine (an hour with the engine's
+// in-flight hold) on a healthy group.
+func TestSentinelNoQuarantine(t *testing.T) {
+	g := redistest.StartSentinel(t)
+	_, set := newSet(t, Config{Mode: ModeSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName, RestartQuarantine: time.Hour})
+	ctx := context.Background()
+	for i := range 5 {
+		got, err := set.Idempotency.Claim(ctx, "a", fmt.Sprintf("k%d", i), "fp")
+		if err != nil || got.Outcome != idempotency.Execute {
+			t.Fatalf("claim %d on a healthy Sentinel group: %v %v", i, got.Outcome, err)
+		}
+	}
+}
+
 // newSet connects a Client with cfg (closed at the end of the test) and
 // returns it with its default Set.
 func newSet(t *testing.T, cfg Config) (*Client, store.Set) {

@@ -1,0 +1,364 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
+)
+
+// Cluster worlds: two gateways (two `caddy run` processes, nodes A and
+// B) on one shared Redis store (docs/cluster.md), with the same agents,
+// endpoints and recipes, in front of one json-server behind one counting
+// proxy, so every upstream execution of either node is counted in one
+// place. The Redis deployment is one of three topologies started by
+// caddymodule/store/redistest on loopback ports: a single server, a
+// three-master Redis Cluster, or a Sentinel group.
+
+// Bounds of the cluster tests' waits.
+const (
+	storeRecovery   = 45 * time.Second // Redis back (or failed over) → the gateways serve state again
+	clusterSettle   = 30 * time.Second // a restarted Redis Cluster reports cluster_state:ok
+	outageLoadLimit = 20 * time.Second // the whole load phase of an outage test
+)
+
+// redisTopology is a running Redis deployment and the `store redis`
+// block that points a gateway at it.
+type redisTopology struct {
+	name string
+	// lines are the settings inside `store redis { … }` that point at
+	// the deployment.
+	lines string
+	// kill stops every data server (as a crash would); restart starts
+	// them again, empty, and waits until they serve.
+	kill, restart func(t testing.TB)
+}
+
+// startSingleRedis starts one redis-server (noeviction, as docs/cluster.md
+// asks) and returns it with its topology.
+func startSingleRedis(t testing.TB) (*redistest.Server, *redisTopology) {
+	t.Helper()
+	srv := redistest.StartServer(t, "--maxmemory-policy", "noeviction")
+	keepPort(srv)
+	return srv, &redisTopology{
+		name:    "single",
+		lines:   "address " + srv.Addr(),
+		kill:    func(testing.TB) { srv.Stop() },
+		restart: func(testing.TB) { srv.Restart() },
+	}
+}
+
+// startRedisCluster starts a three-master Redis Cluster
+// (`redis-server --cluster-enabled yes`, `redis-cli --cluster create`).
+// Its restart brings every master back on its port with its
+// nodes.conf (the same node ids and slots, no data) and waits until
+// each reports cluster_state:ok.
+func startRedisCluster(t testing.TB) (*redistest.Cluster, *redisTopology) {
+	t.Helper()
+	c := redistest.StartCluster(t, 3)
+	for _, n := range c.Nodes {
+		keepPort(n)
+	}
+	return c, &redisTopology{
+		name:  "cluster",
+		lines: "mode cluster\naddress " + strings.Join(c.Addrs(), " "),
+		kill: func(testing.TB) {
+			for _, n := range c.Nodes {
+				n.Stop()
+			}
+		},
+		restart: func(t testing.TB) {
+			for _, n := range c.Nodes {
+				n.Restart()
+			}
+			for _, n := range c.Nodes {
+				waitFor(t, clusterSettle, 100*time.Millisecond, "cluster node "+n.Addr()+" to report cluster_state:ok", func() bool {
+					info, err := redistest.Do(n.Addr(), "CLUSTER", "INFO")
+					return err == nil && strings.Contains(info, "cluster_state:ok")
+				})
+			}
+		},
+	}
+}
+
+// keepPort keeps freePort from handing out srv's port while srv is
+// stopped (an outage), so a gateway started meanwhile cannot take the
+// port srv restarts on.
+func keepPort(srv *redistest.Server) {
+	givenPorts.Lock()
+	defer givenPorts.Unlock()
+	givenPorts.m[srv.Port] = true
+}
+
+// sentinelLines are the store settings of a Sentinel group.
+func sentinelLines(g *redistest.Sentinel) string {
+	return fmt.Sprintf("mode sentinel\naddress %s\nmaster_name %s", strings.Join(g.SentinelAddrs(), " "), g.MasterName)
+}
+
+// storeBlock is the `store redis { … }` block of the rcns block with
+// lines (one setting a line) and, when not empty, a key_prefix: worlds
+// on one Redis with different prefixes share no state.
+func storeBlock(lines, prefix string) string {
+	if prefix != "" {
+		lines += "\nkey_prefix " + prefix
+	}
+	var b strings.Builder
+	b.WriteString("\t\tstore redis {\n")
+	for l := range strings.SplitSeq(lines, "\n") {
+		b.WriteString("\t\t\t" + l + "\n")
+	}
+	b.WriteString("\t\t}\n")
+	return b.String()
+}
+
+// block is the topology's store block with the default key prefix.
+func (r *redisTopology) block() string { return storeBlock(r.lines, "") }
+
+// Cluster agents: the four demo agents (in header identity mode, no
+// keys) plus agents of their own for the tests that count one agent's
+// budget or need a fresh one.
+var (
+	agentBudget  = agentID("rcns-it-cluster-budget")  // the 11th gate evaluation
+	agentRecover = agentID("rcns-it-cluster-recover") // gate evaluations after an outage
+	agentRevoke  = agentID("rcns-it-cluster-revoke")  // REVOKE across nodes
+)
+
+// clusterAgents writes the cluster tests' agent documents (keys, for
+// identity signature, given by name).
+func clusterAgents(t testing.TB, keys map[string]*idvKey) string {
+	t.Helper()
+	docs := []idvAgentDoc{idvDemo("rcns-demo-agent"), idvDemo("rcns-demo-noscope"), idvDemo("rcns-demo-tier3"), idvDemo("rcns-demo-operator")}
+	for _, n := range []string{"rcns-it-cluster-budget", "rcns-it-cluster-recover", "rcns-it-cluster-revoke"} {
+		docs = append(docs, idvAgentDoc{name: n, tier: 1, scopes: []string{"rcns:negotiate", "hotel:read", "hotel:book"}})
+	}
+	for i := range docs {
+		if k := keys[docs[i].name]; k != nil {
+			docs[i].keys = []map[string]any{k.jwk}
+		}
+	}
+	return idvWriteAgents(t, docs...)
+}
+
+// clusterOpts configures startClusterWorld.
+type clusterOpts struct {
+	Identity string // header (default) or signature
+	Agents   string // agents directory (default clusterAgents(t, nil))
+	Extra    string // more lines in both rcns blocks
+	// CatchAll serves every Host (`http://:PORT`), as nodes behind a load
+	// balancer that forwards its own name.
+	CatchAll bool
+	// Required is the store_required line ("" leaves it out: on).
+	Required string
+	// Nodes is how many gateways (default 2).
+	Nodes int
+}
+
+// clusterWorld is json-server, the counting proxy in front of it (the
+// rcns `hotel` upstream every node calls) and the gateways, node A first.
+type clusterWorld struct {
+	JS    *JSONServer
+	Hotel *Counter
+	Nodes []*Gateway
+	A, B  *Gateway
+}
+
+// clusterNodeNames are the node_id values of the gateways, in order.
+var clusterNodeNames = []string{"node-a", "node-b", "node-c"}
+
+// startClusterWorld starts json-server, the counting proxy and the
+// nodes, each in optimistic mode with the given store block (written
+// verbatim into the rcns block; "" for none), its own node_id and its
+// own admin, site (and, over the native door, AGTP) ports.
+func startClusterWorld(t testing.TB, store string, o clusterOpts) *clusterWorld {
+	t.Helper()
+	w := &clusterWorld{JS: startJSONServer(t, hotelDB)}
+	w.Hotel = startCountingProxy(t, w.JS.URL)
+	if o.Identity == "" {
+		o.Identity = "header"
+	}
+	if o.Agents == "" {
+		o.Agents = clusterAgents(t, nil)
+	}
+	if o.Nodes == 0 {
+		o.Nodes = 2
+	}
+	for i := range o.Nodes {
+		w.Nodes = append(w.Nodes, startClusterNode(t, w, store, clusterNodeNames[i], o))
+	}
+	w.A = w.Nodes[0]
+	if len(w.Nodes) > 1 {
+		w.B = w.Nodes[1]
+	}
+	return w
+}
+
+// clusterNodeSite is the rcns site of one node.
+func clusterNodeSite(w *clusterWorld, store, node string, o clusterOpts) string {
+	extra := store + "\t\tnode_id " + node + "\n" + o.Extra
+	if o.Required != "" {
+		extra += "\t\tstore_required " + o.Required + "\n"
+	}
+	return fill(idvSite, "IDENTITY", o.Identity, "MODE", "optimistic", "HOTEL", w.Hotel.URL,
+		"AGENTS", o.Agents, "EXTRA", extra, "LEGACY", w.JS.URL)
+}
+
+// startClusterNode starts one node of w.
+func startClusterNode(t testing.TB, w *clusterWorld, store, node string, o clusterOpts) *Gateway {
+	t.Helper()
+	text, sitePort, adminPort, agtpPort := renderCaddyfileDoor(t, clusterNodeSite(w, store, node, o), suiteDoor)
+	if o.CatchAll {
+		from := fmt.Sprintf("http://127.0.0.1:%d {", sitePort)
+		if !strings.Contains(text, from) {
+			t.Fatalf("the rendered Caddyfile has no site %q:\n%s", from, text)
+		}
+		text = strings.Replace(text, from, fmt.Sprintf("http://:%d {", sitePort), 1)
+	}
+	return launchText(t, text, sitePort, adminPort, agtpPort)
+}
+
+// node returns the gateway request i goes to: the nodes in turn.
+func (w *clusterWorld) node(i int) *Gateway { return w.Nodes[i%len(w.Nodes)] }
+
+// other returns the node that is not g (of two).
+func (w *clusterWorld) other(g *Gateway) *Gateway {
+	if g == w.A {
+		return w.B
+	}
+	return w.A
+}
+
+// book sends the demo's BOOK /room to g.
+func (w *clusterWorld) book(t testing.TB, g *Gateway, agent, scope string, kv ...string) *Resp {
+	t.Helper()
+	return g.Do(t, "BOOK", "/room", hdr(agent, scope, kv...), bookBody())
+}
+
+// reservationWrites returns how many reservation writes (POST
+// /reservations) reached the hotel API from any node, by guest_id.
+func (w *clusterWorld) reservationWrites() (total int, byGuest map[string]int) {
+	byGuest = map[string]int{}
+	for _, r := range w.Hotel.Requests() {
+		if r.Method != "POST" || r.Path != "/reservations" {
+			continue
+		}
+		total++
+		var b struct {
+			GuestID string `json:"guest_id"`
+		}
+		_ = json.Unmarshal(r.Body, &b)
+		byGuest[b.GuestID]++
+	}
+	return total, byGuest
+}
+
+// noExecution checks, when the returned func runs, that no node made a
+// call to the hotel API meanwhile.
+func (w *clusterWorld) noExecution(t testing.TB) func() {
+	t.Helper()
+	n := w.Hotel.Count()
+	return func() {
+		t.Helper()
+		if m := w.Hotel.Count(); m != n {
+			t.Errorf("%d hotel upstream calls were made, want none", m-n)
+		}
+	}
+}
+
+// tryDoor is tryDo over the suite's door: a request Gateway.Do would
+// send over the native AGTP/1.0 listener goes there (tryNative), any
+// other over HTTP. Safe to call from any goroutine.
+func tryDoor(g *Gateway, method, path string, h map[string]string, body any) (*Resp, error) {
+	if g.AGTPAddr == "" || !agtpRequest(method, h) {
+		return tryDo(g, method, path, h, body)
+	}
+	var raw []byte
+	if body != nil {
+		var err error
+		if raw, err = json.Marshal(body); err != nil {
+			return nil, err
+		}
+	}
+	return tryNative(g, method, path, h, raw)
+}
+
+// tryNative is Gateway.doNative without t: one request on a fresh
+// connection, the answer read with the codec.
+func tryNative(g *Gateway, method, path string, h map[string]string, raw []byte) (*Resp, error) {
+	c, err := net.DialTimeout("tcp", g.AGTPAddr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(requestTimeout))
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "AGTP/1.0 %s %s\r\nHost: %s\r\n", method, path, g.AGTPAddr)
+	for k, v := range h {
+		fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+	}
+	if raw != nil {
+		fmt.Fprintf(&b, "Content-Type: application/json\r\nContent-Length: %d\r\n", len(raw))
+	}
+	b.WriteString("\r\n")
+	b.Write(raw)
+	if _, err := c.Write(b.Bytes()); err != nil {
+		return nil, err
+	}
+	resp, err := wire.ReadResponse(bufio.NewReader(c), wire.Limits{MaxHeaderBytes: 1 << 20}, 64<<20)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s over agtp: %w", method, path, err)
+	}
+	return &Resp{Method: method, Path: path, Status: resp.Status, Header: resp.Header, Body: resp.Body, Reason: resp.Reason}, nil
+}
+
+// spread sends n requests at once, request i to w.node(i), each built by
+// req(i), and returns the answers in order; a transport error fails the
+// test.
+func (w *clusterWorld) spread(t testing.TB, n int, req func(i int) (method, path string, h map[string]string, body any)) []*Resp {
+	t.Helper()
+	resps := make([]*Resp, n)
+	errs := make([]error, n)
+	var mu sync.Mutex
+	concurrently(t, n, func(i int) {
+		m, p, h, b := req(i)
+		r, err := tryDoor(w.node(i), m, p, h, b)
+		mu.Lock()
+		resps[i], errs[i] = r, err
+		mu.Unlock()
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("request %d (node %d): %v", i, i%len(w.Nodes), err)
+		}
+	}
+	return resps
+}
+
+// assertStoreUnavailable checks a 503 store-unavailable: the uniform
+// body, retryable true, an integer Retry-After ≥ 1, and no contract
+// named (nothing ran).
+func assertStoreUnavailable(t testing.TB, r *Resp) {
+	t.Helper()
+	b := assertErrorBody(t, r, 503, "store-unavailable")
+	if b["retryable"] != true {
+		t.Errorf("503 store-unavailable is not retryable:\n%s", r)
+	}
+	ra := r.Header.Get("Retry-After")
+	if secs, err := strconv.Atoi(ra); err != nil || secs < 1 {
+		t.Errorf("503 store-unavailable Retry-After = %q, want an integer number of seconds ≥ 1:\n%s", ra, r)
+	}
+	assertNoContractFields(t, r)
+}
+
+// isStoreUnavailable reports whether r is a 503 store-unavailable.
+func isStoreUnavailable(r *Resp) bool {
+	return r.Status == 503 && str(r.JSON(), "reason") == "store-unavailable"
+}
