@@ -95,6 +95,10 @@ type exchange struct {
 	// storeFailed: a store call of this request failed as unavailable
 	// (it was answered 503 store-unavailable); its record is not
 	// retained.
+	// retryAfter is the Retry-After, in seconds, of a 503
+	// store-unavailable whose store error knew how long it lasts
+	// (store.RetryAfterError); 0: storeRetryAfter.
+	retryAfter int64
 	storeFailed bool
 	written     bool
 	// bodyRead: the request's declared body was read to its end (serve,
@@ -160,7 +164,11 @@ func (x *exchange) fail(e *agtp.Error) {
 	}
 	if e.Reason == agtp.StoreUnavailable.Token {
 		x.storeFailed = true
-		hdr["Retry-After"] = strconv.Itoa(storeRetryAfter)
+		after := int64(storeRetryAfter)
+		if x.retryAfter > 0 {
+			after = x.retryAfter
+		}
+		hdr["Retry-After"] = strconv.FormatInt(after, 10)
 	}
 	x.write(e.Status, agtp.MediaAGTP, body, hdr)
 }

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
@@ -41,6 +42,14 @@ func (h *engine) storeFailed(x *exchange, err error) {
 	case errors.Is(err, store.ErrUnavailable):
 		h.logger.Warn("store unavailable: answering 503 store-unavailable", zap.String("agent_id", x.agentID),
 			zap.String("method", x.method), zap.Error(err))
+		var ra *store.RetryAfterError
+		if errors.As(err, &ra) {
+			secs := int64((ra.After + time.Second - 1) / time.Second)
+			x.retryAfter = secs
+			x.fail(agtp.StoreUnavailable.WithFields(ra.Why+"; nothing was executed",
+				map[string]any{"retry_after_seconds": secs}))
+			return
+		}
 		x.fail(storeUnavailable())
 	case errors.Is(err, recipes.ErrPlan):
 		h.logger.Error("a contract's captured plan cannot run on this node", zap.String("agent_id", x.agentID), zap.Error(err))

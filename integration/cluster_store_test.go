@@ -238,7 +238,12 @@ func TestClusterRedisRestartKeepsState(t *testing.T) {
 		case !isStoreUnavailable(r):
 			t.Errorf("repeat of the key that ran before the restart on %s: want a replay or 503 store-unavailable:\n%s", g.Addr, r)
 		default:
-			t.Logf("%s: the key that ran before the restart is refused (restart quarantine): %s", g.Addr, str(r.JSON(), "explanation"))
+			// The quarantine's answer says how long it lasts and why,
+			// not the one second of an unreachable store.
+			if ra, _ := strconv.Atoi(r.Header.Get("Retry-After")); ra < 60 || !strings.Contains(str(r.JSON(), "explanation"), "Redis restarted") {
+				t.Errorf("%s: the quarantine's 503 has Retry-After %q and explanation %q; want the time left (minutes) and why",
+					g.Addr, r.Header.Get("Retry-After"), str(r.JSON(), "explanation"))
+			}
 		}
 	}
 }

@@ -22,6 +22,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
@@ -38,6 +39,24 @@ import (
 // hold. The engine answers 503 store-unavailable, retryable, with
 // Retry-After, and executes nothing.
 var ErrUnavailable = errors.New("store unavailable")
+
+// RetryAfterError is an ErrUnavailable that knows how long it lasts: the
+// Redis store's restart quarantine, during which Idempotency-Key claims
+// are refused until every plan that may have held a key before the
+// restart has ended. The engine answers its Retry-After with After
+// (seconds, rounded up) and its explanation with Why.
+type RetryAfterError struct {
+	After time.Duration // how long the refusal lasts from now
+	Why   string        // what the operator and the agent are told
+}
+
+// Error returns Why and the time left.
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("%s: %s; retry in %v", ErrUnavailable, e.Why, e.After.Round(time.Second))
+}
+
+// Unwrap makes errors.Is(err, ErrUnavailable) true.
+func (e *RetryAfterError) Unwrap() error { return ErrUnavailable }
 
 // Idempotency is the Idempotency-Key store (RCNS §12.2, OP-15), with the
 // rules of policy/idempotency.Store: Claim and ClaimConfirming return the

@@ -329,7 +329,8 @@ func (c *Client) quarantined() error {
 	if left <= 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: Redis restarted; claims resume in %v, once every plan that may have held a key before it has ended", store.ErrUnavailable, left.Round(time.Second))
+	return &store.RetryAfterError{After: left,
+		Why: "Redis restarted less than the Idempotency-Key in-flight hold ago, and a claim it held may be lost: keyed requests resume once every plan that may have held a key before the restart has ended (requests without an Idempotency-Key are served)"}
 }
 
 // Close closes the pool and the limiters' header renderers. Calls made

@@ -375,8 +375,14 @@ func TestRestartQuarantine(t *testing.T) {
 		}
 		last = err
 	}
-	if !errors.Is(last, store.ErrUnavailable) || !strings.Contains(last.Error(), "Redis restarted") {
+	var ra *store.RetryAfterError
+	if !errors.Is(last, store.ErrUnavailable) || !strings.Contains(last.Error(), "Redis restarted") || !errors.As(last, &ra) {
 		t.Fatalf("claim after the restart: %v, want the quarantine", last)
+	}
+	// It says how long it lasts (the engine's Retry-After): most of the
+	// two minutes, less the server's uptime.
+	if ra.After <= time.Minute || ra.After > 2*time.Minute {
+		t.Fatalf("quarantine lasts %v, want about 2m", ra.After)
 	}
 	// Other state is served meanwhile.
 	if _, err := set.Replay.Seen(ctx, "a", []byte("s"), clock.Now().Add(time.Minute)); err != nil {
