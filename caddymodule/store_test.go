@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -173,7 +174,13 @@ func TestRedisStoreDown(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	wantError(t, g.do(t, "LOOKUP", "/item/d1", itemInput, "Contract-Synthesized", syn.str("synthesis_id")), 404, "contract-not-found", "")
-	wantStoreUnavailable(t, g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "after-restart"))
+	// The quarantine's 503 says why and how long: the hold (61 min)
+	// less the seconds since the restart.
+	a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "after-restart")
+	wantError(t, a, 503, "store-unavailable", "Redis restarted")
+	if ra, _ := strconv.Atoi(a.hdr("Retry-After")); ra < 3600 || ra > 3660 || a.body["retry_after_seconds"] != float64(ra) {
+		t.Fatalf("the quarantine's Retry-After %q, retry_after_seconds %v: want the time left of the 61 min hold", a.hdr("Retry-After"), a.body["retry_after_seconds"])
+	}
 }
 
 // TestRedisStoreRequired: a Redis that does not answer fails the config
