@@ -98,7 +98,7 @@ type exchange struct {
 	// retryAfter is the Retry-After, in seconds, of a 503
 	// store-unavailable whose store error knew how long it lasts
 	// (store.RetryAfterError); 0: storeRetryAfter.
-	retryAfter int64
+	retryAfter  int64
 	storeFailed bool
 	written     bool
 	// bodyRead: the request's declared body was read to its end (serve,
