@@ -320,6 +320,9 @@ var suiteDoor = func() string {
 	return "http"
 }()
 
+// rcnsDirective finds the rcns directive in a site's block.
+var rcnsDirective = regexp.MustCompile(`(?m)^\s*rcns\b`)
+
 // rcnsName is the rcns handler name a site's block sets (`name X`),
 // "default" when it sets none.
 var rcnsName = regexp.MustCompile(`(?m)^\s*name\s+(\S+)\s*$`)
@@ -336,7 +339,9 @@ func renderCaddyfileDoor(t testing.TB, site, door string) (text string, sitePort
 	t.Helper()
 	sitePort, adminPort = freePort(t), freePort(t)
 	agtpOpt := ""
-	if door == "agtp" {
+	// Only a site with an rcns handler gets the native door: the agtp
+	// app refuses a handler name no rcns block sets.
+	if door == "agtp" && rcnsDirective.MatchString(site) {
 		agtpPort = freePort(t)
 		name := "default"
 		if m := rcnsName.FindStringSubmatch(site); m != nil {
