@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -149,6 +150,22 @@ func redisKey(cfg redisstore.Config) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// runIDFile is where this node keeps the Redis run ids it has seen for
+// one deployment (redisstore.Config.RunIDFile), in Caddy's data
+// directory: named by what identifies the deployment's data (mode,
+// addresses, master name, DB, key prefix), not by pool settings, so a
+// reload that changes a timeout or a restart of the node keeps it, and
+// a Redis that restarted meanwhile is quarantined.
+func runIDFile(cfg redisstore.Config) string {
+	raw, _ := json.Marshal(struct {
+		Mode, MasterName, KeyPrefix string
+		Addrs                       []string
+		DB                          int
+	}{cfg.Mode, cfg.MasterName, cfg.KeyPrefix, cfg.Addrs, cfg.DB})
+	sum := sha256.Sum256(raw)
+	return filepath.Join(caddy.AppDataDir(), "rcns", "redis-runs", hex.EncodeToString(sum[:8])+".json")
+}
+
 // storeLimitsOf is the store.Limits of this configuration.
 func (h *engine) storeLimitsOf() store.Limits {
 	return store.Limits{Idempotency: h.idempotencyLimits(), Contracts: h.storeLimits(), Attempts: h.AttemptBuffer,
@@ -167,6 +184,7 @@ func (h *engine) provisionStore(ctx caddy.Context) error {
 		return nil
 	}
 	cfg := h.Redis.clientConfig(caddy.NewReplacer(), h.idempotencyLimits().InFlightHold)
+	cfg.RunIDFile = runIDFile(cfg)
 	key := redisKey(cfg)
 	required := h.storeRequired()
 	val, _, err := redisClients.LoadOrNew(key, func() (caddy.Destructor, error) {

@@ -25,9 +25,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,6 +121,15 @@ type Config struct {
 	// the longest a request runs). 0 turns it off. A Sentinel failover
 	// promotes a replica that has run for long and is not quarantined.
 	RestartQuarantine time.Duration
+	// RunIDFile, when set, keeps the run ids the client has seen
+	// (JSON, server → run id) across restarts and reloads of the
+	// gateway: a client that starts knowing the run id its node saw
+	// before quarantines a server that restarted meanwhile, as one that
+	// stayed connected does. Without it (or for a node that never saw
+	// the deployment) the first run id seen is taken as the baseline.
+	// Read at New, written (temp file, then rename) when a run id
+	// changes; an unreadable file counts as empty.
+	RunIDFile string
 	// Now is the clock (nil: time.Now). Expiry logic in the scripts runs
 	// on the caller's clock, so nodes must agree on time (NTP); tests
 	// inject a fake one. Rate limits use Redis's own clock (redis_rate).
@@ -220,7 +231,7 @@ func newClient(cfg Config) (*Client, error) {
 		MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
 	}
 	c := &Client{cfg: cfg, cluster: cfg.Mode == ModeCluster, prefix: cfg.KeyPrefix,
-		limiters: map[string]*limiter{}, runIDs: map[string]string{}}
+		limiters: map[string]*limiter{}, runIDs: loadRunIDs(cfg.RunIDFile)}
 	if cfg.RestartQuarantine > 0 {
 		opt.OnConnect = c.onConnect
 	}
@@ -309,6 +320,9 @@ func (c *Client) sawRun(server, runID string, uptime time.Duration) {
 	defer c.mu.Unlock()
 	prev, known := c.runIDs[server]
 	c.runIDs[server] = runID
+	if prev != runID {
+		saveRunIDs(c.cfg.RunIDFile, c.runIDs)
+	}
 	if !known || prev == runID || uptime >= c.cfg.RestartQuarantine {
 		return
 	}
@@ -409,3 +423,36 @@ func (c *Client) agentKey(agent, rest string) string {
 
 // globalKey is a gateway-wide index key (one slot, "{g}").
 func (c *Client) globalKey(rest string) string { return c.prefix + "{g}:" + rest }
+
+// loadRunIDs reads Config.RunIDFile; a missing or unreadable file is an
+// empty map.
+func loadRunIDs(path string) map[string]string {
+	m := map[string]string{}
+	if path == "" {
+		return m
+	}
+	if raw, err := os.ReadFile(path); err == nil {
+		_ = json.Unmarshal(raw, &m)
+	}
+	return m
+}
+
+// saveRunIDs writes m to path atomically (best effort: a failure leaves
+// the previous file, and the quarantine of this process is unaffected).
+func saveRunIDs(path string, m map[string]string) {
+	if path == "" {
+		return
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+		return
+	}
+	_ = os.Rename(tmp, path)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -391,6 +392,37 @@ func TestRestartQuarantine(t *testing.T) {
 	clock.Advance(2 * time.Minute)
 	if got, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
 		t.Fatalf("claim after the quarantine: %v %v", got.Outcome, err)
+	}
+}
+
+// TestRestartQuarantineAcrossClients: a client that starts after Redis
+// restarted (the gateway node restarted, or a reload built a new pool)
+// quarantines the restarted server when its RunIDFile knows the run id
+// seen before; one without the file takes the new run as its baseline
+// and claims at once (the gap the file closes, found by a review: a key
+// ran twice through a node reloaded after the restart).
+func TestRestartQuarantineAcrossClients(t *testing.T) {
+	srv := redistest.StartServer(t)
+	file := filepath.Join(t.TempDir(), "runs.json")
+	cfg := Config{Addrs: []string{srv.Addr()}, RestartQuarantine: 2 * time.Minute, RunIDFile: file,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}
+	ctx := context.Background()
+	first, set := newSet(t, cfg)
+	if got, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
+		t.Fatalf("claim before the restart: %v %v", got.Outcome, err)
+	}
+	_ = first.Close()
+	srv.Restart()
+	_, set = newSet(t, cfg)
+	var ra *store.RetryAfterError
+	if _, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); !errors.As(err, &ra) {
+		t.Fatalf("claim by a client started after the restart, with the run-id file: %v, want the quarantine", err)
+	}
+	noFile := cfg
+	noFile.RunIDFile = ""
+	_, set = newSet(t, noFile)
+	if got, err := set.Idempotency.Claim(ctx, "b", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
+		t.Fatalf("claim by a client without the file: %v %v (it has no baseline)", got.Outcome, err)
 	}
 }
 
