@@ -112,6 +112,7 @@ type metrics struct {
 	storeSeconds       *prometheus.HistogramVec // op
 	storeErrors        *prometheus.CounterVec   // op
 	storeUp            prometheus.Gauge         //
+	storeQuarantine    prometheus.Gauge         // seconds left of the restart quarantine
 
 	// presented holds the presentation counters started at zero below,
 	// by via (0: synthesis_id, 1: pair) and presentationOutcomes index;
@@ -261,6 +262,8 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		"op")
 	m.storeUp = gauge("store_up",
 		"1 while the shared state store answers (always with store memory), 0 while it does not: requests that need state then answer 503 store-unavailable.")
+	m.storeQuarantine = gauge("store_quarantine_seconds",
+		"Seconds left of the Redis restart quarantine, during which requests with an Idempotency-Key answer 503 store-unavailable; 0 outside it (always with store memory).")
 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -489,6 +492,14 @@ func (m *metrics) setStoreUp(up bool) {
 	} else {
 		m.storeUp.Set(0)
 	}
+}
+
+// setStoreQuarantine sets the seconds left of the restart quarantine.
+func (m *metrics) setStoreQuarantine(left time.Duration) {
+	if m == nil {
+		return
+	}
+	m.storeQuarantine.Set(left.Seconds())
 }
 
 // setAttemptRingSize sets the number of RCNS attempt records held.

@@ -80,6 +80,7 @@ var allMetricNames = []string{
 	"caddy_rcns_store_round_trip_duration_seconds",
 	"caddy_rcns_store_errors_total",
 	"caddy_rcns_store_up",
+	"caddy_rcns_store_quarantine_seconds",
 }
 
 func TestMetricsRegistersEveryCollectorAndLints(t *testing.T) {

@@ -181,6 +181,12 @@ func TestRedisStoreDown(t *testing.T) {
 	if ra, _ := strconv.Atoi(a.hdr("Retry-After")); ra < 3600 || ra > 3660 || a.body["retry_after_seconds"] != float64(ra) {
 		t.Fatalf("the quarantine's Retry-After %q, retry_after_seconds %v: want the time left of the 61 min hold", a.hdr("Retry-After"), a.body["retry_after_seconds"])
 	}
+	// The health check shows it to the SRE (it runs every 5 s).
+	for deadline := time.Now().Add(15 * time.Second); testutil.ToFloat64(m.storeQuarantine) < 3000; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("caddy_rcns_store_quarantine_seconds = %v during the quarantine", testutil.ToFloat64(m.storeQuarantine))
+		}
+	}
 }
 
 // TestRedisStoreRequired: a Redis that does not answer fails the config

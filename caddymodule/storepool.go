@@ -49,8 +49,12 @@ type pooledRedis struct {
 	// down is set while Redis does not answer (the last round trip or
 	// health check failed).
 	down atomic.Bool
-	stop chan struct{}
-	done chan struct{}
+	// logger and quarantined belong to the health check: the quarantine
+	// is logged once when a check first sees it.
+	logger      *zap.Logger
+	quarantined bool
+	stop        chan struct{}
+	done        chan struct{}
 }
 
 // Observe is the client's store.Observer: latency and errors by op into
@@ -84,9 +88,18 @@ func (p *pooledRedis) health() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), dialBudget(p.cfg))
 		err := p.client.Ping(ctx)
-		if users := p.users.Load(); err == nil && users != nil {
+		left := p.client.QuarantineLeft()
+		if left > 0 && !p.quarantined {
+			p.logger.Warn("Redis restarted less than the in-flight hold ago: requests with an Idempotency-Key answer 503 store-unavailable until every plan that may have held a key before the restart has ended (docs/cluster.md, Failure modes)",
+				zap.Strings("address", p.cfg.Addrs), zap.Duration("for", left.Round(time.Second)))
+		}
+		p.quarantined = left > 0
+		if users := p.users.Load(); users != nil {
 			for _, e := range *users {
-				e.refreshStoreGauges(ctx)
+				e.metrics.setStoreQuarantine(left)
+				if err == nil {
+					e.refreshStoreGauges(ctx)
+				}
 			}
 		}
 		cancel()
@@ -210,7 +223,7 @@ func (h *engine) provisionStore(ctx caddy.Context) error {
 // store is not required, redisstore.NewDegraded (a warning is logged
 // when Redis does not answer yet).
 func newPooledRedis(ctx context.Context, cfg redisstore.Config, required bool, logger *zap.Logger) (*pooledRedis, error) {
-	p := &pooledRedis{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
+	p := &pooledRedis{cfg: cfg, logger: logger, stop: make(chan struct{}), done: make(chan struct{})}
 	cfg.Observer = p
 	var err error
 	if required {

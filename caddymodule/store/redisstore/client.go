@@ -332,6 +332,17 @@ func (c *Client) sawRun(server, runID string, uptime time.Duration) {
 	}
 }
 
+// QuarantineLeft is how long the restart quarantine still lasts (0
+// outside it): keyed claims fail with a store.RetryAfterError
+// meanwhile.
+func (c *Client) QuarantineLeft() time.Duration {
+	until := c.quarantine.Load()
+	if until == 0 {
+		return 0
+	}
+	return max(time.Unix(0, until).Sub(c.now()), 0)
+}
+
 // quarantined returns the error claims fail with while a restarted
 // server's quarantine lasts, else nil.
 func (c *Client) quarantined() error {
