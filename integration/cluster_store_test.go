@@ -1,10 +1,6 @@
 package integration
 
 import (
-	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -172,21 +168,8 @@ func TestClusterStoreRequiredOn(t *testing.T) {
 			check("caddy validate", out, err)
 
 			text, _, _ := renderCaddyfile(t, site)
-			dir := t.TempDir()
-			path := filepath.Join(dir, "Caddyfile")
-			if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, caddyBin, "run", "--config", path, "--adapter", "caddyfile")
-			cmd.Dir = repoRoot
-			cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"), "XDG_DATA_HOME="+filepath.Join(dir, "data"))
-			b, err := cmd.CombinedOutput()
-			if ctx.Err() != nil {
-				t.Fatalf("caddy run with Redis down did not exit within a minute:\n%s", b)
-			}
-			check("caddy run", string(b), err)
+			b, err := caddyRunExit(t, text)
+			check("caddy run", b, err)
 		})
 	}
 }

@@ -521,3 +521,26 @@ func caddyValidateEnv(t testing.TB, site string, env []string) (string, error) {
 
 // ---------------------------------------------------------------------------
 // AGTP client
+
+// caddyRunExit runs `caddy run` on the Caddyfile text from the repo
+// root, with its own config and data dirs, for a load that must fail:
+// it returns the output and the exit error, and fails the test when
+// Caddy is still running after a minute.
+func caddyRunExit(t testing.TB, text string) (string, error) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, caddyBin, "run", "--config", path, "--adapter", "caddyfile")
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"), "XDG_DATA_HOME="+filepath.Join(dir, "data"))
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("caddy run did not exit within a minute:\n%s", out)
+	}
+	return string(out), err
+}

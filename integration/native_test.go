@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -478,18 +477,8 @@ func TestNativePortCollision(t *testing.T) {
 	site := fill(hotelSite, "ENABLED", "true", "MODE", "optimistic", "HOTEL", "http://127.0.0.1:1", "EXTRA", "", "LEGACY", "http://127.0.0.1:1")
 	text, sitePort, _, _ := renderCaddyfileDoor(t, site, "http")
 	text = strings.Replace(text, "\tpersist_config off\n", fmt.Sprintf("\tpersist_config off\n\tagtp 127.0.0.1:%d\n", sitePort), 1)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, caddyBin, "run", "--config", path, "--adapter", "caddyfile")
-	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"), "XDG_DATA_HOME="+filepath.Join(dir, "data"))
-	out, err := cmd.CombinedOutput()
-	if err == nil || ctx.Err() != nil || !strings.Contains(string(out), "give the native door a port of its own") {
-		t.Fatalf("caddy run with the native door on the site's port: err %v (context %v):\n%s", err, ctx.Err(), out)
+	out, err := caddyRunExit(t, text)
+	if err == nil || !strings.Contains(out, "give the native door a port of its own") {
+		t.Fatalf("caddy run with the native door on the site's port: err %v:\n%s", err, out)
 	}
 }
