@@ -206,6 +206,18 @@ func TestRedisStoreRequired(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), srv.Addr()) || !strings.Contains(err.Error(), "store_required off") {
 		t.Fatalf("Provision against a stopped Redis: %v; want an error naming %s", err, srv.Addr())
 	}
+	// A Redis that answers with an error reply is named as such, not as
+	// one that does not answer (a DB out of range here).
+	live := redistest.StartServer(t)
+	h = &Handler{}
+	h.Name = "required-test-db"
+	h.Store, h.Redis = StoreRedis, &RedisConfig{Addresses: []string{live.Addr()}, DB: 99}
+	h.RecordsDir = "off"
+	err = h.Provision(benchContext(t))
+	_ = h.Cleanup()
+	if err == nil || !strings.Contains(err.Error(), "Redis refused: ERR DB index is out of range") {
+		t.Fatalf("Provision with db 99: %v; want Redis's own refusal named", err)
+	}
 	off := false
 	g := redisGateway(t, up, srv.Addr(), func(h *Handler) { h.StoreRequired = &off })
 	wantStoreUnavailable(t, g.do(t, "LOOKUP", "/item/q1", itemInput, "Allow-RCNS", "true"))

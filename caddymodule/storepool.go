@@ -232,7 +232,8 @@ func newPooledRedis(ctx context.Context, cfg redisstore.Config, required bool, l
 		cancel()
 		if err != nil {
 			if errors.Is(err, store.ErrUnavailable) {
-				return nil, fmt.Errorf("redis does not answer: %v (store_required off starts degraded, answering 503 store-unavailable until it does)", err)
+				return nil, fmt.Errorf("store redis at %s: %s: %v (store_required off starts degraded, answering 503 store-unavailable until it answers)",
+					strings.Join(cfg.Addrs, ", "), redisstore.Cause(err), err)
 			}
 			return nil, err
 		}
@@ -243,7 +244,7 @@ func newPooledRedis(ctx context.Context, cfg redisstore.Config, required bool, l
 		cctx, cancel := context.WithTimeout(ctx, dialBudget(cfg))
 		if err := p.client.Ping(cctx); err != nil {
 			p.down.Store(true)
-			logger.Warn("store redis does not answer; starting degraded (store_required off): requests that need state answer 503 store-unavailable until it does",
+			logger.Warn("store redis: "+redisstore.Cause(err)+"; starting degraded (store_required off): requests that need state answer 503 store-unavailable until it answers",
 				zap.Strings("address", cfg.Addrs), zap.Error(err))
 		}
 		cancel()

@@ -424,6 +424,30 @@ func (c *Client) done(op store.Op, start time.Time, err error) error {
 	return err
 }
 
+// Cause words for an operator why a call to Redis failed (err from any
+// Client method): "Redis refused: <reply>" when Redis answered with an
+// error reply (a wrong password or user, a DB number out of range, an
+// ACL that forbids a command, a read-only replica, out of memory),
+// "the server at the address does not speak the Redis protocol" for
+// an answer that is no RESP reply (an HTTP server on the port, say),
+// and "Redis does not answer" otherwise (connection refused, a
+// timeout). Errors are still store.ErrUnavailable to callers (503
+// store-unavailable): only the wording of startup errors and logs
+// differs.
+func Cause(err error) string {
+	var re redis.Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &re):
+		return "Redis refused: " + re.Error()
+	case strings.Contains(err.Error(), "redis: can't parse"):
+		return "the server at the address does not speak the Redis protocol"
+	default:
+		return "Redis does not answer"
+	}
+}
+
 // nowMS is the clock in Unix milliseconds.
 func (c *Client) nowMS() int64 { return c.now().UnixMilli() }
 

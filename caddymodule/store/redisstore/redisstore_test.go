@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -470,5 +472,39 @@ func TestAuthentication(t *testing.T) {
 	}
 	if _, err := New(context.Background(), Config{Addrs: []string{srv.Addr()}, Username: "gw", Password: "wrong"}); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("wrong password: %v", err)
+	}
+}
+
+// TestCause: a startup failure names what went wrong, not only that
+// Redis is unavailable: an error reply (DB out of range, a wrong
+// password), a server that is no Redis, and one that does not answer.
+func TestCause(t *testing.T) {
+	srv := redistest.StartServer(t, "--user", "gw", "on", ">s3cret", "~*", "&*", "+@all")
+	notRedis := httptest.NewServer(http.NotFoundHandler())
+	defer notRedis.Close()
+	down := redistest.StartServer(t)
+	down.Stop()
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"DB out of range", Config{Addrs: []string{srv.Addr()}, DB: 99}, "Redis refused: ERR DB index is out of range"},
+		{"wrong password", Config{Addrs: []string{srv.Addr()}, Username: "gw", Password: "wrong"}, "Redis refused: WRONGPASS"},
+		{"not Redis", Config{Addrs: []string{strings.TrimPrefix(notRedis.URL, "http://")}}, "does not speak the Redis protocol"},
+		{"down", Config{Addrs: []string{down.Addr()}, DialTimeout: 200 * time.Millisecond}, "Redis does not answer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(context.Background(), tc.cfg)
+			if !errors.Is(err, store.ErrUnavailable) {
+				t.Fatalf("New: %v, want store.ErrUnavailable", err)
+			}
+			if got := Cause(err); !strings.HasPrefix(got, tc.want) && !strings.Contains(got, tc.want) {
+				t.Fatalf("Cause(%v) = %q, want %q", err, got, tc.want)
+			}
+		})
+	}
+	if Cause(nil) != "" {
+		t.Fatal("Cause(nil) is not empty")
 	}
 }
