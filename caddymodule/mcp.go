@@ -228,6 +228,11 @@ func (d *mcpDoor) identify(r *http.Request, body []byte, loopback bool) (*mcpReq
 	if agentID == "" {
 		return nil, agtp.AgentUnauthenticated.New("an MCP request needs an Agent-ID header (with the proof the identity mode asks for) on every HTTP request")
 	}
+	if !policy.ValidAgentID(agentID) {
+		// Malformed is 400 whatever the identity mode (spec §3), before
+		// any proof is checked, as on the AGTP doors.
+		return nil, agtp.InvalidCanonicalID.New("Agent-ID is not a canonical Agent-ID (64 lowercase hexadecimal characters).")
+	}
 	view := &agtp.Request{Binding: agtp.BindingMCP, Method: r.Method, Target: r.RequestURI, URL: r.URL, Host: r.Host,
 		Header: r.Header, ContentLength: int64(len(body)), TLS: r.TLS, Context: r.Context()}
 	if err := e.verifyTransport(view, body, agentID); err != nil {

@@ -412,6 +412,10 @@ func TestMCPSignature(t *testing.T) {
 	// as such even when its body is no JSON-RPC at all.
 	garbage := idvBuild(t, g.URL, idvCall{method: "POST", path: "/mcp", agent: agentA1, extra: mcpHdr, body: "{not json"})
 	assertErrorBody(t, idvSend(t, nil, garbage), 401, "signature-missing")
+	// A malformed Agent-ID is 400 before any signature check, as on the
+	// AGTP doors (the signed one names no agent the ID cannot be).
+	malformed := idvBuild(t, g.URL, idvCall{method: "POST", path: "/mcp", agent: "not-an-agent-id", scope: "hotel:read", extra: mcpHdr, body: call, key: key})
+	assertErrorBody(t, idvSend(t, nil, malformed), 400, "invalid-canonical-id")
 	// A body changed after signing fails its digest.
 	tampered := idvBuild(t, g.URL, idvCall{method: "POST", path: "/mcp", agent: agentA1, scope: "hotel:read", extra: mcpHdr, body: call, key: key})
 	tampered.body = []byte(strings.Replace(call, "g-1", "g-2", 1))
