@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"net/http"
 	"net/url"
@@ -242,10 +243,18 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 				resp.Previewed = x.minted.SynthesisID // its confirmation may take the key over (claim)
 			}
 			// The answer goes out whatever the store says: it already
-			// ran. A claim that cannot be completed holds its key until
-			// its hold passes (repeats get 409 meanwhile).
+			// ran. A claim that cannot be completed holds its key
+			// (repeats get 409 meanwhile) until the answer is stored by
+			// a retry in the background (Redis unavailable) or its hold
+			// passes.
 			if err := x.claim.Complete(context.WithoutCancel(x.ctx()), resp); err != nil {
-				x.h.logger.Error("storing the answer of an Idempotency-Key failed", zap.String("agent_id", x.agentID), zap.Error(err))
+				log := x.h.logger.With(zap.String("agent_id", x.agentID))
+				if p := x.h.redis; p != nil && errors.Is(err, store.ErrUnavailable) &&
+					p.retryComplete(x.claim, resp, x.h.idempotencyLimits().InFlightHold, log) {
+					log.Warn("storing the answer of an Idempotency-Key failed; retrying in the background (repeats of the key get 409 until it is stored)", zap.Error(err))
+				} else {
+					log.Error("storing the answer of an Idempotency-Key failed; the key is held until its hold passes", zap.Error(err))
+				}
 			}
 		} else if err := x.claim.Abandon(context.WithoutCancel(x.ctx())); err != nil {
 			x.h.logger.Warn("releasing an Idempotency-Key claim failed; the key is held until its hold passes", zap.String("agent_id", x.agentID), zap.Error(err))

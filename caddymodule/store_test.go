@@ -1,15 +1,20 @@
 package caddymodule
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
+	"io"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,10 +22,13 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redisstore"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 )
 
 // countingUpstream serves GET /items/{id} as benchUpstream does and
@@ -483,5 +491,175 @@ func TestRedisRoundTripsPerRequest(t *testing.T) {
 				t.Fatalf("round trips %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// cutProxy forwards TCP connections from a loopback port to addr until
+// cut: then it closes every connection and closes each new one at
+// once (Redis unreachable without losing its data: fault injection
+// below the module, as a network partition would).
+type cutProxy struct {
+	l    net.Listener
+	mu   sync.Mutex
+	cutt bool
+	open map[net.Conn]bool
+}
+
+func startCutProxy(t *testing.T, addr string) *cutProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{l: l, open: map[net.Conn]bool{}}
+	t.Cleanup(func() { l.Close(); p.setCut(true) })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.cutt {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			p.open[c], p.open[s] = true, true
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(s, c); s.Close(); c.Close() }()
+			go func() { _, _ = io.Copy(c, s); s.Close(); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) Addr() string { return p.l.Addr().String() }
+
+// setCut cuts (true) or restores (false) the path to Redis.
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutt = cut
+	if cut {
+		for c := range p.open {
+			c.Close()
+		}
+		clear(p.open)
+	}
+}
+
+// TestRedisCompleteRetried: when Redis becomes unreachable while a
+// keyed request runs, the answer still goes out, and storing it is
+// retried in the background: once Redis answers again a repeat of the
+// key replays it (without the retry the key stayed in flight, 409,
+// for the whole hold: 61 min by default), and the upstream ran once.
+func TestRedisCompleteRetried(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := startCutProxy(t, srv.Addr())
+	var hits atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		proxy.setCut(true) // Redis goes away while the call runs
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": r.PathValue("id"), "name": "item", "price": 1})
+	})
+	g := redisGateway(t, loopbackServer(t, mux).URL, proxy.Addr())
+	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "cut-1"); a.status != 200 || !strings.Contains(a.String(), `"name":"item"`) {
+		t.Fatalf("the keyed call whose Complete failed: %s", a)
+	}
+	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "cut-1"); a.status != 503 {
+		t.Fatalf("a repeat while Redis is unreachable: %s, want 503 store-unavailable", a)
+	}
+	if n := g.h.eng.redis.pending.Load(); n != 1 {
+		t.Fatalf("%d answers pending a retry, want 1", n)
+	}
+	proxy.setCut(false)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "cut-1")
+		if a.status == 200 && a.hdr("Idempotent-Replayed") == "true" {
+			break
+		}
+		if a.status != 409 && a.status != 503 {
+			t.Fatalf("a repeat after Redis came back: %s, want a replay (or 409/503 until it is stored)", a)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the answer was never stored: the last repeat got %s", a)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Fatalf("%d upstream calls, want 1", n)
+	}
+	if n := g.h.eng.redis.pending.Load(); n != 0 {
+		t.Fatalf("%d answers still pending after the store came back", n)
+	}
+}
+
+// failingClaim is a store.Claim whose Complete always fails as
+// unavailable (fault injection below the module).
+type failingClaim struct{ tries atomic.Int64 }
+
+func (c *failingClaim) Complete(context.Context, idempotency.Response) error {
+	c.tries.Add(1)
+	return fmt.Errorf("%w: injected", store.ErrUnavailable)
+}
+func (c *failingClaim) Abandon(context.Context) error  { return nil }
+func (c *failingClaim) Preview() *idempotency.Response { return nil }
+func (c *failingClaim) Key() (string, string)          { return "a", "k" }
+func (c *failingClaim) Token() string                  { return "t" }
+
+// TestRetryCompleteBounded: at most maxPendingCompletes answers are
+// retried at once, a retry gives up when the key's hold has passed,
+// and closing the client stops the retries still pending.
+func TestRetryCompleteBounded(t *testing.T) {
+	srv := redistest.StartServer(t)
+	p, err := newPooledRedis(context.Background(), redisstore.Config{Addrs: []string{srv.Addr()}, KeyPrefix: "t:"}, true, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := &failingClaim{}
+	if !p.retryComplete(short, idempotency.Response{Status: 200}, completeRetryFirst/2, zap.NewNop()) {
+		t.Fatal("the first retry was refused")
+	}
+	for deadline := time.Now().Add(10 * time.Second); p.pending.Load() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a retry whose hold passed did not give up")
+		}
+	}
+	if short.tries.Load() != 1 {
+		t.Fatalf("%d tries within a hold shorter than one backoff step, want 1", short.tries.Load())
+	}
+	p.pending.Store(maxPendingCompletes)
+	if p.retryComplete(&failingClaim{}, idempotency.Response{Status: 200}, time.Hour, zap.NewNop()) {
+		t.Fatal("a retry past maxPendingCompletes was started")
+	}
+	p.pending.Store(0)
+	long := &failingClaim{}
+	if !p.retryComplete(long, idempotency.Response{Status: 200}, time.Hour, zap.NewNop()) {
+		t.Fatal("a retry was refused")
+	}
+	for deadline := time.Now().Add(10 * time.Second); long.tries.Load() < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the retry did not try again")
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Destruct() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Destruct hung on a pending retry")
+	}
+	if p.pending.Load() != 0 {
+		t.Fatalf("%d retries pending after Destruct", p.pending.Load())
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redisstore"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -55,6 +56,74 @@ type pooledRedis struct {
 	quarantined bool
 	stop        chan struct{}
 	done        chan struct{}
+	// retries counts the answers retryComplete is still trying to
+	// store (at most maxPendingCompletes); Destruct waits for them.
+	pending atomic.Int64
+	retries sync.WaitGroup
+}
+
+// maxPendingCompletes bounds the answers one client keeps retrying to
+// store at once (retryComplete): a Redis outage under load fails one
+// Complete per keyed request that ran, and each retry holds its
+// answer's body (at most the answer size limits) in memory.
+const maxPendingCompletes = 1024
+
+// Backoff of retryComplete: the first retry after completeRetryFirst,
+// doubling up to completeRetryMax between tries.
+const (
+	completeRetryFirst = 250 * time.Millisecond
+	completeRetryMax   = 30 * time.Second
+)
+
+// retryComplete keeps trying, in the background, to store resp under
+// claim c after its Complete failed with the store unavailable, so
+// that a repeat of the key replays the answer once Redis answers again
+// instead of getting 409 (in flight) until the key's hold passes. A
+// Complete is fenced by the claim's token, so a retry after one that
+// did succeed (its reply lost) is a no-op. It stops when the answer is
+// stored, when hold (the key's in-flight hold, from now) has passed:
+// the key is then free and the claim lost, when a Complete fails for
+// another reason, or when the client is closed (Destruct). It reports
+// false, and starts nothing, when maxPendingCompletes are already
+// pending; the key then stays held until its hold passes.
+func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, hold time.Duration, logger *zap.Logger) bool {
+	if p.pending.Add(1) > maxPendingCompletes {
+		p.pending.Add(-1)
+		return false
+	}
+	p.retries.Add(1)
+	go func() {
+		defer p.retries.Done()
+		defer p.pending.Add(-1)
+		deadline := time.Now().Add(hold)
+		wait := completeRetryFirst
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		for tries := 1; ; tries++ {
+			select {
+			case <-p.stop:
+				logger.Warn("gave up storing the answer of an Idempotency-Key: the store's client is closing; the key is held until its hold passes",
+					zap.Int("tries", tries-1))
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), dialBudget(p.cfg))
+			err := c.Complete(ctx, resp)
+			cancel()
+			switch {
+			case err == nil:
+				logger.Info("stored the answer of an Idempotency-Key after the store came back", zap.Int("tries", tries))
+				return
+			case !errors.Is(err, store.ErrUnavailable) || time.Now().Add(wait).After(deadline):
+				logger.Error("gave up storing the answer of an Idempotency-Key; the key is held until its hold passes",
+					zap.Int("tries", tries), zap.Error(err))
+				return
+			}
+			wait = min(2*wait, completeRetryMax)
+			t.Reset(wait)
+		}
+	}()
+	return true
 }
 
 // Observe is the client's store.Observer: latency and errors by op into
@@ -145,6 +214,7 @@ func (p *pooledRedis) leave(e *engine) {
 func (p *pooledRedis) Destruct() error {
 	close(p.stop)
 	<-p.done
+	p.retries.Wait()
 	return p.client.Close()
 }
 

@@ -97,6 +97,9 @@ type Claim interface {
 	// Complete stores resp for replay during the window, counted from
 	// now, and releases the hold (idempotency.Claim.Complete). A no-op
 	// after Abandon, a second Complete, or once the claim lost its key.
+	// After an error wrapping ErrUnavailable it may be called again: a
+	// retry after a call that did take effect (its reply lost) is a
+	// no-op.
 	Complete(ctx context.Context, resp idempotency.Response) error
 	// Abandon releases the hold without storing anything; a claim that
 	// took a 461 preview over restores it (idempotency.Claim.Abandon).

@@ -253,35 +253,43 @@ type claim struct {
 	agent, key string
 	token      string
 	preview    *idempotency.Response
-	settled    bool
+	// settled: a Complete or Abandon returned nil (took effect, or
+	// found the key no longer held). A call that failed leaves it
+	// unset, so the call may be retried (the scripts are fenced by the
+	// token: a retry after one that took effect, its reply lost, is a
+	// no-op).
+	settled bool
 }
 
 func (c *claim) Complete(ctx context.Context, resp idempotency.Response) error {
 	if c.settled {
 		return nil
 	}
-	c.settled = true
 	keys, member, global := c.s.keys(c.agent, c.key)
 	raw, err := encodeResponse(resp)
 	if err != nil {
+		c.settled = true
 		return err
 	}
 	previewed, contract := resp.Previewed, resp.Contract.SynthesisID
 	start := time.Now()
 	_, err = completeScript.Run(ctx, c.s.c.rdb, keys, c.s.c.nowMS(), c.token, c.s.limits.Window.Milliseconds(),
 		raw, resp.Status, previewed, contract, member, global).Result()
-	return c.s.c.done(store.OpComplete, start, err)
+	err = c.s.c.done(store.OpComplete, start, err)
+	c.settled = err == nil
+	return err
 }
 
 func (c *claim) Abandon(ctx context.Context) error {
 	if c.settled {
 		return nil
 	}
-	c.settled = true
 	keys, member, global := c.s.keys(c.agent, c.key)
 	start := time.Now()
 	_, err := abandonScript.Run(ctx, c.s.c.rdb, keys, c.s.c.nowMS(), c.token, member, global).Result()
-	return c.s.c.done(store.OpAbandon, start, err)
+	err = c.s.c.done(store.OpAbandon, start, err)
+	c.settled = err == nil
+	return err
 }
 
 func (c *claim) Preview() *idempotency.Response {
