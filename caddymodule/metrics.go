@@ -113,6 +113,7 @@ type metrics struct {
 	storeErrors        *prometheus.CounterVec   // op
 	storeUp            prometheus.Gauge         //
 	storeQuarantine    prometheus.Gauge         // seconds left of the restart quarantine
+	nodeIDConflict     prometheus.Gauge         // 1 while another live process uses this node_id
 
 	// presented holds the presentation counters started at zero below,
 	// by via (0: synthesis_id, 1: pair) and presentationOutcomes index;
@@ -264,6 +265,8 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		"1 while the shared state store answers (always with store memory), 0 while it does not: requests that need state then answer 503 store-unavailable.")
 	m.storeQuarantine = gauge("store_quarantine_seconds",
 		"Seconds left of the Redis restart quarantine, during which requests with an Idempotency-Key answer 503 store-unavailable; 0 outside it (always with store memory).")
+	m.nodeIDConflict = gauge("store_node_id_conflict",
+		"1 while another live gateway process uses this node's node_id on the same Redis and key_prefix (their record chains interleave), else 0 (always with store memory). Checked by the health check every 5 s.")
 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -500,6 +503,18 @@ func (m *metrics) setStoreQuarantine(left time.Duration) {
 		return
 	}
 	m.storeQuarantine.Set(left.Seconds())
+}
+
+// setNodeIDConflict sets caddy_rcns_store_node_id_conflict.
+func (m *metrics) setNodeIDConflict(clash bool) {
+	if m == nil {
+		return
+	}
+	if clash {
+		m.nodeIDConflict.Set(1)
+	} else {
+		m.nodeIDConflict.Set(0)
+	}
 }
 
 // setAttemptRingSize sets the number of RCNS attempt records held.

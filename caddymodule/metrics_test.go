@@ -81,6 +81,7 @@ var allMetricNames = []string{
 	"caddy_rcns_store_errors_total",
 	"caddy_rcns_store_up",
 	"caddy_rcns_store_quarantine_seconds",
+	"caddy_rcns_store_node_id_conflict",
 }
 
 func TestMetricsRegistersEveryCollectorAndLints(t *testing.T) {

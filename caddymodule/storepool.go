@@ -54,8 +54,14 @@ type pooledRedis struct {
 	// is logged once when a check first sees it.
 	logger      *zap.Logger
 	quarantined bool
-	stop        chan struct{}
-	done        chan struct{}
+	// instance names this process in node id holds (processInstance;
+	// a test may give one its own); nodes is the view of each node id
+	// it holds (checkNodeIDs); both under nodeMu.
+	nodeMu   sync.Mutex
+	instance string
+	nodes    map[string]*nodeHold
+	stop     chan struct{}
+	done     chan struct{}
 	// retries counts the answers retryComplete is still trying to
 	// store (at most maxPendingCompletes); Destruct waits for them.
 	pending atomic.Int64
@@ -170,6 +176,9 @@ func (p *pooledRedis) health() {
 					e.refreshStoreGauges(ctx)
 				}
 			}
+		}
+		if err == nil {
+			p.checkNodeIDs(ctx)
 		}
 		cancel()
 		wait = storeHealthUp
@@ -293,7 +302,7 @@ func (h *engine) provisionStore(ctx caddy.Context) error {
 // store is not required, redisstore.NewDegraded (a warning is logged
 // when Redis does not answer yet).
 func newPooledRedis(ctx context.Context, cfg redisstore.Config, required bool, logger *zap.Logger) (*pooledRedis, error) {
-	p := &pooledRedis{cfg: cfg, logger: logger, stop: make(chan struct{}), done: make(chan struct{})}
+	p := &pooledRedis{cfg: cfg, logger: logger, instance: processInstance, stop: make(chan struct{}), done: make(chan struct{})}
 	cfg.Observer = p
 	var err error
 	if required {

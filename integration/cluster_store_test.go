@@ -230,3 +230,21 @@ func TestClusterRedisRestartKeepsState(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterNodeIDConflict: two Caddy processes given one node_id on one
+// Redis both learn it from their health checks (every 5 s): each logs
+// the WARN and exports caddy_rcns_store_node_id_conflict 1, which
+// RCNSNodeIDConflict alerts on. Both still serve.
+func TestClusterNodeIDConflict(t *testing.T) {
+	srv := redistest.StartServer(t, "--maxmemory-policy", "noeviction")
+	w := startClusterWorld(t, storeBlock("address "+srv.Addr(), ""), clusterOpts{NodeID: "same-node"})
+	for _, g := range w.Nodes {
+		waitFor(t, 45*time.Second, 500*time.Millisecond, g.Addr+" to report the shared node_id", func() bool {
+			return scrapeMetrics(t, g).value("caddy_rcns_store_node_id_conflict") == 1
+		})
+		if !strings.Contains(g.Output(), "another live gateway process uses this node_id") {
+			t.Errorf("%s: no WARN naming the clash in its log", g.Addr)
+		}
+		wantStatus(t, g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), nil), 200)
+	}
+}

@@ -160,6 +160,10 @@ type clusterOpts struct {
 	Required string
 	// Nodes is how many gateways (default 2).
 	Nodes int
+	// NodeID, when set, is the node_id of every node (the
+	// misconfiguration TestClusterNodeIDConflict makes); else each has
+	// its own (clusterNodeNames).
+	NodeID string
 }
 
 // clusterWorld is json-server, the counting proxy in front of it (the
@@ -203,6 +207,9 @@ func startClusterWorld(t testing.TB, store string, o clusterOpts) *clusterWorld 
 
 // clusterNodeSite is the rcns site of one node.
 func clusterNodeSite(w *clusterWorld, store, node string, o clusterOpts) string {
+	if o.NodeID != "" {
+		node = o.NodeID
+	}
 	extra := store + "\t\tnode_id " + node + "\n" + o.Extra
 	if o.Required != "" {
 		extra += "\t\tstore_required " + o.Required + "\n"

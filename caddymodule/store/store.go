@@ -434,11 +434,12 @@ const (
 	OpAttempt        Op = "attempt"
 	OpRecord         Op = "record"
 	OpPing           Op = "ping"
+	OpNodeID         Op = "node_id"
 )
 
 // Ops lists every Op, for registering metric label values.
 var Ops = []Op{OpClaim, OpComplete, OpAbandon, OpRateLimit, OpContractMint, OpContractLookup,
-	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpPing}
+	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpPing, OpNodeID}
 
 // Observer is told about every round trip a store makes: the operation,
 // its latency, and its error (nil, or one wrapping ErrUnavailable). The

@@ -508,3 +508,62 @@ func TestCause(t *testing.T) {
 		t.Fatal("Cause(nil) is not empty")
 	}
 }
+
+// TestHoldNodeID: the first process holds a node id, a second one sees
+// the holder's value (which changes as the holder refreshes), a report
+// leaves a marker the holder reads, and a hold that is not refreshed
+// expires; in one slot on a Redis Cluster too.
+func TestHoldNodeID(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	single := redistest.StartServer(t)
+	for name, cfg := range map[string]Config{
+		"single":  {Addrs: []string{single.Addr()}},
+		"cluster": {Mode: ModeCluster, Addrs: cluster.Addrs()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var ms atomic.Int64
+			ms.Store(1_000_000)
+			cfg.KeyPrefix = fmt.Sprintf("t%d:", prefixes.Add(1))
+			cfg.Now = func() time.Time { return time.UnixMilli(ms.Add(1)) }
+			c, err := New(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			hold := func(inst string, report bool) (string, string) {
+				t.Helper()
+				other, conflict, err := c.HoldNodeID(ctx, "n1", inst, 200*time.Millisecond, report)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return other, conflict
+			}
+			if o, cf := hold("a", false); o != "" || cf != "" {
+				t.Fatalf("first hold: other %q conflict %q", o, cf)
+			}
+			o1, _ := hold("b", false)
+			if !strings.HasPrefix(o1, "a:") {
+				t.Fatalf("second process sees %q, want a's hold", o1)
+			}
+			if o, cf := hold("a", false); o != "" || cf != "" {
+				t.Fatalf("refresh by the holder: other %q conflict %q", o, cf)
+			}
+			o2, _ := hold("b", true)
+			if o2 == o1 || !strings.HasPrefix(o2, "a:") {
+				t.Fatalf("after a's refresh b sees %q (before %q): want a changed value of a", o2, o1)
+			}
+			if _, cf := hold("a", false); cf != "b" {
+				t.Fatalf("the holder sees conflict %q, want b's report", cf)
+			}
+			if _, cf := hold("b", false); cf != "" {
+				t.Fatalf("the reporter sees its own marker as a conflict: %q", cf)
+			}
+			// A hold not refreshed within its ttl is free again.
+			time.Sleep(300 * time.Millisecond)
+			if o, cf := hold("b", false); o != "" || cf != "" {
+				t.Fatalf("after the ttl: other %q conflict %q, want b holding", o, cf)
+			}
+		})
+	}
+}
