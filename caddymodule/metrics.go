@@ -487,13 +487,8 @@ func (m *metrics) storeRoundTrip(op store.Op, latency time.Duration, err error) 
 
 // setStoreUp sets the store state gauge.
 func (m *metrics) setStoreUp(up bool) {
-	if m == nil {
-		return
-	}
-	if up {
-		m.storeUp.Set(1)
-	} else {
-		m.storeUp.Set(0)
+	if m != nil {
+		setFlag(m.storeUp, up)
 	}
 }
 
@@ -507,13 +502,17 @@ func (m *metrics) setStoreQuarantine(left time.Duration) {
 
 // setNodeIDConflict sets caddy_rcns_store_node_id_conflict.
 func (m *metrics) setNodeIDConflict(clash bool) {
-	if m == nil {
-		return
+	if m != nil {
+		setFlag(m.nodeIDConflict, clash)
 	}
-	if clash {
-		m.nodeIDConflict.Set(1)
+}
+
+// setFlag sets a 0/1 gauge.
+func setFlag(g prometheus.Gauge, on bool) {
+	if on {
+		g.Set(1)
 	} else {
-		m.nodeIDConflict.Set(0)
+		g.Set(0)
 	}
 }
 
