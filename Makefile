@@ -21,7 +21,7 @@ MCP_CONFORMANCE_VERSION   := 0.1.16
 BUN_VERSION               := 1.4.5
 MCP_INSPECTOR_CLI_VERSION := 1.0.3
 MCP_CLIENTS               := .tools/.mcp-clients-$(MCP_CONFORMANCE_VERSION)-$(BUN_VERSION)-$(MCP_INSPECTOR_CLI_VERSION)
-UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/... ./cmd/... ./scripts/...
+UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/... ./internal/... ./cmd/... ./scripts/... ./docs/...
 INTEGRATION_TIMEOUT ?= 20m
 
 .PHONY: all build deps vet unit bench-smoke integration test demo clean bench
