@@ -18,7 +18,7 @@ func init() {
 
 // parseAGTPOption sets up the agtp app (the native AGTP/1.0 door) from
 // the global option of that name; each `agtp` option adds one server.
-// The grammar (docs/configuration.md "The native AGTP/1.0 door"):
+// The grammar (docs/doors.md "The native AGTP/1.0 door"):
 //
 //	agtp <address>... {
 //	    handler <rcns name>

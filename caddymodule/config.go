@@ -41,7 +41,7 @@ type Config struct {
 	DocumentsConfig
 	MethodsConfig
 	StoreConfig
-	// MCP turns on the MCP door (docs/configuration.md "MCP door"):
+	// MCP turns on the MCP door (docs/doors.md "MCP door"):
 	// the Tier B endpoints and recipes as MCP tools over Streamable
 	// HTTP at one path of this handler. Nil (default): off.
 	MCP *MCPConfig `json:"mcp,omitempty"`

@@ -24,7 +24,7 @@ import (
 // One tool call: its arguments become one agtp.Request (the tool's
 // pair, the caller's verified identity, the AGTP headers of the HTTP
 // request), engine.serve answers it, and the answer becomes the tool
-// result (docs/agent-guide.md "MCP").
+// result (docs/agent-guide-mcp.md).
 
 // MCP result _meta keys: the call's Attribution-Record, Audit-ID,
 // Response-ID and AGTP status, and whether it was an idempotent replay.

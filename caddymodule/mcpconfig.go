@@ -33,7 +33,7 @@ type MCPConfig struct {
 	// after IncludeTools. Default: none.
 	ExcludeTools []string `json:"exclude_tools,omitempty"`
 
-	// Rename maps a tool's generated name (docs/configuration.md "Tool
+	// Rename maps a tool's generated name (docs/doors.md "Tool
 	// names") to the name clients see: 1-128 characters of A-Z a-z 0-9
 	// _ - . Include and exclude globs match the name clients see. A key
 	// that names no tool is an error. Default: none.

@@ -18,7 +18,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
 
-// The MCP door's tools (docs/configuration.md "MCP door"): one per
+// The MCP door's tools (docs/doors.md "MCP door"): one per
 // agent-callable Tier B endpoint, one per recipe, and two read-only
 // views of the DISCOVER built-ins. Each call is one AGTP request to the
 // pair the tool names.
@@ -39,7 +39,7 @@ const (
 )
 
 // MCP argument and _meta names the door reads besides an endpoint's own
-// input, and the _meta keys it writes (docs/agent-guide.md "MCP").
+// input, and the _meta keys it writes (docs/agent-guide-mcp.md).
 const (
 	// mcpArgSynthesisID is a recipe tool's argument presenting a
 	// contract (Contract-Synthesized): the confirmation of a preview.

@@ -26,7 +26,7 @@ import (
 // client's transport, every structured result checked against the
 // outputSchema the tool advertises.
 
-// MCP _meta keys of the gateway (docs/agent-guide.md "MCP").
+// MCP _meta keys of the gateway (docs/agent-guide-mcp.md).
 const (
 	metaIdemKey     = "io.github.caddy-rcns/idempotency-key"
 	metaAttribution = "io.github.caddy-rcns/attribution-record"

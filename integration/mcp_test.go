@@ -16,8 +16,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
 )
 
-// The MCP door (docs/configuration.md "MCP door", docs/agent-guide.md
-// "MCP") over the real binary, with the go-sdk's own client: tools per
+// The MCP door (docs/doors.md "MCP door", docs/agent-guide-mcp.md) over the real binary, with the go-sdk's own client: tools per
 // agent, Tier B and recipe calls, confirm-first, idempotency and the
 // budget shared with the HTTP door, the failures an agent meets, and
 // identity signature on the HTTP requests that carry MCP messages.

@@ -192,7 +192,7 @@ var (
 
 // The MCP door's refusals of an HTTP request before any MCP message is
 // read (MCP transport security), and of a tool call that outlived the
-// door's timeout (docs/configuration.md "MCP door").
+// door's timeout (docs/doors.md "MCP door").
 var (
 	HostRefused   = def("host-refused", 403, NotRetryable)
 	OriginRefused = def("origin-refused", 403, NotRetryable)
