@@ -351,7 +351,11 @@ func (c *nativeConn) refuse(bw *bufio.Writer, conn net.Conn, we *wire.Error, st 
 		return // nobody left to read an answer
 	}
 	e := lookupEngine(c.srv.Handler)
-	in := &agtp.Request{Binding: agtp.BindingNative, Method: "", Target: "", Header: http.Header{}, TLS: st, Loopback: loopback, Context: ctx}
+	hdr := we.Header
+	if hdr == nil {
+		hdr = http.Header{}
+	}
+	in := &agtp.Request{Binding: agtp.BindingNative, Method: we.Method, Header: hdr, Host: hdr.Get("Host"), TLS: st, Loopback: loopback, Context: ctx}
 	werr := &agtp.Error{Status: we.Status, Reason: we.Reason, Explanation: we.Explanation}
 	var resp *agtp.Response
 	if e != nil {

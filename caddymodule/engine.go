@@ -63,6 +63,15 @@ type engine struct {
 // §10; it always returns an answer.
 func (h *engine) serve(r *agtp.Request) *agtp.Response {
 	h.activate()
+	x := h.newExchange(r)
+	h.dispatch(x)
+	return h.finish(x)
+}
+
+// newExchange is the exchange of r with its identifiers read and
+// checked: Agent-ID, Task-ID, Request-ID, Owner-ID and Session-ID, each
+// kept for the echo and the Attribution-Record only when well formed.
+func (h *engine) newExchange(r *agtp.Request) *exchange {
 	x := &exchange{h: h, in: r,
 		agentID: r.Get("Agent-ID"),
 		taskID:  r.Get("Task-ID"),
@@ -108,7 +117,12 @@ func (h *engine) serve(r *agtp.Request) *agtp.Response {
 	if x.sessionID != "" {
 		x.sessionFrom = sessionFromHeader
 	}
-	h.dispatch(x)
+	return x
+}
+
+// finish counts the answer of x and returns it.
+func (h *engine) finish(x *exchange) *agtp.Response {
+	r := x.in
 	if !x.written {
 		// Every path of serve answers; this is the net under a new one
 		// that forgets to, so an AGTP request never gets an empty 200
@@ -127,13 +141,17 @@ func (h *engine) serve(r *agtp.Request) *agtp.Response {
 
 // answer is the AGTP error answer to a request a door refused before
 // the engine could read it (bad framing on the native door): e with
-// every AGTP response header, in the body of spec §19.
+// every AGTP response header, in the body of spec §19. The identifiers
+// of r.Header (what of the head the door could read, possibly none)
+// are echoed as on any other refusal: a malformed one is not.
 func (h *engine) answer(r *agtp.Request, e *agtp.Error) *agtp.Response {
 	h.activate()
-	x := &exchange{h: h, in: r, requestID: newUUID()}
+	x := h.newExchange(r)
+	if r.Has("Task-ID") && !agtp.ValidTaskID(x.taskID) {
+		x.taskID = ""
+	}
 	x.fail(e)
-	h.metrics.request(r.Method, x.status, r.Binding)
-	return x.resp
+	return h.finish(x)
 }
 
 // engines are the provisioned engines by rcns name, in provision order:

@@ -79,6 +79,9 @@ func nativeReq(method, target string, hdr map[string]string, body string) string
 func TestNativeFraming(t *testing.T) {
 	g := nativeGateway(t, "\t\tread_header_timeout 1s\n\t\tread_timeout 2s\n\t\tidle_timeout 3s\n\t\tmax_header_size 4KiB\n")
 	a1 := "Agent-ID: " + agentA1 + "\r\nAuthority-Scope: hotel:read\r\n"
+	// The identifiers a refusal echoes when the codec could still read
+	// the head (spec §24 item 4), as the HTTP binding does.
+	const ids = "Request-ID: 01a23a78-4d4e-7612-9ccc-73bf2c3ee3c6\r\nTask-ID: task-1\r\n"
 	for _, tc := range []struct {
 		name, data    string
 		statuses      []int
@@ -86,7 +89,8 @@ func TestNativeFraming(t *testing.T) {
 		closes        bool
 		phraseOfFirst string
 		wait          time.Duration // for the server to act; default 1.5 s (under idle_timeout)
-		codec         bool          // refused by the codec, before the request line is a request: no method or path
+		codec         bool          // refused by the codec, before the request line is a request: no path
+		echo          string        // the method of a codec refusal whose head was read: Agent-ID, Request-ID and Task-ID echoed
 	}{
 		{name: "two-token form is DISCOVER /", data: "AGTP/1.0 DISCOVER\r\n\r\n", statuses: []int{200}, phraseOfFirst: "OK"},
 		{name: "query in the target", data: "AGTP/1.0 DISCOVER /methods?limit=1\r\n" + a1 + "\r\n", statuses: []int{200}},
@@ -94,13 +98,16 @@ func TestNativeFraming(t *testing.T) {
 		{name: "missing Content-Length: no body, the rest is the next request", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "\r\n{}\r\n\r\n", statuses: []int{200, 400}, reason: "invalid-request-line", closes: true, codec: true},
 		{name: "duplicate Content-Length", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}", statuses: []int{400}, reason: "duplicate-header", closes: true, codec: true},
 		{name: "duplicate Agent-ID", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Agent-ID: " + agentA2 + "\r\n\r\n", statuses: []int{400}, reason: "duplicate-header", closes: true, codec: true},
-		{name: "chunked", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", statuses: []int{400}, closes: true, codec: true},
+		{name: "chunked", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + ids + "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", statuses: []int{400}, reason: "content-length-required", closes: true, codec: true, echo: "FETCH"},
+		{name: "Content-Length not a number", data: "AGTP/1.0 BOOK /room\r\n" + a1 + ids + "Content-Length: 2x\r\n\r\n{}", statuses: []int{400}, reason: "invalid-content-length", closes: true, codec: true, echo: "BOOK"},
 		{name: "header over max_header_size", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "X-Big: " + strings.Repeat("b", 5000) + "\r\n\r\n", statuses: []int{431}, reason: "header-too-large", closes: true, codec: true},
 		{name: "body over max_request_body", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Content-Type: application/json\r\nContent-Length: 2000000\r\n\r\n{", statuses: []int{413}, reason: "body-too-large", closes: true},
 		{name: "header line without a colon", data: "AGTP/1.0 FETCH /guests/g-1\r\nno colon here\r\n\r\n", statuses: []int{400}, reason: "invalid-header", closes: true, codec: true},
 		{name: "bare LF", data: "AGTP/1.0 FETCH /guests/g-1\n" + a1 + "\r\n", statuses: []int{400}, closes: true, codec: true},
-		{name: "fragment", data: "AGTP/1.0 FETCH /guests/g-1#x\r\n" + a1 + "\r\n", statuses: []int{400}, reason: "invalid-request-line", closes: true, codec: true},
-		{name: "OPTIONS * (cases/01)", data: "AGTP/1.0 OPTIONS *\r\n" + a1 + "\r\n", statuses: []int{400}, reason: "invalid-request-line", closes: true, codec: true},
+		{name: "fragment", data: "AGTP/1.0 FETCH /guests/g-1#x\r\n" + a1 + ids + "\r\n", statuses: []int{400}, reason: "invalid-request-line", closes: true, codec: true, echo: "FETCH"},
+		{name: "OPTIONS * (cases/01)", data: "AGTP/1.0 OPTIONS *\r\n" + a1 + ids + "\r\n", statuses: []int{400}, reason: "invalid-request-line", closes: true, codec: true, echo: "OPTIONS"},
+		{name: "absolute-form target", data: "AGTP/1.0 FETCH agtp://h/guests/g-1\r\n" + a1 + ids + "\r\n", statuses: []int{400}, reason: "invalid-request-line", closes: true, codec: true, echo: "FETCH"},
+		{name: "bad target, then a bad header line: no echo", data: "AGTP/1.0 OPTIONS *\r\n" + a1 + ids + "no colon\r\n\r\n", statuses: []int{400}, reason: "invalid-request-line", closes: true, codec: true},
 		{name: "stalled head: 408 at read_header_timeout", data: "AGTP/1.0 FETCH /guests/g-1\r\nAgent-ID: x", statuses: []int{408}, closes: true, wait: 6 * time.Second, codec: true},
 		{name: "stalled body: cut at read_timeout", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Content-Type: application/json\r\nContent-Length: 10\r\n\r\n{", statuses: []int{400}, reason: "invalid-body", closes: true, wait: 6 * time.Second},
 		{name: "idle connection closed at idle_timeout", data: "", statuses: nil, closes: true, wait: 6 * time.Second},
@@ -138,6 +145,20 @@ func TestNativeFraming(t *testing.T) {
 				}
 			case last.Status >= 400:
 				assertErrorBody(t, r, last.Status, tc.reason)
+			}
+			if last.Status >= 400 && tc.codec {
+				want := map[string]string{"Agent-ID": "", "Request-ID": "", "Task-ID": ""}
+				if tc.echo != "" {
+					want = map[string]string{"Agent-ID": agentA1, "Request-ID": "01a23a78-4d4e-7612-9ccc-73bf2c3ee3c6", "Task-ID": "task-1"}
+					if m := str(r.Object(t), "method"); m != tc.echo {
+						t.Errorf("refusal body method %q, want %q: %s", m, tc.echo, last.Body)
+					}
+				}
+				for k, v := range want {
+					if got := last.Header.Get(k); got != v {
+						t.Errorf("%s: %q, want %q (the head was read: %v)", k, got, v, tc.echo != "")
+					}
+				}
 			}
 			if tc.phraseOfFirst != "" && answers[0].Reason != tc.phraseOfFirst {
 				t.Errorf("reason phrase %q, want %q", answers[0].Reason, tc.phraseOfFirst)

@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"net"
+	"net/http"
 	"strconv"
 )
 
@@ -31,6 +32,18 @@ type Error struct {
 	// net.Error timeout, io.ErrUnexpectedEOF, a connection reset), nil
 	// for a malformed one.
 	Err error
+	// Method is the method token of an AGTP/1.0 request line refused
+	// for its target ("*", absolute-form, a '#') or of a head refused
+	// for its framing fields (Transfer-Encoding, a bad Content-Length);
+	// "" when the line has no valid method token.
+	Method string
+	// Header holds the header fields of a refused request whose head
+	// was still read to its empty line (when Method is set), so that
+	// the answer can echo Agent-ID, Request-ID and Task-ID as the HTTP
+	// binding does (spec §24 item 4); nil when the head could not be
+	// read (a malformed header line, a head over the limits, a request
+	// line that is not AGTP/1.0, a duplicate singleton header).
+	Header http.Header
 }
 
 // Error returns "agtp wire: <status> <reason>: <explanation>".

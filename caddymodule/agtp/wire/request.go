@@ -100,23 +100,36 @@ func ReadRequest(br *bufio.Reader, lim Limits) (*Request, error) {
 		}
 		return nil, truncated(err, h.n)
 	}
-	req, e := parseRequestLine(line)
-	if e != nil {
-		return nil, e
-	}
-	req.Header, err = h.readFields(lim, func(key string) (string, bool) {
+	singleton := func(key string) (string, bool) {
 		name, ok := singletonKeys[key]
 		return name, ok
-	})
+	}
+	req, e := parseRequestLine(line)
+	if e != nil {
+		if e.Method != "" {
+			// An AGTP/1.0 line with a method token and a target the
+			// server refuses: the client frames AGTP, so its head is
+			// read for the identifiers the answer echoes. A head that
+			// fails too keeps the line's refusal.
+			if hdr, err := h.readFields(lim, singleton); err == nil {
+				e.Header = hdr
+			}
+		}
+		return nil, e
+	}
+	req.Header, err = h.readFields(lim, singleton)
 	if err != nil {
 		return nil, err
 	}
 	if _, ok := req.Header["Transfer-Encoding"]; ok {
-		return nil, refuse(400, "content-length-required", "AGTP messages are framed by Content-Length; Transfer-Encoding (chunked) is refused (agtp-09 §6.4.1)")
+		e := refuse(400, "content-length-required", "AGTP messages are framed by Content-Length; Transfer-Encoding (chunked) is refused (agtp-09 §6.4.1)")
+		e.Method, e.Header = req.Method, req.Header
+		return nil, e
 	}
 	if v, ok := req.Header["Content-Length"]; ok {
 		n, e := parseContentLength(v[0])
 		if e != nil {
+			e.Method, e.Header = req.Method, req.Header
 			return nil, e
 		}
 		req.ContentLength = n
@@ -148,15 +161,20 @@ func parseRequestLine(line []byte) (*Request, *Error) {
 	if len(parts) == 3 {
 		target = parts[2]
 	}
+	badTarget := func(explanation string) *Error {
+		e := refuse(400, "invalid-request-line", explanation)
+		e.Method = method
+		return e
+	}
 	if strings.Contains(s, "#") {
-		return nil, refuse(400, "invalid-request-line", "the request target must not contain '#' (api-01 §5.6)")
+		return nil, badTarget("the request target must not contain '#' (api-01 §5.6)")
 	}
 	if target[0] != '/' {
-		return nil, refuse(400, "invalid-request-line", fmt.Sprintf("the request target %q is not origin-form: an absolute path with an optional query", textcut.Clip(target)))
+		return nil, badTarget(fmt.Sprintf("the request target %q is not origin-form: an absolute path with an optional query", textcut.Clip(target)))
 	}
 	u, err := url.ParseRequestURI(target)
 	if err != nil {
-		return nil, refuse(400, "invalid-request-line", fmt.Sprintf("the request target %q is not a URI path: %s", textcut.Clip(target), urlProblem(err)))
+		return nil, badTarget(fmt.Sprintf("the request target %q is not a URI path: %s", textcut.Clip(target), urlProblem(err)))
 	}
 	return &Request{Method: method, Target: target, URL: u}, nil
 }

@@ -397,3 +397,44 @@ func TestNewRequestRefuses(t *testing.T) {
 		t.Fatalf("short body: %v", err)
 	}
 }
+
+// TestRefusalKeepsHead: a refusal whose head could still be read carries
+// the method and the header fields (for the answer's echo of Agent-ID,
+// Request-ID and Task-ID); one whose head could not be read carries
+// neither.
+func TestRefusalKeepsHead(t *testing.T) {
+	const fields = "Agent-ID: a1\r\nTask-ID: t-1\r\n"
+	for _, tc := range []struct {
+		name, in, method, reason string
+		head                     bool
+	}{
+		{"asterisk target", "AGTP/1.0 OPTIONS *\r\n" + fields + "\r\n", "OPTIONS", "invalid-request-line", true},
+		{"fragment", "AGTP/1.0 FETCH /a#b\r\n" + fields + "\r\n", "FETCH", "invalid-request-line", true},
+		{"absolute-form", "AGTP/1.0 FETCH agtp://h/a\r\n" + fields + "\r\n", "FETCH", "invalid-request-line", true},
+		{"chunked", "AGTP/1.0 BOOK /a\r\n" + fields + "Transfer-Encoding: chunked\r\n\r\n", "BOOK", "content-length-required", true},
+		{"bad Content-Length", "AGTP/1.0 BOOK /a\r\n" + fields + "Content-Length: -1\r\n\r\n", "BOOK", "invalid-content-length", true},
+		{"bad target, bad header line", "AGTP/1.0 OPTIONS *\r\n" + fields + "no colon\r\n\r\n", "OPTIONS", "invalid-request-line", false},
+		{"bad target, head cut", "AGTP/1.0 OPTIONS *\r\n" + fields, "OPTIONS", "invalid-request-line", false},
+		{"not AGTP/1.0", "HELLO /a\r\n" + fields + "\r\n", "", "invalid-request-line", false},
+		{"method not a token", "AGTP/1.0 FE(CH /a\r\n" + fields + "\r\n", "", "invalid-request-line", false},
+		{"duplicate Agent-ID", "AGTP/1.0 FETCH /a\r\n" + fields + "Agent-ID: a2\r\n\r\n", "", "duplicate-header", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ReadRequest(bufio.NewReader(strings.NewReader(tc.in)), Limits{})
+			var we *Error
+			if !errors.As(err, &we) {
+				t.Fatalf("err = %v, want an *Error", err)
+			}
+			if we.Reason != tc.reason || we.Method != tc.method {
+				t.Errorf("reason %q method %q, want %q %q", we.Reason, we.Method, tc.reason, tc.method)
+			}
+			if tc.head {
+				if we.Header.Get("Agent-ID") != "a1" || we.Header.Get("Task-ID") != "t-1" {
+					t.Errorf("header %v, want the fields sent", we.Header)
+				}
+			} else if we.Header != nil {
+				t.Errorf("header %v, want nil: the head was not read", we.Header)
+			}
+		})
+	}
+}
