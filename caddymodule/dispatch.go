@@ -221,13 +221,18 @@ func (h *engine) dispatch(x *exchange) {
 	}
 	scopeHdr, scopePresent := r.Value("Authority-Scope")
 	caller, ref := policy.ResolveCaller(h.agents, x.agentID, x.ownerClaim, scopeHdr, scopePresent)
+	if caller != nil {
+		// Identified, also when only the scope claim is refused
+		// (scope-claim-invalid): the answer names the agent's owner,
+		// trust tier and verification path.
+		x.ownerID = caller.Agent.OwnerID // a claimed Owner-ID equals it (ResolveCaller)
+		x.identified, x.trustTier = true, int(caller.Agent.TrustTier)
+	}
 	if ref != nil {
 		x.fail(agtp.FromRefusal(ref))
 		return
 	}
 	req.caller = caller
-	x.ownerID = caller.Agent.OwnerID // a claimed Owner-ID equals it (ResolveCaller)
-	x.identified, x.trustTier = true, int(caller.Agent.TrustTier)
 	if v, ok := r.Value("Idempotency-Key"); ok {
 		key, err := idempotency.ParseKey(v)
 		if err != nil {

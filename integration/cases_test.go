@@ -56,6 +56,11 @@ func TestCallerIdentityHeaders(t *testing.T) {
 		{"404 without opt-in", agentA1, "1", func() *Resp {
 			return w.GW.Do(t, "BOOK", "/room", hdr(agentA1, scopeAll), bookBody())
 		}},
+		{"262 scope-claim-invalid: identified, only the claim refused", agentA1, "1", func() *Resp {
+			r := w.GW.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read, vault:read"), nil)
+			assertErrorBody(t, r, 262, "scope-claim-invalid")
+			return r
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := tc.r()

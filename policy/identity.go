@@ -58,7 +58,10 @@ func (c *Caller) granted() ScopeSet {
 //     "missing_scopes": [the first 8 such tokens, each cut to 64 bytes]},
 //     plus "missing_scope_count" (all of them) when there are more
 //
-// Deprecated agents are served.
+// Deprecated agents are served. The Caller is nil with every refusal
+// but scope-claim-invalid: there the agent is identified and only its
+// claim is refused, so the Caller is returned with the refusal (the
+// answer names who the gateway took the caller to be, spec §4).
 func ResolveCaller(reg *Registry, agentID, ownerID, authorityScope string, scopePresent bool) (*Caller, *Refusal) {
 	if !ValidAgentID(agentID) {
 		return nil, &Refusal{Status: 400, Reason: "invalid-canonical-id",
@@ -101,7 +104,7 @@ func ResolveCaller(reg *Registry, agentID, ownerID, authorityScope string, scope
 		if len(listed) < len(missing) {
 			fields["missing_scope_count"] = len(missing)
 		}
-		return nil, &Refusal{Status: StatusAuthorizationRequired, Reason: "scope-claim-invalid",
+		return c, &Refusal{Status: StatusAuthorizationRequired, Reason: "scope-claim-invalid",
 			Explanation: fmt.Sprintf("Authority-Scope claims %s, which the agent has not been granted.", words),
 			Fields:      fields}
 	}

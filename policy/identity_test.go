@@ -162,6 +162,10 @@ func TestResolveCaller(t *testing.T) {
 						t.Errorf("Fields = %v, want missing %v", ref.Fields, tt.wantMissing)
 					}
 				}
+				// The agent is identified under scope-claim-invalid only.
+				if identified := tt.wantReason == "scope-claim-invalid"; (c != nil) != identified || identified && c.Agent.ID != tt.agentID {
+					t.Errorf("Caller = %+v with %s, want one only for scope-claim-invalid", c, tt.wantReason)
+				}
 				return
 			}
 			if ref != nil {
