@@ -195,12 +195,14 @@ func (d *mcpDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Who the gateway took the caller to be, as on the other doors'
 	// answers to an identified agent (spec §4; cases/02).
+	// Written into the map, not with Set, which would respell them
+	// "Owner-Id" (the AGTP spelling is the wire's; wire.Spelling).
 	hd := w.Header()
 	if rq.agent.OwnerID != "" {
-		hd.Set("Owner-ID", rq.agent.OwnerID)
+		hd["Owner-ID"] = []string{rq.agent.OwnerID}
 	}
-	hd.Set("Trust-Tier", strconv.Itoa(int(rq.agent.TrustTier)))
-	hd.Set("Verification-Path", verificationPath(d.e.Identity))
+	hd["Trust-Tier"] = []string{strconv.Itoa(int(rq.agent.TrustTier))}
+	hd["Verification-Path"] = []string{verificationPath(d.e.Identity)}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	d.sdk.ServeHTTP(&mcpWriter{ResponseWriter: w, rq: rq}, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -630,6 +633,35 @@ func TestMCPHeaderModeOffLoopback(t *testing.T) {
 		}
 		if rec.Code != 401 || !strings.Contains(rec.Body.String(), `"reason":"identity-mode-refused"`) {
 			t.Fatalf("Agent-ID %q on a non-loopback listener: %d %s", agent, rec.Code, rec.Body)
+		}
+	}
+}
+
+// TestMCPHeaderSpelling: every header field the MCP door answers with is
+// spelled as the AGTP wire spells it ("Owner-ID", not "Owner-Id"), on a
+// tools/list and on a tools/call.
+func TestMCPHeaderSpelling(t *testing.T) {
+	h, _ := mcpGateway(t)
+	for _, msg := range []string{listMsg, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"7"}}}`} {
+		rec := httptest.NewRecorder()
+		r := benchRequest(rec, "POST", "/mcp", msg, map[string]string{"Content-Type": "application/json",
+			"Accept": "application/json, text/event-stream", "Agent-ID": benchAgent, "Authority-Scope": "bench:read"})
+		r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}))
+		if err := h.ServeHTTP(rec, r, notFound); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Code != 200 {
+			t.Fatalf("%s: %d %s", msg, rec.Code, rec.Body)
+		}
+		for _, k := range []string{"Owner-ID", "Trust-Tier", "Verification-Path"} {
+			if _, ok := rec.Header()[k]; !ok {
+				t.Errorf("%s: no %s field as spelled; fields %v", msg, k, slices.Sorted(maps.Keys(rec.Header())))
+			}
+		}
+		for k := range rec.Header() {
+			if want := wire.Spelling(k); want != k {
+				t.Errorf("%s: field %q, want it spelled %q", msg, k, want)
+			}
 		}
 	}
 }
