@@ -249,7 +249,10 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 			// passes.
 			if err := x.claim.Complete(context.WithoutCancel(x.ctx()), resp); err != nil {
 				log := x.h.logger.With(zap.String("agent_id", x.agentID))
-				if p := x.h.redis; p != nil && errors.Is(err, store.ErrUnavailable) &&
+				if errors.Is(err, store.ErrClaimLost) {
+					log.Warn("the answer of an Idempotency-Key was not stored: the request outlived the key's in-flight hold, or the store lost the claim; a repeat of the key is not replayed this answer",
+						zap.Int("status", status), zap.Duration("in_flight_hold", x.h.idempotencyLimits().InFlightHold))
+				} else if p := x.h.redis; p != nil && errors.Is(err, store.ErrUnavailable) &&
 					p.retryComplete(x.claim, resp, x.h.idempotencyLimits().InFlightHold, log) {
 					log.Warn("storing the answer of an Idempotency-Key failed; retrying in the background (repeats of the key get 409 until it is stored)", zap.Error(err))
 				} else {

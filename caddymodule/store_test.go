@@ -23,6 +23,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redisstore"
@@ -601,6 +602,47 @@ func TestRedisCompleteRetried(t *testing.T) {
 	}
 	if n := g.h.eng.redis.pending.Load(); n != 0 {
 		t.Fatalf("%d answers still pending after the store came back", n)
+	}
+}
+
+// TestRedisCompleteLost: a keyed answer whose Complete failed while
+// Redis was away, and which Redis came back without (restarted empty),
+// is not stored by the retry: it says so (not "stored"), stops, and the
+// key stays in the restart quarantine (503), so nothing runs twice.
+func TestRedisCompleteLost(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := startCutProxy(t, srv.Addr())
+	var hits atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		proxy.setCut(true)
+		srv.Restart() // empty: the claim is gone
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": r.PathValue("id"), "name": "item", "price": 1})
+	})
+	g := redisGateway(t, loopbackServer(t, mux).URL, proxy.Addr())
+	core, logs := observer.New(zap.InfoLevel)
+	g.h.eng.logger = zap.New(core)
+	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "lost-1"); a.status != 200 {
+		t.Fatalf("the keyed call whose Complete failed: %s", a)
+	}
+	proxy.setCut(false)
+	for deadline := time.Now().Add(20 * time.Second); g.h.eng.redis.pending.Load() != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the retry did not end after Redis came back")
+		}
+	}
+	if n := logs.FilterMessageSnippet("after the store came back").Len(); n != 0 {
+		t.Errorf("logged %d times that the answer was stored; Redis came back without the claim", n)
+	}
+	if n := logs.FilterMessageSnippet("came back without the key's claim").Len(); n != 1 {
+		t.Errorf("logged %d times that the answer was not stored, want 1; logs: %v", n, logs.All())
+	}
+	a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "lost-1")
+	wantError(t, a, 503, "store-unavailable", "Redis restarted")
+	if n := hits.Load(); n != 1 {
+		t.Fatalf("%d upstream calls, want 1", n)
 	}
 }
 

@@ -87,9 +87,11 @@ const (
 // instead of getting 409 (in flight) until the key's hold passes. A
 // Complete is fenced by the claim's token, so a retry after one that
 // did succeed (its reply lost) is a no-op. It stops when the answer is
-// stored, when hold (the key's in-flight hold, from now) has passed:
-// the key is then free and the claim lost, when a Complete fails for
-// another reason, or when the client is closed (Destruct). It reports
+// stored, when the store says the claim lost its key (store.ErrClaimLost:
+// Redis came back without the claim), when hold (the key's in-flight
+// hold, from now) has passed: the key is then free and the claim lost,
+// when a Complete fails for another reason, or when the client is
+// closed (Destruct). Each end is logged once. It reports
 // false, and starts nothing, when maxPendingCompletes are already
 // pending; the key then stays held until its hold passes.
 func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, hold time.Duration, logger *zap.Logger) bool {
@@ -119,6 +121,10 @@ func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, ho
 			switch {
 			case err == nil:
 				logger.Info("stored the answer of an Idempotency-Key after the store came back", zap.Int("tries", tries))
+				return
+			case errors.Is(err, store.ErrClaimLost):
+				logger.Warn("the answer of an Idempotency-Key was not stored: the store came back without the key's claim (Redis lost its data, or the hold passed); a repeat of the key is not replayed this answer",
+					zap.Int("tries", tries))
 				return
 			case !errors.Is(err, store.ErrUnavailable) || time.Now().Add(wait).After(deadline):
 				logger.Error("gave up storing the answer of an Idempotency-Key; the key is held until its hold passes",

@@ -138,14 +138,22 @@ func claimed(o idempotency.Outcome, resp *idempotency.Response, c *idempotency.C
 type memClaim struct {
 	c     *idempotency.Claim
 	token string
+	done  bool // Complete or Abandon was called
 }
 
 func (c *memClaim) Complete(_ context.Context, resp idempotency.Response) error {
-	c.c.Complete(resp)
+	if c.done {
+		return nil
+	}
+	c.done = true
+	if !c.c.Complete(resp) {
+		return ErrClaimLost
+	}
 	return nil
 }
 
 func (c *memClaim) Abandon(context.Context) error {
+	c.done = true
 	c.c.Abandon()
 	return nil
 }

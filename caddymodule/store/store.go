@@ -40,6 +40,13 @@ import (
 // Retry-After, and executes nothing.
 var ErrUnavailable = errors.New("store unavailable")
 
+// ErrClaimLost is returned by Claim.Complete when the claim no longer
+// holds its key and nothing was stored: its in-flight hold passed (the
+// request outlived it, and the key may be claimed again), or the store
+// lost the claim (Redis restarted without its data). A repeat of the
+// key is not replayed this answer.
+var ErrClaimLost = errors.New("the Idempotency-Key claim no longer holds its key")
+
 // RetryAfterError is an ErrUnavailable that knows how long it lasts: the
 // Redis store's restart quarantine, during which Idempotency-Key claims
 // are refused until every plan that may have held a key before the
@@ -95,14 +102,16 @@ type Claimed struct {
 // outlived its hold can never overwrite a newer claim's answer.
 type Claim interface {
 	// Complete stores resp for replay during the window, counted from
-	// now, and releases the hold (idempotency.Claim.Complete). A no-op
-	// after Abandon, a second Complete, or once the claim lost its key.
+	// now, and releases the hold (idempotency.Claim.Complete). It
+	// returns ErrClaimLost, storing nothing, once the claim lost its
+	// key; nil, doing nothing, after Abandon or a second Complete.
 	// After an error wrapping ErrUnavailable it may be called again: a
-	// retry after a call that did take effect (its reply lost) is a
-	// no-op.
+	// retry after a call that did take effect (its reply lost) returns
+	// nil and stores nothing more.
 	Complete(ctx context.Context, resp idempotency.Response) error
 	// Abandon releases the hold without storing anything; a claim that
 	// took a 461 preview over restores it (idempotency.Claim.Abandon).
+	// A no-op, returning nil, once the claim lost its key.
 	Abandon(ctx context.Context) error
 	// Preview returns the 461 preview a ClaimConfirming claim took over,
 	// or nil.

@@ -412,22 +412,24 @@ type Claim struct {
 // contract, Contract-Synthesized included, is resp.Contract);
 // Header and Body are copied, so the caller may reuse them. A second call,
 // a call after Abandon, or a call after the claim expired is a no-op.
-// RCNS §12.2.
-func (c *Claim) Complete(resp Response) {
+// It reports whether it stored resp: false for a no-op (and a nil
+// Claim). RCNS §12.2.
+func (c *Claim) Complete(resp Response) bool {
 	if c == nil {
-		return
+		return false
 	}
 	s := c.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.owns(c) {
-		return
+		return false
 	}
 	r := c.rec
 	r.resp = resp.clone()
 	r.claim = nil
 	r.expires = s.now().Add(s.limits.Window)
 	s.move(r, s.order)
+	return true
 }
 
 // Abandon releases the in-flight hold without storing anything (the

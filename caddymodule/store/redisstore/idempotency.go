@@ -22,6 +22,9 @@ import (
 //	exp  when the record stops holding the key (Unix ms): the claim's
 //	     hold while in flight, the window once completed
 //	tok  the fencing token of the claim in flight (absent once done)
+//	ct   the token of the claim that completed the record, so that a
+//	     retried Complete whose first reply was lost is told apart
+//	     from one whose claim lost the key
 //	st   the stored answer's status (absent while in flight)
 //	r    the stored answer (encodeResponse)
 //	pv   the synthesis id a stored 461 previews ("" otherwise)
@@ -95,13 +98,15 @@ const claimLua = claimFuncLua + `return claim(KEYS, ARGV)
 // completeScript stores the answer of the claim whose token is ARGV[2].
 // KEYS as claimScript. ARGV: now, token, window, answer, status,
 // previewed id, contract id, agent-index member, global member.
-// Returns 1 when stored, 0 when the claim no longer holds the key.
+// Returns 1 when stored, 2 when this claim stored it before (a retry
+// whose first reply was lost), 0 when the claim no longer holds the key.
 var completeScript = redis.NewScript(`
 local now = tonumber(ARGV[1])
-local r = redis.call('HMGET', KEYS[1], 'tok', 'exp', 'st')
+local r = redis.call('HMGET', KEYS[1], 'tok', 'exp', 'st', 'ct')
+if r[4] == ARGV[2] then return 2 end
 if r[1] ~= ARGV[2] or r[3] ~= false or not tonumber(r[2]) or tonumber(r[2]) <= now then return 0 end
 local exp = now + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], 'r', ARGV[4], 'st', ARGV[5], 'pv', ARGV[6], 'cs', ARGV[7], 'exp', exp)
+redis.call('HSET', KEYS[1], 'r', ARGV[4], 'st', ARGV[5], 'pv', ARGV[6], 'cs', ARGV[7], 'exp', exp, 'ct', ARGV[2])
 redis.call('HDEL', KEYS[1], 'tok', 'ps', 'pr', 'ppv', 'pcs', 'pexp')
 redis.call('PEXPIREAT', KEYS[1], exp)
 redis.call('ZADD', KEYS[2], exp, ARGV[8])
@@ -273,10 +278,13 @@ func (c *claim) Complete(ctx context.Context, resp idempotency.Response) error {
 	}
 	previewed, contract := resp.Previewed, resp.Contract.SynthesisID
 	start := time.Now()
-	_, err = completeScript.Run(ctx, c.s.c.rdb, keys, c.s.c.nowMS(), c.token, c.s.limits.Window.Milliseconds(),
-		raw, resp.Status, previewed, contract, member, global).Result()
+	n, err := completeScript.Run(ctx, c.s.c.rdb, keys, c.s.c.nowMS(), c.token, c.s.limits.Window.Milliseconds(),
+		raw, resp.Status, previewed, contract, member, global).Int()
 	err = c.s.c.done(store.OpComplete, start, err)
 	c.settled = err == nil
+	if err == nil && n == 0 {
+		return store.ErrClaimLost
+	}
 	return err
 }
 

@@ -224,9 +224,10 @@ func TestUnavailable(t *testing.T) {
 	if d, err := lim.Allow(ctx, "a"); err != nil || !d.Allowed {
 		t.Fatalf("rate limit after the restart: %+v %v", d, err)
 	}
-	// The claim made before the outage cannot complete over the new one.
-	if err := held.Claim.Complete(ctx, idempotency.Response{Status: 500}); err != nil {
-		t.Fatal(err)
+	// The claim made before the outage cannot complete over the new one,
+	// and says so.
+	if err := held.Claim.Complete(ctx, idempotency.Response{Status: 500}); !errors.Is(err, store.ErrClaimLost) {
+		t.Fatalf("stale Complete: %v, want ErrClaimLost", err)
 	}
 	if again, _ := set.Idempotency.Claim(ctx, "a", "before", "fp"); again.Outcome != idempotency.InFlight {
 		t.Fatalf("after the stale Complete: %v, want in flight", again.Outcome)
@@ -565,5 +566,41 @@ func TestHoldNodeID(t *testing.T) {
 				t.Fatalf("after the ttl: other %q conflict %q, want b holding", o, cf)
 			}
 		})
+	}
+}
+
+// TestCompleteReplyLost: a Complete retried after one that took effect
+// (its reply lost: the claim is left unsettled) is told apart from one
+// whose claim lost its key: the first returns nil and keeps the stored
+// answer, the second is ErrClaimLost.
+func TestCompleteReplyLost(t *testing.T) {
+	srv := redistest.StartServer(t)
+	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}})
+	ctx := context.Background()
+	got, err := set.Idempotency.Claim(ctx, "a", "k", "fp")
+	if err != nil || got.Outcome != idempotency.Execute {
+		t.Fatalf("claim: %v %v", got.Outcome, err)
+	}
+	c := got.Claim.(*claim)
+	if err := c.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("first")}); err != nil {
+		t.Fatal(err)
+	}
+	c.settled = false // as after a call whose reply was lost
+	if err := c.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("second")}); err != nil {
+		t.Fatalf("retry after a Complete that took effect: %v, want nil", err)
+	}
+	rep, err := set.Idempotency.Claim(ctx, "a", "k", "fp")
+	if err != nil || rep.Outcome != idempotency.Replay || string(rep.Response.Body) != "first" {
+		t.Fatalf("after the retry: %v %v %+v, want the first answer replayed", rep.Outcome, err, rep.Response)
+	}
+	lost, err := set.Idempotency.Claim(ctx, "a", "k2", "fp")
+	if err != nil || lost.Outcome != idempotency.Execute {
+		t.Fatalf("claim k2: %v %v", lost.Outcome, err)
+	}
+	if _, err := redistest.Do(srv.Addr(), "FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	if err := lost.Claim.Complete(ctx, idempotency.Response{Status: 200}); !errors.Is(err, store.ErrClaimLost) {
+		t.Fatalf("Complete after Redis lost the claim: %v, want ErrClaimLost", err)
 	}
 }

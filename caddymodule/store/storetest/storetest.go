@@ -11,6 +11,7 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -146,6 +147,9 @@ func testIdempotency(t *testing.T, h Harness) {
 	if err := first.Claim.Abandon(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := first.Claim.Complete(ctx, idempotency.Response{Status: 500}); err != nil {
+		t.Fatalf("a second Complete: %v, want nil (no-op)", err)
+	}
 	rep := claim(t, b, agentA, "k1", "fp1")
 	wantOutcome(t, rep, idempotency.Replay)
 	r := rep.Response
@@ -191,9 +195,13 @@ func testHoldAndFencing(t *testing.T, h Harness) {
 	if newer.Claim.Token() == old.Claim.Token() {
 		t.Fatal("two claims of one key share a fencing token")
 	}
-	// The stale claim cannot complete or abandon over the newer one.
+	// The stale claim cannot complete or abandon over the newer one, and
+	// its Complete says it stored nothing.
+	if err := old.Claim.Complete(ctx, idempotency.Response{Status: 500, Body: []byte("stale")}); !errors.Is(err, store.ErrClaimLost) {
+		t.Fatalf("Complete of a claim that lost its key: %v, want ErrClaimLost", err)
+	}
 	if err := old.Claim.Complete(ctx, idempotency.Response{Status: 500, Body: []byte("stale")}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("a second Complete of a lost claim: %v, want nil (no-op)", err)
 	}
 	wantOutcome(t, claim(t, a, agentA, "k", "fp"), idempotency.InFlight)
 	if err := newer.Claim.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("new")}); err != nil {
