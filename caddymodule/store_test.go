@@ -705,3 +705,53 @@ func TestRetryCompleteBounded(t *testing.T) {
 		t.Fatalf("%d retries pending after Destruct", p.pending.Load())
 	}
 }
+
+// TestRedisOutageLogged: an outage is one WARN saying what Redis did
+// and, when it answers again, one INFO with how long it was away,
+// however many health checks failed in between.
+func TestRedisOutageLogged(t *testing.T) {
+	srv := redistest.StartServer(t)
+	core, logs := observer.New(zap.InfoLevel)
+	p, err := newPooledRedis(context.Background(), redisstore.Config{Addrs: []string{srv.Addr()}, KeyPrefix: "t:",
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond}, true, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Destruct()
+	waitLog := func(snippet string) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); logs.FilterMessageSnippet(snippet).Len() == 0; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no log line %q; logs: %v", snippet, logs.All())
+			}
+		}
+	}
+	srv.Stop()
+	waitLog("requests that need state answer 503")
+	time.Sleep(3 * storeHealthDown) // three more failed checks
+	srv.Restart()
+	waitLog("store redis answers again")
+	if n := logs.FilterMessageSnippet("requests that need state answer 503").Len(); n != 1 {
+		t.Errorf("%d outage lines, want 1: %v", n, logs.All())
+	}
+	if w := logs.FilterMessageSnippet("requests that need state answer 503").All()[0]; w.Level != zap.WarnLevel || !strings.Contains(w.Message, "does not answer") {
+		t.Errorf("outage line %v %q, want a WARN saying Redis does not answer", w.Level, w.Message)
+	}
+	if l := logs.FilterMessageSnippet("answers again").All(); len(l) != 1 || l[0].ContextMap()["down_for"] == nil {
+		t.Errorf("recovery lines %v, want one with down_for", l)
+	}
+}
+
+// TestRedisLibraryLog: go-redis's own lines go to the configured
+// logger, named rcns.store.redis; a failed dial at DEBUG.
+func TestRedisLibraryLog(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	l := redisLog{logger: func() *zap.Logger { return zap.New(core) }}
+	l.Printf(context.Background(), "redis: connection pool: failed to dial after %d attempts: %v\n", 1, "refused")
+	l.Printf(context.Background(), "sentinel: new master=%q addr=%q", "m", "127.0.0.1:1")
+	all := logs.All()
+	if len(all) != 2 || all[0].Level != zap.DebugLevel || all[1].Level != zap.InfoLevel ||
+		all[0].LoggerName != "rcns.store.redis" || all[1].Message != `sentinel: new master="m" addr="127.0.0.1:1"` || strings.HasSuffix(all[0].Message, "\n") {
+		t.Fatalf("logged %+v", all)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
 
@@ -50,10 +51,13 @@ type pooledRedis struct {
 	// down is set while Redis does not answer (the last round trip or
 	// health check failed).
 	down atomic.Bool
-	// logger and quarantined belong to the health check: the quarantine
-	// is logged once when a check first sees it.
+	// logger, quarantined and downSince belong to the health check: the
+	// quarantine is logged once when a check first sees it, an outage
+	// when a check first fails (downSince: since then) and when one
+	// answers again.
 	logger      *zap.Logger
 	quarantined bool
+	downSince   time.Time
 	// instance names this process in node id holds (processInstance;
 	// a test may give one its own); nodes is the view of each node id
 	// it holds (checkNodeIDs); both under nodeMu.
@@ -169,6 +173,7 @@ func (p *pooledRedis) health() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), dialBudget(p.cfg))
 		err := p.client.Ping(ctx)
+		p.logOutage(err)
 		left := p.client.QuarantineLeft()
 		if left > 0 && !p.quarantined {
 			p.logger.Warn("Redis restarted less than the in-flight hold ago: requests with an Idempotency-Key answer 503 store-unavailable until every plan that may have held a key before the restart has ended (docs/cluster.md, Failure modes)",
@@ -192,6 +197,23 @@ func (p *pooledRedis) health() {
 			wait = storeHealthDown
 		}
 		t.Reset(wait)
+	}
+}
+
+// logOutage logs, once each, a health check that finds Redis not
+// answering (WARN, with what Redis did: redisstore.Cause) and the first
+// one that finds it answering again (INFO, with how long it was away),
+// so the log tells an outage without one line per failed ping.
+func (p *pooledRedis) logOutage(err error) {
+	switch {
+	case err != nil && p.downSince.IsZero():
+		p.downSince = time.Now()
+		p.logger.Warn("store redis: "+redisstore.Cause(err)+"; requests that need state answer 503 store-unavailable until it answers",
+			zap.Strings("address", p.cfg.Addrs), zap.Error(err))
+	case err == nil && !p.downSince.IsZero():
+		p.logger.Info("store redis answers again", zap.Strings("address", p.cfg.Addrs),
+			zap.Duration("down_for", time.Since(p.downSince).Round(time.Millisecond)))
+		p.downSince = time.Time{}
 	}
 }
 
@@ -308,6 +330,7 @@ func (h *engine) provisionStore(ctx caddy.Context) error {
 // store is not required, redisstore.NewDegraded (a warning is logged
 // when Redis does not answer yet).
 func newPooledRedis(ctx context.Context, cfg redisstore.Config, required bool, logger *zap.Logger) (*pooledRedis, error) {
+	routeRedisLog.Do(func() { redis.SetLogger(redisLog{logger: caddy.Log}) })
 	p := &pooledRedis{cfg: cfg, logger: logger, instance: processInstance, stop: make(chan struct{}), done: make(chan struct{})}
 	cfg.Observer = p
 	var err error
@@ -329,6 +352,7 @@ func newPooledRedis(ctx context.Context, cfg redisstore.Config, required bool, l
 		cctx, cancel := context.WithTimeout(ctx, dialBudget(cfg))
 		if err := p.client.Ping(cctx); err != nil {
 			p.down.Store(true)
+			p.downSince = time.Now() // logged here; the health check logs the recovery
 			logger.Warn("store redis: "+redisstore.Cause(err)+"; starting degraded (store_required off): requests that need state answer 503 store-unavailable until it answers",
 				zap.Strings("address", cfg.Addrs), zap.Error(err))
 		}
@@ -336,6 +360,31 @@ func newPooledRedis(ctx context.Context, cfg redisstore.Config, required bool, l
 	}
 	go p.health()
 	return p, nil
+}
+
+// routeRedisLog sets go-redis's logger once per process.
+var routeRedisLog sync.Once
+
+// redisLog is go-redis's logger (redis.SetLogger; the library has one
+// per process): its lines go to Caddy's default logger as it is
+// configured at the time, named "rcns.store.redis", instead of plain
+// text on stderr. A failed dial is DEBUG: an outage is logged once by
+// the health check (logOutage), and the library repeats the line on
+// every attempt. Everything else (a Sentinel's new master, a discarded
+// connection) is INFO.
+type redisLog struct {
+	logger func() *zap.Logger // caddy.Log
+}
+
+// Printf is the library's log call.
+func (r redisLog) Printf(_ context.Context, format string, v ...any) {
+	msg := strings.TrimSpace(fmt.Sprintf(format, v...))
+	l := r.logger().Named("rcns.store.redis")
+	if strings.Contains(msg, "failed to dial") {
+		l.Debug(msg)
+		return
+	}
+	l.Info(msg)
 }
 
 // dialBudget bounds Provision's first PING: a dial and a reply (with
