@@ -17,6 +17,9 @@
 #                      that cannot sign, such as most MCP clients)
 #   DEMO_MAX_SECONDS   stop by itself after this many seconds (default 3600)
 #   KEEP_DEMO_WORK=1   keep the work folder (db copy and logs) on exit
+#   XDG_DATA_HOME      Caddy's data folder, where the records are kept
+#                      (default ~/.local/share): a second demo running
+#                      beside the first needs its own
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -130,6 +133,10 @@ RCNS_ADMIN="127.0.0.1:$ADMIN_PORT" RCNS_PORT="$DEMO_PORT" RCNS_AGTP_PORT="$AGTP_
 	bin/caddy run --config Caddyfile.example --adapter caddyfile >"$WORK/caddy.log" 2>&1 &
 PIDS+=($!)
 wait_for "http://127.0.0.1:$DEMO_PORT/guests/g-1" caddy "${PIDS[-1]}" "$WORK/caddy.log"
+if grep -q 'is held by another gateway' "$WORK/caddy.log"; then
+	say "demo: WARNING: another gateway (another demo?) holds this demo's records folder under ${XDG_DATA_HOME:-\$HOME/.local/share}/caddy/rcns:" >&2
+	say "demo:   this one serves without durable negotiation records. Give it its own data folder: XDG_DATA_HOME=/tmp/demo2 make demo" >&2
+fi
 
 agent_id() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
 A1=$(agent_id rcns-demo-agent)
