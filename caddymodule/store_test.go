@@ -564,15 +564,7 @@ func (p *cutProxy) setCut(cut bool) {
 func TestRedisCompleteRetried(t *testing.T) {
 	srv := redistest.StartServer(t)
 	proxy := startCutProxy(t, srv.Addr())
-	var hits atomic.Int64
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		proxy.setCut(true) // Redis goes away while the call runs
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": r.PathValue("id"), "name": "item", "price": 1})
-	})
-	g := redisGateway(t, loopbackServer(t, mux).URL, proxy.Addr())
+	g, hits := cutDuringCall(t, proxy, nil)
 	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "cut-1"); a.status != 200 || !strings.Contains(a.String(), `"name":"item"`) {
 		t.Fatalf("the keyed call whose Complete failed: %s", a)
 	}
@@ -605,6 +597,25 @@ func TestRedisCompleteRetried(t *testing.T) {
 	}
 }
 
+// cutDuringCall is a Redis gateway (through proxy) whose upstream
+// GET /items/{id} cuts the proxy while it runs, then calls also (when
+// not nil): Redis goes away after the claim, before the Complete. hits
+// counts the upstream calls.
+func cutDuringCall(t *testing.T, proxy *cutProxy, also func()) (*testGateway, *atomic.Int64) {
+	var hits atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		proxy.setCut(true)
+		if also != nil {
+			also()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": r.PathValue("id"), "name": "item", "price": 1})
+	})
+	return redisGateway(t, loopbackServer(t, mux).URL, proxy.Addr()), &hits
+}
+
 // TestRedisCompleteLost: a keyed answer whose Complete failed while
 // Redis was away, and which Redis came back without (restarted empty),
 // is not stored by the retry: it says so (not "stored"), stops, and the
@@ -612,16 +623,7 @@ func TestRedisCompleteRetried(t *testing.T) {
 func TestRedisCompleteLost(t *testing.T) {
 	srv := redistest.StartServer(t)
 	proxy := startCutProxy(t, srv.Addr())
-	var hits atomic.Int64
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		proxy.setCut(true)
-		srv.Restart() // empty: the claim is gone
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": r.PathValue("id"), "name": "item", "price": 1})
-	})
-	g := redisGateway(t, loopbackServer(t, mux).URL, proxy.Addr())
+	g, hits := cutDuringCall(t, proxy, srv.Restart) // empty: the claim is gone
 	core, logs := observer.New(zap.InfoLevel)
 	g.h.eng.logger = zap.New(core)
 	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "lost-1"); a.status != 200 {
