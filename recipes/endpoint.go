@@ -23,6 +23,7 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/caddy-rcns/caddy-rcns/internal/httpbody"
 	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
@@ -252,6 +253,14 @@ func buildExternalService(doc *schema.Document, d *schema.ExternalServiceDoc, e 
 		}
 		if forbiddenUpstreamHeader(k) {
 			return nil, doc.Errorf("/external_service/headers/"+k, "header %s is managed by the gateway and cannot be configured", k)
+		}
+		if !httpguts.ValidHeaderFieldValue(val) {
+			// The value is not quoted: it may be a secret from ${VAR}.
+			from := ""
+			if envRef.MatchString(v) {
+				from = " once its ${VAR} references are resolved"
+			}
+			return nil, doc.Errorf("/external_service/headers/"+k, "the value of header %s%s carries a control character (CR, LF, NUL or another below 0x20 but tab): a header value is visible characters, spaces and tabs (RFC 9110 §5.5)", k, from)
 		}
 		s.headers.Set(k, val)
 	}

@@ -378,3 +378,41 @@ func TestInvoke204ValidatedAsNull(t *testing.T) {
 		}
 	}
 }
+
+// TestEndpointHeaderValueRefused: a configured upstream header whose
+// value (literal, or once ${VAR} is resolved) carries CR, LF or another
+// control character fails the load naming the file, the endpoint and
+// the header, without quoting the value (it may be a secret); every
+// call would otherwise fail at the transport. A tab is allowed.
+func TestEndpointHeaderValueRefused(t *testing.T) {
+	up := newUpstream(t, "http://127.0.0.1:1")
+	t.Setenv("RCNS_TEST_BAD", "k1\r\nX-Evil: 1")
+	t.Setenv("RCNS_TEST_CTL", "k\x01")
+	for _, tc := range []struct{ value, from string }{
+		{`"${RCNS_TEST_BAD}"`, " once its ${VAR} references are resolved"},
+		{`"pre-${RCNS_TEST_CTL}"`, " once its ${VAR} references are resolved"},
+		{`"a\r\nX-Evil: 1"`, ""},
+		{`"bell\u0007"`, ""},
+	} {
+		doc, err := schema.Parse("bad.yaml", []byte(endpointDoc("FETCH", "/things", "GET", "/x", "  headers: {X-Key: "+tc.value+"}\n")), schema.KindEndpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = BuildEndpoint(doc, methodPolicy(), map[string]*Upstream{"up": up})
+		if err == nil {
+			t.Fatalf("header value %s accepted", tc.value)
+		}
+		for _, want := range []string{"bad.yaml", "/external_service/headers/X-Key", "the value of header X-Key" + tc.from + " carries a control character"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("value %s: err = %v, want it to mention %q", tc.value, err, want)
+			}
+		}
+		if strings.Contains(err.Error(), "Evil") || strings.Contains(err.Error(), "k1") {
+			t.Errorf("err = %v quotes the value", err)
+		}
+	}
+	ep := buildEndpoint(t, endpointDoc("FETCH", "/things", "GET", "/x", "  headers: {X-Key: \"a\\tb c\"}\n"), up)
+	if ep.svc.headers.Get("X-Key") != "a\tb c" {
+		t.Errorf("a tab and a space: header %q", ep.svc.headers.Get("X-Key"))
+	}
+}

@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 )
 
 // ParseMethodMap parses --method-map entries "HTTP=AGTP" ("POST=SUBMIT",
@@ -34,6 +38,12 @@ func ParseHeaders(entries []string) (map[string]string, error) {
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
 		if !ok || k == "" {
 			return nil, fmt.Errorf("--header %q: want 'Name: value'", e)
+		}
+		if !httpguts.ValidHeaderFieldName(k) {
+			return nil, fmt.Errorf("--header %q: the name is not a header name (a token: letters, digits and !#$%%&'*+-.^_`|~)", textcut.Clip(k))
+		}
+		if !httpguts.ValidHeaderFieldValue(v) {
+			return nil, fmt.Errorf("--header %s: the value carries a control character (CR, LF, NUL or another below 0x20 but tab)", k)
 		}
 		if hasHeader(m, k) {
 			return nil, fmt.Errorf("--header: %s is given twice", k)

@@ -171,7 +171,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || h["X-Tenant"] != "zoo-1" || h["X-Key"] != "${ZOO_KEY}" {
 		t.Errorf("headers %v %v", h, err)
 	}
-	for _, bad := range [][]string{{"X-Tenant"}, {": v"}, {"A: 1", "a: 2"}} {
+	for _, bad := range [][]string{{"X-Tenant"}, {": v"}, {"A: 1", "a: 2"}, {"X Key: 1"}, {"X-Key: a\rb"}, {"X-Key: a\x01"}} {
 		if _, err := ParseHeaders(bad); err == nil {
 			t.Errorf("headers %q accepted", bad)
 		}
