@@ -96,6 +96,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        dns_rebinding_protection true|false
 //	        max_request_body <size>
 //	        max_json_depth <n>
+//	        max_batch <n>
 //	        timeout <duration>
 //	        page_size <n>
 //	        test_agent <agent name or id>
@@ -471,7 +472,7 @@ func parseMCP(d *caddyfile.Dispenser) (*MCPConfig, error) {
 				return nil, d.Errf("mcp: max_request_body: %q is not a size (e.g. 1MiB)", v)
 			}
 			m.MaxRequestBody = int64(n)
-		case "max_json_depth", "page_size":
+		case "max_json_depth", "page_size", "max_batch":
 			v, err := oneArg(d)
 			if err != nil {
 				return nil, err
@@ -480,9 +481,12 @@ func parseMCP(d *caddyfile.Dispenser) (*MCPConfig, error) {
 			if err != nil || n < 1 {
 				return nil, d.Errf("mcp: %s: %q is not a positive integer", key, v)
 			}
-			if key == "max_json_depth" {
+			switch key {
+			case "max_json_depth":
 				m.MaxJSONDepth = n
-			} else {
+			case "max_batch":
+				m.MaxBatch = n
+			default:
 				m.PageSize = n
 			}
 		case "timeout":

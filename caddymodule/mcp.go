@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
@@ -193,6 +194,11 @@ func (d *mcpDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			map[string]any{"limit_depth": d.cfg.MaxJSONDepth}), body, true)
 		return
 	}
+	if n := batchLen(body); n > d.cfg.MaxBatch {
+		d.refuse(w, r, agtp.BatchTooLarge.WithFields(fmt.Sprintf("the JSON-RPC batch holds %d messages; the limit is %d (send fewer per request, or one message each)", n, d.cfg.MaxBatch),
+			map[string]any{"limit_messages": d.cfg.MaxBatch}), body, true)
+		return
+	}
 	// Who the gateway took the caller to be, as on the other doors'
 	// answers to an identified agent (spec §4; cases/02).
 	// Written into the map, not with Set, which would respell them
@@ -206,6 +212,30 @@ func (d *mcpDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	d.sdk.ServeHTTP(&mcpWriter{ResponseWriter: w, rq: rq}, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
+}
+
+// batchLen is the number of messages in a JSON-RPC batch (a JSON array
+// at the top of body), counted with a streaming decoder after the depth
+// check: 0 when body is not an array (a single message). A malformed
+// array counts the elements read before the fault: the SDK refuses
+// the rest.
+func batchLen(body []byte) int {
+	i := bytes.IndexFunc(body, func(r rune) bool { return r != ' ' && r != '\t' && r != '\r' && r != '\n' })
+	if i < 0 || body[i] != '[' {
+		return 0
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(body[i:]), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if _, err := dec.ReadToken(); err != nil { // '['
+		return 0
+	}
+	n := 0
+	for dec.PeekKind() != ']' && dec.PeekKind() != 0 {
+		if err := dec.SkipValue(); err != nil {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 // identify proves who sent r (its body read to the end) in the

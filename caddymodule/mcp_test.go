@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -216,6 +217,8 @@ func TestMCPConfigValidate(t *testing.T) {
 		{"origin scheme", MCPConfig{Path: "/mcp", AllowedOrigins: []string{"ftp://a.example"}}, IdentityHeader, "http:// or https://"},
 		{"negative depth", MCPConfig{Path: "/mcp", MaxJSONDepth: -1}, IdentityHeader, "max_json_depth must not be negative"},
 		{"depth above the SDK's", MCPConfig{Path: "/mcp", MaxJSONDepth: 1001}, IdentityHeader, "above 1000"},
+		{"negative batch", MCPConfig{Path: "/mcp", MaxBatch: -1}, IdentityHeader, "max_batch must not be negative"},
+		{"batch above 1000", MCPConfig{Path: "/mcp", MaxBatch: 1001}, IdentityHeader, "max_batch 1001 is above 1000"},
 		{"test agent under signature", MCPConfig{Path: "/mcp", TestAgent: "a"}, IdentitySignature, "only with identity header"},
 		{"valid", MCPConfig{Path: "/mcp", AllowedOrigins: []string{"http://localhost:6274"}, TestAgent: "a"}, IdentityHeader, ""},
 	} {
@@ -243,6 +246,7 @@ func TestMCPCaddyfileErrors(t *testing.T) {
 		{"rename twice", "mcp {\n\t\t\trename a b\n\t\t\trename a c\n\t\t}", "rename a is given twice"},
 		{"bad size", "mcp {\n\t\t\tmax_request_body lots\n\t\t}", "not a size"},
 		{"bad depth", "mcp {\n\t\t\tmax_json_depth 0\n\t\t}", "not a positive integer"},
+		{"bad batch", "mcp {\n\t\t\tmax_batch none\n\t\t}", "max_batch: \"none\" is not a positive integer"},
 		{"negative timeout", "mcp {\n\t\t\ttimeout -1s\n\t\t}", "must be a positive duration"},
 		{"page_size twice", "mcp {\n\t\t\tpage_size 1\n\t\t\tpage_size 2\n\t\t}", "page_size is set twice"},
 		{"test_agent arity", "mcp {\n\t\t\ttest_agent a b\n\t\t}", "exactly one argument"},
@@ -374,8 +378,12 @@ func TestMCPDoorRefusals(t *testing.T) {
 	_, url := mcpGateway(t, func(h *Handler) {
 		h.MCP.MaxRequestBody = 4096
 		h.MCP.MaxJSONDepth = 8
+		h.MCP.MaxBatch = 2
 		h.MCP.AllowedOrigins = []string{"https://console.example"}
 	})
+	list := func(id int) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list","params":{}}`, id)
+	}
 	agent := map[string]string{"Agent-ID": benchAgent}
 	with := func(kv ...string) map[string]string {
 		m := map[string]string{"Agent-ID": benchAgent}
@@ -399,6 +407,9 @@ func TestMCPDoorRefusals(t *testing.T) {
 		{"foreign Origin", listMsg, with("Origin", "https://evil.example"), 403, "origin-refused"},
 		{"too large", `{"x":"` + strings.Repeat("a", 5000) + `"}`, agent, 413, "body-too-large"},
 		{"too deep", deep, agent, 400, "invalid-json"},
+		{"batch over max_batch", "[" + list(1) + "," + list(2) + "," + list(3) + "]", agent, 400, "batch-too-large"},
+		{"batch over max_batch, duplicate keys first", ` [{"id":1,"id":2},` + list(2) + "," + list(3) + "]", agent, 400, "batch-too-large"},
+		{"batch within max_batch", "[" + list(1) + "," + list(2) + "]", agent, 200, ""},
 		{"allowed Origin", listMsg, with("Origin", "https://console.example"), 200, ""},
 		{"own Origin", listMsg, with("Origin", strings.TrimSuffix(url, "/mcp")), 200, ""},
 		{"localhost Host", listMsg, with("Host", "localhost:1"), 200, ""},
@@ -662,6 +673,25 @@ func TestMCPHeaderSpelling(t *testing.T) {
 			if want := wire.Spelling(k); want != k {
 				t.Errorf("%s: field %q, want it spelled %q", msg, k, want)
 			}
+		}
+	}
+}
+
+// TestBatchLen: the messages of a JSON-RPC batch are counted whatever
+// they hold; a single message is 0.
+func TestBatchLen(t *testing.T) {
+	for in, want := range map[string]int{
+		listMsg:                     0,
+		"":                          0,
+		"[]":                        0,
+		" \r\n\t[1, {}, \"x\"]":     3,
+		`[{"a":1,"a":2},[[]],null]`: 3,
+		"[{\"s\":\"\xff\"}, 2]":     2,
+		"[1, 2, oops]":              2,
+		"[1, 2":                     2,
+	} {
+		if got := batchLen([]byte(in)); got != want {
+			t.Errorf("batchLen(%q) = %d, want %d", in, got, want)
 		}
 	}
 }

@@ -66,6 +66,15 @@ type MCPConfig struct {
 	// then meet the HTTP door's decoding limit too.
 	MaxJSONDepth int `json:"max_json_depth,omitempty"`
 
+	// MaxBatch bounds the messages of one JSON-RPC batch (a JSON array
+	// of messages, which MCP revision 2025-03-26 allows and the SDK
+	// runs concurrently, so one HTTP request may fan out to as many
+	// upstream calls): a larger batch is refused with 400
+	// batch-too-large before any of it runs. 1 to 1000. Default 16.
+	// Clients of revision 2025-06-18 and later cannot send batches (the
+	// SDK refuses them).
+	MaxBatch int `json:"max_batch,omitempty"`
+
 	// Timeout bounds how long one tool call waits for its answer; past
 	// it the call answers the tool error call-timeout while the work
 	// goes on and its answer is kept for an Idempotency-Key replay (as
@@ -95,6 +104,10 @@ const (
 	// the go-sdk refuses deeper ones itself. MCPConfig.MaxJSONDepth's
 	// default and largest value.
 	MaxMCPJSONDepth = 1000
+	// DefaultMCPMaxBatch is MCPConfig.MaxBatch's default.
+	DefaultMCPMaxBatch = 16
+	// MaxMCPMaxBatch is MCPConfig.MaxBatch's largest value.
+	MaxMCPMaxBatch = 1000
 )
 
 // setDefaults fills the MCP door's defaults from the handler's
@@ -115,6 +128,9 @@ func (m *MCPConfig) setDefaults(h *Config) {
 	if m.PageSize == 0 {
 		m.PageSize = DefaultMCPPageSize
 	}
+	if m.MaxBatch == 0 {
+		m.MaxBatch = DefaultMCPMaxBatch
+	}
 }
 
 // dnsRebindingProtection is DNSRebindingProtection with its default.
@@ -134,13 +150,16 @@ func (m *MCPConfig) validate(identity string) error {
 	for _, k := range []struct {
 		name     string
 		negative bool
-	}{{"max_request_body", m.MaxRequestBody < 0}, {"max_json_depth", m.MaxJSONDepth < 0}, {"timeout", m.Timeout < 0}, {"page_size", m.PageSize < 0}} {
+	}{{"max_request_body", m.MaxRequestBody < 0}, {"max_json_depth", m.MaxJSONDepth < 0}, {"timeout", m.Timeout < 0}, {"page_size", m.PageSize < 0}, {"max_batch", m.MaxBatch < 0}} {
 		if k.negative {
 			return fmt.Errorf("rcns: mcp %s must not be negative (leave it out for the default)", k.name)
 		}
 	}
 	if m.MaxJSONDepth > MaxMCPJSONDepth {
 		return fmt.Errorf("rcns: mcp max_json_depth %d is above %d, the MCP SDK's own limit (it refuses deeper messages as malformed)", m.MaxJSONDepth, MaxMCPJSONDepth)
+	}
+	if m.MaxBatch > MaxMCPMaxBatch {
+		return fmt.Errorf("rcns: mcp max_batch %d is above %d", m.MaxBatch, MaxMCPMaxBatch)
 	}
 	for _, list := range []struct {
 		name  string

@@ -196,5 +196,6 @@ var (
 var (
 	HostRefused   = def("host-refused", 403, NotRetryable)
 	OriginRefused = def("origin-refused", 403, NotRetryable)
+	BatchTooLarge = def("batch-too-large", 400, NotRetryable)
 	CallTimeout   = def("call-timeout", 504, RetryDepends)
 )
