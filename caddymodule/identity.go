@@ -204,7 +204,7 @@ func (h *engine) verifyTransport(in *agtp.Request, body []byte, agentID string) 
 		}
 		seen, err := h.sto.Replay.Seen(ctx, agentID, res.Signature, res.Expires)
 		if err != nil {
-			h.logger.Warn("store unavailable: answering 503 store-unavailable", zap.String("agent_id", agentID), zap.Error(err))
+			h.logger.Debug("store unavailable: answering 503 store-unavailable", zap.String("agent_id", agentID), zap.Error(err)) // as storeFailed
 			return storeUnavailable()
 		}
 		if seen {

@@ -729,18 +729,30 @@ func TestRedisOutageLogged(t *testing.T) {
 		}
 	}
 	srv.Stop()
+	if err := p.client.Ping(context.Background()); err == nil { // a request meets the outage first
+		t.Fatal("Ping with Redis stopped succeeded")
+	}
+	failed := time.Now()
 	waitLog("requests that need state answer 503")
 	time.Sleep(3 * storeHealthDown) // three more failed checks
 	srv.Restart()
 	waitLog("store redis answers again")
+	elapsed := time.Since(failed)
 	if n := logs.FilterMessageSnippet("requests that need state answer 503").Len(); n != 1 {
 		t.Errorf("%d outage lines, want 1: %v", n, logs.All())
 	}
 	if w := logs.FilterMessageSnippet("requests that need state answer 503").All()[0]; w.Level != zap.WarnLevel || !strings.Contains(w.Message, "does not answer") {
 		t.Errorf("outage line %v %q, want a WARN saying Redis does not answer", w.Level, w.Message)
 	}
-	if l := logs.FilterMessageSnippet("answers again").All(); len(l) != 1 || l[0].ContextMap()["down_for"] == nil {
-		t.Errorf("recovery lines %v, want one with down_for", l)
+	l := logs.FilterMessageSnippet("answers again").All()
+	if len(l) != 1 || l[0].ContextMap()["down_for"] == nil {
+		t.Fatalf("recovery lines %v, want one with down_for", l)
+	}
+	// The outage began with the first failed request (a Ping here), not
+	// at the health check that noticed it (up to storeHealthUp later):
+	// down_for is the time since that Ping, less the polling of waitLog.
+	if d, ok := l[0].ContextMap()["down_for"].(time.Duration); !ok || d < elapsed-time.Second {
+		t.Errorf("down_for %v, want about the %v since the first failed call", l[0].ContextMap()["down_for"], elapsed)
 	}
 }
 

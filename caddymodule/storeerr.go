@@ -40,7 +40,9 @@ func (x *exchange) ctx() context.Context {
 func (h *engine) storeFailed(x *exchange, err error) {
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
-		h.logger.Warn("store unavailable: answering 503 store-unavailable", zap.String("agent_id", x.agentID),
+		// DEBUG: the outage is logged once each way by the health check
+		// (logOutage), and each 503 is counted in the metrics.
+		h.logger.Debug("store unavailable: answering 503 store-unavailable", zap.String("agent_id", x.agentID),
 			zap.String("method", x.method), zap.Error(err))
 		var ra *store.RetryAfterError
 		if errors.As(err, &ra) {

@@ -49,8 +49,11 @@ type pooledRedis struct {
 	mu    sync.Mutex
 	users atomic.Pointer[[]*engine]
 	// down is set while Redis does not answer (the last round trip or
-	// health check failed).
-	down atomic.Bool
+	// health check failed); firstFail is when the first round trip of
+	// the current outage failed (Unix ns, 0 while Redis answers), so
+	// the recovery line's down_for counts from it.
+	down      atomic.Bool
+	firstFail atomic.Int64
 	// logger, quarantined and downSince belong to the health check: the
 	// quarantine is logged once when a check first sees it, an outage
 	// when a check first fails (downSince: since then) and when one
@@ -146,6 +149,9 @@ func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, ho
 // the metrics, and the up/down state.
 func (p *pooledRedis) Observe(op store.Op, latency time.Duration, err error) {
 	p.down.Store(err != nil)
+	if err != nil {
+		p.firstFail.CompareAndSwap(0, time.Now().Add(-latency).UnixNano())
+	}
 	if users := p.users.Load(); users != nil {
 		for _, e := range *users {
 			e.metrics.storeRoundTrip(op, latency, err)
@@ -208,12 +214,18 @@ func (p *pooledRedis) logOutage(err error) {
 	switch {
 	case err != nil && p.downSince.IsZero():
 		p.downSince = time.Now()
+		if f := p.firstFail.Load(); f != 0 && f < p.downSince.UnixNano() {
+			p.downSince = time.Unix(0, f) // a request met the outage first
+		}
 		p.logger.Warn("store redis: "+redisstore.Cause(err)+"; requests that need state answer 503 store-unavailable until it answers",
 			zap.Strings("address", p.cfg.Addrs), zap.Error(err))
 	case err == nil && !p.downSince.IsZero():
 		p.logger.Info("store redis answers again", zap.Strings("address", p.cfg.Addrs),
 			zap.Duration("down_for", time.Since(p.downSince).Round(time.Millisecond)))
 		p.downSince = time.Time{}
+		p.firstFail.Store(0)
+	case err == nil:
+		p.firstFail.Store(0) // a failure the check did not see: no outage
 	}
 }
 
