@@ -34,15 +34,17 @@ type Error struct {
 	Err error
 	// Method is the method token of an AGTP/1.0 request line refused
 	// for its target ("*", absolute-form, a '#') or of a head refused
-	// for its framing fields (Transfer-Encoding, a bad Content-Length);
-	// "" when the line has no valid method token.
+	// for a field (Transfer-Encoding, a bad or repeated Content-Length,
+	// a malformed field line) but read to its end; "" otherwise.
 	Method string
-	// Header holds the header fields of a refused request whose head
-	// was still read to its empty line (when Method is set), so that
-	// the answer can echo Agent-ID, Request-ID and Task-ID as the HTTP
-	// binding does (spec §24 item 4); nil when the head could not be
-	// read (a malformed header line, a head over the limits, a request
-	// line that is not AGTP/1.0, a duplicate singleton header).
+	// Header holds the well-formed header fields of a refused request
+	// whose head was still read to its empty line (when Method is set),
+	// so that the answer can echo Agent-ID, Request-ID and Task-ID as
+	// the HTTP binding does (spec §24 item 4): a refused field line is
+	// left out, and a repeated singleton altogether. Nil when the head
+	// could not be read to its end (a head over the limits, a bare LF,
+	// the connection ending) or the request line is not AGTP/1.0 with
+	// a method token.
 	Header http.Header
 }
 

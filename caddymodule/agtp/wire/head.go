@@ -143,18 +143,44 @@ func crlfLine(l []byte) ([]byte, error) {
 // readFields reads header lines up to the empty line into a header
 // map (canonical keys, values with OWS trimmed). singleton reports
 // whether a canonical key may appear once only, and the name to quote.
+//
+// A malformed or ambiguous field line (line folding, no colon, a bad
+// name, a control character in the value, a repeated singleton) is
+// refused, but the lines after it are still read to the empty line,
+// so the refusal's Header holds the well-formed fields (the refused
+// line skipped, a repeated singleton dropped altogether) for the
+// answer's echo of the identifiers. A line that cannot be read (over
+// the limits, a bare LF, the connection ending) returns at once:
+// then the first refusal, or that error, without Header.
 func (h *headReader) readFields(lim Limits, singleton func(key string) (string, bool)) (http.Header, error) {
 	hdr := make(http.Header, 8)
 	// One backing array for the first values, as net/textproto does:
 	// most fields carry one line.
 	strs := make([]string, 0, 12)
 	lines := 0
+	var refused *Error // the first refused field line
+	var dropped []string
+	refuseLine := func(e *Error) {
+		if refused == nil {
+			refused = e
+		}
+	}
 	for {
 		line, err := h.readLine()
 		if err != nil {
+			if refused != nil {
+				return nil, refused
+			}
 			return nil, h.fieldError(err, lim)
 		}
 		if len(line) == 0 {
+			if refused != nil {
+				for _, k := range dropped {
+					delete(hdr, k)
+				}
+				refused.Header = hdr
+				return nil, refused
+			}
 			return hdr, nil
 		}
 		lines++
@@ -162,35 +188,32 @@ func (h *headReader) readFields(lim Limits, singleton func(key string) (string, 
 			return nil, refuse(431, "too-many-headers", fmt.Sprintf("the message has more than %d header lines", lim.maxLines()))
 		}
 		if line[0] == ' ' || line[0] == '\t' {
-			return nil, refuse(400, "invalid-header", fmt.Sprintf("header line %d starts with whitespace: line folding (obs-fold) is not accepted (RFC 9112 §5.2)", lines))
+			refuseLine(refuse(400, "invalid-header", fmt.Sprintf("header line %d starts with whitespace: line folding (obs-fold) is not accepted (RFC 9112 §5.2)", lines)))
+			continue
 		}
 		colon := bytes.IndexByte(line, ':')
 		if colon < 0 {
-			return nil, refuse(400, "invalid-header", fmt.Sprintf("header line %d %q has no colon: a header line is Name: value", lines, clip(line)))
+			refuseLine(refuse(400, "invalid-header", fmt.Sprintf("header line %d %q has no colon: a header line is Name: value", lines, clip(line))))
+			continue
 		}
 		name := line[:colon]
-		for _, c := range name {
-			if !isTchar(c) {
-				why := "a header name is a token (RFC 9110 §5.1)"
-				if c == ' ' || c == '\t' {
-					why = "no whitespace is allowed between a header name and its colon (RFC 9112 §5.1)"
-				}
-				return nil, refuse(400, "invalid-header", fmt.Sprintf("header line %d: the name %q is not accepted: %s", lines, clip(name), why))
-			}
-		}
-		if len(name) == 0 {
-			return nil, refuse(400, "invalid-header", fmt.Sprintf("header line %d has an empty name", lines))
+		if e := checkName(name, lines); e != nil {
+			refuseLine(e)
+			continue
 		}
 		value := trimOWS(line[colon+1:])
 		if i := invalidValueByte(value); i >= 0 {
-			return nil, refuse(400, "invalid-header", fmt.Sprintf("the %s header carries the control character %q at byte %d of its value (RFC 9110 §5.5)",
-				clip(name), value[i], i))
+			refuseLine(refuse(400, "invalid-header", fmt.Sprintf("the %s header carries the control character %q at byte %d of its value (RFC 9110 §5.5)",
+				clip(name), value[i], i)))
+			continue
 		}
 		key := canonicalKey(name)
 		vv := hdr[key]
 		if vv != nil {
 			if quoted, ok := singleton(key); ok {
-				return nil, refuse(400, "duplicate-header", fmt.Sprintf("the %s header appears more than once; send it once", quoted))
+				refuseLine(refuse(400, "duplicate-header", fmt.Sprintf("the %s header appears more than once; send it once", quoted)))
+				dropped = append(dropped, key)
+				continue
 			}
 		}
 		if vv == nil && len(strs) < cap(strs) {
@@ -200,6 +223,24 @@ func (h *headReader) readFields(lim Limits, singleton func(key string) (string, 
 			hdr[key] = append(vv, string(value))
 		}
 	}
+}
+
+// checkName refuses a field name that is not a token (line is the
+// field line's number).
+func checkName(name []byte, line int) *Error {
+	for _, c := range name {
+		if !isTchar(c) {
+			why := "a header name is a token (RFC 9110 §5.1)"
+			if c == ' ' || c == '\t' {
+				why = "no whitespace is allowed between a header name and its colon (RFC 9112 §5.1)"
+			}
+			return refuse(400, "invalid-header", fmt.Sprintf("header line %d: the name %q is not accepted: %s", line, clip(name), why))
+		}
+	}
+	if len(name) == 0 {
+		return refuse(400, "invalid-header", fmt.Sprintf("header line %d has an empty name", line))
+	}
+	return nil
 }
 
 // fieldError maps a line reader failure inside the header block.

@@ -111,14 +111,22 @@ func ReadRequest(br *bufio.Reader, lim Limits) (*Request, error) {
 			// server refuses: the client frames AGTP, so its head is
 			// read for the identifiers the answer echoes. A head that
 			// fails too keeps the line's refusal.
-			if hdr, err := h.readFields(lim, singleton); err == nil {
+			hdr, err := h.readFields(lim, singleton)
+			var fe *Error
+			if err == nil {
 				e.Header = hdr
+			} else if errors.As(err, &fe) {
+				e.Header = fe.Header // the well-formed fields, or nil
 			}
 		}
 		return nil, e
 	}
 	req.Header, err = h.readFields(lim, singleton)
 	if err != nil {
+		var fe *Error
+		if errors.As(err, &fe) && fe.Header != nil {
+			fe.Method = req.Method
+		}
 		return nil, err
 	}
 	if _, ok := req.Header["Transfer-Encoding"]; ok {

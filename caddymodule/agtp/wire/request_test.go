@@ -413,11 +413,14 @@ func TestRefusalKeepsHead(t *testing.T) {
 		{"absolute-form", "AGTP/1.0 FETCH agtp://h/a\r\n" + fields + "\r\n", "FETCH", "invalid-request-line", true},
 		{"chunked", "AGTP/1.0 BOOK /a\r\n" + fields + "Transfer-Encoding: chunked\r\n\r\n", "BOOK", "content-length-required", true},
 		{"bad Content-Length", "AGTP/1.0 BOOK /a\r\n" + fields + "Content-Length: -1\r\n\r\n", "BOOK", "invalid-content-length", true},
-		{"bad target, bad header line", "AGTP/1.0 OPTIONS *\r\n" + fields + "no colon\r\n\r\n", "OPTIONS", "invalid-request-line", false},
+		{"bad target, bad header line", "AGTP/1.0 OPTIONS *\r\n" + fields + "no colon\r\n\r\n", "OPTIONS", "invalid-request-line", true},
+		{"duplicate Content-Length", "AGTP/1.0 BOOK /a\r\n" + fields + "Content-Length: 5\r\nContent-Length: 6\r\n\r\n", "BOOK", "duplicate-header", true},
+		{"line without a colon", "AGTP/1.0 FETCH /a\r\nBadHeader\r\n" + fields + "\r\n", "FETCH", "invalid-header", true},
+		{"control character in a value, then a fold", "AGTP/1.0 FETCH /a\r\n" + fields + "X-A: a\x01\r\n folded\r\n\r\n", "FETCH", "invalid-header", true},
+		{"bad line, head cut", "AGTP/1.0 FETCH /a\r\n" + fields + "no colon\r\n", "", "invalid-header", false},
 		{"bad target, head cut", "AGTP/1.0 OPTIONS *\r\n" + fields, "OPTIONS", "invalid-request-line", false},
 		{"not AGTP/1.0", "HELLO /a\r\n" + fields + "\r\n", "", "invalid-request-line", false},
 		{"method not a token", "AGTP/1.0 FE(CH /a\r\n" + fields + "\r\n", "", "invalid-request-line", false},
-		{"duplicate Agent-ID", "AGTP/1.0 FETCH /a\r\n" + fields + "Agent-ID: a2\r\n\r\n", "", "duplicate-header", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ReadRequest(bufio.NewReader(strings.NewReader(tc.in)), Limits{})
@@ -436,5 +439,13 @@ func TestRefusalKeepsHead(t *testing.T) {
 				t.Errorf("header %v, want nil: the head was not read", we.Header)
 			}
 		})
+	}
+	// A repeated singleton is dropped altogether: neither value is the
+	// one to echo. The first refused line names the refusal.
+	_, err := ReadRequest(bufio.NewReader(strings.NewReader("AGTP/1.0 FETCH /a\r\n"+fields+"Agent-ID: a2\r\nno colon\r\n\r\n")), Limits{})
+	var we *Error
+	if !errors.As(err, &we) || we.Reason != "duplicate-header" || we.Method != "FETCH" || we.Header == nil ||
+		we.Header.Get("Agent-ID") != "" || we.Header.Get("Task-ID") != "t-1" {
+		t.Fatalf("duplicate Agent-ID: %+v, want duplicate-header with the head minus Agent-ID", err)
 	}
 }
