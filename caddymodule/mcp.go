@@ -190,12 +190,12 @@ func (d *mcpDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if over, at := agtp.DeeperThan(body, d.cfg.MaxJSONDepth); over {
-		d.refuse(w, r, agtp.InvalidJSON.WithFields(fmt.Sprintf("the MCP message nests deeper than %d levels (at byte %d)", d.cfg.MaxJSONDepth, at),
+		d.refuseAs(w, r, rq, agtp.InvalidJSON.WithFields(fmt.Sprintf("the MCP message nests deeper than %d levels (at byte %d)", d.cfg.MaxJSONDepth, at),
 			map[string]any{"limit_depth": d.cfg.MaxJSONDepth}), body, true)
 		return
 	}
 	if n := batchLen(body); n > d.cfg.MaxBatch {
-		d.refuse(w, r, agtp.BatchTooLarge.WithFields(fmt.Sprintf("the JSON-RPC batch holds %d messages; the limit is %d (send fewer per request, or one message each)", n, d.cfg.MaxBatch),
+		d.refuseAs(w, r, rq, agtp.BatchTooLarge.WithFields(fmt.Sprintf("the JSON-RPC batch holds %d messages; the limit is %d (send fewer per request, or one message each)", n, d.cfg.MaxBatch),
 			map[string]any{"limit_messages": d.cfg.MaxBatch}), body, true)
 		return
 	}
@@ -323,9 +323,26 @@ func (d *mcpDoor) originAllowed(vals []string, r *http.Request) bool {
 // body is the request body when it was read to its end; otherwise an
 // HTTP/1 connection is closed after the answer.
 func (d *mcpDoor) refuse(w http.ResponseWriter, r *http.Request, e *agtp.Error, body []byte, bodyRead bool) {
+	d.refuseAs(w, r, nil, e, body, bodyRead)
+}
+
+// refuseAs is refuse for the caller rq identified (nil before identify):
+// as on the other doors, the answer echoes the well-formed Agent-ID,
+// Request-ID and Task-ID, and once the caller is identified it names
+// its owner, trust tier and verification path and its
+// Attribution-Record names the agent.
+func (d *mcpDoor) refuseAs(w http.ResponseWriter, r *http.Request, rq *mcpRequest, e *agtp.Error, body []byte, bodyRead bool) {
 	in := &agtp.Request{Binding: agtp.BindingMCP, Method: r.Method, Target: r.RequestURI, URL: r.URL, Host: r.Host,
 		Header: r.Header, ContentLength: r.ContentLength, TLS: r.TLS, Context: r.Context()}
-	x := &exchange{h: d.e, in: in, requestID: newUUID(), bodyRead: bodyRead, rawBody: body}
+	x := d.e.newExchange(in)
+	if in.Has("Task-ID") && !agtp.ValidTaskID(x.taskID) {
+		x.taskID = ""
+	}
+	x.bodyRead, x.rawBody = bodyRead, body
+	if rq != nil {
+		d.e.setRecordAgent(x)
+		x.ownerID, x.identified, x.trustTier = rq.agent.OwnerID, true, int(rq.agent.TrustTier)
+	}
 	x.fail(e)
 	writeHTTP(w, r, x.resp)
 	d.e.metrics.request(r.Method, e.Status, agtp.BindingMCP)

@@ -407,7 +407,7 @@ func TestMCPDoorRefusals(t *testing.T) {
 		{"foreign Origin", listMsg, with("Origin", "https://evil.example"), 403, "origin-refused"},
 		{"too large", `{"x":"` + strings.Repeat("a", 5000) + `"}`, agent, 413, "body-too-large"},
 		{"too deep", deep, agent, 400, "invalid-json"},
-		{"batch over max_batch", "[" + list(1) + "," + list(2) + "," + list(3) + "]", agent, 400, "batch-too-large"},
+		{"batch over max_batch", "[" + list(1) + "," + list(2) + "," + list(3) + "]", with("Request-ID", "01a23ab6-50e5-70b5-8429-d5d84e7d6099", "Task-ID", "task-1"), 400, "batch-too-large"},
 		{"batch over max_batch, duplicate keys first", ` [{"id":1,"id":2},` + list(2) + "," + list(3) + "]", agent, 400, "batch-too-large"},
 		{"batch within max_batch", "[" + list(1) + "," + list(2) + "]", agent, 200, ""},
 		{"allowed Origin", listMsg, with("Origin", "https://console.example"), 200, ""},
@@ -431,6 +431,16 @@ func TestMCPDoorRefusals(t *testing.T) {
 			}
 			if hd.Get("Server-ID") != "rcns-bench" {
 				t.Errorf("Server-ID = %q", hd.Get("Server-ID"))
+			}
+			// A refusal after identity names the identified caller, as on
+			// the other doors; one before it echoes a well-formed Agent-ID.
+			if tc.name == "batch over max_batch" && (hd.Get("Request-ID") != "01a23ab6-50e5-70b5-8429-d5d84e7d6099" || hd.Get("Task-ID") != "task-1") {
+				t.Errorf("batch refusal does not echo Request-ID and Task-ID: %v", hd)
+			}
+			if tc.reason == "batch-too-large" || tc.reason == "invalid-json" {
+				if hd.Get("Agent-ID") != benchAgent || hd.Get("Trust-Tier") == "" || hd.Get("Verification-Path") != "header" || hd.Get("Owner-ID") != "bench-ops" {
+					t.Errorf("refusal after identity without the caller's headers: %v", hd)
+				}
 			}
 		})
 	}

@@ -116,7 +116,7 @@ func (h *engine) buildMCPTools(cfg *MCPConfig) ([]*mcpTool, error) {
 	all = append(all, contractsTool(), patternsTool())
 	for from := range cfg.Rename {
 		if !slices.ContainsFunc(all, func(t *mcpTool) bool { return t.generated == from }) {
-			return nil, fmt.Errorf("rcns: mcp rename %s: no tool has that generated name (the names are listed in docs/configuration.md \"Tool names\")", from)
+			return nil, fmt.Errorf("rcns: mcp rename %s: no tool has that generated name (the names are listed in docs/doors.md \"Tool names\")", from)
 		}
 	}
 	byName := map[string]*mcpTool{}
