@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -127,7 +128,12 @@ func (x *exchange) retain(auditID, compact string, issued time.Time) {
 	}
 	err := h.sto.Records.Retain(context.WithoutCancel(x.ctx()), store.Record{AuditID: auditID, AgentID: x.recordAgent,
 		NodeID: h.NodeID, Compact: compact, IssuedAt: issued})
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		// DEBUG: the outage is logged once each way by the health check
+		// (logOutage); each failed round trip is counted by op.
+		h.logger.Debug("retaining an Attribution-Record failed: INSPECT target=audit will not find it", zap.String("audit_id", auditID), zap.Error(err))
+	case err != nil:
 		h.logger.Warn("retaining an Attribution-Record failed: INSPECT target=audit will not find it", zap.String("audit_id", auditID), zap.Error(err))
 	}
 }
