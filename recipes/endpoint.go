@@ -260,7 +260,7 @@ func buildExternalService(doc *schema.Document, d *schema.ExternalServiceDoc, e 
 			if envRef.MatchString(v) {
 				from = " once its ${VAR} references are resolved"
 			}
-			return nil, doc.Errorf("/external_service/headers/"+k, "the value of header %s%s carries a control character (CR, LF, NUL or another below 0x20 but tab): a header value is visible characters, spaces and tabs (RFC 9110 §5.5)", k, from)
+			return nil, doc.Errorf("/external_service/headers/"+k, "the value of header %s%s carries a control character (CR, LF, NUL, DEL or another below 0x20 but tab): a header value is visible characters, spaces and tabs (RFC 9110 §5.5)", k, from)
 		}
 		s.headers.Set(k, val)
 	}

@@ -393,6 +393,7 @@ func TestEndpointHeaderValueRefused(t *testing.T) {
 		{`"pre-${RCNS_TEST_CTL}"`, " once its ${VAR} references are resolved"},
 		{`"a\r\nX-Evil: 1"`, ""},
 		{`"bell\u0007"`, ""},
+		{`"del\u007f"`, ""},
 	} {
 		doc, err := schema.Parse("bad.yaml", []byte(endpointDoc("FETCH", "/things", "GET", "/x", "  headers: {X-Key: "+tc.value+"}\n")), schema.KindEndpoint)
 		if err != nil {

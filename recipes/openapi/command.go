@@ -43,7 +43,7 @@ func ParseHeaders(entries []string) (map[string]string, error) {
 			return nil, fmt.Errorf("--header %q: the name is not a header name (a token: letters, digits and !#$%%&'*+-.^_`|~)", textcut.Clip(k))
 		}
 		if !httpguts.ValidHeaderFieldValue(v) {
-			return nil, fmt.Errorf("--header %s: the value carries a control character (CR, LF, NUL or another below 0x20 but tab)", k)
+			return nil, fmt.Errorf("--header %s: the value carries a control character (CR, LF, NUL, DEL or another below 0x20 but tab)", k)
 		}
 		if hasHeader(m, k) {
 			return nil, fmt.Errorf("--header: %s is given twice", k)
