@@ -1,6 +1,7 @@
-// Package docs holds no code: its test checks that the project's Markdown
+// Package docs holds no code: its tests check that the project's Markdown
 // pages link only to files and headings that exist, so a page split or a
-// renamed heading cannot leave a dead link behind.
+// renamed heading cannot leave a dead link behind, and that every code
+// fence is closed on a line of its own.
 package docs
 
 import (
@@ -144,6 +145,40 @@ func TestGitHubAnchor(t *testing.T) {
 	} {
 		if got := githubAnchor(in); got != want {
 			t.Errorf("githubAnchor(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// fenceLine is a line a code fence may be: ``` and an optional info
+// word (a language), nothing after it.
+var fenceLine = regexp.MustCompile("^```[A-Za-z0-9_+-]*$")
+
+// TestFences: every code fence of the pages is a line of its own
+// (text after a closing fence leaves the block open, and the rest of
+// the page renders as code), and fences pair up.
+func TestFences(t *testing.T) {
+	var files []string
+	for _, p := range pages {
+		m, _ := filepath.Glob(p)
+		files = append(files, m...)
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for i, line := range strings.Split(string(src), "\n") {
+			if !strings.HasPrefix(strings.TrimLeft(line, " "), "```") {
+				continue
+			}
+			n++
+			if !fenceLine.MatchString(strings.TrimLeft(line, " ")) {
+				t.Errorf("%s:%d: %q: a code fence is ``` and an optional language, alone on its line", f, i+1, line)
+			}
+		}
+		if n%2 != 0 {
+			t.Errorf("%s: %d code fences: one is not closed", f, n)
 		}
 	}
 }
