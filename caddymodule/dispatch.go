@@ -27,9 +27,8 @@ type request struct {
 func (h *engine) dispatch(x *exchange) {
 	r := x.in
 	// The Task-ID header is echoed on every answer, refusals included:
-	// checked first, and a malformed one is never echoed.
-	if r.Has("Task-ID") && !agtp.ValidTaskID(x.taskID) {
-		x.taskID = ""
+	// checked first, and a malformed one is never echoed (newExchange).
+	if x.ids.badTaskID {
 		x.fail(agtp.InvalidTaskID.New("the Task-ID header must be " + agtp.TaskIDForm))
 		return
 	}
@@ -223,10 +222,9 @@ func (h *engine) dispatch(x *exchange) {
 	caller, ref := policy.ResolveCaller(h.agents, x.agentID, x.ownerClaim, scopeHdr, scopePresent)
 	if caller != nil {
 		// Identified, also when only the scope claim is refused
-		// (scope-claim-invalid): the answer names the agent's owner,
-		// trust tier and verification path.
-		x.ownerID = caller.Agent.OwnerID // a claimed Owner-ID equals it (ResolveCaller)
-		x.identified, x.trustTier = true, int(caller.Agent.TrustTier)
+		// (scope-claim-invalid). A claimed Owner-ID equals the
+		// registry's (ResolveCaller).
+		x.identifiedAs(caller.Agent)
 	}
 	if ref != nil {
 		x.fail(agtp.FromRefusal(ref))
@@ -326,6 +324,13 @@ func (h *engine) checkIdentifiers(x *exchange, anonymous bool) *agtp.Error {
 // agent_id); else it leaves both "" (chained as an anonymous request:
 // spec §16.2 wants 64 lowercase hex, and no request may add a chain key
 // of its own choosing, nor have a claimed owner stated for it).
+// identifiedAs marks x as answering the identified agent a (spec §10
+// step 6 accepted it): its answers name a's owner, trust tier and the
+// verification path (spec §4; cases/02).
+func (x *exchange) identifiedAs(a *policy.Agent) {
+	x.ownerID, x.identified, x.trustTier = a.OwnerID, true, int(a.TrustTier)
+}
+
 func (h *engine) setRecordAgent(x *exchange) {
 	if !x.agentIDValid {
 		return

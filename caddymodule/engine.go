@@ -88,6 +88,10 @@ func (h *engine) newExchange(r *agtp.Request) *exchange {
 		badRequestID: ridSent && !agtp.ValidRequestID(rid),
 		badOwnerID:   oidSent && !policy.ValidOwnerID(oid),
 		badSessionID: sidSent && !agtp.ValidSessionID(sid)}
+	// A malformed Task-ID is never echoed (dispatch refuses it first).
+	if r.Has("Task-ID") && !agtp.ValidTaskID(x.taskID) {
+		x.taskID, x.ids.badTaskID = "", true
+	}
 	if ridSent && !x.ids.badRequestID {
 		x.requestID, x.requestIDEcho = rid, true
 	} else {
@@ -147,9 +151,6 @@ func (h *engine) finish(x *exchange) *agtp.Response {
 func (h *engine) answer(r *agtp.Request, e *agtp.Error) *agtp.Response {
 	h.activate()
 	x := h.newExchange(r)
-	if r.Has("Task-ID") && !agtp.ValidTaskID(x.taskID) {
-		x.taskID = ""
-	}
 	x.fail(e)
 	return h.finish(x)
 }

@@ -359,10 +359,11 @@ func (x *exchange) adoptSession(s, from string) {
 	}
 }
 
-// identifiers records, for one request, which of Request-ID, Owner-ID
-// and Session-ID it sent and which of those are malformed (checked once,
-// in ServeHTTP; present means checked, so an empty one is malformed).
+// identifiers records, for one request, which of Request-ID and
+// Owner-ID it sent and which of those, Session-ID and Task-ID are
+// malformed (checked once, in engine.newExchange; present means
+// checked, so an empty one is malformed).
 type identifiers struct {
-	requestIDSent, ownerIDSent             bool
-	badRequestID, badOwnerID, badSessionID bool
+	requestIDSent, ownerIDSent                        bool
+	badRequestID, badOwnerID, badSessionID, badTaskID bool
 }

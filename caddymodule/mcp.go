@@ -335,13 +335,10 @@ func (d *mcpDoor) refuseAs(w http.ResponseWriter, r *http.Request, rq *mcpReques
 	in := &agtp.Request{Binding: agtp.BindingMCP, Method: r.Method, Target: r.RequestURI, URL: r.URL, Host: r.Host,
 		Header: r.Header, ContentLength: r.ContentLength, TLS: r.TLS, Context: r.Context()}
 	x := d.e.newExchange(in)
-	if in.Has("Task-ID") && !agtp.ValidTaskID(x.taskID) {
-		x.taskID = ""
-	}
 	x.bodyRead, x.rawBody = bodyRead, body
 	if rq != nil {
 		d.e.setRecordAgent(x)
-		x.ownerID, x.identified, x.trustTier = rq.agent.OwnerID, true, int(rq.agent.TrustTier)
+		x.identifiedAs(rq.agent)
 	}
 	x.fail(e)
 	writeHTTP(w, r, x.resp)
