@@ -123,6 +123,14 @@ func TestMCPTierBCall(t *testing.T) {
 	if r.res.Meta[metaStatus] != float64(200) {
 		t.Errorf("_meta agtp-status = %v", r.res.Meta[metaStatus])
 	}
+	// A scope claimed beyond the grant is refused 262 scope-claim-invalid
+	// on this door too, and the answer still names the identified caller.
+	over := mcpConnect(t, w.GW, "/mcp", agentA1, "hotel:read, vault:read")
+	r = over.call(t, "fetch_guest", map[string]any{"guest_id": demoGuest}, nil)
+	r.wantError(t, "scope-claim-invalid", 262, false)
+	if r.header == nil || r.header.Get("Owner-ID") != "hotel-ops" || r.header.Get("Trust-Tier") != "1" || r.header.Get("Verification-Path") != "header" {
+		t.Errorf("MCP 262 scope-claim-invalid lacks the caller's Owner-ID, Trust-Tier, Verification-Path: %v", r.header)
+	}
 	s := scrapeMetrics(t, w.GW)
 	if v := s.values[`caddy_rcns_requests_total{binding="mcp",code="200",method="FETCH"}`]; v != 1 {
 		t.Errorf(`caddy_rcns_requests_total{binding="mcp",code="200",method="FETCH"} = %v, want 1`, v)
