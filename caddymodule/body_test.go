@@ -299,3 +299,16 @@ func TestEnvelopeMethodTypeNamed(t *testing.T) {
 		wantError(t, a, 400, "method-mismatch", want)
 	}
 }
+
+// TestUnknownEnvelopeFieldNamed: a plain object sent without the
+// envelope (as the Python reference client does) is refused naming the
+// least unknown field, the same on every try (the answer ranged over a
+// map and named a random one).
+func TestUnknownEnvelopeFieldNamed(t *testing.T) {
+	g := newTestGateway(t)
+	body := map[string]any{"nights": 2, "item_id": "1", "check_in": "2026-12-01", "task_id": "t-1"}
+	for range 20 {
+		a := g.do(t, "FETCH", "/items/1", body)
+		wantError(t, a, 400, "invalid-envelope", `unknown envelope field "check_in"`)
+	}
+}

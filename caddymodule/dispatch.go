@@ -428,10 +428,16 @@ var envelopeKeys = map[string]bool{"method": true, "task_id": true, "session_id"
 // query key keeps its last value, spec §2.1), plus template parameters
 // (a different body value is an error).
 func (x *exchange) input(req *request, params map[string]string) (map[string]any, *agtp.Error) {
+	// The answer names the least unknown field, so it does not vary
+	// with map iteration (and nothing is allocated when all are known).
+	unknown, found := "", false
 	for k := range req.body {
-		if !envelopeKeys[k] {
-			return nil, agtp.InvalidEnvelope.New(fmt.Sprintf("unknown envelope field %q; put the input under \"parameters\"", textcut.Clip(k)))
+		if !envelopeKeys[k] && (!found || k < unknown) {
+			unknown, found = k, true
 		}
+	}
+	if found {
+		return nil, agtp.InvalidEnvelope.New(fmt.Sprintf("unknown envelope field %q; put the input under \"parameters\"", textcut.Clip(unknown)))
 	}
 	in, e := envelopeParameters(req)
 	if e != nil {
