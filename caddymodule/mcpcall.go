@@ -27,8 +27,11 @@ import (
 // result (docs/agent-guide-mcp.md).
 
 // MCP result _meta keys: the call's Attribution-Record, Audit-ID,
-// Response-ID and AGTP status, and whether it was an idempotent replay.
+// Response-ID and AGTP status, the RCNS-Attempt-Id of a gate refusal
+// (for INSPECT target=rcns-attempt), and whether it was an idempotent
+// replay.
 const (
+	MCPMetaAttemptID          = MCPMetaPrefix + "rcns-attempt-id"
 	MCPMetaAttributionRecord  = MCPMetaPrefix + "attribution-record"
 	MCPMetaAuditID            = MCPMetaPrefix + "audit-id"
 	MCPMetaResponseID         = MCPMetaPrefix + "response-id"
@@ -277,6 +280,7 @@ func (d *mcpDoor) result(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest, t
 	meta := mcp.Meta{MCPMetaStatus: resp.Status}
 	for _, f := range [...]struct{ field, key string }{
 		{"Attribution-Record", MCPMetaAttributionRecord}, {"Audit-ID", MCPMetaAuditID}, {"Response-ID", MCPMetaResponseID},
+		{"RCNS-Attempt-Id", MCPMetaAttemptID},
 	} {
 		if v := resp.Get(f.field); v != "" {
 			meta[f.key] = v

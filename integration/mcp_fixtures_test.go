@@ -33,6 +33,7 @@ const (
 	metaAuditID     = "io.github.caddy-rcns/audit-id"
 	metaReplayed    = "io.github.caddy-rcns/idempotent-replayed"
 	metaStatus      = "io.github.caddy-rcns/agtp-status"
+	metaAttemptID   = "io.github.caddy-rcns/rcns-attempt-id"
 )
 
 // mcpTransport adds fixed header fields to every request, signs it when

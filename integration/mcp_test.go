@@ -348,9 +348,19 @@ func TestMCPFailures(t *testing.T) {
 
 	a3 := mcpConnect(t, w.GW, "/mcp", agentA3, scopeAll)
 	before := w.Hotel.Count()
-	a3.call(t, "book_room", bookArgs(), nil).wantError(t, "trust-tier-insufficient", 464, false)
+	refused := a3.call(t, "book_room", bookArgs(), nil)
+	refused.wantError(t, "trust-tier-insufficient", 464, false)
 	if w.Hotel.Count() != before {
 		t.Fatalf("a refused gate evaluation called the hotel API")
+	}
+	// The refusal's attempt id comes back as on the other doors, and
+	// INSPECT finds it.
+	id, _ := refused.res.Meta[metaAttemptID].(string)
+	if !strings.HasPrefix(id, "rcns-") || refused.header.Get("RCNS-Attempt-Id") != id {
+		t.Fatalf("464 over MCP: _meta attempt id %q, header %q", id, refused.header.Get("RCNS-Attempt-Id"))
+	}
+	if r := builtinCall(t, w.GW, "INSPECT", agentA3, scopeAll, map[string]any{"target": "rcns-attempt", "attempt_id": id}); r.Status != 200 {
+		t.Fatalf("INSPECT of the MCP refusal's attempt: %s", r)
 	}
 
 	e := c.call(t, "fetch_outage", nil, nil).wantError(t, "upstream_error", 422, true)
