@@ -519,6 +519,22 @@ func TestMCPCalls(t *testing.T) {
 	if list, _ := sc["result"].([]any); err != nil || len(list) != 1 {
 		t.Fatalf("discover_contracts: %v %v", err, sc)
 	}
+	// The listings' arguments meet the inputSchema they advertise.
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"discover_contracts", map[string]any{"bogus": 1}},
+		{"discover_contracts", map[string]any{"limit": 5000}},
+		{"discover_contracts", map[string]any{"limit": 0}},
+		{"discover_contracts", map[string]any{"cursor": ""}},
+		{"discover_patterns", map[string]any{"x": 1}},
+	} {
+		_, _, err = call(c.tool, c.args, nil)
+		if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams || !strings.Contains(je.Message, "invalid-input: input does not match input_schema") {
+			t.Errorf("%s %v: %v, want invalid params naming invalid-input", c.tool, c.args, err)
+		}
+	}
 
 	meta := mcp.Meta{MCPMetaIdempotencyKey: "k-1"}
 	sc, _, err = call("fetch_item", map[string]any{"item_id": "9"}, meta)

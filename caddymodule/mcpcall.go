@@ -98,6 +98,14 @@ func (d *mcpDoor) engineRequest(ctx context.Context, rq *mcpRequest, t *mcpTool,
 		}
 		args = obj
 	}
+	if t.args != nil {
+		// A built-in listing's arguments meet the schema it advertises
+		// (an endpoint's are checked by the engine, against its
+		// input_schema).
+		if f := t.args.Validate(args); f != nil {
+			return nil, false, invalidParams("invalid-input: %s", f.Explanation)
+		}
+	}
 	hd := http.Header{"Agent-Id": {rq.ident.AgentID}}
 	for _, k := range forwarded {
 		if v, ok := rq.header[k]; ok {

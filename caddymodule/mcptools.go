@@ -76,6 +76,9 @@ type mcpTool struct {
 	idempotent bool
 	file       string // the document it came from ("" for built-ins)
 	def        *mcp.Tool
+	// args checks the arguments of a built-in listing against
+	// def.InputSchema, which no endpoint schema checks (nil otherwise).
+	args *recipes.InputValidator
 }
 
 // buildMCPTools builds the tool list of cfg: generated names, renames,
@@ -373,7 +376,18 @@ func contractsTool() *mcpTool {
 		OutputSchema: toolOutputSchema(map[string]any{"type": "array", "items": map[string]any{"type": "object"}}, false, false, true),
 		Annotations:  readOnlyAnnotations("List my contracts"),
 	}
+	t.args = builtinArgs(t.def.InputSchema.(map[string]any))
 	return t
+}
+
+// builtinArgs compiles a built-in tool's input schema (a constant of
+// this file: one that does not compile is a bug).
+func builtinArgs(s map[string]any) *recipes.InputValidator {
+	c, err := recipes.NewInputValidator(s)
+	if err != nil {
+		panic("rcns: a built-in MCP tool's input schema does not compile: " + err.Error())
+	}
+	return c
 }
 
 // patternsTool lists the recipes' patterns (DISCOVER /patterns): which
@@ -387,6 +401,7 @@ func patternsTool() *mcpTool {
 		OutputSchema: toolOutputSchema(map[string]any{"type": "object"}, false, false, false),
 		Annotations:  readOnlyAnnotations("List the synthesis patterns"),
 	}
+	t.args = builtinArgs(t.def.InputSchema.(map[string]any))
 	return t
 }
 

@@ -406,6 +406,27 @@ func (e *Endpoint) ValidateInput(input map[string]any) *Failure {
 	return validateInput(e.input, input)
 }
 
+// InputValidator checks an input object against a JSON Schema as an
+// endpoint's input is checked (ValidateInput), for an input schema the
+// gateway itself advertises (the MCP door's built-in listing tools).
+type InputValidator struct{ s *compiledSchema }
+
+// NewInputValidator compiles doc, a JSON Schema held as a decoded JSON
+// value (CompileSchema's rules).
+func NewInputValidator(doc map[string]any) (*InputValidator, error) {
+	s, err := compileSchema(doc)
+	if err != nil {
+		return nil, err
+	}
+	return &InputValidator{s: s}, nil
+}
+
+// Validate returns the 422 invalid-input Failure ValidateInput would
+// for input, or nil.
+func (v *InputValidator) Validate(input map[string]any) *Failure {
+	return validateInput(v.s, input)
+}
+
 func validateInput(s *compiledSchema, input map[string]any) *Failure {
 	if probs := validateSchema(s, input); probs != nil {
 		expl, details := describeViolations("input does not match input_schema", probs)
