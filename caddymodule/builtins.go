@@ -122,6 +122,8 @@ func (h *engine) inspect(x *exchange, req *request, p map[string]any) {
 			"agent_id": rec.AgentID, "trust_tier": rec.TrustTier, "locks": rec.Locks, "reason": rec.Reason,
 			"explanation": rec.Explanation, "at": rec.At}
 		x.write(200, agtp.MediaAGTP, body, nil)
+	case "idempotency-key":
+		h.inspectKey(x, req, p)
 	case "":
 		x.fail(agtp.ParameterRequired.New("INSPECT needs a target"))
 	case "lifecycle":
@@ -165,7 +167,7 @@ func (h *engine) inspect(x *exchange, req *request, p map[string]any) {
 	case "chain_head":
 		h.inspectChainHead(x, req, p)
 	default:
-		x.fail(agtp.UnknownTarget.New(fmt.Sprintf("INSPECT target %q is not known (contract, rcns-attempt, lifecycle, audit, chain_head)", textcut.Clip(target))))
+		x.fail(agtp.UnknownTarget.New(fmt.Sprintf("INSPECT target %q is not known (contract, rcns-attempt, lifecycle, audit, chain_head, idempotency-key)", textcut.Clip(target))))
 	}
 }
 
@@ -252,10 +254,12 @@ func (h *engine) revoke(x *exchange, req *request, p map[string]any) {
 		}
 		h.afterEnding(x.ctx(), persistentLeft)
 		x.write(200, agtp.MediaAGTP, map[string]any{"status": 200, "mode": mode, "contracts": list}, nil)
+	case "idempotency-key":
+		h.settleKey(x, req, p, reason)
 	case "":
 		x.fail(agtp.ParameterRequired.New("REVOKE needs a target"))
 	default:
-		x.fail(agtp.UnknownTarget.New(fmt.Sprintf("REVOKE target %q is not known (contract, stale-contracts)", textcut.Clip(target))))
+		x.fail(agtp.UnknownTarget.New(fmt.Sprintf("REVOKE target %q is not known (contract, stale-contracts, idempotency-key)", textcut.Clip(target))))
 	}
 }
 

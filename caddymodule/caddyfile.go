@@ -64,6 +64,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    rate_limit rcns|invocation <per_minute> [<burst>]
 //	    rate_limit_agents <n>
 //	    idempotency_window <duration>
+//	    idempotency_lease_margin <duration>
 //	    idempotency_max_records <n>
 //	    idempotency_max_per_agent <n>
 //	    agents <path>...
@@ -291,6 +292,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			h.IdempotencyWindow = caddy.Duration(dur)
+		case "idempotency_lease_margin":
+			dur, err := positiveDuration(d)
+			if err != nil {
+				return err
+			}
+			h.IdempotencyLeaseMargin = caddy.Duration(dur)
 		case "agents", "endpoints", "recipes", "record_keys", "legacy", "allow", "disallow", "passthrough_methods":
 			args := d.RemainingArgs()
 			if len(args) == 0 {

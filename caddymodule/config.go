@@ -205,6 +205,18 @@ type IdempotencyConfig struct {
 	// replays (spec §12.2, OP-15): at least 1s. Default 24h.
 	IdempotencyWindow caddy.Duration `json:"idempotency_window,omitempty"`
 
+	// IdempotencyLeaseMargin is added to the longest a request can run
+	// (its Tier B endpoint's call timeout, or composition_timeout for a
+	// contract, a synthesis or PROPOSE) to make its Idempotency-Key
+	// lease: how long its claim holds the key before the node running
+	// it must renew it (it does, every third of the lease). A lease
+	// that ends with no answer stored (the node died) makes the key
+	// outcome-unknown; with store redis, a Redis restart refuses keyed
+	// requests for the longest lease the configuration gives. It covers
+	// the store round trips, record writes and clock skew around the
+	// plan: at least 1s. Default 10s.
+	IdempotencyLeaseMargin caddy.Duration `json:"idempotency_lease_margin,omitempty"`
+
 	// IdempotencyMaxRecords bounds idempotency records in all.
 	// Default 100000.
 	IdempotencyMaxRecords int `json:"idempotency_max_records,omitempty"`
@@ -448,13 +460,27 @@ func burstOf(burst int, perMinute float64) int {
 	return int(math.Ceil(perMinute))
 }
 
+// DefaultIdempotencyLeaseMargin is IdempotencyLeaseMargin's default.
+const DefaultIdempotencyLeaseMargin = 10 * time.Second
+
+// leaseMargin is IdempotencyLeaseMargin with its default.
+func (h *Config) leaseMargin() time.Duration {
+	if h.IdempotencyLeaseMargin > 0 {
+		return time.Duration(h.IdempotencyLeaseMargin)
+	}
+	return DefaultIdempotencyLeaseMargin
+}
+
+// leaseFor is the Idempotency-Key lease of a request that runs at most
+// run: run plus the margin.
+func (h *Config) leaseFor(run time.Duration) time.Duration { return run + h.leaseMargin() }
+
 func (h *Config) idempotencyLimits() idempotency.Limits {
+	// A claim that runs a plan (a contract, a synthesis, PROPOSE) runs
+	// at most composition_timeout; a Tier B call names its own lease
+	// (invokeEndpoint).
 	l := idempotency.Limits{Window: time.Duration(h.IdempotencyWindow), MaxRecords: h.IdempotencyMaxRecords, MaxPerAgent: h.IdempotencyMaxPerAgent,
-		// A keyed request runs at most its longest call (at most
-		// recipes.MaxCallTimeout) or its plan (composition_timeout):
-		// its key stays held that long even when idempotency_window is
-		// shorter, so a repeat never runs it a second time.
-		InFlightHold: max(time.Duration(h.CompositionTimeout), recipes.MaxCallTimeout) + time.Minute}
+		Lease: h.leaseFor(time.Duration(h.CompositionTimeout))}
 	if l.Window <= 0 {
 		l.Window = idempotency.DefaultWindow
 	}
@@ -616,6 +642,7 @@ func (h *Config) checkNotNegative() error {
 		{"attempt_buffer", h.AttemptBuffer < 0},
 		{"idempotency_window", h.IdempotencyWindow < 0}, {"idempotency_max_records", h.IdempotencyMaxRecords < 0},
 		{"idempotency_max_per_agent", h.IdempotencyMaxPerAgent < 0},
+		{"idempotency_lease_margin", h.IdempotencyLeaseMargin < 0},
 		{"contract_ttl", h.ContractTTL < 0}, {"tombstone_ttl", h.TombstoneTTL < 0},
 		{"composition_timeout", h.CompositionTimeout < 0},
 		{"record_retention", h.RecordRetention < 0}, {"max_retained_records", h.MaxRetainedRecords < 0},
@@ -647,6 +674,7 @@ func (h *Config) checkMinDurations() error {
 		{"contract_ttl", h.ContractTTL, "contract times (issued_at, expires_at) are whole seconds, and PROPOSE refuses a requested_duration under 1s"},
 		{"tombstone_ttl", h.TombstoneTTL, "a revoked or expired contract must answer 464 long enough for its agent to see it"},
 		{"idempotency_window", h.IdempotencyWindow, "a retry comes later than that"},
+		{"idempotency_lease_margin", h.IdempotencyLeaseMargin, "the store round trips and record writes around a plan take that long"},
 		{"signature_max_age", h.SignatureMaxAge, "a signature's created and expires are whole seconds"},
 		{"signature_skew", h.SignatureSkew, "a signature's created is whole seconds"},
 		{"record_retention", h.RecordRetention, "a record must stay long enough to be inspected"},

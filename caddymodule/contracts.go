@@ -17,7 +17,7 @@ import (
 // §14.1): the gate is skipped and no synthesis starts.
 func (h *engine) present(x *exchange, req *request, id string) {
 	pr := store.PresentRequest{Presenter: req.caller.Agent.ID, SynthesisID: id, Method: x.method, Path: x.path,
-		Key: req.idemKey, Claim: !h.scopeRequired() || req.caller.ScopeHeader}
+		Key: req.idemKey, Holder: x.holder(), Claim: !h.scopeRequired() || req.caller.ScopeHeader}
 	if req.idemKey != "" {
 		pr.Fingerprint = x.fingerprint(req)
 	}
@@ -84,7 +84,7 @@ func (h *engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 		x.fail(agtp.FromRefusal(ref))
 		return
 	}
-	if !h.claim(x, req) { // first, as in invokeEndpoint
+	if !h.claim(x, req, 0) { // first, as in invokeEndpoint
 		return
 	}
 	in, e := x.input(req, nil)
@@ -119,8 +119,9 @@ func (h *engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 			// invocation budget was spent: the race is rare, and
 			// spending after the activation would let a refused
 			// presentation accept the contract.)
+			x.renewer.stop()
 			if err := x.claim.Abandon(context.WithoutCancel(x.ctx())); err != nil {
-				h.logger.Warn("releasing an Idempotency-Key claim failed; the key is held until its hold passes", zap.String("agent_id", x.agentID), zap.Error(err))
+				h.logger.Warn("releasing an Idempotency-Key claim failed; repeats of the key get 409 until its lease ends, outcome-unknown after", zap.String("agent_id", x.agentID), zap.Error(err))
 			}
 			x.claim = nil
 			h.metrics.idempotency("replay")
@@ -205,16 +206,9 @@ func (h *engine) newContract(r *recipes.Recipe, x *exchange, req *request, origi
 
 // mintContract mints and stores a contract with lifetime ttl.
 func (h *engine) mintContract(r *recipes.Recipe, method, path string, x *exchange, req *request, origin string, ttl time.Duration, persistent bool) (*recipes.Contract, error) {
-	lin := r.Lineage()
-	hash, epJSON, err := r.ContractHashFor(method, path)
+	c, err := h.contractFor(r, method, path, x, req, origin, ttl, persistent)
 	if err != nil {
-		return nil, fmt.Errorf("contract hash: %v", err)
-	}
-	now := time.Now().UTC().Truncate(time.Second)
-	c := &recipes.Contract{
-		SynthesisID: recipes.NewSynthesisID(), Method: method, Path: path, Recipe: r, EndpointJSON: epJSON,
-		Lineage: lin, ContractHash: hash, OriginatingAgentID: req.caller.Agent.ID, NegotiationOrigin: origin,
-		IssuedAt: now, ExpiresAt: now.Add(ttl), SessionID: x.sessionID, Persistent: persistent,
+		return nil, err
 	}
 	if _, err := h.sto.Contracts.Mint(x.ctx(), c, h.Mode); err != nil {
 		// A *store.LimitError's text is the explanation; an error
@@ -223,6 +217,21 @@ func (h *engine) mintContract(r *recipes.Recipe, method, path string, x *exchang
 	}
 	h.contractsChanged(x.ctx())
 	return c, nil
+}
+
+// contractFor builds a new contract of r for (method, path) with
+// lifetime ttl, not yet stored.
+func (h *engine) contractFor(r *recipes.Recipe, method, path string, x *exchange, req *request, origin string, ttl time.Duration, persistent bool) (*recipes.Contract, error) {
+	hash, epJSON, err := r.ContractHashFor(method, path)
+	if err != nil {
+		return nil, fmt.Errorf("contract hash: %v", err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	return &recipes.Contract{
+		SynthesisID: recipes.NewSynthesisID(), Method: method, Path: path, Recipe: r, EndpointJSON: epJSON,
+		Lineage: r.Lineage(), ContractHash: hash, OriginatingAgentID: req.caller.Agent.ID, NegotiationOrigin: origin,
+		IssuedAt: now, ExpiresAt: now.Add(ttl), SessionID: x.sessionID, Persistent: persistent,
+	}, nil
 }
 
 // contractBody is the §13.4 body shared by 461 and 263.

@@ -272,7 +272,7 @@ func (h *engine) dispatch(x *exchange) {
 	// in one store call: the claim the contract's run (its scope header
 	// check passed) or the gate (locks 1-2 open) takes.
 	_, gateProceeds, ref := h.gate.Locks12(policy.AllowRCNS(x.in.Get("Allow-RCNS")))
-	pr := store.PairRequest{AgentID: caller.Agent.ID, Method: x.method, Path: x.path, Key: req.idemKey,
+	pr := store.PairRequest{AgentID: caller.Agent.ID, Method: x.method, Path: x.path, Key: req.idemKey, Holder: x.holder(),
 		ClaimIfFound: !h.scopeRequired() || caller.ScopeHeader, ClaimIfMissing: ref == nil && gateProceeds}
 	if req.idemKey != "" {
 		pr.Fingerprint = x.fingerprint(req)

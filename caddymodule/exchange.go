@@ -88,6 +88,7 @@ type exchange struct {
 	// was minted or an upstream call started). The answer is stored for
 	// replay only then; otherwise the claim is abandoned.
 	claim    store.Claim
+	renewer  *leaseRenewer // renews claim's lease while the request runs
 	executed bool
 	// preclaimed is the claim a combined store call already made for
 	// this request (store.Presenter: with the contract lookup), which
@@ -113,8 +114,12 @@ type exchange struct {
 	// carries an action_id (RCNS §16.2).
 	stateChanging bool
 	replayed      bool
-	// minted is the contract this request synthesized, if any.
+	// minted is the contract this request synthesized, if any; joined
+	// the active contract of the pair a concurrent gate request of the
+	// same agent minted, which this one runs under instead
+	// (joinContract).
 	minted *recipes.Contract
+	joined *recipes.Contract
 	// contract names the contract this answer is produced by running:
 	// set just before the contract runs (runContract, an optimistic
 	// synthesis) or taken from a replayed record; never on a refusal,
@@ -228,6 +233,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 		x.claim, x.preclaimed = x.preclaimed.Claim, nil
 	}
 	if x.claim != nil {
+		x.renewer.stop()
 		if x.executed {
 			h := map[string]string{}
 			if len(raw) > 0 {
@@ -250,17 +256,17 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 			if err := x.claim.Complete(context.WithoutCancel(x.ctx()), resp); err != nil {
 				log := x.h.logger.With(zap.String("agent_id", x.agentID))
 				if errors.Is(err, store.ErrClaimLost) {
-					log.Warn("the answer of an Idempotency-Key was not stored: the request outlived the key's in-flight hold, or the store lost the claim; a repeat of the key is not replayed this answer",
-						zap.Int("status", status), zap.Duration("in_flight_hold", x.h.idempotencyLimits().InFlightHold))
+					log.Warn("the answer of an Idempotency-Key was not stored: an operator released or resolved the key, or the store lost the claim; a repeat of the key is not replayed this answer",
+						zap.Int("status", status))
 				} else if p := x.h.redis; p != nil && errors.Is(err, store.ErrUnavailable) &&
-					p.retryComplete(x.claim, resp, x.h.idempotencyLimits().InFlightHold, log) {
-					log.Warn("storing the answer of an Idempotency-Key failed; retrying in the background (repeats of the key get 409 until it is stored)", zap.Error(err))
+					p.retryComplete(x.claim, resp, completeRetryLimit, log) {
+					log.Warn("storing the answer of an Idempotency-Key failed; retrying in the background (repeats of the key get 409 until it is stored, outcome-unknown once its lease ended)", zap.Error(err))
 				} else {
-					log.Error("storing the answer of an Idempotency-Key failed; the key is held until its hold passes", zap.Error(err))
+					log.Error("storing the answer of an Idempotency-Key failed; repeats of the key get outcome-unknown once its lease ends", zap.Error(err))
 				}
 			}
 		} else if err := x.claim.Abandon(context.WithoutCancel(x.ctx())); err != nil {
-			x.h.logger.Warn("releasing an Idempotency-Key claim failed; the key is held until its hold passes", zap.String("agent_id", x.agentID), zap.Error(err))
+			x.h.logger.Warn("releasing an Idempotency-Key claim failed; repeats of the key get 409 until its lease ends, outcome-unknown after", zap.String("agent_id", x.agentID), zap.Error(err))
 		}
 		x.h.idempotencyChanged(x.ctx())
 	}

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -22,7 +23,7 @@ func (h *engine) gateway(x *exchange, req *request) {
 		defer func() {
 			switch {
 			case x.replayed:
-			case x.minted != nil:
+			case x.minted != nil, x.joined != nil:
 				h.metrics.gateEvaluation("accepted", "")
 			default:
 				h.metrics.gateEvaluation("refused", x.reason)
@@ -35,8 +36,8 @@ func (h *engine) gateway(x *exchange, req *request) {
 				return
 			}
 			requested := map[string]any{"method": x.method, "path": x.path, "allow_rcns": true}
-			if x.minted != nil {
-				h.negotiationRecord(x, records.KindGate, records.OutcomeAccepted, "", requested, grantedOf(x.minted, false))
+			if c := cmp.Or(x.minted, x.joined); c != nil {
+				h.negotiationRecord(x, records.KindGate, records.OutcomeAccepted, "", requested, grantedOf(c, false))
 				return
 			}
 			h.negotiationRecord(x, records.KindGate, records.OutcomeRefused, x.reason, requested, nil)
@@ -58,7 +59,7 @@ func (h *engine) gateway(x *exchange, req *request) {
 	}
 	// Locks 1–2 are open: idempotent replay first, then the RCNS budget,
 	// then locks 3–4 (spec §11.2, OP-4).
-	if !h.claim(x, req) {
+	if !h.claim(x, req, 0) {
 		return
 	}
 	if h.scopeRequired() && !req.caller.ScopeHeader {
@@ -95,13 +96,17 @@ func (h *engine) gateway(x *exchange, req *request) {
 		x.fail(failureError(f))
 		return
 	}
-	c, err := h.newContract(recipe, x, req, recipes.OriginGate)
+	c, joined, err := h.gateContract(recipe, x, req)
 	if errors.Is(err, store.ErrUnavailable) {
 		h.storeFailed(x, err)
 		return
 	}
 	if err != nil {
 		h.refuse(x, req, &states, agtp.SynthesisError.New(err.Error()))
+		return
+	}
+	if joined != "" {
+		h.joinContract(x, req, c, joined)
 		return
 	}
 	x.executed = true
@@ -130,6 +135,43 @@ func (h *engine) gateway(x *exchange, req *request) {
 		body.Members["task_id"] = x.taskID
 	}
 	x.write(policy.StatusProposalApproved, agtp.MediaEndpoint, body, nil)
+}
+
+// gateContract mints the gate synthesis's contract for recipe, or
+// finds the active one of the pair a concurrent first call of the same
+// agent minted meanwhile (store.Contracts.MintForPair: a request a
+// moment later would have run under it by pair, §10 step 8b), returned
+// with its state in joined ("" when c was minted here).
+func (h *engine) gateContract(recipe *recipes.Recipe, x *exchange, req *request) (c *recipes.Contract, joined string, err error) {
+	if c, err = h.contractFor(recipe, x.method, x.path, x, req, recipes.OriginGate, time.Duration(h.ContractTTL), false); err != nil {
+		return nil, "", err
+	}
+	state, other, err := h.sto.Contracts.MintForPair(x.ctx(), c, h.Mode)
+	if err != nil {
+		return nil, "", err
+	}
+	if other != nil {
+		return other, state, nil
+	}
+	h.contractsChanged(x.ctx())
+	return c, "", nil
+}
+
+// joinContract serves a gate request with the active contract c (in
+// state) a concurrent first call of the same agent for the same pair
+// minted: it runs under it, as Tier C by pair would. No second contract
+// is minted. A contract that ended meanwhile (state not active) is a
+// 409 synthesis-in-flight: the retry synthesizes or finds the next.
+func (h *engine) joinContract(x *exchange, req *request, c *recipes.Contract, state string) {
+	x.joined = c
+	h.logger.Info("rcns gate request joined the contract a concurrent request minted", zap.String("agent_id", x.agentID),
+		zap.String("synthesis_id", c.SynthesisID), zap.String("state", state))
+	if state == recipes.StateActive {
+		h.runContract(x, req, c, viaPair)
+		return
+	}
+	x.failWith(agtp.SynthesisInFlight.WithFields("a contract for this pair was synthesized for you by a concurrent request and ended before this one could run under it; nothing was executed; retry",
+		map[string]any{"retry_after_seconds": 1, "synthesis_id": c.SynthesisID}), map[string]string{"Retry-After": "1"})
 }
 
 // refuse answers e, a gate or presentation refusal, and keeps its

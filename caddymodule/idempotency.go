@@ -2,27 +2,32 @@ package caddymodule
 
 import (
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 )
 
-// claim claims the request's Idempotency-Key, if it has one. It returns
-// true when the request should go on (it then holds the claim); false
-// when it has been answered: a replay, 409 in flight, 422 key reused, or
-// 503 store full (spec §12.2, ARCHITECTURE.md "Idempotency").
-func (h *engine) claim(x *exchange, req *request) bool {
-	if req.idemKey == "" {
-		return true
+// claim claims the request's Idempotency-Key, if it has one, for lease
+// (0: the store's, the longest plan's). It returns true when the
+// request should go on (it then holds the claim, renewed while it
+// runs); false when it has been answered: a replay, 409 in flight or
+// outcome-unknown, 422 key reused, or 503 store full (spec §12.2,
+// ARCHITECTURE.md "Idempotency").
+func (h *engine) claim(x *exchange, req *request, lease time.Duration) bool {
+	if req.idemKey == "" || x.claim != nil {
+		return true // no key, or claimed already (a gate request that joined a contract runs it)
 	}
 	cl := x.preclaimed
 	x.preclaimed = nil
 	if cl == nil {
 		// A presentation that confirms the 461 its key stored runs the
 		// contract under the key instead of replaying the preview
-		// (ClaimConfirming); any other presentation is claimed as a
-		// repeat.
-		c, err := h.sto.Idempotency.ClaimConfirming(x.ctx(), req.caller.Agent.ID, req.idemKey, x.fingerprint(req), x.presentedID, x.presentedPending)
+		// (ClaimRequest.SynthesisID); any other presentation is claimed
+		// as a repeat.
+		c, err := h.sto.Idempotency.Claim(x.ctx(), idempotency.ClaimRequest{AgentID: req.caller.Agent.ID, Key: req.idemKey,
+			Fingerprint: x.fingerprint(req), SynthesisID: x.presentedID, Pending: x.presentedPending, Lease: lease, Holder: x.holder()})
 		if err != nil {
 			h.storeFailed(x, err)
 			return false
@@ -33,6 +38,7 @@ func (h *engine) claim(x *exchange, req *request) bool {
 	switch cl.Outcome {
 	case idempotency.Execute:
 		x.claim = cl.Claim
+		x.renewer = h.renewLease(x, cl.Claim, lease)
 		return true
 	case idempotency.Replay:
 		h.metrics.idempotency("replay")
@@ -45,12 +51,63 @@ func (h *engine) claim(x *exchange, req *request) bool {
 		x.fail(agtp.IdempotencyKeyReused.New("this Idempotency-Key holds the answer for another contract than the one presented (its 461 preview or its result); use a new key"))
 	case idempotency.InFlight:
 		h.metrics.idempotency("in_flight")
-		x.fail(agtp.IdempotencyKeyInFlight.New("a request with this Idempotency-Key is still running; retry after it completes"))
+		h.failInFlight(x, cl.Hold)
+	case idempotency.OutcomeUnknown:
+		h.metrics.idempotency("outcome_unknown")
+		x.fail(outcomeUnknown(cl.Hold))
 	default: // AgentFull, StoreFull
 		h.metrics.idempotency("store_full")
 		x.fail(idempotencyStoreFull(cl.Outcome, h.sto.Idempotency.Limits()))
 	}
 	return false
+}
+
+// holder is what the request's claim records of it: this node and the
+// dispatched pair.
+func (x *exchange) holder() idempotency.Holder {
+	return idempotency.Holder{Node: x.h.NodeID, What: x.method + " " + x.path}
+}
+
+// maxInFlightRetryAfter bounds the Retry-After of a 409
+// idempotency-key-in-flight: most requests end well within their lease,
+// so a retry comes back soon; it is never later than the lease's end.
+const maxInFlightRetryAfter = 5 * time.Second
+
+// failInFlight answers 409 idempotency-key-in-flight for a key whose
+// request still runs under hold: retryable, with Retry-After at most the
+// lease left (and at most maxInFlightRetryAfter).
+func (h *engine) failInFlight(x *exchange, hold *idempotency.Hold) {
+	left := time.Second
+	fields := map[string]any{}
+	if hold != nil {
+		left = max(min(time.Until(hold.LeaseEnds), maxInFlightRetryAfter), time.Second)
+		fields["lease_ends_at"] = hold.LeaseEnds.UTC().Format(time.RFC3339Nano)
+	}
+	secs := int64((left + time.Second - 1) / time.Second)
+	fields["retry_after_seconds"] = secs
+	x.failWith(agtp.IdempotencyKeyInFlight.WithFields("a request with this Idempotency-Key is still running; retry with the same key after Retry-After seconds: you get its answer once it is stored", fields),
+		map[string]string{"Retry-After": strconv.FormatInt(secs, 10)})
+}
+
+// outcomeUnknown is the 409 outcome-unknown answer to a key whose lease
+// ended with no answer stored: the node running its request stopped,
+// and the request may have run, in part or in whole. Not retryable: the
+// key never runs it again. Steps do not record their start in the
+// store (one more round trip a step), so the answer names the request
+// and the node, not the steps (docs/cluster.md "Failure modes").
+func outcomeUnknown(hold *idempotency.Hold) *agtp.Error {
+	fields := map[string]any{}
+	expl := "the gateway node that ran the request with this Idempotency-Key stopped before it stored an answer"
+	if hold != nil {
+		fields["node_id"] = hold.Node
+		fields["request"] = hold.What
+		fields["claimed_at"] = hold.ClaimedAt.UTC().Format(time.RFC3339Nano)
+		fields["lease_ended_at"] = hold.LeaseEnds.UTC().Format(time.RFC3339Nano)
+		expl = fmt.Sprintf("the gateway node %s that ran %s with this Idempotency-Key (claimed at %s) stopped before it stored an answer",
+			hold.Node, hold.What, hold.ClaimedAt.UTC().Format(time.RFC3339))
+	}
+	expl += "; the request may have run, in part or in whole. This key will not run it again: check its effect (INSPECT target=audit for this agent's records, or the service itself) before acting, then use a new key"
+	return agtp.OutcomeUnknown.WithFields(expl, fields)
 }
 
 // fingerprint is the request's Idempotency-Key fingerprint

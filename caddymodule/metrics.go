@@ -62,7 +62,7 @@ var (
 	presentationOutcomes = enumOf("executed", "failed", "not_run", "not_found", "not_yours", "revoked")
 	presentationVia      = enumOf(viaSynthesisID, viaPair)
 	upstreamClasses      = enumOf("ok", "upstream_timeout", "upstream_connection_error", "upstream_malformed_response", "upstream_authentication_failed", "upstream_error", "mapped")
-	idempotencyEvents    = enumOf("replay", "conflict", "in_flight", "store_full")
+	idempotencyEvents    = enumOf("replay", "conflict", "in_flight", "outcome_unknown", "store_full")
 	storeOps             = func() enum {
 		ops := make([]string, len(store.Ops))
 		for i, op := range store.Ops {
@@ -241,7 +241,7 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		"Requests refused by a per-agent rate limit, by budget name.",
 		"budget")
 	m.idempotencyEvents = counterVec("idempotency_events_total",
-		"Idempotency-Key events by kind (replay, conflict, in_flight, store_full).",
+		"Idempotency-Key events by kind (replay, conflict, in_flight, outcome_unknown, store_full).",
 		"event")
 	m.idempotencyRecords = gauge("idempotency_records",
 		"Idempotency records currently held (stored and in flight).")
@@ -455,7 +455,7 @@ func (m *metrics) rateLimited(budget string) {
 }
 
 // idempotency counts an Idempotency-Key event: replay, conflict,
-// in_flight or store_full.
+// in_flight, outcome_unknown or store_full.
 func (m *metrics) idempotency(event string) {
 	if m == nil {
 		return

@@ -144,7 +144,7 @@ func (h *engine) propose(x *exchange, req *request, p map[string]any) {
 		}
 		requested = d
 	}
-	if !h.claim(x, req) {
+	if !h.claim(x, req, 0) {
 		return
 	}
 	if !h.spend(x, req, h.gateRL) {

@@ -202,7 +202,7 @@ func (r *RedisConfig) mode() string {
 
 // clientConfig is the redisstore.Config of r with placeholders replaced
 // by repl (nil: none) and defaults applied; quarantine is the restart
-// quarantine (the Idempotency-Key in-flight hold).
+// quarantine (the longest Idempotency-Key lease).
 func (r *RedisConfig) clientConfig(repl *caddy.Replacer, quarantine time.Duration) redisstore.Config {
 	sub := func(s string) string {
 		if repl == nil {

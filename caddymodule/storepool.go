@@ -82,26 +82,30 @@ type pooledRedis struct {
 const maxPendingCompletes = 1024
 
 // Backoff of retryComplete: the first retry after completeRetryFirst,
-// doubling up to completeRetryMax between tries.
+// doubling up to completeRetryMax between tries, for at most
+// completeRetryLimit (past the key's lease a stored answer still
+// replaces its outcome-unknown record).
 const (
 	completeRetryFirst = 250 * time.Millisecond
 	completeRetryMax   = 30 * time.Second
+	completeRetryLimit = time.Hour
 )
 
 // retryComplete keeps trying, in the background, to store resp under
 // claim c after its Complete failed with the store unavailable, so
 // that a repeat of the key replays the answer once Redis answers again
-// instead of getting 409 (in flight) until the key's hold passes. A
+// instead of getting 409 (in flight, then outcome-unknown once the
+// key's lease ended). A
 // Complete is fenced by the claim's token, so a retry after one that
 // did succeed (its reply lost) is a no-op. It stops when the answer is
 // stored, when the store says the claim lost its key (store.ErrClaimLost:
-// Redis came back without the claim), when hold (the key's in-flight
-// hold, from now) has passed: the key is then free and the claim lost,
+// Redis came back without the claim, or an operator released the key),
+// when limit (from now) has passed,
 // when a Complete fails for another reason, or when the client is
 // closed (Destruct). Each end is logged once. It reports
 // false, and starts nothing, when maxPendingCompletes are already
-// pending; the key then stays held until its hold passes.
-func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, hold time.Duration, logger *zap.Logger) bool {
+// pending; repeats then get outcome-unknown once the key's lease ended.
+func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, limit time.Duration, logger *zap.Logger) bool {
 	if p.pending.Add(1) > maxPendingCompletes {
 		p.pending.Add(-1)
 		return false
@@ -110,14 +114,14 @@ func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, ho
 	go func() {
 		defer p.retries.Done()
 		defer p.pending.Add(-1)
-		deadline := time.Now().Add(hold)
+		deadline := time.Now().Add(limit)
 		wait := completeRetryFirst
 		t := time.NewTimer(wait)
 		defer t.Stop()
 		for tries := 1; ; tries++ {
 			select {
 			case <-p.stop:
-				logger.Warn("gave up storing the answer of an Idempotency-Key: the store's client is closing; the key is held until its hold passes",
+				logger.Warn("gave up storing the answer of an Idempotency-Key: the store's client is closing; repeats of the key get outcome-unknown once its lease ends",
 					zap.Int("tries", tries-1))
 				return
 			case <-t.C:
@@ -130,11 +134,11 @@ func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, ho
 				logger.Info("stored the answer of an Idempotency-Key after the store came back", zap.Int("tries", tries))
 				return
 			case errors.Is(err, store.ErrClaimLost):
-				logger.Warn("the answer of an Idempotency-Key was not stored: the store came back without the key's claim (Redis lost its data, or the hold passed); a repeat of the key is not replayed this answer",
+				logger.Warn("the answer of an Idempotency-Key was not stored: the store came back without the key's claim (Redis lost its data, or an operator released the key); a repeat of the key is not replayed this answer",
 					zap.Int("tries", tries))
 				return
 			case !errors.Is(err, store.ErrUnavailable) || time.Now().Add(wait).After(deadline):
-				logger.Error("gave up storing the answer of an Idempotency-Key; the key is held until its hold passes",
+				logger.Error("gave up storing the answer of an Idempotency-Key; repeats of the key get outcome-unknown once its lease ends",
 					zap.Int("tries", tries), zap.Error(err))
 				return
 			}
@@ -182,7 +186,7 @@ func (p *pooledRedis) health() {
 		p.logOutage(err)
 		left := p.client.QuarantineLeft()
 		if left > 0 && !p.quarantined {
-			p.logger.Warn("Redis restarted less than the in-flight hold ago: requests with an Idempotency-Key answer 503 store-unavailable until every plan that may have held a key before the restart has ended (docs/cluster.md, Failure modes)",
+			p.logger.Warn("Redis restarted less than the longest Idempotency-Key lease ago: requests with an Idempotency-Key answer 503 store-unavailable until every plan that may have held a key before the restart has ended (docs/cluster.md, Failure modes)",
 				zap.Strings("address", p.cfg.Addrs), zap.Duration("for", left.Round(time.Second)))
 		}
 		p.quarantined = left > 0
@@ -298,6 +302,20 @@ func runIDFile(cfg redisstore.Config) string {
 	return filepath.Join(caddy.AppDataDir(), "rcns", "redis-runs", hex.EncodeToString(sum[:8])+".json")
 }
 
+// maxLease is the longest Idempotency-Key lease this configuration
+// gives: its longest plan (composition_timeout, or the longest call
+// timeout of an endpoint agents call directly) plus the margin. A Redis
+// restart refuses keyed requests that long (the restart quarantine).
+func (h *engine) maxLease() time.Duration {
+	run := time.Duration(h.CompositionTimeout)
+	for _, ep := range h.set.Endpoints {
+		if !ep.Internal {
+			run = max(run, ep.Timeout())
+		}
+	}
+	return h.leaseFor(run)
+}
+
 // storeLimitsOf is the store.Limits of this configuration.
 func (h *engine) storeLimitsOf() store.Limits {
 	return store.Limits{Idempotency: h.idempotencyLimits(), Contracts: h.storeLimits(), Attempts: h.AttemptBuffer,
@@ -315,7 +333,7 @@ func (h *engine) provisionStore(ctx caddy.Context) error {
 		h.sto = h.mem.Set()
 		return nil
 	}
-	cfg := h.Redis.clientConfig(caddy.NewReplacer(), h.idempotencyLimits().InFlightHold)
+	cfg := h.Redis.clientConfig(caddy.NewReplacer(), h.maxLease())
 	cfg.RunIDFile = runIDFile(cfg)
 	key := redisKey(cfg)
 	required := h.storeRequired()

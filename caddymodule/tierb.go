@@ -29,7 +29,7 @@ func (h *engine) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint,
 	// The Idempotency-Key first (spec §11.2 order): a key reused for
 	// another request is that, whatever its input; a claim that ends in
 	// a refusal below is released, not stored.
-	if !h.claim(x, req) {
+	if !h.claim(x, req, h.leaseFor(ep.Timeout())) {
 		return
 	}
 	in, e := x.input(req, params)

@@ -232,6 +232,11 @@ func pairKey(agent, method, path string) string { return agent + "|" + method + 
 func (s *Store) Put(c *Contract, state string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.putLocked(c, state)
+}
+
+// putLocked is Put with s.mu held.
+func (s *Store) putLocked(c *Contract, state string) error {
 	s.sweepLocked(false)
 	if len(s.byID) >= s.limits.MaxContracts {
 		s.sweepLocked(true)
@@ -253,6 +258,19 @@ func (s *Store) Put(c *Contract, state string) error {
 	s.perAgent[c.OriginatingAgentID]++
 	s.everIssued = true
 	return nil
+}
+
+// PutForPair is Put for a gate synthesis, where concurrent first calls
+// coalesce: when c's agent already holds an active contract for c's
+// (method, path) (ActiveFor), c is not stored and that contract is
+// returned. Errors as Put.
+func (s *Store) PutForPair(c *Contract, state string) (*Contract, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o := s.activeForLocked(c.OriginatingAgentID, c.Method, c.Path); o != nil {
+		return o, nil
+	}
+	return nil, s.putLocked(c, state)
 }
 
 // Lookup outcomes.
@@ -315,6 +333,11 @@ func (s *Store) State(c *Contract) string {
 func (s *Store) ActiveFor(agent, method, path string) *Contract {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.activeForLocked(agent, method, path)
+}
+
+// activeForLocked is ActiveFor with s.mu held.
+func (s *Store) activeForLocked(agent, method, path string) *Contract {
 	list := s.byPair[pairKey(agent, method, path)]
 	now := s.now()
 	for i := len(list) - 1; i >= 0; i-- {

@@ -352,6 +352,10 @@ func semanticMap(s schema.SemanticDoc) map[string]any {
 // §8.2: handler reduced to its type). The map is shared: do not modify.
 func (e *Endpoint) Projection() map[string]any { return e.projection }
 
+// Timeout is the endpoint's call timeout: the longest an invocation
+// runs, its query and body mappings included.
+func (e *Endpoint) Timeout() time.Duration { return e.svc.timeout }
+
 // UpstreamName is the name of the upstream the endpoint calls.
 func (e *Endpoint) UpstreamName() string { return e.svc.up.Name }
 

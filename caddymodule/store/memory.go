@@ -113,22 +113,31 @@ func (m *Memory) idemStore() *idempotency.Store {
 // memIdempotency adapts idempotency.Store.
 type memIdempotency struct{ m *Memory }
 
-func (a memIdempotency) Claim(_ context.Context, agentID, key, fp string) (Claimed, error) {
-	return claimed(a.m.idemStore().Claim(agentID, key, fp)), nil
+func (a memIdempotency) Claim(_ context.Context, req idempotency.ClaimRequest) (Claimed, error) {
+	return claimed(a.m.idemStore().ClaimWith(req)), nil
 }
 
-func (a memIdempotency) ClaimConfirming(_ context.Context, agentID, key, fp, synthesisID string, pending bool) (Claimed, error) {
-	return claimed(a.m.idemStore().ClaimConfirming(agentID, key, fp, synthesisID, pending)), nil
+func (a memIdempotency) Peek(_ context.Context, agentID, key string) (idempotency.KeyState, bool, error) {
+	st, ok := a.m.idemStore().Peek(agentID, key)
+	return st, ok, nil
+}
+
+func (a memIdempotency) Release(_ context.Context, agentID, key string) (idempotency.KeyState, error) {
+	return a.m.idemStore().Release(agentID, key)
+}
+
+func (a memIdempotency) Resolve(_ context.Context, agentID, key string, resp idempotency.Response) (idempotency.KeyState, error) {
+	return a.m.idemStore().Resolve(agentID, key, resp)
 }
 
 func (a memIdempotency) Limits() idempotency.Limits { return a.m.idemStore().Limits() }
 
 func (a memIdempotency) Len(context.Context) (int, error) { return a.m.idemStore().Len(), nil }
 
-func claimed(o idempotency.Outcome, resp *idempotency.Response, c *idempotency.Claim) Claimed {
-	out := Claimed{Outcome: o, Response: resp}
-	if c != nil {
-		out.Claim = &memClaim{c: c, token: NewToken()}
+func claimed(r idempotency.Result) Claimed {
+	out := Claimed{Outcome: r.Outcome, Response: r.Response, Hold: r.Hold}
+	if r.Claim != nil {
+		out.Claim = &memClaim{c: r.Claim, token: NewToken()}
 	}
 	return out
 }
@@ -158,6 +167,13 @@ func (c *memClaim) Abandon(context.Context) error {
 	return nil
 }
 
+func (c *memClaim) Renew(_ context.Context, lease time.Duration) error {
+	if !c.c.Renew(lease) {
+		return ErrClaimLost
+	}
+	return nil
+}
+
 func (c *memClaim) Preview() *idempotency.Response { return c.c.Preview() }
 func (c *memClaim) Key() (string, string)          { return c.c.Key() }
 func (c *memClaim) Token() string                  { return c.token }
@@ -184,7 +200,8 @@ func (a memPresenter) Present(_ context.Context, req PresentRequest) (Presentati
 	p.State = a.m.contracts.State(c)
 	if res == recipes.LookupFound && req.Claim && req.Key != "" && c.OriginatingAgentID == req.Presenter &&
 		c.Method == req.Method && c.Path == req.Path {
-		cl := claimed(a.m.idemStore().ClaimConfirming(req.Presenter, req.Key, req.Fingerprint, c.SynthesisID, p.State == recipes.StatePending))
+		cl := claimed(a.m.idemStore().ClaimWith(idempotency.ClaimRequest{AgentID: req.Presenter, Key: req.Key, Fingerprint: req.Fingerprint,
+			SynthesisID: c.SynthesisID, Pending: p.State == recipes.StatePending, Lease: req.Lease, Holder: req.Holder}))
 		p.Claimed = &cl
 	}
 	return p, nil
@@ -194,7 +211,8 @@ func (a memPresenter) ResolvePair(_ context.Context, req PairRequest) (PairResol
 	c := a.m.contracts.ActiveFor(req.AgentID, req.Method, req.Path)
 	res := PairResolution{Contract: c}
 	if req.Key != "" && (c != nil && req.ClaimIfFound || c == nil && req.ClaimIfMissing) {
-		cl := claimed(a.m.idemStore().Claim(req.AgentID, req.Key, req.Fingerprint))
+		cl := claimed(a.m.idemStore().ClaimWith(idempotency.ClaimRequest{AgentID: req.AgentID, Key: req.Key, Fingerprint: req.Fingerprint,
+			Lease: req.Lease, Holder: req.Holder}))
 		res.Claimed = &cl
 	}
 	return res, nil
@@ -243,6 +261,18 @@ func (a memContracts) Mint(_ context.Context, c *recipes.Contract, mode string) 
 		return "", limitError(err)
 	}
 	return state, nil
+}
+
+func (a memContracts) MintForPair(_ context.Context, c *recipes.Contract, mode string) (string, *recipes.Contract, error) {
+	state := InitialState(c.NegotiationOrigin, mode)
+	joined, err := a.s.PutForPair(c, state)
+	if err != nil {
+		return "", nil, limitError(err)
+	}
+	if joined != nil {
+		return a.s.State(joined), joined, nil
+	}
+	return state, nil, nil
 }
 
 func (a memContracts) Lookup(_ context.Context, _, id string) (*recipes.Contract, int, error) {

@@ -34,17 +34,20 @@ import (
 // could not be reached in time, or refused to store (a Redis connection
 // refused or reset, a read or write timeout, a context deadline, a
 // cluster without a master for the slot, a replica that is read-only, an
-// out-of-memory refusal). The operation may or may not have taken
-// effect at the store; when it was a claim, it holds its key at most its
-// hold. The engine answers 503 store-unavailable, retryable, with
-// Retry-After, and executes nothing.
+// out-of-memory refusal, a claim that reached Redis too late). The
+// operation may or may not have taken effect at the store, except a
+// claim: one that reached the store after its caller stopped waiting
+// takes no effect, and one whose reply was lost is released in the
+// background (redisstore), so the key is free for the retry. The engine
+// answers 503 store-unavailable, retryable, with Retry-After, and
+// executes nothing.
 var ErrUnavailable = errors.New("store unavailable")
 
-// ErrClaimLost is returned by Claim.Complete when the claim no longer
-// holds its key and nothing was stored: its in-flight hold passed (the
-// request outlived it, and the key may be claimed again), or the store
-// lost the claim (Redis restarted without its data). A repeat of the
-// key is not replayed this answer.
+// ErrClaimLost is returned by Claim.Complete and Claim.Renew when the
+// claim no longer holds its key and nothing was stored: an operator
+// released or resolved the key, its record's window passed, or the
+// store lost the claim (Redis restarted without its data). A repeat of
+// the key is not replayed this answer.
 var ErrClaimLost = errors.New("the Idempotency-Key claim no longer holds its key")
 
 // RetryAfterError is an ErrUnavailable that knows how long it lasts: the
@@ -66,43 +69,56 @@ func (e *RetryAfterError) Error() string {
 func (e *RetryAfterError) Unwrap() error { return ErrUnavailable }
 
 // Idempotency is the Idempotency-Key store (RCNS §12.2, OP-15), with the
-// rules of policy/idempotency.Store: Claim and ClaimConfirming return the
-// same outcomes in the same cases, and a Claim's Complete and Abandon
-// take effect only while it still holds its key.
+// rules of policy/idempotency.Store: Claim returns the same outcomes in
+// the same cases as its ClaimWith, a Claim's Complete and Abandon take
+// effect only while it still holds its key, and a lease that ends with
+// no answer makes the key outcome-unknown (ARCHITECTURE.md "Beyond one
+// machine").
 type Idempotency interface {
-	// Claim atomically looks up (agentID, key) and claims it for the
-	// request whose fingerprint is fp when it is free
-	// (idempotency.Store.Claim).
-	Claim(ctx context.Context, agentID, key, fp string) (Claimed, error)
-	// ClaimConfirming is Claim for a request presenting the contract
-	// synthesisID, pending whether that contract is still pending: a
-	// presentation that confirms the 461 preview its key stores takes the
-	// key over, a key holding another contract's answer is
-	// OtherContract (idempotency.Store.ClaimConfirming).
-	ClaimConfirming(ctx context.Context, agentID, key, fp, synthesisID string, pending bool) (Claimed, error)
+	// Claim atomically looks up (req.AgentID, req.Key) and claims it for
+	// req.Lease when it is free (idempotency.Store.ClaimWith, the
+	// presentation rules included when req.SynthesisID is set). A claim
+	// that reaches a shared store after the caller stopped waiting for
+	// its reply takes no effect there (the Redis store's scripts refuse
+	// to write past the caller's deadline), so an answer "nothing was
+	// executed" never leaves the key held.
+	Claim(ctx context.Context, req idempotency.ClaimRequest) (Claimed, error)
 	// Limits returns the bounds in force, defaults applied.
 	Limits() idempotency.Limits
 	// Len returns the records held, stored and in flight, or -1 when the
 	// store does not count them (the Redis store: see docs/cluster.md).
 	Len(ctx context.Context) (int, error)
+	// Peek returns the state of (agentID, key), false when no record of
+	// it is held (idempotency.Store.Peek).
+	Peek(ctx context.Context, agentID, key string) (idempotency.KeyState, bool, error)
+	// Release drops the record of an outcome-unknown key so the next
+	// request with it runs; Resolve stores resp as its answer
+	// (idempotency.Store.Release, Resolve: errors ErrNoRecord,
+	// ErrAnswered, ErrLeaseLive with the state found). Operator tools.
+	Release(ctx context.Context, agentID, key string) (idempotency.KeyState, error)
+	Resolve(ctx context.Context, agentID, key string, resp idempotency.Response) (idempotency.KeyState, error)
 }
 
 // Claimed is the result of a claim: the outcome and, with Replay, the
-// stored answer, or, with Execute, the claim the caller now holds.
+// stored answer, with Execute, the claim the caller now holds, or, with
+// InFlight and OutcomeUnknown, the claim met.
 type Claimed struct {
 	Outcome  idempotency.Outcome
 	Response *idempotency.Response // Replay only: a copy of the stored answer
 	Claim    Claim                 // Execute only
+	Hold     *idempotency.Hold     // InFlight and OutcomeUnknown
 }
 
 // Claim is the in-flight hold on one (Agent-ID, key). Exactly one of
 // Complete or Abandon takes effect, and only while the claim holds the
-// key: after its hold passed and another request claimed the key, both
-// are no-ops (the fencing token no longer matches), so a request that
-// outlived its hold can never overwrite a newer claim's answer.
+// key: after an operator released or resolved it, or another request
+// claimed the key, both are no-ops (the fencing token no longer
+// matches), so a request can never overwrite a newer claim's answer.
+// The holder renews the lease while its request runs (Renew).
 type Claim interface {
 	// Complete stores resp for replay during the window, counted from
-	// now, and releases the hold (idempotency.Claim.Complete). It
+	// now, and releases the hold (idempotency.Claim.Complete), also
+	// after the lease ended (the key was outcome-unknown meanwhile). It
 	// returns ErrClaimLost, storing nothing, once the claim lost its
 	// key; nil, doing nothing, after Abandon or a second Complete.
 	// After an error wrapping ErrUnavailable it may be called again: a
@@ -113,6 +129,10 @@ type Claim interface {
 	// took a 461 preview over restores it (idempotency.Claim.Abandon).
 	// A no-op, returning nil, once the claim lost its key.
 	Abandon(ctx context.Context) error
+	// Renew extends the lease to lease from now (0: the store's
+	// Limits.Lease) while the request runs; ErrClaimLost once the claim
+	// lost its key (idempotency.Claim.Renew).
+	Renew(ctx context.Context, lease time.Duration) error
 	// Preview returns the 461 preview a ClaimConfirming claim took over,
 	// or nil.
 	Preview() *idempotency.Response
@@ -161,6 +181,14 @@ type Contracts interface {
 	// bound it returns a *LimitError (errors.Is ErrStoreFull or
 	// ErrAgentFull) whose Error is the operator-facing explanation.
 	Mint(ctx context.Context, c *recipes.Contract, mode string) (state string, err error)
+	// MintForPair is Mint for a gate synthesis, where concurrent first
+	// calls coalesce: when c's agent already holds an active contract
+	// for c's (method, path), nothing is minted, and that contract is
+	// returned as joined with its state (one active contract per pair
+	// and agent, never a second). A pending contract (a confirm-first
+	// preview, which runs nothing until presented) is not joined: each
+	// gate request gets its own preview.
+	MintForPair(ctx context.Context, c *recipes.Contract, mode string) (state string, joined *recipes.Contract, err error)
 	// Lookup finds the contract a request presents (recipes.Store.Lookup):
 	// the live contract and recipes.LookupFound; the ended contract its
 	// tombstone keeps and recipes.LookupRevoked; or nil and
@@ -278,6 +306,9 @@ type PresentRequest struct {
 	// Key and Fingerprint are the request's Idempotency-Key and
 	// fingerprint; Key "" claims nothing.
 	Key, Fingerprint string
+	// Lease and Holder are the claim's (idempotency.ClaimRequest).
+	Lease  time.Duration
+	Holder idempotency.Holder
 	// Claim asks for the key to be claimed (ClaimConfirming, pending
 	// read from the contract) when the contract is found, live, the
 	// presenter's, and serves (Method, Path). The engine sets it when
@@ -311,6 +342,9 @@ type PairRequest struct {
 	// Key and Fingerprint are the request's Idempotency-Key and
 	// fingerprint; Key "" claims nothing.
 	Key, Fingerprint string
+	// Lease and Holder are the claim's (idempotency.ClaimRequest).
+	Lease  time.Duration
+	Holder idempotency.Holder
 	// ClaimIfFound claims the key when an active contract serves the
 	// pair (the engine sets it when no refusal that needs no contract
 	// is due first); ClaimIfMissing claims it when none does (the
@@ -331,7 +365,8 @@ type PairResolution struct {
 // the claim of the request's Idempotency-Key.
 type Presenter interface {
 	// Present is exactly Contracts.Lookup, Contracts.State and
-	// Idempotency.ClaimConfirming done in that order, atomically.
+	// Idempotency.Claim (with the contract's synthesis id and pending
+	// state) done in that order, atomically.
 	Present(ctx context.Context, req PresentRequest) (Presentation, error)
 	// ResolvePair is exactly Contracts.ActiveFor then, as asked,
 	// Idempotency.Claim, atomically.
@@ -431,6 +466,8 @@ const (
 	OpClaim          Op = "idempotency_claim"
 	OpComplete       Op = "idempotency_complete"
 	OpAbandon        Op = "idempotency_abandon"
+	OpRenew          Op = "idempotency_renew"
+	OpSettle         Op = "idempotency_settle"
 	OpRateLimit      Op = "rate_limit"
 	OpContractMint   Op = "contract_mint"
 	OpContractLookup Op = "contract_lookup"
@@ -447,7 +484,7 @@ const (
 )
 
 // Ops lists every Op, for registering metric label values.
-var Ops = []Op{OpClaim, OpComplete, OpAbandon, OpRateLimit, OpContractMint, OpContractLookup,
+var Ops = []Op{OpClaim, OpComplete, OpAbandon, OpRenew, OpSettle, OpRateLimit, OpContractMint, OpContractLookup,
 	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpPing, OpNodeID}
 
 // Observer is told about every round trip a store makes: the operation,

@@ -15,6 +15,7 @@ package idempotency
 
 import (
 	"container/list"
+	"errors"
 	"net/http"
 	"slices"
 	"sync"
@@ -30,6 +31,10 @@ const (
 	DefaultMaxRecords = 100000
 	// DefaultMaxPerAgent bounds the records held for one Agent-ID.
 	DefaultMaxPerAgent = 10000
+	// DefaultLease is how long a claim holds its key while its request
+	// runs, when neither Limits.Lease nor the claim sets one. The
+	// gateway always sets it (its longest plan plus a margin).
+	DefaultLease = 2 * time.Minute
 )
 
 // storedHeaders are the only response header fields a record keeps:
@@ -93,17 +98,18 @@ func (r Response) clone() *Response {
 // Limits bounds a Store. Zero or negative fields take the defaults.
 type Limits struct {
 	// Window is how long a stored response is replayed, counted from
-	// Complete; also how long an uncompleted claim holds its key, but
-	// never less than InFlightHold. 0 means DefaultWindow (24 h). RCNS
-	// §12.2 `idempotency_window_seconds`.
+	// Complete; an outcome-unknown record (a lease that ended with no
+	// answer) is kept as long, counted from the end of its lease. 0
+	// means DefaultWindow (24 h). RCNS §12.2
+	// `idempotency_window_seconds`.
 	Window time.Duration
-	// InFlightHold is the least time a claim holds its key while its
-	// request runs, whatever Window is: a request still running when a
-	// short Window ends must not let a repeat run a second time. The
-	// caller sets it to the longest a request can run (the gateway: its
-	// longest call or composition timeout, plus a margin). 0: Window
-	// alone.
-	InFlightHold time.Duration
+	// Lease is how long a claim holds its key while its request runs,
+	// unless the claim names its own (ClaimRequest.Lease): the longest
+	// the request can run plus a margin. The holder extends it with
+	// Claim.Renew. A lease that ends with no answer stored makes the
+	// record outcome-unknown: the key is never run again (ARCHITECTURE.md
+	// "Beyond one machine"). 0 means DefaultLease.
+	Lease time.Duration
 	// MaxRecords is the number of records (stored and in flight) held in
 	// all. 0 means DefaultMaxRecords (100,000).
 	MaxRecords int
@@ -145,10 +151,17 @@ const (
 	// the one its 461 previews); answer 422 idempotency-key-reused, not
 	// retryable.
 	OtherContract
+	// OutcomeUnknown: the same request was claimed and its lease ended
+	// with no answer stored (the node running it stopped): it may have
+	// run, in part or in whole. Result.Hold says who held it and when.
+	// Answer 409 outcome-unknown, not retryable: the key never runs the
+	// request again (an operator may release or resolve it).
+	OutcomeUnknown
 )
 
 // String returns the outcome's name: "execute", "replay", "mismatch",
-// "in-flight", "agent-full", "store-full" or "other-contract" (for logs).
+// "in-flight", "agent-full", "store-full", "other-contract" or
+// "outcome-unknown" (for logs and metrics).
 func (o Outcome) String() string {
 	switch o {
 	case Execute:
@@ -165,8 +178,28 @@ func (o Outcome) String() string {
 		return "store-full"
 	case OtherContract:
 		return "other-contract"
+	case OutcomeUnknown:
+		return "outcome-unknown"
 	}
 	return "unknown"
+}
+
+// Holder describes who claimed a key, for the answers that name the
+// claim: the gateway node and what the request was.
+type Holder struct {
+	// Node is the node_id of the gateway that claimed the key.
+	Node string
+	// What describes the request, e.g. "BOOK /room".
+	What string
+}
+
+// Hold is a claim that has no answer stored: in flight while its lease
+// lasts, outcome-unknown once it ended.
+type Hold struct {
+	Holder
+	// ClaimedAt is when the key was claimed (or a 461 preview taken
+	// over); LeaseEnds when the lease ends unless renewed.
+	ClaimedAt, LeaseEnds time.Time
 }
 
 // record is one (Agent-ID, key) entry. resp is nil while in flight.
@@ -174,10 +207,13 @@ type record struct {
 	agent, key string
 	fp         string
 	resp       *Response
-	expires    time.Time
-	claim      *Claim // owner while in flight; nil once completed
-	elem       *list.Element
-	lst        *list.List // the list elem is in: Store.order or Store.flight
+	// expires is when the record is dropped: Window after Complete, or
+	// Window after the end of the lease while there is no answer.
+	expires time.Time
+	hold    Hold   // while resp is nil
+	claim   *Claim // owner while in flight; nil once completed
+	elem    *list.Element
+	lst     *list.List // the list elem is in: Store.order or Store.flight
 }
 
 // Store is the in-memory Idempotency-Key store. It is safe for concurrent
@@ -211,6 +247,9 @@ func NewStore(l Limits, now func() time.Time) *Store {
 	if l.MaxPerAgent <= 0 {
 		l.MaxPerAgent = DefaultMaxPerAgent
 	}
+	if l.Lease <= 0 {
+		l.Lease = DefaultLease
+	}
 	if now == nil {
 		now = time.Now
 	}
@@ -223,21 +262,49 @@ func NewStore(l Limits, now func() time.Time) *Store {
 	}
 }
 
-// hold is how long a new claim holds its key: Window, or InFlightHold
-// when that is longer.
-func (s *Store) hold() time.Duration { return max(s.limits.Window, s.limits.InFlightHold) }
-
 // Limits returns the store's bounds with defaults applied.
 func (s *Store) Limits() Limits { return s.limits }
 
+// ClaimRequest is one claim of an Idempotency-Key (Store.ClaimWith).
+type ClaimRequest struct {
+	// AgentID and Key name the record; Fingerprint is the request's
+	// (Fingerprint).
+	AgentID, Key, Fingerprint string
+	// SynthesisID, when set, is the contract the request presents and
+	// Pending whether it is still pending (ClaimConfirming's rule).
+	SynthesisID string
+	Pending     bool
+	// Lease is how long the claim holds the key before its holder must
+	// renew it: the longest the request can run plus a margin. 0 means
+	// Limits.Lease.
+	Lease time.Duration
+	// Holder is kept with the claim and named when the key is met in
+	// flight or outcome-unknown.
+	Holder Holder
+}
+
+// Result is the result of a claim.
+type Result struct {
+	Outcome Outcome
+	// Response is the stored answer (Replay), a copy.
+	Response *Response
+	// Claim is the claim the caller now holds (Execute).
+	Claim *Claim
+	// Hold describes the claim met (InFlight, OutcomeUnknown).
+	Hold *Hold
+}
+
 // Claim atomically looks up (agentID, key) and, when the key is free,
-// claims it for the request whose Fingerprint is fp. RCNS §12.2 (OP-15).
+// claims it for the request whose Fingerprint is fp, with the store's
+// lease. RCNS §12.2 (OP-15). It is ClaimWith without a holder; the
+// outcomes are:
 //
 //   - Execute, nil, claim: the caller must run the request and finish
 //     with claim.Complete or claim.Abandon.
 //   - Replay, response, nil: a copy of the stored response (same fp).
 //   - Mismatch, nil, nil: the key holds another fingerprint.
 //   - InFlight, nil, nil: the same fingerprint is still executing.
+//   - OutcomeUnknown, nil, nil: its lease ended with no answer stored.
 //   - StoreFull, nil, nil: the store is at MaxRecords records, after
 //     dropping expired records.
 //   - AgentFull, nil, nil: the agent is at MaxPerAgent records.
@@ -245,9 +312,8 @@ func (s *Store) Limits() Limits { return s.limits }
 // Records are scoped by (agentID, key): the same key from another agent
 // is unrelated.
 func (s *Store) Claim(agentID, key, fp string) (Outcome, *Response, *Claim) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.claimLocked(agentID, key, fp)
+	r := s.ClaimWith(ClaimRequest{AgentID: agentID, Key: key, Fingerprint: fp})
+	return r.Outcome, r.Response, r.Claim
 }
 
 // PreviewStatus is the status of a confirm-first preview (RCNS §13.3,
@@ -256,20 +322,28 @@ const PreviewStatus = 461
 
 // ClaimConfirming is Claim for a request that presents the contract
 // synthesisID (RCNS §10 step 7); pending says whether that contract is
-// still pending (a 461 not yet accepted).
+// still pending (a 461 not yet accepted). See ClaimWith.
+func (s *Store) ClaimConfirming(agentID, key, fp, synthesisID string, pending bool) (Outcome, *Response, *Claim) {
+	r := s.ClaimWith(ClaimRequest{AgentID: agentID, Key: key, Fingerprint: fp, SynthesisID: synthesisID, Pending: pending})
+	return r.Outcome, r.Response, r.Claim
+}
+
+// ClaimWith atomically looks up (req.AgentID, req.Key) and, when the key
+// is free, claims it for req.Lease (Claim's outcomes). A record in
+// flight is InFlight while its lease lasts and OutcomeUnknown once it
+// ended, both with its Hold.
 //
-// When the key holds, for the same fingerprint, the stored 461 preview
-// of that very contract and the contract is still pending, the
-// presentation is its confirmation (§13.4), not a repeat of the gate
-// request: replaying the preview would leave the contract pending and
-// the confirmation unrun for the whole window. The record goes back in
-// flight under the returned claim (Execute), the preview kept aside
-// (Claim.Preview), and holds the key as a new claim does, from now (the
-// preview's own expiry may be close: a hold that ended with it would
-// let a second confirmation run). Claim.Complete replaces the preview
-// with the confirmation's answer, which later repeats with the key
-// replay; Claim.Abandon (the presentation was refused before it ran)
-// restores the preview as it was, expiry included. Concurrent
+// With req.SynthesisID set (a presentation, RCNS §10 step 7): when the
+// key holds, for the same fingerprint, the stored 461 preview of that
+// very contract and the contract is still pending, the presentation is
+// its confirmation (§13.4), not a repeat of the gate request: replaying
+// the preview would leave the contract pending and the confirmation
+// unrun for the whole window. The record goes back in flight under the
+// returned claim (Execute), the preview kept aside (Claim.Preview), and
+// holds the key for a new lease from now. Claim.Complete replaces the
+// preview with the confirmation's answer, which later repeats with the
+// key replay; Claim.Abandon (the presentation was refused before it
+// ran) restores the preview as it was, expiry included. Concurrent
 // confirmations with the key meet InFlight as for any claim.
 //
 // When the key's stored answer names another contract than the one
@@ -278,67 +352,186 @@ const PreviewStatus = 461
 // one contract with another's result or preview. Every other case is
 // Claim's: a preview of a contract no longer pending (confirmed under
 // another key) is replayed and nothing runs again, and so is a 263.
-func (s *Store) ClaimConfirming(agentID, key, fp, synthesisID string, pending bool) (Outcome, *Response, *Claim) {
+func (s *Store) ClaimWith(req ClaimRequest) Result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if r, ok := s.byAgent[agentID][key]; ok && synthesisID != "" && r.fp == fp && r.resp != nil && now.Before(r.expires) {
+	lease := req.Lease
+	if lease <= 0 {
+		lease = s.limits.Lease
+	}
+	if r, ok := s.byAgent[req.AgentID][req.Key]; ok && req.SynthesisID != "" && r.fp == req.Fingerprint && r.resp != nil && now.Before(r.expires) {
 		named := r.resp.Previewed
 		if named == "" {
 			named = r.resp.Contract.SynthesisID
 		}
 		switch {
-		case named != "" && named != synthesisID:
-			return OtherContract, nil, nil
-		case pending && r.resp.Status == PreviewStatus && r.resp.Previewed == synthesisID:
+		case named != "" && named != req.SynthesisID:
+			return Result{Outcome: OtherContract}
+		case req.Pending && r.resp.Status == PreviewStatus && r.resp.Previewed == req.SynthesisID:
 			c := &Claim{store: s, rec: r, preview: r.resp, previewExpires: r.expires}
 			r.resp, r.claim = nil, c
-			r.expires = now.Add(s.hold())
+			r.hold = Hold{Holder: req.Holder, ClaimedAt: now, LeaseEnds: now.Add(lease)}
+			r.expires = r.hold.LeaseEnds.Add(s.limits.Window)
 			s.move(r, s.flight)
-			return Execute, nil, c
+			return Result{Outcome: Execute, Claim: c}
 		}
 	}
-	return s.claimLocked(agentID, key, fp)
+	return s.claimLocked(now, req, lease)
 }
 
-// claimLocked is Claim with s.mu held.
-func (s *Store) claimLocked(agentID, key, fp string) (Outcome, *Response, *Claim) {
-	now := s.now()
+// claimLocked is ClaimWith's plain claim, with s.mu held.
+func (s *Store) claimLocked(now time.Time, req ClaimRequest, lease time.Duration) Result {
 	s.prune(now)
 
-	if r, ok := s.byAgent[agentID][key]; ok {
+	if r, ok := s.byAgent[req.AgentID][req.Key]; ok {
 		if !now.Before(r.expires) {
 			s.remove(r)
 		} else {
 			switch {
-			case r.fp != fp:
-				return Mismatch, nil, nil
+			case r.fp != req.Fingerprint:
+				return Result{Outcome: Mismatch}
 			case r.resp == nil:
-				return InFlight, nil, nil
+				h := r.hold
+				if now.Before(h.LeaseEnds) {
+					return Result{Outcome: InFlight, Hold: &h}
+				}
+				return Result{Outcome: OutcomeUnknown, Hold: &h}
 			default:
-				return Replay, r.resp.clone(), nil
+				return Result{Outcome: Replay, Response: r.resp.clone()}
 			}
 		}
 	}
 
-	recs := s.byAgent[agentID]
+	recs := s.byAgent[req.AgentID]
 	if s.n >= s.limits.MaxRecords {
-		return StoreFull, nil, nil
+		return Result{Outcome: StoreFull}
 	}
 	if len(recs) >= s.limits.MaxPerAgent {
-		return AgentFull, nil, nil
+		return Result{Outcome: AgentFull}
 	}
 	if recs == nil {
 		recs = make(map[string]*record)
-		s.byAgent[agentID] = recs
+		s.byAgent[req.AgentID] = recs
 	}
-	r := &record{agent: agentID, key: key, fp: fp, expires: now.Add(s.hold())}
+	r := &record{agent: req.AgentID, key: req.Key, fp: req.Fingerprint,
+		hold: Hold{Holder: req.Holder, ClaimedAt: now, LeaseEnds: now.Add(lease)}}
+	r.expires = r.hold.LeaseEnds.Add(s.limits.Window)
 	c := &Claim{store: s, rec: r}
 	r.claim = c
 	r.lst, r.elem = s.flight, s.flight.PushBack(r)
-	recs[key] = r
+	recs[req.Key] = r
 	s.n++
-	return Execute, nil, c
+	return Result{Outcome: Execute, Claim: c}
+}
+
+// KeyState is what an operator sees of one key (Store.Peek).
+type KeyState struct {
+	// State is "in-flight", "outcome-unknown" or "answered".
+	State string
+	// Hold is the claim of a key in flight or outcome-unknown.
+	Hold *Hold
+	// Status is the stored answer's status ("answered").
+	Status int
+	// Expires is when the record is dropped.
+	Expires time.Time
+}
+
+// States of KeyState.State.
+const (
+	StateInFlight       = "in-flight"
+	StateOutcomeUnknown = "outcome-unknown"
+	StateAnswered       = "answered"
+)
+
+// Peek returns the state of (agentID, key), or false when the store
+// holds no record of it. It changes nothing.
+func (s *Store) Peek(agentID, key string) (KeyState, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	r, ok := s.byAgent[agentID][key]
+	if !ok || !now.Before(r.expires) {
+		return KeyState{}, false
+	}
+	return r.state(now), true
+}
+
+// state is r's KeyState at now.
+func (r *record) state(now time.Time) KeyState {
+	if r.resp != nil {
+		return KeyState{State: StateAnswered, Status: r.resp.Status, Expires: r.expires}
+	}
+	h := r.hold
+	st := StateInFlight
+	if !now.Before(h.LeaseEnds) {
+		st = StateOutcomeUnknown
+	}
+	return KeyState{State: st, Hold: &h, Expires: r.expires}
+}
+
+// Errors of Store.Release and Store.Resolve: why a key was not
+// settled.
+var (
+	// ErrNoRecord: the store holds no record of the key.
+	ErrNoRecord = errors.New("the store holds no record of this Idempotency-Key")
+	// ErrAnswered: the key holds a stored answer; it replays it, and
+	// nothing needs settling.
+	ErrAnswered = errors.New("this Idempotency-Key holds a stored answer")
+	// ErrLeaseLive: the request is still running under its lease.
+	ErrLeaseLive = errors.New("the request of this Idempotency-Key is still running under its lease")
+)
+
+// Release drops the record of a key whose request holds no answer and
+// whose lease ended (outcome-unknown), so the next request with the key
+// runs: for an operator who checked that it did not run. It returns the
+// state released, or ErrNoRecord, ErrAnswered or ErrLeaseLive (with the
+// state found) and changes nothing then. A claim whose record was
+// released stores nothing on Complete.
+func (s *Store) Release(agentID, key string) (KeyState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, st, err := s.settleable(agentID, key)
+	if err != nil {
+		return st, err
+	}
+	s.remove(r)
+	return st, nil
+}
+
+// Resolve stores resp as the answer of a key whose request holds no
+// answer and whose lease ended (outcome-unknown), replayed to every
+// repeat for the window from now: for an operator who checked what the
+// request did. Errors as Release.
+func (s *Store) Resolve(agentID, key string, resp Response) (KeyState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, st, err := s.settleable(agentID, key)
+	if err != nil {
+		return st, err
+	}
+	r.resp, r.claim = resp.clone(), nil
+	r.expires = s.now().Add(s.limits.Window)
+	s.move(r, s.order)
+	return st, nil
+}
+
+// settleable finds the outcome-unknown record of (agentID, key). s.mu
+// must be held.
+func (s *Store) settleable(agentID, key string) (*record, KeyState, error) {
+	now := s.now()
+	r, ok := s.byAgent[agentID][key]
+	if !ok || !now.Before(r.expires) {
+		return nil, KeyState{}, ErrNoRecord
+	}
+	st := r.state(now)
+	switch st.State {
+	case StateAnswered:
+		return nil, st, ErrAnswered
+	case StateInFlight:
+		return nil, st, ErrLeaseLive
+	}
+	return r, st, nil
 }
 
 // Len returns the number of records held, stored and in flight, after
@@ -393,9 +586,12 @@ func (s *Store) owns(c *Claim) bool {
 // Claim is the in-flight hold on one (Agent-ID, key) returned with
 // Execute. Exactly one of Complete or Abandon takes effect; later calls
 // are no-ops. Methods on a nil *Claim are no-ops, so
-// `defer claim.Abandon()` is safe after Complete. If neither is called the
-// key stays in flight until its hold passes (Window, or InFlightHold
-// when longer).
+// `defer claim.Abandon()` is safe after Complete. If neither is called
+// the key stays in flight until its lease ends (Renew extends it), and
+// is outcome-unknown after that: a repeat never runs it again. The
+// claim keeps its key past the end of its lease: a late Complete still
+// stores its answer, a late Abandon still releases the key (nothing
+// ran), until an operator released or resolved it.
 type Claim struct {
 	store *Store
 	rec   *record
@@ -411,7 +607,8 @@ type Claim struct {
 // Content-Type, Location and Negotiation-Id header fields are kept (the
 // contract, Contract-Synthesized included, is resp.Contract);
 // Header and Body are copied, so the caller may reuse them. A second call,
-// a call after Abandon, or a call after the claim expired is a no-op.
+// a call after Abandon, or a call after the record was released,
+// resolved or dropped is a no-op.
 // It reports whether it stored resp: false for a no-op (and a nil
 // Claim). RCNS §12.2.
 func (c *Claim) Complete(resp Response) bool {
@@ -436,8 +633,8 @@ func (c *Claim) Complete(resp Response) bool {
 // request was refused before execution); the next Claim of the key
 // executes again. A claim from ClaimConfirming instead restores the 461
 // preview it took over, with its expiry, so the key replays it again. A
-// call after Complete, a second call, or a call after the claim expired
-// is a no-op.
+// call after Complete, a second call, or a call after the record was
+// released, resolved or dropped is a no-op.
 func (c *Claim) Abandon() {
 	if c == nil {
 		return
@@ -469,6 +666,33 @@ func (c *Claim) Abandon() {
 		return
 	}
 	s.remove(c.rec)
+}
+
+// Renew extends the claim's lease to lease from now (0: the store's
+// Limits.Lease) while its request still runs, and reports whether the
+// claim still holds its key (false: completed, abandoned, released,
+// resolved or dropped, and nothing changed). A lease that had ended is
+// live again: the holder is still running.
+func (c *Claim) Renew(lease time.Duration) bool {
+	if c == nil {
+		return false
+	}
+	s := c.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.owns(c) {
+		return false
+	}
+	if lease <= 0 {
+		lease = s.limits.Lease
+	}
+	r := c.rec
+	r.hold.LeaseEnds = s.now().Add(lease)
+	if e := r.hold.LeaseEnds.Add(s.limits.Window); e.After(r.expires) {
+		r.expires = e
+		s.move(r, s.flight)
+	}
+	return true
 }
 
 // maxReorder bounds the walk Abandon makes to put a restored 461

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bytes"
+	"errors"
 	"container/list"
 	"fmt"
 	"reflect"
@@ -52,9 +53,9 @@ func TestNewStoreDefaults(t *testing.T) {
 		in   Limits
 		want Limits
 	}{
-		{name: "zero", in: Limits{}, want: Limits{Window: DefaultWindow, MaxRecords: DefaultMaxRecords, MaxPerAgent: DefaultMaxPerAgent}},
-		{name: "negative", in: Limits{Window: -1, MaxRecords: -1, MaxPerAgent: -1}, want: Limits{Window: DefaultWindow, MaxRecords: DefaultMaxRecords, MaxPerAgent: DefaultMaxPerAgent}},
-		{name: "set", in: Limits{Window: time.Minute, MaxRecords: 5, MaxPerAgent: 2}, want: Limits{Window: time.Minute, MaxRecords: 5, MaxPerAgent: 2}},
+		{name: "zero", in: Limits{}, want: Limits{Window: DefaultWindow, Lease: DefaultLease, MaxRecords: DefaultMaxRecords, MaxPerAgent: DefaultMaxPerAgent}},
+		{name: "negative", in: Limits{Window: -1, Lease: -1, MaxRecords: -1, MaxPerAgent: -1}, want: Limits{Window: DefaultWindow, Lease: DefaultLease, MaxRecords: DefaultMaxRecords, MaxPerAgent: DefaultMaxPerAgent}},
+		{name: "set", in: Limits{Window: time.Minute, Lease: time.Second, MaxRecords: 5, MaxPerAgent: 2}, want: Limits{Window: time.Minute, Lease: time.Second, MaxRecords: 5, MaxPerAgent: 2}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -314,7 +315,7 @@ func TestUncompletedClaimExpires(t *testing.T) {
 	clk := newClock()
 	s := NewStore(Limits{Window: time.Hour}, clk.Now)
 	stale := mustExecute(t, s, "agent-a", "k", fpA)
-	clk.Advance(time.Hour)
+	clk.Advance(DefaultLease + time.Hour) // its lease, then the window of its outcome-unknown record
 	fresh := mustExecute(t, s, "agent-a", "k", fpA)
 	stale.Complete(Response{Status: 500}) // lost its hold: no-op
 	stale.Abandon()                       // must not release fresh's hold
@@ -539,14 +540,14 @@ func assertExpiryOrder(t *testing.T, s *Store) {
 	}
 }
 
-// A claim held longer than Window (InFlightHold) does not keep stored
+// A claim held longer than Window (its Lease) does not keep stored
 // answers completed after it from expiring: they are in their own
 // expiry order, so they leave at the end of their window and free
 // their room (they counted towards MaxRecords behind a slow request,
 // giving a false store-full; fourth review).
 func TestInFlightHoldKeepsStoredExpiring(t *testing.T) {
 	clk := newClock()
-	s := NewStore(Limits{Window: time.Minute, InFlightHold: time.Hour, MaxRecords: 3}, clk.Now)
+	s := NewStore(Limits{Window: time.Minute, Lease: time.Hour, MaxRecords: 3}, clk.Now)
 	slow := mustExecute(t, s, "a", "slow", fpA) // still running
 	mustExecute(t, s, "a", "k1", fpA).Complete(Response{Status: 200})
 	mustExecute(t, s, "b", "k2", fpA).Complete(Response{Status: 200})
@@ -567,12 +568,12 @@ func TestInFlightHoldKeepsStoredExpiring(t *testing.T) {
 	assertExpiryOrder(t, s)
 }
 
-// A confirmation holds its key for InFlightHold when that is longer
-// than Window, as any claim does; a stored answer that names no
+// A confirmation holds its key for its lease when that is longer than
+// Window, as any claim does; a stored answer that names no
 // contract is replayed to a presentation (nothing to tell apart).
 func TestClaimConfirmingHold(t *testing.T) {
 	clk := newClock()
-	s := NewStore(Limits{Window: 5 * time.Second, InFlightHold: time.Minute}, clk.Now)
+	s := NewStore(Limits{Window: 5 * time.Second, Lease: time.Minute}, clk.Now)
 	mustExecute(t, s, "a", "k", fpA).Complete(Response{Status: PreviewStatus, Previewed: "syn-1"})
 	if o, _, _ := s.ClaimConfirming("a", "k", fpA, "syn-1", true); o != Execute {
 		t.Fatalf("confirmation: %v; want execute", o)
@@ -588,13 +589,13 @@ func TestClaimConfirmingHold(t *testing.T) {
 	assertExpiryOrder(t, s)
 }
 
-// InFlightHold: a claim holds its key at least that long while its
-// request runs, even past a shorter Window (a plan outlasting a 5 s
-// window ran twice under one key; third fresh-user review); the answer
-// it stores is then replayed for Window from Complete.
-func TestInFlightHold(t *testing.T) {
+// Lease: a claim holds its key for its lease while its request runs,
+// even past a shorter Window (a plan outlasting a 5 s window ran twice
+// under one key; third fresh-user review); the answer it stores is then
+// replayed for Window from Complete.
+func TestLeaseOutlastsWindow(t *testing.T) {
 	clk := newClock()
-	s := NewStore(Limits{Window: 5 * time.Second, InFlightHold: time.Minute}, clk.Now)
+	s := NewStore(Limits{Window: 5 * time.Second, Lease: time.Minute}, clk.Now)
 	c := mustExecute(t, s, "a", "k", fpA)
 	clk.Advance(10 * time.Second)
 	if o, _, _ := s.Claim("a", "k", fpA); o != InFlight {
@@ -611,13 +612,107 @@ func TestInFlightHold(t *testing.T) {
 	} else {
 		c.Abandon()
 	}
-	// The hold still ends: a claim never completed frees its key after
-	// InFlightHold.
-	mustExecute(t, s, "a", "stuck", fpA)
-	clk.Advance(time.Minute + time.Second)
+}
+
+// A lease that ends with no answer (the node running the request died)
+// makes the key outcome-unknown for the window from the lease's end:
+// never executed again by a repeat, and never left in flight. The
+// holder's late Complete still stores its answer; Renew keeps a running
+// request's key in flight.
+func TestLeaseEndsOutcomeUnknown(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{Window: time.Hour, Lease: 10 * time.Second}, clk.Now)
+	holder := Holder{Node: "node-a", What: "BOOK /room"}
+	r := s.ClaimWith(ClaimRequest{AgentID: "a", Key: "k", Fingerprint: fpA, Holder: holder})
+	if r.Outcome != Execute {
+		t.Fatalf("first claim: %v", r.Outcome)
+	}
+	claimedAt := clk.Now()
+	clk.Advance(4 * time.Second)
+	in := s.ClaimWith(ClaimRequest{AgentID: "a", Key: "k", Fingerprint: fpA})
+	if in.Outcome != InFlight || in.Hold == nil || in.Hold.Node != "node-a" || in.Hold.What != "BOOK /room" ||
+		!in.Hold.ClaimedAt.Equal(claimedAt) || in.Hold.LeaseEnds.Sub(clk.Now()) != 6*time.Second {
+		t.Fatalf("4 s in: %+v %+v; want in-flight, 6 s of lease left, naming node-a", in.Outcome, in.Hold)
+	}
+	clk.Advance(7 * time.Second)
+	un := s.ClaimWith(ClaimRequest{AgentID: "a", Key: "k", Fingerprint: fpA})
+	if un.Outcome != OutcomeUnknown || un.Hold == nil || un.Hold.Node != "node-a" {
+		t.Fatalf("past the lease: %+v; want outcome-unknown naming node-a", un)
+	}
+	if st, ok := s.Peek("a", "k"); !ok || st.State != StateOutcomeUnknown {
+		t.Fatalf("Peek = %+v %v; want outcome-unknown", st, ok)
+	}
+	// Another fingerprint under the key is still a mismatch.
+	if o, _, _ := s.Claim("a", "k", fpB); o != Mismatch {
+		t.Fatalf("other fingerprint: %v; want mismatch", o)
+	}
+	// Still outcome-unknown until the window from the lease's end.
+	clk.Advance(time.Hour - 2*time.Second)
+	if o, _, _ := s.Claim("a", "k", fpA); o != OutcomeUnknown {
+		t.Fatalf("59 min on: %v; want outcome-unknown", o)
+	}
+	// The holder came back: its answer is stored and replayed.
+	if !r.Claim.Complete(Response{Status: 200, Body: []byte(`{"late":true}`)}) {
+		t.Fatal("the holder's late Complete stored nothing")
+	}
+	if o, resp, _ := s.Claim("a", "k", fpA); o != Replay || string(resp.Body) != `{"late":true}` {
+		t.Fatalf("after the late Complete: %v %v; want its answer replayed", o, resp)
+	}
+
+	// Renew keeps a long request in flight, past several leases.
+	c := mustExecute(t, s, "a", "long", fpA)
+	for range 5 {
+		clk.Advance(8 * time.Second)
+		if !c.Renew(0) {
+			t.Fatal("Renew of a held claim reported it lost")
+		}
+	}
+	if o, _, _ := s.Claim("a", "long", fpA); o != InFlight {
+		t.Fatalf("renewed for 40 s under a 10 s lease: %v; want in-flight", o)
+	}
+	c.Complete(Response{Status: 200})
+	if c.Renew(0) {
+		t.Fatal("Renew after Complete reported the claim held")
+	}
+	assertExpiryOrder(t, s)
+}
+
+// Release and Resolve settle an outcome-unknown key only: a key still
+// running, answered or unknown is refused and unchanged.
+func TestReleaseResolve(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{Window: time.Hour, Lease: 10 * time.Second}, clk.Now)
+	if _, err := s.Release("a", "none"); !errors.Is(err, ErrNoRecord) {
+		t.Fatalf("Release of an unknown key: %v; want ErrNoRecord", err)
+	}
+	running := mustExecute(t, s, "a", "run", fpA)
+	if st, err := s.Release("a", "run"); !errors.Is(err, ErrLeaseLive) || st.State != StateInFlight {
+		t.Fatalf("Release of a running key: %+v %v; want ErrLeaseLive", st, err)
+	}
+	mustExecute(t, s, "a", "done", fpA).Complete(Response{Status: 200})
+	if _, err := s.Resolve("a", "done", Response{Status: 500}); !errors.Is(err, ErrAnswered) {
+		t.Fatalf("Resolve of an answered key: %v; want ErrAnswered", err)
+	}
+	stuck := mustExecute(t, s, "a", "stuck", fpA)
+	mustExecute(t, s, "a", "ran", fpA)
+	clk.Advance(11 * time.Second)
+	if st, err := s.Release("a", "stuck"); err != nil || st.State != StateOutcomeUnknown {
+		t.Fatalf("Release of an outcome-unknown key: %+v %v", st, err)
+	}
+	if stuck.Complete(Response{Status: 200}) {
+		t.Fatal("a released claim's Complete stored its answer")
+	}
 	if o, _, c := s.Claim("a", "stuck", fpA); o != Execute {
-		t.Fatalf("a claim never completed, past InFlightHold: %v; want execute", o)
+		t.Fatalf("after Release: %v; want execute", o)
 	} else {
 		c.Abandon()
 	}
+	if _, err := s.Resolve("a", "ran", Response{Status: 200, Body: []byte(`{"resolved":true}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if o, resp, _ := s.Claim("a", "ran", fpA); o != Replay || string(resp.Body) != `{"resolved":true}` {
+		t.Fatalf("after Resolve: %v %v; want the operator's answer replayed", o, resp)
+	}
+	running.Abandon()
+	assertExpiryOrder(t, s)
 }

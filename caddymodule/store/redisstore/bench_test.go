@@ -29,7 +29,7 @@ var benchSeq atomic.Int64
 // claimArgs are the claim script's arguments for a new key n.
 func claimArgs(n int64) (keys []string, args []string) {
 	k := "bench:{a:agent}:i:" + strconv.FormatInt(n, 10)
-	return []string{k, "bench:{a:agent}:iz"}, []string{"1700000000000", "fp", "60000", "1000000000", "1000000000", "tok", "", "0", k, "m"}
+	return []string{k, "bench:{a:agent}:iz"}, []string{"1700000000000", "fp", "60000", "1000000000", "1000000000", "tok", "", "0", k, "m", "86400000", "0", "node", "BENCH /"}
 }
 
 func anyArgs(s []string) []any {
@@ -52,7 +52,7 @@ func BenchmarkClientClaim(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ru.Close()
-	rs := rueidis.NewLuaScript(claimLua)
+	rs := rueidis.NewLuaScript("#!lua\n" + claimFuncLua + "return claim(KEYS, ARGV)\n")
 	run := map[string]func() error{
 		"go-redis": func() error {
 			keys, args := claimArgs(benchSeq.Add(1))

@@ -117,9 +117,12 @@ type Config struct {
 	// server that restarted empty has forgotten the keys held by plans
 	// still running; refusing claims until the longest plan has ended
 	// keeps one request from executing twice. Set it to the
-	// Idempotency-Key in-flight hold (idempotency.Limits.InFlightHold:
-	// the longest a request runs). 0 turns it off. A Sentinel failover
+	// Idempotency-Key lease (the longest a request runs). 0 turns it
+	// off. A Sentinel failover
 	// promotes a replica that has run for long and is not quarantined.
+	// The gateway sets it to the longest Idempotency-Key lease its
+	// configuration gives (idempotency.Limits.Lease: the longest plan
+	// plus a margin).
 	RestartQuarantine time.Duration
 	// RunIDFile, when set, keeps the run ids the client has seen
 	// (JSON, server → run id) across restarts and reloads of the
@@ -153,6 +156,20 @@ type Client struct {
 	// (Unix ns; 0 none).
 	runIDs     map[string]string
 	quarantine atomic.Int64
+
+	// clockOffset is Redis's clock minus this host's (ms), measured at
+	// each Ping (TIME; in Cluster mode the least of the masters');
+	// clockKnown once measured. Claims carry a deadline on Redis's
+	// clock (claimDeadline).
+	clockOffset atomic.Int64
+	clockKnown  atomic.Bool
+
+	// background work (background): pending counts it, closing stops
+	// it, work waits for it at Close.
+	pending   atomic.Int64
+	work      sync.WaitGroup
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 // New validates cfg, builds the client and checks that Redis answers
@@ -231,7 +248,7 @@ func newClient(cfg Config) (*Client, error) {
 		MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
 	}
 	c := &Client{cfg: cfg, cluster: cfg.Mode == ModeCluster, prefix: cfg.KeyPrefix,
-		limiters: map[string]*limiter{}, runIDs: loadRunIDs(cfg.RunIDFile)}
+		limiters: map[string]*limiter{}, runIDs: loadRunIDs(cfg.RunIDFile), closing: make(chan struct{})}
 	if cfg.RestartQuarantine > 0 {
 		opt.OnConnect = c.onConnect
 	}
@@ -358,9 +375,11 @@ func (c *Client) quarantined() error {
 		Why: "Redis restarted less than the Idempotency-Key in-flight hold ago, and a claim it held may be lost: keyed requests resume once every plan that may have held a key before the restart has ended (requests without an Idempotency-Key are served)"}
 }
 
-// Close closes the pool and the limiters' header renderers. Calls made
-// after it fail.
+// Close stops the background work (claims being released), closes the
+// pool and the limiters' header renderers. Calls made after it fail.
 func (c *Client) Close() error {
+	c.closeOnce.Do(func() { close(c.closing) })
+	c.work.Wait()
 	c.mu.Lock()
 	for name, l := range c.limiters {
 		l.h.Close()
@@ -370,17 +389,122 @@ func (c *Client) Close() error {
 	return c.rdb.Close()
 }
 
-// Ping checks that Redis answers (in cluster mode, every master).
+// Ping checks that Redis answers (in cluster mode, every master), and
+// measures the offset of Redis's clock (TIME) from this host's, which
+// claims' deadlines are stated in.
 func (c *Client) Ping(ctx context.Context) error {
 	start := time.Now()
+	var mu sync.Mutex
+	offset, known := int64(0), false
+	measure := func(ctx context.Context, r redis.Cmdable) error {
+		t0 := time.Now()
+		t, err := r.Time(ctx).Result()
+		if err != nil {
+			return err
+		}
+		o := t.Sub(t0.Add(time.Since(t0) / 2)).Milliseconds()
+		mu.Lock()
+		if !known || o < offset {
+			offset, known = o, true
+		}
+		mu.Unlock()
+		return nil
+	}
 	var err error
 	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return measure(ctx, m) })
 	} else {
-		err = c.rdb.Ping(ctx).Err()
+		err = measure(ctx, c.rdb)
+	}
+	if err == nil && known {
+		c.clockOffset.Store(offset)
+		c.clockKnown.Store(true)
 	}
 	return c.done(store.OpPing, start, err)
 }
+
+// ClockOffset is Redis's clock minus this host's as last measured
+// (Ping), and whether it was measured yet.
+func (c *Client) ClockOffset() (time.Duration, bool) {
+	return time.Duration(c.clockOffset.Load()) * time.Millisecond, c.clockKnown.Load()
+}
+
+// claimDeadline bounds a claim: the returned context ends ReadTimeout
+// from now (or at ctx's earlier deadline), when the caller stops
+// waiting and answers 503 "nothing was executed"; the deadline (Unix
+// ms on Redis's clock, 0 while the clock offset is not known yet) is a
+// quarter of that time earlier, so a claim script that reaches Redis
+// after the caller stopped waiting (Redis stalled with the command in
+// its socket, or a network path held it) writes nothing. The quarter
+// covers the error of the measured offset; Redis servers' clocks must
+// agree within it (NTP; docs/cluster.md).
+func (c *Client) claimDeadline(ctx context.Context) (context.Context, int64, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
+	if !c.clockKnown.Load() {
+		return ctx, 0, cancel
+	}
+	dl, _ := ctx.Deadline()
+	left := time.Until(dl)
+	return ctx, dl.Add(-left/4).UnixMilli() + c.clockOffset.Load(), cancel
+}
+
+// Bounds of background work (Client.background).
+const (
+	// maxBackground bounds the calls one client retries at once.
+	maxBackground = 1024
+	// backgroundFirst is the first retry's wait, doubling up to
+	// backgroundMax.
+	backgroundFirst = 250 * time.Millisecond
+	backgroundMax   = 5 * time.Second
+)
+
+// background runs fn until it returns nil or an error that is not
+// store.ErrUnavailable, retrying with backoff while Redis does not
+// answer, for at most limit, and never after Close. At most
+// maxBackground run at once; past that fn is dropped (its key then
+// waits for its lease, and is outcome-unknown after it).
+func (c *Client) background(limit time.Duration, fn func(context.Context) error) {
+	if c.pending.Add(1) > maxBackground {
+		c.pending.Add(-1)
+		return
+	}
+	c.work.Add(1)
+	go func() {
+		defer c.work.Done()
+		defer c.pending.Add(-1)
+		deadline := time.Now().Add(limit)
+		wait := backgroundFirst
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		for {
+			select {
+			case <-c.closing:
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.DialTimeout+c.cfg.ReadTimeout)
+			err := fn(ctx)
+			cancel()
+			if err == nil || !errors.Is(err, store.ErrUnavailable) || time.Now().Add(wait).After(deadline) {
+				return
+			}
+			wait = min(2*wait, backgroundMax)
+			t.Reset(wait)
+		}
+	}()
+}
+
+// denyOOM is a Lua script that Redis refuses before running it while
+// over maxmemory (a `#!lua` shebang without allow-oom: Redis 7 script
+// flags), with an OOM error the store reports as store.ErrUnavailable:
+// for every script that may grow the data, so a full Redis claims and
+// mints nothing and nothing executes.
+func denyOOM(src string) *redis.Script { return redis.NewScript("#!lua\n" + src) }
+
+// allowOOM is a Lua script that runs even while Redis is over maxmemory
+// (flags=allow-oom): for the writes that store an answer already sent,
+// extend a lease or free memory.
+func allowOOM(src string) *redis.Script { return redis.NewScript("#!lua flags=allow-oom\n" + src) }
 
 // Redis returns the underlying go-redis client (for health checks and
 // tests).

@@ -42,14 +42,23 @@ import (
 // mintScript stores a new contract. KEYS: contract, agent live index,
 // pair index, agent sequence, [global live index]. ARGV: now, exp,
 // state, meta, plan, max per agent, max contracts, kept until, id,
-// global member. Returns {0} stored, {1, held} store full, {2, held}
-// agent full, {3} the id exists.
-var mintScript = redis.NewScript(`
+// global member, method, path, join ("1"/"0"), the agent's contract
+// key prefix. Returns {0} stored, {1, held} store full, {2, held} agent
+// full, {3} the id exists, {4, id} joined: with join set, the agent
+// holds an active contract for the pair (a concurrent first call minted
+// it), and nothing was minted.
+var mintScript = denyOOM(`
 local now = tonumber(ARGV[1])
 local function extend(key, at)
   if redis.call('PTTL', key) == -1 then redis.call('PEXPIREAT', key, at) else redis.call('PEXPIREAT', key, at, 'GT') end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {3} end
+if ARGV[13] == '1' then
+  for _, id in ipairs(redis.call('ZREVRANGE', KEYS[3], 0, -1)) do
+    local r = redis.call('HMGET', ARGV[14] .. id, 's', 'exp')
+    if r[1] == 'active' and tonumber(r[2] or 0) > now then return {4, id} end
+  end
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if KEYS[5] then
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
@@ -71,7 +80,7 @@ return {0}
 
 // activateScript marks a pending contract active. KEYS: contract.
 // Returns 1 when it was pending.
-var activateScript = redis.NewScript(`
+var activateScript = denyOOM(`
 if redis.call('HGET', KEYS[1], 's') == 'pending' then
   redis.call('HSET', KEYS[1], 's', 'active')
   return 1
@@ -82,7 +91,7 @@ return 0
 // endScript ends a live contract. KEYS: contract, agent live index,
 // pair index. ARGV: now, state, kept until, id, end time. Returns 1
 // when it was live.
-var endScript = redis.NewScript(`
+var endScript = allowOOM(`
 local now = tonumber(ARGV[1])
 local r = redis.call('HMGET', KEYS[1], 's', 'exp')
 if (r[1] ~= 'pending' and r[1] ~= 'active') or tonumber(r[2]) <= now then return 0 end
@@ -114,7 +123,7 @@ end
 
 // pairScript returns the newest active contract's id of a pair index,
 // or nil. KEYS: pair index. ARGV: now, the agent's contract key prefix.
-var pairScript = redis.NewScript(pairFuncLua + `
+var pairScript = denyOOM(pairFuncLua + `
 local id = newest(KEYS[1], ARGV[2], tonumber(ARGV[1]))
 if id == '' then return false end
 return id
@@ -156,14 +165,25 @@ func (s *contracts) keptUntil(end int64) int64 { return end + s.limits.Tombstone
 // Mint runs the mint script, the owner index write and (in Cluster mode)
 // the global index write in one pipeline: one round trip.
 func (s *contracts) Mint(ctx context.Context, c *recipes.Contract, mode string) (string, error) {
+	state, _, err := s.mint(ctx, c, mode, false)
+	return state, err
+}
+
+func (s *contracts) MintForPair(ctx context.Context, c *recipes.Contract, mode string) (string, *recipes.Contract, error) {
+	return s.mint(ctx, c, mode, true)
+}
+
+// mint is Mint, joining a live contract of the pair when join is set
+// (MintForPair).
+func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, join bool) (string, *recipes.Contract, error) {
 	state := store.InitialState(c.NegotiationOrigin, mode)
 	cc, plan, err := c.Capture()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	meta, err := cc.Marshal()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	agent, id := c.OriginatingAgentID, c.SynthesisID
 	exp := c.ExpiresAt.UnixMilli()
@@ -175,7 +195,8 @@ func (s *contracts) Mint(ctx context.Context, c *recipes.Contract, mode string) 
 	}
 	start := time.Now()
 	v, err := s.c.pipeScript(ctx, mintScript, keys, []any{s.c.nowMS(), exp, state, meta, plan,
-		s.limits.MaxPerAgent, s.limits.MaxContracts, keep, id, member, c.Method, c.Path}, func(p redis.Pipeliner) {
+		s.limits.MaxPerAgent, s.limits.MaxContracts, keep, id, member, c.Method, c.Path, flag(join),
+		s.c.agentKey(agent, "c:")}, func(p redis.Pipeliner) {
 		p.Set(ctx, s.ownerKey(id), agent, 0)
 		p.PExpireAt(ctx, s.ownerKey(id), time.UnixMilli(keep))
 		if s.c.cluster {
@@ -183,7 +204,7 @@ func (s *contracts) Mint(ctx context.Context, c *recipes.Contract, mode string) 
 		}
 	})
 	if err = s.c.done(store.OpContractMint, start, err); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	res, _ := v.([]any)
 	code := int64(-1)
@@ -192,7 +213,7 @@ func (s *contracts) Mint(ctx context.Context, c *recipes.Contract, mode string) 
 	}
 	if code == 0 {
 		s.cache.Set(id, c, 1)
-		return state, nil
+		return state, nil, nil
 	}
 	// Refused: undo the writes made beside the script.
 	start = time.Now()
@@ -211,13 +232,20 @@ func (s *contracts) Mint(ctx context.Context, c *recipes.Contract, mode string) 
 	}
 	switch code {
 	case 1:
-		return "", &store.LimitError{Err: store.ErrStoreFull, Held: held, Limit: s.limits.MaxContracts}
+		return "", nil, &store.LimitError{Err: store.ErrStoreFull, Held: held, Limit: s.limits.MaxContracts}
 	case 2:
-		return "", &store.LimitError{Err: store.ErrAgentFull, Held: held, Limit: s.limits.MaxPerAgent}
+		return "", nil, &store.LimitError{Err: store.ErrAgentFull, Held: held, Limit: s.limits.MaxPerAgent}
 	case 3:
-		return "", fmt.Errorf("redisstore: contract %s already exists", id)
+		return "", nil, fmt.Errorf("redisstore: contract %s already exists", id)
+	case 4:
+		other, err := s.contract(ctx, record{agent: agent, id: replyString(res, 1)})
+		if err != nil {
+			return "", nil, err
+		}
+		st, err := s.State(ctx, other)
+		return st, other, err
 	}
-	return "", fmt.Errorf("%w: mint script returned %v", store.ErrUnavailable, v)
+	return "", nil, fmt.Errorf("%w: mint script returned %v", store.ErrUnavailable, v)
 }
 
 // record is one contract hash as read.

@@ -10,25 +10,28 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 )
 
 // An Idempotency-Key record is a hash at P{a:AGENT}:i:KEY:
 //
-//	fp   the request fingerprint
-//	exp  when the record stops holding the key (Unix ms): the claim's
-//	     hold while in flight, the window once completed
-//	tok  the fencing token of the claim in flight (absent once done)
-//	ct   the token of the claim that completed the record, so that a
-//	     retried Complete whose first reply was lost is told apart
-//	     from one whose claim lost the key
-//	st   the stored answer's status (absent while in flight)
-//	r    the stored answer (encodeResponse)
-//	pv   the synthesis id a stored 461 previews ("" otherwise)
-//	cs   the synthesis id of the contract the stored answer ran
+//	fp     the request fingerprint
+//	exp    when the record is dropped (Unix ms): the end of the lease
+//	       plus the window while no answer is stored, the window from
+//	       Complete once one is
+//	tok    the fencing token of the claim (absent once answered)
+//	lease  when the claim's lease ends (Unix ms; absent once answered):
+//	       in flight before, outcome-unknown after
+//	at     when the key was claimed (Unix ms)
+//	n, w   the node that claimed it and what the request was
+//	ct     the token of the claim that completed the record, so that a
+//	       retried Complete whose first reply was lost is told apart
+//	       from one whose claim lost the key
+//	st     the stored answer's status (absent while in flight)
+//	r      the stored answer (encodeResponse)
+//	pv     the synthesis id a stored 461 previews ("" otherwise)
+//	cs     the synthesis id of the contract the stored answer ran
 //	ps, pr, ppv, pcs, pexp   a 461 preview a confirmation took over
 //
 // with a TTL at exp, and its key in the agent's index P{a:AGENT}:iz (a
@@ -36,23 +39,33 @@ import (
 // Cluster the gateway-wide index P{g}:iz (members "AGENT KEY") bounds
 // the total in the same script; in Cluster mode the total is not
 // tracked (docs/cluster.md).
+//
+// Every script that may grow the data is declared so that a Redis over
+// maxmemory refuses it before it runs (denyOOM): a full Redis claims
+// nothing, so nothing executes. Complete, Abandon, Renew and the
+// operator's settle run even then (allowOOM): they store an answer
+// already sent, or free memory.
 
-// claimScript claims KEYS[1] (the record) with KEYS[2] (the agent's
-// index) and, when given, KEYS[3] (the gateway-wide index).
-// ARGV: now, fp, hold, max per agent, max records, token, presented
-// synthesis id ("" for a plain claim), pending ("1"/"0"), the record's
-// member in the agent's index, its member in the global index.
-// Returns {outcome} or {outcome, stored answer}; outcomes as
-// idempotency.Outcome.
-var claimScript = redis.NewScript(claimLua)
-
-// claimFuncLua defines claim(K, A): claimScript's logic with KEYS as K
-// and ARGV as A, shared with presentScript.
+// claimFuncLua defines claim(K, A), shared by claimScript,
+// presentScript and resolveScript. K: the record, the agent's index,
+// [the global index]. A: now, fp, lease (ms), max per agent, max
+// records, token, presented synthesis id ("" for a plain claim),
+// pending ("1"/"0"), the record's member in the agent's index, its
+// member in the global index, window (ms), deadline (Redis's own clock,
+// Unix ms; "0" none), node, what. Returns {outcome, stored answer,
+// lease end, claimed at, node, what}; outcomes as idempotency.Outcome,
+// plus 8: the claim reached Redis after its deadline and wrote nothing.
 const claimFuncLua = `
 local function claim(K, A)
+  local deadline = tonumber(A[12])
+  if deadline > 0 then
+    local t = redis.call('TIME')
+    if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > deadline then return {8} end
+  end
   local now = tonumber(A[1])
-  local hold = now + tonumber(A[3])
-  local r = redis.call('HMGET', K[1], 'fp', 'st', 'pv', 'cs', 'exp', 'r')
+  local lease = now + tonumber(A[3])
+  local keep = lease + tonumber(A[11])
+  local r = redis.call('HMGET', K[1], 'fp', 'st', 'pv', 'cs', 'exp', 'r', 'lease', 'at', 'n', 'w')
   local exp = tonumber(r[5])
   local function index(score)
     redis.call('PEXPIREAT', K[1], score)
@@ -68,15 +81,19 @@ local function claim(K, A)
       if named == '' then named = cs end
       if named ~= '' and named ~= A[7] then return {6} end
       if A[8] == '1' and tonumber(r[2]) == 461 and pv == A[7] then
-        redis.call('HSET', K[1], 'ps', r[2], 'pr', r[6], 'ppv', pv, 'pcs', cs, 'pexp', r[5], 'tok', A[6], 'exp', hold)
+        redis.call('HSET', K[1], 'ps', r[2], 'pr', r[6], 'ppv', pv, 'pcs', cs, 'pexp', r[5], 'tok', A[6],
+          'lease', lease, 'at', now, 'n', A[13], 'w', A[14], 'exp', keep)
         redis.call('HDEL', K[1], 'st', 'r', 'pv', 'cs')
-        index(hold)
+        index(keep)
         return {0, r[6]}
       end
     end
     if r[1] ~= A[2] then return {2} end
-    if not done then return {3} end
-    return {1, r[6]}
+    if done then return {1, r[6]} end
+    local held = tonumber(r[7]) or 0
+    local code = 3
+    if held <= now then code = 7 end
+    return {code, '', held, tonumber(r[8]) or 0, r[9] or '', r[10] or ''}
   end
   redis.call('ZREMRANGEBYSCORE', K[2], '-inf', now)
   if K[3] then
@@ -85,29 +102,32 @@ local function claim(K, A)
   end
   if redis.call('ZCARD', K[2]) >= tonumber(A[4]) then return {4} end
   redis.call('DEL', K[1])
-  redis.call('HSET', K[1], 'fp', A[2], 'tok', A[6], 'exp', hold)
-  index(hold)
+  redis.call('HSET', K[1], 'fp', A[2], 'tok', A[6], 'lease', lease, 'at', now, 'n', A[13], 'w', A[14], 'exp', keep)
+  index(keep)
   return {0}
 end
 `
 
-// claimLua is claimScript's source.
-const claimLua = claimFuncLua + `return claim(KEYS, ARGV)
-`
+// claimScript claims KEYS[1] (the record) with KEYS[2] (the agent's
+// index) and, when given, KEYS[3] (the gateway-wide index); ARGV as
+// claim's A.
+var claimScript = denyOOM(claimFuncLua + `return claim(KEYS, ARGV)
+`)
 
-// completeScript stores the answer of the claim whose token is ARGV[2].
-// KEYS as claimScript. ARGV: now, token, window, answer, status,
-// previewed id, contract id, agent-index member, global member.
-// Returns 1 when stored, 2 when this claim stored it before (a retry
-// whose first reply was lost), 0 when the claim no longer holds the key.
-var completeScript = redis.NewScript(`
+// completeScript stores the answer of the claim whose token is ARGV[2],
+// also after its lease ended. KEYS as claimScript. ARGV: now, token,
+// window, answer, status, previewed id, contract id, agent-index
+// member, global member. Returns 1 when stored, 2 when this claim
+// stored it before (a retry whose first reply was lost), 0 when the
+// claim no longer holds the key.
+var completeScript = allowOOM(`
 local now = tonumber(ARGV[1])
 local r = redis.call('HMGET', KEYS[1], 'tok', 'exp', 'st', 'ct')
 if r[4] == ARGV[2] then return 2 end
 if r[1] ~= ARGV[2] or r[3] ~= false or not tonumber(r[2]) or tonumber(r[2]) <= now then return 0 end
 local exp = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'r', ARGV[4], 'st', ARGV[5], 'pv', ARGV[6], 'cs', ARGV[7], 'exp', exp, 'ct', ARGV[2])
-redis.call('HDEL', KEYS[1], 'tok', 'ps', 'pr', 'ppv', 'pcs', 'pexp')
+redis.call('HDEL', KEYS[1], 'tok', 'lease', 'at', 'n', 'w', 'ps', 'pr', 'ppv', 'pcs', 'pexp')
 redis.call('PEXPIREAT', KEYS[1], exp)
 redis.call('ZADD', KEYS[2], exp, ARGV[8])
 if redis.call('PTTL', KEYS[2]) == -1 then redis.call('PEXPIREAT', KEYS[2], exp) else redis.call('PEXPIREAT', KEYS[2], exp, 'GT') end
@@ -115,19 +135,19 @@ if KEYS[3] then redis.call('ZADD', KEYS[3], exp, ARGV[9]) end
 return 1
 `)
 
-// abandonScript releases the claim whose token is ARGV[2]: a taken-over
-// preview is restored with its expiry, any other record is deleted.
-// KEYS as claimScript. ARGV: now, token, agent-index member, global
-// member. Returns 0 (no longer held), 1 (released) or 2 (preview
-// restored).
-var abandonScript = redis.NewScript(`
+// abandonScript releases the claim whose token is ARGV[2], also after
+// its lease ended (nothing ran): a taken-over preview is restored with
+// its expiry, any other record is deleted. KEYS as claimScript. ARGV:
+// now, token, agent-index member, global member. Returns 0 (no longer
+// held), 1 (released) or 2 (preview restored).
+var abandonScript = allowOOM(`
 local now = tonumber(ARGV[1])
 local r = redis.call('HMGET', KEYS[1], 'tok', 'exp', 'st', 'pexp', 'pr', 'ps', 'ppv', 'pcs')
 if r[1] ~= ARGV[2] or r[3] ~= false or not tonumber(r[2]) or tonumber(r[2]) <= now then return 0 end
 if r[4] then
   local pexp = tonumber(r[4])
   redis.call('HSET', KEYS[1], 'r', r[5], 'st', r[6], 'pv', r[7], 'cs', r[8], 'exp', pexp)
-  redis.call('HDEL', KEYS[1], 'tok', 'ps', 'pr', 'ppv', 'pcs', 'pexp')
+  redis.call('HDEL', KEYS[1], 'tok', 'lease', 'at', 'n', 'w', 'ps', 'pr', 'ppv', 'pcs', 'pexp')
   redis.call('ZADD', KEYS[2], pexp, ARGV[3])
   if KEYS[3] then redis.call('ZADD', KEYS[3], pexp, ARGV[4]) end
   redis.call('PEXPIREAT', KEYS[1], pexp)
@@ -137,6 +157,59 @@ redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[3])
 if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[4]) end
 return 1
+`)
+
+// renewScript extends the lease of the claim whose token is ARGV[2].
+// KEYS as claimScript. ARGV: now, token, lease (ms), window (ms),
+// agent-index member, global member. Returns 1 when renewed, 0 when the
+// claim no longer holds the key.
+var renewScript = allowOOM(`
+local now = tonumber(ARGV[1])
+local r = redis.call('HMGET', KEYS[1], 'tok', 'exp', 'st')
+if r[1] ~= ARGV[2] or r[3] ~= false or not tonumber(r[2]) or tonumber(r[2]) <= now then return 0 end
+local lease = now + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], 'lease', lease)
+local keep = lease + tonumber(ARGV[4])
+if keep > tonumber(r[2]) then
+  redis.call('HSET', KEYS[1], 'exp', keep)
+  redis.call('PEXPIREAT', KEYS[1], keep)
+  redis.call('ZADD', KEYS[2], keep, ARGV[5])
+  redis.call('PEXPIREAT', KEYS[2], keep, 'GT')
+  if KEYS[3] then redis.call('ZADD', KEYS[3], keep, ARGV[6]) end
+end
+return 1
+`)
+
+// settleScript is the operator's release ("release") or resolve (any
+// other action: store ARGV[3] with status ARGV[4]) of an
+// outcome-unknown key. KEYS as claimScript. ARGV: now, action, answer,
+// status, window (ms), agent-index member, global member. Returns {0}
+// no record, {1, status, exp} answered, then {2 live | 3 settled, lease
+// end, claimed at, node, what, exp}.
+var settleScript = allowOOM(`
+local now = tonumber(ARGV[1])
+local r = redis.call('HMGET', KEYS[1], 'exp', 'st', 'lease', 'at', 'n', 'w')
+local exp = tonumber(r[1])
+if not exp or exp <= now then return {0} end
+if r[2] then return {1, tonumber(r[2]), exp} end
+local lease = tonumber(r[3]) or 0
+local out = {2, lease, tonumber(r[4]) or 0, r[5] or '', r[6] or '', exp}
+if lease > now then return out end
+out[1] = 3
+if ARGV[2] == 'release' then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[6])
+  if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[7]) end
+  return out
+end
+local keep = now + tonumber(ARGV[5])
+redis.call('HSET', KEYS[1], 'r', ARGV[3], 'st', ARGV[4], 'pv', '', 'cs', '', 'exp', keep)
+redis.call('HDEL', KEYS[1], 'tok', 'lease', 'at', 'n', 'w', 'ps', 'pr', 'ppv', 'pcs', 'pexp', 'ct')
+redis.call('PEXPIREAT', KEYS[1], keep)
+redis.call('ZADD', KEYS[2], keep, ARGV[6])
+redis.call('PEXPIREAT', KEYS[2], keep, 'GT')
+if KEYS[3] then redis.call('ZADD', KEYS[3], keep, ARGV[7]) end
+return out
 `)
 
 // idem is the Redis Idempotency-Key store.
@@ -153,8 +226,13 @@ func newIdempotency(c *Client, l idempotency.Limits) *idem {
 
 func (s *idem) Limits() idempotency.Limits { return s.limits }
 
-// hold is how long a new claim holds its key (idempotency.Store's rule).
-func (s *idem) hold() time.Duration { return max(s.limits.Window, s.limits.InFlightHold) }
+// lease is the lease of a claim asking for l (0: the store's).
+func (s *idem) lease(l time.Duration) time.Duration {
+	if l > 0 {
+		return l
+	}
+	return s.limits.Lease
+}
 
 // keys returns the record, agent-index and (outside Cluster)
 // global-index keys, and the record's members in the two indexes.
@@ -166,76 +244,115 @@ func (s *idem) keys(agentID, key string) (keys []string, member, global string) 
 	return keys, key, agentID + " " + key
 }
 
-func (s *idem) Claim(ctx context.Context, agentID, key, fp string) (store.Claimed, error) {
-	return s.claim(ctx, agentID, key, fp, "", false)
+// claimArgs are claim's A for req and token, the deadline given: the
+// ARGV tail presentScript and resolveScript pass on.
+func (s *idem) claimArgs(req idempotency.ClaimRequest, token string, deadline int64) []any {
+	_, member, global := s.keys(req.AgentID, req.Key)
+	p := "0"
+	if req.Pending {
+		p = "1"
+	}
+	return []any{s.c.nowMS(), req.Fingerprint, s.lease(req.Lease).Milliseconds(), s.limits.MaxPerAgent, s.limits.MaxRecords,
+		token, req.SynthesisID, p, member, global, s.limits.Window.Milliseconds(), deadline, req.Holder.Node, req.Holder.What}
 }
 
-func (s *idem) ClaimConfirming(ctx context.Context, agentID, key, fp, synthesisID string, pending bool) (store.Claimed, error) {
-	return s.claim(ctx, agentID, key, fp, synthesisID, pending)
-}
-
-func (s *idem) claim(ctx context.Context, agentID, key, fp, synthesisID string, pending bool) (store.Claimed, error) {
+func (s *idem) Claim(ctx context.Context, req idempotency.ClaimRequest) (store.Claimed, error) {
 	if err := s.c.quarantined(); err != nil {
 		return store.Claimed{}, err
 	}
-	keys, member, global := s.keys(agentID, key)
+	keys, _, _ := s.keys(req.AgentID, req.Key)
 	token := store.NewToken()
-	p := "0"
-	if pending {
-		p = "1"
-	}
+	ctx, deadline, cancel := s.c.claimDeadline(ctx)
+	defer cancel()
 	start := time.Now()
-	v, err := claimScript.Run(ctx, s.c.rdb, keys, s.c.nowMS(), fp, s.hold().Milliseconds(),
-		s.limits.MaxPerAgent, s.limits.MaxRecords, token, synthesisID, p, member, global).Slice()
+	v, err := claimScript.Run(ctx, s.c.rdb, keys, s.claimArgs(req, token, deadline)...).Slice()
 	if err = s.c.done(store.OpClaim, start, err); err != nil {
+		s.releaseLater(req, token)
 		return store.Claimed{}, err
 	}
+	return s.claimed(ctx, req, token, v)
+}
+
+// claimed turns claim's reply (outcome code, stored answer, and the
+// hold met) into a Claimed. A claim made while a restarted server's
+// quarantine started (the connection that ran it found the new run) is
+// released and refused; one that reached Redis past its deadline is
+// store.ErrUnavailable (it wrote nothing).
+func (s *idem) claimed(ctx context.Context, req idempotency.ClaimRequest, token string, v []any) (store.Claimed, error) {
 	if len(v) == 0 {
 		return store.Claimed{}, fmt.Errorf("%w: claim script returned nothing", store.ErrUnavailable)
 	}
 	code, _ := v[0].(int64)
-	raw := ""
-	if len(v) > 1 {
-		raw, _ = v[1].(string)
-	}
-	return s.claimed(ctx, agentID, key, token, code, raw)
-}
-
-// claimed turns the claim logic's reply (outcome code, stored answer)
-// into a Claimed. A claim made while a restarted server's quarantine
-// started (the connection that ran it found the new run) is released
-// and refused.
-func (s *idem) claimed(ctx context.Context, agentID, key, token string, code int64, raw string) (store.Claimed, error) {
 	if err := s.c.quarantined(); err != nil {
 		if code == 0 {
-			_ = (&claim{s: s, agent: agentID, key: key, token: token}).Abandon(ctx)
+			_ = (&claim{s: s, agent: req.AgentID, key: req.Key, token: token}).Abandon(ctx)
 		}
 		return store.Claimed{}, err
 	}
+	raw := replyString(v, 1)
 	var stored *idempotency.Response
 	if raw != "" {
 		var err error
 		if stored, err = decodeResponse([]byte(raw)); err != nil {
-			return store.Claimed{}, fmt.Errorf("%w: stored answer of key %q: %v", store.ErrUnavailable, key, err)
+			return store.Claimed{}, fmt.Errorf("%w: stored answer of key %q: %v", store.ErrUnavailable, req.Key, err)
 		}
 	}
 	switch code {
 	case 0:
-		return store.Claimed{Outcome: idempotency.Execute, Claim: &claim{s: s, agent: agentID, key: key, token: token, preview: stored}}, nil
+		return store.Claimed{Outcome: idempotency.Execute, Claim: &claim{s: s, agent: req.AgentID, key: req.Key, token: token, preview: stored}}, nil
 	case 1:
 		return store.Claimed{Outcome: idempotency.Replay, Response: stored}, nil
 	case 2:
 		return store.Claimed{Outcome: idempotency.Mismatch}, nil
-	case 3:
-		return store.Claimed{Outcome: idempotency.InFlight}, nil
+	case 3, 7:
+		o := idempotency.InFlight
+		if code == 7 {
+			o = idempotency.OutcomeUnknown
+		}
+		return store.Claimed{Outcome: o, Hold: replyHold(v, 2)}, nil
 	case 4:
 		return store.Claimed{Outcome: idempotency.AgentFull}, nil
 	case 5:
 		return store.Claimed{Outcome: idempotency.StoreFull}, nil
 	case 6:
 		return store.Claimed{Outcome: idempotency.OtherContract}, nil
+	case 8:
+		return store.Claimed{}, fmt.Errorf("%w: the claim reached Redis after the gateway stopped waiting for it, and wrote nothing", store.ErrUnavailable)
 	}
 	return store.Claimed{}, fmt.Errorf("%w: claim script returned outcome %d", store.ErrUnavailable, code)
+}
+
+// replyString is v[i] as a string, "" when absent.
+func replyString(v []any, i int) string {
+	if i < len(v) {
+		s, _ := v[i].(string)
+		return s
+	}
+	return ""
+}
+
+// replyInt is v[i] as an integer, 0 when absent.
+func replyInt(v []any, i int) int64 {
+	if i < len(v) {
+		n, _ := v[i].(int64)
+		return n
+	}
+	return 0
+}
+
+// replyHold reads {lease end, claimed at, node, what} from v at i.
+func replyHold(v []any, i int) *idempotency.Hold {
+	return &idempotency.Hold{Holder: idempotency.Holder{Node: replyString(v, i+2), What: replyString(v, i+3)},
+		ClaimedAt: time.UnixMilli(replyInt(v, i+1)), LeaseEnds: time.UnixMilli(replyInt(v, i))}
+}
+
+// releaseLater releases, in the background, a claim whose script call
+// failed: it may have run at Redis (its reply lost), and the engine
+// answered 503 "nothing was executed", so the key must be free for the
+// retry (store.ErrUnavailable).
+func (s *idem) releaseLater(req idempotency.ClaimRequest, token string) {
+	cl := &claim{s: s, agent: req.AgentID, key: req.Key, token: token}
+	s.c.background(s.lease(req.Lease), func(ctx context.Context) error { return cl.Abandon(ctx) })
 }
 
 // Len counts the records outside Cluster mode (the global index); -1 in
@@ -250,6 +367,74 @@ func (s *idem) Len(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	return int(n), nil
+}
+
+// Peek reads the record of (agentID, key).
+func (s *idem) Peek(ctx context.Context, agentID, key string) (idempotency.KeyState, bool, error) {
+	keys, _, _ := s.keys(agentID, key)
+	start := time.Now()
+	v, err := s.c.rdb.HMGet(ctx, keys[0], "exp", "st", "lease", "at", "n", "w").Result()
+	if err = s.c.done(store.OpSettle, start, err); err != nil {
+		return idempotency.KeyState{}, false, err
+	}
+	num := func(i int) int64 {
+		str, _ := v[i].(string)
+		n, _ := strconv.ParseInt(str, 10, 64)
+		return n
+	}
+	now := s.c.nowMS()
+	exp := num(0)
+	if exp <= now {
+		return idempotency.KeyState{}, false, nil
+	}
+	st := idempotency.KeyState{Expires: time.UnixMilli(exp)}
+	if v[1] != nil {
+		st.State, st.Status = idempotency.StateAnswered, int(num(1))
+		return st, true, nil
+	}
+	str := func(i int) string { x, _ := v[i].(string); return x }
+	st.Hold = &idempotency.Hold{Holder: idempotency.Holder{Node: str(4), What: str(5)},
+		ClaimedAt: time.UnixMilli(num(3)), LeaseEnds: time.UnixMilli(num(2))}
+	st.State = idempotency.StateInFlight
+	if num(2) <= now {
+		st.State = idempotency.StateOutcomeUnknown
+	}
+	return st, true, nil
+}
+
+// Release drops an outcome-unknown record (settleScript).
+func (s *idem) Release(ctx context.Context, agentID, key string) (idempotency.KeyState, error) {
+	return s.settle(ctx, agentID, key, "release", idempotency.Response{})
+}
+
+// Resolve stores resp as an outcome-unknown key's answer (settleScript).
+func (s *idem) Resolve(ctx context.Context, agentID, key string, resp idempotency.Response) (idempotency.KeyState, error) {
+	return s.settle(ctx, agentID, key, "resolve", resp)
+}
+
+func (s *idem) settle(ctx context.Context, agentID, key, action string, resp idempotency.Response) (idempotency.KeyState, error) {
+	keys, member, global := s.keys(agentID, key)
+	var raw []byte
+	if action != "release" {
+		var err error
+		if raw, err = encodeResponse(resp); err != nil {
+			return idempotency.KeyState{}, err
+		}
+	}
+	start := time.Now()
+	v, err := settleScript.Run(ctx, s.c.rdb, keys, s.c.nowMS(), action, raw, resp.Status, s.limits.Window.Milliseconds(), member, global).Slice()
+	if err = s.c.done(store.OpSettle, start, err); err != nil {
+		return idempotency.KeyState{}, err
+	}
+	switch replyInt(v, 0) {
+	case 0:
+		return idempotency.KeyState{}, idempotency.ErrNoRecord
+	case 1:
+		return idempotency.KeyState{State: idempotency.StateAnswered, Status: int(replyInt(v, 1)), Expires: time.UnixMilli(replyInt(v, 2))}, idempotency.ErrAnswered
+	case 2:
+		return idempotency.KeyState{State: idempotency.StateInFlight, Hold: replyHold(v, 1), Expires: time.UnixMilli(replyInt(v, 5))}, idempotency.ErrLeaseLive
+	}
+	return idempotency.KeyState{State: idempotency.StateOutcomeUnknown, Hold: replyHold(v, 1), Expires: time.UnixMilli(replyInt(v, 5))}, nil
 }
 
 // claim is a Redis claim, fenced by its random token.
@@ -298,6 +483,20 @@ func (c *claim) Abandon(ctx context.Context) error {
 	err = c.s.c.done(store.OpAbandon, start, err)
 	c.settled = err == nil
 	return err
+}
+
+func (c *claim) Renew(ctx context.Context, lease time.Duration) error {
+	keys, member, global := c.s.keys(c.agent, c.key)
+	start := time.Now()
+	n, err := renewScript.Run(ctx, c.s.c.rdb, keys, c.s.c.nowMS(), c.token, c.s.lease(lease).Milliseconds(),
+		c.s.limits.Window.Milliseconds(), member, global).Int()
+	if err = c.s.c.done(store.OpRenew, start, err); err != nil {
+		return err
+	}
+	if n == 0 {
+		return store.ErrClaimLost
+	}
+	return nil
 }
 
 func (c *claim) Preview() *idempotency.Response {

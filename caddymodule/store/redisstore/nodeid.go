@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 )
 
@@ -17,7 +15,7 @@ import (
 // is taken when free or already ours; otherwise it is left to its
 // holder. Returns {holder value when another's, else "";
 // marker when another's, else ""}.
-var holdNodeScript = redis.NewScript(`
+var holdNodeScript = allowOOM(`
 local v = redis.call('GET', KEYS[1])
 local me = ARGV[1] .. ':'
 if not v or string.sub(v, 1, #me) == me then

@@ -4,9 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -16,10 +15,10 @@ import (
 // a keyed presentation costs one round trip. KEYS: contract, key record,
 // agent key index, [global key index]. ARGV: now, claim ("1"/"0"),
 // method, path, want meta and plan ("1"/"0"), synthesis id, then the
-// claim's fp, hold, max per agent, max records, token, agent-index
-// member, global member. Returns {state, exp, at, meta, plan} and, when
-// it claimed, the claim's outcome and stored answer.
-var presentScript = redis.NewScript(claimFuncLua + `
+// claim's 14 arguments (claimFuncLua's A; its synthesis id and pending
+// are the contract's). Returns {state, exp, at, meta, plan} and, when it
+// claimed, claim's reply after them.
+var presentScript = denyOOM(claimFuncLua + `
 local c = redis.call('HMGET', KEYS[1], 's', 'exp', 'at', 'm', 'p')
 if not c[1] then return {''} end
 local out = {c[1], c[2] or '', c[3] or '', '', ''}
@@ -32,8 +31,11 @@ local live = (c[1] == 'pending' or c[1] == 'active') and tonumber(c[2]) > now
 if ARGV[2] == '1' and live and c[4] == ARGV[3] and c[5] == ARGV[4] then
   local pending = '0'
   if c[1] == 'pending' then pending = '1' end
-  local r = claim({KEYS[2], KEYS[3], KEYS[4]}, {ARGV[1], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[6], pending, ARGV[12], ARGV[13]})
-  out[6], out[7] = r[1], r[2] or ''
+  local A = {}
+  for i = 7, 20 do A[i - 6] = ARGV[i] end
+  A[7], A[8] = ARGV[6], pending
+  local r = claim({KEYS[2], KEYS[3], KEYS[4]}, A)
+  for i = 1, 6 do out[5 + i] = r[i] or '' end
 end
 return out
 `)
@@ -42,15 +44,17 @@ return out
 // pairScript) and, as asked, claims the request's key with the claim
 // logic. KEYS: pair index, key record, agent key index, [global key
 // index]. ARGV: now, the agent's contract key prefix, claim if found,
-// claim if missing ("1"/"0"), then the claim's fp, hold, max per agent,
-// max records, token, agent-index member, global member. Returns {id or
-// ""} and, when it claimed, the claim's outcome and stored answer.
-var resolveScript = redis.NewScript(claimFuncLua + pairFuncLua + `
+// claim if missing ("1"/"0"), then the claim's 14 arguments
+// (claimFuncLua's A). Returns {id or ""} and, when it claimed, claim's
+// reply after it.
+var resolveScript = denyOOM(claimFuncLua + pairFuncLua + `
 local found = newest(KEYS[1], ARGV[2], tonumber(ARGV[1]))
 local out = {found}
 if (found ~= '' and ARGV[3] == '1') or (found == '' and ARGV[4] == '1') then
-  local r = claim({KEYS[2], KEYS[3], KEYS[4]}, {ARGV[1], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], '', '0', ARGV[10], ARGV[11]})
-  out[2], out[3] = r[1], r[2] or ''
+  local A = {}
+  for i = 5, 18 do A[i - 4] = ARGV[i] end
+  local r = claim({KEYS[2], KEYS[3], KEYS[4]}, A)
+  for i = 1, 6 do out[1 + i] = r[i] or '' end
 end
 return out
 `)
@@ -66,35 +70,35 @@ type presenter struct {
 // A contract that is not there (unknown, or another agent's) is looked
 // up as Lookup does (two more) and nothing is claimed.
 func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store.Presentation, error) {
-	if req.Claim && req.Key != "" {
+	claiming := req.Claim && req.Key != ""
+	if claiming {
 		if err := p.c.quarantined(); err != nil {
 			return store.Presentation{}, err
 		}
 	}
 	_, cached := p.contracts.cache.Get(req.SynthesisID)
-	ikeys, member, global := p.idem.keys(req.Presenter, req.Key)
+	ikeys, _, _ := p.idem.keys(req.Presenter, req.Key)
 	keys := append([]string{p.contracts.key(req.Presenter, req.SynthesisID)}, ikeys...)
 	token := store.NewToken()
-	flag := func(b bool) string {
-		if b {
-			return "1"
-		}
-		return "0"
+	creq := idempotency.ClaimRequest{AgentID: req.Presenter, Key: req.Key, Fingerprint: req.Fingerprint, SynthesisID: req.SynthesisID,
+		Lease: req.Lease, Holder: req.Holder}
+	var deadline int64
+	if claiming {
+		var cancel context.CancelFunc
+		ctx, deadline, cancel = p.c.claimDeadline(ctx)
+		defer cancel()
 	}
+	args := append([]any{p.c.nowMS(), flag(claiming), req.Method, req.Path, flag(!cached), req.SynthesisID},
+		p.idem.claimArgs(creq, token, deadline)...)
 	start := time.Now()
-	v, err := presentScript.Run(ctx, p.c.rdb, keys, p.c.nowMS(), flag(req.Claim && req.Key != ""), req.Method, req.Path,
-		flag(!cached), req.SynthesisID, req.Fingerprint, p.idem.hold().Milliseconds(), p.idem.limits.MaxPerAgent,
-		p.idem.limits.MaxRecords, token, member, global).Slice()
+	v, err := presentScript.Run(ctx, p.c.rdb, keys, args...).Slice()
 	if err = p.c.done(store.OpPresent, start, err); err != nil {
+		if claiming {
+			p.idem.releaseLater(creq, token)
+		}
 		return store.Presentation{}, err
 	}
-	str := func(i int) string {
-		if i < len(v) {
-			s, _ := v[i].(string)
-			return s
-		}
-		return ""
-	}
+	str := func(i int) string { return replyString(v, i) }
 	if str(0) == "" {
 		c, res, err := p.contracts.Lookup(ctx, req.Presenter, req.SynthesisID)
 		if err != nil || c == nil {
@@ -114,8 +118,7 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 		out.Lookup = recipes.LookupRevoked
 	}
 	if len(v) > 5 {
-		code, _ := v[5].(int64)
-		cl, err := p.idem.claimed(ctx, req.Presenter, req.Key, token, code, str(6))
+		cl, err := p.idem.claimed(ctx, creq, token, v[5:])
 		if err != nil {
 			return store.Presentation{}, err
 		}
@@ -132,6 +135,14 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 	return out, nil
 }
 
+// flag is a script's boolean argument.
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
 // ResolvePair runs resolveScript in the agent's slot: one round trip,
 // plus one the first time this node decodes the contract found.
 func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (store.PairResolution, error) {
@@ -141,35 +152,35 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 			return store.PairResolution{}, err
 		}
 	}
-	flag := func(b bool) string {
-		if b && req.Key != "" {
-			return "1"
-		}
-		return "0"
-	}
-	ikeys, member, global := p.idem.keys(req.AgentID, req.Key)
+	ikeys, _, _ := p.idem.keys(req.AgentID, req.Key)
 	keys := append([]string{p.contracts.pairKey(req.AgentID, req.Method, req.Path)}, ikeys...)
 	token := store.NewToken()
+	creq := idempotency.ClaimRequest{AgentID: req.AgentID, Key: req.Key, Fingerprint: req.Fingerprint, Lease: req.Lease, Holder: req.Holder}
+	var deadline int64
+	if claiming {
+		var cancel context.CancelFunc
+		ctx, deadline, cancel = p.c.claimDeadline(ctx)
+		defer cancel()
+	}
+	args := append([]any{p.c.nowMS(), p.c.agentKey(req.AgentID, "c:"), flag(req.ClaimIfFound && req.Key != ""), flag(req.ClaimIfMissing && req.Key != "")},
+		p.idem.claimArgs(creq, token, deadline)...)
 	start := time.Now()
-	v, err := resolveScript.Run(ctx, p.c.rdb, keys, p.c.nowMS(), p.c.agentKey(req.AgentID, "c:"), flag(req.ClaimIfFound), flag(req.ClaimIfMissing),
-		req.Fingerprint, p.idem.hold().Milliseconds(), p.idem.limits.MaxPerAgent, p.idem.limits.MaxRecords, token, member, global).Slice()
+	v, err := resolveScript.Run(ctx, p.c.rdb, keys, args...).Slice()
 	if err = p.c.done(store.OpResolvePair, start, err); err != nil {
+		if claiming {
+			p.idem.releaseLater(creq, token)
+		}
 		return store.PairResolution{}, err
 	}
 	var out store.PairResolution
 	if len(v) > 1 {
-		code, _ := v[1].(int64)
-		raw := ""
-		if len(v) > 2 {
-			raw, _ = v[2].(string)
-		}
-		cl, err := p.idem.claimed(ctx, req.AgentID, req.Key, token, code, raw)
+		cl, err := p.idem.claimed(ctx, creq, token, v[1:])
 		if err != nil {
 			return store.PairResolution{}, err
 		}
 		out.Claimed = &cl
 	}
-	if id, _ := v[0].(string); id != "" {
+	if id := replyString(v, 0); id != "" {
 		c, err := p.contracts.contract(ctx, record{agent: req.AgentID, id: id})
 		if err != nil {
 			if out.Claimed != nil && out.Claimed.Claim != nil {

@@ -104,13 +104,13 @@ func TestRoundTripsPerOperation(t *testing.T) {
 		want map[store.Op]int
 	}{
 		{"claim", func() error {
-			got, err := set.Idempotency.Claim(ctx, agent, "k", "fp")
+			got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agent, Key: "k", Fingerprint: "fp"})
 			if err == nil {
 				err = got.Claim.Complete(ctx, idempotency.Response{Status: 200})
 			}
 			return err
 		}, map[store.Op]int{store.OpClaim: 1, store.OpComplete: 1}},
-		{"replay", func() error { _, err := set.Idempotency.Claim(ctx, agent, "k", "fp"); return err }, map[store.Op]int{store.OpClaim: 1}},
+		{"replay", func() error { _, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agent, Key: "k", Fingerprint: "fp"}); return err }, map[store.Op]int{store.OpClaim: 1}},
 		{"rate limit", func() error { _, err := lim.Allow(ctx, agent); return err }, map[store.Op]int{store.OpRateLimit: 1}},
 		{"signature", func() error {
 			_, err := set.Replay.Seen(ctx, agent, []byte("s"), time.Now().Add(time.Minute))
@@ -172,7 +172,7 @@ func TestUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := set.Idempotency.Claim(ctx, "a", "before", "fp")
+	held, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "before", Fingerprint: "fp"})
 	if err != nil || held.Outcome != idempotency.Execute {
 		t.Fatalf("claim before the outage: %v %v", held.Outcome, err)
 	}
@@ -180,7 +180,7 @@ func TestUnavailable(t *testing.T) {
 		name string
 		run  func() error
 	}{
-		{"claim", func() error { _, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); return err }},
+		{"claim", func() error { _, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"}); return err }},
 		{"complete", func() error { return held.Claim.Complete(ctx, idempotency.Response{Status: 200}) }},
 		{"rate limit", func() error { _, err := lim.Allow(ctx, "a"); return err }},
 		{"lookup", func() error { _, _, err := set.Contracts.Lookup(ctx, "a", "syn-1"); return err }},
@@ -217,7 +217,7 @@ func TestUnavailable(t *testing.T) {
 	// Redis came back empty: the key held before the outage is free
 	// again (docs/cluster.md "Redis restarted empty"), and scripts are
 	// loaded again (EVALSHA falls back to EVAL).
-	got, err := set.Idempotency.Claim(ctx, "a", "before", "fp")
+	got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "before", Fingerprint: "fp"})
 	if err != nil || got.Outcome != idempotency.Execute {
 		t.Fatalf("claim after the restart: %v %v", got.Outcome, err)
 	}
@@ -229,7 +229,7 @@ func TestUnavailable(t *testing.T) {
 	if err := held.Claim.Complete(ctx, idempotency.Response{Status: 500}); !errors.Is(err, store.ErrClaimLost) {
 		t.Fatalf("stale Complete: %v, want ErrClaimLost", err)
 	}
-	if again, _ := set.Idempotency.Claim(ctx, "a", "before", "fp"); again.Outcome != idempotency.InFlight {
+	if again, _ := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "before", Fingerprint: "fp"}); again.Outcome != idempotency.InFlight {
 		t.Fatalf("after the stale Complete: %v, want in flight", again.Outcome)
 	}
 }
@@ -252,13 +252,13 @@ func TestNewRefusesUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := set.Idempotency.Claim(context.Background(), "a", "k", "fp"); !errors.Is(err, store.ErrUnavailable) {
+	if _, err := set.Idempotency.Claim(context.Background(), idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"}); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("degraded claim: %v", err)
 	}
 	srv.Restart()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got, err := set.Idempotency.Claim(context.Background(), "a", "k", "fp")
+		got, err := set.Idempotency.Claim(context.Background(), idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
 		if err == nil {
 			if got.Outcome != idempotency.Execute {
 				t.Fatalf("first claim once up: %v", got.Outcome)
@@ -306,7 +306,7 @@ func TestSentinelFailover(t *testing.T) {
 	_, set := newSet(t, Config{Mode: ModeSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName,
 		DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
 	ctx := context.Background()
-	first, err := set.Idempotency.Claim(ctx, "a", "k", "fp")
+	first, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
 	if err != nil || first.Outcome != idempotency.Execute {
 		t.Fatal(first.Outcome, err)
 	}
@@ -330,7 +330,7 @@ func TestSentinelFailover(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for {
-		got, err := set.Idempotency.Claim(ctx, "a", "k", "fp")
+		got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
 		if err == nil {
 			if got.Outcome != idempotency.Replay || string(got.Response.Body) != "made" {
 				t.Fatalf("after failover: %v %+v, want the replayed answer", got.Outcome, got.Response)
@@ -365,7 +365,7 @@ func TestRestartQuarantine(t *testing.T) {
 	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, RestartQuarantine: 2 * time.Minute, Now: clock.Now,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
 	ctx := context.Background()
-	if got, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
+	if got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"}); err != nil || got.Outcome != idempotency.Execute {
 		t.Fatalf("claim before the restart: %v %v", got.Outcome, err)
 	}
 	srv.Restart()
@@ -373,7 +373,7 @@ func TestRestartQuarantine(t *testing.T) {
 	// the new one finds the new run: either way, nothing executes.
 	var last error
 	for range 5 {
-		got, err := set.Idempotency.Claim(ctx, "a", "k", "fp")
+		got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
 		if err == nil {
 			t.Fatalf("claim right after the restart: %v, want refused", got.Outcome)
 		}
@@ -393,7 +393,7 @@ func TestRestartQuarantine(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Minute)
-	if got, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
+	if got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"}); err != nil || got.Outcome != idempotency.Execute {
 		t.Fatalf("claim after the quarantine: %v %v", got.Outcome, err)
 	}
 }
@@ -411,20 +411,20 @@ func TestRestartQuarantineAcrossClients(t *testing.T) {
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}
 	ctx := context.Background()
 	first, set := newSet(t, cfg)
-	if got, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
+	if got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"}); err != nil || got.Outcome != idempotency.Execute {
 		t.Fatalf("claim before the restart: %v %v", got.Outcome, err)
 	}
 	_ = first.Close()
 	srv.Restart()
 	_, set = newSet(t, cfg)
 	var ra *store.RetryAfterError
-	if _, err := set.Idempotency.Claim(ctx, "a", "k", "fp"); !errors.As(err, &ra) {
+	if _, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"}); !errors.As(err, &ra) {
 		t.Fatalf("claim by a client started after the restart, with the run-id file: %v, want the quarantine", err)
 	}
 	noFile := cfg
 	noFile.RunIDFile = ""
 	_, set = newSet(t, noFile)
-	if got, err := set.Idempotency.Claim(ctx, "b", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
+	if got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "b", Key: "k", Fingerprint: "fp"}); err != nil || got.Outcome != idempotency.Execute {
 		t.Fatalf("claim by a client without the file: %v %v (it has no baseline)", got.Outcome, err)
 	}
 }
@@ -440,7 +440,7 @@ func TestSentinelNoQuarantine(t *testing.T) {
 	_, set := newSet(t, Config{Mode: ModeSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName, RestartQuarantine: time.Hour})
 	ctx := context.Background()
 	for i := range 5 {
-		got, err := set.Idempotency.Claim(ctx, "a", fmt.Sprintf("k%d", i), "fp")
+		got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: fmt.Sprintf("k%d", i), Fingerprint: "fp"})
 		if err != nil || got.Outcome != idempotency.Execute {
 			t.Fatalf("claim %d on a healthy Sentinel group: %v %v", i, got.Outcome, err)
 		}
@@ -468,7 +468,7 @@ func newSet(t *testing.T, cfg Config) (*Client, store.Set) {
 func TestAuthentication(t *testing.T) {
 	srv := redistest.StartServer(t, "--user", "gw", "on", ">s3cret", "~*", "&*", "+@all", "--user", "default", "off")
 	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, Username: "gw", Password: "s3cret"})
-	if got, err := set.Idempotency.Claim(context.Background(), "a", "k", "fp"); err != nil || got.Outcome != idempotency.Execute {
+	if got, err := set.Idempotency.Claim(context.Background(), idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"}); err != nil || got.Outcome != idempotency.Execute {
 		t.Fatalf("claim as gw: %v %v", got.Outcome, err)
 	}
 	if _, err := New(context.Background(), Config{Addrs: []string{srv.Addr()}, Username: "gw", Password: "wrong"}); !errors.Is(err, store.ErrUnavailable) {
@@ -577,7 +577,7 @@ func TestCompleteReplyLost(t *testing.T) {
 	srv := redistest.StartServer(t)
 	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}})
 	ctx := context.Background()
-	got, err := set.Idempotency.Claim(ctx, "a", "k", "fp")
+	got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
 	if err != nil || got.Outcome != idempotency.Execute {
 		t.Fatalf("claim: %v %v", got.Outcome, err)
 	}
@@ -589,11 +589,11 @@ func TestCompleteReplyLost(t *testing.T) {
 	if err := c.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("second")}); err != nil {
 		t.Fatalf("retry after a Complete that took effect: %v, want nil", err)
 	}
-	rep, err := set.Idempotency.Claim(ctx, "a", "k", "fp")
+	rep, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
 	if err != nil || rep.Outcome != idempotency.Replay || string(rep.Response.Body) != "first" {
 		t.Fatalf("after the retry: %v %v %+v, want the first answer replayed", rep.Outcome, err, rep.Response)
 	}
-	lost, err := set.Idempotency.Claim(ctx, "a", "k2", "fp")
+	lost, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k2", Fingerprint: "fp"})
 	if err != nil || lost.Outcome != idempotency.Execute {
 		t.Fatalf("claim k2: %v %v", lost.Outcome, err)
 	}

@@ -44,7 +44,7 @@ type attempts struct {
 
 // attemptScript adds one record and drops the oldest past the bound.
 // KEYS: hash, order list. ARGV: id, JSON, size.
-var attemptScript = redis.NewScript(`
+var attemptScript = denyOOM(`
 if redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) == 1 then redis.call('LPUSH', KEYS[2], ARGV[1]) end
 local size = tonumber(ARGV[3])
 while redis.call('LLEN', KEYS[2]) > size do

@@ -86,7 +86,9 @@ var (
 // Run runs the suite against h.
 func Run(t *testing.T, h Harness) {
 	t.Run("idempotency", func(t *testing.T) { testIdempotency(t, h) })
-	t.Run("idempotency-hold-and-fencing", func(t *testing.T) { testHoldAndFencing(t, h) })
+	t.Run("idempotency-lease-and-fencing", func(t *testing.T) { testLeaseAndFencing(t, h) })
+	t.Run("idempotency-renew", func(t *testing.T) { testRenew(t, h) })
+	t.Run("idempotency-settle", func(t *testing.T) { testSettle(t, h) })
 	t.Run("idempotency-confirming", func(t *testing.T) { testConfirming(t, h) })
 	t.Run("idempotency-bounds", func(t *testing.T) { testIdempotencyBounds(t, h) })
 	t.Run("idempotency-exactly-once", func(t *testing.T) { testExactlyOnce(t, h) })
@@ -113,7 +115,7 @@ func must[T any](t *testing.T) func(T, error) T {
 
 func claim(t *testing.T, s store.Set, agent, key, fp string) store.Claimed {
 	t.Helper()
-	return must[store.Claimed](t)(s.Idempotency.Claim(ctx, agent, key, fp))
+	return must[store.Claimed](t)(s.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agent, Key: key, Fingerprint: fp}))
 }
 
 func wantOutcome(t *testing.T, got store.Claimed, want idempotency.Outcome) {
@@ -181,35 +183,70 @@ func testIdempotency(t *testing.T, h Harness) {
 	}
 }
 
-func testHoldAndFencing(t *testing.T, h Harness) {
+// testLeaseAndFencing: a claim holds its key for its lease; a lease
+// that ends with no answer (the node died mid-plan) is outcome-unknown,
+// never free, until the window from its end; the holder's late Complete
+// still stores its answer; a claim whose record was dropped stores
+// nothing over a newer claim (fencing).
+func testLeaseAndFencing(t *testing.T, h Harness) {
 	clock := NewClock()
-	a, b := h.New(t, Config{Now: clock.Now, Limits: store.Limits{Idempotency: idempotency.Limits{Window: time.Hour, InFlightHold: 2 * time.Hour}}})
-	old := claim(t, a, agentA, "k", "fp")
+	a, b := h.New(t, Config{Now: clock.Now, Limits: store.Limits{Idempotency: idempotency.Limits{Window: time.Hour, Lease: 2 * time.Minute}}})
+	holder := idempotency.Holder{Node: "node-a", What: "BOOK /room"}
+	old := must[store.Claimed](t)(a.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agentA, Key: "k", Fingerprint: "fp", Holder: holder}))
 	wantOutcome(t, old, idempotency.Execute)
-	clock.Advance(2*time.Hour - time.Second)
-	wantOutcome(t, claim(t, b, agentA, "k", "fp"), idempotency.InFlight)
+	claimedAt := clock.Now()
+	clock.Advance(2*time.Minute - time.Second)
+	in := claim(t, b, agentA, "k", "fp")
+	wantOutcome(t, in, idempotency.InFlight)
+	if in.Hold == nil || in.Hold.Node != "node-a" || in.Hold.What != "BOOK /room" || !in.Hold.ClaimedAt.Equal(claimedAt) ||
+		in.Hold.LeaseEnds.Sub(clock.Now()) != time.Second {
+		t.Fatalf("in flight: hold %+v, want node-a's, claimed at %v, 1 s of lease left", in.Hold, claimedAt)
+	}
 	clock.Advance(time.Second)
-	// The hold passed (the node died mid-plan): the key is free again.
+	un := claim(t, b, agentA, "k", "fp")
+	wantOutcome(t, un, idempotency.OutcomeUnknown)
+	if un.Hold == nil || un.Hold.Node != "node-a" || !un.Hold.LeaseEnds.Equal(clock.Now()) {
+		t.Fatalf("outcome-unknown: hold %+v", un.Hold)
+	}
+	wantOutcome(t, claim(t, a, agentA, "k", "other"), idempotency.Mismatch)
+	st, ok := peek(t, a, agentA, "k")
+	if !ok || st.State != idempotency.StateOutcomeUnknown || st.Hold == nil || st.Hold.Node != "node-a" {
+		t.Fatalf("Peek = %+v %v, want outcome-unknown by node-a", st, ok)
+	}
+	// Outcome-unknown for the window from the end of the lease.
+	clock.Advance(time.Hour - time.Second)
+	wantOutcome(t, claim(t, b, agentA, "k", "fp"), idempotency.OutcomeUnknown)
+	clock.Advance(time.Second)
+	// Dropped: the key is free; the old claim stores nothing over the
+	// newer one (its token no longer matches), nor renews it.
 	newer := claim(t, b, agentA, "k", "fp")
 	wantOutcome(t, newer, idempotency.Execute)
 	if newer.Claim.Token() == old.Claim.Token() {
 		t.Fatal("two claims of one key share a fencing token")
 	}
-	// The stale claim cannot complete or abandon over the newer one, and
-	// its Complete says it stored nothing.
+	if err := old.Claim.Renew(ctx, 0); !errors.Is(err, store.ErrClaimLost) {
+		t.Fatalf("Renew of a claim that lost its key: %v, want ErrClaimLost", err)
+	}
 	if err := old.Claim.Complete(ctx, idempotency.Response{Status: 500, Body: []byte("stale")}); !errors.Is(err, store.ErrClaimLost) {
 		t.Fatalf("Complete of a claim that lost its key: %v, want ErrClaimLost", err)
 	}
 	if err := old.Claim.Complete(ctx, idempotency.Response{Status: 500, Body: []byte("stale")}); err != nil {
 		t.Fatalf("a second Complete of a lost claim: %v, want nil (no-op)", err)
 	}
-	wantOutcome(t, claim(t, a, agentA, "k", "fp"), idempotency.InFlight)
-	if err := newer.Claim.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("new")}); err != nil {
+	if err := old.Claim.Abandon(ctx); err != nil {
 		t.Fatal(err)
+	}
+	wantOutcome(t, claim(t, a, agentA, "k", "fp"), idempotency.InFlight)
+	// A lease that ended, then the holder's late Complete: stored and
+	// replayed (the request did run).
+	clock.Advance(3 * time.Minute)
+	wantOutcome(t, claim(t, a, agentA, "k", "fp"), idempotency.OutcomeUnknown)
+	if err := newer.Claim.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("new")}); err != nil {
+		t.Fatalf("the holder's Complete after its lease: %v", err)
 	}
 	got := claim(t, a, agentA, "k", "fp")
 	if got.Outcome != idempotency.Replay || string(got.Response.Body) != "new" {
-		t.Fatalf("after fencing: %v %+v, want the newer claim's answer", got.Outcome, got.Response)
+		t.Fatalf("after the late Complete: %v %+v, want its answer", got.Outcome, got.Response)
 	}
 	// The window counts from Complete.
 	clock.Advance(time.Hour - time.Second)
@@ -217,22 +254,119 @@ func testHoldAndFencing(t *testing.T, h Harness) {
 	clock.Advance(time.Second)
 	late := claim(t, b, agentA, "k", "other")
 	wantOutcome(t, late, idempotency.Execute)
-	// A claim past its hold does nothing on Abandon either.
-	clock.Advance(3 * time.Hour)
-	fresh := claim(t, a, agentA, "k", "fp")
-	wantOutcome(t, fresh, idempotency.Execute)
+	// A claim refused before it ran releases its key, also after its
+	// lease ended: nothing ran.
+	clock.Advance(5 * time.Minute)
 	if err := late.Claim.Abandon(ctx); err != nil {
 		t.Fatal(err)
 	}
+	wantOutcome(t, claim(t, b, agentA, "k", "fp"), idempotency.Execute)
+}
+
+// peek is Idempotency.Peek, failing the test on an error.
+func peek(t *testing.T, s store.Set, agent, key string) (idempotency.KeyState, bool) {
+	t.Helper()
+	st, ok, err := s.Idempotency.Peek(ctx, agent, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, ok
+}
+
+// testRenew: the holder renews its lease while its request runs, past
+// several leases, on either node; a claim's own lease comes from its
+// request when set.
+func testRenew(t *testing.T, h Harness) {
+	clock := NewClock()
+	a, b := h.New(t, Config{Now: clock.Now, Limits: store.Limits{Idempotency: idempotency.Limits{Window: time.Hour, Lease: time.Minute}}})
+	c := claim(t, a, agentA, "k", "fp")
+	wantOutcome(t, c, idempotency.Execute)
+	for range 5 {
+		clock.Advance(50 * time.Second)
+		if err := c.Claim.Renew(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	wantOutcome(t, claim(t, b, agentA, "k", "fp"), idempotency.InFlight)
+	if err := c.Claim.Complete(ctx, idempotency.Response{Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Claim.Renew(ctx, 0); !errors.Is(err, store.ErrClaimLost) {
+		t.Fatalf("Renew after Complete: %v, want ErrClaimLost", err)
+	}
+	wantOutcome(t, claim(t, b, agentA, "k", "fp"), idempotency.Replay)
+	// A claim that names its lease holds for it.
+	short := must[store.Claimed](t)(b.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agentA, Key: "short", Fingerprint: "fp", Lease: 5 * time.Second}))
+	wantOutcome(t, short, idempotency.Execute)
+	clock.Advance(6 * time.Second)
+	wantOutcome(t, claim(t, a, agentA, "short", "fp"), idempotency.OutcomeUnknown)
+	// A renewal brings it back in flight: the holder still runs.
+	if err := short.Claim.Renew(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	wantOutcome(t, claim(t, a, agentA, "short", "fp"), idempotency.InFlight)
+}
+
+// testSettle: the operator's release and resolve of an outcome-unknown
+// key, on either node; a key still running or answered is refused.
+func testSettle(t *testing.T, h Harness) {
+	clock := NewClock()
+	a, b := h.New(t, Config{Now: clock.Now, Limits: store.Limits{Idempotency: idempotency.Limits{Window: time.Hour, Lease: time.Minute}}})
+	if _, err := b.Idempotency.Release(ctx, agentA, "none"); !errors.Is(err, idempotency.ErrNoRecord) {
+		t.Fatalf("Release of an unknown key: %v, want ErrNoRecord", err)
+	}
+	run := claim(t, a, agentA, "run", "fp")
+	if st, err := b.Idempotency.Release(ctx, agentA, "run"); !errors.Is(err, idempotency.ErrLeaseLive) || st.State != idempotency.StateInFlight {
+		t.Fatalf("Release of a running key: %+v %v, want ErrLeaseLive", st, err)
+	}
+	done := claim(t, a, agentA, "done", "fp")
+	if err := done.Claim.Complete(ctx, idempotency.Response{Status: 201}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := b.Idempotency.Resolve(ctx, agentA, "done", idempotency.Response{Status: 200}); !errors.Is(err, idempotency.ErrAnswered) || st.Status != 201 {
+		t.Fatalf("Resolve of an answered key: %+v %v, want ErrAnswered with its status", st, err)
+	}
+	stuck := must[store.Claimed](t)(a.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agentA, Key: "stuck", Fingerprint: "fp",
+		Holder: idempotency.Holder{Node: "node-a", What: "BOOK /room"}}))
+	ran := claim(t, a, agentA, "ran", "fp")
+	clock.Advance(2 * time.Minute)
+	st, err := b.Idempotency.Release(ctx, agentA, "stuck")
+	if err != nil || st.State != idempotency.StateOutcomeUnknown || st.Hold == nil || st.Hold.Node != "node-a" {
+		t.Fatalf("Release of an outcome-unknown key: %+v %v", st, err)
+	}
+	if err := stuck.Claim.Complete(ctx, idempotency.Response{Status: 200}); !errors.Is(err, store.ErrClaimLost) {
+		t.Fatalf("Complete of a released claim: %v, want ErrClaimLost", err)
+	}
+	again := claim(t, a, agentA, "stuck", "fp")
+	wantOutcome(t, again, idempotency.Execute)
+	if err := again.Claim.Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	answer := idempotency.Response{Status: 200, Body: []byte(`{"resolved":true}`), Header: map[string]string{"Content-Type": "application/json"}}
+	if _, err := a.Idempotency.Resolve(ctx, agentA, "ran", answer); err != nil {
+		t.Fatal(err)
+	}
+	rep := claim(t, b, agentA, "ran", "fp")
+	if rep.Outcome != idempotency.Replay || rep.Response.Status != 200 || string(rep.Response.Body) != `{"resolved":true}` {
+		t.Fatalf("after Resolve: %v %+v", rep.Outcome, rep.Response)
+	}
+	if st, ok := peek(t, b, agentA, "ran"); !ok || st.State != idempotency.StateAnswered || st.Status != 200 {
+		t.Fatalf("Peek after Resolve = %+v %v", st, ok)
+	}
+	if err := ran.Claim.Complete(ctx, idempotency.Response{Status: 500}); !errors.Is(err, store.ErrClaimLost) {
+		t.Fatalf("Complete of a resolved claim: %v, want ErrClaimLost", err)
+	}
+	if err := run.Claim.Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func testConfirming(t *testing.T, h Harness) {
 	clock := NewClock()
-	a, b := h.New(t, Config{Now: clock.Now, Limits: store.Limits{Idempotency: idempotency.Limits{Window: time.Hour}}})
+	a, b := h.New(t, Config{Now: clock.Now, Limits: store.Limits{Idempotency: idempotency.Limits{Window: time.Hour, Lease: time.Hour}}})
 	conf := func(s store.Set, key, fp, sid string, pending bool) store.Claimed {
 		t.Helper()
-		return must[store.Claimed](t)(s.Idempotency.ClaimConfirming(ctx, agentA, key, fp, sid, pending))
+		return must[store.Claimed](t)(s.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agentA, Key: key, Fingerprint: fp, SynthesisID: sid, Pending: pending}))
 	}
 	gate := claim(t, a, agentA, "k", "fp")
 	wantOutcome(t, gate, idempotency.Execute)
@@ -321,8 +455,9 @@ func testIdempotencyBounds(t *testing.T, h Harness) {
 			t.Fatalf("Len = %d, want -1 (not counted)", n)
 		}
 	}
-	// Expired records free their agent's share.
-	clock.Advance(time.Hour + time.Second)
+	// Expired records free their agent's share (the one never completed
+	// after its lease and the window of its outcome-unknown record).
+	clock.Advance(time.Hour + idempotency.DefaultLease + time.Second)
 	wantOutcome(t, claim(t, a, agentA, "3", "fp"), idempotency.Execute)
 	if h.Totals {
 		if n := must[int](t)(b.Idempotency.Len(ctx)); n != 1 {
@@ -347,7 +482,7 @@ func testExactlyOnce(t *testing.T, h Harness) {
 		go func() {
 			defer wg.Done()
 			<-start
-			got, err := s.Idempotency.Claim(ctx, agentA, "dup", "fp")
+			got, err := s.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agentA, Key: "dup", Fingerprint: "fp"})
 			if err != nil {
 				errs <- err
 				return
