@@ -2,8 +2,8 @@ package idempotency
 
 import (
 	"bytes"
-	"errors"
 	"container/list"
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"

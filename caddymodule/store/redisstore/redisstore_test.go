@@ -110,7 +110,10 @@ func TestRoundTripsPerOperation(t *testing.T) {
 			}
 			return err
 		}, map[store.Op]int{store.OpClaim: 1, store.OpComplete: 1}},
-		{"replay", func() error { _, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agent, Key: "k", Fingerprint: "fp"}); return err }, map[store.Op]int{store.OpClaim: 1}},
+		{"replay", func() error {
+			_, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agent, Key: "k", Fingerprint: "fp"})
+			return err
+		}, map[store.Op]int{store.OpClaim: 1}},
 		{"rate limit", func() error { _, err := lim.Allow(ctx, agent); return err }, map[store.Op]int{store.OpRateLimit: 1}},
 		{"signature", func() error {
 			_, err := set.Replay.Seen(ctx, agent, []byte("s"), time.Now().Add(time.Minute))
@@ -180,7 +183,10 @@ func TestUnavailable(t *testing.T) {
 		name string
 		run  func() error
 	}{
-		{"claim", func() error { _, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"}); return err }},
+		{"claim", func() error {
+			_, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
+			return err
+		}},
 		{"complete", func() error { return held.Claim.Complete(ctx, idempotency.Response{Status: 200}) }},
 		{"rate limit", func() error { _, err := lim.Allow(ctx, "a"); return err }},
 		{"lookup", func() error { _, _, err := set.Contracts.Lookup(ctx, "a", "syn-1"); return err }},
