@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -404,4 +405,26 @@ func field(reply, name string) string {
 		}
 	}
 	return ""
+}
+
+// Pause stops the server process (SIGSTOP): it keeps its connections
+// and its socket buffers, and runs what they hold once resumed, as a
+// Redis that stalls does. Resume continues it (SIGCONT). A paused server
+// is resumed before Stop kills it.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.t.Helper()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		s.t.Fatalf("redistest: the server on %s is not running", s.Addr())
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redistest: signal %v to %s: %v", sig, s.Addr(), err)
+	}
 }
