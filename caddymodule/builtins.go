@@ -233,8 +233,19 @@ func (h *engine) revoke(x *exchange, req *request, p map[string]any) {
 			if ok {
 				entry["current_version"] = cur
 			}
+			// A contract whose plan calls an upstream this configuration
+			// no longer declares is stale too, whatever its version: it
+			// is refused when presented (missingUpstreams).
+			runnable := true
+			if rec, err := h.bind(c); err != nil {
+				h.logger.Warn("stale sweep: a contract's plan cannot be bound to this configuration", zap.String("synthesis_id", c.SynthesisID), zap.Error(err))
+				runnable = false
+			} else if missing := rec.MissingUpstreams(); missing != nil {
+				entry["missing_upstreams"] = missing
+				runnable = false
+			}
 			switch {
-			case ok && cur == c.Lineage.RecipeVersion:
+			case ok && cur == c.Lineage.RecipeVersion && runnable:
 				entry["disposition"] = "unchanged"
 			case mode == "grandfather":
 				entry["disposition"] = "grandfathered"

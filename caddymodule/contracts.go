@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
@@ -80,7 +81,16 @@ func (h *engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 		x.fail(scopeHeaderRequired())
 		return
 	}
-	if ref := policy.CheckRequiredScopes(req.caller, c.Recipe.RequiredScopes); ref != nil {
+	rec, err := h.bind(c)
+	if err != nil {
+		h.storeFailed(x, err)
+		return
+	}
+	if missing := rec.MissingUpstreams(); missing != nil {
+		h.refuse(x, req, nil, missingUpstreams(c, missing))
+		return
+	}
+	if ref := policy.CheckRequiredScopes(req.caller, rec.RequiredScopes); ref != nil {
 		x.fail(agtp.FromRefusal(ref))
 		return
 	}
@@ -92,7 +102,7 @@ func (h *engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 		x.fail(e)
 		return
 	}
-	if f := c.Recipe.ValidateInput(in); f != nil {
+	if f := rec.ValidateInput(in); f != nil {
 		x.fail(failureError(f))
 		return
 	}
@@ -133,8 +143,8 @@ func (h *engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 	// ran nothing (spec §16.1).
 	x.contract = contractRef(c)
 	x.executed = true
-	x.stateChanging = c.Recipe.StateChanging()
-	out, ok := h.execute(x, c, in)
+	x.stateChanging = rec.StateChanging()
+	out, ok := h.execute(x, c, rec, in)
 	if !ok {
 		outcome = "failed"
 		return
@@ -157,13 +167,41 @@ func contractRef(c *recipes.Contract) idempotency.ContractRef {
 	return idempotency.ContractRef{SynthesisID: c.SynthesisID, ContractHash: c.ContractHash, NegotiationOrigin: c.NegotiationOrigin}
 }
 
-// execute runs c's plan; on failure it writes the 422 composition_failed
-// answer and returns false.
-func (h *engine) execute(x *exchange, c *recipes.Contract, in map[string]any) (any, bool) {
+// bind returns the recipe c runs under this configuration: the plan c
+// captured (its recipe version and steps, RCNS §13.1) with each step's
+// upstream resolved to the address, timeout and clients the running
+// configuration gives that name, whichever configuration or node
+// minted c. A plan loaded here resolves to the loaded recipe; another
+// is rebuilt once and cached (recipes.Restorer). A step whose upstream
+// is no longer declared leaves the recipe's MissingUpstreams non-empty
+// (the caller refuses it, missingUpstreams). The error wraps
+// recipes.ErrPlan when the plan cannot be rebuilt here.
+func (h *engine) bind(c *recipes.Contract) (*recipes.Recipe, error) {
+	plan, hash, err := c.Recipe.Plan()
+	if err != nil {
+		return nil, fmt.Errorf("%w: contract %s: %v", recipes.ErrPlan, c.SynthesisID, err)
+	}
+	return h.restorer.Restore(hash, plan)
+}
+
+// missingUpstreams is the refusal of a contract whose plan calls
+// upstreams the running configuration no longer declares: 464
+// composition-impossible naming them (docs/troubleshooting.md). Nothing
+// ran; the contract stays live and serves again if they are declared
+// again, and the stale sweep lists it.
+func missingUpstreams(c *recipes.Contract, missing []string) *agtp.Error {
+	return agtp.CompositionImpossible.WithFields(fmt.Sprintf("contract %s calls upstream %s, which the gateway's configuration no longer declares; nothing was run: synthesize a new contract, or ask the operator to declare the upstream again",
+		c.SynthesisID, strings.Join(missing, ", ")), map[string]any{"missing_upstreams": missing})
+}
+
+// execute runs rec, the plan of c bound to this configuration (bind);
+// on failure it writes the 422 composition_failed answer and returns
+// false.
+func (h *engine) execute(x *exchange, c *recipes.Contract, rec *recipes.Recipe, in map[string]any) (any, bool) {
 	ctx := recipes.WithTraceParent(x.in.Context, traceParent(x.in))
 	start := time.Now()
-	out, reports, cf := c.Recipe.Execute(ctx, in, time.Duration(h.CompositionTimeout))
-	h.metrics.recipeRun(c.Recipe, time.Since(start).Seconds(), reports)
+	out, reports, cf := rec.Execute(ctx, in, time.Duration(h.CompositionTimeout))
+	h.metrics.recipeRun(rec, time.Since(start).Seconds(), reports)
 	if cf != nil {
 		fields := []zap.Field{zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 			zap.String("recipe", c.Lineage.RecipeName), zap.String("reason", cf.Cause.Code)}

@@ -51,8 +51,9 @@ type engine struct {
 	gateRL   store.Limiter
 	invokeRL store.Limiter
 	// mem is the name's memory store (store memory), else nil; redis
-	// (with its pool key) the pooled client and restorer the plan
-	// restorer of store redis, else nil.
+	// (with its pool key) the pooled client of store redis, else nil;
+	// restorer binds contracts' captured plans to this configuration
+	// (bind), and restores them from store redis.
 	mem      *store.Memory
 	redis    *pooledRedis
 	redisKey string

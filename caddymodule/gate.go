@@ -123,7 +123,7 @@ func (h *engine) gateway(x *exchange, req *request) {
 	}
 	x.contract = contractRef(c)
 	x.stateChanging = c.Recipe.StateChanging()
-	out, ok := h.execute(x, c, in)
+	out, ok := h.execute(x, c, recipe, in)
 	if !ok {
 		h.metrics.synthesis(recipe.Name, ModeOptimistic, "failed")
 		return

@@ -55,7 +55,7 @@ func (h *engine) storeFailed(x *exchange, err error) {
 		x.fail(storeUnavailable())
 	case errors.Is(err, recipes.ErrPlan):
 		h.logger.Error("a contract's captured plan cannot run on this node", zap.String("agent_id", x.agentID), zap.Error(err))
-		x.fail(agtp.SynthesisError.New("the contract's captured plan cannot run on this gateway node (an upstream it calls is not configured here); synthesize a new one"))
+		x.fail(agtp.SynthesisError.New("the contract's captured plan cannot be rebuilt on this gateway node (a method it calls is not served, or an endpoint header's ${VAR} is not set here); synthesize a new one"))
 	default:
 		h.logger.Error("store call failed", zap.String("agent_id", x.agentID), zap.Error(err))
 		x.fail(agtp.InternalError.New("the gateway's state store failed"))

@@ -328,6 +328,13 @@ func (h *engine) storeLimitsOf() store.Limits {
 // naming its addresses.
 func (h *engine) provisionStore(ctx caddy.Context) error {
 	lim := h.storeLimitsOf()
+	// Every contract, whichever store holds it, runs its captured plan
+	// bound to this configuration's upstreams through the restorer
+	// (bind), so a corrected address serves contracts made before.
+	var err error
+	if h.restorer, err = recipes.NewRestorer(h.methods, h.upstreams, h.set.Recipes, 0); err != nil {
+		return fmt.Errorf("rcns: contract plans: %v", err)
+	}
 	if h.Store != StoreRedis {
 		h.mem = h.st.memory(lim)
 		h.sto = h.mem.Set()
@@ -344,9 +351,6 @@ func (h *engine) provisionStore(ctx caddy.Context) error {
 		return fmt.Errorf("rcns: store redis (%s %s): %v", cfg.Mode, strings.Join(cfg.Addrs, " "), err)
 	}
 	h.redis, h.redisKey = val.(*pooledRedis), key
-	if h.restorer, err = recipes.NewRestorer(h.methods, h.upstreams, h.set.Recipes, 0); err != nil {
-		return fmt.Errorf("rcns: store redis: %v", err)
-	}
 	if h.sto, err = h.redis.client.Set(lim, h.restorer); err != nil {
 		return fmt.Errorf("rcns: store redis: %v", err)
 	}
@@ -435,8 +439,9 @@ func dialBudget(cfg redisstore.Config) time.Duration {
 // restorer.
 func (h *engine) releaseStore() {
 	if h.restorer != nil {
+		// Kept (closed, its loaded recipes still resolve) for requests
+		// the old configuration is still answering.
 		h.restorer.Close()
-		h.restorer = nil
 	}
 	if h.redis != nil {
 		h.redis.leave(h)

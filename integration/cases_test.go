@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -90,5 +92,48 @@ func TestCallerIdentityHeaders(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestContractUpstreamFixedByReload is ../shared/cases/06: a contract
+// captures the recipe, not the upstream's address. Synthesized while
+// the Caddyfile named a wrong port (its run fails, 422
+// upstream_connection_error), the same contract presented again after
+// a reload that fixes the port answers 200 from the upstream, with
+// contract_hash unchanged.
+func TestContractUpstreamFixedByReload(t *testing.T) {
+	js, hotel, legacy, docs := reloadWorld(t)
+	recipesDir := filepath.Join(docs, "recipes")
+	copyDocs(t, "examples/hotel/recipes", recipesDir)
+	wrong := fmt.Sprintf("http://127.0.0.1:%d", freePort(t)) // nothing listens there
+	g := startGateway(t, fill(reloadSite, "HOTEL", wrong, "DOCS", docs, "RECIPES", recipesDir, "LEGACY", legacy.URL))
+	w := &hotelWorld{JS: js, Hotel: hotel, Legacy: legacy, GW: g}
+
+	failed := assertErrorBody(t, w.book(t, agentA1, scopeAll, "Allow-RCNS", "true"), 422, "composition_failed")
+	id := str(failed, "synthesis_id")
+	if id == "" || !findString(failed, "upstream_connection_error") {
+		t.Fatalf("the run on the wrong port did not fail with upstream_connection_error under a contract: %v", failed)
+	}
+	hash := str(inspectContract(t, g, agentA1, scopeAll, id).Object(t), "contract_hash")
+
+	line := "upstream hotel " + wrong
+	if !strings.Contains(g.Caddyfile, line) {
+		t.Fatalf("Caddyfile lacks %q:\n%s", line, g.Caddyfile)
+	}
+	if status, body := reload(t, g, strings.Replace(g.Caddyfile, line, "upstream hotel "+hotel.URL, 1)); status/100 != 2 {
+		t.Fatalf("reload with the fixed port failed (%d): %s", status, body)
+	}
+	before := hotel.Count()
+	r := w.book(t, agentA1, scopeAll, "Contract-Synthesized", id)
+	wantStatus(t, r, 200)
+	if got := r.Header.Get("Contract-Synthesized"); got != id {
+		t.Errorf("answer names contract %q, want %s", got, id)
+	}
+	if hotel.Count() == before {
+		t.Errorf("the contract answered without calling the fixed upstream")
+	}
+	wantStatus(t, w.book(t, agentA1, scopeAll), 200) // by pair too
+	if got := str(inspectContract(t, g, agentA1, scopeAll, id).Object(t), "contract_hash"); got != hash || hash == "" {
+		t.Errorf("contract_hash after the reload = %q, want %q unchanged", got, hash)
 	}
 }

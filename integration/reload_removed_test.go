@@ -7,15 +7,17 @@ import (
 	"testing"
 )
 
-// What a reload does not do (docs/operator-guide.md §7): `enabled false`
-// or removing an upstream with its endpoints and recipes stops new
-// syntheses, but contracts granted before keep answering, presented or
-// by pair, from the captured plan (the removed upstream included) until
-// they expire or are revoked. REVOKE target=stale-contracts
-// mode=invalidate ends those whose recipe is gone; with the recipe still
-// loaded (enabled false) they are "unchanged" and need REVOKE
-// target=contract.
-func TestReloadKeepsContractsOfRemovedUpstream(t *testing.T) {
+// What a reload does and does not do (docs/operator-guide.md §7):
+// `enabled false` stops new syntheses, but contracts granted before keep
+// answering, presented or by pair, from their captured plan until they
+// expire or are revoked; with the recipe still loaded they are
+// "unchanged" to REVOKE target=stale-contracts and need REVOKE
+// target=contract. Removing the upstream (with its endpoints and
+// recipes) leaves a contract that calls it refused, 464
+// composition-impossible naming the upstream, nothing called; the sweep
+// lists it with missing_upstreams, and mode=invalidate ends it
+// (cases/06).
+func TestReloadContractsOfRemovedUpstream(t *testing.T) {
 	js, hotel, legacy, docs := reloadWorld(t)
 	recipesDir := filepath.Join(docs, "recipes")
 	copyDocs(t, "examples/hotel/recipes", recipesDir)
@@ -75,13 +77,26 @@ func TestReloadKeepsContractsOfRemovedUpstream(t *testing.T) {
 		removed = strings.Replace(removed, kv[0], kv[1], 1)
 	}
 	mustReload(removed)
-	answersFromHotel("upstream removed", c2)
+	before := hotel.Count()
+	for _, kv := range [][]string{{"Contract-Synthesized", c2}, nil} {
+		b := assert464(t, w.book(t, agentA1, scopeAll, kv...), "composition-impossible")
+		if !strings.Contains(str(b, "explanation"), "upstream hotel") || !findString(b["missing_upstreams"], "hotel") {
+			t.Errorf("upstream removed (%v): the refusal does not name upstream hotel: %v", kv, b)
+		}
+	}
+	if hotel.Count() != before {
+		t.Errorf("the removed upstream was called")
+	}
+	r = staleSweep(t, g, agentOP, "inspect:all", "grandfather")
+	wantStatus(t, r, 200)
+	if e := sweepEntries(t, r)[c2]; str(e, "disposition") != "grandfathered" || !findString(e["missing_upstreams"], "hotel") {
+		t.Errorf("upstream removed, grandfather sweep: %s is %v, want grandfathered with missing_upstreams [hotel]", c2, e)
+	}
 	r = staleSweep(t, g, agentOP, "inspect:all", "invalidate")
 	wantStatus(t, r, 200)
 	if d := str(sweepEntries(t, r)[c2], "disposition"); d != "evicted" {
 		t.Errorf("upstream removed, stale sweep: %s disposition %q, want evicted", c2, d)
 	}
-	before := hotel.Count()
 	if r := w.book(t, agentA1, scopeAll, "Contract-Synthesized", c2); r.Status == 200 {
 		t.Errorf("the evicted contract still answers: %s", r)
 	}

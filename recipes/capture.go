@@ -95,8 +95,9 @@ func PlanHash(data []byte) string {
 
 // ErrPlan is wrapped by every error Restorer.Restore returns for a plan
 // that cannot be rebuilt here (malformed, too large, a hash that does not
-// match, a document that fails its schema, or an upstream or method this
-// node does not have).
+// match, a document that fails its schema, a method this node does not
+// serve, or a header's ${VAR} not set here). An upstream this node does
+// not declare is not one: see Recipe.MissingUpstreams.
 var ErrPlan = errors.New("captured plan cannot be restored")
 
 // DefaultMaxPlans is the number of compiled plans a Restorer keeps when
@@ -164,7 +165,10 @@ func (rs *Restorer) Cached(hash string) (*Recipe, bool) {
 // hash: a loaded or cached one, else one rebuilt from the documents
 // (each validated against its schema, the endpoints built against this
 // configuration's upstreams and method policy, the recipe built over
-// those endpoints only) and cached. Errors wrap ErrPlan and name what
+// those endpoints only) and cached. A step whose upstream this
+// configuration does not declare does not fail the rebuild: the recipe
+// names it in MissingUpstreams and must not be run (the caller refuses
+// the contract, naming the upstream). Errors wrap ErrPlan and name what
 // failed; nothing is cached then.
 func (rs *Restorer) Restore(hash string, data []byte) (*Recipe, error) {
 	if r, ok := rs.Cached(hash); ok {
@@ -193,7 +197,7 @@ func (rs *Restorer) Restore(hash string, data []byte) (*Recipe, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrPlan, err)
 		}
-		e, err := BuildEndpoint(doc, rs.mp, rs.upstreams)
+		e, err := buildBoundEndpoint(doc, rs.mp, rs.upstreams, true)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrPlan, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,7 +143,6 @@ func TestRestoreRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := newUpstream(t, echoServer(t, "").URL)
 	tests := []struct {
 		name      string
 		upstreams map[string]*Upstream
@@ -152,7 +152,6 @@ func TestRestoreRefusals(t *testing.T) {
 	}{
 		{"tampered bytes", map[string]*Upstream{"up": up}, hash, []byte(strings.Replace(string(plan), `"7"`, `"8"`, 1)), "hash to"},
 		{"too large", map[string]*Upstream{"up": up}, hash, make([]byte, MaxPlanBytes+1), "limit"},
-		{"upstream missing here", map[string]*Upstream{"other": other}, hash, plan, `unknown upstream "up"`},
 		{"not json", map[string]*Upstream{"up": up}, PlanHash([]byte("{")), []byte("{"), "captured plan cannot be restored"},
 		{"other version", map[string]*Upstream{"up": up}, PlanHash([]byte(`{"version":2}`)), []byte(`{"version":2}`), "version 2"},
 	}
@@ -168,6 +167,45 @@ func TestRestoreRefusals(t *testing.T) {
 				t.Fatalf("err = %v, want ErrPlan mentioning %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestRestoreUnboundUpstream: a plan whose upstream the configuration
+// no longer declares is rebuilt (a contract stays listable and can be
+// refused by name), names the upstream in MissingUpstreams, and never
+// calls anything.
+func TestRestoreUnboundUpstream(t *testing.T) {
+	up := newUpstream(t, echoServer(t, "").URL)
+	r, _ := buildSet(t, up, captureRecipe, captureEndpoints()...)
+	plan, hash, err := r.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.MissingUpstreams(); got != nil {
+		t.Fatalf("a loaded recipe reports missing upstreams %v", got)
+	}
+	other := newUpstream(t, echoServer(t, "").URL)
+	rs, err := NewRestorer(methodPolicy(), map[string]*Upstream{"other": other}, nil, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	rr, err := rs.Restore(hash, plan)
+	if err != nil {
+		t.Fatalf("Restore without the upstream: %v", err)
+	}
+	if got := rr.MissingUpstreams(); !slices.Equal(got, []string{"up"}) {
+		t.Fatalf("MissingUpstreams = %v, want [up]", got)
+	}
+	if rr.Steps[0].Endpoint.UpstreamConfigured() {
+		t.Fatal("a step bound to no upstream reports it configured")
+	}
+	_, reports, cf := rr.Execute(context.Background(), map[string]any{"id": "x"}, time.Second)
+	if cf == nil || cf.Cause.Code != ErrUpstreamConnection || !strings.Contains(cf.Cause.Explanation, "upstream up is not declared") {
+		t.Fatalf("Execute = %v, want upstream_connection_error naming up", cf)
+	}
+	if cf.Cause.Sent || reports[0].Upstream != "up" {
+		t.Fatalf("failure sent = %v, report upstream = %q; want not sent, up", cf.Cause.Sent, reports[0].Upstream)
 	}
 }
 

@@ -33,7 +33,10 @@ const (
 type Contract struct {
 	SynthesisID  string
 	Method, Path string
-	Recipe       *Recipe // captured plan; runs for the contract's whole life
+	// Recipe is the recipe the contract captured: its plan (version and
+	// steps) runs for the contract's whole life, bound at each run to
+	// the running configuration's upstreams (Restorer).
+	Recipe *Recipe
 	// EndpointJSON is the synthesized endpoint in manifest-projection
 	// form, as its RFC 8785 canonical JSON: the exact bytes contract_hash
 	// covers, served as is in 461/263 bodies and INSPECT.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -20,8 +21,11 @@ import (
 // Recipe is an operator-written Tier C composition rule (spec §13.1):
 // a pattern, the synthesized endpoint, and a plan of steps over Tier B
 // endpoints. Built once at load, immutable, safe for concurrent use. A
-// contract captures the *Recipe it was synthesized from and keeps
-// running it across config reloads.
+// contract captures the recipe it was synthesized from (its version and
+// steps, as the captured plan, Plan) and keeps running it across config
+// reloads; each configuration binds that plan to its own upstreams
+// (Restorer), so a step's upstream is the one the running configuration
+// declares under its name.
 type Recipe struct {
 	// Name and Version identify the recipe; Version is opaque.
 	Name, Version string
@@ -67,6 +71,9 @@ type Recipe struct {
 	output       *compiledSchema
 	outExpr      *Expr
 	impact       string
+	// missing lists the upstreams the steps name that the configuration
+	// the recipe was built against does not declare (sorted, unique).
+	missing []string
 }
 
 // Step is one plan step: a Tier B endpoint called with the result of a
@@ -210,9 +217,13 @@ func BuildRecipe(doc *schema.Document, mp *policy.MethodPolicy, lookup EndpointL
 			return nil, doc.Errorf("/endpoint/semantic/impact", "impact %q is lower than step %q's impact %q (spec §13.3)", r.impact, sd.Name, ep.Semantic.Impact)
 		}
 		r.Steps = append(r.Steps, st)
+		if !ep.UpstreamConfigured() && !slices.Contains(r.missing, ep.UpstreamName()) {
+			r.missing = append(r.missing, ep.UpstreamName())
+		}
 		seen[sd.Name] = true
 		vars = append(vars, "$"+sd.Name)
 	}
+	sort.Strings(r.missing)
 	if r.outExpr, err = CompileExpr(d.Output, vars); err != nil {
 		return nil, doc.Errorf("/output", "%v", err)
 	}
@@ -308,6 +319,14 @@ func (r *Recipe) PatternPath() string {
 	}
 	return r.PathExact
 }
+
+// MissingUpstreams returns the names of the upstreams the recipe's steps
+// call that the configuration it was built against does not declare,
+// sorted; nil when every step is bound. Only a recipe a Restorer rebuilt
+// from a captured plan after an upstream was removed has any: such a
+// recipe must not run (every call of such a step fails), and the
+// contract that captured it is refused naming them.
+func (r *Recipe) MissingUpstreams() []string { return r.missing }
 
 // Depth is the number of leaf steps of the plan (spec §13.2, OP-16).
 func (r *Recipe) Depth() int { return len(r.Steps) }

@@ -61,6 +61,18 @@ type Upstream struct {
 	// transport sends the requests (RoundTrip: no redirect following,
 	// no cookie jar, as reverse_proxy uses its transport).
 	transport *http.Transport
+	// unconfigured marks the placeholder of an upstream the running
+	// configuration does not declare (unconfiguredUpstream): no Base,
+	// no transport, never called.
+	unconfigured bool
+}
+
+// unconfiguredUpstream is the placeholder a Restorer binds a captured
+// step to when the running configuration no longer declares its
+// upstream: it carries the name (for refusals and the stale sweep) and
+// the default timeout, and Endpoint.InvokeValidated refuses to call it.
+func unconfiguredUpstream(name string) *Upstream {
+	return &Upstream{Name: name, Timeout: 30 * time.Second, unconfigured: true}
 }
 
 // CheckUpstreamName refuses an upstream name that no endpoint could
