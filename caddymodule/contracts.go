@@ -97,7 +97,7 @@ func (h *engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 	if !h.claim(x, req, 0) { // first, as in invokeEndpoint
 		return
 	}
-	in, e := x.input(req, nil)
+	in, e := x.input(req, nil, rec)
 	if e != nil {
 		x.fail(e)
 		return

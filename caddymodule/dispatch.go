@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
@@ -423,11 +424,21 @@ func (h *engine) methodNotAllowed(x *exchange, why string) *agtp.Error {
 
 var envelopeKeys = map[string]bool{"method": true, "task_id": true, "session_id": true, "parameters": true, "context": true}
 
+// textConverter converts an input's query and path values (text) to
+// the types its input_schema declares: *recipes.Endpoint for Tier B,
+// *recipes.Recipe for the gate and contracts.
+type textConverter interface {
+	ConvertText(in map[string]any, textKeys []string) *recipes.Failure
+}
+
 // input assembles an invocation's input (spec OP-32, api-01 §5.5):
 // envelope parameters, plus query parameters (body wins; a repeated
 // query key keeps its last value, spec §2.1), plus template parameters
-// (a different body value is an error).
-func (x *exchange) input(req *request, params map[string]string) (map[string]any, *agtp.Error) {
+// (a different body value is an error). The query and path values,
+// text on the wire, are then converted by conv to the boolean, integer
+// or number type the input_schema declares (a value that does not
+// convert is 422 invalid-input naming the parameter), on every door.
+func (x *exchange) input(req *request, params map[string]string, conv textConverter) (map[string]any, *agtp.Error) {
 	// The answer names the least unknown field, so it does not vary
 	// with map iteration (and nothing is allocated when all are known).
 	unknown, found := "", false
@@ -443,9 +454,11 @@ func (x *exchange) input(req *request, params map[string]string) (map[string]any
 	if e != nil {
 		return nil, e
 	}
+	var text []string // the keys whose value is text from the query or path
 	for k := range x.query {
 		if _, inBody := in[k]; !inBody {
 			in[k], _ = agtp.QueryValue(x.query, k)
+			text = append(text, k)
 		}
 	}
 	for k, v := range params {
@@ -455,6 +468,13 @@ func (x *exchange) input(req *request, params map[string]string) (map[string]any
 			}
 		}
 		in[k] = v
+		text = append(text, k)
+	}
+	if len(text) > 0 {
+		slices.Sort(text) // the first failure named does not vary
+		if f := conv.ConvertText(in, text); f != nil {
+			return nil, failureError(f)
+		}
 	}
 	return in, nil
 }

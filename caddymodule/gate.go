@@ -87,7 +87,7 @@ func (h *engine) gateway(x *exchange, req *request) {
 		h.refuse(x, req, &states, agtp.FromRefusal(ref))
 		return
 	}
-	in, e := x.input(req, nil)
+	in, e := x.input(req, nil, recipe)
 	if e != nil {
 		x.fail(e)
 		return

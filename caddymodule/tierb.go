@@ -32,7 +32,7 @@ func (h *engine) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint,
 	if !h.claim(x, req, h.leaseFor(ep.Timeout())) {
 		return
 	}
-	in, e := x.input(req, params)
+	in, e := x.input(req, params, ep)
 	if e != nil {
 		x.failWith(e, extra)
 		return

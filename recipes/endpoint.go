@@ -74,6 +74,9 @@ type Endpoint struct {
 	input  *compiledSchema
 	output *compiledSchema
 	svc    *externalService
+	// textTypes are the scalar types query and path values convert to
+	// (ConvertText).
+	textTypes textTypes
 }
 
 // BuildEndpoint turns a validated endpoint document into an Endpoint.
@@ -136,6 +139,7 @@ func buildBoundEndpoint(doc *schema.Document, mp *policy.MethodPolicy, upstreams
 	if e.output, err = compileSchema(d.OutputSchema); err != nil {
 		return nil, doc.Errorf("/output_schema", "invalid JSON Schema: %v", err)
 	}
+	e.textTypes = textTypesOf(d.InputSchema)
 	props, _ := d.InputSchema["properties"].(map[string]any)
 	for _, p := range tmpl.Params() {
 		if _, ok := props[p]; !ok {

@@ -71,6 +71,7 @@ type Recipe struct {
 	output       *compiledSchema
 	outExpr      *Expr
 	impact       string
+	textTypes    textTypes // query and path value types (ConvertText)
 	// missing lists the upstreams the steps name that the configuration
 	// the recipe was built against does not declare (sorted, unique).
 	missing []string
@@ -162,6 +163,7 @@ func BuildRecipe(doc *schema.Document, mp *policy.MethodPolicy, lookup EndpointL
 	if r.output, err = compileSchema(d.Endpoint.OutputSchema); err != nil {
 		return nil, doc.Errorf("/endpoint/output_schema", "invalid JSON Schema: %v", err)
 	}
+	r.textTypes = textTypesOf(d.Endpoint.InputSchema)
 	scopes := map[string]policy.Scope{}
 	addScopes := func(ptr string, list []string) error {
 		for i, s := range list {
