@@ -147,8 +147,8 @@ func TestAgentCLI(t *testing.T) {
 		body := string(mustJSON(t, bookBody()))
 		out, errOut, code := cliRun(t, bin, "call", "-key", keyPath, "-agent-id", agentA1, "-scope", scopeAll,
 			"-allow-rcns", "BOOK", g.URL+"/room", body)
-		if code != 0 {
-			t.Fatalf("call exit %d:\n%s%s", code, out, errOut)
+		if code != 3 { // a 461 preview: nothing ran
+			t.Fatalf("call exit %d, want 3 for a 461:\n%s%s", code, out, errOut)
 		}
 		if status, _, _ := strings.Cut(out, "\n"); !strings.Contains(status, " 461") {
 			t.Fatalf("signed BOOK /room in confirm-first: status line %q, want 461; output:\n%s", status, out)
@@ -158,8 +158,8 @@ func TestAgentCLI(t *testing.T) {
 	t.Run("call with another agent's id 401", func(t *testing.T) {
 		out, errOut, code := cliRun(t, bin, "call", "-key", keyPath, "-agent-id", agentA2, "-scope", "hotel:read",
 			"FETCH", g.URL+"/guests/g-1")
-		if code != 0 {
-			t.Fatalf("call exit %d:\n%s%s", code, out, errOut)
+		if code != 4 { // a refusal, printed
+			t.Fatalf("call exit %d, want 4:\n%s%s", code, out, errOut)
 		}
 		if status, _, _ := strings.Cut(out, "\n"); !strings.Contains(status, " 401") || !strings.Contains(out, `"key-unknown"`) {
 			t.Fatalf("key of A1 with Agent-ID A2: want 401 key-unknown; output:\n%s", out)
@@ -209,4 +209,38 @@ func TestAgentCLI(t *testing.T) {
 			t.Errorf("another signature gives id %q, want %s", strings.TrimSpace(out2), got)
 		}
 	})
+}
+
+// TestAgentCLIHeaderIdentity is ../shared/cases/07 item 3: against a
+// gateway under identity header, rcns-agent call needs no -key (nothing
+// is signed), and it exits as curl --fail does: 0 for a 2xx answer, 4
+// for a 4xx (a 422 included), the answer printed either way. Over the
+// native door too when the suite runs there.
+func TestAgentCLIHeaderIdentity(t *testing.T) {
+	bin := cliBuild(t)
+	w := startHotel(t, hotelOpts{})
+	base := w.GW.URL
+	if w.GW.AGTPAddr != "" {
+		base = "agtp://" + w.GW.AGTPAddr
+	}
+	for _, tc := range []struct {
+		name, method, path, scope, status string
+		code                              int
+	}{
+		{"200", "FETCH", "/guests/g-1", "hotel:read", " 200", 0},
+		{"422 guest_not_found", "FETCH", "/guests/g-404", "hotel:read", " 422", 4},
+		{"404 without a contract", "BOOK", "/room", scopeAll, " 404", 4},
+		{"262 scope-claim-invalid", "FETCH", "/guests/g-1", "vault:read", " 262", 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, code := cliRun(t, bin, "call", "-agent-id", agentA1, "-scope", tc.scope, tc.method, base+tc.path)
+			status, _, _ := strings.Cut(out, "\n")
+			if code != tc.code || !strings.Contains(status, tc.status) {
+				t.Fatalf("call exit %d, status line %q; want %d and%s:\n%s%s", code, status, tc.code, tc.status, out, errOut)
+			}
+			if tc.code != 0 && !strings.Contains(errOut, "answered"+tc.status) {
+				t.Errorf("stderr does not say what was answered: %q", errOut)
+			}
+		})
+	}
 }

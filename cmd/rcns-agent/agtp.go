@@ -46,6 +46,9 @@ func newSignedAGTPRequest(key crypto.Signer, method string, u *url.URL, body []b
 		req.Header.Set("Content-Type", "application/json")
 		httpsig.SetContentDigest(req.Header, body)
 	}
+	if key == nil {
+		return req, nil // unsigned (identity header or mtls)
+	}
 	if err := sign(req.HTTPRequest(u.Scheme), key, now); err != nil {
 		return nil, err
 	}

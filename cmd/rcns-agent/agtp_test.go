@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -110,14 +111,18 @@ func verifying(kid string, pub any, status int) func(*wire.Request, []byte, *tls
 func callOut(t *testing.T, args ...string) (string, string, map[string]any) {
 	t.Helper()
 	code, out, errOut := runCLI(append([]string{"call"}, args...)...)
-	if code != 0 {
-		t.Fatalf("call: exit %d: %s", code, errOut)
-	}
 	head, body, ok := strings.Cut(out, "\n\n")
 	if !ok {
-		t.Fatalf("output:\n%s", out)
+		t.Fatalf("call: exit %d: %s\noutput:\n%s", code, errOut, out)
 	}
 	status, fields, _ := strings.Cut(head, "\n")
+	// The exit status is the one the printed status calls for (0, or 3
+	// for a 461 preview, 4 for a refusal).
+	var proto string
+	var n int
+	if _, err := fmt.Sscanf(status, "%s %d", &proto, &n); err != nil || code != exitFor(n) {
+		t.Fatalf("call: exit %d for %q: %s", code, status, errOut)
+	}
 	var m map[string]any
 	if err := json.Unmarshal([]byte(body), &m); err != nil {
 		t.Fatalf("body %q: %v", body, err)

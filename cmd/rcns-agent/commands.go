@@ -39,14 +39,70 @@ const usage = `usage:
   rcns-agent keygen -alg ed25519|ecdsa-p256-sha256 -out key.pem
   rcns-agent id genesis.json
   rcns-agent thumbprint -key key.pem
-  rcns-agent call -key key.pem -agent-id ID [-scope S] [-allow-rcns]
+  rcns-agent call [-key key.pem] -agent-id ID [-scope S] [-allow-rcns]
           [-idempotency-key K] [-contract ID] [-H 'Name: v']... [-timeout 30s]
           [-cacert ca.pem] [-cert cert.pem -cert-key key.pem] [-insecure-plaintext]
           METHOD URL [JSON-BODY]
   URL is http://, https://, agtp:// (AGTP/1.0 in plain text, loopback only
   unless -insecure-plaintext) or agtps:// (AGTP/1.0 over TLS 1.3); the
-  AGTP port defaults to 4480.
+  AGTP port defaults to 4480. Without -key the request is not signed
+  (for a gateway under identity header or mtls).
+exit status: 0 a 2xx answer other than 262 (263 included); 1 no answer
+  (connection, TLS, timeout, a bad file); 2 a usage error; 3 a 461
+  confirm-first preview (nothing ran: present the contract); 4 any other
+  answer (262, 4xx such as 404, 422 and 459-464, 5xx). The answer is
+  printed either way.
 `
+
+// Exit statuses of run (documented in the package comment and usage).
+const (
+	// exitOK is a served answer: 2xx but 262.
+	exitOK = 0
+	// exitFailure is no answer: a connection, TLS or file error.
+	exitFailure = 1
+	// exitUsage is a command-line mistake.
+	exitUsage = 2
+	// exitPreview is a 461 RCNS Contract Available: a confirm-first
+	// preview whose plan has not run.
+	exitPreview = 3
+	// exitRefused is any other answer: 262, 3xx, 4xx, 5xx.
+	exitRefused = 4
+)
+
+// answerError is the outcome of call when the gateway answered with a
+// status that exitFor does not count as served: the answer was printed,
+// and run exits with exitFor(status).
+type answerError struct{ status int }
+
+func (e *answerError) Error() string {
+	if e.status == 461 {
+		return "the gateway answered 461: a confirm-first preview, nothing ran; present the contract (-contract SYNTHESIS-ID) to run it"
+	}
+	return fmt.Sprintf("the gateway answered %d", e.status)
+}
+
+// exitFor is the exit status of an answer with status: exitOK for 2xx
+// other than 262 (AGTP's Authorization Required, a refusal), exitPreview
+// for 461, exitRefused otherwise, as curl --fail treats an HTTP error.
+func exitFor(status int) int {
+	switch {
+	case status >= 200 && status < 300 && status != 262:
+		return exitOK
+	case status == 461:
+		return exitPreview
+	default:
+		return exitRefused
+	}
+}
+
+// answered returns nil for an answer exitFor counts as served, else an
+// *answerError.
+func answered(status int) error {
+	if exitFor(status) == exitOK {
+		return nil
+	}
+	return &answerError{status: status}
+}
 
 // signatureLifetime is expires-created for call (the gateway allows at
 // most 300 s).
@@ -75,15 +131,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rcns-agent: unknown command %q\n%s", args[0], usage)
 		return 2
 	}
+	var ae *answerError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp): // the FlagSet printed its help
-		return 0
+		return exitOK
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "rcns-agent: %v\n%s", err, usage)
-		return 2
+		return exitUsage
+	case errors.As(err, &ae):
+		fmt.Fprintf(stderr, "rcns-agent: %v\n", err)
+		return exitFor(ae.status)
 	default:
 		fmt.Fprintf(stderr, "rcns-agent: %v\n", err)
-		return 1
+		return exitFailure
 	}
 }
 
@@ -265,7 +325,7 @@ func (h *headerFlags) Set(v string) error {
 // the native AGTP/1.0 wire for agtp:// and agtps:// (spec §2.1).
 func call(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("call", stderr)
-	keyPath := fs.String("key", "", "private key file (PEM)")
+	keyPath := fs.String("key", "", "private key file (PEM) to sign with; leave it out for a gateway under identity header or mtls (the request goes unsigned)")
 	agent := fs.String("agent-id", "", "Agent-ID of the calling agent")
 	scope := fs.String("scope", "", "Authority-Scope header value")
 	allow := fs.Bool("allow-rcns", false, "send Allow-RCNS: true")
@@ -281,10 +341,10 @@ func call(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *keyPath == "" || *agent == "" {
-		return usageErr("call needs -key and -agent-id")
+	if *agent == "" {
+		return usageErr("call needs -agent-id")
 	}
-	if err := refuseEmpty(fs, "idempotency-key", "contract", "scope", "cacert", "cert", "cert-key"); err != nil {
+	if err := refuseEmpty(fs, "key", "idempotency-key", "contract", "scope", "cacert", "cert", "cert-key"); err != nil {
 		return err
 	}
 	if (*certFile == "") != (*certKey == "") {
@@ -301,9 +361,13 @@ func call(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return usageErr("JSON-BODY is not valid JSON")
 		}
 	}
-	key, err := httpsig.LoadPrivateKey(*keyPath)
-	if err != nil {
-		return err
+	var key crypto.Signer // nil: unsigned
+	if *keyPath != "" {
+		k, err := httpsig.LoadPrivateKey(*keyPath)
+		if err != nil {
+			return err
+		}
+		key = k
 	}
 	tlsConf, err := clientTLS(*caFile, *certFile, *certKey)
 	if err != nil {
@@ -339,7 +403,10 @@ func call(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return printAGTPResponse(stdout, resp)
+		if err := printAGTPResponse(stdout, resp); err != nil {
+			return err
+		}
+		return answered(resp.Status)
 	}
 	req, err := newSignedRequest(ctx, key, method, target, body, setHeaders, time.Now())
 	if err != nil {
@@ -354,7 +421,10 @@ func call(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer resp.Body.Close()
-	return printResponse(stdout, resp)
+	if err := printResponse(stdout, resp); err != nil {
+		return err
+	}
+	return answered(resp.StatusCode)
 }
 
 // refuseEmpty is a usage error when one of the named flags was given
@@ -375,7 +445,8 @@ func refuseEmpty(fs *flag.FlagSet, names ...string) error {
 
 // newSignedRequest builds METHOD target with body (JSON, may be nil),
 // lets setHeaders add fields, and signs it under sig1 at now with
-// DefaultComponents, expires now+60s and a random nonce.
+// DefaultComponents, expires now+60s and a random nonce; with a nil key
+// it is sent unsigned (a Content-Digest is still set for a body).
 func newSignedRequest(ctx context.Context, key crypto.Signer, method, target string, body []byte, setHeaders func(http.Header), now time.Time) (*http.Request, error) {
 	var rd io.Reader
 	if body != nil {
@@ -392,6 +463,9 @@ func newSignedRequest(ctx context.Context, key crypto.Signer, method, target str
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 		httpsig.SetContentDigest(req.Header, body)
+	}
+	if key == nil {
+		return req, nil
 	}
 	if err := sign(req, key, now); err != nil {
 		return nil, err

@@ -7,7 +7,7 @@
 //	rcns-agent keygen -alg ed25519|ecdsa-p256-sha256 -out key.pem
 //	rcns-agent id genesis.json
 //	rcns-agent thumbprint -key key.pem
-//	rcns-agent call -key key.pem -agent-id ID [-scope S] [-allow-rcns]
+//	rcns-agent call [-key key.pem] -agent-id ID [-scope S] [-allow-rcns]
 //	        [-idempotency-key K] [-contract ID] [-H 'Name: v']...
 //	        [-timeout 30s] [-cacert ca.pem] [-cert c.pem -cert-key k.pem]
 //	        [-insecure-plaintext] METHOD URL [JSON-BODY]
@@ -21,7 +21,9 @@
 // call sends METHOD URL signed under label sig1 with created=now,
 // expires=now+60s and a random nonce, covering the profile's default
 // components; a JSON-BODY is sent as application/json with a
-// Content-Digest. It prints the status line, the response header fields
+// Content-Digest. Without -key the request is sent unsigned, for a
+// gateway under `identity header` or `identity mtls`, where nothing is
+// signed. It prints the status line, the response header fields
 // (sorted, in AGTP spelling) and the body.
 //
 // URL is http:// or https:// (the HTTP binding, spec §2.3), or agtp://
@@ -37,8 +39,16 @@
 // system roots for https:// and agtps://; -cert and -cert-key present a
 // client certificate (mTLS).
 //
-// Exit status: 0 on success (for call: any HTTP response), 1 on
-// failure, 2 on a usage error.
+// Exit status, as curl --fail treats HTTP errors (call prints the
+// answer in every case):
+//
+//	0  success; for call, a 2xx answer other than 262 (200, 263 …)
+//	1  failure without an answer: connection, TLS, timeout, a bad file
+//	2  usage error
+//	3  call got 461 RCNS Contract Available: a confirm-first preview,
+//	   nothing ran (present the contract with -contract to run it)
+//	4  call got any other answer: 262, 3xx, 4xx (404, 422, 459–464 …),
+//	   5xx
 package main
 
 import (

@@ -8,12 +8,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -175,10 +177,11 @@ func TestCall(t *testing.T) {
 				}
 			}
 
-			// A key the server does not know: 401 key-unknown, still exit 0.
+			// A key the server does not know: 401 key-unknown, printed,
+			// exit 4 (a refusal).
 			other, _, _ := keygenKey(t, alg)
 			code, out, _ := runCLI("call", "-key", other, "-agent-id", agent, "DISCOVER", srv.URL+"/")
-			if code != 0 || !strings.HasPrefix(out, "HTTP/1.1 401 Unauthorized\n") || !strings.Contains(out, `"reason":"key-unknown"`) {
+			if code != 4 || !strings.HasPrefix(out, "HTTP/1.1 401 Unauthorized\n") || !strings.Contains(out, `"reason":"key-unknown"`) {
 				t.Fatalf("unknown key: %d\n%s", code, out)
 			}
 		})
@@ -258,7 +261,9 @@ func TestUsage(t *testing.T) {
 		{"thumbprint no key", []string{"thumbprint"}, 2},
 		{"thumbprint missing file", []string{"thumbprint", "-key", filepath.Join(dir, "absent.pem")}, 1},
 		{"id no file", []string{"id"}, 2},
-		{"call no key", []string{"call", "-agent-id", agent, "GET", "http://127.0.0.1:1/"}, 2},
+		{"call no agent-id", []string{"call", "-key", existing, "GET", "http://127.0.0.1:1/"}, 2},
+		{"call empty key", []string{"call", "-key", "", "-agent-id", agent, "GET", "http://127.0.0.1:1/"}, 2},
+		{"call unsigned, no answer", []string{"call", "-agent-id", agent, "FETCH", "http://127.0.0.1:1/"}, 1},
 		{"call bad body", []string{"call", "-key", existing, "-agent-id", agent, "POST", "http://127.0.0.1:1/", "{"}, 2},
 		{"call bad header", []string{"call", "-key", existing, "-agent-id", agent, "-H", "nocolon", "GET", "http://127.0.0.1:1/"}, 2},
 		{"call bad scheme", []string{"call", "-key", existing, "-agent-id", agent, "GET", "ftp://127.0.0.1/"}, 1},
@@ -272,6 +277,63 @@ func TestUsage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if code, _, errOut := runCLI(tc.args...); code != tc.code {
 				t.Fatalf("exit %d, want %d (%s)", code, tc.code, errOut)
+			}
+		})
+	}
+}
+
+// TestCallUnsigned: without -key the request goes unsigned (a gateway
+// under identity header or mtls signs nothing), with its headers and a
+// Content-Digest for the body.
+func TestCallUnsigned(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]string{"signature": r.Header.Get("Signature"), "signature-input": r.Header.Get("Signature-Input"),
+			"agent": r.Header.Get("Agent-ID"), "scope": r.Header.Get("Authority-Scope"), "digest": r.Header.Get("Content-Digest")})
+	}))
+	defer srv.Close()
+	code, out, errOut := runCLI("call", "-agent-id", agent, "-scope", "hotel:read", "BOOK", srv.URL+"/room", `{"a":1}`)
+	if code != 0 {
+		t.Fatalf("unsigned call: %d %s", code, errOut)
+	}
+	_, body, _ := strings.Cut(out, "\n\n")
+	var got map[string]string
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatalf("body %q: %v", body, err)
+	}
+	if got["signature"] != "" || got["signature-input"] != "" || got["agent"] != agent || got["scope"] != "hotel:read" || got["digest"] == "" {
+		t.Fatalf("server saw %v; want no signature, the Agent-ID, the scope and a Content-Digest", got)
+	}
+}
+
+// TestCallExitStatus: call exits as curl --fail does, with the answer
+// printed either way: 0 for 2xx but 262, 3 for a 461 preview, 4 for
+// every other answer.
+func TestCallExitStatus(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var status int
+		fmt.Sscan(r.URL.Query().Get("status"), &status)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"status":%d}`, status)
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		status, code int
+		stderr       string
+	}{
+		{200, 0, ""}, {204, 0, ""}, {263, 0, ""},
+		{262, 4, "answered 262"}, {461, 3, "present the contract"},
+		{404, 4, "answered 404"}, {422, 4, "answered 422"}, {459, 4, "answered 459"}, {464, 4, "answered 464"},
+		{500, 4, "answered 500"}, {503, 4, "answered 503"},
+	} {
+		t.Run(strconv.Itoa(tc.status), func(t *testing.T) {
+			code, out, errOut := runCLI("call", "-agent-id", agent, "FETCH", srv.URL+"/?status="+strconv.Itoa(tc.status))
+			if code != tc.code || !strings.Contains(errOut, tc.stderr) || (tc.stderr == "" && errOut != "") {
+				t.Fatalf("exit %d, stderr %q; want %d with %q", code, errOut, tc.code, tc.stderr)
+			}
+			if tc.status != 204 && !strings.Contains(out, fmt.Sprintf(`{"status":%d}`, tc.status)) {
+				t.Fatalf("the answer was not printed:\n%s", out)
 			}
 		})
 	}
