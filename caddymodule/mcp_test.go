@@ -96,16 +96,17 @@ func TestToolName(t *testing.T) {
 	}
 }
 
-func TestRegexToolName(t *testing.T) {
-	for _, tc := range []struct{ name, method, recipe, want string }{
-		{"name starts with the method", "LOOKUP", "lookup-item", "lookup_item"},
-		{"name is the method", "LOOKUP", "lookup", "lookup"},
-		{"other name", "FETCH", "shard-fan-out", "fetch_shard_fan_out"},
-		{"prefix is not a word", "FETCH", "fetcher", "fetch_fetcher"},
+func TestRecipeToolName(t *testing.T) {
+	long := strings.Repeat("a", 127) + "-b"
+	for _, tc := range []struct{ name, recipe, want string }{
+		{"the recipe's name", "lend-book", "lend-book"},
+		{"one word", "lookup", "lookup"},
+		{"cut to 128, no trailing dash", long, strings.Repeat("a", 127)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := regexToolName(tc.method, tc.recipe); got != tc.want {
-				t.Fatalf("regexToolName(%s, %s) = %q, want %q", tc.method, tc.recipe, got, tc.want)
+			got := recipeToolName(tc.recipe)
+			if got != tc.want || !validToolName(got) {
+				t.Fatalf("recipeToolName(%s) = %q, want %q (a valid tool name)", tc.recipe, got, tc.want)
 			}
 		})
 	}
@@ -272,7 +273,7 @@ func TestMCPTools(t *testing.T) {
 		byName[tl.name] = tl
 		names = append(names, tl.name)
 	}
-	if got := strings.Join(names, " "); got != "compare_slow_three discover_contracts discover_patterns fetch_item fetch_slow lookup_item lookup_slow_one" {
+	if got := strings.Join(names, " "); got != "discover_contracts discover_patterns fetch_item fetch_slow lookup-item slow-one slow-three" {
 		t.Fatalf("tools = %s", got)
 	}
 	fi := byName["fetch_item"].def
@@ -284,13 +285,13 @@ func TestMCPTools(t *testing.T) {
 	if !a.ReadOnlyHint || !a.IdempotentHint || *a.DestructiveHint || *a.OpenWorldHint || fi.Title != "Fetch one item record by its id" {
 		t.Errorf("fetch_item title %q, annotations %+v", fi.Title, a)
 	}
-	li := byName["lookup_item"].def.InputSchema.(map[string]any)
+	li := byName["lookup-item"].def.InputSchema.(map[string]any)
 	props := li["properties"].(map[string]any)
 	if props["synthesis_id"] == nil || props["path"] == nil || !strings.Contains(mustMarshal(t, li["required"]), `"path"`) {
-		t.Errorf("lookup_item inputSchema lacks synthesis_id or a required path: %v", li)
+		t.Errorf("lookup-item inputSchema lacks synthesis_id or a required path: %v", li)
 	}
-	if !strings.Contains(byName["lookup_item"].def.Description, "optimistic") {
-		t.Errorf("lookup_item description does not say how it delivers: %s", byName["lookup_item"].def.Description)
+	if !strings.Contains(byName["lookup-item"].def.Description, "optimistic") {
+		t.Errorf("lookup-item description does not say how it delivers: %s", byName["lookup-item"].def.Description)
 	}
 	for _, tl := range h.mcp.tools {
 		if _, err := recipes.CompileSchema(tl.def.OutputSchema.(map[string]any)); err != nil {
@@ -308,7 +309,9 @@ func TestMCPTools(t *testing.T) {
 		err   string
 	}{
 		{name: "rename", cfg: MCPConfig{Rename: map[string]string{"fetch_item": "get_item"}, IncludeTools: []string{"get_*", "fetch_*"}}, tools: "fetch_slow get_item"},
-		{name: "exclude", cfg: MCPConfig{ExcludeTools: []string{"*_slow*", "discover_*", "compare_*"}}, tools: "fetch_item lookup_item"},
+		{name: "exclude", cfg: MCPConfig{ExcludeTools: []string{"*slow*", "discover_*"}}, tools: "fetch_item lookup-item"},
+		{name: "rename a recipe's tool", cfg: MCPConfig{Rename: map[string]string{"lookup-item": "find_item"}, IncludeTools: []string{"find_*", "lookup*"}}, tools: "find_item"},
+		{name: "rename a recipe onto an endpoint's name", cfg: MCPConfig{Rename: map[string]string{"slow-one": "fetch_item"}}, err: `"fetch_item" is given to both`},
 		{name: "rename onto another tool", cfg: MCPConfig{Rename: map[string]string{"fetch_slow": "fetch_item"}}, err: `"fetch_item" is given to both`},
 		{name: "rename of no tool", cfg: MCPConfig{Rename: map[string]string{"fetch_nothing": "x"}}, err: "mcp rename fetch_nothing: no tool has that generated name"},
 	} {
@@ -502,16 +505,16 @@ func TestMCPCalls(t *testing.T) {
 		t.Fatalf("unknown tool: %v", err)
 	}
 
-	sc, _, err = call("lookup_item", map[string]any{"path": "/item/u-1", "item_id": "3"}, nil)
+	sc, _, err = call("lookup-item", map[string]any{"path": "/item/u-1", "item_id": "3"}, nil)
 	if err != nil || sc["status"] != float64(263) || sc["synthesis_id"] == nil || sc["contract"] == nil {
-		t.Fatalf("lookup_item synthesis: %v %v", err, sc)
+		t.Fatalf("lookup-item synthesis: %v %v", err, sc)
 	}
 	sid := sc["synthesis_id"]
-	sc, _, err = call("lookup_item", map[string]any{"path": "/item/u-1", "item_id": "3"}, nil)
+	sc, _, err = call("lookup-item", map[string]any{"path": "/item/u-1", "item_id": "3"}, nil)
 	if err != nil || sc["status"] != float64(200) || sc["synthesis_id"] != sid {
-		t.Fatalf("lookup_item by pair: %v %v", err, sc)
+		t.Fatalf("lookup-item by pair: %v %v", err, sc)
 	}
-	_, _, err = call("lookup_item", map[string]any{"path": "/elsewhere", "item_id": "3"}, nil)
+	_, _, err = call("lookup-item", map[string]any{"path": "/elsewhere", "item_id": "3"}, nil)
 	if !errors.As(err, &je) || !strings.Contains(je.Message, "does not match the recipe's pattern") {
 		t.Fatalf("path off the pattern: %v", err)
 	}

@@ -217,17 +217,18 @@ func toolName(method, p string) string {
 	return n
 }
 
-// regexToolName is the generated name of the tool of a recipe matched
-// by path_regex: the method in lower case and the recipe's name (as
-// nameWord spells it), the method once when the name starts with it:
-// LOOKUP and lookup-item make lookup_item, FETCH and shard-fan-out
-// fetch_shard_fan_out.
-func regexToolName(method, recipe string) string {
-	m, n := nameWord(method), nameWord(recipe)
-	if n == m || strings.HasPrefix(n, m+"_") {
-		return n
+// recipeToolName is the generated name of a recipe's tool: the
+// recipe's own name (book-room, lend-book), which the recipe schema
+// already spells as a tool name allows (^[a-z0-9][a-z0-9-]*$), cut to
+// 128 characters. Recipe names are unique in a configuration and, with
+// their "-", never equal a generated endpoint or built-in name (those
+// join words with "_"); a recipe name without "-" may, and the load
+// then fails naming both, as for any two tools of one name.
+func recipeToolName(recipe string) string {
+	if len(recipe) > 128 {
+		return strings.TrimRight(recipe[:128], "-")
 	}
-	return m + "_" + n
+	return recipe
 }
 
 func isParamSegment(seg string) bool {
@@ -334,10 +335,8 @@ func (h *engine) recipeTool(r *recipes.Recipe) (*mcpTool, error) {
 			"description": "The AGTP path to call, which must match the recipe's pattern " + r.PatternPath() + " (RE2, the whole path)."}
 		in["required"] = withRequired(in["required"], mcpArgPath)
 		t.regex = true
-		t.generated = regexToolName(r.Method, r.Name)
-	} else {
-		t.generated = toolName(r.Method, r.PathExact)
 	}
+	t.generated = recipeToolName(r.Name)
 	t.name = t.generated
 	out, err := copySchema(proj["output_schema"])
 	if err != nil {

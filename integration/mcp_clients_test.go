@@ -198,7 +198,7 @@ func TestMCPInspectorCLI(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("inspector tools/list (exit %d):\n%s", code, out)
 	}
-	for _, tool := range []string{"book_room", "fetch_guest", "fetch_property", "reserve_reservations", "discover_contracts"} {
+	for _, tool := range []string{"book-room", "fetch_guest", "fetch_property", "reserve_reservations", "discover_contracts"} {
 		if !strings.Contains(out, `"name": "`+tool+`"`) {
 			t.Errorf("inspector tools/list lacks %s:\n%s", tool, out)
 		}
@@ -207,13 +207,13 @@ func TestMCPInspectorCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"name": "Ada Lovelace"`) || !strings.Contains(out, `"outcome": "succeeded"`) {
 		t.Fatalf("inspector tools/call fetch_guest (exit %d):\n%s", code, out)
 	}
-	// The demo runs optimistic: book_room synthesizes and runs.
-	out, code = runTool(t, dir, "node", append(base, "--method", "tools/call", "--tool-name", "book_room",
+	// The demo runs optimistic: book-room synthesizes and runs.
+	out, code = runTool(t, dir, "node", append(base, "--method", "tools/call", "--tool-name", "book-room",
 		"--tool-arg", "guest_id=g-1", "property_id=p-1", "check_in=2026-12-01", "nights=2")...)
 	if code != 0 || !strings.Contains(out, `"status": 263`) {
-		t.Fatalf("inspector tools/call book_room (exit %d):\n%s", code, out)
+		t.Fatalf("inspector tools/call book-room (exit %d):\n%s", code, out)
 	}
 	if rs := js.Reservations(t); len(rs) != 1 {
-		t.Fatalf("reservations after the Inspector's book_room: %v", rs)
+		t.Fatalf("reservations after the Inspector's book-room: %v", rs)
 	}
 }

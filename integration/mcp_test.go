@@ -33,7 +33,7 @@ func TestMCPToolsPerAgent(t *testing.T) {
 	w := startHotel(t, hotelOpts{Door: "http", Extra: "\t\tmcp {\n\t\t\tpage_size 2\n\t\t}"})
 
 	a1 := mcpConnect(t, w.GW, "/mcp", agentA1, scopeAll)
-	if got := a1.names(); got != "book_room discover_contracts discover_patterns fetch_guest fetch_property reserve_reservations" {
+	if got := a1.names(); got != "book-room discover_contracts discover_patterns fetch_guest fetch_property reserve_reservations" {
 		t.Fatalf("rcns-demo-agent's tools (every page): %s", got)
 	}
 	init := a1.s.InitializeResult()
@@ -70,7 +70,7 @@ func TestMCPToolsPerAgent(t *testing.T) {
 		}
 	}
 
-	fg, rr, br := a1.tools["fetch_guest"], a1.tools["reserve_reservations"], a1.tools["book_room"]
+	fg, rr, br := a1.tools["fetch_guest"], a1.tools["reserve_reservations"], a1.tools["book-room"]
 	for _, c := range []struct {
 		tool                                     *mcp.Tool
 		readOnly, idempotent, destructive, world bool
@@ -90,7 +90,7 @@ func TestMCPToolsPerAgent(t *testing.T) {
 	}
 	bin, _ := br.InputSchema.(map[string]any)
 	if field(bin, "properties", "synthesis_id") == nil || !strings.Contains(br.Description, "preview") {
-		t.Errorf("book_room: inputSchema %v, description %q", bin, br.Description)
+		t.Errorf("book-room: inputSchema %v, description %q", bin, br.Description)
 	}
 
 	m := w.GW.Do(t, "DISCOVER", "/", nil, nil).Object(t)
@@ -196,11 +196,11 @@ func TestMCPRecipeCall(t *testing.T) {
 	w := startHotel(t, hotelOpts{Mode: "optimistic", Extra: "\t\tmcp"})
 	c := mcpConnect(t, w.GW, "/mcp", agentA1, scopeAll)
 	before := w.Hotel.Count()
-	r := c.call(t, "book_room", bookArgs(), nil)
+	r := c.call(t, "book-room", bookArgs(), nil)
 	res := r.wantSuccess(t, 263)
 	sid := str(r.structured, "synthesis_id")
 	if sid == "" || str(r.structured, "contract", "synthesis_id") != sid || str(r.structured, "contract", "recipe_lineage", "recipe_name") != recipeName {
-		t.Fatalf("book_room 263: %v", r.structured)
+		t.Fatalf("book-room 263: %v", r.structured)
 	}
 	checkBooked(t, res, w.assertReservations(t, 1)[0])
 	if w.Hotel.Count() != before+3 {
@@ -208,10 +208,10 @@ func TestMCPRecipeCall(t *testing.T) {
 	}
 	r.wantRecord(t)
 
-	r = c.call(t, "book_room", bookArgs(), nil)
+	r = c.call(t, "book-room", bookArgs(), nil)
 	r.wantSuccess(t, 200)
 	if str(r.structured, "synthesis_id") != sid || r.structured["contract"] != nil {
-		t.Fatalf("second book_room did not run under contract %s: %v", sid, r.structured)
+		t.Fatalf("second book-room did not run under contract %s: %v", sid, r.structured)
 	}
 	w.assertReservations(t, 2)
 
@@ -234,15 +234,15 @@ func TestMCPConfirmFirst(t *testing.T) {
 	w := startHotel(t, hotelOpts{Extra: "\t\tmcp"})
 	c := mcpConnect(t, w.GW, "/mcp", agentA1, scopeAll)
 	before := w.Hotel.Count()
-	r := c.call(t, "book_room", bookArgs(), nil)
+	r := c.call(t, "book-room", bookArgs(), nil)
 	if r.res.IsError || r.outcome() != "preview" || r.structured["status"] != float64(461) {
-		t.Fatalf("first book_room under confirm-first: %v", r.structured)
+		t.Fatalf("first book-room under confirm-first: %v", r.structured)
 	}
 	sid := str(r.structured, "synthesis_id")
 	if str(r.structured, "contract", "synthesis_id") != sid || field(r.structured, "contract", "endpoint", "semantic") == nil {
 		t.Fatalf("preview lacks the contract: %v", r.structured)
 	}
-	if txt := r.res.Content[0].(*mcp.TextContent).Text; !strings.Contains(txt, sid) || !strings.Contains(txt, "book_room") {
+	if txt := r.res.Content[0].(*mcp.TextContent).Text; !strings.Contains(txt, sid) || !strings.Contains(txt, "book-room") {
 		t.Errorf("preview text does not say how to confirm: %q", txt)
 	}
 	w.assertReservations(t, 0)
@@ -252,14 +252,14 @@ func TestMCPConfirmFirst(t *testing.T) {
 
 	args := bookArgs()
 	args["synthesis_id"] = sid
-	r = c.call(t, "book_room", args, nil)
+	r = c.call(t, "book-room", args, nil)
 	res := r.wantSuccess(t, 200)
 	if str(r.structured, "synthesis_id") != sid {
 		t.Fatalf("confirmation ran under %q, want %s", str(r.structured, "synthesis_id"), sid)
 	}
 	checkBooked(t, res, w.assertReservations(t, 1)[0])
 
-	r = c.call(t, "book_room", bookArgs(), nil)
+	r = c.call(t, "book-room", bookArgs(), nil)
 	r.wantSuccess(t, 200)
 	if str(r.structured, "synthesis_id") != sid {
 		t.Fatalf("after the confirmation the pair is not served by %s: %v", sid, r.structured)
@@ -348,7 +348,7 @@ func TestMCPFailures(t *testing.T) {
 
 	a3 := mcpConnect(t, w.GW, "/mcp", agentA3, scopeAll)
 	before := w.Hotel.Count()
-	refused := a3.call(t, "book_room", bookArgs(), nil)
+	refused := a3.call(t, "book-room", bookArgs(), nil)
 	refused.wantError(t, "trust-tier-insufficient", 464, false)
 	if w.Hotel.Count() != before {
 		t.Fatalf("a refused gate evaluation called the hotel API")

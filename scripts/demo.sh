@@ -215,7 +215,7 @@ curl -i -X BOOK -H 'Agent-ID: $A1' -H 'Allow-RCNS: true' -H 'Authority-Scope: rc
   "headers": {"Agent-ID": "$A1", "Authority-Scope": "rcns:negotiate, hotel:read, hotel:book"}}}}
 
    and call a tool (fetch_guest, fetch_property, reserve_reservations,
-   book_room, discover_contracts, discover_patterns):
+   book-room, discover_contracts, discover_patterns):
 curl -s $GW/mcp -H 'Agent-ID: $A1' -H 'Authority-Scope: hotel:read' -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_guest","arguments":{"guest_id":"g-1"}}}'
 MSG
 fi
