@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -234,6 +235,19 @@ type Counter struct {
 	mu   sync.Mutex
 	reqs []CounterRequest
 	next http.Handler
+	// slow, when set, is how long a counting proxy holds the answer to
+	// a request it matches, after the upstream answered (the write is
+	// done; the caller waits): a slow step a test can kill a node in.
+	slow     time.Duration
+	slowWhat func(r *http.Request) bool
+}
+
+// SlowAfter makes the counting proxy hold, for d, its answer to each
+// request match accepts (after the upstream answered); d 0 stops it.
+func (c *Counter) SlowAfter(d time.Duration, match func(r *http.Request) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.slow, c.slowWhat = d, match
 }
 
 // startCounter starts a counting upstream that answers by itself.
@@ -266,9 +280,24 @@ func (c *Counter) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		Header: r.Header.Clone(), Body: body,
 	})
 	n := len(c.reqs)
+	slow := c.slow
+	if slow > 0 && !c.slowWhat(r) {
+		slow = 0
+	}
 	c.mu.Unlock()
 	if c.next != nil {
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		if slow > 0 {
+			rec := httptest.NewRecorder()
+			c.next.ServeHTTP(rec, r)
+			time.Sleep(slow)
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(rec.Body.Bytes())
+			return
+		}
 		c.next.ServeHTTP(w, r)
 		return
 	}
