@@ -87,7 +87,7 @@ const maxPendingCompletes = 1024
 // replaces its outcome-unknown record).
 const (
 	completeRetryFirst = 250 * time.Millisecond
-	completeRetryMax   = 30 * time.Second
+	completeRetryMax   = 2 * time.Second
 	completeRetryLimit = time.Hour
 )
 

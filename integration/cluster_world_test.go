@@ -41,6 +41,11 @@ type redisTopology struct {
 	// kill stops every data server (as a crash would); restart starts
 	// them again, empty, and waits until they serve.
 	kill, restart func(t testing.TB)
+	// pause stops every data server (SIGSTOP: a stall, their sockets
+	// open and buffering); resume continues them.
+	pause, resume func(t testing.TB)
+	// servers are the data servers' addresses (for CONFIG, INFO).
+	servers []string
 }
 
 // startSingleRedis starts one redis-server (noeviction, as docs/cluster.md
@@ -54,6 +59,9 @@ func startSingleRedis(t testing.TB) (*redistest.Server, *redisTopology) {
 		lines:   "address " + srv.Addr(),
 		kill:    func(testing.TB) { srv.Stop() },
 		restart: func(testing.TB) { srv.Restart() },
+		pause:   func(testing.TB) { srv.Pause() },
+		resume:  func(testing.TB) { srv.Resume() },
+		servers: []string{srv.Addr()},
 	}
 }
 
@@ -71,6 +79,17 @@ func startRedisCluster(t testing.TB) (*redistest.Cluster, *redisTopology) {
 	return c, &redisTopology{
 		name:  "cluster",
 		lines: "mode cluster\naddress " + strings.Join(c.Addrs(), " "),
+		pause: func(testing.TB) {
+			for _, n := range c.Nodes {
+				n.Pause()
+			}
+		},
+		resume: func(testing.TB) {
+			for _, n := range c.Nodes {
+				n.Resume()
+			}
+		},
+		servers: c.Addrs(),
 		kill: func(testing.TB) {
 			for _, n := range c.Nodes {
 				n.Stop()
@@ -130,6 +149,10 @@ var (
 	agentBudget  = agentID("rcns-it-cluster-budget")  // the 11th gate evaluation
 	agentRecover = agentID("rcns-it-cluster-recover") // gate evaluations after an outage
 	agentRevoke  = agentID("rcns-it-cluster-revoke")  // REVOKE across nodes
+	// agentCoalesce sends concurrent first gate calls; agentKilled the
+	// request whose node is killed mid-step (cluster_liveness_test.go).
+	agentCoalesce = agentID("rcns-it-cluster-coalesce")
+	agentKilled   = agentID("rcns-it-cluster-killed")
 )
 
 // clusterAgents writes the cluster tests' agent documents (keys, for
@@ -137,7 +160,7 @@ var (
 func clusterAgents(t testing.TB, keys map[string]*idvKey) string {
 	t.Helper()
 	docs := []idvAgentDoc{idvDemo("rcns-demo-agent"), idvDemo("rcns-demo-noscope"), idvDemo("rcns-demo-tier3"), idvDemo("rcns-demo-operator")}
-	for _, n := range []string{"rcns-it-cluster-budget", "rcns-it-cluster-recover", "rcns-it-cluster-revoke"} {
+	for _, n := range []string{"rcns-it-cluster-budget", "rcns-it-cluster-recover", "rcns-it-cluster-revoke", "rcns-it-cluster-coalesce", "rcns-it-cluster-killed"} {
 		docs = append(docs, idvAgentDoc{name: n, tier: 1, scopes: []string{"rcns:negotiate", "hotel:read", "hotel:book"}})
 	}
 	for i := range docs {

@@ -201,6 +201,18 @@ func startProc(t testing.TB, name, dir string, env []string, bin string, args ..
 	return p
 }
 
+// Kill kills the gateway process (SIGKILL, as a crash would) and waits
+// for it to exit.
+func (g *Gateway) Kill(t testing.TB) {
+	t.Helper()
+	_ = g.proc.cmd.Process.Kill()
+	select {
+	case <-g.proc.done:
+	case <-time.After(stopGrace):
+		t.Fatalf("the gateway on %s did not exit after SIGKILL", g.Addr)
+	}
+}
+
 func (p *proc) exited() bool {
 	select {
 	case <-p.done:
