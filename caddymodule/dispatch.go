@@ -10,7 +10,6 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/internal/httpbody"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
-	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 	"go.uber.org/zap"
@@ -232,14 +231,12 @@ func (h *engine) dispatch(x *exchange) {
 		return
 	}
 	req.caller = caller
-	if v, ok := r.Value("Idempotency-Key"); ok {
-		key, err := idempotency.ParseKey(v)
-		if err != nil {
-			x.fail(agtp.InvalidIdempotencyKey.New("Idempotency-Key must be 1-255 visible ASCII characters, as a token or a quoted string: " + err.Error()))
-			return
-		}
-		req.idemKey = key
+	key, e := idempotencyKeyOf(r)
+	if e != nil {
+		x.fail(e)
+		return
 	}
+	req.idemKey = key
 
 	// Tier A built-ins (ignore Contract-Synthesized).
 	switch x.method {

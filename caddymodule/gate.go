@@ -9,6 +9,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
@@ -50,6 +51,10 @@ func (h *engine) gateway(x *exchange, req *request) {
 	}
 	if !proceed {
 		h.metrics.lockRefusal(policy.LockCallerOptIn.String())
+		if v, sent := x.in.Value("Allow-RCNS"); sent && !policy.KnownAllowRCNS(v) {
+			x.fail(h.invalidAllowRCNS(v))
+			return
+		}
 		if len(h.set.MethodsForPath(x.path)) > 0 {
 			x.fail(h.methodNotAllowed(x, fmt.Sprintf("no endpoint serves %s %s; the path is served under other methods", x.method, x.path)))
 			return
@@ -228,4 +233,15 @@ func (h *engine) spend(x *exchange, req *request, l store.Limiter) bool {
 	h.logger.Info("rate limited", zap.String("agent_id", x.agentID), zap.String("budget", scope), zap.String("method", x.method))
 	x.fail(agtp.RateLimited.WithFields(fmt.Sprintf("the %s budget of this agent is spent; retry in %d s", scope, secs), map[string]any{"scope": scope, "retry_after_seconds": secs}))
 	return false
+}
+
+// invalidAllowRCNS is the 400 invalid-allow-rcns for an Allow-RCNS value
+// other than policy.AllowRCNSValues on a pair no endpoint serves, where
+// the value decides between negotiation and a plain 404/405: it names
+// the accepted values (field accepted_values) and the server's delivery
+// mode, which no request header chooses (cases/04: the reference
+// client's "optimistic" got a bare 404).
+func (h *engine) invalidAllowRCNS(v string) *agtp.Error {
+	return agtp.InvalidAllowRCNS.WithFields(fmt.Sprintf("Allow-RCNS %q is not a value this gateway understands: send Allow-RCNS: true to let it negotiate a contract for a pair no endpoint serves, or false (or no header) for none. The values are case-sensitive; the delivery mode is the server's (%s), not the header's",
+		textcut.Clip(v), h.Mode), map[string]any{"accepted_values": policy.AllowRCNSValues})
 }

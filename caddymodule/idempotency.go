@@ -110,6 +110,67 @@ func outcomeUnknown(hold *idempotency.Hold) *agtp.Error {
 	return agtp.OutcomeUnknown.WithFields(expl, fields)
 }
 
+// idempotencyKeyAlias is the Python AGTP reference client's name for
+// Idempotency-Key (spec conflict table, "idempotency header"). The
+// gateway takes it as an alias rather than refusing it: a header that
+// promises exactly-once is honoured, never ignored, and clients written
+// against the reference client run once without a change (cases/04).
+// Signed requests cover it whenever present (policy/httpsig), so an
+// unsigned alias cannot key a signed request.
+const idempotencyKeyAlias = "RCNS-Idempotency-Key"
+
+// idempotencyKeyOf returns the request's Idempotency-Key, parsed
+// (policy/idempotency.ParseKey: a token or an RFC 8941 string), "" when
+// the request has none. It is read from Idempotency-Key or its alias
+// idempotencyKeyAlias; with both, they must carry the same key (a
+// token and the quoted string of the same characters are one key), else
+// 400 ambiguous-idempotency-key naming both. A malformed value is 400
+// invalid-idempotency-key naming the header it came in. A key is one
+// key whichever header carries it: the fingerprint and the store see the
+// parsed key only, so a retry may switch headers and still replays.
+// RCNS §12.2.
+func idempotencyKeyOf(r *agtp.Request) (string, *agtp.Error) {
+	v, okKey := r.Value("Idempotency-Key")
+	av, okAlias := r.Value(idempotencyKeyAlias)
+	if !okKey && !okAlias {
+		return "", nil
+	}
+	parse := func(name, v string) (string, *agtp.Error) {
+		key, err := idempotency.ParseKey(v)
+		if err != nil {
+			return "", agtp.InvalidIdempotencyKey.New(name + " must be 1-255 visible ASCII characters, as a token or a quoted string: " + err.Error())
+		}
+		return key, nil
+	}
+	if !okKey {
+		return parse(idempotencyKeyAlias, av)
+	}
+	key, e := parse("Idempotency-Key", v)
+	if e != nil || !okAlias {
+		return key, e
+	}
+	alias, e := parse(idempotencyKeyAlias, av)
+	if e != nil {
+		return "", e
+	}
+	if alias != key {
+		return "", agtp.AmbiguousIdempotencyKey.New("Idempotency-Key and " + idempotencyKeyAlias + " (its alias) carry different keys; send one of them")
+	}
+	return key, nil
+}
+
+// sameIdempotencyKey reports whether two Idempotency-Key header values
+// name one key: equal once parsed, or, when either is malformed, equal
+// as sent (the engine then refuses the malformed one).
+func sameIdempotencyKey(a, b string) bool {
+	ka, errA := idempotency.ParseKey(a)
+	kb, errB := idempotency.ParseKey(b)
+	if errA != nil || errB != nil {
+		return a == b
+	}
+	return ka == kb
+}
+
 // fingerprint is the request's Idempotency-Key fingerprint
 // (ARCHITECTURE.md "Idempotency").
 func (x *exchange) fingerprint(req *request) string {

@@ -579,10 +579,15 @@ func TestMCPOldRevision(t *testing.T) {
 	}
 }
 
+// TestIdempotencyKeyOfCall: the MCP door takes the key from the
+// Idempotency-Key header, its alias RCNS-Idempotency-Key (the reference
+// client's, cases/04) or _meta; given twice, the same key (a token and
+// its quoted string are one), else invalid params naming both sources.
 func TestIdempotencyKeyOfCall(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		header []string
+		alias  []string
 		meta   mcp.Meta
 		key    string
 		keyed  bool
@@ -596,11 +601,19 @@ func TestIdempotencyKeyOfCall(t *testing.T) {
 		{name: "header twice", header: []string{"a", "b"}, err: "more than once"},
 		{name: "_meta not a string", meta: mcp.Meta{MCPMetaIdempotencyKey: 12.0}, err: "must be a string"},
 		{name: "other _meta keys ignored", meta: mcp.Meta{"io.modelcontextprotocol/protocolVersion": "2026-07-28"}},
+		{name: "alias", alias: []string{"k5"}, key: "k5", keyed: true},
+		{name: "alias and header, one key", header: []string{"k6"}, alias: []string{`"k6"`}, key: "k6", keyed: true},
+		{name: "alias and header differ", header: []string{"k6"}, alias: []string{"k7"}, err: "the Idempotency-Key header and the RCNS-Idempotency-Key header differ"},
+		{name: "alias and _meta differ", alias: []string{"k8"}, meta: mcp.Meta{MCPMetaIdempotencyKey: "k9"}, err: `the RCNS-Idempotency-Key header and _meta["io.github.caddy-rcns/idempotency-key"] differ`},
+		{name: "alias twice", alias: []string{"a", "b"}, err: "the RCNS-Idempotency-Key header appears more than once"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
 			if tc.header != nil {
 				h["Idempotency-Key"] = tc.header
+			}
+			if tc.alias != nil {
+				h["Rcns-Idempotency-Key"] = tc.alias
 			}
 			key, keyed, err := idempotencyKey(h, tc.meta)
 			switch {

@@ -205,30 +205,40 @@ func segmentValue(v any) (string, bool) {
 }
 
 // idempotencyKey is the call's Idempotency-Key: the HTTP request's
-// header, or the request _meta field MCPMetaIdempotencyKey; both, they
-// must be equal. The key's syntax is the engine's to check.
+// Idempotency-Key header, its alias RCNS-Idempotency-Key (as on the
+// other doors, idempotencyKeyOf), or the request _meta field
+// MCPMetaIdempotencyKey. Each header at most once; given in several
+// places, they must name the same key. The key's syntax is the engine's
+// to check.
 func idempotencyKey(h http.Header, meta mcp.Meta) (string, bool, *jsonrpc.Error) {
-	hv, hOK := h["Idempotency-Key"]
-	mv, mOK := meta[MCPMetaIdempotencyKey]
-	var ms string
-	if mOK {
-		s, ok := mv.(string)
+	type source struct{ name, value string }
+	var got []source
+	for _, name := range []string{"Idempotency-Key", idempotencyKeyAlias} {
+		v, ok := h[http.CanonicalHeaderKey(name)]
 		if !ok {
+			continue
+		}
+		if len(v) != 1 {
+			return "", false, invalidParams("the %s header appears more than once; send it once", name)
+		}
+		got = append(got, source{"the " + name + " header", v[0]})
+	}
+	if mv, ok := meta[MCPMetaIdempotencyKey]; ok {
+		s, isString := mv.(string)
+		if !isString {
 			return "", false, invalidParams("_meta[%q] must be a string", MCPMetaIdempotencyKey)
 		}
-		ms = s
+		got = append(got, source{fmt.Sprintf("_meta[%q]", MCPMetaIdempotencyKey), s})
 	}
-	switch {
-	case hOK && len(hv) != 1:
-		return "", false, invalidParams("the Idempotency-Key header appears more than once; send it once")
-	case hOK && mOK && hv[0] != ms:
-		return "", false, invalidParams("the Idempotency-Key header and _meta[%q] differ; send one", MCPMetaIdempotencyKey)
-	case hOK:
-		return hv[0], true, nil
-	case mOK:
-		return ms, true, nil
+	if len(got) == 0 {
+		return "", false, nil
 	}
-	return "", false, nil
+	for _, s := range got[1:] {
+		if !sameIdempotencyKey(got[0].value, s.value) {
+			return "", false, invalidParams("%s and %s differ; send one", got[0].name, s.name)
+		}
+	}
+	return got[0].value, true, nil
 }
 
 // serveWithin runs in through the engine and waits at most the door's

@@ -137,3 +137,73 @@ func TestContractUpstreamFixedByReload(t *testing.T) {
 		t.Errorf("contract_hash after the reload = %q, want %q unchanged", got, hash)
 	}
 }
+
+// TestReferenceClientDialect is ../shared/cases/04: the Python
+// reference client's headers. RCNS-Idempotency-Key keys a request as
+// Idempotency-Key does: the case's BOOK sent twice books once (the
+// repeat is a replay), on the gate and on a Tier B write, and a retry
+// may switch to Idempotency-Key; the two at once with different keys
+// are refused. Allow-RCNS: optimistic on an unserved pair is a 400 that
+// names the accepted values, not a bare 404. Nothing runs twice.
+func TestReferenceClientDialect(t *testing.T) {
+	w := startHotel(t, hotelOpts{Mode: "optimistic", LegacyCounter: true})
+	g := w.GW
+
+	// Before A1 holds a contract for BOOK /room (it would then be served
+	// by pair whatever Allow-RCNS says).
+	for _, v := range []string{"optimistic", "TRUE", "1"} {
+		t.Run("Allow-RCNS "+v, func(t *testing.T) {
+			r := w.book(t, agentA1, scopeAll, "Allow-RCNS", v, "RCNS-Idempotency-Key", "opt-in-"+v)
+			b := assertErrorBody(t, r, 400, "invalid-allow-rcns")
+			if e := str(b, "explanation"); !strings.Contains(e, `Allow-RCNS "`+v+`"`) || !strings.Contains(e, "send Allow-RCNS: true") {
+				t.Errorf("explanation %q does not name the value and the accepted one", e)
+			}
+			if got := fmt.Sprint(b["accepted_values"]); got != "[true false]" {
+				t.Errorf("accepted_values %s, want [true false]", got)
+			}
+			assertNoRCNSSignal(t, r)
+		})
+	}
+	w.assertReservations(t, 0)
+
+	const key = "k-7f3a"
+	first := w.book(t, agentA1, scopeAll, "Allow-RCNS", "true", "RCNS-Idempotency-Key", key)
+	id := str(assertContractBody(t, first, 263, "BOOK", "/room", recipeName, recipeVer), "synthesis_id")
+	assertExecuted(t, first)
+	w.assertReservations(t, 1)
+	calls := w.Hotel.Count()
+	for _, repeat := range [][]string{
+		{"RCNS-Idempotency-Key", key},
+		{"Idempotency-Key", key},
+		{"Idempotency-Key", `"` + key + `"`, "RCNS-Idempotency-Key", key},
+	} {
+		r := w.book(t, agentA1, scopeAll, append([]string{"Allow-RCNS", "true"}, repeat...)...)
+		assertReplay(t, first, r)
+		if got := str(r.Object(t), "synthesis_id"); got != id {
+			t.Errorf("replay synthesis_id %q, want %s", got, id)
+		}
+	}
+	if n := w.Hotel.Count(); n != calls {
+		t.Errorf("the repeats made %d hotel upstream calls", n-calls)
+	}
+	w.assertReservations(t, 1)
+
+	// A Tier B write keyed by the alias runs once too.
+	res := hdr(agentA1, scopeAll, "RCNS-Idempotency-Key", "r-7f3a")
+	r := g.Do(t, "RESERVE", "/reservations", res, reserveBody(demoGuest, 3))
+	wantStatus(t, r, 200)
+	assertExecuted(t, r)
+	assertReplay(t, r, g.Do(t, "RESERVE", "/reservations", res, reserveBody(demoGuest, 3)))
+	w.assertReservations(t, 2)
+
+	// Both names, different keys: refused before anything runs.
+	r = w.book(t, agentA1, scopeAll, "Idempotency-Key", "k-a", "RCNS-Idempotency-Key", "k-b")
+	b := assertErrorBody(t, r, 400, "ambiguous-idempotency-key")
+	if e := str(b, "explanation"); !strings.Contains(e, "Idempotency-Key and RCNS-Idempotency-Key") {
+		t.Errorf("explanation %q does not name both headers", e)
+	}
+	w.assertReservations(t, 2)
+	if n := w.Legacy.Count(); n != 0 {
+		t.Errorf("%d AGTP requests fell through to the legacy handler", n)
+	}
+}

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"testing"
 )
 
@@ -16,13 +17,24 @@ func TestGateRefusals(t *testing.T) {
 	ab := assertErrorBody(t, absent, 404, "")
 	assertNoRCNSSignal(t, absent)
 
-	// §24 18: only the exact value "true" opens lock 2.
-	for _, v := range []string{"false", "TRUE", "True", "1", "optimistic", "yes", ""} {
+	// §24 18: only the exact value "true" opens lock 2; "false" is the
+	// absent header. Any other value is not silently "no" (cases/04,
+	// which wins over item 18's "like an absent header"): 400
+	// invalid-allow-rcns naming the accepted values.
+	t.Run("Allow-RCNS false", func(t *testing.T) {
+		r := w.book(t, agentA1, scopeAll, "Allow-RCNS", "false")
+		b := assertErrorBody(t, r, absent.Status, "")
+		if str(b, "reason") != str(ab, "reason") {
+			t.Errorf("reason %q, want the absent-header reason %q", str(b, "reason"), str(ab, "reason"))
+		}
+		assertNoRCNSSignal(t, r)
+	})
+	for _, v := range []string{"TRUE", "True", "1", "optimistic", "yes", ""} {
 		t.Run("Allow-RCNS "+quoteOrEmpty(v), func(t *testing.T) {
 			r := w.book(t, agentA1, scopeAll, "Allow-RCNS", v)
-			b := assertErrorBody(t, r, absent.Status, "")
-			if str(b, "reason") != str(ab, "reason") {
-				t.Errorf("reason %q, want the absent-header reason %q", str(b, "reason"), str(ab, "reason"))
+			b := assertErrorBody(t, r, 400, "invalid-allow-rcns")
+			if got := fmt.Sprint(b["accepted_values"]); got != "[true false]" {
+				t.Errorf("accepted_values %s, want [true false]", got)
 			}
 			assertNoRCNSSignal(t, r)
 		})

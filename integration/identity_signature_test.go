@@ -388,6 +388,15 @@ func TestIdentitySignature(t *testing.T) {
 			c.opt.Components = basic
 			return c
 		}},
+		// The reference client's alias keys the request as
+		// Idempotency-Key does, so it is covered as that one is
+		// (cases/04).
+		{"rcns-idempotency-key", func() idvCall {
+			c := fetch(agentA1, kA1)
+			c.extra = map[string]string{"RCNS-Idempotency-Key": "idv-2"}
+			c.opt.Components = basic
+			return c
+		}},
 	}
 	for _, nc := range notCovered {
 		t.Run(nc.name+" not covered 401 component-not-covered", func(t *testing.T) {
@@ -395,6 +404,20 @@ func TestIdentitySignature(t *testing.T) {
 			idvRefused(t, idvSend(t, nil, idvBuild(t, g.URL, nc.call())), 401, "component-not-covered", hotel, before)
 		})
 	}
+
+	// Covered (httpsig.DefaultComponents covers it), the alias keys the
+	// signed request: the repeat, with a fresh signature, is a replay.
+	t.Run("rcns-idempotency-key covered keys the request", func(t *testing.T) {
+		c := fetch(agentA1, kA1)
+		c.extra = map[string]string{"RCNS-Idempotency-Key": "idv-3"}
+		first := idvSend(t, nil, idvBuild(t, g.URL, c))
+		wantGuest(t, first)
+		before := hotel.Count()
+		assertReplay(t, first, idvSend(t, nil, idvBuild(t, g.URL, c)))
+		if hotel.Count() != before {
+			t.Errorf("the signed repeat reached the hotel upstream")
+		}
+	})
 
 	t.Run("body changed after signing 401 digest-mismatch", func(t *testing.T) {
 		before := hotel.Count()

@@ -70,6 +70,20 @@ var ScopeNegotiate = MustParseScope("rcns:negotiate")
 // "optimistic" and everything else do not. RCNS §3, §11.1.
 func AllowRCNS(headerValue string) bool { return headerValue == "true" }
 
+// AllowRCNSValues are the Allow-RCNS values the gateway understands,
+// case-sensitive: "true" opens lock 2 and "false" keeps it closed, as an
+// absent header does (RCNS §3, §11.1). Where lock 2 decides the answer,
+// any other value ("optimistic", "TRUE", "1", "") is refused with a 400
+// that names these, not answered the silent 404/405 of an absent header:
+// a caller that meant to opt in learns that it did not (cases/04).
+var AllowRCNSValues = []string{"true", "false"}
+
+// KnownAllowRCNS reports whether an Allow-RCNS header value is one of
+// AllowRCNSValues.
+func KnownAllowRCNS(headerValue string) bool {
+	return headerValue == "true" || headerValue == "false"
+}
+
 // Gate is the server side of the four-lock gate (RCNS §11, §20).
 type Gate struct {
 	// Enabled is lock 1, [policies.rcns].enabled (default false).

@@ -26,6 +26,9 @@ func TestAllowRCNS(t *testing.T) {
 			if got := AllowRCNS(tt.in); got != tt.want {
 				t.Errorf("AllowRCNS(%q) = %v, want %v", tt.in, got, tt.want)
 			}
+			if got, want := KnownAllowRCNS(tt.in), tt.in == "true" || tt.in == "false"; got != want {
+				t.Errorf("KnownAllowRCNS(%q) = %v, want %v", tt.in, got, want)
+			}
 		})
 	}
 }

@@ -115,7 +115,7 @@ func (r *Request) Has(name string) bool {
 // once, in their AGTP spelling; a repeated one makes the request
 // ambiguous (400 duplicate-header).
 var SingleValued = []string{"Agent-ID", "Owner-ID", "Request-ID", "Task-ID", "Session-ID", "Allow-RCNS",
-	"Contract-Synthesized", "Synthesis-Id", "Idempotency-Key", "Negotiation-ID"}
+	"Contract-Synthesized", "Synthesis-Id", "Idempotency-Key", "RCNS-Idempotency-Key", "Negotiation-ID"}
 
 // singleValuedKeys holds SingleValued in Go's canonical form.
 var singleValuedKeys = func() map[string]bool {

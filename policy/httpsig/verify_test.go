@@ -423,6 +423,8 @@ func TestDefaultComponents(t *testing.T) {
 	post.Header.Set("Allow-RCNS", "true")
 	post.Header.Set("Contract-Synthesized", "syn-1")
 	post.Header.Set("Synthesis-Id", "syn-1")
+	alias := newRequest(t)
+	alias.Header.Set("RCNS-Idempotency-Key", "k-1")
 	emptyQ, _ := http.NewRequest("GET", "http://gw.example/x?", http.NoBody)
 	for _, tc := range []struct {
 		name string
@@ -432,6 +434,7 @@ func TestDefaultComponents(t *testing.T) {
 		{"no body, no query", get, "@method @authority @path agent-id"},
 		{"everything", post, "@method @authority @path @query agent-id content-type content-digest idempotency-key authority-scope allow-rcns contract-synthesized synthesis-id"},
 		{"empty query, NoBody", emptyQ, "@method @authority @path @query agent-id"},
+		{"both idempotency keys", alias, "@method @authority @path @query agent-id content-type content-digest idempotency-key rcns-idempotency-key authority-scope"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := strings.Join(httpsig.DefaultComponents(tc.req), " "); got != tc.want {

@@ -22,7 +22,7 @@ var Singletons = []string{
 	"Signature-Input", "Signature",
 	"Agent-ID", "Owner-ID", "Request-ID", "Task-ID", "Session-ID",
 	"Authority-Scope", "Allow-RCNS", "Contract-Synthesized", "Synthesis-Id",
-	"Idempotency-Key", "Negotiation-ID",
+	"Idempotency-Key", "RCNS-Idempotency-Key", "Negotiation-ID",
 }
 
 // singletonKeys holds Singletons in net/http's canonical form.
