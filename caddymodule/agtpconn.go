@@ -256,8 +256,11 @@ func (c *nativeConn) serve() {
 		req, err := wire.ReadRequest(br, s.limits)
 		if err != nil {
 			var we *wire.Error
-			if errors.As(err, &we) {
-				c.refuse(bw, conn, we, tlsState, loopback, ctx)
+			if errors.As(err, &we) && c.refuse(bw, conn, we, tlsState, loopback, ctx) {
+				// What follows the refused head is unknown: drained as
+				// an engine refusal's unread body is.
+				refusedBodyDrain(lookupEngine(s.Handler)).closeNative(conn, nil)
+				return
 			}
 			closeConn(true)
 			return
@@ -290,7 +293,14 @@ func (c *nativeConn) serve() {
 		if s.accessLog != nil {
 			logAccess(s.accessLog, conn, req, resp, start)
 		}
-		if err := c.write(bw, conn, resp, last); err != nil || last {
+		err = c.write(bw, conn, resp, last)
+		switch {
+		case err == nil && resp.Close:
+			// Refused before its body was read: drained, then closed
+			// (cases/05).
+			refusedBodyDrain(e).closeNative(conn, req)
+			return
+		case err != nil || last:
 			closeConn(last && err == nil)
 			return
 		}
@@ -345,10 +355,12 @@ func (c *nativeConn) write(bw *bufio.Writer, conn net.Conn, resp *agtp.Response,
 
 // refuse answers a request the codec could not read (bad framing, a
 // head over the limits, a request that stopped arriving) with the
-// engine's AGTP error answer, then the connection closes.
-func (c *nativeConn) refuse(bw *bufio.Writer, conn net.Conn, we *wire.Error, st *tls.ConnectionState, loopback bool, ctx context.Context) {
+// engine's AGTP error answer, then the connection closes. It reports
+// whether it wrote the answer (false: nobody is left to read one, or
+// the write failed).
+func (c *nativeConn) refuse(bw *bufio.Writer, conn net.Conn, we *wire.Error, st *tls.ConnectionState, loopback bool, ctx context.Context) bool {
 	if errors.Is(we.Err, io.ErrUnexpectedEOF) || errors.Is(we.Err, net.ErrClosed) || errors.Is(we.Err, os.ErrDeadlineExceeded) && we.Status != http.StatusRequestTimeout {
-		return // nobody left to read an answer
+		return false // nobody left to read an answer
 	}
 	e := lookupEngine(c.srv.Handler)
 	hdr := we.Header
@@ -371,11 +383,13 @@ func (c *nativeConn) refuse(bw *bufio.Writer, conn net.Conn, we *wire.Error, st 
 	}
 	h["Connection"] = []string{"close"}
 	_ = conn.SetWriteDeadline(time.Now().Add(time.Duration(c.srv.WriteTimeout)))
-	if err := (&wire.Response{Proto: we.Proto, Status: resp.Status, Header: h, Body: resp.Body}).Write(bw); err == nil {
-		_ = bw.Flush()
+	err := (&wire.Response{Proto: we.Proto, Status: resp.Status, Header: h, Body: resp.Body}).Write(bw)
+	if err == nil {
+		err = bw.Flush()
 	}
 	c.sock.logger.Debug("agtp request refused by the codec", zap.String("reason", we.Reason), zap.Int("status", we.Status),
 		zap.String("remote", conn.RemoteAddr().String()), zap.String("explanation", strconv.Quote(we.Explanation)))
+	return err == nil
 }
 
 // addrIsLoopback reports whether a connection's local address is on

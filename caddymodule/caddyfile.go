@@ -59,6 +59,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    max_contracts_per_agent <n>
 //	    max_request_body <size>
 //	    max_upstream_response <size>
+//	    refused_body_drain <size>
+//	    refused_body_drain_timeout <duration>
 //	    composition_timeout <duration>
 //	    attempt_buffer <n>
 //	    rate_limit rcns|invocation <per_minute> [<burst>]
@@ -226,7 +228,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				"idempotency_max_per_agent": &h.IdempotencyMaxPerAgent, "replay_cache_size": &h.ReplayCacheSize,
 				"max_retained_records": &h.MaxRetainedRecords,
 			}[key] = n
-		case "contract_ttl", "tombstone_ttl", "composition_timeout", "signature_max_age", "signature_skew", "record_retention":
+		case "contract_ttl", "tombstone_ttl", "composition_timeout", "signature_max_age", "signature_skew", "record_retention",
+			"refused_body_drain_timeout":
 			dur, err := positiveDuration(d)
 			if err != nil {
 				return err
@@ -244,8 +247,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.SignatureSkew = caddy.Duration(dur)
 			case "record_retention":
 				h.RecordRetention = caddy.Duration(dur)
+			case "refused_body_drain_timeout":
+				h.RefusedBodyDrainTimeout = caddy.Duration(dur)
 			}
-		case "max_request_body", "max_upstream_response":
+		case "max_request_body", "max_upstream_response", "refused_body_drain":
 			v, err := oneArg(d)
 			if err != nil {
 				return err
@@ -254,10 +259,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil || n == 0 {
 				return d.Errf("%s: %q is not a size (e.g. 1MiB)", key, v)
 			}
-			if key == "max_request_body" {
+			switch key {
+			case "max_request_body":
 				h.MaxRequestBody = int64(n)
-			} else {
+			case "max_upstream_response":
 				h.MaxUpstreamResponse = int64(n)
+			default:
+				h.RefusedBodyDrain = int64(n)
 			}
 		case "rate_limit":
 			args := d.RemainingArgs()

@@ -141,6 +141,23 @@ type Limits struct {
 	// Default 1 MiB.
 	MaxRequestBody int64 `json:"max_request_body,omitempty"`
 
+	// RefusedBodyDrain bounds, in bytes, how much of a request's body
+	// the gateway reads and discards after answering a refusal given
+	// before the body was read (413 body-too-large, a malformed header,
+	// a framing error), before it closes the connection: a connection
+	// closed with unread input is reset, and a client that writes its
+	// whole body before reading (Python's http.client, many SDKs) would
+	// get the reset instead of the answer. A declared body whose rest is
+	// larger is not read at all: the connection closes at once. Both
+	// doors (HTTP/1 and native AGTP/1.0; HTTP/2 resets the stream
+	// only). Default 128 MiB.
+	RefusedBodyDrain int64 `json:"refused_body_drain,omitempty"`
+
+	// RefusedBodyDrainTimeout bounds how long that drain may last, from
+	// the answer on; the connection then closes, whatever is left
+	// unread. Default 10s.
+	RefusedBodyDrainTimeout caddy.Duration `json:"refused_body_drain_timeout,omitempty"`
+
 	// MaxUpstreamResponse bounds each upstream response body in bytes.
 	// Default 8 MiB.
 	MaxUpstreamResponse int64 `json:"max_upstream_response,omitempty"`
@@ -417,6 +434,12 @@ func (h *Config) setDefaults() {
 	if h.MaxUpstreamResponse == 0 {
 		h.MaxUpstreamResponse = 8 << 20
 	}
+	if h.RefusedBodyDrain == 0 {
+		h.RefusedBodyDrain = defaultRefusedBodyDrain
+	}
+	if h.RefusedBodyDrainTimeout == 0 {
+		h.RefusedBodyDrainTimeout = caddy.Duration(defaultRefusedBodyDrainTimeout)
+	}
 	if h.CompositionTimeout == 0 {
 		h.CompositionTimeout = caddy.Duration(60 * time.Second)
 	}
@@ -638,6 +661,7 @@ func (h *Config) checkNotNegative() error {
 		{"invocation_rate_limit_per_minute", h.InvocationRateLimitPerMinute < 0},
 		{"invocation_rate_limit_burst", h.InvocationRateLimitBurst < 0},
 		{"max_request_body", h.MaxRequestBody < 0}, {"max_upstream_response", h.MaxUpstreamResponse < 0},
+		{"refused_body_drain", h.RefusedBodyDrain < 0}, {"refused_body_drain_timeout", h.RefusedBodyDrainTimeout < 0},
 		{"max_contracts", h.MaxContracts < 0}, {"max_contracts_per_agent", h.MaxContractsPerAgent < 0},
 		{"attempt_buffer", h.AttemptBuffer < 0},
 		{"idempotency_window", h.IdempotencyWindow < 0}, {"idempotency_max_records", h.IdempotencyMaxRecords < 0},

@@ -72,6 +72,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	resp := e.serve(in)
 	writeHTTP(w, r, resp)
+	if resp.Close {
+		refusedBodyDrain(e).drainHTTP(w, r)
+	}
 	return nil
 }
 
@@ -98,7 +101,9 @@ func writeHTTP(w http.ResponseWriter, r *http.Request, resp *agtp.Response) {
 		// server's read timeout. With Connection: close it skips the
 		// discard and the answer leaves at once. HTTP/1 only: on HTTP/2
 		// the header would shut the whole connection down, and a
-		// stream's unread body is reset instead.
+		// stream's unread body is reset instead. ServeHTTP then drains
+		// what the client still sends of the body (drainHTTP), so the
+		// close resets nothing.
 		hd["Connection"] = []string{"close"}
 	}
 	w.WriteHeader(resp.Status)

@@ -343,6 +343,9 @@ func (d *mcpDoor) refuseAs(w http.ResponseWriter, r *http.Request, rq *mcpReques
 	x.fail(e)
 	writeHTTP(w, r, x.resp)
 	d.e.metrics.request(r.Method, e.Status, agtp.BindingMCP)
+	if x.resp.Close {
+		refusedBodyDrain(d.e).drainHTTP(w, r) // as the HTTP door (cases/05)
+	}
 }
 
 // server is the SDK server for the HTTP request r: the one whose tools

@@ -208,7 +208,7 @@ func TestNegativeKnobsNamedJSON(t *testing.T) {
 	var cases []configCase
 	for _, k := range []string{"signature_max_age", "signature_skew", "replay_cache_size", "rate_limit_per_minute", "rate_limit_burst",
 		"invocation_rate_limit_per_minute", "invocation_rate_limit_burst", "max_request_body", "max_upstream_response",
-		"max_contracts", "max_contracts_per_agent", "attempt_buffer", "idempotency_window", "idempotency_max_records",
+		"refused_body_drain", "refused_body_drain_timeout", "max_contracts", "max_contracts_per_agent", "attempt_buffer", "idempotency_window", "idempotency_max_records",
 		"idempotency_max_per_agent", "contract_ttl", "tombstone_ttl", "composition_timeout"} {
 		cases = append(cases, configCase{k, "", `"` + k + `":-1`, "rcns: " + k + " must not be negative"})
 	}

@@ -152,8 +152,9 @@ func TestEarlyRefusalUnreadBody(t *testing.T) {
 // rawExchange writes rawRequest on a fresh connection, reads one
 // response, and reports whether it said Connection: close
 // (http.ReadResponse moves that into Response.Close). The server may
-// hold its end open a while longer: for a declared body under 256 KiB
-// Go's net/http still reads what arrives of it, after the answer left.
+// hold its end open a while longer: after a refusal it reads what
+// arrives of the declared body (refused_body_drain), after the answer
+// left, until this side closes.
 func rawExchange(t testing.TB, addr, rawRequest string) (*Resp, bool) {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)

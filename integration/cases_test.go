@@ -1,10 +1,17 @@
 package integration
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
 )
 
 // TestOptionsStar is ../shared/cases/01: an AGTP OPTIONS * (it carries
@@ -206,4 +213,89 @@ func TestReferenceClientDialect(t *testing.T) {
 	if n := w.Legacy.Count(); n != 0 {
 		t.Errorf("%d AGTP requests fell through to the legacy handler", n)
 	}
+}
+
+// TestLargeBodyWriteFirst is ../shared/cases/05: a client that writes
+// its whole body before it reads (Python's http.client) reads the 413
+// body-too-large with its AGTP error body, then a clean EOF, on both
+// doors, for bodies of 2, 8 and 64 MiB; it got a connection reset
+// because the gateway closed with the body unread. Nothing executes.
+func TestLargeBodyWriteFirst(t *testing.T) {
+	w := startHotel(t, hotelOpts{Mode: "optimistic", LegacyCounter: true, Door: "agtp"})
+	for _, door := range []struct{ name, addr, requestLine string }{
+		{"http", w.GW.Addr, "BOOK /room HTTP/1.1"},
+		{"agtp", w.GW.AGTPAddr, "AGTP/1.0 BOOK /room"},
+	} {
+		for _, mib := range []int{2, 8, 64} {
+			t.Run(fmt.Sprintf("%s %d MiB", door.name, mib), func(t *testing.T) {
+				body := writeFirstBody(t, mib<<20)
+				head := fmt.Sprintf("%s\r\nHost: %s\r\nAgent-ID: %s\r\nAuthority-Scope: %s\r\nAllow-RCNS: true\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+					door.requestLine, door.addr, agentA1, scopeAll, len(body))
+				conn, err := net.DialTimeout("tcp", door.addr, 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				_ = conn.SetDeadline(time.Now().Add(requestTimeout))
+				// Everything first, in one stream of writes, as the
+				// reference client does: no read until the last byte.
+				if _, err := io.WriteString(conn, head); err != nil {
+					t.Fatalf("write the head: %v", err)
+				}
+				if _, err := conn.Write(body); err != nil {
+					t.Fatalf("write the %d MiB body: %v (the gateway closed before reading it)", mib, err)
+				}
+				br := bufio.NewReader(conn)
+				var r *Resp
+				if door.name == "http" {
+					resp, err := http.ReadResponse(br, &http.Request{Method: "BOOK"})
+					if err != nil {
+						t.Fatalf("read the answer after writing the body: %v", err)
+					}
+					b, err := io.ReadAll(resp.Body)
+					if err != nil {
+						t.Fatalf("read the answer's body: %v", err)
+					}
+					r = &Resp{Method: "BOOK", Path: "/room", Status: resp.StatusCode, Header: resp.Header, Body: b}
+					if resp.Close { // http.ReadResponse moves Connection: close there
+						r.Header.Set("Connection", "close")
+					}
+				} else {
+					resp, err := wire.ReadResponse(br, wire.Limits{MaxHeaderBytes: 1 << 20}, 1<<20)
+					if err != nil {
+						t.Fatalf("read the answer after writing the body: %v", err)
+					}
+					r = &Resp{Method: "BOOK", Path: "/room", Status: resp.Status, Header: resp.Header, Body: resp.Body, Reason: resp.Reason}
+				}
+				b := assertErrorBody(t, r, 413, "body-too-large")
+				if b["limit_bytes"] != float64(1<<20) {
+					t.Errorf("limit_bytes %v, want the default max_request_body 1048576", b["limit_bytes"])
+				}
+				if got := r.Header.Get("Connection"); got != "close" {
+					t.Errorf("Connection %q, want close", got)
+				}
+				if _, err := br.ReadByte(); err != io.EOF {
+					t.Errorf("after the answer: %v, want EOF (a clean close, not a reset)", err)
+				}
+			})
+		}
+	}
+	if n := w.Hotel.Count(); n != 0 {
+		t.Errorf("refused requests made %d hotel upstream calls", n)
+	}
+	if n := w.Legacy.Count(); n != 0 {
+		t.Errorf("%d requests fell through to the legacy handler", n)
+	}
+	w.assertReservations(t, 0)
+	if cs := contracts(t, w.GW, agentA1); len(cs) != 0 {
+		t.Errorf("refused requests minted contracts: %v", contractIDs(cs))
+	}
+}
+
+// writeFirstBody is a BOOK envelope of exactly n bytes (n at least
+// 200): the demo's parameters and a padding note in context.
+func writeFirstBody(t testing.TB, n int) []byte {
+	b := mustJSON(t, bookBody()) // {"parameters":{…}}
+	prefix := string(b[:len(b)-1]) + `,"context":{"note":"`
+	return []byte(prefix + strings.Repeat("x", n-len(prefix)-len(`"}}`)) + `"}}`)
 }
