@@ -262,7 +262,8 @@ func livenessKilled(t *testing.T, w *clusterWorld) {
 		t.Fatalf("the killed request's write step ran %d times, want once", after[demoGuest]-before[demoGuest])
 	}
 
-	// The operator reads the key and resolves it.
+	// The operator reads the key (the operator API) and resolves it
+	// (the CLI, over the HTTP binding); the agent itself may not.
 	op := hdr(agentOP, "inspect:all")
 	insp := w.B.Do(t, "INSPECT", "/", op, map[string]any{"parameters": map[string]any{"target": "idempotency-key", "agent_id": agentKilled, "key": key}})
 	wantStatus(t, insp, 200)
@@ -272,10 +273,15 @@ func livenessKilled(t *testing.T, w *clusterWorld) {
 	notOp := w.B.Do(t, "REVOKE", "/", hdr(agentKilled, scopeAll), map[string]any{"parameters": map[string]any{
 		"target": "idempotency-key", "agent_id": agentKilled, "key": key, "action": "release"}})
 	assertErrorBody(t, notOp, 403, "forbidden")
-	res := w.B.Do(t, "REVOKE", "/", op, map[string]any{"parameters": map[string]any{
-		"target": "idempotency-key", "agent_id": agentKilled, "key": key, "action": "resolve", "reason": "booked: reservation checked by hand",
-		"result": map[string]any{"booked": true}}})
-	wantStatus(t, res, 200)
+	bin := cliBuild(t)
+	out, errOut, code := cliRun(t, bin, "key", "resolve", "-agent-id", agentOP, "-for", agentKilled, "-target-key", key,
+		"-reason", "booked: reservation checked by hand", "-result", `{"booked":true}`, w.B.URL+"/")
+	if code != 0 || !strings.Contains(out, `"action":"resolve"`) || !strings.Contains(out, `"state":"outcome-unknown"`) {
+		t.Fatalf("rcns-agent key resolve: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, _, code := cliRun(t, bin, "key", "release", "-agent-id", agentOP, "-for", agentKilled, "-target-key", key, w.B.URL+"/"); code != 4 {
+		t.Errorf("rcns-agent key release of a key already resolved: exit %d, want 4 (409 idempotency-key-not-settleable)", code)
+	}
 	defer w.noExecution(t)()
 	rep := w.B.Do(t, "BOOK", "/room", keyed, bookBody())
 	wantStatus(t, rep, 200)

@@ -43,10 +43,15 @@ const usage = `usage:
           [-idempotency-key K] [-contract ID] [-H 'Name: v']... [-timeout 30s]
           [-cacert ca.pem] [-cert cert.pem -cert-key key.pem] [-insecure-plaintext]
           METHOD URL [JSON-BODY]
+  rcns-agent key inspect|release|resolve [call flags] -for AGENT-ID
+          -target-key KEY [-reason TEXT] [-status N] [-result JSON] URL
   URL is http://, https://, agtp:// (AGTP/1.0 in plain text, loopback only
   unless -insecure-plaintext) or agtps:// (AGTP/1.0 over TLS 1.3); the
   AGTP port defaults to 4480. Without -key the request is not signed
-  (for a gateway under identity header or mtls).
+  (for a gateway under identity header or mtls). key is the operator's
+  tool for one agent's Idempotency-Key (scope inspect:all by default):
+  inspect shows its state, release frees an outcome-unknown key (its
+  request did not run), resolve stores an answer for it.
 exit status: 0 a 2xx answer other than 262 (263 included); 1 no answer
   (connection, TLS, timeout, a bad file); 2 a usage error; 3 a 461
   confirm-first preview (nothing ran: present the contract); 4 any other
@@ -124,6 +129,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = thumbprint(args[1:], stdout, stderr)
 	case "call":
 		err = call(context.Background(), args[1:], stdout, stderr)
+	case "key":
+		err = keyCmd(context.Background(), args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -325,41 +332,64 @@ func (h *headerFlags) Set(v string) error {
 // the native AGTP/1.0 wire for agtp:// and agtps:// (spec §2.1).
 func call(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("call", stderr)
-	keyPath := fs.String("key", "", "private key file (PEM) to sign with; leave it out for a gateway under identity header or mtls (the request goes unsigned)")
-	agent := fs.String("agent-id", "", "Agent-ID of the calling agent")
-	scope := fs.String("scope", "", "Authority-Scope header value")
-	allow := fs.Bool("allow-rcns", false, "send Allow-RCNS: true")
-	idem := fs.String("idempotency-key", "", "Idempotency-Key header value")
-	contract := fs.String("contract", "", "Contract-Synthesized header value (a synthesis_id)")
-	timeout := fs.Duration("timeout", 30*time.Second, "whole-request timeout")
-	caFile := fs.String("cacert", "", "PEM file of the CA certificates that https:// and agtps:// servers are verified against (default: the system's)")
-	certFile := fs.String("cert", "", "client certificate chain (PEM) presented to https:// and agtps:// servers (mTLS); needs -cert-key")
-	certKey := fs.String("cert-key", "", "private key (PEM) of -cert")
-	plaintext := fs.Bool("insecure-plaintext", false, "allow agtp:// (plain text) to a host that is not loopback")
-	var headers headerFlags
-	fs.Var(&headers, "H", "extra header 'Name: value' (repeatable; not covered unless a default component)")
+	o := callFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if *agent == "" {
-		return usageErr("call needs -agent-id")
-	}
-	if err := refuseEmpty(fs, "key", "idempotency-key", "contract", "scope", "cacert", "cert", "cert-key"); err != nil {
-		return err
-	}
-	if (*certFile == "") != (*certKey == "") {
-		return usageErr("-cert and -cert-key go together")
 	}
 	if fs.NArg() < 2 || fs.NArg() > 3 {
 		return usageErr("call needs METHOD URL [JSON-BODY]")
 	}
-	method, target := fs.Arg(0), fs.Arg(1)
 	var body []byte
 	if fs.NArg() == 3 {
 		body = []byte(fs.Arg(2))
 		if !json.Valid(body) {
 			return usageErr("JSON-BODY is not valid JSON")
 		}
+	}
+	return o.send(ctx, fs, fs.Arg(0), fs.Arg(1), body, stdout)
+}
+
+// callOpts are the flags of call (and of the commands built on it).
+type callOpts struct {
+	keyPath, agent, scope, idem, contract *string
+	allow, plaintext                      *bool
+	timeout                               *time.Duration
+	caFile, certFile, certKey             *string
+	headers                               headerFlags
+}
+
+// callFlags declares call's flags on fs.
+func callFlags(fs *flag.FlagSet) *callOpts {
+	o := &callOpts{}
+	o.keyPath = fs.String("key", "", "private key file (PEM) to sign with; leave it out for a gateway under identity header or mtls (the request goes unsigned)")
+	o.agent = fs.String("agent-id", "", "Agent-ID of the calling agent")
+	o.scope = fs.String("scope", "", "Authority-Scope header value")
+	o.allow = fs.Bool("allow-rcns", false, "send Allow-RCNS: true")
+	o.idem = fs.String("idempotency-key", "", "Idempotency-Key header value")
+	o.contract = fs.String("contract", "", "Contract-Synthesized header value (a synthesis_id)")
+	o.timeout = fs.Duration("timeout", 30*time.Second, "whole-request timeout")
+	o.caFile = fs.String("cacert", "", "PEM file of the CA certificates that https:// and agtps:// servers are verified against (default: the system's)")
+	o.certFile = fs.String("cert", "", "client certificate chain (PEM) presented to https:// and agtps:// servers (mTLS); needs -cert-key")
+	o.certKey = fs.String("cert-key", "", "private key (PEM) of -cert")
+	o.plaintext = fs.Bool("insecure-plaintext", false, "allow agtp:// (plain text) to a host that is not loopback")
+	fs.Var(&o.headers, "H", "extra header 'Name: value' (repeatable; not covered unless a default component)")
+	return o
+}
+
+// send checks the parsed flags of fs and sends METHOD target with body
+// (nil: none), printing the answer; an answer other than 2xx (but 262)
+// is an *answerError.
+func (o *callOpts) send(ctx context.Context, fs *flag.FlagSet, method, target string, body []byte, stdout io.Writer) error {
+	keyPath, agent, scope, allow, idem, contract := o.keyPath, o.agent, o.scope, o.allow, o.idem, o.contract
+	timeout, caFile, certFile, certKey, plaintext, headers := o.timeout, o.caFile, o.certFile, o.certKey, o.plaintext, o.headers
+	if *agent == "" {
+		return usageErr(fs.Name() + " needs -agent-id")
+	}
+	if err := refuseEmpty(fs, "key", "idempotency-key", "contract", "scope", "cacert", "cert", "cert-key"); err != nil {
+		return err
+	}
+	if (*certFile == "") != (*certKey == "") {
+		return usageErr("-cert and -cert-key go together")
 	}
 	var key crypto.Signer // nil: unsigned
 	if *keyPath != "" {

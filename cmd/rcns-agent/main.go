@@ -11,6 +11,8 @@
 //	        [-idempotency-key K] [-contract ID] [-H 'Name: v']...
 //	        [-timeout 30s] [-cacert ca.pem] [-cert c.pem -cert-key k.pem]
 //	        [-insecure-plaintext] METHOD URL [JSON-BODY]
+//	rcns-agent key inspect|release|resolve [call flags] -for AGENT-ID
+//	        -target-key KEY [-reason TEXT] [-status N] [-result JSON] URL
 //
 // keygen writes a new PKCS#8 PEM private key (mode 0600, never over an
 // existing file) and prints two lines: "keyid <thumbprint>" and
@@ -18,6 +20,11 @@
 // the Agent-ID of an Agent Genesis document: lowercase hex SHA-256 of
 // its RFC 8785 (JCS) form without the top-level "signature" member.
 // thumbprint prints the keyid (RFC 7638 SHA-256 thumbprint) of a key.
+// key is the operator's tool for one agent's Idempotency-Key (the
+// caller needs inspect:all, the default -scope): inspect sends INSPECT
+// target=idempotency-key, release and resolve REVOKE
+// target=idempotency-key with that action (docs/cluster.md "Failure
+// modes"); it takes call's flags and prints the answer as call does.
 // call sends METHOD URL signed under label sig1 with created=now,
 // expires=now+60s and a random nonce, covering the profile's default
 // components; a JSON-BODY is sent as application/json with a

@@ -338,3 +338,58 @@ func TestCallExitStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyCommand: key inspect, release and resolve send the operator's
+// INSPECT or REVOKE target=idempotency-key with the named agent and key
+// (scope inspect:all unless given), and refuse flags that do not fit.
+func TestKeyCommand(t *testing.T) {
+	var seen struct {
+		method, scope, idem string
+		body                map[string]any
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.method, seen.scope, seen.idem = r.Method, r.Header.Get("Authority-Scope"), r.Header.Get("Idempotency-Key")
+		seen.body = nil
+		_ = json.NewDecoder(r.Body).Decode(&seen.body)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"status":200}`)
+	}))
+	defer srv.Close()
+	other := strings.Repeat("b", 64)
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		method string
+		params map[string]any
+	}{
+		{"inspect", []string{"key", "inspect", "-agent-id", agent, "-for", other, "-target-key", "k-1", srv.URL + "/"}, "INSPECT",
+			map[string]any{"target": "idempotency-key", "agent_id": other, "key": "k-1"}},
+		{"release", []string{"key", "release", "-agent-id", agent, "-for", other, "-target-key", "k-1", "-reason", "checked", srv.URL + "/"}, "REVOKE",
+			map[string]any{"target": "idempotency-key", "agent_id": other, "key": "k-1", "action": "release", "reason": "checked"}},
+		{"resolve", []string{"key", "resolve", "-agent-id", agent, "-for", other, "-target-key", "k-1", "-status", "201", "-result", `{"id":7}`, srv.URL + "/"}, "REVOKE",
+			map[string]any{"target": "idempotency-key", "agent_id": other, "key": "k-1", "action": "resolve", "status": float64(201), "result": map[string]any{"id": float64(7)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := runCLI(tc.args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			want := map[string]any{"parameters": tc.params}
+			if seen.method != tc.method || seen.scope != "inspect:all" || seen.idem != "" || fmt.Sprint(seen.body) != fmt.Sprint(want) {
+				t.Fatalf("server saw %s scope %q key %q body %v; want %s scope inspect:all, no Idempotency-Key, body %v",
+					seen.method, seen.scope, seen.idem, seen.body, tc.method, want)
+			}
+		})
+	}
+	for _, bad := range [][]string{
+		{"key"}, {"key", "drop"},
+		{"key", "release", "-agent-id", agent, "-target-key", "k", srv.URL},
+		{"key", "release", "-agent-id", agent, "-for", other, "-target-key", "k", "-status", "200", srv.URL},
+		{"key", "resolve", "-agent-id", agent, "-for", other, "-target-key", "k", "-result", "{", srv.URL},
+		{"key", "inspect", "-agent-id", agent, "-for", other, "-target-key", "k"},
+	} {
+		if code, _, _ := runCLI(bad...); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (usage)", bad, code)
+		}
+	}
+}
