@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
@@ -267,7 +271,9 @@ func (s *idem) Claim(ctx context.Context, req idempotency.ClaimRequest) (store.C
 	start := time.Now()
 	v, err := claimScript.Run(ctx, s.c.rdb, keys, s.claimArgs(req, token, deadline)...).Slice()
 	if err = s.c.done(store.OpClaim, start, err); err != nil {
-		s.releaseLater(req, token)
+		if mayHaveRun(err) {
+			s.releaseLater(req, token)
+		}
 		return store.Claimed{}, err
 	}
 	return s.claimed(ctx, req, token, v)
@@ -344,6 +350,25 @@ func replyInt(v []any, i int) int64 {
 func replyHold(v []any, i int) *idempotency.Hold {
 	return &idempotency.Hold{Holder: idempotency.Holder{Node: replyString(v, i+2), What: replyString(v, i+3)},
 		ClaimedAt: time.UnixMilli(replyInt(v, i+1)), LeaseEnds: time.UnixMilli(replyInt(v, i))}
+}
+
+// mayHaveRun reports whether a call that failed with err may have run
+// at Redis: false when it was never sent (no connection could be made
+// or taken from the pool, or the client is closed) or Redis answered
+// with an error reply (it refused the script), true otherwise (a
+// timeout or a connection lost after the command was written).
+func mayHaveRun(err error) bool {
+	var op *net.OpError
+	var re redis.Error
+	switch {
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):
+		return false
+	case errors.As(err, &op) && op.Op == "dial":
+		return false
+	case errors.As(err, &re):
+		return false
+	}
+	return true
 }
 
 // releaseLater releases, in the background, a claim whose script call

@@ -93,7 +93,7 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 	start := time.Now()
 	v, err := presentScript.Run(ctx, p.c.rdb, keys, args...).Slice()
 	if err = p.c.done(store.OpPresent, start, err); err != nil {
-		if claiming {
+		if claiming && mayHaveRun(err) {
 			p.idem.releaseLater(creq, token)
 		}
 		return store.Presentation{}, err
@@ -167,7 +167,7 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	start := time.Now()
 	v, err := resolveScript.Run(ctx, p.c.rdb, keys, args...).Slice()
 	if err = p.c.done(store.OpResolvePair, start, err); err != nil {
-		if claiming {
+		if claiming && mayHaveRun(err) {
 			p.idem.releaseLater(creq, token)
 		}
 		return store.PairResolution{}, err
