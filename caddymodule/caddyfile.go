@@ -74,7 +74,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    recipes <path>...
 //	    catalog <path>
 //	    on_policy_change grandfather|invalidate
-//	    record_keys <ed25519-pem>...
+//	    record_keys <ed25519-pem>...|off
 //	    records_dir <path>|off
 //	    fsync always|group|off
 //	    record_retention <duration>
@@ -113,6 +113,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	// Single-valued knobs given twice are refused rather than letting the
 	// last one win silently; list knobs (agents, allow, upstream…) add up.
 	seen := map[string]bool{}
+	recordKeysOff := false
 	for d.NextBlock(0) {
 		key := d.Val()
 		switch key {
@@ -313,6 +314,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			if slices.Contains(args, "") {
 				return d.Errf("%s: empty value; leave the line out for the default", key)
+			}
+			// record_keys off is the default (unsigned records) said
+			// out loud, so that {$VAR:off} can leave a key out.
+			if key == "record_keys" && (recordKeysOff || slices.Contains(args, "off")) {
+				if recordKeysOff || len(args) != 1 || len(h.RecordKeys) > 0 {
+					return d.Errf("record_keys: off stands alone: give key files or off, not both")
+				}
+				recordKeysOff = true
+				continue
 			}
 			list := map[string]*[]string{
 				"agents": &h.Agents, "endpoints": &h.Endpoints, "recipes": &h.Recipes, "record_keys": &h.RecordKeys,

@@ -114,6 +114,10 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"empty endpoints among others", `endpoints a.yaml ""`, "endpoints: empty value"},
 		{"empty recipes", `recipes ""`, "recipes: empty value"},
 		{"empty record_keys", `record_keys ""`, "record_keys: empty value"},
+		// record_keys off is the unsigned default, alone.
+		{"record_keys off with a key", `record_keys off k.pem`, "record_keys: off stands alone"},
+		{"record_keys key then off", "record_keys k.pem\n\t\trecord_keys off", "record_keys: off stands alone"},
+		{"record_keys off then a key", "record_keys off\n\t\trecord_keys k.pem", "record_keys: off stands alone"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,5 +127,27 @@ func TestCaddyfileErrors(t *testing.T) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestRecordKeysOff: `record_keys off` (what Caddyfile.example's
+// {$RCNS_RECORD_KEYS:off} gives when the variable is unset) configures
+// no key, as leaving the line out does, while a path is kept.
+func TestRecordKeysOff(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want string
+	}{
+		{"record_keys off", `"handler":"rcns"}`},
+		{"record_keys /k/a.pem /k/b.pem", `"record_keys":["/k/a.pem","/k/b.pem"]`},
+	} {
+		src := ":8080 {\n\trcns {\n\t\t" + tc.line + "\n\t}\n}\n"
+		got, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.line, err)
+		}
+		if !strings.Contains(string(got), tc.want) {
+			t.Errorf("%s adapts to %s, want it to contain %s", tc.line, got, tc.want)
+		}
 	}
 }
