@@ -45,6 +45,7 @@ const usage = `usage:
           METHOD URL [JSON-BODY]
   rcns-agent key inspect|release|resolve [call flags] -for AGENT-ID
           -target-key KEY [-reason TEXT] [-status N] [-result JSON] URL
+  rcns-agent verify-record -keys keys.json RECORD|-
   URL is http://, https://, agtp:// (AGTP/1.0 in plain text, loopback only
   unless -insecure-plaintext) or agtps:// (AGTP/1.0 over TLS 1.3); the
   AGTP port defaults to 4480. Without -key the request is not signed
@@ -56,7 +57,8 @@ exit status: 0 a 2xx answer other than 262 (263 included); 1 no answer
   (connection, TLS, timeout, a bad file); 2 a usage error; 3 a 461
   confirm-first preview (nothing ran: present the contract); 4 any other
   answer (262, 4xx such as 404, 422 and 459-464, 5xx). The answer is
-  printed either way.
+  printed either way. verify-record: 0 the record's signature verifies
+  against keys.json (a JWK set or the gateway's manifest), 1 it does not.
 `
 
 // Exit statuses of run (documented in the package comment and usage).
@@ -131,6 +133,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = call(context.Background(), args[1:], stdout, stderr)
 	case "key":
 		err = keyCmd(context.Background(), args[1:], stdout, stderr)
+	case "verify-record":
+		err = verifyRecord(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -13,6 +13,7 @@
 //	        [-insecure-plaintext] METHOD URL [JSON-BODY]
 //	rcns-agent key inspect|release|resolve [call flags] -for AGENT-ID
 //	        -target-key KEY [-reason TEXT] [-status N] [-result JSON] URL
+//	rcns-agent verify-record -keys keys.json RECORD|-
 //
 // keygen writes a new PKCS#8 PEM private key (mode 0600, never over an
 // existing file) and prints two lines: "keyid <thumbprint>" and
@@ -32,6 +33,12 @@
 // gateway under `identity header` or `identity mtls`, where nothing is
 // signed. It prints the status line, the response header fields
 // (sorted, in AGTP spelling) and the body.
+// verify-record checks an Attribution-Record's EdDSA signature against
+// the gateway's published record keys: keys.json is a JWK set or the
+// manifest (the DISCOVER / body, whose server.record_keys it uses);
+// RECORD is the JWS compact form, or - for standard input holding the
+// record or the output of call (its Attribution-Record line). It prints
+// the kid, the Audit-ID and the record's payload.
 //
 // URL is http:// or https:// (the HTTP binding, spec §2.3), or agtp://
 // or agtps:// (the native AGTP/1.0 wire, spec §2.1; port 4480 unless
@@ -56,6 +63,9 @@
 //	   nothing ran (present the contract with -contract to run it)
 //	4  call got any other answer: 262, 3xx, 4xx (404, 422, 459–464 …),
 //	   5xx
+//
+// verify-record exits 0 when the signature verifies and 1 when it does
+// not (an unsigned record, an unknown kid, a changed record, a bad file).
 package main
 
 import (
