@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -142,4 +144,52 @@ func findAccessLog(output, probe string) map[string]any {
 		}
 	}
 	return nil
+}
+
+// TestCaddyfileExampleSignedRecords is ../shared/cases/07 item 6, as
+// `make demo` runs it: Caddyfile.example with RCNS_RECORD_KEYS set signs
+// the Attribution-Records, the manifest publishes the key, and the
+// README's `rcns-agent verify-record -keys manifest.json -` accepts an
+// answer's record (its Audit-ID printed) and refuses it changed by hand.
+func TestCaddyfileExampleSignedRecords(t *testing.T) {
+	bin := cliBuild(t)
+	js := startJSONServer(t, hotelDB)
+	keyPath, _ := writeEd25519Key(t)
+	site := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	g := startGatewayFile(t, filepath.Join(repoRoot, "Caddyfile.example"), site, []string{
+		fmt.Sprintf("RCNS_ADMIN=127.0.0.1:%d", freePort(t)),
+		"RCNS_PORT=" + strings.TrimPrefix(site, "127.0.0.1:"),
+		"HOTEL_ADDR=" + js.Addr,
+		"RCNS_RECORD_KEYS=" + keyPath,
+	})
+	if strings.Contains(g.Output(), "no record_keys configured") {
+		t.Errorf("the gateway warns that its records are unsigned:\n%s", g.Output())
+	}
+	man := g.Do(t, "DISCOVER", "/", nil, nil)
+	wantStatus(t, man, 200)
+	dir := t.TempDir()
+	manifest := filepath.Join(dir, "manifest.json")
+	if err := os.WriteFile(manifest, man.Body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	r := g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), nil)
+	wantStatus(t, r, 200)
+	record := r.Header.Get("Attribution-Record")
+	out, errOut, code := cliRun(t, bin, "verify-record", "-keys", manifest, record)
+	if code != 0 || !strings.Contains(out, "Audit-ID: "+r.Header.Get("Audit-ID")) || !strings.Contains(out, `"method": "FETCH"`) {
+		t.Fatalf("verify-record exit %d:\n%s%s", code, out, errOut)
+	}
+
+	// The same record with its payload changed (status 200 → 201).
+	parts := strings.Split(record, ".")
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil || !strings.Contains(string(payload), `"status":200`) {
+		t.Fatalf("record payload %s (%v)", payload, err)
+	}
+	payload = []byte(strings.Replace(string(payload), `"status":200`, `"status":201`, 1))
+	changed := parts[0] + "." + base64.RawURLEncoding.EncodeToString(payload) + "." + parts[2]
+	if out, errOut, code := cliRun(t, bin, "verify-record", "-keys", manifest, changed); code != 1 || !strings.Contains(errOut, "does not verify") {
+		t.Fatalf("verify-record accepted a changed record: exit %d:\n%s%s", code, out, errOut)
+	}
 }

@@ -5,7 +5,9 @@
 # examples/hotel/db.json) and Caddy with the rcns handler
 # (Caddyfile.example), prints the demo agents' ids, ready-to-paste curl
 # commands and an MCP client configuration for the MCP door at /mcp, then
-# waits until interrupted (Ctrl-C) and stops both.
+# waits until interrupted (Ctrl-C) and stops both. The agents' keys and
+# the gateway's record-signing key (RCNS_RECORD_KEYS) are made for the
+# run in its work folder; it prints how to verify the signed records.
 #
 # Environment (all optional):
 #   RCNS_DEMO_PORT     gateway port            (default 8080)
@@ -77,6 +79,16 @@ for doc in examples/hotel/agents/*.yaml; do
 	{ cat "$doc"; printf 'keys:\n  - %s\n' "$jwk"; } >"$WORK/agents/$name.yaml"
 done
 K="$WORK/keys"
+# 3c. The gateway's own Ed25519 key, made for this run too (never
+# committed), signs the Attribution-Records (record_keys, through
+# RCNS_RECORD_KEYS in Caddyfile.example); the manifest publishes its
+# public half (server.record_keys).
+say "==> making the gateway's record-signing key ($WORK/gateway/record-key.pem)"
+mkdir -p "$WORK/gateway"
+chmod 700 "$WORK/gateway"
+RECORD_KEY="$WORK/gateway/record-key.pem"
+bin/rcns-agent keygen -alg ed25519 -out "$RECORD_KEY" >/dev/null
+DATA_DIR="${XDG_DATA_HOME:-$HOME/.local/share}/caddy/rcns/default"
 AGENTS_DIR="examples/hotel/agents"
 if [ "$IDENTITY" = signature ]; then
 	AGENTS_DIR="$WORK/agents"
@@ -129,7 +141,7 @@ say "==> starting caddy on 127.0.0.1:$DEMO_PORT, agtp://127.0.0.1:$AGTP_PORT (ad
 # to its work folder, not over the user's own autosave.json (records stay
 # in Caddy's data directory, XDG_DATA_HOME, as the README says).
 RCNS_ADMIN="127.0.0.1:$ADMIN_PORT" RCNS_PORT="$DEMO_PORT" RCNS_AGTP_PORT="$AGTP_PORT" HOTEL_ADDR="127.0.0.1:$HOTEL_PORT" \
-	RCNS_IDENTITY="$IDENTITY" RCNS_AGENTS="$AGENTS_DIR" XDG_CONFIG_HOME="$WORK/config" \
+	RCNS_IDENTITY="$IDENTITY" RCNS_AGENTS="$AGENTS_DIR" RCNS_RECORD_KEYS="$RECORD_KEY" XDG_CONFIG_HOME="$WORK/config" \
 	bin/caddy run --config Caddyfile.example --adapter caddyfile >"$WORK/caddy.log" 2>&1 &
 PIDS+=($!)
 wait_for "http://127.0.0.1:$DEMO_PORT/guests/g-1" caddy "${PIDS[-1]}" "$WORK/caddy.log"
@@ -137,6 +149,10 @@ if grep -q 'is held by another gateway' "$WORK/caddy.log"; then
 	say "demo: WARNING: another gateway (another demo?) holds this demo's records folder under ${XDG_DATA_HOME:-\$HOME/.local/share}/caddy/rcns:" >&2
 	say "demo:   this one serves without durable negotiation records. Give it its own data folder: XDG_DATA_HOME=/tmp/demo2 make demo" >&2
 fi
+
+# The manifest, with the record key's public half (server.record_keys),
+# kept for verify-record.
+curl -fsS -X DISCOVER -o "$WORK/manifest.json" "http://127.0.0.1:$DEMO_PORT/" || die "DISCOVER / failed; see $WORK/caddy.log"
 
 agent_id() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
 A1=$(agent_id rcns-demo-agent)
@@ -219,6 +235,26 @@ curl -i -X BOOK -H 'Agent-ID: $A1' -H 'Allow-RCNS: true' -H 'Authority-Scope: rc
 curl -s $GW/mcp -H 'Agent-ID: $A1' -H 'Authority-Scope: hotel:read' -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_guest","arguments":{"guest_id":"g-1"}}}'
 MSG
 fi
+CALL_KEY=""
+if [ "$IDENTITY" = signature ]; then
+	CALL_KEY="-key $K/rcns-demo-agent.pem "
+fi
+cat <<MSG
+
+5. Records: every answer carries an Attribution-Record (a JWS) signed with
+   the gateway's Ed25519 key made for this run ($RECORD_KEY);
+   its public half is in the manifest (DISCOVER /, server.record_keys),
+   saved in $WORK/manifest.json. Verify an answer's record against it:
+bin/rcns-agent call ${CALL_KEY}-agent-id $A1 -scope hotel:read FETCH $GW/guests/g-1 | bin/rcns-agent verify-record -keys $WORK/manifest.json -
+
+6. Every gate evaluation (a BOOK /room that reaches the RCNS gate, refused
+   or not) is also a negotiation record, hash-chained per agent, in
+   $DATA_DIR/negotiations.
+   Check the chains (after a BOOK), then move a record's time back a century
+   in a copy and check again: it fails, naming the file, line and agent:
+bin/caddy rcns verify-log $DATA_DIR
+rm -rf $WORK/changed && cp -r $DATA_DIR/negotiations $WORK/changed && sed -i '1s/"at":"20/"at":"19/' $WORK/changed/*.jsonl && bin/caddy rcns verify-log $WORK/changed
+MSG
 say ""
 say "Press Ctrl-C to stop (stops by itself after $MAX_SECONDS s)."
 

@@ -30,8 +30,8 @@ const maxVerifyInput = 16 << 20
 // record says. FILE is a JWK set ({"keys": […]}) or a gateway manifest
 // (the DISCOVER / body), whose server.record_keys is that set. RECORD is
 // the JWS compact form, or "-" to read standard input: the record alone
-// or the output of `rcns-agent call`, whose Attribution-Record line is
-// taken. An unsigned (alg none) record, a kid the set does not hold or a
+// or the output of `rcns-agent call` (or `curl -i`), whose
+// Attribution-Record line is taken. An unsigned (alg none) record, a kid the set does not hold or a
 // signature that does not verify is an error.
 func verifyRecord(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("verify-record", stderr)
@@ -92,8 +92,8 @@ func readRecordKeys(path string) (map[string]any, error) {
 }
 
 // readRecordInput returns the record in r: the value of an
-// "Attribution-Record:" line when there is one (rcns-agent call's
-// output), else the whole input, trimmed.
+// "Attribution-Record:" line when there is one (the output of
+// rcns-agent call or curl -i), else the whole input, trimmed.
 func readRecordInput(r io.Reader) (string, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxVerifyInput))
 	if err != nil {
@@ -102,7 +102,9 @@ func readRecordInput(r io.Reader) (string, error) {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(nil, maxVerifyInput)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "Attribution-Record: "); ok {
+		// Any spelling: curl -i prints HTTP/2 header names in lower case.
+		name, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.EqualFold(name, "Attribution-Record") {
 			return strings.TrimSpace(v), nil
 		}
 	}

@@ -127,6 +127,7 @@ func TestReadRecordInput(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"a.b.c\n", "a.b.c"},
 		{"AGTP/1.0 200 OK\nAudit-ID: x\nAttribution-Record: h.p.s\n\n{}\n", "h.p.s"},
+		{"HTTP/2 200\r\naudit-id: x\r\nattribution-record: h.p.s\r\n\r\n{}\n", "h.p.s"},
 	} {
 		got, err := readRecordInput(strings.NewReader(tc.in))
 		if err != nil || got != tc.want {
