@@ -157,7 +157,7 @@ func (h *engine) propose(x *exchange, req *request, p map[string]any) {
 		return
 	}
 	if !h.methods.IsMethod(method) {
-		x.fail(agtp.MethodNotInCatalog.WithFields(fmt.Sprintf("proposed method %s is not in catalog %s nor a custom method", textcut.Clip(method), h.methods.Catalog.Version()), map[string]any{"method": textcut.Clip(method), "catalog_version": h.methods.Catalog.Version()}))
+		x.fail(agtp.MethodNotInCatalog.WithFields(fmt.Sprintf("proposed method %s is not in catalog %s nor a custom method (%s)", textcut.Clip(method), h.methods.Catalog.Version(), policy.CatalogRule), map[string]any{"method": textcut.Clip(method), "catalog_version": h.methods.Catalog.Version()}))
 		return
 	}
 	// Step 2: path grammar. The refusal's "path" field would be the

@@ -7,6 +7,20 @@ import (
 	"strings"
 )
 
+// MethodsDoc names the docs page that lists the method catalog
+// (docs/methods.md, generated from the embedded catalog). The 459
+// method-not-in-catalog and 460 reserved-segment explanations point to it
+// with the rule they apply (CatalogRule, PathRule).
+const MethodsDoc = "caddy-rcns docs/methods.md"
+
+// CatalogRule names the rule behind 459 method-not-in-catalog: a method
+// must be in the approved catalog (api-01 §3) or a custom method.
+const CatalogRule = "catalog rule, api-01 §3; the catalog is listed in " + MethodsDoc + ", DISCOVER /methods lists what this server serves"
+
+// PathRule names the rule behind a 460 for a path segment that equals
+// a method name (the path grammar, api-01 §5).
+const PathRule = "path grammar, api-01 §5; the method names are listed in " + MethodsDoc
+
 // legacyVerbs are the five HTTP verbs policies.methods.legacy can admit
 // (RCNS §5.4).
 var legacyVerbs = [...]string{"GET", "POST", "PUT", "DELETE", "PATCH"}
@@ -364,10 +378,10 @@ func (p *MethodPolicy) ResolveMethod(wire string) (ResolvedMethod, *Refusal) {
 	}
 	if res.Requested != "" {
 		return refuse("method-not-in-catalog",
-			fmt.Sprintf("Method %s is aliased to %s, which is not in AGTP method catalog %s nor a custom method of this server.", wire, quote(res.Method), cat.Version()))
+			fmt.Sprintf("Method %s is aliased to %s, which is not in AGTP method catalog %s nor a custom method of this server (%s).", wire, quote(res.Method), cat.Version(), CatalogRule))
 	}
 	return refuse("method-not-in-catalog",
-		fmt.Sprintf("Method %s is not in AGTP method catalog %s and is not a custom method of this server.", wire, cat.Version()))
+		fmt.Sprintf("Method %s is not in AGTP method catalog %s and is not a custom method of this server (%s).", wire, cat.Version(), CatalogRule))
 }
 
 // ApplyRedirects returns the (method, path) pair to process after

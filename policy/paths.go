@@ -234,7 +234,7 @@ func (p *MethodPolicy) checkLiteralSegment(path, seg string, reserved bool) *Ref
 	}
 	if reserved {
 		if m := p.reservedMethod(seg); m != "" {
-			return pathRefusal(path, seg, fmt.Sprintf("Path segment %s equals the AGTP method name %s (compared case-insensitively, ignoring '-' and '_'); method names cannot be path segments.", quote(seg), m))
+			return pathRefusal(path, seg, fmt.Sprintf("Path segment %s equals the AGTP method name %s (compared case-insensitively, ignoring '-' and '_'); method names cannot be path segments (%s); rename it, e.g. to a plural noun.", quote(seg), m, PathRule))
 		}
 	}
 	return nil

@@ -99,7 +99,7 @@ func buildBoundEndpoint(doc *schema.Document, mp *policy.MethodPolicy, upstreams
 		return nil, doc.Errorf("", "%v", err)
 	}
 	if !mp.IsMethod(d.Method) {
-		return nil, doc.Errorf("/method", "method %s is neither in the catalog %s nor a custom method", d.Method, mp.Catalog.Version())
+		return nil, doc.Errorf("/method", "method %s is neither in the catalog %s nor a custom method (%s)", d.Method, mp.Catalog.Version(), policy.CatalogRule)
 	}
 	if policy.IsLegacyVerb(d.Method) {
 		return nil, doc.Errorf("/method", "legacy verb %s must not be used in an endpoint definition (use its AGTP alias)", d.Method)

@@ -127,7 +127,7 @@ func BuildRecipe(doc *schema.Document, mp *policy.MethodPolicy, lookup EndpointL
 	r := &Recipe{Name: d.Name, Version: d.Version, Description: d.Description, Method: d.Pattern.Method,
 		Propose: d.Propose == nil || *d.Propose, File: doc.File, impact: d.Endpoint.Semantic.Impact, doc: doc.Value}
 	if !mp.IsMethod(r.Method) || policy.IsLegacyVerb(r.Method) {
-		return nil, doc.Errorf("/pattern/method", "method %s is neither in the catalog nor a custom method", r.Method)
+		return nil, doc.Errorf("/pattern/method", "method %s is neither in the catalog nor a custom method (%s)", r.Method, policy.CatalogRule)
 	}
 	switch {
 	case d.Pattern.PathExact != "" && d.Pattern.PathRegex != "":
