@@ -150,8 +150,9 @@ func TestGitHubAnchor(t *testing.T) {
 }
 
 // fenceLine is a line a code fence may be: ``` and an optional info
-// word (a language), nothing after it.
-var fenceLine = regexp.MustCompile("^```[A-Za-z0-9_+-]*$")
+// word (a language), then only key=value words (the snippet attributes
+// of internal/docsnippets: file=PATH, run=NAME, output=NAME).
+var fenceLine = regexp.MustCompile("^```([A-Za-z0-9_+-]+( [a-z]+=[^ `]+)*)?$")
 
 // TestFences: every code fence of the pages is a line of its own
 // (text after a closing fence leaves the block open, and the rest of
@@ -174,7 +175,7 @@ func TestFences(t *testing.T) {
 			}
 			n++
 			if !fenceLine.MatchString(strings.TrimLeft(line, " ")) {
-				t.Errorf("%s:%d: %q: a code fence is ``` and an optional language, alone on its line", f, i+1, line)
+				t.Errorf("%s:%d: %q: a code fence is ``` and an optional language (then only key=value attributes), alone on its line", f, i+1, line)
 			}
 		}
 		if n%2 != 0 {
