@@ -432,17 +432,15 @@ func (c *Client) ClockOffset() (time.Duration, bool) {
 // claimDeadline bounds a claim: the returned context ends ReadTimeout
 // from now (or at ctx's earlier deadline), when the caller stops
 // waiting and answers 503 "nothing was executed"; the deadline (Unix
-// ms on Redis's clock, 0 while the clock offset is not known yet) is a
-// quarter of that time earlier, so a claim script that reaches Redis
+// ms on Redis's clock: this host's plus the offset last measured, taken
+// as 0 until the first Ping of a degraded client succeeds) is a quarter
+// of that time earlier, so a claim script that reaches Redis
 // after the caller stopped waiting (Redis stalled with the command in
 // its socket, or a network path held it) writes nothing. The quarter
 // covers the error of the measured offset; Redis servers' clocks must
 // agree within it (NTP; docs/cluster.md).
 func (c *Client) claimDeadline(ctx context.Context) (context.Context, int64, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ReadTimeout)
-	if !c.clockKnown.Load() {
-		return ctx, 0, cancel
-	}
 	dl, _ := ctx.Deadline()
 	left := time.Until(dl)
 	return ctx, dl.Add(-left/4).UnixMilli() + c.clockOffset.Load(), cancel
