@@ -33,6 +33,9 @@ type engine struct {
 	passthru  map[string]bool
 	metrics   *metrics
 	idents    *identities
+	// idSteps is the identity step: the verifiers asked in order
+	// (verifyTransport).
+	idSteps []verifier
 	ctx       caddy.Context
 	events    *caddyevents.App
 	signer    *records.Signer

@@ -159,58 +159,151 @@ func (h *engine) verifyIdentity(x *exchange, req *request) *agtp.Error {
 	return h.verifyTransport(x.in, req.raw, x.agentID)
 }
 
-// verifyTransport proves agentID on the request in (read through
-// httpView: method, target, Host, header fields, TLS state) with body,
-// its body read to the end, in the configured verified mode: the one
-// verification every door shares (the HTTP binding per AGTP request,
-// the MCP door per HTTP request to its path). It returns a 401 wire
-// error with a distinct reason, or nil; in identity header mode it
-// checks nothing.
-func (h *engine) verifyTransport(in *agtp.Request, body []byte, agentID string) *agtp.Error {
+// verdict is what one identity verifier answers for a request.
+type verdict int
+
+const (
+	// notMine: the request carries no credential of this verifier's
+	// kind; another verifier may verify it.
+	notMine verdict = iota
+	// verifiedAs: the credential proves the claimed Agent-ID.
+	verifiedAs
+	// refused: the request carries this verifier's kind of credential
+	// and it fails; no other verifier is asked.
+	refused
+)
+
+// verifier is one identity mode of the engine's identity step (spec
+// §10 step 6, ARCHITECTURE.md "Identity"): header (on loopback), mtls
+// or signature, each proving an Agent-ID its own way. A refusal is a
+// wire error with a distinct reason (401, or 503 store-unavailable when
+// the signature replay cache cannot be reached).
+type verifier interface {
+	// mode names the verifier: IdentityHeader, IdentityMTLS or
+	// IdentitySignature (Verification-Path, identity_assurance).
+	mode() string
+	// verify answers for agentID, claimed by in (its body read to the
+	// end): verifiedAs and nil; refused and why; or notMine and the
+	// refusal to give if no other verifier claims the request.
+	verify(in *agtp.Request, body []byte, agentID string) (verdict, *agtp.Error)
+}
+
+// verifiers builds the identity step of mode (one mode a configuration
+// today; the step runs a list so that more modes, OAuth among them, add
+// a verifier, not a branch in every door).
+func (h *engine) verifiers() []verifier {
 	switch h.Identity {
 	case IdentityMTLS:
-		if in.TLS == nil || len(in.TLS.PeerCertificates) == 0 {
-			return agtp.CertificateRequired.New("identity mtls: an AGTP request must present a client certificate")
-		}
-		sum := sha256.Sum256(in.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)
-		owner, ok := h.idents.spki[hex.EncodeToString(sum[:])]
-		if !ok {
-			return agtp.CertificateUnknown.New("identity mtls: the client certificate's key is not bound to any agent")
-		}
-		if owner != agentID {
-			return agtp.CertificateMismatch.New("identity mtls: the client certificate is bound to another Agent-ID")
-		}
+		return []verifier{mtlsVerifier{spki: h.idents.spki}}
 	case IdentitySignature:
-		res, err := httpsig.Verify(httpView(in), func(keyID string) (string, crypto.PublicKey, string, bool) {
-			k, ok := h.idents.keys[keyID]
-			return k.alg, k.pub, k.owner, ok
-		}, httpsig.VerifyOptions{
-			MaxAge: time.Duration(h.SignatureMaxAge), Skew: time.Duration(h.SignatureSkew),
-			Authorities: h.SignatureAuthorities,
-			Body:        body, ExpectOwner: agentID,
-		})
-		if err != nil {
-			var se *httpsig.Error
-			if errors.As(err, &se) {
-				return &agtp.Error{Status: 401, Reason: se.Reason, Explanation: "identity signature: " + se.Detail}
-			}
-			return agtp.SignatureInvalid.New("identity signature: " + err.Error())
-		}
-		// The replay check, last as in httpsig.Verify, on the shared
-		// cache: a signature is accepted once on every node.
-		ctx := in.Context
-		if ctx == nil {
-			ctx = context.Background()
-		}
-		seen, err := h.sto.Replay.Seen(ctx, agentID, res.Signature, res.Expires)
-		if err != nil {
-			h.logger.Debug("store unavailable: answering 503 store-unavailable", zap.String("agent_id", agentID), zap.Error(err)) // as storeFailed
-			return storeUnavailable()
-		}
-		if seen {
-			return &agtp.Error{Status: 401, Reason: httpsig.ReasonSignatureReplayed, Explanation: "identity signature: the signature was already used"}
-		}
-		// The key's owner was checked against Agent-ID (ExpectOwner).
+		return []verifier{signatureVerifier{h: h}}
 	}
-	return nil
+	return []verifier{headerVerifier{}}
+}
+
+// verifyTransport proves agentID on the request in (read through
+// httpView: method, target, Host, header fields, TLS state, whether it
+// reached a loopback address) with body, its body read to the end: the
+// one identity step every door shares (the HTTP binding and the native
+// door per AGTP request, the MCP door per HTTP request to its path). The
+// verifiers are asked in order: the first that verifies or refuses
+// decides; when none claims the request, the first one's refusal is
+// the answer. An engine with no verifier (not provisioned) verifies
+// nobody.
+func (h *engine) verifyTransport(in *agtp.Request, body []byte, agentID string) *agtp.Error {
+	first := agtp.AgentUnauthenticated.New("no identity mode is configured to verify the Agent-ID")
+	for i, v := range h.idSteps {
+		switch vd, e := v.verify(in, body, agentID); vd {
+		case verifiedAs:
+			return nil
+		case refused:
+			return e
+		default:
+			if i == 0 && e != nil {
+				first = e
+			}
+		}
+	}
+	return first
+}
+
+// headerVerifier is identity header: the Agent-ID header is the
+// identity, on a loopback address only.
+type headerVerifier struct{}
+
+func (headerVerifier) mode() string { return IdentityHeader }
+
+func (headerVerifier) verify(in *agtp.Request, _ []byte, _ string) (verdict, *agtp.Error) {
+	if in.Loopback {
+		return verifiedAs, nil
+	}
+	return notMine, agtp.IdentityModeRefused.New("this gateway trusts the Agent-ID header only on loopback; configure a verified identity mode")
+}
+
+// mtlsVerifier is identity mtls: the SHA-256 of the client
+// certificate's SubjectPublicKeyInfo, bound to one agent (spki: hex →
+// Agent-ID).
+type mtlsVerifier struct{ spki map[string]string }
+
+func (mtlsVerifier) mode() string { return IdentityMTLS }
+
+func (v mtlsVerifier) verify(in *agtp.Request, _ []byte, agentID string) (verdict, *agtp.Error) {
+	if in.TLS == nil || len(in.TLS.PeerCertificates) == 0 {
+		return notMine, agtp.CertificateRequired.New("identity mtls: an AGTP request must present a client certificate")
+	}
+	sum := sha256.Sum256(in.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)
+	owner, ok := v.spki[hex.EncodeToString(sum[:])]
+	if !ok {
+		return refused, agtp.CertificateUnknown.New("identity mtls: the client certificate's key is not bound to any agent")
+	}
+	if owner != agentID {
+		return refused, agtp.CertificateMismatch.New("identity mtls: the client certificate is bound to another Agent-ID")
+	}
+	return verifiedAs, nil
+}
+
+// signatureVerifier is identity signature: RFC 9421 with the agents'
+// registered keys, each signature accepted once on every node (the
+// store's replay cache).
+type signatureVerifier struct{ h *engine }
+
+func (signatureVerifier) mode() string { return IdentitySignature }
+
+func (v signatureVerifier) verify(in *agtp.Request, body []byte, agentID string) (verdict, *agtp.Error) {
+	h := v.h
+	res, err := httpsig.Verify(httpView(in), func(keyID string) (string, crypto.PublicKey, string, bool) {
+		k, ok := h.idents.keys[keyID]
+		return k.alg, k.pub, k.owner, ok
+	}, httpsig.VerifyOptions{
+		MaxAge: time.Duration(h.SignatureMaxAge), Skew: time.Duration(h.SignatureSkew),
+		Authorities: h.SignatureAuthorities,
+		Body:        body, ExpectOwner: agentID,
+	})
+	if err != nil {
+		outcome := refused
+		if len(in.Header["Signature"]) == 0 && len(in.Header["Signature-Input"]) == 0 {
+			outcome = notMine // no signature at all: another verifier may claim it
+		}
+		var se *httpsig.Error
+		if errors.As(err, &se) {
+			return outcome, &agtp.Error{Status: 401, Reason: se.Reason, Explanation: "identity signature: " + se.Detail}
+		}
+		return outcome, agtp.SignatureInvalid.New("identity signature: " + err.Error())
+	}
+	// The replay check, last as in httpsig.Verify, on the shared
+	// cache: a signature is accepted once on every node.
+	ctx := in.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	seen, err := h.sto.Replay.Seen(ctx, agentID, res.Signature, res.Expires)
+	if err != nil {
+		h.logger.Debug("store unavailable: answering 503 store-unavailable", zap.String("agent_id", agentID), zap.Error(err)) // as storeFailed
+		return refused, storeUnavailable()
+	}
+	if seen {
+		return refused, &agtp.Error{Status: 401, Reason: httpsig.ReasonSignatureReplayed, Explanation: "identity signature: the signature was already used"}
+	}
+	// The key's owner was checked against Agent-ID (ExpectOwner).
+	return verifiedAs, nil
 }

@@ -266,7 +266,7 @@ func (d *mcpDoor) identify(r *http.Request, body []byte, loopback bool) (*mcpReq
 		return nil, agtp.InvalidCanonicalID.New("Agent-ID is not a canonical Agent-ID (64 lowercase hexadecimal characters).")
 	}
 	view := &agtp.Request{Binding: agtp.BindingMCP, Method: r.Method, Target: r.RequestURI, URL: r.URL, Host: r.Host,
-		Header: r.Header, ContentLength: int64(len(body)), TLS: r.TLS, Context: r.Context()}
+		Header: r.Header, ContentLength: int64(len(body)), TLS: r.TLS, Loopback: loopback, Context: r.Context()}
 	if err := e.verifyTransport(view, body, agentID); err != nil {
 		return nil, err
 	}

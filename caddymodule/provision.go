@@ -302,6 +302,7 @@ func (h *engine) loadAgents() ([]policy.Agent, error) {
 	if h.idents, err = buildIdentities(h.Identity, docs, ads); err != nil {
 		return nil, err
 	}
+	h.idSteps = h.verifiers()
 	return out, nil
 }
 
