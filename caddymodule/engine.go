@@ -36,9 +36,9 @@ type engine struct {
 	// idSteps is the identity step: the verifiers asked in order
 	// (verifyTransport).
 	idSteps []verifier
-	ctx       caddy.Context
-	events    *caddyevents.App
-	signer    *records.Signer
+	ctx     caddy.Context
+	events  *caddyevents.App
+	signer  *records.Signer
 	// recDir and recFsync are the resolved records_dir ("" memory-only)
 	// and fsync policy, opened on the first request (act).
 	recDir   string
