@@ -85,8 +85,10 @@ func (h *engine) inspectKey(x *exchange, req *request, p map[string]any) {
 
 // settleKey serves REVOKE target=idempotency-key (inspect:all): action
 // release or resolve of an outcome-unknown key. resolve takes status
-// (100-599, default 200) and result (any JSON, default null): the
-// answer later repeats of the key replay, marked resolved_by_operator.
+// (a 2xx with a body: 200-299 but 204 and 205; default 200) and result
+// (any JSON, default null): the answer later repeats of the key replay,
+// marked resolved_by_operator, with the operator's reason as note. A
+// request that did not run is released, not resolved.
 func (h *engine) settleKey(x *exchange, req *request, p map[string]any, reason string) {
 	const what = "REVOKE target=idempotency-key"
 	if !h.inspectAll(req) {
@@ -107,8 +109,8 @@ func (h *engine) settleKey(x *exchange, req *request, p map[string]any, reason s
 	if v, ok := p["status"]; ok && v != nil {
 		f, isNum := v.(float64)
 		i := int64(f)
-		if !isNum || float64(i) != f || i < 100 || i > 599 {
-			x.fail(agtp.InvalidParameter.New(what + ": status must be an HTTP status code (100-599)"))
+		if !isNum || float64(i) != f || i < 200 || i > 299 || i == 204 || i == 205 {
+			x.fail(agtp.InvalidParameter.New(what + ": status must be a 2xx status that carries a body (200-299 but 204 and 205): resolve says the request ran and what it answered; release a key whose request did not run"))
 			return
 		}
 		status = int(i)
@@ -126,7 +128,7 @@ func (h *engine) settleKey(x *exchange, req *request, p map[string]any, reason s
 	case "resolve":
 		answer := map[string]any{"status": status, "result": p["result"], "resolved_by_operator": true}
 		if reason != "" {
-			answer["reason"] = reason
+			answer["note"] = reason
 		}
 		raw, jerr := json.Marshal(answer)
 		if jerr != nil {

@@ -771,3 +771,39 @@ func TestRedisLibraryLog(t *testing.T) {
 		t.Fatalf("logged %+v", all)
 	}
 }
+
+// TestRedisStoreFull: a Redis over maxmemory answers, refusing writes:
+// keyed requests are 503 store-unavailable saying the store is full
+// (Retry-After 10), nothing reaches the upstream, and the store is not
+// reported down (caddy_rcns_store_up stays 1), its refusals counted.
+func TestRedisStoreFull(t *testing.T) {
+	srv := redistest.StartServer(t, "--maxmemory-policy", "noeviction")
+	up, hits := countingUpstream(t)
+	g := redisGateway(t, up, srv.Addr())
+	if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", "1"); err != nil {
+		t.Fatal(err)
+	}
+	before := hits.Load()
+	a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "full-1")
+	wantError(t, a, 503, "store-unavailable", "is full")
+	if a.hdr("Retry-After") != "10" {
+		t.Errorf("Retry-After %q, want 10", a.hdr("Retry-After"))
+	}
+	wantError(t, g.do(t, "LOOKUP", "/item/f1", itemInput, "Allow-RCNS", "true"), 503, "store-unavailable", "is full")
+	if n := hits.Load(); n != before {
+		t.Fatalf("%d upstream calls while Redis was full", n-before)
+	}
+	m := g.h.eng.metrics
+	if g.h.eng.storeDown() || testutil.ToFloat64(m.storeUp) != 1 {
+		t.Fatalf("a full Redis is reported down (store_up %v)", testutil.ToFloat64(m.storeUp))
+	}
+	if got := testutil.ToFloat64(m.storeErrors.WithLabelValues(string(store.OpClaim))); got < 1 {
+		t.Errorf("caddy_rcns_store_errors_total{op=claim} = %v, want at least 1", got)
+	}
+	if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "full-1"); a.status != 200 {
+		t.Fatalf("once Redis has room: %s", a)
+	}
+}

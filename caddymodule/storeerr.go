@@ -7,6 +7,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redisstore"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"go.uber.org/zap"
 )
@@ -15,6 +16,11 @@ import (
 // seconds: the store's client reconnects by itself, and a health check
 // runs every second while it is down.
 const storeRetryAfter = 1
+
+// storeFullRetryAfter is the Retry-After of a 503 store-unavailable
+// whose store is full (Redis over maxmemory), in seconds: it takes an
+// operator or expiring keys to make room.
+const storeFullRetryAfter = 10
 
 // storeUnavailable is the 503 store-unavailable answer; exchange.fail
 // adds its Retry-After and marks the exchange (storeFailed).
@@ -44,6 +50,12 @@ func (h *engine) storeFailed(x *exchange, err error) {
 		// (logOutage), and each 503 is counted in the metrics.
 		h.logger.Debug("store unavailable: answering 503 store-unavailable", zap.String("agent_id", x.agentID),
 			zap.String("method", x.method), zap.Error(err))
+		if redisstore.IsOOM(err) {
+			x.retryAfter = storeFullRetryAfter
+			x.fail(agtp.StoreUnavailable.WithFields("the gateway's state store is full (Redis is over its maxmemory) and refuses new state; nothing was executed; retry after Retry-After seconds",
+				map[string]any{"retry_after_seconds": storeFullRetryAfter}))
+			return
+		}
 		var ra *store.RetryAfterError
 		if errors.As(err, &ra) {
 			secs := int64((ra.After + time.Second - 1) / time.Second)

@@ -54,6 +54,8 @@ type pooledRedis struct {
 	// the recovery line's down_for counts from it.
 	down      atomic.Bool
 	firstFail atomic.Int64
+	// fullLogged is when a full Redis was last logged (Unix ns).
+	fullLogged atomic.Int64
 	// logger, quarantined and downSince belong to the health check: the
 	// quarantine is logged once when a check first sees it, an outage
 	// when a check first fails (downSince: since then) and when one
@@ -151,17 +153,39 @@ func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, li
 
 // Observe is the client's store.Observer: latency and errors by op into
 // the metrics, and the up/down state.
+// A Redis over maxmemory answers, refusing writes: it is not down
+// (caddy_rcns_store_up stays 1, its errors are counted by op), and the
+// log says it is full at most once per fullLogEvery.
 func (p *pooledRedis) Observe(op store.Op, latency time.Duration, err error) {
-	p.down.Store(err != nil)
-	if err != nil {
+	full := err != nil && redisstore.IsOOM(err)
+	p.down.Store(err != nil && !full)
+	if err != nil && !full {
 		p.firstFail.CompareAndSwap(0, time.Now().Add(-latency).UnixNano())
+	}
+	if full {
+		p.logFull(err)
 	}
 	if users := p.users.Load(); users != nil {
 		for _, e := range *users {
 			e.metrics.storeRoundTrip(op, latency, err)
-			e.metrics.setStoreUp(err == nil)
+			e.metrics.setStoreUp(err == nil || full)
 		}
 	}
+}
+
+// fullLogEvery is how often a full Redis is logged at most.
+const fullLogEvery = time.Minute
+
+// logFull logs, at most once per fullLogEvery, that Redis refused a
+// write for being over maxmemory.
+func (p *pooledRedis) logFull(err error) {
+	now := time.Now().UnixNano()
+	last := p.fullLogged.Load()
+	if now-last < int64(fullLogEvery) || !p.fullLogged.CompareAndSwap(last, now) {
+		return
+	}
+	p.logger.Warn("store redis is full (over maxmemory): requests that need new state answer 503 store-unavailable and execute nothing until it has room; free memory or raise maxmemory (docs/cluster.md, Failure modes)",
+		zap.Strings("address", p.cfg.Addrs), zap.Error(err))
 }
 
 // health pings Redis until stopped: every storeHealthUp while it

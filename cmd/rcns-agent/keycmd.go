@@ -33,16 +33,22 @@ func keyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	forAgent := fs.String("for", "", "Agent-ID whose Idempotency-Key it is")
 	target := fs.String("target-key", "", "the Idempotency-Key")
 	reason := fs.String("reason", "", "why (release, resolve): recorded with the operator's negotiation record")
-	status := fs.Int("status", 0, "resolve: the status of the stored answer (default 200)")
+	status := fs.Int("status", 0, "resolve: the 2xx status of the stored answer (default 200)")
 	result := fs.String("result", "", "resolve: the JSON result of the stored answer (default null)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
+	}
+	if fs.NArg() > 1 {
+		return usageErr("key %s takes its flags before URL (%q came after it)", action, fs.Arg(1))
 	}
 	if *forAgent == "" || *target == "" {
 		return usageErr("key %s needs -for and -target-key", action)
 	}
 	if fs.NArg() != 1 {
 		return usageErr("key %s needs URL", action)
+	}
+	if action == "inspect" && *reason != "" {
+		return usageErr("-reason goes with key release and key resolve")
 	}
 	if *o.scope == "" {
 		*o.scope = "inspect:all"

@@ -387,6 +387,8 @@ func TestKeyCommand(t *testing.T) {
 		{"key", "release", "-agent-id", agent, "-for", other, "-target-key", "k", "-status", "200", srv.URL},
 		{"key", "resolve", "-agent-id", agent, "-for", other, "-target-key", "k", "-result", "{", srv.URL},
 		{"key", "inspect", "-agent-id", agent, "-for", other, "-target-key", "k"},
+		{"key", "inspect", "-agent-id", agent, "-for", other, "-target-key", "k", "-reason", "why", srv.URL},
+		{"key", "inspect", "-agent-id", agent, srv.URL, "-for", other, "-target-key", "k"},
 	} {
 		if code, _, _ := runCLI(bad...); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (usage)", bad, code)

@@ -570,6 +570,13 @@ func Cause(err error) string {
 	}
 }
 
+// IsOOM reports whether err is Redis refusing a write because it is
+// over maxmemory (an "OOM" error reply): Redis answers, it is full.
+func IsOOM(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "OOM ")
+}
+
 // nowMS is the clock in Unix milliseconds.
 func (c *Client) nowMS() int64 { return c.now().UnixMilli() }
 
