@@ -105,6 +105,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"huge signature_max_age", "signature_max_age 999999999999h", "signature_max_age: \"999999999999h\" is too large"},
 		{"huge negative ttl", "contract_ttl -999999999999h", "contract_ttl: \"-999999999999h\" must be a positive duration"},
 		{"zero idempotency_window", "idempotency_window 0s", "idempotency_window: \"0s\" must be a positive duration"},
+		{"zero idempotency_lease_margin", "idempotency_lease_margin 0s", "idempotency_lease_margin: \"0s\" must be a positive duration"},
 		// Names an endpoint's external_service.upstream can never match.
 		{"empty upstream name", `upstream "" http://127.0.0.1:1`, `upstream "": the name must match ^[^\s{}]+$`},
 		{"upstream name with a space", `upstream "a b" http://127.0.0.1:1`, `upstream "a b": the name must match ^[^\s{}]+$`},

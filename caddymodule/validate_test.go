@@ -209,7 +209,7 @@ func TestNegativeKnobsNamedJSON(t *testing.T) {
 	for _, k := range []string{"signature_max_age", "signature_skew", "replay_cache_size", "rate_limit_per_minute", "rate_limit_burst",
 		"invocation_rate_limit_per_minute", "invocation_rate_limit_burst", "max_request_body", "max_upstream_response",
 		"refused_body_drain", "refused_body_drain_timeout", "max_contracts", "max_contracts_per_agent", "attempt_buffer", "idempotency_window", "idempotency_max_records",
-		"idempotency_max_per_agent", "contract_ttl", "tombstone_ttl", "composition_timeout"} {
+		"idempotency_max_per_agent", "idempotency_lease_margin", "contract_ttl", "tombstone_ttl", "composition_timeout"} {
 		cases = append(cases, configCase{k, "", `"` + k + `":-1`, "rcns: " + k + " must not be negative"})
 	}
 	cases = append(cases,
@@ -323,12 +323,12 @@ func TestDuplicateAgentID(t *testing.T) {
 }
 
 // TestMinDurations: the duration knobs that count in whole seconds
-// (contract_ttl, tombstone_ttl, idempotency_window, signature_max_age,
-// signature_skew) refuse a value under 1s at load, naming the knob; 1s
+// (contract_ttl, tombstone_ttl, idempotency_window,
+// idempotency_lease_margin, signature_max_age, signature_skew) refuse a value under 1s at load, naming the knob; 1s
 // is accepted. composition_timeout may be shorter.
 func TestMinDurations(t *testing.T) {
 	var cases []configCase
-	for _, k := range []string{"contract_ttl", "tombstone_ttl", "idempotency_window", "signature_max_age", "signature_skew"} {
+	for _, k := range []string{"contract_ttl", "tombstone_ttl", "idempotency_window", "idempotency_lease_margin", "signature_max_age", "signature_skew"} {
 		cases = append(cases,
 			configCase{k + " 1ms", k + " 1ms", `"` + k + `":1000000`, "rcns: " + k + " 1ms is below the minimum 1s"},
 			configCase{k + " 999ms", k + " 999ms", `"` + k + `":999000000`, "rcns: " + k + " 999ms is below the minimum 1s"},
