@@ -561,7 +561,8 @@ func (p *cutProxy) setCut(cut bool) {
 // keyed request runs, the answer still goes out, and storing it is
 // retried in the background: once Redis answers again a repeat of the
 // key replays it (without the retry the key stayed in flight, 409,
-// for the whole hold: 61 min by default), and the upstream ran once.
+// then outcome-unknown once its lease ended), and the upstream ran
+// once.
 func TestRedisCompleteRetried(t *testing.T) {
 	srv := redistest.StartServer(t)
 	proxy := startCutProxy(t, srv.Addr())

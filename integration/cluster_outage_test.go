@@ -271,7 +271,7 @@ func clusterOutage(t *testing.T, w *clusterWorld, topo *redisTopology) {
 
 	// Redis came back empty: it forgot the stored answers. A repeat of a
 	// key that ran before the kill must not run it again within the
-	// in-flight hold (docs/cluster.md "Redis restarted empty").
+	// restart quarantine (docs/cluster.md "Redis restarted empty").
 	t.Run("no key runs twice after the restart", func(t *testing.T) {
 		n := 0
 		for key := range ran {

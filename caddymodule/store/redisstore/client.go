@@ -372,7 +372,7 @@ func (c *Client) quarantined() error {
 		return nil
 	}
 	return &store.RetryAfterError{After: left,
-		Why: "Redis restarted less than the Idempotency-Key in-flight hold ago, and a claim it held may be lost: keyed requests resume once every plan that may have held a key before the restart has ended (requests without an Idempotency-Key are served)"}
+		Why: "Redis restarted less than the longest Idempotency-Key lease ago, and a claim it held may be lost: keyed requests resume once every plan that may have held a key before the restart has ended (requests without an Idempotency-Key are served)"}
 }
 
 // Close stops the background work (claims being released), closes the

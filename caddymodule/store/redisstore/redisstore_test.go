@@ -440,7 +440,7 @@ func TestRestartQuarantineAcrossClients(t *testing.T) {
 // connections to the sentinels, whose run ids are not the master's: a
 // hook that took them for the master saw it "restart" at once and
 // refused every claim for the quarantine (an hour with the engine's
-// in-flight hold) on a healthy group.
+// longest lease) on a healthy group.
 func TestSentinelNoQuarantine(t *testing.T) {
 	g := redistest.StartSentinel(t)
 	_, set := newSet(t, Config{Mode: ModeSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName, RestartQuarantine: time.Hour})
