@@ -600,6 +600,9 @@ type Claim struct {
 	// claim of a new key.
 	preview        *Response
 	previewExpires time.Time
+	// ended: Complete or Abandon was called; Renew then never brings
+	// the key back.
+	ended bool
 }
 
 // Complete stores resp (whatever its status) for replay during the
@@ -618,6 +621,7 @@ func (c *Claim) Complete(resp Response) bool {
 	s := c.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	c.ended = true
 	if !s.owns(c) {
 		return false
 	}
@@ -642,6 +646,7 @@ func (c *Claim) Abandon() {
 	s := c.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	c.ended = true
 	if !s.owns(c) {
 		return
 	}
@@ -670,9 +675,12 @@ func (c *Claim) Abandon() {
 
 // Renew extends the claim's lease to lease from now (0: the store's
 // Limits.Lease) while its request still runs, and reports whether the
-// claim still holds its key (false: completed, abandoned, released,
-// resolved or dropped, and nothing changed). A lease that had ended is
-// live again: the holder is still running.
+// claim holds its key. A lease that had ended is live again: the
+// holder is still running. When the key has no record at all (it was
+// released or dropped), the claim takes it again, in flight, as the
+// Redis store does for a record Redis lost. It reports false, changing
+// nothing, after Complete or Abandon, or when another claim or an
+// answer holds the key.
 func (c *Claim) Renew(lease time.Duration) bool {
 	if c == nil {
 		return false
@@ -680,13 +688,30 @@ func (c *Claim) Renew(lease time.Duration) bool {
 	s := c.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.owns(c) {
+	if c.ended {
 		return false
 	}
 	if lease <= 0 {
 		lease = s.limits.Lease
 	}
 	r := c.rec
+	if !s.owns(c) {
+		if _, held := s.byAgent[r.agent][r.key]; held {
+			return false
+		}
+		recs := s.byAgent[r.agent]
+		if recs == nil {
+			recs = make(map[string]*record)
+			s.byAgent[r.agent] = recs
+		}
+		r.resp, r.claim = nil, c
+		r.hold.LeaseEnds = s.now().Add(lease)
+		r.expires = r.hold.LeaseEnds.Add(s.limits.Window)
+		r.lst, r.elem = s.flight, s.flight.PushBack(r)
+		recs[r.key] = r
+		s.n++
+		return true
+	}
 	r.hold.LeaseEnds = s.now().Add(lease)
 	if e := r.hold.LeaseEnds.Add(s.limits.Window); e.After(r.expires) {
 		r.expires = e

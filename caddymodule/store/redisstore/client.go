@@ -164,6 +164,11 @@ type Client struct {
 	clockOffset atomic.Int64
 	clockKnown  atomic.Bool
 
+	// live are the claims this client made whose request has not ended
+	// (token → *claim): when a server restarts, they are renewed at once
+	// (reassert), which writes again the ones it lost.
+	live sync.Map
+
 	// background work (background): pending counts it, closing stops
 	// it, work waits for it at Close.
 	pending   atomic.Int64
@@ -347,6 +352,26 @@ func (c *Client) sawRun(server, runID string, uptime time.Duration) {
 	if until > c.quarantine.Load() {
 		c.quarantine.Store(until)
 	}
+	c.reassert()
+}
+
+// reassert renews, in the background, every claim whose request still
+// runs on this client: a server that restarted without its data lost
+// them, and each is written again (renewScript), so a repeat of its key
+// meets it in flight, on this node or another one that has no
+// quarantine of its own (a node that never saw the old run).
+func (c *Client) reassert() {
+	c.live.Range(func(_, v any) bool {
+		cl := v.(*claim)
+		c.background(cl.s.lease(cl.lease), 0, func(ctx context.Context) error {
+			err := cl.Renew(ctx, 0)
+			if errors.Is(err, store.ErrClaimLost) {
+				return nil
+			}
+			return err
+		})
+		return true
+	})
 }
 
 // QuarantineLeft is how long the restart quarantine still lasts (0
@@ -456,12 +481,13 @@ const (
 	backgroundMax   = 5 * time.Second
 )
 
-// background runs fn until it returns nil or an error that is not
-// store.ErrUnavailable, retrying with backoff while Redis does not
-// answer, for at most limit, and never after Close. At most
-// maxBackground run at once; past that fn is dropped (its key then
-// waits for its lease, and is outcome-unknown after it).
-func (c *Client) background(limit time.Duration, fn func(context.Context) error) {
+// background runs fn, first after wait, until it returns nil or an
+// error that is not store.ErrUnavailable, retrying with backoff while
+// Redis does not answer, for at most limit, and never after Close. At
+// most maxBackground run at once; past that fn is dropped (a released
+// claim's key then waits for its lease, and is outcome-unknown after
+// it).
+func (c *Client) background(limit, wait time.Duration, fn func(context.Context) error) {
 	if c.pending.Add(1) > maxBackground {
 		c.pending.Add(-1)
 		return
@@ -471,8 +497,8 @@ func (c *Client) background(limit time.Duration, fn func(context.Context) error)
 		defer c.work.Done()
 		defer c.pending.Add(-1)
 		deadline := time.Now().Add(limit)
-		wait := backgroundFirst
 		t := time.NewTimer(wait)
+		wait = max(wait, backgroundFirst)
 		defer t.Stop()
 		for {
 			select {

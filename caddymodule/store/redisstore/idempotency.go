@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"net/http"
 	"slices"
 	"strconv"
@@ -163,15 +164,27 @@ if KEYS[3] then redis.call('ZREM', KEYS[3], ARGV[4]) end
 return 1
 `)
 
-// renewScript extends the lease of the claim whose token is ARGV[2].
-// KEYS as claimScript. ARGV: now, token, lease (ms), window (ms),
-// agent-index member, global member. Returns 1 when renewed, 0 when the
-// claim no longer holds the key.
+// renewScript extends the lease of the claim whose token is ARGV[2];
+// when the key has no record at all (Redis restarted without its data,
+// or the record was dropped), it writes the claim again, in flight, so
+// a request still running keeps its key. KEYS as claimScript. ARGV:
+// now, token, lease (ms), window (ms), agent-index member, global
+// member, fp, claimed at (ms), node, what. Returns 1 when renewed, 2
+// when written again, 0 when another claim or an answer holds the key.
 var renewScript = allowOOM(`
 local now = tonumber(ARGV[1])
 local r = redis.call('HMGET', KEYS[1], 'tok', 'exp', 'st')
-if r[1] ~= ARGV[2] or r[3] ~= false or not tonumber(r[2]) or tonumber(r[2]) <= now then return 0 end
 local lease = now + tonumber(ARGV[3])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local keep = lease + tonumber(ARGV[4])
+  redis.call('HSET', KEYS[1], 'fp', ARGV[7], 'tok', ARGV[2], 'lease', lease, 'at', ARGV[8], 'n', ARGV[9], 'w', ARGV[10], 'exp', keep)
+  redis.call('PEXPIREAT', KEYS[1], keep)
+  redis.call('ZADD', KEYS[2], keep, ARGV[5])
+  if redis.call('PTTL', KEYS[2]) == -1 then redis.call('PEXPIREAT', KEYS[2], keep) else redis.call('PEXPIREAT', KEYS[2], keep, 'GT') end
+  if KEYS[3] then redis.call('ZADD', KEYS[3], keep, ARGV[6]) end
+  return 2
+end
+if r[1] ~= ARGV[2] or r[3] ~= false or not tonumber(r[2]) or tonumber(r[2]) <= now then return 0 end
 redis.call('HSET', KEYS[1], 'lease', lease)
 local keep = lease + tonumber(ARGV[4])
 if keep > tonumber(r[2]) then
@@ -305,7 +318,10 @@ func (s *idem) claimed(ctx context.Context, req idempotency.ClaimRequest, token 
 	}
 	switch code {
 	case 0:
-		return store.Claimed{Outcome: idempotency.Execute, Claim: &claim{s: s, agent: req.AgentID, key: req.Key, token: token, preview: stored}}, nil
+		cl := &claim{s: s, agent: req.AgentID, key: req.Key, token: token, preview: stored,
+			fp: req.Fingerprint, lease: req.Lease, holder: req.Holder, at: s.c.nowMS()}
+		s.c.live.Store(token, cl)
+		return store.Claimed{Outcome: idempotency.Execute, Claim: cl}, nil
 	case 1:
 		return store.Claimed{Outcome: idempotency.Replay, Response: stored}, nil
 	case 2:
@@ -377,7 +393,7 @@ func mayHaveRun(err error) bool {
 // retry (store.ErrUnavailable).
 func (s *idem) releaseLater(req idempotency.ClaimRequest, token string) {
 	cl := &claim{s: s, agent: req.AgentID, key: req.Key, token: token}
-	s.c.background(s.lease(req.Lease), func(ctx context.Context) error { return cl.Abandon(ctx) })
+	s.c.background(s.lease(req.Lease), backgroundFirst, func(ctx context.Context) error { return cl.Abandon(ctx) })
 }
 
 // Len counts the records outside Cluster mode (the global index); -1 in
@@ -468,6 +484,17 @@ type claim struct {
 	agent, key string
 	token      string
 	preview    *idempotency.Response
+	// fp, lease, holder and at are what Renew writes again when Redis
+	// lost the record.
+	fp     string
+	lease  time.Duration
+	holder idempotency.Holder
+	at     int64
+	// mu orders Renew against Complete and Abandon: once either was
+	// called (ended), Renew writes nothing, so a renewal in flight can
+	// never bring back a key the request released.
+	mu    sync.Mutex
+	ended bool
 	// settled: a Complete or Abandon returned nil (took effect, or
 	// found the key no longer held). A call that failed leaves it
 	// unset, so the call may be retried (the scripts are fenced by the
@@ -476,7 +503,17 @@ type claim struct {
 	settled bool
 }
 
+// end marks c ended (Complete or Abandon called) and drops it from the
+// client's live claims.
+func (c *claim) end() {
+	c.mu.Lock()
+	c.ended = true
+	c.mu.Unlock()
+	c.s.c.live.Delete(c.token)
+}
+
 func (c *claim) Complete(ctx context.Context, resp idempotency.Response) error {
+	c.end()
 	if c.settled {
 		return nil
 	}
@@ -499,6 +536,7 @@ func (c *claim) Complete(ctx context.Context, resp idempotency.Response) error {
 }
 
 func (c *claim) Abandon(ctx context.Context) error {
+	c.end()
 	if c.settled {
 		return nil
 	}
@@ -511,10 +549,18 @@ func (c *claim) Abandon(ctx context.Context) error {
 }
 
 func (c *claim) Renew(ctx context.Context, lease time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return store.ErrClaimLost
+	}
+	if lease <= 0 {
+		lease = c.lease
+	}
 	keys, member, global := c.s.keys(c.agent, c.key)
 	start := time.Now()
 	n, err := renewScript.Run(ctx, c.s.c.rdb, keys, c.s.c.nowMS(), c.token, c.s.lease(lease).Milliseconds(),
-		c.s.limits.Window.Milliseconds(), member, global).Int()
+		c.s.limits.Window.Milliseconds(), member, global, c.fp, c.at, c.holder.Node, c.holder.What).Int()
 	if err = c.s.c.done(store.OpRenew, start, err); err != nil {
 		return err
 	}

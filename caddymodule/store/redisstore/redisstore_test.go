@@ -371,8 +371,9 @@ func TestRestartQuarantine(t *testing.T) {
 	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, RestartQuarantine: 2 * time.Minute, Now: clock.Now,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
 	ctx := context.Background()
-	if got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"}); err != nil || got.Outcome != idempotency.Execute {
-		t.Fatalf("claim before the restart: %v %v", got.Outcome, err)
+	first, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
+	if err != nil || first.Outcome != idempotency.Execute {
+		t.Fatalf("claim before the restart: %v %v", first.Outcome, err)
 	}
 	srv.Restart()
 	// The first calls after the restart meet broken connections, then
@@ -398,9 +399,58 @@ func TestRestartQuarantine(t *testing.T) {
 	if _, err := set.Replay.Seen(ctx, "a", []byte("s"), clock.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
+	// The request that held the key before the restart ends (its claim
+	// was written again after the restart, and is released now).
+	if err := first.Claim.Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
 	clock.Advance(2 * time.Minute)
 	if got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"}); err != nil || got.Outcome != idempotency.Execute {
 		t.Fatalf("claim after the quarantine: %v %v", got.Outcome, err)
+	}
+}
+
+// TestRestartReassertsClaims: a request still running when Redis
+// restarted without its data keeps its key: the client that made the
+// claim writes it again as soon as it meets the new run, so a client
+// that never saw the old run (a new gateway node, which has no
+// quarantine of its own) meets it in flight instead of running the key
+// a second time; the first request's answer is then stored and
+// replayed.
+func TestRestartReassertsClaims(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c, set := newSet(t, Config{Addrs: []string{srv.Addr()}, RestartQuarantine: time.Minute})
+	ctx := context.Background()
+	running, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp", Lease: time.Minute,
+		Holder: idempotency.Holder{Node: "node-a", What: "BOOK /room"}})
+	if err != nil || running.Outcome != idempotency.Execute {
+		t.Fatalf("claim before the restart: %v %v", running.Outcome, err)
+	}
+	srv.Restart()
+	if keyExists(t, srv.Addr(), "a", "k") {
+		t.Fatal("the restarted server kept the claim: this test needs it lost")
+	}
+	// The node's next round trip (a request, or its health check)
+	// meets the new run and writes its live claims again.
+	deadline := time.Now().Add(5 * time.Second)
+	for !keyExists(t, srv.Addr(), "a", "k") {
+		_ = c.Ping(ctx)
+		if time.Now().After(deadline) {
+			t.Fatal("the running request's claim was not written again after the restart")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, fresh := newSet(t, Config{Addrs: []string{srv.Addr()}, RestartQuarantine: time.Minute})
+	got, err := fresh.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
+	if err != nil || got.Outcome != idempotency.InFlight || got.Hold == nil || got.Hold.Node != "node-a" {
+		t.Fatalf("a new node's claim of the key: %v %+v %v, want in flight, held by node-a", got.Outcome, got.Hold, err)
+	}
+	if err := running.Claim.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("once")}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := fresh.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
+	if err != nil || rep.Outcome != idempotency.Replay || string(rep.Response.Body) != "once" {
+		t.Fatalf("after the first request's answer: %v %v, want it replayed", rep.Outcome, err)
 	}
 }
 

@@ -305,6 +305,41 @@ func testRenew(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	wantOutcome(t, claim(t, a, agentA, "short", "fp"), idempotency.InFlight)
+
+	// A claim whose record is gone (released while its holder was taken
+	// for dead; with Redis, lost in a restart) takes its key again when
+	// renewed: the holder still runs. After Abandon, a renewal never
+	// brings the key back.
+	gone := claim(t, a, agentA, "gone", "fp")
+	clock.Advance(2 * time.Minute)
+	if _, err := b.Idempotency.Release(ctx, agentA, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Claim.Renew(ctx, 0); err != nil {
+		t.Fatalf("Renew of a claim whose record is gone: %v, want it written again", err)
+	}
+	wantOutcome(t, claim(t, b, agentA, "gone", "fp"), idempotency.InFlight)
+	if err := gone.Claim.Abandon(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Claim.Renew(ctx, 0); !errors.Is(err, store.ErrClaimLost) {
+		t.Fatalf("Renew after Abandon: %v, want ErrClaimLost", err)
+	}
+	wantOutcome(t, claim(t, b, agentA, "gone", "fp"), idempotency.Execute)
+	// A key another claim took meanwhile is not taken back.
+	slow := claim(t, a, agentA, "taken", "fp")
+	clock.Advance(2 * time.Minute)
+	if _, err := b.Idempotency.Release(ctx, agentA, "taken"); err != nil {
+		t.Fatal(err)
+	}
+	newer := claim(t, b, agentA, "taken", "fp")
+	wantOutcome(t, newer, idempotency.Execute)
+	if err := slow.Claim.Renew(ctx, 0); !errors.Is(err, store.ErrClaimLost) {
+		t.Fatalf("Renew of a claim whose key another claim holds: %v, want ErrClaimLost", err)
+	}
+	if err := newer.Claim.Complete(ctx, idempotency.Response{Status: 200}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // testSettle: the operator's release and resolve of an outcome-unknown
