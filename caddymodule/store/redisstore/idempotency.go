@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
