@@ -23,7 +23,7 @@ import (
 // plan (BOOK) 5 s + the 2 s margin; a Tier B call (RESERVE, its 10 s
 // timeout) 12 s; the restart quarantine 12 s. The gate budget is large
 // enough for 20 concurrent first calls.
-const livenessExtra = "\t\tcomposition_timeout 5s\n\t\tidempotency_lease_margin 2s\n\t\trate_limit rcns 1 100\n"
+const livenessExtra = "\t\tcomposition_timeout 5s\n\t\tidempotency_lease_margin 2s\n\t\trate_limit rcns 1 100\n\t\tmcp\n"
 
 // Bounds of the liveness tests.
 const (
@@ -258,6 +258,10 @@ func livenessKilled(t *testing.T, w *clusterWorld) {
 			t.Fatalf("outcome-unknown: want not retryable, naming node-a and BOOK /room, no Retry-After:\n%s", r)
 		}
 	}
+	// The MCP door meets the same record: the recipe's tool with the
+	// same arguments and key is the tool error outcome-unknown.
+	mc := mcpConnect(t, w.B, "/mcp", agentKilled, scopeAll, "Idempotency-Key", key)
+	mc.call(t, "book-room", bookArgs(), nil).wantError(t, "outcome-unknown", 409, false)
 	if _, after := w.reservationWrites(); after[demoGuest] != before[demoGuest]+1 {
 		t.Fatalf("the killed request's write step ran %d times, want once", after[demoGuest]-before[demoGuest])
 	}
