@@ -145,7 +145,9 @@ RCNS_ADMIN="127.0.0.1:$ADMIN_PORT" RCNS_PORT="$DEMO_PORT" RCNS_AGTP_PORT="$AGTP_
 	bin/caddy run --config Caddyfile.example --adapter caddyfile >"$WORK/caddy.log" 2>&1 &
 PIDS+=($!)
 wait_for "http://127.0.0.1:$DEMO_PORT/guests/g-1" caddy "${PIDS[-1]}" "$WORK/caddy.log"
+DURABLE=1
 if grep -q 'is held by another gateway' "$WORK/caddy.log"; then
+	DURABLE=0
 	say "demo: WARNING: another gateway (another demo?) holds this demo's records folder under ${XDG_DATA_HOME:-\$HOME/.local/share}/caddy/rcns:" >&2
 	say "demo:   this one serves without durable negotiation records. Give it its own data folder: XDG_DATA_HOME=/tmp/demo2 make demo" >&2
 fi
@@ -247,6 +249,10 @@ cat <<MSG
    saved in $WORK/manifest.json. Verify an answer's record against it:
 bin/rcns-agent call ${CALL_KEY}-agent-id $A1 -scope hotel:read FETCH $GW/guests/g-1 | bin/rcns-agent verify-record -keys $WORK/manifest.json -
 
+MSG
+if [ "$DURABLE" = 1 ]; then
+	cat <<MSG
+
 6. Every gate evaluation (a BOOK /room that reaches the RCNS gate, refused
    or not) is also a negotiation record, hash-chained per agent, in
    $DATA_DIR/negotiations.
@@ -255,6 +261,16 @@ bin/rcns-agent call ${CALL_KEY}-agent-id $A1 -scope hotel:read FETCH $GW/guests/
 bin/caddy rcns verify-log $DATA_DIR
 rm -rf $WORK/changed && cp -r $DATA_DIR/negotiations $WORK/changed && sed -i '1s/"at":"20/"at":"19/' $WORK/changed/*.jsonl && bin/caddy rcns verify-log $WORK/changed
 MSG
+else
+	cat <<MSG
+
+6. This demo keeps no negotiation records (another gateway holds the records
+   folder, see the warning above): $DATA_DIR holds the other gateway's, not
+   this one's. Run it with its own XDG_DATA_HOME to see them.
+MSG
+fi
+say "   (The work folder $WORK, with the manifest and the record key, is removed"
+say "   when the demo stops: verify this run's records while it runs.)"
 say ""
 say "Press Ctrl-C to stop (stops by itself after $MAX_SECONDS s)."
 

@@ -45,7 +45,7 @@ const usage = `usage:
           METHOD URL [JSON-BODY]
   rcns-agent key inspect|release|resolve [call flags] -for AGENT-ID
           -target-key KEY [-reason TEXT] [-status N] [-result JSON] URL
-  rcns-agent verify-record -keys keys.json RECORD|-
+  rcns-agent verify-record -keys keys.json RECORD|-   (RECORD: the JWS text; - reads it, or an answer, from stdin)
   URL is http://, https://, agtp:// (AGTP/1.0 in plain text, loopback only
   unless -insecure-plaintext) or agtps:// (AGTP/1.0 over TLS 1.3); the
   AGTP port defaults to 4480. Without -key the request is not signed

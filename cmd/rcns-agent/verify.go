@@ -29,7 +29,8 @@ const maxVerifyInput = 16 << 20
 // event) against a gateway's published record keys and prints what the
 // record says. FILE is a JWK set ({"keys": […]}) or a gateway manifest
 // (the DISCOVER / body), whose server.record_keys is that set. RECORD is
-// the JWS compact form, or "-" to read standard input: the record alone
+// the JWS compact form itself (not a file name), or "-" to read
+// standard input: the record alone
 // or the output of `rcns-agent call` (or `curl -i`), whose
 // Attribution-Record line is taken. An unsigned (alg none) record, a kid the set does not hold or a
 // signature that does not verify is an error.
@@ -52,10 +53,15 @@ func verifyRecord(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	if strings.Count(compact, ".") != 2 {
+		return fmt.Errorf("verify-record: %q is not a record (a JWS compact form: three base64url parts joined by dots); give the record itself, or - to read it, or an answer carrying an Attribution-Record line, from standard input", clip(compact))
+	}
 	payload, err := records.Verify(compact, jwks)
 	switch {
 	case errors.Is(err, records.ErrUnsigned):
-		return errors.New("verify-record: the record is unsigned (alg none): nothing proves who wrote it; the gateway has no record_keys")
+		return errors.New("verify-record: the record is unsigned (alg none): nothing proves who wrote it (a gateway without record_keys writes such records; a signed record whose signature was stripped looks the same)")
+	case err != nil && strings.Contains(err.Error(), "cryptographic primitive"):
+		return errors.New("verify-record: the signature does not match: the record was changed after it was signed, or another key signed it")
 	case err != nil:
 		return fmt.Errorf("verify-record: the record does not verify: %w", err)
 	}
@@ -66,6 +72,14 @@ func verifyRecord(args []string, stdout, stderr io.Writer) error {
 	}
 	_, err = fmt.Fprintf(stdout, "verified: EdDSA signature by kid %s\nAudit-ID: %s\n%s\n", recordKid(compact), hex.EncodeToString(sum[:]), body)
 	return err
+}
+
+// clip is s cut to 60 bytes for a message.
+func clip(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "…"
+	}
+	return s
 }
 
 // readRecordKeys reads path, a JWK set or a manifest, and returns the
@@ -111,6 +125,9 @@ func readRecordInput(r io.Reader) (string, error) {
 	rec := strings.TrimSpace(string(data))
 	if rec == "" {
 		return "", errors.New("verify-record: standard input is empty")
+	}
+	if strings.HasPrefix(rec, "HTTP/") || strings.HasPrefix(rec, "AGTP/") {
+		return "", errors.New("verify-record: the answer on standard input has no Attribution-Record header")
 	}
 	return rec, nil
 }

@@ -101,7 +101,8 @@ func TestVerifyRecord(t *testing.T) {
 		name, keys, record, want string
 		code                     int
 	}{
-		{"changed record", set, changed, "does not verify", 1},
+		{"changed record", set, changed, "the signature does not match", 1},
+		{"a file name, not a record", set, filepath.Join(dir, "rec.jws"), "is not a record (a JWS compact form", 1},
 		{"unsigned record", set, unsigned, "unsigned (alg none)", 1},
 		{"another key", set, other, "no key with the record's kid", 1},
 		{"file without keys", noKeys, compact, "neither a JWK set", 1},
@@ -136,5 +137,8 @@ func TestReadRecordInput(t *testing.T) {
 	}
 	if _, err := readRecordInput(strings.NewReader(" \n")); err == nil {
 		t.Error("empty input accepted")
+	}
+	if _, err := readRecordInput(strings.NewReader("HTTP/1.1 200 OK\r\nContent-Type: x\r\n\r\n{}")); err == nil || !strings.Contains(err.Error(), "no Attribution-Record header") {
+		t.Errorf("an answer without the header: %v, want it named", err)
 	}
 }
