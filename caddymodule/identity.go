@@ -211,7 +211,7 @@ func (h *engine) verifiers() []verifier {
 // the answer. An engine with no verifier (not provisioned) verifies
 // nobody.
 func (h *engine) verifyTransport(in *agtp.Request, body []byte, agentID string) *agtp.Error {
-	first := agtp.AgentUnauthenticated.New("no identity mode is configured to verify the Agent-ID")
+	var first *agtp.Error
 	for i, v := range h.idSteps {
 		switch vd, e := v.verify(in, body, agentID); vd {
 		case verifiedAs:
@@ -219,10 +219,13 @@ func (h *engine) verifyTransport(in *agtp.Request, body []byte, agentID string) 
 		case refused:
 			return e
 		default:
-			if i == 0 && e != nil {
+			if i == 0 {
 				first = e
 			}
 		}
+	}
+	if first == nil {
+		first = agtp.AgentUnauthenticated.New("no identity mode verified the Agent-ID")
 	}
 	return first
 }
