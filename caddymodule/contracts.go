@@ -18,9 +18,9 @@ import (
 // §14.1): the gate is skipped and no synthesis starts.
 func (h *engine) present(x *exchange, req *request, id string) {
 	pr := store.PresentRequest{Presenter: req.caller.Agent.ID, SynthesisID: id, Method: x.method, Path: x.path,
-		Key: req.idemKey, Holder: x.holder(), Claim: !h.scopeRequired() || req.caller.ScopeHeader}
+		Key: req.idemKey, Claim: !h.scopeRequired() || req.caller.ScopeHeader}
 	if req.idemKey != "" {
-		pr.Fingerprint = x.fingerprint(req)
+		pr.Fingerprint, pr.Holder = x.fingerprint(req), x.holder()
 	}
 	p, err := h.sto.Presenter.Present(x.ctx(), pr)
 	if err != nil {

@@ -335,10 +335,10 @@ func stageTierB(h *engine, x *exchange, req *request) (bool, *agtp.Error) {
 func stagePair(h *engine, x *exchange, req *request) (bool, *agtp.Error) {
 	caller := req.caller
 	_, gateProceeds, ref := h.gate.Locks12(policy.AllowRCNS(x.in.Get("Allow-RCNS")))
-	pr := store.PairRequest{AgentID: caller.Agent.ID, Method: x.method, Path: x.path, Key: req.idemKey, Holder: x.holder(),
+	pr := store.PairRequest{AgentID: caller.Agent.ID, Method: x.method, Path: x.path, Key: req.idemKey,
 		ClaimIfFound: !h.scopeRequired() || caller.ScopeHeader, ClaimIfMissing: ref == nil && gateProceeds}
 	if req.idemKey != "" {
-		pr.Fingerprint = x.fingerprint(req)
+		pr.Fingerprint, pr.Holder = x.fingerprint(req), x.holder()
 	}
 	res, err := h.sto.Presenter.ResolvePair(x.ctx(), pr)
 	if err != nil {
