@@ -237,11 +237,6 @@ func (h *engine) execute(x *exchange, c *recipes.Contract, rec *recipes.Recipe, 
 	return out, true
 }
 
-// newContract mints and stores a gate contract for the caller.
-func (h *engine) newContract(r *recipes.Recipe, x *exchange, req *request, origin string) (*recipes.Contract, error) {
-	return h.mintContract(r, x.method, x.path, x, req, origin, time.Duration(h.ContractTTL), false)
-}
-
 // mintContract mints and stores a contract with lifetime ttl.
 func (h *engine) mintContract(r *recipes.Recipe, method, path string, x *exchange, req *request, origin string, ttl time.Duration, persistent bool) (*recipes.Contract, error) {
 	c, err := h.contractFor(r, method, path, x, req, origin, ttl, persistent)
