@@ -358,8 +358,12 @@ func (p *MethodPolicy) ResolveMethod(wire string) (ResolvedMethod, *Refusal) {
 		return ResolvedMethod{Method: wire, Info: info}, nil
 	}
 	if IsLegacyVerb(wire) && !p.legacyAdmitted(wire) {
+		instead := "an AGTP method from catalog " + cat.Version()
+		if m := cat.LegacyAliases()[wire]; m != "" {
+			instead = m + ", its AGTP method (catalog " + cat.Version() + ")"
+		}
 		return refuse("legacy-method-not-enabled",
-			fmt.Sprintf("Legacy HTTP method %s is not enabled on this server; use an AGTP method from catalog %s instead.", wire, cat.Version()))
+			fmt.Sprintf("Legacy HTTP method %s is not enabled on this server; use %s instead (every method: %s).", wire, instead, MethodsDoc))
 	}
 	if !ValidMethodToken(wire) {
 		return refuse("invalid-method-token",

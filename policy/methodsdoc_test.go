@@ -32,6 +32,14 @@ func TestRefusalsNameTheCatalogPage(t *testing.T) {
 		}
 		check(m, ref.Explanation, "api-01 §3")
 	}
+	// A legacy verb not enabled names its AGTP method (GET → FETCH).
+	for verb, want := range map[string]string{"GET": "use FETCH", "DELETE": "use REMOVE"} {
+		_, ref := p.ResolveMethod(verb)
+		if ref == nil || ref.Reason != "legacy-method-not-enabled" {
+			t.Fatalf("ResolveMethod(%s) = %+v, want 459 legacy-method-not-enabled", verb, ref)
+		}
+		check(verb, ref.Explanation, want)
+	}
 	for _, path := range []string{"/echo", "/members/E-cho", "/lend"} {
 		ref := p.CheckPath(path)
 		if ref == nil || ref.Status != 460 || ref.Reason != "path-grammar-violation" {
