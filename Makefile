@@ -82,7 +82,7 @@ clean:
 # loadcmp.log and profiles/; LOAD_ARGS go to the driver (e.g.
 # LOAD_ARGS='-rounds 8'). The Go benchmarks of BENCH_PKGS run once in
 # bench-smoke; for their numbers: go test -run '^$' -bench . -benchmem $(BENCH_PKGS).
-BENCH_PKGS  := ./policy ./policy/ratelimit ./policy/idempotency ./policy/records ./recipes ./caddymodule
+BENCH_PKGS  := ./policy ./policy/ratelimit ./policy/idempotency ./policy/records ./recipes ./caddymodule ./caddymodule/engine
 BENCH_OUT   ?= bin/bench
 LOAD_ARGS   ?=
 

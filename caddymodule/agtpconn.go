@@ -259,7 +259,7 @@ func (c *nativeConn) serve() {
 			if errors.As(err, &we) && c.refuse(bw, conn, we, tlsState, loopback, ctx) {
 				// What follows the refused head is unknown: drained as
 				// an engine refusal's unread body is.
-				refusedBodyDrain(lookupEngine(s.Handler)).closeNative(conn, nil)
+				closeNative(lookupEngine(s.Handler).RefusedBodyDrainBounds(), conn, nil)
 				return
 			}
 			closeConn(true)
@@ -279,7 +279,7 @@ func (c *nativeConn) serve() {
 			resp = &agtp.Response{Status: http.StatusServiceUnavailable, Close: true}
 			c.sock.logger.Error("agtp: no rcns handler of this name is provisioned", zap.String("handler", s.Handler))
 		} else {
-			resp = e.serve(in)
+			resp = e.Serve(ctx, in)
 		}
 		last := resp.Close || (s.MaxRequestsPerConnection > 0 && n >= s.MaxRequestsPerConnection) || clientCloses(req.Header)
 		if !resp.Close && req.BodyRemaining() > 0 {
@@ -298,7 +298,7 @@ func (c *nativeConn) serve() {
 		case err == nil && resp.Close:
 			// Refused before its body was read: drained, then closed
 			// (cases/05).
-			refusedBodyDrain(e).closeNative(conn, req)
+			closeNative(e.RefusedBodyDrainBounds(), conn, req)
 			return
 		case err != nil || last:
 			closeConn(last && err == nil)
@@ -371,7 +371,7 @@ func (c *nativeConn) refuse(bw *bufio.Writer, conn net.Conn, we *wire.Error, st 
 	werr := &agtp.Error{Status: we.Status, Reason: we.Reason, Explanation: we.Explanation}
 	var resp *agtp.Response
 	if e != nil {
-		resp = e.answer(in, werr)
+		resp = e.Answer(in, werr)
 	} else {
 		resp = &agtp.Response{Status: we.Status}
 	}

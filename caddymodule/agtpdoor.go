@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/httpdoor"
 	"strings"
 	"time"
 
@@ -175,7 +177,7 @@ func (s *AGTPServer) provision(ctx caddy.Context) error {
 	if s.AccessLog {
 		s.accessLog = caddy.Log().Named("agtp.log.access")
 	}
-	if !validName(s.Handler) {
+	if !engine.ValidName(s.Handler) {
 		return fmt.Errorf("handler %q is not an rcns name (1-64 characters of A-Z a-z 0-9 . _ -)", s.Handler)
 	}
 	if len(s.Listen) == 0 {
@@ -235,7 +237,7 @@ func (s *AGTPServer) provision(ctx caddy.Context) error {
 		if na.PortRangeSize() != 1 {
 			return fmt.Errorf("listen %q: give one port, not a range", l)
 		}
-		if s.TLS == nil && !loopbackHost(na.Host) {
+		if s.TLS == nil && !httpdoor.LoopbackHost(na.Host) {
 			return fmt.Errorf("listen %q: plain text (agtp://) is served on loopback addresses only; add tls for agtps://", l)
 		}
 		s.addrs = append(s.addrs, na)

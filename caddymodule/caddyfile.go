@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/mcpdoor"
 	"math"
 	"regexp"
 	"slices"
@@ -147,7 +149,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 				h.Identity = v
 			case "mode":
-				if v != ModeConfirmFirst && v != ModeOptimistic {
+				if v != engine.ModeConfirmFirst && v != engine.ModeOptimistic {
 					return d.Errf("mode: %q is not confirm-first or optimistic", v)
 				}
 				h.Mode = v
@@ -166,7 +168,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 				h.Fsync = v
 			case "audit_read_acl":
-				if v != ACLAgentOnly && v != ACLOperatorOnly && v != ACLPublic {
+				if v != engine.ACLAgentOnly && v != engine.ACLOperatorOnly && v != engine.ACLPublic {
 					return d.Errf("audit_read_acl: %q is not agent_only, operator_only or public", v)
 				}
 				h.AuditReadACL = v
@@ -237,19 +239,19 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			switch key {
 			case "contract_ttl":
-				h.ContractTTL = caddy.Duration(dur)
+				h.ContractTTL = engine.Duration(dur)
 			case "tombstone_ttl":
-				h.TombstoneTTL = caddy.Duration(dur)
+				h.TombstoneTTL = engine.Duration(dur)
 			case "composition_timeout":
-				h.CompositionTimeout = caddy.Duration(dur)
+				h.CompositionTimeout = engine.Duration(dur)
 			case "signature_max_age":
-				h.SignatureMaxAge = caddy.Duration(dur)
+				h.SignatureMaxAge = engine.Duration(dur)
 			case "signature_skew":
-				h.SignatureSkew = caddy.Duration(dur)
+				h.SignatureSkew = engine.Duration(dur)
 			case "record_retention":
-				h.RecordRetention = caddy.Duration(dur)
+				h.RecordRetention = engine.Duration(dur)
 			case "refused_body_drain_timeout":
-				h.RefusedBodyDrainTimeout = caddy.Duration(dur)
+				h.RefusedBodyDrainTimeout = engine.Duration(dur)
 			}
 		case "max_request_body", "max_upstream_response", "refused_body_drain":
 			v, err := oneArg(d)
@@ -300,13 +302,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return err
 			}
-			h.IdempotencyWindow = caddy.Duration(dur)
+			h.IdempotencyWindow = engine.Duration(dur)
 		case "idempotency_lease_margin":
 			dur, err := positiveDuration(d)
 			if err != nil {
 				return err
 			}
-			h.IdempotencyLeaseMargin = caddy.Duration(dur)
+			h.IdempotencyLeaseMargin = engine.Duration(dur)
 		case "agents", "endpoints", "recipes", "record_keys", "legacy", "allow", "disallow", "passthrough_methods":
 			args := d.RemainingArgs()
 			if len(args) == 0 {
@@ -335,7 +337,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			for _, a := range args {
-				if err := checkAuthority(a); err != nil {
+				if err := engine.CheckAuthority(a); err != nil {
 					return d.Errf("signature_authorities: %q %v", a, err)
 				}
 			}
@@ -348,7 +350,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := recipes.CheckUpstreamName(args[0]); err != nil {
 				return d.Errf("%v", err)
 			}
-			uc := &UpstreamConfig{URL: args[1]}
+			uc := &engine.UpstreamConfig{URL: args[1]}
 			for nesting := d.Nesting(); d.NextBlock(nesting); {
 				switch d.Val() {
 				case "timeout":
@@ -364,7 +366,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 						return d.Errf("upstream %s: timeout: %q is out of range: the allowed range is %s to %s", args[0], v,
 							agtp.FormatDuration(recipes.MinCallTimeout), agtp.FormatDuration(recipes.MaxCallTimeout))
 					}
-					uc.Timeout = caddy.Duration(dur)
+					uc.Timeout = engine.Duration(dur)
 				case "max_conns":
 					v, err := oneArg(d)
 					if err != nil {
@@ -385,7 +387,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 			}
 			if h.Upstreams == nil {
-				h.Upstreams = map[string]*UpstreamConfig{}
+				h.Upstreams = map[string]*engine.UpstreamConfig{}
 			}
 			if _, dup := h.Upstreams[args[0]]; dup {
 				return d.Errf("upstream %q declared twice", args[0])
@@ -414,7 +416,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 				return s
 			}
-			h.Redirects = append(h.Redirects, RedirectConfig{FromMethod: args[0], FromPath: star(args[1]), ToMethod: args[2], ToPath: star(args[3])})
+			h.Redirects = append(h.Redirects, engine.RedirectConfig{FromMethod: args[0], FromPath: star(args[1]), ToMethod: args[2], ToPath: star(args[3])})
 		case "store", "store_required", "node_id":
 			if err := h.parseStore(d, key); err != nil {
 				return err
@@ -434,14 +436,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 // parseMCP reads the mcp block (the grammar in UnmarshalCaddyfile);
 // the dispenser is on the "mcp" token.
-func parseMCP(d *caddyfile.Dispenser) (*MCPConfig, error) {
-	m := &MCPConfig{}
+func parseMCP(d *caddyfile.Dispenser) (*mcpdoor.Config, error) {
+	m := &mcpdoor.Config{}
 	args := d.RemainingArgs()
 	switch len(args) {
 	case 0:
 	case 1:
 		if args[0] == "" {
-			return nil, d.Errf("mcp: empty path; leave it out for the default %s", DefaultMCPPath)
+			return nil, d.Errf("mcp: empty path; leave it out for the default %s", mcpdoor.DefaultMCPPath)
 		}
 		m.Path = args[0]
 	default:
@@ -519,7 +521,7 @@ func parseMCP(d *caddyfile.Dispenser) (*MCPConfig, error) {
 			if err != nil {
 				return nil, err
 			}
-			m.Timeout = caddy.Duration(dur)
+			m.Timeout = engine.Duration(dur)
 		case "test_agent":
 			v, err := oneArg(d)
 			if err != nil {

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
@@ -18,7 +20,7 @@ import (
 // (method, path) pair; a presentation that runs it does (spec §13.4).
 func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 	up := benchUpstream(t)
-	h := benchHandlerWith(t, up.URL, false, "", "", func(h *Handler) { h.Mode = ModeConfirmFirst })
+	h := benchHandlerWith(t, up.URL, false, "", "", func(h *Handler) { h.Mode = engine.ModeConfirmFirst })
 	serve := func(path, body string, hdr map[string]string) *discardWriter {
 		t.Helper()
 		w := &discardWriter{hdr: http.Header{}}
@@ -32,7 +34,7 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 		t.Fatalf("synthesis: status %d, want 461: %s", w.status, w.head)
 	}
 	var c *recipes.Contract
-	for _, k := range h.eng.st.mem.ContractStore().List(benchAgent) {
+	for _, k := range h.state.MemoryStore().ContractStore().List(benchAgent) {
 		if k.Path == path {
 			c = k
 		}
@@ -47,7 +49,7 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 	if w := present("rcns:negotiate"); w.status != policy.StatusAuthorizationRequired {
 		t.Fatalf("presentation without bench:read: status %d, want 262: %s", w.status, w.head)
 	}
-	if st := h.eng.st.mem.ContractStore().State(c); st != recipes.StatePending {
+	if st := h.state.MemoryStore().ContractStore().State(c); st != recipes.StatePending {
 		t.Errorf("after a refused presentation the contract is %s, want pending", st)
 	}
 	if w := serve(path, one, plain); w.status != 404 {
@@ -56,7 +58,7 @@ func TestRefusedPresentationLeavesContractPending(t *testing.T) {
 	if w := present("bench:read"); w.status != 200 {
 		t.Fatalf("presentation: status %d, want 200: %s", w.status, w.head)
 	}
-	if st := h.eng.st.mem.ContractStore().State(c); st != recipes.StateActive {
+	if st := h.state.MemoryStore().ContractStore().State(c); st != recipes.StateActive {
 		t.Errorf("after a presentation that ran it the contract is %s, want active", st)
 	}
 	if w := serve(path, one, plain); w.status != 200 {
@@ -93,7 +95,7 @@ func confirmFirstHandler(t *testing.T, opt func(*Handler)) (*Handler, *atomic.In
 		fmt.Fprint(w, `{"id":"1","name":"bench item","price":12.5}`)
 	})
 	h := benchHandlerWith(t, loopbackServer(t, mux).URL, false, "", "", func(h *Handler) {
-		h.Mode = ModeConfirmFirst
+		h.Mode = engine.ModeConfirmFirst
 		if opt != nil {
 			opt(h)
 		}
@@ -121,15 +123,15 @@ func TestConfirmWithTheGateRequestsKey(t *testing.T) {
 	if w := serve(gate); w.status != 461 {
 		t.Fatalf("synthesis: status %d, want 461: %s", w.status, w.head)
 	}
-	cs := h.eng.st.mem.ContractStore().List(benchAgent)
+	cs := h.state.MemoryStore().ContractStore().List(benchAgent)
 	if len(cs) != 1 {
 		t.Fatalf("%d contracts after the 461, want 1", len(cs))
 	}
 	c := cs[0]
 	replayed := func(w *discardWriter) bool { return w.hdr.Get("Idempotent-Replayed") == "true" }
-	if w := serve(gate); w.status != 461 || !replayed(w) || len(h.eng.st.mem.ContractStore().List(benchAgent)) != 1 {
+	if w := serve(gate); w.status != 461 || !replayed(w) || len(h.state.MemoryStore().ContractStore().List(benchAgent)) != 1 {
 		t.Fatalf("gate request repeated with its key: status %d, replayed %v, %d contracts; want the stored 461 and one contract",
-			w.status, replayed(w), len(h.eng.st.mem.ContractStore().List(benchAgent)))
+			w.status, replayed(w), len(h.state.MemoryStore().ContractStore().List(benchAgent)))
 	}
 	present := func(scope string) *discardWriter {
 		return serve(map[string]string{"Agent-ID": benchAgent, "Authority-Scope": scope, "Content-Type": "application/json",
@@ -142,7 +144,7 @@ func TestConfirmWithTheGateRequestsKey(t *testing.T) {
 	if w := serve(gate); w.status != 461 || !replayed(w) {
 		t.Fatalf("gate repeat after a refused confirmation: status %d, replayed %v; want the stored 461", w.status, replayed(w))
 	}
-	if st := h.eng.st.mem.ContractStore().State(c); st != recipes.StatePending {
+	if st := h.state.MemoryStore().ContractStore().State(c); st != recipes.StatePending {
 		t.Errorf("after the refused confirmation the contract is %s, want pending", st)
 	}
 	w := present("bench:read")
@@ -150,7 +152,7 @@ func TestConfirmWithTheGateRequestsKey(t *testing.T) {
 		t.Fatalf("confirmation with the gate request's key: status %d, replayed %v, contract %q; want 200 run under %s: %s",
 			w.status, replayed(w), w.hdr.Get("Contract-Synthesized"), c.SynthesisID, w.head)
 	}
-	if st := h.eng.st.mem.ContractStore().State(c); st != recipes.StateActive {
+	if st := h.state.MemoryStore().ContractStore().State(c); st != recipes.StateActive {
 		t.Errorf("after the confirmation the contract is %s, want active", st)
 	}
 	for name, hdr := range map[string]map[string]string{
@@ -182,7 +184,7 @@ func TestConfirmingKeyAcrossContracts(t *testing.T) {
 	gate := func(key string) string {
 		t.Helper()
 		before := map[string]bool{}
-		for _, c := range h.eng.st.mem.ContractStore().List(benchAgent) {
+		for _, c := range h.state.MemoryStore().ContractStore().List(benchAgent) {
 			before[c.SynthesisID] = true
 		}
 		w := serve(map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read", "Allow-RCNS": "true",
@@ -190,7 +192,7 @@ func TestConfirmingKeyAcrossContracts(t *testing.T) {
 		if w.status != 461 {
 			t.Fatalf("gate with %s: status %d, want 461: %s", key, w.status, w.head)
 		}
-		for _, c := range h.eng.st.mem.ContractStore().List(benchAgent) {
+		for _, c := range h.state.MemoryStore().ContractStore().List(benchAgent) {
 			if !before[c.SynthesisID] {
 				return c.SynthesisID
 			}
@@ -210,8 +212,8 @@ func TestConfirmingKeyAcrossContracts(t *testing.T) {
 		t.Fatalf("contract B under A's preview key: status %d, reason %q (%s); want 422 idempotency-key-reused", w.status, body.Reason, body.Explanation)
 	}
 	for _, id := range []string{a, b} {
-		c, _ := h.eng.st.mem.ContractStore().Lookup(id)
-		if st := h.eng.st.mem.ContractStore().State(c); st != recipes.StatePending {
+		c, _ := h.state.MemoryStore().ContractStore().Lookup(id)
+		if st := h.state.MemoryStore().ContractStore().State(c); st != recipes.StatePending {
 			t.Errorf("%s is %s after the refusal, want pending", id, st)
 		}
 	}
@@ -251,7 +253,7 @@ func TestRefusedConfirmationKeepsPreview(t *testing.T) {
 	if w := do("LOOKUP", "/item/cf-429", gate); w.status != 461 {
 		t.Fatalf("synthesis: status %d, want 461: %s", w.status, w.head)
 	}
-	c := h.eng.st.mem.ContractStore().List(benchAgent)[0]
+	c := h.state.MemoryStore().ContractStore().List(benchAgent)[0]
 	// The one invocation token goes to a Tier B call.
 	if w := do("FETCH", "/items/1", map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read"}); w.status != 200 {
 		t.Fatalf("Tier B call: status %d, want 200: %s", w.status, w.head)
@@ -264,7 +266,7 @@ func TestRefusedConfirmationKeepsPreview(t *testing.T) {
 	if w := do("LOOKUP", "/item/cf-429", gate); w.status != 461 || w.hdr.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("gate repeat after the refused confirmation: status %d, replayed %q; want the stored 461", w.status, w.hdr.Get("Idempotent-Replayed"))
 	}
-	if st := h.eng.st.mem.ContractStore().State(c); st != recipes.StatePending {
+	if st := h.state.MemoryStore().ContractStore().State(c); st != recipes.StatePending {
 		t.Errorf("after the refused confirmation the contract is %s, want pending", st)
 	}
 	if n := calls.Load(); n != 1 {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -159,9 +160,9 @@ func TestDiscoverBodyTarget(t *testing.T) {
 			explanation: `"nope" disagrees with the path /methods`, wantPath: "/methods"},
 		// A body target is bounded like a request-line path; the answer
 		// never echoes an unbounded one.
-		{name: "target over the limit", path: "/", body: target(strings.Repeat("a", maxTargetBytes+1)), status: 400, reason: "invalid-parameter",
+		{name: "target over the limit", path: "/", body: target(strings.Repeat("a", engine.MaxTargetBytes+1)), status: 400, reason: "invalid-parameter",
 			explanation: "parameter target is 8001 bytes; the limit is 8000", wantPath: "/"},
-		{name: "long target in a conflict is clipped", path: "/methods", body: target(strings.Repeat("b", maxTargetBytes)), status: 400, reason: "target-conflict",
+		{name: "long target in a conflict is clipped", path: "/methods", body: target(strings.Repeat("b", engine.MaxTargetBytes)), status: 400, reason: "target-conflict",
 			explanation: "disagrees with the path /methods", wantPath: "/methods"},
 	}
 	for _, tc := range tests {
@@ -207,7 +208,7 @@ func TestDiscoverBodyTarget(t *testing.T) {
 func TestEveryAGTPRequestAnswered(t *testing.T) {
 	g := newCatalogGateway(t)
 	core, logs := observer.New(zap.InfoLevel)
-	g.h.eng.logger = zap.New(core)
+	setLogCore(t, g.h, core)
 	bodies := []any{nil, map[string]any{}, map[string]any{"parameters": map[string]any{"target": "nope"}},
 		map[string]any{"parameters": map[string]any{"target": "methods"}}, map[string]any{"target": "catalog/1"}}
 	n := 0

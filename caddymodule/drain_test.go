@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/mcpdoor"
+
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -83,7 +86,7 @@ func TestRefusedBodyDrainedHTTP(t *testing.T) {
 		{"mcp_write_all_then_read", "/mcp"}, // the MCP door's own 413
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := benchHandlerWith(t, url, false, "", "", func(h *Handler) { h.MCP = &MCPConfig{} })
+			h := benchHandlerWith(t, url, false, "", "", func(h *Handler) { h.MCP = &mcpdoor.Config{} })
 			addr := httpDoorServer(t, h)
 			conn, err := net.Dial("tcp", addr)
 			if err != nil {
@@ -120,7 +123,7 @@ func TestRefusedBodyDrainedHTTP(t *testing.T) {
 	}{
 		{"over_the_byte_bound", func(h *Handler) { h.RefusedBodyDrain = 2 << 20 }},
 		{"over_the_time_bound", func(h *Handler) {
-			h.RefusedBodyDrainTimeout = caddy.Duration(300 * time.Millisecond)
+			h.RefusedBodyDrainTimeout = engine.Duration(300 * time.Millisecond)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -166,11 +169,11 @@ func TestCloseNativeDrains(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		declared int
-		bounds   drainBounds
+		bounds   engine.DrainBounds
 		drained  bool
 	}{
-		{"rest within the bound", 16 << 20, drainBounds{max: 32 << 20, timeout: 30 * time.Second}, true},
-		{"rest over the bound", 16 << 20, drainBounds{max: 1 << 20, timeout: 30 * time.Second}, false},
+		{"rest within the bound", 16 << 20, engine.DrainBounds{Max: 32 << 20, Timeout: 30 * time.Second}, true},
+		{"rest over the bound", 16 << 20, engine.DrainBounds{Max: 1 << 20, Timeout: 30 * time.Second}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -192,7 +195,7 @@ func TestCloseNativeDrains(t *testing.T) {
 					return
 				}
 				_, err = io.WriteString(c, answer)
-				tc.bounds.closeNative(c, req)
+				closeNative(tc.bounds, c, req)
 				done <- err
 			}()
 			conn, err := net.Dial("tcp", ln.Addr().String())

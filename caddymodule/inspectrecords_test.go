@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 )
 
@@ -132,7 +134,7 @@ func TestInspectRecordsACL(t *testing.T) {
 	for _, tc := range []struct {
 		acl    string
 		status int
-	}{{ACLOperatorOnly, 403}, {ACLPublic, 200}} {
+	}{{engine.ACLOperatorOnly, 403}, {engine.ACLPublic, 200}} {
 		t.Run(tc.acl, func(t *testing.T) {
 			g := &testGateway{h: benchHandlerWith(t, benchUpstream(t).URL, false, "", "", func(h *Handler) { h.AuditReadACL = tc.acl })}
 			m := g.anonymous(t, "DISCOVER", "/", nil)

@@ -70,7 +70,7 @@ func TestMappingErrorLogged(t *testing.T) {
 	}
 	g := &testGateway{h: benchHandlerWith(t, benchUpstream(t).URL, false, eps, rcs)}
 	core, logs := observer.New(zap.InfoLevel)
-	g.h.eng.logger = zap.New(core)
+	setLogCore(t, g.h, core)
 
 	check := func(t *testing.T, a *answer, reason, msg string) {
 		t.Helper()
@@ -126,7 +126,7 @@ func TestUpstreamStatusOmitted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := &testGateway{h: benchHandler(t, tc.upstream, false)}
 			core, logs := observer.New(zap.InfoLevel)
-			g.h.eng.logger = zap.New(core)
+			setLogCore(t, g.h, core)
 			a := g.do(t, "FETCH", "/items/1", nil, "Authority-Scope", "bench:read")
 			wantError(t, a, 422, tc.reason, "")
 			details, _ := a.body["error"].(map[string]any)["details"].(map[string]any)

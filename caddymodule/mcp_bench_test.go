@@ -4,6 +4,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/mcpdoor"
 )
 
 // BenchmarkMCPToolCall compares, in one run against one handler and the
@@ -21,7 +23,7 @@ import (
 // difference between the rows.
 func BenchmarkMCPToolCall(b *testing.B) {
 	up := benchUpstream(b)
-	h := benchHandlerWith(b, up.URL, false, "", "", func(h *Handler) { h.MCP = &MCPConfig{} })
+	h := benchHandlerWith(b, up.URL, false, "", "", func(h *Handler) { h.MCP = &mcpdoor.Config{} })
 	read := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read"}
 	mcpHdr := func(version string) map[string]string {
 		return map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read", "Content-Type": "application/json",

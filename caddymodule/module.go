@@ -1,39 +1,61 @@
 // Package caddymodule is the Caddy glue of caddy-rcns: the
-// http.handlers.rcns module, its JSON config and Caddyfile directive,
-// the AGTP dispatch order of spec §10, and the AGTP wire surfaces.
-
+// http.handlers.rcns module and the agtp app (the native AGTP/1.0
+// door), their JSON config and Caddyfile directives, Provision,
+// Validate and Cleanup, the state and the Redis clients shared across
+// reloads (caddy.UsagePool), lifecycle events to Caddy's events app and
+// metrics on Caddy's registry. It builds the engine
+// (caddymodule/engine, the spec §10 order) and the doors
+// (caddymodule/httpdoor, caddymodule/mcpdoor, and the native door's
+// files here: agtpdoor.go, agtpconn.go).
 package caddymodule
 
 import (
+	"fmt"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/mcpdoor"
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 )
 
 func init() {
 	caddy.RegisterModule(Handler{})
 }
 
-// Delivery modes (spec §13.4).
+// Identity modes (ARCHITECTURE.md "Identity"), as the engine names them.
 const (
-	ModeConfirmFirst = "confirm-first"
-	ModeOptimistic   = "optimistic"
+	IdentityHeader    = engine.IdentityHeader
+	IdentityMTLS      = engine.IdentityMTLS
+	IdentitySignature = engine.IdentitySignature
 )
 
-// Identity modes (ARCHITECTURE.md "Identity").
-const (
-	// IdentityHeader trusts the Agent-ID header; loopback only.
-	IdentityHeader = "header"
-)
-
-// Handler is the rcns HTTP handler (module http.handlers.rcns): the
-// HTTP binding's door (spec §2.3). It serves AGTP requests through its
-// engine and passes every other request to the next handler unchanged;
-// requests for the MCP path, when configured, go to the MCP door.
+// Handler is the rcns HTTP handler (module http.handlers.rcns). It
+// serves AGTP requests through its engine (the HTTP binding's door,
+// spec §2.3) and passes every other request to the next handler
+// unchanged; requests for the MCP path, when configured, go to the MCP
+// door. Its JSON config is flat: the engine's knobs, the store's, and
+// "mcp".
 type Handler struct {
-	Config
-	eng *engine
-	// mcp is the MCP door at Config.MCP.Path (nil when off).
-	mcp *mcpDoor
+	engine.Config
+	StoreConfig
+	// MCP turns on the MCP door (docs/doors.md "MCP door"):
+	// the Tier B endpoints and recipes as MCP tools over Streamable
+	// HTTP at one path of this handler. Nil (default): off.
+	MCP *mcpdoor.Config `json:"mcp,omitempty"`
+
+	eng *engine.Engine
+	// mcp is the MCP door at MCP.Path (nil when off).
+	mcp *mcpdoor.Door
+	// redis (with its pool key) is the pooled client of store redis,
+	// else nil; state is its name's State while this handler holds it.
+	redis    *pooledRedis
+	redisKey string
+	state    *engine.State
+	// logger, when set before Provision, replaces Caddy's logger for
+	// the engine and the doors (the package's tests observe it).
+	logger *zap.Logger
 }
 
 // CaddyModule returns the Caddy module information.
@@ -44,13 +66,125 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Cleanup releases the upstream clients and this handler's hold on the
-// shared state.
-func (h *Handler) Cleanup() error {
-	if h.eng == nil {
-		return nil
+// setDefaults applies the defaults of every knob (engine, store, MCP).
+func (h *Handler) setDefaults() {
+	h.Config.SetDefaults()
+	h.setStoreDefaults()
+	if h.MCP != nil {
+		h.MCP.SetDefaults(&h.Config)
 	}
-	return h.eng.cleanup()
+}
+
+// Validate checks the configuration's values (Provision does the
+// loading): the engine's, the MCP door's and the store's.
+func (h *Handler) Validate() error {
+	if err := h.Config.Validate(); err != nil {
+		return err
+	}
+	if h.MCP != nil {
+		if err := h.MCP.Validate(h.Identity); err != nil {
+			return err
+		}
+	}
+	return h.validateStore()
+}
+
+// states are the engines' States by rcns name, kept across reloads.
+var states = caddy.NewUsagePool()
+
+// stateHolder makes an engine.State a caddy.Destructor.
+type stateHolder struct{ *engine.State }
+
+// Provision applies the defaults and builds the handler's engine and
+// doors: engine.New loads and validates every operator document (a bad
+// one fails the config load with its file, line and JSON pointer), the
+// store is attached (the name's memory store, or a pooled Redis
+// client), the engine is registered under its name for the native
+// door, and the MCP door is built when configured.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.setDefaults()
+	srv, _ := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	passOptionsStar(srv)
+	if err := h.validateStore(); err != nil {
+		return err
+	}
+	if !engine.ValidName(h.Name) {
+		return fmt.Errorf("rcns: name %q must be 1-64 characters of A-Z a-z 0-9 . _ - and not . or .. (it names the records directory)", h.Name)
+	}
+	val, _, err := states.LoadOrNew(h.Name, func() (caddy.Destructor, error) {
+		return stateHolder{engine.NewState(h.Name)}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("rcns: state: %v", err)
+	}
+	h.state = val.(stateHolder).State
+	logger := h.logger
+	if logger == nil {
+		logger = ctx.Logger()
+	}
+	deps := engine.Deps{
+		Logger: logger, Metrics: ctx.GetMetricsRegistry(), State: h.state,
+		DataDir: caddy.AppDataDir(), NodeID: h.NodeID,
+	}
+	if ev, err := ctx.App("events"); err == nil {
+		if app, ok := ev.(*caddyevents.App); ok {
+			deps.Events = caddyEvents{ctx: ctx, app: app}
+		}
+	}
+	if h.MCP != nil {
+		deps.Hosted = append(deps.Hosted, mcpdoor.ManifestEntry(h.MCP))
+	}
+	e, err := engine.New(&h.Config, deps)
+	if err != nil {
+		return err
+	}
+	// Set before the store is attached, so that Cleanup releases what
+	// a failed provision attached.
+	h.eng = e
+	st, err := h.provisionStore(ctx, e)
+	if err != nil {
+		return err
+	}
+	if err := e.Attach(st); err != nil {
+		return err
+	}
+	register(h.Name, e)
+	if h.MCP != nil {
+		d, err := mcpdoor.New(e, h.MCP)
+		if err != nil {
+			return err
+		}
+		h.mcp = d
+	}
+	return nil
+}
+
+// caddyEvents forwards the engine's lifecycle events to Caddy's events
+// app (engine.EventSink).
+type caddyEvents struct {
+	ctx caddy.Context
+	app *caddyevents.App
+}
+
+// Emit emits one event on the events app.
+func (c caddyEvents) Emit(eventType string, data map[string]any) {
+	c.app.Emit(c.ctx, eventType, data)
+}
+
+// Cleanup releases the upstream clients, the store and this handler's
+// hold on the shared state (the last holder of a name destructs it).
+func (h *Handler) Cleanup() error {
+	if h.eng != nil {
+		unregister(h.Name, h.eng)
+		h.eng.Close()
+	}
+	h.releaseStore()
+	if h.state != nil {
+		h.state = nil
+		_, err := states.Delete(h.Name)
+		return err
+	}
+	return nil
 }
 
 // Interface guards.
@@ -59,4 +193,5 @@ var (
 	_ caddy.Validator             = (*Handler)(nil)
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+	_ engine.EventSink            = caddyEvents{}
 )

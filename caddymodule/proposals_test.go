@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
-	"github.com/caddyserver/caddy/v2"
 )
 
 // nestedItems is a JSON Schema {"items":{"items":...{"type":"string"}}}
@@ -65,7 +66,7 @@ func TestProposeSchemaShapeLimits(t *testing.T) {
 
 // TestProposeSchemaErrorBounded: a proposed schema the compiler refuses
 // is quoted on one line, without the internal resource name, in at most
-// maxSchemaErrorBytes: 300 invalid properties with long names and
+// engine.MaxSchemaErrorBytes: 300 invalid properties with long names and
 // values (under the node limit) gave a 326 kB multi-line explanation.
 func TestProposeSchemaErrorBounded(t *testing.T) {
 	g := newTestGateway(t)
@@ -78,7 +79,7 @@ func TestProposeSchemaErrorBounded(t *testing.T) {
 	a := g.builtin(t, "PROPOSE", p)
 	wantError(t, a, 400, "invalid-schema", "input_schema is not a valid JSON Schema: ")
 	e := a.str("explanation")
-	if len(e) > maxSchemaErrorBytes+len("input_schema is not a valid JSON Schema: ") || strings.Contains(e, "\n") || strings.Contains(e, "mem:") {
+	if len(e) > engine.MaxSchemaErrorBytes+len("input_schema is not a valid JSON Schema: ") || strings.Contains(e, "\n") || strings.Contains(e, "mem:") {
 		t.Fatalf("explanation is %d bytes (newline %v, mem: %v): %.300s", len(e), strings.Contains(e, "\n"), strings.Contains(e, "mem:"), e)
 	}
 	if len(a.raw) > 4096 {
@@ -105,7 +106,7 @@ func TestProposeErrorMethodPath(t *testing.T) {
 		reason, expl       string
 		fields             map[string]any
 	}{
-		{"459", "FROB", "/item/a", 459, "method-not-in-catalog", "proposed method FROB is not in catalog", map[string]any{"catalog_version": g.h.eng.methods.Catalog.Version()}},
+		{"459", "FROB", "/item/a", 459, "method-not-in-catalog", "proposed method FROB is not in catalog", map[string]any{"catalog_version": g.h.eng.Methods().Catalog.Version()}},
 		// Outside the lexical rule: named so, as for a request method
 		// (it was method-not-in-catalog; fresh-user review).
 		{"459 lowercase", "book", "/item/a", 459, "invalid-method-token", `proposed method "book" is not a valid AGTP method token`, map[string]any{"method": "book"}},
@@ -159,19 +160,19 @@ func TestProposeErrorMethodPath(t *testing.T) {
 func TestContractLimitExplanation(t *testing.T) {
 	g := newTestGateway(t)
 	g.h.MaxContractsPerAgent = 0 // unset: the default applies
-	g.h.eng.st.mem.ContractStore().SetLimits(g.h.storeLimits())
+	g.h.state.MemoryStore().ContractStore().SetLimits(g.h.eng.StoreLimits().Contracts)
 	for i := 0; i < recipes.DefaultMaxContractsPerAgent; i++ {
 		g.propose(t, "/item/n"+strconv.Itoa(i))
 	}
 	a := g.builtin(t, "PROPOSE", proposal("/item/over"))
 	wantError(t, a, 463, "policy-refused", "the agent already holds 100 live contracts; max_contracts_per_agent is 100")
 	g.h.MaxContractsPerAgent = 50
-	g.h.eng.st.mem.ContractStore().SetLimits(g.h.storeLimits())
+	g.h.state.MemoryStore().ContractStore().SetLimits(g.h.eng.StoreLimits().Contracts)
 	a = g.builtin(t, "PROPOSE", proposal("/item/over"))
 	wantError(t, a, 463, "policy-refused", "the agent already holds 100 live contracts; max_contracts_per_agent is 50")
 	// The store-wide bound: its count and limit.
 	g.h.MaxContracts, g.h.MaxContractsPerAgent = 80, 0
-	g.h.eng.st.mem.ContractStore().SetLimits(g.h.storeLimits())
+	g.h.state.MemoryStore().ContractStore().SetLimits(g.h.eng.StoreLimits().Contracts)
 	a = g.builtin(t, "PROPOSE", proposal("/item/over"))
 	wantError(t, a, 463, "policy-refused", "the gateway holds 100 live contracts, its maximum (max_contracts is 80)")
 }
@@ -191,7 +192,7 @@ func TestIdempotencyStoreFullNamesTheBound(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newTestGateway(t)
-			g.h.eng.st.mem.ResetIdempotency(tc.limits)
+			g.h.state.MemoryStore().ResetIdempotency(tc.limits)
 			if a := g.builtin(t, "PROPOSE", proposal("/item/k1"), "Idempotency-Key", "k1"); a.status != 263 {
 				t.Fatalf("first keyed PROPOSE: %s", a)
 			}
@@ -292,7 +293,7 @@ func TestEndedContractNoopReportsState(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := g.propose(t, "/item/ended-"+strconv.Itoa(i))
 			if tc.end == "expire" {
-				if !g.h.eng.st.mem.ContractStore().End(id, recipes.StateExpired) {
+				if !g.h.state.MemoryStore().ContractStore().End(id, recipes.StateExpired) {
 					t.Fatalf("contract %s was not live", id)
 				}
 			} else if a := g.endContract(t, tc.end, id); a.status != 200 || field(a.body, "result", "noop") != false {
@@ -340,7 +341,7 @@ func TestReleasedContractStaysKnown(t *testing.T) {
 		case "stale sweep":
 			// Released as an invalidating sweep releases (its recipe is
 			// unchanged here, so a sweep would keep it).
-			if !g.h.eng.st.mem.ContractStore().End(id, recipes.StateReleased) {
+			if !g.h.state.MemoryStore().ContractStore().End(id, recipes.StateReleased) {
 				t.Fatalf("contract %s was not live", id)
 			}
 		}
@@ -373,8 +374,8 @@ func TestReleasedContractStaysKnown(t *testing.T) {
 	ids = append(ids, revoked)
 	// With the tombstones gone the ids are unknown to all three, as an
 	// id never issued is.
-	g.h.TombstoneTTL = caddy.Duration(time.Nanosecond)
-	g.h.eng.st.mem.ContractStore().SetLimits(g.h.storeLimits())
+	g.h.TombstoneTTL = engine.Duration(time.Nanosecond)
+	g.h.state.MemoryStore().ContractStore().SetLimits(g.h.eng.StoreLimits().Contracts)
 	for _, id := range append(ids, "syn-AAAAAAAAAAAAAAAAAAAAAA") {
 		wantError(t, g.builtin(t, "INSPECT", map[string]any{"target": "contract", "synthesis_id": id}), 404, "contract-not-found", "")
 		wantError(t, g.endContract(t, "REVOKE", id), 404, "contract-not-found", "")
@@ -389,7 +390,7 @@ func TestReleasedContractStaysKnown(t *testing.T) {
 // duration granted.
 func TestGrantedDurationForm(t *testing.T) {
 	g := newTestGateway(t)
-	g.h.ContractTTL = caddy.Duration(100 * time.Hour)
+	g.h.ContractTTL = engine.Duration(100 * time.Hour)
 	for i, tc := range []struct{ requested, granted string }{
 		{"30m", "30m"}, {"PT30M", "30m"}, {"1h30m", "1h30m"}, {"90m", "1h30m"}, {"PT90M", "1h30m"}, {"24h", "24h"}, {"P1D", "24h"},
 		{"P1DT2H", "26h"}, {"45s", "45s"}, {"3600s", "1h"}, {"1h0m1s", "1h1s"}, {"1.5s", "1s"}, {"PT1.9S", "1s"}, {"PT59.9999999999M", "59m59s"}, {"7d", "100h"}, {"61m", "1h1m"},

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 )
 
@@ -68,7 +70,7 @@ func TestContractUpstreamRebound(t *testing.T) {
 			// with it): the contract is refused naming it, nothing runs.
 			empty := t.TempDir()
 			third := &testGateway{h: benchHandlerWith(t, newUp, false, "", "", st, withOperator(t), func(h *Handler) {
-				h.Upstreams = map[string]*UpstreamConfig{"elsewhere": {URL: newUp}}
+				h.Upstreams = map[string]*engine.UpstreamConfig{"elsewhere": {URL: newUp}}
 				h.Endpoints, h.Recipes = []string{empty}, []string{empty}
 			})}
 			if err := second.h.Cleanup(); err != nil {

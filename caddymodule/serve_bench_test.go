@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -9,7 +8,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,14 +19,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
-	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
-	"github.com/caddy-rcns/caddy-rcns/recipes"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 // The serve benchmarks run the whole handler in process, request by
@@ -90,13 +85,13 @@ func benchHandlerWith(tb testing.TB, upstream string, signed bool, endpoints, re
 	h.Identity = "header"
 	h.Enabled = true
 	h.Mode = "optimistic"
-	h.ContractTTL = caddy.Duration(30 * time.Second)
-	h.TombstoneTTL = caddy.Duration(30 * time.Second)
+	h.ContractTTL = engine.Duration(30 * time.Second)
+	h.TombstoneTTL = engine.Duration(30 * time.Second)
 	h.MaxContracts = 10_000_000
 	h.MaxContractsPerAgent = 10_000_000
 	h.RateLimitPerMinute = 1e8
 	h.RateLimitBurst = 100_000_000
-	h.Upstreams = map[string]*UpstreamConfig{"bench": {URL: upstream}}
+	h.Upstreams = map[string]*engine.UpstreamConfig{"bench": {URL: upstream}}
 	h.Agents = []string{filepath.Join(docs, "agents")}
 	h.Endpoints = []string{filepath.Join(docs, "endpoints")}
 	h.Recipes = []string{filepath.Join(docs, "recipes")}
@@ -126,13 +121,16 @@ func benchHandlerWith(tb testing.TB, upstream string, signed bool, endpoints, re
 	for _, f := range adjust {
 		f(h)
 	}
+	// Caddy's default logger writes INFO lines to stderr; keep the
+	// encoding, drop the output (setLogCore swaps it for a test that
+	// reads the lines).
+	swapLogger(tb, h)
 	ctx := benchContext(tb)
+	registries.Store(h, ctx.GetMetricsRegistry())
+	tb.Cleanup(func() { registries.Delete(h) })
 	if err := h.Provision(ctx); err != nil {
 		tb.Fatalf("Provision: %v", err)
 	}
-	// Caddy's default logger writes INFO lines to stderr; keep the
-	// encoding, drop the output.
-	h.eng.logger = zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel))
 	if err := h.Validate(); err != nil {
 		tb.Fatalf("Validate: %v", err)
 	}
@@ -314,107 +312,4 @@ type mwFunc func(http.ResponseWriter, *http.Request, caddyhttp.Handler) error
 
 func (f mwFunc) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	return f(w, r, next)
-}
-
-// BenchmarkAttribution is the Attribution-Record of one contract
-// answer as the handler builds it (payload appended by hand in
-// encoding/json's key order, request_hash of a 30-byte body, chain
-// append, JWS), unsigned and Ed25519.
-func BenchmarkAttribution(b *testing.B) {
-	up := benchUpstream(b)
-	for _, signed := range []bool{false, true} {
-		name := "none"
-		if signed {
-			name = "ed25519"
-		}
-		b.Run(name, func(b *testing.B) {
-			h := benchHandler(b, up.URL, signed)
-			h.eng.activate() // what the first request does: opens the record chains
-			body := []byte(`{"parameters":{"item_id":"1"}}`)
-			r := httptest.NewRequest("LOOKUP", "/item/d-1", bytes.NewReader(body))
-			x := &exchange{h: h.eng, in: &agtp.Request{Method: r.Method, Target: r.RequestURI, ContentLength: r.ContentLength}, bodyRead: true, rawBody: body, agentID: benchAgent, method: "LOOKUP", ownerID: "bench-ops", requestID: newUUID(),
-				contract: idempotency.ContractRef{SynthesisID: "syn-UAnHZX7sOG7zkqfyKqWafw", NegotiationOrigin: "rcns-gate",
-					ContractHash: "b514591affe87603c866d338581f7f760e9fade9d9b6de220051aa808cf915d3"}}
-			resp := newUUID()
-			b.ReportAllocs()
-			for b.Loop() {
-				rec, id := x.attribution(200, resp)
-				if rec == "" || id == "" {
-					b.Fatal("empty Attribution-Record")
-				}
-			}
-		})
-	}
-}
-
-// BenchmarkContractAnswer is the 263 body of a one-step synthesis as
-// the handler writes it: the canonical endpoint bytes spliced in, the
-// other members and the result encoded around them.
-func BenchmarkContractAnswer(b *testing.B) {
-	up := benchUpstream(b)
-	h := benchHandler(b, up.URL, false)
-	var r *recipes.Recipe
-	for _, rc := range h.eng.set.Recipes {
-		if rc.Name == "lookup-item" {
-			r = rc
-		}
-	}
-	if r == nil {
-		b.Fatal("no lookup-item recipe")
-	}
-	hash, ep, err := r.ContractHashFor("LOOKUP", "/item/g-1-1")
-	if err != nil {
-		b.Fatal(err)
-	}
-	now := time.Now().UTC().Truncate(time.Second)
-	c := &recipes.Contract{SynthesisID: recipes.NewSynthesisID(), Method: "LOOKUP", Path: "/item/g-1-1", Recipe: r, EndpointJSON: ep,
-		Lineage: r.Lineage(), ContractHash: hash, NegotiationOrigin: recipes.OriginGate, IssuedAt: now, ExpiresAt: now.Add(30 * time.Second)}
-	result := map[string]any{"item": map[string]any{"id": "1", "name": "bench item", "price": 12.5}}
-	b.ReportAllocs()
-	for b.Loop() {
-		body := contractBody(c)
-		body.Members["status"] = 263
-		body.Members["result"] = result
-		raw, err := body.Encode()
-		if err != nil || len(raw) == 0 {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkMetricsPresentation is the metrics of one contract
-// presentation (request, presentation, composition, step and upstream
-// call), from every core at once as under load: resolved is the handler's
-// path (children resolved once: presented, recipeRun, the request
-// counter's last code); with-label-values is the path it replaced,
-// WithLabelValues on every observation (kept here only as the baseline).
-func BenchmarkMetricsPresentation(b *testing.B) {
-	m, err := newMetrics(nil, []string{"LOOKUP"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := &recipes.Recipe{Name: "lookup-item"}
-	reports := []recipes.StepReport{{Name: "item", Upstream: "bench", State: recipes.StepSucceeded, Called: true, Duration: time.Millisecond}}
-	b.Run("resolved", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				m.recipeRun(r, 0.001, reports)
-				m.presentation(viaSynthesisID, "executed")
-				m.request("LOOKUP", 200, "http")
-			}
-		})
-	})
-	b.Run("with-label-values", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				m.compositionSeconds.WithLabelValues(r.Name).Observe(0.001)
-				m.stepSeconds.WithLabelValues(r.Name, reports[0].Name).Observe(0.001)
-				m.upstreamSeconds.WithLabelValues(reports[0].Upstream).Observe(0.001)
-				m.presentations.WithLabelValues(presentationVia.label(viaSynthesisID), presentationOutcomes.label("executed")).Inc()
-				m.requests.WithLabelValues(m.methodSeries("LOOKUP")[0].label, codeLabel(200), "http").Inc()
-			}
-		})
-	})
 }

@@ -16,52 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
-	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
-	"github.com/caddy-rcns/caddy-rcns/policy"
-	"github.com/caddy-rcns/caddy-rcns/policy/records"
 )
-
-// TestFingerprintTarget: the Idempotency-Key fingerprint compares the
-// path in RFC 3986 normal form and the query as its readers see it (the
-// last value of each key, in key order), never the raw request target
-// (ARCHITECTURE.md "Idempotency").
-func TestFingerprintTarget(t *testing.T) {
-	tests := []struct {
-		name, target, want string
-	}{
-		{"plain", "/room", "/room"},
-		{"empty query is none", "/room?", "/room"},
-		{"separators only", "/room?&&", "/room"},
-		{"unreserved escape decoded", "/%72oom", "/room"},
-		{"reserved escape kept, hex upper-cased", "/a%2fb?", "/a%2Fb"},
-		{"keys sorted", "/room?b=2&a=1", "/room?a=1&b=2"},
-		{"last value of a repeated key", "/room?a=0&b=2&a=1", "/room?a=1&b=2"},
-		{"one key in two spellings", "/room?%61=0&a=1", "/room?a=1"},
-		{"escapes in the query decoded", "/room?n=%67-1&s=a+b", "/room?n=g-1&s=a+b"},
-		{"valueless key", "/room?flag", "/room?flag="},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := httptest.NewRequest("BOOK", tt.target, nil)
-			q, err := agtp.ParseQuery(r.URL.RawQuery)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path, err := policy.NormalizePath(r.URL.EscapedPath())
-			if err != nil {
-				t.Fatal(err)
-			}
-			x := &exchange{query: q, requestPath: path} // as dispatch sets them
-			if got := x.fingerprintTarget(); got != tt.want {
-				t.Errorf("fingerprintTarget(%s) = %q, want %q", tt.target, got, tt.want)
-			}
-		})
-	}
-}
 
 // TestRepeatedQueryKeys: a query key given twice keeps its last value
 // (spec §2.1, api-01 §5.5) for every reader: Tier B input, DISCOVER
@@ -136,8 +97,8 @@ func field(v any, path ...string) any {
 
 func TestValidName(t *testing.T) {
 	for n, want := range map[string]bool{"default": true, "hotel-1.v2_x": true, "": false, ".": false, "..": false, "../../escaped": false, "a/b": false, "a b": false, strings.Repeat("a", 65): false} {
-		if got := validName(n); got != want {
-			t.Errorf("validName(%q) = %v, want %v", n, got, want)
+		if got := engine.ValidName(n); got != want {
+			t.Errorf("engine.ValidName(%q) = %v, want %v", n, got, want)
 		}
 	}
 }
@@ -310,7 +271,7 @@ func TestAnonymousIdentifiers(t *testing.T) {
 	// the same way before it is refused for the missing Agent-ID.
 	wantError(t, g.serve(t, "FETCH", "/items/1", map[string]string{"Request-ID": "bad"}, nil, 0), 400, "invalid-request-id", "")
 	// Well-formed identifiers are served and recorded.
-	rid, sid := newUUID(), "anon-0123456789abcdefABCDEF"
+	rid, sid := "01890a5d-ac96-774b-bcce-b302099a8057", "anon-0123456789abcdefABCDEF"
 	a = g.serve(t, "DISCOVER", "/methods", map[string]string{"Request-ID": rid, "Session-ID": sid, "Owner-ID": "org:acme"}, nil, 0)
 	if a.status != 200 || a.hdr("Request-ID") != rid {
 		t.Fatalf("anonymous DISCOVER with good identifiers: %s (Request-ID %q)", a, a.hdr("Request-ID"))
@@ -370,75 +331,6 @@ func noMalformedIdentifiers(t *testing.T, a *answer) {
 	}
 	if strings.Contains(a.raw, "org acme") {
 		t.Errorf("the malformed Owner-ID is echoed: %s", a)
-	}
-}
-
-// TestUnacceptedAgentIDNotRecorded: an Agent-ID that is malformed, or
-// well-formed but unknown, is refused without naming the
-// Attribution-Record or its chain: the record has no agent_id and chains
-// as an anonymous request's does. A malformed one is not echoed. Every
-// malformed Agent-ID became a chain key of its own, up to the header
-// limit in size (a few hundred junk requests grew the chain file by
-// megabytes), and the signed record carried it as agent_id.
-func TestUnacceptedAgentIDNotRecorded(t *testing.T) {
-	g := newTestGateway(t)
-	// The records store opens on the first request; an anonymous one
-	// also starts the anonymous chain.
-	if a := g.serve(t, "DISCOVER", "/", nil, nil, 0); a.status != 200 {
-		t.Fatalf("DISCOVER /: %s", a)
-	}
-	chains := g.h.eng.st.records.chains
-	before := chains.Len()
-	unknown := strings.Repeat("ab", 32)
-	for i, tc := range []struct {
-		agentID string
-		status  int
-		reason  string
-		echoed  bool
-	}{
-		{"EVIL<script>", 400, "invalid-canonical-id", false},
-		{strings.Repeat("Z", 12000), 400, "invalid-canonical-id", false},
-		{strings.ToUpper(benchAgent), 400, "invalid-canonical-id", false},
-		{unknown, 401, "agent-unauthenticated", true},
-	} {
-		// With a well-formed Owner-ID: the record names neither the
-		// agent nor the owner it claimed (the owner used to be stated).
-		a := g.serve(t, "FETCH", "/items/1", map[string]string{"Agent-ID": tc.agentID, "Owner-ID": "victim-owner", "Authority-Scope": "bench:read"}, nil, 0)
-		wantError(t, a, tc.status, tc.reason, "")
-		if v, ok := attributionPayload(t, a)["owner_id"]; ok {
-			t.Errorf("case %d: the Attribution-Record names owner_id %v", i, v)
-		}
-		if got := a.hdr("Agent-ID"); (got != "") != tc.echoed {
-			t.Errorf("case %d: Agent-ID echoed as %q, want echoed %v", i, textcut.Clip(got), tc.echoed)
-		}
-		if strings.Contains(a.raw, tc.agentID) {
-			t.Errorf("case %d: the body quotes the Agent-ID: %s", i, textcut.Clip(a.raw))
-		}
-		if v, ok := attributionPayload(t, a)["agent_id"]; ok {
-			t.Errorf("case %d: the Attribution-Record names agent_id %v", i, textcut.Clip(fmt.Sprint(v)))
-		}
-	}
-	if n := chains.Len(); n != before {
-		t.Errorf("the refusals added %d chains, want none (they chain as anonymous requests do)", n-before)
-	}
-	if chains.Next(unknown) != records.ZeroHash {
-		t.Errorf("an unknown agent's refusal started a chain of its own")
-	}
-	// An Owner-ID the registry contradicts is refused and not recorded:
-	// the record states the agent's registry owner, as every record
-	// naming a registered agent does.
-	a := g.serve(t, "FETCH", "/items/1", map[string]string{"Agent-ID": benchAgent, "Owner-ID": "someone-else", "Authority-Scope": "bench:read"}, nil, 0)
-	wantError(t, a, 401, "owner-mismatch", "")
-	if v := attributionPayload(t, a)["owner_id"]; v != "bench-ops" {
-		t.Errorf("the owner-mismatch record names owner_id %v, want the registry owner bench-ops", v)
-	}
-	// A registered agent's answers still name it and chain under it.
-	a = g.do(t, "FETCH", "/items/1", nil, "Authority-Scope", "bench:read")
-	if p := attributionPayload(t, a); a.status != 200 || p["agent_id"] != benchAgent || a.hdr("Agent-ID") != benchAgent || p["owner_id"] != "bench-ops" {
-		t.Fatalf("registered agent: %s (record %v; want its registry owner bench-ops)", a, p)
-	}
-	if chains.Next(benchAgent) != a.hdr("Audit-ID") {
-		t.Errorf("the registered agent's chain head is not its last Audit-ID")
 	}
 }
 

@@ -19,9 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -153,19 +154,18 @@ func TestRedisStoreDown(t *testing.T) {
 	if a := g.do(t, "FETCH", "/items/2", nil); a.status != 200 {
 		t.Fatalf("unkeyed Tier B while the store is down: %s", a)
 	}
-	if !g.h.eng.storeDown() {
+	if !g.h.redis.Down() {
 		t.Fatal("the store is not reported down")
 	}
-	m := g.h.eng.metrics
-	if got := testutil.ToFloat64(m.storeUp); got != 0 {
+	if got := metricValue(t, g.h, "caddy_rcns_store_up"); got != 0 {
 		t.Fatalf("caddy_rcns_store_up = %v while down", got)
 	}
 	for _, op := range []store.Op{store.OpClaim, store.OpResolvePair, store.OpPresent} {
-		if got := testutil.ToFloat64(m.storeErrors.WithLabelValues(string(op))); got < 1 {
+		if got := metricValue(t, g.h, "caddy_rcns_store_errors_total", "op", string(op)); got < 1 {
 			t.Errorf("caddy_rcns_store_errors_total{op=%q} = %v, want at least 1", op, got)
 		}
 	}
-	if n := testutil.CollectAndCount(m.storeSeconds); n < 4 {
+	if n := seriesCount(t, g.h, "caddy_rcns_store_round_trip_duration_seconds"); n < 4 {
 		t.Errorf("round-trip latency series by op: %d, want at least 4", n)
 	}
 	srv.Restart()
@@ -192,9 +192,9 @@ func TestRedisStoreDown(t *testing.T) {
 		t.Fatalf("the quarantine's Retry-After %q, retry_after_seconds %v: want the time left of the 70 s lease", a.hdr("Retry-After"), a.body["retry_after_seconds"])
 	}
 	// The health check shows it to the SRE (it runs every 5 s).
-	for deadline := time.Now().Add(15 * time.Second); testutil.ToFloat64(m.storeQuarantine) < 40; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(15 * time.Second); metricValue(t, g.h, "caddy_rcns_store_quarantine_seconds") < 40; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("caddy_rcns_store_quarantine_seconds = %v during the quarantine", testutil.ToFloat64(m.storeQuarantine))
+			t.Fatalf("caddy_rcns_store_quarantine_seconds = %v during the quarantine", metricValue(t, g.h, "caddy_rcns_store_quarantine_seconds"))
 		}
 	}
 }
@@ -245,10 +245,10 @@ func TestRedisPoolSharedAcrossReload(t *testing.T) {
 	up, _ := countingUpstream(t)
 	first := redisGateway(t, up, srv.Addr())
 	second := redisGateway(t, up, srv.Addr())
-	if first.h.eng.redis == nil || first.h.eng.redis != second.h.eng.redis {
+	if first.h.redis == nil || first.h.redis != second.h.redis {
 		t.Fatal("two configurations with the same store settings do not share one client")
 	}
-	key := first.h.eng.redisKey
+	key := first.h.redisKey
 	if n, _ := redisClients.References(key); n != 2 {
 		t.Fatalf("pool references = %d, want 2", n)
 	}
@@ -260,7 +260,7 @@ func TestRedisPoolSharedAcrossReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	presents := func(g *testGateway) uint64 {
-		return histogramCount(t, g.h.eng.metrics.storeSeconds.WithLabelValues(string(store.OpPresent)))
+		return uint64(metricValue(t, g.h, "caddy_rcns_store_round_trip_duration_seconds", "op", string(store.OpPresent)))
 	}
 	oldCount, newCount := presents(first), presents(second)
 	if a := second.do(t, "LOOKUP", "/item/p1", itemInput, "Contract-Synthesized", syn.str("synthesis_id")); a.status != 200 {
@@ -271,7 +271,7 @@ func TestRedisPoolSharedAcrossReload(t *testing.T) {
 			oldCount, presents(first), newCount, presents(second))
 	}
 	other := redisGateway(t, up, srv.Addr(), func(h *Handler) { h.Redis.KeyPrefix = "other:" })
-	if other.h.eng.redis == second.h.eng.redis {
+	if other.h.redis == second.h.redis {
 		t.Fatal("other store settings share the client")
 	}
 	if err := second.h.Cleanup(); err != nil {
@@ -335,7 +335,7 @@ func TestStoreConfigValidate(t *testing.T) {
 		{"bad node id", StoreConfig{Store: StoreMemory, NodeID: ".."}, "node_id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &Config{StoreConfig: tc.cfg}
+			c := &Handler{StoreConfig: tc.cfg}
 			c.setDefaults()
 			err := c.Validate()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -343,9 +343,9 @@ func TestStoreConfigValidate(t *testing.T) {
 			}
 		})
 	}
-	c := &Config{}
+	c := &Handler{}
 	c.setDefaults()
-	if c.Store != StoreMemory || !validName(c.NodeID) || !c.storeRequired() {
+	if c.Store != StoreMemory || !engine.ValidName(c.NodeID) || !c.storeRequired() {
 		t.Fatalf("defaults: store %q node_id %q required %v", c.Store, c.NodeID, c.storeRequired())
 	}
 }
@@ -437,12 +437,11 @@ func TestRedisRoundTripsPerRequest(t *testing.T) {
 	srv := redistest.StartServer(t)
 	up, _ := countingUpstream(t)
 	g := redisGateway(t, up, srv.Addr())
-	m := g.h.eng.metrics
 	total := func() map[store.Op]uint64 {
 		out := map[store.Op]uint64{}
 		for _, op := range store.Ops {
 			if op != store.OpPing {
-				if n := histogramCount(t, m.storeSeconds.WithLabelValues(string(op))); n > 0 {
+				if n := uint64(metricValue(t, g.h, "caddy_rcns_store_round_trip_duration_seconds", "op", string(op))); n > 0 {
 					out[op] = n
 				}
 			}
@@ -573,7 +572,7 @@ func TestRedisCompleteRetried(t *testing.T) {
 	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "cut-1"); a.status != 503 {
 		t.Fatalf("a repeat while Redis is unreachable: %s, want 503 store-unavailable", a)
 	}
-	if n := g.h.eng.redis.pending.Load(); n != 1 {
+	if n := g.h.redis.pending.Load(); n != 1 {
 		t.Fatalf("%d answers pending a retry, want 1", n)
 	}
 	proxy.setCut(false)
@@ -594,7 +593,7 @@ func TestRedisCompleteRetried(t *testing.T) {
 	if n := hits.Load(); n != 1 {
 		t.Fatalf("%d upstream calls, want 1", n)
 	}
-	if n := g.h.eng.redis.pending.Load(); n != 0 {
+	if n := g.h.redis.pending.Load(); n != 0 {
 		t.Fatalf("%d answers still pending after the store came back", n)
 	}
 }
@@ -627,12 +626,12 @@ func TestRedisCompleteLost(t *testing.T) {
 	proxy := startCutProxy(t, srv.Addr())
 	g, hits := cutDuringCall(t, proxy, srv.Restart) // empty: the claim is gone
 	core, logs := observer.New(zap.InfoLevel)
-	g.h.eng.logger = zap.New(core)
+	setLogCore(t, g.h, core)
 	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "lost-1"); a.status != 200 {
 		t.Fatalf("the keyed call whose Complete failed: %s", a)
 	}
 	proxy.setCut(false)
-	for deadline := time.Now().Add(20 * time.Second); g.h.eng.redis.pending.Load() != 0; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); g.h.redis.pending.Load() != 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the retry did not end after Redis came back")
 		}
@@ -794,11 +793,10 @@ func TestRedisStoreFull(t *testing.T) {
 	if n := hits.Load(); n != before {
 		t.Fatalf("%d upstream calls while Redis was full", n-before)
 	}
-	m := g.h.eng.metrics
-	if g.h.eng.storeDown() || testutil.ToFloat64(m.storeUp) != 1 {
-		t.Fatalf("a full Redis is reported down (store_up %v)", testutil.ToFloat64(m.storeUp))
+	if up := metricValue(t, g.h, "caddy_rcns_store_up"); g.h.redis.Down() || up != 1 {
+		t.Fatalf("a full Redis is reported down (store_up %v)", up)
 	}
-	if got := testutil.ToFloat64(m.storeErrors.WithLabelValues(string(store.OpClaim))); got < 1 {
+	if got := metricValue(t, g.h, "caddy_rcns_store_errors_total", "op", string(store.OpClaim)); got < 1 {
 		t.Errorf("caddy_rcns_store_errors_total{op=claim} = %v, want at least 1", got)
 	}
 	if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", "0"); err != nil {

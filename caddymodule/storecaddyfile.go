@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
@@ -52,7 +53,7 @@ func (h *Handler) parseStore(d *caddyfile.Dispenser, key string) error {
 		if err != nil {
 			return err
 		}
-		if !validName(v) {
+		if !engine.ValidName(v) {
 			return d.Errf("node_id: %q must be 1-64 characters of A-Z a-z 0-9 . _ - (not . or .. alone)", v)
 		}
 		h.NodeID = v

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"os"
 	"strings"
 	"time"
@@ -138,7 +139,7 @@ func defaultNodeID() string {
 
 // validateStore checks the store settings; errors name the knob.
 func (s *StoreConfig) validateStore() error {
-	if !validName(s.NodeID) {
+	if !engine.ValidName(s.NodeID) {
 		return fmt.Errorf("rcns: node_id %q must be 1-64 characters of A-Z a-z 0-9 . _ - (not . or .. alone)", s.NodeID)
 	}
 	switch s.Store {

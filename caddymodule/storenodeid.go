@@ -54,7 +54,7 @@ func (p *pooledRedis) checkNodeIDs(ctx context.Context) {
 	}
 	seen := map[string]bool{}
 	for _, u := range *users {
-		id := u.NodeID
+		id := u.NodeID()
 		if seen[id] {
 			continue
 		}
@@ -90,8 +90,8 @@ func (p *pooledRedis) checkNodeIDs(ctx context.Context) {
 		}
 		st.warned = clash
 		for _, u := range *users {
-			if u.NodeID == id {
-				u.metrics.setNodeIDConflict(clash)
+			if u.NodeID() == id {
+				u.StoreMetrics().SetNodeIDConflict(clash)
 			}
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -23,7 +22,7 @@ func TestNodeIDConflict(t *testing.T) {
 	up, _ := countingUpstream(t)
 	type proc struct {
 		p    *pooledRedis
-		e    *engine
+		h    *Handler
 		logs *observer.ObservedLogs
 	}
 	start := func(instance, nodeID string) proc {
@@ -39,7 +38,7 @@ func TestNodeIDConflict(t *testing.T) {
 		p.nodeMu.Unlock()
 		g := &testGateway{h: benchHandlerWith(t, up, false, "", "", func(h *Handler) { h.NodeID = nodeID })}
 		p.join(g.h.eng)
-		return proc{p, g.h.eng, logs}
+		return proc{p, g.h, logs}
 	}
 	check := func(ps ...proc) {
 		for _, x := range ps {
@@ -50,7 +49,7 @@ func TestNodeIDConflict(t *testing.T) {
 	warned := func(x proc) int {
 		return x.logs.FilterMessageSnippet("another live gateway process uses this node_id").Len()
 	}
-	conflict := func(x proc) float64 { return testutil.ToFloat64(x.e.metrics.nodeIDConflict) }
+	conflict := func(x proc) float64 { return metricValue(t, x.h, "caddy_rcns_store_node_id_conflict") }
 
 	a, b := start("inst-a", "n1"), start("inst-b", "n1")
 	check(a, b) // a holds; b sees a's hold once: not yet known alive

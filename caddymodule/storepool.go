@@ -13,10 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redisstore"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
-	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -47,7 +47,7 @@ type pooledRedis struct {
 	// each one's state gauges (with Redis they are not counted on the
 	// request path).
 	mu    sync.Mutex
-	users atomic.Pointer[[]*engine]
+	users atomic.Pointer[[]*engine.Engine]
 	// down is set while Redis does not answer (the last round trip or
 	// health check failed); firstFail is when the first round trip of
 	// the current outage failed (Unix ns, 0 while Redis answers), so
@@ -93,7 +93,7 @@ const (
 	completeRetryLimit = time.Hour
 )
 
-// retryComplete keeps trying, in the background, to store resp under
+// RetryComplete (engine.SharedStore) keeps trying, in the background, to store resp under
 // claim c after its Complete failed with the store unavailable, so
 // that a repeat of the key replays the answer once Redis answers again
 // instead of getting 409 (in flight, then outcome-unknown once the
@@ -107,6 +107,14 @@ const (
 // closed (Destruct). Each end is logged once. It reports
 // false, and starts nothing, when maxPendingCompletes are already
 // pending; repeats then get outcome-unknown once the key's lease ended.
+func (p *pooledRedis) RetryComplete(c store.Claim, resp idempotency.Response, logger *zap.Logger) bool {
+	return p.retryComplete(c, resp, completeRetryLimit, logger)
+}
+
+// Down reports whether Redis is known not to answer (engine.SharedStore).
+func (p *pooledRedis) Down() bool { return p.down.Load() }
+
+// retryComplete is RetryComplete, giving up after limit.
 func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, limit time.Duration, logger *zap.Logger) bool {
 	if p.pending.Add(1) > maxPendingCompletes {
 		p.pending.Add(-1)
@@ -167,8 +175,8 @@ func (p *pooledRedis) Observe(op store.Op, latency time.Duration, err error) {
 	}
 	if users := p.users.Load(); users != nil {
 		for _, e := range *users {
-			e.metrics.storeRoundTrip(op, latency, err)
-			e.metrics.setStoreUp(err == nil || full)
+			e.StoreMetrics().RoundTrip(op, latency, err)
+			e.StoreMetrics().SetUp(err == nil || full)
 		}
 	}
 }
@@ -216,9 +224,9 @@ func (p *pooledRedis) health() {
 		p.quarantined = left > 0
 		if users := p.users.Load(); users != nil {
 			for _, e := range *users {
-				e.metrics.setStoreQuarantine(left)
+				e.StoreMetrics().SetQuarantine(left)
 				if err == nil {
-					e.refreshStoreGauges(ctx)
+					e.RefreshStoreGauges(ctx)
 				}
 			}
 		}
@@ -258,10 +266,10 @@ func (p *pooledRedis) logOutage(err error) {
 }
 
 // join adds e to the client's users (provisionStore, once e.sto is set).
-func (p *pooledRedis) join(e *engine) {
+func (p *pooledRedis) join(e *engine.Engine) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var next []*engine
+	var next []*engine.Engine
 	if cur := p.users.Load(); cur != nil {
 		next = append(next, *cur...)
 	}
@@ -270,14 +278,14 @@ func (p *pooledRedis) join(e *engine) {
 }
 
 // leave removes e from the client's users (releaseStore).
-func (p *pooledRedis) leave(e *engine) {
+func (p *pooledRedis) leave(e *engine.Engine) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cur := p.users.Load()
 	if cur == nil {
 		return
 	}
-	next := make([]*engine, 0, len(*cur))
+	next := make([]*engine.Engine, 0, len(*cur))
 	for _, u := range *cur {
 		if u != e {
 			next = append(next, u)
@@ -326,61 +334,34 @@ func runIDFile(cfg redisstore.Config) string {
 	return filepath.Join(caddy.AppDataDir(), "rcns", "redis-runs", hex.EncodeToString(sum[:8])+".json")
 }
 
-// maxLease is the longest Idempotency-Key lease this configuration
-// gives: its longest plan (composition_timeout, or the longest call
-// timeout of an endpoint agents call directly) plus the margin. A Redis
-// restart refuses keyed requests that long (the restart quarantine).
-func (h *engine) maxLease() time.Duration {
-	run := time.Duration(h.CompositionTimeout)
-	for _, ep := range h.set.Endpoints {
-		if !ep.Internal {
-			run = max(run, ep.Timeout())
-		}
-	}
-	return h.leaseFor(run)
-}
-
-// storeLimitsOf is the store.Limits of this configuration.
-func (h *engine) storeLimitsOf() store.Limits {
-	return store.Limits{Idempotency: h.idempotencyLimits(), Contracts: h.storeLimits(), Attempts: h.AttemptBuffer,
-		ReplayEntries: h.ReplayCacheSize, RecordRetention: time.Duration(h.RecordRetention), MaxRecords: h.MaxRetainedRecords}
-}
-
 // provisionStore attaches the configuration's store: the name's memory
 // store, or a Redis client from the pool (connected here unless
 // store_required is off). A Redis that does not answer fails the load,
 // naming its addresses.
-func (h *engine) provisionStore(ctx caddy.Context) error {
-	lim := h.storeLimitsOf()
-	// Every contract, whichever store holds it, runs its captured plan
-	// bound to this configuration's upstreams through the restorer
-	// (bind), so a corrected address serves contracts made before.
-	var err error
-	if h.restorer, err = recipes.NewRestorer(h.methods, h.upstreams, h.set.Recipes, 0); err != nil {
-		return fmt.Errorf("rcns: contract plans: %v", err)
-	}
+func (h *Handler) provisionStore(ctx caddy.Context, e *engine.Engine) (engine.Store, error) {
+	lim := e.StoreLimits()
 	if h.Store != StoreRedis {
-		h.mem = h.st.memory(lim)
-		h.sto = h.mem.Set()
-		return nil
+		mem := h.state.Memory(lim)
+		return engine.Store{Set: mem.Set(), Memory: mem}, nil
 	}
-	cfg := h.Redis.clientConfig(caddy.NewReplacer(), h.maxLease())
+	cfg := h.Redis.clientConfig(caddy.NewReplacer(), e.MaxLease())
 	cfg.RunIDFile = runIDFile(cfg)
 	key := redisKey(cfg)
 	required := h.storeRequired()
 	val, _, err := redisClients.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return newPooledRedis(ctx, cfg, required, h.logger)
+		return newPooledRedis(ctx, cfg, required, e.Logger())
 	})
 	if err != nil {
-		return fmt.Errorf("rcns: store redis (%s %s): %v", cfg.Mode, strings.Join(cfg.Addrs, " "), err)
+		return engine.Store{}, fmt.Errorf("rcns: store redis (%s %s): %v", cfg.Mode, strings.Join(cfg.Addrs, " "), err)
 	}
 	h.redis, h.redisKey = val.(*pooledRedis), key
-	if h.sto, err = h.redis.client.Set(lim, h.restorer); err != nil {
-		return fmt.Errorf("rcns: store redis: %v", err)
+	set, err := h.redis.client.Set(lim, e.Restorer())
+	if err != nil {
+		return engine.Store{}, fmt.Errorf("rcns: store redis: %v", err)
 	}
-	h.metrics.setStoreUp(!h.redis.down.Load())
-	h.redis.join(h)
-	return nil
+	e.StoreMetrics().SetUp(!h.redis.down.Load())
+	h.redis.join(e)
+	return engine.Store{Set: set, Shared: h.redis}, nil
 }
 
 // newPooledRedis connects a client for the pool: redisstore.New, which
@@ -458,38 +439,12 @@ func dialBudget(cfg redisstore.Config) time.Duration {
 	return d + r
 }
 
-// releaseStore gives the configuration's store back: the Redis client
-// to the pool (closed when no configuration uses it) and the plan
-// restorer.
-func (h *engine) releaseStore() {
-	if h.restorer != nil {
-		// Kept (closed, its loaded recipes still resolve) for requests
-		// the old configuration is still answering.
-		h.restorer.Close()
-	}
+// releaseStore gives the configuration's Redis client back to the pool
+// (closed when no configuration uses it).
+func (h *Handler) releaseStore() {
 	if h.redis != nil {
-		h.redis.leave(h)
+		h.redis.leave(h.eng)
 		_, _ = redisClients.Delete(h.redisKey)
 		h.redis = nil
-	}
-}
-
-// storeDown reports whether the shared store is known not to answer
-// (the Redis store's last round trip failed); the memory store never is.
-func (h *engine) storeDown() bool { return h.redis != nil && h.redis.down.Load() }
-
-// refreshStoreGauges sets the gauges counted from the store (live
-// contracts, idempotency records, attempt records). The memory store
-// counts in memory, on each change; the Redis store after each
-// successful health check.
-func (h *engine) refreshStoreGauges(ctx context.Context) {
-	if n, err := h.sto.Contracts.Len(ctx); err == nil {
-		h.metrics.setActiveContracts(n)
-	}
-	if n, err := h.sto.Idempotency.Len(ctx); err == nil && n >= 0 {
-		h.metrics.setIdempotencyRecords(n)
-	}
-	if n, err := h.sto.Attempts.Len(ctx); err == nil {
-		h.metrics.setAttemptRingSize(n)
 	}
 }

@@ -675,7 +675,7 @@ func (g *testGateway) released(t *testing.T, sid string) []any {
 func TestBodySession(t *testing.T) {
 	g := newTestGateway(t)
 	core, logs := observer.New(zap.InfoLevel)
-	g.h.eng.logger = zap.New(core)
+	setLogCore(t, g.h, core)
 	hdrS, envS, parS := "hdr-0123456789abcdefABCDEF", "env-0123456789abcdefABCDEF", "par-0123456789abcdefABCDEF"
 	propose := func(path string, envelope map[string]any, kv ...string) string {
 		t.Helper()
@@ -757,7 +757,7 @@ func TestBodySession(t *testing.T) {
 func TestTaskIDDisagreementLogged(t *testing.T) {
 	g := newTestGateway(t)
 	core, logs := observer.New(zap.InfoLevel)
-	g.h.eng.logger = zap.New(core)
+	setLogCore(t, g.h, core)
 	g.do(t, "DISCOVER", "/methods", map[string]any{"task_id": "t-1"}, "Task-ID", "t-1")
 	if n := logs.FilterMessageSnippet("task_id disagree").Len(); n != 0 {
 		t.Fatalf("agreeing task ids logged %d lines", n)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 )
@@ -167,11 +169,11 @@ func TestRedirectFromPathOutsideTheGrammar(t *testing.T) {
 		h := &Handler{}
 		h.Name = "redirect-repair-" + strconv.FormatBool(redirect)
 		h.RecordsDir = "off"
-		h.Upstreams = map[string]*UpstreamConfig{"bench": {URL: up.URL}}
+		h.Upstreams = map[string]*engine.UpstreamConfig{"bench": {URL: up.URL}}
 		h.Agents = []string{filepath.Join(docs, "agents")}
 		h.Endpoints = []string{filepath.Join(docs, "endpoints")}
 		if redirect {
-			h.Redirects = []RedirectConfig{{FromMethod: "FETCH", FromPath: "/items/1/", ToMethod: "FETCH", ToPath: "/items/1"}}
+			h.Redirects = []engine.RedirectConfig{{FromMethod: "FETCH", FromPath: "/items/1/", ToMethod: "FETCH", ToPath: "/items/1"}}
 		}
 		if err := h.Provision(benchContext(t)); err != nil {
 			t.Fatalf("Provision: %v", err)
@@ -293,8 +295,8 @@ func TestSignatureAuthorities(t *testing.T) {
 	}
 	// A byte that is not UTF-8 (no config file can carry one) is named
 	// as a byte, not as a Latin-1 character.
-	if err := checkAuthority("gw.ex\xe4mple.com"); err == nil || err.Error() != "is not host[:port]: the byte 0xE4 (not valid UTF-8) is not allowed in a host name" {
-		t.Errorf("checkAuthority(invalid UTF-8) = %v", err)
+	if err := engine.CheckAuthority("gw.ex\xe4mple.com"); err == nil || err.Error() != "is not host[:port]: the byte 0xE4 (not valid UTF-8) is not allowed in a host name" {
+		t.Errorf("engine.CheckAuthority(invalid UTF-8) = %v", err)
 	}
 }
 

@@ -7,28 +7,46 @@ import (
 )
 
 // TestLayering holds the package rules of ARCHITECTURE.md "Layout"
-// with `go list -deps`: the protocol package every door shares imports
-// no Caddy, and recipes does not reach policy/records.
+// (docs/architecture.md "The house") with `go list -deps`: the protocol
+// package every door shares, the engine and the doors import no Caddy;
+// the engine's tests run without Caddy too; the engine reaches no door;
+// and recipes does not reach policy/records.
 func TestLayering(t *testing.T) {
+	const (
+		mod    = "github.com/caddy-rcns/caddy-rcns/"
+		caddy  = "github.com/caddyserver/"
+		engine = mod + "caddymodule/engine"
+	)
 	for _, tc := range []struct {
-		pkg, forbidden string
+		pkg       string
+		test      bool     // the package with its tests' imports
+		forbidden []string // import path prefixes; a trailing "$" is an exact path
 	}{
-		{"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp", "github.com/caddyserver/"},
-		{"github.com/caddy-rcns/caddy-rcns/recipes", "github.com/caddy-rcns/caddy-rcns/policy/records"},
-		{"github.com/caddy-rcns/caddy-rcns/recipes", "github.com/caddyserver/"},
-		{"github.com/caddy-rcns/caddy-rcns/policy", "github.com/caddyserver/"},
+		{pkg: mod + "caddymodule/agtp", forbidden: []string{caddy}},
+		{pkg: engine, forbidden: []string{caddy, mod + "caddymodule/httpdoor", mod + "caddymodule/mcpdoor", mod + "caddymodule$"}},
+		{pkg: engine, test: true, forbidden: []string{caddy}},
+		{pkg: mod + "caddymodule/httpdoor", forbidden: []string{caddy, mod + "caddymodule/mcpdoor"}},
+		{pkg: mod + "caddymodule/mcpdoor", forbidden: []string{caddy}},
+		{pkg: mod + "recipes", forbidden: []string{mod + "policy/records", caddy}},
+		{pkg: mod + "policy", forbidden: []string{caddy}},
 	} {
-		out, err := exec.Command("go", "list", "-deps", tc.pkg).Output()
+		args := []string{"list", "-deps"}
+		if tc.test {
+			args = append(args, "-test")
+		}
+		out, err := exec.Command("go", append(args, tc.pkg)...).Output()
 		if err != nil {
-			t.Fatalf("go list -deps %s: %v", tc.pkg, err)
+			t.Fatalf("go %s %s: %v", strings.Join(args, " "), tc.pkg, err)
 		}
 		deps := strings.Fields(string(out))
 		if len(deps) < 10 {
 			t.Fatalf("go list -deps %s listed only %v", tc.pkg, deps)
 		}
 		for _, d := range deps {
-			if strings.HasPrefix(d, tc.forbidden) {
-				t.Errorf("%s imports %s", tc.pkg, d)
+			for _, f := range tc.forbidden {
+				if exact, ok := strings.CutSuffix(f, "$"); ok && d == exact || !ok && strings.HasPrefix(d, f) {
+					t.Errorf("%s (tests %v) imports %s", tc.pkg, tc.test, d)
+				}
 			}
 		}
 	}

@@ -1,0 +1,169 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+	"go.uber.org/zap"
+)
+
+// Engine is the gateway's one request engine: the spec §10 stages over
+// the transport-neutral agtp.Request, with the state, limits, contracts
+// and record chains that every door of one rcns name shares. Each door
+// (the HTTP binding, the native AGTP/1.0 listener, MCP) only turns its
+// framing into an agtp.Request and the agtp.Response back into bytes.
+// New builds it and Attach gives it its store; its Config is the
+// host's configuration (defaults applied), read-only from then on. An
+// Engine is safe for concurrent use by any number of doors.
+type Engine struct {
+	*Config
+
+	logger    *zap.Logger
+	methods   *policy.MethodPolicy
+	agents    *policy.Registry
+	set       *recipes.Set
+	upstreams map[string]*recipes.Upstream
+	gate      policy.Gate
+	st        *State
+	passthru  map[string]bool
+	metrics   *metrics
+	idents    *identities
+	// idSteps is the identity step: the verifiers asked in order
+	// (verifyTransport).
+	idSteps []verifier
+	events  EventSink
+	clock   func() time.Time
+	nodeID  string
+	hosted  []map[string]any
+	dataDir string
+	signer  *records.Signer
+	// recDir and recFsync are the resolved records_dir ("" memory-only)
+	// and fsync policy, opened on the first request (act).
+	recDir   string
+	recFsync records.FsyncPolicy
+	act      *activation
+	// published is the current manifest, its ETag and AGTP-API-Version;
+	// replaced when a persistent synthesis changes the manifest.
+	pub *manifestHolder
+	// sto is the state every door shares (store memory or store
+	// redis); gateRL and invokeRL are its budgets (invokeRL nil when
+	// the invocation budget is off).
+	sto      store.Set
+	gateRL   store.Limiter
+	invokeRL store.Limiter
+	// mem is the name's memory store (store memory), else nil; shared
+	// the health of store redis, else nil; restorer binds contracts'
+	// captured plans to this configuration (bind), and restores them
+	// from store redis.
+	mem      *store.Memory
+	shared   SharedStore
+	restorer *recipes.Restorer
+}
+
+// Serve answers one AGTP request from any door, in the order of spec
+// §10 (stages.go names the stages); it always returns an answer, a
+// refusal in the body of spec §19 included. ctx is the request's
+// context (it replaces r.Context; nil keeps r.Context): its deadline
+// and cancellation bound the upstream calls. Serve reads r.Body within the
+// body limits and never closes it; the door owns the connection.
+func (h *Engine) Serve(ctx context.Context, r *agtp.Request) *agtp.Response {
+	if ctx != nil {
+		r.Context = ctx
+	}
+	h.Activate()
+	x := h.newExchange(r)
+	h.dispatch(x)
+	return h.finish(x)
+}
+
+// newExchange is the exchange of r with its identifiers read and
+// checked: Agent-ID, Task-ID, Request-ID, Owner-ID and Session-ID, each
+// kept for the echo and the Attribution-Record only when well formed.
+func (h *Engine) newExchange(r *agtp.Request) *exchange {
+	x := &exchange{h: h, in: r,
+		agentID: r.Get("Agent-ID"),
+		taskID:  r.Get("Task-ID"),
+	}
+	x.agentIDValid = policy.ValidAgentID(x.agentID)
+	// Each identifier is checked once, here. A malformed one is refused
+	// (checkIdentifiers reads the verdicts) and is never echoed or
+	// written into an Attribution-Record: the record names a request id
+	// the gateway minted instead, as for a request without one.
+	rid, ridSent := r.Value("Request-ID")
+	oid, oidSent := r.Value("Owner-ID")
+	sid, sidSent := r.Value("Session-ID")
+	x.ids = identifiers{requestIDSent: ridSent, ownerIDSent: oidSent,
+		badRequestID: ridSent && !agtp.ValidRequestID(rid),
+		badOwnerID:   oidSent && !policy.ValidOwnerID(oid),
+		badSessionID: sidSent && !agtp.ValidSessionID(sid)}
+	// A malformed Task-ID is never echoed (dispatch refuses it first).
+	if r.Has("Task-ID") && !agtp.ValidTaskID(x.taskID) {
+		x.taskID, x.ids.badTaskID = "", true
+	}
+	if ridSent && !x.ids.badRequestID {
+		x.requestID, x.requestIDEcho = rid, true
+	} else {
+		x.requestID = newUUID()
+	}
+	if oidSent && !x.ids.badOwnerID {
+		x.ownerClaim = oid
+		if x.agentID == "" {
+			// An anonymous request has no registry owner to check the
+			// claim against: its record states the owner it claimed,
+			// as it states its session.
+			x.ownerID = oid
+		}
+	}
+	if sidSent && !x.ids.badSessionID {
+		x.sessionID = sid
+	}
+	// Under identity header the Agent-ID header is the identity, on
+	// loopback: a registered one names the Attribution-Record and its
+	// chain from the first answer on, refusals before step 6 included
+	// (OP-22). In a verified mode it does so only once verified (Serve).
+	if h.Identity == IdentityHeader {
+		if r.Loopback {
+			h.setRecordAgent(x)
+		}
+	}
+	if x.sessionID != "" {
+		x.sessionFrom = sessionFromHeader
+	}
+	return x
+}
+
+// finish counts the answer of x and returns it.
+func (h *Engine) finish(x *exchange) *agtp.Response {
+	r := x.in
+	if !x.written {
+		// Every path of Serve answers; this is the net under a new one
+		// that forgets to, so an AGTP request never gets an empty 200
+		// without the AGTP response headers.
+		h.logger.Error("no answer written for an AGTP request", zap.String("agent_id", x.agentID),
+			zap.String("method", x.method), zap.String("path", x.path))
+		x.fail(agtp.InternalError.New("the gateway reached no answer for this request"))
+	}
+	m := x.method
+	if m == "" {
+		m = r.Method
+	}
+	h.metrics.request(m, x.status, r.Binding)
+	return x.resp
+}
+
+// Answer is the AGTP error Answer to a request a door refused before
+// the engine could read it (bad framing on the native door): e with
+// every AGTP response header, in the body of spec §19. The identifiers
+// of r.Header (what of the head the door could read, possibly none)
+// are echoed as on any other refusal: a malformed one is not.
+func (h *Engine) Answer(r *agtp.Request, e *agtp.Error) *agtp.Response {
+	h.Activate()
+	x := h.newExchange(r)
+	x.fail(e)
+	return h.finish(x)
+}

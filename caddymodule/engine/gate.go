@@ -1,0 +1,247 @@
+package engine
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
+	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+	"go.uber.org/zap"
+)
+
+// gateway handles an unregistered pair (spec §10 step 9, §11).
+func (h *Engine) gateway(x *exchange, req *request) {
+	optIn := policy.AllowRCNS(x.in.Get("Allow-RCNS"))
+	if optIn {
+		defer func() {
+			switch {
+			case x.replayed:
+			case x.minted != nil, x.joined != nil:
+				h.metrics.gateEvaluation("accepted", "")
+			default:
+				h.metrics.gateEvaluation("refused", x.reason)
+			}
+		}()
+	}
+	if optIn {
+		x.beforeWrite = func(int) {
+			if x.replayed {
+				return
+			}
+			requested := map[string]any{"method": x.method, "path": x.path, "allow_rcns": true}
+			if c := cmp.Or(x.minted, x.joined); c != nil {
+				h.negotiationRecord(x, records.KindGate, records.OutcomeAccepted, "", requested, grantedOf(c, false))
+				return
+			}
+			h.negotiationRecord(x, records.KindGate, records.OutcomeRefused, x.reason, requested, nil)
+		}
+	}
+	states, proceed, ref := h.gate.Locks12(optIn)
+	if ref != nil {
+		h.refuse(x, req, &states, agtp.FromRefusal(ref))
+		return
+	}
+	if !proceed {
+		h.metrics.lockRefusal(policy.LockCallerOptIn.String())
+		if v, sent := x.in.Value("Allow-RCNS"); sent && !policy.KnownAllowRCNS(v) {
+			x.fail(h.invalidAllowRCNS(v))
+			return
+		}
+		if len(h.set.MethodsForPath(x.path)) > 0 {
+			x.fail(h.methodNotAllowed(x, fmt.Sprintf("no endpoint serves %s %s; the path is served under other methods", x.method, x.path)))
+			return
+		}
+		x.fail(agtp.NotFound.New(fmt.Sprintf("no endpoint serves %s %s", x.method, x.path)))
+		return
+	}
+	// Locks 1–2 are open: idempotent replay first, then the RCNS budget,
+	// then locks 3–4 (spec §11.2, OP-4).
+	if !h.claim(x, req, 0) {
+		return
+	}
+	if h.scopeRequired() && !req.caller.ScopeHeader {
+		x.fail(scopeHeaderRequired())
+		return
+	}
+	if !h.spend(x, req, h.gateRL) {
+		return
+	}
+	if ref := h.gate.Locks34(req.caller, &states); ref != nil {
+		h.refuse(x, req, &states, agtp.FromRefusal(ref))
+		return
+	}
+	recipe := h.set.Match(x.method, x.path)
+	if recipe == nil {
+		h.refuse(x, req, &states, agtp.CompositionImpossible.Newf("no recipe can synthesize %s %s", x.method, x.path))
+		return
+	}
+	if recipe.Depth() > h.MaxSynthesisDepth {
+		h.refuse(x, req, &states, agtp.CompositionImpossible.Newf("recipe %s needs %d steps; max_synthesis_depth is %d", recipe.Name, recipe.Depth(), h.MaxSynthesisDepth))
+		return
+	}
+	// Authority preservation, before any upstream call (spec §13.3).
+	if ref := policy.CheckRequiredScopes(req.caller, recipe.RequiredScopes); ref != nil {
+		h.refuse(x, req, &states, agtp.FromRefusal(ref))
+		return
+	}
+	in, e := x.input(req, nil, recipe)
+	if e != nil {
+		x.fail(e)
+		return
+	}
+	if f := recipe.ValidateInput(in); f != nil {
+		x.fail(failureError(f))
+		return
+	}
+	c, joined, err := h.gateContract(recipe, x, req)
+	if errors.Is(err, store.ErrUnavailable) {
+		h.storeFailed(x, err)
+		return
+	}
+	if err != nil {
+		h.refuse(x, req, &states, agtp.SynthesisError.New(err.Error()))
+		return
+	}
+	if joined != "" {
+		h.joinContract(x, req, c, joined)
+		return
+	}
+	x.executed = true
+	x.minted = c
+	h.lifecycleEvent(records.EventProposeAccepted, c, req.caller.Agent.ID, "", "")
+	h.logger.Info("rcns contract synthesized", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
+		zap.String("recipe", recipe.Name), zap.String("recipe_version", recipe.Version), zap.String("mode", h.Mode))
+	body := contractBody(c)
+	if h.Mode == ModeConfirmFirst {
+		h.metrics.synthesis(recipe.Name, ModeConfirmFirst, "previewed")
+		body.Members["status"] = policy.StatusContractAvailable
+		x.write(policy.StatusContractAvailable, agtp.MediaEndpoint, body, nil)
+		return
+	}
+	x.contract = contractRef(c)
+	x.stateChanging = c.Recipe.StateChanging()
+	out, ok := h.execute(x, c, recipe, in)
+	if !ok {
+		h.metrics.synthesis(recipe.Name, ModeOptimistic, "failed")
+		return
+	}
+	h.metrics.synthesis(recipe.Name, ModeOptimistic, "executed")
+	body.Members["status"] = policy.StatusProposalApproved
+	body.Members["result"] = out
+	if x.taskID != "" {
+		body.Members["task_id"] = x.taskID
+	}
+	x.write(policy.StatusProposalApproved, agtp.MediaEndpoint, body, nil)
+}
+
+// gateContract mints the gate synthesis's contract for recipe, or
+// finds the active one of the pair a concurrent first call of the same
+// agent minted meanwhile (store.Contracts.MintForPair: a request a
+// moment later would have run under it by pair, §10 step 8b), returned
+// with its state in joined ("" when c was minted here).
+func (h *Engine) gateContract(recipe *recipes.Recipe, x *exchange, req *request) (c *recipes.Contract, joined string, err error) {
+	if c, err = h.contractFor(recipe, x.method, x.path, x, req, recipes.OriginGate, time.Duration(h.ContractTTL), false); err != nil {
+		return nil, "", err
+	}
+	state, other, err := h.sto.Contracts.MintForPair(x.ctx(), c, h.Mode)
+	if err != nil {
+		return nil, "", err
+	}
+	if other != nil {
+		return other, state, nil
+	}
+	h.contractsChanged(x.ctx())
+	return c, "", nil
+}
+
+// joinContract serves a gate request with the active contract c (in
+// state) a concurrent first call of the same agent for the same pair
+// minted: it runs under it, as Tier C by pair would. No second contract
+// is minted. A contract that ended meanwhile (state not active) is a
+// 409 synthesis-in-flight: the retry synthesizes or finds the next.
+func (h *Engine) joinContract(x *exchange, req *request, c *recipes.Contract, state string) {
+	x.joined = c
+	h.logger.Info("rcns gate request joined the contract a concurrent request minted", zap.String("agent_id", x.agentID),
+		zap.String("synthesis_id", c.SynthesisID), zap.String("state", state))
+	if state == recipes.StateActive {
+		h.runContract(x, req, c, viaPair)
+		return
+	}
+	x.failWith(agtp.SynthesisInFlight.WithFields("a contract for this pair was synthesized for you by a concurrent request and ended before this one could run under it; nothing was executed; retry",
+		map[string]any{"retry_after_seconds": 1, "synthesis_id": c.SynthesisID}), map[string]string{"Retry-After": "1"})
+}
+
+// refuse answers e, a gate or presentation refusal, and keeps its
+// attempt record (spec §17.3): a 464 carries the record's id in
+// RCNS-Attempt-Id (spec §11.1).
+func (h *Engine) refuse(x *exchange, req *request, states *policy.LockStates, e *agtp.Error) {
+	rec := store.Attempt{ID: recipes.NewAttemptID(), Method: x.method, Path: x.path, Reason: e.Reason,
+		Explanation: e.Explanation, At: h.now().UTC().Format(time.RFC3339)}
+	if req.caller != nil {
+		rec.AgentID = req.caller.Agent.ID
+		rec.TrustTier = int(req.caller.Agent.TrustTier)
+	}
+	if states != nil {
+		rec.Locks = states.Map()
+		for i, st := range states {
+			if st == policy.LockClosed {
+				h.metrics.lockRefusal(policy.Lock(i + 1).String())
+			}
+		}
+	}
+	if err := h.sto.Attempts.Add(x.ctx(), rec); err != nil {
+		// The refusal stands; only its record is missing.
+		h.logger.Warn("keeping an RCNS attempt record failed", zap.String("attempt_id", rec.ID), zap.Error(err))
+	}
+	h.attemptsChanged(x.ctx())
+	if e.Status == policy.StatusNoContract {
+		e.AttemptID = rec.ID
+	}
+	h.logger.Info("rcns refusal", zap.String("agent_id", rec.AgentID), zap.String("attempt_id", rec.ID),
+		zap.String("method", x.method), zap.String("reason", e.Reason))
+	x.fail(e)
+}
+
+// spend takes one token of budget l for the caller (nil l: no budget).
+// On refusal it answers 429 with Retry-After, RateLimit-Policy and
+// RateLimit (draft-ietf-httpapi-ratelimit-headers-10) and the §12.1 body.
+func (h *Engine) spend(x *exchange, req *request, l store.Limiter) bool {
+	if l == nil {
+		return true
+	}
+	d, err := l.Allow(x.ctx(), req.caller.Agent.ID)
+	if err != nil {
+		h.storeFailed(x, err)
+		return false
+	}
+	x.rateHeaders = map[string]string{"RateLimit-Policy": l.PolicyHeader(), "RateLimit": l.RateLimitHeader(d)}
+	if d.Allowed {
+		return true
+	}
+	h.metrics.rateLimited(l.Budget().Name)
+	secs := ratelimit.RetryAfterSeconds(d)
+	x.rateHeaders["Retry-After"] = strconv.Itoa(secs)
+	scope := l.Budget().Name
+	h.logger.Info("rate limited", zap.String("agent_id", x.agentID), zap.String("budget", scope), zap.String("method", x.method))
+	x.fail(agtp.RateLimited.WithFields(fmt.Sprintf("the %s budget of this agent is spent; retry in %d s", scope, secs), map[string]any{"scope": scope, "retry_after_seconds": secs}))
+	return false
+}
+
+// invalidAllowRCNS is the 400 invalid-allow-rcns for an Allow-RCNS value
+// other than policy.AllowRCNSValues on a pair no endpoint serves, where
+// the value decides between negotiation and a plain 404/405: it names
+// the accepted values (field accepted_values) and the server's delivery
+// mode, which no request header chooses (cases/04: the reference
+// client's "optimistic" got a bare 404).
+func (h *Engine) invalidAllowRCNS(v string) *agtp.Error {
+	return agtp.InvalidAllowRCNS.WithFields(fmt.Sprintf("Allow-RCNS %q is not a value this gateway understands: send Allow-RCNS: true to let it negotiate a contract for a pair no endpoint serves, or false (or no header) for none. The values are case-sensitive; the delivery mode is the server's (%s), not the header's",
+		textcut.Clip(v), h.Mode), map[string]any{"accepted_values": policy.AllowRCNSValues})
+}

@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
+)
+
+// claim claims the request's Idempotency-Key, if it has one, for lease
+// (0: the store's, the longest plan's). It returns true when the
+// request should go on (it then holds the claim, renewed while it
+// runs); false when it has been answered: a replay, 409 in flight or
+// outcome-unknown, 422 key reused, or 503 store full (spec §12.2,
+// ARCHITECTURE.md "Idempotency").
+func (h *Engine) claim(x *exchange, req *request, lease time.Duration) bool {
+	if req.idemKey == "" || x.claim != nil {
+		return true // no key, or claimed already (a gate request that joined a contract runs it)
+	}
+	cl := x.preclaimed
+	x.preclaimed = nil
+	if cl == nil {
+		// A presentation that confirms the 461 its key stored runs the
+		// contract under the key instead of replaying the preview
+		// (ClaimRequest.SynthesisID); any other presentation is claimed
+		// as a repeat.
+		c, err := h.sto.Idempotency.Claim(x.ctx(), idempotency.ClaimRequest{AgentID: req.caller.Agent.ID, Key: req.idemKey,
+			Fingerprint: x.fingerprint(req), SynthesisID: x.presentedID, Pending: x.presentedPending, Lease: lease, Holder: x.holder()})
+		if err != nil {
+			h.storeFailed(x, err)
+			return false
+		}
+		cl = &c
+	}
+	h.idempotencyChanged(x.ctx())
+	switch cl.Outcome {
+	case idempotency.Execute:
+		x.claim = cl.Claim
+		x.renewer = h.renewLease(x, cl.Claim, lease)
+		return true
+	case idempotency.Replay:
+		h.metrics.idempotency("replay")
+		x.replay(cl.Response)
+	case idempotency.Mismatch:
+		h.metrics.idempotency("conflict")
+		x.fail(agtp.IdempotencyKeyReused.New("this Idempotency-Key was used for a different request (method, target or body); use a new key"))
+	case idempotency.OtherContract:
+		h.metrics.idempotency("conflict")
+		x.fail(agtp.IdempotencyKeyReused.New("this Idempotency-Key holds the answer for another contract than the one presented (its 461 preview or its result); use a new key"))
+	case idempotency.InFlight:
+		h.metrics.idempotency("in_flight")
+		h.failInFlight(x, cl.Hold)
+	case idempotency.OutcomeUnknown:
+		h.metrics.idempotency("outcome_unknown")
+		x.fail(outcomeUnknown(cl.Hold))
+	default: // AgentFull, StoreFull
+		h.metrics.idempotency("store_full")
+		x.fail(idempotencyStoreFull(cl.Outcome, h.sto.Idempotency.Limits()))
+	}
+	return false
+}
+
+// holder is what the request's claim records of it: this node and the
+// dispatched pair.
+func (x *exchange) holder() idempotency.Holder {
+	return idempotency.Holder{Node: x.h.nodeID, What: x.method + " " + x.path}
+}
+
+// maxInFlightRetryAfter bounds the Retry-After of a 409
+// idempotency-key-in-flight: most requests end well within their lease,
+// so a retry comes back soon; it is never later than the lease's end.
+const maxInFlightRetryAfter = 5 * time.Second
+
+// failInFlight answers 409 idempotency-key-in-flight for a key whose
+// request still runs under hold: retryable, with Retry-After at most the
+// lease left (and at most maxInFlightRetryAfter).
+func (h *Engine) failInFlight(x *exchange, hold *idempotency.Hold) {
+	left := time.Second
+	fields := map[string]any{}
+	if hold != nil {
+		left = max(min(time.Until(hold.LeaseEnds), maxInFlightRetryAfter), time.Second)
+		fields["lease_ends_at"] = hold.LeaseEnds.UTC().Format(time.RFC3339Nano)
+	}
+	secs := int64((left + time.Second - 1) / time.Second)
+	fields["retry_after_seconds"] = secs
+	x.failWith(agtp.IdempotencyKeyInFlight.WithFields("a request with this Idempotency-Key is still running; retry with the same key after Retry-After seconds: you get its answer once it is stored", fields),
+		map[string]string{"Retry-After": strconv.FormatInt(secs, 10)})
+}
+
+// outcomeUnknown is the 409 outcome-unknown answer to a key whose lease
+// ended with no answer stored: the node running its request stopped,
+// and the request may have run, in part or in whole. Not retryable: the
+// key never runs it again. Steps do not record their start in the
+// store (one more round trip a step), so the answer names the request
+// and the node, not the steps (docs/cluster.md "Failure modes").
+func outcomeUnknown(hold *idempotency.Hold) *agtp.Error {
+	fields := map[string]any{}
+	expl := "the gateway node that ran the request with this Idempotency-Key stopped before it stored an answer"
+	if hold != nil {
+		fields["node_id"] = hold.Node
+		fields["request"] = hold.What
+		fields["claimed_at"] = hold.ClaimedAt.UTC().Format(time.RFC3339Nano)
+		fields["lease_ended_at"] = hold.LeaseEnds.UTC().Format(time.RFC3339Nano)
+		expl = fmt.Sprintf("the gateway node %s that ran %s with this Idempotency-Key (claimed at %s) stopped before it stored an answer",
+			hold.Node, hold.What, hold.ClaimedAt.UTC().Format(time.RFC3339))
+	}
+	expl += "; the request may have run, in part or in whole. This key will not run it again: check its effect (INSPECT target=audit for this agent's records, or the service itself) before acting, then use a new key"
+	return agtp.OutcomeUnknown.WithFields(expl, fields)
+}
+
+// IdempotencyKeyAlias is the Python AGTP reference client's name for
+// Idempotency-Key (spec conflict table, "idempotency header"). The
+// gateway takes it as an alias rather than refusing it: a header that
+// promises exactly-once is honoured, never ignored, and clients written
+// against the reference client run once without a change (cases/04).
+// Signed requests cover it whenever present (policy/httpsig), so an
+// unsigned alias cannot key a signed request.
+const IdempotencyKeyAlias = "RCNS-Idempotency-Key"
+
+// idempotencyKeyOf returns the request's Idempotency-Key, parsed
+// (policy/idempotency.ParseKey: a token or an RFC 8941 string), "" when
+// the request has none. It is read from Idempotency-Key or its alias
+// idempotencyKeyAlias; with both, they must carry the same key (a
+// token and the quoted string of the same characters are one key), else
+// 400 ambiguous-idempotency-key naming both. A malformed value is 400
+// invalid-idempotency-key naming the header it came in. A key is one
+// key whichever header carries it: the fingerprint and the store see the
+// parsed key only, so a retry may switch headers and still replays.
+// RCNS §12.2.
+func idempotencyKeyOf(r *agtp.Request) (string, *agtp.Error) {
+	v, okKey := r.Value("Idempotency-Key")
+	av, okAlias := r.Value(IdempotencyKeyAlias)
+	if !okKey && !okAlias {
+		return "", nil
+	}
+	parse := func(name, v string) (string, *agtp.Error) {
+		key, err := idempotency.ParseKey(v)
+		if err != nil {
+			return "", agtp.InvalidIdempotencyKey.New(name + " must be 1-255 visible ASCII characters, as a token or a quoted string: " + err.Error())
+		}
+		return key, nil
+	}
+	if !okKey {
+		return parse(IdempotencyKeyAlias, av)
+	}
+	key, e := parse("Idempotency-Key", v)
+	if e != nil || !okAlias {
+		return key, e
+	}
+	alias, e := parse(IdempotencyKeyAlias, av)
+	if e != nil {
+		return "", e
+	}
+	if alias != key {
+		return "", agtp.AmbiguousIdempotencyKey.New("Idempotency-Key and " + IdempotencyKeyAlias + " (its alias) carry different keys; send one of them")
+	}
+	return key, nil
+}
+
+// SameIdempotencyKey reports whether two Idempotency-Key header values
+// name one key: equal once parsed, or, when either is malformed, equal
+// as sent (the engine then refuses the malformed one).
+func SameIdempotencyKey(a, b string) bool {
+	ka, errA := idempotency.ParseKey(a)
+	kb, errB := idempotency.ParseKey(b)
+	if errA != nil || errB != nil {
+		return a == b
+	}
+	return ka == kb
+}
+
+// fingerprint is the request's Idempotency-Key fingerprint
+// (ARCHITECTURE.md "Idempotency").
+func (x *exchange) fingerprint(req *request) string {
+	return idempotency.Fingerprint(x.in.Method, x.fingerprintTarget(), req.raw)
+}
+
+// idempotencyStoreFull is the 503 for a Claim answered AgentFull or
+// StoreFull (o): it names the bound that was hit, the store's
+// (idempotency_max_records, reported when both are) or this agent's
+// (idempotency_max_per_agent), with its effective value (defaults
+// applied) in limit_records.
+func idempotencyStoreFull(o idempotency.Outcome, l idempotency.Limits) *agtp.Error {
+	knob, limit := "idempotency_max_per_agent", l.MaxPerAgent
+	expl := fmt.Sprintf("this agent holds its maximum of %d idempotency records (idempotency_max_per_agent); retry after some expire", limit)
+	if o == idempotency.StoreFull {
+		knob, limit = "idempotency_max_records", l.MaxRecords
+		expl = fmt.Sprintf("the gateway's idempotency store holds its maximum of %d records for all agents (idempotency_max_records); retry later", limit)
+	}
+	return agtp.IdempotencyStoreFull.WithFields(expl, map[string]any{"bound": knob, "limit_records": limit})
+}

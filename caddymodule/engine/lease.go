@@ -1,0 +1,67 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"go.uber.org/zap"
+)
+
+// leaseRenewer renews an Idempotency-Key claim's lease every third of
+// it while its request runs (ARCHITECTURE.md "Beyond one machine"), so
+// a request that outlives its expected run keeps its key in flight,
+// and only a node that stopped lets the lease end (the key is then
+// outcome-unknown). A nil *leaseRenewer does nothing.
+type leaseRenewer struct {
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
+}
+
+// renewLease starts renewing c's lease (lease; 0: the store's) for x's
+// request, until stop.
+func (h *Engine) renewLease(x *exchange, c store.Claim, lease time.Duration) *leaseRenewer {
+	if lease <= 0 {
+		lease = h.sto.Idempotency.Limits().Lease
+	}
+	every := max(lease/3, time.Second)
+	r := &leaseRenewer{}
+	var renew func()
+	renew = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		err := c.Renew(ctx, lease)
+		cancel()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.stopped {
+			return
+		}
+		switch {
+		case errors.Is(err, store.ErrClaimLost):
+			// Released by an operator, or Redis lost it: nothing to renew.
+			h.logger.Warn("an Idempotency-Key claim was lost while its request ran (an operator released or resolved it, or the store lost it); its answer will not be stored",
+				zap.String("agent_id", x.agentID), zap.String("request", x.method+" "+x.path))
+			return
+		case err != nil:
+			h.logger.Debug("renewing an Idempotency-Key lease failed; retrying", zap.String("agent_id", x.agentID), zap.Error(err))
+		}
+		r.t = time.AfterFunc(every, renew)
+	}
+	r.t = time.AfterFunc(every, renew)
+	return r
+}
+
+// stop ends the renewals (the answer is about to be stored, or the
+// claim released).
+func (r *leaseRenewer) stop() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	r.t.Stop()
+}

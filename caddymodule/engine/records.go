@@ -1,0 +1,485 @@
+package engine
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+	"github.com/gofrs/flock"
+	"go.uber.org/zap"
+)
+
+// recordState is the durable part of the shared state: the negotiation
+// log, the Attribution-Record chain heads, the lifecycle streams and
+// AGTP-API-Version. It lives as long as the shared state (across
+// reloads) and is reopened when records_dir changes.
+//
+// While a directory is open, the state holds an exclusive lock on its
+// lock file (lockFile): a records_dir belongs to one gateway, because
+// two writers would each continue the hash chains from their own
+// in-memory heads and break them. name is the handler name (the
+// key the host shares the State by), written into the owner file for the error the
+// next gateway reports.
+type recordState struct {
+	name       string
+	mu         sync.Mutex
+	dir        string
+	lock       *flock.Flock
+	fsync      records.FsyncPolicy
+	log        *records.Log
+	chains     *records.Chains
+	lifecycle  *records.Lifecycle
+	apiVersion int
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+// manifestState is what AGTP-API-Version persistence stores.
+type manifestState struct {
+	Version int    `json:"version"`
+	Hash    string `json:"hash"`
+}
+
+// check is New's part of opening the record files under dir: it
+// reads what open will read (the negotiation log, the chain heads) and
+// fails as open would on a file that does not parse, but writes nothing
+// and creates nothing, because `caddy validate` provisions too and may
+// run against the records_dir of a live gateway. It also creates the
+// in-memory lifecycle streams once. Nothing is read when dir is already
+// open (a reload) or is "" (memory-only).
+func (rs *recordState) check(dir string, fsync records.FsyncPolicy, signer *records.Signer) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.lifecycle == nil {
+		var err error
+		if rs.lifecycle, err = records.NewLifecycle(signer, records.LifecycleOptions{}); err != nil {
+			return err
+		}
+	}
+	if dir == "" || rs.chains != nil && rs.dir == dir && rs.fsync == fsync {
+		return nil
+	}
+	if err := records.CheckLog(filepath.Join(dir, "negotiations")); err != nil {
+		return fmt.Errorf("records_dir: %v", err)
+	}
+	if _, err := openChains(filepath.Join(dir, "attribution-chains.json")); err != nil {
+		return fmt.Errorf("records_dir: %v", err)
+	}
+	return nil
+}
+
+// open (re)opens the record files under dir, creating dir when missing.
+// Memory-only when dir is "". A handler calls it on its first request
+// (Activate), never in New. On an error the chain heads
+// are still usable (memory-only) so that the handler can serve.
+func (rs *recordState) open(dir string, fsync records.FsyncPolicy, signer *records.Signer, logger *zap.Logger) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.chains != nil && rs.dir == dir && rs.fsync == fsync {
+		return nil
+	}
+	rs.closeLocked()
+	if rs.lifecycle == nil {
+		var err error
+		if rs.lifecycle, err = records.NewLifecycle(signer, records.LifecycleOptions{}); err != nil {
+			return err
+		}
+	}
+	err := rs.openLocked(dir, fsync)
+	if err != nil {
+		// Serve on with memory-only chain heads; the error is logged.
+		dir = ""
+		rs.chains, _ = records.OpenChains("")
+	}
+	if n := rs.chains.Dropped(); n > 0 && logger != nil {
+		logger.Warn("dropped attribution chain heads whose key is not an Agent-ID (written by an older build that chained malformed Agent-IDs)",
+			zap.String("records_dir", dir), zap.Int("dropped", n))
+	}
+	rs.dir, rs.fsync = dir, fsync
+	rs.stop, rs.done = make(chan struct{}), make(chan struct{})
+	go rs.flusher(rs.chains, rs.stop, rs.done, logger)
+	return err
+}
+
+// openLocked locks dir (lockDirLocked), then opens the log and the
+// chain heads under it; rs.mu is held. On an error nothing stays open
+// or locked.
+func (rs *recordState) openLocked(dir string, fsync records.FsyncPolicy) error {
+	var err error
+	chainsPath := ""
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("records_dir: %v", err)
+		}
+		if err := rs.lockDirLocked(dir); err != nil {
+			return err
+		}
+		chainsPath = filepath.Join(dir, "attribution-chains.json")
+		if rs.log, err = records.OpenLog(records.LogOptions{Dir: filepath.Join(dir, "negotiations"), Fsync: fsync}); err != nil {
+			rs.unlockDirLocked()
+			return fmt.Errorf("records_dir: %v", err)
+		}
+	}
+	if rs.chains, err = openChains(chainsPath); err != nil {
+		if rs.log != nil {
+			_ = rs.log.Close()
+			rs.log = nil
+		}
+		rs.unlockDirLocked()
+		return fmt.Errorf("records_dir: %v", err)
+	}
+	return nil
+}
+
+// lockFile is the file in a records_dir whose exclusive lock (flock(2),
+// LockFileEx on Windows) the gateway writing there holds; it is never
+// written, nor removed. ownerFile, next to it, tells the holder's pid
+// and name: the lock file itself is not written because on Windows the
+// lock also bars reading and writing its first byte through any other
+// handle, and where locks are fcntl(2) locks (AIX, Solaris) closing any
+// descriptor of the file would drop them.
+const (
+	lockFile  = "gateway.lock"
+	ownerFile = "gateway.lock.owner"
+)
+
+// lockOwner is what ownerFile holds. Process tells this process from
+// another with the same pid (containers sharing a volume all run Caddy
+// as pid 1).
+type lockOwner struct {
+	PID     int    `json:"pid"`
+	Host    string `json:"host,omitempty"`
+	Process string `json:"process"`
+	Name    string `json:"name"`
+	Since   string `json:"since"`
+}
+
+// processID identifies this process in owner files.
+var processID = func() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}()
+
+// heldError is what opening a records_dir fails with when another
+// gateway (or another rcns handler of this process) holds it.
+type heldError struct {
+	dir    string
+	holder string // "pid 1234 on host h, rcns handler name \"x\", since …", "name \"x\"" (self) or "" (unknown)
+	self   bool   // the holder is this process
+}
+
+func (e *heldError) Error() string {
+	who := "another gateway"
+	switch {
+	case e.self:
+		who = "another rcns handler of this Caddy process (" + e.holder + ")"
+	case e.holder != "":
+		who += " (" + e.holder + ")"
+	}
+	return fmt.Sprintf("records_dir %s is held by %s: each gateway needs its own records_dir (give it a distinct name, or its own records_dir); "+
+		"two gateways writing one directory break its negotiation record hash chains, so this one writes nothing there", e.dir, who)
+}
+
+// lockDirLocked takes the exclusive, non-blocking lock on dir and
+// writes the owner file; rs.mu is held. When the lock is taken it fails
+// with a *heldError naming the holder, having written nothing. The lock
+// belongs to the open file, so a second recordState of this process
+// (another handler name) conflicts as another process does, and the
+// same recordState reopening dir (fsync changed) first releases it in
+// closeLocked.
+func (rs *recordState) lockDirLocked(dir string) error {
+	l := flock.New(filepath.Join(dir, lockFile), flock.SetPermissions(0o640))
+	ok, err := l.TryLock()
+	if err != nil {
+		return fmt.Errorf("records_dir: locking %s: %v", l.Path(), err)
+	}
+	if !ok {
+		e := &heldError{dir: dir}
+		var o lockOwner
+		// Best effort: the holder may not have written it yet.
+		if raw, err := os.ReadFile(filepath.Join(dir, ownerFile)); err == nil && json.Unmarshal(raw, &o) == nil && o.PID != 0 {
+			e.self = o.Process == processID
+			switch {
+			case e.self:
+				e.holder = fmt.Sprintf("name %q", o.Name)
+			case o.Host != "":
+				e.holder = fmt.Sprintf("pid %d on host %s, rcns handler name %q, since %s", o.PID, o.Host, o.Name, o.Since)
+			default:
+				e.holder = fmt.Sprintf("pid %d, rcns handler name %q, since %s", o.PID, o.Name, o.Since)
+			}
+		}
+		return e
+	}
+	rs.lock = l
+	host, _ := os.Hostname()
+	raw, _ := json.Marshal(lockOwner{PID: os.Getpid(), Host: host, Process: processID, Name: rs.name, Since: time.Now().UTC().Format(time.RFC3339)})
+	_ = records.WriteFileAtomic(filepath.Join(dir, ownerFile), raw) // best effort: it only names the holder
+	return nil
+}
+
+// unlockDirLocked removes the owner file and releases the lock, if
+// held; rs.mu is held. The owner file goes first: once unlocked, the
+// next holder writes its own.
+func (rs *recordState) unlockDirLocked() {
+	if rs.lock == nil {
+		return
+	}
+	_ = os.Remove(filepath.Join(filepath.Dir(rs.lock.Path()), ownerFile))
+	_ = rs.lock.Close()
+	rs.lock = nil
+}
+
+// flusher persists the chain heads once a second until stopped.
+func (rs *recordState) flusher(c *records.Chains, stop, done chan struct{}, logger *zap.Logger) {
+	defer close(done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if err := c.Flush(); err != nil {
+				logger.Error("persisting attribution chain heads", zap.Error(err))
+			}
+		case <-stop:
+			return
+		}
+	}
+}
+
+func (rs *recordState) closeLocked() {
+	if rs.stop != nil {
+		close(rs.stop)
+		<-rs.done
+		rs.stop = nil
+	}
+	if rs.chains != nil {
+		_ = rs.chains.Flush()
+	}
+	if rs.log != nil {
+		_ = rs.log.Close()
+		rs.log = nil
+	}
+	rs.unlockDirLocked()
+}
+
+// close stops the flusher, persists the chain heads, closes the log and
+// releases records_dir (config unload: the last handler of this name
+// went away).
+func (rs *recordState) close() {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.closeLocked()
+}
+
+// nextAPIVersion computes AGTP-API-Version for a manifest with the given
+// hash: the stored (or, when higher, the in-memory) version, plus one
+// when the stored hash differs. It also returns the state to store and
+// whether it differs from what is stored in dir ("": nothing stored).
+// rs.mu is held.
+func (rs *recordState) nextAPIVersion(dir, manifestHash string) (st manifestState, changed bool, path string, err error) {
+	if dir != "" {
+		path = filepath.Join(dir, "manifest-version.json")
+	}
+	if path != "" {
+		if raw, err := os.ReadFile(path); err == nil {
+			if err := json.Unmarshal(raw, &st); err != nil {
+				return st, false, path, fmt.Errorf("%s: %v", path, err)
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return st, false, path, err
+		}
+	}
+	if st.Version < rs.apiVersion {
+		st.Version = rs.apiVersion
+		changed = true
+	}
+	if st.Hash != manifestHash || st.Version == 0 {
+		st.Version++
+		st.Hash = manifestHash
+		changed = true
+	}
+	return st, changed, path, nil
+}
+
+// peekAPIVersion is the AGTP-API-Version a manifest with this hash will
+// get, read-only: New uses it (a config load that `caddy validate`
+// runs must not bump the version a live gateway serves). dir is the
+// records_dir the handler will open (a reload may change it).
+func (rs *recordState) peekAPIVersion(dir, manifestHash string) (int, error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	st, _, _, err := rs.nextAPIVersion(dir, manifestHash)
+	return st.Version, err
+}
+
+// bumpAPIVersion persists AGTP-API-Version: it grows by one whenever the
+// manifest's content hash changes and never decreases (spec §4, §15.4),
+// even with two handlers alive across a reload: the file and the
+// in-memory version are read and written under rs.mu. A handler calls it
+// once it serves (Handler.activate, manifest rebuilds), never in
+// New. A failed write still returns the new version, with the
+// error; the in-memory version keeps it from going back.
+func (rs *recordState) bumpAPIVersion(manifestHash string) (int, error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	st, changed, path, err := rs.nextAPIVersion(rs.dir, manifestHash)
+	if err != nil {
+		return 0, err
+	}
+	rs.apiVersion = st.Version
+	if changed && path != "" {
+		raw, _ := json.Marshal(st)
+		if err := records.WriteFileAtomic(path, raw); err != nil {
+			return st.Version, err
+		}
+	}
+	return st.Version, nil
+}
+
+// activation is what a handler does once, on its first request.
+type activation struct {
+	once    sync.Once
+	done    atomic.Bool
+	persist atomic.Bool
+}
+
+// Activate does, once, on the first request (any door calls it
+// before its first Serve; Serve calls it too), what New must not do because `caddy validate` provisions too (spec §15.4 "a
+// config load that is not applied changes nothing"): open the record
+// files under records_dir (creating it) and persist AGTP-API-Version.
+// Errors are logged and the handler serves on: without durable records
+// when records_dir cannot be opened, with the computed AGTP-API-Version
+// (never lower than one already served) when it cannot be stored.
+func (h *Engine) Activate() {
+	a := h.act
+	if a == nil || a.done.Load() {
+		return
+	}
+	a.once.Do(func() {
+		defer a.done.Store(true)
+		if err := h.st.records.open(h.recDir, h.recFsync, h.signer, h.logger); err != nil {
+			h.logger.Error("opening records_dir failed: serving without durable negotiation records", zap.String("records_dir", h.recDir), zap.Error(err))
+		}
+		a.persist.Store(true)
+		if err := h.buildManifest(); err != nil {
+			h.logger.Error("rebuilding the manifest on the first request", zap.Error(err))
+		}
+	})
+}
+
+// apiVersionFor is the AGTP-API-Version of a manifest with this hash:
+// computed read-only before the handler's first request, persisted
+// after.
+func (h *Engine) apiVersionFor(manifestHash string) (int, error) {
+	if h.act == nil || !h.act.persist.Load() {
+		return h.st.records.peekAPIVersion(h.recDir, manifestHash)
+	}
+	ver, err := h.st.records.bumpAPIVersion(manifestHash)
+	if err != nil && ver > 0 {
+		h.logger.Error("storing AGTP-API-Version failed; serving the computed version", zap.Int("version", ver), zap.Error(err))
+		return ver, nil
+	}
+	return ver, err
+}
+
+// negotiationRecord appends one negotiation record before the response
+// is written (ARCHITECTURE.md "Records"). Failures are logged; the
+// answer still goes out.
+func (h *Engine) negotiationRecord(x *exchange, kind, outcome, reason string, requested, granted map[string]any) {
+	rs := h.st.records
+	rs.mu.Lock()
+	log := rs.log
+	rs.mu.Unlock()
+	if log == nil || x.agentID == "" {
+		return
+	}
+	rec := map[string]any{
+		"kind":               kind,
+		"outcome":            outcome,
+		"requested":          requested,
+		"granted":            nil,
+		"identity_assurance": assurance(h.Identity),
+		"request_id":         x.requestID,
+		"binding":            x.in.Binding,
+		"node_id":            h.nodeID,
+	}
+	if granted != nil {
+		rec["granted"] = granted
+	}
+	if reason != "" {
+		rec["reason"] = reason
+	}
+	if x.sessionID != "" {
+		rec["session_id"] = x.sessionID
+	}
+	if _, err := log.Append(x.agentID, rec); err != nil {
+		h.logger.Error("appending negotiation record", zap.String("agent_id", x.agentID), zap.String("kind", kind), zap.Error(err))
+	}
+}
+
+// grantedOf describes what a contract grants, for negotiation records.
+func grantedOf(c *recipes.Contract, persistent bool) map[string]any {
+	scopes := make([]string, len(c.Recipe.RequiredScopes))
+	for i, s := range c.Recipe.RequiredScopes {
+		scopes[i] = s.String()
+	}
+	return map[string]any{
+		"synthesis_id":   c.SynthesisID,
+		"recipe_name":    c.Lineage.RecipeName,
+		"recipe_version": c.Lineage.RecipeVersion,
+		"scope":          scopes,
+		"persistent":     persistent,
+		"expires_at":     c.ExpiresAt.UTC().Format(time.RFC3339),
+		"contract_hash":  c.ContractHash,
+	}
+}
+
+// lifecycleEvent appends an rcns_* event to the originating agent's
+// stream and emits it as a Caddy event (spec §18, OP-26).
+func (h *Engine) lifecycleEvent(eventType string, c *recipes.Contract, actor, reason, operator string) {
+	ev := map[string]any{
+		"event_type":         eventType,
+		"agent_id":           c.OriginatingAgentID,
+		"synthesis_id":       c.SynthesisID,
+		"method":             c.Method,
+		"path":               c.Path,
+		"recipe_name":        c.Lineage.RecipeName,
+		"recipe_version":     c.Lineage.RecipeVersion,
+		"contract_hash":      c.ContractHash,
+		"negotiation_origin": c.NegotiationOrigin,
+		"actor_agent_id":     actor,
+	}
+	if reason != "" {
+		ev["reason"] = reason
+	}
+	if operator != "" {
+		ev["actor"] = operator
+	}
+	if _, err := h.st.records.lifecycle.Emit(c.OriginatingAgentID, ev); err != nil {
+		h.logger.Error("emitting lifecycle event", zap.String("event", eventType), zap.Error(err))
+	}
+	if h.events != nil {
+		h.events.Emit(eventType, ev)
+	}
+}
+
+// openChains opens the Attribution-Record chain heads at path ("": in
+// memory). A chain key is a registered Agent-ID or "" (anonymous and
+// unaccepted callers); a key of any other form, written by a build that
+// chained malformed Agent-IDs, is dropped on load.
+func openChains(path string) (*records.Chains, error) {
+	return records.NewChains(records.ChainsOptions{Path: path, ValidKey: func(k string) bool {
+		return k == "" || policy.ValidAgentID(k)
+	}})
+}

@@ -1,0 +1,187 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gofrs/flock"
+	"go.uber.org/zap"
+
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
+)
+
+// appendGate appends one gate record for agent to rs's log.
+func appendGate(t *testing.T, rs *recordState, agent string) {
+	t.Helper()
+	rs.mu.Lock()
+	log := rs.log
+	rs.mu.Unlock()
+	if log == nil {
+		t.Fatal("no negotiation log open")
+	}
+	if _, err := log.Append(agent, map[string]any{"kind": records.KindGate, "outcome": records.OutcomeAccepted, "requested": map[string]any{}, "granted": nil}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A records_dir belongs to one gateway: a second record state (another
+// gateway, or another handler name in this process) opening it fails
+// with an error that says who holds it and writes nothing there, so the
+// hash chains stay intact; once the first closes, the second opens it.
+// The holder itself reopens it (fsync changed on a reload) without
+// tripping over its own lock, and verify-log reads it while held.
+func TestRecordsDirBelongsToOneGateway(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "records")
+	first := &recordState{name: "first"}
+	if err := first.open(dir, records.FsyncOff, nil, zap.NewNop()); err != nil {
+		t.Fatalf("first open: %v", err)
+	}
+	t.Cleanup(first.close)
+	appendGate(t, first, "a")
+
+	// A reload that changes fsync reopens the directory it holds.
+	if err := first.open(dir, records.FsyncAlways, nil, zap.NewNop()); err != nil {
+		t.Fatalf("reopen by the holder: %v", err)
+	}
+	if first.dir != dir {
+		t.Fatalf("holder reopened memory-only (dir %q)", first.dir)
+	}
+	appendGate(t, first, "a")
+
+	before := snapshotDir(t, dir)
+	second := &recordState{name: "second"}
+	t.Cleanup(second.close)
+	err := second.open(dir, records.FsyncOff, nil, zap.NewNop())
+	var held *heldError
+	if !errors.As(err, &held) {
+		t.Fatalf("second open: err %v, want a heldError", err)
+	}
+	for _, want := range []string{"records_dir " + dir + " is held by another rcns handler of this Caddy process", `name "first"`, "each gateway needs its own records_dir"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if second.log != nil || second.dir != "" || second.lock != nil {
+		t.Fatalf("second state kept log %v, dir %q, lock %v; want memory-only", second.log, second.dir, second.lock)
+	}
+	// It serves on memory-only: the chain heads and AGTP-API-Version go
+	// nowhere near dir.
+	if _, err := second.bumpAPIVersion("h"); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.chains.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	assertSameDir(t, "the gateway that does not hold records_dir", before, snapshotDir(t, dir))
+
+	// verify-log only reads: it works on a held directory.
+	if st, err := records.VerifyDirStats(filepath.Join(dir, "negotiations")); err != nil || st.Chains != 1 || st.Records != 2 {
+		t.Fatalf("verify-log on a held records_dir: %v, %+v", err, st)
+	}
+
+	// Released on close: the second opens it and continues the chain.
+	first.close()
+	if _, err := os.Stat(filepath.Join(dir, ownerFile)); !os.IsNotExist(err) {
+		t.Errorf("owner file left after close (%v)", err)
+	}
+	if err := second.open(dir, records.FsyncOff, nil, zap.NewNop()); err != nil {
+		t.Fatalf("second open after the first closed: %v", err)
+	}
+	appendGate(t, second, "a")
+	raw, err := os.ReadFile(filepath.Join(dir, ownerFile))
+	var o lockOwner
+	if err != nil || json.Unmarshal(raw, &o) != nil || o.PID != os.Getpid() || o.Name != "second" {
+		t.Errorf("owner file %q (%v), want pid %d and name second", raw, err, os.Getpid())
+	}
+	if st, err := records.VerifyDirStats(filepath.Join(dir, "negotiations")); err != nil || st.Chains != 1 || st.Records != 3 {
+		t.Fatalf("verify-log after the handover: %v, %+v", err, st)
+	}
+}
+
+// The holder of a records_dir named in another process's owner file is
+// described by its pid, host and name, even when its pid is this
+// process's (containers sharing a volume).
+func TestHeldErrorNamesAnotherProcess(t *testing.T) {
+	dir := t.TempDir()
+	// Another container on a shared volume: Caddy is pid 1 in both.
+	other := lockOwner{PID: os.Getpid(), Host: "gw-a", Process: "0123", Name: "default", Since: "2026-01-01T00:00:00Z"}
+	raw, _ := json.Marshal(other)
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), raw, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	l := flock.New(filepath.Join(dir, lockFile))
+	if ok, err := l.TryLock(); !ok || err != nil {
+		t.Fatalf("lock: %v %v", ok, err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	before := snapshotDir(t, dir)
+	rs := &recordState{name: "default"}
+	t.Cleanup(rs.close)
+	err := rs.open(dir, records.FsyncOff, nil, zap.NewNop())
+	want := fmt.Sprintf(`records_dir %s is held by another gateway (pid %d on host gw-a, rcns handler name "default", since 2026-01-01T00:00:00Z): each gateway needs its own records_dir`, dir, os.Getpid())
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error %v, want prefix %q", err, want)
+	}
+	assertSameDir(t, "the gateway refused the lock", before, snapshotDir(t, dir))
+
+	// The holder has not written its owner file yet.
+	if err := os.Remove(filepath.Join(dir, ownerFile)); err != nil {
+		t.Fatal(err)
+	}
+	err = rs.open(dir, records.FsyncOff, nil, zap.NewNop())
+	if err == nil || !strings.HasPrefix(err.Error(), "records_dir "+dir+" is held by another gateway: ") {
+		t.Errorf("holder unknown: %v", err)
+	}
+}
+
+// snapshotDir maps every file and directory under dir to its mode,
+// size, modification time and content.
+func snapshotDir(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	snap := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		s := info.Mode().String() + " " + strconv.FormatInt(info.Size(), 10) + " " + info.ModTime().Format(time.RFC3339Nano)
+		if !d.IsDir() {
+			raw, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			s += " " + string(raw)
+		}
+		snap[p] = s
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+func assertSameDir(t *testing.T, what string, before, after map[string]string) {
+	t.Helper()
+	for p, s := range before {
+		if after[p] != s {
+			t.Errorf("%s changed %s:\n before %q\n after  %q", what, p, s, after[p])
+		}
+	}
+	for p := range after {
+		if _, ok := before[p]; !ok {
+			t.Errorf("%s created %s", what, p)
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"sync"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+)
+
+// State is what outlives a configuration reload: the host keeps one per
+// Config.Name and hands it to every engine of that name (the Caddy
+// module shares it through a caddy.UsagePool). What every door and node
+// shares (idempotency records, limits, contracts, the replay cache,
+// attempts, retained records) is in the store: the memory store when
+// the engine runs store memory (created by the first such engine, see
+// Memory), or Redis. What stays on each node is here: the durable
+// records, the PROPOSE negotiations and the recipe drift check.
+type State struct {
+	mem          *store.Memory
+	negotiations *negotiations
+	records      *recordState
+	mu           sync.Mutex
+	recipes      map[string]string // name@version → content hash ever loaded
+}
+
+// maxNegotiations bounds the PROPOSE negotiations a State remembers.
+const maxNegotiations = 10000
+
+// NewState is the empty state of the handler named name.
+func NewState(name string) *State {
+	return &State{
+		recipes:      map[string]string{},
+		negotiations: newNegotiations(maxNegotiations),
+		records:      &recordState{name: name},
+	}
+}
+
+// Destruct closes the records and the memory store's limiters; the host
+// calls it when the last engine using the state goes away. Its error is
+// the memory store's Close.
+func (s *State) Destruct() error {
+	s.records.close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mem != nil {
+		return s.mem.Close()
+	}
+	return nil
+}
+
+// Memory is the state's memory store (store memory), created with
+// limits l on the first call; a later call applies l to it (the newest
+// configuration's limits win).
+func (s *State) Memory(l store.Limits) *store.Memory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mem == nil {
+		s.mem = store.NewMemory(l, nil)
+	} else {
+		s.mem.SetLimits(l)
+	}
+	return s.mem
+}
+
+// MemoryStore is the state's memory store, nil before an engine of
+// store memory attached it (Memory).
+func (s *State) MemoryStore() *store.Memory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mem
+}

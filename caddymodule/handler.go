@@ -1,0 +1,80 @@
+package caddymodule
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/httpdoor"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// ServeHTTP routes one HTTP request: the MCP path to the MCP door,
+// whatever it carries (never to next); an AGTP request (httpdoor.IsAGTP)
+// to the HTTP binding's door (spec §2.3); a plain OPTIONS * as Go would
+// answer it; every other request to next, unchanged.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	e := h.eng
+	e.Activate()
+	if h.mcp != nil && r.URL.Path == h.MCP.Path {
+		h.mcp.ServeHTTP(w, r)
+		return nil
+	}
+	if !httpdoor.IsAGTP(e, r) {
+		if r.RequestURI == "*" && r.Method == http.MethodOptions {
+			answerOptionsStar(w, r)
+			return nil
+		}
+		return next.ServeHTTP(w, r)
+	}
+	httpdoor.Serve(e, w, r)
+	return nil
+}
+
+// answerOptionsStar answers a plain (non-AGTP) OPTIONS * as Go's
+// net/http answers it when it keeps the request from the handlers: 200
+// with Content-Length: 0, its body (up to 4 KiB) discarded. The
+// handler sees OPTIONS * at all only because passOptionsStar lets it
+// through, so that an AGTP one gets its AGTP refusal.
+func answerOptionsStar(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Length", "0")
+	if r.ContentLength != 0 {
+		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 4<<10))
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// optionsStarServers are the Caddy servers passOptionsStar has hooked,
+// so that several rcns handlers in one server hook it once.
+var optionsStarServers sync.Map // *caddyhttp.Server → struct{}
+
+// passOptionsStar makes the HTTP server that srv starts pass OPTIONS *
+// to its handlers (http.Server.DisableGeneralOptionsHandler): Go's
+// server otherwise answers it with a bare 200 before any handler runs,
+// so an AGTP OPTIONS * (it carries Agent-ID) never got its 400
+// invalid-request-line with the AGTP response headers (spec §2.3,
+// cases/01). Caddy builds the http.Server only when it starts, so the
+// field is set from a connection hook, once, on the first connection:
+// before any request of the server is read. It applies to every site
+// of that server (listener address); a plain OPTIONS * is then
+// answered by answerOptionsStar in rcns, or by a site's own routes
+// where that site has no rcns handler.
+func passOptionsStar(srv *caddyhttp.Server) {
+	if srv == nil {
+		return
+	}
+	if _, loaded := optionsStarServers.LoadOrStore(srv, struct{}{}); loaded {
+		return
+	}
+	var once sync.Once
+	srv.RegisterConnContext(func(ctx context.Context, _ net.Conn) context.Context {
+		once.Do(func() {
+			if hs, ok := ctx.Value(http.ServerContextKey).(*http.Server); ok {
+				hs.DisableGeneralOptionsHandler = true
+			}
+		})
+		return ctx
+	})
+}

@@ -1,0 +1,55 @@
+package mcpdoor
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// testEngine is the engine of the load test's documents
+// (scripts/bench/docs) as the MCP door's tests list them, built without
+// Caddy and attached to its memory store. Its upstream is never called:
+// these tests look at tools, not calls (caddymodule's MCP tests call
+// them through a provisioned handler).
+func testEngine(t testing.TB) *engine.Engine {
+	t.Helper()
+	docs := filepath.Join("..", "..", "scripts", "bench", "docs")
+	cfg := &engine.Config{Name: "mcp-test"}
+	cfg.Enabled = true
+	cfg.Mode = engine.ModeOptimistic
+	cfg.Upstreams = map[string]*engine.UpstreamConfig{"bench": {URL: "http://127.0.0.1:9"}}
+	cfg.Agents = []string{filepath.Join(docs, "agents")}
+	cfg.Endpoints = []string{filepath.Join(docs, "endpoints")}
+	cfg.Recipes = []string{filepath.Join(docs, "recipes")}
+	cfg.RecordsDir = "off"
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	st := engine.NewState(cfg.Name)
+	t.Cleanup(func() { _ = st.Destruct() })
+	e, err := engine.New(cfg, engine.Deps{Logger: zap.NewNop(), Metrics: prometheus.NewRegistry(), State: st})
+	if err != nil {
+		t.Fatalf("engine.New: %v", err)
+	}
+	t.Cleanup(e.Close)
+	mem := st.Memory(e.StoreLimits())
+	if err := e.Attach(engine.Store{Set: mem.Set(), Memory: mem}); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	return e
+}
+
+// mustMarshal is v as JSON.
+func mustMarshal(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

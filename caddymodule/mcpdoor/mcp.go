@@ -1,0 +1,442 @@
+package mcpdoor
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/httpdoor"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/exp/zapslog"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/internal/httpbody"
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
+	"github.com/caddy-rcns/caddy-rcns/policy"
+)
+
+// Door is the MCP door (ARCHITECTURE.md "Doors and engine"): MCP
+// over Streamable HTTP, stateless with JSON responses (the official
+// go-sdk), at one path of the rcns handler. Before the SDK reads a
+// byte of an MCP message the door checks the transport (Host, Origin,
+// body size and nesting) and the caller's identity on the HTTP request,
+// in the engine's identity mode; each tool call is then one
+// agtp.Request through engine.serve (mcpcall.go).
+type Door struct {
+	e   *engine.Engine
+	cfg *Config
+	// tools are the served tools, sorted by name.
+	tools []*mcpTool
+	// testAgent is the Agent-ID of cfg.TestAgent ("" without it).
+	testAgent string
+	origins   map[string]bool
+	sdk       *mcp.StreamableHTTPHandler
+	impl      *mcp.Implementation
+	log       *slog.Logger // the SDK's log: warnings and errors into the handler's
+	// servers maps each agent seen (its Agent-ID) to the SDK server of
+	// the tools it sees; the registry bounds it.
+	servers sync.Map // Agent-ID → *mcp.Server
+	// shared holds those servers by their set of tools, so agents whose
+	// grants show the same tools share one.
+	mu     sync.Mutex
+	shared map[string]*mcp.Server
+}
+
+// New builds the door of e for cfg (defaults applied): its tools
+// (refusing name collisions) and the SDK handler.
+func New(e *engine.Engine, cfg *Config) (*Door, error) {
+	if err := cfg.Validate(e.Identity); err != nil {
+		return nil, err
+	}
+	d := &Door{e: e, cfg: cfg, origins: map[string]bool{}, shared: map[string]*mcp.Server{}}
+	for _, o := range cfg.AllowedOrigins {
+		d.origins[o] = true
+	}
+	if cfg.TestAgent != "" {
+		for _, id := range e.AgentRegistry().IDs() {
+			a, _ := e.AgentRegistry().Lookup(id)
+			if a.ID == cfg.TestAgent || a.Name == cfg.TestAgent {
+				if d.testAgent != "" {
+					return nil, fmt.Errorf("rcns: mcp test_agent %q names more than one agent; give its Agent-ID", cfg.TestAgent)
+				}
+				d.testAgent = a.ID
+			}
+		}
+		if d.testAgent == "" {
+			return nil, fmt.Errorf("rcns: mcp test_agent %q is neither the name nor the Agent-ID of a registered agent", cfg.TestAgent)
+		}
+		e.Logger().Warn("mcp test_agent is set: loopback MCP callers without Agent-ID act as this agent; never use it outside tests",
+			zap.String("test_agent", cfg.TestAgent))
+	}
+	tools, err := buildTools(e, cfg)
+	if err != nil {
+		return nil, err
+	}
+	d.tools = tools
+	d.impl = &mcp.Implementation{Name: e.ServerID, Title: "caddy-rcns AGTP gateway", Version: moduleVersion()}
+	// The SDK logs every stateless session at info; its warnings and
+	// errors go to the handler's log.
+	if core, err := zapcore.NewIncreaseLevelCore(e.Logger().Core(), zapcore.WarnLevel); err == nil {
+		d.log = slog.New(zapslog.NewHandler(core, zapslog.WithName("mcp")))
+	}
+	d.sdk = mcp.NewStreamableHTTPHandler(d.server, &mcp.StreamableHTTPOptions{
+		Stateless: true, JSONResponse: true, Logger: d.log,
+		// The door bounds the body (MaxRequestBody) and checks Host
+		// itself, answering with the AGTP error body.
+		MaxRequestBodyBytes:        cfg.MaxRequestBody,
+		DisableLocalhostProtection: true,
+	})
+	return d, nil
+}
+
+// moduleVersion is the caddy-rcns module's version in the running
+// binary, "(devel)" in a build from a checkout.
+func moduleVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Path == "github.com/caddy-rcns/caddy-rcns" && bi.Main.Version != "" {
+			return bi.Main.Version
+		}
+		for _, m := range bi.Deps {
+			if m.Path == "github.com/caddy-rcns/caddy-rcns" {
+				return m.Version
+			}
+		}
+	}
+	return "(devel)"
+}
+
+// ManifestEntry is the manifest's hosted_protocols entry for the MCP
+// door: where it is and which MCP revisions it speaks.
+func ManifestEntry(cfg *Config) map[string]any {
+	return map[string]any{"protocol": "mcp", "transport": "streamable-http", "path": cfg.Path,
+		"protocol_versions": mcp.SupportedProtocolVersions()}
+}
+
+// mcpRequest is what the door learnt of one HTTP request before the SDK
+// parsed it, handed to the tool handlers through the request context
+// (the SDK's stateless mode runs each request's calls under it).
+type mcpRequest struct {
+	agent    *policy.Agent
+	ident    *agtp.Identity
+	loopback bool
+	tls      *tls.ConnectionState
+	host     string
+	header   http.Header
+	// mu guards out, the fields each call adds to the HTTP answer
+	// (Attribution-Record, Audit-ID).
+	mu  sync.Mutex
+	out []agtp.Field
+}
+
+type mcpRequestKey struct{}
+
+// addOut adds response fields for the HTTP answer.
+func (rq *mcpRequest) addOut(fs ...agtp.Field) {
+	rq.mu.Lock()
+	rq.out = append(rq.out, fs...)
+	rq.mu.Unlock()
+}
+
+// ServeHTTP answers one HTTP request for the MCP path: transport and
+// identity checks, then the SDK (spec: MCP Streamable HTTP, stateless).
+func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	loopback := httpdoor.LocalIsLoopback(r)
+	if d.cfg.dnsRebindingProtection() && loopback && !httpdoor.LoopbackHost(r.Host) {
+		d.refuse(w, r, agtp.HostRefused.New("this MCP endpoint is on a loopback address and answers only Host localhost, 127.0.0.1 or [::1]: another Host is how DNS rebinding reaches a local server"), nil, false)
+		return
+	}
+	if o, ok := r.Header["Origin"]; ok && !d.originAllowed(o, r) {
+		d.refuse(w, r, agtp.OriginRefused.New("the Origin of this request is neither this gateway's own nor one of the mcp block's allowed_origins"), nil, false)
+		return
+	}
+	if r.ContentLength > d.cfg.MaxRequestBody {
+		d.refuse(w, r, agtp.BodyTooLarge.WithFields(fmt.Sprintf("the MCP message is %d bytes; the limit is %d bytes", r.ContentLength, d.cfg.MaxRequestBody),
+			map[string]any{"limit_bytes": d.cfg.MaxRequestBody}), nil, false)
+		return
+	}
+	var body []byte
+	if r.ContentLength != 0 && r.Body != nil {
+		raw, err := httpbody.Read(r.Body, r.ContentLength, d.cfg.MaxRequestBody)
+		if err != nil && !(r.ContentLength < 0 && err == io.EOF) {
+			d.e.Logger().Info("MCP request body read failed", zap.Int("read_bytes", len(raw)), zap.Int64("content_length", r.ContentLength), zap.Error(err))
+			d.refuse(w, r, agtp.BodyReadError(err, len(raw), r.ContentLength), nil, false)
+			return
+		}
+		if int64(len(raw)) > d.cfg.MaxRequestBody {
+			d.refuse(w, r, agtp.BodyTooLarge.WithFields(fmt.Sprintf("the MCP message exceeds %d bytes", d.cfg.MaxRequestBody),
+				map[string]any{"limit_bytes": d.cfg.MaxRequestBody}), nil, false)
+			return
+		}
+		body = raw
+	}
+	rq, e := d.identify(r, body, loopback)
+	if e != nil {
+		d.e.Logger().Info("MCP identity refused", zap.String("agent_id", textcut.Clip(r.Header.Get("Agent-ID"))),
+			zap.String("mode", d.e.Identity), zap.String("reason", e.Reason))
+		d.refuse(w, r, e, body, true)
+		return
+	}
+	if over, at := agtp.DeeperThan(body, d.cfg.MaxJSONDepth); over {
+		d.refuseAs(w, r, rq, agtp.InvalidJSON.WithFields(fmt.Sprintf("the MCP message nests deeper than %d levels (at byte %d)", d.cfg.MaxJSONDepth, at),
+			map[string]any{"limit_depth": d.cfg.MaxJSONDepth}), body, true)
+		return
+	}
+	if n := batchLen(body); n > d.cfg.MaxBatch {
+		d.refuseAs(w, r, rq, agtp.BatchTooLarge.WithFields(fmt.Sprintf("the JSON-RPC batch holds %d messages; the limit is %d (send fewer per request, or one message each)", n, d.cfg.MaxBatch),
+			map[string]any{"limit_messages": d.cfg.MaxBatch}), body, true)
+		return
+	}
+	// Who the gateway took the caller to be, as on the other doors'
+	// answers to an identified agent (spec §4; cases/02).
+	// Written into the map, not with Set, which would respell them
+	// "Owner-Id" (the AGTP spelling is the wire's; wire.Spelling).
+	hd := w.Header()
+	if rq.agent.OwnerID != "" {
+		hd["Owner-ID"] = []string{rq.agent.OwnerID}
+	}
+	hd["Trust-Tier"] = []string{strconv.Itoa(int(rq.agent.TrustTier))}
+	hd["Verification-Path"] = []string{engine.VerificationPath(d.e.Identity)}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	d.sdk.ServeHTTP(&mcpWriter{ResponseWriter: w, rq: rq}, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
+}
+
+// batchLen is the number of messages in a JSON-RPC batch (a JSON array
+// at the top of body), counted with a streaming decoder after the depth
+// check: 0 when body is not an array (a single message). A malformed
+// array counts the elements read before the fault: the SDK refuses
+// the rest.
+func batchLen(body []byte) int {
+	i := bytes.IndexFunc(body, func(r rune) bool { return r != ' ' && r != '\t' && r != '\r' && r != '\n' })
+	if i < 0 || body[i] != '[' {
+		return 0
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(body[i:]), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if _, err := dec.ReadToken(); err != nil { // '['
+		return 0
+	}
+	n := 0
+	for dec.PeekKind() != ']' && dec.PeekKind() != 0 {
+		if err := dec.SkipValue(); err != nil {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// identify proves who sent r (its body read to the end) in the
+// engine's identity mode, as every door does (verifyTransport), and
+// resolves the agent in the registry; refusals carry the reasons of the
+// other doors.
+func (d *Door) identify(r *http.Request, body []byte, loopback bool) (*mcpRequest, *agtp.Error) {
+	e := d.e
+	ids := r.Header["Agent-Id"]
+	if len(ids) > 1 {
+		return nil, agtp.DuplicateHeader.New("the Agent-ID header appears more than once; send it once")
+	}
+	if e.Identity == engine.IdentityHeader && !loopback {
+		return nil, agtp.IdentityModeRefused.New("this gateway trusts the Agent-ID header only on loopback; configure a verified identity mode")
+	}
+	agentID := ""
+	if len(ids) == 1 {
+		agentID = ids[0]
+	} else if d.testAgent != "" && loopback {
+		agentID = d.testAgent
+	}
+	if agentID == "" {
+		return nil, agtp.AgentUnauthenticated.New("an MCP request needs an Agent-ID header (with the proof the identity mode asks for) on every HTTP request")
+	}
+	if !policy.ValidAgentID(agentID) {
+		// Malformed is 400 whatever the identity mode (spec §3), before
+		// any proof is checked, as on the AGTP doors.
+		return nil, agtp.InvalidCanonicalID.New("Agent-ID is not a canonical Agent-ID (64 lowercase hexadecimal characters).")
+	}
+	view := &agtp.Request{Binding: agtp.BindingMCP, Method: r.Method, Target: r.RequestURI, URL: r.URL, Host: r.Host,
+		Header: r.Header, ContentLength: int64(len(body)), TLS: r.TLS, Loopback: loopback, Context: r.Context()}
+	if err := e.VerifyTransport(view, body, agentID); err != nil {
+		return nil, err
+	}
+	caller, ref := policy.ResolveCaller(e.AgentRegistry(), agentID, "", "", false)
+	if ref != nil {
+		return nil, agtp.FromRefusal(ref)
+	}
+	return &mcpRequest{agent: caller.Agent, loopback: loopback, tls: r.TLS, host: r.Host, header: r.Header,
+		ident: &agtp.Identity{AgentID: caller.Agent.ID, VerificationPath: engine.VerificationPath(e.Identity)}}, nil
+}
+
+// originAllowed reports whether the Origin field values vals are
+// allowed: exactly one value, either the request's own origin (its
+// scheme and Host) or one of allowed_origins.
+func (d *Door) originAllowed(vals []string, r *http.Request) bool {
+	if len(vals) != 1 {
+		return false
+	}
+	o := strings.ToLower(vals[0])
+	if d.origins[o] {
+		return true
+	}
+	u, err := url.Parse(o)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return u.Scheme == scheme && strings.EqualFold(u.Host, r.Host)
+}
+
+// refuse answers an HTTP request for the MCP path that the door refused
+// before the SDK read it, as the other doors refuse: the engine's
+// answer (spec §19 body, the AGTP response fields, an Attribution-Record
+// on the anonymous chain) for the HTTP request seen as an AGTP one.
+// body is the request body when it was read to its end; otherwise an
+// HTTP/1 connection is closed after the answer.
+func (d *Door) refuse(w http.ResponseWriter, r *http.Request, e *agtp.Error, body []byte, bodyRead bool) {
+	d.refuseAs(w, r, nil, e, body, bodyRead)
+}
+
+// refuseAs is refuse for the caller rq identified (nil before identify):
+// as on the other doors, the answer echoes the well-formed Agent-ID,
+// Request-ID and Task-ID, and once the caller is identified it names
+// its owner, trust tier and verification path and its
+// Attribution-Record names the agent.
+func (d *Door) refuseAs(w http.ResponseWriter, r *http.Request, rq *mcpRequest, e *agtp.Error, body []byte, bodyRead bool) {
+	in := &agtp.Request{Binding: agtp.BindingMCP, Method: r.Method, Target: r.RequestURI, URL: r.URL, Host: r.Host,
+		Header: r.Header, ContentLength: r.ContentLength, TLS: r.TLS, Context: r.Context()}
+	how := engine.Refusal{Body: body, BodyRead: bodyRead}
+	if rq != nil {
+		how.Agent = rq.agent
+	}
+	resp := d.e.Refuse(in, e, how)
+	httpdoor.Write(w, r, resp)
+	if resp.Close {
+		httpdoor.Drain(d.e.RefusedBodyDrainBounds(), w, r) // as the HTTP door (cases/05)
+	}
+}
+
+// server is the SDK server for the HTTP request r: the one whose tools
+// are those the identified agent's grant holds the scopes of.
+func (d *Door) server(r *http.Request) *mcp.Server {
+	rq, _ := r.Context().Value(mcpRequestKey{}).(*mcpRequest)
+	if rq == nil {
+		return nil // not through ServeHTTP: the SDK answers 400
+	}
+	if s, ok := d.servers.Load(rq.agent.ID); ok {
+		return s.(*mcp.Server)
+	}
+	var key strings.Builder
+	var visible []*mcpTool
+	for i, t := range d.tools {
+		if len(rq.agent.Scopes.Missing(t.scopes)) == 0 {
+			visible = append(visible, t)
+			key.WriteString(strconv.Itoa(i) + ",")
+		}
+	}
+	d.mu.Lock()
+	s := d.shared[key.String()]
+	if s == nil {
+		s = d.newServer(visible)
+		d.shared[key.String()] = s
+	}
+	d.mu.Unlock()
+	d.servers.Store(rq.agent.ID, s)
+	return s
+}
+
+// newServer builds an SDK server serving tools.
+func (d *Door) newServer(tools []*mcpTool) *mcp.Server {
+	s := mcp.NewServer(d.impl, &mcp.ServerOptions{
+		Logger:       d.log,
+		PageSize:     d.cfg.PageSize,
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		Instructions: d.instructions(),
+		// A listing depends on the caller's grant: private, and stale
+		// at once (a reload may change it).
+		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
+			c.CacheScope, c.TTLMs = "private", 0
+		},
+	})
+	for _, t := range tools {
+		s.AddTool(t.def, d.handler(t))
+	}
+	return s
+}
+
+// instructions tell an MCP client's model how to use the tools.
+func (d *Door) instructions() string {
+	id := "Send Agent-ID as an HTTP header on every request"
+	switch d.e.Identity {
+	case engine.IdentitySignature:
+		id += ", signed (RFC 9421, covering the body's Content-Digest)"
+	case engine.IdentityMTLS:
+		id += ", over TLS with the agent's client certificate"
+	}
+	return fmt.Sprintf("Tools of the AGTP gateway %s: each calls one AGTP endpoint (Tier B) or recipe (Tier C) under your agent's identity, scopes and budgets. "+
+		"%s, and Authority-Scope with the scopes a tool names. A recipe tool's first call may answer outcome \"preview\" and run nothing: call it again with the same arguments and the synthesis_id to run it. "+
+		"To make a call safe to repeat, send an Idempotency-Key HTTP header or _meta[%q]. A failed call answers isError with error.code, retryable and retry_after_seconds.",
+		d.e.ServerID, id, MCPMetaIdempotencyKey)
+}
+
+// mcpWriter adds the fields the tool calls collected (Attribution-Record,
+// Audit-ID) to the HTTP answer the SDK writes once the calls are done
+// (JSON responses).
+type mcpWriter struct {
+	http.ResponseWriter
+	rq    *mcpRequest
+	wrote bool
+}
+
+func (w *mcpWriter) addFields() {
+	if w.wrote {
+		return
+	}
+	w.wrote = true
+	w.rq.mu.Lock()
+	defer w.rq.mu.Unlock()
+	hd := w.ResponseWriter.Header()
+	for _, f := range w.rq.out {
+		hd[f.Name] = append(hd[f.Name], f.Value)
+	}
+}
+
+// WriteHeader adds the collected fields, then writes the status.
+func (w *mcpWriter) WriteHeader(code int) {
+	w.addFields()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write adds the collected fields before the first byte.
+func (w *mcpWriter) Write(b []byte) (int, error) {
+	w.addFields()
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush flushes the underlying writer (server-sent events).
+func (w *mcpWriter) Flush() {
+	w.addFields()
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap is the underlying writer (http.ResponseController).
+func (w *mcpWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// timeout is the door's bound on one tool call.
+func (d *Door) timeout() time.Duration { return time.Duration(d.cfg.Timeout) }

@@ -1,0 +1,512 @@
+package mcpdoor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
+	"github.com/caddy-rcns/caddy-rcns/policy"
+)
+
+// One tool call: its arguments become one agtp.Request (the tool's
+// pair, the caller's verified identity, the AGTP headers of the HTTP
+// request), engine.serve answers it, and the answer becomes the tool
+// result (docs/agent-guide-mcp.md).
+
+// MCP result _meta keys: the call's Attribution-Record, Audit-ID,
+// Response-ID and AGTP status, the RCNS-Attempt-Id of a gate refusal
+// (for INSPECT target=rcns-attempt), and whether it was an idempotent
+// replay.
+const (
+	MCPMetaAttemptID          = MCPMetaPrefix + "rcns-attempt-id"
+	MCPMetaAttributionRecord  = MCPMetaPrefix + "attribution-record"
+	MCPMetaAuditID            = MCPMetaPrefix + "audit-id"
+	MCPMetaResponseID         = MCPMetaPrefix + "response-id"
+	MCPMetaStatus             = MCPMetaPrefix + "agtp-status"
+	MCPMetaIdempotentReplayed = MCPMetaPrefix + "idempotent-replayed"
+)
+
+// forwarded are the HTTP request's AGTP header fields a call carries on
+// to the engine (Go's canonical keys). Agent-ID is the verified one;
+// signatures, Allow-RCNS and Contract-Synthesized are the door's own.
+var forwarded = []string{"Authority-Scope", "Owner-Id", "Request-Id", "Task-Id", "Session-Id", "Traceparent"}
+
+// argumentReasons are the engine's reasons that mean the call's
+// arguments are wrong: they answer as JSON-RPC invalid params (a
+// protocol fault, as input that fails the inputSchema), not as a tool
+// error.
+var argumentReasons = map[string]bool{
+	agtp.InvalidInput.Token: true, agtp.ParameterConflict.Token: true, agtp.InvalidEnvelope.Token: true,
+	agtp.InvalidJSON.Token: true, agtp.DuplicateKey.Token: true, agtp.InvalidBody.Token: true,
+	agtp.BodyTooLarge.Token: true, agtp.InvalidPathEncoding.Token: true, agtp.PathGrammarViolation.Token: true,
+	agtp.InvalidSynthesisID.Token: true, agtp.InvalidIdempotencyKey.Token: true, agtp.InvalidLimit.Token: true,
+	agtp.InvalidCursor.Token: true, agtp.InvalidParameter.Token: true,
+}
+
+// handler is the SDK tool handler of t.
+func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		rq, _ := ctx.Value(mcpRequestKey{}).(*mcpRequest)
+		if rq == nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the call did not come through the MCP door"}
+		}
+		in, keyed, jerr := d.engineRequest(ctx, rq, t, req)
+		if jerr != nil {
+			return nil, jerr
+		}
+		resp := d.serveWithin(in)
+		if resp == nil {
+			return d.timedOut(t, keyed, req), nil
+		}
+		return d.result(t, rq, req, in.Target, resp)
+	}
+}
+
+// invalidParams is the JSON-RPC invalid-params error for a call.
+func invalidParams(format string, args ...any) *jsonrpc.Error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf(format, args...)}
+}
+
+// engineRequest turns a call of t into the AGTP request it is: the
+// tool's pair (path parameters expanded, each as one segment), the
+// other arguments as the envelope's parameters, and the header fields.
+// keyed: the call carries an Idempotency-Key. Arguments that cannot
+// make a request are a JSON-RPC invalid-params error.
+func (d *Door) engineRequest(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest) (*agtp.Request, bool, *jsonrpc.Error) {
+	args := map[string]any{}
+	if raw := bytes.TrimSpace(req.Params.Arguments); len(raw) > 0 && string(raw) != "null" {
+		v, e := agtp.DecodeBody(raw)
+		if e != nil {
+			return nil, false, invalidParams("arguments: %s", e.Explanation)
+		}
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return nil, false, invalidParams("arguments must be a JSON object")
+		}
+		args = obj
+	}
+	if t.args != nil {
+		// A built-in listing's arguments meet the schema it advertises
+		// (an endpoint's are checked by the engine, against its
+		// input_schema).
+		if f := t.args.Validate(args); f != nil {
+			return nil, false, invalidParams("invalid-input: %s", f.Explanation)
+		}
+	}
+	hd := http.Header{"Agent-Id": {rq.ident.AgentID}}
+	for _, k := range forwarded {
+		if v, ok := rq.header[k]; ok {
+			hd[k] = v
+		}
+	}
+	key, keyed, jerr := idempotencyKey(rq.header, req.Params.Meta)
+	if jerr != nil {
+		return nil, false, jerr
+	}
+	if keyed {
+		hd["Idempotency-Key"] = []string{key}
+	}
+	target := t.path
+	switch t.kind {
+	case mcpTierB:
+		values := make(map[string]string, len(t.params))
+		for _, p := range t.params {
+			v, ok := args[p]
+			if !ok {
+				return nil, false, invalidParams("missing argument %q: it is the path parameter {%s} of %s %s", p, p, t.method, t.path)
+			}
+			s, ok := segmentValue(v)
+			if !ok {
+				return nil, false, invalidParams("argument %q is a path parameter of %s %s and must be a string, number or boolean", p, t.method, t.path)
+			}
+			values[p] = s
+			delete(args, p)
+		}
+		p, err := t.ep.Template.Expand(values)
+		if err != nil {
+			return nil, false, invalidParams("%v", err)
+		}
+		target = p
+	case mcpRecipe:
+		if v, ok := args[mcpArgSynthesisID]; ok {
+			id, isStr := v.(string)
+			if !isStr {
+				return nil, false, invalidParams("argument %q must be a string", mcpArgSynthesisID)
+			}
+			hd["Contract-Synthesized"] = []string{id}
+			delete(args, mcpArgSynthesisID)
+		} else {
+			hd["Allow-Rcns"] = []string{"true"} // calling a recipe tool is the opt-in (lock 2)
+		}
+		target = t.recipe.PathExact
+		if t.regex {
+			p, isStr := args[mcpArgPath].(string)
+			if !isStr || !strings.HasPrefix(p, "/") {
+				return nil, false, invalidParams("argument %q must be an absolute AGTP path matching %s", mcpArgPath, t.recipe.PatternPath())
+			}
+			// The pair the engine will route: the path in the normal
+			// form every tier compares (policy.NormalizePath).
+			n, err := policy.NormalizePath(p)
+			if err != nil {
+				return nil, false, invalidParams("argument %q: the percent-encoding is invalid: %v", mcpArgPath, err)
+			}
+			if !t.recipe.Matches(t.method, n) {
+				return nil, false, invalidParams("path %q does not match the recipe's pattern %s", textcut.Clip(p), t.recipe.PatternPath())
+			}
+			if ep, _, served := d.e.RecipeSet().Route(t.method, n); served {
+				return nil, false, invalidParams("%s %s is served by the Tier B endpoint %s %s, not by the recipe; call that endpoint's tool", t.method, textcut.Clip(p), ep.Method, ep.Path)
+			}
+			target = p
+			delete(args, mcpArgPath)
+		}
+	}
+	u, err := url.ParseRequestURI(target)
+	if err != nil {
+		return nil, false, invalidParams("the path %q is not an origin-form target: %v", textcut.Clip(target), err)
+	}
+	in := &agtp.Request{Binding: agtp.BindingMCP, Method: t.method, Target: target, URL: u, Host: rq.host, Header: hd,
+		TLS: rq.tls, Loopback: rq.loopback, Context: ctx, Verified: rq.ident}
+	if len(args) > 0 {
+		body, err := jsonv2.Marshal(map[string]any{"parameters": args}, jsonv2.Deterministic(true))
+		if err != nil {
+			return nil, false, invalidParams("arguments: %v", err)
+		}
+		hd["Content-Type"] = []string{"application/json"}
+		in.Body, in.ContentLength = bytes.NewReader(body), int64(len(body))
+	}
+	return in, keyed, nil
+}
+
+// segmentValue is a path parameter's argument as one path segment's
+// text: a string as is, a number or boolean as JSON writes it.
+func segmentValue(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64), true
+	case bool:
+		return strconv.FormatBool(x), true
+	}
+	return "", false
+}
+
+// idempotencyKey is the call's Idempotency-Key: the HTTP request's
+// Idempotency-Key header, its alias RCNS-Idempotency-Key (as on the
+// other doors, idempotencyKeyOf), or the request _meta field
+// MCPMetaIdempotencyKey. Each header at most once; given in several
+// places, they must name the same key. The key's syntax is the engine's
+// to check.
+func idempotencyKey(h http.Header, meta mcp.Meta) (string, bool, *jsonrpc.Error) {
+	type source struct{ name, value string }
+	var got []source
+	for _, name := range []string{"Idempotency-Key", engine.IdempotencyKeyAlias} {
+		v, ok := h[http.CanonicalHeaderKey(name)]
+		if !ok {
+			continue
+		}
+		if len(v) != 1 {
+			return "", false, invalidParams("the %s header appears more than once; send it once", name)
+		}
+		got = append(got, source{"the " + name + " header", v[0]})
+	}
+	if mv, ok := meta[MCPMetaIdempotencyKey]; ok {
+		s, isString := mv.(string)
+		if !isString {
+			return "", false, invalidParams("_meta[%q] must be a string", MCPMetaIdempotencyKey)
+		}
+		got = append(got, source{fmt.Sprintf("_meta[%q]", MCPMetaIdempotencyKey), s})
+	}
+	if len(got) == 0 {
+		return "", false, nil
+	}
+	for _, s := range got[1:] {
+		if !engine.SameIdempotencyKey(got[0].value, s.value) {
+			return "", false, invalidParams("%s and %s differ; send one", got[0].name, s.name)
+		}
+	}
+	return got[0].value, true, nil
+}
+
+// serveWithin runs in through the engine and waits at most the door's
+// timeout for the answer; nil when it did not come in time. The call
+// then goes on (the engine detaches upstream calls from the caller, as
+// for an HTTP client that disconnects) and a keyed call's answer is
+// stored for its replay.
+func (d *Door) serveWithin(in *agtp.Request) *agtp.Response {
+	done := make(chan *agtp.Response, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				d.e.Logger().Error("panic in an MCP tool call", zap.Any("panic", p), zap.String("method", in.Method), zap.String("target", in.Target))
+				done <- nil
+			}
+		}()
+		done <- d.e.Serve(in.Context, in)
+	}()
+	timer := time.NewTimer(d.timeout())
+	defer timer.Stop()
+	select {
+	case resp := <-done:
+		if resp == nil {
+			resp = internalErrorResponse()
+		}
+		return resp
+	case <-timer.C:
+		return nil
+	}
+}
+
+// internalErrorResponse stands for an answer the engine did not give.
+func internalErrorResponse() *agtp.Response {
+	return &agtp.Response{Status: 500, Body: []byte(`{"status":500,"reason":"internal-error","explanation":"the gateway reached no answer for this call","retryable":true}`)}
+}
+
+// timedOut is the tool error of a call that outlived the door's
+// timeout. It may be repeated when the tool is idempotent or the call
+// was keyed (its repeat then waits for, or replays, the first answer).
+func (d *Door) timedOut(t *mcpTool, keyed bool, req *mcp.CallToolRequest) *mcp.CallToolResult {
+	msg := fmt.Sprintf("the call did not finish within %s; it goes on at the gateway", agtp.FormatDuration(d.timeout()))
+	if keyed {
+		msg += ", and a repeat with the same Idempotency-Key gets its answer"
+	}
+	e := &agtp.Error{Status: agtp.CallTimeout.Status, Reason: agtp.CallTimeout.Token, Explanation: msg, Retryable: t.idempotent || keyed}
+	structured, _ := jsonv2.Marshal(map[string]any{"outcome": "failed", "error": errorObject(e.Status, e.Reason, e.Explanation, e.Retryable, nil, nil)}, jsonv2.Deterministic(true))
+	return &mcp.CallToolResult{IsError: true, StructuredContent: jsontext.Value(structured),
+		Content: []mcp.Content{&mcp.TextContent{Text: textFor(req, structured, errorSummary(e.Reason, e.Explanation, e.Retryable, nil))}}}
+}
+
+// result turns the engine's answer into the tool result: 200 and 263
+// succeed, 461 is the preview, anything else is a tool error, except
+// an answer saying the arguments were wrong, which is a JSON-RPC error.
+// The call's Attribution-Record and Audit-ID go into the result's _meta
+// and onto the HTTP answer.
+func (d *Door) result(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest, target string, resp *agtp.Response) (*mcp.CallToolResult, error) {
+	meta := mcp.Meta{MCPMetaStatus: resp.Status}
+	for _, f := range [...]struct{ field, key string }{
+		{"Attribution-Record", MCPMetaAttributionRecord}, {"Audit-ID", MCPMetaAuditID}, {"Response-ID", MCPMetaResponseID},
+		{"RCNS-Attempt-Id", MCPMetaAttemptID},
+	} {
+		if v := resp.Get(f.field); v != "" {
+			meta[f.key] = v
+			if f.field != "Response-ID" {
+				rq.addOut(agtp.Field{Name: f.field, Value: v})
+			}
+		}
+	}
+	if resp.Get("Idempotent-Replayed") == "true" {
+		meta[MCPMetaIdempotentReplayed] = true
+	}
+	// A DISCOVER built-in answers its listing as the body itself; every
+	// other answer is a JSON object (an envelope, a contract body, an
+	// error body).
+	listing := (t.kind == mcpContracts || t.kind == mcpPatterns) && resp.Status == 200
+	var members map[string]jsontext.Value
+	if !listing {
+		if err := jsonv2.Unmarshal(resp.Body, &members); err != nil {
+			d.e.Logger().Error("MCP door: an engine answer is not a JSON object", zap.Int("status", resp.Status), zap.Error(err))
+			members = map[string]jsontext.Value{}
+		}
+	}
+	var out map[string]any
+	var summary string
+	isError := false
+	switch resp.Status {
+	case 200, policy.StatusProposalApproved:
+		result := members["result"]
+		if listing {
+			result = jsontext.Value(resp.Body)
+		}
+		out = map[string]any{"outcome": "succeeded", "status": resp.Status, "result": rawOrNull(result)}
+		sid := resp.Get("Contract-Synthesized")
+		if sid != "" && t.kind == mcpRecipe {
+			out["synthesis_id"] = sid
+		}
+		if resp.Status == policy.StatusProposalApproved {
+			c := map[string]jsontext.Value{}
+			for _, k := range []string{"synthesis_id", "method", "path", "recipe_lineage", "contract_hash", "negotiation_origin", "issued_at", "expires_at"} {
+				if v, ok := members[k]; ok {
+					c[k] = v
+				}
+			}
+			out["contract"] = c
+		}
+		if t.kind == mcpContracts {
+			if c := nextCursor(resp.Get("Link")); c != "" {
+				out["next_cursor"] = c
+			}
+		}
+		summary = successSummary(t, target, resp.Status, sid)
+	case policy.StatusContractAvailable:
+		c := make(map[string]jsontext.Value, len(members))
+		for k, v := range members {
+			if k != "status" {
+				c[k] = v
+			}
+		}
+		var sid string
+		_ = jsonv2.Unmarshal(members["synthesis_id"], &sid)
+		out = map[string]any{"outcome": "preview", "status": resp.Status, "synthesis_id": sid, "contract": c}
+		summary = fmt.Sprintf("%s %s: the gateway previews contract %s (461, confirm-first) and ran nothing. To run it, call %s again with the same arguments and synthesis_id %q.",
+			t.method, target, sid, t.name, sid)
+	default:
+		var b struct {
+			Reason      string `json:"reason"`
+			Explanation string `json:"explanation"`
+			Retryable   bool   `json:"retryable"`
+		}
+		_ = jsonv2.Unmarshal(resp.Body, &b)
+		if b.Reason == "" {
+			b.Reason, b.Explanation = agtp.InternalError.Token, "the gateway's answer had no reason"
+		}
+		retryAfter := retryAfterSeconds(members, resp.Get("Retry-After"))
+		details := errorDetails(members)
+		if argumentReasons[b.Reason] {
+			data := map[string]any{"reason": b.Reason, "status": resp.Status, "details": details}
+			for k, v := range meta {
+				data[k] = v
+			}
+			raw, _ := jsonv2.Marshal(data, jsonv2.Deterministic(true))
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: b.Reason + ": " + b.Explanation, Data: raw}
+		}
+		isError = true
+		out = map[string]any{"outcome": "failed", "error": errorObject(resp.Status, b.Reason, b.Explanation, b.Retryable, retryAfter, details)}
+		summary = errorSummary(b.Reason, b.Explanation, b.Retryable, retryAfter)
+	}
+	structured, err := jsonv2.Marshal(out, jsonv2.Deterministic(true))
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding the result failed"}
+	}
+	return &mcp.CallToolResult{Meta: meta, IsError: isError, StructuredContent: jsontext.Value(structured),
+		Content: []mcp.Content{&mcp.TextContent{Text: textFor(req, structured, summary)}}}, nil
+}
+
+// rawOrNull is v, or JSON null when the member was absent.
+func rawOrNull(v jsontext.Value) jsontext.Value {
+	if len(v) == 0 {
+		return jsontext.Value("null")
+	}
+	return v
+}
+
+// errorObject is the structured tool error (mcpErrorSchema).
+func errorObject(status int, reason, explanation string, retryable bool, retryAfter *int, details map[string]any) map[string]any {
+	o := map[string]any{"code": reason, "message": explanation, "retryable": retryable, "status": status, "retry_after_seconds": nil}
+	if retryAfter != nil {
+		o["retry_after_seconds"] = *retryAfter
+	}
+	if len(details) > 0 {
+		o["details"] = details
+	}
+	return o
+}
+
+// errorFields are the members of an AGTP error body that errorObject
+// carries itself, or that name the request the door made.
+var errorFields = map[string]bool{"status": true, "reason": true, "explanation": true, "retryable": true,
+	"method": true, "path": true, "task_id": true, "retry_after_seconds": true}
+
+// errorDetails are an error body's other members; an upstream failure's
+// error.details (the upstream, its status) are lifted up, since code
+// already is the error's code.
+func errorDetails(members map[string]jsontext.Value) map[string]any {
+	out := map[string]any{}
+	for k, v := range members {
+		if errorFields[k] {
+			continue
+		}
+		if k == "error" {
+			var e struct {
+				Details map[string]jsontext.Value `json:"details"`
+			}
+			if jsonv2.Unmarshal(v, &e) == nil && e.Details != nil {
+				for dk, dv := range e.Details {
+					out[dk] = dv
+				}
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// retryAfterSeconds is the delay a refusal names: its body's
+// retry_after_seconds, else its Retry-After field; nil when none.
+func retryAfterSeconds(members map[string]jsontext.Value, header string) *int {
+	var n int
+	if v, ok := members["retry_after_seconds"]; ok && jsonv2.Unmarshal(v, &n) == nil && n >= 0 {
+		return &n
+	}
+	if header != "" {
+		if n, err := strconv.Atoi(header); err == nil && n >= 0 {
+			return &n
+		}
+	}
+	return nil
+}
+
+// nextCursor is the cursor of a Link rel="next" field
+// (`</contracts?limit=N&cursor=C>; rel="next"`), "" when none.
+func nextCursor(link string) string {
+	start, end := strings.IndexByte(link, '<'), strings.IndexByte(link, '>')
+	if start < 0 || end < start || !strings.Contains(link[end:], `rel="next"`) {
+		return ""
+	}
+	u, err := url.Parse(link[start+1 : end])
+	if err != nil {
+		return ""
+	}
+	return u.Query().Get("cursor")
+}
+
+// successSummary is the short text of a successful call: what ran,
+// not the result again (it is in structuredContent).
+func successSummary(t *mcpTool, target string, status int, sid string) string {
+	switch {
+	case status == policy.StatusProposalApproved:
+		return fmt.Sprintf("%s %s: contract %s was synthesized from recipe %s v%s and run (263); the result is in structuredContent.",
+			t.method, target, sid, t.recipe.Name, t.recipe.Version)
+	case sid != "":
+		return fmt.Sprintf("%s %s ran under contract %s (200); the result is in structuredContent.", t.method, target, sid)
+	}
+	return fmt.Sprintf("%s %s answered 200; the result is in structuredContent.", t.method, target)
+}
+
+// errorSummary is the short text of a tool error.
+func errorSummary(reason, explanation string, retryable bool, retryAfter *int) string {
+	s := reason + ": " + sentence(explanation)
+	switch {
+	case retryable && retryAfter != nil:
+		s += fmt.Sprintf(" Retryable after %d s.", *retryAfter)
+	case retryable:
+		s += " Retryable."
+	default:
+		s += " Not retryable unchanged."
+	}
+	return s
+}
+
+// textFor is a result's text content: the summary, or the structured
+// content itself for a client on a revision before 2025-06-18, which
+// has no structuredContent.
+func textFor(req *mcp.CallToolRequest, structured []byte, summary string) string {
+	if v := req.ProtocolVersion(); v != "" && v < "2025-06-18" {
+		return string(structured)
+	}
+	return summary
+}
