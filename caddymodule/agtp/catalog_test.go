@@ -104,18 +104,25 @@ func TestCatalogCoversEveryToken(t *testing.T) {
 			t.Errorf("%s sends reason %q, which is not in the catalog (reasons.go)", where, tok)
 		}
 	}
-	if own := literalReasons(t, "caddymodule"); len(own) > 0 {
-		t.Errorf("caddymodule writes reason literals instead of catalog entries: %v", own)
+	for _, dir := range gatewayDirs {
+		if own := literalReasons(t, dir); len(own) > 0 {
+			t.Errorf("%s writes reason literals instead of catalog entries: %v", dir, own)
+		}
 	}
 }
 
+// gatewayDirs are the packages that build the gateway's answers from
+// the catalog: the Caddy glue (the native door), the engine and the
+// HTTP and MCP doors.
+var gatewayDirs = []string{"caddymodule", "caddymodule/engine", "caddymodule/httpdoor", "caddymodule/mcpdoor"}
+
 // TestCatalogEntriesUsed: every catalog entry is sent somewhere: named
-// as agtp.X in caddymodule, or its token sent by policy, recipes or
-// httpsig. An entry nothing sends is a documented error that cannot
+// as agtp.X in the gateway's packages (gatewayDirs), or its token sent
+// by policy, recipes or httpsig. An entry nothing sends is a documented error that cannot
 // happen.
 func TestCatalogEntriesUsed(t *testing.T) {
 	used := map[string]bool{}
-	for _, dir := range []string{"caddymodule", "caddymodule/agtp"} {
+	for _, dir := range append([]string{"caddymodule/agtp"}, gatewayDirs...) {
 		for _, f := range goFiles(t, dir) {
 			ast.Inspect(f, func(n ast.Node) bool {
 				switch x := n.(type) {
