@@ -1,3 +1,11 @@
+// Package engine is the gateway's request engine, caddy-free: the spec
+// §10 order as named stages (stages.go) over the transport-neutral
+// agtp.Request, with the identity verifiers, the Tier A built-ins,
+// contracts, the RCNS gate, rate limits, Idempotency-Key leases,
+// Attribution-Records and the manifest. A host (the Caddy module, or a
+// test) builds it with New and Attach and hands it requests with Serve;
+// the doors (caddymodule/httpdoor, caddymodule/mcpdoor, the native
+// AGTP/1.0 door) only frame. docs/architecture.md has the request walk.
 package engine
 
 import (

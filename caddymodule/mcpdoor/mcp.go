@@ -1,3 +1,9 @@
+// Package mcpdoor is the MCP door (docs/doors.md "MCP door"): the
+// engine's Tier B endpoints and recipes as MCP tools over Streamable
+// HTTP, served with the MCP Go SDK in stateless mode. Each HTTP request
+// is identified once (engine.VerifyTransport), each tool call becomes an
+// agtp.Request served by engine.Serve, and refusals are the engine's
+// (engine.Refuse), so an agent gets the same answer on every door.
 package mcpdoor
 
 import (
