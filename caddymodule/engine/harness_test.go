@@ -27,7 +27,7 @@ import (
 // upstream on 127.0.0.1, the memory store, and agtp.Requests handed to
 // Serve as a door frames them.
 
-// testAgent is the load test's registered agent (trust tier 2), and
+// testAgent is the load test's registered agent (trust tier 1), and
 // testScope what it may claim.
 const (
 	testAgent = "677812645a9fe530d9c0251df0296775b37b392ac32b2003ab5beba14490e4fa"

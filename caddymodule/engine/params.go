@@ -181,8 +181,8 @@ func synthesisParam(x *exchange, p map[string]any, what string) (string, bool) {
 // a query persistent=true is refused as not a boolean instead of being
 // ignored. limit and cursor are read from the query by listingParam,
 // which parses their string form there. Other query keys are not read.
-var builtinQueryParams = []string{"target", "synthesis_id", "attempt_id", "agent_id", "session_id",
-	"reason", "actor", "mode", "requested_duration", "persistent"}
+var builtinQueryParams = []string{"target", "synthesis_id", "attempt_id", "audit_id", "agent_id", "session_id",
+	"key", "action", "reason", "actor", "mode", "requested_duration", "persistent"}
 
 // queryParams adds the builtinQueryParams given in the query q (the last
 // value of a repeated key, spec §2.1) to the body parameters p. One
