@@ -12,15 +12,25 @@ import (
 )
 
 // ServeHTTP routes one HTTP request: the MCP path to the MCP door,
-// whatever it carries (never to next); an AGTP request (httpdoor.IsAGTP)
-// to the HTTP binding's door (spec §2.3); a plain OPTIONS * as Go would
-// answer it; every other request to next, unchanged.
+// whatever it carries (never to next), and with the door on, its
+// well-known discovery paths (mcpdoor.Door.WellKnown: the
+// protected-resource metadata, and the authorization-server metadata
+// an MCP client would otherwise look for on the legacy API) to the
+// door too; an AGTP request (httpdoor.IsAGTP) to the HTTP binding's
+// door (spec §2.3); a plain OPTIONS * as Go would answer it; every
+// other request to next, unchanged.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	e := h.eng
 	e.Activate()
-	if h.mcp != nil && r.URL.Path == h.MCP.Path {
-		h.mcp.ServeHTTP(w, r)
-		return nil
+	if h.mcp != nil {
+		if r.URL.Path == h.MCP.Path {
+			h.mcp.ServeHTTP(w, r)
+			return nil
+		}
+		if h.mcp.WellKnown(r.URL.Path) {
+			h.mcp.ServeWellKnown(w, r)
+			return nil
+		}
 	}
 	if !httpdoor.IsAGTP(e, r) {
 		if r.RequestURI == "*" && r.Method == http.MethodOptions {

@@ -203,4 +203,11 @@ var (
 	OriginRefused = def("origin-refused", 403, NotRetryable)
 	BatchTooLarge = def("batch-too-large", 400, NotRetryable)
 	CallTimeout   = def("call-timeout", 504, RetryDepends)
+	// NoAuthorizationServer answers the OAuth authorization-server
+	// discovery paths (RFC 8414, OpenID Connect Discovery) the MCP door
+	// owns: the gateway runs no authorization server. 501 and not 404,
+	// because MCP clients read a 404 there as "look elsewhere" and guess
+	// next at POST /register on the legacy API (docs/doors.md
+	// "Well-known paths").
+	NoAuthorizationServer = def("no-authorization-server", 501, NotRetryable)
 )

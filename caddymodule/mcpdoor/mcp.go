@@ -50,6 +50,9 @@ type Door struct {
 	// testAgent is the Agent-ID of cfg.TestAgent ("" without it).
 	testAgent string
 	origins   map[string]bool
+	// wellKnown are the discovery paths the door answers itself
+	// (wellknown.go).
+	wellKnown map[string]wellKnownKind
 	sdk       *mcp.StreamableHTTPHandler
 	impl      *mcp.Implementation
 	log       *slog.Logger // the SDK's log: warnings and errors into the handler's
@@ -68,7 +71,7 @@ func New(e *engine.Engine, cfg *Config) (*Door, error) {
 	if err := cfg.Validate(e.Identity); err != nil {
 		return nil, err
 	}
-	d := &Door{e: e, cfg: cfg, origins: map[string]bool{}, shared: map[string]*mcp.Server{}}
+	d := &Door{e: e, cfg: cfg, origins: map[string]bool{}, wellKnown: wellKnownPaths(cfg.Path), shared: map[string]*mcp.Server{}}
 	for _, o := range cfg.AllowedOrigins {
 		d.origins[o] = true
 	}
@@ -330,6 +333,11 @@ func (d *Door) refuseAs(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 		how.Agent = rq.agent
 	}
 	resp := d.e.Refuse(in, e, how)
+	if resp.Status == http.StatusUnauthorized {
+		// RFC 9110 §11.6.1: a 401 carries a challenge (challenge says
+		// which and why). Spelled as RFC 9110 spells it.
+		w.Header()["WWW-Authenticate"] = []string{d.challenge(r)}
+	}
 	httpdoor.Write(w, r, resp)
 	if resp.Close {
 		httpdoor.Drain(d.e.RefusedBodyDrainBounds(), w, r) // as the HTTP door (cases/05)
