@@ -258,7 +258,8 @@ func TestMetricsCounterDeltas(t *testing.T) {
 		`caddy_rcns_step_duration_seconds_count{recipe="book-room",step="property"}`:          1,
 		`caddy_rcns_step_duration_seconds_count{recipe="book-room",step="reservation"}`:       1,
 		`caddy_rcns_upstream_request_duration_seconds_count{upstream="hotel"}`:                3,
-		requestSeries("263", "BOOK"): 1,
+		requestSeries("263", "BOOK"):         1,
+		durationSeries("gate", "negotiated"): 1,
 	})
 	if got := s1.value("caddy_rcns_active_contracts"); got != 1 {
 		t.Errorf("caddy_rcns_active_contracts = %v after one synthesis, want 1", got)
@@ -273,6 +274,7 @@ func TestMetricsCounterDeltas(t *testing.T) {
 		`caddy_rcns_lock_refusals_total{lock="caller_scope"}`:                          1,
 		`caddy_rcns_gate_evaluations_total{outcome="refused",reason="scope-required"}`: 1,
 		requestSeries("262", "BOOK"):                                                   1,
+		durationSeries("gate", "refused"):                                              1,
 	})
 
 	// 3. One idempotent replay of a Tier B call: the first call executes
@@ -284,6 +286,7 @@ func TestMetricsCounterDeltas(t *testing.T) {
 	assertDeltas(t, "Tier B first execution", s2, s3a, map[string]float64{
 		`caddy_rcns_upstream_request_duration_seconds_count{upstream="hotel"}`: 1,
 		requestSeries("200", "FETCH"):                                          1,
+		durationSeries("tier_b", "success"):                                    1,
 	})
 	again := g.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, readScope, "Idempotency-Key", key), nil)
 	assertReplay(t, first, again)
@@ -291,6 +294,7 @@ func TestMetricsCounterDeltas(t *testing.T) {
 	assertDeltas(t, "idempotent replay", s3a, s3, map[string]float64{
 		`caddy_rcns_idempotency_events_total{event="replay"}`: 1,
 		requestSeries("200", "FETCH"):                         1,
+		durationSeries("tier_b", "success"):                   1,
 	})
 	if got := s3.value("caddy_rcns_idempotency_records"); got != 1 {
 		t.Errorf("caddy_rcns_idempotency_records = %v with one stored key, want 1", got)
@@ -305,6 +309,7 @@ func TestMetricsCounterDeltas(t *testing.T) {
 		`caddy_rcns_upstream_errors_total{class="upstream_timeout",upstream="bin"}`: 1,
 		`caddy_rcns_upstream_request_duration_seconds_count{upstream="bin"}`:        1,
 		requestSeries("422", "FETCH"):                                               1,
+		durationSeries("tier_b", "error"):                                           1,
 	})
 
 	// 5. Reload the same config through admin /load (forced, so Caddy
@@ -364,6 +369,8 @@ func TestMetricsCounterDeltas(t *testing.T) {
 		requestSeries("262", "BOOK"):                                                   1,
 		`caddy_rcns_idempotency_events_total{event="replay"}`:                          1,
 		requestSeries("200", "FETCH"):                                                  1,
+		durationSeries("gate", "refused"):                                              1,
+		durationSeries("tier_b", "success"):                                            1,
 	})
 
 	out := g.Output()
@@ -379,7 +386,7 @@ const (
 	cardinalityRequests    = 1000
 	cardinalityMethods     = 100
 	cardinalityWorkers     = 4
-	cardinalityMaxNew      = 10
+	cardinalityMaxNew      = 12 // seen: 8 code, reason and budget values and 2 request duration kind/outcome pairs
 	cardinalityTimeLimit   = 20 * time.Second
 	cardinalityPathPrefix  = "/cardinality-probe-"
 	cardinalityMethodStart = "ZQPROBE"
@@ -390,8 +397,9 @@ const (
 // agent to 1,000 distinct unserved paths (every tenth with Allow-RCNS, so
 // the gate and its rate limit run too), and 100 requests with 100
 // distinct unknown method tokens. The number of caddy_rcns_ series may
-// grow only by new status-code and reason values (a small constant), and
-// no label anywhere may carry one of the ids, paths or methods.
+// grow only by new status-code and reason values and request duration
+// kind/outcome pairs (a small constant), and no label anywhere may
+// carry one of the ids, paths or methods.
 func TestMetricsCardinality(t *testing.T) {
 	w := startLab(t, "optimistic", "")
 	g := w.GW
@@ -490,7 +498,8 @@ feed:
 		t.Errorf("caddy_rcns_requests_total grew by %v, want %d", counted, len(jobs))
 	}
 
-	// Series growth: only new code/reason/budget values.
+	// Series growth: only new code/reason/budget values and kind/outcome
+	// pairs.
 	old := map[string]bool{}
 	for _, k := range before.rcnsSeries() {
 		old[k] = true
@@ -537,4 +546,10 @@ feed:
 // method on the door the suite runs over (binding="http" or "agtp").
 func requestSeries(code, method string) string {
 	return `caddy_rcns_requests_total{binding="` + suiteDoor + `",code="` + code + `",method="` + method + `"}`
+}
+
+// durationSeries is the caddy_rcns_request_duration_seconds _count
+// series of one kind and outcome on the door the suite runs over.
+func durationSeries(kind, outcome string) string {
+	return `caddy_rcns_request_duration_seconds_count{binding="` + suiteDoor + `",kind="` + kind + `",outcome="` + outcome + `"}`
 }

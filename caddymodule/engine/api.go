@@ -35,6 +35,7 @@ type Refusal struct {
 // response header and an Attribution-Record, in the body of spec §19,
 // counted in the requests metric as any other answer.
 func (h *Engine) Refuse(r *agtp.Request, e *agtp.Error, how Refusal) *agtp.Response {
+	start := time.Now()
 	h.Activate()
 	x := h.newExchange(r)
 	x.bodyRead, x.rawBody = how.BodyRead, how.Body
@@ -43,7 +44,7 @@ func (h *Engine) Refuse(r *agtp.Request, e *agtp.Error, how Refusal) *agtp.Respo
 		x.identifiedAs(how.Agent)
 	}
 	x.fail(e)
-	return h.finish(x)
+	return h.finish(x, start)
 }
 
 // AgentRegistry is the agent registry (the agents documents): a door resolves

@@ -84,8 +84,8 @@ func BenchmarkContractAnswer(b *testing.B) {
 }
 
 // BenchmarkMetricsPresentation is the metrics of one contract
-// presentation (request, presentation, composition, step and upstream
-// call), from every core at once as under load: resolved is the handler's
+// presentation (request count and duration, presentation, composition,
+// step and upstream call), from every core at once as under load: resolved is the handler's
 // path (children resolved once: presented, recipeRun, the request
 // counter's last code); with-label-values is the path it replaced,
 // WithLabelValues on every observation (kept here only as the baseline).
@@ -103,6 +103,7 @@ func BenchmarkMetricsPresentation(b *testing.B) {
 				m.recipeRun(r, 0.001, reports)
 				m.presentation(viaSynthesisID, "executed")
 				m.request("LOOKUP", 200, "http")
+				m.requestDuration("http", kindContract, 200, "", 0.002)
 			}
 		})
 	})
@@ -115,6 +116,35 @@ func BenchmarkMetricsPresentation(b *testing.B) {
 				m.upstreamSeconds.WithLabelValues(reports[0].Upstream).Observe(0.001)
 				m.presentations.WithLabelValues(presentationVia.label(viaSynthesisID), presentationOutcomes.label("executed")).Inc()
 				m.requests.WithLabelValues(m.methodSeries("LOOKUP")[0].label, codeLabel(200), "http").Inc()
+				m.requestSeconds.WithLabelValues("http", requestKinds[kindContract], requestOutcomes[outcomeIndex(200, "")]).Observe(0.002)
+			}
+		})
+	})
+}
+
+// BenchmarkMetricsRequestDuration is the request duration histogram's
+// observation of one answer, from every core at once: resolved is the
+// engine's path (requestDuration, the child resolved once per binding,
+// kind and outcome); with-label-values resolves the child at every
+// observation (the baseline).
+func BenchmarkMetricsRequestDuration(b *testing.B) {
+	m, err := newMetrics(nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("resolved", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				m.requestDuration("http", kindTierB, 200, "", 0.002)
+			}
+		})
+	})
+	b.Run("with-label-values", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				m.requestSeconds.WithLabelValues("http", requestKinds[kindTierB], requestOutcomes[outcomeIndex(200, "")]).Observe(0.002)
 			}
 		})
 	})

@@ -80,13 +80,14 @@ type Engine struct {
 // and cancellation bound the upstream calls. Serve reads r.Body within the
 // body limits and never closes it; the door owns the connection.
 func (h *Engine) Serve(ctx context.Context, r *agtp.Request) *agtp.Response {
+	start := time.Now()
 	if ctx != nil {
 		r.Context = ctx
 	}
 	h.Activate()
 	x := h.newExchange(r)
 	h.dispatch(x)
-	return h.finish(x)
+	return h.finish(x, start)
 }
 
 // newExchange is the exchange of r with its identifiers read and
@@ -145,8 +146,9 @@ func (h *Engine) newExchange(r *agtp.Request) *exchange {
 	return x
 }
 
-// finish counts the answer of x and returns it.
-func (h *Engine) finish(x *exchange) *agtp.Response {
+// finish counts the answer of x, and the time since start (when the
+// engine received it) by what answered it, and returns it.
+func (h *Engine) finish(x *exchange, start time.Time) *agtp.Response {
 	r := x.in
 	if !x.written {
 		// Every path of Serve answers; this is the net under a new one
@@ -161,6 +163,7 @@ func (h *Engine) finish(x *exchange) *agtp.Response {
 		m = r.Method
 	}
 	h.metrics.request(m, x.status, r.Binding)
+	h.metrics.requestDuration(r.Binding, x.kind, x.status, x.reason, time.Since(start).Seconds())
 	return x.resp
 }
 
@@ -170,8 +173,9 @@ func (h *Engine) finish(x *exchange) *agtp.Response {
 // of r.Header (what of the head the door could read, possibly none)
 // are echoed as on any other refusal: a malformed one is not.
 func (h *Engine) Answer(r *agtp.Request, e *agtp.Error) *agtp.Response {
+	start := time.Now()
 	h.Activate()
 	x := h.newExchange(r)
 	x.fail(e)
-	return h.finish(x)
+	return h.finish(x, start)
 }

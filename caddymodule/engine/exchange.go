@@ -132,6 +132,9 @@ type exchange struct {
 	beforeWrite func(status int)
 	status      int    // status written
 	reason      string // reason token of a refusal written
+	// kind is what answered the request (the stage that answered sets
+	// it, dispatch): the kind label of the request duration histogram.
+	kind requestKind
 }
 
 func (x *exchange) fail(e *agtp.Error) {

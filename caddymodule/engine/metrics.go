@@ -41,6 +41,11 @@ const (
 // upstream calls and steps share them so panels can be compared).
 var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
+// requestBuckets suit a whole AGTP request in the engine, from 100 µs
+// (a built-in or an early refusal) to 30 s (a plan's upstream calls);
+// from 1 ms up they are durationBuckets, so panels can be compared.
+var requestBuckets = append([]float64{0.0001, 0.00025, 0.0005}, durationBuckets...)
+
 // storeBuckets suit store round trips, from 100 µs (loopback Redis) to
 // the read timeout and beyond.
 var storeBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
@@ -108,7 +113,8 @@ type metrics struct {
 	idempotencyEvents  *prometheus.CounterVec   // event
 	idempotencyRecords prometheus.Gauge         //
 	attemptRecords     prometheus.Gauge         //
-	requests           *prometheus.CounterVec   // method, code
+	requests           *prometheus.CounterVec   // method, code, binding
+	requestSeconds     *prometheus.HistogramVec // binding, kind, outcome
 	storeSeconds       *prometheus.HistogramVec // op
 	storeErrors        *prometheus.CounterVec   // op
 	storeUp            prometheus.Gauge         //
@@ -124,6 +130,10 @@ type metrics struct {
 	// *recipes.Endpoint → prometheus.Observer), resolved at first use:
 	// WithLabelValues hashes and compares every label on each call.
 	series sync.Map
+	// durations are the request duration histogram's children, by
+	// bindings, requestKinds and requestOutcomes index, each resolved at
+	// its first observation (requestDuration).
+	durations [len(bindings)][len(requestKinds)][len(requestOutcomes)]lazyObserver
 }
 
 // recipeSeries are one recipe's histogram children: its composition,
@@ -250,6 +260,14 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 	m.requests = counterVec("requests_total",
 		"AGTP requests handled by the gateway, by method (AGTP floor or configured, else OTHER), response status code and the door (binding) it came through: http, agtp or mcp.",
 		"method", "code", "binding")
+
+	requestHist, err := registerCollector(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "request_duration_seconds",
+		Help:    "Duration of an AGTP request in the engine, from its arrival to its answer (the door's framing and write excluded), by the door (binding: http, agtp, mcp), what answered it (kind: unrouted, builtin, tier_b, contract, gate) and outcome (success, negotiated, refused, error).",
+		Buckets: requestBuckets,
+	}, []string{"binding", "kind", "outcome"}))
+	errs = append(errs, err)
+	m.requestSeconds = requestHist
 
 	storeHist, err := registerCollector(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "store_round_trip_duration_seconds",
@@ -541,6 +559,90 @@ func (m *metrics) request(method string, status int, binding string) {
 	c := &codeCounter{code: code, counter: m.requests.WithLabelValues(lc.label, code, bindings[b])}
 	lc.last.Store(c)
 	c.counter.Inc()
+}
+
+// requestKind is what answered an AGTP request: the kind label of
+// caddy_rcns_request_duration_seconds, set by the stage that answered
+// (dispatch). Its values index requestKinds.
+type requestKind uint8
+
+// The request kinds, in requestKinds order.
+const (
+	// kindUnrouted: answered before the request reached a built-in, an
+	// endpoint, a contract or the gate (the framing, method, path,
+	// identity and Idempotency-Key checks, a door's own refusal, a store
+	// failure while looking the pair up).
+	kindUnrouted requestKind = iota
+	// kindBuiltin: a Tier A built-in (DISCOVER, PROPOSE, INSPECT, REVOKE,
+	// SUSPEND), anonymous DISCOVER included.
+	kindBuiltin
+	// kindTierB: a registered Tier B endpoint (§10 step 8).
+	kindTierB
+	// kindContract: served under an existing contract, presented by
+	// synthesis id (step 7) or found by pair (Tier C, step 8b).
+	kindContract
+	// kindGate: the RCNS gate for an unserved pair (step 9), a synthesis
+	// or its refusal.
+	kindGate
+)
+
+// requestKinds are the kind label's values, in requestKind order.
+var requestKinds = [...]string{"unrouted", "builtin", "tier_b", "contract", "gate"}
+
+// requestOutcomes are the outcome label's values, in outcomeIndex order.
+var requestOutcomes = [...]string{"success", "negotiated", "refused", "error"}
+
+// outcomeIndex classes an answer, by its final status (0 is 200, as
+// codeLabel has it) and the reason token of a refusal ("" for none),
+// into requestOutcomes: success (1xx-3xx but 262 and 263), negotiated
+// (263 Proposal Approved and 461 Contract Available: a contract was
+// issued), error (5xx, a status outside 100-599, and the 422s of a
+// failed upstream call or plan: the upstream_* codes and
+// composition_failed of spec §7.3, the gateway's side failing rather
+// than the caller's request) and refused (every other 4xx, and 262
+// Authorization Required).
+func outcomeIndex(status int, reason string) int {
+	switch {
+	case status == 0:
+		return 0
+	case status == 263 || status == 461:
+		return 1
+	case status == 262:
+		return 2
+	case status >= 100 && status < 400:
+		return 0
+	case status >= 400 && status < 500:
+		switch reason {
+		case recipes.ErrUpstreamTimeout, recipes.ErrUpstreamConnection, recipes.ErrUpstreamMalformed,
+			recipes.ErrUpstreamAuthentication, recipes.ErrUpstream, recipes.ErrCompositionFailed:
+			return 3
+		}
+		return 2
+	}
+	return 3
+}
+
+// requestDuration observes one AGTP request's time in the engine
+// (seconds) by binding (bindingIndex), what answered it (kind) and the
+// outcome of its final status and refusal reason (outcomeIndex). Each
+// child is resolved once.
+func (m *metrics) requestDuration(binding string, kind requestKind, status int, reason string, seconds float64) {
+	if m == nil {
+		return
+	}
+	k := int(kind)
+	if k >= len(requestKinds) {
+		k = int(kindUnrouted)
+	}
+	b, o := bindingIndex(binding), outcomeIndex(status, reason)
+	l := &m.durations[b][k][o].p
+	if p := l.Load(); p != nil {
+		(*p).Observe(seconds)
+		return
+	}
+	obs := m.requestSeconds.WithLabelValues(bindings[b], requestKinds[k], requestOutcomes[o])
+	l.Store(&obs)
+	obs.Observe(seconds)
 }
 
 // bindings are the binding label's values, in bindingIndex order.

@@ -2,6 +2,11 @@ package engine
 
 import (
 	"encoding/json"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +21,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
@@ -38,6 +44,7 @@ func touchAllMetrics(m *metrics) {
 	m.setIdempotencyRecords(7)
 	m.setAttemptRingSize(11)
 	m.request("QUERY", 200, "http")
+	m.requestDuration("http", kindBuiltin, 200, "", 0.0003)
 	m.storeRoundTrip(store.OpClaim, time.Millisecond, nil)
 	m.setStoreUp(true)
 }
@@ -75,6 +82,7 @@ var allMetricNames = []string{
 	"caddy_rcns_idempotency_records",
 	"caddy_rcns_attempt_records",
 	"caddy_rcns_requests_total",
+	"caddy_rcns_request_duration_seconds",
 	"caddy_rcns_store_round_trip_duration_seconds",
 	"caddy_rcns_store_errors_total",
 	"caddy_rcns_store_up",
@@ -112,6 +120,7 @@ func TestMetricsRegistersEveryCollectorAndLints(t *testing.T) {
 		"lock":     m.lockRefusals,
 		"upstream": m.upstreamSeconds,
 		"requests": m.requests,
+		"duration": m.requestSeconds,
 	} {
 		problems, err := testutil.CollectAndLint(c)
 		if err != nil {
@@ -344,7 +353,7 @@ func TestMetricsRegisterTwiceReusesCollectors(t *testing.T) {
 	}
 	if first.gateEvaluations != second.gateEvaluations || first.activeContracts != second.activeContracts ||
 		first.upstreamSeconds != second.upstreamSeconds || first.requests != second.requests ||
-		first.attemptRecords != second.attemptRecords {
+		first.attemptRecords != second.attemptRecords || first.requestSeconds != second.requestSeconds {
 		t.Fatal("second newMetrics did not reuse the registered collectors")
 	}
 	first.presentation(viaSynthesisID, "revoked")
@@ -613,6 +622,131 @@ func TestPresentationsCountedOnce(t *testing.T) {
 		}
 		if got := count(st.via, st.result) - was; got != 1 {
 			t.Errorf("%s: via=%s outcome=%s went up by %v, want 1", st.name, st.via, st.result, got)
+		}
+	}
+}
+
+// TestRequestDurationByKind: caddy_rcns_request_duration_seconds
+// observes every AGTP request once, labelled by its door, what answered
+// it (the stage that answered) and the outcome class of its status.
+func TestRequestDurationByKind(t *testing.T) {
+	// The upstream serves /items/{id} and fails /slow/{id} with a 500.
+	items := testUpstream(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/slow/") {
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		resp, err := http.Get(items + r.URL.Path)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(up.Close)
+	te := newTestEngine(t, func(c *Config) { c.Upstreams["bench"].URL = up.URL })
+	body := map[string]any{"parameters": map[string]any{"item_id": "1"}}
+	native := func(method, target string, hdr http.Header) *agtp.Response {
+		u, _ := url.ParseRequestURI(target)
+		return te.Serve(t.Context(), &agtp.Request{Binding: agtp.BindingNative, Method: method, Target: target, URL: u,
+			Host: "127.0.0.1", Header: hdr, Loopback: true})
+	}
+	var id string
+	steps := []struct {
+		name                   string
+		send                   func() int
+		status                 int
+		binding, kind, outcome string
+	}{
+		{"built-in", func() int { return te.do(t, "DISCOVER", "/", nil).Status }, 200, "http", "builtin", "success"},
+		{"anonymous DISCOVER", func() int { return te.serve(t, "DISCOVER", "/", nil, "").Status }, 200, "http", "builtin", "success"},
+		{"built-in refused", func() int { return te.do(t, "INSPECT", "/", nil).Status }, 400, "http", "builtin", "refused"},
+		{"Tier B", func() int { return te.do(t, "FETCH", "/items/1", nil).Status }, 200, "http", "tier_b", "success"},
+		{"Tier B, native door", func() int { return native("FETCH", "/items/2", agentHeader()).Status }, 200, "agtp", "tier_b", "success"},
+		{"Tier B upstream failure", func() int { return te.do(t, "FETCH", "/slow/1", nil).Status }, 422, "http", "tier_b", "error"},
+		{"Tier B invalid input", func() int {
+			return te.do(t, "FETCH", "/items/1", map[string]any{"parameters": map[string]any{"other": 1}}).Status
+		}, 422, "http", "tier_b", "refused"},
+		{"synthesis", func() int {
+			a := te.do(t, "LOOKUP", "/item/d-1", body, "Allow-RCNS", "true")
+			id = a.header("Contract-Synthesized")
+			return a.Status
+		}, 263, "http", "gate", "negotiated"},
+		{"gate without opt-in", func() int { return te.do(t, "LOOKUP", "/item/d-2", body).Status }, 404, "http", "gate", "refused"},
+		{"presentation", func() int { return te.do(t, "LOOKUP", "/item/d-1", body, "Contract-Synthesized", id).Status }, 200, "http", "contract", "success"},
+		{"by pair", func() int { return te.do(t, "LOOKUP", "/item/d-1", body).Status }, 200, "http", "contract", "success"},
+		{"unknown contract", func() int {
+			return te.do(t, "LOOKUP", "/item/d-1", body, "Contract-Synthesized", "syn-AAAAAAAAAAAAAAAAAAAAAA").Status
+		}, 404, "http", "contract", "refused"},
+		{"refused before routing", func() int { return te.serve(t, "FETCH", "/items/1", nil, "").Status }, 401, "http", "unrouted", "refused"},
+		{"bad Task-ID, native door", func() int { return native("FETCH", "/items/1", agentHeader("Task-ID", "bad id")).Status }, 400, "agtp", "unrouted", "refused"},
+		{"a door's own refusal", func() int {
+			return te.Refuse(&agtp.Request{Binding: agtp.BindingMCP, Method: "POST", Target: "/mcp", Header: http.Header{}},
+				agtp.BodyTooLarge.New("too large"), Refusal{}).Status
+		}, 413, "mcp", "unrouted", "refused"},
+		{"bad framing, native door", func() int {
+			return te.Answer(&agtp.Request{Binding: agtp.BindingNative, Header: http.Header{}}, agtp.InvalidRequestLine.New("unreadable")).Status
+		}, 400, "agtp", "unrouted", "refused"},
+	}
+	want := map[string]uint64{}
+	for _, st := range steps {
+		if got := st.send(); got != st.status {
+			t.Fatalf("%s: status %d, want %d", st.name, got, st.status)
+		}
+		want[st.binding+"/"+st.kind+"/"+st.outcome]++
+	}
+
+	got := map[string]uint64{}
+	var observed uint64
+	mfs, err := te.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "caddy_rcns_request_duration_seconds":
+			for _, mt := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, lp := range mt.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				got[l["binding"]+"/"+l["kind"]+"/"+l["outcome"]] += mt.GetHistogram().GetSampleCount()
+				observed += mt.GetHistogram().GetSampleCount()
+			}
+		case "caddy_rcns_requests_total":
+			for _, mt := range mf.GetMetric() {
+				observed -= uint64(mt.GetCounter().GetValue())
+			}
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("sample counts by binding/kind/outcome:\n got %v\nwant %v", got, want)
+	}
+	if observed != 0 {
+		t.Errorf("the histogram's samples and requests_total differ by %d", int64(observed))
+	}
+}
+
+// TestOutcomeIndex: the outcome class of each kind of answer.
+func TestOutcomeIndex(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		reason string
+		want   string
+	}{
+		{0, "", "success"}, {200, "", "success"}, {204, "", "success"}, {308, "", "success"},
+		{263, "", "negotiated"}, {461, "", "negotiated"},
+		{262, "scope-required", "refused"}, {400, "invalid-task-id", "refused"}, {429, "rate-limited", "refused"},
+		{463, "policy-refused", "refused"}, {464, "rcns-disabled", "refused"}, {422, "invalid-input", "refused"},
+		{422, "", "refused"}, // a replayed 422: its reason is not read again
+		{422, "upstream_timeout", "error"}, {422, "upstream_error", "error"}, {422, "composition_failed", "error"},
+		{500, "internal-error", "error"}, {502, "", "error"}, {503, "store-unavailable", "error"}, {999, "", "error"}, {42, "", "error"},
+	} {
+		if got := requestOutcomes[outcomeIndex(tc.status, tc.reason)]; got != tc.want {
+			t.Errorf("outcome of %d %q = %s, want %s", tc.status, tc.reason, got, tc.want)
 		}
 	}
 }

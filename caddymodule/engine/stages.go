@@ -17,32 +17,38 @@ import (
 // stage is one named step of the spec §10 order. run returns the
 // step's refusal (the engine answers it, the only write point of a
 // refusal), or nil and whether the request goes on to the next stage
-// (false: the stage answered it itself, a result or a replay).
+// (false: the stage answered it itself, a result or a replay). kind is
+// what a request this stage answers is (the request duration's kind
+// label); run may set x.kind more precisely (stageIdentity,
+// stagePair).
 type stage struct {
 	name string
+	kind requestKind
 	run  func(h *Engine, x *exchange, req *request) (next bool, refusal *agtp.Error)
 }
 
 // stages is the spec §10 order, a request going through them until one
 // refuses or answers it.
 var stages = [...]stage{
-	{"task-id", stageTaskID},                 // echoed on every answer: checked first
-	{"framing", stageFraming},                // step 1: framing, body limit, the JSON envelope
-	{"singletons", stageSingletons},          // single-valued headers sent once
-	{"method", stageMethod},                  // step 2: lexical form, legacy opt-in, alias, catalog
-	{"path", stagePath},                      // steps 3-5: characters, redirects, grammar, method policy
-	{"identity", stageIdentity},              // step 6: verify and resolve the caller
-	{"idempotency-key", stageIdempotencyKey}, // the key, read once (claimed later)
-	{"built-in", stageBuiltin},               // Tier A (ignores Contract-Synthesized)
-	{"presentation", stagePresentation},      // step 7: a contract presented
-	{"tier-b", stageTierB},                   // step 8: a registered endpoint
-	{"pair", stagePair},                      // step 8b: Tier C by pair, else step 9: the gate
+	{"task-id", kindUnrouted, stageTaskID},                 // echoed on every answer: checked first
+	{"framing", kindUnrouted, stageFraming},                // step 1: framing, body limit, the JSON envelope
+	{"singletons", kindUnrouted, stageSingletons},          // single-valued headers sent once
+	{"method", kindUnrouted, stageMethod},                  // step 2: lexical form, legacy opt-in, alias, catalog
+	{"path", kindUnrouted, stagePath},                      // steps 3-5: characters, redirects, grammar, method policy
+	{"identity", kindUnrouted, stageIdentity},              // step 6: verify and resolve the caller
+	{"idempotency-key", kindUnrouted, stageIdempotencyKey}, // the key, read once (claimed later)
+	{"built-in", kindBuiltin, stageBuiltin},                // Tier A (ignores Contract-Synthesized)
+	{"presentation", kindContract, stagePresentation},      // step 7: a contract presented
+	{"tier-b", kindTierB, stageTierB},                      // step 8: a registered endpoint
+	{"pair", kindUnrouted, stagePair},                      // step 8b: Tier C by pair, else step 9: the gate
 }
 
-// dispatch runs x through the stages.
+// dispatch runs x through the stages; x.kind is the kind of the stage
+// that answered.
 func (h *Engine) dispatch(x *exchange) {
 	req := &request{}
 	for i := range stages {
+		x.kind = stages[i].kind
 		next, e := stages[i].run(h, x, req)
 		if e != nil {
 			x.fail(e)
@@ -228,7 +234,9 @@ func stageIdentity(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 		if !h.anonymousDiscovery() {
 			return false, agtp.AnonymousDiscoveryDisabled.WithFields("this server does not answer DISCOVER without an Agent-ID", map[string]any{"type": "anonymous-discovery-disabled"})
 		}
+		x.kind = kindBuiltin
 		if !h.discover(x, req) {
+			x.kind = kindUnrouted
 			// Identity (§10 step 6) comes before the match (steps
 			// 8–9): without Agent-ID only the manifest and the
 			// read-only built-ins are served (spec §8.1).
@@ -347,9 +355,11 @@ func stagePair(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 	}
 	x.preclaimed = res.Claimed
 	if res.Contract != nil {
+		x.kind = kindContract
 		h.runContract(x, req, res.Contract, viaPair)
 		return false, nil
 	}
+	x.kind = kindGate
 	h.gateway(x, req)
 	return false, nil
 }
