@@ -130,28 +130,18 @@ type srAnswer struct {
 }
 
 // srServe answers in as Engine.Serve does (Activate, newExchange,
-// dispatch, finish), with dispatch's loop over the stages written out
-// to name the stage at which the request stopped, and decodes the
-// answer as the harness's serve does.
+// dispatch, finish), keeping the name of the stage at which the request
+// stopped (dispatch's result), and decodes the answer as the harness's
+// serve does.
 func srServe(t *testing.T, te *testEngine, in *agtp.Request) *srAnswer {
 	t.Helper()
 	in.Context = t.Context()
 	h := te.Engine
+	start := time.Now()
 	h.Activate()
 	x := h.newExchange(in)
-	req := &request{}
-	stage := ""
-	for i := range stages {
-		next, e := stages[i].run(h, x, req)
-		if e != nil {
-			x.fail(e)
-		}
-		if e != nil || !next {
-			stage = stages[i].name
-			break
-		}
-	}
-	a := &srAnswer{testAnswer: &testAnswer{Response: h.finish(x)}, stage: stage}
+	stage := h.dispatch(x)
+	a := &srAnswer{testAnswer: &testAnswer{Response: h.finish(x, start)}, stage: stage}
 	_ = json.Unmarshal(a.Body, &a.body)
 	return a
 }

@@ -44,20 +44,22 @@ var stages = [...]stage{
 }
 
 // dispatch runs x through the stages; x.kind is the kind of the stage
-// that answered.
-func (h *Engine) dispatch(x *exchange) {
+// that answered, and stopped its name ("" when none answered: finish
+// then answers 500).
+func (h *Engine) dispatch(x *exchange) (stopped string) {
 	req := &request{}
 	for i := range stages {
 		x.kind = stages[i].kind
 		next, e := stages[i].run(h, x, req)
 		if e != nil {
 			x.fail(e)
-			return
+			return stages[i].name
 		}
 		if !next {
-			return
+			return stages[i].name
 		}
 	}
+	return ""
 }
 
 // stageTaskID refuses a malformed Task-ID header (a malformed one is
