@@ -323,14 +323,26 @@ func clientCloses(h http.Header) bool {
 }
 
 // logAccess writes one AGTPServer.AccessLog line: no header but Host
-// and Agent-ID, which identify the request and carry no authority.
+// and Agent-ID, which identify the request and carry no authority; the
+// request_id every engine log line about the request carries, and the
+// reason of a refusal, as the HTTP door's access line (accesslog.go).
 func logAccess(l *zap.Logger, conn net.Conn, req *wire.Request, resp *agtp.Response, start time.Time) {
 	host, port, _ := net.SplitHostPort(conn.RemoteAddr().String())
 	l.Info("handled request",
 		zap.String("remote_ip", host), zap.String("remote_port", port), zap.String("proto", "AGTP/1.0"),
 		zap.String("method", req.Method), zap.String("uri", req.Target), zap.String("host", req.Header.Get("Host")),
 		zap.String("agent_id", req.Header.Get("Agent-ID")), zap.Int("status", resp.Status),
-		zap.Int("size", len(resp.Body)), zap.Float64("duration", time.Since(start).Seconds()))
+		zap.Int("size", len(resp.Body)), zap.Float64("duration", time.Since(start).Seconds()),
+		zap.String("request_id", resp.RequestID), reasonField(resp.Reason))
+}
+
+// reasonField is the reason of a refusal for an access line, or no
+// field when the answer is not a refusal.
+func reasonField(reason string) zap.Field {
+	if reason == "" {
+		return zap.Skip()
+	}
+	return zap.String("reason", reason)
 }
 
 // write sends one engine answer within the write timeout; last adds

@@ -24,7 +24,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	e.Activate()
 	if h.mcp != nil {
 		if r.URL.Path == h.MCP.Path {
-			h.mcp.ServeHTTP(w, r)
+			noteMCPAccess(r, h.mcp.Serve(w, r))
 			return nil
 		}
 		if h.mcp.WellKnown(r.URL.Path) {
@@ -39,7 +39,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return next.ServeHTTP(w, r)
 	}
-	httpdoor.Serve(e, w, r)
+	noteAccess(r, httpdoor.Serve(e, w, r))
 	return nil
 }
 

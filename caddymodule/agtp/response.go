@@ -20,6 +20,15 @@ type Response struct {
 	// refusal came first), so the connection cannot carry another
 	// request; the door closes it after this answer.
 	Close bool
+	// RequestID is the request's id: its Request-ID when well formed,
+	// else the one the gateway minted (the Attribution-Record's
+	// request_id). It is for the doors' access log lines, which carry
+	// it as request_id, as every engine log line about the request
+	// does; it is not a response field (Header echoes only a sent one).
+	RequestID string
+	// Reason is the reason token of a refusal (spec §19), "" for an
+	// answer that is not one; for the doors' access log lines.
+	Reason string
 }
 
 // Get returns the value of the response field name (exact AGTP

@@ -105,7 +105,7 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 		return c, a, nil
 	})
 	if err != nil {
-		x.h.logger.Error("signing Attribution-Record", zap.Error(err))
+		x.log().Error("signing Attribution-Record", zap.Error(err))
 	} else if x.h.mem == nil {
 		// A shared store's round trip is not made under the chain's
 		// lock: concurrent answers of one agent on one node may retain
@@ -132,9 +132,9 @@ func (x *exchange) retain(auditID, compact string, issued time.Time) {
 	case errors.Is(err, store.ErrUnavailable):
 		// DEBUG: the outage is logged once each way by the health check
 		// (logOutage); each failed round trip is counted by op.
-		h.logger.Debug("retaining an Attribution-Record failed: INSPECT target=audit will not find it", zap.String("audit_id", auditID), zap.Error(err))
+		x.log().Debug("retaining an Attribution-Record failed: INSPECT target=audit will not find it", zap.String("audit_id", auditID), zap.Error(err))
 	case err != nil:
-		h.logger.Warn("retaining an Attribution-Record failed: INSPECT target=audit will not find it", zap.String("audit_id", auditID), zap.Error(err))
+		x.log().Warn("retaining an Attribution-Record failed: INSPECT target=audit will not find it", zap.String("audit_id", auditID), zap.Error(err))
 	}
 }
 

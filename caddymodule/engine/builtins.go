@@ -238,7 +238,7 @@ func (h *Engine) revoke(x *exchange, req *request, p map[string]any) {
 			// is refused when presented (missingUpstreams).
 			runnable := true
 			if rec, err := h.bind(c); err != nil {
-				h.logger.Warn("stale sweep: a contract's plan cannot be bound to this configuration", zap.String("synthesis_id", c.SynthesisID), zap.Error(err))
+				x.log().Warn("stale sweep: a contract's plan cannot be bound to this configuration", zap.String("synthesis_id", c.SynthesisID), zap.Error(err))
 				runnable = false
 			} else if missing := rec.MissingUpstreams(); missing != nil {
 				entry["missing_upstreams"] = missing
@@ -362,7 +362,7 @@ func (h *Engine) endContract(x *exchange, req *request, c *recipes.Contract, e c
 	h.lifecycleEvent(event, c, req.caller.Agent.ID, e.reason, e.operator)
 	h.negotiationRecord(x, kind, records.OutcomeAccepted, e.reason, e.requested,
 		map[string]any{"synthesis_id": c.SynthesisID, "state": e.state})
-	h.logger.Info("rcns contract "+e.state, zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
+	x.log().Info("rcns contract "+e.state, zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 		zap.String("originating_agent_id", c.OriginatingAgentID), zap.String("via", e.via), zap.String("reason", e.reason))
 	return true, nil
 }

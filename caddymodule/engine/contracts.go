@@ -131,7 +131,7 @@ func (h *Engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 			// presentation accept the contract.)
 			x.renewer.stop()
 			if err := x.claim.Abandon(context.WithoutCancel(x.ctx())); err != nil {
-				h.logger.Warn("releasing an Idempotency-Key claim failed; repeats of the key get 409 until its lease ends, outcome-unknown after", zap.String("agent_id", x.agentID), zap.Error(err))
+				x.log().Warn("releasing an Idempotency-Key claim failed; repeats of the key get 409 until its lease ends, outcome-unknown after", zap.String("agent_id", x.agentID), zap.Error(err))
 			}
 			x.claim = nil
 			h.metrics.idempotency("replay")
@@ -213,7 +213,7 @@ func (h *Engine) execute(x *exchange, c *recipes.Contract, rec *recipes.Recipe, 
 			// log only, never the answer (it may name hosts or jq).
 			fields = append(fields, zap.NamedError("cause", cf.Cause.Internal))
 		}
-		h.logger.Warn("composition failed", fields...)
+		x.log().Warn("composition failed", fields...)
 		details := cf.Details()
 		body := map[string]any{"error": map[string]any{"code": recipes.ErrCompositionFailed, "details": details}}
 		if cf.FailedStep != nil {

@@ -154,7 +154,7 @@ func (h *Engine) finish(x *exchange, start time.Time) *agtp.Response {
 		// Every path of Serve answers; this is the net under a new one
 		// that forgets to, so an AGTP request never gets an empty 200
 		// without the AGTP response headers.
-		h.logger.Error("no answer written for an AGTP request", zap.String("agent_id", x.agentID),
+		x.log().Error("no answer written for an AGTP request", zap.String("agent_id", x.agentID),
 			zap.String("method", x.method), zap.String("path", x.path))
 		x.fail(agtp.InternalError.New("the gateway reached no answer for this request"))
 	}
@@ -164,6 +164,7 @@ func (h *Engine) finish(x *exchange, start time.Time) *agtp.Response {
 	}
 	h.metrics.request(m, x.status, r.Binding)
 	h.metrics.requestDuration(r.Binding, x.kind, x.status, x.reason, time.Since(start).Seconds())
+	x.resp.RequestID, x.resp.Reason = x.requestID, x.reason
 	return x.resp
 }
 

@@ -135,6 +135,21 @@ type exchange struct {
 	// kind is what answered the request (the stage that answered sets
 	// it, dispatch): the kind label of the request duration histogram.
 	kind requestKind
+	// lg is the request's logger (log), built on first use.
+	lg *zap.Logger
+}
+
+// log is the engine's logger with this request's request_id: the
+// Request-ID the agent sent, or the one the gateway minted for it
+// (the Attribution-Record's request_id). The doors' access log lines
+// carry the same value (agtp.Response.RequestID), so every engine line
+// about a request joins its access line on it. Built on first use, in
+// the request's goroutine: a request that logs nothing pays nothing.
+func (x *exchange) log() *zap.Logger {
+	if x.lg == nil {
+		x.lg = x.h.logger.With(zap.String("request_id", x.requestID))
+	}
+	return x.lg
 }
 
 func (x *exchange) fail(e *agtp.Error) {
@@ -257,7 +272,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 			// a retry in the background (Redis unavailable) or its hold
 			// passes.
 			if err := x.claim.Complete(context.WithoutCancel(x.ctx()), resp); err != nil {
-				log := x.h.logger.With(zap.String("agent_id", x.agentID))
+				log := x.log().With(zap.String("agent_id", x.agentID))
 				if errors.Is(err, store.ErrClaimLost) {
 					log.Warn("the answer of an Idempotency-Key was not stored: an operator released or resolved the key, or the store lost the claim; a repeat of the key is not replayed this answer",
 						zap.Int("status", status))
@@ -269,7 +284,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 				}
 			}
 		} else if err := x.claim.Abandon(context.WithoutCancel(x.ctx())); err != nil {
-			x.h.logger.Warn("releasing an Idempotency-Key claim failed; repeats of the key get 409 until its lease ends, outcome-unknown after", zap.String("agent_id", x.agentID), zap.Error(err))
+			x.log().Warn("releasing an Idempotency-Key claim failed; repeats of the key get 409 until its lease ends, outcome-unknown after", zap.String("agent_id", x.agentID), zap.Error(err))
 		}
 		x.h.idempotencyChanged(x.ctx())
 	}
@@ -362,7 +377,7 @@ func (x *exchange) adoptSession(s, from string) {
 	case x.sessionID == "":
 		x.sessionID, x.sessionFrom = s, from
 	case x.sessionID != s:
-		x.h.logger.Info("session ids disagree; the "+x.sessionFrom+" wins (OP-37)", zap.String("agent_id", x.agentID),
+		x.log().Info("session ids disagree; the "+x.sessionFrom+" wins (OP-37)", zap.String("agent_id", x.agentID),
 			zap.String("session_id", x.sessionID), zap.String("from", x.sessionFrom),
 			zap.String("ignored_session_id", s), zap.String("ignored_from", from))
 	}

@@ -117,7 +117,7 @@ func (h *Engine) gateway(x *exchange, req *request) {
 	x.executed = true
 	x.minted = c
 	h.lifecycleEvent(records.EventProposeAccepted, c, req.caller.Agent.ID, "", "")
-	h.logger.Info("rcns contract synthesized", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
+	x.log().Info("rcns contract synthesized", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 		zap.String("recipe", recipe.Name), zap.String("recipe_version", recipe.Version), zap.String("mode", h.Mode))
 	body := contractBody(c)
 	if h.Mode == ModeConfirmFirst {
@@ -169,7 +169,7 @@ func (h *Engine) gateContract(recipe *recipes.Recipe, x *exchange, req *request)
 // 409 synthesis-in-flight: the retry synthesizes or finds the next.
 func (h *Engine) joinContract(x *exchange, req *request, c *recipes.Contract, state string) {
 	x.joined = c
-	h.logger.Info("rcns gate request joined the contract a concurrent request minted", zap.String("agent_id", x.agentID),
+	x.log().Info("rcns gate request joined the contract a concurrent request minted", zap.String("agent_id", x.agentID),
 		zap.String("synthesis_id", c.SynthesisID), zap.String("state", state))
 	if state == recipes.StateActive {
 		h.runContract(x, req, c, viaPair)
@@ -199,13 +199,13 @@ func (h *Engine) refuse(x *exchange, req *request, states *policy.LockStates, e 
 	}
 	if err := h.sto.Attempts.Add(x.ctx(), rec); err != nil {
 		// The refusal stands; only its record is missing.
-		h.logger.Warn("keeping an RCNS attempt record failed", zap.String("attempt_id", rec.ID), zap.Error(err))
+		x.log().Warn("keeping an RCNS attempt record failed", zap.String("attempt_id", rec.ID), zap.Error(err))
 	}
 	h.attemptsChanged(x.ctx())
 	if e.Status == policy.StatusNoContract {
 		e.AttemptID = rec.ID
 	}
-	h.logger.Info("rcns refusal", zap.String("agent_id", rec.AgentID), zap.String("attempt_id", rec.ID),
+	x.log().Info("rcns refusal", zap.String("agent_id", rec.AgentID), zap.String("attempt_id", rec.ID),
 		zap.String("method", x.method), zap.String("reason", e.Reason))
 	x.fail(e)
 }
@@ -230,7 +230,7 @@ func (h *Engine) spend(x *exchange, req *request, l store.Limiter) bool {
 	secs := ratelimit.RetryAfterSeconds(d)
 	x.rateHeaders["Retry-After"] = strconv.Itoa(secs)
 	scope := l.Budget().Name
-	h.logger.Info("rate limited", zap.String("agent_id", x.agentID), zap.String("budget", scope), zap.String("method", x.method))
+	x.log().Info("rate limited", zap.String("agent_id", x.agentID), zap.String("budget", scope), zap.String("method", x.method))
 	x.fail(agtp.RateLimited.WithFields(fmt.Sprintf("the %s budget of this agent is spent; retry in %d s", scope, secs), map[string]any{"scope": scope, "retry_after_seconds": secs}))
 	return false
 }

@@ -161,7 +161,7 @@ func (h *Engine) settleKey(x *exchange, req *request, p map[string]any, reason s
 		h.storeFailed(x, err)
 		return
 	}
-	h.logger.Warn("an operator settled an outcome-unknown Idempotency-Key", zap.String("operator", x.agentID), zap.String("action", action),
+	x.log().Warn("an operator settled an outcome-unknown Idempotency-Key", zap.String("operator", x.agentID), zap.String("action", action),
 		zap.String("agent_id", agent), zap.String("key", key), zap.String("request", holdWhat(st)), zap.String("reason", reason))
 	granted := keyStateBody(agent, key, st)
 	h.negotiationRecord(x, records.KindRevoke, records.OutcomeAccepted, reason, requested, granted)

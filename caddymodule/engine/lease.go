@@ -29,6 +29,7 @@ func (h *Engine) renewLease(x *exchange, c store.Claim, lease time.Duration) *le
 	}
 	every := max(lease/3, time.Second)
 	r := &leaseRenewer{}
+	log := x.log() // built here: renew runs on a timer's goroutine
 	var renew func()
 	renew = func() {
 		ctx, cancel := context.WithTimeout(context.Background(), every)
@@ -42,11 +43,11 @@ func (h *Engine) renewLease(x *exchange, c store.Claim, lease time.Duration) *le
 		switch {
 		case errors.Is(err, store.ErrClaimLost):
 			// Released by an operator, or Redis lost it: nothing to renew.
-			h.logger.Warn("an Idempotency-Key claim was lost while its request ran (an operator released or resolved it, or the store lost it); its answer will not be stored",
+			log.Warn("an Idempotency-Key claim was lost while its request ran (an operator released or resolved it, or the store lost it); its answer will not be stored",
 				zap.String("agent_id", x.agentID), zap.String("request", x.method+" "+x.path))
 			return
 		case err != nil:
-			h.logger.Debug("renewing an Idempotency-Key lease failed; retrying", zap.String("agent_id", x.agentID), zap.Error(err))
+			log.Debug("renewing an Idempotency-Key lease failed; retrying", zap.String("agent_id", x.agentID), zap.Error(err))
 		}
 		r.t = time.AfterFunc(every, renew)
 	}

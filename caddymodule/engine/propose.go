@@ -263,17 +263,17 @@ func (h *Engine) propose(x *exchange, req *request, p map[string]any) {
 		// A persistent synthesis changes the manifest: rebuild it, which
 		// bumps AGTP-API-Version (spec §14.2, §15.4).
 		if err := h.buildManifest(); err != nil {
-			h.logger.Error("rebuilding the manifest after a persistent synthesis", zap.Error(err))
+			x.log().Error("rebuilding the manifest after a persistent synthesis", zap.Error(err))
 		}
 	}
 	x.minted = c
 	h.lifecycleEvent(records.EventProposeAccepted, c, req.caller.Agent.ID, "", "")
 	h.metrics.synthesis(recipe.Name, "propose", "previewed")
 	if persistent && !granting {
-		h.logger.Info("persistent synthesis requested but not offered: granted a session-scoped contract (downgrade recorded)",
+		x.log().Info("persistent synthesis requested but not offered: granted a session-scoped contract (downgrade recorded)",
 			zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID))
 	}
-	h.logger.Info("rcns proposal accepted", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
+	x.log().Info("rcns proposal accepted", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
 		zap.String("recipe", recipe.Name), zap.String("negotiation_id", negID), zap.Bool("persistent_requested", persistent))
 	body := contractBody(c)
 	body.Members["status"] = policy.StatusProposalApproved

@@ -424,7 +424,7 @@ func (h *Engine) negotiationRecord(x *exchange, kind, outcome, reason string, re
 		rec["session_id"] = x.sessionID
 	}
 	if _, err := log.Append(x.agentID, rec); err != nil {
-		h.logger.Error("appending negotiation record", zap.String("agent_id", x.agentID), zap.String("kind", kind), zap.Error(err))
+		x.log().Error("appending negotiation record", zap.String("agent_id", x.agentID), zap.String("kind", kind), zap.Error(err))
 	}
 }
 

@@ -97,7 +97,7 @@ func stageFraming(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 	}
 	raw, err := httpbody.Read(r.Body, r.ContentLength, h.MaxRequestBody)
 	if err != nil {
-		h.logger.Info("request body read failed", zap.String("agent_id", x.agentID), zap.Int("read_bytes", len(raw)),
+		x.log().Info("request body read failed", zap.String("agent_id", x.agentID), zap.Int("read_bytes", len(raw)),
 			zap.Int64("content_length", r.ContentLength), zap.Error(err))
 		return false, agtp.BodyReadError(err, len(raw), r.ContentLength)
 	}
@@ -132,7 +132,7 @@ func stageFraming(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 		case x.taskID == "":
 			x.taskID = s
 		case x.taskID != s:
-			h.logger.Info("the Task-ID header and the envelope task_id disagree; the header wins (OP-37)",
+			x.log().Info("the Task-ID header and the envelope task_id disagree; the header wins (OP-37)",
 				zap.String("agent_id", x.agentID), zap.String("task_id_header", textcut.Clip(x.taskID)), zap.String("task_id_envelope", textcut.Clip(s)))
 		}
 	}
@@ -260,7 +260,7 @@ func stageIdentity(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 			return false, agtp.AgentUnauthenticated.New("the Agent-ID differs from the identity the transport verified")
 		}
 	} else if e := h.verifyIdentity(x, req); e != nil {
-		h.logger.Info("identity refused", zap.String("agent_id", textcut.Clip(x.agentID)), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
+		x.log().Info("identity refused", zap.String("agent_id", textcut.Clip(x.agentID)), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
 		return false, e
 	}
 	if x.recordAgent == "" { // not already set from the header (ServeHTTP)

@@ -48,7 +48,7 @@ func (h *Engine) storeFailed(x *exchange, err error) {
 	case errors.Is(err, store.ErrUnavailable):
 		// DEBUG: the outage is logged once each way by the health check
 		// (logOutage), and each 503 is counted in the metrics.
-		h.logger.Debug("store unavailable: answering 503 store-unavailable", zap.String("agent_id", x.agentID),
+		x.log().Debug("store unavailable: answering 503 store-unavailable", zap.String("agent_id", x.agentID),
 			zap.String("method", x.method), zap.Error(err))
 		if redisstore.IsOOM(err) {
 			x.retryAfter = storeFullRetryAfter
@@ -66,10 +66,10 @@ func (h *Engine) storeFailed(x *exchange, err error) {
 		}
 		x.fail(storeUnavailable())
 	case errors.Is(err, recipes.ErrPlan):
-		h.logger.Error("a contract's captured plan cannot run on this node", zap.String("agent_id", x.agentID), zap.Error(err))
+		x.log().Error("a contract's captured plan cannot run on this node", zap.String("agent_id", x.agentID), zap.Error(err))
 		x.fail(agtp.SynthesisError.New("the contract's captured plan cannot be rebuilt on this gateway node (a method it calls is not served, or an endpoint header's ${VAR} is not set here); synthesize a new one"))
 	default:
-		h.logger.Error("store call failed", zap.String("agent_id", x.agentID), zap.Error(err))
+		x.log().Error("store call failed", zap.String("agent_id", x.agentID), zap.Error(err))
 		x.fail(agtp.InternalError.New("the gateway's state store failed"))
 	}
 }

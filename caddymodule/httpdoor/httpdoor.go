@@ -18,8 +18,9 @@ import (
 
 // Serve answers the AGTP request r (IsAGTP) through e and writes the
 // answer to w; after an answer that closes the connection it drains
-// what is left of r's body within e's refused_body_drain bounds.
-func Serve(e *engine.Engine, w http.ResponseWriter, r *http.Request) {
+// what is left of r's body within e's refused_body_drain bounds. It
+// returns the answer, for the access log (its RequestID and Reason).
+func Serve(e *engine.Engine, w http.ResponseWriter, r *http.Request) *agtp.Response {
 	in := &agtp.Request{
 		Binding: agtp.BindingHTTP, Method: r.Method, Target: r.RequestURI, URL: r.URL, Host: r.Host,
 		Header: r.Header, ContentLength: r.ContentLength, Chunked: len(r.TransferEncoding) > 0,
@@ -36,6 +37,7 @@ func Serve(e *engine.Engine, w http.ResponseWriter, r *http.Request) {
 	if resp.Close {
 		Drain(e.RefusedBodyDrainBounds(), w, r)
 	}
+	return resp
 }
 
 // ianaMethods are the methods of the IANA HTTP Method Registry; without

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -149,6 +150,36 @@ type mcpRequest struct {
 	// (Attribution-Record, Audit-ID).
 	mu  sync.Mutex
 	out []agtp.Field
+	// sum is what the access log line names (Summary); guarded by mu.
+	sum Summary
+}
+
+// called notes the call of the tool named name, for the access log.
+func (rq *mcpRequest) called(name string) {
+	rq.mu.Lock()
+	rq.sum.Tools = append(rq.sum.Tools, name)
+	rq.mu.Unlock()
+}
+
+// answered notes the engine answer of one call (its request id, and
+// its reason when a refusal; reason alone for a refusal the engine did
+// not answer), for the access log.
+func (rq *mcpRequest) answered(requestID, reason string) {
+	rq.mu.Lock()
+	if requestID != "" {
+		rq.sum.RequestIDs = append(rq.sum.RequestIDs, requestID)
+	}
+	if reason != "" && !slices.Contains(rq.sum.Reasons, reason) {
+		rq.sum.Reasons = append(rq.sum.Reasons, reason)
+	}
+	rq.mu.Unlock()
+}
+
+// summary is a copy of what rq noted.
+func (rq *mcpRequest) summary() Summary {
+	rq.mu.Lock()
+	defer rq.mu.Unlock()
+	return Summary{Tools: slices.Clone(rq.sum.Tools), RequestIDs: slices.Clone(rq.sum.RequestIDs), Reasons: slices.Clone(rq.sum.Reasons)}
 }
 
 type mcpRequestKey struct{}
@@ -160,35 +191,53 @@ func (rq *mcpRequest) addOut(fs ...agtp.Field) {
 	rq.mu.Unlock()
 }
 
-// ServeHTTP answers one HTTP request for the MCP path: transport and
-// identity checks, then the SDK (spec: MCP Streamable HTTP, stateless).
+// ServeHTTP answers one HTTP request for the MCP path (Serve, its
+// Summary dropped).
 func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d.Serve(w, r)
+}
+
+// Summary is what the access log line of one HTTP request to the MCP
+// path names beyond the HTTP request itself: the tools it called and
+// the engine answers it got. Its slices are nil when empty.
+type Summary struct {
+	// Tools are the names of the tools called, in the order the calls
+	// began (a JSON-RPC batch calls several).
+	Tools []string
+	// RequestIDs are the request ids of the engine answers: one per
+	// tool call, or the one of the door's own refusal (as
+	// agtp.Response.RequestID).
+	RequestIDs []string
+	// Reasons are the reason tokens of the refusals among those
+	// answers, each once.
+	Reasons []string
+}
+
+// Serve answers one HTTP request for the MCP path: transport and
+// identity checks, then the SDK (spec: MCP Streamable HTTP, stateless).
+// It returns what the request's access log line names.
+func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	loopback := httpdoor.LocalIsLoopback(r)
 	if d.cfg.dnsRebindingProtection() && loopback && !httpdoor.LoopbackHost(r.Host) {
-		d.refuse(w, r, agtp.HostRefused.New("this MCP endpoint is on a loopback address and answers only Host localhost, 127.0.0.1 or [::1]: another Host is how DNS rebinding reaches a local server"), nil, false)
-		return
+		return d.refuse(w, r, agtp.HostRefused.New("this MCP endpoint is on a loopback address and answers only Host localhost, 127.0.0.1 or [::1]: another Host is how DNS rebinding reaches a local server"), nil, false)
 	}
 	if o, ok := r.Header["Origin"]; ok && !d.originAllowed(o, r) {
-		d.refuse(w, r, agtp.OriginRefused.New("the Origin of this request is neither this gateway's own nor one of the mcp block's allowed_origins"), nil, false)
-		return
+		return d.refuse(w, r, agtp.OriginRefused.New("the Origin of this request is neither this gateway's own nor one of the mcp block's allowed_origins"), nil, false)
 	}
 	if r.ContentLength > d.cfg.MaxRequestBody {
-		d.refuse(w, r, agtp.BodyTooLarge.WithFields(fmt.Sprintf("the MCP message is %d bytes; the limit is %d bytes", r.ContentLength, d.cfg.MaxRequestBody),
+		return d.refuse(w, r, agtp.BodyTooLarge.WithFields(fmt.Sprintf("the MCP message is %d bytes; the limit is %d bytes", r.ContentLength, d.cfg.MaxRequestBody),
 			map[string]any{"limit_bytes": d.cfg.MaxRequestBody}), nil, false)
-		return
 	}
 	var body []byte
 	if r.ContentLength != 0 && r.Body != nil {
 		raw, err := httpbody.Read(r.Body, r.ContentLength, d.cfg.MaxRequestBody)
 		if err != nil && !(r.ContentLength < 0 && err == io.EOF) {
 			d.e.Logger().Info("MCP request body read failed", zap.Int("read_bytes", len(raw)), zap.Int64("content_length", r.ContentLength), zap.Error(err))
-			d.refuse(w, r, agtp.BodyReadError(err, len(raw), r.ContentLength), nil, false)
-			return
+			return d.refuse(w, r, agtp.BodyReadError(err, len(raw), r.ContentLength), nil, false)
 		}
 		if int64(len(raw)) > d.cfg.MaxRequestBody {
-			d.refuse(w, r, agtp.BodyTooLarge.WithFields(fmt.Sprintf("the MCP message exceeds %d bytes", d.cfg.MaxRequestBody),
+			return d.refuse(w, r, agtp.BodyTooLarge.WithFields(fmt.Sprintf("the MCP message exceeds %d bytes", d.cfg.MaxRequestBody),
 				map[string]any{"limit_bytes": d.cfg.MaxRequestBody}), nil, false)
-			return
 		}
 		body = raw
 	}
@@ -196,18 +245,15 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if e != nil {
 		d.e.Logger().Info("MCP identity refused", zap.String("agent_id", textcut.Clip(r.Header.Get("Agent-ID"))),
 			zap.String("mode", d.e.Identity), zap.String("reason", e.Reason))
-		d.refuse(w, r, e, body, true)
-		return
+		return d.refuse(w, r, e, body, true)
 	}
 	if over, at := agtp.DeeperThan(body, d.cfg.MaxJSONDepth); over {
-		d.refuseAs(w, r, rq, agtp.InvalidJSON.WithFields(fmt.Sprintf("the MCP message nests deeper than %d levels (at byte %d)", d.cfg.MaxJSONDepth, at),
+		return d.refuseAs(w, r, rq, agtp.InvalidJSON.WithFields(fmt.Sprintf("the MCP message nests deeper than %d levels (at byte %d)", d.cfg.MaxJSONDepth, at),
 			map[string]any{"limit_depth": d.cfg.MaxJSONDepth}), body, true)
-		return
 	}
 	if n := batchLen(body); n > d.cfg.MaxBatch {
-		d.refuseAs(w, r, rq, agtp.BatchTooLarge.WithFields(fmt.Sprintf("the JSON-RPC batch holds %d messages; the limit is %d (send fewer per request, or one message each)", n, d.cfg.MaxBatch),
+		return d.refuseAs(w, r, rq, agtp.BatchTooLarge.WithFields(fmt.Sprintf("the JSON-RPC batch holds %d messages; the limit is %d (send fewer per request, or one message each)", n, d.cfg.MaxBatch),
 			map[string]any{"limit_messages": d.cfg.MaxBatch}), body, true)
-		return
 	}
 	// Who the gateway took the caller to be, as on the other doors'
 	// answers to an identified agent (spec §4; cases/02).
@@ -222,6 +268,7 @@ func (d *Door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	d.sdk.ServeHTTP(&mcpWriter{ResponseWriter: w, rq: rq}, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
+	return rq.summary()
 }
 
 // batchLen is the number of messages in a JSON-RPC batch (a JSON array
@@ -316,8 +363,8 @@ func (d *Door) originAllowed(vals []string, r *http.Request) bool {
 // on the anonymous chain) for the HTTP request seen as an AGTP one.
 // body is the request body when it was read to its end; otherwise an
 // HTTP/1 connection is closed after the answer.
-func (d *Door) refuse(w http.ResponseWriter, r *http.Request, e *agtp.Error, body []byte, bodyRead bool) {
-	d.refuseAs(w, r, nil, e, body, bodyRead)
+func (d *Door) refuse(w http.ResponseWriter, r *http.Request, e *agtp.Error, body []byte, bodyRead bool) Summary {
+	return d.refuseAs(w, r, nil, e, body, bodyRead)
 }
 
 // refuseAs is refuse for the caller rq identified (nil before identify):
@@ -325,7 +372,7 @@ func (d *Door) refuse(w http.ResponseWriter, r *http.Request, e *agtp.Error, bod
 // Request-ID and Task-ID, and once the caller is identified it names
 // its owner, trust tier and verification path and its
 // Attribution-Record names the agent.
-func (d *Door) refuseAs(w http.ResponseWriter, r *http.Request, rq *mcpRequest, e *agtp.Error, body []byte, bodyRead bool) {
+func (d *Door) refuseAs(w http.ResponseWriter, r *http.Request, rq *mcpRequest, e *agtp.Error, body []byte, bodyRead bool) Summary {
 	in := &agtp.Request{Binding: agtp.BindingMCP, Method: r.Method, Target: r.RequestURI, URL: r.URL, Host: r.Host,
 		Header: r.Header, ContentLength: r.ContentLength, TLS: r.TLS, Context: r.Context()}
 	how := engine.Refusal{Body: body, BodyRead: bodyRead}
@@ -342,6 +389,7 @@ func (d *Door) refuseAs(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 	if resp.Close {
 		httpdoor.Drain(d.e.RefusedBodyDrainBounds(), w, r) // as the HTTP door (cases/05)
 	}
+	return Summary{RequestIDs: []string{resp.RequestID}, Reasons: []string{resp.Reason}}
 }
 
 // server is the SDK server for the HTTP request r: the one whose tools

@@ -64,14 +64,17 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 		if rq == nil {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the call did not come through the MCP door"}
 		}
+		rq.called(t.name)
 		in, keyed, jerr := d.engineRequest(ctx, rq, t, req)
 		if jerr != nil {
 			return nil, jerr
 		}
 		resp := d.serveWithin(in)
 		if resp == nil {
+			rq.answered("", agtp.CallTimeout.Token)
 			return d.timedOut(t, keyed, req), nil
 		}
+		rq.answered(resp.RequestID, resp.Reason)
 		return d.result(t, rq, req, in.Target, resp)
 	}
 }
