@@ -59,7 +59,10 @@ output: '{item: $item}'
 // agent's input, the agent's answer names the mapping and the message
 // the expression raised, never the expression; the gateway's log
 // carries the jq error with the expression, for the operator (Tier B
-// endpoint mappings and recipe step mappings alike).
+// endpoint mappings and recipe step mappings alike), at INFO: an
+// error("…") is a refusal the operator designed, no page. The line
+// carries the request's Request-ID as request_id, the access log's
+// join key.
 func TestMappingErrorLogged(t *testing.T) {
 	eps, rcs := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(eps, "fetch-raise.yaml"), []byte(raisingEndpoint), 0o644); err != nil {
@@ -72,7 +75,7 @@ func TestMappingErrorLogged(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	setLogCore(t, g.h, core)
 
-	check := func(t *testing.T, a *answer, reason, msg string) {
+	check := func(t *testing.T, a *answer, reason, msg, rid string) {
 		t.Helper()
 		wantError(t, a, 422, reason, "item bad is withdrawn")
 		if strings.Contains(a.raw, "if ") || strings.Contains(a.raw, "error(") {
@@ -86,18 +89,25 @@ func TestMappingErrorLogged(t *testing.T) {
 		if !strings.Contains(cause, "item bad is withdrawn") || !strings.Contains(cause, "then error(") {
 			t.Fatalf("logged cause %q, want the jq error with the expression", cause)
 		}
+		if entries[0].Level != zap.InfoLevel {
+			t.Errorf("%q logged at %s, want info (a designed refusal)", msg, entries[0].Level)
+		}
+		if got := entries[0].ContextMap()["request_id"]; got != rid {
+			t.Errorf("%q request_id = %v, want the Request-ID sent, %s", msg, got, rid)
+		}
 	}
 
 	t.Run("endpoint query mapping", func(t *testing.T) {
-		check(t, g.do(t, "FETCH", "/raise/bad", nil, "Authority-Scope", "bench:read"), "invalid-input", "endpoint mapping failed")
+		const rid = "01a23c15-0000-7000-8000-0000000000a1"
+		check(t, g.do(t, "FETCH", "/raise/bad", nil, "Authority-Scope", "bench:read", "Request-ID", rid), "invalid-input", "endpoint mapping failed", rid)
 		if a := g.do(t, "FETCH", "/raise/good", nil, "Authority-Scope", "bench:read"); a.status != 200 {
 			t.Fatalf("FETCH /raise/good: %s", a)
 		}
 	})
 	t.Run("recipe step mapping", func(t *testing.T) {
 		a := g.do(t, "LOOKUP", "/raise-item/bad", map[string]any{"parameters": map[string]any{"item_id": "bad"}},
-			"Allow-RCNS", "true", "Authority-Scope", "rcns:negotiate, bench:read")
-		check(t, a, "composition_failed", "composition failed")
+			"Allow-RCNS", "true", "Authority-Scope", "rcns:negotiate, bench:read", "Request-ID", "01a23c15-0000-7000-8000-0000000000a2")
+		check(t, a, "composition_failed", "composition failed", "01a23c15-0000-7000-8000-0000000000a2")
 	})
 }
 
@@ -138,10 +148,45 @@ func TestUpstreamStatusOmitted(t *testing.T) {
 			if len(entries) != 1 {
 				t.Fatalf("%d \"upstream failure\" log entries, want 1 (all: %v)", len(entries), logs.All())
 			}
+			if entries[0].Level != zap.WarnLevel {
+				t.Errorf("an unmapped upstream failure logged at %s, want warn", entries[0].Level)
+			}
 			lst, has := entries[0].ContextMap()["upstream_status"]
 			if has != (tc.status != 0) || (has && lst != int64(tc.status)) {
 				t.Fatalf("logged upstream_status %v (present %v), want %v (absent for 0)", lst, has, tc.status)
 			}
 		})
+	}
+}
+
+// mappedEndpoint is Tier B FETCH /mapped/{item_id} whose upstream's 404
+// the endpoint document maps to item_not_found.
+var mappedEndpoint = strings.Replace(strings.Replace(itemEndpoint("FETCH", "/mapped/{item_id}", "Fetches one item, 404 mapped.",
+	"Fetch one item record by its id.", "retrieval", ""),
+	"upstream_error]", "upstream_error, item_not_found]", 1),
+	"  timeout_seconds: 10\n", "  error_map:\n    \"404\": item_not_found\n  timeout_seconds: 10\n", 1)
+
+// TestMappedStatusLoggedInfo: an upstream status the endpoint document
+// maps (error_map) is a refusal the operator designed: its "upstream
+// failure" line is INFO, not WARN.
+func TestMappedStatusLoggedInfo(t *testing.T) {
+	eps := t.TempDir()
+	if err := os.WriteFile(filepath.Join(eps, "fetch-mapped.yaml"), []byte(mappedEndpoint), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := loopbackServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.NotFound(w, r)
+	}))
+	g := &testGateway{h: benchHandlerWith(t, missing.URL, false, eps, "")}
+	core, logs := observer.New(zap.DebugLevel)
+	setLogCore(t, g.h, core)
+	a := g.do(t, "FETCH", "/mapped/1", nil, "Authority-Scope", "bench:read")
+	wantError(t, a, 422, "item_not_found", "")
+	entries := logs.FilterMessage("upstream failure").All()
+	if len(entries) != 1 || entries[0].Level != zap.InfoLevel {
+		t.Fatalf("\"upstream failure\" entries %v, want one at info", logs.All())
+	}
+	if n := logs.FilterLevelExact(zap.WarnLevel).Len(); n != 0 {
+		t.Errorf("%d WARN lines for a mapped 404: %v", n, logs.All())
 	}
 }

@@ -244,9 +244,27 @@ type Failure struct {
 	// failures before any call: input, mappings, request building, a
 	// deadline that passed first. Upstream metrics count only sent calls.
 	Sent bool
+	// mapped: Code is the endpoint's error_map name for UpstreamStatus.
+	mapped bool
 }
 
 func (f *Failure) Error() string { return f.Code + ": " + f.Explanation }
+
+// Designed reports whether the operator designed this refusal: the
+// upstream's status is one the endpoint's error_map names, or a jq
+// mapping raised error("…") with a string (its text is for callers).
+// Such a failure is the API saying no as intended, not a fault to
+// look at: the gateway logs it below WARN.
+func (f *Failure) Designed() bool {
+	if f == nil {
+		return false
+	}
+	if f.mapped {
+		return true
+	}
+	_, raised := raisedMessage(f.Internal)
+	return raised
+}
 
 // upstreamDetails is the details object of an upstream failure: the
 // upstream's name and, when it answered, its HTTP status
@@ -326,11 +344,13 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	defer cancel()
 	sent := false // set when the request goes to the transport
 	fail := func(code, expl string, status int) *Failure {
-		if mapped, ok := s.errorMap[status]; ok && status != 0 {
-			code = mapped
+		name, mapped := s.errorMap[status]
+		mapped = mapped && status != 0
+		if mapped {
+			code = name
 		}
 		return &Failure{Status: 422, Code: code, Explanation: expl, UpstreamStatus: status,
-			Details: upstreamDetails(s.up.Name, status), SideEffectFree: e.Semantic.IsIdempotent, Sent: sent}
+			Details: upstreamDetails(s.up.Name, status), SideEffectFree: e.Semantic.IsIdempotent, Sent: sent, mapped: mapped}
 	}
 	// Every upstream path parameter is a required input field (checked at
 	// load), so validated input has them all. The explanations name the

@@ -9,6 +9,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // invokeEndpoint serves a Tier B endpoint (spec §10 step 8).
@@ -59,20 +60,32 @@ func (h *Engine) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint,
 			if f.UpstreamStatus != 0 {
 				status = zap.Int("upstream_status", f.UpstreamStatus)
 			}
-			x.log().Warn("upstream failure", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
+			x.log().Log(failureLevel(f), "upstream failure", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
 				zap.String("upstream", ep.UpstreamName()), zap.String("reason", f.Code), status,
 				zap.NamedError("cause", f.Internal))
 		case f.Internal != nil:
 			// An operator's query or body mapping failed on this input:
 			// the agent sees which mapping, the operator needs the jq
 			// error (with the expression), which only the log carries.
-			x.log().Warn("endpoint mapping failed", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
+			x.log().Log(failureLevel(f), "endpoint mapping failed", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
 				zap.String("upstream", ep.UpstreamName()), zap.NamedError("cause", f.Internal))
 		}
 		x.failWith(failureError(f), extra)
 		return
 	}
 	x.write(200, agtp.MediaAGTP, agtp.Envelope{Status: 200, TaskID: x.taskID, Result: out}, extra)
+}
+
+// failureLevel is the log level of an endpoint or recipe failure: INFO
+// for a refusal the operator designed (an error_map status, a jq
+// error("…"): recipes.Failure.Designed), which needs no person; WARN
+// for the rest (an upstream down or answering 5xx unmapped, a mapping
+// that broke on its input).
+func failureLevel(f *recipes.Failure) zapcore.Level {
+	if f.Designed() {
+		return zapcore.InfoLevel
+	}
+	return zapcore.WarnLevel
 }
 
 // failureClass is the metrics class of an endpoint outcome.
