@@ -213,7 +213,9 @@ func (h *Engine) execute(x *exchange, c *recipes.Contract, rec *recipes.Recipe, 
 			// log only, never the answer (it may name hosts or jq).
 			fields = append(fields, zap.NamedError("cause", cf.Cause.Internal))
 		}
-		x.log().Log(failureLevel(cf.Cause), "composition failed", fields...)
+		if l := x.agentLog(cf.Cause.Code); l != nil {
+			l.Log(failureLevel(cf.Cause), "composition failed", fields...)
+		}
 		details := cf.Details()
 		body := map[string]any{"error": map[string]any{"code": recipes.ErrCompositionFailed, "details": details}}
 		if cf.FailedStep != nil {

@@ -31,7 +31,10 @@ import (
 type Engine struct {
 	*Config
 
-	logger    *zap.Logger
+	logger *zap.Logger
+	// logBudget bounds the lines an agent's own requests cause
+	// (AgentLog).
+	logBudget *logBudget
 	methods   *policy.MethodPolicy
 	agents    *policy.Registry
 	set       *recipes.Set

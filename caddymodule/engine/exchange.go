@@ -377,9 +377,11 @@ func (x *exchange) adoptSession(s, from string) {
 	case x.sessionID == "":
 		x.sessionID, x.sessionFrom = s, from
 	case x.sessionID != s:
-		x.log().Info("session ids disagree; the "+x.sessionFrom+" wins (OP-37)", zap.String("agent_id", x.agentID),
-			zap.String("session_id", x.sessionID), zap.String("from", x.sessionFrom),
-			zap.String("ignored_session_id", s), zap.String("ignored_from", from))
+		if l := x.agentLog("session-id-disagree"); l != nil {
+			l.Info("session ids disagree; the "+x.sessionFrom+" wins (OP-37)", zap.String("agent_id", x.agentID),
+				zap.String("session_id", x.sessionID), zap.String("from", x.sessionFrom),
+				zap.String("ignored_session_id", s), zap.String("ignored_from", from))
+		}
 	}
 }
 

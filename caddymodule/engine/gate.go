@@ -205,8 +205,10 @@ func (h *Engine) refuse(x *exchange, req *request, states *policy.LockStates, e 
 	if e.Status == policy.StatusNoContract {
 		e.AttemptID = rec.ID
 	}
-	x.log().Info("rcns refusal", zap.String("agent_id", rec.AgentID), zap.String("attempt_id", rec.ID),
-		zap.String("method", x.method), zap.String("reason", e.Reason))
+	if l := x.agentLog(e.Reason); l != nil {
+		l.Info("rcns refusal", zap.String("agent_id", rec.AgentID), zap.String("attempt_id", rec.ID),
+			zap.String("method", x.method), zap.String("reason", e.Reason))
+	}
 	x.fail(e)
 }
 
@@ -230,7 +232,9 @@ func (h *Engine) spend(x *exchange, req *request, l store.Limiter) bool {
 	secs := ratelimit.RetryAfterSeconds(d)
 	x.rateHeaders["Retry-After"] = strconv.Itoa(secs)
 	scope := l.Budget().Name
-	x.log().Info("rate limited", zap.String("agent_id", x.agentID), zap.String("budget", scope), zap.String("method", x.method))
+	if l := x.agentLog(agtp.RateLimited.Token); l != nil {
+		l.Info("rate limited", zap.String("agent_id", x.agentID), zap.String("budget", scope), zap.String("method", x.method))
+	}
 	x.fail(agtp.RateLimited.WithFields(fmt.Sprintf("the %s budget of this agent is spent; retry in %d s", scope, secs), map[string]any{"scope": scope, "retry_after_seconds": secs}))
 	return false
 }

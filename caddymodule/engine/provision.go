@@ -35,6 +35,7 @@ func New(cfg *Config, deps Deps) (*Engine, error) {
 	if h.logger == nil {
 		h.logger = zap.NewNop()
 	}
+	h.logBudget = newLogBudget(deps.Clock)
 	if h.st == nil {
 		h.st = NewState(cfg.Name)
 	}

@@ -97,8 +97,10 @@ func stageFraming(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 	}
 	raw, err := httpbody.Read(r.Body, r.ContentLength, h.MaxRequestBody)
 	if err != nil {
-		x.log().Info("request body read failed", zap.String("agent_id", x.agentID), zap.Int("read_bytes", len(raw)),
-			zap.Int64("content_length", r.ContentLength), zap.Error(err))
+		if l := x.agentLog("body-read-failed"); l != nil {
+			l.Info("request body read failed", zap.String("agent_id", x.agentID), zap.Int("read_bytes", len(raw)),
+				zap.Int64("content_length", r.ContentLength), zap.Error(err))
+		}
 		return false, agtp.BodyReadError(err, len(raw), r.ContentLength)
 	}
 	x.bodyRead = int64(len(raw)) == r.ContentLength
@@ -132,8 +134,10 @@ func stageFraming(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 		case x.taskID == "":
 			x.taskID = s
 		case x.taskID != s:
-			x.log().Info("the Task-ID header and the envelope task_id disagree; the header wins (OP-37)",
-				zap.String("agent_id", x.agentID), zap.String("task_id_header", textcut.Clip(x.taskID)), zap.String("task_id_envelope", textcut.Clip(s)))
+			if l := x.agentLog("task-id-disagree"); l != nil {
+				l.Info("the Task-ID header and the envelope task_id disagree; the header wins (OP-37)",
+					zap.String("agent_id", x.agentID), zap.String("task_id_header", textcut.Clip(x.taskID)), zap.String("task_id_envelope", textcut.Clip(s)))
+			}
 		}
 	}
 	if v, ok := obj["session_id"]; ok && v != nil {
@@ -260,7 +264,9 @@ func stageIdentity(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 			return false, agtp.AgentUnauthenticated.New("the Agent-ID differs from the identity the transport verified")
 		}
 	} else if e := h.verifyIdentity(x, req); e != nil {
-		x.log().Info("identity refused", zap.String("agent_id", textcut.Clip(x.agentID)), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
+		if l := x.agentLog(e.Reason); l != nil {
+			l.Info("identity refused", zap.String("agent_id", textcut.Clip(x.agentID)), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
+		}
 		return false, e
 	}
 	if x.recordAgent == "" { // not already set from the header (ServeHTTP)

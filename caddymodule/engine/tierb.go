@@ -60,15 +60,19 @@ func (h *Engine) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint,
 			if f.UpstreamStatus != 0 {
 				status = zap.Int("upstream_status", f.UpstreamStatus)
 			}
-			x.log().Log(failureLevel(f), "upstream failure", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
-				zap.String("upstream", ep.UpstreamName()), zap.String("reason", f.Code), status,
-				zap.NamedError("cause", f.Internal))
+			if l := x.agentLog(f.Code); l != nil {
+				l.Log(failureLevel(f), "upstream failure", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
+					zap.String("upstream", ep.UpstreamName()), zap.String("reason", f.Code), status,
+					zap.NamedError("cause", f.Internal))
+			}
 		case f.Internal != nil:
 			// An operator's query or body mapping failed on this input:
 			// the agent sees which mapping, the operator needs the jq
 			// error (with the expression), which only the log carries.
-			x.log().Log(failureLevel(f), "endpoint mapping failed", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
-				zap.String("upstream", ep.UpstreamName()), zap.NamedError("cause", f.Internal))
+			if l := x.agentLog(f.Code); l != nil {
+				l.Log(failureLevel(f), "endpoint mapping failed", zap.String("agent_id", x.agentID), zap.String("endpoint", ep.Method+" "+ep.Path),
+					zap.String("upstream", ep.UpstreamName()), zap.NamedError("cause", f.Internal))
+			}
 		}
 		x.failWith(failureError(f), extra)
 		return

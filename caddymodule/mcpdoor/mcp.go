@@ -100,7 +100,9 @@ func New(e *engine.Engine, cfg *Config) (*Door, error) {
 	d.impl = &mcp.Implementation{Name: e.ServerID, Title: "caddy-rcns AGTP gateway", Version: moduleVersion()}
 	// The SDK logs every stateless session at info; its warnings and
 	// errors go to the handler's log.
-	if core, err := zapcore.NewIncreaseLevelCore(e.Logger().Core(), zapcore.WarnLevel); err == nil {
+	// Bounded (Engine.BudgetCore): a malformed message an agent sends
+	// may make the SDK log, and no agent may raise the log volume.
+	if core, err := zapcore.NewIncreaseLevelCore(e.BudgetCore(e.Logger().Core(), "mcp-sdk"), zapcore.WarnLevel); err == nil {
 		d.log = slog.New(zapslog.NewHandler(core, zapslog.WithName("mcp")))
 	}
 	d.sdk = mcp.NewStreamableHTTPHandler(d.server, &mcp.StreamableHTTPOptions{
@@ -232,7 +234,9 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	if r.ContentLength != 0 && r.Body != nil {
 		raw, err := httpbody.Read(r.Body, r.ContentLength, d.cfg.MaxRequestBody)
 		if err != nil && !(r.ContentLength < 0 && err == io.EOF) {
-			d.e.Logger().Info("MCP request body read failed", zap.Int("read_bytes", len(raw)), zap.Int64("content_length", r.ContentLength), zap.Error(err))
+			if l := d.e.AgentLog(r.Header.Get("Agent-ID"), "mcp-body-read-failed"); l != nil {
+				l.Info("MCP request body read failed", zap.Int("read_bytes", len(raw)), zap.Int64("content_length", r.ContentLength), zap.Error(err))
+			}
 			return d.refuse(w, r, agtp.BodyReadError(err, len(raw), r.ContentLength), nil, false)
 		}
 		if int64(len(raw)) > d.cfg.MaxRequestBody {
@@ -243,9 +247,12 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	}
 	rq, e := d.identify(r, body, loopback)
 	if e != nil {
-		d.e.Logger().Info("MCP identity refused", zap.String("agent_id", textcut.Clip(r.Header.Get("Agent-ID"))),
-			zap.String("mode", d.e.Identity), zap.String("reason", e.Reason))
-		return d.refuse(w, r, e, body, true)
+		sum := d.refuse(w, r, e, body, true)
+		if l := d.e.AgentLog(r.Header.Get("Agent-ID"), e.Reason); l != nil {
+			l.Info("MCP identity refused", zap.String("request_id", sum.RequestIDs[0]), zap.String("agent_id", textcut.Clip(r.Header.Get("Agent-ID"))),
+				zap.String("mode", d.e.Identity), zap.String("reason", e.Reason))
+		}
+		return sum
 	}
 	if over, at := agtp.DeeperThan(body, d.cfg.MaxJSONDepth); over {
 		return d.refuseAs(w, r, rq, agtp.InvalidJSON.WithFields(fmt.Sprintf("the MCP message nests deeper than %d levels (at byte %d)", d.cfg.MaxJSONDepth, at),

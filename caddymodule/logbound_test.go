@@ -1,0 +1,88 @@
+package caddymodule
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// TestLogBoundMCPFlood: a flood of malformed MCP messages from one
+// agent (bad JSON, bad JSON-RPC, unknown methods and tools, bad
+// arguments, and requests its identity is refused on) logs at most
+// engine.LogBurst lines per (agent, reason) within a window, and the
+// SDK's own warnings at most engine.LogBurst per level: the volume
+// does not grow with the flood.
+func TestLogBoundMCPFlood(t *testing.T) {
+	h, url := mcpGateway(t)
+	core, logs := observer.New(zap.DebugLevel)
+	setLogCore(t, h, core)
+	agent := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read"}
+	malformed := map[string]string{"Agent-ID": strings.Repeat("Z", 64)}
+	const n = 60
+	for i := range n {
+		for _, b := range []string{`{`, `{"jsonrpc":"2.0"}`, `{"jsonrpc":"2.0","id":1,"method":"nope"}`,
+			`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope"}}`,
+			`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"x":1}}}`,
+			`[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"x":1}}},{"x":1}]`} {
+			mcpPost(t, url, b, agent)
+		}
+		if st, _, _ := mcpPost(t, url, listMsg, malformed); st != 400 {
+			t.Fatalf("request %d with a malformed Agent-ID answered %d, want 400", i, st)
+		}
+	}
+	perKey := map[string]int{}
+	for _, e := range logs.All() {
+		m := e.ContextMap()
+		perKey[e.Message+"|"+e.Level.String()+"|"+str(m["agent_id"])+"|"+str(m["reason"])]++
+	}
+	total := 0
+	for k, c := range perKey {
+		total += c
+		if c > engine.LogBurst {
+			t.Errorf("%d lines for %s, want at most %d", c, k, engine.LogBurst)
+		}
+	}
+	if got := logs.FilterMessage("MCP identity refused").Len(); got == 0 || got > engine.LogBurst {
+		t.Errorf("%d \"MCP identity refused\" lines for %d refusals, want 1..%d", got, n, engine.LogBurst)
+	}
+	t.Logf("lines by (message, level, agent, reason): %v", perKey)
+	if total > 4*engine.LogBurst {
+		t.Errorf("%d lines for a flood of %d requests, want at most %d: %v", total, 7*n, 4*engine.LogBurst, perKey)
+	}
+}
+
+// TestLogBoundRefusals: an agent's refusals on the HTTP door (the RCNS
+// gate's, then its rate limit's) log at most engine.LogBurst lines per
+// reason within a window, however many it sends.
+func TestLogBoundRefusals(t *testing.T) {
+	g := &testGateway{h: benchHandler(t, benchUpstream(t).URL, false)}
+	core, logs := observer.New(zap.InfoLevel)
+	setLogCore(t, g.h, core)
+	const n = 50
+	reasons := map[string]int{}
+	for range n {
+		a := g.do(t, "LOOKUP", "/item/x", nil, "Allow-RCNS", "true", "Authority-Scope", "bench:read")
+		if a.str("reason") == "" {
+			t.Fatalf("LOOKUP without rcns:negotiate was not refused: %s", a)
+		}
+		reasons[a.str("reason")]++
+	}
+	for _, msg := range []string{"rcns refusal", "rate limited"} {
+		if got := logs.FilterMessage(msg).Len(); got > engine.LogBurst {
+			t.Errorf("%d %q lines for %d refusals (%v), want at most %d", got, msg, n, reasons, engine.LogBurst)
+		}
+	}
+	t.Logf("%d refusals %v: %d lines", n, reasons, logs.Len())
+	if logs.Len() == 0 {
+		t.Errorf("no line at all for %d refusals (%v): the first of each reason is logged", n, reasons)
+	}
+}
+
+// str is v as a string, "" when it is not one.
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
