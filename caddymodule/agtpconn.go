@@ -256,7 +256,7 @@ func (c *nativeConn) serve() {
 		req, err := wire.ReadRequest(br, s.limits)
 		if err != nil {
 			var we *wire.Error
-			if errors.As(err, &we) && c.refuse(bw, conn, we, tlsState, loopback, ctx) {
+			if errors.As(err, &we) && c.refuse(bw, conn, we, tlsState, loopback, ctx, start) {
 				// What follows the refused head is unknown: drained as
 				// an engine refusal's unread body is.
 				closeNative(lookupEngine(s.Handler).RefusedBodyDrainBounds(), conn, nil)
@@ -291,7 +291,7 @@ func (c *nativeConn) serve() {
 			}
 		}
 		if s.accessLog != nil {
-			logAccess(s.accessLog, conn, req, resp, start)
+			logAccess(s.accessLog, conn, req.Method, req.Target, req.Header, resp, start)
 		}
 		err = c.write(bw, conn, resp, last)
 		switch {
@@ -326,12 +326,14 @@ func clientCloses(h http.Header) bool {
 // and Agent-ID, which identify the request and carry no authority; the
 // request_id every engine log line about the request carries, and the
 // reason of a refusal, as the HTTP door's access line (accesslog.go).
-func logAccess(l *zap.Logger, conn net.Conn, req *wire.Request, resp *agtp.Response, start time.Time) {
+// method, target and hdr are what was read of the request: a request
+// the codec refused may lack any of them.
+func logAccess(l *zap.Logger, conn net.Conn, method, target string, hdr http.Header, resp *agtp.Response, start time.Time) {
 	host, port, _ := net.SplitHostPort(conn.RemoteAddr().String())
 	l.Info("handled request",
 		zap.String("remote_ip", host), zap.String("remote_port", port), zap.String("proto", "AGTP/1.0"),
-		zap.String("method", req.Method), zap.String("uri", req.Target), zap.String("host", req.Header.Get("Host")),
-		zap.String("agent_id", req.Header.Get("Agent-ID")), zap.Int("status", resp.Status),
+		zap.String("method", method), zap.String("uri", target), zap.String("host", hdr.Get("Host")),
+		zap.String("agent_id", hdr.Get("Agent-ID")), zap.Int("status", resp.Status),
 		zap.Int("size", len(resp.Body)), zap.Float64("duration", time.Since(start).Seconds()),
 		zap.String("request_id", resp.RequestID), reasonField(resp.Reason))
 }
@@ -369,8 +371,9 @@ func (c *nativeConn) write(bw *bufio.Writer, conn net.Conn, resp *agtp.Response,
 // head over the limits, a request that stopped arriving) with the
 // engine's AGTP error answer, then the connection closes. It reports
 // whether it wrote the answer (false: nobody is left to read one, or
-// the write failed).
-func (c *nativeConn) refuse(bw *bufio.Writer, conn net.Conn, we *wire.Error, st *tls.ConnectionState, loopback bool, ctx context.Context) bool {
+// the write failed). Its access line (access_log) has no uri: the
+// codec did not read one it could trust.
+func (c *nativeConn) refuse(bw *bufio.Writer, conn net.Conn, we *wire.Error, st *tls.ConnectionState, loopback bool, ctx context.Context, start time.Time) bool {
 	if errors.Is(we.Err, io.ErrUnexpectedEOF) || errors.Is(we.Err, net.ErrClosed) || errors.Is(we.Err, os.ErrDeadlineExceeded) && we.Status != http.StatusRequestTimeout {
 		return false // nobody left to read an answer
 	}
@@ -385,7 +388,7 @@ func (c *nativeConn) refuse(bw *bufio.Writer, conn net.Conn, we *wire.Error, st 
 	if e != nil {
 		resp = e.Answer(in, werr)
 	} else {
-		resp = &agtp.Response{Status: we.Status}
+		resp = &agtp.Response{Status: we.Status, Reason: we.Reason}
 	}
 	h := make(http.Header, len(resp.Header)+1)
 	for _, f := range resp.Header {
@@ -398,6 +401,9 @@ func (c *nativeConn) refuse(bw *bufio.Writer, conn net.Conn, we *wire.Error, st 
 	err := (&wire.Response{Proto: we.Proto, Status: resp.Status, Header: h, Body: resp.Body}).Write(bw)
 	if err == nil {
 		err = bw.Flush()
+	}
+	if c.srv.accessLog != nil {
+		logAccess(c.srv.accessLog, conn, we.Method, "", hdr, resp, start)
 	}
 	c.sock.logger.Debug("agtp request refused by the codec", zap.String("reason", we.Reason), zap.Int("status", we.Status),
 		zap.String("remote", conn.RemoteAddr().String()), zap.String("explanation", strconv.Quote(we.Explanation)))

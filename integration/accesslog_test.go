@@ -3,6 +3,8 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +14,8 @@ import (
 // TestAccessLogJoins runs Caddyfile.example and reads its log: every
 // access line of an AGTP request (HTTP door, native door, MCP door)
 // carries the request id the engine's own lines about it carry, a
-// refusal's line names its reason, an MCP tools/call line names the
+// refusal's line names its reason (one the native codec refused
+// included), an MCP tools/call line names the
 // tool, and the documented filter drops the Attribution-Record value.
 func TestAccessLogJoins(t *testing.T) {
 	js := startJSONServer(t, hotelDB)
@@ -78,6 +81,29 @@ func TestAccessLogJoins(t *testing.T) {
 	})
 	if acc["request_id"] != "01a23c15-0000-7000-8000-000000000002" || reason == "" || acc["reason"] != reason {
 		t.Errorf("native access line: request_id %v reason %v, want 01a23c15-0000-7000-8000-000000000002 and %q", acc["request_id"], acc["reason"], reason)
+	}
+
+	// A request the native codec refuses (an asterisk target) gets its
+	// access line too, with the reason; no uri.
+	conn, err := net.DialTimeout("tcp", native.AGTPAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write([]byte("PURGE * AGTP/1.0\r\nHost: x\r\nAgent-ID: " + agentA1 + "\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	head, _ := io.ReadAll(conn)
+	conn.Close()
+	if !strings.HasPrefix(string(head), "AGTP/1.0 400") {
+		t.Fatalf("PURGE * answered %q, want AGTP/1.0 400", head)
+	}
+	waitFor(t, 5*time.Second, 100*time.Millisecond, "the codec refusal's access line", func() bool {
+		acc = findNativeAccessLog(g.Output(), "")
+		return acc != nil && acc["status"] == float64(400)
+	})
+	if r, _ := acc["reason"].(string); r == "" || acc["status"] != float64(400) || acc["request_id"] == "" {
+		t.Errorf("codec refusal's access line = %v, want status 400, a reason and a request_id", acc)
 	}
 
 	// The MCP door: a tools/call line names its tool and the call's id.
