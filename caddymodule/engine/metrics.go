@@ -599,10 +599,14 @@ var requestOutcomes = [...]string{"success", "negotiated", "refused", "error"}
 // issued), error (5xx, a status outside 100-599, and the 422s of a
 // failed upstream call or plan: the upstream_* codes and
 // composition_failed of spec §7.3, the gateway's side failing rather
-// than the caller's request) and refused (every other 4xx, and 262
-// Authorization Required).
+// than the caller's request) and refused (every other 4xx, 262
+// Authorization Required, and the MCP door's 501
+// no-authorization-server: an answer the gateway gives by design to a
+// client looking for an OAuth server, not a failure).
 func outcomeIndex(status int, reason string) int {
 	switch {
+	case reason == agtp.NoAuthorizationServer.Token:
+		return 2
 	case status == 0:
 		return 0
 	case status == 263 || status == 461:

@@ -744,6 +744,7 @@ func TestOutcomeIndex(t *testing.T) {
 		{422, "", "refused"}, // a replayed 422: its reason is not read again
 		{422, "upstream_timeout", "error"}, {422, "upstream_error", "error"}, {422, "composition_failed", "error"},
 		{500, "internal-error", "error"}, {502, "", "error"}, {503, "store-unavailable", "error"}, {999, "", "error"}, {42, "", "error"},
+		{501, "no-authorization-server", "refused"}, // the MCP door's answer by design to OAuth discovery
 	} {
 		if got := requestOutcomes[outcomeIndex(tc.status, tc.reason)]; got != tc.want {
 			t.Errorf("outcome of %d %q = %s, want %s", tc.status, tc.reason, got, tc.want)

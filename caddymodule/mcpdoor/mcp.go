@@ -11,8 +11,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
-	"github.com/caddy-rcns/caddy-rcns/caddymodule/httpdoor"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,6 +21,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/httpdoor"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -223,8 +224,13 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	if d.cfg.dnsRebindingProtection() && loopback && !httpdoor.LoopbackHost(r.Host) {
 		return d.refuse(w, r, agtp.HostRefused.New("this MCP endpoint is on a loopback address and answers only Host localhost, 127.0.0.1 or [::1]: another Host is how DNS rebinding reaches a local server"), nil, false)
 	}
-	if o, ok := r.Header["Origin"]; ok && !d.originAllowed(o, r) {
-		return d.refuse(w, r, agtp.OriginRefused.New("the Origin of this request is neither this gateway's own nor one of the mcp block's allowed_origins"), nil, false)
+	if o, ok := r.Header["Origin"]; ok {
+		if !d.originAllowed(o, r) {
+			return d.refuse(w, r, agtp.OriginRefused.New("the Origin of this request is neither this gateway's own nor one of the mcp block's allowed_origins"), nil, false)
+		}
+		if allowCORS(w, r, o[0]) {
+			return Summary{}
+		}
 	}
 	if r.ContentLength > d.cfg.MaxRequestBody {
 		return d.refuse(w, r, agtp.BodyTooLarge.WithFields(fmt.Sprintf("the MCP message is %d bytes; the limit is %d bytes", r.ContentLength, d.cfg.MaxRequestBody),
@@ -509,3 +515,41 @@ func (w *mcpWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // timeout is the door's bound on one tool call.
 func (d *Door) timeout() time.Duration { return time.Duration(d.cfg.Timeout) }
+
+// corsExposed are the response fields a browser-based MCP client may
+// read from an answer of the MCP path (Access-Control-Expose-Headers):
+// the AGTP response fields an agent acts on, and MCP's own.
+const corsExposed = "Agent-ID, AGTP-API-Version, Attribution-Record, Audit-ID, Contract-Synthesized, Idempotent-Replayed, " +
+	"Mcp-Session-Id, Owner-ID, Request-ID, Response-ID, Retry-After, Server-ID, Task-ID, Trust-Tier, Verification-Path, WWW-Authenticate"
+
+// corsMaxAge is how long a browser may keep a preflight's answer
+// (Access-Control-Max-Age, seconds).
+const corsMaxAge = "600"
+
+// allowCORS answers the Fetch standard's CORS for origin, an Origin the
+// door allows (originAllowed: its own, or one of allowed_origins), so
+// that a browser-based MCP client (the Inspector's direct mode, a web
+// app) can send its requests and read the answers: a preflight (OPTIONS
+// with Access-Control-Request-Method) is answered 204 here, allowing
+// the methods of Streamable HTTP and the fields it asked for, and
+// reports true; any other request gets Access-Control-Allow-Origin and
+// the exposed fields on whatever answer follows (a refusal included,
+// so a 401's challenge is readable), and reports false. The answer
+// varies by Origin. Credentials (cookies) are never allowed: an agent
+// identifies itself with fields, not cookies.
+func allowCORS(w http.ResponseWriter, r *http.Request, origin string) bool {
+	hd := w.Header()
+	hd.Set("Access-Control-Allow-Origin", origin)
+	hd.Add("Vary", "Origin")
+	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+		hd.Set("Access-Control-Allow-Methods", "POST, GET, DELETE")
+		if h := r.Header.Values("Access-Control-Request-Headers"); len(h) > 0 {
+			hd.Set("Access-Control-Allow-Headers", strings.Join(h, ", "))
+		}
+		hd.Set("Access-Control-Max-Age", corsMaxAge)
+		w.WriteHeader(http.StatusNoContent)
+		return true
+	}
+	hd.Set("Access-Control-Expose-Headers", corsExposed)
+	return false
+}
