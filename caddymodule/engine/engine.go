@@ -177,9 +177,5 @@ func (h *Engine) finish(x *exchange, start time.Time) *agtp.Response {
 // of r.Header (what of the head the door could read, possibly none)
 // are echoed as on any other refusal: a malformed one is not.
 func (h *Engine) Answer(r *agtp.Request, e *agtp.Error) *agtp.Response {
-	start := time.Now()
-	h.Activate()
-	x := h.newExchange(r)
-	x.fail(e)
-	return h.finish(x, start)
+	return h.Refuse(r, e, Refusal{})
 }
