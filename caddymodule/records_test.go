@@ -3,63 +3,17 @@ package caddymodule
 import (
 	"bytes"
 	"encoding/json"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/dirsnap"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 )
-
-// snapshotDir maps every file and directory under dir to its mode,
-// size, modification time and content.
-func snapshotDir(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	snap := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		s := info.Mode().String() + " " + strconv.FormatInt(info.Size(), 10) + " " + info.ModTime().Format(time.RFC3339Nano)
-		if !d.IsDir() {
-			raw, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			s += " " + string(raw)
-		}
-		snap[p] = s
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snap
-}
-
-func assertSameDir(t *testing.T, what string, before, after map[string]string) {
-	t.Helper()
-	for p, s := range before {
-		if after[p] != s {
-			t.Errorf("%s changed %s:\n before %q\n after  %q", what, p, s, after[p])
-		}
-	}
-	for p := range after {
-		if _, ok := before[p]; !ok {
-			t.Errorf("%s created %s", what, p)
-		}
-	}
-}
 
 func storedAPIVersion(t *testing.T, dir string) int {
 	t.Helper()
@@ -126,13 +80,13 @@ func TestProvisionWritesNothingToRecordsDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "negotiations", "negotiations-2026-01-01-0001.jsonl"), []byte(`{"agent_id":"a`), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	before := snapshotDir(t, dir)
+	before := dirsnap.Take(t, dir)
 	validate("a")
-	assertSameDir(t, "caddy validate", before, snapshotDir(t, dir))
+	dirsnap.Same(t, "caddy validate", before, dirsnap.Take(t, dir))
 
 	// Provision alone (a config load) writes nothing either.
 	h := provisionedHandler(t, "provtest", dir, "a")
-	assertSameDir(t, "Provision", before, snapshotDir(t, dir))
+	dirsnap.Same(t, "Provision", before, dirsnap.Take(t, dir))
 	if got := h.eng.APIVersion(); got != "38" {
 		t.Errorf("computed AGTP-API-Version %s, want 38", got)
 	}
@@ -146,9 +100,9 @@ func TestProvisionWritesNothingToRecordsDir(t *testing.T) {
 
 	// Validating a changed config against the live gateway's directory
 	// changes nothing; reloading the unchanged config does not bump.
-	before = snapshotDir(t, dir)
+	before = dirsnap.Take(t, dir)
 	validate("changed")
-	assertSameDir(t, "caddy validate of a changed config", before, snapshotDir(t, dir))
+	dirsnap.Same(t, "caddy validate of a changed config", before, dirsnap.Take(t, dir))
 	h2 := provisionedHandler(t, "provtest", dir, "a")
 	(&testGateway{h: h2}).serve(t, "GET", "/", nil, nil, 0)
 	if v, got := storedAPIVersion(t, dir), h2.eng.APIVersion(); v != 38 || got != "38" {
@@ -227,7 +181,7 @@ func TestRecordsDirHandlers(t *testing.T) {
 		}
 	}
 
-	before := snapshotDir(t, dir)
+	before := dirsnap.Take(t, dir)
 	other := provisionedHandler(t, "lock-other", dir, "a")
 	logs := observed(other)
 	if a := (&testGateway{h: other}).serve(t, "DISCOVER", "/", nil, nil, 0); a.status != 200 {
@@ -241,7 +195,7 @@ func TestRecordsDirHandlers(t *testing.T) {
 	if !strings.Contains(msg, `held by another rcns handler of this Caddy process (name "lock-one")`) || !strings.Contains(msg, "each gateway needs its own records_dir") {
 		t.Errorf("error %q does not name the holder and the remedy", msg)
 	}
-	assertSameDir(t, "the second handler", before, snapshotDir(t, dir))
+	dirsnap.Same(t, "the second handler", before, dirsnap.Take(t, dir))
 }
 
 // TestVerifyLogNodes: records name their node (node_id); verify-log

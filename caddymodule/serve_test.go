@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"bufio"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -222,19 +221,7 @@ func TestSessionIDForm(t *testing.T) {
 // Attribution-Record (a compact JWS).
 func attributionPayload(t *testing.T, a *answer) map[string]any {
 	t.Helper()
-	parts := strings.Split(a.hdr("Attribution-Record"), ".")
-	if len(parts) != 3 {
-		t.Fatalf("Attribution-Record %q is not a compact JWS", a.hdr("Attribution-Record"))
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p map[string]any
-	if err := json.Unmarshal(raw, &p); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return recordPayload(t, a.hdr("Attribution-Record"))
 }
 
 // TestAnonymousIdentifiers: a request without Agent-ID (anonymous

@@ -4,17 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gofrs/flock"
 	"go.uber.org/zap"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/dirsnap"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 )
 
@@ -56,7 +54,7 @@ func TestRecordsDirBelongsToOneGateway(t *testing.T) {
 	}
 	appendGate(t, first, "a")
 
-	before := snapshotDir(t, dir)
+	before := dirsnap.Take(t, dir)
 	second := &recordState{name: "second"}
 	t.Cleanup(second.close)
 	err := second.open(dir, records.FsyncOff, nil, zap.NewNop())
@@ -80,7 +78,7 @@ func TestRecordsDirBelongsToOneGateway(t *testing.T) {
 	if err := second.chains.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	assertSameDir(t, "the gateway that does not hold records_dir", before, snapshotDir(t, dir))
+	dirsnap.Same(t, "the gateway that does not hold records_dir", before, dirsnap.Take(t, dir))
 
 	// verify-log only reads: it works on a held directory.
 	if st, err := records.VerifyDirStats(filepath.Join(dir, "negotiations")); err != nil || st.Chains != 1 || st.Records != 2 {
@@ -122,7 +120,7 @@ func TestHeldErrorNamesAnotherProcess(t *testing.T) {
 		t.Fatalf("lock: %v %v", ok, err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	before := snapshotDir(t, dir)
+	before := dirsnap.Take(t, dir)
 	rs := &recordState{name: "default"}
 	t.Cleanup(rs.close)
 	err := rs.open(dir, records.FsyncOff, nil, zap.NewNop())
@@ -130,7 +128,7 @@ func TestHeldErrorNamesAnotherProcess(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("error %v, want prefix %q", err, want)
 	}
-	assertSameDir(t, "the gateway refused the lock", before, snapshotDir(t, dir))
+	dirsnap.Same(t, "the gateway refused the lock", before, dirsnap.Take(t, dir))
 
 	// The holder has not written its owner file yet.
 	if err := os.Remove(filepath.Join(dir, ownerFile)); err != nil {
@@ -139,49 +137,5 @@ func TestHeldErrorNamesAnotherProcess(t *testing.T) {
 	err = rs.open(dir, records.FsyncOff, nil, zap.NewNop())
 	if err == nil || !strings.HasPrefix(err.Error(), "records_dir "+dir+" is held by another gateway: ") {
 		t.Errorf("holder unknown: %v", err)
-	}
-}
-
-// snapshotDir maps every file and directory under dir to its mode,
-// size, modification time and content.
-func snapshotDir(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	snap := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		s := info.Mode().String() + " " + strconv.FormatInt(info.Size(), 10) + " " + info.ModTime().Format(time.RFC3339Nano)
-		if !d.IsDir() {
-			raw, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			s += " " + string(raw)
-		}
-		snap[p] = s
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snap
-}
-
-func assertSameDir(t *testing.T, what string, before, after map[string]string) {
-	t.Helper()
-	for p, s := range before {
-		if after[p] != s {
-			t.Errorf("%s changed %s:\n before %q\n after  %q", what, p, s, after[p])
-		}
-	}
-	for p := range after {
-		if _, ok := before[p]; !ok {
-			t.Errorf("%s created %s", what, p)
-		}
 	}
 }
