@@ -541,15 +541,28 @@ func allowCORS(w http.ResponseWriter, r *http.Request, origin string) bool {
 	hd := w.Header()
 	hd.Set("Access-Control-Allow-Origin", origin)
 	hd.Add("Vary", "Origin")
-	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
-		hd.Set("Access-Control-Allow-Methods", "POST, GET, DELETE")
-		if h := r.Header.Values("Access-Control-Request-Headers"); len(h) > 0 {
-			hd.Set("Access-Control-Allow-Headers", strings.Join(h, ", "))
-		}
-		hd.Set("Access-Control-Max-Age", corsMaxAge)
-		w.WriteHeader(http.StatusNoContent)
+	if preflight(w, r, "POST, GET, DELETE", strings.Join(r.Header.Values("Access-Control-Request-Headers"), ", "), corsMaxAge) {
 		return true
 	}
 	hd.Set("Access-Control-Expose-Headers", corsExposed)
 	return false
+}
+
+// preflight answers r when it is a CORS preflight (OPTIONS with
+// Access-Control-Request-Method): 204 allowing methods and the request
+// fields headers ("" for none) for maxAge seconds, and reports true;
+// any other request it leaves alone (false). The caller has set
+// Access-Control-Allow-Origin.
+func preflight(w http.ResponseWriter, r *http.Request, methods, headers, maxAge string) bool {
+	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
+		return false
+	}
+	hd := w.Header()
+	hd.Set("Access-Control-Allow-Methods", methods)
+	if headers != "" {
+		hd.Set("Access-Control-Allow-Headers", headers)
+	}
+	hd.Set("Access-Control-Max-Age", maxAge)
+	w.WriteHeader(http.StatusNoContent)
+	return true
 }

@@ -72,11 +72,7 @@ func (d *Door) WellKnown(path string) bool {
 func (d *Door) ServeWellKnown(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	hd.Set("Access-Control-Allow-Origin", "*")
-	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
-		hd.Set("Access-Control-Allow-Methods", "GET, HEAD")
-		hd.Set("Access-Control-Allow-Headers", "Accept, MCP-Protocol-Version")
-		hd.Set("Access-Control-Max-Age", "86400")
-		w.WriteHeader(http.StatusNoContent)
+	if preflight(w, r, "GET, HEAD", "Accept, MCP-Protocol-Version", "86400") {
 		return
 	}
 	bodyRead := r.ContentLength == 0
