@@ -279,6 +279,12 @@ end=$((SECONDS + MAX_SECONDS))
 while [ "$SECONDS" -lt "$end" ]; do
 	for pid in "${PIDS[@]}"; do
 		if ! kill -0 "$pid" 2>/dev/null; then
+			# A terminal's Ctrl-C reaches the whole process group: caddy
+			# and json-server may stop before this shell runs its INT
+			# trap. Give a pending trap a moment to run (it exits 0,
+			# "stopping") before calling this a crash.
+			sleep 1 &
+			wait $! || true
 			# The work folder goes with cleanup unless kept, so show the
 			# logs now rather than point at a folder about to vanish.
 			say "demo: a demo process ($pid) exited; the last lines of its logs:" >&2
