@@ -36,7 +36,7 @@ func TestMCPCORS(t *testing.T) {
 	}
 
 	status, hdr, body := mcpPost(t, url, listMsg, map[string]string{"Agent-ID": benchAgent, "Origin": allowed})
-	if status != 200 || hdr.Get("Access-Control-Allow-Origin") != allowed || !strings.Contains(hdr.Get("Access-Control-Expose-Headers"), "Attribution-Record") {
+	if status != 200 || hdr.Get("Access-Control-Allow-Origin") != allowed || !strings.Contains(hdr.Get("Access-Control-Expose-Headers"), "Attribution-Record") || !strings.Contains(hdr.Get("Access-Control-Expose-Headers"), "RCNS-Attempt-Id") {
 		t.Fatalf("tools/list from an allowed origin: %d %v %s", status, hdr, body)
 	}
 	status, hdr, body = mcpPost(t, url, listMsg, map[string]string{"Origin": allowed})

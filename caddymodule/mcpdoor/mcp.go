@@ -520,7 +520,8 @@ func (d *Door) timeout() time.Duration { return time.Duration(d.cfg.Timeout) }
 // read from an answer of the MCP path (Access-Control-Expose-Headers):
 // the AGTP response fields an agent acts on, and MCP's own.
 const corsExposed = "Agent-ID, AGTP-API-Version, Attribution-Record, Audit-ID, Contract-Synthesized, Idempotent-Replayed, " +
-	"Mcp-Session-Id, Owner-ID, Request-ID, Response-ID, Retry-After, Server-ID, Task-ID, Trust-Tier, Verification-Path, WWW-Authenticate"
+	"Mcp-Session-Id, Owner-ID, RateLimit, RateLimit-Policy, RCNS-Attempt-Id, Request-ID, Response-ID, Retry-After, Server-ID, " +
+	"Task-ID, Trust-Tier, Verification-Path, WWW-Authenticate"
 
 // corsMaxAge is how long a browser may keep a preflight's answer
 // (Access-Control-Max-Age, seconds).
@@ -541,6 +542,10 @@ func allowCORS(w http.ResponseWriter, r *http.Request, origin string) bool {
 	hd := w.Header()
 	hd.Set("Access-Control-Allow-Origin", origin)
 	hd.Add("Vary", "Origin")
+	// GET and DELETE are allowed cross-origin although the stateless
+	// door answers them 405: a client that opens the SSE stream or ends
+	// its session then reads that 405 (the TypeScript SDK handles it)
+	// instead of failing on an opaque CORS error.
 	if preflight(w, r, "POST, GET, DELETE", strings.Join(r.Header.Values("Access-Control-Request-Headers"), ", "), corsMaxAge) {
 		return true
 	}
