@@ -3,7 +3,10 @@
 #   make build        bin/caddy (Caddy with the rcns module)
 #   make deps         json-server 0.17.4, promtool, redis-server 7.0 and the MCP
 #                     clients (the conformance suite, bun to run it, the
-#                     Inspector CLI) into .tools/ (test tools)
+#                     Inspector CLI) into .tools/ (test tools), and
+#                     oidc-provider 9.13.3, the OAuth 2.1 / OpenID
+#                     authorization server of internal/oauthtest
+#                     (scripts/oauth/authserver.mjs; warns on Node < 22)
 #   make test         vet, unit tests (-race), every benchmark once (bench-smoke), then the integration suite
 #   make unit         unit tests only
 #   make integration  black-box suite only (builds its own Caddy binary), over the HTTP door then the native door
@@ -21,6 +24,10 @@ MCP_CONFORMANCE_VERSION   := 0.1.16
 BUN_VERSION               := 1.4.5
 MCP_INSPECTOR_CLI_VERSION := 1.0.3
 MCP_CLIENTS               := .tools/.mcp-clients-$(MCP_CONFORMANCE_VERSION)-$(BUN_VERSION)-$(MCP_INSPECTOR_CLI_VERSION)
+# The authorization server the OAuth tests run (internal/oauthtest starts
+# scripts/oauth/authserver.mjs, which imports it).
+OIDC_PROVIDER_VERSION     := 9.13.3
+OIDC_PROVIDER             := .tools/.oidc-provider-$(OIDC_PROVIDER_VERSION)
 UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/... ./internal/... ./cmd/... ./scripts/... ./docs/...
 INTEGRATION_TIMEOUT ?= 20m
 
@@ -31,7 +38,7 @@ all: build
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
 
-deps: $(JSON_SERVER) $(PROMTOOL) $(REDIS_SERVER) $(MCP_CLIENTS)
+deps: $(JSON_SERVER) $(PROMTOOL) $(REDIS_SERVER) $(MCP_CLIENTS) $(OIDC_PROVIDER)
 
 $(REDIS_SERVER):
 	bash scripts/install-redis.sh
@@ -47,6 +54,11 @@ $(MCP_CLIENTS): $(JSON_SERVER)
 		@modelcontextprotocol/conformance@$(MCP_CONFORMANCE_VERSION) bun@$(BUN_VERSION) \
 		@modelcontextprotocol/inspector-cli@$(MCP_INSPECTOR_CLI_VERSION)
 	.tools/node_modules/.bin/bun --version
+	touch $@
+
+$(OIDC_PROVIDER): $(MCP_CLIENTS)
+	npm install --prefix .tools --no-audit --no-fund --loglevel=error oidc-provider@$(OIDC_PROVIDER_VERSION)
+	node -e "require.resolve('oidc-provider/package.json', {paths: ['.tools']})"
 	touch $@
 
 vet:
