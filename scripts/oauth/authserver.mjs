@@ -1,0 +1,227 @@
+// authserver.mjs — a real OAuth 2.1 / OpenID authorization server for the
+// tests and the demo, on oidc-provider (panva, OpenID-certified; `make deps`
+// installs it into .tools). internal/oauthtest starts it.
+//
+//   node scripts/oauth/authserver.mjs config.json
+//
+// config.json:
+//   {
+//     "port": 0,                       // 0: a free port
+//     "keys": {"keys": [<private JWK>, ...]},   // the first signs; all are published
+//     "resources": {"https://api.example/": {"scopes": ["read"], "format": "jwt", "ttl_seconds": 300}},
+//     "default_resource": "",          // optional: the resource of requests naming none
+//     "clients": [<oidc-provider client metadata>, ...],
+//     "account": "alice",              // whom the auto-consent logs in
+//     "registration": false,           // dynamic client registration (RFC 7591)
+//     "introspection_clients": ["gateway"]
+//   }
+//
+// The issuer is http://127.0.0.1:PORT; its metadata is served at both
+// /.well-known/openid-configuration and /.well-known/oauth-authorization-server
+// (RFC 8414, the same document). When listening, the one line on
+// stdout is {"issuer":"http://127.0.0.1:PORT"}; everything else goes to
+// stderr. The authorization-code flow needs no browser: the interaction
+// route logs `account` in and grants the requested scopes and resource at
+// once, so following the redirects of an authorization URL ends at the
+// client's redirect_uri with code and state. PKCE (S256) is required for
+// every authorization-code request. A client with application_type
+// "native" (the default here for public clients, token_endpoint_auth_method
+// "none") may use its loopback redirect URI with any port (RFC 8252 §7.3).
+
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const log = (...args) => console.error('authserver:', ...args);
+
+// oidc-provider lives in <repo>/.tools/node_modules (or a NODE_PATH entry);
+// ESM imports do not consult NODE_PATH, so it is found by hand.
+async function loadProvider() {
+  const here = path.dirname(fileURLToPath(import.meta.url));
+  const dirs = [
+    ...(process.env.NODE_PATH || '').split(path.delimiter).filter(Boolean),
+    path.resolve(here, '../../.tools/node_modules'),
+  ];
+  for (const dir of dirs) {
+    const pkgFile = path.join(dir, 'oidc-provider', 'package.json');
+    if (!fs.existsSync(pkgFile)) continue;
+    const pkg = JSON.parse(fs.readFileSync(pkgFile, 'utf8'));
+    const entry = path.join(dir, 'oidc-provider', pkg.main || 'lib/index.js');
+    log(`oidc-provider ${pkg.version} from ${dir}`);
+    return import(pathToFileURL(entry).href);
+  }
+  throw new Error(`oidc-provider not found in ${dirs.join(', ')}: run make deps`);
+}
+
+function signingAlg(jwk) {
+  if (jwk.alg) return jwk.alg;
+  switch (jwk.kty) {
+    case 'RSA': return 'RS256';
+    case 'EC': return { 'P-256': 'ES256', 'P-384': 'ES384', 'P-521': 'ES512' }[jwk.crv];
+    case 'OKP': return 'EdDSA';
+    default: throw new Error(`no signing alg for kty ${jwk.kty}`);
+  }
+}
+
+async function main() {
+  const cfgPath = process.argv[2];
+  if (!cfgPath) throw new Error('usage: authserver.mjs config.json');
+  const cfg = JSON.parse(fs.readFileSync(cfgPath, 'utf8'));
+  const keys = cfg.keys?.keys || [];
+  if (keys.length === 0) throw new Error('config: keys.keys is empty');
+  const alg = signingAlg(keys[0]);
+  const resources = cfg.resources || {};
+  const account = cfg.account || 'alice';
+  const introspectors = new Set(cfg.introspection_clients || []);
+
+  const { default: Provider, errors } = await loadProvider();
+
+  // Listen first: the issuer carries the port.
+  const server = http.createServer();
+  await new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(cfg.port || 0, '127.0.0.1', resolve);
+  });
+  const { port } = server.address();
+  const issuer = `http://127.0.0.1:${port}`;
+
+  const clients = (cfg.clients || []).map((c) => {
+    const out = { ...c };
+    if (out.token_endpoint_auth_method === 'none' && !out.application_type) {
+      out.application_type = 'native';
+    }
+    return out;
+  });
+
+  const provider = new Provider(issuer, {
+    clients,
+    responseTypes: ['code'], // OAuth 2.1: no implicit, no hybrid
+    jwks: { keys },
+    cookies: { keys: [crypto.randomBytes(32).toString('base64url')] },
+    clientDefaults: {
+      grant_types: ['authorization_code'],
+      id_token_signed_response_alg: alg,
+      response_types: ['code'],
+      token_endpoint_auth_method: 'client_secret_basic',
+    },
+    async findAccount(_ctx, sub) {
+      return { accountId: sub, async claims() { return { sub }; } };
+    },
+    // Any Origin may call the endpoints CORS covers (browser MCP clients).
+    clientBasedCORS() { return true; },
+    pkce: { required() { return true; } },
+    // Refresh tokens to every client allowed the refresh_token grant.
+    async issueRefreshToken(_ctx, client) { return client.grantTypeAllowed('refresh_token'); },
+    features: {
+      devInteractions: { enabled: false },
+      clientCredentials: { enabled: true },
+      introspection: {
+        enabled: true,
+        async allowedPolicy(ctx, client) {
+          return introspectors.has(client.clientId);
+        },
+      },
+      revocation: { enabled: true },
+      registration: { enabled: !!cfg.registration, initialAccessToken: false },
+      resourceIndicators: {
+        enabled: true,
+        async defaultResource(_ctx, _client, oneOf) {
+          return oneOf || cfg.default_resource || undefined;
+        },
+        // A token request naming no resource gets the one granted.
+        async useGrantedResource() { return true; },
+        async getResourceServerInfo(_ctx, indicator) {
+          const rs = resources[indicator];
+          if (!rs) throw new errors.InvalidTarget(`unknown resource ${indicator}`);
+          const info = {
+            scope: (rs.scopes || []).join(' '),
+            audience: indicator,
+            accessTokenTTL: rs.ttl_seconds || 3600,
+            accessTokenFormat: rs.format === 'opaque' ? 'opaque' : 'jwt',
+          };
+          if (info.accessTokenFormat === 'jwt') info.jwt = { sign: { alg } };
+          return info;
+        },
+      },
+    },
+    async renderError(ctx, out, error) {
+      log('error page:', JSON.stringify(out), error?.stack || '');
+      ctx.type = 'application/json';
+      ctx.body = out;
+    },
+  });
+
+  provider.on('server_error', (_ctx, err) => log('server_error:', err?.stack || err));
+  provider.on('grant.error', (_ctx, err) => log('grant.error:', err?.message, err?.error_description || ''));
+  provider.on('introspection.error', (_ctx, err) => log('introspection.error:', err?.message, err?.error_description || ''));
+  provider.on('authorization.error', (_ctx, err) => log('authorization.error:', err?.message, err?.error_description || ''));
+
+  const oidc = provider.callback();
+
+  // The test plays the user: log `account` in and grant whatever is asked.
+  async function interact(req, res) {
+    try {
+      const details = await provider.interactionDetails(req, res);
+      const { prompt, params } = details;
+      if (prompt.name === 'login') {
+        await provider.interactionFinished(req, res, { login: { accountId: account } }, { mergeWithLastSubmission: false });
+        return;
+      }
+      if (prompt.name === 'consent') {
+        let grant;
+        if (details.grantId) {
+          grant = await provider.Grant.find(details.grantId);
+        } else {
+          grant = new provider.Grant({ accountId: details.session.accountId, clientId: params.client_id });
+        }
+        const d = prompt.details || {};
+        if (d.missingOIDCScope) grant.addOIDCScope(d.missingOIDCScope.join(' '));
+        if (d.missingOIDCClaims) grant.addOIDCClaims(d.missingOIDCClaims);
+        for (const [indicator, scopes] of Object.entries(d.missingResourceScopes || {})) {
+          grant.addResourceScope(indicator, scopes.join(' '));
+        }
+        const grantId = await grant.save();
+        const consent = details.grantId ? {} : { grantId };
+        await provider.interactionFinished(req, res, { consent }, { mergeWithLastSubmission: true });
+        return;
+      }
+      throw new Error(`unknown prompt ${prompt.name}`);
+    } catch (err) {
+      log('interaction:', err?.stack || err);
+      res.statusCode = 500;
+      res.setHeader('Content-Type', 'application/json');
+      res.end(JSON.stringify({ error: 'server_error', error_description: String(err?.message || err) }));
+    }
+  }
+
+  server.on('request', (req, res) => {
+    // RFC 8414 metadata: the same document as OpenID discovery.
+    if (req.url === '/.well-known/oauth-authorization-server' || req.url.startsWith('/.well-known/oauth-authorization-server?')) {
+      req.url = req.url.replace('/.well-known/oauth-authorization-server', '/.well-known/openid-configuration');
+    }
+    if (req.method === 'GET' && /^\/interaction\/[^/?]+(\?|$)/.test(req.url)) {
+      interact(req, res);
+      return;
+    }
+    oidc(req, res);
+  });
+
+  process.stdout.write(`${JSON.stringify({ issuer })}\n`);
+  log(`listening, issuer ${issuer}, signing ${alg} kid ${keys[0].kid || '(none)'}, ${Object.keys(resources).length} resources, ${clients.length} clients, registration ${!!cfg.registration}`);
+
+  const stop = (sig) => {
+    log(`${sig}, closing`);
+    server.close(() => process.exit(0));
+    server.closeAllConnections?.();
+    setTimeout(() => process.exit(0), 2000).unref();
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+}
+
+main().catch((err) => {
+  log(err?.stack || err);
+  process.exit(1);
+});
