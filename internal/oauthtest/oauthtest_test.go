@@ -1,0 +1,232 @@
+package oauthtest
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+)
+
+const (
+	jwtResource    = "http://api.test/mcp"
+	opaqueResource = "http://opaque.test/"
+	redirectURI    = "http://127.0.0.1/callback"
+)
+
+// verify checks token's signature against the JWKS named by the
+// discovery document at wellKnown and returns its header and claims.
+func verify(t *testing.T, issuer, wellKnown, token string) (jose.Header, map[string]any) {
+	t.Helper()
+	var meta struct {
+		Issuer  string `json:"issuer"`
+		JWKSURI string `json:"jwks_uri"`
+	}
+	if err := getJSON(issuer+wellKnown, &meta); err != nil {
+		t.Fatalf("discovery %s: %v", wellKnown, err)
+	}
+	if meta.Issuer != issuer {
+		t.Fatalf("metadata issuer %q, want %q", meta.Issuer, issuer)
+	}
+	var set jose.JSONWebKeySet
+	if err := getJSON(meta.JWKSURI, &set); err != nil {
+		t.Fatalf("jwks: %v", err)
+	}
+	for _, k := range set.Keys {
+		if !k.IsPublic() {
+			t.Fatalf("JWKS publishes a private key (kid %s)", k.KeyID)
+		}
+	}
+	jws, err := jose.ParseSigned(token, []jose.SignatureAlgorithm{jose.RS256, jose.ES256})
+	if err != nil {
+		t.Fatalf("parse %q: %v", token, err)
+	}
+	h := jws.Signatures[0].Header
+	keys := set.Key(h.KeyID)
+	if len(keys) != 1 {
+		t.Fatalf("kid %q: %d keys in the JWKS", h.KeyID, len(keys))
+	}
+	payload, err := jws.Verify(keys[0])
+	if err != nil {
+		t.Fatalf("signature: %v", err)
+	}
+	var claims map[string]any
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		t.Fatal(err)
+	}
+	return h, claims
+}
+
+func TestAuthorizationServer(t *testing.T) {
+	priv1, _ := NewRSAKey("rsa-1")
+	s := Start(t, Config{
+		Keys: []jose.JSONWebKey{priv1},
+		Resources: map[string]Resource{
+			jwtResource:    {Scopes: []string{"tools:read", "tools:call"}, Format: "jwt", TTLSeconds: 300},
+			opaqueResource: {Scopes: []string{"read"}, Format: "opaque", TTLSeconds: 120},
+		},
+		Clients: []Client{
+			ConfidentialClient("svc", "svc-secret"),
+			ConfidentialClient("gateway", "gateway-secret"),
+			PublicClient("app", redirectURI),
+		},
+		Account:              "alice",
+		Registration:         true,
+		IntrospectionClients: []string{"gateway"},
+	})
+	iss := s.Issuer()
+	if !strings.HasPrefix(iss, "http://127.0.0.1:") {
+		t.Fatalf("issuer %q", iss)
+	}
+
+	// client_credentials, JWT resource.
+	tok, err := s.ClientCredentials("svc", "svc-secret", jwtResource, "tools:read")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, c := verify(t, iss, "/.well-known/oauth-authorization-server", tok)
+	if h.KeyID != "rsa-1" || h.Algorithm != "RS256" || h.ExtraHeaders["typ"] != "at+jwt" {
+		t.Errorf("header kid %q alg %q typ %v", h.KeyID, h.Algorithm, h.ExtraHeaders["typ"])
+	}
+	now := float64(time.Now().Unix())
+	exp, _ := c["exp"].(float64)
+	if c["iss"] != iss || c["aud"] != jwtResource || c["client_id"] != "svc" || c["scope"] != "tools:read" ||
+		c["jti"] == nil || exp < now+250 || exp > now+310 {
+		t.Errorf("client_credentials claims %v", c)
+	}
+	t.Logf("client_credentials JWT header %+v claims %v", h.ExtraHeaders, c)
+
+	// A scope the resource does not have is dropped (RFC 6749 §3.3: the
+	// server may grant less); an unknown resource and a wrong secret are
+	// refused.
+	if tok, err := s.ClientCredentials("svc", "svc-secret", jwtResource, "tools:read", "admin"); err != nil {
+		t.Error(err)
+	} else if _, c := verify(t, iss, "/.well-known/openid-configuration", tok); c["scope"] != "tools:read" {
+		t.Errorf("asked tools:read admin, claims %v", c)
+	}
+	if _, err := s.ClientCredentials("svc", "svc-secret", "http://unknown.test/", "read"); err == nil {
+		t.Error("unknown resource granted")
+	}
+	if _, err := s.ClientCredentials("svc", "wrong", jwtResource, "tools:read"); err == nil {
+		t.Error("wrong secret granted")
+	}
+
+	// Opaque resource: introspection by the gateway.
+	opaque, err := s.ClientCredentials("svc", "svc-secret", opaqueResource, "read")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(opaque, ".") == 2 {
+		t.Fatalf("opaque token looks like a JWT: %q", opaque)
+	}
+	in, err := s.Introspect("gateway", "gateway-secret", opaque)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in["active"] != true || in["scope"] != "read" || in["client_id"] != "svc" || in["aud"] != opaqueResource || in["iss"] != iss {
+		t.Errorf("introspection %v", in)
+	}
+	t.Logf("introspection %v", in)
+	// A client not in IntrospectionClients learns nothing.
+	if in, err := s.Introspect("svc", "svc-secret", opaque); err != nil || in["active"] != false {
+		t.Errorf("introspection by svc: %v %v", in, err)
+	}
+
+	// Authorization code + PKCE, public native client, loopback redirect
+	// with a port the registration does not name (RFC 8252 §7.3).
+	tr, err := s.AuthorizationCodeTokens("app", "", "http://127.0.0.1:49152/callback", jwtResource, "tools:read", "tools:call")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c = verify(t, iss, "/.well-known/openid-configuration", tr.AccessToken)
+	if c["sub"] != "alice" || c["client_id"] != "app" || c["aud"] != jwtResource || c["scope"] != "tools:read tools:call" {
+		t.Errorf("authorization_code claims %v", c)
+	}
+	if tr.RefreshToken == "" {
+		t.Error("no refresh token")
+	} else {
+		rt, err := s.Refresh("app", "", tr.RefreshToken, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, c := verify(t, iss, "/.well-known/openid-configuration", rt.AccessToken); c["sub"] != "alice" || c["aud"] != jwtResource {
+			t.Errorf("refreshed claims %v", c)
+		}
+	}
+	// The same flow for the opaque resource: introspection names alice.
+	op, err := s.AuthorizationCode("app", redirectURI, opaqueResource, "read")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in, err := s.Introspect("gateway", "gateway-secret", op); err != nil || in["active"] != true || in["sub"] != "alice" || in["client_id"] != "app" || in["aud"] != opaqueResource {
+		t.Errorf("introspection of the user's opaque token: %v %v", in, err)
+	} else {
+		t.Logf("introspection (authorization_code) %v", in)
+	}
+
+	// A redirect_uri not registered is refused.
+	if _, err := s.AuthorizationCode("app", "http://127.0.0.1:49152/elsewhere", jwtResource, "tools:read"); err == nil {
+		t.Error("unregistered redirect_uri accepted")
+	}
+
+	// Dynamic registration, then the flow with the registered client.
+	reg, err := s.Register(map[string]any{
+		"redirect_uris":              []string{"http://localhost:33418/oauth/callback"},
+		"token_endpoint_auth_method": "none",
+		"grant_types":                []string{"authorization_code", "refresh_token"},
+		"response_types":             []string{"code"},
+		"client_name":                "mcp-remote-like",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dynID, _ := reg["client_id"].(string)
+	if dynID == "" {
+		t.Fatalf("registration %v", reg)
+	}
+	if tok, err := s.AuthorizationCode(dynID, "http://localhost:33418/oauth/callback", jwtResource, "tools:read"); err != nil {
+		t.Errorf("registered client: %v", err)
+	} else if _, c := verify(t, iss, "/.well-known/openid-configuration", tok); c["client_id"] != dynID || c["sub"] != "alice" {
+		t.Errorf("registered client claims %v", c)
+	}
+
+	// Key rotation on the same port.
+	priv2, _ := NewECKey("ec-2")
+	if err := s.Restart(priv2); err != nil {
+		t.Fatal(err)
+	}
+	if s.Issuer() != iss {
+		t.Fatalf("issuer after restart %q, want %q", s.Issuer(), iss)
+	}
+	tok2, err := s.ClientCredentials("svc", "svc-secret", jwtResource, "tools:call")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, c2 := verify(t, iss, "/.well-known/oauth-authorization-server", tok2)
+	if h2.KeyID != "ec-2" || h2.Algorithm != "ES256" || c2["scope"] != "tools:call" {
+		t.Errorf("after rotation: kid %q alg %q claims %v", h2.KeyID, h2.Algorithm, c2)
+	}
+	set, err := s.JWKS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kids []string
+	for _, k := range set.Keys {
+		kids = append(kids, k.KeyID)
+	}
+	if !slices.Equal(kids, []string{"ec-2"}) {
+		t.Errorf("JWKS kids after rotation %v", kids)
+	}
+
+	// Down.
+	s.Stop()
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(iss + "/.well-known/openid-configuration")
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("issuer still answers after Stop: %s", resp.Status)
+	}
+	s.Stop() // twice is fine
+}
