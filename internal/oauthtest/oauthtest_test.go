@@ -3,6 +3,7 @@ package oauthtest
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -167,6 +168,18 @@ func TestAuthorizationServer(t *testing.T) {
 		t.Logf("introspection (authorization_code) %v", in)
 	}
 
+	// Without PKCE the authorization request is refused (OAuth 2.1).
+	noRedirect := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Get(iss + "/auth?response_type=code&client_id=app&state=s&scope=read" +
+		"&redirect_uri=" + url.QueryEscape(redirectURI) + "&resource=" + url.QueryEscape(opaqueResource))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc, _ := resp.Location(); loc == nil || loc.Query().Get("error") != "invalid_request" || !strings.Contains(loc.Query().Get("error_description"), "PKCE") {
+		t.Errorf("authorization request without PKCE: %s %v", resp.Status, loc)
+	}
+
 	// A redirect_uri not registered is refused.
 	if _, err := s.AuthorizationCode("app", "http://127.0.0.1:49152/elsewhere", jwtResource, "tools:read"); err == nil {
 		t.Error("unregistered redirect_uri accepted")
@@ -223,7 +236,7 @@ func TestAuthorizationServer(t *testing.T) {
 
 	// Down.
 	s.Stop()
-	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(iss + "/.well-known/openid-configuration")
+	resp, err = (&http.Client{Timeout: 2 * time.Second}).Get(iss + "/.well-known/openid-configuration")
 	if err == nil {
 		resp.Body.Close()
 		t.Fatalf("issuer still answers after Stop: %s", resp.Status)
