@@ -41,7 +41,25 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	rcns {
 //	    name <string>
 //	    server_id <string>
-//	    identity header|mtls|signature
+//	    identity header|mtls|signature|oauth...
+//	    oauth {
+//	        issuer <url>
+//	        resource <url>
+//	        jwks_uri <url>
+//	        introspection_endpoint <url>
+//	        client_id <id>
+//	        client_secret <secret>
+//	        algorithms <alg>...
+//	        clock_skew <duration>
+//	        allow_no_expiry [true|false]
+//	        scope <oauth-scope> <agtp-scope>...
+//	        unnamed_clients <agent name or id>
+//	        jwks_max_age <duration>
+//	        jwks_min_refresh <duration>
+//	        introspection_cache_ttl <duration>
+//	        introspection_cache_size <n>
+//	        timeout <duration>
+//	    }
 //	    signature_max_age <duration>
 //	    signature_skew <duration>
 //	    signature_authorities <host[:port]>...
@@ -128,7 +146,23 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			seen[key] = true
 		}
 		switch key {
-		case "name", "server_id", "identity", "mode", "catalog", "on_policy_change", "records_dir", "fsync", "audit_read_acl":
+		case "identity":
+			modes := d.RemainingArgs()
+			if len(modes) == 0 {
+				return d.ArgErr()
+			}
+			v := strings.Join(modes, " ")
+			if _, err := engine.ParseIdentityModes(v); err != nil {
+				return d.Errf("identity: %v", err)
+			}
+			h.Identity = v
+		case "oauth":
+			o, err := parseOAuth(d)
+			if err != nil {
+				return err
+			}
+			h.OAuth = o
+		case "name", "server_id", "mode", "catalog", "on_policy_change", "records_dir", "fsync", "audit_read_acl":
 			v, err := oneArg(d)
 			if err != nil {
 				return err
@@ -143,11 +177,6 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.Name = v
 			case "server_id":
 				h.ServerID = v
-			case "identity":
-				if v != IdentityHeader && v != IdentityMTLS && v != IdentitySignature {
-					return d.Errf("identity: %q is not header, mtls or signature", v)
-				}
-				h.Identity = v
 			case "mode":
 				if v != engine.ModeConfirmFirst && v != engine.ModeOptimistic {
 					return d.Errf("mode: %q is not confirm-first or optimistic", v)
@@ -432,6 +461,82 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
+}
+
+// parseOAuth reads the oauth block (the grammar in UnmarshalCaddyfile;
+// the knobs are engine.OAuthConfig's); the dispenser is on "oauth".
+func parseOAuth(d *caddyfile.Dispenser) (*engine.OAuthConfig, error) {
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	o := &engine.OAuthConfig{}
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		key := d.Val()
+		if key != "scope" && key != "algorithms" {
+			if seen[key] {
+				return nil, d.Errf("oauth: %s is set twice; give it once", key)
+			}
+			seen[key] = true
+		}
+		switch key {
+		case "issuer", "resource", "jwks_uri", "introspection_endpoint", "client_id", "client_secret", "unnamed_clients":
+			v, err := oneArg(d)
+			if err != nil {
+				return nil, err
+			}
+			if v == "" {
+				return nil, d.Errf("oauth: %s: empty value", key)
+			}
+			*map[string]*string{"issuer": &o.Issuer, "resource": &o.Resource, "jwks_uri": &o.JWKSURI,
+				"introspection_endpoint": &o.IntrospectionEndpoint, "client_id": &o.ClientID,
+				"client_secret": &o.ClientSecret, "unnamed_clients": &o.UnnamedClients}[key] = v
+		case "algorithms":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return nil, d.ArgErr()
+			}
+			o.Algorithms = append(o.Algorithms, args...)
+		case "scope":
+			args := d.RemainingArgs()
+			if len(args) < 2 {
+				return nil, d.Errf("oauth: scope: want <oauth-scope> <agtp-scope>...")
+			}
+			if o.Scopes == nil {
+				o.Scopes = map[string][]string{}
+			}
+			if _, dup := o.Scopes[args[0]]; dup {
+				return nil, d.Errf("oauth: scope %s is given twice", args[0])
+			}
+			o.Scopes[args[0]] = args[1:]
+		case "allow_no_expiry":
+			b, err := optBool(d)
+			if err != nil {
+				return nil, err
+			}
+			o.AllowNoExpiry = b
+		case "clock_skew", "jwks_max_age", "jwks_min_refresh", "introspection_cache_ttl", "timeout":
+			dur, err := positiveDuration(d)
+			if err != nil {
+				return nil, err
+			}
+			*map[string]*engine.Duration{"clock_skew": &o.ClockSkew, "jwks_max_age": &o.JWKSMaxAge, "jwks_min_refresh": &o.JWKSMinRefresh,
+				"introspection_cache_ttl": &o.IntrospectionCacheTTL, "timeout": &o.Timeout}[key] = engine.Duration(dur)
+		case "introspection_cache_size":
+			v, err := oneArg(d)
+			if err != nil {
+				return nil, err
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return nil, d.Errf("oauth: introspection_cache_size: %q is not a positive integer", v)
+			}
+			o.IntrospectionCacheSize = n
+		default:
+			return nil, d.Errf("oauth: unknown subdirective %q", key)
+		}
+	}
+	return o, nil
 }
 
 // parseMCP reads the mcp block (the grammar in UnmarshalCaddyfile);

@@ -131,6 +131,10 @@ func (g Gate) Locks34(c *Caller, states *LockStates) *Refusal {
 	if !c.Effective().Covers(ScopeNegotiate) {
 		states[LockCallerScope-1] = LockClosed
 		states[LockTrustTier-1] = LockNotEvaluated
+		if c != nil && c.Bounded && !c.granted().Covers(ScopeNegotiate) && c.Agent != nil && c.Agent.Scopes.Covers(ScopeNegotiate) {
+			// The agent holds it; its access token does not carry it.
+			return insufficientScope([]Scope{ScopeNegotiate}, []Scope{ScopeNegotiate})
+		}
 		return &Refusal{Status: StatusAuthorizationRequired, Reason: "scope-required",
 			Explanation: "The request does not carry the rcns:negotiate scope required for runtime contract negotiation.",
 			Fields:      map[string]any{"type": "scope-required", "scope": ScopeNegotiate.String()}}

@@ -16,6 +16,14 @@ type Caller struct {
 	Claimed ScopeSet
 	// ScopeHeader reports whether the Authority-Scope header was present.
 	ScopeHeader bool
+	// Bounded reports that the request's credential bounds the agent's
+	// grants (an OAuth access token, ARCHITECTURE.md "Identity"): the
+	// request holds a grant only where both the agent's registry grants
+	// and Ceiling cover it. An empty Ceiling then grants nothing.
+	Bounded bool
+	// Ceiling is what the credential grants when Bounded: the token's
+	// scopes mapped to AGTP scope tokens.
+	Ceiling ScopeSet
 }
 
 // Effective returns the scopes the request carries: Claimed when the
@@ -27,18 +35,79 @@ func (c *Caller) Effective() ScopeSet {
 		return nil
 	case c.ScopeHeader:
 		return c.Claimed
-	case c.Agent != nil:
-		return c.Agent.Scopes
 	}
-	return nil
+	return c.granted()
 }
 
-// granted returns the agent's granted scopes.
+// granted returns the scopes the request may hold: the agent's
+// registry grants, bounded by the credential's Ceiling when Bounded.
 func (c *Caller) granted() ScopeSet {
 	if c == nil || c.Agent == nil {
 		return nil
 	}
+	if c.Bounded {
+		return Intersect(c.Agent.Scopes, c.Ceiling)
+	}
 	return c.Agent.Scopes
+}
+
+// Intersect returns the scopes both a and b cover (RCNS §11.4
+// covering, "*" segments included): each token of a that b covers and
+// each token of b that a covers, without duplicates, a's first. A
+// grant of "hotel:*" and a ceiling of "hotel:read" intersect to
+// "hotel:read".
+func Intersect(a, b ScopeSet) ScopeSet {
+	out := ScopeSet{}
+	add := func(s Scope) {
+		for _, t := range out {
+			if t == s {
+				return
+			}
+		}
+		out = append(out, s)
+	}
+	for _, s := range a {
+		if b.Covers(s) {
+			add(s)
+		}
+	}
+	for _, s := range b {
+		if a.Covers(s) {
+			add(s)
+		}
+	}
+	return out
+}
+
+// BoundRefusal checks a Bounded caller's Authority-Scope claim against
+// its Ceiling, after ResolveCaller checked it against the registry: a
+// claimed token the registry grants but the credential does not is 403
+// "insufficient-scope" (insufficientScope). Nil when the caller is not
+// Bounded, claims nothing, or the ceiling covers the claim.
+func (c *Caller) BoundRefusal() *Refusal {
+	if c == nil || !c.Bounded || !c.ScopeHeader {
+		return nil
+	}
+	if missing := c.granted().Missing(c.Claimed); len(missing) > 0 {
+		return insufficientScope(missing, c.Claimed)
+	}
+	return nil
+}
+
+// StatusForbidden is 403 Forbidden: here, a credential that does not
+// carry a scope the agent holds (RFC 6750 §3.1 insufficient_scope).
+const StatusForbidden = 403
+
+// insufficientScope is 403 "insufficient-scope": the request's
+// credential (an OAuth access token) lacks missing, scopes its agent is
+// granted; required is every scope the operation needs. Fields
+// {"type": "insufficient-scope", "missing_scopes": ..., "required_scopes": ...}.
+// A door turns it into RFC 6750's WWW-Authenticate: Bearer
+// error="insufficient_scope".
+func insufficientScope(missing, required []Scope) *Refusal {
+	return &Refusal{Status: StatusForbidden, Reason: "insufficient-scope",
+		Explanation: fmt.Sprintf("The access token does not grant %s, which this operation requires and the agent holds: get a token with that scope.", ScopeSet(missing)),
+		Fields:      map[string]any{"type": "insufficient-scope", "missing_scopes": scopeStrings(missing), "required_scopes": scopeStrings(required)}}
 }
 
 // ResolveCaller resolves the identity headers of a request: agentID is the
@@ -138,19 +207,27 @@ func echoScopes(s []Scope) (words string, listed []string) {
 // not claimed), 262 "scope-required" with Fields {"type":
 // "scope-required", "missing_scopes": the tokens the request lacks};
 // otherwise 455 "scope-exceeded" with Fields {"missing_scopes": the
-// tokens the agent was never granted}.
+// tokens the agent was never granted}. For a Bounded caller, tokens the
+// agent is granted but its credential does not carry are 403
+// "insufficient-scope" (an OAuth token with too few scopes).
 func CheckRequiredScopes(c *Caller, required []Scope) *Refusal {
 	missing := c.Effective().Missing(required)
 	if len(missing) == 0 {
 		return nil
 	}
-	ungranted := c.granted().Missing(missing)
-	if len(ungranted) == 0 {
-		return &Refusal{Status: StatusAuthorizationRequired, Reason: "scope-required",
-			Explanation: fmt.Sprintf("The request's Authority-Scope does not include %s; the agent holds it and must claim it.", ScopeSet(missing)),
-			Fields:      map[string]any{"type": "scope-required", "missing_scopes": scopeStrings(missing)}}
+	var registry ScopeSet
+	if c != nil && c.Agent != nil {
+		registry = c.Agent.Scopes
 	}
-	return &Refusal{Status: StatusScopeViolation, Reason: "scope-exceeded",
-		Explanation: fmt.Sprintf("The agent has not been granted %s, which this operation requires.", ScopeSet(ungranted)),
-		Fields:      map[string]any{"missing_scopes": scopeStrings(ungranted)}}
+	if ungranted := registry.Missing(missing); len(ungranted) > 0 {
+		return &Refusal{Status: StatusScopeViolation, Reason: "scope-exceeded",
+			Explanation: fmt.Sprintf("The agent has not been granted %s, which this operation requires.", ScopeSet(ungranted)),
+			Fields:      map[string]any{"missing_scopes": scopeStrings(ungranted)}}
+	}
+	if capped := c.granted().Missing(missing); len(capped) > 0 {
+		return insufficientScope(capped, required)
+	}
+	return &Refusal{Status: StatusAuthorizationRequired, Reason: "scope-required",
+		Explanation: fmt.Sprintf("The request's Authority-Scope does not include %s; the agent holds it and must claim it.", ScopeSet(missing)),
+		Fields:      map[string]any{"type": "scope-required", "missing_scopes": scopeStrings(missing)}}
 }

@@ -79,8 +79,21 @@ type Identity struct {
 	// AgentID is the verified canonical Agent-ID (64 lowercase hex).
 	AgentID string
 	// VerificationPath names how it was established: "header"
-	// (unverified, loopback only), "mtls" or "signature".
+	// (unverified, loopback only), "mtls", "signature" or "oauth".
 	VerificationPath string
+	// OwnerID, when not empty, is the principal the credential acts for
+	// (an OAuth token's sub): the request's Owner-ID instead of the
+	// agent document's owner_id.
+	OwnerID string
+	// Bounded reports that the credential bounds the agent's grants to
+	// Scopes (an OAuth token's scopes mapped to AGTP scope tokens); when
+	// false the agent's registry grants apply unbounded.
+	Bounded bool
+	// Scopes are the AGTP scope tokens the credential grants (Bounded).
+	Scopes []string
+	// Issuer is the OAuth issuer that vouched for the credential ("" for
+	// the other modes); ClientID the token's OAuth client.
+	Issuer, ClientID string
 }
 
 // Get returns the first value of header name ("Agent-ID"; any

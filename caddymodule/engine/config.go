@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
@@ -63,7 +64,19 @@ type IdentityConfig struct {
 	// verify_if_given so certificate-less legacy clients still pass);
 	// "signature" verifies RFC 9421 HTTP Message Signatures (label sig1,
 	// ed25519 or ecdsa-p256-sha256, keyid = RFC 7638 thumbprint).
+	//
+	// It may name several modes, separated by spaces ("signature
+	// oauth"): the credential a request carries picks its mode, and a
+	// request whose credentials name two different agents is refused
+	// (identity-conflict). In a list, header still trusts the bare
+	// Agent-ID only on loopback, for requests with no other credential.
+	// "oauth" verifies an OAuth 2.1 bearer access token (OAuth).
 	Identity string `json:"identity,omitempty"`
+
+	// OAuth configures identity oauth: the authorization server, this
+	// gateway's resource identifier, the scope map (OAuthConfig).
+	// Required when Identity names oauth.
+	OAuth *OAuthConfig `json:"oauth,omitempty"`
 
 	// SignatureMaxAge bounds expires - created of a signature: at least
 	// 1s (created and expires are whole seconds). Default 300s.
@@ -422,6 +435,9 @@ func (h *Config) SetDefaults() {
 	if h.Identity == "" {
 		h.Identity = IdentityHeader
 	}
+	if h.OAuth != nil {
+		h.OAuth.setDefaults()
+	}
 	if h.Mode == "" {
 		h.Mode = ModeConfirmFirst
 	}
@@ -590,10 +606,19 @@ func (h *Config) Validate() error {
 	if h.OnPolicyChange != "grandfather" && h.OnPolicyChange != "invalidate" {
 		return fmt.Errorf("rcns: on_policy_change must be grandfather or invalidate, not %q", h.OnPolicyChange)
 	}
-	switch h.Identity {
-	case IdentityHeader, IdentityMTLS, IdentitySignature:
-	default:
-		return fmt.Errorf("rcns: identity mode %q is not supported (header, mtls, signature)", h.Identity)
+	modes, err := ParseIdentityModes(h.Identity)
+	if err != nil {
+		return fmt.Errorf("rcns: identity: %v", err)
+	}
+	switch {
+	case slices.Contains(modes, IdentityOAuth) && h.OAuth == nil:
+		return errors.New("rcns: identity oauth needs an oauth block (issuer, resource)")
+	case !slices.Contains(modes, IdentityOAuth) && h.OAuth != nil:
+		return fmt.Errorf("rcns: an oauth block is configured, but identity %q does not name oauth", h.Identity)
+	case h.OAuth != nil:
+		if err := h.OAuth.validate(); err != nil {
+			return err
+		}
 	}
 	for i, a := range h.SignatureAuthorities {
 		if err := CheckAuthority(a); err != nil {

@@ -44,6 +44,11 @@ type Engine struct {
 	passthru  map[string]bool
 	metrics   *metrics
 	idents    *identities
+	// oauth is identity oauth's verifier (nil when the modes do not
+	// name oauth); it outlives document reloads (its caches).
+	oauth *oauthVerifier
+	// trustsHeader: the identity modes name header (TrustsHeader).
+	trustsHeader bool
 	// idSteps is the identity step: the verifiers asked in order
 	// (verifyTransport).
 	idSteps []verifier

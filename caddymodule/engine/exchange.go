@@ -41,6 +41,10 @@ type exchange struct {
 	requestIDEcho bool
 	agentID       string // verbatim header value
 	agentIDValid  bool   // agentID is 64 lowercase hex (echoed only then)
+	// ident is the identity the identity step verified (nil before it,
+	// and for anonymous requests): how, and for OAuth the principal,
+	// issuer and client.
+	ident *agtp.Identity
 	// recordAgent is agentID once the identity mode accepted it (at
 	// once under identity header on loopback, else once verified) and
 	// the registry knows it: the Attribution-Record's agent_id and chain
@@ -186,6 +190,12 @@ func (x *exchange) fail(e *agtp.Error) {
 	if e.AttemptID != "" {
 		hdr["RCNS-Attempt-Id"] = e.AttemptID
 	}
+	if c := x.h.BearerChallenge(e); c != "" {
+		hdr["WWW-Authenticate"] = c
+	}
+	if e.Reason == agtp.IssuerUnavailable.Token {
+		hdr["Retry-After"] = strconv.Itoa(issuerRetryAfter)
+	}
 	if e.Reason == agtp.StoreUnavailable.Token {
 		x.storeFailed = true
 		after := int64(storeRetryAfter)
@@ -305,7 +315,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 			set("Owner-ID", x.ownerID)
 		}
 		set("Trust-Tier", strconv.Itoa(x.trustTier))
-		set("Verification-Path", VerificationPath(x.h.Identity))
+		set("Verification-Path", x.verificationPath())
 	}
 	if x.taskID != "" {
 		set("Task-ID", x.taskID)

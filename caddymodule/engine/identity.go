@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,16 +41,27 @@ type keyEntry struct {
 // identities holds what the verified modes check against, built from
 // the agent documents in New.
 type identities struct {
-	spki map[string]string   // SPKI SHA-256 hex → Agent-ID
-	keys map[string]keyEntry // RFC 7638 thumbprint → key
+	spki    map[string]string   // SPKI SHA-256 hex → Agent-ID
+	keys    map[string]keyEntry // RFC 7638 thumbprint → key
+	clients map[string]string   // OAuth client_id → Agent-ID
+	unnamed string              // the Agent-ID of clients no document lists ("" refuses them)
 }
 
 // buildIdentities indexes the agents' certificates and keys and, for a
 // verified mode, refuses agents that lack what the mode needs.
-func buildIdentities(mode string, docs []*schema.Document, ads []schema.AgentDoc) (*identities, error) {
-	id := &identities{spki: map[string]string{}, keys: map[string]keyEntry{}}
+func buildIdentities(modes string, oauth *OAuthConfig, docs []*schema.Document, ads []schema.AgentDoc) (*identities, error) {
+	id := &identities{spki: map[string]string{}, keys: map[string]keyEntry{}, clients: map[string]string{}}
 	for i, a := range ads {
 		d := docs[i]
+		for j, c := range a.OAuthClients {
+			if prev, dup := id.clients[c]; dup && prev != a.AgentID {
+				return nil, d.Errorf(fmt.Sprintf("/oauth_clients/%d", j), "OAuth client %q is already listed by agent %s", c, prev)
+			}
+			id.clients[c] = a.AgentID
+		}
+		if oauth != nil && oauth.UnnamedClients != "" && (a.Name == oauth.UnnamedClients || a.AgentID == oauth.UnnamedClients) {
+			id.unnamed = a.AgentID
+		}
 		for j, c := range a.Certificates {
 			if prev, dup := id.spki[c]; dup && prev != a.AgentID {
 				return nil, d.Errorf(fmt.Sprintf("/certificates/%d", j), "certificate key is already bound to agent %s", prev)
@@ -74,12 +86,17 @@ func buildIdentities(mode string, docs []*schema.Document, ads []schema.AgentDoc
 			}
 			id.keys[tp] = keyEntry{alg: alg, pub: pub, owner: a.AgentID}
 		}
+		// A one-mode configuration needs every agent to carry that
+		// mode's credential; in a list, each agent carries one of them.
 		switch {
-		case mode == IdentityMTLS && len(a.Certificates) == 0:
+		case modes == IdentityMTLS && len(a.Certificates) == 0:
 			return nil, d.Errorf("", "identity mtls needs certificates (SPKI SHA-256) for agent %s", a.Name)
-		case mode == IdentitySignature && len(a.Keys) == 0:
+		case modes == IdentitySignature && len(a.Keys) == 0:
 			return nil, d.Errorf("", "identity signature needs keys (public JWKs) for agent %s", a.Name)
 		}
+	}
+	if oauth != nil && oauth.UnnamedClients != "" && id.unnamed == "" {
+		return nil, fmt.Errorf("rcns: oauth.unnamed_clients names %q, which no agent document names (by name or agent_id)", oauth.UnnamedClients)
 	}
 	return id, nil
 }
@@ -140,26 +157,21 @@ func CheckAuthority(a string) error {
 // VerificationPath is the Verification-Path response header of an
 // identified caller: how the identity mode established it (spec §4).
 func VerificationPath(mode string) string {
-	if mode == IdentityMTLS || mode == IdentitySignature {
+	switch mode {
+	case IdentityMTLS, IdentitySignature, IdentityOAuth:
 		return mode
 	}
 	return IdentityHeader
 }
 
-// assurance is the identity_assurance recorded for requests in mode.
+// assurance is the identity_assurance recorded for requests verified by
+// mode.
 func assurance(mode string) string {
 	switch mode {
-	case IdentityMTLS, IdentitySignature:
+	case IdentityMTLS, IdentitySignature, IdentityOAuth:
 		return mode
 	}
 	return "unverified"
-}
-
-// verifyIdentity proves the request's Agent-ID in the configured mode
-// before the registry lookup (spec §3, §21 item 4). It returns a 401
-// wire error with a distinct reason, or nil.
-func (h *Engine) verifyIdentity(x *exchange, req *request) *agtp.Error {
-	return h.VerifyTransport(x.in, req.raw, x.agentID)
 }
 
 // verdict is what one identity verifier answers for a request.
@@ -177,60 +189,102 @@ const (
 )
 
 // verifier is one identity mode of the engine's identity step (spec
-// §10 step 6, ARCHITECTURE.md "Identity"): header (on loopback), mtls
-// or signature, each proving an Agent-ID its own way. A refusal is a
-// wire error with a distinct reason (401, or 503 store-unavailable when
-// the signature replay cache cannot be reached).
+// §10 step 6, ARCHITECTURE.md "Identity"): header (on loopback), mtls,
+// signature or oauth, each proving an agent its own way. A refusal is a
+// wire error with a distinct reason (401; 503 store-unavailable when the
+// signature replay cache, 503 issuer-unavailable when the authorization
+// server cannot be reached).
 type verifier interface {
-	// mode names the verifier: IdentityHeader, IdentityMTLS or
-	// IdentitySignature (Verification-Path, identity_assurance).
+	// mode names the verifier: IdentityHeader, IdentityMTLS,
+	// IdentitySignature or IdentityOAuth (Verification-Path,
+	// identity_assurance).
 	mode() string
-	// verify answers for agentID, claimed by in (its body read to the
-	// end): verifiedAs and nil; refused and why; or notMine and the
-	// refusal to give if no other verifier claims the request.
-	verify(in *agtp.Request, body []byte, agentID string) (verdict, *agtp.Error)
+	// verify answers for agentID ("" when the request names none),
+	// claimed by in (its body read to the end): verifiedAs and the
+	// identity; refused and why; or notMine and the refusal to give if
+	// no other verifier claims the request.
+	verify(in *agtp.Request, body []byte, agentID string) (verdict, *agtp.Identity, *agtp.Error)
 }
 
-// verifiers builds the identity step of mode (one mode a configuration
-// today; the step runs a list so that more modes, OAuth among them, add
-// a verifier, not a branch in every door).
+// verifiers builds the identity step of the configured modes, in the
+// order ParseIdentityModes gives them (credential-bearing first,
+// header last).
 func (h *Engine) verifiers() []verifier {
-	switch h.Identity {
-	case IdentityMTLS:
-		return []verifier{mtlsVerifier{spki: h.idents.spki}}
-	case IdentitySignature:
-		return []verifier{signatureVerifier{h: h}}
+	modes, err := ParseIdentityModes(h.Identity)
+	if err != nil { // refused by Validate
+		return nil
 	}
-	return []verifier{headerVerifier{}}
+	h.trustsHeader = slices.Contains(modes, IdentityHeader)
+	out := make([]verifier, 0, len(modes))
+	for _, m := range modes {
+		switch m {
+		case IdentityOAuth:
+			out = append(out, h.oauth)
+		case IdentitySignature:
+			out = append(out, claimedOnly{signatureVerifier{h: h}})
+		case IdentityMTLS:
+			out = append(out, claimedOnly{mtlsVerifier{spki: h.idents.spki}})
+		default:
+			out = append(out, claimedOnly{headerVerifier{}})
+		}
+	}
+	return out
 }
 
-// VerifyTransport proves agentID on the request in (read through
+// TrustsHeader reports whether the identity modes name header: a door
+// then tells the engine whether each request reached a loopback address
+// (agtp.Request.Loopback), which is what header trusts.
+func (h *Engine) TrustsHeader() bool { return h.trustsHeader }
+
+// claimedOnly is a verifier that proves a claimed Agent-ID (header,
+// mtls, signature): a request that names none is not its to verify.
+type claimedOnly struct{ verifier }
+
+func (c claimedOnly) verify(in *agtp.Request, body []byte, agentID string) (verdict, *agtp.Identity, *agtp.Error) {
+	if agentID == "" {
+		return notMine, nil, agtp.AgentUnauthenticated.New("this request needs an Agent-ID header")
+	}
+	return c.verifier.verify(in, body, agentID)
+}
+
+// VerifyTransport proves who sent the request in (read through
 // httpView: method, target, Host, header fields, TLS state, whether it
 // reached a loopback address) with body, its body read to the end: the
 // one identity step every door shares (the HTTP binding and the native
-// door per AGTP request, the MCP door per HTTP request to its path). The
-// verifiers are asked in order: the first that verifies or refuses
-// decides; when none claims the request, the first one's refusal is
-// the answer. An engine with no verifier (not provisioned) verifies
-// nobody.
-func (h *Engine) VerifyTransport(in *agtp.Request, body []byte, agentID string) *agtp.Error {
+// door per AGTP request, the MCP door per HTTP request to its path).
+// agentID is the Agent-ID the request claims ("" when none: only a
+// bearer token then names the agent). Every verifier is asked: a
+// refusal decides; two that verify different agents are refused
+// (identity-conflict); else the first that verified gives the identity.
+// When none claims the request, the first one's refusal is the answer.
+// An engine with no verifier (not provisioned) verifies nobody.
+func (h *Engine) VerifyTransport(in *agtp.Request, body []byte, agentID string) (*agtp.Identity, *agtp.Error) {
 	var first *agtp.Error
+	var got *agtp.Identity
 	for i, v := range h.idSteps {
-		switch vd, e := v.verify(in, body, agentID); vd {
+		vd, id, e := v.verify(in, body, agentID)
+		switch vd {
 		case verifiedAs:
-			return nil
+			if got == nil {
+				got = id
+			} else if got.AgentID != id.AgentID {
+				return nil, agtp.IdentityConflict.New("the request carries credentials of two different agents (" + got.VerificationPath + " and " + id.VerificationPath + "); send one")
+			}
 		case refused:
-			return e
+			return nil, e
 		default:
 			if i == 0 {
 				first = e
 			}
 		}
 	}
+	if got != nil {
+		return got, nil
+	}
 	if first == nil {
 		first = agtp.AgentUnauthenticated.New("no identity mode verified the Agent-ID")
 	}
-	return first
+	return nil, first
 }
 
 // headerVerifier is identity header: the Agent-ID header is the
@@ -239,11 +293,11 @@ type headerVerifier struct{}
 
 func (headerVerifier) mode() string { return IdentityHeader }
 
-func (headerVerifier) verify(in *agtp.Request, _ []byte, _ string) (verdict, *agtp.Error) {
+func (headerVerifier) verify(in *agtp.Request, _ []byte, agentID string) (verdict, *agtp.Identity, *agtp.Error) {
 	if in.Loopback {
-		return verifiedAs, nil
+		return verifiedAs, &agtp.Identity{AgentID: agentID, VerificationPath: IdentityHeader}, nil
 	}
-	return notMine, agtp.IdentityModeRefused.New("this gateway trusts the Agent-ID header only on loopback; configure a verified identity mode")
+	return notMine, nil, agtp.IdentityModeRefused.New("this gateway trusts the Agent-ID header only on loopback; configure a verified identity mode")
 }
 
 // mtlsVerifier is identity mtls: the SHA-256 of the client
@@ -253,19 +307,19 @@ type mtlsVerifier struct{ spki map[string]string }
 
 func (mtlsVerifier) mode() string { return IdentityMTLS }
 
-func (v mtlsVerifier) verify(in *agtp.Request, _ []byte, agentID string) (verdict, *agtp.Error) {
+func (v mtlsVerifier) verify(in *agtp.Request, _ []byte, agentID string) (verdict, *agtp.Identity, *agtp.Error) {
 	if in.TLS == nil || len(in.TLS.PeerCertificates) == 0 {
-		return notMine, agtp.CertificateRequired.New("identity mtls: an AGTP request must present a client certificate")
+		return notMine, nil, agtp.CertificateRequired.New("identity mtls: an AGTP request must present a client certificate")
 	}
 	sum := sha256.Sum256(in.TLS.PeerCertificates[0].RawSubjectPublicKeyInfo)
 	owner, ok := v.spki[hex.EncodeToString(sum[:])]
 	if !ok {
-		return refused, agtp.CertificateUnknown.New("identity mtls: the client certificate's key is not bound to any agent")
+		return refused, nil, agtp.CertificateUnknown.New("identity mtls: the client certificate's key is not bound to any agent")
 	}
 	if owner != agentID {
-		return refused, agtp.CertificateMismatch.New("identity mtls: the client certificate is bound to another Agent-ID")
+		return refused, nil, agtp.CertificateMismatch.New("identity mtls: the client certificate is bound to another Agent-ID")
 	}
-	return verifiedAs, nil
+	return verifiedAs, &agtp.Identity{AgentID: agentID, VerificationPath: IdentityMTLS}, nil
 }
 
 // signatureVerifier is identity signature: RFC 9421 with the agents'
@@ -275,7 +329,7 @@ type signatureVerifier struct{ h *Engine }
 
 func (signatureVerifier) mode() string { return IdentitySignature }
 
-func (v signatureVerifier) verify(in *agtp.Request, body []byte, agentID string) (verdict, *agtp.Error) {
+func (v signatureVerifier) verify(in *agtp.Request, body []byte, agentID string) (verdict, *agtp.Identity, *agtp.Error) {
 	h := v.h
 	res, err := httpsig.Verify(httpView(in), func(keyID string) (string, crypto.PublicKey, string, bool) {
 		k, ok := h.idents.keys[keyID]
@@ -292,9 +346,9 @@ func (v signatureVerifier) verify(in *agtp.Request, body []byte, agentID string)
 		}
 		var se *httpsig.Error
 		if errors.As(err, &se) {
-			return outcome, &agtp.Error{Status: 401, Reason: se.Reason, Explanation: "identity signature: " + se.Detail}
+			return outcome, nil, &agtp.Error{Status: 401, Reason: se.Reason, Explanation: "identity signature: " + se.Detail}
 		}
-		return outcome, agtp.SignatureInvalid.New("identity signature: " + err.Error())
+		return outcome, nil, agtp.SignatureInvalid.New("identity signature: " + err.Error())
 	}
 	// The replay check, last as in httpsig.Verify, on the shared
 	// cache: a signature is accepted once on every node.
@@ -305,13 +359,13 @@ func (v signatureVerifier) verify(in *agtp.Request, body []byte, agentID string)
 	seen, err := h.sto.Replay.Seen(ctx, agentID, res.Signature, res.Expires)
 	if err != nil {
 		h.logger.Debug("store unavailable: answering 503 store-unavailable", zap.String("agent_id", agentID), zap.Error(err)) // as storeFailed
-		return refused, storeUnavailable()
+		return refused, nil, storeUnavailable()
 	}
 	if seen {
-		return refused, &agtp.Error{Status: 401, Reason: httpsig.ReasonSignatureReplayed, Explanation: "identity signature: the signature was already used"}
+		return refused, nil, &agtp.Error{Status: 401, Reason: httpsig.ReasonSignatureReplayed, Explanation: "identity signature: the signature was already used"}
 	}
 	// The key's owner was checked against Agent-ID (ExpectOwner).
-	return verifiedAs, nil
+	return verifiedAs, &agtp.Identity{AgentID: agentID, VerificationPath: IdentitySignature}, nil
 }
 
 // httpView is the request as policy/httpsig reads it for RFC 9421
@@ -339,4 +393,28 @@ func httpView(in *agtp.Request) *http.Request {
 		r.URL = &u
 	}
 	return r
+}
+
+// verificationPath is the Verification-Path of x's answer: the mode
+// that verified it (the configured one before the identity step).
+func (x *exchange) verificationPath() string {
+	if x.ident != nil {
+		return VerificationPath(x.ident.VerificationPath)
+	}
+	return VerificationPath(x.h.Identity)
+}
+
+// identityFields are a record's identity members for x: the
+// identity_assurance, and for OAuth the issuer and client that vouched
+// for the caller (ARCHITECTURE.md "Records").
+func (x *exchange) identityFields(rec map[string]any) {
+	mode := x.h.Identity
+	if x.ident != nil {
+		mode = x.ident.VerificationPath
+		if x.ident.Issuer != "" {
+			rec["identity_issuer"] = x.ident.Issuer
+			rec["oauth_client_id"] = x.ident.ClientID
+		}
+	}
+	rec["identity_assurance"] = assurance(mode)
 }

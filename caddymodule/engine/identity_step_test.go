@@ -40,10 +40,12 @@ func TestIdentityStep(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := &Engine{idSteps: tt.steps}
-			e := h.VerifyTransport(tt.in, nil, tt.agent)
+			id, e := h.VerifyTransport(tt.in, nil, tt.agent)
 			switch {
 			case tt.reason == "" && e != nil:
 				t.Fatalf("refused %s: %s, want verified", e.Reason, e.Explanation)
+			case tt.reason == "" && (id == nil || id.AgentID != tt.agent):
+				t.Fatalf("verified as %+v, want agent %s", id, tt.agent)
 			case tt.reason != "" && (e == nil || e.Reason != tt.reason):
 				t.Fatalf("answer %+v, want refusal %s", e, tt.reason)
 			}

@@ -40,12 +40,7 @@ func New(cfg *Config, deps Deps) (*Engine, error) {
 		h.st = NewState(cfg.Name)
 	}
 	if err := h.provision(deps.Metrics); err != nil {
-		for _, u := range h.upstreams {
-			u.Close()
-		}
-		if h.restorer != nil {
-			h.restorer.Close()
-		}
+		h.Close()
 		return nil, err
 	}
 	return h, nil
@@ -144,6 +139,13 @@ func (h *Engine) provision(reg prometheus.Registerer) error {
 		}
 		h.upstreams[n] = up
 	}
+	if h.OAuth != nil {
+		v, err := newOAuthVerifier(h, h.OAuth, h.logger)
+		if err != nil {
+			return err
+		}
+		h.oauth = v
+	}
 	agents, err := h.loadAgents()
 	if err != nil {
 		return fmt.Errorf("rcns: %v", err)
@@ -224,6 +226,9 @@ func (h *Engine) Close() {
 	}
 	if h.restorer != nil {
 		h.restorer.Close()
+	}
+	if h.oauth != nil {
+		h.oauth.close()
 	}
 }
 
@@ -314,7 +319,7 @@ func (h *Engine) loadAgents() ([]policy.Agent, error) {
 		}
 		out = append(out, ag)
 	}
-	if h.idents, err = buildIdentities(h.Identity, docs, ads); err != nil {
+	if h.idents, err = buildIdentities(h.Identity, h.OAuth, docs, ads); err != nil {
 		return nil, err
 	}
 	h.idSteps = h.verifiers()

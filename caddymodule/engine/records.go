@@ -405,15 +405,15 @@ func (h *Engine) negotiationRecord(x *exchange, kind, outcome, reason string, re
 		return
 	}
 	rec := map[string]any{
-		"kind":               kind,
-		"outcome":            outcome,
-		"requested":          requested,
-		"granted":            nil,
-		"identity_assurance": assurance(h.Identity),
-		"request_id":         x.requestID,
-		"binding":            x.in.Binding,
-		"node_id":            h.nodeID,
+		"kind":       kind,
+		"outcome":    outcome,
+		"requested":  requested,
+		"granted":    nil,
+		"request_id": x.requestID,
+		"binding":    x.in.Binding,
+		"node_id":    h.nodeID,
 	}
+	x.identityFields(rec)
 	if granted != nil {
 		rec["granted"] = granted
 	}

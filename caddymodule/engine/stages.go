@@ -228,7 +228,7 @@ func stageIdentity(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 	if h.Identity == IdentityHeader && !x.in.Loopback {
 		return false, agtp.IdentityModeRefused.New("this gateway trusts the Agent-ID header only on loopback; configure a verified identity mode")
 	}
-	if !r.Has("Agent-ID") {
+	if !r.Has("Agent-ID") && x.in.Verified == nil && !h.bearerSent(r) {
 		// The identifiers of an anonymous request are checked as any
 		// other's: they are echoed and go into its Attribution-Record.
 		if e := h.checkIdentifiers(x, true); e != nil {
@@ -251,23 +251,32 @@ func stageIdentity(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 		}
 		return false, nil
 	}
-	if !x.agentIDValid {
+	if r.Has("Agent-ID") && !x.agentIDValid {
 		// Malformed is 400 whatever the identity mode (spec §3): a
 		// signature cannot name an agent the ID cannot be.
 		return false, agtp.InvalidCanonicalID.New("Agent-ID is not a canonical Agent-ID (64 lowercase hexadecimal characters).")
 	}
-	if v := x.in.Verified; v != nil {
+	id := x.in.Verified
+	if id != nil {
 		// The door verified the transport (the MCP door, the HTTP
 		// request that carries a tool call); the request names that
 		// identity or none.
-		if x.agentID != v.AgentID {
+		if x.agentID != "" && x.agentID != id.AgentID {
 			return false, agtp.AgentUnauthenticated.New("the Agent-ID differs from the identity the transport verified")
 		}
-	} else if e := h.verifyIdentity(x, req); e != nil {
-		if l := x.agentLog(e.Reason); l != nil {
-			l.Info("identity refused", zap.String("agent_id", textcut.Clip(x.agentID)), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
+	} else {
+		var e *agtp.Error
+		if id, e = h.VerifyTransport(x.in, req.raw, x.agentID); e != nil {
+			if l := x.agentLog(e.Reason); l != nil {
+				l.Info("identity refused", zap.String("agent_id", textcut.Clip(x.agentID)), zap.String("mode", h.Identity), zap.String("reason", e.Reason))
+			}
+			return false, e
 		}
-		return false, e
+	}
+	x.ident = id
+	if x.agentID == "" {
+		// A bearer token named the agent.
+		x.agentID, x.agentIDValid = id.AgentID, true
 	}
 	if x.recordAgent == "" { // not already set from the header (ServeHTTP)
 		h.setRecordAgent(x)
@@ -275,19 +284,49 @@ func stageIdentity(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 	if e := h.checkIdentifiers(x, false); e != nil {
 		return false, e
 	}
+	ownerClaim := x.ownerClaim
+	if id.OwnerID != "" {
+		// The token's principal is the Owner-ID; a claimed one must
+		// name it (the registry's owner is not the principal here).
+		if ownerClaim != "" && ownerClaim != id.OwnerID {
+			return false, agtp.OwnerMismatch.New("the Owner-ID differs from the principal (sub) of the access token")
+		}
+		ownerClaim = ""
+	}
 	scopeHdr, scopePresent := r.Value("Authority-Scope")
-	caller, ref := policy.ResolveCaller(h.agents, x.agentID, x.ownerClaim, scopeHdr, scopePresent)
+	caller, ref := policy.ResolveCaller(h.agents, x.agentID, ownerClaim, scopeHdr, scopePresent)
 	if caller != nil {
 		// Identified, also when only the scope claim is refused
 		// (scope-claim-invalid). A claimed Owner-ID equals the
-		// registry's (ResolveCaller).
+		// registry's (ResolveCaller) or the token's principal.
 		x.identifiedAs(caller.Agent)
+		if id.OwnerID != "" {
+			x.ownerID = id.OwnerID
+		}
+		if id.Bounded {
+			caller.Bounded = true
+			caller.Ceiling, _ = policy.ParseScopes(id.Scopes) // mapped from valid tokens
+			if ref == nil {
+				ref = caller.BoundRefusal()
+			}
+		}
 	}
 	if ref != nil {
 		return false, agtp.FromRefusal(ref)
 	}
 	req.caller = caller
 	return true, nil
+}
+
+// bearerSent reports whether r carries Authorization: Bearer and
+// identity oauth is on: the token, not an Agent-ID header, may name the
+// agent.
+func (h *Engine) bearerSent(r *agtp.Request) bool {
+	if h.oauth == nil {
+		return false
+	}
+	_, has, e := bearer(r)
+	return has || e != nil
 }
 
 // stageIdempotencyKey reads the request's Idempotency-Key (or its

@@ -29,7 +29,7 @@ func Serve(e *engine.Engine, w http.ResponseWriter, r *http.Request) *agtp.Respo
 	if r.ContentLength != 0 {
 		in.Body = r.Body
 	}
-	if e.Identity == engine.IdentityHeader {
+	if e.TrustsHeader() {
 		in.Loopback = LocalIsLoopback(r) // a walk up the request's context chain: only where it counts
 	}
 	resp := e.Serve(r.Context(), in)

@@ -8,6 +8,7 @@ package mcpdoor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -73,7 +74,7 @@ func New(e *engine.Engine, cfg *Config) (*Door, error) {
 	if err := cfg.Validate(e.Identity); err != nil {
 		return nil, err
 	}
-	d := &Door{e: e, cfg: cfg, origins: map[string]bool{}, wellKnown: wellKnownPaths(cfg.Path), shared: map[string]*mcp.Server{}}
+	d := &Door{e: e, cfg: cfg, origins: map[string]bool{}, wellKnown: wellKnownPaths(cfg.Path, e.ResourceMetadataURL()), shared: map[string]*mcp.Server{}}
 	for _, o := range cfg.AllowedOrigins {
 		d.origins[o] = true
 	}
@@ -273,11 +274,11 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	// Written into the map, not with Set, which would respell them
 	// "Owner-Id" (the AGTP spelling is the wire's; wire.Spelling).
 	hd := w.Header()
-	if rq.agent.OwnerID != "" {
-		hd["Owner-ID"] = []string{rq.agent.OwnerID}
+	if owner := cmp.Or(rq.ident.OwnerID, rq.agent.OwnerID); owner != "" {
+		hd["Owner-ID"] = []string{owner}
 	}
 	hd["Trust-Tier"] = []string{strconv.Itoa(int(rq.agent.TrustTier))}
-	hd["Verification-Path"] = []string{engine.VerificationPath(d.e.Identity)}
+	hd["Verification-Path"] = []string{engine.VerificationPath(rq.ident.VerificationPath)}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	d.sdk.ServeHTTP(&mcpWriter{ResponseWriter: w, rq: rq}, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
@@ -324,28 +325,29 @@ func (d *Door) identify(r *http.Request, body []byte, loopback bool) (*mcpReques
 	agentID := ""
 	if len(ids) == 1 {
 		agentID = ids[0]
-	} else if d.testAgent != "" && loopback {
+	} else if d.testAgent != "" && loopback && len(r.Header["Authorization"]) == 0 {
 		agentID = d.testAgent
 	}
-	if agentID == "" {
+	oauth := engine.HasIdentityMode(e.Identity, engine.IdentityOAuth)
+	if agentID == "" && !oauth {
 		return nil, agtp.AgentUnauthenticated.New("an MCP request needs an Agent-ID header (with the proof the identity mode asks for) on every HTTP request")
 	}
-	if !policy.ValidAgentID(agentID) {
+	if agentID != "" && !policy.ValidAgentID(agentID) {
 		// Malformed is 400 whatever the identity mode (spec §3), before
 		// any proof is checked, as on the AGTP doors.
 		return nil, agtp.InvalidCanonicalID.New("Agent-ID is not a canonical Agent-ID (64 lowercase hexadecimal characters).")
 	}
 	view := &agtp.Request{Binding: agtp.BindingMCP, Method: r.Method, Target: r.RequestURI, URL: r.URL, Host: r.Host,
 		Header: r.Header, ContentLength: int64(len(body)), TLS: r.TLS, Loopback: loopback, Context: r.Context()}
-	if err := e.VerifyTransport(view, body, agentID); err != nil {
+	id, err := e.VerifyTransport(view, body, agentID)
+	if err != nil {
 		return nil, err
 	}
-	caller, ref := policy.ResolveCaller(e.AgentRegistry(), agentID, "", "", false)
+	caller, ref := policy.ResolveCaller(e.AgentRegistry(), id.AgentID, "", "", false)
 	if ref != nil {
 		return nil, agtp.FromRefusal(ref)
 	}
-	return &mcpRequest{agent: caller.Agent, loopback: loopback, tls: r.TLS, host: r.Host, header: r.Header,
-		ident: &agtp.Identity{AgentID: caller.Agent.ID, VerificationPath: engine.VerificationPath(e.Identity)}}, nil
+	return &mcpRequest{agent: caller.Agent, loopback: loopback, tls: r.TLS, host: r.Host, header: r.Header, ident: id}, nil
 }
 
 // originAllowed reports whether the Origin field values vals are
@@ -393,7 +395,7 @@ func (d *Door) refuseAs(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 		how.Agent = rq.agent
 	}
 	resp := d.e.Refuse(in, e, how)
-	if resp.Status == http.StatusUnauthorized {
+	if resp.Status == http.StatusUnauthorized && d.e.ResourceMetadataURL() == "" { // identity oauth: the engine's Bearer challenge
 		// RFC 9110 §11.6.1: a 401 carries a challenge (challenge says
 		// which and why). Spelled as RFC 9110 spells it.
 		w.Header()["WWW-Authenticate"] = []string{d.challenge(r)}
@@ -457,6 +459,8 @@ func (d *Door) newServer(tools []*mcpTool) *mcp.Server {
 func (d *Door) instructions() string {
 	id := "Send Agent-ID as an HTTP header on every request"
 	switch d.e.Identity {
+	case engine.IdentityOAuth:
+		id = "Send your OAuth access token (Authorization: Bearer) on every request"
 	case engine.IdentitySignature:
 		id += ", signed (RFC 9421, covering the body's Content-Digest)"
 	case engine.IdentityMTLS:

@@ -3,6 +3,7 @@ package mcpdoor
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
@@ -39,9 +40,13 @@ const (
 // path. The MCP SDK, finding no authorization server in the resource
 // metadata, looks for one at the origin's root (its legacy fallback),
 // so the root forms are the ones clients actually ask for.
-func wellKnownPaths(mcpPath string) map[string]wellKnownKind {
+//
+// Under identity oauth, the path of resourceMetadataURL (the metadata
+// of the configured resource identifier) is one more resource-metadata
+// path.
+func wellKnownPaths(mcpPath, resourceMetadataURL string) map[string]wellKnownKind {
 	p := strings.TrimSuffix(mcpPath, "/")
-	return map[string]wellKnownKind{
+	out := map[string]wellKnownKind{
 		wellKnownResource:          resourceMetadata,
 		wellKnownResource + p:      resourceMetadata,
 		wellKnownAuthorization:     noAuthorizationServer,
@@ -50,6 +55,10 @@ func wellKnownPaths(mcpPath string) map[string]wellKnownKind {
 		wellKnownOpenID + p:        noAuthorizationServer,
 		p + wellKnownOpenID:        noAuthorizationServer,
 	}
+	if u, err := url.Parse(resourceMetadataURL); err == nil && u.Path != "" {
+		out[u.Path] = resourceMetadata
+	}
+	return out
 }
 
 // WellKnown reports whether the door answers a request for path itself
@@ -78,7 +87,7 @@ func (d *Door) ServeWellKnown(w http.ResponseWriter, r *http.Request) {
 	bodyRead := r.ContentLength == 0
 	if d.wellKnown[r.URL.Path] == noAuthorizationServer {
 		d.refuse(w, r, agtp.NoAuthorizationServer.WithFields(
-			"this gateway runs no OAuth authorization server: there is no client registration, authorization or token endpoint to find, here or at any path of this host. "+d.identityHint(),
+			"this gateway runs no OAuth authorization server: there is no client registration, authorization or token endpoint to find, here or at any path of this host. "+d.identityHint()+d.issuerHint(),
 			map[string]any{"identity_mode": d.e.Identity, "resource_metadata": d.resourceMetadataURL(r)}), nil, bodyRead)
 		return
 	}
@@ -87,7 +96,11 @@ func (d *Door) ServeWellKnown(w http.ResponseWriter, r *http.Request) {
 		d.refuse(w, r, agtp.MethodNotAllowed.Newf("the protected-resource metadata %s answers GET and HEAD, not %s", r.URL.Path, r.Method), nil, bodyRead)
 		return
 	}
-	body, err := json.Marshal(d.resourceMetadataDocument(r))
+	var doc any = d.resourceMetadataDocument(r)
+	if prm := d.e.ProtectedResourceMetadata(); prm != nil {
+		doc = prm // identity oauth: the gateway's resource and its issuer
+	}
+	body, err := json.Marshal(doc)
 	if err != nil {
 		d.refuse(w, r, agtp.InternalError.New("the protected-resource metadata could not be encoded"), nil, bodyRead)
 		return
@@ -146,14 +159,25 @@ func origin(r *http.Request) string {
 // identityHint says, in one or two sentences, how an agent identifies
 // itself to the MCP endpoint in the engine's identity mode.
 func (d *Door) identityHint() string {
-	switch d.e.Identity {
-	case engine.IdentitySignature:
+	switch {
+	case engine.HasIdentityMode(d.e.Identity, engine.IdentityOAuth):
+		return "Identify your agent with an OAuth access token from the authorization server the protected-resource metadata names (Authorization: Bearer), issued to a client registered for your agent and for this gateway's resource; see docs/agent-guide-mcp.md."
+	case d.e.Identity == engine.IdentitySignature:
 		return "Identify your agent by signing every HTTP request to the MCP endpoint (RFC 9421, identity mode signature) with the key registered for its Agent-ID, covering @method, @path, @authority, agent-id, content-type and content-digest; see docs/agent-guide-mcp.md."
-	case engine.IdentityMTLS:
+	case d.e.Identity == engine.IdentityMTLS:
 		return "Identify your agent with its client certificate over TLS (identity mode mtls) and send its Agent-ID header on every HTTP request; see docs/agent-guide-mcp.md."
 	default:
 		return "Identify your agent by sending its registered Agent-ID header on every HTTP request (identity mode header, loopback connections only); see docs/agent-guide-mcp.md."
 	}
+}
+
+// issuerHint names the authorization server of identity oauth (read its
+// metadata there), "" when off.
+func (d *Door) issuerHint() string {
+	if prm := d.e.ProtectedResourceMetadata(); prm != nil {
+		return " Its authorization server is " + prm.AuthorizationServers[0] + ": read that issuer's metadata, named by the protected-resource metadata at " + d.e.ResourceMetadataURL() + "."
+	}
+	return ""
 }
 
 // challenge is the WWW-Authenticate value of every 401 the door answers.

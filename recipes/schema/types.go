@@ -29,6 +29,10 @@ type AgentDoc struct {
 	// requests with (identity signature, RFC 9421); their RFC 7638
 	// thumbprints are the keyids.
 	Keys []map[string]any `json:"keys,omitempty"`
+	// OAuthClients are the OAuth client ids (an access token's
+	// client_id, else azp) that act as this agent under identity oauth;
+	// a client id names one agent.
+	OAuthClients []string `json:"oauth_clients,omitempty"`
 }
 
 // SemanticDoc is the semantic block of an endpoint (RCNS §7.2): all seven

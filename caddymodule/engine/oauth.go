@@ -1,0 +1,627 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
+	"github.com/dgraph-io/ristretto/v2"
+	"github.com/go-jose/go-jose/v4"
+	josejwt "github.com/go-jose/go-jose/v4/jwt"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
+)
+
+// maxOAuthDocument bounds a metadata, JWKS or introspection answer read
+// from the authorization server (bytes).
+const maxOAuthDocument = 1 << 20
+
+// issuerRetryAfter is the Retry-After (seconds) of 503
+// issuer-unavailable, and how long a failed metadata fetch is
+// remembered before the next request tries again.
+const issuerRetryAfter = 2
+
+// tokenInfo is what a verified access token says, whichever way it was
+// verified (a JWT's claims, an introspection answer).
+type tokenInfo struct {
+	clientID string
+	sub      string
+	scopes   []string // OAuth scopes
+	exp      time.Time
+}
+
+// oauthVerifier is identity oauth (OAuthConfig): the bearer token of a
+// request verified as a JWT against the issuer's JWKS, or introspected
+// when opaque, then mapped to an agent.
+type oauthVerifier struct {
+	h      *Engine
+	cfg    *OAuthConfig
+	client *http.Client
+	algs   []jose.SignatureAlgorithm
+	now    func() time.Time
+	log    *zap.Logger
+
+	flight singleflight.Group
+
+	mu       sync.Mutex
+	meta     *oauthex.AuthServerMeta // discovered; nil until read
+	metaErr  error                   // the last discovery failure
+	metaTry  time.Time               // when it failed
+	keys     *jose.JSONWebKeySet
+	keysAt   time.Time // when keys were fetched
+	keysTry  time.Time // when a fetch was last started
+	keysErr  error
+	introMem *ristretto.Cache[string, *introspected]
+}
+
+// introspected is a cached introspection answer: info when active.
+type introspected struct {
+	active bool
+	info   tokenInfo
+}
+
+// newOAuthVerifier builds the verifier of cfg (defaults set, validated).
+func newOAuthVerifier(h *Engine, cfg *OAuthConfig, log *zap.Logger) (*oauthVerifier, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	v := &oauthVerifier{h: h, cfg: cfg, log: log, now: time.Now,
+		client: &http.Client{Timeout: time.Duration(cfg.Timeout),
+			// The issuer's documents are read where they are; a redirect
+			// could lead the gateway anywhere.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	for _, a := range cfg.Algorithms {
+		v.algs = append(v.algs, jose.SignatureAlgorithm(a))
+	}
+	c, err := ristretto.NewCache(&ristretto.Config[string, *introspected]{
+		NumCounters: 10 * int64(cfg.IntrospectionCacheSize), MaxCost: int64(cfg.IntrospectionCacheSize),
+		BufferItems: 64, IgnoreInternalCost: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rcns: oauth introspection cache: %w", err)
+	}
+	v.introMem = c
+	return v, nil
+}
+
+// close releases the introspection cache.
+func (v *oauthVerifier) close() { v.introMem.Close() }
+
+func (*oauthVerifier) mode() string { return IdentityOAuth }
+
+// bearer returns the request's bearer token: ok false when it carries
+// no Authorization: Bearer; a refusal when it carries a malformed one
+// or several.
+func bearer(in *agtp.Request) (string, bool, *agtp.Error) {
+	vals := in.Header["Authorization"]
+	if len(vals) == 0 {
+		return "", false, nil
+	}
+	scheme, tok, _ := strings.Cut(vals[0], " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return "", false, nil // another scheme: not this verifier's credential
+	}
+	if len(vals) > 1 {
+		return "", true, agtp.TokenInvalid.New("the Authorization header appears more than once; send one bearer token")
+	}
+	tok = strings.TrimSpace(tok)
+	if tok == "" || strings.ContainsAny(tok, " \t") {
+		return "", true, agtp.TokenInvalid.New("the Authorization header is not \"Bearer <token>\" (RFC 6750 §2.1)")
+	}
+	return tok, true, nil
+}
+
+// verify verifies the bearer token of in and maps it to an agent; a
+// claimed Agent-ID must name the same agent.
+func (v *oauthVerifier) verify(in *agtp.Request, _ []byte, claimed string) (verdict, *agtp.Identity, *agtp.Error) {
+	tok, has, e := bearer(in)
+	if e != nil {
+		return refused, nil, e
+	}
+	if !has {
+		return notMine, nil, agtp.AgentUnauthenticated.New("identity oauth: send an OAuth access token as Authorization: Bearer <token> (RFC 6750)")
+	}
+	ctx := in.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	info, e := v.token(ctx, tok)
+	if e != nil {
+		return refused, nil, e
+	}
+	agentID, e := v.agentOf(info.clientID)
+	if e != nil {
+		return refused, nil, e
+	}
+	if claimed != "" && claimed != agentID {
+		return refused, nil, agtp.IdentityConflict.New("the Agent-ID header names another agent than the access token's client; send the token alone, or the Agent-ID its client is registered to")
+	}
+	owner := info.sub
+	if owner == info.clientID {
+		owner = "" // a client acting for itself: the document's owner
+	}
+	scopes := v.cfg.agtpScopes(info.scopes).Strings()
+	return verifiedAs, &agtp.Identity{AgentID: agentID, VerificationPath: IdentityOAuth, OwnerID: owner,
+		Bounded: true, Scopes: scopes, Issuer: v.cfg.Issuer, ClientID: info.clientID}, nil
+}
+
+// agentOf is the agent a token's client acts as: the document that
+// lists it in oauth_clients, else UnnamedClients, else a refusal.
+func (v *oauthVerifier) agentOf(clientID string) (string, *agtp.Error) {
+	if clientID == "" {
+		return "", agtp.TokenInvalid.New("the access token names no client (client_id or azp)")
+	}
+	if id, ok := v.h.idents.clients[clientID]; ok {
+		return id, nil
+	}
+	if id := v.h.idents.unnamed; id != "" {
+		return id, nil
+	}
+	return "", agtp.OAuthClientUnknown.WithFields(fmt.Sprintf("the access token's client %q is not listed in any agent document's oauth_clients, and this gateway does not admit unnamed clients", textcut.Clip(clientID)),
+		map[string]any{"client_id": textcut.Clip(clientID)})
+}
+
+// token verifies tok: a JWT (three dot-separated parts) against the
+// JWKS, anything else by introspection.
+func (v *oauthVerifier) token(ctx context.Context, tok string) (tokenInfo, *agtp.Error) {
+	if strings.Count(tok, ".") == 2 {
+		return v.jwt(ctx, tok)
+	}
+	return v.introspect(ctx, tok)
+}
+
+// jwtClaims are the access-token claims beyond RFC 7519's (RFC 9068
+// §2.2, RFC 8693 §4.3): the client and the scopes, as a space-separated
+// string or (Okta, Entra ID) a list.
+type jwtClaims struct {
+	ClientID string          `json:"client_id"`
+	Azp      string          `json:"azp"`
+	Scope    json.RawMessage `json:"scope"`
+	Scp      json.RawMessage `json:"scp"`
+}
+
+// scopeList reads a scope claim: a space-separated string or a list of
+// strings.
+func scopeList(raw json.RawMessage) []string {
+	if len(raw) == 0 {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return strings.Fields(s)
+	}
+	var l []string
+	if json.Unmarshal(raw, &l) == nil {
+		return l
+	}
+	return nil
+}
+
+// jwt verifies a JWT access token: an allowed algorithm, a key of the
+// issuer's JWKS, the issuer, the audience, the lifetime.
+func (v *oauthVerifier) jwt(ctx context.Context, tok string) (tokenInfo, *agtp.Error) {
+	parsed, err := josejwt.ParseSigned(tok, v.algs)
+	if err != nil {
+		return tokenInfo{}, agtp.TokenInvalid.New("the access token is not a JWT signed with an accepted algorithm (" + strings.Join(v.cfg.Algorithms, ", ") + "): " + textcut.Clip(err.Error()))
+	}
+	hdr := parsed.Headers[0]
+	key, e := v.key(ctx, hdr.KeyID, hdr.Algorithm)
+	if e != nil {
+		return tokenInfo{}, e
+	}
+	var std josejwt.Claims
+	var ext jwtClaims
+	if err := parsed.Claims(key.Key, &std, &ext); err != nil {
+		return tokenInfo{}, agtp.TokenInvalid.New("the access token's signature does not verify with the issuer's key " + textcut.Clip(hdr.KeyID))
+	}
+	if std.Issuer != v.cfg.Issuer {
+		return tokenInfo{}, agtp.TokenInvalid.New("the access token was issued by " + textcut.Clip(std.Issuer) + ", not by this gateway's issuer " + v.cfg.Issuer)
+	}
+	if !oauthex.MatchesResource(std.Audience, v.cfg.Resource) {
+		return tokenInfo{}, agtp.TokenAudience.WithFields("the access token is for another resource: its audience does not include this gateway's resource "+v.cfg.Resource+" (RFC 8707); request the token with resource="+v.cfg.Resource,
+			map[string]any{"resource": v.cfg.Resource})
+	}
+	info := tokenInfo{clientID: ext.ClientID, sub: std.Subject, scopes: scopeList(ext.Scope)}
+	if info.clientID == "" {
+		info.clientID = ext.Azp
+	}
+	if len(info.scopes) == 0 {
+		info.scopes = scopeList(ext.Scp)
+	}
+	if std.Expiry != nil {
+		info.exp = std.Expiry.Time()
+	}
+	if e := v.lifetime(std.Expiry == nil, info.exp, std.NotBefore, std.IssuedAt); e != nil {
+		return tokenInfo{}, e
+	}
+	return info, nil
+}
+
+// lifetime checks exp (required unless AllowNoExpiry), nbf and iat
+// against the clock with ClockSkew.
+func (v *oauthVerifier) lifetime(noExp bool, exp time.Time, nbf, iat *josejwt.NumericDate) *agtp.Error {
+	now, skew := v.now(), time.Duration(v.cfg.ClockSkew)
+	if noExp {
+		if !v.cfg.AllowNoExpiry {
+			return agtp.TokenInvalid.New("the access token has no expiry (exp), and this gateway accepts none without one")
+		}
+	} else if now.After(exp.Add(skew)) {
+		return agtp.TokenExpired.New(fmt.Sprintf("the access token expired at %s; get a new one", exp.UTC().Format(time.RFC3339)))
+	}
+	if nbf != nil && now.Add(skew).Before(nbf.Time()) {
+		return agtp.TokenInvalid.New("the access token is not valid yet (nbf)")
+	}
+	if iat != nil && now.Add(skew).Before(iat.Time()) {
+		return agtp.TokenInvalid.New("the access token was issued in the future (iat): check the clocks")
+	}
+	return nil
+}
+
+// key finds the JWKS key kid (alg alg): from the cached set, fetched
+// again when the set is older than JWKSMaxAge, or when kid is unknown
+// and the last fetch is older than JWKSMinRefresh. A JWKS that cannot
+// be read, with none cached, is 503 issuer-unavailable.
+func (v *oauthVerifier) key(ctx context.Context, kid, alg string) (*jose.JSONWebKey, *agtp.Error) {
+	v.mu.Lock()
+	set, at, tried := v.keys, v.keysAt, v.keysTry
+	v.mu.Unlock()
+	now := v.now()
+	if set == nil || now.Sub(at) > time.Duration(v.cfg.JWKSMaxAge) {
+		if fresh, err := v.fetchKeys(ctx); err == nil {
+			set = fresh
+		} else if set == nil {
+			return nil, v.unavailable("the issuer's keys (JWKS) could not be read", err)
+		}
+	}
+	if k := pick(set, kid, alg); k != nil {
+		return k, nil
+	}
+	if now.Sub(tried) >= time.Duration(v.cfg.JWKSMinRefresh) {
+		// An unknown kid: the issuer may have rotated its keys.
+		if fresh, err := v.fetchKeys(ctx); err == nil {
+			if k := pick(fresh, kid, alg); k != nil {
+				return k, nil
+			}
+		} else {
+			v.log.Warn("oauth: fetching the issuer's JWKS for an unknown kid failed", zap.String("kid", textcut.Clip(kid)), zap.Error(err))
+		}
+	}
+	return nil, agtp.TokenInvalid.New("the access token is signed by a key (kid " + textcut.Clip(kid) + ") the issuer does not publish")
+}
+
+// pick is the key of set named kid, usable with alg: with no kid, the
+// set's only such key.
+func pick(set *jose.JSONWebKeySet, kid, alg string) *jose.JSONWebKey {
+	if set == nil {
+		return nil
+	}
+	var found *jose.JSONWebKey
+	n := 0
+	for i := range set.Keys {
+		k := &set.Keys[i]
+		if (kid != "" && k.KeyID != kid) || (k.Algorithm != "" && k.Algorithm != alg) || (k.Use != "" && k.Use != "sig") {
+			continue
+		}
+		found, n = k, n+1
+	}
+	if n != 1 && kid == "" {
+		return nil
+	}
+	return found
+}
+
+// fetchKeys reads the JWKS (one fetch at a time) and keeps it.
+func (v *oauthVerifier) fetchKeys(ctx context.Context) (*jose.JSONWebKeySet, error) {
+	r, err, _ := v.flight.Do("jwks", func() (any, error) {
+		v.mu.Lock()
+		v.keysTry = v.now()
+		v.mu.Unlock()
+		uri := v.cfg.JWKSURI
+		if uri == "" {
+			meta, e := v.metadata(ctx)
+			if e != nil {
+				return nil, e
+			}
+			if meta.JWKSURI == "" {
+				return nil, errors.New("the issuer's metadata has no jwks_uri")
+			}
+			uri = meta.JWKSURI
+		}
+		var set jose.JSONWebKeySet
+		if err := v.getJSON(ctx, uri, &set); err != nil {
+			return nil, err
+		}
+		for i := range set.Keys {
+			set.Keys[i] = set.Keys[i].Public()
+		}
+		v.mu.Lock()
+		v.keys, v.keysAt = &set, v.now()
+		v.mu.Unlock()
+		return &set, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r.(*jose.JSONWebKeySet), nil
+}
+
+// metadata is the issuer's RFC 8414 metadata, read on first use (the
+// RFC 8414 path, then OpenID Connect's); a failure is remembered for
+// issuerRetryAfter seconds.
+func (v *oauthVerifier) metadata(ctx context.Context) (*oauthex.AuthServerMeta, error) {
+	v.mu.Lock()
+	meta, merr, mtry := v.meta, v.metaErr, v.metaTry
+	v.mu.Unlock()
+	if meta != nil {
+		return meta, nil
+	}
+	if merr != nil && v.now().Sub(mtry) < issuerRetryAfter*time.Second {
+		return nil, merr
+	}
+	r, err, _ := v.flight.Do("meta", func() (any, error) {
+		var last error
+		for _, u := range discoveryURLs(v.cfg.Issuer) {
+			m, err := oauthex.GetAuthServerMeta(ctx, u, v.cfg.Issuer, v.client)
+			if err != nil {
+				last = err
+				continue
+			}
+			if m != nil {
+				return m, nil
+			}
+		}
+		if last == nil {
+			last = errors.New("the issuer publishes no RFC 8414 or OpenID Connect metadata")
+		}
+		return nil, last
+	})
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err != nil {
+		v.metaErr, v.metaTry = err, v.now()
+		return nil, err
+	}
+	v.meta, v.metaErr = r.(*oauthex.AuthServerMeta), nil
+	return v.meta, nil
+}
+
+// discoveryURLs are the metadata URLs of issuer: RFC 8414 §3.1 (the
+// well-known path inserted before the issuer's path), then OpenID
+// Connect Discovery §4 (appended).
+func discoveryURLs(issuer string) []string {
+	u, err := url.Parse(issuer)
+	if err != nil {
+		return nil
+	}
+	p := strings.TrimSuffix(u.Path, "/")
+	origin := u.Scheme + "://" + u.Host
+	return []string{origin + "/.well-known/oauth-authorization-server" + p, origin + p + "/.well-known/openid-configuration"}
+}
+
+// getJSON reads the JSON document at uri into out (200 only, at most
+// maxOAuthDocument bytes).
+func (v *oauthVerifier) getJSON(ctx context.Context, uri string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, uri, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	return v.do(req, out)
+}
+
+// do sends req and decodes a 200 JSON answer into out.
+func (v *oauthVerifier) do(req *http.Request, out any) error {
+	resp, err := v.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxOAuthDocument+1))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s answered %d", req.Method, req.URL.Redacted(), resp.StatusCode)
+	}
+	if len(body) > maxOAuthDocument {
+		return fmt.Errorf("%s answered more than %d bytes", req.URL.Redacted(), maxOAuthDocument)
+	}
+	return json.Unmarshal(body, out)
+}
+
+// unavailable is 503 issuer-unavailable: the authorization server could
+// not be reached, so no token can be verified and nothing runs.
+func (v *oauthVerifier) unavailable(what string, err error) *agtp.Error {
+	v.log.Warn("oauth: the authorization server is unavailable", zap.String("issuer", v.cfg.Issuer), zap.String("what", what), zap.Error(err))
+	return agtp.IssuerUnavailable.WithFields(what+" from "+v.cfg.Issuer+"; nothing was executed; retry after Retry-After seconds",
+		map[string]any{"retry_after_seconds": issuerRetryAfter, "issuer": v.cfg.Issuer})
+}
+
+// introspectionAnswer is an RFC 7662 §2.2 answer.
+type introspectionAnswer struct {
+	Active   bool            `json:"active"`
+	Scope    json.RawMessage `json:"scope"`
+	ClientID string          `json:"client_id"`
+	Sub      string          `json:"sub"`
+	Aud      json.RawMessage `json:"aud"`
+	Iss      string          `json:"iss"`
+	Exp      *int64          `json:"exp"`
+	Nbf      *int64          `json:"nbf"`
+	Iat      *int64          `json:"iat"`
+}
+
+// introspect verifies an opaque token at the introspection endpoint
+// (RFC 7662), reusing an answer for IntrospectionCacheTTL at most and
+// never past the token's exp; the cache is keyed by the token's
+// SHA-256, never the token.
+func (v *oauthVerifier) introspect(ctx context.Context, tok string) (tokenInfo, *agtp.Error) {
+	sum := sha256.Sum256([]byte(tok))
+	key := string(sum[:])
+	if c, ok := v.introMem.Get(key); ok {
+		if !c.active {
+			return tokenInfo{}, agtp.TokenInactive.New("the authorization server reports the access token inactive (revoked, expired or unknown)")
+		}
+		if e := v.lifetime(c.info.exp.IsZero(), c.info.exp, nil, nil); e != nil {
+			return tokenInfo{}, e
+		}
+		return c.info, nil
+	}
+	endpoint := v.cfg.IntrospectionEndpoint
+	if endpoint == "" {
+		meta, err := v.metadata(ctx)
+		if err != nil {
+			return tokenInfo{}, v.unavailable("the issuer's metadata could not be read", err)
+		}
+		endpoint = meta.IntrospectionEndpoint
+	}
+	if endpoint == "" || v.cfg.ClientID == "" {
+		return tokenInfo{}, agtp.TokenInvalid.New("the access token is not a JWT, and this gateway introspects no opaque tokens (no introspection endpoint or client credentials configured)")
+	}
+	form := url.Values{"token": {tok}, "token_type_hint": {"access_token"}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(form.Encode()))
+	if err != nil {
+		return tokenInfo{}, v.unavailable("the introspection request could not be made", err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	req.SetBasicAuth(url.QueryEscape(v.cfg.ClientID), url.QueryEscape(v.cfg.ClientSecret))
+	var a introspectionAnswer
+	if err := v.do(req, &a); err != nil {
+		return tokenInfo{}, v.unavailable("the token could not be introspected", err)
+	}
+	now := v.now()
+	ttl := time.Duration(v.cfg.IntrospectionCacheTTL)
+	if !a.Active {
+		v.introMem.SetWithTTL(key, &introspected{}, 1, ttl)
+		return tokenInfo{}, agtp.TokenInactive.New("the authorization server reports the access token inactive (revoked, expired or unknown)")
+	}
+	var aud []string
+	if len(a.Aud) > 0 {
+		var one string
+		if json.Unmarshal(a.Aud, &one) == nil {
+			aud = []string{one}
+		} else {
+			_ = json.Unmarshal(a.Aud, &aud)
+		}
+	}
+	if a.Iss != "" && a.Iss != v.cfg.Issuer {
+		return tokenInfo{}, agtp.TokenInvalid.New("the introspected token was issued by " + textcut.Clip(a.Iss) + ", not by this gateway's issuer")
+	}
+	if !oauthex.MatchesResource(aud, v.cfg.Resource) {
+		return tokenInfo{}, agtp.TokenAudience.WithFields("the access token is for another resource: its audience does not include this gateway's resource "+v.cfg.Resource+" (RFC 8707)",
+			map[string]any{"resource": v.cfg.Resource})
+	}
+	info := tokenInfo{clientID: a.ClientID, sub: a.Sub, scopes: scopeList(a.Scope)}
+	var nbf, iat *josejwt.NumericDate
+	if a.Exp != nil {
+		info.exp = time.Unix(*a.Exp, 0)
+	}
+	if a.Nbf != nil {
+		nbf = josejwt.NewNumericDate(time.Unix(*a.Nbf, 0))
+	}
+	if a.Iat != nil {
+		iat = josejwt.NewNumericDate(time.Unix(*a.Iat, 0))
+	}
+	if e := v.lifetime(a.Exp == nil, info.exp, nbf, iat); e != nil {
+		return tokenInfo{}, e
+	}
+	if !info.exp.IsZero() {
+		ttl = min(ttl, info.exp.Sub(now))
+	}
+	if ttl > 0 {
+		v.introMem.SetWithTTL(key, &introspected{active: true, info: info}, 1, ttl)
+	}
+	return info, nil
+}
+
+// ResourceMetadataURL is the URL of this gateway's RFC 9728
+// protected-resource metadata under identity oauth: the well-known path
+// inserted before the resource identifier's path (RFC 9728 §3.1). ""
+// when identity oauth is off.
+func (h *Engine) ResourceMetadataURL() string {
+	if h.oauth == nil {
+		return ""
+	}
+	u, err := url.Parse(h.OAuth.Resource)
+	if err != nil {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host + "/.well-known/oauth-protected-resource" + strings.TrimSuffix(u.Path, "/")
+}
+
+// ProtectedResourceMetadata is the RFC 9728 §2 document of this gateway
+// under identity oauth (nil when off): the resource identifier, the one
+// authorization server, the scopes the scope map names, bearer tokens
+// in the Authorization header only.
+func (h *Engine) ProtectedResourceMetadata() *oauthex.ProtectedResourceMetadata {
+	if h.oauth == nil {
+		return nil
+	}
+	return &oauthex.ProtectedResourceMetadata{
+		Resource:               h.OAuth.Resource,
+		AuthorizationServers:   []string{h.OAuth.Issuer},
+		ScopesSupported:        h.OAuth.ScopesSupported(),
+		BearerMethodsSupported: []string{"header"},
+		ResourceName:           h.ServerID + " (caddy-rcns AGTP gateway)",
+	}
+}
+
+// BearerChallenge is the WWW-Authenticate value (RFC 6750 §3, RFC 9728
+// §5.1) of the refusal e under identity oauth, "" when oauth is off or
+// e needs none: every 401 gets a Bearer challenge naming the metadata
+// and the supported scopes (error="invalid_token" when a token was
+// refused); 403 insufficient-scope gets error="insufficient_scope" and
+// scope naming every OAuth scope the operation needs.
+func (h *Engine) BearerChallenge(e *agtp.Error) string {
+	if h.oauth == nil || e == nil {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("Bearer realm=" + quote(h.ServerID))
+	param := func(k, v string) { b.WriteString(", " + k + "=" + quote(v)) }
+	switch {
+	case e.Reason == agtp.InsufficientScope.Token:
+		param("error", "insufficient_scope")
+		var need []string
+		if l, ok := e.Fields["required_scopes"].([]string); ok {
+			need = h.OAuth.oauthScopesFor(l)
+		}
+		if len(need) > 0 {
+			param("scope", strings.Join(need, " "))
+		}
+	case e.Status == http.StatusUnauthorized:
+		switch e.Reason {
+		case agtp.TokenInvalid.Token, agtp.TokenExpired.Token, agtp.TokenAudience.Token, agtp.TokenInactive.Token,
+			agtp.OAuthClientUnknown.Token, agtp.IdentityConflict.Token:
+			param("error", "invalid_token")
+			param("error_description", textcut.Clip(e.Reason))
+		}
+		if s := h.OAuth.ScopesSupported(); len(s) > 0 {
+			param("scope", strings.Join(s, " "))
+		}
+	default:
+		return ""
+	}
+	param("resource_metadata", h.ResourceMetadataURL())
+	return b.String()
+}
+
+// quote is s as an HTTP quoted-string (RFC 9110 §5.6.4).
+func quote(s string) string {
+	if !strings.ContainsAny(s, "\"\\") {
+		return "\"" + s + "\""
+	}
+	return "\"" + strings.NewReplacer("\\", "\\\\", "\"", "\\\"").Replace(s) + "\""
+}
