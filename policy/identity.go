@@ -39,6 +39,12 @@ func (c *Caller) Effective() ScopeSet {
 	return c.granted()
 }
 
+// Scoped reports whether the request states its scopes: with the
+// Authority-Scope header, or with a credential that bounds them (an
+// OAuth access token's scopes stand for the header's claim; spec OP-9's
+// scope_required_for_invocation is then met).
+func (c *Caller) Scoped() bool { return c != nil && (c.ScopeHeader || c.Bounded) }
+
 // granted returns the scopes the request may hold: the agent's
 // registry grants, bounded by the credential's Ceiling when Bounded.
 func (c *Caller) granted() ScopeSet {

@@ -77,7 +77,7 @@ const (
 func (h *Engine) runContract(x *exchange, req *request, c *recipes.Contract, via string) {
 	outcome := "not_run"
 	defer func() { h.metrics.presentation(via, outcome) }()
-	if h.scopeRequired() && !req.caller.ScopeHeader {
+	if h.scopeRequired() && !req.caller.Scoped() {
 		x.fail(scopeHeaderRequired())
 		return
 	}

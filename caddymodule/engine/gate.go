@@ -67,7 +67,7 @@ func (h *Engine) gateway(x *exchange, req *request) {
 	if !h.claim(x, req, 0) {
 		return
 	}
-	if h.scopeRequired() && !req.caller.ScopeHeader {
+	if h.scopeRequired() && !req.caller.Scoped() {
 		x.fail(scopeHeaderRequired())
 		return
 	}

@@ -200,7 +200,7 @@ func (h *Engine) propose(x *exchange, req *request, p map[string]any) {
 			}
 		}
 	}
-	if h.scopeRequired() && !req.caller.ScopeHeader {
+	if h.scopeRequired() && !req.caller.Scoped() {
 		x.fail(scopeHeaderRequired())
 		return
 	}

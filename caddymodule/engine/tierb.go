@@ -18,7 +18,7 @@ func (h *Engine) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint,
 	if ep.Deprecated != nil {
 		extra["AGTP-Endpoint-Warning"] = EndpointWarning(ep)
 	}
-	if h.scopeRequired() && !req.caller.ScopeHeader {
+	if h.scopeRequired() && !req.caller.Scoped() {
 		e := scopeHeaderRequired()
 		x.failWith(e, extra)
 		return

@@ -1,0 +1,353 @@
+package engine
+
+import (
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/oauthtest"
+	"github.com/go-jose/go-jose/v4"
+	josejwt "github.com/go-jose/go-jose/v4/jwt"
+)
+
+// The OAuth world of these tests: one resource (this gateway), another
+// resource (a token for it has the wrong audience), the agent's client,
+// a client no agent lists, and the gateway's own client for
+// introspection.
+const (
+	oauthResource      = "http://127.0.0.1:8443"
+	oauthOtherResource = "http://other.test/"
+	oauthOpaque        = "http://127.0.0.1:9443"
+	benchClient        = "bench-client"
+	otherAgentClient   = "other-client"
+	strayClient        = "stray-client"
+	clientSecret       = "client-secret-0123456789"
+	otherAgentID       = "1111111111111111111111111111111111111111111111111111111111111111"
+)
+
+// oauthWorld starts the authorization server and an engine under
+// identity oauth whose agents are the bench agent (client
+// bench-client) and another agent (client other-client), upstream
+// calls counted in hits.
+type oauthWorld struct {
+	as   *oauthtest.Server
+	te   *testEngine
+	hits *atomic.Int64
+}
+
+func newOAuthWorld(t *testing.T, adjust ...func(*OAuthConfig)) *oauthWorld {
+	t.Helper()
+	as := oauthtest.Start(t, oauthtest.Config{
+		Resources: map[string]oauthtest.Resource{
+			oauthResource:      {Scopes: []string{"rcns:negotiate", "bench:read"}, Format: "jwt"},
+			oauthOtherResource: {Scopes: []string{"bench:read"}, Format: "jwt"},
+			oauthOpaque:        {Scopes: []string{"rcns:negotiate", "bench:read"}, Format: "opaque"},
+		},
+		Clients: []oauthtest.Client{
+			oauthtest.ConfidentialClient(benchClient, clientSecret),
+			oauthtest.ConfidentialClient(otherAgentClient, clientSecret),
+			oauthtest.ConfidentialClient(strayClient, clientSecret),
+			oauthtest.ConfidentialClient("gateway", clientSecret),
+		},
+		IntrospectionClients: []string{"gateway"},
+	})
+	w := &oauthWorld{as: as, hits: &atomic.Int64{}}
+	agents := t.TempDir()
+	bench, err := os.ReadFile(filepath.Join("..", "..", "scripts", "bench", "docs", "agents", "bench-agent.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(agents, "bench.yaml"), string(bench)+"oauth_clients: ["+benchClient+"]\n")
+	writeFile(t, filepath.Join(agents, "other.yaml"), "agent_id: \""+otherAgentID+"\"\nname: other\nowner_id: other-ops\ntrust_tier: 1\nscopes: [bench:read]\noauth_clients: ["+otherAgentClient+"]\n")
+	upstream := countingUpstream(t, w.hits)
+	w.te = newTestEngine(t, func(c *Config) {
+		c.Identity = IdentityOAuth
+		c.Agents = []string{agents}
+		c.Upstreams["bench"].URL = upstream
+		c.OAuth = &OAuthConfig{Issuer: as.Issuer(), Resource: oauthResource, ClientID: "gateway", ClientSecret: clientSecret,
+			JWKSMinRefresh: Duration(time.Millisecond)}
+		for _, f := range adjust {
+			f(c.OAuth)
+		}
+	})
+	return w
+}
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countingUpstream is testUpstream counting its requests in hits.
+func countingUpstream(t *testing.T, hits *atomic.Int64) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.Header.Get("Authorization") != "" {
+			t.Errorf("the upstream got an Authorization header: %q (tokens never travel upstream)", r.Header.Get("Authorization"))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"1","name":"item","price":1}`))
+	})
+	srv := httptest.NewUnstartedServer(mux)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// fetch sends FETCH /items/1 with the bearer token and kv header pairs.
+func (w *oauthWorld) fetch(t *testing.T, token string, kv ...string) *testAnswer {
+	t.Helper()
+	hdr := http.Header{}
+	if token != "" {
+		hdr.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		hdr.Add(kv[i], kv[i+1])
+	}
+	return w.te.serve(t, "FETCH", "/items/1", hdr, "")
+}
+
+func (w *oauthWorld) token(t *testing.T, client, resource string, scopes ...string) string {
+	t.Helper()
+	tok, err := w.as.ClientCredentials(client, clientSecret, resource, scopes...)
+	if err != nil {
+		t.Fatalf("token for %s: %v", client, err)
+	}
+	return tok
+}
+
+// TestOAuthTokenNamesTheAgent: a JWT access token alone identifies the
+// agent its client is registered to, with its grants bounded by the
+// token's scopes, and tells nothing upstream.
+func TestOAuthTokenNamesTheAgent(t *testing.T) {
+	w := newOAuthWorld(t)
+	a := w.fetch(t, w.token(t, benchClient, oauthResource, "rcns:negotiate", "bench:read"))
+	if a.Status != 200 {
+		t.Fatalf("answer %s, want 200", a)
+	}
+	for k, want := range map[string]string{"Agent-ID": testAgent, "Verification-Path": "oauth", "Owner-ID": "bench-ops"} {
+		if got := a.header(k); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	if w.hits.Load() != 1 {
+		t.Fatalf("upstream hits = %d, want 1", w.hits.Load())
+	}
+	// The same token with the Agent-ID header of its own agent is fine.
+	if a := w.fetch(t, w.token(t, benchClient, oauthResource, "bench:read"), "Agent-ID", testAgent); a.Status != 200 {
+		t.Fatalf("token + own Agent-ID: %s, want 200", a)
+	}
+}
+
+// TestOAuthBadTokens: each bad token is refused in the identity step with
+// its reason and a Bearer challenge, and nothing runs upstream.
+func TestOAuthBadTokens(t *testing.T) {
+	w := newOAuthWorld(t)
+	good := w.token(t, benchClient, oauthResource, "rcns:negotiate", "bench:read")
+	stranger, _ := oauthtest.NewRSAKey("not-published")
+	tests := []struct {
+		name, token   string
+		kv            []string
+		status        int
+		reason, error string
+	}{
+		{"no credential", "", nil, 401, "agent-unauthenticated", ""},
+		{"another resource's token", w.token(t, benchClient, oauthOtherResource, "bench:read"), nil, 401, "token-audience-mismatch", "invalid_token"},
+		{"a key the issuer does not publish", forge(t, stranger, jose.RS256, w.as.Issuer(), good), nil, 401, "token-invalid", "invalid_token"},
+		{"alg none", unsigned(t, good), nil, 401, "token-invalid", "invalid_token"},
+		{"HS256 under the issuer's public key", hmacForge(t, w.as, good), nil, 401, "token-invalid", "invalid_token"},
+		{"too few scopes", w.token(t, benchClient, oauthResource, "rcns:negotiate"), nil, 403, "insufficient-scope", "insufficient_scope"},
+		{"an opaque token the issuer reports inactive", "opaque-" + strings.Repeat("x", 40), nil, 401, "token-inactive", "invalid_token"},
+		{"a client no agent lists", w.token(t, strayClient, oauthResource, "bench:read"), nil, 401, "oauth-client-unknown", "invalid_token"},
+		{"bearer plus another agent's Agent-ID", good, []string{"Agent-ID", otherAgentID}, 401, "identity-conflict", "invalid_token"},
+		{"two Authorization headers", good, []string{"Authorization", "Bearer " + good}, 401, "token-invalid", "invalid_token"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := w.hits.Load()
+			a := w.fetch(t, tt.token, tt.kv...)
+			if a.Status != tt.status || a.str("reason") != tt.reason {
+				t.Fatalf("answer %s, want %d %s", a, tt.status, tt.reason)
+			}
+			ch := a.header("WWW-Authenticate")
+			if !strings.HasPrefix(ch, "Bearer ") || !strings.Contains(ch, `resource_metadata="`+oauthResource+`/.well-known/oauth-protected-resource"`) {
+				t.Errorf("WWW-Authenticate = %q, want a Bearer challenge naming the metadata", ch)
+			}
+			if tt.error != "" && !strings.Contains(ch, `error="`+tt.error+`"`) {
+				t.Errorf("WWW-Authenticate = %q, want error=%q", ch, tt.error)
+			}
+			if tt.reason == "insufficient-scope" && !strings.Contains(ch, `scope="bench:read"`) {
+				t.Errorf("WWW-Authenticate = %q, want scope=\"bench:read\" (every scope the operation needs)", ch)
+			}
+			if n := w.hits.Load() - before; n != 0 {
+				t.Errorf("upstream hits = %d, want none", n)
+			}
+		})
+	}
+}
+
+// TestOAuthExpiry: an expired token is refused past the skew; a token
+// without exp is refused unless allowed.
+func TestOAuthExpiry(t *testing.T) {
+	w := newOAuthWorld(t, func(c *OAuthConfig) { c.ClockSkew = Duration(time.Second) })
+	tok := w.token(t, benchClient, oauthResource, "bench:read")
+	w.te.oauth.now = func() time.Time { return time.Now().Add(24 * time.Hour) }
+	if a := w.fetch(t, tok); a.Status != 401 || a.str("reason") != "token-expired" {
+		t.Fatalf("a day later: %s, want 401 token-expired", a)
+	}
+	w.te.oauth.now = time.Now
+	if err := w.te.oauth.lifetime(true, time.Time{}, nil, nil); err == nil || err.Reason != "token-invalid" {
+		t.Fatalf("no exp: %v, want token-invalid", err)
+	}
+	w.te.oauth.cfg.AllowNoExpiry = true
+	if err := w.te.oauth.lifetime(true, time.Time{}, nil, nil); err != nil {
+		t.Fatalf("no exp, allowed: %v", err)
+	}
+}
+
+// TestOAuthKeyRotation: the issuer rotates its key; the gateway fetches
+// the JWKS again on the unknown kid and accepts the new tokens.
+func TestOAuthKeyRotation(t *testing.T) {
+	w := newOAuthWorld(t)
+	if a := w.fetch(t, w.token(t, benchClient, oauthResource, "bench:read")); a.Status != 200 {
+		t.Fatalf("before rotation: %s", a)
+	}
+	priv, _ := oauthtest.NewECKey("rotated-2")
+	if err := w.as.Restart(priv); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // past jwks_min_refresh
+	if a := w.fetch(t, w.token(t, benchClient, oauthResource, "bench:read")); a.Status != 200 {
+		t.Fatalf("after rotation: %s, want 200", a)
+	}
+}
+
+// TestOAuthIntrospection: an opaque token is introspected (RFC 7662)
+// and the answer reused from the cache: the issuer down, the cached
+// token still works and a new one gets 503 issuer-unavailable.
+func TestOAuthIntrospection(t *testing.T) {
+	w := newOAuthWorld(t, func(c *OAuthConfig) { c.Resource = oauthOpaque })
+	tok := w.token(t, benchClient, oauthOpaque, "bench:read")
+	if strings.Count(tok, ".") == 2 {
+		t.Fatalf("want an opaque token, got a JWT")
+	}
+	if a := w.fetch(t, tok); a.Status != 200 || a.header("Verification-Path") != "oauth" {
+		t.Fatalf("opaque token: %s, want 200", a)
+	}
+	fresh := w.token(t, benchClient, oauthOpaque, "bench:read")
+	w.as.Stop()
+	w.te.oauth.introMem.Wait()
+	if a := w.fetch(t, tok); a.Status != 200 {
+		t.Fatalf("cached opaque token, issuer down: %s, want 200", a)
+	}
+	before := w.hits.Load()
+	a := w.fetch(t, fresh)
+	if a.Status != 503 || a.str("reason") != "issuer-unavailable" || a.header("Retry-After") == "" {
+		t.Fatalf("issuer down: %s (Retry-After %q), want 503 issuer-unavailable with Retry-After", a, a.header("Retry-After"))
+	}
+	if w.hits.Load() != before {
+		t.Fatal("a request ran upstream while the issuer was down")
+	}
+}
+
+// TestOAuthIssuerDownBeforeKeys: an engine that never read the issuer's
+// keys answers 503 issuer-unavailable while the issuer is down.
+func TestOAuthIssuerDownBeforeKeys(t *testing.T) {
+	w := newOAuthWorld(t)
+	tok := w.token(t, benchClient, oauthResource, "bench:read")
+	w.as.Stop()
+	a := w.fetch(t, tok)
+	if a.Status != 503 || a.str("reason") != "issuer-unavailable" || a.header("Retry-After") == "" {
+		t.Fatalf("issuer down: %s, want 503 issuer-unavailable with Retry-After", a)
+	}
+	if w.hits.Load() != 0 {
+		t.Fatal("a request ran upstream while the issuer was down")
+	}
+}
+
+// forge re-signs the claims of tok with key (kid key.KeyID), as an
+// attacker with their own key would.
+func forge(t *testing.T, key jose.JSONWebKey, alg jose.SignatureAlgorithm, _ string, tok string) string {
+	t.Helper()
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: key}, (&jose.SignerOptions{}).WithType("at+jwt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := josejwt.Signed(signer).Claims(claimsOf(t, tok)).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// payload is the decoded claims of a compact JWS.
+func payload(t *testing.T, tok string) []byte {
+	t.Helper()
+	parts := strings.Split(tok, ".")
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// claimsOf is the claims of tok as a JSON object.
+func claimsOf(t *testing.T, tok string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(payload(t, tok), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// unsigned is tok's claims under {"alg":"none"} with no signature.
+func unsigned(t *testing.T, tok string) string {
+	t.Helper()
+	hdr := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","typ":"at+jwt"}`))
+	return hdr + "." + base64.RawURLEncoding.EncodeToString(payload(t, tok)) + "."
+}
+
+// hmacForge signs tok's claims with HS256 using the issuer's public RSA
+// key's modulus as the secret, naming its kid: the key-confusion attack.
+func hmacForge(t *testing.T, as *oauthtest.Server, tok string) string {
+	t.Helper()
+	set, err := as.JWKS()
+	if err != nil || len(set.Keys) == 0 {
+		t.Fatalf("JWKS: %v", err)
+	}
+	pub, ok := set.Keys[0].Key.(*rsa.PublicKey)
+	if !ok {
+		t.Fatalf("the issuer's key is %T, want RSA", set.Keys[0].Key)
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.HS256, Key: pub.N.Bytes()},
+		(&jose.SignerOptions{}).WithHeader("kid", set.Keys[0].KeyID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := josejwt.Signed(signer).Claims(claimsOf(t, tok)).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+
