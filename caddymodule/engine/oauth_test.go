@@ -349,5 +349,3 @@ func hmacForge(t *testing.T, as *oauthtest.Server, tok string) string {
 	}
 	return out
 }
-
-
