@@ -134,6 +134,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.MCP != nil {
 		deps.Hosted = append(deps.Hosted, mcpdoor.ManifestEntry(h.MCP))
 	}
+	if h.OAuth != nil {
+		// The introspection secret may be a placeholder
+		// ({env.RCNS_OAUTH_SECRET}), replaced here, never in the JSON.
+		o := *h.OAuth
+		o.ClientSecret = caddy.NewReplacer().ReplaceAll(o.ClientSecret, "")
+		h.OAuth = &o
+	}
 	e, err := engine.New(&h.Config, deps)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -264,6 +265,9 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	if over, at := agtp.DeeperThan(body, d.cfg.MaxJSONDepth); over {
 		return d.refuseAs(w, r, rq, agtp.InvalidJSON.WithFields(fmt.Sprintf("the MCP message nests deeper than %d levels (at byte %d)", d.cfg.MaxJSONDepth, at),
 			map[string]any{"limit_depth": d.cfg.MaxJSONDepth}), body, true)
+	}
+	if e := d.stepUp(rq, body); e != nil {
+		return d.refuseAs(w, r, rq, e, body, true)
 	}
 	if n := batchLen(body); n > d.cfg.MaxBatch {
 		return d.refuseAs(w, r, rq, agtp.BatchTooLarge.WithFields(fmt.Sprintf("the JSON-RPC batch holds %d messages; the limit is %d (send fewer per request, or one message each)", n, d.cfg.MaxBatch),
@@ -574,4 +578,38 @@ func preflight(w http.ResponseWriter, r *http.Request, methods, headers, maxAge 
 	hd.Set("Access-Control-Max-Age", maxAge)
 	w.WriteHeader(http.StatusNoContent)
 	return true
+}
+
+// stepUp is the MCP authorization rules' scope challenge (MCP
+// 2026-07-28, "Scope challenge handling"; RFC 6750 §3.1): a single
+// tools/call whose tool needs a scope the caller's agent holds but its
+// access token does not carry is refused at the HTTP level, 403
+// insufficient-scope with WWW-Authenticate naming every scope the tool
+// needs, so an MCP client asks its authorization server for them and
+// retries. Nil for callers whose grants no token bounds, for other
+// messages and batches (each call then meets the engine's own check),
+// and for tools the agent was never granted (the call's 455 tells).
+func (d *Door) stepUp(rq *mcpRequest, body []byte) *agtp.Error {
+	if !rq.ident.Bounded {
+		return nil
+	}
+	var msg struct {
+		Method string `json:"method"`
+		Params struct {
+			Name string `json:"name"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" {
+		return nil
+	}
+	i, found := slices.BinarySearchFunc(d.tools, msg.Params.Name, func(t *mcpTool, name string) int { return strings.Compare(t.name, name) })
+	if !found {
+		return nil
+	}
+	ceiling, _ := policy.ParseScopes(rq.ident.Scopes)
+	c := &policy.Caller{Agent: rq.agent, Bounded: true, Ceiling: ceiling}
+	if ref := policy.CheckRequiredScopes(c, d.tools[i].scopes); ref != nil && ref.Reason == agtp.InsufficientScope.Token {
+		return agtp.FromRefusal(ref)
+	}
+	return nil
 }
