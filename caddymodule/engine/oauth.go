@@ -175,11 +175,35 @@ func (v *oauthVerifier) agentOf(clientID string) (string, *agtp.Error) {
 
 // token verifies tok: a JWT (three dot-separated parts) against the
 // JWKS, anything else by introspection.
+//
+// A JWT that verified is remembered, by its SHA-256, for
+// IntrospectionCacheTTL at most and never past its exp: a repeat costs a
+// hash and a lookup, not a signature check (its lifetime is checked
+// again on each use).
 func (v *oauthVerifier) token(ctx context.Context, tok string) (tokenInfo, *agtp.Error) {
-	if strings.Count(tok, ".") == 2 {
-		return v.jwt(ctx, tok)
+	if strings.Count(tok, ".") != 2 {
+		return v.introspect(ctx, tok)
 	}
-	return v.introspect(ctx, tok)
+	sum := sha256.Sum256([]byte(tok))
+	key := "jwt:" + string(sum[:])
+	if c, ok := v.introMem.Get(key); ok {
+		if e := v.lifetime(c.info.exp.IsZero(), c.info.exp, nil, nil); e != nil {
+			return tokenInfo{}, e
+		}
+		return c.info, nil
+	}
+	info, e := v.jwt(ctx, tok)
+	if e != nil {
+		return info, e
+	}
+	ttl := time.Duration(v.cfg.IntrospectionCacheTTL)
+	if !info.exp.IsZero() {
+		ttl = min(ttl, info.exp.Sub(v.now()))
+	}
+	if ttl > 0 {
+		v.introMem.SetWithTTL(key, &introspected{active: true, info: info}, 1, ttl)
+	}
+	return info, nil
 }
 
 // jwtClaims are the access-token claims beyond RFC 7519's (RFC 9068

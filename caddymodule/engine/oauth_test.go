@@ -44,7 +44,7 @@ type oauthWorld struct {
 	hits *atomic.Int64
 }
 
-func newOAuthWorld(t *testing.T, adjust ...func(*OAuthConfig)) *oauthWorld {
+func newOAuthWorld(t testing.TB, adjust ...func(*OAuthConfig)) *oauthWorld {
 	t.Helper()
 	as := oauthtest.Start(t, oauthtest.Config{
 		Resources: map[string]oauthtest.Resource{
@@ -82,7 +82,7 @@ func newOAuthWorld(t *testing.T, adjust ...func(*OAuthConfig)) *oauthWorld {
 	return w
 }
 
-func writeFile(t *testing.T, path, text string) {
+func writeFile(t testing.TB, path, text string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func writeFile(t *testing.T, path, text string) {
 }
 
 // countingUpstream is testUpstream counting its requests in hits.
-func countingUpstream(t *testing.T, hits *atomic.Int64) string {
+func countingUpstream(t testing.TB, hits *atomic.Int64) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -125,7 +125,7 @@ func (w *oauthWorld) fetch(t *testing.T, token string, kv ...string) *testAnswer
 	return w.te.serve(t, "FETCH", "/items/1", hdr, "")
 }
 
-func (w *oauthWorld) token(t *testing.T, client, resource string, scopes ...string) string {
+func (w *oauthWorld) token(t testing.TB, client, resource string, scopes ...string) string {
 	t.Helper()
 	tok, err := w.as.ClientCredentials(client, clientSecret, resource, scopes...)
 	if err != nil {
@@ -348,4 +348,32 @@ func hmacForge(t *testing.T, as *oauthtest.Server, tok string) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// BenchmarkIdentityStep: a Tier B FETCH identified by a verified JWT
+// access token (identity oauth, the JWKS cached) and by the Agent-ID
+// header (identity header): the gap is what a token costs per request
+// (issue target: at most 30 µs).
+func BenchmarkIdentityStep(b *testing.B) {
+	w := newOAuthWorld(b)
+	tok := w.token(b, benchClient, oauthResource, "rcns:negotiate", "bench:read")
+	header := newTestEngine(b)
+	for _, c := range []struct {
+		name string
+		te   *testEngine
+		hdr  func() http.Header
+	}{
+		{"header", header, func() http.Header { return agentHeader() }},
+		{"oauth", w.te, func() http.Header { return http.Header{"Authorization": {"Bearer " + tok}} }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			if a := c.te.serve(b, "FETCH", "/items/1", c.hdr(), ""); a.Status != 200 {
+				b.Fatalf("answer %s", a)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				c.te.serve(b, "FETCH", "/items/1", c.hdr(), "")
+			}
+		})
+	}
 }
