@@ -58,6 +58,12 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 		if x.contract.ContractHash != "" {
 			field("contract_hash", x.contract.ContractHash)
 		}
+		if id := x.ident; id != nil && id.Issuer != "" {
+			// Identity oauth: who vouched for the caller (the other
+			// modes' records are unchanged).
+			field("identity_assurance", id.VerificationPath)
+			field("identity_issuer", id.Issuer)
+		}
 		// RFC 3339 text needs no JSON escaping: appended in place.
 		b = append(b, `,"issued_at":"`...)
 		b = issued.AppendFormat(b, time.RFC3339Nano)
