@@ -10,7 +10,9 @@
 #   make test         vet, unit tests (-race), every benchmark once (bench-smoke), then the integration suite
 #   make unit         unit tests only
 #   make integration  black-box suite only (builds its own Caddy binary), over the HTTP door then the native door
-#   make demo         the hotel demo (scripts/demo.sh)
+#   make demo         the hotel demo (scripts/demo.sh); RCNS_DEMO_IDENTITY=signature
+#                     (default), header, or oauth (starts a local oidc-provider
+#                     authorization server for the run; needs make deps)
 
 GO                  ?= go
 JSON_SERVER_VERSION := 0.17.4

@@ -17,6 +17,13 @@
 #   RCNS_DEMO_IDENTITY signature (default: RFC 9421, keys made for the run)
 #                      or header (Agent-ID trusted as sent, for clients
 #                      that cannot sign, such as most MCP clients)
+#                      or oauth (OAuth 2.1 bearer tokens from a local
+#                      authorization server, scripts/oauth/authserver.mjs
+#                      on oidc-provider, started for the run: a
+#                      client_credentials client for curl, and dynamic
+#                      registration for MCP hosts such as the Inspector)
+#   RCNS_DEMO_OAUTH_PORT the authorization server's port, oauth only
+#                      (default 9400)
 #   DEMO_MAX_SECONDS   stop by itself after this many seconds (default 3600)
 #   KEEP_DEMO_WORK=1   keep the work folder (db copy and logs) on exit
 #   XDG_DATA_HOME      Caddy's data folder, where the records are kept
@@ -32,7 +39,8 @@ HOTEL_PORT=${HOTEL_PORT:-3000}
 ADMIN_PORT=${RCNS_ADMIN_PORT:-2019}
 AGTP_PORT=${RCNS_DEMO_AGTP_PORT:-4480}
 IDENTITY=${RCNS_DEMO_IDENTITY:-signature}
-case "$IDENTITY" in signature | header) ;; *) printf 'demo: RCNS_DEMO_IDENTITY must be signature or header, not %s\n' "$IDENTITY" >&2; exit 1 ;; esac
+case "$IDENTITY" in signature | header | oauth) ;; *) printf 'demo: RCNS_DEMO_IDENTITY must be signature, header or oauth, not %s\n' "$IDENTITY" >&2; exit 1 ;; esac
+OAUTH_PORT=${RCNS_DEMO_OAUTH_PORT:-9400}
 MAX_SECONDS=${DEMO_MAX_SECONDS:-3600}
 JSON_SERVER_VERSION=0.17.4
 JSON_SERVER="$ROOT/.tools/node_modules/.bin/json-server"
@@ -43,11 +51,18 @@ die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 say "==> caddy-rcns demo: json-server (installed into .tools/ when missing), then bin/caddy is built (about 2 minutes the first time), then both start"
-for p in "$DEMO_PORT" "$HOTEL_PORT" "$ADMIN_PORT" "$AGTP_PORT"; do
+DEMO_PORTS=("$DEMO_PORT" "$HOTEL_PORT" "$ADMIN_PORT" "$AGTP_PORT")
+if [ "$IDENTITY" = oauth ]; then
+	DEMO_PORTS+=("$OAUTH_PORT")
+fi
+for p in "${DEMO_PORTS[@]}"; do
 	if port_in_use "$p"; then
-		die "port 127.0.0.1:$p is already in use (set RCNS_DEMO_PORT, HOTEL_PORT, RCNS_ADMIN_PORT or RCNS_DEMO_AGTP_PORT)"
+		die "port 127.0.0.1:$p is already in use (set RCNS_DEMO_PORT, HOTEL_PORT, RCNS_ADMIN_PORT, RCNS_DEMO_AGTP_PORT or RCNS_DEMO_OAUTH_PORT)"
 	fi
 done
+if [ "$IDENTITY" = oauth ] && [ ! -f "$ROOT/.tools/node_modules/oidc-provider/package.json" ]; then
+	die "identity oauth needs oidc-provider in .tools/ (make deps installs it)"
+fi
 
 # 1. json-server, project-local (skipped when present).
 if [ ! -x "$JSON_SERVER" ]; then
@@ -90,8 +105,63 @@ RECORD_KEY="$WORK/gateway/record-key.pem"
 bin/rcns-agent keygen -alg ed25519 -out "$RECORD_KEY" >/dev/null
 DATA_DIR="${XDG_DATA_HOME:-$HOME/.local/share}/caddy/rcns/default"
 AGENTS_DIR="examples/hotel/agents"
+CADDYFILE="Caddyfile.example"
 if [ "$IDENTITY" = signature ]; then
 	AGENTS_DIR="$WORK/agents"
+fi
+
+# 3d. identity oauth: an authorization server for the run (its RSA signing
+# key, the client secret and its config in $WORK/oauth, never committed).
+# The gateway's origin is the resource its tokens are for; the confidential
+# client rcns-demo-cli (client_credentials, for curl) acts as rcns-demo-agent
+# (its document's copy in $WORK/agents gains oauth_clients), and a client an
+# MCP host registers dynamically acts as the low-trust rcns-demo-tier3
+# (unnamed_clients). The gateway's Caddyfile is Caddyfile.example with the
+# oauth block added, written to $WORK/Caddyfile.
+GW_ORIGIN="http://127.0.0.1:$DEMO_PORT"
+ISSUER="http://127.0.0.1:$OAUTH_PORT"
+OAUTH_SCOPES="rcns:negotiate hotel:read hotel:book"
+OAUTH_CLIENT=rcns-demo-cli
+OAUTH_UNNAMED=rcns-demo-tier3
+if [ "$IDENTITY" = oauth ]; then
+	say "==> making the authorization server's signing key and client secret ($WORK/oauth)"
+	AGENTS_DIR="$WORK/agents"
+	printf 'oauth_clients:\n  - %s\n' "$OAUTH_CLIENT" >>"$WORK/agents/rcns-demo-agent.yaml"
+	mkdir -p "$WORK/oauth"
+	chmod 700 "$WORK/oauth"
+	OAUTH_SECRET=$(openssl rand -hex 24)
+	OAUTH_PORT="$OAUTH_PORT" GW_ORIGIN="$GW_ORIGIN" OAUTH_SCOPES="$OAUTH_SCOPES" OAUTH_CLIENT="$OAUTH_CLIENT" OAUTH_SECRET="$OAUTH_SECRET" \
+		node -e '
+const crypto = require("node:crypto");
+const e = process.env;
+const { privateKey } = crypto.generateKeyPairSync("rsa", { modulusLength: 2048 });
+const jwk = { ...privateKey.export({ format: "jwk" }), kid: "demo-" + crypto.randomBytes(4).toString("hex"), alg: "RS256", use: "sig" };
+const cfg = {
+  port: Number(e.OAUTH_PORT),
+  keys: { keys: [jwk] },
+  resources: { [e.GW_ORIGIN]: { scopes: e.OAUTH_SCOPES.split(" "), format: "jwt" } },
+  default_resource: e.GW_ORIGIN,
+  clients: [{ client_id: e.OAUTH_CLIENT, client_secret: e.OAUTH_SECRET, grant_types: ["client_credentials"],
+    response_types: [], redirect_uris: [], token_endpoint_auth_method: "client_secret_basic" }],
+  account: "alice",
+  registration: true,
+};
+process.stdout.write(JSON.stringify(cfg, null, 2));
+' >"$WORK/oauth/config.json"
+	CADDYFILE="$WORK/Caddyfile"
+	awk -v issuer="$ISSUER" -v resource="$GW_ORIGIN" -v unnamed="$OAUTH_UNNAMED" '
+		{ print }
+		/^[ \t]*identity \{\$RCNS_IDENTITY:header\}/ {
+			print "\t\t# make demo, RCNS_DEMO_IDENTITY=oauth: bearer tokens from the run'"'"'s authorization server."
+			print "\t\toauth {"
+			print "\t\t\tissuer " issuer
+			print "\t\t\tresource " resource
+			print "\t\t\tunnamed_clients " unnamed
+			print "\t\t}"
+			n++
+		}
+		END { if (n != 1) exit 1 }
+	' Caddyfile.example >"$CADDYFILE" || die "Caddyfile.example has no identity {\$RCNS_IDENTITY:header} line to add the oauth block after"
 fi
 
 PIDS=()
@@ -136,13 +206,22 @@ say "==> starting json-server on 127.0.0.1:$HOTEL_PORT"
 PIDS+=($!)
 wait_for "http://127.0.0.1:$HOTEL_PORT/db" json-server "${PIDS[-1]}" "$WORK/json-server.log"
 
+if [ "$IDENTITY" = oauth ]; then
+	say "==> starting the authorization server (oidc-provider) on $ISSUER"
+	node scripts/oauth/authserver.mjs "$WORK/oauth/config.json" >"$WORK/authserver.out" 2>"$WORK/authserver.log" &
+	PIDS+=($!)
+	wait_for "$ISSUER/.well-known/oauth-authorization-server" "the authorization server" "${PIDS[-1]}" "$WORK/authserver.log"
+	TOKEN_ENDPOINT=$(curl -fsS "$ISSUER/.well-known/oauth-authorization-server" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>process.stdout.write(JSON.parse(s).token_endpoint))') ||
+		die "the authorization server's metadata has no token_endpoint; see $WORK/authserver.log"
+fi
+
 say "==> starting caddy on 127.0.0.1:$DEMO_PORT, agtp://127.0.0.1:$AGTP_PORT (admin 127.0.0.1:$ADMIN_PORT; identity $IDENTITY)"
 # Caddy autosaves the loaded config under XDG_CONFIG_HOME: the demo's goes
 # to its work folder, not over the user's own autosave.json (records stay
 # in Caddy's data directory, XDG_DATA_HOME, as the README says).
 RCNS_ADMIN="127.0.0.1:$ADMIN_PORT" RCNS_PORT="$DEMO_PORT" RCNS_AGTP_PORT="$AGTP_PORT" HOTEL_ADDR="127.0.0.1:$HOTEL_PORT" \
 	RCNS_IDENTITY="$IDENTITY" RCNS_AGENTS="$AGENTS_DIR" RCNS_RECORD_KEYS="$RECORD_KEY" XDG_CONFIG_HOME="$WORK/config" \
-	bin/caddy run --config Caddyfile.example --adapter caddyfile >"$WORK/caddy.log" 2>&1 &
+	bin/caddy run --config "$CADDYFILE" --adapter caddyfile >"$WORK/caddy.log" 2>&1 &
 PIDS+=($!)
 wait_for "http://127.0.0.1:$DEMO_PORT/guests/g-1" caddy "${PIDS[-1]}" "$WORK/caddy.log"
 DURABLE=1
@@ -155,6 +234,10 @@ fi
 # The manifest, with the record key's public half (server.record_keys),
 # kept for verify-record.
 curl -fsS -X DISCOVER -o "$WORK/manifest.json" "http://127.0.0.1:$DEMO_PORT/" || die "DISCOVER / failed; see $WORK/caddy.log"
+
+if [ "$IDENTITY" = oauth ]; then
+	OAUTH_LOG_LINE=", $WORK/authserver.log"$'\n'"  authz server $ISSUER   (oidc-provider, token endpoint $TOKEN_ENDPOINT)"
+fi
 
 agent_id() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
 A1=$(agent_id rcns-demo-agent)
@@ -172,7 +255,7 @@ caddy-rcns hotel demo is running (identity $IDENTITY).
   native door  $NATIVE   (AGTP/1.0 in plain text, loopback)
   MCP door     $GW/mcp
   hotel API    http://127.0.0.1:$HOTEL_PORT   (json-server, db copy in $WORK)
-  logs         $WORK/caddy.log, $WORK/json-server.log
+  logs         $WORK/caddy.log, $WORK/json-server.log${OAUTH_LOG_LINE:-}
 
 Agents (agent_id = sha256 of the name):
   rcns-demo-agent     $A1   tier 1: rcns:negotiate hotel:read hotel:book
@@ -215,6 +298,42 @@ bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope hotel:read 
    (Agent-ID trusted as sent, on loopback only); it then prints the client
    config.
 MSG
+elif [ "$IDENTITY" = oauth ]; then
+	cat <<MSG
+identity oauth: every agent request carries an OAuth 2.1 bearer access token
+(a JWT for the resource $GW_ORIGIN) from the authorization server at
+$ISSUER; the token's client names the agent:
+  client $OAUTH_CLIENT (secret $OAUTH_SECRET)
+      acts as rcns-demo-agent (its document's copy lists oauth_clients: [$OAUTH_CLIENT])
+  any client an MCP host registers dynamically (RFC 7591)
+      acts as $OAUTH_UNNAMED (unnamed_clients): tier 3, so it can read
+      (fetch_guest, fetch_property) but BOOK /room (book-room) is refused
+      with 464 trust-tier-insufficient
+The token's scopes stand for Authority-Scope. Without a token: 401 with a
+Bearer challenge naming the protected-resource metadata.
+
+1. Discover: curl -i -X DISCOVER $GW/
+2. Get a token (client_credentials), then fetch a guest over the HTTP door:
+TOKEN=\$(curl -s -u $OAUTH_CLIENT:$OAUTH_SECRET -d grant_type=client_credentials -d resource=$GW_ORIGIN -d 'scope=$OAUTH_SCOPES' $TOKEN_ENDPOINT | sed -n 's/.*"access_token":"\([^"]*\)".*/\1/p'); echo "\$TOKEN"
+curl -i -X FETCH -H "Authorization: Bearer \$TOKEN" $GW/guests/g-1
+   and over the native door:
+bin/rcns-agent call -agent-id $A1 -H "Authorization: Bearer \$TOKEN" FETCH $NATIVE/guests/g-1
+3. Book a room (RCNS synthesis, 263):
+curl -i -X BOOK -H "Authorization: Bearer \$TOKEN" -H 'Allow-RCNS: true' -H 'Content-Type: application/json' -d '$BOOK' $GW/room
+
+4. MCP: the MCP door at $GW/mcp asks for a token and points MCP hosts to
+   the authorization server (protected-resource metadata), where they
+   register dynamically and sign in (the demo server logs "alice" in and
+   consents at once, no browser form):
+   * the MCP Inspector: npx @modelcontextprotocol/inspector
+     Transport Type "Streamable HTTP", URL $GW/mcp, then "Open Auth
+     Settings" > "Quick OAuth Flow" (or Connect); it acts as $OAUTH_UNNAMED.
+   * mcp-remote (a stdio bridge for hosts such as Claude Desktop):
+     npx mcp-remote $GW/mcp
+     or in a host's config: {"mcpServers": {"caddy-rcns-hotel": {"command": "npx", "args": ["mcp-remote", "$GW/mcp"]}}}
+   * by hand, with the token above (acts as rcns-demo-agent):
+curl -s $GW/mcp -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_guest","arguments":{"guest_id":"g-1"}}}'
+MSG
 else
 	cat <<MSG
 identity header: Agent-ID is trusted as sent (loopback only).
@@ -240,6 +359,8 @@ fi
 CALL_KEY=""
 if [ "$IDENTITY" = signature ]; then
 	CALL_KEY="-key $K/rcns-demo-agent.pem "
+elif [ "$IDENTITY" = oauth ]; then
+	CALL_KEY="-H \"Authorization: Bearer \$TOKEN\" "
 fi
 cat <<MSG
 
