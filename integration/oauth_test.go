@@ -1,0 +1,590 @@
+package integration
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	josejwt "github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/oauthtest"
+)
+
+// identity oauth: the gateway as an OAuth 2.1 resource server in front
+// of a real authorization server (oidc-provider through
+// internal/oauthtest). Tokens are JWTs verified against the issuer's
+// JWKS, or opaque ones introspected (RFC 7662); a token's client names
+// the agent (oauth_clients), its scopes bound the agent's grants.
+
+// oauthSite is the hotel rcns block under identity oauth with the MCP
+// door on and durable records. The oauth block's issuer and resource
+// are @@ISSUER@@ and @@RESOURCE@@: the resource is the site's origin,
+// known only once the Caddyfile is rendered, and the authorization
+// server must know it before it starts.
+const oauthSite = `
+	rcns {
+		server_id caddy-rcns-it
+		identity oauth
+		enabled true
+		mode optimistic
+		upstream hotel {{HOTEL}}
+		agents {{AGENTS}}
+		endpoints examples/hotel/endpoints
+		recipes examples/hotel/recipes
+		records_dir {{RECORDS}}
+		fsync always
+		mcp
+		oauth {
+			issuer @@ISSUER@@
+			resource @@RESOURCE@@
+			client_id gateway
+			client_secret gateway-secret
+			jwks_min_refresh 100ms
+{{OAUTH}}
+		}
+	}
+	reverse_proxy {{LEGACY}}
+`
+
+// oauthAgent is an agent document with the OAuth clients that act as it.
+type oauthAgent struct {
+	name    string
+	scopes  []string
+	clients []string
+}
+
+// oauthOpts configures an oauthWorld.
+type oauthOpts struct {
+	agents []oauthAgent
+	// format and ttl of the gateway's resource at the authorization
+	// server ("jwt" by default; ttl 0: an hour).
+	format string
+	ttl    int
+	// scopes the authorization server issues for the gateway's resource
+	// (default: the three demo scopes).
+	scopes []string
+	// other resources the authorization server knows.
+	others  map[string]oauthtest.Resource
+	clients []oauthtest.Client
+	// registration: dynamic client registration (RFC 7591).
+	registration bool
+	// extra lines of the gateway's oauth block.
+	extra string
+}
+
+// oauthWorld is a gateway under identity oauth, its authorization
+// server, the hotel upstream (json-server behind a counter) and the
+// legacy API behind the reverse_proxy (a counter answering by itself).
+type oauthWorld struct {
+	GW       *Gateway
+	AS       *oauthtest.Server
+	JS       *JSONServer
+	Hotel    *Counter
+	Legacy   *Counter
+	Resource string // the gateway's resource id (its origin)
+	RecDir   string
+}
+
+// The OAuth clients of the tests: confidential client_credentials
+// clients, and the gateway itself (the introspection client).
+const (
+	cidA1       = "svc-a1" // listed by rcns-demo-agent
+	cidA2       = "svc-a2" // listed by rcns-demo-noscope
+	cidStranger = "svc-stranger"
+	oauthSecret = "s3cret-s3cret"
+)
+
+var demoScopes = []string{"rcns:negotiate", "hotel:read", "hotel:book"}
+
+func defaultOAuthClients() []oauthtest.Client {
+	return []oauthtest.Client{
+		oauthtest.ConfidentialClient(cidA1, oauthSecret),
+		oauthtest.ConfidentialClient(cidA2, oauthSecret),
+		oauthtest.ConfidentialClient(cidStranger, oauthSecret),
+		oauthtest.ConfidentialClient("gateway", "gateway-secret"),
+	}
+}
+
+func defaultOAuthAgents() []oauthAgent {
+	return []oauthAgent{
+		{name: "rcns-demo-agent", scopes: demoScopes, clients: []string{cidA1}},
+		{name: "rcns-demo-noscope", scopes: []string{"hotel:read", "hotel:book"}, clients: []string{cidA2}},
+	}
+}
+
+// writeOAuthAgents writes one agent document per agent (tier 1, owner
+// hotel-ops) and returns the directory.
+func writeOAuthAgents(t testing.TB, agents []oauthAgent) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, a := range agents {
+		m := map[string]any{
+			"agent_id": agentID(a.name), "name": a.name, "owner_id": "hotel-ops",
+			"trust_tier": 1, "scopes": a.scopes,
+		}
+		if len(a.clients) > 0 {
+			m["oauth_clients"] = a.clients
+		}
+		if err := os.WriteFile(filepath.Join(dir, a.name+".json"), mustJSON(t, m), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// startOAuthWorld renders the gateway's Caddyfile (for its port), starts
+// the authorization server knowing the gateway's resource, then the
+// gateway.
+func startOAuthWorld(t testing.TB, o oauthOpts) *oauthWorld {
+	t.Helper()
+	if o.agents == nil {
+		o.agents = defaultOAuthAgents()
+	}
+	if o.clients == nil {
+		o.clients = defaultOAuthClients()
+	}
+	if o.scopes == nil {
+		o.scopes = demoScopes
+	}
+	w := &oauthWorld{JS: startJSONServer(t, hotelDB), Legacy: startCounter(t)}
+	w.Hotel = startCountingProxy(t, w.JS.URL)
+	w.RecDir = filepath.Join(t.TempDir(), "records")
+	site := fill(oauthSite, "HOTEL", w.Hotel.URL, "AGENTS", writeOAuthAgents(t, o.agents),
+		"RECORDS", w.RecDir, "OAUTH", o.extra, "LEGACY", w.Legacy.URL)
+	text, sitePort, adminPort, agtpPort := renderCaddyfileDoor(t, site, suiteDoor)
+	w.Resource = fmt.Sprintf("http://127.0.0.1:%d", sitePort)
+	res := map[string]oauthtest.Resource{w.Resource: {Scopes: o.scopes, Format: o.format, TTLSeconds: o.ttl}}
+	for k, v := range o.others {
+		res[k] = v
+	}
+	w.AS = oauthtest.Start(t, oauthtest.Config{Resources: res, Clients: o.clients,
+		IntrospectionClients: []string{"gateway"}, Registration: o.registration})
+	text = strings.NewReplacer("@@ISSUER@@", w.AS.Issuer(), "@@RESOURCE@@", w.Resource).Replace(text)
+	w.GW = launchText(t, text, sitePort, adminPort, agtpPort)
+	return w
+}
+
+// token runs client_credentials for one of the test clients.
+func (w *oauthWorld) token(t testing.TB, client, resource string, scopes ...string) string {
+	t.Helper()
+	if resource == "" {
+		resource = w.Resource
+	}
+	tok, err := w.AS.ClientCredentials(client, oauthSecret, resource, scopes...)
+	if err != nil {
+		t.Fatalf("client_credentials for %s: %v", client, err)
+	}
+	return tok
+}
+
+// bearer is the Authorization header of tok and Authority-Scope
+// scopeAll (the gateway's scope_required_for_invocation is on: the
+// explicit claim is still asked for, the token bounds it), with kv
+// added (an Authority-Scope in kv replaces scopeAll).
+func bearer(tok string, kv ...string) map[string]string {
+	return hdr("", scopeAll, append([]string{"Authorization", "Bearer " + tok}, kv...)...)
+}
+
+// negotiations reads every record of the negotiation log.
+func (w *oauthWorld) negotiations(t testing.TB) []map[string]any {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(w.RecDir, "negotiations", "*.jsonl"))
+	var out []map[string]any
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			if l == "" {
+				continue
+			}
+			var m map[string]any
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("negotiation record %q: %v", l, err)
+			}
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// wantOAuthAnswer checks an answer verified by a token: the agent named,
+// Verification-Path oauth, the owner.
+func wantOAuthAnswer(t testing.TB, r *Resp, agent, owner string) {
+	t.Helper()
+	if got := r.Header.Get("Agent-ID"); got != agent {
+		t.Errorf("Agent-ID = %q, want %s:\n%s", got, agent, r)
+	}
+	if got := r.Header.Get("Verification-Path"); got != "oauth" {
+		t.Errorf("Verification-Path = %q, want oauth:\n%s", got, r)
+	}
+	if got := r.Header.Get("Owner-ID"); got != owner {
+		t.Errorf("Owner-ID = %q, want %q:\n%s", got, owner, r)
+	}
+}
+
+// challenge parses a WWW-Authenticate Bearer challenge's parameters.
+func challenge(t testing.TB, r *Resp) map[string]string {
+	t.Helper()
+	v := r.Header.Get("WWW-Authenticate")
+	rest, ok := strings.CutPrefix(v, "Bearer ")
+	if !ok {
+		t.Fatalf("WWW-Authenticate = %q, want a Bearer challenge:\n%s", v, r)
+	}
+	out := map[string]string{}
+	for rest != "" {
+		rest = strings.TrimLeft(rest, " ,")
+		k, after, ok := strings.Cut(rest, "=")
+		if !ok {
+			t.Fatalf("WWW-Authenticate %q: no = after %q", v, rest)
+		}
+		if !strings.HasPrefix(after, `"`) {
+			t.Fatalf("WWW-Authenticate %q: %s is not a quoted string", v, k)
+		}
+		val, err := strconv.QuotedPrefix(after)
+		if err != nil {
+			t.Fatalf("WWW-Authenticate %q: %s: %v", v, k, err)
+		}
+		out[k], _ = strconv.Unquote(val)
+		rest = after[len(val):]
+	}
+	return out
+}
+
+// wantChallenge checks the Bearer challenge of a 401 (invalid_token
+// unless noError) or a 403 insufficient_scope naming scope.
+func (w *oauthWorld) wantChallenge(t testing.TB, r *Resp, errCode, scope string) {
+	t.Helper()
+	c := challenge(t, r)
+	if c["realm"] == "" {
+		t.Errorf("challenge %v has no realm", c)
+	}
+	if want := w.Resource + "/.well-known/oauth-protected-resource"; c["resource_metadata"] != want {
+		t.Errorf("challenge resource_metadata = %q, want %q", c["resource_metadata"], want)
+	}
+	if c["error"] != errCode {
+		t.Errorf("challenge error = %q, want %q (%v)", c["error"], errCode, c)
+	}
+	if scope != "" && !slices.Contains(strings.Fields(c["scope"]), scope) {
+		t.Errorf("challenge scope = %q, want it to name %s", c["scope"], scope)
+	}
+}
+
+// signJWT signs claims with key (RS256, kid in the header, typ at+jwt).
+func signJWT(t testing.TB, key jose.JSONWebKey, claims map[string]any) string {
+	t.Helper()
+	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: key},
+		(&jose.SignerOptions{}).WithType("at+jwt").WithHeader("kid", key.KeyID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := josejwt.Signed(s).Claims(claims).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// claimsFor are access-token claims as the issuer would mint them for
+// client at resource.
+func (w *oauthWorld) claimsFor(client string) map[string]any {
+	now := time.Now()
+	return map[string]any{"iss": w.AS.Issuer(), "aud": w.Resource, "client_id": client, "sub": client,
+		"scope": strings.Join(demoScopes, " "), "iat": now.Unix(), "exp": now.Add(time.Hour).Unix(), "jti": randomID()}
+}
+
+func randomID() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// TestOAuthTokenOverEveryDoor: one client_credentials JWT for the client
+// rcns-demo-agent's document lists is the agent's identity over the
+// door under test (no Agent-ID header) and over MCP: the same agent is
+// echoed with Verification-Path oauth and the document's owner, the
+// protected-resource metadata names the issuer, and the negotiation
+// records carry identity_assurance oauth with the issuer and client.
+func TestOAuthTokenOverEveryDoor(t *testing.T) {
+	w := startOAuthWorld(t, oauthOpts{})
+	tok := w.token(t, cidA1, "", demoScopes...)
+
+	// RFC 9728 metadata, answered by the gateway itself.
+	for _, p := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"} {
+		r := w.GW.DoHTTP(t, "GET", p, nil, nil)
+		wantStatus(t, r, 200)
+		m := r.Object(t)
+		if m["resource"] != w.Resource || !slices.Contains(strSlice(m["authorization_servers"]), w.AS.Issuer()) ||
+			!slices.Equal(strSlice(m["bearer_methods_supported"]), []string{"header"}) {
+			t.Errorf("GET %s = %s", p, r.Body)
+		}
+	}
+
+	// The door under test: a Tier B read and a recipe booking.
+	r := w.GW.Do(t, "FETCH", "/guests/g-1", bearer(tok), nil)
+	wantStatus(t, r, 200)
+	assertAGTPHeaders(t, r)
+	wantOAuthAnswer(t, r, agentA1, "hotel-ops")
+	if str(r.Object(t), "result", "id") != "g-1" {
+		t.Fatalf("FETCH /guests/g-1 = %s", r)
+	}
+	r = w.GW.Do(t, "DISCOVER", "/", bearer(tok), nil)
+	wantStatus(t, r, 200)
+	wantOAuthAnswer(t, r, agentA1, "hotel-ops")
+
+	// MCP: the same token on the go-sdk client's HTTP requests. The
+	// recipe tool synthesizes the contract (optimistic: 263, run).
+	c := mcpConnectWith(t, w.GW.URL+"/mcp", &mcpTransport{hdr: map[string]string{"Authorization": "Bearer " + tok, "Authority-Scope": scopeAll}, base: http.DefaultTransport})
+	mr := c.call(t, "fetch_guest", map[string]any{"guest_id": demoGuest}, nil)
+	mr.wantSuccess(t, 200)
+	mr.wantRecord(t)
+	// The MCP door echoes no Agent-ID field; the record names the agent.
+	rec := attribution(t, &Resp{Header: mr.header})
+	if rec["agent_id"] != agentA1 || rec["owner_id"] != "hotel-ops" {
+		t.Errorf("MCP Attribution-Record = %v, want agent %s, owner hotel-ops", rec, agentA1)
+	}
+	if got := mr.header.Get("Verification-Path"); got != "oauth" {
+		t.Errorf("MCP answer Verification-Path = %q, want oauth", got)
+	}
+	if got := mr.header.Get("Owner-ID"); got != "hotel-ops" {
+		t.Errorf("MCP answer Owner-ID = %q, want hotel-ops", got)
+	}
+	mr = c.call(t, "book-room", bookArgs(), nil)
+	mr.wantSuccess(t, 263)
+	sid := str(mr.structured, "synthesis_id")
+
+	// Back on the door under test: the contract the MCP call made is the
+	// token's agent's, and serves its BOOK.
+	r = w.GW.Do(t, "BOOK", "/room", bearer(tok), bookBody())
+	wantStatus(t, r, 200)
+	wantOAuthAnswer(t, r, agentA1, "hotel-ops")
+	if got := r.Header.Get("Contract-Synthesized"); got != "" && got != sid {
+		t.Errorf("BOOK ran under %s, want the MCP call's contract %s", got, sid)
+	}
+	r = w.GW.Do(t, "PROPOSE", "/", bearer(tok), builtinBody("PROPOSE", wrappedProposal("BOOK", "/reserve-suite")))
+	assert463(t, r, "composition-impossible") // refused on its merits, after identity
+	wantOAuthAnswer(t, r, agentA1, "hotel-ops")
+
+	recs := w.negotiations(t)
+	if len(recs) == 0 {
+		t.Fatalf("no negotiation records in %s", w.RecDir)
+	}
+	bindings := map[string]bool{}
+	for _, rec := range recs {
+		if rec["agent_id"] != agentA1 || rec["identity_assurance"] != "oauth" ||
+			rec["identity_issuer"] != w.AS.Issuer() || rec["oauth_client_id"] != cidA1 {
+			t.Errorf("negotiation record %v: want agent %s, identity_assurance oauth, issuer %s, client %s", rec, agentA1, w.AS.Issuer(), cidA1)
+		}
+		bindings[str(rec, "binding")] = true
+	}
+	t.Logf("%d negotiation records, bindings %v", len(recs), bindings)
+	if len(recs) < 2 || !bindings["mcp"] || !bindings[suiteDoor] {
+		t.Errorf("want a negotiation record from the MCP door and one from the %s door; bindings %v", suiteDoor, bindings)
+	}
+	w.JS.assertReservationCount(t, 2)
+}
+
+func strSlice(v any) []string {
+	l, _ := v.([]any)
+	var out []string
+	for _, x := range l {
+		s, _ := x.(string)
+		out = append(out, s)
+	}
+	return out
+}
+
+// assertReservationCount checks json-server's reservations.
+func (j *JSONServer) assertReservationCount(t testing.TB, n int) {
+	t.Helper()
+	if rs := j.Reservations(t); len(rs) != n {
+		t.Fatalf("json-server has %d reservations, want %d: %v", len(rs), n, rs)
+	}
+}
+
+// TestOAuthBadTokensRefused: each bad token (or token misuse) on a
+// Tier B write is refused with its status and reason, a Bearer challenge
+// saying why, and nothing reaches the hotel upstream.
+func TestOAuthBadTokensRefused(t *testing.T) {
+	const other = "http://127.0.0.1:1/other-api"
+	// Tokens for the gateway live 3 s; the gateway's skew is 1 s.
+	w := startOAuthWorld(t, oauthOpts{ttl: 3, extra: "\t\t\tclock_skew 1s",
+		others: map[string]oauthtest.Resource{other: {Scopes: demoScopes}}})
+	stranger, _ := oauthtest.NewRSAKey("not-in-the-jwks")
+
+	// A valid token works (the baseline the refusals differ from).
+	r := w.GW.Do(t, "RESERVE", "/reservations", bearer(w.token(t, cidA1, "", demoScopes...)), reserveBody("g-1", 1))
+	wantStatus(t, r, 200)
+	wantOAuthAnswer(t, r, agentA1, "hotel-ops")
+	w.JS.assertReservationCount(t, 1)
+
+	expired := w.token(t, cidA1, "", demoScopes...)
+	time.Sleep(4500 * time.Millisecond) // 3 s lifetime + 1 s skew, and a margin
+
+	algNone := func() string {
+		h := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","typ":"at+jwt"}`))
+		p := base64.RawURLEncoding.EncodeToString(mustJSON(t, w.claimsFor(cidA1)))
+		return h + "." + p + "."
+	}
+	cases := []struct {
+		name   string
+		hdr    func() map[string]string
+		status int
+		reason string
+		errc   string // the challenge's error
+		scope  string // a scope the challenge must name
+	}{
+		{"wrong audience", func() map[string]string { return bearer(w.token(t, cidA1, other, demoScopes...)) },
+			401, "token-audience-mismatch", "invalid_token", ""},
+		{"expired", func() map[string]string { return bearer(expired) }, 401, "token-expired", "invalid_token", ""},
+		{"unknown key", func() map[string]string { return bearer(signJWT(t, stranger, w.claimsFor(cidA1))) },
+			401, "token-invalid", "invalid_token", ""},
+		{"alg none", func() map[string]string { return bearer(algNone()) }, 401, "token-invalid", "invalid_token", ""},
+		{"too few scopes", func() map[string]string { return bearer(w.token(t, cidA1, "", "hotel:read")) },
+			403, "insufficient-scope", "insufficient_scope", "hotel:book"},
+		{"inactive opaque token", func() map[string]string { return bearer(randomID() + randomID()) },
+			401, "token-inactive", "invalid_token", ""},
+		{"unnamed client", func() map[string]string { return bearer(w.token(t, cidStranger, "", demoScopes...)) },
+			401, "oauth-client-unknown", "invalid_token", ""},
+		{"Agent-ID of another agent", func() map[string]string {
+			return bearer(w.token(t, cidA1, "", demoScopes...), "Agent-ID", agentA2)
+		}, 401, "identity-conflict", "invalid_token", ""},
+	}
+	recsBefore := len(w.negotiations(t))
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := c.hdr()
+			before := w.Hotel.Count()
+			r := w.GW.Do(t, "RESERVE", "/reservations", h, reserveBody("g-2", 2))
+			assertErrorBody(t, r, c.status, c.reason)
+			w.wantChallenge(t, r, c.errc, c.scope)
+			if n := w.Hotel.Count(); n != before {
+				t.Errorf("the refused request reached the hotel upstream (%d calls): %+v", n-before, w.Hotel.Requests()[before:])
+			}
+			if c.status == 401 && r.Header.Get("Verification-Path") == "oauth" && r.Header.Get("Agent-ID") != "" {
+				t.Errorf("a 401 names a verified agent: %s", r)
+			}
+			if rec := attribution(t, r); rec["status"] != float64(c.status) {
+				t.Errorf("Attribution-Record status = %v, want %d", rec["status"], c.status)
+			}
+		})
+	}
+	w.JS.assertReservationCount(t, 1)
+	if n := len(w.negotiations(t)); n != recsBefore {
+		t.Logf("the refusals added %d negotiation records", n-recsBefore)
+	} else {
+		t.Logf("the identity refusals wrote no negotiation record (their trace is the Attribution-Record on the answer)")
+	}
+	if n := w.Legacy.Count(); n != 0 {
+		t.Errorf("the legacy API saw %d requests: %+v", n, w.Legacy.Requests())
+	}
+}
+
+// TestOAuthKeyRotation: the authorization server restarts signing with a
+// new key only; the gateway, holding the old JWKS, refetches it on the
+// unknown kid and accepts the new token; the old key's token is then
+// refused (its kid is gone from the JWKS).
+func TestOAuthKeyRotation(t *testing.T) {
+	w := startOAuthWorld(t, oauthOpts{})
+	old := w.token(t, cidA1, "", demoScopes...)
+	r := w.GW.Do(t, "FETCH", "/guests/g-1", bearer(old), nil)
+	wantStatus(t, r, 200)
+	wantOAuthAnswer(t, r, agentA1, "hotel-ops")
+
+	k2, _ := oauthtest.NewRSAKey("key-2")
+	if err := w.AS.Restart(k2); err != nil {
+		t.Fatal(err)
+	}
+	fresh := w.token(t, cidA1, "", demoScopes...)
+	if h := jwtHeader(t, fresh); h["kid"] != "key-2" {
+		t.Fatalf("the new token's kid = %v, want key-2", h["kid"])
+	}
+	r = w.GW.Do(t, "FETCH", "/guests/g-1", bearer(fresh), nil)
+	wantStatus(t, r, 200)
+	wantOAuthAnswer(t, r, agentA1, "hotel-ops")
+
+	time.Sleep(200 * time.Millisecond) // past jwks_min_refresh
+	before := w.Hotel.Count()
+	r = w.GW.Do(t, "RESERVE", "/reservations", bearer(old), reserveBody("g-1", 1))
+	assertErrorBody(t, r, 401, "token-invalid")
+	w.wantChallenge(t, r, "invalid_token", "")
+	if w.Hotel.Count() != before {
+		t.Errorf("the refused request reached the hotel upstream")
+	}
+}
+
+func jwtHeader(t testing.TB, tok string) map[string]any {
+	t.Helper()
+	raw, err := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestOAuthIntrospectionAndIssuerDown: the gateway's resource gets
+// opaque tokens, which it introspects (RFC 7662, as client gateway):
+// an active one is the agent (a write executes once); with the issuer
+// down a token the gateway has not introspected yet is 503
+// issuer-unavailable with Retry-After, and nothing executes. A gateway
+// that never fetched the JWKS answers a JWT with the same 503.
+func TestOAuthIntrospectionAndIssuerDown(t *testing.T) {
+	w := startOAuthWorld(t, oauthOpts{format: "opaque"})
+	tok := w.token(t, cidA1, "", demoScopes...)
+	if strings.Count(tok, ".") == 2 {
+		t.Fatalf("the resource's token is a JWT, want opaque: %s", tok)
+	}
+	r := w.GW.Do(t, "RESERVE", "/reservations", bearer(tok), reserveBody("g-1", 1))
+	wantStatus(t, r, 200)
+	wantOAuthAnswer(t, r, agentA1, "hotel-ops")
+	w.JS.assertReservationCount(t, 1)
+	// A random string is an opaque token the issuer does not know.
+	r = w.GW.Do(t, "RESERVE", "/reservations", bearer(randomID()), reserveBody("g-2", 1))
+	assertErrorBody(t, r, 401, "token-inactive")
+	w.wantChallenge(t, r, "invalid_token", "")
+
+	fresh := w.token(t, cidA1, "", demoScopes...)
+	w.AS.Stop()
+	before := w.Hotel.Count()
+	r = w.GW.Do(t, "RESERVE", "/reservations", bearer(fresh), reserveBody("g-2", 1))
+	b := assertErrorBody(t, r, 503, "issuer-unavailable")
+	if ra, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Errorf("503 Retry-After = %q, want a positive number of seconds", r.Header.Get("Retry-After"))
+	}
+	if b["retryable"] != true {
+		t.Errorf("503 issuer-unavailable is not retryable: %v", b)
+	}
+	if w.Hotel.Count() != before {
+		t.Errorf("the request reached the hotel upstream with the issuer down")
+	}
+	w.JS.assertReservationCount(t, 1)
+
+	t.Run("JWT, JWKS never fetched", func(t *testing.T) {
+		w := startOAuthWorld(t, oauthOpts{})
+		tok := w.token(t, cidA1, "", demoScopes...)
+		w.AS.Stop()
+		r := w.GW.Do(t, "RESERVE", "/reservations", bearer(tok), reserveBody("g-1", 1))
+		assertErrorBody(t, r, 503, "issuer-unavailable")
+		if r.Header.Get("Retry-After") == "" {
+			t.Errorf("503 without Retry-After:\n%s", r)
+		}
+		if w.Hotel.Count() != 0 {
+			t.Errorf("the hotel upstream saw %d requests", w.Hotel.Count())
+		}
+	})
+}
