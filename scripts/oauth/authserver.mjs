@@ -95,8 +95,14 @@ async function main() {
     return out;
   });
 
+  // The scopes of every resource are the server's scopes too: a client
+  // registering dynamically (RFC 7591) may name them in its metadata's
+  // scope (the MCP SDKs send the scope they will request).
+  const resourceScopes = [...new Set(Object.values(resources).flatMap((r) => r.scopes || []))];
+
   const provider = new Provider(issuer, {
     clients,
+    scopes: ['openid', 'offline_access', ...resourceScopes],
     responseTypes: ['code'], // OAuth 2.1: no implicit, no hybrid
     jwks: { keys },
     cookies: { keys: [crypto.randomBytes(32).toString('base64url')] },
