@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,6 +45,7 @@ const oauthSite = `
 		records_dir {{RECORDS}}
 		fsync always
 		mcp
+{{RCNS}}
 		oauth {
 			issuer @@ISSUER@@
 			resource @@RESOURCE@@
@@ -78,8 +80,11 @@ type oauthOpts struct {
 	clients []oauthtest.Client
 	// registration: dynamic client registration (RFC 7591).
 	registration bool
-	// extra lines of the gateway's oauth block.
-	extra string
+	// extra lines of the gateway's oauth block, and of its rcns block.
+	extra, rcns string
+	// slash: the authorization server also knows the resource with a
+	// trailing slash (the TypeScript SDK sends new URL(resource).href).
+	slash bool
 }
 
 // oauthWorld is a gateway under identity oauth, its authorization
@@ -160,10 +165,13 @@ func startOAuthWorld(t testing.TB, o oauthOpts) *oauthWorld {
 	w.Hotel = startCountingProxy(t, w.JS.URL)
 	w.RecDir = filepath.Join(t.TempDir(), "records")
 	site := fill(oauthSite, "HOTEL", w.Hotel.URL, "AGENTS", writeOAuthAgents(t, o.agents),
-		"RECORDS", w.RecDir, "OAUTH", o.extra, "LEGACY", w.Legacy.URL)
+		"RECORDS", w.RecDir, "OAUTH", o.extra, "RCNS", o.rcns, "LEGACY", w.Legacy.URL)
 	text, sitePort, adminPort, agtpPort := renderCaddyfileDoor(t, site, suiteDoor)
 	w.Resource = fmt.Sprintf("http://127.0.0.1:%d", sitePort)
 	res := map[string]oauthtest.Resource{w.Resource: {Scopes: o.scopes, Format: o.format, TTLSeconds: o.ttl}}
+	if o.slash {
+		res[w.Resource+"/"] = res[w.Resource]
+	}
 	for k, v := range o.others {
 		res[k] = v
 	}
@@ -587,4 +595,127 @@ func TestOAuthIntrospectionAndIssuerDown(t *testing.T) {
 			t.Errorf("the hotel upstream saw %d requests", w.Hotel.Count())
 		}
 	})
+}
+
+// TestOAuthOfficialTypeScriptClient: the MCP TypeScript SDK's client
+// with an OAuth client provider and nothing configured but the MCP URL
+// (no identity header, no Authority-Scope: the gateway runs with
+// scope_required_for_invocation off, the token's scopes bounding the
+// agent's grants) walks 401 → protected-resource metadata →
+// authorization-server metadata → dynamic client registration →
+// authorization code with PKCE → token, then calls the booking recipe
+// twice with one Idempotency-Key: 263 with the contract, then the
+// replay; the hotel saw one booking, the legacy API nothing (the
+// discovery never reaches it). The registered client is in no agent
+// document: unnamed_clients makes it rcns-demo-agent; the OAuth scope
+// hotel.booking maps to the three AGTP scopes.
+func TestOAuthOfficialTypeScriptClient(t *testing.T) {
+	sdk := filepath.Dir(mustTool(t, "node_modules/@modelcontextprotocol/sdk/package.json"))
+	w := startOAuthWorld(t, oauthOpts{registration: true, slash: true, scopes: []string{"hotel.booking"},
+		rcns:  "\t\tscope_required_for_invocation false",
+		extra: "\t\t\tscope hotel.booking rcns:negotiate hotel:read hotel:book\n\t\t\tunnamed_clients rcns-demo-agent"})
+	script := filepath.Join(repoRoot, "integration", "testdata", "oauth", "oauth-client.mjs")
+	idem := "ts-oauth-" + randomID()
+	out, code := runTool(t, t.TempDir(), "node", script, sdk, w.GW.URL+"/mcp", "book-room", string(mustJSON(t, bookArgs())), idem)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var res struct {
+		Requests         []string       `json:"requests"`
+		Error            string         `json:"error"`
+		AuthorizationURL string         `json:"authorizationURL"`
+		ClientID         string         `json:"clientID"`
+		TokenScope       string         `json:"tokenScope"`
+		AccessToken      string         `json:"accessToken"`
+		First            map[string]any `json:"first"`
+		Second           map[string]any `json:"second"`
+	}
+	if code != 0 || json.Unmarshal([]byte(lines[len(lines)-1]), &res) != nil {
+		t.Fatalf("oauth-client.mjs (exit %d):\n%s", code, out)
+	}
+	t.Logf("the SDK sent:\n  %s", strings.Join(res.Requests, "\n  "))
+	if res.Error != "" {
+		t.Fatalf("oauth-client.mjs: %s", res.Error)
+	}
+	meta, err := w.AS.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcpURL := w.GW.URL + "/mcp"
+	// The flow, in order.
+	// The SDK fetches the metadata the challenge's resource_metadata
+	// names (the origin's), or else the path-suffixed one first.
+	prm := "GET " + w.GW.URL + "/.well-known/oauth-protected-resource"
+	if slices.Contains(res.Requests, prm+"/mcp") && !slices.Contains(res.Requests, prm) {
+		prm += "/mcp"
+	}
+	want := []string{
+		"POST " + mcpURL,
+		prm,
+		"GET " + w.AS.Issuer() + "/.well-known/oauth-authorization-server",
+		"POST " + meta["registration_endpoint"].(string),
+		"POST " + meta["token_endpoint"].(string),
+		"POST " + mcpURL,
+	}
+	i := 0
+	for _, r := range res.Requests {
+		if i < len(want) && r == want[i] {
+			i++
+		}
+	}
+	if i < len(want) {
+		t.Errorf("the SDK's requests lack %q (in order %v)", want[i], want)
+	}
+	au, err := url.Parse(res.AuthorizationURL)
+	if err != nil || au.Query().Get("code_challenge_method") != "S256" || au.Query().Get("scope") != "hotel.booking" ||
+		strings.TrimSuffix(au.Query().Get("resource"), "/") != w.Resource {
+		t.Errorf("authorization URL %s: want PKCE S256, scope hotel.booking, resource %s", res.AuthorizationURL, w.Resource)
+	}
+	if res.ClientID == "" || res.TokenScope != "hotel.booking" {
+		t.Errorf("registered client %q, token scope %q; want a client and hotel.booking", res.ClientID, res.TokenScope)
+	}
+
+	// The first call synthesized the contract and booked; the second is
+	// the replay of that answer.
+	sc1, _ := res.First["structuredContent"].(map[string]any)
+	sc2, _ := res.Second["structuredContent"].(map[string]any)
+	if res.First["isError"] == true || str(sc1, "outcome") != "succeeded" || sc1["status"] != float64(263) || str(sc1, "synthesis_id") == "" {
+		t.Fatalf("first book-room: %v", res.First)
+	}
+	m1, _ := res.First["_meta"].(map[string]any)
+	m2, _ := res.Second["_meta"].(map[string]any)
+	if m2[metaReplayed] != true || str(sc2, "synthesis_id") != str(sc1, "synthesis_id") || sc2["status"] != float64(263) {
+		t.Errorf("second book-room with the same Idempotency-Key is not the replay: %v", res.Second)
+	}
+	if m1[metaReplayed] == true {
+		t.Errorf("the first call says it was replayed: %v", m1)
+	}
+	rec, _ := m1[metaAttribution].(string)
+	if pl := attribution(t, &Resp{Header: http.Header{"Attribution-Record": {rec}}}); pl["agent_id"] != agentA1 || pl["owner_id"] != "alice" {
+		t.Errorf("Attribution-Record = %v, want agent %s (unnamed_clients) and owner alice (the token's sub)", pl, agentA1)
+	}
+	w.JS.assertReservationCount(t, 1)
+	posts := 0
+	for _, r := range w.Hotel.Requests() {
+		if r.Method == "POST" && r.Path == "/reservations" {
+			posts++
+		}
+	}
+	if posts != 1 {
+		t.Errorf("the hotel saw %d POST /reservations, want 1", posts)
+	}
+	if n := w.Legacy.Count(); n != 0 {
+		t.Errorf("the legacy API saw %d requests during discovery: %+v", n, w.Legacy.Requests())
+	}
+	var found bool
+	for _, rec := range w.negotiations(t) {
+		if rec["oauth_client_id"] == res.ClientID && rec["identity_assurance"] == "oauth" && rec["agent_id"] == agentA1 {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no negotiation record of the registered client %s with identity_assurance oauth: %v", res.ClientID, w.negotiations(t))
+	}
+	// The same token, replayed by hand over the door under test.
+	r := w.GW.Do(t, "FETCH", "/guests/g-1", hdr("", "", "Authorization", "Bearer "+res.AccessToken), nil)
+	wantStatus(t, r, 200)
+	wantOAuthAnswer(t, r, agentA1, "alice")
 }
