@@ -195,12 +195,11 @@ func (w *oauthWorld) token(t testing.TB, client, resource string, scopes ...stri
 	return tok
 }
 
-// bearer is the Authorization header of tok and Authority-Scope
-// scopeAll (the gateway's scope_required_for_invocation is on: the
-// explicit claim is still asked for, the token bounds it), with kv
-// added (an Authority-Scope in kv replaces scopeAll).
+// bearer is the Authorization header of tok alone, with kv added: no
+// Agent-ID and no Authority-Scope (the token's scopes stand for the
+// claim, so scope_required_for_invocation, on by default, is met).
 func bearer(tok string, kv ...string) map[string]string {
-	return hdr("", scopeAll, append([]string{"Authorization", "Bearer " + tok}, kv...)...)
+	return hdr("", "", append([]string{"Authorization", "Bearer " + tok}, kv...)...)
 }
 
 // negotiations reads every record of the negotiation log.
@@ -353,7 +352,7 @@ func TestOAuthTokenOverEveryDoor(t *testing.T) {
 
 	// MCP: the same token on the go-sdk client's HTTP requests. The
 	// recipe tool synthesizes the contract (optimistic: 263, run).
-	c := mcpConnectWith(t, w.GW.URL+"/mcp", &mcpTransport{hdr: map[string]string{"Authorization": "Bearer " + tok, "Authority-Scope": scopeAll}, base: http.DefaultTransport})
+	c := mcpConnectWith(t, w.GW.URL+"/mcp", &mcpTransport{hdr: map[string]string{"Authorization": "Bearer " + tok}, base: http.DefaultTransport})
 	mr := c.call(t, "fetch_guest", map[string]any{"guest_id": demoGuest}, nil)
 	mr.wantSuccess(t, 200)
 	mr.wantRecord(t)
@@ -599,9 +598,8 @@ func TestOAuthIntrospectionAndIssuerDown(t *testing.T) {
 
 // TestOAuthOfficialTypeScriptClient: the MCP TypeScript SDK's client
 // with an OAuth client provider and nothing configured but the MCP URL
-// (no identity header, no Authority-Scope: the gateway runs with
-// scope_required_for_invocation off, the token's scopes bounding the
-// agent's grants) walks 401 → protected-resource metadata →
+// (no identity header, no Authority-Scope: the token's scopes bound the
+// agent's grants and stand for the claim) walks 401 → protected-resource metadata →
 // authorization-server metadata → dynamic client registration →
 // authorization code with PKCE → token, then calls the booking recipe
 // twice with one Idempotency-Key: 263 with the contract, then the
@@ -612,7 +610,6 @@ func TestOAuthIntrospectionAndIssuerDown(t *testing.T) {
 func TestOAuthOfficialTypeScriptClient(t *testing.T) {
 	sdk := filepath.Dir(mustTool(t, "node_modules/@modelcontextprotocol/sdk/package.json"))
 	w := startOAuthWorld(t, oauthOpts{registration: true, slash: true, scopes: []string{"hotel.booking"},
-		rcns:  "\t\tscope_required_for_invocation false",
 		extra: "\t\t\tscope hotel.booking rcns:negotiate hotel:read hotel:book\n\t\t\tunnamed_clients rcns-demo-agent"})
 	script := filepath.Join(repoRoot, "integration", "testdata", "oauth", "oauth-client.mjs")
 	idem := "ts-oauth-" + randomID()

@@ -39,6 +39,9 @@ type tokenInfo struct {
 	sub      string
 	scopes   []string // OAuth scopes
 	exp      time.Time
+	// kid and alg name the key a JWT verified with: a cached JWT is
+	// good only while the issuer's current key set still holds it.
+	kid, alg string
 }
 
 // oauthVerifier is identity oauth (OAuthConfig): the bearer token of a
@@ -186,7 +189,7 @@ func (v *oauthVerifier) token(ctx context.Context, tok string) (tokenInfo, *agtp
 	}
 	sum := sha256.Sum256([]byte(tok))
 	key := "jwt:" + string(sum[:])
-	if c, ok := v.introMem.Get(key); ok {
+	if c, ok := v.introMem.Get(key); ok && v.keyKept(c.info.kid, c.info.alg) {
 		if e := v.lifetime(c.info.exp.IsZero(), c.info.exp, nil, nil); e != nil {
 			return tokenInfo{}, e
 		}
@@ -204,6 +207,15 @@ func (v *oauthVerifier) token(ctx context.Context, tok string) (tokenInfo, *agtp
 		v.introMem.SetWithTTL(key, &introspected{active: true, info: info}, 1, ttl)
 	}
 	return info, nil
+}
+
+// keyKept reports whether the key set last fetched still holds key kid
+// for alg (a rotation that dropped it ends the cached tokens it signed).
+func (v *oauthVerifier) keyKept(kid, alg string) bool {
+	v.mu.Lock()
+	set := v.keys
+	v.mu.Unlock()
+	return pick(set, kid, alg) != nil
 }
 
 // jwtClaims are the access-token claims beyond RFC 7519's (RFC 9068
@@ -257,7 +269,7 @@ func (v *oauthVerifier) jwt(ctx context.Context, tok string) (tokenInfo, *agtp.E
 		return tokenInfo{}, agtp.TokenAudience.WithFields("the access token is for another resource: its audience does not include this gateway's resource "+v.cfg.Resource+" (RFC 8707); request the token with resource="+v.cfg.Resource,
 			map[string]any{"resource": v.cfg.Resource})
 	}
-	info := tokenInfo{clientID: ext.ClientID, sub: std.Subject, scopes: scopeList(ext.Scope)}
+	info := tokenInfo{clientID: ext.ClientID, sub: std.Subject, scopes: scopeList(ext.Scope), kid: hdr.KeyID, alg: hdr.Algorithm}
 	if info.clientID == "" {
 		info.clientID = ext.Azp
 	}
