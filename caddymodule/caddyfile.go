@@ -123,6 +123,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        timeout <duration>
 //	        page_size <n>
 //	        test_agent <agent name or id>
+//	        identity <mode>...
 //	    }
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -636,6 +637,16 @@ func parseMCP(d *caddyfile.Dispenser) (*mcpdoor.Config, error) {
 				return nil, d.Errf("mcp: test_agent: empty value")
 			}
 			m.TestAgent = v
+		case "identity":
+			modes := d.RemainingArgs()
+			if len(modes) == 0 {
+				return nil, d.ArgErr()
+			}
+			v := strings.Join(modes, " ")
+			if _, err := engine.ParseIdentityModes(v); err != nil {
+				return nil, d.Errf("mcp: identity: %v", err)
+			}
+			m.Identity = v
 		default:
 			return nil, d.Errf("mcp: unknown subdirective %q", key)
 		}

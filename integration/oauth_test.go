@@ -35,7 +35,7 @@ import (
 const oauthSite = `
 	rcns {
 		server_id caddy-rcns-it
-		identity oauth
+		identity {{IDENTITY}}
 		enabled true
 		mode optimistic
 		upstream hotel {{HOTEL}}
@@ -44,7 +44,7 @@ const oauthSite = `
 		recipes examples/hotel/recipes
 		records_dir {{RECORDS}}
 		fsync always
-		mcp
+		{{MCP}}
 {{RCNS}}
 		oauth {
 			issuer @@ISSUER@@
@@ -82,6 +82,9 @@ type oauthOpts struct {
 	registration bool
 	// extra lines of the gateway's oauth block, and of its rcns block.
 	extra, rcns string
+	// identity is the rcns identity line's modes (default oauth); mcp
+	// the MCP door's line or block (default "mcp").
+	identity, mcp string
 	// slash: the authorization server also knows the resource with a
 	// trailing slash (the TypeScript SDK sends new URL(resource).href).
 	slash bool
@@ -161,11 +164,18 @@ func startOAuthWorld(t testing.TB, o oauthOpts) *oauthWorld {
 	if o.scopes == nil {
 		o.scopes = demoScopes
 	}
+	if o.identity == "" {
+		o.identity = "oauth"
+	}
+	if o.mcp == "" {
+		o.mcp = "mcp"
+	}
 	w := &oauthWorld{JS: startJSONServer(t, hotelDB), Legacy: startCounter(t)}
 	w.Hotel = startCountingProxy(t, w.JS.URL)
 	w.RecDir = filepath.Join(t.TempDir(), "records")
 	site := fill(oauthSite, "HOTEL", w.Hotel.URL, "AGENTS", writeOAuthAgents(t, o.agents),
-		"RECORDS", w.RecDir, "OAUTH", o.extra, "RCNS", o.rcns, "LEGACY", w.Legacy.URL)
+		"RECORDS", w.RecDir, "OAUTH", o.extra, "RCNS", o.rcns, "LEGACY", w.Legacy.URL,
+		"IDENTITY", o.identity, "MCP", o.mcp)
 	text, sitePort, adminPort, agtpPort := renderCaddyfileDoor(t, site, suiteDoor)
 	w.Resource = fmt.Sprintf("http://127.0.0.1:%d", sitePort)
 	res := map[string]oauthtest.Resource{w.Resource: {Scopes: o.scopes, Format: o.format, TTLSeconds: o.ttl}}
@@ -715,4 +725,41 @@ func TestOAuthOfficialTypeScriptClient(t *testing.T) {
 	r := w.GW.Do(t, "FETCH", "/guests/g-1", hdr("", "", "Authorization", "Bearer "+res.AccessToken), nil)
 	wantStatus(t, r, 200)
 	wantOAuthAnswer(t, r, agentA1, "alice")
+}
+
+// TestOAuthIdentityList: identity header oauth, with the MCP door
+// narrowed to oauth. The AGTP door under test takes the bare Agent-ID on
+// loopback and the token; the MCP door refuses the bare Agent-ID (401
+// identity-mode-refused with a Bearer challenge) and takes the token; a
+// token with an Agent-ID naming another agent is identity-conflict.
+func TestOAuthIdentityList(t *testing.T) {
+	w := startOAuthWorld(t, oauthOpts{identity: "header oauth", mcp: "mcp {\n\t\t\tidentity oauth\n\t\t}"})
+	tok := w.token(t, cidA1, "", demoScopes...)
+
+	r := w.GW.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, scopeAll), nil)
+	wantStatus(t, r, 200)
+	if got := r.Header.Get("Verification-Path"); got != "header" {
+		t.Errorf("bare Agent-ID: Verification-Path = %q, want header", got)
+	}
+	r = w.GW.Do(t, "FETCH", "/guests/g-1", bearer(tok), nil)
+	wantStatus(t, r, 200)
+	wantOAuthAnswer(t, r, agentA1, "hotel-ops")
+
+	before := w.Hotel.Count()
+	r = w.GW.Do(t, "RESERVE", "/reservations", bearer(tok, "Agent-ID", agentID("rcns-demo-noscope")), reserveBody("g-1", 1))
+	assertErrorBody(t, r, 401, "identity-conflict")
+	w.wantChallenge(t, r, "invalid_token", "")
+	if w.Hotel.Count() != before {
+		t.Error("the refused request reached the hotel upstream")
+	}
+
+	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`
+	r = mcpRaw(t, w.GW, "/mcp", list, hdr(agentA1, scopeAll))
+	assertErrorBody(t, r, 401, "identity-mode-refused")
+	w.wantChallenge(t, r, "", "")
+	r = mcpRaw(t, w.GW, "/mcp", list, map[string]string{"Authorization": "Bearer " + tok})
+	wantStatus(t, r, 200)
+	if !strings.Contains(string(r.Body), "fetch_guest") {
+		t.Errorf("tools/list with the token lacks fetch_guest: %s", r.Body)
+	}
 }

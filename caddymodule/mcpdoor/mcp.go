@@ -347,6 +347,9 @@ func (d *Door) identify(r *http.Request, body []byte, loopback bool) (*mcpReques
 	if err != nil {
 		return nil, err
 	}
+	if d.cfg.Identity != "" && !engine.HasIdentityMode(d.cfg.Identity, id.VerificationPath) {
+		return nil, agtp.IdentityModeRefused.Newf("the MCP door accepts identity %s only, not %s (the gateway's other doors take it)", d.cfg.Identity, id.VerificationPath)
+	}
 	caller, ref := policy.ResolveCaller(e.AgentRegistry(), id.AgentID, "", "", false)
 	if ref != nil {
 		return nil, agtp.FromRefusal(ref)

@@ -92,6 +92,14 @@ type Config struct {
 	// for requests whose local address is loopback (others are refused
 	// as without it). Default: none.
 	TestAgent string `json:"test_agent,omitempty"`
+
+	// Identity narrows the handler's identity modes for this door: the
+	// modes (space-separated) of the handler's identity list the MCP
+	// door accepts, such as "oauth" on a gateway running "signature
+	// oauth", so MCP hosts sign in with OAuth while AGTP agents keep
+	// signing. A request verified by another mode is refused (401
+	// identity-mode-refused). Default: the handler's list.
+	Identity string `json:"identity,omitempty"`
 }
 
 // Defaults of the MCP door.
@@ -180,6 +188,17 @@ func (m *Config) Validate(identity string) error {
 	for i, o := range m.AllowedOrigins {
 		if err := checkOrigin(o); err != nil {
 			return fmt.Errorf("rcns: mcp allowed_origins[%d] %q %v", i, o, err)
+		}
+	}
+	if m.Identity != "" {
+		door, err := engine.ParseIdentityModes(m.Identity)
+		if err != nil {
+			return fmt.Errorf("rcns: mcp identity: %v", err)
+		}
+		for _, d := range door {
+			if !engine.HasIdentityMode(identity, d) {
+				return fmt.Errorf("rcns: mcp identity %s is not one of the handler's identity modes (%s): a door may only narrow the list", d, identity)
+			}
 		}
 	}
 	if m.TestAgent != "" && identity != engine.IdentityHeader {
