@@ -139,7 +139,10 @@ const jwk = { ...privateKey.export({ format: "jwk" }), kid: "demo-" + crypto.ran
 const cfg = {
   port: Number(e.OAUTH_PORT),
   keys: { keys: [jwk] },
-  resources: { [e.GW_ORIGIN]: { scopes: e.OAUTH_SCOPES.split(" "), format: "jwt" } },
+  // The origin, and the origin with a trailing slash: MCP hosts on the
+  // TypeScript SDK (mcp-remote, the Inspector) send new URL(resource).href.
+  resources: { [e.GW_ORIGIN]: { scopes: e.OAUTH_SCOPES.split(" "), format: "jwt" },
+    [e.GW_ORIGIN + "/"]: { scopes: e.OAUTH_SCOPES.split(" "), format: "jwt" } },
   default_resource: e.GW_ORIGIN,
   clients: [{ client_id: e.OAUTH_CLIENT, client_secret: e.OAUTH_SECRET, grant_types: ["client_credentials"],
     response_types: [], redirect_uris: [], token_endpoint_auth_method: "client_secret_basic" }],
@@ -202,7 +205,9 @@ wait_for() {
 }
 
 say "==> starting json-server on 127.0.0.1:$HOTEL_PORT"
-"$JSON_SERVER" --host 127.0.0.1 --port "$HOTEL_PORT" --quiet "$WORK/db.json" >"$WORK/json-server.log" 2>&1 &
+# Not --quiet: json-server.log is the hotel API's request log (one line
+# per request, method and path first), what reached the legacy API.
+"$JSON_SERVER" --host 127.0.0.1 --port "$HOTEL_PORT" "$WORK/db.json" >"$WORK/json-server.log" 2>&1 &
 PIDS+=($!)
 wait_for "http://127.0.0.1:$HOTEL_PORT/db" json-server "${PIDS[-1]}" "$WORK/json-server.log"
 
