@@ -6,7 +6,8 @@
 #                     Inspector CLI) into .tools/ (test tools), and
 #                     oidc-provider 9.13.3, the OAuth 2.1 / OpenID
 #                     authorization server of internal/oauthtest
-#                     (scripts/oauth/authserver.mjs; warns on Node < 22)
+#                     (scripts/oauth/authserver.mjs; warns on Node < 22),
+#                     and mcp-remote 0.15.1 (the stdio bridge of MCP hosts)
 #   make test         vet, unit tests (-race), every benchmark once (bench-smoke), then the integration suite
 #   make unit         unit tests only
 #   make integration  black-box suite only (builds its own Caddy binary), over the HTTP door then the native door
@@ -30,6 +31,10 @@ MCP_CLIENTS               := .tools/.mcp-clients-$(MCP_CONFORMANCE_VERSION)-$(BU
 # scripts/oauth/authserver.mjs, which imports it).
 OIDC_PROVIDER_VERSION     := 9.13.3
 OIDC_PROVIDER             := .tools/.oidc-provider-$(OIDC_PROVIDER_VERSION)
+# mcp-remote, the stdio bridge MCP hosts (Claude Desktop) run, whose OAuth
+# flow integration/mcp_oauth_clients_test.go walks against the demo.
+MCP_REMOTE_VERSION        := 0.15.1
+MCP_REMOTE                := .tools/.mcp-remote-$(MCP_REMOTE_VERSION)
 UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/... ./internal/... ./cmd/... ./scripts/... ./docs/...
 INTEGRATION_TIMEOUT ?= 20m
 
@@ -40,7 +45,7 @@ all: build
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
 
-deps: $(JSON_SERVER) $(PROMTOOL) $(REDIS_SERVER) $(MCP_CLIENTS) $(OIDC_PROVIDER)
+deps: $(JSON_SERVER) $(PROMTOOL) $(REDIS_SERVER) $(MCP_CLIENTS) $(OIDC_PROVIDER) $(MCP_REMOTE)
 
 $(REDIS_SERVER):
 	bash scripts/install-redis.sh
@@ -51,7 +56,10 @@ $(PROMTOOL):
 $(JSON_SERVER):
 	npm install --prefix .tools --no-audit --no-fund --loglevel=error json-server@$(JSON_SERVER_VERSION)
 
-$(MCP_CLIENTS): $(JSON_SERVER)
+# Order-only on json-server (installed first, as make demo needs it): each
+# npm install into .tools/ rewrites every package's files, json-server's
+# too, so a normal prerequisite would make every stamp stale again.
+$(MCP_CLIENTS): | $(JSON_SERVER)
 	npm install --prefix .tools --no-audit --no-fund --loglevel=error \
 		@modelcontextprotocol/conformance@$(MCP_CONFORMANCE_VERSION) bun@$(BUN_VERSION) \
 		@modelcontextprotocol/inspector-cli@$(MCP_INSPECTOR_CLI_VERSION)
@@ -61,6 +69,11 @@ $(MCP_CLIENTS): $(JSON_SERVER)
 $(OIDC_PROVIDER): $(MCP_CLIENTS)
 	npm install --prefix .tools --no-audit --no-fund --loglevel=error oidc-provider@$(OIDC_PROVIDER_VERSION)
 	node -e "require.resolve('oidc-provider/package.json', {paths: ['.tools']})"
+	touch $@
+
+$(MCP_REMOTE): $(OIDC_PROVIDER)
+	npm install --prefix .tools --no-audit --no-fund --loglevel=error mcp-remote@$(MCP_REMOTE_VERSION)
+	test -f .tools/node_modules/mcp-remote/dist/proxy.js
 	touch $@
 
 vet:
