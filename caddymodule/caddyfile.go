@@ -124,6 +124,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        page_size <n>
 //	        test_agent <agent name or id>
 //	        identity <mode>...
+//	        max_result_text <size>
+//	        meta_attribution_record [true|false]
 //	    }
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -605,6 +607,22 @@ func parseMCP(d *caddyfile.Dispenser) (*mcpdoor.Config, error) {
 				return nil, d.Errf("mcp: max_request_body: %q is not a size (e.g. 1MiB)", v)
 			}
 			m.MaxRequestBody = int64(n)
+		case "max_result_text":
+			v, err := oneArg(d)
+			if err != nil {
+				return nil, err
+			}
+			n, err := humanize.ParseBytes(v)
+			if err != nil || n < 256 || n > math.MaxInt32 {
+				return nil, d.Errf("mcp: max_result_text: %q is not a size of at least 256 bytes (e.g. 16KiB)", v)
+			}
+			m.MaxResultText = int(n)
+		case "meta_attribution_record":
+			b, err := optBool(d)
+			if err != nil {
+				return nil, err
+			}
+			m.MetaAttributionRecord = b
 		case "max_json_depth", "page_size", "max_batch":
 			v, err := oneArg(d)
 			if err != nil {

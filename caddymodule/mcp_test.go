@@ -227,26 +227,33 @@ func TestMCPCalls(t *testing.T) {
 	if err != nil || sc["outcome"] != "succeeded" || sc["result"].(map[string]any)["id"] != "7" || res.IsError {
 		t.Fatalf("fetch_item: %v %v", err, sc)
 	}
-	if res.Meta[mcpdoor.MCPMetaAttributionRecord] == "" || res.Meta[mcpdoor.MCPMetaAuditID] == "" {
-		t.Errorf("fetch_item _meta lacks the Attribution-Record: %v", res.Meta)
+	if _, has := res.Meta[mcpdoor.MCPMetaAttributionRecord]; has || res.Meta[mcpdoor.MCPMetaAuditID] == nil {
+		t.Errorf("fetch_item _meta = %v, want the Audit-ID and no Attribution-Record (meta_attribution_record off)", res.Meta)
 	}
-	if txt := res.Content[0].(*mcp.TextContent).Text; txt != "FETCH /items/7 answered 200; the result is in structuredContent." {
+	// The text holds the result itself after the lead-in (clients that
+	// hand only the text to the model show it the result).
+	if txt := res.Content[0].(*mcp.TextContent).Text; !strings.HasPrefix(txt, "FETCH /items/7 answered 200; the result follows.\n") || !strings.Contains(txt, `"id":"7"`) {
 		t.Errorf("text = %q", txt)
 	}
+	// Asked for in the call's _meta, the record comes.
+	if _, res, err = call("fetch_item", map[string]any{"item_id": "8"}, mcp.Meta{mcpdoor.MCPMetaAttributionRecord: true}); err != nil || res.Meta[mcpdoor.MCPMetaAttributionRecord] == nil {
+		t.Errorf("asked for the record: %v %v", err, res.Meta)
+	}
 
-	_, _, err = call("fetch_item", map[string]any{"item_id": "7", "colour": "red"}, nil)
+	// Argument mistakes are tool errors the model reads (SEP-1303).
+	argError := func(name string, args map[string]any, reason, want string) {
+		t.Helper()
+		sc, res, err := call(name, args, nil)
+		e, _ := sc["error"].(map[string]any)
+		if err != nil || res == nil || !res.IsError || e["code"] != reason || !strings.Contains(e["message"].(string), want) ||
+			!strings.Contains(res.Content[0].(*mcp.TextContent).Text, "Fix the arguments") {
+			t.Fatalf("%s %v: %v %v, want an isError result %s mentioning %q", name, args, err, sc, reason, want)
+		}
+	}
+	argError("fetch_item", map[string]any{"item_id": "7", "colour": "red"}, "invalid-input", "")
+	argError("fetch_item", map[string]any{}, "invalid-parameter", `missing argument "item_id"`)
+	argError("fetch_item", map[string]any{"item_id": map[string]any{}}, "invalid-parameter", "must be a string, number or boolean")
 	var je *jsonrpc.Error
-	if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams || !strings.Contains(je.Message, "invalid-input") {
-		t.Fatalf("unknown field: %v, want invalid params naming invalid-input", err)
-	}
-	_, _, err = call("fetch_item", map[string]any{}, nil)
-	if !errors.As(err, &je) || !strings.Contains(je.Message, `missing argument "item_id"`) {
-		t.Fatalf("missing path parameter: %v", err)
-	}
-	_, _, err = call("fetch_item", map[string]any{"item_id": map[string]any{}}, nil)
-	if !errors.As(err, &je) || !strings.Contains(je.Message, "must be a string, number or boolean") {
-		t.Fatalf("object path parameter: %v", err)
-	}
 	_, _, err = call("no_such_tool", nil, nil)
 	if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams {
 		t.Fatalf("unknown tool: %v", err)
@@ -261,10 +268,7 @@ func TestMCPCalls(t *testing.T) {
 	if err != nil || sc["status"] != float64(200) || sc["synthesis_id"] != sid {
 		t.Fatalf("lookup-item by pair: %v %v", err, sc)
 	}
-	_, _, err = call("lookup-item", map[string]any{"path": "/elsewhere", "item_id": "3"}, nil)
-	if !errors.As(err, &je) || !strings.Contains(je.Message, "does not match the recipe's pattern") {
-		t.Fatalf("path off the pattern: %v", err)
-	}
+	argError("lookup-item", map[string]any{"path": "/elsewhere", "item_id": "3"}, "invalid-parameter", "does not match the recipe's pattern")
 	sc, _, err = call("discover_contracts", map[string]any{"limit": 1}, nil)
 	if list, _ := sc["result"].([]any); err != nil || len(list) != 1 {
 		t.Fatalf("discover_contracts: %v %v", err, sc)
@@ -280,10 +284,7 @@ func TestMCPCalls(t *testing.T) {
 		{"discover_contracts", map[string]any{"cursor": ""}},
 		{"discover_patterns", map[string]any{"x": 1}},
 	} {
-		_, _, err = call(c.tool, c.args, nil)
-		if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams || !strings.Contains(je.Message, "invalid-input: input does not match input_schema") {
-			t.Errorf("%s %v: %v, want invalid params naming invalid-input", c.tool, c.args, err)
-		}
+		argError(c.tool, c.args, "invalid-input", "input does not match input_schema")
 	}
 
 	meta := mcp.Meta{mcpdoor.MCPMetaIdempotencyKey: "k-1"}
@@ -299,9 +300,9 @@ func TestMCPCalls(t *testing.T) {
 	if err != nil || !res.IsError || sc["error"].(map[string]any)["code"] != "idempotency-key-reused" {
 		t.Fatalf("key reused with other arguments: %v %v", err, sc)
 	}
-	_, _, err = call("fetch_item", map[string]any{"item_id": "9"}, mcp.Meta{mcpdoor.MCPMetaIdempotencyKey: 7})
-	if !errors.As(err, &je) || !strings.Contains(je.Message, "must be a string") {
-		t.Fatalf("non-string key: %v", err)
+	sc, res, err = call("fetch_item", map[string]any{"item_id": "9"}, mcp.Meta{mcpdoor.MCPMetaIdempotencyKey: 7})
+	if e, _ := sc["error"].(map[string]any); err != nil || !res.IsError || !strings.Contains(e["message"].(string), "must be a string") {
+		t.Fatalf("non-string key: %v %v", err, sc)
 	}
 }
 
@@ -374,5 +375,28 @@ func TestMCPHeaderSpelling(t *testing.T) {
 				t.Errorf("%s: field %q, want it spelled %q", msg, k, want)
 			}
 		}
+	}
+}
+
+// TestMCPDeclaredCapabilitiesOnly: the door declares tools only, and the
+// methods of the capabilities it does not declare are -32601 method not
+// found, not empty listings.
+func TestMCPDeclaredCapabilitiesOnly(t *testing.T) {
+	_, url := mcpGateway(t)
+	hdr := map[string]string{"Agent-ID": benchAgent}
+	for _, m := range []string{"prompts/list", "resources/list", "resources/templates/list", "completion/complete"} {
+		status, _, body := mcpPost(t, url, `{"jsonrpc":"2.0","id":3,"method":"`+m+`","params":{}}`, hdr)
+		var msg struct {
+			Error *struct {
+				Code int `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(body), &msg); status != 200 || err != nil || msg.Error == nil || msg.Error.Code != -32601 {
+			t.Errorf("%s: %d %s, want JSON-RPC -32601", m, status, body)
+		}
+	}
+	status, _, body := mcpPost(t, url, listMsg, hdr)
+	if status != 200 || !strings.Contains(body, "fetch_item") {
+		t.Fatalf("tools/list: %d %s", status, body)
 	}
 }

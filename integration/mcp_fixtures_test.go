@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -182,11 +183,15 @@ func (c *mcpConn) tryCall(t testing.TB, tool string, args map[string]any, meta m
 	}
 	validateOutput(t, c.tools[tool], raw)
 	if len(res.Content) != 1 {
-		t.Fatalf("%s: %d content blocks, want one text summary", tool, len(res.Content))
+		t.Fatalf("%s: %d content blocks, want one text block", tool, len(res.Content))
 	}
+	// The text is a one-line summary, then the structured content
+	// serialized (the same JSON value; cut only past max_result_text).
 	txt, ok := res.Content[0].(*mcp.TextContent)
-	if !ok || txt.Text == "" || strings.Contains(txt.Text, string(raw)) {
-		t.Fatalf("%s: content is not a short summary: %#v", tool, res.Content[0])
+	lead, body, _ := strings.Cut(txt.Text, "\n")
+	var same map[string]any
+	if !ok || lead == "" || (json.Unmarshal([]byte(body), &same) != nil && !strings.Contains(body, "[cut at ")) || (same != nil && !reflect.DeepEqual(same, r.structured)) {
+		t.Fatalf("%s: content is not the summary and the result: %#v", tool, res.Content[0])
 	}
 	return r, nil
 }
@@ -252,18 +257,35 @@ func (r *mcpResult) wantSuccess(t testing.TB, status int) any {
 	return r.structured["result"]
 }
 
-// wantRecord checks that the call's Attribution-Record and Audit-ID
-// are in the result's _meta and, for a sequential call, on the HTTP
-// answer.
+// wantRecord checks that the call's Audit-ID is in the result's _meta
+// and the full Attribution-Record is not (light _meta, the door's
+// default), and, for a sequential call, that the HTTP answer carries
+// the record and the same Audit-ID.
 func (r *mcpResult) wantRecord(t testing.TB) {
 	t.Helper()
-	rec, _ := r.res.Meta[metaAttribution].(string)
 	aud, _ := r.res.Meta[metaAuditID].(string)
-	if strings.Count(rec, ".") != 2 || len(aud) != 64 {
-		t.Fatalf("_meta lacks the Attribution-Record or Audit-ID: %v", r.res.Meta)
+	if _, has := r.res.Meta[metaAttribution]; has || len(aud) != 64 {
+		t.Fatalf("_meta = %v, want the Audit-ID and no Attribution-Record", r.res.Meta)
 	}
-	if r.header != nil && (r.header.Get("Attribution-Record") != rec || r.header.Get("Audit-ID") != aud) {
-		t.Fatalf("HTTP answer: Attribution-Record %q, Audit-ID %q; want the _meta ones", r.header.Get("Attribution-Record"), r.header.Get("Audit-ID"))
+	if r.header != nil && (strings.Count(r.header.Get("Attribution-Record"), ".") != 2 || r.header.Get("Audit-ID") != aud) {
+		t.Fatalf("HTTP answer: Attribution-Record %q, Audit-ID %q; want a record and the _meta Audit-ID", r.header.Get("Attribution-Record"), r.header.Get("Audit-ID"))
+	}
+}
+
+// wantArgumentError checks that the call's arguments were refused as a
+// tool error the model reads (isError, error.code reason, the message
+// mentioning want and saying how to fix it), not a JSON-RPC error.
+func (r *mcpResult) wantArgumentError(t testing.TB, reason, want string) {
+	t.Helper()
+	e, _ := r.structured["error"].(map[string]any)
+	text := ""
+	if len(r.res.Content) > 0 {
+		if tc, ok := r.res.Content[0].(*mcp.TextContent); ok {
+			text = tc.Text
+		}
+	}
+	if !r.res.IsError || str(e, "code") != reason || !strings.Contains(str(e, "message"), want) || !strings.Contains(text, "Fix the arguments") {
+		t.Fatalf("want an isError result %s mentioning %q, got %v (text %q)", reason, want, r.structured, text)
 	}
 }
 

@@ -331,19 +331,16 @@ func TestMCPBudgetShared(t *testing.T) {
 	assertErrorBody(t, w.GW.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), nil), 429, "rate-limited")
 }
 
-// TestMCPFailures: an unknown input field is a JSON-RPC error; a lock
+// TestMCPFailures: an unknown input field is a tool error the model
+// reads, an unknown tool a JSON-RPC error; a lock
 // refusal, an upstream 503, an upstream timeout and the door's own
 // timeout are tool errors with their reason and retryability.
 func TestMCPFailures(t *testing.T) {
 	w := startLab(t, "optimistic", "\t\tendpoints integration/testdata/mcp/endpoints\n\t\tmcp {\n\t\t\ttimeout 2s\n\t\t}")
 	c := mcpConnect(t, w.GW, "/mcp", agentA1, scopeAll)
 
-	_, err := c.tryCall(t, "fetch_guest", map[string]any{"guest_id": demoGuest, "colour": "red"}, nil)
-	je := wantInvalidParams(t, err, "invalid-input")
-	if !strings.Contains(string(je.Data), `"reason":"invalid-input"`) {
-		t.Errorf("error data = %s", je.Data)
-	}
-	_, err = c.tryCall(t, "no_such_tool", nil, nil)
+	c.call(t, "fetch_guest", map[string]any{"guest_id": demoGuest, "colour": "red"}, nil).wantArgumentError(t, "invalid-input", "input_schema")
+	_, err := c.tryCall(t, "no_such_tool", nil, nil)
 	wantInvalidParams(t, err, "unknown tool")
 
 	a3 := mcpConnect(t, w.GW, "/mcp", agentA3, scopeAll)

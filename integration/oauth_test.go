@@ -620,6 +620,7 @@ func TestOAuthIntrospectionAndIssuerDown(t *testing.T) {
 func TestOAuthOfficialTypeScriptClient(t *testing.T) {
 	sdk := filepath.Dir(mustTool(t, "node_modules/@modelcontextprotocol/sdk/package.json"))
 	w := startOAuthWorld(t, oauthOpts{registration: true, slash: true, scopes: []string{"hotel.booking"},
+		mcp:   "mcp {\n\t\t\tmeta_attribution_record\n\t\t}",
 		extra: "\t\t\tscope hotel.booking rcns:negotiate hotel:read hotel:book\n\t\t\tunnamed_clients rcns-demo-agent"})
 	script := filepath.Join(repoRoot, "integration", "testdata", "oauth", "oauth-client.mjs")
 	idem := "ts-oauth-" + randomID()

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -46,9 +47,8 @@ const (
 var forwarded = []string{"Authority-Scope", "Owner-Id", "Request-Id", "Task-Id", "Session-Id", "Traceparent"}
 
 // argumentReasons are the engine's reasons that mean the call's
-// arguments are wrong: they answer as JSON-RPC invalid params (a
-// protocol fault, as input that fails the inputSchema), not as a tool
-// error.
+// arguments are wrong: they answer as argumentResult, a tool error
+// telling the model to fix the arguments (SEP-1303).
 var argumentReasons = map[string]bool{
 	agtp.InvalidInput.Token: true, agtp.ParameterConflict.Token: true, agtp.InvalidEnvelope.Token: true,
 	agtp.InvalidJSON.Token: true, agtp.DuplicateKey.Token: true, agtp.InvalidBody.Token: true,
@@ -67,6 +67,17 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 		rq.called(t.name)
 		in, keyed, jerr := d.engineRequest(ctx, rq, t, req)
 		if jerr != nil {
+			if jerr.Code == jsonrpc.CodeInvalidParams {
+				// Arguments the door cannot turn into a request: a tool
+				// error the model reads and corrects (SEP-1303), not a
+				// protocol error hosts hide.
+				reason, msg := agtp.InvalidParameter.Token, jerr.Message
+				if r, rest, ok := strings.Cut(msg, ": "); ok && argumentReasons[r] {
+					reason, msg = r, rest
+				}
+				rq.answered("", reason)
+				return d.argumentResult(t, req, reason, msg, nil, mcp.Meta{MCPMetaStatus: 400}), nil
+			}
 			return nil, jerr
 		}
 		resp := d.serveWithin(in)
@@ -288,24 +299,30 @@ func (d *Door) timedOut(t *mcpTool, keyed bool, req *mcp.CallToolRequest) *mcp.C
 		msg += ", and a repeat with the same Idempotency-Key gets its answer"
 	}
 	e := &agtp.Error{Status: agtp.CallTimeout.Status, Reason: agtp.CallTimeout.Token, Explanation: msg, Retryable: t.idempotent || keyed}
-	structured, _ := jsonv2.Marshal(map[string]any{"outcome": "failed", "error": errorObject(e.Status, e.Reason, e.Explanation, e.Retryable, nil, nil)}, jsonv2.Deterministic(true))
-	return &mcp.CallToolResult{IsError: true, StructuredContent: jsontext.Value(structured),
-		Content: []mcp.Content{&mcp.TextContent{Text: textFor(req, structured, errorSummary(e.Reason, e.Explanation, e.Retryable, nil))}}}
+	out := map[string]any{"outcome": "failed", "error": errorObject(e.Status, e.Reason, e.Explanation, e.Retryable, nil, nil)}
+	res, err := d.toolResult(req, out, errorSummary(e.Reason, e.Explanation, e.Retryable, nil), true, nil)
+	if err != nil {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: e.Error()}}}
+	}
+	return res
 }
 
 // result turns the engine's answer into the tool result: 200 and 263
-// succeed, 461 is the preview, anything else is a tool error, except
-// an answer saying the arguments were wrong, which is a JSON-RPC error.
+// succeed, 461 is the preview, anything else is a tool error (an
+// answer saying the arguments were wrong included: argumentResult).
 // The call's Attribution-Record and Audit-ID go into the result's _meta
 // and onto the HTTP answer.
 func (d *Door) result(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest, target string, resp *agtp.Response) (*mcp.CallToolResult, error) {
 	meta := mcp.Meta{MCPMetaStatus: resp.Status}
+	wantRecord := d.cfg.MetaAttributionRecord || req.Params.Meta[MCPMetaAttributionRecord] == true
 	for _, f := range [...]struct{ field, key string }{
 		{"Attribution-Record", MCPMetaAttributionRecord}, {"Audit-ID", MCPMetaAuditID}, {"Response-ID", MCPMetaResponseID},
 		{"RCNS-Attempt-Id", MCPMetaAttemptID},
 	} {
 		if v := resp.Get(f.field); v != "" {
-			meta[f.key] = v
+			if f.key != MCPMetaAttributionRecord || wantRecord {
+				meta[f.key] = v
+			}
 			if f.field != "Response-ID" {
 				rq.addOut(agtp.Field{Name: f.field, Value: v})
 			}
@@ -379,23 +396,39 @@ func (d *Door) result(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest, targ
 		retryAfter := retryAfterSeconds(members, resp.Get("Retry-After"))
 		details := errorDetails(members)
 		if argumentReasons[b.Reason] {
-			data := map[string]any{"reason": b.Reason, "status": resp.Status, "details": details}
-			for k, v := range meta {
-				data[k] = v
-			}
-			raw, _ := jsonv2.Marshal(data, jsonv2.Deterministic(true))
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: b.Reason + ": " + b.Explanation, Data: raw}
+			return d.argumentResult(t, req, b.Reason, b.Explanation, details, meta), nil
 		}
 		isError = true
 		out = map[string]any{"outcome": "failed", "error": errorObject(resp.Status, b.Reason, b.Explanation, b.Retryable, retryAfter, details)}
 		summary = errorSummary(b.Reason, b.Explanation, b.Retryable, retryAfter)
 	}
+	return d.toolResult(req, out, summary, isError, meta)
+}
+
+// toolResult is the tool result of out (the structured content) with
+// its text (textFor) and _meta.
+func (d *Door) toolResult(req *mcp.CallToolRequest, out map[string]any, summary string, isError bool, meta mcp.Meta) (*mcp.CallToolResult, error) {
 	structured, err := jsonv2.Marshal(out, jsonv2.Deterministic(true))
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding the result failed"}
 	}
 	return &mcp.CallToolResult{Meta: meta, IsError: isError, StructuredContent: jsontext.Value(structured),
-		Content: []mcp.Content{&mcp.TextContent{Text: textFor(req, structured, summary)}}}, nil
+		Content: []mcp.Content{&mcp.TextContent{Text: textFor(req, structured, summary, d.cfg.MaxResultText)}}}, nil
+}
+
+// argumentResult is the tool error of a call whose arguments are wrong
+// (MCP 2025-11-25, SEP-1303: input errors are tool results with
+// isError, so the model can read and correct them): status 400, the
+// reason token, the explanation with the violations (details: the
+// engine's violation list, when it gave one), and how to fix it.
+func (d *Door) argumentResult(t *mcpTool, req *mcp.CallToolRequest, reason, explanation string, details map[string]any, meta mcp.Meta) *mcp.CallToolResult {
+	fix := fmt.Sprintf("Fix the arguments to match the inputSchema of %s and call it again.", t.name)
+	out := map[string]any{"outcome": "failed", "error": errorObject(400, reason, explanation+" "+fix, false, nil, details)}
+	res, err := d.toolResult(req, out, reason+": "+sentence(explanation)+" "+fix, true, meta)
+	if err != nil {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: reason + ": " + explanation}}}
+	}
+	return res
 }
 
 // rawOrNull is v, or JSON null when the member was absent.
@@ -477,17 +510,17 @@ func nextCursor(link string) string {
 	return u.Query().Get("cursor")
 }
 
-// successSummary is the short text of a successful call: what ran,
-// not the result again (it is in structuredContent).
+// successSummary is the lead-in of a successful call's text: what ran
+// (textFor appends the result).
 func successSummary(t *mcpTool, target string, status int, sid string) string {
 	switch {
 	case status == policy.StatusProposalApproved:
-		return fmt.Sprintf("%s %s: contract %s was synthesized from recipe %s v%s and run (263); the result is in structuredContent.",
+		return fmt.Sprintf("%s %s: contract %s was synthesized from recipe %s v%s and run (263); the result follows.",
 			t.method, target, sid, t.recipe.Name, t.recipe.Version)
 	case sid != "":
-		return fmt.Sprintf("%s %s ran under contract %s (200); the result is in structuredContent.", t.method, target, sid)
+		return fmt.Sprintf("%s %s ran under contract %s (200); the result follows.", t.method, target, sid)
 	}
-	return fmt.Sprintf("%s %s answered 200; the result is in structuredContent.", t.method, target)
+	return fmt.Sprintf("%s %s answered 200; the result follows.", t.method, target)
 }
 
 // errorSummary is the short text of a tool error.
@@ -504,12 +537,24 @@ func errorSummary(reason, explanation string, retryable bool, retryAfter *int) s
 	return s
 }
 
-// textFor is a result's text content: the summary, or the structured
-// content itself for a client on a revision before 2025-06-18, which
-// has no structuredContent.
-func textFor(req *mcp.CallToolRequest, structured []byte, summary string) string {
+// textFor is a result's text content (MCP 2025-06-18: a tool returning
+// structured content SHOULD also return it serialized in a text
+// block): the summary as a lead-in, then the structured content itself,
+// cut at limit bytes in all (at a UTF-8 boundary) with a note saying how much
+// was left out; clients that hand only the text to the model then show
+// it the result. A client on a revision before 2025-06-18, which has no
+// structuredContent, gets the structured content alone, uncut.
+func textFor(req *mcp.CallToolRequest, structured []byte, summary string, limit int) string {
 	if v := req.ProtocolVersion(); v != "" && v < "2025-06-18" {
 		return string(structured)
 	}
-	return summary
+	body := string(structured)
+	if room := limit - len(summary) - 1; len(body) > room {
+		cut := max(room, 0)
+		for cut > 0 && !utf8.RuneStart(body[cut]) {
+			cut--
+		}
+		body = body[:cut] + fmt.Sprintf("… [cut at %d of %d bytes: the whole result is in structuredContent; narrow the query for less]", cut, len(structured))
+	}
+	return summary + "\n" + body
 }

@@ -85,6 +85,24 @@ type Config struct {
 	// listing carries nextCursor. Default 100.
 	PageSize int `json:"page_size,omitempty"`
 
+	// MaxResultText bounds the text content of a tool result (bytes):
+	// the summary line, then the structured result serialized, cut at
+	// this many bytes with a note saying so (the whole result stays in
+	// structuredContent). Clients and agent frameworks that hand only
+	// the text to the model (@ai-sdk/mcp, @openai/agents) then show it
+	// the result. Default 16384; at least 256.
+	MaxResultText int `json:"max_result_text,omitempty"`
+
+	// MetaAttributionRecord puts each call's full Attribution-Record
+	// (a JWS of about 800 bytes) into the result's _meta. Default
+	// false: _meta carries the identifiers (audit id, response id,
+	// status, attempt id) and the record goes on the HTTP answer's
+	// Attribution-Record field, and to a call whose request _meta asks
+	// for it (io.github.caddy-rcns/attribution-record: true). Agent
+	// frameworks that pass _meta to the model (@langchain/mcp-adapters)
+	// otherwise spend most of the answer on it.
+	MetaAttributionRecord bool `json:"meta_attribution_record,omitempty"`
+
 	// TestAgent, for conformance suites that cannot send headers, makes
 	// a caller without Agent-ID act as this registered agent (its name
 	// or Agent-ID). UNSAFE outside tests: anyone who can reach the
@@ -140,7 +158,13 @@ func (m *Config) SetDefaults(h *engine.Config) {
 	if m.MaxBatch == 0 {
 		m.MaxBatch = DefaultMCPMaxBatch
 	}
+	if m.MaxResultText == 0 {
+		m.MaxResultText = DefaultMCPMaxResultText
+	}
 }
+
+// DefaultMCPMaxResultText is MaxResultText's default (bytes).
+const DefaultMCPMaxResultText = 16384
 
 // dnsRebindingProtection is DNSRebindingProtection with its default.
 func (m *Config) dnsRebindingProtection() bool {
@@ -166,6 +190,9 @@ func (m *Config) Validate(identity string) error {
 	}
 	if m.MaxJSONDepth > MaxMCPJSONDepth {
 		return fmt.Errorf("rcns: mcp max_json_depth %d is above %d, the MCP SDK's own limit (it refuses deeper messages as malformed)", m.MaxJSONDepth, MaxMCPJSONDepth)
+	}
+	if m.MaxResultText != 0 && m.MaxResultText < 256 {
+		return fmt.Errorf("rcns: mcp max_result_text must be at least 256 bytes, not %d", m.MaxResultText)
 	}
 	if m.MaxBatch > MaxMCPMaxBatch {
 		return fmt.Errorf("rcns: mcp max_batch %d is above %d", m.MaxBatch, MaxMCPMaxBatch)
