@@ -378,25 +378,3 @@ func TestMCPHeaderSpelling(t *testing.T) {
 	}
 }
 
-// TestMCPDeclaredCapabilitiesOnly: the door declares tools only, and the
-// methods of the capabilities it does not declare are -32601 method not
-// found, not empty listings.
-func TestMCPDeclaredCapabilitiesOnly(t *testing.T) {
-	_, url := mcpGateway(t)
-	hdr := map[string]string{"Agent-ID": benchAgent}
-	for _, m := range []string{"prompts/list", "resources/list", "resources/templates/list", "completion/complete"} {
-		status, _, body := mcpPost(t, url, `{"jsonrpc":"2.0","id":3,"method":"`+m+`","params":{}}`, hdr)
-		var msg struct {
-			Error *struct {
-				Code int `json:"code"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal([]byte(body), &msg); status != 200 || err != nil || msg.Error == nil || msg.Error.Code != -32601 {
-			t.Errorf("%s: %d %s, want JSON-RPC -32601", m, status, body)
-		}
-	}
-	status, _, body := mcpPost(t, url, listMsg, hdr)
-	if status != 200 || !strings.Contains(body, "fetch_item") {
-		t.Fatalf("tools/list: %d %s", status, body)
-	}
-}

@@ -28,7 +28,6 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/httpdoor"
 
 	"github.com/go-json-experiment/json/jsontext"
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
@@ -460,30 +459,7 @@ func (d *Door) newServer(tools []*mcpTool) *mcp.Server {
 	for _, t := range tools {
 		s.AddTool(t.def, d.handler(t))
 	}
-	s.AddReceivingMiddleware(declaredOnly)
 	return s
-}
-
-// undeclared are the methods of capabilities the door does not declare
-// (it declares tools only): the SDK would answer the listings with empty
-// lists, telling a client the capability exists.
-var undeclared = map[string]bool{
-	"prompts/list": true, "prompts/get": true,
-	"resources/list": true, "resources/read": true, "resources/templates/list": true,
-	"resources/subscribe": true, "resources/unsubscribe": true,
-	"completion/complete": true, "logging/setLevel": true,
-}
-
-// declaredOnly answers a method of an undeclared capability with
-// JSON-RPC -32601 method not found (MCP lifecycle: a server serves what
-// it declared in its capabilities, and nothing it did not).
-func declaredOnly(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if undeclared[method] {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: method + ": this server declares only the tools capability"}
-		}
-		return next(ctx, method, req)
-	}
 }
 
 // instructions tell an MCP client's model how to use the tools.
