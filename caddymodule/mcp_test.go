@@ -377,4 +377,3 @@ func TestMCPHeaderSpelling(t *testing.T) {
 		}
 	}
 }
-
