@@ -543,7 +543,7 @@ var mcpErrorSchema = map[string]any{
 		"code":                map[string]any{"type": "string", "description": "The stable reason token (docs/troubleshooting.md) or the endpoint's error code."},
 		"message":             map[string]any{"type": "string"},
 		"retryable":           map[string]any{"type": "boolean", "description": "The same call may succeed later unchanged."},
-		"retry_after_seconds": map[string]any{"type": []any{"integer", "null"}, "minimum": 0},
+		"retry_after_seconds": map[string]any{"anyOf": []any{map[string]any{"type": "integer", "minimum": 0}, map[string]any{"type": "null"}}},
 		"status":              map[string]any{"type": "integer", "description": "The AGTP status code."},
 		"details":             map[string]any{"type": "object"},
 	},
@@ -604,14 +604,64 @@ func toolOutputSchema(result map[string]any, recipe, preview, listing bool) map[
 // subschema may not declare one) and its JSON-pointer references ("#"
 // and "#/…") are rewritten to point under at. Anchors ("#name") are
 // schema-wide and stay, as do the values of enum, const, default and
-// examples, which are data.
+// examples, which are data. Every "type" array becomes an anyOf of
+// single types (portableType), with or without an $id.
 func embedSchema(s map[string]any, at string) map[string]any {
 	if _, own := s["$id"]; own {
+		portableTypes(s)
 		return s
 	}
 	delete(s, "$schema")
 	rewriteSchema(s, at)
 	return s
+}
+
+// portableTypes rewrites the type arrays of schema v in place
+// (portableType), in every subschema.
+func portableTypes(v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		portableType(x)
+		for k, c := range x {
+			if k == "enum" || k == "const" || k == "default" || k == "examples" {
+				continue
+			}
+			portableTypes(c)
+		}
+	case []any:
+		for _, c := range x {
+			portableTypes(c)
+		}
+	}
+}
+
+// portableType rewrites a "type" array ({"type": ["integer", "null"]})
+// into an anyOf of single-type schemas, the same set of instances:
+// MCP clients that translate tool schemas for model APIs (the
+// Inspector's --strict check names it) refuse type arrays. The other
+// keywords stay beside it (each applies only to its type); an anyOf
+// already there is kept by moving both under allOf.
+func portableType(m map[string]any) {
+	types, ok := m["type"].([]any)
+	if !ok {
+		return
+	}
+	delete(m, "type")
+	alts := make([]any, len(types))
+	for i, t := range types {
+		alts[i] = map[string]any{"type": t}
+	}
+	if len(alts) == 1 {
+		m["type"] = types[0]
+		return
+	}
+	if prev, has := m["anyOf"]; has {
+		delete(m, "anyOf")
+		all, _ := m["allOf"].([]any)
+		m["allOf"] = append(all, map[string]any{"anyOf": prev}, map[string]any{"anyOf": alts})
+		return
+	}
+	m["anyOf"] = alts
 }
 
 // rewriteSchema rewrites the local references of schema v (see
@@ -621,6 +671,7 @@ func rewriteSchema(v any, at string) {
 	if !ok {
 		return // a boolean schema
 	}
+	portableType(m)
 	for k, c := range m {
 		switch k {
 		case "$ref", "$dynamicRef":
