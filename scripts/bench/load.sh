@@ -42,11 +42,16 @@ REDIS_SERVER=redis-server
 [ -x "$ROOT/.tools/bin/redis-server" ] && REDIS_SERVER="$ROOT/.tools/bin/redis-server"
 command -v "$REDIS_SERVER" >/dev/null || { echo "load.sh: redis-server is required (make deps installs it)" >&2; exit 1; }
 
+# The oauth site's authorization server: scripts/oauth/authserver.mjs on
+# node, with oidc-provider from .tools/node_modules (make deps). Only
+# needed when an oauth scenario runs; loadcmp says so if it is missing.
+NODE=${NODE:-node}
+
 # loadcmp runs in the background so that a SIGTERM or SIGINT sent to this
 # script reaches it: it then stops every process it started. The script
 # waits for it and exits with its status.
 "$BENCH_BIN/loadcmp" -caddy "$BENCH_BIN/caddy" -upstream "$BENCH_BIN/upstream" -redis-server "$REDIS_SERVER" \
-	-caddyfile scripts/bench/Caddyfile -docs scripts/bench/docs -source "$SOURCE" "$@" &
+	-node "$NODE" -authserver scripts/oauth/authserver.mjs -caddyfile scripts/bench/Caddyfile -docs scripts/bench/docs -source "$SOURCE" "$@" &
 LOADCMP=$!
 trap 'kill -TERM "$LOADCMP" 2>/dev/null' TERM INT
 set +e

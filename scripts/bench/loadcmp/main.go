@@ -126,6 +126,11 @@ type driver struct {
 	procs                     []*proc
 	caddyProc, upProc         *proc
 	seq                       int
+	// The oauth site's authorization server (oauth.go): node, the
+	// authserver.mjs script, the issuer and the one token every
+	// request to an OAuth site carries.
+	node, authServer string
+	issuer, token    string
 }
 
 func main() {
@@ -149,6 +154,8 @@ func main() {
 	flag.StringVar(&d.upstream, "upstream", "", "bench upstream binary (scripts/bench/upstream)")
 	flag.StringVar(&d.redisServer, "redis-server", "redis-server", "redis-server binary (Redis 7) for the redis site")
 	flag.StringVar(&d.caddyCfg, "caddyfile", "scripts/bench/Caddyfile", "Caddyfile")
+	flag.StringVar(&d.node, "node", "node", "node binary (Node.js 20+) for the oauth site's authorization server")
+	flag.StringVar(&d.authServer, "authserver", "scripts/oauth/authserver.mjs", "the oauth site's authorization server (oidc-provider; make deps installs it into .tools)")
 	flag.StringVar(&d.docs, "docs", "scripts/bench/docs", "operator documents")
 	flag.StringVar(&d.out, "out", "", "results dir (default: a new temp dir)")
 	page := flag.String("page", "", "also write the page (docs/performance.md) here")
@@ -243,7 +250,7 @@ func (d *driver) run(ctx context.Context, source string) (*results, error) {
 	}
 	defer lf.Close()
 	d.log = lf
-	for _, p := range []*string{&d.caddy, &d.upstream, &d.caddyCfg, &d.docs} {
+	for _, p := range []*string{&d.caddy, &d.upstream, &d.caddyCfg, &d.docs, &d.authServer} {
 		if *p, err = filepath.Abs(*p); err != nil {
 			return nil, err
 		}
@@ -252,7 +259,7 @@ func (d *driver) run(ctx context.Context, source string) (*results, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.startAll(ctx); err != nil {
+	if err := d.startAll(ctx, usesOAuth(scens)); err != nil {
 		return nil, err
 	}
 	if err := d.sanity(ctx, scens); err != nil {
@@ -346,14 +353,14 @@ func (d *driver) one(ctx context.Context, s *scenario, phaseTag string, dur time
 	tag := fmt.Sprintf("%s%d", phaseTag, d.seq)
 	st := siteNamed(s.Site)
 	addr := d.addr(s.Site)
-	hdr := s.Header
+	hdr := d.header(s)
 	if s.Contract {
 		id, err := d.synthesize(ctx, s, tag)
 		if err != nil {
 			return nil, err
 		}
 		hdr = map[string]string{"Contract-Synthesized": id}
-		for k, v := range s.Header {
+		for k, v := range d.header(s) {
 			hdr[k] = v
 		}
 	}
@@ -433,6 +440,9 @@ func (d *driver) synthesize(ctx context.Context, s *scenario, tag string) (strin
 			hdr[k] = v
 		}
 	}
+	if siteNamed(s.Site).OAuth {
+		hdr = withBearer(hdr, d.token) // the token's scopes hold rcns:negotiate
+	}
 	resp, err := d.send(ctx, s.Site, &request{Method: s.Method, Path: s.path(tag, 0), Header: hdr, Body: s.Body})
 	if err != nil {
 		return "", fmt.Errorf("synthesis for %s: %v", s.Key, err)
@@ -451,14 +461,14 @@ func (d *driver) sanity(ctx context.Context, scens []*scenario) error {
 	for _, s := range scens {
 		d.seq++
 		tag := fmt.Sprintf("s%d", d.seq)
-		hdr := s.Header
+		hdr := d.header(s)
 		if s.Contract {
 			id, err := d.synthesize(ctx, s, tag)
 			if err != nil {
 				return err
 			}
 			hdr = map[string]string{"Contract-Synthesized": id}
-			for k, v := range s.Header {
+			for k, v := range d.header(s) {
 				hdr[k] = v
 			}
 		}
@@ -504,8 +514,20 @@ func recordAlg(compact string) string {
 	return h.Alg
 }
 
-// startAll makes the record key and starts the upstream and Caddy.
-func (d *driver) startAll(ctx context.Context) error {
+// header is the header fields of a request of s: s.Header, or on an
+// OAuth site the same with the bench token in place of the agent's
+// header identity.
+func (d *driver) header(s *scenario) map[string]string {
+	if siteNamed(s.Site).OAuth {
+		return withBearer(s.Header, d.token)
+	}
+	return s.Header
+}
+
+// startAll makes the record key and starts the upstream, Caddy and,
+// when withOAuth, the oauth site's authorization server (before Caddy),
+// and fetches its token.
+func (d *driver) startAll(ctx context.Context, withOAuth bool) error {
 	key := filepath.Join(d.work, "record-key.pem")
 	if out, err := exec.CommandContext(ctx, "openssl", "genpkey", "-algorithm", "ed25519", "-out", key).CombinedOutput(); err != nil {
 		return fmt.Errorf("openssl genpkey: %v: %s", err, out)
@@ -537,18 +559,34 @@ func (d *driver) startAll(ctx context.Context) error {
 		return err
 	}
 	d.admin = fmt.Sprintf("127.0.0.1:%d", port)
-	env := []string{"BENCH_ADMIN=" + d.admin, "BENCH_UPSTREAM=" + d.upAddr, "BENCH_DOCS=" + d.docs,
-		"BENCH_WORK=" + d.work, "BENCH_KEY=" + key, "BENCH_REDIS=" + redisAddr,
-		"XDG_DATA_HOME=" + d.work + "/xdg-data", "XDG_CONFIG_HOME=" + d.work + "/xdg-config"}
 	d.ports = map[string]int{}
-	var listed []string
+	var listed, sitePorts []string
 	for _, s := range sites {
 		if d.ports[s.Name], err = freePort(); err != nil {
 			return err
 		}
-		env = append(env, fmt.Sprintf("%s=%d", s.envName(), d.ports[s.Name]))
+		sitePorts = append(sitePorts, fmt.Sprintf("%s=%d", s.envName(), d.ports[s.Name]))
 		listed = append(listed, fmt.Sprintf("%s :%d", s.Name, d.ports[s.Name]))
 	}
+	// The oauth site's resource is its origin; its issuer is the
+	// authorization server on a port reserved here (started only when
+	// an OAuth scenario runs: the gateway reads the issuer on first use).
+	resource := "http://" + d.addr("oauth")
+	asPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	d.issuer = fmt.Sprintf("http://127.0.0.1:%d", asPort)
+	if withOAuth {
+		if err := d.startAuthServer(ctx, asPort, resource); err != nil {
+			return err
+		}
+	}
+	env := []string{"BENCH_ADMIN=" + d.admin, "BENCH_UPSTREAM=" + d.upAddr, "BENCH_DOCS=" + d.docs,
+		"BENCH_WORK=" + d.work, "BENCH_KEY=" + key, "BENCH_REDIS=" + redisAddr,
+		"BENCH_OAUTH_ISSUER=" + d.issuer, "BENCH_OAUTH_RESOURCE=" + resource,
+		"XDG_DATA_HOME=" + d.work + "/xdg-data", "XDG_CONFIG_HOME=" + d.work + "/xdg-config"}
+	env = append(env, sitePorts...)
 	say("==> caddy (admin %s; %s)", d.admin, strings.Join(listed, ", "))
 	p, stdout, err = d.start("caddy", d.work+"/caddy.log", env, d.caddy, "run", "--config", d.caddyCfg, "--adapter", "caddyfile")
 	if err != nil {

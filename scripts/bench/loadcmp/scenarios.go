@@ -26,6 +26,11 @@ type site struct {
 	Alg string
 	// Label names the site's configuration on the page.
 	Label string
+	// OAuth: the site's gateway runs identity oauth. Its scenarios'
+	// requests carry the bench token (Authorization: Bearer) in place
+	// of Agent-ID and Authority-Scope (withBearer): the token alone
+	// names the agent and its scopes.
+	OAuth bool
 }
 
 // sites of scripts/bench/Caddyfile. Every gateway site writes its
@@ -39,6 +44,7 @@ var sites = []*site{
 	{Name: "agtp", Door: agtpDoor{}, Alg: "none", Label: "the native AGTP/1.0 door (plain text) of the nokey gateway: same engine, same state"},
 	{Name: "redis", Door: httpDoor{}, Alg: "none", Label: "a gateway configured as nokey with its state on Redis (`store redis`: one loopback redis-server 7, no persistence), so the Redis store against the memory store of nokey"},
 	{Name: "mcp", Door: httpDoor{}, Alg: "none", Label: "a gateway configured as nokey with the MCP door on (`mcp /mcp`: stateless, JSON responses)"},
+	{Name: "oauth", Door: httpDoor{}, Alg: "none", OAuth: true, Label: "a gateway configured as mcp but with `identity oauth` instead of `identity header`: every request carries `Authorization: Bearer <JWT>` (ES256, one client_credentials token fetched before the rounds from a local oidc-provider, `scripts/oauth/authserver.mjs`) and no `Agent-ID` or `Authority-Scope`; after its first use the verified token is a cache hit (SHA-256 lookup, `exp` checked)"},
 }
 
 // envName is the environment variable that carries a site's port.
@@ -179,7 +185,8 @@ func scenarios() []*scenario {
 		c("ed25519"), d("ed25519"), f("ed25519"), g("ed25519"),
 		f("group"), g("group"),
 		c("agtp"), d("agtp"),
-		cm("mcp"),
+		c("mcp"), cm("mcp"),
+		c("oauth"), cm("oauth"),
 		c("redis"), d("redis"), f("redis"), g("redis"),
 		e1("nokey"), e3("nokey"),
 		e1("ed25519"), e3("ed25519"),
@@ -216,6 +223,8 @@ var targets = []target{
 	{Name: "(c) Tier B, Ed25519 record key: ≤ (b) + 30 µs", Key: "c/ed25519", Kind: kindCPU, Limit: 30},
 	{Name: "(d) contract presentation, Ed25519 record key: ≤ (b) + 30 µs", Key: "d/ed25519", Kind: kindCPU, Limit: 30},
 	{Name: "(d) over the native AGTP/1.0 door: ≤ (d) over the HTTP door", Key: "d/agtp", Of: "d/nokey", Kind: kindVs, Limit: 0},
+	{Name: "(c) Tier B, identity oauth (a verified bearer JWT), HTTP door: ≤ identity header + 30 µs", Key: "c/oauth", Of: "c/mcp", Kind: kindVs, Limit: 30},
+	{Name: "(cm) MCP tools/call, identity oauth (a verified bearer JWT): ≤ identity header + 30 µs", Key: "cm/oauth", Of: "cm/mcp", Kind: kindVs, Limit: 30},
 	{Name: "(f) gate refusal, no record key: < (b)", Key: "f/nokey", Kind: kindCPU, Limit: 0, Below: true},
 	{Name: "(f) gate refusal, Ed25519 record key: < (b)", Key: "f/ed25519", Kind: kindCPU, Limit: 0, Below: true},
 	{Name: "(e) no record key: p50 of three parallel 20 ms steps ≤ 1.15 × p50 of one", Key: "e3/nokey", Of: "e1/nokey", Kind: kindSlow, Limit: 1.15},
@@ -293,6 +302,21 @@ func filterScenarios(all []*scenario, only string) ([]*scenario, error) {
 		return nil, fmt.Errorf("-only: %s names no scenario (keys such as d/nokey, letters such as c, sites such as ed25519)", strings.Join(unknown, ", "))
 	}
 	return out, nil
+}
+
+// withBearer returns the header fields of a request to an OAuth site:
+// h without Agent-ID and Authority-Scope (the token names the agent and
+// stands for the scope claim), with Authorization: Bearer token.
+func withBearer(h map[string]string, token string) map[string]string {
+	out := map[string]string{"Authorization": "Bearer " + token}
+	for k, v := range h {
+		switch strings.ToLower(k) {
+		case "agent-id", "authority-scope", "authorization":
+		default:
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // path returns the scenario's request path for run tag and index i.

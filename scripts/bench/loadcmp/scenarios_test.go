@@ -69,6 +69,7 @@ func TestFilterScenarios(t *testing.T) {
 		{"one key", "d/nokey", []string{"b", "d/nokey"}, ""},
 		{"a letter", "f", []string{"b", "f/ed25519", "f/group", "f/nokey", "f/redis"}, ""},
 		{"a site", "group", []string{"b", "f/group", "g/group"}, ""},
+		{"the oauth comparison", "mcp,oauth", []string{"b", "c/mcp", "c/oauth", "cm/mcp", "cm/oauth"}, ""},
 		{"trailing comma and spaces", " c/nokey , ", []string{"b", "c/nokey"}, ""},
 		{"unknown token", "c/nokey,zz", nil, `"zz" names no scenario`},
 		{"half a key", "c/", nil, `"c/" names no scenario`},
@@ -125,5 +126,63 @@ func TestProfileKeys(t *testing.T) {
 		if _, err := profileKeys(bad); err == nil || !strings.Contains(err.Error(), "names no load scenario") {
 			t.Errorf("profileKeys(%q): err = %v, want names no load scenario", bad, err)
 		}
+	}
+}
+
+// TestOAuthScenarios: each scenario on the OAuth site has its twin under
+// identity header on the mcp site (same request, same door), and a
+// target holds it to at most that twin + 30 µs.
+func TestOAuthScenarios(t *testing.T) {
+	all := scenarios()
+	byKey := map[string]*scenario{}
+	for _, s := range all {
+		byKey[s.Key] = s
+	}
+	n := 0
+	for _, s := range all {
+		if !siteNamed(s.Site).OAuth {
+			continue
+		}
+		n++
+		twin := byKey[s.Letter+"/mcp"]
+		if twin == nil {
+			t.Errorf("%s: no %s/mcp under identity header", s.Key, s.Letter)
+			continue
+		}
+		if twin.Method != s.Method || twin.Path != s.Path || twin.Body != s.Body || twin.Want != s.Want {
+			t.Errorf("%s differs from %s beyond the identity", s.Key, twin.Key)
+		}
+		found := false
+		for _, tg := range targets {
+			if tg.Key == s.Key && tg.Of == twin.Key && tg.Kind == kindVs && tg.Limit == 30 {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: no target of at most %s + 30 µs", s.Key, twin.Key)
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d scenarios on OAuth sites, want 2 (the HTTP door and MCP)", n)
+	}
+	if !usesOAuth([]*scenario{all[0], byKey["cm/oauth"]}) || usesOAuth([]*scenario{all[0], byKey["cm/mcp"]}) {
+		t.Errorf("usesOAuth does not tell a list with an OAuth scenario from one without")
+	}
+}
+
+func TestWithBearer(t *testing.T) {
+	h := agentHeader(scopeRead, "Content-Type", "application/json", "authorization", "Basic x")
+	got := withBearer(h, "a.b.c")
+	want := map[string]string{"Authorization": "Bearer a.b.c", "Content-Type": "application/json"}
+	if len(got) != len(want) {
+		t.Fatalf("withBearer = %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("withBearer: %s = %q, want %q (all: %v)", k, got[k], v, got)
+		}
+	}
+	if h["Agent-ID"] != agentID || h["Authority-Scope"] != scopeRead {
+		t.Errorf("withBearer changed the scenario's own header fields: %v", h)
 	}
 }
