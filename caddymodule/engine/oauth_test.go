@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -66,6 +67,9 @@ func newOAuthWorld(t testing.TB, adjust ...func(*OAuthConfig)) *oauthWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The bench document lists loadcmp's client (scripts/bench/loadcmp);
+	// here it is this test's client instead.
+	bench = regexp.MustCompile(`(?m)^oauth_clients:.*\n`).ReplaceAll(bench, nil)
 	writeFile(t, filepath.Join(agents, "bench.yaml"), string(bench)+"oauth_clients: ["+benchClient+"]\n")
 	writeFile(t, filepath.Join(agents, "other.yaml"), "agent_id: \""+otherAgentID+"\"\nname: other\nowner_id: other-ops\ntrust_tier: 1\nscopes: [bench:read]\noauth_clients: ["+otherAgentClient+"]\n")
 	upstream := countingUpstream(t, w.hits)

@@ -58,7 +58,7 @@ func TestAuthServerConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(doc), "oauth_clients:\n  - "+oauthClient+"\n") {
+	if !strings.Contains(string(doc), "\noauth_clients: ["+oauthClient+"]\n") {
 		t.Errorf("bench-agent.yaml does not list the OAuth client %s", oauthClient)
 	}
 }
