@@ -124,6 +124,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        page_size <n>
 //	        test_agent <agent name or id>
 //	        identity <mode>...
+//	        max_result_bytes <size>
 //	        max_result_text <size>
 //	        meta_attribution_record [true|false]
 //	    }
@@ -607,6 +608,16 @@ func parseMCP(d *caddyfile.Dispenser) (*mcpdoor.Config, error) {
 				return nil, d.Errf("mcp: max_request_body: %q is not a size (e.g. 1MiB)", v)
 			}
 			m.MaxRequestBody = int64(n)
+		case "max_result_bytes":
+			v, err := oneArg(d)
+			if err != nil {
+				return nil, err
+			}
+			n, err := humanize.ParseBytes(v)
+			if err != nil || n < 256 || n > math.MaxInt64 {
+				return nil, d.Errf("mcp: max_result_bytes: %q is not a size of at least 256 bytes (e.g. 128KiB)", v)
+			}
+			m.MaxResultBytes = int64(n)
 		case "max_result_text":
 			v, err := oneArg(d)
 			if err != nil {

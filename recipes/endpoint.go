@@ -55,6 +55,9 @@ type Endpoint struct {
 	Template *policy.PathTemplate
 	// Description is the operator's description.
 	Description string
+	// MaxResultBytes is the endpoint's max_result_bytes (0: the MCP
+	// door's own bound applies).
+	MaxResultBytes int64
 	// Semantic is the semantic block (spec §7.2).
 	Semantic schema.SemanticDoc
 	// RequiredScopes are the tokens a caller must carry (spec §11.5).
@@ -118,7 +121,7 @@ func buildBoundEndpoint(doc *schema.Document, mp *policy.MethodPolicy, upstreams
 	}
 	e := &Endpoint{
 		Method: d.Method, Path: d.Path, Template: tmpl, Description: d.Description,
-		Semantic: d.Semantic, Internal: d.Internal, Deprecated: d.Deprecated, File: doc.File,
+		Semantic: d.Semantic, Internal: d.Internal, Deprecated: d.Deprecated, File: doc.File, MaxResultBytes: d.MaxResultBytes,
 		errors: map[string]bool{}, doc: doc.Value,
 	}
 	for _, c := range d.Errors {

@@ -213,6 +213,10 @@ var (
 	OriginRefused = def("origin-refused", 403, NotRetryable)
 	BatchTooLarge = def("batch-too-large", 400, NotRetryable)
 	CallTimeout   = def("call-timeout", 504, RetryDepends)
+	// ResultTooLarge is a tool result whose (non-array) result is over
+	// the door's max_result_bytes: the call ran, its answer is not
+	// relayed.
+	ResultTooLarge = def("result-too-large", 502, NotRetryable)
 	// NoAuthorizationServer answers the OAuth authorization-server
 	// discovery paths (RFC 8414, OpenID Connect Discovery) the MCP door
 	// owns: the gateway runs no authorization server. 501 and not 404,

@@ -352,6 +352,11 @@ func (d *Door) result(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest, targ
 			result = jsontext.Value(resp.Body)
 		}
 		out = map[string]any{"outcome": "succeeded", "status": resp.Status, "result": rawOrNull(result)}
+		if e := d.boundResult(t, out); e != nil {
+			e.Explanation = fmt.Sprintf("%s %s ran (%d) but %s", t.method, target, resp.Status, e.Explanation)
+			out = map[string]any{"outcome": "failed", "error": errorObject(e.Status, e.Reason, e.Explanation, false, nil, nil)}
+			return d.toolResult(req, out, errorSummary(e.Reason, e.Explanation, false, nil), true, meta)
+		}
 		sid := resp.Get("Contract-Synthesized")
 		if sid != "" && t.kind == mcpRecipe {
 			out["synthesis_id"] = sid
@@ -557,4 +562,54 @@ func textFor(req *mcp.CallToolRequest, structured []byte, summary string, limit 
 		body = body[:cut] + fmt.Sprintf("… [cut at %d of %d bytes: the whole result is in structuredContent; narrow the query for less]", cut, len(structured))
 	}
 	return summary + "\n" + body
+}
+
+// resultBound is the max_result_bytes of t's results: its endpoint's,
+// else the door's.
+func (d *Door) resultBound(t *mcpTool) int64 {
+	if t.ep != nil && t.ep.MaxResultBytes > 0 {
+		return t.ep.MaxResultBytes
+	}
+	return d.cfg.MaxResultBytes
+}
+
+// boundResult holds out's result (raw JSON) to resultBound: an array
+// over it is cut at an item boundary, keeping the items that fit, and
+// out gains truncated, total_items, returned_items and a note (nothing
+// is cut silently); any other result over it is result-too-large.
+func (d *Door) boundResult(t *mcpTool, out map[string]any) *agtp.Error {
+	raw, _ := out["result"].(jsontext.Value)
+	limit := d.resultBound(t)
+	if int64(len(raw)) <= limit {
+		return nil
+	}
+	if raw.Kind() != '[' {
+		return agtp.ResultTooLarge.Newf("its result is %d bytes, over this door's bound of %d bytes (max_result_bytes), and is not an array that could be cut: narrow the call's parameters, or read the result over the HTTP binding", len(raw), limit)
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.ReadToken(); err != nil { // '['
+		return agtp.ResultTooLarge.Newf("its result is %d bytes, over %d (max_result_bytes)", len(raw), limit)
+	}
+	kept := []byte{'['}
+	total, returned := 0, 0
+	for dec.PeekKind() != ']' && dec.PeekKind() != 0 {
+		v, err := dec.ReadValue()
+		if err != nil {
+			break
+		}
+		total++
+		if returned == total-1 && int64(len(kept)+len(v)+2) <= limit {
+			if returned > 0 {
+				kept = append(kept, ',')
+			}
+			kept = append(kept, v...)
+			returned++
+		}
+	}
+	kept = append(kept, ']')
+	out["result"] = jsontext.Value(kept)
+	out["truncated"], out["total_items"], out["returned_items"] = true, total, returned
+	out["note"] = fmt.Sprintf("The result is cut to its first %d of %d items: the whole is %d bytes, over this door's bound of %d (max_result_bytes). Narrow the call's parameters (a filter, a page or a limit, where the tool takes one) to see the rest.",
+		returned, total, len(raw), limit)
+	return nil
 }

@@ -93,6 +93,15 @@ type Config struct {
 	// the result. Default 16384; at least 256.
 	MaxResultText int `json:"max_result_text,omitempty"`
 
+	// MaxResultBytes bounds the result a tool result relays (bytes of
+	// the result's JSON). An array result over it is cut at an item
+	// boundary, with truncated: true, total_items, returned_items and a
+	// note saying how to see the rest; any other result over it is the
+	// tool error result-too-large (the call ran; its answer is in the
+	// records). An endpoint's max_result_bytes overrides it for its
+	// tool. Default 131072 (128 KiB); at least 256.
+	MaxResultBytes int64 `json:"max_result_bytes,omitempty"`
+
 	// MetaAttributionRecord puts each call's full Attribution-Record
 	// (a JWS of about 800 bytes) into the result's _meta. Default
 	// false: _meta carries the identifiers (audit id, response id,
@@ -161,7 +170,13 @@ func (m *Config) SetDefaults(h *engine.Config) {
 	if m.MaxResultText == 0 {
 		m.MaxResultText = DefaultMCPMaxResultText
 	}
+	if m.MaxResultBytes == 0 {
+		m.MaxResultBytes = DefaultMCPMaxResultBytes
+	}
 }
+
+// DefaultMCPMaxResultBytes is MaxResultBytes's default (bytes).
+const DefaultMCPMaxResultBytes = 128 << 10
 
 // DefaultMCPMaxResultText is MaxResultText's default (bytes).
 const DefaultMCPMaxResultText = 16384
@@ -190,6 +205,9 @@ func (m *Config) Validate(identity string) error {
 	}
 	if m.MaxJSONDepth > MaxMCPJSONDepth {
 		return fmt.Errorf("rcns: mcp max_json_depth %d is above %d, the MCP SDK's own limit (it refuses deeper messages as malformed)", m.MaxJSONDepth, MaxMCPJSONDepth)
+	}
+	if m.MaxResultBytes != 0 && m.MaxResultBytes < 256 {
+		return fmt.Errorf("rcns: mcp max_result_bytes must be at least 256 bytes, not %d", m.MaxResultBytes)
 	}
 	if m.MaxResultText != 0 && m.MaxResultText < 256 {
 		return fmt.Errorf("rcns: mcp max_result_text must be at least 256 bytes, not %d", m.MaxResultText)

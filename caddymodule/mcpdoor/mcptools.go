@@ -571,6 +571,11 @@ func toolOutputSchema(result map[string]any, recipe, preview, listing bool) map[
 	if listing {
 		success["next_cursor"] = map[string]any{"type": "string"}
 	}
+	// A result cut at max_result_bytes (boundedResult).
+	success["truncated"] = map[string]any{"const": true}
+	success["total_items"] = map[string]any{"type": "integer", "minimum": 0}
+	success["returned_items"] = map[string]any{"type": "integer", "minimum": 0}
+	success["note"] = map[string]any{"type": "string"}
 	variants := []any{
 		map[string]any{"type": "object", "additionalProperties": false, "required": required, "properties": success},
 	}

@@ -139,6 +139,9 @@ type EndpointDoc struct {
 	RequiredScopes []string `json:"required_scopes,omitempty"`
 	// Internal marks an endpoint usable only as a recipe step.
 	Internal bool `json:"internal,omitempty"`
+	// MaxResultBytes overrides the MCP door's max_result_bytes for this
+	// endpoint's tool (bytes, at least 256); 0 keeps the door's.
+	MaxResultBytes int64 `json:"max_result_bytes,omitempty"`
 	// Deprecated is the deprecation notice, or nil.
 	Deprecated *DeprecatedDoc `json:"deprecated,omitempty"`
 	// ExternalService is the upstream binding (always set after Parse).
