@@ -64,7 +64,6 @@ type oauthVerifier struct {
 	keys     *jose.JSONWebKeySet
 	keysAt   time.Time // when keys were fetched
 	keysTry  time.Time // when a fetch was last started
-	keysErr  error
 	introMem *ristretto.Cache[string, *introspected]
 }
 

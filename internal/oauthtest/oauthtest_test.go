@@ -41,7 +41,7 @@ func verify(t *testing.T, issuer, wellKnown, token string) (jose.Header, map[str
 			t.Fatalf("JWKS publishes a private key (kid %s)", k.KeyID)
 		}
 	}
-	jws, err := jose.ParseSigned(token, []jose.SignatureAlgorithm{jose.RS256, jose.ES256})
+	jws, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.RS256, jose.ES256})
 	if err != nil {
 		t.Fatalf("parse %q: %v", token, err)
 	}
