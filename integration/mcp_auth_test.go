@@ -70,3 +70,46 @@ func TestMCPAuthDiscoveryStaysOffTheLegacyAPI(t *testing.T) {
 		t.Fatalf("the legacy API saw %d requests: %+v", n, legacy.Requests())
 	}
 }
+
+// TestMCPTypeScriptBadArgumentThenPreview: the MCP TypeScript SDK's
+// client gets a bad argument back as a tool result with isError, the
+// reason and how to fix it (not a JSON-RPC error it would throw), then
+// books through the confirm-first preview: the 461 preview ran nothing,
+// the confirmation with its synthesis_id booked once.
+func TestMCPTypeScriptBadArgumentThenPreview(t *testing.T) {
+	sdk := filepath.Dir(mustTool(t, "node_modules/@modelcontextprotocol/sdk/package.json"))
+	w := startHotel(t, hotelOpts{Extra: "\t\tmcp"})
+	script := filepath.Join(repoRoot, "integration", "testdata", "mcp", "ts-preview.mjs")
+	args, err := json.Marshal(bookArgs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code := runTool(t, t.TempDir(), "node", script, sdk, w.GW.URL+"/mcp", agentA1, scopeAll, string(args))
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	type result struct {
+		IsError    bool           `json:"isError"`
+		Structured map[string]any `json:"structured"`
+		Text       string         `json:"text"`
+	}
+	var res struct {
+		Error                   string
+		Bad, Preview, Confirmed result
+	}
+	if code != 0 || json.Unmarshal([]byte(lines[len(lines)-1]), &res) != nil || res.Error != "" {
+		t.Fatalf("ts-preview.mjs (exit %d): %s\n%s", code, res.Error, out)
+	}
+	if !res.Bad.IsError || str(res.Bad.Structured, "error", "code") != "invalid-input" || !strings.Contains(res.Bad.Text, "Fix the arguments") {
+		t.Errorf("bad argument: %+v, want an isError result invalid-input saying how to fix it", res.Bad)
+	}
+	if res.Preview.IsError || str(res.Preview.Structured, "outcome") != "preview" || res.Preview.Structured["status"] != float64(461) {
+		t.Fatalf("first book-room: %+v, want the 461 preview", res.Preview)
+	}
+	if res.Confirmed.IsError || str(res.Confirmed.Structured, "outcome") != "succeeded" ||
+		str(res.Confirmed.Structured, "synthesis_id") != str(res.Preview.Structured, "synthesis_id") {
+		t.Fatalf("confirmation: %+v, want success under the previewed contract", res.Confirmed)
+	}
+	if !strings.Contains(res.Confirmed.Text, `"reservation_id"`) {
+		t.Errorf("the confirmation's text does not hold the result: %q", res.Confirmed.Text)
+	}
+	w.assertReservations(t, 1)
+}
