@@ -7,7 +7,9 @@
 #                     oidc-provider 9.13.3, the OAuth 2.1 / OpenID
 #                     authorization server of internal/oauthtest
 #                     (scripts/oauth/authserver.mjs; warns on Node < 22),
-#                     and mcp-remote 0.15.1 (the stdio bridge of MCP hosts)
+#                     mcp-remote 0.15.1 (the stdio bridge of MCP hosts), and the
+#                     agent frameworks' MCP clients (@ai-sdk/mcp, @openai/agents,
+#                     @langchain/mcp-adapters)
 #   make test         vet, unit tests (-race), every benchmark once (bench-smoke), then the integration suite
 #   make unit         unit tests only
 #   make integration  black-box suite only (builds its own Caddy binary), over the HTTP door then the native door
@@ -35,6 +37,18 @@ OIDC_PROVIDER             := .tools/.oidc-provider-$(OIDC_PROVIDER_VERSION)
 # flow integration/mcp_oauth_clients_test.go walks against the demo.
 MCP_REMOTE_VERSION        := 0.15.1
 MCP_REMOTE                := .tools/.mcp-remote-$(MCP_REMOTE_VERSION)
+# Agent frameworks' MCP clients, whose model-facing tool output
+# integration/mcp_frameworks_test.go checks (scripts under
+# integration/testdata/mcp/frameworks/): the Vercel AI SDK (@ai-sdk/mcp with
+# ai, whose tool-output conversion it uses; both want Node >= 22, so they run
+# under bun), the OpenAI Agents SDK, and LangChain's MCP adapters.
+AI_SDK_MCP_VERSION        := 2.0.99
+AI_VERSION                := 7.0.173
+OPENAI_AGENTS_VERSION     := 0.20.0
+LANGCHAIN_MCP_VERSION     := 1.1.4
+LANGCHAIN_CORE_VERSION    := 1.4.0
+LANGGRAPH_VERSION         := 1.7.3
+MCP_FRAMEWORKS            := .tools/.mcp-frameworks-$(AI_SDK_MCP_VERSION)-$(OPENAI_AGENTS_VERSION)-$(LANGCHAIN_MCP_VERSION)
 UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/... ./internal/... ./cmd/... ./scripts/... ./docs/...
 INTEGRATION_TIMEOUT ?= 20m
 
@@ -45,7 +59,7 @@ all: build
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
 
-deps: $(JSON_SERVER) $(PROMTOOL) $(REDIS_SERVER) $(MCP_CLIENTS) $(OIDC_PROVIDER) $(MCP_REMOTE)
+deps: $(JSON_SERVER) $(PROMTOOL) $(REDIS_SERVER) $(MCP_CLIENTS) $(OIDC_PROVIDER) $(MCP_REMOTE) $(MCP_FRAMEWORKS)
 
 $(REDIS_SERVER):
 	bash scripts/install-redis.sh
@@ -74,6 +88,17 @@ $(OIDC_PROVIDER): $(MCP_CLIENTS)
 $(MCP_REMOTE): $(OIDC_PROVIDER)
 	npm install --prefix .tools --no-audit --no-fund --loglevel=error mcp-remote@$(MCP_REMOTE_VERSION)
 	test -f .tools/node_modules/mcp-remote/dist/proxy.js
+	touch $@
+
+$(MCP_FRAMEWORKS): $(MCP_REMOTE)
+	npm install --prefix .tools --no-audit --no-fund --loglevel=error \
+		@ai-sdk/mcp@$(AI_SDK_MCP_VERSION) ai@$(AI_VERSION) \
+		@openai/agents@$(OPENAI_AGENTS_VERSION) \
+		@langchain/mcp-adapters@$(LANGCHAIN_MCP_VERSION) \
+		@langchain/core@$(LANGCHAIN_CORE_VERSION) @langchain/langgraph@$(LANGGRAPH_VERSION)
+	test -f .tools/node_modules/@ai-sdk/mcp/package.json
+	test -f .tools/node_modules/@openai/agents/package.json
+	test -f .tools/node_modules/@langchain/mcp-adapters/package.json
 	touch $@
 
 vet:
