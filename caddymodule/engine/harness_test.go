@@ -52,7 +52,14 @@ func testUpstream(t testing.TB) string {
 		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 		_, _ = w.Write(b)
 	})
-	srv := httptest.NewUnstartedServer(mux)
+	return serveLoopback(t, mux)
+}
+
+// serveLoopback serves h on 127.0.0.1 (never another interface) until
+// the test ends, and returns its URL.
+func serveLoopback(t testing.TB, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
@@ -170,24 +171,12 @@ func (c *OAuthConfig) setDefaults() {
 	if len(c.Algorithms) == 0 {
 		c.Algorithms = defaultOAuthAlgorithms
 	}
-	if c.ClockSkew == 0 {
-		c.ClockSkew = defaultOAuthSkew
-	}
-	if c.JWKSMaxAge == 0 {
-		c.JWKSMaxAge = defaultJWKSMaxAge
-	}
-	if c.JWKSMinRefresh == 0 {
-		c.JWKSMinRefresh = defaultJWKSMinRefresh
-	}
-	if c.IntrospectionCacheTTL == 0 {
-		c.IntrospectionCacheTTL = defaultIntrospectionTTL
-	}
-	if c.IntrospectionCacheSize == 0 {
-		c.IntrospectionCacheSize = defaultIntrospectionMax
-	}
-	if c.Timeout == 0 {
-		c.Timeout = defaultOAuthTimeout
-	}
+	c.ClockSkew = cmp.Or(c.ClockSkew, defaultOAuthSkew)
+	c.JWKSMaxAge = cmp.Or(c.JWKSMaxAge, defaultJWKSMaxAge)
+	c.JWKSMinRefresh = cmp.Or(c.JWKSMinRefresh, defaultJWKSMinRefresh)
+	c.IntrospectionCacheTTL = cmp.Or(c.IntrospectionCacheTTL, defaultIntrospectionTTL)
+	c.IntrospectionCacheSize = cmp.Or(c.IntrospectionCacheSize, defaultIntrospectionMax)
+	c.Timeout = cmp.Or(c.Timeout, defaultOAuthTimeout)
 }
 
 // validate checks the configuration after setDefaults; errors name the

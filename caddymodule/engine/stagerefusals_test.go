@@ -481,15 +481,7 @@ func srUpstream(t *testing.T) string {
 		case <-time.After(5 * time.Second):
 		}
 	})
-	srv := httptest.NewUnstartedServer(mux)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Listener = l
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv.URL
+	return serveLoopback(t, mux)
 }
 
 // srDeadUpstream is the URL of a 127.0.0.1 port nothing listens on.
