@@ -337,19 +337,24 @@ func TestOAuthTokenOverEveryDoor(t *testing.T) {
 	w := startOAuthWorld(t, oauthOpts{})
 	tok := w.token(t, cidA1, "", demoScopes...)
 
-	// RFC 9728 metadata, answered by the gateway itself.
-	for _, p := range []string{"/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"} {
-		r := w.GW.DoHTTP(t, "GET", p, nil, nil)
-		wantStatus(t, r, 200)
-		m := r.Object(t)
-		if m["resource"] != w.Resource || !slices.Contains(strSlice(m["authorization_servers"]), w.AS.Issuer()) ||
-			!slices.Equal(strSlice(m["bearer_methods_supported"]), []string{"header"}) {
-			t.Errorf("GET %s = %s", p, r.Body)
-		}
+	// RFC 9728 metadata, answered by the gateway itself, at the path
+	// its resource (the origin) forms; the /mcp form names it (§3.3: a
+	// document's resource is the identifier its URL was formed from),
+	// and the legacy API sees neither.
+	r := w.GW.DoHTTP(t, "GET", "/.well-known/oauth-protected-resource", nil, nil)
+	wantStatus(t, r, 200)
+	m := r.Object(t)
+	if m["resource"] != w.Resource || !slices.Contains(strSlice(m["authorization_servers"]), w.AS.Issuer()) ||
+		!slices.Equal(strSlice(m["bearer_methods_supported"]), []string{"header"}) {
+		t.Errorf("GET /.well-known/oauth-protected-resource = %s", r.Body)
+	}
+	r = w.GW.DoHTTP(t, "GET", "/.well-known/oauth-protected-resource/mcp", nil, nil)
+	if b := assertErrorBody(t, r, 404, "not-found"); b["resource_metadata"] != w.Resource+"/.well-known/oauth-protected-resource" {
+		t.Errorf("the /mcp form names %v, want the resource's metadata URL", b["resource_metadata"])
 	}
 
 	// The door under test: a Tier B read and a recipe booking.
-	r := w.GW.Do(t, "FETCH", "/guests/g-1", bearer(tok), nil)
+	r = w.GW.Do(t, "FETCH", "/guests/g-1", bearer(tok), nil)
 	wantStatus(t, r, 200)
 	assertAGTPHeaders(t, r)
 	wantOAuthAnswer(t, r, agentA1, "hotel-ops")

@@ -112,7 +112,7 @@ const StatusForbidden = 403
 // error="insufficient_scope".
 func insufficientScope(missing, required []Scope) *Refusal {
 	return &Refusal{Status: StatusForbidden, Reason: "insufficient-scope",
-		Explanation: fmt.Sprintf("The access token does not grant %s, which this operation requires and the agent holds: get a token with that scope.", ScopeSet(missing)),
+		Explanation: fmt.Sprintf("The access token does not grant %s, which this operation requires and the agent holds: get a token with %s.", ScopeSet(missing), map[bool]string{true: "that scope", false: "those scopes"}[len(missing) == 1]),
 		Fields:      map[string]any{"type": "insufficient-scope", "missing_scopes": scopeStrings(missing), "required_scopes": scopeStrings(required)}}
 }
 

@@ -75,6 +75,9 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 			field("negotiation_origin", x.contract.NegotiationOrigin)
 		}
 		field("node_id", x.h.nodeID)
+		if id := x.ident; id != nil && id.ClientID != "" {
+			field("oauth_client_id", id.ClientID)
+		}
 		if x.ownerID != "" {
 			field("owner_id", x.ownerID)
 		}

@@ -96,7 +96,7 @@ func buildIdentities(modes string, oauth *OAuthConfig, docs []*schema.Document, 
 		}
 	}
 	if oauth != nil && oauth.UnnamedClients != "" && id.unnamed == "" {
-		return nil, fmt.Errorf("rcns: oauth.unnamed_clients names %q, which no agent document names (by name or agent_id)", oauth.UnnamedClients)
+		return nil, fmt.Errorf("oauth.unnamed_clients names %q, which no agent document names (by name or agent_id)", oauth.UnnamedClients)
 	}
 	return id, nil
 }

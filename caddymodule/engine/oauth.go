@@ -259,7 +259,14 @@ func (v *oauthVerifier) jwt(ctx context.Context, tok string) (tokenInfo, *agtp.E
 	var std josejwt.Claims
 	var ext jwtClaims
 	if err := parsed.Claims(key.Key, &std, &ext); err != nil {
-		return tokenInfo{}, agtp.TokenInvalid.New("the access token's signature does not verify with the issuer's key " + textcut.Clip(hdr.KeyID))
+		if errors.Is(err, jose.ErrCryptoFailure) {
+			kid := "(the token names no kid)"
+			if hdr.KeyID != "" {
+				kid = textcut.Clip(hdr.KeyID)
+			}
+			return tokenInfo{}, agtp.TokenInvalid.New("the access token's signature does not verify with the issuer's key " + kid)
+		}
+		return tokenInfo{}, agtp.TokenInvalid.New("the access token's claims are malformed (RFC 7519 types: aud a string or list, exp, nbf and iat numbers): " + textcut.Clip(err.Error()))
 	}
 	if std.Issuer != v.cfg.Issuer {
 		return tokenInfo{}, agtp.TokenInvalid.New("the access token was issued by " + textcut.Clip(std.Issuer) + ", not by this gateway's issuer " + v.cfg.Issuer)

@@ -235,7 +235,7 @@ func stageIdentity(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 			return false, e
 		}
 		if x.method != "DISCOVER" {
-			return false, agtp.AgentUnauthenticated.New("this request needs an Agent-ID header")
+			return false, agtp.AgentUnauthenticated.New(h.credentialHint())
 		}
 		if !h.anonymousDiscovery() {
 			return false, agtp.AnonymousDiscoveryDisabled.WithFields("this server does not answer DISCOVER without an Agent-ID", map[string]any{"type": "anonymous-discovery-disabled"})
@@ -316,6 +316,19 @@ func stageIdentity(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 	}
 	req.caller = caller
 	return true, nil
+}
+
+// credentialHint says what an unidentified request lacks: an Agent-ID
+// header (with its mode's proof), or under identity oauth an access
+// token, or either.
+func (h *Engine) credentialHint() string {
+	switch {
+	case h.oauth == nil:
+		return "this request needs an Agent-ID header"
+	case h.Identity == IdentityOAuth:
+		return "this request needs an OAuth access token: send Authorization: Bearer <token> (identity oauth; docs/agent-guide-mcp.md)"
+	}
+	return "this request needs an OAuth access token (Authorization: Bearer <token>) or an Agent-ID header with the proof its identity mode asks for"
 }
 
 // bearerSent reports whether r carries Authorization: Bearer and

@@ -76,7 +76,7 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 					reason, msg = r, rest
 				}
 				rq.answered("", reason)
-				return d.argumentResult(t, req, reason, msg, nil, mcp.Meta{MCPMetaStatus: 400}), nil
+				return d.argumentResult(t, req, 400, reason, msg, nil, mcp.Meta{MCPMetaStatus: 400}), nil
 			}
 			return nil, jerr
 		}
@@ -401,7 +401,7 @@ func (d *Door) result(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest, targ
 		retryAfter := retryAfterSeconds(members, resp.Get("Retry-After"))
 		details := errorDetails(members)
 		if argumentReasons[b.Reason] {
-			return d.argumentResult(t, req, b.Reason, b.Explanation, details, meta), nil
+			return d.argumentResult(t, req, resp.Status, b.Reason, b.Explanation, details, meta), nil
 		}
 		isError = true
 		out = map[string]any{"outcome": "failed", "error": errorObject(resp.Status, b.Reason, b.Explanation, b.Retryable, retryAfter, details)}
@@ -423,13 +423,15 @@ func (d *Door) toolResult(req *mcp.CallToolRequest, out map[string]any, summary 
 
 // argumentResult is the tool error of a call whose arguments are wrong
 // (MCP 2025-11-25, SEP-1303: input errors are tool results with
-// isError, so the model can read and correct them): status 400, the
+// isError, so the model can read and correct them): status (the
+// engine's, or 400 for what the door refused itself, as _meta says), the
 // reason token, the explanation with the violations (details: the
 // engine's violation list, when it gave one), and how to fix it.
-func (d *Door) argumentResult(t *mcpTool, req *mcp.CallToolRequest, reason, explanation string, details map[string]any, meta mcp.Meta) *mcp.CallToolResult {
+func (d *Door) argumentResult(t *mcpTool, req *mcp.CallToolRequest, status int, reason, explanation string, details map[string]any, meta mcp.Meta) *mcp.CallToolResult {
 	fix := fmt.Sprintf("Fix the arguments to match the inputSchema of %s and call it again.", t.name)
-	out := map[string]any{"outcome": "failed", "error": errorObject(400, reason, explanation+" "+fix, false, nil, details)}
-	res, err := d.toolResult(req, out, reason+": "+sentence(explanation)+" "+fix, true, meta)
+	msg := sentence(explanation) + " " + fix
+	out := map[string]any{"outcome": "failed", "error": errorObject(status, reason, msg, false, nil, details)}
+	res, err := d.toolResult(req, out, reason+": "+msg, true, meta)
 	if err != nil {
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: reason + ": " + explanation}}}
 	}
@@ -584,7 +586,7 @@ func (d *Door) boundResult(t *mcpTool, out map[string]any) *agtp.Error {
 		return nil
 	}
 	if raw.Kind() != '[' {
-		return agtp.ResultTooLarge.Newf("its result is %d bytes, over this door's bound of %d bytes (max_result_bytes), and is not an array that could be cut: narrow the call's parameters, or read the result over the HTTP binding", len(raw), limit)
+		return agtp.ResultTooLarge.Newf("its result is %d bytes, over the bound of %d bytes (max_result_bytes), and is not an array that could be cut: narrow the call's parameters, or read the result over the HTTP binding", len(raw), limit)
 	}
 	dec := jsontext.NewDecoder(bytes.NewReader(raw))
 	if _, err := dec.ReadToken(); err != nil { // '['
@@ -609,7 +611,7 @@ func (d *Door) boundResult(t *mcpTool, out map[string]any) *agtp.Error {
 	kept = append(kept, ']')
 	out["result"] = jsontext.Value(kept)
 	out["truncated"], out["total_items"], out["returned_items"] = true, total, returned
-	out["note"] = fmt.Sprintf("The result is cut to its first %d of %d items: the whole is %d bytes, over this door's bound of %d (max_result_bytes). Narrow the call's parameters (a filter, a page or a limit, where the tool takes one) to see the rest.",
+	out["note"] = fmt.Sprintf("The result is cut to its first %d of %d items: the whole is %d bytes, over the bound of %d bytes (max_result_bytes). Narrow the call's parameters (a filter, a page or a limit, where the tool takes one) to see the rest.",
 		returned, total, len(raw), limit)
 	return nil
 }

@@ -29,6 +29,11 @@ const (
 	resourceMetadata wellKnownKind = iota + 1
 	// noAuthorizationServer: 501 no-authorization-server.
 	noAuthorizationServer
+	// metadataElsewhere: under identity oauth, a protected-resource
+	// metadata path that is not the configured resource's: 404 naming
+	// the right one (RFC 9728 §3.3: a document's resource is the
+	// identifier its URL was formed from).
+	metadataElsewhere
 )
 
 // wellKnownPaths maps each well-known path the door owns for the MCP
@@ -56,6 +61,13 @@ func wellKnownPaths(mcpPath, resourceMetadataURL string) map[string]wellKnownKin
 		p + wellKnownOpenID:        noAuthorizationServer,
 	}
 	if u, err := url.Parse(resourceMetadataURL); err == nil && u.Path != "" {
+		// Identity oauth: the gateway's one resource has its metadata
+		// at one path; the other forms answer where it is.
+		for path, kind := range out {
+			if kind == resourceMetadata {
+				out[path] = metadataElsewhere
+			}
+		}
 		out[u.Path] = resourceMetadata
 	}
 	return out
@@ -89,6 +101,11 @@ func (d *Door) ServeWellKnown(w http.ResponseWriter, r *http.Request) {
 		d.refuse(w, r, agtp.NoAuthorizationServer.WithFields(
 			"this gateway runs no OAuth authorization server: there is no client registration, authorization or token endpoint to find, here or at any path of this host. "+d.identityHint()+d.issuerHint(),
 			map[string]any{"identity_mode": d.e.Identity, "resource_metadata": d.resourceMetadataURL(r)}), nil, bodyRead)
+		return
+	}
+	if d.wellKnown[r.URL.Path] == metadataElsewhere {
+		d.refuse(w, r, agtp.NotFound.WithFields("this gateway's resource is "+d.e.OAuth.Resource+"; its protected-resource metadata is at "+d.e.ResourceMetadataURL()+" (RFC 9728 §3.3), not at this path",
+			map[string]any{"resource_metadata": d.e.ResourceMetadataURL()}), nil, bodyRead)
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {

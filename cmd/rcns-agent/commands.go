@@ -386,8 +386,15 @@ func callFlags(fs *flag.FlagSet) *callOpts {
 func (o *callOpts) send(ctx context.Context, fs *flag.FlagSet, method, target string, body []byte, stdout io.Writer) error {
 	keyPath, agent, scope, allow, idem, contract := o.keyPath, o.agent, o.scope, o.allow, o.idem, o.contract
 	timeout, caFile, certFile, certKey, plaintext, headers := o.timeout, o.caFile, o.certFile, o.certKey, o.plaintext, o.headers
-	if *agent == "" {
-		return usageErr(fs.Name() + " needs -agent-id")
+	bearer := slices.ContainsFunc(headers, func(hv string) bool {
+		name, _, _ := strings.Cut(hv, ":")
+		return strings.EqualFold(strings.TrimSpace(name), "Authorization")
+	})
+	switch {
+	case *agent == "" && *keyPath != "":
+		return usageErr(fs.Name() + " -key needs -agent-id (the signature covers it)")
+	case *agent == "" && !bearer:
+		return usageErr(fs.Name() + " needs -agent-id, or an access token (-H 'Authorization: Bearer …') under identity oauth")
 	}
 	if err := refuseEmpty(fs, "key", "idempotency-key", "contract", "scope", "cacert", "cert", "cert-key"); err != nil {
 		return err
@@ -412,7 +419,9 @@ func (o *callOpts) send(ctx context.Context, fs *flag.FlagSet, method, target st
 			name, value, _ := strings.Cut(hv, ":")
 			h.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 		}
-		h.Set("Agent-ID", *agent)
+		if *agent != "" {
+			h.Set("Agent-ID", *agent)
+		}
 		if *scope != "" {
 			h.Set("Authority-Scope", *scope)
 		}
