@@ -377,3 +377,45 @@ func TestMCPHeaderSpelling(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPDeclaredCapabilities: the door declares tools and resources and
+// serves exactly those: the three DISCOVER resources list and read as
+// the caller's DISCOVER, and the methods of undeclared capabilities are
+// -32601 method not found, not empty listings.
+func TestMCPDeclaredCapabilities(t *testing.T) {
+	_, url := mcpGateway(t)
+	s := mcpClient(t, url, map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read"})
+	ctx := context.Background()
+	init := s.InitializeResult()
+	if init.Capabilities.Tools == nil || init.Capabilities.Resources == nil || init.Capabilities.Prompts != nil || init.Capabilities.Logging != nil || init.Capabilities.Completions != nil {
+		t.Fatalf("capabilities = %+v, want tools and resources only", init.Capabilities)
+	}
+	list, err := s.ListResources(ctx, nil)
+	if err != nil || len(list.Resources) != 3 {
+		t.Fatalf("resources/list: %v %+v", err, list)
+	}
+	for _, r := range list.Resources {
+		res, err := s.ReadResource(ctx, &mcp.ReadResourceParams{URI: r.URI})
+		if err != nil || len(res.Contents) != 1 || !json.Valid([]byte(res.Contents[0].Text)) {
+			t.Fatalf("resources/read %s: %v %+v", r.URI, err, res)
+		}
+		if r.URI == "rcns://manifest" && !strings.Contains(res.Contents[0].Text, `"server_id"`) {
+			t.Errorf("the manifest resource is not the manifest: %s", res.Contents[0].Text)
+		}
+	}
+	if _, err := s.ReadResource(ctx, &mcp.ReadResourceParams{URI: "rcns://nope"}); err == nil {
+		t.Error("reading an unknown resource succeeded")
+	}
+	hdr := map[string]string{"Agent-ID": benchAgent}
+	for _, m := range []string{"prompts/list", "completion/complete", "logging/setLevel", "resources/subscribe"} {
+		status, _, body := mcpPost(t, url, `{"jsonrpc":"2.0","id":3,"method":"`+m+`","params":{"level":"info","uri":"rcns://manifest"}}`, hdr)
+		var msg struct {
+			Error *struct {
+				Code int `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(body), &msg); status != 200 || err != nil || msg.Error == nil || msg.Error.Code != -32601 {
+			t.Errorf("%s: %d %s, want JSON-RPC -32601", m, status, body)
+		}
+	}
+}

@@ -448,7 +448,7 @@ func (d *Door) newServer(tools []*mcpTool) *mcp.Server {
 	s := mcp.NewServer(d.impl, &mcp.ServerOptions{
 		Logger:       d.log,
 		PageSize:     d.cfg.PageSize,
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
 		Instructions: d.instructions(),
 		// A listing depends on the caller's grant: private, and stale
 		// at once (a reload may change it).
@@ -459,6 +459,8 @@ func (d *Door) newServer(tools []*mcpTool) *mcp.Server {
 	for _, t := range tools {
 		s.AddTool(t.def, d.handler(t))
 	}
+	d.addResources(s)
+	s.AddReceivingMiddleware(declaredOnly)
 	return s
 }
 

@@ -1,0 +1,99 @@
+package mcpdoor
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The door's read-only MCP resources (docs/agent-guide-mcp.md
+// "Resources"): the gateway's DISCOVER views an agent reads rather than
+// calls, each answered by the engine as the caller's DISCOVER of it,
+// with the caller's identity and grants; the manifest as the anonymous
+// DISCOVER / (an identified one answers the built-ins' directory). A host can attach them to a
+// conversation as context (the manifest, what the agent may call, what
+// contracts it holds) without spending a tool call.
+var mcpResources = []struct {
+	uri, path, name, title, description string
+	anonymous                           bool
+}{
+	{"rcns://manifest", "/", "manifest", "AGTP manifest",
+		"The gateway's AGTP manifest (DISCOVER /): its server id, methods, endpoints, policies and record keys.", true},
+	{"rcns://contracts", "/contracts", "contracts", "Your contracts",
+		"The contracts the gateway synthesized for your agent (DISCOVER /contracts): each synthesis_id, its pair, state and expiry.", false},
+	{"rcns://patterns", "/patterns", "patterns", "Recipe patterns",
+		"The (method, path) patterns the gateway's recipes can synthesize a contract for (DISCOVER /patterns), and the scopes each needs.", false},
+}
+
+// undeclared are the methods of capabilities the door does not declare
+// (tools and resources only): the SDK would answer their listings with
+// empty lists, telling a client the capability exists.
+var undeclared = map[string]bool{
+	"prompts/list": true, "prompts/get": true, "completion/complete": true, "logging/setLevel": true,
+	"resources/subscribe": true, "resources/unsubscribe": true,
+}
+
+// declaredOnly answers a method of an undeclared capability with
+// JSON-RPC -32601 method not found (MCP lifecycle: a server serves what
+// its capabilities declare, and nothing else).
+func declaredOnly(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if undeclared[method] {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: method + ": this server declares the tools and resources capabilities only"}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// addResources registers the door's resources on s.
+func (d *Door) addResources(s *mcp.Server) {
+	for _, r := range mcpResources {
+		path, anonymous := r.path, r.anonymous
+		s.AddResource(&mcp.Resource{URI: r.uri, Name: r.name, Title: r.title, Description: r.description, MIMEType: "application/json"},
+			func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+				return d.readResource(ctx, req.Params.URI, path, anonymous)
+			})
+	}
+}
+
+// readResource answers resources/read of uri: the engine's DISCOVER of
+// path as the caller (anonymous: as no one), its body the resource's
+// JSON text. A refusal is a JSON-RPC error naming the AGTP reason.
+func (d *Door) readResource(ctx context.Context, uri, path string, anonymous bool) (*mcp.ReadResourceResult, error) {
+	rq, _ := ctx.Value(mcpRequestKey{}).(*mcpRequest)
+	if rq == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the read did not come through the MCP door"}
+	}
+	hd := http.Header{"Agent-Id": {rq.ident.AgentID}}
+	for _, k := range forwarded {
+		if v, ok := rq.header[k]; ok {
+			hd[k] = v
+		}
+	}
+	u, _ := url.ParseRequestURI(path)
+	in := &agtp.Request{Binding: agtp.BindingMCP, Method: "DISCOVER", Target: path, URL: u, Host: rq.host, Header: hd,
+		TLS: rq.tls, Loopback: rq.loopback, Context: ctx, Verified: rq.ident}
+	if anonymous {
+		delete(hd, "Agent-Id")
+		in.Verified = nil
+	}
+	resp := d.serveWithin(in)
+	if resp == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: agtp.CallTimeout.Token + ": the read did not finish within " + agtp.FormatDuration(d.timeout())}
+	}
+	rq.answered(resp.RequestID, resp.Reason)
+	if resp.Status != http.StatusOK {
+		var b struct {
+			Reason      string `json:"reason"`
+			Explanation string `json:"explanation"`
+		}
+		_ = jsonv2.Unmarshal(resp.Body, &b)
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: b.Reason + ": " + b.Explanation}
+	}
+	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "application/json", Text: string(resp.Body)}}}, nil
+}
