@@ -403,14 +403,26 @@ func TestOAuthTokenOverEveryDoor(t *testing.T) {
 		t.Fatalf("no negotiation records in %s", w.RecDir)
 	}
 	bindings := map[string]bool{}
+	versions := 0
 	for _, rec := range recs {
+		if rec["kind"] == "protocol-version" {
+			// The MCP client's initialize: the version it asked for and
+			// the one the door answered with (seed 003).
+			versions++
+			if rec["binding"] != "mcp" || rec["outcome"] != "accepted" || str(rec, "requested", "protocol_version") == "" || str(rec, "granted", "protocol_version") == "" {
+				t.Errorf("protocol-version record %v", rec)
+			}
+		}
 		if rec["agent_id"] != agentA1 || rec["identity_assurance"] != "oauth" ||
 			rec["identity_issuer"] != w.AS.Issuer() || rec["oauth_client_id"] != cidA1 {
 			t.Errorf("negotiation record %v: want agent %s, identity_assurance oauth, issuer %s, client %s", rec, agentA1, w.AS.Issuer(), cidA1)
 		}
 		bindings[str(rec, "binding")] = true
 	}
-	t.Logf("%d negotiation records, bindings %v", len(recs), bindings)
+	t.Logf("%d negotiation records (%d protocol-version), bindings %v", len(recs), versions, bindings)
+	if versions == 0 {
+		t.Error("the MCP client's initialize left no protocol-version negotiation record")
+	}
 	if len(recs) < 2 || !bindings["mcp"] || !bindings[suiteDoor] {
 		t.Errorf("want a negotiation record from the MCP door and one from the %s door; bindings %v", suiteDoor, bindings)
 	}
@@ -767,5 +779,23 @@ func TestOAuthIdentityList(t *testing.T) {
 	wantStatus(t, r, 200)
 	if !strings.Contains(string(r.Body), "fetch_guest") {
 		t.Errorf("tools/list with the token lacks fetch_guest: %s", r.Body)
+	}
+
+	// An initialize asking for a version the door does not speak is
+	// answered with another: the downgrade is a negotiation record.
+	init := `{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2099-01-01","capabilities":{},"clientInfo":{"name":"it","version":"1"}}}`
+	r = mcpRaw(t, w.GW, "/mcp", init, map[string]string{"Authorization": "Bearer " + tok})
+	wantStatus(t, r, 200)
+	var got string
+	for _, rec := range w.negotiations(t) {
+		if rec["kind"] == "protocol-version" && str(rec, "requested", "protocol_version") == "2099-01-01" {
+			got = str(rec, "granted", "protocol_version")
+			if rec["outcome"] != "accepted" || got == "" || got == "2099-01-01" || !strings.Contains(string(r.Body), got) {
+				t.Errorf("downgrade record %v for answer %s", rec, r.Body)
+			}
+		}
+	}
+	if got == "" {
+		t.Errorf("the downgraded initialize left no protocol-version record; answer %s", r.Body)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
@@ -482,4 +483,33 @@ func openChains(path string) (*records.Chains, error) {
 	return records.NewChains(records.ChainsOptions{Path: path, ValidKey: func(k string) bool {
 		return k == "" || policy.ValidAgentID(k)
 	}})
+}
+
+// RecordProtocolVersion appends a protocol-version negotiation record
+// (records.KindProtocolVersion, seed 003) for the verified caller of in
+// (a door's request carrying Verified; nothing is recorded without
+// one): requested is the version the client asked for ("" when it named
+// none), granted the one the door answers with ("" when it refused the
+// request). An accepted record whose granted version differs from the
+// requested one is a downgrade. Failures are logged.
+func (h *Engine) RecordProtocolVersion(in *agtp.Request, method, requested, granted string) {
+	if in.Verified == nil || in.Verified.AgentID == "" {
+		return
+	}
+	x := h.newExchange(in)
+	x.agentID, x.agentIDValid, x.ident, x.method = in.Verified.AgentID, true, in.Verified, method
+	req := map[string]any{"protocol_version": nilIfEmpty(requested), "method": method}
+	if granted == "" {
+		h.negotiationRecord(x, records.KindProtocolVersion, records.OutcomeRefused, "protocol-version-unsupported", req, nil)
+		return
+	}
+	h.negotiationRecord(x, records.KindProtocolVersion, records.OutcomeAccepted, "", req, map[string]any{"protocol_version": granted})
+}
+
+// nilIfEmpty is s, or nil (JSON null) when empty.
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }

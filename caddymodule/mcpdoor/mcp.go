@@ -460,7 +460,7 @@ func (d *Door) newServer(tools []*mcpTool) *mcp.Server {
 		s.AddTool(t.def, d.handler(t))
 	}
 	d.addResources(s)
-	s.AddReceivingMiddleware(declaredOnly)
+	s.AddReceivingMiddleware(declaredOnly, d.recordVersion)
 	return s
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"slices"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	jsonv2 "github.com/go-json-experiment/json"
@@ -96,4 +97,44 @@ func (d *Door) readResource(ctx context.Context, uri, path string, anonymous boo
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: b.Reason + ": " + b.Explanation}
 	}
 	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "application/json", Text: string(resp.Body)}}}, nil
+}
+
+// recordVersion records each protocol version negotiation in the
+// caller's negotiation log (engine.RecordProtocolVersion, seed 003): an
+// initialize (the version the client asked for, the one the SDK answered
+// with: a 2026-07-28 or unknown request answered with 2025-11-25 is a
+// visible downgrade) and a 2026-07-28 server/discover (the version in
+// its _meta, granted when the discovery succeeded). Other requests of a
+// stateless client are not negotiations and are not recorded.
+func (d *Door) recordVersion(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		if method != "initialize" && method != "server/discover" {
+			return res, err
+		}
+		rq, _ := ctx.Value(mcpRequestKey{}).(*mcpRequest)
+		if rq == nil {
+			return res, err
+		}
+		requested, granted := "", ""
+		switch p := req.GetParams().(type) {
+		case *mcp.InitializeParams:
+			if p != nil {
+				requested = p.ProtocolVersion
+			}
+			if r, ok := res.(*mcp.InitializeResult); ok && err == nil && r != nil {
+				granted = r.ProtocolVersion
+			}
+		case *mcp.DiscoverParams:
+			if p != nil {
+				requested, _ = p.Meta[mcp.MetaKeyProtocolVersion].(string)
+			}
+			if r, ok := res.(*mcp.DiscoverResult); ok && err == nil && r != nil && slices.Contains(r.SupportedVersions, requested) {
+				granted = requested
+			}
+		}
+		d.e.RecordProtocolVersion(&agtp.Request{Binding: agtp.BindingMCP, Method: http.MethodPost, Target: d.cfg.Path, Host: rq.host,
+			Header: rq.header, TLS: rq.tls, Loopback: rq.loopback, Context: ctx, Verified: rq.ident}, method, requested, granted)
+		return res, err
+	}
 }

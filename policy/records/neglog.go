@@ -50,7 +50,7 @@ const DefaultMaxFileBytes int64 = 64 << 20
 
 // Negotiation record kinds (ARCHITECTURE.md "Records"): a gate
 // evaluation (including 429), a PROPOSE turn, a contract release
-// (SUSPEND or sweep), a REVOKE.
+// (SUSPEND or sweep), a REVOKE, a protocol version negotiation.
 const (
 	// KindGate records a four-lock gate evaluation, 429 included (RCNS §11).
 	KindGate = "gate"
@@ -61,6 +61,12 @@ const (
 	KindRelease = "release"
 	// KindRevoke records a REVOKE target=contract (RCNS §14.4).
 	KindRevoke = "revoke"
+	// KindProtocolVersion records a door's protocol version negotiation
+	// (the MCP door's initialize and server/discover, seed 003):
+	// requested and granted carry protocol_version; an accepted record
+	// whose granted version differs from the requested one is a
+	// downgrade.
+	KindProtocolVersion = "protocol-version"
 )
 
 // Negotiation record outcomes (seed 003 §A.3): a downgrade is an
@@ -442,9 +448,9 @@ func checkRecord(agentID string, rec map[string]any) (map[string]any, error) {
 	}
 	kind, _ := rec["kind"].(string)
 	switch kind {
-	case KindGate, KindPropose, KindRelease, KindRevoke:
+	case KindGate, KindPropose, KindRelease, KindRevoke, KindProtocolVersion:
 	default:
-		return nil, fmt.Errorf("%w: kind %v, want gate, propose, release or revoke", ErrInvalidRecord, rec["kind"])
+		return nil, fmt.Errorf("%w: kind %v, want gate, propose, release, revoke or protocol-version", ErrInvalidRecord, rec["kind"])
 	}
 	outcome, _ := rec["outcome"].(string)
 	if outcome != OutcomeAccepted && outcome != OutcomeRefused {
