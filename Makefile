@@ -9,7 +9,8 @@
 #                     (scripts/oauth/authserver.mjs; warns on Node < 22),
 #                     mcp-remote 0.15.1 (the stdio bridge of MCP hosts), and the
 #                     agent frameworks' MCP clients (@ai-sdk/mcp, @openai/agents,
-#                     @langchain/mcp-adapters)
+#                     @langchain/mcp-adapters), and the newest conformance suite
+#                     (0.2.0-alpha.12, into .tools/conformance-next/)
 #   make test         vet, unit tests (-race), every benchmark once (bench-smoke), then the integration suite
 #   make unit         unit tests only
 #   make integration  black-box suite only (builds its own Caddy binary), over the HTTP door then the native door
@@ -29,6 +30,13 @@ MCP_CONFORMANCE_VERSION   := 0.1.16
 BUN_VERSION               := 1.4.5
 MCP_INSPECTOR_CLI_VERSION := 1.0.3
 MCP_CLIENTS               := .tools/.mcp-clients-$(MCP_CONFORMANCE_VERSION)-$(BUN_VERSION)-$(MCP_INSPECTOR_CLI_VERSION)
+# The newest conformance suite (npm tag latest still names 0.1.16), held
+# to its 2026-07-28 requirement set beside the pinned one
+# (TestMCPConformanceNext). It goes into its own prefix,
+# .tools/conformance-next/, so that its dependencies resolve on their
+# own and installing it rewrites none of .tools/node_modules.
+MCP_CONFORMANCE_NEXT_VERSION := 0.2.0-alpha.12
+MCP_CONFORMANCE_NEXT         := .tools/.mcp-conformance-next-$(MCP_CONFORMANCE_NEXT_VERSION)
 # The authorization server the OAuth tests run (internal/oauthtest starts
 # scripts/oauth/authserver.mjs, which imports it).
 OIDC_PROVIDER_VERSION     := 9.13.3
@@ -59,7 +67,7 @@ all: build
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
 
-deps: $(JSON_SERVER) $(PROMTOOL) $(REDIS_SERVER) $(MCP_CLIENTS) $(OIDC_PROVIDER) $(MCP_REMOTE) $(MCP_FRAMEWORKS)
+deps: $(JSON_SERVER) $(PROMTOOL) $(REDIS_SERVER) $(MCP_CLIENTS) $(OIDC_PROVIDER) $(MCP_REMOTE) $(MCP_FRAMEWORKS) $(MCP_CONFORMANCE_NEXT)
 
 $(REDIS_SERVER):
 	bash scripts/install-redis.sh
@@ -99,6 +107,14 @@ $(MCP_FRAMEWORKS): $(MCP_REMOTE)
 	test -f .tools/node_modules/@ai-sdk/mcp/package.json
 	test -f .tools/node_modules/@openai/agents/package.json
 	test -f .tools/node_modules/@langchain/mcp-adapters/package.json
+	touch $@
+
+# Run by the bun of $(MCP_CLIENTS).
+$(MCP_CONFORMANCE_NEXT): $(MCP_CLIENTS)
+	mkdir -p .tools/conformance-next
+	npm install --prefix .tools/conformance-next --no-audit --no-fund --loglevel=error \
+		@modelcontextprotocol/conformance@$(MCP_CONFORMANCE_NEXT_VERSION)
+	.tools/node_modules/.bin/bun .tools/conformance-next/node_modules/@modelcontextprotocol/conformance/dist/index.js --version
 	touch $@
 
 vet:
