@@ -52,13 +52,13 @@ var notRunNext = map[string]string{
 	"input-required-result-request-state":           "calls the suite's tool test_input_required_result_request_state (input_required is not implemented yet either: issue 30)",
 	"input-required-result-multiple-input-requests": "calls the suite's tool test_input_required_result_multiple_inputs (input_required is not implemented yet either: issue 30)",
 	"input-required-result-multi-round":             "calls the suite's tool test_input_required_result_multi_round (input_required is not implemented yet either: issue 30)",
-	"input-required-result-missing-input-response":  "calls the suite's tool test_input_required_result_elicitation (input_required is not implemented yet either: issue 30)",
+	"input-required-result-missing-input-response":  "calls the suite's tool test_input_required_result_elicitation; it passes against the door only because the door's unknown-tool error is among the answers it accepts (input_required is not implemented yet: issue 30)",
 	"input-required-result-non-tool-request":        "gets the suite's prompt test_input_required_result_prompt (the door has no prompts; input_required is not implemented yet either: issue 30)",
 	"input-required-result-result-type":             "calls the suite's tool test_input_required_result_elicitation (input_required is not implemented yet either: issue 30)",
 	"input-required-result-tampered-state":          "calls the suite's tool test_input_required_result_tampered_state (input_required is not implemented yet either: issue 30)",
 	"input-required-result-capability-check":        "calls the suite's tool test_input_required_result_capabilities (input_required is not implemented yet either: issue 30)",
-	"input-required-result-ignore-extra-params":     "calls the suite's tool test_input_required_result_elicitation (input_required is not implemented yet either: issue 30)",
-	"input-required-result-validate-input":          "calls the suite's tool test_input_required_result_elicitation (input_required is not implemented yet either: issue 30)",
+	"input-required-result-ignore-extra-params":     "calls the suite's tool test_input_required_result_elicitation; it passes against the door only because the door's unknown-tool error is among the answers it accepts (input_required is not implemented yet: issue 30)",
+	"input-required-result-validate-input":          "calls the suite's tool test_input_required_result_elicitation; it passes against the door only because the door's unknown-tool error is among the answers it accepts (input_required is not implemented yet: issue 30)",
 	// The tasks extension (SEP-2663), run unscored by the requirement
 	// set: the door does not implement tasks yet (issue 30), and these
 	// scenarios drive tasks only through the suite's task tools.
