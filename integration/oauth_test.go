@@ -371,7 +371,11 @@ func TestOAuthTokenOverEveryDoor(t *testing.T) {
 	mr := c.call(t, "fetch_guest", map[string]any{"guest_id": demoGuest}, nil)
 	mr.wantSuccess(t, 200)
 	mr.wantRecord(t)
-	// The MCP door echoes no Agent-ID field; the record names the agent.
+	// The MCP answer names the agent the token named, as the other doors
+	// do, and so does its record.
+	if got := mr.header.Get("Agent-ID"); got != agentA1 {
+		t.Errorf("MCP answer Agent-ID = %q, want %s (the token's agent)", got, agentA1)
+	}
 	rec := attribution(t, &Resp{Header: mr.header})
 	if rec["agent_id"] != agentA1 || rec["owner_id"] != "hotel-ops" {
 		t.Errorf("MCP Attribution-Record = %v, want agent %s, owner hotel-ops", rec, agentA1)

@@ -152,7 +152,10 @@ const cfg = {
 process.stdout.write(JSON.stringify(cfg, null, 2));
 ' >"$WORK/oauth/config.json"
 	CADDYFILE="$WORK/Caddyfile"
+	# signature_authorities applies to identity signature only (under
+	# oauth it would log "has no effect"): left out of this copy.
 	awk -v issuer="$ISSUER" -v resource="$GW_ORIGIN" -v unnamed="$OAUTH_UNNAMED" '
+		/^[ \t]*signature_authorities / { next }
 		{ print }
 		/^[ \t]*identity \{\$RCNS_IDENTITY:header\}/ {
 			print "\t\t# make demo, RCNS_DEMO_IDENTITY=oauth: bearer tokens from the run'"'"'s authorization server."

@@ -281,6 +281,7 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	if owner := cmp.Or(rq.ident.OwnerID, rq.agent.OwnerID); owner != "" {
 		hd["Owner-ID"] = []string{owner}
 	}
+	hd["Agent-ID"] = []string{rq.agent.ID} // as the other doors echo it; under identity oauth the token named it
 	hd["Trust-Tier"] = []string{strconv.Itoa(int(rq.agent.TrustTier))}
 	hd["Verification-Path"] = []string{engine.VerificationPath(rq.ident.VerificationPath)}
 	r.Body = io.NopCloser(bytes.NewReader(body))
