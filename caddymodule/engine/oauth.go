@@ -51,6 +51,8 @@ type oauthVerifier struct {
 	h      *Engine
 	cfg    *OAuthConfig
 	client *http.Client
+	// metadataURL is ResourceMetadataURL, computed once.
+	metadataURL string
 	algs   []jose.SignatureAlgorithm
 	now    func() time.Time
 	log    *zap.Logger
@@ -79,7 +81,7 @@ func newOAuthVerifier(h *Engine, cfg *OAuthConfig, log *zap.Logger) (*oauthVerif
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	v := &oauthVerifier{h: h, cfg: cfg, log: log, now: time.Now,
+	v := &oauthVerifier{h: h, cfg: cfg, log: log, now: time.Now, metadataURL: metadataURL(cfg.Resource),
 		client: &http.Client{Timeout: time.Duration(cfg.Timeout),
 			// The issuer's documents are read where they are; a redirect
 			// could lead the gateway anywhere.
@@ -596,7 +598,13 @@ func (h *Engine) ResourceMetadataURL() string {
 	if h.oauth == nil {
 		return ""
 	}
-	u, err := url.Parse(h.OAuth.Resource)
+	return h.oauth.metadataURL
+}
+
+// metadataURL is the RFC 9728 §3.1 metadata URL of resource ("" when
+// it does not parse; validate refused that).
+func metadataURL(resource string) string {
+	u, err := url.Parse(resource)
 	if err != nil {
 		return ""
 	}

@@ -51,6 +51,12 @@ type Door struct {
 	cfg *Config
 	// tools are the served tools, sorted by name.
 	tools []*mcpTool
+	// oauth: the engine runs identity oauth (a bearer token may name
+	// the agent; 401s carry the engine's Bearer challenge).
+	oauth bool
+	// modes are cfg.Identity's modes (nil: the handler's list, not
+	// narrowed), parsed once.
+	modes []string
 	// testAgent is the Agent-ID of cfg.TestAgent ("" without it).
 	testAgent string
 	origins   map[string]bool
@@ -75,7 +81,11 @@ func New(e *engine.Engine, cfg *Config) (*Door, error) {
 	if err := cfg.Validate(e.Identity); err != nil {
 		return nil, err
 	}
-	d := &Door{e: e, cfg: cfg, origins: map[string]bool{}, wellKnown: wellKnownPaths(cfg.Path, e.ResourceMetadataURL()), shared: map[string]*mcp.Server{}}
+	d := &Door{e: e, cfg: cfg, origins: map[string]bool{}, wellKnown: wellKnownPaths(cfg.Path, e.ResourceMetadataURL()), shared: map[string]*mcp.Server{},
+		oauth: engine.HasIdentityMode(e.Identity, engine.IdentityOAuth)}
+	if cfg.Identity != "" {
+		d.modes, _ = engine.ParseIdentityModes(cfg.Identity) // checked by Validate
+	}
 	for _, o := range cfg.AllowedOrigins {
 		d.origins[o] = true
 	}
@@ -333,8 +343,7 @@ func (d *Door) identify(r *http.Request, body []byte, loopback bool) (*mcpReques
 	} else if d.testAgent != "" && loopback && len(r.Header["Authorization"]) == 0 {
 		agentID = d.testAgent
 	}
-	oauth := engine.HasIdentityMode(e.Identity, engine.IdentityOAuth)
-	if agentID == "" && !oauth {
+	if agentID == "" && !d.oauth {
 		return nil, agtp.AgentUnauthenticated.New("an MCP request needs an Agent-ID header (with the proof the identity mode asks for) on every HTTP request")
 	}
 	if agentID != "" && !policy.ValidAgentID(agentID) {
@@ -348,7 +357,7 @@ func (d *Door) identify(r *http.Request, body []byte, loopback bool) (*mcpReques
 	if err != nil {
 		return nil, err
 	}
-	if d.cfg.Identity != "" && !engine.HasIdentityMode(d.cfg.Identity, id.VerificationPath) {
+	if d.modes != nil && !slices.Contains(d.modes, id.VerificationPath) {
 		return nil, agtp.IdentityModeRefused.Newf("the MCP door accepts identity %s only, not %s (the gateway's other doors take it)", d.cfg.Identity, id.VerificationPath)
 	}
 	caller, ref := policy.ResolveCaller(e.AgentRegistry(), id.AgentID, "", "", false)
@@ -403,7 +412,7 @@ func (d *Door) refuseAs(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 		how.Agent = rq.agent
 	}
 	resp := d.e.Refuse(in, e, how)
-	if resp.Status == http.StatusUnauthorized && d.e.ResourceMetadataURL() == "" { // identity oauth: the engine's Bearer challenge
+	if resp.Status == http.StatusUnauthorized && !d.oauth { // identity oauth: the engine's Bearer challenge
 		// RFC 9110 §11.6.1: a 401 carries a challenge (challenge says
 		// which and why). Spelled as RFC 9110 spells it.
 		w.Header()["WWW-Authenticate"] = []string{d.challenge(r)}
@@ -596,8 +605,8 @@ func preflight(w http.ResponseWriter, r *http.Request, methods, headers, maxAge 
 // messages and batches (each call then meets the engine's own check),
 // and for tools the agent was never granted (the call's 455 tells).
 func (d *Door) stepUp(rq *mcpRequest, body []byte) *agtp.Error {
-	if !rq.ident.Bounded {
-		return nil
+	if !rq.ident.Bounded || !bytes.Contains(body, []byte("tools/call")) {
+		return nil // no token bounds the grants, or no call: no second decode
 	}
 	var msg struct {
 		Method string `json:"method"`

@@ -177,7 +177,7 @@ func origin(r *http.Request) string {
 // itself to the MCP endpoint in the engine's identity mode.
 func (d *Door) identityHint() string {
 	switch {
-	case engine.HasIdentityMode(d.e.Identity, engine.IdentityOAuth):
+	case d.oauth:
 		return "Identify your agent with an OAuth access token from the authorization server the protected-resource metadata names (Authorization: Bearer), issued to a client registered for your agent and for this gateway's resource; see docs/agent-guide-mcp.md."
 	case d.e.Identity == engine.IdentitySignature:
 		return "Identify your agent by signing every HTTP request to the MCP endpoint (RFC 9421, identity mode signature) with the key registered for its Agent-ID, covering @method, @path, @authority, agent-id, content-type and content-digest; see docs/agent-guide-mcp.md."
