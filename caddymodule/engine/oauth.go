@@ -188,18 +188,41 @@ func (v *oauthVerifier) token(ctx context.Context, tok string) (tokenInfo, *agtp
 	if strings.Count(tok, ".") != 2 {
 		return v.introspect(ctx, tok)
 	}
-	sum := sha256.Sum256([]byte(tok))
-	key := "jwt:" + string(sum[:])
+	key := tokenKey("jwt:", tok)
 	if c, ok := v.introMem.Get(key); ok && v.keyKept(c.info.kid, c.info.alg) {
-		if e := v.lifetime(c.info.exp.IsZero(), c.info.exp, nil, nil); e != nil {
-			return tokenInfo{}, e
-		}
-		return c.info, nil
+		return v.fromCache(c)
 	}
 	info, e := v.jwt(ctx, tok)
 	if e != nil {
 		return info, e
 	}
+	v.remember(key, info)
+	return info, nil
+}
+
+// tokenKey is the cache key of tok: its SHA-256 under prefix (the
+// token itself is never kept).
+func tokenKey(prefix, tok string) string {
+	sum := sha256.Sum256([]byte(tok))
+	return prefix + string(sum[:])
+}
+
+// fromCache answers a token from its cached verdict: inactive, or its
+// info with the lifetime checked again (a cached token may have
+// expired since).
+func (v *oauthVerifier) fromCache(c *introspected) (tokenInfo, *agtp.Error) {
+	if !c.active {
+		return tokenInfo{}, agtp.TokenInactive.New("the authorization server reports the access token inactive (revoked, expired or unknown)")
+	}
+	if e := v.lifetime(c.info.exp.IsZero(), c.info.exp, nil, nil); e != nil {
+		return tokenInfo{}, e
+	}
+	return c.info, nil
+}
+
+// remember caches a verified token's info under key for
+// IntrospectionCacheTTL at most and never past its exp.
+func (v *oauthVerifier) remember(key string, info tokenInfo) {
 	ttl := time.Duration(v.cfg.IntrospectionCacheTTL)
 	if !info.exp.IsZero() {
 		ttl = min(ttl, info.exp.Sub(v.now()))
@@ -207,7 +230,6 @@ func (v *oauthVerifier) token(ctx context.Context, tok string) (tokenInfo, *agtp
 	if ttl > 0 {
 		v.introMem.SetWithTTL(key, &introspected{active: true, info: info}, 1, ttl)
 	}
-	return info, nil
 }
 
 // keyKept reports whether the key set last fetched still holds key kid
@@ -511,16 +533,9 @@ type introspectionAnswer struct {
 // never past the token's exp; the cache is keyed by the token's
 // SHA-256, never the token.
 func (v *oauthVerifier) introspect(ctx context.Context, tok string) (tokenInfo, *agtp.Error) {
-	sum := sha256.Sum256([]byte(tok))
-	key := string(sum[:])
+	key := tokenKey("", tok)
 	if c, ok := v.introMem.Get(key); ok {
-		if !c.active {
-			return tokenInfo{}, agtp.TokenInactive.New("the authorization server reports the access token inactive (revoked, expired or unknown)")
-		}
-		if e := v.lifetime(c.info.exp.IsZero(), c.info.exp, nil, nil); e != nil {
-			return tokenInfo{}, e
-		}
-		return c.info, nil
+		return v.fromCache(c)
 	}
 	endpoint := v.cfg.IntrospectionEndpoint
 	if endpoint == "" {
@@ -545,11 +560,10 @@ func (v *oauthVerifier) introspect(ctx context.Context, tok string) (tokenInfo, 
 	if err := v.do(req, &a); err != nil {
 		return tokenInfo{}, v.unavailable("the token could not be introspected", err)
 	}
-	now := v.now()
-	ttl := time.Duration(v.cfg.IntrospectionCacheTTL)
 	if !a.Active {
-		v.introMem.SetWithTTL(key, &introspected{}, 1, ttl)
-		return tokenInfo{}, agtp.TokenInactive.New("the authorization server reports the access token inactive (revoked, expired or unknown)")
+		c := &introspected{}
+		v.introMem.SetWithTTL(key, c, 1, time.Duration(v.cfg.IntrospectionCacheTTL))
+		return v.fromCache(c)
 	}
 	var aud []string
 	if len(a.Aud) > 0 {
@@ -581,12 +595,7 @@ func (v *oauthVerifier) introspect(ctx context.Context, tok string) (tokenInfo, 
 	if e := v.lifetime(a.Exp == nil, info.exp, nbf, iat); e != nil {
 		return tokenInfo{}, e
 	}
-	if !info.exp.IsZero() {
-		ttl = min(ttl, info.exp.Sub(now))
-	}
-	if ttl > 0 {
-		v.introMem.SetWithTTL(key, &introspected{active: true, info: info}, 1, ttl)
-	}
+	v.remember(key, info)
 	return info, nil
 }
 
