@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -121,12 +122,7 @@ func (d *Door) engineRequest(ctx context.Context, rq *mcpRequest, t *mcpTool, re
 			return nil, false, invalidParams("invalid-input: %s", f.Explanation)
 		}
 	}
-	hd := http.Header{"Agent-Id": {rq.ident.AgentID}}
-	for _, k := range forwarded {
-		if v, ok := rq.header[k]; ok {
-			hd[k] = v
-		}
-	}
+	hd := rq.engineHeader()
 	key, keyed, jerr := idempotencyKey(rq.header, req.Params.Meta)
 	if jerr != nil {
 		return nil, false, jerr
@@ -192,8 +188,7 @@ func (d *Door) engineRequest(ctx context.Context, rq *mcpRequest, t *mcpTool, re
 	if err != nil {
 		return nil, false, invalidParams("the path %q is not an origin-form target: %v", textcut.Clip(target), err)
 	}
-	in := &agtp.Request{Binding: agtp.BindingMCP, Method: t.method, Target: target, URL: u, Host: rq.host, Header: hd,
-		TLS: rq.tls, Loopback: rq.loopback, Context: ctx, Verified: rq.ident}
+	in := rq.agtpRequest(ctx, t.method, target, u, hd)
 	if len(args) > 0 {
 		body, err := jsonv2.Marshal(map[string]any{"parameters": args}, jsonv2.Deterministic(true))
 		if err != nil {
@@ -203,6 +198,26 @@ func (d *Door) engineRequest(ctx context.Context, rq *mcpRequest, t *mcpTool, re
 		in.Body, in.ContentLength = bytes.NewReader(body), int64(len(body))
 	}
 	return in, keyed, nil
+}
+
+// engineHeader is the header of an engine request made for rq: the
+// verified Agent-ID and the forwarded AGTP fields of its HTTP request.
+func (rq *mcpRequest) engineHeader() http.Header {
+	hd := http.Header{"Agent-Id": {rq.ident.AgentID}}
+	for _, k := range forwarded {
+		if v, ok := rq.header[k]; ok {
+			hd[k] = v
+		}
+	}
+	return hd
+}
+
+// agtpRequest is the agtp.Request the door hands the engine for rq:
+// method and target (u parsed), header hd, the caller's transport and
+// its verified identity.
+func (rq *mcpRequest) agtpRequest(ctx context.Context, method, target string, u *url.URL, hd http.Header) *agtp.Request {
+	return &agtp.Request{Binding: agtp.BindingMCP, Method: method, Target: target, URL: u, Host: rq.host, Header: hd,
+		TLS: rq.tls, Loopback: rq.loopback, Context: ctx, Verified: rq.ident}
 }
 
 // segmentValue is a path parameter's argument as one path segment's

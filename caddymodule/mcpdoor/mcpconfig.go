@@ -3,10 +3,11 @@ package mcpdoor
 import (
 	"errors"
 	"fmt"
-	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"net/url"
 	"path"
 	"strings"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 
 	"github.com/caddy-rcns/caddy-rcns/policy"
 )

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"net/url"
 	"path"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"

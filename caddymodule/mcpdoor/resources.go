@@ -70,17 +70,10 @@ func (d *Door) readResource(ctx context.Context, uri, path string, anonymous boo
 	if rq == nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the read did not come through the MCP door"}
 	}
-	hd := http.Header{"Agent-Id": {rq.ident.AgentID}}
-	for _, k := range forwarded {
-		if v, ok := rq.header[k]; ok {
-			hd[k] = v
-		}
-	}
 	u, _ := url.ParseRequestURI(path)
-	in := &agtp.Request{Binding: agtp.BindingMCP, Method: "DISCOVER", Target: path, URL: u, Host: rq.host, Header: hd,
-		TLS: rq.tls, Loopback: rq.loopback, Context: ctx, Verified: rq.ident}
+	in := rq.agtpRequest(ctx, "DISCOVER", path, u, rq.engineHeader())
 	if anonymous {
-		delete(hd, "Agent-Id")
+		delete(in.Header, "Agent-Id")
 		in.Verified = nil
 	}
 	resp := d.serveWithin(in)
@@ -133,8 +126,7 @@ func (d *Door) recordVersion(next mcp.MethodHandler) mcp.MethodHandler {
 				granted = requested
 			}
 		}
-		d.e.RecordProtocolVersion(&agtp.Request{Binding: agtp.BindingMCP, Method: http.MethodPost, Target: d.cfg.Path, Host: rq.host,
-			Header: rq.header, TLS: rq.tls, Loopback: rq.loopback, Context: ctx, Verified: rq.ident}, method, requested, granted)
+		d.e.RecordProtocolVersion(rq.agtpRequest(ctx, http.MethodPost, d.cfg.Path, nil, rq.header), method, requested, granted)
 		return res, err
 	}
 }
