@@ -151,13 +151,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		switch key {
 		case "identity":
-			modes := d.RemainingArgs()
-			if len(modes) == 0 {
-				return d.ArgErr()
-			}
-			v := strings.Join(modes, " ")
-			if _, err := engine.ParseIdentityModes(v); err != nil {
-				return d.Errf("identity: %v", err)
+			v, err := identityArgs(d, "identity")
+			if err != nil {
+				return err
 			}
 			h.Identity = v
 		case "oauth":
@@ -467,6 +463,21 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
+// identityArgs reads the identity modes on the line (one or more),
+// checked, as the setting's string ("signature oauth"); what names the
+// line in errors.
+func identityArgs(d *caddyfile.Dispenser, what string) (string, error) {
+	modes := d.RemainingArgs()
+	if len(modes) == 0 {
+		return "", d.ArgErr()
+	}
+	v := strings.Join(modes, " ")
+	if _, err := engine.ParseIdentityModes(v); err != nil {
+		return "", d.Errf("%s: %v", what, err)
+	}
+	return v, nil
+}
+
 // parseOAuth reads the oauth block (the grammar in UnmarshalCaddyfile;
 // the knobs are engine.OAuthConfig's); the dispenser is on "oauth".
 func parseOAuth(d *caddyfile.Dispenser) (*engine.OAuthConfig, error) {
@@ -667,13 +678,9 @@ func parseMCP(d *caddyfile.Dispenser) (*mcpdoor.Config, error) {
 			}
 			m.TestAgent = v
 		case "identity":
-			modes := d.RemainingArgs()
-			if len(modes) == 0 {
-				return nil, d.ArgErr()
-			}
-			v := strings.Join(modes, " ")
-			if _, err := engine.ParseIdentityModes(v); err != nil {
-				return nil, d.Errf("mcp: identity: %v", err)
+			v, err := identityArgs(d, "mcp: identity")
+			if err != nil {
+				return nil, err
 			}
 			m.Identity = v
 		default:
