@@ -4,6 +4,7 @@ import (
 	"crypto/rsa"
 	"encoding/base64"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -367,5 +368,49 @@ func BenchmarkIdentityStep(b *testing.B) {
 				c.te.serve(b, "FETCH", "/items/1", c.hdr(), "")
 			}
 		})
+	}
+}
+
+// TestOAuthIssuerStalled: an issuer that accepts connections and never
+// answers costs a request at most oauth.timeout, then 503
+// issuer-unavailable with Retry-After; nothing runs, and the failure is
+// remembered (the next request is refused without waiting again) until
+// the retry window passes.
+func TestOAuthIssuerStalled(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop); l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { <-stop; c.Close() }() // read nothing, answer nothing
+		}
+	}()
+	hits := &atomic.Int64{}
+	upstream := countingUpstream(t, hits)
+	te := newTestEngine(t, func(c *Config) {
+		c.Identity = IdentityOAuth
+		c.Upstreams["bench"].URL = upstream
+		c.OAuth = &OAuthConfig{Issuer: "http://" + l.Addr().String(), Resource: oauthResource, Timeout: Duration(300 * time.Millisecond)}
+	})
+	tok := "eyJhbGciOiJSUzI1NiIsImtpZCI6ImsxIn0.eyJzdWIiOiJ4In0.c2ln" // JWT-shaped: needs the JWKS
+	for i := range 2 {
+		start := time.Now()
+		a := te.serve(t, "FETCH", "/items/1", http.Header{"Authorization": {"Bearer " + tok}}, "")
+		if a.Status != 503 || a.str("reason") != "issuer-unavailable" || a.header("Retry-After") == "" {
+			t.Fatalf("request %d: %s, want 503 issuer-unavailable with Retry-After", i, a)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("request %d took %s: the stalled issuer was not bounded by oauth.timeout", i, took)
+		}
+	}
+	if hits.Load() != 0 {
+		t.Fatal("a request ran upstream while the issuer stalled")
 	}
 }
