@@ -53,9 +53,9 @@ type oauthVerifier struct {
 	client *http.Client
 	// metadataURL is ResourceMetadataURL, computed once.
 	metadataURL string
-	algs   []jose.SignatureAlgorithm
-	now    func() time.Time
-	log    *zap.Logger
+	algs        []jose.SignatureAlgorithm
+	now         func() time.Time
+	log         *zap.Logger
 
 	flight singleflight.Group
 

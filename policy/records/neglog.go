@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,6 +69,17 @@ const (
 	// downgrade.
 	KindProtocolVersion = "protocol-version"
 )
+
+// kinds are the negotiation record kinds, in the order errors name
+// them: the one list the writer (checkRecord) and the verifier
+// (VerifyDir) both check, so a kind the gateway writes always verifies.
+var kinds = []string{KindGate, KindPropose, KindRelease, KindRevoke, KindProtocolVersion}
+
+// kindList names kinds for errors ("gate, propose, … or protocol-version").
+var kindList = strings.Join(kinds[:len(kinds)-1], ", ") + " or " + kinds[len(kinds)-1]
+
+// validKind reports whether kind is one of kinds.
+func validKind(kind string) bool { return slices.Contains(kinds, kind) }
 
 // Negotiation record outcomes (seed 003 §A.3): a downgrade is an
 // accepted record whose granted differs from requested.
@@ -446,11 +458,8 @@ func checkRecord(agentID string, rec map[string]any) (map[string]any, error) {
 	if agentID == "" {
 		return nil, fmt.Errorf("%w: empty agent id", ErrInvalidRecord)
 	}
-	kind, _ := rec["kind"].(string)
-	switch kind {
-	case KindGate, KindPropose, KindRelease, KindRevoke, KindProtocolVersion:
-	default:
-		return nil, fmt.Errorf("%w: kind %v, want gate, propose, release, revoke or protocol-version", ErrInvalidRecord, rec["kind"])
+	if kind, _ := rec["kind"].(string); !validKind(kind) {
+		return nil, fmt.Errorf("%w: kind %v, want %s", ErrInvalidRecord, rec["kind"], kindList)
 	}
 	outcome, _ := rec["outcome"].(string)
 	if outcome != OutcomeAccepted && outcome != OutcomeRefused {

@@ -189,8 +189,8 @@ func parseRecord(line []byte) (parsedRecord, error) {
 	} else if _, err := time.Parse(time.RFC3339Nano, at); err != nil {
 		return p, fmt.Errorf(`"at" %q is not RFC 3339`, at)
 	}
-	if kind, _ := m["kind"].(string); kind != KindGate && kind != KindPropose && kind != KindRelease && kind != KindRevoke {
-		return p, fmt.Errorf(`"kind" %v is not gate, propose, release or revoke`, m["kind"])
+	if kind, _ := m["kind"].(string); !validKind(kind) {
+		return p, fmt.Errorf(`"kind" %v is not %s`, m["kind"], kindList)
 	}
 	if outcome, _ := m["outcome"].(string); outcome != OutcomeAccepted && outcome != OutcomeRefused {
 		return p, fmt.Errorf(`"outcome" %v is not accepted or refused`, m["outcome"])
