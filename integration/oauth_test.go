@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -801,5 +802,10 @@ func TestOAuthIdentityList(t *testing.T) {
 	}
 	if got == "" {
 		t.Errorf("the downgraded initialize left no protocol-version record; answer %s", r.Body)
+	}
+	// The log with that record verifies (verify-log knows every kind the
+	// gateway writes).
+	if out, err := exec.Command(caddyBin, "rcns", "verify-log", w.RecDir).CombinedOutput(); err != nil {
+		t.Errorf("verify-log on the log with a protocol-version record: %v\n%s", err, out)
 	}
 }

@@ -479,14 +479,17 @@ func (d *Door) instructions() string {
 	id := "Send Agent-ID as an HTTP header on every request"
 	switch d.e.Identity {
 	case engine.IdentityOAuth:
-		id = "Send your OAuth access token (Authorization: Bearer) on every request"
+		id = "Send your OAuth access token (Authorization: Bearer) on every request; its scopes are the ones you claim"
 	case engine.IdentitySignature:
 		id += ", signed (RFC 9421, covering the body's Content-Digest)"
 	case engine.IdentityMTLS:
 		id += ", over TLS with the agent's client certificate"
 	}
+	if d.e.Identity != engine.IdentityOAuth {
+		id += ", and Authority-Scope with the scopes a tool names"
+	}
 	return fmt.Sprintf("Tools of the AGTP gateway %s: each calls one AGTP endpoint (Tier B) or recipe (Tier C) under your agent's identity, scopes and budgets. "+
-		"%s, and Authority-Scope with the scopes a tool names. A recipe tool's first call may answer outcome \"preview\" and run nothing: call it again with the same arguments and the synthesis_id to run it. "+
+		"%s. A recipe tool's first call may answer outcome \"preview\" and run nothing: call it again with the same arguments and the synthesis_id to run it. "+
 		"To make a call safe to repeat, send an Idempotency-Key HTTP header or _meta[%q]. A failed call answers isError with error.code, retryable and retry_after_seconds.",
 		d.e.ServerID, id, MCPMetaIdempotencyKey)
 }
