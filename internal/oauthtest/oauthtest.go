@@ -14,6 +14,15 @@
 // required) needs no browser: the server's interaction route logs
 // Config.Account in and grants what is asked, so the test plays the user.
 //
+// Token exchange (RFC 8693) is added to oidc-provider through its
+// registerGrantType extension point: a client whose grant types include
+// GrantTokenExchange exchanges an access token the server issued (the
+// subject token) for one with another resource's audience, the same sub,
+// act.sub = the exchanging client, and the requested scopes that both the
+// subject token and the resource have (see Server.ExchangeToken and the
+// comment at the top of scripts/oauth/authserver.mjs). ExchangeStats counts
+// the exchanges the server answered.
+//
 // The server keeps its state in memory: Restart forgets opaque tokens,
 // grants and dynamically registered clients.
 //
@@ -49,6 +58,14 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 )
+
+// GrantTokenExchange is the RFC 8693 grant type; a client needs it in its
+// grant types to exchange tokens.
+const GrantTokenExchange = "urn:ietf:params:oauth:grant-type:token-exchange"
+
+// TokenTypeAccessToken is the RFC 8693 token type of an access token
+// (subject_token_type and issued_token_type).
+const TokenTypeAccessToken = "urn:ietf:params:oauth:token-type:access_token"
 
 // StartTimeout bounds the wait for the server's ready line.
 const StartTimeout = 20 * time.Second
@@ -129,6 +146,13 @@ type Config struct {
 	// IntrospectionClients are the client ids allowed to introspect
 	// tokens; others get {"active": false}.
 	IntrospectionClients []string
+	// TokenExchangeTTL is the lifetime of tokens issued by token exchange;
+	// 0: the target resource's TTLSeconds.
+	TokenExchangeTTL time.Duration
+}
+
+type tokenExchangeConfig struct {
+	TTLSeconds int `json:"ttl_seconds,omitempty"`
 }
 
 type jsonConfig struct {
@@ -140,6 +164,7 @@ type jsonConfig struct {
 	Account              string              `json:"account,omitempty"`
 	Registration         bool                `json:"registration"`
 	IntrospectionClients []string            `json:"introspection_clients"`
+	TokenExchange        tokenExchangeConfig `json:"token_exchange"`
 }
 
 // NewRSAKey returns a fresh 2048-bit RS256 signing key with the given kid:
@@ -225,6 +250,7 @@ func (s *Server) start(port int) error {
 		Account:              s.cfg.Account,
 		Registration:         s.cfg.Registration,
 		IntrospectionClients: s.cfg.IntrospectionClients,
+		TokenExchange:        tokenExchangeConfig{TTLSeconds: int(s.cfg.TokenExchangeTTL / time.Second)},
 	}
 	if jc.Resources == nil {
 		jc.Resources = map[string]Resource{}
@@ -503,6 +529,41 @@ func (s *Server) Refresh(clientID, secret, refreshToken, resource string) (*Toke
 		form.Set("resource", resource)
 	}
 	return s.token(clientID, secret, form)
+}
+
+// ExchangeToken runs the token exchange grant (RFC 8693) as the
+// confidential client clientID: subjectToken (an access token this server
+// issued) for a token for resource with scopes (none: the subject token's
+// scopes that the resource has). The error of a refusal names the
+// server's error code (invalid_grant, invalid_target, invalid_scope, ...).
+func (s *Server) ExchangeToken(clientID, secret, subjectToken, resource string, scopes ...string) (*TokenResponse, error) {
+	form := url.Values{
+		"grant_type":         {GrantTokenExchange},
+		"subject_token":      {subjectToken},
+		"subject_token_type": {TokenTypeAccessToken},
+		"resource":           {resource},
+	}
+	if len(scopes) > 0 {
+		form.Set("scope", strings.Join(scopes, " "))
+	}
+	return s.token(clientID, secret, form)
+}
+
+// ExchangeStats is what the server counted of token exchanges since it
+// started: issued tokens and refused requests.
+type ExchangeStats struct {
+	Issued  int `json:"issued"`
+	Refused int `json:"refused"`
+}
+
+// ExchangeStats asks the server how many token exchanges it answered
+// (GET /_test/stats; counts start again at zero after Restart).
+func (s *Server) ExchangeStats() (ExchangeStats, error) {
+	var out struct {
+		TokenExchange ExchangeStats `json:"token_exchange"`
+	}
+	err := getJSON(s.issuer+"/_test/stats", &out)
+	return out.TokenExchange, err
 }
 
 // Introspect asks the introspection endpoint (RFC 7662) about token,

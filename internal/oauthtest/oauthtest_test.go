@@ -243,3 +243,95 @@ func TestAuthorizationServer(t *testing.T) {
 	}
 	s.Stop() // twice is fine
 }
+
+// TestTokenExchange: the RFC 8693 grant added through registerGrantType
+// issues a token for another resource with the subject's sub, the
+// exchanging client as act.sub and the scopes both have; it refuses a
+// forged or foreign subject token (invalid_grant), an unknown resource
+// (invalid_target), a scope the subject token lacks (invalid_scope), and a
+// client not allowed the grant.
+func TestTokenExchange(t *testing.T) {
+	const upstream = "http://legacy.test/api"
+	priv, _ := NewRSAKey("rsa-x")
+	s := Start(t, Config{
+		Keys: []jose.JSONWebKey{priv},
+		Resources: map[string]Resource{
+			jwtResource:    {Scopes: []string{"tools:call", "orders:read", "orders:write"}, TTLSeconds: 300},
+			upstream:       {Scopes: []string{"orders:read", "orders:write"}, TTLSeconds: 600},
+			opaqueResource: {Scopes: []string{"orders:read"}, Format: "opaque"},
+		},
+		Clients: []Client{
+			ConfidentialClient("gateway", "gateway-secret", GrantTokenExchange),
+			ConfidentialClient("svc", "svc-secret"),
+			PublicClient("app", redirectURI),
+		},
+		Account:          "bob",
+		TokenExchangeTTL: 42 * time.Second,
+	})
+	iss := s.Issuer()
+	user, err := s.AuthorizationCode("app", redirectURI, jwtResource, "tools:call", "orders:read")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := s.ExchangeToken("gateway", "gateway-secret", user, upstream, "orders:read")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c := verify(t, iss, "/.well-known/oauth-authorization-server", tr.AccessToken)
+	act, _ := c["act"].(map[string]any)
+	exp, _ := c["exp"].(float64)
+	iat, _ := c["iat"].(float64)
+	if c["sub"] != "bob" || c["aud"] != upstream || c["scope"] != "orders:read" || c["client_id"] != "gateway" ||
+		act["sub"] != "gateway" || exp-iat != 42 || tr.ExpiresIn != 42 {
+		t.Errorf("exchanged token claims %v, expires_in %d", c, tr.ExpiresIn)
+	}
+	// No scope asked: the subject's scopes the resource has.
+	if tr, err := s.ExchangeToken("gateway", "gateway-secret", user, upstream); err != nil {
+		t.Error(err)
+	} else if _, c := verify(t, iss, "/.well-known/openid-configuration", tr.AccessToken); c["scope"] != "orders:read" {
+		t.Errorf("exchange without scope: claims %v", c)
+	}
+	// An opaque target resource: the exchanged token is introspectable.
+	if tr, err := s.ExchangeToken("gateway", "gateway-secret", user, opaqueResource, "orders:read"); err != nil || strings.Count(tr.AccessToken, ".") == 2 {
+		t.Errorf("opaque exchange: %v %v", tr, err)
+	}
+
+	refusals := []struct {
+		name, client, secret, subject, resource, scope, want string
+	}{
+		{"scope the subject lacks", "gateway", "gateway-secret", user, upstream, "orders:write", "invalid_scope"},
+		{"unknown resource", "gateway", "gateway-secret", user, "http://unknown.test/", "orders:read", "invalid_target"},
+		{"tampered subject", "gateway", "gateway-secret", user[:len(user)-4] + "AAAA", upstream, "orders:read", "invalid_grant"},
+		{"unknown opaque subject", "gateway", "gateway-secret", "not-a-token", upstream, "orders:read", "invalid_grant"},
+		{"client without the grant", "svc", "svc-secret", user, upstream, "orders:read", "grant type is not allowed"},
+		{"wrong secret", "gateway", "wrong", user, upstream, "orders:read", "invalid_client"},
+	}
+	for _, r := range refusals {
+		if _, err := s.ExchangeToken(r.client, r.secret, r.subject, r.resource, r.scope); err == nil || !strings.Contains(err.Error(), r.want) {
+			t.Errorf("%s: %v, want %s", r.name, err, r.want)
+		}
+	}
+	// A token from another issuer (same kid, another key) is invalid_grant.
+	other := Start(t, Config{Keys: []jose.JSONWebKey{mustRSA("rsa-x")}, Resources: map[string]Resource{jwtResource: {Scopes: []string{"orders:read"}}},
+		Clients: []Client{ConfidentialClient("svc", "svc-secret")}})
+	foreign, err := other.ClientCredentials("svc", "svc-secret", jwtResource, "orders:read")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ExchangeToken("gateway", "gateway-secret", foreign, upstream, "orders:read"); err == nil || !strings.Contains(err.Error(), "invalid_grant") {
+		t.Errorf("foreign subject token: %v", err)
+	}
+	st, err := s.ExchangeStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "client without the grant" and "wrong secret" fail before the handler.
+	if st.Issued != 3 || st.Refused != 5 {
+		t.Errorf("stats %+v, want 3 issued, 5 refused", st)
+	}
+}
+
+func mustRSA(kid string) jose.JSONWebKey {
+	k, _ := NewRSAKey(kid)
+	return k
+}
