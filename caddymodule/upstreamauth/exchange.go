@@ -1,0 +1,474 @@
+package upstreamauth
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"golang.org/x/sync/singleflight"
+)
+
+// RFC 8693 names.
+const (
+	// GrantTokenExchange is the token exchange grant type (RFC 8693 §2.1).
+	GrantTokenExchange = "urn:ietf:params:oauth:grant-type:token-exchange"
+	// TokenTypeAccessToken is the token type of an OAuth access token
+	// (RFC 8693 §3): the subject token's type and the type asked for.
+	TokenTypeAccessToken = "urn:ietf:params:oauth:token-type:access_token"
+)
+
+// Reasons and statuses of a token exchange that cannot be had.
+const (
+	// ReasonExchangeRefused: the upstream's authorization server refused
+	// the exchange (a 4xx answer: invalid_grant, invalid_target,
+	// invalid_scope, invalid_client, ...). Nothing was executed.
+	ReasonExchangeRefused = "token-exchange-refused"
+	// StatusExchangeRefused is the AGTP status of ReasonExchangeRefused:
+	// 424, the call depends on a credential the gateway could not obtain.
+	StatusExchangeRefused = 424
+	// ReasonIssuerUnavailable: the authorization server could not be
+	// reached, timed out, or answered 5xx or nonsense. Retryable.
+	ReasonIssuerUnavailable = "issuer-unavailable"
+	// StatusIssuerUnavailable is the AGTP status of
+	// ReasonIssuerUnavailable.
+	StatusIssuerUnavailable = 503
+)
+
+// Defaults of TokenExchangeConfig.
+const (
+	// DefaultExchangeTimeout bounds one metadata fetch or token request.
+	DefaultExchangeTimeout = 10 * time.Second
+	// DefaultExchangeMargin is taken off an exchanged token's expires_in
+	// before it is cached: a token is not used in its last seconds.
+	DefaultExchangeMargin = 10 * time.Second
+	// DefaultExchangeCacheSize is the number of exchanged tokens kept.
+	DefaultExchangeCacheSize = 10000
+	// DefaultExchangeRetryAfter is the Retry-After of issuer-unavailable,
+	// and how long a failed metadata discovery is remembered.
+	DefaultExchangeRetryAfter = 2 * time.Second
+	// maxExchangeDocument bounds a metadata or token answer (bytes).
+	maxExchangeDocument = 1 << 20
+)
+
+// TokenExchangeConfig configures a TokenExchange policy. Issuer or
+// TokenEndpoint, ClientID, ClientSecret, and Resource or Audience are
+// required.
+type TokenExchangeConfig struct {
+	// Upstream is the upstream's name, for refusals.
+	Upstream string
+	// Issuer is the upstream's authorization server: its token endpoint
+	// is discovered from its metadata (RFC 8414
+	// /.well-known/oauth-authorization-server, then OpenID Connect
+	// discovery) on first use, unless TokenEndpoint is set.
+	Issuer string
+	// TokenEndpoint is the token endpoint URL; it skips discovery.
+	TokenEndpoint string
+	// ClientID and ClientSecret are the gateway's own client credentials
+	// at that server (client_secret_basic, RFC 6749 §2.3.1). The secret
+	// is the resolved value (placeholders already replaced).
+	ClientID, ClientSecret string
+	// Resource is sent as the resource parameter (RFC 8707; an absolute
+	// URI naming the upstream); Audience as the audience parameter
+	// (RFC 8693 §2.1, a logical name). At least one.
+	Resource, Audience string
+	// Scopes, when set, are the scopes asked for every call, instead of
+	// the scopes the engine passes to Resolve.
+	Scopes []string
+	// Header is the request header that carries the exchanged token;
+	// default Authorization, with the value "Bearer <token>". Another
+	// header carries the token alone.
+	Header string
+	// Timeout bounds one metadata fetch or token request; default
+	// DefaultExchangeTimeout.
+	Timeout time.Duration
+	// Margin is taken off expires_in before an exchanged token is cached;
+	// default DefaultExchangeMargin. A token whose answer has no
+	// expires_in, or expires_in at most Margin, is used once and not
+	// cached.
+	Margin time.Duration
+	// CacheSize is the number of exchanged tokens kept; default
+	// DefaultExchangeCacheSize.
+	CacheSize int
+	// RetryAfter is the Retry-After of issuer-unavailable; default
+	// DefaultExchangeRetryAfter.
+	RetryAfter time.Duration
+	// Client, when set, sends the requests (tests); default a client
+	// with Timeout that follows no redirect.
+	Client *http.Client
+}
+
+// TokenExchange is the token exchange policy (RFC 8693): the caller's
+// verified OAuth access token is exchanged, with the gateway's own
+// client credentials, at the upstream's authorization server for a token
+// whose audience is the upstream and whose scopes are the call's. The
+// caller's own token is never sent upstream. Exchanged tokens are cached
+// per (caller's token, resource, audience, scopes) for their lifetime
+// less Margin; concurrent misses for one key share one exchange.
+type TokenExchange struct {
+	cfg    TokenExchangeConfig
+	client *http.Client
+	flight singleflight.Group
+	cache  *ristretto.Cache[string, *exchanged]
+	now    func() time.Time
+
+	mu       sync.Mutex
+	endpoint string    // discovered token endpoint
+	metaErr  error     // the last discovery failure
+	metaTry  time.Time // when it failed
+}
+
+// exchanged is a cached exchanged token.
+type exchanged struct {
+	token string
+	until time.Time // expiry less Margin
+}
+
+// NewTokenExchange validates cfg, sets its defaults and builds the
+// policy. Close releases its cache.
+func NewTokenExchange(cfg TokenExchangeConfig) (*TokenExchange, error) {
+	if cfg.Issuer == "" && cfg.TokenEndpoint == "" {
+		return nil, fmt.Errorf("upstream %s: token exchange needs issuer or token_endpoint", cfg.Upstream)
+	}
+	for _, u := range []string{cfg.Issuer, cfg.TokenEndpoint} {
+		if u == "" {
+			continue
+		}
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" {
+			return nil, fmt.Errorf("upstream %s: token exchange: %q is not an http(s) URL", cfg.Upstream, u)
+		}
+	}
+	if cfg.ClientID == "" || cfg.ClientSecret == "" {
+		return nil, fmt.Errorf("upstream %s: token exchange needs client_id and client_secret (the gateway's own client at the authorization server)", cfg.Upstream)
+	}
+	if cfg.Resource == "" && cfg.Audience == "" {
+		return nil, fmt.Errorf("upstream %s: token exchange needs resource or audience (the upstream, as the authorization server names it)", cfg.Upstream)
+	}
+	if cfg.Header == "" {
+		cfg.Header = "Authorization"
+	}
+	cfg.Header = http.CanonicalHeaderKey(cfg.Header)
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultExchangeTimeout
+	}
+	if cfg.Margin < 0 {
+		return nil, fmt.Errorf("upstream %s: token exchange margin must not be negative", cfg.Upstream)
+	}
+	if cfg.Margin == 0 {
+		cfg.Margin = DefaultExchangeMargin
+	}
+	if cfg.CacheSize <= 0 {
+		cfg.CacheSize = DefaultExchangeCacheSize
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = DefaultExchangeRetryAfter
+	}
+	cfg.Scopes = slices.Clone(cfg.Scopes)
+	client := cfg.Client
+	if client == nil {
+		client = &http.Client{Timeout: cfg.Timeout,
+			// The authorization server is asked where it is configured; a
+			// redirect could lead the gateway's secret anywhere.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	cache, err := ristretto.NewCache(&ristretto.Config[string, *exchanged]{
+		NumCounters: 10 * int64(cfg.CacheSize), MaxCost: int64(cfg.CacheSize),
+		BufferItems: 64, IgnoreInternalCost: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: token exchange cache: %w", cfg.Upstream, err)
+	}
+	return &TokenExchange{cfg: cfg, client: client, cache: cache, now: time.Now, endpoint: cfg.TokenEndpoint}, nil
+}
+
+// Close releases the cache of exchanged tokens.
+func (x *TokenExchange) Close() { x.cache.Close() }
+
+// Kind is KindExchanged.
+func (*TokenExchange) Kind() Kind { return KindExchanged }
+
+// Resolve returns the exchanged token for c's verified OAuth token in
+// Header, from the cache when one lives, else from the authorization
+// server. A caller without an OAuth token is refused
+// (upstream-credential-missing, 424); a 4xx from the server is
+// token-exchange-refused (424) naming its error code; an unreachable
+// server, a timeout, a 5xx or an unreadable answer is issuer-unavailable
+// (503, RetryAfter).
+func (x *TokenExchange) Resolve(ctx context.Context, c Caller, scopes []string) (Credential, *Refusal) {
+	if c.Token == "" {
+		return Credential{}, &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonCredentialMissing, Status: StatusCredentialMissing,
+			Explanation: fmt.Sprintf("upstream %s takes a token exchanged for the caller's OAuth access token, and this request carries none: call with identity oauth (Authorization: Bearer)", x.cfg.Upstream)}
+	}
+	if len(x.cfg.Scopes) > 0 {
+		scopes = x.cfg.Scopes
+	}
+	scopes = normalScopes(scopes)
+	key := x.cacheKey(c.Token, scopes)
+	if e, ok := x.cache.Get(key); ok && x.now().Before(e.until) {
+		return x.credential(e.token), nil
+	}
+	v, err, _ := x.flight.Do(key, func() (any, error) {
+		if e, ok := x.cache.Get(key); ok && x.now().Before(e.until) {
+			return e.token, nil
+		}
+		// One exchange serves every waiter: it does not end with the
+		// first caller's context.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), x.cfg.Timeout)
+		defer cancel()
+		tok, life, r := x.exchange(ctx, c.Token, scopes)
+		if r != nil {
+			return nil, r
+		}
+		if life > x.cfg.Margin {
+			x.cache.SetWithTTL(key, &exchanged{token: tok, until: x.now().Add(life - x.cfg.Margin)}, 1, life-x.cfg.Margin)
+			x.cache.Wait()
+		}
+		return tok, nil
+	})
+	if err != nil {
+		var r *Refusal
+		if errors.As(err, &r) {
+			return Credential{}, r
+		}
+		return Credential{}, x.unavailable(err.Error())
+	}
+	return x.credential(v.(string)), nil
+}
+
+// credential is the header carrying tok.
+func (x *TokenExchange) credential(tok string) Credential {
+	v := tok
+	if x.cfg.Header == "Authorization" {
+		v = "Bearer " + tok
+	}
+	return Credential{Header: http.Header{x.cfg.Header: {v}}, Kind: KindExchanged}
+}
+
+// cacheKey identifies an exchange: the SHA-256 of the caller's token (so
+// the cache holds no caller token), and what is asked for it.
+func (x *TokenExchange) cacheKey(token string, scopes []string) string {
+	h := sha256.New()
+	h.Write([]byte(token))
+	for _, s := range append([]string{x.cfg.Resource, x.cfg.Audience}, scopes...) {
+		h.Write([]byte{0})
+		h.Write([]byte(s))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// normalScopes sorts and deduplicates scopes (a copy): one cache entry
+// per set.
+func normalScopes(scopes []string) []string {
+	out := slices.Clone(scopes)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// tokenAnswer is a token endpoint answer (RFC 6749 §5.1, RFC 8693 §2.2)
+// or error (RFC 6749 §5.2).
+type tokenAnswer struct {
+	AccessToken     string `json:"access_token"`
+	IssuedTokenType string `json:"issued_token_type"`
+	TokenType       string `json:"token_type"`
+	ExpiresIn       int64  `json:"expires_in"`
+	Error           string `json:"error"`
+}
+
+// exchange asks the authorization server; it returns the token and its
+// lifetime (0 when the answer has none).
+func (x *TokenExchange) exchange(ctx context.Context, subject string, scopes []string) (string, time.Duration, *Refusal) {
+	endpoint, err := x.tokenEndpoint(ctx)
+	if err != nil {
+		return "", 0, x.unavailable("its metadata could not be read: " + err.Error())
+	}
+	form := url.Values{
+		"grant_type":           {GrantTokenExchange},
+		"subject_token":        {subject},
+		"subject_token_type":   {TokenTypeAccessToken},
+		"requested_token_type": {TokenTypeAccessToken},
+	}
+	if x.cfg.Resource != "" {
+		form.Set("resource", x.cfg.Resource)
+	}
+	if x.cfg.Audience != "" {
+		form.Set("audience", x.cfg.Audience)
+	}
+	if len(scopes) > 0 {
+		form.Set("scope", strings.Join(scopes, " "))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(form.Encode()))
+	if err != nil {
+		return "", 0, x.unavailable(err.Error())
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	// RFC 6749 §2.3.1: both parts form-urlencoded before Basic.
+	req.SetBasicAuth(url.QueryEscape(x.cfg.ClientID), url.QueryEscape(x.cfg.ClientSecret))
+	resp, err := x.client.Do(req)
+	if err != nil {
+		return "", 0, x.unavailable("the token request failed: " + redactURLError(err))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxExchangeDocument+1))
+	if err != nil {
+		return "", 0, x.unavailable("reading the token answer: " + err.Error())
+	}
+	var ans tokenAnswer
+	jsonErr := json.Unmarshal(body, &ans)
+	switch {
+	case resp.StatusCode >= 400 && resp.StatusCode < 500:
+		code := ans.Error
+		if jsonErr != nil || code == "" || !isErrorCode(code) {
+			code = "(none)"
+		}
+		return "", 0, &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonExchangeRefused, Status: StatusExchangeRefused,
+			Explanation: fmt.Sprintf("the authorization server of upstream %s refused the token exchange: HTTP %d, error %s; nothing was executed", x.cfg.Upstream, resp.StatusCode, code)}
+	case resp.StatusCode != http.StatusOK:
+		return "", 0, x.unavailable(fmt.Sprintf("the token endpoint answered HTTP %d", resp.StatusCode))
+	case len(body) > maxExchangeDocument || jsonErr != nil || ans.AccessToken == "":
+		return "", 0, x.unavailable("the token endpoint's answer has no access_token")
+	case ans.TokenType != "" && !strings.EqualFold(ans.TokenType, "Bearer") && !strings.EqualFold(ans.TokenType, "N_A"):
+		return "", 0, &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonExchangeRefused, Status: StatusExchangeRefused,
+			Explanation: fmt.Sprintf("the authorization server of upstream %s issued a %q token, and the gateway sends bearer tokens only; nothing was executed", x.cfg.Upstream, clip(ans.TokenType))}
+	}
+	return ans.AccessToken, time.Duration(ans.ExpiresIn) * time.Second, nil
+}
+
+// isErrorCode: an RFC 6749 §5.2 error code (NQSCHAR, short), safe to
+// repeat in an answer.
+func isErrorCode(s string) bool {
+	if len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r > 0x7e || r == '"' || r == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64]
+	}
+	return s
+}
+
+// redactURLError is err's text without its URL's query (a url.Error
+// names the endpoint, which holds no secret; the form is in the body).
+func redactURLError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil {
+			return ue.Op + " " + u.Redacted() + ": " + ue.Err.Error()
+		}
+	}
+	return err.Error()
+}
+
+// unavailable is 503 issuer-unavailable for the upstream's server.
+func (x *TokenExchange) unavailable(what string) *Refusal {
+	server := x.cfg.Issuer
+	if server == "" {
+		server = x.cfg.TokenEndpoint
+	}
+	return &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonIssuerUnavailable, Status: StatusIssuerUnavailable, RetryAfter: x.cfg.RetryAfter,
+		Explanation: fmt.Sprintf("the authorization server %s of upstream %s is unavailable (%s); nothing was executed; retry after Retry-After seconds", server, x.cfg.Upstream, what)}
+}
+
+// tokenEndpoint is TokenEndpoint, or the one the issuer's metadata
+// names (discovered once; a failure is remembered for RetryAfter).
+func (x *TokenExchange) tokenEndpoint(ctx context.Context) (string, error) {
+	x.mu.Lock()
+	if x.endpoint != "" {
+		defer x.mu.Unlock()
+		return x.endpoint, nil
+	}
+	if x.metaErr != nil && x.now().Sub(x.metaTry) < x.cfg.RetryAfter {
+		defer x.mu.Unlock()
+		return "", x.metaErr
+	}
+	x.mu.Unlock()
+	v, err, _ := x.flight.Do("\x00metadata", func() (any, error) {
+		var last error
+		for _, u := range metadataURLs(x.cfg.Issuer) {
+			var m struct {
+				Issuer        string `json:"issuer"`
+				TokenEndpoint string `json:"token_endpoint"`
+			}
+			if err := x.getJSON(ctx, u, &m); err != nil {
+				last = err
+				continue
+			}
+			if m.Issuer != x.cfg.Issuer {
+				last = fmt.Errorf("the metadata at %s names issuer %q", u, clip(m.Issuer))
+				continue
+			}
+			if p, err := url.Parse(m.TokenEndpoint); err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" {
+				last = fmt.Errorf("the metadata at %s has no usable token_endpoint", u)
+				continue
+			}
+			return m.TokenEndpoint, nil
+		}
+		return nil, last
+	})
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if err != nil {
+		x.metaErr, x.metaTry = err, x.now()
+		return "", err
+	}
+	x.endpoint, x.metaErr = v.(string), nil
+	return x.endpoint, nil
+}
+
+// metadataURLs are the metadata URLs of issuer: RFC 8414 §3.1, then
+// OpenID Connect Discovery §4.
+func metadataURLs(issuer string) []string {
+	u, err := url.Parse(issuer)
+	if err != nil {
+		return nil
+	}
+	p := strings.TrimSuffix(u.Path, "/")
+	origin := u.Scheme + "://" + u.Host
+	return []string{origin + "/.well-known/oauth-authorization-server" + p, origin + p + "/.well-known/openid-configuration"}
+}
+
+// getJSON reads the JSON document at u (200 only, bounded).
+func (x *TokenExchange) getJSON(ctx context.Context, u string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := x.client.Do(req)
+	if err != nil {
+		return errors.New(redactURLError(err))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxExchangeDocument+1))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s answered %d", u, resp.StatusCode)
+	}
+	if len(body) > maxExchangeDocument {
+		return fmt.Errorf("GET %s answered more than %d bytes", u, maxExchangeDocument)
+	}
+	return json.Unmarshal(body, out)
+}
+
+var _ Policy = (*TokenExchange)(nil)

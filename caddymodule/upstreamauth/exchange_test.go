@@ -1,0 +1,256 @@
+package upstreamauth
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/oauthtest"
+	jose "github.com/go-jose/go-jose/v4"
+)
+
+const (
+	gatewayResource = "http://gateway.test/"
+	legacyResource  = "http://legacy.test/api"
+	callbackURI     = "http://127.0.0.1/callback"
+)
+
+// startAS runs the real authorization server with token exchange for
+// the gateway client.
+func startAS(t testing.TB, account string) *oauthtest.Server {
+	t.Helper()
+	return oauthtest.Start(t, oauthtest.Config{
+		Resources: map[string]oauthtest.Resource{
+			gatewayResource: {Scopes: []string{"orders:read", "orders:write"}, TTLSeconds: 300},
+			legacyResource:  {Scopes: []string{"orders:read", "orders:write"}, TTLSeconds: 120},
+		},
+		Clients: []oauthtest.Client{
+			oauthtest.ConfidentialClient("gateway", "gateway-secret", oauthtest.GrantTokenExchange),
+			oauthtest.PublicClient("app", callbackURI),
+		},
+		Account: account,
+	})
+}
+
+// claimsOf verifies tok against the server's JWKS and returns its claims.
+func claimsOf(t *testing.T, as *oauthtest.Server, tok string) map[string]any {
+	t.Helper()
+	set, err := as.JWKS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws, err := jose.ParseSignedCompact(tok, []jose.SignatureAlgorithm{jose.RS256})
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	keys := set.Key(jws.Signatures[0].Header.KeyID)
+	if len(keys) != 1 {
+		t.Fatalf("kid %q not in the JWKS", jws.Signatures[0].Header.KeyID)
+	}
+	payload, err := jws.Verify(keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c map[string]any
+	if err := json.Unmarshal(payload, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func bearerOf(t *testing.T, cred Credential) string {
+	t.Helper()
+	v := cred.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(v, "Bearer ")
+	if !ok || tok == "" || cred.Kind != KindExchanged {
+		t.Fatalf("credential %v", cred)
+	}
+	return tok
+}
+
+func issued(t *testing.T, as *oauthtest.Server) int {
+	t.Helper()
+	st, err := as.ExchangeStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Issued
+}
+
+// TestTokenExchange exchanges a user's token at the real authorization
+// server: the upstream's audience, the user's sub, the gateway as actor;
+// reused from the cache within its life and exchanged again after it;
+// one exchange for concurrent callers; refusals named by the server's
+// error code; 503 with Retry-After when the server is down.
+func TestTokenExchange(t *testing.T) {
+	as := startAS(t, "alice")
+	user, err := as.AuthorizationCode("app", callbackURI, gatewayResource, "orders:read")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := NewTokenExchange(TokenExchangeConfig{Upstream: "legacy", Issuer: as.Issuer(), ClientID: "gateway", ClientSecret: "gateway-secret",
+		Resource: legacyResource})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	now := time.Now()
+	var clockMu sync.Mutex
+	x.now = func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
+	caller := Caller{AgentID: strings.Repeat("a", 64), Token: user, Subject: "alice", OwnerID: "alice"}
+
+	cred, r := x.Resolve(context.Background(), caller, []string{"orders:read"})
+	if r != nil {
+		t.Fatal(r)
+	}
+	tok := bearerOf(t, cred)
+	if tok == user {
+		t.Fatal("the caller's own token was returned")
+	}
+	c := claimsOf(t, as, tok)
+	act, _ := c["act"].(map[string]any)
+	if c["aud"] != legacyResource || c["sub"] != "alice" || c["scope"] != "orders:read" || act["sub"] != "gateway" {
+		t.Errorf("exchanged claims %v", c)
+	}
+	if n := issued(t, as); n != 1 {
+		t.Fatalf("%d exchanges", n)
+	}
+
+	// Within its life: the same token, no exchange; concurrent callers too.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cred, r := x.Resolve(context.Background(), caller, []string{"orders:read", "orders:read"})
+			if r != nil || cred.Header.Get("Authorization") != "Bearer "+tok {
+				t.Errorf("cached: %v %v", cred, r)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := issued(t, as); n != 1 {
+		t.Fatalf("%d exchanges after cached calls, want 1", n)
+	}
+	// Other scopes: another exchange, and eight concurrent misses share it.
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, r := x.Resolve(context.Background(), caller, nil); r != nil {
+				t.Error(r)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := issued(t, as); n != 2 {
+		t.Fatalf("%d exchanges after eight concurrent misses of one key, want 2", n)
+	}
+
+	// After its life (120 s less the 10 s margin): exchanged again.
+	clockMu.Lock()
+	now = now.Add(111 * time.Second)
+	clockMu.Unlock()
+	cred, r = x.Resolve(context.Background(), caller, []string{"orders:read"})
+	if r != nil {
+		t.Fatal(r)
+	}
+	if bearerOf(t, cred) == tok || issued(t, as) != 3 {
+		t.Errorf("after its life: same token %v, %d exchanges", bearerOf(t, cred) == tok, issued(t, as))
+	}
+
+	// Refusals: named by the server's error code, never a token.
+	for _, tc := range []struct {
+		name   string
+		cfg    TokenExchangeConfig
+		caller Caller
+		scopes []string
+		reason string
+		want   string
+	}{
+		{"unknown audience", TokenExchangeConfig{Resource: "http://unknown.test/"}, caller, nil, ReasonExchangeRefused, "error invalid_target"},
+		{"scope the caller lacks", TokenExchangeConfig{Resource: legacyResource}, caller, []string{"orders:write"}, ReasonExchangeRefused, "error invalid_scope"},
+		{"forged subject", TokenExchangeConfig{Resource: legacyResource}, Caller{AgentID: caller.AgentID, Token: user[:len(user)-4] + "AAAA"}, nil, ReasonExchangeRefused, "error invalid_grant"},
+		{"wrong gateway secret", TokenExchangeConfig{Resource: legacyResource, ClientSecret: "wrong"}, caller, nil, ReasonExchangeRefused, "error invalid_client"},
+		{"no OAuth token", TokenExchangeConfig{Resource: legacyResource}, Caller{AgentID: caller.AgentID}, nil, ReasonCredentialMissing, "identity oauth"},
+	} {
+		cfg := tc.cfg
+		cfg.Upstream, cfg.Issuer, cfg.ClientID = "legacy", as.Issuer(), "gateway"
+		if cfg.ClientSecret == "" {
+			cfg.ClientSecret = "gateway-secret"
+		}
+		y, err := NewTokenExchange(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, r := y.Resolve(context.Background(), tc.caller, tc.scopes)
+		y.Close()
+		if r == nil || r.Reason != tc.reason || r.Upstream != "legacy" || !strings.Contains(r.Explanation, tc.want) ||
+			(tc.caller.Token != "" && strings.Contains(r.Explanation, tc.caller.Token[:20])) || r.Status != 424 {
+			t.Errorf("%s: %+v", tc.name, r)
+		}
+	}
+
+	// The configured token endpoint skips discovery.
+	meta, err := as.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := NewTokenExchange(TokenExchangeConfig{Upstream: "legacy", TokenEndpoint: meta["token_endpoint"].(string), ClientID: "gateway",
+		ClientSecret: "gateway-secret", Audience: legacyResource, Header: "X-Upstream-Token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer y.Close()
+	if cred, r := y.Resolve(context.Background(), caller, nil); r != nil || cred.Header.Get("X-Upstream-Token") == "" || cred.Header.Get("Authorization") != "" {
+		t.Errorf("token_endpoint, audience, header: %v %v", cred, r)
+	} else if c := claimsOf(t, as, cred.Header.Get("X-Upstream-Token")); c["aud"] != legacyResource {
+		t.Errorf("audience parameter: claims %v", c)
+	}
+
+	// Down: 503 issuer-unavailable with Retry-After; a cached token still serves.
+	as.Stop()
+	fresh := Caller{AgentID: caller.AgentID, Token: user}
+	if _, r := x.Resolve(context.Background(), fresh, []string{"orders:write", "orders:read"}); r == nil || r.Reason != ReasonIssuerUnavailable ||
+		r.Status != 503 || r.RetryAfter != DefaultExchangeRetryAfter || !strings.Contains(r.Explanation, "nothing was executed") {
+		t.Errorf("server down: %+v", r)
+	}
+	if _, r := x.Resolve(context.Background(), caller, []string{"orders:read"}); r != nil {
+		t.Errorf("cached token while the server is down: %v", r)
+	}
+	z, _ := NewTokenExchange(TokenExchangeConfig{Upstream: "legacy", Issuer: as.Issuer(), ClientID: "gateway", ClientSecret: "s", Resource: legacyResource})
+	defer z.Close()
+	if _, r := z.Resolve(context.Background(), caller, nil); r == nil || r.Reason != ReasonIssuerUnavailable || !strings.Contains(r.Explanation, "metadata") {
+		t.Errorf("discovery with the server down: %+v", r)
+	}
+}
+
+// TestTokenExchangeConfig: what NewTokenExchange refuses.
+func TestTokenExchangeConfig(t *testing.T) {
+	ok := TokenExchangeConfig{Upstream: "u", Issuer: "https://as.example", ClientID: "g", ClientSecret: "s", Resource: "https://api.example/"}
+	for name, mut := range map[string]func(*TokenExchangeConfig){
+		"no issuer":    func(c *TokenExchangeConfig) { c.Issuer = "" },
+		"bad issuer":   func(c *TokenExchangeConfig) { c.Issuer = "ftp://x" },
+		"no client":    func(c *TokenExchangeConfig) { c.ClientID = "" },
+		"no secret":    func(c *TokenExchangeConfig) { c.ClientSecret = "" },
+		"no audience":  func(c *TokenExchangeConfig) { c.Resource = "" },
+		"neg. margin":  func(c *TokenExchangeConfig) { c.Margin = -time.Second },
+		"bad endpoint": func(c *TokenExchangeConfig) { c.TokenEndpoint = "/token" },
+	} {
+		c := ok
+		mut(&c)
+		if x, err := NewTokenExchange(c); err == nil {
+			x.Close()
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	x, err := NewTokenExchange(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.Close()
+}
+
