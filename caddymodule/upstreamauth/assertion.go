@@ -153,7 +153,9 @@ func newAssertionKeys(keys []crypto.Signer) (*AssertionKeys, error) {
 func (k *AssertionKeys) KeyID() string { return k.kid }
 
 // Public returns the published keys (public halves, signing key first).
-func (k *AssertionKeys) Public() []jose.JSONWebKey { return append([]jose.JSONWebKey(nil), k.public...) }
+func (k *AssertionKeys) Public() []jose.JSONWebKey {
+	return append([]jose.JSONWebKey(nil), k.public...)
+}
 
 // JWKS is the key set published at JWKSPath: the public keys of every
 // set given, each kid once, in order.

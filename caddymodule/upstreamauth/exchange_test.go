@@ -253,4 +253,3 @@ func TestTokenExchangeConfig(t *testing.T) {
 	}
 	x.Close()
 }
-
