@@ -156,7 +156,7 @@ func TestAssertion(t *testing.T) {
 		t.Errorf("claims %+v", got)
 	}
 	tokPart := strings.Split(cred.Header.Get("X-Rcns-Assertion"), ".")[1]
-	if p, _ := jose.ParseSigned(cred.Header.Get("X-Rcns-Assertion"), []jose.SignatureAlgorithm{jose.ES256}); p == nil || strings.Contains(string(p.UnsafePayloadWithoutVerification()), "owner_id") {
+	if p, _ := jose.ParseSignedCompact(cred.Header.Get("X-Rcns-Assertion"), []jose.SignatureAlgorithm{jose.ES256}); p == nil || strings.Contains(string(p.UnsafePayloadWithoutVerification()), "owner_id") {
 		t.Errorf("payload %s", tokPart)
 	}
 	// No agent: refused.
