@@ -2,11 +2,14 @@ package caddymodule
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/httpdoor"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
@@ -37,10 +40,39 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			answerOptionsStar(w, r)
 			return nil
 		}
-		return next.ServeHTTP(w, r)
+		return passThrough(e, w, r, next)
 	}
 	noteAccess(r, httpdoor.Serve(e, w, r))
 	return nil
+}
+
+// passThrough hands the legacy request r to next, unchanged, and
+// observes the time next took with the status it answered
+// (engine.PassedThrough): the status written, else, when next returned
+// an error for Caddy's error routes to answer, the error's status (500
+// when it names none), else 200 as net/http sends it. A 101 Switching
+// Protocols (a WebSocket passed on) is not observed: its time is the
+// connection's life, not a request's.
+func passThrough(e *engine.Engine, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	rec := caddyhttp.NewResponseRecorder(w, nil, nil)
+	start := time.Now()
+	err := next.ServeHTTP(rec, r)
+	elapsed := time.Since(start)
+	status := rec.Status()
+	if status == 0 {
+		status = http.StatusOK
+		if err != nil {
+			status = http.StatusInternalServerError
+			var he caddyhttp.HandlerError
+			if errors.As(err, &he) && he.StatusCode != 0 {
+				status = he.StatusCode
+			}
+		}
+	}
+	if status != http.StatusSwitchingProtocols {
+		e.PassedThrough(status, elapsed)
+	}
+	return err
 }
 
 // answerOptionsStar answers a plain (non-AGTP) OPTIONS * as Go's

@@ -263,7 +263,7 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 
 	requestHist, err := registerCollector(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "request_duration_seconds",
-		Help:    "Duration of an AGTP request in the engine, from its arrival to its answer (the door's framing and write excluded), by the door (binding: http, agtp, mcp), what answered it (kind: unrouted, builtin, tier_b, contract, gate) and outcome (success, negotiated, refused, error).",
+		Help:    "Duration of an AGTP request in the engine, from its arrival to its answer (the door's framing and write excluded), by the door (binding: http, agtp, mcp), what answered it (kind: unrouted, builtin, tier_b, contract, gate; passthrough for a legacy request passed to the next handler, timed there) and outcome (success, negotiated, refused, error).",
 		Buckets: requestBuckets,
 	}, []string{"binding", "kind", "outcome"}))
 	errs = append(errs, err)
@@ -584,10 +584,14 @@ const (
 	// kindGate: the RCNS gate for an unserved pair (step 9), a synthesis
 	// or its refusal.
 	kindGate
+	// kindPassthrough: not an AGTP request: a legacy request the rcns
+	// handler passed to the next handler (PassedThrough), on the HTTP
+	// binding only.
+	kindPassthrough
 )
 
 // requestKinds are the kind label's values, in requestKind order.
-var requestKinds = [...]string{"unrouted", "builtin", "tier_b", "contract", "gate"}
+var requestKinds = [...]string{"unrouted", "builtin", "tier_b", "contract", "gate", "passthrough"}
 
 // requestOutcomes are the outcome label's values, in outcomeIndex order.
 var requestOutcomes = [...]string{"success", "negotiated", "refused", "error"}
@@ -635,10 +639,16 @@ func (m *metrics) requestDuration(binding string, kind requestKind, status int, 
 		return
 	}
 	k := int(kind)
-	if k >= len(requestKinds) {
+	if k >= int(kindPassthrough) {
 		k = int(kindUnrouted)
 	}
-	b, o := bindingIndex(binding), outcomeIndex(status, reason)
+	m.observeRequest(bindingIndex(binding), k, outcomeIndex(status, reason), seconds)
+}
+
+// observeRequest observes seconds in the request duration child of
+// bindings[b], requestKinds[k] and requestOutcomes[o], resolving it the
+// first time.
+func (m *metrics) observeRequest(b, k, o int, seconds float64) {
 	l := &m.durations[b][k][o].p
 	if p := l.Load(); p != nil {
 		(*p).Observe(seconds)
@@ -647,6 +657,32 @@ func (m *metrics) requestDuration(binding string, kind requestKind, status int, 
 	obs := m.requestSeconds.WithLabelValues(bindings[b], requestKinds[k], requestOutcomes[o])
 	l.Store(&obs)
 	obs.Observe(seconds)
+}
+
+// PassedThrough observes one legacy request the rcns handler passed to
+// the next handler (no Agent-ID, an HTTP or pass-through method; spec
+// §2.3) in caddy_rcns_request_duration_seconds, with binding http and
+// kind passthrough, so that legacy latency is told from agent latency
+// (Caddy's own caddy_http_* series label both handler="rcns"). status
+// is the final status the next handler wrote (0: none, as when it
+// returned an error for Caddy's error routes to answer; then the
+// error's caddyhttp status, passed by the caller); elapsed is the time
+// the next handler took. The outcome is success below 400, refused for
+// a 4xx, error for a 5xx or none.
+func (h *Engine) PassedThrough(status int, elapsed time.Duration) {
+	m := h.metrics
+	if m == nil {
+		return
+	}
+	o := 0
+	switch {
+	case status >= 100 && status < 400:
+	case status >= 400 && status < 500:
+		o = 2
+	default:
+		o = 3
+	}
+	m.observeRequest(0, int(kindPassthrough), o, elapsed.Seconds())
 }
 
 // bindings are the binding label's values, in bindingIndex order.
