@@ -1,7 +1,8 @@
 # caddy-rcns — build, test and demo targets.
 #
 #   make build        bin/caddy (Caddy with the rcns module)
-#   make deps         json-server 0.17.4, promtool, redis-server 7.0 and the MCP
+#   make deps         json-server 0.17.4, promtool and the Prometheus server,
+#                     redis-server 7.0 and the MCP
 #                     clients (the conformance suite, bun to run it, the
 #                     Inspector CLI) into .tools/ (test tools), and
 #                     oidc-provider 9.13.3, the OAuth 2.1 / OpenID
@@ -22,6 +23,7 @@ GO                  ?= go
 JSON_SERVER_VERSION := 0.17.4
 JSON_SERVER         := .tools/node_modules/.bin/json-server
 PROMTOOL            := .tools/bin/promtool
+PROMETHEUS          := .tools/bin/prometheus
 REDIS_SERVER        := .tools/bin/redis-server
 # Clients of the MCP door that are not the Go SDK (integration/mcp_clients_test.go):
 # the official conformance suite needs Node >= 22, so it runs under bun,
@@ -67,12 +69,12 @@ all: build
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
 
-deps: $(JSON_SERVER) $(PROMTOOL) $(REDIS_SERVER) $(MCP_CLIENTS) $(OIDC_PROVIDER) $(MCP_REMOTE) $(MCP_FRAMEWORKS) $(MCP_CONFORMANCE_NEXT)
+deps: $(JSON_SERVER) $(PROMTOOL) $(PROMETHEUS) $(REDIS_SERVER) $(MCP_CLIENTS) $(OIDC_PROVIDER) $(MCP_REMOTE) $(MCP_FRAMEWORKS) $(MCP_CONFORMANCE_NEXT)
 
 $(REDIS_SERVER):
 	bash scripts/install-redis.sh
 
-$(PROMTOOL):
+$(PROMTOOL) $(PROMETHEUS):
 	bash scripts/install-promtool.sh
 
 $(JSON_SERVER):
