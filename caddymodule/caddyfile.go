@@ -100,7 +100,14 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    record_retention <duration>
 //	    max_retained_records <n>
 //	    audit_read_acl agent_only|operator_only|public
-//	    upstream <name> <url> { timeout <d>; max_conns <n>; insecure_http }
+//	    upstream <name> <url> {
+//	        timeout <d>; max_conns <n>; insecure_http
+//	        credentials static|per_agent|per_owner {
+//	            header <name> <value-template>   # repeatable
+//	            dir <path>                       # per_agent / per_owner: a file per id
+//	            file <path>                      # per_agent / per_owner: a YAML/JSON mapping
+//	        }
+//	    }
 //	    legacy NONE|*|<VERB>...
 //	    alias <FROM> <TO>
 //	    no_aliases
@@ -411,6 +418,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 						return d.ArgErr()
 					}
 					uc.InsecureHTTP = true
+				case "credentials":
+					if uc.Credentials != nil {
+						return d.Errf("upstream %s: credentials is given twice", args[0])
+					}
+					cc, err := parseCredentials(d, args[0])
+					if err != nil {
+						return err
+					}
+					uc.Credentials = cc
 				default:
 					return d.Errf("upstream: unknown subdirective %q", d.Val())
 				}
@@ -461,6 +477,53 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
+}
+
+// parseCredentials reads an upstream's credentials block (the grammar
+// in UnmarshalCaddyfile; the knobs are engine.CredentialsConfig's); the
+// dispenser is on "credentials". Whether the knobs fit the policy is
+// checked when the engine is built (engine.CredentialsConfig).
+func parseCredentials(d *caddyfile.Dispenser, upstream string) (*engine.CredentialsConfig, error) {
+	if !d.NextArg() {
+		return nil, d.Errf("upstream %s: credentials: want static, per_agent or per_owner", upstream)
+	}
+	cc := &engine.CredentialsConfig{Policy: d.Val()}
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch key := d.Val(); key {
+		case "header":
+			hv := d.RemainingArgs()
+			if len(hv) != 2 {
+				return nil, d.Errf("upstream %s: credentials: header: want <name> <value-template>", upstream)
+			}
+			if cc.Header == nil {
+				cc.Header = map[string]string{}
+			}
+			if _, dup := cc.Header[hv[0]]; dup {
+				return nil, d.Errf("upstream %s: credentials: header %s is given twice", upstream, hv[0])
+			}
+			cc.Header[hv[0]] = hv[1]
+		case "dir", "file":
+			v, err := oneArg(d)
+			if err != nil {
+				return nil, err
+			}
+			if v == "" {
+				return nil, d.Errf("upstream %s: credentials: %s: empty path", upstream, key)
+			}
+			if *map[string]*string{"dir": &cc.Dir, "file": &cc.File}[key] != "" {
+				return nil, d.Errf("upstream %s: credentials: %s is given twice", upstream, key)
+			}
+			*map[string]*string{"dir": &cc.Dir, "file": &cc.File}[key] = v
+		// token_exchange { … } and assertion { … } blocks are read here
+		// (their policies' knobs).
+		default:
+			return nil, d.Errf("upstream %s: credentials: unknown subdirective %q", upstream, key)
+		}
+	}
+	return cc, nil
 }
 
 // identityArgs reads the identity modes on the line (one or more),

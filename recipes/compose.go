@@ -28,6 +28,11 @@ type StepReport struct {
 	Output any `json:"output,omitempty"`
 	// Error is the failure code of a failed step.
 	Error string `json:"error,omitempty"`
+	// Credential is the kind of credential the step's upstream request
+	// carried ("static", "per_agent", "per_owner", "exchanged",
+	// "assertion"; WithCredentials), never its value; "" when the run
+	// was given no credentials.
+	Credential string `json:"credential,omitempty"`
 	// Upstream is the name of the upstream the step calls.
 	Upstream string `json:"-"`
 	// Duration is how long the step ran (0 when it did not start).
@@ -132,7 +137,8 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 	done := make([]bool, n)
 	started := make([]bool, n)
 	for i, s := range r.Steps {
-		reports[i] = StepReport{Name: s.Name, Method: s.Endpoint.Method, Path: s.Endpoint.Path, State: StepNotStarted, Upstream: s.Endpoint.UpstreamName()}
+		reports[i] = StepReport{Name: s.Name, Method: s.Endpoint.Method, Path: s.Endpoint.Path, State: StepNotStarted, Upstream: s.Endpoint.UpstreamName(),
+			Credential: CredentialKind(ctx, s.Endpoint)}
 	}
 	results := make(chan stepResult, n)
 	running := 0
@@ -230,7 +236,8 @@ func outputSchemaFailure(probs []string) *Failure {
 // scheduling, no channel (the common recipe shape on the hot path).
 func (r *Recipe) executeOne(ctx context.Context, input map[string]any) (any, []StepReport, *CompositionFailure) {
 	s := r.Steps[0]
-	rep := []StepReport{{Name: s.Name, Method: s.Endpoint.Method, Path: s.Endpoint.Path, Upstream: s.Endpoint.UpstreamName()}}
+	rep := []StepReport{{Name: s.Name, Method: s.Endpoint.Method, Path: s.Endpoint.Path, Upstream: s.Endpoint.UpstreamName(),
+		Credential: CredentialKind(ctx, s.Endpoint)}}
 	start := time.Now()
 	out, f := s.run(ctx, input, []any{input})
 	rep[0].Duration = time.Since(start)

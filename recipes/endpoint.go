@@ -438,10 +438,16 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		return nil, fail(ErrUpstreamConnection, "cannot build the upstream request", 0)
 	}
 	req.URL, req.Host = target, target.Host
-	if tp := TraceParent(ctx); body == nil && tp == "" {
+	cred, _ := credentialFor(ctx, e)
+	if tp := TraceParent(ctx); body == nil && tp == "" && len(cred.Header) == 0 {
 		req.Header = s.plainHeader
 	} else {
 		for k, v := range s.headers {
+			req.Header[k] = v
+		}
+		// The upstream's credential policy, resolved for the caller
+		// before the run (WithCredentials), over the static headers.
+		for k, v := range cred.Header {
 			req.Header[k] = v
 		}
 		req.Header["Accept"] = mediaJSONValue // shared: the transport never writes request headers
@@ -632,6 +638,44 @@ func connErrorText(err error) string {
 }
 
 type traceKey struct{}
+
+// UpstreamCredential is the credential one endpoint's upstream request
+// carries in a run (caddymodule/upstreamauth resolves it for the caller
+// before the run): Header is set over the endpoint's static headers;
+// Kind names it for step reports and records, never its value.
+type UpstreamCredential struct {
+	Header http.Header
+	Kind   string
+}
+
+// Credentials maps each endpoint a run calls (a Tier B endpoint, or
+// each step's endpoint of a bound recipe) to its credential.
+type Credentials map[*Endpoint]UpstreamCredential
+
+type credentialsKey struct{}
+
+// WithCredentials returns ctx carrying creds for the endpoints of one
+// run; an endpoint without an entry sends its static headers only.
+func WithCredentials(ctx context.Context, creds Credentials) context.Context {
+	if len(creds) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, credentialsKey{}, creds)
+}
+
+// credentialFor is e's credential in ctx, ok false when ctx has none.
+func credentialFor(ctx context.Context, e *Endpoint) (UpstreamCredential, bool) {
+	creds, _ := ctx.Value(credentialsKey{}).(Credentials)
+	c, ok := creds[e]
+	return c, ok
+}
+
+// CredentialKind is the kind of e's credential in ctx ("" when ctx
+// carries none for it).
+func CredentialKind(ctx context.Context, e *Endpoint) string {
+	c, _ := credentialFor(ctx, e)
+	return c.Kind
+}
 
 // WithTraceParent returns ctx carrying a W3C traceparent value to
 // forward upstream, or ctx unchanged when tp is not a valid traceparent

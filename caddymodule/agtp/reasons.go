@@ -173,6 +173,14 @@ var (
 	CompositionFailed      = def("composition_failed", 422, RetryDepends)
 )
 
+// Upstream credentials: a credential policy (per_agent, per_owner) that
+// holds no credential for the caller, answered before any step runs
+// (caddymodule/upstreamauth; docs/configuration.md "Upstream
+// credentials").
+var (
+	UpstreamCredentialMissing = def("upstream-credential-missing", 424, NotRetryable)
+)
+
 // Rate limits, idempotency and shared state (spec §12).
 var (
 	RateLimited             = def("rate-limited", 429, Retryable)

@@ -94,6 +94,12 @@ type Identity struct {
 	// Issuer is the OAuth issuer that vouched for the credential ("" for
 	// the other modes); ClientID the token's OAuth client.
 	Issuer, ClientID string
+	// Subject is the OAuth token's sub ("" for the other modes).
+	Subject string
+	// Token is the verified OAuth access token ("" for the other modes):
+	// the input of an upstream's token exchange only; never logged,
+	// recorded or sent upstream.
+	Token string
 }
 
 // Get returns the first value of header name ("Agent-ID"; any

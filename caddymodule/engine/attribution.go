@@ -104,6 +104,24 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 		if x.taskID != "" {
 			field("task_id", x.taskID)
 		}
+		if len(x.credentials) > 0 {
+			// Which kind of credential each step's upstream request
+			// carried, never its value.
+			b = append(b, `,"upstream_credentials":[`...)
+			for i, c := range x.credentials {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = append(b, `{"kind":`...)
+				b = str(b, c.Kind)
+				b = append(b, `,"step":`...)
+				b = str(b, c.Step)
+				b = append(b, `,"upstream":`...)
+				b = str(b, c.Upstream)
+				b = append(b, '}')
+			}
+			b = append(b, ']')
+		}
 		b = append(b, '}')
 		c, a := x.h.signer.SignJSON(b)
 		if x.h.mem != nil {

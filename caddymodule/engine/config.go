@@ -420,6 +420,12 @@ type UpstreamConfig struct {
 	MaxConns int `json:"max_conns,omitempty"`
 	// InsecureHTTP allows http:// to a non-loopback host (warns at start).
 	InsecureHTTP bool `json:"insecure_http,omitempty"`
+	// Credentials is the upstream's credential policy: what every
+	// request to it carries besides the endpoint's and step's own
+	// headers, resolved for the verified caller when the call runs. Nil
+	// is static with no headers of its own (the endpoints' `headers`
+	// only). docs/configuration.md "Upstream credentials".
+	Credentials *CredentialsConfig `json:"credentials,omitempty"`
 }
 
 // SetDefaults fills every unset knob with its documented default

@@ -109,6 +109,14 @@ func (h *Engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 	if !h.spend(x, req, h.invokeRL) {
 		return
 	}
+	// Every step's upstream credential, for the agent and owner that
+	// present the contract now (never the minting ones), before any
+	// step runs and before a pending contract is accepted: a refusal
+	// runs nothing and leaves the contract as it was.
+	creds, ok := h.resolveCredentials(x, req, recipeSteps(rec), c.SynthesisID)
+	if !ok {
+		return
+	}
 	if via == viaSynthesisID && x.presentedPending {
 		// Presenting a confirm-first contract accepts it (spec §13.4),
 		// but only a presentation that runs it: a refused one (scope,
@@ -144,7 +152,7 @@ func (h *Engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 	x.contract = contractRef(c)
 	x.executed = true
 	x.stateChanging = rec.StateChanging()
-	out, ok := h.execute(x, c, rec, in)
+	out, ok := h.execute(x, c, rec, in, creds)
 	if !ok {
 		outcome = "failed"
 		return
@@ -194,11 +202,12 @@ func missingUpstreams(c *recipes.Contract, missing []string) *agtp.Error {
 		c.SynthesisID, strings.Join(missing, ", ")), map[string]any{"missing_upstreams": missing})
 }
 
-// execute runs rec, the plan of c bound to this configuration (bind);
-// on failure it writes the 422 composition_failed answer and returns
+// execute runs rec, the plan of c bound to this configuration (bind),
+// with each step's upstream credential creds (resolveCredentials); on
+// failure it writes the 422 composition_failed answer and returns
 // false.
-func (h *Engine) execute(x *exchange, c *recipes.Contract, rec *recipes.Recipe, in map[string]any) (any, bool) {
-	ctx := recipes.WithTraceParent(x.in.Context, traceParent(x.in))
+func (h *Engine) execute(x *exchange, c *recipes.Contract, rec *recipes.Recipe, in map[string]any, creds recipes.Credentials) (any, bool) {
+	ctx := recipes.WithCredentials(recipes.WithTraceParent(x.in.Context, traceParent(x.in)), creds)
 	start := time.Now()
 	out, reports, cf := rec.Execute(ctx, in, time.Duration(h.CompositionTimeout))
 	h.metrics.recipeRun(rec, time.Since(start).Seconds(), reports)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/upstreamauth"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
@@ -39,11 +40,14 @@ type Engine struct {
 	agents    *policy.Registry
 	set       *recipes.Set
 	upstreams map[string]*recipes.Upstream
-	gate      policy.Gate
-	st        *State
-	passthru  map[string]bool
-	metrics   *metrics
-	idents    *identities
+	// credPolicies is each declared upstream's credential policy
+	// (CredentialsConfig), built at each load.
+	credPolicies map[string]upstreamauth.Policy
+	gate         policy.Gate
+	st           *State
+	passthru     map[string]bool
+	metrics      *metrics
+	idents       *identities
 	// oauth is identity oauth's verifier (nil when the modes do not
 	// name oauth); it outlives document reloads (its caches).
 	oauth *oauthVerifier

@@ -94,6 +94,10 @@ type exchange struct {
 	claim    store.Claim
 	renewer  *leaseRenewer // renews claim's lease while the request runs
 	executed bool
+	// credentials is the kind of upstream credential each step of the
+	// run used (resolveCredentials), for the Attribution-Record; nil
+	// when nothing ran.
+	credentials []stepCredential
 	// preclaimed is the claim a combined store call already made for
 	// this request (store.Presenter: with the contract lookup), which
 	// claim takes instead of claiming again; nil when none was made.

@@ -101,7 +101,22 @@ func (h *Engine) gateway(x *exchange, req *request) {
 		x.fail(failureError(f))
 		return
 	}
-	c, joined, err := h.gateContract(recipe, x, req)
+	c, err := h.contractFor(recipe, x.method, x.path, x, req, recipes.OriginGate, time.Duration(h.ContractTTL), false)
+	if err != nil {
+		h.refuse(x, req, &states, agtp.SynthesisError.New(err.Error()))
+		return
+	}
+	// Optimistic delivery runs the plan at once: every step's upstream
+	// credential first, so a refusal mints nothing and runs nothing
+	// (confirm-first resolves when the contract is presented).
+	var creds recipes.Credentials
+	if h.Mode != ModeConfirmFirst {
+		var ok bool
+		if creds, ok = h.resolveCredentials(x, req, recipeSteps(recipe), c.SynthesisID); !ok {
+			return
+		}
+	}
+	c, joined, err := h.gateContract(c, x)
 	if errors.Is(err, store.ErrUnavailable) {
 		h.storeFailed(x, err)
 		return
@@ -128,7 +143,7 @@ func (h *Engine) gateway(x *exchange, req *request) {
 	}
 	x.contract = contractRef(c)
 	x.stateChanging = c.Recipe.StateChanging()
-	out, ok := h.execute(x, c, recipe, in)
+	out, ok := h.execute(x, c, recipe, in, creds)
 	if !ok {
 		h.metrics.synthesis(recipe.Name, ModeOptimistic, "failed")
 		return
@@ -142,15 +157,12 @@ func (h *Engine) gateway(x *exchange, req *request) {
 	x.write(policy.StatusProposalApproved, agtp.MediaEndpoint, body, nil)
 }
 
-// gateContract mints the gate synthesis's contract for recipe, or
+// gateContract mints c, the gate synthesis's contract (contractFor), or
 // finds the active one of the pair a concurrent first call of the same
 // agent minted meanwhile (store.Contracts.MintForPair: a request a
 // moment later would have run under it by pair, §10 step 8b), returned
 // with its state in joined ("" when c was minted here).
-func (h *Engine) gateContract(recipe *recipes.Recipe, x *exchange, req *request) (c *recipes.Contract, joined string, err error) {
-	if c, err = h.contractFor(recipe, x.method, x.path, x, req, recipes.OriginGate, time.Duration(h.ContractTTL), false); err != nil {
-		return nil, "", err
-	}
+func (h *Engine) gateContract(c *recipes.Contract, x *exchange) (_ *recipes.Contract, joined string, err error) {
 	state, other, err := h.sto.Contracts.MintForPair(x.ctx(), c, h.Mode)
 	if err != nil {
 		return nil, "", err

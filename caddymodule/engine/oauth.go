@@ -158,7 +158,7 @@ func (v *oauthVerifier) verify(in *agtp.Request, _ []byte, claimed string) (verd
 	}
 	scopes := v.cfg.agtpScopes(info.scopes).Strings()
 	return verifiedAs, &agtp.Identity{AgentID: agentID, VerificationPath: IdentityOAuth, OwnerID: owner,
-		Bounded: true, Scopes: scopes, Issuer: v.cfg.Issuer, ClientID: info.clientID}, nil
+		Bounded: true, Scopes: scopes, Issuer: v.cfg.Issuer, ClientID: info.clientID, Subject: info.sub, Token: tok}, nil
 }
 
 // agentOf is the agent a token's client acts as: the document that

@@ -139,6 +139,9 @@ func (h *Engine) provision(reg prometheus.Registerer) error {
 		}
 		h.upstreams[n] = up
 	}
+	if h.credPolicies, err = buildCredentialPolicies(h.Upstreams); err != nil {
+		return fmt.Errorf("rcns: %v", err)
+	}
 	if h.OAuth != nil {
 		v, err := newOAuthVerifier(h, h.OAuth, h.logger)
 		if err != nil {

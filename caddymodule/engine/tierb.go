@@ -45,9 +45,16 @@ func (h *Engine) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint,
 	if !h.spend(x, req, h.invokeRL) {
 		return
 	}
+	// The upstream's credential for this caller, before the call: a
+	// refusal runs nothing.
+	creds, ok := h.resolveCredentials(x, req, endpointSteps(ep), "")
+	if !ok {
+		return
+	}
 	x.executed = true
 	x.stateChanging = schema.StateChanging(ep.Semantic.Impact)
 	ctx := recipes.WithTraceParent(context.WithoutCancel(x.in.Context), traceParent(x.in))
+	ctx = recipes.WithCredentials(ctx, creds)
 	start := time.Now()
 	out, f := ep.InvokeValidated(ctx, in)
 	if f == nil || f.Sent {

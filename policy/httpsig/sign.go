@@ -25,15 +25,20 @@ const DefaultLabel = "sig1"
 // (ARCHITECTURE.md "Identity"), and rcns-idempotency-key, the reference
 // client's name for Idempotency-Key that the gateway takes as its alias:
 // it keys the request as Idempotency-Key does, so it is covered as that
-// one is.
-var optionalHeaders = []string{"idempotency-key", "rcns-idempotency-key", "authority-scope", "allow-rcns", "contract-synthesized", "synthesis-id"}
+// one is. owner-id decides whom upstream calls act for (a per_owner
+// credential); request-id, session-id and task-id are echoed, recorded
+// and named in upstream identity assertions: none may be added or
+// changed by a relay.
+var optionalHeaders = []string{"idempotency-key", "rcns-idempotency-key", "authority-scope", "allow-rcns", "contract-synthesized", "synthesis-id",
+	"owner-id", "request-id", "session-id", "task-id"}
 
 // DefaultComponents returns the components an AGTP request signature
 // must cover, in this order: "@method" "@authority" "@path", "@query"
 // when the URL has a query (even an empty one), "agent-id",
 // "content-type" and "content-digest" when the request has a body, then
 // each of "idempotency-key" "rcns-idempotency-key" "authority-scope"
-// "allow-rcns" "contract-synthesized" "synthesis-id" present on req.
+// "allow-rcns" "contract-synthesized" "synthesis-id" "owner-id"
+// "request-id" "session-id" "task-id" present on req.
 //
 // A request has a body when req.Body is neither nil nor http.NoBody and
 // req.ContentLength is not 0 (a positive length, or -1 for unknown).
