@@ -398,12 +398,36 @@ func TestIdentitySignature(t *testing.T) {
 			return c
 		}},
 	}
+	// The identifiers: Owner-ID decides whom upstream calls act for (a
+	// per_owner credential), the others are echoed, recorded and named
+	// in upstream assertions: a relay may add or change none of them
+	// (issue 31).
+	for hdr, v := range map[string]string{"Owner-ID": "hotel-ops", "Request-ID": "01ARZ3NDEKTSV4RRFFQ69G5FAV",
+		"Session-ID": "c2Vzc2lvbi1pZC1mb3ItaWRlbnRpdHktdGVzdA", "Task-ID": "task-1"} {
+		notCovered = append(notCovered, struct {
+			name string
+			call func() idvCall
+		}{strings.ToLower(hdr), func() idvCall {
+			c := fetch(agentA1, kA1)
+			c.extra = map[string]string{hdr: v}
+			c.opt.Components = basic
+			return c
+		}})
+	}
 	for _, nc := range notCovered {
 		t.Run(nc.name+" not covered 401 component-not-covered", func(t *testing.T) {
 			before := hotel.Count()
 			idvRefused(t, idvSend(t, nil, idvBuild(t, g.URL, nc.call())), 401, "component-not-covered", hotel, before)
 		})
 	}
+
+	// Covered (httpsig.DefaultComponents covers every identifier sent),
+	// an Owner-ID is served.
+	t.Run("owner-id covered is served", func(t *testing.T) {
+		c := fetch(agentA1, kA1)
+		c.extra = map[string]string{"Owner-ID": "hotel-ops", "Request-ID": "01ARZ3NDEKTSV4RRFFQ69G5FAW"}
+		wantGuest(t, idvSend(t, nil, idvBuild(t, g.URL, c)))
+	})
 
 	// Covered (httpsig.DefaultComponents covers it), the alias keys the
 	// signed request: the repeat, with a fresh signature, is a replay.
