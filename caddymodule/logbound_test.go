@@ -86,3 +86,75 @@ func str(v any) string {
 	s, _ := v.(string)
 	return s
 }
+
+// TestLogBoundMalformed: a flood of malformed AGTP requests on the HTTP
+// door from one agent (a body that is not JSON, a JSON body too deep
+// for the limit, an invalid Idempotency-Key, a Task-ID that is not a
+// token, a malformed Agent-ID, a method outside the catalog, a path
+// with bad percent-encoding) writes no line above INFO and, per
+// (message, agent, reason), at most engine.LogBurst lines within a
+// window: the volume does not grow with the flood, while every request
+// is answered with its refusal.
+func TestLogBoundMalformed(t *testing.T) {
+	g := &testGateway{h: benchHandler(t, benchUpstream(t).URL, false)}
+	core, logs := observer.New(zap.DebugLevel)
+	setLogCore(t, g.h, core)
+	agent := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": testScope, "Content-Type": "application/json"}
+	with := func(kv ...string) map[string]string {
+		h := map[string]string{}
+		for k, v := range agent {
+			h[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			h[kv[i]] = kv[i+1]
+		}
+		return h
+	}
+	deep := strings.Repeat("[", 200) + strings.Repeat("]", 200)
+	cases := []struct {
+		name, method, target string
+		hdr                  map[string]string
+		body                 string
+	}{
+		{"not JSON", "FETCH", "/items/1", agent, `{"parameters":`},
+		{"too deep", "FETCH", "/items/1", agent, `{"parameters":{"x":` + deep + `}}`},
+		{"bad Idempotency-Key", "FETCH", "/items/1", with("Idempotency-Key", "\x01"), ""},
+		{"bad Task-ID", "FETCH", "/items/1", with("Task-ID", "not a token"), ""},
+		{"malformed Agent-ID", "FETCH", "/items/1", with("Agent-ID", strings.Repeat("Z", 64)), ""},
+		{"unknown method", "ZZZFROB", "/items/1", agent, ""},
+		{"dot segment", "FETCH", "/items/%2e%2e", agent, ""},
+	}
+	const n = 40
+	for i := range n {
+		for _, c := range cases {
+			var a *answer
+			if c.body == "" {
+				a = g.serve(t, c.method, c.target, c.hdr, nil, 0)
+			} else {
+				a = g.serve(t, c.method, c.target, c.hdr, strings.NewReader(c.body), int64(len(c.body)))
+			}
+			if a.status < 400 || a.str("reason") == "" {
+				t.Fatalf("%s (request %d) was not refused: %s", c.name, i, a)
+			}
+		}
+	}
+	perKey := map[string]int{}
+	for _, e := range logs.All() {
+		if e.Level > zap.InfoLevel {
+			t.Errorf("a %s line for an agent's malformed request: %s %v", e.Level, e.Message, e.ContextMap())
+		}
+		m := e.ContextMap()
+		perKey[e.Message+"|"+str(m["agent_id"])+"|"+str(m["reason"])]++
+	}
+	total := 0
+	for k, c := range perKey {
+		total += c
+		if c > engine.LogBurst {
+			t.Errorf("%d lines for %s, want at most %d", c, k, engine.LogBurst)
+		}
+	}
+	t.Logf("%d requests: lines by (message, agent, reason): %v", n*len(cases), perKey)
+	if total > len(cases)*engine.LogBurst {
+		t.Errorf("%d lines for %d requests, want at most %d", total, n*len(cases), len(cases)*engine.LogBurst)
+	}
+}

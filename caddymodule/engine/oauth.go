@@ -508,9 +508,19 @@ func (v *oauthVerifier) do(req *http.Request, out any) error {
 }
 
 // unavailable is 503 issuer-unavailable: the authorization server could
-// not be reached, so no token can be verified and nothing runs.
+// not be reached, so no token can be verified and nothing runs. Its
+// WARN line is written within the engine's log bound (LogBurst lines
+// per LogWindow for each what, with the count held back in
+// "suppressed"): during an outage every request with a token meets it,
+// and the agents' requests must not set the log volume.
 func (v *oauthVerifier) unavailable(what string, err error) *agtp.Error {
-	v.log.Warn("oauth: the authorization server is unavailable", zap.String("issuer", v.cfg.Issuer), zap.String("what", what), zap.Error(err))
+	l := v.log
+	if v.h != nil && v.h.logBudget != nil {
+		l = v.h.logBudget.logFor(v.log, "oauth-issuer", what)
+	}
+	if l != nil {
+		l.Warn("oauth: the authorization server is unavailable", zap.String("issuer", v.cfg.Issuer), zap.String("what", what), zap.Error(err))
+	}
 	return agtp.IssuerUnavailable.WithFields(what+" from "+v.cfg.Issuer+"; nothing was executed; retry after Retry-After seconds",
 		map[string]any{"retry_after_seconds": issuerRetryAfter, "issuer": v.cfg.Issuer})
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/internal/oauthtest"
 	"github.com/go-jose/go-jose/v4"
 	josejwt "github.com/go-jose/go-jose/v4/jwt"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // The OAuth world of these tests: one resource (this gateway), another
@@ -264,17 +266,27 @@ func TestOAuthIntrospection(t *testing.T) {
 }
 
 // TestOAuthIssuerDownBeforeKeys: an engine that never read the issuer's
-// keys answers 503 issuer-unavailable while the issuer is down.
+// keys answers 503 issuer-unavailable while the issuer is down, and
+// logs the outage within the log bound (LogBurst WARN lines however
+// many requests meet it).
 func TestOAuthIssuerDownBeforeKeys(t *testing.T) {
 	w := newOAuthWorld(t)
+	core, logs := observer.New(zap.DebugLevel)
+	w.te.oauth.log = zap.New(core)
 	tok := w.token(t, benchClient, oauthResource, "bench:read")
 	w.as.Stop()
-	a := w.fetch(t, tok)
-	if a.Status != 503 || a.str("reason") != "issuer-unavailable" || a.header("Retry-After") == "" {
-		t.Fatalf("issuer down: %s, want 503 issuer-unavailable with Retry-After", a)
+	const n = 3 * LogBurst
+	for range n {
+		a := w.fetch(t, tok)
+		if a.Status != 503 || a.str("reason") != "issuer-unavailable" || a.header("Retry-After") == "" {
+			t.Fatalf("issuer down: %s, want 503 issuer-unavailable with Retry-After", a)
+		}
 	}
 	if w.hits.Load() != 0 {
 		t.Fatal("a request ran upstream while the issuer was down")
+	}
+	if got := logs.FilterMessage("oauth: the authorization server is unavailable").FilterLevelExact(zap.WarnLevel).Len(); got == 0 || got > LogBurst {
+		t.Errorf("%d WARN lines for %d requests meeting the outage, want 1..%d", got, n, LogBurst)
 	}
 }
 
