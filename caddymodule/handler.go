@@ -27,7 +27,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	e.Activate()
 	if h.mcp != nil {
 		if r.URL.Path == h.MCP.Path {
-			noteMCPAccess(r, h.mcp.Serve(w, r))
+			sw := &statusWriter{ResponseWriter: w}
+			noteMCPAccess(r, h.mcp.Serve(sw, r))
+			e.MCPAnswered(sw.status)
 			return nil
 		}
 		if h.mcp.WellKnown(r.URL.Path) {
@@ -120,3 +122,39 @@ func passOptionsStar(srv *caddyhttp.Server) {
 		return ctx
 	})
 }
+
+// statusWriter is w noting the final status written (0 until one is;
+// a Write without WriteHeader is 200), for the MCP door's request
+// counter. It flushes (server-sent events) and unwraps
+// (http.ResponseController) to w.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+// WriteHeader notes code unless it is informational (1xx), then writes
+// it.
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write notes 200 when no status was written, then writes b.
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush flushes w's writer when it can.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap is the wrapped writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

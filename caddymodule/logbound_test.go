@@ -52,6 +52,17 @@ func TestLogBoundMCPFlood(t *testing.T) {
 	if total > 4*engine.LogBurst {
 		t.Errorf("%d lines for a flood of %d requests, want at most %d: %v", total, 7*n, 4*engine.LogBurst, perKey)
 	}
+	// Every request is counted, the ones the log leaves out included:
+	// the malformed payloads (the SDK's 400s) and the identity refusals
+	// (400) by status, each HTTP request once.
+	all := 0.0
+	for _, code := range []string{"200", "400"} {
+		all += metricValue(t, h, "caddy_rcns_mcp_http_requests_total", "code", code)
+	}
+	if all != 7*n || metricValue(t, h, "caddy_rcns_mcp_http_requests_total", "code", "400") < 3*n {
+		t.Errorf("caddy_rcns_mcp_http_requests_total: %v requests counted (400: %v), want %d (at least %d 400s)",
+			all, metricValue(t, h, "caddy_rcns_mcp_http_requests_total", "code", "400"), 7*n, 3*n)
+	}
 }
 
 // TestLogBoundRefusals: an agent's refusals on the HTTP door (the RCNS

@@ -136,3 +136,84 @@ func findLogLine(output, msg, id string) map[string]any {
 	}
 	return nil
 }
+
+// TestMCPFloodLogBounded: a flood of malformed JSON-RPC on /mcp from
+// one agent through a real Caddy (payloads that do not parse, invalid
+// requests, unknown methods and tools, and requests with a malformed
+// Agent-ID) writes a bounded number of the gateway's own log lines
+// (engine.LogBurst, 5, per agent and reason per 10 s; the MCP SDK's per
+// level) and no WARN or ERROR line per request, while the access log
+// has one line per request and caddy_rcns_mcp_http_requests_total
+// counts every one. MCP is served over HTTP: the test runs in the HTTP
+// door's pass only.
+func TestMCPFloodLogBounded(t *testing.T) {
+	if suiteDoor == "agtp" {
+		t.Skip("MCP is served over HTTP: runs in the HTTP door's pass")
+	}
+	w := startHotel(t, hotelOpts{Door: "http", Extra: "\t\tmcp"})
+	g := w.GW
+	const n = 100
+	bodies := []string{`{`, `{"jsonrpc":"2.0"}`, `{"jsonrpc":"2.0","id":1,"method":"nope"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope"}}`}
+	before := len(strings.Split(g.Output(), "\n"))
+	agent := hdr(agentA1, "hotel:read")
+	malformed := map[string]string{"Agent-ID": strings.Repeat("Z", 64)}
+	sent := 0
+	for i := range n {
+		for _, b := range bodies {
+			if r := mcpRaw(t, g, "/mcp", b, agent); r.Status != 400 && r.Status != 200 {
+				t.Fatalf("request %d %s = %d:\n%s", i, b, r.Status, r)
+			}
+			sent++
+		}
+		if r := mcpRaw(t, g, "/mcp", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`, malformed); r.Status != 400 {
+			t.Fatalf("request %d with a malformed Agent-ID = %d:\n%s", i, r.Status, r)
+		}
+		sent++
+	}
+	var access int
+	waitFor(t, 5*time.Second, 100*time.Millisecond, "every access line", func() bool {
+		access = 0
+		for _, line := range strings.Split(g.Output(), "\n")[before-1:] {
+			if strings.Contains(line, `"logger":"http.log.access`) && strings.Contains(line, `"uri":"/mcp"`) {
+				access++
+			}
+		}
+		return access >= sent
+	})
+	own := map[string]int{}
+	total := 0
+	for _, line := range strings.Split(g.Output(), "\n")[before-1:] {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		logger, _ := m["logger"].(string)
+		if strings.HasPrefix(logger, "http.log.access") {
+			continue
+		}
+		if lvl, _ := m["level"].(string); lvl == "warn" || lvl == "error" {
+			own[lvl+" "+str(m, "msg")]++
+		}
+		total++
+	}
+	t.Logf("%d requests: %d access lines, %d other lines; warn/error by message: %v", sent, access, total, own)
+	if total > 4*5 {
+		t.Errorf("%d gateway lines for a flood of %d malformed MCP requests, want at most 20", total, sent)
+	}
+	for k, c := range own {
+		if c > 5 {
+			t.Errorf("%d lines %q for the flood, want at most 5", c, k)
+		}
+	}
+	s := scrapeMetrics(t, g)
+	counted := 0.0
+	for k, v := range s.values {
+		if strings.HasPrefix(k, "caddy_rcns_mcp_http_requests_total{") {
+			counted += v
+		}
+	}
+	if counted != float64(sent) {
+		t.Errorf("caddy_rcns_mcp_http_requests_total counts %v requests, want %d:\n%s", counted, sent, metricLines(s.raw, "caddy_rcns_mcp"))
+	}
+}

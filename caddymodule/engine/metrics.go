@@ -114,6 +114,7 @@ type metrics struct {
 	idempotencyRecords prometheus.Gauge         //
 	attemptRecords     prometheus.Gauge         //
 	requests           *prometheus.CounterVec   // method, code, binding
+	mcpRequests        *prometheus.CounterVec   // code
 	requestSeconds     *prometheus.HistogramVec // binding, kind, outcome
 	storeSeconds       *prometheus.HistogramVec // op
 	storeErrors        *prometheus.CounterVec   // op
@@ -257,6 +258,9 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		"Idempotency records currently held (stored and in flight).")
 	m.attemptRecords = gauge("attempt_records",
 		"RCNS attempt records currently held for INSPECT target=rcns-attempt.")
+	m.mcpRequests = counterVec("mcp_http_requests_total",
+		"HTTP requests the MCP door answered on its path, whatever they held (tool calls, protocol messages, malformed JSON-RPC, refusals), by response status code.",
+		"code")
 	m.requests = counterVec("requests_total",
 		"AGTP requests handled by the gateway, by method (AGTP floor or configured, else OTHER), response status code and the door (binding) it came through: http, agtp or mcp.",
 		"method", "code", "binding")
@@ -559,6 +563,23 @@ func (m *metrics) request(method string, status int, binding string) {
 	c := &codeCounter{code: code, counter: m.requests.WithLabelValues(lc.label, code, bindings[b])}
 	lc.last.Store(c)
 	c.counter.Inc()
+}
+
+// MCPAnswered counts one HTTP request the MCP door answered on its
+// path with status (the status written; 0, nothing written, is 200) in
+// caddy_rcns_mcp_http_requests_total: every message an agent sends the
+// door is counted there, the malformed ones that reach neither the
+// engine nor caddy_rcns_requests_total included (a JSON-RPC body that
+// does not parse is a 400 of the MCP SDK).
+func (h *Engine) MCPAnswered(status int) { h.metrics.mcpRequest(status) }
+
+// mcpRequest counts one HTTP request the MCP door answered with status
+// (MCPAnswered).
+func (m *metrics) mcpRequest(status int) {
+	if m == nil {
+		return
+	}
+	m.mcpRequests.WithLabelValues(codeLabel(status)).Inc()
 }
 
 // requestKind is what answered an AGTP request: the kind label of

@@ -44,6 +44,7 @@ func touchAllMetrics(m *metrics) {
 	m.setIdempotencyRecords(7)
 	m.setAttemptRingSize(11)
 	m.request("QUERY", 200, "http")
+	m.mcpRequest(400)
 	m.requestDuration("http", kindBuiltin, 200, "", 0.0003)
 	m.storeRoundTrip(store.OpClaim, time.Millisecond, nil)
 	m.setStoreUp(true)
@@ -82,6 +83,7 @@ var allMetricNames = []string{
 	"caddy_rcns_idempotency_records",
 	"caddy_rcns_attempt_records",
 	"caddy_rcns_requests_total",
+	"caddy_rcns_mcp_http_requests_total",
 	"caddy_rcns_request_duration_seconds",
 	"caddy_rcns_store_round_trip_duration_seconds",
 	"caddy_rcns_store_errors_total",
