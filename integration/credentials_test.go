@@ -408,3 +408,81 @@ func TestUpstreamCredentialsPerAgentAndOwner(t *testing.T) {
 		checkSeen(t, n, [][2]string{{"/o/whoami", "alice"}, {"/a/whoami", "cred-agent-a"}, {"/o/again", "alice"}})
 	})
 }
+
+// TestUpstreamCredentialsConfirmFirst: a confirm-first contract whose
+// upstream keeps no credential for its agent is refused when presented
+// (424, nothing upstream) and stays pending; once the operator drops
+// the agent's file in the directory (read per call, no reload), the
+// next presentation accepts and runs it with that credential.
+func TestUpstreamCredentialsConfirmFirst(t *testing.T) {
+	if suiteDoor == "agtp" {
+		t.Skip("door-independent (engine ordering); the HTTP run covers it")
+	}
+	up := &credUpstream{owners: map[string]string{}, agents: map[string]string{}}
+	up.URL = serve(t, up)
+	dir := t.TempDir()
+	secrets, docs := filepath.Join(dir, "secrets"), filepath.Join(dir, "docs")
+	for _, d := range []string{secrets, docs + "/endpoints", docs + "/recipes"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(p, s string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(docs+"/endpoints/agent-whoami.yaml", credEndpoint("/agent-whoami", "by-agent", "/whoami", true))
+	write(docs+"/endpoints/agent-again.yaml", credEndpoint("/agent-again", "by-agent", "/again", true))
+	write(docs+"/recipes/cred-pair.yaml", strings.NewReplacer("name: cred-triple", "name: cred-pair", "path_exact: /triple", "path_exact: /couples",
+		"required: [first, second, third]", "required: [first, second]",
+		"    path: /whoami\n", "    path: /agent-whoami\n", "    path: /owner-again\n", "    path: /agent-again\n",
+		"  - name: third\n    method: FETCH\n    path: /owner-again\n    input: '{}'\n", "",
+		", third: $third.principal", "").Replace(credRecipe))
+	site := fill(`
+	rcns {
+		identity header
+		enabled true
+		mode confirm-first
+		upstream by-agent {{UP}}/a {
+			credentials per_agent {
+				dir {{SECRETS}}
+			}
+		}
+		agents examples/hotel/agents
+		endpoints {{DOCS}}/endpoints
+		recipes {{DOCS}}/recipes
+	}
+	respond 404
+`, "UP", up.URL, "SECRETS", secrets, "DOCS", docs)
+	gw := startGateway(t, site)
+
+	r := gw.Do(t, "LOOKUP", "/couples", hdr(agentA1, scopeAll, "Allow-RCNS", "true"), nil)
+	wantStatus(t, r, 461)
+	sid := str(r.Object(t), "synthesis_id")
+	r = gw.Do(t, "LOOKUP", "/couples", hdr(agentA1, scopeAll, "Contract-Synthesized", sid), nil)
+	b := assertErrorBody(t, r, 424, "upstream-credential-missing")
+	if b["upstream"] != "by-agent" || b["step"] != "first" {
+		t.Errorf("refusal %s: want upstream by-agent, step first", r.Body)
+	}
+	if n := up.count(); n != 0 {
+		t.Fatalf("the upstream saw %d requests for a refused presentation", n)
+	}
+	// Still pending: a plain repeat does not find it by pair (an
+	// accepted one would run, and be refused 424 again).
+	assertErrorBody(t, gw.Do(t, "LOOKUP", "/couples", hdr(agentA1, scopeAll), nil), 404, "not-found")
+
+	write(filepath.Join(secrets, agentA1), "sec-a1")
+	up.mu.Lock()
+	up.agents["sec-a1"] = "a1"
+	up.mu.Unlock()
+	r = gw.Do(t, "LOOKUP", "/couples", hdr(agentA1, scopeAll, "Contract-Synthesized", sid), nil)
+	wantStatus(t, r, 200)
+	if res := r.Object(t)["result"]; str(res, "first") != "a1" || str(res, "second") != "a1" {
+		t.Errorf("result %v, want a1 on both steps", res)
+	}
+	if n := up.count(); n != 2 {
+		t.Errorf("upstream saw %d requests, want 2", n)
+	}
+}

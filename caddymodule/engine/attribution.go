@@ -104,9 +104,10 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 		if x.taskID != "" {
 			field("task_id", x.taskID)
 		}
-		if len(x.credentials) > 0 {
+		if x.executed && len(x.credentials) > 0 {
 			// Which kind of credential each step's upstream request
-			// carried, never its value.
+			// carried, never its value (resolved credentials of a run
+			// that was then refused are not named).
 			b = append(b, `,"upstream_credentials":[`...)
 			for i, c := range x.credentials {
 				if i > 0 {

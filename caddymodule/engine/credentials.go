@@ -179,9 +179,12 @@ func (h *Engine) resolveCredentials(x *exchange, req *request, steps []credentia
 		if p == nil {
 			p = upstreamauth.Static{}
 		}
-		scopes := make([]string, len(s.ep.RequiredScopes))
-		for i, sc := range s.ep.RequiredScopes {
-			scopes[i] = sc.String()
+		var scopes []string // static needs none: no allocation on the common path
+		if p.Kind() != upstreamauth.KindStatic {
+			scopes = make([]string, len(s.ep.RequiredScopes))
+			for i, sc := range s.ep.RequiredScopes {
+				scopes[i] = sc.String()
+			}
 		}
 		c, ref := p.Resolve(x.ctx(), caller, scopes)
 		if ref != nil {
