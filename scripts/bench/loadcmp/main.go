@@ -532,6 +532,10 @@ func (d *driver) startAll(ctx context.Context, withOAuth bool) error {
 	if out, err := exec.CommandContext(ctx, "openssl", "genpkey", "-algorithm", "ed25519", "-out", key).CombinedOutput(); err != nil {
 		return fmt.Errorf("openssl genpkey: %v: %s", err, out)
 	}
+	assertionKey := filepath.Join(d.work, "assertion-key.pem")
+	if out, err := exec.CommandContext(ctx, "openssl", "genpkey", "-algorithm", "ed25519", "-out", assertionKey).CombinedOutput(); err != nil {
+		return fmt.Errorf("openssl genpkey: %v: %s", err, out)
+	}
 	say("==> upstream")
 	p, stdout, err := d.start("upstream", d.work+"/upstream.log", nil, d.upstream,
 		"-host", "127.0.0.1", "-port", "0", "-delay", d.o.Delay.String(), "-max-lifetime", d.o.MaxTotal.String())
@@ -583,7 +587,7 @@ func (d *driver) startAll(ctx context.Context, withOAuth bool) error {
 		}
 	}
 	env := []string{"BENCH_ADMIN=" + d.admin, "BENCH_UPSTREAM=" + d.upAddr, "BENCH_DOCS=" + d.docs,
-		"BENCH_WORK=" + d.work, "BENCH_KEY=" + key, "BENCH_REDIS=" + redisAddr,
+		"BENCH_WORK=" + d.work, "BENCH_KEY=" + key, "BENCH_REDIS=" + redisAddr, "BENCH_ASSERTION_KEY=" + assertionKey,
 		"BENCH_OAUTH_ISSUER=" + d.issuer, "BENCH_OAUTH_RESOURCE=" + resource,
 		"XDG_DATA_HOME=" + d.work + "/xdg-data", "XDG_CONFIG_HOME=" + d.work + "/xdg-config"}
 	env = append(env, sitePorts...)

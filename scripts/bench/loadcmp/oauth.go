@@ -35,6 +35,15 @@ const (
 	oauthSecret = "rcns-bench-secret"
 )
 
+// The exchange site's upstream credential: the gateway's own client at
+// the authorization server, allowed the token exchange grant, and the
+// upstream as a resource there (scripts/bench/Caddyfile).
+const (
+	exchangeClient   = "rcns-bench-gateway"
+	exchangeSecret   = "rcns-bench-gateway-secret"
+	exchangeResource = "http://bench-upstream.test/"
+)
+
 // tokenTTL is the token's lifetime, s: an hour, or longer than the
 // comparison's -max-total when that is longer, so the one token never
 // expires mid-run.
@@ -64,13 +73,20 @@ func authServerConfig(port int, resource string, ttl int, key jose.JSONWebKey) (
 		"port": port,
 		"keys": jose.JSONWebKeySet{Keys: []jose.JSONWebKey{key}},
 		"resources": map[string]any{
-			resource: map[string]any{"scopes": oauthScopes, "format": "jwt", "ttl_seconds": ttl},
+			resource:         map[string]any{"scopes": oauthScopes, "format": "jwt", "ttl_seconds": ttl},
+			exchangeResource: map[string]any{"scopes": oauthScopes, "format": "jwt", "ttl_seconds": ttl},
 		},
 		"default_resource": resource,
 		"clients": []map[string]any{{
 			"client_id":      oauthClient,
 			"client_secret":  oauthSecret,
 			"grant_types":    []string{"client_credentials"},
+			"response_types": []string{},
+			"redirect_uris":  []string{},
+		}, {
+			"client_id":      exchangeClient,
+			"client_secret":  exchangeSecret,
+			"grant_types":    []string{"urn:ietf:params:oauth:grant-type:token-exchange"},
 			"response_types": []string{},
 			"redirect_uris":  []string{},
 		}},

@@ -51,7 +51,8 @@ func TestAuthServerConfig(t *testing.T) {
 	if !ok || rs.Format != "jwt" || rs.TTL != 3600 || strings.Join(rs.Scopes, " ") != "rcns:negotiate bench:read" {
 		t.Errorf("resources: %+v", cfg.Resources)
 	}
-	if len(cfg.Clients) != 1 || cfg.Clients[0]["client_id"] != oauthClient || cfg.Clients[0]["client_secret"] != oauthSecret {
+	if len(cfg.Clients) != 2 || cfg.Clients[0]["client_id"] != oauthClient || cfg.Clients[0]["client_secret"] != oauthSecret ||
+		cfg.Clients[1]["client_id"] != exchangeClient {
 		t.Errorf("clients: %v", cfg.Clients)
 	}
 	doc, err := os.ReadFile("../docs/agents/bench-agent.yaml")

@@ -23,6 +23,7 @@ type pageData struct {
 	Unmeasured int // targets whose scenarios did not run
 	Load, Slow []*summary
 	Store      []storeCmp  // the redis site against nokey
+	Creds      []storeCmp  // credential policies against static headers
 	Letters    [][2]string // letter, description, in table order
 	Sites      []*site     // the sites the run's scenarios use
 	OtherMed   float64     // cores
@@ -113,6 +114,7 @@ func renderPage(r *results) (string, error) {
 		}
 	}
 	pd.Store = r.storeComparisons()
+	pd.Creds = r.credentialComparisons()
 	pd.OtherMed, pd.OtherMax = r.otherLoad()
 	var b bytes.Buffer
 	if err := t.Execute(&b, pd); err != nil {

@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// maxPageLines is the length docs/performance.md must stay under.
-const maxPageLines = 200
+// maxPageLines is the length docs/performance.md must stay under (210
+// since issue 31 added two sites, two scenarios and their comparisons).
+const maxPageLines = 210
 
 // fullFixture has every scenario of the list, with d/nokey over its
 // limit and profiled.

@@ -328,3 +328,35 @@ func (r *results) storeComparisons() []storeCmp {
 	}
 	return out
 }
+
+// credentialComparisons pairs every load scenario of a site with a
+// credential policy (site.StaticOf) with its letter's scenario on the
+// static twin site, round by round (issue 31: the Caddy CPU of a cached
+// exchanged token and of an assertion against static headers, in one
+// run). Reported, not judged.
+func (r *results) credentialComparisons() []storeCmp {
+	var out []storeCmp
+	for _, s := range r.Scenarios {
+		st := siteNamed(s.Site)
+		if st == nil || st.StaticOf == "" || s.Phase != phaseLoad {
+			continue
+		}
+		of := s.Letter + "/" + st.StaticOf
+		static := map[int]*stats{}
+		for _, rn := range r.runsOf(of) {
+			static[rn.Round] = rn.Stats
+		}
+		var cpu, p50, p99 []float64
+		for _, rn := range r.runsOf(s.Key) {
+			if m, ok := static[rn.Round]; ok {
+				cpu = append(cpu, rn.Stats.CaddyCPU-m.CaddyCPU)
+				p50 = append(p50, rn.Stats.P50-m.P50)
+				p99 = append(p99, rn.Stats.P99-m.P99)
+			}
+		}
+		if len(cpu) > 0 {
+			out = append(out, storeCmp{Key: s.Key, Of: of, CPU: spreadOf(cpu), P50: spreadOf(p50), P99: spreadOf(p99)})
+		}
+	}
+	return out
+}

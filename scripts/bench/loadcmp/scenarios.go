@@ -31,6 +31,11 @@ type site struct {
 	// of Agent-ID and Authority-Scope (withBearer): the token alone
 	// names the agent and its scopes.
 	OAuth bool
+	// StaticOf, on a site whose upstream has a credential policy
+	// (token_exchange, assertion), names the site that makes the same
+	// requests with static headers: the page reports each scenario
+	// against its twin there, round by round (not judged).
+	StaticOf string
 }
 
 // sites of scripts/bench/Caddyfile. Every gateway site writes its
@@ -45,6 +50,8 @@ var sites = []*site{
 	{Name: "redis", Door: httpDoor{}, Alg: "none", Label: "a gateway configured as nokey with its state on Redis (`store redis`: one loopback redis-server 7, no persistence), so the Redis store against the memory store of nokey"},
 	{Name: "mcp", Door: httpDoor{}, Alg: "none", Label: "a gateway configured as nokey with the MCP door on (`mcp /mcp`: stateless, JSON responses)"},
 	{Name: "oauth", Door: httpDoor{}, Alg: "none", OAuth: true, Label: "a gateway configured as mcp but with `identity oauth` instead of `identity header`: every request carries `Authorization: Bearer <JWT>` (ES256, one client_credentials token fetched before the rounds from a local oidc-provider, `scripts/oauth/authserver.mjs`) and no `Agent-ID` or `Authority-Scope`; after its first use the verified token is a cache hit (SHA-256 lookup, `exp` checked)"},
+	{Name: "exchange", Door: httpDoor{}, Alg: "none", OAuth: true, StaticOf: "oauth", Label: "a gateway configured as oauth (same token) whose upstream has `credentials token_exchange`: each call's upstream request carries a token exchanged (RFC 8693) for the caller's at the same oidc-provider; after the first call, a cache hit (SHA-256 of the caller's token, audience and scopes)"},
+	{Name: "assertion", Door: httpDoor{}, Alg: "none", StaticOf: "mcp", Label: "a gateway configured as mcp (identity header) whose upstream has `credentials assertion`: each call's upstream request carries a fresh identity assertion, a JWT the gateway signs (Ed25519 key file, 60 s)"},
 }
 
 // envName is the environment variable that carries a site's port.
@@ -187,6 +194,7 @@ func scenarios() []*scenario {
 		c("agtp"), d("agtp"),
 		c("mcp"), cm("mcp"),
 		c("oauth"), cm("oauth"),
+		c("exchange"), c("assertion"),
 		c("redis"), d("redis"), f("redis"), g("redis"),
 		e1("nokey"), e3("nokey"),
 		e1("ed25519"), e3("ed25519"),

@@ -140,7 +140,7 @@ func TestOAuthScenarios(t *testing.T) {
 	}
 	n := 0
 	for _, s := range all {
-		if !siteNamed(s.Site).OAuth {
+		if !siteNamed(s.Site).OAuth || siteNamed(s.Site).StaticOf != "" {
 			continue
 		}
 		n++
@@ -167,6 +167,36 @@ func TestOAuthScenarios(t *testing.T) {
 	}
 	if !usesOAuth([]*scenario{all[0], byKey["cm/oauth"]}) || usesOAuth([]*scenario{all[0], byKey["cm/mcp"]}) {
 		t.Errorf("usesOAuth does not tell a list with an OAuth scenario from one without")
+	}
+}
+
+// TestCredentialScenarios: each scenario on a site with a credential
+// policy has its twin on the site's static twin (same request, same
+// door, same identity mode), so the page's comparison is like for like.
+func TestCredentialScenarios(t *testing.T) {
+	byKey := map[string]*scenario{}
+	for _, s := range scenarios() {
+		byKey[s.Key] = s
+	}
+	n := 0
+	for _, s := range scenarios() {
+		st := siteNamed(s.Site)
+		if st.StaticOf == "" {
+			continue
+		}
+		n++
+		twin := byKey[s.Letter+"/"+st.StaticOf]
+		if twin == nil {
+			t.Errorf("%s: no twin %s/%s", s.Key, s.Letter, st.StaticOf)
+			continue
+		}
+		if twin.Method != s.Method || twin.Path != s.Path || twin.Body != s.Body || twin.Want != s.Want ||
+			siteNamed(twin.Site).OAuth != st.OAuth {
+			t.Errorf("%s differs from %s beyond the credential policy", s.Key, twin.Key)
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d scenarios on credential sites, want 2 (exchange, assertion)", n)
 	}
 }
 
