@@ -149,10 +149,15 @@ type Config struct {
 	// TokenExchangeTTL is the lifetime of tokens issued by token exchange;
 	// 0: the target resource's TTLSeconds.
 	TokenExchangeTTL time.Duration
+	// TokenExchangeSubjectClients, when not nil, are the clients whose
+	// tokens may be exchanged: the token of another client is refused
+	// with invalid_grant (the server's exchange policy).
+	TokenExchangeSubjectClients []string
 }
 
 type tokenExchangeConfig struct {
-	TTLSeconds int `json:"ttl_seconds,omitempty"`
+	TTLSeconds     int      `json:"ttl_seconds,omitempty"`
+	SubjectClients []string `json:"subject_clients,omitempty"`
 }
 
 type jsonConfig struct {
@@ -250,7 +255,7 @@ func (s *Server) start(port int) error {
 		Account:              s.cfg.Account,
 		Registration:         s.cfg.Registration,
 		IntrospectionClients: s.cfg.IntrospectionClients,
-		TokenExchange:        tokenExchangeConfig{TTLSeconds: int(s.cfg.TokenExchangeTTL / time.Second)},
+		TokenExchange:        tokenExchangeConfig{TTLSeconds: int(s.cfg.TokenExchangeTTL / time.Second), SubjectClients: s.cfg.TokenExchangeSubjectClients},
 	}
 	if jc.Resources == nil {
 		jc.Resources = map[string]Resource{}
@@ -446,6 +451,12 @@ func (s *Server) AuthorizationCode(clientID, redirectURI, resource string, scope
 // secret when it is not empty (client_secret_basic). It returns the whole
 // token response (a refresh token too when the client may use that grant).
 func (s *Server) AuthorizationCodeTokens(clientID, secret, redirectURI, resource string, scopes ...string) (*TokenResponse, error) {
+	return s.AuthorizationCodeAs("", clientID, secret, redirectURI, resource, scopes...)
+}
+
+// AuthorizationCodeAs is AuthorizationCodeTokens with account logged in
+// (sent as login_hint) instead of Config.Account; "" is Config.Account.
+func (s *Server) AuthorizationCodeAs(account, clientID, secret, redirectURI, resource string, scopes ...string) (*TokenResponse, error) {
 	authz, err := s.endpoint("authorization_endpoint")
 	if err != nil {
 		return nil, err
@@ -466,6 +477,9 @@ func (s *Server) AuthorizationCodeTokens(clientID, secret, redirectURI, resource
 	}
 	if resource != "" {
 		q.Set("resource", resource)
+	}
+	if account != "" {
+		q.Set("login_hint", account)
 	}
 	target, err := url.Parse(redirectURI)
 	if err != nil {

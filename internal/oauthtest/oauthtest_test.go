@@ -265,8 +265,9 @@ func TestTokenExchange(t *testing.T) {
 			ConfidentialClient("svc", "svc-secret"),
 			PublicClient("app", redirectURI),
 		},
-		Account:          "bob",
-		TokenExchangeTTL: 42 * time.Second,
+		Account:                     "bob",
+		TokenExchangeTTL:            42 * time.Second,
+		TokenExchangeSubjectClients: []string{"app", "gateway"},
 	})
 	iss := s.Issuer()
 	user, err := s.AuthorizationCode("app", redirectURI, jwtResource, "tools:call", "orders:read")
@@ -296,6 +297,21 @@ func TestTokenExchange(t *testing.T) {
 		t.Errorf("opaque exchange: %v %v", tr, err)
 	}
 
+	// Carol logs in (login_hint): her sub is exchanged.
+	carol, err := s.AuthorizationCodeAs("carol", "app", "", redirectURI, jwtResource, "orders:read")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr, err := s.ExchangeToken("gateway", "gateway-secret", carol.AccessToken, upstream); err != nil {
+		t.Error(err)
+	} else if _, c := verify(t, iss, "/.well-known/openid-configuration", tr.AccessToken); c["sub"] != "carol" {
+		t.Errorf("carol's exchanged token: %v", c)
+	}
+	// The server's policy: svc's tokens may not be exchanged.
+	svcToken, err := s.ClientCredentials("svc", "svc-secret", jwtResource, "orders:read")
+	if err != nil {
+		t.Fatal(err)
+	}
 	refusals := []struct {
 		name, client, secret, subject, resource, scope, want string
 	}{
@@ -304,6 +320,7 @@ func TestTokenExchange(t *testing.T) {
 		{"tampered subject", "gateway", "gateway-secret", user[:len(user)-4] + "AAAA", upstream, "orders:read", "invalid_grant"},
 		{"unknown opaque subject", "gateway", "gateway-secret", "not-a-token", upstream, "orders:read", "invalid_grant"},
 		{"client without the grant", "svc", "svc-secret", user, upstream, "orders:read", "grant type is not allowed"},
+		{"subject client not allowed", "gateway", "gateway-secret", svcToken, upstream, "orders:read", "invalid_grant"},
 		{"wrong secret", "gateway", "wrong", user, upstream, "orders:read", "invalid_client"},
 	}
 	for _, r := range refusals {
@@ -326,8 +343,8 @@ func TestTokenExchange(t *testing.T) {
 		t.Fatal(err)
 	}
 	// "client without the grant" and "wrong secret" fail before the handler.
-	if st.Issued != 3 || st.Refused != 5 {
-		t.Errorf("stats %+v, want 3 issued, 5 refused", st)
+	if st.Issued != 4 || st.Refused != 6 {
+		t.Errorf("stats %+v, want 4 issued, 6 refused", st)
 	}
 }
 

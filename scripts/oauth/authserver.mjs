@@ -14,7 +14,7 @@
 //     "account": "alice",              // whom the auto-consent logs in
 //     "registration": false,           // dynamic client registration (RFC 7591)
 //     "introspection_clients": ["gateway"],
-//     "token_exchange": {"ttl_seconds": 0}   // optional; see below
+//     "token_exchange": {"ttl_seconds": 0, "subject_clients": []}   // optional; see below
 //   }
 //
 // The issuer is http://127.0.0.1:PORT; its metadata is served at both
@@ -22,7 +22,8 @@
 // (RFC 8414, the same document). When listening, the one line on
 // stdout is {"issuer":"http://127.0.0.1:PORT"}; everything else goes to
 // stderr. The authorization-code flow needs no browser: the interaction
-// route logs `account` in and grants the requested scopes and resource at
+// route logs `account` in (or the authorization request's login_hint,
+// so a test can log in several people) and grants the requested scopes and resource at
 // once, so following the redirects of an authorization URL ends at the
 // client's redirect_uri with code and state. PKCE (S256) is required for
 // every authorization-code request. A client with application_type
@@ -43,7 +44,9 @@
 // have (all of the subject token's that the resource has when scope is
 // absent), with issued_token_type ...:access_token. Refusals: a subject
 // token that is not valid (bad signature, another issuer, expired, unknown)
-// is invalid_grant; an unknown resource is invalid_target; no scope left is
+// is invalid_grant, and so is one whose client is not listed in
+// token_exchange.subject_clients when that list is given (the server's
+// exchange policy: whose tokens may be exchanged); an unknown resource is invalid_target; no scope left is
 // invalid_scope; a wrong subject_token_type is invalid_request.
 //
 // GET /_test/stats answers {"token_exchange": {"issued": N, "refused": M}}
@@ -105,6 +108,7 @@ async function main() {
   const account = cfg.account || 'alice';
   const introspectors = new Set(cfg.introspection_clients || []);
   const exchangeTTL = cfg.token_exchange?.ttl_seconds || 0;
+  const exchangeSubjects = cfg.token_exchange?.subject_clients ? new Set(cfg.token_exchange.subject_clients) : null;
 
   const { default: Provider, errors, jose } = await loadProvider();
 
@@ -221,14 +225,14 @@ async function main() {
           if (!key) throw new Error(`unknown kid ${header.kid}`);
           return key;
         }, { issuer, typ: 'at+jwt', algorithms: [alg] });
-        return { sub: payload.sub, scope: payload.scope || '' };
+        return { sub: payload.sub, scope: payload.scope || '', clientId: payload.client_id };
       } catch (err) {
         throw new errors.InvalidGrant(`subject_token invalid: ${err.message}`);
       }
     }
     const stored = (await provider.AccessToken.find(subjectToken)) || (await provider.ClientCredentials.find(subjectToken));
     if (!stored || stored.isExpired) throw new errors.InvalidGrant('subject_token invalid: unknown or expired');
-    return { sub: stored.accountId || stored.clientId, scope: stored.scope || '' };
+    return { sub: stored.accountId || stored.clientId, scope: stored.scope || '', clientId: stored.clientId };
   }
   provider.registerGrantType(TOKEN_EXCHANGE, async (ctx) => {
     try {
@@ -245,6 +249,9 @@ async function main() {
       if (targets.length !== 1) throw new errors.InvalidTarget('name exactly one resource (resource or audience)');
       const info = resourceServerInfo(targets[0]);
       const subject = await subjectOf(params.subject_token);
+      if (exchangeSubjects && !exchangeSubjects.has(subject.clientId)) {
+        throw new errors.InvalidGrant(`tokens of client ${subject.clientId} may not be exchanged here`);
+      }
       const had = new Set(subject.scope.split(' ').filter(Boolean));
       const offered = new Set(info.scope.split(' ').filter(Boolean));
       const asked = params.scope ? params.scope.split(' ').filter(Boolean) : [...had];
@@ -283,7 +290,7 @@ async function main() {
       const details = await provider.interactionDetails(req, res);
       const { prompt, params } = details;
       if (prompt.name === 'login') {
-        await provider.interactionFinished(req, res, { login: { accountId: account } }, { mergeWithLastSubmission: false });
+        await provider.interactionFinished(req, res, { login: { accountId: params.login_hint || account } }, { mergeWithLastSubmission: false });
         return;
       }
       if (prompt.name === 'consent') {
