@@ -1,0 +1,107 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+)
+
+// adaptRCNS adapts a site whose rcns block is body and returns the rcns
+// handler's JSON.
+func adaptRCNS(t *testing.T, body string) (map[string]any, error) {
+	t.Helper()
+	src := ":8080 {\n\trcns {\n\t\t" + body + "\n\t}\n}\n"
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), nil)
+	if err != nil {
+		return nil, err
+	}
+	i := strings.Index(string(out), `{"handler":"rcns"`)
+	if i < 0 {
+		t.Fatalf("no rcns handler in %s", out)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out[i:])))
+	var h map[string]any
+	if err := dec.Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	return h, nil
+}
+
+// TestCaddyfileTokenExchangeAndAssertion: the credentials blocks of the
+// token_exchange and assertion policies adapt to the JSON the engine
+// reads, and a wrong knob is a clear error.
+func TestCaddyfileTokenExchangeAndAssertion(t *testing.T) {
+	h, err := adaptRCNS(t, `upstream legacy https://legacy.example {
+			credentials token_exchange {
+				issuer https://as.example
+				client_id gateway
+				client_secret {env.RCNS_EXCHANGE_SECRET}
+				resource https://legacy.example/
+				audience legacy
+				scopes orders:read orders:write
+				header X-Upstream-Token
+				margin 5s
+				timeout 3s
+				cache_size 500
+			}
+		}
+		upstream billing https://billing.example {
+			credentials assertion {
+				issuer https://gateway.example
+				audience https://billing.example/
+				ttl 30s
+				header X-RCNS-Assertion
+				keys /k/a.pem /k/b.pem
+			}
+		}
+		upstream plain https://plain.example {
+			credentials assertion
+		}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(h["upstreams"])
+	var ups map[string]*engine.UpstreamConfig
+	if err := json.Unmarshal(raw, &ups); err != nil {
+		t.Fatal(err)
+	}
+	te := ups["legacy"].Credentials.TokenExchange
+	if ups["legacy"].Credentials.Policy != engine.CredentialsTokenExchange || te == nil || !reflect.DeepEqual(*te, engine.TokenExchangeCredentials{
+		Issuer: "https://as.example", ClientID: "gateway", ClientSecret: "{env.RCNS_EXCHANGE_SECRET}",
+		Resource: "https://legacy.example/", Audience: "legacy", Scopes: []string{"orders:read", "orders:write"},
+		Header: "X-Upstream-Token", Margin: engine.Duration(5 * time.Second), Timeout: engine.Duration(3 * time.Second), CacheSize: 500}) {
+		t.Errorf("token_exchange: %s", raw)
+	}
+	as := ups["billing"].Credentials.Assertion
+	if ups["billing"].Credentials.Policy != engine.CredentialsAssertion || as == nil || !reflect.DeepEqual(*as, engine.AssertionCredentials{
+		Issuer: "https://gateway.example", Audience: "https://billing.example/", TTL: engine.Duration(30 * time.Second),
+		Header: "X-RCNS-Assertion", Keys: []string{"/k/a.pem", "/k/b.pem"}}) {
+		t.Errorf("assertion: %s", raw)
+	}
+	if c := ups["plain"].Credentials; c.Policy != engine.CredentialsAssertion || c.Assertion == nil || c.TokenExchange != nil {
+		t.Errorf("assertion without a block: %s", raw)
+	}
+
+	for _, tc := range []struct{ name, body, want string }{
+		{"unknown exchange knob", "credentials token_exchange {\n\t\t\t\tissuer https://as\n\t\t\t\tbogus 1\n\t\t\t}", `credentials token_exchange: unknown subdirective "bogus"`},
+		{"exchange margin", "credentials token_exchange {\n\t\t\t\tmargin soon\n\t\t\t}", `token_exchange margin: "soon"`},
+		{"exchange cache_size", "credentials token_exchange {\n\t\t\t\tcache_size 0\n\t\t\t}", "not a positive integer"},
+		{"exchange scopes", "credentials token_exchange {\n\t\t\t\tscopes\n\t\t\t}", "want at least one scope"},
+		{"unknown assertion knob", "credentials assertion {\n\t\t\t\tdir /x\n\t\t\t}", `credentials assertion: unknown subdirective "dir"`},
+		{"assertion ttl", "credentials assertion {\n\t\t\t\tttl -1s\n\t\t\t}", `assertion ttl: "-1s" is not a positive duration`},
+		{"assertion keys", "credentials assertion {\n\t\t\t\tkeys\n\t\t\t}", "want at least one key file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := adaptRCNS(t, "upstream u https://u.example {\n\t\t\t"+tc.body+"\n\t\t}")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
