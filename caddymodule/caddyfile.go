@@ -102,6 +102,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    audit_read_acl agent_only|operator_only|public
 //	    upstream <name> <url> {
 //	        timeout <d>; max_conns <n>; insecure_http
+//	        credentials token_exchange { issuer <url>; client_id <id>; client_secret <secret>; ... }
+//	        credentials assertion { issuer <url>; audience <uri>; ttl <d>; header <name>; keys <pem>... }
 //	        credentials static|per_agent|per_owner {
 //	            header <name> <value-template>   # repeatable
 //	            dir <path>                       # per_agent / per_owner: a file per id
@@ -490,6 +492,15 @@ func parseCredentials(d *caddyfile.Dispenser, upstream string) (*engine.Credenti
 	cc := &engine.CredentialsConfig{Policy: d.Val()}
 	if d.NextArg() {
 		return nil, d.ArgErr()
+	}
+	var err error
+	switch cc.Policy {
+	case engine.CredentialsTokenExchange:
+		cc.TokenExchange, err = parseTokenExchange(d, upstream)
+		return cc, err
+	case engine.CredentialsAssertion:
+		cc.Assertion, err = parseAssertion(d, upstream)
+		return cc, err
 	}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		switch key := d.Val(); key {

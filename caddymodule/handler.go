@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/httpdoor"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/upstreamauth"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
@@ -19,7 +20,8 @@ import (
 // well-known discovery paths (mcpdoor.Door.WellKnown: the
 // protected-resource metadata, and the authorization-server metadata
 // an MCP client would otherwise look for on the legacy API) to the
-// door too; an AGTP request (httpdoor.IsAGTP) to the HTTP binding's
+// door too; the upstream JWKS (upstreamauth.JWKSPath) when an upstream
+// uses identity assertions; an AGTP request (httpdoor.IsAGTP) to the HTTP binding's
 // door (spec §2.3); a plain OPTIONS * as Go would answer it; every
 // other request to next, unchanged.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
@@ -36,6 +38,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			h.mcp.ServeWellKnown(w, r)
 			return nil
 		}
+	}
+	if r.URL.Path == upstreamauth.JWKSPath && e.ServeUpstreamJWKS(w, r) {
+		return nil
 	}
 	if !httpdoor.IsAGTP(e, r) {
 		if r.RequestURI == "*" && r.Method == http.MethodOptions {

@@ -141,6 +141,21 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		o.ClientSecret = caddy.NewReplacer().ReplaceAll(o.ClientSecret, "")
 		h.OAuth = &o
 	}
+	if len(h.Upstreams) > 0 {
+		// A token exchange's client secret may be a placeholder
+		// ({env.NAME}, {file.PATH}), replaced here, never in the JSON.
+		ups := make(map[string]*engine.UpstreamConfig, len(h.Upstreams))
+		for n, uc := range h.Upstreams {
+			if uc != nil && uc.Credentials != nil && uc.Credentials.TokenExchange != nil {
+				u, cc, te := *uc, *uc.Credentials, *uc.Credentials.TokenExchange
+				te.ClientSecret = caddy.NewReplacer().ReplaceAll(te.ClientSecret, "")
+				cc.TokenExchange, u.Credentials = &te, &cc
+				uc = &u
+			}
+			ups[n] = uc
+		}
+		h.Upstreams = ups
+	}
 	e, err := engine.New(&h.Config, deps)
 	if err != nil {
 		return err

@@ -89,6 +89,14 @@ type oauthOpts struct {
 	// slash: the authorization server also knows the resource with a
 	// trailing slash (the TypeScript SDK sends new URL(resource).href).
 	slash bool
+	// hotel, when set, is what follows "upstream hotel " in the rcns
+	// block, given the hotel counter's URL (default that URL alone): a
+	// test puts a checking upstream in front and a credentials block.
+	hotel func(hotelURL string) string
+	// exchangeTTL and exchangeSubjects: the authorization server's token
+	// exchange (oauthtest.Config.TokenExchangeTTL, .TokenExchangeSubjectClients).
+	exchangeTTL      time.Duration
+	exchangeSubjects []string
 }
 
 // oauthWorld is a gateway under identity oauth, its authorization
@@ -174,7 +182,11 @@ func startOAuthWorld(t testing.TB, o oauthOpts) *oauthWorld {
 	w := &oauthWorld{JS: startJSONServer(t, hotelDB), Legacy: startCounter(t)}
 	w.Hotel = startCountingProxy(t, w.JS.URL)
 	w.RecDir = filepath.Join(t.TempDir(), "records")
-	site := fill(oauthSite, "HOTEL", w.Hotel.URL, "AGENTS", writeOAuthAgents(t, o.agents),
+	hotel := w.Hotel.URL
+	if o.hotel != nil {
+		hotel = o.hotel(w.Hotel.URL)
+	}
+	site := fill(oauthSite, "HOTEL", hotel, "AGENTS", writeOAuthAgents(t, o.agents),
 		"RECORDS", w.RecDir, "OAUTH", o.extra, "RCNS", o.rcns, "LEGACY", w.Legacy.URL,
 		"IDENTITY", o.identity, "MCP", o.mcp)
 	text, sitePort, adminPort, agtpPort := renderCaddyfileDoor(t, site, suiteDoor)
@@ -187,7 +199,8 @@ func startOAuthWorld(t testing.TB, o oauthOpts) *oauthWorld {
 		res[k] = v
 	}
 	w.AS = oauthtest.Start(t, oauthtest.Config{Resources: res, Clients: o.clients,
-		IntrospectionClients: []string{"gateway"}, Registration: o.registration})
+		IntrospectionClients: []string{"gateway"}, Registration: o.registration,
+		TokenExchangeTTL: o.exchangeTTL, TokenExchangeSubjectClients: o.exchangeSubjects})
 	text = strings.NewReplacer("@@ISSUER@@", w.AS.Issuer(), "@@RESOURCE@@", w.Resource).Replace(text)
 	w.GW = launchText(t, text, sitePort, adminPort, agtpPort)
 	return w

@@ -99,7 +99,7 @@ func literalReasons(t *testing.T, dirs ...string) map[string]string {
 // and httpsig packages send is in the catalog, and caddymodule sends no
 // reason literal of its own: it builds every error from the catalog.
 func TestCatalogCoversEveryToken(t *testing.T) {
-	for tok, where := range literalReasons(t, "policy", "policy/httpsig", "recipes", "caddymodule/agtp/wire") {
+	for tok, where := range literalReasons(t, "policy", "policy/httpsig", "recipes", "caddymodule/agtp/wire", "caddymodule/upstreamauth") {
 		if len(Lookup(tok)) == 0 {
 			t.Errorf("%s sends reason %q, which is not in the catalog (reasons.go)", where, tok)
 		}
@@ -145,7 +145,7 @@ func TestCatalogEntriesUsed(t *testing.T) {
 			}
 		}
 	}
-	sent := literalReasons(t, "policy", "policy/httpsig", "recipes", "caddymodule/agtp/wire")
+	sent := literalReasons(t, "policy", "policy/httpsig", "recipes", "caddymodule/agtp/wire", "caddymodule/upstreamauth")
 	src, err := os.ReadFile("reasons.go")
 	if err != nil {
 		t.Fatal(err)

@@ -179,6 +179,10 @@ var (
 // credentials").
 var (
 	UpstreamCredentialMissing = def("upstream-credential-missing", 424, NotRetryable)
+	// TokenExchangeRefused: the upstream's authorization server refused
+	// the token exchange (RFC 8693) for the caller's token; its error
+	// code is named. An unreachable server is issuer-unavailable (503).
+	TokenExchangeRefused = def("token-exchange-refused", 424, NotRetryable)
 )
 
 // Rate limits, idempotency and shared state (spec §12).

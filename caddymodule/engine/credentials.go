@@ -54,6 +54,11 @@ type CredentialsConfig struct {
 	// headers as written). Read at each config load (a reload applies a
 	// changed file). Exclusive with Dir.
 	File string `json:"file,omitempty"`
+	// TokenExchange configures the token_exchange policy (RFC 8693).
+	TokenExchange *TokenExchangeCredentials `json:"token_exchange,omitempty"`
+	// Assertion configures the assertion policy (optional: every knob
+	// has a default).
+	Assertion *AssertionCredentials `json:"assertion,omitempty"`
 }
 
 // newCredentialPolicy builds upstream name's policy from cc (nil:
@@ -78,8 +83,8 @@ func newCredentialPolicy(name string, cc *CredentialsConfig) (upstreamauth.Polic
 	// Token exchange (RFC 8693) and identity assertions add their cases
 	// here.
 	default:
-		return nil, fmt.Errorf("upstream %s: credentials policy %q is not one of %s, %s, %s", name, cc.Policy,
-			CredentialsStatic, CredentialsPerAgent, CredentialsPerOwner)
+		return nil, fmt.Errorf("upstream %s: credentials policy %q is not one of %s, %s, %s, %s, %s", name, cc.Policy,
+			CredentialsStatic, CredentialsPerAgent, CredentialsPerOwner, CredentialsTokenExchange, CredentialsAssertion)
 	}
 }
 
@@ -251,7 +256,7 @@ type stepCredential struct {
 
 // buildCredentialPolicies builds every declared upstream's policy, in
 // name order (the first error wins).
-func buildCredentialPolicies(ups map[string]*UpstreamConfig) (map[string]upstreamauth.Policy, error) {
+func buildCredentialPolicies(ups map[string]*UpstreamConfig, oauthResource string) (map[string]upstreamauth.Policy, error) {
 	names := make([]string, 0, len(ups))
 	for n := range ups {
 		names = append(names, n)
@@ -259,8 +264,9 @@ func buildCredentialPolicies(ups map[string]*UpstreamConfig) (map[string]upstrea
 	sort.Strings(names)
 	out := make(map[string]upstreamauth.Policy, len(names))
 	for _, n := range names {
-		p, err := newCredentialPolicy(n, ups[n].Credentials)
+		p, err := newCredentialPolicyFor(n, ups[n], oauthResource)
 		if err != nil {
+			closeCredentialPolicies(out)
 			return nil, err
 		}
 		out[n] = p

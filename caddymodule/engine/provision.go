@@ -139,7 +139,11 @@ func (h *Engine) provision(reg prometheus.Registerer) error {
 		}
 		h.upstreams[n] = up
 	}
-	if h.credPolicies, err = buildCredentialPolicies(h.Upstreams); err != nil {
+	oauthResource := ""
+	if h.OAuth != nil {
+		oauthResource = h.OAuth.Resource
+	}
+	if h.credPolicies, err = buildCredentialPolicies(h.Upstreams, oauthResource); err != nil {
 		return fmt.Errorf("rcns: %v", err)
 	}
 	if h.OAuth != nil {
@@ -233,6 +237,7 @@ func (h *Engine) Close() {
 	if h.oauth != nil {
 		h.oauth.close()
 	}
+	closeCredentialPolicies(h.credPolicies)
 }
 
 // attachState adapts the shared state to this configuration: the
