@@ -48,17 +48,17 @@ func exchangeWorld(t *testing.T) (*oauthWorld, *credentialChecker) {
 	o.exchangeTTL = 6 * time.Second
 	o.exchangeSubjects = []string{cidA1, "svc-b", "app"}
 	o.hotel = func(hotelURL string) string {
-			check = startCredentialChecker(t, hotelURL,
-				func() string {
-					m, err := w.AS.Metadata()
-					if err != nil {
-						return ""
-					}
-					u, _ := m["jwks_uri"].(string)
-					return u
-				},
-				func() string { return w.AS.Issuer() }, legacyHotel, "at+jwt", "")
-			return check.URL + ` {
+		check = startCredentialChecker(t, hotelURL,
+			func() string {
+				m, err := w.AS.Metadata()
+				if err != nil {
+					return ""
+				}
+				u, _ := m["jwks_uri"].(string)
+				return u
+			},
+			func() string { return w.AS.Issuer() }, legacyHotel, "at+jwt", "")
+		return check.URL + ` {
 			credentials token_exchange {
 				issuer @@ISSUER@@
 				client_id gateway
