@@ -393,7 +393,16 @@ func TestUpstreamCredentialsPerAgentAndOwner(t *testing.T) {
 		up.owners["sec-alice-2"] = "alice"
 		up.mu.Unlock()
 		r = gw.Do(t, "LOOKUP", "/triple", bearer(alice, "Contract-Synthesized", sid), nil)
-		assertErrorBody(t, r, 422, "composition_failed")
+		b := assertErrorBody(t, r, 422, "composition_failed")
+		// The failure's step reports say which kind each step used.
+		steps, _ := field(b, "error", "details", "steps").([]any)
+		var kinds []string
+		for _, st := range steps {
+			kinds = append(kinds, str(st, "name")+":"+str(st, "credential"))
+		}
+		if strings.Join(kinds, " ") != "first:per_owner second:per_agent third:per_owner" {
+			t.Errorf("composition_failed steps carry credential kinds %v", kinds)
+		}
 		// The operator rotates the mapping and reloads.
 		write(owners, "ops-a: sec-ops-a\nops-b: sec-ops-b\nalice: sec-alice-2\nbob: sec-bob\n")
 		if status, body := reload(t, gw, text); status != 200 {

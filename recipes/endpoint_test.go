@@ -417,3 +417,46 @@ func TestEndpointHeaderValueRefused(t *testing.T) {
 		t.Errorf("a tab and a space: header %q", ep.svc.headers.Get("X-Key"))
 	}
 }
+
+// TestInvokeCredentials: a credential in the context (WithCredentials)
+// is set over the endpoint's static headers of the same name, only on
+// the endpoint it is for, and never leaks into the next plain call (the
+// shared header is not written); its kind is what CredentialKind says.
+func TestInvokeCredentials(t *testing.T) {
+	t.Setenv("RCNS_TEST_KEY", "s3cret")
+	var got []http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Clone())
+		fmt.Fprint(w, `{"id":"1"}`)
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	extra := "  headers: {X-Api-Key: \"${RCNS_TEST_KEY}\"}\n"
+	get := buildEndpoint(t, endpointDoc("FETCH", "/things/{id}", "GET", "/things/{id}", extra), up)
+	other := buildEndpoint(t, endpointDoc("FETCH", "/others/{id}", "GET", "/others/{id}", extra), up)
+	creds := Credentials{get: {Header: http.Header{"Authorization": {"Bearer agent-a"}, "X-Api-Key": {"per-agent"}}, Kind: "per_agent"}}
+	ctx := WithCredentials(context.Background(), creds)
+	in := map[string]any{"id": "1"}
+	for i, c := range []struct {
+		ep        *Endpoint
+		ctx       context.Context
+		auth, key string
+	}{
+		{get, ctx, "Bearer agent-a", "per-agent"},
+		{other, ctx, "", "s3cret"}, // no credential for this endpoint: its static headers
+		{get, context.Background(), "", "s3cret"},
+	} {
+		if _, f := c.ep.Invoke(c.ctx, in); f != nil {
+			t.Fatalf("call %d: %v", i, f)
+		}
+		if h := got[i]; h.Get("Authorization") != c.auth || h.Get("X-Api-Key") != c.key || len(h.Values("X-Api-Key")) != 1 {
+			t.Errorf("call %d: Authorization %q, X-Api-Key %q, want %q, %q", i, h.Get("Authorization"), h.Values("X-Api-Key"), c.auth, c.key)
+		}
+	}
+	if n := len(get.svc.plainHeader); n != 2 {
+		t.Errorf("shared header has %d fields after the calls, want 2: %v", n, get.svc.plainHeader)
+	}
+	if CredentialKind(ctx, get) != "per_agent" || CredentialKind(ctx, other) != "" || CredentialKind(context.Background(), get) != "" {
+		t.Error("CredentialKind does not name the endpoint's credential")
+	}
+}
