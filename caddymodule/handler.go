@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -61,11 +62,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // Protocols (a WebSocket passed on) is not observed: its time is the
 // connection's life, not a request's.
 func passThrough(e *engine.Engine, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	rec := caddyhttp.NewResponseRecorder(w, nil, nil)
+	pw := passWriters.Get().(*passWriter)
+	pw.ResponseWriter, pw.status = w, 0
 	start := time.Now()
-	err := next.ServeHTTP(rec, r)
+	err := next.ServeHTTP(pw, r)
 	elapsed := time.Since(start)
-	status := rec.Status()
+	status := pw.status
+	if status != http.StatusSwitchingProtocols { // an upgraded connection may outlive next: its writer is not reused
+		pw.ResponseWriter = nil
+		passWriters.Put(pw)
+	}
 	if status == 0 {
 		status = http.StatusOK
 		if err != nil {
@@ -81,6 +87,77 @@ func passThrough(e *engine.Engine, w http.ResponseWriter, r *http.Request, next 
 	}
 	return err
 }
+
+// passWriters recycles the writers of passThrough: a legacy request
+// costs no allocation for its observation.
+var passWriters = sync.Pool{New: func() any { return new(passWriter) }}
+
+// passWriter is the writer the next handler gets for a legacy request:
+// the response writer as given, noting the final status written (0
+// until one is; a 1xx is not final, a Write or ReadFrom without one is
+// 200). It unwraps to the writer (http.ResponseController: Flush,
+// Hijack, deadlines) and also answers the older interface checks
+// (http.Flusher, http.Hijacker, http.Pusher, io.ReaderFrom) by passing
+// them on. It must not be used after next returns.
+type passWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+// WriteHeader notes a final status, then writes code.
+func (w *passWriter) WriteHeader(code int) {
+	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Write notes 200 when no status was written, then writes b.
+func (w *passWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// ReadFrom notes 200 when no status was written, then copies src
+// (with the writer's own ReadFrom when it has one: sendfile).
+func (w *passWriter) ReadFrom(src io.Reader) (int64, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(w.ResponseWriter, src)
+}
+
+// Flush flushes the writer when it can (streamed legacy answers).
+func (w *passWriter) Flush() {
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// FlushError flushes the writer, with its error.
+func (w *passWriter) FlushError() error {
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack takes over the connection (an upgraded legacy answer).
+func (w *passWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// Push is the writer's HTTP/2 server push, http.ErrNotSupported
+// without one.
+func (w *passWriter) Push(target string, opts *http.PushOptions) error {
+	if p, ok := w.ResponseWriter.(http.Pusher); ok {
+		return p.Push(target, opts)
+	}
+	return http.ErrNotSupported
+}
+
+// Unwrap is the writer (http.ResponseController).
+func (w *passWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // answerOptionsStar answers a plain (non-AGTP) OPTIONS * as Go's
 // net/http answers it when it keeps the request from the handlers: 200

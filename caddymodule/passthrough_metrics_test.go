@@ -3,8 +3,10 @@ package caddymodule
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
@@ -51,6 +53,17 @@ func TestPassthroughDuration(t *testing.T) {
 			_, err := w.Write([]byte("ok"))
 			return err
 		}, nil, "success"},
+		{"a body copied (ReadFrom) and flushed", http.MethodGet, func(w http.ResponseWriter, r *http.Request) error {
+			if _, err := io.Copy(w, strings.NewReader("streamed")); err != nil {
+				return err
+			}
+			return http.NewResponseController(w).Flush()
+		}, nil, "success"},
+		{"early hints, then a 404", http.MethodGet, func(w http.ResponseWriter, r *http.Request) error {
+			w.WriteHeader(http.StatusEarlyHints)
+			w.WriteHeader(http.StatusNotFound)
+			return nil
+		}, nil, "refused"},
 		{"a redirect", http.MethodGet, status(http.StatusFound), nil, "success"},
 		{"a 404", http.MethodGet, status(http.StatusNotFound), nil, "refused"},
 		{"a 503", http.MethodGet, status(http.StatusServiceUnavailable), nil, "error"},
