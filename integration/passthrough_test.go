@@ -1,10 +1,15 @@
 package integration
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Plain HTTP clients (no Agent-ID, IANA verbs) reach the legacy API
@@ -159,4 +164,103 @@ func TestOrderingWithEncodeHandleRespond(t *testing.T) {
 			t.Fatalf("FETCH result id = %q:\n%s", id, r)
 		}
 	})
+}
+
+// TestPassThroughUpgradeAndStream: the rcns handler times legacy
+// requests around the next handler (kind="passthrough") without
+// changing what they can do: a legacy WebSocket-style upgrade (101,
+// the connection hijacked by reverse_proxy) still carries bytes both
+// ways, a streamed legacy answer still arrives chunk by chunk (each
+// flushed before the next is written), and the metrics count the
+// streamed answer and not the upgrade. Legacy requests are plain HTTP:
+// the test runs in the HTTP door's pass only.
+func TestPassThroughUpgradeAndStream(t *testing.T) {
+	if suiteDoor == "agtp" {
+		t.Skip("legacy requests are plain HTTP: runs in the HTTP door's pass")
+	}
+	next := make(chan struct{})
+	legacy := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/ws":
+			if !strings.EqualFold(r.Header.Get("Upgrade"), "echo") {
+				http.Error(w, "no upgrade", http.StatusBadRequest)
+				return
+			}
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("legacy hijack: %v", err)
+				return
+			}
+			defer conn.Close()
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+			_ = brw.Flush()
+			line, err := brw.ReadString('\n')
+			if err != nil {
+				return
+			}
+			_, _ = brw.WriteString("echo " + line)
+			_ = brw.Flush()
+		case "/stream":
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = w.Write([]byte("first\n"))
+			_ = http.NewResponseController(w).Flush()
+			select { // the client has read the first chunk before the second is written
+			case <-next:
+			case <-time.After(10 * time.Second):
+			}
+			_, _ = w.Write([]byte("second\n"))
+		}
+	}))
+	dead := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	g := startGateway(t, fill(labSite, "MODE", "optimistic", "HOTEL", dead, "LEGACY", legacy, "BIN", dead, "DEAD", dead,
+		"COUNTER", dead, "BARRIER", dead, "EXTRA", ""))
+
+	// The upgrade: 101, then bytes both ways on the same connection.
+	conn, err := net.DialTimeout("tcp", g.Addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", g.Addr)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("upgrade answer: %v", err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade answered %d, want 101", resp.StatusCode)
+	}
+	fmt.Fprintf(conn, "ping\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "echo ping\n" {
+		t.Fatalf("through the upgraded connection: %q, %v; want \"echo ping\\n\"", line, err)
+	}
+
+	// The stream: the first chunk arrives while the legacy answer is
+	// still open.
+	sresp, err := http.Get("http://" + g.Addr + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sresp.Body.Close()
+	sr := bufio.NewReader(sresp.Body)
+	if line, err := sr.ReadString('\n'); err != nil || line != "first\n" {
+		t.Fatalf("first chunk: %q, %v", line, err)
+	}
+	close(next)
+	if rest, err := io.ReadAll(sr); err != nil || string(rest) != "second\n" {
+		t.Fatalf("rest of the stream: %q, %v", rest, err)
+	}
+
+	// The stream is observed once its handler returned (just after its
+	// last byte); the upgrade never is.
+	const key = `caddy_rcns_request_duration_seconds_count{binding="http",kind="passthrough",outcome="success"}`
+	var s *scrapeResult
+	waitFor(t, 5*time.Second, 50*time.Millisecond, "the stream observed", func() bool {
+		s = scrapeMetrics(t, g)
+		return s.values[key] >= 1
+	})
+	if v := s.values[key]; v != 1 {
+		t.Errorf("passthrough success observations = %v, want 1 (the stream; the upgrade is not observed):\n%s", v, metricLines(s.raw, "caddy_rcns_request_duration"))
+	}
 }
