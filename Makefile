@@ -2,7 +2,8 @@
 #
 #   make build        bin/caddy (Caddy with the rcns module)
 #   make deps         json-server 0.17.4, promtool and the Prometheus server,
-#                     redis-server 7.0 and the MCP
+#                     redis-server 7.0, chromium (Debian's, the operator
+#                     page's browser test) and the MCP
 #                     clients (the conformance suite, bun to run it, the
 #                     Inspector CLI) into .tools/ (test tools), and
 #                     oidc-provider 9.13.3, the OAuth 2.1 / OpenID
@@ -25,6 +26,9 @@ JSON_SERVER         := .tools/node_modules/.bin/json-server
 PROMTOOL            := .tools/bin/promtool
 PROMETHEUS          := .tools/bin/prometheus
 REDIS_SERVER        := .tools/bin/redis-server
+# Debian's chromium, for the operator page's headless browser test
+# (integration/oppage_test.go), linked here by scripts/install-chromium.sh.
+CHROMIUM            := .tools/bin/chromium
 # Clients of the MCP door that are not the Go SDK (integration/mcp_clients_test.go):
 # the official conformance suite needs Node >= 22, so it runs under bun,
 # whose npm package ships its runtime.
@@ -69,13 +73,16 @@ all: build
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
 
-deps: $(JSON_SERVER) $(PROMTOOL) $(PROMETHEUS) $(REDIS_SERVER) $(MCP_CLIENTS) $(OIDC_PROVIDER) $(MCP_REMOTE) $(MCP_FRAMEWORKS) $(MCP_CONFORMANCE_NEXT)
+deps: $(JSON_SERVER) $(PROMTOOL) $(PROMETHEUS) $(REDIS_SERVER) $(CHROMIUM) $(MCP_CLIENTS) $(OIDC_PROVIDER) $(MCP_REMOTE) $(MCP_FRAMEWORKS) $(MCP_CONFORMANCE_NEXT)
 
 $(REDIS_SERVER):
 	bash scripts/install-redis.sh
 
 $(PROMTOOL) $(PROMETHEUS):
 	bash scripts/install-promtool.sh
+
+$(CHROMIUM):
+	bash scripts/install-chromium.sh
 
 $(JSON_SERVER):
 	npm install --prefix .tools --no-audit --no-fund --loglevel=error json-server@$(JSON_SERVER_VERSION)

@@ -137,6 +137,13 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        max_result_text <size>
 //	        meta_attribution_record [true|false]
 //	    }
+//	    operator_page [<path>] {            (operatorpage.go)
+//	        allow <cidr|address>...
+//	        bearer <token>
+//	        basic <user> <password>
+//	        operator <name>
+//	        max_rows <n>
+//	    }
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -474,6 +481,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			h.MCP = m
+		case "operator_page":
+			c, err := parseOperatorPage(d)
+			if err != nil {
+				return err
+			}
+			h.OperatorPage = c
 		default:
 			return d.Errf("rcns: unknown subdirective %q", key)
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
-// ServeHTTP routes one HTTP request: the MCP path to the MCP door,
+// ServeHTTP routes one HTTP request: the operator page's paths, when it
+// is on, to the page (oppage.Page, behind its access rule); the MCP path to the MCP door,
 // whatever it carries (never to next), and with the door on, its
 // well-known discovery paths (mcpdoor.Door.WellKnown: the
 // protected-resource metadata, and the authorization-server metadata
@@ -28,6 +30,10 @@ import (
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	e := h.eng
 	e.Activate()
+	if h.page != nil && h.page.Match(r.URL.Path) {
+		h.page.ServeHTTP(w, r, clientAddr(r))
+		return nil
+	}
 	if h.mcp != nil {
 		if r.URL.Path == h.MCP.Path {
 			sw := &statusWriter{ResponseWriter: w}
@@ -158,6 +164,19 @@ func (w *passWriter) Push(target string, opts *http.PushOptions) error {
 
 // Unwrap is the writer (http.ResponseController).
 func (w *passWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// clientAddr is the request's client address as Caddy determined it
+// (the peer, or the forwarded address from a trusted proxy), the
+// invalid address when it does not parse (the operator page then
+// refuses it).
+func clientAddr(r *http.Request) netip.Addr {
+	s, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+	if s == "" {
+		s, _, _ = net.SplitHostPort(r.RemoteAddr)
+	}
+	a, _ := netip.ParseAddr(s)
+	return a
+}
 
 // answerOptionsStar answers a plain (non-AGTP) OPTIONS * as Go's
 // net/http answers it when it keeps the request from the handlers: 200

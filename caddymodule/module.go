@@ -14,6 +14,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/mcpdoor"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/oppage"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -44,10 +45,17 @@ type Handler struct {
 	// the Tier B endpoints and recipes as MCP tools over Streamable
 	// HTTP at one path of this handler. Nil (default): off.
 	MCP *mcpdoor.Config `json:"mcp,omitempty"`
+	// OperatorPage turns on the operator page (docs/operator-guide.md
+	// "The operator page"): an HTML page of the gateway's state, with a
+	// contract revoke, at one path of this handler, behind an access
+	// rule. Nil (default): off.
+	OperatorPage *oppage.Config `json:"operator_page,omitempty"`
 
 	eng *engine.Engine
 	// mcp is the MCP door at MCP.Path (nil when off).
 	mcp *mcpdoor.Door
+	// page is the operator page at OperatorPage.Path (nil when off).
+	page *oppage.Page
 	// redis (with its pool key) is the pooled client of store redis,
 	// else nil; state is its name's State while this handler holds it.
 	redis    *pooledRedis
@@ -73,6 +81,9 @@ func (h *Handler) setDefaults() {
 	if h.MCP != nil {
 		h.MCP.SetDefaults(&h.Config)
 	}
+	if h.OperatorPage != nil {
+		h.OperatorPage.SetDefaults()
+	}
 }
 
 // Validate checks the configuration's values (Provision does the
@@ -84,6 +95,14 @@ func (h *Handler) Validate() error {
 	if h.MCP != nil {
 		if err := h.MCP.Validate(h.Identity); err != nil {
 			return err
+		}
+	}
+	if h.OperatorPage != nil {
+		if err := h.OperatorPage.Validate(); err != nil {
+			return err
+		}
+		if h.MCP != nil && h.OperatorPage.Path == h.MCP.Path {
+			return fmt.Errorf("rcns: operator_page path %s is the mcp path", h.MCP.Path)
 		}
 	}
 	return h.validateStore()
@@ -177,6 +196,22 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return err
 		}
 		h.mcp = d
+	}
+	if h.OperatorPage != nil {
+		// The credentials may be placeholders
+		// ({env.RCNS_OPERATOR_TOKEN}), replaced here, never in the JSON.
+		o := *h.OperatorPage
+		repl := caddy.NewReplacer()
+		o.BearerToken = repl.ReplaceAll(o.BearerToken, "")
+		o.BasicPassword = repl.ReplaceAll(o.BasicPassword, "")
+		if h.OperatorPage.BearerToken != "" && o.BearerToken == "" || h.OperatorPage.BasicPassword != "" && o.BasicPassword == "" {
+			return fmt.Errorf("rcns: operator_page: a credential's placeholder is empty (an unset environment variable?): the page would be open to every allowed address")
+		}
+		p, err := oppage.New(o, e, h.storeHealth)
+		if err != nil {
+			return fmt.Errorf("rcns: %v", err)
+		}
+		h.page = p
 	}
 	return nil
 }

@@ -54,8 +54,10 @@ type pooledRedis struct {
 	// the recovery line's down_for counts from it.
 	down      atomic.Bool
 	firstFail atomic.Int64
-	// fullLogged is when a full Redis was last logged (Unix ns).
+	// fullLogged is when a full Redis was last logged, lastFull when it
+	// last refused a write for want of memory (Unix ns).
 	fullLogged atomic.Int64
+	lastFull   atomic.Int64
 	// logger, quarantined and downSince belong to the health check: the
 	// quarantine is logged once when a check first sees it, an outage
 	// when a check first fails (downSince: since then) and when one
@@ -171,6 +173,7 @@ func (p *pooledRedis) Observe(op store.Op, latency time.Duration, err error) {
 		p.firstFail.CompareAndSwap(0, time.Now().Add(-latency).UnixNano())
 	}
 	if full {
+		p.lastFull.Store(time.Now().UnixNano())
 		p.logFull(err)
 	}
 	if users := p.users.Load(); users != nil {

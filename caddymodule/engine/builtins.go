@@ -192,7 +192,7 @@ func (h *Engine) revoke(x *exchange, req *request, p map[string]any) {
 		if !ok {
 			return
 		}
-		h.endNamed(x, req, c, contractEnd{state: recipes.StateRevoked, reason: reason, operator: actor, via: "REVOKE target=contract",
+		h.endNamed(x, req.caller.Agent.ID, c, contractEnd{state: recipes.StateRevoked, reason: reason, operator: actor, via: "REVOKE target=contract",
 			requested: map[string]any{"target": "contract", "synthesis_id": c.SynthesisID}})
 	case "stale-contracts":
 		if !h.inspectAll(req) {
@@ -252,7 +252,7 @@ func (h *Engine) revoke(x *exchange, req *request, p map[string]any) {
 			default:
 				// Evicted either way: by this sweep, or just before it.
 				entry["disposition"] = "evicted"
-				ended, err := h.endContract(x, req, c, contractEnd{state: recipes.StateReleased, reason: "policy-change-invalidation", operator: operator,
+				ended, err := h.endContract(x, req.caller.Agent.ID, c, contractEnd{state: recipes.StateReleased, reason: "policy-change-invalidation", operator: operator,
 					via: "REVOKE target=stale-contracts", requested: map[string]any{"target": "stale-contracts", "mode": mode, "synthesis_id": c.SynthesisID}})
 				if err != nil {
 					h.afterEnding(x.ctx(), persistentLeft)
@@ -293,7 +293,7 @@ func (h *Engine) suspend(x *exchange, req *request, p map[string]any) {
 		if !ok {
 			return
 		}
-		h.endNamed(x, req, c, contractEnd{state: recipes.StateReleased, reason: reason, via: "SUSPEND synthesis_id",
+		h.endNamed(x, req.caller.Agent.ID, c, contractEnd{state: recipes.StateReleased, reason: reason, via: "SUSPEND synthesis_id",
 			requested: map[string]any{"target": "contract", "synthesis_id": c.SynthesisID}})
 		return
 	}
@@ -312,7 +312,7 @@ func (h *Engine) suspend(x *exchange, req *request, p map[string]any) {
 			if c.SessionID != sid {
 				continue
 			}
-			ended, err := h.endContract(x, req, c, contractEnd{state: recipes.StateReleased, reason: reason, via: "SUSPEND session_id",
+			ended, err := h.endContract(x, req.caller.Agent.ID, c, contractEnd{state: recipes.StateReleased, reason: reason, via: "SUSPEND session_id",
 				requested: map[string]any{"target": "session", "session_id": sid, "synthesis_id": c.SynthesisID}})
 			if err != nil {
 				h.afterEnding(x.ctx(), persistentLeft)
@@ -344,13 +344,14 @@ type contractEnd struct {
 
 // endContract ends the live contract c as e says. Every request that
 // ends contracts (SUSPEND by synthesis_id or by session_id, REVOKE, the
-// stale sweep) ends them here, so each gets one lifecycle event
+// stale sweep, the operator page's revoke) ends them here, so each gets one lifecycle event
 // (rcns_release or rcns_revoke on the originator's stream, spec §14.4,
 // §18), one negotiation record and one log line. It returns false, and
 // records nothing, when c was no longer live (ended meanwhile), and the
 // store's error when it could not end it. The caller then calls
-// afterEnding once.
-func (h *Engine) endContract(x *exchange, req *request, c *recipes.Contract, e contractEnd) (bool, error) {
+// afterEnding once. actor is the Agent-ID of the caller that ends it
+// (the event's actor_agent_id), "" for the operator page (x.operator).
+func (h *Engine) endContract(x *exchange, actor string, c *recipes.Contract, e contractEnd) (bool, error) {
 	ended, err := h.sto.Contracts.End(x.ctx(), c, e.state)
 	if err != nil || !ended {
 		return false, err
@@ -359,7 +360,7 @@ func (h *Engine) endContract(x *exchange, req *request, c *recipes.Contract, e c
 	if e.state == recipes.StateRevoked {
 		event, kind = records.EventRevoke, records.KindRevoke
 	}
-	h.lifecycleEvent(event, c, req.caller.Agent.ID, e.reason, e.operator)
+	h.lifecycleEvent(event, c, actor, e.reason, e.operator)
 	h.negotiationRecord(x, kind, records.OutcomeAccepted, e.reason, e.requested,
 		map[string]any{"synthesis_id": c.SynthesisID, "state": e.state})
 	x.log().Info("rcns contract "+e.state, zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
@@ -372,8 +373,8 @@ func (h *Engine) endContract(x *exchange, req *request, c *recipes.Contract, e c
 // c is in: e.state, or, when c had already ended (noop: true), the state
 // it ended in (revoked, released or expired, as INSPECT reports it),
 // never the one this request would have set (spec §14.4).
-func (h *Engine) endNamed(x *exchange, req *request, c *recipes.Contract, e contractEnd) {
-	ended, err := h.endContract(x, req, c, e)
+func (h *Engine) endNamed(x *exchange, actor string, c *recipes.Contract, e contractEnd) {
+	ended, err := h.endContract(x, actor, c, e)
 	if err != nil {
 		h.storeFailed(x, err)
 		return

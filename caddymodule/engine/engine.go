@@ -175,6 +175,7 @@ func (h *Engine) finish(x *exchange, start time.Time) *agtp.Response {
 		m = r.Method
 	}
 	h.metrics.request(m, x.status, r.Binding)
+	h.noteRefusal(x)
 	h.metrics.requestDuration(r.Binding, x.kind, x.status, x.reason, time.Since(start).Seconds())
 	x.resp.RequestID, x.resp.Reason = x.requestID, x.reason
 	return x.resp

@@ -143,6 +143,9 @@ type exchange struct {
 	// kind is what answered the request (the stage that answered sets
 	// it, dispatch): the kind label of the request duration histogram.
 	kind requestKind
+	// operator is the operator the operator page admitted, for its
+	// revoke (OperatorRevoke); nil for every AGTP request.
+	operator *Operator
 	// lg is the request's logger (log), built on first use.
 	lg *zap.Logger
 }

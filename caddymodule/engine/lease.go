@@ -16,6 +16,7 @@ import (
 // and only a node that stopped lets the lease end (the key is then
 // outcome-unknown). A nil *leaseRenewer does nothing.
 type leaseRenewer struct {
+	set     *inflightSet // where the claim is listed while it runs
 	mu      sync.Mutex
 	t       *time.Timer
 	stopped bool
@@ -28,7 +29,9 @@ func (h *Engine) renewLease(x *exchange, c store.Claim, lease time.Duration) *le
 		lease = h.sto.Idempotency.Limits().Lease
 	}
 	every := max(lease/3, time.Second)
-	r := &leaseRenewer{}
+	r := &leaseRenewer{set: h.st.inflight}
+	agent, key := c.Key()
+	r.set.add(r, InFlightClaim{AgentID: agent, Key: key, What: x.method + " " + x.path, Binding: x.in.Binding, Since: time.Now()})
 	log := x.log() // built here: renew runs on a timer's goroutine
 	var renew func()
 	renew = func() {
@@ -65,4 +68,5 @@ func (r *leaseRenewer) stop() {
 	defer r.mu.Unlock()
 	r.stopped = true
 	r.t.Stop()
+	r.set.remove(r)
 }

@@ -414,7 +414,14 @@ func (h *Engine) negotiationRecord(x *exchange, kind, outcome, reason string, re
 		"binding":    x.in.Binding,
 		"node_id":    h.nodeID,
 	}
-	x.identityFields(rec)
+	if op := x.operator; op != nil {
+		// No agent asked: the operator page's access rule admitted
+		// the operator, who is the actor (spec §14.4 "actor").
+		rec["actor"], rec["actor_kind"], rec["operator_access"] = op.Name, "operator", op.Access
+		rec["identity_assurance"] = "operator-page"
+	} else {
+		x.identityFields(rec)
+	}
 	if granted != nil {
 		rec["granted"] = granted
 	}
@@ -459,7 +466,9 @@ func (h *Engine) lifecycleEvent(eventType string, c *recipes.Contract, actor, re
 		"recipe_version":     c.Lineage.RecipeVersion,
 		"contract_hash":      c.ContractHash,
 		"negotiation_origin": c.NegotiationOrigin,
-		"actor_agent_id":     actor,
+	}
+	if actor != "" { // "" when no agent acted (the operator page)
+		ev["actor_agent_id"] = actor
 	}
 	if reason != "" {
 		ev["reason"] = reason

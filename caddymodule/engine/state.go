@@ -18,8 +18,12 @@ type State struct {
 	mem          *store.Memory
 	negotiations *negotiations
 	records      *recordState
-	mu           sync.Mutex
-	recipes      map[string]string // name@version → content hash ever loaded
+	// inflight and refusals are this node's in-flight claims and
+	// recent refusals, for the operator page (operator.go).
+	inflight *inflightSet
+	refusals *refusalLog
+	mu       sync.Mutex
+	recipes  map[string]string // name@version → content hash ever loaded
 }
 
 // maxNegotiations bounds the PROPOSE negotiations a State remembers.
@@ -31,6 +35,8 @@ func NewState(name string) *State {
 		recipes:      map[string]string{},
 		negotiations: newNegotiations(maxNegotiations),
 		records:      &recordState{name: name},
+		inflight:     &inflightSet{},
+		refusals:     &refusalLog{},
 	}
 }
 
