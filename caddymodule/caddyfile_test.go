@@ -119,6 +119,14 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"record_keys off with a key", `record_keys off k.pem`, "record_keys: off stands alone"},
 		{"record_keys key then off", "record_keys k.pem\n\t\trecord_keys off", "record_keys: off stands alone"},
 		{"record_keys off then a key", "record_keys off\n\t\trecord_keys k.pem", "record_keys: off stands alone"},
+		// The operator page's block.
+		{"operator_page twice", "operator_page\n\t\toperator_page /x", "operator_page is set twice"},
+		{"operator_page two paths", "operator_page /a /b", "at most one argument"},
+		{"operator_page unknown", "operator_page {\n\t\t\tpassword x\n\t\t}", `unknown subdirective "password"`},
+		{"operator_page basic arity", "operator_page {\n\t\t\tbasic sre\n\t\t}", "basic takes a user and a password"},
+		{"operator_page bearer arity", "operator_page {\n\t\t\tbearer\n\t\t}", "bearer takes one token"},
+		{"operator_page empty allow", "operator_page {\n\t\t\tallow\n\t\t}", "allow needs at least one"},
+		{"operator_page max_rows", "operator_page {\n\t\t\tmax_rows 0\n\t\t}", "max_rows \"0\" is not a number in 1..1000"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

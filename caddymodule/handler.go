@@ -14,6 +14,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/httpdoor"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/upstreamauth"
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
@@ -31,7 +32,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	e := h.eng
 	e.Activate()
 	if h.page != nil && h.page.Match(r.URL.Path) {
-		h.page.ServeHTTP(w, r, clientAddr(r))
+		user := ""
+		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+			user, _ = repl.GetString("http.auth.user.id")
+		}
+		h.page.ServeHTTP(w, r, clientAddr(r), user)
 		return nil
 	}
 	if h.mcp != nil {

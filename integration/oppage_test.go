@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -205,7 +206,7 @@ func TestOperatorPage(t *testing.T) {
 	// Revoke A1's contract by clicking its form's button in Chromium.
 	for i, step := range []chromedp.Action[chromedp.Void]{
 		chromedp.SendKeys(chromedp.CSS(`tr[data-synthesis-id="`+a1ID+`"] input[name=reason]`), "revoked from the operator page"),
-		chromedp.Click(chromedp.CSS(`tr[data-synthesis-id="`+a1ID+`"] button`)),
+		chromedp.Click(chromedp.CSS(`tr[data-synthesis-id="` + a1ID + `"] button`)),
 		chromedp.WaitVisible(chromedp.ID("notice-done")),
 	} {
 		sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
@@ -254,6 +255,10 @@ func TestOperatorPage(t *testing.T) {
 	}
 	if str(rec, "granted", "state") != "revoked" {
 		t.Errorf("revoke record granted = %v", rec["granted"])
+	}
+	// The log with the operator's record verifies as a whole.
+	if out, err := exec.Command(caddyBin, "rcns", "verify-log", recDir).CombinedOutput(); err != nil {
+		t.Errorf("caddy rcns verify-log %s: %v\n%s", recDir, err, out)
 	}
 	if len(ownContracts(t, g, agentOP)) != 1 {
 		t.Error("revoking A1's contract ended the operator agent's")

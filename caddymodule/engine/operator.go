@@ -95,7 +95,8 @@ type RecentRefusal struct {
 type OperatorView struct {
 	// Name is the rcns handler name; NodeID this node's id.
 	Name, NodeID string
-	// Contracts lists at most Max live contracts, newest first;
+	// Contracts lists at most Max live contracts, newest first (by
+	// issue time, which is to the second; then by id);
 	// ContractsTotal counts them all. ByAgent counts them per agent
 	// (most first, at most Max agents; ByAgentTotal is how many agents
 	// hold one). ContractsErr is the store's error.

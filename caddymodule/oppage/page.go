@@ -86,10 +86,12 @@ const pageTimeout = 5 * time.Second
 const maxForm = 4 << 10
 
 // ServeHTTP serves a request Match accepted, from client (Caddy's
-// client address). The access rule comes first: a client outside
+// client address); authUser is the user an authentication handler
+// of Caddy's that ran before it verified (basic_auth's
+// {http.auth.user.id}), "" for none. The access rule comes first: a client outside
 // Allow gets 403, a missing or wrong credential 401; then GET (or HEAD)
 // of Path shows the page and POST Path/revoke revokes (checkRevoke).
-func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request, client netip.Addr) {
+func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request, client netip.Addr, authUser string) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -103,7 +105,7 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request, client netip.Ad
 		plain(w, http.StatusForbidden, "the operator page is not open to this client address (operator_page allow)")
 		return
 	}
-	who, ok := p.authenticate(r, client)
+	who, ok := p.authenticate(r, client, authUser)
 	if !ok {
 		if p.cfg.BasicUser != "" {
 			h.Set("WWW-Authenticate", `Basic realm="rcns operator page", charset="UTF-8"`)
@@ -157,12 +159,19 @@ type visitor struct {
 }
 
 // authenticate checks the configured credentials (all of them must
-// match; none configured admits every allowed client).
-func (p *Page) authenticate(r *http.Request, client netip.Addr) (visitor, bool) {
+// match; none configured admits every allowed client). Without a
+// credential of its own, a user Caddy's authentication verified
+// (authUser) is the operator, and the CSRF binding is that user and
+// the client address.
+func (p *Page) authenticate(r *http.Request, client netip.Addr, authUser string) (visitor, bool) {
 	v := visitor{op: engine.Operator{Name: p.cfg.Operator, Access: "cidr"}}
 	bind := sha256.New()
 	bind.Write([]byte(p.cfg.Path + "\x00"))
 	if p.cfg.BearerToken == "" && p.cfg.BasicUser == "" {
+		if authUser != "" {
+			v.op.Name, v.op.Access = authUser, "caddy-auth"
+			bind.Write([]byte("user\x00" + authUser + "\x00"))
+		}
 		bind.Write([]byte("addr\x00" + client.Unmap().String()))
 		v.binding = bind.Sum(nil)
 		return v, true
