@@ -14,6 +14,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
+	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"go.uber.org/zap"
 )
@@ -102,6 +103,13 @@ type exchange struct {
 	// this request (store.Presenter: with the contract lookup), which
 	// claim takes instead of claiming again; nil when none was made.
 	preclaimed *store.Claimed
+	// prepaid is the gate budget's decision the pair's store call
+	// already took (store.PairResolution.Spent), used by spend once.
+	prepaid *ratelimit.Decision
+	// keptAttempt is the gate refusal's attempt record the pair's store
+	// call already kept (store.PairResolution.AttemptKept), used by
+	// refuse once.
+	keptAttempt *store.Attempt
 	// storeFailed: a store call of this request failed as unavailable
 	// (it was answered 503 store-unavailable); its record is not
 	// retained.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -74,22 +75,9 @@ func (h *Engine) gateway(x *exchange, req *request) {
 	if !h.spend(x, req, h.gateRL) {
 		return
 	}
-	if ref := h.gate.Locks34(req.caller, &states); ref != nil {
-		h.refuse(x, req, &states, agtp.FromRefusal(ref))
-		return
-	}
-	recipe := h.set.Match(x.method, x.path)
-	if recipe == nil {
-		h.refuse(x, req, &states, agtp.CompositionImpossible.Newf("no recipe can synthesize %s %s", x.method, x.path))
-		return
-	}
-	if recipe.Depth() > h.MaxSynthesisDepth {
-		h.refuse(x, req, &states, agtp.CompositionImpossible.Newf("recipe %s needs %d steps; max_synthesis_depth is %d", recipe.Name, recipe.Depth(), h.MaxSynthesisDepth))
-		return
-	}
-	// Authority preservation, before any upstream call (spec §13.3).
-	if ref := policy.CheckRequiredScopes(req.caller, recipe.RequiredScopes); ref != nil {
-		h.refuse(x, req, &states, agtp.FromRefusal(ref))
+	recipe, e := h.gateRefusal(x, req, &states)
+	if e != nil {
+		h.refuse(x, req, &states, e)
 		return
 	}
 	in, e := x.input(req, nil, recipe)
@@ -157,6 +145,57 @@ func (h *Engine) gateway(x *exchange, req *request) {
 	x.write(policy.StatusProposalApproved, agtp.MediaEndpoint, body, nil)
 }
 
+// gateRefusal is locks 3-4, the recipe match and its bounds: the
+// refusal a gate request whose budget allowed it gets before its input
+// is read, or the recipe it synthesizes from.
+func (h *Engine) gateRefusal(x *exchange, req *request, states *policy.LockStates) (*recipes.Recipe, *agtp.Error) {
+	if ref := h.gate.Locks34(req.caller, states); ref != nil {
+		return nil, agtp.FromRefusal(ref)
+	}
+	recipe := h.set.Match(x.method, x.path)
+	if recipe == nil {
+		return nil, agtp.CompositionImpossible.Newf("no recipe can synthesize %s %s", x.method, x.path)
+	}
+	if recipe.Depth() > h.MaxSynthesisDepth {
+		return nil, agtp.CompositionImpossible.Newf("recipe %s needs %d steps; max_synthesis_depth is %d", recipe.Name, recipe.Depth(), h.MaxSynthesisDepth)
+	}
+	// Authority preservation, before any upstream call (spec §13.3).
+	if ref := policy.CheckRequiredScopes(req.caller, recipe.RequiredScopes); ref != nil {
+		return nil, agtp.FromRefusal(ref)
+	}
+	return recipe, nil
+}
+
+// gateMiss is what gateway will do for a request whose pair no active
+// contract serves and whose claim, if any, executes, up to its first
+// store write of its own: the budget it spends (nil: none) and the
+// refusal whose attempt record it keeps (nil: none), so that the
+// pair's store call (ResolvePair) does both with the lookup and the
+// claim, in one round trip. It follows gateway's order: locks 1-2 (a
+// refusal there spends nothing), the scope_required check (answered
+// before the budget, keeping no record), the budget, then gateRefusal.
+// gateway uses what the call did (x.prepaid, x.keptAttempt).
+func (h *Engine) gateMiss(x *exchange, req *request) (spend store.Limiter, attempt *store.Attempt) {
+	states, proceed, ref := h.gate.Locks12(policy.AllowRCNS(x.in.Get("Allow-RCNS")))
+	var e *agtp.Error
+	switch {
+	case ref != nil:
+		e = agtp.FromRefusal(ref)
+	case !proceed, h.scopeRequired() && !req.caller.Scoped():
+		return nil, nil
+	default:
+		if h.gateRL != nil {
+			spend = h.gateRL
+		}
+		_, e = h.gateRefusal(x, req, &states)
+	}
+	if e == nil {
+		return spend, nil
+	}
+	rec := h.attemptRecord(x, req, &states, e)
+	return spend, &rec
+}
+
 // gateContract mints c, the gate synthesis's contract (contractFor), or
 // finds the active one of the pair a concurrent first call of the same
 // agent minted meanwhile (store.Contracts.MintForPair: a request a
@@ -195,24 +234,22 @@ func (h *Engine) joinContract(x *exchange, req *request, c *recipes.Contract, st
 // attempt record (spec §17.3): a 464 carries the record's id in
 // RCNS-Attempt-Id (spec §11.1).
 func (h *Engine) refuse(x *exchange, req *request, states *policy.LockStates, e *agtp.Error) {
-	rec := store.Attempt{ID: recipes.NewAttemptID(), Method: x.method, Path: x.path, Reason: e.Reason,
-		Explanation: e.Explanation, At: h.now().UTC().Format(time.RFC3339)}
-	if req.caller != nil {
-		rec.AgentID = req.caller.Agent.ID
-		rec.TrustTier = int(req.caller.Agent.TrustTier)
-	}
+	rec := h.attemptRecord(x, req, states, e)
 	if states != nil {
-		rec.Locks = states.Map()
 		for i, st := range states {
 			if st == policy.LockClosed {
 				h.metrics.lockRefusal(policy.Lock(i + 1).String())
 			}
 		}
 	}
-	if err := h.sto.Attempts.Add(x.ctx(), rec); err != nil {
+	if k := x.keptAttempt; k != nil && sameAttempt(k, &rec) {
+		// The pair's store call kept it (gateMiss).
+		rec = *k
+	} else if err := h.sto.Attempts.Add(x.ctx(), rec); err != nil {
 		// The refusal stands; only its record is missing.
 		x.log().Warn("keeping an RCNS attempt record failed", zap.String("attempt_id", rec.ID), zap.Error(err))
 	}
+	x.keptAttempt = nil
 	h.attemptsChanged(x.ctx())
 	if e.Status == policy.StatusNoContract {
 		e.AttemptID = rec.ID
@@ -224,6 +261,27 @@ func (h *Engine) refuse(x *exchange, req *request, states *policy.LockStates, e 
 	x.fail(e)
 }
 
+// attemptRecord is the attempt record of refusal e (a new id, now).
+func (h *Engine) attemptRecord(x *exchange, req *request, states *policy.LockStates, e *agtp.Error) store.Attempt {
+	rec := store.Attempt{ID: recipes.NewAttemptID(), Method: x.method, Path: x.path, Reason: e.Reason,
+		Explanation: e.Explanation, At: h.now().UTC().Format(time.RFC3339)}
+	if req.caller != nil {
+		rec.AgentID = req.caller.Agent.ID
+		rec.TrustTier = int(req.caller.Agent.TrustTier)
+	}
+	if states != nil {
+		rec.Locks = states.Map()
+	}
+	return rec
+}
+
+// sameAttempt reports whether the kept record k records the refusal
+// of rec (all but the id and the time).
+func sameAttempt(k, rec *store.Attempt) bool {
+	return k.Method == rec.Method && k.Path == rec.Path && k.Reason == rec.Reason && k.Explanation == rec.Explanation &&
+		k.AgentID == rec.AgentID && k.TrustTier == rec.TrustTier && maps.Equal(k.Locks, rec.Locks)
+}
+
 // spend takes one token of budget l for the caller (nil l: no budget).
 // On refusal it answers 429 with Retry-After, RateLimit-Policy and
 // RateLimit (draft-ietf-httpapi-ratelimit-headers-10) and the §12.1 body.
@@ -231,10 +289,16 @@ func (h *Engine) spend(x *exchange, req *request, l store.Limiter) bool {
 	if l == nil {
 		return true
 	}
-	d, err := l.Allow(x.ctx(), req.caller.Agent.ID)
-	if err != nil {
-		h.storeFailed(x, err)
-		return false
+	var d ratelimit.Decision
+	if x.prepaid != nil {
+		// Spent by the pair's store call (gateMiss).
+		d, x.prepaid = *x.prepaid, nil
+	} else {
+		var err error
+		if d, err = l.Allow(x.ctx(), req.caller.Agent.ID); err != nil {
+			h.storeFailed(x, err)
+			return false
+		}
 	}
 	x.rateHeaders = map[string]string{"RateLimit-Policy": l.PolicyHeader(), "RateLimit": l.RateLimitHeader(d)}
 	if d.Allowed {

@@ -408,12 +408,16 @@ func stagePair(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 	if req.idemKey != "" {
 		pr.Fingerprint, pr.Holder = x.fingerprint(req), x.holder()
 	}
+	pr.Spend, pr.Attempt = h.gateMiss(x, req)
 	res, err := h.sto.Presenter.ResolvePair(x.ctx(), pr)
 	if err != nil {
 		h.storeFailed(x, err)
 		return false, nil
 	}
-	x.preclaimed = res.Claimed
+	x.preclaimed, x.prepaid = res.Claimed, res.Spent
+	if res.AttemptKept {
+		x.keptAttempt = pr.Attempt
+	}
 	if res.Contract != nil {
 		x.kind = kindContract
 		h.runContract(x, req, res.Contract, viaPair)

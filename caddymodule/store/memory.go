@@ -207,7 +207,7 @@ func (a memPresenter) Present(_ context.Context, req PresentRequest) (Presentati
 	return p, nil
 }
 
-func (a memPresenter) ResolvePair(_ context.Context, req PairRequest) (PairResolution, error) {
+func (a memPresenter) ResolvePair(ctx context.Context, req PairRequest) (PairResolution, error) {
 	c := a.m.contracts.ActiveFor(req.AgentID, req.Method, req.Path)
 	res := PairResolution{Contract: c}
 	if req.Key != "" && (c != nil && req.ClaimIfFound || c == nil && req.ClaimIfMissing) {
@@ -215,7 +215,7 @@ func (a memPresenter) ResolvePair(_ context.Context, req PairRequest) (PairResol
 			Lease: req.Lease, Holder: req.Holder}))
 		res.Claimed = &cl
 	}
-	return res, nil
+	return res, GateMiss(ctx, req, &res, a.m.attempts)
 }
 
 // memLimiters keeps one ratelimit.Limiter per budget name, replaced when

@@ -350,6 +350,21 @@ type PairRequest struct {
 	// is due first); ClaimIfMissing claims it when none does (the
 	// engine sets it when locks 1-2 let the gate proceed).
 	ClaimIfFound, ClaimIfMissing bool
+	// Spend, when set, takes one request from the agent's budget of
+	// this limiter (Limiter.Allow) when no active contract serves the
+	// pair and the claim asked by ClaimIfMissing, if any, executes: the
+	// gate's RCNS budget (RCNS §11.2, OP-4: an idempotent replay
+	// first, then the budget). The engine sets it when the gate will
+	// spend it (locks 1-2 open, no scope_required refusal due first).
+	Spend Limiter
+	// Attempt, when set, is the attempt record of the refusal the gate
+	// answers this request with (RCNS §11.1): kept (Attempts.Add) when
+	// no active contract serves the pair, the claim asked by
+	// ClaimIfMissing, if any, executes, and Spend, if set, allows it.
+	// A store may keep it in the same round trip (AttemptKept) or leave
+	// it to the caller (the Redis store in Cluster mode, where attempt
+	// records live in another slot).
+	Attempt *Attempt
 }
 
 // PairResolution is what ResolvePair found, and the claim it made.
@@ -358,6 +373,13 @@ type PairResolution struct {
 	Contract *recipes.Contract
 	// Claimed is the claim's result, nil when none was made.
 	Claimed *Claimed
+	// Spent is the decision of PairRequest.Spend, nil when nothing was
+	// taken from the budget.
+	Spent *ratelimit.Decision
+	// AttemptKept reports that PairRequest.Attempt was kept; false
+	// when its conditions did not hold or the store left it to the
+	// caller.
+	AttemptKept bool
 }
 
 // Presenter serves the requests that run under a contract, or may, in
@@ -369,7 +391,8 @@ type Presenter interface {
 	// state) done in that order, atomically.
 	Present(ctx context.Context, req PresentRequest) (Presentation, error)
 	// ResolvePair is exactly Contracts.ActiveFor then, as asked,
-	// Idempotency.Claim, atomically.
+	// Idempotency.Claim, then, on a miss, req.Spend's Allow and
+	// Attempts.Add of req.Attempt (PairRequest), atomically.
 	ResolvePair(ctx context.Context, req PairRequest) (PairResolution, error)
 }
 
@@ -501,3 +524,29 @@ type ObserverFunc func(op Op, latency time.Duration, err error)
 
 // Observe calls f.
 func (f ObserverFunc) Observe(op Op, latency time.Duration, err error) { f(op, latency, err) }
+
+// GateMiss does, in Go and in order, what ResolvePair does on a miss
+// after its claim (PairRequest.Spend and PairRequest.Attempt) for a
+// store that does not fold them into its own round trip: when res has
+// no contract and its claim, if any, executes, it spends req.Spend and,
+// when that allows the request (or there is no Spend), keeps
+// req.Attempt in attempts (nil attempts: left to the caller). Errors
+// are the limiter's; a failed Attempts.Add is not an error (the
+// refusal stands without its record: AttemptKept stays false and the
+// caller adds it).
+func GateMiss(ctx context.Context, req PairRequest, res *PairResolution, attempts Attempts) error {
+	if res.Contract != nil || (res.Claimed != nil && res.Claimed.Outcome != idempotency.Execute) {
+		return nil
+	}
+	if req.Spend != nil && res.Spent == nil {
+		d, err := req.Spend.Allow(ctx, req.AgentID)
+		if err != nil {
+			return err
+		}
+		res.Spent = &d
+	}
+	if req.Attempt != nil && attempts != nil && !res.AttemptKept && (res.Spent == nil || res.Spent.Allowed) {
+		res.AttemptKept = attempts.Add(ctx, *req.Attempt) == nil
+	}
+	return nil
+}

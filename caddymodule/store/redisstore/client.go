@@ -548,7 +548,7 @@ func (c *Client) Set(l store.Limits, rs *recipes.Restorer) (store.Set, error) {
 	}
 	idem := newIdempotency(c, l.Idempotency)
 	return store.Set{
-		Presenter:   presenter{c: c, idem: idem, contracts: contracts},
+		Presenter:   presenter{c: c, idem: idem, contracts: contracts, attempts: l.Attempts},
 		Idempotency: idem,
 		Limiters:    limiters{c},
 		Contracts:   contracts,

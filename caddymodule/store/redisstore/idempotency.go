@@ -265,6 +265,12 @@ func (s *idem) keys(agentID, key string) (keys []string, member, global string) 
 // ARGV tail presentScript and resolveScript pass on.
 func (s *idem) claimArgs(req idempotency.ClaimRequest, token string, deadline int64) []any {
 	_, member, global := s.keys(req.AgentID, req.Key)
+	return s.claimArgsFor(req, token, deadline, member, global)
+}
+
+// claimArgsFor is claimArgs with the record's index members given
+// (keys' member and global).
+func (s *idem) claimArgsFor(req idempotency.ClaimRequest, token string, deadline int64, member, global string) []any {
 	p := "0"
 	if req.Pending {
 		p = "1"

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
@@ -42,19 +44,46 @@ return out
 
 // resolveScript finds the newest active contract of a pair index (as
 // pairScript) and, as asked, claims the request's key with the claim
-// logic. KEYS: pair index, key record, agent key index, [global key
-// index]. ARGV: now, the agent's contract key prefix, claim if found,
-// claim if missing ("1"/"0"), then the claim's 14 arguments
-// (claimFuncLua's A). Returns {id or ""} and, when it claimed, claim's
-// reply after it.
-var resolveScript = denyOOM(claimFuncLua + pairFuncLua + `
+// logic; on a miss whose claim, if any, executed, it then spends the
+// gate's budget (gcra, redis_rate's GCRA) and, when that allows it (or
+// nothing is spent), keeps the gate refusal's attempt record
+// (keep_attempt): the whole of a gate evaluation in one round trip.
+// KEYS: pair index, key record, agent key index, rate key (all in the
+// agent's slot), then, outside Cluster mode, the global key index and
+// the attempt hash and order list where ARGV names them. ARGV: now,
+// the agent's contract key prefix, claim if found, claim if missing
+// ("1"/"0"), the claim's 14 arguments (claimFuncLua's A), spend
+// ("1"/"0"), burst, rate, period (gcra's), the KEYS index of the
+// global key index and of the attempt hash ("0": none), the attempt's
+// id, JSON and bound. Returns {id or "", claimed (1/0), claim's reply
+// (6), spent (1/0), gcra's reply (4), attempt kept (1/0)}.
+var resolveScript = denyOOM(claimFuncLua + pairFuncLua + gcraFuncLua + attemptFuncLua + `
 local found = newest(KEYS[1], ARGV[2], tonumber(ARGV[1]))
-local out = {found}
+local out = {found, 0, '', '', '', '', '', '', 0, 0, 0, '', '', 0}
+local gidx, aidx = tonumber(ARGV[23]), tonumber(ARGV[24])
+local code = 0
 if (found ~= '' and ARGV[3] == '1') or (found == '' and ARGV[4] == '1') then
   local A = {}
   for i = 5, 18 do A[i - 4] = ARGV[i] end
-  local r = claim({KEYS[2], KEYS[3], KEYS[4]}, A)
-  for i = 1, 6 do out[1 + i] = r[i] or '' end
+  local K = {KEYS[2], KEYS[3]}
+  if gidx > 0 then K[3] = KEYS[gidx] end
+  local r = claim(K, A)
+  out[2] = 1
+  for i = 1, 6 do out[2 + i] = r[i] or '' end
+  code = r[1]
+end
+if found == '' and code == 0 then
+  local allowed = true
+  if ARGV[19] == '1' then
+    local g = gcra(KEYS[4], ARGV[20], ARGV[21], ARGV[22], 1, gcra_now(redis.call('TIME')))
+    out[9] = 1
+    for i = 1, 4 do out[9 + i] = g[i] end
+    allowed = g[1] > 0
+  end
+  if allowed and aidx > 0 then
+    keep_attempt(KEYS[aidx], KEYS[aidx + 1], ARGV[25], ARGV[26], tonumber(ARGV[27]))
+    out[14] = 1
+  end
 end
 return out
 `)
@@ -64,6 +93,7 @@ type presenter struct {
 	c         *Client
 	idem      *idem
 	contracts *contracts
+	attempts  int // the attempt records kept (store.Limits.Attempts)
 }
 
 // Present runs presentScript in the presenter's slot: one round trip.
@@ -143,8 +173,13 @@ func flag(b bool) string {
 	return "0"
 }
 
-// ResolvePair runs resolveScript in the agent's slot: one round trip,
-// plus one the first time this node decodes the contract found.
+// ResolvePair runs resolveScript in the agent's slot: one round trip
+// for the pair lookup, the claim, the gate's budget (req.Spend, when it
+// is this Client's) and the refusal's attempt record (outside Cluster
+// mode), plus one the first time this node decodes the contract found.
+// A Spend of another store is spent after it (store.GateMiss); in
+// Cluster mode the attempt record, kept in the gateway-wide slot, is
+// left to the caller (AttemptKept false).
 func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (store.PairResolution, error) {
 	claiming := req.Key != "" && (req.ClaimIfFound || req.ClaimIfMissing)
 	if claiming {
@@ -152,8 +187,37 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 			return store.PairResolution{}, err
 		}
 	}
-	ikeys, _, _ := p.idem.keys(req.AgentID, req.Key)
-	keys := append([]string{p.contracts.pairKey(req.AgentID, req.Method, req.Path)}, ikeys...)
+	ikeys, member, global := p.idem.keys(req.AgentID, req.Key)
+	keys := make([]string, 0, 7)
+	keys = append(keys, p.contracts.pairKey(req.AgentID, req.Method, req.Path), ikeys[0], ikeys[1])
+	lim, _ := req.Spend.(*limiter)
+	if lim != nil && lim.c != p.c {
+		lim = nil
+	}
+	spend := []any{"0", 0, 0, 0}
+	if lim != nil {
+		keys = append(keys, lim.key(req.AgentID))
+		spend = append([]any{"1"}, lim.gcraArgs()[:3]...)
+	} else {
+		keys = append(keys, ikeys[1]) // unused: a key of the slot
+	}
+	gidx, aidx := 0, 0
+	if len(ikeys) > 2 {
+		keys = append(keys, ikeys[2])
+		gidx = len(keys)
+	}
+	att := []any{"", "", 0}
+	foreign := req.Spend != nil && lim == nil
+	if req.Attempt != nil && !p.c.cluster && !foreign {
+		raw, err := json.Marshal(req.Attempt)
+		if err != nil {
+			return store.PairResolution{}, err
+		}
+		a := attempts{c: p.c, size: p.attempts}
+		keys = append(keys, a.keys()...)
+		aidx = len(keys) - 1
+		att = []any{req.Attempt.ID, raw, a.size}
+	}
 	token := store.NewToken()
 	creq := idempotency.ClaimRequest{AgentID: req.AgentID, Key: req.Key, Fingerprint: req.Fingerprint, Lease: req.Lease, Holder: req.Holder}
 	var deadline int64
@@ -162,8 +226,12 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 		ctx, deadline, cancel = p.c.claimDeadline(ctx)
 		defer cancel()
 	}
-	args := append([]any{p.c.nowMS(), p.c.agentKey(req.AgentID, "c:"), flag(req.ClaimIfFound && req.Key != ""), flag(req.ClaimIfMissing && req.Key != "")},
-		p.idem.claimArgs(creq, token, deadline)...)
+	args := make([]any, 0, 27)
+	args = append(args, p.c.nowMS(), p.c.agentKey(req.AgentID, "c:"), flag(req.ClaimIfFound && req.Key != ""), flag(req.ClaimIfMissing && req.Key != ""))
+	args = append(args, p.idem.claimArgsFor(creq, token, deadline, member, global)...)
+	args = append(args, spend...)
+	args = append(args, gidx, aidx)
+	args = append(args, att...)
 	start := time.Now()
 	v, err := resolveScript.Run(ctx, p.c.rdb, keys, args...).Slice()
 	if err = p.c.done(store.OpResolvePair, start, err); err != nil {
@@ -172,14 +240,25 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 		}
 		return store.PairResolution{}, err
 	}
+	if len(v) < 14 {
+		return store.PairResolution{}, fmt.Errorf("%w: resolve script returned %d values", store.ErrUnavailable, len(v))
+	}
 	var out store.PairResolution
-	if len(v) > 1 {
-		cl, err := p.idem.claimed(ctx, creq, token, v[1:])
+	if replyInt(v, 1) == 1 {
+		cl, err := p.idem.claimed(ctx, creq, token, v[2:8])
 		if err != nil {
 			return store.PairResolution{}, err
 		}
 		out.Claimed = &cl
 	}
+	if replyInt(v, 8) == 1 {
+		d, err := gcraReply(v, 9)
+		if err != nil {
+			return store.PairResolution{}, err
+		}
+		out.Spent = &d
+	}
+	out.AttemptKept = replyInt(v, 13) == 1
 	if id := replyString(v, 0); id != "" {
 		c, err := p.contracts.contract(ctx, record{agent: req.AgentID, id: id})
 		if err != nil {
@@ -189,6 +268,14 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 			return store.PairResolution{}, err
 		}
 		out.Contract = c
+		return out, nil
+	}
+	if foreign {
+		// A limiter of another store: spent after the round trip, and
+		// the attempt record then kept by the caller if allowed.
+		if err := store.GateMiss(ctx, req, &out, nil); err != nil {
+			return store.PairResolution{}, err
+		}
 	}
 	return out, nil
 }

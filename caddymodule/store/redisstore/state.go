@@ -42,16 +42,28 @@ type attempts struct {
 	size int
 }
 
+// attemptFuncLua defines keep_attempt(hash, order, id, json, size):
+// adds one record and drops the oldest past the bound. Shared by
+// attemptScript and resolveScript (a gate refusal's record kept in the
+// round trip of its pair lookup, outside Cluster mode).
+const attemptFuncLua = `
+local function keep_attempt(kh, ko, id, raw, size)
+  if redis.call('HSET', kh, id, raw) == 1 then redis.call('LPUSH', ko, id) end
+  while redis.call('LLEN', ko) > size do
+    redis.call('HDEL', kh, redis.call('RPOP', ko))
+  end
+end
+`
+
 // attemptScript adds one record and drops the oldest past the bound.
 // KEYS: hash, order list. ARGV: id, JSON, size.
-var attemptScript = denyOOM(`
-if redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) == 1 then redis.call('LPUSH', KEYS[2], ARGV[1]) end
-local size = tonumber(ARGV[3])
-while redis.call('LLEN', KEYS[2]) > size do
-  redis.call('HDEL', KEYS[1], redis.call('RPOP', KEYS[2]))
-end
+var attemptScript = denyOOM(attemptFuncLua + `
+keep_attempt(KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3]))
 return 1
 `)
+
+// keys returns the attempt hash and order list.
+func (a attempts) keys() []string { return []string{a.c.globalKey("att"), a.c.globalKey("atto")} }
 
 func (a attempts) Add(ctx context.Context, rec store.Attempt) error {
 	raw, err := json.Marshal(rec)
@@ -59,7 +71,7 @@ func (a attempts) Add(ctx context.Context, rec store.Attempt) error {
 		return err
 	}
 	start := time.Now()
-	err = attemptScript.Run(ctx, a.c.rdb, []string{a.c.globalKey("att"), a.c.globalKey("atto")}, rec.ID, raw, a.size).Err()
+	err = attemptScript.Run(ctx, a.c.rdb, a.keys(), rec.ID, raw, a.size).Err()
 	return a.c.done(store.OpAttempt, start, err)
 }
 
