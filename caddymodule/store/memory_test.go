@@ -8,7 +8,7 @@ import (
 )
 
 func TestMemory(t *testing.T) {
-	storetest.Run(t, storetest.Harness{
+	h := storetest.Harness{
 		New: func(t *testing.T, cfg storetest.Config) (store.Set, store.Set) {
 			m := store.NewMemory(cfg.Limits, cfg.Now)
 			t.Cleanup(func() { _ = m.Close() })
@@ -16,5 +16,7 @@ func TestMemory(t *testing.T) {
 		},
 		Totals:               true,
 		ClockDrivesRetention: true,
-	})
+	}
+	storetest.Run(t, h)
+	t.Run("gate-miss", func(t *testing.T) { storetest.RunGateMiss(t, h) })
 }

@@ -52,17 +52,23 @@ func harness(base Config, totals bool) storetest.Harness {
 
 func TestSuiteSingle(t *testing.T) {
 	srv := redistest.StartServer(t)
-	storetest.Run(t, harness(Config{Addrs: []string{srv.Addr()}}, true))
+	h := harness(Config{Addrs: []string{srv.Addr()}}, true)
+	storetest.Run(t, h)
+	t.Run("gate-miss", func(t *testing.T) { storetest.RunGateMiss(t, h) })
 }
 
 func TestSuiteCluster(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
-	storetest.Run(t, harness(Config{Mode: ModeCluster, Addrs: c.Addrs()}, false))
+	h := harness(Config{Mode: ModeCluster, Addrs: c.Addrs()}, false)
+	storetest.Run(t, h)
+	t.Run("gate-miss", func(t *testing.T) { storetest.RunGateMiss(t, h) })
 }
 
 func TestSuiteSentinel(t *testing.T) {
 	g := redistest.StartSentinel(t)
-	storetest.Run(t, harness(Config{Mode: ModeSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName}, true))
+	h := harness(Config{Mode: ModeSentinel, Addrs: g.SentinelAddrs(), MasterName: g.MasterName}, true)
+	storetest.Run(t, h)
+	t.Run("gate-miss", func(t *testing.T) { storetest.RunGateMiss(t, h) })
 }
 
 // counter counts round trips by operation.
@@ -143,6 +149,32 @@ func TestRoundTripsPerOperation(t *testing.T) {
 		{"keyed gate pair miss", func() error {
 			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/none", Key: "k5", Fingerprint: "fp", ClaimIfMissing: true})
 			if err == nil && (r.Contract != nil || r.Claimed == nil || r.Claimed.Outcome != idempotency.Execute) {
+				err = fmt.Errorf("resolved %+v", r)
+			}
+			return err
+		}, map[store.Op]int{store.OpResolvePair: 1}},
+		// A gate evaluation (engine stagePair with gateMiss): the pair
+		// lookup, the key's claim, the RCNS budget and the refusal's
+		// attempt record, one script.
+		{"gate refusal", func() error {
+			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/refused", Spend: lim,
+				Attempt: &store.Attempt{ID: "rcns-trip-1", Reason: "composition-impossible"}})
+			if err == nil && (r.Spent == nil || !r.Spent.Allowed || !r.AttemptKept) {
+				err = fmt.Errorf("resolved %+v", r)
+			}
+			return err
+		}, map[store.Op]int{store.OpResolvePair: 1}},
+		{"keyed gate refusal", func() error {
+			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/refused", Key: "k6", Fingerprint: "fp",
+				ClaimIfMissing: true, Spend: lim, Attempt: &store.Attempt{ID: "rcns-trip-2", Reason: "composition-impossible"}})
+			if err == nil && (r.Claimed == nil || r.Claimed.Outcome != idempotency.Execute || r.Spent == nil || !r.AttemptKept) {
+				err = fmt.Errorf("resolved %+v", r)
+			}
+			return err
+		}, map[store.Op]int{store.OpResolvePair: 1}},
+		{"gate synthesis lookup and budget", func() error {
+			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/new", Spend: lim})
+			if err == nil && (r.Spent == nil || !r.Spent.Allowed) {
 				err = fmt.Errorf("resolved %+v", r)
 			}
 			return err
