@@ -110,6 +110,11 @@ type exchange struct {
 	// call already kept (store.PairResolution.AttemptKept), used by
 	// refuse once.
 	keptAttempt *store.Attempt
+	// premint is the gate synthesis's MintForPair the pair's store call
+	// already did (store.PairResolution.Minted) for premintC, used by
+	// gateContract once.
+	premint  *store.MintResult
+	premintC *recipes.Contract
 	// storeFailed: a store call of this request failed as unavailable
 	// (it was answered 503 store-unavailable); its record is not
 	// retained.

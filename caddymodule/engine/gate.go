@@ -2,6 +2,7 @@ package engine
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/upstreamauth"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
@@ -89,10 +91,14 @@ func (h *Engine) gateway(x *exchange, req *request) {
 		x.fail(failureError(f))
 		return
 	}
-	c, err := h.contractFor(recipe, x.method, x.path, x, req, recipes.OriginGate, time.Duration(h.ContractTTL), false)
-	if err != nil {
-		h.refuse(x, req, &states, agtp.SynthesisError.New(err.Error()))
-		return
+	c := x.premintC // built by gateMiss, minted by the pair's store call
+	if x.premint == nil || c == nil || c.Recipe != recipe {
+		x.premint = nil
+		var err error
+		if c, err = h.contractFor(recipe, x.method, x.path, x, req, recipes.OriginGate, time.Duration(h.ContractTTL), false); err != nil {
+			h.refuse(x, req, &states, agtp.SynthesisError.New(err.Error()))
+			return
+		}
 	}
 	// Optimistic delivery runs the plan at once: every step's upstream
 	// credential first, so a refusal mints nothing and runs nothing
@@ -101,6 +107,7 @@ func (h *Engine) gateway(x *exchange, req *request) {
 	if h.Mode != ModeConfirmFirst {
 		var ok bool
 		if creds, ok = h.resolveCredentials(x, req, recipeSteps(recipe), c.SynthesisID); !ok {
+			h.unmint(x, c)
 			return
 		}
 	}
@@ -166,6 +173,54 @@ func (h *Engine) gateRefusal(x *exchange, req *request, states *policy.LockState
 	return recipe, nil
 }
 
+// credentialsFree reports whether the gate can run recipe's synthesis
+// without resolving a credential that may refuse or call out: under
+// confirm-first (resolved when presented), or when every step's
+// upstream has no credential policy or a static one. Only then does
+// gateMiss have the contract minted in the pair's store call: a
+// credential refusal mints nothing.
+func (h *Engine) credentialsFree(recipe *recipes.Recipe) bool {
+	if h.Mode == ModeConfirmFirst {
+		return true
+	}
+	for _, s := range recipe.Steps {
+		switch h.credPolicies[s.Endpoint.UpstreamName()].(type) {
+		case nil, upstreamauth.Static:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// unmint releases c when the pair's store call minted it for a request
+// then refused (it serves no request), and forgets it.
+func (h *Engine) unmint(x *exchange, c *recipes.Contract) {
+	if m := x.premint; m != nil && x.premintC == c && m.Err == nil && m.Joined == nil {
+		if _, err := h.sto.Contracts.End(context.WithoutCancel(x.ctx()), c, recipes.StateReleased); err != nil {
+			x.log().Warn("releasing a contract minted for a refused request failed", zap.String("synthesis_id", c.SynthesisID), zap.Error(err))
+		}
+	}
+	x.premint = nil
+}
+
+// gateInputValid reports whether gateway will take the request's input
+// for recipe (x.input, then recipe.ValidateInput), computed on a copy
+// of the envelope's parameters: x.input adds the query's values to the
+// parameters it reads and converts text in place, which gateway, or
+// the contract a pair lookup finds, then does on the request's own.
+func (x *exchange) gateInputValid(req *request, recipe *recipes.Recipe) bool {
+	cp := *req
+	if req.body != nil {
+		cp.body = maps.Clone(req.body)
+		if p, ok := cp.body["parameters"].(map[string]any); ok {
+			cp.body["parameters"] = maps.Clone(p)
+		}
+	}
+	in, e := x.input(&cp, nil, recipe)
+	return e == nil && recipe.ValidateInput(in) == nil
+}
+
 // gateMiss is what gateway will do for a request whose pair no active
 // contract serves and whose claim, if any, executes, up to its first
 // store write of its own: the budget it spends (nil: none) and the
@@ -174,26 +229,32 @@ func (h *Engine) gateRefusal(x *exchange, req *request, states *policy.LockState
 // claim, in one round trip. It follows gateway's order: locks 1-2 (a
 // refusal there spends nothing), the scope_required check (answered
 // before the budget, keeping no record), the budget, then gateRefusal.
-// gateway uses what the call did (x.prepaid, x.keptAttempt).
-func (h *Engine) gateMiss(x *exchange, req *request) (spend store.Limiter, attempt *store.Attempt) {
+// Without a refusal, the contract a synthesis mints (mint: nil when
+// its input is refused, a 400 or 422 that keeps no record) is made
+// here too, for the call to mint it. gateway uses what the call did
+// (x.prepaid, x.keptAttempt, x.premint).
+func (h *Engine) gateMiss(x *exchange, req *request) (spend store.Limiter, attempt *store.Attempt, mint *recipes.Contract) {
 	states, proceed, ref := h.gate.Locks12(policy.AllowRCNS(x.in.Get("Allow-RCNS")))
 	var e *agtp.Error
 	switch {
 	case ref != nil:
 		e = agtp.FromRefusal(ref)
 	case !proceed, h.scopeRequired() && !req.caller.Scoped():
-		return nil, nil
+		return nil, nil, nil
 	default:
 		if h.gateRL != nil {
 			spend = h.gateRL
 		}
-		_, e = h.gateRefusal(x, req, &states)
-	}
-	if e == nil {
-		return spend, nil
+		var recipe *recipes.Recipe
+		if recipe, e = h.gateRefusal(x, req, &states); e == nil {
+			if h.credentialsFree(recipe) && x.gateInputValid(req, recipe) {
+				mint, _ = h.contractFor(recipe, x.method, x.path, x, req, recipes.OriginGate, time.Duration(h.ContractTTL), false)
+			}
+			return spend, nil, mint
+		}
 	}
 	rec := h.attemptRecord(x, req, &states, e)
-	return spend, &rec
+	return spend, &rec, nil
 }
 
 // gateContract mints c, the gate synthesis's contract (contractFor), or
@@ -202,7 +263,15 @@ func (h *Engine) gateMiss(x *exchange, req *request) (spend store.Limiter, attem
 // moment later would have run under it by pair, §10 step 8b), returned
 // with its state in joined ("" when c was minted here).
 func (h *Engine) gateContract(c *recipes.Contract, x *exchange) (_ *recipes.Contract, joined string, err error) {
-	state, other, err := h.sto.Contracts.MintForPair(x.ctx(), c, h.Mode)
+	var state string
+	var other *recipes.Contract
+	if m := x.premint; m != nil && x.premintC == c {
+		// The pair's store call minted it (gateMiss).
+		state, other, err = m.State, m.Joined, m.Err
+		x.premint = nil
+	} else {
+		state, other, err = h.sto.Contracts.MintForPair(x.ctx(), c, h.Mode)
+	}
 	if err != nil {
 		return nil, "", err
 	}

@@ -408,7 +408,8 @@ func stagePair(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 	if req.idemKey != "" {
 		pr.Fingerprint, pr.Holder = x.fingerprint(req), x.holder()
 	}
-	pr.Spend, pr.Attempt = h.gateMiss(x, req)
+	pr.Spend, pr.Attempt, pr.Mint = h.gateMiss(x, req)
+	pr.MintMode = h.Mode
 	res, err := h.sto.Presenter.ResolvePair(x.ctx(), pr)
 	if err != nil {
 		h.storeFailed(x, err)
@@ -417,6 +418,9 @@ func stagePair(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 	x.preclaimed, x.prepaid = res.Claimed, res.Spent
 	if res.AttemptKept {
 		x.keptAttempt = pr.Attempt
+	}
+	if res.Minted != nil {
+		x.premint, x.premintC = res.Minted, pr.Mint
 	}
 	if res.Contract != nil {
 		x.kind = kindContract

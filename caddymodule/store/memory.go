@@ -215,7 +215,7 @@ func (a memPresenter) ResolvePair(ctx context.Context, req PairRequest) (PairRes
 			Lease: req.Lease, Holder: req.Holder}))
 		res.Claimed = &cl
 	}
-	return res, GateMiss(ctx, req, &res, a.m.attempts)
+	return res, GateMiss(ctx, req, &res, a.m.attempts, a.m.set.Contracts)
 }
 
 // memLimiters keeps one ratelimit.Limiter per budget name, replaced when

@@ -365,6 +365,27 @@ type PairRequest struct {
 	// it to the caller (the Redis store in Cluster mode, where attempt
 	// records live in another slot).
 	Attempt *Attempt
+	// Mint, when set (and Attempt is not), is the contract the gate
+	// synthesizes for this request, a new one of AgentID for (Method,
+	// Path): Contracts.MintForPair(Mint, MintMode) is done when no
+	// active contract serves the pair, the claim asked by
+	// ClaimIfMissing, if any, executes, and Spend, if set, allows it. A
+	// store may do it in the same round trip (PairResolution.Minted)
+	// or leave it to the caller (the Redis store in Cluster mode, where
+	// a mint writes other slots).
+	Mint     *recipes.Contract
+	MintMode string
+}
+
+// MintResult is the result of a Contracts.MintForPair that ResolvePair
+// did (PairRequest.Mint).
+type MintResult struct {
+	// State is the minted contract's state, or the joined one's.
+	State string
+	// Joined is the pair's active contract joined in its place, or nil.
+	Joined *recipes.Contract
+	// Err is MintForPair's error (a *LimitError at a bound).
+	Err error
 }
 
 // PairResolution is what ResolvePair found, and the claim it made.
@@ -380,6 +401,10 @@ type PairResolution struct {
 	// when its conditions did not hold or the store left it to the
 	// caller.
 	AttemptKept bool
+	// Minted is the result of PairRequest.Mint's MintForPair, nil when
+	// it was not done (its conditions did not hold, or the store left
+	// it to the caller).
+	Minted *MintResult
 }
 
 // Presenter serves the requests that run under a contract, or may, in
@@ -533,8 +558,9 @@ func (f ObserverFunc) Observe(op Op, latency time.Duration, err error) { f(op, l
 // req.Attempt in attempts (nil attempts: left to the caller). Errors
 // are the limiter's; a failed Attempts.Add is not an error (the
 // refusal stands without its record: AttemptKept stays false and the
-// caller adds it).
-func GateMiss(ctx context.Context, req PairRequest, res *PairResolution, attempts Attempts) error {
+// caller adds it). Likewise it does req.Mint's MintForPair with
+// contracts (nil: left to the caller), its error in Minted.Err.
+func GateMiss(ctx context.Context, req PairRequest, res *PairResolution, attempts Attempts, contracts Contracts) error {
 	if res.Contract != nil || (res.Claimed != nil && res.Claimed.Outcome != idempotency.Execute) {
 		return nil
 	}
@@ -547,6 +573,10 @@ func GateMiss(ctx context.Context, req PairRequest, res *PairResolution, attempt
 	}
 	if req.Attempt != nil && attempts != nil && !res.AttemptKept && (res.Spent == nil || res.Spent.Allowed) {
 		res.AttemptKept = attempts.Add(ctx, *req.Attempt) == nil
+	}
+	if req.Mint != nil && req.Attempt == nil && contracts != nil && res.Minted == nil && (res.Spent == nil || res.Spent.Allowed) {
+		state, joined, err := contracts.MintForPair(ctx, req.Mint, req.MintMode)
+		res.Minted = &MintResult{State: state, Joined: joined, Err: err}
 	}
 	return nil
 }

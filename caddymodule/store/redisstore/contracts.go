@@ -39,43 +39,50 @@ import (
 // written beside the script and the total is not enforced
 // (docs/cluster.md).
 
-// mintScript stores a new contract. KEYS: contract, agent live index,
-// pair index, agent sequence, [global live index]. ARGV: now, exp,
+// mintFuncLua defines mint(K, A), shared by mintScript and
+// resolveScript: stores a new contract. K: contract, agent live index,
+// pair index, agent sequence, [global live index]. A: now, exp,
 // state, meta, plan, max per agent, max contracts, kept until, id,
 // global member, method, path, join ("1"/"0"), the agent's contract
 // key prefix. Returns {0} stored, {1, held} store full, {2, held} agent
 // full, {3} the id exists, {4, id} joined: with join set, the agent
 // holds an active contract for the pair (a concurrent first call minted
 // it), and nothing was minted.
-var mintScript = denyOOM(`
-local now = tonumber(ARGV[1])
-local function extend(key, at)
-  if redis.call('PTTL', key) == -1 then redis.call('PEXPIREAT', key, at) else redis.call('PEXPIREAT', key, at, 'GT') end
-end
-if redis.call('EXISTS', KEYS[1]) == 1 then return {3} end
-if ARGV[13] == '1' then
-  for _, id in ipairs(redis.call('ZREVRANGE', KEYS[3], 0, -1)) do
-    local r = redis.call('HMGET', ARGV[14] .. id, 's', 'exp')
-    if r[1] == 'active' and tonumber(r[2] or 0) > now then return {4, id} end
+const mintFuncLua = `
+local function mint(K, A)
+  local now = tonumber(A[1])
+  local function extend(key, at)
+    if redis.call('PTTL', key) == -1 then redis.call('PEXPIREAT', key, at) else redis.call('PEXPIREAT', key, at, 'GT') end
   end
+  if redis.call('EXISTS', K[1]) == 1 then return {3} end
+  if A[13] == '1' then
+    for _, id in ipairs(redis.call('ZREVRANGE', K[3], 0, -1)) do
+      local r = redis.call('HMGET', A[14] .. id, 's', 'exp')
+      if r[1] == 'active' and tonumber(r[2] or 0) > now then return {4, id} end
+    end
+  end
+  redis.call('ZREMRANGEBYSCORE', K[2], '-inf', now)
+  if K[5] then
+    redis.call('ZREMRANGEBYSCORE', K[5], '-inf', now)
+    local n = redis.call('ZCARD', K[5])
+    if n >= tonumber(A[7]) then return {1, n} end
+  end
+  local n = redis.call('ZCARD', K[2])
+  if n >= tonumber(A[6]) then return {2, n} end
+  local seq = redis.call('INCR', K[4])
+  redis.call('HSET', K[1], 's', A[3], 'exp', A[2], 'seq', seq, 'm', A[11], 'p', A[12], 'meta', A[4], 'plan', A[5])
+  redis.call('PEXPIREAT', K[1], A[8])
+  redis.call('ZADD', K[2], A[2], A[9])
+  extend(K[2], A[8])
+  redis.call('ZADD', K[3], seq, A[9])
+  extend(K[3], A[8])
+  if K[5] then redis.call('ZADD', K[5], A[2], A[10]) end
+  return {0}
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-if KEYS[5] then
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
-  local n = redis.call('ZCARD', KEYS[5])
-  if n >= tonumber(ARGV[7]) then return {1, n} end
-end
-local n = redis.call('ZCARD', KEYS[2])
-if n >= tonumber(ARGV[6]) then return {2, n} end
-local seq = redis.call('INCR', KEYS[4])
-redis.call('HSET', KEYS[1], 's', ARGV[3], 'exp', ARGV[2], 'seq', seq, 'm', ARGV[11], 'p', ARGV[12], 'meta', ARGV[4], 'plan', ARGV[5])
-redis.call('PEXPIREAT', KEYS[1], ARGV[8])
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[9])
-extend(KEYS[2], ARGV[8])
-redis.call('ZADD', KEYS[3], seq, ARGV[9])
-extend(KEYS[3], ARGV[8])
-if KEYS[5] then redis.call('ZADD', KEYS[5], ARGV[2], ARGV[10]) end
-return {0}
+`
+
+// mintScript stores a new contract: mint(KEYS, ARGV).
+var mintScript = denyOOM(mintFuncLua + `return mint(KEYS, ARGV)
 `)
 
 // activateScript marks a pending contract active. KEYS: contract.
@@ -175,15 +182,24 @@ func (s *contracts) MintForPair(ctx context.Context, c *recipes.Contract, mode s
 
 // mint is Mint, joining a live contract of the pair when join is set
 // (MintForPair).
-func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, join bool) (string, *recipes.Contract, error) {
+// mintCall is one mint's keys and arguments (mintFuncLua's K and A).
+type mintCall struct {
+	state        string
+	keys         []string
+	args         []any
+	member, keep string
+}
+
+// mintCall prepares c's mint in mode (join: MintForPair).
+func (s *contracts) mintCall(c *recipes.Contract, mode string, join bool) (mintCall, error) {
 	state := store.InitialState(c.NegotiationOrigin, mode)
 	cc, plan, err := c.Capture()
 	if err != nil {
-		return "", nil, err
+		return mintCall{}, err
 	}
 	meta, err := cc.Marshal()
 	if err != nil {
-		return "", nil, err
+		return mintCall{}, err
 	}
 	agent, id := c.OriginatingAgentID, c.SynthesisID
 	exp := c.ExpiresAt.UnixMilli()
@@ -193,10 +209,19 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 	if !s.c.cluster {
 		keys = append(keys, s.c.globalKey("cl"))
 	}
-	start := time.Now()
-	v, err := s.c.pipeScript(ctx, mintScript, keys, []any{s.c.nowMS(), exp, state, meta, plan,
+	return mintCall{state: state, keys: keys, member: member, keep: strconv.FormatInt(keep, 10), args: []any{s.c.nowMS(), exp, state, meta, plan,
 		s.limits.MaxPerAgent, s.limits.MaxContracts, keep, id, member, c.Method, c.Path, flag(join),
-		s.c.agentKey(agent, "c:")}, func(p redis.Pipeliner) {
+		s.c.agentKey(agent, "c:")}}, nil
+}
+
+func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, join bool) (string, *recipes.Contract, error) {
+	m, err := s.mintCall(c, mode, join)
+	if err != nil {
+		return "", nil, err
+	}
+	state, agent, id, member, keep, exp := m.state, c.OriginatingAgentID, c.SynthesisID, m.member, s.keptUntil(c.ExpiresAt.UnixMilli()), c.ExpiresAt.UnixMilli()
+	start := time.Now()
+	v, err := s.c.pipeScript(ctx, mintScript, m.keys, m.args, func(p redis.Pipeliner) {
 		p.Set(ctx, s.ownerKey(id), agent, 0)
 		p.PExpireAt(ctx, s.ownerKey(id), time.UnixMilli(keep))
 		if s.c.cluster {
@@ -225,6 +250,13 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 		return nil
 	})
 	_ = s.c.done(store.OpContractUpdate, start, uerr)
+	return s.minted(ctx, c, res, v)
+}
+
+// minted reads a mint's refusal (res, code not 0; v the raw reply).
+func (s *contracts) minted(ctx context.Context, c *recipes.Contract, res []any, v any) (string, *recipes.Contract, error) {
+	agent, id := c.OriginatingAgentID, c.SynthesisID
+	code := replyInt(res, 0)
 	held := 0
 	if len(res) > 1 {
 		n, _ := res[1].(int64)

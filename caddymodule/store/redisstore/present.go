@@ -55,11 +55,16 @@ return out
 // ("1"/"0"), the claim's 14 arguments (claimFuncLua's A), spend
 // ("1"/"0"), burst, rate, period (gcra's), the KEYS index of the
 // global key index and of the attempt hash ("0": none), the attempt's
-// id, JSON and bound. Returns {id or "", claimed (1/0), claim's reply
-// (6), spent (1/0), gcra's reply (4), attempt kept (1/0)}.
-var resolveScript = denyOOM(claimFuncLua + pairFuncLua + gcraFuncLua + attemptFuncLua + `
+// id, JSON and bound, then mint ("1"/"0": when no attempt record is
+// kept, the gate synthesis's MintForPair, outside Cluster mode), the
+// KEYS index of the new contract's key (the agent's live index, its
+// sequence, its owner index key and the global live index follow it),
+// the agent, and mint's 14 arguments (mintFuncLua's A). Returns {id or
+// "", claimed (1/0), claim's reply (6), spent (1/0), gcra's reply (4),
+// attempt kept (1/0), minted (1/0), mint's reply (2)}.
+var resolveScript = denyOOM(claimFuncLua + pairFuncLua + gcraFuncLua + attemptFuncLua + mintFuncLua + `
 local found = newest(KEYS[1], ARGV[2], tonumber(ARGV[1]))
-local out = {found, 0, '', '', '', '', '', '', 0, 0, 0, '', '', 0}
+local out = {found, 0, '', '', '', '', '', '', 0, 0, 0, '', '', 0, 0, 0, ''}
 local gidx, aidx = tonumber(ARGV[23]), tonumber(ARGV[24])
 local code = 0
 if (found ~= '' and ARGV[3] == '1') or (found == '' and ARGV[4] == '1') then
@@ -83,6 +88,13 @@ if found == '' and code == 0 then
   if allowed and aidx > 0 then
     keep_attempt(KEYS[aidx], KEYS[aidx + 1], ARGV[25], ARGV[26], tonumber(ARGV[27]))
     out[14] = 1
+  elseif allowed and ARGV[28] == '1' then
+    local m = tonumber(ARGV[29])
+    local A = {}
+    for i = 31, 44 do A[i - 30] = ARGV[i] end
+    local r = mint({KEYS[m], KEYS[m + 1], KEYS[1], KEYS[m + 2], KEYS[m + 4]}, A)
+    if r[1] == 0 then redis.call('SET', KEYS[m + 3], ARGV[30], 'PXAT', A[8]) end
+    out[15], out[16], out[17] = 1, r[1], r[2] or ''
   end
 end
 return out
@@ -218,6 +230,18 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 		aidx = len(keys) - 1
 		att = []any{req.Attempt.ID, raw, a.size}
 	}
+	mintArgs := []any{"0", 0, ""}
+	var mc mintCall
+	if req.Mint != nil && req.Attempt == nil && !p.c.cluster && !foreign {
+		var err error
+		if mc, err = p.contracts.mintCall(req.Mint, req.MintMode, true); err == nil {
+			mintArgs = []any{"1", len(keys) + 1, req.AgentID}
+			mintArgs = append(mintArgs, mc.args...)
+			keys = append(keys, mc.keys[0], mc.keys[1], mc.keys[3], p.contracts.ownerKey(req.Mint.SynthesisID), mc.keys[4])
+		} else {
+			mc.keys = nil // left to the caller, whose MintForPair reports the error
+		}
+	}
 	token := store.NewToken()
 	creq := idempotency.ClaimRequest{AgentID: req.AgentID, Key: req.Key, Fingerprint: req.Fingerprint, Lease: req.Lease, Holder: req.Holder}
 	var deadline int64
@@ -226,12 +250,13 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 		ctx, deadline, cancel = p.c.claimDeadline(ctx)
 		defer cancel()
 	}
-	args := make([]any, 0, 27)
+	args := make([]any, 0, 44)
 	args = append(args, p.c.nowMS(), p.c.agentKey(req.AgentID, "c:"), flag(req.ClaimIfFound && req.Key != ""), flag(req.ClaimIfMissing && req.Key != ""))
 	args = append(args, p.idem.claimArgsFor(creq, token, deadline, member, global)...)
 	args = append(args, spend...)
 	args = append(args, gidx, aidx)
 	args = append(args, att...)
+	args = append(args, mintArgs...)
 	start := time.Now()
 	v, err := resolveScript.Run(ctx, p.c.rdb, keys, args...).Slice()
 	if err = p.c.done(store.OpResolvePair, start, err); err != nil {
@@ -240,7 +265,7 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 		}
 		return store.PairResolution{}, err
 	}
-	if len(v) < 14 {
+	if len(v) < 17 {
 		return store.PairResolution{}, fmt.Errorf("%w: resolve script returned %d values", store.ErrUnavailable, len(v))
 	}
 	var out store.PairResolution
@@ -259,6 +284,15 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 		out.Spent = &d
 	}
 	out.AttemptKept = replyInt(v, 13) == 1
+	if replyInt(v, 14) == 1 {
+		m := &store.MintResult{State: mc.state}
+		if code := replyInt(v, 15); code == 0 {
+			p.contracts.cache.Set(req.Mint.SynthesisID, req.Mint, 1)
+		} else {
+			m.State, m.Joined, m.Err = p.contracts.minted(ctx, req.Mint, []any{code, v[16]}, v)
+		}
+		out.Minted = m
+	}
 	if id := replyString(v, 0); id != "" {
 		c, err := p.contracts.contract(ctx, record{agent: req.AgentID, id: id})
 		if err != nil {
@@ -273,7 +307,7 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	if foreign {
 		// A limiter of another store: spent after the round trip, and
 		// the attempt record then kept by the caller if allowed.
-		if err := store.GateMiss(ctx, req, &out, nil); err != nil {
+		if err := store.GateMiss(ctx, req, &out, nil, nil); err != nil {
 			return store.PairResolution{}, err
 		}
 	}

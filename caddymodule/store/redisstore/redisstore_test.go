@@ -172,9 +172,19 @@ func TestRoundTripsPerOperation(t *testing.T) {
 			}
 			return err
 		}, map[store.Op]int{store.OpResolvePair: 1}},
-		{"gate synthesis lookup and budget", func() error {
-			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/new", Spend: lim})
-			if err == nil && (r.Spent == nil || !r.Spent.Allowed) {
+		{"gate synthesis", func() error {
+			c := f.Contract(t, time.Now(), agent, "/new", "rcns-gate", time.Hour)
+			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/new", Spend: lim, Mint: c, MintMode: store.ModeOptimistic})
+			if err == nil && (r.Spent == nil || !r.Spent.Allowed || r.Minted == nil || r.Minted.Err != nil) {
+				err = fmt.Errorf("resolved %+v", r)
+			}
+			return err
+		}, map[store.Op]int{store.OpResolvePair: 1}},
+		{"keyed gate synthesis", func() error {
+			c := f.Contract(t, time.Now(), agent, "/new2", "rcns-gate", time.Hour)
+			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/new2", Key: "k7", Fingerprint: "fp",
+				ClaimIfMissing: true, Spend: lim, Mint: c, MintMode: store.ModeOptimistic})
+			if err == nil && (r.Claimed == nil || r.Claimed.Outcome != idempotency.Execute || r.Minted == nil || r.Minted.Err != nil) {
 				err = fmt.Errorf("resolved %+v", r)
 			}
 			return err
@@ -537,7 +547,7 @@ func TestSentinelNoQuarantine(t *testing.T) {
 
 // newSet connects a Client with cfg (closed at the end of the test) and
 // returns it with its default Set.
-func newSet(t *testing.T, cfg Config) (*Client, store.Set) {
+func newSet(t testing.TB, cfg Config) (*Client, store.Set) {
 	t.Helper()
 	c, err := New(context.Background(), cfg)
 	if err != nil {

@@ -106,15 +106,50 @@ func RunGateMiss(t *testing.T, h Harness) {
 	}
 	kept("no Spend", r, req.Attempt.ID, true)
 
-	// An active contract serves the pair: nothing is spent or kept.
+	// A synthesis: the contract is minted when the store does it in
+	// the call (Minted), visible on the other node, by id to another
+	// agent (its owner index) and by pair; the caller mints it
+	// otherwise.
 	c := f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Hour)
-	if _, err := a.Contracts.Mint(ctx, c, store.ModeOptimistic); err != nil {
-		t.Fatal(err)
+	r = resolve(store.PairRequest{AgentID: agentA, Method: "BOOK", Path: "/trip", Mint: c, MintMode: store.ModeOptimistic})
+	if r.Contract != nil || r.AttemptKept {
+		t.Fatalf("synthesis: %+v", r)
 	}
+	if r.Minted == nil {
+		if _, _, err := a.Contracts.MintForPair(ctx, c, store.ModeOptimistic); err != nil {
+			t.Fatal(err)
+		}
+	} else if r.Minted.Err != nil || r.Minted.Joined != nil || r.Minted.State != recipes.StateActive {
+		t.Fatalf("synthesis minted %+v", r.Minted)
+	}
+	if got, res, err := b.Contracts.Lookup(ctx, agentB, c.SynthesisID); err != nil || res != recipes.LookupFound || got == nil || got.OriginatingAgentID != agentA {
+		t.Fatalf("the minted contract by id from another agent: %v %d %v", got, res, err)
+	}
+	if got, err := b.Contracts.ActiveFor(ctx, agentA, "BOOK", "/trip"); err != nil || got == nil || got.SynthesisID != c.SynthesisID {
+		t.Fatalf("the minted contract by pair: %v %v", got, err)
+	}
+
+	// A refused budget mints nothing.
+	other := f.Contract(t, clock.Now(), agentA, "/other", recipes.OriginGate, time.Hour)
+	r = resolve(store.PairRequest{AgentID: agentA, Method: "BOOK", Path: "/other", Spend: lim, Mint: other, MintMode: store.ModeOptimistic})
+	if r.Spent == nil || r.Spent.Allowed || r.Minted != nil {
+		t.Fatalf("refused synthesis: spent %+v, minted %+v", r.Spent, r.Minted)
+	}
+	if _, res, err := b.Contracts.Lookup(ctx, agentA, other.SynthesisID); err != nil || res != recipes.LookupUnknown {
+		t.Fatalf("a refused synthesis minted: %d %v", res, err)
+	}
+
+	// An active contract serves the pair: nothing is spent, kept or
+	// minted.
 	req = store.PairRequest{AgentID: agentA, Method: "BOOK", Path: "/trip", Spend: lim, Attempt: attempt()}
 	r = resolve(req)
 	if r.Contract == nil || r.Spent != nil {
 		t.Fatalf("pair served: contract %v, spent %+v", r.Contract != nil, r.Spent)
 	}
 	kept("pair served", r, req.Attempt.ID, false)
+	third := f.Contract(t, clock.Now(), agentA, "/trip", recipes.OriginGate, time.Hour)
+	r = resolve(store.PairRequest{AgentID: agentA, Method: "BOOK", Path: "/trip", Mint: third, MintMode: store.ModeOptimistic})
+	if r.Contract == nil || r.Minted != nil {
+		t.Fatalf("pair served: minted %+v", r.Minted)
+	}
 }
