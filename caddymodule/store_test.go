@@ -480,13 +480,25 @@ func TestRedisRoundTripsPerRequest(t *testing.T) {
 		}, map[store.Op]uint64{store.OpPresent: 1, store.OpRecord: 1}},
 		{"Tier C by pair", func() *answer { return g.do(t, "LOOKUP", "/item/rt1", itemInput) },
 			map[store.Op]uint64{store.OpResolvePair: 1, store.OpRecord: 1}},
-		{"gate evaluation", func() *answer { return g.do(t, "LOOKUP", "/item/rt2", itemInput, "Allow-RCNS", "true") },
-			map[store.Op]uint64{store.OpResolvePair: 1, store.OpRateLimit: 1, store.OpContractMint: 1, store.OpRecord: 1}},
+		// A gate evaluation: the pair lookup, the claim, the RCNS budget
+		// and the mint or the refusal's attempt record in one script
+		// (ResolvePair; issue 32).
+		{"gate synthesis", func() *answer { return g.do(t, "LOOKUP", "/item/rt2", itemInput, "Allow-RCNS", "true") },
+			map[store.Op]uint64{store.OpResolvePair: 1, store.OpRecord: 1}},
+		{"keyed gate synthesis", func() *answer {
+			return g.do(t, "LOOKUP", "/item/rt3", itemInput, "Allow-RCNS", "true", "Idempotency-Key", "rt-g")
+		}, map[store.Op]uint64{store.OpResolvePair: 1, store.OpComplete: 1, store.OpRecord: 1}},
+		{"gate refusal", func() *answer { return g.do(t, "LOOKUP", "/nothing", nil, "Allow-RCNS", "true") },
+			map[store.Op]uint64{store.OpResolvePair: 1, store.OpRecord: 1}},
+		{"keyed gate refusal", func() *answer { return g.do(t, "LOOKUP", "/nothing", nil, "Allow-RCNS", "true", "Idempotency-Key", "rt-f") },
+			map[store.Op]uint64{store.OpResolvePair: 1, store.OpAbandon: 1, store.OpRecord: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := total()
-			if a := tc.send(); a.status >= 400 {
+			if a := tc.send(); a.status >= 400 && a.status != 464 {
 				t.Fatalf("%s", a)
+			} else if a.status == 464 && a.hdr("RCNS-Attempt-Id") == "" {
+				t.Fatalf("464 without RCNS-Attempt-Id: %s", a)
 			}
 			if got := diff(before, total()); !maps.Equal(got, tc.want) {
 				t.Fatalf("round trips %v, want %v", got, tc.want)
