@@ -490,7 +490,9 @@ func TestRedisRoundTripsPerRequest(t *testing.T) {
 		}, map[store.Op]uint64{store.OpResolvePair: 1, store.OpComplete: 1, store.OpRecord: 1}},
 		{"gate refusal", func() *answer { return g.do(t, "LOOKUP", "/nothing", nil, "Allow-RCNS", "true") },
 			map[store.Op]uint64{store.OpResolvePair: 1, store.OpRecord: 1}},
-		{"keyed gate refusal", func() *answer { return g.do(t, "LOOKUP", "/nothing", nil, "Allow-RCNS", "true", "Idempotency-Key", "rt-f") },
+		{"keyed gate refusal", func() *answer {
+			return g.do(t, "LOOKUP", "/nothing", nil, "Allow-RCNS", "true", "Idempotency-Key", "rt-f")
+		},
 			map[store.Op]uint64{store.OpResolvePair: 1, store.OpAbandon: 1, store.OpRecord: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
