@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"runtime/metrics"
 	"testing"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
@@ -15,7 +16,8 @@ import (
 // (ResolvePair with the budget and the attempt record: one script),
 // "separate" what it did before (ResolvePair, redis_rate's Allow,
 // Attempts.Add: three round trips). Serially and from 16 goroutines;
-// -benchmem gives the client's allocations per request.
+// -benchmem gives the client's allocations per request, goroutines/op
+// the goroutines started per request (go-redis starts none on a call).
 func BenchmarkGateRefusal(b *testing.B) {
 	srv := redistest.StartServer(b)
 	_, set := newSet(b, Config{Addrs: []string{srv.Addr()}})
@@ -51,6 +53,7 @@ func BenchmarkGateRefusal(b *testing.B) {
 		f := run[name]
 		b.Run(name+"/serial", func(b *testing.B) {
 			b.ReportAllocs()
+			defer goroutinesPerOp(b)()
 			for b.Loop() {
 				seq++
 				if err := f(seq); err != nil {
@@ -61,6 +64,7 @@ func BenchmarkGateRefusal(b *testing.B) {
 		b.Run(name+"/parallel16", func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetParallelism(8)
+			defer goroutinesPerOp(b)()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if err := f(1_000_000_000 + benchSeq.Add(1)); err != nil {
@@ -70,5 +74,18 @@ func BenchmarkGateRefusal(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// goroutinesPerOp reports the goroutines started per op from its call
+// to the call of the function it returns (the benchmark's own 16
+// goroutines of RunParallel included: at most 16/b.N).
+func goroutinesPerOp(b *testing.B) func() {
+	sample := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(sample)
+	start := sample[0].Value.Uint64()
+	return func() {
+		metrics.Read(sample)
+		b.ReportMetric(float64(sample[0].Value.Uint64()-start)/float64(b.N), "goroutines/op")
 	}
 }
