@@ -272,6 +272,12 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	if replyInt(v, 1) == 1 {
 		cl, err := p.idem.claimed(ctx, creq, token, v[2:8])
 		if err != nil {
+			if replyInt(v, 14) == 1 && replyInt(v, 15) == 0 {
+				// Refused after the script ran (a restart's quarantine
+				// began): the contract minted for the request it does
+				// not serve is released, so no request runs under it.
+				_, _ = p.contracts.End(ctx, req.Mint, recipes.StateReleased)
+			}
 			return store.PairResolution{}, err
 		}
 		out.Claimed = &cl
