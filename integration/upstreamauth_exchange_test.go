@@ -36,7 +36,9 @@ type exchangeCaller struct {
 // checker of exchanged tokens, with credentials token_exchange; the
 // server exchanges for every client but svc-a2 (its policy), tokens
 // live 6 s, the gateway caches them 3 s (margin 3s).
-func exchangeWorld(t *testing.T) (*oauthWorld, *credentialChecker) {
+//
+// identity is the rcns identity line's modes ("" is oauth).
+func exchangeWorld(t *testing.T, identity string) (*oauthWorld, *credentialChecker) {
 	t.Helper()
 	secret := filepath.Join(t.TempDir(), "gateway-secret")
 	if err := os.WriteFile(secret, []byte("gateway-secret"), 0o600); err != nil {
@@ -45,6 +47,7 @@ func exchangeWorld(t *testing.T) (*oauthWorld, *credentialChecker) {
 	var w *oauthWorld
 	var check *credentialChecker
 	o := credentialOpts()
+	o.identity = identity
 	o.exchangeTTL = 6 * time.Second
 	o.exchangeSubjects = []string{cidA1, "svc-b", "app"}
 	o.hotel = func(hotelURL string) string {
@@ -156,7 +159,7 @@ func wantExchanged(t *testing.T, check *credentialChecker, c exchangeCaller, wha
 // sub, the hotel's audience, the step's scope), never the caller's
 // token, and the records say "exchanged".
 func TestUpstreamTokenExchangeDistinct(t *testing.T) {
-	w, check := exchangeWorld(t)
+	w, check := exchangeWorld(t, "")
 	callers := exchangeCallers(t, w)
 	bySub := map[string][]string{}
 	for _, c := range callers {
@@ -197,9 +200,11 @@ func TestUpstreamTokenExchangeDistinct(t *testing.T) {
 // exchanged again after it; the server refusing the exchange is a 424
 // token-exchange-refused naming the hotel and the server's error code,
 // over the door and MCP, with nothing executed; the server down is 503
-// issuer-unavailable with Retry-After, nothing executed.
+// issuer-unavailable with Retry-After, nothing executed. A caller that
+// is verified without an OAuth token (identity header here) has nothing
+// to exchange: 424 upstream-credential-missing, nothing executed.
 func TestUpstreamTokenExchangeFailures(t *testing.T) {
-	w, check := exchangeWorld(t)
+	w, check := exchangeWorld(t, "oauth header")
 	issued := func() int {
 		t.Helper()
 		st, err := w.AS.ExchangeStats()
@@ -254,6 +259,16 @@ func TestUpstreamTokenExchangeFailures(t *testing.T) {
 	m.call(t, "fetch_guest", map[string]any{"guest_id": demoGuest}, nil).wantError(t, "token-exchange-refused", 424, false)
 	if len(check.Seen())+len(check.Refused()) != 0 || w.Hotel.Count() != hotelBefore {
 		t.Errorf("a refused exchange reached the hotel: %d accepted, %v refused, %d at the counter", len(check.Seen()), check.Refused(), w.Hotel.Count()-hotelBefore)
+	}
+
+	// No OAuth token: the agent identified by Agent-ID alone.
+	r0 := w.GW.Do(t, "FETCH", "/guests/g-1", hdr(agentID("rcns-demo-other"), "hotel:read"), nil)
+	b0 := assertErrorBody(t, r0, 424, "upstream-credential-missing")
+	if expl, _ := b0["explanation"].(string); !strings.Contains(expl, "identity oauth") || b0["upstream"] != "hotel" {
+		t.Errorf("a caller without an OAuth token: %v", b0)
+	}
+	if len(check.Seen())+len(check.Refused()) != 0 || w.Hotel.Count() != hotelBefore {
+		t.Errorf("a caller without an OAuth token reached the hotel")
 	}
 
 	// The server down: a token not exchanged yet gets 503 with Retry-After.
