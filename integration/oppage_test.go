@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
@@ -373,4 +374,93 @@ func revokeRecord(t *testing.T, recDir, id string) map[string]any {
 	}
 	t.Fatalf("no revoke record for %s in %s/negotiations (%v)", id, recDir, files)
 	return nil
+}
+
+// TestOperatorPageRedis: over store redis the page's Store section
+// follows Redis: reachable with a ping time and INFO memory, full once
+// Redis refused a write over maxmemory, unreachable while it is
+// stopped. The page is rendered by the chromium command line (the rule
+// here is loopback alone, so no header is needed): --dump-dom for the
+// DOM, --screenshot for the artefact.
+func TestOperatorPageRedis(t *testing.T) {
+	if suiteDoor == "agtp" {
+		t.Skip("the operator page is served by the HTTP handler whatever the door: it runs once, in the HTTP door's run")
+	}
+	bin := chromiumBin(t)
+	srv, topo := startSingleRedis(t)
+	js := startJSONServer(t, hotelDB)
+	extra := storeBlock(topo.lines, "oppage") + "\t\toperator_page " + opPath + "\n"
+	g := startGateway(t, fill(hotelSite, "ENABLED", "true", "MODE", "optimistic", "HOTEL", js.URL,
+		"EXTRA", extra, "LEGACY", js.URL))
+	pageURL := g.URL + opPath
+	dumpDOM := func(t *testing.T) string {
+		t.Helper()
+		out, err := exec.Command(bin, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", pageURL).Output()
+		if err != nil {
+			t.Fatalf("chromium --dump-dom %s: %v", pageURL, err)
+		}
+		return string(out)
+	}
+	cell := func(dom, id string) string {
+		m := regexp.MustCompile(`id="` + id + `">(.*?)</td>`).FindStringSubmatch(dom)
+		if m == nil {
+			t.Fatalf("no #%s in the page:\n%s", id, dom)
+		}
+		return m[1]
+	}
+
+	dom := dumpDOM(t)
+	if k := cell(dom, "store-kind"); !strings.Contains(k, "redis") || !strings.Contains(k, srv.Addr()) {
+		t.Errorf("store kind %q, want redis at %s", k, srv.Addr())
+	}
+	if r := cell(dom, "store-reachable"); !strings.Contains(r, "yes") || !strings.Contains(r, "ping") {
+		t.Errorf("reachable %q, want yes with a ping time", r)
+	}
+	if f := cell(dom, "store-full"); !strings.HasPrefix(f, "no") || !strings.Contains(f, "MiB") {
+		t.Errorf("full %q, want no, with INFO memory's used", f)
+	}
+
+	// Over maxmemory, a keyed request's claim is refused (503, nothing
+	// runs) and the page says full.
+	if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", "1"); err != nil {
+		t.Fatal(err)
+	}
+	r := g.Do(t, "BOOK", "/room", hdr(agentA1, scopeAll, "Allow-RCNS", "true", "Idempotency-Key", "oom-1"), bookBody())
+	assertErrorBody(t, r, 503, "store-unavailable")
+	dom = dumpDOM(t)
+	if f := cell(dom, "store-full"); !strings.Contains(f, "full") {
+		t.Errorf("full %q after an OOM refusal, want full", f)
+	}
+	shotCLI(t, bin, pageURL, "redis-full.png")
+	if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", "0"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Stopped: the page still renders, and says so.
+	srv.Stop()
+	dom = dumpDOM(t)
+	if r := cell(dom, "store-reachable"); !strings.Contains(r, "no") {
+		t.Errorf("reachable %q with Redis stopped, want no", r)
+	}
+	if !strings.Contains(dom, `id="contracts-error"`) {
+		t.Errorf("the contracts section does not say the store did not answer")
+	}
+	shotCLI(t, bin, pageURL, "redis-down.png")
+	srv.Restart()
+}
+
+// shotCLI screenshots u with the chromium command line into the
+// artefact directory.
+func shotCLI(t *testing.T, bin, u, name string) {
+	t.Helper()
+	path := filepath.Join(artifactDir(t), name)
+	out, err := exec.Command(bin, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+		"--window-size=1400,1100", "--screenshot="+path, u).CombinedOutput()
+	if err != nil {
+		t.Fatalf("chromium --screenshot: %v\n%s", err, out)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+		t.Fatalf("no screenshot at %s: %v", path, err)
+	}
+	t.Logf("screenshot: %s", path)
 }

@@ -369,7 +369,12 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	"more": func(total, shown int) int {
 		return total - shown
 	},
-	"mib": func(n int64) string { return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB" },
+	"mib": func(n int64) string {
+		if n < 1<<20 {
+			return strconv.FormatInt(n, 10) + " B"
+		}
+		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+	},
 }).Parse(pageHTML))
 
 // pageData is what page.html renders.
