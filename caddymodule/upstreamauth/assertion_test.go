@@ -108,6 +108,19 @@ func TestAssertion(t *testing.T) {
 		t.Errorf("published JWKS %s: %s", raw.Header.Get("Content-Type"), body)
 	}
 
+	for method, want := range map[string]int{http.MethodHead: 200, http.MethodPost: 405} {
+		req, _ := http.NewRequest(method, srv.URL, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || (method == http.MethodHead && n != 0) {
+			t.Errorf("%s JWKS: %d, %d bytes", method, resp.StatusCode, n)
+		}
+	}
+
 	orders, err := NewAssertion(AssertionConfig{Upstream: "orders", Issuer: "https://gw.example", Audience: "https://orders.example/", Keys: keys})
 	if err != nil {
 		t.Fatal(err)
