@@ -12,7 +12,10 @@
 #                     mcp-remote 0.15.1 (the stdio bridge of MCP hosts), and the
 #                     agent frameworks' MCP clients (@ai-sdk/mcp, @openai/agents,
 #                     @langchain/mcp-adapters), and the newest conformance suite
-#                     (0.2.0-alpha.12, into .tools/conformance-next/)
+#                     (0.2.0-alpha.12, into .tools/conformance-next/),
+#                     and Jaeger v1.75.0 (.tools/bin/jaeger, built from the
+#                     tools/jaeger module: the trace backend of
+#                     integration/tracing_test.go; about 3 minutes once)
 #   make test         vet, unit tests (-race), every benchmark once (bench-smoke), then the integration suite
 #   make unit         unit tests only
 #   make integration  black-box suite only (builds its own Caddy binary), over the HTTP door then the native door
@@ -63,6 +66,10 @@ LANGCHAIN_MCP_VERSION     := 1.1.4
 LANGCHAIN_CORE_VERSION    := 1.4.0
 LANGGRAPH_VERSION         := 1.7.3
 MCP_FRAMEWORKS            := .tools/.mcp-frameworks-$(AI_SDK_MCP_VERSION)-$(OPENAI_AGENTS_VERSION)-$(LANGCHAIN_MCP_VERSION)
+# Jaeger, the trace backend TestTracingSpanTree exports to: built from its
+# own module (tools/jaeger/go.mod pins v1.75.0), so that its several
+# hundred dependencies stay out of the product's go.mod.
+JAEGER                    := .tools/bin/jaeger
 UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/... ./internal/... ./cmd/... ./scripts/... ./docs/...
 INTEGRATION_TIMEOUT ?= 20m
 
@@ -73,7 +80,11 @@ all: build
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
 
-deps: $(JSON_SERVER) $(PROMTOOL) $(PROMETHEUS) $(REDIS_SERVER) $(CHROMIUM) $(MCP_CLIENTS) $(OIDC_PROVIDER) $(MCP_REMOTE) $(MCP_FRAMEWORKS) $(MCP_CONFORMANCE_NEXT)
+deps: $(JSON_SERVER) $(PROMTOOL) $(PROMETHEUS) $(REDIS_SERVER) $(CHROMIUM) $(MCP_CLIENTS) $(OIDC_PROVIDER) $(MCP_REMOTE) $(MCP_FRAMEWORKS) $(MCP_CONFORMANCE_NEXT) $(JAEGER)
+
+$(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum
+	mkdir -p .tools/bin
+	cd tools/jaeger && $(GO) build -o $(CURDIR)/$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
 
 $(REDIS_SERVER):
 	bash scripts/install-redis.sh

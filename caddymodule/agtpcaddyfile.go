@@ -8,6 +8,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	caddytracing "github.com/caddyserver/caddy/v2/modules/caddyhttp/tracing"
 	"github.com/caddyserver/caddy/v2/modules/caddytls"
 	"github.com/dustin/go-humanize"
 )
@@ -32,6 +33,7 @@ func init() {
 //	    max_header_lines <n>
 //	    max_connections <n>
 //	    max_requests_per_connection <n>
+//	    tracing [{ span <name> span_attributes { <key> <value> } }]
 //	}
 //
 // Without tls, every address must be a loopback one (agtp://).
@@ -66,6 +68,12 @@ func parseAGTPOption(d *caddyfile.Dispenser, existing any) (any, error) {
 				s.TLS = &AGTPTLS{}
 			}
 			s.TLS.Names = append(s.TLS.Names, d.RemainingArgs()...)
+		case "tracing":
+			t := &caddytracing.Tracing{}
+			if err := t.UnmarshalCaddyfile(d.NewFromNextSegment()); err != nil {
+				return nil, err
+			}
+			s.Tracing = t
 		case "client_auth":
 			if s.TLS == nil {
 				s.TLS = &AGTPTLS{}

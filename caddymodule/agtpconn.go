@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -19,7 +20,10 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	caddytracing "github.com/caddyserver/caddy/v2/modules/caddyhttp/tracing"
 )
 
 // nativeSocket is one native listen address's socket, shared by every
@@ -278,6 +282,8 @@ func (c *nativeConn) serve() {
 		if e == nil {
 			resp = &agtp.Response{Status: http.StatusServiceUnavailable, Close: true}
 			c.sock.logger.Error("agtp: no rcns handler of this name is provisioned", zap.String("handler", s.Handler))
+		} else if s.Tracing != nil {
+			resp = serveTraced(s.Tracing, e, ctx, in, conn.RemoteAddr())
 		} else {
 			resp = e.Serve(ctx, in)
 		}
@@ -421,3 +427,39 @@ func addrIsLoopback(a net.Addr) bool {
 	}
 	return false
 }
+
+// serveTraced serves in through Caddy's tracing module t, as the HTTP
+// binding's requests pass through a site's `tracing`: t extracts the
+// request's trace context (its traceparent), starts its server span
+// with Caddy's tracer provider and puts that span in the context the
+// engine's own spans start under. t sees the AGTP request as an HTTP
+// request of the same method, target, Host and header fields
+// (protocol AGTP/1.0), and the answer's status.
+func serveTraced(t *caddytracing.Tracing, e *engine.Engine, ctx context.Context, in *agtp.Request, remote net.Addr) *agtp.Response {
+	u := in.URL
+	if u == nil {
+		u = &url.URL{}
+	}
+	hr := (&http.Request{Method: in.Method, URL: u, Proto: "AGTP/1.0", ProtoMajor: 1, Header: in.Header, Host: in.Host,
+		RequestURI:                                                                    in.Target, TLS: in.TLS, RemoteAddr: remote.String()}).
+		WithContext(context.WithValue(ctx, caddy.ReplacerCtxKey, caddy.NewReplacer())) // Caddy's span name formatter reads it
+	var resp *agtp.Response
+	_ = t.ServeHTTP(discardAnswer{}, hr, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		resp = e.Serve(r.Context(), in)
+		w.WriteHeader(resp.Status)
+		return nil
+	}))
+	if resp == nil { // the module did not call on: never expected
+		resp = e.Serve(ctx, in)
+	}
+	return resp
+}
+
+// discardAnswer is the http.ResponseWriter the tracing module wraps for
+// a native request: it takes the status (the span's) and discards the
+// rest; the native door writes the answer itself.
+type discardAnswer struct{}
+
+func (discardAnswer) Header() http.Header         { return http.Header{} }
+func (discardAnswer) Write(b []byte) (int, error) { return len(b), nil }
+func (discardAnswer) WriteHeader(int)             {}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	caddytracing "github.com/caddyserver/caddy/v2/modules/caddyhttp/tracing"
 	"github.com/caddyserver/caddy/v2/modules/caddytls"
 	"go.uber.org/zap"
 
@@ -93,6 +94,14 @@ type AGTPServer struct {
 	// (Authority-Scope, Idempotency-Key and signatures stay out). Off by
 	// default, as in Caddy.
 	AccessLog bool `json:"access_log,omitempty"`
+	// Tracing traces this server's requests with Caddy's own tracing
+	// module (http.handlers.tracing, its JSON and Caddyfile as on a
+	// site): the same tracer provider, exporter (the OTEL_* environment
+	// variables) and W3C trace context propagation as the HTTP
+	// binding. Each native request gets that module's server span,
+	// parented by the request's traceparent, and the engine's spans
+	// beneath it (docs/operator-guide.md "Tracing"). Nil: not traced.
+	Tracing *caddytracing.Tracing `json:"tracing,omitempty"`
 
 	accessLog *zap.Logger
 	addrs     []caddy.NetworkAddress
@@ -100,6 +109,7 @@ type AGTPServer struct {
 	limits    wire.Limits
 	sockets   []*nativeSocket
 	slots     chan struct{} // MaxConnections
+	tracing   bool          // Tracing provisioned: Cleanup releases it
 }
 
 // agtpALPN is the TLS ALPN protocol id of AGTP over TCP (bindings draft
@@ -222,6 +232,12 @@ func (s *AGTPServer) provision(ctx caddy.Context) error {
 	}
 	if s.MaxConnections == 0 {
 		s.MaxConnections = defaultAGTPMaxConnections
+	}
+	if s.Tracing != nil {
+		if err := s.Tracing.Provision(ctx); err != nil {
+			return fmt.Errorf("tracing: %v", err)
+		}
+		s.tracing = true
 	}
 	s.limits = wire.Limits{MaxHeaderBytes: s.MaxHeaderBytes, MaxHeaderLines: s.MaxHeaderLines}
 	s.addrs = nil
@@ -350,9 +366,25 @@ func networkFamily(n string) string {
 	return n
 }
 
+// Cleanup releases each server's tracing (Caddy's tracer provider is
+// shared and counted: the last user shuts it down, flushing its spans).
+func (a *AGTPApp) Cleanup() error {
+	var errs []error
+	for _, s := range a.Servers {
+		if s.tracing {
+			s.tracing = false
+			if err := s.Tracing.Cleanup(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 var (
-	_ caddy.App         = (*AGTPApp)(nil)
-	_ caddy.Provisioner = (*AGTPApp)(nil)
+	_ caddy.App          = (*AGTPApp)(nil)
+	_ caddy.Provisioner  = (*AGTPApp)(nil)
+	_ caddy.CleanerUpper = (*AGTPApp)(nil)
 )
 
 func (s *AGTPServer) start(ctx caddy.Context, logger *zap.Logger) error {

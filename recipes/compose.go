@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Step states reported in a composition_failed body (ARCHITECTURE.md
@@ -355,8 +356,17 @@ func outputMappingFailure(ctx context.Context, err error) *Failure {
 		Explanation: mappingExplanation("the recipe's output mapping", "the input and step outputs", err)}
 }
 
-// run maps the step input and invokes the step's endpoint.
+// run maps the step input and invokes the step's endpoint, under a
+// step span when the span ctx carries records (runTraced).
 func (s *Step) run(ctx context.Context, input any, vals []any) (any, *Failure) {
+	if p := trace.SpanFromContext(ctx); p.IsRecording() {
+		return s.runTraced(ctx, p, input, vals)
+	}
+	return s.runPlain(ctx, input, vals)
+}
+
+// runPlain is run without a span of its own.
+func (s *Step) runPlain(ctx context.Context, input any, vals []any) (any, *Failure) {
 	if f := deadlineFailure(ctx, "composition deadline passed before the step started"); f != nil {
 		return nil, f
 	}

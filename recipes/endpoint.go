@@ -24,6 +24,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // Upstream error codes every external_service endpoint must declare
@@ -439,7 +440,15 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	}
 	req.URL, req.Host = target, target.Host
 	cred, _ := credentialFor(ctx, e)
-	if tp := TraceParent(ctx); body == nil && tp == "" && len(cred.Header) == 0 {
+	// Traced, the call's own span is the upstream's parent; else the
+	// request's traceparent, when valid, is forwarded as it came.
+	tp := TraceParent(ctx)
+	span := callSpan(ctx)
+	if span != nil {
+		tp = traceParentOf(span.SpanContext())
+		span.SetAttributes(attribute.String(AttrUpstreamMethod, s.method))
+	}
+	if body == nil && tp == "" && len(cred.Header) == 0 {
 		req.Header = s.plainHeader
 	} else {
 		for k, v := range s.headers {
@@ -478,6 +487,9 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		return nil, f
 	}
 	defer resp.Body.Close()
+	if span != nil {
+		span.SetAttributes(attribute.Int(AttrUpstreamStatus, resp.StatusCode))
+	}
 	raw, err := httpbody.Read(resp.Body, resp.ContentLength, s.up.MaxResponseBytes)
 	if err != nil {
 		if isTimeout(ctx, err) {

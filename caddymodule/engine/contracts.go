@@ -22,7 +22,9 @@ func (h *Engine) present(x *exchange, req *request, id string) {
 	if req.idemKey != "" {
 		pr.Fingerprint, pr.Holder = x.fingerprint(req), x.holder()
 	}
+	sp := x.startSpan(SpanPresentation)
 	p, err := h.sto.Presenter.Present(x.ctx(), pr)
+	sp.end()
 	if err != nil {
 		h.storeFailed(x, err)
 		return
@@ -86,6 +88,7 @@ func (h *Engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 		h.storeFailed(x, err)
 		return
 	}
+	x.traceRecipe(rec)
 	if missing := rec.MissingUpstreams(); missing != nil {
 		h.refuse(x, req, nil, missingUpstreams(c, missing))
 		return
@@ -207,9 +210,15 @@ func missingUpstreams(c *recipes.Contract, missing []string) *agtp.Error {
 // failure it writes the 422 composition_failed answer and returns
 // false.
 func (h *Engine) execute(x *exchange, c *recipes.Contract, rec *recipes.Recipe, in map[string]any, creds recipes.Credentials) (any, bool) {
-	ctx := recipes.WithCredentials(recipes.WithTraceParent(x.in.Context, traceParent(x.in)), creds)
+	sp := x.startSpan(SpanRecipe)
+	sp.set(AttrRecipe, rec.Name)
+	ctx := recipes.WithCredentials(recipes.WithTraceParent(x.upstreamContext(), traceParent(x.in)), creds)
 	start := time.Now()
 	out, reports, cf := rec.Execute(ctx, in, time.Duration(h.CompositionTimeout))
+	if cf != nil {
+		sp.fail(cf.Cause.Code)
+	}
+	sp.end()
 	h.metrics.recipeRun(rec, time.Since(start).Seconds(), reports)
 	if cf != nil {
 		fields := []zap.Field{zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),

@@ -18,6 +18,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -97,9 +98,16 @@ func (h *Engine) Serve(ctx context.Context, r *agtp.Request) *agtp.Response {
 		r.Context = ctx
 	}
 	h.Activate()
+	var sp trace.Span
+	r.Context, sp = startRequestSpan(r.Context)
 	x := h.newExchange(r)
+	if sp != nil {
+		x.tr = &exchangeTrace{span: sp, ctx: r.Context}
+	}
 	h.dispatch(x)
-	return h.finish(x, start)
+	resp := h.finish(x, start)
+	x.endRequestSpan()
+	return resp
 }
 
 // newExchange is the exchange of r with its identifiers read and

@@ -159,6 +159,9 @@ type exchange struct {
 	// operator is the operator the operator page admitted, for its
 	// revoke (OperatorRevoke); nil for every AGTP request.
 	operator *Operator
+	// tr is the request's tracing state (tracing.go), nil when nothing
+	// records: the untraced exchange grows by one pointer.
+	tr *exchangeTrace
 	// lg is the request's logger (log), built on first use.
 	lg *zap.Logger
 }
@@ -355,7 +358,9 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 	for k, v := range extra {
 		set(k, v)
 	}
+	sp := x.startSpan(SpanRecordSign)
 	record, auditID := x.attribution(status, responseID)
+	sp.end()
 	set("Attribution-Record", record)
 	set("Audit-ID", auditID)
 	set("Cache-Control", "no-store")

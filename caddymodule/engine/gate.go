@@ -163,6 +163,7 @@ func (h *Engine) gateRefusal(x *exchange, req *request, states *policy.LockState
 	if recipe == nil {
 		return nil, agtp.CompositionImpossible.Newf("no recipe can synthesize %s %s", x.method, x.path)
 	}
+	x.traceRecipe(recipe)
 	if recipe.Depth() > h.MaxSynthesisDepth {
 		return nil, agtp.CompositionImpossible.Newf("recipe %s needs %d steps; max_synthesis_depth is %d", recipe.Name, recipe.Depth(), h.MaxSynthesisDepth)
 	}

@@ -26,8 +26,10 @@ func (h *Engine) claim(x *exchange, req *request, lease time.Duration) bool {
 		// contract under the key instead of replaying the preview
 		// (ClaimRequest.SynthesisID); any other presentation is claimed
 		// as a repeat.
+		sp := x.startSpan(SpanClaim)
 		c, err := h.sto.Idempotency.Claim(x.ctx(), idempotency.ClaimRequest{AgentID: req.caller.Agent.ID, Key: req.idemKey,
 			Fingerprint: x.fingerprint(req), SynthesisID: x.presentedID, Pending: x.presentedPending, Lease: lease, Holder: x.holder()})
+		sp.end()
 		if err != nil {
 			h.storeFailed(x, err)
 			return false

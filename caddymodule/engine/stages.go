@@ -25,22 +25,25 @@ type stage struct {
 	name string
 	kind requestKind
 	run  func(h *Engine, x *exchange, req *request) (next bool, refusal *agtp.Error)
+	// span names the stage's own span when the request is traced ("":
+	// none; such a stage's costly parts start theirs).
+	span string
 }
 
 // stages is the spec §10 order, a request going through them until one
 // refuses or answers it.
 var stages = [...]stage{
-	{"task-id", kindUnrouted, stageTaskID},                 // echoed on every answer: checked first
-	{"framing", kindUnrouted, stageFraming},                // step 1: framing, body limit, the JSON envelope
-	{"singletons", kindUnrouted, stageSingletons},          // single-valued headers sent once
-	{"method", kindUnrouted, stageMethod},                  // step 2: lexical form, legacy opt-in, alias, catalog
-	{"path", kindUnrouted, stagePath},                      // steps 3-5: characters, redirects, grammar, method policy
-	{"identity", kindUnrouted, stageIdentity},              // step 6: verify and resolve the caller
-	{"idempotency-key", kindUnrouted, stageIdempotencyKey}, // the key, read once (claimed later)
-	{"built-in", kindBuiltin, stageBuiltin},                // Tier A (ignores Contract-Synthesized)
-	{"presentation", kindContract, stagePresentation},      // step 7: a contract presented
-	{"tier-b", kindTierB, stageTierB},                      // step 8: a registered endpoint
-	{"pair", kindUnrouted, stagePair},                      // step 8b: Tier C by pair, else step 9: the gate
+	{"task-id", kindUnrouted, stageTaskID, ""},                 // echoed on every answer: checked first
+	{"framing", kindUnrouted, stageFraming, ""},                // step 1: framing, body limit, the JSON envelope
+	{"singletons", kindUnrouted, stageSingletons, ""},          // single-valued headers sent once
+	{"method", kindUnrouted, stageMethod, ""},                  // step 2: lexical form, legacy opt-in, alias, catalog
+	{"path", kindUnrouted, stagePath, ""},                      // steps 3-5: characters, redirects, grammar, method policy
+	{"identity", kindUnrouted, stageIdentity, SpanIdentity},    // step 6: verify and resolve the caller
+	{"idempotency-key", kindUnrouted, stageIdempotencyKey, ""}, // the key, read once (claimed later)
+	{"built-in", kindBuiltin, stageBuiltin, ""},                // Tier A (ignores Contract-Synthesized)
+	{"presentation", kindContract, stagePresentation, ""},      // step 7: a contract presented
+	{"tier-b", kindTierB, stageTierB, ""},                      // step 8: a registered endpoint
+	{"pair", kindUnrouted, stagePair, ""},                      // step 8b: Tier C by pair, else step 9: the gate
 }
 
 // dispatch runs x through the stages; x.kind is the kind of the stage
@@ -50,7 +53,17 @@ func (h *Engine) dispatch(x *exchange) (stopped string) {
 	req := &request{}
 	for i := range stages {
 		x.kind = stages[i].kind
+		var sp *stageSpan
+		if x.tr != nil && stages[i].span != "" {
+			sp = x.startSpan(stages[i].span)
+		}
 		next, e := stages[i].run(h, x, req)
+		if sp != nil {
+			if e != nil {
+				sp.fail(e.Reason)
+			}
+			sp.end()
+		}
 		if e != nil {
 			x.fail(e)
 			return stages[i].name
@@ -364,6 +377,7 @@ func stageBuiltin(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 		}
 	case "PROPOSE", "INSPECT", "REVOKE", "SUSPEND":
 		if x.path == "/" {
+			x.traceTemplate("/")
 			h.builtin(x, req)
 			return false, nil
 		}
@@ -392,6 +406,7 @@ func stageTierB(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 	if !ok {
 		return true, nil
 	}
+	x.traceTemplate(ep.Path)
 	h.invokeEndpoint(x, req, ep, params)
 	return false, nil
 }
@@ -410,7 +425,9 @@ func stagePair(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 	}
 	pr.Spend, pr.Attempt, pr.Mint = h.gateMiss(x, req)
 	pr.MintMode = h.Mode
+	sp := x.startSpan(SpanPair)
 	res, err := h.sto.Presenter.ResolvePair(x.ctx(), pr)
+	sp.end()
 	if err != nil {
 		h.storeFailed(x, err)
 		return false, nil
@@ -428,6 +445,8 @@ func stagePair(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 		return false, nil
 	}
 	x.kind = kindGate
+	gs := x.startSpan(SpanGate)
 	h.gateway(x, req)
+	gs.end()
 	return false, nil
 }

@@ -53,10 +53,16 @@ func (h *Engine) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint,
 	}
 	x.executed = true
 	x.stateChanging = schema.StateChanging(ep.Semantic.Impact)
-	ctx := recipes.WithTraceParent(context.WithoutCancel(x.in.Context), traceParent(x.in))
+	sp := x.startSpan(SpanUpstream)
+	sp.set(AttrUpstream, ep.UpstreamName())
+	ctx := recipes.WithTraceParent(context.WithoutCancel(x.upstreamContext()), traceParent(x.in))
 	ctx = recipes.WithCredentials(ctx, creds)
 	start := time.Now()
 	out, f := ep.InvokeValidated(ctx, in)
+	if f != nil {
+		sp.fail(f.Code)
+	}
+	sp.end()
 	if f == nil || f.Sent {
 		h.metrics.endpointCall(ep, failureClass(f), time.Since(start).Seconds())
 	}
