@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
 
@@ -214,10 +213,15 @@ func TestUpstreamCredentialsPerAgentAndOwner(t *testing.T) {
 		}
 	}
 	idA, idB := agentID("cred-agent-a"), agentID("cred-agent-b")
-	for _, a := range []struct{ name, owner, client string }{{"cred-agent-a", "ops-a", cidA1}, {"cred-agent-b", "ops-b", cidA2}} {
+	// Agent A also answers for the public client "app" its users (alice,
+	// bob) log in with at the authorization server.
+	for _, a := range []struct {
+		name, owner string
+		clients     []string
+	}{{"cred-agent-a", "ops-a", []string{cidA1, "app"}}, {"cred-agent-b", "ops-b", []string{cidA2}}} {
 		write(filepath.Join(agentsDir, a.name+".json"), string(mustJSON(t, map[string]any{
 			"agent_id": agentID(a.name), "name": a.name, "owner_id": a.owner, "trust_tier": 1,
-			"scopes": demoScopes, "oauth_clients": []string{a.client}})))
+			"scopes": demoScopes, "oauth_clients": a.clients})))
 	}
 	write(filepath.Join(secretsDir, idA), "sec-agent-a\n")
 	write(filepath.Join(secretsDir, idB), "sec-agent-b\n")
@@ -234,7 +238,8 @@ func TestUpstreamCredentialsPerAgentAndOwner(t *testing.T) {
 	resource := fmt.Sprintf("http://127.0.0.1:%d", sitePort)
 	priv, _ := oauthtest.NewRSAKey("cred-it")
 	as := oauthtest.Start(t, oauthtest.Config{Keys: []jose.JSONWebKey{priv},
-		Resources: map[string]oauthtest.Resource{resource: {Scopes: demoScopes}}, Clients: defaultOAuthClients(),
+		Resources:            map[string]oauthtest.Resource{resource: {Scopes: demoScopes}},
+		Clients:              append(defaultOAuthClients(), oauthtest.PublicClient("app", appRedirect)),
 		IntrospectionClients: []string{"gateway"}})
 	text = strings.NewReplacer("@@ISSUER@@", as.Issuer(), "@@RESOURCE@@", resource).Replace(text)
 	gw := launchText(t, text, sitePort, adminPort, agtpPort)
@@ -247,12 +252,15 @@ func TestUpstreamCredentialsPerAgentAndOwner(t *testing.T) {
 		}
 		return tok
 	}
-	// A person's token: the issuer's key, client svc-a1 (agent A), the
-	// person as sub.
+	// A person's token: the authorization-code flow at the authorization
+	// server with the person logged in, through agent A's public client.
 	personToken := func(sub string) string {
-		now := time.Now()
-		return signJWT(t, priv, map[string]any{"iss": as.Issuer(), "aud": resource, "client_id": cidA1, "sub": sub,
-			"scope": strings.Join(demoScopes, " "), "iat": now.Unix(), "exp": now.Add(time.Hour).Unix(), "jti": randomID()})
+		t.Helper()
+		tr, err := as.AuthorizationCodeAs(sub, "app", "", appRedirect, resource, demoScopes...)
+		if err != nil {
+			t.Fatalf("authorization code for %s: %v", sub, err)
+		}
+		return tr.AccessToken
 	}
 	callers := []credCaller{
 		{"agent A (for its owner)", clientToken(cidA1), "ops-a", "cred-agent-a"},
