@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -158,6 +159,32 @@ func TestSpans(t *testing.T) {
 	}
 	if tps := up.take(); len(tps) != 1 || tps[0][36:52] != step[0].SpanContext().SpanID().String() {
 		t.Errorf("upstream traceparent %q, want the step span's (%s)", tps, step[0].SpanContext().SpanID())
+	}
+
+	// A keyed call: its claim is a span of its own. A refusal: the
+	// request span names the reason and the outcome, the stage that
+	// refused is marked failed.
+	rec.Reset()
+	if a := serveUnder(ctx, "FETCH", "/items/44", "", "Idempotency-Key", "trace-key-1"); a.Status != 200 {
+		t.Fatalf("keyed FETCH: %s", a)
+	}
+	if spans = byName(); len(spans[SpanClaim]) != 1 {
+		t.Errorf("keyed call: %d %s spans, want 1", len(spans[SpanClaim]), SpanClaim)
+	}
+	up.take()
+	rec.Reset()
+	hdr := http.Header{"Agent-Id": {strings.Repeat("0", 64)}}
+	te.Serve(ctx, newTestRequest(t, "FETCH", "/items/45", hdr, ""))
+	spans = byName()
+	refused, ident := spans["AGTP FETCH"], spans[SpanIdentity]
+	if len(refused) != 1 || len(ident) != 1 {
+		t.Fatalf("refusal: spans %v", spans)
+	}
+	if a := spanAttrs(refused[0]); a[AttrOutcome] != "refused" || a[AttrReason] == "" || a[AttrKind] != "unrouted" {
+		t.Errorf("refused request span attributes %v", a)
+	}
+	if ident[0].Status().Code != codes.Error || ident[0].Status().Description != spanAttrs(refused[0])[AttrReason] {
+		t.Errorf("the identity span of a refused identity: status %v", ident[0].Status())
 	}
 	door.End()
 
