@@ -391,6 +391,11 @@ func TestTracingSpanTree(t *testing.T) {
 			t.Fatalf("trace %s over the %s door:\n%s", traceID, d.door, why)
 		})
 	}
+	// Under RCNS_IT_RACE=1 the gateway is built with -race: the spans of
+	// concurrent steps and stages raced nothing.
+	if strings.Contains(gw.Output(), "WARNING: DATA RACE") {
+		t.Errorf("the gateway reported a data race:\n%s", gw.Output())
+	}
 }
 
 // releaseAll revokes every contract agent holds on g.
