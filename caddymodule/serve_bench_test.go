@@ -272,6 +272,15 @@ func BenchmarkServe(b *testing.B) {
 			}
 			loop(b, func(int) { serveOnce(b, h, notFound, "LOOKUP", path, one, hdr, 200) })
 		})
+		// e: a repeat of the pair by an agent that keeps sending
+		// Allow-RCNS (it cannot know the pair is served): Tier C by pair,
+		// the gate's work for a miss not done.
+		b.Run("e-pair/"+variant, func(b *testing.B) {
+			runs++
+			path := "/item/e-" + variant + "-" + strconv.Itoa(runs)
+			serveOnce(b, h, notFound, "LOOKUP", path, one, negotiate, 263)
+			loop(b, func(int) { serveOnce(b, h, notFound, "LOOKUP", path, one, negotiate, 200) })
+		})
 		b.Run("f-refusal/"+variant, func(b *testing.B) {
 			hdr := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read", "Allow-RCNS": "true"}
 			loop(b, func(int) { serveOnce(b, h, notFound, "LOOKUP", "/nothing", "", hdr, 464) })

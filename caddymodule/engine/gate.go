@@ -233,7 +233,10 @@ func (x *exchange) gateInputValid(req *request, recipe *recipes.Recipe) bool {
 // Without a refusal, the contract a synthesis mints (mint: nil when
 // its input is refused, a 400 or 422 that keeps no record) is made
 // here too, for the call to mint it. gateway uses what the call did
-// (x.prepaid, x.keptAttempt, x.premint).
+// (x.prepaid, x.keptAttempt, x.premint). The attempt record and the
+// contract are prepared only for a store that folds them into the call
+// (store.Set.FoldsGate): elsewhere they would be built, unused, on every
+// request an active contract serves by pair (BenchmarkServe/e-pair).
 func (h *Engine) gateMiss(x *exchange, req *request) (spend store.Limiter, attempt *store.Attempt, mint *recipes.Contract) {
 	states, proceed, ref := h.gate.Locks12(policy.AllowRCNS(x.in.Get("Allow-RCNS")))
 	var e *agtp.Error
@@ -248,11 +251,14 @@ func (h *Engine) gateMiss(x *exchange, req *request) (spend store.Limiter, attem
 		}
 		var recipe *recipes.Recipe
 		if recipe, e = h.gateRefusal(x, req, &states); e == nil {
-			if h.credentialsFree(recipe) && x.gateInputValid(req, recipe) {
+			if h.sto.FoldsGate && h.credentialsFree(recipe) && x.gateInputValid(req, recipe) {
 				mint, _ = h.contractFor(recipe, x.method, x.path, x, req, recipes.OriginGate, time.Duration(h.ContractTTL), false)
 			}
 			return spend, nil, mint
 		}
+	}
+	if !h.sto.FoldsGate {
+		return spend, nil, nil
 	}
 	rec := h.attemptRecord(x, req, &states, e)
 	return spend, &rec, nil

@@ -432,6 +432,13 @@ type Set struct {
 	Replay      ReplayCache
 	Attempts    Attempts
 	Records     Records
+	// FoldsGate reports that Presenter.ResolvePair keeps
+	// PairRequest.Attempt and mints PairRequest.Mint in its one round
+	// trip (the Redis store outside Cluster mode). When false the engine
+	// leaves both nil and does them after a miss: preparing them costs
+	// the contract build on every request an active contract serves by
+	// pair, and saves a round trip only where there is one to save.
+	FoldsGate bool
 }
 
 // Limits bounds a Set. Zero fields take the defaults of each kind.
