@@ -136,6 +136,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        max_result_bytes <size>
 //	        max_result_text <size>
 //	        meta_attribution_record [true|false]
+//	        fast_path on|off
 //	    }
 //	    operator_page [<path>] {            (operatorpage.go)
 //	        allow <cidr|address>...
@@ -726,6 +727,15 @@ func parseMCP(d *caddyfile.Dispenser) (*mcpdoor.Config, error) {
 				return nil, d.Errf("mcp: max_result_text: %q is not a size of at least 256 bytes (e.g. 16KiB)", v)
 			}
 			m.MaxResultText = int(n)
+		case "fast_path":
+			v, err := oneArg(d)
+			if err != nil {
+				return nil, err
+			}
+			if v != "on" && v != "off" {
+				return nil, d.Errf("mcp: fast_path: %q is neither on nor off", v)
+			}
+			m.DisableFastPath = v == "off"
 		case "meta_attribution_record":
 			b, err := optBool(d)
 			if err != nil {

@@ -17,11 +17,18 @@ import (
 // them through a provisioned handler).
 func testEngine(t testing.TB) *engine.Engine {
 	t.Helper()
+	return testEngineAt(t, "http://127.0.0.1:9")
+}
+
+// testEngineAt is testEngine with its bench upstream at upstream (a
+// loopback URL).
+func testEngineAt(t testing.TB, upstream string) *engine.Engine {
+	t.Helper()
 	docs := filepath.Join("..", "..", "scripts", "bench", "docs")
 	cfg := &engine.Config{Name: "mcp-test"}
 	cfg.Enabled = true
 	cfg.Mode = engine.ModeOptimistic
-	cfg.Upstreams = map[string]*engine.UpstreamConfig{"bench": {URL: "http://127.0.0.1:9"}}
+	cfg.Upstreams = map[string]*engine.UpstreamConfig{"bench": {URL: upstream}}
 	cfg.Agents = []string{filepath.Join(docs, "agents")}
 	cfg.Endpoints = []string{filepath.Join(docs, "endpoints")}
 	cfg.Recipes = []string{filepath.Join(docs, "recipes")}

@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
@@ -68,11 +69,21 @@ type Door struct {
 	log       *slog.Logger // the SDK's log: warnings and errors into the handler's
 	// servers maps each agent seen (its Agent-ID) to the SDK server of
 	// the tools it sees; the registry bounds it.
-	servers sync.Map // Agent-ID → *mcp.Server
+	servers sync.Map // Agent-ID → *agentServer
 	// shared holds those servers by their set of tools, so agents whose
 	// grants show the same tools share one.
 	mu     sync.Mutex
-	shared map[string]*mcp.Server
+	shared map[string]*agentServer
+	// fastServed counts the requests the fast path answered
+	// (fastpath.go; read by its tests).
+	fastServed atomic.Int64
+}
+
+// agentServer is the SDK server of one set of visible tools, with
+// those tools by name (the fast path's lookup, fastpath.go).
+type agentServer struct {
+	s       *mcp.Server
+	visible map[string]*mcpTool
 }
 
 // New builds the door of e for cfg (defaults applied): its tools
@@ -81,7 +92,7 @@ func New(e *engine.Engine, cfg *Config) (*Door, error) {
 	if err := cfg.Validate(e.Identity); err != nil {
 		return nil, err
 	}
-	d := &Door{e: e, cfg: cfg, origins: map[string]bool{}, wellKnown: wellKnownPaths(cfg.Path, e.ResourceMetadataURL()), shared: map[string]*mcp.Server{},
+	d := &Door{e: e, cfg: cfg, origins: map[string]bool{}, wellKnown: wellKnownPaths(cfg.Path, e.ResourceMetadataURL()), shared: map[string]*agentServer{},
 		oauth: engine.HasIdentityMode(e.Identity, engine.IdentityOAuth)}
 	if cfg.Identity != "" {
 		d.modes, _ = engine.ParseIdentityModes(cfg.Identity) // checked by Validate
@@ -294,6 +305,9 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	hd["Agent-ID"] = []string{rq.agent.ID} // as the other doors echo it; under identity oauth the token named it
 	hd["Trust-Tier"] = []string{strconv.Itoa(int(rq.agent.TrustTier))}
 	hd["Verification-Path"] = []string{engine.VerificationPath(rq.ident.VerificationPath)}
+	if d.fastCall(w, r, rq, body) { // fastpath.go: one plain Tier B tools/call
+		return rq.summary()
+	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	d.sdk.ServeHTTP(&mcpWriter{ResponseWriter: w, rq: rq}, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
@@ -431,8 +445,14 @@ func (d *Door) server(r *http.Request) *mcp.Server {
 	if rq == nil {
 		return nil // not through ServeHTTP: the SDK answers 400
 	}
+	return d.agentServer(rq).s
+}
+
+// agentServer is the SDK server of the tools rq's agent sees, built on
+// the agent's first request and kept.
+func (d *Door) agentServer(rq *mcpRequest) *agentServer {
 	if s, ok := d.servers.Load(rq.agent.ID); ok {
-		return s.(*mcp.Server)
+		return s.(*agentServer)
 	}
 	var key strings.Builder
 	var visible []*mcpTool
@@ -445,7 +465,10 @@ func (d *Door) server(r *http.Request) *mcp.Server {
 	d.mu.Lock()
 	s := d.shared[key.String()]
 	if s == nil {
-		s = d.newServer(visible)
+		s = &agentServer{s: d.newServer(visible), visible: make(map[string]*mcpTool, len(visible))}
+		for _, t := range visible {
+			s.visible[t.name] = t
+		}
 		d.shared[key.String()] = s
 	}
 	d.mu.Unlock()

@@ -113,6 +113,16 @@ type Config struct {
 	// otherwise spend most of the answer on it.
 	MetaAttributionRecord bool `json:"meta_attribution_record,omitempty"`
 
+	// DisableFastPath sends every MCP message to the go-sdk. By default
+	// the door answers one plain tools/call of a Tier B tool itself
+	// (fastpath.go: a stateless, single JSON-RPC call on revision
+	// 2025-06-18 or 2025-11-25, no session, no _meta beyond the door's
+	// own keys), decoding it once and encoding the answer with the
+	// SDK's encoder, byte for byte what the SDK answers; everything else
+	// goes to the SDK. Turn it off to rule the fast path out when
+	// diagnosing an MCP client's trouble. Default false (fast path on).
+	DisableFastPath bool `json:"disable_fast_path,omitempty"`
+
 	// TestAgent, for conformance suites that cannot send headers, makes
 	// a caller without Agent-ID act as this registered agent (its name
 	// or Agent-ID). UNSAFE outside tests: anyone who can reach the

@@ -1,0 +1,241 @@
+package mcpdoor
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+)
+
+// fastCase is one request of the differential corpus: its body, the
+// header fields it sends beside the base ones (a value "" removes a base
+// field; several values send the field several times), and whether the
+// fast path answers it (false: the SDK does).
+type fastCase struct {
+	name   string
+	method string // "" is POST
+	body   string
+	hdr    map[string][]string
+	fast   bool
+}
+
+// fastCorpus covers the protocol's cases around the fast path's one
+// case: valid calls, bad arguments, unknown tools, missing params,
+// wrong JSON-RPC versions, each id type, extra members, _meta, each
+// protocol version header, Accept and Content-Type variants, bodies
+// with whitespace and escapes, big numbers, batches, notifications.
+func fastCorpus() []fastCase {
+	call := func(id, args string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"fetch_item","arguments":` + args + `}}`
+	}
+	v := func(version string) map[string][]string { return map[string][]string{"Mcp-Protocol-Version": {version}} }
+	h := func(k string, vals ...string) map[string][]string { return map[string][]string{k: vals} }
+	return []fastCase{
+		{name: "valid call", body: call("1", `{"item_id":"1"}`), fast: true},
+		{name: "valid call 2025-06-18", body: call("1", `{"item_id":"1"}`), hdr: v("2025-06-18"), fast: true},
+		{name: "version 2025-03-26", body: call("1", `{"item_id":"1"}`), hdr: v("2025-03-26")},
+		{name: "no version header", body: call("1", `{"item_id":"1"}`), hdr: v("")},
+		{name: "version 2026-07-28 without _meta", body: call("1", `{"item_id":"1"}`), hdr: v("2026-07-28")},
+		{name: "version 2026-07-28 with _meta", hdr: map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tools/call"}, "Mcp-Name": {"fetch_item"}},
+			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`},
+		{name: "unsupported version", body: call("1", `{"item_id":"1"}`), hdr: v("2024-01-01")},
+		{name: "two version headers", body: call("1", `{"item_id":"1"}`), hdr: h("Mcp-Protocol-Version", "2025-11-25", "2025-06-18")},
+		{name: "id string", body: call(`"abc"`, `{"item_id":"1"}`), fast: true},
+		{name: "id string escapes", body: call(`"\u00e9\u003c>&\"\\ \u2028"`, `{"item_id":"1"}`), fast: true},
+		{name: "id empty string", body: call(`""`, `{"item_id":"1"}`), fast: true},
+		{name: "id zero", body: call("0", `{"item_id":"1"}`), fast: true},
+		{name: "id negative", body: call("-7", `{"item_id":"1"}`), fast: true},
+		{name: "id 15 digits", body: call("999999999999999", `{"item_id":"1"}`), fast: true},
+		{name: "id big", body: call("12345678901234567890", `{"item_id":"1"}`)},
+		{name: "id fraction", body: call("1.5", `{"item_id":"1"}`)},
+		{name: "id exponent", body: call("1e3", `{"item_id":"1"}`)},
+		{name: "id null", body: call("null", `{"item_id":"1"}`)},
+		{name: "id object", body: call(`{"a":1}`, `{"item_id":"1"}`)},
+		{name: "notification", body: `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`},
+		{name: "jsonrpc 1.0", body: `{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`},
+		{name: "jsonrpc missing", body: `{"id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`},
+		{name: "params missing", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call"}`},
+		{name: "params null", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":null}`},
+		{name: "params array", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[1]}`},
+		{name: "name missing", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{}}}`},
+		{name: "name a number", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}`},
+		{name: "unknown tool", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope","arguments":{}}}`},
+		{name: "tool name escaped", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch\u005fitem","arguments":{"item_id":"1"}}}`, fast: true},
+		{name: "recipe tool", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup-item","arguments":{"item_id":"1"}}}`},
+		{name: "arguments missing", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item"}}`, fast: true},
+		{name: "arguments null", body: call("1", `null`)},
+		{name: "arguments array", body: call("1", `[1]`)},
+		{name: "arguments string", body: call("1", `"x"`)},
+		{name: "argument missing", body: call("1", `{}`), fast: true},
+		{name: "argument a number", body: call("1", `{"item_id":42}`), fast: true},
+		{name: "argument a big number", body: call("1", `{"item_id":1e400}`), fast: true},
+		{name: "argument a long integer", body: call("1", `{"item_id":123456789012345678901234567890}`), fast: true},
+		{name: "argument a boolean", body: call("1", `{"item_id":true}`), fast: true},
+		{name: "argument an object", body: call("1", `{"item_id":{"a":1}}`), fast: true},
+		{name: "argument empty", body: call("1", `{"item_id":""}`), fast: true},
+		{name: "extra argument", body: call("1", `{"item_id":"1","x":[1,{"y":null}]}`), fast: true},
+		{name: "argument with HTML and unicode", body: call("1", `{"item_id":"<b>&amp;\u00e9\u2028é"}`), fast: true},
+		{name: "argument with a slash", body: call("1", `{"item_id":"a/b"}`), fast: true},
+		{name: "duplicate argument", body: call("1", `{"item_id":"1","item_id":"2"}`)}, // duplicate names anywhere: the SDK
+		{name: "whitespace everywhere", body: " \n\t{ \"jsonrpc\" : \"2.0\" ,\r\n \"id\" : 3 , \"method\" : \"tools\\/call\" , \"params\" : { \"name\" : \"fetch_item\" , \"arguments\" : { \"item_id\" : \"\\u0031\" } } } \n", fast: true},
+		{name: "members reordered", body: `{"params":{"arguments":{"item_id":"1"},"name":"fetch_item"},"method":"tools/call","id":1,"jsonrpc":"2.0"}`, fast: true},
+		{name: "extra top-level member", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}},"foo":1}`},
+		{name: "extra params member", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"task":{}}}`},
+		{name: "duplicate id", body: `{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`},
+		{name: "member case", body: `{"jsonrpc":"2.0","id":1,"Method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`},
+		{name: "_meta idempotency key", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.github.caddy-rcns/idempotency-key":"k-fast-1"}}}`, fast: true},
+		{name: "_meta idempotency key replayed", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.github.caddy-rcns/idempotency-key":"k-fast-1"}}}`, fast: true},
+		{name: "_meta idempotency key a number", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.github.caddy-rcns/idempotency-key":5}}}`, fast: true},
+		{name: "_meta attribution record", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.github.caddy-rcns/attribution-record":true}}}`, fast: true},
+		{name: "_meta empty", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{}}}`, fast: true},
+		{name: "_meta null", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":null}}`, fast: true},
+		{name: "_meta progress token", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"progressToken":"p1"}}}`},
+		{name: "_meta protocol version", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`},
+		{name: "Idempotency-Key header", body: call("1", `{"item_id":"1"}`), hdr: h("Idempotency-Key", "k-fast-2"), fast: true},
+		{name: "Idempotency-Key header replayed", body: call("1", `{"item_id":"1"}`), hdr: h("Idempotency-Key", "k-fast-2"), fast: true},
+		{name: "Idempotency-Key header twice", body: call("1", `{"item_id":"1"}`), hdr: h("Idempotency-Key", "a", "b"), fast: true},
+		{name: "Idempotency-Key header and _meta differ", hdr: h("Idempotency-Key", "k-fast-3"),
+			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.github.caddy-rcns/idempotency-key":"k-other"}}}`, fast: true},
+		{name: "Request-ID header", body: call("1", `{"item_id":"1"}`), hdr: h("Request-ID", "req-fast-1"), fast: true},
+		{name: "tools/list", body: `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`},
+		{name: "initialize", body: `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`},
+		{name: "batch of one call", body: `[` + call("1", `{"item_id":"1"}`) + `]`},
+		{name: "batch under 2025-03-26", body: `[` + call("1", `{"item_id":"1"}`) + `,` + call("2", `{"item_id":"2"}`) + `]`, hdr: v("2025-03-26")},
+		{name: "trailing garbage", body: call("1", `{"item_id":"1"}`) + ` x`},
+		{name: "two messages", body: call("1", `{"item_id":"1"}`) + call("2", `{"item_id":"1"}`)},
+		{name: "not JSON", body: `{"jsonrpc":`},
+		{name: "invalid UTF-8", body: call(`"`+"\xff"+`"`, `{"item_id":"1"}`)},
+		{name: "empty body", body: ``},
+		{name: "Accept JSON only", body: call("1", `{"item_id":"1"}`), hdr: h("Accept", "application/json")},
+		{name: "Accept reversed", body: call("1", `{"item_id":"1"}`), hdr: h("Accept", "text/event-stream, application/json"), fast: true},
+		{name: "Accept wildcard", body: call("1", `{"item_id":"1"}`), hdr: h("Accept", "*/*")},
+		{name: "Accept with q", body: call("1", `{"item_id":"1"}`), hdr: h("Accept", "application/json;q=0.9, text/event-stream")},
+		{name: "Accept twice", body: call("1", `{"item_id":"1"}`), hdr: h("Accept", "application/json", "text/event-stream")},
+		{name: "Accept missing", body: call("1", `{"item_id":"1"}`), hdr: h("Accept", "")},
+		{name: "Content-Type with charset", body: call("1", `{"item_id":"1"}`), hdr: h("Content-Type", "application/json; charset=utf-8")},
+		{name: "Content-Type text", body: call("1", `{"item_id":"1"}`), hdr: h("Content-Type", "text/plain")},
+		{name: "Mcp-Session-Id", body: call("1", `{"item_id":"1"}`), hdr: h("Mcp-Session-Id", "s1")},
+		{name: "Last-Event-ID", body: call("1", `{"item_id":"1"}`), hdr: h("Last-Event-ID", "x_1")},
+		{name: "GET", method: http.MethodGet, hdr: h("Accept", "text/event-stream")},
+		{name: "DELETE", method: http.MethodDelete},
+	}
+}
+
+// volatile are the answer's values that differ between two gateways
+// answering the same request (ids, records, times): replaced by their
+// kind before comparing.
+var volatile = []*regexp.Regexp{
+	regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`),
+	regexp.MustCompile(`\b[0-9a-f]{64}\b`),
+	regexp.MustCompile(`eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*`),
+	regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z`),
+}
+
+// normalized is s with its volatile values replaced.
+func normalized(s string) string {
+	for _, re := range volatile {
+		s = re.ReplaceAllString(s, "<volatile>")
+	}
+	return s
+}
+
+// TestMCPFastPathDifferential sends every request of fastCorpus to a
+// door with the fast path and to one without it (the go-sdk alone),
+// each over its own engine and upstream state, and holds the two
+// answers identical: status, header fields and body bytes (ids,
+// records and times each gateway mints itself aside). It also holds
+// that the fast path answered exactly the cases it claims.
+func TestMCPFastPathDifferential(t *testing.T) {
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		b, _ := json.Marshal(map[string]any{"id": strings.TrimPrefix(r.URL.Path, "/items/"), "name": "item <&> é", "price": 12.5})
+		_, _ = w.Write(b)
+	}))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.Listener = l
+	up.Start()
+	t.Cleanup(up.Close)
+	door := func(off bool) *Door {
+		e := testEngineAt(t, up.URL)
+		cfg := &Config{DisableFastPath: off}
+		ec := &engine.Config{}
+		ec.SetDefaults()
+		cfg.SetDefaults(ec)
+		d, err := New(e, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	fast, sdk := door(false), door(true)
+	base := map[string][]string{"Agent-Id": {"677812645a9fe530d9c0251df0296775b37b392ac32b2003ab5beba14490e4fa"},
+		"Authority-Scope": {"bench:read"}, "Content-Type": {"application/json"},
+		"Accept": {"application/json, text/event-stream"}, "Mcp-Protocol-Version": {"2025-11-25"}}
+	serve := func(d *Door, c fastCase) *httptest.ResponseRecorder {
+		method := cmp.Or(c.method, http.MethodPost)
+		r := httptest.NewRequest(method, DefaultMCPPath, strings.NewReader(c.body))
+		r.Host, r.RemoteAddr = "127.0.0.1", "127.0.0.1:40000"
+		r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}))
+		for k, v := range base {
+			r.Header[k] = v
+		}
+		for k, v := range c.hdr {
+			k = http.CanonicalHeaderKey(k)
+			if len(v) == 1 && v[0] == "" {
+				delete(r.Header, k)
+			} else {
+				r.Header[k] = v
+			}
+		}
+		w := httptest.NewRecorder()
+		d.Serve(w, r)
+		return w
+	}
+	for _, c := range fastCorpus() {
+		t.Run(c.name, func(t *testing.T) {
+			before := fast.fastServed.Load()
+			got, want := serve(fast, c), serve(sdk, c)
+			if served := fast.fastServed.Load() > before; served != c.fast {
+				t.Errorf("fast path answered: %v, want %v", served, c.fast)
+			}
+			if sdk.fastServed.Load() != 0 {
+				t.Fatal("the door with fast_path off answered on the fast path")
+			}
+			if got.Code != want.Code {
+				t.Errorf("status %d, the SDK's %d", got.Code, want.Code)
+			}
+			keys := func(h http.Header) []string {
+				var ks []string
+				for k := range h {
+					ks = append(ks, k)
+				}
+				slices.Sort(ks)
+				return ks
+			}
+			if g, w := keys(got.Header()), keys(want.Header()); !slices.Equal(g, w) {
+				t.Errorf("header fields %v, the SDK's %v", g, w)
+			}
+			for k, wv := range want.Header() {
+				gv := got.Header()[k]
+				if normalized(strings.Join(gv, "\n")) != normalized(strings.Join(wv, "\n")) {
+					t.Errorf("%s: %q, the SDK's %q", k, gv, wv)
+				}
+			}
+			if g, w := normalized(got.Body.String()), normalized(want.Body.String()); g != w {
+				t.Errorf("body\n%s\nthe SDK's\n%s", g, w)
+			}
+		})
+	}
+}
+
