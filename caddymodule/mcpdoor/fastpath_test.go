@@ -36,7 +36,9 @@ func fastCorpus() []fastCase {
 	call := func(id, args string) string {
 		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"fetch_item","arguments":` + args + `}}`
 	}
-	v := func(version string) map[string][]string { return map[string][]string{"Mcp-Protocol-Version": {version}} }
+	v := func(version string) map[string][]string {
+		return map[string][]string{"Mcp-Protocol-Version": {version}}
+	}
 	h := func(k string, vals ...string) map[string][]string { return map[string][]string{k: vals} }
 	return []fastCase{
 		{name: "valid call", body: call("1", `{"item_id":"1"}`), fast: true},
@@ -238,4 +240,3 @@ func TestMCPFastPathDifferential(t *testing.T) {
 		})
 	}
 }
-
