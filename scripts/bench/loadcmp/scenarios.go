@@ -152,9 +152,13 @@ func c(site string) *scenario {
 // the same endpoint on the HTTP door, in the same run).
 func cm(site string) *scenario {
 	return &scenario{Key: "cm/" + site, Letter: "cm", Site: site, Method: "POST", Path: "/mcp",
-		Header: agentHeader(scopeRead, "Content-Type", "application/json", "Accept", "application/json, text/event-stream"),
-		Body:   `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`,
-		Want:   200, WantBody: `"outcome":"succeeded"`, Phase: phaseLoad}
+		// As an MCP client sends a call after initialize: the revision
+		// it negotiated in MCP-Protocol-Version (a MUST from MCP
+		// 2025-06-18 on; without it a server assumes 2025-03-26).
+		Header: agentHeader(scopeRead, "Content-Type", "application/json", "Accept", "application/json, text/event-stream",
+			"Mcp-Protocol-Version", "2025-11-25"),
+		Body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`,
+		Want: 200, WantBody: `"outcome":"succeeded"`, Phase: phaseLoad}
 }
 
 func d(site string) *scenario {
