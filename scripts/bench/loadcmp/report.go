@@ -133,6 +133,18 @@ func (r *results) judge() []verdict {
 				}
 			}
 			v.Value = spreadOf(diffs)
+		case kindRatio:
+			of := map[int]float64{}
+			for _, rn := range r.runsOf(t.Of) {
+				of[rn.Round] = rn.Stats.CaddyCPU
+			}
+			var ratios []float64
+			for _, rn := range r.runsOf(t.Key) {
+				if o, ok := of[rn.Round]; ok && o > 0 {
+					ratios = append(ratios, rn.Stats.CaddyCPU/o)
+				}
+			}
+			v.Value = spreadOf(ratios)
 		case kindSlow:
 			of := map[int]float64{}
 			for _, rn := range r.runsOf(t.Of) {
@@ -201,6 +213,8 @@ func (v verdict) LimitText() string {
 		return fmt.Sprintf("≤ %s µs", signed(v.T.Limit))
 	case v.T.Kind == kindVs:
 		return fmt.Sprintf("≤ %s µs over %s", signed(v.T.Limit), v.T.Of)
+	case v.T.Kind == kindRatio:
+		return fmt.Sprintf("≤ %.2f × %s", v.T.Limit, v.T.Of)
 	}
 	return fmt.Sprintf("≤ %.2f", v.T.Limit)
 }

@@ -187,3 +187,21 @@ func TestJudgeVs(t *testing.T) {
 		t.Errorf("without d/nokey the comparison is not measured: %+v", v)
 	}
 }
+
+// TestJudgeRatio: the MCP door's target is the median over rounds of
+// cm/mcp's Caddy CPU per request divided by c/mcp's in the same round.
+func TestJudgeRatio(t *testing.T) {
+	r := fixture(map[string][]float64{"c/mcp": {0, 0, 0}, "cm/mcp": {80, 100, 120}}, nil) // 180/100 200/100 220/100
+	v := verdictOf(t, r, "cm/mcp")
+	if !v.Met || v.Value.Med != 2 || v.ValueText() != "2.00 (rounds 1.80 to 2.20)" || v.LimitText() != "≤ 2.00 × c/mcp" {
+		t.Errorf("cm/mcp at 2 × c/mcp: %+v %q %q", v, v.ValueText(), v.LimitText())
+	}
+	r = fixture(map[string][]float64{"c/mcp": {0, 0, 0}, "cm/mcp": {150, 150, 150}}, nil)
+	if v := verdictOf(t, r, "cm/mcp"); v.Met || v.VerdictText() != "**not met**: 0.50 over the limit" {
+		t.Errorf("cm/mcp at 2.5 × c/mcp: %+v %q", v, v.VerdictText())
+	}
+	r = fixture(map[string][]float64{"cm/mcp": {80, 100, 120}}, nil)
+	if v := verdictOf(t, r, "cm/mcp"); v.Measured {
+		t.Errorf("without c/mcp the ratio is not measured: %+v", v)
+	}
+}

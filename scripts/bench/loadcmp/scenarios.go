@@ -212,7 +212,9 @@ type target struct {
 	// of its Caddy CPU per request minus that of the (b) runs around
 	// it, µs; for kindVs, minus that of Of in the same round, µs; for
 	// kindSlow, the median over rounds of the p50 of Key divided by the
-	// p50 of Of in the same round.
+	// p50 of Of in the same round; for kindRatio, the median over
+	// rounds of its Caddy CPU per request divided by that of Of in the
+	// same round.
 	Key, Of string
 	Kind    targetKind
 	Limit   float64
@@ -226,6 +228,9 @@ const (
 	kindCPU  targetKind = "cpu"  // Caddy CPU µs per request more than (b)
 	kindVs   targetKind = "vs"   // Caddy CPU µs per request of Key more than Of's, in the same round
 	kindSlow targetKind = "slow" // p50 ratio of two (e) scenarios
+	// kindRatio: Caddy CPU per request of Key divided by Of's, in the
+	// same round.
+	kindRatio targetKind = "ratio"
 )
 
 // targets are the project's load targets (issue 18 of its tracker).
@@ -237,6 +242,7 @@ var targets = []target{
 	{Name: "(d) over the native AGTP/1.0 door: ≤ (d) over the HTTP door", Key: "d/agtp", Of: "d/nokey", Kind: kindVs, Limit: 0},
 	{Name: "(c) Tier B, identity oauth (a verified bearer JWT), HTTP door: ≤ identity header + 30 µs", Key: "c/oauth", Of: "c/mcp", Kind: kindVs, Limit: 30},
 	{Name: "(cm) MCP tools/call, identity oauth (a verified bearer JWT): ≤ identity header + 30 µs", Key: "cm/oauth", Of: "cm/mcp", Kind: kindVs, Limit: 30},
+	{Name: "(cm) MCP tools/call: Caddy CPU per request ≤ 2 × the same call over the HTTP door (c)", Key: "cm/mcp", Of: "c/mcp", Kind: kindRatio, Limit: 2},
 	{Name: "(f) gate refusal, no record key: < (b)", Key: "f/nokey", Kind: kindCPU, Limit: 0, Below: true},
 	{Name: "(f) gate refusal, Ed25519 record key: < (b)", Key: "f/ed25519", Kind: kindCPU, Limit: 0, Below: true},
 	{Name: "(e) no record key: p50 of three parallel 20 ms steps ≤ 1.15 × p50 of one", Key: "e3/nokey", Of: "e1/nokey", Kind: kindSlow, Limit: 1.15},
