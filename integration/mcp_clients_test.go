@@ -2,7 +2,10 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,34 +28,6 @@ const (
 	// each.
 	mcpBaseline = "integration/testdata/mcp/conformance-baseline.yml"
 )
-
-// notRun are the conformance suite's server scenarios that assume the
-// suite's own test server (its tools, prompts and resources by name):
-// they test that server's fixtures, not an MCP server, and the door's
-// tools are the operator's endpoints and recipes.
-var notRun = map[string]string{
-	"tools-call-simple-text":        "calls the suite's tool test_simple_text",
-	"tools-call-image":              "calls the suite's tool test_image_content",
-	"tools-call-audio":              "calls the suite's tool test_audio_content",
-	"tools-call-embedded-resource":  "calls the suite's tool test_embedded_resource",
-	"tools-call-mixed-content":      "calls the suite's tool test_multiple_content_types",
-	"tools-call-with-logging":       "calls the suite's tool test_tool_with_logging",
-	"tools-call-error":              "calls the suite's tool test_error_handling",
-	"tools-call-with-progress":      "calls the suite's tool test_tool_with_progress",
-	"tools-call-sampling":           "calls the suite's tool test_sampling (and needs server-to-client requests)",
-	"tools-call-elicitation":        "calls the suite's tool test_elicitation (and needs server-to-client requests)",
-	"elicitation-sep1034-defaults":  "calls the suite's elicitation tool",
-	"elicitation-sep1330-enums":     "calls the suite's elicitation tool",
-	"resources-read-text":           "reads the suite's resource test://static-text",
-	"resources-read-binary":         "reads the suite's resource test://static-binary",
-	"resources-templates-read":      "reads the suite's resource template",
-	"resources-subscribe":           "subscribes to the suite's resource",
-	"resources-unsubscribe":         "unsubscribes from the suite's resource",
-	"prompts-get-simple":            "gets the suite's prompt test_simple_prompt",
-	"prompts-get-with-args":         "gets the suite's prompt test_prompt_with_arguments",
-	"prompts-get-embedded-resource": "gets the suite's prompt test_prompt_with_embedded_resource",
-	"prompts-get-with-image":        "gets the suite's prompt test_prompt_with_image",
-}
 
 // mustTool returns the path of a tool make deps installs, failing the
 // test when it is missing.
@@ -91,27 +66,103 @@ func runTool(t testing.TB, dir, bin string, args ...string) (string, int) {
 
 // startConformanceGateway runs integration/testdata/mcp/conformance.Caddyfile
 // (the hotel demo with the MCP door, test_agent on, every Host of its
-// port) over a fresh json-server.
+// port) over a fresh json-server and the conformance fixture API.
 func startConformanceGateway(t testing.TB) *Gateway {
 	t.Helper()
 	js := startJSONServer(t, hotelDB)
+	fx := httptest.NewServer(conformanceFixtures())
+	t.Cleanup(fx.Close)
 	port := freePort(t)
 	return startGatewayFile(t, filepath.Join(repoRoot, "integration", "testdata", "mcp", "conformance.Caddyfile"), fmt.Sprintf("127.0.0.1:%d", port), []string{
 		fmt.Sprintf("RCNS_ADMIN=127.0.0.1:%d", freePort(t)),
 		fmt.Sprintf("RCNS_PORT=%d", port),
 		"HOTEL_ADDR=" + js.Addr,
+		"CONFORMANCE_ADDR=" + strings.TrimPrefix(fx.URL, "http://"),
 	})
+}
+
+// conformanceFixtures is the fixture API behind the conformance
+// gateway's conformance upstream: the REST answers from which the
+// endpoints of integration/testdata/mcp/conformance serve the suite's
+// fixture tools (their names and results as the suite's reference
+// server has them, in the suite's scenario descriptions):
+//
+//	GET /simple-text     200 {"text": "This is a simple text response for testing."} (test_simple_text)
+//	GET /error-handling  500 {"error": "This tool intentionally returns an error for testing"} (test_error_handling)
+//	GET /greet?name=N    200 {"greeting": "Hello, N!"} (greet, of the tasks-extension scenarios)
+//
+// Anything else is 404.
+func conformanceFixtures() http.Handler {
+	mux := http.NewServeMux()
+	answer := func(w http.ResponseWriter, status int, body any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(body)
+	}
+	mux.HandleFunc("GET /simple-text", func(w http.ResponseWriter, r *http.Request) {
+		answer(w, http.StatusOK, map[string]string{"text": "This is a simple text response for testing."})
+	})
+	mux.HandleFunc("GET /error-handling", func(w http.ResponseWriter, r *http.Request) {
+		answer(w, http.StatusInternalServerError, map[string]string{"error": "This tool intentionally returns an error for testing"})
+	})
+	mux.HandleFunc("GET /greet", func(w http.ResponseWriter, r *http.Request) {
+		answer(w, http.StatusOK, map[string]string{"greeting": "Hello, " + r.URL.Query().Get("name") + "!"})
+	})
+	return mux
+}
+
+// wantConformanceFixtures checks that the fixture tools the suite's
+// scenarios pass with are real endpoint calls, not refusals that happen
+// to satisfy a scenario: test_simple_text and greet succeed with the
+// fixture API's answer, test_error_handling fails as upstream_error
+// (the fixture's 500), each with the result in its text.
+func wantConformanceFixtures(t *testing.T, g *Gateway) {
+	t.Helper()
+	for _, c := range []struct {
+		tool, args, outcome, want string
+	}{
+		{"test_simple_text", `{}`, "succeeded", `"text":"This is a simple text response for testing."`},
+		{"greet", `{"name":"World"}`, "succeeded", `"greeting":"Hello, World!"`},
+		{"test_error_handling", `{}`, "failed", `"code":"upstream_error"`},
+	} {
+		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + c.tool + `","arguments":` + c.args + `}}`
+		r := mcpRaw(t, g, "/mcp", body, map[string]string{"MCP-Protocol-Version": "2025-11-25"})
+		var msg struct {
+			Result struct {
+				IsError bool `json:"isError"`
+				Content []struct {
+					Text string `json:"text"`
+				} `json:"content"`
+				StructuredContent map[string]any `json:"structuredContent"`
+			} `json:"result"`
+		}
+		if r.Status != 200 || json.Unmarshal(r.Body, &msg) != nil || len(msg.Result.Content) == 0 {
+			t.Errorf("tools/call %s: %d %s", c.tool, r.Status, r.Body)
+			continue
+		}
+		res := msg.Result
+		if res.StructuredContent["outcome"] != c.outcome || res.IsError != (c.outcome == "failed") ||
+			!strings.Contains(res.Content[0].Text, c.want) {
+			t.Errorf("tools/call %s: want outcome %s and %s in the text, got isError %v: %s", c.tool, c.outcome, c.want, res.IsError, r.Body)
+		}
+	}
 }
 
 // scenarioLine is one "  - name [versions]" line of `conformance list`.
 var scenarioLine = regexp.MustCompile(`^\s+- ([a-z0-9-]+) \[`)
 
 // TestMCPConformance runs every server scenario of the official MCP
-// conformance suite that does not assume the suite's own test server,
-// each against the door with the expected-failures baseline (a
-// scenario in it that passes fails the run, as a failure outside it
-// does). Every scenario the suite lists is either run or in notRun.
+// conformance suite 0.1.16, each against the door with the
+// expected-failures baseline (a scenario in it that passes fails the
+// run, as a failure outside it does). The suite's fixture tools that a
+// REST gateway can serve are endpoints of the conformance gateway over
+// conformanceFixtures; the scenarios it cannot serve are in the
+// baseline, a reason each. The door does not matter to it: it runs in
+// the HTTP door's pass only.
 func TestMCPConformance(t *testing.T) {
+	if suiteDoor == "agtp" {
+		t.Skip("door-independent (MCP is served over HTTP): runs in the HTTP door's pass")
+	}
 	bun := mustTool(t, "node_modules/.bin/bun")
 	suite := mustTool(t, "node_modules/@modelcontextprotocol/conformance/dist/index.js")
 	baseline := filepath.Join(repoRoot, mcpBaseline)
@@ -136,12 +187,7 @@ func TestMCPConformance(t *testing.T) {
 			t.Fatalf("the suite does not list %s; it lists %v", must, scenarios)
 		}
 	}
-	var run []string
-	for _, s := range scenarios {
-		if _, skip := notRun[s]; !skip {
-			run = append(run, s)
-		}
-	}
+	run := scenarios
 	for _, entry := range regexp.MustCompile(`(?m)^\s+- ([a-z0-9-]+)\s*$`).FindAllStringSubmatch(string(raw), -1) {
 		if !slices.Contains(run, entry[1]) {
 			t.Errorf("%s lists %s, which this test does not run", mcpBaseline, entry[1])
@@ -158,6 +204,8 @@ func TestMCPConformance(t *testing.T) {
 			t.Logf("%s", lastLines(out, 3))
 		})
 	}
+
+	wantConformanceFixtures(t, g)
 
 	// The rebinding refusal is the door's AGTP answer.
 	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`
