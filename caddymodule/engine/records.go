@@ -476,7 +476,9 @@ func (h *Engine) lifecycleEvent(eventType string, c *recipes.Contract, actor, re
 	if operator != "" {
 		ev["actor"] = operator
 	}
-	if _, err := h.st.records.lifecycle.Emit(c.OriginatingAgentID, ev); err != nil {
+	// Signed when the stream is first read (INSPECT target=lifecycle),
+	// not before the answer: the same envelope bytes (Lifecycle.Record).
+	if err := h.st.records.lifecycle.Record(c.OriginatingAgentID, ev); err != nil {
 		h.logger.Error("emitting lifecycle event", zap.String("event", eventType), zap.Error(err))
 	}
 	if h.events != nil {

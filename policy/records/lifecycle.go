@@ -62,9 +62,43 @@ type Lifecycle struct {
 // stream is one agent's ring of entries.
 type stream struct {
 	agentID string
-	ring    []map[string]any // len <= perAgent
-	next    int              // index the next entry goes to once full
+	ring    []*lcEntry // len <= perAgent
+	next    int        // index the next entry goes to once full
 	elem    *list.Element
+}
+
+// lcEntry is one stored event: its payload, complete (agent_id and
+// issued_at set), and the entry [Lifecycle.Emit] and [Lifecycle.List]
+// return, built from it once, by the first of them that needs it.
+// Ed25519 signatures and the payload's encoding are deterministic, so
+// the envelope built when the stream is first read is byte for byte the
+// one built when the event was recorded.
+type lcEntry struct {
+	signer  *Signer
+	typ     string // event_type
+	payload map[string]any
+	once    sync.Once
+	stored  map[string]any // format, envelope, audit_id, event_type
+	err     error
+}
+
+// entry returns e's stored form, signing it the first time.
+func (e *lcEntry) entry() (map[string]any, error) {
+	e.once.Do(func() {
+		compact, auditID, err := e.signer.sign(e.payload, TypLifecycle)
+		if err != nil {
+			e.err = fmt.Errorf("%w: %v", ErrInvalidEvent, err)
+			return
+		}
+		e.stored = map[string]any{
+			"format":     "jws",
+			"envelope":   compact,
+			"audit_id":   auditID,
+			"event_type": e.typ,
+		}
+		e.payload = nil
+	})
+	return e.stored, e.err
 }
 
 // NewLifecycle returns an empty Lifecycle whose envelopes s signs; a nil
@@ -107,6 +141,39 @@ func NewLifecycle(s *Signer, opt LifecycleOptions) (*Lifecycle, error) {
 // where audit_id is the lowercase hex SHA-256 of the envelope. Errors
 // wrap [ErrInvalidEvent].
 func (l *Lifecycle) Emit(agentID string, event map[string]any) (entry map[string]any, err error) {
+	e, err := l.newEntry(agentID, event, false)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := e.entry()
+	if err != nil {
+		return nil, err
+	}
+	l.store(agentID, e)
+	return copyEntry(stored), nil
+}
+
+// Record is Emit for the request path: it checks and stamps event as
+// Emit does and stores it, but leaves the envelope to be signed when the
+// stream is first read ([Lifecycle.List]), off the answer's critical
+// path. Every value of event must be a string (the engine's rcns_*
+// events), so that the deferred encoding cannot fail. The envelope and
+// audit_id List returns are the bytes Emit would have returned at the
+// same clock reading (Ed25519 and the payload's encoding are
+// deterministic; issued_at is taken here). Errors wrap [ErrInvalidEvent].
+func (l *Lifecycle) Record(agentID string, event map[string]any) error {
+	e, err := l.newEntry(agentID, event, true)
+	if err != nil {
+		return err
+	}
+	l.store(agentID, e)
+	return nil
+}
+
+// newEntry checks event and returns its entry, payload completed (a
+// copy: event is not modified); stringsOnly requires every value to be a
+// string.
+func (l *Lifecycle) newEntry(agentID string, event map[string]any, stringsOnly bool) (*lcEntry, error) {
 	if agentID == "" {
 		return nil, fmt.Errorf("%w: empty agent id", ErrInvalidEvent)
 	}
@@ -119,23 +186,20 @@ func (l *Lifecycle) Emit(agentID string, event map[string]any) (entry map[string
 	}
 	payload := make(map[string]any, len(event)+2)
 	for k, v := range event {
+		if _, ok := v.(string); stringsOnly && !ok {
+			return nil, fmt.Errorf("%w: %s is %T, not a string", ErrInvalidEvent, k, v)
+		}
 		payload[k] = v
 	}
 	payload["agent_id"] = agentID
 	if _, ok := payload["issued_at"]; !ok {
 		payload["issued_at"] = l.now().UTC().Format(time.RFC3339Nano)
 	}
-	compact, auditID, err := l.signer.sign(payload, TypLifecycle)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidEvent, err)
-	}
-	stored := map[string]any{
-		"format":     "jws",
-		"envelope":   compact,
-		"audit_id":   auditID,
-		"event_type": typ,
-	}
+	return &lcEntry{signer: l.signer, typ: typ, payload: payload}, nil
+}
 
+// store puts e at the head of agentID's stream.
+func (l *Lifecycle) store(agentID string, e *lcEntry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st, ok := l.agents[agentID]
@@ -152,36 +216,44 @@ func (l *Lifecycle) Emit(agentID string, event map[string]any) (entry map[string
 		l.lru.MoveToFront(st.elem)
 	}
 	if len(st.ring) < l.perAgent {
-		st.ring = append(st.ring, stored)
+		st.ring = append(st.ring, e)
 	} else {
-		st.ring[st.next] = stored
+		st.ring[st.next] = e
 		st.next = (st.next + 1) % l.perAgent
 	}
-	return copyEntry(stored), nil
 }
 
 // List returns up to limit of agentID's entries (shape as [Lifecycle.Emit]
 // returns), newest first; limit <= 0 means all that are kept. An unknown
-// agent has an empty (nil) list. The maps are copies.
+// agent has an empty (nil) list. The maps are copies. Entries stored by
+// [Lifecycle.Record] are signed here, once, outside the lock; one whose
+// payload cannot be encoded (Record refuses those) is left out.
 func (l *Lifecycle) List(agentID string, limit int) []map[string]any {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	st, ok := l.agents[agentID]
 	if !ok {
+		l.mu.Unlock()
 		return nil
 	}
 	n := len(st.ring)
 	if limit <= 0 || limit > n {
 		limit = n
 	}
-	out := make([]map[string]any, 0, limit)
+	picked := make([]*lcEntry, 0, limit)
 	// Newest is just before next once the ring is full, else the last.
 	newest := n - 1
 	if n == l.perAgent {
 		newest = (st.next - 1 + n) % n
 	}
 	for i := 0; i < limit; i++ {
-		out = append(out, copyEntry(st.ring[(newest-i+n)%n]))
+		picked = append(picked, st.ring[(newest-i+n)%n])
+	}
+	l.mu.Unlock()
+	out := make([]map[string]any, 0, len(picked))
+	for _, e := range picked {
+		if stored, err := e.entry(); err == nil {
+			out = append(out, copyEntry(stored))
+		}
 	}
 	return out
 }

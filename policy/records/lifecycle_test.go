@@ -221,3 +221,59 @@ func TestLifecycleConcurrent(t *testing.T) {
 		t.Errorf("%d agents kept, over the bound of 3", total)
 	}
 }
+
+// TestLifecycleRecordSameBytes: an event stored by Record and signed
+// when List first reads it has the envelope and audit_id Emit gives at
+// the same clock reading, signed or not; concurrent first reads sign it
+// once, and Record refuses a value that is not a string.
+func TestLifecycleRecordSameBytes(t *testing.T) {
+	for _, signed := range []bool{false, true} {
+		var s *Signer
+		if signed {
+			s = mustSigner(t, newKey(t))
+		}
+		eager, err := NewLifecycle(s, LifecycleOptions{PerAgent: 4, Now: stepClock(day1, time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lazy, err := NewLifecycle(s, LifecycleOptions{PerAgent: 4, Now: stepClock(day1, time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 6 {
+			ev := map[string]any{"event_type": EventProposeAccepted, "synthesis_id": fmt.Sprintf("syn-%d", i),
+				"path": "/room/<&\u2028>", "contract_hash": strings.Repeat("ab", 32)}
+			want, err := eager.Emit("A", ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lazy.Record("A", ev); err != nil {
+				t.Fatal(err)
+			}
+			if len(ev) != 4 {
+				t.Fatalf("Record modified the event: %v", ev)
+			}
+			if i%2 == 0 {
+				continue // some entries first read in a batch below
+			}
+			var wg sync.WaitGroup
+			got := make([]map[string]any, 4)
+			for j := range got {
+				wg.Add(1)
+				go func() { defer wg.Done(); got[j] = lazy.List("A", 1)[0] }()
+			}
+			wg.Wait()
+			for _, g := range got {
+				if fmt.Sprint(g) != fmt.Sprint(want) {
+					t.Fatalf("signed=%v event %d: List after Record = %v, Emit = %v", signed, i, g, want)
+				}
+			}
+		}
+		if a, b := fmt.Sprint(lazy.List("A", 0)), fmt.Sprint(eager.List("A", 0)); a != b {
+			t.Errorf("signed=%v: streams differ:\n%s\n%s", signed, a, b)
+		}
+		if err := lazy.Record("A", map[string]any{"event_type": EventRelease, "n": 1}); !errors.Is(err, ErrInvalidEvent) {
+			t.Errorf("Record of a number = %v, want ErrInvalidEvent", err)
+		}
+	}
+}

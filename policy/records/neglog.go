@@ -494,8 +494,9 @@ func encodeRecord(record map[string]any) (line []byte, hash string, err error) {
 		return nil, "", err
 	}
 	sum := sha256.Sum256(canon)
-	hash = hex.EncodeToString(sum[:])
-	return append(insertHash(canon, hash), '\n'), hash, nil
+	var hx [64]byte
+	hex.Encode(hx[:], sum[:])
+	return append(insertHash(canon, hx[:]), '\n'), string(hx[:]), nil
 }
 
 // insertHash inserts "hash":HASH into canon, the JCS form of an object,
@@ -504,9 +505,10 @@ func encodeRecord(record map[string]any) (line []byte, hash string, err error) {
 // form: for the all-ASCII "hash" that is the UTF-16 order JCS uses,
 // since every escape (\\, \", \b... \u001f) stands for a character
 // below 'a', as its backslash is.
-func insertHash(canon []byte, hash string) []byte {
-	member := `"hash":"` + hash + `"`
-	out := make([]byte, 0, len(canon)+len(member)+1)
+func insertHash(canon []byte, hash []byte) []byte {
+	var mb [len(`"hash":""`) + 64]byte
+	member := append(append(append(mb[:0], `"hash":"`...), hash...), '"')
+	out := make([]byte, 0, len(canon)+len(member)+2) // room for ',' and the line's '\n'
 	depth, inStr, esc := 0, false, false
 	for i := 0; i < len(canon); i++ {
 		c := canon[i]

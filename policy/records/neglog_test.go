@@ -753,7 +753,7 @@ func TestInsertHashMatchesJCS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := insertHash(canon, ZeroHash); !bytes.Equal(got, want) {
+			if got := insertHash(canon, []byte(ZeroHash)); !bytes.Equal(got, want) {
 				t.Errorf("insertHash =\n%s\nwant\n%s", got, want)
 			}
 		})
