@@ -405,15 +405,11 @@ func (h *Engine) negotiationRecord(x *exchange, kind, outcome, reason string, re
 	if log == nil || x.agentID == "" {
 		return
 	}
-	rec := map[string]any{
-		"kind":       kind,
-		"outcome":    outcome,
-		"requested":  requested,
-		"granted":    nil,
-		"request_id": x.requestID,
-		"binding":    x.in.Binding,
-		"node_id":    h.nodeID,
-	}
+	// Room for every member below and the four the log adds, so that
+	// neither this function nor AppendOwned grows the map.
+	rec := make(map[string]any, 16)
+	rec["kind"], rec["outcome"], rec["requested"], rec["granted"] = kind, outcome, requested, nil
+	rec["request_id"], rec["binding"], rec["node_id"] = x.requestID, x.in.Binding, h.nodeID
 	if op := x.operator; op != nil {
 		// No agent asked: the operator page's access rule admitted
 		// the operator, who is the actor (spec §14.4 "actor").
@@ -431,7 +427,7 @@ func (h *Engine) negotiationRecord(x *exchange, kind, outcome, reason string, re
 	if x.sessionID != "" {
 		rec["session_id"] = x.sessionID
 	}
-	if _, err := log.Append(x.agentID, rec); err != nil {
+	if _, err := log.AppendOwned(x.agentID, rec); err != nil {
 		x.log().Error("appending negotiation record", zap.String("agent_id", x.agentID), zap.String("kind", kind), zap.Error(err))
 	}
 }

@@ -386,10 +386,29 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 // [ErrInvalidRecord] for a record refused before writing, [ErrLogClosed]
 // after Close, or the I/O error that failed the log.
 func (l *Log) Append(agentID string, rec map[string]any) (hash string, err error) {
-	record, err := checkRecord(agentID, rec)
+	record, err := checkRecord(agentID, rec, false)
 	if err != nil {
 		return "", err
 	}
+	return l.append(agentID, record)
+}
+
+// AppendOwned is Append for a record map the caller gives up: the log
+// completes rec itself ("agent_id", "seq", "at", "prev") instead of a
+// copy, so the caller must neither read nor write rec afterwards, nor
+// share its values' maps with another goroutine that writes them. The
+// line written is the one Append writes for the same fields. A map made
+// with room for the four added members (len(rec)+4) is not grown.
+func (l *Log) AppendOwned(agentID string, rec map[string]any) (hash string, err error) {
+	record, err := checkRecord(agentID, rec, true)
+	if err != nil {
+		return "", err
+	}
+	return l.append(agentID, record)
+}
+
+// append is Append after checkRecord.
+func (l *Log) append(agentID string, record map[string]any) (hash string, err error) {
 
 	l.mu.Lock()
 	if l.closed {
@@ -453,8 +472,9 @@ func (l *Log) Append(agentID string, rec map[string]any) (hash string, err error
 	return hash, nil
 }
 
-// checkRecord validates rec and returns a copy to complete.
-func checkRecord(agentID string, rec map[string]any) (map[string]any, error) {
+// checkRecord validates rec and returns the map to complete: a copy, or
+// rec itself when owned.
+func checkRecord(agentID string, rec map[string]any, owned bool) (map[string]any, error) {
 	if agentID == "" {
 		return nil, fmt.Errorf("%w: empty agent id", ErrInvalidRecord)
 	}
@@ -477,6 +497,9 @@ func checkRecord(agentID string, rec map[string]any) (map[string]any, error) {
 	}
 	if v, ok := rec["agent_id"]; ok && v != agentID {
 		return nil, fmt.Errorf("%w: agent_id %v differs from %q", ErrInvalidRecord, v, agentID)
+	}
+	if owned {
+		return rec, nil
 	}
 	out := make(map[string]any, len(rec)+5)
 	for k, v := range rec {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -814,4 +815,76 @@ func TestEveryKindVerifies(t *testing.T) {
 	if err := VerifyDir(dir); err != nil {
 		t.Fatalf("VerifyDir with every kind: %v", err)
 	}
+}
+
+// TestAppendOwnedSameLines: AppendOwned writes, byte for byte, the lines
+// and hashes Append writes for the same records at the same clock
+// readings (a map sized for the added members, and one that must grow),
+// refuses what Append refuses, and VerifyDir accepts its log.
+func TestAppendOwnedSameLines(t *testing.T) {
+	rec := func(i int) map[string]any {
+		return map[string]any{"kind": KindGate, "outcome": OutcomeAccepted, "requested": map[string]any{"method": "LOOKUP", "path": fmt.Sprintf("/item/%d<&\u2028>", i), "allow_rcns": true},
+			"granted": map[string]any{"synthesis_id": "syn-x", "scope": []string{"bench:read"}, "persistent": false}, "request_id": "r", "identity_assurance": "unverified"}
+	}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a, err := OpenLog(LogOptions{Dir: dirA, Fsync: FsyncOff, Now: stepClock(day1, time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenLog(LogOptions{Dir: dirB, Fsync: FsyncOff, Now: stepClock(day1, time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		ha, err := a.Append("A", rec(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		owned := rec(i)
+		if i%2 == 0 {
+			sized := make(map[string]any, len(owned)+4)
+			maps.Copy(sized, owned)
+			owned = sized
+		}
+		hb, err := b.AppendOwned("A", owned)
+		if err != nil || hb != ha {
+			t.Fatalf("record %d: AppendOwned = %s, %v; Append = %s", i, hb, err, ha)
+		}
+	}
+	if _, err := b.AppendOwned("A", map[string]any{"kind": KindGate, "outcome": "maybe", "requested": nil, "granted": nil}); !errors.Is(err, ErrInvalidRecord) {
+		t.Errorf("AppendOwned of a bad outcome = %v, want ErrInvalidRecord", err)
+	}
+	for _, l := range []*Log{a, b} {
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{dirA, dirB} {
+		if err := VerifyDir(d); err != nil {
+			t.Fatalf("VerifyDir(%s): %v", d, err)
+		}
+	}
+	la, lb := readDir(t, dirA), readDir(t, dirB)
+	if la == "" || la != lb {
+		t.Fatalf("logs differ:\n%s\n%s", la, lb)
+	}
+}
+
+// readDir is the concatenation of dir's files, by name.
+func readDir(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for _, e := range ents {
+		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.WriteString(e.Name() + "\n")
+		out.Write(raw)
+	}
+	return out.String()
 }

@@ -182,7 +182,7 @@ func gateRefusal() map[string]any {
 // BenchmarkEncodeRecord is the encoding part of an append: JSON, RFC 8785
 // canonical form, SHA-256, hash member.
 func BenchmarkEncodeRecord(b *testing.B) {
-	rec, err := checkRecord(benchAgent, gateRefusal())
+	rec, err := checkRecord(benchAgent, gateRefusal(), false)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func BenchmarkEncodeRecord(b *testing.B) {
 // replaced (json.Marshal, then jcs.Transform re-parsing that output),
 // still the fallback for value types the one pass does not know.
 func BenchmarkCanonicalRecord(b *testing.B) {
-	rec, err := checkRecord(benchAgent, gateRefusal())
+	rec, err := checkRecord(benchAgent, gateRefusal(), false)
 	if err != nil {
 		b.Fatal(err)
 	}
