@@ -259,33 +259,44 @@ func BenchmarkLogAppend(b *testing.B) {
 }
 
 // BenchmarkLifecycleEmit is the rcns_propose_accepted event every
-// synthesis emits (a second signature on the synthesis path).
+// synthesis emits: emit/* signs it at once (Emit, what the synthesis path
+// did), record/* is what the synthesis path does now (Record: stamped
+// and stored, signed when INSPECT first reads the stream).
 func BenchmarkLifecycleEmit(b *testing.B) {
-	for _, signed := range []bool{false, true} {
-		name := "none"
-		if signed {
-			name = "ed25519"
-		}
-		b.Run(name, func(b *testing.B) {
-			l, err := NewLifecycle(benchSigner(b, signed), LifecycleOptions{})
-			if err != nil {
-				b.Fatal(err)
+	for _, how := range []string{"emit", "record"} {
+		for _, signed := range []bool{false, true} {
+			name := how + "/none"
+			if signed {
+				name = how + "/ed25519"
 			}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				i++
-				e, err := l.Emit(benchAgent, map[string]any{
-					"event_type": "rcns_propose_accepted", "agent_id": benchAgent, "synthesis_id": fmt.Sprintf("syn-%022d", i),
-					"method": "LOOKUP", "path": "/item/g-1", "recipe_name": "lookup-item", "recipe_version": "1",
-					"contract_hash":      "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
-					"negotiation_origin": "rcns-gate", "actor_agent_id": benchAgent,
-				})
+			b.Run(name, func(b *testing.B) {
+				l, err := NewLifecycle(benchSigner(b, signed), LifecycleOptions{})
 				if err != nil {
 					b.Fatal(err)
 				}
-				sinkMap = e
-			}
-		})
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					i++
+					ev := map[string]any{
+						"event_type": "rcns_propose_accepted", "agent_id": benchAgent, "synthesis_id": fmt.Sprintf("syn-%022d", i),
+						"method": "LOOKUP", "path": "/item/g-1", "recipe_name": "lookup-item", "recipe_version": "1",
+						"contract_hash":      "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+						"negotiation_origin": "rcns-gate", "actor_agent_id": benchAgent,
+					}
+					if how == "record" {
+						if err := l.Record(benchAgent, ev); err != nil {
+							b.Fatal(err)
+						}
+						continue
+					}
+					e, err := l.Emit(benchAgent, ev)
+					if err != nil {
+						b.Fatal(err)
+					}
+					sinkMap = e
+				}
+			})
+		}
 	}
 }
