@@ -493,6 +493,10 @@ func (d *Door) newServer(tools []*mcpTool) *mcp.Server {
 		s.AddTool(t.def, d.handler(t))
 	}
 	d.addResources(s)
+	// The fast path (fastpath.go) answers a plain Tier B tools/call
+	// without this middleware: one added here that acts on tools/call
+	// must make fastCall decline the calls it acts on (and
+	// TestMCPFastPathDifferential's corpus hold one of them).
 	s.AddReceivingMiddleware(declaredOnly, d.recordVersion)
 	return s
 }
