@@ -379,7 +379,7 @@ func TestMCPHeaderSpelling(t *testing.T) {
 }
 
 // TestMCPDeclaredCapabilities: the door declares tools and resources and
-// serves exactly those: the three DISCOVER resources list and read as
+// serves exactly those: the four resources (three DISCOVER, one INSPECT) list and read as
 // the caller's DISCOVER, and the methods of undeclared capabilities are
 // -32601 method not found, not empty listings.
 func TestMCPDeclaredCapabilities(t *testing.T) {
@@ -393,7 +393,7 @@ func TestMCPDeclaredCapabilities(t *testing.T) {
 		t.Fatalf("capabilities = %s, want tools and resources only", caps)
 	}
 	list, err := s.ListResources(ctx, nil)
-	if err != nil || len(list.Resources) != 3 {
+	if err != nil || len(list.Resources) != 4 {
 		t.Fatalf("resources/list: %v %+v", err, list)
 	}
 	for _, r := range list.Resources {

@@ -77,8 +77,8 @@ func (h *Engine) inspectAll(req *request) bool {
 }
 
 // inspect serves INSPECT target=contract, rcns-attempt, lifecycle,
-// audit and chain_head (spec §17.3; audit and chain_head in
-// inspectrecords.go).
+// negotiations (negrecords.go), audit and chain_head (spec §17.3; audit
+// and chain_head in inspectrecords.go).
 func (h *Engine) inspect(x *exchange, req *request, p map[string]any) {
 	target, e := strParam(p, "INSPECT", "target")
 	if e != nil {
@@ -162,12 +162,14 @@ func (h *Engine) inspect(x *exchange, req *request, p map[string]any) {
 			entries = []map[string]any{}
 		}
 		x.write(200, agtp.MediaAGTP, map[string]any{"target": "lifecycle", "agent_id": agent, "entries": entries}, nil)
+	case "negotiations":
+		h.inspectNegotiations(x, req, p)
 	case "audit":
 		h.inspectAudit(x, req, p)
 	case "chain_head":
 		h.inspectChainHead(x, req, p)
 	default:
-		x.fail(agtp.UnknownTarget.New(fmt.Sprintf("INSPECT target %q is not known (contract, rcns-attempt, lifecycle, audit, chain_head, idempotency-key)", textcut.Clip(target))))
+		x.fail(agtp.UnknownTarget.New(fmt.Sprintf("INSPECT target %q is not known (contract, rcns-attempt, lifecycle, negotiations, audit, chain_head, idempotency-key)", textcut.Clip(target))))
 	}
 }
 

@@ -182,7 +182,7 @@ func synthesisParam(x *exchange, p map[string]any, what string) (string, bool) {
 // ignored. limit and cursor are read from the query by listingParam,
 // which parses their string form there. Other query keys are not read.
 var builtinQueryParams = []string{"target", "synthesis_id", "attempt_id", "audit_id", "agent_id", "session_id",
-	"key", "action", "reason", "actor", "mode", "requested_duration", "persistent"}
+	"key", "action", "reason", "actor", "mode", "requested_duration", "persistent", "kind"}
 
 // queryParams adds the builtinQueryParams given in the query q (the last
 // value of a repeated key, spec §2.1) to the body parameters p. One

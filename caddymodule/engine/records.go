@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -32,14 +33,17 @@ import (
 // key the host shares the State by), written into the owner file for the error the
 // next gateway reports.
 type recordState struct {
-	name       string
-	mu         sync.Mutex
-	dir        string
-	lock       *flock.Flock
-	fsync      records.FsyncPolicy
-	log        *records.Log
-	chains     *records.Chains
-	lifecycle  *records.Lifecycle
+	name      string
+	mu        sync.Mutex
+	dir       string
+	lock      *flock.Flock
+	fsync     records.FsyncPolicy
+	log       *records.Log
+	chains    *records.Chains
+	lifecycle *records.Lifecycle
+	// negs are each agent's newest negotiation records, for INSPECT
+	// target=negotiations (negrecords.go).
+	negs       negRing
 	apiVersion int
 	stop       chan struct{}
 	done       chan struct{}
@@ -402,7 +406,7 @@ func (h *Engine) negotiationRecord(x *exchange, kind, outcome, reason string, re
 	rs.mu.Lock()
 	log := rs.log
 	rs.mu.Unlock()
-	if log == nil || x.agentID == "" {
+	if x.agentID == "" {
 		return
 	}
 	// Room for every member below and the four the log adds, so that
@@ -427,9 +431,21 @@ func (h *Engine) negotiationRecord(x *exchange, kind, outcome, reason string, re
 	if x.sessionID != "" {
 		rec["session_id"] = x.sessionID
 	}
-	if _, err := log.AppendOwned(x.agentID, rec); err != nil {
-		x.log().Error("appending negotiation record", zap.String("agent_id", x.agentID), zap.String("kind", kind), zap.Error(err))
+	// The agent's own copy (INSPECT target=negotiations), kept whether
+	// or not the durable log is open (AppendOwned takes rec over, so
+	// the copy is made first); it names the log's hash when the log
+	// took the record.
+	mine := maps.Clone(rec)
+	mine["agent_id"], mine["at"] = x.agentID, h.now().UTC().Format(time.RFC3339Nano)
+	if log != nil {
+		hash, err := log.AppendOwned(x.agentID, rec)
+		if err != nil {
+			x.log().Error("appending negotiation record", zap.String("agent_id", x.agentID), zap.String("kind", kind), zap.Error(err))
+		} else {
+			mine["hash"] = hash
+		}
 	}
+	rs.negs.add(x.agentID, mine)
 }
 
 // grantedOf describes what a contract grants, for negotiation records.

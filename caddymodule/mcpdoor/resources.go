@@ -19,16 +19,23 @@ import (
 // DISCOVER / (an identified one answers the built-ins' directory). A host can attach them to a
 // conversation as context (the manifest, what the agent may call, what
 // contracts it holds) without spending a tool call.
+//
+// rcns://negotiations is the caller's INSPECT target=negotiations
+// kind=protocol-version: the newest records of its protocol version
+// negotiations on the node that answers (a downgrade shows as an
+// accepted record whose granted version differs from requested).
 var mcpResources = []struct {
-	uri, path, name, title, description string
-	anonymous                           bool
+	uri, method, path, name, title, description string
+	anonymous                                   bool
 }{
-	{"rcns://manifest", "/", "manifest", "AGTP manifest",
+	{"rcns://manifest", "DISCOVER", "/", "manifest", "AGTP manifest",
 		"The gateway's AGTP manifest (DISCOVER /): its server id, methods, endpoints, policies and record keys.", true},
-	{"rcns://contracts", "/contracts", "contracts", "Your contracts",
+	{"rcns://contracts", "DISCOVER", "/contracts", "contracts", "Your contracts",
 		"The contracts the gateway synthesized for your agent (DISCOVER /contracts): each synthesis_id, its pair, state and expiry.", false},
-	{"rcns://patterns", "/patterns", "patterns", "Recipe patterns",
+	{"rcns://patterns", "DISCOVER", "/patterns", "patterns", "Recipe patterns",
 		"The (method, path) patterns the gateway's recipes can synthesize a contract for (DISCOVER /patterns), and the scopes each needs.", false},
+	{"rcns://negotiations", "INSPECT", "/?target=negotiations&kind=protocol-version", "negotiations", "Your protocol version negotiations",
+		"Your newest MCP protocol version negotiations on this gateway node (INSPECT target=negotiations kind=protocol-version): the version each initialize or server/discover asked for and the one it got.", false},
 }
 
 // undeclared are the methods of capabilities the door does not declare
@@ -54,24 +61,25 @@ func declaredOnly(next mcp.MethodHandler) mcp.MethodHandler {
 // addResources registers the door's resources on s.
 func (d *Door) addResources(s *mcp.Server) {
 	for _, r := range mcpResources {
-		path, anonymous := r.path, r.anonymous
+		method, path, anonymous := r.method, r.path, r.anonymous
 		s.AddResource(&mcp.Resource{URI: r.uri, Name: r.name, Title: r.title, Description: r.description, MIMEType: "application/json"},
 			func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-				return d.readResource(ctx, req.Params.URI, path, anonymous)
+				return d.readResource(ctx, req.Params.URI, method, path, anonymous)
 			})
 	}
 }
 
-// readResource answers resources/read of uri: the engine's DISCOVER of
-// path as the caller (anonymous: as no one), its body the resource's
-// JSON text. A refusal is a JSON-RPC error naming the AGTP reason.
-func (d *Door) readResource(ctx context.Context, uri, path string, anonymous bool) (*mcp.ReadResourceResult, error) {
+// readResource answers resources/read of uri: the engine's answer to
+// method (DISCOVER or INSPECT) of path as the caller (anonymous: as no
+// one), its body the resource's JSON text. A refusal is a JSON-RPC
+// error naming the AGTP reason.
+func (d *Door) readResource(ctx context.Context, uri, method, path string, anonymous bool) (*mcp.ReadResourceResult, error) {
 	rq, _ := ctx.Value(mcpRequestKey{}).(*mcpRequest)
 	if rq == nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the read did not come through the MCP door"}
 	}
 	u, _ := url.ParseRequestURI(path)
-	in := rq.agtpRequest(ctx, "DISCOVER", path, u, rq.engineHeader())
+	in := rq.agtpRequest(ctx, method, path, u, rq.engineHeader())
 	if anonymous {
 		delete(in.Header, "Agent-Id")
 		in.Verified = nil

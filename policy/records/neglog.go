@@ -81,6 +81,14 @@ var kindList = strings.Join(kinds[:len(kinds)-1], ", ") + " or " + kinds[len(kin
 // validKind reports whether kind is one of kinds.
 func validKind(kind string) bool { return slices.Contains(kinds, kind) }
 
+// IsKind reports whether kind is a negotiation record kind (gate,
+// propose, release, revoke or protocol-version).
+func IsKind(kind string) bool { return validKind(kind) }
+
+// KindList names the negotiation record kinds for errors ("gate,
+// propose, release, revoke or protocol-version").
+func KindList() string { return kindList }
+
 // Negotiation record outcomes (seed 003 §A.3): a downgrade is an
 // accepted record whose granted differs from requested.
 const (
