@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"crypto/rand"
 	"sync"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
@@ -24,6 +25,9 @@ type State struct {
 	refusals *refusalLog
 	mu       sync.Mutex
 	recipes  map[string]string // name@version → content hash ever loaded
+	// sealKey is this node's random 32-byte MAC key for state the
+	// doors hand a client to return (SealKey).
+	sealKey []byte
 }
 
 // maxNegotiations bounds the PROPOSE negotiations a State remembers.
@@ -37,7 +41,26 @@ func NewState(name string) *State {
 		records:      &recordState{name: name},
 		inflight:     &inflightSet{},
 		refusals:     &refusalLog{},
+		sealKey:      newSealKey(),
 	}
+}
+
+// newSealKey is a random 32-byte key (crypto/rand.Read does not fail).
+func newSealKey() []byte {
+	k := make([]byte, 32)
+	_, _ = rand.Read(k)
+	return k
+}
+
+// SealKey is this node's MAC key for state a door hands a client and
+// takes back (the MCP door's input_required requestState): 32 random
+// bytes made with the State, so it outlives reloads but not a restart,
+// and differs between nodes. Callers must not modify it.
+func (h *Engine) SealKey() []byte {
+	if h.st == nil {
+		return nil
+	}
+	return h.st.sealKey
 }
 
 // Destruct closes the records and the memory store's limiters; the host

@@ -66,6 +66,22 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the call did not come through the MCP door"}
 		}
 		rq.called(t.name)
+		// Confirm-first as input_required (inputreq.go): a retry
+		// carrying the user's answer presents the preview it approved.
+		mrtr := t.kind == mcpRecipe && d.wantsInputRequired(req)
+		retry := t.kind == mcpRecipe && isRetry(req)
+		if retry {
+			sid, refused := d.confirmation(t, rq, req)
+			if refused != nil {
+				return refused, nil
+			}
+			confirmed, ok := withSynthesisID(req, sid)
+			if !ok {
+				rq.answered("", agtp.InvalidParameter.Token)
+				return d.argumentResult(t, req, 400, agtp.InvalidParameter.Token, "arguments must be a JSON object", nil, mcp.Meta{MCPMetaStatus: 400}), nil
+			}
+			req = confirmed
+		}
 		in, keyed, jerr := d.engineRequest(ctx, rq, t, req)
 		if jerr != nil {
 			if jerr.Code == jsonrpc.CodeInvalidParams {
@@ -87,7 +103,11 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 			return d.timedOut(t, keyed, req), nil
 		}
 		rq.answered(resp.RequestID, resp.Reason)
-		return d.result(t, rq, req, in.Target, resp)
+		res, err := d.result(t, rq, req, in.Target, resp)
+		if mrtr && !retry && err == nil && resp.Status == policy.StatusContractAvailable {
+			return d.previewAsInput(t, rq, req, in.Target, resp, res), nil
+		}
+		return res, err
 	}
 }
 
