@@ -816,6 +816,18 @@ func TestOAuthIdentityList(t *testing.T) {
 	if got == "" {
 		t.Errorf("the downgraded initialize left no protocol-version record; answer %s", r.Body)
 	}
+	// The agent reads its own downgrade back: INSPECT on the HTTP door
+	// and the MCP resource rcns://negotiations, newest first.
+	ins := w.GW.DoHTTP(t, "INSPECT", "/?target=negotiations&kind=protocol-version&limit=1", bearer(tok), nil)
+	wantStatus(t, ins, 200)
+	if b := string(ins.Body); !strings.Contains(b, `"protocol_version":"2099-01-01"`) || got == "" || !strings.Contains(b, `"protocol_version":"`+got+`"`) {
+		t.Errorf("INSPECT target=negotiations does not show the downgrade: %s", b)
+	}
+	r = mcpRaw(t, w.GW, "/mcp", `{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"rcns://negotiations"}}`, map[string]string{"Authorization": "Bearer " + tok})
+	wantStatus(t, r, 200)
+	if !strings.Contains(string(r.Body), `2099-01-01`) {
+		t.Errorf("rcns://negotiations does not show the downgrade: %s", r.Body)
+	}
 	// The log with that record verifies (verify-log knows every kind the
 	// gateway writes).
 	if out, err := exec.Command(caddyBin, "rcns", "verify-log", w.RecDir).CombinedOutput(); err != nil {
