@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
@@ -146,6 +147,9 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 	var failed []stepResult
 
 	launch := func() {
+		if stopped(ctx) {
+			return
+		}
 		for i, s := range r.Steps {
 			if started[i] {
 				continue
@@ -197,6 +201,9 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 			launch()
 		}
 	}
+	if len(failed) == 0 && stopped(ctx) && slices.Contains(done, false) {
+		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), Cause: stopFailure(), Steps: reports, SideEffectFree: r.noneActed(started)}
+	}
 	if len(failed) > 0 {
 		// The first failed step in declared order is the one reported.
 		first := failed[0]
@@ -236,6 +243,12 @@ func outputSchemaFailure(probs []string) *Failure {
 // executeOne runs a one-step plan on the caller's goroutine: no
 // scheduling, no channel (the common recipe shape on the hot path).
 func (r *Recipe) executeOne(ctx context.Context, input map[string]any) (any, []StepReport, *CompositionFailure) {
+	if stopped(ctx) {
+		s := r.Steps[0]
+		rep := []StepReport{{Name: s.Name, Method: s.Endpoint.Method, Path: s.Endpoint.Path, State: StepNotStarted, Upstream: s.Endpoint.UpstreamName(),
+			Credential: CredentialKind(ctx, s.Endpoint)}}
+		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), Cause: stopFailure(), Steps: rep, SideEffectFree: true}
+	}
 	s := r.Steps[0]
 	rep := []StepReport{{Name: s.Name, Method: s.Endpoint.Method, Path: s.Endpoint.Path, Upstream: s.Endpoint.UpstreamName(),
 		Credential: CredentialKind(ctx, s.Endpoint)}}
@@ -389,4 +402,52 @@ func (s *Step) runPlain(ctx context.Context, input any, vals []any) (any, *Failu
 			Explanation: fmt.Sprintf("the input mapping for step %s produced a value that is not JSON on the given input", s.Name)}
 	}
 	return s.Endpoint.Invoke(ctx, nv.(map[string]any))
+}
+
+// StopCode is the failure code of a plan stopped with WithStop before
+// every step started (a cancelled MCP task: docs/agent-guide-mcp.md
+// "Tasks").
+const StopCode = "plan_stopped"
+
+// stopKey is the context key of WithStop.
+type stopKey struct{}
+
+// WithStop returns ctx carrying stop: once stop is closed, a plan run
+// under it (Execute) starts no further step. Steps already started run to
+// their end and keep their answers (reported succeeded or failed); the
+// run then fails with StopCode, its reports naming which steps ran and
+// which did not start. Execute detaches from ctx's cancellation, not
+// from its values, so stop is how a caller stops a plan between steps.
+func WithStop(ctx context.Context, stop <-chan struct{}) context.Context {
+	return context.WithValue(ctx, stopKey{}, stop)
+}
+
+// stopped reports whether ctx carries a closed WithStop channel.
+func stopped(ctx context.Context) bool {
+	ch, _ := ctx.Value(stopKey{}).(<-chan struct{})
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopFailure is the cause of a plan stopped before every step started.
+func stopFailure() *Failure {
+	return &Failure{Status: 422, Code: StopCode, Explanation: "the plan was stopped (its task was cancelled): the steps not started then were not run; those started ran to their end"}
+}
+
+// noneActed reports that no started step may have acted: every started
+// step's endpoint is idempotent.
+func (r *Recipe) noneActed(started []bool) bool {
+	for i, s := range r.Steps {
+		if started[i] && !s.Endpoint.Semantic.IsIdempotent {
+			return false
+		}
+	}
+	return true
 }

@@ -368,3 +368,61 @@ output: '{a: $a, b: $b}'
 		}
 	}
 }
+
+// TestExecuteStopBetweenSteps: a plan stopped (WithStop) while its
+// first step runs lets that step finish and keep its answer, starts no
+// later step, and fails with StopCode naming which steps ran.
+func TestExecuteStopBetweenSteps(t *testing.T) {
+	var calls sync.Map
+	entered, release := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Store(r.URL.Path, true)
+		if r.URL.Path == "/ok" {
+			close(entered)
+			<-release
+		}
+		fmt.Fprint(w, `{"id":"ok"}`)
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	recipe := recipeHead + `steps:
+  - {name: first, method: FETCH, path: /alpha, input: '{id: $input.id}'}
+  - {name: second, method: FETCH, path: /beta, input: '{id: $first.id}'}
+  - {name: third, method: FETCH, path: /gamma, input: '{id: $second.id}'}
+output: '$third'
+`
+	r, _ := buildSet(t, up, recipe,
+		endpointDoc("FETCH", "/alpha", "GET", "/ok", ""),
+		endpointDoc("FETCH", "/beta", "GET", "/second", ""),
+		endpointDoc("FETCH", "/gamma", "GET", "/third", ""))
+	stop := make(chan struct{})
+	go func() {
+		<-entered
+		close(stop)
+		close(release)
+	}()
+	_, reports, cf := r.Execute(WithStop(context.Background(), stop), map[string]any{"id": "x"}, 10*time.Second)
+	if cf == nil || cf.Cause.Code != StopCode || cf.FailedStep != nil {
+		t.Fatalf("failure = %+v, want %s", cf, StopCode)
+	}
+	if states := []string{reports[0].State, reports[1].State, reports[2].State}; fmt.Sprint(states) != "[succeeded not-started not-started]" {
+		t.Fatalf("states = %v", states)
+	}
+	if reports[0].Output == nil {
+		t.Fatal("the started step lost its answer")
+	}
+	for _, p := range []string{"/second", "/third"} {
+		if _, called := calls.Load(p); called {
+			t.Fatalf("%s was called after the stop", p)
+		}
+	}
+	// A one-step plan stopped before it starts calls nothing.
+	one, _ := buildSet(t, up, recipeHead+`steps:
+  - {name: only, method: FETCH, path: /beta, input: '{id: $input.id}'}
+output: '$only'
+`, endpointDoc("FETCH", "/beta", "GET", "/second", ""))
+	_, rep, cf := one.Execute(WithStop(context.Background(), stop), map[string]any{"id": "x"}, 10*time.Second)
+	if cf == nil || cf.Cause.Code != StopCode || rep[0].State != StepNotStarted {
+		t.Fatalf("one-step stopped: %+v %+v", cf, rep)
+	}
+}
