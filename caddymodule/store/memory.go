@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -36,6 +37,7 @@ type Memory struct {
 	replay    *httpsig.ReplayCache
 	attempts  *memAttempts
 	records   *memRecords
+	tasks     *memTasks
 }
 
 // limiterSlot keeps a budget's limiter while its configuration is
@@ -58,6 +60,7 @@ func NewMemory(l Limits, now func() time.Time) *Memory {
 		replay:    httpsig.NewReplayCache(l.ReplayEntries, now),
 		attempts:  &memAttempts{size: l.Attempts, byID: map[string]Attempt{}},
 		records:   newMemRecords(l.MaxRecords, l.RecordRetention, now),
+		tasks:     &memTasks{now: now, byID: map[string]memTask{}, cancel: map[string]time.Time{}},
 	}
 	m.set = Set{
 		Presenter:   memPresenter{m},
@@ -67,6 +70,7 @@ func NewMemory(l Limits, now func() time.Time) *Memory {
 		Replay:      memReplay{m.replay},
 		Attempts:    m.attempts,
 		Records:     m.records,
+		Tasks:       m.tasks,
 	}
 	return m
 }
@@ -468,4 +472,76 @@ func (m *Memory) ResetIdempotency(l idempotency.Limits) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.idem = idempotency.NewStore(l, m.now)
+}
+
+// MaxMemoryTasks bounds the memory store's tasks: past it, expired ones
+// are swept, then a Put of a new task is refused (ErrUnavailable).
+const MaxMemoryTasks = 100_000
+
+// memTasks keeps tasks in a map, each until its expiry.
+type memTasks struct {
+	now    func() time.Time
+	mu     sync.Mutex
+	byID   map[string]memTask
+	cancel map[string]time.Time // id → expiry of its cancel request
+}
+
+type memTask struct {
+	t       Task
+	expires time.Time
+}
+
+func (m *memTasks) sweepLocked(now time.Time) {
+	for id, e := range m.byID {
+		if !now.Before(e.expires) {
+			delete(m.byID, id)
+		}
+	}
+	for id, exp := range m.cancel {
+		if !now.Before(exp) {
+			delete(m.cancel, id)
+		}
+	}
+}
+
+func (m *memTasks) Put(_ context.Context, t Task, ttl time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	if _, ok := m.byID[t.ID]; !ok && len(m.byID) >= MaxMemoryTasks {
+		m.sweepLocked(now)
+		if len(m.byID) >= MaxMemoryTasks {
+			return fmt.Errorf("%w: the memory store holds %d tasks", ErrUnavailable, MaxMemoryTasks)
+		}
+	}
+	t.Result, t.Error, t.Steps = slices.Clone(t.Result), slices.Clone(t.Error), slices.Clone(t.Steps)
+	m.byID[t.ID] = memTask{t: t, expires: now.Add(ttl)}
+	return nil
+}
+
+func (m *memTasks) Get(_ context.Context, id string) (Task, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.byID[id]
+	if !ok || !m.now().Before(e.expires) {
+		return Task{}, false, nil
+	}
+	return e.t, true, nil
+}
+
+func (m *memTasks) RequestCancel(_ context.Context, id string, ttl time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.cancel) >= MaxMemoryTasks {
+		m.sweepLocked(m.now())
+	}
+	m.cancel[id] = m.now().Add(ttl)
+	return nil
+}
+
+func (m *memTasks) CancelRequested(_ context.Context, id string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	exp, ok := m.cancel[id]
+	return ok && m.now().Before(exp), nil
 }

@@ -295,6 +295,55 @@ type Records interface {
 	Heads(ctx context.Context, agentID string) ([]Head, error)
 }
 
+// Task is the state of one MCP task (the io.modelcontextprotocol/tasks
+// extension, MCP 2026-07-28: docs/agent-guide-mcp.md "Tasks"): a tool
+// call that answered with a task handle and runs on the node that
+// accepted it. That node alone writes it (Tasks.Put); any node reads it.
+type Task struct {
+	// ID is the task id (unguessable: 128 random bits, hex).
+	ID string `json:"id"`
+	// AgentID is the Agent-ID whose call made it: only that agent reads
+	// or cancels it.
+	AgentID string `json:"agent_id"`
+	// NodeID names the node running it.
+	NodeID string `json:"node_id"`
+	// Tool is the called tool's name.
+	Tool string `json:"tool"`
+	// Status is working, completed, failed or cancelled (the extension's
+	// names).
+	Status string `json:"status"`
+	// StatusMessage says what happened, for a human.
+	StatusMessage string `json:"status_message,omitempty"`
+	// CreatedAt and UpdatedAt are when it was made and last written.
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// LeaseUntil is, while Status is working, when the running node's
+	// lease ends: the node renews it while it runs the task; a reader
+	// that finds it passed reports the task failed (the node stopped).
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	// Result is the tool result (MCP CallToolResult JSON) once completed.
+	Result []byte `json:"result,omitempty"`
+	// Error is the JSON-RPC error object ({code, message}) once failed.
+	Error []byte `json:"error,omitempty"`
+	// Steps are a recipe's per-step states once it ended (JSON array of
+	// {name, method, path, state}): which steps ran.
+	Steps []byte `json:"steps,omitempty"`
+}
+
+// Tasks keeps MCP tasks' state for a bounded time, by id, shared by
+// every node of a store.
+type Tasks interface {
+	// Put stores t (replacing the record with its id), kept for ttl.
+	Put(ctx context.Context, t Task, ttl time.Duration) error
+	// Get returns the task with id, or false when unknown or expired.
+	Get(ctx context.Context, id string) (Task, bool, error)
+	// RequestCancel notes that task id is asked to stop, kept for ttl.
+	// It is apart from the record, which the running node alone writes.
+	RequestCancel(ctx context.Context, id string, ttl time.Duration) error
+	// CancelRequested reports whether RequestCancel was called for id.
+	CancelRequested(ctx context.Context, id string) (bool, error)
+}
+
 // PresentRequest is a request presenting a contract (RCNS §10 step 7).
 type PresentRequest struct {
 	// Presenter is the presenting Agent-ID.
@@ -432,6 +481,7 @@ type Set struct {
 	Replay      ReplayCache
 	Attempts    Attempts
 	Records     Records
+	Tasks       Tasks
 	// FoldsGate reports that Presenter.ResolvePair keeps
 	// PairRequest.Attempt and mints PairRequest.Mint in its one round
 	// trip (the Redis store outside Cluster mode). When false the engine
@@ -534,13 +584,14 @@ const (
 	OpReplay         Op = "replay"
 	OpAttempt        Op = "attempt"
 	OpRecord         Op = "record"
+	OpTask           Op = "task"
 	OpPing           Op = "ping"
 	OpNodeID         Op = "node_id"
 )
 
 // Ops lists every Op, for registering metric label values.
 var Ops = []Op{OpClaim, OpComplete, OpAbandon, OpRenew, OpSettle, OpRateLimit, OpContractMint, OpContractLookup,
-	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpPing, OpNodeID}
+	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpTask, OpPing, OpNodeID}
 
 // Observer is told about every round trip a store makes: the operation,
 // its latency, and its error (nil, or one wrapping ErrUnavailable). The

@@ -156,3 +156,48 @@ func (r records) Heads(ctx context.Context, agentID string) ([]store.Head, error
 	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
 	return out, nil
 }
+
+// tasks keeps MCP tasks at P{t:ID} (JSON of store.Task, expiring after
+// its ttl) and their cancel requests at P{t:ID}:c (same slot): one
+// round trip each.
+type tasks struct{ c *Client }
+
+func (t tasks) key(id string) string { return t.c.prefix + "{t:" + id + "}" }
+
+func (t tasks) Put(ctx context.Context, rec store.Task, ttl time.Duration) error {
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	err = t.c.rdb.Set(ctx, t.key(rec.ID), raw, ttl).Err()
+	return t.c.done(store.OpTask, start, err)
+}
+
+func (t tasks) Get(ctx context.Context, id string) (store.Task, bool, error) {
+	start := time.Now()
+	raw, err := t.c.rdb.Get(ctx, t.key(id)).Result()
+	if err = t.c.done(store.OpTask, start, err); err != nil || raw == "" {
+		return store.Task{}, false, err
+	}
+	var rec store.Task
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+		return store.Task{}, false, fmt.Errorf("redisstore: task %s: %w", id, err)
+	}
+	return rec, true, nil
+}
+
+func (t tasks) RequestCancel(ctx context.Context, id string, ttl time.Duration) error {
+	start := time.Now()
+	err := t.c.rdb.Set(ctx, t.key(id)+":c", "1", ttl).Err()
+	return t.c.done(store.OpTask, start, err)
+}
+
+func (t tasks) CancelRequested(ctx context.Context, id string) (bool, error) {
+	start := time.Now()
+	n, err := t.c.rdb.Exists(ctx, t.key(id)+":c").Result()
+	if err = t.c.done(store.OpTask, start, err); err != nil {
+		return false, err
+	}
+	return n == 1, nil
+}

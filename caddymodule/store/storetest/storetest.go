@@ -101,6 +101,55 @@ func Run(t *testing.T, h Harness) {
 	t.Run("replay-cache", func(t *testing.T) { testReplay(t, h) })
 	t.Run("attempts", func(t *testing.T) { testAttempts(t, h) })
 	t.Run("records", func(t *testing.T) { testRecords(t, h) })
+	t.Run("tasks", func(t *testing.T) { testTasks(t, h) })
+}
+
+// testTasks: a task written through one store is read through the
+// other, replaced by a later Put, gone after its ttl; a cancel request
+// made through one is seen through the other.
+func testTasks(t *testing.T, h Harness) {
+	clock := NewClock()
+	a, b := h.New(t, Config{Now: clock.Now})
+	id := strings.Repeat("7", 32)
+	if _, ok, err := b.Tasks.Get(ctx, id); ok || err != nil {
+		t.Fatalf("unknown task: found %v, err %v", ok, err)
+	}
+	now := clock.Now().UTC()
+	rec := store.Task{ID: id, AgentID: agentA, NodeID: "n1", Tool: "book", Status: "working", CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(time.Minute)}
+	if err := a.Tasks.Put(ctx, rec, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := b.Tasks.Get(ctx, id)
+	if err != nil || !ok || got.Status != "working" || got.AgentID != agentA || !got.LeaseUntil.Equal(rec.LeaseUntil) {
+		t.Fatalf("Get = %+v %v %v", got, ok, err)
+	}
+	if c, err := b.Tasks.CancelRequested(ctx, id); c || err != nil {
+		t.Fatalf("cancel requested before any request: %v %v", c, err)
+	}
+	if err := b.Tasks.RequestCancel(ctx, id, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := a.Tasks.CancelRequested(ctx, id); !c || err != nil {
+		t.Fatalf("cancel request not seen through the other store: %v %v", c, err)
+	}
+	rec.Status, rec.Result, rec.Steps = "completed", []byte(`{"content":[]}`), []byte(`[{"name":"s","state":"succeeded"}]`)
+	if err := a.Tasks.Put(ctx, rec, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, _ = b.Tasks.Get(ctx, id)
+	if !ok || got.Status != "completed" || string(got.Result) != `{"content":[]}` || string(got.Steps) != `[{"name":"s","state":"succeeded"}]` {
+		t.Fatalf("replaced task = %+v", got)
+	}
+	clock.Advance(time.Second) // the memory store's clock; Redis expires on its own
+	for i := 0; i < 200; i++ {
+		if _, ok, _ = b.Tasks.Get(ctx, id); !ok {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ok {
+		t.Fatal("task kept past its ttl")
+	}
 }
 
 func must[T any](t *testing.T) func(T, error) T {
