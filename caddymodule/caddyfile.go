@@ -765,6 +765,12 @@ func parseMCP(d *caddyfile.Dispenser) (*mcpdoor.Config, error) {
 				return nil, err
 			}
 			m.Timeout = engine.Duration(dur)
+		case "task_after":
+			dur, err := positiveDuration(d)
+			if err != nil {
+				return nil, err
+			}
+			m.TaskAfter = engine.Duration(dur)
 		case "test_agent":
 			v, err := oneArg(d)
 			if err != nil {

@@ -100,3 +100,7 @@ func (s StoreMetrics) SetNodeIDConflict(clash bool) { s.m.setNodeIDConflict(clas
 
 // NodeID is the node id this engine names itself by (Deps.NodeID).
 func (h *Engine) NodeID() string { return h.nodeID }
+
+// Tasks is the store's MCP task state (store.Tasks), shared by every
+// node of the store.
+func (h *Engine) Tasks() store.Tasks { return h.sto.Tasks }

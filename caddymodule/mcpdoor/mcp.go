@@ -178,6 +178,11 @@ type mcpRequest struct {
 	out []agtp.Field
 	// sum is what the access log line names (Summary); guarded by mu.
 	sum Summary
+	// taskable: the HTTP request is one tools/call whose client declared
+	// the tasks extension (tasks.go); task is the task it became
+	// (guarded by mu).
+	taskable bool
+	task     *createdTask
 }
 
 // called notes the call of the tool named name, for the access log.
@@ -305,11 +310,25 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	hd["Agent-ID"] = []string{rq.agent.ID} // as the other doors echo it; under identity oauth the token named it
 	hd["Trust-Tier"] = []string{strconv.Itoa(int(rq.agent.TrustTier))}
 	hd["Verification-Path"] = []string{engine.VerificationPath(rq.ident.VerificationPath)}
+	if m, ok := tasksMethod(body); ok {
+		return d.serveTasks(w, r, rq, m)
+	}
 	if d.fastCall(w, r, rq, body) { // fastpath.go: one plain Tier B tools/call
 		return rq.summary()
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
+	if d.taskCandidate(body) {
+		// Its answer may become a CreateTaskResult (tasks.go).
+		rq.taskable = true
+		tw := &taskWriter{hd: http.Header{}}
+		d.sdk.ServeHTTP(&mcpWriter{ResponseWriter: tw, rq: rq}, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
+		rq.mu.Lock()
+		ct := rq.task
+		rq.mu.Unlock()
+		tw.flush(w, ct)
+		return rq.summary()
+	}
 	d.sdk.ServeHTTP(&mcpWriter{ResponseWriter: w, rq: rq}, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
 	return rq.summary()
 }
@@ -481,7 +500,8 @@ func (d *Door) newServer(tools []*mcpTool) *mcp.Server {
 	s := mcp.NewServer(d.impl, &mcp.ServerOptions{
 		Logger:       d.log,
 		PageSize:     d.cfg.PageSize,
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{},
+			Extensions: map[string]any{TasksExtension: map[string]any{}}},
 		Instructions: d.instructions(),
 		// A listing depends on the caller's grant: private, and stale
 		// at once (a reload may change it).

@@ -97,6 +97,9 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 			}
 			return nil, jerr
 		}
+		if rq.taskable && t.kind == mcpRecipe && tasksDeclared(req.Params.Meta) {
+			return d.runAsTask(ctx, rq, t, req, in)
+		}
 		resp := d.serveWithin(in)
 		if resp == nil {
 			rq.answered("", agtp.CallTimeout.Token)

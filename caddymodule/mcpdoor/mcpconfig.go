@@ -82,6 +82,14 @@ type Config struct {
 	// when an HTTP client disconnects). Default: composition_timeout.
 	Timeout engine.Duration `json:"timeout,omitempty"`
 
+	// TaskAfter is the synchronous budget of a recipe tool's call from
+	// a client that declared the io.modelcontextprotocol/tasks extension
+	// (MCP 2026-07-28, docs/agent-guide-mcp.md "Tasks"): a call not
+	// answered within it answers with a task (CreateTaskResult) and goes
+	// on at the node that accepted it; the client polls tasks/get and
+	// may tasks/cancel it. 0 (the default): no call answers with a task.
+	TaskAfter engine.Duration `json:"task_after,omitempty"`
+
 	// PageSize is the number of tools per tools/list page; a longer
 	// listing carries nextCursor. Default 100.
 	PageSize int `json:"page_size,omitempty"`
@@ -209,7 +217,7 @@ func (m *Config) Validate(identity string) error {
 	for _, k := range []struct {
 		name     string
 		negative bool
-	}{{"max_request_body", m.MaxRequestBody < 0}, {"max_json_depth", m.MaxJSONDepth < 0}, {"timeout", m.Timeout < 0}, {"page_size", m.PageSize < 0}, {"max_batch", m.MaxBatch < 0}} {
+	}{{"max_request_body", m.MaxRequestBody < 0}, {"max_json_depth", m.MaxJSONDepth < 0}, {"timeout", m.Timeout < 0}, {"task_after", m.TaskAfter < 0}, {"page_size", m.PageSize < 0}, {"max_batch", m.MaxBatch < 0}} {
 		if k.negative {
 			return fmt.Errorf("rcns: mcp %s must not be negative (leave it out for the default)", k.name)
 		}

@@ -1,0 +1,458 @@
+package mcpdoor
+
+// The tasks extension (io.modelcontextprotocol/tasks, SEP-2663, MCP
+// 2026-07-28; docs/agent-guide-mcp.md "Tasks"). A recipe tool's call
+// from a client that declared the extension, not answered within the mcp
+// block's task_after, answers with a task (CreateTaskResult: resultType
+// "task", taskId, status working) and goes on at the node that accepted
+// it, through the same engine path as a synchronous call (the same
+// contract, records and Idempotency-Key claim). The task's state lives
+// in the store (store.Tasks), so tasks/get and tasks/cancel are answered
+// on every node sharing it. The go-sdk implements no tasks: tasks/get,
+// tasks/update and tasks/cancel are answered by the door before the SDK
+// (which would answer them -32601), and a CreateTaskResult replaces the
+// SDK's answer to the call that became a task (taskWriter).
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+)
+
+// TasksExtension is the extension's identifier, under
+// capabilities.extensions (server/discover, initialize) and a client's
+// _meta clientCapabilities.
+const TasksExtension = "io.modelcontextprotocol/tasks"
+
+// Task statuses (SEP-2663).
+const (
+	TaskWorking   = "working"
+	TaskCompleted = "completed"
+	TaskFailed    = "failed"
+	TaskCancelled = "cancelled"
+)
+
+// Task timing.
+const (
+	// TaskTTL is how long a task is kept after its last write (ttlMs).
+	TaskTTL = time.Hour
+	// TaskPollInterval is the poll interval the door suggests
+	// (pollIntervalMs), and how often the running node looks for a
+	// cancel request.
+	TaskPollInterval = 250 * time.Millisecond
+	// TaskLease is how long a running task's lease lasts; the running
+	// node renews it every TaskLease/3. A working task whose lease
+	// passed is reported failed: its node stopped (docs/agent-guide-mcp.md
+	// "Tasks": a node that dies).
+	TaskLease = 15 * time.Second
+)
+
+// JSON-RPC error codes of the extension (SEP-2575, SEP-2243).
+const (
+	codeMissingCapability = -32021
+	codeHeaderMismatch    = -32020
+	codeInvalidParams     = -32602
+	codeInternal          = -32603
+)
+
+// tasksDeclared reports whether a request's _meta declares the tasks
+// extension among the client's capabilities (SEP-2575 per-request
+// clientCapabilities).
+func tasksDeclared(meta map[string]any) bool {
+	caps, _ := meta[mcp.MetaKeyClientCapabilities].(map[string]any)
+	ext, _ := caps["extensions"].(map[string]any)
+	_, ok := ext[TasksExtension]
+	return ok
+}
+
+// newTaskID is 128 random bits, hex.
+func newTaskID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// taskCandidate reports whether body is one tools/call message whose
+// client declared the tasks extension, so that its answer may become a
+// CreateTaskResult (the door buffers the SDK's answer then).
+func (d *Door) taskCandidate(body []byte) bool {
+	if d.cfg.TaskAfter <= 0 || !bytes.Contains(body, []byte(TasksExtension)) || !bytes.Contains(body, []byte("tools/call")) {
+		return false
+	}
+	var msg struct {
+		Method string `json:"method"`
+		Params struct {
+			Meta map[string]any `json:"_meta"`
+		} `json:"params"`
+	}
+	return json.Unmarshal(body, &msg) == nil && msg.Method == "tools/call" && tasksDeclared(msg.Params.Meta)
+}
+
+// createdTask is the CreateTaskResult a call became.
+type createdTask struct{ rec store.Task }
+
+// runAsTask serves in for a call of t that may become a task: it waits
+// up to task_after for the engine's answer (then the synchronous result
+// as always); past it, the task is stored (working) before the
+// CreateTaskResult is answered, and the call goes on here, its answer
+// written to the task when it comes. A cancel request (through any
+// node) stops the recipe's plan between steps (recipes.WithStop).
+func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, in *agtp.Request) (*mcp.CallToolResult, error) {
+	stop := make(chan struct{})
+	in.Context = recipes.WithStop(context.WithoutCancel(in.Context), stop)
+	done := make(chan *agtp.Response, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				d.e.Logger().Error("panic in an MCP task", zap.Any("panic", p), zap.String("target", in.Target))
+				done <- internalErrorResponse()
+			}
+		}()
+		done <- d.e.Serve(in.Context, in)
+	}()
+	timer := time.NewTimer(time.Duration(d.cfg.TaskAfter))
+	defer timer.Stop()
+	select {
+	case resp := <-done:
+		rq.answered(resp.RequestID, resp.Reason)
+		return d.result(t, rq, req, in.Target, resp)
+	case <-timer.C:
+	}
+	now := time.Now().UTC()
+	rec := store.Task{ID: newTaskID(), AgentID: rq.agent.ID, NodeID: d.e.NodeID(), Tool: t.name, Status: TaskWorking,
+		StatusMessage: "the recipe is running", CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(TaskLease)}
+	tasks := d.e.Tasks()
+	if err := tasks.Put(context.WithoutCancel(ctx), rec, TaskTTL); err != nil {
+		// Not durably created: no task is answered; the call goes on
+		// as one that outlived the door's timeout.
+		d.e.Logger().Warn("an MCP task could not be stored; the call answers call-timeout", zap.Error(err))
+		go func() { <-done }()
+		rq.answered("", agtp.CallTimeout.Token)
+		_, keyed := in.Header["Idempotency-Key"]
+		return d.timedOut(t, keyed, req), nil
+	}
+	rq.mu.Lock()
+	rq.task = &createdTask{rec: rec}
+	rq.mu.Unlock()
+	go d.follow(rq, t, req, in.Target, rec, stop, done)
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "task " + rec.ID}}}, nil
+}
+
+// follow runs beside a task's call on the node that accepted it: it
+// looks for a cancel request every TaskPollInterval (closing stop),
+// renews the lease, and writes the answer into the task when it comes.
+func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, target string, rec store.Task, stop chan struct{}, done <-chan *agtp.Response) {
+	ctx := context.Background()
+	tasks := d.e.Tasks()
+	tick := time.NewTicker(TaskPollInterval)
+	defer tick.Stop()
+	renewed := time.Now()
+	var once sync.Once
+	cancelled := false
+	for {
+		select {
+		case resp := <-done:
+			d.finish(ctx, rq, t, req, target, rec, resp, cancelled)
+			return
+		case <-tick.C:
+			if !cancelled {
+				if c, err := tasks.CancelRequested(ctx, rec.ID); err == nil && c {
+					cancelled = true
+					once.Do(func() { close(stop) })
+				}
+			}
+			if time.Since(renewed) >= TaskLease/3 {
+				now := time.Now().UTC()
+				rec.UpdatedAt, rec.LeaseUntil = now, now.Add(TaskLease)
+				if cancelled {
+					rec.StatusMessage = "cancel requested: the steps not started will not run"
+				}
+				if err := tasks.Put(ctx, rec, TaskTTL); err == nil {
+					renewed = time.Now()
+				}
+			}
+		}
+	}
+}
+
+// finish writes a task's end: completed with the tool result (a tool
+// error included, isError), cancelled when a cancel request stopped the
+// plan before every step ran (the steps that ran are named), failed
+// when no tool result could be made.
+func (d *Door) finish(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, target string, rec store.Task, resp *agtp.Response, cancelled bool) {
+	rq.answered(resp.RequestID, resp.Reason)
+	now := time.Now().UTC()
+	rec.UpdatedAt, rec.LeaseUntil = now, time.Time{}
+	steps, stoppedPlan := planSteps(resp.Body)
+	rec.Steps = steps
+	res, err := d.result(t, rq, req, target, resp)
+	switch {
+	case err != nil:
+		rec.Status, rec.StatusMessage = TaskFailed, "the call's answer could not be made a tool result"
+		rec.Error, _ = json.Marshal(map[string]any{"code": codeInternal, "message": err.Error()})
+	case cancelled && stoppedPlan:
+		rec.Status, rec.StatusMessage = TaskCancelled, "cancelled: "+stepSentence(steps)
+		rec.Result, _ = json.Marshal(res)
+	default:
+		rec.Status, rec.StatusMessage = TaskCompleted, "completed"
+		if res.IsError {
+			rec.StatusMessage = "completed with a tool error"
+		}
+		rec.Result, _ = json.Marshal(res)
+	}
+	if err := d.e.Tasks().Put(ctx, rec, TaskTTL); err != nil {
+		d.e.Logger().Warn("an MCP task's end could not be stored; its lease will end and it reads failed", zap.String("task_id", rec.ID), zap.Error(err))
+	}
+}
+
+// taskStep is one recipe step's state as a task names it.
+type taskStep struct {
+	Name   string `json:"name"`
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	State  string `json:"state"`
+}
+
+// planSteps are the step states of a recipe's composition_failed
+// answer (body members steps, or details.steps) as JSON, and whether
+// the plan was stopped (recipes.StopCode); nil otherwise.
+func planSteps(body []byte) ([]byte, bool) {
+	var b struct {
+		Steps      []taskStep `json:"steps"`
+		Underlying string     `json:"underlying"`
+		Details    struct {
+			Steps      []taskStep `json:"steps"`
+			Underlying string     `json:"underlying"`
+		} `json:"details"`
+	}
+	if json.Unmarshal(body, &b) != nil {
+		return nil, false
+	}
+	steps, under := b.Steps, b.Underlying
+	if steps == nil {
+		steps, under = b.Details.Steps, b.Details.Underlying
+	}
+	if steps == nil {
+		return nil, false
+	}
+	raw, _ := json.Marshal(steps)
+	return raw, under == recipes.StopCode
+}
+
+// stepSentence names which steps ran and which did not start.
+func stepSentence(raw []byte) string {
+	var steps []taskStep
+	_ = json.Unmarshal(raw, &steps)
+	var ran, not []string
+	for _, s := range steps {
+		if s.State == recipes.StepNotStarted {
+			not = append(not, s.Name)
+		} else {
+			ran = append(ran, s.Name+" ("+s.State+")")
+		}
+	}
+	out := "steps run: " + join(ran) + "; steps not started: " + join(not)
+	return out
+}
+
+func join(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	var b bytes.Buffer
+	for i, x := range xs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(x)
+	}
+	return b.String()
+}
+
+// tasksMessage is a JSON-RPC request to a tasks method.
+type tasksMessage struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  struct {
+		TaskID string         `json:"taskId"`
+		Meta   map[string]any `json:"_meta"`
+	} `json:"params"`
+}
+
+// tasksMethod reports whether body is one JSON-RPC request to
+// tasks/get, tasks/update or tasks/cancel, and decodes it. Batches and
+// the removed tasks/result and tasks/list are left to the SDK (-32601).
+func tasksMethod(body []byte) (*tasksMessage, bool) {
+	if !bytes.Contains(body, []byte(`"tasks/`)) {
+		return nil, false
+	}
+	var m tasksMessage
+	if json.Unmarshal(body, &m) != nil {
+		return nil, false
+	}
+	switch m.Method {
+	case "tasks/get", "tasks/update", "tasks/cancel":
+		return &m, len(m.ID) > 0
+	}
+	return nil, false
+}
+
+// serveTasks answers one tasks/get, tasks/update or tasks/cancel
+// request from the identified caller rq.
+func (d *Door) serveTasks(w http.ResponseWriter, r *http.Request, rq *mcpRequest, m *tasksMessage) Summary {
+	if !tasksDeclared(m.Params.Meta) {
+		writeRPC(w, http.StatusOK, m.ID, nil, map[string]any{"code": codeMissingCapability,
+			"message": m.Method + " needs the " + TasksExtension + " extension among the client's capabilities (_meta " + mcp.MetaKeyClientCapabilities + ".extensions)",
+			"data":    map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{TasksExtension: map[string]any{}}}}})
+		return Summary{Reasons: []string{"missing-capability"}}
+	}
+	if v := r.Header.Values("Mcp-Method"); len(v) > 0 && (len(v) > 1 || trimOWS(v[0]) != m.Method) {
+		writeRPC(w, http.StatusBadRequest, m.ID, nil, map[string]any{"code": codeHeaderMismatch, "message": "the Mcp-Method header does not match the body's method " + m.Method})
+		return Summary{Reasons: []string{"header-mismatch"}}
+	}
+	if v := r.Header.Values("Mcp-Name"); len(v) > 0 && (len(v) > 1 || trimOWS(v[0]) != m.Params.TaskID) {
+		writeRPC(w, http.StatusBadRequest, m.ID, nil, map[string]any{"code": codeHeaderMismatch, "message": "the Mcp-Name header does not match params.taskId"})
+		return Summary{Reasons: []string{"header-mismatch"}}
+	}
+	ctx := r.Context()
+	rec, ok, err := d.e.Tasks().Get(ctx, m.Params.TaskID)
+	if err != nil {
+		writeRPC(w, http.StatusOK, m.ID, nil, map[string]any{"code": codeInternal, "message": "store-unavailable: the task store did not answer; retry"})
+		return Summary{Reasons: []string{agtp.StoreUnavailable.Token}}
+	}
+	if !ok || rec.AgentID != rq.agent.ID {
+		writeRPC(w, http.StatusOK, m.ID, nil, map[string]any{"code": codeInvalidParams, "message": "unknown taskId: no task of this agent has that id (it may have expired)"})
+		return Summary{Reasons: []string{"unknown-task"}}
+	}
+	switch m.Method {
+	case "tasks/cancel":
+		if rec.Status == TaskWorking {
+			if err := d.e.Tasks().RequestCancel(ctx, rec.ID, TaskTTL); err != nil {
+				writeRPC(w, http.StatusOK, m.ID, nil, map[string]any{"code": codeInternal, "message": "store-unavailable: the cancel request was not stored; retry"})
+				return Summary{Reasons: []string{agtp.StoreUnavailable.Token}}
+			}
+		}
+		writeRPC(w, http.StatusOK, m.ID, map[string]any{"resultType": "complete"}, nil)
+	case "tasks/update":
+		// The door's tasks never ask for input: responses are ignored.
+		writeRPC(w, http.StatusOK, m.ID, map[string]any{"resultType": "complete"}, nil)
+	default:
+		writeRPC(w, http.StatusOK, m.ID, detailedTask(rec, time.Now()), nil)
+	}
+	return Summary{}
+}
+
+// trimOWS strips RFC 9110 optional whitespace.
+func trimOWS(s string) string { return string(bytes.Trim([]byte(s), " \t")) }
+
+// taskEnvelope is the Task members of rec (SEP-2663 Task).
+func taskEnvelope(rec store.Task) map[string]any {
+	return map[string]any{"taskId": rec.ID, "status": rec.Status, "statusMessage": rec.StatusMessage,
+		"createdAt": rec.CreatedAt.UTC().Format(time.RFC3339Nano), "lastUpdatedAt": rec.UpdatedAt.UTC().Format(time.RFC3339Nano),
+		"ttlMs": TaskTTL.Milliseconds(), "pollIntervalMs": TaskPollInterval.Milliseconds()}
+}
+
+// detailedTask is tasks/get's answer (DetailedTask): the envelope, the
+// result once completed or cancelled, the error once failed, and the
+// recipe's step states in _meta. A working task whose lease passed is
+// failed: the node running it stopped.
+func detailedTask(rec store.Task, now time.Time) map[string]any {
+	if rec.Status == TaskWorking && !rec.LeaseUntil.IsZero() && now.After(rec.LeaseUntil) {
+		rec.Status = TaskFailed
+		rec.StatusMessage = "the gateway node running this task (" + rec.NodeID + ") stopped renewing it: its outcome is unknown; an Idempotency-Key repeat of the call tells"
+		rec.Error, _ = json.Marshal(map[string]any{"code": codeInternal, "message": "task-lease-expired: " + rec.StatusMessage})
+	}
+	out := taskEnvelope(rec)
+	out["resultType"] = "complete"
+	switch rec.Status {
+	case TaskCompleted, TaskCancelled:
+		if len(rec.Result) > 0 && rec.Status == TaskCompleted {
+			out["result"] = json.RawMessage(rec.Result)
+		}
+	case TaskFailed:
+		if len(rec.Error) > 0 {
+			out["error"] = json.RawMessage(rec.Error)
+		}
+	}
+	meta := map[string]any{MCPMetaPrefix + "task-node": rec.NodeID}
+	if len(rec.Steps) > 0 {
+		meta[MCPMetaPrefix+"steps"] = json.RawMessage(rec.Steps)
+	}
+	if rec.Status == TaskCancelled && len(rec.Result) > 0 {
+		// What the steps that ran answered (the plan's partial answer).
+		meta[MCPMetaPrefix+"partial-result"] = json.RawMessage(rec.Result)
+	}
+	out["_meta"] = meta
+	return out
+}
+
+// writeRPC writes one JSON-RPC response (result or error) with status.
+func writeRPC(w http.ResponseWriter, status int, id json.RawMessage, result, rpcErr any) {
+	msg := map[string]any{"jsonrpc": "2.0", "id": id}
+	if rpcErr != nil {
+		msg["error"] = rpcErr
+	} else {
+		msg["result"] = result
+	}
+	b, _ := json.Marshal(msg)
+	hd := w.Header()
+	hd.Set("Content-Type", "application/json")
+	hd.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// taskWriter buffers the SDK's answer to a tools/call that may become a
+// task; flush writes it, or, when the call became a task, the same
+// JSON-RPC response with its result replaced by the CreateTaskResult.
+type taskWriter struct {
+	hd     http.Header
+	status int
+	buf    bytes.Buffer
+}
+
+func (w *taskWriter) Header() http.Header         { return w.hd }
+func (w *taskWriter) WriteHeader(code int)        { w.status = code }
+func (w *taskWriter) Write(b []byte) (int, error) { return w.buf.Write(b) }
+
+// flush writes the buffered answer to w.
+func (tw *taskWriter) flush(w http.ResponseWriter, ct *createdTask) {
+	body := tw.buf.Bytes()
+	if ct != nil {
+		var msg map[string]json.RawMessage
+		if json.Unmarshal(body, &msg) == nil && msg["result"] != nil {
+			res := taskEnvelope(ct.rec)
+			res["resultType"] = "task"
+			msg["result"], _ = json.Marshal(res)
+			body, _ = json.Marshal(msg)
+		}
+	}
+	hd := w.Header()
+	for k, v := range tw.hd {
+		hd[k] = v
+	}
+	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(cmpStatus(tw.status))
+	_, _ = w.Write(body)
+}
+
+func cmpStatus(s int) int {
+	if s == 0 {
+		return http.StatusOK
+	}
+	return s
+}
