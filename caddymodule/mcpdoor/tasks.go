@@ -172,14 +172,13 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 				if c, err := tasks.CancelRequested(ctx, rec.ID); err == nil && c {
 					cancelled = true
 					once.Do(func() { close(stop) })
+					rec.StatusMessage = "cancel requested: the steps not started will not run; those running finish"
+					renewed = time.Time{} // written at once
 				}
 			}
 			if time.Since(renewed) >= TaskLease/3 {
 				now := time.Now().UTC()
 				rec.UpdatedAt, rec.LeaseUntil = now, now.Add(TaskLease)
-				if cancelled {
-					rec.StatusMessage = "cancel requested: the steps not started will not run"
-				}
 				if err := tasks.Put(ctx, rec, TaskTTL); err == nil {
 					renewed = time.Now()
 				}
@@ -226,24 +225,33 @@ type taskStep struct {
 	State  string `json:"state"`
 }
 
+// planDetails are the members of a composition_failed details object
+// a task reads.
+type planDetails struct {
+	Steps      []taskStep `json:"steps"`
+	Underlying string     `json:"underlying"`
+}
+
 // planSteps are the step states of a recipe's composition_failed
-// answer (body members steps, or details.steps) as JSON, and whether
+// answer (error.details.steps, details.steps or steps) as JSON, and whether
 // the plan was stopped (recipes.StopCode); nil otherwise.
 func planSteps(body []byte) ([]byte, bool) {
 	var b struct {
 		Steps      []taskStep `json:"steps"`
 		Underlying string     `json:"underlying"`
-		Details    struct {
-			Steps      []taskStep `json:"steps"`
-			Underlying string     `json:"underlying"`
-		} `json:"details"`
+		Details    planDetails `json:"details"`
+		Error      struct {
+			Details planDetails `json:"details"`
+		} `json:"error"`
 	}
 	if json.Unmarshal(body, &b) != nil {
 		return nil, false
 	}
 	steps, under := b.Steps, b.Underlying
-	if steps == nil {
-		steps, under = b.Details.Steps, b.Details.Underlying
+	for _, d := range []planDetails{b.Error.Details, b.Details} {
+		if steps == nil {
+			steps, under = d.Steps, d.Underlying
+		}
 	}
 	if steps == nil {
 		return nil, false

@@ -1,0 +1,290 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The tasks extension for recipes (io.modelcontextprotocol/tasks, MCP
+// 2026-07-28; docs/agent-guide-mcp.md "Tasks"): two gateways sharing a
+// real Redis, a slow three-step recipe whose upstream is a real HTTP
+// server on loopback, the go-sdk v1.8.0 client speaking 2026-07-28.
+
+// slowUpstream answers /one, /two and /three with {"id": PATH}; /one
+// waits until released, so a test can act while the first step runs.
+type slowUpstream struct {
+	*httptest.Server
+	entered chan struct{} // closed when /one arrives
+	release chan struct{} // close to let /one answer
+	mu      sync.Mutex
+	seen    []string
+}
+
+func startSlowUpstream(t testing.TB) *slowUpstream {
+	u := &slowUpstream{entered: make(chan struct{}), release: make(chan struct{})}
+	var once sync.Once
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.seen = append(u.seen, r.URL.Path)
+		u.mu.Unlock()
+		if r.URL.Path == "/one" {
+			once.Do(func() { close(u.entered) })
+			select {
+			case <-u.release:
+			case <-time.After(requestTimeout):
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":%q}`, strings.TrimPrefix(r.URL.Path, "/"))
+	}))
+	t.Cleanup(u.Server.Close)
+	return u
+}
+
+func (u *slowUpstream) paths() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.seen...)
+}
+
+const slowStepDoc = `method: FETCH
+path: /slow/%[1]s
+description: One slow step.
+semantic: {intent: Fetch one slow thing., actor: agent, outcome: The thing is returned., capability: retrieval, confidence: 0.9, impact: informational, is_idempotent: true}
+input_schema: {type: object, additionalProperties: false, properties: {id: {type: string}}}
+output_schema: {type: object, additionalProperties: true, properties: {id: {type: string}}}
+errors: [upstream_timeout, upstream_connection_error, upstream_malformed_response, upstream_authentication_failed, upstream_error]
+required_scopes: [hotel:read]
+external_service: {upstream: slow, method: GET, path: /%[1]s, timeout_seconds: 30}
+`
+
+const slowRecipeDoc = `name: slow-three
+version: "1"
+description: Three slow steps in a row.
+required_scopes: [hotel:read]
+pattern: {method: FETCH, path_exact: /slow-three}
+endpoint:
+  description: Runs three slow steps in a row.
+  semantic: {intent: Run three slow steps., actor: agent, outcome: The three answers., capability: retrieval, confidence: 0.9, impact: informational, is_idempotent: true}
+  input_schema: {type: object, additionalProperties: false, properties: {id: {type: string}}}
+  output_schema: {type: object, additionalProperties: true}
+  errors: [composition_failed]
+steps:
+  - {name: first, method: FETCH, path: /slow/one, input: '{id: $input.id}'}
+  - {name: second, method: FETCH, path: /slow/two, input: '{id: $first.id}'}
+  - {name: third, method: FETCH, path: /slow/three, input: '{id: $second.id}'}
+output: '{first: $first, second: $second, third: $third}'
+`
+
+// rawTransport keeps the raw JSON-RPC results the go-sdk client reads
+// (its CallToolResult has no taskId member: the SDK implements no
+// tasks), by request id.
+type rawTransport struct {
+	mcp.Transport
+	mu   sync.Mutex
+	last json.RawMessage
+}
+
+type rawConn struct {
+	mcp.Connection
+	t *rawTransport
+}
+
+func (t *rawTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &rawConn{Connection: c, t: t}, nil
+}
+
+func (c *rawConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	m, err := c.Connection.Read(ctx)
+	if r, ok := m.(*jsonrpc.Response); ok && err == nil {
+		c.t.mu.Lock()
+		c.t.last = append(json.RawMessage(nil), r.Result...)
+		c.t.mu.Unlock()
+	}
+	return m, err
+}
+
+// tasksRPC sends one tasks/* request to url as agent (the go-sdk has
+// no tasks methods), with the per-request _meta of 2026-07-28 declaring
+// the extension, and returns the JSON-RPC result or error.
+func tasksRPC(t testing.TB, url, agent, method, taskID string, declare bool) (map[string]any, map[string]any) {
+	t.Helper()
+	caps := map[string]any{}
+	if declare {
+		caps["extensions"] = map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 7, "method": method, "params": map[string]any{"taskId": taskID,
+		"_meta": map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": caps}}})
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Agent-ID", agent)
+	req.Header.Set("Mcp-Method", method)
+	req.Header.Set("Mcp-Name", taskID)
+	resp, err := (&http.Client{Timeout: requestTimeout}).Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", method, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var msg struct {
+		Result map[string]any `json:"result"`
+		Error  map[string]any `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &msg); err != nil {
+		t.Fatalf("%s: %d %s", method, resp.StatusCode, raw)
+	}
+	return msg.Result, msg.Error
+}
+
+// TestMCPTaskCancelAcrossNodes: the go-sdk client calls the slow
+// three-step recipe through node A and gets a task; node B reads it
+// over Redis (working); cancelled through node B while the first step
+// runs, the task ends cancelled on A: the upstream saw the first step
+// and not the rest, and the task names the step that ran.
+func TestMCPTaskCancelAcrossNodes(t *testing.T) {
+	if suiteDoor == "agtp" {
+		t.Skip("MCP is served over HTTP: runs in the HTTP door's pass")
+	}
+	up := startSlowUpstream(t)
+	dir := t.TempDir()
+	var docs []string
+	for _, s := range []string{"one", "two", "three"} {
+		docs = append(docs, writeDoc(t, dir, "fetch-slow-"+s+".yaml", fmt.Sprintf(slowStepDoc, s)))
+	}
+	recipe := writeDoc(t, dir, "slow-three.yaml", slowRecipeDoc)
+	_, topo := startSingleRedis(t)
+	w := startClusterWorld(t, topo.block(), clusterOpts{Extra: fmt.Sprintf("\t\tupstream slow %s\n\t\tendpoints %s\n\t\trecipes %s\n\t\tmcp {\n\t\t\ttask_after 200ms\n\t\t}\n",
+		up.URL, strings.Join(docs, " "), recipe)})
+
+	tr := &rawTransport{Transport: &mcp.StreamableClientTransport{Endpoint: w.A.URL + "/mcp",
+		HTTPClient: &http.Client{Transport: &mcpTransport{hdr: map[string]string{"Agent-ID": agentA1, "Authority-Scope": scopeAll}, base: http.DefaultTransport}, Timeout: requestTimeout}}}
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "rcns-it-tasks", Version: "1"}, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{Extensions: map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}})
+	s, err := c.Connect(ctx, tr, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer s.Close()
+	if v := s.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Fatalf("negotiated %s, want 2026-07-28", v)
+	}
+	if s.InitializeResult().Capabilities.Extensions["io.modelcontextprotocol/tasks"] == nil {
+		t.Fatalf("the server does not declare the tasks extension: %+v", s.InitializeResult().Capabilities)
+	}
+	tool := ""
+	for tl, err := range s.Tools(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(tl.Name, "slow") && strings.Contains(tl.Name, "three") {
+			tool = tl.Name
+		}
+	}
+	if tool == "" {
+		t.Fatal("no tool for the slow-three recipe")
+	}
+	if _, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": "x"}}); err != nil {
+		t.Fatalf("tools/call: %v", err)
+	}
+	tr.mu.Lock()
+	var created map[string]any
+	_ = json.Unmarshal(tr.last, &created)
+	tr.mu.Unlock()
+	id, _ := created["taskId"].(string)
+	if created["resultType"] != "task" || id == "" || created["status"] != "working" || created["ttlMs"] == nil {
+		t.Fatalf("tools/call did not answer a CreateTaskResult: %v", created)
+	}
+	for _, k := range []string{"result", "error", "inputRequests", "requestState", "task"} {
+		if _, ok := created[k]; ok {
+			t.Errorf("CreateTaskResult carries %s: %v", k, created)
+		}
+	}
+	<-up.entered // the first step runs (the tools/call answered past task_after)
+
+	// Read through node B over the shared Redis.
+	mcpB := w.B.URL + "/mcp"
+	got, rpcErr := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
+	if rpcErr != nil || got["taskId"] != id || got["status"] != "working" || got["resultType"] != "complete" {
+		t.Fatalf("tasks/get through node B: %v %v", got, rpcErr)
+	}
+	// Another agent does not see it; a client without the extension is refused.
+	if _, e := tasksRPC(t, mcpB, agentOP, "tasks/get", id, true); e == nil || e["code"] != float64(-32602) {
+		t.Errorf("another agent's tasks/get: %v, want -32602", e)
+	}
+	if _, e := tasksRPC(t, mcpB, agentA1, "tasks/get", id, false); e == nil || e["code"] != float64(-32021) {
+		t.Errorf("tasks/get without the extension: %v, want -32021", e)
+	}
+	// Cancel through node B while the first step runs, then let it answer.
+	ack, rpcErr := tasksRPC(t, mcpB, agentA1, "tasks/cancel", id, true)
+	if rpcErr != nil || ack["resultType"] != "complete" || ack["taskId"] != nil || ack["status"] != nil {
+		t.Fatalf("tasks/cancel: %v %v", ack, rpcErr)
+	}
+	// The running node notes the cancel request (it polls the store);
+	// once it has, the first step is let answer.
+	for i := 0; ; i++ {
+		g, _ := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
+		if m, _ := g["statusMessage"].(string); strings.HasPrefix(m, "cancel requested") {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the running node never noted the cancel request: %v", g)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(up.release)
+	var final map[string]any
+	for i := 0; i < 100; i++ {
+		final, rpcErr = tasksRPC(t, w.A.URL+"/mcp", agentA1, "tasks/get", id, true)
+		if rpcErr != nil {
+			t.Fatalf("tasks/get: %v", rpcErr)
+		}
+		if final["status"] != "working" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if final["status"] != "cancelled" {
+		t.Fatalf("task ended %v, want cancelled: %v", final["status"], final)
+	}
+	msg, _ := final["statusMessage"].(string)
+	if !strings.Contains(msg, "first (succeeded)") || !strings.Contains(msg, "second, third") {
+		t.Errorf("statusMessage does not name the step that ran: %q", msg)
+	}
+	meta, _ := final["_meta"].(map[string]any)
+	steps, _ := meta["io.github.caddy-rcns/steps"].([]any)
+	if len(steps) != 3 || steps[0].(map[string]any)["state"] != "succeeded" || steps[1].(map[string]any)["state"] != "not-started" {
+		t.Errorf("steps = %v", steps)
+	}
+	if p := up.paths(); strings.Join(p, " ") != "/one" {
+		t.Errorf("the upstream saw %v, want /one only", p)
+	}
+	// The same task read through node B, and a repeat cancel is an ack.
+	if b, _ := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true); b["status"] != "cancelled" {
+		t.Errorf("node B reads %v", b["status"])
+	}
+	if ack, e := tasksRPC(t, mcpB, agentA1, "tasks/cancel", id, true); e != nil || ack["resultType"] != "complete" {
+		t.Errorf("cancel of a terminal task: %v %v", ack, e)
+	}
+	if _, e := tasksRPC(t, mcpB, agentA1, "tasks/get", "nonexistent", true); e == nil || e["code"] != float64(-32602) {
+		t.Errorf("unknown task: %v, want -32602", e)
+	}
+}
