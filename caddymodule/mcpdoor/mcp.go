@@ -498,8 +498,8 @@ func (d *Door) agentServer(rq *mcpRequest) *agentServer {
 // newServer builds an SDK server serving tools.
 func (d *Door) newServer(tools []*mcpTool) *mcp.Server {
 	s := mcp.NewServer(d.impl, &mcp.ServerOptions{
-		Logger:       d.log,
-		PageSize:     d.cfg.PageSize,
+		Logger:   d.log,
+		PageSize: d.cfg.PageSize,
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{},
 			Extensions: map[string]any{TasksExtension: map[string]any{}}},
 		Instructions: d.instructions(),

@@ -237,8 +237,8 @@ type planDetails struct {
 // the plan was stopped (recipes.StopCode); nil otherwise.
 func planSteps(body []byte) ([]byte, bool) {
 	var b struct {
-		Steps      []taskStep `json:"steps"`
-		Underlying string     `json:"underlying"`
+		Steps      []taskStep  `json:"steps"`
+		Underlying string      `json:"underlying"`
 		Details    planDetails `json:"details"`
 		Error      struct {
 			Details planDetails `json:"details"`
