@@ -81,6 +81,8 @@ func TestMCPCaddyfileErrors(t *testing.T) {
 		{"bad depth", "mcp {\n\t\t\tmax_json_depth 0\n\t\t}", "not a positive integer"},
 		{"bad batch", "mcp {\n\t\t\tmax_batch none\n\t\t}", "max_batch: \"none\" is not a positive integer"},
 		{"negative timeout", "mcp {\n\t\t\ttimeout -1s\n\t\t}", "must be a positive duration"},
+		{"negative task_after", "mcp {\n\t\t\ttask_after -1s\n\t\t}", "must be a positive duration"},
+		{"task_after twice", "mcp {\n\t\t\ttask_after 1s\n\t\t\ttask_after 2s\n\t\t}", "task_after is set twice"},
 		{"page_size twice", "mcp {\n\t\t\tpage_size 1\n\t\t\tpage_size 2\n\t\t}", "page_size is set twice"},
 		{"test_agent arity", "mcp {\n\t\t\ttest_agent a b\n\t\t}", "exactly one argument"},
 		{"bad bool", "mcp {\n\t\t\tdns_rebinding_protection maybe\n\t\t}", "not true or false"},
@@ -92,6 +94,15 @@ func TestMCPCaddyfileErrors(t *testing.T) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestMCPCaddyfileTaskAfter: task_after reaches the mcp block's JSON.
+func TestMCPCaddyfileTaskAfter(t *testing.T) {
+	src := ":8080 {\n\trcns {\n\t\tmcp {\n\t\t\ttask_after 1500ms\n\t\t}\n\t}\n}\n"
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), nil)
+	if err != nil || !strings.Contains(string(out), `"task_after":1500000000`) {
+		t.Fatalf("adapted: %v\n%s", err, out)
 	}
 }
 

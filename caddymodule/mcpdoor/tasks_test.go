@@ -1,0 +1,126 @@
+package mcpdoor
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/policy"
+)
+
+// tasksCall runs one tasks/* message through serveTasks as agent and
+// returns the HTTP status and the JSON-RPC result or error.
+func tasksCall(t *testing.T, d *Door, agent *policy.Agent, method, taskID string, declare bool, hdr ...string) (int, map[string]any, map[string]any) {
+	t.Helper()
+	caps := `{}`
+	if declare {
+		caps = `{"extensions":{"` + TasksExtension + `":{}}}`
+	}
+	body := `{"jsonrpc":"2.0","id":3,"method":"` + method + `","params":{"taskId":"` + taskID + `","_meta":{"io.modelcontextprotocol/clientCapabilities":` + caps + `}}}`
+	m, ok := tasksMethod([]byte(body))
+	if !ok {
+		t.Fatalf("%s not taken as a tasks method", method)
+	}
+	r := httptest.NewRequest("POST", "/mcp", strings.NewReader(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	d.serveTasks(w, r, &mcpRequest{agent: agent}, m)
+	var msg struct {
+		Result map[string]any `json:"result"`
+		Error  map[string]any `json:"error"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &msg); err != nil {
+		t.Fatalf("%s: %s", method, w.Body)
+	}
+	return w.Code, msg.Result, msg.Error
+}
+
+// TestTasksMethods: tasks/get, tasks/cancel and tasks/update as the
+// extension says (gating -32021, unknown -32602, header mismatch
+// -32020, cancel and update acks), and a working task whose node
+// stopped renewing its lease reads failed.
+func TestTasksMethods(t *testing.T) {
+	e := testEngine(t)
+	d, err := New(e, &Config{Path: DefaultMCPPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, _ := e.AgentRegistry().Lookup("677812645a9fe530d9c0251df0296775b37b392ac32b2003ab5beba14490e4fa")
+	other := &policy.Agent{ID: strings.Repeat("e", 64)}
+	now := time.Now().UTC()
+	live := store.Task{ID: "live", AgentID: agent.ID, NodeID: "n1", Status: TaskWorking, CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(time.Minute)}
+	dead := live
+	dead.ID, dead.LeaseUntil = "dead", now.Add(-time.Second)
+	for _, rec := range []store.Task{live, dead} {
+		if err := e.Tasks().Put(context.Background(), rec, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if _, _, rpcErr := tasksCall(t, d, agent, "tasks/get", "live", false); rpcErr == nil || rpcErr["code"] != float64(-32021) ||
+		!strings.Contains(mustMarshal(t, rpcErr["data"]), `"requiredCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}`) {
+		t.Errorf("undeclared: %v, want -32021 with requiredCapabilities", rpcErr)
+	}
+	for _, id := range []string{"nope", "live"} {
+		a := agent
+		if id == "live" {
+			a = other // another agent's task is unknown to it
+		}
+		if _, _, rpcErr := tasksCall(t, d, a, "tasks/get", id, true); rpcErr == nil || rpcErr["code"] != float64(-32602) {
+			t.Errorf("tasks/get %s: %v, want -32602", id, rpcErr)
+		}
+	}
+	if code, _, rpcErr := tasksCall(t, d, agent, "tasks/get", "live", true, "Mcp-Name", "other"); code != http.StatusBadRequest || rpcErr["code"] != float64(-32020) {
+		t.Errorf("Mcp-Name mismatch: %d %v, want 400 -32020", code, rpcErr)
+	}
+	_, res, rpcErr := tasksCall(t, d, agent, "tasks/get", "live", true, "Mcp-Name", " live ", "Mcp-Method", "tasks/get")
+	if rpcErr != nil || res["status"] != TaskWorking || res["resultType"] != "complete" || res["taskId"] != "live" || res["ttlMs"] != float64(TaskTTL.Milliseconds()) {
+		t.Errorf("tasks/get live: %v %v", res, rpcErr)
+	}
+	_, res, _ = tasksCall(t, d, agent, "tasks/get", "dead", true)
+	if res["status"] != TaskFailed || !strings.Contains(mustMarshal(t, res["error"]), "task-lease-expired") {
+		t.Errorf("a task whose lease passed reads %v, want failed task-lease-expired", res)
+	}
+	_, ack, rpcErr := tasksCall(t, d, agent, "tasks/cancel", "live", true)
+	if rpcErr != nil || len(ack) != 1 || ack["resultType"] != "complete" {
+		t.Errorf("tasks/cancel ack: %v %v", ack, rpcErr)
+	}
+	if c, _ := e.Tasks().CancelRequested(context.Background(), "live"); !c {
+		t.Error("tasks/cancel stored no cancel request")
+	}
+	if _, ack, rpcErr := tasksCall(t, d, agent, "tasks/update", "live", true); rpcErr != nil || len(ack) != 1 || ack["resultType"] != "complete" {
+		t.Errorf("tasks/update ack: %v %v", ack, rpcErr)
+	}
+	for _, m := range []string{"tasks/result", "tasks/list"} {
+		if _, ok := tasksMethod([]byte(`{"jsonrpc":"2.0","id":1,"method":"` + m + `","params":{}}`)); ok {
+			t.Errorf("%s taken by the door (the SDK answers it -32601)", m)
+		}
+	}
+}
+
+// TestPlanSteps: a composition_failed answer's steps are read from its
+// error details, and a stopped plan is told apart from a failed one.
+func TestPlanSteps(t *testing.T) {
+	body := `{"status":422,"reason":"composition-failed","error":{"code":"composition_failed","details":{"underlying":"plan_stopped","steps":[` +
+		`{"name":"first","method":"FETCH","path":"/a","state":"succeeded","output":{"id":1}},{"name":"second","state":"not-started"},{"name":"third","state":"not-started"}]}}}`
+	raw, stopped := planSteps([]byte(body))
+	if !stopped || strings.Contains(string(raw), "output") {
+		t.Fatalf("planSteps = %s %v", raw, stopped)
+	}
+	if got := stepSentence(raw); got != "steps run: first (succeeded); steps not started: second, third" {
+		t.Errorf("stepSentence = %q", got)
+	}
+	if _, stopped := planSteps([]byte(strings.Replace(body, "plan_stopped", "upstream_error", 1))); stopped {
+		t.Error("a failed plan taken for a stopped one")
+	}
+	if raw, _ := planSteps([]byte(`{"id":1}`)); raw != nil {
+		t.Errorf("steps of a success: %s", raw)
+	}
+}
