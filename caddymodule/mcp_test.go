@@ -389,8 +389,10 @@ func TestMCPHeaderSpelling(t *testing.T) {
 	}
 }
 
-// TestMCPDeclaredCapabilities: the door declares tools and resources and
-// serves exactly those: the four resources (three DISCOVER, one INSPECT) list and read as
+// TestMCPDeclaredCapabilities: the door declares tools and resources
+// (and the tasks extension, whose methods it answers: mcpdoor
+// TestTasksMethods) and serves exactly those: the four resources (three
+// DISCOVER, one INSPECT) list and read as
 // the caller's DISCOVER, and the methods of undeclared capabilities are
 // -32601 method not found, not empty listings.
 func TestMCPDeclaredCapabilities(t *testing.T) {
@@ -400,8 +402,9 @@ func TestMCPDeclaredCapabilities(t *testing.T) {
 	init := s.InitializeResult()
 	caps, _ := json.Marshal(init.Capabilities)
 	var declared map[string]any
-	if err := json.Unmarshal(caps, &declared); err != nil || len(declared) != 2 || declared["tools"] == nil || declared["resources"] == nil {
-		t.Fatalf("capabilities = %s, want tools and resources only", caps)
+	if err := json.Unmarshal(caps, &declared); err != nil || len(declared) != 3 || declared["tools"] == nil || declared["resources"] == nil ||
+		mustJSON(declared["extensions"]) != `{"io.modelcontextprotocol/tasks":{}}` {
+		t.Fatalf("capabilities = %s, want tools, resources and the tasks extension only", caps)
 	}
 	list, err := s.ListResources(ctx, nil)
 	if err != nil || len(list.Resources) != 4 {
@@ -431,4 +434,10 @@ func TestMCPDeclaredCapabilities(t *testing.T) {
 			t.Errorf("%s: %d %s, want JSON-RPC -32601", m, status, body)
 		}
 	}
+}
+
+// mustJSON is v as compact JSON ("" when it does not marshal).
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }
