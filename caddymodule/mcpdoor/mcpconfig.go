@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 
@@ -221,6 +222,9 @@ func (m *Config) Validate(identity string) error {
 		if k.negative {
 			return fmt.Errorf("rcns: mcp %s must not be negative (leave it out for the default)", k.name)
 		}
+	}
+	if m.TaskAfter > 0 && m.Timeout > 0 && m.TaskAfter >= m.Timeout {
+		return fmt.Errorf("rcns: mcp task_after %s must be below timeout %s: a call answers with a task only before its timeout", time.Duration(m.TaskAfter), time.Duration(m.Timeout))
 	}
 	if m.MaxJSONDepth > MaxMCPJSONDepth {
 		return fmt.Errorf("rcns: mcp max_json_depth %d is above %d, the MCP SDK's own limit (it refuses deeper messages as malformed)", m.MaxJSONDepth, MaxMCPJSONDepth)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 )
@@ -122,5 +123,18 @@ func TestPlanSteps(t *testing.T) {
 	}
 	if raw, _ := planSteps([]byte(`{"id":1}`)); raw != nil {
 		t.Errorf("steps of a success: %s", raw)
+	}
+}
+
+// TestTaskAfterBelowTimeout: task_after at or past the door's timeout
+// is refused at provision.
+func TestTaskAfterBelowTimeout(t *testing.T) {
+	c := &Config{Path: DefaultMCPPath, Timeout: engine.Duration(time.Second), TaskAfter: engine.Duration(2 * time.Second)}
+	if err := c.Validate("header"); err == nil || !strings.Contains(err.Error(), "must be below timeout") {
+		t.Fatalf("Validate = %v", err)
+	}
+	c.TaskAfter = engine.Duration(500 * time.Millisecond)
+	if err := c.Validate("header"); err != nil {
+		t.Fatalf("Validate = %v", err)
 	}
 }
