@@ -202,7 +202,8 @@ func TestMCPTaskCancelAcrossNodes(t *testing.T) {
 	if tool == "" {
 		t.Fatal("no tool for the slow-three recipe")
 	}
-	if _, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": "x"}}); err != nil {
+	keyed := mcp.Meta{metaIdemKey: "task-cancel-1"}
+	if _, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": "x"}, Meta: keyed}); err != nil {
 		t.Fatalf("tools/call: %v", err)
 	}
 	tr.mu.Lock()
@@ -286,5 +287,18 @@ func TestMCPTaskCancelAcrossNodes(t *testing.T) {
 	}
 	if _, e := tasksRPC(t, mcpB, agentA1, "tasks/get", "nonexistent", true); e == nil || e["code"] != float64(-32602) {
 		t.Errorf("unknown task: %v, want -32602", e)
+	}
+	// The task's call was the synchronous call's: a repeat with its
+	// Idempotency-Key replays the stored answer (at once: no task), and
+	// the upstream sees nothing more.
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": "x"}, Meta: keyed})
+	if err != nil {
+		t.Fatalf("keyed repeat: %v", err)
+	}
+	if !res.IsError || res.Meta[metaReplayed] != true {
+		t.Errorf("keyed repeat: isError %v, _meta %v; want the stopped plan's answer replayed", res.IsError, res.Meta)
+	}
+	if p := up.paths(); strings.Join(p, " ") != "/one" {
+		t.Errorf("after the keyed repeat the upstream saw %v, want /one only", p)
 	}
 }
