@@ -97,11 +97,14 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 			}
 			return nil, jerr
 		}
+		var resp *agtp.Response
 		if rq.taskable && t.kind == mcpRecipe && tasksDeclared(req.Params.Meta) {
-			return d.runAsTask(ctx, rq, t, req, in)
-		}
-		resp := d.serveWithin(in)
-		if resp == nil {
+			// tasks.go: a call not answered within task_after is a task.
+			var task *mcp.CallToolResult
+			if resp, task = d.runAsTask(ctx, rq, t, req, in, keyed); task != nil {
+				return task, nil
+			}
+		} else if resp = d.serveWithin(in); resp == nil {
 			rq.answered("", agtp.CallTimeout.Token)
 			return d.timedOut(t, keyed, req), nil
 		}

@@ -105,12 +105,15 @@ func (d *Door) taskCandidate(body []byte) bool {
 type createdTask struct{ rec store.Task }
 
 // runAsTask serves in for a call of t that may become a task: it waits
-// up to task_after for the engine's answer (then the synchronous result
-// as always); past it, the task is stored (working) before the
-// CreateTaskResult is answered, and the call goes on here, its answer
-// written to the task when it comes. A cancel request (through any
-// node) stops the recipe's plan between steps (recipes.WithStop).
-func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, in *agtp.Request) (*mcp.CallToolResult, error) {
+// up to task_after for the engine's answer and returns it (the handler
+// makes it the synchronous result, as always); past it, the task is
+// stored (working) before its placeholder result is returned (taskWriter
+// makes the answer the CreateTaskResult), and the call goes on here, its
+// answer written to the task when it comes. A cancel request (through
+// any node) stops the recipe's plan between steps (recipes.WithStop).
+// When the task cannot be stored the result is the call-timeout tool
+// error (keyed: the call carries an Idempotency-Key).
+func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, in *agtp.Request, keyed bool) (*agtp.Response, *mcp.CallToolResult) {
 	stop := make(chan struct{})
 	in.Context = recipes.WithStop(context.WithoutCancel(in.Context), stop)
 	done := make(chan *agtp.Response, 1)
@@ -127,8 +130,7 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 	defer timer.Stop()
 	select {
 	case resp := <-done:
-		rq.answered(resp.RequestID, resp.Reason)
-		return d.result(t, rq, req, in.Target, resp)
+		return resp, nil
 	case <-timer.C:
 	}
 	now := time.Now().UTC()
@@ -141,14 +143,13 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 		d.e.Logger().Warn("an MCP task could not be stored; the call answers call-timeout", zap.Error(err))
 		go func() { <-done }()
 		rq.answered("", agtp.CallTimeout.Token)
-		_, keyed := in.Header["Idempotency-Key"]
-		return d.timedOut(t, keyed, req), nil
+		return nil, d.timedOut(t, keyed, req)
 	}
 	rq.mu.Lock()
 	rq.task = &createdTask{rec: rec}
 	rq.mu.Unlock()
 	go d.follow(rq, t, req, in.Target, rec, stop, done)
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "task " + rec.ID}}}, nil
+	return nil, &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "task " + rec.ID}}}
 }
 
 // follow runs beside a task's call on the node that accepted it: it
