@@ -162,58 +162,11 @@ func TestMCPTaskCancelAcrossNodes(t *testing.T) {
 	if suiteDoor == "agtp" {
 		t.Skip("MCP is served over HTTP: runs in the HTTP door's pass")
 	}
-	up := startSlowUpstream(t)
-	dir := t.TempDir()
-	var docs []string
-	for _, s := range []string{"one", "two", "three"} {
-		docs = append(docs, writeDoc(t, dir, "fetch-slow-"+s+".yaml", fmt.Sprintf(slowStepDoc, s)))
-	}
-	recipe := writeDoc(t, dir, "slow-three.yaml", slowRecipeDoc)
-	_, topo := startSingleRedis(t)
-	w := startClusterWorld(t, topo.block(), clusterOpts{Extra: fmt.Sprintf("\t\tupstream slow %s\n\t\tendpoints %s\n\t\trecipes %s\n\t\tmcp {\n\t\t\ttask_after 200ms\n\t\t}\n",
-		up.URL, strings.Join(docs, " "), recipe)})
-
-	tr := &rawTransport{Transport: &mcp.StreamableClientTransport{Endpoint: w.A.URL + "/mcp",
-		HTTPClient: &http.Client{Transport: &mcpTransport{hdr: map[string]string{"Agent-ID": agentA1, "Authority-Scope": scopeAll}, base: http.DefaultTransport}, Timeout: requestTimeout}}}
+	up, w, s, tr, tool := startTaskWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
-	c := mcp.NewClient(&mcp.Implementation{Name: "rcns-it-tasks", Version: "1"}, &mcp.ClientOptions{
-		Capabilities: &mcp.ClientCapabilities{Extensions: map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}})
-	s, err := c.Connect(ctx, tr, nil)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer s.Close()
-	if v := s.InitializeResult().ProtocolVersion; v != "2026-07-28" {
-		t.Fatalf("negotiated %s, want 2026-07-28", v)
-	}
-	if s.InitializeResult().Capabilities.Extensions["io.modelcontextprotocol/tasks"] == nil {
-		t.Fatalf("the server does not declare the tasks extension: %+v", s.InitializeResult().Capabilities)
-	}
-	tool := ""
-	for tl, err := range s.Tools(ctx, nil) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(tl.Name, "slow") && strings.Contains(tl.Name, "three") {
-			tool = tl.Name
-		}
-	}
-	if tool == "" {
-		t.Fatal("no tool for the slow-three recipe")
-	}
 	keyed := mcp.Meta{metaIdemKey: "task-cancel-1"}
-	if _, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": "x"}, Meta: keyed}); err != nil {
-		t.Fatalf("tools/call: %v", err)
-	}
-	tr.mu.Lock()
-	var created map[string]any
-	_ = json.Unmarshal(tr.last, &created)
-	tr.mu.Unlock()
-	id, _ := created["taskId"].(string)
-	if created["resultType"] != "task" || id == "" || created["status"] != "working" || created["ttlMs"] == nil {
-		t.Fatalf("tools/call did not answer a CreateTaskResult: %v", created)
-	}
+	id, created := createTask(t, s, tr, tool, keyed)
 	for _, k := range []string{"result", "error", "inputRequests", "requestState", "task"} {
 		if _, ok := created[k]; ok {
 			t.Errorf("CreateTaskResult carries %s: %v", k, created)
@@ -301,4 +254,111 @@ func TestMCPTaskCancelAcrossNodes(t *testing.T) {
 	if p := up.paths(); strings.Join(p, " ") != "/one" {
 		t.Errorf("after the keyed repeat the upstream saw %v, want /one only", p)
 	}
+}
+
+// startTaskWorld starts the slow upstream, two nodes on one Redis
+// serving the slow-three recipe with task_after 200ms, and the go-sdk
+// client (2026-07-28, declaring the tasks extension) on node A; it
+// returns them and the recipe's tool name.
+func startTaskWorld(t *testing.T) (*slowUpstream, *clusterWorld, *mcp.ClientSession, *rawTransport, string) {
+	t.Helper()
+	up := startSlowUpstream(t)
+	dir := t.TempDir()
+	var docs []string
+	for _, s := range []string{"one", "two", "three"} {
+		docs = append(docs, writeDoc(t, dir, "fetch-slow-"+s+".yaml", fmt.Sprintf(slowStepDoc, s)))
+	}
+	recipe := writeDoc(t, dir, "slow-three.yaml", slowRecipeDoc)
+	_, topo := startSingleRedis(t)
+	w := startClusterWorld(t, topo.block(), clusterOpts{Extra: fmt.Sprintf("\t\tupstream slow %s\n\t\tendpoints %s\n\t\trecipes %s\n\t\tmcp {\n\t\t\ttask_after 200ms\n\t\t}\n",
+		up.URL, strings.Join(docs, " "), recipe)})
+
+	tr := &rawTransport{Transport: &mcp.StreamableClientTransport{Endpoint: w.A.URL + "/mcp",
+		HTTPClient: &http.Client{Transport: &mcpTransport{hdr: map[string]string{"Agent-ID": agentA1, "Authority-Scope": scopeAll}, base: http.DefaultTransport}, Timeout: requestTimeout}}}
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "rcns-it-tasks", Version: "1"}, &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{Extensions: map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}})
+	s, err := c.Connect(ctx, tr, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if v := s.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Fatalf("negotiated %s, want 2026-07-28", v)
+	}
+	if s.InitializeResult().Capabilities.Extensions["io.modelcontextprotocol/tasks"] == nil {
+		t.Fatalf("the server does not declare the tasks extension: %+v", s.InitializeResult().Capabilities)
+	}
+	tool := ""
+	for tl, err := range s.Tools(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(tl.Name, "slow") && strings.Contains(tl.Name, "three") {
+			tool = tl.Name
+		}
+	}
+	if tool == "" {
+		t.Fatal("no tool for the slow-three recipe")
+	}
+	return up, w, s, tr, tool
+}
+
+// createTask calls tool and returns the CreateTaskResult's taskId.
+func createTask(t *testing.T, s *mcp.ClientSession, tr *rawTransport, tool string, meta mcp.Meta) (string, map[string]any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	if _, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": "x"}, Meta: meta}); err != nil {
+		t.Fatalf("tools/call: %v", err)
+	}
+	tr.mu.Lock()
+	var created map[string]any
+	_ = json.Unmarshal(tr.last, &created)
+	tr.mu.Unlock()
+	id, _ := created["taskId"].(string)
+	if created["resultType"] != "task" || id == "" || created["status"] != "working" || created["ttlMs"] == nil {
+		t.Fatalf("tools/call did not answer a CreateTaskResult: %v", created)
+	}
+	return id, created
+}
+
+// TestMCPTaskNodeDies: the node running a task is killed mid-step; the
+// other node reads the task working until the lease the dead node no
+// longer renews ends, then failed (task-lease-expired): never working
+// forever.
+func TestMCPTaskNodeDies(t *testing.T) {
+	if suiteDoor == "agtp" {
+		t.Skip("MCP is served over HTTP: runs in the HTTP door's pass")
+	}
+	up, w, s, tr, tool := startTaskWorld(t)
+	id, _ := createTask(t, s, tr, tool, nil)
+	<-up.entered
+	w.A.Kill(t)
+	mcpB := w.B.URL + "/mcp"
+	var got map[string]any
+	for i := 0; i < 250; i++ { // the lease is 15 s
+		g, rpcErr := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
+		if rpcErr != nil {
+			t.Fatalf("tasks/get through B: %v", rpcErr)
+		}
+		if got = g; got["status"] != "working" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got["status"] != "failed" || !strings.Contains(mustJSONIT(got["error"]), "task-lease-expired") {
+		t.Fatalf("the dead node's task reads %v, want failed task-lease-expired", got)
+	}
+	close(up.release)
+	if p := up.paths(); strings.Join(p, " ") != "/one" {
+		t.Errorf("the upstream saw %v, want /one only", p)
+	}
+}
+
+// mustJSONIT is v as JSON.
+func mustJSONIT(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }
