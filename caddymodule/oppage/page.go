@@ -341,7 +341,35 @@ func (p *Page) revoke(w http.ResponseWriter, r *http.Request, v visitor) {
 			zap.String("actor", v.op.Name), zap.String("operator_access", v.op.Access), zap.String("request_id", res.RequestID))
 		q.Set("done", "contract "+id+" revoked by "+v.op.Name)
 	}
+	q.Set("sig", noticeMAC(q.Get("done"), q.Get("error")))
 	http.Redirect(w, r, p.cfg.Path+"?"+q.Encode(), http.StatusSeeOther)
+}
+
+// noticeMAC authenticates a revoke's outcome in the redirect's query
+// (done, error), so that the page shows only outcomes it wrote itself:
+// a crafted link's ?done=… is not shown (keyed like the CSRF tokens,
+// with its own label so neither can stand for the other).
+func noticeMAC(done, errText string) string {
+	m := hmac.New(sha256.New, csrfKey)
+	m.Write([]byte("rcns-operator-notice\x00"))
+	m.Write([]byte(done))
+	m.Write([]byte{0})
+	m.Write([]byte(errText))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// noticeFrom is the outcome in the query of r when the page wrote it
+// (noticeMAC), else none.
+func noticeFrom(r *http.Request) notice {
+	q := r.URL.Query()
+	done, errText := q.Get("done"), q.Get("error")
+	if done == "" && errText == "" {
+		return notice{}
+	}
+	if !hmac.Equal([]byte(q.Get("sig")), []byte(noticeMAC(done, errText))) {
+		return notice{}
+	}
+	return notice{Done: clip(done), Error: clip(errText)}
 }
 
 // notice is the outcome of a revoke, shown at the top of the page.
@@ -403,7 +431,7 @@ func (p *Page) show(w http.ResponseWriter, r *http.Request, v visitor) {
 		Operator:     v.op.Name,
 		Access:       v.op.Access,
 		Now:          time.Now().UTC(),
-		Notice:       notice{Done: clip(r.URL.Query().Get("done")), Error: clip(r.URL.Query().Get("error"))},
+		Notice:       noticeFrom(r),
 		MaxRows:      p.cfg.MaxRows,
 		RingBound:    engine.RefusalRing,
 	}

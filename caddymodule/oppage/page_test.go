@@ -220,3 +220,29 @@ func TestMatch(t *testing.T) {
 		}
 	}
 }
+
+// TestNoticeOnlyFromThePage: the page shows a revoke's outcome only when
+// its own redirect wrote it; a crafted link's ?done= or ?error= text,
+// or a real outcome with its text changed, shows nothing.
+func TestNoticeOnlyFromThePage(t *testing.T) {
+	get := func(q url.Values) notice {
+		return noticeFrom(httptest.NewRequest(http.MethodGet, "/rcns/operator?"+q.Encode(), nil))
+	}
+	own := url.Values{"done": {"contract c-1 revoked by sre"}}
+	own.Set("sig", noticeMAC(own.Get("done"), ""))
+	if n := get(own); n.Done != "contract c-1 revoked by sre" || n.Error != "" {
+		t.Fatalf("the page's own outcome: %+v", n)
+	}
+	crafted := url.Values{"done": {"contract c-1 revoked by sre"}}
+	if n := get(crafted); n != (notice{}) {
+		t.Fatalf("a crafted ?done= is shown: %+v", n)
+	}
+	changed := url.Values{"done": {"contract c-2 revoked by sre"}, "sig": {own.Get("sig")}}
+	if n := get(changed); n != (notice{}) {
+		t.Fatalf("a changed outcome is shown: %+v", n)
+	}
+	moved := url.Values{"error": {"contract c-1 revoked by sre"}, "sig": {own.Get("sig")}}
+	if n := get(moved); n != (notice{}) {
+		t.Fatalf("an outcome moved from done to error is shown: %+v", n)
+	}
+}
