@@ -185,6 +185,19 @@ var (
 	TokenExchangeRefused = def("token-exchange-refused", 424, NotRetryable)
 )
 
+// MCP confirm-first as input_required (SEP-2322, MCP 2026-07-28;
+// caddymodule/mcpdoor inputreq.go, docs/agent-guide-mcp.md), answered as
+// isError tool results.
+var (
+	// RequestStateInvalid: the retry's requestState was not sealed by
+	// this gateway for this agent, tool and arguments, has expired, or
+	// carries no answer to the approval; nothing was presented or run.
+	RequestStateInvalid = def("request-state-invalid", 400, NotRetryable)
+	// ConfirmationDeclined: the user declined or cancelled the approval;
+	// nothing ran, and the call may be made again.
+	ConfirmationDeclined = def("confirmation-declined", 409, Retryable)
+)
+
 // Rate limits, idempotency and shared state (spec §12).
 var (
 	RateLimited             = def("rate-limited", 429, Retryable)

@@ -52,15 +52,15 @@ const (
 	MCPMetaPreview = MCPMetaPrefix + "preview"
 )
 
-// Reason tokens of the input_required flow's tool errors.
-const (
+// Reason tokens of the input_required flow's tool errors (in the
+// agtp catalog with their statuses).
+var (
 	// reasonRequestStateInvalid: the retry's requestState was not sealed
-	// by this gateway node for this agent, tool and arguments, or has
-	// expired.
-	reasonRequestStateInvalid = "request-state-invalid"
+	// by this gateway for this agent, tool and arguments, or has expired.
+	reasonRequestStateInvalid = agtp.RequestStateInvalid.Token
 	// reasonConfirmationDeclined: the user declined or cancelled the
 	// approval; nothing ran.
-	reasonConfirmationDeclined = "confirmation-declined"
+	reasonConfirmationDeclined = agtp.ConfirmationDeclined.Token
 )
 
 // mrtrStateVersion is the sealed state's format version.
