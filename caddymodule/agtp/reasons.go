@@ -179,6 +179,11 @@ var (
 // credentials").
 var (
 	UpstreamCredentialMissing = def("upstream-credential-missing", 424, NotRetryable)
+	// UpstreamCredentialUnavailable: the policy's credential source
+	// cannot be read (a per_agent / per_owner dir missing or unreadable
+	// at call time, an id's file unreadable, empty or oversized): the
+	// operator's fault, logged at WARN with the cause; Retry-After.
+	UpstreamCredentialUnavailable = def("upstream-credential-unavailable", 503, Retryable)
 	// TokenExchangeRefused: the upstream's authorization server refused
 	// the token exchange (RFC 8693) for the caller's token; its error
 	// code is named. An unreachable server is issuer-unavailable (503).

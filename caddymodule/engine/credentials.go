@@ -193,11 +193,8 @@ func (h *Engine) resolveCredentials(x *exchange, req *request, steps []credentia
 		}
 		c, ref := p.Resolve(x.ctx(), caller, scopes)
 		if ref != nil {
+			h.credentialRefused(x, ref, up, s.name)
 			e, extra := credentialRefusal(ref, s.name)
-			if l := x.agentLog(e.Reason); l != nil {
-				l.Info("upstream credential refused", zap.String("agent_id", x.agentID), zap.String("upstream", up),
-					zap.String("step", s.name), zap.String("reason", e.Reason))
-			}
 			x.failWith(e, extra)
 			return nil, false
 		}
@@ -205,6 +202,26 @@ func (h *Engine) resolveCredentials(x *exchange, req *request, steps []credentia
 	}
 	x.credentials = stepKinds(steps, creds)
 	return creds, true
+}
+
+// credentialRefused counts a refused credential and logs it within x's
+// per-agent budget: at WARN with the cause when the refusal is the
+// gateway's own fault (ref.Cause set: a source that cannot be read, an
+// authorization server that cannot be reached), else at INFO. The line
+// names the upstream, step and reason, never a secret.
+func (h *Engine) credentialRefused(x *exchange, ref *upstreamauth.Refusal, up, step string) {
+	h.metrics.credentialRefusal(up, ref.Reason)
+	l := x.agentLog(ref.Reason)
+	if l == nil {
+		return
+	}
+	fields := []zap.Field{zap.String("agent_id", x.agentID), zap.String("upstream", up),
+		zap.String("step", step), zap.String("reason", ref.Reason)}
+	if ref.Cause != "" {
+		l.Warn("upstream credential unavailable", append(fields, zap.String("cause", ref.Cause))...)
+		return
+	}
+	l.Info("upstream credential refused", fields...)
 }
 
 // credentialRefusal is the §19 error of a refused credential: the

@@ -108,6 +108,7 @@ type metrics struct {
 	compositionSeconds *prometheus.HistogramVec // recipe
 	upstreamSeconds    *prometheus.HistogramVec // upstream
 	upstreamErrors     *prometheus.CounterVec   // upstream, class
+	credentialRefusals *prometheus.CounterVec   // upstream, reason
 	stepSeconds        *prometheus.HistogramVec // recipe, step
 	rateLimitRefusals  *prometheus.CounterVec   // budget
 	idempotencyEvents  *prometheus.CounterVec   // event
@@ -245,6 +246,9 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 	m.upstreamErrors = counterVec("upstream_errors_total",
 		"Failed upstream calls by configured upstream and error class (upstream_timeout, upstream_connection_error, upstream_malformed_response, upstream_authentication_failed, upstream_error, mapped).",
 		"upstream", "class")
+	m.credentialRefusals = counterVec("upstream_credential_refusals_total",
+		"Calls refused before any step ran because an upstream's credential could not be had, by configured upstream and reason token (upstream-credential-missing, upstream-credential-unavailable, token-exchange-refused, issuer-unavailable).",
+		"upstream", "reason")
 	m.stepSeconds = histogramVec("step_duration_seconds",
 		"Duration of one recipe step, by recipe and step name.",
 		"recipe", "step")
@@ -465,6 +469,16 @@ func (m *metrics) upstreamError(upstream, class string) {
 	if class != "ok" {
 		m.upstreamErrors.WithLabelValues(upstream, upstreamClasses.label(class)).Inc()
 	}
+}
+
+// credentialRefusal counts a call refused because upstream's credential
+// could not be had, by the refusal's reason token (bounded as every
+// reason label is).
+func (m *metrics) credentialRefusal(upstream, reason string) {
+	if m == nil {
+		return
+	}
+	m.credentialRefusals.WithLabelValues(upstream, reasonLabel(reason)).Inc()
 }
 
 // rateLimited counts a request refused by the rate-limit budget named

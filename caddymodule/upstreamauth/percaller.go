@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -15,7 +16,8 @@ import (
 )
 
 // MaxSecretFileBytes bounds a per-id secret file of a Dir source
-// (64 KiB); a longer file is refused as missing.
+// (64 KiB); a longer file is refused as unavailable
+// (ReasonCredentialUnavailable).
 const MaxSecretFileBytes = 64 << 10
 
 // MaxMappingFileBytes bounds a mapping File (16 MiB).
@@ -134,7 +136,11 @@ func (p *PerCaller) Kind() Kind { return p.kind }
 // ReasonCredentialMissing (424) when the caller has no verified id of
 // the policy's kind, the id is not usable as a key (a Dir or {env…}
 // lookup takes only 1..256 of ALPHA, DIGIT, '-', '_', ':', '.', and
-// never "."/".."), or no secret is kept for it.
+// never "."/".."), or no secret is kept for it (no file of that name in
+// Dir, no entry in File). A Dir source that cannot be read (the
+// directory missing or unreadable, the id's file unreadable, empty or
+// over MaxSecretFileBytes) is refused with ReasonCredentialUnavailable
+// (503, Retry-After), its Cause naming the path and error.
 func (p *PerCaller) Resolve(_ context.Context, c Caller, _ []string) (Credential, *Refusal) {
 	key, who := c.AgentID, "agent"
 	if p.kind == KindPerOwner {
@@ -157,9 +163,12 @@ func (p *PerCaller) Resolve(_ context.Context, c Caller, _ []string) (Credential
 		if !SafeID(key) {
 			return Credential{}, p.missing("this %s id cannot name a credential file", who)
 		}
-		s, ok := readSecretFile(p.dir, key)
-		if !ok {
+		s, err := readSecretFile(p.dir, key)
+		if errors.Is(err, errNoSecretFile) {
 			return Credential{}, p.missing("the gateway keeps no credential for this %s", who)
+		}
+		if err != nil {
+			return Credential{}, p.unavailable(err)
 		}
 		secret = s
 	}
@@ -183,6 +192,15 @@ func (p *PerCaller) missing(format string, args ...any) *Refusal {
 		Explanation: fmt.Sprintf("upstream %s (credentials %s): ", p.upstream, p.kind) + fmt.Sprintf(format, args...)}
 }
 
+// unavailable is 503 upstream-credential-unavailable: the source
+// cannot be read. The explanation names the upstream only; cause (path
+// and error, never the secret) is for the log.
+func (p *PerCaller) unavailable(cause error) *Refusal {
+	return &Refusal{Upstream: p.upstream, Reason: ReasonCredentialUnavailable, Status: StatusCredentialUnavailable,
+		RetryAfter: CredentialUnavailableRetryAfter, Cause: cause.Error(),
+		Explanation: fmt.Sprintf("upstream %s (credentials %s): the gateway cannot read its credential store at the moment (the operator is told)", p.upstream, p.kind)}
+}
+
 // SafeID reports whether id may name a file in a credential directory
 // or part of an environment variable name: 1..256 bytes of ALPHA,
 // DIGIT, '-', '_', ':' and '.', and no "..". Agent-IDs (hex) and
@@ -203,29 +221,56 @@ func SafeID(id string) bool {
 	return true
 }
 
+// errNoSecretFile: the directory is there and holds no file for the
+// id; the one outcome of readSecretFile that is the caller's, not the
+// operator's.
+var errNoSecretFile = errors.New("no credential file for this id")
+
 // readSecretFile reads dir/id through an os.Root, so neither the id
-// nor a symbolic link inside dir can reach a file outside it. ok is
-// false for a missing, unreadable, empty or oversized file.
-func readSecretFile(dir, id string) (string, bool) {
+// nor a symbolic link inside dir can reach a file outside it. The error
+// is errNoSecretFile when dir is readable and holds no file id, else
+// (dir missing or unreadable, the file unreadable, not a regular file,
+// empty or over MaxSecretFileBytes) an error naming the path and the
+// problem, never the content.
+func readSecretFile(dir, id string) (string, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return "", false
+		return "", fmt.Errorf("credential dir: %w", err)
 	}
 	defer root.Close()
 	f, err := root.Open(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The id's own file is absent, and the directory is still
+		// there (not removed since it was opened).
+		if _, serr := root.Stat("."); serr != nil {
+			return "", fmt.Errorf("credential dir %s: %w", dir, serr)
+		}
+		return "", errNoSecretFile
+	}
+	path := filepath.Join(dir, id)
 	if err != nil {
-		return "", false
+		return "", fmt.Errorf("credential file: %w", err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return "", false
+	st, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("credential file %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("credential file %s is not a regular file (%s)", path, st.Mode().Type())
 	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxSecretFileBytes+1))
-	if err != nil || len(b) > MaxSecretFileBytes {
-		return "", false
+	if err != nil {
+		return "", fmt.Errorf("credential file %s: %w", path, err)
+	}
+	if len(b) > MaxSecretFileBytes {
+		return "", fmt.Errorf("credential file %s is larger than %d bytes", path, MaxSecretFileBytes)
 	}
 	s := strings.TrimSpace(string(b))
-	return s, s != ""
+	if s == "" {
+		return "", fmt.Errorf("credential file %s is empty", path)
+	}
+	return s, nil
 }
 
 func readMapping(path string) (map[string]mappingEntry, error) {

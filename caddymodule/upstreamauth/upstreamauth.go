@@ -92,8 +92,15 @@ type Refusal struct {
 	// RetryAfter is the Retry-After to send with a 503; 0 for none.
 	RetryAfter time.Duration
 	// Explanation is a human sentence for the error body; it never
-	// contains a secret.
+	// contains a secret, and for a fault of the gateway's own (a broken
+	// credential source, an unreachable authorization server) no path
+	// or internal address either.
 	Explanation string
+	// Cause is the operator's detail of a fault ("" for none): the
+	// path, URL and error that made the credential unavailable, for the
+	// gateway's log only, never in the answer. It never contains a
+	// secret.
+	Cause string
 }
 
 // Error implements error: the reason and explanation.
@@ -107,6 +114,22 @@ const ReasonCredentialMissing = "upstream-credential-missing"
 // StatusCredentialMissing is the AGTP status of ReasonCredentialMissing:
 // 424, the call depends on a credential the gateway does not hold.
 const StatusCredentialMissing = 424
+
+// ReasonCredentialUnavailable is the reason token of a credential
+// source the gateway cannot read: a per_agent / per_owner dir missing or
+// unreadable at call time, a secret file that cannot be read, is empty
+// or is larger than MaxSecretFileBytes. It is the operator's fault, not
+// the agent's: the Refusal's Cause names the path and error.
+const ReasonCredentialUnavailable = "upstream-credential-unavailable"
+
+// StatusCredentialUnavailable is the AGTP status of
+// ReasonCredentialUnavailable: 503, retryable once the operator has
+// fixed the source.
+const StatusCredentialUnavailable = 503
+
+// CredentialUnavailableRetryAfter is the Retry-After of
+// ReasonCredentialUnavailable.
+const CredentialUnavailableRetryAfter = 30 * time.Second
 
 // Static is today's behaviour: the endpoint's and steps' own headers,
 // plus Header (may be nil) set for every caller.

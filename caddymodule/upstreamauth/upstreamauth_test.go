@@ -88,8 +88,10 @@ func TestPerAgentDir(t *testing.T) {
 	if r != nil || h.Get("Authorization") != "Bearer token-a" {
 		t.Fatalf("agent A: %v %v", h, r)
 	}
-	// A symbolic link out of the directory is no credential.
-	if _, r := resolve(t, p, Caller{AgentID: agentB}); r == nil || r.Reason != ReasonCredentialMissing || r.Status != 424 || !strings.Contains(r.Explanation, "hotel") {
+	// A symbolic link out of the directory is never followed: the
+	// operator's store is broken (503 unavailable), nothing leaks.
+	if _, r := resolve(t, p, Caller{AgentID: agentB}); r == nil || r.Reason != ReasonCredentialUnavailable || r.Status != 503 ||
+		!strings.Contains(r.Explanation, "hotel") || strings.Contains(r.Explanation+r.Cause, "leak") {
 		t.Fatalf("agent B via symlink: %+v", r)
 	}
 	for _, id := range []string{"", "../outside-secret", "..", "x/../" + agentA} {
@@ -101,6 +103,60 @@ func TestPerAgentDir(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(dir, agentA), []byte("token-a2"), 0o600))
 	if h, _ := resolve(t, p, Caller{AgentID: agentA}); h.Get("Authorization") != "Bearer token-a2" {
 		t.Fatalf("after rotation: %v", h)
+	}
+}
+
+// TestPerAgentDirBroken: the caller's own missing file is 424
+// upstream-credential-missing; a source the gateway cannot read is 503
+// upstream-credential-unavailable with Retry-After, its explanation
+// naming neither path nor secret and its Cause (for the log) the path
+// and error.
+func TestPerAgentDirBroken(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "pa")
+	must(t, os.Mkdir(dir, 0o700))
+	must(t, os.WriteFile(filepath.Join(dir, agentA), []byte("token-a"), 0o600))
+	p, err := NewPerCaller(PerCallerConfig{Upstream: "hotel", Kind: KindPerAgent, Dir: dir})
+	must(t, err)
+	unavailable := func(name string, c Caller, cause string) {
+		t.Helper()
+		_, r := resolve(t, p, c)
+		if r == nil || r.Reason != ReasonCredentialUnavailable || r.Status != StatusCredentialUnavailable || r.RetryAfter != CredentialUnavailableRetryAfter {
+			t.Fatalf("%s: %+v, want 503 %s with Retry-After", name, r, ReasonCredentialUnavailable)
+		}
+		if strings.Contains(r.Explanation, base) || strings.Contains(r.Explanation, "token-") || !strings.Contains(r.Explanation, "hotel") {
+			t.Errorf("%s: explanation %q names a path or secret, or not the upstream", name, r.Explanation)
+		}
+		if !strings.Contains(r.Cause, cause) || strings.Contains(r.Cause, "token-") {
+			t.Errorf("%s: cause %q lacks %q or names the secret", name, r.Cause, cause)
+		}
+	}
+	// Another agent's file is absent: the agent's problem, 424.
+	if _, r := resolve(t, p, Caller{AgentID: agentB}); r == nil || r.Reason != ReasonCredentialMissing || r.Status != 424 || r.Cause != "" {
+		t.Fatalf("no file for agent B: %+v", r)
+	}
+	// Empty, oversized, a directory in place of a file.
+	must(t, os.WriteFile(filepath.Join(dir, agentB), []byte(" \n"), 0o600))
+	unavailable("empty file", Caller{AgentID: agentB}, "is empty")
+	must(t, os.WriteFile(filepath.Join(dir, agentB), []byte(strings.Repeat("x", MaxSecretFileBytes+1)), 0o600))
+	unavailable("oversized file", Caller{AgentID: agentB}, "larger than")
+	must(t, os.Remove(filepath.Join(dir, agentB)))
+	must(t, os.Mkdir(filepath.Join(dir, agentB), 0o700))
+	unavailable("directory", Caller{AgentID: agentB}, "not a regular file")
+	// Unreadable file (permission bits do not bind root).
+	if os.Geteuid() != 0 {
+		must(t, os.Chmod(filepath.Join(dir, agentA), 0))
+		unavailable("unreadable file", Caller{AgentID: agentA}, "permission denied")
+		must(t, os.Chmod(filepath.Join(dir, agentA), 0o600))
+	}
+	// The directory moved away at run time (an unmounted volume): every
+	// agent, even one whose file was there, gets 503, not 424.
+	must(t, os.Rename(dir, dir+".bak"))
+	unavailable("dir gone, agent A", Caller{AgentID: agentA}, dir)
+	unavailable("dir gone, agent B", Caller{AgentID: agentB}, "no such file")
+	must(t, os.Rename(dir+".bak", dir))
+	if h, r := resolve(t, p, Caller{AgentID: agentA}); r != nil || h.Get("Authorization") != "Bearer token-a" {
+		t.Fatalf("dir back: %v %+v", h, r)
 	}
 }
 
