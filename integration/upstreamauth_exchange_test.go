@@ -248,8 +248,9 @@ func TestUpstreamTokenExchangeFailures(t *testing.T) {
 		r := w.GW.Do(t, call.method, call.path, bearer(refused, "Allow-RCNS", "true"), call.body)
 		b := assertErrorBody(t, r, 424, "token-exchange-refused")
 		expl, _ := b["explanation"].(string)
-		if !strings.Contains(expl, "upstream hotel") || !strings.Contains(expl, "invalid_grant") || strings.Contains(expl, refused[:24]) {
-			t.Errorf("%s %s: explanation %q, want the upstream and the server's error code, no token", call.method, call.path, expl)
+		if !strings.Contains(expl, "upstream hotel") || !strings.Contains(expl, "invalid_grant") || strings.Contains(expl, refused[:24]) ||
+			strings.Count(expl, "nothing was") != 1 {
+			t.Errorf("%s %s: explanation %q, want the upstream and the server's error code once, no token, \"nothing was run\" once", call.method, call.path, expl)
 		}
 		if b["upstream"] != "hotel" || b["step"] == nil || b["step"] == "" {
 			t.Errorf("%s %s: body %v, want upstream hotel and the step", call.method, call.path, b)
@@ -281,6 +282,13 @@ func TestUpstreamTokenExchangeFailures(t *testing.T) {
 	}
 	if b["retryable"] != true || b["upstream"] != "hotel" {
 		t.Errorf("503 body %v", b)
+	}
+	// The agent is told the upstream, not the gateway's internal token
+	// endpoint or its dial error (those are the operator's log line), and
+	// "nothing was run" once.
+	if ex, _ := b["explanation"].(string); strings.Contains(ex, "127.0.0.1") || strings.Contains(ex, "dial") ||
+		strings.Contains(ex, "/token") || strings.Count(ex, "nothing was") != 1 {
+		t.Errorf("503 explanation %q names an internal address or error, or repeats itself", ex)
 	}
 	if len(check.Seen())+len(check.Refused()) != 0 || w.Hotel.Count() != hotelBefore {
 		t.Errorf("with the server down, a call reached the hotel")

@@ -32,7 +32,7 @@ const (
 const (
 	// ReasonExchangeRefused: the upstream's authorization server refused
 	// the exchange (a 4xx answer: invalid_grant, invalid_target,
-	// invalid_scope, invalid_client, ...). Nothing was executed.
+	// invalid_scope, invalid_client, ...). Nothing runs.
 	ReasonExchangeRefused = "token-exchange-refused"
 	// StatusExchangeRefused is the AGTP status of ReasonExchangeRefused:
 	// 424, the call depends on a credential the gateway could not obtain.
@@ -333,14 +333,14 @@ func (x *TokenExchange) exchange(ctx context.Context, subject string, scopes []s
 			code = "(none)"
 		}
 		return "", 0, &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonExchangeRefused, Status: StatusExchangeRefused,
-			Explanation: fmt.Sprintf("the authorization server of upstream %s refused the token exchange: HTTP %d, error %s; nothing was executed", x.cfg.Upstream, resp.StatusCode, code)}
+			Explanation: fmt.Sprintf("the authorization server of upstream %s refused the token exchange: HTTP %d, error %s", x.cfg.Upstream, resp.StatusCode, code)}
 	case resp.StatusCode != http.StatusOK:
 		return "", 0, x.unavailable(fmt.Sprintf("the token endpoint answered HTTP %d", resp.StatusCode))
 	case len(body) > maxExchangeDocument || jsonErr != nil || ans.AccessToken == "":
 		return "", 0, x.unavailable("the token endpoint's answer has no access_token")
 	case ans.TokenType != "" && !strings.EqualFold(ans.TokenType, "Bearer") && !strings.EqualFold(ans.TokenType, "N_A"):
 		return "", 0, &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonExchangeRefused, Status: StatusExchangeRefused,
-			Explanation: fmt.Sprintf("the authorization server of upstream %s issued a %q token, and the gateway sends bearer tokens only; nothing was executed", x.cfg.Upstream, clip(ans.TokenType))}
+			Explanation: fmt.Sprintf("the authorization server of upstream %s issued a %q token, and the gateway sends bearer tokens only", x.cfg.Upstream, clip(ans.TokenType))}
 	}
 	return ans.AccessToken, time.Duration(ans.ExpiresIn) * time.Second, nil
 }
@@ -378,14 +378,17 @@ func redactURLError(err error) string {
 	return err.Error()
 }
 
-// unavailable is 503 issuer-unavailable for the upstream's server.
+// unavailable is 503 issuer-unavailable for the upstream's server. The
+// explanation names the upstream only; the server's address and what
+// failed (a dial error, a status) are the Cause, for the operator's log.
 func (x *TokenExchange) unavailable(what string) *Refusal {
 	server := x.cfg.Issuer
 	if server == "" {
 		server = x.cfg.TokenEndpoint
 	}
 	return &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonIssuerUnavailable, Status: StatusIssuerUnavailable, RetryAfter: x.cfg.RetryAfter,
-		Explanation: fmt.Sprintf("the authorization server %s of upstream %s is unavailable (%s); nothing was executed; retry after Retry-After seconds", server, x.cfg.Upstream, what)}
+		Cause:       fmt.Sprintf("authorization server %s: %s", server, what),
+		Explanation: fmt.Sprintf("the authorization server of upstream %s cannot be reached at the moment; retry after Retry-After seconds", x.cfg.Upstream)}
 }
 
 // tokenEndpoint is TokenEndpoint, or the one the issuer's metadata

@@ -211,11 +211,16 @@ func TestTokenExchange(t *testing.T) {
 		t.Errorf("audience parameter: claims %v", c)
 	}
 
-	// Down: 503 issuer-unavailable with Retry-After; a cached token still serves.
+	// Down: 503 issuer-unavailable with Retry-After; a cached token still
+	// serves. The explanation names the upstream, not the server's
+	// address or the dial error: those are the Cause, for the log.
 	as.Stop()
 	fresh := Caller{AgentID: caller.AgentID, Token: user}
+	asHost := strings.TrimPrefix(strings.TrimPrefix(as.Issuer(), "http://"), "https://")
 	if _, r := x.Resolve(context.Background(), fresh, []string{"orders:write", "orders:read"}); r == nil || r.Reason != ReasonIssuerUnavailable ||
-		r.Status != 503 || r.RetryAfter != DefaultExchangeRetryAfter || !strings.Contains(r.Explanation, "nothing was executed") {
+		r.Status != 503 || r.RetryAfter != DefaultExchangeRetryAfter || !strings.Contains(r.Explanation, "legacy") ||
+		strings.Contains(r.Explanation, asHost) || strings.Contains(r.Explanation, "dial") || strings.Contains(r.Explanation, "nothing was") ||
+		!strings.Contains(r.Cause, asHost) || strings.Contains(r.Cause, "gateway-secret") || strings.Contains(r.Cause, user) {
 		t.Errorf("server down: %+v", r)
 	}
 	if _, r := x.Resolve(context.Background(), caller, []string{"orders:read"}); r != nil {
@@ -223,7 +228,7 @@ func TestTokenExchange(t *testing.T) {
 	}
 	z, _ := NewTokenExchange(TokenExchangeConfig{Upstream: "legacy", Issuer: as.Issuer(), ClientID: "gateway", ClientSecret: "s", Resource: legacyResource})
 	defer z.Close()
-	if _, r := z.Resolve(context.Background(), caller, nil); r == nil || r.Reason != ReasonIssuerUnavailable || !strings.Contains(r.Explanation, "metadata") {
+	if _, r := z.Resolve(context.Background(), caller, nil); r == nil || r.Reason != ReasonIssuerUnavailable || !strings.Contains(r.Cause, "metadata") || strings.Contains(r.Explanation, asHost) {
 		t.Errorf("discovery with the server down: %+v", r)
 	}
 }
