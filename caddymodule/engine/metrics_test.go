@@ -39,6 +39,7 @@ func touchAllMetrics(m *metrics) {
 		{Name: "reserve", Upstream: "flights", State: recipes.StepSucceeded, Called: true, Duration: 10 * time.Millisecond},
 		{Name: "pay", Upstream: "flights", State: recipes.StepFailed, Error: recipes.ErrUpstreamTimeout, Called: true, Duration: 5 * time.Second},
 	})
+	m.credentialRefusal("flights", "upstream-credential-unavailable")
 	m.rateLimited("rcns")
 	m.idempotency("replay")
 	m.setIdempotencyRecords(7)
@@ -77,6 +78,7 @@ var allMetricNames = []string{
 	"caddy_rcns_composition_duration_seconds",
 	"caddy_rcns_upstream_request_duration_seconds",
 	"caddy_rcns_upstream_errors_total",
+	"caddy_rcns_upstream_credential_refusals_total",
 	"caddy_rcns_step_duration_seconds",
 	"caddy_rcns_rate_limit_refusals_total",
 	"caddy_rcns_idempotency_events_total",
