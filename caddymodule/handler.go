@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/httpdoor"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/upstreamauth"
@@ -51,8 +52,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return nil
 		}
 	}
-	if r.URL.Path == upstreamauth.JWKSPath && e.ServeUpstreamJWKS(w, r) {
-		return nil
+	if r.URL.Path == upstreamauth.JWKSPath {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if _, ok := e.UpstreamJWKS(); ok {
+				refuseJWKSMethod(e, w, r)
+				return nil
+			}
+		} else if e.ServeUpstreamJWKS(w, r) {
+			return nil
+		}
 	}
 	if !httpdoor.IsAGTP(e, r) {
 		if r.RequestURI == "*" && r.Method == http.MethodOptions {
@@ -63,6 +71,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	noteAccess(r, httpdoor.Serve(e, w, r))
 	return nil
+}
+
+// refuseJWKSMethod answers a method other than GET and HEAD on
+// upstreamauth.JWKSPath as the other well-known paths do (docs/doors.md):
+// 405 method-not-allowed in the spec's error body (§19), with Allow:
+// GET, HEAD, the AGTP response header and an Attribution-Record.
+func refuseJWKSMethod(e *engine.Engine, w http.ResponseWriter, r *http.Request) {
+	in := &agtp.Request{Binding: agtp.BindingHTTP, Method: r.Method, Target: r.RequestURI, URL: r.URL, Host: r.Host,
+		Header: r.Header, ContentLength: r.ContentLength, TLS: r.TLS, Context: r.Context()}
+	w.Header().Set("Allow", "GET, HEAD")
+	resp := e.Refuse(in, agtp.MethodNotAllowed.WithFields(
+		"the upstream key set "+upstreamauth.JWKSPath+" answers GET and HEAD, not "+r.Method,
+		map[string]any{"allowed_methods_for_path": []string{http.MethodGet, http.MethodHead}}), engine.Refusal{BodyRead: r.ContentLength == 0})
+	httpdoor.Write(w, r, resp)
+	if resp.Close {
+		httpdoor.Drain(e.RefusedBodyDrainBounds(), w, r)
+	}
 }
 
 // passThrough hands the legacy request r to next, unchanged, and

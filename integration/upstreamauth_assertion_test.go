@@ -106,6 +106,16 @@ func TestUpstreamAssertion(t *testing.T) {
 	if ct := r.Header.Get("Content-Type"); ct != "application/jwk-set+json" || strings.Contains(string(r.Body), `"d"`) || !strings.Contains(string(r.Body), `"EdDSA"`) {
 		t.Errorf("GET %s: %s %s", upstreamJWKSPath, ct, r.Body)
 	}
+	// Another method: 405 method-not-allowed in the error body with
+	// Allow, as the other well-known paths (docs/doors.md), for a plain
+	// request and for one carrying an Agent-ID.
+	for _, hdr := range []map[string]string{nil, {"Agent-ID": strings.Repeat("ab", 32)}} {
+		r := w.GW.DoHTTP(t, "POST", upstreamJWKSPath, hdr, map[string]any{})
+		assertErrorBody(t, r, 405, "method-not-allowed")
+		if allow := r.Header.Get("Allow"); allow != "GET, HEAD" {
+			t.Errorf("POST %s (%v): Allow %q, want GET, HEAD", upstreamJWKSPath, hdr, allow)
+		}
+	}
 
 	var one string
 	for _, c := range exchangeCallers(t, w) {

@@ -178,7 +178,8 @@ func JWKS(sets ...*AssertionKeys) jose.JSONWebKeySet {
 
 // ServeJWKS answers a GET or HEAD for JWKSPath with set (JSON,
 // application/jwk-set+json, cacheable for five minutes); another method
-// gets 405.
+// gets a bare 405 with Allow (the Caddy handler answers those itself,
+// before this, in the spec's error body: 405 method-not-allowed).
 func ServeJWKS(w http.ResponseWriter, r *http.Request, set jose.JSONWebKeySet) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
