@@ -386,6 +386,40 @@ func TestUpstreamCredentialsPerAgentAndOwner(t *testing.T) {
 		}
 	})
 
+	t.Run("credential dir unmounted", func(t *testing.T) {
+		// The operator's secret volume goes away at run time: agent A's
+		// file was there, but the gateway cannot read the store. That is
+		// not "no credential for this agent" (424) but the operator's
+		// fault: 503 upstream-credential-unavailable with Retry-After, no
+		// path in the body, nothing upstream, and counted by upstream and
+		// reason. Back in place, the next call runs.
+		a := callers[0]
+		n := up.count()
+		if err := os.Rename(secretsDir, secretsDir+".bak"); err != nil {
+			t.Fatal(err)
+		}
+		r := gw.Do(t, "LOOKUP", "/triple", bearer(a.token, "Allow-RCNS", "true"), nil)
+		if err := os.Rename(secretsDir+".bak", secretsDir); err != nil {
+			t.Fatal(err)
+		}
+		b := assertErrorBody(t, r, 503, "upstream-credential-unavailable")
+		if b["upstream"] != "by-agent" || b["step"] != "second" || b["retryable"] != true || r.Header.Get("Retry-After") == "" ||
+			strings.Contains(r.String(), dir) || strings.Contains(r.String(), "sec-") {
+			t.Errorf("refusal %s (Retry-After %q): want upstream by-agent, step second, retryable, no path or secret", r, r.Header.Get("Retry-After"))
+		}
+		if got := up.count(); got != n {
+			t.Errorf("the upstream saw %d requests while the store was unreadable", got-n)
+		}
+		if l := metricLines(scrapeMetrics(t, gw).raw, "caddy_rcns_upstream_credential_refusals_total{"); !strings.Contains(l, `reason="upstream-credential-unavailable",upstream="by-agent"} 1`) &&
+			!strings.Contains(l, `upstream="by-agent",reason="upstream-credential-unavailable"} 1`) {
+			t.Errorf("refusal not counted: %q", l)
+		}
+		r = gw.Do(t, "LOOKUP", "/triple", bearer(a.token, "Allow-RCNS", "true"), nil)
+		if r.Status != 200 && r.Status != 263 {
+			t.Errorf("store back: %s", r)
+		}
+	})
+
 	t.Run("rotation by reload", func(t *testing.T) {
 		alice := callers[2].token
 		// Agent A's live contract for LOOKUP /triple (minted above).
