@@ -187,6 +187,8 @@ type clusterOpts struct {
 	// misconfiguration TestClusterNodeIDConflict makes); else each has
 	// its own (clusterNodeNames).
 	NodeID string
+	// Mode is the synthesis mode (default optimistic).
+	Mode string
 }
 
 // clusterWorld is json-server, the counting proxy in front of it (the
@@ -237,7 +239,11 @@ func clusterNodeSite(w *clusterWorld, store, node string, o clusterOpts) string 
 	if o.Required != "" {
 		extra += "\t\tstore_required " + o.Required + "\n"
 	}
-	return fill(idvSite, "IDENTITY", o.Identity, "MODE", "optimistic", "HOTEL", w.Hotel.URL,
+	mode := o.Mode
+	if mode == "" {
+		mode = "optimistic"
+	}
+	return fill(idvSite, "IDENTITY", o.Identity, "MODE", mode, "HOTEL", w.Hotel.URL,
 		"AGENTS", o.Agents, "EXTRA", extra, "LEGACY", w.JS.URL)
 }
 

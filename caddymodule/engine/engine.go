@@ -84,6 +84,8 @@ type Engine struct {
 	mem      *store.Memory
 	shared   SharedStore
 	restorer *recipes.Restorer
+	// seal is the shared store's seal key once read (sealkey.go).
+	seal sealHolder
 }
 
 // Serve answers one AGTP request from any door, in the order of spec

@@ -218,6 +218,7 @@ func (h *Engine) Attach(s Store) error {
 	if err := h.buildManifest(); err != nil {
 		return fmt.Errorf("rcns: manifest: %v", err)
 	}
+	h.loadSealKey(true)
 	if h.mem != nil {
 		h.RefreshStoreGauges(context.Background())
 	}

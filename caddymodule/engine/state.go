@@ -25,8 +25,8 @@ type State struct {
 	refusals *refusalLog
 	mu       sync.Mutex
 	recipes  map[string]string // name@version → content hash ever loaded
-	// sealKey is this node's random 32-byte MAC key for state the
-	// doors hand a client to return (SealKey).
+	// sealKey is this process's random 32-byte MAC key for state the
+	// doors hand a client to return, used with store memory (SealKey).
 	sealKey []byte
 }
 
@@ -50,17 +50,6 @@ func newSealKey() []byte {
 	k := make([]byte, 32)
 	_, _ = rand.Read(k)
 	return k
-}
-
-// SealKey is this node's MAC key for state a door hands a client and
-// takes back (the MCP door's input_required requestState): 32 random
-// bytes made with the State, so it outlives reloads but not a restart,
-// and differs between nodes. Callers must not modify it.
-func (h *Engine) SealKey() []byte {
-	if h.st == nil {
-		return nil
-	}
-	return h.st.sealKey
 }
 
 // Destruct closes the records and the memory store's limiters; the host

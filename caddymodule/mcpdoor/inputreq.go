@@ -36,11 +36,17 @@ import (
 // preview stays pending until its expiry, as an unconfirmed 461 does,
 // and the result is a tool error saying nothing ran.
 //
-// The requestState is sealed: an HMAC-SHA256 under this node's
-// Engine.SealKey of the synthesis_id, the agent, the tool, the digest
-// of the call's arguments and an expiry. A state altered, made for
-// another agent or tool, for other arguments, expired, or sealed by
-// another node (or before a restart) is refused and presents nothing.
+// The requestState is sealed: an HMAC-SHA256 under Engine.SealKey of
+// the synthesis_id, the agent, the tool, the digest of the call's
+// arguments and an expiry. With store redis the key is the gateway's,
+// shared by every node and kept across restarts, so the retry may land
+// on any node; with store memory it is this process's own. A state
+// altered, made for another agent or tool, for other arguments,
+// expired, or sealed under another key (store memory: another process,
+// or before a restart) is refused and presents nothing. A node of
+// store redis that could not read the shared key yet issues no
+// requestState (the older preview instead) and answers a retry 503
+// store-unavailable, retryable (engine/sealkey.go).
 
 // Names of the elicitation the door asks.
 const (
@@ -125,28 +131,29 @@ func argsDigest(raw []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// seal is the requestState of st: base64url(JSON) "." base64url(MAC).
-func (d *Door) seal(st mrtrState) string {
+// seal is the requestState of st under key: base64url(JSON) "."
+// base64url(MAC).
+func seal(key []byte, st mrtrState) string {
 	body, _ := jsonv2.Marshal(st, jsonv2.Deterministic(true))
-	m := hmac.New(sha256.New, d.e.SealKey())
+	m := hmac.New(sha256.New, key)
 	m.Write(body)
 	return base64.RawURLEncoding.EncodeToString(body) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// unseal checks a requestState for the call of t by agent with
-// arguments digest args at now, and returns the synthesis_id it
-// names; the explanation of the refusal otherwise.
-func (d *Door) unseal(s string, t *mcpTool, agent, args string, now time.Time) (string, string) {
+// unseal checks a requestState under key (non-empty) for the call of t
+// by agent with arguments digest args at now, and returns the
+// synthesis_id it names; the explanation of the refusal otherwise.
+func unseal(key []byte, s string, t *mcpTool, agent, args string, now time.Time) (string, string) {
 	b64, mac64, ok := strings.Cut(s, ".")
 	body, err1 := base64.RawURLEncoding.DecodeString(b64)
 	mac, err2 := base64.RawURLEncoding.DecodeString(mac64)
 	if !ok || err1 != nil || err2 != nil {
 		return "", "the requestState is not one this gateway issued"
 	}
-	m := hmac.New(sha256.New, d.e.SealKey())
+	m := hmac.New(sha256.New, key)
 	m.Write(body)
 	if !hmac.Equal(m.Sum(nil), mac) {
-		return "", "the requestState was altered, or was issued by another gateway node or before a restart"
+		return "", "the requestState was altered, or was issued under another seal key (store memory: by another gateway process, or before a restart)"
 	}
 	var st mrtrState
 	if jsonv2.Unmarshal(body, &st) != nil || st.V != mrtrStateVersion || st.SID == "" {
@@ -194,7 +201,7 @@ func (d *Door) inputRequired(t *mcpTool, rq *mcpRequest, req *mcp.CallToolReques
 	if at, err := time.Parse(time.RFC3339, expires); err == nil {
 		exp = at
 	}
-	state := d.seal(mrtrState{V: mrtrStateVersion, SID: sid, Agent: rq.agent.ID, Tool: t.name, Args: argsDigest(req.Params.Arguments), Expires: exp.Unix()})
+	state := seal(d.e.SealKey(), mrtrState{V: mrtrStateVersion, SID: sid, Agent: rq.agent.ID, Tool: t.name, Args: argsDigest(req.Params.Arguments), Expires: exp.Unix()})
 	q := &mcp.ElicitParams{Mode: "form", Message: approvalMessage(t, target, sid, expires),
 		RequestedSchema: map[string]any{"type": "object", "required": []any{mcpInputApprove}, "properties": map[string]any{
 			mcpInputApprove: map[string]any{"type": "boolean", "title": "Approve and run",
@@ -247,7 +254,12 @@ func (d *Door) confirmation(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest
 		}
 		return res
 	}
-	sid, why := d.unseal(req.Params.RequestState, t, rq.agent.ID, argsDigest(req.Params.Arguments), time.Now())
+	key := d.e.SealKey()
+	if len(key) == 0 {
+		rq.answered("", agtp.StoreUnavailable.Token)
+		return "", fail(503, agtp.StoreUnavailable.Token, "this gateway node cannot read the shared seal key from the store yet, so it cannot check the requestState; nothing was presented or run. Retry the same call later.", true, nil)
+	}
+	sid, why := unseal(key, req.Params.RequestState, t, rq.agent.ID, argsDigest(req.Params.Arguments), time.Now())
 	if why != "" {
 		rq.answered("", reasonRequestStateInvalid)
 		return "", fail(400, reasonRequestStateInvalid, why+"; nothing was presented or run. Call "+t.name+" again without requestState to be asked anew.", false, nil)

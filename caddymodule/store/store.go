@@ -330,6 +330,21 @@ type Task struct {
 	Steps []byte `json:"steps,omitempty"`
 }
 
+// SealKeyBytes is the length of the shared seal key: 32 bytes, an
+// HMAC-SHA256 key.
+const SealKeyBytes = 32
+
+// SealKeys is the key every node of a shared store seals client-held
+// state with (store.Set.Seal).
+type SealKeys interface {
+	// SealKey returns the gateway's SealKeyBytes-byte key, creating it
+	// at random the first time any node asks (one writer wins; every
+	// node reads the winner's key). It never changes afterwards: there
+	// is no rotation. Errors wrap ErrUnavailable, or say the stored
+	// value is not a key of the right length.
+	SealKey(ctx context.Context) ([]byte, error)
+}
+
 // Tasks keeps MCP tasks' state for a bounded time, by id, shared by
 // every node of a store.
 type Tasks interface {
@@ -482,6 +497,11 @@ type Set struct {
 	Attempts    Attempts
 	Records     Records
 	Tasks       Tasks
+	// Seal is the gateway's shared MAC key for state a door hands a
+	// client to return (the MCP door's input_required requestState), so
+	// that a retry is accepted by any node and after a restart. Nil for
+	// the memory store: each process then keeps its own key.
+	Seal SealKeys
 	// FoldsGate reports that Presenter.ResolvePair keeps
 	// PairRequest.Attempt and mints PairRequest.Mint in its one round
 	// trip (the Redis store outside Cluster mode). When false the engine
@@ -587,11 +607,12 @@ const (
 	OpTask           Op = "task"
 	OpPing           Op = "ping"
 	OpNodeID         Op = "node_id"
+	OpSealKey        Op = "seal_key"
 )
 
 // Ops lists every Op, for registering metric label values.
 var Ops = []Op{OpClaim, OpComplete, OpAbandon, OpRenew, OpSettle, OpRateLimit, OpContractMint, OpContractLookup,
-	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpTask, OpPing, OpNodeID}
+	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpTask, OpPing, OpNodeID, OpSealKey}
 
 // Observer is told about every round trip a store makes: the operation,
 // its latency, and its error (nil, or one wrapping ErrUnavailable). The

@@ -556,6 +556,7 @@ func (c *Client) Set(l store.Limits, rs *recipes.Restorer) (store.Set, error) {
 		Attempts:    attempts{c: c, size: l.Attempts},
 		Records:     records{c: c, retention: l.RecordRetention},
 		Tasks:       tasks{c},
+		Seal:        sealKeys{c},
 		FoldsGate:   !c.cluster, // Cluster: attempt records and mints write other slots
 	}, nil
 }
