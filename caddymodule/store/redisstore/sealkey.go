@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 )
 
@@ -26,7 +28,9 @@ func (s sealKeys) SealKey(ctx context.Context) ([]byte, error) {
 	_, _ = rand.Read(fresh) // crypto/rand.Read does not fail
 	k := s.c.globalKey(sealKeyName)
 	start := time.Now()
-	err := s.c.rdb.SetNX(ctx, k, base64.RawURLEncoding.EncodeToString(fresh), 0).Err()
+	// SET NX (not SETNX: SET is the command the ACL of docs/cluster.md
+	// grants).
+	err := s.c.rdb.SetArgs(ctx, k, base64.RawURLEncoding.EncodeToString(fresh), redis.SetArgs{Mode: "NX"}).Err()
 	if err = s.c.done(store.OpSealKey, start, err); err != nil {
 		return nil, err
 	}
