@@ -2,9 +2,13 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 )
 
 // TestMCPInputRequiredAcrossNodes: with store redis the input_required
@@ -86,5 +90,72 @@ func TestMCPInputRequiredAcrossNodes(t *testing.T) {
 	}
 	if n := w.Hotel.Count() - before; n != 2*steps {
 		t.Errorf("two bookings made %d hotel API calls, want %d", n, 2*steps)
+	}
+}
+
+// TestMCPInputRequiredStoreDownAtStart: a node started while Redis is
+// down (store_required off) has no seal key and makes none of its own:
+// the approval of a question node A asked is answered 503
+// store-unavailable, retryable, and nothing runs; once Redis answers
+// again (its data kept: appendonly) the node reads the shared key on
+// use and the same approval books once.
+func TestMCPInputRequiredStoreDownAtStart(t *testing.T) {
+	if suiteDoor == "agtp" {
+		t.Skip("MCP is served over HTTP: runs in the HTTP door's pass")
+	}
+	srv := redistest.StartServer(t, "--maxmemory-policy", "noeviction", "--appendonly", "yes", "--appendfsync", "always")
+	keepPort(srv)
+	block := storeBlock("address "+srv.Addr(), "")
+	o := clusterOpts{Extra: "\t\tmcp\n", Mode: "confirm-first", Identity: "header", Agents: clusterAgents(t, nil), Required: "off", Nodes: 1}
+	w := startClusterWorld(t, block, o)
+	ctx := context.Background()
+	manual := &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		t.Error("the manual client's elicitation handler was called")
+		return &mcp.ElicitResult{Action: "decline"}, nil
+	}, MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true}}
+	args := bookArgs()
+	key := mcp.Meta{metaIdemKey: "it-seal-down"}
+	a := mcpConnectOpts(t, w.A, agentOP, scopeAll, manual)
+	first, err := a.s.CallTool(ctx, &mcp.CallToolParams{Name: "book-room", Arguments: args, Meta: key})
+	if err != nil || !first.NeedsInput() || first.RequestState == "" {
+		t.Fatalf("the question from A: %v %+v", err, first)
+	}
+	srv.Stop()
+	c := startClusterNode(t, w, block, "node-c", o)
+	cc := mcpConnectOpts(t, c, agentOP, scopeAll, manual)
+	approve := func() *mcp.CallToolResult {
+		t.Helper()
+		res, err := cc.s.CallTool(ctx, &mcp.CallToolParams{Name: "book-room", Arguments: args, Meta: key, RequestState: first.RequestState,
+			InputResponses: mcp.InputResponseMap{"approve": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}}})
+		if err != nil {
+			t.Fatalf("the approval at C: %v", err)
+		}
+		return res
+	}
+	before := w.Hotel.Count()
+	down := approve()
+	sc, _ := down.StructuredContent.(map[string]any)
+	if !down.IsError || str(sc, "error", "code") != "store-unavailable" || field(sc, "error", "retryable") != true ||
+		!strings.Contains(str(sc, "error", "message"), "seal key") {
+		t.Fatalf("the approval at C while Redis is down: %+v, want 503 store-unavailable, retryable", down.StructuredContent)
+	}
+	if n := w.Hotel.Count() - before; n != 0 {
+		t.Fatalf("the refused approval called the hotel API %d times", n)
+	}
+	srv.Restart()
+	var ok *mcp.CallToolResult
+	waitFor(t, 20*time.Second, 500*time.Millisecond, "node C to read the seal key and book", func() bool {
+		ok = approve()
+		sc, _ := ok.StructuredContent.(map[string]any)
+		if ok.IsError && str(sc, "error", "code") != "store-unavailable" {
+			t.Fatalf("the approval at C after Redis came back: %+v", ok.StructuredContent)
+		}
+		return !ok.IsError
+	})
+	if n := len(w.JS.Reservations(t)); n != 1 {
+		t.Fatalf("json-server has %d reservations, want 1", n)
+	}
+	if n := w.Hotel.Count() - before; n != 3 {
+		t.Errorf("the booking made %d hotel API calls, want the recipe's 3 steps once", n)
 	}
 }
