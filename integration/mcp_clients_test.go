@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -108,7 +109,36 @@ func conformanceFixtures() http.Handler {
 	mux.HandleFunc("GET /greet", func(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusOK, map[string]string{"greeting": "Hello, " + r.URL.Query().Get("name") + "!"})
 	})
+	// slow_compute's two steps: min(seconds, 1) seconds, then the rest.
+	seconds := func(r *http.Request) int {
+		n, _ := strconv.Atoi(r.URL.Query().Get("seconds"))
+		return min(max(n, 0), 60)
+	}
+	mux.HandleFunc("GET /slow-compute/start", func(w http.ResponseWriter, r *http.Request) {
+		n := seconds(r)
+		sleepCtx(r.Context(), time.Duration(min(n, 1))*time.Second)
+		answer(w, http.StatusOK, map[string]any{"started": true, "seconds": n})
+	})
+	mux.HandleFunc("GET /slow-compute/finish", func(w http.ResponseWriter, r *http.Request) {
+		n := seconds(r)
+		sleepCtx(r.Context(), time.Duration(max(n-1, 0))*time.Second)
+		answer(w, http.StatusOK, map[string]any{"result": fmt.Sprintf("computed after %d seconds", n), "label": r.URL.Query().Get("label"), "seconds": n})
+	})
+	mux.HandleFunc("GET /failing-job", func(w http.ResponseWriter, r *http.Request) {
+		sleepCtx(r.Context(), time.Second)
+		answer(w, http.StatusInternalServerError, map[string]string{"error": "This job always fails"})
+	})
 	return mux
+}
+
+// sleepCtx waits d or until ctx ends, whichever comes first.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // wantConformanceFixtures checks that the fixture tools the suite's
@@ -124,6 +154,8 @@ func wantConformanceFixtures(t *testing.T, g *Gateway) {
 		{"test_simple_text", `{}`, "succeeded", `"text":"This is a simple text response for testing."`},
 		{"greet", `{"name":"World"}`, "succeeded", `"greeting":"Hello, World!"`},
 		{"test_error_handling", `{}`, "failed", `"code":"upstream_error"`},
+		{"slow_compute", `{"seconds":0,"label":"fixture"}`, "succeeded", `"result":"computed after 0 seconds"`},
+		{"failing_job", `{}`, "failed", `"code":"composition_failed"`},
 	} {
 		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + c.tool + `","arguments":` + c.args + `}}`
 		r := mcpRaw(t, g, "/mcp", body, map[string]string{"MCP-Protocol-Version": "2025-11-25"})
