@@ -145,7 +145,10 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // scenarios pass with are real endpoint calls, not refusals that happen
 // to satisfy a scenario: test_simple_text and greet succeed with the
 // fixture API's answer, test_error_handling fails as upstream_error
-// (the fixture's 500), each with the result in its text.
+// (the fixture's 500), the task tools' recipes run through their steps
+// (slow_compute with seconds 0 succeeds with the fixture's result,
+// failing_job fails as composition_failed), each with the result in its
+// text.
 func wantConformanceFixtures(t *testing.T, g *Gateway) {
 	t.Helper()
 	for _, c := range []struct {
