@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/upstreamauth"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/go-jose/go-jose/v4"
@@ -438,7 +439,7 @@ func (v *oauthVerifier) metadata(ctx context.Context) (*oauthex.AuthServerMeta, 
 	}
 	r, err, _ := v.flight.Do("meta", func() (any, error) {
 		var last error
-		for _, u := range discoveryURLs(v.cfg.Issuer) {
+		for _, u := range upstreamauth.MetadataURLs(v.cfg.Issuer) {
 			m, err := oauthex.GetAuthServerMeta(ctx, u, v.cfg.Issuer, v.client)
 			if err != nil {
 				last = err
@@ -461,19 +462,6 @@ func (v *oauthVerifier) metadata(ctx context.Context) (*oauthex.AuthServerMeta, 
 	}
 	v.meta, v.metaErr = r.(*oauthex.AuthServerMeta), nil
 	return v.meta, nil
-}
-
-// discoveryURLs are the metadata URLs of issuer: RFC 8414 §3.1 (the
-// well-known path inserted before the issuer's path), then OpenID
-// Connect Discovery §4 (appended).
-func discoveryURLs(issuer string) []string {
-	u, err := url.Parse(issuer)
-	if err != nil {
-		return nil
-	}
-	p := strings.TrimSuffix(u.Path, "/")
-	origin := u.Scheme + "://" + u.Host
-	return []string{origin + "/.well-known/oauth-authorization-server" + p, origin + p + "/.well-known/openid-configuration"}
 }
 
 // getJSON reads the JSON document at uri into out (200 only, at most

@@ -406,7 +406,7 @@ func (x *TokenExchange) tokenEndpoint(ctx context.Context) (string, error) {
 	x.mu.Unlock()
 	v, err, _ := x.flight.Do("\x00metadata", func() (any, error) {
 		var last error
-		for _, u := range metadataURLs(x.cfg.Issuer) {
+		for _, u := range MetadataURLs(x.cfg.Issuer) {
 			var m struct {
 				Issuer        string `json:"issuer"`
 				TokenEndpoint string `json:"token_endpoint"`
@@ -437,9 +437,11 @@ func (x *TokenExchange) tokenEndpoint(ctx context.Context) (string, error) {
 	return x.endpoint, nil
 }
 
-// metadataURLs are the metadata URLs of issuer: RFC 8414 §3.1, then
-// OpenID Connect Discovery §4.
-func metadataURLs(issuer string) []string {
+// MetadataURLs are the authorization server metadata URLs of issuer,
+// in the order to try them: RFC 8414 §3.1 (the well-known path inserted
+// before the issuer's path), then OpenID Connect Discovery §4
+// (appended). An issuer that does not parse has none.
+func MetadataURLs(issuer string) []string {
 	u, err := url.Parse(issuer)
 	if err != nil {
 		return nil
