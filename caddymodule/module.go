@@ -11,6 +11,7 @@ package caddymodule
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/mcpdoor"
@@ -231,6 +232,13 @@ func (c caddyEvents) Emit(eventType string, data map[string]any) {
 // Cleanup releases the upstream clients, the store and this handler's
 // hold on the shared state (the last holder of a name destructs it).
 func (h *Handler) Cleanup() error {
+	if h.mcp != nil && h.eng != nil && caddy.Exiting() {
+		// A graceful stop: let running MCP tasks end and store their ends
+		// (at most one composition_timeout, the longest a plan runs).
+		if !mcpdoor.WaitTasks(time.Duration(h.CompositionTimeout) + 5*time.Second) {
+			h.eng.Logger().Warn("MCP tasks still running at exit: their leases will end and they will read failed")
+		}
+	}
 	if h.eng != nil {
 		unregister(h.Name, h.eng)
 		h.eng.Close()

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -361,4 +363,40 @@ func TestMCPTaskNodeDies(t *testing.T) {
 func mustJSONIT(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestMCPTaskGracefulStop: a graceful stop (SIGINT) of the node running
+// a task waits for its call, so the step under way is not cut and the
+// task's end is stored: the other node reads it completed, not failed
+// by its lease, and the upstream saw every step once.
+func TestMCPTaskGracefulStop(t *testing.T) {
+	if suiteDoor == "agtp" {
+		t.Skip("MCP is served over HTTP: runs in the HTTP door's pass")
+	}
+	up, w, s, tr, tool := startTaskWorld(t)
+	id, _ := createTask(t, s, tr, tool, nil)
+	<-up.entered
+	if err := w.A.proc.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if w.A.proc.exited() {
+		t.Fatal("node A exited on SIGINT while its task's step was running")
+	}
+	close(up.release)
+	select {
+	case <-w.A.proc.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("node A did not exit once its task ended")
+	}
+	got, rpcErr := tasksRPC(t, w.B.URL+"/mcp", agentA1, "tasks/get", id, true)
+	if rpcErr != nil {
+		t.Fatalf("tasks/get through B: %v", rpcErr)
+	}
+	if got["status"] != "completed" {
+		t.Fatalf("after a graceful stop the task reads %v, want completed", got)
+	}
+	if p := up.paths(); len(p) == 0 || p[0] != "/one" || len(p) != len(slices.Compact(slices.Clone(p))) {
+		t.Errorf("the upstream saw %v, want each step once, /one first", p)
+	}
 }

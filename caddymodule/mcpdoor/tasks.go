@@ -148,8 +148,39 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 	rq.mu.Lock()
 	rq.task = &createdTask{rec: rec}
 	rq.mu.Unlock()
-	go d.follow(rq, t, req, in.Target, rec, stop, done)
+	running.Add(1)
+	go func() {
+		defer running.Done()
+		d.follow(rq, t, req, in.Target, rec, stop, done)
+	}()
 	return nil, &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "task " + rec.ID}}}
+}
+
+// running counts the tasks whose call still runs in this process,
+// across config reloads (a task outlives the door that made it).
+var running sync.WaitGroup
+
+// WaitTasks waits, at most max, for the calls of this process's running
+// tasks to end and their ends to be stored; it reports whether they
+// all did. The handler calls it when the process exits (a graceful
+// stop), before it closes the engine and the store, so a rolling
+// restart ends a task as it would have ended rather than cutting its
+// step and leaving it to its lease (docs/agent-guide-mcp.md "Tasks").
+// A reload does not wait: the process, and the task, go on.
+func WaitTasks(max time.Duration) bool {
+	ended := make(chan struct{})
+	go func() {
+		running.Wait()
+		close(ended)
+	}()
+	t := time.NewTimer(max)
+	defer t.Stop()
+	select {
+	case <-ended:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // follow runs beside a task's call on the node that accepted it: it
