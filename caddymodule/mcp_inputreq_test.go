@@ -78,7 +78,8 @@ func structured(res *mcp.CallToolResult) map[string]any {
 // called once, the contract active); its retry replayed with the same
 // Idempotency-Key runs nothing more; a declined answer runs nothing and
 // leaves the preview pending; a requestState altered, replayed by
-// another agent or for other arguments is refused; a 2025-11-25 client
+// another agent or for other arguments, or sent to a tool that asked
+// nothing, is refused; a 2025-11-25 client
 // still gets the preview and synthesis_id.
 func TestMCPInputRequired(t *testing.T) {
 	h, url, other, calls := inputReqGateway(t)
@@ -162,6 +163,21 @@ func TestMCPInputRequired(t *testing.T) {
 		if sc := retry(c.s, c.args, c.state, "accept", true); code(sc) != "request-state-invalid" {
 			t.Errorf("%s requestState: %v, want request-state-invalid", name, sc)
 		}
+	}
+	// A requestState sent to a tool that asked no question (a Tier B
+	// endpoint, a built-in) is refused and runs nothing.
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{{"fetch_item", map[string]any{"item_id": "1"}}, {"discover_contracts", map[string]any{}}} {
+		r, err := m.CallTool(ctx, &mcp.CallToolParams{Name: c.tool, Arguments: c.args, RequestState: first.RequestState,
+			InputResponses: mcp.InputResponseMap{"approve": &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}}})
+		if err != nil || !r.IsError || code(structured(r)) != "request-state-invalid" {
+			t.Errorf("requestState sent to %s: %v %+v, want request-state-invalid", c.tool, err, r)
+		}
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("a requestState sent to another tool ran something: upstream %d", calls.Load())
 	}
 	// Declined: nothing ran, the preview stays pending.
 	for _, d := range []struct {

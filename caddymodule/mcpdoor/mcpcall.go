@@ -70,6 +70,13 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 		// carrying the user's answer presents the preview it approved.
 		mrtr := t.kind == mcpRecipe && d.wantsInputRequired(req)
 		retry := t.kind == mcpRecipe && isRetry(req)
+		if t.kind != mcpRecipe && isRetry(req) {
+			// Only a recipe's confirm-first asks a question: a
+			// requestState or answers sent to another tool answer
+			// nothing this gateway asked.
+			rq.answered("", reasonRequestStateInvalid)
+			return d.argumentResult(t, req, 400, reasonRequestStateInvalid, "this tool asked no question: a requestState or input responses belong to the call of the recipe tool that asked; nothing ran", nil, mcp.Meta{MCPMetaStatus: 400}), nil
+		}
 		if retry {
 			sid, refused := d.confirmation(t, rq, req)
 			if refused != nil {
