@@ -328,9 +328,20 @@ type tasksMessage struct {
 	ID      json.RawMessage `json:"id"`
 	Method  string          `json:"method"`
 	Params  struct {
-		TaskID string         `json:"taskId"`
-		Meta   map[string]any `json:"_meta"`
+		// TaskID is kept raw so that a missing or non-string taskId is
+		// answered -32602 by serveTasks, not left to the SDK.
+		TaskID json.RawMessage `json:"taskId"`
+		Meta   map[string]any  `json:"_meta"`
 	} `json:"params"`
+}
+
+// taskID is params.taskId when it is a non-empty JSON string.
+func (m *tasksMessage) taskID() (string, bool) {
+	var id string
+	if json.Unmarshal(m.Params.TaskID, &id) != nil || id == "" {
+		return "", false
+	}
+	return id, true
 }
 
 // tasksMethod reports whether body is one JSON-RPC request to
@@ -364,12 +375,17 @@ func (d *Door) serveTasks(w http.ResponseWriter, r *http.Request, rq *mcpRequest
 		writeRPC(w, http.StatusBadRequest, m.ID, nil, map[string]any{"code": codeHeaderMismatch, "message": "the Mcp-Method header does not match the body's method " + m.Method})
 		return Summary{Reasons: []string{"header-mismatch"}}
 	}
-	if v := r.Header.Values("Mcp-Name"); len(v) > 0 && (len(v) > 1 || trimOWS(v[0]) != m.Params.TaskID) {
+	id, valid := m.taskID()
+	if !valid {
+		writeRPC(w, http.StatusOK, m.ID, nil, map[string]any{"code": codeInvalidParams, "message": m.Method + ": params.taskId is required, a non-empty string (the taskId of the CreateTaskResult)"})
+		return Summary{Reasons: []string{"invalid-params"}}
+	}
+	if v := r.Header.Values("Mcp-Name"); len(v) > 0 && (len(v) > 1 || trimOWS(v[0]) != id) {
 		writeRPC(w, http.StatusBadRequest, m.ID, nil, map[string]any{"code": codeHeaderMismatch, "message": "the Mcp-Name header does not match params.taskId"})
 		return Summary{Reasons: []string{"header-mismatch"}}
 	}
 	ctx := r.Context()
-	rec, ok, err := d.e.Tasks().Get(ctx, m.Params.TaskID)
+	rec, ok, err := d.e.Tasks().Get(ctx, id)
 	if err != nil {
 		writeRPC(w, http.StatusOK, m.ID, nil, map[string]any{"code": codeInternal, "message": "store-unavailable: the task store did not answer; retry"})
 		return Summary{Reasons: []string{agtp.StoreUnavailable.Token}}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,11 +19,18 @@ import (
 // returns the HTTP status and the JSON-RPC result or error.
 func tasksCall(t *testing.T, d *Door, agent *policy.Agent, method, taskID string, declare bool, hdr ...string) (int, map[string]any, map[string]any) {
 	t.Helper()
+	return tasksCallRaw(t, d, agent, method, `"taskId":`+strconv.Quote(taskID)+`,`, declare, hdr...)
+}
+
+// tasksCallRaw is tasksCall with the params' taskId member as raw JSON
+// (with its trailing comma; empty: no taskId).
+func tasksCallRaw(t *testing.T, d *Door, agent *policy.Agent, method, taskIDMember string, declare bool, hdr ...string) (int, map[string]any, map[string]any) {
+	t.Helper()
 	caps := `{}`
 	if declare {
 		caps = `{"extensions":{"` + TasksExtension + `":{}}}`
 	}
-	body := `{"jsonrpc":"2.0","id":3,"method":"` + method + `","params":{"taskId":"` + taskID + `","_meta":{"io.modelcontextprotocol/clientCapabilities":` + caps + `}}}`
+	body := `{"jsonrpc":"2.0","id":3,"method":"` + method + `","params":{` + taskIDMember + `"_meta":{"io.modelcontextprotocol/clientCapabilities":` + caps + `}}}`
 	m, ok := tasksMethod([]byte(body))
 	if !ok {
 		t.Fatalf("%s not taken as a tasks method", method)
@@ -76,6 +84,14 @@ func TestTasksMethods(t *testing.T) {
 		}
 		if _, _, rpcErr := tasksCall(t, d, a, "tasks/get", id, true); rpcErr == nil || rpcErr["code"] != float64(-32602) {
 			t.Errorf("tasks/get %s: %v, want -32602", id, rpcErr)
+		}
+	}
+	for _, member := range []string{``, `"taskId":"",`, `"taskId":42,`, `"taskId":null,`, `"taskId":["live"],`} {
+		for _, method := range []string{"tasks/get", "tasks/cancel"} {
+			if _, _, rpcErr := tasksCallRaw(t, d, agent, method, member, true); rpcErr == nil || rpcErr["code"] != float64(-32602) ||
+				!strings.Contains(rpcErr["message"].(string), "params.taskId is required") {
+				t.Errorf("%s with params {%s}: %v, want -32602 naming params.taskId", method, member, rpcErr)
+			}
 		}
 	}
 	if code, _, rpcErr := tasksCall(t, d, agent, "tasks/get", "live", true, "Mcp-Name", "other"); code != http.StatusBadRequest || rpcErr["code"] != float64(-32020) {
