@@ -16,6 +16,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/policy"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
 // Confirm-first as input_required (MCP 2026-07-28, SEP-2322
@@ -213,6 +214,34 @@ func (d *Door) inputRequired(t *mcpTool, rq *mcpRequest, req *mcp.CallToolReques
 		InputRequests: mcp.InputRequestMap{mcpInputApprove: q}, RequestState: state}
 }
 
+// stepPlan names a recipe's calls in declared order, each step that
+// reads earlier ones marked "after" them; the others start together,
+// so the wording says no order the plan does not keep:
+// "FETCH /items/{id}; GET /b (after item)".
+func stepPlan(steps []*recipes.Step) string {
+	var b strings.Builder
+	for i, s := range steps {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(s.Endpoint.Method + " " + s.Endpoint.Path)
+		if len(s.Deps) > 0 {
+			b.WriteString(" (after ")
+			for j, d := range s.Deps {
+				if j > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString(steps[d].Name)
+			}
+			b.WriteString(")")
+		}
+	}
+	if len(steps) > 1 {
+		b.WriteString("; steps without an \"after\" start together")
+	}
+	return b.String()
+}
+
 // approvalMessage is the elicitation's question: what will run (the
 // pair, the recipe and its steps), its impact and the contract's terms.
 func approvalMessage(t *mcpTool, target, sid, expires string) string {
@@ -222,11 +251,7 @@ func approvalMessage(t *mcpTool, target, sid, expires string) string {
 	if r.Description != "" {
 		fmt.Fprintf(&b, " %s", sentence(r.Description))
 	}
-	steps := make([]string, len(r.Steps))
-	for i, s := range r.Steps {
-		steps[i] = s.Endpoint.Method + " " + s.Endpoint.Path
-	}
-	fmt.Fprintf(&b, " It runs %d call(s): %s.", len(steps), strings.Join(steps, ", then "))
+	fmt.Fprintf(&b, " It runs %d call(s): %s.", len(r.Steps), stepPlan(r.Steps))
 	if r.StateChanging() {
 		b.WriteString(" Impact: it changes state upstream.")
 	} else {
