@@ -136,8 +136,8 @@ func TestMCPInputRequiredStoreDownAtStart(t *testing.T) {
 	down := approve()
 	sc, _ := down.StructuredContent.(map[string]any)
 	if !down.IsError || str(sc, "error", "code") != "store-unavailable" || field(sc, "error", "retryable") != true ||
-		!strings.Contains(str(sc, "error", "message"), "seal key") {
-		t.Fatalf("the approval at C while Redis is down: %+v, want 503 store-unavailable, retryable", down.StructuredContent)
+		field(sc, "error", "retry_after_seconds") != float64(5) || !strings.Contains(str(sc, "error", "message"), "seal key") {
+		t.Fatalf("the approval at C while Redis is down: %+v, want 503 store-unavailable, retryable after 5 s", down.StructuredContent)
 	}
 	if n := w.Hotel.Count() - before; n != 0 {
 		t.Fatalf("the refused approval called the hotel API %d times", n)

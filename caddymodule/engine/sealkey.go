@@ -24,16 +24,17 @@ import (
 // synthesis_id flow, which the store carries to any node) and answers a
 // retry carrying one 503 store-unavailable, retryable; it never falls
 // back to a key of its own, which other nodes would refuse. The read is
-// retried on use, at most once per sealRetryEvery, by one request at a
+// retried on use, at most once per SealRetryEvery, by one request at a
 // time. There is no rotation: the key lives until it is deleted from
 // the store (every requestState outstanding is then refused).
 
 // sealLoadTimeout bounds one read of the shared seal key.
 const sealLoadTimeout = 2 * time.Second
 
-// sealRetryEvery is the least time between two reads of the shared seal
-// key while it is missing.
-const sealRetryEvery = 5 * time.Second
+// SealRetryEvery is the least time between two reads of the shared seal
+// key while it is missing; the MCP door gives it, in seconds, as the
+// retry_after_seconds of a requestState it cannot check yet.
+const SealRetryEvery = 5 * time.Second
 
 // sealHolder is the shared seal key once read, and the throttle of the
 // reads before that.
@@ -69,7 +70,7 @@ func (h *Engine) SealKey() []byte {
 
 // loadSealKey reads the shared seal key once it is due (attach: at
 // once); a read under way elsewhere is not waited for. A failure is
-// logged (WARN) and retried after sealRetryEvery.
+// logged (WARN) and retried after SealRetryEvery.
 func (h *Engine) loadSealKey(attach bool) {
 	if h.sto.Seal == nil || h.seal.key.Load() != nil || !h.seal.mu.TryLock() {
 		return
@@ -83,9 +84,9 @@ func (h *Engine) loadSealKey(attach bool) {
 	defer cancel()
 	k, err := h.sto.Seal.SealKey(ctx)
 	if err != nil {
-		h.seal.next = time.Now().Add(sealRetryEvery)
+		h.seal.next = time.Now().Add(SealRetryEvery)
 		h.logger.Warn("the shared seal key could not be read from the store: until it is, this node issues no MCP input_required requestState (clients on 2026-07-28 get the synthesis_id preview) and answers a retry carrying one 503 store-unavailable; retried on use",
-			zap.Error(err), zap.Duration("retry_after", sealRetryEvery))
+			zap.Error(err), zap.Duration("retry_after", SealRetryEvery))
 		return
 	}
 	h.seal.key.Store(&k)

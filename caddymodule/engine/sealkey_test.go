@@ -48,7 +48,7 @@ func TestSealKeyMemoryAndShared(t *testing.T) {
 		t.Fatalf("store down: seal key %x, want none", got)
 	}
 	if f.reads != 1 {
-		t.Fatalf("store down: %d reads, want 1 (the attach's; the next waits %v)", f.reads, sealRetryEvery)
+		t.Fatalf("store down: %d reads, want 1 (the attach's; the next waits %v)", f.reads, SealRetryEvery)
 	}
 	f.mu.Lock()
 	f.key = bytes.Repeat([]byte{7}, 32)

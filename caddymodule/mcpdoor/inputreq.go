@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
@@ -271,9 +272,9 @@ func approvalMessage(t *mcpTool, target, sid, expires string) string {
 // user approved; otherwise the tool error to answer with (state
 // refused, or declined: nothing ran).
 func (d *Door) confirmation(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest) (string, *mcp.CallToolResult) {
-	fail := func(status int, reason, msg string, retryable bool, details map[string]any) *mcp.CallToolResult {
-		out := map[string]any{"outcome": "failed", "error": errorObject(status, reason, msg, retryable, nil, details)}
-		res, err := d.toolResult(req, out, errorSummary(reason, msg, retryable, nil), true, mcp.Meta{MCPMetaStatus: status})
+	fail := func(status int, reason, msg string, retryable bool, retryAfter *int, details map[string]any) *mcp.CallToolResult {
+		out := map[string]any{"outcome": "failed", "error": errorObject(status, reason, msg, retryable, retryAfter, details)}
+		res, err := d.toolResult(req, out, errorSummary(reason, msg, retryable, retryAfter), true, mcp.Meta{MCPMetaStatus: status})
 		if err != nil {
 			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: reason + ": " + msg}}}
 		}
@@ -281,18 +282,20 @@ func (d *Door) confirmation(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest
 	}
 	key := d.e.SealKey()
 	if len(key) == 0 {
+		// The node reads the key again at most once per SealRetryEvery.
+		sealRetry := int(engine.SealRetryEvery / time.Second)
 		rq.answered("", agtp.StoreUnavailable.Token)
-		return "", fail(503, agtp.StoreUnavailable.Token, "this gateway node cannot read the shared seal key from the store yet, so it cannot check the requestState; nothing was presented or run. Retry the same call later.", true, nil)
+		return "", fail(503, agtp.StoreUnavailable.Token, "this gateway node cannot read the shared seal key from the store yet, so it cannot check the requestState; nothing was presented or run. Retry the same call later.", true, &sealRetry, nil)
 	}
 	sid, why := unseal(key, req.Params.RequestState, t, rq.agent.ID, argsDigest(req.Params.Arguments), time.Now())
 	if why != "" {
 		rq.answered("", reasonRequestStateInvalid)
-		return "", fail(400, reasonRequestStateInvalid, why+"; nothing was presented or run. Call "+t.name+" again without requestState to be asked anew.", false, nil)
+		return "", fail(400, reasonRequestStateInvalid, why+"; nothing was presented or run. Call "+t.name+" again without requestState to be asked anew.", false, nil, nil)
 	}
 	ans, _ := req.Params.InputResponses[mcpInputApprove].(*mcp.ElicitResult)
 	if ans == nil {
 		rq.answered("", reasonRequestStateInvalid)
-		return "", fail(400, reasonRequestStateInvalid, fmt.Sprintf("the retry carries no elicitation answer for input request %q; nothing ran", mcpInputApprove), false, nil)
+		return "", fail(400, reasonRequestStateInvalid, fmt.Sprintf("the retry carries no elicitation answer for input request %q; nothing ran", mcpInputApprove), false, nil, nil)
 	}
 	if ans.Action == "accept" && ans.Content[mcpInputApprove] == true {
 		return sid, nil
@@ -304,7 +307,7 @@ func (d *Door) confirmation(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest
 	rq.answered("", reasonConfirmationDeclined)
 	return "", fail(409, reasonConfirmationDeclined,
 		fmt.Sprintf("the user did not approve contract %s (%s); nothing ran and nothing was minted. Its preview lapses unconfirmed; call %s again to be asked again.", sid, action, t.name),
-		true, map[string]any{"synthesis_id": sid, "action": ans.Action})
+		true, nil, map[string]any{"synthesis_id": sid, "action": ans.Action})
 }
 
 // withSynthesisID is req with synthesis_id added to its arguments, the
