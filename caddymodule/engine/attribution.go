@@ -145,10 +145,11 @@ func (x *exchange) attribution(status int, responseID string) (string, string) {
 }
 
 // retain keeps the record in the store (store.Records) for INSPECT
-// target=audit and chain_head. A request that met the store down, or a
-// store known to be down, retains nothing: its answer does not wait for
-// a store that does not answer. Failures are logged; the answer goes
-// out.
+// target=audit and chain_head. The Redis store queues it and writes it
+// off the answer path, many records to a round trip. A request that met
+// the store down, or a store known to be down, retains nothing. Failures
+// are logged (a failed batch is counted under op record); the answer
+// goes out.
 func (x *exchange) retain(auditID, compact string, issued time.Time) {
 	h := x.h
 	if x.storeFailed || h.storeDown() {

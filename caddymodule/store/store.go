@@ -284,9 +284,17 @@ type Head struct {
 // Records retains Attribution-Records for a bounded time, by Audit-ID,
 // and the chain heads by Agent-ID, so INSPECT target=audit and
 // target=chain_head are served on every node.
+//
+// A store may write a retained record after Retain returns (the Redis
+// store batches them off the answer path): Get and Heads of the same
+// Set see every record that Set retained before them, and another Set
+// (another node) sees it once it is written. A record whose write
+// fails is counted (op record) and not retained, as when Retain fails.
 type Records interface {
 	// Retain keeps rec (a record already sent or about to be) and makes
-	// it the head of its (AgentID, NodeID) chain.
+	// it the head of its (AgentID, NodeID) chain. An error means it is
+	// not retained (store.ErrUnavailable: the store is down or its
+	// queue full).
 	Retain(ctx context.Context, rec Record) error
 	// Get returns the retained record with auditID, or false.
 	Get(ctx context.Context, auditID string) (Record, bool, error)

@@ -169,6 +169,9 @@ type Client struct {
 	// (reassert), which writes again the ones it lost.
 	live sync.Map
 
+	// recs writes retained Attribution-Records off the answer path.
+	recs *recordWriter
+
 	// background work (background): pending counts it, closing stops
 	// it, work waits for it at Close.
 	pending   atomic.Int64
@@ -186,7 +189,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	if err := c.Ping(ctx); err != nil {
-		c.rdb.Close()
+		_ = c.Close()
 		return nil, err
 	}
 	return c, nil
@@ -295,6 +298,7 @@ func newClient(cfg Config) (*Client, error) {
 		obs = store.ObserverFunc(func(store.Op, time.Duration, error) {})
 	}
 	c.rdb, c.now, c.obs = rdb, now, obs
+	c.recs = startRecordWriter(c)
 	return c, nil
 }
 

@@ -94,7 +94,7 @@ func (c *counter) take() map[store.Op]int {
 func TestRoundTripsPerOperation(t *testing.T) {
 	srv := redistest.StartServer(t)
 	cnt := &counter{ops: map[store.Op]int{}}
-	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, Observer: cnt})
+	c, set := newSet(t, Config{Addrs: []string{srv.Addr()}, Observer: cnt})
 	ctx := context.Background()
 	cnt.take() // the PING of New
 	agent := "a"
@@ -125,8 +125,12 @@ func TestRoundTripsPerOperation(t *testing.T) {
 			_, err := set.Replay.Seen(ctx, agent, []byte("s"), time.Now().Add(time.Minute))
 			return err
 		}, map[store.Op]int{store.OpReplay: 1}},
+		// Off the answer path: queued, then one batch (waited for here).
 		{"record", func() error {
-			return set.Records.Retain(ctx, store.Record{AuditID: "x", AgentID: agent, NodeID: "n"})
+			if err := set.Records.Retain(ctx, store.Record{AuditID: "x", AgentID: agent, NodeID: "n"}); err != nil {
+				return err
+			}
+			return c.recs.wait(ctx)
 		}, map[store.Op]int{store.OpRecord: 1}},
 		{"pair miss", func() error { _, err := set.Contracts.ActiveFor(ctx, agent, "BOOK", "/x"); return err }, map[store.Op]int{store.OpContractPair: 1}},
 		{"mint", func() error { _, err := set.Contracts.Mint(ctx, minted, store.ModeConfirmFirst); return err }, map[store.Op]int{store.OpContractMint: 1}},
@@ -239,7 +243,14 @@ func TestUnavailable(t *testing.T) {
 			return err
 		}},
 		{"attempt", func() error { return set.Attempts.Add(ctx, store.Attempt{ID: "x"}) }},
-		{"record", func() error { return set.Records.Retain(ctx, store.Record{AuditID: "x"}) }},
+		// Retain queues; the batch fails, and the record is not read.
+		{"record", func() error {
+			if err := set.Records.Retain(ctx, store.Record{AuditID: "x"}); err != nil {
+				return err
+			}
+			_, _, err := set.Records.Get(ctx, "x")
+			return err
+		}},
 		{"ping", func() error { return c.Ping(ctx) }},
 	}
 	srv.Stop()

@@ -100,8 +100,11 @@ func (a attempts) Len(ctx context.Context) (int, error) {
 // records retains Attribution-Records at P{r:AUDIT-ID} (JSON of
 // store.Record, expiring after the retention) and the chain heads in
 // P{a:AGENT}:h (node → "AUDIT-ID KEPT-MS", the hash expiring after the
-// retention from its last write). Retain is one pipeline: one round
-// trip (in Cluster mode two nodes may be written, concurrently).
+// retention from its last write). Retain queues the writes for the
+// Client's recordWriter, which writes them off the answer path, many
+// records to a round trip (in Cluster mode a batch may write several
+// nodes, concurrently); Get and Heads first wait, at most the read
+// timeout, for the records this Client queued before them.
 type records struct {
 	c         *Client
 	retention time.Duration
@@ -114,19 +117,21 @@ func (r records) Retain(ctx context.Context, rec store.Record) error {
 	if err != nil {
 		return err
 	}
-	heads := r.c.agentKey(rec.AgentID, "h")
-	head := rec.AuditID + " " + strconv.FormatInt(r.c.nowMS(), 10)
-	start := time.Now()
-	_, err = r.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, r.recordKey(rec.AuditID), raw, r.retention)
-		p.HSet(ctx, heads, rec.NodeID, head)
-		p.PExpire(ctx, heads, r.retention)
-		return nil
-	})
-	return r.c.done(store.OpRecord, start, err)
+	return r.c.recs.add(queuedRecord{key: r.recordKey(rec.AuditID), raw: raw,
+		heads: r.c.agentKey(rec.AgentID, "h"), node: rec.NodeID,
+		head: rec.AuditID + " " + strconv.FormatInt(r.c.nowMS(), 10), retention: r.retention})
+}
+
+// own waits for the records this Client queued before the call (a node
+// reads its own records), at most the write and read timeouts.
+func (r records) own(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, r.c.cfg.WriteTimeout+r.c.cfg.ReadTimeout)
+	defer cancel()
+	_ = r.c.recs.wait(ctx)
 }
 
 func (r records) Get(ctx context.Context, auditID string) (store.Record, bool, error) {
+	r.own(ctx)
 	start := time.Now()
 	raw, err := r.c.rdb.Get(ctx, r.recordKey(auditID)).Result()
 	if err = r.c.done(store.OpRecord, start, err); err != nil || raw == "" {
@@ -140,6 +145,7 @@ func (r records) Get(ctx context.Context, auditID string) (store.Record, bool, e
 }
 
 func (r records) Heads(ctx context.Context, agentID string) ([]store.Head, error) {
+	r.own(ctx)
 	start := time.Now()
 	all, err := r.c.rdb.HGetAll(ctx, r.c.agentKey(agentID, "h")).Result()
 	if err = r.c.done(store.OpRecord, start, err); err != nil {

@@ -713,6 +713,15 @@ func testRecords(t *testing.T, h Harness) {
 			t.Fatal(err)
 		}
 	}
+	// A Set reads its own records at once (a store may write them after
+	// Retain returns: store.Records); another Set once they are written,
+	// which the writer's own read waits for here.
+	if got, ok, err := a.Records.Get(ctx, strings.Repeat("3", 64)); err != nil || !ok || got.Compact != "e30.3." {
+		t.Fatalf("Get of a record the same Set just retained = %+v %v %v", got, ok, err)
+	}
+	if hs := must[[]store.Head](t)(b.Records.Heads(ctx, agentA)); len(hs) != 2 {
+		t.Fatalf("Heads after both Sets read their own = %+v", hs)
+	}
 	got, ok, err := b.Records.Get(ctx, strings.Repeat("1", 64))
 	if err != nil || !ok || got.Compact != "e30.1." || got.NodeID != "n1" || got.AgentID != agentA || !got.IssuedAt.Equal(rec("1", "").IssuedAt) {
 		t.Fatalf("Get = %+v %v %v", got, ok, err)

@@ -1,0 +1,152 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxQueuedRecords bounds the Attribution-Records a Client holds queued
+// for Redis (recordWriter): a Retain past it is refused at once
+// (store.ErrUnavailable, not counted as a round trip) and the record is
+// not retained, as when Redis does not answer. At 1 KiB a record it is
+// about 4 MiB.
+const MaxQueuedRecords = 4096
+
+// errRecordQueueFull is the cause of a Retain refused at
+// MaxQueuedRecords.
+var errRecordQueueFull = errors.New("the queue of records waiting for Redis is full")
+
+// queuedRecord is one record's writes, made at Retain.
+type queuedRecord struct {
+	key       string // P{r:AUDIT-ID}
+	raw       []byte // JSON of store.Record
+	heads     string // P{a:AGENT}:h
+	node      string
+	head      string // "AUDIT-ID KEPT-MS"
+	retention time.Duration
+}
+
+// recordWriter writes retained Attribution-Records to Redis off the
+// answer path (issue 32): Retain queues the record's writes and returns;
+// one goroutine per Client writes everything queued in one pipeline,
+// then everything queued meanwhile in the next (group commit: one
+// round trip per batch, a batch as large as the load makes it). Records
+// retained by one Client reach Redis in the order they were retained,
+// so a chain's head is its newest record. Get and Heads on the same
+// Client first wait for the records queued before them (a node reads
+// its own records); another node reads a record once its batch is
+// written, normally within a round trip of the answer. A batch that
+// fails is dropped and counted (op record), as a failed Retain was.
+type recordWriter struct {
+	c *Client
+
+	mu      sync.Mutex
+	queue   []queuedRecord
+	queued  uint64        // records queued so far
+	written uint64        // records whose batch ended (written or dropped)
+	flushed chan struct{} // closed, and replaced, when written advances
+	kick    chan struct{} // cap 1: the queue is not empty
+}
+
+// startRecordWriter starts c's writer; it ends when c closes, after
+// writing what is queued then.
+func startRecordWriter(c *Client) *recordWriter {
+	w := &recordWriter{c: c, flushed: make(chan struct{}), kick: make(chan struct{}, 1)}
+	c.work.Add(1)
+	go w.run()
+	return w
+}
+
+// add queues q; it fails when the queue is full or the Client closed.
+func (w *recordWriter) add(q queuedRecord) error {
+	w.mu.Lock()
+	select {
+	case <-w.c.closing:
+		w.mu.Unlock()
+		return store.ErrUnavailable
+	default:
+	}
+	if len(w.queue) >= MaxQueuedRecords {
+		// Not a round trip: not observed (a slow but answering Redis is
+		// not down); the caller logs it.
+		w.mu.Unlock()
+		return fmt.Errorf("%w: %s: %w", store.ErrUnavailable, store.OpRecord, errRecordQueueFull)
+	}
+	w.queue = append(w.queue, q)
+	w.queued++
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// run writes batches until the Client closes, then writes what is left
+// once.
+func (w *recordWriter) run() {
+	defer w.c.work.Done()
+	for {
+		select {
+		case <-w.kick:
+			w.writeQueued()
+		case <-w.c.closing:
+			w.writeQueued()
+			return
+		}
+	}
+}
+
+// writeQueued writes the records queued so far in one pipeline.
+func (w *recordWriter) writeQueued() {
+	w.mu.Lock()
+	batch := w.queue
+	w.queue = nil
+	w.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.WriteTimeout+w.c.cfg.ReadTimeout)
+	start := time.Now()
+	_, err := w.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, q := range batch {
+			p.Set(ctx, q.key, q.raw, q.retention)
+			p.HSet(ctx, q.heads, q.node, q.head)
+			p.PExpire(ctx, q.heads, q.retention)
+		}
+		return nil
+	})
+	cancel()
+	_ = w.c.done(store.OpRecord, start, err)
+	w.mu.Lock()
+	w.written += uint64(len(batch))
+	close(w.flushed)
+	w.flushed = make(chan struct{})
+	w.mu.Unlock()
+}
+
+// wait returns once every record queued before the call is written or
+// dropped, or ctx ends (its error).
+func (w *recordWriter) wait(ctx context.Context) error {
+	w.mu.Lock()
+	target := w.queued
+	for w.written < target {
+		ch := w.flushed
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		w.mu.Lock()
+	}
+	w.mu.Unlock()
+	return nil
+}
