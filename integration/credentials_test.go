@@ -366,6 +366,29 @@ func TestUpstreamCredentialsPerAgentAndOwner(t *testing.T) {
 		})
 	}
 
+	// Two people behind one agent share its Idempotency-Key space, not
+	// their answers: bob repeating alice's key is a different request
+	// (422 idempotency-key-reused), never alice's answer, made with her
+	// credential, replayed to him; alice's own repeat replays.
+	t.Run("one person's key is not another's", func(t *testing.T) {
+		alice, bob := callers[2], callers[3]
+		key := "shared-" + suiteDoor
+		n := up.count()
+		r := gw.Do(t, "FETCH", "/whoami", bearer(alice.token, "Idempotency-Key", key), nil)
+		wantStatus(t, r, 200)
+		r = gw.Do(t, "FETCH", "/whoami", bearer(bob.token, "Idempotency-Key", key), nil)
+		assertErrorBody(t, r, 422, "idempotency-key-reused")
+		if strings.Contains(r.String(), "alice") || r.Header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("bob got alice's answer: %s", r)
+		}
+		r = gw.Do(t, "FETCH", "/whoami", bearer(alice.token, "Idempotency-Key", key), nil)
+		wantStatus(t, r, 200)
+		if r.Header.Get("Idempotent-Replayed") != "true" || str(r.Object(t), "result", "principal") != "alice" {
+			t.Errorf("alice's repeat: %s, want her answer replayed", r)
+		}
+		checkSeen(t, n, [][2]string{{"/o/whoami", "alice"}})
+	})
+
 	t.Run("missing pair", func(t *testing.T) {
 		carol := personToken("carol")
 		n := up.count()

@@ -47,7 +47,7 @@ func (h *Engine) claim(x *exchange, req *request, lease time.Duration) bool {
 		x.replay(cl.Response)
 	case idempotency.Mismatch:
 		h.metrics.idempotency("conflict")
-		x.fail(agtp.IdempotencyKeyReused.New("this Idempotency-Key was used for a different request (method, target or body); use a new key"))
+		x.fail(agtp.IdempotencyKeyReused.New("this Idempotency-Key was used for a different request (method, target or body, or for another person behind this agent); use a new key"))
 	case idempotency.OtherContract:
 		h.metrics.idempotency("conflict")
 		x.fail(agtp.IdempotencyKeyReused.New("this Idempotency-Key holds the answer for another contract than the one presented (its 461 preview or its result); use a new key"))
@@ -174,9 +174,17 @@ func SameIdempotencyKey(a, b string) bool {
 }
 
 // fingerprint is the request's Idempotency-Key fingerprint
-// (ARCHITECTURE.md "Idempotency").
+// (ARCHITECTURE.md "Idempotency"). A request that acts for a person other
+// than its agent's own owner (identity oauth: the token's sub) binds it
+// to that person (idempotency.OwnedFingerprint): keys stay the agent's,
+// but one person's repeat of another's key is idempotency-key-reused,
+// never the other's answer replayed.
 func (x *exchange) fingerprint(req *request) string {
-	return idempotency.Fingerprint(x.in.Method, x.fingerprintTarget(), req.raw)
+	fp := idempotency.Fingerprint(x.in.Method, x.fingerprintTarget(), req.raw)
+	if x.ownerID != "" && req.caller != nil && x.ownerID != req.caller.Agent.OwnerID {
+		return idempotency.OwnedFingerprint(fp, x.ownerID)
+	}
+	return fp
 }
 
 // idempotencyStoreFull is the 503 for a Claim answered AgentFull or

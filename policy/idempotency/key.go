@@ -100,3 +100,23 @@ func Fingerprint(method, target string, body []byte) string {
 	hex.Encode(hx[:], sum[:])
 	return string(hx[:])
 }
+
+// OwnedFingerprint is fingerprint (a Fingerprint) bound to owner, the
+// person a request acts for when that is not its agent's own owner (an
+// OAuth token's sub): SHA-256 over the length-prefixed fingerprint and
+// owner, 64 lowercase hex. The gateway claims such a request's key with
+// it, so that one person's repeat of another person's key behind the
+// same agent is a different request (idempotency-key-reused), never a
+// replay of the other person's answer.
+func OwnedFingerprint(fingerprint, owner string) string {
+	var small [256]byte
+	b := small[:0]
+	b = binary.BigEndian.AppendUint64(b, uint64(len(fingerprint)))
+	b = append(b, fingerprint...)
+	b = binary.BigEndian.AppendUint64(b, uint64(len(owner)))
+	b = append(b, owner...)
+	sum := sha256.Sum256(b)
+	var hx [2 * sha256.Size]byte
+	hex.Encode(hx[:], sum[:])
+	return string(hx[:])
+}

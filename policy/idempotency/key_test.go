@@ -178,3 +178,20 @@ func TestFingerprintFraming(t *testing.T) {
 		t.Error("moving a byte from the method into the target left the fingerprint unchanged")
 	}
 }
+
+// TestOwnedFingerprint: bound to a person, a fingerprint differs from
+// the agent's own and from another person's, is stable, is 64 lowercase
+// hex, and its framing keeps owner and fingerprint apart.
+func TestOwnedFingerprint(t *testing.T) {
+	fp := Fingerprint("FETCH", "/guests/g-1", nil)
+	alice, bob := OwnedFingerprint(fp, "alice"), OwnedFingerprint(fp, "bob")
+	if alice == fp || alice == bob || alice != OwnedFingerprint(fp, "alice") {
+		t.Fatalf("owned fingerprints: agent %s alice %s bob %s", fp, alice, bob)
+	}
+	if len(alice) != 64 || strings.ToLower(alice) != alice {
+		t.Fatalf("not 64 lowercase hex: %q", alice)
+	}
+	if OwnedFingerprint("ab", "c") == OwnedFingerprint("a", "bc") {
+		t.Fatal("framing: (ab, c) and (a, bc) collide")
+	}
+}
