@@ -185,6 +185,16 @@ type mcpRequest struct {
 	task     *createdTask
 }
 
+// person is the person the request acts for when that is not its
+// agent's own owner (identity oauth: the token's sub), else "". Tasks
+// are that person's (store.Task.OwnerID).
+func (rq *mcpRequest) person() string {
+	if rq.ident != nil && rq.ident.OwnerID != "" && rq.ident.OwnerID != rq.agent.OwnerID {
+		return rq.ident.OwnerID
+	}
+	return ""
+}
+
 // called notes the call of the tool named name, for the access log.
 func (rq *mcpRequest) called(name string) {
 	rq.mu.Lock()

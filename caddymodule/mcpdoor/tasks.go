@@ -134,7 +134,7 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 	case <-timer.C:
 	}
 	now := time.Now().UTC()
-	rec := store.Task{ID: newTaskID(), AgentID: rq.agent.ID, NodeID: d.e.NodeID(), Tool: t.name, Status: TaskWorking,
+	rec := store.Task{ID: newTaskID(), AgentID: rq.agent.ID, OwnerID: rq.person(), NodeID: d.e.NodeID(), Tool: t.name, Status: TaskWorking,
 		StatusMessage: "the recipe is running", CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(TaskLease)}
 	tasks := d.e.Tasks()
 	if err := tasks.Put(context.WithoutCancel(ctx), rec, TaskTTL); err != nil {
@@ -390,8 +390,8 @@ func (d *Door) serveTasks(w http.ResponseWriter, r *http.Request, rq *mcpRequest
 		writeRPC(w, http.StatusOK, m.ID, nil, map[string]any{"code": codeInternal, "message": "store-unavailable: the task store did not answer; retry"})
 		return Summary{Reasons: []string{agtp.StoreUnavailable.Token}}
 	}
-	if !ok || rec.AgentID != rq.agent.ID {
-		writeRPC(w, http.StatusOK, m.ID, nil, map[string]any{"code": codeInvalidParams, "message": "unknown taskId: no task of this agent has that id (it may have expired)"})
+	if !ok || rec.AgentID != rq.agent.ID || rec.OwnerID != rq.person() {
+		writeRPC(w, http.StatusOK, m.ID, nil, map[string]any{"code": codeInvalidParams, "message": "unknown taskId: no task of this agent (and person) has that id (it may have expired)"})
 		return Summary{Reasons: []string{"unknown-task"}}
 	}
 	switch m.Method {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/policy"
@@ -40,7 +41,7 @@ func tasksCallRaw(t *testing.T, d *Door, agent *policy.Agent, method, taskIDMemb
 		r.Header.Set(hdr[i], hdr[i+1])
 	}
 	w := httptest.NewRecorder()
-	d.serveTasks(w, r, &mcpRequest{agent: agent}, m)
+	d.serveTasks(w, r, &mcpRequest{agent: agent, ident: &agtp.Identity{AgentID: agent.ID, OwnerID: testPerson}}, m)
 	var msg struct {
 		Result map[string]any `json:"result"`
 		Error  map[string]any `json:"error"`
@@ -49,6 +50,44 @@ func tasksCallRaw(t *testing.T, d *Door, agent *policy.Agent, method, taskIDMemb
 		t.Fatalf("%s: %s", method, w.Body)
 	}
 	return w.Code, msg.Result, msg.Error
+}
+
+// testPerson is the OAuth sub the tasksCall requests act for ("": the
+// agent's own owner).
+var testPerson string
+
+// TestTasksPerPerson: a task made for one person behind an agent (an
+// OAuth sub) is unknown to another person behind the same agent and to
+// the agent acting for its own owner: tasks/get and tasks/cancel are
+// -32602 for them, as for another agent.
+func TestTasksPerPerson(t *testing.T) {
+	e := testEngine(t)
+	d, err := New(e, &Config{Path: DefaultMCPPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, _ := e.AgentRegistry().Lookup("677812645a9fe530d9c0251df0296775b37b392ac32b2003ab5beba14490e4fa")
+	now := time.Now().UTC()
+	rec := store.Task{ID: "alices", AgentID: agent.ID, OwnerID: "alice", NodeID: "n1", Status: TaskWorking, CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(time.Minute)}
+	if err := e.Tasks().Put(context.Background(), rec, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testPerson = "" })
+	for _, who := range []string{"bob", ""} {
+		testPerson = who
+		for _, method := range []string{"tasks/get", "tasks/cancel"} {
+			if _, _, rpcErr := tasksCall(t, d, agent, method, "alices", true); rpcErr == nil || rpcErr["code"] != float64(-32602) {
+				t.Errorf("%s of alice's task by %q: %v, want -32602", method, who, rpcErr)
+			}
+		}
+	}
+	if c, _ := e.Tasks().CancelRequested(context.Background(), "alices"); c {
+		t.Error("another person's cancel was stored")
+	}
+	testPerson = "alice"
+	if _, res, rpcErr := tasksCall(t, d, agent, "tasks/get", "alices", true); rpcErr != nil || res["status"] != TaskWorking {
+		t.Errorf("alice's own tasks/get: %v %v", res, rpcErr)
+	}
 }
 
 // TestTasksMethods: tasks/get, tasks/cancel and tasks/update as the

@@ -313,6 +313,10 @@ type Task struct {
 	// AgentID is the Agent-ID whose call made it: only that agent reads
 	// or cancels it.
 	AgentID string `json:"agent_id"`
+	// OwnerID is the person the call acted for when that is not the
+	// agent's own owner (identity oauth: the token's sub), else "": only
+	// that person reads or cancels it.
+	OwnerID string `json:"owner_id,omitempty"`
 	// NodeID names the node running it.
 	NodeID string `json:"node_id"`
 	// Tool is the called tool's name.
