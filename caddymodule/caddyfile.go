@@ -144,6 +144,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        basic <user> <password>
 //	        operator <name>
 //	        max_rows <n>
+//	        dns_rebinding_protection true|false
 //	    }
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {

@@ -127,6 +127,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"operator_page bearer arity", "operator_page {\n\t\t\tbearer\n\t\t}", "bearer takes one token"},
 		{"operator_page empty allow", "operator_page {\n\t\t\tallow\n\t\t}", "allow needs at least one"},
 		{"operator_page max_rows", "operator_page {\n\t\t\tmax_rows 0\n\t\t}", "max_rows \"0\" is not a number in 1..1000"},
+		{"operator_page dns_rebinding_protection", "operator_page {\n\t\t\tdns_rebinding_protection maybe\n\t\t}", "dns_rebinding_protection takes true or false"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

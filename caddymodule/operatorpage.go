@@ -104,6 +104,12 @@ func parseOperatorPage(d *caddyfile.Dispenser) (*oppage.Config, error) {
 				return nil, d.Errf("operator_page: operator takes one name")
 			}
 			c.Operator = args[0]
+		case "dns_rebinding_protection":
+			if len(args) != 1 || (args[0] != "true" && args[0] != "false") {
+				return nil, d.Errf("operator_page: dns_rebinding_protection takes true or false")
+			}
+			v := args[0] == "true"
+			c.DNSRebindingProtection = &v
 		case "max_rows":
 			if len(args) != 1 {
 				return nil, d.Errf("operator_page: max_rows takes one number")

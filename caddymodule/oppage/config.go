@@ -49,6 +49,19 @@ type Config struct {
 	// MaxRows is the most rows each section lists; the rest is
 	// counted. Default 50, at most 1000.
 	MaxRows int `json:"max_rows,omitempty"`
+	// DNSRebindingProtection refuses (403) a request that reached the
+	// page on a loopback address naming a Host other than localhost,
+	// 127.0.0.1 or [::1]: a web page whose name an attacker rebinds to
+	// 127.0.0.1 would otherwise read the page and, its Origin matching
+	// that Host, revoke from it. Default true; false for a reverse proxy
+	// on the same machine that forwards the public Host over loopback
+	// (which must then be the one to refuse foreign Hosts).
+	DNSRebindingProtection *bool `json:"dns_rebinding_protection,omitempty"`
+}
+
+// rebindingProtected reports whether DNSRebindingProtection is on.
+func (c *Config) rebindingProtected() bool {
+	return c.DNSRebindingProtection == nil || *c.DNSRebindingProtection
 }
 
 // Defaults of Config.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/httpdoor"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"go.uber.org/zap"
 )
@@ -88,8 +89,9 @@ const maxForm = 4 << 10
 // ServeHTTP serves a request Match accepted, from client (Caddy's
 // client address); authUser is the user an authentication handler
 // of Caddy's that ran before it verified (basic_auth's
-// {http.auth.user.id}), "" for none. The access rule comes first: a client outside
-// Allow gets 403, a missing or wrong credential 401; then GET (or HEAD)
+// {http.auth.user.id}), "" for none. A loopback request naming another
+// Host is refused first (DNSRebindingProtection); then the access rule:
+// a client outside Allow gets 403, a missing or wrong credential 401; then GET (or HEAD)
 // of Path shows the page and POST Path/revoke revokes (checkRevoke).
 func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request, client netip.Addr, authUser string) {
 	h := w.Header()
@@ -100,6 +102,11 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request, client netip.Ad
 	// "Origin: null" with the page's own form POST (crossSite refuses it).
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	if p.cfg.rebindingProtected() && httpdoor.LocalIsLoopback(r) && !httpdoor.LoopbackHost(r.Host) {
+		p.logger.Info("operator page refused a loopback request for another Host (DNS rebinding protection)", zap.String("host", r.Host), zap.String("client", client.String()))
+		plain(w, http.StatusForbidden, "the operator page is on a loopback address and answers only Host localhost, 127.0.0.1 or [::1]: another Host is how DNS rebinding reaches a local server (operator_page dns_rebinding_protection)")
+		return
+	}
 	if !p.allowed(client) {
 		p.logger.Info("operator page refused a client outside allow", zap.String("client", client.String()))
 		plain(w, http.StatusForbidden, "the operator page is not open to this client address (operator_page allow)")

@@ -1,6 +1,8 @@
 package oppage
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -98,6 +100,48 @@ func TestAccessRule(t *testing.T) {
 			}
 			if w.Header().Get("Cache-Control") != "no-store" || w.Header().Get("X-Frame-Options") != "DENY" {
 				t.Errorf("headers %v lack no-store or DENY", w.Header())
+			}
+		})
+	}
+}
+
+// TestDNSRebinding: a request that reached the page on a loopback
+// address naming another Host (a rebound name) is refused 403 before
+// the access rule, on the page and on revoke; localhost, 127.0.0.1 and
+// [::1] pass, as does any Host on a non-loopback address or with
+// dns_rebinding_protection false.
+func TestDNSRebinding(t *testing.T) {
+	loop := netip.MustParseAddr("127.0.0.1")
+	off := false
+	for _, tc := range []struct {
+		name   string
+		c      Config
+		local  net.Addr
+		host   string
+		path   string
+		status int
+	}{
+		{"rebound name over loopback", Config{}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}, "evil.example:8080", "", 403},
+		{"rebound name, revoke", Config{}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}, "evil.example:8080", "/revoke", 403},
+		{"rebound name over ::1", Config{}, &net.TCPAddr{IP: net.IPv6loopback, Port: 8080}, "evil.example", "", 403},
+		{"localhost", Config{}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}, "localhost:8080", "", 405},
+		{"127.0.0.1", Config{}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}, "127.0.0.1:8080", "", 405},
+		{"[::1]", Config{}, &net.TCPAddr{IP: net.IPv6loopback, Port: 8080}, "[::1]:8080", "", 405},
+		{"a name on another address", Config{}, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 8080}, "gw.example", "", 405},
+		{"protection off", Config{DNSRebindingProtection: &off}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}, "gw.example", "", 405},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := page(t, tc.c)
+			r := httptest.NewRequest(http.MethodPut, p.cfg.Path+tc.path, nil)
+			r.Host = tc.host
+			r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, tc.local))
+			w := httptest.NewRecorder()
+			p.ServeHTTP(w, r, loop, "")
+			if w.Code != tc.status {
+				t.Fatalf("status %d (%s), want %d", w.Code, w.Body, tc.status)
+			}
+			if tc.status == 403 && !strings.Contains(w.Body.String(), "dns_rebinding_protection") {
+				t.Errorf("refusal %q does not name the knob", w.Body)
 			}
 		})
 	}
