@@ -387,6 +387,12 @@ func TestUpstreamCredentialsPerAgentAndOwner(t *testing.T) {
 			t.Errorf("alice's repeat: %s, want her answer replayed", r)
 		}
 		checkSeen(t, n, [][2]string{{"/o/whoami", "alice"}})
+		// Her Attribution-Record is hers to read, not bob's (agent_only).
+		audit := r.Header.Get("Audit-ID")
+		if got := gw.Do(t, "INSPECT", "/?target=audit&audit_id="+audit, bearer(alice.token), nil); got.Status != 200 {
+			t.Errorf("alice reading her record: %s", got)
+		}
+		assertErrorBody(t, gw.Do(t, "INSPECT", "/?target=audit&audit_id="+audit, bearer(bob.token), nil), 403, "forbidden")
 	})
 
 	t.Run("missing pair", func(t *testing.T) {

@@ -155,7 +155,7 @@ func (x *exchange) retain(auditID, compact string, issued time.Time) {
 	if x.storeFailed || h.storeDown() {
 		return
 	}
-	err := h.sto.Records.Retain(context.WithoutCancel(x.ctx()), store.Record{AuditID: auditID, AgentID: x.recordAgent,
+	err := h.sto.Records.Retain(context.WithoutCancel(x.ctx()), store.Record{AuditID: auditID, AgentID: x.recordAgent, Person: x.person(),
 		NodeID: h.nodeID, Compact: compact, IssuedAt: issued})
 	switch {
 	case errors.Is(err, store.ErrUnavailable):

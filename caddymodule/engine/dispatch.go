@@ -56,7 +56,18 @@ func (h *Engine) checkIdentifiers(x *exchange, anonymous bool) *agtp.Error {
 // step 6 accepted it): its answers name a's owner, trust tier and the
 // verification path (spec §4; cases/02).
 func (x *exchange) identifiedAs(a *policy.Agent) {
-	x.ownerID, x.identified, x.trustTier = a.OwnerID, true, int(a.TrustTier)
+	x.ownerID, x.agentOwner, x.identified, x.trustTier = a.OwnerID, a.OwnerID, true, int(a.TrustTier)
+}
+
+// person is the person an identified request acts for when that is not
+// its agent's own owner (identity oauth: the token's sub), else "". What
+// such a request leaves is that person's: its Idempotency-Key answers
+// (fingerprint) and its retained records (INSPECT target=audit).
+func (x *exchange) person() string {
+	if x.identified && x.ownerID != "" && x.ownerID != x.agentOwner {
+		return x.ownerID
+	}
+	return ""
 }
 
 func (h *Engine) setRecordAgent(x *exchange) {

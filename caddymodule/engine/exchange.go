@@ -61,6 +61,9 @@ type exchange struct {
 	// owner it claimed, nor does an owner-mismatch refusal.
 	ownerClaim string
 	ownerID    string
+	// agentOwner is the registry owner of the identified agent; ownerID
+	// differs from it when the request acts for a person (person).
+	agentOwner string
 	// identified: §10 step 6 accepted the caller (verified and
 	// registered); trustTier is its trust tier. The answer then says
 	// who the gateway took it to be (Owner-ID, Trust-Tier,

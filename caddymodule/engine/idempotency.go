@@ -181,8 +181,8 @@ func SameIdempotencyKey(a, b string) bool {
 // never the other's answer replayed.
 func (x *exchange) fingerprint(req *request) string {
 	fp := idempotency.Fingerprint(x.in.Method, x.fingerprintTarget(), req.raw)
-	if x.ownerID != "" && req.caller != nil && x.ownerID != req.caller.Agent.OwnerID {
-		return idempotency.OwnedFingerprint(fp, x.ownerID)
+	if p := x.person(); p != "" {
+		return idempotency.OwnedFingerprint(fp, p)
 	}
 	return fp
 }

@@ -71,7 +71,9 @@ func (h *Engine) inspectAudit(x *exchange, req *request, p map[string]any) {
 		x.fail(agtp.RecordNotFound.New(fmt.Sprintf("no retained Attribution-Record has this Audit-ID (records are kept %s)", agtp.FormatDuration(h.recordRetention()))))
 		return
 	}
-	if !h.mayRead(req, rec.AgentID) {
+	// Under agent_only a person behind an agent (identity oauth) reads
+	// that person's records only, not the agent's other people's.
+	if !h.mayRead(req, rec.AgentID) || (h.AuditReadACL != ACLPublic && !h.inspectAll(req) && x.person() != "" && rec.Person != x.person()) {
 		x.fail(h.aclRefusal("Attribution-Records"))
 		return
 	}

@@ -266,6 +266,10 @@ type Record struct {
 	// AgentID is its chain key: the requesting registered Agent-ID, ""
 	// for an anonymous request (INSPECT's agent_only mode reads it).
 	AgentID string `json:"agent_id"`
+	// Person is the person the request acted for when that is not its
+	// agent's own owner (identity oauth: the token's sub), else "":
+	// under the agent_only read ACL only that person reads it.
+	Person string `json:"person,omitempty"`
 	// NodeID names the gateway node whose chain it is on (its chain is
 	// one per agent and node: docs/cluster.md).
 	NodeID string `json:"node_id"`
