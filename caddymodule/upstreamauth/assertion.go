@@ -97,7 +97,7 @@ func readPrivateKey(path string) (crypto.Signer, error) {
 	}
 	block, _ := pem.Decode(raw)
 	if block == nil || block.Type != "PRIVATE KEY" {
-		return nil, fmt.Errorf("not a PKCS#8 PEM private key (-----BEGIN PRIVATE KEY-----)")
+		return nil, fmt.Errorf("not a PKCS#8 PEM private key (a PEM block of type \"PRIVATE KEY\", as openssl genpkey writes)")
 	}
 	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
 	if err != nil {
