@@ -147,9 +147,6 @@ func findLogLine(output, msg, id string) map[string]any {
 // counts every one. MCP is served over HTTP: the test runs in the HTTP
 // door's pass only.
 func TestMCPFloodLogBounded(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("MCP is served over HTTP: runs in the HTTP door's pass")
-	}
 	w := startHotel(t, hotelOpts{Door: "http", Extra: "\t\tmcp"})
 	g := w.GW
 	const n = 100

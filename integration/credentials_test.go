@@ -495,9 +495,6 @@ func TestUpstreamCredentialsPerAgentAndOwner(t *testing.T) {
 // the agent's file in the directory (read per call, no reload), the
 // next presentation accepts and runs it with that credential.
 func TestUpstreamCredentialsConfirmFirst(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("door-independent (engine ordering); the HTTP run covers it")
-	}
 	up := &credUpstream{owners: map[string]string{}, agents: map[string]string{}}
 	up.URL = serve(t, up)
 	dir := t.TempDir()

@@ -48,9 +48,6 @@ const (
 //
 // It does not depend on the door and runs in the HTTP door's pass only.
 func TestDashboardQueriesResolve(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("door-independent: runs in the HTTP door's pass")
-	}
 	promBin := filepath.Join(repoRoot, ".tools", "bin", "prometheus")
 	if _, err := os.Stat(promBin); err != nil {
 		t.Fatalf("the Prometheus server is missing (%v): run make deps", err)

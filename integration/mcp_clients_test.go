@@ -195,9 +195,6 @@ var scenarioLine = regexp.MustCompile(`^\s+- ([a-z0-9-]+) \[`)
 // baseline, a reason each. The door does not matter to it: it runs in
 // the HTTP door's pass only.
 func TestMCPConformance(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("door-independent (MCP is served over HTTP): runs in the HTTP door's pass")
-	}
 	bun := mustTool(t, "node_modules/.bin/bun")
 	suite := mustTool(t, "node_modules/@modelcontextprotocol/conformance/dist/index.js")
 	baseline := filepath.Join(repoRoot, mcpBaseline)

@@ -50,9 +50,6 @@ var requirementLine = regexp.MustCompile(`^\s+- ([a-z0-9-]+)(?: \[server\])?\s*$
 // 2026-07-28) and --force. Every scenario the set lists is either run or
 // in notRunNext.
 func TestMCPConformanceNext(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("door-independent (MCP is served over HTTP): runs in the HTTP door's pass")
-	}
 	bun := mustTool(t, "node_modules/.bin/bun")
 	suite := mustTool(t, "conformance-next/node_modules/@modelcontextprotocol/conformance/dist/index.js")
 	baseline := filepath.Join(repoRoot, mcpNextBaseline)

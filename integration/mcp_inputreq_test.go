@@ -45,9 +45,6 @@ func mcpConnectOpts(t testing.TB, g *Gateway, agent, scope string, opts *mcp.Cli
 // records a 461 confirmation leaves (the gate's accepted negotiation
 // record, read back through INSPECT).
 func TestMCPInputRequired(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("MCP is served over HTTP: runs in the HTTP door's pass")
-	}
 	w := startHotel(t, hotelOpts{Door: "http", Extra: "\t\tmcp"})
 	ctx := context.Background()
 	var asked atomic.Int32

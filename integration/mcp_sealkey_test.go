@@ -20,9 +20,6 @@ import (
 // started after the key was made (as a restarted one) accepts a state
 // A sealed, and books once more for another agent.
 func TestMCPInputRequiredAcrossNodes(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("MCP is served over HTTP: runs in the HTTP door's pass")
-	}
 	_, topo := startSingleRedis(t)
 	o := clusterOpts{Extra: "\t\tmcp\n", Mode: "confirm-first", Identity: "header", Agents: clusterAgents(t, nil)}
 	w := startClusterWorld(t, topo.block(), o)
@@ -100,9 +97,6 @@ func TestMCPInputRequiredAcrossNodes(t *testing.T) {
 // again (its data kept: appendonly) the node reads the shared key on
 // use and the same approval books once.
 func TestMCPInputRequiredStoreDownAtStart(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("MCP is served over HTTP: runs in the HTTP door's pass")
-	}
 	srv := redistest.StartServer(t, "--maxmemory-policy", "noeviction", "--appendonly", "yes", "--appendfsync", "always")
 	keepPort(srv)
 	block := storeBlock("address "+srv.Addr(), "")

@@ -161,9 +161,6 @@ func tasksRPC(t testing.TB, url, agent, method, taskID string, declare bool) (ma
 // runs, the task ends cancelled on A: the upstream saw the first step
 // and not the rest, and the task names the step that ran.
 func TestMCPTaskCancelAcrossNodes(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("MCP is served over HTTP: runs in the HTTP door's pass")
-	}
 	up, w, s, tr, tool := startTaskWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
@@ -331,9 +328,6 @@ func createTask(t *testing.T, s *mcp.ClientSession, tr *rawTransport, tool strin
 // longer renews ends, then failed (task-lease-expired): never working
 // forever.
 func TestMCPTaskNodeDies(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("MCP is served over HTTP: runs in the HTTP door's pass")
-	}
 	up, w, s, tr, tool := startTaskWorld(t)
 	id, _ := createTask(t, s, tr, tool, nil)
 	<-up.entered
@@ -370,9 +364,6 @@ func mustJSONIT(v any) string {
 // task's end is stored: the other node reads it completed, not failed
 // by its lease, and the upstream saw every step once.
 func TestMCPTaskGracefulStop(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("MCP is served over HTTP: runs in the HTTP door's pass")
-	}
 	up, w, s, tr, tool := startTaskWorld(t)
 	id, _ := createTask(t, s, tr, tool, nil)
 	<-up.entered

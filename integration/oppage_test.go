@@ -58,9 +58,6 @@ func artifactDir(t *testing.T) string {
 // TestOperatorPage: the page behind its access rule, what it lists, a
 // revoke clicked in Chromium, and the cross-site refusals.
 func TestOperatorPage(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("the operator page is served by the HTTP handler whatever the door: it runs once, in the HTTP door's run")
-	}
 	bin := chromiumBin(t)
 	recDir := t.TempDir()
 	js := startJSONServer(t, hotelDB)
@@ -383,9 +380,6 @@ func revokeRecord(t *testing.T, recDir, id string) map[string]any {
 // here is loopback alone, so no header is needed): --dump-dom for the
 // DOM, --screenshot for the artefact.
 func TestOperatorPageRedis(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("the operator page is served by the HTTP handler whatever the door: it runs once, in the HTTP door's run")
-	}
 	bin := chromiumBin(t)
 	srv, topo := startSingleRedis(t)
 	js := startJSONServer(t, hotelDB)

@@ -175,9 +175,6 @@ func TestOrderingWithEncodeHandleRespond(t *testing.T) {
 // streamed answer and not the upgrade. Legacy requests are plain HTTP:
 // the test runs in the HTTP door's pass only.
 func TestPassThroughUpgradeAndStream(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("legacy requests are plain HTTP: runs in the HTTP door's pass")
-	}
 	next := make(chan struct{})
 	legacy := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {

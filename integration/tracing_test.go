@@ -308,9 +308,6 @@ const tracingSite = `
 // upstream's own span. It covers the three doors itself, so it runs
 // once (not again under RCNS_IT_DOOR=agtp).
 func TestTracingSpanTree(t *testing.T) {
-	if suiteDoor == "agtp" {
-		t.Skip("covers every door itself; runs in the HTTP-door pass")
-	}
 	j := startJaeger(t)
 	agent := j.tracerProvider(t, traceAgentService).Tracer("rcns-it")
 	upTP := j.tracerProvider(t, traceUpstreamService)
