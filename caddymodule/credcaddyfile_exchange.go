@@ -1,7 +1,7 @@
 package caddymodule
 
 import (
-	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
@@ -57,21 +57,14 @@ func parseTokenExchange(d *caddyfile.Dispenser, upstream string) (*engine.TokenE
 				return nil, d.Errf("upstream %s: token_exchange scopes: want at least one scope", upstream)
 			}
 		case "margin", "timeout":
-			v, err := oneArg(d)
+			dur, err := blockDuration(d, upstream, "token_exchange")
 			if err != nil {
 				return nil, err
 			}
-			dur, err := parseDuration(v)
-			if err != nil || dur <= 0 {
-				if errors.Is(err, errNotDuration) {
-					return nil, d.Errf("upstream %s: token_exchange %s: %q %v", upstream, key, v, err)
-				}
-				return nil, d.Errf("upstream %s: token_exchange %s: %q is not a positive duration", upstream, key, v)
-			}
 			if key == "margin" {
-				c.Margin = engine.Duration(dur)
+				c.Margin = dur
 			} else {
-				c.Timeout = engine.Duration(dur)
+				c.Timeout = dur
 			}
 		case "cache_size":
 			v, err := oneArg(d)
@@ -119,18 +112,11 @@ func parseAssertion(d *caddyfile.Dispenser, upstream string) (*engine.AssertionC
 				c.Header = v
 			}
 		case "ttl":
-			v, err := oneArg(d)
+			dur, err := blockDuration(d, upstream, "assertion")
 			if err != nil {
 				return nil, err
 			}
-			dur, err := parseDuration(v)
-			if err != nil || dur <= 0 {
-				if errors.Is(err, errNotDuration) {
-					return nil, d.Errf("upstream %s: assertion ttl: %q %v", upstream, v, err)
-				}
-				return nil, d.Errf("upstream %s: assertion ttl: %q is not a positive duration", upstream, v)
-			}
-			c.TTL = engine.Duration(dur)
+			c.TTL = dur
 		case "keys":
 			c.Keys = d.RemainingArgs()
 			if len(c.Keys) == 0 {
@@ -141,4 +127,15 @@ func parseAssertion(d *caddyfile.Dispenser, upstream string) (*engine.AssertionC
 		}
 	}
 	return c, nil
+}
+
+// blockDuration reads the positive duration of a knob of an upstream's
+// credentials block (positiveDuration), its errors naming the upstream
+// and the block.
+func blockDuration(d *caddyfile.Dispenser, upstream, block string) (engine.Duration, error) {
+	dur, err := positiveDuration(d)
+	if err != nil {
+		return 0, fmt.Errorf("upstream %s: %s %w", upstream, block, err)
+	}
+	return engine.Duration(dur), nil
 }

@@ -94,7 +94,7 @@ func TestCaddyfileTokenExchangeAndAssertion(t *testing.T) {
 		{"exchange cache_size", "credentials token_exchange {\n\t\t\t\tcache_size 0\n\t\t\t}", "not a positive integer"},
 		{"exchange scopes", "credentials token_exchange {\n\t\t\t\tscopes\n\t\t\t}", "want at least one scope"},
 		{"unknown assertion knob", "credentials assertion {\n\t\t\t\tdir /x\n\t\t\t}", `credentials assertion: unknown subdirective "dir"`},
-		{"assertion ttl", "credentials assertion {\n\t\t\t\tttl -1s\n\t\t\t}", `assertion ttl: "-1s" is not a positive duration`},
+		{"assertion ttl", "credentials assertion {\n\t\t\t\tttl -1s\n\t\t\t}", `assertion ttl: "-1s" must be a positive duration`},
 		{"assertion keys", "credentials assertion {\n\t\t\t\tkeys\n\t\t\t}", "want at least one key file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
