@@ -3,7 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,11 +13,16 @@ import (
 )
 
 // MaxQueuedRecords bounds the Attribution-Records a Client holds queued
-// for Redis (recordWriter): a Retain past it is refused at once
-// (store.ErrUnavailable, not counted as a round trip) and the record is
-// not retained, as when Redis does not answer. At 1 KiB a record it is
-// about 4 MiB.
+// for Redis (recordWriter): a Retain that finds it full waits for room
+// at most the write and read timeouts, then is refused
+// (store.ErrUnavailable, counted as a failed op record) and the record
+// is not retained, as when Redis does not answer. At 1 KiB a record it
+// is about 4 MiB.
 const MaxQueuedRecords = 4096
+
+// maxRecordBatch bounds the records one pipeline writes, so that a
+// batch's write fits its timeouts on a slow link too.
+const maxRecordBatch = 512
 
 // errRecordQueueFull is the cause of a Retain refused at
 // MaxQueuedRecords.
@@ -64,20 +69,37 @@ func startRecordWriter(c *Client) *recordWriter {
 	return w
 }
 
-// add queues q; it fails when the queue is full or the Client closed.
+// add queues q. When the queue is full it waits for the writer to make
+// room, at most the write and read timeouts (what a record written by
+// the answer itself would have waited), and then fails: Redis is not
+// keeping up, and the refusal is counted as a failed op record. It also
+// fails once the Client closed.
 func (w *recordWriter) add(q queuedRecord) error {
+	var deadline *time.Timer
 	w.mu.Lock()
-	select {
-	case <-w.c.closing:
+	for {
+		select {
+		case <-w.c.closing:
+			w.mu.Unlock()
+			return store.ErrUnavailable
+		default:
+		}
+		if len(w.queue) < MaxQueuedRecords {
+			break
+		}
+		if deadline == nil {
+			deadline = time.NewTimer(w.c.cfg.WriteTimeout + w.c.cfg.ReadTimeout)
+			defer deadline.Stop()
+		}
+		ch := w.flushed
 		w.mu.Unlock()
-		return store.ErrUnavailable
-	default:
-	}
-	if len(w.queue) >= MaxQueuedRecords {
-		// Not a round trip: not observed (a slow but answering Redis is
-		// not down); the caller logs it.
-		w.mu.Unlock()
-		return fmt.Errorf("%w: %s: %w", store.ErrUnavailable, store.OpRecord, errRecordQueueFull)
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return w.c.done(store.OpRecord, time.Now(), errRecordQueueFull)
+		case <-w.c.closing:
+		}
+		w.mu.Lock()
 	}
 	w.queue = append(w.queue, q)
 	w.queued++
@@ -108,7 +130,16 @@ func (w *recordWriter) run() {
 func (w *recordWriter) writeQueued() {
 	w.mu.Lock()
 	batch := w.queue
-	w.queue = nil
+	if len(batch) > maxRecordBatch {
+		batch = batch[:maxRecordBatch:maxRecordBatch]
+		w.queue = slices.Clone(w.queue[maxRecordBatch:])
+		select {
+		case w.kick <- struct{}{}: // the rest is the next batch
+		default:
+		}
+	} else {
+		w.queue = nil
+	}
 	w.mu.Unlock()
 	if len(batch) == 0 {
 		return

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,15 +16,15 @@ import (
 // TestRecordWriter: records retained off the answer path (recordWriter)
 // reach Redis in the order they were retained (the chain's head is the
 // newest), in no more round trips than records; a node reads its own at
-// once and another node once they are written; a stalled Redis bounds
-// the queue at MaxQueuedRecords (the next Retain is refused, nothing
-// blocks) and loses nothing queued once it answers again; Close writes
-// what is queued.
+// once and another node once they are written; retained faster than
+// Redis takes them, none is dropped (a Retain waits for room); a
+// stalled Redis bounds every Retain's wait by the timeouts, and records
+// are written again once it answers; Close writes what is queued.
 func TestRecordWriter(t *testing.T) {
 	srv := redistest.StartServer(t)
 	cnt := &counter{ops: map[store.Op]int{}}
 	cfg := Config{Addrs: []string{srv.Addr()}, Observer: cnt, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second}
-	c, set := newSet(t, cfg)
+	_, set := newSet(t, cfg)
 	_, other := newSet(t, Config{Addrs: []string{srv.Addr()}})
 	ctx := context.Background()
 	id := func(i int) string { return fmt.Sprintf("%064d", i) }
@@ -48,50 +49,71 @@ func TestRecordWriter(t *testing.T) {
 		}
 	}
 
-	// Stalled: the writer holds one batch; the queue fills to its bound
-	// and the next Retain is refused at once.
-	srv.Pause()
-	if err := set.Records.Retain(ctx, store.Record{AuditID: id(n + 1), AgentID: "b", NodeID: "n1"}); err != nil {
+	// Faster than one pipeline a round trip: 4 goroutines retaining in a
+	// tight loop against a healthy Redis fill the queue past its bound;
+	// a Retain then waits for room instead of dropping its record, and
+	// every record is written.
+	const writers, each = 4, 3000
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for g := 0; g < writers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if err := set.Records.Retain(ctx, store.Record{AuditID: id(100000 + g*each + i), AgentID: "load", NodeID: "n1"}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Retain under load against a healthy Redis: %v", err)
+	}
+	if _, err := set.Records.Heads(ctx, "load"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		c.recs.mu.Lock()
-		inFlight := len(c.recs.queue) == 0
-		c.recs.mu.Unlock()
-		if inFlight {
+	for _, i := range []int{100000, 100000 + writers*each - 1} {
+		if _, ok, err := other.Records.Get(ctx, id(i)); err != nil || !ok {
+			t.Fatalf("record %d of the load: %v %v", i, ok, err)
+		}
+	}
+
+	// Stalled: Retain never waits longer than the timeouts for room (a
+	// full queue is refused as unavailable, or its batch is dropped),
+	// nothing deadlocks, and once Redis answers records are written.
+	cfgS := Config{Addrs: []string{srv.Addr()}, ReadTimeout: 150 * time.Millisecond, WriteTimeout: 150 * time.Millisecond}
+	_, stalled := newSet(t, cfgS)
+	srv.Pause()
+	start := time.Now()
+	for i := 0; i < MaxQueuedRecords+2*maxRecordBatch; i++ {
+		t0 := time.Now()
+		err := stalled.Records.Retain(ctx, store.Record{AuditID: id(200000 + i), AgentID: "b", NodeID: "n2"})
+		if err != nil && (!errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "queue")) {
+			srv.Resume()
+			t.Fatalf("Retain %d while Redis stalls: %v, want nil or ErrUnavailable naming the queue", i, err)
+		}
+		if d := time.Since(t0); d > 2*time.Second {
+			srv.Resume()
+			t.Fatalf("Retain %d waited %v while Redis stalls", i, d)
+		}
+		if time.Since(start) > 30*time.Second {
 			break
 		}
-		if time.Now().After(deadline) {
-			srv.Resume()
-			t.Fatal("the writer did not take the first batch")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	start := time.Now()
-	for i := 0; i < MaxQueuedRecords; i++ {
-		if err := set.Records.Retain(ctx, store.Record{AuditID: id(n + 2 + i), AgentID: "b", NodeID: "n1"}); err != nil {
-			srv.Resume()
-			t.Fatalf("Retain %d of the bound: %v", i, err)
-		}
-	}
-	err = set.Records.Retain(ctx, store.Record{AuditID: id(0), AgentID: "b", NodeID: "n1"})
-	if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "queue") {
-		srv.Resume()
-		t.Fatalf("Retain past the bound: %v, want ErrUnavailable naming the queue", err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("filling the queue took %v: Retain blocked", d)
 	}
 	srv.Resume()
-	// The stalled batch may time out (dropped, counted); what was queued
-	// behind it is written once Redis answers.
-	last := id(n + 1 + MaxQueuedRecords)
-	if _, err := set.Records.Heads(ctx, "b"); err != nil {
+	last := id(300000)
+	if err := stalled.Records.Retain(ctx, store.Record{AuditID: last, AgentID: "b", NodeID: "n2"}); err != nil {
+		t.Fatalf("Retain once Redis answers: %v", err)
+	}
+	if _, err := stalled.Records.Heads(ctx, "b"); err != nil {
 		t.Fatalf("Heads after the stall: %v", err)
 	}
 	if r, ok, err := other.Records.Get(ctx, last); err != nil || !ok || r.AuditID != last {
-		t.Fatalf("the last queued record after the stall: %+v %v %v", r, ok, err)
+		t.Fatalf("a record retained after the stall: %+v %v %v", r, ok, err)
 	}
 
 	// Close writes what is queued.
