@@ -114,7 +114,7 @@ func TestInspectRecordsRedis(t *testing.T) {
 	b := redisGateway(t, up, srv.Addr(), withOperator(t), func(h *Handler) { h.NodeID, h.Name = "node-b", "node-b" })
 	onB := b.do(t, "FETCH", "/items/2", nil)
 	// B writes its records off the answer path: A reads this one once
-	// it is written (normally within a round trip of the answer).
+	// it is written (normally within 2 ms and a round trip of the answer).
 	got := a.builtin(t, "INSPECT", map[string]any{"target": "audit", "audit_id": onB.hdr("Audit-ID")})
 	for deadline := time.Now().Add(5 * time.Second); got.status == 404 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)

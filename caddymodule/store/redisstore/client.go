@@ -111,6 +111,12 @@ type Config struct {
 	MaxContractsCached int
 	// Observer, when set, is told about every round trip.
 	Observer store.Observer
+	// RecordBatchDelay is how long the record writer gathers retained
+	// Attribution-Records before writing a batch (0: the default,
+	// RecordBatchDelay; negative: write each batch at once). Not a
+	// Caddyfile option: the default is the measured choice
+	// (docs/cluster.md "Round trips per request kind").
+	RecordBatchDelay time.Duration
 	// RestartQuarantine is how long claims are refused (ErrUnavailable)
 	// after the client sees a Redis server that restarted: a run id it
 	// has not seen for that server, with an uptime shorter than this. A

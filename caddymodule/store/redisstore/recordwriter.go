@@ -24,6 +24,16 @@ const MaxQueuedRecords = 4096
 // batch's write fits its timeouts on a slow link too.
 const maxRecordBatch = 512
 
+// RecordBatchDelay is how long the record writer lets records gather
+// after the first one of a batch is queued before it writes them: under
+// load one round trip then carries the records of many answers instead
+// of one or two (the pipeline's write and read cost the node CPU per
+// round trip, not per record). The batch goes at once when it reaches
+// maxRecordBatch, when a reader on this node waits for it (INSPECT
+// target=audit, chain_head), and when the Client closes. Another node
+// reads a record at most this much later than without the delay.
+const RecordBatchDelay = 2 * time.Millisecond
+
 // errRecordQueueFull is the cause of a Retain refused at
 // MaxQueuedRecords.
 var errRecordQueueFull = errors.New("the queue of records waiting for Redis is full")
@@ -40,14 +50,16 @@ type queuedRecord struct {
 
 // recordWriter writes retained Attribution-Records to Redis off the
 // answer path (issue 32): Retain queues the record's writes and returns;
-// one goroutine per Client writes everything queued in one pipeline,
-// then everything queued meanwhile in the next (group commit: one
-// round trip per batch, a batch as large as the load makes it). Records
+// one goroutine per Client lets records gather for RecordBatchDelay,
+// writes everything queued in one pipeline, then everything queued
+// meanwhile in the next (group commit: one round trip per batch, a
+// batch as large as the load makes it). Records
 // retained by one Client reach Redis in the order they were retained,
 // so a chain's head is its newest record. Get and Heads on the same
 // Client first wait for the records queued before them (a node reads
 // its own records); another node reads a record once its batch is
-// written, normally within a round trip of the answer. A batch that
+// written, normally within RecordBatchDelay and a round trip of the
+// answer. A batch that
 // fails is dropped and counted (op record), as a failed Retain was.
 type recordWriter struct {
 	c *Client
@@ -58,12 +70,18 @@ type recordWriter struct {
 	written uint64        // records whose batch ended (written or dropped)
 	flushed chan struct{} // closed, and replaced, when written advances
 	kick    chan struct{} // cap 1: the queue is not empty
+	urgent  chan struct{} // cap 1: write the batch now, do not wait
+	delay   time.Duration // Config.RecordBatchDelay; <= 0: no gathering
 }
 
 // startRecordWriter starts c's writer; it ends when c closes, after
 // writing what is queued then.
 func startRecordWriter(c *Client) *recordWriter {
-	w := &recordWriter{c: c, flushed: make(chan struct{}), kick: make(chan struct{}, 1)}
+	w := &recordWriter{c: c, flushed: make(chan struct{}), kick: make(chan struct{}, 1),
+		urgent: make(chan struct{}, 1), delay: c.cfg.RecordBatchDelay}
+	if w.delay == 0 {
+		w.delay = RecordBatchDelay
+	}
 	c.work.Add(1)
 	go w.run()
 	return w
@@ -103,26 +121,65 @@ func (w *recordWriter) add(q queuedRecord) error {
 	}
 	w.queue = append(w.queue, q)
 	w.queued++
+	full := len(w.queue) >= maxRecordBatch
 	w.mu.Unlock()
 	select {
 	case w.kick <- struct{}{}:
 	default:
 	}
+	if full {
+		w.hurry()
+	}
 	return nil
+}
+
+// hurry ends the writer's current wait for more records (gather).
+func (w *recordWriter) hurry() {
+	select {
+	case w.urgent <- struct{}{}:
+	default:
+	}
 }
 
 // run writes batches until the Client closes, then writes what is left
 // once.
 func (w *recordWriter) run() {
 	defer w.c.work.Done()
+	var timer *time.Timer
+	if w.delay > 0 {
+		timer = time.NewTimer(w.delay)
+		timer.Stop()
+	}
 	for {
 		select {
 		case <-w.kick:
+			if timer != nil {
+				w.gather(timer)
+			}
 			w.writeQueued()
 		case <-w.c.closing:
 			w.writeQueued()
 			return
 		}
+	}
+}
+
+// gather waits RecordBatchDelay for more records to join the batch, or
+// less when hurried or closing.
+func (w *recordWriter) gather(timer *time.Timer) {
+	w.mu.Lock()
+	full := len(w.queue) >= maxRecordBatch
+	w.mu.Unlock()
+	if full {
+		return
+	}
+	timer.Reset(w.delay)
+	select {
+	case <-timer.C:
+	case <-w.urgent:
+		timer.Stop()
+	case <-w.c.closing:
+		timer.Stop()
 	}
 }
 
@@ -168,6 +225,9 @@ func (w *recordWriter) writeQueued() {
 func (w *recordWriter) wait(ctx context.Context) error {
 	w.mu.Lock()
 	target := w.queued
+	if w.written < target {
+		w.hurry()
+	}
 	for w.written < target {
 		ch := w.flushed
 		w.mu.Unlock()

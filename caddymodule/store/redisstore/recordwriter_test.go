@@ -129,3 +129,72 @@ func TestRecordWriter(t *testing.T) {
 		t.Fatalf("Retain after Close: %v, want ErrUnavailable", err)
 	}
 }
+
+// TestRecordWriterGathers: the writer lets records gather before it
+// writes a batch (Config.RecordBatchDelay), so records retained one
+// after another share one round trip; a node reading its own records
+// does not wait for the delay (an hour here), nor does Close; with the
+// default delay another node reads a record without any read on the
+// retaining node hurrying it.
+func TestRecordWriterGathers(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	id := func(i int) string { return fmt.Sprintf("%064d", 7_000_000+i) }
+	_, other := newSet(t, Config{Addrs: []string{srv.Addr()}})
+
+	cnt := &counter{ops: map[store.Op]int{}}
+	c, set := newSet(t, Config{Addrs: []string{srv.Addr()}, Observer: cnt, RecordBatchDelay: time.Hour})
+	cnt.take()
+	const n = 50
+	for i := 1; i <= n; i++ {
+		if err := set.Records.Retain(ctx, store.Record{AuditID: id(i), AgentID: "g", NodeID: "n1"}); err != nil {
+			t.Fatalf("Retain %d: %v", i, err)
+		}
+	}
+	// Nothing written yet: the batch is gathering.
+	if _, ok, err := other.Records.Get(ctx, id(1)); err != nil || ok {
+		t.Fatalf("a record of a gathering batch read on another node: %v %v", ok, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	heads, err := set.Records.Heads(rctx, "g") // hurries the batch
+	cancel()
+	if err != nil || len(heads) != 1 || heads[0].AuditID != id(n) {
+		t.Fatalf("head of %d gathered records: %+v %v", n, heads, err)
+	}
+	if trips := cnt.take()[store.OpRecord]; trips != 2 { // one batch, one read
+		t.Fatalf("%d records retained one after another took %d round trips with the read, want 2", n, trips)
+	}
+	if err := set.Records.Retain(ctx, store.Record{AuditID: id(n + 1), AgentID: "g", NodeID: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Close() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the batch delay")
+	}
+	if _, ok, err := other.Records.Get(ctx, id(n+1)); err != nil || !ok {
+		t.Fatalf("a record queued before Close: %v %v", ok, err)
+	}
+
+	// The default delay: written without a reader's hurry.
+	_, def := newSet(t, Config{Addrs: []string{srv.Addr()}})
+	if err := def.Records.Retain(ctx, store.Record{AuditID: id(n + 2), AgentID: "g2", NodeID: "n3"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, ok, err := other.Records.Get(ctx, id(n+2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a record retained with the default delay (%v) not written within 5 s", RecordBatchDelay)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
