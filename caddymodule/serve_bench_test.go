@@ -91,6 +91,10 @@ func benchHandlerWith(tb testing.TB, upstream string, signed bool, endpoints, re
 	h.MaxContractsPerAgent = 10_000_000
 	h.RateLimitPerMinute = 1e8
 	h.RateLimitBurst = 100_000_000
+	// Keyed runs mint a fresh Idempotency-Key per request: room for any
+	// -benchtime, so no run ends in idempotency-store-full (503).
+	h.IdempotencyMaxRecords = 10_000_000
+	h.IdempotencyMaxPerAgent = 10_000_000
 	h.Upstreams = map[string]*engine.UpstreamConfig{"bench": {URL: upstream}}
 	h.Agents = []string{filepath.Join(docs, "agents")}
 	h.Endpoints = []string{filepath.Join(docs, "endpoints")}

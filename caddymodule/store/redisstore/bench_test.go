@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,7 +54,15 @@ func BenchmarkClientClaim(b *testing.B) {
 	}
 	defer ru.Close()
 	rs := rueidis.NewLuaScript("#!lua\n" + claimFuncLua + "return claim(KEYS, ARGV)\n")
+	ap, err := gr.AutoPipeline()
+	if err != nil {
+		b.Fatal(err)
+	}
 	run := map[string]func() error{
+		"go-redis-autopipeline": func() error {
+			keys, args := claimArgs(benchSeq.Add(1))
+			return claimScript.Run(ctx, ap, keys, anyArgs(args)...).Err()
+		},
 		"go-redis": func() error {
 			keys, args := claimArgs(benchSeq.Add(1))
 			return claimScript.Run(ctx, gr, keys, anyArgs(args)...).Err()
@@ -63,28 +72,32 @@ func BenchmarkClientClaim(b *testing.B) {
 			return rs.Exec(ctx, ru, keys, args).Error()
 		},
 	}
-	for _, name := range []string{"go-redis", "rueidis"} {
+	for _, name := range []string{"go-redis", "go-redis-autopipeline", "rueidis"} {
 		f := run[name]
 		b.Run(name+"/serial", func(b *testing.B) {
 			b.ReportAllocs()
+			defer reportCPU(b)()
 			for b.Loop() {
 				if err := f(); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
-		b.Run(name+"/parallel16", func(b *testing.B) {
-			b.ReportAllocs()
-			b.SetParallelism(8) // 8 × GOMAXPROCS (2 here) = 16 goroutines
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if err := f(); err != nil {
-						b.Error(err)
-						return
+		for _, par := range []int{1, 2, 8} {
+			b.Run(name+"/parallel"+strconv.Itoa(2*par), func(b *testing.B) {
+				b.ReportAllocs()
+				defer reportCPU(b)()
+				b.SetParallelism(par) // par × GOMAXPROCS (2 here) goroutines
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if err := f(); err != nil {
+							b.Error(err)
+							return
+						}
 					}
-				}
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -271,4 +284,20 @@ func BenchmarkChainAppend(b *testing.B) {
 			})
 		}
 	}
+}
+
+// reportCPU starts counting this process's CPU time (user+system,
+// getrusage) and returns the func that reports it per operation as
+// cpu-ns/op: the client's own cost, the Redis server's CPU not in it.
+func reportCPU(b *testing.B) func() {
+	start := processCPU()
+	return func() { b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op") }
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
