@@ -504,9 +504,18 @@ func TestRedisRoundTripsPerRequest(t *testing.T) {
 				t.Fatalf("464 without RCNS-Attempt-Id: %s", a)
 			}
 			// The record is written off the answer path (batched by the
-			// store's record writer): wait for it, then count.
+			// store's record writer), and a keyed answer is stored beside
+			// the answer (SettleLater): wait for them, then count.
+			short := func(got map[store.Op]uint64) bool {
+				for op, n := range tc.want {
+					if got[op] < n {
+						return true
+					}
+				}
+				return false
+			}
 			got := diff(before, total())
-			for deadline := time.Now().Add(5 * time.Second); got[store.OpRecord] < tc.want[store.OpRecord] && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(5 * time.Second); short(got) && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond)
 				got = diff(before, total())
 			}
@@ -651,6 +660,13 @@ func TestRedisCompleteLost(t *testing.T) {
 	setLogCore(t, g.h, core)
 	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "lost-1"); a.status != 200 {
 		t.Fatalf("the keyed call whose Complete failed: %s", a)
+	}
+	// The answer is stored beside it (SettleLater): let that first try
+	// fail while Redis is away, then bring Redis back.
+	for deadline := time.Now().Add(10 * time.Second); g.h.redis.nSettling.Load() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("storing the answer beside it did not end while Redis was away")
+		}
 	}
 	proxy.setCut(false)
 	for deadline := time.Now().Add(20 * time.Second); g.h.redis.pending.Load() != 0; time.Sleep(50 * time.Millisecond) {
@@ -826,5 +842,67 @@ func TestRedisStoreFull(t *testing.T) {
 	}
 	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "full-1"); a.status != 200 {
 		t.Fatalf("once Redis has room: %s", a)
+	}
+}
+
+// TestKeyedAnswerBesideComplete: on the Redis store a keyed request's
+// answer does not wait for its answer to be stored (issue 32: one round
+// trip, the claim, before the answer): with Redis holding every byte
+// after the claim, the answer comes when the upstream answers, not
+// after the read timeout; once Redis answers, a repeat replays it. A
+// repeat sent on the same node as soon as the answer arrives waits for
+// the answer to be stored and replays it, never 409 in flight.
+func TestKeyedAnswerBesideComplete(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	var hits atomic.Int64
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.PathValue("id") == "held" {
+			arrived <- struct{}{}
+			<-release
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": r.PathValue("id"), "name": "item", "price": 1})
+	})
+	up := loopbackServer(t, mux).URL
+	const readTimeout = 4 * time.Second
+	g := redisGateway(t, up, proxy.Addr(), func(h *Handler) {
+		h.Redis.ReadTimeout, h.Redis.WriteTimeout = caddy.Duration(readTimeout), caddy.Duration(readTimeout)
+	})
+
+	answered := make(chan *answer, 1)
+	go func() { answered <- g.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "beside") }()
+	<-arrived // claimed: the plan runs
+	proxy.Hold(true, true)
+	start := time.Now()
+	close(release)
+	a := <-answered
+	waited := time.Since(start)
+	proxy.Release()
+	if a.status != 200 {
+		t.Fatalf("keyed Tier B while Redis holds: %s", a)
+	}
+	if waited >= readTimeout/2 {
+		t.Fatalf("the answer waited %v with Redis holding its bytes: it waited for its answer to be stored (read timeout %v)", waited, readTimeout)
+	}
+	rep := g.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "beside")
+	if rep.status != 200 || rep.hdr("Idempotent-Replayed") != "true" || hits.Load() != 1 {
+		t.Fatalf("repeat once Redis answers: %s (replayed %q, %d upstream calls)", rep, rep.hdr("Idempotent-Replayed"), hits.Load())
+	}
+
+	for i := 0; i < 40; i++ {
+		key := "again-" + strconv.Itoa(i)
+		if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", key); a.status != 200 {
+			t.Fatalf("keyed Tier B %d: %s", i, a)
+		}
+		if r := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", key); r.status != 200 || r.hdr("Idempotent-Replayed") != "true" {
+			t.Fatalf("a repeat on the same node as soon as answer %d arrived: %s (replayed %q)", i, r, r.hdr("Idempotent-Replayed"))
+		}
+	}
+	if n := hits.Load(); n != 41 {
+		t.Fatalf("%d upstream calls, want 41 (one per key)", n)
 	}
 }

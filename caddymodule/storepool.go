@@ -77,6 +77,75 @@ type pooledRedis struct {
 	// store (at most maxPendingCompletes); Destruct waits for them.
 	pending atomic.Int64
 	retries sync.WaitGroup
+	// settling are the Idempotency-Keys SettleLater is settling
+	// (agent + "\x00" + key → closed once settled, or handed to
+	// RetryComplete), at most maxSettling; under settleMu. nSettling
+	// mirrors its size for AwaitSettling's fast path.
+	settleMu  sync.Mutex
+	settling  map[string]chan struct{}
+	nSettling atomic.Int64
+}
+
+// maxSettling bounds the keys SettleLater settles beside their answers
+// at once: past it a request settles its key before answering, as
+// before issue 32 (each holds its answer's body).
+const maxSettling = 4096
+
+// SettleLater (engine.SharedStore) runs settle, which stores the answer
+// of agent's Idempotency-Key key (or releases the claim of a request
+// that did not reach execution), in its own goroutine, so the answer
+// does not wait for that round trip: a keyed request's answer waits for
+// one round trip, its claim (docs/cluster.md "Round trips per request
+// kind"). Until settle returns the key is settling on this node: a
+// repeat here waits for it (AwaitSettling) and replays the answer; a
+// repeat on another node gets 409 in flight for that round trip, as
+// while the request ran. An answer that cannot be stored goes to
+// RetryComplete as before. It reports false, and runs nothing, when
+// maxSettling keys are settling or this key already is (cannot happen
+// while its claim is held); Destruct waits for the ones running.
+func (p *pooledRedis) SettleLater(agent, key string, settle func()) bool {
+	id := agent + "\x00" + key
+	p.settleMu.Lock()
+	if p.settling == nil {
+		p.settling = map[string]chan struct{}{}
+	}
+	if _, busy := p.settling[id]; busy || len(p.settling) >= maxSettling {
+		p.settleMu.Unlock()
+		return false
+	}
+	done := make(chan struct{})
+	p.settling[id] = done
+	p.nSettling.Add(1)
+	p.retries.Add(1)
+	p.settleMu.Unlock()
+	go func() {
+		defer p.retries.Done()
+		settle()
+		p.settleMu.Lock()
+		delete(p.settling, id)
+		p.nSettling.Add(-1)
+		p.settleMu.Unlock()
+		close(done)
+	}()
+	return true
+}
+
+// AwaitSettling (engine.SharedStore) returns once SettleLater is not
+// settling agent's key on this node, or ctx ends.
+func (p *pooledRedis) AwaitSettling(ctx context.Context, agent, key string) {
+	if p.nSettling.Load() == 0 {
+		return
+	}
+	p.settleMu.Lock()
+	done := p.settling[agent+"\x00"+key]
+	p.settleMu.Unlock()
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // maxPendingCompletes bounds the answers one client keeps retrying to

@@ -21,6 +21,7 @@ func (h *Engine) present(x *exchange, req *request, id string) {
 		Key: req.idemKey, Claim: !h.scopeRequired() || req.caller.ScopeHeader}
 	if req.idemKey != "" {
 		pr.Fingerprint, pr.Holder = x.fingerprint(req), x.holder()
+		h.awaitSettling(x, req.caller.Agent.ID, req.idemKey)
 	}
 	sp := x.startSpan(SpanPresentation)
 	p, err := h.sto.Presenter.Present(x.ctx(), pr)

@@ -76,6 +76,20 @@ type SharedStore interface {
 	// unavailable, logging to logger. It reports false, and starts
 	// nothing, when it cannot take one more (its bound is reached).
 	RetryComplete(c store.Claim, resp idempotency.Response, logger *zap.Logger) bool
+	// SettleLater runs settle, which stores the answer of agent's
+	// Idempotency-Key key (or releases its claim, for a request that
+	// did not reach execution), beside the answer instead of before it
+	// (issue 32: a keyed request's answer waits for one round trip, its
+	// claim), marking the key settling on this node until settle
+	// returns (AwaitSettling). It reports false, and runs nothing, when
+	// it cannot take one more (its bound is reached): the caller then
+	// settles the key itself before answering.
+	SettleLater(agent, key string, settle func()) bool
+	// AwaitSettling returns once SettleLater is not settling agent's
+	// key on this node, or ctx ends: a repeat of the key on this node
+	// then finds the answer stored and replays it (or finds the key
+	// free) instead of getting 409 in flight.
+	AwaitSettling(ctx context.Context, agent, key string)
 }
 
 // now is the engine's wall clock (Deps.Clock).

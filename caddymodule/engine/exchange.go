@@ -98,6 +98,9 @@ type exchange struct {
 	claim    store.Claim
 	renewer  *leaseRenewer // renews claim's lease while the request runs
 	executed bool
+	// idemAgent and idemKey are the agent and Idempotency-Key the claim
+	// is held under (awaitSettling sets them before any claim).
+	idemAgent, idemKey string
 	// credentials is the kind of upstream credential each step of the
 	// run used (resolveCredentials), for the Attribution-Record; nil
 	// when nothing ran.
@@ -303,26 +306,20 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 				resp.Previewed = x.minted.SynthesisID // its confirmation may take the key over (claim)
 			}
 			// The answer goes out whatever the store says: it already
-			// ran. A claim that cannot be completed holds its key
-			// (repeats get 409 meanwhile) until the answer is stored by
-			// a retry in the background (Redis unavailable) or its hold
-			// passes.
-			if err := x.claim.Complete(context.WithoutCancel(x.ctx()), resp); err != nil {
-				log := x.log().With(zap.String("agent_id", x.agentID))
-				if errors.Is(err, store.ErrClaimLost) {
-					log.Warn("the answer of an Idempotency-Key was not stored: an operator released or resolved the key, or the store lost the claim; a repeat of the key is not replayed this answer",
-						zap.Int("status", status))
-				} else if p := x.h.shared; p != nil && errors.Is(err, store.ErrUnavailable) &&
-					p.RetryComplete(x.claim, resp, log) {
-					log.Warn("storing the answer of an Idempotency-Key failed; retrying in the background (repeats of the key get 409 until it is stored, outcome-unknown once its lease ended)", zap.Error(err))
-				} else {
-					log.Error("storing the answer of an Idempotency-Key failed; repeats of the key get outcome-unknown once its lease ends", zap.Error(err))
-				}
+			// ran. With a shared store the answer is stored beside the
+			// answer (SettleLater), not before it; a repeat on this
+			// node waits for it (awaitSettling), one on another node
+			// gets 409 in flight until it lands.
+			complete := completer(x.h, x.claim, resp, context.WithoutCancel(x.ctx()), x.log().With(zap.String("agent_id", x.agentID)))
+			if p := x.h.shared; p == nil || x.idemKey == "" || !p.SettleLater(x.idemAgent, x.idemKey, complete) {
+				complete()
 			}
-		} else if err := x.claim.Abandon(context.WithoutCancel(x.ctx())); err != nil {
-			x.log().Warn("releasing an Idempotency-Key claim failed; repeats of the key get 409 until its lease ends, outcome-unknown after", zap.String("agent_id", x.agentID), zap.Error(err))
+		} else {
+			release := releaser(x.h, x.claim, context.WithoutCancel(x.ctx()), x.log().With(zap.String("agent_id", x.agentID)))
+			if p := x.h.shared; p == nil || x.idemKey == "" || !p.SettleLater(x.idemAgent, x.idemKey, release) {
+				release()
+			}
 		}
-		x.h.idempotencyChanged(x.ctx())
 	}
 	responseID := newUUID()
 	hdr := make([]agtp.Field, 0, 20+len(x.rateHeaders)+len(extra))
@@ -430,4 +427,38 @@ func (x *exchange) adoptSession(s, from string) {
 type identifiers struct {
 	requestIDSent, ownerIDSent                        bool
 	badRequestID, badOwnerID, badSessionID, badTaskID bool
+}
+
+// completer returns the func that stores resp, the answer of a request
+// that ran, under its Idempotency-Key claim cl, and handles a failure:
+// a claim that cannot be completed holds its key (repeats get 409
+// meanwhile) until the answer is stored by a retry in the background
+// (store unavailable) or its hold passes. It captures what it needs, so
+// it may run after the exchange is reused (SharedStore.SettleLater).
+func completer(h *Engine, cl store.Claim, resp idempotency.Response, ctx context.Context, log *zap.Logger) func() {
+	return func() {
+		if err := cl.Complete(ctx, resp); err != nil {
+			if errors.Is(err, store.ErrClaimLost) {
+				log.Warn("the answer of an Idempotency-Key was not stored: an operator released or resolved the key, or the store lost the claim; a repeat of the key is not replayed this answer",
+					zap.Int("status", resp.Status))
+			} else if p := h.shared; p != nil && errors.Is(err, store.ErrUnavailable) && p.RetryComplete(cl, resp, log) {
+				log.Warn("storing the answer of an Idempotency-Key failed; retrying in the background (repeats of the key get 409 until it is stored, outcome-unknown once its lease ended)", zap.Error(err))
+			} else {
+				log.Error("storing the answer of an Idempotency-Key failed; repeats of the key get outcome-unknown once its lease ends", zap.Error(err))
+			}
+		}
+		h.idempotencyChanged(ctx)
+	}
+}
+
+// releaser returns the func that releases the Idempotency-Key claim cl
+// of a request that did not reach execution (a repeat may run it), as
+// completer does for an answer.
+func releaser(h *Engine, cl store.Claim, ctx context.Context, log *zap.Logger) func() {
+	return func() {
+		if err := cl.Abandon(ctx); err != nil {
+			log.Warn("releasing an Idempotency-Key claim failed; repeats of the key get 409 until its lease ends, outcome-unknown after", zap.Error(err))
+		}
+		h.idempotencyChanged(ctx)
+	}
 }

@@ -26,6 +26,7 @@ func (h *Engine) claim(x *exchange, req *request, lease time.Duration) bool {
 		// contract under the key instead of replaying the preview
 		// (ClaimRequest.SynthesisID); any other presentation is claimed
 		// as a repeat.
+		h.awaitSettling(x, req.caller.Agent.ID, req.idemKey)
 		sp := x.startSpan(SpanClaim)
 		c, err := h.sto.Idempotency.Claim(x.ctx(), idempotency.ClaimRequest{AgentID: req.caller.Agent.ID, Key: req.idemKey,
 			Fingerprint: x.fingerprint(req), SynthesisID: x.presentedID, Pending: x.presentedPending, Lease: lease, Holder: x.holder()})
@@ -62,6 +63,23 @@ func (h *Engine) claim(x *exchange, req *request, lease time.Duration) bool {
 		x.fail(idempotencyStoreFull(cl.Outcome, h.sto.Idempotency.Limits()))
 	}
 	return false
+}
+
+// awaitSettling is called before the request's Idempotency-Key
+// (agent, key) is claimed: it notes them on x (the answer is stored
+// under them) and, with a shared store, waits while this node is still
+// storing an earlier answer of the key beside that answer
+// (SharedStore.SettleLater), so a repeat sent as soon as the answer
+// arrived replays it instead of getting 409 in flight. It waits at most
+// until the request's context ends.
+func (h *Engine) awaitSettling(x *exchange, agent, key string) {
+	if key == "" {
+		return
+	}
+	x.idemAgent, x.idemKey = agent, key
+	if h.shared != nil {
+		h.shared.AwaitSettling(x.ctx(), agent, key)
+	}
 }
 
 // holder is what the request's claim records of it: this node and the

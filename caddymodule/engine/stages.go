@@ -422,6 +422,7 @@ func stagePair(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 		ClaimIfFound: !h.scopeRequired() || caller.ScopeHeader, ClaimIfMissing: ref == nil && gateProceeds}
 	if req.idemKey != "" {
 		pr.Fingerprint, pr.Holder = x.fingerprint(req), x.holder()
+		h.awaitSettling(x, caller.Agent.ID, req.idemKey)
 	}
 	pr.Spend, pr.Attempt, pr.Mint = h.gateMiss(x, req)
 	pr.MintMode = h.Mode
