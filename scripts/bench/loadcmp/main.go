@@ -24,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -148,7 +149,7 @@ func main() {
 	flag.DurationVar(&o.Delay, "delay", 20*time.Millisecond, "delay of the upstream's /slow route")
 	flag.DurationVar(&o.MaxTotal, "max-total", 30*time.Minute, "hard bound of the whole comparison")
 	flag.StringVar(&o.Only, "only", "", "comma-separated scenario keys, letters or sites to run (b always runs)")
-	flag.StringVar(&o.Profile, "profile", "b,c/nokey,d/nokey,d/ed25519,f/nokey", "load scenarios to CPU-profile after the rounds")
+	flag.StringVar(&o.Profile, "profile", "b,c/nokey,d/nokey,d/ed25519,f/nokey,g/nokey,c/redis,d/redis,f/redis,g/redis", "load scenarios to CPU-profile after the rounds")
 	flag.IntVar(&o.ProfileSecs, "profile-seconds", 4, "CPU profile length per profiled scenario (0: none)")
 	flag.StringVar(&d.caddy, "caddy", "", "Caddy binary with the rcns module")
 	flag.StringVar(&d.upstream, "upstream", "", "bench upstream binary (scripts/bench/upstream)")
@@ -365,12 +366,17 @@ func (d *driver) one(ctx context.Context, s *scenario, phaseTag string, dur time
 		}
 	}
 	fixed := &request{Method: s.Method, Path: s.path(tag, 0), Header: hdr, Body: s.Body}
-	perRequest := strings.Contains(s.Path, "{i}")
+	perRequest := strings.Contains(s.Path, "{i}") || s.KeyPerRequest
 	next := func(i int) *request {
 		if !perRequest {
 			return fixed
 		}
-		return &request{Method: s.Method, Path: s.path(tag, i), Header: hdr, Body: s.Body}
+		h := hdr
+		if s.KeyPerRequest {
+			h = maps.Clone(hdr)
+			h["Idempotency-Key"] = tag + "-" + strconv.Itoa(i)
+		}
+		return &request{Method: s.Method, Path: s.path(tag, i), Header: h, Body: s.Body}
 	}
 	p := plan{N: d.o.LoadRequests, Duration: dur, Conns: d.o.Workers}
 	if s.Phase == phaseSlow {
@@ -471,6 +477,10 @@ func (d *driver) sanity(ctx context.Context, scens []*scenario) error {
 			for k, v := range d.header(s) {
 				hdr[k] = v
 			}
+		}
+		if s.KeyPerRequest {
+			hdr = maps.Clone(hdr)
+			hdr["Idempotency-Key"] = tag
 		}
 		resp, err := d.send(ctx, s.Site, &request{Method: s.Method, Path: s.path(tag, 0), Header: hdr, Body: s.Body})
 		if err != nil {

@@ -35,15 +35,23 @@ type pageData struct {
 	Stages []stage
 }
 
-// maxStages bounds the missed targets the page breaks down (the page
-// stays under 200 lines); profiles/summary.txt has every profile.
-const maxStages = 3
+// maxStages bounds the missed targets the page breaks down, of each
+// kind of breakdown (the page
+// stays readable); profiles/summary.txt has every profile.
+const maxStages = 4
 
-// stage is a missed target's profile breakdown.
+// maxDiffs bounds the functions of a compared stage breakdown.
+const maxDiffs = 6
+
+// stage is a missed target's profile breakdown: Frames, the heaviest
+// functions of its scenario; or, for a target judged against another
+// scenario (kindVs, kindP50Vs), Diffs, the functions that grew most
+// from that scenario's profile to its own.
 type stage struct {
 	Key    string
 	V      verdict
 	Frames []frame
+	Diffs  []costDiff
 }
 
 var pageFuncs = template.FuncMap{
@@ -83,14 +91,25 @@ func renderPage(r *results) (string, error) {
 		return "", err
 	}
 	pd := pageData{Meta: r.Meta, O: r.Options, Verdicts: r.judge(), Runs: len(r.Runs)}
+	staged := map[string]bool{} // Key+" "+Of pairs already broken down
+	frameStages, diffStages := 0, 0
 	for _, v := range pd.Verdicts {
 		switch {
 		case !v.Measured:
 			pd.Unmeasured++
 		case !v.Met:
 			pd.Missed++
-			if fr := r.Profiles[v.T.Key]; len(fr) > 0 && len(pd.Stages) < maxStages {
-				pd.Stages = append(pd.Stages, stage{Key: v.T.Key, V: v, Frames: fr})
+			compared := v.T.Kind == kindVs || v.T.Kind == kindP50Vs
+			switch {
+			case compared && diffStages < maxStages && len(r.Costs[v.T.Key]) > 0 && len(r.Costs[v.T.Of]) > 0:
+				if !staged[v.T.Key+" "+v.T.Of] {
+					staged[v.T.Key+" "+v.T.Of] = true
+					diffStages++
+					pd.Stages = append(pd.Stages, stage{Key: v.T.Key, V: v, Diffs: diffCosts(r.Costs[v.T.Key], r.Costs[v.T.Of], maxDiffs)})
+				}
+			case !compared && frameStages < maxStages && len(r.Profiles[v.T.Key]) > 0:
+				frameStages++
+				pd.Stages = append(pd.Stages, stage{Key: v.T.Key, V: v, Frames: r.Profiles[v.T.Key]})
 			}
 		}
 	}

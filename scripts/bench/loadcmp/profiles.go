@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -64,6 +65,10 @@ func (d *driver) profiles(ctx context.Context, scens []*scenario, keys []string,
 			res.Profiles = map[string][]frame{}
 		}
 		res.Profiles[s.Key] = moduleFrames(top, st.CaddyCPU, maxFrames)
+		if res.Costs == nil {
+			res.Costs = map[string][]frame{}
+		}
+		res.Costs[s.Key] = costFrames(top, st.CaddyCPU)
 		for i, l := range strings.Split(top, "\n") {
 			if i < 6 && strings.Contains(l, "Duration") || interesting.MatchString(l) {
 				sum.WriteString(l + "\n")
@@ -107,6 +112,82 @@ func moduleFrames(top string, cpu float64, n int) []frame {
 		if len(out) == n {
 			break
 		}
+	}
+	return out
+}
+
+// costFrame selects the functions costFrames keeps: this module's,
+// go-redis's client calls, and the runtime's allocation, GC and
+// syscall totals.
+var costFrame = regexp.MustCompile(`^(github\.com/caddy-rcns/caddy-rcns/|github\.com/redis/go-redis/v9\.\(\*baseClient\)\.(process|_process|processPipeline)$|github\.com/redis/go-redis/v9\.\(\*Script\)\.Run$|runtime\.mallocgc$|runtime\.gcBgMarkWorker$|internal/runtime/syscall/linux\.Syscall6$)`)
+
+// costFrames returns every function of `go tool pprof -top -cum` text
+// that costFrame selects, each with its cum share of the profile times
+// cpu (µs per request), largest first.
+func costFrames(top string, cpu float64) []frame {
+	var out []frame
+	for _, l := range strings.Split(top, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 6 || !strings.HasSuffix(f[4], "%") || !costFrame.MatchString(f[5]) {
+			continue
+		}
+		pct, err := strconv.ParseFloat(strings.TrimSuffix(f[4], "%"), 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, frame{Name: strings.TrimPrefix(f[5], modulePrefix), US: pct / 100 * cpu})
+	}
+	return out
+}
+
+// stageFrame selects, of costFrames, the functions a compared
+// breakdown shows: the store's (caddymodule/store/...), go-redis's
+// calls and the runtime's totals. Their callers in the engine and the
+// doors grow by the same µs, which says nothing of where they went.
+var stageFrame = regexp.MustCompile(`^(caddymodule/store/|github\.com/redis/go-redis/|runtime\.|internal/runtime/)`)
+
+// costDiff is one function's µs per request in two profiles.
+type costDiff struct {
+	Name          string
+	Key, Of, Diff float64
+}
+
+// diffCosts returns the functions stageFrame selects whose µs per
+// request grew most from of to key (at most n, largest growth first;
+// functions in only one profile count 0 in the other): where a target
+// judged against another scenario loses its µs, stage by stage.
+func diffCosts(key, of []frame, n int) []costDiff {
+	byName := map[string]*costDiff{}
+	var order []string
+	add := func(fs []frame, isKey bool) {
+		for _, f := range fs {
+			if !stageFrame.MatchString(f.Name) {
+				continue
+			}
+			d := byName[f.Name]
+			if d == nil {
+				d = &costDiff{Name: f.Name}
+				byName[f.Name] = d
+				order = append(order, f.Name)
+			}
+			if isKey {
+				d.Key = f.US
+			} else {
+				d.Of = f.US
+			}
+		}
+	}
+	add(key, true)
+	add(of, false)
+	out := make([]costDiff, 0, len(order))
+	for _, name := range order {
+		d := byName[name]
+		d.Diff = d.Key - d.Of
+		out = append(out, *d)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Diff > out[j].Diff })
+	if len(out) > n {
+		out = out[:n]
 	}
 	return out
 }

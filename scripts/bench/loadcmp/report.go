@@ -19,6 +19,11 @@ type results struct {
 	// Profiles holds, per profiled scenario, this module's heaviest
 	// functions in its CPU profile under load (profiles.go).
 	Profiles map[string][]frame `json:"profiles,omitempty"`
+	// Costs holds, per profiled scenario, the cum µs per request of
+	// every function named by costFrames (this module's, go-redis's,
+	// and the runtime's allocation, GC and syscall totals): what a
+	// target judged against another scenario compares stage by stage.
+	Costs map[string][]frame `json:"costs,omitempty"`
 }
 
 // run is one recorded run of a scenario.
@@ -145,6 +150,18 @@ func (r *results) judge() []verdict {
 				}
 			}
 			v.Value = spreadOf(ratios)
+		case kindP50Vs:
+			of := map[int]float64{}
+			for _, rn := range r.runsOf(t.Of) {
+				of[rn.Round] = rn.Stats.P50
+			}
+			var diffs []float64
+			for _, rn := range r.runsOf(t.Key) {
+				if o, ok := of[rn.Round]; ok {
+					diffs = append(diffs, rn.Stats.P50-o)
+				}
+			}
+			v.Value = spreadOf(diffs)
 		case kindSlow:
 			of := map[int]float64{}
 			for _, rn := range r.runsOf(t.Of) {
@@ -179,6 +196,8 @@ func (v verdict) VerdictText() string {
 		return "met"
 	case v.T.Kind == kindCPU || v.T.Kind == kindVs:
 		return fmt.Sprintf("**not met**: %s µs over the limit", missBy(v.Value.Med-v.T.Limit, 1))
+	case v.T.Kind == kindP50Vs:
+		return fmt.Sprintf("**not met**: %s ms over the limit", missBy(v.Value.Med-v.T.Limit, 2))
 	default:
 		return fmt.Sprintf("**not met**: %s over the limit", missBy(v.Value.Med-v.T.Limit, 2))
 	}
@@ -202,6 +221,9 @@ func (v verdict) ValueText() string {
 	if v.T.Kind == kindCPU || v.T.Kind == kindVs {
 		return fmt.Sprintf("%+.1f µs (rounds %+.1f to %+.1f)", v.Value.Med, v.Value.Lo, v.Value.Hi)
 	}
+	if v.T.Kind == kindP50Vs {
+		return fmt.Sprintf("%+.2f ms (rounds %+.2f to %+.2f)", v.Value.Med, v.Value.Lo, v.Value.Hi)
+	}
 	return fmt.Sprintf("%.2f (rounds %.2f to %.2f)", v.Value.Med, v.Value.Lo, v.Value.Hi)
 }
 
@@ -215,6 +237,8 @@ func (v verdict) LimitText() string {
 		return fmt.Sprintf("≤ %s µs over %s", signed(v.T.Limit), v.T.Of)
 	case v.T.Kind == kindRatio:
 		return fmt.Sprintf("≤ %.2f × %s", v.T.Limit, v.T.Of)
+	case v.T.Kind == kindP50Vs:
+		return fmt.Sprintf("≤ +%.1f ms over %s", v.T.Limit, v.T.Of)
 	}
 	return fmt.Sprintf("≤ %.2f", v.T.Limit)
 }

@@ -205,3 +205,80 @@ func TestJudgeRatio(t *testing.T) {
 		t.Errorf("without c/mcp the ratio is not measured: %+v", v)
 	}
 }
+
+// verdictKind is the verdict of the target on key of kind k.
+func verdictKind(t *testing.T, r *results, key string, k targetKind) verdict {
+	t.Helper()
+	for _, v := range r.judge() {
+		if v.T.Key == key && v.T.Kind == k {
+			return v
+		}
+	}
+	t.Fatalf("no %s target on %s", k, key)
+	return verdict{}
+}
+
+// TestJudgeStore: the Redis store's targets (issue 32) compare each
+// kind on the redis site with the same kind on nokey in the same round:
+// Caddy CPU at most 20 µs more, closed-loop p50 at most 0.3 ms more.
+func TestJudgeStore(t *testing.T) {
+	r := fixture(map[string][]float64{"d/nokey": {20, 22, 18}, "d/redis": {35, 45, 36}}, nil) // +15 +23 +18: median 18
+	p50 := map[string][]float64{"d/nokey": {2.0, 2.1, 1.9}, "d/redis": {2.2, 2.6, 2.0}}       // +0.2 +0.5 +0.1: median 0.2
+	for _, rn := range r.Runs {
+		if p := p50[rn.Key]; p != nil {
+			rn.Stats.P50 = p[rn.Round]
+		}
+	}
+	cpu := verdictKind(t, r, "d/redis", kindVs)
+	if !cpu.Met || cpu.Value.Med != 18 || cpu.LimitText() != "≤ +20 µs over d/nokey" {
+		t.Errorf("d/redis CPU 18 µs over d/nokey: %+v %q", cpu, cpu.LimitText())
+	}
+	lat := verdictKind(t, r, "d/redis", kindP50Vs)
+	if !lat.Met || lat.Value.Med < 0.199 || lat.Value.Med > 0.201 || lat.ValueText() != "+0.20 ms (rounds +0.10 to +0.50)" || lat.LimitText() != "≤ +0.3 ms over d/nokey" {
+		t.Errorf("d/redis p50 0.2 ms over d/nokey: %+v %q %q", lat, lat.ValueText(), lat.LimitText())
+	}
+	for _, rn := range r.Runs {
+		if rn.Key == "d/redis" {
+			rn.Stats.P50 += 0.5
+		}
+	}
+	if lat := verdictKind(t, r, "d/redis", kindP50Vs); lat.Met || lat.VerdictText() != "**not met**: 0.40 ms over the limit" {
+		t.Errorf("d/redis p50 0.7 ms over d/nokey: %+v %q", lat, lat.VerdictText())
+	}
+	if v := verdictKind(t, r, "g/redis", kindP50Vs); v.Measured {
+		t.Errorf("g/redis without runs is not measured: %+v", v)
+	}
+}
+
+// TestDiffCosts: a compared breakdown lists the store's, go-redis's and
+// the runtime's functions that grew most from one profile to the
+// other, a function missing from one counting 0 there, largest growth
+// first, at most n.
+func TestDiffCosts(t *testing.T) {
+	key := []frame{{"caddymodule.(*Handler).ServeHTTP", 120}, {"caddymodule/store/redisstore.presenter.Present", 60}, {"runtime.mallocgc", 20},
+		{"github.com/redis/go-redis/v9.(*baseClient)._process", 30}}
+	of := []frame{{"caddymodule.(*Handler).ServeHTTP", 80}, {"caddymodule/store.memPresenter.Present", 5}, {"runtime.mallocgc", 15}}
+	got := diffCosts(key, of, 3)
+	want := []costDiff{ // the handler, a caller of all of them, is not shown
+		{"caddymodule/store/redisstore.presenter.Present", 60, 0, 60},
+		{"github.com/redis/go-redis/v9.(*baseClient)._process", 30, 0, 30},
+		{"runtime.mallocgc", 20, 15, 5},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("diffs %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("diff %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	top := "      flat  flat%   sum%        cum   cum%\n" +
+		"     0.10s  1.00%  1.00%      5.00s 50.00%  github.com/caddy-rcns/caddy-rcns/caddymodule.(*Handler).ServeHTTP\n" +
+		"     0.10s  1.00%  2.00%      2.00s 20.00%  github.com/redis/go-redis/v9.(*baseClient)._process\n" +
+		"     0.10s  1.00%  3.00%      1.00s 10.00%  internal/runtime/syscall/linux.Syscall6\n" +
+		"     0.10s  1.00%  4.00%      1.00s 10.00%  net/http.(*conn).serve\n"
+	fr := costFrames(top, 200)
+	if len(fr) != 3 || fr[0] != (frame{"caddymodule.(*Handler).ServeHTTP", 100}) || fr[1].Name != "github.com/redis/go-redis/v9.(*baseClient)._process" || fr[2].US != 20 {
+		t.Errorf("cost frames %+v", fr)
+	}
+}

@@ -100,6 +100,9 @@ type scenario struct {
 	// NoRecord: a request that is not AGTP, answered without an
 	// Attribution-Record even on a gateway site.
 	NoRecord bool
+	// KeyPerRequest: every request carries its own Idempotency-Key
+	// ("{run}-{i}"), so each one is claimed, runs and is stored.
+	KeyPerRequest bool
 	// WantBody, when set, must appear in the body of the sanity
 	// check's answer (an MCP tool error is an HTTP 200 too).
 	WantBody string
@@ -134,6 +137,7 @@ var letters = map[string]string{
 	"e3": "`COMPARE /slow-three/e-…` presenting a contract of three independent 20 ms steps, run in parallel (200)",
 	"f":  "`LOOKUP /nothing` with `Allow-RCNS: true`: every lock open, no recipe matches → 464, recorded",
 	"cm": "the Tier B endpoint of (c) as the MCP tool `fetch_item`: `POST /mcp` with a JSON-RPC `tools/call` (200, `outcome` `succeeded`)",
+	"dk": "(d) with a fresh `Idempotency-Key` per request: the key claimed with the contract lookup, the answer stored for replay (200)",
 	"g":  "`LOOKUP /item/g-…` with `Allow-RCNS: true`, a fresh path per request: optimistic synthesis with contract creation, one upstream step (263)",
 }
 
@@ -181,6 +185,14 @@ func f(site string) *scenario {
 		Header: agentHeader(scopeNegotiate, "Allow-RCNS", "true"), Want: 464, Phase: phaseLoad}
 }
 
+// dk is d with a fresh Idempotency-Key per request: a keyed
+// presentation, claimed with the contract lookup and stored.
+func dk(site string) *scenario {
+	s := d(site)
+	s.Key, s.Letter, s.KeyPerRequest = "dk/"+site, "dk", true
+	return s
+}
+
 func g(site string) *scenario {
 	return &scenario{Key: "g/" + site, Letter: "g", Site: site, Method: "LOOKUP", Path: "/item/g-{run}-{i}",
 		Header: agentHeader(scopeNegotiate, "Allow-RCNS", "true", "Content-Type", "application/json"), Body: bodyOne, Want: 263, Phase: phaseLoad}
@@ -200,6 +212,7 @@ func scenarios() []*scenario {
 		c("oauth"), cm("oauth"),
 		c("exchange"), c("assertion"),
 		c("redis"), d("redis"), f("redis"), g("redis"),
+		dk("nokey"), dk("redis"),
 		e1("nokey"), e3("nokey"),
 		e1("ed25519"), e3("ed25519"),
 	}
@@ -231,9 +244,13 @@ const (
 	// kindRatio: Caddy CPU per request of Key divided by Of's, in the
 	// same round.
 	kindRatio targetKind = "ratio"
+	// kindP50Vs: the closed-loop p50 of Key minus Of's, in the same
+	// round, ms.
+	kindP50Vs targetKind = "p50vs"
 )
 
-// targets are the project's load targets (issue 18 of its tracker).
+// targets are the project's load targets (issues 18 and 32 of its
+// tracker).
 var targets = []target{
 	{Name: "(c) Tier B, no record key: Caddy CPU per request ≤ (b) + 15 µs", Key: "c/nokey", Kind: kindCPU, Limit: 15},
 	{Name: "(d) contract presentation, no record key: ≤ (b) + 15 µs", Key: "d/nokey", Kind: kindCPU, Limit: 15},
@@ -245,6 +262,17 @@ var targets = []target{
 	{Name: "(cm) MCP tools/call: Caddy CPU per request ≤ 2 × the same call over the HTTP door (c)", Key: "cm/mcp", Of: "c/mcp", Kind: kindRatio, Limit: 2},
 	{Name: "(f) gate refusal, no record key: < (b)", Key: "f/nokey", Kind: kindCPU, Limit: 0, Below: true},
 	{Name: "(f) gate refusal, Ed25519 record key: < (b)", Key: "f/ed25519", Kind: kindCPU, Limit: 0, Below: true},
+	{Name: "(g) synthesis, no record key: ≤ (b) + 80 µs", Key: "g/nokey", Kind: kindCPU, Limit: 80},
+	{Name: "(c) Tier B on the Redis store: Caddy CPU per request ≤ the memory store's + 20 µs", Key: "c/redis", Of: "c/nokey", Kind: kindVs, Limit: 20},
+	{Name: "(c) Tier B on the Redis store: closed-loop p50 ≤ the memory store's + 0.3 ms", Key: "c/redis", Of: "c/nokey", Kind: kindP50Vs, Limit: 0.3},
+	{Name: "(d) contract presentation on the Redis store: Caddy CPU ≤ memory + 20 µs", Key: "d/redis", Of: "d/nokey", Kind: kindVs, Limit: 20},
+	{Name: "(d) contract presentation on the Redis store: p50 ≤ memory + 0.3 ms", Key: "d/redis", Of: "d/nokey", Kind: kindP50Vs, Limit: 0.3},
+	{Name: "(dk) keyed contract presentation on the Redis store: Caddy CPU ≤ memory + 20 µs", Key: "dk/redis", Of: "dk/nokey", Kind: kindVs, Limit: 20},
+	{Name: "(dk) keyed contract presentation on the Redis store: p50 ≤ memory + 0.3 ms", Key: "dk/redis", Of: "dk/nokey", Kind: kindP50Vs, Limit: 0.3},
+	{Name: "(f) gate refusal on the Redis store: Caddy CPU ≤ memory + 20 µs", Key: "f/redis", Of: "f/nokey", Kind: kindVs, Limit: 20},
+	{Name: "(f) gate refusal on the Redis store: p50 ≤ memory + 0.3 ms", Key: "f/redis", Of: "f/nokey", Kind: kindP50Vs, Limit: 0.3},
+	{Name: "(g) synthesis on the Redis store: Caddy CPU ≤ memory + 20 µs", Key: "g/redis", Of: "g/nokey", Kind: kindVs, Limit: 20},
+	{Name: "(g) synthesis on the Redis store: p50 ≤ memory + 0.3 ms", Key: "g/redis", Of: "g/nokey", Kind: kindP50Vs, Limit: 0.3},
 	{Name: "(e) no record key: p50 of three parallel 20 ms steps ≤ 1.15 × p50 of one", Key: "e3/nokey", Of: "e1/nokey", Kind: kindSlow, Limit: 1.15},
 	{Name: "(e) Ed25519 record key: p50 of three parallel 20 ms steps ≤ 1.15 × p50 of one", Key: "e3/ed25519", Of: "e1/ed25519", Kind: kindSlow, Limit: 1.15},
 }
