@@ -906,3 +906,78 @@ func TestKeyedAnswerBesideComplete(t *testing.T) {
 		t.Fatalf("%d upstream calls, want 41 (one per key)", n)
 	}
 }
+
+// TestSettleLater: the pool settles a key beside its answer in its own
+// goroutine; AwaitSettling waits for that key only, at most until its
+// context ends; a key already settling, or past maxSettling keys, is
+// refused (the caller settles before answering); Destruct waits for the
+// ones running.
+func TestSettleLater(t *testing.T) {
+	srv := redistest.StartServer(t)
+	p, err := newPooledRedis(context.Background(), redisstore.Config{Addrs: []string{srv.Addr()}, KeyPrefix: "t:"}, true, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	p.AwaitSettling(ctx, "a", "k") // nothing settling: returns at once
+
+	hold, ran := make(chan struct{}), make(chan struct{})
+	if !p.SettleLater("a", "k", func() { <-hold; close(ran) }) {
+		t.Fatal("SettleLater refused the first key")
+	}
+	if p.SettleLater("a", "k", func() {}) {
+		t.Fatal("SettleLater took a key already settling")
+	}
+	p.AwaitSettling(ctx, "a", "other") // another key: does not wait
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	p.AwaitSettling(short, "a", "k") // bounded by its context
+	cancel()
+	select {
+	case <-ran:
+		t.Fatal("the settle ran before it was let go")
+	default:
+	}
+	waited := make(chan struct{})
+	go func() { p.AwaitSettling(ctx, "a", "k"); close(waited) }()
+	select {
+	case <-waited:
+		t.Fatal("AwaitSettling returned while the key was settling")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(hold)
+	<-waited
+	select {
+	case <-ran:
+	default:
+		t.Fatal("AwaitSettling returned before the settle ended")
+	}
+
+	// The bound: past maxSettling keys settling at once, refused.
+	release := make(chan struct{})
+	var ended atomic.Int64
+	for i := 0; i < maxSettling; i++ {
+		if !p.SettleLater("b", strconv.Itoa(i), func() { <-release; ended.Add(1) }) {
+			t.Fatalf("SettleLater refused key %d of %d", i, maxSettling)
+		}
+	}
+	if p.SettleLater("b", "one-more", func() {}) {
+		t.Fatalf("SettleLater took a key past maxSettling (%d)", maxSettling)
+	}
+	done := make(chan error, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		close(release)
+	}()
+	go func() { done <- p.Destruct() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Destruct hung")
+	}
+	if n := p.nSettling.Load(); n != 0 || ended.Load() != maxSettling {
+		t.Fatalf("Destruct returned with %d keys settling, %d of %d settled", n, ended.Load(), maxSettling)
+	}
+}
