@@ -149,7 +149,7 @@ func main() {
 	flag.DurationVar(&o.Delay, "delay", 20*time.Millisecond, "delay of the upstream's /slow route")
 	flag.DurationVar(&o.MaxTotal, "max-total", 30*time.Minute, "hard bound of the whole comparison")
 	flag.StringVar(&o.Only, "only", "", "comma-separated scenario keys, letters or sites to run (b always runs)")
-	flag.StringVar(&o.Profile, "profile", "b,c/nokey,d/nokey,d/ed25519,f/nokey,g/nokey,c/redis,d/redis,f/redis,g/redis", "load scenarios to CPU-profile after the rounds")
+	flag.StringVar(&o.Profile, "profile", "b,c/nokey,d/nokey,d/ed25519,f/nokey,g/nokey,c/redis,d/redis,dk/nokey,dk/redis,f/redis,g/redis", "load scenarios to CPU-profile after the rounds")
 	flag.IntVar(&o.ProfileSecs, "profile-seconds", 4, "CPU profile length per profiled scenario (0: none)")
 	flag.StringVar(&d.caddy, "caddy", "", "Caddy binary with the rcns module")
 	flag.StringVar(&d.upstream, "upstream", "", "bench upstream binary (scripts/bench/upstream)")
