@@ -127,53 +127,13 @@ func (r *results) judge() []verdict {
 			}
 			v.Value = spreadOf(over)
 		case kindVs:
-			of := map[int]float64{}
-			for _, rn := range r.runsOf(t.Of) {
-				of[rn.Round] = rn.Stats.CaddyCPU
-			}
-			var diffs []float64
-			for _, rn := range r.runsOf(t.Key) {
-				if o, ok := of[rn.Round]; ok {
-					diffs = append(diffs, rn.Stats.CaddyCPU-o)
-				}
-			}
-			v.Value = spreadOf(diffs)
+			v.Value = r.perRound(t, cpuOf, difference)
 		case kindRatio:
-			of := map[int]float64{}
-			for _, rn := range r.runsOf(t.Of) {
-				of[rn.Round] = rn.Stats.CaddyCPU
-			}
-			var ratios []float64
-			for _, rn := range r.runsOf(t.Key) {
-				if o, ok := of[rn.Round]; ok && o > 0 {
-					ratios = append(ratios, rn.Stats.CaddyCPU/o)
-				}
-			}
-			v.Value = spreadOf(ratios)
+			v.Value = r.perRound(t, cpuOf, quotient)
 		case kindP50Vs:
-			of := map[int]float64{}
-			for _, rn := range r.runsOf(t.Of) {
-				of[rn.Round] = rn.Stats.P50
-			}
-			var diffs []float64
-			for _, rn := range r.runsOf(t.Key) {
-				if o, ok := of[rn.Round]; ok {
-					diffs = append(diffs, rn.Stats.P50-o)
-				}
-			}
-			v.Value = spreadOf(diffs)
+			v.Value = r.perRound(t, p50Of, difference)
 		case kindSlow:
-			of := map[int]float64{}
-			for _, rn := range r.runsOf(t.Of) {
-				of[rn.Round] = rn.Stats.P50
-			}
-			var ratios []float64
-			for _, rn := range r.runsOf(t.Key) {
-				if b, ok := of[rn.Round]; ok && b > 0 {
-					ratios = append(ratios, rn.Stats.P50/b)
-				}
-			}
-			v.Value = spreadOf(ratios)
+			v.Value = r.perRound(t, p50Of, quotient)
 		}
 		v.Measured = v.Value.N > 0
 		if t.Below {
@@ -184,6 +144,33 @@ func (r *results) judge() []verdict {
 		out = append(out, v)
 	}
 	return out
+}
+
+// Per-round measures and how a target combines Key's with Of's.
+var (
+	cpuOf      = func(st *stats) float64 { return st.CaddyCPU }
+	p50Of      = func(st *stats) float64 { return st.P50 }
+	difference = func(k, o float64) (float64, bool) { return k - o, true }
+	quotient   = func(k, o float64) (float64, bool) { return k / o, o > 0 }
+)
+
+// perRound is the spread over rounds of combine(measure of t.Key's
+// run, measure of t.Of's run in the same round), for the rounds that
+// have both and that combine accepts.
+func (r *results) perRound(t target, measure func(*stats) float64, combine func(k, o float64) (float64, bool)) spread {
+	of := map[int]float64{}
+	for _, rn := range r.runsOf(t.Of) {
+		of[rn.Round] = measure(rn.Stats)
+	}
+	var vals []float64
+	for _, rn := range r.runsOf(t.Key) {
+		if o, ok := of[rn.Round]; ok {
+			if v, ok := combine(measure(rn.Stats), o); ok {
+				vals = append(vals, v)
+			}
+		}
+	}
+	return spreadOf(vals)
 }
 
 // VerdictText words a verdict: "met", "**not met**: 4.2 µs over the
