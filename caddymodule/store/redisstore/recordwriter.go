@@ -54,8 +54,11 @@ type queuedRecord struct {
 // writes everything queued in one pipeline, then everything queued
 // meanwhile in the next (group commit: one round trip per batch, a
 // batch as large as the load makes it). Records
-// retained by one Client reach Redis in the order they were retained,
-// so a chain's head is its newest record. Get and Heads on the same
+// retained by one Client reach Redis in the order they were retained
+// (the engine retains a chain's records outside its chain lock, so two
+// answers of one agent finishing together may be retained out of chain
+// order, and the head kept be the one before the newest until the
+// next). Get and Heads on the same
 // Client first wait for the records queued before them (a node reads
 // its own records); another node reads a record once its batch is
 // written, normally within RecordBatchDelay and a round trip of the
@@ -156,9 +159,9 @@ func (w *recordWriter) run() {
 			if timer != nil {
 				w.gather(timer)
 			}
-			w.writeQueued()
+			_ = w.writeQueued() // a failed batch is counted (op record)
 		case <-w.c.closing:
-			w.writeQueued()
+			w.drain()
 			return
 		}
 	}
@@ -183,8 +186,37 @@ func (w *recordWriter) gather(timer *time.Timer) {
 	}
 }
 
-// writeQueued writes the records queued so far in one pipeline.
-func (w *recordWriter) writeQueued() {
+// drain writes everything queued when the Client closes, a batch at a
+// time; once a batch fails, the rest is not tried (Redis is not
+// answering: each try would wait the timeouts) and is counted as one
+// failed op record.
+func (w *recordWriter) drain() {
+	for {
+		if err := w.writeQueued(); err != nil {
+			w.mu.Lock()
+			n := len(w.queue)
+			w.queue = nil
+			w.written += uint64(n)
+			close(w.flushed)
+			w.flushed = make(chan struct{})
+			w.mu.Unlock()
+			if n > 0 {
+				_ = w.c.done(store.OpRecord, time.Now(), err)
+			}
+			return
+		}
+		w.mu.Lock()
+		left := len(w.queue)
+		w.mu.Unlock()
+		if left == 0 {
+			return
+		}
+	}
+}
+
+// writeQueued writes the records queued so far in one pipeline, at
+// most maxRecordBatch of them, and returns the pipeline's error.
+func (w *recordWriter) writeQueued() error {
 	w.mu.Lock()
 	batch := w.queue
 	if len(batch) > maxRecordBatch {
@@ -199,7 +231,7 @@ func (w *recordWriter) writeQueued() {
 	}
 	w.mu.Unlock()
 	if len(batch) == 0 {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.WriteTimeout+w.c.cfg.ReadTimeout)
 	start := time.Now()
@@ -212,12 +244,13 @@ func (w *recordWriter) writeQueued() {
 		return nil
 	})
 	cancel()
-	_ = w.c.done(store.OpRecord, start, err)
+	err = w.c.done(store.OpRecord, start, err)
 	w.mu.Lock()
 	w.written += uint64(len(batch))
 	close(w.flushed)
 	w.flushed = make(chan struct{})
 	w.mu.Unlock()
+	return err
 }
 
 // wait returns once every record queued before the call is written or

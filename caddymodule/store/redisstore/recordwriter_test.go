@@ -209,3 +209,37 @@ func TestRecordWriterGathers(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestRecordWriterCloseWritesAll: Close writes every record queued, not
+// only the first batch: 2,000 records queued while Redis stalls (four
+// batches) are all readable once Redis answers and the Client closed.
+func TestRecordWriterCloseWritesAll(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	id := func(i int) string { return fmt.Sprintf("%064d", 8_000_000+i) }
+	c, set := newSet(t, Config{Addrs: []string{srv.Addr()}, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+	srv.Pause()
+	const n = 2000
+	for i := 0; i < n; i++ {
+		if err := set.Records.Retain(ctx, store.Record{AuditID: id(i), AgentID: "z", NodeID: "n1"}); err != nil {
+			srv.Resume()
+			t.Fatalf("Retain %d while Redis stalls: %v", i, err)
+		}
+	}
+	srv.Resume()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, other := newSet(t, Config{Addrs: []string{srv.Addr()}})
+	missing := 0
+	for i := 0; i < n; i++ {
+		if _, ok, err := other.Records.Get(ctx, id(i)); err != nil {
+			t.Fatal(err)
+		} else if !ok {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d records queued before Close were never written", missing, n)
+	}
+}
