@@ -909,9 +909,9 @@ func TestKeyedAnswerBesideComplete(t *testing.T) {
 
 // TestSettleLater: the pool settles a key beside its answer in its own
 // goroutine; AwaitSettling waits for that key only, at most until its
-// context ends; a key already settling, or past maxSettling keys, is
-// refused (the caller settles before answering); Destruct waits for the
-// ones running.
+// context ends; a key already settling, an answer past maxSettlingBytes,
+// a key past maxSettling keys and one after Destruct are refused (the
+// caller settles before answering); Destruct waits for the ones running.
 func TestSettleLater(t *testing.T) {
 	srv := redistest.StartServer(t)
 	p, err := newPooledRedis(context.Background(), redisstore.Config{Addrs: []string{srv.Addr()}, KeyPrefix: "t:"}, true, zap.NewNop())
@@ -922,10 +922,10 @@ func TestSettleLater(t *testing.T) {
 	p.AwaitSettling(ctx, "a", "k") // nothing settling: returns at once
 
 	hold, ran := make(chan struct{}), make(chan struct{})
-	if !p.SettleLater("a", "k", func() { <-hold; close(ran) }) {
+	if !p.SettleLater("a", "k", 10, func() { <-hold; close(ran) }) {
 		t.Fatal("SettleLater refused the first key")
 	}
-	if p.SettleLater("a", "k", func() {}) {
+	if p.SettleLater("a", "k", 10, func() {}) {
 		t.Fatal("SettleLater took a key already settling")
 	}
 	p.AwaitSettling(ctx, "a", "other") // another key: does not wait
@@ -952,15 +952,19 @@ func TestSettleLater(t *testing.T) {
 		t.Fatal("AwaitSettling returned before the settle ended")
 	}
 
+	// The bytes bound: an answer past maxSettlingBytes held is refused.
+	if p.SettleLater("a", "big", maxSettlingBytes+1, func() {}) {
+		t.Fatal("SettleLater took an answer past maxSettlingBytes")
+	}
 	// The bound: past maxSettling keys settling at once, refused.
 	release := make(chan struct{})
 	var ended atomic.Int64
 	for i := 0; i < maxSettling; i++ {
-		if !p.SettleLater("b", strconv.Itoa(i), func() { <-release; ended.Add(1) }) {
+		if !p.SettleLater("b", strconv.Itoa(i), 1, func() { <-release; ended.Add(1) }) {
 			t.Fatalf("SettleLater refused key %d of %d", i, maxSettling)
 		}
 	}
-	if p.SettleLater("b", "one-more", func() {}) {
+	if p.SettleLater("b", "one-more", 1, func() {}) {
 		t.Fatalf("SettleLater took a key past maxSettling (%d)", maxSettling)
 	}
 	done := make(chan error, 1)
@@ -979,5 +983,61 @@ func TestSettleLater(t *testing.T) {
 	}
 	if n := p.nSettling.Load(); n != 0 || ended.Load() != maxSettling {
 		t.Fatalf("Destruct returned with %d keys settling, %d of %d settled", n, ended.Load(), maxSettling)
+	}
+	if p.SettleLater("a", "after", 1, func() {}) {
+		t.Fatal("SettleLater took a key after Destruct")
+	}
+}
+
+// TestKeyedRepeatOtherNode: two nodes with their own Redis clients on
+// one Redis (a pool key of their own: pool_size differs). A repeat sent
+// to the other node as soon as the answer arrived replays it (the other
+// node claims once more after inFlightRecheck instead of answering 409
+// while the first node stores the answer beside it), and a
+// confirm-first confirmation sent to the other node as soon as its 461
+// arrived runs the contract (a 461 is stored before it goes out).
+// Nothing runs twice.
+func TestKeyedRepeatOtherNode(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, hits := countingUpstream(t)
+	node := func(name string, pool int, mode string) *testGateway {
+		return redisGateway(t, up, srv.Addr(), func(h *Handler) {
+			h.NodeID, h.Name, h.Redis.PoolSize = name, name, pool
+			if mode != "" {
+				h.Mode = mode
+			}
+		})
+	}
+	a, b := node("node-a", 0, ""), node("node-b", 7, "")
+	if a.h.redis == b.h.redis {
+		t.Fatal("the two nodes share one Redis client: not two nodes")
+	}
+	const n = 40
+	for i := 0; i < n; i++ {
+		key := "other-" + strconv.Itoa(i)
+		if r := a.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", key); r.status != 200 {
+			t.Fatalf("keyed Tier B %d: %s", i, r)
+		}
+		if r := b.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", key); r.status != 200 || r.hdr("Idempotent-Replayed") != "true" {
+			t.Fatalf("a repeat on the other node as soon as answer %d arrived: %s (replayed %q)", i, r, r.hdr("Idempotent-Replayed"))
+		}
+	}
+	if got := hits.Load(); got != n {
+		t.Fatalf("%d upstream calls for %d keys", got, n)
+	}
+
+	ca, cb := node("node-c", 5, engine.ModeConfirmFirst), node("node-d", 6, engine.ModeConfirmFirst)
+	for i := 0; i < 20; i++ {
+		key, path := "confirm-"+strconv.Itoa(i), "/item/cf"+strconv.Itoa(i)
+		gate := ca.do(t, "LOOKUP", path, itemInput, "Allow-RCNS", "true", "Idempotency-Key", key)
+		if gate.status != 461 {
+			t.Fatalf("gate %d: %s", i, gate)
+		}
+		if p := cb.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", gate.str("synthesis_id"), "Idempotency-Key", key); p.status != 200 || p.hdr("Idempotent-Replayed") == "true" {
+			t.Fatalf("confirmation %d on the other node as soon as its 461 arrived: %s (replayed %q)", i, p, p.hdr("Idempotent-Replayed"))
+		}
+	}
+	if got := hits.Load(); got != n+20 {
+		t.Fatalf("%d upstream calls, want %d", got, n+20)
 	}
 }

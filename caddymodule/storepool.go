@@ -84,12 +84,22 @@ type pooledRedis struct {
 	settleMu  sync.Mutex
 	settling  map[string]chan struct{}
 	nSettling atomic.Int64
+	// settleBytes are the bytes of the answers being settled (at most
+	// maxSettlingBytes); settleClosed is set by Destruct, after which
+	// SettleLater takes nothing. Both under settleMu.
+	settleBytes  int64
+	settleClosed bool
 }
 
 // maxSettling bounds the keys SettleLater settles beside their answers
 // at once: past it a request settles its key before answering, as
 // before issue 32 (each holds its answer's body).
 const maxSettling = 4096
+
+// maxSettlingBytes bounds the answers' bytes SettleLater holds at once
+// (a Redis stall holds them for the read timeout while answers keep
+// going out): past it a request settles its key before answering.
+const maxSettlingBytes = 64 << 20
 
 // SettleLater (engine.SharedStore) runs settle, which stores the answer
 // of agent's Idempotency-Key key (or releases the claim of a request
@@ -101,20 +111,23 @@ const maxSettling = 4096
 // repeat on another node gets 409 in flight for that round trip, as
 // while the request ran. An answer that cannot be stored goes to
 // RetryComplete as before. It reports false, and runs nothing, when
-// maxSettling keys are settling or this key already is (cannot happen
-// while its claim is held); Destruct waits for the ones running.
-func (p *pooledRedis) SettleLater(agent, key string, settle func()) bool {
+// maxSettling keys or maxSettlingBytes of answers (size each) are
+// settling, when this key already is (cannot happen while its claim is
+// held), or once Destruct began; Destruct waits for the ones running.
+func (p *pooledRedis) SettleLater(agent, key string, size int, settle func()) bool {
 	id := agent + "\x00" + key
 	p.settleMu.Lock()
 	if p.settling == nil {
 		p.settling = map[string]chan struct{}{}
 	}
-	if _, busy := p.settling[id]; busy || len(p.settling) >= maxSettling {
+	if _, busy := p.settling[id]; busy || p.settleClosed || len(p.settling) >= maxSettling ||
+		p.settleBytes+int64(size) > maxSettlingBytes {
 		p.settleMu.Unlock()
 		return false
 	}
 	done := make(chan struct{})
 	p.settling[id] = done
+	p.settleBytes += int64(size)
 	p.nSettling.Add(1)
 	p.retries.Add(1)
 	p.settleMu.Unlock()
@@ -123,6 +136,7 @@ func (p *pooledRedis) SettleLater(agent, key string, settle func()) bool {
 		settle()
 		p.settleMu.Lock()
 		delete(p.settling, id)
+		p.settleBytes -= int64(size)
 		p.nSettling.Add(-1)
 		p.settleMu.Unlock()
 		close(done)
@@ -369,6 +383,9 @@ func (p *pooledRedis) leave(e *engine.Engine) {
 // Destruct stops the health checks and closes the pool (the last
 // configuration using it went away).
 func (p *pooledRedis) Destruct() error {
+	p.settleMu.Lock()
+	p.settleClosed = true // no settle starts after the Wait below
+	p.settleMu.Unlock()
 	close(p.stop)
 	<-p.done
 	p.retries.Wait()

@@ -81,10 +81,11 @@ type SharedStore interface {
 	// did not reach execution), beside the answer instead of before it
 	// (issue 32: a keyed request's answer waits for one round trip, its
 	// claim), marking the key settling on this node until settle
-	// returns (AwaitSettling). It reports false, and runs nothing, when
-	// it cannot take one more (its bound is reached): the caller then
-	// settles the key itself before answering.
-	SettleLater(agent, key string, settle func()) bool
+	// returns (AwaitSettling). size is the bytes of the answer settle
+	// holds (its body). It reports false, and runs nothing, when it
+	// cannot take one more (its bounds are reached, or it is closing):
+	// the caller then settles the key itself before answering.
+	SettleLater(agent, key string, size int, settle func()) bool
 	// AwaitSettling returns once SettleLater is not settling agent's
 	// key on this node, or ctx ends: a repeat of the key on this node
 	// then finds the answer stored and replays it (or finds the key

@@ -310,13 +310,16 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 			// answer (SettleLater), not before it; a repeat on this
 			// node waits for it (awaitSettling), one on another node
 			// gets 409 in flight until it lands.
+			// A 461 preview is stored before it goes out: its
+			// confirmation, the expected next call, may come at once to
+			// any node.
 			complete := completer(x.h, x.claim, resp, context.WithoutCancel(x.ctx()), x.log().With(zap.String("agent_id", x.agentID)))
-			if p := x.h.shared; p == nil || x.idemKey == "" || !p.SettleLater(x.idemAgent, x.idemKey, complete) {
+			if p := x.h.shared; p == nil || x.idemKey == "" || resp.Previewed != "" || !p.SettleLater(x.idemAgent, x.idemKey, len(raw), complete) {
 				complete()
 			}
 		} else {
 			release := releaser(x.h, x.claim, context.WithoutCancel(x.ctx()), x.log().With(zap.String("agent_id", x.agentID)))
-			if p := x.h.shared; p == nil || x.idemKey == "" || !p.SettleLater(x.idemAgent, x.idemKey, release) {
+			if p := x.h.shared; p == nil || x.idemKey == "" || !p.SettleLater(x.idemAgent, x.idemKey, 0, release) {
 				release()
 			}
 		}

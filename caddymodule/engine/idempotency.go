@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -21,21 +22,31 @@ func (h *Engine) claim(x *exchange, req *request, lease time.Duration) bool {
 	}
 	cl := x.preclaimed
 	x.preclaimed = nil
-	if cl == nil {
-		// A presentation that confirms the 461 its key stored runs the
-		// contract under the key instead of replaying the preview
-		// (ClaimRequest.SynthesisID); any other presentation is claimed
-		// as a repeat.
-		h.awaitSettling(x, req.caller.Agent.ID, req.idemKey)
-		sp := x.startSpan(SpanClaim)
-		c, err := h.sto.Idempotency.Claim(x.ctx(), idempotency.ClaimRequest{AgentID: req.caller.Agent.ID, Key: req.idemKey,
-			Fingerprint: x.fingerprint(req), SynthesisID: x.presentedID, Pending: x.presentedPending, Lease: lease, Holder: x.holder()})
-		sp.end()
-		if err != nil {
-			h.storeFailed(x, err)
-			return false
+	for recheck := h.shared != nil; ; recheck = false {
+		if cl == nil {
+			// A presentation that confirms the 461 its key stored runs the
+			// contract under the key instead of replaying the preview
+			// (ClaimRequest.SynthesisID); any other presentation is claimed
+			// as a repeat.
+			h.awaitSettling(x, req.caller.Agent.ID, req.idemKey)
+			sp := x.startSpan(SpanClaim)
+			c, err := h.sto.Idempotency.Claim(x.ctx(), idempotency.ClaimRequest{AgentID: req.caller.Agent.ID, Key: req.idemKey,
+				Fingerprint: x.fingerprint(req), SynthesisID: x.presentedID, Pending: x.presentedPending, Lease: lease, Holder: x.holder()})
+			sp.end()
+			if err != nil {
+				h.storeFailed(x, err)
+				return false
+			}
+			cl = &c
 		}
-		cl = &c
+		// With a shared store another node stores its answer beside the
+		// answer (SettleLater): a repeat sent as soon as that answer
+		// arrived may find the key still in flight for that round trip.
+		// It claims once more after inFlightRecheck before answering 409.
+		if cl.Outcome != idempotency.InFlight || !recheck || !pause(x.ctx(), inFlightRecheck) {
+			break
+		}
+		cl = nil
 	}
 	h.idempotencyChanged(x.ctx())
 	switch cl.Outcome {
@@ -86,6 +97,25 @@ func (h *Engine) awaitSettling(x *exchange, agent, key string) {
 // dispatched pair.
 func (x *exchange) holder() idempotency.Holder {
 	return idempotency.Holder{Node: x.h.nodeID, What: x.method + " " + x.path}
+}
+
+// inFlightRecheck is how long a request that finds its Idempotency-Key
+// in flight on a shared store waits before claiming it once more:
+// longer than the round trip in which another node stores the answer
+// it has already sent (SharedStore.SettleLater), so an immediate repeat
+// replays it instead of getting 409 with a Retry-After of seconds.
+const inFlightRecheck = 5 * time.Millisecond
+
+// pause waits d, or until ctx ends; it reports whether d passed.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // maxInFlightRetryAfter bounds the Retry-After of a 409
