@@ -197,7 +197,18 @@ func livenessFull(t *testing.T, w *clusterWorld, topo *redisTopology) {
 	// A contract of the pair to present while full.
 	r := w.book(t, w.A, agentRevoke, scopeAll, "Allow-RCNS", "true")
 	id := str(assertContractBody(t, r, 263, "BOOK", "/room", recipeName, recipeVer), "synthesis_id")
+	// Records are written off the answer path (gathered 2 ms, then a
+	// round trip): count the keys once that answer's record landed, when
+	// the count holds still.
 	keys := dbsize()
+	for stable, deadline := 0, time.Now().Add(5*time.Second); stable < 5 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		if n := dbsize(); n == keys {
+			stable++
+		} else {
+			keys, stable = n, 0
+		}
+	}
 	setMax("1")
 	t.Cleanup(func() { setMax("0") })
 	func() {
