@@ -12,10 +12,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/mcpdoor"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -440,4 +442,29 @@ func TestMCPDeclaredCapabilities(t *testing.T) {
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestMCPKeyedRepeatRedis: over the MCP door on the Redis store, a keyed
+// tools/call's answer is stored beside it (SettleLater) and a repeat of
+// the key sent as soon as the result arrived replays it, for every key.
+func TestMCPKeyedRepeatRedis(t *testing.T) {
+	srv := redistest.StartServer(t)
+	_, url := mcpGateway(t, func(h *Handler) {
+		h.Store = StoreRedis
+		h.Redis = &RedisConfig{Addresses: []string{srv.Addr()}, KeyPrefix: "mcp:"}
+	})
+	s := mcpClient(t, url, map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read"})
+	ctx := context.Background()
+	for i := 0; i < 20; i++ {
+		meta := mcp.Meta{mcpdoor.MCPMetaIdempotencyKey: "mcp-redis-" + strconv.Itoa(i)}
+		args := map[string]any{"item_id": strconv.Itoa(i)}
+		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "fetch_item", Arguments: args, Meta: meta})
+		if err != nil || res.IsError || res.Meta[mcpdoor.MCPMetaIdempotentReplayed] == true {
+			t.Fatalf("keyed call %d: %v %+v", i, err, res)
+		}
+		res, err = s.CallTool(ctx, &mcp.CallToolParams{Name: "fetch_item", Arguments: args, Meta: meta})
+		if err != nil || res.IsError || res.Meta[mcpdoor.MCPMetaIdempotentReplayed] != true {
+			t.Fatalf("keyed repeat %d as soon as its result arrived: %v %+v", i, err, res)
+		}
+	}
 }
