@@ -435,9 +435,29 @@ func TestRedisReplayCache(t *testing.T) {
 // "after" it, and the record's, written off the answer path; the
 // health check's pings left out).
 func TestRedisRoundTripsPerRequest(t *testing.T) {
-	srv := redistest.StartServer(t)
-	up, _ := countingUpstream(t)
-	g := redisGateway(t, up, srv.Addr())
+	t.Run("single", func(t *testing.T) {
+		srv := redistest.StartServer(t)
+		up, _ := countingUpstream(t)
+		roundTripsPerRequest(t, redisGateway(t, up, srv.Addr()), false)
+	})
+	// Redis Cluster: the gate's script is in the agent's slot; the
+	// refusal's attempt record (kept in the {g} slot) is queued with the
+	// records, and a synthesis's mint is its own round trip (its owner
+	// and global indexes are other slots: docs/cluster.md).
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t, 3)
+		up, _ := countingUpstream(t)
+		roundTripsPerRequest(t, redisGateway(t, up, cl.Addrs()[0], func(h *Handler) {
+			h.Redis.Mode, h.Redis.Addresses = "cluster", cl.Addrs()
+		}), true)
+	})
+}
+
+// roundTripsPerRequest counts g's round trips per request kind. In
+// Cluster mode a batch of the record writer may go to several nodes and
+// a request's attempt record and Attribution-Record may land in two
+// batches: op record is then held to at least its count.
+func roundTripsPerRequest(t *testing.T, g *testGateway, cluster bool) {
 	total := func() map[store.Op]uint64 {
 		out := map[store.Op]uint64{}
 		for _, op := range store.Ops {
@@ -462,6 +482,10 @@ func TestRedisRoundTripsPerRequest(t *testing.T) {
 	if syn.status != 263 {
 		t.Fatalf("gate: %s", syn)
 	}
+	revoked := g.do(t, "LOOKUP", "/item/rt4", itemInput, "Allow-RCNS", "true").str("synthesis_id")
+	if a := g.endContract(t, "REVOKE", revoked); a.status != 200 {
+		t.Fatalf("revoke: %s", a)
+	}
 	for _, tc := range []struct {
 		name string
 		send func() *answer
@@ -483,22 +507,27 @@ func TestRedisRoundTripsPerRequest(t *testing.T) {
 			map[store.Op]uint64{store.OpResolvePair: 1, store.OpRecord: 1}},
 		// A gate evaluation: the pair lookup, the claim, the RCNS budget
 		// and the mint or the refusal's attempt record in one script
-		// (ResolvePair; issue 32).
+		// (ResolvePair; issue 32). In Cluster mode the mint is one more.
 		{"gate synthesis", func() *answer { return g.do(t, "LOOKUP", "/item/rt2", itemInput, "Allow-RCNS", "true") },
-			map[store.Op]uint64{store.OpResolvePair: 1, store.OpRecord: 1}},
+			ifCluster(cluster, map[store.Op]uint64{store.OpResolvePair: 1, store.OpRecord: 1}, store.OpContractMint)},
 		{"keyed gate synthesis", func() *answer {
 			return g.do(t, "LOOKUP", "/item/rt3", itemInput, "Allow-RCNS", "true", "Idempotency-Key", "rt-g")
-		}, map[store.Op]uint64{store.OpResolvePair: 1, store.OpComplete: 1, store.OpRecord: 1}},
+		}, ifCluster(cluster, map[store.Op]uint64{store.OpResolvePair: 1, store.OpComplete: 1, store.OpRecord: 1}, store.OpContractMint)},
 		{"gate refusal", func() *answer { return g.do(t, "LOOKUP", "/nothing", nil, "Allow-RCNS", "true") },
 			map[store.Op]uint64{store.OpResolvePair: 1, store.OpRecord: 1}},
 		{"keyed gate refusal", func() *answer {
 			return g.do(t, "LOOKUP", "/nothing", nil, "Allow-RCNS", "true", "Idempotency-Key", "rt-f")
 		},
 			map[store.Op]uint64{store.OpResolvePair: 1, store.OpAbandon: 1, store.OpRecord: 1}},
+		// A presentation's refusal keeps its attempt record off the answer
+		// path (store.AttemptsLater), with the records.
+		{"presentation refusal", func() *answer {
+			return g.do(t, "LOOKUP", "/item/rt4", itemInput, "Contract-Synthesized", revoked)
+		}, map[store.Op]uint64{store.OpPresent: 1, store.OpRecord: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := total()
-			if a := tc.send(); a.status >= 400 && a.status != 464 {
+			if a := tc.send(); a.status >= 400 && a.status != 464 && !strings.Contains(tc.name, "refusal") {
 				t.Fatalf("%s", a)
 			} else if a.status == 464 && a.hdr("RCNS-Attempt-Id") == "" {
 				t.Fatalf("464 without RCNS-Attempt-Id: %s", a)
@@ -519,11 +548,61 @@ func TestRedisRoundTripsPerRequest(t *testing.T) {
 				time.Sleep(time.Millisecond)
 				got = diff(before, total())
 			}
+			if cluster && got[store.OpRecord] > tc.want[store.OpRecord] {
+				got[store.OpRecord] = tc.want[store.OpRecord] // the same writes in more batches
+			}
 			if !maps.Equal(got, tc.want) {
 				t.Fatalf("round trips %v, want %v", got, tc.want)
 			}
 		})
 	}
+}
+
+// TestAttemptKeptOffAnswerPath: in Redis Cluster mode a gate refusal's
+// attempt record is queued with the records (store.AttemptsLater, no
+// round trip before the 464), and INSPECT target=rcns-attempt finds it
+// at once on the node that refused and on another node (attempts.Get
+// reads a missing id once more attemptRecheck later). A presentation's
+// refusal, queued the same way on single Redis, is kept too.
+func TestAttemptKeptOffAnswerPath(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	up, _ := countingUpstream(t)
+	node := func(name string) *testGateway {
+		return redisGateway(t, up, cl.Addrs()[0], func(h *Handler) {
+			h.Name, h.NodeID = name, name
+			h.Redis.Mode, h.Redis.Addresses = "cluster", cl.Addrs()
+		})
+	}
+	a, b := node("node-a"), node("node-b")
+	inspect := func(g *testGateway, id string) *answer {
+		return g.builtin(t, "INSPECT", map[string]any{"target": "rcns-attempt", "attempt_id": id})
+	}
+	for i := range 20 {
+		refused := a.do(t, "LOOKUP", fmt.Sprintf("/nothing/%d", i), nil, "Allow-RCNS", "true")
+		id := refused.hdr("RCNS-Attempt-Id")
+		if refused.status != 464 || id == "" {
+			t.Fatalf("refusal %d: %s", i, refused)
+		}
+		g := b
+		if i%2 == 1 {
+			g = a
+		}
+		if got := inspect(g, id); got.status != 200 || got.str("attempt_id") != id || got.str("reason") != refused.str("reason") {
+			t.Fatalf("INSPECT of attempt %d (%s) on %s right after its 464: %s", i, id, map[bool]string{true: "node-a", false: "node-b"}[g == a], got)
+		}
+	}
+	if got := inspect(b, "rcns-unknown"); got.status != 404 {
+		t.Fatalf("INSPECT of an unknown attempt: %s", got)
+	}
+}
+
+// ifCluster is want with one more round trip of op in Cluster mode.
+func ifCluster(cluster bool, want map[store.Op]uint64, op store.Op) map[store.Op]uint64 {
+	if cluster {
+		want = maps.Clone(want)
+		want[op]++
+	}
+	return want
 }
 
 // cutProxy forwards TCP connections from a loopback port to addr until

@@ -321,7 +321,7 @@ func (h *Engine) refuse(x *exchange, req *request, states *policy.LockStates, e 
 	if k := x.keptAttempt; k != nil && sameAttempt(k, &rec) {
 		// The pair's store call kept it (gateMiss).
 		rec = *k
-	} else if err := h.sto.Attempts.Add(x.ctx(), rec); err != nil {
+	} else if err := h.addAttempt(x.ctx(), rec); err != nil {
 		// The refusal stands; only its record is missing.
 		x.log().Warn("keeping an RCNS attempt record failed", zap.String("attempt_id", rec.ID), zap.Error(err))
 	}
@@ -335,6 +335,15 @@ func (h *Engine) refuse(x *exchange, req *request, states *policy.LockStates, e 
 			zap.String("method", x.method), zap.String("reason", e.Reason))
 	}
 	x.fail(e)
+}
+
+// addAttempt keeps rec: off the answer path when the store can
+// (store.AttemptsLater), else at once.
+func (h *Engine) addAttempt(ctx context.Context, rec store.Attempt) error {
+	if l, ok := h.sto.Attempts.(store.AttemptsLater); ok {
+		return l.AddLater(ctx, rec)
+	}
+	return h.sto.Attempts.Add(ctx, rec)
 }
 
 // attemptRecord is the attempt record of refusal e (a new id, now).

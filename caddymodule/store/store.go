@@ -258,6 +258,20 @@ type Attempts interface {
 	Len(ctx context.Context) (int, error)
 }
 
+// AttemptsLater is implemented by an Attempts that can keep a record
+// off the answer path (the Redis store: queued with the
+// Attribution-Records, written within a few milliseconds in a batch).
+// The engine keeps a refusal's record with AddLater when its store has
+// it (issue 32: the refusal's answer waits for no round trip of its
+// own). AddLater returns once rec is queued; an error means it will not
+// be kept (the queue stayed full, or the store closed). Get and Len on
+// the same store see what it queued; another node may read it a moment
+// later, and records queued by several nodes together may be ordered
+// in the bound by when their batches land.
+type AttemptsLater interface {
+	AddLater(ctx context.Context, rec Attempt) error
+}
+
 // Record is one retained Attribution-Record (RCNS §16, §17.3
 // target=audit and target=chain_head).
 type Record struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,7 +39,8 @@ const RecordBatchDelay = 2 * time.Millisecond
 // MaxQueuedRecords.
 var errRecordQueueFull = errors.New("the queue of records waiting for Redis is full")
 
-// queuedRecord is one record's writes, made at Retain.
+// queuedRecord is one record's writes, made at Retain, or, with attempt
+// set, one attempt record's (attempts.Add).
 type queuedRecord struct {
 	key       string // P{r:AUDIT-ID}
 	raw       []byte // JSON of store.Record
@@ -46,6 +48,16 @@ type queuedRecord struct {
 	node      string
 	head      string // "AUDIT-ID KEPT-MS"
 	retention time.Duration
+	attempt   *queuedAttempt
+}
+
+// queuedAttempt is an attempt record queued by attempts.Add: attemptScript's
+// keys and arguments.
+type queuedAttempt struct {
+	keys []string // P{g}:att, P{g}:atto
+	id   string
+	raw  []byte // JSON of store.Attempt
+	size int    // the bound (store.Limits.Attempts)
 }
 
 // recordWriter writes retained Attribution-Records to Redis off the
@@ -235,14 +247,25 @@ func (w *recordWriter) writeQueued() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.WriteTimeout+w.c.cfg.ReadTimeout)
 	start := time.Now()
-	_, err := w.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var scripts map[redis.Cmder]*queuedAttempt
+	cmds, err := w.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, q := range batch {
+			if a := q.attempt; a != nil {
+				if scripts == nil {
+					scripts = map[redis.Cmder]*queuedAttempt{}
+				}
+				scripts[attemptScript.EvalSha(ctx, p, a.keys, a.id, a.raw, a.size)] = a
+				continue
+			}
 			p.Set(ctx, q.key, q.raw, q.retention)
 			p.HSet(ctx, q.heads, q.node, q.head)
 			p.PExpire(ctx, q.heads, q.retention)
 		}
 		return nil
 	})
+	if err != nil && scripts != nil {
+		err = rerunUnloaded(ctx, w.c.rdb, cmds, scripts)
+	}
 	cancel()
 	err = w.c.done(store.OpRecord, start, err)
 	w.mu.Lock()
@@ -251,6 +274,27 @@ func (w *recordWriter) writeQueued() error {
 	w.flushed = make(chan struct{})
 	w.mu.Unlock()
 	return err
+}
+
+// rerunUnloaded is a batch's error once the attempt scripts Redis did
+// not know (NOSCRIPT: EVALSHA before the script was loaded, or after a
+// restart or SCRIPT FLUSH) ran again with Script.Run, which loads it:
+// the first other error, or nil.
+func rerunUnloaded(ctx context.Context, rdb redis.Scripter, cmds []redis.Cmder, scripts map[redis.Cmder]*queuedAttempt) error {
+	var first error
+	for _, cmd := range cmds {
+		err := cmd.Err()
+		if err == nil || errors.Is(err, redis.Nil) {
+			continue
+		}
+		if a, ok := scripts[cmd]; ok && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			err = attemptScript.Run(ctx, rdb, a.keys, a.id, a.raw, a.size).Err()
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // wait returns once every record queued before the call is written or

@@ -243,3 +243,55 @@ func TestRecordWriterCloseWritesAll(t *testing.T) {
 		t.Fatalf("%d of %d records queued before Close were never written", missing, n)
 	}
 }
+
+// TestAttemptAddLater: an attempt record queued with AddLater is read at
+// once on its own node (Get and Len wait for the queue) and on another
+// node, which reads a missing id once more after the gathering delay;
+// the bound holds; a record AddLater queued while Redis is down is
+// counted lost, not read.
+func TestAttemptAddLater(t *testing.T) {
+	srv := redistest.StartServer(t)
+	cfg := Config{Addrs: []string{srv.Addr()}, RecordBatchDelay: 40 * time.Millisecond}
+	sets := make([]store.Set, 2)
+	for i := range sets {
+		c, err := New(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if sets[i], err = c.Set(store.Limits{Attempts: 8}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := sets[0], sets[1]
+	ctx := context.Background()
+	ids := make([]string, 12)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("rcns-later-%d", i)
+		rec := store.Attempt{ID: ids[i], AgentID: "a", Method: "BOOK", Path: "/x", Reason: "contract-revoked"}
+		if err := a.Attempts.(store.AttemptsLater).AddLater(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		reader := b // another node, before the batch (40 ms) is written
+		if i%3 == 2 {
+			reader = a
+		}
+		got, found, err := reader.Attempts.Get(ctx, ids[i])
+		if err != nil || !found || got.Reason != "contract-revoked" {
+			t.Fatalf("attempt %d read right after AddLater: %+v %v %v", i, got, found, err)
+		}
+	}
+	if n, err := a.Attempts.Len(ctx); err != nil || n != 8 {
+		t.Fatalf("Len = %d %v, want the bound 8", n, err)
+	}
+	if _, found, _ := b.Attempts.Get(ctx, ids[0]); found {
+		t.Fatal("the oldest attempt outlived the bound")
+	}
+	srv.Stop()
+	if err := a.Attempts.(store.AttemptsLater).AddLater(ctx, store.Attempt{ID: "rcns-later-down"}); err != nil {
+		t.Fatalf("AddLater while Redis is down: %v (queued: the batch fails later)", err)
+	}
+	if _, _, err := a.Attempts.Get(ctx, "rcns-later-down"); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Get while Redis is down: %v", err)
+	}
+}

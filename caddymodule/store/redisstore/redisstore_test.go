@@ -132,6 +132,18 @@ func TestRoundTripsPerOperation(t *testing.T) {
 			}
 			return c.recs.wait(ctx)
 		}, map[store.Op]int{store.OpRecord: 1}},
+		{"attempt", func() error {
+			return set.Attempts.Add(ctx, store.Attempt{ID: "rcns-trip-0", Reason: "contract-expired"})
+		}, map[store.Op]int{store.OpAttempt: 1}},
+		// An attempt record the engine keeps outside the gate's script (a
+		// presentation's refusal; a gate's in Cluster mode) is queued with
+		// the records: one batch, off the answer path.
+		{"attempt later", func() error {
+			if err := set.Attempts.(store.AttemptsLater).AddLater(ctx, store.Attempt{ID: "rcns-trip-00", Reason: "contract-expired"}); err != nil {
+				return err
+			}
+			return c.recs.wait(ctx)
+		}, map[store.Op]int{store.OpRecord: 1}},
 		{"pair miss", func() error { _, err := set.Contracts.ActiveFor(ctx, agent, "BOOK", "/x"); return err }, map[store.Op]int{store.OpContractPair: 1}},
 		{"mint", func() error { _, err := set.Contracts.Mint(ctx, minted, store.ModeConfirmFirst); return err }, map[store.Op]int{store.OpContractMint: 1}},
 		{"keyed presentation", func() error {
@@ -243,6 +255,14 @@ func TestUnavailable(t *testing.T) {
 			return err
 		}},
 		{"attempt", func() error { return set.Attempts.Add(ctx, store.Attempt{ID: "x"}) }},
+		// AddLater queues (as Retain); the batch fails, and the record is not read.
+		{"attempt later", func() error {
+			if err := set.Attempts.(store.AttemptsLater).AddLater(ctx, store.Attempt{ID: "y"}); err != nil {
+				return err
+			}
+			_, _, err := set.Attempts.Get(ctx, "y")
+			return err
+		}},
 		// Retain queues; the batch fails, and the record is not read.
 		{"record", func() error {
 			if err := set.Records.Retain(ctx, store.Record{AuditID: "x"}); err != nil {

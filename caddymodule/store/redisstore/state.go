@@ -35,12 +35,31 @@ func (r replay) Seen(ctx context.Context, agentID string, sig []byte, expires ti
 }
 
 // attempts keeps attempt records in one slot: P{g}:att (a hash id →
-// JSON) and P{g}:atto (ids, newest first), trimmed to size by the add
-// script (one round trip).
+// JSON) and P{g}:atto (ids, newest first), trimmed to size by
+// keep_attempt. A gate refusal's record is kept by the gate's own script
+// outside Cluster mode (resolveScript); the engine keeps every other
+// refusal's (a presentation's, and in Cluster mode, where P{g} is
+// another slot than the agent's, the gate's) with AddLater, which
+// queues it for the Client's record writer, written with the
+// Attribution-Records off the answer path (issue 32: no round trip
+// before the answer); Add writes it at once. Get and Len first wait
+// for what this Client queued (a node reads its own attempt records at
+// once); Get reads once more when it does not find the id, after the
+// writer's gathering delay and attemptRecheck, for a record another node
+// queued a moment before.
 type attempts struct {
 	c    *Client
 	size int
 }
+
+// attemptRecheck is how long attempts.Get waits, beyond the record
+// writer's gathering delay (RecordBatchDelay, or Config.RecordBatchDelay:
+// every node of a deployment has the same), before it reads a missing
+// id once more: another node's writer writes what it queued within that
+// delay and a round trip, so an agent that sends INSPECT
+// target=rcns-attempt to another node as soon as its 464 arrived still
+// finds the record.
+const attemptRecheck = 3 * time.Millisecond
 
 // attemptFuncLua defines keep_attempt(hash, order, id, json, size):
 // adds one record and drops the oldest past the bound. Shared by
@@ -65,6 +84,7 @@ return 1
 // keys returns the attempt hash and order list.
 func (a attempts) keys() []string { return []string{a.c.globalKey("att"), a.c.globalKey("atto")} }
 
+// Add keeps rec: attemptScript, one round trip.
 func (a attempts) Add(ctx context.Context, rec store.Attempt) error {
 	raw, err := json.Marshal(rec)
 	if err != nil {
@@ -75,7 +95,38 @@ func (a attempts) Add(ctx context.Context, rec store.Attempt) error {
 	return a.c.done(store.OpAttempt, start, err)
 }
 
+// AddLater queues rec for the record writer and returns
+// (store.AttemptsLater): it is written with the next batch of records,
+// normally within RecordBatchDelay, so records several nodes queue
+// together reach the bound's order in the order their batches land. It
+// fails (store.ErrUnavailable) only when the queue stays full for the
+// write and read timeouts (Redis not keeping up) or the Client closed;
+// a batch Redis refuses is counted as a failed op record.
+func (a attempts) AddLater(ctx context.Context, rec store.Attempt) error {
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return a.c.recs.add(queuedRecord{attempt: &queuedAttempt{keys: a.keys(), id: rec.ID, raw: raw, size: a.size}})
+}
+
 func (a attempts) Get(ctx context.Context, id string) (store.Attempt, bool, error) {
+	records{c: a.c}.own(ctx)
+	rec, found, err := a.get(ctx, id)
+	if err == nil && !found {
+		t := time.NewTimer(max(a.c.recs.delay, 0) + attemptRecheck)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			rec, found, err = a.get(ctx, id)
+		case <-ctx.Done():
+		}
+	}
+	return rec, found, err
+}
+
+// get reads the record id: one round trip.
+func (a attempts) get(ctx context.Context, id string) (store.Attempt, bool, error) {
 	start := time.Now()
 	raw, err := a.c.rdb.HGet(ctx, a.c.globalKey("att"), id).Result()
 	if err = a.c.done(store.OpAttempt, start, err); err != nil || raw == "" {
@@ -89,6 +140,7 @@ func (a attempts) Get(ctx context.Context, id string) (store.Attempt, bool, erro
 }
 
 func (a attempts) Len(ctx context.Context) (int, error) {
+	records{c: a.c}.own(ctx)
 	start := time.Now()
 	n, err := a.c.rdb.HLen(ctx, a.c.globalKey("att")).Result()
 	if err = a.c.done(store.OpAttempt, start, err); err != nil {
