@@ -532,9 +532,10 @@ type Set struct {
 	// that a retry is accepted by any node and after a restart. Nil for
 	// the memory store: each process then keeps its own key.
 	Seal SealKeys
-	// FoldsGate reports that Presenter.ResolvePair keeps
-	// PairRequest.Attempt and mints PairRequest.Mint in its one round
-	// trip (the Redis store outside Cluster mode). When false the engine
+	// FoldsGate reports that Presenter.ResolvePair may keep
+	// PairRequest.Attempt and mint PairRequest.Mint in its one round
+	// trip (the Redis store; in Cluster mode it mints but leaves the
+	// attempt record, AttemptKept false). When false the engine
 	// leaves both nil and does them after a miss: preparing them costs
 	// the contract build on every request an active contract serves by
 	// pair, and saves a round trip only where there is one to save.

@@ -567,7 +567,7 @@ func (c *Client) Set(l store.Limits, rs *recipes.Restorer) (store.Set, error) {
 		Records:     records{c: c, retention: l.RecordRetention},
 		Tasks:       tasks{c},
 		Seal:        sealKeys{c},
-		FoldsGate:   !c.cluster, // Cluster: attempt records and mints write other slots
+		FoldsGate:   true, // Cluster: the attempt record is left to the engine (AttemptKept false)
 	}, nil
 }
 

@@ -144,6 +144,11 @@ type contracts struct {
 	// cache holds decoded contracts by synthesis id: their immutable
 	// part with the compiled plan (the state is always read from Redis).
 	cache *ristretto.Cache[string, *recipes.Contract]
+	// served (Cluster mode only) holds the pairs this node saw served by
+	// a live contract ("AGENT\x00METHOD PATH", until that contract's
+	// expiry): ResolvePair then does not send a gate synthesis's
+	// writes in other slots beside its script (servedHint).
+	served *ristretto.Cache[string, struct{}]
 }
 
 func newContracts(c *Client, l recipes.StoreLimits, rs *recipes.Restorer) (*contracts, error) {
@@ -154,7 +159,16 @@ func newContracts(c *Client, l recipes.StoreLimits, rs *recipes.Restorer) (*cont
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: contract cache: %w", err)
 	}
-	return &contracts{c: c, limits: store.ContractLimits(l), rs: rs, cache: cache}, nil
+	s := &contracts{c: c, limits: store.ContractLimits(l), rs: rs, cache: cache}
+	if c.cluster {
+		if s.served, err = ristretto.NewCache(&ristretto.Config[string, struct{}]{
+			NumCounters: 10 * int64(c.cfg.MaxContractsCached), MaxCost: int64(c.cfg.MaxContractsCached),
+			BufferItems: 64, IgnoreInternalCost: true,
+		}); err != nil {
+			return nil, fmt.Errorf("redisstore: pair cache: %w", err)
+		}
+	}
+	return s, nil
 }
 
 func (s *contracts) Limits() recipes.StoreLimits { return s.limits }
@@ -163,6 +177,54 @@ func (s *contracts) key(agent, id string) string { return s.c.agentKey(agent, "c
 func (s *contracts) ownerKey(id string) string   { return s.c.prefix + "{o:" + id + "}" }
 func (s *contracts) pairKey(agent, method, path string) string {
 	return s.c.agentKey(agent, "cp:"+method+" "+path)
+}
+
+// servedKey is the served cache's key of (agent, method, path).
+func servedKey(agent, method, path string) string { return agent + "\x00" + method + " " + path }
+
+// servedHint reports whether this node saw a live contract serve the
+// pair lately (Cluster mode; false elsewhere). It is a hint: a contract
+// revoked on another node leaves it set until its expiry, and then a
+// gate synthesis costs its mint's own round trip (MintForPair).
+func (s *contracts) servedHint(agent, method, path string) bool {
+	if s.served == nil {
+		return false
+	}
+	_, ok := s.served.Get(servedKey(agent, method, path))
+	return ok
+}
+
+// noteServed records that a contract expiring at exp serves the pair
+// (gone: no longer).
+func (s *contracts) noteServed(agent, method, path string, exp time.Time, gone bool) {
+	if s.served == nil {
+		return
+	}
+	k := servedKey(agent, method, path)
+	if ttl := time.Until(exp); !gone && ttl > 0 {
+		s.served.SetWithTTL(k, struct{}{}, 1, ttl)
+	} else {
+		s.served.Del(k)
+	}
+}
+
+// besideMint is a mint's writes outside the agent's slot, sent beside
+// its script in one pipeline (Cluster mode: other slots): the owner
+// index and, in Cluster mode, the global live index.
+func (s *contracts) besideMint(ctx context.Context, c *recipes.Contract, m mintCall) func(redis.Pipeliner) {
+	return func(p redis.Pipeliner) {
+		p.Set(ctx, s.ownerKey(c.SynthesisID), c.OriginatingAgentID, 0)
+		p.PExpireAt(ctx, s.ownerKey(c.SynthesisID), time.UnixMilli(mustInt(m.keep)))
+		if s.c.cluster {
+			p.ZAdd(ctx, s.c.globalKey("cl"), redis.Z{Score: float64(c.ExpiresAt.UnixMilli()), Member: m.member})
+		}
+	}
+}
+
+// mustInt is a decimal the code itself formatted.
+func mustInt(v string) int64 {
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
 }
 
 // keptUntil is when a contract that ends at end (Unix ms) leaves its
@@ -219,15 +281,9 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 	if err != nil {
 		return "", nil, err
 	}
-	state, agent, id, member, keep, exp := m.state, c.OriginatingAgentID, c.SynthesisID, m.member, s.keptUntil(c.ExpiresAt.UnixMilli()), c.ExpiresAt.UnixMilli()
+	state, id := m.state, c.SynthesisID
 	start := time.Now()
-	v, err := s.c.pipeScript(ctx, mintScript, m.keys, m.args, func(p redis.Pipeliner) {
-		p.Set(ctx, s.ownerKey(id), agent, 0)
-		p.PExpireAt(ctx, s.ownerKey(id), time.UnixMilli(keep))
-		if s.c.cluster {
-			p.ZAdd(ctx, s.c.globalKey("cl"), redis.Z{Score: float64(exp), Member: member})
-		}
-	})
+	v, err := s.c.pipeScript(ctx, mintScript, m.keys, m.args, s.besideMint(ctx, c, m))
 	if err = s.c.done(store.OpContractMint, start, err); err != nil {
 		return "", nil, err
 	}
@@ -243,14 +299,35 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 	// Refused: undo the writes made beside the script.
 	start = time.Now()
 	_, uerr := s.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, s.ownerKey(id))
-		if s.c.cluster {
-			p.ZRem(ctx, s.c.globalKey("cl"), member)
-		}
+		s.unmint(c, m).write(ctx, p)
 		return nil
 	})
 	_ = s.c.done(store.OpContractUpdate, start, uerr)
 	return s.minted(ctx, c, res, v)
+}
+
+// queuedUndo is the undoing of besideMint's writes for a contract its
+// script did not mint: the owner index and (Cluster mode) the global
+// live index's member.
+type queuedUndo struct {
+	owner, global, member string
+}
+
+// unmint is the undoing of besideMint(c, m).
+func (s *contracts) unmint(c *recipes.Contract, m mintCall) *queuedUndo {
+	u := &queuedUndo{owner: s.ownerKey(c.SynthesisID)}
+	if s.c.cluster {
+		u.global, u.member = s.c.globalKey("cl"), m.member
+	}
+	return u
+}
+
+// write adds u's writes to p.
+func (u *queuedUndo) write(ctx context.Context, p redis.Pipeliner) {
+	p.Del(ctx, u.owner)
+	if u.global != "" {
+		p.ZRem(ctx, u.global, u.member)
+	}
 }
 
 // minted reads a mint's refusal (res, code not 0; v the raw reply).

@@ -9,6 +9,8 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // presentScript reads a presented contract in the presenter's slot and,
@@ -56,9 +58,11 @@ return out
 // ("1"/"0"), burst, rate, period (gcra's), the KEYS index of the
 // global key index and of the attempt hash ("0": none), the attempt's
 // id, JSON and bound, then mint ("1"/"0": when no attempt record is
-// kept, the gate synthesis's MintForPair, outside Cluster mode), the
-// KEYS index of the new contract's key (the agent's live index, its
-// sequence, its owner index key and the global live index follow it),
+// kept, the gate synthesis's MintForPair), the KEYS index of the new
+// contract's key (the agent's live index and its sequence follow it,
+// then, outside Cluster mode, its owner index key and the global live
+// index; in Cluster mode, where they are other slots, the caller writes
+// them beside the script),
 // the agent, and mint's 14 arguments (mintFuncLua's A). Returns {id or
 // "", claimed (1/0), claim's reply (6), spent (1/0), gcra's reply (4),
 // attempt kept (1/0), minted (1/0), mint's reply (2)}.
@@ -93,7 +97,7 @@ if found == '' and code == 0 then
     local A = {}
     for i = 31, 44 do A[i - 30] = ARGV[i] end
     local r = mint({KEYS[m], KEYS[m + 1], KEYS[1], KEYS[m + 2], KEYS[m + 4]}, A)
-    if r[1] == 0 then redis.call('SET', KEYS[m + 3], ARGV[30], 'PXAT', A[8]) end
+    if r[1] == 0 and KEYS[m + 3] then redis.call('SET', KEYS[m + 3], ARGV[30], 'PXAT', A[8]) end
     out[15], out[16], out[17] = 1, r[1], r[2] or ''
   end
 end
@@ -187,11 +191,17 @@ func flag(b bool) string {
 
 // ResolvePair runs resolveScript in the agent's slot: one round trip
 // for the pair lookup, the claim, the gate's budget (req.Spend, when it
-// is this Client's) and the refusal's attempt record (outside Cluster
-// mode), plus one the first time this node decodes the contract found.
-// A Spend of another store is spent after it (store.GateMiss); in
-// Cluster mode the attempt record, kept in the gateway-wide slot, is
-// left to the caller (AttemptKept false).
+// is this Client's), the refusal's attempt record (outside Cluster
+// mode) or the synthesis's mint, plus one the first time this node
+// decodes the contract found. A Spend of another store is spent after
+// it (store.GateMiss); in Cluster mode the attempt record, kept in the
+// gateway-wide slot, is left to the caller (AttemptKept false), and a
+// mint's owner index and global live index (other slots) are written in
+// the same pipeline, beside the script, concurrently: their writes are
+// undone off the answer path (queued with the records) when the script
+// did not mint. So that a pair a live contract serves does not pay for
+// that, a node that saw a contract serve the pair (servedHint) leaves
+// the mint to the caller (MintForPair) instead.
 func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (store.PairResolution, error) {
 	claiming := req.Key != "" && (req.ClaimIfFound || req.ClaimIfMissing)
 	if claiming {
@@ -232,12 +242,18 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	}
 	mintArgs := []any{"0", 0, ""}
 	var mc mintCall
-	if req.Mint != nil && req.Attempt == nil && !p.c.cluster && !foreign {
+	var beside func(redis.Pipeliner) // Cluster: the mint's writes in other slots
+	if req.Mint != nil && req.Attempt == nil && !foreign && !p.contracts.servedHint(req.AgentID, req.Method, req.Path) {
 		var err error
 		if mc, err = p.contracts.mintCall(req.Mint, req.MintMode, true); err == nil {
 			mintArgs = []any{"1", len(keys) + 1, req.AgentID}
 			mintArgs = append(mintArgs, mc.args...)
-			keys = append(keys, mc.keys[0], mc.keys[1], mc.keys[3], p.contracts.ownerKey(req.Mint.SynthesisID), mc.keys[4])
+			keys = append(keys, mc.keys[0], mc.keys[1], mc.keys[3])
+			if p.c.cluster {
+				beside = p.contracts.besideMint(ctx, req.Mint, mc)
+			} else {
+				keys = append(keys, p.contracts.ownerKey(req.Mint.SynthesisID), mc.keys[4])
+			}
 		} else {
 			mc.keys = nil // left to the caller, whose MintForPair reports the error
 		}
@@ -258,7 +274,20 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	args = append(args, att...)
 	args = append(args, mintArgs...)
 	start := time.Now()
-	v, err := resolveScript.Run(ctx, p.c.rdb, keys, args...).Slice()
+	var v []any
+	var err error
+	if beside != nil {
+		var raw any
+		raw, err = p.c.pipeScript(ctx, resolveScript, keys, args, beside)
+		v, _ = raw.([]any)
+		if err != nil && len(v) > 16 && replyInt(v, 14) == 1 && replyInt(v, 15) == 0 {
+			// Minted, but its other slots' writes failed: the contract
+			// no request runs under (the answer is 503) is released.
+			_, _ = p.contracts.End(ctx, req.Mint, recipes.StateReleased)
+		}
+	} else {
+		v, err = resolveScript.Run(ctx, p.c.rdb, keys, args...).Slice()
+	}
 	if err = p.c.done(store.OpResolvePair, start, err); err != nil {
 		if claiming && mayHaveRun(err) {
 			p.idem.releaseLater(creq, token)
@@ -267,6 +296,12 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	}
 	if len(v) < 17 {
 		return store.PairResolution{}, fmt.Errorf("%w: resolve script returned %d values", store.ErrUnavailable, len(v))
+	}
+	if beside != nil && (replyInt(v, 14) != 1 || replyInt(v, 15) != 0) {
+		// Not minted (a contract served the pair, a replay, the budget,
+		// or the mint refused): its owner and global index writes are
+		// undone off the answer path.
+		_ = p.c.recs.add(queuedRecord{undo: p.contracts.unmint(req.Mint, mc)})
 	}
 	var out store.PairResolution
 	if replyInt(v, 1) == 1 {
@@ -294,6 +329,9 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 		m := &store.MintResult{State: mc.state}
 		if code := replyInt(v, 15); code == 0 {
 			p.contracts.cache.Set(req.Mint.SynthesisID, req.Mint, 1)
+			if mc.state == recipes.StateActive {
+				p.contracts.noteServed(req.AgentID, req.Method, req.Path, req.Mint.ExpiresAt, false)
+			}
 		} else {
 			m.State, m.Joined, m.Err = p.contracts.minted(ctx, req.Mint, []any{code, v[16]}, v)
 		}
@@ -308,7 +346,11 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 			return store.PairResolution{}, err
 		}
 		out.Contract = c
+		p.contracts.noteServed(req.AgentID, req.Method, req.Path, c.ExpiresAt, false)
 		return out, nil
+	}
+	if out.Minted == nil || out.Minted.State != recipes.StateActive || out.Minted.Joined != nil || out.Minted.Err != nil {
+		p.contracts.noteServed(req.AgentID, req.Method, req.Path, time.Time{}, true)
 	}
 	if foreign {
 		// A limiter of another store: spent after the round trip, and

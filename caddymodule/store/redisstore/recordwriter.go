@@ -40,7 +40,9 @@ const RecordBatchDelay = 2 * time.Millisecond
 var errRecordQueueFull = errors.New("the queue of records waiting for Redis is full")
 
 // queuedRecord is one record's writes, made at Retain, or, with attempt
-// set, one attempt record's (attempts.Add).
+// set, one attempt record's (attempts.AddLater), or, with undo set, the
+// undoing of a Cluster gate synthesis's owner and global index writes
+// whose script did not mint (presenter.ResolvePair).
 type queuedRecord struct {
 	key       string // P{r:AUDIT-ID}
 	raw       []byte // JSON of store.Record
@@ -49,6 +51,7 @@ type queuedRecord struct {
 	head      string // "AUDIT-ID KEPT-MS"
 	retention time.Duration
 	attempt   *queuedAttempt
+	undo      *queuedUndo // a gate synthesis's writes beside a script that did not mint
 }
 
 // queuedAttempt is an attempt record queued by attempts.Add: attemptScript's
@@ -255,6 +258,10 @@ func (w *recordWriter) writeQueued() error {
 					scripts = map[redis.Cmder]*queuedAttempt{}
 				}
 				scripts[attemptScript.EvalSha(ctx, p, a.keys, a.id, a.raw, a.size)] = a
+				continue
+			}
+			if q.undo != nil {
+				q.undo.write(ctx, p)
 				continue
 			}
 			p.Set(ctx, q.key, q.raw, q.retention)

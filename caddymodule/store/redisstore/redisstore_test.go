@@ -20,6 +20,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/storetest"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
 var prefixes atomic.Int64
@@ -731,5 +732,110 @@ func TestCompleteReplyLost(t *testing.T) {
 	}
 	if err := lost.Claim.Complete(ctx, idempotency.Response{Status: 200}); !errors.Is(err, store.ErrClaimLost) {
 		t.Fatalf("Complete after Redis lost the claim: %v, want ErrClaimLost", err)
+	}
+}
+
+// TestResolvePairClusterMint: in Cluster mode a gate synthesis is one
+// round trip: ResolvePair mints in the agent's slot and writes the
+// owner index and the global live index (other slots) in the same
+// pipeline; where its script does not mint (the pair is served), those
+// writes are undone off the answer path; a node that saw the pair
+// served sends none.
+func TestResolvePairClusterMint(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	f := storetest.NewFixture(t)
+	cnt := &counter{ops: map[store.Op]int{}}
+	node := func(obs store.Observer) (*Client, store.Set) {
+		c, err := New(context.Background(), Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "m:", Observer: obs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		set, err := c.Set(store.Limits{}, f.Restorer(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, set
+	}
+	a, setA := node(cnt)
+	b, setB := node(nil)
+	if !setA.FoldsGate {
+		t.Fatal("FoldsGate false in Cluster mode")
+	}
+	ctx := context.Background()
+	const agent = "agent-a"
+	resolve := func(set store.Set, c *recipes.Contract) store.PairResolution {
+		t.Helper()
+		r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/trip", Mint: c, MintMode: store.ModeOptimistic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	listed := func() []string {
+		t.Helper()
+		all, err := setB.Contracts.List(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, c := range all {
+			ids = append(ids, c.SynthesisID)
+		}
+		return ids
+	}
+
+	c := f.Contract(t, time.Now(), agent, "/trip", recipes.OriginGate, time.Hour)
+	cnt.take() // New's PING
+	r := resolve(setA, c)
+	if r.Minted == nil || r.Minted.Err != nil || r.Minted.Joined != nil || r.Minted.State != recipes.StateActive || r.Contract != nil {
+		t.Fatalf("synthesis: %+v minted %+v", r, r.Minted)
+	}
+	if got := cnt.take(); fmt.Sprint(got) != fmt.Sprint(map[store.Op]int{store.OpResolvePair: 1}) {
+		t.Fatalf("synthesis round trips %v, want one resolve_pair", got)
+	}
+	if got, res, err := setB.Contracts.Lookup(ctx, "agent-b", c.SynthesisID); err != nil || res != recipes.LookupFound || got.OriginatingAgentID != agent {
+		t.Fatalf("the minted contract by id from another agent (its owner index): %v %d %v", got, res, err)
+	}
+	if ids := listed(); fmt.Sprint(ids) != fmt.Sprint([]string{c.SynthesisID}) {
+		t.Fatalf("global live index %v, want [%s]", ids, c.SynthesisID)
+	}
+
+	// Node b has not seen the pair served: it sends the writes, the
+	// script finds c, and the writes are undone.
+	d := f.Contract(t, time.Now(), agent, "/trip", recipes.OriginGate, time.Hour)
+	if r := resolve(setB, d); r.Contract == nil || r.Contract.SynthesisID != c.SynthesisID || r.Minted != nil {
+		t.Fatalf("pair served on node b: %+v", r)
+	}
+	if err := b.recs.wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.rdb.Exists(ctx, "m:{o:"+d.SynthesisID+"}").Result(); err != nil || n != 0 {
+		t.Fatalf("the owner index of a contract not minted: %d %v", n, err)
+	}
+	if ids := listed(); fmt.Sprint(ids) != fmt.Sprint([]string{c.SynthesisID}) {
+		t.Fatalf("global live index %v after a pair served, want [%s]", ids, c.SynthesisID)
+	}
+	if n, err := setB.Contracts.Len(ctx); err != nil || n != 1 {
+		t.Fatalf("Len = %d %v, want 1", n, err)
+	}
+
+	// Node a minted for the pair: it sends nothing beside the script.
+	setA.Contracts.(*contracts).served.Wait() // the hint's Set is buffered
+	a.recs.mu.Lock()
+	queued := a.recs.queued
+	a.recs.mu.Unlock()
+	e := f.Contract(t, time.Now(), agent, "/trip", recipes.OriginGate, time.Hour)
+	if r := resolve(setA, e); r.Contract == nil || r.Contract.SynthesisID != c.SynthesisID || r.Minted != nil {
+		t.Fatalf("pair served on node a: %+v", r)
+	}
+	a.recs.mu.Lock()
+	after := a.recs.queued
+	a.recs.mu.Unlock()
+	if after != queued {
+		t.Fatalf("node a queued %d undo writes for a pair it saw served", after-queued)
+	}
+	if n, err := a.rdb.Exists(ctx, "m:{o:"+e.SynthesisID+"}").Result(); err != nil || n != 0 {
+		t.Fatalf("owner index written for a pair node a saw served: %d %v", n, err)
 	}
 }
