@@ -14,7 +14,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/mcpdoor"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
@@ -33,8 +35,13 @@ import (
 // returns the handler and the door's URL.
 func mcpGateway(t testing.TB, adjust ...func(*Handler)) (*Handler, string) {
 	t.Helper()
-	up := benchUpstream(t)
-	h := benchHandlerWith(t, up.URL, false, "", "", append([]func(*Handler){func(h *Handler) { h.MCP = &mcpdoor.Config{} }}, adjust...)...)
+	return mcpGatewayTo(t, benchUpstream(t).URL, adjust...)
+}
+
+// mcpGatewayTo is mcpGateway in front of the upstream at up.
+func mcpGatewayTo(t testing.TB, up string, adjust ...func(*Handler)) (*Handler, string) {
+	t.Helper()
+	h := benchHandlerWith(t, up, false, "", "", append([]func(*Handler){func(h *Handler) { h.MCP = &mcpdoor.Config{} }}, adjust...)...)
 	srv := loopbackServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), w, benchServer)
 		if err := h.ServeHTTP(w, r, notFound); err != nil {
@@ -466,5 +473,65 @@ func TestMCPKeyedRepeatRedis(t *testing.T) {
 		if err != nil || res.IsError || res.Meta[mcpdoor.MCPMetaIdempotentReplayed] != true {
 			t.Fatalf("keyed repeat %d as soon as its result arrived: %v %+v", i, err, res)
 		}
+	}
+}
+
+// TestMCPKeyedAnswerBesideStall: over the MCP door on the Redis store,
+// a keyed tools/call whose upstream answers while Redis holds every
+// byte (after the claim) gets its result without waiting for its answer
+// to be stored (the read timeout); once Redis answers again, its repeat
+// replays it, and the upstream ran once.
+func TestMCPKeyedAnswerBesideStall(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	var hits atomic.Int64
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.PathValue("id") == "held" {
+			arrived <- struct{}{}
+			<-release
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": r.PathValue("id"), "name": "item", "price": 1})
+	})
+	const readTimeout = 4 * time.Second
+	_, url := mcpGatewayTo(t, loopbackServer(t, mux).URL, func(h *Handler) {
+		h.Store = StoreRedis
+		h.Redis = &RedisConfig{Addresses: []string{proxy.Addr()}, KeyPrefix: "mcp:",
+			ReadTimeout: caddy.Duration(readTimeout), WriteTimeout: caddy.Duration(readTimeout)}
+	})
+	s := mcpClient(t, url, map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read"})
+	ctx := context.Background()
+	call := func() (*mcp.CallToolResult, error) {
+		return s.CallTool(ctx, &mcp.CallToolParams{Name: "fetch_item", Arguments: map[string]any{"item_id": "held"},
+			Meta: mcp.Meta{mcpdoor.MCPMetaIdempotencyKey: "mcp-stall"}})
+	}
+	type result struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { res, err := call(); done <- result{res, err} }()
+	<-arrived // claimed: the plan runs
+	proxy.Hold(true, true)
+	start := time.Now()
+	close(release)
+	got := <-done
+	waited := time.Since(start)
+	proxy.Release()
+	if got.err != nil || got.res.IsError || got.res.Meta[mcpdoor.MCPMetaIdempotentReplayed] == true {
+		t.Fatalf("keyed tools/call while Redis holds: %v %+v", got.err, got.res)
+	}
+	if waited >= readTimeout/2 {
+		t.Fatalf("the result waited %v with Redis holding its bytes: it waited for its answer to be stored (read timeout %v)", waited, readTimeout)
+	}
+	res, err := call()
+	if err != nil || res.IsError || res.Meta[mcpdoor.MCPMetaIdempotentReplayed] != true {
+		t.Fatalf("repeat once Redis answers: %v %+v", err, res)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Fatalf("%d upstream calls, want 1", n)
 	}
 }

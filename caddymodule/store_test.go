@@ -1083,32 +1083,66 @@ func TestKeyedRepeatOtherNode(t *testing.T) {
 	if a.h.redis == b.h.redis {
 		t.Fatal("the two nodes share one Redis client: not two nodes")
 	}
-	const n = 40
-	for i := 0; i < n; i++ {
-		key := "other-" + strconv.Itoa(i)
-		if r := a.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", key); r.status != 200 {
-			t.Fatalf("keyed Tier B %d: %s", i, r)
+	t.Run("tier-b", func(t *testing.T) {
+		start := hits.Load()
+		const n = 40
+		for i := 0; i < n; i++ {
+			key := "other-" + strconv.Itoa(i)
+			if r := a.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", key); r.status != 200 {
+				t.Fatalf("keyed Tier B %d: %s", i, r)
+			}
+			if r := b.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", key); r.status != 200 || r.hdr("Idempotent-Replayed") != "true" {
+				t.Fatalf("a repeat on the other node as soon as answer %d arrived: %s (replayed %q)", i, r, r.hdr("Idempotent-Replayed"))
+			}
 		}
-		if r := b.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", key); r.status != 200 || r.hdr("Idempotent-Replayed") != "true" {
-			t.Fatalf("a repeat on the other node as soon as answer %d arrived: %s (replayed %q)", i, r, r.hdr("Idempotent-Replayed"))
+		if got := hits.Load() - start; got != n {
+			t.Fatalf("%d upstream calls for %d keys", got, n)
 		}
-	}
-	if got := hits.Load(); got != n {
-		t.Fatalf("%d upstream calls for %d keys", got, n)
-	}
+	})
 
-	ca, cb := node("node-c", 5, engine.ModeConfirmFirst), node("node-d", 6, engine.ModeConfirmFirst)
-	for i := 0; i < 20; i++ {
-		key, path := "confirm-"+strconv.Itoa(i), "/item/cf"+strconv.Itoa(i)
-		gate := ca.do(t, "LOOKUP", path, itemInput, "Allow-RCNS", "true", "Idempotency-Key", key)
-		if gate.status != 461 {
-			t.Fatalf("gate %d: %s", i, gate)
+	t.Run("confirm-first", func(t *testing.T) {
+		start := hits.Load()
+		ca, cb := node("node-c", 5, engine.ModeConfirmFirst), node("node-d", 6, engine.ModeConfirmFirst)
+		for i := 0; i < 20; i++ {
+			key, path := "confirm-"+strconv.Itoa(i), "/item/cf"+strconv.Itoa(i)
+			gate := ca.do(t, "LOOKUP", path, itemInput, "Allow-RCNS", "true", "Idempotency-Key", key)
+			if gate.status != 461 {
+				t.Fatalf("gate %d: %s", i, gate)
+			}
+			if p := cb.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", gate.str("synthesis_id"), "Idempotency-Key", key); p.status != 200 || p.hdr("Idempotent-Replayed") == "true" {
+				t.Fatalf("confirmation %d on the other node as soon as its 461 arrived: %s (replayed %q)", i, p, p.hdr("Idempotent-Replayed"))
+			}
 		}
-		if p := cb.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", gate.str("synthesis_id"), "Idempotency-Key", key); p.status != 200 || p.hdr("Idempotent-Replayed") == "true" {
-			t.Fatalf("confirmation %d on the other node as soon as its 461 arrived: %s (replayed %q)", i, p, p.hdr("Idempotent-Replayed"))
+		if got := hits.Load() - start; got != 20 {
+			t.Fatalf("%d upstream calls, want 20", got)
 		}
-	}
-	if got := hits.Load(); got != n+20 {
-		t.Fatalf("%d upstream calls, want %d", got, n+20)
-	}
+	})
+
+	// The gate path: a keyed synthesis repeated on the other node as
+	// soon as its 263 arrived replays it (ResolvePair finds the key in
+	// flight, then claims once more); a keyed refusal's repeat, whose
+	// claim is released beside its 464, is refused again, not 409.
+	t.Run("gate", func(t *testing.T) {
+		start := hits.Load()
+		for i := 0; i < 20; i++ {
+			key, path := "gate-"+strconv.Itoa(i), "/item/gs"+strconv.Itoa(i)
+			gate := a.do(t, "LOOKUP", path, itemInput, "Allow-RCNS", "true", "Idempotency-Key", key)
+			if gate.status != 263 {
+				t.Fatalf("keyed gate synthesis %d: %s", i, gate)
+			}
+			if r := b.do(t, "LOOKUP", path, itemInput, "Allow-RCNS", "true", "Idempotency-Key", key); r.status != 263 || r.hdr("Idempotent-Replayed") != "true" || r.str("synthesis_id") != gate.str("synthesis_id") {
+				t.Fatalf("synthesis %d repeated on the other node as soon as its 263 arrived: %s (replayed %q)", i, r, r.hdr("Idempotent-Replayed"))
+			}
+			key = "refused-" + strconv.Itoa(i)
+			if r := a.do(t, "LOOKUP", "/nothing", nil, "Allow-RCNS", "true", "Idempotency-Key", key); r.status != 464 {
+				t.Fatalf("keyed gate refusal %d: %s", i, r)
+			}
+			if r := b.do(t, "LOOKUP", "/nothing", nil, "Allow-RCNS", "true", "Idempotency-Key", key); r.status != 464 {
+				t.Fatalf("refusal %d repeated on the other node as soon as its 464 arrived: %s", i, r)
+			}
+		}
+		if got := hits.Load() - start; got != 20 {
+			t.Fatalf("%d upstream calls, want 20 (one per synthesis)", got)
+		}
+	})
 }
