@@ -285,6 +285,9 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 	start := time.Now()
 	v, err := s.c.pipeScript(ctx, mintScript, m.keys, m.args, s.besideMint(ctx, c, m))
 	if err = s.c.done(store.OpContractMint, start, err); err != nil {
+		if res, _ := v.([]any); replyInt(res, 0) == 0 && len(res) > 0 {
+			s.releaseLater(c)
+		}
 		return "", nil, err
 	}
 	res, _ := v.([]any)
@@ -304,6 +307,17 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 	})
 	_ = s.c.done(store.OpContractUpdate, start, uerr)
 	return s.minted(ctx, c, res, v)
+}
+
+// releaseLater releases c, minted by a script whose other writes (its
+// owner index, the global live index) failed, so that its request, which
+// answers 503, leaves no contract that is not found by id to run under:
+// in the background until Redis takes it, at most until c expires.
+func (s *contracts) releaseLater(c *recipes.Contract) {
+	s.c.background(time.Until(c.ExpiresAt), 0, func(ctx context.Context) error {
+		_, err := s.End(ctx, c, recipes.StateReleased)
+		return err
+	})
 }
 
 // queuedUndo is the undoing of besideMint's writes for a contract its
@@ -660,12 +674,38 @@ func (s *contracts) Len(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
-// pipeScript runs script in a pipeline with the commands extra adds, in
-// one round trip (in Cluster mode, one per node, concurrently), and
-// returns the script's reply. A script Redis does not know (NOSCRIPT:
-// restarted, failed over) is sent again as EVAL; the other commands ran
-// already. The error is the script's, else the first other one.
+// pipeScript runs script and the commands extra adds in one round trip
+// and returns the script's reply. Outside Cluster mode they go in one
+// pipeline. In Cluster mode, where they are different nodes, the script
+// (Script.Run: EVALSHA, then EVAL on NOSCRIPT) and the other commands
+// (a pipeline) are sent concurrently as two calls: go-redis's Cluster
+// pipeline, once one node fails, retries that node's commands after a
+// backoff and, when the context ends first, sets that error on every
+// command of the pipeline, so a script that ran would read as failed.
+// A script Redis does not know (NOSCRIPT: restarted, failed over) is
+// sent again as EVAL; the other commands ran already. The error is the
+// script's, else the first other one, with the script's reply: a
+// caller undoes what the script did when the other commands failed.
 func (c *Client) pipeScript(ctx context.Context, script *redis.Script, keys []string, args []any, extra func(redis.Pipeliner)) (any, error) {
+	if c.cluster {
+		others := make(chan error, 1)
+		go func() {
+			_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				extra(p)
+				return nil
+			})
+			others <- err
+		}()
+		v, err := script.Run(ctx, c.rdb, keys, args...).Result()
+		oerr := <-others
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		if oerr != nil && !errors.Is(oerr, redis.Nil) {
+			return v, oerr
+		}
+		return v, nil
+	}
 	var sc *redis.Cmd
 	cmds, _ := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		sc = script.EvalSha(ctx, p, keys, args...)

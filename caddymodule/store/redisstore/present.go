@@ -283,7 +283,7 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 		if err != nil && len(v) > 16 && replyInt(v, 14) == 1 && replyInt(v, 15) == 0 {
 			// Minted, but its other slots' writes failed: the contract
 			// no request runs under (the answer is 503) is released.
-			_, _ = p.contracts.End(ctx, req.Mint, recipes.StateReleased)
+			p.contracts.releaseLater(req.Mint)
 		}
 	} else {
 		v, err = resolveScript.Run(ctx, p.c.rdb, keys, args...).Slice()

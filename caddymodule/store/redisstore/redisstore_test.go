@@ -839,3 +839,120 @@ func TestResolvePairClusterMint(t *testing.T) {
 		t.Fatalf("owner index written for a pair node a saw served: %d %v", n, err)
 	}
 }
+
+// TestResolvePairClusterMintStalled: in Cluster mode, a gate synthesis
+// whose owner index node does not answer (SIGSTOP) while the agent's
+// slot mints fails with store.ErrUnavailable within the timeouts; its
+// claim is released and the contract it minted is released once that
+// node answers again, so no request runs under a contract whose answer
+// was 503, and the key executes on its next claim. MintForPair, the
+// same.
+func TestResolvePairClusterMintStalled(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	f := storetest.NewFixture(t)
+	const timeout = 300 * time.Millisecond
+	c, err := New(context.Background(), Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "s:",
+		ReadTimeout: timeout, WriteTimeout: timeout, DialTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	set, err := c.Set(store.Limits{}, f.Restorer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cc := c.rdb.(*redis.ClusterClient)
+	nodeOf := func(key string) *redistest.Server {
+		t.Helper()
+		m, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range cl.Nodes {
+			if n.Addr() == m.Options().Addr {
+				return n
+			}
+		}
+		t.Fatalf("no node serves %s (%s)", key, m.Options().Addr)
+		return nil
+	}
+	const agent = "agent-s"
+	own := nodeOf(c.agentKey(agent, "cz"))
+	var m *recipes.Contract
+	for range 1000 {
+		m = f.Contract(t, time.Now(), agent, "/stall", recipes.OriginGate, time.Hour)
+		if nodeOf("s:{o:"+m.SynthesisID+"}") != own {
+			break
+		}
+	}
+	other := nodeOf("s:{o:" + m.SynthesisID + "}")
+	if other == own {
+		t.Fatal("no synthesis id found with its owner index on another node")
+	}
+	// The agent's node knows the script (EVALSHA; a NOSCRIPT would be
+	// retried with EVAL after the pipeline's timeout, on a spent context).
+	if _, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/warm"}); err != nil {
+		t.Fatal(err)
+	}
+	req := store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/stall", Key: "stalled", Fingerprint: "fp",
+		ClaimIfFound: true, ClaimIfMissing: true, Mint: m, MintMode: store.ModeOptimistic}
+	other.Pause()
+	_, err = set.Presenter.ResolvePair(ctx, req)
+	other.Resume()
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("ResolvePair with the owner index's node stopped: %v, want store.ErrUnavailable", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := set.Contracts.State(ctx, m)
+		if err == nil && st == recipes.StateReleased {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the contract minted for a 503 is %q (%v), want released", st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got, err := set.Contracts.ActiveFor(ctx, agent, "BOOK", "/stall"); err != nil || got != nil {
+		t.Fatalf("the pair is served by %v (%v) after a 503", got, err)
+	}
+	for {
+		got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agent, Key: "stalled", Fingerprint: "fp"})
+		if err == nil && got.Outcome == idempotency.Execute {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the key of a 503: %v %v, want it to execute", got.Outcome, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// MintForPair (the mint after a miss on a node that saw the pair
+	// served) with its owner index's node stopped: the same.
+	m2 := m
+	for range 1000 {
+		m2 = f.Contract(t, time.Now(), agent, "/stall2", recipes.OriginGate, time.Hour)
+		if nodeOf("s:{o:"+m2.SynthesisID+"}") != own {
+			break
+		}
+	}
+	other = nodeOf("s:{o:" + m2.SynthesisID + "}")
+	other.Pause()
+	_, _, err = set.Contracts.MintForPair(ctx, m2, store.ModeOptimistic)
+	other.Resume()
+	if !errors.Is(err, store.ErrUnavailable) || other == own {
+		t.Fatalf("MintForPair with the owner index's node stopped: %v, want store.ErrUnavailable", err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		st, err := set.Contracts.State(ctx, m2)
+		if err == nil && st == recipes.StateReleased {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the contract MintForPair minted for a 503 is %q (%v), want released", st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
