@@ -156,6 +156,7 @@ func (p *pooledRedis) AwaitSettling(ctx context.Context, agent, key string) {
 	if done == nil {
 		return
 	}
+	p.client.Hurry() // its store may be gathered into the next batch
 	select {
 	case <-done:
 	case <-ctx.Done():

@@ -313,14 +313,17 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 			// A 461 preview is stored before it goes out: its
 			// confirmation, the expected next call, may come at once to
 			// any node.
-			complete := completer(x.h, x.claim, resp, context.WithoutCancel(x.ctx()), x.log().With(zap.String("agent_id", x.agentID)))
-			if p := x.h.shared; p == nil || x.idemKey == "" || resp.Previewed != "" || !p.SettleLater(x.idemAgent, x.idemKey, len(raw), complete) {
-				complete()
+			// Beside the answer the store may gather the call with
+			// others into one round trip (store.OffAnswerPath).
+			ctx, log := context.WithoutCancel(x.ctx()), x.log().With(zap.String("agent_id", x.agentID))
+			if p := x.h.shared; p == nil || x.idemKey == "" || resp.Previewed != "" ||
+				!p.SettleLater(x.idemAgent, x.idemKey, len(raw), completer(x.h, x.claim, resp, store.OffAnswerPath(ctx), log)) {
+				completer(x.h, x.claim, resp, ctx, log)()
 			}
 		} else {
-			release := releaser(x.h, x.claim, context.WithoutCancel(x.ctx()), x.log().With(zap.String("agent_id", x.agentID)))
-			if p := x.h.shared; p == nil || x.idemKey == "" || !p.SettleLater(x.idemAgent, x.idemKey, 0, release) {
-				release()
+			ctx, log := context.WithoutCancel(x.ctx()), x.log().With(zap.String("agent_id", x.agentID))
+			if p := x.h.shared; p == nil || x.idemKey == "" || !p.SettleLater(x.idemAgent, x.idemKey, 0, releaser(x.h, x.claim, store.OffAnswerPath(ctx), log)) {
+				releaser(x.h, x.claim, ctx, log)()
 			}
 		}
 	}

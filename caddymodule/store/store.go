@@ -258,6 +258,25 @@ type Attempts interface {
 	Len(ctx context.Context) (int, error)
 }
 
+// offAnswerPath is the context key of OffAnswerPath.
+type offAnswerPath struct{}
+
+// OffAnswerPath marks ctx as a call made after its answer went out (a
+// settle: engine.SharedStore.SettleLater). A store may then gather the
+// call with others into one round trip (the Redis store: with the
+// records of its record writer, at most RecordBatchDelay later), trading
+// a little of the call's latency, which no answer waits for, for the
+// syscalls of a round trip of its own.
+func OffAnswerPath(ctx context.Context) context.Context {
+	return context.WithValue(ctx, offAnswerPath{}, true)
+}
+
+// IsOffAnswerPath reports whether ctx was marked by OffAnswerPath.
+func IsOffAnswerPath(ctx context.Context) bool {
+	v, _ := ctx.Value(offAnswerPath{}).(bool)
+	return v
+}
+
 // AttemptsLater is implemented by an Attempts that can keep a record
 // off the answer path (the Redis store: queued with the
 // Attribution-Records, written within a few milliseconds in a batch).

@@ -518,6 +518,10 @@ func (c *claim) end() {
 	c.s.c.live.Delete(c.token)
 }
 
+// Complete stores resp for replay: completeScript, fenced by the claim's
+// token. Called off the answer path (store.OffAnswerPath, a settle), it
+// is gathered with the records and other settles into one batch of the
+// record writer (Client.run).
 func (c *claim) Complete(ctx context.Context, resp idempotency.Response) error {
 	c.end()
 	if c.settled {
@@ -531,7 +535,7 @@ func (c *claim) Complete(ctx context.Context, resp idempotency.Response) error {
 	}
 	previewed, contract := resp.Previewed, resp.Contract.SynthesisID
 	start := time.Now()
-	n, err := completeScript.Run(ctx, c.s.c.rdb, keys, c.s.c.nowMS(), c.token, c.s.limits.Window.Milliseconds(),
+	n, err := c.s.c.run(ctx, completeScript, keys, c.s.c.nowMS(), c.token, c.s.limits.Window.Milliseconds(),
 		raw, resp.Status, previewed, contract, member, global).Int()
 	err = c.s.c.done(store.OpComplete, start, err)
 	c.settled = err == nil
@@ -541,6 +545,8 @@ func (c *claim) Complete(ctx context.Context, resp idempotency.Response) error {
 	return err
 }
 
+// Abandon releases the key: abandonScript, fenced by the token; off the
+// answer path, gathered as Complete is.
 func (c *claim) Abandon(ctx context.Context) error {
 	c.end()
 	if c.settled {
@@ -548,7 +554,7 @@ func (c *claim) Abandon(ctx context.Context) error {
 	}
 	keys, member, global := c.s.keys(c.agent, c.key)
 	start := time.Now()
-	_, err := abandonScript.Run(ctx, c.s.c.rdb, keys, c.s.c.nowMS(), c.token, member, global).Result()
+	_, err := c.s.c.run(ctx, abandonScript, keys, c.s.c.nowMS(), c.token, member, global).Result()
 	err = c.s.c.done(store.OpAbandon, start, err)
 	c.settled = err == nil
 	return err

@@ -39,10 +39,11 @@ const RecordBatchDelay = 2 * time.Millisecond
 // MaxQueuedRecords.
 var errRecordQueueFull = errors.New("the queue of records waiting for Redis is full")
 
-// queuedRecord is one record's writes, made at Retain, or, with attempt
-// set, one attempt record's (attempts.AddLater), or, with undo set, the
-// undoing of a Cluster gate synthesis's owner and global index writes
-// whose script did not mint (presenter.ResolvePair).
+// queuedRecord is one record's writes, made at Retain, or, with call
+// set, one script call (an attempt record's, attempts.AddLater; a
+// settle's, recordWriter.call), or, with undo set, the undoing of a
+// Cluster gate synthesis's owner and global index writes whose script
+// did not mint (presenter.ResolvePair).
 type queuedRecord struct {
 	key       string // P{r:AUDIT-ID}
 	raw       []byte // JSON of store.Record
@@ -50,17 +51,31 @@ type queuedRecord struct {
 	node      string
 	head      string // "AUDIT-ID KEPT-MS"
 	retention time.Duration
-	attempt   *queuedAttempt
+	call      *queuedCall
 	undo      *queuedUndo // a gate synthesis's writes beside a script that did not mint
 }
 
-// queuedAttempt is an attempt record queued by attempts.Add: attemptScript's
-// keys and arguments.
-type queuedAttempt struct {
-	keys []string // P{g}:att, P{g}:atto
-	id   string
-	raw  []byte // JSON of store.Attempt
-	size int    // the bound (store.Limits.Attempts)
+// queuedCall is a script call written with a batch: EVALSHA in the
+// pipeline, run again with Script.Run when Redis did not know the
+// script (NOSCRIPT: before it was loaded, or after a restart or SCRIPT
+// FLUSH). With done set, its reply (val, err) is delivered by closing
+// done, and the caller counts its own op; without, it is counted with
+// the batch (op record), as an attempt record is.
+type queuedCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	done   chan struct{}
+	val    any
+	err    error
+}
+
+// deliver sets q's reply and wakes its caller.
+func (q *queuedCall) deliver(val any, err error) {
+	if q.done != nil {
+		q.val, q.err = val, err
+		close(q.done)
+	}
 }
 
 // recordWriter writes retained Attribution-Records to Redis off the
@@ -151,6 +166,11 @@ func (w *recordWriter) add(q queuedRecord) error {
 	return nil
 }
 
+// Hurry has the record writer write its batch now instead of waiting
+// RecordBatchDelay for more: for a caller that waits for a settle
+// gathered into it (store.OffAnswerPath).
+func (c *Client) Hurry() { c.recs.hurry() }
+
 // hurry ends the writer's current wait for more records (gather).
 func (w *recordWriter) hurry() {
 	select {
@@ -210,6 +230,11 @@ func (w *recordWriter) drain() {
 		if err := w.writeQueued(); err != nil {
 			w.mu.Lock()
 			n := len(w.queue)
+			for _, q := range w.queue {
+				if q.call != nil {
+					q.call.deliver(nil, store.ErrUnavailable)
+				}
+			}
 			w.queue = nil
 			w.written += uint64(n)
 			close(w.flushed)
@@ -250,14 +275,16 @@ func (w *recordWriter) writeQueued() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.WriteTimeout+w.c.cfg.ReadTimeout)
 	start := time.Now()
-	var scripts map[redis.Cmder]*queuedAttempt
-	cmds, err := w.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var calls map[redis.Cmder]*queuedCall
+	counted := false // the batch holds writes counted as op record
+	cmds, _ := w.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, q := range batch {
-			if a := q.attempt; a != nil {
-				if scripts == nil {
-					scripts = map[redis.Cmder]*queuedAttempt{}
+			counted = counted || q.call == nil || q.call.done == nil
+			if q.call != nil {
+				if calls == nil {
+					calls = map[redis.Cmder]*queuedCall{}
 				}
-				scripts[attemptScript.EvalSha(ctx, p, a.keys, a.id, a.raw, a.size)] = a
+				calls[q.call.script.EvalSha(ctx, p, q.call.keys, q.call.args...)] = q.call
 				continue
 			}
 			if q.undo != nil {
@@ -270,11 +297,13 @@ func (w *recordWriter) writeQueued() error {
 		}
 		return nil
 	})
-	if err != nil && scripts != nil {
-		err = rerunUnloaded(ctx, w.c.rdb, cmds, scripts)
-	}
+	err := settleBatch(ctx, w.c.rdb, cmds, calls)
 	cancel()
-	err = w.c.done(store.OpRecord, start, err)
+	if counted {
+		err = w.c.done(store.OpRecord, start, err)
+	} else {
+		err = nil
+	}
 	w.mu.Lock()
 	w.written += uint64(len(batch))
 	close(w.flushed)
@@ -283,25 +312,70 @@ func (w *recordWriter) writeQueued() error {
 	return err
 }
 
-// rerunUnloaded is a batch's error once the attempt scripts Redis did
-// not know (NOSCRIPT: EVALSHA before the script was loaded, or after a
-// restart or SCRIPT FLUSH) ran again with Script.Run, which loads it:
-// the first other error, or nil.
-func rerunUnloaded(ctx context.Context, rdb redis.Scripter, cmds []redis.Cmder, scripts map[redis.Cmder]*queuedAttempt) error {
+// settleBatch runs again the calls Redis did not know (NOSCRIPT), with
+// Script.Run, which loads the script, delivers each call's reply, and
+// returns the first error among the batch's writes counted as op record
+// (its records, undos and calls without a waiter), or nil.
+func settleBatch(ctx context.Context, rdb redis.Scripter, cmds []redis.Cmder, calls map[redis.Cmder]*queuedCall) error {
 	var first error
 	for _, cmd := range cmds {
-		err := cmd.Err()
-		if err == nil || errors.Is(err, redis.Nil) {
-			continue
+		val, err := any(nil), cmd.Err()
+		q := calls[cmd]
+		if q != nil {
+			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				cmd = q.script.Run(ctx, rdb, q.keys, q.args...)
+				err = cmd.Err()
+			}
+			if c, ok := cmd.(*redis.Cmd); ok {
+				val = c.Val()
+			}
+			q.deliver(val, err)
+			if q.done != nil {
+				continue
+			}
 		}
-		if a, ok := scripts[cmd]; ok && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			err = attemptScript.Run(ctx, rdb, a.keys, a.id, a.raw, a.size).Err()
-		}
-		if err != nil && first == nil {
+		if err != nil && !errors.Is(err, redis.Nil) && first == nil {
 			first = err
 		}
 	}
 	return first
+}
+
+// run runs script: gathered into the record writer's next batch when ctx
+// is marked store.OffAnswerPath (recordWriter.call), else at once
+// (Script.Run). The reply is a *redis.Cmd either way.
+func (c *Client) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if !store.IsOffAnswerPath(ctx) {
+		return script.Run(ctx, c.rdb, keys, args...)
+	}
+	cmd := redis.NewCmd(ctx)
+	val, err := c.recs.call(ctx, script, keys, args...)
+	if err != nil {
+		cmd.SetErr(err)
+	} else {
+		cmd.SetVal(val)
+	}
+	return cmd
+}
+
+// call gathers a script call into the next batch (a settle off the
+// answer path: store.OffAnswerPath) and returns its reply once that
+// batch is written: the write and read syscalls of one round trip
+// shared by every call and record of the batch. It fails
+// (store.ErrUnavailable) when the queue stays full for the timeouts or
+// the Client closed, without running the script, and returns ctx's
+// error if ctx ends first (the script may still run).
+func (w *recordWriter) call(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	q := &queuedCall{script: script, keys: keys, args: args, done: make(chan struct{})}
+	if err := w.add(queuedRecord{call: q}); err != nil {
+		return nil, err
+	}
+	select {
+	case <-q.done:
+		return q.val, q.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // wait returns once every record queued before the call is written or

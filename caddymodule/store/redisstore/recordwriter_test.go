@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 )
 
 // TestRecordWriter: records retained off the answer path (recordWriter)
@@ -293,5 +294,93 @@ func TestAttemptAddLater(t *testing.T) {
 	}
 	if _, _, err := a.Attempts.Get(ctx, "rcns-later-down"); !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Get while Redis is down: %v", err)
+	}
+}
+
+// TestSettlesGathered: Complete and Abandon called off the answer path
+// (store.OffAnswerPath) go through the record writer, gathered with the
+// records into its batches, and take effect (a repeat replays, a
+// released key executes again); called on the answer path they do not.
+// While Redis is down they fail (store.ErrUnavailable) instead of
+// hanging, and once the Client closes they are refused at once.
+func TestSettlesGathered(t *testing.T) {
+	srv := redistest.StartServer(t)
+	c, set := newSet(t, Config{Addrs: []string{srv.Addr()}, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	off := store.OffAnswerPath(ctx)
+	queued := func() uint64 {
+		c.recs.mu.Lock()
+		defer c.recs.mu.Unlock()
+		return c.recs.queued
+	}
+	claim := func(key string) store.Claim {
+		t.Helper()
+		got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: key, Fingerprint: "fp"})
+		if err != nil || got.Outcome != idempotency.Execute {
+			t.Fatalf("claim %s: %v %v", key, got.Outcome, err)
+		}
+		return got.Claim
+	}
+	const n = 20
+	claims := make([]store.Claim, n)
+	for i := range claims {
+		claims[i] = claim(fmt.Sprintf("k%d", i))
+	}
+	before := queued()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i, cl := range claims {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i%2 == 0 {
+				errs <- cl.Complete(off, idempotency.Response{Status: 200, Body: []byte(fmt.Sprintf(`{"i":%d}`, i))})
+			} else {
+				errs <- cl.Abandon(off)
+			}
+			_ = set.Records.Retain(ctx, store.Record{AuditID: fmt.Sprintf("%064d", i), AgentID: "a", NodeID: "n"})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := queued() - before; got != 2*n {
+		t.Fatalf("%d writes went through the record writer, want %d (%d settles and %d records)", got, 2*n, n, n)
+	}
+	for i := range claims {
+		got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: fmt.Sprintf("k%d", i), Fingerprint: "fp"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 && (got.Outcome != idempotency.Replay || string(got.Response.Body) != fmt.Sprintf(`{"i":%d}`, i)) {
+			t.Fatalf("key %d completed off the answer path: %v %q", i, got.Outcome, got.Response.Body)
+		}
+		if i%2 == 1 && got.Outcome != idempotency.Execute {
+			t.Fatalf("key %d abandoned off the answer path: %v", i, got.Outcome)
+		}
+	}
+
+	// On the answer path: at once, not through the writer.
+	cl := claim("direct")
+	before = queued()
+	if err := cl.Complete(ctx, idempotency.Response{Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	if queued() != before {
+		t.Fatal("a Complete on the answer path went through the record writer")
+	}
+
+	down := claim("down")
+	srv.Stop()
+	if err := down.Complete(off, idempotency.Response{Status: 200}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Complete off the answer path while Redis is down: %v", err)
+	}
+	_ = c.Close()
+	if err := down.Complete(off, idempotency.Response{Status: 200}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Complete off the answer path after Close: %v", err)
 	}
 }

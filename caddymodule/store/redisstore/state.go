@@ -107,7 +107,7 @@ func (a attempts) AddLater(ctx context.Context, rec store.Attempt) error {
 	if err != nil {
 		return err
 	}
-	return a.c.recs.add(queuedRecord{attempt: &queuedAttempt{keys: a.keys(), id: rec.ID, raw: raw, size: a.size}})
+	return a.c.recs.add(queuedRecord{call: &queuedCall{script: attemptScript, keys: a.keys(), args: []any{rec.ID, raw, a.size}}})
 }
 
 func (a attempts) Get(ctx context.Context, id string) (store.Attempt, bool, error) {
