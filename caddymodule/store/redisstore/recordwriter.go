@@ -13,8 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// MaxQueuedRecords bounds the Attribution-Records a Client holds queued
-// for Redis (recordWriter): a Retain that finds it full waits for room
+// MaxQueuedRecords bounds the Attribution-Records (and the other writes
+// gathered with them: settles made beside the answer, attempt records,
+// undone index writes) a Client holds queued for Redis (recordWriter):
+// a Retain that finds it full waits for room
 // at most the write and read timeouts, then is refused
 // (store.ErrUnavailable, counted as a failed op record) and the record
 // is not retained, as when Redis does not answer. At 1 KiB a record it
