@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -484,20 +483,9 @@ func TestMCPKeyedRepeatRedis(t *testing.T) {
 func TestMCPKeyedAnswerBesideStall(t *testing.T) {
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
-	var hits atomic.Int64
-	arrived, release := make(chan struct{}, 1), make(chan struct{})
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		if r.PathValue("id") == "held" {
-			arrived <- struct{}{}
-			<-release
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": r.PathValue("id"), "name": "item", "price": 1})
-	})
+	up, hits, arrived, release := heldUpstream(t)
 	const readTimeout = 4 * time.Second
-	_, url := mcpGatewayTo(t, loopbackServer(t, mux).URL, func(h *Handler) {
+	_, url := mcpGatewayTo(t, up, func(h *Handler) {
 		h.Store = StoreRedis
 		h.Redis = &RedisConfig{Addresses: []string{proxy.Addr()}, KeyPrefix: "mcp:",
 			ReadTimeout: caddy.Duration(readTimeout), WriteTimeout: caddy.Duration(readTimeout)}

@@ -926,19 +926,7 @@ func TestRedisStoreFull(t *testing.T) {
 func TestKeyedAnswerBesideComplete(t *testing.T) {
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
-	var hits atomic.Int64
-	arrived, release := make(chan struct{}, 1), make(chan struct{})
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		if r.PathValue("id") == "held" {
-			arrived <- struct{}{}
-			<-release
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"id": r.PathValue("id"), "name": "item", "price": 1})
-	})
-	up := loopbackServer(t, mux).URL
+	up, hits, arrived, release := heldUpstream(t)
 	const readTimeout = 4 * time.Second
 	g := redisGateway(t, up, proxy.Addr(), func(h *Handler) {
 		h.Redis.ReadTimeout, h.Redis.WriteTimeout = caddy.Duration(readTimeout), caddy.Duration(readTimeout)
@@ -976,6 +964,26 @@ func TestKeyedAnswerBesideComplete(t *testing.T) {
 	if n := hits.Load(); n != 41 {
 		t.Fatalf("%d upstream calls, want 41 (one per key)", n)
 	}
+}
+
+// heldUpstream is the bench items API on loopback that counts its calls
+// (hits) and holds GET /items/held: it signals arrived, then answers once
+// release is closed.
+func heldUpstream(t *testing.T) (url string, hits *atomic.Int64, arrived chan struct{}, release chan struct{}) {
+	t.Helper()
+	hits = new(atomic.Int64)
+	arrived, release = make(chan struct{}, 1), make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.PathValue("id") == "held" {
+			arrived <- struct{}{}
+			<-release
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": r.PathValue("id"), "name": "item", "price": 1})
+	})
+	return loopbackServer(t, mux).URL, hits, arrived, release
 }
 
 // TestSettleLater: the pool settles a key beside its answer in its own

@@ -581,12 +581,18 @@ func TestSentinelNoQuarantine(t *testing.T) {
 // returns it with its default Set.
 func newSet(t testing.TB, cfg Config) (*Client, store.Set) {
 	t.Helper()
+	return newRestoredSet(t, cfg, nil)
+}
+
+// newRestoredSet is newSet whose contracts are restored by rs.
+func newRestoredSet(t testing.TB, cfg Config, rs *recipes.Restorer) (*Client, store.Set) {
+	t.Helper()
 	c, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	set, err := c.Set(store.Limits{}, nil)
+	set, err := c.Set(store.Limits{}, rs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -746,16 +752,7 @@ func TestResolvePairClusterMint(t *testing.T) {
 	f := storetest.NewFixture(t)
 	cnt := &counter{ops: map[store.Op]int{}}
 	node := func(obs store.Observer) (*Client, store.Set) {
-		c, err := New(context.Background(), Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "m:", Observer: obs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		set, err := c.Set(store.Limits{}, f.Restorer(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, set
+		return newRestoredSet(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "m:", Observer: obs}, f.Restorer(t))
 	}
 	a, setA := node(cnt)
 	b, setB := node(nil)
@@ -851,16 +848,8 @@ func TestResolvePairClusterMintStalled(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	f := storetest.NewFixture(t)
 	const timeout = 300 * time.Millisecond
-	c, err := New(context.Background(), Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "s:",
-		ReadTimeout: timeout, WriteTimeout: timeout, DialTimeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	set, err := c.Set(store.Limits{}, f.Restorer(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, set := newRestoredSet(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "s:",
+		ReadTimeout: timeout, WriteTimeout: timeout, DialTimeout: timeout}, f.Restorer(t))
 	ctx := context.Background()
 	cc := c.rdb.(*redis.ClusterClient)
 	nodeOf := func(key string) *redistest.Server {
@@ -879,41 +868,42 @@ func TestResolvePairClusterMintStalled(t *testing.T) {
 	}
 	const agent = "agent-s"
 	own := nodeOf(c.agentKey(agent, "cz"))
-	var m *recipes.Contract
-	for range 1000 {
-		m = f.Contract(t, time.Now(), agent, "/stall", recipes.OriginGate, time.Hour)
-		if nodeOf("s:{o:"+m.SynthesisID+"}") != own {
-			break
+	// elsewhere is a contract for path whose owner index is on another
+	// node than the agent's slot, and that node.
+	elsewhere := func(path string) (*recipes.Contract, *redistest.Server) {
+		t.Helper()
+		for range 1000 {
+			c := f.Contract(t, time.Now(), agent, path, recipes.OriginGate, time.Hour)
+			if n := nodeOf("s:{o:" + c.SynthesisID + "}"); n != own {
+				return c, n
+			}
 		}
-	}
-	other := nodeOf("s:{o:" + m.SynthesisID + "}")
-	if other == own {
 		t.Fatal("no synthesis id found with its owner index on another node")
+		return nil, nil
 	}
-	// The agent's node knows the script (EVALSHA; a NOSCRIPT would be
-	// retried with EVAL after the pipeline's timeout, on a spent context).
-	if _, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/warm"}); err != nil {
-		t.Fatal(err)
-	}
+	m, other := elsewhere("/stall")
 	req := store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/stall", Key: "stalled", Fingerprint: "fp",
 		ClaimIfFound: true, ClaimIfMissing: true, Mint: m, MintMode: store.ModeOptimistic}
 	other.Pause()
-	_, err = set.Presenter.ResolvePair(ctx, req)
+	_, err := set.Presenter.ResolvePair(ctx, req)
 	other.Resume()
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("ResolvePair with the owner index's node stopped: %v, want store.ErrUnavailable", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, err := set.Contracts.State(ctx, m)
-		if err == nil && st == recipes.StateReleased {
-			break
+	released := func(c *recipes.Contract) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			st, err := set.Contracts.State(ctx, c)
+			if err == nil && st == recipes.StateReleased {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the contract minted for a 503 is %q (%v), want released", st, err)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the contract minted for a 503 is %q (%v), want released", st, err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	released(m)
+	deadline := time.Now().Add(10 * time.Second)
 	if got, err := set.Contracts.ActiveFor(ctx, agent, "BOOK", "/stall"); err != nil || got != nil {
 		t.Fatalf("the pair is served by %v (%v) after a 503", got, err)
 	}
@@ -930,29 +920,12 @@ func TestResolvePairClusterMintStalled(t *testing.T) {
 
 	// MintForPair (the mint after a miss on a node that saw the pair
 	// served) with its owner index's node stopped: the same.
-	m2 := m
-	for range 1000 {
-		m2 = f.Contract(t, time.Now(), agent, "/stall2", recipes.OriginGate, time.Hour)
-		if nodeOf("s:{o:"+m2.SynthesisID+"}") != own {
-			break
-		}
-	}
-	other = nodeOf("s:{o:" + m2.SynthesisID + "}")
+	m2, other := elsewhere("/stall2")
 	other.Pause()
 	_, _, err = set.Contracts.MintForPair(ctx, m2, store.ModeOptimistic)
 	other.Resume()
-	if !errors.Is(err, store.ErrUnavailable) || other == own {
+	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("MintForPair with the owner index's node stopped: %v, want store.ErrUnavailable", err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		st, err := set.Contracts.State(ctx, m2)
-		if err == nil && st == recipes.StateReleased {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the contract MintForPair minted for a 503 is %q (%v), want released", st, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	released(m2)
 }
