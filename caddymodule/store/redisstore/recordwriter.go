@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -20,7 +21,8 @@ import (
 // at most the write and read timeouts, then is refused
 // (store.ErrUnavailable, counted as a failed op record) and the record
 // is not retained, as when Redis does not answer. At 1 KiB a record it
-// is about 4 MiB.
+// is about 4 MiB; queued settles hold their answers besides, which the
+// engine's SettleLater bounds (64 MiB).
 const MaxQueuedRecords = 4096
 
 // maxRecordBatch bounds the records one pipeline writes, so that a
@@ -99,10 +101,15 @@ func (q *queuedCall) deliver(val any, err error) {
 type recordWriter struct {
 	c *Client
 
-	mu      sync.Mutex
-	queue   []queuedRecord
-	queued  uint64        // records queued so far
+	mu    sync.Mutex
+	queue []queuedRecord
+	// settles are queued calls whose caller waits (recordWriter.call):
+	// each batch takes them first, so a settle does not wait behind a
+	// queue full of records. They count towards MaxQueuedRecords.
+	settles []queuedRecord
+	queued  uint64        // records queued so far (settles not counted)
 	written uint64        // records whose batch ended (written or dropped)
+	batched uint64        // settles written with a batch (tests)
 	flushed chan struct{} // closed, and replaced, when written advances
 	kick    chan struct{} // cap 1: the queue is not empty
 	urgent  chan struct{} // cap 1: write the batch now, do not wait
@@ -137,7 +144,7 @@ func (w *recordWriter) add(q queuedRecord) error {
 			return store.ErrUnavailable
 		default:
 		}
-		if len(w.queue) < MaxQueuedRecords {
+		if len(w.queue)+len(w.settles) < MaxQueuedRecords {
 			break
 		}
 		if deadline == nil {
@@ -149,14 +156,22 @@ func (w *recordWriter) add(q queuedRecord) error {
 		select {
 		case <-ch:
 		case <-deadline.C:
+			if q.call != nil && q.call.done != nil {
+				// A settle: its caller counts it under its own op.
+				return fmt.Errorf("%w: %w", store.ErrUnavailable, errRecordQueueFull)
+			}
 			return w.c.done(store.OpRecord, time.Now(), errRecordQueueFull)
 		case <-w.c.closing:
 		}
 		w.mu.Lock()
 	}
-	w.queue = append(w.queue, q)
-	w.queued++
-	full := len(w.queue) >= maxRecordBatch
+	if q.call != nil && q.call.done != nil {
+		w.settles = append(w.settles, q)
+	} else {
+		w.queue = append(w.queue, q)
+		w.queued++
+	}
+	full := len(w.queue)+len(w.settles) >= maxRecordBatch
 	w.mu.Unlock()
 	select {
 	case w.kick <- struct{}{}:
@@ -208,7 +223,7 @@ func (w *recordWriter) run() {
 // less when hurried or closing.
 func (w *recordWriter) gather(timer *time.Timer) {
 	w.mu.Lock()
-	full := len(w.queue) >= maxRecordBatch
+	full := len(w.queue)+len(w.settles) >= maxRecordBatch
 	w.mu.Unlock()
 	if full {
 		return
@@ -231,14 +246,14 @@ func (w *recordWriter) drain() {
 	for {
 		if err := w.writeQueued(); err != nil {
 			w.mu.Lock()
-			n := len(w.queue)
-			for _, q := range w.queue {
+			n := len(w.queue) + len(w.settles)
+			for _, q := range append(w.settles, w.queue...) {
 				if q.call != nil {
 					q.call.deliver(nil, store.ErrUnavailable)
 				}
 			}
-			w.queue = nil
-			w.written += uint64(n)
+			w.written += uint64(len(w.queue))
+			w.queue, w.settles = nil, nil
 			close(w.flushed)
 			w.flushed = make(chan struct{})
 			w.mu.Unlock()
@@ -248,7 +263,7 @@ func (w *recordWriter) drain() {
 			return
 		}
 		w.mu.Lock()
-		left := len(w.queue)
+		left := len(w.queue) + len(w.settles)
 		w.mu.Unlock()
 		if left == 0 {
 			return
@@ -260,16 +275,14 @@ func (w *recordWriter) drain() {
 // most maxRecordBatch of them, and returns the pipeline's error.
 func (w *recordWriter) writeQueued() error {
 	w.mu.Lock()
-	batch := w.queue
-	if len(batch) > maxRecordBatch {
-		batch = batch[:maxRecordBatch:maxRecordBatch]
-		w.queue = slices.Clone(w.queue[maxRecordBatch:])
+	batch := take(&w.settles, maxRecordBatch)
+	settles := len(batch)
+	batch = append(batch, take(&w.queue, maxRecordBatch-len(batch))...)
+	if len(w.queue)+len(w.settles) > 0 {
 		select {
 		case w.kick <- struct{}{}: // the rest is the next batch
 		default:
 		}
-	} else {
-		w.queue = nil
 	}
 	w.mu.Unlock()
 	if len(batch) == 0 {
@@ -307,11 +320,24 @@ func (w *recordWriter) writeQueued() error {
 		err = nil
 	}
 	w.mu.Lock()
-	w.written += uint64(len(batch))
+	w.written += uint64(len(batch) - settles) // what readers wait for (queued)
+	w.batched += uint64(settles)
 	close(w.flushed)
 	w.flushed = make(chan struct{})
 	w.mu.Unlock()
 	return err
+}
+
+// take removes and returns the first n (at most) items of *q.
+func take(q *[]queuedRecord, n int) []queuedRecord {
+	if len(*q) <= n {
+		out := *q
+		*q = nil
+		return out
+	}
+	out := (*q)[:n:n]
+	*q = slices.Clone((*q)[n:])
+	return out
 }
 
 // settleBatch runs again the calls Redis did not know (NOSCRIPT), with
@@ -344,10 +370,14 @@ func settleBatch(ctx context.Context, rdb redis.Scripter, cmds []redis.Cmder, ca
 }
 
 // run runs script: gathered into the record writer's next batch when ctx
-// is marked store.OffAnswerPath (recordWriter.call), else at once
-// (Script.Run). The reply is a *redis.Cmd either way.
+// is marked store.OffAnswerPath (recordWriter.call) outside Cluster
+// mode, else at once (Script.Run). The reply is a *redis.Cmd either way.
 func (c *Client) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	if !store.IsOffAnswerPath(ctx) {
+	if !store.IsOffAnswerPath(ctx) || c.cluster {
+		// In Cluster mode a batch spans nodes, and go-redis's Cluster
+		// pipeline, once one node stalls past the deadline, marks every
+		// command failed: a settle must not wait for, or fail with,
+		// another node.
 		return script.Run(ctx, c.rdb, keys, args...)
 	}
 	cmd := redis.NewCmd(ctx)

@@ -308,10 +308,10 @@ func TestSettlesGathered(t *testing.T) {
 	c, set := newSet(t, Config{Addrs: []string{srv.Addr()}, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
 	ctx := context.Background()
 	off := store.OffAnswerPath(ctx)
-	queued := func() uint64 {
+	queued := func() uint64 { // records and settles through the writer
 		c.recs.mu.Lock()
 		defer c.recs.mu.Unlock()
-		return c.recs.queued
+		return c.recs.queued + c.recs.batched
 	}
 	claim := func(key string) store.Claim {
 		t.Helper()
