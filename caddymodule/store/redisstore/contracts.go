@@ -44,12 +44,19 @@ import (
 // pair index, agent sequence, [global live index]. A: now, exp,
 // state, meta, plan, max per agent, max contracts, kept until, id,
 // global member, method, path, join ("1"/"0"), the agent's contract
-// key prefix. Returns {0} stored, {1, held} store full, {2, held} agent
-// full, {3} the id exists, {4, id} joined: with join set, the agent
-// holds an active contract for the pair (a concurrent first call minted
-// it), and nothing was minted.
+// key prefix, deadline (Unix ms on Redis's own clock, 0: none). Returns
+// {0} stored, {1, held} store full, {2, held} agent full, {3} the id
+// exists, {4, id} joined: with join set, the agent holds an active
+// contract for the pair (a concurrent first call minted it), and
+// nothing was minted, {5} the call reached Redis after its deadline
+// (its caller gave up and answered 503) and minted nothing.
 const mintFuncLua = `
 local function mint(K, A)
+  local dl = tonumber(A[15] or 0)
+  if dl > 0 then
+    local t = redis.call('TIME')
+    if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > dl then return {5} end
+  end
   local now = tonumber(A[1])
   local function extend(key, at)
     if redis.call('PTTL', key) == -1 then redis.call('PEXPIREAT', key, at) else redis.call('PEXPIREAT', key, at, 'GT') end
@@ -273,7 +280,7 @@ func (s *contracts) mintCall(c *recipes.Contract, mode string, join bool) (mintC
 	}
 	return mintCall{state: state, keys: keys, member: member, keep: strconv.FormatInt(keep, 10), args: []any{s.c.nowMS(), exp, state, meta, plan,
 		s.limits.MaxPerAgent, s.limits.MaxContracts, keep, id, member, c.Method, c.Path, flag(join),
-		s.c.agentKey(agent, "c:")}}, nil
+		s.c.agentKey(agent, "c:"), int64(0)}}, nil
 }
 
 func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, join bool) (string, *recipes.Contract, error) {
@@ -282,11 +289,21 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 		return "", nil, err
 	}
 	state, id := m.state, c.SynthesisID
+	// A deadline on Redis's own clock, as a claim's: a mint that reaches
+	// Redis after this call gave up mints nothing (the writes beside it
+	// are then undone).
+	ctx, deadline, cancel := s.c.claimDeadline(ctx)
+	defer cancel()
+	m.args[len(m.args)-1] = deadline
 	start := time.Now()
 	v, err := s.c.pipeScript(ctx, mintScript, m.keys, m.args, s.besideMint(ctx, c, m))
 	if err = s.c.done(store.OpContractMint, start, err); err != nil {
 		if res, _ := v.([]any); replyInt(res, 0) == 0 && len(res) > 0 {
-			s.releaseLater(c)
+			s.releaseLater(c) // minted, its other writes failed
+		} else if len(res) == 0 {
+			// The script failed (its reply is lost; it mints nothing
+			// once its deadline passed): undo the writes beside it.
+			_ = s.c.recs.add(queuedRecord{undo: s.unmint(c, m)})
 		}
 		return "", nil, err
 	}
@@ -360,6 +377,8 @@ func (s *contracts) minted(ctx context.Context, c *recipes.Contract, res []any, 
 		return "", nil, &store.LimitError{Err: store.ErrAgentFull, Held: held, Limit: s.limits.MaxPerAgent}
 	case 3:
 		return "", nil, fmt.Errorf("redisstore: contract %s already exists", id)
+	case 5:
+		return "", nil, fmt.Errorf("%w: the mint reached Redis after its deadline and minted nothing", store.ErrUnavailable)
 	case 4:
 		other, err := s.contract(ctx, record{agent: agent, id: replyString(res, 1)})
 		if err != nil {

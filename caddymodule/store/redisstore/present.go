@@ -63,7 +63,7 @@ return out
 // then, outside Cluster mode, its owner index key and the global live
 // index; in Cluster mode, where they are other slots, the caller writes
 // them beside the script),
-// the agent, and mint's 14 arguments (mintFuncLua's A). Returns {id or
+// the agent, and mint's 15 arguments (mintFuncLua's A). Returns {id or
 // "", claimed (1/0), claim's reply (6), spent (1/0), gcra's reply (4),
 // attempt kept (1/0), minted (1/0), mint's reply (2)}.
 var resolveScript = denyOOM(claimFuncLua + pairFuncLua + gcraFuncLua + attemptFuncLua + mintFuncLua + `
@@ -95,7 +95,7 @@ if found == '' and code == 0 then
   elseif allowed and ARGV[28] == '1' then
     local m = tonumber(ARGV[29])
     local A = {}
-    for i = 31, 44 do A[i - 30] = ARGV[i] end
+    for i = 31, 45 do A[i - 30] = ARGV[i] end
     local r = mint({KEYS[m], KEYS[m + 1], KEYS[1], KEYS[m + 2], KEYS[m + 4]}, A)
     if r[1] == 0 and KEYS[m + 3] then redis.call('SET', KEYS[m + 3], ARGV[30], 'PXAT', A[8]) end
     out[15], out[16], out[17] = 1, r[1], r[2] or ''
@@ -242,7 +242,7 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	}
 	mintArgs := []any{"0", 0, ""}
 	var mc mintCall
-	var beside func(redis.Pipeliner) // Cluster: the mint's writes in other slots
+	beside := false // Cluster: the mint's writes in other slots go beside the script
 	if req.Mint != nil && req.Attempt == nil && !foreign && !p.contracts.servedHint(req.AgentID, req.Method, req.Path) {
 		var err error
 		if mc, err = p.contracts.mintCall(req.Mint, req.MintMode, true); err == nil {
@@ -250,7 +250,7 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 			mintArgs = append(mintArgs, mc.args...)
 			keys = append(keys, mc.keys[0], mc.keys[1], mc.keys[3])
 			if p.c.cluster {
-				beside = p.contracts.besideMint(ctx, req.Mint, mc)
+				beside = true
 			} else {
 				keys = append(keys, p.contracts.ownerKey(req.Mint.SynthesisID), mc.keys[4])
 			}
@@ -261,10 +261,15 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	token := store.NewToken()
 	creq := idempotency.ClaimRequest{AgentID: req.AgentID, Key: req.Key, Fingerprint: req.Fingerprint, Lease: req.Lease, Holder: req.Holder}
 	var deadline int64
-	if claiming {
+	if claiming || mc.keys != nil {
+		// A claim, and a mint, that reach Redis after this call gave up
+		// write nothing.
 		var cancel context.CancelFunc
 		ctx, deadline, cancel = p.c.claimDeadline(ctx)
 		defer cancel()
+	}
+	if mc.keys != nil {
+		mintArgs[len(mintArgs)-1] = deadline
 	}
 	args := make([]any, 0, 44)
 	args = append(args, p.c.nowMS(), p.c.agentKey(req.AgentID, "c:"), flag(req.ClaimIfFound && req.Key != ""), flag(req.ClaimIfMissing && req.Key != ""))
@@ -274,19 +279,43 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	args = append(args, att...)
 	args = append(args, mintArgs...)
 	start := time.Now()
-	var v []any
-	var err error
-	if beside != nil {
-		var raw any
-		raw, err = p.c.pipeScript(ctx, resolveScript, keys, args, beside)
-		v, _ = raw.([]any)
-		if err != nil && len(v) > 16 && replyInt(v, 14) == 1 && replyInt(v, 15) == 0 {
-			// Minted, but its other slots' writes failed: the contract
-			// no request runs under (the answer is 503) is released.
-			p.contracts.releaseLater(req.Mint)
+	var others chan error
+	if beside {
+		// Concurrently with the script (pipeScript says why not one
+		// pipeline), on their own deadline: when the script does not
+		// mint, the request does not wait for them.
+		others = make(chan error, 1)
+		bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), p.c.cfg.WriteTimeout+p.c.cfg.ReadTimeout)
+		go func() {
+			defer bcancel()
+			_, err := p.c.rdb.Pipelined(bctx, func(pp redis.Pipeliner) error {
+				p.contracts.besideMint(bctx, req.Mint, mc)(pp)
+				return nil
+			})
+			others <- err
+		}()
+	}
+	v, err := resolveScript.Run(ctx, p.c.rdb, keys, args...).Slice()
+	if others != nil {
+		if err == nil && len(v) > 16 && replyInt(v, 14) == 1 && replyInt(v, 15) == 0 {
+			if oerr := <-others; oerr != nil {
+				// Minted, but its other slots' writes failed: the
+				// contract no request runs under (the answer is 503) is
+				// released.
+				p.contracts.releaseLater(req.Mint)
+				err = oerr
+			}
+		} else {
+			// Not minted (a contract served the pair, a replay, the
+			// budget, a refused mint, or the script failed): the writes
+			// beside it are undone off the answer path once they are
+			// done; a stalled node there does not hold the answer.
+			undo := p.contracts.unmint(req.Mint, mc)
+			go func() {
+				<-others
+				_ = p.c.recs.add(queuedRecord{undo: undo})
+			}()
 		}
-	} else {
-		v, err = resolveScript.Run(ctx, p.c.rdb, keys, args...).Slice()
 	}
 	if err = p.c.done(store.OpResolvePair, start, err); err != nil {
 		if claiming && mayHaveRun(err) {
@@ -296,12 +325,6 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	}
 	if len(v) < 17 {
 		return store.PairResolution{}, fmt.Errorf("%w: resolve script returned %d values", store.ErrUnavailable, len(v))
-	}
-	if beside != nil && (replyInt(v, 14) != 1 || replyInt(v, 15) != 0) {
-		// Not minted (a contract served the pair, a replay, the budget,
-		// or the mint refused): its owner and global index writes are
-		// undone off the answer path.
-		_ = p.c.recs.add(queuedRecord{undo: p.contracts.unmint(req.Mint, mc)})
 	}
 	var out store.PairResolution
 	if replyInt(v, 1) == 1 {

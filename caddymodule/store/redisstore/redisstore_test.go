@@ -804,17 +804,20 @@ func TestResolvePairClusterMint(t *testing.T) {
 	if r := resolve(setB, d); r.Contract == nil || r.Contract.SynthesisID != c.SynthesisID || r.Minted != nil {
 		t.Fatalf("pair served on node b: %+v", r)
 	}
-	if err := b.recs.wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := b.rdb.Exists(ctx, "m:{o:"+d.SynthesisID+"}").Result(); err != nil || n != 0 {
-		t.Fatalf("the owner index of a contract not minted: %d %v", n, err)
+	// The undo is queued once the writes beside the script are done,
+	// then written with the next batch.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		owner, oerr := b.rdb.Exists(ctx, "m:{o:"+d.SynthesisID+"}").Result()
+		n, lerr := setB.Contracts.Len(ctx)
+		if oerr == nil && lerr == nil && owner == 0 && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the indexes of a contract not minted: owner index %d (%v), Len %d (%v), want 0 and 1", owner, oerr, n, lerr)
+		}
 	}
 	if ids := listed(); fmt.Sprint(ids) != fmt.Sprint([]string{c.SynthesisID}) {
 		t.Fatalf("global live index %v after a pair served, want [%s]", ids, c.SynthesisID)
-	}
-	if n, err := setB.Contracts.Len(ctx); err != nil || n != 1 {
-		t.Fatalf("Len = %d %v, want 1", n, err)
 	}
 
 	// Node a minted for the pair: it sends nothing beside the script.
@@ -851,21 +854,7 @@ func TestResolvePairClusterMintStalled(t *testing.T) {
 	c, set := newRestoredSet(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "s:",
 		ReadTimeout: timeout, WriteTimeout: timeout, DialTimeout: timeout}, f.Restorer(t))
 	ctx := context.Background()
-	cc := c.rdb.(*redis.ClusterClient)
-	nodeOf := func(key string) *redistest.Server {
-		t.Helper()
-		m, err := cc.MasterForKey(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range cl.Nodes {
-			if n.Addr() == m.Options().Addr {
-				return n
-			}
-		}
-		t.Fatalf("no node serves %s (%s)", key, m.Options().Addr)
-		return nil
-	}
+	nodeOf := func(key string) *redistest.Server { return clusterNodeOf(t, cl, c, key) }
 	const agent = "agent-s"
 	own := nodeOf(c.agentKey(agent, "cz"))
 	// elsewhere is a contract for path whose owner index is on another
@@ -928,4 +917,116 @@ func TestResolvePairClusterMintStalled(t *testing.T) {
 		t.Fatalf("MintForPair with the owner index's node stopped: %v, want store.ErrUnavailable", err)
 	}
 	released(m2)
+}
+
+// clusterNodeOf is the master of cl that serves key, as c routes it.
+func clusterNodeOf(t *testing.T, cl *redistest.Cluster, c *Client, key string) *redistest.Server {
+	t.Helper()
+	m, err := c.rdb.(*redis.ClusterClient).MasterForKey(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range cl.Nodes {
+		if n.Addr() == m.Options().Addr {
+			return n
+		}
+	}
+	t.Fatalf("no node serves %s (%s)", key, m.Options().Addr)
+	return nil
+}
+
+// TestClusterStalledNodeIsolated (fresh review): in Cluster mode a node
+// that stalls does not fail what other nodes serve. A keyed answer's
+// store made beside the answer (store.OffAnswerPath) is not gathered
+// into the record writer's batch, whose Cluster pipeline would fail
+// every command once one node's part times out; a pair a live contract
+// serves in the agent's healthy slot is served, though the prepared
+// mint's owner index write went to the stalled node; and a synthesis
+// whose agent slot stalls past its deadline mints nothing when that
+// node wakes and leaves no index behind.
+func TestClusterStalledNodeIsolated(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	f := storetest.NewFixture(t)
+	const timeout = 300 * time.Millisecond
+	c, set := newRestoredSet(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "i:",
+		ReadTimeout: timeout, WriteTimeout: timeout, DialTimeout: timeout}, f.Restorer(t))
+	ctx := context.Background()
+	const agent = "agent-i"
+	own := clusterNodeOf(t, cl, c, c.agentKey(agent, "cz"))
+
+	t.Run("settle", func(t *testing.T) {
+		var auditID string
+		for i := 0; ; i++ {
+			if auditID = fmt.Sprintf("%064d", i); clusterNodeOf(t, cl, c, records{c: c}.recordKey(auditID)) != own {
+				break
+			}
+		}
+		stalled := clusterNodeOf(t, cl, c, records{c: c}.recordKey(auditID))
+		got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agent, Key: "settle", Fingerprint: "fp"})
+		if err != nil || got.Outcome != idempotency.Execute {
+			t.Fatalf("claim: %v %v", got.Outcome, err)
+		}
+		stalled.Pause()
+		_ = set.Records.Retain(ctx, store.Record{AuditID: auditID, AgentID: agent, NodeID: "n"}) // its batch stalls
+		err = got.Claim.Complete(store.OffAnswerPath(ctx), idempotency.Response{Status: 200, Body: []byte(`{"s":1}`)})
+		stalled.Resume()
+		if err != nil {
+			t.Fatalf("a settle in the agent's healthy slot with another node stalled: %v", err)
+		}
+	})
+
+	t.Run("pair served", func(t *testing.T) {
+		served := f.Contract(t, time.Now(), agent, "/served", recipes.OriginGate, time.Hour)
+		if _, err := set.Contracts.Mint(ctx, served, store.ModeOptimistic); err != nil {
+			t.Fatal(err)
+		}
+		var m *recipes.Contract
+		for range 1000 {
+			if m = f.Contract(t, time.Now(), agent, "/served", recipes.OriginGate, time.Hour); clusterNodeOf(t, cl, c, "i:{o:"+m.SynthesisID+"}") != own {
+				break
+			}
+		}
+		other := clusterNodeOf(t, cl, c, "i:{o:"+m.SynthesisID+"}")
+		other.Pause()
+		res, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/served", Mint: m, MintMode: store.ModeOptimistic})
+		other.Resume()
+		if err != nil || res.Contract == nil || res.Contract.SynthesisID != served.SynthesisID {
+			t.Fatalf("a pair served in the agent's healthy slot, the prepared mint's owner index node stalled: %v %v", res.Contract, err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			n, err := c.rdb.Exists(ctx, "i:{o:"+m.SynthesisID+"}").Result()
+			if err == nil && n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the owner index of the mint not made: %d %v", n, err)
+			}
+		}
+	})
+
+	t.Run("script late", func(t *testing.T) {
+		n0, err := set.Contracts.Len(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := f.Contract(t, time.Now(), agent, "/late", recipes.OriginGate, time.Hour)
+		own.Pause()
+		_, err = set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/late", Mint: m, MintMode: store.ModeOptimistic})
+		time.Sleep(2 * timeout) // past the mint's deadline, then Redis runs the script
+		own.Resume()
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("ResolvePair with the agent's node stalled: %v", err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			st, serr := set.Contracts.State(ctx, m)
+			n, lerr := set.Contracts.Len(ctx)
+			owner, oerr := c.rdb.Exists(ctx, "i:{o:"+m.SynthesisID+"}").Result()
+			if serr == nil && lerr == nil && oerr == nil && st == "" && n == n0 && owner == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a mint that reached Redis past its deadline: state %q (%v), live index %d -> %d (%v), owner index %d (%v); want nothing", st, serr, n0, n, lerr, owner, oerr)
+			}
+		}
+	})
 }
