@@ -1071,7 +1071,7 @@ func TestSettleLater(t *testing.T) {
 // TestKeyedRepeatOtherNode: two nodes with their own Redis clients on
 // one Redis (a pool key of their own: pool_size differs). A repeat sent
 // to the other node as soon as the answer arrived replays it (the other
-// node claims once more after inFlightRecheck instead of answering 409
+// node claims again after inFlightRechecks instead of answering 409
 // while the first node stores the answer beside it), and a
 // confirm-first confirmation sent to the other node as soon as its 461
 // arrived runs the contract (a 461 is stored before it goes out).

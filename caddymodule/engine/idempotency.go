@@ -22,7 +22,11 @@ func (h *Engine) claim(x *exchange, req *request, lease time.Duration) bool {
 	}
 	cl := x.preclaimed
 	x.preclaimed = nil
-	for recheck := h.shared != nil; ; recheck = false {
+	rechecks := 0
+	if h.shared != nil {
+		rechecks = len(inFlightRechecks)
+	}
+	for try := 0; ; try++ {
 		if cl == nil {
 			// A presentation that confirms the 461 its key stored runs the
 			// contract under the key instead of replaying the preview
@@ -42,8 +46,9 @@ func (h *Engine) claim(x *exchange, req *request, lease time.Duration) bool {
 		// With a shared store another node stores its answer beside the
 		// answer (SettleLater): a repeat sent as soon as that answer
 		// arrived may find the key still in flight for that round trip.
-		// It claims once more after inFlightRecheck before answering 409.
-		if cl.Outcome != idempotency.InFlight || !recheck || !pause(x.ctx(), inFlightRecheck) {
+		// It claims again after each of inFlightRechecks before
+		// answering 409.
+		if cl.Outcome != idempotency.InFlight || try >= rechecks || !pause(x.ctx(), inFlightRechecks[try]) {
 			break
 		}
 		cl = nil
@@ -99,12 +104,15 @@ func (x *exchange) holder() idempotency.Holder {
 	return idempotency.Holder{Node: x.h.nodeID, What: x.method + " " + x.path}
 }
 
-// inFlightRecheck is how long a request that finds its Idempotency-Key
-// in flight on a shared store waits before claiming it once more:
-// longer than the round trip in which another node stores the answer
-// it has already sent (SharedStore.SettleLater), so an immediate repeat
-// replays it instead of getting 409 with a Retry-After of seconds.
-const inFlightRecheck = 5 * time.Millisecond
+// inFlightRechecks are how long a request that finds its
+// Idempotency-Key in flight on a shared store waits before each of its
+// claims again (5 ms, then 10 ms more): longer than another node takes
+// to store the answer it has already sent (SharedStore.SettleLater:
+// gathered with its records, at most RecordBatchDelay, 2 ms, then a
+// round trip; longer while its Redis is busy), so an immediate repeat
+// replays it instead of getting 409 with a Retry-After of seconds. A
+// request that finds a key truly in flight answers 409 15 ms later.
+var inFlightRechecks = [...]time.Duration{5 * time.Millisecond, 10 * time.Millisecond}
 
 // pause waits d, or until ctx ends; it reports whether d passed.
 func pause(ctx context.Context, d time.Duration) bool {
