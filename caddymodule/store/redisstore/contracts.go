@@ -298,12 +298,17 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 	start := time.Now()
 	v, err := s.c.pipeScript(ctx, mintScript, m.keys, m.args, s.besideMint(ctx, c, m))
 	if err = s.c.done(store.OpContractMint, start, err); err != nil {
-		if res, _ := v.([]any); replyInt(res, 0) == 0 && len(res) > 0 {
-			s.releaseLater(c) // minted, its other writes failed
-		} else if len(res) == 0 {
-			// The script failed (its reply is lost; it mints nothing
-			// once its deadline passed): undo the writes beside it.
-			_ = s.c.recs.add(queuedRecord{undo: s.unmint(c, m)})
+		switch res, _ := v.([]any); {
+		case replyInt(res, 0) == 0 && len(res) > 0:
+			s.releaseLater(c, 0) // minted, its other writes failed
+		case len(res) == 0 && mayHaveRun(err):
+			// The script may have minted, its reply lost: release it
+			// once its deadline passed (End clears its indexes either
+			// way).
+			s.releaseLater(c, s.c.cfg.ReadTimeout)
+		case len(res) == 0:
+			// The script did not run: undo the writes beside it.
+			go func() { _ = s.c.recs.add(queuedRecord{undo: s.unmint(c, m)}) }()
 		}
 		return "", nil, err
 	}
@@ -327,13 +332,27 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 }
 
 // releaseLater releases c, minted by a script whose other writes (its
-// owner index, the global live index) failed, so that its request, which
-// answers 503, leaves no contract that is not found by id to run under:
-// in the background until Redis takes it, at most until c expires.
-func (s *contracts) releaseLater(c *recipes.Contract) {
-	s.c.background(time.Until(c.ExpiresAt), 0, func(ctx context.Context) error {
-		_, err := s.End(ctx, c, recipes.StateReleased)
-		return err
+// owner index, the global live index) failed, or that may have minted
+// with its reply lost, so that its request, which answers 503, leaves
+// no contract that is not found by id to run under: after wait (past
+// the mint's deadline, when its script may still be on its way), in the
+// background until Redis takes it, at most until c expires. End clears
+// the global index's member whether it minted or not; when nothing was
+// minted, the owner index is deleted too.
+func (s *contracts) releaseLater(c *recipes.Contract, wait time.Duration) {
+	s.c.background(time.Until(c.ExpiresAt), wait, func(ctx context.Context) error {
+		ended, err := s.End(ctx, c, recipes.StateReleased)
+		if err != nil || ended {
+			return err
+		}
+		// Nothing to end: when no contract was minted at all (State ""),
+		// the owner index written beside its script goes too.
+		st, err := s.State(ctx, c)
+		if err != nil || st != "" {
+			return err
+		}
+		start := time.Now()
+		return s.c.done(store.OpContractUpdate, start, s.c.rdb.Del(ctx, s.ownerKey(c.SynthesisID)).Err())
 	})
 }
 

@@ -271,7 +271,7 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	if mc.keys != nil {
 		mintArgs[len(mintArgs)-1] = deadline
 	}
-	args := make([]any, 0, 44)
+	args := make([]any, 0, 45)
 	args = append(args, p.c.nowMS(), p.c.agentKey(req.AgentID, "c:"), flag(req.ClaimIfFound && req.Key != ""), flag(req.ClaimIfMissing && req.Key != ""))
 	args = append(args, p.idem.claimArgsFor(creq, token, deadline, member, global)...)
 	args = append(args, spend...)
@@ -296,20 +296,33 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 		}()
 	}
 	v, err := resolveScript.Run(ctx, p.c.rdb, keys, args...).Slice()
+	ran := false // the script ran, and a claim it took is to be released
 	if others != nil {
-		if err == nil && len(v) > 16 && replyInt(v, 14) == 1 && replyInt(v, 15) == 0 {
+		switch {
+		case err == nil && len(v) > 16 && replyInt(v, 14) == 1 && replyInt(v, 15) == 0:
 			if oerr := <-others; oerr != nil {
 				// Minted, but its other slots' writes failed: the
 				// contract no request runs under (the answer is 503) is
-				// released.
-				p.contracts.releaseLater(req.Mint)
-				err = oerr
+				// released, and so is the claim the script took.
+				p.contracts.releaseLater(req.Mint, 0)
+				err, ran = oerr, replyInt(v, 1) == 1
 			}
-		} else {
+		case err != nil && mayHaveRun(err):
+			// The script may have minted, its reply lost: once the
+			// writes beside it are done and its deadline passed, the
+			// contract is released, which also clears its indexes
+			// (End), minted or not.
+			c := req.Mint
+			go func() {
+				<-others
+				p.contracts.releaseLater(c, p.c.cfg.ReadTimeout)
+			}()
+		default:
 			// Not minted (a contract served the pair, a replay, the
-			// budget, a refused mint, or the script failed): the writes
-			// beside it are undone off the answer path once they are
-			// done; a stalled node there does not hold the answer.
+			// budget, a refused mint, or a script that did not run):
+			// the writes beside it are undone off the answer path once
+			// they are done; a stalled node there does not hold the
+			// answer.
 			undo := p.contracts.unmint(req.Mint, mc)
 			go func() {
 				<-others
@@ -318,7 +331,7 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 		}
 	}
 	if err = p.c.done(store.OpResolvePair, start, err); err != nil {
-		if claiming && mayHaveRun(err) {
+		if claiming && (ran || mayHaveRun(err)) {
 			p.idem.releaseLater(creq, token)
 		}
 		return store.PairResolution{}, err

@@ -186,7 +186,11 @@ func (w *recordWriter) add(q queuedRecord) error {
 // Hurry has the record writer write its batch now instead of waiting
 // RecordBatchDelay for more: for a caller that waits for a settle
 // gathered into it (store.OffAnswerPath).
-func (c *Client) Hurry() { c.recs.hurry() }
+func (c *Client) Hurry() {
+	if !c.cluster { // in Cluster mode settles do not go through the writer
+		c.recs.hurry()
+	}
+}
 
 // hurry ends the writer's current wait for more records (gather).
 func (w *recordWriter) hurry() {
@@ -275,9 +279,12 @@ func (w *recordWriter) drain() {
 // most maxRecordBatch of them, and returns the pipeline's error.
 func (w *recordWriter) writeQueued() error {
 	w.mu.Lock()
-	batch := take(&w.settles, maxRecordBatch)
+	budget := maxBatchBytes
+	batch := take(&w.settles, maxRecordBatch, &budget)
 	settles := len(batch)
-	batch = append(batch, take(&w.queue, maxRecordBatch-len(batch))...)
+	if budget > 0 {
+		batch = append(batch, take(&w.queue, maxRecordBatch-len(batch), &budget)...)
+	}
 	if len(w.queue)+len(w.settles) > 0 {
 		select {
 		case w.kick <- struct{}{}: // the rest is the next batch
@@ -328,15 +335,49 @@ func (w *recordWriter) writeQueued() error {
 	return err
 }
 
-// take removes and returns the first n (at most) items of *q.
-func take(q *[]queuedRecord, n int) []queuedRecord {
-	if len(*q) <= n {
+// maxBatchBytes bounds the bytes one batch writes (records' JSON and
+// settles' stored answers), so that a batch of large answers fits its
+// timeouts too; a batch holds at least one item.
+const maxBatchBytes = 1 << 20
+
+// size is about the bytes q writes.
+func (q queuedRecord) size() int {
+	n := len(q.raw) + len(q.key) + len(q.head)
+	if q.call != nil {
+		for _, a := range q.call.args {
+			switch v := a.(type) {
+			case []byte:
+				n += len(v)
+			case string:
+				n += len(v)
+			default:
+				n += 8
+			}
+		}
+	}
+	return n
+}
+
+// take removes and returns the first items of *q: at most n, and no
+// more than *budget bytes past the first (*budget is decreased by what
+// it takes).
+func take(q *[]queuedRecord, n int, budget *int) []queuedRecord {
+	k := 0
+	for k < len(*q) && k < n {
+		b := (*q)[k].size()
+		if k > 0 && b > *budget {
+			break
+		}
+		*budget -= b
+		k++
+	}
+	if k == len(*q) {
 		out := *q
 		*q = nil
 		return out
 	}
-	out := (*q)[:n:n]
-	*q = slices.Clone((*q)[n:])
+	out := (*q)[:k:k]
+	*q = slices.Clone((*q)[k:])
 	return out
 }
 

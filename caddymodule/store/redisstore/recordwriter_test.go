@@ -384,3 +384,30 @@ func TestSettlesGathered(t *testing.T) {
 		t.Fatalf("Complete off the answer path after Close: %v", err)
 	}
 }
+
+// TestTakeBatchBytes: a batch is cut at maxRecordBatch items and at
+// maxBatchBytes (a settle's stored answer counts), always holding at
+// least one item, and what is left stays queued in order.
+func TestTakeBatchBytes(t *testing.T) {
+	big := func(i int) queuedRecord {
+		return queuedRecord{call: &queuedCall{args: []any{fmt.Sprint(i), make([]byte, 600<<10)}, done: make(chan struct{})}}
+	}
+	q := []queuedRecord{big(0), big(1), big(2)}
+	budget := maxBatchBytes
+	got := take(&q, maxRecordBatch, &budget)
+	if len(got) != 1 || len(q) != 2 || q[0].call.args[0] != "1" {
+		t.Fatalf("took %d of three 600 KiB settles, %d left (first %v); want 1 and 2", len(got), len(q), q[0].call.args[0])
+	}
+	budget = 10 // smaller than any item: still one
+	if got = take(&q, maxRecordBatch, &budget); len(got) != 1 || len(q) != 1 {
+		t.Fatalf("took %d with a budget below one item, want 1", len(got))
+	}
+	small := make([]queuedRecord, 600)
+	for i := range small {
+		small[i] = queuedRecord{key: "k", raw: []byte("{}")}
+	}
+	budget = maxBatchBytes
+	if got = take(&small, maxRecordBatch, &budget); len(got) != maxRecordBatch || len(small) != 600-maxRecordBatch {
+		t.Fatalf("took %d of 600 small records, want %d", len(got), maxRecordBatch)
+	}
+}

@@ -850,7 +850,7 @@ func TestResolvePairClusterMint(t *testing.T) {
 func TestResolvePairClusterMintStalled(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	f := storetest.NewFixture(t)
-	const timeout = 300 * time.Millisecond
+	const timeout = time.Second
 	c, set := newRestoredSet(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "s:",
 		ReadTimeout: timeout, WriteTimeout: timeout, DialTimeout: timeout}, f.Restorer(t))
 	ctx := context.Background()
@@ -871,6 +871,11 @@ func TestResolvePairClusterMintStalled(t *testing.T) {
 		return nil, nil
 	}
 	m, other := elsewhere("/stall")
+	// Warm the agent's node (EVALSHA, the cluster's slots), so that the
+	// call below meets only the stalled node.
+	if _, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/warm"}); err != nil {
+		t.Fatal(err)
+	}
 	req := store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/stall", Key: "stalled", Fingerprint: "fp",
 		ClaimIfFound: true, ClaimIfMissing: true, Mint: m, MintMode: store.ModeOptimistic}
 	other.Pause()
@@ -917,6 +922,26 @@ func TestResolvePairClusterMintStalled(t *testing.T) {
 		t.Fatalf("MintForPair with the owner index's node stopped: %v, want store.ErrUnavailable", err)
 	}
 	released(m2)
+
+	// The owner index's node down (killed, not stopped): the error is
+	// not a timeout, and the claim the script took is still released.
+	m3, down := elsewhere("/down")
+	down.Stop()
+	_, err = set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/down", Key: "down", Fingerprint: "fp",
+		ClaimIfFound: true, ClaimIfMissing: true, Mint: m3, MintMode: store.ModeOptimistic})
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("ResolvePair with the owner index's node down: %v, want store.ErrUnavailable", err)
+	}
+	down.Restart() // rejoins with its slots (nodes.conf), empty
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agent, Key: "down", Fingerprint: "fp"})
+		if err == nil && got.Outcome == idempotency.Execute {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the key of a 503 with a node down: %v %v, want it to execute", got.Outcome, err)
+		}
+	}
 }
 
 // clusterNodeOf is the master of cl that serves key, as c routes it.
@@ -947,12 +972,16 @@ func clusterNodeOf(t *testing.T, cl *redistest.Cluster, c *Client, key string) *
 func TestClusterStalledNodeIsolated(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	f := storetest.NewFixture(t)
-	const timeout = 300 * time.Millisecond
+	const timeout = time.Second
 	c, set := newRestoredSet(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "i:",
 		ReadTimeout: timeout, WriteTimeout: timeout, DialTimeout: timeout}, f.Restorer(t))
 	ctx := context.Background()
 	const agent = "agent-i"
 	own := clusterNodeOf(t, cl, c, c.agentKey(agent, "cz"))
+	// Warm the agent's node (EVALSHA, the cluster's slots).
+	if _, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/warm"}); err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("settle", func(t *testing.T) {
 		var auditID string
