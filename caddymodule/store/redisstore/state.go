@@ -59,7 +59,7 @@ type attempts struct {
 // delay and a round trip, so an agent that sends INSPECT
 // target=rcns-attempt to another node as soon as its 464 arrived still
 // finds the record.
-const attemptRecheck = 3 * time.Millisecond
+const attemptRecheck = 10 * time.Millisecond
 
 // attemptFuncLua defines keep_attempt(hash, order, id, json, size):
 // adds one record and drops the oldest past the bound. Shared by
