@@ -228,6 +228,57 @@ func (s *contracts) besideMint(ctx context.Context, c *recipes.Contract, m mintC
 	}
 }
 
+// besideCall is the outcome of a mint's writes in other slots (the
+// owner index, the global live index) sent in Cluster mode concurrently
+// with its script (startBeside).
+type besideCall chan error
+
+// startBeside sends c's writes in other slots (besideMint) on their own
+// deadline, not the caller's: a caller whose script did not mint does
+// not wait for them.
+func (s *contracts) startBeside(ctx context.Context, c *recipes.Contract, m mintCall) besideCall {
+	b := make(besideCall, 1)
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.cfg.WriteTimeout+s.c.cfg.ReadTimeout)
+	go func() {
+		defer cancel()
+		_, err := s.c.rdb.Pipelined(bctx, func(p redis.Pipeliner) error {
+			s.besideMint(bctx, c, m)(p)
+			return nil
+		})
+		b <- err
+	}()
+	return b
+}
+
+// finishBeside settles b once the script's call returned (minted: it
+// stored c; scriptErr: its error). Minted, it waits for b and returns
+// its error, having released c (the caller answers 503). Otherwise it
+// returns nil at once and, once b is done, releases c past its deadline
+// when the script may have minted with its reply lost (End clears the
+// indexes either way), or undoes the writes (queued with the records).
+func (s *contracts) finishBeside(b besideCall, c *recipes.Contract, m mintCall, minted bool, scriptErr error) error {
+	switch {
+	case minted:
+		if err := <-b; err != nil {
+			s.releaseLater(c, 0)
+			return err
+		}
+		return nil
+	case scriptErr != nil && mayHaveRun(scriptErr):
+		go func() {
+			<-b
+			s.releaseLater(c, s.c.cfg.ReadTimeout)
+		}()
+	default:
+		undo := s.unmint(c, m)
+		go func() {
+			<-b
+			_ = s.c.recs.add(queuedRecord{undo: undo})
+		}()
+	}
+	return nil
+}
+
 // mustInt is a decimal the code itself formatted.
 func mustInt(v string) int64 {
 	n, _ := strconv.ParseInt(v, 10, 64)
@@ -296,6 +347,24 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 	defer cancel()
 	m.args[len(m.args)-1] = deadline
 	start := time.Now()
+	if s.c.cluster {
+		// The writes in other slots go concurrently, and the call waits
+		// for them only when it minted (besideCall).
+		b := s.startBeside(ctx, c, m)
+		res, err := mintScript.Run(ctx, s.c.rdb, m.keys, m.args...).Slice()
+		minted := err == nil && len(res) > 0 && replyInt(res, 0) == 0
+		if berr := s.finishBeside(b, c, m, minted, err); berr != nil {
+			err = berr
+		}
+		if err = s.c.done(store.OpContractMint, start, err); err != nil {
+			return "", nil, err
+		}
+		if minted {
+			s.cache.Set(id, c, 1)
+			return state, nil, nil
+		}
+		return s.minted(ctx, c, res, res)
+	}
 	v, err := s.c.pipeScript(ctx, mintScript, m.keys, m.args, s.besideMint(ctx, c, m))
 	if err = s.c.done(store.OpContractMint, start, err); err != nil {
 		switch res, _ := v.([]any); {

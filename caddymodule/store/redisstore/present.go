@@ -9,8 +9,6 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // presentScript reads a presented contract in the presenter's slot and,
@@ -279,55 +277,21 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	args = append(args, att...)
 	args = append(args, mintArgs...)
 	start := time.Now()
-	var others chan error
+	var others besideCall
 	if beside {
 		// Concurrently with the script (pipeScript says why not one
-		// pipeline), on their own deadline: when the script does not
-		// mint, the request does not wait for them.
-		others = make(chan error, 1)
-		bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), p.c.cfg.WriteTimeout+p.c.cfg.ReadTimeout)
-		go func() {
-			defer bcancel()
-			_, err := p.c.rdb.Pipelined(bctx, func(pp redis.Pipeliner) error {
-				p.contracts.besideMint(bctx, req.Mint, mc)(pp)
-				return nil
-			})
-			others <- err
-		}()
+		// pipeline): the request waits for them only when it minted.
+		others = p.contracts.startBeside(ctx, req.Mint, mc)
 	}
 	v, err := resolveScript.Run(ctx, p.c.rdb, keys, args...).Slice()
 	ran := false // the script ran, and a claim it took is to be released
 	if others != nil {
-		switch {
-		case err == nil && len(v) > 16 && replyInt(v, 14) == 1 && replyInt(v, 15) == 0:
-			if oerr := <-others; oerr != nil {
-				// Minted, but its other slots' writes failed: the
-				// contract no request runs under (the answer is 503) is
-				// released, and so is the claim the script took.
-				p.contracts.releaseLater(req.Mint, 0)
-				err, ran = oerr, replyInt(v, 1) == 1
-			}
-		case err != nil && mayHaveRun(err):
-			// The script may have minted, its reply lost: once the
-			// writes beside it are done and its deadline passed, the
-			// contract is released, which also clears its indexes
-			// (End), minted or not.
-			c := req.Mint
-			go func() {
-				<-others
-				p.contracts.releaseLater(c, p.c.cfg.ReadTimeout)
-			}()
-		default:
-			// Not minted (a contract served the pair, a replay, the
-			// budget, a refused mint, or a script that did not run):
-			// the writes beside it are undone off the answer path once
-			// they are done; a stalled node there does not hold the
-			// answer.
-			undo := p.contracts.unmint(req.Mint, mc)
-			go func() {
-				<-others
-				_ = p.c.recs.add(queuedRecord{undo: undo})
-			}()
+		minted := err == nil && len(v) > 16 && replyInt(v, 14) == 1 && replyInt(v, 15) == 0
+		if berr := p.contracts.finishBeside(others, req.Mint, mc, minted, err); berr != nil {
+			// Minted, but its other slots' writes failed: the contract
+			// is released (finishBeside), and so is the claim the
+			// script took.
+			err, ran = berr, replyInt(v, 1) == 1
 		}
 	}
 	if err = p.c.done(store.OpResolvePair, start, err); err != nil {

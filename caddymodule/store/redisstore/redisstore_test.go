@@ -1033,6 +1033,34 @@ func TestClusterStalledNodeIsolated(t *testing.T) {
 		}
 	})
 
+	t.Run("join", func(t *testing.T) {
+		// MintForPair that joins the pair's live contract (the mint after
+		// a miss on a node that saw the pair served) with its own owner
+		// index's node stalled: served, its writes undone.
+		var m *recipes.Contract
+		for range 1000 {
+			if m = f.Contract(t, time.Now(), agent, "/served", recipes.OriginGate, time.Hour); clusterNodeOf(t, cl, c, "i:{o:"+m.SynthesisID+"}") != own {
+				break
+			}
+		}
+		other := clusterNodeOf(t, cl, c, "i:{o:"+m.SynthesisID+"}")
+		other.Pause()
+		state, joined, err := set.Contracts.MintForPair(ctx, m, store.ModeOptimistic)
+		other.Resume()
+		if err != nil || joined == nil || joined.SynthesisID == m.SynthesisID || state != recipes.StateActive {
+			t.Fatalf("MintForPair joining the pair's contract, its owner index node stalled: %q %v %v", state, joined, err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			n, err := c.rdb.Exists(ctx, "i:{o:"+m.SynthesisID+"}").Result()
+			if err == nil && n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the owner index of the mint that joined: %d %v", n, err)
+			}
+		}
+	})
+
 	t.Run("script late", func(t *testing.T) {
 		n0, err := set.Contracts.Len(ctx)
 		if err != nil {
