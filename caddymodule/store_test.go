@@ -578,6 +578,11 @@ func TestAttemptKeptOffAnswerPath(t *testing.T) {
 	inspect := func(g *testGateway, id string) *answer {
 		return g.builtin(t, "INSPECT", map[string]any{"target": "rcns-attempt", "attempt_id": id})
 	}
+	// Redis learns the attempt script first (a first batch meets NOSCRIPT
+	// and sends it again): read on the node that refused, which waits.
+	if warm := a.do(t, "LOOKUP", "/nothing/warm", nil, "Allow-RCNS", "true"); warm.status != 464 || inspect(a, warm.hdr("RCNS-Attempt-Id")).status != 200 {
+		t.Fatalf("first refusal: %s", warm)
+	}
 	for i := range 20 {
 		refused := a.do(t, "LOOKUP", fmt.Sprintf("/nothing/%d", i), nil, "Allow-RCNS", "true")
 		id := refused.hdr("RCNS-Attempt-Id")

@@ -252,10 +252,16 @@ func TestRecordWriterCloseWritesAll(t *testing.T) {
 // counted lost, not read.
 func TestAttemptAddLater(t *testing.T) {
 	srv := redistest.StartServer(t)
-	cfg := Config{Addrs: []string{srv.Addr()}, RecordBatchDelay: 40 * time.Millisecond}
 	sets := make([]store.Set, 2)
 	for i := range sets {
-		c, err := New(context.Background(), cfg)
+		// Node a gathers 40 ms; node b, the other reader, waits longer
+		// before its second read (its own delay, 200 ms, and
+		// attemptRecheck), so a loaded machine's round trips fit.
+		delay := 40 * time.Millisecond
+		if i == 1 {
+			delay = 200 * time.Millisecond
+		}
+		c, err := New(context.Background(), Config{Addrs: []string{srv.Addr()}, RecordBatchDelay: delay})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,6 +272,14 @@ func TestAttemptAddLater(t *testing.T) {
 	}
 	a, b := sets[0], sets[1]
 	ctx := context.Background()
+	// Redis learns the script first (the first batch's EVALSHA meets
+	// NOSCRIPT and is sent again as EVAL).
+	if err := a.Attempts.(store.AttemptsLater).AddLater(ctx, store.Attempt{ID: "rcns-later-warm"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := a.Attempts.Get(ctx, "rcns-later-warm"); err != nil || !found {
+		t.Fatalf("the first attempt record: %v %v", found, err)
+	}
 	ids := make([]string, 12)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("rcns-later-%d", i)
