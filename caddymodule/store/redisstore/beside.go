@@ -1,0 +1,225 @@
+package redisstore
+
+// A mint's writes outside the agent's slot (docs/cluster.md "Round trips
+// per request kind"): the owner index P{o:ID} and, in Cluster mode, the
+// global live index P{g}:cl, written beside the mint's script; their
+// undoing when the script did not mint; the release of a contract
+// minted while they failed; and the node-local hint of the pairs a
+// contract serves, so that those writes are not sent for them.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// servedKey is the served cache's key of (agent, method, path).
+func servedKey(agent, method, path string) string { return agent + "\x00" + method + " " + path }
+
+// servedHint reports whether this node saw a live contract serve the
+// pair lately (Cluster mode; false elsewhere). It is a hint: a contract
+// revoked on another node leaves it set until its expiry, and then a
+// gate synthesis costs its mint's own round trip (MintForPair).
+func (s *contracts) servedHint(agent, method, path string) bool {
+	if s.served == nil {
+		return false
+	}
+	_, ok := s.served.Get(servedKey(agent, method, path))
+	return ok
+}
+
+// noteServed records that a contract expiring at exp serves the pair
+// (gone: no longer).
+func (s *contracts) noteServed(agent, method, path string, exp time.Time, gone bool) {
+	if s.served == nil {
+		return
+	}
+	k := servedKey(agent, method, path)
+	if ttl := time.Until(exp); !gone && ttl > 0 {
+		s.served.SetWithTTL(k, struct{}{}, 1, ttl)
+	} else {
+		s.served.Del(k)
+	}
+}
+
+// besideMint is a mint's writes outside the agent's slot, sent beside
+// its script in one pipeline (Cluster mode: other slots): the owner
+// index and, in Cluster mode, the global live index.
+func (s *contracts) besideMint(ctx context.Context, c *recipes.Contract, m mintCall) func(redis.Pipeliner) {
+	return func(p redis.Pipeliner) {
+		p.Set(ctx, s.ownerKey(c.SynthesisID), c.OriginatingAgentID, 0)
+		p.PExpireAt(ctx, s.ownerKey(c.SynthesisID), time.UnixMilli(mustInt(m.keep)))
+		if s.c.cluster {
+			p.ZAdd(ctx, s.c.globalKey("cl"), redis.Z{Score: float64(c.ExpiresAt.UnixMilli()), Member: m.member})
+		}
+	}
+}
+
+// besideCall is the outcome of a mint's writes in other slots (the
+// owner index, the global live index) sent in Cluster mode concurrently
+// with its script (startBeside).
+type besideCall chan error
+
+// startBeside sends c's writes in other slots (besideMint) on their own
+// deadline, not the caller's: a caller whose script did not mint does
+// not wait for them.
+func (s *contracts) startBeside(ctx context.Context, c *recipes.Contract, m mintCall) besideCall {
+	b := make(besideCall, 1)
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.cfg.WriteTimeout+s.c.cfg.ReadTimeout)
+	go func() {
+		defer cancel()
+		_, err := s.c.rdb.Pipelined(bctx, func(p redis.Pipeliner) error {
+			s.besideMint(bctx, c, m)(p)
+			return nil
+		})
+		b <- err
+	}()
+	return b
+}
+
+// finishBeside settles b once the script's call returned (minted: it
+// stored c; scriptErr: its error). Minted, it waits for b and returns
+// its error, having released c (the caller answers 503). Otherwise it
+// returns nil at once and, once b is done, releases c past its deadline
+// when the script may have minted with its reply lost (End clears the
+// indexes either way), or undoes the writes (queued with the records).
+func (s *contracts) finishBeside(b besideCall, c *recipes.Contract, m mintCall, minted bool, scriptErr error) error {
+	switch {
+	case minted:
+		if err := <-b; err != nil {
+			s.releaseLater(c, 0)
+			return err
+		}
+		return nil
+	case scriptErr != nil && mayHaveRun(scriptErr):
+		go func() {
+			<-b
+			s.releaseLater(c, s.c.cfg.ReadTimeout)
+		}()
+	default:
+		undo := s.unmint(c, m)
+		go func() {
+			<-b
+			_ = s.c.recs.add(queuedRecord{undo: undo})
+		}()
+	}
+	return nil
+}
+
+// mustInt is a decimal the code itself formatted.
+func mustInt(v string) int64 {
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
+}
+
+// releaseLater releases c, minted by a script whose other writes (its
+// owner index, the global live index) failed, or that may have minted
+// with its reply lost, so that its request, which answers 503, leaves
+// no contract that is not found by id to run under: after wait (past
+// the mint's deadline, when its script may still be on its way), in the
+// background until Redis takes it, at most until c expires. End clears
+// the global index's member whether it minted or not; when nothing was
+// minted, the owner index is deleted too.
+func (s *contracts) releaseLater(c *recipes.Contract, wait time.Duration) {
+	s.c.background(time.Until(c.ExpiresAt), wait, func(ctx context.Context) error {
+		ended, err := s.End(ctx, c, recipes.StateReleased)
+		if err != nil || ended {
+			return err
+		}
+		// Nothing to end: when no contract was minted at all (State ""),
+		// the owner index written beside its script goes too.
+		st, err := s.State(ctx, c)
+		if err != nil || st != "" {
+			return err
+		}
+		start := time.Now()
+		return s.c.done(store.OpContractUpdate, start, s.c.rdb.Del(ctx, s.ownerKey(c.SynthesisID)).Err())
+	})
+}
+
+// queuedUndo is the undoing of besideMint's writes for a contract its
+// script did not mint: the owner index and (Cluster mode) the global
+// live index's member.
+type queuedUndo struct {
+	owner, global, member string
+}
+
+// unmint is the undoing of besideMint(c, m).
+func (s *contracts) unmint(c *recipes.Contract, m mintCall) *queuedUndo {
+	u := &queuedUndo{owner: s.ownerKey(c.SynthesisID)}
+	if s.c.cluster {
+		u.global, u.member = s.c.globalKey("cl"), m.member
+	}
+	return u
+}
+
+// write adds u's writes to p.
+func (u *queuedUndo) write(ctx context.Context, p redis.Pipeliner) {
+	p.Del(ctx, u.owner)
+	if u.global != "" {
+		p.ZRem(ctx, u.global, u.member)
+	}
+}
+
+// pipeScript runs script and the commands extra adds in one round trip
+// and returns the script's reply. Outside Cluster mode they go in one
+// pipeline. In Cluster mode, where they are different nodes, the script
+// (Script.Run: EVALSHA, then EVAL on NOSCRIPT) and the other commands
+// (a pipeline) are sent concurrently as two calls: go-redis's Cluster
+// pipeline, once one node fails, retries that node's commands after a
+// backoff and, when the context ends first, sets that error on every
+// command of the pipeline, so a script that ran would read as failed.
+// A script Redis does not know (NOSCRIPT: restarted, failed over) is
+// sent again as EVAL; the other commands ran already. The error is the
+// script's, else the first other one, with the script's reply: a
+// caller undoes what the script did when the other commands failed.
+func (c *Client) pipeScript(ctx context.Context, script *redis.Script, keys []string, args []any, extra func(redis.Pipeliner)) (any, error) {
+	if c.cluster {
+		others := make(chan error, 1)
+		go func() {
+			_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				extra(p)
+				return nil
+			})
+			others <- err
+		}()
+		v, err := script.Run(ctx, c.rdb, keys, args...).Result()
+		oerr := <-others
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		if oerr != nil && !errors.Is(oerr, redis.Nil) {
+			return v, oerr
+		}
+		return v, nil
+	}
+	var sc *redis.Cmd
+	cmds, _ := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		sc = script.EvalSha(ctx, p, keys, args...)
+		extra(p)
+		return nil
+	})
+	sent := sc
+	if err := sc.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		sc = script.Eval(ctx, c.rdb, keys, args...)
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	for _, cmd := range cmds {
+		if cmd == sent {
+			continue
+		}
+		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return sc.Val(), err
+		}
+	}
+	return sc.Val(), nil
+}
