@@ -806,16 +806,12 @@ func TestResolvePairClusterMint(t *testing.T) {
 	}
 	// The undo is queued once the writes beside the script are done,
 	// then written with the next batch.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	eventually(t, 5*time.Second, func() (bool, string) {
 		owner, oerr := b.rdb.Exists(ctx, "m:{o:"+d.SynthesisID+"}").Result()
 		n, lerr := setB.Contracts.Len(ctx)
-		if oerr == nil && lerr == nil && owner == 0 && n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the indexes of a contract not minted: owner index %d (%v), Len %d (%v), want 0 and 1", owner, oerr, n, lerr)
-		}
-	}
+		return oerr == nil && lerr == nil && owner == 0 && n == 1,
+			fmt.Sprintf("the indexes of a contract not minted: owner index %d (%v), Len %d (%v), want 0 and 1", owner, oerr, n, lerr)
+	})
 	if ids := listed(); fmt.Sprint(ids) != fmt.Sprint([]string{c.SynthesisID}) {
 		t.Fatalf("global live index %v after a pair served, want [%s]", ids, c.SynthesisID)
 	}
@@ -854,21 +850,12 @@ func TestResolvePairClusterMintStalled(t *testing.T) {
 	c, set := newRestoredSet(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "s:",
 		ReadTimeout: timeout, WriteTimeout: timeout, DialTimeout: timeout}, f.Restorer(t))
 	ctx := context.Background()
-	nodeOf := func(key string) *redistest.Server { return clusterNodeOf(t, cl, c, key) }
 	const agent = "agent-s"
-	own := nodeOf(c.agentKey(agent, "cz"))
 	// elsewhere is a contract for path whose owner index is on another
 	// node than the agent's slot, and that node.
 	elsewhere := func(path string) (*recipes.Contract, *redistest.Server) {
 		t.Helper()
-		for range 1000 {
-			c := f.Contract(t, time.Now(), agent, path, recipes.OriginGate, time.Hour)
-			if n := nodeOf("s:{o:" + c.SynthesisID + "}"); n != own {
-				return c, n
-			}
-		}
-		t.Fatal("no synthesis id found with its owner index on another node")
-		return nil, nil
+		return ownedElsewhere(t, cl, c, f, agent, path)
 	}
 	m, other := elsewhere("/stall")
 	// Warm the agent's node (EVALSHA, the cluster's slots), so that the
@@ -982,6 +969,15 @@ func TestClusterStalledNodeIsolated(t *testing.T) {
 	if _, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/warm"}); err != nil {
 		t.Fatal(err)
 	}
+	// ownerGone waits for the owner index of m, which was not minted, to
+	// be undone.
+	ownerGone := func(t *testing.T, m *recipes.Contract, what string) {
+		t.Helper()
+		eventually(t, 5*time.Second, func() (bool, string) {
+			n, err := c.rdb.Exists(ctx, "i:{o:"+m.SynthesisID+"}").Result()
+			return err == nil && n == 0, fmt.Sprintf("the owner index of %s: %d %v", what, n, err)
+		})
+	}
 
 	t.Run("settle", func(t *testing.T) {
 		var auditID string
@@ -1009,56 +1005,28 @@ func TestClusterStalledNodeIsolated(t *testing.T) {
 		if _, err := set.Contracts.Mint(ctx, served, store.ModeOptimistic); err != nil {
 			t.Fatal(err)
 		}
-		var m *recipes.Contract
-		for range 1000 {
-			if m = f.Contract(t, time.Now(), agent, "/served", recipes.OriginGate, time.Hour); clusterNodeOf(t, cl, c, "i:{o:"+m.SynthesisID+"}") != own {
-				break
-			}
-		}
-		other := clusterNodeOf(t, cl, c, "i:{o:"+m.SynthesisID+"}")
+		m, other := ownedElsewhere(t, cl, c, f, agent, "/served")
 		other.Pause()
 		res, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/served", Mint: m, MintMode: store.ModeOptimistic})
 		other.Resume()
 		if err != nil || res.Contract == nil || res.Contract.SynthesisID != served.SynthesisID {
 			t.Fatalf("a pair served in the agent's healthy slot, the prepared mint's owner index node stalled: %v %v", res.Contract, err)
 		}
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			n, err := c.rdb.Exists(ctx, "i:{o:"+m.SynthesisID+"}").Result()
-			if err == nil && n == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the owner index of the mint not made: %d %v", n, err)
-			}
-		}
+		ownerGone(t, m, "the mint not made")
 	})
 
 	t.Run("join", func(t *testing.T) {
 		// MintForPair that joins the pair's live contract (the mint after
 		// a miss on a node that saw the pair served) with its own owner
 		// index's node stalled: served, its writes undone.
-		var m *recipes.Contract
-		for range 1000 {
-			if m = f.Contract(t, time.Now(), agent, "/served", recipes.OriginGate, time.Hour); clusterNodeOf(t, cl, c, "i:{o:"+m.SynthesisID+"}") != own {
-				break
-			}
-		}
-		other := clusterNodeOf(t, cl, c, "i:{o:"+m.SynthesisID+"}")
+		m, other := ownedElsewhere(t, cl, c, f, agent, "/served")
 		other.Pause()
 		state, joined, err := set.Contracts.MintForPair(ctx, m, store.ModeOptimistic)
 		other.Resume()
 		if err != nil || joined == nil || joined.SynthesisID == m.SynthesisID || state != recipes.StateActive {
 			t.Fatalf("MintForPair joining the pair's contract, its owner index node stalled: %q %v %v", state, joined, err)
 		}
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			n, err := c.rdb.Exists(ctx, "i:{o:"+m.SynthesisID+"}").Result()
-			if err == nil && n == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the owner index of the mint that joined: %d %v", n, err)
-			}
-		}
+		ownerGone(t, m, "the mint that joined")
 	})
 
 	t.Run("script late", func(t *testing.T) {
@@ -1074,16 +1042,43 @@ func TestClusterStalledNodeIsolated(t *testing.T) {
 		if !errors.Is(err, store.ErrUnavailable) {
 			t.Fatalf("ResolvePair with the agent's node stalled: %v", err)
 		}
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		eventually(t, 5*time.Second, func() (bool, string) {
 			st, serr := set.Contracts.State(ctx, m)
 			n, lerr := set.Contracts.Len(ctx)
 			owner, oerr := c.rdb.Exists(ctx, "i:{o:"+m.SynthesisID+"}").Result()
-			if serr == nil && lerr == nil && oerr == nil && st == "" && n == n0 && owner == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("a mint that reached Redis past its deadline: state %q (%v), live index %d -> %d (%v), owner index %d (%v); want nothing", st, serr, n0, n, lerr, owner, oerr)
-			}
-		}
+			return serr == nil && lerr == nil && oerr == nil && st == "" && n == n0 && owner == 0,
+				fmt.Sprintf("a mint that reached Redis past its deadline: state %q (%v), live index %d -> %d (%v), owner index %d (%v); want nothing", st, serr, n0, n, lerr, owner, oerr)
+		})
 	})
+}
+
+// eventually polls check every 10 ms until it reports done, failing the
+// test with its last word once within has passed.
+func eventually(t *testing.T, within time.Duration, check func() (done bool, why string)) {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(10 * time.Millisecond) {
+		done, why := check()
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(why)
+		}
+	}
+}
+
+// ownedElsewhere is a gate contract of agent for path whose owner index
+// c routes to another master of cl than the agent's slot, and that
+// master.
+func ownedElsewhere(t *testing.T, cl *redistest.Cluster, c *Client, f *storetest.Fixture, agent, path string) (*recipes.Contract, *redistest.Server) {
+	t.Helper()
+	own := clusterNodeOf(t, cl, c, c.agentKey(agent, "cz"))
+	for range 1000 {
+		m := f.Contract(t, time.Now(), agent, path, recipes.OriginGate, time.Hour)
+		if n := clusterNodeOf(t, cl, c, c.prefix+"{o:"+m.SynthesisID+"}"); n != own {
+			return m, n
+		}
+	}
+	t.Fatal("no synthesis id found with its owner index on another node")
+	return nil, nil
 }
