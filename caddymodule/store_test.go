@@ -971,6 +971,44 @@ func TestKeyedAnswerBesideComplete(t *testing.T) {
 	}
 }
 
+// TestKeyedAnswerBesideFullRedis: a keyed answer whose store, gathered
+// beside the answer (store.OffAnswerPath), meets a full Redis is stored
+// all the same (its script runs over maxmemory: docs/cluster.md "Redis
+// over maxmemory"), so its key is not left stuck: while Redis is full a
+// repeat gets 503 (its claim is refused: never a second execution), and
+// the first repeat once Redis has room replays the answer, the upstream
+// called once.
+func TestKeyedAnswerBesideFullRedis(t *testing.T) {
+	srv := redistest.StartServer(t, "--maxmemory-policy", "noeviction")
+	up, hits, arrived, release := heldUpstream(t)
+	g := redisGateway(t, up, srv.Addr())
+
+	answered := make(chan *answer, 1)
+	go func() { answered <- g.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "full-beside") }()
+	<-arrived // claimed: the plan runs
+	if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", "1"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if a := <-answered; a.status != 200 {
+		t.Fatalf("keyed Tier B whose answer meets a full Redis: %s", a)
+	}
+	wantError(t, g.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "full-beside"), 503, "store-unavailable", "is full")
+	if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", "0"); err != nil {
+		t.Fatal(err)
+	}
+	r := g.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "full-beside")
+	if r.status != 200 || r.hdr("Idempotent-Replayed") != "true" {
+		t.Fatalf("the first repeat once Redis has room: %s (replayed %q), want the answer replayed", r, r.hdr("Idempotent-Replayed"))
+	}
+	if n := metricValue(t, g.h, "caddy_rcns_store_errors_total", "op", string(store.OpComplete)); n != 0 {
+		t.Errorf("caddy_rcns_store_errors_total{op=idempotency_complete} = %v: the answer's store failed while Redis was full", n)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Fatalf("%d upstream calls, want 1", n)
+	}
+}
+
 // heldUpstream is the bench items API on loopback that counts its calls
 // (hits) and holds GET /items/held: it signals arrived, then answers once
 // release is closed.
