@@ -449,6 +449,7 @@ func (h *Handler) provisionStore(ctx caddy.Context, e *engine.Engine) (engine.St
 	if err != nil {
 		return engine.Store{}, fmt.Errorf("rcns: store redis: %v", err)
 	}
+	h.closeSet = set.Close
 	e.StoreMetrics().SetUp(!h.redis.down.Load())
 	h.redis.join(e)
 	return engine.Store{Set: set, Shared: h.redis}, nil
@@ -532,6 +533,10 @@ func dialBudget(cfg redisstore.Config) time.Duration {
 // releaseStore gives the configuration's Redis client back to the pool
 // (closed when no configuration uses it).
 func (h *Handler) releaseStore() {
+	if h.closeSet != nil {
+		h.closeSet()
+		h.closeSet = nil
+	}
 	if h.redis != nil {
 		h.redis.leave(h.eng)
 		_, _ = redisClients.Delete(h.redisKey)

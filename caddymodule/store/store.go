@@ -559,6 +559,12 @@ type Set struct {
 	// the contract build on every request an active contract serves by
 	// pair, and saves a round trip only where there is one to save.
 	FoldsGate bool
+	// Close releases what the Set holds beyond its store's client (the
+	// Redis store's decoded-contract and served-pair caches, and their
+	// goroutines), for the host to call once the configuration it was
+	// built for is dropped. Calls the old configuration still makes
+	// after it work, uncached. Nil when there is nothing to release.
+	Close func()
 }
 
 // Limits bounds a Set. Zero fields take the defaults of each kind.

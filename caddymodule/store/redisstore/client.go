@@ -568,6 +568,7 @@ func (c *Client) Set(l store.Limits, rs *recipes.Restorer) (store.Set, error) {
 		Tasks:       tasks{c},
 		Seal:        sealKeys{c},
 		FoldsGate:   true, // Cluster: the attempt record is left to the engine (AttemptKept false)
+		Close:       contracts.close,
 	}, nil
 }
 

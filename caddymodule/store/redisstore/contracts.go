@@ -177,6 +177,12 @@ func newContracts(c *Client, l recipes.StoreLimits, rs *recipes.Restorer) (*cont
 	return s, nil
 }
 
+// close closes the caches (store.Set.Close): lookups after it read Redis.
+func (s *contracts) close() {
+	s.cache.Close()
+	s.served.Close() // nil outside Cluster mode: a no-op
+}
+
 func (s *contracts) Limits() recipes.StoreLimits { return s.limits }
 
 func (s *contracts) key(agent, id string) string { return s.c.agentKey(agent, "c:"+id) }

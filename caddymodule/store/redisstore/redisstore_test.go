@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1081,4 +1082,46 @@ func ownedElsewhere(t *testing.T, cl *redistest.Cluster, c *Client, f *storetest
 	}
 	t.Fatal("no synthesis id found with its owner index on another node")
 	return nil, nil
+}
+
+// TestSetClose: a Set's Close stops its caches' goroutines (a config
+// reload builds a Set, and Caddy's Cleanup closes the old one: without
+// it every reload left them running), and a Set still answers after
+// it, from Redis: its contract is found by id and by pair.
+func TestSetClose(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	f := storetest.NewFixture(t)
+	rs := f.Restorer(t)
+	c, set := newRestoredSet(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "s:"}, rs)
+	ctx := context.Background()
+	con := f.Contract(t, time.Now(), "agent-a", "/trip", recipes.OriginGate, time.Hour)
+	if _, err := set.Contracts.Mint(ctx, con, store.ModeOptimistic); err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	const reloads = 20
+	for range reloads {
+		s, err := c.Set(store.Limits{}, rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	set.Close()
+	var grown int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if grown = runtime.NumGoroutine() - before; grown < reloads || time.Now().After(deadline) {
+			break
+		}
+	}
+	if grown >= reloads {
+		t.Fatalf("%d goroutines more after %d Sets built and closed: their caches still run", grown, reloads)
+	}
+	if got, res, err := set.Contracts.Lookup(ctx, "agent-a", con.SynthesisID); err != nil || res != recipes.LookupFound {
+		t.Fatalf("a closed Set's lookup by id: %v %d %v", got, res, err)
+	}
+	r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: "agent-a", Method: con.Method, Path: con.Path})
+	if err != nil || r.Contract == nil || r.Contract.SynthesisID != con.SynthesisID {
+		t.Fatalf("a closed Set's lookup by pair: %+v %v", r, err)
+	}
 }
