@@ -8,6 +8,7 @@ package redisstore
 // contract serves, so that those writes are not sent for them.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
@@ -49,36 +50,84 @@ func (s *contracts) noteServed(agent, method, path string, exp time.Time, gone b
 	}
 }
 
-// besideMint is a mint's writes outside the agent's slot, sent beside
-// its script in one pipeline (Cluster mode: other slots): the owner
-// index and, in Cluster mode, the global live index.
+// besideMint is a mint's owner index write, sent beside its script in
+// one pipeline outside Cluster mode (one connection: Redis runs them in
+// order). In Cluster mode, where the owner index and the global live
+// index are other slots, startBeside sends them.
 func (s *contracts) besideMint(ctx context.Context, c *recipes.Contract, m mintCall) func(redis.Pipeliner) {
 	return func(p redis.Pipeliner) {
 		p.Set(ctx, s.ownerKey(c.SynthesisID), c.OriginatingAgentID, 0)
 		p.PExpireAt(ctx, s.ownerKey(c.SynthesisID), time.UnixMilli(mustInt(m.keep)))
-		if s.c.cluster {
-			p.ZAdd(ctx, s.c.globalKey("cl"), redis.Z{Score: float64(c.ExpiresAt.UnixMilli()), Member: m.member})
-		}
 	}
 }
+
+// besideScript is one of a mint's writes in another slot (Cluster mode:
+// startBeside), made only when it reaches Redis by the mint's deadline,
+// as the mint's script is: a write a stalled node runs late cannot land
+// after the undoing that followed its failure. KEYS: the key. ARGV:
+// deadline (Unix ms on Redis's clock, 0: none), "o" (the owner index:
+// SET KEYS[1] ARGV[3] PXAT ARGV[4]) or "g" (the global live index: ZADD
+// KEYS[1] ARGV[3] ARGV[4]). Returns 1 written, 0 late (nothing written).
+var besideScript = denyOOM(`
+local dl = tonumber(ARGV[1])
+if dl > 0 then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > dl then return 0 end
+end
+if ARGV[2] == 'o' then
+  redis.call('SET', KEYS[1], ARGV[3], 'PXAT', ARGV[4])
+else
+  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
+end
+return 1
+`)
+
+// errBesideLate is a write of besideScript that reached Redis past its
+// deadline and wrote nothing.
+var errBesideLate = errors.New("a write beside the mint reached Redis after its deadline and wrote nothing")
 
 // besideCall is the outcome of a mint's writes in other slots (the
 // owner index, the global live index) sent in Cluster mode concurrently
 // with its script (startBeside).
 type besideCall chan error
 
-// startBeside sends c's writes in other slots (besideMint) on their own
-// deadline, not the caller's: a caller whose script did not mint does
-// not wait for them.
-func (s *contracts) startBeside(ctx context.Context, c *recipes.Contract, m mintCall) besideCall {
+// startBeside sends c's writes in other slots (besideScript: the owner
+// index and the global live index, each on its node) on their own
+// timeout, not the caller's, so that a caller whose script did not mint
+// does not wait for them; a write that reaches Redis after deadline
+// (the mint's) writes nothing. Once the call is done (besideCall), what
+// it wrote is final: an undoing after it is not overtaken.
+func (s *contracts) startBeside(ctx context.Context, c *recipes.Contract, m mintCall, deadline int64) besideCall {
 	b := make(besideCall, 1)
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.cfg.WriteTimeout+s.c.cfg.ReadTimeout)
+	writes := [2]struct {
+		key  string
+		args []any
+	}{
+		{s.ownerKey(c.SynthesisID), []any{deadline, "o", c.OriginatingAgentID, m.keep}},
+		{s.c.globalKey("cl"), []any{deadline, "g", c.ExpiresAt.UnixMilli(), m.member}},
+	}
 	go func() {
 		defer cancel()
-		_, err := s.c.rdb.Pipelined(bctx, func(p redis.Pipeliner) error {
-			s.besideMint(bctx, c, m)(p)
+		var cmds [2]*redis.Cmd
+		_, _ = s.c.rdb.Pipelined(bctx, func(p redis.Pipeliner) error {
+			for i, w := range writes {
+				cmds[i] = besideScript.EvalSha(bctx, p, []string{w.key}, w.args...)
+			}
 			return nil
 		})
+		var err error
+		for i, cmd := range cmds {
+			if cerr := cmd.Err(); cerr != nil && strings.HasPrefix(cerr.Error(), "NOSCRIPT") {
+				cmd = besideScript.Run(bctx, s.c.rdb, []string{writes[i].key}, writes[i].args...)
+			}
+			switch n, cerr := cmd.Int64(); {
+			case cerr != nil:
+				err = cmp.Or(err, cerr)
+			case n != 1:
+				err = cmp.Or(err, errBesideLate)
+			}
+		}
 		b <- err
 	}()
 	return b

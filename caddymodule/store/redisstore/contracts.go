@@ -256,7 +256,7 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 	if s.c.cluster {
 		// The writes in other slots go concurrently, and the call waits
 		// for them only when it minted (besideCall).
-		b := s.startBeside(ctx, c, m)
+		b := s.startBeside(ctx, c, m, deadline)
 		res, err := mintScript.Run(ctx, s.c.rdb, m.keys, m.args...).Slice()
 		minted := err == nil && len(res) > 0 && replyInt(res, 0) == 0
 		if berr := s.finishBeside(b, c, m, minted, err); berr != nil {

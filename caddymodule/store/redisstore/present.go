@@ -281,7 +281,7 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	if beside {
 		// Concurrently with the script (pipeScript says why not one
 		// pipeline): the request waits for them only when it minted.
-		others = p.contracts.startBeside(ctx, req.Mint, mc)
+		others = p.contracts.startBeside(ctx, req.Mint, mc, deadline)
 	}
 	v, err := resolveScript.Run(ctx, p.c.rdb, keys, args...).Slice()
 	ran := false // the script ran, and a claim it took is to be released
