@@ -235,7 +235,8 @@ func (x *exchange) gateInputValid(req *request, recipe *recipes.Recipe) bool {
 // here too, for the call to mint it. gateway uses what the call did
 // (x.prepaid, x.keptAttempt, x.premint). The attempt record and the
 // contract are prepared only for a store that folds them into the call
-// (store.Set.FoldsGate): elsewhere they would be built, unused, on every
+// (store.Set.FoldsGate; the record not for one that leaves it,
+// store.Set.LeavesAttempt): elsewhere they would be built, unused, on every
 // request an active contract serves by pair (BenchmarkServe/e-pair).
 func (h *Engine) gateMiss(x *exchange, req *request) (spend store.Limiter, attempt *store.Attempt, mint *recipes.Contract) {
 	states, proceed, ref := h.gate.Locks12(policy.AllowRCNS(x.in.Get("Allow-RCNS")))
@@ -257,7 +258,7 @@ func (h *Engine) gateMiss(x *exchange, req *request) (spend store.Limiter, attem
 			return spend, nil, mint
 		}
 	}
-	if !h.sto.FoldsGate {
+	if !h.sto.FoldsGate || h.sto.LeavesAttempt {
 		return spend, nil, nil
 	}
 	rec := h.attemptRecord(x, req, &states, e)

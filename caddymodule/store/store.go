@@ -559,6 +559,12 @@ type Set struct {
 	// the contract build on every request an active contract serves by
 	// pair, and saves a round trip only where there is one to save.
 	FoldsGate bool
+	// LeavesAttempt reports that ResolvePair never keeps
+	// PairRequest.Attempt (AttemptKept always false: the Redis store in
+	// Cluster mode, where attempt records live in another slot than the
+	// agent's): the engine then leaves it nil and builds the record
+	// only for a refusal, once.
+	LeavesAttempt bool
 	// Close releases what the Set holds beyond its store's client (the
 	// Redis store's decoded-contract and served-pair caches, and their
 	// goroutines), for the host to call once the configuration it was

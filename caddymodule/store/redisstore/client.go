@@ -558,17 +558,18 @@ func (c *Client) Set(l store.Limits, rs *recipes.Restorer) (store.Set, error) {
 	}
 	idem := newIdempotency(c, l.Idempotency)
 	return store.Set{
-		Presenter:   presenter{c: c, idem: idem, contracts: contracts, attempts: l.Attempts},
-		Idempotency: idem,
-		Limiters:    limiters{c},
-		Contracts:   contracts,
-		Replay:      replay{c},
-		Attempts:    attempts{c: c, size: l.Attempts},
-		Records:     records{c: c, retention: l.RecordRetention},
-		Tasks:       tasks{c},
-		Seal:        sealKeys{c},
-		FoldsGate:   true, // Cluster: the attempt record is left to the engine (AttemptKept false)
-		Close:       contracts.close,
+		Presenter:     presenter{c: c, idem: idem, contracts: contracts, attempts: l.Attempts},
+		Idempotency:   idem,
+		Limiters:      limiters{c},
+		Contracts:     contracts,
+		Replay:        replay{c},
+		Attempts:      attempts{c: c, size: l.Attempts},
+		Records:       records{c: c, retention: l.RecordRetention},
+		Tasks:         tasks{c},
+		Seal:          sealKeys{c},
+		FoldsGate:     true,
+		LeavesAttempt: c.cluster, // P{g}:att is another slot than the agent's
+		Close:         contracts.close,
 	}, nil
 }
 
