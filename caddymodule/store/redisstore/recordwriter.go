@@ -215,6 +215,12 @@ func (w *recordWriter) run() {
 			if timer != nil {
 				w.gather(timer)
 			}
+			select {
+			case <-w.c.closing: // drain, which stops at a failed batch
+				w.drain()
+				return
+			default:
+			}
 			_ = w.writeQueued() // a failed batch is counted (op record)
 		case <-w.c.closing:
 			w.drain()
@@ -243,14 +249,15 @@ func (w *recordWriter) gather(timer *time.Timer) {
 }
 
 // drain writes everything queued when the Client closes, a batch at a
-// time; once a batch fails, the rest is not tried (Redis is not
-// answering: each try would wait the timeouts) and is counted as one
-// failed op record.
+// time; once a batch fails (a batch of settles only: Redis did not
+// answer it), the rest is not tried (Redis is not answering: each try
+// would wait the timeouts), its settles fail with store.ErrUnavailable
+// and its records are counted as one failed op record.
 func (w *recordWriter) drain() {
 	for {
 		if err := w.writeQueued(); err != nil {
 			w.mu.Lock()
-			n := len(w.queue) + len(w.settles)
+			n := len(w.queue)
 			for _, q := range append(w.settles, w.queue...) {
 				if q.call != nil {
 					q.call.deliver(nil, store.ErrUnavailable)
@@ -276,7 +283,9 @@ func (w *recordWriter) drain() {
 }
 
 // writeQueued writes the records queued so far in one pipeline, at
-// most maxRecordBatch of them, and returns the pipeline's error.
+// most maxRecordBatch of them, and returns the error of its records
+// (counted as op record) or, for a batch of settles only, Redis not
+// answering it.
 func (w *recordWriter) writeQueued() error {
 	w.mu.Lock()
 	budget := maxBatchBytes
@@ -299,7 +308,7 @@ func (w *recordWriter) writeQueued() error {
 	start := time.Now()
 	var calls map[redis.Cmder]*queuedCall
 	counted := false // the batch holds writes counted as op record
-	cmds, _ := w.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, perr := w.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, q := range batch {
 			counted = counted || q.call == nil || q.call.done == nil
 			if q.call != nil {
@@ -321,9 +330,15 @@ func (w *recordWriter) writeQueued() error {
 	})
 	err := settleBatch(ctx, w.c.rdb, cmds, calls)
 	cancel()
-	if counted {
+	var re redis.Error
+	switch {
+	case counted:
 		err = w.c.done(store.OpRecord, start, err)
-	} else {
+	case perr != nil && !errors.As(perr, &re):
+		// Settles only, and Redis did not answer: their callers count
+		// it; drain stops on it.
+		err = fmt.Errorf("%w: %w", store.ErrUnavailable, perr)
+	default:
 		err = nil
 	}
 	w.mu.Lock()

@@ -399,6 +399,57 @@ func TestSettlesGathered(t *testing.T) {
 	}
 }
 
+// TestDrainStopsWhenRedisStalls: settles queued while Redis stalls,
+// several batches of them, fail with store.ErrUnavailable once the
+// Client closes, and Close tries one batch, not each of them (each try
+// waits the timeouts), though a batch of settles only counts no op
+// record.
+func TestDrainStopsWhenRedisStalls(t *testing.T) {
+	srv := redistest.StartServer(t)
+	const timeout = 300 * time.Millisecond
+	c, set := newSet(t, Config{Addrs: []string{srv.Addr()}, ReadTimeout: timeout, WriteTimeout: timeout})
+	ctx := context.Background()
+	const n = 6 * maxRecordBatch
+	claims := make([]store.Claim, n)
+	for i := range claims {
+		got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "d", Key: fmt.Sprintf("k%d", i), Fingerprint: "fp"})
+		if err != nil || got.Outcome != idempotency.Execute {
+			t.Fatalf("claim %d: %v %v", i, got.Outcome, err)
+		}
+		claims[i] = got.Claim
+	}
+	srv.Pause()
+	defer srv.Resume()
+	errs := make(chan error, n)
+	for _, cl := range claims {
+		go func() { errs <- cl.Abandon(store.OffAnswerPath(ctx)) }()
+	}
+	for {
+		c.recs.mu.Lock()
+		left := len(c.recs.settles)
+		c.recs.mu.Unlock()
+		if left >= n-maxRecordBatch { // all queued, a batch perhaps taken
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.recs.mu.Lock()
+	before := c.recs.batched
+	c.recs.mu.Unlock()
+	_ = c.Close()
+	for range n {
+		if err := <-errs; !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("a settle queued while Redis stalls, the Client closed: %v", err)
+		}
+	}
+	c.recs.mu.Lock()
+	tried := c.recs.batched - before
+	c.recs.mu.Unlock()
+	if tried > 2*maxRecordBatch { // the batch in flight, and drain's first
+		t.Fatalf("from Close on, %d settles were sent to a Redis that did not answer, want at most two batches (%d)", tried, 2*maxRecordBatch)
+	}
+}
+
 // TestTakeBatchBytes: a batch is cut at maxRecordBatch items and at
 // maxBatchBytes (a settle's stored answer counts), always holding at
 // least one item, and what is left stays queued in order.
