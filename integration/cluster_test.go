@@ -125,11 +125,21 @@ func clusterDuplicatesOnce(t *testing.T, w *clusterWorld) {
 // clusterGateBudget: one agent's gate evaluations alternate between the
 // nodes and spend one budget of 10: each answer reports what is left of
 // the shared budget, and the 11th evaluation, on either node, is 429.
+// Each refusal's attempt record is inspected at once on the other node
+// (over the suite's door: HTTP, then native AGTP/1.0).
 func clusterGateBudget(t *testing.T, w *clusterWorld) {
 	for i := range clusterBudgetQ {
 		r := gateNowhere(t, w.node(i), agentBudget, scopeAll)
 		assert464(t, r, "composition-impossible")
 		assertRateLimitHeader(t, r, "rcns", clusterBudgetQ-1-i, clusterBudgetQ, clusterBudgetWindow)
+		// The refusal's attempt record (queued with the node's records,
+		// off the answer path) is found at once on the other node.
+		id := r.Header.Get("RCNS-Attempt-Id")
+		a := builtinCall(t, w.node(i+1), "INSPECT", agentBudget, scopeAll, map[string]any{"target": "rcns-attempt", "attempt_id": id})
+		wantStatus(t, a, 200)
+		if b := a.Object(t); str(b, "attempt_id") != id || str(b, "reason") != "composition-impossible" {
+			t.Errorf("INSPECT on the other node of the attempt %s of a 464: %v", id, b)
+		}
 		if t.Failed() {
 			t.Fatalf("gate evaluation %d (node %d)", i+1, i%2)
 		}
