@@ -124,11 +124,7 @@ func TestResolvePairClusterMint(t *testing.T) {
 // was 503, and the key executes on its next claim. MintForPair, the
 // same.
 func TestResolvePairClusterMintStalled(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
-	f := storetest.NewFixture(t)
-	const timeout = time.Second
-	c, set := newRestoredSet(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "s:",
-		ReadTimeout: timeout, WriteTimeout: timeout, DialTimeout: timeout}, f.Restorer(t))
+	cl, f, c, set := stallableCluster(t, "s:")
 	ctx := context.Background()
 	const agent = "agent-s"
 	// elsewhere is a contract for path whose owner index is on another
@@ -211,6 +207,22 @@ func TestResolvePairClusterMintStalled(t *testing.T) {
 	}
 }
 
+// stallTimeout is the read, write and dial timeout of stallableCluster's
+// Client.
+const stallTimeout = time.Second
+
+// stallableCluster starts a three-master Cluster and a Client of it
+// with keys under prefix and 1 s timeouts, for a test that stalls its
+// nodes (SIGSTOP) or kills them.
+func stallableCluster(t *testing.T, prefix string) (*redistest.Cluster, *storetest.Fixture, *Client, store.Set) {
+	t.Helper()
+	cl := redistest.StartCluster(t, 3)
+	f := storetest.NewFixture(t)
+	c, set := newRestoredSet(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: prefix,
+		ReadTimeout: stallTimeout, WriteTimeout: stallTimeout, DialTimeout: stallTimeout}, f.Restorer(t))
+	return cl, f, c, set
+}
+
 // clusterNodeOf is the master of cl that serves key, as c routes it.
 func clusterNodeOf(t *testing.T, cl *redistest.Cluster, c *Client, key string) *redistest.Server {
 	t.Helper()
@@ -237,11 +249,7 @@ func clusterNodeOf(t *testing.T, cl *redistest.Cluster, c *Client, key string) *
 // whose agent slot stalls past its deadline mints nothing when that
 // node wakes and leaves no index behind.
 func TestClusterStalledNodeIsolated(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
-	f := storetest.NewFixture(t)
-	const timeout = time.Second
-	c, set := newRestoredSet(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "i:",
-		ReadTimeout: timeout, WriteTimeout: timeout, DialTimeout: timeout}, f.Restorer(t))
+	cl, f, c, set := stallableCluster(t, "i:")
 	ctx := context.Background()
 	const agent = "agent-i"
 	own := clusterNodeOf(t, cl, c, c.agentKey(agent, "cz"))
@@ -322,14 +330,14 @@ func TestClusterStalledNodeIsolated(t *testing.T) {
 		// and runs the script. The whole stall stays within the cluster's
 		// node timeout (2 s): longer, the other nodes mark the node failed
 		// and the cluster answers CLUSTERDOWN for a while after it wakes.
-		time.Sleep(timeout / 4)
+		time.Sleep(stallTimeout / 4)
 		own.Resume()
 		if !errors.Is(err, store.ErrUnavailable) {
 			t.Fatalf("ResolvePair with the agent's node stalled: %v", err)
 		}
 		ownerGone(t, m, "a mint that reached Redis past its deadline")
 		// Past the undo, nothing lands late (besideScript's deadline).
-		time.Sleep(2 * timeout)
+		time.Sleep(2 * stallTimeout)
 		ownerGone(t, m, "a mint that reached Redis past its deadline, a while later")
 		if st, err := set.Contracts.State(ctx, m); err != nil || st != "" {
 			t.Fatalf("a mint that reached Redis past its deadline: state %q (%v), want none", st, err)
@@ -418,16 +426,12 @@ func TestSetClose(t *testing.T) {
 // the release's undoing of it, sent again while it slept), the contract
 // is not in the live index, then or a while later.
 func TestClusterGlobalIndexStalled(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
+	cl, f, c, set := stallableCluster(t, "l:")
 	for _, n := range cl.Nodes {
 		if _, err := redistest.Do(n.Addr(), "CONFIG", "SET", "cluster-node-timeout", "15000"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	f := storetest.NewFixture(t)
-	const timeout = time.Second
-	c, set := newRestoredSet(t, Config{Mode: ModeCluster, Addrs: cl.Addrs(), KeyPrefix: "l:",
-		ReadTimeout: timeout, WriteTimeout: timeout, DialTimeout: timeout}, f.Restorer(t))
 	ctx := context.Background()
 	g := clusterNodeOf(t, cl, c, c.globalKey("cl"))
 	agent := ""
@@ -452,7 +456,7 @@ func TestClusterGlobalIndexStalled(t *testing.T) {
 		g.Resume()
 		t.Fatalf("a synthesis whose global index node stalls: %v, want store unavailable", err)
 	}
-	time.Sleep(3 * timeout) // the release's undoing is sent, and sent again, to the stalled node
+	time.Sleep(3 * stallTimeout) // the release's undoing is sent, and sent again, to the stalled node
 	g.Resume()
 	eventually(t, 10*time.Second, func() (bool, string) {
 		st, serr := set.Contracts.State(ctx, m)
@@ -460,7 +464,7 @@ func TestClusterGlobalIndexStalled(t *testing.T) {
 		return serr == nil && st == recipes.StateReleased && errors.Is(merr, redis.Nil),
 			fmt.Sprintf("a contract minted while its global index write stalled: state %q (%v), its live index member: %v (want redis.Nil)", st, serr, merr)
 	})
-	time.Sleep(2 * timeout)
+	time.Sleep(2 * stallTimeout)
 	if err := member(m); !errors.Is(err, redis.Nil) {
 		t.Fatalf("the released contract's live index member, a while after the node woke: %v, want redis.Nil", err)
 	}
