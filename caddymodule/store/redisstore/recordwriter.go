@@ -308,7 +308,7 @@ func (w *recordWriter) writeQueued() error {
 	start := time.Now()
 	var calls map[redis.Cmder]*queuedCall
 	counted := false // the batch holds writes counted as op record
-	cmds, perr := w.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, _ := w.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, q := range batch {
 			counted = counted || q.call == nil || q.call.done == nil
 			if q.call != nil {
@@ -330,14 +330,13 @@ func (w *recordWriter) writeQueued() error {
 	})
 	err := settleBatch(ctx, w.c.rdb, cmds, calls)
 	cancel()
-	var re redis.Error
-	switch {
+	switch unanswered := unanswered(cmds); {
 	case counted:
 		err = w.c.done(store.OpRecord, start, err)
-	case perr != nil && !errors.As(perr, &re):
+	case unanswered != nil:
 		// Settles only, and Redis did not answer: their callers count
 		// it; drain stops on it.
-		err = fmt.Errorf("%w: %w", store.ErrUnavailable, perr)
+		err = fmt.Errorf("%w: %w", store.ErrUnavailable, unanswered)
 	default:
 		err = nil
 	}
@@ -348,6 +347,18 @@ func (w *recordWriter) writeQueued() error {
 	w.flushed = make(chan struct{})
 	w.mu.Unlock()
 	return err
+}
+
+// unanswered returns the first error of cmds that is not a reply of
+// Redis (a timeout, a closed connection), or nil.
+func unanswered(cmds []redis.Cmder) error {
+	for _, cmd := range cmds {
+		var re redis.Error
+		if err := cmd.Err(); err != nil && !errors.As(err, &re) {
+			return err
+		}
+	}
+	return nil
 }
 
 // maxBatchBytes bounds the bytes one batch writes (records' JSON and
