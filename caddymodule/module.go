@@ -61,13 +61,10 @@ type Handler struct {
 	// else nil; state is its name's State while this handler holds it.
 	redis    *pooledRedis
 	redisKey string
-	// closeSet releases the store Set's own caches (store.Set.Close)
-	// closeSetAfter past Cleanup (the longest plan's lease: work the old
-	// configuration started, an MCP task or a settle, may still look
-	// contracts up until then); nil when it holds none.
-	closeSet      func()
-	closeSetAfter time.Duration
-	state         *engine.State
+	// closeSet releases the store Set's own caches (store.Set.Close) at
+	// Cleanup; nil when it holds none.
+	closeSet func()
+	state    *engine.State
 	// logger, when set before Provision, replaces Caddy's logger for
 	// the engine and the doors (the package's tests observe it).
 	logger *zap.Logger

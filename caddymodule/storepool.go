@@ -449,7 +449,7 @@ func (h *Handler) provisionStore(ctx caddy.Context, e *engine.Engine) (engine.St
 	if err != nil {
 		return engine.Store{}, fmt.Errorf("rcns: store redis: %v", err)
 	}
-	h.closeSet, h.closeSetAfter = set.Close, e.MaxLease()
+	h.closeSet = set.Close
 	e.StoreMetrics().SetUp(!h.redis.down.Load())
 	h.redis.join(e)
 	return engine.Store{Set: set, Shared: h.redis}, nil
@@ -534,8 +534,7 @@ func dialBudget(cfg redisstore.Config) time.Duration {
 // (closed when no configuration uses it).
 func (h *Handler) releaseStore() {
 	if h.closeSet != nil {
-		// Not at once: ristretto's Close must not meet a concurrent Set.
-		time.AfterFunc(h.closeSetAfter, h.closeSet)
+		h.closeSet() // requests of this configuration still running go uncached
 		h.closeSet = nil
 	}
 	if h.redis != nil {

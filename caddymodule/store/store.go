@@ -568,11 +568,11 @@ type Set struct {
 	// Close releases what the Set holds beyond its store's client (the
 	// Redis store's decoded-contract and served-pair caches, and their
 	// goroutines), for the host to call once the configuration it was
-	// built for is dropped. Calls made after it work, uncached; calls
-	// made while it runs may panic (ristretto's Close), so the host
-	// calls it once nothing of that configuration runs (the Caddy
-	// handler: the longest plan's lease after Cleanup). Nil when there
-	// is nothing to release.
+	// built for is dropped, even while calls of that configuration still
+	// run (a native-door connection, an MCP task): calls from then on
+	// work, uncached, and the caches close in the background once the
+	// calls that were using them are done. Nil when there is nothing to
+	// release.
 	Close func()
 }
 

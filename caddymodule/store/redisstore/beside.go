@@ -29,24 +29,26 @@ func servedKey(agent, method, path string) string { return agent + "\x00" + meth
 // revoked on another node leaves it set until its expiry, and then a
 // gate synthesis costs its mint's own round trip (MintForPair).
 func (s *contracts) servedHint(agent, method, path string) bool {
-	if s.served == nil {
+	served := s.servedCache()
+	if served == nil {
 		return false
 	}
-	_, ok := s.served.Get(servedKey(agent, method, path))
+	_, ok := served.Get(servedKey(agent, method, path))
 	return ok
 }
 
 // noteServed records that a contract expiring at exp serves the pair
 // (gone: no longer).
 func (s *contracts) noteServed(agent, method, path string, exp time.Time, gone bool) {
-	if s.served == nil {
+	served := s.servedCache()
+	if served == nil {
 		return
 	}
 	k := servedKey(agent, method, path)
 	if ttl := time.Until(exp); !gone && ttl > 0 {
-		s.served.SetWithTTL(k, struct{}{}, 1, ttl)
+		served.SetWithTTL(k, struct{}{}, 1, ttl)
 	} else {
-		s.served.Del(k)
+		served.Del(k)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,7 +98,7 @@ func TestResolvePairClusterMint(t *testing.T) {
 	}
 
 	// Node a minted for the pair: it sends nothing beside the script.
-	setA.Contracts.(*contracts).served.Wait() // the hint's Set is buffered
+	setA.Contracts.(*contracts).servedCache().Wait() // the hint's Set is buffered
 	a.recs.mu.Lock()
 	queued := a.recs.queued
 	a.recs.mu.Unlock()
@@ -378,8 +379,9 @@ func ownedElsewhere(t *testing.T, cl *redistest.Cluster, c *Client, f *storetest
 
 // TestSetClose: a Set's Close stops its caches' goroutines (a config
 // reload builds a Set, and Caddy's Cleanup closes the old one: without
-// it every reload left them running), and a Set still answers after
-// it, from Redis: its contract is found by id and by pair.
+// it every reload left them running), without harm to calls that use
+// the Set meanwhile, and a Set still answers after it, from Redis: its
+// contract is found by id and by pair.
 func TestSetClose(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	f := storetest.NewFixture(t)
@@ -392,13 +394,44 @@ func TestSetClose(t *testing.T) {
 	}
 	before := runtime.NumGoroutine()
 	const reloads = 20
-	for range reloads {
-		s, err := c.Set(store.Limits{}, rs)
-		if err != nil {
+	sets := make([]store.Set, reloads)
+	for i := range sets {
+		var err error
+		if sets[i], err = c.Set(store.Limits{}, rs); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Requests of the old configurations still running while their Sets
+	// close (a native-door connection, an MCP task) use the caches
+	// throughout: none may meet ristretto's Close (a panic, "send on
+	// closed channel", ends the process).
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, s := range sets {
+		for range 2 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					cs := s.Contracts.(*contracts)
+					cs.noteServed("agent-a", con.Method, con.Path, con.ExpiresAt, false) // ResolvePair's served hint
+					cs.servedHint("agent-a", con.Method, con.Path)
+					cs.cache().Set(con.SynthesisID, con, 1) // a lookup's decoded contract
+					cs.cache().Get(con.SynthesisID)
+				}
+			})
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	for _, s := range sets {
 		s.Close()
 	}
+	time.Sleep(cacheCloseDelay + 500*time.Millisecond)
+	close(stop)
+	wg.Wait()
 	set.Close()
 	var grown int
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
