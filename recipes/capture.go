@@ -13,6 +13,7 @@ import (
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/gowebpki/jcs"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/closecache"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 )
@@ -115,7 +116,7 @@ type Restorer struct {
 	mp        *policy.MethodPolicy
 	upstreams map[string]*Upstream
 	known     map[string]*Recipe
-	cache     *ristretto.Cache[string, *Recipe]
+	cache     *closecache.Cache[string, *Recipe]
 }
 
 // NewRestorer returns a Restorer for the configuration (mp, upstreams)
@@ -137,7 +138,7 @@ func NewRestorer(mp *policy.MethodPolicy, upstreams map[string]*Upstream, known 
 	if err != nil {
 		return nil, fmt.Errorf("recipes: plan cache: %w", err)
 	}
-	rs := &Restorer{mp: mp, upstreams: upstreams, known: map[string]*Recipe{}, cache: cache}
+	rs := &Restorer{mp: mp, upstreams: upstreams, known: map[string]*Recipe{}, cache: closecache.New(cache)}
 	for _, r := range known {
 		_, h, err := r.Plan()
 		if err != nil {
@@ -149,7 +150,10 @@ func NewRestorer(mp *policy.MethodPolicy, upstreams map[string]*Upstream, known 
 	return rs, nil
 }
 
-// Close releases the cache. Safe to call more than once.
+// Close releases the cache: detached at once (later calls rebuild plans
+// uncached), closed a moment later (closecache), so that a request of
+// the old configuration still running does not meet ristretto's Close.
+// Safe to call more than once.
 func (rs *Restorer) Close() { rs.cache.Close() }
 
 // Cached returns the recipe whose plan hash is hash when it is loaded
@@ -158,7 +162,7 @@ func (rs *Restorer) Cached(hash string) (*Recipe, bool) {
 	if r, ok := rs.known[hash]; ok {
 		return r, true
 	}
-	return rs.cache.Get(hash)
+	return rs.cache.Load().Get(hash)
 }
 
 // Restore returns the recipe of the captured plan data whose hash is
@@ -214,7 +218,7 @@ func (rs *Restorer) Restore(hash string, data []byte) (*Recipe, error) {
 	if _, h, err := r.Plan(); err != nil || h != hash {
 		return nil, fmt.Errorf("%w: the rebuilt plan hashes to %s, not %s (%v)", ErrPlan, h, hash, err)
 	}
-	rs.cache.Set(hash, r, 1)
+	rs.cache.Load().Set(hash, r, 1)
 	return r, nil
 }
 

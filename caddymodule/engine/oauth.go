@@ -15,6 +15,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/upstreamauth"
+	"github.com/caddy-rcns/caddy-rcns/internal/closecache"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/go-jose/go-jose/v4"
@@ -67,7 +68,7 @@ type oauthVerifier struct {
 	keys     *jose.JSONWebKeySet
 	keysAt   time.Time // when keys were fetched
 	keysTry  time.Time // when a fetch was last started
-	introMem *ristretto.Cache[string, *introspected]
+	introMem *closecache.Cache[string, *introspected]
 }
 
 // introspected is a cached introspection answer: info when active.
@@ -97,11 +98,13 @@ func newOAuthVerifier(h *Engine, cfg *OAuthConfig, log *zap.Logger) (*oauthVerif
 	if err != nil {
 		return nil, fmt.Errorf("rcns: oauth introspection cache: %w", err)
 	}
-	v.introMem = c
+	v.introMem = closecache.New(c)
 	return v, nil
 }
 
-// close releases the introspection cache.
+// close releases the introspection cache: detached at once, closed a
+// moment later (closecache), so that a request of the old configuration
+// still running does not meet ristretto's Close.
 func (v *oauthVerifier) close() { v.introMem.Close() }
 
 func (*oauthVerifier) mode() string { return IdentityOAuth }
@@ -190,7 +193,7 @@ func (v *oauthVerifier) token(ctx context.Context, tok string) (tokenInfo, *agtp
 		return v.introspect(ctx, tok)
 	}
 	key := tokenKey("jwt:", tok)
-	if c, ok := v.introMem.Get(key); ok && v.keyKept(c.info.kid, c.info.alg) {
+	if c, ok := v.introMem.Load().Get(key); ok && v.keyKept(c.info.kid, c.info.alg) {
 		return v.fromCache(c)
 	}
 	info, e := v.jwt(ctx, tok)
@@ -229,7 +232,7 @@ func (v *oauthVerifier) remember(key string, info tokenInfo) {
 		ttl = min(ttl, info.exp.Sub(v.now()))
 	}
 	if ttl > 0 {
-		v.introMem.SetWithTTL(key, &introspected{active: true, info: info}, 1, ttl)
+		v.introMem.Load().SetWithTTL(key, &introspected{active: true, info: info}, 1, ttl)
 	}
 }
 
@@ -532,7 +535,7 @@ type introspectionAnswer struct {
 // SHA-256, never the token.
 func (v *oauthVerifier) introspect(ctx context.Context, tok string) (tokenInfo, *agtp.Error) {
 	key := tokenKey("", tok)
-	if c, ok := v.introMem.Get(key); ok {
+	if c, ok := v.introMem.Load().Get(key); ok {
 		return v.fromCache(c)
 	}
 	endpoint := v.cfg.IntrospectionEndpoint
@@ -560,7 +563,7 @@ func (v *oauthVerifier) introspect(ctx context.Context, tok string) (tokenInfo, 
 	}
 	if !a.Active {
 		c := &introspected{}
-		v.introMem.SetWithTTL(key, c, 1, time.Duration(v.cfg.IntrospectionCacheTTL))
+		v.introMem.Load().SetWithTTL(key, c, 1, time.Duration(v.cfg.IntrospectionCacheTTL))
 		return v.fromCache(c)
 	}
 	var aud []string

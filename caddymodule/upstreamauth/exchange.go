@@ -17,6 +17,8 @@ import (
 
 	"github.com/dgraph-io/ristretto/v2"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/closecache"
 )
 
 // RFC 8693 names.
@@ -119,7 +121,7 @@ type TokenExchange struct {
 	cfg    TokenExchangeConfig
 	client *http.Client
 	flight singleflight.Group
-	cache  *ristretto.Cache[string, *exchanged]
+	cache  *closecache.Cache[string, *exchanged]
 	now    func() time.Time
 
 	mu       sync.Mutex
@@ -189,10 +191,13 @@ func NewTokenExchange(cfg TokenExchangeConfig) (*TokenExchange, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream %s: token exchange cache: %w", cfg.Upstream, err)
 	}
-	return &TokenExchange{cfg: cfg, client: client, cache: cache, now: time.Now, endpoint: cfg.TokenEndpoint}, nil
+	return &TokenExchange{cfg: cfg, client: client, cache: closecache.New(cache), now: time.Now, endpoint: cfg.TokenEndpoint}, nil
 }
 
-// Close releases the cache of exchanged tokens.
+// Close releases the cache of exchanged tokens: detached at once (a
+// call from then on exchanges afresh), closed a moment later
+// (closecache), so that a call of the old configuration still running
+// does not meet ristretto's Close.
 func (x *TokenExchange) Close() { x.cache.Close() }
 
 // Kind is KindExchanged.
@@ -215,11 +220,11 @@ func (x *TokenExchange) Resolve(ctx context.Context, c Caller, scopes []string) 
 	}
 	scopes = normalScopes(scopes)
 	key := x.cacheKey(c.Token, scopes)
-	if e, ok := x.cache.Get(key); ok && x.now().Before(e.until) {
+	if e, ok := x.cache.Load().Get(key); ok && x.now().Before(e.until) {
 		return x.credential(e.token), nil
 	}
 	v, err, _ := x.flight.Do(key, func() (any, error) {
-		if e, ok := x.cache.Get(key); ok && x.now().Before(e.until) {
+		if e, ok := x.cache.Load().Get(key); ok && x.now().Before(e.until) {
 			return e.token, nil
 		}
 		// One exchange serves every waiter: it does not end with the
@@ -231,8 +236,9 @@ func (x *TokenExchange) Resolve(ctx context.Context, c Caller, scopes []string) 
 			return nil, r
 		}
 		if life > x.cfg.Margin {
-			x.cache.SetWithTTL(key, &exchanged{token: tok, until: x.now().Add(life - x.cfg.Margin)}, 1, life-x.cfg.Margin)
-			x.cache.Wait()
+			mem := x.cache.Load()
+			mem.SetWithTTL(key, &exchanged{token: tok, until: x.now().Add(life - x.cfg.Margin)}, 1, life-x.cfg.Margin)
+			mem.Wait()
 		}
 		return tok, nil
 	})

@@ -29,7 +29,7 @@ func servedKey(agent, method, path string) string { return agent + "\x00" + meth
 // revoked on another node leaves it set until its expiry, and then a
 // gate synthesis costs its mint's own round trip (MintForPair).
 func (s *contracts) servedHint(agent, method, path string) bool {
-	served := s.servedCache()
+	served := s.served.Load()
 	if served == nil {
 		return false
 	}
@@ -40,7 +40,7 @@ func (s *contracts) servedHint(agent, method, path string) bool {
 // noteServed records that a contract expiring at exp serves the pair
 // (gone: no longer).
 func (s *contracts) noteServed(agent, method, path string, exp time.Time, gone bool) {
-	served := s.servedCache()
+	served := s.served.Load()
 	if served == nil {
 		return
 	}

@@ -6,13 +6,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/internal/closecache"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -148,80 +148,46 @@ type contracts struct {
 	c      *Client
 	limits recipes.StoreLimits
 	rs     *recipes.Restorer
-	// caches holds decoded contracts by synthesis id (their immutable
-	// part with the compiled plan: the state is always read from Redis)
-	// and, in Cluster mode, the pairs this node saw served by a live
-	// contract ("AGENT\x00METHOD PATH", until that contract's expiry:
-	// ResolvePair then does not send a gate synthesis's writes in other
-	// slots beside its script, servedHint). Nil once closed: a call
-	// then reads Redis (a nil ristretto cache misses and keeps nothing).
-	caches atomic.Pointer[contractCaches]
-}
-
-// contractCaches are the caches of a contracts store.
-type contractCaches struct {
-	decoded *ristretto.Cache[string, *recipes.Contract]
-	served  *ristretto.Cache[string, struct{}] // nil outside Cluster mode
-}
-
-// cacheCloseDelay is how long close waits, once the caches are detached,
-// before it closes them: a call that loaded them just before is done
-// with them by then (ristretto's Close must not meet a Set).
-const cacheCloseDelay = time.Second
-
-// cache returns the decoded-contract cache (nil once closed).
-func (s *contracts) cache() *ristretto.Cache[string, *recipes.Contract] {
-	if cc := s.caches.Load(); cc != nil {
-		return cc.decoded
-	}
-	return nil
-}
-
-// servedCache returns the served-pair cache (nil outside Cluster mode
-// and once closed).
-func (s *contracts) servedCache() *ristretto.Cache[string, struct{}] {
-	if cc := s.caches.Load(); cc != nil {
-		return cc.served
-	}
-	return nil
+	// cache holds decoded contracts by synthesis id: their immutable
+	// part with the compiled plan (the state is always read from Redis).
+	cache *closecache.Cache[string, *recipes.Contract]
+	// served (Cluster mode only) holds the pairs this node saw served by
+	// a live contract ("AGENT\x00METHOD PATH", until that contract's
+	// expiry): ResolvePair then does not send a gate synthesis's
+	// writes in other slots beside its script (servedHint).
+	served *closecache.Cache[string, struct{}]
 }
 
 func newContracts(c *Client, l recipes.StoreLimits, rs *recipes.Restorer) (*contracts, error) {
-	cc := &contractCaches{}
-	var err error
-	if cc.decoded, err = ristretto.NewCache(&ristretto.Config[string, *recipes.Contract]{
+	decoded, err := ristretto.NewCache(&ristretto.Config[string, *recipes.Contract]{
 		NumCounters: 10 * int64(c.cfg.MaxContractsCached), MaxCost: int64(c.cfg.MaxContractsCached),
 		BufferItems: 64, IgnoreInternalCost: true,
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("redisstore: contract cache: %w", err)
 	}
+	s := &contracts{c: c, limits: store.ContractLimits(l), rs: rs, cache: closecache.New(decoded)}
 	if c.cluster {
-		if cc.served, err = ristretto.NewCache(&ristretto.Config[string, struct{}]{
+		served, err := ristretto.NewCache(&ristretto.Config[string, struct{}]{
 			NumCounters: 10 * int64(c.cfg.MaxContractsCached), MaxCost: int64(c.cfg.MaxContractsCached),
 			BufferItems: 64, IgnoreInternalCost: true,
-		}); err != nil {
-			cc.decoded.Close()
+		})
+		if err != nil {
+			decoded.Close()
 			return nil, fmt.Errorf("redisstore: pair cache: %w", err)
 		}
+		s.served = closecache.New(served)
 	}
-	s := &contracts{c: c, limits: store.ContractLimits(l), rs: rs}
-	s.caches.Store(cc)
 	return s, nil
 }
 
 // close detaches the caches (store.Set.Close): calls from then on read
-// Redis. It closes them cacheCloseDelay later, in the background, so
-// that a call that loaded them a moment before (a request of the old
-// configuration still running) does not meet ristretto's Close.
+// Redis; the caches close a moment later (closecache), so that a
+// request of the old configuration still running cannot meet
+// ristretto's Close.
 func (s *contracts) close() {
-	cc := s.caches.Swap(nil)
-	if cc == nil {
-		return
-	}
-	time.AfterFunc(cacheCloseDelay, func() {
-		cc.decoded.Close()
-		cc.served.Close() // nil outside Cluster mode: a no-op
-	})
+	s.cache.Close()
+	s.served.Close() // nil outside Cluster mode: a no-op
 }
 
 func (s *contracts) Limits() recipes.StoreLimits { return s.limits }
@@ -307,7 +273,7 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 			return "", nil, err
 		}
 		if minted {
-			s.cache().Set(id, c, 1)
+			s.cache.Load().Set(id, c, 1)
 			return state, nil, nil
 		}
 		return s.minted(ctx, c, res, res)
@@ -334,7 +300,7 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 		code, _ = res[0].(int64)
 	}
 	if code == 0 {
-		s.cache().Set(id, c, 1)
+		s.cache.Load().Set(id, c, 1)
 		return state, nil, nil
 	}
 	// Refused: undo the writes made beside the script.
@@ -389,7 +355,7 @@ type record struct {
 // read fetches the state fields of the contract (agent, id) and, when
 // this node has not decoded it yet, its meta and plan: one HMGET.
 func (s *contracts) read(ctx context.Context, op store.Op, agent, id string) (record, error) {
-	_, cached := s.cache().Get(id)
+	_, cached := s.cache.Load().Get(id)
 	fields := []string{"s", "exp", "at"}
 	if !cached {
 		fields = append(fields, "meta", "plan")
@@ -423,7 +389,7 @@ func parseRecord(agent, id string, v []any) record {
 // meta and plan (fetched now when read skipped them because the cache
 // held the contract then and has dropped it since).
 func (s *contracts) contract(ctx context.Context, r record) (*recipes.Contract, error) {
-	if c, ok := s.cache().Get(r.id); ok {
+	if c, ok := s.cache.Load().Get(r.id); ok {
 		return c, nil
 	}
 	if r.meta == "" {
@@ -453,7 +419,7 @@ func (s *contracts) contract(ctx context.Context, r record) (*recipes.Contract, 
 	if err != nil {
 		return nil, err
 	}
-	s.cache().Set(r.id, c, 1)
+	s.cache.Load().Set(r.id, c, 1)
 	return c, nil
 }
 
@@ -638,7 +604,7 @@ func (s *contracts) List(ctx context.Context, agent string) ([]*recipes.Contract
 				continue
 			}
 			fields := []string{"s", "exp", "at"}
-			if _, cached := s.cache().Get(id); !cached {
+			if _, cached := s.cache.Load().Get(id); !cached {
 				fields = append(fields, "meta", "plan")
 			}
 			items = append(items, item{a, id, p.HMGet(ctx, s.key(a, id), fields...)})

@@ -120,7 +120,7 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 			return store.Presentation{}, err
 		}
 	}
-	_, cached := p.contracts.cache().Get(req.SynthesisID)
+	_, cached := p.contracts.cache.Load().Get(req.SynthesisID)
 	ikeys, _, _ := p.idem.keys(req.Presenter, req.Key)
 	keys := append([]string{p.contracts.key(req.Presenter, req.SynthesisID)}, ikeys...)
 	token := store.NewToken()
@@ -328,7 +328,7 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	if replyInt(v, 14) == 1 {
 		m := &store.MintResult{State: mc.state}
 		if code := replyInt(v, 15); code == 0 {
-			p.contracts.cache().Set(req.Mint.SynthesisID, req.Mint, 1)
+			p.contracts.cache.Load().Set(req.Mint.SynthesisID, req.Mint, 1)
 			if mc.state == recipes.StateActive {
 				p.contracts.noteServed(req.AgentID, req.Method, req.Path, req.Mint.ExpiresAt, false)
 			}
