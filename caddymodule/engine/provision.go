@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
@@ -225,8 +226,9 @@ func (h *Engine) Attach(s Store) error {
 	return nil
 }
 
-// Close releases the upstream clients and the plan restorer (kept
-// usable, closed, for requests the old configuration still answers).
+// Close releases the upstream clients, the plan restorer (kept
+// usable, closed, for requests the old configuration still answers) and
+// its hold on the store's rate limiters (store.LimiterReleaser).
 // The store and the State are the host's to release.
 func (h *Engine) Close() {
 	for _, u := range h.upstreams {
@@ -239,6 +241,11 @@ func (h *Engine) Close() {
 		h.oauth.close()
 	}
 	closeCredentialPolicies(h.credPolicies)
+	for _, l := range []store.Limiter{h.gateRL, h.invokeRL} {
+		if r, ok := l.(store.LimiterReleaser); ok {
+			r.Release()
+		}
+	}
 }
 
 // attachState adapts the shared state to this configuration: the

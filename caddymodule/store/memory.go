@@ -43,8 +43,9 @@ type Memory struct {
 // limiterSlot keeps a budget's limiter while its configuration is
 // unchanged.
 type limiterSlot struct {
-	sig string
-	l   *ratelimit.Limiter
+	sig  string
+	l    *ratelimit.Limiter
+	refs int // the configurations holding l: Limiter calls not yet released
 }
 
 // NewMemory returns an empty memory store bounded by l (zero fields take
@@ -223,7 +224,10 @@ func (a memPresenter) ResolvePair(ctx context.Context, req PairRequest) (PairRes
 }
 
 // memLimiters keeps one ratelimit.Limiter per budget name, replaced when
-// the budget's configuration changes.
+// the budget's configuration changes. A replaced limiter stays in force
+// for the configurations that hold it (the one still serving while a
+// reload is provisioned, and for good if that reload fails) and is closed
+// once the last of them releases it (LimiterReleaser).
 type memLimiters struct{ m *Memory }
 
 func (a memLimiters) Limiter(b ratelimit.Budget, maxAgents int64) (Limiter, error) {
@@ -233,28 +237,51 @@ func (a memLimiters) Limiter(b ratelimit.Budget, maxAgents int64) (Limiter, erro
 	sig := fmt.Sprintf("%d/%g/%d", b.Burst, b.PerMinute, maxAgents)
 	if slot, ok := m.limiters[b.Name]; ok {
 		if slot.sig == sig {
-			return memLimiter{slot.l}, nil
+			slot.refs++
+			return &memLimiter{l: slot.l, m: m, slot: slot}, nil
 		}
-		slot.l.Close()
 		delete(m.limiters, b.Name)
+		if slot.refs <= 0 {
+			slot.l.Close()
+		}
 	}
 	l, err := ratelimit.New(b, maxAgents, m.now)
 	if err != nil {
 		return nil, err
 	}
-	m.limiters[b.Name] = &limiterSlot{sig: sig, l: l}
-	return memLimiter{l}, nil
+	slot := &limiterSlot{sig: sig, l: l, refs: 1}
+	m.limiters[b.Name] = slot
+	return &memLimiter{l: l, m: m, slot: slot}, nil
 }
 
-// memLimiter adapts ratelimit.Limiter.
-type memLimiter struct{ l *ratelimit.Limiter }
+// memLimiter adapts ratelimit.Limiter: one configuration's hold on a
+// slot's limiter.
+type memLimiter struct {
+	l        *ratelimit.Limiter
+	m        *Memory
+	slot     *limiterSlot
+	released sync.Once
+}
 
-func (a memLimiter) Allow(_ context.Context, agentID string) (ratelimit.Decision, error) {
+// Release gives the limiter back (LimiterReleaser): a limiter replaced
+// meanwhile and now held by no configuration is closed. Once per hold.
+func (a *memLimiter) Release() {
+	a.released.Do(func() {
+		a.m.mu.Lock()
+		defer a.m.mu.Unlock()
+		a.slot.refs--
+		if a.slot.refs <= 0 && a.m.limiters[a.l.Budget().Name] != a.slot {
+			a.l.Close()
+		}
+	})
+}
+
+func (a *memLimiter) Allow(_ context.Context, agentID string) (ratelimit.Decision, error) {
 	return a.l.Allow(agentID), nil
 }
-func (a memLimiter) Budget() ratelimit.Budget                    { return a.l.Budget() }
-func (a memLimiter) PolicyHeader() string                        { return a.l.PolicyHeader() }
-func (a memLimiter) RateLimitHeader(d ratelimit.Decision) string { return a.l.RateLimitHeader(d) }
+func (a *memLimiter) Budget() ratelimit.Budget                    { return a.l.Budget() }
+func (a *memLimiter) PolicyHeader() string                        { return a.l.PolicyHeader() }
+func (a *memLimiter) RateLimitHeader(d ratelimit.Decision) string { return a.l.RateLimitHeader(d) }
 
 // memContracts adapts recipes.Store.
 type memContracts struct{ s *recipes.Store }

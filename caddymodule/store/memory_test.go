@@ -1,10 +1,15 @@
 package store_test
 
 import (
+	"context"
+	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/storetest"
+	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
 )
 
 func TestMemory(t *testing.T) {
@@ -19,4 +24,73 @@ func TestMemory(t *testing.T) {
 	}
 	storetest.Run(t, h)
 	t.Run("gate-miss", func(t *testing.T) { storetest.RunGateMiss(t, h) })
+}
+
+// TestLimiterReplacedStaysInForce: a reload that changes a budget builds
+// a new limiter while the running configuration still spends its own:
+// that one stays in force (a reload that then fails leaves it serving),
+// is closed once released, and, closed while requests still spend it,
+// harms none of them; a limiter two configurations hold stays open until
+// both released it.
+func TestLimiterReplacedStaysInForce(t *testing.T) {
+	m := store.NewMemory(store.Limits{}, nil)
+	lims := m.Set().Limiters
+	take := func(l store.Limiter, agent string) bool {
+		t.Helper()
+		d, err := l.Allow(context.Background(), agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Allowed
+	}
+	old, err := lims.Limiter(ratelimit.Budget{Name: "rcns", Burst: 2, PerMinute: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !take(old, "a") {
+		t.Fatal("the first request of a burst of 2 was refused")
+	}
+	reloaded, err := lims.Limiter(ratelimit.Budget{Name: "rcns", Burst: 3, PerMinute: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !take(old, "a") || take(old, "a") {
+		t.Fatal("the running configuration's budget, replaced by a reload, no longer holds: its bucket was dropped")
+	}
+	if !take(reloaded, "a") {
+		t.Fatal("the new budget refused a request")
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = old.Allow(context.Background(), "agent-"+strconv.Itoa(i%50))
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	old.(store.LimiterReleaser).Release()
+	old.(store.LimiterReleaser).Release() // once per hold
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if !take(old, "a") || !take(old, "a") || !take(old, "a") {
+		t.Fatal("a released, replaced limiter still remembers buckets: it was not closed")
+	}
+
+	again, err := lims.Limiter(ratelimit.Budget{Name: "rcns", Burst: 3, PerMinute: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reloaded.(store.LimiterReleaser).Release()
+	if !take(again, "a") || !take(again, "a") || take(again, "a") {
+		t.Fatal("a limiter still held by a configuration lost its buckets when another released it")
+	}
 }

@@ -160,6 +160,14 @@ type Limiter interface {
 	RateLimitHeader(d ratelimit.Decision) string
 }
 
+// LimiterReleaser is a Limiter that its configuration gives back when
+// it is dropped (the engine's Close): the memory store keeps a limiter
+// whose budget a reload changed in force until every configuration
+// holding it released it, then closes it.
+type LimiterReleaser interface {
+	Release()
+}
+
 // Limiters builds the shared limiter of a budget. A limiter is cheap to
 // build again on a config reload; its state is the store's.
 type Limiters interface {

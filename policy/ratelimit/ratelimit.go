@@ -32,6 +32,8 @@ import (
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/dunglas/httpsfv"
 	"golang.org/x/time/rate"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/closecache"
 )
 
 // Budget names commonly configured (RCNS §12.1; ARCHITECTURE.md "Rate
@@ -77,10 +79,9 @@ type Limiter struct {
 	window    int64 // RateLimit-Policy w, seconds
 	maxAgents int64
 	now       func() time.Time
-	cache     *ristretto.Cache[string, *bucket]
+	cache     *closecache.Cache[string, *bucket]
 	seed      maphash.Seed
 	shards    [64]sync.Mutex // serializes bucket creation per agent
-	closeOnce sync.Once
 
 	// policyField is the constant RateLimit-Policy value and nameItem
 	// the serialized budget name (an sf-string), both rendered with
@@ -172,7 +173,7 @@ func New(b Budget, maxAgents int64, now func() time.Time) (*Limiter, error) {
 		window:    int64(w),
 		maxAgents: maxAgents,
 		now:       now,
-		cache:     cache,
+		cache:     closecache.New(cache),
 		seed:      maphash.MakeSeed(),
 	}
 	p := httpsfv.NewParams()
@@ -239,27 +240,27 @@ func (l *Limiter) durationFor(tokens float64) time.Duration {
 // waits for ristretto to apply the write, so concurrent first requests of
 // one agent share one bucket.
 func (l *Limiter) bucket(agentID string) *bucket {
-	if b, ok := l.cache.Get(agentID); ok {
+	c := l.cache.Load() // nil once closed: every call then sees a full bucket
+	if b, ok := c.Get(agentID); ok {
 		return b
 	}
 	mu := &l.shards[maphash.String(l.seed, agentID)%uint64(len(l.shards))]
 	mu.Lock()
 	defer mu.Unlock()
-	if b, ok := l.cache.Get(agentID); ok {
+	if b, ok := c.Get(agentID); ok {
 		return b
 	}
 	b := &bucket{lim: rate.NewLimiter(rate.Limit(l.perSecond), l.budget.Burst)}
-	if l.cache.Set(agentID, b, 1) {
-		l.cache.Wait()
+	if c.Set(agentID, b, 1) {
+		c.Wait()
 	}
 	return b
 }
 
-// Close stops the cache's background goroutine and drops every bucket.
-// It is safe to call more than once.
-func (l *Limiter) Close() {
-	l.closeOnce.Do(l.cache.Close)
-}
+// Close drops every bucket and stops the cache's background goroutine
+// (a moment later, closecache: a call of Allow still running is not
+// harmed). It is safe to call more than once.
+func (l *Limiter) Close() { l.cache.Close() }
 
 // PolicyHeader returns the RateLimit-Policy field value for the budget,
 // one Quota Policy Item serialized as an RFC 8941 List

@@ -348,16 +348,16 @@ func TestCapacityBound(t *testing.T) {
 	for i := range agents {
 		l.Allow(fmt.Sprintf("agent-%d", i))
 	}
-	l.cache.Wait()
-	if got := l.cache.MaxCost(); got != maxAgents {
+	l.cache.Load().Wait()
+	if got := l.cache.Load().MaxCost(); got != maxAgents {
 		t.Fatalf("cache MaxCost = %d, want %d", got, maxAgents)
 	}
-	if rem := l.cache.RemainingCost(); rem < 0 {
+	if rem := l.cache.Load().RemainingCost(); rem < 0 {
 		t.Errorf("cache RemainingCost = %d, want ≥ 0 (cost above MaxCost)", rem)
 	}
 	held := 0
 	for i := range agents {
-		if _, ok := l.cache.Get(fmt.Sprintf("agent-%d", i)); ok {
+		if _, ok := l.cache.Load().Get(fmt.Sprintf("agent-%d", i)); ok {
 			held++
 		}
 	}
