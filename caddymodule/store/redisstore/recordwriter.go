@@ -330,15 +330,12 @@ func (w *recordWriter) writeQueued() error {
 	})
 	err := settleBatch(ctx, w.c.rdb, cmds, calls)
 	cancel()
-	switch unanswered := unanswered(cmds); {
-	case counted:
+	if counted {
 		err = w.c.done(store.OpRecord, start, err)
-	case unanswered != nil:
+	} else if err = unanswered(cmds); err != nil {
 		// Settles only, and Redis did not answer: their callers count
 		// it; drain stops on it.
-		err = fmt.Errorf("%w: %w", store.ErrUnavailable, unanswered)
-	default:
-		err = nil
+		err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	w.mu.Lock()
 	w.written += uint64(len(batch) - settles) // what readers wait for (queued)
