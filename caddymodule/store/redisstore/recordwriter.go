@@ -328,13 +328,13 @@ func (w *recordWriter) writeQueued() error {
 		}
 		return nil
 	})
-	err := settleBatch(ctx, w.c.rdb, cmds, calls)
+	err, lost := settleBatch(ctx, w.c.rdb, cmds, calls)
 	cancel()
 	if counted {
 		err = w.c.done(store.OpRecord, start, err)
-	} else if err = unanswered(cmds); err != nil {
-		// Settles only, and Redis did not answer: their callers count
-		// it; drain stops on it.
+	} else if err = lost; err != nil {
+		// Settles only, and Redis did not answer (the batch or a
+		// NOSCRIPT rerun): their callers count it; drain stops on it.
 		err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	w.mu.Lock()
@@ -346,16 +346,11 @@ func (w *recordWriter) writeQueued() error {
 	return err
 }
 
-// unanswered returns the first error of cmds that is not a reply of
-// Redis (a timeout, a closed connection), or nil.
-func unanswered(cmds []redis.Cmder) error {
-	for _, cmd := range cmds {
-		var re redis.Error
-		if err := cmd.Err(); err != nil && !errors.As(err, &re) {
-			return err
-		}
-	}
-	return nil
+// unanswered reports whether err is not a reply of Redis (a timeout, a
+// closed connection).
+func unanswered(err error) bool {
+	var re redis.Error
+	return err != nil && !errors.As(err, &re)
 }
 
 // maxBatchBytes bounds the bytes one batch writes (records' JSON and
@@ -405,11 +400,12 @@ func take(q *[]queuedRecord, n int, budget *int) []queuedRecord {
 }
 
 // settleBatch runs again the calls Redis did not know (NOSCRIPT), with
-// Script.Run, which loads the script, delivers each call's reply, and
+// Script.Run, which loads the script, and delivers each call's reply. It
 // returns the first error among the batch's writes counted as op record
-// (its records, undos and calls without a waiter), or nil.
-func settleBatch(ctx context.Context, rdb redis.Scripter, cmds []redis.Cmder, calls map[redis.Cmder]*queuedCall) error {
-	var first error
+// (its records, undos and calls without a waiter), and lost, the first
+// error of any command, a rerun included, that Redis did not answer
+// (unanswered), each nil if none.
+func settleBatch(ctx context.Context, rdb redis.Scripter, cmds []redis.Cmder, calls map[redis.Cmder]*queuedCall) (first, lost error) {
 	for _, cmd := range cmds {
 		val, err := any(nil), cmd.Err()
 		q := calls[cmd]
@@ -422,15 +418,18 @@ func settleBatch(ctx context.Context, rdb redis.Scripter, cmds []redis.Cmder, ca
 				val = c.Val()
 			}
 			q.deliver(val, err)
-			if q.done != nil {
-				continue
-			}
+		}
+		if lost == nil && unanswered(err) {
+			lost = err
+		}
+		if q != nil && q.done != nil {
+			continue
 		}
 		if err != nil && !errors.Is(err, redis.Nil) && first == nil {
 			first = err
 		}
 	}
-	return first
+	return first, lost
 }
 
 // run runs script: gathered into the record writer's next batch when ctx

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
@@ -474,5 +478,61 @@ func TestTakeBatchBytes(t *testing.T) {
 	budget = maxBatchBytes
 	if got = take(&small, maxRecordBatch, &budget); len(got) != maxRecordBatch || len(small) != 600-maxRecordBatch {
 		t.Fatalf("took %d of 600 small records, want %d", len(got), maxRecordBatch)
+	}
+}
+
+// lostScripter is a Redis that lost its scripts (EVALSHA: NOSCRIPT) and
+// then stops answering (EVAL: a read timeout), or, when answers, runs
+// EVAL: the fault of a Redis restarted then stalled, under settleBatch.
+type lostScripter struct {
+	redis.Scripter
+	answers bool
+}
+
+func (l lostScripter) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(redis.ErrNoScript)
+	return cmd
+}
+
+func (l lostScripter) Eval(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	if l.answers {
+		cmd.SetVal(int64(1))
+	} else {
+		cmd.SetErr(&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded})
+	}
+	return cmd
+}
+
+// TestSettleBatchRerunUnanswered: a settle whose script Redis did not
+// know is run again; when that rerun is not answered, the batch reports
+// it lost (so drain stops, TestDrainStopsWhenRedisStalls), its caller
+// gets the error, and it is not counted as a failed record; a rerun
+// answered is delivered and nothing is lost. A reply of Redis (NOSCRIPT
+// itself, an error reply) is never lost.
+func TestSettleBatchRerunUnanswered(t *testing.T) {
+	ctx := context.Background()
+	for _, answers := range []bool{false, true} {
+		q := &queuedCall{script: completeScript, keys: []string{"k"}, done: make(chan struct{})}
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(redis.ErrNoScript)
+		first, lost := settleBatch(ctx, lostScripter{answers: answers}, []redis.Cmder{cmd}, map[redis.Cmder]*queuedCall{cmd: q})
+		<-q.done
+		if first != nil {
+			t.Errorf("answers %v: counted error %v for a settle with a waiter", answers, first)
+		}
+		if answers {
+			if lost != nil || q.err != nil || q.val != int64(1) {
+				t.Errorf("rerun answered: lost %v, delivered %v %v", lost, q.val, q.err)
+			}
+			continue
+		}
+		if !errors.Is(lost, os.ErrDeadlineExceeded) || !errors.Is(q.err, os.ErrDeadlineExceeded) {
+			t.Errorf("rerun unanswered: lost %v, delivered %v, want the timeout in both", lost, q.err)
+		}
+	}
+	if unanswered(redis.ErrNoScript) || unanswered(nil) || !unanswered(context.DeadlineExceeded) {
+		t.Error("unanswered misreads NOSCRIPT, nil or a deadline")
 	}
 }
