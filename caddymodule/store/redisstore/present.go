@@ -18,7 +18,8 @@ import (
 // agent key index, [global key index]. ARGV: now, claim ("1"/"0"),
 // method, path, want meta and plan ("1"/"0"), synthesis id, then the
 // claim's 14 arguments (claimFuncLua's A; its synthesis id and pending
-// are the contract's). Returns {state, exp, at, meta, plan} and, when it
+// are the contract's). Without a claim, KEYS and ARGV end before the
+// claim's. Returns {state, exp, at, meta, plan} and, when it
 // claimed, claim's reply after them.
 var presentScript = denyOOM(claimFuncLua + `
 local c = redis.call('HMGET', KEYS[1], 's', 'exp', 'at', 'm', 'p')
@@ -121,19 +122,24 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 		}
 	}
 	_, cached := p.contracts.cache.Load().Get(req.SynthesisID)
-	ikeys, _, _ := p.idem.keys(req.Presenter, req.Key)
-	keys := append([]string{p.contracts.key(req.Presenter, req.SynthesisID)}, ikeys...)
-	token := store.NewToken()
-	creq := idempotency.ClaimRequest{AgentID: req.Presenter, Key: req.Key, Fingerprint: req.Fingerprint, SynthesisID: req.SynthesisID,
-		Lease: req.Lease, Holder: req.Holder}
-	var deadline int64
+	keys := []string{p.contracts.key(req.Presenter, req.SynthesisID)}
+	args := []any{p.c.nowMS(), flag(claiming), req.Method, req.Path, flag(!cached), req.SynthesisID}
+	var token string
+	var creq idempotency.ClaimRequest
 	if claiming {
+		// The claim's keys and arguments; a presentation without a key
+		// sends the contract's alone (the script reads no more).
+		ikeys, _, _ := p.idem.keys(req.Presenter, req.Key)
+		keys = append(keys, ikeys...)
+		token = store.NewToken()
+		creq = idempotency.ClaimRequest{AgentID: req.Presenter, Key: req.Key, Fingerprint: req.Fingerprint, SynthesisID: req.SynthesisID,
+			Lease: req.Lease, Holder: req.Holder}
+		var deadline int64
 		var cancel context.CancelFunc
 		ctx, deadline, cancel = p.c.claimDeadline(ctx)
 		defer cancel()
+		args = append(args, p.idem.claimArgs(creq, token, deadline)...)
 	}
-	args := append([]any{p.c.nowMS(), flag(claiming), req.Method, req.Path, flag(!cached), req.SynthesisID},
-		p.idem.claimArgs(creq, token, deadline)...)
 	start := time.Now()
 	v, err := presentScript.Run(ctx, p.c.rdb, keys, args...).Slice()
 	if err = p.c.done(store.OpPresent, start, err); err != nil {
@@ -256,7 +262,10 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 			mc.keys = nil // left to the caller, whose MintForPair reports the error
 		}
 	}
-	token := store.NewToken()
+	token := "" // the script reads the claim's arguments only when it claims
+	if claiming {
+		token = store.NewToken()
+	}
 	creq := idempotency.ClaimRequest{AgentID: req.AgentID, Key: req.Key, Fingerprint: req.Fingerprint, Lease: req.Lease, Holder: req.Holder}
 	var deadline int64
 	if claiming || mc.keys != nil {
