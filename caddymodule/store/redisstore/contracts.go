@@ -368,21 +368,27 @@ func (s *contracts) read(ctx context.Context, op store.Op, agent, id string) (re
 	return parseRecord(agent, id, v), nil
 }
 
+// parseRecord is a contract's record from an HMGET of its state, exp,
+// at, meta and plan fields (absent fields nil).
 func parseRecord(agent, id string, v []any) record {
-	r := record{agent: agent, id: id}
-	str := func(i int) string {
-		if i < len(v) {
-			s, _ := v[i].(string)
-			return s
-		}
-		return ""
+	str := func(i int) string { return replyString(v, i) }
+	return recordOf(agent, id, str(0), str(1), str(2), str(3), str(4))
+}
+
+// recordOf is a contract's record from its fields as Redis holds them
+// (exp and at: milliseconds, "" read as 0).
+func recordOf(agent, id, state, exp, at, meta, plan string) record {
+	return record{agent: agent, id: id, state: state, found: state != "", exp: msField(exp), at: msField(at), meta: meta, plan: plan}
+}
+
+// msField is a millisecond field, 0 when empty or not a number (parsed
+// without the error strconv would allocate for "").
+func msField(s string) int64 {
+	if s == "" {
+		return 0
 	}
-	r.state = str(0)
-	r.found = r.state != ""
-	r.exp, _ = strconv.ParseInt(str(1), 10, 64)
-	r.at, _ = strconv.ParseInt(str(2), 10, 64)
-	r.meta, r.plan = str(3), str(4)
-	return r
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }
 
 // contract decodes r's contract: from the node's cache, else from its
@@ -398,8 +404,7 @@ func (s *contracts) contract(ctx context.Context, r record) (*recipes.Contract, 
 		if err = s.c.done(store.OpContractLookup, start, err); err != nil {
 			return nil, err
 		}
-		m := parseRecord(r.agent, r.id, append([]any{"", "", ""}, v...))
-		r.meta, r.plan = m.meta, m.plan
+		r.meta, r.plan = replyString(v, 0), replyString(v, 1)
 		if r.meta == "" {
 			return nil, fmt.Errorf("%w: contract %s vanished while read", store.ErrUnavailable, r.id)
 		}

@@ -157,7 +157,7 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 		state, err := p.contracts.State(ctx, c)
 		return store.Presentation{Contract: c, Lookup: res, State: state}, err
 	}
-	r := parseRecord(req.Presenter, req.SynthesisID, []any{str(0), str(1), str(2), str(3), str(4)})
+	r := recordOf(req.Presenter, req.SynthesisID, str(0), str(1), str(2), str(3), str(4))
 	now := p.c.nowMS()
 	out := store.Presentation{Lookup: recipes.LookupFound, State: r.state}
 	if !live(r, now) {
