@@ -308,8 +308,9 @@ func (w *recordWriter) writeQueued() error {
 	start := time.Now()
 	var calls map[redis.Cmder]*queuedCall
 	counted := false // the batch holds writes counted as op record
+	newest := chainHeads(batch)
 	cmds, _ := w.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, q := range batch {
+		for i, q := range batch {
 			counted = counted || q.call == nil || q.call.done == nil
 			if q.call != nil {
 				if calls == nil {
@@ -323,8 +324,12 @@ func (w *recordWriter) writeQueued() error {
 				continue
 			}
 			p.Set(ctx, q.key, q.raw, q.retention)
-			p.HSet(ctx, q.heads, q.node, q.head)
-			p.PExpire(ctx, q.heads, q.retention)
+			if newest[chain{heads: q.heads, node: q.node}] == i {
+				p.HSet(ctx, q.heads, q.node, q.head)
+			}
+			if newest[chain{heads: q.heads, hash: true}] == i {
+				p.PExpire(ctx, q.heads, q.retention)
+			}
 		}
 		return nil
 	})
@@ -346,11 +351,41 @@ func (w *recordWriter) writeQueued() error {
 	return err
 }
 
+// chain is an agent's heads hash and a node's field in it, or, with
+// hash, the hash itself.
+type chain struct {
+	heads, node string
+	hash        bool
+}
+
+// chainHeads gives, for each chain whose records batch holds, the index
+// of its last record, and, for each heads hash, the index of the last
+// record written in it: a batch sets each chain's head once, to the
+// newest, and each hash's expiry once, after its last head (what
+// setting them after each record leaves, in fewer commands).
+func chainHeads(batch []queuedRecord) map[chain]int {
+	var newest map[chain]int
+	for i, q := range batch {
+		if q.call != nil || q.undo != nil {
+			continue
+		}
+		if newest == nil {
+			newest = map[chain]int{}
+		}
+		newest[chain{heads: q.heads, node: q.node}] = i
+		newest[chain{heads: q.heads, hash: true}] = i
+	}
+	return newest
+}
+
 // unanswered reports whether err is not a reply of Redis (a timeout, a
 // closed connection).
 func unanswered(err error) bool {
+	if err == nil {
+		return false // before re, which escapes: no allocation per reply
+	}
 	var re redis.Error
-	return err != nil && !errors.As(err, &re)
+	return !errors.As(err, &re)
 }
 
 // maxBatchBytes bounds the bytes one batch writes (records' JSON and

@@ -536,3 +536,73 @@ func TestSettleBatchRerunUnanswered(t *testing.T) {
 		t.Error("unanswered misreads NOSCRIPT, nil or a deadline")
 	}
 }
+
+// TestRecordBatchChainHeads: a batch of records of several chains (two
+// nodes' chains of one agent, another agent's) leaves each chain's head
+// at its newest record and each heads hash expiring, as a head set after
+// every record would, in one HSET per chain and one PEXPIRE per hash
+// (Redis's own command counts), and every record readable.
+func TestRecordBatchChainHeads(t *testing.T) {
+	srv := redistest.StartServer(t)
+	ctx := context.Background()
+	id := func(i int) string { return fmt.Sprintf("%064d", 9_000_000+i) }
+	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, RecordBatchDelay: time.Hour})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true})
+	defer rdb.Close()
+	calls := func(cmd string) int {
+		info, err := rdb.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+				n := 0
+				fmt.Sscanf(rest, "%d", &n)
+				return n
+			}
+		}
+		return 0
+	}
+	hset, pexpire := calls("hset"), calls("pexpire")
+	const n = 30
+	newest := map[string]string{}
+	for i := 1; i <= n; i++ {
+		agent, node := "h", []string{"n1", "n2"}[i%2]
+		if i%3 == 0 {
+			agent, node = "h2", "n1"
+		}
+		if err := set.Records.Retain(ctx, store.Record{AuditID: id(i), AgentID: agent, NodeID: node}); err != nil {
+			t.Fatal(err)
+		}
+		newest[agent+" "+node] = id(i)
+	}
+	for _, agent := range []string{"h", "h2"} {
+		heads, err := set.Records.Heads(ctx, agent) // writes the batch first
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, h := range heads {
+			got[agent+" "+h.NodeID] = h.AuditID
+		}
+		for k, want := range newest {
+			if strings.HasPrefix(k, agent+" ") && got[k] != want {
+				t.Errorf("head of chain %s: %q, want the newest, %q (heads %+v)", k, got[k], want, heads)
+			}
+		}
+		if ttl, err := rdb.PTTL(ctx, set.Records.(records).c.agentKey(agent, "h")).Result(); err != nil || ttl <= 0 {
+			t.Errorf("heads hash of %s: PTTL %v %v, want an expiry", agent, ttl, err)
+		}
+	}
+	if got := calls("hset") - hset; got != 3 {
+		t.Errorf("a batch of %d records of 3 chains sent %d HSETs, want 3", n, got)
+	}
+	if got := calls("pexpire") - pexpire; got != 2 {
+		t.Errorf("a batch of %d records in 2 heads hashes sent %d PEXPIREs, want 2", n, got)
+	}
+	for i := 1; i <= n; i++ {
+		if _, ok, err := set.Records.Get(ctx, id(i)); err != nil || !ok {
+			t.Fatalf("record %d of the batch: %v %v", i, ok, err)
+		}
+	}
+}
