@@ -1197,3 +1197,63 @@ func TestKeyedRepeatOtherNode(t *testing.T) {
 		}
 	})
 }
+
+// TestRedisPoolOutlivesRunningRequests: a reload that ends the last
+// configuration using a Redis client (its store settings changed) runs
+// that configuration's Cleanup while its requests still run (Caddy
+// does not wait for them). Cleanup returns at once, and the client
+// stays open until they exit: a keyed request the reload overtook
+// stores its answer (a repeat on the next configuration replays it, the
+// upstream called once) instead of leaving its key in flight, then
+// outcome-unknown. The client closes once the request has exited.
+func TestRedisPoolOutlivesRunningRequests(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, hits, arrived, release := heldUpstream(t)
+	free := sync.OnceFunc(func() { close(release) })
+	defer free() // a failure below must not leave the upstream's handler blocked
+	old := redisGateway(t, up, srv.Addr())
+	pool := old.h.redis
+	answered := make(chan *answer, 1)
+	go func() { answered <- old.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "overtaken") }()
+	<-arrived
+
+	cleaned := make(chan error, 1)
+	go func() { cleaned <- old.h.Cleanup() }()
+	select {
+	case err := <-cleaned:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Cleanup waited for the configuration's running request")
+	}
+	select {
+	case <-pool.done:
+		t.Fatal("the client was closed under a request still running")
+	default:
+	}
+	free()
+	if a := <-answered; a.status != 200 {
+		t.Fatalf("the request the reload overtook: %s", a)
+	}
+
+	next := redisGateway(t, up, srv.Addr(), func(h *Handler) { h.Redis.KeyPrefix = "t:"; h.Redis.PoolSize = 7 })
+	if next.h.redis == pool {
+		t.Fatal("the next configuration shares the old client")
+	}
+	var a *answer
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		a = next.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "overtaken")
+		if a.status != 409 || a.str("reason") != "idempotency-key-in-flight" || time.Now().After(deadline) {
+			break
+		}
+	}
+	if a.status != 200 || a.hdr("Idempotent-Replayed") != "true" || hits.Load() != 1 {
+		t.Fatalf("a repeat of the overtaken request's key: %s (replayed %q, %d upstream calls), want its answer replayed", a, a.hdr("Idempotent-Replayed"), hits.Load())
+	}
+	select {
+	case <-pool.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old client was not closed once its request exited")
+	}
+}

@@ -89,7 +89,45 @@ type pooledRedis struct {
 	// SettleLater takes nothing. Both under settleMu.
 	settleBytes  int64
 	settleClosed bool
+	// active counts the requests running on the client (Enter, Exit):
+	// Destruct closes it once they have exited.
+	active atomic.Int64
 }
+
+// Enter (engine.SharedStore) counts a request running on the client.
+func (p *pooledRedis) Enter() { p.active.Add(1) }
+
+// Exit (engine.SharedStore) ends an Enter.
+func (p *pooledRedis) Exit() { p.active.Add(-1) }
+
+// closing are the clients whose Destruct left their closing to a
+// goroutine (requests of theirs still ran): a process that exits waits
+// for them (Destruct).
+var closing sync.WaitGroup
+
+// idlePoll is how often a client being destructed looks whether its
+// requests have exited.
+const idlePoll = 20 * time.Millisecond
+
+// awaitIdle returns once no request runs on the client (Enter, Exit), or
+// limit has passed.
+func (p *pooledRedis) awaitIdle(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for p.active.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(idlePoll)
+	}
+}
+
+// drainLimit is how long Destruct waits for the client's requests: the
+// longest lease of the configurations that made it (no plan runs
+// longer with a key held; past it a key's answer could not be stored
+// anyway), at least drainLimitMin.
+func (p *pooledRedis) drainLimit() time.Duration {
+	return max(p.cfg.RestartQuarantine, drainLimitMin)
+}
+
+// drainLimitMin is drainLimit's floor.
+const drainLimitMin = 5 * time.Second
 
 // maxSettling bounds the keys SettleLater settles beside their answers
 // at once: past it a request settles its key before answering, as
@@ -382,8 +420,36 @@ func (p *pooledRedis) leave(e *engine.Engine) {
 }
 
 // Destruct stops the health checks and closes the pool (the last
-// configuration using it went away).
+// configuration using it went away) once the requests running on it
+// have exited (at most drainLimit). Caddy runs a reload's Cleanup while
+// the old configuration's requests still run, so Destruct then leaves
+// the waiting and the closing to a goroutine and returns at once; a
+// request it overtook still settles its key (SettleLater, RetryComplete)
+// and keeps its records. A process that exits waits for those closes
+// too (Caddy has waited for its HTTP requests by then).
 func (p *pooledRedis) Destruct() error {
+	if !caddy.Exiting() && p.active.Load() > 0 {
+		closing.Add(1)
+		go func() {
+			defer closing.Done()
+			p.awaitIdle(p.drainLimit())
+			if err := p.close(); err != nil {
+				p.logger.Warn("store redis: closing the client of a configuration that went away", zap.Error(err))
+			}
+		}()
+		return nil
+	}
+	p.awaitIdle(p.drainLimit())
+	err := p.close()
+	if caddy.Exiting() {
+		closing.Wait()
+	}
+	return err
+}
+
+// close stops the health checks, waits for the settles and retries
+// running, and closes the client.
+func (p *pooledRedis) close() error {
 	p.settleMu.Lock()
 	p.settleClosed = true // no settle starts after the Wait below
 	p.settleMu.Unlock()

@@ -91,6 +91,15 @@ type SharedStore interface {
 	// then finds the answer stored and replays it (or finds the key
 	// free) instead of getting 409 in flight.
 	AwaitSettling(ctx context.Context, agent, key string)
+	// Enter marks a request of the engine running on the store until
+	// its Exit (Engine.Serve): a reload that ends the last
+	// configuration using the store closes its client only once the
+	// requests it counted have exited (bounded by the longest lease),
+	// so that a request the reload overtook (Caddy does not wait for
+	// them) still stores its key's answer and keeps its records.
+	Enter()
+	// Exit ends an Enter.
+	Exit()
 }
 
 // now is the engine's wall clock (Deps.Clock).

@@ -99,6 +99,10 @@ func (h *Engine) Serve(ctx context.Context, r *agtp.Request) *agtp.Response {
 	if ctx != nil {
 		r.Context = ctx
 	}
+	if p := h.shared; p != nil {
+		p.Enter()
+		defer p.Exit()
+	}
 	h.Activate()
 	var sp trace.Span
 	r.Context, sp = startRequestSpan(r.Context)
