@@ -255,7 +255,7 @@ func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, li
 		for tries := 1; ; tries++ {
 			select {
 			case <-p.stop:
-				logger.Warn("gave up storing the answer of an Idempotency-Key: the store's client is closing; repeats of the key get outcome-unknown once its lease ends",
+				logger.Warn("gave up storing the answer of an Idempotency-Key: the store's client is closing; the answer may still be stored (a write Redis took before it stopped answering), else repeats of the key get outcome-unknown once its lease ends",
 					zap.Int("tries", tries-1))
 				return
 			case <-t.C:
@@ -272,7 +272,7 @@ func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, li
 					zap.Int("tries", tries))
 				return
 			case !errors.Is(err, store.ErrUnavailable) || time.Now().Add(wait).After(deadline):
-				logger.Error("gave up storing the answer of an Idempotency-Key; repeats of the key get outcome-unknown once its lease ends",
+				logger.Error("gave up storing the answer of an Idempotency-Key; the answer may still be stored (a write Redis took before it stopped answering), else repeats of the key get outcome-unknown once its lease ends",
 					zap.Int("tries", tries), zap.Error(err))
 				return
 			}

@@ -284,8 +284,8 @@ func (w *recordWriter) drain() {
 
 // writeQueued writes the records queued so far in one pipeline, at
 // most maxRecordBatch of them, and returns the error of its records
-// (counted as op record) or, for a batch of settles only, Redis not
-// answering it.
+// (counted as op record), else that of a command Redis did not answer
+// (a settle, or a settle's NOSCRIPT rerun).
 func (w *recordWriter) writeQueued() error {
 	w.mu.Lock()
 	budget := maxBatchBytes
@@ -337,10 +337,14 @@ func (w *recordWriter) writeQueued() error {
 	cancel()
 	if counted {
 		err = w.c.done(store.OpRecord, start, err)
-	} else if err = lost; err != nil {
-		// Settles only, and Redis did not answer (the batch or a
-		// NOSCRIPT rerun): their callers count it; drain stops on it.
-		err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	} else {
+		err = nil // a settle's error is its caller's, who counts it
+	}
+	if err == nil && lost != nil {
+		// Redis did not answer a command the records' error does not
+		// show (a settle, or a settle's NOSCRIPT rerun): drain stops on
+		// it.
+		err = fmt.Errorf("%w: %w", store.ErrUnavailable, lost)
 	}
 	w.mu.Lock()
 	w.written += uint64(len(batch) - settles) // what readers wait for (queued)
