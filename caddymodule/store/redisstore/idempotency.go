@@ -261,34 +261,34 @@ func (s *idem) keys(agentID, key string) (keys []string, member, global string) 
 	return keys, key, agentID + " " + key
 }
 
-// claimArgs are claim's A for req and token, the deadline given: the
-// ARGV tail presentScript and resolveScript pass on.
-func (s *idem) claimArgs(req idempotency.ClaimRequest, token string, deadline int64) []any {
-	_, member, global := s.keys(req.AgentID, req.Key)
-	return s.claimArgsFor(req, token, deadline, member, global)
-}
-
-// claimArgsFor is claimArgs with the record's index members given
-// (keys' member and global).
-func (s *idem) claimArgsFor(req idempotency.ClaimRequest, token string, deadline int64, member, global string) []any {
+// appendClaimArgs appends to dst claim's A (claimFuncLua) for req and
+// token, the deadline given, the record's index members given (keys'
+// member and global): the ARGV claimScript takes, and the tail
+// presentScript and resolveScript pass on. It allocates only when dst
+// has less than claimArgsLen spare capacity.
+func (s *idem) appendClaimArgs(dst []any, req idempotency.ClaimRequest, token string, deadline int64, member, global string) []any {
 	p := "0"
 	if req.Pending {
 		p = "1"
 	}
-	return []any{s.c.nowMS(), req.Fingerprint, s.lease(req.Lease).Milliseconds(), s.limits.MaxPerAgent, s.limits.MaxRecords,
-		token, req.SynthesisID, p, member, global, s.limits.Window.Milliseconds(), deadline, req.Holder.Node, req.Holder.What}
+	return append(dst, s.c.nowMS(), req.Fingerprint, s.lease(req.Lease).Milliseconds(), s.limits.MaxPerAgent, s.limits.MaxRecords,
+		token, req.SynthesisID, p, member, global, s.limits.Window.Milliseconds(), deadline, req.Holder.Node, req.Holder.What)
 }
+
+// claimArgsLen is the number of arguments appendClaimArgs appends.
+const claimArgsLen = 14
 
 func (s *idem) Claim(ctx context.Context, req idempotency.ClaimRequest) (store.Claimed, error) {
 	if err := s.c.quarantined(); err != nil {
 		return store.Claimed{}, err
 	}
-	keys, _, _ := s.keys(req.AgentID, req.Key)
+	keys, member, global := s.keys(req.AgentID, req.Key)
 	token := store.NewToken()
 	ctx, deadline, cancel := s.c.claimDeadline(ctx)
 	defer cancel()
 	start := time.Now()
-	v, err := claimScript.Run(ctx, s.c.rdb, keys, s.claimArgs(req, token, deadline)...).Slice()
+	args := s.appendClaimArgs(make([]any, 0, claimArgsLen), req, token, deadline, member, global)
+	v, err := claimScript.Run(ctx, s.c.rdb, keys, args...).Slice()
 	if err = s.c.done(store.OpClaim, start, err); err != nil {
 		if mayHaveRun(err) {
 			s.releaseLater(req, token)

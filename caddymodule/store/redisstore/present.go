@@ -122,14 +122,18 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 		}
 	}
 	_, cached := p.contracts.cache.Load().Get(req.SynthesisID)
-	keys := []string{p.contracts.key(req.Presenter, req.SynthesisID)}
-	args := []any{p.c.nowMS(), flag(claiming), req.Method, req.Path, flag(!cached), req.SynthesisID}
+	keys := append(make([]string, 0, 4), p.contracts.key(req.Presenter, req.SynthesisID)) // the claim's up to 3 follow
+	n := 6
+	if claiming {
+		n += claimArgsLen // appended below: one allocation for all
+	}
+	args := append(make([]any, 0, n), p.c.nowMS(), flag(claiming), req.Method, req.Path, flag(!cached), req.SynthesisID)
 	var token string
 	var creq idempotency.ClaimRequest
 	if claiming {
 		// The claim's keys and arguments; a presentation without a key
 		// sends the contract's alone (the script reads no more).
-		ikeys, _, _ := p.idem.keys(req.Presenter, req.Key)
+		ikeys, member, global := p.idem.keys(req.Presenter, req.Key)
 		keys = append(keys, ikeys...)
 		token = store.NewToken()
 		creq = idempotency.ClaimRequest{AgentID: req.Presenter, Key: req.Key, Fingerprint: req.Fingerprint, SynthesisID: req.SynthesisID,
@@ -138,7 +142,7 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 		var cancel context.CancelFunc
 		ctx, deadline, cancel = p.c.claimDeadline(ctx)
 		defer cancel()
-		args = append(args, p.idem.claimArgs(creq, token, deadline)...)
+		args = p.idem.appendClaimArgs(args, creq, token, deadline, member, global)
 	}
 	start := time.Now()
 	v, err := presentScript.Run(ctx, p.c.rdb, keys, args...).Slice()
@@ -280,7 +284,7 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	}
 	args := make([]any, 0, 45)
 	args = append(args, p.c.nowMS(), p.c.agentKey(req.AgentID, "c:"), flag(req.ClaimIfFound && req.Key != ""), flag(req.ClaimIfMissing && req.Key != ""))
-	args = append(args, p.idem.claimArgsFor(creq, token, deadline, member, global)...)
+	args = p.idem.appendClaimArgs(args, creq, token, deadline, member, global)
 	args = append(args, spend...)
 	args = append(args, gidx, aidx)
 	args = append(args, att...)
