@@ -109,7 +109,7 @@ type recordWriter struct {
 	settles []queuedRecord
 	queued  uint64        // records queued so far (settles not counted)
 	written uint64        // records whose batch ended (written or dropped)
-	batched uint64        // settles written with a batch (tests)
+	batched uint64        // settles sent with a batch, counted before their callers wake (tests)
 	flushed chan struct{} // closed, and replaced, when written advances
 	kick    chan struct{} // cap 1: the queue is not empty
 	urgent  chan struct{} // cap 1: write the batch now, do not wait
@@ -333,6 +333,9 @@ func (w *recordWriter) writeQueued() error {
 		}
 		return nil
 	})
+	w.mu.Lock()
+	w.batched += uint64(settles) // before settleBatch wakes their callers
+	w.mu.Unlock()
 	err, lost := settleBatch(ctx, w.c.rdb, cmds, calls)
 	cancel()
 	if counted {
@@ -348,7 +351,6 @@ func (w *recordWriter) writeQueued() error {
 	}
 	w.mu.Lock()
 	w.written += uint64(len(batch) - settles) // what readers wait for (queued)
-	w.batched += uint64(settles)
 	close(w.flushed)
 	w.flushed = make(chan struct{})
 	w.mu.Unlock()
