@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -521,5 +522,81 @@ func TestMCPKeyedAnswerBesideStall(t *testing.T) {
 	}
 	if n := hits.Load(); n != 1 {
 		t.Fatalf("%d upstream calls, want 1", n)
+	}
+}
+
+// TestMCPRedisPoolOutlivesRunningCalls is TestRedisPoolOutlivesRunningRequests
+// over the MCP door: a keyed tools/call still running when its
+// configuration is cleaned up (a reload that changed the store
+// settings) keeps its Redis client until it has exited, stores its
+// answer beside its result (SettleLater), and a repeat on the next
+// configuration replays it, the upstream called once.
+func TestMCPRedisPoolOutlivesRunningCalls(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, hits, arrived, release := heldUpstream(t)
+	free := sync.OnceFunc(func() { close(release) })
+	defer free() // a failure below must not leave the upstream's handler blocked
+	onRedis := func(poolSize int) func(*Handler) {
+		return func(h *Handler) {
+			h.Store = StoreRedis
+			h.Redis = &RedisConfig{Addresses: []string{srv.Addr()}, KeyPrefix: "mcp:", PoolSize: poolSize}
+		}
+	}
+	old, url := mcpGatewayTo(t, up, onRedis(0))
+	pool := old.redis
+	hdr := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read"}
+	params := &mcp.CallToolParams{Name: "fetch_item", Arguments: map[string]any{"item_id": "held"},
+		Meta: mcp.Meta{mcpdoor.MCPMetaIdempotencyKey: "mcp-overtaken"}}
+	type result struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan result, 1)
+	s := mcpClient(t, url, hdr)
+	go func() { res, err := s.CallTool(context.Background(), params); done <- result{res, err} }()
+	<-arrived
+
+	cleaned := make(chan error, 1)
+	go func() { cleaned <- old.Cleanup() }()
+	select {
+	case err := <-cleaned:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Cleanup waited for the configuration's running tools/call")
+	}
+	select {
+	case <-pool.done:
+		t.Fatal("the client was closed under a tools/call still running")
+	default:
+	}
+	free()
+	if got := <-done; got.err != nil || got.res.IsError || got.res.Meta[mcpdoor.MCPMetaIdempotentReplayed] == true {
+		t.Fatalf("the tools/call the reload overtook: %v %+v", got.err, got.res)
+	}
+
+	next, nextURL := mcpGatewayTo(t, up, onRedis(7))
+	if next.redis == pool {
+		t.Fatal("the next configuration shares the old client")
+	}
+	s2 := mcpClient(t, nextURL, hdr)
+	var res *mcp.CallToolResult
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		// Until the answer is stored beside the result, the key reads
+		// in flight (a tool error).
+		res, err = s2.CallTool(context.Background(), params)
+		if err != nil || !res.IsError || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil || res.IsError || res.Meta[mcpdoor.MCPMetaIdempotentReplayed] != true || hits.Load() != 1 {
+		t.Fatalf("a repeat of the overtaken call's key on the next configuration: %v %+v (%d upstream calls), want its answer replayed", err, res, hits.Load())
+	}
+	select {
+	case <-pool.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old client was not closed once its tools/call exited")
 	}
 }

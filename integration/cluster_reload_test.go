@@ -1,0 +1,115 @@
+package integration
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestClusterReloadUnderKeyedRequest: one of two gateways on one Redis
+// is reloaded while a keyed BOOK runs on it (its write step done
+// upstream, its answer not yet given), with store settings that differ
+// from the running ones, so the reload ends the last configuration
+// using its Redis client (docs/cluster.md, "The client is shared across
+// reloads"). Caddy does not wait for the running request; the client
+// must outlive it. In every case the BOOK answers, its answer is
+// stored, a repeat of its key replays it on both nodes, and the write
+// step ran once.
+func TestClusterReloadUnderKeyedRequest(t *testing.T) {
+	_, topo := startSingleRedis(t)
+	w := startClusterWorld(t, topo.block(), clusterOpts{Extra: livenessExtra})
+	// The reloads below give node A's store these settings (and back):
+	// a change of any knob makes a new client.
+	changed := func(g *Gateway, lines string) string {
+		from := "\t\t\taddress " + topo.servers[0] + "\n"
+		if !strings.Contains(g.Caddyfile, from) {
+			t.Fatalf("node A's Caddyfile has no %q:\n%s", from, g.Caddyfile)
+		}
+		return strings.Replace(g.Caddyfile, from, from+lines, 1)
+	}
+
+	t.Run("settings changed: the request the reload overtook stores its answer", func(t *testing.T) {
+		text := changed(w.A, "\t\t\tpool_size 7\n")
+		reloadUnderBook(t, w, "reload-overtaken", func(t *testing.T) {
+			start := time.Now()
+			if status, body := reload(t, w.A, text); status != 200 {
+				t.Fatalf("reload of node A: %d %s", status, body)
+			}
+			t.Logf("the reload took %v", time.Since(start))
+		})
+	})
+
+	t.Run("Redis stalled: the reload is refused in bounded time, the running configuration answers", func(t *testing.T) {
+		text := changed(w.A, "\t\t\tread_timeout 400ms\n")
+		reloadUnderBook(t, w, "reload-stalled", func(t *testing.T) {
+			topo.pause(t)
+			start := time.Now()
+			status, body := reload(t, w.A, text)
+			took := time.Since(start)
+			topo.resume(t)
+			// A new client must reach Redis (store_required on): the
+			// load fails with the store's own error within its dial
+			// budget (dial 1 s + read 0.4 s), and the running
+			// configuration stays.
+			if status == 200 || !strings.Contains(body, "store redis at "+topo.servers[0]) || !strings.Contains(body, "store_required off") {
+				t.Fatalf("reload of node A while Redis is stopped: %d %s\nwant refused, naming the store and store_required off", status, body)
+			}
+			if took > 10*time.Second {
+				t.Fatalf("the refused reload took %v: it waited past the store's dial budget", took)
+			}
+		})
+	})
+}
+
+// reloadUnderBook sends a keyed BOOK to node A whose write step the
+// hotel holds for 3 s once done upstream, runs during while it is held,
+// then checks that the BOOK answered (263, or 200 under the contract
+// an earlier BOOK minted) and that its key replays on
+// both nodes (after 409 in flight at most while the answer is being
+// stored), the write step run once.
+func reloadUnderBook(t *testing.T, w *clusterWorld, key string, during func(t *testing.T)) {
+	t.Helper()
+	_, before := w.reservationWrites()
+	w.Hotel.SlowAfter(3*time.Second, func(r *http.Request) bool { return r.Method == "POST" && r.URL.Path == "/reservations" })
+	defer w.Hotel.SlowAfter(0, nil)
+	keyed := hdr(agentKilled, scopeAll, "Allow-RCNS", "true", "Idempotency-Key", key)
+	type result struct {
+		r   *Resp
+		err error
+	}
+	answered := make(chan result, 1)
+	go func() { r, err := tryDoor(w.A, "BOOK", "/room", keyed, bookBody()); answered <- result{r, err} }()
+	waitFor(t, 10*time.Second, 20*time.Millisecond, "the write step to reach the hotel API", func() bool {
+		_, now := w.reservationWrites()
+		return now[demoGuest] > before[demoGuest]
+	})
+	during(t)
+	var first result
+	select {
+	case first = <-answered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the BOOK the reload overtook did not answer")
+	}
+	if first.err != nil {
+		t.Fatalf("the BOOK the reload overtook: %v", first.err)
+	}
+	if first.r.Status != 263 && first.r.Status != 200 {
+		t.Fatalf("the BOOK the reload overtook: want 263 (synthesized) or 200 (the contract the last one minted):\n%s", first.r)
+	}
+	w.Hotel.SlowAfter(0, nil)
+	for _, g := range []*Gateway{w.B, w.A} {
+		var r *Resp
+		waitFor(t, 15*time.Second, 100*time.Millisecond, "a repeat of "+key+" on "+g.URL+" to replay its answer", func() bool {
+			r = g.Do(t, "BOOK", "/room", keyed, bookBody())
+			return r.Status != 409 || str(r.JSON(), "reason") != "idempotency-key-in-flight"
+		})
+		wantStatus(t, r, first.r.Status)
+		if r.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("a repeat of %s on %s: not replayed:\n%s", key, g.URL, r)
+		}
+	}
+	if _, after := w.reservationWrites(); after[demoGuest] != before[demoGuest]+1 {
+		t.Fatalf("the write step of %s ran %d times, want once", key, after[demoGuest]-before[demoGuest])
+	}
+}
