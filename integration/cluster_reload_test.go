@@ -60,14 +60,32 @@ func TestClusterReloadUnderKeyedRequest(t *testing.T) {
 			}
 		})
 	})
+
+	t.Run("Redis restarted empty before the reload: nothing runs twice", func(t *testing.T) {
+		text := changed(w.A, "\t\t\tpool_size 9\n")
+		reloadUnderBook(t, w, "reload-restarted", func(t *testing.T) {
+			// The restart loses the BOOK's claim: the old client, which
+			// sees the new run when it reconnects, writes it again
+			// (reassert) and quarantines claims; the new client reads
+			// the run ids the node saw (run_ids file). A repeat meets
+			// the claim in flight or the quarantine (503), then the
+			// stored answer.
+			topo.kill(t)
+			topo.restart(t)
+			if status, body := reload(t, w.A, text); status != 200 {
+				t.Fatalf("reload of node A after Redis restarted: %d %s", status, body)
+			}
+		})
+	})
 }
 
 // reloadUnderBook sends a keyed BOOK to node A whose write step the
 // hotel holds for 3 s once done upstream, runs during while it is held,
 // then checks that the BOOK answered (263, or 200 under the contract
 // an earlier BOOK minted) and that its key replays on
-// both nodes (after 409 in flight at most while the answer is being
-// stored), the write step run once.
+// both nodes (after 409 in flight while the answer is being stored, or
+// 503 while a restart's quarantine lasts, at most), the write step run
+// once.
 func reloadUnderBook(t *testing.T, w *clusterWorld, key string, during func(t *testing.T)) {
 	t.Helper()
 	_, before := w.reservationWrites()
@@ -100,9 +118,11 @@ func reloadUnderBook(t *testing.T, w *clusterWorld, key string, during func(t *t
 	w.Hotel.SlowAfter(0, nil)
 	for _, g := range []*Gateway{w.B, w.A} {
 		var r *Resp
-		waitFor(t, 15*time.Second, 100*time.Millisecond, "a repeat of "+key+" on "+g.URL+" to replay its answer", func() bool {
+		// A restart's quarantine (the 12 s lease of livenessExtra)
+		// answers 503 meanwhile.
+		waitFor(t, 30*time.Second, 250*time.Millisecond, "a repeat of "+key+" on "+g.URL+" to replay its answer", func() bool {
 			r = g.Do(t, "BOOK", "/room", keyed, bookBody())
-			return r.Status != 409 || str(r.JSON(), "reason") != "idempotency-key-in-flight"
+			return (r.Status != 409 || str(r.JSON(), "reason") != "idempotency-key-in-flight") && !isStoreUnavailable(r)
 		})
 		wantStatus(t, r, first.r.Status)
 		if r.Header.Get("Idempotent-Replayed") != "true" {
