@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 )
 
 // TestClusterReloadUnderKeyedRequest: one of two gateways on one Redis
@@ -37,7 +39,7 @@ func TestClusterReloadUnderKeyedRequest(t *testing.T) {
 				t.Fatalf("reload of node A: %d %s", status, body)
 			}
 			t.Logf("the reload took %v", time.Since(start))
-		})
+		}, nil)
 	})
 
 	t.Run("Redis stalled: the reload is refused in bounded time, the running configuration answers", func(t *testing.T) {
@@ -58,7 +60,7 @@ func TestClusterReloadUnderKeyedRequest(t *testing.T) {
 			if took > 10*time.Second {
 				t.Fatalf("the refused reload took %v: it waited past the store's dial budget", took)
 			}
-		})
+		}, nil)
 	})
 
 	t.Run("Redis restarted empty before the reload: nothing runs twice", func(t *testing.T) {
@@ -75,18 +77,44 @@ func TestClusterReloadUnderKeyedRequest(t *testing.T) {
 			if status, body := reload(t, w.A, text); status != 200 {
 				t.Fatalf("reload of node A after Redis restarted: %d %s", status, body)
 			}
+		}, nil)
+	})
+
+	t.Run("Redis full: the answer of the request the reload overtook is kept", func(t *testing.T) {
+		setMax := func(v string) {
+			if _, err := redistest.Do(topo.servers[0], "CONFIG", "SET", "maxmemory", v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { setMax("0") })
+		text := changed(w.A, "\t\t\tpool_size 11\n")
+		reloadUnderBook(t, w, "reload-full", func(t *testing.T) {
+			// A new client needs only PING, which a full Redis answers;
+			// the answer's write runs while full (flags=allow-oom).
+			setMax("1")
+			if status, body := reload(t, w.A, text); status != 200 {
+				t.Fatalf("reload of node A while Redis is full: %d %s", status, body)
+			}
+		}, func(t *testing.T) {
+			// Claims are refused while full (503 before anything runs),
+			// repeats included: room again, then the repeats.
+			r := w.B.Do(t, "BOOK", "/room", hdr(agentKilled, scopeAll, "Allow-RCNS", "true", "Idempotency-Key", "reload-full"), bookBody())
+			if !isStoreUnavailable(r) {
+				t.Errorf("a repeat while Redis is full: want 503 store-unavailable, got:\n%s", r)
+			}
+			setMax("0")
 		})
 	})
 }
 
 // reloadUnderBook sends a keyed BOOK to node A whose write step the
-// hotel holds for 3 s once done upstream, runs during while it is held,
-// then checks that the BOOK answered (263, or 200 under the contract
+// hotel holds for 3 s once done upstream, runs during while it is held
+// and after (when not nil) once the BOOK answered, then checks that the BOOK answered (263, or 200 under the contract
 // an earlier BOOK minted) and that its key replays on
 // both nodes (after 409 in flight while the answer is being stored, or
 // 503 while a restart's quarantine lasts, at most), the write step run
 // once.
-func reloadUnderBook(t *testing.T, w *clusterWorld, key string, during func(t *testing.T)) {
+func reloadUnderBook(t *testing.T, w *clusterWorld, key string, during, after func(t *testing.T)) {
 	t.Helper()
 	_, before := w.reservationWrites()
 	w.Hotel.SlowAfter(3*time.Second, func(r *http.Request) bool { return r.Method == "POST" && r.URL.Path == "/reservations" })
@@ -116,6 +144,9 @@ func reloadUnderBook(t *testing.T, w *clusterWorld, key string, during func(t *t
 		t.Fatalf("the BOOK the reload overtook: want 263 (synthesized) or 200 (the contract the last one minted):\n%s", first.r)
 	}
 	w.Hotel.SlowAfter(0, nil)
+	if after != nil {
+		after(t)
+	}
 	for _, g := range []*Gateway{w.B, w.A} {
 		var r *Resp
 		// A restart's quarantine (the 12 s lease of livenessExtra)
