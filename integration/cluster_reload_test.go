@@ -21,8 +21,9 @@ import (
 func TestClusterReloadUnderKeyedRequest(t *testing.T) {
 	_, topo := startSingleRedis(t)
 	w := startClusterWorld(t, topo.block(), clusterOpts{Extra: livenessExtra})
-	// The reloads below give node A's store these settings (and back):
-	// a change of any knob makes a new client.
+	// Each reload below gives node A's store a setting the running
+	// configuration does not have: a change of any knob makes a new
+	// client (the refused one leaves the running configuration).
 	changed := func(g *Gateway, lines string) string {
 		from := "\t\t\taddress " + topo.servers[0] + "\n"
 		if !strings.Contains(g.Caddyfile, from) {
@@ -109,11 +110,11 @@ func TestClusterReloadUnderKeyedRequest(t *testing.T) {
 
 // reloadUnderBook sends a keyed BOOK to node A whose write step the
 // hotel holds for 3 s once done upstream, runs during while it is held
-// and after (when not nil) once the BOOK answered, then checks that the BOOK answered (263, or 200 under the contract
-// an earlier BOOK minted) and that its key replays on
-// both nodes (after 409 in flight while the answer is being stored, or
-// 503 while a restart's quarantine lasts, at most), the write step run
-// once.
+// and after (when not nil) once the BOOK answered. It checks that the
+// BOOK answered (263, or 200 under the contract an earlier BOOK
+// minted), that its key replays on both nodes (after 409 in flight
+// while the answer is being stored, or 503 while a restart's
+// quarantine lasts, at most), and that the write step ran once.
 func reloadUnderBook(t *testing.T, w *clusterWorld, key string, during, after func(t *testing.T)) {
 	t.Helper()
 	_, before := w.reservationWrites()
