@@ -556,21 +556,7 @@ func TestMCPRedisPoolOutlivesRunningCalls(t *testing.T) {
 	go func() { res, err := s.CallTool(context.Background(), params); done <- result{res, err} }()
 	<-arrived
 
-	cleaned := make(chan error, 1)
-	go func() { cleaned <- old.Cleanup() }()
-	select {
-	case err := <-cleaned:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Cleanup waited for the configuration's running tools/call")
-	}
-	select {
-	case <-pool.done:
-		t.Fatal("the client was closed under a tools/call still running")
-	default:
-	}
+	cleanupUnderRequest(t, old, pool)
 	free()
 	if got := <-done; got.err != nil || got.res.IsError || got.res.Meta[mcpdoor.MCPMetaIdempotentReplayed] == true {
 		t.Fatalf("the tools/call the reload overtook: %v %+v", got.err, got.res)
@@ -594,9 +580,5 @@ func TestMCPRedisPoolOutlivesRunningCalls(t *testing.T) {
 	if err != nil || res.IsError || res.Meta[mcpdoor.MCPMetaIdempotentReplayed] != true || hits.Load() != 1 {
 		t.Fatalf("a repeat of the overtaken call's key on the next configuration: %v %+v (%d upstream calls), want its answer replayed", err, res, hits.Load())
 	}
-	select {
-	case <-pool.done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the old client was not closed once its tools/call exited")
-	}
+	waitPoolClosed(t, pool)
 }

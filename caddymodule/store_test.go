@@ -1217,21 +1217,7 @@ func TestRedisPoolOutlivesRunningRequests(t *testing.T) {
 	go func() { answered <- old.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "overtaken") }()
 	<-arrived
 
-	cleaned := make(chan error, 1)
-	go func() { cleaned <- old.h.Cleanup() }()
-	select {
-	case err := <-cleaned:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Cleanup waited for the configuration's running request")
-	}
-	select {
-	case <-pool.done:
-		t.Fatal("the client was closed under a request still running")
-	default:
-	}
+	cleanupUnderRequest(t, old.h, pool)
 	free()
 	if a := <-answered; a.status != 200 {
 		t.Fatalf("the request the reload overtook: %s", a)
@@ -1251,9 +1237,39 @@ func TestRedisPoolOutlivesRunningRequests(t *testing.T) {
 	if a.status != 200 || a.hdr("Idempotent-Replayed") != "true" || hits.Load() != 1 {
 		t.Fatalf("a repeat of the overtaken request's key: %s (replayed %q, %d upstream calls), want its answer replayed", a, a.hdr("Idempotent-Replayed"), hits.Load())
 	}
+	waitPoolClosed(t, pool)
+}
+
+// cleanupUnderRequest runs h's Cleanup, as a reload that ends h's
+// configuration does, while a request still runs on it, and checks
+// that Cleanup returned at once and left the request's Redis client
+// (pool) open.
+func cleanupUnderRequest(t *testing.T, h *Handler, pool *pooledRedis) {
+	t.Helper()
+	cleaned := make(chan error, 1)
+	go func() { cleaned <- h.Cleanup() }()
+	select {
+	case err := <-cleaned:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Cleanup waited for the configuration's running request")
+	}
+	select {
+	case <-pool.done:
+		t.Fatal("the client was closed under a request still running")
+	default:
+	}
+}
+
+// waitPoolClosed waits, at most 10 s, for the Redis client of a
+// configuration that went away to close once its requests exited.
+func waitPoolClosed(t *testing.T, pool *pooledRedis) {
+	t.Helper()
 	select {
 	case <-pool.done:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the old client was not closed once its request exited")
+		t.Fatal("the old client was not closed once its requests exited")
 	}
 }
