@@ -162,6 +162,11 @@ type Client struct {
 	// (Unix ns; 0 none).
 	runIDs     map[string]string
 	quarantine atomic.Int64
+	// restarts counts the run id changes seen (a server restarted or
+	// failed over): a claim notes it when taken, and its Complete
+	// knows from it whether a key Redis no longer holds was lost with
+	// a restart (claim.gen).
+	restarts atomic.Int64
 
 	// clockOffset is Redis's clock minus this host's (ms), measured at
 	// each Ping (TIME; in Cluster mode the least of the masters');
@@ -354,6 +359,9 @@ func (c *Client) sawRun(server, runID string, uptime time.Duration) {
 	c.runIDs[server] = runID
 	if prev != runID {
 		saveRunIDs(c.cfg.RunIDFile, c.runIDs)
+		if known {
+			c.restarts.Add(1)
+		}
 	}
 	if !known || prev == runID || uptime >= c.cfg.RestartQuarantine {
 		return

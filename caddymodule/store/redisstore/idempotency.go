@@ -122,17 +122,28 @@ var claimScript = denyOOM(claimFuncLua + `return claim(KEYS, ARGV)
 // completeScript stores the answer of the claim whose token is ARGV[2],
 // also after its lease ended. KEYS as claimScript. ARGV: now, token,
 // window, answer, status, previewed id, contract id, agent-index
-// member, global member. Returns 1 when stored, 2 when this claim
-// stored it before (a retry whose first reply was lost), 0 when the
-// claim no longer holds the key.
+// member, global member and, to restore (write afresh a key no record
+// is left of), "1" and the claim's fingerprint. Returns 1
+// when stored, 2 when this claim stored it before (a retry whose first
+// reply was lost), 0 when another claim or answer holds the key, 4
+// when no record of the key is left and restore was not asked (an
+// operator released it, or Redis lost it: claim.Complete tells which).
+// With restore, a key no record is left of is written afresh as
+// answered, with the claim's fingerprint (1).
 var completeScript = allowOOM(`
 local now = tonumber(ARGV[1])
 local r = redis.call('HMGET', KEYS[1], 'tok', 'exp', 'st', 'ct')
 if r[4] == ARGV[2] then return 2 end
-if r[1] ~= ARGV[2] or r[3] ~= false or not tonumber(r[2]) or tonumber(r[2]) <= now then return 0 end
+local gone = redis.call('EXISTS', KEYS[1]) == 0
+if gone and ARGV[10] ~= '1' then return 4 end
+if not gone and (r[1] ~= ARGV[2] or r[3] ~= false or not tonumber(r[2]) or tonumber(r[2]) <= now) then return 0 end
 local exp = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'r', ARGV[4], 'st', ARGV[5], 'pv', ARGV[6], 'cs', ARGV[7], 'exp', exp, 'ct', ARGV[2])
-redis.call('HDEL', KEYS[1], 'tok', 'lease', 'at', 'n', 'w', 'ps', 'pr', 'ppv', 'pcs', 'pexp')
+if gone then
+  redis.call('HSET', KEYS[1], 'fp', ARGV[11])
+else
+  redis.call('HDEL', KEYS[1], 'tok', 'lease', 'at', 'n', 'w', 'ps', 'pr', 'ppv', 'pcs', 'pexp')
+end
 redis.call('PEXPIREAT', KEYS[1], exp)
 redis.call('ZADD', KEYS[2], exp, ARGV[8])
 if redis.call('PTTL', KEYS[2]) == -1 then redis.call('PEXPIREAT', KEYS[2], exp) else redis.call('PEXPIREAT', KEYS[2], exp, 'GT') end
@@ -308,6 +319,10 @@ func (s *idem) claimed(ctx context.Context, req idempotency.ClaimRequest, token 
 		return store.Claimed{}, fmt.Errorf("%w: claim script returned nothing", store.ErrUnavailable)
 	}
 	code, _ := v[0].(int64)
+	// A restart seen before this point quarantines the claim (below)
+	// unless the quarantine is off; either way, one seen after it is
+	// one the claim's key may have been lost with.
+	gen := s.c.restarts.Load()
 	if err := s.c.quarantined(); err != nil {
 		if code == 0 {
 			_ = (&claim{s: s, agent: req.AgentID, key: req.Key, token: token}).Abandon(ctx)
@@ -325,7 +340,7 @@ func (s *idem) claimed(ctx context.Context, req idempotency.ClaimRequest, token 
 	switch code {
 	case 0:
 		cl := &claim{s: s, agent: req.AgentID, key: req.Key, token: token, preview: stored,
-			fp: req.Fingerprint, lease: req.Lease, holder: req.Holder, at: s.c.nowMS()}
+			fp: req.Fingerprint, lease: req.Lease, holder: req.Holder, at: s.c.nowMS(), gen: gen}
 		s.c.live.Store(token, cl)
 		return store.Claimed{Outcome: idempotency.Execute, Claim: cl}, nil
 	case 1:
@@ -496,6 +511,12 @@ type claim struct {
 	lease  time.Duration
 	holder idempotency.Holder
 	at     int64
+	// gen is the client's restarts when the claim was taken: a
+	// Complete that finds no record of the key left writes its answer
+	// afresh when a restart was seen since (Redis lost the key with its
+	// data, and nothing else holds it), not when none was (an operator
+	// released the key: its repeat runs).
+	gen int64
 	// mu orders Renew against Complete and Abandon: once either was
 	// called (ended), Renew writes nothing, so a renewal in flight can
 	// never bring back a key the request released.
@@ -518,6 +539,14 @@ func (c *claim) end() {
 	c.s.c.live.Delete(c.token)
 }
 
+// restoreTries and restoreWait bound Complete's restore of a key Redis
+// lost in a restart while another node's claim, refused by that node's
+// quarantine, still holds it: at most 5 tries 100 ms apart.
+const (
+	restoreTries = 5
+	restoreWait  = 100 * time.Millisecond
+)
+
 // Complete stores resp for replay: completeScript, fenced by the claim's
 // token. Called off the answer path (store.OffAnswerPath, a settle), it
 // is gathered with the records and other settles into one batch of the
@@ -537,9 +566,37 @@ func (c *claim) Complete(ctx context.Context, resp idempotency.Response) error {
 	start := time.Now()
 	n, err := c.s.c.run(ctx, completeScript, keys, c.s.c.nowMS(), c.token, c.s.limits.Window.Milliseconds(),
 		raw, resp.Status, previewed, contract, member, global).Int()
+	if err == nil && (n == 0 || n == 4) && c.s.c.restarts.Load() > c.gen {
+		// Redis restarted (or failed over) since the claim, and the key
+		// is no longer this claim's: Redis lost it with its data (the
+		// claim had ended, so reassert did not write it again). The
+		// request ran; its answer is written afresh, so a repeat after
+		// the restart's quarantine replays it instead of running the
+		// key a second time. Another node's claim may hold the key for
+		// a moment: one that met the restart in its own call releases
+		// it at once (idem.claimed), so the restore is tried again
+		// while it does.
+		for i := 1; ; i++ {
+			n, err = c.s.c.run(ctx, completeScript, keys, c.s.c.nowMS(), c.token, c.s.limits.Window.Milliseconds(),
+				raw, resp.Status, previewed, contract, member, global, "1", c.fp).Int()
+			if err != nil || n != 0 || i == restoreTries {
+				break
+			}
+			t := time.NewTimer(restoreWait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				err = ctx.Err()
+			case <-t.C:
+			}
+			if err != nil {
+				break
+			}
+		}
+	}
 	err = c.s.c.done(store.OpComplete, start, err)
 	c.settled = err == nil
-	if err == nil && n == 0 {
+	if err == nil && (n == 0 || n == 4) {
 		return store.ErrClaimLost
 	}
 	return err

@@ -531,6 +531,97 @@ func TestRestartReassertsClaims(t *testing.T) {
 	}
 }
 
+// TestRestartCompleteLostClaim: a request whose claim Redis lost when
+// it restarted empty, and whose answer is the client's first write
+// after the restart (the claim had ended, so no renewal wrote it
+// again), stores that answer: a client that never saw the old run (no
+// quarantine of its own) replays it instead of running the key a
+// second time, and the key keeps its fingerprint. Complete used to find
+// the key gone and drop the answer (store.ErrClaimLost; a review ran 5
+// of 6 such keys twice). A key an operator released, with no restart
+// between, stays released (storetest's testSettle).
+func TestRestartCompleteLostClaim(t *testing.T) {
+	srv := redistest.StartServer(t)
+	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, RestartQuarantine: time.Minute})
+	ctx := context.Background()
+	running, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp", Lease: time.Minute})
+	if err != nil || running.Outcome != idempotency.Execute {
+		t.Fatalf("claim before the restart: %v %v", running.Outcome, err)
+	}
+	srv.Restart()
+	if keyExists(t, srv.Addr(), "a", "k") {
+		t.Fatal("the restarted server kept the claim: this test needs it lost")
+	}
+	// The first write may meet a connection the restart broke; a
+	// Complete that failed may be called again (it took no effect).
+	for i := 0; ; i++ {
+		err = running.Claim.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("once")})
+		if err == nil || errors.Is(err, store.ErrClaimLost) || i == 4 {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("storing the answer of a claim Redis lost: %v", err)
+	}
+	_, fresh := newSet(t, Config{Addrs: []string{srv.Addr()}, RestartQuarantine: time.Minute})
+	rep, err := fresh.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
+	if err != nil || rep.Outcome != idempotency.Replay || string(rep.Response.Body) != "once" {
+		t.Fatalf("a new node's claim of the key: %v %v, want the answer replayed", rep.Outcome, err)
+	}
+	if got, err := fresh.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "other"}); err != nil || got.Outcome != idempotency.Mismatch {
+		t.Fatalf("the key with another fingerprint: %v %v, want a mismatch", got.Outcome, err)
+	}
+	// A retry of the Complete whose reply was lost changes nothing.
+	running.Claim.(*claim).settled = false
+	if err := running.Claim.Complete(ctx, idempotency.Response{Status: 500, Body: []byte("twice")}); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := fresh.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"}); err != nil || string(rep.Response.Body) != "once" {
+		t.Fatalf("after a retried Complete: %v %v, want the first answer", rep.Outcome, err)
+	}
+}
+
+// TestRestartCompleteOutwaitsRefusedClaim: after Redis restarted
+// empty, another node's claim of the key (taken in the call in which
+// that node met the restart, then released by its quarantine) may hold
+// the key when the running request's answer arrives: Complete tries
+// again while it does, and stores the answer once it is released.
+func TestRestartCompleteOutwaitsRefusedClaim(t *testing.T) {
+	srv := redistest.StartServer(t)
+	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, RestartQuarantine: time.Minute})
+	ctx := context.Background()
+	running, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp", Lease: time.Minute})
+	if err != nil || running.Outcome != idempotency.Execute {
+		t.Fatalf("claim before the restart: %v %v", running.Outcome, err)
+	}
+	srv.Restart()
+	_, other := newSet(t, Config{Addrs: []string{srv.Addr()}})
+	held, err := other.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
+	if err != nil || held.Outcome != idempotency.Execute {
+		t.Fatalf("the other node's claim: %v %v", held.Outcome, err)
+	}
+	go func() {
+		time.Sleep(2 * restoreWait)
+		_ = held.Claim.Abandon(ctx)
+	}()
+	// The node meets the restart in this call (as in
+	// TestRestartCompleteLostClaim, a call that met a connection the
+	// restart broke may be made again).
+	for i := 0; ; i++ {
+		err = running.Claim.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("once")})
+		if err == nil || errors.Is(err, store.ErrClaimLost) || i == 4 {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("storing the answer while the refused claim held the key: %v", err)
+	}
+	rep, err := other.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
+	if err != nil || rep.Outcome != idempotency.Replay || string(rep.Response.Body) != "once" {
+		t.Fatalf("after the refused claim was released: %v %v, want the answer replayed", rep.Outcome, err)
+	}
+}
+
 // TestRestartQuarantineAcrossClients: a client that starts after Redis
 // restarted (the gateway node restarted, or a reload built a new pool)
 // quarantines the restarted server when its RunIDFile knows the run id
