@@ -726,8 +726,12 @@ func cutDuringCall(t *testing.T, proxy *cutProxy, also func()) (*testGateway, *a
 
 // TestRedisCompleteLost: a keyed answer whose Complete failed while
 // Redis was away, and which Redis came back without (restarted empty),
-// is not stored by the retry: it says so (not "stored"), stops, and the
-// key stays in the restart quarantine (503), so nothing runs twice.
+// is stored by the retry all the same (the node saw Redis restart since
+// the claim: the key was lost with its data, and no other request
+// holds it), so a repeat after the restart's quarantine replays it; the
+// key is in that quarantine meanwhile (503), and nothing runs twice.
+// Before, the retry gave up ("came back without the key's claim"), and
+// a repeat after the quarantine ran the key again.
 func TestRedisCompleteLost(t *testing.T) {
 	srv := redistest.StartServer(t)
 	proxy := startCutProxy(t, srv.Addr())
@@ -750,14 +754,26 @@ func TestRedisCompleteLost(t *testing.T) {
 			t.Fatal("the retry did not end after Redis came back")
 		}
 	}
-	if n := logs.FilterMessageSnippet("after the store came back").Len(); n != 0 {
-		t.Errorf("logged %d times that the answer was stored; Redis came back without the claim", n)
+	if n := logs.FilterMessageSnippet("after the store came back").Len(); n != 1 {
+		t.Errorf("logged %d times that the answer was stored after Redis came back, want 1; logs: %v", n, logs.All())
 	}
-	if n := logs.FilterMessageSnippet("came back without the key's claim").Len(); n != 1 {
-		t.Errorf("logged %d times that the answer was not stored, want 1; logs: %v", n, logs.All())
+	if n := logs.FilterMessageSnippet("came back without the key's claim").Len(); n != 0 {
+		t.Errorf("logged %d times that the answer was not stored; logs: %v", n, logs.All())
 	}
 	a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "lost-1")
 	wantError(t, a, 503, "store-unavailable", "Redis restarted")
+	c, err := redisstore.New(context.Background(), redisstore.Config{Addrs: []string{srv.Addr()}, KeyPrefix: "t:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	set, err := c.Set(store.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, ok, err := set.Idempotency.Peek(context.Background(), benchAgent, "lost-1"); err != nil || !ok || st.State != idempotency.StateAnswered || st.Status != 200 {
+		t.Fatalf("the key after the retry: %+v %v %v, want its answer stored (200)", st, ok, err)
+	}
 	if n := hits.Load(); n != 1 {
 		t.Fatalf("%d upstream calls, want 1", n)
 	}
@@ -1271,5 +1287,48 @@ func waitPoolClosed(t *testing.T, pool *pooledRedis) {
 	case <-pool.done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the old client was not closed once its requests exited")
+	}
+}
+
+// TestReloadMovingKeysRefusesClaims: a reload that moves the handler's
+// Idempotency-Keys to another store (memory to Redis, then another
+// key_prefix) while the previous configuration may still run a keyed
+// request answers keyed requests 503 store-unavailable, naming the
+// reload, for the longest lease, through a later reload too; requests
+// without a key are served; a reload that keeps the store refuses
+// nothing. Before, a repeat on the new store ran the key a second time
+// (a review: every key of 3 running requests ran twice after a
+// key_prefix change).
+func TestReloadMovingKeysRefusesClaims(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, hits := countingUpstream(t)
+	// Caddy provisions a reload's configuration before it cleans up the
+	// previous one: each handler below is provisioned while the one
+	// before it still runs (same name, same shared state).
+	mem := &testGateway{h: benchHandler(t, up, false)}
+	if a := mem.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "moved"); a.status != 200 {
+		t.Fatalf("keyed request on memory: %s", a)
+	}
+	same := &testGateway{h: benchHandler(t, up, false)}
+	if a := same.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "kept"); a.status != 200 {
+		t.Fatalf("a reload that keeps the store: keyed request %s", a)
+	}
+	onRedis := redisGateway(t, up, srv.Addr())
+	a := onRedis.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "moved")
+	wantError(t, a, 503, "store-unavailable", "Idempotency-Key store changed with a configuration reload")
+	ra, err := strconv.Atoi(a.hdr("Retry-After"))
+	if lease := onRedis.h.eng.MaxLease(); err != nil || ra < 2 || time.Duration(ra)*time.Second > lease+time.Second {
+		t.Fatalf("Retry-After %q, want the time left of the longest lease (%v)", a.hdr("Retry-After"), lease)
+	}
+	if a := onRedis.do(t, "FETCH", "/items/1", nil); a.status != 200 {
+		t.Fatalf("a request without a key while keyed ones are refused: %s", a)
+	}
+	n := hits.Load()
+	prefixed := redisGateway(t, up, srv.Addr(), func(h *Handler) { h.Redis.KeyPrefix = "other:" })
+	wantError(t, prefixed.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "moved"), 503, "store-unavailable", "Idempotency-Key store changed")
+	again := redisGateway(t, up, srv.Addr(), func(h *Handler) { h.Redis.KeyPrefix = "other:" })
+	wantError(t, again.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "moved"), 503, "store-unavailable", "Idempotency-Key store changed")
+	if got := hits.Load(); got != n {
+		t.Fatalf("%d upstream calls for refused keyed requests, want none", got-n)
 	}
 }

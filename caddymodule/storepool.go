@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -495,12 +496,29 @@ func runIDFile(cfg redisstore.Config) string {
 // store_required is off). A Redis that does not answer fails the load,
 // naming its addresses.
 func (h *Handler) provisionStore(ctx caddy.Context, e *engine.Engine) (engine.Store, error) {
+	st, ns, err := h.provisionStoreIn(ctx, e)
+	if err == nil {
+		// A reload that moved the keys (store kind, deployment, db or
+		// key_prefix) refuses keyed requests while the previous
+		// configuration's may still run.
+		h.state.SwitchStore(e, ns)
+	}
+	return st, err
+}
+
+// provisionStoreIn builds the configuration's store and names where it
+// keeps the Idempotency-Keys: "memory", or "redis" with the mode, the
+// addresses, the Sentinel master, the db and the key prefix.
+func (h *Handler) provisionStoreIn(ctx caddy.Context, e *engine.Engine) (engine.Store, string, error) {
 	lim := e.StoreLimits()
 	if h.Store != StoreRedis {
 		mem := h.state.Memory(lim)
-		return engine.Store{Set: mem.Set(), Memory: mem}, nil
+		return engine.Store{Set: mem.Set(), Memory: mem}, "memory", nil
 	}
 	cfg := h.Redis.clientConfig(caddy.NewReplacer(), e.MaxLease())
+	addrs := slices.Clone(cfg.Addrs)
+	slices.Sort(addrs)
+	ns := fmt.Sprintf("redis %s %s master=%s db=%d key_prefix=%s", cfg.Mode, strings.Join(addrs, ","), cfg.MasterName, cfg.DB, cfg.KeyPrefix)
 	cfg.RunIDFile = runIDFile(cfg)
 	key := redisKey(cfg)
 	required := h.storeRequired()
@@ -508,17 +526,17 @@ func (h *Handler) provisionStore(ctx caddy.Context, e *engine.Engine) (engine.St
 		return newPooledRedis(ctx, cfg, required, e.Logger())
 	})
 	if err != nil {
-		return engine.Store{}, fmt.Errorf("rcns: store redis (%s %s): %v", cfg.Mode, strings.Join(cfg.Addrs, " "), err)
+		return engine.Store{}, "", fmt.Errorf("rcns: store redis (%s %s): %v", cfg.Mode, strings.Join(cfg.Addrs, " "), err)
 	}
 	h.redis, h.redisKey = val.(*pooledRedis), key
 	set, err := h.redis.client.Set(lim, e.Restorer())
 	if err != nil {
-		return engine.Store{}, fmt.Errorf("rcns: store redis: %v", err)
+		return engine.Store{}, "", fmt.Errorf("rcns: store redis: %v", err)
 	}
 	h.closeSet = set.Close
 	e.StoreMetrics().SetUp(!h.redis.down.Load())
 	h.redis.join(e)
-	return engine.Store{Set: set, Shared: h.redis}, nil
+	return engine.Store{Set: set, Shared: h.redis}, ns, nil
 }
 
 // newPooledRedis connects a client for the pool: redisstore.New, which

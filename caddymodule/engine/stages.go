@@ -356,11 +356,19 @@ func (h *Engine) bearerSent(r *agtp.Request) bool {
 }
 
 // stageIdempotencyKey reads the request's Idempotency-Key (or its
-// alias), claimed later where the request is about to execute.
-func stageIdempotencyKey(_ *Engine, x *exchange, req *request) (bool, *agtp.Error) {
+// alias), claimed later where the request is about to execute; while
+// a reload's move of the keys refuses keyed requests
+// (State.SwitchStore), it answers 503 store-unavailable.
+func stageIdempotencyKey(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 	key, e := idempotencyKeyOf(x.in)
 	if e != nil {
 		return false, e
+	}
+	if key != "" {
+		if err := h.claimsRefusedErr(); err != nil {
+			h.storeFailed(x, err)
+			return false, nil
+		}
 	}
 	req.idemKey = key
 	return true, nil

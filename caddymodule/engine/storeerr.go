@@ -25,7 +25,7 @@ const storeFullRetryAfter = 10
 // storeUnavailable is the 503 store-unavailable answer; exchange.fail
 // adds its Retry-After and marks the exchange (storeFailed).
 func storeUnavailable() *agtp.Error {
-	return agtp.StoreUnavailable.WithFields("the gateway's state store did not answer in time; nothing was executed; retry after Retry-After seconds",
+	return agtp.StoreUnavailable.WithFields("the gateway's state store is unavailable (it refused the connection or did not answer in time); nothing was executed; retry after Retry-After seconds",
 		map[string]any{"retry_after_seconds": storeRetryAfter})
 }
 
