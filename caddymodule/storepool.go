@@ -506,19 +506,18 @@ func (h *Handler) provisionStore(ctx caddy.Context, e *engine.Engine) (engine.St
 	return st, err
 }
 
-// provisionStoreIn builds the configuration's store and names where it
-// keeps the Idempotency-Keys: "memory", or "redis" with the mode, the
-// addresses, the Sentinel master, the db and the key prefix.
-func (h *Handler) provisionStoreIn(ctx caddy.Context, e *engine.Engine) (engine.Store, string, error) {
+// provisionStoreIn builds the configuration's store and says where it
+// keeps the Idempotency-Keys.
+func (h *Handler) provisionStoreIn(ctx caddy.Context, e *engine.Engine) (engine.Store, engine.StoreLocation, error) {
 	lim := e.StoreLimits()
 	if h.Store != StoreRedis {
 		mem := h.state.Memory(lim)
-		return engine.Store{Set: mem.Set(), Memory: mem}, "memory", nil
+		return engine.Store{Set: mem.Set(), Memory: mem}, engine.StoreLocation{Kind: "memory"}, nil
 	}
 	cfg := h.Redis.clientConfig(caddy.NewReplacer(), e.MaxLease())
 	addrs := slices.Clone(cfg.Addrs)
 	slices.Sort(addrs)
-	ns := fmt.Sprintf("redis %s %s master=%s db=%d key_prefix=%s", cfg.Mode, strings.Join(addrs, ","), cfg.MasterName, cfg.DB, cfg.KeyPrefix)
+	ns := engine.StoreLocation{Kind: "redis", Mode: string(cfg.Mode), Addrs: addrs, Master: cfg.MasterName, DB: cfg.DB, Prefix: cfg.KeyPrefix}
 	cfg.RunIDFile = runIDFile(cfg)
 	key := redisKey(cfg)
 	required := h.storeRequired()
@@ -526,12 +525,12 @@ func (h *Handler) provisionStoreIn(ctx caddy.Context, e *engine.Engine) (engine.
 		return newPooledRedis(ctx, cfg, required, e.Logger())
 	})
 	if err != nil {
-		return engine.Store{}, "", fmt.Errorf("rcns: store redis (%s %s): %v", cfg.Mode, strings.Join(cfg.Addrs, " "), err)
+		return engine.Store{}, ns, fmt.Errorf("rcns: store redis (%s %s): %v", cfg.Mode, strings.Join(cfg.Addrs, " "), err)
 	}
 	h.redis, h.redisKey = val.(*pooledRedis), key
 	set, err := h.redis.client.Set(lim, e.Restorer())
 	if err != nil {
-		return engine.Store{}, "", fmt.Errorf("rcns: store redis: %v", err)
+		return engine.Store{}, ns, fmt.Errorf("rcns: store redis: %v", err)
 	}
 	h.closeSet = set.Close
 	e.StoreMetrics().SetUp(!h.redis.down.Load())

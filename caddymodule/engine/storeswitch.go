@@ -1,26 +1,71 @@
 package engine
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"go.uber.org/zap"
 )
 
+// StoreLocation is where a configuration keeps its Idempotency-Keys:
+// the memory store (Kind "memory"), or a Redis deployment (Kind
+// "redis": Mode "single", "cluster" or "sentinel", its addresses as
+// configured, the Sentinel master, the db and the key prefix).
+type StoreLocation struct {
+	Kind, Mode string
+	Addrs      []string
+	Master     string
+	DB         int
+	Prefix     string
+}
+
+// String is the location for logs (no credentials).
+func (l StoreLocation) String() string {
+	if l.Kind != "redis" {
+		return l.Kind
+	}
+	return fmt.Sprintf("redis %s %s master=%q db=%d key_prefix=%q", l.Mode, strings.Join(l.Addrs, ","), l.Master, l.DB, l.Prefix)
+}
+
+// movedFrom reports whether the keys at l are not those at prev: another
+// store kind, mode, Sentinel master, db or key prefix, another address
+// in single mode, or, in Cluster and Sentinel modes (whose addresses
+// are seeds: adding or removing one keeps the deployment), addresses of
+// which none is in prev's.
+func (l StoreLocation) movedFrom(prev StoreLocation) bool {
+	if l.Kind != prev.Kind || l.Mode != prev.Mode || l.Master != prev.Master || l.DB != prev.DB || l.Prefix != prev.Prefix {
+		return true
+	}
+	if l.Kind != "redis" {
+		return false
+	}
+	if l.Mode == "single" {
+		return !slices.Equal(l.Addrs, prev.Addrs)
+	}
+	for _, a := range l.Addrs {
+		if slices.Contains(prev.Addrs, a) {
+			return false
+		}
+	}
+	return true
+}
+
 // storeSwitch is what a handler's State remembers, across reloads, of
 // where its Idempotency-Keys live (SwitchStore).
 type storeSwitch struct {
-	namespace string        // the store's namespace ("" before the first load)
-	lease     time.Duration // the longest lease of the configuration that used it
+	loc   StoreLocation // where ("" Kind before the first load)
+	lease time.Duration // the longest lease of the configuration that used it
 	// refusedUntil is when keyed requests may run again after a
 	// reload moved the keys (zero: not refused).
 	refusedUntil time.Time
 }
 
 // SwitchStore records that the configuration being loaded by e keeps
-// its Idempotency-Keys in namespace (the memory store, or one Redis
-// deployment, db and key_prefix). When the previous configuration of
-// this handler kept them elsewhere, the requests it may still be
+// its Idempotency-Keys at loc. When the previous configuration of this
+// handler kept them elsewhere (StoreLocation.movedFrom), the requests it may still be
 // running hold keys the new namespace does not know, and a repeat of
 // one must not run it a second time: keyed requests are answered 503
 // store-unavailable (Retry-After: the time left) for the longer of the
@@ -29,13 +74,13 @@ type storeSwitch struct {
 // process only: a restarted process runs nothing of the old one's. A
 // reload that fails after this call leaves the namespace recorded, so
 // switching back costs one more such refusal.
-func (s *State) SwitchStore(e *Engine, namespace string) {
+func (s *State) SwitchStore(e *Engine, loc StoreLocation) {
 	lease := e.MaxLease()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	prev := s.store
-	s.store.namespace, s.store.lease = namespace, lease
-	if prev.namespace == "" || prev.namespace == namespace {
+	s.store.loc, s.store.lease = loc, lease
+	if prev.loc.Kind == "" || !loc.movedFrom(prev.loc) {
 		return
 	}
 	d := max(prev.lease, lease)
@@ -43,7 +88,7 @@ func (s *State) SwitchStore(e *Engine, namespace string) {
 		s.store.refusedUntil = until
 	}
 	e.logger.Warn("the Idempotency-Key store changed with this configuration: keys and stored answers of the previous one are not seen here, so requests with an Idempotency-Key answer 503 store-unavailable until every request the previous configuration may still run has ended (docs/cluster.md, Failure modes)",
-		zap.String("from", prev.namespace), zap.String("to", namespace), zap.Duration("for", d))
+		zap.Stringer("from", prev.loc), zap.Stringer("to", loc), zap.Duration("for", d))
 }
 
 // claimsRefusedErr is the store error of a keyed request while a
