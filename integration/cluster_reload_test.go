@@ -107,6 +107,53 @@ func TestClusterReloadUnderKeyedRequest(t *testing.T) {
 			setMax("0")
 		})
 	})
+
+	// Last: node A's keys move, and keyed requests on it stay refused
+	// for the lease.
+	t.Run("key_prefix changed: keyed requests refused while the previous configuration's may run", func(t *testing.T) {
+		const key = "reload-moved"
+		_, before := w.reservationWrites()
+		w.Hotel.SlowAfter(3*time.Second, func(r *http.Request) bool { return r.Method == "POST" && r.URL.Path == "/reservations" })
+		defer w.Hotel.SlowAfter(0, nil)
+		keyed := hdr(agentKilled, scopeAll, "Allow-RCNS", "true", "Idempotency-Key", key)
+		answered := make(chan *Resp, 1)
+		go func() { r, _ := tryDoor(w.A, "BOOK", "/room", keyed, bookBody()); answered <- r }()
+		waitFor(t, 10*time.Second, 20*time.Millisecond, "the write step to reach the hotel API", func() bool {
+			_, now := w.reservationWrites()
+			return now[demoGuest] > before[demoGuest]
+		})
+		if status, body := reload(t, w.A, changed(w.A, "\t\t\tkey_prefix moved:\n")); status != 200 {
+			t.Fatalf("reload of node A with another key_prefix: %d %s", status, body)
+		}
+		r := w.A.Do(t, "BOOK", "/room", keyed, bookBody())
+		if b := assertErrorBody(t, r, 503, "store-unavailable"); !strings.Contains(str(b, "explanation"), "Idempotency-Key store changed") {
+			t.Fatalf("a repeat on node A after its keys moved: want the reload named:\n%s", r)
+		}
+		if r := w.A.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read"), nil); r.Status != 200 {
+			t.Errorf("a request without a key on node A after its keys moved: want 200, got:\n%s", r)
+		}
+		var first *Resp
+		select {
+		case first = <-answered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the BOOK the reload overtook did not answer")
+		}
+		if first == nil || (first.Status != 263 && first.Status != 200) {
+			t.Fatalf("the BOOK the reload overtook: %v", first)
+		}
+		w.Hotel.SlowAfter(0, nil)
+		var rep *Resp
+		waitFor(t, 15*time.Second, 100*time.Millisecond, "a repeat on node B to replay", func() bool {
+			rep = w.B.Do(t, "BOOK", "/room", keyed, bookBody())
+			return rep.Status != 409
+		})
+		if rep.Status != first.Status || rep.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("a repeat on node B (the old key_prefix): want the answer replayed:\n%s", rep)
+		}
+		if _, after := w.reservationWrites(); after[demoGuest] != before[demoGuest]+1 {
+			t.Fatalf("the write step ran %d times, want once", after[demoGuest]-before[demoGuest])
+		}
+	})
 }
 
 // reloadUnderBook sends a keyed BOOK to node A whose write step the
