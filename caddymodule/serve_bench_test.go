@@ -77,6 +77,12 @@ func benchHandler(tb testing.TB, upstream string, signed bool) *Handler {
 // the configuration before Provision.
 func benchHandlerWith(tb testing.TB, upstream string, signed bool, endpoints, recipes string, adjust ...func(*Handler)) *Handler {
 	tb.Helper()
+	return provisionIn(tb, benchContext(tb), benchConfig(tb, upstream, signed, endpoints, recipes, adjust...))
+}
+
+// benchConfig is benchHandlerWith's configuration, not provisioned.
+func benchConfig(tb testing.TB, upstream string, signed bool, endpoints, recipes string, adjust ...func(*Handler)) *Handler {
+	tb.Helper()
 	docs := filepath.Join("..", "scripts", "bench", "docs")
 	dir := tb.TempDir()
 	h := &Handler{}
@@ -125,11 +131,18 @@ func benchHandlerWith(tb testing.TB, upstream string, signed bool, endpoints, re
 	for _, f := range adjust {
 		f(h)
 	}
+	return h
+}
+
+// provisionIn provisions h in ctx, as one handler of the configuration
+// load ctx is (handlers provisioned in one ctx are one load's), and
+// cleans it up at the end of the test.
+func provisionIn(tb testing.TB, ctx caddy.Context, h *Handler) *Handler {
+	tb.Helper()
 	// Caddy's default logger writes INFO lines to stderr; keep the
 	// encoding, drop the output (setLogCore swaps it for a test that
 	// reads the lines).
 	swapLogger(tb, h)
-	ctx := benchContext(tb)
 	registries.Store(h, ctx.GetMetricsRegistry())
 	tb.Cleanup(func() { registries.Delete(h) })
 	if err := h.Provision(ctx); err != nil {

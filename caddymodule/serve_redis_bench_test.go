@@ -34,6 +34,10 @@ func BenchmarkServeStore(b *testing.B) {
 			h = benchHandlerWith(b, up.URL, false, "", "", func(h *Handler) {
 				h.Store = StoreRedis
 				h.Redis = &RedisConfig{Addresses: []string{srv.Addr()}, KeyPrefix: "bench:"}
+				// Its own name: provisioned under the memory handler's
+				// name in another context, it would be a reload that
+				// moved the keys, refusing keyed requests for the lease.
+				h.Name += "-redis"
 			})
 		} else {
 			h = benchHandler(b, up.URL, false)

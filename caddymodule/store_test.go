@@ -1332,3 +1332,41 @@ func TestReloadMovingKeysRefusesClaims(t *testing.T) {
 		t.Fatalf("%d upstream calls for refused keyed requests, want none", got-n)
 	}
 }
+
+// TestOneLoadStoresDoNotRefuseEachOther: two handlers of one name in
+// one configuration (two site blocks that leave name unset) share the
+// name's State; keeping their keys in different stores is not a reload
+// that moved the keys, on the first load or on a reload that keeps
+// both. A reload that moves one of them still refuses keyed requests.
+func TestOneLoadStoresDoNotRefuseEachOther(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, _ := countingUpstream(t)
+	load := func(prefix string) (mem, red *testGateway) {
+		ctx := benchContext(t) // one configuration load
+		mem = &testGateway{h: provisionIn(t, ctx, benchConfig(t, up, false, "", ""))}
+		red = &testGateway{h: provisionIn(t, ctx, benchConfig(t, up, false, "", "", func(h *Handler) {
+			h.Store = StoreRedis
+			h.Redis = &RedisConfig{Addresses: []string{srv.Addr()}, KeyPrefix: prefix}
+		}))}
+		if mem.h.Name != red.h.Name {
+			t.Fatalf("names %q and %q: the test needs one name", mem.h.Name, red.h.Name)
+		}
+		return mem, red
+	}
+	n := 0
+	keyed := func(g *testGateway) *answer {
+		n++
+		return g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "one-load-"+strconv.Itoa(n))
+	}
+	for i, what := range []string{"first load", "a reload that keeps both stores"} {
+		mem, red := load("t:")
+		if a := keyed(mem); a.status != 200 {
+			t.Fatalf("%s (%d): keyed request on the memory handler: %s", what, i, a)
+		}
+		if a := keyed(red); a.status != 200 {
+			t.Fatalf("%s (%d): keyed request on the Redis handler: %s", what, i, a)
+		}
+	}
+	_, red := load("moved:")
+	wantError(t, keyed(red), 503, "store-unavailable", "Idempotency-Key store changed with a configuration reload")
+}

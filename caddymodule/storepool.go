@@ -500,8 +500,13 @@ func (h *Handler) provisionStore(ctx caddy.Context, e *engine.Engine) (engine.St
 	if err == nil {
 		// A reload that moved the keys (store kind, deployment, db or
 		// key_prefix) refuses keyed requests while the previous
-		// configuration's may still run.
-		h.state.SwitchStore(e, ns)
+		// configuration's may still run. The context's Done channel
+		// is one per configuration load, shared by its handlers.
+		var load any
+		if done := ctx.Done(); done != nil {
+			load = done
+		}
+		h.state.SwitchStore(e, ns, load)
 	}
 	return st, err
 }

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -271,5 +272,55 @@ func TestClusterRestartEmptyUnderKeyedRequests(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("node A:\n%s\nnode B:\n%s", w.A.proc.tail(200), w.B.proc.tail(200))
+	}
+}
+
+// TestOneNameTwoStoresReload: two site blocks that leave the rcns name
+// unset share one name (and its state), one keeping its Idempotency-Keys
+// in Redis, the other in memory. That is one configuration, not a reload
+// that moved the keys: keyed requests on both are served when it
+// starts and after a reload that keeps both stores (a refusal here
+// would last the longest lease, 70 s by default, after every reload).
+// Requests go over the HTTP binding: the native door addresses a
+// handler by name, and two handlers here have one.
+func TestOneNameTwoStoresReload(t *testing.T) {
+	_, topo := startSingleRedis(t)
+	w := &clusterWorld{JS: startJSONServer(t, hotelDB)}
+	w.Hotel = startCountingProxy(t, w.JS.URL)
+	o := clusterOpts{Identity: "header", Agents: clusterAgents(t, nil)}
+	text, sitePort, adminPort, _ := renderCaddyfileDoor(t, clusterNodeSite(w, topo.block(), "node-r", o), "http")
+	memPort := freePort(t)
+	text += fmt.Sprintf("\nhttp://127.0.0.1:%d {\n\tbind 127.0.0.1\n%s}\n", memPort, clusterNodeSite(w, "", "node-m", o))
+	onRedis := launchText(t, text, sitePort, adminPort, 0)
+	onMemory := *onRedis
+	onMemory.Addr = fmt.Sprintf("127.0.0.1:%d", memPort)
+	onMemory.URL = "http://" + onMemory.Addr
+
+	n := 0
+	keyed := func(g *Gateway) *Resp {
+		n++
+		return g.DoHTTP(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read", "Idempotency-Key", "one-name-"+strconv.Itoa(n)), nil)
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, g := range []*Gateway{onRedis, &onMemory} {
+			if r := keyed(g); r.Status != 200 {
+				t.Fatalf("%s: a keyed FETCH on %s: want 200, got:\n%s", when, g.Addr, r)
+			}
+		}
+	}
+	check("at start")
+	// A change both stores keep: the log level of the Redis site's
+	// access log.
+	again := strings.Replace(text, "\tlog {\n\t\toutput stderr\n", "\tlog {\n\t\toutput stderr\n\t\tlevel INFO\n", 1)
+	if again == text {
+		t.Fatalf("the Caddyfile has no access log block to change:\n%s", text)
+	}
+	if status, body := reload(t, onRedis, again); status != 200 {
+		t.Fatalf("reload: %d %s", status, body)
+	}
+	check("after a reload that keeps both stores")
+	if out := onRedis.Output(); strings.Contains(out, "the Idempotency-Key store changed") {
+		t.Fatalf("the gateway logged a store change:\n%s", out)
 	}
 }

@@ -56,39 +56,65 @@ func (l StoreLocation) movedFrom(prev StoreLocation) bool {
 // storeSwitch is what a handler's State remembers, across reloads, of
 // where its Idempotency-Keys live (SwitchStore).
 type storeSwitch struct {
-	loc   StoreLocation // where ("" Kind before the first load)
-	lease time.Duration // the longest lease of the configuration that used it
+	// load identifies the configuration load that recorded locs (its
+	// Caddy context's Done channel): every handler of one name in one
+	// configuration shares it.
+	load any
+	// locs are where the handlers of this name in that load keep their
+	// keys, lease the longest lease among them.
+	locs  []StoreLocation
+	lease time.Duration
+	// prevLocs and prevLease are the same for the load before it: the
+	// configuration whose requests may still run.
+	prevLocs  []StoreLocation
+	prevLease time.Duration
 	// refusedUntil is when keyed requests may run again after a
 	// reload moved the keys (zero: not refused).
 	refusedUntil time.Time
 }
 
-// SwitchStore records that the configuration being loaded by e keeps
-// its Idempotency-Keys at loc. When the previous configuration of this
-// handler kept them elsewhere (StoreLocation.movedFrom), the requests it may still be
-// running hold keys the new namespace does not know, and a repeat of
-// one must not run it a second time: keyed requests are answered 503
-// store-unavailable (Retry-After: the time left) for the longer of the
-// two configurations' longest leases (MaxLease), through later reloads
-// too; requests without a key are served. Logged at WARN. Within one
-// process only: a restarted process runs nothing of the old one's. A
-// reload that fails after this call leaves the namespace recorded, so
+// SwitchStore records that the configuration load identified by load
+// (any comparable value the handlers of one load share: the host passes
+// its Caddy context's Done channel) runs e, which keeps its
+// Idempotency-Keys at loc. When the previous load of this handler's
+// name kept them elsewhere (StoreLocation.movedFrom each of its
+// locations), the requests it may still be running hold keys the new
+// namespace does not know, and a repeat of one must not run it a second
+// time: keyed requests are answered 503 store-unavailable (Retry-After:
+// the time left) for the longer of the two loads' longest leases
+// (MaxLease), through later reloads too; requests without a key are
+// served. Logged at WARN. Two handlers of one name in one
+// configuration (which share this State) may keep their keys in
+// different places without refusing each other. Within one process
+// only: a restarted process runs nothing of the old one's. A reload
+// that fails after this call leaves its locations recorded, so
 // switching back costs one more such refusal.
-func (s *State) SwitchStore(e *Engine, loc StoreLocation) {
+func (s *State) SwitchStore(e *Engine, loc StoreLocation, load any) {
 	lease := e.MaxLease()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	prev := s.store
-	s.store.loc, s.store.lease = loc, lease
-	if prev.loc.Kind == "" || !loc.movedFrom(prev.loc) {
+	sw := &s.store
+	if load == nil || sw.load != load {
+		sw.prevLocs, sw.prevLease = sw.locs, sw.lease
+		sw.load, sw.locs, sw.lease = load, nil, 0
+	}
+	if !slices.ContainsFunc(sw.locs, func(l StoreLocation) bool { return !loc.movedFrom(l) && !l.movedFrom(loc) }) {
+		sw.locs = append(sw.locs, loc)
+	}
+	sw.lease = max(sw.lease, lease)
+	if len(sw.prevLocs) == 0 || slices.ContainsFunc(sw.prevLocs, func(p StoreLocation) bool { return !loc.movedFrom(p) }) {
 		return
 	}
-	d := max(prev.lease, lease)
-	if until := e.now().Add(d); until.After(s.store.refusedUntil) {
-		s.store.refusedUntil = until
+	d := max(sw.prevLease, lease)
+	if until := e.now().Add(d); until.After(sw.refusedUntil) {
+		sw.refusedUntil = until
+	}
+	from := make([]string, len(sw.prevLocs))
+	for i, p := range sw.prevLocs {
+		from[i] = p.String()
 	}
 	e.logger.Warn("the Idempotency-Key store changed with this configuration: keys and stored answers of the previous one are not seen here, so requests with an Idempotency-Key answer 503 store-unavailable until every request the previous configuration may still run has ended (docs/cluster.md, Failure modes)",
-		zap.Stringer("from", prev.loc), zap.Stringer("to", loc), zap.Duration("for", d))
+		zap.Strings("from", from), zap.Stringer("to", loc), zap.Duration("for", d))
 }
 
 // claimsRefusedErr is the store error of a keyed request while a
