@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/oppage"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -1369,4 +1370,64 @@ func TestOneLoadStoresDoNotRefuseEachOther(t *testing.T) {
 	}
 	_, red := load("moved:")
 	wantError(t, keyed(red), 503, "store-unavailable", "Idempotency-Key store changed with a configuration reload")
+}
+
+// TestFailedReloadMovesNoKeys: a reload that would move the keys but
+// fails after the store was attached (here the operator page's token
+// placeholder is empty) never serves, so the running configuration is
+// not refused; the same move, loaded later, still is (review: the
+// failed load's location was recorded, the running configuration
+// refused for the lease, and the later real move went unseen, running
+// a keyed write twice).
+func TestFailedReloadMovesNoKeys(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, hits := countingUpstream(t)
+	running := redisGateway(t, up, srv.Addr())
+	if a := running.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "before"); a.status != 200 {
+		t.Fatalf("keyed request: %s", a)
+	}
+	t.Setenv("RCNS_TEST_UNSET_TOKEN", "")
+	failed := benchConfig(t, up, false, "", "", func(h *Handler) {
+		h.Store = StoreRedis
+		h.Redis = &RedisConfig{Addresses: []string{srv.Addr()}, KeyPrefix: "moved:"}
+		h.OperatorPage = &oppage.Config{BearerToken: "{env.RCNS_TEST_UNSET_TOKEN}"}
+	})
+	swapLogger(t, failed)
+	if err := failed.Provision(benchContext(t)); err == nil || !strings.Contains(err.Error(), "placeholder is empty") {
+		t.Fatalf("Provision with an empty token placeholder: %v, want the placeholder named", err)
+	}
+	_ = failed.Cleanup() // as Caddy does after a failed Provision
+	if a := running.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "after-failed"); a.status != 200 {
+		t.Fatalf("keyed request on the running configuration after a failed reload: %s", a)
+	}
+	moved := redisGateway(t, up, srv.Addr(), func(h *Handler) { h.Redis.KeyPrefix = "moved:" })
+	n := hits.Load()
+	wantError(t, moved.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "after-failed"), 503, "store-unavailable", "Idempotency-Key store changed with a configuration reload")
+	if got := hits.Load(); got != n {
+		t.Fatalf("%d upstream calls for a refused keyed request, want none", got-n)
+	}
+}
+
+// TestRunIDFileNamesTheDeployment: the run-id file (docs/cluster.md,
+// "Failure modes") is one per deployment's data: the order the seed
+// addresses are written in does not change it (a reload that reorders
+// them keeps the run ids seen, so a restart before it is quarantined);
+// another key prefix or db does.
+func TestRunIDFileNamesTheDeployment(t *testing.T) {
+	cfg := redisstore.Config{Mode: "cluster", Addrs: []string{"10.0.0.2:7000", "10.0.0.1:7000"}, KeyPrefix: "rcns:"}
+	reordered := cfg
+	reordered.Addrs = []string{"10.0.0.1:7000", "10.0.0.2:7000"}
+	if runIDFile(cfg) != runIDFile(reordered) {
+		t.Errorf("seeds reordered: %s and %s, want one file", runIDFile(cfg), runIDFile(reordered))
+	}
+	if cfg.Addrs[0] != "10.0.0.2:7000" {
+		t.Errorf("runIDFile reordered the configuration's addresses: %v", cfg.Addrs)
+	}
+	prefixed, db := cfg, cfg
+	prefixed.KeyPrefix, db.DB = "other:", 1
+	for _, other := range []redisstore.Config{prefixed, db} {
+		if runIDFile(other) == runIDFile(cfg) {
+			t.Errorf("%+v and %+v share a run-id file", other, cfg)
+		}
+	}
 }

@@ -482,11 +482,13 @@ func redisKey(cfg redisstore.Config) string {
 // reload that changes a timeout or a restart of the node keeps it, and
 // a Redis that restarted meanwhile is quarantined.
 func runIDFile(cfg redisstore.Config) string {
+	addrs := slices.Clone(cfg.Addrs)
+	slices.Sort(addrs) // the order written does not change the deployment
 	raw, _ := json.Marshal(struct {
 		Mode, MasterName, KeyPrefix string
 		Addrs                       []string
 		DB                          int
-	}{cfg.Mode, cfg.MasterName, cfg.KeyPrefix, cfg.Addrs, cfg.DB})
+	}{cfg.Mode, cfg.MasterName, cfg.KeyPrefix, addrs, cfg.DB})
 	sum := sha256.Sum256(raw)
 	return filepath.Join(caddy.AppDataDir(), "rcns", "redis-runs", hex.EncodeToString(sum[:8])+".json")
 }

@@ -109,6 +109,26 @@ func TestClusterReloadUnderKeyedRequest(t *testing.T) {
 		})
 	})
 
+	// A reload that would move node A's keys but fails (its operator
+	// page's token placeholder is empty) never serves: the running
+	// configuration is not refused, and the same move loaded next (the
+	// subtest after this one) is.
+	t.Run("a reload that fails after moving the keys refuses nothing", func(t *testing.T) {
+		text := changed(w.A, "\t\t\tkey_prefix moved:\n")
+		const at = "\t\tnode_id node-a\n"
+		if !strings.Contains(text, at) {
+			t.Fatalf("node A's Caddyfile has no %q:\n%s", at, text)
+		}
+		text = strings.Replace(text, at, at+"\t\toperator_page /rcns/op {\n\t\t\tbearer {env.RCNS_IT_UNSET_OPERATOR_TOKEN}\n\t\t}\n", 1)
+		if status, body := reload(t, w.A, text); status == 200 || !strings.Contains(body, "placeholder is empty") {
+			t.Fatalf("reload with an empty token placeholder: %d %s, want refused naming the placeholder", status, body)
+		}
+		r := w.A.Do(t, "FETCH", "/guests/g-1", hdr(agentA1, "hotel:read", "Idempotency-Key", "after-failed-reload"), nil)
+		if r.Status != 200 {
+			t.Fatalf("a keyed request on node A after a failed reload: want 200, got:\n%s", r)
+		}
+	})
+
 	// Last: node A's keys move, and keyed requests on it stay refused
 	// for the lease.
 	t.Run("key_prefix changed: keyed requests refused while the previous configuration's may run", func(t *testing.T) {

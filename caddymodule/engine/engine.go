@@ -58,6 +58,9 @@ type Engine struct {
 	// (verifyTransport).
 	idSteps []verifier
 	events  EventSink
+	// storeAt is where this engine keeps its Idempotency-Keys and its
+	// configuration load (State.SwitchStore), set before it serves.
+	storeAt engineStore
 	clock   func() time.Time
 	nodeID  string
 	hosted  []map[string]any
