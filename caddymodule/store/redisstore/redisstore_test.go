@@ -531,6 +531,34 @@ func TestRestartReassertsClaims(t *testing.T) {
 	}
 }
 
+// claimThenRestart claims agent "a"'s key "k" (fingerprint "fp", a
+// minute's lease) on a fresh Redis, then restarts it empty.
+func claimThenRestart(t *testing.T) (*redistest.Server, store.Claimed) {
+	t.Helper()
+	srv := redistest.StartServer(t)
+	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, RestartQuarantine: time.Minute})
+	running, err := set.Idempotency.Claim(context.Background(), idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp", Lease: time.Minute})
+	if err != nil || running.Outcome != idempotency.Execute {
+		t.Fatalf("claim before the restart: %v %v", running.Outcome, err)
+	}
+	srv.Restart()
+	return srv, running
+}
+
+// completeAcrossRestart stores body (status 200) as running's answer. A
+// call that met a connection the restart broke took no effect and is
+// made again, up to 5 calls in all; ErrClaimLost is returned as is.
+func completeAcrossRestart(ctx context.Context, running store.Claimed, body string) error {
+	var err error
+	for range 5 {
+		err = running.Claim.Complete(ctx, idempotency.Response{Status: 200, Body: []byte(body)})
+		if err == nil || errors.Is(err, store.ErrClaimLost) {
+			return err
+		}
+	}
+	return err
+}
+
 // TestRestartCompleteLostClaim: a request whose claim Redis lost when
 // it restarted empty, and whose answer is the client's first write
 // after the restart (the claim had ended, so no renewal wrote it
@@ -541,26 +569,13 @@ func TestRestartReassertsClaims(t *testing.T) {
 // of 6 such keys twice). A key an operator released, with no restart
 // between, stays released (storetest's testSettle).
 func TestRestartCompleteLostClaim(t *testing.T) {
-	srv := redistest.StartServer(t)
-	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, RestartQuarantine: time.Minute})
+	srv, running := claimThenRestart(t)
 	ctx := context.Background()
-	running, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp", Lease: time.Minute})
-	if err != nil || running.Outcome != idempotency.Execute {
-		t.Fatalf("claim before the restart: %v %v", running.Outcome, err)
-	}
-	srv.Restart()
 	if keyExists(t, srv.Addr(), "a", "k") {
 		t.Fatal("the restarted server kept the claim: this test needs it lost")
 	}
-	// The first write may meet a connection the restart broke; a
-	// Complete that failed may be called again (it took no effect).
-	for i := 0; ; i++ {
-		err = running.Claim.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("once")})
-		if err == nil || errors.Is(err, store.ErrClaimLost) || i == 4 {
-			break
-		}
-	}
-	if err != nil {
+	// The first write may meet a connection the restart broke.
+	if err := completeAcrossRestart(ctx, running, "once"); err != nil {
 		t.Fatalf("storing the answer of a claim Redis lost: %v", err)
 	}
 	_, fresh := newSet(t, Config{Addrs: []string{srv.Addr()}, RestartQuarantine: time.Minute})
@@ -587,14 +602,8 @@ func TestRestartCompleteLostClaim(t *testing.T) {
 // the key when the running request's answer arrives: Complete tries
 // again while it does, and stores the answer once it is released.
 func TestRestartCompleteOutwaitsRefusedClaim(t *testing.T) {
-	srv := redistest.StartServer(t)
-	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, RestartQuarantine: time.Minute})
+	srv, running := claimThenRestart(t)
 	ctx := context.Background()
-	running, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp", Lease: time.Minute})
-	if err != nil || running.Outcome != idempotency.Execute {
-		t.Fatalf("claim before the restart: %v %v", running.Outcome, err)
-	}
-	srv.Restart()
 	_, other := newSet(t, Config{Addrs: []string{srv.Addr()}})
 	held, err := other.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
 	if err != nil || held.Outcome != idempotency.Execute {
@@ -604,16 +613,8 @@ func TestRestartCompleteOutwaitsRefusedClaim(t *testing.T) {
 		time.Sleep(2 * restoreWait)
 		_ = held.Claim.Abandon(ctx)
 	}()
-	// The node meets the restart in this call (as in
-	// TestRestartCompleteLostClaim, a call that met a connection the
-	// restart broke may be made again).
-	for i := 0; ; i++ {
-		err = running.Claim.Complete(ctx, idempotency.Response{Status: 200, Body: []byte("once")})
-		if err == nil || errors.Is(err, store.ErrClaimLost) || i == 4 {
-			break
-		}
-	}
-	if err != nil {
+	// The node meets the restart in this call.
+	if err := completeAcrossRestart(ctx, running, "once"); err != nil {
 		t.Fatalf("storing the answer while the refused claim held the key: %v", err)
 	}
 	rep, err := other.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: "k", Fingerprint: "fp"})
