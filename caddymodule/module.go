@@ -244,9 +244,6 @@ func (h *Handler) Cleanup() error {
 	}
 	if h.eng != nil {
 		unregister(h.Name, h.eng)
-		if h.state != nil {
-			h.state.Unload(h.eng)
-		}
 		h.eng.Close()
 	}
 	h.releaseStore()

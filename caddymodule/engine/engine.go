@@ -110,6 +110,11 @@ func (h *Engine) Serve(ctx context.Context, r *agtp.Request) *agtp.Response {
 	var sp trace.Span
 	r.Context, sp = startRequestSpan(r.Context)
 	x := h.newExchange(r)
+	defer func() {
+		if x.keyedRunning {
+			h.exitKeyed()
+		}
+	}()
 	if sp != nil {
 		x.tr = &exchangeTrace{span: sp, ctx: r.Context}
 	}

@@ -356,19 +356,21 @@ func (h *Engine) bearerSent(r *agtp.Request) bool {
 }
 
 // stageIdempotencyKey reads the request's Idempotency-Key (or its
-// alias), claimed later where the request is about to execute; while
-// a reload's move of the keys refuses keyed requests
-// (State.SwitchStore), it answers 503 store-unavailable.
+// alias), claimed later where the request is about to execute, and
+// counts the keyed request as running until Serve returns; while
+// a previous configuration's keyed requests run with their keys
+// elsewhere (State.SwitchStore), it answers 503 store-unavailable.
 func stageIdempotencyKey(h *Engine, x *exchange, req *request) (bool, *agtp.Error) {
 	key, e := idempotencyKeyOf(x.in)
 	if e != nil {
 		return false, e
 	}
-	if key != "" {
-		if err := h.claimsRefusedErr(); err != nil {
+	if key != "" && !x.keyedRunning {
+		if err := h.enterKeyed(); err != nil {
 			h.storeFailed(x, err)
 			return false, nil
 		}
+		x.keyedRunning = true
 	}
 	req.idemKey = key
 	return true, nil

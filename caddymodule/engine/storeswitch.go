@@ -53,35 +53,24 @@ func (l StoreLocation) movedFrom(prev StoreLocation) bool {
 	return true
 }
 
-// storeSwitch is what a handler's State remembers, across reloads, of
-// where its configurations keep their Idempotency-Keys (SwitchStore,
-// claimsRefusedErr). Under State.mu.
+// storeSwitch is what a handler's State knows, across reloads, of the
+// keyed requests its engines are running and where their
+// Idempotency-Keys live (State.SwitchStore, Engine.enterKeyed). Under
+// State.mu.
 type storeSwitch struct {
-	// seq numbers the loads (SwitchStore), from 1.
-	seq uint64
-	// loads are the locations of the loads whose handlers of this name
-	// are provisioned and not yet cleaned up (State.Unload), by load.
-	loads map[any]*loadStores
-	// cur is the load that served the last keyed request of this name
-	// (0: none yet), locs and lease its locations and longest lease.
-	cur   uint64
-	locs  []StoreLocation
-	lease time.Duration
-	// prevLocs and prevLease are the same for the load current before
-	// it: the configuration whose requests may still run.
-	prevLocs  []StoreLocation
-	prevLease time.Duration
-	// refusedUntil is when keyed requests may run again after a
-	// reload moved the keys (zero: not refused).
-	refusedUntil time.Time
+	// runs are the keyed requests running, by load and location.
+	runs []*keyedRuns
 }
 
-// loadStores are the locations of one load's engines of a name.
-type loadStores struct {
-	seq   uint64
-	locs  []StoreLocation
-	lease time.Duration // the longest lease among them
-	refs  int           // engines not yet unloaded
+// keyedRuns are the keyed requests running in the engines of one
+// configuration load that keep their keys at one location.
+type keyedRuns struct {
+	load any
+	loc  StoreLocation
+	n    int       // running
+	end  time.Time // the latest lease end among them (start + MaxLease)
+	// warned: a refusal for these requests was logged.
+	warned bool
 }
 
 // sameAs reports whether l and o reach the same keys (neither moved
@@ -92,153 +81,95 @@ func (l StoreLocation) sameAs(o StoreLocation) bool { return !l.movedFrom(o) }
 // configuration load it belongs to (SwitchStore), fixed before it serves.
 type engineStore struct {
 	load  any
-	seq   uint64 // the load's number in its State
 	loc   StoreLocation
 	lease time.Duration
 }
 
+// maxMovedRetryAfter bounds the Retry-After of a keyed request refused
+// because the keys moved (enterKeyed): the requests it waits for
+// usually end well within their lease.
+const maxMovedRetryAfter = 5 * time.Second
+
 // SwitchStore records that e, of the configuration load identified by
 // load (a comparable value every handler of one load shares: the host
 // passes its Caddy context's Done channel; nil: e alone), keeps its
-// Idempotency-Keys at loc. Call it before e serves, and Unload when its
-// handler is cleaned up.
+// Idempotency-Keys at loc. Call it before e serves.
 //
-// Nothing is decided here: a load that fails after this call never
-// serves and leaves nothing behind. The first keyed request served by
-// an engine of a load newer than the one that served the last keyed
-// request of this name makes that load the current one
-// (claimsRefusedErr). When one of its locations is none of the
-// previous load's (StoreLocation.movedFrom each), the requests the
-// previous configuration may still run hold keys the new namespace
-// does not know, and a repeat of one must not run it a second time:
-// keyed requests of the name are answered 503 store-unavailable
-// (Retry-After: the time left) for the longer of the two loads'
-// longest leases (MaxLease), through later reloads too; requests
-// without a key are served. Logged at WARN. A keyed request still
-// served by an older load's engine whose location the current load
-// does not have refuses the same way. Handlers of one name in one
-// configuration (which share this State) may keep their keys in
-// different places without refusing each other. Within one process
-// and one name: a restarted process runs nothing of the old one's, and
-// a renamed handler starts a State of its own, not compared
-// (docs/cluster.md).
+// A keyed request e serves while a request of another load of this
+// name, keeping its keys elsewhere (StoreLocation.movedFrom), is still
+// running is answered 503 store-unavailable (Engine.enterKeyed): it may
+// repeat that request, whose key e's store does not know, and must not
+// run it a second time. Requests without a key are served, and so are
+// keyed requests once no such request runs. Handlers of one name in one
+// configuration (which share this State) keep their keys where they
+// like without refusing each other; a load that fails never serves and
+// refuses nothing. Within one process and one name: a restarted process
+// runs nothing of the old one's, and a renamed handler starts a State
+// of its own, not compared (docs/cluster.md).
 func (s *State) SwitchStore(e *Engine, loc StoreLocation, load any) {
 	if load == nil {
 		load = e
 	}
-	lease := e.MaxLease()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sw := &s.store
-	if sw.loads == nil {
-		sw.loads = map[any]*loadStores{}
-	}
-	p := sw.loads[load]
-	if p == nil {
-		sw.seq++
-		p = &loadStores{seq: sw.seq}
-		sw.loads[load] = p
-	}
-	p.locs = addLocation(p.locs, loc)
-	p.lease = max(p.lease, lease)
-	p.refs++
-	e.storeAt = engineStore{load: load, seq: p.seq, loc: loc, lease: lease}
+	e.storeAt = engineStore{load: load, loc: loc, lease: e.MaxLease()}
 }
 
-// Unload forgets e's part of its load's locations: the host calls it
-// when e's handler is cleaned up (a load that failed, or one replaced).
-func (s *State) Unload(e *Engine) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if p := s.store.loads[e.storeAt.load]; p != nil {
-		if p.refs--; p.refs <= 0 {
-			delete(s.store.loads, e.storeAt.load)
+// enterKeyed counts a keyed request of h as running (exitKeyed ends
+// it), or returns the store error that refuses it: a keyed request of
+// another load of h's name, whose keys live elsewhere, is running
+// (SwitchStore). The error's Retry-After is the time left of those
+// requests' leases, at most maxMovedRetryAfter.
+func (h *Engine) enterKeyed() error {
+	at := &h.storeAt
+	now := h.now()
+	h.st.mu.Lock()
+	defer h.st.mu.Unlock()
+	sw := &h.st.store
+	var mine *keyedRuns
+	var blocking []*keyedRuns
+	for _, r := range sw.runs {
+		switch {
+		case r.load == at.load && r.loc.sameAs(at.loc):
+			mine = r
+		case r.load != at.load && !r.loc.sameAs(at.loc):
+			blocking = append(blocking, r)
 		}
 	}
-}
-
-// addLocation is locs with loc added unless one of them is sameAs it.
-func addLocation(locs []StoreLocation, loc StoreLocation) []StoreLocation {
-	if slices.ContainsFunc(locs, loc.sameAs) {
-		return locs
+	if len(blocking) > 0 {
+		left := time.Second
+		for _, r := range blocking {
+			left = max(left, r.end.Sub(now))
+			if !r.warned {
+				r.warned = true
+				h.logger.Warn("the Idempotency-Key store changed with a configuration reload: requests with an Idempotency-Key answer 503 store-unavailable while the previous configuration's keyed requests run, whose keys are not seen here (docs/cluster.md, Failure modes)",
+					zap.Stringer("running_in", r.loc), zap.Int("running", r.n), zap.Stringer("here", at.loc))
+			}
+		}
+		return &store.RetryAfterError{After: min(left, maxMovedRetryAfter),
+			Why: "the gateway's Idempotency-Key store changed with a configuration reload, and requests of the previous configuration, whose keys this one does not see, are still running: this one may repeat one of them, so keyed requests resume once they have ended (requests without an Idempotency-Key are served)"}
 	}
-	return append(slices.Clip(locs), loc)
+	if mine == nil {
+		mine = &keyedRuns{load: at.load, loc: at.loc}
+		sw.runs = append(sw.runs, mine)
+	}
+	mine.n++
+	if end := now.Add(at.lease); end.After(mine.end) {
+		mine.end = end
+	}
+	return nil
 }
 
-// claimsRefusedErr is the store error of a keyed request while a
-// reload's move of the keys refuses them (State.SwitchStore), else nil.
-// The first keyed request of a newer load makes it the current one.
-func (h *Engine) claimsRefusedErr() error {
+// exitKeyed ends a keyed request enterKeyed counted.
+func (h *Engine) exitKeyed() {
 	at := &h.storeAt
 	h.st.mu.Lock()
+	defer h.st.mu.Unlock()
 	sw := &h.st.store
-	if at.seq != sw.cur || !slices.ContainsFunc(sw.locs, at.loc.sameAs) {
-		h.switchStoreLocked(sw)
-	}
-	until := sw.refusedUntil
-	h.st.mu.Unlock()
-	if until.IsZero() {
-		return nil
-	}
-	left := until.Sub(h.now())
-	if left <= 0 {
-		return nil
-	}
-	return &store.RetryAfterError{After: left,
-		Why: "the gateway's Idempotency-Key store changed with a configuration reload less than the longest Idempotency-Key lease ago, and a request of the previous configuration may still hold this key: keyed requests resume once every such request has ended (requests without an Idempotency-Key are served)"}
-}
-
-// switchStoreLocked handles a keyed request of h when h's load is not
-// the current one or h's location is not among its locations: a newer
-// load becomes the current one, another engine of the current load adds
-// its location, and an older load's engine is compared with the
-// current load. A location the other side lacks refuses keyed requests
-// (SwitchStore). Under h.st.mu.
-func (h *Engine) switchStoreLocked(sw *storeSwitch) {
-	at := &h.storeAt
-	var from, to []StoreLocation
-	switch {
-	case at.seq > sw.cur:
-		if sw.cur != 0 {
-			sw.prevLocs, sw.prevLease = sw.locs, sw.lease
-		}
-		sw.cur, sw.locs, sw.lease = at.seq, nil, 0
-		if p := sw.loads[at.load]; p != nil {
-			sw.locs, sw.lease = slices.Clip(p.locs), p.lease
-		}
-		sw.locs, sw.lease = addLocation(sw.locs, at.loc), max(sw.lease, at.lease)
-		from, to = sw.prevLocs, sw.locs
-	case at.seq == sw.cur:
-		sw.locs, sw.lease = addLocation(sw.locs, at.loc), max(sw.lease, at.lease)
-		from, to = sw.prevLocs, []StoreLocation{at.loc}
-	default:
-		from, to = sw.locs, []StoreLocation{at.loc}
-	}
-	if len(from) == 0 {
-		return
-	}
-	var moved []string
-	for _, l := range to {
-		if !slices.ContainsFunc(from, l.sameAs) {
-			moved = append(moved, l.String())
+	for i, r := range sw.runs {
+		if r.load == at.load && r.loc.sameAs(at.loc) {
+			if r.n--; r.n <= 0 {
+				sw.runs = slices.Delete(sw.runs, i, i+1)
+			}
+			return
 		}
 	}
-	if len(moved) == 0 {
-		return
-	}
-	now := h.now()
-	wasRefused := sw.refusedUntil.After(now)
-	d := max(sw.prevLease, sw.lease, at.lease)
-	if until := now.Add(d); until.After(sw.refusedUntil) {
-		sw.refusedUntil = until
-	}
-	if wasRefused && at.seq < sw.cur {
-		return // an older load's requests while refused: logged once
-	}
-	names := make([]string, len(from))
-	for i, p := range from {
-		names[i] = p.String()
-	}
-	h.logger.Warn("the Idempotency-Key store changed with this configuration: keys and stored answers of the previous one are not seen here, so requests with an Idempotency-Key answer 503 store-unavailable until every request the previous configuration may still run has ended (docs/cluster.md, Failure modes)",
-		zap.Strings("from", names), zap.Strings("to", moved), zap.Duration("for", d))
 }

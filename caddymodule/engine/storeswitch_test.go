@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"go.uber.org/zap"
 )
@@ -40,15 +42,13 @@ func TestStoreMoved(t *testing.T) {
 	}
 }
 
-// TestSwitchStoreLoads: the loads a name's keyed requests are served
-// by, and when they refuse (State.SwitchStore, claimsRefusedErr).
+// TestSwitchStoreLoads: when a keyed request is refused because a
+// reload moved the keys (State.SwitchStore, Engine.enterKeyed): while a
+// keyed request of another load of the name runs with its keys
+// elsewhere, and only then.
 func TestSwitchStoreLoads(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	st := NewState("switch")
-	engineAt := func() *Engine {
-		return &Engine{Config: &Config{Limits: Limits{CompositionTimeout: Duration(10 * time.Second)}}, set: &recipes.Set{},
-			st: st, logger: zap.NewNop(), clock: func() time.Time { return now }}
-	}
 	mem := StoreLocation{Kind: "memory"}
 	red := StoreLocation{Kind: "redis", Mode: "single", Addrs: []string{"127.0.0.1:6379"}, Prefix: "a:"}
 	moved := StoreLocation{Kind: "redis", Mode: "single", Addrs: []string{"127.0.0.1:6379"}, Prefix: "b:"}
@@ -56,66 +56,65 @@ func TestSwitchStoreLoads(t *testing.T) {
 		id := new(int) // one load
 		var es []*Engine
 		for _, l := range locs {
-			e := engineAt()
+			e := &Engine{Config: &Config{Limits: Limits{CompositionTimeout: Duration(10 * time.Second)}}, set: &recipes.Set{},
+				st: st, logger: zap.NewNop(), clock: func() time.Time { return now }}
 			st.SwitchStore(e, l, id)
 			es = append(es, e)
 		}
 		return es
 	}
-	served := func(what string, e *Engine) {
+	enter := func(what string, e *Engine) {
 		t.Helper()
-		if err := e.claimsRefusedErr(); err != nil {
+		if err := e.enterKeyed(); err != nil {
 			t.Fatalf("%s: refused: %v", what, err)
 		}
 	}
 	refused := func(what string, e *Engine) {
 		t.Helper()
-		if err := e.claimsRefusedErr(); err == nil {
-			t.Fatalf("%s: served, want refused", what)
-		}
-	}
-	unload := func(es []*Engine) {
-		for _, e := range es {
-			st.Unload(e)
+		err := e.enterKeyed()
+		var ra *store.RetryAfterError
+		if !errors.As(err, &ra) || ra.After < time.Second || ra.After > maxMovedRetryAfter {
+			t.Fatalf("%s: %v, want refused with a Retry-After of 1-5 s", what, err)
 		}
 	}
 
-	// Two stores in one load; only one serves keyed requests at first.
+	// Two sites of one name, one configuration, two stores: both run.
 	one := load(mem, red)
-	served("first load, Redis handler", one[1])
-	// The same configuration again: its memory handler serves first,
-	// and the previous load had it too, though it served no keyed one.
+	enter("first load, memory site", one[0])
+	enter("first load, Redis site", one[1])
+	// The same configuration reloaded while both run: each new site may
+	// repeat a request of the old site in the other store (the State is
+	// the name's, not a site's): refused while those run.
 	two := load(mem, red)
-	served("same configuration reloaded, memory handler first", two[0])
-	served("same configuration reloaded, Redis handler", two[1])
-	// The old load still answers a request it had: same stores.
-	served("previous load, late request", one[0])
-	served("current load after the previous one's late request", two[0])
-	unload(one)
-	// A load that fails after its store was attached serves nothing.
-	failed := load(mem, moved)
-	unload(failed)
-	served("current load after a failed reload that moved a key_prefix", two[1])
-	// The same move, loaded: refused; the previous load's late request
-	// too; and through a later reload that keeps the new place.
-	three := load(mem, moved)
-	refused("reload that moved a key_prefix", three[1])
-	refused("the reload's memory handler (the name is refused)", three[0])
-	refused("previous load, late request", two[1])
-	unload(two)
-	four := load(mem, moved)
-	refused("a later reload within the lease", four[1])
-	unload(three)
-	now = now.Add(three[1].MaxLease() + time.Second)
-	served("after the lease", four[1])
-	served("after the lease, memory handler", four[0])
-
-	// A name whose first keyed request is the new load's, then the old
-	// load (still running, another key_prefix) serves one: refused.
-	st = NewState("switch-late")
-	old := load(red)
-	fresh := load(moved)
-	served("the first keyed request of a name", fresh[0])
-	refused("an older load's keyed request in a place the current load lacks", old[0])
-	refused("the current load while refused", fresh[0])
+	refused("reloaded memory site, the old Redis site's request running", two[0])
+	refused("reloaded Redis site, the old memory site's request running", two[1])
+	one[0].exitKeyed()
+	one[1].exitKeyed()
+	enter("reloaded memory site once they ended", two[0])
+	enter("reloaded Redis site once they ended", two[1])
+	// Sites that swap stores while the previous load's requests run.
+	swapped := load(red, mem)
+	refused("swapped: Redis site, the old memory site's request running", swapped[0])
+	refused("swapped: memory site, the old Redis site's request running", swapped[1])
+	two[1].exitKeyed()
+	enter("swapped: memory site, only the old memory site's request running", swapped[1])
+	swapped[1].exitKeyed()
+	// A load that failed never serves, and refuses nothing.
+	_ = load(moved)
+	enter("the running configuration after a failed reload", two[1])
+	two[1].exitKeyed()
+	// Through two reloads: a load in between that moved nothing and
+	// served nothing does not hide the request still running from
+	// before it.
+	_ = load(mem, red)
+	three := load(moved)
+	refused("a request of two loads ago still running", three[0])
+	two[0].exitKeyed()
+	enter("once it ended", three[0])
+	enter("and again", three[0])
+	three[0].exitKeyed()
+	three[0].exitKeyed()
+	if n := len(st.store.runs); n != 0 {
+		t.Fatalf("%d run entries left, want none", n)
+	}
 }
