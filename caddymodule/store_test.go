@@ -1340,6 +1340,61 @@ func TestReloadMovingKeysRefusesClaims(t *testing.T) {
 	}
 }
 
+// TestReloadKeepsRunningClaims: on the memory store, a reload that
+// changes the Idempotency-Key bounds (idempotency_window) keeps the
+// claim of a request still running: its repeat gets 409 in flight, then
+// the answer (review: the store started empty and the repeat ran
+// again). A reload that drops the name (its State destroyed while the
+// request runs) and one that brings it back with a fresh memory store:
+// the repeat is refused until the request has ended.
+func TestReloadKeepsRunningClaims(t *testing.T) {
+	up, hits, arrived, release := heldUpstream(t)
+	free := sync.OnceFunc(func() { close(release) })
+	defer free()
+	old := &testGateway{h: benchHandler(t, up, false)}
+	answered := make(chan *answer, 1)
+	go func() { answered <- old.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "running") }()
+	<-arrived
+	windowed := &testGateway{h: benchHandlerWith(t, up, false, "", "", func(h *Handler) { h.IdempotencyWindow = engine.Duration(2 * time.Hour) })}
+	wantError(t, windowed.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "running"), 409, "idempotency-key-in-flight", "still running")
+	if n := hits.Load(); n != 1 {
+		t.Fatalf("%d upstream calls, want the running request's only", n)
+	}
+	free()
+	if a := <-answered; a.status != 200 {
+		t.Fatalf("the running request: %s", a)
+	}
+	if a := windowed.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "running"); a.status != 200 || a.hdr("Idempotent-Replayed") != "true" {
+		t.Fatalf("the repeat once answered: %s, want the answer replayed", a)
+	}
+
+	// The name leaves the configuration while a request runs, then
+	// comes back: a new State, a new memory store.
+	up2, hits2, arrived2, release2 := heldUpstream(t)
+	free2 := sync.OnceFunc(func() { close(release2) })
+	defer free2()
+	gone := &testGateway{h: benchHandlerWith(t, up2, false, "", "", func(h *Handler) { h.Name += "-comes-back" })}
+	go func() { answered <- gone.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "running") }()
+	<-arrived2
+	for _, g := range []*testGateway{old, windowed, gone} {
+		if g.h.Name == gone.h.Name {
+			_ = g.h.Cleanup() // the name's last handler: its State is destroyed
+		}
+	}
+	back := &testGateway{h: benchHandlerWith(t, up2, false, "", "", func(h *Handler) { h.Name += "-comes-back" })}
+	wantError(t, back.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "running"), 503, "store-unavailable", "Idempotency-Key store changed with a configuration reload")
+	if n := hits2.Load(); n != 1 {
+		t.Fatalf("%d upstream calls, want the running request's only", n)
+	}
+	free2()
+	if a := <-answered; a.status != 200 {
+		t.Fatalf("the running request: %s", a)
+	}
+	if a := back.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "after"); a.status != 200 {
+		t.Fatalf("a keyed request once it ended: %s", a)
+	}
+}
+
 // TestOneLoadStoresDoNotRefuseEachOther: two handlers of one name in
 // one configuration (two site blocks that leave name unset) share the
 // name's State; keeping their keys in different stores is not a reload

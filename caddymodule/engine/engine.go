@@ -111,8 +111,8 @@ func (h *Engine) Serve(ctx context.Context, r *agtp.Request) *agtp.Response {
 	r.Context, sp = startRequestSpan(r.Context)
 	x := h.newExchange(r)
 	defer func() {
-		if x.keyedRunning {
-			h.exitKeyed()
+		if x.keyedRun != nil {
+			h.exitKeyed(x.keyedRun)
 		}
 	}()
 	if sp != nil {

@@ -27,9 +27,9 @@ type exchange struct {
 	// resp is the answer, set once by writeRaw.
 	resp  *agtp.Response
 	query url.Values // the request query, parsed and checked once (agtp.ParseQuery)
-	// keyedRunning: Engine.enterKeyed counted this keyed request as
-	// running; Serve ends it (exitKeyed).
-	keyedRunning bool
+	// keyedRun counts this keyed request as running (Engine.enterKeyed);
+	// Serve ends it (exitKeyed). Nil for a request without a key.
+	keyedRun *keyedRun
 	// presentedID is the synthesis id of the contract a keyed request
 	// presents (Contract-Synthesized, §10 step 7), "" otherwise; and
 	// presentedPending whether the presented contract was still pending

@@ -365,12 +365,13 @@ func stageIdempotencyKey(h *Engine, x *exchange, req *request) (bool, *agtp.Erro
 	if e != nil {
 		return false, e
 	}
-	if key != "" && !x.keyedRunning {
-		if err := h.enterKeyed(); err != nil {
+	if key != "" && x.keyedRun == nil {
+		r, err := h.enterKeyed()
+		if err != nil {
 			h.storeFailed(x, err)
 			return false, nil
 		}
-		x.keyedRunning = true
+		x.keyedRun = r
 	}
 	req.idemKey = key
 	return true, nil

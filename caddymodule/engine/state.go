@@ -28,9 +28,6 @@ type State struct {
 	// sealKey is this process's random 32-byte MAC key for state the
 	// doors hand a client to return, used with store memory (SealKey).
 	sealKey []byte
-	// store is where the configurations that served keyed requests
-	// kept their Idempotency-Keys (SwitchStore); under mu.
-	store storeSwitch
 }
 
 // maxNegotiations bounds the PROPOSE negotiations a State remembers.

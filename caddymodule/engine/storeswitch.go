@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
@@ -20,6 +21,10 @@ type StoreLocation struct {
 	Master     string
 	DB         int
 	Prefix     string
+	// memory is the State whose memory store holds the keys (Kind
+	// "memory"; SwitchStore sets it): a name's State made afresh (the
+	// name left the configuration, then came back) is another place.
+	memory *State
 }
 
 // String is the location for logs (no credentials).
@@ -36,7 +41,7 @@ func (l StoreLocation) String() string {
 // are seeds: adding or removing one keeps the deployment), addresses of
 // which none is in prev's.
 func (l StoreLocation) movedFrom(prev StoreLocation) bool {
-	if l.Kind != prev.Kind || l.Mode != prev.Mode || l.Master != prev.Master || l.DB != prev.DB || l.Prefix != prev.Prefix {
+	if l.Kind != prev.Kind || l.Mode != prev.Mode || l.Master != prev.Master || l.DB != prev.DB || l.Prefix != prev.Prefix || l.memory != prev.memory {
 		return true
 	}
 	if l.Kind != "redis" {
@@ -53,24 +58,30 @@ func (l StoreLocation) movedFrom(prev StoreLocation) bool {
 	return true
 }
 
-// storeSwitch is what a handler's State knows, across reloads, of the
-// keyed requests its engines are running and where their
-// Idempotency-Keys live (State.SwitchStore, Engine.enterKeyed). Under
-// State.mu.
-type storeSwitch struct {
-	// runs are the keyed requests running, by load and location.
-	runs []*keyedRuns
-}
+// keyedRuns are the keyed requests running in this process, by rcns
+// name (Engine.enterKeyed): kept apart from the name's State, which a
+// reload that drops the name destroys while its requests still run.
+var keyedRuns = struct {
+	sync.Mutex
+	byName map[string][]*keyedRun
+}{byName: map[string][]*keyedRun{}}
 
-// keyedRuns are the keyed requests running in the engines of one
-// configuration load that keep their keys at one location.
-type keyedRuns struct {
+// keyedRun counts the keyed requests running in the engines of one
+// configuration load of a name that keep their keys at one location.
+type keyedRun struct {
 	load any
 	loc  StoreLocation
 	n    int       // running
 	end  time.Time // the latest lease end among them (start + MaxLease)
 	// warned: a refusal for these requests was logged.
 	warned bool
+}
+
+// equal reports whether l and o are written the same (sameAs is
+// whether they reach the same keys).
+func (l StoreLocation) equal(o StoreLocation) bool {
+	return l.Kind == o.Kind && l.Mode == o.Mode && l.Master == o.Master && l.DB == o.DB && l.Prefix == o.Prefix &&
+		l.memory == o.memory && slices.Equal(l.Addrs, o.Addrs)
 }
 
 // sameAs reports whether l and o reach the same keys (neither moved
@@ -93,42 +104,47 @@ const maxMovedRetryAfter = 5 * time.Second
 // SwitchStore records that e, of the configuration load identified by
 // load (a comparable value every handler of one load shares: the host
 // passes its Caddy context's Done channel; nil: e alone), keeps its
-// Idempotency-Keys at loc. Call it before e serves.
+// Idempotency-Keys at loc (the memory store: this State's). Call it
+// before e serves.
 //
-// A keyed request e serves while a request of another load of this
-// name, keeping its keys elsewhere (StoreLocation.movedFrom), is still
-// running is answered 503 store-unavailable (Engine.enterKeyed): it may
-// repeat that request, whose key e's store does not know, and must not
-// run it a second time. Requests without a key are served, and so are
-// keyed requests once no such request runs. Handlers of one name in one
-// configuration (which share this State) keep their keys where they
-// like without refusing each other; a load that fails never serves and
-// refuses nothing. Within one process and one name: a restarted process
-// runs nothing of the old one's, and a renamed handler starts a State
-// of its own, not compared (docs/cluster.md).
+// A keyed request e serves while a keyed request of another load of
+// this name, keeping its keys elsewhere (StoreLocation.movedFrom: another
+// store, Redis deployment, db or key prefix, or the memory store of a
+// State since made afresh), is still running in this process is
+// answered 503 store-unavailable (Engine.enterKeyed): it may repeat
+// that request, whose key e's store does not know, and must not run it
+// a second time. Requests without a key are served, and so are keyed
+// requests once no such request runs. Handlers of one name in one
+// configuration keep their keys where they like without refusing each
+// other; a load that fails serves nothing. A renamed handler is another
+// name, not compared (docs/cluster.md).
 func (s *State) SwitchStore(e *Engine, loc StoreLocation, load any) {
 	if load == nil {
 		load = e
 	}
+	if loc.Kind == "memory" {
+		loc.memory = s
+	}
 	e.storeAt = engineStore{load: load, loc: loc, lease: e.MaxLease()}
 }
 
-// enterKeyed counts a keyed request of h as running (exitKeyed ends
-// it), or returns the store error that refuses it: a keyed request of
-// another load of h's name, whose keys live elsewhere, is running
-// (SwitchStore). The error's Retry-After is the time left of those
-// requests' leases, at most maxMovedRetryAfter.
-func (h *Engine) enterKeyed() error {
+// enterKeyed counts a keyed request of h as running and returns its
+// count, for exitKeyed; or it returns the store error that refuses it:
+// a keyed request of another load of h's name, whose keys live
+// elsewhere, is running (SwitchStore). The error's Retry-After is the
+// time left of those requests' leases, at least 1 s and at most
+// maxMovedRetryAfter.
+func (h *Engine) enterKeyed() (*keyedRun, error) {
 	at := &h.storeAt
 	now := h.now()
-	h.st.mu.Lock()
-	defer h.st.mu.Unlock()
-	sw := &h.st.store
-	var mine *keyedRuns
-	var blocking []*keyedRuns
-	for _, r := range sw.runs {
+	keyedRuns.Lock()
+	defer keyedRuns.Unlock()
+	runs := keyedRuns.byName[h.Name]
+	var mine *keyedRun
+	var blocking []*keyedRun
+	for _, r := range runs {
 		switch {
-		case r.load == at.load && r.loc.sameAs(at.loc):
+		case r.load == at.load && r.loc.equal(at.loc):
 			mine = r
 		case r.load != at.load && !r.loc.sameAs(at.loc):
 			blocking = append(blocking, r)
@@ -144,32 +160,31 @@ func (h *Engine) enterKeyed() error {
 					zap.Stringer("running_in", r.loc), zap.Int("running", r.n), zap.Stringer("here", at.loc))
 			}
 		}
-		return &store.RetryAfterError{After: min(left, maxMovedRetryAfter),
+		return nil, &store.RetryAfterError{After: min(left, maxMovedRetryAfter),
 			Why: "the gateway's Idempotency-Key store changed with a configuration reload, and requests of the previous configuration, whose keys this one does not see, are still running: this one may repeat one of them, so keyed requests resume once they have ended (requests without an Idempotency-Key are served)"}
 	}
 	if mine == nil {
-		mine = &keyedRuns{load: at.load, loc: at.loc}
-		sw.runs = append(sw.runs, mine)
+		mine = &keyedRun{load: at.load, loc: at.loc}
+		keyedRuns.byName[h.Name] = append(runs, mine)
 	}
 	mine.n++
 	if end := now.Add(at.lease); end.After(mine.end) {
 		mine.end = end
 	}
-	return nil
+	return mine, nil
 }
 
-// exitKeyed ends a keyed request enterKeyed counted.
-func (h *Engine) exitKeyed() {
-	at := &h.storeAt
-	h.st.mu.Lock()
-	defer h.st.mu.Unlock()
-	sw := &h.st.store
-	for i, r := range sw.runs {
-		if r.load == at.load && r.loc.sameAs(at.loc) {
-			if r.n--; r.n <= 0 {
-				sw.runs = slices.Delete(sw.runs, i, i+1)
-			}
-			return
-		}
+// exitKeyed ends a keyed request enterKeyed counted in r.
+func (h *Engine) exitKeyed(r *keyedRun) {
+	keyedRuns.Lock()
+	defer keyedRuns.Unlock()
+	if r.n--; r.n > 0 {
+		return
 	}
+	runs := slices.DeleteFunc(keyedRuns.byName[h.Name], func(x *keyedRun) bool { return x == r })
+	if len(runs) == 0 {
+		delete(keyedRuns.byName, h.Name)
+		return
+	}
+	keyedRuns.byName[h.Name] = runs
 }

@@ -48,7 +48,8 @@ func TestStoreMoved(t *testing.T) {
 // elsewhere, and only then.
 func TestSwitchStoreLoads(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	st := NewState("switch")
+	const name = "switch-loads"
+	st := NewState(name)
 	mem := StoreLocation{Kind: "memory"}
 	red := StoreLocation{Kind: "redis", Mode: "single", Addrs: []string{"127.0.0.1:6379"}, Prefix: "a:"}
 	moved := StoreLocation{Kind: "redis", Mode: "single", Addrs: []string{"127.0.0.1:6379"}, Prefix: "b:"}
@@ -56,22 +57,25 @@ func TestSwitchStoreLoads(t *testing.T) {
 		id := new(int) // one load
 		var es []*Engine
 		for _, l := range locs {
-			e := &Engine{Config: &Config{Limits: Limits{CompositionTimeout: Duration(10 * time.Second)}}, set: &recipes.Set{},
-				st: st, logger: zap.NewNop(), clock: func() time.Time { return now }}
+			cfg := &Config{Limits: Limits{CompositionTimeout: Duration(10 * time.Second)}}
+			cfg.Name = name
+			e := &Engine{Config: cfg, set: &recipes.Set{}, st: st, logger: zap.NewNop(), clock: func() time.Time { return now }}
 			st.SwitchStore(e, l, id)
 			es = append(es, e)
 		}
 		return es
 	}
-	enter := func(what string, e *Engine) {
+	enter := func(what string, e *Engine) func() {
 		t.Helper()
-		if err := e.enterKeyed(); err != nil {
+		r, err := e.enterKeyed()
+		if err != nil {
 			t.Fatalf("%s: refused: %v", what, err)
 		}
+		return func() { e.exitKeyed(r) }
 	}
 	refused := func(what string, e *Engine) {
 		t.Helper()
-		err := e.enterKeyed()
+		_, err := e.enterKeyed()
 		var ra *store.RetryAfterError
 		if !errors.As(err, &ra) || ra.After < time.Second || ra.After > maxMovedRetryAfter {
 			t.Fatalf("%s: %v, want refused with a Retry-After of 1-5 s", what, err)
@@ -80,41 +84,66 @@ func TestSwitchStoreLoads(t *testing.T) {
 
 	// Two sites of one name, one configuration, two stores: both run.
 	one := load(mem, red)
-	enter("first load, memory site", one[0])
-	enter("first load, Redis site", one[1])
+	endMem1 := enter("first load, memory site", one[0])
+	endRed1 := enter("first load, Redis site", one[1])
 	// The same configuration reloaded while both run: each new site may
-	// repeat a request of the old site in the other store (the State is
+	// repeat a request of the old site in the other store (the runs are
 	// the name's, not a site's): refused while those run.
 	two := load(mem, red)
 	refused("reloaded memory site, the old Redis site's request running", two[0])
 	refused("reloaded Redis site, the old memory site's request running", two[1])
-	one[0].exitKeyed()
-	one[1].exitKeyed()
-	enter("reloaded memory site once they ended", two[0])
-	enter("reloaded Redis site once they ended", two[1])
+	endMem1()
+	endRed1()
+	endMem2 := enter("reloaded memory site once they ended", two[0])
+	endRed2 := enter("reloaded Redis site once they ended", two[1])
 	// Sites that swap stores while the previous load's requests run.
 	swapped := load(red, mem)
 	refused("swapped: Redis site, the old memory site's request running", swapped[0])
 	refused("swapped: memory site, the old Redis site's request running", swapped[1])
-	two[1].exitKeyed()
-	enter("swapped: memory site, only the old memory site's request running", swapped[1])
-	swapped[1].exitKeyed()
+	endRed2()
+	enter("swapped: memory site, only the old memory site's request running", swapped[1])()
 	// A load that failed never serves, and refuses nothing.
 	_ = load(moved)
-	enter("the running configuration after a failed reload", two[1])
-	two[1].exitKeyed()
+	enter("the running configuration after a failed reload", two[1])()
 	// Through two reloads: a load in between that moved nothing and
 	// served nothing does not hide the request still running from
 	// before it.
 	_ = load(mem, red)
 	three := load(moved)
 	refused("a request of two loads ago still running", three[0])
-	two[0].exitKeyed()
-	enter("once it ended", three[0])
-	enter("and again", three[0])
-	three[0].exitKeyed()
-	three[0].exitKeyed()
-	if n := len(st.store.runs); n != 0 {
-		t.Fatalf("%d run entries left, want none", n)
+	endMem2()
+	end1, end2 := enter("once it ended", three[0]), enter("and again", three[0])
+	end1()
+	end2()
+
+	// The name left the configuration and came back: a State made
+	// afresh has another memory store.
+	old := load(mem)
+	endOld := enter("memory, before the name left", old[0])
+	st = NewState(name)
+	back := load(mem)
+	refused("memory of a State made afresh, the old State's request running", back[0])
+	endOld()
+	enter("once it ended", back[0])()
+
+	// Cluster seeds: {1,2} and {2,3} reach the same keys, and so do
+	// {2,3} and {3,4}, but not {1,2} and {3,4}. A request leaves the
+	// count it entered (review: it left another, and the name stayed
+	// refused for good).
+	seeds := func(a ...string) StoreLocation {
+		return StoreLocation{Kind: "redis", Mode: "cluster", Addrs: a, Prefix: "c:"}
+	}
+	sites := load(seeds("n1", "n2"), seeds("n3", "n4"), seeds("n2", "n3"))
+	e1, e2 := enter("seeds 1,2", sites[0]), enter("seeds 3,4", sites[1])
+	enter("seeds 2,3", sites[2])()
+	e1()
+	e2()
+	enter("memory after the cluster's requests ended", load(mem)[0])()
+
+	keyedRuns.Lock()
+	left := len(keyedRuns.byName[name])
+	keyedRuns.Unlock()
+	if left != 0 {
+		t.Fatalf("%d run entries left, want none", left)
 	}
 }

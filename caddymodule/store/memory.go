@@ -80,10 +80,11 @@ func NewMemory(l Limits, now func() time.Time) *Memory {
 func (m *Memory) Set() Set { return m.set }
 
 // SetLimits applies a new configuration's bounds as the handler does on
-// a reload: contract bounds and the attempt and record bounds change in
-// place; an Idempotency-Key store whose limits changed starts empty (as
-// today: its records were bounded by the old limits). The replay
-// cache's size is fixed at NewMemory.
+// a reload, in place: contract bounds, the attempt and record bounds,
+// and the Idempotency-Key store's (idempotency.Store.SetLimits: its
+// records stay, claims of running requests included, so a repeat of
+// one is not run again). The replay cache's size is fixed at
+// NewMemory.
 func (m *Memory) SetLimits(l Limits) {
 	l = l.WithDefaults()
 	m.mu.Lock()
@@ -91,9 +92,7 @@ func (m *Memory) SetLimits(l Limits) {
 	m.contracts.SetLimits(l.Contracts)
 	m.attempts.resize(l.Attempts)
 	m.records.resize(l.MaxRecords, l.RecordRetention)
-	if m.idem.Limits() != idempotency.NewStore(l.Idempotency, nil).Limits() {
-		m.idem = idempotency.NewStore(l.Idempotency, m.now)
-	}
+	m.idem.SetLimits(l.Idempotency)
 	m.limits = l
 }
 

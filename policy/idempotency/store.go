@@ -238,6 +238,20 @@ type Store struct {
 // NewStore returns an empty Store bounded by l (zero fields take the
 // defaults) reading time from now (nil means time.Now).
 func NewStore(l Limits, now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{
+		limits:  l.withDefaults(),
+		now:     now,
+		byAgent: make(map[string]map[string]*record),
+		order:   list.New(),
+		flight:  list.New(),
+	}
+}
+
+// withDefaults is l with each zero field set to its default.
+func (l Limits) withDefaults() Limits {
 	if l.Window <= 0 {
 		l.Window = DefaultWindow
 	}
@@ -250,20 +264,28 @@ func NewStore(l Limits, now func() time.Time) *Store {
 	if l.Lease <= 0 {
 		l.Lease = DefaultLease
 	}
-	if now == nil {
-		now = time.Now
-	}
-	return &Store{
-		limits:  l,
-		now:     now,
-		byAgent: make(map[string]map[string]*record),
-		order:   list.New(),
-		flight:  list.New(),
-	}
+	return l
 }
 
 // Limits returns the store's bounds with defaults applied.
-func (s *Store) Limits() Limits { return s.limits }
+func (s *Store) Limits() Limits {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limits
+}
+
+// SetLimits bounds the store by l from now on (zero fields take the
+// defaults), as a configuration reload does. Every record stays, claims
+// in flight included (a repeat of a running request still finds it in
+// flight): a record keeps the expiry it was given, and the new window
+// and lease apply to records written from now on; record bounds lowered
+// below the records held refuse new claims (StoreFull, AgentFull) until
+// enough of them expire.
+func (s *Store) SetLimits(l Limits) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limits = l.withDefaults()
+}
 
 // ClaimRequest is one claim of an Idempotency-Key (Store.ClaimWith).
 type ClaimRequest struct {

@@ -716,3 +716,30 @@ func TestReleaseResolve(t *testing.T) {
 	running.Abandon()
 	assertExpiryOrder(t, s)
 }
+
+// TestSetLimitsKeepsRecords: new bounds apply in place (a reload): a
+// claim in flight stays in flight (its repeat is not run again) and its
+// answer is stored and replayed; lowered bounds refuse new claims while
+// the records held exceed them. Before, the memory store started a new
+// Store, and a running request's repeat ran again.
+func TestSetLimitsKeepsRecords(t *testing.T) {
+	s := NewStore(Limits{}, nil)
+	r := s.ClaimWith(ClaimRequest{AgentID: "a", Key: "running", Fingerprint: "fp"})
+	if r.Outcome != Execute {
+		t.Fatalf("claim: %v", r.Outcome)
+	}
+	s.SetLimits(Limits{Window: 2 * time.Hour, MaxRecords: 1})
+	if got := s.Limits(); got.Window != 2*time.Hour || got.MaxRecords != 1 || got.Lease != DefaultLease || got.MaxPerAgent != DefaultMaxPerAgent {
+		t.Fatalf("Limits after SetLimits: %+v, want the new window and record bound, defaults for the rest", got)
+	}
+	if again := s.ClaimWith(ClaimRequest{AgentID: "a", Key: "running", Fingerprint: "fp"}); again.Outcome != InFlight {
+		t.Fatalf("a repeat of the running request after SetLimits: %v, want InFlight", again.Outcome)
+	}
+	if other := s.ClaimWith(ClaimRequest{AgentID: "b", Key: "new", Fingerprint: "fp"}); other.Outcome != StoreFull {
+		t.Fatalf("a new key with MaxRecords lowered to the records held: %v, want StoreFull", other.Outcome)
+	}
+	r.Claim.Complete(Response{Status: 200, Body: []byte("once")})
+	if rep := s.ClaimWith(ClaimRequest{AgentID: "a", Key: "running", Fingerprint: "fp"}); rep.Outcome != Replay || string(rep.Response.Body) != "once" {
+		t.Fatalf("the repeat once answered: %v, want the answer replayed", rep.Outcome)
+	}
+}
