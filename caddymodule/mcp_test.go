@@ -582,3 +582,51 @@ func TestMCPRedisPoolOutlivesRunningCalls(t *testing.T) {
 	}
 	waitPoolClosed(t, pool)
 }
+
+// TestMCPReloadMovingKeysRefuses: over the MCP door, a reload that
+// moves the Idempotency-Keys (memory to Redis) while a keyed tools/call
+// runs answers a repeat of its key with a tool error naming the store
+// change (503 store-unavailable) instead of running it again; once the
+// call has ended, keyed calls run (docs/cluster.md, Failure modes).
+func TestMCPReloadMovingKeysRefuses(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, hits, arrived, release := heldUpstream(t)
+	free := sync.OnceFunc(func() { close(release) })
+	defer free()
+	_, url := mcpGatewayTo(t, up)
+	hdr := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read"}
+	call := func(id, key string) *mcp.CallToolParams {
+		return &mcp.CallToolParams{Name: "fetch_item", Arguments: map[string]any{"item_id": id}, Meta: mcp.Meta{mcpdoor.MCPMetaIdempotencyKey: key}}
+	}
+	type result struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan result, 1)
+	s := mcpClient(t, url, hdr)
+	go func() {
+		res, err := s.CallTool(context.Background(), call("held", "mcp-moved"))
+		done <- result{res, err}
+	}()
+	<-arrived
+
+	_, nextURL := mcpGatewayTo(t, up, func(h *Handler) {
+		h.Store = StoreRedis
+		h.Redis = &RedisConfig{Addresses: []string{srv.Addr()}, KeyPrefix: "mcp-moved:"}
+	})
+	s2 := mcpClient(t, nextURL, hdr)
+	res, err := s2.CallTool(context.Background(), call("held", "mcp-moved"))
+	if err != nil || !res.IsError || len(res.Content) == 0 || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "Idempotency-Key store changed") {
+		t.Fatalf("a repeat of the running call's key after the keys moved: %v %+v, want a tool error naming the store change", err, res)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Fatalf("%d upstream calls, want the running call's only", n)
+	}
+	free()
+	if got := <-done; got.err != nil || got.res.IsError {
+		t.Fatalf("the running call: %v %+v", got.err, got.res)
+	}
+	if res, err := s2.CallTool(context.Background(), call("1", "mcp-after")); err != nil || res.IsError {
+		t.Fatalf("a keyed call once the running one ended: %v %+v", err, res)
+	}
+}
