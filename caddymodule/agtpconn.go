@@ -263,7 +263,7 @@ func (c *nativeConn) serve() {
 			if errors.As(err, &we) && c.refuse(bw, conn, we, tlsState, loopback, ctx, start) {
 				// What follows the refused head is unknown: drained as
 				// an engine refusal's unread body is.
-				closeNative(lookupEngine(s.Handler).RefusedBodyDrainBounds(), conn, nil)
+				closeNative(drainBoundsOf(lookupEngine(s.Handler)), conn, nil)
 				return
 			}
 			closeConn(true)
@@ -304,7 +304,7 @@ func (c *nativeConn) serve() {
 		case err == nil && resp.Close:
 			// Refused before its body was read: drained, then closed
 			// (cases/05).
-			closeNative(e.RefusedBodyDrainBounds(), conn, req)
+			closeNative(drainBoundsOf(e), conn, req)
 			return
 		case err != nil || last:
 			closeConn(last && err == nil)
@@ -463,3 +463,14 @@ type discardAnswer struct{}
 func (discardAnswer) Header() http.Header         { return http.Header{} }
 func (discardAnswer) Write(b []byte) (int, error) { return len(b), nil }
 func (discardAnswer) WriteHeader(int)             {}
+
+// drainBoundsOf is e's refused-body drain bounds, the defaults when no
+// rcns handler of the listener's name is provisioned (e nil: a reload
+// removed it; the request was answered 503).
+func drainBoundsOf(e *engine.Engine) engine.DrainBounds {
+	var c *engine.Config
+	if e != nil {
+		c = e.Config
+	}
+	return c.RefusedBodyDrainBounds()
+}

@@ -1395,6 +1395,45 @@ func TestReloadKeepsRunningClaims(t *testing.T) {
 	}
 }
 
+// TestFailedReloadKeepsMemoryBounds: a reload that fails after its
+// memory store was attached (an empty operator page token placeholder)
+// leaves the running configuration's bounds as they were: its
+// idempotency_window (24 h) still replays a key 2 s later, though the
+// failed configuration said 1 s (review: the failed load's bounds were
+// applied at once, and the repeat ran again). The next configuration's
+// bounds apply from its first request.
+func TestFailedReloadKeepsMemoryBounds(t *testing.T) {
+	up, hits := countingUpstream(t)
+	running := &testGateway{h: benchHandler(t, up, false)}
+	if a := running.do(t, "FETCH", "/items/1", nil); a.status != 200 { // serving before the reload
+		t.Fatalf("request: %s", a)
+	}
+	t.Setenv("RCNS_TEST_UNSET_TOKEN", "")
+	failed := benchConfig(t, up, false, "", "", func(h *Handler) {
+		h.IdempotencyWindow = engine.Duration(time.Second)
+		h.OperatorPage = &oppage.Config{BearerToken: "{env.RCNS_TEST_UNSET_TOKEN}"}
+	})
+	swapLogger(t, failed)
+	if err := failed.Provision(benchContext(t)); err == nil {
+		t.Fatal("Provision with an empty token placeholder succeeded")
+	}
+	_ = failed.Cleanup()
+	if a := running.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "kept"); a.status != 200 {
+		t.Fatalf("keyed request: %s", a)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if a := running.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "kept"); a.status != 200 || a.hdr("Idempotent-Replayed") != "true" || hits.Load() != 2 {
+		t.Fatalf("the repeat 1.5 s later on the running configuration: %s (%d upstream calls), want the answer replayed", a, hits.Load())
+	}
+	next := &testGateway{h: benchHandlerWith(t, up, false, "", "", func(h *Handler) { h.IdempotencyWindow = engine.Duration(time.Second) })}
+	if a := next.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "short"); a.status != 200 {
+		t.Fatalf("keyed request on the next configuration: %s", a)
+	}
+	if got := running.h.state.MemoryStore().Limits().Idempotency.Window; got != time.Second {
+		t.Fatalf("the memory store's window once the next configuration served: %v, want 1s", got)
+	}
+}
+
 // TestOneLoadStoresDoNotRefuseEachOther: two handlers of one name in
 // one configuration (two site blocks that leave name unset) share the
 // name's State; keeping their keys in different stores is not a reload

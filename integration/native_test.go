@@ -505,3 +505,39 @@ func TestNativePortCollision(t *testing.T) {
 		t.Fatalf("caddy run with the native door on the site's port: err %v:\n%s", err, out)
 	}
 }
+
+// TestNativeHandlerRemovedByReload: a reload that renames the rcns
+// handler the native listener serves is accepted (the old handler is
+// still provisioned while the new configuration is checked); once it
+// is gone, a native request, well formed or refused by the codec, is
+// answered 503 and the connection closes, and Caddy keeps serving
+// (review: both dereferenced the missing engine and Caddy exited).
+func TestNativeHandlerRemovedByReload(t *testing.T) {
+	g := nativeGateway(t, "")
+	renamed := strings.Replace(g.Caddyfile, "\trcns {\n", "\trcns {\n\t\tname renamed\n", 1)
+	if renamed == g.Caddyfile {
+		t.Fatalf("no rcns block to rename:\n%s", g.Caddyfile)
+	}
+	if status, body := reload(t, g, renamed); status != 200 {
+		t.Fatalf("reload that renames the handler: %d %s", status, body)
+	}
+	hdr := map[string]string{"Agent-ID": agentA1, "Authority-Scope": "hotel:read"}
+	for _, c := range []struct {
+		data string
+		want int
+	}{
+		{nativeReq("FETCH", "/guests/g-1", hdr, ""), 503},
+		{"AGTP/1.0 FETCH /guests/g-1#x\r\nAgent-ID: " + agentA1 + "\r\n\r\n", 400}, // refused by the codec
+	} {
+		answers, closed := nativeExchange(t, g.AGTPAddr, c.data, 5*time.Second)
+		if len(answers) != 1 || answers[0].Status != c.want || !closed {
+			t.Fatalf("a native request once its handler is gone: %d answers %v (closed %v), want one %d and the connection closed", len(answers), answers, closed, c.want)
+		}
+	}
+	if r := g.DoHTTP(t, "FETCH", "/guests/g-1", hdr, nil); r.Status == 0 {
+		t.Fatalf("Caddy stopped answering after native requests to a removed handler:\n%s", g.Output())
+	}
+	if strings.Contains(g.Output(), "nil pointer dereference") {
+		t.Fatalf("Caddy panicked:\n%s", g.Output())
+	}
+}

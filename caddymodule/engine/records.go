@@ -377,6 +377,12 @@ func (h *Engine) Activate() {
 			h.logger.Error("opening records_dir failed: serving without durable negotiation records", zap.String("records_dir", h.recDir), zap.Error(err))
 		}
 		a.persist.Store(true)
+		if h.mem != nil {
+			// The memory store is the name's, shared with the
+			// configuration this one replaces: its bounds become this
+			// configuration's now that it serves (State.Memory).
+			h.mem.SetLimits(h.StoreLimits())
+		}
 		if err := h.buildManifest(); err != nil {
 			h.logger.Error("rebuilding the manifest on the first request", zap.Error(err))
 		}

@@ -66,15 +66,15 @@ func (s *State) Destruct() error {
 }
 
 // Memory is the state's memory store (store memory), created with
-// limits l on the first call; a later call applies l to it (the newest
-// configuration's limits win).
+// limits l on the first call. A later call leaves it as it is: the
+// configuration being loaded applies its limits at its first request
+// (Engine.Activate), so a load that fails changes nothing of the
+// running configuration's bounds (spec §15.4).
 func (s *State) Memory(l store.Limits) *store.Memory {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mem == nil {
 		s.mem = store.NewMemory(l, nil)
-	} else {
-		s.mem.SetLimits(l)
 	}
 	return s.mem
 }

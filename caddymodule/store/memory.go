@@ -96,6 +96,14 @@ func (m *Memory) SetLimits(l Limits) {
 	m.limits = l
 }
 
+// Limits returns the bounds the store applies (with defaults), the
+// last SetLimits' or NewMemory's.
+func (m *Memory) Limits() Limits {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.limits
+}
+
 // Close stops the limiters' background goroutines. The store stays
 // usable: a limiter asked for again is rebuilt.
 func (m *Memory) Close() error {

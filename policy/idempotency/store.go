@@ -277,14 +277,26 @@ func (s *Store) Limits() Limits {
 // SetLimits bounds the store by l from now on (zero fields take the
 // defaults), as a configuration reload does. Every record stays, claims
 // in flight included (a repeat of a running request still finds it in
-// flight): a record keeps the expiry it was given, and the new window
-// and lease apply to records written from now on; record bounds lowered
-// below the records held refuse new claims (StoreFull, AgentFull) until
-// enough of them expire.
+// flight). A new Window applies to every record, counted as before
+// from its answer (or the end of its lease): each expiry moves by the
+// difference, which keeps both lists in expiry order, so the sweep
+// drops what the new window expired. A new Lease applies to claims
+// taken from now on. Record bounds lowered below the records held
+// refuse new claims (StoreFull, AgentFull) until enough of them expire.
+// It takes time proportional to the records held when Window changes.
 func (s *Store) SetLimits(l Limits) {
+	l = l.withDefaults()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.limits = l.withDefaults()
+	if d := l.Window - s.limits.Window; d != 0 {
+		for _, lst := range []*list.List{s.order, s.flight} {
+			for e := lst.Front(); e != nil; e = e.Next() {
+				r := e.Value.(*record)
+				r.expires = r.expires.Add(d)
+			}
+		}
+	}
+	s.limits = l
 }
 
 // ClaimRequest is one claim of an Idempotency-Key (Store.ClaimWith).

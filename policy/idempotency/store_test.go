@@ -743,3 +743,37 @@ func TestSetLimitsKeepsRecords(t *testing.T) {
 		t.Fatalf("the repeat once answered: %v, want the answer replayed", rep.Outcome)
 	}
 }
+
+// TestSetLimitsWindowAppliesToAll: a shorter Window applies to the
+// records already held (counted from their answers), so the sweep drops
+// them as well as the newer ones; before, a record written under the
+// longer window stayed at the head of the expiry order and kept every
+// newer record counted behind it (review: 503 idempotency-store-full
+// for a day after a reload that shortened the window).
+func TestSetLimitsWindowAppliesToAll(t *testing.T) {
+	clk := newClock()
+	s := NewStore(Limits{Window: time.Hour, MaxPerAgent: 3}, clk.Now)
+	complete := func(key string) {
+		t.Helper()
+		r := s.ClaimWith(ClaimRequest{AgentID: "a", Key: key, Fingerprint: "fp"})
+		if r.Outcome != Execute {
+			t.Fatalf("claim %s: %v", key, r.Outcome)
+		}
+		r.Claim.Complete(Response{Status: 200})
+	}
+	complete("under-an-hour")
+	s.SetLimits(Limits{Window: time.Second, MaxPerAgent: 3})
+	complete("b")
+	complete("c")
+	clk.Advance(2 * time.Second)
+	if n := s.Len(); n != 0 {
+		t.Fatalf("%d records held 2 s after their answers under a 1 s window, want none", n)
+	}
+	complete("d")
+	complete("e")
+	s.SetLimits(Limits{Window: time.Hour, MaxPerAgent: 3})
+	clk.Advance(10 * time.Second)
+	if n := s.Len(); n != 2 {
+		t.Fatalf("%d records held after the window grew back to an hour, want 2", n)
+	}
+}
