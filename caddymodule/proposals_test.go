@@ -192,6 +192,9 @@ func TestIdempotencyStoreFullNamesTheBound(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newTestGateway(t)
+			// Activated first: its first request applies the
+			// configuration's bounds to the memory store (Activate).
+			g.h.eng.Activate()
 			g.h.state.MemoryStore().ResetIdempotency(tc.limits)
 			if a := g.builtin(t, "PROPOSE", proposal("/item/k1"), "Idempotency-Key", "k1"); a.status != 263 {
 				t.Fatalf("first keyed PROPOSE: %s", a)
