@@ -1291,6 +1291,16 @@ func waitPoolClosed(t *testing.T, pool *pooledRedis) {
 	}
 }
 
+// endRunning releases the request held at the upstream (free) and
+// checks that it answered 200.
+func endRunning(t *testing.T, free func(), answered <-chan *answer) {
+	t.Helper()
+	free()
+	if a := <-answered; a.status != 200 {
+		t.Fatalf("the running request: %s", a)
+	}
+}
+
 // TestReloadMovingKeysRefusesClaims: while a keyed request of the
 // previous configuration runs, a reload that moves the handler's
 // Idempotency-Keys to another store (memory to Redis, then another
@@ -1331,10 +1341,7 @@ func TestReloadMovingKeysRefusesClaims(t *testing.T) {
 	if got := hits.Load(); got != n+1 {
 		t.Fatalf("%d upstream calls for refused keyed requests, want none (and one without a key)", got-n-1)
 	}
-	free()
-	if a := <-answered; a.status != 200 {
-		t.Fatalf("the running request: %s", a)
-	}
+	endRunning(t, free, answered)
 	if a := prefixed.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "after"); a.status != 200 {
 		t.Fatalf("a keyed request once the previous configuration's has ended: %s", a)
 	}
@@ -1360,10 +1367,7 @@ func TestReloadKeepsRunningClaims(t *testing.T) {
 	if n := hits.Load(); n != 1 {
 		t.Fatalf("%d upstream calls, want the running request's only", n)
 	}
-	free()
-	if a := <-answered; a.status != 200 {
-		t.Fatalf("the running request: %s", a)
-	}
+	endRunning(t, free, answered)
 	if a := windowed.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "running"); a.status != 200 || a.hdr("Idempotent-Replayed") != "true" {
 		t.Fatalf("the repeat once answered: %s, want the answer replayed", a)
 	}
@@ -1386,10 +1390,7 @@ func TestReloadKeepsRunningClaims(t *testing.T) {
 	if n := hits2.Load(); n != 1 {
 		t.Fatalf("%d upstream calls, want the running request's only", n)
 	}
-	free2()
-	if a := <-answered; a.status != 200 {
-		t.Fatalf("the running request: %s", a)
-	}
+	endRunning(t, free2, answered)
 	if a := back.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "after"); a.status != 200 {
 		t.Fatalf("a keyed request once it ended: %s", a)
 	}
@@ -1480,10 +1481,7 @@ func TestOneLoadStoresDoNotRefuseEachOther(t *testing.T) {
 	}
 	_, moved := load("moved:")
 	wantError(t, keyed(moved), 503, "store-unavailable", "Idempotency-Key store changed with a configuration reload")
-	free()
-	if a := <-answered; a.status != 200 {
-		t.Fatalf("the running request: %s", a)
-	}
+	endRunning(t, free, answered)
 }
 
 // TestFailedReloadMovesNoKeys: a reload that would move the keys but
@@ -1525,10 +1523,7 @@ func TestFailedReloadMovesNoKeys(t *testing.T) {
 	if got := hits.Load(); got != n {
 		t.Fatalf("%d upstream calls for a refused keyed request, want none", got-n)
 	}
-	free()
-	if a := <-answered; a.status != 200 {
-		t.Fatalf("the running request: %s", a)
-	}
+	endRunning(t, free, answered)
 }
 
 // TestRunIDFileNamesTheDeployment: the run-id file (docs/cluster.md,
