@@ -96,11 +96,6 @@ type engineStore struct {
 	lease time.Duration
 }
 
-// maxMovedRetryAfter bounds the Retry-After of a keyed request refused
-// because the keys moved (enterKeyed): the requests it waits for
-// usually end well within their lease.
-const maxMovedRetryAfter = 5 * time.Second
-
 // SwitchStore records that e, of the configuration load identified by
 // load (a comparable value every handler of one load shares: the host
 // passes its Caddy context's Done channel; nil: e alone), keeps its
@@ -133,7 +128,8 @@ func (s *State) SwitchStore(e *Engine, loc StoreLocation, load any) {
 // a keyed request of another load of h's name, whose keys live
 // elsewhere, is running (SwitchStore). The error's Retry-After is the
 // time left of those requests' leases, at least 1 s and at most
-// maxMovedRetryAfter.
+// maxInFlightRetryAfter (it waits for running requests, as a 409 in
+// flight does).
 func (h *Engine) enterKeyed() (*keyedRun, error) {
 	at := &h.storeAt
 	now := h.now()
@@ -160,7 +156,7 @@ func (h *Engine) enterKeyed() (*keyedRun, error) {
 					zap.Stringer("running_in", r.loc), zap.Int("running", r.n), zap.Stringer("here", at.loc))
 			}
 		}
-		return nil, &store.RetryAfterError{After: min(left, maxMovedRetryAfter),
+		return nil, &store.RetryAfterError{After: min(left, maxInFlightRetryAfter),
 			Why: "the gateway's Idempotency-Key store changed with a configuration reload, and requests of the previous configuration, whose keys this one does not see, are still running: this one may repeat one of them, so keyed requests resume once they have ended (requests without an Idempotency-Key are served)"}
 	}
 	if mine == nil {

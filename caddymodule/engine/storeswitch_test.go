@@ -77,7 +77,7 @@ func TestSwitchStoreLoads(t *testing.T) {
 		t.Helper()
 		_, err := e.enterKeyed()
 		var ra *store.RetryAfterError
-		if !errors.As(err, &ra) || ra.After < time.Second || ra.After > maxMovedRetryAfter {
+		if !errors.As(err, &ra) || ra.After < time.Second || ra.After > maxInFlightRetryAfter {
 			t.Fatalf("%s: %v, want refused with a Retry-After of 1-5 s", what, err)
 		}
 	}
