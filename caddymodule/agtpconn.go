@@ -263,7 +263,7 @@ func (c *nativeConn) serve() {
 			if errors.As(err, &we) && c.refuse(bw, conn, we, tlsState, loopback, ctx, start) {
 				// What follows the refused head is unknown: drained as
 				// an engine refusal's unread body is.
-				closeNative(drainBoundsOf(lookupEngine(s.Handler)), conn, nil)
+				closeNative(drainBoundsOf(lookupEngine(s.Handler, s.load)), conn, nil)
 				return
 			}
 			closeConn(true)
@@ -277,7 +277,7 @@ func (c *nativeConn) serve() {
 		if req.ContentLength > 0 {
 			in.Body = req.Body
 		}
-		e := lookupEngine(s.Handler)
+		e := lookupEngine(s.Handler, s.load)
 		var resp *agtp.Response
 		if e == nil {
 			resp = &agtp.Response{Status: http.StatusServiceUnavailable, Close: true}
@@ -383,7 +383,7 @@ func (c *nativeConn) refuse(bw *bufio.Writer, conn net.Conn, we *wire.Error, st 
 	if errors.Is(we.Err, io.ErrUnexpectedEOF) || errors.Is(we.Err, net.ErrClosed) || errors.Is(we.Err, os.ErrDeadlineExceeded) && we.Status != http.StatusRequestTimeout {
 		return false // nobody left to read an answer
 	}
-	e := lookupEngine(c.srv.Handler)
+	e := lookupEngine(c.srv.Handler, c.srv.load)
 	hdr := we.Header
 	if hdr == nil {
 		hdr = http.Header{}

@@ -110,6 +110,7 @@ type AGTPServer struct {
 	sockets   []*nativeSocket
 	slots     chan struct{} // MaxConnections
 	tracing   bool          // Tracing provisioned: Cleanup releases it
+	load      any           // the configuration load (loadOf): its rcns engines serve
 }
 
 // agtpALPN is the TLS ALPN protocol id of AGTP over TCP (bindings draft
@@ -165,14 +166,19 @@ func (a *AGTPApp) Provision(ctx caddy.Context) error {
 		}
 	}
 	// The http app provisions every rcns handler, which registers its
-	// engine by name: provisioned first, a handler name no rcns block
-	// sets is a typo, refused here (and by caddy validate) rather than
-	// answered 503 on every request.
+	// engine by name and configuration load: provisioned first, a
+	// handler name no rcns block of this configuration sets is a typo
+	// (or a reload renamed the handler away), refused here (and by caddy
+	// validate) rather than answered 503 on every request. Only this
+	// load's engines count: the running configuration's are still
+	// provisioned while a reload is checked.
 	if _, err := ctx.AppIfConfigured("http"); err != nil && !errors.Is(err, caddy.ErrNotConfigured) {
 		return err
 	}
+	load := loadOf(ctx)
 	for i, s := range a.Servers {
-		if lookupEngine(s.Handler) == nil {
+		s.load = load
+		if lookupEngine(s.Handler, load) == nil {
 			return fmt.Errorf("agtp: servers[%d] (%s): handler %q: no rcns handler of this name is configured (the rcns block's `name`, \"default\" when it sets none)",
 				i, strings.Join(s.Listen, " "), s.Handler)
 		}

@@ -3,24 +3,46 @@ package caddymodule
 import (
 	"sync"
 
+	"github.com/caddyserver/caddy/v2"
+
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 )
 
-// engines are the provisioned engines by rcns name, in provision order:
-// a door that finds its handler by name (the native AGTP/1.0 listener)
-// reaches the newest one still provisioned. A reload provisions the new
-// engine before the old one is cleaned up, and a failed load cleans up
-// only its own, so the name always reaches the engine serving it.
+// engines are the provisioned engines by rcns name, in provision order,
+// each with the configuration load that provisioned it. A door that
+// finds its handler by name (the native AGTP/1.0 listener) reaches the
+// engine of its own configuration load: a reload provisions the new
+// engine before the old one is cleaned up, and the listener serves the
+// old configuration's engine until the new configuration has started
+// (its listener is then the socket's newest), so a load that fails
+// after provisioning is never served.
 var engines = struct {
 	sync.Mutex
-	byName map[string][]*engine.Engine
-}{byName: map[string][]*engine.Engine{}}
+	byName map[string][]registeredEngine
+}{byName: map[string][]registeredEngine{}}
 
-// register makes e reachable by name (after a successful Provision).
-func register(name string, e *engine.Engine) {
+type registeredEngine struct {
+	e    *engine.Engine
+	load any
+}
+
+// loadOf identifies ctx's configuration load: its Done channel, one
+// per load and shared by every module it provisions (Caddy derives
+// each module's context from the load's by value or WithValue, which
+// keep Done). nil for a context that never ends (tests).
+func loadOf(ctx caddy.Context) any {
+	if done := ctx.Done(); done != nil {
+		return done
+	}
+	return nil
+}
+
+// register makes e reachable by name (after a successful Provision) for
+// the doors of load.
+func register(name string, e *engine.Engine, load any) {
 	engines.Lock()
 	defer engines.Unlock()
-	engines.byName[name] = append(engines.byName[name], e)
+	engines.byName[name] = append(engines.byName[name], registeredEngine{e: e, load: load})
 }
 
 // unregister removes e (Cleanup).
@@ -29,7 +51,7 @@ func unregister(name string, e *engine.Engine) {
 	defer engines.Unlock()
 	list := engines.byName[name]
 	for i, x := range list {
-		if x == e {
+		if x.e == e {
 			list = append(list[:i:i], list[i+1:]...)
 			break
 		}
@@ -41,14 +63,18 @@ func unregister(name string, e *engine.Engine) {
 	engines.byName[name] = list
 }
 
-// lookupEngine returns the engine of the rcns handler named name, nil
-// when no handler of that name is provisioned.
-func lookupEngine(name string) *engine.Engine {
+// lookupEngine returns the engine of the rcns handler named name that
+// configuration load provisioned; nil when that load has none of that
+// name. A nil load (a context that never ends: tests) takes the newest
+// engine of the name.
+func lookupEngine(name string, load any) *engine.Engine {
 	engines.Lock()
 	defer engines.Unlock()
 	list := engines.byName[name]
-	if len(list) == 0 {
-		return nil
+	for i := len(list) - 1; i >= 0; i-- {
+		if load == nil || list[i].load == load {
+			return list[i].e
+		}
 	}
-	return list[len(list)-1]
+	return nil
 }

@@ -193,7 +193,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := e.Attach(st); err != nil {
 		return err
 	}
-	register(h.Name, e)
+	register(h.Name, e, loadOf(ctx))
 	if h.MCP != nil {
 		d, err := mcpdoor.New(e, h.MCP)
 		if err != nil {

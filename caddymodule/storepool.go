@@ -504,11 +504,7 @@ func (h *Handler) provisionStore(ctx caddy.Context, e *engine.Engine) (engine.St
 		// key_prefix) refuses keyed requests while the previous
 		// configuration's may still run. The context's Done channel
 		// is one per configuration load, shared by its handlers.
-		var load any
-		if done := ctx.Done(); done != nil {
-			load = done
-		}
-		h.state.SwitchStore(e, ns, load)
+		h.state.SwitchStore(e, ns, loadOf(ctx))
 	}
 	return st, err
 }

@@ -2,12 +2,16 @@ package integration
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -506,38 +510,219 @@ func TestNativePortCollision(t *testing.T) {
 	}
 }
 
-// TestNativeHandlerRemovedByReload: a reload that renames the rcns
-// handler the native listener serves is accepted (the old handler is
-// still provisioned while the new configuration is checked); once it
-// is gone, a native request, well formed or refused by the codec, is
-// answered 503 and the connection closes, and Caddy keeps serving
-// (review: both dereferenced the missing engine and Caddy exited).
-func TestNativeHandlerRemovedByReload(t *testing.T) {
+// TestNativeReloadRemovingHandlerRefused: a reload whose native door
+// names an rcns handler the new configuration no longer has (the rcns
+// block renamed) is refused, naming the handler, although the running
+// configuration's handler of that name is still provisioned while the
+// new one is checked; the running configuration keeps answering, a
+// request and a codec refusal alike, and Caddy keeps running.
+func TestNativeReloadRemovingHandlerRefused(t *testing.T) {
 	g := nativeGateway(t, "")
 	renamed := strings.Replace(g.Caddyfile, "\trcns {\n", "\trcns {\n\t\tname renamed\n", 1)
 	if renamed == g.Caddyfile {
 		t.Fatalf("no rcns block to rename:\n%s", g.Caddyfile)
 	}
-	if status, body := reload(t, g, renamed); status != 200 {
-		t.Fatalf("reload that renames the handler: %d %s", status, body)
+	status, body := reload(t, g, renamed)
+	if status == 200 || !strings.Contains(body, `handler \"default\": no rcns handler of this name is configured`) {
+		t.Fatalf("reload that renames the native door's handler away: %d %s\nwant refused, naming the handler", status, body)
 	}
 	hdr := map[string]string{"Agent-ID": agentA1, "Authority-Scope": "hotel:read"}
 	for _, c := range []struct {
-		data string
-		want int
+		data   string
+		want   int
+		closed bool
 	}{
-		{nativeReq("FETCH", "/guests/g-1", hdr, ""), 503},
-		{"AGTP/1.0 FETCH /guests/g-1#x\r\nAgent-ID: " + agentA1 + "\r\n\r\n", 400}, // refused by the codec
+		{nativeReq("FETCH", "/guests/g-1", hdr, ""), 200, false},
+		{"AGTP/1.0 FETCH /guests/g-1#x\r\nAgent-ID: " + agentA1 + "\r\n\r\n", 400, true}, // refused by the codec
 	} {
-		answers, closed := nativeExchange(t, g.AGTPAddr, c.data, 5*time.Second)
-		if len(answers) != 1 || answers[0].Status != c.want || !closed {
-			t.Fatalf("a native request once its handler is gone: %d answers %v (closed %v), want one %d and the connection closed", len(answers), answers, closed, c.want)
+		answers, closed := nativeExchange(t, g.AGTPAddr, c.data, 2*time.Second)
+		if len(answers) != 1 || answers[0].Status != c.want || closed != c.closed || answers[0].Header.Get("Server-ID") != "caddy-rcns-it" {
+			t.Fatalf("a native request after the refused reload: %d answers %v (closed %v), want one %d from the running configuration (closed %v)", len(answers), answers, closed, c.want, c.closed)
 		}
-	}
-	if r := g.DoHTTP(t, "FETCH", "/guests/g-1", hdr, nil); r.Status == 0 {
-		t.Fatalf("Caddy stopped answering after native requests to a removed handler:\n%s", g.Output())
 	}
 	if strings.Contains(g.Output(), "nil pointer dereference") {
 		t.Fatalf("Caddy panicked:\n%s", g.Output())
 	}
+}
+
+// TestNativeDoorServesTheRunningConfiguration: the native door answers
+// with the running configuration's engine while a reload loads, and
+// after a reload that fails once it has provisioned its rcns handler of
+// the same name (a second handler's Redis never answers); the new
+// configuration's engine answers once it has started. Server-ID tells
+// the two apart.
+func TestNativeDoorServesTheRunningConfiguration(t *testing.T) {
+	g := nativeGateway(t, "")
+	next := strings.Replace(g.Caddyfile, "server_id caddy-rcns-it\n", "server_id caddy-rcns-it-next\n", 1)
+	if next == g.Caddyfile {
+		t.Fatalf("no server_id to change:\n%s", g.Caddyfile)
+	}
+	stalled := silentListener(t)
+	cfg := adaptCaddyfile(t, g, next)
+	appendStalledHandler(t, cfg, stalled)
+
+	type loaded struct {
+		status int
+		body   string
+	}
+	done := make(chan loaded, 1)
+	go func() {
+		status, body := adminLoadJSON(t, g, cfg)
+		done <- loaded{status, body}
+	}()
+	hdr := map[string]string{"Agent-ID": agentA1, "Authority-Scope": "hotel:read"}
+	ask := func(when, want string) {
+		t.Helper()
+		r := g.Do(t, "FETCH", "/guests/g-1", hdr, nil)
+		if r.Status != 200 || r.Header.Get("Server-ID") != want {
+			t.Fatalf("native FETCH %s: %d Server-ID %q, want 200 from %q\n%s", when, r.Status, r.Header.Get("Server-ID"), want, r)
+		}
+	}
+	during := 0
+	var res loaded
+wait:
+	for {
+		select {
+		case res = <-done:
+			break wait
+		case <-time.After(300 * time.Millisecond):
+			ask("while the reload loads", "caddy-rcns-it")
+			during++
+		}
+	}
+	if res.status == 200 || !strings.Contains(res.body, "store redis at "+stalled) {
+		t.Fatalf("the reload with a store that never answers: %d %s\nwant refused, naming the store", res.status, res.body)
+	}
+	if during == 0 {
+		t.Fatalf("the reload ended before a request was sent during it: the test proves nothing; make the stalled store slower")
+	}
+	ask("after the reload failed", "caddy-rcns-it")
+	if status, body := reload(t, g, next); status != 200 {
+		t.Fatalf("reload: %d %s", status, body)
+	}
+	ask("after a reload that succeeded", "caddy-rcns-it-next")
+}
+
+// silentListener accepts TCP connections on loopback and never answers
+// (a Redis that stalls); its address.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// adaptCaddyfile is the JSON configuration Caddy's admin API adapts
+// text to.
+func adaptCaddyfile(t *testing.T, g *Gateway, text string) map[string]any {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, g.AdminURL+"/adapt", strings.NewReader(text))
+	if err != nil {
+		t.Fatalf("new admin request: %v", err)
+	}
+	req.Header.Set("Content-Type", "text/caddyfile")
+	resp, err := testClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s/adapt: %v", g.AdminURL, err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Result map[string]any `json:"result"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 || out.Result == nil {
+		t.Fatalf("POST %s/adapt: %d %v", g.AdminURL, resp.StatusCode, err)
+	}
+	return out.Result
+}
+
+// appendStalledHandler adds, after the route list holding the rcns
+// handler, a route (never matched) with a second rcns handler, named
+// "stalled", whose Redis store at addr never answers: Caddy provisions
+// it after the first, and the load fails once its store's read timeout
+// (3 s) has passed.
+func appendStalledHandler(t *testing.T, cfg map[string]any, addr string) {
+	t.Helper()
+	var walk func(v any) bool
+	walk = func(v any) bool {
+		switch v := v.(type) {
+		case map[string]any:
+			if routes, ok := v["routes"].([]any); ok {
+				for _, r := range routes {
+					hs, _ := r.(map[string]any)["handle"].([]any)
+					for _, h := range hs {
+						if hm, _ := h.(map[string]any); hm["handler"] == "rcns" {
+							dup := maps.Clone(hm)
+							dup["name"], dup["store"] = "stalled", "redis"
+							dup["redis"] = map[string]any{"addresses": []any{addr}, "dial_timeout": "1s", "read_timeout": "3s"}
+							v["routes"] = append(routes, map[string]any{
+								"match":  []any{map[string]any{"path": []any{"/never-matched/*"}}},
+								"handle": []any{dup},
+							})
+							return true
+						}
+					}
+				}
+			}
+			for _, x := range v {
+				if walk(x) {
+					return true
+				}
+			}
+		case []any:
+			for _, x := range v {
+				if walk(x) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	if !walk(cfg) {
+		t.Fatalf("no rcns handler in the adapted configuration")
+	}
+}
+
+// adminLoadJSON loads a JSON configuration through the admin API; it
+// may run on another goroutine (no t.Fatal).
+func adminLoadJSON(t *testing.T, g *Gateway, cfg map[string]any) (int, string) {
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return 0, err.Error()
+	}
+	req, err := http.NewRequest(http.MethodPost, g.AdminURL+"/load", bytes.NewReader(raw))
+	if err != nil {
+		return 0, err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Cache-Control", "must-revalidate")
+	resp, err := testClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
