@@ -152,12 +152,12 @@ func (h *Engine) enterKeyed() (*keyedRun, error) {
 			left = max(left, r.end.Sub(now))
 			if !r.warned {
 				r.warned = true
-				h.logger.Warn("the Idempotency-Key store changed with a configuration reload: requests with an Idempotency-Key answer 503 store-unavailable while the previous configuration's keyed requests run, whose keys are not seen here (docs/cluster.md, Failure modes)",
+				h.logger.Warn("the Idempotency-Key store changed with a configuration reload (or a site of the same rcns name keeps its keys in another store): requests with an Idempotency-Key answer 503 store-unavailable while the previous configuration's keyed requests run, whose keys are not seen here (docs/cluster.md, Failure modes)",
 					zap.Stringer("running_in", r.loc), zap.Int("running", r.n), zap.Stringer("here", at.loc))
 			}
 		}
 		return nil, &store.RetryAfterError{After: min(left, maxInFlightRetryAfter),
-			Why: "the gateway's Idempotency-Key store changed with a configuration reload, and requests of the previous configuration, whose keys this one does not see, are still running: this one may repeat one of them, so keyed requests resume once they have ended (requests without an Idempotency-Key are served)"}
+			Why: "the gateway's Idempotency-Key store changed with a configuration reload (or a site of the same rcns name keeps its keys in another store), and requests of the previous configuration, whose keys this one does not see, are still running: this one may repeat one of them, so keyed requests resume once they have ended (requests without an Idempotency-Key are served)"}
 	}
 	if mine == nil {
 		mine = &keyedRun{load: at.load, loc: at.loc}
