@@ -147,3 +147,26 @@ func TestSwitchStoreLoads(t *testing.T) {
 		t.Fatalf("%d run entries left, want none", left)
 	}
 }
+
+// BenchmarkEnterKeyed is what the keyed-run count adds to every keyed
+// request (Engine.enterKeyed and exitKeyed): from 16 goroutines on one
+// name, a steady state of requests of one load running.
+func BenchmarkEnterKeyed(b *testing.B) {
+	st := NewState("bench-enter-keyed")
+	cfg := &Config{Limits: Limits{CompositionTimeout: Duration(10 * time.Second)}}
+	cfg.Name = "bench-enter-keyed"
+	e := &Engine{Config: cfg, set: &recipes.Set{}, st: st, logger: zap.NewNop(), clock: time.Now}
+	st.SwitchStore(e, StoreLocation{Kind: "redis", Mode: "single", Addrs: []string{"127.0.0.1:6379"}}, new(int))
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r, err := e.enterKeyed()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			e.exitKeyed(r)
+		}
+	})
+}
