@@ -171,6 +171,26 @@ func (c *nativeConn) config() *AGTPServer {
 	return c.srv
 }
 
+// serving is the configuration a request that has started arriving is
+// served under (config) and that configuration's engine (its load's,
+// lookupEngine); nil engine when none of the handler's name is
+// provisioned. A configuration that a reload stopped and cleaned up
+// between the two reads is read again.
+func (c *nativeConn) serving() (*AGTPServer, *engine.Engine) {
+	s := c.config()
+	for range 3 {
+		if e := lookupEngine(s.Handler, s.load); e != nil {
+			return s, e
+		}
+		next := c.config()
+		if next == s {
+			break
+		}
+		s = next
+	}
+	return s, nil
+}
+
 // track adds c to its socket's live connections; false when the
 // socket is closed.
 func (c *nativeConn) track() bool {
@@ -255,15 +275,19 @@ func (c *nativeConn) serve() {
 			closeConn(false) // idle timeout, the peer closed, or ending: no request started
 			return
 		}
+		// A reload while the connection waited applies to this request:
+		// the newest configuration's limits and its engine.
+		s, e := c.serving()
+		c.srv = s
 		start := time.Now()
 		_ = conn.SetReadDeadline(start.Add(time.Duration(s.ReadHeaderTimeout)))
 		req, err := wire.ReadRequest(br, s.limits)
 		if err != nil {
 			var we *wire.Error
-			if errors.As(err, &we) && c.refuse(bw, conn, we, tlsState, loopback, ctx, start) {
+			if errors.As(err, &we) && c.refuse(e, bw, conn, we, tlsState, loopback, ctx, start) {
 				// What follows the refused head is unknown: drained as
 				// an engine refusal's unread body is.
-				closeNative(drainBoundsOf(lookupEngine(s.Handler, s.load)), conn, nil)
+				closeNative(drainBoundsOf(e), conn, nil)
 				return
 			}
 			closeConn(true)
@@ -277,7 +301,6 @@ func (c *nativeConn) serve() {
 		if req.ContentLength > 0 {
 			in.Body = req.Body
 		}
-		e := lookupEngine(s.Handler, s.load)
 		var resp *agtp.Response
 		if e == nil {
 			resp = &agtp.Response{Status: http.StatusServiceUnavailable, Close: true}
@@ -379,11 +402,10 @@ func (c *nativeConn) write(bw *bufio.Writer, conn net.Conn, resp *agtp.Response,
 // whether it wrote the answer (false: nobody is left to read one, or
 // the write failed). Its access line (access_log) has no uri: the
 // codec did not read one it could trust.
-func (c *nativeConn) refuse(bw *bufio.Writer, conn net.Conn, we *wire.Error, st *tls.ConnectionState, loopback bool, ctx context.Context, start time.Time) bool {
+func (c *nativeConn) refuse(e *engine.Engine, bw *bufio.Writer, conn net.Conn, we *wire.Error, st *tls.ConnectionState, loopback bool, ctx context.Context, start time.Time) bool {
 	if errors.Is(we.Err, io.ErrUnexpectedEOF) || errors.Is(we.Err, net.ErrClosed) || errors.Is(we.Err, os.ErrDeadlineExceeded) && we.Status != http.StatusRequestTimeout {
 		return false // nobody left to read an answer
 	}
-	e := lookupEngine(c.srv.Handler, c.srv.load)
 	hdr := we.Header
 	if hdr == nil {
 		hdr = http.Header{}

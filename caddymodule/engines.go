@@ -13,9 +13,9 @@ import (
 // finds its handler by name (the native AGTP/1.0 listener) reaches the
 // engine of its own configuration load: a reload provisions the new
 // engine before the old one is cleaned up, and the listener serves the
-// old configuration's engine until the new configuration has started
-// (its listener is then the socket's newest), so a load that fails
-// after provisioning is never served.
+// old configuration's engine until the new configuration's listener has
+// started (it is then the socket's newest, nativeConn.serving), so a
+// load whose provisioning fails is never served.
 var engines = struct {
 	sync.Mutex
 	byName map[string][]registeredEngine

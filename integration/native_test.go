@@ -545,6 +545,61 @@ func TestNativeReloadRemovingHandlerRefused(t *testing.T) {
 	}
 }
 
+// TestNativeKeepAliveAcrossReloads: a keep-alive connection that waits
+// for its next request while reloads complete is served by the newest
+// configuration, its engine included, from that request on (review: the
+// connection kept the configuration it waited under, whose engine the
+// reload had cleaned up, and answered 503). A codec refusal on such a
+// connection is the new engine's error answer too.
+func TestNativeKeepAliveAcrossReloads(t *testing.T) {
+	g := nativeGateway(t, "")
+	c, err := net.DialTimeout("tcp", g.AGTPAddr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	cc := wire.NewClientConn(c)
+	serverID := "caddy-rcns-it"
+	reloadTo := func(id string) {
+		t.Helper()
+		next := strings.Replace(g.Caddyfile, "server_id caddy-rcns-it\n", "server_id "+id+"\n", 1)
+		if next == g.Caddyfile {
+			t.Fatalf("no server_id to change:\n%s", g.Caddyfile)
+		}
+		if status, body := reload(t, g, next); status != 200 {
+			t.Fatalf("reload to %s: %d %s", id, status, body)
+		}
+		serverID = id
+	}
+	fetch := func(when string) {
+		t.Helper()
+		r, _ := wire.NewRequest("FETCH", "/guests/g-1", nil)
+		r.Header.Set("Host", g.AGTPAddr)
+		r.Header["Agent-ID"] = []string{agentA1}
+		r.Header["Authority-Scope"] = []string{"hotel:read"}
+		resp, err := cc.Do(r)
+		if err != nil || resp.Status != 200 || resp.Header.Get("Server-ID") != serverID {
+			t.Fatalf("FETCH on the kept connection %s: %v %v, want 200 from %q", when, err, resp, serverID)
+		}
+	}
+	fetch("before any reload")
+	reloadTo("caddy-rcns-it-2")
+	fetch("after a reload")
+	reloadTo("caddy-rcns-it-3")
+	fetch("after a second reload")
+	// A head the codec refuses, on the same connection after a reload:
+	// the newest engine's error answer.
+	reloadTo("caddy-rcns-it-4")
+	if _, err := io.WriteString(c, "AGTP/1.0 FETCH /guests/g-1#x\r\nAgent-ID: "+agentA1+"\r\n\r\n"); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	resp, err := cc.Read()
+	if err != nil || resp.Status != 400 || resp.Header.Get("Server-ID") != serverID {
+		t.Fatalf("codec refusal on the kept connection after a reload: %v %v, want 400 from %q", err, resp, serverID)
+	}
+}
+
 // TestNativeDoorServesTheRunningConfiguration: the native door answers
 // with the running configuration's engine while a reload loads, and
 // after a reload that fails once it has provisioned its rcns handler of
