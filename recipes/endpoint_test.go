@@ -217,7 +217,7 @@ func TestBuildEndpointRefusals(t *testing.T) {
 		{"reserved DISCOVER sub path", endpointDoc("DISCOVER", "/contracts/history", "GET", "/x", ""), "reserved built-in"},
 		{"unset env var", endpointDoc("FETCH", "/things", "GET", "/x", "  headers: {X-K: \"${RCNS_SURELY_UNSET_VAR}\"}\n"), "RCNS_SURELY_UNSET_VAR"},
 		{"error_map outside errors", endpointDoc("FETCH", "/things", "GET", "/x", "  error_map: {\"404\": gone}\n"), "not listed in errors"},
-		{"unknown upstream", strings.Replace(endpointDoc("FETCH", "/things", "GET", "/x", ""), "upstream: up", "upstream: nope", 1), "unknown upstream"},
+		{"unknown upstream", strings.Replace(endpointDoc("FETCH", "/things", "GET", "/x", ""), "upstream: up", "upstream: nope", 1), `unknown upstream "nope" (declared in the Caddyfile: up)`},
 		{"method segment in path", endpointDoc("FETCH", "/book/x", "GET", "/x", ""), "BOOK"},
 		{"template param not in input", endpointDoc("FETCH", "/things/{zzz}", "GET", "/x", ""), "not a property of input_schema"},
 		{"upstream path param not in input", endpointDoc("FETCH", "/things", "GET", "/reservations/{nope}", ""),
@@ -230,6 +230,17 @@ func TestBuildEndpointRefusals(t *testing.T) {
 		{"legacy verb", endpointDoc("GET", "/things", "GET", "/x", ""), "method GET"},
 		{"missing upstream error", strings.Replace(endpointDoc("FETCH", "/things", "GET", "/x", ""), "upstream_error, ", "", 1), "upstream_error"},
 	}
+	// No upstream declared at all: the error says so rather than
+	// listing none.
+	t.Run("no upstream declared", func(t *testing.T) {
+		doc, err := schema.Parse("bad.yaml", []byte(endpointDoc("FETCH", "/things", "GET", "/x", "")), schema.KindEndpoint)
+		if err == nil {
+			_, err = BuildEndpoint(doc, methodPolicy(), map[string]*Upstream{})
+		}
+		if want := `unknown upstream "up" (the Caddyfile declares no upstream)`; err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("err = %v, want it to say %q", err, want)
+		}
+	})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			doc, err := schema.Parse("bad.yaml", []byte(tc.src), schema.KindEndpoint)

@@ -52,7 +52,11 @@ func buildExternalService(doc *schema.Document, d *schema.ExternalServiceDoc, e 
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		return nil, doc.Errorf("/external_service/upstream", "unknown upstream %q (declared in the Caddyfile: %s)", d.Upstream, strings.Join(names, ", "))
+		declared := "the Caddyfile declares no upstream"
+		if len(names) > 0 {
+			declared = "declared in the Caddyfile: " + strings.Join(names, ", ")
+		}
+		return nil, doc.Errorf("/external_service/upstream", "unknown upstream %q (%s)", d.Upstream, declared)
 	}
 	if d.Method == "" {
 		return nil, doc.Errorf("/external_service", "external_service.method is required (spec §7.3)")

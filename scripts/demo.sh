@@ -398,8 +398,13 @@ else
    this one's. Run it with its own XDG_DATA_HOME to see them.
 MSG
 fi
-say "   (The work folder $WORK, with the manifest and the record key, is removed"
-say "   when the demo stops: verify this run's records while it runs.)"
+if [ "${KEEP_DEMO_WORK:-}" = 1 ]; then
+	say "   (The work folder $WORK, with the manifest and the record key, is kept"
+	say "   when the demo stops: KEEP_DEMO_WORK=1.)"
+else
+	say "   (The work folder $WORK, with the manifest and the record key, is removed"
+	say "   when the demo stops: verify this run's records while it runs.)"
+fi
 say ""
 say "Press Ctrl-C to stop (stops by itself after $MAX_SECONDS s)."
 
