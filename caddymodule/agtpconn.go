@@ -231,7 +231,11 @@ func (c *nativeConn) waiting(w bool) (stop bool) {
 
 func (c *nativeConn) serve() {
 	defer c.untrack()
-	s := c.srv
+	// The newest configuration's TLS: the accept loop read the socket's
+	// configuration before it waited in Accept, and a reload may have
+	// completed since.
+	s := c.config()
+	c.srv = s
 	conn := c.c
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -330,6 +330,35 @@ func TestNativeTLS(t *testing.T) {
 	if len(answers) != 0 {
 		t.Errorf("plain text on the agtps listener was answered: %v", answers)
 	}
+
+	// A reload that requires a client certificate applies from the very
+	// first connection accepted after it (review: the accept loop had
+	// read the configuration before it waited in Accept, and that
+	// connection's handshake took the old TLS settings).
+	stricter := strings.Replace(g.Caddyfile, "mode verify_if_given", "mode require_and_verify", 1)
+	if stricter == g.Caddyfile {
+		t.Fatalf("no client_auth mode to change:\n%s", g.Caddyfile)
+	}
+	if status, body := reload(t, g, stricter); status != 200 {
+		t.Fatalf("reload requiring client certificates: %d %s", status, body)
+	}
+	if c4, err := dial(t, 0, false); err == nil {
+		// TLS 1.3: the server's refusal arrives with the first read.
+		_ = c4.SetDeadline(time.Now().Add(10 * time.Second))
+		req, _ := wire.NewRequest("FETCH", "/guests/g-1", nil)
+		req.Header.Set("Host", "localhost")
+		req.Header["Agent-ID"] = []string{agentA1}
+		resp, err := wire.NewClientConn(c4).Do(req)
+		_ = c4.Close()
+		if err == nil {
+			t.Fatalf("the first connection after the reload, without a client certificate, was answered %d: the old client_auth applied", resp.Status)
+		}
+	}
+	if c5, err := dial(t, 0, true); err != nil {
+		t.Fatalf("a client certificate after the reload: %v", err)
+	} else if r := do(c5, agentA1); r.Status != 200 {
+		t.Errorf("a client certificate after the reload: %d", r.Status)
+	}
 }
 
 // TestNativeConfigRefused: plain text off loopback, a bad limit, and an
