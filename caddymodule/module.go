@@ -65,6 +65,9 @@ type Handler struct {
 	// Cleanup; nil when it holds none.
 	closeSet func()
 	state    *engine.State
+	// srv is the Caddy server passOptionsStar hooked for this handler
+	// (nil outside a server), forgotten at Cleanup.
+	srv *caddyhttp.Server
 	// logger, when set before Provision, replaces Caddy's logger for
 	// the engine and the doors (the package's tests observe it).
 	logger *zap.Logger
@@ -128,6 +131,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.setDefaults()
 	srv, _ := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
 	passOptionsStar(srv)
+	h.srv = srv
 	if err := h.validateStore(); err != nil {
 		return err
 	}
@@ -235,6 +239,12 @@ func (c caddyEvents) Emit(eventType string, data map[string]any) {
 // Cleanup releases the upstream clients, the store and this handler's
 // hold on the shared state (the last holder of a name destructs it).
 func (h *Handler) Cleanup() error {
+	if h.srv != nil {
+		// The server goes away with its configuration; the map must not
+		// keep it (and, through its routes, this handler and its engine).
+		optionsStarServers.Delete(h.srv)
+		h.srv = nil
+	}
 	if h.mcp != nil && h.eng != nil && caddy.Exiting() {
 		// A graceful stop: let running MCP tasks end and store their ends
 		// (at most one composition_timeout, the longest a plan runs).
