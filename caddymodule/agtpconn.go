@@ -36,9 +36,12 @@ import (
 type nativeSocket struct {
 	key     string
 	ln      net.Listener
-	logger  *zap.Logger
 	servers []*AGTPServer // started configurations, oldest first
 	conns   map[*nativeConn]struct{}
+	// changed is closed, and replaced, when servers changes: the accept
+	// loop's wait for a connection slot then reads the newest
+	// configuration's limit again.
+	changed chan struct{}
 }
 
 // nativeSockets are the open native sockets by address.
@@ -50,12 +53,13 @@ var nativeSockets = struct {
 // acquireSocket returns the socket of na with s among its
 // configurations, opening it (through Caddy's listener pool) and
 // starting its accept loop when no configuration listens there yet.
-func acquireSocket(ctx caddy.Context, na caddy.NetworkAddress, s *AGTPServer, logger *zap.Logger) (*nativeSocket, error) {
+func acquireSocket(ctx caddy.Context, na caddy.NetworkAddress, s *AGTPServer) (*nativeSocket, error) {
 	key := na.String()
 	nativeSockets.Lock()
 	defer nativeSockets.Unlock()
 	if sock := nativeSockets.byKey[key]; sock != nil {
 		sock.servers = append(sock.servers, s)
+		sock.changedLocked()
 		return sock, nil
 	}
 	lnAny, err := na.Listen(ctx, 0, net.ListenConfig{})
@@ -67,7 +71,7 @@ func acquireSocket(ctx caddy.Context, na caddy.NetworkAddress, s *AGTPServer, lo
 		_ = closeListener(lnAny)
 		return nil, fmt.Errorf("listen %s: not a stream listener", key)
 	}
-	sock := &nativeSocket{key: key, ln: ln, logger: logger.With(zap.String("listen", key)), servers: []*AGTPServer{s}, conns: map[*nativeConn]struct{}{}}
+	sock := &nativeSocket{key: key, ln: ln, servers: []*AGTPServer{s}, conns: map[*nativeConn]struct{}{}, changed: make(chan struct{})}
 	nativeSockets.byKey[key] = sock
 	go sock.accept()
 	return sock, nil
@@ -82,9 +86,23 @@ func (sock *nativeSocket) currentLocked() *AGTPServer {
 	return sock.servers[len(sock.servers)-1]
 }
 
+// changedLocked wakes the accept loop's wait for a slot (servers
+// changed). nativeSockets is held.
+func (sock *nativeSocket) changedLocked() {
+	close(sock.changed)
+	sock.changed = make(chan struct{})
+}
+
+// logger is the socket's logger under the configuration s: its logs
+// go where that configuration sends them.
+func (sock *nativeSocket) loggerOf(s *AGTPServer) *zap.Logger {
+	return s.logger.With(zap.String("listen", sock.key))
+}
+
 // release removes s from the socket's configurations; with none left,
-// the socket closes and its connections end after their current answer.
-func (sock *nativeSocket) release(s *AGTPServer) {
+// the socket closes, its connections end after their current answer,
+// and it returns them (their done channels close as they end).
+func (sock *nativeSocket) release(s *AGTPServer) []*nativeConn {
 	nativeSockets.Lock()
 	for i, x := range sock.servers {
 		if x == s {
@@ -92,6 +110,7 @@ func (sock *nativeSocket) release(s *AGTPServer) {
 			break
 		}
 	}
+	sock.changedLocked()
 	var ending []*nativeConn
 	if len(sock.servers) == 0 {
 		delete(nativeSockets.byKey, sock.key)
@@ -104,6 +123,7 @@ func (sock *nativeSocket) release(s *AGTPServer) {
 	for _, c := range ending {
 		c.end()
 	}
+	return ending
 }
 
 // accept serves each accepted connection in its own goroutine under the
@@ -113,11 +133,16 @@ func (sock *nativeSocket) accept() {
 	for {
 		nativeSockets.Lock()
 		s := sock.currentLocked()
+		changed := sock.changed
 		nativeSockets.Unlock()
 		if s == nil {
 			return
 		}
-		s.slots <- struct{}{}
+		select {
+		case s.slots <- struct{}{}:
+		case <-changed:
+			continue // a reload: its max_connections applies from now on
+		}
 		c, err := sock.ln.Accept()
 		if err != nil {
 			<-s.slots
@@ -130,18 +155,21 @@ func (sock *nativeSocket) accept() {
 			open := nativeSockets.byKey[sock.key] == sock
 			nativeSockets.Unlock()
 			if open {
-				sock.logger.Error("agtp accept failed; the listener stops", zap.Error(err))
+				sock.loggerOf(s).Error("agtp accept failed; the listener stops", zap.Error(err))
 			}
 			return
 		}
-		nc := &nativeConn{c: c, sock: sock, srv: s}
+		nc := &nativeConn{c: c, sock: sock, srv: s, done: make(chan struct{})}
 		if !nc.track() {
 			<-s.slots
 			_ = c.Close()
 			continue
 		}
 		go func() {
-			defer func() { <-s.slots }()
+			defer func() {
+				<-s.slots
+				close(nc.done)
+			}()
 			nc.serve()
 		}()
 	}
@@ -153,7 +181,8 @@ func (sock *nativeSocket) accept() {
 type nativeConn struct {
 	c       net.Conn
 	sock    *nativeSocket
-	srv     *AGTPServer // the configuration it was accepted under: its limits
+	srv     *AGTPServer   // the configuration of its current request: its limits
+	done    chan struct{} // closed when the connection has ended
 	mu      sync.Mutex
 	ending  bool // end was called: no request after the current one
 	reading bool // waiting for a request's first byte (end interrupts it)
@@ -236,6 +265,7 @@ func (c *nativeConn) serve() {
 	// completed since.
 	s := c.config()
 	c.srv = s
+	madeUnder := s.tlsKey
 	conn := c.c
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -244,7 +274,7 @@ func (c *nativeConn) serve() {
 		tc := tls.Server(conn, s.tlsConfig)
 		_ = tc.SetDeadline(time.Now().Add(time.Duration(s.ReadHeaderTimeout)))
 		if err := tc.HandshakeContext(ctx); err != nil {
-			c.sock.logger.Debug("agtp TLS handshake failed", zap.String("remote", conn.RemoteAddr().String()), zap.Error(err))
+			c.sock.loggerOf(s).Debug("agtp TLS handshake failed", zap.String("remote", conn.RemoteAddr().String()), zap.Error(err))
 			_ = conn.Close()
 			return
 		}
@@ -280,8 +310,15 @@ func (c *nativeConn) serve() {
 			return
 		}
 		// A reload while the connection waited applies to this request:
-		// the newest configuration's limits and its engine.
+		// the newest configuration's limits and its engine. One that
+		// changed the address's TLS (turned it on or off, other names,
+		// other client authentication) ends a connection made under the
+		// old settings instead: the client connects again under the new.
 		s, e := c.serving()
+		if s.tlsKey != madeUnder {
+			closeConn(true)
+			return
+		}
 		c.srv = s
 		start := time.Now()
 		_ = conn.SetReadDeadline(start.Add(time.Duration(s.ReadHeaderTimeout)))
@@ -308,7 +345,7 @@ func (c *nativeConn) serve() {
 		var resp *agtp.Response
 		if e == nil {
 			resp = &agtp.Response{Status: http.StatusServiceUnavailable, Close: true}
-			c.sock.logger.Error("agtp: no rcns handler of this name is provisioned", zap.String("handler", s.Handler))
+			c.sock.loggerOf(s).Error("agtp: no rcns handler of this name is provisioned", zap.String("handler", s.Handler))
 		} else if s.Tracing != nil {
 			resp = serveTraced(s.Tracing, e, ctx, in, conn.RemoteAddr())
 		} else {
@@ -437,7 +474,7 @@ func (c *nativeConn) refuse(e *engine.Engine, bw *bufio.Writer, conn net.Conn, w
 	if c.srv.accessLog != nil {
 		logAccess(c.srv.accessLog, conn, we.Method, "", hdr, resp, start)
 	}
-	c.sock.logger.Debug("agtp request refused by the codec", zap.String("reason", we.Reason), zap.Int("status", we.Status),
+	c.sock.loggerOf(c.srv).Debug("agtp request refused by the codec", zap.String("reason", we.Reason), zap.Int("status", we.Status),
 		zap.String("remote", conn.RemoteAddr().String()), zap.String("explanation", strconv.Quote(we.Explanation)))
 	return err == nil
 }

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
@@ -111,6 +112,10 @@ type AGTPServer struct {
 	slots     chan struct{} // MaxConnections
 	tracing   bool          // Tracing provisioned: Cleanup releases it
 	load      any           // the configuration load (loadOf): its rcns engines serve
+	logger    *zap.Logger   // the agtp app's, of this configuration
+	// tlsKey is TLS as configured (JSON, before provisioning): a kept
+	// connection made under other TLS settings ends at its next request.
+	tlsKey string
 }
 
 // agtpALPN is the TLS ALPN protocol id of AGTP over TCP (bindings draft
@@ -187,6 +192,11 @@ func (a *AGTPApp) Provision(ctx caddy.Context) error {
 }
 
 func (s *AGTPServer) provision(ctx caddy.Context) error {
+	key, err := json.Marshal(s.TLS)
+	if err != nil {
+		return fmt.Errorf("tls: %v", err)
+	}
+	s.tlsKey = string(key)
 	if s.Handler == "" {
 		s.Handler = "default"
 	}
@@ -314,16 +324,48 @@ func (a *AGTPApp) Start() error {
 // configuration also listens on stays open and keeps its connections;
 // one no configuration listens on any more is closed, and its
 // connections end after the answer they are writing (their wait for a
-// next request is cut).
+// next request is cut). Stop returns once those answers are written (a
+// graceful `caddy stop` or a reload that drops the address answers the
+// requests running), or after the longest a request may take
+// (stopWait) with a WARN.
 func (a *AGTPApp) Stop() error {
 	a.stopListeners()
 	return nil
 }
 
 func (a *AGTPApp) stopListeners() {
+	var ending []*nativeConn
+	var wait time.Duration
 	for _, s := range a.Servers {
-		s.stop()
+		if c := s.stop(); len(c) > 0 {
+			ending = append(ending, c...)
+			wait = max(wait, s.stopWait())
+		}
 	}
+	if len(ending) == 0 {
+		return
+	}
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
+	for i, c := range ending {
+		select {
+		case <-c.done:
+		case <-timeout.C:
+			a.logger.Warn("agtp: native requests still running when the listener stopped; not waited for longer", zap.Int("running", len(ending)-i), zap.Duration("waited", wait))
+			return
+		}
+	}
+}
+
+// stopWait is the longest a request running on s can still take: its
+// body read (read_timeout), its run (the rcns handler's longest, leases
+// included: Engine.MaxLease) and its answer's write (write_timeout).
+func (s *AGTPServer) stopWait() time.Duration {
+	d := time.Duration(s.ReadTimeout) + time.Duration(s.WriteTimeout)
+	if e := lookupEngine(s.Handler, s.load); e != nil {
+		d += e.MaxLease()
+	}
+	return d
 }
 
 // checkPortsFree refuses a native listen address whose port an HTTP
@@ -395,8 +437,9 @@ var (
 
 func (s *AGTPServer) start(ctx caddy.Context, logger *zap.Logger) error {
 	s.slots = make(chan struct{}, s.MaxConnections)
+	s.logger = logger
 	for _, na := range s.addrs {
-		sock, err := acquireSocket(ctx, na, s, logger)
+		sock, err := acquireSocket(ctx, na, s)
 		if err != nil {
 			return err
 		}
@@ -406,11 +449,15 @@ func (s *AGTPServer) start(ctx caddy.Context, logger *zap.Logger) error {
 	return nil
 }
 
-func (s *AGTPServer) stop() {
+// stop releases s's sockets and returns the connections of those that
+// closed (ending after their current answer).
+func (s *AGTPServer) stop() []*nativeConn {
+	var ending []*nativeConn
 	for _, sock := range s.sockets {
-		sock.release(s)
+		ending = append(ending, sock.release(s)...)
 	}
 	s.sockets = nil
+	return ending
 }
 
 func closeListener(ln any) error {

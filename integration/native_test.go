@@ -335,12 +335,35 @@ func TestNativeTLS(t *testing.T) {
 	// first connection accepted after it (review: the accept loop had
 	// read the configuration before it waited in Accept, and that
 	// connection's handshake took the old TLS settings).
+	// A connection kept alive across that reload is ended at its next
+	// request: it was made under the old TLS settings (review: a
+	// connection without a certificate went on being served).
 	stricter := strings.Replace(g.Caddyfile, "mode verify_if_given", "mode require_and_verify", 1)
 	if stricter == g.Caddyfile {
 		t.Fatalf("no client_auth mode to change:\n%s", g.Caddyfile)
 	}
+	kept, err := dial(t, 0, false)
+	if err != nil {
+		t.Fatalf("handshake without a client certificate before the reload: %v", err)
+	}
+	defer kept.Close()
+	keptConn := wire.NewClientConn(kept)
+	keptFetch := func() (*wire.Response, error) {
+		_ = kept.SetDeadline(time.Now().Add(10 * time.Second))
+		req, _ := wire.NewRequest("FETCH", "/guests/g-1", nil)
+		req.Header.Set("Host", "localhost")
+		req.Header["Agent-ID"] = []string{agentA1}
+		req.Header["Authority-Scope"] = []string{"hotel:read"}
+		return keptConn.Do(req)
+	}
+	if r, err := keptFetch(); err != nil || r.Status != 401 {
+		t.Fatalf("the kept connection before the reload: %v %v, want 401 certificate-required", err, r)
+	}
 	if status, body := reload(t, g, stricter); status != 200 {
 		t.Fatalf("reload requiring client certificates: %d %s", status, body)
+	}
+	if r, err := keptFetch(); err == nil {
+		t.Fatalf("a connection made without a client certificate was answered %d after the reload that requires one", r.Status)
 	}
 	if c4, err := dial(t, 0, false); err == nil {
 		// TLS 1.3: the server's refusal arrives with the first read.
@@ -626,6 +649,65 @@ func TestNativeKeepAliveAcrossReloads(t *testing.T) {
 	resp, err := cc.Read()
 	if err != nil || resp.Status != 400 || resp.Header.Get("Server-ID") != serverID {
 		t.Fatalf("codec refusal on the kept connection after a reload: %v %v, want 400 from %q", err, resp, serverID)
+	}
+}
+
+// TestNativeReloadRaisesMaxConnections: a reload that raises
+// max_connections lets a waiting connection in at once (review: the
+// accept loop kept waiting on the old configuration's limit until a
+// connection of it ended).
+func TestNativeReloadRaisesMaxConnections(t *testing.T) {
+	g := nativeGateway(t, "\t\tmax_connections 1\n")
+	hdr := map[string]string{"Agent-ID": agentA1, "Authority-Scope": "hotel:read"}
+	held, err := net.DialTimeout("tcp", g.AGTPAddr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer held.Close()
+	_ = held.SetDeadline(time.Now().Add(time.Minute))
+	hc := bufio.NewReader(held)
+	if _, err := io.WriteString(held, nativeReq("FETCH", "/guests/g-1", hdr, "")); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if r, err := wire.ReadResponse(hc, wire.Limits{}, 1<<20); err != nil || r.Status != 200 {
+		t.Fatalf("the held connection's request: %v %v", err, r)
+	}
+	raised := strings.Replace(g.Caddyfile, "max_connections 1\n", "max_connections 100\n", 1)
+	if raised == g.Caddyfile {
+		t.Fatalf("no max_connections to raise:\n%s", g.Caddyfile)
+	}
+	if status, body := reload(t, g, raised); status != 200 {
+		t.Fatalf("reload: %d %s", status, body)
+	}
+	// The held connection stays open (idle); a second one is served.
+	answers, _ := nativeExchange(t, g.AGTPAddr, nativeReq("FETCH", "/guests/g-1", hdr, ""), 5*time.Second)
+	if len(answers) != 1 || answers[0].Status != 200 {
+		t.Fatalf("a second connection after raising max_connections to 100: %d answers %v within 5 s, want one 200", len(answers), answers)
+	}
+}
+
+// TestNativeGracefulStopAnswersRunning: a graceful stop (SIGINT) while a
+// native request waits on its upstream answers that request before
+// Caddy exits, as the HTTP door does (review: the connection was cut
+// with no answer, the upstream call made).
+func TestNativeGracefulStopAnswersRunning(t *testing.T) {
+	w := startHotel(t, hotelOpts{Mode: "optimistic", Door: "agtp"})
+	w.Hotel.SlowAfter(2*time.Second, func(r *http.Request) bool { return r.Method == "GET" && r.URL.Path == "/guests/g-1" })
+	hdr := map[string]string{"Agent-ID": agentA1, "Authority-Scope": "hotel:read"}
+	type result struct {
+		answers []*wire.Response
+		closed  bool
+	}
+	got := make(chan result, 1)
+	go func() {
+		a, closed := nativeExchange(t, w.GW.AGTPAddr, nativeReq("FETCH", "/guests/g-1", hdr, ""), 10*time.Second)
+		got <- result{a, closed}
+	}()
+	waitFor(t, 5*time.Second, 20*time.Millisecond, "the FETCH to reach the upstream", func() bool { return w.Hotel.Count() > 0 })
+	w.GW.proc.stop()
+	r := <-got
+	if len(r.answers) != 1 || r.answers[0].Status != 200 {
+		t.Fatalf("a native request running at a graceful stop: %d answers %v, want its 200\n%s", len(r.answers), r.answers, w.GW.Output())
 	}
 }
 
