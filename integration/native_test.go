@@ -711,6 +711,30 @@ func TestNativeGracefulStopAnswersRunning(t *testing.T) {
 	}
 }
 
+// TestNativeLogsFollowReload: the socket's own log lines (here a head
+// the codec refuses, logged at DEBUG) go to the logs of the
+// configuration serving the connection, not of the one that opened the
+// socket (review).
+func TestNativeLogsFollowReload(t *testing.T) {
+	g := nativeGateway(t, "")
+	logFile := filepath.Join(t.TempDir(), "debug.log")
+	withLog := strings.Replace(g.Caddyfile, "\tpersist_config off\n", fmt.Sprintf("\tpersist_config off\n\tlog {\n\t\toutput file %s\n\t\tlevel DEBUG\n\t}\n", logFile), 1)
+	if withLog == g.Caddyfile {
+		t.Fatalf("no global options to add a log to:\n%s", g.Caddyfile)
+	}
+	if status, body := reload(t, g, withLog); status != 200 {
+		t.Fatalf("reload: %d %s", status, body)
+	}
+	answers, _ := nativeExchange(t, g.AGTPAddr, "AGTP/1.0 FETCH /guests/g-1#x\r\nAgent-ID: "+agentA1+"\r\n\r\n", 2*time.Second)
+	if len(answers) != 1 || answers[0].Status != 400 {
+		t.Fatalf("a head the codec refuses: %v, want one 400", answers)
+	}
+	waitFor(t, 5*time.Second, 50*time.Millisecond, "the codec refusal's DEBUG line in the reloaded configuration's log file", func() bool {
+		raw, _ := os.ReadFile(logFile)
+		return strings.Contains(string(raw), "agtp request refused by the codec")
+	})
+}
+
 // TestNativeDoorServesTheRunningConfiguration: the native door answers
 // with the running configuration's engine while a reload loads, and
 // after a reload that fails once it has provisioned its rcns handler of
