@@ -187,6 +187,13 @@ func (a *AGTPApp) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("agtp: servers[%d] (%s): handler %q: no rcns handler of this name is configured (the rcns block's `name`, \"default\" when it sets none)",
 				i, strings.Join(s.Listen, " "), s.Handler)
 		}
+		if n := countEngines(s.Handler, load); n > 1 && load != nil {
+			// Legitimate for the HTTP door (site blocks of one name
+			// share its state), but the native door serves one of them,
+			// whichever Caddy provisioned last: no fixed order.
+			a.logger.Warn("agtp: several rcns handlers of this configuration share the native door's handler name; it serves one of them, in no fixed order: give that rcns block a name of its own",
+				zap.String("handler", s.Handler), zap.Int("handlers", n), zap.Strings("listen", s.Listen))
+		}
 	}
 	return nil
 }

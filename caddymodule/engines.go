@@ -78,3 +78,17 @@ func lookupEngine(name string, load any) *engine.Engine {
 	}
 	return nil
 }
+
+// countEngines is how many rcns handlers configuration load provisioned
+// under name.
+func countEngines(name string, load any) int {
+	engines.Lock()
+	defer engines.Unlock()
+	n := 0
+	for _, r := range engines.byName[name] {
+		if r.load == load {
+			n++
+		}
+	}
+	return n
+}

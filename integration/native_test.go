@@ -735,6 +735,29 @@ func TestNativeLogsFollowReload(t *testing.T) {
 	})
 }
 
+// TestNativeSharedHandlerNameWarns: two rcns blocks of one name (both
+// leave it unset) with the native door on load, and Caddy says at WARN
+// that the door serves one of them in no fixed order; once one block
+// has a name of its own, a reload says nothing.
+func TestNativeSharedHandlerNameWarns(t *testing.T) {
+	js := startJSONServer(t, hotelDB)
+	site := fill(hotelSite, "ENABLED", "true", "MODE", "optimistic", "HOTEL", js.URL, "EXTRA", "", "LEGACY", js.URL)
+	text, sitePort, adminPort, agtpPort := renderCaddyfileDoor(t, site, "agtp")
+	second := fmt.Sprintf("\nhttp://127.0.0.1:%d {\n\tbind 127.0.0.1\n%s}\n", freePort(t), site)
+	g := launchText(t, text+second, sitePort, adminPort, agtpPort)
+	const warn = "several rcns handlers of this configuration share the native door's handler name"
+	waitFor(t, 5*time.Second, 50*time.Millisecond, "the WARN about two rcns blocks named default", func() bool {
+		return strings.Count(g.Output(), warn) == 1
+	})
+	named := text + strings.Replace(second, "\trcns {\n", "\trcns {\n\t\tname second\n", 1)
+	if status, body := reload(t, g, named); status != 200 {
+		t.Fatalf("reload: %d %s", status, body)
+	}
+	if n := strings.Count(g.Output(), warn); n != 1 {
+		t.Fatalf("after the reload that names the second block, the WARN appears %d times, want still 1:\n%s", n, g.Output())
+	}
+}
+
 // TestNativeDoorServesTheRunningConfiguration: the native door answers
 // with the running configuration's engine while a reload loads, and
 // after a reload that fails once it has provisioned its rcns handler of
