@@ -605,12 +605,7 @@ func TestNativeReloadRemovingHandlerRefused(t *testing.T) {
 // connection is the new engine's error answer too.
 func TestNativeKeepAliveAcrossReloads(t *testing.T) {
 	g := nativeGateway(t, "")
-	c, err := net.DialTimeout("tcp", g.AGTPAddr, 5*time.Second)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	c := dialKept(t, g.AGTPAddr)
 	cc := wire.NewClientConn(c)
 	serverID := "caddy-rcns-it"
 	reloadTo := func(id string) {
@@ -659,12 +654,7 @@ func TestNativeKeepAliveAcrossReloads(t *testing.T) {
 func TestNativeReloadRaisesMaxConnections(t *testing.T) {
 	g := nativeGateway(t, "\t\tmax_connections 1\n")
 	hdr := map[string]string{"Agent-ID": agentA1, "Authority-Scope": "hotel:read"}
-	held, err := net.DialTimeout("tcp", g.AGTPAddr, 5*time.Second)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	defer held.Close()
-	_ = held.SetDeadline(time.Now().Add(time.Minute))
+	held := dialKept(t, g.AGTPAddr)
 	hc := bufio.NewReader(held)
 	if _, err := io.WriteString(held, nativeReq("FETCH", "/guests/g-1", hdr, "")); err != nil {
 		t.Fatalf("write: %v", err)
@@ -814,6 +804,19 @@ wait:
 		t.Fatalf("reload: %d %s", status, body)
 	}
 	ask("after a reload that succeeded", "caddy-rcns-it-next")
+}
+
+// dialKept opens a connection to addr for a test to keep across
+// reloads: a minute's deadline, closed at the test's end.
+func dialKept(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	return c
 }
 
 // silentListener accepts TCP connections on loopback and never answers
