@@ -30,13 +30,20 @@ import (
 // started configuration that listens there, so a reload keeps the very
 // socket (and its accept queue) instead of opening a second
 // SO_REUSEPORT socket whose closing would reset the connections queued
-// on the old one. The newest configuration (the last of servers) sets
-// the limits and TLS of connections accepted from then on; the socket
+// on the old one. The newest serving configuration (currentLocked) sets
+// the limits, TLS and engine of requests from then on; the socket
 // closes when the last configuration releases it.
+//
+// A configuration that starts on a socket another one serves is
+// pending until that one is released: Caddy stops the old
+// configuration only once every app of the new one has started, and a
+// new one whose start fails (another app's) is released without ever
+// serving here.
 type nativeSocket struct {
 	key     string
 	ln      net.Listener
 	servers []*AGTPServer // started configurations, oldest first
+	pending map[*AGTPServer]bool
 	conns   map[*nativeConn]struct{}
 	// changed is closed, and replaced, when servers changes: the accept
 	// loop's wait for a connection slot then reads the newest
@@ -58,8 +65,7 @@ func acquireSocket(ctx caddy.Context, na caddy.NetworkAddress, s *AGTPServer) (*
 	nativeSockets.Lock()
 	defer nativeSockets.Unlock()
 	if sock := nativeSockets.byKey[key]; sock != nil {
-		sock.servers = append(sock.servers, s)
-		sock.changedLocked()
+		sock.addLocked(s)
 		return sock, nil
 	}
 	lnAny, err := na.Listen(ctx, 0, net.ListenConfig{})
@@ -71,19 +77,50 @@ func acquireSocket(ctx caddy.Context, na caddy.NetworkAddress, s *AGTPServer) (*
 		_ = closeListener(lnAny)
 		return nil, fmt.Errorf("listen %s: not a stream listener", key)
 	}
-	sock := &nativeSocket{key: key, ln: ln, servers: []*AGTPServer{s}, conns: map[*nativeConn]struct{}{}, changed: make(chan struct{})}
+	sock := &nativeSocket{key: key, ln: ln, servers: []*AGTPServer{s}, pending: map[*AGTPServer]bool{}, conns: map[*nativeConn]struct{}{}, changed: make(chan struct{})}
 	nativeSockets.byKey[key] = sock
 	go sock.accept()
 	return sock, nil
 }
 
-// current is the newest configuration listening on the socket; nil once
-// the socket is closed. nativeSockets is held.
-func (sock *nativeSocket) currentLocked() *AGTPServer {
-	if len(sock.servers) == 0 {
-		return nil
+// addLocked adds s, a configuration that started listening on the
+// socket: pending while another serves it. nativeSockets is held.
+func (sock *nativeSocket) addLocked(s *AGTPServer) {
+	if sock.currentLocked() != nil {
+		sock.pending[s] = true
 	}
-	return sock.servers[len(sock.servers)-1]
+	sock.servers = append(sock.servers, s)
+	sock.changedLocked()
+}
+
+// removeLocked removes s. The release of a serving configuration (the
+// old one of a reload, which Caddy stops once the new one has started)
+// makes the pending ones serve; a pending one's release (its load
+// failed to start) changes nothing else. nativeSockets is held.
+func (sock *nativeSocket) removeLocked(s *AGTPServer) {
+	for i, x := range sock.servers {
+		if x == s {
+			sock.servers = append(sock.servers[:i:i], sock.servers[i+1:]...)
+			break
+		}
+	}
+	if sock.pending[s] {
+		delete(sock.pending, s)
+	} else {
+		clear(sock.pending)
+	}
+	sock.changedLocked()
+}
+
+// currentLocked is the newest configuration serving the socket (not
+// pending); nil once the socket is closed. nativeSockets is held.
+func (sock *nativeSocket) currentLocked() *AGTPServer {
+	for i := len(sock.servers) - 1; i >= 0; i-- {
+		if s := sock.servers[i]; !sock.pending[s] {
+			return s
+		}
+	}
+	return nil
 }
 
 // changedLocked wakes the accept loop's wait for a slot (servers
@@ -104,13 +141,7 @@ func (sock *nativeSocket) loggerOf(s *AGTPServer) *zap.Logger {
 // and it returns them (their done channels close as they end).
 func (sock *nativeSocket) release(s *AGTPServer) []*nativeConn {
 	nativeSockets.Lock()
-	for i, x := range sock.servers {
-		if x == s {
-			sock.servers = append(sock.servers[:i:i], sock.servers[i+1:]...)
-			break
-		}
-	}
-	sock.changedLocked()
+	sock.removeLocked(s)
 	var ending []*nativeConn
 	if len(sock.servers) == 0 {
 		delete(nativeSockets.byKey, sock.key)

@@ -819,6 +819,86 @@ func dialKept(t *testing.T, addr string) net.Conn {
 	return c
 }
 
+// TestNativeDoorSkipsLoadFailingAtStart: a reload whose HTTP listener
+// cannot bind (the port is held) fails after the native listener of the
+// new configuration may have started (Caddy starts apps in no fixed
+// order); native requests sent back to back during 20 such reloads are
+// all answered by the running configuration (review: 3 of them were
+// answered by the failing one). A later good reload serves.
+func TestNativeDoorSkipsLoadFailingAtStart(t *testing.T) {
+	g := nativeGateway(t, "")
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	defer held.Close()
+	failing := strings.Replace(g.Caddyfile, "server_id caddy-rcns-it\n", "server_id caddy-rcns-it-failing\n", 1) +
+		fmt.Sprintf("\nhttp://%s {\n\trespond \"held\"\n}\n", held.Addr())
+	stop := make(chan struct{})
+	type tally struct{ ok, failing, other int }
+	results := make(chan tally, 2)
+	hdr := map[string]string{"Agent-ID": agentA1, "Authority-Scope": "hotel:read"}
+	for range 2 {
+		go func() {
+			var n tally
+			defer func() { results <- n }()
+			c, err := net.DialTimeout("tcp", g.AGTPAddr, 5*time.Second)
+			if err != nil {
+				n.other++
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+			cc := wire.NewClientConn(c)
+			for i := 0; i < 100000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, _ := wire.NewRequest("FETCH", "/guests/g-1", nil)
+				r.Header.Set("Host", g.AGTPAddr)
+				for k, v := range hdr {
+					r.Header[k] = []string{v}
+				}
+				resp, err := cc.Do(r)
+				switch {
+				case err != nil || resp.Status != 200:
+					n.other++
+					return
+				case resp.Header.Get("Server-ID") == "caddy-rcns-it-failing":
+					n.failing++
+				default:
+					n.ok++
+				}
+			}
+		}()
+	}
+	for i := range 20 {
+		if status, body := reload(t, g, failing); status == 200 || !strings.Contains(body, "address already in use") {
+			close(stop)
+			t.Fatalf("reload %d with the HTTP port held: %d %s\nwant refused, the address in use", i, status, body)
+		}
+	}
+	close(stop)
+	var total tally
+	for range 2 {
+		n := <-results
+		total.ok, total.failing, total.other = total.ok+n.ok, total.failing+n.failing, total.other+n.other
+	}
+	if total.failing > 0 || total.other > 0 || total.ok == 0 {
+		t.Fatalf("native answers during 20 reloads that failed to start: %d from the running configuration, %d from the failing one, %d errors; want all from the running one", total.ok, total.failing, total.other)
+	}
+	t.Logf("%d native answers during the failing reloads, all from the running configuration", total.ok)
+	ok := strings.Replace(g.Caddyfile, "server_id caddy-rcns-it\n", "server_id caddy-rcns-it-next\n", 1)
+	if status, body := reload(t, g, ok); status != 200 {
+		t.Fatalf("reload: %d %s", status, body)
+	}
+	if r := g.Do(t, "FETCH", "/guests/g-1", hdr, nil); r.Status != 200 || r.Header.Get("Server-ID") != "caddy-rcns-it-next" {
+		t.Fatalf("after a good reload: %d Server-ID %q, want 200 from caddy-rcns-it-next", r.Status, r.Header.Get("Server-ID"))
+	}
+}
+
 // silentListener accepts TCP connections on loopback and never answers
 // (a Redis that stalls); its address.
 func silentListener(t *testing.T) string {
