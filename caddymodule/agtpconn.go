@@ -108,6 +108,15 @@ func (sock *nativeSocket) removeLocked(s *AGTPServer) {
 		delete(sock.pending, s)
 	} else {
 		clear(sock.pending)
+		// The serving configuration counts the socket's connections
+		// against its max_connections, those of earlier ones included.
+		if cur := sock.currentLocked(); cur != nil {
+			for c := range sock.conns {
+				if c.counted != cur {
+					c.moveLocked(cur)
+				}
+			}
+		}
 	}
 	sock.changedLocked()
 }
@@ -164,19 +173,28 @@ func (sock *nativeSocket) accept() {
 	for {
 		nativeSockets.Lock()
 		s := sock.currentLocked()
-		changed := sock.changed
-		nativeSockets.Unlock()
 		if s == nil {
+			nativeSockets.Unlock()
 			return
 		}
-		select {
-		case s.slots <- struct{}{}:
-		case <-changed:
-			continue // a reload: its max_connections applies from now on
+		if s.open >= s.MaxConnections {
+			// Full: the next connection waits in the backlog until one
+			// ends or a reload changes the limit.
+			wake, changed := s.wake, sock.changed
+			nativeSockets.Unlock()
+			select {
+			case <-wake:
+			case <-changed:
+			}
+			continue
 		}
+		s.open++ // the connection Accept brings
+		nativeSockets.Unlock()
 		c, err := sock.ln.Accept()
 		if err != nil {
-			<-s.slots
+			nativeSockets.Lock()
+			s.endedLocked()
+			nativeSockets.Unlock()
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				time.Sleep(5 * time.Millisecond)
@@ -190,17 +208,13 @@ func (sock *nativeSocket) accept() {
 			}
 			return
 		}
-		nc := &nativeConn{c: c, sock: sock, srv: s, done: make(chan struct{})}
+		nc := &nativeConn{c: c, sock: sock, srv: s, counted: s, done: make(chan struct{})}
 		if !nc.track() {
-			<-s.slots
 			_ = c.Close()
 			continue
 		}
 		go func() {
-			defer func() {
-				<-s.slots
-				close(nc.done)
-			}()
+			defer close(nc.done)
 			nc.serve()
 		}()
 	}
@@ -213,6 +227,7 @@ type nativeConn struct {
 	c       net.Conn
 	sock    *nativeSocket
 	srv     *AGTPServer   // the configuration of its current request: its limits
+	counted *AGTPServer   // the configuration whose max_connections counts it (nativeSockets held)
 	done    chan struct{} // closed when the connection has ended
 	mu      sync.Mutex
 	ending  bool // end was called: no request after the current one
@@ -257,16 +272,39 @@ func (c *nativeConn) track() bool {
 	nativeSockets.Lock()
 	defer nativeSockets.Unlock()
 	if nativeSockets.byKey[c.sock.key] != c.sock {
+		c.counted.endedLocked()
 		return false
 	}
 	c.sock.conns[c] = struct{}{}
+	if cur := c.sock.currentLocked(); cur != c.counted {
+		// A reload completed while Accept waited: counted by the
+		// configuration serving now.
+		c.moveLocked(cur)
+	}
 	return true
+}
+
+// moveLocked counts c against s's max_connections instead of the
+// configuration that counted it. nativeSockets is held.
+func (c *nativeConn) moveLocked(s *AGTPServer) {
+	c.counted.endedLocked()
+	s.open++
+	c.counted = s
+}
+
+// endedLocked uncounts a connection of s and wakes an accept loop
+// waiting for room. nativeSockets is held.
+func (s *AGTPServer) endedLocked() {
+	s.open--
+	close(s.wake)
+	s.wake = make(chan struct{})
 }
 
 func (c *nativeConn) untrack() {
 	nativeSockets.Lock()
 	defer nativeSockets.Unlock()
 	delete(c.sock.conns, c)
+	c.counted.endedLocked()
 }
 
 // end makes the connection stop after its current request; a wait for
@@ -280,8 +318,16 @@ func (c *nativeConn) end() {
 	}
 }
 
-// waiting marks the start (true) or end of the wait for a request's
-// first byte, and reports whether the connection should stop instead.
+// isEnding reports whether end was called.
+func (c *nativeConn) isEnding() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ending
+}
+
+// waiting marks the start (true) or end of the wait for a request (its
+// first byte and head, or the TLS handshake before it), and reports
+// whether the connection should stop instead.
 func (c *nativeConn) waiting(w bool) (stop bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -304,7 +350,17 @@ func (c *nativeConn) serve() {
 	if s.tlsConfig != nil {
 		tc := tls.Server(conn, s.tlsConfig)
 		_ = tc.SetDeadline(time.Now().Add(time.Duration(s.ReadHeaderTimeout)))
-		if err := tc.HandshakeContext(ctx); err != nil {
+		// No request has started: a stop cuts the handshake (end).
+		if c.waiting(true) {
+			_ = conn.Close()
+			return
+		}
+		err := tc.HandshakeContext(ctx)
+		if c.waiting(false) && err == nil {
+			_ = conn.Close()
+			return
+		}
+		if err != nil {
 			c.sock.loggerOf(s).Debug("agtp TLS handshake failed", zap.String("remote", conn.RemoteAddr().String()), zap.Error(err))
 			_ = conn.Close()
 			return
@@ -327,16 +383,19 @@ func (c *nativeConn) serve() {
 	for n := 1; ; n++ {
 		s = c.config()
 		c.srv = s
-		// The wait for the next request: the idle timeout, cut short by
-		// a reload that drops this address.
+		// The wait for the next request and its head: the idle timeout,
+		// then read_header_timeout, both cut short by a stop or a reload
+		// that drops this address (end): no request has run, none is
+		// answered. The deadline is set first, so an end after it
+		// overrides it.
+		_ = conn.SetReadDeadline(time.Now().Add(time.Duration(s.IdleTimeout)))
 		if c.waiting(true) {
 			closeConn(false)
 			return
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(time.Duration(s.IdleTimeout)))
 		_, err := br.Peek(1)
-		stop := c.waiting(false)
-		if err != nil || stop {
+		if err != nil || c.isEnding() {
+			c.waiting(false)
 			closeConn(false) // idle timeout, the peer closed, or ending: no request started
 			return
 		}
@@ -347,13 +406,23 @@ func (c *nativeConn) serve() {
 		// old settings instead: the client connects again under the new.
 		s, e := c.serving()
 		if s.tlsKey != madeUnder {
+			c.waiting(false)
 			closeConn(true)
 			return
 		}
 		c.srv = s
 		start := time.Now()
 		_ = conn.SetReadDeadline(start.Add(time.Duration(s.ReadHeaderTimeout)))
+		if c.isEnding() {
+			c.waiting(false)
+			closeConn(false)
+			return
+		}
 		req, err := wire.ReadRequest(br, s.limits)
+		if cut := c.waiting(false); err != nil && cut {
+			closeConn(false) // a stop cut the head: nothing ran
+			return
+		}
 		if err != nil {
 			var we *wire.Error
 			if errors.As(err, &we) && c.refuse(e, bw, conn, we, tlsState, loopback, ctx, start) {
@@ -396,6 +465,9 @@ func (c *nativeConn) serve() {
 		}
 		err = c.write(bw, conn, resp, last)
 		switch {
+		case err == nil && resp.Close && c.isEnding():
+			closeConn(false) // stopping: no drain to wait for
+			return
 		case err == nil && resp.Close:
 			// Refused before its body was read: drained, then closed
 			// (cases/05).

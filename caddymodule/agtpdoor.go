@@ -109,7 +109,8 @@ type AGTPServer struct {
 	tlsConfig *tls.Config
 	limits    wire.Limits
 	sockets   []*nativeSocket
-	slots     chan struct{} // MaxConnections
+	open      int           // connections counted against MaxConnections (nativeSockets held)
+	wake      chan struct{} // closed, and replaced, when one of them ends (nativeSockets held)
 	tracing   bool          // Tracing provisioned: Cleanup releases it
 	load      any           // the configuration load (loadOf): its rcns engines serve
 	logger    *zap.Logger   // the agtp app's, of this configuration
@@ -443,7 +444,9 @@ var (
 )
 
 func (s *AGTPServer) start(ctx caddy.Context, logger *zap.Logger) error {
-	s.slots = make(chan struct{}, s.MaxConnections)
+	nativeSockets.Lock()
+	s.wake = make(chan struct{})
+	nativeSockets.Unlock()
 	s.logger = logger
 	for _, na := range s.addrs {
 		sock, err := acquireSocket(ctx, na, s)

@@ -382,6 +382,23 @@ func TestNativeTLS(t *testing.T) {
 	} else if r := do(c5, agentA1); r.Status != 200 {
 		t.Errorf("a client certificate after the reload: %d", r.Status)
 	}
+
+	// A connection that never starts its TLS handshake does not hold up
+	// a reload that closes the socket (review: it waited for
+	// read_header_timeout, a minute here).
+	silent := dialKept(t, g.AGTPAddr)
+	time.Sleep(200 * time.Millisecond) // the handshake is being read
+	start := time.Now()
+	if status, body := reload(t, g, withoutAGTP(t, stricter)); status != 200 {
+		t.Fatalf("reload without the agtp block: %d %s", status, body)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("the reload that closed the agtps socket took %v: it waited for a handshake that never came", took)
+	}
+	_ = silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := silent.Read(make([]byte, 64)); err == nil {
+		t.Errorf("the silent connection got %d bytes after the socket closed", n)
+	}
 }
 
 // TestNativeConfigRefused: plain text off loopback, a bad limit, and an
@@ -674,6 +691,92 @@ func TestNativeReloadRaisesMaxConnections(t *testing.T) {
 	if len(answers) != 1 || answers[0].Status != 200 {
 		t.Fatalf("a second connection after raising max_connections to 100: %d answers %v within 5 s, want one 200", len(answers), answers)
 	}
+}
+
+// TestNativeMaxConnectionsAcrossReloads: connections accepted under an
+// earlier configuration count against the limit of the one serving now
+// (review: each reload started the count afresh, and 9 connections were
+// served with max_connections 3).
+func TestNativeMaxConnectionsAcrossReloads(t *testing.T) {
+	g := nativeGateway(t, "\t\tmax_connections 2\n")
+	hdr := map[string]string{"Agent-ID": agentA1, "Authority-Scope": "hotel:read"}
+	fetch := func(c net.Conn, br *bufio.Reader, wait time.Duration) (*wire.Response, error) {
+		_ = c.SetReadDeadline(time.Now().Add(wait))
+		return wire.ReadResponse(br, wire.Limits{}, 1<<20)
+	}
+	var held []net.Conn
+	for i := range 2 {
+		c := dialKept(t, g.AGTPAddr)
+		br := bufio.NewReader(c)
+		if _, err := io.WriteString(c, nativeReq("FETCH", "/guests/g-1", hdr, "")); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		if r, err := fetch(c, br, 5*time.Second); err != nil || r.Status != 200 {
+			t.Fatalf("connection %d: %v %v", i+1, err, r)
+		}
+		held = append(held, c)
+	}
+	for i, id := range []string{"caddy-rcns-it-2", "caddy-rcns-it-3"} {
+		next := strings.Replace(g.Caddyfile, "server_id caddy-rcns-it\n", "server_id "+id+"\n", 1)
+		if status, body := reload(t, g, next); status != 200 {
+			t.Fatalf("reload %d: %d %s", i+1, status, body)
+		}
+	}
+	third := dialKept(t, g.AGTPAddr)
+	br := bufio.NewReader(third)
+	if _, err := io.WriteString(third, nativeReq("FETCH", "/guests/g-1", hdr, "")); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if r, err := fetch(third, br, 1500*time.Millisecond); err == nil {
+		t.Fatalf("a third connection with max_connections 2 and two open, after two reloads, was answered %d", r.Status)
+	}
+	_ = held[0].Close()
+	if r, err := fetch(third, br, 5*time.Second); err != nil || r.Status != 200 {
+		t.Fatalf("the third connection once one of the two ended: %v %v, want 200", err, r)
+	}
+}
+
+// TestNativeStopCutsUnstartedRequests: a reload that closes the native
+// socket does not wait for a connection whose request has not started:
+// one that sent nothing, or half a head (review: the stop waited for
+// read_header_timeout, a minute by default, and the admin API with it).
+func TestNativeStopCutsUnstartedRequests(t *testing.T) {
+	g := nativeGateway(t, "")
+	silent := dialKept(t, g.AGTPAddr)
+	half := dialKept(t, g.AGTPAddr)
+	if _, err := io.WriteString(half, "AGTP/1.0 FETCH /guests/g-1\r\nAgent-ID: "+agentA1); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // the head is being read
+	start := time.Now()
+	if status, body := reload(t, g, withoutAGTP(t, g.Caddyfile)); status != 200 {
+		t.Fatalf("reload without the agtp block: %d %s", status, body)
+	}
+	// read_header_timeout and idle_timeout are a minute here: a reload
+	// that waited for either took that long.
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("the reload that closed the native socket took %v: it waited for connections whose request had not started", took)
+	}
+	for name, c := range map[string]net.Conn{"silent": silent, "half a head": half} {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := c.Read(make([]byte, 64)); err == nil {
+			t.Errorf("the %s connection got %d bytes after the socket closed, want it closed unanswered", name, n)
+		}
+	}
+}
+
+// withoutAGTP is a Caddyfile without its global agtp block.
+func withoutAGTP(t *testing.T, text string) string {
+	t.Helper()
+	i := strings.Index(text, "\tagtp ")
+	if i < 0 {
+		t.Fatalf("no agtp block:\n%s", text)
+	}
+	j := strings.Index(text[i:], "\n\t}\n")
+	if j < 0 {
+		t.Fatalf("no end of the agtp block:\n%s", text)
+	}
+	return text[:i] + text[i+j+len("\n\t}\n"):]
 }
 
 // TestNativeGracefulStopAnswersRunning: a graceful stop (SIGINT) while a

@@ -287,9 +287,11 @@ bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope hotel:read 
 
 3. Book a room: no endpoint serves BOOK /room, so the RCNS gate synthesizes a
    contract from the book-room recipe and runs it (optimistic mode: 263
-   Proposal Approved); each run books again, so retry with an Idempotency-Key:
+   Proposal Approved); each run books again, so retry with an Idempotency-Key
+   (the same KEY each time: a repeat replays the first answer and books nothing):
 bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope 'rcns:negotiate, hotel:read, hotel:book' -allow-rcns BOOK $NATIVE/room '$BOOK'
-bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope 'hotel:read, hotel:book' -idempotency-key \$(openssl rand -hex 16) BOOK $GW/room '$BOOK'
+KEY=\$(openssl rand -hex 16)
+bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope 'hotel:read, hotel:book' -idempotency-key \$KEY BOOK $GW/room '$BOOK'
 
    The second call is served by the contract the first made (Tier C by pair,
    on either door: one engine, one state). rcns-demo-tier3 gets 464
