@@ -170,6 +170,7 @@ func (sock *nativeSocket) release(s *AGTPServer) []*nativeConn {
 // newest configuration's limits, at most its MaxConnections at once (a
 // further one waits in the backlog), until the socket is closed.
 func (sock *nativeSocket) accept() {
+	backoff := 5 * time.Millisecond
 	for {
 		nativeSockets.Lock()
 		s := sock.currentLocked()
@@ -195,19 +196,24 @@ func (sock *nativeSocket) accept() {
 			nativeSockets.Lock()
 			s.endedLocked()
 			nativeSockets.Unlock()
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
 			nativeSockets.Lock()
 			open := nativeSockets.byKey[sock.key] == sock
 			nativeSockets.Unlock()
-			if open {
-				sock.loggerOf(s).Error("agtp accept failed; the listener stops", zap.Error(err))
+			if !open {
+				return // closed: the last configuration released it
 			}
-			return
+			// Out of file descriptors, or another passing failure: try
+			// again after a pause, as net/http does (5 ms, doubling to
+			// 1 s), rather than stop accepting on a socket still in use.
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				sock.loggerOf(s).Error("agtp accept failed; retrying", zap.Error(err), zap.Duration("after", backoff))
+			}
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
 		}
+		backoff = 5 * time.Millisecond
 		nc := &nativeConn{c: c, sock: sock, srv: s, counted: s, done: make(chan struct{})}
 		if !nc.track() {
 			_ = c.Close()
@@ -380,6 +386,18 @@ func (c *nativeConn) serve() {
 		}
 		_ = conn.Close()
 	}
+	// drain closes after a refusal, reading what the client still sends
+	// (the refused body, or what follows a refused head) so that the
+	// close resets nothing before the answer is read (cases/05). A stop
+	// cuts the drain (end): then only the short linger of closeConn.
+	drain := func(e *engine.Engine, req *wire.Request) {
+		if c.waiting(true) {
+			closeConn(true)
+			return
+		}
+		closeNative(drainBoundsOf(e), conn, req)
+		c.waiting(false)
+	}
 	for n := 1; ; n++ {
 		s = c.config()
 		c.srv = s
@@ -428,7 +446,7 @@ func (c *nativeConn) serve() {
 			if errors.As(err, &we) && c.refuse(e, bw, conn, we, tlsState, loopback, ctx, start) {
 				// What follows the refused head is unknown: drained as
 				// an engine refusal's unread body is.
-				closeNative(drainBoundsOf(e), conn, nil)
+				drain(e, nil)
 				return
 			}
 			closeConn(true)
@@ -465,13 +483,10 @@ func (c *nativeConn) serve() {
 		}
 		err = c.write(bw, conn, resp, last)
 		switch {
-		case err == nil && resp.Close && c.isEnding():
-			closeConn(false) // stopping: no drain to wait for
-			return
 		case err == nil && resp.Close:
 			// Refused before its body was read: drained, then closed
 			// (cases/05).
-			closeNative(drainBoundsOf(e), conn, req)
+			drain(e, req)
 			return
 		case err != nil || last:
 			closeConn(last && err == nil)

@@ -737,9 +737,11 @@ func TestNativeMaxConnectionsAcrossReloads(t *testing.T) {
 }
 
 // TestNativeStopCutsUnstartedRequests: a reload that closes the native
-// socket does not wait for a connection whose request has not started:
-// one that sent nothing, or half a head (review: the stop waited for
-// read_header_timeout, a minute by default, and the admin API with it).
+// socket does not wait for a connection whose request has not started
+// (one that sent nothing, or half a head) nor for the drain after a
+// refused head (reviews: the stop waited for read_header_timeout, a
+// minute by default, or refused_body_drain_timeout, and the admin API
+// with it).
 func TestNativeStopCutsUnstartedRequests(t *testing.T) {
 	g := nativeGateway(t, "")
 	silent := dialKept(t, g.AGTPAddr)
@@ -747,14 +749,22 @@ func TestNativeStopCutsUnstartedRequests(t *testing.T) {
 	if _, err := io.WriteString(half, "AGTP/1.0 FETCH /guests/g-1\r\nAgent-ID: "+agentA1); err != nil {
 		t.Fatalf("write: %v", err)
 	}
-	time.Sleep(200 * time.Millisecond) // the head is being read
+	refused := dialKept(t, g.AGTPAddr)
+	if _, err := io.WriteString(refused, "AGTP/1.0 FETCH /guests/g-1\r\nBad Header Line\r\n\r\n"); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if r, err := wire.ReadResponse(bufio.NewReader(refused), wire.Limits{}, 1<<20); err != nil || r.Status != 400 {
+		t.Fatalf("a head the codec refuses: %v %v, want 400 (then the drain, the client silent)", err, r)
+	}
+	time.Sleep(200 * time.Millisecond) // the head is being read, the drain runs
 	start := time.Now()
 	if status, body := reload(t, g, withoutAGTP(t, g.Caddyfile)); status != 200 {
 		t.Fatalf("reload without the agtp block: %d %s", status, body)
 	}
-	// read_header_timeout and idle_timeout are a minute here: a reload
-	// that waited for either took that long.
-	if took := time.Since(start); took > 20*time.Second {
+	// read_header_timeout and idle_timeout are a minute here, the drain
+	// 10 s: a reload that waited for any took that long (the admin
+	// call itself may wait up to 5 s for the old HTTP listener to go).
+	if took := time.Since(start); took > 8*time.Second {
 		t.Fatalf("the reload that closed the native socket took %v: it waited for connections whose request had not started", took)
 	}
 	for name, c := range map[string]net.Conn{"silent": silent, "half a head": half} {
