@@ -954,9 +954,7 @@ func TestKeyedAnswerBesideComplete(t *testing.T) {
 		h.Redis.ReadTimeout, h.Redis.WriteTimeout = caddy.Duration(readTimeout), caddy.Duration(readTimeout)
 	})
 
-	answered := make(chan *answer, 1)
-	go func() { answered <- g.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "beside") }()
-	<-arrived // claimed: the plan runs
+	answered := startHeld(t, g, "beside", arrived) // claimed: the plan runs
 	proxy.Hold(true, true)
 	start := time.Now()
 	close(release)
@@ -1000,9 +998,7 @@ func TestKeyedAnswerBesideFullRedis(t *testing.T) {
 	up, hits, arrived, release := heldUpstream(t)
 	g := redisGateway(t, up, srv.Addr())
 
-	answered := make(chan *answer, 1)
-	go func() { answered <- g.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "full-beside") }()
-	<-arrived // claimed: the plan runs
+	answered := startHeld(t, g, "full-beside", arrived) // claimed: the plan runs
 	if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", "1"); err != nil {
 		t.Fatal(err)
 	}
@@ -1230,9 +1226,7 @@ func TestRedisPoolOutlivesRunningRequests(t *testing.T) {
 	defer free() // a failure below must not leave the upstream's handler blocked
 	old := redisGateway(t, up, srv.Addr())
 	pool := old.h.redis
-	answered := make(chan *answer, 1)
-	go func() { answered <- old.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "overtaken") }()
-	<-arrived
+	answered := startHeld(t, old, "overtaken", arrived)
 
 	cleanupUnderRequest(t, old.h, pool)
 	free()
@@ -1291,6 +1285,16 @@ func waitPoolClosed(t *testing.T, pool *pooledRedis) {
 	}
 }
 
+// startHeld sends a keyed FETCH /items/held to g and returns once the
+// held upstream has it (claimed, its plan running); its answer comes
+// on the channel when the upstream is released.
+func startHeld(t *testing.T, g *testGateway, key string, arrived <-chan struct{}) <-chan *answer {
+	answered := make(chan *answer, 1)
+	go func() { answered <- g.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", key) }()
+	<-arrived
+	return answered
+}
+
 // endRunning releases the request held at the upstream (free) and
 // checks that it answered 200.
 func endRunning(t *testing.T, free func(), answered <-chan *answer) {
@@ -1319,9 +1323,7 @@ func TestReloadMovingKeysRefusesClaims(t *testing.T) {
 	free := sync.OnceFunc(func() { close(release) })
 	defer free()
 	mem := &testGateway{h: benchHandler(t, up, false)}
-	answered := make(chan *answer, 1)
-	go func() { answered <- mem.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "running") }()
-	<-arrived
+	answered := startHeld(t, mem, "running", arrived)
 	same := &testGateway{h: benchHandler(t, up, false)}
 	if a := same.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "kept"); a.status != 200 {
 		t.Fatalf("a reload that keeps the store: keyed request %s", a)
@@ -1359,9 +1361,7 @@ func TestReloadKeepsRunningClaims(t *testing.T) {
 	free := sync.OnceFunc(func() { close(release) })
 	defer free()
 	old := &testGateway{h: benchHandler(t, up, false)}
-	answered := make(chan *answer, 1)
-	go func() { answered <- old.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "running") }()
-	<-arrived
+	answered := startHeld(t, old, "running", arrived)
 	windowed := &testGateway{h: benchHandlerWith(t, up, false, "", "", func(h *Handler) { h.IdempotencyWindow = engine.Duration(2 * time.Hour) })}
 	wantError(t, windowed.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "running"), 409, "idempotency-key-in-flight", "still running")
 	if n := hits.Load(); n != 1 {
@@ -1378,8 +1378,7 @@ func TestReloadKeepsRunningClaims(t *testing.T) {
 	free2 := sync.OnceFunc(func() { close(release2) })
 	defer free2()
 	gone := &testGateway{h: benchHandlerWith(t, up2, false, "", "", func(h *Handler) { h.Name += "-comes-back" })}
-	go func() { answered <- gone.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "running") }()
-	<-arrived2
+	answered = startHeld(t, gone, "running", arrived2)
 	for _, g := range []*testGateway{old, windowed, gone} {
 		if g.h.Name == gone.h.Name {
 			_ = g.h.Cleanup() // the name's last handler: its State is destroyed
@@ -1473,9 +1472,7 @@ func TestOneLoadStoresDoNotRefuseEachOther(t *testing.T) {
 			t.Fatalf("%s (%d): keyed request on the Redis handler: %s", what, i, a)
 		}
 	}
-	answered := make(chan *answer, 1)
-	go func() { answered <- red.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "running") }()
-	<-arrived
+	answered := startHeld(t, red, "running", arrived)
 	if a := keyed(mem); a.status != 200 {
 		t.Fatalf("a keyed request on the memory handler while one runs on the Redis handler of its configuration: %s", a)
 	}
@@ -1511,9 +1508,7 @@ func TestFailedReloadMovesNoKeys(t *testing.T) {
 		t.Fatalf("Provision with an empty token placeholder: %v, want the placeholder named", err)
 	}
 	_ = failed.Cleanup() // as Caddy does after a failed Provision
-	answered := make(chan *answer, 1)
-	go func() { answered <- running.do(t, "FETCH", "/items/held", nil, "Idempotency-Key", "after-failed") }()
-	<-arrived
+	answered := startHeld(t, running, "after-failed", arrived)
 	if a := running.do(t, "FETCH", "/items/2", nil, "Idempotency-Key", "beside"); a.status != 200 {
 		t.Fatalf("keyed request on the running configuration after a failed reload: %s", a)
 	}
