@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -89,6 +90,46 @@ func TestLogBoundRefusals(t *testing.T) {
 	t.Logf("%d refusals %v: %d lines", n, reasons, logs.Len())
 	if logs.Len() == 0 {
 		t.Errorf("no line at all for %d refusals (%v): the first of each reason is logged", n, reasons)
+	}
+}
+
+// TestLogBoundSyntheses: the lines of an agent's successful requests
+// that change a contract (the gate's synthesis, PROPOSE, SUSPEND) are
+// held to the same bound as its refusals: engine.LogBurst per (agent,
+// kind) within a window, the first written, every one still counted in
+// caddy_rcns_syntheses_total. An agent synthesizing at its rate limit
+// wrote one INFO line per synthesis.
+func TestLogBoundSyntheses(t *testing.T) {
+	g := &testGateway{h: benchHandler(t, benchUpstream(t).URL, false)}
+	core, logs := observer.New(zap.InfoLevel)
+	setLogCore(t, g.h, core)
+	const n = 3 * engine.LogBurst
+	var ids []string
+	for i := range n {
+		a := g.do(t, "LOOKUP", "/item/lb-gate-"+strconv.Itoa(i), map[string]any{"parameters": map[string]any{"item_id": "1"}}, "Allow-RCNS", "true")
+		if a.status != 263 {
+			t.Fatalf("synthesis %d: %s", i, a)
+		}
+		ids = append(ids, g.propose(t, "/item/lb-propose-"+strconv.Itoa(i)))
+	}
+	for _, id := range ids {
+		if a := g.builtin(t, "SUSPEND", map[string]any{"synthesis_id": id}); a.status != 200 {
+			t.Fatalf("SUSPEND %s: %s", id, a)
+		}
+	}
+	for _, msg := range []string{"rcns contract synthesized", "rcns proposal accepted", "rcns contract released"} {
+		if got := logs.FilterMessage(msg).Len(); got == 0 || got > engine.LogBurst {
+			t.Errorf("%d %q lines for %d requests, want 1..%d", got, msg, n, engine.LogBurst)
+		}
+	}
+	for mode, want := range map[string]float64{"optimistic": n, "propose": n} {
+		var got float64
+		for _, outcome := range []string{"previewed", "executed", "failed"} {
+			got += metricValue(t, g.h, "caddy_rcns_syntheses_total", "mode", mode, "outcome", outcome)
+		}
+		if got != want {
+			t.Errorf("caddy_rcns_syntheses_total{mode=%q}: %v, want %v (every synthesis counted)", mode, got, want)
+		}
 	}
 }
 

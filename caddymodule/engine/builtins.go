@@ -348,7 +348,8 @@ type contractEnd struct {
 // ends contracts (SUSPEND by synthesis_id or by session_id, REVOKE, the
 // stale sweep, the operator page's revoke) ends them here, so each gets one lifecycle event
 // (rcns_release or rcns_revoke on the originator's stream, spec §14.4,
-// §18), one negotiation record and one log line. It returns false, and
+// §18), one negotiation record and one log line (held to the log budget
+// when an agent's request ends it). It returns false, and
 // records nothing, when c was no longer live (ended meanwhile), and the
 // store's error when it could not end it. The caller then calls
 // afterEnding once. actor is the Agent-ID of the caller that ends it
@@ -365,8 +366,16 @@ func (h *Engine) endContract(x *exchange, actor string, c *recipes.Contract, e c
 	h.lifecycleEvent(event, c, actor, e.reason, e.operator)
 	h.negotiationRecord(x, kind, records.OutcomeAccepted, e.reason, e.requested,
 		map[string]any{"synthesis_id": c.SynthesisID, "state": e.state})
-	x.log().Info("rcns contract "+e.state, zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
-		zap.String("originating_agent_id", c.OriginatingAgentID), zap.String("via", e.via), zap.String("reason", e.reason))
+	// An agent's request ends contracts at the rate it sends them: its
+	// lines are held to the log budget. The operator page's are not.
+	l := x.log()
+	if x.operator == nil {
+		l = x.agentLog("contract-" + e.state)
+	}
+	if l != nil {
+		l.Info("rcns contract "+e.state, zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
+			zap.String("originating_agent_id", c.OriginatingAgentID), zap.String("via", e.via), zap.String("reason", e.reason))
+	}
 	return true, nil
 }
 

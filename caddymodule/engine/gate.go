@@ -127,8 +127,10 @@ func (h *Engine) gateway(x *exchange, req *request) {
 	x.executed = true
 	x.minted = c
 	h.lifecycleEvent(records.EventProposeAccepted, c, req.caller.Agent.ID, "", "")
-	x.log().Info("rcns contract synthesized", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
-		zap.String("recipe", recipe.Name), zap.String("recipe_version", recipe.Version), zap.String("mode", h.Mode))
+	if l := x.agentLog("synthesized"); l != nil {
+		l.Info("rcns contract synthesized", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
+			zap.String("recipe", recipe.Name), zap.String("recipe_version", recipe.Version), zap.String("mode", h.Mode))
+	}
 	body := contractBody(c)
 	if h.Mode == ModeConfirmFirst {
 		h.metrics.synthesis(recipe.Name, ModeConfirmFirst, "previewed")
@@ -297,8 +299,10 @@ func (h *Engine) gateContract(c *recipes.Contract, x *exchange) (_ *recipes.Cont
 // 409 synthesis-in-flight: the retry synthesizes or finds the next.
 func (h *Engine) joinContract(x *exchange, req *request, c *recipes.Contract, state string) {
 	x.joined = c
-	x.log().Info("rcns gate request joined the contract a concurrent request minted", zap.String("agent_id", x.agentID),
-		zap.String("synthesis_id", c.SynthesisID), zap.String("state", state))
+	if l := x.agentLog("joined"); l != nil {
+		l.Info("rcns gate request joined the contract a concurrent request minted", zap.String("agent_id", x.agentID),
+			zap.String("synthesis_id", c.SynthesisID), zap.String("state", state))
+	}
 	if state == recipes.StateActive {
 		h.runContract(x, req, c, viaPair)
 		return

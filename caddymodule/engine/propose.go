@@ -270,11 +270,15 @@ func (h *Engine) propose(x *exchange, req *request, p map[string]any) {
 	h.lifecycleEvent(records.EventProposeAccepted, c, req.caller.Agent.ID, "", "")
 	h.metrics.synthesis(recipe.Name, "propose", "previewed")
 	if persistent && !granting {
-		x.log().Info("persistent synthesis requested but not offered: granted a session-scoped contract (downgrade recorded)",
-			zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID))
+		if l := x.agentLog("persistent-downgraded"); l != nil {
+			l.Info("persistent synthesis requested but not offered: granted a session-scoped contract (downgrade recorded)",
+				zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID))
+		}
 	}
-	x.log().Info("rcns proposal accepted", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
-		zap.String("recipe", recipe.Name), zap.String("negotiation_id", negID), zap.Bool("persistent_requested", persistent))
+	if l := x.agentLog("proposal-accepted"); l != nil {
+		l.Info("rcns proposal accepted", zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
+			zap.String("recipe", recipe.Name), zap.String("negotiation_id", negID), zap.Bool("persistent_requested", persistent))
+	}
 	body := contractBody(c)
 	body.Members["status"] = policy.StatusProposalApproved
 	body.Members["persistent"] = granting
