@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -248,5 +249,27 @@ func TestNegotiationRecordsNameTheNode(t *testing.T) {
 	recs := g.negotiationRecords(t, records.KindPropose, "")
 	if len(recs) != 1 || recs[0]["node_id"] != "node-7" {
 		t.Fatalf("negotiation records %v, want one naming node-7", recs)
+	}
+}
+
+// TestInspectNegotiationsAreTheLogsRecords: INSPECT target=negotiations
+// returns the records the negotiation log holds, member for member
+// (agent-guide.md "Negotiation records"): seq, at and prev as the log
+// wrote them, and the log's hash.
+func TestInspectNegotiationsAreTheLogsRecords(t *testing.T) {
+	g := &testGateway{h: benchHandler(t, benchUpstream(t).URL, false)}
+	g.propose(t, "/item/same-1")
+	g.propose(t, "/item/same-2")
+	logged := g.negotiationRecords(t, records.KindPropose, "")
+	a := g.builtin(t, "INSPECT", map[string]any{"target": "negotiations", "kind": records.KindPropose})
+	got, _ := a.body["records"].([]any)
+	if a.status != 200 || len(got) != 2 || len(logged) != 2 {
+		t.Fatalf("INSPECT target=negotiations: %s; the log holds %d propose records", a, len(logged))
+	}
+	for i, r := range got { // newest first
+		want := logged[len(logged)-1-i]
+		if !reflect.DeepEqual(r, want) {
+			t.Errorf("INSPECT record %d:\n%v\nthe log's:\n%v", i, r, want)
+		}
 	}
 }

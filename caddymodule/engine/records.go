@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -415,9 +414,9 @@ func (h *Engine) negotiationRecord(x *exchange, kind, outcome, reason string, re
 	if x.agentID == "" {
 		return
 	}
-	// Room for every member below and the four the log adds, so that
-	// neither this function nor AppendOwned grows the map.
-	rec := make(map[string]any, 16)
+	// Room for every member below, the four the log adds and the hash,
+	// so that neither this function nor AppendOwned grows the map.
+	rec := make(map[string]any, 18)
 	rec["kind"], rec["outcome"], rec["requested"], rec["granted"] = kind, outcome, requested, nil
 	rec["request_id"], rec["binding"], rec["node_id"] = x.requestID, x.in.Binding, h.nodeID
 	if op := x.operator; op != nil {
@@ -438,20 +437,23 @@ func (h *Engine) negotiationRecord(x *exchange, kind, outcome, reason string, re
 		rec["session_id"] = x.sessionID
 	}
 	// The agent's own copy (INSPECT target=negotiations), kept whether
-	// or not the durable log is open (AppendOwned takes rec over, so
-	// the copy is made first); it names the log's hash when the log
-	// took the record.
-	mine := maps.Clone(rec)
-	mine["agent_id"], mine["at"] = x.agentID, h.now().UTC().Format(time.RFC3339Nano)
+	// or not the durable log is open: the record as the log wrote it
+	// (AppendOwned completes rec: agent_id, seq, at, prev) with the
+	// log's hash, else the record with agent_id and at.
 	if log != nil {
 		hash, err := log.AppendOwned(x.agentID, rec)
-		if err != nil {
-			x.log().Error("appending negotiation record", zap.String("agent_id", x.agentID), zap.String("kind", kind), zap.Error(err))
-		} else {
-			mine["hash"] = hash
+		if err == nil {
+			rec["hash"] = hash
+			rs.negs.add(x.agentID, rec)
+			return
 		}
+		x.log().Error("appending negotiation record", zap.String("agent_id", x.agentID), zap.String("kind", kind), zap.Error(err))
+		// Not in the log: no place in its chain.
+		delete(rec, "seq")
+		delete(rec, "prev")
 	}
-	rs.negs.add(x.agentID, mine)
+	rec["agent_id"], rec["at"] = x.agentID, h.now().UTC().Format(time.RFC3339Nano)
+	rs.negs.add(x.agentID, rec)
 }
 
 // grantedOf describes what a contract grants, for negotiation records.

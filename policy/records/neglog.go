@@ -401,12 +401,15 @@ func (l *Log) Append(agentID string, rec map[string]any) (hash string, err error
 	return l.append(agentID, record)
 }
 
-// AppendOwned is Append for a record map the caller gives up: the log
-// completes rec itself ("agent_id", "seq", "at", "prev") instead of a
-// copy, so the caller must neither read nor write rec afterwards, nor
-// share its values' maps with another goroutine that writes them. The
-// line written is the one Append writes for the same fields. A map made
-// with room for the four added members (len(rec)+4) is not grown.
+// AppendOwned is Append completing the caller's map: the log adds
+// "agent_id", "seq", "at" and "prev" to rec itself instead of to a
+// copy, so no other goroutine may read or write rec, or write its
+// values' maps, during the call. When it returns nil, rec is the
+// record as written (without its "hash", which it returns) and is the
+// caller's again; after an error, rec may hold some of the added
+// members. The line written is the one Append writes for the same
+// fields. A map made with room for the four added members (len(rec)+4)
+// is not grown.
 func (l *Log) AppendOwned(agentID string, rec map[string]any) (hash string, err error) {
 	record, err := checkRecord(agentID, rec, true)
 	if err != nil {
