@@ -117,6 +117,11 @@ func (b *logBudget) logFor(l *zap.Logger, agent, reason string) *zap.Logger {
 	if !ok {
 		return nil
 	}
+	return withSuppressed(l, n)
+}
+
+// withSuppressed is l, with a "suppressed" field when n > 0.
+func withSuppressed(l *zap.Logger, n int) *zap.Logger {
 	if n > 0 {
 		return l.With(zap.Int("suppressed", n))
 	}
@@ -133,9 +138,14 @@ func (h *Engine) AgentLog(agentID, reason string) *zap.Logger {
 }
 
 // agentLog is AgentLog for the request of x: its logger (log, with
-// request_id) within the budget of (x's Agent-ID, reason).
+// request_id) within the budget of (x's Agent-ID, reason). The budget
+// is asked first: a line held back costs no logger.
 func (x *exchange) agentLog(reason string) *zap.Logger {
-	return x.h.logBudget.logFor(x.log(), x.agentID, reason)
+	ok, n := x.h.logBudget.take(x.agentID, reason)
+	if !ok {
+		return nil
+	}
+	return withSuppressed(x.log(), n)
 }
 
 // BudgetCore is core with its entries held to the bound of LogBurst
