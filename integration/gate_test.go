@@ -1,7 +1,8 @@
 package integration
 
 import (
-	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -17,10 +18,10 @@ func TestGateRefusals(t *testing.T) {
 	ab := assertErrorBody(t, absent, 404, "")
 	assertNoRCNSSignal(t, absent)
 
-	// §24 18: only the exact value "true" opens lock 2; "false" is the
-	// absent header. Any other value is not silently "no" (cases/04,
-	// which wins over item 18's "like an absent header"): 400
-	// invalid-allow-rcns naming the accepted values.
+	// §24 18: only the exact value "true" opens lock 2; "false" and any
+	// other value get the absent header's answer (status, reason, no
+	// RCNS signal), the others with an explanation that names the
+	// accepted values (cases/04: not a bare 404).
 	t.Run("Allow-RCNS false", func(t *testing.T) {
 		r := w.book(t, agentA1, scopeAll, "Allow-RCNS", "false")
 		b := assertErrorBody(t, r, absent.Status, "")
@@ -32,9 +33,12 @@ func TestGateRefusals(t *testing.T) {
 	for _, v := range []string{"TRUE", "True", "1", "optimistic", "yes", ""} {
 		t.Run("Allow-RCNS "+quoteOrEmpty(v), func(t *testing.T) {
 			r := w.book(t, agentA1, scopeAll, "Allow-RCNS", v)
-			b := assertErrorBody(t, r, 400, "invalid-allow-rcns")
-			if got := fmt.Sprint(b["accepted_values"]); got != "[true false]" {
-				t.Errorf("accepted_values %s, want [true false]", got)
+			b := assertErrorBody(t, r, absent.Status, "")
+			if str(b, "reason") != str(ab, "reason") {
+				t.Errorf("reason %q, want the absent-header reason %q", str(b, "reason"), str(ab, "reason"))
+			}
+			if e := str(b, "explanation"); !strings.Contains(e, "Allow-RCNS "+strconv.Quote(v)+" is not a value this gateway understands") || !strings.Contains(e, `the accepted values are "true"`) {
+				t.Errorf("explanation %q does not name the value and the accepted ones", e)
 			}
 			assertNoRCNSSignal(t, r)
 		})

@@ -72,10 +72,11 @@ func AllowRCNS(headerValue string) bool { return headerValue == "true" }
 
 // AllowRCNSValues are the Allow-RCNS values the gateway understands,
 // case-sensitive: "true" opens lock 2 and "false" keeps it closed, as an
-// absent header does (RCNS §3, §11.1). Where lock 2 decides the answer,
-// any other value ("optimistic", "TRUE", "1", "") is refused with a 400
-// that names these, not answered the silent 404/405 of an absent header:
-// a caller that meant to opt in learns that it did not (cases/04).
+// absent header does (RCNS §3, §11.1). Any other value ("optimistic",
+// "TRUE", "1", "") also keeps it closed and gets the absent header's
+// answer, the same 404/405 (§24 item 18), whose explanation names these
+// values: a caller that meant to opt in learns that it did not
+// (cases/04).
 var AllowRCNSValues = []string{"true", "false"}
 
 // KnownAllowRCNS reports whether an Allow-RCNS header value is one of

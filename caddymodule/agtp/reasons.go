@@ -155,7 +155,6 @@ var (
 // RCNS gate and contracts (spec §11, §13, §14).
 var (
 	RCNSDisabled           = def("rcns-disabled", 464, NotRetryable)
-	InvalidAllowRCNS       = def("invalid-allow-rcns", 400, NotRetryable)
 	TrustTierInsufficient  = def("trust-tier-insufficient", 464, NotRetryable)
 	CompositionImpossible  = def("composition-impossible", 464, NotRetryable)
 	SynthesisError         = def("synthesis-error", 464, NotRetryable)

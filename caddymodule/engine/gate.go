@@ -54,15 +54,15 @@ func (h *Engine) gateway(x *exchange, req *request) {
 	}
 	if !proceed {
 		h.metrics.lockRefusal(policy.LockCallerOptIn.String())
+		var hint string
 		if v, sent := x.in.Value("Allow-RCNS"); sent && !policy.KnownAllowRCNS(v) {
-			x.fail(h.invalidAllowRCNS(v))
-			return
+			hint = allowRCNSHint(v)
 		}
 		if len(h.set.MethodsForPath(x.path)) > 0 {
-			x.fail(h.methodNotAllowed(x, fmt.Sprintf("no endpoint serves %s %s; the path is served under other methods", x.method, x.path)))
+			x.fail(h.methodNotAllowed(x, fmt.Sprintf("no endpoint serves %s %s; the path is served under other methods%s", x.method, x.path, hint)))
 			return
 		}
-		x.fail(agtp.NotFound.New(fmt.Sprintf("no endpoint serves %s %s", x.method, x.path)))
+		x.fail(agtp.NotFound.New(fmt.Sprintf("no endpoint serves %s %s%s", x.method, x.path, hint)))
 		return
 	}
 	// Locks 1–2 are open: idempotent replay first, then the RCNS budget,
@@ -405,13 +405,13 @@ func (h *Engine) spend(x *exchange, req *request, l store.Limiter) bool {
 	return false
 }
 
-// invalidAllowRCNS is the 400 invalid-allow-rcns for an Allow-RCNS value
-// other than policy.AllowRCNSValues on a pair no endpoint serves, where
-// the value decides between negotiation and a plain 404/405: it names
-// the accepted values (field accepted_values) and the server's delivery
-// mode, which no request header chooses (cases/04: the reference
-// client's "optimistic" got a bare 404).
-func (h *Engine) invalidAllowRCNS(v string) *agtp.Error {
-	return agtp.InvalidAllowRCNS.WithFields(fmt.Sprintf("Allow-RCNS %q is not a value this gateway understands: send Allow-RCNS: true to let it negotiate a contract for a pair no endpoint serves, or false (or no header) for none. The values are case-sensitive; the delivery mode is the server's (%s), not the header's",
-		textcut.Clip(v), h.Mode), map[string]any{"accepted_values": policy.AllowRCNSValues})
+// allowRCNSHint ends the explanation of the 404/405 answered for a
+// pair no endpoint serves when Allow-RCNS has a value other than
+// policy.AllowRCNSValues: the answer is the absent header's (RCNS §10
+// step 9, §24 item 18: status, reason and no RCNS signal), and its
+// explanation says the value was not read as an opt-in and names the
+// accepted values (cases/04: the reference client's "optimistic" got a
+// bare 404). It names neither the server's RCNS posture nor its mode.
+func allowRCNSHint(v string) string {
+	return fmt.Sprintf(`; Allow-RCNS %q is not a value this gateway understands and was read as no opt-in, like an absent header: the accepted values are "true" (let the gateway negotiate a contract for a pair no endpoint serves) and "false", case-sensitive`, textcut.Clip(v))
 }

@@ -1216,7 +1216,7 @@ func TestEveryStageRefusal(t *testing.T) {
 		{stage: "pair", name: "path served by other methods", send: srSend("BOOK", "/items/1", srMe(), ""),
 			want: agtp.MethodNotAllowed, expl: "the path is served under other methods", check: srField("allowed_methods_for_path", `["FETCH"]`)},
 		{stage: "pair", name: "Allow-RCNS not understood", send: srSend("LOOKUP", "/nothing/here", srMe("Allow-RCNS", "TRUE"), ""),
-			want: agtp.InvalidAllowRCNS, expl: `Allow-RCNS "TRUE" is not a value`, check: srField("accepted_values", `["true","false"]`)},
+			want: agtp.NotFound, expl: `no endpoint serves LOOKUP /nothing/here; Allow-RCNS "TRUE" is not a value this gateway understands and was read as no opt-in`},
 		{stage: "pair", name: "RCNS disabled", engine: "rcns-off", send: srSend("LOOKUP", "/item/x", srMe("Allow-RCNS", "true"), ""),
 			want: agtp.RCNSDisabled, expl: "negotiation is disabled on this server", check: srHasHeader("RCNS-Attempt-Id", "")},
 		{stage: "pair", name: "gate without Authority-Scope", send: srSend("LOOKUP", "/item/x", srAs(testAgent, "", "Allow-RCNS", "true"), ""),
