@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -465,5 +466,25 @@ func TestProposeErrorsNameNegotiation(t *testing.T) {
 	wantError(t, a, 400, "invalid-proposal", "")
 	if id := a.str("negotiation_id"); id == "" || a.hdr("Negotiation-ID") != id {
 		t.Errorf("invalid proposal: %s (Negotiation-ID %q); want negotiation_id in the body and the header", a, a.hdr("Negotiation-ID"))
+	}
+}
+
+// TestSessionBelongsToItsAgent: a Session-ID is checked against the
+// Agent-ID that sends it (RCNS §3) by keying sessions by agent: another
+// agent that sends the same Session-ID, header and parameter, ends none
+// of the first agent's contracts; the first agent's SUSPEND does.
+func TestSessionBelongsToItsAgent(t *testing.T) {
+	g := &testGateway{h: benchHandlerWith(t, benchUpstream(t).URL, false, "", "", withOperator(t))}
+	const sid = "mine-0123456789abcdefABCDEF"
+	id := g.propose(t, "/item/session-owned", "Session-ID", sid)
+	a := g.builtin(t, "SUSPEND", map[string]any{"session_id": sid}, "Agent-ID", operatorAgent, "Authority-Scope", "inspect:all", "Session-ID", sid)
+	if a.status != 200 || fmt.Sprint(field(a.body, "result", "released")) != "[]" {
+		t.Fatalf("another agent's SUSPEND of the session: %s; want 200 releasing nothing", a)
+	}
+	if st := g.inspectState(t, id); st != recipes.StateActive {
+		t.Fatalf("after another agent's SUSPEND of the session, the contract is %q, want active", st)
+	}
+	if got := g.released(t, sid); len(got) != 1 || got[0] != id {
+		t.Fatalf("the owner's SUSPEND of the session released %v, want [%s]", got, id)
 	}
 }

@@ -296,6 +296,7 @@ bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope 'hotel:read
    The second call is served by the contract the first made (Tier C by pair,
    on either door: one engine, one state). rcns-demo-tier3 gets 464
    trust-tier-insufficient; rcns-demo-noscope, without rcns:negotiate, 262:
+bin/rcns-agent call -key $K/rcns-demo-tier3.pem -agent-id $A3 -scope 'rcns:negotiate, hotel:read, hotel:book' -allow-rcns BOOK $GW/room '$BOOK'
 bin/rcns-agent call -key $K/rcns-demo-noscope.pem -agent-id $A2 -scope 'hotel:read, hotel:book' -allow-rcns BOOK $GW/room '$BOOK'
    Plain HTTP still works: curl -i $GW/reservations
 
@@ -351,7 +352,7 @@ identity header: Agent-ID is trusted as sent (loopback only).
 1. Discover: curl -i -X DISCOVER $GW/
 2. Fetch a guest over the HTTP door, then the native door:
 curl -i -X FETCH -H 'Agent-ID: $A1' -H 'Authority-Scope: hotel:read' $GW/guests/g-1
-bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope hotel:read FETCH $NATIVE/guests/g-1
+bin/rcns-agent call -agent-id $A1 -scope hotel:read FETCH $NATIVE/guests/g-1
 3. Book a room (RCNS synthesis, 263):
 curl -i -X BOOK -H 'Agent-ID: $A1' -H 'Allow-RCNS: true' -H 'Authority-Scope: rcns:negotiate, hotel:read, hotel:book' -H 'Content-Type: application/json' -d '$BOOK' $GW/room
 
