@@ -355,6 +355,10 @@ curl -i -X FETCH -H 'Agent-ID: $A1' -H 'Authority-Scope: hotel:read' $GW/guests/
 bin/rcns-agent call -agent-id $A1 -scope hotel:read FETCH $NATIVE/guests/g-1
 3. Book a room (RCNS synthesis, 263):
 curl -i -X BOOK -H 'Agent-ID: $A1' -H 'Allow-RCNS: true' -H 'Authority-Scope: rcns:negotiate, hotel:read, hotel:book' -H 'Content-Type: application/json' -d '$BOOK' $GW/room
+   rcns-demo-tier3 gets 464 trust-tier-insufficient; rcns-demo-noscope,
+   without rcns:negotiate, 262:
+curl -i -X BOOK -H 'Agent-ID: $A3' -H 'Allow-RCNS: true' -H 'Authority-Scope: rcns:negotiate, hotel:read, hotel:book' -H 'Content-Type: application/json' -d '$BOOK' $GW/room
+curl -i -X BOOK -H 'Agent-ID: $A2' -H 'Allow-RCNS: true' -H 'Authority-Scope: hotel:read, hotel:book' -H 'Content-Type: application/json' -d '$BOOK' $GW/room
 
 4. MCP: add the gateway to an MCP client's config (Claude, an IDE, the MCP
    Inspector) with the agent's identity as HTTP headers:

@@ -447,7 +447,12 @@ func (h *Engine) negotiationRecord(x *exchange, kind, outcome, reason string, re
 			rs.negs.add(x.agentID, rec)
 			return
 		}
-		x.log().Error("appending negotiation record", zap.String("agent_id", x.agentID), zap.String("kind", kind), zap.Error(err))
+		// Every record meets a failed log (a full disk) until its retry
+		// succeeds (records.LogRetryInterval): the line is held to the
+		// log budget, for all agents together.
+		if ok, n := h.logBudget.take("", "negotiation-log-failed"); ok {
+			withSuppressed(x.log(), n).Error("appending negotiation record", zap.String("agent_id", x.agentID), zap.String("kind", kind), zap.Error(err))
+		}
 		// Not in the log: no place in its chain.
 		delete(rec, "seq")
 		delete(rec, "prev")

@@ -98,6 +98,11 @@ const (
 	OutcomeRefused = "refused"
 )
 
+// LogRetryInterval is how long a [Log] that failed to write waits before
+// an Append tries again; until then, and while a try fails, Appends
+// return the failure at once.
+const LogRetryInterval = time.Second
+
 // ErrLogClosed is returned by [Log.Append] after [Log.Close].
 var ErrLogClosed = errors.New("records: negotiation log is closed")
 
@@ -139,9 +144,15 @@ type LogOptions struct {
 // the first), and hash is lowercase hex SHA-256 of the JCS form of the
 // record without its hash member. Chains cross files and restarts.
 //
-// A Log is safe for concurrent use. After an I/O error it refuses all
-// further records (the file may end in a torn line); reopening truncates
-// a torn last line and continues.
+// A Log is safe for concurrent use. After an I/O error it refuses
+// records (the file may end in a torn line). A failure to write, or to
+// open or create a file (a full disk, a file an operator moved), is
+// tried again by the first Append at least [LogRetryInterval] later: it
+// cuts the file back to its last complete line and writes on, the
+// chains continuing from the last record written. A failed fsync, or a
+// failed close or directory sync, is not retried (the kernel may have
+// dropped the data it covered); reopening the log truncates a torn last
+// line and continues.
 type Log struct {
 	dir      string
 	policy   FsyncPolicy
@@ -158,7 +169,9 @@ type Log struct {
 	curSize int64    // its size in bytes
 
 	closed        bool
-	failed        error  // sticky I/O error
+	failed        error     // the I/O error the log refuses records with
+	retryable     bool      // failed is a write, open or create error (recoverLocked)
+	failedAt      time.Time // when failed was set, or last tried again (l.now)
 	written       uint64 // records written
 	synced        uint64 // records known durable
 	flusherExited bool
@@ -427,9 +440,10 @@ func (l *Log) append(agentID string, record map[string]any) (hash string, err er
 		return "", ErrLogClosed
 	}
 	if l.failed != nil {
-		err := l.failed
-		l.mu.Unlock()
-		return "", err
+		if err := l.recoverLocked(); err != nil {
+			l.mu.Unlock()
+			return "", err
+		}
 	}
 	head, ok := l.heads[agentID]
 	if !ok {
@@ -613,13 +627,13 @@ func (l *Log) writeLocked(now time.Time, line []byte) error {
 		path := filepath.Join(l.dir, logName(l.curDay, l.curNum))
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 		if err != nil {
-			l.failLocked(fmt.Errorf("records: open negotiation log: %w", err))
+			l.failWriteLocked(fmt.Errorf("records: open negotiation log: %w", err))
 			return l.failed
 		}
 		l.f = f
 	}
 	if _, err := l.f.Write(line); err != nil {
-		l.failLocked(fmt.Errorf("records: write negotiation log: %w", err))
+		l.failWriteLocked(fmt.Errorf("records: write negotiation log: %w", err))
 		return l.failed
 	}
 	l.curSize += size
@@ -652,7 +666,7 @@ func (l *Log) rotateLocked(day string, num int) error {
 			continue
 		}
 		if err != nil {
-			l.failLocked(fmt.Errorf("records: create negotiation log file: %w", err))
+			l.failWriteLocked(fmt.Errorf("records: create negotiation log file: %w", err))
 			return l.failed
 		}
 		l.f = f
@@ -674,6 +688,50 @@ func (l *Log) failLocked(err error) {
 		l.failed = err
 	}
 	l.cond.Broadcast()
+}
+
+// failWriteLocked is failLocked for an error writing, opening or
+// creating a file, which recoverLocked tries again.
+func (l *Log) failWriteLocked(err error) {
+	if l.failed == nil {
+		l.failed, l.retryable, l.failedAt = err, true, l.now()
+	}
+	l.cond.Broadcast()
+}
+
+// recoverLocked clears a retryable failure once LogRetryInterval has
+// passed since it (or since the last try): it fsyncs and closes the
+// current file (unless the policy is off), cuts it back to its last
+// complete line (curSize: a failed write may have left part of a line),
+// and leaves the next write to reopen it. It returns the failure while
+// the log stays failed; a failed fsync here makes the failure final.
+func (l *Log) recoverLocked() error {
+	if !l.retryable || l.flusherExited || l.now().Sub(l.failedAt) < LogRetryInterval {
+		return l.failed
+	}
+	l.failedAt = l.now()
+	if l.f != nil {
+		if l.policy != FsyncOff {
+			// The flusher's fsync skips a failed log: records written
+			// before the failure are made durable here, before the close
+			// (which the flusher would otherwise read as a rotation).
+			if err := l.f.Sync(); err != nil {
+				l.failed, l.retryable = fmt.Errorf("records: fsync negotiation log: %w", err), false
+				return l.failed
+			}
+			l.synced = l.written
+		}
+		_ = l.f.Close()
+		l.f = nil
+	}
+	if l.curNum > 0 {
+		if err := os.Truncate(filepath.Join(l.dir, logName(l.curDay, l.curNum)), l.curSize); err != nil {
+			return l.failed
+		}
+	}
+	l.failed, l.retryable = nil, false
+	l.cond.Broadcast()
+	return nil
 }
 
 // flusher is the group-commit goroutine: woken by Append, it fsyncs at

@@ -888,3 +888,75 @@ func readDir(t *testing.T, dir string) string {
 	}
 	return out.String()
 }
+
+// TestLogRecoversAfterWriteFailure: a write that fails (here: the file
+// handle turned read-only, the kind of error a full disk gives) is
+// refused at once until LogRetryInterval has passed, then the next
+// Append cuts the file back to its last complete line (a torn tail is
+// left behind on purpose) and writes on: the directory verifies, the
+// chain continuing from the last record written. A failure that is not
+// a write's (a failed fsync) is not retried.
+func TestLogRecoversAfterWriteFailure(t *testing.T) {
+	for _, policy := range []FsyncPolicy{FsyncOff, FsyncGroup, FsyncAlways} {
+		t.Run(string(policy), func(t *testing.T) {
+			dir := t.TempDir()
+			var mu sync.Mutex
+			now := day1
+			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+			advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+			l := mustOpenLog(t, LogOptions{Dir: dir, Fsync: policy, Now: clock})
+			mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+			mustAppend(t, l, "B", gateRecord(OutcomeAccepted))
+
+			l.mu.Lock()
+			path := l.f.Name()
+			_ = l.f.Close()
+			ro, err := os.Open(path)
+			if err != nil {
+				l.mu.Unlock()
+				t.Fatal(err)
+			}
+			l.f = ro
+			l.mu.Unlock()
+			torn, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := torn.WriteString(`{"agent_id":"A","at":"2026-`); err != nil {
+				t.Fatal(err)
+			}
+			_ = torn.Close()
+
+			if _, err := l.Append("A", gateRecord(OutcomeRefused)); err == nil || !strings.Contains(err.Error(), "write negotiation log") {
+				t.Fatalf("Append on a read-only handle: %v, want the write error", err)
+			}
+			advance(LogRetryInterval / 2)
+			if _, err := l.Append("A", gateRecord(OutcomeRefused)); err == nil {
+				t.Fatal("Append before LogRetryInterval passed succeeded, want the failure")
+			}
+			advance(LogRetryInterval / 2)
+			mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+			mustAppend(t, l, "B", gateRecord(OutcomeRefused))
+			if err := l.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			st, err := VerifyDirStats(dir)
+			if err != nil || st.Records != 4 || st.Chains != 2 {
+				t.Fatalf("VerifyDirStats = %+v, %v; want 4 records in 2 chains, no torn line", st, err)
+			}
+		})
+	}
+	t.Run("fsync failure is final", func(t *testing.T) {
+		now := day1
+		l := mustOpenLog(t, LogOptions{Dir: t.TempDir(), Fsync: FsyncOff, Now: func() time.Time { return now }})
+		mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+		l.mu.Lock()
+		l.failLocked(errors.New("records: fsync negotiation log: input/output error"))
+		l.mu.Unlock()
+		now = now.Add(10 * LogRetryInterval)
+		if _, err := l.Append("A", gateRecord(OutcomeAccepted)); err == nil || !strings.Contains(err.Error(), "fsync") {
+			t.Fatalf("Append after a failed fsync: %v, want the fsync failure", err)
+		}
+		_ = l.Close()
+	})
+}
