@@ -172,8 +172,8 @@ type Log struct {
 	failed        error     // the I/O error the log refuses records with
 	retryable     bool      // failed is a write, open or create error (recoverLocked)
 	failedAt      time.Time // when failed was set, or last tried again (l.now)
-	written       uint64 // records written
-	synced        uint64 // records known durable
+	written       uint64    // records written
+	synced        uint64    // records known durable
 	flusherExited bool
 
 	kick        chan struct{} // wakes the flusher; buffered 1
