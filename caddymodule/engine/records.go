@@ -249,15 +249,44 @@ func (rs *recordState) flusher(c *records.Chains, stop, done chan struct{}, logg
 	defer close(done)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var report flushReport
 	for {
 		select {
-		case <-t.C:
-			if err := c.Flush(); err != nil {
-				logger.Error("persisting attribution chain heads", zap.Error(err))
-			}
+		case now := <-t.C:
+			report.note(logger, c.Flush(), now)
 		case <-stop:
 			return
 		}
+	}
+}
+
+// flushReportEvery is how often a flush that keeps failing is logged
+// again.
+const flushReportEvery = time.Minute
+
+// flushReport bounds the flusher's lines while the chain heads cannot
+// be written (a full disk fails every flush, once a second): the first
+// failure is an ERROR, a failure that goes on is logged again at most
+// every flushReportEvery with the count of failed flushes, and the
+// first flush that works after is an INFO.
+type flushReport struct {
+	failed int       // flushes failed since the last that worked
+	logged time.Time // when the last ERROR was written
+}
+
+// note takes the result of one flush at now; logger may be nil.
+func (f *flushReport) note(logger *zap.Logger, err error, now time.Time) {
+	if err == nil {
+		if f.failed > 0 && logger != nil {
+			logger.Info("persisting attribution chain heads works again", zap.Int("failed_flushes", f.failed))
+		}
+		f.failed = 0
+		return
+	}
+	f.failed++
+	if logger != nil && (f.failed == 1 || now.Sub(f.logged) >= flushReportEvery) {
+		logger.Error("persisting attribution chain heads", zap.Int("failed_flushes", f.failed), zap.Error(err))
+		f.logged = now
 	}
 }
 

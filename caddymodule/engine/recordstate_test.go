@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gofrs/flock"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddy-rcns/caddy-rcns/internal/dirsnap"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
@@ -137,5 +139,33 @@ func TestHeldErrorNamesAnotherProcess(t *testing.T) {
 	err = rs.open(dir, records.FsyncOff, nil, zap.NewNop())
 	if err == nil || !strings.HasPrefix(err.Error(), "records_dir "+dir+" is held by another gateway: ") {
 		t.Errorf("holder unknown: %v", err)
+	}
+}
+
+// TestFlushReportBounded: a chain-head flush that fails once a second
+// (a full disk) logs its first failure, then at most once per
+// flushReportEvery with the count, and an INFO when a flush works
+// again; it logged an ERROR every second.
+func TestFlushReportBounded(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	logger := zap.New(core)
+	var f flushReport
+	now := time.Unix(1_700_000_000, 0)
+	full := errors.New("write attribution-chains.json: no space left on device")
+	for i := range 150 { // 150 s of failed flushes
+		f.note(logger, full, now.Add(time.Duration(i)*time.Second))
+	}
+	f.note(logger, nil, now.Add(150*time.Second))
+	f.note(logger, nil, now.Add(151*time.Second))
+	errs := logs.FilterMessage("persisting attribution chain heads").All()
+	if len(errs) != 3 { // at 0 s, 60 s, 120 s
+		t.Fatalf("%d ERROR lines over 150 failed flushes, want 3: %v", len(errs), errs)
+	}
+	if n := errs[2].ContextMap()["failed_flushes"]; n != int64(121) {
+		t.Errorf("third line failed_flushes %v, want 121", n)
+	}
+	back := logs.FilterMessage("persisting attribution chain heads works again").All()
+	if len(back) != 1 || back[0].ContextMap()["failed_flushes"] != int64(150) {
+		t.Fatalf("recovery lines %v, want one with failed_flushes 150", back)
 	}
 }

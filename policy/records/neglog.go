@@ -703,8 +703,10 @@ func (l *Log) failWriteLocked(err error) {
 // passed since it (or since the last try): it fsyncs and closes the
 // current file (unless the policy is off), cuts it back to its last
 // complete line (curSize: a failed write may have left part of a line),
-// and leaves the next write to reopen it. It returns the failure while
-// the log stays failed; a failed fsync here makes the failure final.
+// and leaves the next write to reopen it; a current file that is gone
+// is followed by a new one. It returns the failure while the log stays
+// failed (the try's own error when the try failed); a failed fsync here
+// makes the failure final.
 func (l *Log) recoverLocked() error {
 	if !l.retryable || l.flusherExited || l.now().Sub(l.failedAt) < LogRetryInterval {
 		return l.failed
@@ -724,12 +726,21 @@ func (l *Log) recoverLocked() error {
 		_ = l.f.Close()
 		l.f = nil
 	}
+	l.failed, l.retryable = nil, false
 	if l.curNum > 0 {
-		if err := os.Truncate(filepath.Join(l.dir, logName(l.curDay, l.curNum)), l.curSize); err != nil {
+		err := os.Truncate(filepath.Join(l.dir, logName(l.curDay, l.curNum)), l.curSize)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			// The file is gone (moved away to make room): the next
+			// records go in a new one.
+			if err := l.rotateLocked(l.curDay, l.curNum+1); err != nil {
+				return err
+			}
+		case err != nil:
+			l.failWriteLocked(fmt.Errorf("records: cut the negotiation log back to its last complete line: %w", err))
 			return l.failed
 		}
 	}
-	l.failed, l.retryable = nil, false
 	l.cond.Broadcast()
 	return nil
 }

@@ -946,6 +946,41 @@ func TestLogRecoversAfterWriteFailure(t *testing.T) {
 			}
 		})
 	}
+	t.Run("current file moved away", func(t *testing.T) {
+		dir := t.TempDir()
+		now := day1
+		l := mustOpenLog(t, LogOptions{Dir: dir, Fsync: FsyncGroup, Now: func() time.Time { return now }})
+		h1 := mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+		l.mu.Lock()
+		path := l.f.Name()
+		_ = l.f.Close()
+		ro, err := os.Open(path)
+		if err != nil {
+			l.mu.Unlock()
+			t.Fatal(err)
+		}
+		l.f = ro
+		l.mu.Unlock()
+		if _, err := l.Append("A", gateRecord(OutcomeRefused)); err == nil {
+			t.Fatal("Append on a read-only handle succeeded")
+		}
+		// The operator moves the full file away to make room.
+		if err := os.Rename(path, filepath.Join(t.TempDir(), "archived.jsonl")); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(LogRetryInterval)
+		mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		files, lines := readLines(t, dir)
+		if len(files) != 1 || files[0] == filepath.Base(path) || len(lines) != 1 {
+			t.Fatalf("files %v with %d lines, want one new file with the record written after the move", files, len(lines))
+		}
+		if lines[0]["seq"] != float64(2) || lines[0]["prev"] != h1 {
+			t.Errorf("record after the move: seq %v prev %v, want 2 and %s (the chain continues)", lines[0]["seq"], lines[0]["prev"], h1)
+		}
+	})
 	t.Run("fsync failure is final", func(t *testing.T) {
 		now := day1
 		l := mustOpenLog(t, LogOptions{Dir: t.TempDir(), Fsync: FsyncOff, Now: func() time.Time { return now }})
