@@ -889,6 +889,23 @@ func readDir(t *testing.T, dir string) string {
 	return out.String()
 }
 
+// breakWrites swaps l's current file handle for a read-only one on the
+// same file, so that its next write fails as a full disk's would, and
+// returns the file's path.
+func breakWrites(t *testing.T, l *Log) string {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	path := l.f.Name()
+	_ = l.f.Close()
+	ro, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.f = ro
+	return path
+}
+
 // TestLogRecoversAfterWriteFailure: a write that fails (here: the file
 // handle turned read-only, the kind of error a full disk gives) is
 // refused at once until LogRetryInterval has passed, then the next
@@ -908,16 +925,7 @@ func TestLogRecoversAfterWriteFailure(t *testing.T) {
 			mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
 			mustAppend(t, l, "B", gateRecord(OutcomeAccepted))
 
-			l.mu.Lock()
-			path := l.f.Name()
-			_ = l.f.Close()
-			ro, err := os.Open(path)
-			if err != nil {
-				l.mu.Unlock()
-				t.Fatal(err)
-			}
-			l.f = ro
-			l.mu.Unlock()
+			path := breakWrites(t, l)
 			torn, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -951,16 +959,7 @@ func TestLogRecoversAfterWriteFailure(t *testing.T) {
 		now := day1
 		l := mustOpenLog(t, LogOptions{Dir: dir, Fsync: FsyncGroup, Now: func() time.Time { return now }})
 		h1 := mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
-		l.mu.Lock()
-		path := l.f.Name()
-		_ = l.f.Close()
-		ro, err := os.Open(path)
-		if err != nil {
-			l.mu.Unlock()
-			t.Fatal(err)
-		}
-		l.f = ro
-		l.mu.Unlock()
+		path := breakWrites(t, l)
 		if _, err := l.Append("A", gateRecord(OutcomeRefused)); err == nil {
 			t.Fatal("Append on a read-only handle succeeded")
 		}
