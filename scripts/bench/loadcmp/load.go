@@ -51,8 +51,23 @@ type stats struct {
 	CaddyCPU  float64 `json:"caddy_cpu_us"`
 	CPUSource string  `json:"cpu_source"`
 	// OtherCores is the CPU the machine spent during the run on work
-	// other than Caddy, the upstream and this driver, in cores.
+	// other than Caddy, the upstream, redis-server and this driver, in
+	// cores.
 	OtherCores float64 `json:"other_cores"`
+	// The other processes of the run, CPU per request in µs: the
+	// upstream, redis-server (its site's store; idle otherwise) and this
+	// driver (the load generator). With Caddy's, they are the machine's
+	// work per request, which a closed loop queues on its shared cores.
+	UpstreamCPU float64 `json:"upstream_cpu_us"`
+	RedisCPU    float64 `json:"redis_cpu_us"`
+	DriverCPU   float64 `json:"driver_cpu_us"`
+	// From Caddy's metrics over the run (metrics.go): the mean time of
+	// a request in the rcns engine (ms), and per request the store's
+	// round trips an answer waits for and their wall time (ms). Zero on
+	// a site without rcns.
+	EngineMS    float64 `json:"engine_ms"`
+	StoreTrips  float64 `json:"store_trips"`
+	StoreWaitMS float64 `json:"store_wait_ms"`
 }
 
 // maxErrorKinds bounds the distinct error texts a run keeps.

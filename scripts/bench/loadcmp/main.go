@@ -126,6 +126,7 @@ type driver struct {
 	log                       io.Writer
 	procs                     []*proc
 	caddyProc, upProc         *proc
+	redisProc                 *proc
 	seq                       int
 	// The oauth site's authorization server (oauth.go): node, the
 	// authserver.mjs script, the issuer and the one token every
@@ -382,6 +383,12 @@ func (d *driver) one(ctx context.Context, s *scenario, phaseTag string, dur time
 	if s.Phase == phaseSlow {
 		p = plan{N: int(math.Ceil(float64(d.o.SlowRate) * dur.Seconds())), Duration: dur, Rate: d.o.SlowRate, Conns: d.o.SlowConns}
 	}
+	// The metrics are scraped outside the CPU readings: the scrape is
+	// Caddy's work, not the run's.
+	e0, err := scrapeEngine(ctx, "http://"+d.admin+"/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("caddy metrics: %v", err)
+	}
 	c0, err := readCPU("/proc", d.caddyProc.pid())
 	if err != nil {
 		return nil, fmt.Errorf("caddy cpu: %v", err)
@@ -389,6 +396,10 @@ func (d *driver) one(ctx context.Context, s *scenario, phaseTag string, dur time
 	u0, err := readCPU("/proc", d.upProc.pid())
 	if err != nil {
 		return nil, fmt.Errorf("upstream cpu: %v", err)
+	}
+	r0, err := readCPU("/proc", d.redisProc.pid())
+	if err != nil {
+		return nil, fmt.Errorf("redis-server cpu: %v", err)
 	}
 	busy0, err := machineBusy()
 	if err != nil {
@@ -408,15 +419,27 @@ func (d *driver) one(ctx context.Context, s *scenario, phaseTag string, dur time
 	if err != nil {
 		return nil, fmt.Errorf("upstream cpu: %v", err)
 	}
+	r1, err := readCPU("/proc", d.redisProc.pid())
+	if err != nil {
+		return nil, fmt.Errorf("redis-server cpu: %v", err)
+	}
 	busy1, err := machineBusy()
 	if err != nil {
 		return nil, err
 	}
 	wall, self := time.Since(t0).Seconds(), selfCPU()-self0
+	e1, err := scrapeEngine(ctx, "http://"+d.admin+"/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("caddy metrics: %v", err)
+	}
 	caddy, src := cpuSeconds(c0, c1, clockTicks)
 	up, _ := cpuSeconds(u0, u1, clockTicks)
-	res.CaddyCPU, res.CPUSource = caddy/float64(res.Requests)*1e6, src
-	res.OtherCores = max(0, busy1-busy0-caddy-up-self) / wall
+	rs, _ := cpuSeconds(r0, r1, clockTicks)
+	perReq := 1e6 / float64(res.Requests)
+	res.CaddyCPU, res.CPUSource = caddy*perReq, src
+	res.UpstreamCPU, res.RedisCPU, res.DriverCPU = up*perReq, rs*perReq, self*perReq
+	res.OtherCores = max(0, busy1-busy0-caddy-up-rs-self) / wall
+	res.setEngine(e0, e1)
 	if res.OK < res.Requests*99/100 {
 		return res, fmt.Errorf("%s: only %d of %d answers had status %d: %v %v", s.Key, res.OK, res.Requests, s.Want, res.Codes, res.Errors)
 	}

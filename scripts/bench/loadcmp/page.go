@@ -33,6 +33,8 @@ type pageData struct {
 	// Stages: for each missed target whose scenario was profiled, the
 	// heaviest functions of this module in its profile.
 	Stages []stage
+	// Latency: the missed p50 targets, stage by stage (latency.go).
+	Latency latencyTable
 }
 
 // maxStages bounds the missed targets the page breaks down, of each
@@ -93,12 +95,18 @@ func renderPage(r *results) (string, error) {
 	pd := pageData{Meta: r.Meta, O: r.Options, Verdicts: r.judge(), Runs: len(r.Runs)}
 	staged := map[string]bool{} // Key+" "+Of pairs already broken down
 	frameStages, diffStages := 0, 0
+	var latency []latencyStage
 	for _, v := range pd.Verdicts {
 		switch {
 		case !v.Measured:
 			pd.Unmeasured++
 		case !v.Met:
 			pd.Missed++
+			if v.T.Kind == kindP50Vs {
+				if ls, ok := r.latencyBreakdown(v); ok {
+					latency = append(latency, ls)
+				}
+			}
 			compared := v.T.Kind == kindVs || v.T.Kind == kindP50Vs
 			switch {
 			case compared && diffStages < maxStages && len(r.Costs[v.T.Key]) > 0 && len(r.Costs[v.T.Of]) > 0:
@@ -132,6 +140,7 @@ func renderPage(r *results) (string, error) {
 			pd.Sites = append(pd.Sites, s)
 		}
 	}
+	pd.Latency = latencyTableOf(latency)
 	pd.Store = r.storeComparisons()
 	pd.Creds = r.credentialComparisons()
 	pd.OtherMed, pd.OtherMax = r.otherLoad()

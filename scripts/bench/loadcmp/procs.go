@@ -238,6 +238,7 @@ func (d *driver) startRedis(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("redis-server (-redis-server %s; make deps installs it in .tools/bin): %v", d.redisServer, err)
 	}
+	d.redisProc = p
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
