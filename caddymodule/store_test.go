@@ -301,6 +301,10 @@ func TestStoreCaddyfileErrors(t *testing.T) {
 		{"bad pool", "store redis {\n\t\t\taddress 127.0.0.1:1\n\t\t\tpool_size 0\n\t\t}", "pool_size: \"0\" is not a positive integer"},
 		{"bad timeout", "store redis {\n\t\t\taddress 127.0.0.1:1\n\t\t\tread_timeout soon\n\t\t}", "read_timeout: \"soon\" is not a duration"},
 		{"prefix with brace", "store redis {\n\t\t\taddress 127.0.0.1:1\n\t\t\tkey_prefix a{b\n\t\t}", "must not contain '{' or '}'"},
+		{"contract_lease over a second", "store redis {\n\t\t\taddress 127.0.0.1:1\n\t\t\tcontract_lease 2s\n\t\t}", "contract_lease 2s is over 1s"},
+		{"contract_lease zero", "store redis {\n\t\t\taddress 127.0.0.1:1\n\t\t\tcontract_lease 0s\n\t\t}", `contract_lease: "0s" must be a positive duration`},
+		{"contract_lease off and more", "store redis {\n\t\t\taddress 127.0.0.1:1\n\t\t\tcontract_lease off now\n\t\t}", "wrong argument count"},
+		{"contract_lease none", "store redis {\n\t\t\taddress 127.0.0.1:1\n\t\t\tcontract_lease\n\t\t}", "contract_lease: want a duration or off"},
 		{"subdirective twice", "store redis {\n\t\t\taddress 127.0.0.1:1\n\t\t\tdb 1\n\t\t\tdb 2\n\t\t}", "db is set twice"},
 		{"store twice", "store memory\n\t\tstore memory", "store is set twice"},
 		{"store_required value", "store_required maybe", `store_required: "maybe" is not on or off`},
@@ -319,6 +323,18 @@ func TestStoreCaddyfileErrors(t *testing.T) {
 	}
 }
 
+// TestContractLeaseCaddyfile: contract_lease takes a duration or off
+// (JSON: a negative duration).
+func TestContractLeaseCaddyfile(t *testing.T) {
+	for arg, want := range map[string]string{"250ms": `"contract_lease":250000000`, "off": `"contract_lease":-1`} {
+		src := ":8080 {\n\trcns {\n\t\tstore redis {\n\t\t\taddress 127.0.0.1:1\n\t\t\tcontract_lease " + arg + "\n\t\t}\n\t}\n}\n"
+		out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), nil)
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("contract_lease %s: %v; the JSON does not hold %s: %s", arg, err, want, out)
+		}
+	}
+}
+
 // TestStoreConfigValidate: JSON can say what the Caddyfile refuses;
 // Validate refuses it with the knob named.
 func TestStoreConfigValidate(t *testing.T) {
@@ -333,6 +349,7 @@ func TestStoreConfigValidate(t *testing.T) {
 		{"no address", StoreConfig{Store: StoreRedis, Redis: &RedisConfig{}}, "no address"},
 		{"cluster db", StoreConfig{Store: StoreRedis, Redis: &RedisConfig{Mode: "cluster", Addresses: []string{"a:1"}, DB: 2}}, "db is not for mode cluster"},
 		{"negative timeout", StoreConfig{Store: StoreRedis, Redis: &RedisConfig{Addresses: []string{"a:1"}, DialTimeout: -1}}, "must not be negative"},
+		{"long contract lease", StoreConfig{Store: StoreRedis, Redis: &RedisConfig{Addresses: []string{"a:1"}, ContractLease: caddy.Duration(2 * time.Second)}}, "contract_lease 2s is over 1s"},
 		{"bad node id", StoreConfig{Store: StoreMemory, NodeID: ".."}, "node_id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -364,6 +381,13 @@ func TestRedisPlaceholders(t *testing.T) {
 	t.Setenv("RCNS_TEST_REDIS_PASSWORD", "other")
 	if redisKey(cfg) == redisKey(r.clientConfig(caddy.NewReplacer(), time.Minute)) {
 		t.Fatal("a changed password keeps the pool key")
+	}
+	// The lease is the client's (its Sets' leases and LeaseFence): a
+	// reload that changes it gets a client with the new one.
+	before := redisKey(r.clientConfig(caddy.NewReplacer(), time.Minute))
+	r.ContractLease = caddy.Duration(time.Second)
+	if redisKey(r.clientConfig(caddy.NewReplacer(), time.Minute)) == before {
+		t.Fatal("a changed contract_lease keeps the pool key")
 	}
 }
 
@@ -436,10 +460,13 @@ func TestRedisReplayCache(t *testing.T) {
 // "after" it, and the record's, written off the answer path; the
 // health check's pings left out).
 func TestRedisRoundTripsPerRequest(t *testing.T) {
+	// The longest contract lease (1 s): the presentation within a lease
+	// comes right after the one that took it.
+	longLease := func(h *Handler) { h.Redis.ContractLease = caddy.Duration(redisstore.MaxContractLease) }
 	t.Run("single", func(t *testing.T) {
 		srv := redistest.StartServer(t)
 		up, _ := countingUpstream(t)
-		roundTripsPerRequest(t, redisGateway(t, up, srv.Addr()), false)
+		roundTripsPerRequest(t, redisGateway(t, up, srv.Addr(), longLease), false)
 	})
 	// Redis Cluster: the gate's script is in the agent's slot; the
 	// refusal's attempt record (kept in the {g} slot) is queued with the
@@ -448,7 +475,7 @@ func TestRedisRoundTripsPerRequest(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
 		cl := redistest.StartCluster(t, 3)
 		up, _ := countingUpstream(t)
-		roundTripsPerRequest(t, redisGateway(t, up, cl.Addrs()[0], func(h *Handler) {
+		roundTripsPerRequest(t, redisGateway(t, up, cl.Addrs()[0], longLease, func(h *Handler) {
 			h.Redis.Mode, h.Redis.Addresses = "cluster", cl.Addrs()
 		}), true)
 	})
@@ -504,6 +531,11 @@ func roundTripsPerRequest(t *testing.T, g *testGateway, cluster bool) {
 		{"unkeyed contract presentation", func() *answer {
 			return g.do(t, "LOOKUP", "/item/rt1", itemInput, "Contract-Synthesized", syn.str("synthesis_id"))
 		}, map[store.Op]uint64{store.OpPresent: 1, store.OpRecord: 1}},
+		// It took a lease on the contract: the next ones on this node
+		// make no round trip before the answer while it lasts.
+		{"unkeyed contract presentation within its lease", func() *answer {
+			return g.do(t, "LOOKUP", "/item/rt1", itemInput, "Contract-Synthesized", syn.str("synthesis_id"))
+		}, map[store.Op]uint64{store.OpRecord: 1}},
 		{"Tier C by pair", func() *answer { return g.do(t, "LOOKUP", "/item/rt1", itemInput) },
 			map[store.Op]uint64{store.OpResolvePair: 1, store.OpRecord: 1}},
 		// A gate evaluation: the pair lookup, the claim, the RCNS budget

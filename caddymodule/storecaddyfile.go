@@ -28,6 +28,7 @@ import (
 //	    read_timeout <duration>
 //	    write_timeout <duration>
 //	    pool_size <n>
+//	    contract_lease <duration>|off
 //	}
 //	store_required on|off
 //	node_id <name>
@@ -135,6 +136,23 @@ func (h *Handler) parseStore(d *caddyfile.Dispenser, key string) error {
 			} else {
 				r.PoolSize = n
 			}
+		case "contract_lease":
+			if !d.NextArg() {
+				return d.Errf("store redis: contract_lease: want a duration or off")
+			}
+			if d.Val() == "off" {
+				if d.NextArg() {
+					return d.ArgErr()
+				}
+				r.ContractLease = -1
+				continue
+			}
+			d.Prev()
+			dur, err := positiveDuration(d)
+			if err != nil {
+				return err
+			}
+			r.ContractLease = caddy.Duration(dur)
 		case "dial_timeout", "read_timeout", "write_timeout":
 			dur, err := positiveDuration(d)
 			if err != nil {

@@ -105,6 +105,16 @@ type RedisConfig struct {
 	// PoolSize is the number of connections per Redis server. Default
 	// go-redis's: 10 per GOMAXPROCS.
 	PoolSize int `json:"pool_size,omitempty"`
+
+	// ContractLease is how long a node answers an agent's unkeyed
+	// presentations of its active contract from one read of it, with
+	// no round trip, and how long a REVOKE or RELEASE that ended a
+	// live contract waits before it answers, so that every node has
+	// stopped serving the contract by then (docs/cluster.md
+	// "Presentation leases"). Default 100ms
+	// (redisstore.DefaultContractLease); at most 1s; negative turns
+	// leases off (Caddyfile: contract_lease off).
+	ContractLease caddy.Duration `json:"contract_lease,omitempty"`
 }
 
 // storeRequired is StoreRequired with its default.
@@ -181,6 +191,8 @@ func (r *RedisConfig) validate() error {
 		return errors.New("rcns: store redis: db must not be negative")
 	case r.PoolSize < 0:
 		return errors.New("rcns: store redis: pool_size must not be negative")
+	case time.Duration(r.ContractLease) > redisstore.MaxContractLease:
+		return fmt.Errorf("rcns: store redis: contract_lease %v is over %v (a REVOKE waits it before it answers)", time.Duration(r.ContractLease), redisstore.MaxContractLease)
 	case r.DialTimeout < 0 || r.ReadTimeout < 0 || r.WriteTimeout < 0:
 		return errors.New("rcns: store redis: timeouts must not be negative (leave them out for the defaults)")
 	case strings.ContainsAny(r.KeyPrefix, "{}"):
@@ -219,7 +231,7 @@ func (r *RedisConfig) clientConfig(repl *caddy.Replacer, quarantine time.Duratio
 		Mode: r.mode(), Addrs: addrs, MasterName: sub(r.MasterName), Username: sub(r.Username), Password: sub(r.Password),
 		DB: r.DB, CAFile: sub(r.TLSCAFile), KeyPrefix: sub(r.KeyPrefix),
 		DialTimeout: time.Duration(r.DialTimeout), ReadTimeout: time.Duration(r.ReadTimeout), WriteTimeout: time.Duration(r.WriteTimeout),
-		PoolSize: r.PoolSize, RestartQuarantine: quarantine,
+		PoolSize: r.PoolSize, RestartQuarantine: quarantine, ContractLease: time.Duration(r.ContractLease),
 	}
 	if r.TLS && cfg.CAFile == "" {
 		cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12}

@@ -468,9 +468,9 @@ func redisKey(cfg redisstore.Config) string {
 		Addrs                                                   []string
 		DB, PoolSize                                            int
 		TLS                                                     bool
-		Dial, Read, Write, Quarantine                           time.Duration
+		Dial, Read, Write, Quarantine, Lease                    time.Duration
 	}{cfg.Mode, cfg.MasterName, cfg.Username, cfg.Password, cfg.CAFile, cfg.KeyPrefix, cfg.Addrs, cfg.DB, cfg.PoolSize,
-		cfg.TLS != nil, cfg.DialTimeout, cfg.ReadTimeout, cfg.WriteTimeout, cfg.RestartQuarantine})
+		cfg.TLS != nil, cfg.DialTimeout, cfg.ReadTimeout, cfg.WriteTimeout, cfg.RestartQuarantine, cfg.ContractLease})
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:])
 }

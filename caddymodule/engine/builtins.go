@@ -1,11 +1,12 @@
 package engine
 
 import (
-	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
@@ -257,7 +258,7 @@ func (h *Engine) revoke(x *exchange, req *request, p map[string]any) {
 				ended, err := h.endContract(x, req.caller.Agent.ID, c, contractEnd{state: recipes.StateReleased, reason: "policy-change-invalidation", operator: operator,
 					via: "REVOKE target=stale-contracts", requested: map[string]any{"target": "stale-contracts", "mode": mode, "synthesis_id": c.SynthesisID}})
 				if err != nil {
-					h.afterEnding(x.ctx(), persistentLeft)
+					h.afterEnding(x, persistentLeft)
 					h.storeFailed(x, err)
 					return
 				}
@@ -265,7 +266,7 @@ func (h *Engine) revoke(x *exchange, req *request, p map[string]any) {
 			}
 			list = append(list, entry)
 		}
-		h.afterEnding(x.ctx(), persistentLeft)
+		h.afterEnding(x, persistentLeft)
 		x.write(200, agtp.MediaAGTP, map[string]any{"status": 200, "mode": mode, "contracts": list}, nil)
 	case "idempotency-key":
 		h.settleKey(x, req, p, reason)
@@ -317,7 +318,7 @@ func (h *Engine) suspend(x *exchange, req *request, p map[string]any) {
 			ended, err := h.endContract(x, req.caller.Agent.ID, c, contractEnd{state: recipes.StateReleased, reason: reason, via: "SUSPEND session_id",
 				requested: map[string]any{"target": "session", "session_id": sid, "synthesis_id": c.SynthesisID}})
 			if err != nil {
-				h.afterEnding(x.ctx(), persistentLeft)
+				h.afterEnding(x, persistentLeft)
 				h.storeFailed(x, err)
 				return
 			}
@@ -327,7 +328,7 @@ func (h *Engine) suspend(x *exchange, req *request, p map[string]any) {
 			}
 		}
 		sort.Strings(ids)
-		h.afterEnding(x.ctx(), persistentLeft)
+		h.afterEnding(x, persistentLeft)
 		x.write(200, agtp.MediaAGTP, map[string]any{"status": 200, "result": map[string]any{"session_id": sid, "released": ids}}, nil)
 		return
 	}
@@ -358,6 +359,11 @@ func (h *Engine) endContract(x *exchange, actor string, c *recipes.Contract, e c
 	ended, err := h.sto.Contracts.End(x.ctx(), c, e.state)
 	if err != nil || !ended {
 		return false, err
+	}
+	if lf, ok := h.sto.Contracts.(store.LeaseFence); ok {
+		if d := lf.LeaseFence(); d > 0 {
+			x.fence = time.Now().Add(d) // afterEnding waits for it
+		}
 	}
 	event, kind := records.EventRelease, records.KindRelease
 	if e.state == recipes.StateRevoked {
@@ -391,7 +397,7 @@ func (h *Engine) endNamed(x *exchange, actor string, c *recipes.Contract, e cont
 		return
 	}
 	noop := !ended
-	h.afterEnding(x.ctx(), !noop && c.Persistent)
+	h.afterEnding(x, !noop && c.Persistent)
 	state := e.state
 	if noop {
 		if state, err = h.sto.Contracts.State(x.ctx(), c); err != nil {
@@ -404,12 +410,25 @@ func (h *Engine) endNamed(x *exchange, actor string, c *recipes.Contract, e cont
 
 // afterEnding follows endContract calls: it updates the live-contract
 // gauge and, when a persistent contract ended (persistentLeft), rebuilds
-// the manifest it leaves (which bumps AGTP-API-Version, spec §15.4).
-func (h *Engine) afterEnding(ctx context.Context, persistentLeft bool) {
+// the manifest it leaves (which bumps AGTP-API-Version, spec §15.4);
+// then it waits until x.fence, the end of any lease a node may hold on
+// a contract the calls ended (store.LeaseFence), so that the answer
+// that follows it finds every node refusing the contract.
+func (h *Engine) afterEnding(x *exchange, persistentLeft bool) {
 	if persistentLeft {
 		if err := h.buildManifest(); err != nil {
 			h.logger.Error("rebuilding the manifest after a persistent contract ended", zap.Error(err))
 		}
 	}
-	h.contractsChanged(ctx)
+	h.contractsChanged(x.ctx())
+	// The store's leases on the contracts ended run out before the
+	// answer (store.LeaseFence); a caller that went away waits no more.
+	if wait := time.Until(x.fence); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-x.ctx().Done():
+			t.Stop()
+		}
+	}
 }

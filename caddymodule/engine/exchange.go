@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
@@ -38,8 +39,13 @@ type exchange struct {
 	// a pending one.
 	presentedID      string
 	presentedPending bool
-	taskID           string
-	requestID        string
+	// fence is when the leases on the contracts this request ended have
+	// run out on every node (endContract sets it, afterEnding waits for
+	// it before the answer); zero when it ended none or the store keeps
+	// no leases (store.LeaseFence).
+	fence     time.Time
+	taskID    string
+	requestID string
 	// requestIDEcho: requestID is the request's own well-formed
 	// Request-ID, echoed on the answer (not one the gateway minted).
 	requestIDEcho bool

@@ -281,7 +281,7 @@ func (h *Engine) OperatorRevoke(ctx context.Context, id, reason string, op Opera
 	if err != nil {
 		return Revoked{}, err
 	}
-	h.afterEnding(ctx, ended && c.Persistent)
+	h.afterEnding(x, ended && c.Persistent)
 	out := Revoked{SynthesisID: c.SynthesisID, State: recipes.StateRevoked, Noop: !ended, RequestID: x.requestID}
 	if !ended {
 		if out.State, err = h.sto.Contracts.State(ctx, c); err != nil {

@@ -528,6 +528,18 @@ type PairResolution struct {
 	Minted *MintResult
 }
 
+// LeaseFence is implemented by the Contracts of a store whose nodes may
+// answer an agent's presentations of its active contract from a lease
+// taken on an earlier read (redisstore; docs/cluster.md "Presentation
+// leases"). A request that ended a live contract (Contracts.End
+// returned true) answers no sooner than LeaseFence after End returned:
+// every lease taken before the end has run out by then, on every node,
+// so no presentation that starts after the answer runs under the
+// contract. 0: no leases (nothing to wait for).
+type LeaseFence interface {
+	LeaseFence() time.Duration
+}
+
 // Presenter serves the requests that run under a contract, or may, in
 // one round trip each: the contract's lookup and, in the same script,
 // the claim of the request's Idempotency-Key.

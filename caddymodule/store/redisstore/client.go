@@ -66,6 +66,13 @@ const (
 	// DefaultMaxContractsCached is the number of decoded contracts a
 	// node keeps (their immutable part and compiled plan).
 	DefaultMaxContractsCached = 10000
+	// DefaultContractLease is how long a node answers unkeyed
+	// presentations of an active contract from one read of it, and how
+	// long a request that ended a live contract waits before it answers
+	// (Config.ContractLease).
+	DefaultContractLease = 100 * time.Millisecond
+	// MaxContractLease bounds Config.ContractLease: a REVOKE waits it.
+	MaxContractLease = time.Second
 )
 
 // Config configures a Client; it maps one to one onto the Caddyfile's
@@ -107,8 +114,20 @@ type Config struct {
 	// go-redis's: 10 per GOMAXPROCS).
 	PoolSize int
 	// MaxContractsCached bounds the node-local cache of decoded contracts
-	// (default DefaultMaxContractsCached).
+	// (default DefaultMaxContractsCached), and the cache of their leases.
 	MaxContractsCached int
+	// ContractLease is how long after it sent a read that found its
+	// contract active a node answers the presenter's unkeyed
+	// presentations of it without asking Redis again (a lease; while
+	// the contract has not expired), and so how long a request that
+	// ended a live contract waits before it answers (LeaseFence), so
+	// that no node serves a contract after its end was answered
+	// (docs/cluster.md "Presentation leases"). 0: DefaultContractLease;
+	// negative: no leases, every presentation reads Redis and nothing
+	// waits; at most MaxContractLease. Keyed presentations always
+	// read Redis (their claim is one round trip with the read). The
+	// Caddyfile's contract_lease.
+	ContractLease time.Duration
 	// Observer, when set, is told about every round trip.
 	Observer store.Observer
 	// RecordBatchDelay is how long the record writer gathers retained
@@ -246,6 +265,12 @@ func newClient(cfg Config) (*Client, error) {
 	}
 	if cfg.MaxContractsCached == 0 {
 		cfg.MaxContractsCached = DefaultMaxContractsCached
+	}
+	switch {
+	case cfg.ContractLease > MaxContractLease:
+		return nil, fmt.Errorf("redisstore: contract lease %v is over %v (a revoke waits it)", cfg.ContractLease, MaxContractLease)
+	case cfg.ContractLease == 0:
+		cfg.ContractLease = DefaultContractLease
 	}
 	tlsConf := cfg.TLS
 	if tlsConf == nil && cfg.CAFile != "" {

@@ -156,6 +156,21 @@ type contracts struct {
 	// expiry): ResolvePair then does not send a gate synthesis's
 	// writes in other slots beside its script (servedHint).
 	served *closecache.Cache[string, struct{}]
+	// leases holds the active contracts this node read in an unkeyed
+	// presentation, by "AGENT\x00ID", each until its lease ends
+	// (leasedPresentation): Config.ContractLease after the read was
+	// sent. nil when ContractLease is negative.
+	leases *closecache.Cache[string, lease]
+	// leaseFor is Config.ContractLease (<= 0: no leases).
+	leaseFor time.Duration
+}
+
+// lease is an active contract read from Redis, answered from this node
+// until until (a monotonic reading) and while now < exp (ms).
+type lease struct {
+	c     *recipes.Contract
+	exp   int64
+	until time.Time
 }
 
 func newContracts(c *Client, l recipes.StoreLimits, rs *recipes.Restorer) (*contracts, error) {
@@ -167,6 +182,17 @@ func newContracts(c *Client, l recipes.StoreLimits, rs *recipes.Restorer) (*cont
 		return nil, fmt.Errorf("redisstore: contract cache: %w", err)
 	}
 	s := &contracts{c: c, limits: store.ContractLimits(l), rs: rs, cache: closecache.New(decoded)}
+	if c.cfg.ContractLease > 0 {
+		leases, err := ristretto.NewCache(&ristretto.Config[string, lease]{
+			NumCounters: 10 * int64(c.cfg.MaxContractsCached), MaxCost: int64(c.cfg.MaxContractsCached),
+			BufferItems: 64, IgnoreInternalCost: true,
+		})
+		if err != nil {
+			decoded.Close()
+			return nil, fmt.Errorf("redisstore: lease cache: %w", err)
+		}
+		s.leases, s.leaseFor = closecache.New(leases), c.cfg.ContractLease
+	}
 	if c.cluster {
 		served, err := ristretto.NewCache(&ristretto.Config[string, struct{}]{
 			NumCounters: 10 * int64(c.cfg.MaxContractsCached), MaxCost: int64(c.cfg.MaxContractsCached),
@@ -174,6 +200,7 @@ func newContracts(c *Client, l recipes.StoreLimits, rs *recipes.Restorer) (*cont
 		})
 		if err != nil {
 			decoded.Close()
+			s.leases.Close()
 			return nil, fmt.Errorf("redisstore: pair cache: %w", err)
 		}
 		s.served = closecache.New(served)
@@ -188,6 +215,41 @@ func newContracts(c *Client, l recipes.StoreLimits, rs *recipes.Restorer) (*cont
 func (s *contracts) close() {
 	s.cache.Close()
 	s.served.Close() // nil outside Cluster mode: a no-op
+	s.leases.Close() // nil with leases off: a no-op
+}
+
+// leaseKey is a lease's cache key.
+func leaseKey(agent, id string) string { return agent + "\x00" + id }
+
+// leasedPresentation is the unkeyed presentation of presenter's
+// contract id from its lease, when this node holds one that has not
+// ended and the contract has not expired: no round trip.
+func (s *contracts) leasedPresentation(presenter, id string) (store.Presentation, bool) {
+	l, ok := s.leases.Load().Get(leaseKey(presenter, id))
+	if !ok || !time.Now().Before(l.until) || s.c.nowMS() >= l.exp {
+		return store.Presentation{}, false
+	}
+	return store.Presentation{Contract: l.c, Lookup: recipes.LookupFound, State: recipes.StateActive}, true
+}
+
+// LeaseFence is how long after End ended a live contract a node may
+// still answer presentations of it from a lease taken before: the
+// lease (Config.ContractLease), 0 with leases off (store.LeaseFence).
+func (s *contracts) LeaseFence() time.Duration { return s.leaseFor }
+
+// grantLease keeps c, read active and live by a read sent at sent, for
+// unkeyed presentations until the lease ends: Config.ContractLease
+// after sent, so that it ends before a revoke or release that the read
+// did not see has been answered (its request waits LeaseFence after End).
+func (s *contracts) grantLease(c *recipes.Contract, exp int64, sent time.Time) {
+	until := sent.Add(s.leaseFor)
+	if ttl := time.Until(until); ttl > 0 {
+		// ristretto applies a Set in the background: Wait, so that the
+		// next presentation finds it (once per lease and contract).
+		if l := s.leases.Load(); l.SetWithTTL(leaseKey(c.OriginatingAgentID, c.SynthesisID), lease{c: c, exp: exp, until: until}, 1, ttl) {
+			l.Wait()
+		}
+	}
 }
 
 func (s *contracts) Limits() recipes.StoreLimits { return s.limits }
@@ -548,7 +610,9 @@ func (s *contracts) Inspect(ctx context.Context, id string) (*recipes.Contract, 
 }
 
 // End runs the end script beside the owner and global index updates:
-// one round trip.
+// one round trip. It drops this node's lease on the contract; a lease
+// another node holds lasts LeaseFence at most: the caller answers no
+// sooner than that after End (docs/cluster.md "Presentation leases").
 func (s *contracts) End(ctx context.Context, c *recipes.Contract, state string) (bool, error) {
 	switch state {
 	case recipes.StateRevoked, recipes.StateReleased, recipes.StateExpired:
@@ -568,6 +632,7 @@ func (s *contracts) End(ctx context.Context, c *recipes.Contract, state string) 
 		p.PExpireAt(ctx, s.ownerKey(id), time.UnixMilli(keep))
 		p.ZRem(ctx, s.c.globalKey("cl"), agent+" "+id)
 	})
+	s.leases.Load().Del(leaseKey(agent, id))
 	if err = s.c.done(store.OpContractUpdate, start, err); err != nil {
 		return false, err
 	}

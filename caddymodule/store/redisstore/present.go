@@ -113,13 +113,18 @@ type presenter struct {
 
 // Present runs presentScript in the presenter's slot: one round trip.
 // A contract that is not there (unknown, or another agent's) is looked
-// up as Lookup does (two more) and nothing is claimed.
+// up as Lookup does (two more) and nothing is claimed. An unkeyed
+// presentation of the presenter's own active contract is answered
+// from this node's lease on it, when it holds one, with no round trip;
+// one that reads the contract active takes a lease (contracts.grantLease).
 func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store.Presentation, error) {
 	claiming := req.Claim && req.Key != ""
 	if claiming {
 		if err := p.c.quarantined(); err != nil {
 			return store.Presentation{}, err
 		}
+	} else if out, ok := p.contracts.leasedPresentation(req.Presenter, req.SynthesisID); ok {
+		return out, nil
 	}
 	_, cached := p.contracts.cache.Load().Get(req.SynthesisID)
 	keys := append(make([]string, 0, 4), p.contracts.key(req.Presenter, req.SynthesisID)) // the claim's up to 3 follow
@@ -186,6 +191,9 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 		return store.Presentation{}, err
 	}
 	out.Contract = c
+	if !claiming && out.Lookup == recipes.LookupFound && r.state == recipes.StateActive {
+		p.contracts.grantLease(c, r.exp, start)
+	}
 	return out, nil
 }
 

@@ -99,7 +99,9 @@ func TestRoundTripsPerOperation(t *testing.T) {
 	// A restorer, as every gateway has: the node's contract cache takes a
 	// Set asynchronously (ristretto), so a presentation just after the
 	// mint may miss it and decode the contract from the script's reply.
-	c, set := newRestoredSet(t, Config{Addrs: []string{srv.Addr()}, Observer: cnt}, f.Restorer(t))
+	// The longest lease: the presentation within it comes right after
+	// the one that took it.
+	c, set := newRestoredSet(t, Config{Addrs: []string{srv.Addr()}, Observer: cnt, ContractLease: MaxContractLease}, f.Restorer(t))
 	ctx := context.Background()
 	cnt.take() // the PING of New
 	agent := "a"
@@ -158,6 +160,11 @@ func TestRoundTripsPerOperation(t *testing.T) {
 			return err
 		}, map[store.Op]int{store.OpPresent: 1}},
 		{"activate", func() error { _, err := set.Contracts.Activate(ctx, minted); return err }, map[store.Op]int{store.OpContractUpdate: 1}},
+		// An unkeyed presentation of an active contract takes a lease
+		// on it: the next ones on this node make no round trip while it
+		// lasts (docs/cluster.md "Presentation leases").
+		{"unkeyed presentation", func() error { return presentActive(ctx, set, agent, minted) }, map[store.Op]int{store.OpPresent: 1}},
+		{"unkeyed presentation within its lease", func() error { return presentActive(ctx, set, agent, minted) }, map[store.Op]int{}},
 		{"pair hit", func() error { _, err := set.Contracts.ActiveFor(ctx, agent, "BOOK", "/trip"); return err }, map[store.Op]int{store.OpContractPair: 1}},
 		{"keyed Tier C by pair", func() error {
 			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/trip", Key: "k4", Fingerprint: "fp", ClaimIfFound: true})
@@ -223,6 +230,15 @@ func TestRoundTripsPerOperation(t *testing.T) {
 			t.Errorf("%s: round trips %v, want %v", s.name, got, s.want)
 		}
 	}
+}
+
+// presentActive presents c unkeyed as agent and wants it found active.
+func presentActive(ctx context.Context, set store.Set, agent string, c *recipes.Contract) error {
+	p, err := set.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: c.SynthesisID, Method: c.Method, Path: c.Path})
+	if err == nil && (p.Contract == nil || p.Contract.SynthesisID != c.SynthesisID || p.Lookup != recipes.LookupFound || p.State != recipes.StateActive) {
+		err = fmt.Errorf("presentation %+v, want %s found active", p, c.SynthesisID)
+	}
+	return err
 }
 
 // TestUnavailable kills Redis under a client: every call fails with

@@ -1,0 +1,67 @@
+package caddymodule
+
+import (
+	"testing"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
+	"github.com/caddyserver/caddy/v2"
+)
+
+// TestEndsReachEveryLease: two nodes on one Redis, each with its own
+// client. A node serves an agent's unkeyed presentations of its active
+// contract from a lease (docs/cluster.md "Presentation leases"); a
+// REVOKE or an agent's SUSPEND answered by the other node leaves no
+// node serving the contract: the presentation sent to the leasing node
+// as soon as the answer arrived is refused, and nothing ran upstream.
+// It fails when the answer does not wait for the leases
+// (engine afterEnding, store.LeaseFence).
+func TestEndsReachEveryLease(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, hits := countingUpstream(t)
+	const lease = 400 * time.Millisecond
+	node := func(name string, pool int) *testGateway {
+		return redisGateway(t, up, srv.Addr(), func(h *Handler) {
+			h.NodeID, h.Name, h.Redis.PoolSize = name, name, pool
+			h.Redis.ContractLease = caddy.Duration(lease)
+		})
+	}
+	a, b := node("lease-a", 3), node("lease-b", 4)
+	if a.h.redis == b.h.redis {
+		t.Fatal("the two nodes share one Redis client: not two nodes")
+	}
+	presents := func(g *testGateway) uint64 {
+		return uint64(metricValue(t, g.h, "caddy_rcns_store_round_trip_duration_seconds", "op", string(store.OpPresent)))
+	}
+	for i, end := range []struct{ method, path string }{{"REVOKE", "/item/lease-revoked"}, {"SUSPEND", "/item/lease-released"}} {
+		t.Run(end.method, func(t *testing.T) {
+			syn := a.do(t, "LOOKUP", end.path, itemInput, "Allow-RCNS", "true")
+			if syn.status != 263 {
+				t.Fatalf("gate: %s", syn)
+			}
+			id := syn.str("synthesis_id")
+			before := presents(b)
+			for range 3 {
+				if r := b.do(t, "LOOKUP", end.path, itemInput, "Contract-Synthesized", id); r.status != 200 {
+					t.Fatalf("presentation on the other node: %s", r)
+				}
+			}
+			if n := presents(b) - before; n != 1 {
+				t.Fatalf("three presentations made %d round trips of op present, want 1 (then the lease)", n)
+			}
+			ran := hits.Load()
+			start := time.Now()
+			if r := a.endContract(t, end.method, id); r.status != 200 {
+				t.Fatalf("%s: %s", end.method, r)
+			}
+			took := time.Since(start)
+			if r := b.do(t, "LOOKUP", end.path, itemInput, "Contract-Synthesized", id); r.status == 200 || hits.Load() != ran {
+				t.Fatalf("a presentation sent to the leasing node right after the %s was answered: %s (%d upstream calls)", end.method, r, hits.Load()-ran)
+			}
+			if took < lease {
+				t.Fatalf("%s %d answered after %v, before the lease (%v) the other node took", end.method, i, took, lease)
+			}
+		})
+	}
+}

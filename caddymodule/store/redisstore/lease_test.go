@@ -1,0 +1,180 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/storetest"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
+)
+
+// TestPresentationLease: a node answers an agent's unkeyed
+// presentations of its active contract from its lease, and a revoke or
+// release answered by any node is seen by every presentation that
+// starts after it, on every node (docs/cluster.md "Presentation
+// leases"). Two Clients on one Redis are two gateway nodes. The
+// engine's side, the answer that waits LeaseFence: caddymodule
+// TestEndsReachEveryLease.
+func TestPresentationLease(t *testing.T) {
+	srv := redistest.StartServer(t)
+	f := storetest.NewFixture(t)
+	ctx := context.Background()
+	const lease = 300 * time.Millisecond
+	node := func(d time.Duration) (*counter, store.Set) {
+		cnt := &counter{ops: map[store.Op]int{}}
+		_, set := newRestoredSet(t, Config{Addrs: []string{srv.Addr()}, KeyPrefix: "lease:", Observer: cnt, ContractLease: d}, f.Restorer(t))
+		cnt.take()
+		return cnt, set
+	}
+	cntA, a := node(lease)
+	_, b := node(lease)
+	const agent = "agent"
+	mint := func(t *testing.T, path, mode string, expires time.Time) *recipes.Contract {
+		t.Helper()
+		now := time.Now()
+		c := f.Contract(t, now, agent, path, "rcns-gate", expires.Sub(now.UTC().Truncate(time.Second)))
+		if _, err := a.Contracts.Mint(ctx, c, mode); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	present := func(t *testing.T, set store.Set, presenter string, c *recipes.Contract) store.Presentation {
+		t.Helper()
+		p, err := set.Presenter.Present(ctx, store.PresentRequest{Presenter: presenter, SynthesisID: c.SynthesisID, Method: c.Method, Path: c.Path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	presents := func(cnt *counter) int { return cnt.take()[store.OpPresent] }
+	hour := func() time.Time { return time.Now().Add(time.Hour) }
+
+	for _, end := range []struct{ state, by string }{{recipes.StateRevoked, "another node"}, {recipes.StateReleased, "the same node"}} {
+		t.Run(end.state+" by "+end.by, func(t *testing.T) {
+			c := mint(t, "/"+end.state, store.ModeOptimistic, hour())
+			for range 3 {
+				if err := presentActive(ctx, a, agent, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := presents(cntA); n != 1 {
+				t.Fatalf("three presentations made %d round trips, want 1 (then the lease)", n)
+			}
+			ender := b
+			if end.by == "the same node" {
+				ender = a
+			}
+			ended, err := ender.Contracts.End(ctx, c, end.state)
+			if err != nil || !ended {
+				t.Fatalf("End = %v, %v", ended, err)
+			}
+			// The caller answers LeaseFence after End (the engine's
+			// afterEnding): by then the lease A took has run out.
+			fence := ender.Contracts.(store.LeaseFence).LeaseFence()
+			if fence != lease {
+				t.Fatalf("LeaseFence = %v, want the lease %v", fence, lease)
+			}
+			time.Sleep(fence)
+			p := present(t, a, agent, c)
+			want := recipes.LookupRevoked
+			if end.state == recipes.StateReleased {
+				want = recipes.LookupUnknown
+			}
+			if p.Lookup != want || presents(cntA) != 1 {
+				t.Fatalf("a presentation after End: lookup %d state %q, want lookup %d read from Redis", p.Lookup, p.State, want)
+			}
+		})
+	}
+
+	t.Run("the lease ends", func(t *testing.T) {
+		c := mint(t, "/ends", store.ModeOptimistic, hour())
+		if err := presentActive(ctx, a, agent, c); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(lease + 50*time.Millisecond)
+		if err := presentActive(ctx, a, agent, c); err != nil {
+			t.Fatal(err)
+		}
+		if n := presents(cntA); n != 2 {
+			t.Fatalf("%d round trips, want 2: a presentation after the lease reads Redis", n)
+		}
+	})
+
+	t.Run("the contract expires within the lease", func(t *testing.T) {
+		exp := time.Now().Add(200 * time.Millisecond)
+		c := mint(t, "/expires", store.ModeOptimistic, exp)
+		if err := presentActive(ctx, a, agent, c); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Until(c.ExpiresAt) + 20*time.Millisecond)
+		if p := present(t, a, agent, c); p.Lookup == recipes.LookupFound || p.State == recipes.StateActive {
+			t.Fatalf("a presentation after the contract expired: lookup %d state %q", p.Lookup, p.State)
+		}
+	})
+
+	t.Run("keyed, pending and another agent's presentations read Redis", func(t *testing.T) {
+		c := mint(t, "/keyed", store.ModeOptimistic, hour())
+		if err := presentActive(ctx, a, agent, c); err != nil {
+			t.Fatal(err)
+		}
+		presents(cntA)
+		for i, key := range []string{"k1", "k2"} {
+			p, err := a.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: c.SynthesisID, Method: c.Method, Path: c.Path,
+				Key: key, Fingerprint: "fp", Claim: true})
+			if err != nil || p.Claimed == nil || p.Claimed.Outcome != idempotency.Execute {
+				t.Fatalf("keyed presentation %d: %+v, %v", i, p, err)
+			}
+			_ = p.Claimed.Claim.Abandon(ctx)
+		}
+		pending := mint(t, "/pending", store.ModeConfirmFirst, hour())
+		for range 2 {
+			if p := present(t, a, agent, pending); p.State != recipes.StatePending {
+				t.Fatalf("pending contract presented: state %q", p.State)
+			}
+		}
+		for range 2 {
+			if p := present(t, a, "other-agent", c); p.State == recipes.StateActive && p.Contract != nil && p.Lookup == recipes.LookupFound && p.Claimed != nil {
+				t.Fatalf("another agent's presentation claimed: %+v", p)
+			}
+		}
+		if n := presents(cntA); n != 6 {
+			t.Fatalf("two keyed, two pending and two other-agent presentations made %d round trips of op present, want 6", n)
+		}
+	})
+
+	t.Run("off", func(t *testing.T) {
+		cntOff, off := node(-1)
+		c := mint(t, "/off", store.ModeOptimistic, hour())
+		for range 2 {
+			if err := presentActive(ctx, off, agent, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := presents(cntOff); n != 2 {
+			t.Fatalf("with leases off, two presentations made %d round trips, want 2", n)
+		}
+		if ended, err := off.Contracts.End(ctx, c, recipes.StateRevoked); err != nil || !ended {
+			t.Fatalf("End = %v, %v", ended, err)
+		}
+		if fence := off.Contracts.(store.LeaseFence).LeaseFence(); fence != 0 {
+			t.Fatalf("with leases off, LeaseFence = %v, want 0 (nothing to wait for)", fence)
+		}
+	})
+}
+
+// TestContractLeaseConfig: a lease over MaxContractLease is refused (a
+// revoke waits it), 0 is the default.
+func TestContractLeaseConfig(t *testing.T) {
+	srv := redistest.StartServer(t)
+	if _, err := New(context.Background(), Config{Addrs: []string{srv.Addr()}, ContractLease: 2 * time.Second}); err == nil {
+		t.Fatal("a 2s contract lease was taken")
+	}
+	c, _ := newSet(t, Config{Addrs: []string{srv.Addr()}})
+	if c.cfg.ContractLease != DefaultContractLease {
+		t.Fatalf("default lease %v, want %v", c.cfg.ContractLease, DefaultContractLease)
+	}
+}
