@@ -14,9 +14,10 @@ import (
 // contract from a lease (docs/cluster.md "Presentation leases"); a
 // REVOKE or an agent's SUSPEND answered by the other node leaves no
 // node serving the contract: the presentation sent to the leasing node
-// as soon as the answer arrived is refused, and nothing ran upstream.
-// It fails when the answer does not wait for the leases
-// (engine afterEnding, store.LeaseFence).
+// as soon as the answer arrived is refused, and nothing ran upstream;
+// so is one sent after a REVOKE that found the contract revoked by
+// another still waiting. It fails when an answer does not wait for the
+// leases (engine afterEnding, store.LeaseFence).
 func TestEndsReachEveryLease(t *testing.T) {
 	srv := redistest.StartServer(t)
 	up, hits := countingUpstream(t)
@@ -64,4 +65,42 @@ func TestEndsReachEveryLease(t *testing.T) {
 			}
 		})
 	}
+
+	// Two REVOKEs at once: the second finds the contract revoked while
+	// the first still waits for the leases, and answers noop. Its answer
+	// too leaves no node serving the contract (helper-62: it answered at
+	// once, and the leasing node ran the contract after it).
+	t.Run("REVOKE twice", func(t *testing.T) {
+		const path = "/item/lease-twice"
+		syn := a.do(t, "LOOKUP", path, itemInput, "Allow-RCNS", "true")
+		if syn.status != 263 {
+			t.Fatalf("gate: %s", syn)
+		}
+		id := syn.str("synthesis_id")
+		if r := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); r.status != 200 {
+			t.Fatalf("presentation on the other node: %s", r)
+		}
+		t.Run("first", func(t *testing.T) {
+			t.Parallel()
+			if r := a.endContract(t, "REVOKE", id); r.status != 200 {
+				t.Errorf("first REVOKE: %s", r)
+			}
+		})
+		t.Run("second", func(t *testing.T) {
+			t.Parallel()
+			for deadline := time.Now().Add(10 * time.Second); a.inspectState(t, id) != "revoked"; time.Sleep(2 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the first REVOKE's end was not written within 10 s")
+				}
+			}
+			r := a.endContract(t, "REVOKE", id)
+			if r.status != 200 || r.body["result"].(map[string]any)["noop"] != true {
+				t.Fatalf("second REVOKE: %s, want 200 noop", r)
+			}
+			ran := hits.Load()
+			if p := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); p.status == 200 || hits.Load() != ran {
+				t.Fatalf("a presentation sent to the leasing node right after the noop REVOKE was answered: %s (%d upstream calls)", p, hits.Load()-ran)
+			}
+		})
+	})
 }

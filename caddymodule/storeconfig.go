@@ -108,8 +108,8 @@ type RedisConfig struct {
 
 	// ContractLease is how long a node answers an agent's unkeyed
 	// presentations of its active contract from one read of it, with
-	// no round trip, and how long a REVOKE or RELEASE that ended a
-	// live contract waits before it answers, so that every node has
+	// no round trip, and how long a REVOKE or SUSPEND that ended a
+	// contract waits before it answers, so that every node has
 	// stopped serving the contract by then (docs/cluster.md
 	// "Presentation leases"). Default 100ms
 	// (redisstore.DefaultContractLease); at most 1s; negative turns

@@ -357,13 +357,19 @@ type contractEnd struct {
 // (the event's actor_agent_id), "" for the operator page (x.operator).
 func (h *Engine) endContract(x *exchange, actor string, c *recipes.Contract, e contractEnd) (bool, error) {
 	ended, err := h.sto.Contracts.End(x.ctx(), c, e.state)
-	if err != nil || !ended {
+	if err != nil {
 		return false, err
 	}
+	// afterEnding waits for the fence, also when c had ended already: a
+	// concurrent request may have ended it a moment ago and still be
+	// waiting for its own (helper-62).
 	if lf, ok := h.sto.Contracts.(store.LeaseFence); ok {
 		if d := lf.LeaseFence(); d > 0 {
-			x.fence = time.Now().Add(d) // afterEnding waits for it
+			x.fence = time.Now().Add(d)
 		}
+	}
+	if !ended {
+		return false, nil
 	}
 	event, kind := records.EventRelease, records.KindRelease
 	if e.state == recipes.StateRevoked {
@@ -412,8 +418,8 @@ func (h *Engine) endNamed(x *exchange, actor string, c *recipes.Contract, e cont
 // gauge and, when a persistent contract ended (persistentLeft), rebuilds
 // the manifest it leaves (which bumps AGTP-API-Version, spec §15.4);
 // then it waits until x.fence, the end of any lease a node may hold on
-// a contract the calls ended (store.LeaseFence), so that the answer
-// that follows it finds every node refusing the contract.
+// a contract the calls ended or found ended (store.LeaseFence), so that
+// the answer that follows it finds every node refusing the contract.
 func (h *Engine) afterEnding(x *exchange, persistentLeft bool) {
 	if persistentLeft {
 		if err := h.buildManifest(); err != nil {
@@ -422,13 +428,11 @@ func (h *Engine) afterEnding(x *exchange, persistentLeft bool) {
 	}
 	h.contractsChanged(x.ctx())
 	// The store's leases on the contracts ended run out before the
-	// answer (store.LeaseFence); a caller that went away waits no more.
+	// answer (store.LeaseFence): at most a second
+	// (redisstore.MaxContractLease), waited whatever the request's
+	// context says (the operator page's has a deadline that must not
+	// cut it short).
 	if wait := time.Until(x.fence); wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-x.ctx().Done():
-			t.Stop()
-		}
+		time.Sleep(wait)
 	}
 }

@@ -39,10 +39,10 @@ type exchange struct {
 	// a pending one.
 	presentedID      string
 	presentedPending bool
-	// fence is when the leases on the contracts this request ended have
-	// run out on every node (endContract sets it, afterEnding waits for
-	// it before the answer); zero when it ended none or the store keeps
-	// no leases (store.LeaseFence).
+	// fence is when the leases on the contracts this request ended (or
+	// found ended) have run out on every node (endContract sets it,
+	// afterEnding waits for it before the answer); zero when it ended
+	// none or the store keeps no leases (store.LeaseFence).
 	fence     time.Time
 	taskID    string
 	requestID string

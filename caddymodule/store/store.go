@@ -531,11 +531,12 @@ type PairResolution struct {
 // LeaseFence is implemented by the Contracts of a store whose nodes may
 // answer an agent's presentations of its active contract from a lease
 // taken on an earlier read (redisstore; docs/cluster.md "Presentation
-// leases"). A request that ended a live contract (Contracts.End
-// returned true) answers no sooner than LeaseFence after End returned:
-// every lease taken before the end has run out by then, on every node,
-// so no presentation that starts after the answer runs under the
-// contract. 0: no leases (nothing to wait for).
+// leases"). A request that called Contracts.End without an error (it
+// ended the contract, or found it ended, perhaps by a concurrent
+// request still waiting) answers no sooner than LeaseFence after End
+// returned: every lease taken before the end has run out by then, on
+// every node, so no presentation that starts after the answer runs
+// under the contract. 0: no leases (nothing to wait for).
 type LeaseFence interface {
 	LeaseFence() time.Duration
 }

@@ -178,3 +178,31 @@ func TestContractLeaseConfig(t *testing.T) {
 		t.Fatalf("default lease %v, want %v", c.cfg.ContractLease, DefaultContractLease)
 	}
 }
+
+// TestLeaseFromSend: a lease runs for the lease from when its read was
+// sent, not from when the reply came: a read whose reply came after the
+// lease takes none, and one whose reply was slow has less of it left.
+func TestLeaseFromSend(t *testing.T) {
+	srv := redistest.StartServer(t)
+	f := storetest.NewFixture(t)
+	const lease = 200 * time.Millisecond
+	_, set := newRestoredSet(t, Config{Addrs: []string{srv.Addr()}, ContractLease: lease}, f.Restorer(t))
+	s := set.Contracts.(*contracts)
+	c := f.Contract(t, time.Now(), "agent", "/sent", "rcns-gate", time.Hour)
+	exp := c.ExpiresAt.UnixMilli()
+	s.grantLease(c, exp, time.Now().Add(-lease-time.Millisecond))
+	if _, ok := s.leasedPresentation("agent", c.SynthesisID); ok {
+		t.Fatal("a read sent longer ago than the lease took one")
+	}
+	s.grantLease(c, exp, time.Now().Add(-lease+150*time.Millisecond))
+	if p, ok := s.leasedPresentation("agent", c.SynthesisID); !ok || p.Contract != c {
+		t.Fatal("a read sent 50 ms ago took no lease")
+	}
+	if _, ok := s.leasedPresentation("other-agent", c.SynthesisID); ok {
+		t.Fatal("another agent's presentation was answered from the lease")
+	}
+	time.Sleep(160 * time.Millisecond)
+	if _, ok := s.leasedPresentation("agent", c.SynthesisID); ok {
+		t.Fatal("the lease outlived its read's send time plus the lease")
+	}
+}
