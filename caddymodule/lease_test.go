@@ -66,6 +66,44 @@ func TestEndsReachEveryLease(t *testing.T) {
 		})
 	}
 
+	// A SUSPEND by session_id that lists no live contract, because a
+	// SUSPEND by synthesis_id released the session's one a moment before
+	// and still waits, waits too (helper-63: it answered "released": []
+	// at once, and the leasing node ran the contract after it).
+	t.Run("SUSPEND session_id after a release", func(t *testing.T) {
+		const path, session = "/item/lease-session", "lease-session-0123456789abc"
+		syn := a.do(t, "LOOKUP", path, itemInput, "Allow-RCNS", "true", "Session-ID", session)
+		if syn.status != 263 {
+			t.Fatalf("gate: %s", syn)
+		}
+		id := syn.str("synthesis_id")
+		if r := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); r.status != 200 {
+			t.Fatalf("presentation on the other node: %s", r)
+		}
+		t.Run("by synthesis_id", func(t *testing.T) {
+			t.Parallel()
+			if r := a.endContract(t, "SUSPEND", id); r.status != 200 {
+				t.Errorf("SUSPEND synthesis_id: %s", r)
+			}
+		})
+		t.Run("by session_id", func(t *testing.T) {
+			t.Parallel()
+			for deadline := time.Now().Add(10 * time.Second); a.inspectState(t, id) != "released"; time.Sleep(2 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the release was not written within 10 s")
+				}
+			}
+			r := a.builtin(t, "SUSPEND", map[string]any{"session_id": session})
+			if released, _ := r.body["result"].(map[string]any)["released"].([]any); r.status != 200 || len(released) != 0 {
+				t.Fatalf("SUSPEND session_id: %s, want 200 with nothing released", r)
+			}
+			ran := hits.Load()
+			if p := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); p.status == 200 || hits.Load() != ran {
+				t.Fatalf("a presentation sent to the leasing node right after SUSPEND session_id was answered: %s (%d upstream calls)", p, hits.Load()-ran)
+			}
+		})
+	})
+
 	// Two REVOKEs at once: the second finds the contract revoked while
 	// the first still waits for the leases, and answers noop. Its answer
 	// too leaves no node serving the contract (helper-62: it answered at

@@ -229,6 +229,7 @@ func (h *Engine) revoke(x *exchange, req *request, p map[string]any) {
 			h.storeFailed(x, err)
 			return
 		}
+		h.fenceLeases(x)
 		for _, c := range live {
 			cur, ok := current[c.Lineage.RecipeName]
 			entry := map[string]any{"synthesis_id": c.SynthesisID, "recipe_name": c.Lineage.RecipeName,
@@ -311,6 +312,7 @@ func (h *Engine) suspend(x *exchange, req *request, p map[string]any) {
 			h.storeFailed(x, err)
 			return
 		}
+		h.fenceLeases(x)
 		for _, c := range held {
 			if c.SessionID != sid {
 				continue
@@ -363,11 +365,7 @@ func (h *Engine) endContract(x *exchange, actor string, c *recipes.Contract, e c
 	// afterEnding waits for the fence, also when c had ended already: a
 	// concurrent request may have ended it a moment ago and still be
 	// waiting for its own (helper-62).
-	if lf, ok := h.sto.Contracts.(store.LeaseFence); ok {
-		if d := lf.LeaseFence(); d > 0 {
-			x.fence = time.Now().Add(d)
-		}
-	}
+	h.fenceLeases(x)
 	if !ended {
 		return false, nil
 	}
@@ -412,6 +410,22 @@ func (h *Engine) endNamed(x *exchange, actor string, c *recipes.Contract, e cont
 		}
 	}
 	x.write(200, agtp.MediaAGTP, map[string]any{"status": 200, "result": map[string]any{"synthesis_id": c.SynthesisID, "state": state, "noop": noop}}, nil)
+}
+
+// fenceLeases moves x.fence to LeaseFence from now when the store keeps
+// leases (store.LeaseFence): afterEnding then waits for it. endContract
+// calls it after each End; a request that ends the contracts a List
+// finds calls it after the List too, since a contract a concurrent
+// request ended a moment before is not listed, and that request may
+// still be waiting for its leases (helper-63: SUSPEND session_id
+// answered "released": [] at once, and a leasing node still ran the
+// contract).
+func (h *Engine) fenceLeases(x *exchange) {
+	if lf, ok := h.sto.Contracts.(store.LeaseFence); ok {
+		if d := lf.LeaseFence(); d > 0 {
+			x.fence = time.Now().Add(d)
+		}
+	}
 }
 
 // afterEnding follows endContract calls: it updates the live-contract
