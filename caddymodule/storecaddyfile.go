@@ -137,20 +137,22 @@ func (h *Handler) parseStore(d *caddyfile.Dispenser, key string) error {
 				r.PoolSize = n
 			}
 		case "contract_lease":
-			if !d.NextArg() {
-				return d.Errf("store redis: contract_lease: want a duration or off")
+			args := d.RemainingArgs()
+			if len(args) != 1 {
+				return d.Errf("store redis: contract_lease: want one value, a duration (e.g. 100ms, at most 1s) or off; got %d", len(args))
 			}
-			if d.Val() == "off" {
-				if d.NextArg() {
-					return d.ArgErr()
-				}
+			if args[0] == "off" {
 				r.ContractLease = -1
 				continue
 			}
-			d.Prev()
-			dur, err := positiveDuration(d)
-			if err != nil {
-				return err
+			dur, err := parseDuration(args[0])
+			switch {
+			case err != nil:
+				return d.Errf("store redis: contract_lease: %q is not a duration (e.g. 100ms, 500ms, 1s) or off", args[0])
+			case dur <= 0:
+				return d.Errf("store redis: contract_lease: %q must be a positive duration, or off", args[0])
+			case dur > redisstore.MaxContractLease:
+				return d.Errf("store redis: contract_lease %v is over %v (a REVOKE waits it before it answers)", dur, redisstore.MaxContractLease)
 			}
 			r.ContractLease = caddy.Duration(dur)
 		case "dial_timeout", "read_timeout", "write_timeout":
