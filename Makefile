@@ -171,7 +171,7 @@ clean:
 	rm -rf bin
 
 # make bench: the loopback load comparison (scripts/bench/load.sh, about
-# 8 minutes with the default 10 rounds), which prints the Caddy CPU per
+# 12 minutes with the default 10 rounds), which prints the Caddy CPU per
 # request of each scenario with the targets and their verdicts and
 # rewrites docs/performance.md. BENCH_OUT keeps results.json, report.md,
 # loadcmp.log and profiles/; LOAD_ARGS go to the driver (e.g.
