@@ -1,9 +1,11 @@
 package caddymodule
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 	"github.com/caddyserver/caddy/v2"
@@ -65,6 +67,34 @@ func TestEndsReachEveryLease(t *testing.T) {
 			}
 		})
 	}
+
+	// The operator page's revoke (engine.OperatorRevoke) answers after
+	// the leases too, under the page's own 5 s deadline.
+	t.Run("operator page", func(t *testing.T) {
+		const path = "/item/lease-operator"
+		syn := a.do(t, "LOOKUP", path, itemInput, "Allow-RCNS", "true")
+		if syn.status != 263 {
+			t.Fatalf("gate: %s", syn)
+		}
+		id := syn.str("synthesis_id")
+		if r := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); r.status != 200 {
+			t.Fatalf("presentation on the other node: %s", r)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		start := time.Now()
+		if res, err := a.h.eng.OperatorRevoke(ctx, id, "lease test", engine.Operator{Name: "op", Access: "cidr"}); err != nil || res.Noop {
+			t.Fatalf("OperatorRevoke = %+v, %v", res, err)
+		}
+		took := time.Since(start)
+		ran := hits.Load()
+		if p := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); p.status == 200 || hits.Load() != ran {
+			t.Fatalf("a presentation sent to the leasing node right after the operator's revoke: %s (%d upstream calls)", p, hits.Load()-ran)
+		}
+		if took < lease {
+			t.Fatalf("the operator's revoke returned after %v, before the lease (%v)", took, lease)
+		}
+	})
 
 	// A SUSPEND by session_id that lists no live contract, because a
 	// SUSPEND by synthesis_id released the session's one a moment before
