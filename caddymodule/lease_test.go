@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -14,11 +15,12 @@ import (
 // TestEndsReachEveryLease: two nodes on one Redis, each with its own
 // client. A node serves an agent's unkeyed presentations of its active
 // contract from a lease (docs/cluster.md "Presentation leases"); a
-// REVOKE or an agent's SUSPEND answered by the other node leaves no
+// REVOKE, an agent's SUSPEND or the operator page's revoke answered by
+// the other node leaves no
 // node serving the contract: the presentation sent to the leasing node
 // as soon as the answer arrived is refused, and nothing ran upstream;
-// so is one sent after a REVOKE that found the contract revoked by
-// another still waiting. It fails when an answer does not wait for the
+// so is one sent after a REVOKE or a SUSPEND by session_id that found
+// nothing to end because another request, still waiting, had ended it. It fails when an answer does not wait for the
 // leases (engine afterEnding, store.LeaseFence).
 func TestEndsReachEveryLease(t *testing.T) {
 	srv := redistest.StartServer(t)
@@ -37,138 +39,126 @@ func TestEndsReachEveryLease(t *testing.T) {
 	presents := func(g *testGateway) uint64 {
 		return uint64(metricValue(t, g.h, "caddy_rcns_store_round_trip_duration_seconds", "op", string(store.OpPresent)))
 	}
-	for i, end := range []struct{ method, path string }{{"REVOKE", "/item/lease-revoked"}, {"SUSPEND", "/item/lease-released"}} {
-		t.Run(end.method, func(t *testing.T) {
-			syn := a.do(t, "LOOKUP", end.path, itemInput, "Allow-RCNS", "true")
-			if syn.status != 263 {
-				t.Fatalf("gate: %s", syn)
+	// leased synthesizes a contract for path on a (kv: more headers)
+	// and presents it on b, which takes a lease on it; its id.
+	leased := func(t *testing.T, path string, kv ...string) string {
+		t.Helper()
+		syn := a.do(t, "LOOKUP", path, itemInput, append([]string{"Allow-RCNS", "true"}, kv...)...)
+		if syn.status != 263 {
+			t.Fatalf("gate: %s", syn)
+		}
+		id := syn.str("synthesis_id")
+		if r := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); r.status != 200 {
+			t.Fatalf("presentation on the other node: %s", r)
+		}
+		return id
+	}
+	// refusedOnB wants the presentation of id sent to b right after
+	// what answered refused, with nothing run upstream.
+	refusedOnB := func(t *testing.T, path, id, what string) {
+		t.Helper()
+		ran := hits.Load()
+		if r := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); r.status == 200 || hits.Load() != ran {
+			t.Fatalf("a presentation sent to the leasing node right after %s was answered: %s (%d upstream calls)", what, r, hits.Load()-ran)
+		}
+	}
+	// awaitState waits until a reads id in state (written by a request
+	// still waiting for its fence).
+	awaitState := func(t *testing.T, id, state string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); a.inspectState(t, id) != state; time.Sleep(2 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("contract %s not %s within 10 s", id, state)
 			}
-			id := syn.str("synthesis_id")
+		}
+	}
+	// ends are the requests that end a live contract, each with how it
+	// is sent to a.
+	ends := []struct {
+		name string
+		end  func(t *testing.T, id string)
+	}{
+		{"REVOKE", func(t *testing.T, id string) {
+			if r := a.endContract(t, "REVOKE", id); r.status != 200 {
+				t.Fatalf("REVOKE: %s", r)
+			}
+		}},
+		{"SUSPEND", func(t *testing.T, id string) {
+			if r := a.endContract(t, "SUSPEND", id); r.status != 200 {
+				t.Fatalf("SUSPEND: %s", r)
+			}
+		}},
+		// The operator page's revoke, under the page's own 5 s deadline.
+		{"operator page", func(t *testing.T, id string) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			if res, err := a.h.eng.OperatorRevoke(ctx, id, "lease test", engine.Operator{Name: "op", Access: "cidr"}); err != nil || res.Noop {
+				t.Fatalf("OperatorRevoke = %+v, %v", res, err)
+			}
+		}},
+	}
+	for i, e := range ends {
+		t.Run(e.name, func(t *testing.T) {
+			path := "/item/lease-end-" + strconv.Itoa(i)
+			id := leased(t, path)
 			before := presents(b)
-			for range 3 {
-				if r := b.do(t, "LOOKUP", end.path, itemInput, "Contract-Synthesized", id); r.status != 200 {
+			for range 2 {
+				if r := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); r.status != 200 {
 					t.Fatalf("presentation on the other node: %s", r)
 				}
 			}
-			if n := presents(b) - before; n != 1 {
-				t.Fatalf("three presentations made %d round trips of op present, want 1 (then the lease)", n)
+			if n := presents(b) - before; n != 0 {
+				t.Fatalf("two presentations within the lease made %d round trips of op present, want 0", n)
 			}
-			ran := hits.Load()
 			start := time.Now()
-			if r := a.endContract(t, end.method, id); r.status != 200 {
-				t.Fatalf("%s: %s", end.method, r)
-			}
+			e.end(t, id)
 			took := time.Since(start)
-			if r := b.do(t, "LOOKUP", end.path, itemInput, "Contract-Synthesized", id); r.status == 200 || hits.Load() != ran {
-				t.Fatalf("a presentation sent to the leasing node right after the %s was answered: %s (%d upstream calls)", end.method, r, hits.Load()-ran)
-			}
+			refusedOnB(t, path, id, e.name)
 			if took < lease {
-				t.Fatalf("%s %d answered after %v, before the lease (%v) the other node took", end.method, i, took, lease)
+				t.Fatalf("%s answered after %v, before the lease (%v) the other node took", e.name, took, lease)
 			}
 		})
 	}
 
-	// The operator page's revoke (engine.OperatorRevoke) answers after
-	// the leases too, under the page's own 5 s deadline.
-	t.Run("operator page", func(t *testing.T) {
-		const path = "/item/lease-operator"
-		syn := a.do(t, "LOOKUP", path, itemInput, "Allow-RCNS", "true")
-		if syn.status != 263 {
-			t.Fatalf("gate: %s", syn)
-		}
-		id := syn.str("synthesis_id")
-		if r := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); r.status != 200 {
-			t.Fatalf("presentation on the other node: %s", r)
-		}
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-		defer cancel()
-		start := time.Now()
-		if res, err := a.h.eng.OperatorRevoke(ctx, id, "lease test", engine.Operator{Name: "op", Access: "cidr"}); err != nil || res.Noop {
-			t.Fatalf("OperatorRevoke = %+v, %v", res, err)
-		}
-		took := time.Since(start)
-		ran := hits.Load()
-		if p := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); p.status == 200 || hits.Load() != ran {
-			t.Fatalf("a presentation sent to the leasing node right after the operator's revoke: %s (%d upstream calls)", p, hits.Load()-ran)
-		}
-		if took < lease {
-			t.Fatalf("the operator's revoke returned after %v, before the lease (%v)", took, lease)
-		}
-	})
-
-	// A SUSPEND by session_id that lists no live contract, because a
-	// SUSPEND by synthesis_id released the session's one a moment before
-	// and still waits, waits too (helper-63: it answered "released": []
-	// at once, and the leasing node ran the contract after it).
-	t.Run("SUSPEND session_id after a release", func(t *testing.T) {
-		const path, session = "/item/lease-session", "lease-session-0123456789abc"
-		syn := a.do(t, "LOOKUP", path, itemInput, "Allow-RCNS", "true", "Session-ID", session)
-		if syn.status != 263 {
-			t.Fatalf("gate: %s", syn)
-		}
-		id := syn.str("synthesis_id")
-		if r := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); r.status != 200 {
-			t.Fatalf("presentation on the other node: %s", r)
-		}
-		t.Run("by synthesis_id", func(t *testing.T) {
-			t.Parallel()
-			if r := a.endContract(t, "SUSPEND", id); r.status != 200 {
-				t.Errorf("SUSPEND synthesis_id: %s", r)
+	// A second request that ends nothing, because the first one ended
+	// the contract a moment before and still waits, waits too: a REVOKE
+	// that finds it revoked answers noop (helper-62), a SUSPEND by
+	// session_id lists nothing to release (helper-63). Each answered at
+	// once, and the leasing node ran the contract after it.
+	for _, tc := range []struct {
+		name, first, state string
+		second             func(t *testing.T, id string)
+	}{
+		{"REVOKE twice", "REVOKE", "revoked", func(t *testing.T, id string) {
+			if r := a.endContract(t, "REVOKE", id); r.status != 200 || r.body["result"].(map[string]any)["noop"] != true {
+				t.Fatalf("second REVOKE: %s, want 200 noop", r)
 			}
-		})
-		t.Run("by session_id", func(t *testing.T) {
-			t.Parallel()
-			for deadline := time.Now().Add(10 * time.Second); a.inspectState(t, id) != "released"; time.Sleep(2 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the release was not written within 10 s")
-				}
-			}
-			r := a.builtin(t, "SUSPEND", map[string]any{"session_id": session})
+		}},
+		{"SUSPEND session_id after a release", "SUSPEND", "released", func(t *testing.T, _ string) {
+			r := a.builtin(t, "SUSPEND", map[string]any{"session_id": leaseSession})
 			if released, _ := r.body["result"].(map[string]any)["released"].([]any); r.status != 200 || len(released) != 0 {
 				t.Fatalf("SUSPEND session_id: %s, want 200 with nothing released", r)
 			}
-			ran := hits.Load()
-			if p := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); p.status == 200 || hits.Load() != ran {
-				t.Fatalf("a presentation sent to the leasing node right after SUSPEND session_id was answered: %s (%d upstream calls)", p, hits.Load()-ran)
-			}
-		})
-	})
-
-	// Two REVOKEs at once: the second finds the contract revoked while
-	// the first still waits for the leases, and answers noop. Its answer
-	// too leaves no node serving the contract (helper-62: it answered at
-	// once, and the leasing node ran the contract after it).
-	t.Run("REVOKE twice", func(t *testing.T) {
-		const path = "/item/lease-twice"
-		syn := a.do(t, "LOOKUP", path, itemInput, "Allow-RCNS", "true")
-		if syn.status != 263 {
-			t.Fatalf("gate: %s", syn)
-		}
-		id := syn.str("synthesis_id")
-		if r := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); r.status != 200 {
-			t.Fatalf("presentation on the other node: %s", r)
-		}
-		t.Run("first", func(t *testing.T) {
-			t.Parallel()
-			if r := a.endContract(t, "REVOKE", id); r.status != 200 {
-				t.Errorf("first REVOKE: %s", r)
-			}
-		})
-		t.Run("second", func(t *testing.T) {
-			t.Parallel()
-			for deadline := time.Now().Add(10 * time.Second); a.inspectState(t, id) != "revoked"; time.Sleep(2 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the first REVOKE's end was not written within 10 s")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := "/item/lease-race-" + tc.first
+			id := leased(t, path, "Session-ID", leaseSession)
+			t.Run("first", func(t *testing.T) {
+				t.Parallel()
+				if r := a.endContract(t, tc.first, id); r.status != 200 {
+					t.Errorf("first %s: %s", tc.first, r)
 				}
-			}
-			r := a.endContract(t, "REVOKE", id)
-			if r.status != 200 || r.body["result"].(map[string]any)["noop"] != true {
-				t.Fatalf("second REVOKE: %s, want 200 noop", r)
-			}
-			ran := hits.Load()
-			if p := b.do(t, "LOOKUP", path, itemInput, "Contract-Synthesized", id); p.status == 200 || hits.Load() != ran {
-				t.Fatalf("a presentation sent to the leasing node right after the noop REVOKE was answered: %s (%d upstream calls)", p, hits.Load()-ran)
-			}
+			})
+			t.Run("second", func(t *testing.T) {
+				t.Parallel()
+				awaitState(t, id, tc.state)
+				tc.second(t, id)
+				refusedOnB(t, path, id, "the second request")
+			})
 		})
-	})
+	}
 }
+
+// leaseSession is the Session-ID of TestEndsReachEveryLease's contracts.
+const leaseSession = "lease-session-0123456789abc"
