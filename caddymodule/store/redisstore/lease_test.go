@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -143,6 +144,47 @@ func TestPresentationLease(t *testing.T) {
 		}
 		if n := presents(cntA); n != 6 {
 			t.Fatalf("two keyed, two pending and two other-agent presentations made %d round trips of op present, want 6", n)
+		}
+	})
+
+	// Redis stalled, then killed and restarted empty, under a lease: the
+	// node answers from its lease for at most the lease (documented:
+	// "What a lease gives up"), then as without leases (503 while Redis
+	// does not answer; unknown once it lost the contract); nothing stays
+	// stuck once Redis answers again.
+	t.Run("Redis stalled and restarted", func(t *testing.T) {
+		cnt, n := node(lease)
+		c := mint(t, "/faults", store.ModeOptimistic, hour())
+		if err := presentActive(ctx, n, agent, c); err != nil {
+			t.Fatal(err)
+		}
+		srv.Pause()
+		paused := time.Now()
+		if err := presentActive(ctx, n, agent, c); err != nil && time.Since(paused) < lease {
+			t.Fatalf("within the lease, Redis stalled: %v", err)
+		}
+		time.Sleep(time.Until(paused.Add(lease)))
+		if _, err := n.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: c.SynthesisID, Method: c.Method, Path: c.Path}); !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("after the lease, Redis stalled: %v, want store.ErrUnavailable", err)
+		}
+		srv.Resume()
+		if err := presentActive(ctx, n, agent, c); err != nil {
+			t.Fatalf("Redis answering again: %v", err)
+		}
+		cnt.take()
+		srv.Restart() // killed, back empty: the contract is gone
+		restarted := time.Now()
+		time.Sleep(time.Until(restarted.Add(lease)))
+		var p store.Presentation
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			p, err = n.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: c.SynthesisID, Method: c.Method, Path: c.Path})
+			if err == nil || time.Now().After(deadline) {
+				break // the client reconnects by itself
+			}
+		}
+		if err != nil || p.Lookup != recipes.LookupUnknown || cnt.take()[store.OpPresent] == 0 {
+			t.Fatalf("after the restart and the lease: %+v, %v; want unknown, read from Redis", p, err)
 		}
 	})
 
