@@ -173,37 +173,38 @@ type lease struct {
 	until time.Time
 }
 
-func newContracts(c *Client, l recipes.StoreLimits, rs *recipes.Restorer) (*contracts, error) {
-	decoded, err := ristretto.NewCache(&ristretto.Config[string, *recipes.Contract]{
-		NumCounters: 10 * int64(c.cfg.MaxContractsCached), MaxCost: int64(c.cfg.MaxContractsCached),
-		BufferItems: 64, IgnoreInternalCost: true,
+// nodeCache is one of a node's bounded caches of contracts (decoded,
+// leases, served pairs): n entries of cost 1, ristretto's usual ten
+// counters per entry.
+func nodeCache[V any](n int) (*closecache.Cache[string, V], error) {
+	c, err := ristretto.NewCache(&ristretto.Config[string, V]{
+		NumCounters: 10 * int64(n), MaxCost: int64(n), BufferItems: 64, IgnoreInternalCost: true,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return closecache.New(c), nil
+}
+
+func newContracts(c *Client, l recipes.StoreLimits, rs *recipes.Restorer) (*contracts, error) {
+	n := c.cfg.MaxContractsCached
+	decoded, err := nodeCache[*recipes.Contract](n)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: contract cache: %w", err)
 	}
-	s := &contracts{c: c, limits: store.ContractLimits(l), rs: rs, cache: closecache.New(decoded)}
+	s := &contracts{c: c, limits: store.ContractLimits(l), rs: rs, cache: decoded}
 	if c.cfg.ContractLease > 0 {
-		leases, err := ristretto.NewCache(&ristretto.Config[string, lease]{
-			NumCounters: 10 * int64(c.cfg.MaxContractsCached), MaxCost: int64(c.cfg.MaxContractsCached),
-			BufferItems: 64, IgnoreInternalCost: true,
-		})
-		if err != nil {
-			decoded.Close()
+		if s.leases, err = nodeCache[lease](n); err != nil {
+			s.close()
 			return nil, fmt.Errorf("redisstore: lease cache: %w", err)
 		}
-		s.leases, s.leaseFor = closecache.New(leases), c.cfg.ContractLease
+		s.leaseFor = c.cfg.ContractLease
 	}
 	if c.cluster {
-		served, err := ristretto.NewCache(&ristretto.Config[string, struct{}]{
-			NumCounters: 10 * int64(c.cfg.MaxContractsCached), MaxCost: int64(c.cfg.MaxContractsCached),
-			BufferItems: 64, IgnoreInternalCost: true,
-		})
-		if err != nil {
-			decoded.Close()
-			s.leases.Close()
+		if s.served, err = nodeCache[struct{}](n); err != nil {
+			s.close()
 			return nil, fmt.Errorf("redisstore: pair cache: %w", err)
 		}
-		s.served = closecache.New(served)
 	}
 	return s, nil
 }
@@ -225,6 +226,9 @@ func leaseKey(agent, id string) string { return agent + "\x00" + id }
 // contract id from its lease, when this node holds one that has not
 // ended and the contract has not expired: no round trip.
 func (s *contracts) leasedPresentation(presenter, id string) (store.Presentation, bool) {
+	if s.leaseFor <= 0 {
+		return store.Presentation{}, false
+	}
 	l, ok := s.leases.Load().Get(leaseKey(presenter, id))
 	if !ok || !time.Now().Before(l.until) || s.c.nowMS() >= l.exp {
 		return store.Presentation{}, false
@@ -632,7 +636,9 @@ func (s *contracts) End(ctx context.Context, c *recipes.Contract, state string) 
 		p.PExpireAt(ctx, s.ownerKey(id), time.UnixMilli(keep))
 		p.ZRem(ctx, s.c.globalKey("cl"), agent+" "+id)
 	})
-	s.leases.Load().Del(leaseKey(agent, id))
+	if s.leaseFor > 0 {
+		s.leases.Load().Del(leaseKey(agent, id))
+	}
 	if err = s.c.done(store.OpContractUpdate, start, err); err != nil {
 		return false, err
 	}
