@@ -35,7 +35,7 @@ func TestClusterRedisCluster(t *testing.T) {
 // runClusterSuite runs every shared-state check on two nodes of topo,
 // then the outage (which leaves Redis restarted empty, so it runs last).
 func runClusterSuite(t *testing.T, topo *redisTopology) {
-	w := startClusterWorld(t, topo.block(), clusterOpts{Extra: clusterBudget})
+	w := startClusterWorld(t, topo.block(), clusterOpts{Extra: clusterBudget + "\t\tmcp\n"})
 	t.Run("duplicates across nodes execute once", func(t *testing.T) { clusterDuplicatesOnce(t, w) })
 	t.Run("gate budget shared", func(t *testing.T) { clusterGateBudget(t, w) })
 	t.Run("contract minted on A served on B", func(t *testing.T) { clusterContractAcross(t, w) })
@@ -223,9 +223,10 @@ func clusterContractAcross(t *testing.T, w *clusterWorld) {
 }
 
 // clusterRevokeAcross: a contract minted on A and run on both nodes (so
-// each has met it) is revoked on B; A refuses it on the very next
-// request, by presentation (464 contract-revoked) and by pair (404),
-// and executes nothing.
+// each has met it and holds a lease on it: docs/cluster.md
+// "Presentation leases") is revoked on B; A refuses it on the very next
+// request, by presentation (464 contract-revoked, over the test's door
+// and the MCP door) and by pair (404), and executes nothing.
 func clusterRevokeAcross(t *testing.T, w *clusterWorld) {
 	r := w.book(t, w.A, agentRevoke, scopeAll, "Allow-RCNS", "true")
 	id := str(assertContractBody(t, r, 263, "BOOK", "/room", recipeName, recipeVer), "synthesis_id")
@@ -233,8 +234,17 @@ func clusterRevokeAcross(t *testing.T, w *clusterWorld) {
 		wantStatus(t, w.book(t, g, agentRevoke, scopeAll, "Contract-Synthesized", id), 200)
 		wantStatus(t, w.book(t, g, agentRevoke, scopeAll), 200)
 	}
+	// The MCP door presents it too: connected before the REVOKE, so that
+	// its call comes within the lease A took (docs/cluster.md
+	// "Presentation leases": the REVOKE answers after every lease).
+	mc := mcpConnect(t, w.A, "/mcp", agentRevoke, scopeAll)
+	args := bookArgs()
+	args["synthesis_id"] = id
+	mc.call(t, "book-room", args, nil).wantSuccess(t, 200)
+	wantStatus(t, w.book(t, w.A, agentRevoke, scopeAll, "Contract-Synthesized", id), 200) // A's lease, fresh
 	wantStatus(t, revokeContract(t, w.B, agentRevoke, scopeAll, id), 200)
 	defer w.noExecution(t)()
+	mc.call(t, "book-room", args, nil).wantError(t, "contract-revoked", 464, false)
 	assert464(t, w.book(t, w.A, agentRevoke, scopeAll, "Contract-Synthesized", id), "contract-revoked")
 	assertErrorBody(t, w.book(t, w.A, agentRevoke, scopeAll), 404, "")
 	assert464(t, w.book(t, w.B, agentRevoke, scopeAll, "Contract-Synthesized", id), "contract-revoked")
