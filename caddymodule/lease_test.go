@@ -16,18 +16,19 @@ import (
 // client. A node serves an agent's unkeyed presentations of its active
 // contract from a lease (docs/cluster.md "Presentation leases"); a
 // REVOKE, an agent's SUSPEND or the operator page's revoke answered by
-// the other node leaves no
-// node serving the contract: the presentation sent to the leasing node
-// as soon as the answer arrived is refused, and nothing ran upstream;
-// so is one sent after a REVOKE or a SUSPEND by session_id that found
-// nothing to end because another request, still waiting, had ended it. It fails when an answer does not wait for the
-// leases (engine afterEnding, store.LeaseFence).
+// the other node leaves no node serving the contract: the presentation
+// sent to the leasing node as soon as the answer arrived is refused,
+// and nothing ran upstream;
+// so is one sent after a REVOKE, a SUSPEND by session_id or an
+// operator's stale sweep that found nothing to end because another
+// request, still waiting, had ended it. It fails when an answer does
+// not wait for the leases (engine afterEnding, store.LeaseFence).
 func TestEndsReachEveryLease(t *testing.T) {
 	srv := redistest.StartServer(t)
 	up, hits := countingUpstream(t)
 	const lease = 400 * time.Millisecond
 	node := func(name string, pool int) *testGateway {
-		return redisGateway(t, up, srv.Addr(), func(h *Handler) {
+		return redisGateway(t, up, srv.Addr(), withOperator(t), func(h *Handler) {
 			h.NodeID, h.Name, h.Redis.PoolSize = name, name, pool
 			h.Redis.ContractLease = caddy.Duration(lease)
 		})
@@ -123,9 +124,10 @@ func TestEndsReachEveryLease(t *testing.T) {
 	// A second request that ends nothing, because the first one ended
 	// the contract a moment before and still waits, waits too: a REVOKE
 	// that finds it revoked answers noop (helper-62), a SUSPEND by
-	// session_id lists nothing to release (helper-63). Each answered at
-	// once, and the leasing node ran the contract after it.
-	for _, tc := range []struct {
+	// session_id lists nothing to release (helper-63), nor does an
+	// operator's stale sweep. Each answered at once, and the leasing
+	// node ran the contract after it.
+	for i, tc := range []struct {
 		name, first, state string
 		second             func(t *testing.T, id string)
 	}{
@@ -140,9 +142,22 @@ func TestEndsReachEveryLease(t *testing.T) {
 				t.Fatalf("SUSPEND session_id: %s, want 200 with nothing released", r)
 			}
 		}},
+		{"stale sweep after a release", "SUSPEND", "released", func(t *testing.T, id string) {
+			r := a.do(t, "REVOKE", "/", map[string]any{"parameters": map[string]any{"target": "stale-contracts", "mode": "invalidate"}},
+				"Agent-ID", operatorAgent, "Authority-Scope", "inspect:all")
+			contracts, _ := r.body["contracts"].([]any)
+			for _, c := range contracts {
+				if c.(map[string]any)["synthesis_id"] == id {
+					t.Fatalf("the stale sweep listed the released contract: %s", r)
+				}
+			}
+			if r.status != 200 {
+				t.Fatalf("REVOKE target=stale-contracts: %s", r)
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := "/item/lease-race-" + tc.first
+			path := "/item/lease-race-" + strconv.Itoa(i)
 			id := leased(t, path, "Session-ID", leaseSession)
 			t.Run("first", func(t *testing.T) {
 				t.Parallel()
