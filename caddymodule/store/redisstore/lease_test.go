@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,6 +187,56 @@ func TestPresentationLease(t *testing.T) {
 		}
 		if err != nil || p.Lookup != recipes.LookupUnknown || cnt.take()[store.OpPresent] == 0 {
 			t.Fatalf("after the restart and the lease: %+v, %v; want unknown, read from Redis", p, err)
+		}
+	})
+
+	// Redis full (maxmemory, noeviction) under a lease: a leased
+	// presentation is answered from the lease; a revoke on the other
+	// node still ends the contract (endScript runs over maxmemory, to
+	// free memory); after the fence the leasing node reads Redis, whose
+	// refusal (503, nothing run) is not the contract active; once Redis
+	// has room the contract reads revoked, nothing stuck.
+	t.Run("Redis full", func(t *testing.T) {
+		cnt, n := node(lease)
+		c := mint(t, "/full", store.ModeOptimistic, hour())
+		other := mint(t, "/full-other", store.ModeOptimistic, hour())
+		if err := presentActive(ctx, n, agent, c); err != nil {
+			t.Fatal(err)
+		}
+		cnt.take()
+		if _, err := redistest.Do(srv.Addr(), "SET", "fill", strings.Repeat("x", 2<<20)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", strconv.FormatInt(usedMemory(t, srv.Addr())-64<<10, 10)); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_, _ = redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", "0")
+			_, _ = redistest.Do(srv.Addr(), "DEL", "fill")
+		}()
+		full := time.Now()
+		if _, err := n.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: other.SynthesisID, Method: other.Method, Path: other.Path}); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(Cause(err), "OOM") {
+			t.Fatalf("an unleased presentation over maxmemory: %v, want an OOM refusal", err)
+		}
+		if err := presentActive(ctx, n, agent, c); err != nil && time.Since(full) < lease {
+			t.Fatalf("a leased presentation over maxmemory, within the lease: %v", err)
+		}
+		if ended, err := b.Contracts.End(ctx, c, recipes.StateRevoked); err != nil || !ended {
+			t.Fatalf("End over maxmemory = %v, %v; want the contract ended", ended, err)
+		}
+		time.Sleep(b.Contracts.(store.LeaseFence).LeaseFence())
+		p, err := n.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: c.SynthesisID, Method: c.Method, Path: c.Path})
+		if !errors.Is(err, store.ErrUnavailable) || p.State == recipes.StateActive {
+			t.Fatalf("after the revoke and its fence, over maxmemory: %+v, %v; want an OOM refusal", p, err)
+		}
+		if _, err := redistest.Do(srv.Addr(), "DEL", "fill"); err != nil {
+			t.Fatal(err)
+		}
+		if p = present(t, n, agent, c); p.Lookup != recipes.LookupRevoked {
+			t.Fatalf("once Redis has room: lookup %d state %q, want revoked", p.Lookup, p.State)
+		}
+		if err := presentActive(ctx, n, agent, other); err != nil {
+			t.Fatalf("once Redis has room, the other contract: %v", err)
 		}
 	})
 
