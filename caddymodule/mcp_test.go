@@ -431,16 +431,47 @@ func TestMCPDeclaredCapabilities(t *testing.T) {
 	if _, err := s.ReadResource(ctx, &mcp.ReadResourceParams{URI: "rcns://nope"}); err == nil {
 		t.Error("reading an unknown resource succeeded")
 	}
-	hdr := map[string]string{"Agent-ID": benchAgent}
-	for _, m := range []string{"prompts/list", "completion/complete", "logging/setLevel", "resources/subscribe"} {
-		status, _, body := mcpPost(t, url, `{"jsonrpc":"2.0","id":3,"method":"`+m+`","params":{"level":"info","uri":"rcns://manifest"}}`, hdr)
-		var msg struct {
-			Error *struct {
-				Code int `json:"code"`
-			} `json:"error"`
+	// Undeclared capabilities, and methods the SDK does not know (the
+	// tasks methods the extension removed, client-side methods, none at
+	// all), under the protocol versions before 2026-07-28 and none: the
+	// SDK's own answer to the latter is a text/plain HTTP 400. The door's
+	// answer echoes the id as sent.
+	for _, version := range []string{"", "2025-06-18", "2025-11-25"} {
+		for _, m := range []string{"prompts/list", "completion/complete", "logging/setLevel", "resources/subscribe",
+			"tasks/list", "tasks/result", "roots/list", "sampling/createMessage", "tools/List", "frob/nicate", ""} {
+			h := map[string]string{"Agent-ID": benchAgent}
+			if version != "" {
+				h["MCP-Protocol-Version"] = version
+			}
+			status, header, body := mcpPost(t, url, `{"jsonrpc":"2.0","id":9007199254740993,"method":"`+m+`","params":{"level":"info","uri":"rcns://manifest"}}`, h)
+			var msg struct {
+				ID    json.RawMessage `json:"id"`
+				Error *struct {
+					Code    int    `json:"code"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal([]byte(body), &msg); status != 200 || err != nil || msg.Error == nil || msg.Error.Code != -32601 ||
+				!strings.HasPrefix(header.Get("Content-Type"), "application/json") {
+				t.Errorf("%s (version %q): %d %s %s, want JSON-RPC -32601", m, version, status, header.Get("Content-Type"), body)
+			}
+			if m != "" && msg.Error != nil && !strings.Contains(msg.Error.Message, m) {
+				t.Errorf("%s: the error does not name the method: %s", m, body)
+			}
+			// The SDK answers the undeclared ones, and reads an id as a
+			// float64 (beyond 2^53 it is not echoed exactly: left alone).
+			if _, sdk := map[string]bool{"prompts/list": true, "completion/complete": true, "logging/setLevel": true, "resources/subscribe": true}[m]; !sdk &&
+				string(msg.ID) != "9007199254740993" {
+				t.Errorf("%s: id %s, want the request's 9007199254740993", m, msg.ID)
+			}
 		}
-		if err := json.Unmarshal([]byte(body), &msg); status != 200 || err != nil || msg.Error == nil || msg.Error.Code != -32601 {
-			t.Errorf("%s: %d %s, want JSON-RPC -32601", m, status, body)
+	}
+	// A notification of an unknown method and a batch holding an unknown
+	// call keep the SDK's 400: there is no single id to answer.
+	for _, msg := range []string{`{"jsonrpc":"2.0","method":"notifications/frob"}`,
+		`[{"jsonrpc":"2.0","id":1,"method":"frob/nicate"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`} {
+		if status, _, body := mcpPost(t, url, msg, map[string]string{"Agent-ID": benchAgent, "MCP-Protocol-Version": "2025-03-26"}); status != 400 {
+			t.Errorf("%s: %d %s, want the SDK's 400", msg, status, body)
 		}
 	}
 }

@@ -332,14 +332,18 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 		// Its answer may become a CreateTaskResult (tasks.go).
 		rq.taskable = true
 		tw := &taskWriter{hd: http.Header{}}
-		d.sdk.ServeHTTP(&mcpWriter{ResponseWriter: tw, rq: rq}, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
+		mw := &mcpWriter{ResponseWriter: tw, rq: rq, body: body}
+		d.sdk.ServeHTTP(mw, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
+		mw.finish()
 		rq.mu.Lock()
 		ct := rq.task
 		rq.mu.Unlock()
 		tw.flush(w, ct)
 		return rq.summary()
 	}
-	d.sdk.ServeHTTP(&mcpWriter{ResponseWriter: w, rq: rq}, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
+	mw := &mcpWriter{ResponseWriter: w, rq: rq, body: body}
+	d.sdk.ServeHTTP(mw, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
+	mw.finish()
 	return rq.summary()
 }
 
@@ -554,10 +558,23 @@ func (d *Door) instructions() string {
 // mcpWriter adds the fields the tool calls collected (Attribution-Record,
 // Audit-ID) to the HTTP answer the SDK writes once the calls are done
 // (JSON responses).
+//
+// It also turns the SDK's transport-level refusal of a method it does
+// not know (HTTP 400, text/plain "JSON RPC not handled: …", which the
+// SDK sends for protocol versions before 2026-07-28) into the JSON-RPC
+// -32601 method-not-found answer the door gives every other method it
+// does not serve (JSON-RPC 2.0 §5.1; docs/agent-guide-mcp.md), when the
+// message is one call with an id. A batch or a notification keeps the
+// SDK's 400.
 type mcpWriter struct {
 	http.ResponseWriter
 	rq    *mcpRequest
 	wrote bool
+	// body is the HTTP request's body: the JSON-RPC message(s).
+	body []byte
+	// held is a 400 the SDK began, not yet written: its first Write
+	// tells whether it is the unknown-method refusal.
+	held bool
 }
 
 func (w *mcpWriter) addFields() {
@@ -573,21 +590,78 @@ func (w *mcpWriter) addFields() {
 	}
 }
 
-// WriteHeader adds the collected fields, then writes the status.
+// WriteHeader adds the collected fields, then writes the status (a 400
+// is held until its first Write).
 func (w *mcpWriter) WriteHeader(code int) {
 	w.addFields()
+	if code == http.StatusBadRequest && !w.held && w.body != nil {
+		w.held = true
+		return
+	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// Write adds the collected fields before the first byte.
+// Write adds the collected fields before the first byte, and answers a
+// held 400 that is the unknown-method refusal with -32601 instead.
 func (w *mcpWriter) Write(b []byte) (int, error) {
 	w.addFields()
+	if w.held {
+		w.held = false
+		if methodNotFound(w.ResponseWriter, w.body, b) {
+			return len(b), nil
+		}
+		w.ResponseWriter.WriteHeader(http.StatusBadRequest)
+	}
 	return w.ResponseWriter.Write(b)
+}
+
+// finish writes a held 400 the SDK wrote no body for.
+func (w *mcpWriter) finish() {
+	if w.held {
+		w.held = false
+		w.ResponseWriter.WriteHeader(http.StatusBadRequest)
+	}
+}
+
+// notHandledPrefix begins the SDK's text/plain refusal of a method it
+// does not know (jsonrpc2.ErrNotHandled: "JSON RPC not handled: %q
+// unsupported").
+const notHandledPrefix = "JSON RPC not handled: "
+
+// methodNotFound writes the JSON-RPC -32601 answer (HTTP 200,
+// application/json, the call's own id) when sdkBody, the start of the
+// SDK's 400, is its unknown-method refusal and body is one JSON-RPC
+// call; it reports whether it wrote. The message names the method.
+func methodNotFound(w http.ResponseWriter, body, sdkBody []byte) bool {
+	if !bytes.HasPrefix(sdkBody, []byte(notHandledPrefix)) {
+		return false
+	}
+	var call struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if batchLen(body) > 0 || json.Unmarshal(body, &call) != nil || len(call.ID) == 0 || string(call.ID) == "null" {
+		return false
+	}
+	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": call.ID, "error": map[string]any{
+		"code":    -32601,
+		"message": fmt.Sprintf("method %q is not one this MCP server serves (docs/agent-guide-mcp.md lists the methods)", textcut.Clip(call.Method)),
+	}})
+	if err != nil {
+		return false
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "application/json")
+	hd.Del("X-Content-Type-Options")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(msg)
+	return true
 }
 
 // Flush flushes the underlying writer (server-sent events).
 func (w *mcpWriter) Flush() {
 	w.addFields()
+	w.finish()
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
