@@ -692,13 +692,18 @@ const (
 	OpRecord         Op = "record"
 	OpTask           Op = "task"
 	OpPing           Op = "ping"
-	OpNodeID         Op = "node_id"
-	OpSealKey        Op = "seal_key"
+	// OpCount is a read of the store's sizes (live contracts,
+	// idempotency and attempt records: the Len methods) for the gauges,
+	// made by the health check every interval, and by the operator page:
+	// not a request's round trip.
+	OpCount   Op = "count"
+	OpNodeID  Op = "node_id"
+	OpSealKey Op = "seal_key"
 )
 
 // Ops lists every Op, for registering metric label values.
 var Ops = []Op{OpClaim, OpComplete, OpAbandon, OpRenew, OpSettle, OpRateLimit, OpContractMint, OpContractLookup,
-	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpTask, OpPing, OpNodeID, OpSealKey}
+	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpTask, OpPing, OpCount, OpNodeID, OpSealKey}
 
 // Observer is told about every round trip a store makes: the operation,
 // its latency, and its error (nil, or one wrapping ErrUnavailable). The

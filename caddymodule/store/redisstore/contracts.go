@@ -715,7 +715,7 @@ func (s *contracts) List(ctx context.Context, agent string) ([]*recipes.Contract
 func (s *contracts) Len(ctx context.Context) (int, error) {
 	start := time.Now()
 	n, err := s.c.rdb.ZCount(ctx, s.c.globalKey("cl"), "("+strconv.FormatInt(s.c.nowMS(), 10), "+inf").Result()
-	if err = s.c.done(store.OpContractList, start, err); err != nil {
+	if err = s.c.done(store.OpCount, start, err); err != nil {
 		return 0, err
 	}
 	return int(n), nil

@@ -425,7 +425,7 @@ func (s *idem) Len(ctx context.Context) (int, error) {
 	}
 	start := time.Now()
 	n, err := s.c.rdb.ZCount(ctx, s.c.globalKey("iz"), "("+strconv.FormatInt(s.c.nowMS(), 10), "+inf").Result()
-	if err = s.c.done(store.OpClaim, start, err); err != nil {
+	if err = s.c.done(store.OpCount, start, err); err != nil {
 		return 0, err
 	}
 	return int(n), nil

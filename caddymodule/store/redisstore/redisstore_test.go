@@ -92,6 +92,28 @@ func (c *counter) take() map[store.Op]int {
 	return out
 }
 
+// TestCountsAreNotRequestOps: the sizes the health check reads for the
+// gauges (and the operator page) are op count, so the round-trip metric
+// of keyed claims, attempt records and contract lists counts requests
+// only (helper-65: an idle node showed a claim every health interval).
+func TestCountsAreNotRequestOps(t *testing.T) {
+	srv := redistest.StartServer(t)
+	cnt := &counter{ops: map[store.Op]int{}}
+	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}, Observer: cnt})
+	ctx := context.Background()
+	cnt.take()
+	for _, l := range []interface {
+		Len(context.Context) (int, error)
+	}{set.Contracts, set.Idempotency, set.Attempts} {
+		if n, err := l.Len(ctx); err != nil || n != 0 {
+			t.Fatalf("Len = %d, %v; want 0", n, err)
+		}
+	}
+	if got := cnt.take(); len(got) != 1 || got[store.OpCount] != 3 {
+		t.Fatalf("three Len calls observed %v, want count 3 and nothing else", got)
+	}
+}
+
 func TestRoundTripsPerOperation(t *testing.T) {
 	srv := redistest.StartServer(t)
 	cnt := &counter{ops: map[store.Op]int{}}

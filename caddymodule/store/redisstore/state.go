@@ -143,7 +143,7 @@ func (a attempts) Len(ctx context.Context) (int, error) {
 	records{c: a.c}.own(ctx)
 	start := time.Now()
 	n, err := a.c.rdb.HLen(ctx, a.c.globalKey("att")).Result()
-	if err = a.c.done(store.OpAttempt, start, err); err != nil {
+	if err = a.c.done(store.OpCount, start, err); err != nil {
 		return 0, err
 	}
 	return int(n), nil
