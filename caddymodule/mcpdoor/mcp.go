@@ -30,6 +30,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	segjson "github.com/segmentio/encoding/json"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
 	"go.uber.org/zap/zapcore"
@@ -341,7 +342,7 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 		tw.flush(w, ct)
 		return rq.summary()
 	}
-	mw := &mcpWriter{ResponseWriter: w, rq: rq, body: body}
+	mw := &mcpWriter{ResponseWriter: w, rq: rq, body: body, xcto: w.Header()["X-Content-Type-Options"]}
 	d.sdk.ServeHTTP(mw, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
 	mw.finish()
 	return rq.summary()
@@ -575,6 +576,10 @@ type mcpWriter struct {
 	// held is a 400 the SDK began, not yet written: its first Write
 	// tells whether it is the unknown-method refusal.
 	held bool
+	// xcto is the answer's X-Content-Type-Options before the SDK ran
+	// (set by the operator's header directive, or nil), which the
+	// SDK's http.Error overwrites.
+	xcto []string
 }
 
 func (w *mcpWriter) addFields() {
@@ -607,7 +612,7 @@ func (w *mcpWriter) Write(b []byte) (int, error) {
 	w.addFields()
 	if w.held {
 		w.held = false
-		if methodNotFound(w.ResponseWriter, w.body, b) {
+		if methodNotFound(w.ResponseWriter, w.body, b, w.xcto) {
 			return len(b), nil
 		}
 		w.ResponseWriter.WriteHeader(http.StatusBadRequest)
@@ -632,30 +637,54 @@ const notHandledPrefix = "JSON RPC not handled: "
 // application/json, the call's own id) when sdkBody, the start of the
 // SDK's 400, is its unknown-method refusal and body is one JSON-RPC
 // call; it reports whether it wrote. The message names the method.
-func methodNotFound(w http.ResponseWriter, body, sdkBody []byte) bool {
-	if !bytes.HasPrefix(sdkBody, []byte(notHandledPrefix)) {
+// body is read as the SDK reads it (its decoder, segmentio/encoding,
+// with member names matched exactly and the first JSON value only), so
+// the id and method answered are the ones the SDK refused. xcto is the
+// X-Content-Type-Options the answer had before the SDK's http.Error set
+// it (nil: none).
+func methodNotFound(w http.ResponseWriter, body, sdkBody []byte, xcto []string) bool {
+	if !bytes.HasPrefix(sdkBody, []byte(notHandledPrefix)) || batchLen(body) > 0 {
 		return false
 	}
 	var call struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
+		ID     segjson.RawMessage `json:"id"`
+		Method string             `json:"method"`
 	}
-	if batchLen(body) > 0 || json.Unmarshal(body, &call) != nil || len(call.ID) == 0 || string(call.ID) == "null" {
+	dec := segjson.NewDecoder(bytes.NewReader(body))
+	dec.DontMatchCaseInsensitiveStructFields()
+	if dec.Decode(&call) != nil || len(call.ID) == 0 || string(call.ID) == "null" {
 		return false
 	}
-	msg, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": call.ID, "error": map[string]any{
-		"code":    -32601,
-		"message": fmt.Sprintf("method %q is not one this MCP server serves (docs/agent-guide-mcp.md lists the methods)", textcut.Clip(call.Method)),
-	}})
+	msg, err := json.Marshal(methodNotFoundAnswer{JSONRPC: "2.0", ID: call.ID, Error: rpcError{Code: -32601,
+		Message: fmt.Sprintf("method not found: %q is not a method this MCP server serves (docs/agent-guide-mcp.md lists them)", textcut.Clip(call.Method))}})
 	if err != nil {
 		return false
 	}
 	hd := w.Header()
 	hd.Set("Content-Type", "application/json")
-	hd.Del("X-Content-Type-Options")
+	hd.Set("Cache-Control", "no-cache, no-transform") // as the SDK's JSON answers
+	if xcto == nil {
+		hd.Del("X-Content-Type-Options")
+	} else {
+		hd["X-Content-Type-Options"] = xcto
+	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(msg)
 	return true
+}
+
+// methodNotFoundAnswer is methodNotFound's JSON-RPC error response, its
+// members in the SDK's order.
+type methodNotFoundAnswer struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Error   rpcError        `json:"error"`
+}
+
+// rpcError is a JSON-RPC 2.0 error object (§5.1).
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
 }
 
 // Flush flushes the underlying writer (server-sent events).
