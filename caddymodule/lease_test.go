@@ -121,6 +121,26 @@ func TestEndsReachEveryLease(t *testing.T) {
 		})
 	}
 
+	// A node whose contract_lease is off (a reload rolling across the
+	// nodes) answers its REVOKE after the lease b took (helper-65).
+	t.Run("REVOKE on a node with leases off", func(t *testing.T) {
+		off := redisGateway(t, up, srv.Addr(), func(h *Handler) {
+			h.NodeID, h.Name, h.Redis.PoolSize = "lease-off", "lease-off", 2
+			h.Redis.ContractLease = -1
+		})
+		path := "/item/lease-off"
+		id := leased(t, path)
+		start := time.Now()
+		if r := off.endContract(t, "REVOKE", id); r.status != 200 {
+			t.Fatalf("REVOKE: %s", r)
+		}
+		took := time.Since(start)
+		refusedOnB(t, path, id, "the REVOKE on the node with leases off")
+		if took < lease {
+			t.Fatalf("REVOKE on the node with leases off answered after %v, before the lease (%v) the other node took", took, lease)
+		}
+	})
+
 	// A second request that ends nothing, because the first one ended
 	// the contract a moment before and still waits, waits too: a REVOKE
 	// that finds it revoked answers noop (helper-62), a SUSPEND by

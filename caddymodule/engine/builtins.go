@@ -423,7 +423,9 @@ func (h *Engine) endNamed(x *exchange, actor string, c *recipes.Contract, e cont
 func (h *Engine) fenceLeases(x *exchange) {
 	if lf, ok := h.sto.Contracts.(store.LeaseFence); ok {
 		if d := lf.LeaseFence(); d > 0 {
-			x.fence = time.Now().Add(d)
+			if t := time.Now().Add(d); t.After(x.fence) {
+				x.fence = t
+			}
 		}
 	}
 }

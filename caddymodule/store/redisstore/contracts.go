@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
@@ -103,17 +104,19 @@ return 0
 `)
 
 // endScript ends a live contract. KEYS: contract, agent live index,
-// pair index. ARGV: now, state, kept until, id, end time. Returns 1
-// when it was live.
+// pair index. ARGV: now, state, kept until, id, end time. Returns {1
+// when it was live else 0, the longest lease (ms) a node took on it
+// (presentScript's ls; 0: none)}.
 var endScript = allowOOM(`
 local now = tonumber(ARGV[1])
-local r = redis.call('HMGET', KEYS[1], 's', 'exp')
-if (r[1] ~= 'pending' and r[1] ~= 'active') or tonumber(r[2]) <= now then return 0 end
+local r = redis.call('HMGET', KEYS[1], 's', 'exp', 'ls')
+local ls = tonumber(r[3]) or 0
+if (r[1] ~= 'pending' and r[1] ~= 'active') or tonumber(r[2]) <= now then return {0, ls} end
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'at', ARGV[5])
 redis.call('PEXPIREAT', KEYS[1], ARGV[3])
 redis.call('ZREM', KEYS[2], ARGV[4])
 redis.call('ZREM', KEYS[3], ARGV[4])
-return 1
+return {1, ls}
 `)
 
 // pairFuncLua defines newest(pair index, contract key prefix, now):
@@ -163,6 +166,29 @@ type contracts struct {
 	leases *closecache.Cache[string, lease]
 	// leaseFor is Config.ContractLease (<= 0: no leases).
 	leaseFor time.Duration
+	// seen is the longest lease another node took on a contract End
+	// ended or found ended here (which may be longer than this node's
+	// own: its configuration differs), and when: LeaseFence waits it
+	// for seenFor after.
+	seenMu sync.Mutex
+	seen   time.Duration
+	seenAt time.Time
+}
+
+// seenFor is how long LeaseFence keeps waiting a longer lease End saw:
+// far beyond the microseconds between an End and its request's
+// LeaseFence, so that a concurrent End that saw a shorter one cannot
+// shorten that request's wait.
+const seenFor = 10 * time.Second
+
+// sawLease notes d, the longest lease a node took on a contract End
+// just ended or found ended.
+func (s *contracts) sawLease(d time.Duration) {
+	s.seenMu.Lock()
+	defer s.seenMu.Unlock()
+	if now := time.Now(); d >= s.seen || now.Sub(s.seenAt) > seenFor {
+		s.seen, s.seenAt = d, now
+	}
 }
 
 // lease is an active contract read from Redis, answered from this node
@@ -237,9 +263,22 @@ func (s *contracts) leasedPresentation(presenter, id string) (store.Presentation
 }
 
 // LeaseFence is how long after End ended a live contract a node may
-// still answer presentations of it from a lease taken before: the
-// lease (Config.ContractLease), 0 with leases off (store.LeaseFence).
-func (s *contracts) LeaseFence() time.Duration { return s.leaseFor }
+// still answer presentations of it from a lease taken before
+// (store.LeaseFence): the lease (Config.ContractLease, 0 with leases
+// off), or the longer lease another node took on a contract an End of
+// the last seenFor ended or found ended (every presentation that takes
+// a lease keeps the longest taken in the contract's record, and End
+// reads it back), so that nodes whose contract_lease differs (a reload
+// rolling across them) still keep the promise.
+func (s *contracts) LeaseFence() time.Duration {
+	d := s.leaseFor
+	s.seenMu.Lock()
+	if s.seen > d && time.Since(s.seenAt) <= seenFor {
+		d = s.seen
+	}
+	s.seenMu.Unlock()
+	return max(d, 0)
+}
 
 // grantLease keeps c, read active and live by a read sent at sent, for
 // unkeyed presentations until the lease ends: Config.ContractLease
@@ -642,7 +681,14 @@ func (s *contracts) End(ctx context.Context, c *recipes.Contract, state string) 
 	if err = s.c.done(store.OpContractUpdate, start, err); err != nil {
 		return false, err
 	}
-	n, _ := v.(int64)
+	r, _ := v.([]any)
+	if len(r) != 2 {
+		return false, fmt.Errorf("%w: end script returned %v", store.ErrUnavailable, v)
+	}
+	if ls, _ := r[1].(int64); ls > 0 {
+		s.sawLease(time.Duration(ls) * time.Millisecond)
+	}
+	n, _ := r[0].(int64)
 	return n == 1, nil
 }
 

@@ -240,6 +240,46 @@ func TestPresentationLease(t *testing.T) {
 		}
 	})
 
+	// Nodes whose contract_lease differs (a reload rolling across them,
+	// helper-65): a node with leases off, or a shorter lease, that ends
+	// the contract waits the longest lease any node took on it, which the
+	// presentation kept in the contract's record and End read back. Its
+	// own lease stays its fence for other contracts once seenFor passed.
+	t.Run("nodes with different leases", func(t *testing.T) {
+		for _, ender := range []struct {
+			name  string
+			lease time.Duration
+		}{{"off", -1}, {"shorter", 50 * time.Millisecond}} {
+			t.Run(ender.name, func(t *testing.T) {
+				_, e := node(ender.lease)
+				c := mint(t, "/mixed-"+ender.name, store.ModeOptimistic, hour())
+				if err := presentActive(ctx, a, agent, c); err != nil {
+					t.Fatal(err)
+				}
+				before := e.Contracts.(store.LeaseFence).LeaseFence()
+				if ended, err := e.Contracts.End(ctx, c, recipes.StateRevoked); err != nil || !ended {
+					t.Fatalf("End = %v, %v", ended, err)
+				}
+				fence := e.Contracts.(store.LeaseFence).LeaseFence()
+				if fence != lease {
+					t.Fatalf("LeaseFence after ending a contract node A leased for %v = %v (before the End: %v), want %v", lease, fence, before, lease)
+				}
+				time.Sleep(fence)
+				if p := present(t, a, agent, c); p.Lookup != recipes.LookupRevoked {
+					t.Fatalf("node A after the fence: lookup %d state %q, want revoked", p.Lookup, p.State)
+				}
+				// A noop End (found revoked) reads the lease back too.
+				_, e2 := node(ender.lease)
+				if ended, err := e2.Contracts.End(ctx, c, recipes.StateRevoked); err != nil || ended {
+					t.Fatalf("second End = %v, %v; want a noop", ended, err)
+				}
+				if f := e2.Contracts.(store.LeaseFence).LeaseFence(); f != lease {
+					t.Fatalf("LeaseFence after a noop End = %v, want %v", f, lease)
+				}
+			})
+		}
+	})
+
 	t.Run("off", func(t *testing.T) {
 		cntOff, off := node(-1)
 		c := mint(t, "/off", store.ModeOptimistic, hour())

@@ -19,11 +19,17 @@ import (
 // method, path, want meta and plan ("1"/"0"), synthesis id, then the
 // claim's 14 arguments (claimFuncLua's A; its synthesis id and pending
 // are the contract's). Without a claim, KEYS and ARGV end before the
-// claim's. Returns {state, exp, at, meta, plan} and, when it
-// claimed, claim's reply after them.
+// claim's, or with the lease (ms) the node takes when it reads the
+// contract active: the script keeps the longest lease any node took
+// (field ls), which endScript returns to the node that ends it. Returns
+// {state, exp, at, meta, plan} and, when it claimed, claim's reply
+// after them.
 var presentScript = denyOOM(claimFuncLua + `
-local c = redis.call('HMGET', KEYS[1], 's', 'exp', 'at', 'm', 'p')
+local c = redis.call('HMGET', KEYS[1], 's', 'exp', 'at', 'm', 'p', 'ls')
 if not c[1] then return {''} end
+if ARGV[2] ~= '1' and ARGV[7] and c[1] == 'active' and tonumber(ARGV[7]) > (tonumber(c[6]) or 0) then
+  redis.call('HSET', KEYS[1], 'ls', ARGV[7])
+end
 local out = {c[1], c[2] or '', c[3] or '', '', ''}
 if ARGV[5] == '1' then
   local mp = redis.call('HMGET', KEYS[1], 'meta', 'plan')
@@ -133,6 +139,9 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 		n += claimArgsLen // appended below: one allocation for all
 	}
 	args := append(make([]any, 0, n), p.c.nowMS(), flag(claiming), req.Method, req.Path, flag(!cached), req.SynthesisID)
+	if !claiming && p.contracts.leaseFor > 0 {
+		args = append(args, p.contracts.leaseFor.Milliseconds())
+	}
 	var token string
 	var creq idempotency.ClaimRequest
 	if claiming {
