@@ -123,11 +123,11 @@ func TestEndsReachEveryLease(t *testing.T) {
 
 	// A node whose contract_lease is off (a reload rolling across the
 	// nodes) answers its REVOKE after the lease b took (helper-65).
+	off := redisGateway(t, up, srv.Addr(), func(h *Handler) {
+		h.NodeID, h.Name, h.Redis.PoolSize = "lease-off", "lease-off", 2
+		h.Redis.ContractLease = -1
+	})
 	t.Run("REVOKE on a node with leases off", func(t *testing.T) {
-		off := redisGateway(t, up, srv.Addr(), func(h *Handler) {
-			h.NodeID, h.Name, h.Redis.PoolSize = "lease-off", "lease-off", 2
-			h.Redis.ContractLease = -1
-		})
 		path := "/item/lease-off"
 		id := leased(t, path)
 		start := time.Now()
@@ -158,6 +158,14 @@ func TestEndsReachEveryLease(t *testing.T) {
 		}},
 		{"SUSPEND session_id after a release", "SUSPEND", "released", func(t *testing.T, _ string) {
 			r := a.builtin(t, "SUSPEND", map[string]any{"session_id": leaseSession})
+			if released, _ := r.body["result"].(map[string]any)["released"].([]any); r.status != 200 || len(released) != 0 {
+				t.Fatalf("SUSPEND session_id: %s, want 200 with nothing released", r)
+			}
+		}},
+		// On a node with leases off, which cannot read the lease of a
+		// contract it does not list (helper-67).
+		{"SUSPEND session_id on a node with leases off after a release", "SUSPEND", "released", func(t *testing.T, _ string) {
+			r := off.builtin(t, "SUSPEND", map[string]any{"session_id": leaseSession})
 			if released, _ := r.body["result"].(map[string]any)["released"].([]any); r.status != 200 || len(released) != 0 {
 				t.Fatalf("SUSPEND session_id: %s, want 200 with nothing released", r)
 			}

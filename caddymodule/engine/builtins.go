@@ -358,14 +358,23 @@ type contractEnd struct {
 // afterEnding once. actor is the Agent-ID of the caller that ends it
 // (the event's actor_agent_id), "" for the operator page (x.operator).
 func (h *Engine) endContract(x *exchange, actor string, c *recipes.Contract, e contractEnd) (bool, error) {
-	ended, err := h.sto.Contracts.End(x.ctx(), c, e.state)
+	var ended bool
+	var err error
+	if lf, ok := h.sto.Contracts.(store.LeaseFence); ok {
+		// afterEnding waits for the fence, also when c had ended
+		// already: a concurrent request may have ended it a moment ago
+		// and still be waiting for its own (helper-62).
+		var fence time.Duration
+		ended, fence, err = lf.EndFenced(x.ctx(), c, e.state)
+		if err == nil {
+			x.fenceFor(fence)
+		}
+	} else {
+		ended, err = h.sto.Contracts.End(x.ctx(), c, e.state)
+	}
 	if err != nil {
 		return false, err
 	}
-	// afterEnding waits for the fence, also when c had ended already: a
-	// concurrent request may have ended it a moment ago and still be
-	// waiting for its own (helper-62).
-	h.fenceLeases(x)
 	if !ended {
 		return false, nil
 	}
@@ -412,21 +421,27 @@ func (h *Engine) endNamed(x *exchange, actor string, c *recipes.Contract, e cont
 	x.write(200, agtp.MediaAGTP, map[string]any{"status": 200, "result": map[string]any{"synthesis_id": c.SynthesisID, "state": state, "noop": noop}}, nil)
 }
 
-// fenceLeases moves x.fence to LeaseFence from now when the store keeps
-// leases (store.LeaseFence): afterEnding then waits for it. endContract
-// calls it after each End; a request that ends the contracts a List
-// finds calls it after the List too, since a contract a concurrent
-// request ended a moment before is not listed, and that request may
-// still be waiting for its leases (helper-63: SUSPEND session_id
-// answered "released": [] at once, and a leasing node still ran the
-// contract).
+// fenceLeases moves x.fence to the store's ListFence from now when it
+// keeps leases (store.LeaseFence): afterEnding then waits for it. A
+// request that ends the contracts a List finds calls it after the
+// List, since a contract a concurrent request ended a moment before is
+// not listed, and that request may still be waiting for its leases
+// (helper-63: SUSPEND session_id answered "released": [] at once, and
+// a leasing node still ran the contract; helper-67: on a node whose
+// own lease is shorter than another's). endContract fences each End.
 func (h *Engine) fenceLeases(x *exchange) {
 	if lf, ok := h.sto.Contracts.(store.LeaseFence); ok {
-		if d := lf.LeaseFence(); d > 0 {
-			if t := time.Now().Add(d); t.After(x.fence) {
-				x.fence = t
-			}
-		}
+		x.fenceFor(lf.ListFence())
+	}
+}
+
+// fenceFor moves x.fence to d from now, unless it is later already.
+func (x *exchange) fenceFor(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if t := time.Now().Add(d); t.After(x.fence) {
+		x.fence = t
 	}
 }
 

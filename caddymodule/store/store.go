@@ -531,14 +531,23 @@ type PairResolution struct {
 // LeaseFence is implemented by the Contracts of a store whose nodes may
 // answer an agent's presentations of its active contract from a lease
 // taken on an earlier read (redisstore; docs/cluster.md "Presentation
-// leases"). A request that called Contracts.End without an error (it
-// ended the contract, or found it ended, perhaps by a concurrent
-// request still waiting) answers no sooner than LeaseFence after End
-// returned: every lease taken before the end has run out by then, on
-// every node, so no presentation that starts after the answer runs
-// under the contract. 0: no leases (nothing to wait for).
+// leases"). A request that ends contracts uses it instead of
+// Contracts.End, and answers no sooner than each fence after the call
+// returned (without an error: it ended the contract, or found it ended,
+// perhaps by a concurrent request still waiting): every lease taken
+// before the end has run out by then, on every node, so no presentation
+// that starts after the answer runs under the contract.
 type LeaseFence interface {
-	LeaseFence() time.Duration
+	// EndFenced is Contracts.End, and its fence: the longest lease any
+	// node took on c (the store keeps it with c), or this node's own,
+	// whichever is longer; 0: nothing to wait for.
+	EndFenced(ctx context.Context, c *recipes.Contract, state string) (ended bool, fence time.Duration, err error)
+	// ListFence is the fence of a request that ends the contracts a
+	// List found, after the List: the longest lease any node may take,
+	// since a contract a concurrent request ended a moment before is
+	// not listed (its record is not read) and that request may still
+	// be waiting.
+	ListFence() time.Duration
 }
 
 // Presenter serves the requests that run under a contract, or may, in

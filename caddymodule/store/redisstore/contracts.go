@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dgraph-io/ristretto/v2"
@@ -166,29 +165,6 @@ type contracts struct {
 	leases *closecache.Cache[string, lease]
 	// leaseFor is Config.ContractLease (<= 0: no leases).
 	leaseFor time.Duration
-	// seen is the longest lease another node took on a contract End
-	// ended or found ended here (which may be longer than this node's
-	// own: its configuration differs), and when: LeaseFence waits it
-	// for seenFor after.
-	seenMu sync.Mutex
-	seen   time.Duration
-	seenAt time.Time
-}
-
-// seenFor is how long LeaseFence keeps waiting a longer lease End saw:
-// far beyond the microseconds between an End and its request's
-// LeaseFence, so that a concurrent End that saw a shorter one cannot
-// shorten that request's wait.
-const seenFor = 10 * time.Second
-
-// sawLease notes d, the longest lease a node took on a contract End
-// just ended or found ended.
-func (s *contracts) sawLease(d time.Duration) {
-	s.seenMu.Lock()
-	defer s.seenMu.Unlock()
-	if now := time.Now(); d >= s.seen || now.Sub(s.seenAt) > seenFor {
-		s.seen, s.seenAt = d, now
-	}
 }
 
 // lease is an active contract read from Redis, answered from this node
@@ -262,23 +238,10 @@ func (s *contracts) leasedPresentation(presenter, id string) (store.Presentation
 	return store.Presentation{Contract: l.c, Lookup: recipes.LookupFound, State: recipes.StateActive}, true
 }
 
-// LeaseFence is how long after End ended a live contract a node may
-// still answer presentations of it from a lease taken before
-// (store.LeaseFence): the lease (Config.ContractLease, 0 with leases
-// off), or the longer lease another node took on a contract an End of
-// the last seenFor ended or found ended (every presentation that takes
-// a lease keeps the longest taken in the contract's record, and End
-// reads it back), so that nodes whose contract_lease differs (a reload
-// rolling across them) still keep the promise.
-func (s *contracts) LeaseFence() time.Duration {
-	d := s.leaseFor
-	s.seenMu.Lock()
-	if s.seen > d && time.Since(s.seenAt) <= seenFor {
-		d = s.seen
-	}
-	s.seenMu.Unlock()
-	return max(d, 0)
-}
+// ListFence is MaxContractLease (store.LeaseFence): a List does not
+// read the contracts a concurrent request ended, nor the leases nodes
+// took on them, so the fence is the longest any node may take.
+func (s *contracts) ListFence() time.Duration { return MaxContractLease }
 
 // grantLease keeps c, read active and live by a read sent at sent, for
 // unkeyed presentations until the lease ends: Config.ContractLease
@@ -657,10 +620,20 @@ func (s *contracts) Inspect(ctx context.Context, id string) (*recipes.Contract, 
 // another node holds lasts LeaseFence at most: the caller answers no
 // sooner than that after End (docs/cluster.md "Presentation leases").
 func (s *contracts) End(ctx context.Context, c *recipes.Contract, state string) (bool, error) {
+	ended, _, err := s.EndFenced(ctx, c, state)
+	return ended, err
+}
+
+// EndFenced is End, and its fence (store.LeaseFence): the longest lease
+// any node took on c, which presentScript keeps in c's record (field
+// ls) and endScript returns, even when c had ended already, or this
+// node's own lease, whichever is longer; so a node whose
+// contract_lease is shorter or off waits the lease another node holds.
+func (s *contracts) EndFenced(ctx context.Context, c *recipes.Contract, state string) (bool, time.Duration, error) {
 	switch state {
 	case recipes.StateRevoked, recipes.StateReleased, recipes.StateExpired:
 	default:
-		return false, fmt.Errorf("redisstore: End state %q is not revoked, released or expired", state)
+		return false, 0, fmt.Errorf("redisstore: End state %q is not revoked, released or expired", state)
 	}
 	agent, id := c.OriginatingAgentID, c.SynthesisID
 	now := s.c.nowMS()
@@ -679,17 +652,18 @@ func (s *contracts) End(ctx context.Context, c *recipes.Contract, state string) 
 		s.leases.Load().Del(leaseKey(agent, id))
 	}
 	if err = s.c.done(store.OpContractUpdate, start, err); err != nil {
-		return false, err
+		return false, 0, err
 	}
 	r, _ := v.([]any)
 	if len(r) != 2 {
-		return false, fmt.Errorf("%w: end script returned %v", store.ErrUnavailable, v)
+		return false, 0, fmt.Errorf("%w: end script returned %v", store.ErrUnavailable, v)
 	}
-	if ls, _ := r[1].(int64); ls > 0 {
-		s.sawLease(time.Duration(ls) * time.Millisecond)
+	fence := s.leaseFor
+	if ls, _ := r[1].(int64); time.Duration(ls)*time.Millisecond > fence {
+		fence = time.Duration(ls) * time.Millisecond
 	}
 	n, _ := r[0].(int64)
-	return n == 1, nil
+	return n == 1, max(fence, 0), nil
 }
 
 // List reads the live index (the agent's, or the global one for "")

@@ -20,7 +20,7 @@ import (
 // release answered by any node is seen by every presentation that
 // starts after it, on every node (docs/cluster.md "Presentation
 // leases"). Two Clients on one Redis are two gateway nodes. The
-// engine's side, the answer that waits LeaseFence: caddymodule
+// engine's side, the answer that waits the fence: caddymodule
 // TestEndsReachEveryLease.
 func TestPresentationLease(t *testing.T) {
 	srv := redistest.StartServer(t)
@@ -71,15 +71,14 @@ func TestPresentationLease(t *testing.T) {
 			if end.by == "the same node" {
 				ender = a
 			}
-			ended, err := ender.Contracts.End(ctx, c, end.state)
+			// The caller answers the fence after End (the engine's
+			// afterEnding): by then the lease A took has run out.
+			ended, fence, err := ender.Contracts.(store.LeaseFence).EndFenced(ctx, c, end.state)
 			if err != nil || !ended {
 				t.Fatalf("End = %v, %v", ended, err)
 			}
-			// The caller answers LeaseFence after End (the engine's
-			// afterEnding): by then the lease A took has run out.
-			fence := ender.Contracts.(store.LeaseFence).LeaseFence()
 			if fence != lease {
-				t.Fatalf("LeaseFence = %v, want the lease %v", fence, lease)
+				t.Fatalf("fence = %v, want the lease %v", fence, lease)
 			}
 			time.Sleep(fence)
 			p := present(t, a, agent, c)
@@ -221,10 +220,11 @@ func TestPresentationLease(t *testing.T) {
 		if err := presentActive(ctx, n, agent, c); err != nil && time.Since(full) < lease {
 			t.Fatalf("a leased presentation over maxmemory, within the lease: %v", err)
 		}
-		if ended, err := b.Contracts.End(ctx, c, recipes.StateRevoked); err != nil || !ended {
+		ended, fence, err := b.Contracts.(store.LeaseFence).EndFenced(ctx, c, recipes.StateRevoked)
+		if err != nil || !ended {
 			t.Fatalf("End over maxmemory = %v, %v; want the contract ended", ended, err)
 		}
-		time.Sleep(b.Contracts.(store.LeaseFence).LeaseFence())
+		time.Sleep(fence)
 		p, err := n.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: c.SynthesisID, Method: c.Method, Path: c.Path})
 		if !errors.Is(err, store.ErrUnavailable) || p.State == recipes.StateActive {
 			t.Fatalf("after the revoke and its fence, over maxmemory: %+v, %v; want an OOM refusal", p, err)
@@ -242,9 +242,10 @@ func TestPresentationLease(t *testing.T) {
 
 	// Nodes whose contract_lease differs (a reload rolling across them,
 	// helper-65): a node with leases off, or a shorter lease, that ends
-	// the contract waits the longest lease any node took on it, which the
-	// presentation kept in the contract's record and End read back. Its
-	// own lease stays its fence for other contracts once seenFor passed.
+	// the contract, or finds it ended, waits the longest lease any node
+	// took on it, which the presentation kept in the contract's record
+	// and End read back; its List-based ends wait the longest any node
+	// may take (helper-67).
 	t.Run("nodes with different leases", func(t *testing.T) {
 		for _, ender := range []struct {
 			name  string
@@ -256,27 +257,35 @@ func TestPresentationLease(t *testing.T) {
 				if err := presentActive(ctx, a, agent, c); err != nil {
 					t.Fatal(err)
 				}
-				before := e.Contracts.(store.LeaseFence).LeaseFence()
-				if ended, err := e.Contracts.End(ctx, c, recipes.StateRevoked); err != nil || !ended {
+				ended, fence, err := e.Contracts.(store.LeaseFence).EndFenced(ctx, c, recipes.StateRevoked)
+				if err != nil || !ended {
 					t.Fatalf("End = %v, %v", ended, err)
 				}
-				fence := e.Contracts.(store.LeaseFence).LeaseFence()
 				if fence != lease {
-					t.Fatalf("LeaseFence after ending a contract node A leased for %v = %v (before the End: %v), want %v", lease, fence, before, lease)
+					t.Fatalf("the fence of ending a contract node A leased for %v = %v, want %v", lease, fence, lease)
 				}
 				time.Sleep(fence)
 				if p := present(t, a, agent, c); p.Lookup != recipes.LookupRevoked {
 					t.Fatalf("node A after the fence: lookup %d state %q, want revoked", p.Lookup, p.State)
 				}
 				// A noop End (found revoked) reads the lease back too.
-				_, e2 := node(ender.lease)
-				if ended, err := e2.Contracts.End(ctx, c, recipes.StateRevoked); err != nil || ended {
-					t.Fatalf("second End = %v, %v; want a noop", ended, err)
+				if ended, fence, err := e.Contracts.(store.LeaseFence).EndFenced(ctx, c, recipes.StateRevoked); err != nil || ended || fence != lease {
+					t.Fatalf("second End = %v, %v, %v; want a noop fenced %v", ended, fence, err, lease)
 				}
-				if f := e2.Contracts.(store.LeaseFence).LeaseFence(); f != lease {
-					t.Fatalf("LeaseFence after a noop End = %v, want %v", f, lease)
+				if f := e.Contracts.(store.LeaseFence).ListFence(); f != MaxContractLease {
+					t.Fatalf("ListFence = %v, want MaxContractLease", f)
 				}
 			})
+		}
+		// A lease under a millisecond is recorded as one, not zero.
+		_, sub := node(500 * time.Microsecond)
+		_, off := node(-1)
+		c := mint(t, "/mixed-sub-ms", store.ModeOptimistic, hour())
+		if err := presentActive(ctx, sub, agent, c); err != nil {
+			t.Fatal(err)
+		}
+		if _, fence, err := off.Contracts.(store.LeaseFence).EndFenced(ctx, c, recipes.StateRevoked); err != nil || fence < 500*time.Microsecond {
+			t.Fatalf("the fence of a contract leased for 500µs = %v, %v", fence, err)
 		}
 	})
 
@@ -291,11 +300,8 @@ func TestPresentationLease(t *testing.T) {
 		if n := presents(cntOff); n != 2 {
 			t.Fatalf("with leases off, two presentations made %d round trips, want 2", n)
 		}
-		if ended, err := off.Contracts.End(ctx, c, recipes.StateRevoked); err != nil || !ended {
-			t.Fatalf("End = %v, %v", ended, err)
-		}
-		if fence := off.Contracts.(store.LeaseFence).LeaseFence(); fence != 0 {
-			t.Fatalf("with leases off, LeaseFence = %v, want 0 (nothing to wait for)", fence)
+		if ended, fence, err := off.Contracts.(store.LeaseFence).EndFenced(ctx, c, recipes.StateRevoked); err != nil || !ended || fence != 0 {
+			t.Fatalf("End = %v, fence %v, %v; want ended, 0 (no node leased it: nothing to wait for)", ended, fence, err)
 		}
 	})
 }

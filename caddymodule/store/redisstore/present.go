@@ -140,7 +140,7 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 	}
 	args := append(make([]any, 0, n), p.c.nowMS(), flag(claiming), req.Method, req.Path, flag(!cached), req.SynthesisID)
 	if !claiming && p.contracts.leaseFor > 0 {
-		args = append(args, p.contracts.leaseFor.Milliseconds())
+		args = append(args, int64((p.contracts.leaseFor+time.Millisecond-1)/time.Millisecond)) // rounded up: the record may not fall short
 	}
 	var token string
 	var creq idempotency.ClaimRequest
