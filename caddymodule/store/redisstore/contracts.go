@@ -617,8 +617,9 @@ func (s *contracts) Inspect(ctx context.Context, id string) (*recipes.Contract, 
 
 // End runs the end script beside the owner and global index updates:
 // one round trip. It drops this node's lease on the contract; a lease
-// another node holds lasts LeaseFence at most: the caller answers no
-// sooner than that after End (docs/cluster.md "Presentation leases").
+// another node holds lasts EndFenced's fence at most: a caller that
+// answers an agent uses EndFenced and answers no sooner than that after
+// it (docs/cluster.md "Presentation leases").
 func (s *contracts) End(ctx context.Context, c *recipes.Contract, state string) (bool, error) {
 	ended, _, err := s.EndFenced(ctx, c, state)
 	return ended, err
