@@ -134,7 +134,7 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 	}
 	_, cached := p.contracts.cache.Load().Get(req.SynthesisID)
 	keys := append(make([]string, 0, 4), p.contracts.key(req.Presenter, req.SynthesisID)) // the claim's up to 3 follow
-	n := 6
+	n := 7 // the lease's argument, when not claiming
 	if claiming {
 		n += claimArgsLen // appended below: one allocation for all
 	}
