@@ -53,7 +53,7 @@ func BenchmarkClientClaim(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ru.Close()
-	rs := rueidis.NewLuaScript("#!lua\n" + claimFuncLua + "return claim(KEYS, ARGV)\n")
+	rs := rueidis.NewLuaScript("#!lua\n" + timeFuncLua + claimFuncLua + "return claim(KEYS, ARGV)\n")
 	ap, err := gr.AutoPipeline()
 	if err != nil {
 		b.Fatal(err)

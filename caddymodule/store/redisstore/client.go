@@ -561,6 +561,24 @@ func (c *Client) background(limit, wait time.Duration, fn func(context.Context) 
 	}()
 }
 
+// timeFuncLua defines redis_time() and redis_ms(): Redis's own clock
+// (TIME, as {seconds, microseconds} and as Unix ms), read at most once
+// per script call, however many of its functions ask (a deadline check
+// and the GCRA's now in resolveScript). A script runs atomically, so
+// one reading is its moment. Every script that includes claimFuncLua,
+// mintFuncLua or calls gcra with it starts with this.
+const timeFuncLua = `
+local time_read
+local function redis_time()
+  if not time_read then time_read = redis.call('TIME') end
+  return time_read
+end
+local function redis_ms()
+  local t = redis_time()
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+`
+
 // denyOOM is a Lua script that Redis refuses before running it while
 // over maxmemory (a `#!lua` shebang without allow-oom: Redis 7 script
 // flags), with an OOM error the store reports as store.ErrUnavailable:

@@ -40,7 +40,7 @@ import (
 // (docs/cluster.md).
 
 // mintFuncLua defines mint(K, A), shared by mintScript and
-// resolveScript: stores a new contract. K: contract, agent live index,
+// resolveScript (each starts with timeFuncLua): stores a new contract. K: contract, agent live index,
 // pair index, agent sequence, [global live index]. A: now, exp,
 // state, meta, plan, max per agent, max contracts, kept until, id,
 // global member, method, path, join ("1"/"0"), the agent's contract
@@ -50,23 +50,27 @@ import (
 // contract for the pair (a concurrent first call minted it), and
 // nothing was minted, {5} the call reached Redis after its deadline
 // (its caller gave up and answered 503) and minted nothing.
+// pair_absent, when true, says the pair index K[3] does not exist (a
+// scan in the same script found it empty): its expiry is then set
+// without first trying to extend one, as it is when join's own scan
+// finds it empty. Index expiries only move later (extend: PEXPIREAT GT,
+// then NX for a key without one), one command when they do.
 const mintFuncLua = `
-local function mint(K, A)
+local function mint(K, A, pair_absent)
   local dl = tonumber(A[15] or 0)
-  if dl > 0 then
-    local t = redis.call('TIME')
-    if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > dl then return {5} end
-  end
+  if dl > 0 and redis_ms() > dl then return {5} end
   local now = tonumber(A[1])
   local function extend(key, at)
-    if redis.call('PTTL', key) == -1 then redis.call('PEXPIREAT', key, at) else redis.call('PEXPIREAT', key, at, 'GT') end
+    if redis.call('PEXPIREAT', key, at, 'GT') == 0 then redis.call('PEXPIREAT', key, at, 'NX') end
   end
   if redis.call('EXISTS', K[1]) == 1 then return {3} end
   if A[13] == '1' then
-    for _, id in ipairs(redis.call('ZREVRANGE', K[3], 0, -1)) do
+    local ids = redis.call('ZREVRANGE', K[3], 0, -1)
+    for _, id in ipairs(ids) do
       local r = redis.call('HMGET', A[14] .. id, 's', 'exp')
       if r[1] == 'active' and tonumber(r[2] or 0) > now then return {4, id} end
     end
+    pair_absent = #ids == 0
   end
   redis.call('ZREMRANGEBYSCORE', K[2], '-inf', now)
   if K[5] then
@@ -82,14 +86,14 @@ local function mint(K, A)
   redis.call('ZADD', K[2], A[2], A[9])
   extend(K[2], A[8])
   redis.call('ZADD', K[3], seq, A[9])
-  extend(K[3], A[8])
+  if pair_absent then redis.call('PEXPIREAT', K[3], A[8]) else extend(K[3], A[8]) end
   if K[5] then redis.call('ZADD', K[5], A[2], A[10]) end
   return {0}
 end
 `
 
 // mintScript stores a new contract: mint(KEYS, ARGV).
-var mintScript = denyOOM(mintFuncLua + `return mint(KEYS, ARGV)
+var mintScript = denyOOM(timeFuncLua + mintFuncLua + `return mint(KEYS, ARGV)
 `)
 
 // activateScript marks a pending contract active. KEYS: contract.
@@ -120,10 +124,13 @@ return {1, ls}
 
 // pairFuncLua defines newest(pair index, contract key prefix, now):
 // the newest active contract's id in a pair index, "" for none,
-// dropping the ended and expired ones it passes.
+// dropping the ended and expired ones it passes; with "", also the
+// number of members left in the index (its live pending contracts: 0
+// when the index no longer exists).
 const pairFuncLua = `
 local function newest(pairKey, prefix, now)
   local ids = redis.call('ZREVRANGE', pairKey, 0, -1)
+  local left = 0
   for _, id in ipairs(ids) do
     local r = redis.call('HMGET', prefix .. id, 's', 'exp')
     local live = (r[1] == 'pending' or r[1] == 'active') and tonumber(r[2]) > now
@@ -131,9 +138,11 @@ local function newest(pairKey, prefix, now)
       redis.call('ZREM', pairKey, id)
     elseif r[1] == 'active' then
       return id
+    else
+      left = left + 1
     end
   end
-  return ''
+  return '', left
 end
 `
 

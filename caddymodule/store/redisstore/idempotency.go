@@ -52,7 +52,7 @@ import (
 // already sent, or free memory.
 
 // claimFuncLua defines claim(K, A), shared by claimScript,
-// presentScript and resolveScript. K: the record, the agent's index,
+// presentScript and resolveScript (each starts with timeFuncLua). K: the record, the agent's index,
 // [the global index]. A: now, fp, lease (ms), max per agent, max
 // records, token, presented synthesis id ("" for a plain claim),
 // pending ("1"/"0"), the record's member in the agent's index, its
@@ -63,10 +63,7 @@ import (
 const claimFuncLua = `
 local function claim(K, A)
   local deadline = tonumber(A[12])
-  if deadline > 0 then
-    local t = redis.call('TIME')
-    if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > deadline then return {8} end
-  end
+  if deadline > 0 and redis_ms() > deadline then return {8} end
   local now = tonumber(A[1])
   local lease = now + tonumber(A[3])
   local keep = lease + tonumber(A[11])
@@ -75,7 +72,7 @@ local function claim(K, A)
   local function index(score)
     redis.call('PEXPIREAT', K[1], score)
     redis.call('ZADD', K[2], score, A[9])
-    if redis.call('PTTL', K[2]) == -1 then redis.call('PEXPIREAT', K[2], score) else redis.call('PEXPIREAT', K[2], score, 'GT') end
+    if redis.call('PEXPIREAT', K[2], score, 'GT') == 0 then redis.call('PEXPIREAT', K[2], score, 'NX') end
     if K[3] then redis.call('ZADD', K[3], score, A[10]) end
   end
   if exp and exp > now then
@@ -106,7 +103,9 @@ local function claim(K, A)
     if redis.call('ZCARD', K[3]) >= tonumber(A[5]) then return {5} end
   end
   if redis.call('ZCARD', K[2]) >= tonumber(A[4]) then return {4} end
-  redis.call('DEL', K[1])
+  for i = 1, 10 do
+    if r[i] then redis.call('DEL', K[1]) break end
+  end
   redis.call('HSET', K[1], 'fp', A[2], 'tok', A[6], 'lease', lease, 'at', now, 'n', A[13], 'w', A[14], 'exp', keep)
   index(keep)
   return {0}
@@ -116,7 +115,7 @@ end
 // claimScript claims KEYS[1] (the record) with KEYS[2] (the agent's
 // index) and, when given, KEYS[3] (the gateway-wide index); ARGV as
 // claim's A.
-var claimScript = denyOOM(claimFuncLua + `return claim(KEYS, ARGV)
+var claimScript = denyOOM(timeFuncLua + claimFuncLua + `return claim(KEYS, ARGV)
 `)
 
 // completeScript stores the answer of the claim whose token is ARGV[2],
@@ -146,7 +145,7 @@ else
 end
 redis.call('PEXPIREAT', KEYS[1], exp)
 redis.call('ZADD', KEYS[2], exp, ARGV[8])
-if redis.call('PTTL', KEYS[2]) == -1 then redis.call('PEXPIREAT', KEYS[2], exp) else redis.call('PEXPIREAT', KEYS[2], exp, 'GT') end
+if redis.call('PEXPIREAT', KEYS[2], exp, 'GT') == 0 then redis.call('PEXPIREAT', KEYS[2], exp, 'NX') end
 if KEYS[3] then redis.call('ZADD', KEYS[3], exp, ARGV[9]) end
 return 1
 `)
@@ -191,7 +190,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'fp', ARGV[7], 'tok', ARGV[2], 'lease', lease, 'at', ARGV[8], 'n', ARGV[9], 'w', ARGV[10], 'exp', keep)
   redis.call('PEXPIREAT', KEYS[1], keep)
   redis.call('ZADD', KEYS[2], keep, ARGV[5])
-  if redis.call('PTTL', KEYS[2]) == -1 then redis.call('PEXPIREAT', KEYS[2], keep) else redis.call('PEXPIREAT', KEYS[2], keep, 'GT') end
+  if redis.call('PEXPIREAT', KEYS[2], keep, 'GT') == 0 then redis.call('PEXPIREAT', KEYS[2], keep, 'NX') end
   if KEYS[3] then redis.call('ZADD', KEYS[3], keep, ARGV[6]) end
   return 2
 end

@@ -24,7 +24,7 @@ import (
 // (field ls), which endScript returns to the node that ends it. Returns
 // {state, exp, at, meta, plan} and, when it claimed, claim's reply
 // after them.
-var presentScript = denyOOM(claimFuncLua + `
+var presentScript = denyOOM(timeFuncLua + claimFuncLua + `
 local c = redis.call('HMGET', KEYS[1], 's', 'exp', 'at', 'm', 'p', 'ls')
 if not c[1] then return {''} end
 if ARGV[2] ~= '1' and ARGV[7] and c[1] == 'active' and tonumber(ARGV[7]) > (tonumber(c[6]) or 0) then
@@ -68,11 +68,13 @@ return out
 // then, outside Cluster mode, its owner index key and the global live
 // index; in Cluster mode, where they are other slots, the caller writes
 // them beside the script),
-// the agent, and mint's 15 arguments (mintFuncLua's A). Returns {id or
+// the agent, and mint's 15 arguments (mintFuncLua's A; its join is
+// not scanned again: newest just found no active contract in the same
+// pair index, and tells mint whether that index is now absent). Returns {id or
 // "", claimed (1/0), claim's reply (6), spent (1/0), gcra's reply (4),
 // attempt kept (1/0), minted (1/0), mint's reply (2)}.
-var resolveScript = denyOOM(claimFuncLua + pairFuncLua + gcraFuncLua + attemptFuncLua + mintFuncLua + `
-local found = newest(KEYS[1], ARGV[2], tonumber(ARGV[1]))
+var resolveScript = denyOOM(timeFuncLua + claimFuncLua + pairFuncLua + gcraFuncLua + attemptFuncLua + mintFuncLua + `
+local found, left = newest(KEYS[1], ARGV[2], tonumber(ARGV[1]))
 local out = {found, 0, '', '', '', '', '', '', 0, 0, 0, '', '', 0, 0, 0, ''}
 local gidx, aidx = tonumber(ARGV[23]), tonumber(ARGV[24])
 local code = 0
@@ -89,7 +91,7 @@ end
 if found == '' and code == 0 then
   local allowed = true
   if ARGV[19] == '1' then
-    local g = gcra(KEYS[4], ARGV[20], ARGV[21], ARGV[22], 1, gcra_now(redis.call('TIME')))
+    local g = gcra(KEYS[4], ARGV[20], ARGV[21], ARGV[22], 1, gcra_now(redis_time()))
     out[9] = 1
     for i = 1, 4 do out[9 + i] = g[i] end
     allowed = g[1] > 0
@@ -101,7 +103,8 @@ if found == '' and code == 0 then
     local m = tonumber(ARGV[29])
     local A = {}
     for i = 31, 45 do A[i - 30] = ARGV[i] end
-    local r = mint({KEYS[m], KEYS[m + 1], KEYS[1], KEYS[m + 2], KEYS[m + 4]}, A)
+    A[13] = '0' -- newest() scanned this pair index above and found no active contract: nothing to join
+    local r = mint({KEYS[m], KEYS[m + 1], KEYS[1], KEYS[m + 2], KEYS[m + 4]}, A, left == 0)
     if r[1] == 0 and KEYS[m + 3] then redis.call('SET', KEYS[m + 3], ARGV[30], 'PXAT', A[8]) end
     out[15], out[16], out[17] = 1, r[1], r[2] or ''
   end
@@ -134,7 +137,7 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 	}
 	_, cached := p.contracts.cache.Load().Get(req.SynthesisID)
 	keys := append(make([]string, 0, 4), p.contracts.key(req.Presenter, req.SynthesisID)) // the claim's up to 3 follow
-	n := 7 // the lease's argument, when not claiming
+	n := 7                                                                                // the lease's argument, when not claiming
 	if claiming {
 		n += claimArgsLen // appended below: one allocation for all
 	}

@@ -96,7 +96,7 @@ func (l *limiter) gcraArgs() []any {
 // github.com/go-redis/redis_rate/v10, lua.go, after rwz/redis-gcra)
 // as a function, so that a script that claims an Idempotency-Key can
 // also spend the agent's budget in the same round trip. now is
-// gcra_now(redis.call('TIME')), the seconds since 2017-01-01 as
+// gcra_now(redis_time()) (TIME, timeFuncLua), the seconds since 2017-01-01 as
 // redis_rate computes them; the state is redis_rate's (the TAT as a
 // float string, expiring at the budget's refill), so redis_rate and
 // this function spend one budget together. It returns redis_rate's

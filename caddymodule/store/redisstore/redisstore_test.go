@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -136,6 +137,14 @@ func TestRoundTripsPerOperation(t *testing.T) {
 		name string
 		run  func() error
 		want map[store.Op]int
+		// cmds is the most commands Redis may run for it, inside its
+		// scripts or not (INFO commandstats; docs/cluster.md "Commands
+		// per request kind"): an index's expiry moved later costs one
+		// command, two when the index is new or its expiry already as
+		// late (a record of the same millisecond), and a presentation
+		// reads the contract's meta and plan once more when this
+		// node's cache has not taken them yet. The most is counted.
+		cmds int
 	}{
 		{"claim", func() error {
 			got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agent, Key: "k", Fingerprint: "fp"})
@@ -143,26 +152,26 @@ func TestRoundTripsPerOperation(t *testing.T) {
 				err = got.Claim.Complete(ctx, idempotency.Response{Status: 200})
 			}
 			return err
-		}, map[store.Op]int{store.OpClaim: 1, store.OpComplete: 1}},
+		}, map[store.Op]int{store.OpClaim: 1, store.OpComplete: 1}, 21},
 		{"replay", func() error {
 			_, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agent, Key: "k", Fingerprint: "fp"})
 			return err
-		}, map[store.Op]int{store.OpClaim: 1}},
-		{"rate limit", func() error { _, err := lim.Allow(ctx, agent); return err }, map[store.Op]int{store.OpRateLimit: 1}},
+		}, map[store.Op]int{store.OpClaim: 1}, 2},
+		{"rate limit", func() error { _, err := lim.Allow(ctx, agent); return err }, map[store.Op]int{store.OpRateLimit: 1}, 3},
 		{"signature", func() error {
 			_, err := set.Replay.Seen(ctx, agent, []byte("s"), time.Now().Add(time.Minute))
 			return err
-		}, map[store.Op]int{store.OpReplay: 1}},
+		}, map[store.Op]int{store.OpReplay: 1}, 1},
 		// Off the answer path: queued, then one batch (waited for here).
 		{"record", func() error {
 			if err := set.Records.Retain(ctx, store.Record{AuditID: "x", AgentID: agent, NodeID: "n"}); err != nil {
 				return err
 			}
 			return c.recs.wait(ctx)
-		}, map[store.Op]int{store.OpRecord: 1}},
+		}, map[store.Op]int{store.OpRecord: 1}, 3},
 		{"attempt", func() error {
 			return set.Attempts.Add(ctx, store.Attempt{ID: "rcns-trip-0", Reason: "contract-expired"})
-		}, map[store.Op]int{store.OpAttempt: 1}},
+		}, map[store.Op]int{store.OpAttempt: 1}, 2},
 		// An attempt record the engine keeps outside the gate's script (a
 		// presentation's refusal; a gate's in Cluster mode) is queued with
 		// the records: one batch, off the answer path.
@@ -171,22 +180,22 @@ func TestRoundTripsPerOperation(t *testing.T) {
 				return err
 			}
 			return c.recs.wait(ctx)
-		}, map[store.Op]int{store.OpRecord: 1}},
-		{"pair miss", func() error { _, err := set.Contracts.ActiveFor(ctx, agent, "BOOK", "/x"); return err }, map[store.Op]int{store.OpContractPair: 1}},
-		{"mint", func() error { _, err := set.Contracts.Mint(ctx, minted, store.ModeConfirmFirst); return err }, map[store.Op]int{store.OpContractMint: 1}},
+		}, map[store.Op]int{store.OpRecord: 1}, 2},
+		{"pair miss", func() error { _, err := set.Contracts.ActiveFor(ctx, agent, "BOOK", "/x"); return err }, map[store.Op]int{store.OpContractPair: 1}, 1},
+		{"mint", func() error { _, err := set.Contracts.Mint(ctx, minted, store.ModeConfirmFirst); return err }, map[store.Op]int{store.OpContractMint: 1}, 18},
 		{"keyed presentation", func() error {
 			p, err := set.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: minted.SynthesisID, Method: "BOOK", Path: "/trip", Key: "k2", Fingerprint: "fp", Claim: true})
 			if err == nil && (p.Claimed == nil || p.Claimed.Outcome != idempotency.Execute) {
 				err = fmt.Errorf("presentation claimed %+v", p.Claimed)
 			}
 			return err
-		}, map[store.Op]int{store.OpPresent: 1}},
-		{"activate", func() error { _, err := set.Contracts.Activate(ctx, minted); return err }, map[store.Op]int{store.OpContractUpdate: 1}},
+		}, map[store.Op]int{store.OpPresent: 1}, 14},
+		{"activate", func() error { _, err := set.Contracts.Activate(ctx, minted); return err }, map[store.Op]int{store.OpContractUpdate: 1}, 2},
 		// An unkeyed presentation of an active contract takes a lease
 		// on it: the next ones on this node make no round trip while it
 		// lasts (docs/cluster.md "Presentation leases").
-		{"unkeyed presentation", func() error { return presentActive(ctx, set, agent, minted) }, map[store.Op]int{store.OpPresent: 1}},
-		{"unkeyed presentation within its lease", func() error { return presentActive(ctx, set, agent, minted) }, map[store.Op]int{}},
+		{"unkeyed presentation", func() error { return presentActive(ctx, set, agent, minted) }, map[store.Op]int{store.OpPresent: 1}, 3},
+		{"unkeyed presentation within its lease", func() error { return presentActive(ctx, set, agent, minted) }, map[store.Op]int{}, 0},
 		{"pair hit", func() error {
 			// The presentations decoded the contract into this node's
 			// cache, which ristretto applies in the background: late on
@@ -199,21 +208,21 @@ func TestRoundTripsPerOperation(t *testing.T) {
 			}
 			_, err := set.Contracts.ActiveFor(ctx, agent, "BOOK", "/trip")
 			return err
-		}, map[store.Op]int{store.OpContractPair: 1}},
+		}, map[store.Op]int{store.OpContractPair: 1}, 2},
 		{"keyed Tier C by pair", func() error {
 			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/trip", Key: "k4", Fingerprint: "fp", ClaimIfFound: true})
 			if err == nil && (r.Contract == nil || r.Claimed == nil || r.Claimed.Outcome != idempotency.Execute) {
 				err = fmt.Errorf("resolved %+v", r)
 			}
 			return err
-		}, map[store.Op]int{store.OpResolvePair: 1}},
+		}, map[store.Op]int{store.OpResolvePair: 1}, 14},
 		{"keyed gate pair miss", func() error {
 			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/none", Key: "k5", Fingerprint: "fp", ClaimIfMissing: true})
 			if err == nil && (r.Contract != nil || r.Claimed == nil || r.Claimed.Outcome != idempotency.Execute) {
 				err = fmt.Errorf("resolved %+v", r)
 			}
 			return err
-		}, map[store.Op]int{store.OpResolvePair: 1}},
+		}, map[store.Op]int{store.OpResolvePair: 1}, 13},
 		// A gate evaluation (engine stagePair with gateMiss): the pair
 		// lookup, the key's claim, the RCNS budget and the refusal's
 		// attempt record, one script.
@@ -224,7 +233,7 @@ func TestRoundTripsPerOperation(t *testing.T) {
 				err = fmt.Errorf("resolved %+v", r)
 			}
 			return err
-		}, map[store.Op]int{store.OpResolvePair: 1}},
+		}, map[store.Op]int{store.OpResolvePair: 1}, 6},
 		{"keyed gate refusal", func() error {
 			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/refused", Key: "k6", Fingerprint: "fp",
 				ClaimIfMissing: true, Spend: lim, Attempt: &store.Attempt{ID: "rcns-trip-2", Reason: "composition-impossible"}})
@@ -232,7 +241,7 @@ func TestRoundTripsPerOperation(t *testing.T) {
 				err = fmt.Errorf("resolved %+v", r)
 			}
 			return err
-		}, map[store.Op]int{store.OpResolvePair: 1}},
+		}, map[store.Op]int{store.OpResolvePair: 1}, 17},
 		{"gate synthesis", func() error {
 			c := f.Contract(t, time.Now(), agent, "/new", "rcns-gate", time.Hour)
 			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/new", Spend: lim, Mint: c, MintMode: store.ModeOptimistic})
@@ -240,7 +249,7 @@ func TestRoundTripsPerOperation(t *testing.T) {
 				err = fmt.Errorf("resolved %+v", r)
 			}
 			return err
-		}, map[store.Op]int{store.OpResolvePair: 1}},
+		}, map[store.Op]int{store.OpResolvePair: 1}, 19},
 		{"keyed gate synthesis", func() error {
 			c := f.Contract(t, time.Now(), agent, "/new2", "rcns-gate", time.Hour)
 			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/new2", Key: "k7", Fingerprint: "fp",
@@ -249,21 +258,76 @@ func TestRoundTripsPerOperation(t *testing.T) {
 				err = fmt.Errorf("resolved %+v", r)
 			}
 			return err
-		}, map[store.Op]int{store.OpResolvePair: 1}},
+		}, map[store.Op]int{store.OpResolvePair: 1}, 30},
 		{"unknown presentation", func() error {
 			_, err := set.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: "syn-x", Method: "BOOK", Path: "/x", Key: "k3", Fingerprint: "fp", Claim: true})
 			return err
-		}, map[store.Op]int{store.OpPresent: 1, store.OpContractLookup: 2}},
-		{"lookup miss", func() error { _, _, err := set.Contracts.Lookup(ctx, agent, "syn-x"); return err }, map[store.Op]int{store.OpContractLookup: 2}},
+		}, map[store.Op]int{store.OpPresent: 1, store.OpContractLookup: 2}, 3},
+		{"lookup miss", func() error { _, _, err := set.Contracts.Lookup(ctx, agent, "syn-x"); return err }, map[store.Op]int{store.OpContractLookup: 2}, 2},
 	}
+	stats := redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true})
+	defer stats.Close()
 	for _, s := range steps {
+		resetCommands(t, stats)
 		if err := s.run(); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
 		if got := cnt.take(); fmt.Sprint(got) != fmt.Sprint(s.want) {
 			t.Errorf("%s: round trips %v, want %v", s.name, got, s.want)
 		}
+		if got := commandsRun(t, stats); sumCommands(got) > s.cmds {
+			t.Errorf("%s: Redis ran %d commands %v, want at most %d", s.name, sumCommands(got), got, s.cmds)
+		}
 	}
+}
+
+// resetCommands zeroes Redis's INFO commandstats (CONFIG RESETSTAT).
+func resetCommands(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	if err := rdb.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// commandsRun reads INFO commandstats since resetCommands: the calls
+// of each command Redis ran, inside a script (Redis 7 counts those) or
+// not, without the scripts themselves (EVAL, EVALSHA, SCRIPT), a new
+// connection's HELLO and CLIENT (the pool dials when it needs) and the
+// test's own INFO and CONFIG.
+func commandsRun(t *testing.T, rdb *redis.Client) map[string]int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+		if !ok {
+			continue
+		}
+		base, _, _ := strings.Cut(name, "|")
+		switch base {
+		case "eval", "evalsha", "eval_ro", "evalsha_ro", "script", "info", "config", "hello", "client":
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		n, err := strconv.Atoi(calls)
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		out[name] = n
+	}
+	return out
+}
+
+// sumCommands is the number of commands in m.
+func sumCommands(m map[string]int) int {
+	n := 0
+	for _, k := range m {
+		n += k
+	}
+	return n
 }
 
 // presentActive presents c unkeyed as agent and wants it found active.

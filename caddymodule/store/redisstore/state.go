@@ -67,9 +67,11 @@ const attemptRecheck = 10 * time.Millisecond
 // round trip of its pair lookup, outside Cluster mode).
 const attemptFuncLua = `
 local function keep_attempt(kh, ko, id, raw, size)
-  if redis.call('HSET', kh, id, raw) == 1 then redis.call('LPUSH', ko, id) end
-  while redis.call('LLEN', ko) > size do
+  if redis.call('HSET', kh, id, raw) == 0 then return end
+  local n = redis.call('LPUSH', ko, id)
+  while n > size do
     redis.call('HDEL', kh, redis.call('RPOP', ko))
+    n = n - 1
   end
 end
 `
