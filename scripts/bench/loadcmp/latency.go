@@ -26,27 +26,41 @@ type latencyStage struct {
 // have both, and the median over those rounds of Key's minus Of's.
 type latencyRow struct {
 	Name          string
-	Unit          string // "ms" or "µs"
+	Unit          string // "ms", "µs" or "" (a count)
 	Key, Of, Diff float64
+	// Commandstats: a row from redis-server's INFO commandstats.
+	Commandstats bool
 }
 
 // latencyRows lists the stages of latencyStage, each with its measure
-// of one run; bound is set per run from the others.
+// of one run; bound is set per run from the others. A commandstats row
+// is redis-server's own count (stats.setRedis): results recorded
+// before it have none, and the table leaves it out when it is zero on
+// both sides of every stage (latencyTableOf).
 var latencyRows = []struct {
-	name, unit string
-	of         func(st *stats, workers, cpus int) float64
+	name, unit   string
+	of           func(st *stats, workers, cpus int) float64
+	commandstats bool
 }{
-	{"closed-loop p50", "ms", func(st *stats, _, _ int) float64 { return st.P50 }},
-	{"closed-loop mean (connections ÷ req/s)", "ms", func(st *stats, w, _ int) float64 { return meanLatency(st, w) }},
-	{"in the rcns engine (mean of `caddy_rcns_request_duration_seconds`)", "ms", func(st *stats, _, _ int) float64 { return st.EngineMS }},
-	{"of it, waiting for the store's round trips before the answer", "ms", func(st *stats, _, _ int) float64 { return st.StoreWaitMS }},
-	{"store round trips before the answer, per request", "", func(st *stats, _, _ int) float64 { return st.StoreTrips }},
-	{"CPU: Caddy", "µs", func(st *stats, _, _ int) float64 { return st.CaddyCPU }},
-	{"CPU: redis-server", "µs", func(st *stats, _, _ int) float64 { return st.RedisCPU }},
-	{"CPU: the upstream", "µs", func(st *stats, _, _ int) float64 { return st.UpstreamCPU }},
-	{"CPU: the load generator", "µs", func(st *stats, _, _ int) float64 { return st.DriverCPU }},
-	{"CPU: all four", "µs", func(st *stats, _, _ int) float64 { return allCPU(st) }},
-	{"CPU-bound latency (all four × connections ÷ CPUs)", "ms", func(st *stats, w, c int) float64 {
+	{name: "closed-loop p50", unit: "ms", of: func(st *stats, _, _ int) float64 { return st.P50 }},
+	{name: "closed-loop mean (connections ÷ req/s)", unit: "ms", of: func(st *stats, w, _ int) float64 { return meanLatency(st, w) }},
+	{name: "in the rcns engine (mean of `caddy_rcns_request_duration_seconds`)", unit: "ms", of: func(st *stats, _, _ int) float64 { return st.EngineMS }},
+	{name: "of it, waiting for the store's round trips before the answer", unit: "ms", of: func(st *stats, _, _ int) float64 { return st.StoreWaitMS }},
+	{name: "store round trips before the answer, per request", of: func(st *stats, _, _ int) float64 { return st.StoreTrips }},
+	{name: "CPU: Caddy", unit: "µs", of: func(st *stats, _, _ int) float64 { return st.CaddyCPU }},
+	{name: "CPU: redis-server", unit: "µs", of: func(st *stats, _, _ int) float64 { return st.RedisCPU }},
+	{name: "redis-server: commands run per request (inside its scripts or not, `INFO commandstats`)", commandstats: true,
+		of: func(st *stats, _, _ int) float64 { return st.RedisCommands }},
+	{name: "redis-server: scripts called per request", commandstats: true,
+		of: func(st *stats, _, _ int) float64 { return st.RedisScripts }},
+	{name: "redis-server: time in scripts per request (wall, `INFO commandstats`)", unit: "µs", commandstats: true,
+		of: func(st *stats, _, _ int) float64 { return st.RedisScriptUS }},
+	{name: "of it and beside it: time in the commands themselves", unit: "µs", commandstats: true,
+		of: func(st *stats, _, _ int) float64 { return st.RedisCommandUS }},
+	{name: "CPU: the upstream", unit: "µs", of: func(st *stats, _, _ int) float64 { return st.UpstreamCPU }},
+	{name: "CPU: the load generator", unit: "µs", of: func(st *stats, _, _ int) float64 { return st.DriverCPU }},
+	{name: "CPU: all four", unit: "µs", of: func(st *stats, _, _ int) float64 { return allCPU(st) }},
+	{name: "CPU-bound latency (all four × connections ÷ CPUs)", unit: "ms", of: func(st *stats, w, c int) float64 {
 		return allCPU(st) * float64(w) / float64(c) / 1e3
 	}},
 }
@@ -92,7 +106,8 @@ func (r *results) latencyBreakdown(v verdict) (latencyStage, bool) {
 			kv, ov := row.of(p[0], ls.Workers, ls.CPUs), row.of(p[1], ls.Workers, ls.CPUs)
 			k, o, d = append(k, kv), append(o, ov), append(d, kv-ov)
 		}
-		ls.Rows = append(ls.Rows, latencyRow{Name: row.name, Unit: row.unit, Key: median(k), Of: median(o), Diff: median(d)})
+		ls.Rows = append(ls.Rows, latencyRow{Name: row.name, Unit: row.unit, Key: median(k), Of: median(o), Diff: median(d),
+			Commandstats: row.commandstats})
 	}
 	return ls, true
 }
@@ -112,6 +127,9 @@ type latencyLine struct {
 }
 
 // latencyTableOf lays out stages; the zero table when there are none.
+// A commandstats row zero on both sides of every stage is left out:
+// results recorded before redis-server's commandstats were read have
+// none, and a 0 there would claim Redis ran nothing.
 func latencyTableOf(stages []latencyStage) latencyTable {
 	if len(stages) == 0 {
 		return latencyTable{}
@@ -121,6 +139,9 @@ func latencyTableOf(stages []latencyStage) latencyTable {
 		t.Head = append(t.Head, s.Key+" against "+s.V.T.Of)
 	}
 	for i, row := range stages[0].Rows {
+		if row.Commandstats && !anyMeasured(stages, i) {
+			continue
+		}
 		name := row.Name
 		if row.Unit != "" {
 			name += ", " + row.Unit
@@ -132,6 +153,17 @@ func latencyTableOf(stages []latencyStage) latencyTable {
 		t.Lines = append(t.Lines, ln)
 	}
 	return t
+}
+
+// anyMeasured tells whether row i of some stage is not zero on Key's
+// side or Of's.
+func anyMeasured(stages []latencyStage, i int) bool {
+	for _, s := range stages {
+		if s.Rows[i].Key != 0 || s.Rows[i].Of != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // cell formats a row's values: ms and counts with two decimals, µs with

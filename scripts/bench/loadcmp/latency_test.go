@@ -72,8 +72,9 @@ func TestSetEngine(t *testing.T) {
 func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
 
 // latencyFixture has d/redis 1 ms over d/nokey at p50 (limit 0.3) with
-// the processes' CPU of each run set.
-func latencyFixture(withProcs bool) *results {
+// the processes' CPU of each run set, and redis-server's commandstats
+// of d/redis (withRedis).
+func latencyFixture(withProcs, withRedis bool) *results {
 	r := fixture(map[string][]float64{"d/nokey": {0, 0, 0}, "d/redis": {50, 60, 40}}, nil)
 	for _, rn := range r.Runs {
 		st := rn.Stats
@@ -87,6 +88,9 @@ func latencyFixture(withProcs bool) *results {
 			if withProcs {
 				st.RedisCPU = 30
 			}
+			if withRedis {
+				st.RedisCommands, st.RedisScripts, st.RedisScriptUS, st.RedisCommandUS = 20, 1, 28, 12
+			}
 		default:
 			continue
 		}
@@ -98,7 +102,7 @@ func latencyFixture(withProcs bool) *results {
 }
 
 func TestLatencyBreakdown(t *testing.T) {
-	r := latencyFixture(true)
+	r := latencyFixture(true, true)
 	var v verdict
 	for _, vv := range r.judge() {
 		if vv.T.Key == "d/redis" && vv.T.Kind == kindP50Vs {
@@ -118,7 +122,11 @@ func TestLatencyBreakdown(t *testing.T) {
 		"of it, waiting for the store's round trips before the answer": {0.6, 0, 0.6},
 		"CPU: Caddy":        {150, 100, 50},
 		"CPU: redis-server": {30, 0, 30},
-		"CPU: all four":     {280, 200, 80},
+		"redis-server: commands run per request (inside its scripts or not, `INFO commandstats`)": {20, 0, 20},
+		"redis-server: scripts called per request":                                                {1, 0, 1},
+		"redis-server: time in scripts per request (wall, `INFO commandstats`)":                   {28, 0, 28},
+		"of it and beside it: time in the commands themselves":                                    {12, 0, 12},
+		"CPU: all four": {280, 200, 80},
 		// 280 µs × 16 connections ÷ 2 CPUs = 2.24 ms; 200 µs: 1.6.
 		"CPU-bound latency (all four × connections ÷ CPUs)": {2.24, 1.6, 0.64},
 	}
@@ -136,6 +144,18 @@ func TestLatencyBreakdown(t *testing.T) {
 	if seen != len(want) {
 		t.Errorf("%d of the %d stages checked were found: %+v", seen, len(want), ls.Rows)
 	}
+	// redis-server's commandstats come right after its CPU, in the
+	// order of latencyRows.
+	var names []string
+	for _, row := range ls.Rows {
+		names = append(names, row.Name)
+	}
+	order := strings.Join(names, "\n")
+	if !strings.Contains(order, "CPU: redis-server\nredis-server: commands run per request (inside its scripts or not, `INFO commandstats`)\n"+
+		"redis-server: scripts called per request\nredis-server: time in scripts per request (wall, `INFO commandstats`)\n"+
+		"of it and beside it: time in the commands themselves\nCPU: the upstream\n") {
+		t.Errorf("the stages are in the order\n%s", order)
+	}
 
 	md, err := renderPage(r)
 	if err != nil {
@@ -147,14 +167,36 @@ func TestLatencyBreakdown(t *testing.T) {
 		"| stage | d/redis against d/nokey |",
 		"| CPU: redis-server, µs | +30.0 (0.0 → 30.0) |",
 		"| closed-loop p50, ms | +1.00 (3.00 → 4.00) |",
+		"| redis-server: commands run per request (inside its scripts or not, `INFO commandstats`) | +20.00 (0.00 → 20.00) |",
+		"| redis-server: scripts called per request | +1.00 (0.00 → 1.00) |",
+		"| redis-server: time in scripts per request (wall, `INFO commandstats`), µs | +28.0 (0.0 → 28.0) |",
+		"| of it and beside it: time in the commands themselves, µs | +12.0 (0.0 → 12.0) |",
+		"from its own `INFO commandstats`, reset before each\nrun.",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the page lacks %q", want)
 		}
 	}
 
+	// Results recorded before redis-server's commandstats were read:
+	// the table without their rows, rather than rows of zeros.
+	noStats := latencyFixture(true, false)
+	md, err = renderPage(noStats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md, "| CPU: redis-server, µs | +30.0 (0.0 → 30.0) |") {
+		t.Error("the page has no table for results without commandstats")
+	}
+	if strings.Contains(md, "redis-server: ") || strings.Contains(md, "of it and beside it") {
+		t.Error("the page shows commandstats rows for results without them")
+	}
+	if ls, ok := noStats.latencyBreakdown(v); !ok || len(ls.Rows) != len(latencyRows) {
+		t.Errorf("the breakdown of results without commandstats has %d stages, want all %d", len(ls.Rows), len(latencyRows))
+	}
+
 	// Results recorded before the processes were measured: no table.
-	old := latencyFixture(false)
+	old := latencyFixture(false, false)
 	if _, ok := old.latencyBreakdown(v); ok {
 		t.Error("a breakdown from runs without the processes' CPU")
 	}

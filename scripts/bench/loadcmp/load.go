@@ -68,6 +68,19 @@ type stats struct {
 	EngineMS    float64 `json:"engine_ms"`
 	StoreTrips  float64 `json:"store_trips"`
 	StoreWaitMS float64 `json:"store_wait_ms"`
+	// From redis-server's INFO commandstats over a run of the redis
+	// site (redisstats.go, setRedis), per request; zero on other sites
+	// and in results recorded before them. RedisCommands: the commands
+	// it ran, inside its scripts or not (Redis 7 counts a script's
+	// redis.call under the command's name), and RedisCommandUS their
+	// time, µs; RedisScripts: the scripts called (EVALSHA, EVAL, their
+	// _RO forms, FCALL), and RedisScriptUS their time, µs, which holds
+	// the time of the commands they called. Wall-clock times inside
+	// redis-server.
+	RedisCommands  float64 `json:"redis_commands,omitempty"`
+	RedisCommandUS float64 `json:"redis_command_us,omitempty"`
+	RedisScripts   float64 `json:"redis_scripts,omitempty"`
+	RedisScriptUS  float64 `json:"redis_script_us,omitempty"`
 }
 
 // maxErrorKinds bounds the distinct error texts a run keeps.

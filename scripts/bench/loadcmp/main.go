@@ -127,6 +127,7 @@ type driver struct {
 	procs                     []*proc
 	caddyProc, upProc         *proc
 	redisProc                 *proc
+	redisAddr                 string // redis-server's, for its commandstats (redisstats.go)
 	seq                       int
 	// The oauth site's authorization server (oauth.go): node, the
 	// authserver.mjs script, the issuer and the one token every
@@ -389,6 +390,12 @@ func (d *driver) one(ctx context.Context, s *scenario, phaseTag string, dur time
 	if err != nil {
 		return nil, fmt.Errorf("caddy metrics: %v", err)
 	}
+	// So are redis-server's commandstats, on a run of its site only.
+	if st.Redis {
+		if err := resetRedisStats(ctx, d.redisAddr); err != nil {
+			return nil, fmt.Errorf("redis-server commandstats: %v", err)
+		}
+	}
 	c0, err := readCPU("/proc", d.caddyProc.pid())
 	if err != nil {
 		return nil, fmt.Errorf("caddy cpu: %v", err)
@@ -432,6 +439,12 @@ func (d *driver) one(ctx context.Context, s *scenario, phaseTag string, dur time
 	if err != nil {
 		return nil, fmt.Errorf("caddy metrics: %v", err)
 	}
+	var cmds map[string]redisCommand
+	if st.Redis {
+		if cmds, err = redisCommandStats(ctx, d.redisAddr); err != nil {
+			return nil, fmt.Errorf("redis-server commandstats: %v", err)
+		}
+	}
 	caddy, src := cpuSeconds(c0, c1, clockTicks)
 	up, _ := cpuSeconds(u0, u1, clockTicks)
 	rs, _ := cpuSeconds(r0, r1, clockTicks)
@@ -440,6 +453,7 @@ func (d *driver) one(ctx context.Context, s *scenario, phaseTag string, dur time
 	res.UpstreamCPU, res.RedisCPU, res.DriverCPU = up*perReq, rs*perReq, self*perReq
 	res.OtherCores = max(0, busy1-busy0-caddy-up-rs-self) / wall
 	res.setEngine(e0, e1)
+	res.setRedis(cmds)
 	if res.OK < res.Requests*99/100 {
 		return res, fmt.Errorf("%s: only %d of %d answers had status %d: %v %v", s.Key, res.OK, res.Requests, s.Want, res.Codes, res.Errors)
 	}
@@ -590,6 +604,7 @@ func (d *driver) startAll(ctx context.Context, withOAuth bool) error {
 	if err != nil {
 		return err
 	}
+	d.redisAddr = redisAddr
 
 	port, err := freePort()
 	if err != nil {

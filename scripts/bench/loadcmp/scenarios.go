@@ -36,6 +36,10 @@ type site struct {
 	// requests with static headers: the page reports each scenario
 	// against its twin there, round by round (not judged).
 	StaticOf string
+	// Redis: the site's store is the redis-server loadcmp starts
+	// (BENCH_REDIS); each of its runs reads that server's commandstats
+	// (redisstats.go).
+	Redis bool
 }
 
 // sites of scripts/bench/Caddyfile. Every gateway site writes its
@@ -47,7 +51,7 @@ var sites = []*site{
 	{Name: "ed25519", Door: httpDoor{}, Alg: "EdDSA", Label: "rcns, Ed25519 record key, fsync off"},
 	{Name: "group", Door: httpDoor{}, Alg: "none", Label: "rcns, no record key, fsync group (the default)"},
 	{Name: "agtp", Door: agtpDoor{}, Alg: "none", Label: "the native AGTP/1.0 door (plain text) of the nokey gateway: same engine, same state"},
-	{Name: "redis", Door: httpDoor{}, Alg: "none", Label: "a gateway configured as nokey with its state on Redis (`store redis`: one loopback redis-server 7, no persistence), so the Redis store against the memory store of nokey"},
+	{Name: "redis", Door: httpDoor{}, Alg: "none", Redis: true, Label: "a gateway configured as nokey with its state on Redis (`store redis`: one loopback redis-server 7, no persistence), so the Redis store against the memory store of nokey"},
 	{Name: "mcp", Door: httpDoor{}, Alg: "none", Label: "a gateway configured as nokey with the MCP door on (`mcp /mcp`: stateless, JSON responses)"},
 	{Name: "oauth", Door: httpDoor{}, Alg: "none", OAuth: true, Label: "a gateway configured as mcp but with `identity oauth` instead of `identity header`: every request carries `Authorization: Bearer <JWT>` (ES256, one client_credentials token fetched before the rounds from a local oidc-provider, `scripts/oauth/authserver.mjs`) and no `Agent-ID` or `Authority-Scope`; after its first use the verified token is a cache hit (SHA-256 lookup, `exp` checked)"},
 	{Name: "exchange", Door: httpDoor{}, Alg: "none", OAuth: true, StaticOf: "oauth", Label: "a gateway configured as oauth (same token) whose upstream has `credentials token_exchange`: each call's upstream request carries a token exchanged (RFC 8693) for the caller's at the same oidc-provider; after the first call, a cache hit (SHA-256 of the caller's token, audience and scopes)"},
