@@ -1,21 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // This file reads what redis-server itself says it ran during a run of
 // the redis site: CONFIG RESETSTAT before the run, INFO commandstats
-// after it (main.go, driver.one), both outside the CPU readings, on a
-// connection of their own that sends nothing else.
+// after it (main.go, driver.one), both outside the CPU readings, each
+// on a connection of its own (go-redis).
 
 // redisCommand is one line of INFO commandstats: the calls of one
 // command since the last CONFIG RESETSTAT and their total time, µs
@@ -32,9 +30,12 @@ var redisScriptCommands = map[string]bool{
 }
 
 // driverRedisCommand tells the commands the driver itself sends
-// (CONFIG RESETSTAT, INFO) from the store's: they are not counted.
+// (CONFIG RESETSTAT, INFO, and the HELLO that go-redis opens each of
+// its connections with) from the store's: they are not counted. A
+// HELLO of the gateway's own pool, dialing a connection, is left out
+// with them: it is no request's work.
 func driverRedisCommand(name string) bool {
-	return name == "info" || name == "config" || strings.HasPrefix(name, "config|")
+	return name == "info" || name == "config" || name == "hello" || strings.HasPrefix(name, "config|") || strings.HasPrefix(name, "hello|")
 }
 
 // parseCommandStats reads the reply of INFO commandstats: the lines
@@ -108,65 +109,32 @@ func (st *stats) setRedis(cmds map[string]redisCommand) {
 // redisTimeout bounds one exchange of the driver with redis-server.
 const redisTimeout = 5 * time.Second
 
-// redisDo sends one command (args, as RESP bulk strings) to the
-// redis-server at addr on a connection of its own and returns its
-// reply: a status's or a bulk string's text; a Redis error as an error.
-func redisDo(ctx context.Context, addr string, args ...string) (string, error) {
-	cctx, cancel := context.WithTimeout(ctx, redisTimeout)
-	defer cancel()
-	var nd net.Dialer
-	c, err := nd.DialContext(cctx, "tcp", addr)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	dl, _ := cctx.Deadline()
-	_ = c.SetDeadline(dl)
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := io.WriteString(c, b.String()); err != nil {
-		return "", err
-	}
-	br := bufio.NewReader(c)
-	line, err := br.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	line = strings.TrimSuffix(line, "\r\n")
-	if line == "" {
-		return "", errors.New("empty reply")
-	}
-	switch line[0] {
-	case '+':
-		return line[1:], nil
-	case '-':
-		return "", fmt.Errorf("%s: %s", args[0], line[1:])
-	case '$':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil || n < 0 {
-			return "", fmt.Errorf("%s: reply %q", args[0], line)
-		}
-		buf := make([]byte, n+2) // and its CRLF
-		if _, err := io.ReadFull(br, buf); err != nil {
-			return "", err
-		}
-		return string(buf[:n]), nil
-	}
-	return "", fmt.Errorf("%s: reply %q", args[0], line)
+// redisClient is a go-redis client of the redis-server at addr for one
+// exchange, on a connection of its own: no identity (no CLIENT
+// SETINFO); its HELLO is not counted (driverRedisCommand).
+func redisClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true,
+		DialTimeout: redisTimeout, ReadTimeout: redisTimeout, WriteTimeout: redisTimeout, MaxRetries: -1})
 }
 
-// resetRedisStats zeroes the commandstats of the redis-server at addr.
+// resetRedisStats zeroes the commandstats of the redis-server at addr
+// (CONFIG RESETSTAT).
 func resetRedisStats(ctx context.Context, addr string) error {
-	_, err := redisDo(ctx, addr, "CONFIG", "RESETSTAT")
-	return err
+	rdb := redisClient(addr)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	return rdb.ConfigResetStat(ctx).Err()
 }
 
-// redisCommandStats reads the commandstats of the redis-server at addr.
+// redisCommandStats reads the commandstats of the redis-server at addr
+// (INFO commandstats).
 func redisCommandStats(ctx context.Context, addr string) (map[string]redisCommand, error) {
-	text, err := redisDo(ctx, addr, "INFO", "commandstats")
+	rdb := redisClient(addr)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
+	defer cancel()
+	text, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return nil, err
 	}
