@@ -137,7 +137,8 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 	}
 	_, cached := p.contracts.cache.Load().Get(req.SynthesisID)
 	keys := append(make([]string, 0, 4), p.contracts.key(req.Presenter, req.SynthesisID)) // the claim's up to 3 follow
-	n := 7                                                                                // the lease's argument, when not claiming
+	// Room for the lease's argument, when not claiming.
+	n := 7
 	if claiming {
 		n += claimArgsLen // appended below: one allocation for all
 	}

@@ -67,8 +67,8 @@ const attemptRecheck = 10 * time.Millisecond
 // round trip of its pair lookup, outside Cluster mode).
 const attemptFuncLua = `
 local function keep_attempt(kh, ko, id, raw, size)
-  if redis.call('HSET', kh, id, raw) == 0 then return end
-  local n = redis.call('LPUSH', ko, id)
+  local n
+  if redis.call('HSET', kh, id, raw) == 1 then n = redis.call('LPUSH', ko, id) else n = redis.call('LLEN', ko) end
   while n > size do
     redis.call('HDEL', kh, redis.call('RPOP', ko))
     n = n - 1

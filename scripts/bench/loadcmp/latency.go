@@ -169,6 +169,9 @@ func anyMeasured(stages []latencyStage, i int) bool {
 // cell formats a row's values: ms and counts with two decimals, µs with
 // one.
 func (r latencyRow) cell() string {
+	if r.Commandstats && r.Key == 0 && r.Of == 0 {
+		return "–" // not measured: no run of the Redis site in this column
+	}
 	if r.Unit == "µs" {
 		return fmt.Sprintf("%+.1f (%.1f → %.1f)", r.Diff, r.Of, r.Key)
 	}

@@ -204,3 +204,23 @@ func TestLatencyBreakdown(t *testing.T) {
 		t.Error("the page breaks down a run without the processes' CPU")
 	}
 }
+
+// TestCommandstatsCellUnmeasured: a commandstats row with nothing on
+// either side (a column without a run of the Redis site) reads "–",
+// not a measured zero; any other row, or a measured one, keeps its
+// numbers.
+func TestCommandstatsCellUnmeasured(t *testing.T) {
+	for _, c := range []struct {
+		row  latencyRow
+		want string
+	}{
+		{latencyRow{Unit: "", Commandstats: true}, "–"},
+		{latencyRow{Unit: "µs", Commandstats: true}, "–"},
+		{latencyRow{Unit: "", Commandstats: true, Key: 20.13, Diff: 20.13}, "+20.13 (0.00 → 20.13)"},
+		{latencyRow{Unit: "µs"}, "+0.0 (0.0 → 0.0)"},
+	} {
+		if got := c.row.cell(); got != c.want {
+			t.Errorf("%+v: cell %q, want %q", c.row, got, c.want)
+		}
+	}
+}
