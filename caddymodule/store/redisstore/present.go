@@ -25,16 +25,17 @@ import (
 // {state, exp, at, meta, plan} and, when it claimed, claim's reply
 // after them.
 var presentScript = denyOOM(timeFuncLua + claimFuncLua + `
-local c = redis.call('HMGET', KEYS[1], 's', 'exp', 'at', 'm', 'p', 'ls')
+local c
+if ARGV[5] == '1' then
+  c = redis.call('HMGET', KEYS[1], 's', 'exp', 'at', 'm', 'p', 'ls', 'meta', 'plan')
+else
+  c = redis.call('HMGET', KEYS[1], 's', 'exp', 'at', 'm', 'p', 'ls')
+end
 if not c[1] then return {''} end
 if ARGV[2] ~= '1' and ARGV[7] and c[1] == 'active' and tonumber(ARGV[7]) > (tonumber(c[6]) or 0) then
   redis.call('HSET', KEYS[1], 'ls', ARGV[7])
 end
-local out = {c[1], c[2] or '', c[3] or '', '', ''}
-if ARGV[5] == '1' then
-  local mp = redis.call('HMGET', KEYS[1], 'meta', 'plan')
-  out[4], out[5] = mp[1] or '', mp[2] or ''
-end
+local out = {c[1], c[2] or '', c[3] or '', c[7] or '', c[8] or ''}
 local now = tonumber(ARGV[1])
 local live = (c[1] == 'pending' or c[1] == 'active') and tonumber(c[2]) > now
 if ARGV[2] == '1' and live and c[4] == ARGV[3] and c[5] == ARGV[4] then

@@ -141,9 +141,8 @@ func TestRoundTripsPerOperation(t *testing.T) {
 		// scripts or not (INFO commandstats; docs/cluster.md "Commands
 		// per request kind"): an index's expiry moved later costs one
 		// command, two when the index is new or its expiry already as
-		// late (a record of the same millisecond), and a presentation
-		// reads the contract's meta and plan once more when this
-		// node's cache has not taken them yet. The most is counted.
+		// late (a record of the same millisecond). The most is
+		// counted.
 		cmds int
 	}{
 		{"claim", func() error {
@@ -189,12 +188,12 @@ func TestRoundTripsPerOperation(t *testing.T) {
 				err = fmt.Errorf("presentation claimed %+v", p.Claimed)
 			}
 			return err
-		}, map[store.Op]int{store.OpPresent: 1}, 14},
+		}, map[store.Op]int{store.OpPresent: 1}, 13},
 		{"activate", func() error { _, err := set.Contracts.Activate(ctx, minted); return err }, map[store.Op]int{store.OpContractUpdate: 1}, 2},
 		// An unkeyed presentation of an active contract takes a lease
 		// on it: the next ones on this node make no round trip while it
 		// lasts (docs/cluster.md "Presentation leases").
-		{"unkeyed presentation", func() error { return presentActive(ctx, set, agent, minted) }, map[store.Op]int{store.OpPresent: 1}, 3},
+		{"unkeyed presentation", func() error { return presentActive(ctx, set, agent, minted) }, map[store.Op]int{store.OpPresent: 1}, 2},
 		{"unkeyed presentation within its lease", func() error { return presentActive(ctx, set, agent, minted) }, map[store.Op]int{}, 0},
 		{"pair hit", func() error {
 			// The presentations decoded the contract into this node's
