@@ -39,22 +39,23 @@ import (
 // written beside the script and the total is not enforced
 // (docs/cluster.md).
 
-// mintFuncLua defines mint(K, A), shared by mintScript and
-// resolveScript (each starts with timeFuncLua): stores a new contract. K: contract, agent live index,
-// pair index, agent sequence, [global live index]. A: now, exp,
-// state, meta, plan, max per agent, max contracts, kept until, id,
-// global member, method, path, join ("1"/"0"), the agent's contract
-// key prefix, deadline (Unix ms on Redis's own clock, 0: none). Returns
-// {0} stored, {1, held} store full, {2, held} agent full, {3} the id
-// exists, {4, id} joined: with join set, the agent holds an active
-// contract for the pair (a concurrent first call minted it), and
-// nothing was minted, {5} the call reached Redis after its deadline
-// (its caller gave up and answered 503) and minted nothing.
-// pair_absent, when true, says the pair index K[3] does not exist (a
-// scan in the same script found it empty): its expiry is then set
-// without first trying to extend one, as it is when join's own scan
-// finds it empty. Index expiries only move later (extend: PEXPIREAT GT,
-// then NX for a key without one), one command when they do.
+// mintFuncLua defines mint(K, A, pair_absent), shared by mintScript and
+// resolveScript (each starts with timeFuncLua): stores a new
+// contract. K: contract, agent live index, pair index, agent
+// sequence, [global live index]. A: now, exp, state, meta, plan, max
+// per agent, max contracts, kept until, id, global member, method,
+// path, join ("1"/"0"), the agent's contract key prefix, deadline
+// (Unix ms on Redis's own clock, 0: none). Returns {0} stored, {1,
+// held} store full, {2, held} agent full, {3} the id exists, {4, id}
+// joined: with join set, the agent holds an active contract for the
+// pair (a concurrent first call minted it), and nothing was minted,
+// {5} the call reached Redis after its deadline (its caller gave up
+// and answered 503) and minted nothing. pair_absent, when true, says
+// the pair index K[3] does not exist (a scan in the same script found
+// it empty): its expiry is then set without first trying to extend
+// one, as it is when join's own scan finds it empty. Index expiries
+// only move later (extend: PEXPIREAT GT, then NX for a key without
+// one), one command when they do.
 const mintFuncLua = `
 local function mint(K, A, pair_absent)
   local dl = tonumber(A[15] or 0)

@@ -52,14 +52,15 @@ import (
 // already sent, or free memory.
 
 // claimFuncLua defines claim(K, A), shared by claimScript,
-// presentScript and resolveScript (each starts with timeFuncLua). K: the record, the agent's index,
-// [the global index]. A: now, fp, lease (ms), max per agent, max
-// records, token, presented synthesis id ("" for a plain claim),
-// pending ("1"/"0"), the record's member in the agent's index, its
-// member in the global index, window (ms), deadline (Redis's own clock,
-// Unix ms; "0" none), node, what. Returns {outcome, stored answer,
-// lease end, claimed at, node, what}; outcomes as idempotency.Outcome,
-// plus 8: the claim reached Redis after its deadline and wrote nothing.
+// presentScript and resolveScript (each starts with timeFuncLua). K:
+// the record, the agent's index, [the global index]. A: now, fp,
+// lease (ms), max per agent, max records, token, presented synthesis
+// id ("" for a plain claim), pending ("1"/"0"), the record's member
+// in the agent's index, its member in the global index, window (ms),
+// deadline (Redis's own clock, Unix ms; "0" none), node, what.
+// Returns {outcome, stored answer, lease end, claimed at, node,
+// what}; outcomes as idempotency.Outcome, plus 8: the claim reached
+// Redis after its deadline and wrote nothing.
 const claimFuncLua = `
 local function claim(K, A)
   local deadline = tonumber(A[12])

@@ -53,8 +53,8 @@ return out
 // resolveScript finds the newest active contract of a pair index (as
 // pairScript) and, as asked, claims the request's key with the claim
 // logic; on a miss whose claim, if any, executed, it then spends the
-// gate's budget (gcra, redis_rate's GCRA) and, when that allows it (or
-// nothing is spent), keeps the gate refusal's attempt record
+// gate's budget (gcra, redis_rate's GCRA) and, when that allows it
+// (or nothing is spent), keeps the gate refusal's attempt record
 // (keep_attempt): the whole of a gate evaluation in one round trip.
 // KEYS: pair index, key record, agent key index, rate key (all in the
 // agent's slot), then, outside Cluster mode, the global key index and
@@ -67,13 +67,13 @@ return out
 // kept, the gate synthesis's MintForPair), the KEYS index of the new
 // contract's key (the agent's live index and its sequence follow it,
 // then, outside Cluster mode, its owner index key and the global live
-// index; in Cluster mode, where they are other slots, the caller writes
-// them beside the script),
-// the agent, and mint's 15 arguments (mintFuncLua's A; its join is
-// not scanned again: newest just found no active contract in the same
-// pair index, and tells mint whether that index is now absent). Returns {id or
-// "", claimed (1/0), claim's reply (6), spent (1/0), gcra's reply (4),
-// attempt kept (1/0), minted (1/0), mint's reply (2)}.
+// index; in Cluster mode, where they are other slots, the caller
+// writes them beside the script), the agent, and mint's 15 arguments
+// (mintFuncLua's A; its join is not scanned again: newest just found
+// no active contract in the same pair index, and tells mint whether
+// that index is now absent). Returns {id or "", claimed (1/0),
+// claim's reply (6), spent (1/0), gcra's reply (4), attempt kept
+// (1/0), minted (1/0), mint's reply (2)}.
 var resolveScript = denyOOM(timeFuncLua + claimFuncLua + pairFuncLua + gcraFuncLua + attemptFuncLua + mintFuncLua + `
 local found, left = newest(KEYS[1], ARGV[2], tonumber(ARGV[1]))
 local out = {found, 0, '', '', '', '', '', '', 0, 0, 0, '', '', 0, 0, 0, ''}
