@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/storetest"
+	"github.com/caddy-rcns/caddy-rcns/internal/redisinfo"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
@@ -299,23 +299,18 @@ func commandsRun(t *testing.T, rdb *redis.Client) map[string]int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmds, err := redisinfo.ParseCommandStats(info)
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := map[string]int{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
-		if !ok {
-			continue
-		}
+	for name, c := range cmds {
 		base, _, _ := strings.Cut(name, "|")
 		switch base {
 		case "eval", "evalsha", "eval_ro", "evalsha_ro", "script", "info", "config", "hello", "client":
 			continue
 		}
-		calls, _, _ := strings.Cut(rest, ",")
-		n, err := strconv.Atoi(calls)
-		if err != nil {
-			t.Fatalf("commandstats line %q: %v", line, err)
-		}
-		out[name] = n
+		out[name] = int(c.Calls)
 	}
 	return out
 }

@@ -37,6 +37,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/redisinfo"
 )
 
 // options are the bounds and choices of one comparison.
@@ -443,7 +445,7 @@ func (d *driver) one(ctx context.Context, s *scenario, phaseTag string, dur time
 	if err != nil {
 		return nil, fmt.Errorf("caddy metrics: %v", err)
 	}
-	var cmds map[string]redisCommand
+	var cmds map[string]redisinfo.Command
 	if statsRedis {
 		if cmds, err = redisCommandStats(ctx, d.redisAddr); err != nil {
 			fmt.Fprintf(os.Stderr, "loadcmp: %s: redis-server commandstats not read, left out of this run: %v\n", s.Key, err)

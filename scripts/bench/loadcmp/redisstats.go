@@ -2,25 +2,18 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/redisinfo"
 )
 
 // This file reads what redis-server itself says it ran during a run of
 // the redis site: CONFIG RESETSTAT before the run, INFO commandstats
 // after it (main.go, driver.one), both outside the CPU readings, each
 // on a connection of its own (go-redis).
-
-// redisCommand is one line of INFO commandstats: the calls of one
-// command since the last CONFIG RESETSTAT and their total time, µs
-// (wall clock inside redis-server, from the command's start to its end).
-type redisCommand struct {
-	Calls, USec int64
-}
 
 // redisScriptCommands are the commands that run a script; Redis 7
 // counts each command a script calls (redis.call) under its own name
@@ -38,56 +31,12 @@ func driverRedisCommand(name string) bool {
 	return name == "info" || name == "config" || name == "hello" || strings.HasPrefix(name, "config|") || strings.HasPrefix(name, "hello|")
 }
 
-// parseCommandStats reads the reply of INFO commandstats: the lines
-// "cmdstat_<name>:calls=N,usec=U,..." by name (lower case, a
-// subcommand's as "config|resetstat"), skipping the section header
-// and blank lines. A cmdstat line without calls or usec is an error.
-func parseCommandStats(text string) (map[string]redisCommand, error) {
-	cmds := map[string]redisCommand{}
-	for _, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		rest, ok := strings.CutPrefix(line, "cmdstat_")
-		if !ok {
-			continue
-		}
-		name, fields, ok := strings.Cut(rest, ":")
-		if !ok || name == "" {
-			return nil, fmt.Errorf("commandstats line %q", line)
-		}
-		var c redisCommand
-		var seen int
-		for _, f := range strings.Split(fields, ",") {
-			k, v, _ := strings.Cut(f, "=")
-			var dst *int64
-			switch k {
-			case "calls":
-				dst = &c.Calls
-			case "usec":
-				dst = &c.USec
-			default:
-				continue
-			}
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 {
-				return nil, fmt.Errorf("commandstats line %q: %s=%q", line, k, v)
-			}
-			*dst = n
-			seen++
-		}
-		if seen != 2 {
-			return nil, fmt.Errorf("commandstats line %q: no calls and usec", line)
-		}
-		cmds[strings.ToLower(name)] = c
-	}
-	return cmds, nil
-}
-
 // setRedis sets st's redis-server fields from the commandstats of the
 // run (cmds, counted from a CONFIG RESETSTAT just before it), per
 // request: the commands Redis ran, inside its scripts or not, and
 // their µs; the scripts called and their µs (which hold the µs of the
 // commands they called). The driver's own commands are left out.
-func (st *stats) setRedis(cmds map[string]redisCommand) {
+func (st *stats) setRedis(cmds map[string]redisinfo.Command) {
 	n := float64(st.Requests)
 	if n == 0 {
 		return
@@ -129,7 +78,7 @@ func resetRedisStats(ctx context.Context, addr string) error {
 
 // redisCommandStats reads the commandstats of the redis-server at addr
 // (INFO commandstats).
-func redisCommandStats(ctx context.Context, addr string) (map[string]redisCommand, error) {
+func redisCommandStats(ctx context.Context, addr string) (map[string]redisinfo.Command, error) {
 	rdb := redisClient(addr)
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(ctx, redisTimeout)
@@ -138,5 +87,5 @@ func redisCommandStats(ctx context.Context, addr string) (map[string]redisComman
 	if err != nil {
 		return nil, err
 	}
-	return parseCommandStats(text)
+	return redisinfo.ParseCommandStats(text)
 }

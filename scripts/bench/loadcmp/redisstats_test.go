@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
+	"github.com/caddy-rcns/caddy-rcns/internal/redisinfo"
 )
 
 // commandstats is INFO commandstats of a Redis 7 after a CONFIG
@@ -24,38 +25,8 @@ const commandstats = "# Commandstats\r\n" +
 	"cmdstat_info:calls=3,usec=300,usec_per_call=100.00,rejected_calls=0,failed_calls=0\r\n" +
 	"\r\n"
 
-func TestParseCommandStats(t *testing.T) {
-	got, err := parseCommandStats(commandstats)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]redisCommand{
-		"evalsha": {10, 1200}, "hget": {10, 50}, "config|resetstat": {1, 90}, "hset": {12, 250}, "info": {3, 300},
-	}
-	if len(got) != len(want) {
-		t.Errorf("parseCommandStats = %v, want %v", got, want)
-	}
-	for name, w := range want {
-		if got[name] != w {
-			t.Errorf("%s: %+v, want %+v", name, got[name], w)
-		}
-	}
-	if none, err := parseCommandStats("# Commandstats\r\n"); err != nil || len(none) != 0 {
-		t.Errorf("no command since the reset: %v, %v; want none", none, err)
-	}
-	for _, bad := range []string{
-		"cmdstat_hset:calls=x,usec=1\r\n",
-		"cmdstat_hset:usec_per_call=1.00\r\n",
-		"cmdstat_hset calls=1,usec=1\r\n",
-	} {
-		if _, err := parseCommandStats(bad); err == nil {
-			t.Errorf("%q parsed", strings.TrimSpace(bad))
-		}
-	}
-}
-
 func TestSetRedis(t *testing.T) {
-	cmds, err := parseCommandStats(commandstats)
+	cmds, err := redisinfo.ParseCommandStats(commandstats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +40,8 @@ func TestSetRedis(t *testing.T) {
 			st.RedisCommands, st.RedisCommandUS, st.RedisScripts, st.RedisScriptUS)
 	}
 	// Every kind of script counts as one.
-	all := map[string]redisCommand{"eval": {1, 1}, "evalsha": {1, 1}, "eval_ro": {1, 1}, "evalsha_ro": {1, 1}, "fcall": {1, 1},
-		"config|get": {5, 5}}
+	all := map[string]redisinfo.Command{"eval": {Calls: 1, USec: 1}, "evalsha": {Calls: 1, USec: 1},
+		"eval_ro": {Calls: 1, USec: 1}, "evalsha_ro": {Calls: 1, USec: 1}, "fcall": {Calls: 1, USec: 1}, "config|get": {Calls: 5, USec: 5}}
 	st = &stats{Requests: 5}
 	st.setRedis(all)
 	if st.RedisScripts != 1 || st.RedisScriptUS != 1 || st.RedisCommands != 0 || st.RedisCommandUS != 0 {
