@@ -13,22 +13,14 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/internal/redisinfo"
 )
 
-// commandstats is INFO commandstats of a Redis 7 after a CONFIG
-// RESETSTAT and 10 requests that each ran one script calling an HSET and
-// an HGET, besides two HSETs outside a script, as redis-server writes it
-// (CRLF line ends).
-const commandstats = "# Commandstats\r\n" +
-	"cmdstat_evalsha:calls=10,usec=1200,usec_per_call=120.00,rejected_calls=0,failed_calls=0\r\n" +
-	"cmdstat_hget:calls=10,usec=50,usec_per_call=5.00,rejected_calls=0,failed_calls=0\r\n" +
-	"cmdstat_config|resetstat:calls=1,usec=90,usec_per_call=90.00,rejected_calls=0,failed_calls=0\r\n" +
-	"cmdstat_hset:calls=12,usec=250,usec_per_call=20.83,rejected_calls=0,failed_calls=1\r\n" +
-	"cmdstat_info:calls=3,usec=300,usec_per_call=100.00,rejected_calls=0,failed_calls=0\r\n" +
-	"\r\n"
-
+// TestSetRedis: per request, from the commandstats of a Redis 7 after
+// a CONFIG RESETSTAT and 10 requests that each ran one script calling
+// an HSET and an HGET, besides two HSETs outside a script (and the
+// driver's CONFIG RESETSTAT and INFO).
 func TestSetRedis(t *testing.T) {
-	cmds, err := redisinfo.ParseCommandStats(commandstats)
-	if err != nil {
-		t.Fatal(err)
+	cmds := map[string]redisinfo.Command{
+		"evalsha": {Calls: 10, USec: 1200}, "hget": {Calls: 10, USec: 50}, "config|resetstat": {Calls: 1, USec: 90},
+		"hset": {Calls: 12, USec: 250}, "info": {Calls: 3, USec: 300},
 	}
 	st := &stats{Requests: 10}
 	st.setRedis(cmds)
