@@ -199,25 +199,27 @@ func TestPresentationLease(t *testing.T) {
 		cnt, n := node(lease)
 		c := mint(t, "/full", store.ModeOptimistic, hour())
 		other := mint(t, "/full-other", store.ModeOptimistic, hour())
-		if err := presentActive(ctx, n, agent, c); err != nil {
-			t.Fatal(err)
-		}
-		cnt.take()
 		if _, err := redistest.Do(srv.Addr(), "SET", "fill", strings.Repeat("x", 2<<20)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", strconv.FormatInt(usedMemory(t, srv.Addr())-64<<10, 10)); err != nil {
 			t.Fatal(err)
 		}
 		defer func() {
 			_, _ = redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", "0")
 			_, _ = redistest.Do(srv.Addr(), "DEL", "fill")
 		}()
-		full := time.Now()
+		// The lease runs from when its read was sent: taken just before
+		// Redis is made full, so that a slow fill does not spend it.
+		leased := time.Now()
+		if err := presentActive(ctx, n, agent, c); err != nil {
+			t.Fatal(err)
+		}
+		cnt.take()
+		if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", strconv.FormatInt(usedMemory(t, srv.Addr())-64<<10, 10)); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := n.Presenter.Present(ctx, store.PresentRequest{Presenter: agent, SynthesisID: other.SynthesisID, Method: other.Method, Path: other.Path}); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(Cause(err), "OOM") {
 			t.Fatalf("an unleased presentation over maxmemory: %v, want an OOM refusal", err)
 		}
-		if err := presentActive(ctx, n, agent, c); err != nil && time.Since(full) < lease {
+		if err := presentActive(ctx, n, agent, c); err != nil && time.Since(leased) < lease {
 			t.Fatalf("a leased presentation over maxmemory, within the lease: %v", err)
 		}
 		ended, fence, err := b.Contracts.(store.LeaseFence).EndFenced(ctx, c, recipes.StateRevoked)
