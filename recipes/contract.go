@@ -135,6 +135,8 @@ type LimitError struct {
 	Limit int
 }
 
+// Error is Err's text with the count held and the limit: "ERR: N live,
+// limit L".
 func (e *LimitError) Error() string {
 	return fmt.Sprintf("%v: %d live, limit %d", e.Err, e.Held, e.Limit)
 }

@@ -252,6 +252,9 @@ type Failure struct {
 	mapped bool
 }
 
+// Error is the failure's error code and its explanation, "CODE:
+// EXPLANATION" (the reason and explanation of the error body, spec
+// §19, OP-28).
 func (f *Failure) Error() string { return f.Code + ": " + f.Explanation }
 
 // Designed reports whether the operator designed this refusal: the

@@ -95,6 +95,7 @@ type InexactIntegerError struct {
 	Digits int // digits of the integer, sign left out
 }
 
+// Error names the integer's size: "an integer of N digits is beyond ±2^53".
 func (e *InexactIntegerError) Error() string {
 	return fmt.Sprintf("an integer of %d digits is beyond ±2^53", e.Digits)
 }
