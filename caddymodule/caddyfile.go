@@ -51,6 +51,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        algorithms <alg>...
 //	        clock_skew <duration>
 //	        allow_no_expiry [true|false]
+//	        require_at_jwt [true|false]
 //	        scope <oauth-scope> <agtp-scope>...
 //	        unnamed_clients <agent name or id>
 //	        jwks_max_age <duration>

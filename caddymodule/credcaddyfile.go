@@ -135,6 +135,12 @@ func parseOAuth(d *caddyfile.Dispenser) (*engine.OAuthConfig, error) {
 				return nil, err
 			}
 			o.AllowNoExpiry = b
+		case "require_at_jwt":
+			b, err := optBool(d)
+			if err != nil {
+				return nil, err
+			}
+			o.RequireATJWT = b
 		case "clock_skew", "jwks_max_age", "jwks_min_refresh", "introspection_cache_ttl", "timeout":
 			dur, err := positiveDuration(d)
 			if err != nil {

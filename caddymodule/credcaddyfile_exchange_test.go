@@ -105,3 +105,38 @@ func TestCaddyfileTokenExchangeAndAssertion(t *testing.T) {
 		})
 	}
 }
+
+// TestCaddyfileOAuthBlock: the identity oauth block's knobs adapt to
+// the JSON the engine reads (require_at_jwt among them), and a bad one
+// is a clear error.
+func TestCaddyfileOAuthBlock(t *testing.T) {
+	h, err := adaptRCNS(t, `identity oauth
+		oauth {
+			issuer https://as.example
+			resource https://gw.example
+			allow_no_expiry
+			require_at_jwt
+			jwks_min_refresh 5s
+		}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := h["oauth"].(map[string]any)
+	want := map[string]any{"issuer": "https://as.example", "resource": "https://gw.example", "allow_no_expiry": true,
+		"require_at_jwt": true, "jwks_min_refresh": float64(5 * time.Second)}
+	for k, v := range want {
+		if !reflect.DeepEqual(o[k], v) {
+			t.Errorf("oauth.%s = %#v, want %#v (oauth: %v)", k, o[k], v, o)
+		}
+	}
+	h, err = adaptRCNS(t, "identity oauth\n\t\toauth {\n\t\t\tissuer https://as.example\n\t\t\tresource https://gw.example\n\t\t\trequire_at_jwt false\n\t\t}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := h["oauth"].(map[string]any); o["require_at_jwt"] != nil {
+		t.Errorf("require_at_jwt false adapted to %v, want it left out", o["require_at_jwt"])
+	}
+	if _, err := adaptRCNS(t, "identity oauth\n\t\toauth {\n\t\t\trequire_at_jwt maybe\n\t\t}"); err == nil || !strings.Contains(err.Error(), "maybe") {
+		t.Errorf("require_at_jwt maybe: %v, want an error naming the value", err)
+	}
+}

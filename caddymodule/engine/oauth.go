@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
@@ -60,6 +61,9 @@ type oauthVerifier struct {
 	log         *zap.Logger
 
 	flight singleflight.Group
+	// refreshing is set while a background refresh of a stale JWKS
+	// runs (at most one at a time).
+	refreshing atomic.Bool
 
 	mu       sync.Mutex
 	meta     *oauthex.AuthServerMeta // discovered; nil until read
@@ -68,6 +72,8 @@ type oauthVerifier struct {
 	keys     *jose.JSONWebKeySet
 	keysAt   time.Time // when keys were fetched
 	keysTry  time.Time // when a fetch was last started
+	keysErr  error     // the last JWKS fetch's failure; nil after a success
+	keysFail time.Time // when it failed
 	introMem *closecache.Cache[string, *introspected]
 }
 
@@ -122,11 +128,11 @@ func bearer(in *agtp.Request) (string, bool, *agtp.Error) {
 		return "", false, nil // another scheme: not this verifier's credential
 	}
 	if len(vals) > 1 {
-		return "", true, agtp.TokenInvalid.New("the Authorization header appears more than once; send one bearer token")
+		return "", true, agtp.InvalidAuthorization.New("the Authorization header appears more than once; send one bearer token (RFC 6750 §3.1 invalid_request)")
 	}
 	tok = strings.TrimSpace(tok)
 	if tok == "" || strings.ContainsAny(tok, " \t") {
-		return "", true, agtp.TokenInvalid.New("the Authorization header is not \"Bearer <token>\" (RFC 6750 §2.1)")
+		return "", true, agtp.InvalidAuthorization.New("the Authorization header is not \"Bearer <token>\" (RFC 6750 §2.1)")
 	}
 	return tok, true, nil
 }
@@ -280,6 +286,9 @@ func (v *oauthVerifier) jwt(ctx context.Context, tok string) (tokenInfo, *agtp.E
 		return tokenInfo{}, agtp.TokenInvalid.New("the access token is not a JWT signed with an accepted algorithm (" + strings.Join(v.cfg.Algorithms, ", ") + "): " + textcut.Clip(err.Error()))
 	}
 	hdr := parsed.Headers[0]
+	if e := v.accessTokenType(hdr.ExtraHeaders[jose.HeaderType]); e != nil {
+		return tokenInfo{}, e
+	}
 	key, e := v.key(ctx, hdr.KeyID, hdr.Algorithm)
 	if e != nil {
 		return tokenInfo{}, e
@@ -319,6 +328,35 @@ func (v *oauthVerifier) jwt(ctx context.Context, tok string) (tokenInfo, *agtp.E
 	return info, nil
 }
 
+// accessTokenType checks a JWT's typ header (typ, nil when absent) for
+// an access token (RFC 9068 §4, RFC 8725 §3.11): at+jwt or
+// application/at+jwt (any case); under RequireATJWT nothing else, else
+// also none, or any type not ending in +jwt (JWT); a type ending in +jwt
+// but not at+jwt names another kind of JWT and is refused.
+func (v *oauthVerifier) accessTokenType(typ any) *agtp.Error {
+	if typ == nil && !v.cfg.RequireATJWT {
+		return nil
+	}
+	s, ok := typ.(string)
+	if !ok {
+		if typ == nil {
+			return agtp.TokenInvalid.New("the access token has no typ header, and this gateway accepts only JWTs typed at+jwt (RFC 9068 §4)")
+		}
+		return agtp.TokenInvalid.New("the access token's typ header is not a string")
+	}
+	t := strings.ToLower(s)
+	if t == "at+jwt" || t == "application/at+jwt" {
+		return nil
+	}
+	if v.cfg.RequireATJWT {
+		return agtp.TokenInvalid.New("the access token is typed " + textcut.Clip(s) + ", and this gateway accepts only JWTs typed at+jwt (RFC 9068 §4)")
+	}
+	if strings.HasSuffix(t, "+jwt") {
+		return agtp.TokenInvalid.New("the JWT is typed " + textcut.Clip(s) + ", another kind of token than an access token (at+jwt, RFC 9068 §4)")
+	}
+	return nil
+}
+
 // lifetime checks exp (required unless AllowNoExpiry), nbf and iat
 // against the clock with ClockSkew.
 func (v *oauthVerifier) lifetime(noExp bool, exp time.Time, nbf, iat *josejwt.NumericDate) *agtp.Error {
@@ -339,26 +377,37 @@ func (v *oauthVerifier) lifetime(noExp bool, exp time.Time, nbf, iat *josejwt.Nu
 	return nil
 }
 
-// key finds the JWKS key kid (alg alg): from the cached set, fetched
-// again when the set is older than JWKSMaxAge, or when kid is unknown
-// and the last fetch is older than JWKSMinRefresh. A JWKS that cannot
-// be read, with none cached, is 503 issuer-unavailable.
+// key finds the JWKS key kid (alg alg) in the held set. With no set
+// held, the request waits for a fetch; a set older than JWKSMaxAge is
+// refreshed in the background while the held one still verifies (a slow
+// or unreachable issuer delays no request that way); an unknown kid
+// fetches the set again, waiting, when the last fetch started at least
+// JWKSMinRefresh ago. A failed fetch is not tried again for
+// issuerRetryAfter seconds, whatever asks (a dead issuer costs a request
+// no timeout then). With no set held and none readable, the answer is
+// 503 issuer-unavailable.
 func (v *oauthVerifier) key(ctx context.Context, kid, alg string) (*jose.JSONWebKey, *agtp.Error) {
 	v.mu.Lock()
-	set, at, tried := v.keys, v.keysAt, v.keysTry
+	set, at, tried, ferr, failed := v.keys, v.keysAt, v.keysTry, v.keysErr, v.keysFail
 	v.mu.Unlock()
 	now := v.now()
-	if set == nil || now.Sub(at) > time.Duration(v.cfg.JWKSMaxAge) {
-		if fresh, err := v.fetchKeys(ctx); err == nil {
-			set = fresh
-		} else if set == nil {
+	backoff := ferr != nil && now.Sub(failed) < issuerRetryAfter*time.Second
+	switch {
+	case set == nil && backoff:
+		return nil, v.unavailable("the issuer's keys (JWKS) could not be read", ferr)
+	case set == nil:
+		fresh, err := v.fetchKeys(ctx)
+		if err != nil {
 			return nil, v.unavailable("the issuer's keys (JWKS) could not be read", err)
 		}
+		set = fresh
+	case now.Sub(at) > time.Duration(v.cfg.JWKSMaxAge) && !backoff:
+		v.refreshKeys(ctx)
 	}
 	if k := pick(set, kid, alg); k != nil {
 		return k, nil
 	}
-	if now.Sub(tried) >= time.Duration(v.cfg.JWKSMinRefresh) {
+	if now.Sub(tried) >= time.Duration(v.cfg.JWKSMinRefresh) && !backoff {
 		// An unknown kid: the issuer may have rotated its keys.
 		if fresh, err := v.fetchKeys(ctx); err == nil {
 			if k := pick(fresh, kid, alg); k != nil {
@@ -392,39 +441,90 @@ func pick(set *jose.JSONWebKeySet, kid, alg string) *jose.JSONWebKey {
 	return found
 }
 
-// fetchKeys reads the JWKS (one fetch at a time) and keeps it.
+// refreshKeys starts a background fetch of the JWKS unless one runs
+// already: the held set keeps verifying meanwhile. The fetch keeps ctx's
+// values, not its cancellation, and ends within the client's timeout.
+func (v *oauthVerifier) refreshKeys(ctx context.Context) {
+	if !v.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		defer v.refreshing.Store(false)
+		if _, err := v.fetchKeys(ctx); err != nil && v.log != nil {
+			v.log.Warn("oauth: refreshing the issuer's JWKS failed; the keys fetched before still verify", zap.String("issuer", v.cfg.Issuer), zap.Error(err))
+		}
+	}()
+}
+
+// fetchKeys reads the JWKS and keeps it: one fetch at a time, shared by
+// every request that waits for it (shared). A set that holds no key
+// (RFC 7517 §5: "keys" is required; an issuer that publishes none has
+// signed no token) is a failure, as an unreadable one is: the set held
+// before stays, and the failure is remembered for issuerRetryAfter
+// seconds (key).
 func (v *oauthVerifier) fetchKeys(ctx context.Context) (*jose.JSONWebKeySet, error) {
-	r, err, _ := v.flight.Do("jwks", func() (any, error) {
+	r, err := v.shared(ctx, "jwks", func(ctx context.Context) (any, error) {
 		v.mu.Lock()
 		v.keysTry = v.now()
 		v.mu.Unlock()
-		uri := v.cfg.JWKSURI
-		if uri == "" {
-			meta, e := v.metadata(ctx)
-			if e != nil {
-				return nil, e
-			}
-			if meta.JWKSURI == "" {
-				return nil, errors.New("the issuer's metadata has no jwks_uri")
-			}
-			uri = meta.JWKSURI
-		}
-		var set jose.JSONWebKeySet
-		if err := v.getJSON(ctx, uri, &set); err != nil {
+		set, err := v.readKeys(ctx)
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if err != nil {
+			v.keysErr, v.keysFail = err, v.now()
 			return nil, err
 		}
-		for i := range set.Keys {
-			set.Keys[i] = set.Keys[i].Public()
-		}
-		v.mu.Lock()
-		v.keys, v.keysAt = &set, v.now()
-		v.mu.Unlock()
-		return &set, nil
+		v.keys, v.keysAt, v.keysErr = set, v.now(), nil
+		return set, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return r.(*jose.JSONWebKeySet), nil
+}
+
+// readKeys reads the JWKS at JWKSURI, else at the metadata's jwks_uri,
+// keeping only the public part of each key.
+func (v *oauthVerifier) readKeys(ctx context.Context) (*jose.JSONWebKeySet, error) {
+	uri := v.cfg.JWKSURI
+	if uri == "" {
+		meta, e := v.metadata(ctx)
+		if e != nil {
+			return nil, e
+		}
+		if meta.JWKSURI == "" {
+			return nil, errors.New("the issuer's metadata has no jwks_uri")
+		}
+		uri = meta.JWKSURI
+	}
+	var set jose.JSONWebKeySet
+	if err := v.getJSON(ctx, uri, &set); err != nil {
+		return nil, err
+	}
+	if len(set.Keys) == 0 {
+		return nil, fmt.Errorf("the JWKS at %s holds no keys (RFC 7517 §5)", textcut.Clip(uri))
+	}
+	for i := range set.Keys {
+		set.Keys[i] = set.Keys[i].Public()
+	}
+	return &set, nil
+}
+
+// shared runs fn once for all the concurrent callers of key
+// (singleflight), under ctx's values but not its cancellation: a
+// caller that hangs up does not cancel the fetch the others wait for
+// (the client's timeout bounds it). Each caller waits at most until its
+// own ctx ends.
+func (v *oauthVerifier) shared(ctx context.Context, key string, fn func(context.Context) (any, error)) (any, error) {
+	detached := context.WithoutCancel(ctx)
+	ch := v.flight.DoChan(key, func() (any, error) { return fn(detached) })
+	select {
+	case r := <-ch:
+		return r.Val, r.Err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
 }
 
 // metadata is the issuer's RFC 8414 metadata, read on first use (the
@@ -440,7 +540,7 @@ func (v *oauthVerifier) metadata(ctx context.Context) (*oauthex.AuthServerMeta, 
 	if merr != nil && v.now().Sub(mtry) < issuerRetryAfter*time.Second {
 		return nil, merr
 	}
-	r, err, _ := v.flight.Do("meta", func() (any, error) {
+	r, err := v.shared(ctx, "meta", func(ctx context.Context) (any, error) {
 		var last error
 		for _, u := range upstreamauth.MetadataURLs(v.cfg.Issuer) {
 			m, err := oauthex.GetAuthServerMeta(ctx, u, v.cfg.Issuer, v.client)
@@ -449,22 +549,24 @@ func (v *oauthVerifier) metadata(ctx context.Context) (*oauthex.AuthServerMeta, 
 				continue
 			}
 			if m != nil {
+				v.mu.Lock()
+				v.meta, v.metaErr = m, nil
+				v.mu.Unlock()
 				return m, nil
 			}
 		}
 		if last == nil {
 			last = errors.New("the issuer publishes no RFC 8414 or OpenID Connect metadata")
 		}
+		v.mu.Lock()
+		v.metaErr, v.metaTry = last, v.now()
+		v.mu.Unlock()
 		return nil, last
 	})
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	if err != nil {
-		v.metaErr, v.metaTry = err, v.now()
 		return nil, err
 	}
-	v.meta, v.metaErr = r.(*oauthex.AuthServerMeta), nil
-	return v.meta, nil
+	return r.(*oauthex.AuthServerMeta), nil
 }
 
 // getJSON reads the JSON document at uri into out (200 only, at most
@@ -509,7 +611,9 @@ func (v *oauthVerifier) unavailable(what string, err error) *agtp.Error {
 	if v.h != nil && v.h.logBudget != nil {
 		l = v.h.logBudget.logFor(v.log, "oauth-issuer", what)
 	}
-	if l != nil {
+	// A caller that hung up while waiting for a shared fetch (shared)
+	// says nothing of the issuer.
+	if l != nil && !errors.Is(err, context.Canceled) {
 		l.Warn("oauth: the authorization server is unavailable", zap.String("issuer", v.cfg.Issuer), zap.String("what", what), zap.Error(err))
 	}
 	return agtp.IssuerUnavailable.WithFields(what+" from "+v.cfg.Issuer+"; nothing was executed; retry after Retry-After seconds",
@@ -642,8 +746,10 @@ func (h *Engine) ProtectedResourceMetadata() *oauthex.ProtectedResourceMetadata 
 // §5.1) of the refusal e under identity oauth, "" when oauth is off or
 // e needs none: every 401 gets a Bearer challenge naming the metadata
 // and the supported scopes (error="invalid_token" when a token was
-// refused); 403 insufficient-scope gets error="insufficient_scope" and
-// scope naming every OAuth scope the operation needs.
+// refused); 400 invalid-authorization (a malformed Authorization
+// header) gets error="invalid_request" (RFC 6750 §3.1); 403
+// insufficient-scope gets error="insufficient_scope" and scope naming
+// every OAuth scope the operation needs.
 func (h *Engine) BearerChallenge(e *agtp.Error) string {
 	if h.oauth == nil || e == nil {
 		return ""
@@ -652,6 +758,9 @@ func (h *Engine) BearerChallenge(e *agtp.Error) string {
 	b.WriteString("Bearer realm=" + quote(h.ServerID))
 	param := func(k, v string) { b.WriteString(", " + k + "=" + quote(v)) }
 	switch {
+	case e.Reason == agtp.InvalidAuthorization.Token:
+		param("error", "invalid_request")
+		param("error_description", textcut.Clip(e.Reason))
 	case e.Reason == agtp.InsufficientScope.Token:
 		param("error", "insufficient_scope")
 		var need []string

@@ -63,16 +63,7 @@ func newOAuthWorld(t testing.TB, adjust ...func(*OAuthConfig)) *oauthWorld {
 		IntrospectionClients: []string{"gateway"},
 	})
 	w := &oauthWorld{as: as, hits: &atomic.Int64{}}
-	agents := t.TempDir()
-	bench, err := os.ReadFile(filepath.Join("..", "..", "scripts", "bench", "docs", "agents", "bench-agent.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The bench document lists loadcmp's client (scripts/bench/loadcmp);
-	// here it is this test's client instead.
-	bench = regexp.MustCompile(`(?m)^oauth_clients:.*\n`).ReplaceAll(bench, nil)
-	writeFile(t, filepath.Join(agents, "bench.yaml"), string(bench)+"oauth_clients: ["+benchClient+"]\n")
-	writeFile(t, filepath.Join(agents, "other.yaml"), "agent_id: \""+otherAgentID+"\"\nname: other\nowner_id: other-ops\ntrust_tier: 1\nscopes: [bench:read]\noauth_clients: ["+otherAgentClient+"]\n")
+	agents := oauthAgents(t)
 	upstream := countingUpstream(t, w.hits)
 	w.te = newTestEngine(t, func(c *Config) {
 		c.Identity = IdentityOAuth
@@ -85,6 +76,23 @@ func newOAuthWorld(t testing.TB, adjust ...func(*OAuthConfig)) *oauthWorld {
 		}
 	})
 	return w
+}
+
+// oauthAgents writes the agent documents of the OAuth tests: the bench
+// agent, client benchClient, and another agent, client otherAgentClient.
+func oauthAgents(t testing.TB) string {
+	t.Helper()
+	agents := t.TempDir()
+	bench, err := os.ReadFile(filepath.Join("..", "..", "scripts", "bench", "docs", "agents", "bench-agent.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bench document lists loadcmp's client (scripts/bench/loadcmp);
+	// here it is this test's client instead.
+	bench = regexp.MustCompile(`(?m)^oauth_clients:.*\n`).ReplaceAll(bench, nil)
+	writeFile(t, filepath.Join(agents, "bench.yaml"), string(bench)+"oauth_clients: ["+benchClient+"]\n")
+	writeFile(t, filepath.Join(agents, "other.yaml"), "agent_id: \""+otherAgentID+"\"\nname: other\nowner_id: other-ops\ntrust_tier: 1\nscopes: [bench:read]\noauth_clients: ["+otherAgentClient+"]\n")
+	return agents
 }
 
 func writeFile(t testing.TB, path, text string) {
@@ -175,7 +183,8 @@ func TestOAuthBadTokens(t *testing.T) {
 		{"an opaque token the issuer reports inactive", "opaque-" + strings.Repeat("x", 40), nil, 401, "token-inactive", "invalid_token"},
 		{"a client no agent lists", w.token(t, strayClient, oauthResource, "bench:read"), nil, 401, "oauth-client-unknown", "invalid_token"},
 		{"bearer plus another agent's Agent-ID", good, []string{"Agent-ID", otherAgentID}, 401, "identity-conflict", "invalid_token"},
-		{"two Authorization headers", good, []string{"Authorization", "Bearer " + good}, 401, "token-invalid", "invalid_token"},
+		{"two Authorization headers", good, []string{"Authorization", "Bearer " + good}, 400, "invalid-authorization", "invalid_request"},
+		{"Bearer with two tokens", good + " " + good, nil, 400, "invalid-authorization", "invalid_request"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

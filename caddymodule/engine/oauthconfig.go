@@ -108,6 +108,15 @@ type OAuthConfig struct {
 	// token is refused (token-invalid).
 	AllowNoExpiry bool `json:"allow_no_expiry,omitempty"`
 
+	// RequireATJWT accepts only JWTs typed as access tokens: a typ
+	// header of at+jwt or application/at+jwt (RFC 9068 §4). Default
+	// false, for issuers that type their access tokens JWT or not at all
+	// (Keycloak, Entra ID): then a JWT explicitly typed as another kind
+	// (a typ ending in +jwt but not in at+jwt: logout+jwt, secevent+jwt,
+	// dpop+jwt, this gateway's own rcns-assertion+jwt) is still refused
+	// (RFC 8725 §3.11), and a typ that is not a string always is.
+	RequireATJWT bool `json:"require_at_jwt,omitempty"`
+
 	// Scopes maps an OAuth scope to the AGTP scope tokens it grants
 	// ("hotel.book": ["hotel:book"]). An OAuth scope the map does not
 	// name grants itself when it is an AGTP scope token ("hotel:book"),
