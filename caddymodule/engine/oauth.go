@@ -306,6 +306,9 @@ func (v *oauthVerifier) jwt(ctx context.Context, tok string) (tokenInfo, *agtp.E
 		return tokenInfo{}, agtp.TokenInvalid.New("the access token's claims are malformed (RFC 7519 types: aud a string or list, exp, nbf and iat numbers): " + textcut.Clip(err.Error()))
 	}
 	if std.Issuer != v.cfg.Issuer {
+		if std.Issuer == "" {
+			return tokenInfo{}, agtp.TokenInvalid.New("the access token names no issuer (iss); this gateway accepts tokens of " + v.cfg.Issuer)
+		}
 		return tokenInfo{}, agtp.TokenInvalid.New("the access token was issued by " + textcut.Clip(std.Issuer) + ", not by this gateway's issuer " + v.cfg.Issuer)
 	}
 	if !oauthex.MatchesResource(std.Audience, v.cfg.Resource) {
@@ -416,6 +419,9 @@ func (v *oauthVerifier) key(ctx context.Context, kid, alg string) (*jose.JSONWeb
 		} else {
 			v.log.Warn("oauth: fetching the issuer's JWKS for an unknown kid failed", zap.String("kid", textcut.Clip(kid)), zap.Error(err))
 		}
+	}
+	if kid == "" {
+		return nil, agtp.TokenInvalid.New("the access token names no key (kid), and the issuer does not publish exactly one key for its algorithm " + textcut.Clip(alg))
 	}
 	return nil, agtp.TokenInvalid.New("the access token is signed by a key (kid " + textcut.Clip(kid) + ") the issuer does not publish")
 }
