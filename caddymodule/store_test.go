@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -648,6 +649,45 @@ type cutProxy struct {
 	mu   sync.Mutex
 	cutt bool
 	open map[net.Conn]bool
+	// cutOn, when set, cuts the path as soon as the client sends bytes
+	// holding it, before they reach Redis (cutWhenSent).
+	cutOn []byte
+}
+
+// cutWhenSent makes the proxy cut the path when a command holding
+// pattern is sent: that command never reaches Redis, and neither does
+// anything after it until setCut(false).
+func (p *cutProxy) cutWhenSent(pattern string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutOn = []byte(pattern)
+}
+
+// forward copies the client's bytes to Redis, cutting the path first
+// when they hold cutOn.
+func (p *cutProxy) forward(s, c net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			trigger := len(p.cutOn) > 0 && bytes.Contains(buf[:n], p.cutOn)
+			if trigger {
+				p.cutOn = nil
+			}
+			p.mu.Unlock()
+			if trigger {
+				p.setCut(true)
+				return
+			}
+			if _, err := s.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func startCutProxy(t *testing.T, addr string) *cutProxy {
@@ -678,7 +718,7 @@ func startCutProxy(t *testing.T, addr string) *cutProxy {
 			}
 			p.open[c], p.open[s] = true, true
 			p.mu.Unlock()
-			go func() { _, _ = io.Copy(s, c); s.Close(); c.Close() }()
+			go func() { p.forward(s, c); s.Close(); c.Close() }()
 			go func() { _, _ = io.Copy(c, s); s.Close(); c.Close() }()
 		}
 	}()
@@ -739,6 +779,62 @@ func TestRedisCompleteRetried(t *testing.T) {
 	}
 	if n := g.h.redis.pending.Load(); n != 0 {
 		t.Fatalf("%d answers still pending after the store came back", n)
+	}
+}
+
+// TestRedisAbandonRetried: a keyed request refused before it ran (its
+// invocation budget's round trip failed: 503 "nothing was executed")
+// whose release failed too (Redis unreachable) gets its key released
+// in the background once Redis answers again, so the retry the 503
+// asked for runs. Found by review: the release was only logged, and
+// the key stayed in flight (409), then outcome-unknown for the whole
+// window, about a request that never ran.
+func TestRedisAbandonRetried(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := startCutProxy(t, srv.Addr())
+	up, hits := countingUpstream(t)
+	g := redisGateway(t, up, proxy.Addr(), func(h *Handler) {
+		h.InvocationRateLimitPerMinute, h.InvocationRateLimitBurst = 1e6, 1e6
+	})
+	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "warm"); a.status != 200 {
+		t.Fatalf("a first keyed call (scripts loaded): %s", a)
+	}
+	// The claim goes through; the budget's call (its key names the
+	// invocation budget) never reaches Redis, nor does anything after it.
+	for deadline := time.Now().Add(10 * time.Second); g.h.redis.nSettling.Load() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first call's answer was not stored")
+		}
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	setLogCore(t, g.h, core)
+	proxy.cutWhenSent("rl:invocation")
+	a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "abandon-1")
+	wantStoreUnavailable(t, a)
+	for deadline := time.Now().Add(10 * time.Second); g.h.redis.nSettling.Load() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("releasing the claim beside the 503 did not end while Redis was away")
+		}
+	}
+	if n := g.h.redis.pending.Load(); n != 1 {
+		t.Fatalf("%d settles pending a retry, want 1 (the failed release); logs %v", n, logs.All())
+	}
+	proxy.setCut(false)
+	for deadline := time.Now().Add(20 * time.Second); g.h.redis.pending.Load() != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the release was not retried after Redis came back")
+		}
+	}
+	if n := logs.FilterMessageSnippet("done releasing an Idempotency-Key after the store came back").Len(); n != 1 {
+		t.Errorf("logged %d times that the claim was released after Redis came back, want 1; logs: %v", n, logs.All())
+	}
+	// The lease (seconds) has not passed: without the retry this is 409
+	// in flight.
+	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "abandon-1"); a.status != 200 || a.hdr("Idempotent-Replayed") == "true" {
+		t.Fatalf("the retry after Redis came back: %s, want 200, run (not replayed)", a)
+	}
+	if n := hits.Load(); n != 2 {
+		t.Fatalf("%d upstream calls, want 2 (the warm-up and the retry; the refused call ran nothing)", n)
 	}
 }
 

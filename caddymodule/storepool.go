@@ -236,16 +236,42 @@ func (p *pooledRedis) RetryComplete(c store.Claim, resp idempotency.Response, lo
 	return p.retryComplete(c, resp, completeRetryLimit, logger)
 }
 
+// RetryAbandon (engine.SharedStore) keeps trying, in the background, to
+// release claim c, the claim of a request that did not reach execution,
+// after its Abandon failed with the store unavailable (its reply lost,
+// or Redis not answering), as RetryComplete stores an answer: a repeat
+// of the key then runs once Redis answers again, instead of getting 409
+// in flight and then, once the key's lease ended, outcome-unknown for
+// the whole window about a request that never ran. Abandon is fenced by
+// the claim's token, so a retry after one that did release the key (or
+// after another request claimed it since) changes nothing. Same bounds,
+// ends and logging as RetryComplete.
+func (p *pooledRedis) RetryAbandon(c store.Claim, logger *zap.Logger) bool {
+	return p.retrySettle(c.Abandon, "releasing", completeRetryLimit, logger)
+}
+
 // Down reports whether Redis is known not to answer (engine.SharedStore).
 func (p *pooledRedis) Down() bool { return p.down.Load() }
 
 // retryComplete is RetryComplete, giving up after limit.
 func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, limit time.Duration, logger *zap.Logger) bool {
+	return p.retrySettle(func(ctx context.Context) error { return c.Complete(ctx, resp) }, "storing the answer of", limit, logger)
+}
+
+// retrySettle runs settle (storing a claim's answer, or releasing it;
+// doing names it: "storing the answer of", "releasing") in the
+// background until it succeeds, the claim is lost, it fails for another
+// reason than the store being unavailable, limit (from now) passes or
+// the client closes; backoff from completeRetryFirst to
+// completeRetryMax. It reports false, and starts nothing, when
+// maxPendingCompletes are already pending.
+func (p *pooledRedis) retrySettle(settle func(context.Context) error, doing string, limit time.Duration, logger *zap.Logger) bool {
 	if p.pending.Add(1) > maxPendingCompletes {
 		p.pending.Add(-1)
 		return false
 	}
 	p.retries.Add(1)
+	what := doing + " an Idempotency-Key"
 	go func() {
 		defer p.retries.Done()
 		defer p.pending.Add(-1)
@@ -256,24 +282,24 @@ func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, li
 		for tries := 1; ; tries++ {
 			select {
 			case <-p.stop:
-				logger.Warn("gave up storing the answer of an Idempotency-Key: the store's client is closing; the answer may still be stored (a write Redis took before it stopped answering), else repeats of the key get outcome-unknown once its lease ends",
+				logger.Warn("gave up "+what+": the store's client is closing; it may still have been done (a write Redis took before it stopped answering), else repeats of the key get outcome-unknown once its lease ends",
 					zap.Int("tries", tries-1))
 				return
 			case <-t.C:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), dialBudget(p.cfg))
-			err := c.Complete(ctx, resp)
+			err := settle(ctx)
 			cancel()
 			switch {
 			case err == nil:
-				logger.Info("stored the answer of an Idempotency-Key after the store came back", zap.Int("tries", tries))
+				logger.Info("done "+what+" after the store came back", zap.Int("tries", tries))
 				return
 			case errors.Is(err, store.ErrClaimLost):
-				logger.Warn("the answer of an Idempotency-Key was not stored: the store came back without the key's claim (Redis lost its data, or an operator released the key); a repeat of the key is not replayed this answer",
+				logger.Warn("gave up "+what+": the store came back without the key's claim (Redis lost its data, or an operator released the key)",
 					zap.Int("tries", tries))
 				return
 			case !errors.Is(err, store.ErrUnavailable) || time.Now().Add(wait).After(deadline):
-				logger.Error("gave up storing the answer of an Idempotency-Key; the answer may still be stored (a write Redis took before it stopped answering), else repeats of the key get outcome-unknown once its lease ends",
+				logger.Error("gave up "+what+"; it may still have been done (a write Redis took before it stopped answering), else repeats of the key get outcome-unknown once its lease ends",
 					zap.Int("tries", tries), zap.Error(err))
 				return
 			}

@@ -142,9 +142,7 @@ func (h *Engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 			// spending after the activation would let a refused
 			// presentation accept the contract.)
 			x.renewer.stop()
-			if err := x.claim.Abandon(context.WithoutCancel(x.ctx())); err != nil {
-				x.log().Warn("releasing an Idempotency-Key claim failed; repeats of the key get 409 until its lease ends, outcome-unknown after", zap.String("agent_id", x.agentID), zap.Error(err))
-			}
+			h.release(context.WithoutCancel(x.ctx()), x.claim, x.log().With(zap.String("agent_id", x.agentID)))
 			x.claim = nil
 			h.metrics.idempotency("replay")
 			x.replay(preview)

@@ -76,6 +76,11 @@ type SharedStore interface {
 	// unavailable, logging to logger. It reports false, and starts
 	// nothing, when it cannot take one more (its bound is reached).
 	RetryComplete(c store.Claim, resp idempotency.Response, logger *zap.Logger) bool
+	// RetryAbandon keeps trying, in the background, to release claim c
+	// (a request that did not reach execution) after its Abandon failed
+	// with the store unavailable, logging to logger; false, starting
+	// nothing, when its bound is reached.
+	RetryAbandon(c store.Claim, logger *zap.Logger) bool
 	// SettleLater runs settle, which stores the answer of agent's
 	// Idempotency-Key key (or releases its claim, for a request that
 	// did not reach execution), beside the answer instead of before it

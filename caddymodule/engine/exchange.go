@@ -471,9 +471,23 @@ func completer(h *Engine, cl store.Claim, resp idempotency.Response, ctx context
 // completer does for an answer.
 func releaser(h *Engine, cl store.Claim, ctx context.Context, log *zap.Logger) func() {
 	return func() {
-		if err := cl.Abandon(ctx); err != nil {
-			log.Warn("releasing an Idempotency-Key claim failed; repeats of the key get 409 until its lease ends, outcome-unknown after", zap.Error(err))
-		}
+		h.release(ctx, cl, log)
 		h.idempotencyChanged(ctx)
+	}
+}
+
+// release releases the Idempotency-Key claim cl of a request that did
+// not reach execution. When the store does not answer, the release is
+// retried in the background (SharedStore.RetryAbandon): the request was
+// answered "nothing was executed", so its key must come free for the
+// retry, not end outcome-unknown once its lease passes.
+func (h *Engine) release(ctx context.Context, cl store.Claim, log *zap.Logger) {
+	err := cl.Abandon(ctx)
+	switch {
+	case err == nil:
+	case h.shared != nil && errors.Is(err, store.ErrUnavailable) && h.shared.RetryAbandon(cl, log):
+		log.Warn("releasing an Idempotency-Key claim failed; retrying in the background (repeats of the key get 409 until it is released)", zap.Error(err))
+	default:
+		log.Error("releasing an Idempotency-Key claim failed; repeats of the key get 409 until its lease ends, outcome-unknown after", zap.Error(err))
 	}
 }
