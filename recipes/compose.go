@@ -349,12 +349,20 @@ func deadlineFailure(ctx context.Context, expl string) *Failure {
 // context a plan runs its steps under, has passed: a timer context's
 // (context.DeadlineExceeded, not a cancellation) or a
 // compositionContext's. Under a context without a deadline (a Tier B
-// call) it is false.
+// call) it is false. The deadline is read from the clock as well: a
+// timer context's Err lags until its timer goroutine runs, and a
+// process paused past the deadline (a GC pause, SIGSTOP, a stalled VM)
+// would otherwise start the next step first (found by review: a write
+// step sent 6 s after the deadline, 4 s after its key's lease ended).
 func compositionDeadlinePassed(ctx context.Context) bool {
 	if c, ok := ctx.(compositionContext); ok {
 		return !time.Now().Before(c.deadline)
 	}
-	return errors.Is(ctx.Err(), context.DeadlineExceeded)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // outputMappingFailure is the cause of a failed recipe output mapping:

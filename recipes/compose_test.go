@@ -426,3 +426,56 @@ output: '$only'
 		t.Fatalf("one-step stopped: %+v %+v", cf, rep)
 	}
 }
+
+// laggingDeadline is a context whose deadline has passed but whose
+// timer has not fired yet: Err is nil and Done never closes, as for a
+// process paused past the deadline that resumes before the runtime runs
+// the timer (a GC pause, SIGSTOP, a stalled VM). Fault injection below
+// the module: the clock is the only witness.
+type laggingDeadline struct{ context.Context }
+
+func (laggingDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Second), true }
+
+// TestPausedPastDeadlineSendsNothing: a step, or a call, that resumes
+// after its plan's deadline (its context's timer not yet fired) sends
+// no request and fails upstream_timeout, side-effect free (found by
+// review: a node paused for 10 s inside a keyed plan resumed and sent
+// the plan's write step 6 s after the composition deadline, 4 s after
+// its key's lease ended, while another node had already answered the
+// key outcome-unknown and the agent had booked again).
+func TestPausedPastDeadlineSendsNothing(t *testing.T) {
+	var sent sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent.Store(r.URL.Path, true)
+		fmt.Fprint(w, `{"id":"ok"}`)
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	recipe := recipeHead + `steps:
+  - {name: first, method: FETCH, path: /alpha, input: '{}'}
+  - {name: book, method: FETCH, path: /beta, input: '{}'}
+output: '{a: $first, b: $book}'
+`
+	r, _ := buildSet(t, up, recipe,
+		endpointDoc("FETCH", "/alpha", "GET", "/a", ""),
+		endpointDoc("FETCH", "/beta", "POST", "/reserve", ""))
+	ctx := laggingDeadline{context.Background()}
+	if ctx.Err() != nil {
+		t.Fatal("the injected context reports its deadline through Err: it would not lag")
+	}
+	// The next step, started after the pause.
+	in := map[string]any{}
+	_, f := r.Steps[1].run(ctx, in, []any{in, map[string]any{"id": "ok"}})
+	if f == nil || f.Code != ErrUpstreamTimeout || !f.SideEffectFree || f.Sent {
+		t.Fatalf("a step started past its plan's deadline: %+v, want upstream_timeout, side-effect free, not sent", f)
+	}
+	// The call itself, reached past the deadline (the check before the
+	// step passed just before the pause).
+	_, f = r.Steps[1].Endpoint.Invoke(ctx, map[string]any{})
+	if f == nil || f.Code != ErrUpstreamTimeout || !f.SideEffectFree || f.Sent || !strings.Contains(f.Explanation, "not sent") {
+		t.Fatalf("a call reached past its deadline: %+v, want upstream_timeout, side-effect free, not sent", f)
+	}
+	if _, ok := sent.Load("/reserve"); ok {
+		t.Fatal("the write step's request reached the upstream after the deadline")
+	}
+}

@@ -470,6 +470,21 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 			req.Header.Set("Traceparent", tp)
 		}
 	}
+	// The last check before the request leaves: a deadline read from
+	// the clock, not from ctx.Err(), which lags while the timer has not
+	// fired (a process paused past the deadline resumes here first). A
+	// plan's deadline bounds its Idempotency-Key's lease: no call goes
+	// out after it, where another node may already answer the key
+	// outcome-unknown and the agent try again under a new key.
+	if planOver := compositionDeadlinePassed(parent); planOver || compositionDeadlinePassed(ctx) {
+		expl := fmt.Sprintf("the call to upstream %s was not sent: its time (%s) ran out before it could start", s.up.Name, s.timeout)
+		if planOver {
+			expl = fmt.Sprintf("the call to upstream %s was not sent: the composition deadline passed before it could start", s.up.Name)
+		}
+		f := fail(ErrUpstreamTimeout, expl, 0)
+		f.SideEffectFree = true
+		return nil, f
+	}
 	sent = true
 	resp, err := s.up.transport.RoundTrip(req)
 	if err != nil {
