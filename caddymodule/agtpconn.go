@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -557,13 +556,17 @@ func (c *nativeConn) write(bw *bufio.Writer, conn net.Conn, resp *agtp.Response,
 
 // refuse answers a request the codec could not read (bad framing, a
 // head over the limits, a request that stopped arriving) with the
-// engine's AGTP error answer, then the connection closes. It reports
-// whether it wrote the answer (false: nobody is left to read one, or
-// the write failed). Its access line (access_log) has no uri: the
-// codec did not read one it could trust.
+// engine's AGTP error answer, then the connection closes. A head the
+// peer ended (400 incomplete-request: it closed, or half-closed, its
+// sending side inside the request line or headers) is answered too: a
+// half-closed peer still reads the answer, and for one that closed
+// altogether the write fails harmlessly. It reports whether it wrote
+// the answer (false: the connection was closed on this side, or the
+// write failed). Its access line (access_log) has no uri: the codec
+// did not read one it could trust.
 func (c *nativeConn) refuse(e *engine.Engine, bw *bufio.Writer, conn net.Conn, we *wire.Error, st *tls.ConnectionState, loopback bool, ctx context.Context, start time.Time) bool {
-	if errors.Is(we.Err, io.ErrUnexpectedEOF) || errors.Is(we.Err, net.ErrClosed) || errors.Is(we.Err, os.ErrDeadlineExceeded) && we.Status != http.StatusRequestTimeout {
-		return false // nobody left to read an answer
+	if errors.Is(we.Err, net.ErrClosed) || errors.Is(we.Err, os.ErrDeadlineExceeded) && we.Status != http.StatusRequestTimeout {
+		return false // closed here, or cut by a stop: nothing to answer
 	}
 	hdr := we.Header
 	if hdr == nil {

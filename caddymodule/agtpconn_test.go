@@ -1,0 +1,130 @@
+package caddymodule
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
+)
+
+// nativeDoor starts a plain-text native AGTP/1.0 listener on a loopback
+// port the system picks, served by h's engine, its access lines
+// (access_log) to access; it returns the listener's address.
+func nativeDoor(t *testing.T, h *Handler, access *zap.Logger) string {
+	t.Helper()
+	ctx := benchContext(t)
+	s := &AGTPServer{Listen: []string{"127.0.0.1:0"}, Handler: h.Name, AccessLog: true}
+	if err := s.provision(ctx); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	s.accessLog = access
+	if err := s.start(ctx, zap.NewNop()); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		for _, c := range s.stop() {
+			<-c.done
+		}
+	})
+	return s.sockets[0].ln.Addr().String()
+}
+
+// TestNativeIncompleteRequestAnswered: a peer that ends its sending
+// side (shutdown SHUT_WR) inside the request line or headers reads 400
+// incomplete-request (the AGTP error body, the AGTP response headers,
+// Connection: close), then EOF, and the refusal has its access line.
+// The door closed without a word (refuse returned early on
+// io.ErrUnexpectedEOF). A connection that ends before its first byte
+// is still closed without an answer or an access line.
+func TestNativeIncompleteRequestAnswered(t *testing.T) {
+	h := benchHandler(t, benchUpstream(t).URL, false)
+	core, logs := observer.New(zap.InfoLevel)
+	addr := nativeDoor(t, h, zap.New(core))
+	// A peer that closed altogether cannot read the answer: its write
+	// fails or is reset, harmlessly; the refusal is still logged and
+	// the door goes on serving (the cases below).
+	logs.TakeAll()
+	gone, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(gone, "AGTP/1.0 FETCH /guests/g-1\r\nAgent-ID: "+benchAgent+"\r\n")
+	_ = gone.Close()
+	waitLines(t, logs, 1)
+	for _, tc := range []struct{ name, sent string }{
+		{"headers_without_end", "AGTP/1.0 FETCH /guests/g-1\r\nAgent-ID: " + benchAgent + "\r\n"},
+		{"inside_a_header_line", "AGTP/1.0 FETCH /guests/g-1\r\nAgent-ID: " + benchAgent[:10]},
+		{"inside_the_request_line", "AGTP/1.0 FET"},
+		{"nothing", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs.TakeAll()
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.WriteString(c, tc.sent); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			if tc.sent == "" {
+				if b, err := io.ReadAll(br); err != nil || len(b) > 0 {
+					t.Fatalf("a connection that sent nothing read %q, %v; want EOF and nothing", b, err)
+				}
+				if n := logs.Len(); n != 0 {
+					t.Fatalf("%d access lines for a connection that sent nothing: %v", n, logs.All())
+				}
+				return
+			}
+			resp, err := wire.ReadResponse(br, wire.Limits{}, 1<<20)
+			if err != nil {
+				t.Fatalf("no answer after half-closing inside the head: %v", err)
+			}
+			var body map[string]any
+			if err := json.Unmarshal(resp.Body, &body); err != nil {
+				t.Fatalf("answer %d %q: %v", resp.Status, resp.Body, err)
+			}
+			if resp.Status != 400 || body["reason"] != "incomplete-request" || body["status"] != 400.0 || body["retryable"] != false {
+				t.Fatalf("answer %d %s; want 400 incomplete-request with the AGTP error body", resp.Status, resp.Body)
+			}
+			if resp.Header.Get("Connection") != "close" || resp.Header.Get("Server-ID") == "" || resp.Header.Get("AGTP-API-Version") == "" {
+				t.Errorf("answer header %v; want Connection: close and the AGTP response headers (Server-ID, AGTP-API-Version)", resp.Header)
+			}
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Errorf("after the answer: %v; want EOF", err)
+			}
+			f := waitLines(t, logs, 1)[0].ContextMap()
+			if f["status"] != int64(400) || f["reason"] != "incomplete-request" {
+				t.Errorf("access line %v; want status 400, reason incomplete-request", f)
+			}
+		})
+	}
+}
+
+// waitLines waits for n lines in logs (an access line is written once
+// its answer is, so after the client read it), takes them and fails
+// the test unless exactly n came.
+func waitLines(t *testing.T, logs *observer.ObservedLogs, n int) []observer.LoggedEntry {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); logs.Len() < n && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // room for one too many
+	lines := logs.TakeAll()
+	if len(lines) != n {
+		t.Fatalf("%d log lines; want %d: %v", len(lines), n, lines)
+	}
+	return lines
+}
