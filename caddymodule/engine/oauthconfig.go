@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/secureurl"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 )
 
@@ -194,7 +195,7 @@ func (c *OAuthConfig) validate() error {
 	if c.Issuer == "" {
 		return errors.New("rcns: identity oauth needs oauth.issuer (the authorization server's issuer URL)")
 	}
-	if err := checkOAuthURL(c.Issuer); err != nil {
+	if err := secureurl.Check(c.Issuer); err != nil {
 		return fmt.Errorf("rcns: oauth.issuer %q %v", c.Issuer, err)
 	}
 	if c.Resource == "" {
@@ -207,7 +208,7 @@ func (c *OAuthConfig) validate() error {
 		if k.v == "" {
 			continue
 		}
-		if err := checkOAuthURL(k.v); err != nil {
+		if err := secureurl.Check(k.v); err != nil {
 			return fmt.Errorf("rcns: oauth.%s %q %v", k.name, k.v, err)
 		}
 	}
@@ -245,24 +246,6 @@ func (c *OAuthConfig) validate() error {
 		c.scopeMap[k] = set
 	}
 	return nil
-}
-
-// checkOAuthURL refuses a URL that is not https, or http on a loopback
-// host (RFC 8414 §2, the MCP authorization rules).
-func checkOAuthURL(s string) error {
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" {
-		return errors.New("is not an absolute URL")
-	}
-	switch u.Scheme {
-	case "https":
-		return nil
-	case "http":
-		if h := u.Hostname(); h == "localhost" || h == "127.0.0.1" || h == "::1" {
-			return nil
-		}
-	}
-	return errors.New("must be https (http only on localhost, 127.0.0.1 or ::1)")
 }
 
 // agtpScopes maps the OAuth scopes of a token to AGTP scope tokens
