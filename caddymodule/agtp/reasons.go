@@ -188,6 +188,14 @@ var (
 	// the token exchange (RFC 8693) for the caller's token; its error
 	// code is named. An unreachable server is issuer-unavailable (503).
 	TokenExchangeRefused = def("token-exchange-refused", 424, NotRetryable)
+	// TokenExchangeMisconfigured: the token exchange failed on the
+	// gateway's side, whatever the caller's token (the server refused
+	// the gateway's own client: 401, invalid_client,
+	// unauthorized_client, unsupported_grant_type; a token that is not
+	// Bearer): the operator's
+	// fault, logged at WARN with the server's answer. Not retryable: it
+	// fails the same way until the configuration is fixed.
+	TokenExchangeMisconfigured = def("token-exchange-misconfigured", 502, NotRetryable)
 )
 
 // MCP confirm-first as input_required (SEP-2322, MCP 2026-07-28;

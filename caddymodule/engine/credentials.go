@@ -204,14 +204,23 @@ func (h *Engine) resolveCredentials(x *exchange, req *request, steps []credentia
 	return creds, true
 }
 
-// credentialRefused counts a refused credential and logs it within x's
-// per-agent budget: at WARN with the cause when the refusal is the
+// credentialRefused counts a refused credential and logs it. The
 // gateway's own fault (ref.Cause set: a source that cannot be read, an
-// authorization server that cannot be reached), else at INFO. The line
-// names the upstream, step and reason, never a secret.
+// authorization server that cannot be reached or that refuses the
+// gateway's client) is a WARN with the cause, written within the
+// budget of (upstream, reason) for all agents together, as the oauth
+// issuer's WARN is: every caller meets the fault, and the number of
+// agents must not set the log volume. Any other refusal is an INFO
+// within x's per-agent budget. The line names the upstream, step and
+// reason, never a secret.
 func (h *Engine) credentialRefused(x *exchange, ref *upstreamauth.Refusal, up, step string) {
 	h.metrics.credentialRefusal(up, ref.Reason)
-	l := x.agentLog(ref.Reason)
+	var l *zap.Logger
+	if ref.Cause != "" {
+		l = h.logBudget.logFor(x.log(), "upstream "+up, ref.Reason)
+	} else {
+		l = x.agentLog(ref.Reason)
+	}
 	if l == nil {
 		return
 	}

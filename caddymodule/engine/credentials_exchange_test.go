@@ -1,10 +1,18 @@
 package engine
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/upstreamauth"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestExchangeAndAssertionPolicies: what the token_exchange and
@@ -59,6 +67,94 @@ func TestExchangeAndAssertionPolicies(t *testing.T) {
 		_, err := newCredentialPolicyFor("legacy", up(tc.cc), tc.oauth)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "legacy") {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// withCallerToken gives every caller the OAuth access token token, as
+// identity oauth would, before its policy resolves the credential.
+type withCallerToken struct {
+	upstreamauth.Policy
+	token string
+}
+
+func (p withCallerToken) Resolve(ctx context.Context, c upstreamauth.Caller, scopes []string) (upstreamauth.Credential, *upstreamauth.Refusal) {
+	c.Token = p.token
+	return p.Policy.Resolve(ctx, c, scopes)
+}
+
+func (p withCallerToken) Close() { p.Policy.(interface{ Close() }).Close() }
+
+// TestTokenExchangeMisconfiguredIsGatewayFault: the upstream's
+// authorization server refusing the gateway's own client (a wrong
+// client_secret: 401 invalid_client) is the gateway's fault, whoever
+// calls: 502 token-exchange-misconfigured, not retryable, nothing run,
+// and a WARN naming the server's answer, bounded for all agents
+// together (at most LogBurst lines per LogWindow, however many agents
+// meet it). It was 424 token-exchange-refused ("HTTP 401, error
+// invalid_client"), blaming the caller, logged at INFO without a cause.
+func TestTokenExchangeMisconfiguredIsGatewayFault(t *testing.T) {
+	var ran atomic.Int32
+	upstream := serveLoopback(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ran.Add(1)
+		_, _ = io.WriteString(w, `{"id":"1"}`)
+	}))
+	as := serveLoopback(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"error":"invalid_client","error_description":"client authentication failed"}`)
+	}))
+	agents := t.TempDir()
+	var ids []string
+	for i := range 4 {
+		name := fmt.Sprintf("rcns-exchange-caller-%d", i)
+		ids = append(ids, srAgentID(name))
+		srWriteDoc(t, agents, name+".json", map[string]any{"agent_id": srAgentID(name), "name": name, "owner_id": "test-ops",
+			"trust_tier": 1, "status": "active", "scopes": []string{"rcns:negotiate", "bench:read"}})
+	}
+	const secret, callerToken = "wrong-exchange-secret", "the-callers-access-token"
+	te := newTestEngine(t, func(c *Config) {
+		c.Agents = []string{agents}
+		c.Upstreams = map[string]*UpstreamConfig{"bench": {URL: upstream, Credentials: &CredentialsConfig{Policy: CredentialsTokenExchange,
+			TokenExchange: &TokenExchangeCredentials{TokenEndpoint: as + "/token", ClientID: "rcns-gateway", ClientSecret: secret}}}}
+	})
+	te.credPolicies["bench"] = withCallerToken{te.credPolicies["bench"], callerToken}
+	core, logs := observer.New(zap.DebugLevel)
+	te.logger = zap.New(core)
+
+	const rounds = 3
+	for range rounds {
+		for _, id := range ids {
+			a := te.serve(t, "FETCH", "/items/1", http.Header{"Agent-Id": {id}, "Authority-Scope": {testScope}}, "")
+			if a.Status != 502 || a.str("reason") != upstreamauth.ReasonExchangeMisconfigured || a.body["retryable"] != false ||
+				!strings.Contains(a.str("explanation"), "invalid_client") || !strings.Contains(a.str("explanation"), "nothing was run") ||
+				strings.Contains(string(a.Body), secret) || strings.Contains(string(a.Body), callerToken) || a.header("Retry-After") != "" {
+				t.Fatalf("agent %s: %s", id[:8], a)
+			}
+		}
+	}
+	n := rounds * len(ids)
+	if ran.Load() != 0 {
+		t.Errorf("the upstream was called %d times", ran.Load())
+	}
+	if got := testutil.ToFloat64(te.metrics.credentialRefusals.WithLabelValues("bench", upstreamauth.ReasonExchangeMisconfigured)); got != float64(n) {
+		t.Errorf("counted %v refusals, want %d", got, n)
+	}
+	warns := logs.FilterMessage("upstream credential unavailable").FilterLevelExact(zap.WarnLevel)
+	if warns.Len() == 0 || warns.Len() > LogBurst {
+		t.Fatalf("%d WARN lines for %d refusals of %d agents, want 1..%d (one bound for all agents)", warns.Len(), n, len(ids), LogBurst)
+	}
+	f := warns.All()[0].ContextMap()
+	if cause, _ := f["cause"].(string); !strings.Contains(cause, "HTTP 401, error invalid_client") || !strings.Contains(cause, "client authentication failed") ||
+		!strings.Contains(cause, as+"/token") || f["reason"] != upstreamauth.ReasonExchangeMisconfigured || f["upstream"] != "bench" {
+		t.Errorf("WARN line fields: %v", f)
+	}
+	if l := logs.FilterMessage("upstream credential refused").Len(); l != 0 {
+		t.Errorf("%d INFO lines blame the caller", l)
+	}
+	for _, e := range logs.All() {
+		if s := fmt.Sprint(e.ContextMap()); strings.Contains(s, secret) || strings.Contains(s, callerToken) {
+			t.Errorf("a log line names a secret: %v", e.ContextMap())
 		}
 	}
 }

@@ -25,6 +25,7 @@ func TestCredentialReasonsInCatalog(t *testing.T) {
 		{upstreamauth.ReasonCredentialMissing, upstreamauth.StatusCredentialMissing},
 		{upstreamauth.ReasonCredentialUnavailable, upstreamauth.StatusCredentialUnavailable},
 		{upstreamauth.ReasonExchangeRefused, upstreamauth.StatusExchangeRefused},
+		{upstreamauth.ReasonExchangeMisconfigured, upstreamauth.StatusExchangeMisconfigured},
 		{upstreamauth.ReasonIssuerUnavailable, upstreamauth.StatusIssuerUnavailable},
 	} {
 		cat := agtp.Lookup(tc.token)

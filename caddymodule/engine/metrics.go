@@ -246,7 +246,7 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		"Failed upstream calls by configured upstream and error class (upstream_timeout, upstream_connection_error, upstream_malformed_response, upstream_authentication_failed, upstream_error, mapped).",
 		"upstream", "class")
 	m.credentialRefusals = counterVec("upstream_credential_refusals_total",
-		"Calls refused before any step ran because an upstream's credential could not be had, by configured upstream and reason token (upstream-credential-missing, upstream-credential-unavailable, token-exchange-refused, issuer-unavailable).",
+		"Calls refused before any step ran because an upstream's credential could not be had, by configured upstream and reason token (upstream-credential-missing, upstream-credential-unavailable, token-exchange-refused, token-exchange-misconfigured, issuer-unavailable).",
 		"upstream", "reason")
 	m.stepSeconds = histogramVec("step_duration_seconds",
 		"Duration of one recipe step, by recipe and step name.",

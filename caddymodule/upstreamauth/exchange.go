@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/caddy-rcns/caddy-rcns/internal/closecache"
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 )
 
 // RFC 8693 names.
@@ -33,12 +35,24 @@ const (
 // Reasons and statuses of a token exchange that cannot be had.
 const (
 	// ReasonExchangeRefused: the upstream's authorization server refused
-	// the exchange (a 4xx answer: invalid_grant, invalid_target,
-	// invalid_scope, invalid_client, ...). Nothing runs.
+	// to exchange the caller's token (a 4xx answer: invalid_grant,
+	// invalid_target, invalid_scope, ...). Nothing runs.
 	ReasonExchangeRefused = "token-exchange-refused"
 	// StatusExchangeRefused is the AGTP status of ReasonExchangeRefused:
 	// 424, the call depends on a credential the gateway could not obtain.
 	StatusExchangeRefused = 424
+	// ReasonExchangeMisconfigured: the exchange failed on the gateway's
+	// side, whatever the caller's token: the authorization server
+	// refused the gateway's own client (HTTP 401, or error
+	// invalid_client, unauthorized_client or unsupported_grant_type),
+	// or issued a token the gateway cannot send (not Bearer). Nothing
+	// runs; the Refusal's Cause (the server's answer) is for the
+	// operator's WARN.
+	ReasonExchangeMisconfigured = "token-exchange-misconfigured"
+	// StatusExchangeMisconfigured is the AGTP status of
+	// ReasonExchangeMisconfigured: 502, the gateway got no usable answer
+	// from the server it depends on.
+	StatusExchangeMisconfigured = 502
 	// ReasonIssuerUnavailable: the authorization server could not be
 	// reached, timed out, or answered 5xx or nonsense. Retryable.
 	ReasonIssuerUnavailable = "issuer-unavailable"
@@ -207,9 +221,11 @@ func (*TokenExchange) Kind() Kind { return KindExchanged }
 // Header, from the cache when one lives, else from the authorization
 // server. A caller without an OAuth token is refused
 // (upstream-credential-missing, 424); a 4xx from the server is
-// token-exchange-refused (424) naming its error code; an unreachable
-// server, a timeout, a 5xx or an unreadable answer is issuer-unavailable
-// (503, RetryAfter).
+// token-exchange-refused (424) naming its error code, unless it refuses
+// the gateway's own client (401, invalid_client, unauthorized_client,
+// unsupported_grant_type: token-exchange-misconfigured, 502, as is a
+// token that is not Bearer); an unreachable server, a timeout, a 5xx or
+// an unreadable answer is issuer-unavailable (503, RetryAfter).
 func (x *TokenExchange) Resolve(ctx context.Context, c Caller, scopes []string) (Credential, *Refusal) {
 	if c.Token == "" {
 		return Credential{}, &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonCredentialMissing, Status: StatusCredentialMissing,
@@ -284,12 +300,19 @@ func normalScopes(scopes []string) []string {
 // tokenAnswer is a token endpoint answer (RFC 6749 §5.1, RFC 8693 §2.2)
 // or error (RFC 6749 §5.2).
 type tokenAnswer struct {
-	AccessToken     string `json:"access_token"`
-	IssuedTokenType string `json:"issued_token_type"`
-	TokenType       string `json:"token_type"`
-	ExpiresIn       int64  `json:"expires_in"`
-	Error           string `json:"error"`
+	AccessToken      string `json:"access_token"`
+	IssuedTokenType  string `json:"issued_token_type"`
+	TokenType        string `json:"token_type"`
+	ExpiresIn        int64  `json:"expires_in"`
+	Error            string `json:"error"`
+	ErrorDescription string `json:"error_description"`
 }
+
+// clientErrors are the RFC 6749 §5.2 error codes that say the
+// gateway's own client, not the caller's token, was refused:
+// token-exchange-misconfigured (as is any 401, RFC 6749 §5.2's status
+// of a failed client authentication).
+var clientErrors = []string{"invalid_client", "unauthorized_client", "unsupported_grant_type"}
 
 // exchange asks the authorization server; it returns the token and its
 // lifetime (0 when the answer has none).
@@ -338,15 +361,23 @@ func (x *TokenExchange) exchange(ctx context.Context, subject string, scopes []s
 		if jsonErr != nil || code == "" || !isErrorCode(code) {
 			code = "(none)"
 		}
+		answer := fmt.Sprintf("HTTP %d, error %s", resp.StatusCode, code)
+		if resp.StatusCode == http.StatusUnauthorized || slices.Contains(clientErrors, code) {
+			cause := answer
+			if jsonErr == nil && ans.ErrorDescription != "" {
+				cause += ", error_description " + strconv.Quote(textcut.Clip(ans.ErrorDescription))
+			}
+			return "", 0, x.misconfigured(endpoint, "refused the gateway's own client ("+answer+")", cause)
+		}
 		return "", 0, &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonExchangeRefused, Status: StatusExchangeRefused,
-			Explanation: fmt.Sprintf("the authorization server of upstream %s refused the token exchange: HTTP %d, error %s", x.cfg.Upstream, resp.StatusCode, code)}
+			Explanation: fmt.Sprintf("the authorization server of upstream %s refused the token exchange: %s", x.cfg.Upstream, answer)}
 	case resp.StatusCode != http.StatusOK:
 		return "", 0, x.unavailable(fmt.Sprintf("the token endpoint answered HTTP %d", resp.StatusCode))
 	case len(body) > maxExchangeDocument || jsonErr != nil || ans.AccessToken == "":
 		return "", 0, x.unavailable("the token endpoint's answer has no access_token")
 	case ans.TokenType != "" && !strings.EqualFold(ans.TokenType, "Bearer") && !strings.EqualFold(ans.TokenType, "N_A"):
-		return "", 0, &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonExchangeRefused, Status: StatusExchangeRefused,
-			Explanation: fmt.Sprintf("the authorization server of upstream %s issued a %q token, and the gateway sends bearer tokens only", x.cfg.Upstream, clip(ans.TokenType))}
+		what := fmt.Sprintf("issued a %q token, and the gateway sends bearer tokens only", clip(ans.TokenType))
+		return "", 0, x.misconfigured(endpoint, what, "token_type "+strconv.Quote(clip(ans.TokenType)))
 	}
 	return ans.AccessToken, time.Duration(ans.ExpiresIn) * time.Second, nil
 }
@@ -395,6 +426,21 @@ func (x *TokenExchange) unavailable(what string) *Refusal {
 	return &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonIssuerUnavailable, Status: StatusIssuerUnavailable, RetryAfter: x.cfg.RetryAfter,
 		Cause:       fmt.Sprintf("authorization server %s: %s", server, what),
 		Explanation: fmt.Sprintf("the authorization server of upstream %s cannot be reached at the moment; retry after Retry-After seconds", x.cfg.Upstream)}
+}
+
+// misconfigured is 502 token-exchange-misconfigured: the authorization
+// server at endpoint did something (what, for the caller) that no
+// caller's token causes and that only the operator can fix. The
+// explanation names the upstream and says so; cause (the server's
+// answer) and the endpoint are the Cause, for the operator's WARN.
+func (x *TokenExchange) misconfigured(endpoint, what, cause string) *Refusal {
+	if u, err := url.Parse(endpoint); err == nil {
+		endpoint = u.Redacted()
+	}
+	return &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonExchangeMisconfigured, Status: StatusExchangeMisconfigured,
+		Cause: fmt.Sprintf("token endpoint %s: %s", endpoint, cause),
+		Explanation: fmt.Sprintf("the authorization server of upstream %s %s: a fault in this gateway's configuration, not in the caller's token; the operator's log has the cause",
+			x.cfg.Upstream, what)}
 }
 
 // tokenEndpoint is TokenEndpoint, or the one the issuer's metadata

@@ -3,6 +3,9 @@ package upstreamauth
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -162,23 +165,33 @@ func TestTokenExchange(t *testing.T) {
 		t.Errorf("after its life: same token %v, %d exchanges", bearerOf(t, cred) == tok, issued(t, as))
 	}
 
-	// Refusals: named by the server's error code, never a token.
+	// Refusals: named by the server's error code, never a token. The
+	// caller's token refused is 424 token-exchange-refused; the
+	// gateway's own client refused (a wrong client_secret) is the
+	// gateway's fault, 502
+	// token-exchange-misconfigured with the server's answer in the
+	// Cause for the operator's WARN (it was 424 token-exchange-refused,
+	// blaming the caller).
 	for _, tc := range []struct {
 		name   string
 		cfg    TokenExchangeConfig
 		caller Caller
 		scopes []string
 		reason string
+		status int
 		want   string
 	}{
-		{"unknown audience", TokenExchangeConfig{Resource: "http://unknown.test/"}, caller, nil, ReasonExchangeRefused, "error invalid_target"},
-		{"scope the caller lacks", TokenExchangeConfig{Resource: legacyResource}, caller, []string{"orders:write"}, ReasonExchangeRefused, "error invalid_scope"},
-		{"forged subject", TokenExchangeConfig{Resource: legacyResource}, Caller{AgentID: caller.AgentID, Token: user[:len(user)-4] + "AAAA"}, nil, ReasonExchangeRefused, "error invalid_grant"},
-		{"wrong gateway secret", TokenExchangeConfig{Resource: legacyResource, ClientSecret: "wrong"}, caller, nil, ReasonExchangeRefused, "error invalid_client"},
-		{"no OAuth token", TokenExchangeConfig{Resource: legacyResource}, Caller{AgentID: caller.AgentID}, nil, ReasonCredentialMissing, "identity oauth"},
+		{"unknown audience", TokenExchangeConfig{Resource: "http://unknown.test/"}, caller, nil, ReasonExchangeRefused, 424, "error invalid_target"},
+		{"scope the caller lacks", TokenExchangeConfig{Resource: legacyResource}, caller, []string{"orders:write"}, ReasonExchangeRefused, 424, "error invalid_scope"},
+		{"forged subject", TokenExchangeConfig{Resource: legacyResource}, Caller{AgentID: caller.AgentID, Token: user[:len(user)-4] + "AAAA"}, nil, ReasonExchangeRefused, 424, "error invalid_grant"},
+		{"wrong gateway secret", TokenExchangeConfig{Resource: legacyResource, ClientSecret: "wrong"}, caller, nil, ReasonExchangeMisconfigured, 502, "HTTP 401, error invalid_client"},
+		{"no OAuth token", TokenExchangeConfig{Resource: legacyResource}, Caller{AgentID: caller.AgentID}, nil, ReasonCredentialMissing, 424, "identity oauth"},
 	} {
 		cfg := tc.cfg
-		cfg.Upstream, cfg.Issuer, cfg.ClientID = "legacy", as.Issuer(), "gateway"
+		cfg.Upstream, cfg.Issuer = "legacy", as.Issuer()
+		if cfg.ClientID == "" {
+			cfg.ClientID = "gateway"
+		}
 		if cfg.ClientSecret == "" {
 			cfg.ClientSecret = "gateway-secret"
 		}
@@ -189,8 +202,13 @@ func TestTokenExchange(t *testing.T) {
 		_, r := y.Resolve(context.Background(), tc.caller, tc.scopes)
 		y.Close()
 		if r == nil || r.Reason != tc.reason || r.Upstream != "legacy" || !strings.Contains(r.Explanation, tc.want) ||
-			(tc.caller.Token != "" && strings.Contains(r.Explanation, tc.caller.Token[:20])) || r.Status != 424 {
+			(tc.caller.Token != "" && strings.Contains(r.Explanation, tc.caller.Token[:20])) || r.Status != tc.status {
 			t.Errorf("%s: %+v", tc.name, r)
+			continue
+		}
+		if tc.status == 502 && (!strings.Contains(r.Cause, tc.want[strings.Index(tc.want, "error "):]) || !strings.Contains(r.Cause, "token endpoint http://127.0.0.1") ||
+			strings.Contains(r.Cause, cfg.ClientSecret) || strings.Contains(r.Cause, user) || !strings.Contains(r.Explanation, "not in the caller's token")) {
+			t.Errorf("%s: the gateway's fault: %+v", tc.name, r)
 		}
 	}
 
@@ -230,6 +248,62 @@ func TestTokenExchange(t *testing.T) {
 	defer z.Close()
 	if _, r := z.Resolve(context.Background(), caller, nil); r == nil || r.Reason != ReasonIssuerUnavailable || !strings.Contains(r.Cause, "metadata") || strings.Contains(r.Explanation, asHost) {
 		t.Errorf("discovery with the server down: %+v", r)
+	}
+}
+
+// TestTokenExchangeWhoseFault: which answers of a token endpoint are
+// the gateway's own fault (502 token-exchange-misconfigured, the
+// server's answer in the Cause for the operator's WARN, never in the
+// explanation beyond its error code) and which refuse the caller's
+// token (424 token-exchange-refused, as before).
+func TestTokenExchangeWhoseFault(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		reason string
+		want   string // in the explanation
+		cause  string // in the Cause ("" for none)
+	}{
+		{"wrong client secret", 401, `{"error":"invalid_client","error_description":"client authentication failed"}`, ReasonExchangeMisconfigured, "HTTP 401, error invalid_client", `error_description "client authentication failed"`},
+		{"invalid_client as 400", 400, `{"error":"invalid_client"}`, ReasonExchangeMisconfigured, "HTTP 400, error invalid_client", "HTTP 400, error invalid_client"},
+		{"401 without a body", 401, ``, ReasonExchangeMisconfigured, "HTTP 401, error (none)", "HTTP 401, error (none)"},
+		{"client not allowed the grant", 400, `{"error":"unauthorized_client"}`, ReasonExchangeMisconfigured, "error unauthorized_client", "error unauthorized_client"},
+		{"server without token exchange", 400, `{"error":"unsupported_grant_type"}`, ReasonExchangeMisconfigured, "error unsupported_grant_type", "error unsupported_grant_type"},
+		{"not a bearer token", 200, `{"access_token":"t","token_type":"DPoP","expires_in":60}`, ReasonExchangeMisconfigured, `a "DPoP" token`, `token_type "DPoP"`},
+		{"caller's token refused", 400, `{"error":"invalid_grant"}`, ReasonExchangeRefused, "HTTP 400, error invalid_grant", ""},
+		{"caller's token invalid (RFC 8693 §2.2.2)", 400, `{"error":"invalid_request"}`, ReasonExchangeRefused, "error invalid_request", ""},
+		{"scope the caller lacks", 400, `{"error":"invalid_scope"}`, ReasonExchangeRefused, "error invalid_scope", ""},
+		{"forbidden", 403, `{"error":"access_denied"}`, ReasonExchangeRefused, "HTTP 403, error access_denied", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tc.status)
+				_, _ = io.WriteString(w, tc.body)
+			}))
+			defer srv.Close()
+			x, err := NewTokenExchange(TokenExchangeConfig{Upstream: "legacy", TokenEndpoint: srv.URL + "/token", ClientID: "gateway",
+				ClientSecret: "gateway-secret", Resource: legacyResource})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer x.Close()
+			_, r := x.Resolve(context.Background(), Caller{AgentID: strings.Repeat("a", 64), Token: "callers-token"}, nil)
+			if r == nil || r.Reason != tc.reason || !strings.Contains(r.Explanation, tc.want) || strings.Contains(r.Explanation, "client authentication failed") {
+				t.Fatalf("%+v", r)
+			}
+			if tc.reason == ReasonExchangeRefused {
+				if r.Status != StatusExchangeRefused || r.Cause != "" {
+					t.Fatalf("the caller's fault: %+v", r)
+				}
+				return
+			}
+			if r.Status != StatusExchangeMisconfigured || r.RetryAfter != 0 || !strings.Contains(r.Cause, tc.cause) ||
+				!strings.Contains(r.Cause, srv.URL+"/token") || strings.Contains(r.Cause, "gateway-secret") || strings.Contains(r.Cause, "callers-token") {
+				t.Fatalf("the gateway's fault: %+v", r)
+			}
+		})
 	}
 }
 
