@@ -140,3 +140,31 @@ func TestCaddyfileOAuthBlock(t *testing.T) {
 		t.Errorf("require_at_jwt maybe: %v, want an error naming the value", err)
 	}
 }
+
+// TestTokenExchangeNeedsTLS: the gateway sends its client_secret and
+// the caller's access token to the token endpoint, so `caddy validate`
+// refuses an http issuer or token_endpoint on a host that is not
+// loopback, naming the setting, as for the oauth block (it said "Valid
+// configuration", and the gateway would have sent both in cleartext).
+func TestTokenExchangeNeedsTLS(t *testing.T) {
+	block := func(knob string) string {
+		return "upstream legacy https://legacy.example {\n\t\t\tcredentials token_exchange {\n\t\t\t\t" + knob +
+			"\n\t\t\t\tclient_id gateway\n\t\t\t\tclient_secret s3cret\n\t\t\t}\n\t\t}"
+	}
+	js := func(knob, url string) string {
+		return `"upstreams":{"legacy":{"url":"https://legacy.example","credentials":{"policy":"token_exchange","token_exchange":{"` +
+			knob + `":"` + url + `","client_id":"gateway","client_secret":"s3cret"}}}}`
+	}
+	runConfigCases(t, []configCase{
+		{"https issuer", block("issuer https://auth.example.com"), js("issuer", "https://auth.example.com"), ""},
+		{"https token_endpoint", block("token_endpoint https://auth.example.com/token"), js("token_endpoint", "https://auth.example.com/token"), ""},
+		{"http issuer on loopback", block("issuer http://127.0.0.1:9000"), js("issuer", "http://localhost:9000"), ""},
+		{"http token_endpoint on loopback", block("token_endpoint http://[::1]:9000/token"), js("token_endpoint", "http://127.0.0.1:9000/token"), ""},
+		{"http issuer", block("issuer http://auth.example.com"), js("issuer", "http://auth.example.com"),
+			`upstream legacy: credentials token_exchange: issuer "http://auth.example.com" must be https (http only on localhost, 127.0.0.1 or ::1)`},
+		{"http token_endpoint", block("token_endpoint http://auth.example.com/token"), js("token_endpoint", "http://auth.example.com/token"),
+			`upstream legacy: credentials token_exchange: token_endpoint "http://auth.example.com/token" must be https`},
+		{"http token_endpoint on a private address", block("token_endpoint http://10.0.0.5/token"), js("token_endpoint", "http://10.0.0.5/token"),
+			`token_endpoint "http://10.0.0.5/token" must be https`},
+	})
+}

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/caddy-rcns/caddy-rcns/internal/closecache"
+	"github.com/caddy-rcns/caddy-rcns/internal/secureurl"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 )
 
@@ -45,9 +46,10 @@ const (
 	// side, whatever the caller's token: the authorization server
 	// refused the gateway's own client (HTTP 401, or error
 	// invalid_client, unauthorized_client or unsupported_grant_type),
-	// or issued a token the gateway cannot send (not Bearer). Nothing
-	// runs; the Refusal's Cause (the server's answer) is for the
-	// operator's WARN.
+	// issued a token the gateway cannot send (not Bearer), or its
+	// metadata names a token endpoint without TLS (http on a host that
+	// is not loopback). Nothing runs; the Refusal's Cause (the server's
+	// answer) is for the operator's WARN.
 	ReasonExchangeMisconfigured = "token-exchange-misconfigured"
 	// StatusExchangeMisconfigured is the AGTP status of
 	// ReasonExchangeMisconfigured: 502, the gateway got no usable answer
@@ -156,13 +158,16 @@ func NewTokenExchange(cfg TokenExchangeConfig) (*TokenExchange, error) {
 	if cfg.Issuer == "" && cfg.TokenEndpoint == "" {
 		return nil, fmt.Errorf("upstream %s: token exchange needs issuer or token_endpoint", cfg.Upstream)
 	}
-	for _, u := range []string{cfg.Issuer, cfg.TokenEndpoint} {
-		if u == "" {
+	// The gateway sends its client secret and the caller's token to the
+	// token endpoint, and takes the endpoint from the issuer's
+	// metadata: both over TLS (RFC 6749 §3.2, RFC 8414 §2), as the oauth
+	// block's URLs.
+	for _, k := range []struct{ name, v string }{{"issuer", cfg.Issuer}, {"token_endpoint", cfg.TokenEndpoint}} {
+		if k.v == "" {
 			continue
 		}
-		p, err := url.Parse(u)
-		if err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" {
-			return nil, fmt.Errorf("upstream %s: token exchange: %q is not an http(s) URL", cfg.Upstream, u)
+		if err := secureurl.Check(k.v); err != nil {
+			return nil, fmt.Errorf("upstream %s: credentials token_exchange: %s %q %v: the gateway sends its client_secret and the caller's token there", cfg.Upstream, k.name, k.v, err)
 		}
 	}
 	if cfg.ClientID == "" || cfg.ClientSecret == "" {
@@ -318,7 +323,12 @@ var clientErrors = []string{"invalid_client", "unauthorized_client", "unsupporte
 // lifetime (0 when the answer has none).
 func (x *TokenExchange) exchange(ctx context.Context, subject string, scopes []string) (string, time.Duration, *Refusal) {
 	endpoint, err := x.tokenEndpoint(ctx)
-	if err != nil {
+	var insecure *insecureEndpoint
+	switch {
+	case errors.As(err, &insecure):
+		return "", 0, x.misconfigured(insecure.endpoint, "names a token endpoint without TLS (http), where the gateway sends no secret or token",
+			"http on a host that is not loopback, named by the metadata at "+insecure.metadata)
+	case err != nil:
 		return "", 0, x.unavailable("its metadata could not be read: " + err.Error())
 	}
 	form := url.Values{
@@ -443,6 +453,15 @@ func (x *TokenExchange) misconfigured(endpoint, what, cause string) *Refusal {
 			x.cfg.Upstream, what)}
 }
 
+// insecureEndpoint is a token endpoint the issuer's metadata (at
+// metadata) names with http on a host that is not loopback: the gateway
+// sends it nothing.
+type insecureEndpoint struct{ metadata, endpoint string }
+
+func (e *insecureEndpoint) Error() string {
+	return fmt.Sprintf("the metadata at %s names the token endpoint %s, http on a host that is not loopback", e.metadata, e.endpoint)
+}
+
 // tokenEndpoint is TokenEndpoint, or the one the issuer's metadata
 // names (discovered once; a failure is remembered for RetryAfter).
 func (x *TokenExchange) tokenEndpoint(ctx context.Context) (string, error) {
@@ -458,6 +477,7 @@ func (x *TokenExchange) tokenEndpoint(ctx context.Context) (string, error) {
 	x.mu.Unlock()
 	v, err, _ := x.flight.Do("\x00metadata", func() (any, error) {
 		var last error
+		var insecure *insecureEndpoint
 		for _, u := range MetadataURLs(x.cfg.Issuer) {
 			var m struct {
 				Issuer        string `json:"issuer"`
@@ -471,11 +491,19 @@ func (x *TokenExchange) tokenEndpoint(ctx context.Context) (string, error) {
 				last = fmt.Errorf("the metadata at %s names issuer %q", u, clip(m.Issuer))
 				continue
 			}
-			if p, err := url.Parse(m.TokenEndpoint); err != nil || (p.Scheme != "https" && p.Scheme != "http") || p.Host == "" {
+			switch err := secureurl.Check(m.TokenEndpoint); {
+			case errors.Is(err, secureurl.ErrCleartext) && strings.HasPrefix(strings.ToLower(m.TokenEndpoint), "http:"):
+				// Never sent the secret or a token: fail closed.
+				insecure = &insecureEndpoint{metadata: u, endpoint: m.TokenEndpoint}
+				continue
+			case err != nil:
 				last = fmt.Errorf("the metadata at %s has no usable token_endpoint", u)
 				continue
 			}
 			return m.TokenEndpoint, nil
+		}
+		if insecure != nil {
+			return nil, insecure // the fault to report, whatever the other document said
 		}
 		return nil, last
 	})

@@ -3,6 +3,7 @@ package upstreamauth
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -311,13 +312,15 @@ func TestTokenExchangeWhoseFault(t *testing.T) {
 func TestTokenExchangeConfig(t *testing.T) {
 	ok := TokenExchangeConfig{Upstream: "u", Issuer: "https://as.example", ClientID: "g", ClientSecret: "s", Resource: "https://api.example/"}
 	for name, mut := range map[string]func(*TokenExchangeConfig){
-		"no issuer":    func(c *TokenExchangeConfig) { c.Issuer = "" },
-		"bad issuer":   func(c *TokenExchangeConfig) { c.Issuer = "ftp://x" },
-		"no client":    func(c *TokenExchangeConfig) { c.ClientID = "" },
-		"no secret":    func(c *TokenExchangeConfig) { c.ClientSecret = "" },
-		"no audience":  func(c *TokenExchangeConfig) { c.Resource = "" },
-		"neg. margin":  func(c *TokenExchangeConfig) { c.Margin = -time.Second },
-		"bad endpoint": func(c *TokenExchangeConfig) { c.TokenEndpoint = "/token" },
+		"no issuer":     func(c *TokenExchangeConfig) { c.Issuer = "" },
+		"bad issuer":    func(c *TokenExchangeConfig) { c.Issuer = "ftp://x" },
+		"no client":     func(c *TokenExchangeConfig) { c.ClientID = "" },
+		"no secret":     func(c *TokenExchangeConfig) { c.ClientSecret = "" },
+		"no audience":   func(c *TokenExchangeConfig) { c.Resource = "" },
+		"neg. margin":   func(c *TokenExchangeConfig) { c.Margin = -time.Second },
+		"bad endpoint":  func(c *TokenExchangeConfig) { c.TokenEndpoint = "/token" },
+		"http issuer":   func(c *TokenExchangeConfig) { c.Issuer = "http://as.example" },
+		"http endpoint": func(c *TokenExchangeConfig) { c.TokenEndpoint = "http://10.0.0.5/token" },
 	} {
 		c := ok
 		mut(&c)
@@ -331,4 +334,33 @@ func TestTokenExchangeConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	x.Close()
+}
+
+// TestTokenExchangeDiscoveredCleartext: an issuer (on loopback, so
+// allowed) whose metadata names an http token endpoint on another host
+// is 502 token-exchange-misconfigured, the metadata's URL in the Cause,
+// and the gateway sends that endpoint nothing: not its client secret,
+// not the caller's token (found by review: the discovered endpoint was
+// not checked as the configured one is).
+func TestTokenExchangeDiscoveredCleartext(t *testing.T) {
+	// The cleartext endpoint is named by a host that is not loopback and
+	// resolves nowhere (.invalid, RFC 6761): had the gateway tried it,
+	// the refusal would be issuer-unavailable.
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"issuer":%q,"token_endpoint":"http://as.invalid/token"}`, srv.URL)
+	}))
+	defer srv.Close()
+	x, err := NewTokenExchange(TokenExchangeConfig{Upstream: "legacy", Issuer: srv.URL, ClientID: "gateway",
+		ClientSecret: "gateway-secret", Resource: legacyResource})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	_, r := x.Resolve(context.Background(), Caller{AgentID: strings.Repeat("a", 64), Token: "callers-token"}, nil)
+	if r == nil || r.Reason != ReasonExchangeMisconfigured || r.Status != StatusExchangeMisconfigured || r.RetryAfter != 0 ||
+		!strings.Contains(r.Explanation, "without TLS") || !strings.Contains(r.Cause, srv.URL) || !strings.Contains(r.Cause, "http://as.invalid/token") {
+		t.Fatalf("%+v", r)
+	}
 }
