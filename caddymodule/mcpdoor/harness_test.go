@@ -24,6 +24,13 @@ func testEngine(t testing.TB) *engine.Engine {
 // loopback URL).
 func testEngineAt(t testing.TB, upstream string) *engine.Engine {
 	t.Helper()
+	return testEngineWith(t, upstream)
+}
+
+// testEngineWith is testEngineAt with adjust applied to its config
+// before it is validated.
+func testEngineWith(t testing.TB, upstream string, adjust ...func(*engine.Config)) *engine.Engine {
+	t.Helper()
 	docs := filepath.Join("..", "..", "scripts", "bench", "docs")
 	cfg := &engine.Config{Name: "mcp-test"}
 	cfg.Enabled = true
@@ -33,6 +40,9 @@ func testEngineAt(t testing.TB, upstream string) *engine.Engine {
 	cfg.Endpoints = []string{filepath.Join(docs, "endpoints")}
 	cfg.Recipes = []string{filepath.Join(docs, "recipes")}
 	cfg.RecordsDir = "off"
+	for _, f := range adjust {
+		f(cfg)
+	}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("Validate: %v", err)

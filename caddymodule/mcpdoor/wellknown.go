@@ -104,8 +104,8 @@ func (d *Door) ServeWellKnown(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d.wellKnown[r.URL.Path] == metadataElsewhere {
-		d.refuse(w, r, agtp.NotFound.WithFields("this gateway's resource is "+d.e.OAuth.Resource+"; its protected-resource metadata is at "+d.e.ResourceMetadataURL()+" (RFC 9728 §3.3), not at this path",
-			map[string]any{"resource_metadata": d.e.ResourceMetadataURL()}), nil, bodyRead)
+		d.refuse(w, r, agtp.NotFound.WithFields("this gateway's resource is "+d.e.OAuth.Resource+"; its protected-resource metadata is at "+d.resourceMetadataURL(r)+" (RFC 9728 §3.3), not at this path",
+			map[string]any{"resource_metadata": d.resourceMetadataURL(r)}), nil, bodyRead)
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -159,9 +159,17 @@ func (d *Door) resourceURL(r *http.Request) string {
 	return origin(r) + d.cfg.Path
 }
 
-// resourceMetadataURL is the URL of the MCP endpoint's protected-resource
-// metadata, the form suffixed with the MCP path (RFC 9728 §3.1).
+// resourceMetadataURL is the URL of the protected-resource metadata the
+// door serves, as every answer that names it names it: under identity
+// oauth the engine's (engine.ResourceMetadataURL, formed from the
+// configured resource identifier: the one metadata path the door
+// answers 200 at, wellKnownPaths), otherwise the form suffixed with
+// the MCP path (RFC 9728 §3.1) at the scheme and Host the request r was
+// sent to.
 func (d *Door) resourceMetadataURL(r *http.Request) string {
+	if u := d.e.ResourceMetadataURL(); u != "" {
+		return u
+	}
 	return origin(r) + wellKnownResource + strings.TrimSuffix(d.cfg.Path, "/")
 }
 
