@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
@@ -149,14 +150,19 @@ func normalized(s string) string {
 	return s
 }
 
-// TestMCPFastPathDifferential sends every request of fastCorpus to a
-// door with the fast path and to one without it (the go-sdk alone),
-// each over its own engine and upstream state, and holds the two
-// answers identical: status, header fields and body bytes (ids,
-// records and times each gateway mints itself aside). It also holds
-// that the fast path answered exactly the cases it claims.
-func TestMCPFastPathDifferential(t *testing.T) {
+// diffDoors are two doors over their own engines and upstream state,
+// one with the fast path and one without it (the go-sdk alone), and
+// the number of requests their upstream got.
+type diffDoors struct {
+	fast, sdk *Door
+	hits      atomic.Int64
+}
+
+// newDiffDoors starts the upstream and builds the two doors.
+func newDiffDoors(t *testing.T) *diffDoors {
+	dd := &diffDoors{}
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dd.hits.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		b, _ := json.Marshal(map[string]any{"id": strings.TrimPrefix(r.URL.Path, "/items/"), "name": "item <&> é", "price": 12.5})
 		_, _ = w.Write(b)
@@ -180,64 +186,93 @@ func TestMCPFastPathDifferential(t *testing.T) {
 		}
 		return d
 	}
-	fast, sdk := door(false), door(true)
-	base := map[string][]string{"Agent-Id": {"677812645a9fe530d9c0251df0296775b37b392ac32b2003ab5beba14490e4fa"},
-		"Authority-Scope": {"bench:read"}, "Content-Type": {"application/json"},
-		"Accept": {"application/json, text/event-stream"}, "Mcp-Protocol-Version": {"2025-11-25"}}
-	serve := func(d *Door, c fastCase) *httptest.ResponseRecorder {
-		method := cmp.Or(c.method, http.MethodPost)
-		r := httptest.NewRequest(method, DefaultMCPPath, strings.NewReader(c.body))
-		r.Host, r.RemoteAddr = "127.0.0.1", "127.0.0.1:40000"
-		r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}))
-		for k, v := range base {
+	dd.fast, dd.sdk = door(false), door(true)
+	return dd
+}
+
+// diffBase are the header fields every request of the corpus sends.
+var diffBase = map[string][]string{"Agent-Id": {"677812645a9fe530d9c0251df0296775b37b392ac32b2003ab5beba14490e4fa"},
+	"Authority-Scope": {"bench:read"}, "Content-Type": {"application/json"},
+	"Accept": {"application/json, text/event-stream"}, "Mcp-Protocol-Version": {"2025-11-25"}}
+
+// serveCase is d's answer to c, from a loopback client.
+func serveCase(d *Door, c fastCase) *httptest.ResponseRecorder {
+	method := cmp.Or(c.method, http.MethodPost)
+	r := httptest.NewRequest(method, DefaultMCPPath, strings.NewReader(c.body))
+	r.Host, r.RemoteAddr = "127.0.0.1", "127.0.0.1:40000"
+	r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080}))
+	for k, v := range diffBase {
+		r.Header[k] = v
+	}
+	for k, v := range c.hdr {
+		k = http.CanonicalHeaderKey(k)
+		if len(v) == 1 && v[0] == "" {
+			delete(r.Header, k)
+		} else {
 			r.Header[k] = v
 		}
-		for k, v := range c.hdr {
-			k = http.CanonicalHeaderKey(k)
-			if len(v) == 1 && v[0] == "" {
-				delete(r.Header, k)
-			} else {
-				r.Header[k] = v
-			}
-		}
-		w := httptest.NewRecorder()
-		d.Serve(w, r)
-		return w
 	}
+	w := httptest.NewRecorder()
+	d.Serve(w, r)
+	return w
+}
+
+// serve sends c to both doors, holds that the fast path answered it
+// exactly when c says so and that the two answers are the same
+// (sameAnswer), and returns the fast door's.
+func (dd *diffDoors) serve(t *testing.T, c fastCase) *httptest.ResponseRecorder {
+	t.Helper()
+	before := dd.fast.fastServed.Load()
+	got, want := serveCase(dd.fast, c), serveCase(dd.sdk, c)
+	if served := dd.fast.fastServed.Load() > before; served != c.fast {
+		t.Errorf("fast path answered: %v, want %v", served, c.fast)
+	}
+	if dd.sdk.fastServed.Load() != 0 {
+		t.Fatal("the door with fast_path off answered on the fast path")
+	}
+	sameAnswer(t, got, want)
+	return got
+}
+
+// sameAnswer holds two answers identical: status, header fields and
+// body bytes (volatile values aside).
+func sameAnswer(t *testing.T, got, want *httptest.ResponseRecorder) {
+	t.Helper()
+	if got.Code != want.Code {
+		t.Errorf("status %d, the SDK's %d", got.Code, want.Code)
+	}
+	keys := func(h http.Header) []string {
+		var ks []string
+		for k := range h {
+			ks = append(ks, k)
+		}
+		slices.Sort(ks)
+		return ks
+	}
+	if g, w := keys(got.Header()), keys(want.Header()); !slices.Equal(g, w) {
+		t.Errorf("header fields %v, the SDK's %v", g, w)
+	}
+	for k, wv := range want.Header() {
+		gv := got.Header()[k]
+		if normalized(strings.Join(gv, "\n")) != normalized(strings.Join(wv, "\n")) {
+			t.Errorf("%s: %q, the SDK's %q", k, gv, wv)
+		}
+	}
+	if g, w := bodyOf(got.Body.Bytes()), bodyOf(want.Body.Bytes()); g != w {
+		t.Errorf("body\n%s\nthe SDK's\n%s", g, w)
+	}
+}
+
+// TestMCPFastPathDifferential sends every request of fastCorpus to a
+// door with the fast path and to one without it (the go-sdk alone),
+// each over its own engine and upstream state, and holds the two
+// answers identical: status, header fields and body bytes (ids,
+// records and times each gateway mints itself aside). It also holds
+// that the fast path answered exactly the cases it claims.
+func TestMCPFastPathDifferential(t *testing.T) {
+	dd := newDiffDoors(t)
 	for _, c := range fastCorpus() {
-		t.Run(c.name, func(t *testing.T) {
-			before := fast.fastServed.Load()
-			got, want := serve(fast, c), serve(sdk, c)
-			if served := fast.fastServed.Load() > before; served != c.fast {
-				t.Errorf("fast path answered: %v, want %v", served, c.fast)
-			}
-			if sdk.fastServed.Load() != 0 {
-				t.Fatal("the door with fast_path off answered on the fast path")
-			}
-			if got.Code != want.Code {
-				t.Errorf("status %d, the SDK's %d", got.Code, want.Code)
-			}
-			keys := func(h http.Header) []string {
-				var ks []string
-				for k := range h {
-					ks = append(ks, k)
-				}
-				slices.Sort(ks)
-				return ks
-			}
-			if g, w := keys(got.Header()), keys(want.Header()); !slices.Equal(g, w) {
-				t.Errorf("header fields %v, the SDK's %v", g, w)
-			}
-			for k, wv := range want.Header() {
-				gv := got.Header()[k]
-				if normalized(strings.Join(gv, "\n")) != normalized(strings.Join(wv, "\n")) {
-					t.Errorf("%s: %q, the SDK's %q", k, gv, wv)
-				}
-			}
-			if g, w := bodyOf(got.Body.Bytes()), bodyOf(want.Body.Bytes()); g != w {
-				t.Errorf("body\n%s\nthe SDK's\n%s", g, w)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { dd.serve(t, c) })
 	}
 }
 
