@@ -457,7 +457,7 @@ func completer(h *Engine, cl store.Claim, resp idempotency.Response, ctx context
 				log.Warn("the answer of an Idempotency-Key was not stored: an operator released or resolved the key, or the store lost the claim; a repeat of the key is not replayed this answer",
 					zap.Int("status", resp.Status))
 			} else if p := h.shared; p != nil && errors.Is(err, store.ErrUnavailable) && p.RetryComplete(cl, resp, log) {
-				log.Warn("storing the answer of an Idempotency-Key failed; retrying in the background (repeats of the key get 409 until it is stored, outcome-unknown once its lease ended)", zap.Error(err))
+				log.Warn("the store did not confirm storing the answer of an Idempotency-Key (it may have, its reply lost); retrying in the background (until it is stored, repeats of the key may get 409, outcome-unknown once its lease ended)", zap.Error(err))
 			} else {
 				log.Error("storing the answer of an Idempotency-Key failed; repeats of the key get outcome-unknown once its lease ends", zap.Error(err))
 			}
@@ -486,7 +486,7 @@ func (h *Engine) release(ctx context.Context, cl store.Claim, log *zap.Logger) {
 	switch {
 	case err == nil:
 	case h.shared != nil && errors.Is(err, store.ErrUnavailable) && h.shared.RetryAbandon(cl, log):
-		log.Warn("releasing an Idempotency-Key claim failed; retrying in the background (repeats of the key get 409 until it is released)", zap.Error(err))
+		log.Warn("the store did not confirm releasing an Idempotency-Key claim (it may have, its reply lost); retrying in the background (until it is released, repeats of the key may get 409)", zap.Error(err))
 	default:
 		log.Error("releasing an Idempotency-Key claim failed; repeats of the key get 409 until its lease ends, outcome-unknown after", zap.Error(err))
 	}
