@@ -167,8 +167,9 @@ func (d *Door) fastCall(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 
 // fastID is a message's id as the SDK decodes it (jsonrpc.MakeID of a
 // string, or of a number as float64): a string, or an integer of at
-// most 15 digits (exact as a float64); false for anything else (null,
-// absent, fractions, exponents, big numbers), which the SDK answers.
+// most 15 digits (exact as a float64), not -0; false for anything else
+// (null, absent, fractions, exponents, big numbers, -0), which the
+// envelope rules refuse or the SDK answers.
 func fastID(raw jsontext.Value) (jsonrpc.ID, bool) {
 	switch raw.Kind() {
 	case '"':
@@ -183,7 +184,7 @@ func fastID(raw jsontext.Value) (jsonrpc.ID, bool) {
 		if len(digits) > 0 && digits[0] == '-' {
 			digits = digits[1:]
 		}
-		if len(digits) == 0 || len(digits) > 15 || (digits[0] == '0' && len(digits) > 1) {
+		if len(digits) == 0 || len(digits) > 15 || (digits[0] == '0' && (len(digits) > 1 || len(digits) < len(raw))) { // -0 is the envelope rules' (envelope.go)
 			return jsonrpc.ID{}, false
 		}
 		for _, c := range []byte(digits) {

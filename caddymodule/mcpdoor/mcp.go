@@ -321,11 +321,19 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	hd["Agent-ID"] = []string{rq.agent.ID} // as the other doors echo it; under identity oauth the token named it
 	hd["Trust-Tier"] = []string{strconv.Itoa(int(rq.agent.TrustTier))}
 	hd["Verification-Path"] = []string{engine.VerificationPath(rq.ident.VerificationPath)}
-	if m, ok := tasksMethod(body); ok {
-		return d.serveTasks(w, r, rq, m)
-	}
 	if d.fastCall(w, r, rq, body) { // fastpath.go: one plain Tier B tools/call
 		return rq.summary()
+	}
+	if r.Method == http.MethodPost && len(body) > 0 {
+		// What the fast path declined meets the envelope rules before
+		// anything else reads it (envelope.go).
+		if f := envelopeFault(body); f != nil {
+			writeFault(w, f)
+			return Summary{Reasons: []string{f.reason()}}
+		}
+	}
+	if m, ok := tasksMethod(body); ok {
+		return d.serveTasks(w, r, rq, m)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))

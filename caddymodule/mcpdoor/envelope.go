@@ -1,0 +1,320 @@
+package mcpdoor
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
+	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
+)
+
+// The door's envelope rules (docs/doors.md "MCP door", step 7): what
+// the go-sdk would read loosely, and so answer other than it was sent,
+// the door refuses before the SDK reads the body. The SDK reads the
+// first JSON value of a body and ignores the rest, lets the last of two
+// members of one name win, turns an id into a float64 and back (1.5 is
+// answered as 1, 2^63 as -2^63), replaces invalid UTF-8 in an id, and
+// keys a batch's calls by id (a second call with an id already seen is
+// dropped, unanswered). The refusals are JSON-RPC 2.0 error responses
+// (§5.1) with id null, HTTP 400:
+//
+//	-32700 parse error      the body is not exactly one JSON value:
+//	                        a syntax error, invalid UTF-8 or an unpaired
+//	                        surrogate escape, data after the value
+//	                        (whitespace aside)
+//	-32600 invalid request  a message that is not a JSON object, an
+//	                        empty batch; a member name twice in one
+//	                        object, anywhere in a message; an id that is
+//	                        neither a string nor an integer the door can
+//	                        echo exactly (MCP: "a string or an integer";
+//	                        no null, fraction, exponent, -0, or integer
+//	                        beyond ±2^53); two calls of a batch with one id
+//
+// Nothing of a refused body runs. The fast path (fastpath.go) reads a
+// message with the same strictness (json/v2: one value, no duplicate
+// names, valid UTF-8; fastID: a string or an integer of at most 15
+// digits), so a message it answers never breaks these rules and it
+// needs no pass of its own: envelopeFault runs only for what the fast
+// path declines.
+
+// rpcFault is a message the door refuses before the SDK reads it: the
+// JSON-RPC error it answers, id null, HTTP 400.
+type rpcFault struct {
+	code    int64
+	message string
+	// dupName: the fault is a member name given twice, where the
+	// decoder stopped; whether the rest is JSON is not yet known.
+	dupName bool
+}
+
+// reason is what the access log names for f (Summary.Reasons).
+func (f *rpcFault) reason() string {
+	if f.code == jsonrpc.CodeParseError {
+		return "jsonrpc-parse-error"
+	}
+	return "jsonrpc-invalid-request"
+}
+
+// envelopeFault is body's fault under the door's envelope rules, nil
+// when body keeps them. A parse error wins over an invalid request
+// wherever each is in the body.
+func envelopeFault(body []byte) *rpcFault {
+	f := scanEnvelope(body)
+	if f != nil && f.dupName {
+		if p := parseFault(body); p != nil {
+			return p
+		}
+	}
+	return f
+}
+
+// parseFault is the -32700 fault of body when it is not exactly one
+// JSON value (duplicate names allowed: they are the other rule's).
+func parseFault(body []byte) *rpcFault {
+	dec := jsontext.NewDecoder(bytes.NewReader(body), jsontext.AllowDuplicateNames(true))
+	if err := dec.SkipValue(); err != nil {
+		return syntaxFault(err)
+	}
+	return trailingFault(dec)
+}
+
+// trailingFault is the -32700 fault of data after the value dec read
+// (nil when only whitespace follows).
+func trailingFault(dec *jsontext.Decoder) *rpcFault {
+	at := dec.InputOffset()
+	if _, err := dec.ReadToken(); err != io.EOF {
+		return &rpcFault{code: jsonrpc.CodeParseError, message: fmt.Sprintf("parse error: the body holds data after the JSON-RPC message (from byte %d): send exactly one message or one batch per request", at)}
+	}
+	return nil
+}
+
+// syntaxFault is the -32700 fault of a decoder error: where, never
+// what (the body is not echoed).
+func syntaxFault(err error) *rpcFault {
+	what := "not JSON"
+	var se *jsontext.SyntacticError
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		what = "truncated"
+	case errors.As(err, &se):
+		switch msg := se.Err.Error(); {
+		case errors.Is(se.Err, io.ErrUnexpectedEOF):
+			what = "truncated"
+		case strings.Contains(msg, "UTF-8") || strings.Contains(msg, "surrogate"):
+			what = fmt.Sprintf("invalid UTF-8 or an unpaired surrogate escape at byte %d", se.ByteOffset)
+		default:
+			what = fmt.Sprintf("a syntax error at byte %d", se.ByteOffset)
+		}
+	}
+	return &rpcFault{code: jsonrpc.CodeParseError, message: "parse error: the body is not one JSON value: " + what}
+}
+
+// invalid is a -32600 fault.
+func invalid(format string, args ...any) *rpcFault {
+	return &rpcFault{code: jsonrpc.CodeInvalidRequest, message: "invalid request: " + fmt.Sprintf(format, args...)}
+}
+
+// scanEnvelope reads body once, strictly (duplicate names and invalid
+// UTF-8 are errors), checking each message's id and, in a batch, that
+// no two calls share one. An invalid request found first is kept while
+// the scan goes on, so that a later parse error wins.
+func scanEnvelope(body []byte) *rpcFault {
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	var first *rpcFault
+	note := func(f *rpcFault) {
+		if first == nil {
+			first = f
+		}
+	}
+	stop := func(err error) *rpcFault { // the decoder failed: a duplicate name or a parse error
+		var se *jsontext.SyntacticError
+		if errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName) {
+			if first != nil {
+				return &rpcFault{code: first.code, message: first.message, dupName: true}
+			}
+			where := string(se.JSONPointer.Parent())
+			if where == "" {
+				where = "/"
+			}
+			f := invalid("the message names the member %q twice in one object (at %s); name each member once", textcut.Clip(se.JSONPointer.LastToken()), textcut.Clip(where))
+			f.dupName = true
+			return f
+		}
+		return syntaxFault(err)
+	}
+	switch dec.PeekKind() {
+	case '[':
+		if _, err := dec.ReadToken(); err != nil {
+			return stop(err)
+		}
+		calls := map[string]bool{}
+		n := 0
+		for dec.PeekKind() != ']' {
+			if dec.PeekKind() == 0 { // an error or the end: ReadToken says which
+				_, err := dec.ReadToken()
+				return stop(err)
+			}
+			if err := scanMessage(dec, n, calls, note); err != nil {
+				return stop(err)
+			}
+			n++
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return stop(err)
+		}
+		if n == 0 {
+			note(invalid("the batch is empty: send at least one message"))
+		}
+	case 0:
+		_, err := dec.ReadToken()
+		return stop(err)
+	default:
+		if err := scanMessage(dec, -1, nil, note); err != nil {
+			return stop(err)
+		}
+	}
+	if f := trailingFault(dec); f != nil {
+		return f
+	}
+	return first
+}
+
+// scanMessage reads one message (the batch's n-th, or the body's when
+// n is -1) and notes its faults; calls holds the ids of the batch's
+// calls read so far (nil outside a batch). It returns the decoder's
+// error, after which nothing more can be read.
+func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(*rpcFault)) error {
+	which := "the message"
+	if n >= 0 {
+		which = "message " + strconv.Itoa(n) + " of the batch"
+	}
+	if dec.PeekKind() != '{' {
+		if err := dec.SkipValue(); err != nil {
+			return err
+		}
+		note(invalid("%s is not a JSON object (JSON-RPC 2.0 §4)", which))
+		return nil
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	var id string // the id's key in calls: its kind and value
+	call := false
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		switch name.String() {
+		case "method":
+			call = true
+		case "id":
+			tok, err := dec.ReadToken()
+			if err != nil {
+				return err
+			}
+			key, f := idKey(tok, which)
+			if f != nil {
+				note(f)
+			}
+			id = key
+			if tok.Kind() == '{' || tok.Kind() == '[' {
+				// Its rest, read as any other value.
+				if err := skipRest(dec); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if err := dec.SkipValue(); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil { // '}'
+		return err
+	}
+	if calls != nil && call && id != "" {
+		if calls[id] {
+			shown := id[1:]
+			if id[0] == 's' {
+				shown = strconv.Quote(shown)
+			}
+			note(invalid("two calls of the batch have the id %s (the second is %s): give each call of a batch its own id; nothing in the batch ran", textcut.Clip(shown), which))
+		}
+		calls[id] = true
+	}
+	return nil
+}
+
+// skipRest reads the rest of the object or array whose opening token
+// the decoder just read.
+func skipRest(dec *jsontext.Decoder) error {
+	for depth := 1; depth > 0; {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return err
+		}
+		switch tok.Kind() {
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		}
+	}
+	return nil
+}
+
+// idKey checks the id token tok of the message which: a string, or an
+// integer of at most 2^53 in magnitude written without fraction or
+// exponent (and not -0), the ids the SDK answers with the same value.
+// key is the id's kind and value ("s" and the string, or "n" and the
+// literal, which such an integer writes one way only).
+func idKey(tok jsontext.Token, which string) (key string, f *rpcFault) {
+	const rule = "an MCP request id is a string or an integer, and an integer id is answered exactly only without fraction or exponent and at most 2^53 = 9007199254740992 in magnitude (send other ids as strings)"
+	switch tok.Kind() {
+	case '"':
+		return "s" + tok.String(), nil
+	case '0':
+		lit := tok.String()
+		digits := strings.TrimPrefix(lit, "-")
+		switch {
+		case strings.ContainsAny(lit, ".eE"):
+			return "", invalid("the id of %s, %s, is not an integer: %s", which, textcut.Clip(lit), rule)
+		case lit == "-0":
+			return "", invalid("the id of %s is -0, which would be answered as 0: %s", which, rule)
+		case jsonenc.InexactInteger(lit):
+			return "", invalid("the id of %s is an integer of %d digits beyond ±2^53: %s", which, len(digits), rule)
+		}
+		return "n" + lit, nil
+	case 'n':
+		return "", invalid("the id of %s is null: %s", which, rule)
+	case 't', 'f':
+		return "", invalid("the id of %s is a boolean: %s", which, rule)
+	}
+	return "", invalid("the id of %s is an object or an array: %s", which, rule)
+}
+
+// writeFault answers f: a JSON-RPC error response with id null (the
+// SDK's encoder would leave the member out), HTTP 400,
+// application/json, under the header fields of the SDK's JSON answers.
+func writeFault(w http.ResponseWriter, f *rpcFault) {
+	data, err := json.Marshal(methodNotFoundAnswer{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: rpcError{Code: int(f.code), Message: f.message}})
+	if err != nil { // not reached: a code and a string encode
+		http.Error(w, f.message, http.StatusBadRequest)
+		return
+	}
+	hd := w.Header()
+	hd.Set("Cache-Control", "no-cache, no-transform")
+	hd.Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(data)
+}

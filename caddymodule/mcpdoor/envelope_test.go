@@ -1,0 +1,167 @@
+package mcpdoor
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// envelopeCase is a request of TestMCPEnvelopeRules and its answer:
+// code 0 is a message the door serves (HTTP 200, every call answered
+// with its own id, ids holding them in order); otherwise the JSON-RPC
+// error code of a refusal (HTTP 400, id null) and words its message
+// must hold.
+type envelopeCase struct {
+	fastCase
+	code int
+	want []string // refusal: words of the message; served: the answers' ids, as JSON
+}
+
+func envelopeCases() []envelopeCase {
+	call := func(id string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`
+	}
+	batch := func(ids ...string) string {
+		parts := make([]string, len(ids))
+		for i, id := range ids {
+			parts[i] = call(id)
+		}
+		return "[" + strings.Join(parts, ",") + "]"
+	}
+	old := map[string][]string{"Mcp-Protocol-Version": {"2025-03-26"}} // the revision with batches
+	c := func(name, body string, fast bool) fastCase { return fastCase{name: name, body: body, fast: fast} }
+	b := func(name, body string) fastCase { return fastCase{name: name, body: body, hdr: old} }
+	return []envelopeCase{
+		// D1: a batch whose calls share an id is refused whole.
+		{b("batch ids 2 and 2", batch("2", "2")), -32600, []string{"two calls of the batch have the id 2", "message 1", "nothing in the batch ran"}},
+		{b("batch ids 1.5 and 1", batch("1.5", "1")), -32600, []string{"1.5", "not an integer"}},
+		{b("batch ids equal strings", batch(`"a"`, `"\u0061"`)), -32600, []string{`the id "a"`}},
+		{b("batch ids 1, 2, 1", batch("1", "2", "1")), -32600, []string{"the id 1", "message 2"}},
+		{b("batch ids 1 and \"1\"", batch("1", `"1"`)), 0, []string{"1", `"1"`}},
+		{b("batch ids 1 and 2", batch("1", "2")), 0, []string{"1", "2"}},
+		{b("batch call and notification", "["+call("1")+`,{"jsonrpc":"2.0","method":"notifications/initialized"}]`), 0, []string{"1"}},
+		// D2: ids the door cannot echo exactly.
+		{c("id 1.5", call("1.5"), false), -32600, []string{"1.5", "string or an integer"}},
+		{c("id 1.0", call("1.0"), false), -32600, []string{"1.0", "not an integer"}},
+		{c("id 1e3", call("1e3"), false), -32600, []string{"1e3"}},
+		{c("id -0", call("-0"), false), -32600, []string{"-0"}},
+		{c("id 2^53+1", call("9007199254740993"), false), -32600, []string{"16 digits beyond ±2^53"}},
+		{c("id -2^53-1", call("-9007199254740993"), false), -32600, []string{"beyond ±2^53"}},
+		{c("id 2^64", call("18446744073709551616"), false), -32600, []string{"20 digits"}},
+		{c("id null", call("null"), false), -32600, []string{"null"}},
+		{c("id true", call("true"), false), -32600, []string{"boolean"}},
+		{c("id array", call(`[1]`), false), -32600, []string{"an object or an array"}},
+		{c("id 2^53", call("9007199254740992"), false), 0, []string{"9007199254740992"}},
+		{c("id -2^53", call("-9007199254740992"), false), 0, []string{"-9007199254740992"}},
+		{c("id 15 digits", call("-999999999999999"), true), 0, []string{"-999999999999999"}},
+		{c("id string 1.5", call(`"1.5"`), true), 0, []string{`"1.5"`}},
+		{c("id string empty", call(`""`), true), 0, []string{`""`}},
+		{c("id string NUL and escapes", call(`"\u0000\"\\\/\b\f\n\r\t"`), true), 0, []string{`"\u0000\"\\/\b\f\n\r\t"`}},
+		{c("id string astral", call(`"\ud83d\udca5💥"`), true), 0, []string{`"💥💥"`}},
+		{c("id string big number", call(`"123456789012345678901234567890"`), true), 0, []string{`"123456789012345678901234567890"`}},
+		{c("id string unpaired surrogate", call(`"\ud800"`), false), -32700, []string{"surrogate"}},
+		// D3: exactly one JSON value.
+		{c("trailing xyz", call("1")+" xyz", false), -32700, []string{"data after the JSON-RPC message"}},
+		{c("two objects", call("1")+call("2"), false), -32700, []string{"data after"}},
+		{c("two objects with a newline", call("1")+"\n"+call("2"), false), -32700, []string{"data after"}},
+		{c("trailing bracket", call("1")+"]", false), -32700, []string{"data after"}},
+		{c("trailing NUL", call("1")+"\x00", false), -32700, []string{"data after"}},
+		{b("batch then object", batch("1")+call("2")), -32700, []string{"data after"}},
+		{c("trailing whitespace", call("1")+" \r\n\t ", true), 0, []string{"1"}},
+		{c("bad id then trailing data", call("1.5")+"x", false), -32700, []string{"data after"}},
+		{c("truncated", call("1")[:40], false), -32700, []string{"truncated"}},
+		// D4: a member name twice, anywhere in a message.
+		{c("two methods", `{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"method" twice`, "at /)"}},
+		{c("two ids", `{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"id" twice`}},
+		{c("two jsonrpc", `{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"jsonrpc" twice`}},
+		{c("two params", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope"},"params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"params" twice`}},
+		{c("two tool names", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope","name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"name" twice`, "at /params)"}},
+		{c("two arguments", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1","item_id":"2"}}}`, false), -32600, []string{`"item_id" twice`, "at /params/arguments)"}},
+		{c("two _meta keys", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.github.caddy-rcns/idempotency-key":"a","io.github.caddy-rcns/idempotency-key":"b"}}}`, false), -32600, []string{"twice", "at /params/_meta)"}},
+		{c("escaped duplicate", `{"jsonrpc":"2.0","id":1,"method":"tools/call","\u006d\u0065thod":"tools/list","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"method" twice`}},
+		{b("batch member twice", "["+call("1")+`,{"jsonrpc":"2.0","id":2,"id":3,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}]`), -32600, []string{`"id" twice`, "at /1)"}},
+		{c("duplicate then trailing data", `{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call"} x`, false), -32700, []string{"data after"}},
+		// Messages that are no JSON-RPC message at all.
+		{c("a number", `1`, false), -32600, []string{"not a JSON object"}},
+		{b("empty batch", `[]`), -32600, []string{"empty"}},
+		{b("batch of a number", `[1]`), -32600, []string{"message 0 of the batch is not a JSON object"}},
+	}
+}
+
+// TestMCPEnvelopeRules holds the door to JSON-RPC's and MCP's envelope
+// rules where the go-sdk reads loosely (envelope.go): a batch whose calls
+// share an id (the SDK kept one of them and never answered it), an id
+// it cannot echo exactly (1.5 answered as 1, 2^64 as -2^63, null or an
+// object refused in plain text), data after the message (ignored), and
+// a member name twice (the last won). Each refusal is JSON-RPC -32700
+// or -32600 with id null at HTTP 400, and runs nothing (the upstream is
+// not called); every case gets the same answer with and without the
+// fast path. The cases beside them (ids 1 and "1", ±2^53, unusual
+// strings, trailing whitespace) are served, each call answered with its
+// own id.
+func TestMCPEnvelopeRules(t *testing.T) {
+	dd := newDiffDoors(t)
+	for _, c := range envelopeCases() {
+		t.Run(c.name, func(t *testing.T) {
+			before := dd.hits.Load()
+			w := dd.serve(t, c.fastCase)
+			ran := dd.hits.Load() != before
+			if c.code != 0 {
+				var ans struct {
+					JSONRPC string          `json:"jsonrpc"`
+					ID      json.RawMessage `json:"id"`
+					Error   rpcError        `json:"error"`
+				}
+				if w.Code != http.StatusBadRequest || w.Header().Get("Content-Type") != "application/json" || json.Unmarshal(w.Body.Bytes(), &ans) != nil {
+					t.Fatalf("answered %d %q %s, want a JSON-RPC error at 400", w.Code, w.Header().Get("Content-Type"), w.Body)
+				}
+				if ans.JSONRPC != "2.0" || string(ans.ID) != "null" || ans.Error.Code != c.code {
+					t.Errorf("answered %s, want code %d with id null", w.Body, c.code)
+				}
+				for _, s := range c.want {
+					if !strings.Contains(ans.Error.Message, s) {
+						t.Errorf("message %q does not say %q", ans.Error.Message, s)
+					}
+				}
+				if ran {
+					t.Error("a refused message ran a call")
+				}
+				return
+			}
+			if w.Code != http.StatusOK {
+				t.Fatalf("answered %d %s, want 200", w.Code, w.Body)
+			}
+			var answers []struct {
+				ID     json.RawMessage `json:"id"`
+				Result json.RawMessage `json:"result"`
+			}
+			body := w.Body.Bytes()
+			if !strings.HasPrefix(c.body, "[") {
+				body = append(append([]byte("["), body...), ']')
+			}
+			if err := json.Unmarshal(body, &answers); err != nil || len(answers) != len(c.want) {
+				t.Fatalf("answered %s, want %d answers", w.Body, len(c.want))
+			}
+			for _, a := range answers { // the SDK writes a batch's answers as the calls end
+				found := false
+				for _, id := range c.want {
+					found = found || sameID(a.ID, []byte(id))
+				}
+				if !found || len(a.Result) == 0 {
+					t.Errorf("answer %s %s: want a result for one of the ids %v", a.ID, a.Result, c.want)
+				}
+			}
+		})
+	}
+}
+
+// sameID reports whether the answer's id got is the id want: the same
+// string, or the same number literal (byte for byte).
+func sameID(got, want []byte) bool {
+	var g, w string
+	if json.Unmarshal(got, &g) == nil && json.Unmarshal(want, &w) == nil {
+		return g == w
+	}
+	return string(got) == string(want)
+}
