@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	segjson "github.com/segmentio/encoding/json"
 
 	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
@@ -317,4 +320,77 @@ func writeFault(w http.ResponseWriter, f *rpcFault) {
 	hd.Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusBadRequest)
 	_, _ = w.Write(data)
+}
+
+// headerFault is the refusal of a POST whose singleton header fields
+// the SDK would read loosely (it reads the first of several): an
+// MCP-Protocol-Version or a Content-Type sent more than once (RFC 9110
+// §5.3: which one is meant is not knowable), or a JSON Content-Type
+// naming a charset other than UTF-8 (RFC 8259 §8.1: the SDK reads the
+// body as UTF-8 whatever the charset says). The answers are the SDK's
+// own for those fields, in plain text: 400 for the version, 415 for
+// the media type. "" when the fields are sound; the fast path's
+// requests (one exact application/json, one version) cost two lookups.
+func headerFault(hd http.Header) (msg string, status int) {
+	if v := hd["Mcp-Protocol-Version"]; len(v) > 1 {
+		return fmt.Sprintf("Bad Request: MCP-Protocol-Version appears %d times; send it once", len(v)), http.StatusBadRequest
+	}
+	ct := hd["Content-Type"]
+	if len(ct) > 1 {
+		return fmt.Sprintf("Content-Type appears %d times; send 'application/json' once", len(ct)), http.StatusUnsupportedMediaType
+	}
+	if len(ct) == 0 || ct[0] == "application/json" {
+		return "", 0
+	}
+	mt, params, err := mime.ParseMediaType(ct[0])
+	if err != nil || mt != "application/json" {
+		return "", 0 // the SDK's 415
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return fmt.Sprintf("Content-Type charset %q is not accepted: MCP messages are UTF-8 JSON (RFC 8259 §8.1); send charset=utf-8 or no charset", textcut.Clip(cs)), http.StatusUnsupportedMediaType
+	}
+	return "", 0
+}
+
+// initializeFault answers (HTTP 200, as the SDK answers a call's
+// error) a single initialize whose params the SDK cannot decode, which
+// the SDK (v1.8.0: its initialize decoder does not wrap
+// ErrInvalidParams, as its other methods' do) answers with code 0:
+// JSON-RPC 2.0 says -32602 invalid params. It reports whether it
+// answered. body keeps the envelope rules.
+func initializeFault(w http.ResponseWriter, body []byte) bool {
+	if !bytes.Contains(body, []byte("initialize")) || batchLen(body) > 0 {
+		return false
+	}
+	var msg struct {
+		ID     any                `json:"id"`
+		Method string             `json:"method"`
+		Params segjson.RawMessage `json:"params"`
+	}
+	dec := segjson.NewDecoder(bytes.NewReader(body)) // as the SDK reads it
+	dec.DontMatchCaseInsensitiveStructFields()
+	if dec.Decode(&msg) != nil || msg.Method != "initialize" || msg.ID == nil || len(msg.Params) == 0 || string(msg.Params) == "null" {
+		return false
+	}
+	var p mcp.InitializeParams
+	pdec := segjson.NewDecoder(bytes.NewReader(msg.Params))
+	pdec.DontMatchCaseInsensitiveStructFields()
+	if pdec.Decode(&p) == nil {
+		return false
+	}
+	id, err := jsonrpc.MakeID(msg.ID)
+	if err != nil {
+		return false
+	}
+	data, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+		Message: "invalid params: initialize: params must be InitializeParams: protocolVersion a string, capabilities an object, clientInfo an object with name and version (strings)"}})
+	if err != nil {
+		return false
+	}
+	hd := w.Header()
+	hd.Set("Cache-Control", "no-cache, no-transform")
+	hd.Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(data)
+	return true
 }

@@ -165,3 +165,46 @@ func sameID(got, want []byte) bool {
 	}
 	return string(got) == string(want)
 }
+
+// TestMCPHeaderAndInitializeRules: a POST's singleton fields the SDK
+// read loosely (the first of two MCP-Protocol-Version or Content-Type
+// values won; a JSON Content-Type naming another charset was read as
+// UTF-8) are refused in the SDK's own plain-text form (400 for the
+// version, 415 for the media type), and an initialize whose params the
+// SDK cannot decode (protocolVersion a number) is -32602 invalid params
+// with the call's id, not the SDK's code 0. Each case gets one answer
+// with and without the fast path, and nothing runs.
+func TestMCPHeaderAndInitializeRules(t *testing.T) {
+	dd := newDiffDoors(t)
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`
+	init := func(id, params string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"initialize","params":` + params + `}`
+	}
+	h := func(k string, vals ...string) map[string][]string { return map[string][]string{k: vals} }
+	for _, c := range []struct {
+		fastCase
+		status int
+		want   string // words of the answer's body
+	}{
+		{fastCase{name: "version twice", body: call, hdr: h("Mcp-Protocol-Version", "2025-11-25", "2025-06-18")}, 400, "MCP-Protocol-Version appears 2 times"},
+		{fastCase{name: "version twice, one value", body: call, hdr: h("Mcp-Protocol-Version", "2025-11-25", "2025-11-25")}, 400, "appears 2 times"},
+		{fastCase{name: "charset latin1", body: call, hdr: h("Content-Type", "application/json; charset=latin1")}, 415, `charset "latin1" is not accepted`},
+		{fastCase{name: "charset utf-16", body: call, hdr: h("Content-Type", "application/json;charset=\"UTF-16\"")}, 415, `charset "UTF-16"`},
+		{fastCase{name: "Content-Type twice", body: call, hdr: h("Content-Type", "application/json", "application/json")}, 415, "Content-Type appears 2 times"},
+		{fastCase{name: "charset UTF-8", body: call, hdr: h("Content-Type", "application/json; charset=UTF-8")}, 200, `"outcome":"succeeded"`},
+		{fastCase{name: "initialize protocolVersion a number", body: init("1", `{"protocolVersion":5,"capabilities":{},"clientInfo":{"name":"t","version":"1"}}`)}, 200, `{"jsonrpc":"2.0","id":1,"error":{"code":-32602,`},
+		{fastCase{name: "initialize clientInfo a string", body: init(`"i"`, `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":"t"}`)}, 200, `{"jsonrpc":"2.0","id":"i","error":{"code":-32602,`},
+		{fastCase{name: "initialize", body: init("1", `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}`)}, 200, `"protocolVersion":"2025-11-25"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := dd.hits.Load()
+			w := dd.serve(t, c.fastCase)
+			if w.Code != c.status || !strings.Contains(w.Body.String(), c.want) {
+				t.Errorf("answered %d %s, want %d saying %s", w.Code, w.Body, c.status, c.want)
+			}
+			if ran := dd.hits.Load() != before; ran != (c.status == 200 && strings.Contains(c.body, "tools/call")) {
+				t.Errorf("the call ran: %v", ran)
+			}
+		})
+	}
+}

@@ -321,6 +321,12 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	hd["Agent-ID"] = []string{rq.agent.ID} // as the other doors echo it; under identity oauth the token named it
 	hd["Trust-Tier"] = []string{strconv.Itoa(int(rq.agent.TrustTier))}
 	hd["Verification-Path"] = []string{engine.VerificationPath(rq.ident.VerificationPath)}
+	if r.Method == http.MethodPost {
+		if msg, status := headerFault(r.Header); msg != "" { // envelope.go
+			http.Error(w, msg, status)
+			return Summary{}
+		}
+	}
 	if d.fastCall(w, r, rq, body) { // fastpath.go: one plain Tier B tools/call
 		return rq.summary()
 	}
@@ -330,6 +336,9 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 		if f := envelopeFault(body); f != nil {
 			writeFault(w, f)
 			return Summary{Reasons: []string{f.reason()}}
+		}
+		if initializeFault(w, body) {
+			return Summary{}
 		}
 	}
 	if m, ok := tasksMethod(body); ok {
