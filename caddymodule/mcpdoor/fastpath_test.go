@@ -32,7 +32,9 @@ type fastCase struct {
 // case: valid calls, bad arguments, unknown tools, missing params,
 // wrong JSON-RPC versions, each id type, extra members, _meta, each
 // protocol version header, Accept and Content-Type variants, bodies
-// with whitespace and escapes, big numbers, batches, notifications.
+// with whitespace and escapes, big numbers, batches, notifications,
+// and what the envelope rules refuse (envelope.go; TestMCPEnvelopeRules
+// has more).
 func fastCorpus() []fastCase {
 	call := func(id, args string) string {
 		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"fetch_item","arguments":` + args + `}}`
@@ -61,6 +63,9 @@ func fastCorpus() []fastCase {
 		{name: "id fraction", body: call("1.5", `{"item_id":"1"}`)},
 		{name: "id exponent", body: call("1e3", `{"item_id":"1"}`)},
 		{name: "id null", body: call("null", `{"item_id":"1"}`)},
+		{name: "id -0", body: call("-0", `{"item_id":"1"}`)},
+		{name: "id 2^53", body: call("9007199254740992", `{"item_id":"1"}`)},
+		{name: "id 2^53+1", body: call("9007199254740993", `{"item_id":"1"}`)},
 		{name: "id object", body: call(`{"a":1}`, `{"item_id":"1"}`)},
 		{name: "notification", body: `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`},
 		{name: "jsonrpc 1.0", body: `{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`},
@@ -92,6 +97,8 @@ func fastCorpus() []fastCase {
 		{name: "members reordered", body: `{"params":{"arguments":{"item_id":"1"},"name":"fetch_item"},"method":"tools/call","id":1,"jsonrpc":"2.0"}`, fast: true},
 		{name: "extra top-level member", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}},"foo":1}`},
 		{name: "extra params member", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"task":{}}}`},
+		{name: "duplicate method", body: `{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`},
+		{name: "duplicate tool name", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope","name":"fetch_item","arguments":{"item_id":"1"}}}`},
 		{name: "duplicate id", body: `{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`},
 		{name: "member case", body: `{"jsonrpc":"2.0","id":1,"Method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`},
 		{name: "_meta idempotency key", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.github.caddy-rcns/idempotency-key":"k-fast-1"}}}`, fast: true},
@@ -112,7 +119,10 @@ func fastCorpus() []fastCase {
 		{name: "initialize", body: `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`},
 		{name: "batch of one call", body: `[` + call("1", `{"item_id":"1"}`) + `]`},
 		{name: "batch under 2025-03-26", body: `[` + call("1", `{"item_id":"1"}`) + `,` + call("2", `{"item_id":"2"}`) + `]`, hdr: v("2025-03-26")},
+		{name: "batch with a repeated id", body: `[` + call("2", `{"item_id":"1"}`) + `,` + call("2", `{"item_id":"2"}`) + `]`, hdr: v("2025-03-26")},
+		{name: "batch with ids 1.5 and 1", body: `[` + call("1.5", `{"item_id":"1"}`) + `,` + call("1", `{"item_id":"2"}`) + `]`, hdr: v("2025-03-26")},
 		{name: "trailing garbage", body: call("1", `{"item_id":"1"}`) + ` x`},
+		{name: "trailing whitespace", body: call("1", `{"item_id":"1"}`) + " \r\n\t", fast: true},
 		{name: "two messages", body: call("1", `{"item_id":"1"}`) + call("2", `{"item_id":"1"}`)},
 		{name: "not JSON", body: `{"jsonrpc":`},
 		{name: "invalid UTF-8", body: call(`"`+"\xff"+`"`, `{"item_id":"1"}`)},
@@ -124,6 +134,9 @@ func fastCorpus() []fastCase {
 		{name: "Accept twice", body: call("1", `{"item_id":"1"}`), hdr: h("Accept", "application/json", "text/event-stream")},
 		{name: "Accept missing", body: call("1", `{"item_id":"1"}`), hdr: h("Accept", "")},
 		{name: "Content-Type with charset", body: call("1", `{"item_id":"1"}`), hdr: h("Content-Type", "application/json; charset=utf-8")},
+		{name: "Content-Type charset latin1", body: call("1", `{"item_id":"1"}`), hdr: h("Content-Type", "application/json; charset=latin1")},
+		{name: "Content-Type twice", body: call("1", `{"item_id":"1"}`), hdr: h("Content-Type", "application/json", "application/json")},
+		{name: "initialize protocolVersion a number", body: `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5,"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`},
 		{name: "Content-Type text", body: call("1", `{"item_id":"1"}`), hdr: h("Content-Type", "text/plain")},
 		{name: "Mcp-Session-Id", body: call("1", `{"item_id":"1"}`), hdr: h("Mcp-Session-Id", "s1")},
 		{name: "Last-Event-ID", body: call("1", `{"item_id":"1"}`), hdr: h("Last-Event-ID", "x_1")},
