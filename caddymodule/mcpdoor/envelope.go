@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -126,12 +127,24 @@ func invalid(format string, args ...any) *rpcFault {
 	return &rpcFault{code: jsonrpc.CodeInvalidRequest, message: "invalid request: " + fmt.Sprintf(format, args...)}
 }
 
+// envelopeDecoders keep scanEnvelope's decoders, whose name sets (the
+// duplicate-name check, most of a pass's allocations) are reused.
+var envelopeDecoders = sync.Pool{New: func() any { return jsontext.NewDecoder(emptyBuffer) }}
+
+// emptyBuffer is what a pooled decoder reads between uses.
+var emptyBuffer = new(bytes.Buffer)
+
 // scanEnvelope reads body once, strictly (duplicate names and invalid
 // UTF-8 are errors), checking each message's id and, in a batch, that
 // no two calls share one. An invalid request found first is kept while
 // the scan goes on, so that a later parse error wins.
 func scanEnvelope(body []byte) *rpcFault {
-	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	dec := envelopeDecoders.Get().(*jsontext.Decoder)
+	dec.Reset(bytes.NewBuffer(body)) // a Buffer is read in place, not copied
+	defer func() {
+		dec.Reset(emptyBuffer) // drop body
+		envelopeDecoders.Put(dec)
+	}()
 	var first *rpcFault
 	note := func(f *rpcFault) {
 		if first == nil {
@@ -213,29 +226,28 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 	var id string // the id's key in calls: its kind and value
 	call := false
 	for dec.PeekKind() != '}' {
-		name, err := dec.ReadToken()
+		raw, err := dec.ReadValue() // the name, as sent (valid until the next read)
 		if err != nil {
 			return err
 		}
-		switch name.String() {
-		case "method":
+		name := string(raw) // not allocated: compared only
+		if bytes.IndexByte(raw, '\\') >= 0 {
+			u, _ := jsontext.AppendUnquote(nil, raw)
+			name = `"` + string(u) + `"`
+		}
+		switch name {
+		case `"method"`:
 			call = true
-		case "id":
-			tok, err := dec.ReadToken()
+		case `"id"`:
+			v, err := dec.ReadValue()
 			if err != nil {
 				return err
 			}
-			key, f := idKey(tok, which)
+			key, f := idKey(v, which, calls != nil)
 			if f != nil {
 				note(f)
 			}
 			id = key
-			if tok.Kind() == '{' || tok.Kind() == '[' {
-				// Its rest, read as any other value.
-				if err := skipRest(dec); err != nil {
-					return err
-				}
-			}
 			continue
 		}
 		if err := dec.SkipValue(); err != nil {
@@ -258,36 +270,22 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 	return nil
 }
 
-// skipRest reads the rest of the object or array whose opening token
-// the decoder just read.
-func skipRest(dec *jsontext.Decoder) error {
-	for depth := 1; depth > 0; {
-		tok, err := dec.ReadToken()
-		if err != nil {
-			return err
-		}
-		switch tok.Kind() {
-		case '{', '[':
-			depth++
-		case '}', ']':
-			depth--
-		}
-	}
-	return nil
-}
-
-// idKey checks the id token tok of the message which: a string, or an
-// integer of at most 2^53 in magnitude written without fraction or
-// exponent (and not -0), the ids the SDK answers with the same value.
-// key is the id's kind and value ("s" and the string, or "n" and the
-// literal, which such an integer writes one way only).
-func idKey(tok jsontext.Token, which string) (key string, f *rpcFault) {
+// idKey checks the id v of the message which: a string, or an integer
+// of at most 2^53 in magnitude written without fraction or exponent
+// (and not -0), the ids the SDK answers with the same value. When
+// keyed (a batch), key is the id's kind and value ("s" and the string,
+// or "n" and the literal, which such an integer writes one way only).
+func idKey(v jsontext.Value, which string, keyed bool) (key string, f *rpcFault) {
 	const rule = "an MCP request id is a string or an integer, and an integer id is answered exactly only without fraction or exponent and at most 2^53 = 9007199254740992 in magnitude (send other ids as strings)"
-	switch tok.Kind() {
+	switch v.Kind() {
 	case '"':
-		return "s" + tok.String(), nil
+		if !keyed {
+			return "", nil
+		}
+		u, _ := jsontext.AppendUnquote([]byte("s"), v) // valid: the decoder read it
+		return string(u), nil
 	case '0':
-		lit := tok.String()
+		lit := string(v)
 		digits := strings.TrimPrefix(lit, "-")
 		switch {
 		case strings.ContainsAny(lit, ".eE"):
@@ -296,6 +294,9 @@ func idKey(tok jsontext.Token, which string) (key string, f *rpcFault) {
 			return "", invalid("the id of %s is -0, which would be answered as 0: %s", which, rule)
 		case jsonenc.InexactInteger(lit):
 			return "", invalid("the id of %s is an integer of %d digits beyond ±2^53: %s", which, len(digits), rule)
+		}
+		if !keyed {
+			return "", nil
 		}
 		return "n" + lit, nil
 	case 'n':
