@@ -435,7 +435,9 @@ func TestMCPDeclaredCapabilities(t *testing.T) {
 	// tasks methods the extension removed, client-side methods, none at
 	// all), under the protocol versions before 2026-07-28 and none: the
 	// SDK's own answer to the latter is a text/plain HTTP 400. The door's
-	// answer echoes the id as sent.
+	// answer echoes the id as sent: 2^53, the largest integer id the
+	// door takes (its envelope rules refuse 2^53+1, which the SDK would
+	// answer as another number).
 	for _, version := range []string{"", "2025-06-18", "2025-11-25", "2026-07-28"} {
 		for _, m := range []string{"prompts/list", "completion/complete", "logging/setLevel", "resources/subscribe",
 			"tasks/list", "tasks/result", "roots/list", "sampling/createMessage", "tools/List", "frob/nicate", ""} {
@@ -447,7 +449,7 @@ func TestMCPDeclaredCapabilities(t *testing.T) {
 			if version != "" {
 				h["MCP-Protocol-Version"] = version
 			}
-			status, header, body := mcpPost(t, url, `{"jsonrpc":"2.0","id":9007199254740993,"method":"`+m+`","params":{"level":"info","uri":"rcns://manifest"}}`, h)
+			status, header, body := mcpPost(t, url, `{"jsonrpc":"2.0","id":9007199254740992,"method":"`+m+`","params":{"level":"info","uri":"rcns://manifest"}}`, h)
 			var msg struct {
 				ID    json.RawMessage `json:"id"`
 				Error *struct {
@@ -466,19 +468,17 @@ func TestMCPDeclaredCapabilities(t *testing.T) {
 			if m != "" && msg.Error != nil && !strings.Contains(msg.Error.Message, m) {
 				t.Errorf("%s: the error does not name the method: %s", m, body)
 			}
-			// The SDK answers the undeclared ones, and reads an id as a
-			// float64 (beyond 2^53 it is not echoed exactly: left alone).
-			if !sdk && version != "2026-07-28" && string(msg.ID) != "9007199254740993" {
-				t.Errorf("%s: id %s, want the request's 9007199254740993", m, msg.ID)
+			if string(msg.ID) != "9007199254740992" {
+				t.Errorf("%s: id %s, want the request's 9007199254740992", m, msg.ID)
 			}
 		}
 	}
 	// The message is read as the SDK reads it: member names matched
-	// exactly, the first JSON value only (helper-66).
+	// exactly (helper-66). Data after the message is the envelope
+	// rules' -32700 (mcpdoor/envelope.go), before any method is looked up.
 	for msg, want := range map[string]string{
 		`{"jsonrpc":"2.0","id":1,"Id":2,"method":"frob"}`:                  `1`,
 		`{"jsonrpc":"2.0","id":"a","method":"frob","METHOD":"tools/list"}`: `"a"`,
-		`{"jsonrpc":"2.0","id":3,"method":"frob"} trailing`:                `3`,
 	} {
 		status, _, body := mcpPost(t, url, msg, map[string]string{"Agent-ID": benchAgent})
 		var ans struct {
@@ -491,6 +491,10 @@ func TestMCPDeclaredCapabilities(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &ans); err != nil || status != 200 || string(ans.ID) != want || ans.Error.Code != -32601 || !strings.Contains(ans.Error.Message, `"frob"`) {
 			t.Errorf("%s: %d %s, want -32601 for frob with id %s", msg, status, body, want)
 		}
+	}
+	if status, _, body := mcpPost(t, url, `{"jsonrpc":"2.0","id":3,"method":"frob"} trailing`, map[string]string{"Agent-ID": benchAgent}); status != 400 ||
+		!strings.Contains(body, `"id":null`) || !strings.Contains(body, `"code":-32700`) {
+		t.Errorf("a message with trailing data: %d %s, want -32700 with id null at 400", status, body)
 	}
 	// A notification of an unknown method (an id the SDK does not read
 	// is none) and a batch holding an unknown call keep the SDK's 400:
