@@ -26,7 +26,7 @@ import (
 // the door refuses before the SDK reads the body. The SDK reads the
 // first JSON value of a body and ignores the rest, lets the last of two
 // members of one name win, turns an id into a float64 and back (1.5 is
-// answered as 1, 2^63 as -2^63), replaces invalid UTF-8 in an id, and
+// answered as 1, 2^64 as -2^63), replaces invalid UTF-8 in an id, and
 // keys a batch's calls by id (a second call with an id already seen is
 // dropped, unanswered). The refusals are JSON-RPC 2.0 error responses
 // (§5.1) with id null, HTTP 400:
