@@ -368,15 +368,11 @@ func initializeFault(w http.ResponseWriter, body []byte) bool {
 		Method string             `json:"method"`
 		Params segjson.RawMessage `json:"params"`
 	}
-	dec := segjson.NewDecoder(bytes.NewReader(body)) // as the SDK reads it
-	dec.DontMatchCaseInsensitiveStructFields()
-	if dec.Decode(&msg) != nil || msg.Method != "initialize" || msg.ID == nil || len(msg.Params) == 0 || string(msg.Params) == "null" {
+	if decodeAsSDK(body, &msg) != nil || msg.Method != "initialize" || msg.ID == nil || len(msg.Params) == 0 || string(msg.Params) == "null" {
 		return false
 	}
 	var p mcp.InitializeParams
-	pdec := segjson.NewDecoder(bytes.NewReader(msg.Params))
-	pdec.DontMatchCaseInsensitiveStructFields()
-	if pdec.Decode(&p) == nil {
+	if decodeAsSDK(msg.Params, &p) == nil {
 		return false
 	}
 	id, err := jsonrpc.MakeID(msg.ID)
@@ -394,4 +390,16 @@ func initializeFault(w http.ResponseWriter, body []byte) bool {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(data)
 	return true
+}
+
+// decodeAsSDK decodes the first JSON value of body into v as the SDK
+// reads a message (segmentio/encoding, member names matched exactly),
+// so that what the door reads of a message before the SDK (step-up,
+// tasks, task candidates) is what the SDK then serves: encoding/json
+// would also match "Method" or "PARAMS" to a field, and let such a
+// member override the one the SDK reads.
+func decodeAsSDK(body []byte, v any) error {
+	dec := segjson.NewDecoder(bytes.NewReader(body))
+	dec.DontMatchCaseInsensitiveStructFields()
+	return dec.Decode(v)
 }

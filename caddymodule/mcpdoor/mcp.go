@@ -667,9 +667,7 @@ func methodNotFound(w http.ResponseWriter, body, sdkBody []byte, xcto []string) 
 		ID     segjson.RawMessage `json:"id"`
 		Method string             `json:"method"`
 	}
-	dec := segjson.NewDecoder(bytes.NewReader(body))
-	dec.DontMatchCaseInsensitiveStructFields()
-	if dec.Decode(&call) != nil || len(call.ID) == 0 || string(call.ID) == "null" {
+	if decodeAsSDK(body, &call) != nil || len(call.ID) == 0 || string(call.ID) == "null" {
 		return false
 	}
 	msg, err := json.Marshal(methodNotFoundAnswer{JSONRPC: "2.0", ID: call.ID, Error: rpcError{Code: -32601,
@@ -794,7 +792,7 @@ func (d *Door) stepUp(rq *mcpRequest, body []byte) *agtp.Error {
 			Name string `json:"name"`
 		} `json:"params"`
 	}
-	if json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" {
+	if decodeAsSDK(body, &msg) != nil || msg.Method != "tools/call" {
 		return nil
 	}
 	i, found := slices.BinarySearchFunc(d.tools, msg.Params.Name, func(t *mcpTool, name string) int { return strings.Compare(t.name, name) })

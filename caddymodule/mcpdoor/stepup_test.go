@@ -32,6 +32,12 @@ func TestStepUp(t *testing.T) {
 		{"no token bounds the grants", agtp.Identity{}, call, ""},
 		{"tools/list", agtp.Identity{Bounded: true}, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, ""},
 		{"unknown tool", agtp.Identity{Bounded: true}, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope"}}`, ""},
+		// The SDK matches member names exactly: "Params" is not params,
+		// and must not hide the tool the SDK calls.
+		{"a Params member beside params", agtp.Identity{Bounded: true, Scopes: []string{"rcns:negotiate"}},
+			`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}},"Params":{"name":"nope"}}`, "insufficient-scope"},
+		{"a Method member beside method", agtp.Identity{Bounded: true, Scopes: []string{"rcns:negotiate"}},
+			`{"jsonrpc":"2.0","id":1,"method":"tools/call","Method":"tools/list","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, "insufficient-scope"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -98,7 +98,7 @@ func (d *Door) taskCandidate(body []byte) bool {
 			Meta map[string]any `json:"_meta"`
 		} `json:"params"`
 	}
-	return json.Unmarshal(body, &msg) == nil && msg.Method == "tools/call" && tasksDeclared(msg.Params.Meta)
+	return decodeAsSDK(body, &msg) == nil && msg.Method == "tools/call" && tasksDeclared(msg.Params.Meta)
 }
 
 // createdTask is the CreateTaskResult a call became.
@@ -352,7 +352,7 @@ func tasksMethod(body []byte) (*tasksMessage, bool) {
 		return nil, false
 	}
 	var m tasksMessage
-	if json.Unmarshal(body, &m) != nil {
+	if decodeAsSDK(body, &m) != nil {
 		return nil, false
 	}
 	switch m.Method {

@@ -159,6 +159,12 @@ func TestTasksMethods(t *testing.T) {
 			t.Errorf("%s taken by the door (the SDK answers it -32601)", m)
 		}
 	}
+	// A member whose name differs from "method" only in case is not the
+	// method: the SDK reads "method" (tools/call), so the door must not
+	// serve the message as tasks/get (encoding/json matched "Method").
+	if _, ok := tasksMethod([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","Method":"tasks/get","params":{"taskId":"live"}}`)); ok {
+		t.Error(`a tools/call with a "Method":"tasks/get" member taken as tasks/get`)
+	}
 }
 
 // TestPlanSteps: a composition_failed answer's steps are read from its
