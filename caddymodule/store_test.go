@@ -1676,3 +1676,28 @@ func TestRunIDFileNamesTheDeployment(t *testing.T) {
 		}
 	}
 }
+
+// TestPortOfAnotherTestsRedis: a test whose redis-server took the port
+// of an earlier test's (tests take free ports; the run-id file of that
+// address holds the earlier server's run) is not quarantined as if its
+// Redis had restarted: its first keyed request runs. The harness
+// (forgetOtherRuns) drops another test's run ids; CI met this as a 503
+// "Redis restarted" on TestRedisCompleteLost's first request.
+func TestPortOfAnotherTestsRedis(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, hits := countingUpstream(t)
+	h := benchConfig(t, up, false, "", "")
+	h.Store, h.Redis = StoreRedis, &RedisConfig{Addresses: []string{srv.Addr()}, KeyPrefix: "t:"}
+	file := runIDFile(h.Redis.clientConfig(caddy.NewReplacer(), 0))
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// What an earlier test's server, on the same port, left.
+	if err := os.WriteFile(file, []byte(`{"master":"0123456789abcdef0123456789abcdef01234567"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := &testGateway{h: provisionIn(t, benchContext(t), h)}
+	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "first"); a.status != 200 || hits.Load() != 1 {
+		t.Fatalf("the first keyed request on a port another test's Redis had: %s (%d upstream calls)", a, hits.Load())
+	}
+}
