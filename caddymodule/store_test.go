@@ -756,6 +756,13 @@ func TestRedisCompleteRetried(t *testing.T) {
 	if a := g.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "cut-1"); a.status != 503 {
 		t.Fatalf("a repeat while Redis is unreachable: %s, want 503 store-unavailable", a)
 	}
+	// The answer is stored beside it (SettleLater): its first try fails
+	// while Redis is away, and only then is the retry pending.
+	for deadline := time.Now().Add(10 * time.Second); g.h.redis.nSettling.Load() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("storing the answer beside it did not end while Redis was away")
+		}
+	}
 	if n := g.h.redis.pending.Load(); n != 1 {
 		t.Fatalf("%d answers pending a retry, want 1", n)
 	}
@@ -777,8 +784,12 @@ func TestRedisCompleteRetried(t *testing.T) {
 	if n := hits.Load(); n != 1 {
 		t.Fatalf("%d upstream calls, want 1", n)
 	}
-	if n := g.h.redis.pending.Load(); n != 0 {
-		t.Fatalf("%d answers still pending after the store came back", n)
+	// The retry's goroutine counts itself out after its write landed
+	// (and after its log line): a replay can come first.
+	for deadline := time.Now().Add(10 * time.Second); g.h.redis.pending.Load() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d answers still pending 10 s after the store came back and the answer replayed", g.h.redis.pending.Load())
+		}
 	}
 }
 
