@@ -117,7 +117,7 @@ func (h *Engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 	// present the contract now (never the minting ones), before any
 	// step runs and before a pending contract is accepted: a refusal
 	// runs nothing and leaves the contract as it was.
-	creds, ok := h.resolveCredentials(x, req, recipeSteps(rec), c.SynthesisID)
+	creds, ok := h.resolveCredentials(x, req, recipeSteps(rec), c.SynthesisID, true)
 	if !ok {
 		return
 	}
@@ -213,7 +213,14 @@ func (h *Engine) execute(x *exchange, c *recipes.Contract, rec *recipes.Recipe, 
 	sp.set(AttrRecipe, rec.Name)
 	ctx := recipes.WithCredentials(recipes.WithTraceParent(x.upstreamContext(), traceParent(x.in)), creds)
 	start := time.Now()
-	out, reports, cf := rec.Execute(ctx, in, time.Duration(h.CompositionTimeout))
+	timeout := time.Duration(h.CompositionTimeout)
+	if !x.planDeadline.IsZero() {
+		// Resolving a credential took a call, and the deadline began
+		// before it: the plan has what is left (at least 1 ns: 0 is no
+		// deadline to Execute), and starts no step once it is gone.
+		timeout = max(time.Until(x.planDeadline), time.Nanosecond)
+	}
+	out, reports, cf := rec.Execute(ctx, in, timeout)
 	if cf != nil {
 		sp.fail(cf.Cause.Code)
 	}

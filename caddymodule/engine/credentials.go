@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -172,9 +173,20 @@ func (x *exchange) upstreamCaller(req *request, contractID string) upstreamauth.
 // ran. Scopes passed to a policy are the step endpoint's
 // required_scopes. Each endpoint is resolved once; x records each
 // step's kind (the Attribution-Record's upstream_credentials).
-func (h *Engine) resolveCredentials(x *exchange, req *request, steps []credentialStep, contractID string) (recipes.Credentials, bool) {
+//
+// plan says the steps are a plan's (a contract's or a synthesis's):
+// its composition_timeout starts now and bounds the resolution too, so
+// a slow authorization server cannot push a plan's upstream calls past
+// it (docs/configuration.md composition_timeout); x.planDeadline keeps
+// that deadline for execute when a resolution took a call. A Tier B
+// call's credential is bounded by the policy's own timeout.
+func (h *Engine) resolveCredentials(x *exchange, req *request, steps []credentialStep, contractID string, plan bool) (recipes.Credentials, bool) {
 	caller := x.upstreamCaller(req, contractID)
 	creds := make(recipes.Credentials, len(steps))
+	var deadline time.Time
+	if plan && h.CompositionTimeout > 0 {
+		deadline = time.Now().Add(time.Duration(h.CompositionTimeout))
+	}
 	for _, s := range steps {
 		if _, done := creds[s.ep]; done {
 			continue
@@ -191,7 +203,16 @@ func (h *Engine) resolveCredentials(x *exchange, req *request, steps []credentia
 				scopes[i] = sc.String()
 			}
 		}
-		c, ref := p.Resolve(x.ctx(), caller, scopes)
+		ctx := x.ctx()
+		var cancel context.CancelFunc
+		if p.Kind() != upstreamauth.KindStatic && !deadline.IsZero() {
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			x.planDeadline = deadline
+		}
+		c, ref := p.Resolve(ctx, caller, scopes)
+		if cancel != nil {
+			cancel()
+		}
 		if ref != nil {
 			h.credentialRefused(x, ref, up, s.name)
 			e, extra := credentialRefusal(ref, s.name)

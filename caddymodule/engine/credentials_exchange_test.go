@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/upstreamauth"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -156,5 +157,53 @@ func TestTokenExchangeMisconfiguredIsGatewayFault(t *testing.T) {
 		if s := fmt.Sprint(e.ContextMap()); strings.Contains(s, secret) || strings.Contains(s, callerToken) {
 			t.Errorf("a log line names a secret: %v", e.ContextMap())
 		}
+	}
+}
+
+// TestCompositionTimeoutBoundsTokenExchange: a plan's composition
+// deadline starts before its upstream credentials are resolved, so a
+// token exchange slower than composition_timeout leaves no step to
+// start: the caller waits for the exchange no longer than the plan's
+// time, and the synthesis answers without calling the upstream (found by
+// review: with composition_timeout 2s and a token endpoint answering
+// after 2.5 s, the upstream call started at +2.65 s and the answer came
+// at +2.74 s; with 6 s, at +6.1 s). A Tier B call keeps the policy's own
+// timeout: its exchange is not cut.
+func TestCompositionTimeoutBoundsTokenExchange(t *testing.T) {
+	var ran atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		ran.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"id":%q,"name":"bench item","price":12.5}`, r.PathValue("id"))
+	})
+	upstream := serveLoopback(t, mux)
+	const slow = 600 * time.Millisecond
+	as := serveLoopback(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(slow):
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"access_token":"exchanged","issued_token_type":"urn:ietf:params:oauth:token-type:access_token","token_type":"Bearer"}`)
+	}))
+	te := newTestEngine(t, func(c *Config) {
+		c.CompositionTimeout = Duration(300 * time.Millisecond)
+		c.Upstreams = map[string]*UpstreamConfig{"bench": {URL: upstream, Credentials: &CredentialsConfig{Policy: CredentialsTokenExchange,
+			TokenExchange: &TokenExchangeCredentials{TokenEndpoint: as + "/token", ClientID: "rcns-gateway", ClientSecret: "s"}}}}
+	})
+	te.credPolicies["bench"] = withCallerToken{te.credPolicies["bench"], "the-callers-access-token"}
+	body := map[string]any{"parameters": map[string]any{"item_id": "1"}}
+	start := time.Now()
+	a := te.do(t, "LOOKUP", "/item/slow-exchange", body, "Allow-RCNS", "true")
+	// The exchange is cut where the plan's time ends: 503
+	// issuer-unavailable (retryable), nothing run.
+	if a.Status != 503 || a.str("reason") != upstreamauth.ReasonIssuerUnavailable || ran.Load() != 0 {
+		t.Fatalf("a synthesis whose token exchange outlasted composition_timeout: %s after %v, upstream called %d times", a, time.Since(start), ran.Load())
+	}
+	// Tier B: the exchange's own timeout (10 s) bounds it, the call runs.
+	if a := te.do(t, "FETCH", "/items/1", nil); a.Status != 200 || ran.Load() != 1 {
+		t.Fatalf("a Tier B call behind the same slow exchange: %s (upstream called %d times)", a, ran.Load())
 	}
 }

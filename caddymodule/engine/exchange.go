@@ -114,6 +114,11 @@ type exchange struct {
 	// run used (resolveCredentials), for the Attribution-Record; nil
 	// when nothing ran.
 	credentials []stepCredential
+	// planDeadline is the composition deadline of the plan this request
+	// runs, set when resolving its upstream credentials took a call (a
+	// token exchange: resolveCredentials) and counted against it; zero
+	// otherwise (execute then gives the plan composition_timeout).
+	planDeadline time.Time
 	// preclaimed is the claim a combined store call already made for
 	// this request (store.Presenter: with the contract lookup), which
 	// claim takes instead of claiming again; nil when none was made.

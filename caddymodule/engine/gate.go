@@ -106,7 +106,7 @@ func (h *Engine) gateway(x *exchange, req *request) {
 	var creds recipes.Credentials
 	if h.Mode != ModeConfirmFirst {
 		var ok bool
-		if creds, ok = h.resolveCredentials(x, req, recipeSteps(recipe), c.SynthesisID); !ok {
+		if creds, ok = h.resolveCredentials(x, req, recipeSteps(recipe), c.SynthesisID, true); !ok {
 			h.unmint(x, c)
 			return
 		}

@@ -47,7 +47,7 @@ func (h *Engine) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint,
 	}
 	// The upstream's credential for this caller, before the call: a
 	// refusal runs nothing.
-	creds, ok := h.resolveCredentials(x, req, endpointSteps(ep), "")
+	creds, ok := h.resolveCredentials(x, req, endpointSteps(ep), "", false)
 	if !ok {
 		return
 	}

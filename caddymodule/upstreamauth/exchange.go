@@ -244,7 +244,7 @@ func (x *TokenExchange) Resolve(ctx context.Context, c Caller, scopes []string) 
 	if e, ok := x.cache.Load().Get(key); ok && x.now().Before(e.until) {
 		return x.credential(e.token), nil
 	}
-	v, err, _ := x.flight.Do(key, func() (any, error) {
+	ch := x.flight.DoChan(key, func() (any, error) {
 		if e, ok := x.cache.Load().Get(key); ok && x.now().Before(e.until) {
 			return e.token, nil
 		}
@@ -263,6 +263,17 @@ func (x *TokenExchange) Resolve(ctx context.Context, c Caller, scopes []string) 
 		}
 		return tok, nil
 	})
+	// The exchange goes on for the other waiters (and fills the cache);
+	// this caller waits no longer than its context (a plan's composition
+	// deadline: docs/configuration.md composition_timeout).
+	var v any
+	var err error
+	select {
+	case res := <-ch:
+		v, err = res.Val, res.Err
+	case <-ctx.Done():
+		return Credential{}, x.unavailable("it did not answer before the request's deadline (composition_timeout): " + context.Cause(ctx).Error())
+	}
 	if err != nil {
 		var r *Refusal
 		if errors.As(err, &r) {
