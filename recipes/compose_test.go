@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -477,5 +478,51 @@ output: '{a: $first, b: $book}'
 	}
 	if _, ok := sent.Load("/reserve"); ok {
 		t.Fatal("the write step's request reached the upstream after the deadline")
+	}
+}
+
+// TestWriteCutByDeadlineNotRetryable: a non-idempotent step whose
+// request was sent, and whose response the composition deadline cut
+// (or a step started so late that the deadline passed during its call),
+// leaves the plan not side-effect free: an agent told "retryable" would
+// write twice (found by review: 422 retryable:true with the write's
+// underlying_status 201).
+func TestWriteCutByDeadlineNotRetryable(t *testing.T) {
+	var writes atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/slow":
+			time.Sleep(150 * time.Millisecond)
+			fmt.Fprint(w, `{"id":"ok"}`)
+		case "/loans":
+			writes.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprint(w, `{"id":`)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	recipe := recipeHead + `steps:
+  - {name: first, method: FETCH, path: /alpha, input: '{}'}
+  - {name: loan, method: FETCH, path: /beta, input: '{}'}
+output: '{a: $first, b: $loan}'
+`
+	write := strings.Replace(endpointDoc("FETCH", "/beta", "POST", "/loans", ""), "is_idempotent: true", "is_idempotent: false", 1)
+	r, _ := buildSet(t, up, recipe, endpointDoc("FETCH", "/alpha", "GET", "/slow", ""), write)
+	if r.Steps[1].Endpoint.Semantic.IsIdempotent {
+		t.Fatal("the write endpoint is idempotent")
+	}
+	_, rep, cf := r.Execute(context.Background(), map[string]any{}, 300*time.Millisecond)
+	if writes.Load() != 1 {
+		t.Fatalf("%d writes reached the upstream, want 1", writes.Load())
+	}
+	if cf == nil || cf.Cause.Code != ErrUpstreamTimeout || cf.SideEffectFree || !rep[1].Called {
+		t.Fatalf("a write cut by the deadline after it was sent: %+v (reports %+v), want upstream_timeout, not side-effect free", cf, rep)
 	}
 }
