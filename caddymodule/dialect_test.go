@@ -30,6 +30,7 @@ func TestRCNSIdempotencyKeyAlias(t *testing.T) {
 		{"Idempotency-Key, same key", []string{"Idempotency-Key", "k-alias"}},
 		{"the alias as a quoted string", []string{"RCNS-Idempotency-Key", `"k-alias"`}},
 		{"both headers, one key", []string{"Idempotency-Key", `"k-alias"`, "RCNS-Idempotency-Key", "k-alias"}},
+		{"X-Idempotency-Key beside the alias, one key", []string{"RCNS-Idempotency-Key", "k-alias", "X-Idempotency-Key", "k-alias"}},
 	} {
 		t.Run(repeat.name, func(t *testing.T) {
 			a := g.do(t, "FETCH", "/items/1", body, repeat.kv...)
@@ -56,6 +57,12 @@ func TestRCNSIdempotencyKeyAlias(t *testing.T) {
 			http.Header{"Idempotency-Key": {"k-a"}, "Rcns-Idempotency-Key": {`"open`}}},
 		{"alias twice", "duplicate-header", "the RCNS-Idempotency-Key header appears more than once",
 			http.Header{"Rcns-Idempotency-Key": {"k-a", "k-a"}}},
+		// X-Idempotency-Key alone keyed nothing, and each repeat ran
+		// again (helper-77): now refused, naming Idempotency-Key.
+		{"X-Idempotency-Key alone", "invalid-idempotency-key", "X-Idempotency-Key is not read by this gateway",
+			http.Header{"X-Idempotency-Key": {"k-x"}}},
+		{"X-Idempotency-Key beside another key", "ambiguous-idempotency-key", "Idempotency-Key and X-Idempotency-Key carry different keys",
+			http.Header{"Idempotency-Key": {"k-a"}, "X-Idempotency-Key": {"k-x"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.hdr["Agent-Id"] = []string{benchAgent}

@@ -188,6 +188,35 @@ const IdempotencyKeyAlias = "RCNS-Idempotency-Key"
 // parsed key only, so a retry may switch headers and still replays.
 // RCNS §12.2.
 func idempotencyKeyOf(r *agtp.Request) (string, *agtp.Error) {
+	key, e := idempotencyKeyHeaders(r)
+	if e != nil {
+		return "", e
+	}
+	if xv, ok := r.Value(LegacyIdempotencyKey); ok {
+		// Never ignored (cases/04), never a key of its own: the same
+		// key beside Idempotency-Key (a client library that sends both)
+		// is fine; alone, or another key, is refused before anything runs.
+		xk, err := idempotency.ParseKey(xv)
+		switch {
+		case key == "":
+			return "", agtp.InvalidIdempotencyKey.New(LegacyIdempotencyKey + " is not read by this gateway, and a request that carries it may expect exactly-once: send the key as Idempotency-Key (RCNS §12.2)")
+		case err != nil || xk != key:
+			return "", agtp.AmbiguousIdempotencyKey.New("Idempotency-Key and " + LegacyIdempotencyKey + " carry different keys; send the key as Idempotency-Key alone")
+		}
+	}
+	return key, nil
+}
+
+// LegacyIdempotencyKey is the X- prefixed idempotency header some HTTP
+// client libraries and APIs use. The gateway does not key requests by
+// it, and does not ignore it either (cases/04: a header that promises
+// exactly-once is never silently dropped): alone it is 400
+// invalid-idempotency-key naming Idempotency-Key; beside Idempotency-Key
+// it must carry the same key (else 400 ambiguous-idempotency-key).
+const LegacyIdempotencyKey = "X-Idempotency-Key"
+
+// idempotencyKeyHeaders is idempotencyKeyOf without the legacy header.
+func idempotencyKeyHeaders(r *agtp.Request) (string, *agtp.Error) {
 	v, okKey := r.Value("Idempotency-Key")
 	av, okAlias := r.Value(IdempotencyKeyAlias)
 	if !okKey && !okAlias {

@@ -866,6 +866,14 @@ func TestEveryStageRefusal(t *testing.T) {
 			want: agtp.InvalidIdempotencyKey, expl: "RCNS-Idempotency-Key must be"},
 		{stage: "idempotency-key", name: "key and alias differ", send: srSend("FETCH", "/items/1", srMe("Idempotency-Key", "k-1", IdempotencyKeyAlias, "k-2"), ""),
 			want: agtp.AmbiguousIdempotencyKey, expl: "carry different keys"},
+		// X-Idempotency-Key is never a key, never ignored (cases/04:
+		// it was dropped, and a retry wrote twice).
+		{stage: "idempotency-key", name: "X-Idempotency-Key alone", send: srSend("FETCH", "/items/1", srMe(LegacyIdempotencyKey, "k-1"), ""),
+			want: agtp.InvalidIdempotencyKey, expl: "send the key as Idempotency-Key"},
+		{stage: "idempotency-key", name: "X-Idempotency-Key beside another key", send: srSend("FETCH", "/items/1", srMe("Idempotency-Key", "k-1", LegacyIdempotencyKey, "k-2"), ""),
+			want: agtp.AmbiguousIdempotencyKey, expl: "X-Idempotency-Key carry different keys"},
+		{stage: "idempotency-key", name: "X-Idempotency-Key malformed beside a key", send: srSend("FETCH", "/items/1", srMe(IdempotencyKeyAlias, "k-1", LegacyIdempotencyKey, `"open`), ""),
+			want: agtp.AmbiguousIdempotencyKey, expl: "X-Idempotency-Key carry different keys"},
 
 		// built-in: DISCOVER, and INSPECT, REVOKE, SUSPEND and PROPOSE
 		// on "/".
