@@ -497,7 +497,14 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 			}
 			return nil, fail(ErrUpstreamTimeout, expl, 0)
 		}
-		f := fail(ErrUpstreamConnection, fmt.Sprintf("cannot reach upstream %s: %s", s.up.Name, connErrorText(err)), 0)
+		what := connErrorText(err)
+		expl := fmt.Sprintf("cannot reach upstream %s: %s", s.up.Name, what)
+		if what == connClosed {
+			// The connection was up: the request may have been read,
+			// and acted on, before the upstream closed it.
+			expl = fmt.Sprintf("upstream %s closed the connection before answering (the request may have reached it)", s.up.Name)
+		}
+		f := fail(ErrUpstreamConnection, expl, 0)
 		f.Internal = err
 		if isRefused(err) {
 			f.SideEffectFree = true
@@ -647,6 +654,10 @@ func isRefused(err error) bool {
 
 // connErrorText classifies a transport error without naming addresses
 // or hosts (they stay in the gateway's logs, never in agents' answers).
+// connClosed is connErrorText's text for a connection the upstream
+// closed or reset (after it was established).
+const connClosed = "connection closed by the upstream"
+
 func connErrorText(err error) string {
 	var dnsErr *net.DNSError
 	var opErr *net.OpError
@@ -661,7 +672,7 @@ func connErrorText(err error) string {
 		}
 		return "connection failed"
 	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
-		return "connection closed by the upstream"
+		return connClosed
 	default:
 		return "transport error"
 	}

@@ -471,3 +471,34 @@ func TestInvokeCredentials(t *testing.T) {
 		t.Error("CredentialKind does not name the endpoint's credential")
 	}
 }
+
+// TestClosedBeforeAnswerNotUnreachable: an upstream that read the
+// request and closed the connection without answering is not called
+// unreachable: the explanation says the request may have reached it
+// (helper-77: a POST the upstream acted on read "cannot reach upstream").
+func TestClosedBeforeAnswerNotUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 4096)
+			_, _ = c.Read(buf) // the request head
+			c.Close()
+		}
+	}()
+	up := newUpstream(t, "http://"+l.Addr().String())
+	write := strings.Replace(endpointDoc("FETCH", "/beta", "POST", "/loans", ""), "is_idempotent: true", "is_idempotent: false", 1)
+	ep := buildEndpoint(t, write, up)
+	_, f := ep.InvokeValidated(context.Background(), map[string]any{})
+	if f == nil || f.Code != ErrUpstreamConnection || f.SideEffectFree || !f.Sent ||
+		!strings.Contains(f.Explanation, "closed the connection before answering") || strings.Contains(f.Explanation, "cannot reach") {
+		t.Fatalf("%+v", f)
+	}
+}
