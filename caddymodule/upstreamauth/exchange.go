@@ -45,7 +45,9 @@ const (
 	// ReasonExchangeMisconfigured: the exchange failed on the gateway's
 	// side, whatever the caller's token: the authorization server
 	// refused the gateway's own client (HTTP 401, or error
-	// invalid_client, unauthorized_client or unsupported_grant_type),
+	// invalid_client, unauthorized_client or unsupported_grant_type, or
+	// invalid_request saying the grant type is not allowed for the
+	// client, oidc-provider's wording),
 	// issued a token the gateway cannot send (not Bearer), or its
 	// metadata names a token endpoint without TLS (http on a host that
 	// is not loopback). Nothing runs; the Refusal's Cause (the server's
@@ -228,7 +230,8 @@ func (*TokenExchange) Kind() Kind { return KindExchanged }
 // (upstream-credential-missing, 424); a 4xx from the server is
 // token-exchange-refused (424) naming its error code, unless it refuses
 // the gateway's own client (401, invalid_client, unauthorized_client,
-// unsupported_grant_type: token-exchange-misconfigured, 502, as is a
+// unsupported_grant_type, invalid_request "grant type is not allowed":
+// token-exchange-misconfigured, 502, as is a
 // token that is not Bearer); an unreachable server, a timeout, a 5xx or
 // an unreadable answer is issuer-unavailable (503, RetryAfter).
 func (x *TokenExchange) Resolve(ctx context.Context, c Caller, scopes []string) (Credential, *Refusal) {
@@ -330,6 +333,19 @@ type tokenAnswer struct {
 // of a failed client authentication).
 var clientErrors = []string{"invalid_client", "unauthorized_client", "unsupported_grant_type"}
 
+// grantNotAllowed reports whether an error answer refuses the gateway's
+// client the grant, as oidc-provider (the project's own authorization
+// server) words it: error invalid_request, error_description
+// "requested grant type is not allowed for this client", where RFC 6749
+// §5.2 says unauthorized_client. invalid_request alone is no gateway
+// fault (RFC 8693 §2.2.2 answers a bad subject token with it), and the
+// issuer's metadata cannot tell (grant_types_supported is the server's,
+// not the client's), so the description decides: a concession to
+// oidc-provider.
+func grantNotAllowed(code, description string) bool {
+	return code == "invalid_request" && strings.Contains(strings.ToLower(description), "grant type is not allowed")
+}
+
 // exchange asks the authorization server; it returns the token and its
 // lifetime (0 when the answer has none).
 func (x *TokenExchange) exchange(ctx context.Context, subject string, scopes []string) (string, time.Duration, *Refusal) {
@@ -383,7 +399,8 @@ func (x *TokenExchange) exchange(ctx context.Context, subject string, scopes []s
 			code = "(none)"
 		}
 		answer := fmt.Sprintf("HTTP %d, error %s", resp.StatusCode, code)
-		if resp.StatusCode == http.StatusUnauthorized || slices.Contains(clientErrors, code) {
+		if resp.StatusCode == http.StatusUnauthorized || slices.Contains(clientErrors, code) ||
+			(jsonErr == nil && grantNotAllowed(code, ans.ErrorDescription)) {
 			cause := answer
 			if jsonErr == nil && ans.ErrorDescription != "" {
 				cause += ", error_description " + strconv.Quote(textcut.Clip(ans.ErrorDescription))

@@ -33,6 +33,8 @@ func startAS(t testing.TB, account string) *oauthtest.Server {
 		},
 		Clients: []oauthtest.Client{
 			oauthtest.ConfidentialClient("gateway", "gateway-secret", oauthtest.GrantTokenExchange),
+			// A gateway client the operator registered without the grant.
+			oauthtest.ConfidentialClient("no-exchange", "no-exchange-secret"),
 			oauthtest.PublicClient("app", callbackURI),
 		},
 		Account: account,
@@ -187,6 +189,10 @@ func TestTokenExchange(t *testing.T) {
 		{"forged subject", TokenExchangeConfig{Resource: legacyResource}, Caller{AgentID: caller.AgentID, Token: user[:len(user)-4] + "AAAA"}, nil, ReasonExchangeRefused, 424, "error invalid_grant"},
 		{"wrong gateway secret", TokenExchangeConfig{Resource: legacyResource, ClientSecret: "wrong"}, caller, nil, ReasonExchangeMisconfigured, 502, "HTTP 401, error invalid_client"},
 		{"no OAuth token", TokenExchangeConfig{Resource: legacyResource}, Caller{AgentID: caller.AgentID}, nil, ReasonCredentialMissing, 424, "identity oauth"},
+		// oidc-provider answers a client not allowed the grant with
+		// invalid_request (not RFC 6749's unauthorized_client): still the
+		// gateway's fault (it was 424, blaming the caller).
+		{"gateway client not allowed the grant", TokenExchangeConfig{Resource: legacyResource, ClientID: "no-exchange", ClientSecret: "no-exchange-secret"}, caller, nil, ReasonExchangeMisconfigured, 502, "HTTP 400, error invalid_request"},
 	} {
 		cfg := tc.cfg
 		cfg.Upstream, cfg.Issuer = "legacy", as.Issuer()
@@ -274,6 +280,8 @@ func TestTokenExchangeWhoseFault(t *testing.T) {
 		{"not a bearer token", 200, `{"access_token":"t","token_type":"DPoP","expires_in":60}`, ReasonExchangeMisconfigured, `a "DPoP" token`, `token_type "DPoP"`},
 		{"caller's token refused", 400, `{"error":"invalid_grant"}`, ReasonExchangeRefused, "HTTP 400, error invalid_grant", ""},
 		{"caller's token invalid (RFC 8693 §2.2.2)", 400, `{"error":"invalid_request"}`, ReasonExchangeRefused, "error invalid_request", ""},
+		{"caller's token invalid, described", 400, `{"error":"invalid_request","error_description":"subject_token is malformed"}`, ReasonExchangeRefused, "error invalid_request", ""},
+		{"client not allowed the grant, oidc-provider's words", 400, `{"error":"invalid_request","error_description":"requested grant type is not allowed for this client"}`, ReasonExchangeMisconfigured, "HTTP 400, error invalid_request", `error_description "requested grant type is not allowed for this client"`},
 		{"scope the caller lacks", 400, `{"error":"invalid_scope"}`, ReasonExchangeRefused, "error invalid_scope", ""},
 		{"forbidden", 403, `{"error":"access_denied"}`, ReasonExchangeRefused, "HTTP 403, error access_denied", ""},
 	} {
