@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -48,9 +49,11 @@ const (
 	// invalid_client, unauthorized_client or unsupported_grant_type, or
 	// invalid_request saying the grant type is not allowed for the
 	// client, oidc-provider's wording),
-	// issued a token the gateway cannot send (not Bearer), or its
+	// issued a token the gateway cannot send (not Bearer) or with an
+	// expires_in that is not a non-negative integer in range, its
 	// metadata names a token endpoint without TLS (http on a host that
-	// is not loopback). Nothing runs; the Refusal's Cause (the server's
+	// is not loopback) or another issuer, or a metadata URL or the token
+	// endpoint answered a redirect (not followed). Nothing runs; the Refusal's Cause (the server's
 	// answer) is for the operator's WARN.
 	ReasonExchangeMisconfigured = "token-exchange-misconfigured"
 	// StatusExchangeMisconfigured is the AGTP status of
@@ -319,12 +322,12 @@ func normalScopes(scopes []string) []string {
 // tokenAnswer is a token endpoint answer (RFC 6749 §5.1, RFC 8693 §2.2)
 // or error (RFC 6749 §5.2).
 type tokenAnswer struct {
-	AccessToken      string `json:"access_token"`
-	IssuedTokenType  string `json:"issued_token_type"`
-	TokenType        string `json:"token_type"`
-	ExpiresIn        int64  `json:"expires_in"`
-	Error            string `json:"error"`
-	ErrorDescription string `json:"error_description"`
+	AccessToken      string          `json:"access_token"`
+	IssuedTokenType  string          `json:"issued_token_type"`
+	TokenType        string          `json:"token_type"`
+	ExpiresIn        json.RawMessage `json:"expires_in"`
+	Error            string          `json:"error"`
+	ErrorDescription string          `json:"error_description"`
 }
 
 // clientErrors are the RFC 6749 §5.2 error codes that say the
@@ -351,10 +354,13 @@ func grantNotAllowed(code, description string) bool {
 func (x *TokenExchange) exchange(ctx context.Context, subject string, scopes []string) (string, time.Duration, *Refusal) {
 	endpoint, err := x.tokenEndpoint(ctx)
 	var insecure *insecureEndpoint
+	var fault *metadataFault
 	switch {
 	case errors.As(err, &insecure):
 		return "", 0, x.misconfigured(insecure.endpoint, "names a token endpoint without TLS (http), where the gateway sends no secret or token",
 			"http on a host that is not loopback, named by the metadata at "+insecure.metadata)
+	case errors.As(err, &fault):
+		return "", 0, x.misconfiguredMetadata(fault.metadata, fault.what, fault.cause)
 	case err != nil:
 		return "", 0, x.unavailable("its metadata could not be read: " + err.Error())
 	}
@@ -409,15 +415,69 @@ func (x *TokenExchange) exchange(ctx context.Context, subject string, scopes []s
 		}
 		return "", 0, &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonExchangeRefused, Status: StatusExchangeRefused,
 			Explanation: fmt.Sprintf("the authorization server of upstream %s refused the token exchange: %s", x.cfg.Upstream, answer)}
+	case isRedirect(resp.StatusCode):
+		// Not followed: the gateway's secret goes where it is configured.
+		return "", 0, x.misconfigured(endpoint, fmt.Sprintf("answered with a redirect (HTTP %d), which the gateway does not follow", resp.StatusCode),
+			redirectCause(resp))
 	case resp.StatusCode != http.StatusOK:
 		return "", 0, x.unavailable(fmt.Sprintf("the token endpoint answered HTTP %d", resp.StatusCode))
-	case len(body) > maxExchangeDocument || jsonErr != nil || ans.AccessToken == "":
+	case len(body) > maxExchangeDocument:
+		return "", 0, x.unavailable(fmt.Sprintf("the token endpoint's answer is longer than %d bytes", maxExchangeDocument))
+	case jsonErr != nil:
+		return "", 0, x.unavailable("the token endpoint's answer is not a JSON token response: " + textcut.Clip(jsonErr.Error()))
+	case ans.AccessToken == "":
 		return "", 0, x.unavailable("the token endpoint's answer has no access_token")
 	case ans.TokenType != "" && !strings.EqualFold(ans.TokenType, "Bearer") && !strings.EqualFold(ans.TokenType, "N_A"):
 		what := fmt.Sprintf("issued a %q token, and the gateway sends bearer tokens only", clip(ans.TokenType))
 		return "", 0, x.misconfigured(endpoint, what, "token_type "+strconv.Quote(clip(ans.TokenType)))
 	}
-	return ans.AccessToken, time.Duration(ans.ExpiresIn) * time.Second, nil
+	life, ok := lifetime(ans.ExpiresIn)
+	if !ok {
+		return "", 0, x.misconfigured(endpoint, "issued a token with an expires_in that is not a number of seconds",
+			fmt.Sprintf("expires_in %s is not a non-negative integer of at most %d seconds (RFC 6749 §5.1)", clip(string(ans.ExpiresIn)), maxExpiresIn))
+	}
+	return ans.AccessToken, life, nil
+}
+
+// maxExpiresIn is the largest expires_in taken (seconds): the largest
+// time.Duration.
+const maxExpiresIn = math.MaxInt64 / int64(time.Second)
+
+// lifetime is a token answer's expires_in (RFC 6749 §5.1: a number of
+// seconds): 0 when absent or null; false when it is not a JSON number
+// (a string, 1.5, -1) or overflows (1e308). An integral number written
+// as a float (60.0, 6e1) is taken.
+func lifetime(raw json.RawMessage) (time.Duration, bool) {
+	s := strings.TrimSpace(string(raw))
+	if s == "" || s == "null" {
+		return 0, true
+	}
+	if s[0] != '-' && (s[0] < '0' || s[0] > '9') {
+		return 0, false // a string, a bool, an object
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 || f != math.Trunc(f) || f > float64(maxExpiresIn) {
+		return 0, false
+	}
+	return time.Duration(int64(f)) * time.Second, true
+}
+
+// isRedirect: a 3xx that names somewhere else (not 304).
+func isRedirect(status int) bool {
+	return status >= 300 && status < 400 && status != http.StatusNotModified
+}
+
+// redirectCause names a redirect answer and its Location (redacted,
+// clipped) for the operator's WARN.
+func redirectCause(resp *http.Response) string {
+	loc := resp.Header.Get("Location")
+	if u, err := url.Parse(loc); err == nil {
+		loc = u.Redacted()
+	}
+	if loc == "" {
+		return fmt.Sprintf("HTTP %d without a Location; redirects are not followed", resp.StatusCode)
+	}
+	return fmt.Sprintf("HTTP %d to %s; redirects are not followed: configure that address", resp.StatusCode, strconv.Quote(textcut.Clip(loc)))
 }
 
 // isErrorCode: an RFC 6749 §5.2 error code (NQSCHAR, short), safe to
@@ -481,6 +541,25 @@ func (x *TokenExchange) misconfigured(endpoint, what, cause string) *Refusal {
 			x.cfg.Upstream, what)}
 }
 
+// misconfiguredMetadata is 502 token-exchange-misconfigured for a fault
+// of the issuer's metadata at metadata (a redirect, another issuer):
+// what for the caller, cause for the operator's WARN.
+func (x *TokenExchange) misconfiguredMetadata(metadata, what, cause string) *Refusal {
+	if u, err := url.Parse(metadata); err == nil {
+		metadata = u.Redacted()
+	}
+	return &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonExchangeMisconfigured, Status: StatusExchangeMisconfigured,
+		Cause: fmt.Sprintf("authorization server metadata %s: %s", metadata, cause),
+		Explanation: fmt.Sprintf("the authorization server of upstream %s %s: a fault in this gateway's configuration, not in the caller's token; the operator's log has the cause",
+			x.cfg.Upstream, what)}
+}
+
+// metadataFault is a metadata document that no retry mends: it names
+// another issuer, or its URL answers a redirect.
+type metadataFault struct{ metadata, what, cause string }
+
+func (e *metadataFault) Error() string { return "the metadata at " + e.metadata + ": " + e.cause }
+
 // insecureEndpoint is a token endpoint the issuer's metadata (at
 // metadata) names with http on a host that is not loopback: the gateway
 // sends it nothing.
@@ -506,17 +585,28 @@ func (x *TokenExchange) tokenEndpoint(ctx context.Context) (string, error) {
 	v, err, _ := x.flight.Do("\x00metadata", func() (any, error) {
 		var last error
 		var insecure *insecureEndpoint
+		var fault *metadataFault // the first, in the order tried
 		for _, u := range MetadataURLs(x.cfg.Issuer) {
 			var m struct {
 				Issuer        string `json:"issuer"`
 				TokenEndpoint string `json:"token_endpoint"`
 			}
 			if err := x.getJSON(ctx, u, &m); err != nil {
+				var f *metadataFault
+				if errors.As(err, &f) && fault == nil {
+					fault = f
+				}
 				last = err
 				continue
 			}
 			if m.Issuer != x.cfg.Issuer {
-				last = fmt.Errorf("the metadata at %s names issuer %q", u, clip(m.Issuer))
+				// RFC 8414 §3.3: a document naming another issuer is not
+				// used; no retry mends it.
+				if fault == nil {
+					fault = &metadataFault{metadata: u, what: "publishes metadata for another issuer",
+						cause: fmt.Sprintf("names issuer %s, and the configured issuer is %s (RFC 8414 §3.3: they must be identical)",
+							strconv.Quote(clip(m.Issuer)), strconv.Quote(x.cfg.Issuer))}
+				}
 				continue
 			}
 			switch err := secureurl.Check(m.TokenEndpoint); {
@@ -530,8 +620,11 @@ func (x *TokenExchange) tokenEndpoint(ctx context.Context) (string, error) {
 			}
 			return m.TokenEndpoint, nil
 		}
-		if insecure != nil {
+		switch {
+		case insecure != nil:
 			return nil, insecure // the fault to report, whatever the other document said
+		case fault != nil:
+			return nil, fault // rather than the other URL's 404
 		}
 		return nil, last
 	})
@@ -574,6 +667,10 @@ func (x *TokenExchange) getJSON(ctx context.Context, u string, out any) error {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxExchangeDocument+1))
 	if err != nil {
 		return err
+	}
+	if isRedirect(resp.StatusCode) {
+		return &metadataFault{metadata: u, what: fmt.Sprintf("answered its metadata request with a redirect (HTTP %d), which the gateway does not follow", resp.StatusCode),
+			cause: redirectCause(resp)}
 	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s answered %d", u, resp.StatusCode)

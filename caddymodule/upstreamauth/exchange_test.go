@@ -372,3 +372,118 @@ func TestTokenExchangeDiscoveredCleartext(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+// TestTokenExchangeServerFaults: answers of the authorization server
+// that no retry mends are 502 token-exchange-misconfigured, their real
+// cause in the Cause (they were 503 issuer-unavailable, which agents
+// retry, and the WARN named another cause): metadata naming another
+// issuer (reported rather than the other metadata URL's 404, whichever
+// order), a redirect from a metadata URL or the token endpoint (not
+// followed; the Location named), an expires_in that is not a
+// non-negative integer in range (the WARN said "no access_token").
+func TestTokenExchangeServerFaults(t *testing.T) {
+	type answer struct {
+		status   int
+		location string
+		body     string // %[1]s: the server's URL
+	}
+	for _, tc := range []struct {
+		name      string
+		discover  bool
+		rfc8414   answer // /.well-known/oauth-authorization-server
+		oidc      answer // /.well-known/openid-configuration
+		token     answer
+		reason    string
+		want      string // in the explanation
+		cause     []string
+		causeNot  string
+		wantToken string
+	}{
+		{name: "other issuer, then 404", discover: true,
+			rfc8414: answer{200, "", `{"issuer":"https://other.example","token_endpoint":"%[1]s/token"}`}, oidc: answer{404, "", ``},
+			reason: ReasonExchangeMisconfigured, want: "metadata for another issuer", cause: []string{`names issuer "https://other.example"`, "/.well-known/oauth-authorization-server", "RFC 8414"}, causeNot: "404"},
+		{name: "404, then other issuer", discover: true,
+			rfc8414: answer{404, "", ``}, oidc: answer{200, "", `{"issuer":"%[1]s/","token_endpoint":"%[1]s/token"}`},
+			reason: ReasonExchangeMisconfigured, want: "metadata for another issuer", cause: []string{`names issuer "%[1]s/"`, "/.well-known/openid-configuration"}, causeNot: "404"},
+		{name: "other issuer, then the right one", discover: true,
+			rfc8414: answer{200, "", `{"issuer":"https://other.example","token_endpoint":"%[1]s/token"}`}, oidc: answer{200, "", `{"issuer":"%[1]s","token_endpoint":"%[1]s/token"}`},
+			token: answer{200, "", `{"access_token":"ok","token_type":"Bearer","expires_in":60}`}, wantToken: "ok"},
+		{name: "metadata redirect", discover: true,
+			rfc8414: answer{302, "https://login.example/.well-known/oauth-authorization-server", ``}, oidc: answer{404, "", ``},
+			reason: ReasonExchangeMisconfigured, want: "redirect (HTTP 302)", cause: []string{`HTTP 302 to "https://login.example/.well-known/oauth-authorization-server"`}},
+		{name: "metadata redirect, then a document", discover: true,
+			rfc8414: answer{301, "https://login.example/", ``}, oidc: answer{200, "", `{"issuer":"%[1]s","token_endpoint":"%[1]s/token"}`},
+			token: answer{200, "", `{"access_token":"ok","expires_in":60}`}, wantToken: "ok"},
+		{name: "token endpoint redirect", token: answer{307, "https://user:pw@login.example/token", ``},
+			reason: ReasonExchangeMisconfigured, want: "redirect (HTTP 307)", cause: []string{`HTTP 307 to "https://user:xxxxx@login.example/token"`, "/token:"}, causeNot: "pw@"},
+		{name: "expires_in 1e308", token: answer{200, "", `{"access_token":"t","token_type":"Bearer","expires_in":1e308}`},
+			reason: ReasonExchangeMisconfigured, want: "expires_in", cause: []string{"expires_in 1e308 is not a non-negative integer"}, causeNot: "no access_token"},
+		{name: "expires_in 1.5", token: answer{200, "", `{"access_token":"t","expires_in":1.5}`},
+			reason: ReasonExchangeMisconfigured, want: "expires_in", cause: []string{"expires_in 1.5 is not"}},
+		{name: "expires_in negative", token: answer{200, "", `{"access_token":"t","expires_in":-5}`},
+			reason: ReasonExchangeMisconfigured, want: "expires_in", cause: []string{"expires_in -5 is not"}},
+		{name: "expires_in a string", token: answer{200, "", `{"access_token":"t","expires_in":"60"}`},
+			reason: ReasonExchangeMisconfigured, want: "expires_in", cause: []string{`expires_in "60" is not`}},
+		{name: "expires_in beyond a Duration", token: answer{200, "", `{"access_token":"t","expires_in":9300000000}`},
+			reason: ReasonExchangeMisconfigured, want: "expires_in", cause: []string{"expires_in 9300000000 is not"}},
+		{name: "expires_in 60.0", token: answer{200, "", `{"access_token":"ok","expires_in":60.0}`}, wantToken: "ok"},
+		{name: "expires_in null", token: answer{200, "", `{"access_token":"ok","expires_in":null}`}, wantToken: "ok"},
+		{name: "access_token a number", token: answer{200, "", `{"access_token":5,"expires_in":60}`},
+			reason: ReasonIssuerUnavailable, cause: []string{"not a JSON token response"}, causeNot: "no access_token"},
+		{name: "no access_token", token: answer{200, "", `{"expires_in":60}`},
+			reason: ReasonIssuerUnavailable, cause: []string{"has no access_token"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var srv *httptest.Server
+			srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				a := answer{404, "", ``}
+				switch r.URL.Path {
+				case "/.well-known/oauth-authorization-server":
+					a = tc.rfc8414
+				case "/.well-known/openid-configuration":
+					a = tc.oidc
+				case "/token":
+					a = tc.token
+				}
+				if a.location != "" {
+					w.Header().Set("Location", a.location)
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(a.status)
+				_, _ = io.WriteString(w, strings.ReplaceAll(a.body, "%[1]s", srv.URL))
+			}))
+			defer srv.Close()
+			cfg := TokenExchangeConfig{Upstream: "legacy", ClientID: "gateway", ClientSecret: "gateway-secret", Resource: legacyResource}
+			if tc.discover {
+				cfg.Issuer = srv.URL
+			} else {
+				cfg.TokenEndpoint = srv.URL + "/token"
+			}
+			x, err := NewTokenExchange(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer x.Close()
+			cred, r := x.Resolve(context.Background(), Caller{AgentID: strings.Repeat("a", 64), Token: "callers-token"}, nil)
+			if tc.wantToken != "" {
+				if r != nil || bearerOf(t, cred) != tc.wantToken {
+					t.Fatalf("%v %+v", cred, r)
+				}
+				return
+			}
+			if r == nil || r.Reason != tc.reason || !strings.Contains(r.Explanation, tc.want) || strings.Contains(r.Explanation, srv.URL) ||
+				(tc.causeNot != "" && strings.Contains(r.Cause, tc.causeNot)) || strings.Contains(r.Cause, "gateway-secret") {
+				t.Fatalf("%+v", r)
+			}
+			for _, c := range tc.cause {
+				if c = strings.ReplaceAll(c, "%[1]s", srv.URL); !strings.Contains(r.Cause, c) {
+					t.Errorf("cause lacks %q: %+v", c, r)
+				}
+			}
+			if wantStatus := map[string]int{ReasonExchangeMisconfigured: 502, ReasonIssuerUnavailable: 503}[tc.reason]; r.Status != wantStatus ||
+				(tc.reason == ReasonExchangeMisconfigured && r.RetryAfter != 0) {
+				t.Fatalf("status: %+v", r)
+			}
+		})
+	}
+}
