@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -332,10 +334,13 @@ func (v *oauthVerifier) jwt(ctx context.Context, tok string) (tokenInfo, *agtp.E
 }
 
 // accessTokenType checks a JWT's typ header (typ, nil when absent) for
-// an access token (RFC 9068 §4, RFC 8725 §3.11): at+jwt or
-// application/at+jwt (any case); under RequireATJWT nothing else, else
-// also none, or any type not ending in +jwt (JWT); a type ending in +jwt
-// but not at+jwt names another kind of JWT and is refused.
+// an access token (RFC 9068 §4, RFC 8725 §3.11). typ is a media type
+// (RFC 7515 §4.1.9), read as one (typMediaType): case, surrounding
+// whitespace, parameters and the "application/" prefix do not change
+// it, and a typ that is not a media type is refused. at+jwt is taken;
+// under RequireATJWT nothing else, else also none, or any type whose
+// subtype does not end in +jwt (JWT); a type ending in +jwt but not
+// at+jwt names another kind of JWT and is refused.
 func (v *oauthVerifier) accessTokenType(typ any) *agtp.Error {
 	if typ == nil && !v.cfg.RequireATJWT {
 		return nil
@@ -347,8 +352,11 @@ func (v *oauthVerifier) accessTokenType(typ any) *agtp.Error {
 		}
 		return agtp.TokenInvalid.New("the access token's typ header is not a string")
 	}
-	t := strings.ToLower(s)
-	if t == "at+jwt" || t == "application/at+jwt" {
+	t, ok := typMediaType(s)
+	if !ok {
+		return agtp.TokenInvalid.New("the access token's typ header " + strconv.Quote(textcut.Clip(s)) + " is not a media type (RFC 7515 §4.1.9)")
+	}
+	if t == "at+jwt" {
 		return nil
 	}
 	if v.cfg.RequireATJWT {
@@ -358,6 +366,20 @@ func (v *oauthVerifier) accessTokenType(typ any) *agtp.Error {
 		return agtp.TokenInvalid.New("the JWT is typed " + textcut.Clip(s) + ", another kind of token than an access token (at+jwt, RFC 9068 §4)")
 	}
 	return nil
+}
+
+// typMediaType is a typ header read as a media type (RFC 7515 §4.1.9,
+// RFC 2045): lower case, without parameters or surrounding whitespace,
+// without the "application/" prefix that typ may omit; ok false when s
+// does not parse as one (mime.ParseMediaType), so that "id_token+jwt ",
+// "x+jwt;q=1" or "id_token+jwt\t" are id_token+jwt and x+jwt, not
+// some other type.
+func typMediaType(s string) (string, bool) {
+	mt, _, err := mime.ParseMediaType(s)
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimPrefix(mt, "application/"), true
 }
 
 // lifetime checks exp (required unless AllowNoExpiry), nbf and iat

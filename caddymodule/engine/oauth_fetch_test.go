@@ -269,6 +269,25 @@ func TestOAuthTokenType(t *testing.T) {
 		{"logout+jwt", 401, 401},
 		{"rcns-assertion+jwt", 401, 401},
 		{"dpop+jwt", 401, 401},
+		// typ is a media type (RFC 7515 §4.1.9): whitespace, parameters,
+		// case and the application/ prefix do not make another kind of
+		// JWT pass (they were accepted when the typ did not end in +jwt).
+		{"id_token+jwt", 401, 401},
+		{"id_token+jwt ", 401, 401},
+		{" Application/ID_Token+JWT", 401, 401},
+		{"x+jwt;q=1", 401, 401},
+		{"logout+jwt; charset=utf-8", 401, 401},
+		{"at+jwt; x=1", 200, 200},
+		{"application/at+jwt ", 200, 200},
+		{"application/jwt", 200, 401},
+		{"text/plain", 200, 401},
+		{"at+jwt;", 200, 200}, // an empty parameter list (mime.ParseMediaType takes it)
+		// Not a media type: refused.
+		{"at +jwt", 401, 401},
+		{"at+jwt/", 401, 401},
+		{"id_token+jwt;q", 401, 401},
+		{"a/b/c", 401, 401},
+		{"é+jwt", 401, 401},
 	} {
 		tok := f.token(t, tt.typ)
 		for _, c := range []struct {
