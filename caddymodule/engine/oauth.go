@@ -118,25 +118,54 @@ func (v *oauthVerifier) close() { v.introMem.Close() }
 func (*oauthVerifier) mode() string { return IdentityOAuth }
 
 // bearer returns the request's bearer token: ok false when it carries
-// no Authorization: Bearer; a refusal when it carries a malformed one
-// or several.
+// no Bearer credentials (no Authorization, an empty one, another
+// scheme: RFC 6750 §3.1, a 401 challenge without an error code); a
+// refusal (400 invalid-authorization, RFC 6750 §3.1 invalid_request)
+// when it carries a malformed Bearer credential or several
+// Authorization headers. Well formed is "Bearer", 1*SP (RFC 7235 §2.1:
+// a tab is no separator), a b64token (RFC 6750 §2.1), nothing after.
 func bearer(in *agtp.Request) (string, bool, *agtp.Error) {
 	vals := in.Header["Authorization"]
 	if len(vals) == 0 {
 		return "", false, nil
 	}
-	scheme, tok, _ := strings.Cut(vals[0], " ")
+	v := strings.Trim(vals[0], " \t") // a field value's OWS (RFC 9110 §5.5)
+	scheme, rest := v, ""
+	if i := strings.IndexAny(v, " \t"); i >= 0 {
+		scheme, rest = v[:i], v[i:]
+	}
 	if !strings.EqualFold(scheme, "Bearer") {
-		return "", false, nil // another scheme: not this verifier's credential
+		return "", false, nil // no credentials or another scheme: not this verifier's
 	}
 	if len(vals) > 1 {
 		return "", true, agtp.InvalidAuthorization.New("the Authorization header appears more than once; send one bearer token (RFC 6750 §3.1 invalid_request)")
 	}
-	tok = strings.TrimSpace(tok)
-	if tok == "" || strings.ContainsAny(tok, " \t") {
-		return "", true, agtp.InvalidAuthorization.New("the Authorization header is not \"Bearer <token>\" (RFC 6750 §2.1)")
+	tok := strings.TrimLeft(rest, " ")
+	switch {
+	case rest == "":
+		return "", true, agtp.InvalidAuthorization.New("the Authorization header is \"Bearer\" without a token; send \"Bearer <token>\" (RFC 6750 §2.1)")
+	case rest[0] != ' ':
+		return "", true, agtp.InvalidAuthorization.New("the Authorization header separates Bearer from its token with a tab; use a space: \"Bearer <token>\" (RFC 6750 §2.1, RFC 7235 §2.1)")
+	case !isB64Token(tok):
+		return "", true, agtp.InvalidAuthorization.New("the Authorization header's bearer token is not a b64token (letters, digits, -._~+/ then optional = padding; one token, no spaces: RFC 6750 §2.1)")
 	}
 	return tok, true, nil
+}
+
+// isB64Token: s is a b64token (RFC 6750 §2.1): 1*( ALPHA / DIGIT / "-"
+// / "." / "_" / "~" / "+" / "/" ) *"=".
+func isB64Token(s string) bool {
+	t := strings.TrimRight(s, "=")
+	if t == "" {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~+/", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // verify verifies the bearer token of in and maps it to an agent; a

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/internal/oauthtest"
 	"github.com/go-jose/go-jose/v4"
 	josejwt "github.com/go-jose/go-jose/v4/jwt"
@@ -185,6 +186,21 @@ func TestOAuthBadTokens(t *testing.T) {
 		{"bearer plus another agent's Agent-ID", good, []string{"Agent-ID", otherAgentID}, 401, "identity-conflict", "invalid_token"},
 		{"two Authorization headers", good, []string{"Authorization", "Bearer " + good}, 400, "invalid-authorization", "invalid_request"},
 		{"Bearer with two tokens", good + " " + good, nil, 400, "invalid-authorization", "invalid_request"},
+		// RFC 6750 §3.1: no Bearer credentials (another scheme, an empty
+		// header) is 401 with a challenge and no error code; a malformed
+		// Bearer credential (not "Bearer" 1*SP b64token, §2.1) is 400
+		// invalid_request (a tab, "=====" and a non-ASCII token were 401).
+		{"another scheme", "", []string{"Authorization", "Basic Zm9vOmJhcg=="}, 401, "agent-unauthenticated", ""},
+		{"a made-up scheme", "", []string{"Authorization", "Token " + good}, 401, "agent-unauthenticated", ""},
+		{"an empty Authorization", "", []string{"Authorization", ""}, 401, "agent-unauthenticated", ""},
+		{"Bearer alone", "", []string{"Authorization", "Bearer"}, 400, "invalid-authorization", "invalid_request"},
+		{"Bearer and spaces", "", []string{"Authorization", "Bearer   "}, 400, "invalid-authorization", "invalid_request"},
+		{"Bearer, a tab, the token", "", []string{"Authorization", "Bearer\t" + good}, 400, "invalid-authorization", "invalid_request"},
+		{"Bearer, a space and a tab", "", []string{"Authorization", "Bearer \t" + good}, 400, "invalid-authorization", "invalid_request"},
+		{"padding alone", "=====", nil, 400, "invalid-authorization", "invalid_request"},
+		{"padding inside", "abc=def", nil, 400, "invalid-authorization", "invalid_request"},
+		{"a non-ASCII token", "é", nil, 400, "invalid-authorization", "invalid_request"},
+		{"a comma", good + ",", nil, 400, "invalid-authorization", "invalid_request"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -433,5 +449,42 @@ func TestOAuthIssuerStalled(t *testing.T) {
 	}
 	if hits.Load() != 0 {
 		t.Fatal("a request ran upstream while the issuer stalled")
+	}
+}
+
+// TestBearerSyntax: what bearer takes as a token, what it leaves to
+// other verifiers (no Bearer credentials: 401 without an error code) and
+// what it refuses as a malformed Bearer credential (400
+// invalid-authorization, RFC 6750 §3.1 invalid_request).
+func TestBearerSyntax(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		tok   string // the token taken
+		mine  bool
+		bad   bool
+	}{
+		{"Bearer abc.DEF-_~+/==", "abc.DEF-_~+/==", true, false},
+		{"bearer abc", "abc", true, false},
+		{"BEARER  abc ", "abc", true, false},
+		{" Bearer abc\t", "abc", true, false},
+		{"", "", false, false},
+		{"   ", "", false, false},
+		{"Basic Zm9vOmJhcg==", "", false, false},
+		{"Token abc", "", false, false},
+		{"Bearerabc", "", false, false},
+		{"Bearer", "", true, true},
+		{"Bearer\tabc", "", true, true},
+		{"Bearer \tabc", "", true, true},
+		{"Bearer =====", "", true, true},
+		{"Bearer a=b", "", true, true},
+		{"Bearer é", "", true, true},
+		{"Bearer a b", "", true, true},
+		{"Bearer a\tb", "", true, true},
+		{"Bearer a,b", "", true, true},
+	} {
+		tok, mine, e := bearer(&agtp.Request{Header: http.Header{"Authorization": {tc.value}}})
+		if tok != tc.tok || mine != tc.mine || (e != nil) != tc.bad || (e != nil && e.Reason != agtp.InvalidAuthorization.Token) {
+			t.Errorf("bearer(%q) = %q, %v, %v; want %q, %v, refused %v", tc.value, tok, mine, e, tc.tok, tc.mine, tc.bad)
+		}
 	}
 }
