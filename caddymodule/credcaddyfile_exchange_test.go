@@ -166,5 +166,48 @@ func TestTokenExchangeNeedsTLS(t *testing.T) {
 			`upstream legacy: credentials token_exchange: token_endpoint "http://auth.example.com/token" must be https`},
 		{"http token_endpoint on a private address", block("token_endpoint http://10.0.0.5/token"), js("token_endpoint", "http://10.0.0.5/token"),
 			`token_endpoint "http://10.0.0.5/token" must be https`},
+		// No userinfo or fragment (they were accepted), and no query in
+		// an issuer (RFC 8414 §2); a token endpoint may have one (RFC
+		// 6749 §3.2). The password is not repeated.
+		{"issuer with userinfo", block("issuer https://gw:pw@auth.example.com"), js("issuer", "https://gw:pw@auth.example.com"),
+			`issuer "https://gw:xxxxx@auth.example.com" must not carry userinfo`},
+		{"token_endpoint with userinfo", block("token_endpoint https://gw@auth.example.com/token"), js("token_endpoint", "https://gw@auth.example.com/token"),
+			`token_endpoint "https://gw@auth.example.com/token" must not carry userinfo`},
+		{"issuer with a fragment", block("issuer https://auth.example.com#x"), js("issuer", "https://auth.example.com#x"),
+			`issuer "https://auth.example.com#x" must not have a fragment`},
+		{"token_endpoint with a fragment", block("token_endpoint https://auth.example.com/token#x"), js("token_endpoint", "https://auth.example.com/token#x"),
+			`token_endpoint "https://auth.example.com/token#x" must not have a fragment`},
+		{"issuer with a query", block("issuer https://auth.example.com/?tenant=a"), js("issuer", "https://auth.example.com/?tenant=a"),
+			`issuer "https://auth.example.com/?tenant=a" must not have a query`},
+		{"token_endpoint with a query", block("token_endpoint https://auth.example.com/token?tenant=a"), js("token_endpoint", "https://auth.example.com/token?tenant=a"), ""},
+	})
+}
+
+// TestOAuthURLsRefused: the identity oauth block's issuer, jwks_uri and
+// introspection_endpoint refuse userinfo and fragments, the issuer a
+// query too (RFC 8414 §2), as the token exchange's URLs (they were
+// accepted).
+func TestOAuthURLsRefused(t *testing.T) {
+	block := func(knobs string) string {
+		return "identity oauth\n\t\toauth {\n\t\t\tresource https://gw.example\n\t\t\t" + knobs + "\n\t\t}"
+	}
+	js := func(members string) string {
+		return `"identity":"oauth","oauth":{"resource":"https://gw.example",` + members + `}`
+	}
+	runConfigCases(t, []configCase{
+		{"plain", block("issuer https://as.example"), js(`"issuer":"https://as.example"`), ""},
+		{"issuer with userinfo", block("issuer https://u:pw@as.example"), js(`"issuer":"https://u:pw@as.example"`),
+			`oauth.issuer "https://u:xxxxx@as.example" must not carry userinfo`},
+		{"issuer with a fragment", block("issuer https://as.example/#f"), js(`"issuer":"https://as.example/#f"`),
+			`oauth.issuer "https://as.example/#f" must not have a fragment`},
+		{"issuer with a query", block("issuer https://as.example/?t=1"), js(`"issuer":"https://as.example/?t=1"`),
+			`oauth.issuer "https://as.example/?t=1" must not have a query`},
+		{"jwks_uri with a query", block("issuer https://as.example\n\t\t\tjwks_uri https://as.example/jwks?t=1"),
+			js(`"issuer":"https://as.example","jwks_uri":"https://as.example/jwks?t=1"`), ""},
+		{"jwks_uri with a fragment", block("issuer https://as.example\n\t\t\tjwks_uri https://as.example/jwks#k"),
+			js(`"issuer":"https://as.example","jwks_uri":"https://as.example/jwks#k"`), `oauth.jwks_uri "https://as.example/jwks#k" must not have a fragment`},
+		{"introspection_endpoint with userinfo", block("issuer https://as.example\n\t\t\tintrospection_endpoint https://u:pw@as.example/introspect"),
+			js(`"issuer":"https://as.example","introspection_endpoint":"https://u:pw@as.example/introspect"`),
+			`oauth.introspection_endpoint "https://u:xxxxx@as.example/introspect" must not carry userinfo`},
 	})
 }

@@ -195,8 +195,8 @@ func (c *OAuthConfig) validate() error {
 	if c.Issuer == "" {
 		return errors.New("rcns: identity oauth needs oauth.issuer (the authorization server's issuer URL)")
 	}
-	if err := secureurl.Check(c.Issuer); err != nil {
-		return fmt.Errorf("rcns: oauth.issuer %q %v", c.Issuer, err)
+	if err := secureurl.CheckIssuer(c.Issuer); err != nil {
+		return fmt.Errorf("rcns: oauth.issuer %q %v", secureurl.Redacted(c.Issuer), err)
 	}
 	if c.Resource == "" {
 		return errors.New("rcns: identity oauth needs oauth.resource (this gateway's resource identifier, the audience its tokens carry, such as https://gateway.example.com)")
@@ -209,7 +209,7 @@ func (c *OAuthConfig) validate() error {
 			continue
 		}
 		if err := secureurl.Check(k.v); err != nil {
-			return fmt.Errorf("rcns: oauth.%s %q %v", k.name, k.v, err)
+			return fmt.Errorf("rcns: oauth.%s %q %v", k.name, secureurl.Redacted(k.v), err)
 		}
 	}
 	if (c.ClientID == "") != (c.ClientSecret == "") {

@@ -167,12 +167,17 @@ func NewTokenExchange(cfg TokenExchangeConfig) (*TokenExchange, error) {
 	// token endpoint, and takes the endpoint from the issuer's
 	// metadata: both over TLS (RFC 6749 §3.2, RFC 8414 §2), as the oauth
 	// block's URLs.
-	for _, k := range []struct{ name, v string }{{"issuer", cfg.Issuer}, {"token_endpoint", cfg.TokenEndpoint}} {
+	// An issuer has no query (RFC 8414 §2); neither has userinfo or a
+	// fragment (secureurl).
+	for _, k := range []struct {
+		name, v string
+		check   func(string) error
+	}{{"issuer", cfg.Issuer, secureurl.CheckIssuer}, {"token_endpoint", cfg.TokenEndpoint, secureurl.Check}} {
 		if k.v == "" {
 			continue
 		}
-		if err := secureurl.Check(k.v); err != nil {
-			return nil, fmt.Errorf("upstream %s: credentials token_exchange: %s %q %v: the gateway sends its client_secret and the caller's token there", cfg.Upstream, k.name, k.v, err)
+		if err := k.check(k.v); err != nil {
+			return nil, fmt.Errorf("upstream %s: credentials token_exchange: %s %q %v: the gateway sends its client_secret and the caller's token there", cfg.Upstream, k.name, secureurl.Redacted(k.v), err)
 		}
 	}
 	if cfg.ClientID == "" || cfg.ClientSecret == "" {
@@ -613,6 +618,13 @@ func (x *TokenExchange) tokenEndpoint(ctx context.Context) (string, error) {
 			case errors.Is(err, secureurl.ErrCleartext) && strings.HasPrefix(strings.ToLower(m.TokenEndpoint), "http:"):
 				// Never sent the secret or a token: fail closed.
 				insecure = &insecureEndpoint{metadata: u, endpoint: m.TokenEndpoint}
+				continue
+			case errors.Is(err, secureurl.ErrUserinfo) || errors.Is(err, secureurl.ErrFragment):
+				// Not a token endpoint any retry mends.
+				if fault == nil {
+					fault = &metadataFault{metadata: u, what: "names a token endpoint the gateway does not use",
+						cause: fmt.Sprintf("token_endpoint %s %v", strconv.Quote(clip(secureurl.Redacted(m.TokenEndpoint))), err)}
+				}
 				continue
 			case err != nil:
 				last = fmt.Errorf("the metadata at %s has no usable token_endpoint", u)

@@ -21,9 +21,38 @@ func TestCheck(t *testing.T) {
 		"auth.example.com/token":         ErrNotAbsolute,
 		"":                               ErrNotAbsolute,
 		"https://%zz":                    ErrNotAbsolute,
+		// No userinfo, no fragment; a query is an endpoint's right.
+		"https://user:pw@auth.example.com/":   ErrUserinfo,
+		"https://user@auth.example.com/token": ErrUserinfo,
+		"https://@auth.example.com/token":     ErrUserinfo,
+		"http://user:pw@127.0.0.1:9000/":      ErrUserinfo,
+		"http://user:pw@auth.example.com/":    ErrUserinfo,
+		"https://auth.example.com/token#x":    ErrFragment,
+		"https://auth.example.com/token#":     ErrFragment,
+		"https://auth.example.com/token?x=1":  nil,
 	} {
 		if got := Check(s); !errors.Is(got, want) {
 			t.Errorf("Check(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// TestCheckIssuer: an issuer is Check's URL without a query (RFC 8414
+// §2).
+func TestCheckIssuer(t *testing.T) {
+	for s, want := range map[string]error{
+		"https://auth.example.com":           nil,
+		"https://auth.example.com/realms/x":  nil,
+		"http://localhost:9000":              nil,
+		"https://auth.example.com/?tenant=a": ErrQuery,
+		"https://auth.example.com?":          ErrQuery,
+		"https://auth.example.com/#x":        ErrFragment,
+		"https://u:p@auth.example.com":       ErrUserinfo,
+		"http://auth.example.com":            ErrCleartext,
+		"/realms/x":                          ErrNotAbsolute,
+	} {
+		if got := CheckIssuer(s); !errors.Is(got, want) {
+			t.Errorf("CheckIssuer(%q) = %v, want %v", s, got, want)
 		}
 	}
 }
