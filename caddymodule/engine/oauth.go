@@ -19,6 +19,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/upstreamauth"
 	"github.com/caddy-rcns/caddy-rcns/internal/closecache"
+	"github.com/caddy-rcns/caddy-rcns/internal/secureurl"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/go-jose/go-jose/v4"
@@ -552,6 +553,11 @@ func (v *oauthVerifier) readKeys(ctx context.Context) (*jose.JSONWebKeySet, erro
 		}
 		if meta.JWKSURI == "" {
 			return nil, errors.New("the issuer's metadata has no jwks_uri")
+		}
+		// The keys every token is verified with: never over cleartext
+		// to another host, as the configured jwks_uri (oauthconfig.go).
+		if err := secureurl.Check(meta.JWKSURI); err != nil {
+			return nil, fmt.Errorf("the issuer's metadata names jwks_uri %q, which %v: no keys are read from it", textcut.Clip(secureurl.Redacted(meta.JWKSURI)), err)
 		}
 		uri = meta.JWKSURI
 	}

@@ -3,8 +3,11 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +17,8 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/internal/oauthtest"
 	"github.com/go-jose/go-jose/v4"
 	josejwt "github.com/go-jose/go-jose/v4/jwt"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // fakeIssuer is an authorization server the test steers: its RFC 8414
@@ -29,7 +34,8 @@ type fakeIssuer struct {
 	delay     time.Duration
 	jwksFail  bool
 	jwksHang  bool
-	jwksBody  string // when set, the JWKS answer instead of the key set
+	jwksBody  string         // when set, the JWKS answer instead of the key set
+	meta      map[string]any // members set over the metadata's
 	metaFetch atomic.Int64
 	jwksFetch atomic.Int64
 }
@@ -55,9 +61,13 @@ func newFakeIssuer(t *testing.T) *fakeIssuer {
 		f.metaFetch.Add(1)
 		wait()
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"issuer": f.url, "jwks_uri": f.url + "/jwks",
+		m := map[string]any{"issuer": f.url, "jwks_uri": f.url + "/jwks",
 			"token_endpoint": f.url + "/token", "response_types_supported": []string{"code"},
-			"code_challenge_methods_supported": []string{"S256"}})
+			"code_challenge_methods_supported": []string{"S256"}}
+		f.mu.Lock()
+		maps.Copy(m, f.meta)
+		f.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(m)
 	})
 	mux.HandleFunc("GET /jwks", func(w http.ResponseWriter, r *http.Request) {
 		f.jwksFetch.Add(1)
@@ -311,5 +321,41 @@ func TestOAuthRequireATJWTRealIssuer(t *testing.T) {
 	w := newOAuthWorld(t, func(c *OAuthConfig) { c.RequireATJWT = true })
 	if a := w.fetch(t, w.token(t, benchClient, oauthResource, "bench:read")); a.Status != 200 {
 		t.Fatalf("oidc-provider's token under require_at_jwt: %s, want 200", a)
+	}
+}
+
+// TestOAuthDiscoveredURLsNeedTLS: a jwks_uri or introspection_endpoint
+// the issuer's metadata names over http on a host that is not loopback
+// is not used (the configured ones are refused at load: the same rule
+// for discovered ones): no keys read from it, no client secret or token
+// sent to it; 503 issuer-unavailable, the WARN naming the URL (found by
+// helper-79: only the configured URLs were checked; oauthex checks the
+// metadata's endpoints, not its jwks_uri). The .invalid hosts resolve
+// nowhere: had the gateway tried them, the answer would be the same 503
+// with a resolution error in the WARN, which the test reads.
+func TestOAuthDiscoveredURLsNeedTLS(t *testing.T) {
+	f := newFakeIssuer(t)
+	f.set(func(f *fakeIssuer) { f.meta = map[string]any{"jwks_uri": "http://as.invalid/jwks"} })
+	te := fakeIssuerEngine(t, f)
+	core, logs := observer.New(zap.WarnLevel)
+	te.logger = zap.New(core)
+	te.oauth.log = te.logger
+	a := serveToken(t, te, t.Context(), f.token(t, "at+jwt"))
+	if a.Status != 503 || a.str("reason") != "issuer-unavailable" || f.jwksFetch.Load() != 0 {
+		t.Fatalf("a JWT under a cleartext jwks_uri: %s", a)
+	}
+	if w := logs.FilterMessageSnippet("unavailable").All(); len(w) == 0 || !strings.Contains(fmt.Sprint(w[0].ContextMap()), "http://as.invalid/jwks") ||
+		!strings.Contains(fmt.Sprint(w[0].ContextMap()), "no keys are read from it") {
+		t.Fatalf("WARN lines: %v", logs.All())
+	}
+
+	g := newFakeIssuer(t)
+	g.set(func(f *fakeIssuer) { f.meta = map[string]any{"introspection_endpoint": "http://as.invalid/introspect"} })
+	ti := fakeIssuerEngine(t, g, func(c *OAuthConfig) { c.ClientID, c.ClientSecret = "rcns-gateway", "s3cret" })
+	a = serveToken(t, ti, t.Context(), "an-opaque-token")
+	// (The metadata reader, oauthex, refuses such an
+	// introspection_endpoint itself: the metadata is not taken.)
+	if a.Status != 503 || a.str("reason") != "issuer-unavailable" {
+		t.Fatalf("an opaque token under a cleartext introspection_endpoint: %s", a)
 	}
 }
