@@ -19,23 +19,119 @@ import (
 )
 
 // A captured plan is a contract's recipe in portable form: the recipe
-// document and the documents of the Tier B endpoints its steps call,
-// exactly as they were loaded (schema.Document.Value, before ${ENV}
-// references in endpoint headers are resolved, so no secret travels).
-// A node that did not load those files, or loads other versions of
-// them, rebuilds the same plan from it against its own upstreams and
-// method policy (Restorer), so a contract runs what was captured
-// wherever it is presented (ARCHITECTURE.md "Beyond one machine").
+// document and the documents of the Tier B endpoints its steps call, as
+// they were loaded (schema.Document.Value) but without each endpoint's
+// call settings (external_service.headers and timeout_seconds, see
+// callSettings): a contract stores no credential, and a step sends the
+// headers and waits the timeout of the endpoint the running
+// configuration declares under the same (method, path), as its upstream
+// resolves by name (cases/06). A node that did not load those files, or
+// loads other versions of them, rebuilds the same plan from it against
+// its own upstreams, endpoints and method policy (Restorer), so a
+// contract runs what was captured wherever it is presented
+// (ARCHITECTURE.md "Beyond one machine"); a step whose endpoint that
+// node does not declare with the captured terms (stepTerms) is
+// unavailable there (Recipe.UnavailableEndpoints).
 //
 // The serialized form is the RFC 8785 (JCS) canonical JSON of
 //
-//	{"version":1,"recipe":<recipe document>,"endpoints":[<endpoint document>…]}
+//	{"version":2,"recipe":<recipe document>,"endpoints":[<endpoint document>…]}
 //
 // with the endpoints sorted by "METHOD path" and each listed once; its
-// hash (PlanHash) is the lowercase hex SHA-256 of those bytes.
+// hash (PlanHash) is the lowercase hex SHA-256 of those bytes. Version 1
+// (before callSettings were left out) held the endpoints' headers as
+// written; Restore still reads it, ignoring them.
 
-// planVersion is the captured-plan format version.
-const planVersion = 1
+// planVersion is the captured-plan format version; legacyPlanVersion
+// is the one that held the endpoints' call settings.
+const (
+	planVersion       = 2
+	legacyPlanVersion = 1
+)
+
+// callSettings are the members of an endpoint's external_service that
+// are the operator's, not the contract's: a captured plan leaves them
+// out, and a step takes them from the running configuration's endpoint.
+//
+//   - headers: for the static credential policy they are the upstream
+//     credential (docs/configuration.md "Upstream credentials"); a
+//     rotated or added header must reach every live contract at the
+//     next reload, and a contract stores no credential.
+//   - timeout_seconds: how long the gateway waits for the upstream is
+//     an operational bound, as the upstream's own timeout (which the
+//     step already takes from the running configuration) is; it changes
+//     nothing the agent agreed to.
+var callSettings = []string{"headers", "timeout_seconds"}
+
+// notStepTerms are the top-level members of an endpoint document that
+// do not change what a recipe step does, so a change to them leaves a
+// live contract's step bound to the endpoint (stepTerms):
+//
+//   - description: text for DISCOVER and the manifest;
+//   - internal: whether agents may call the endpoint directly (steps
+//     always may);
+//   - max_result_bytes: the MCP door's bound on the endpoint's own tool;
+//   - deprecated: the endpoint's deprecation notice to its callers.
+//
+// Everything else is what the contract agreed to and stays as captured:
+// method and path (the step's key), semantic (impact and idempotency
+// decide retries and the recipe's impact), input_schema and
+// output_schema, errors, required_scopes (part of the contract's scope
+// set), and in external_service the upstream name, method, path, query,
+// body, input_transform, output_transform and error_map (the call the
+// step makes and how its answer maps). A reload that changes any of
+// these makes the step unavailable to contracts captured before.
+var notStepTerms = []string{"description", "internal", "max_result_bytes", "deprecated"}
+
+// withoutCallSettings returns doc (an endpoint document's JSON value)
+// without its callSettings; doc itself is not modified. A value of
+// another shape is returned as is (the schema refuses it later).
+func withoutCallSettings(doc any) any {
+	m, ok := doc.(map[string]any)
+	if !ok {
+		return doc
+	}
+	svc, ok := m["external_service"].(map[string]any)
+	if !ok {
+		return doc
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	s := make(map[string]any, len(svc))
+	for k, v := range svc {
+		s[k] = v
+	}
+	for _, k := range callSettings {
+		delete(s, k)
+	}
+	out["external_service"] = s
+	return out
+}
+
+// stepTerms is the canonical JSON (RFC 8785) of what an endpoint
+// document fixes for a recipe step: the document without its
+// callSettings and notStepTerms. Two documents with the same step terms
+// make the same call and map it the same way.
+func stepTerms(doc any) ([]byte, error) {
+	v := withoutCallSettings(doc)
+	if m, ok := v.(map[string]any); ok {
+		c := make(map[string]any, len(m))
+		for k, x := range m {
+			c[k] = x
+		}
+		for _, k := range notStepTerms {
+			delete(c, k)
+		}
+		v = c
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return jcs.Transform(raw)
+}
 
 // MaxPlanBytes bounds a captured plan given to Restorer.Restore (bytes):
 // 1 MiB, far above any recipe the schemas admit in practice.
@@ -72,7 +168,7 @@ func (r *Recipe) Plan() (data []byte, hash string, err error) {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			cp.Endpoints = append(cp.Endpoints, seen[k].doc)
+			cp.Endpoints = append(cp.Endpoints, withoutCallSettings(seen[k].doc))
 		}
 		raw, err := json.Marshal(cp)
 		if err != nil {
@@ -96,9 +192,9 @@ func PlanHash(data []byte) string {
 
 // ErrPlan is wrapped by every error Restorer.Restore returns for a plan
 // that cannot be rebuilt here (malformed, too large, a hash that does not
-// match, a document that fails its schema, a method this node does not
-// serve, or a header's ${VAR} not set here). An upstream this node does
-// not declare is not one: see Recipe.MissingUpstreams.
+// match, a document that fails its schema, or a method this node does
+// not serve). An upstream or a step endpoint this node does not declare
+// is not one: see Recipe.MissingUpstreams and UnavailableEndpoints.
 var ErrPlan = errors.New("captured plan cannot be restored")
 
 // DefaultMaxPlans is the number of compiled plans a Restorer keeps when
@@ -106,23 +202,33 @@ var ErrPlan = errors.New("captured plan cannot be restored")
 const DefaultMaxPlans = 1024
 
 // Restorer rebuilds captured plans into runnable recipes against one
-// configuration (its method policy and upstream clients), keeping the
-// compiled ones in a bounded cache keyed by plan hash (ristretto/v2, cost
-// 1 per plan, at most maxPlans). The plans of the recipes this
-// configuration loaded resolve to those recipes without a rebuild. Build
-// a new Restorer on each config load: its recipes hold that load's
-// upstream clients. Safe for concurrent use; Close releases the cache.
+// configuration (its method policy, upstream clients and Tier B
+// endpoints), keeping the compiled ones in a bounded cache keyed by plan
+// hash (ristretto/v2, cost 1 per plan, at most maxPlans). The plans of
+// the recipes this configuration loaded resolve to those recipes without
+// a rebuild. Build a new Restorer on each config load: its recipes hold
+// that load's upstream clients and endpoints' call settings. Safe for
+// concurrent use; Close releases the cache.
 type Restorer struct {
 	mp        *policy.MethodPolicy
 	upstreams map[string]*Upstream
+	endpoints map[string]currentEndpoint // "METHOD path" → the configuration's endpoint
 	known     map[string]*Recipe
 	cache     *closecache.Cache[string, *Recipe]
 }
 
-// NewRestorer returns a Restorer for the configuration (mp, upstreams)
+// currentEndpoint is an endpoint of the Restorer's configuration and its
+// stepTerms (nil when they could not be computed: never bound).
+type currentEndpoint struct {
+	e     *Endpoint
+	terms []byte
+}
+
+// NewRestorer returns a Restorer for the configuration (mp, upstreams,
+// endpoints: every Tier B endpoint it loaded, internal ones included)
 // whose loaded recipes are known, keeping at most maxPlans rebuilt plans
 // (0 means DefaultMaxPlans; negative is an error).
-func NewRestorer(mp *policy.MethodPolicy, upstreams map[string]*Upstream, known []*Recipe, maxPlans int) (*Restorer, error) {
+func NewRestorer(mp *policy.MethodPolicy, upstreams map[string]*Upstream, endpoints []*Endpoint, known []*Recipe, maxPlans int) (*Restorer, error) {
 	switch {
 	case maxPlans == 0:
 		maxPlans = DefaultMaxPlans
@@ -138,7 +244,14 @@ func NewRestorer(mp *policy.MethodPolicy, upstreams map[string]*Upstream, known 
 	if err != nil {
 		return nil, fmt.Errorf("recipes: plan cache: %w", err)
 	}
-	rs := &Restorer{mp: mp, upstreams: upstreams, known: map[string]*Recipe{}, cache: closecache.New(cache)}
+	rs := &Restorer{mp: mp, upstreams: upstreams, endpoints: map[string]currentEndpoint{}, known: map[string]*Recipe{}, cache: closecache.New(cache)}
+	for _, e := range endpoints {
+		ce := currentEndpoint{e: e}
+		if e.doc != nil {
+			ce.terms, _ = stepTerms(e.doc)
+		}
+		rs.endpoints[e.Method+" "+e.Path] = ce
+	}
 	for _, r := range known {
 		_, h, err := r.Plan()
 		if err != nil {
@@ -165,15 +278,28 @@ func (rs *Restorer) Cached(hash string) (*Recipe, bool) {
 	return rs.cache.Load().Get(hash)
 }
 
+// rawPlan is a captured plan as read back, its documents undecoded.
+type rawPlan struct {
+	Version   int               `json:"version"`
+	Recipe    json.RawMessage   `json:"recipe"`
+	Endpoints []json.RawMessage `json:"endpoints"`
+}
+
 // Restore returns the recipe of the captured plan data whose hash is
 // hash: a loaded or cached one, else one rebuilt from the documents
 // (each validated against its schema, the endpoints built against this
 // configuration's upstreams and method policy, the recipe built over
-// those endpoints only) and cached. A step whose upstream this
-// configuration does not declare does not fail the rebuild: the recipe
-// names it in MissingUpstreams and must not be run (the caller refuses
-// the contract, naming the upstream). Errors wrap ErrPlan and name what
-// failed; nothing is cached then.
+// those endpoints only) and cached. Each step is bound to the endpoint
+// this configuration declares under the same (method, path) when its
+// step terms (stepTerms) are the captured ones: the step sends that
+// endpoint's headers and waits its timeout. A step whose upstream this
+// configuration does not declare, or whose endpoint it does not declare
+// with those terms, does not fail the rebuild: the recipe names it in
+// MissingUpstreams or UnavailableEndpoints and must not be run (the
+// caller refuses the contract, naming them). A version-1 plan, which
+// held the endpoints' headers and timeouts as written at mint, is read
+// without them: they are ignored, never sent. Errors wrap ErrPlan and
+// name what failed; nothing is cached then.
 func (rs *Restorer) Restore(hash string, data []byte) (*Recipe, error) {
 	if r, ok := rs.Cached(hash); ok {
 		return r, nil
@@ -184,17 +310,63 @@ func (rs *Restorer) Restore(hash string, data []byte) (*Recipe, error) {
 	if got := PlanHash(data); got != hash {
 		return nil, fmt.Errorf("%w: its bytes hash to %s, not %s", ErrPlan, got, hash)
 	}
-	var cp struct {
-		Version   int               `json:"version"`
-		Recipe    json.RawMessage   `json:"recipe"`
-		Endpoints []json.RawMessage `json:"endpoints"`
-	}
+	var cp rawPlan
 	if err := json.Unmarshal(data, &cp); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrPlan, err)
 	}
-	if cp.Version != planVersion {
+	switch cp.Version {
+	case planVersion:
+	case legacyPlanVersion:
+		return rs.restoreLegacy(hash, cp)
+	default:
 		return nil, fmt.Errorf("%w: version %d, want %d", ErrPlan, cp.Version, planVersion)
 	}
+	r, err := rs.rebuild(hash, cp)
+	if err != nil {
+		return nil, err
+	}
+	rs.cache.Load().Set(hash, r, 1)
+	return r, nil
+}
+
+// restoreLegacy restores a version-1 plan (hash): its endpoint
+// documents without their call settings, rebuilt as the version-2 plan
+// they make, and cached under hash. The recipe is always a rebuilt one
+// (never a loaded one), which remembers hash for
+// CapturedContract.Contract; its Plan is the version-2 plan.
+func (rs *Restorer) restoreLegacy(hash string, cp rawPlan) (*Recipe, error) {
+	eps := make([]any, len(cp.Endpoints))
+	for i, raw := range cp.Endpoints {
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrPlan, err)
+		}
+		eps[i] = withoutCallSettings(v)
+	}
+	raw, err := json.Marshal(capturedPlan{Version: planVersion, Recipe: cp.Recipe, Endpoints: eps})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrPlan, err)
+	}
+	plan, err := jcs.Transform(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrPlan, err)
+	}
+	var v2 rawPlan
+	if err := json.Unmarshal(plan, &v2); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrPlan, err)
+	}
+	r, err := rs.rebuild(PlanHash(plan), v2)
+	if err != nil {
+		return nil, err
+	}
+	r.legacyHash = hash
+	rs.cache.Load().Set(hash, r, 1)
+	return r, nil
+}
+
+// rebuild builds the recipe of the version-2 plan cp whose hash is hash
+// (Restore), not cached.
+func (rs *Restorer) rebuild(hash string, cp rawPlan) (*Recipe, error) {
 	eps := map[string]*Endpoint{}
 	for i, raw := range cp.Endpoints {
 		doc, err := schema.Parse(fmt.Sprintf("captured plan %.12s endpoint %d", hash, i), raw, schema.KindEndpoint)
@@ -205,6 +377,7 @@ func (rs *Restorer) Restore(hash string, data []byte) (*Recipe, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrPlan, err)
 		}
+		rs.bindCurrent(e)
 		eps[e.Method+" "+e.Path] = e
 	}
 	doc, err := schema.Parse(fmt.Sprintf("captured plan %.12s recipe", hash), cp.Recipe, schema.KindRecipe)
@@ -218,8 +391,25 @@ func (rs *Restorer) Restore(hash string, data []byte) (*Recipe, error) {
 	if _, h, err := r.Plan(); err != nil || h != hash {
 		return nil, fmt.Errorf("%w: the rebuilt plan hashes to %s, not %s (%v)", ErrPlan, h, hash, err)
 	}
-	rs.cache.Load().Set(hash, r, 1)
 	return r, nil
+}
+
+// bindCurrent gives e, an endpoint rebuilt from a captured plan, the
+// upstream call of the endpoint this configuration declares under its
+// (method, path) when their step terms are the same: its headers (the
+// upstream credential of a static policy), its timeout and its upstream
+// client, the captured document staying e's (the plan's bytes). Without
+// such an endpoint e is unavailable: it keeps the captured call with
+// no headers, and every call of it fails.
+func (rs *Restorer) bindCurrent(e *Endpoint) {
+	cur, ok := rs.endpoints[e.Method+" "+e.Path]
+	if ok && cur.terms != nil {
+		if terms, err := stepTerms(e.doc); err == nil && bytes.Equal(terms, cur.terms) {
+			e.svc = cur.e.svc
+			return
+		}
+	}
+	e.unavailable = true
 }
 
 // CapturedContract is a contract's portable form without its plan: every
@@ -260,11 +450,13 @@ func (c *Contract) Capture() (CapturedContract, []byte, error) {
 }
 
 // Contract returns the contract cc describes running r (the recipe its
-// PlanHash names, from Restorer). It fails when r's plan hash differs.
+// PlanHash names, from Restorer). It fails when r's plan hash differs
+// (unless r was rebuilt from cc's version-1 plan: its Plan is the
+// version-2 form of it).
 // The contract's state is the store's: a Contract built here is never
 // put in a memory Store.
 func (cc CapturedContract) Contract(r *Recipe) (*Contract, error) {
-	if _, h, err := r.Plan(); err != nil || h != cc.PlanHash {
+	if _, h, err := r.Plan(); err != nil || h != cc.PlanHash && r.legacyHash != cc.PlanHash {
 		return nil, fmt.Errorf("%w: contract %s names plan %s, the recipe's is %s", ErrPlan, cc.SynthesisID, cc.PlanHash, h)
 	}
 	return &Contract{

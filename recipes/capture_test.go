@@ -49,7 +49,8 @@ func captureEndpoints() []string {
 
 func TestCapturedPlanRunsOnAnotherNode(t *testing.T) {
 	// Node A loaded the recipe; node B has other upstream clients (its
-	// own "up", another server) and never loaded the recipe files.
+	// own "up", another server), loaded the same endpoint files and never
+	// the recipe file.
 	a := newUpstream(t, echoServer(t, "A-").URL)
 	r, _ := buildSet(t, a, captureRecipe, captureEndpoints()...)
 	hash, epJSON, err := r.ContractHashFor("BOOK", "/trip")
@@ -72,7 +73,8 @@ func TestCapturedPlanRunsOnAnotherNode(t *testing.T) {
 	}
 
 	b := newUpstream(t, echoServer(t, "B-").URL)
-	rs, err := NewRestorer(methodPolicy(), map[string]*Upstream{"up": b}, nil, 4)
+	_, bEps := buildSet(t, b, captureRecipe, captureEndpoints()...)
+	rs, err := NewRestorer(methodPolicy(), map[string]*Upstream{"up": b}, endpointList(bEps), nil, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +124,7 @@ func TestRestorerPrefersLoadedRecipes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := NewRestorer(methodPolicy(), map[string]*Upstream{"up": up}, []*Recipe{r}, 0)
+	rs, err := NewRestorer(methodPolicy(), map[string]*Upstream{"up": up}, nil, []*Recipe{r}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,11 +155,11 @@ func TestRestoreRefusals(t *testing.T) {
 		{"tampered bytes", map[string]*Upstream{"up": up}, hash, []byte(strings.Replace(string(plan), `"7"`, `"8"`, 1)), "hash to"},
 		{"too large", map[string]*Upstream{"up": up}, hash, make([]byte, MaxPlanBytes+1), "limit"},
 		{"not json", map[string]*Upstream{"up": up}, PlanHash([]byte("{")), []byte("{"), "captured plan cannot be restored"},
-		{"other version", map[string]*Upstream{"up": up}, PlanHash([]byte(`{"version":2}`)), []byte(`{"version":2}`), "version 2"},
+		{"other version", map[string]*Upstream{"up": up}, PlanHash([]byte(`{"version":3}`)), []byte(`{"version":3}`), "version 3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rs, err := NewRestorer(methodPolicy(), tt.upstreams, nil, 2)
+			rs, err := NewRestorer(methodPolicy(), tt.upstreams, nil, nil, 2)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +187,7 @@ func TestRestoreUnboundUpstream(t *testing.T) {
 		t.Fatalf("a loaded recipe reports missing upstreams %v", got)
 	}
 	other := newUpstream(t, echoServer(t, "").URL)
-	rs, err := NewRestorer(methodPolicy(), map[string]*Upstream{"other": other}, nil, 2)
+	rs, err := NewRestorer(methodPolicy(), map[string]*Upstream{"other": other}, nil, nil, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,6 +198,9 @@ func TestRestoreUnboundUpstream(t *testing.T) {
 	}
 	if got := rr.MissingUpstreams(); !slices.Equal(got, []string{"up"}) {
 		t.Fatalf("MissingUpstreams = %v, want [up]", got)
+	}
+	if got := rr.UnavailableEndpoints(); !slices.Equal(got, []string{"FETCH /alpha", "FETCH /beta"}) {
+		t.Fatalf("UnavailableEndpoints = %v, want both steps' endpoints", got)
 	}
 	if rr.Steps[0].Endpoint.UpstreamConfigured() {
 		t.Fatal("a step bound to no upstream reports it configured")

@@ -74,11 +74,17 @@ type Endpoint struct {
 	// doc is the endpoint document as validated (schema.Document.Value),
 	// before ${ENV} references are resolved: what a captured plan
 	// carries (capture.go).
-	doc    any
-	errors map[string]bool
-	input  *compiledSchema
-	output *compiledSchema
-	svc    *externalService
+	doc any
+	// unavailable marks an endpoint of a captured plan a Restorer
+	// rebuilt whose (method, path) the running configuration no longer
+	// declares with the same step terms (stepTerms): it has no current
+	// call settings, every call of it fails, and the recipe names it in
+	// UnavailableEndpoints.
+	unavailable bool
+	errors      map[string]bool
+	input       *compiledSchema
+	output      *compiledSchema
+	svc         *externalService
 	// textTypes are the scalar types query and path values convert to
 	// (ConvertText).
 	textTypes textTypes
@@ -342,6 +348,10 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 	if s.up.unconfigured {
 		return nil, &Failure{Status: 422, Code: ErrUpstreamConnection, SideEffectFree: true, Details: upstreamDetails(s.up.Name, 0),
 			Explanation: fmt.Sprintf("upstream %s is not declared in the running configuration", s.up.Name)}
+	}
+	if e.unavailable {
+		return nil, &Failure{Status: 422, Code: ErrUpstreamConnection, SideEffectFree: true, Details: upstreamDetails(s.up.Name, 0),
+			Explanation: fmt.Sprintf("endpoint %s %s is not declared, or was changed, in the running configuration", e.Method, e.Path)}
 	}
 	// The call's timeout bounds the query and body mappings as well as
 	// the upstream exchange: an operator's runaway jq expression ends at

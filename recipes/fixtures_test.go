@@ -155,3 +155,12 @@ func tryBuildRecipe(t *testing.T, up *Upstream, recipe string, endpoints ...stri
 // runaway is a jq expression that runs for hours unless its context
 // stops it (constant memory: a reduction, not an array).
 const runaway = `(reduce range(1e12) as $i (0; . + 1))`
+
+// endpointList is the endpoints of a buildSet map, for NewRestorer.
+func endpointList(eps map[string]*Endpoint) []*Endpoint {
+	out := make([]*Endpoint, 0, len(eps))
+	for _, e := range eps {
+		out = append(out, e)
+	}
+	return out
+}

@@ -75,6 +75,13 @@ type Recipe struct {
 	// missing lists the upstreams the steps name that the configuration
 	// the recipe was built against does not declare (sorted, unique).
 	missing []string
+	// unavailable lists the step endpoints ("METHOD path") that the
+	// configuration the recipe was built against does not declare with
+	// the terms the plan captured (sorted, unique).
+	unavailable []string
+	// legacyHash is the hash of the version-1 captured plan a Restorer
+	// rebuilt this recipe from (CapturedContract.Contract), or "".
+	legacyHash string
 }
 
 // Step is one plan step: a Tier B endpoint called with the result of a
@@ -222,10 +229,14 @@ func BuildRecipe(doc *schema.Document, mp *policy.MethodPolicy, lookup EndpointL
 		if !ep.UpstreamConfigured() && !slices.Contains(r.missing, ep.UpstreamName()) {
 			r.missing = append(r.missing, ep.UpstreamName())
 		}
+		if key := ep.Method + " " + ep.Path; ep.unavailable && !slices.Contains(r.unavailable, key) {
+			r.unavailable = append(r.unavailable, key)
+		}
 		seen[sd.Name] = true
 		vars = append(vars, "$"+sd.Name)
 	}
 	sort.Strings(r.missing)
+	sort.Strings(r.unavailable)
 	if r.outExpr, err = CompileExpr(d.Output, vars); err != nil {
 		return nil, doc.Errorf("/output", "%v", err)
 	}
@@ -329,6 +340,16 @@ func (r *Recipe) PatternPath() string {
 // recipe must not run (every call of such a step fails), and the
 // contract that captured it is refused naming them.
 func (r *Recipe) MissingUpstreams() []string { return r.missing }
+
+// UnavailableEndpoints returns the step endpoints ("METHOD path") of a
+// recipe a Restorer rebuilt from a captured plan that the configuration
+// it was built against no longer declares with the terms the plan
+// captured (removed, or changed in anything but its call settings:
+// stepTerms), sorted; nil when every step is bound to a current
+// endpoint. Such a recipe must not run: a step's headers (its upstream
+// credential) and timeout come only from the running configuration's
+// endpoint, and there is none. The contract is refused naming them.
+func (r *Recipe) UnavailableEndpoints() []string { return r.unavailable }
 
 // Depth is the number of leaf steps of the plan (spec §13.2, OP-16).
 func (r *Recipe) Depth() int { return len(r.Steps) }

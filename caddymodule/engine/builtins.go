@@ -238,15 +238,25 @@ func (h *Engine) revoke(x *exchange, req *request, p map[string]any) {
 				entry["current_version"] = cur
 			}
 			// A contract whose plan calls an upstream this configuration
-			// no longer declares is stale too, whatever its version: it
-			// is refused when presented (missingUpstreams).
+			// no longer declares, or a step endpoint it no longer
+			// declares as captured, is stale too, whatever its version:
+			// it is refused when presented (unbound). One whose steps'
+			// endpoints changed only their headers or timeout is not:
+			// presented, it sends and waits what this configuration
+			// says (bind).
 			runnable := true
 			if rec, err := h.bind(c); err != nil {
 				x.log().Warn("stale sweep: a contract's plan cannot be bound to this configuration", zap.String("synthesis_id", c.SynthesisID), zap.Error(err))
 				runnable = false
-			} else if missing := rec.MissingUpstreams(); missing != nil {
-				entry["missing_upstreams"] = missing
-				runnable = false
+			} else {
+				if missing := rec.MissingUpstreams(); missing != nil {
+					entry["missing_upstreams"] = missing
+					runnable = false
+				}
+				if gone := rec.UnavailableEndpoints(); gone != nil {
+					entry["unavailable_endpoints"] = gone
+					runnable = false
+				}
 			}
 			switch {
 			case ok && cur == c.Lineage.RecipeVersion && runnable:

@@ -90,8 +90,8 @@ func (h *Engine) runContract(x *exchange, req *request, c *recipes.Contract, via
 		return
 	}
 	x.traceRecipe(rec)
-	if missing := rec.MissingUpstreams(); missing != nil {
-		h.refuse(x, req, nil, missingUpstreams(c, missing))
+	if e := unbound(c, rec); e != nil {
+		h.refuse(x, req, nil, e)
 		return
 	}
 	if ref := policy.CheckRequiredScopes(req.caller, rec.RequiredScopes); ref != nil {
@@ -180,12 +180,17 @@ func contractRef(c *recipes.Contract) idempotency.ContractRef {
 // bind returns the recipe c runs under this configuration: the plan c
 // captured (its recipe version and steps, RCNS §13.1) with each step's
 // upstream resolved to the address, timeout and clients the running
-// configuration gives that name, whichever configuration or node
-// minted c. A plan loaded here resolves to the loaded recipe; another
-// is rebuilt once and cached (recipes.Restorer). A step whose upstream
-// is no longer declared leaves the recipe's MissingUpstreams non-empty
-// (the caller refuses it, missingUpstreams). The error wraps
-// recipes.ErrPlan when the plan cannot be rebuilt here.
+// configuration gives that name, and each step's call settings (its
+// endpoint's headers, the static upstream credential, and its timeout)
+// taken from the endpoint the running configuration declares under the
+// step's (method, path), whichever configuration or node minted c: a
+// contract stores no credential. A plan loaded here resolves to the
+// loaded recipe; another is rebuilt once and cached (recipes.Restorer).
+// A step whose upstream is no longer declared, or whose endpoint is no
+// longer declared with the terms c captured, leaves the recipe's
+// MissingUpstreams or UnavailableEndpoints non-empty (the caller
+// refuses it, unbound). The error wraps recipes.ErrPlan when the plan
+// cannot be rebuilt here.
 func (h *Engine) bind(c *recipes.Contract) (*recipes.Recipe, error) {
 	plan, hash, err := c.Recipe.Plan()
 	if err != nil {
@@ -194,14 +199,32 @@ func (h *Engine) bind(c *recipes.Contract) (*recipes.Recipe, error) {
 	return h.restorer.Restore(hash, plan)
 }
 
-// missingUpstreams is the refusal of a contract whose plan calls
-// upstreams the running configuration no longer declares: 464
-// composition-impossible naming them (docs/troubleshooting.md). Nothing
-// ran; the contract stays live and serves again if they are declared
-// again, and the stale sweep lists it.
-func missingUpstreams(c *recipes.Contract, missing []string) *agtp.Error {
-	return agtp.CompositionImpossible.WithFields(fmt.Sprintf("contract %s calls upstream %s, which the gateway's configuration no longer declares; nothing was run: synthesize a new contract, or ask the operator to declare the upstream again",
-		c.SynthesisID, strings.Join(missing, ", ")), map[string]any{"missing_upstreams": missing})
+// unbound is the refusal of a contract whose plan (bound to this
+// configuration, rec) calls upstreams the running configuration no
+// longer declares, or step endpoints it no longer declares with the
+// terms the contract captured (removed, or changed in more than their
+// headers, timeout or description: recipes.UnavailableEndpoints): 464
+// composition-impossible naming them (missing_upstreams,
+// unavailable_endpoints; docs/troubleshooting.md), nil when every step
+// is bound. Nothing ran; the contract stays live and serves again if
+// they are declared again as captured, and the stale sweep lists it.
+func unbound(c *recipes.Contract, rec *recipes.Recipe) *agtp.Error {
+	missing, gone := rec.MissingUpstreams(), rec.UnavailableEndpoints()
+	if missing == nil && gone == nil {
+		return nil
+	}
+	fields := map[string]any{}
+	var what []string
+	if missing != nil {
+		fields["missing_upstreams"] = missing
+		what = append(what, fmt.Sprintf("upstream %s, which the gateway's configuration no longer declares", strings.Join(missing, ", ")))
+	}
+	if gone != nil {
+		fields["unavailable_endpoints"] = gone
+		what = append(what, fmt.Sprintf("endpoint %s, which the gateway's configuration no longer declares as the contract captured it", strings.Join(gone, ", ")))
+	}
+	return agtp.CompositionImpossible.WithFields(fmt.Sprintf("contract %s calls %s; nothing was run: synthesize a new contract, or ask the operator to declare them again",
+		c.SynthesisID, strings.Join(what, ", and ")), fields)
 }
 
 // execute runs rec, the plan of c bound to this configuration (bind),

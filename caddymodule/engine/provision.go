@@ -198,9 +198,11 @@ func (h *Engine) provision(reg prometheus.Registerer) error {
 		return fmt.Errorf("rcns: metrics: %v", err)
 	}
 	// Every contract, whichever store holds it, runs its captured plan
-	// bound to this configuration's upstreams through the restorer
-	// (bind), so a corrected address serves contracts made before.
-	if h.restorer, err = recipes.NewRestorer(h.methods, h.upstreams, h.set.Recipes, 0); err != nil {
+	// bound to this configuration's upstreams and endpoints through the
+	// restorer (bind), so a corrected address, a rotated header (a
+	// static upstream credential) or a new timeout serves contracts
+	// made before.
+	if h.restorer, err = recipes.NewRestorer(h.methods, h.upstreams, h.set.Endpoints, h.set.Recipes, 0); err != nil {
 		return fmt.Errorf("rcns: contract plans: %v", err)
 	}
 	return nil

@@ -587,7 +587,7 @@ func srSignedSend(agent string, key *ed25519.PrivateKey, method, target, body st
 //   - synthesis-error (464) from storeFailed on recipes.ErrPlan: a
 //     captured plan this node cannot rebuild comes from another
 //     configuration through a shared store.
-//   - composition-impossible (464) from missingUpstreams (presentation,
+//   - composition-impossible (464) from unbound (presentation,
 //     Tier C by pair): a contract whose upstream the running
 //     configuration no longer declares needs the contract to outlive a
 //     reload; each test engine has its own state.

@@ -21,6 +21,7 @@ type Fixture struct {
 	recipe    *recipes.Recipe
 	mp        *policy.MethodPolicy
 	upstreams map[string]*recipes.Upstream
+	endpoints []*recipes.Endpoint
 }
 
 const fixtureEndpoint = `method: FETCH
@@ -69,6 +70,7 @@ func NewFixture(t *testing.T) *Fixture {
 			t.Fatal(err)
 		}
 		eps[e.Method+" "+e.Path] = e
+		f.endpoints = append(f.endpoints, e)
 	}
 	doc, err := schema.Parse("trip.yaml", []byte(fixtureRecipe), schema.KindRecipe)
 	if err != nil {
@@ -80,11 +82,11 @@ func NewFixture(t *testing.T) *Fixture {
 	return f
 }
 
-// Restorer is a second node's: the same upstream names, no loaded
-// recipe.
+// Restorer is a second node's: the same upstream names and endpoint
+// files, no loaded recipe.
 func (f *Fixture) Restorer(t *testing.T) *recipes.Restorer {
 	t.Helper()
-	rs, err := recipes.NewRestorer(f.mp, f.upstreams, nil, 16)
+	rs, err := recipes.NewRestorer(f.mp, f.upstreams, f.endpoints, nil, 16)
 	if err != nil {
 		t.Fatal(err)
 	}
