@@ -16,7 +16,8 @@ import (
 // recipes) leaves a contract that calls it refused, 464
 // composition-impossible naming the upstream, nothing called; the sweep
 // lists it with missing_upstreams, and mode=invalidate ends it
-// (cases/06).
+// (cases/06). The endpoints removed with it are named too
+// (unavailable_endpoints).
 func TestReloadContractsOfRemovedUpstream(t *testing.T) {
 	js, hotel, legacy, docs := reloadWorld(t)
 	recipesDir := filepath.Join(docs, "recipes")
@@ -82,6 +83,10 @@ func TestReloadContractsOfRemovedUpstream(t *testing.T) {
 		b := assert464(t, w.book(t, agentA1, scopeAll, kv...), "composition-impossible")
 		if !strings.Contains(str(b, "explanation"), "upstream hotel") || !findString(b["missing_upstreams"], "hotel") {
 			t.Errorf("upstream removed (%v): the refusal does not name upstream hotel: %v", kv, b)
+		}
+		// Its endpoints went with it: the refusal names them too.
+		if eps, _ := b["unavailable_endpoints"].([]any); len(eps) == 0 {
+			t.Errorf("upstream removed (%v): the refusal names no unavailable_endpoints: %v", kv, b)
 		}
 	}
 	if hotel.Count() != before {
