@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/mcpdoor"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 
@@ -690,5 +691,37 @@ func TestMCPReloadMovingKeysRefuses(t *testing.T) {
 	}
 	if res, err := s2.CallTool(context.Background(), call("1", "mcp-after")); err != nil || res.IsError {
 		t.Fatalf("a keyed call once the running one ended: %v %+v", err, res)
+	}
+}
+
+// TestMCPPlanDeadlineAnswersItself: under the default MCP timeout, a
+// recipe tool whose plan is cut by composition_timeout answers its own
+// upstream_timeout (which step ran, retryable or not), not call-timeout
+// saying the call "goes on at the gateway" when it has ended (found by
+// helper-77: the default timeout was composition_timeout itself, so the
+// door's timer and the plan's deadline raced).
+func TestMCPPlanDeadlineAnswersItself(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(5 * time.Second):
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":%q,"name":"bench item","price":1}`, r.PathValue("id"))
+	})
+	h, url := mcpGatewayTo(t, loopbackServer(t, mux).URL, func(h *Handler) { h.CompositionTimeout = engine.Duration(300 * time.Millisecond) })
+	if got, want := time.Duration(h.MCP.Timeout), 300*time.Millisecond+mcpdoor.TimeoutGrace; got != want {
+		t.Fatalf("default MCP timeout %v, want composition_timeout + %v = %v", got, mcpdoor.TimeoutGrace, want)
+	}
+	s := mcpClient(t, url, map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read"})
+	res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "lookup-item", Arguments: map[string]any{"path": "/item/dl-1", "item_id": "3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	if !res.IsError || !strings.Contains(string(raw), "upstream_timeout") || strings.Contains(string(raw), "call-timeout") {
+		t.Fatalf("a plan cut by its deadline: %s", raw)
 	}
 }

@@ -80,7 +80,10 @@ type Config struct {
 	// Timeout bounds how long one tool call waits for its answer; past
 	// it the call answers the tool error call-timeout while the work
 	// goes on and its answer is kept for an Idempotency-Key replay (as
-	// when an HTTP client disconnects). Default: composition_timeout.
+	// when an HTTP client disconnects). Default: composition_timeout
+	// plus TimeoutGrace, so that a plan cut by its own deadline answers
+	// its upstream_timeout (what ran, what did not) rather than a
+	// call-timeout saying it goes on.
 	Timeout engine.Duration `json:"timeout,omitempty"`
 
 	// TaskAfter is the synchronous budget of a recipe tool's call from
@@ -165,6 +168,10 @@ const (
 	MaxMCPMaxBatch = 1000
 )
 
+// TimeoutGrace is what the default Timeout adds to composition_timeout
+// (2 s): the time a plan cut at its deadline takes to answer.
+const TimeoutGrace = 2 * time.Second
+
 // SetDefaults fills the MCP door's unset knobs with their defaults,
 // those it takes from the handler's configuration h (max_request_body,
 // composition_timeout) included; h has its own defaults applied.
@@ -179,7 +186,7 @@ func (m *Config) SetDefaults(h *engine.Config) {
 		m.MaxJSONDepth = MaxMCPJSONDepth
 	}
 	if m.Timeout == 0 {
-		m.Timeout = h.CompositionTimeout
+		m.Timeout = h.CompositionTimeout + engine.Duration(TimeoutGrace)
 	}
 	if m.PageSize == 0 {
 		m.PageSize = DefaultMCPPageSize
