@@ -870,6 +870,8 @@ func TestEveryStageRefusal(t *testing.T) {
 		// it was dropped, and a retry wrote twice).
 		{stage: "idempotency-key", name: "X-Idempotency-Key alone", send: srSend("FETCH", "/items/1", srMe(LegacyIdempotencyKey, "k-1"), ""),
 			want: agtp.InvalidIdempotencyKey, expl: "send the key as Idempotency-Key"},
+		{stage: "idempotency-key", name: "X-Idempotency-Key empty", send: srSend("FETCH", "/items/1", srMe(LegacyIdempotencyKey, ""), ""),
+			want: agtp.InvalidIdempotencyKey, expl: "send the key as Idempotency-Key"},
 		{stage: "idempotency-key", name: "X-Idempotency-Key beside another key", send: srSend("FETCH", "/items/1", srMe("Idempotency-Key", "k-1", LegacyIdempotencyKey, "k-2"), ""),
 			want: agtp.AmbiguousIdempotencyKey, expl: "X-Idempotency-Key carry different keys"},
 		{stage: "idempotency-key", name: "X-Idempotency-Key malformed beside a key", send: srSend("FETCH", "/items/1", srMe(IdempotencyKeyAlias, "k-1", LegacyIdempotencyKey, `"open`), ""),

@@ -293,6 +293,18 @@ func idempotencyKey(h http.Header, meta mcp.Meta) (string, bool, *jsonrpc.Error)
 		}
 		got = append(got, source{fmt.Sprintf("_meta[%q]", MCPMetaIdempotencyKey), s})
 	}
+	// X-Idempotency-Key keys nothing and is never ignored, as on the
+	// other doors (engine.LegacyIdempotencyKey): alone it is refused,
+	// beside a key it must name the same one.
+	if xv, ok := h[http.CanonicalHeaderKey(engine.LegacyIdempotencyKey)]; ok {
+		if len(got) == 0 {
+			return "", false, invalidParams("%s: the %s header is not read by this gateway, and a call that carries it may expect exactly-once: send the key as the Idempotency-Key header or _meta[%q]",
+				agtp.InvalidIdempotencyKey.Token, engine.LegacyIdempotencyKey, MCPMetaIdempotencyKey)
+		}
+		if len(xv) != 1 || !engine.SameIdempotencyKey(got[0].value, xv[0]) {
+			return "", false, invalidParams("%s and the %s header differ; send the key once, as Idempotency-Key", got[0].name, engine.LegacyIdempotencyKey)
+		}
+	}
 	if len(got) == 0 {
 		return "", false, nil
 	}
