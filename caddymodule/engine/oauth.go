@@ -604,19 +604,32 @@ func (v *oauthVerifier) metadata(ctx context.Context) (*oauthex.AuthServerMeta, 
 		return nil, merr
 	}
 	r, err := v.shared(ctx, "meta", func(ctx context.Context) (any, error) {
-		var last error
+		// Read here, not with oauthex.GetAuthServerMeta: that is an
+		// OAuth client's reader, which refuses an issuer that does not
+		// advertise PKCE (a client's concern, not a resource server's:
+		// a machine-to-machine issuer need not) and endpoints on private
+		// addresses. The URLs this verifier uses are checked where they
+		// are used (readKeys, introspect).
+		var last, mismatch error
 		for _, u := range upstreamauth.MetadataURLs(v.cfg.Issuer) {
-			m, err := oauthex.GetAuthServerMeta(ctx, u, v.cfg.Issuer, v.client)
-			if err != nil {
+			var m oauthex.AuthServerMeta
+			if err := v.getJSON(ctx, u, &m); err != nil {
 				last = err
 				continue
 			}
-			if m != nil {
-				v.mu.Lock()
-				v.meta, v.metaErr = m, nil
-				v.mu.Unlock()
-				return m, nil
+			// RFC 8414 §3.3: the issuer named must be the one asked for
+			// (a trailing slash aside, as the MCP SDK compares them).
+			if strings.TrimSuffix(m.Issuer, "/") != strings.TrimSuffix(v.cfg.Issuer, "/") {
+				mismatch = fmt.Errorf("the metadata at %s names issuer %q, not %q", u, textcut.Clip(m.Issuer), v.cfg.Issuer)
+				continue
 			}
+			v.mu.Lock()
+			v.meta, v.metaErr = &m, nil
+			v.mu.Unlock()
+			return &m, nil
+		}
+		if mismatch != nil {
+			last = mismatch // the fault to name, whatever the other URL said
 		}
 		if last == nil {
 			last = errors.New("the issuer publishes no RFC 8414 or OpenID Connect metadata")
@@ -712,6 +725,14 @@ func (v *oauthVerifier) introspect(ctx context.Context, tok string) (tokenInfo, 
 			return tokenInfo{}, v.unavailable("the issuer's metadata could not be read", err)
 		}
 		endpoint = meta.IntrospectionEndpoint
+		if endpoint != "" {
+			// The gateway sends its client secret and the caller's token
+			// there: never over cleartext to another host.
+			if err := secureurl.Check(endpoint); err != nil {
+				return tokenInfo{}, v.unavailable("no usable introspection endpoint (the metadata's is refused; nothing was sent to it)",
+					fmt.Errorf("introspection_endpoint %q %v", textcut.Clip(secureurl.Redacted(endpoint)), err))
+			}
+		}
 	}
 	if endpoint == "" || v.cfg.ClientID == "" {
 		return tokenInfo{}, agtp.TokenInvalid.New("the access token is not a JWT, and this gateway introspects no opaque tokens (no introspection endpoint or client credentials configured)")

@@ -329,8 +329,7 @@ func TestOAuthRequireATJWTRealIssuer(t *testing.T) {
 // is not used (the configured ones are refused at load: the same rule
 // for discovered ones): no keys read from it, no client secret or token
 // sent to it; 503 issuer-unavailable, the WARN naming the URL (found by
-// helper-79: only the configured URLs were checked; oauthex checks the
-// metadata's endpoints, not its jwks_uri). The .invalid hosts resolve
+// helper-79: only the configured URLs were checked). The .invalid hosts resolve
 // nowhere: had the gateway tried them, the answer would be the same 503
 // with a resolution error in the WARN, which the test reads.
 func TestOAuthDiscoveredURLsNeedTLS(t *testing.T) {
@@ -353,9 +352,36 @@ func TestOAuthDiscoveredURLsNeedTLS(t *testing.T) {
 	g.set(func(f *fakeIssuer) { f.meta = map[string]any{"introspection_endpoint": "http://as.invalid/introspect"} })
 	ti := fakeIssuerEngine(t, g, func(c *OAuthConfig) { c.ClientID, c.ClientSecret = "rcns-gateway", "s3cret" })
 	a = serveToken(t, ti, t.Context(), "an-opaque-token")
-	// (The metadata reader, oauthex, refuses such an
-	// introspection_endpoint itself: the metadata is not taken.)
-	if a.Status != 503 || a.str("reason") != "issuer-unavailable" {
+	if a.Status != 503 || a.str("reason") != "issuer-unavailable" || !strings.Contains(a.str("explanation"), "nothing was sent to it") {
 		t.Fatalf("an opaque token under a cleartext introspection_endpoint: %s", a)
+	}
+}
+
+// TestOAuthIssuerWithoutPKCE: an issuer whose metadata does not
+// advertise PKCE (code_challenge_methods_supported: a client's concern,
+// and a machine-to-machine issuer need not list it) still verifies
+// tokens (found by helper-80: every request was 503 "the issuer's keys
+// (JWKS) could not be read", the WARN saying the server "does not
+// implement PKCE": the MCP SDK's client-side metadata reader was used);
+// a metadata document naming another issuer is still refused, named.
+func TestOAuthIssuerWithoutPKCE(t *testing.T) {
+	f := newFakeIssuer(t)
+	f.set(func(f *fakeIssuer) { f.meta = map[string]any{"code_challenge_methods_supported": nil} })
+	te := fakeIssuerEngine(t, f)
+	if a := serveToken(t, te, t.Context(), f.token(t, "at+jwt")); a.Status != 200 {
+		t.Fatalf("a token of an issuer without PKCE in its metadata: %s", a)
+	}
+
+	g := newFakeIssuer(t)
+	g.set(func(f *fakeIssuer) { f.meta = map[string]any{"issuer": "https://other.example"} })
+	tg := fakeIssuerEngine(t, g)
+	core, logs := observer.New(zap.WarnLevel)
+	tg.logger = zap.New(core)
+	tg.oauth.log = tg.logger
+	if a := serveToken(t, tg, t.Context(), g.token(t, "at+jwt")); a.Status != 503 || a.str("reason") != "issuer-unavailable" {
+		t.Fatalf("metadata naming another issuer: %s", a)
+	}
+	if w := logs.All(); len(w) == 0 || !strings.Contains(fmt.Sprint(w[0].ContextMap()), `names issuer "https://other.example"`) {
+		t.Fatalf("WARN lines: %v", w)
 	}
 }
