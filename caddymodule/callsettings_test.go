@@ -28,7 +28,7 @@ func newAuthUpstream(t *testing.T) *authUpstream {
 	t.Helper()
 	u := &authUpstream{}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+	serve := func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		u.seen = append(u.seen, r.Header.Get("Authorization"))
 		u.mu.Unlock()
@@ -41,7 +41,9 @@ func newAuthUpstream(t *testing.T) *authUpstream {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"id": r.PathValue("id"), "name": "item", "price": 1})
-	})
+	}
+	mux.HandleFunc("GET /items/{id}", serve)
+	mux.HandleFunc("GET /items/v2/{id}", serve)
 	u.url = loopbackServer(t, mux).URL
 	return u
 }
@@ -206,6 +208,20 @@ func TestContractTakesCurrentCallSettings(t *testing.T) {
 				if e["disposition"] != "grandfathered" || !slices.Equal(eps, []any{"FETCH /items/{item_id}"}) {
 					t.Fatalf("sweep after the endpoint changed: %v; want grandfathered naming FETCH /items/{item_id}", e)
 				}
+			}
+
+			// The agent's way out, as the 464 tells it: the contract it
+			// holds answers the pair before the gate (Allow-RCNS or not),
+			// so it releases the contract, and the gate synthesizes a new
+			// one over the endpoint as it now is (helper-80: the 464 said
+			// "synthesize a new contract", and the gate could not).
+			wantError(t, g.do(t, "LOOKUP", "/item/r2", itemInput, "Allow-RCNS", "true"), 464, "composition-impossible", "SUSPEND")
+			if a := g.do(t, "SUSPEND", "/", map[string]any{"parameters": map[string]any{"synthesis_id": keyed}}); a.status != 200 {
+				t.Fatalf("releasing the stale contract: %s", a)
+			}
+			syn := g.do(t, "LOOKUP", "/item/r2", itemInput, "Allow-RCNS", "true")
+			if id := syn.str("synthesis_id"); syn.status != 263 || id == "" || id == keyed || !slices.Equal(up.take(), []string{"Bearer new-key"}) {
+				t.Fatalf("a new contract for the pair after the release: %s", syn)
 			}
 			if err := g.h.Cleanup(); err != nil {
 				t.Fatal(err)

@@ -223,7 +223,7 @@ func unbound(c *recipes.Contract, rec *recipes.Recipe) *agtp.Error {
 		fields["unavailable_endpoints"] = gone
 		what = append(what, fmt.Sprintf("endpoint %s, which the gateway's configuration no longer declares as the contract captured it", strings.Join(gone, ", ")))
 	}
-	return agtp.CompositionImpossible.WithFields(fmt.Sprintf("contract %s calls %s; nothing was run: synthesize a new contract, or ask the operator to declare them again",
+	return agtp.CompositionImpossible.WithFields(fmt.Sprintf("contract %s calls %s; nothing was run: release it (SUSPEND with its synthesis_id) and call the pair again with Allow-RCNS: true, or PROPOSE, to synthesize a new contract; or ask the operator to declare them again",
 		c.SynthesisID, strings.Join(what, ", and ")), fields)
 }
 
