@@ -78,10 +78,14 @@ func CheckIssuer(s string) error {
 
 // Redacted is s with the password of its userinfo, if any, replaced by
 // xxxxx (url.URL.Redacted), for an error that quotes a refused URL; s
-// itself when it does not parse.
+// itself when it does not parse or has no password (url.URL.String
+// would drop an empty fragment's "#", the very thing an error may be
+// about).
 func Redacted(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		if _, has := u.User.Password(); has {
+			return u.Redacted()
+		}
 	}
 	return s
 }

@@ -56,3 +56,20 @@ func TestCheckIssuer(t *testing.T) {
 		}
 	}
 }
+
+// TestRedacted: a password is replaced; anything else is quoted as
+// written, a trailing "#" included (helper-80: the error about a
+// fragment quoted the URL without it).
+func TestRedacted(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://user:pw@as.example/x": "https://user:xxxxx@as.example/x",
+		"https://as.example/#":         "https://as.example/#",
+		"https://user@as.example/":     "https://user@as.example/",
+		"https://as.example/p?q=1#f":   "https://as.example/p?q=1#f",
+		"%zz":                          "%zz",
+	} {
+		if got := Redacted(in); got != want {
+			t.Errorf("Redacted(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
