@@ -537,24 +537,20 @@ func (x *TokenExchange) unavailable(what string) *Refusal {
 // explanation names the upstream and says so; cause (the server's
 // answer) and the endpoint are the Cause, for the operator's WARN.
 func (x *TokenExchange) misconfigured(endpoint, what, cause string) *Refusal {
-	if u, err := url.Parse(endpoint); err == nil {
-		endpoint = u.Redacted()
-	}
-	return &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonExchangeMisconfigured, Status: StatusExchangeMisconfigured,
-		Cause: fmt.Sprintf("token endpoint %s: %s", endpoint, cause),
-		Explanation: fmt.Sprintf("the authorization server of upstream %s %s: a fault in this gateway's configuration, not in the caller's token; the operator's log has the cause",
-			x.cfg.Upstream, what)}
+	return x.misconfiguredAt("token endpoint", endpoint, what, cause)
 }
 
-// misconfiguredMetadata is 502 token-exchange-misconfigured for a fault
-// of the issuer's metadata at metadata (a redirect, another issuer):
-// what for the caller, cause for the operator's WARN.
+// misconfiguredMetadata is misconfigured for a fault of the issuer's
+// metadata at metadata (a redirect, another issuer).
 func (x *TokenExchange) misconfiguredMetadata(metadata, what, cause string) *Refusal {
-	if u, err := url.Parse(metadata); err == nil {
-		metadata = u.Redacted()
-	}
+	return x.misconfiguredAt("authorization server metadata", metadata, what, cause)
+}
+
+// misconfiguredAt is the 502 of a fault at the URL at (password
+// redacted), named kind in the Cause.
+func (x *TokenExchange) misconfiguredAt(kind, at, what, cause string) *Refusal {
 	return &Refusal{Upstream: x.cfg.Upstream, Reason: ReasonExchangeMisconfigured, Status: StatusExchangeMisconfigured,
-		Cause: fmt.Sprintf("authorization server metadata %s: %s", metadata, cause),
+		Cause: fmt.Sprintf("%s %s: %s", kind, secureurl.Redacted(at), cause),
 		Explanation: fmt.Sprintf("the authorization server of upstream %s %s: a fault in this gateway's configuration, not in the caller's token; the operator's log has the cause",
 			x.cfg.Upstream, what)}
 }
