@@ -175,7 +175,8 @@ func (x *exchange) upstreamCaller(req *request, contractID string) upstreamauth.
 // step's kind (the Attribution-Record's upstream_credentials).
 //
 // plan says the steps are a plan's (a contract's or a synthesis's):
-// its composition_timeout starts now and bounds the resolution too, so
+// its composition_timeout starts when the first policy that makes a
+// call (a token exchange) resolves, and bounds the resolution too, so
 // a slow authorization server cannot push a plan's upstream calls past
 // it (docs/configuration.md composition_timeout); x.planDeadline keeps
 // that deadline for execute when a resolution took a call. A Tier B
@@ -183,10 +184,7 @@ func (x *exchange) upstreamCaller(req *request, contractID string) upstreamauth.
 func (h *Engine) resolveCredentials(x *exchange, req *request, steps []credentialStep, contractID string, plan bool) (recipes.Credentials, bool) {
 	caller := x.upstreamCaller(req, contractID)
 	creds := make(recipes.Credentials, len(steps))
-	var deadline time.Time
-	if plan && h.CompositionTimeout > 0 {
-		deadline = time.Now().Add(time.Duration(h.CompositionTimeout))
-	}
+	var deadline time.Time // set by the first policy that makes a call: none for static ones
 	for _, s := range steps {
 		if _, done := creds[s.ep]; done {
 			continue
@@ -205,7 +203,10 @@ func (h *Engine) resolveCredentials(x *exchange, req *request, steps []credentia
 		}
 		ctx := x.ctx()
 		var cancel context.CancelFunc
-		if p.Kind() != upstreamauth.KindStatic && !deadline.IsZero() {
+		if p.Kind() != upstreamauth.KindStatic && plan && h.CompositionTimeout > 0 {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(time.Duration(h.CompositionTimeout))
+			}
 			ctx, cancel = context.WithDeadline(ctx, deadline)
 			x.planDeadline = deadline
 		}
