@@ -128,3 +128,50 @@ func waitLines(t *testing.T, logs *observer.ObservedLogs, n int) []observer.Logg
 	}
 	return lines
 }
+
+// TestNativeLegacyIdempotencyKey: on the native door as on the others,
+// X-Idempotency-Key alone is 400 invalid-idempotency-key and beside
+// another Idempotency-Key 400 ambiguous-idempotency-key, nothing run;
+// beside the same key it is the key's request (helper-77, helper-80).
+func TestNativeLegacyIdempotencyKey(t *testing.T) {
+	url, calls := countingUpstream(t)
+	h := benchHandler(t, url, false)
+	addr := nativeDoor(t, h, zap.NewNop())
+	send := func(extra string) *wire.Response {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "AGTP/1.0 FETCH /items/1\r\nAgent-ID: "+benchAgent+"\r\nAuthority-Scope: "+testScope+"\r\n"+extra+"Content-Length: 0\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := wire.ReadResponse(bufio.NewReader(c), wire.Limits{}, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for _, tc := range []struct{ name, hdr, reason string }{
+		{"alone", "X-Idempotency-Key: n-1\r\n", "invalid-idempotency-key"},
+		{"beside another key", "Idempotency-Key: n-2\r\nX-Idempotency-Key: n-3\r\n", "ambiguous-idempotency-key"},
+	} {
+		resp := send(tc.hdr)
+		var body map[string]any
+		_ = json.Unmarshal(resp.Body, &body)
+		if resp.Status != 400 || body["reason"] != tc.reason {
+			t.Fatalf("%s: %d %s; want 400 %s", tc.name, resp.Status, resp.Body, tc.reason)
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("refused requests reached the upstream %d times", n)
+	}
+	first := send("Idempotency-Key: n-4\r\nX-Idempotency-Key: n-4\r\n")
+	again := send("Idempotency-Key: n-4\r\nX-Idempotency-Key: n-4\r\n")
+	if first.Status != 200 || again.Status != 200 || again.Header.Get("Idempotent-Replayed") != "true" || calls.Load() != 1 {
+		t.Fatalf("the same key in both: %d then %d (replayed %q), %d upstream calls; want one run and a replay",
+			first.Status, again.Status, again.Header.Get("Idempotent-Replayed"), calls.Load())
+	}
+}
