@@ -725,3 +725,63 @@ func TestMCPPlanDeadlineAnswersItself(t *testing.T) {
 		t.Fatalf("a plan cut by its deadline: %s", raw)
 	}
 }
+
+// TestMCPIdempotencyKeyFaultsNamed: a call whose Idempotency-Key
+// sources disagree, or whose header is repeated, is the tool error the
+// other doors' reason names (ambiguous-idempotency-key,
+// duplicate-header), telling the model to fix the key, not the
+// arguments (helper-81: both were invalid-parameter, "fix the
+// arguments"). Nothing runs.
+func TestMCPIdempotencyKeyFaultsNamed(t *testing.T) {
+	up, calls := countingUpstream(t)
+	_, url := mcpGatewayTo(t, up)
+	for _, tc := range []struct {
+		name, reason string
+		hdr          http.Header
+	}{
+		{"X-Idempotency-Key beside another key", "ambiguous-idempotency-key", http.Header{"Idempotency-Key": {"m-1"}, "X-Idempotency-Key": {"m-2"}}},
+		{"the alias beside another key", "ambiguous-idempotency-key", http.Header{"Idempotency-Key": {"m-1"}, "Rcns-Idempotency-Key": {"m-2"}}},
+		{"Idempotency-Key twice", "duplicate-header", http.Header{"Idempotency-Key": {"m-3", "m-3"}}},
+		{"X-Idempotency-Key alone", "invalid-idempotency-key", http.Header{"X-Idempotency-Key": {"m-4"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hdr := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read"}
+			c := mcp.NewClient(&mcp.Implementation{Name: "rcns-test", Version: "1"}, nil)
+			s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url,
+				HTTPClient: &http.Client{Transport: headerTransport{h: hdr, base: addHeaders{tc.hdr, http.DefaultTransport}}}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "fetch_item", Arguments: map[string]any{"item_id": "1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := json.Marshal(res.StructuredContent)
+			var sc struct {
+				Error struct{ Code, Message string } `json:"error"`
+			}
+			_ = json.Unmarshal(raw, &sc)
+			if !res.IsError || sc.Error.Code != tc.reason || !strings.Contains(sc.Error.Message, "Fix the call's Idempotency-Key") {
+				t.Fatalf("%s", raw)
+			}
+		})
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("refused calls reached the upstream %d times", n)
+	}
+}
+
+// addHeaders adds h's fields (all their values) to every request.
+type addHeaders struct {
+	h    http.Header
+	base http.RoundTripper
+}
+
+func (a addHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, vs := range a.h {
+		r.Header[k] = append([]string(nil), vs...)
+	}
+	return a.base.RoundTrip(r)
+}

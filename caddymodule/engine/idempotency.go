@@ -201,7 +201,11 @@ func idempotencyKeyOf(r *agtp.Request) (string, *agtp.Error) {
 		case key == "":
 			return "", agtp.InvalidIdempotencyKey.New(LegacyIdempotencyKey + " is not read by this gateway, and a request that carries it may expect exactly-once: send the key as Idempotency-Key (RCNS §12.2)")
 		case err != nil || xk != key:
-			return "", agtp.AmbiguousIdempotencyKey.New("Idempotency-Key and " + LegacyIdempotencyKey + " carry different keys; send the key as Idempotency-Key alone")
+			from := "Idempotency-Key"
+			if !r.Has(from) {
+				from = IdempotencyKeyAlias
+			}
+			return "", agtp.AmbiguousIdempotencyKey.New(from + " and " + LegacyIdempotencyKey + " carry different keys; send the key as Idempotency-Key alone")
 		}
 	}
 	return key, nil

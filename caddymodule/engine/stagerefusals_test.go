@@ -875,7 +875,7 @@ func TestEveryStageRefusal(t *testing.T) {
 		{stage: "idempotency-key", name: "X-Idempotency-Key beside another key", send: srSend("FETCH", "/items/1", srMe("Idempotency-Key", "k-1", LegacyIdempotencyKey, "k-2"), ""),
 			want: agtp.AmbiguousIdempotencyKey, expl: "X-Idempotency-Key carry different keys"},
 		{stage: "idempotency-key", name: "X-Idempotency-Key malformed beside a key", send: srSend("FETCH", "/items/1", srMe(IdempotencyKeyAlias, "k-1", LegacyIdempotencyKey, `"open`), ""),
-			want: agtp.AmbiguousIdempotencyKey, expl: "X-Idempotency-Key carry different keys"},
+			want: agtp.AmbiguousIdempotencyKey, expl: "RCNS-Idempotency-Key and X-Idempotency-Key carry different keys"},
 
 		// built-in: DISCOVER, and INSPECT, REVOKE, SUSPEND and PROPOSE
 		// on "/".

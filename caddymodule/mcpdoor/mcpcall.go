@@ -56,6 +56,14 @@ var argumentReasons = map[string]bool{
 	agtp.BodyTooLarge.Token: true, agtp.InvalidPathEncoding.Token: true, agtp.PathGrammarViolation.Token: true,
 	agtp.InvalidSynthesisID.Token: true, agtp.InvalidIdempotencyKey.Token: true, agtp.InvalidLimit.Token: true,
 	agtp.InvalidCursor.Token: true, agtp.InvalidParameter.Token: true,
+	agtp.AmbiguousIdempotencyKey.Token: true, agtp.DuplicateHeader.Token: true,
+}
+
+// keyReasons are the argumentReasons about the call's Idempotency-Key
+// (an HTTP header or _meta), not its arguments: their tool error says
+// to fix the key.
+var keyReasons = map[string]bool{
+	agtp.InvalidIdempotencyKey.Token: true, agtp.AmbiguousIdempotencyKey.Token: true, agtp.DuplicateHeader.Token: true,
 }
 
 // handler is the SDK tool handler of t.
@@ -282,14 +290,14 @@ func idempotencyKey(h http.Header, meta mcp.Meta) (string, bool, *jsonrpc.Error)
 			continue
 		}
 		if len(v) != 1 {
-			return "", false, invalidParams("the %s header appears more than once; send it once", name)
+			return "", false, invalidParams("%s: the %s header appears more than once; send it once", agtp.DuplicateHeader.Token, name)
 		}
 		got = append(got, source{"the " + name + " header", v[0]})
 	}
 	if mv, ok := meta[MCPMetaIdempotencyKey]; ok {
 		s, isString := mv.(string)
 		if !isString {
-			return "", false, invalidParams("_meta[%q] must be a string", MCPMetaIdempotencyKey)
+			return "", false, invalidParams("%s: _meta[%q] must be a string", agtp.InvalidIdempotencyKey.Token, MCPMetaIdempotencyKey)
 		}
 		got = append(got, source{fmt.Sprintf("_meta[%q]", MCPMetaIdempotencyKey), s})
 	}
@@ -302,7 +310,7 @@ func idempotencyKey(h http.Header, meta mcp.Meta) (string, bool, *jsonrpc.Error)
 				agtp.InvalidIdempotencyKey.Token, engine.LegacyIdempotencyKey, MCPMetaIdempotencyKey)
 		}
 		if len(xv) != 1 || !engine.SameIdempotencyKey(got[0].value, xv[0]) {
-			return "", false, invalidParams("%s and the %s header differ; send the key once, as Idempotency-Key", got[0].name, engine.LegacyIdempotencyKey)
+			return "", false, invalidParams("%s: %s and the %s header differ; send the key once, as Idempotency-Key", agtp.AmbiguousIdempotencyKey.Token, got[0].name, engine.LegacyIdempotencyKey)
 		}
 	}
 	if len(got) == 0 {
@@ -310,7 +318,7 @@ func idempotencyKey(h http.Header, meta mcp.Meta) (string, bool, *jsonrpc.Error)
 	}
 	for _, s := range got[1:] {
 		if !engine.SameIdempotencyKey(got[0].value, s.value) {
-			return "", false, invalidParams("%s and %s differ; send one", got[0].name, s.name)
+			return "", false, invalidParams("%s: %s and %s differ; send one", agtp.AmbiguousIdempotencyKey.Token, got[0].name, s.name)
 		}
 	}
 	return got[0].value, true, nil
@@ -489,6 +497,9 @@ func (d *Door) toolResult(req *mcp.CallToolRequest, out map[string]any, summary 
 // engine's violation list, when it gave one), and how to fix it.
 func (d *Door) argumentResult(t *mcpTool, req *mcp.CallToolRequest, status int, reason, explanation string, details map[string]any, meta mcp.Meta) *mcp.CallToolResult {
 	fix := fmt.Sprintf("Fix the arguments to match the inputSchema of %s and call it again.", t.name)
+	if keyReasons[reason] {
+		fix = "Fix the call's Idempotency-Key (its HTTP header, or _meta[\"" + MCPMetaIdempotencyKey + "\"]) and call it again."
+	}
 	msg := sentence(explanation) + " " + fix
 	out := map[string]any{"outcome": "failed", "error": errorObject(status, reason, msg, false, nil, details)}
 	res, err := d.toolResult(req, out, reason+": "+msg, true, meta)

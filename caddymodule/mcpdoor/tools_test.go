@@ -282,20 +282,20 @@ func TestIdempotencyKeyOfCall(t *testing.T) {
 		{name: "both equal", header: []string{"k3"}, meta: mcp.Meta{MCPMetaIdempotencyKey: "k3"}, key: "k3", keyed: true},
 		{name: "both differ", header: []string{"k3"}, meta: mcp.Meta{MCPMetaIdempotencyKey: "k4"}, err: "differ"},
 		{name: "header twice", header: []string{"a", "b"}, err: "more than once"},
-		{name: "_meta not a string", meta: mcp.Meta{MCPMetaIdempotencyKey: 12.0}, err: "must be a string"},
+		{name: "_meta not a string", meta: mcp.Meta{MCPMetaIdempotencyKey: 12.0}, err: "invalid-idempotency-key: _meta"},
 		{name: "other _meta keys ignored", meta: mcp.Meta{"io.modelcontextprotocol/protocolVersion": "2026-07-28"}},
 		{name: "alias", alias: []string{"k5"}, key: "k5", keyed: true},
 		{name: "alias and header, one key", header: []string{"k6"}, alias: []string{`"k6"`}, key: "k6", keyed: true},
-		{name: "alias and header differ", header: []string{"k6"}, alias: []string{"k7"}, err: "the Idempotency-Key header and the RCNS-Idempotency-Key header differ"},
+		{name: "alias and header differ", header: []string{"k6"}, alias: []string{"k7"}, err: "ambiguous-idempotency-key: the Idempotency-Key header and the RCNS-Idempotency-Key header differ"},
 		{name: "alias and _meta differ", alias: []string{"k8"}, meta: mcp.Meta{MCPMetaIdempotencyKey: "k9"}, err: `the RCNS-Idempotency-Key header and _meta["io.github.caddy-rcns/idempotency-key"] differ`},
-		{name: "alias twice", alias: []string{"a", "b"}, err: "the RCNS-Idempotency-Key header appears more than once"},
+		{name: "alias twice", alias: []string{"a", "b"}, err: "duplicate-header: the RCNS-Idempotency-Key header appears more than once"},
 		// X-Idempotency-Key: never a key, never ignored (helper-80: the
 		// MCP door dropped it, and a repeat ran again).
 		{name: "X-Idempotency-Key alone", legacy: []string{"k10"}, err: "invalid-idempotency-key: the X-Idempotency-Key header is not read"},
 		{name: "X-Idempotency-Key empty", legacy: []string{""}, err: "invalid-idempotency-key"},
 		{name: "X-Idempotency-Key beside the same key", header: []string{"k11"}, legacy: []string{"k11"}, key: "k11", keyed: true},
 		{name: "X-Idempotency-Key beside _meta's key", meta: mcp.Meta{MCPMetaIdempotencyKey: "k12"}, legacy: []string{`"k12"`}, key: "k12", keyed: true},
-		{name: "X-Idempotency-Key beside another key", header: []string{"k13"}, legacy: []string{"k14"}, err: "the Idempotency-Key header and the X-Idempotency-Key header differ"},
+		{name: "X-Idempotency-Key beside another key", header: []string{"k13"}, legacy: []string{"k14"}, err: "ambiguous-idempotency-key: the Idempotency-Key header and the X-Idempotency-Key header differ"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
