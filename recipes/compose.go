@@ -184,6 +184,12 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 		reports[res.idx].Called = res.f == nil || res.f.Sent
 		if res.f != nil {
 			failed = append(failed, res)
+			if res.f.notStarted {
+				// The deadline passed before it started: it stays
+				// not-started, and did nothing.
+				cancel()
+				continue
+			}
 			if failureState(ctx.Err() != nil && len(failed) > 1, res.f) == StepCancelled {
 				reports[res.idx].State = StepCancelled
 			} else {
@@ -205,20 +211,26 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), Cause: stopFailure(), Steps: reports, SideEffectFree: r.noneActed(started)}
 	}
 	if len(failed) > 0 {
-		// The first failed step in declared order is the one reported.
+		// The first failed step in declared order is the one reported; a
+		// plan whose deadline passed before a step started, and with no
+		// step failed, names none (the cause is the deadline's).
 		first := failed[0]
 		for _, f := range failed[1:] {
-			if f.idx < first.idx && reports[f.idx].State == StepFailed {
+			if reports[f.idx].State == StepFailed && (f.idx < first.idx || reports[first.idx].State != StepFailed) {
 				first = f
 			}
 		}
+		var failedStep *Step
+		if reports[first.idx].State == StepFailed {
+			failedStep = r.Steps[first.idx]
+		}
 		sideEffectFree := true
 		for i, s := range r.Steps {
-			if started[i] && !s.Endpoint.Semantic.IsIdempotent && !(reports[i].State == StepFailed && failedFree(failed, i)) {
+			if started[i] && reports[i].State != StepNotStarted && !s.Endpoint.Semantic.IsIdempotent && !(reports[i].State == StepFailed && failedFree(failed, i)) {
 				sideEffectFree = false
 			}
 		}
-		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), FailedStep: r.Steps[first.idx], Cause: first.f, Steps: reports, SideEffectFree: sideEffectFree}
+		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), FailedStep: failedStep, Cause: first.f, Steps: reports, SideEffectFree: sideEffectFree}
 	}
 	vals := make([]any, 0, n+1)
 	vals = append(vals, input)
@@ -256,6 +268,10 @@ func (r *Recipe) executeOne(ctx context.Context, input map[string]any) (any, []S
 	out, f := s.run(ctx, input, []any{input})
 	rep[0].Duration = time.Since(start)
 	rep[0].Called = f == nil || f.Sent
+	if f != nil && f.notStarted {
+		rep[0].State = StepNotStarted
+		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), Cause: f, Steps: rep, SideEffectFree: true}
+	}
 	if f != nil {
 		rep[0].State, rep[0].Error = StepFailed, f.Code
 		return nil, rep, &CompositionFailure{Recipe: r.Lineage(), FailedStep: s, Cause: f, Steps: rep,
@@ -389,6 +405,7 @@ func (s *Step) run(ctx context.Context, input any, vals []any) (any, *Failure) {
 // runPlain is run without a span of its own.
 func (s *Step) runPlain(ctx context.Context, input any, vals []any) (any, *Failure) {
 	if f := deadlineFailure(ctx, "composition deadline passed before the step started"); f != nil {
+		f.notStarted = true
 		return nil, f
 	}
 	v, err := s.input.Eval(ctx, input, vals...)

@@ -526,3 +526,56 @@ output: '{a: $first, b: $loan}'
 		t.Fatalf("a write cut by the deadline after it was sent: %+v (reports %+v), want upstream_timeout, not side-effect free", cf, rep)
 	}
 }
+
+// TestDeadlineBeforeStepsNotStarted: steps that a plan's deadline
+// stopped before they started are reported not-started, not failed:
+// none is named the failed step, none was called, and the plan is
+// side-effect free even where a step is a write. The cause is the
+// deadline's upstream_timeout. One step (run on the caller's goroutine)
+// and two independent steps (run concurrently).
+func TestDeadlineBeforeStepsNotStarted(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		fmt.Fprint(w, `{"id":"ok"}`)
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	write := strings.Replace(endpointDoc("FETCH", "/beta", "POST", "/loans", ""), "is_idempotent: true", "is_idempotent: false", 1)
+	for name, steps := range map[string]string{
+		"one step": `steps:
+  - {name: loan, method: FETCH, path: /beta, input: '{}'}
+output: '{b: $loan}'
+`,
+		"two steps": `steps:
+  - {name: first, method: FETCH, path: /alpha, input: '{}'}
+  - {name: loan, method: FETCH, path: /beta, input: '{}'}
+output: '{a: $first, b: $loan}'
+`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, _ := buildSet(t, up, recipeHead+steps, endpointDoc("FETCH", "/alpha", "GET", "/a", ""), write)
+			_, rep, cf := r.Execute(context.Background(), map[string]any{}, time.Nanosecond)
+			if cf == nil || cf.Cause.Code != ErrUpstreamTimeout {
+				t.Fatalf("failure %+v, want upstream_timeout", cf)
+			}
+			if cf.FailedStep != nil {
+				t.Errorf("failed step %s named: no step failed, the deadline passed before any started", cf.FailedStep.Name)
+			}
+			if !cf.SideEffectFree {
+				t.Error("not side-effect free: no step started")
+			}
+			for _, s := range rep {
+				if s.State != StepNotStarted || s.Called || s.Error != "" {
+					t.Errorf("step %s: state %q, called %v, error %q; want not-started, not called, no error", s.Name, s.State, s.Called, s.Error)
+				}
+			}
+			if _, ok := cf.Details()["failed_step"]; ok {
+				t.Errorf("details name a failed step: %v", cf.Details())
+			}
+		})
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("%d upstream calls, want none", n)
+	}
+}

@@ -254,6 +254,10 @@ type Failure struct {
 	// failures before any call: input, mappings, request building, a
 	// deadline that passed first. Upstream metrics count only sent calls.
 	Sent bool
+	// notStarted: the failure is a step's that never started, its plan's
+	// deadline having passed (or the plan stopped) before it: the step
+	// is reported not-started, not failed, and named as no failed step.
+	notStarted bool
 	// mapped: Code is the endpoint's error_map name for UpstreamStatus.
 	mapped bool
 }
