@@ -13,7 +13,10 @@ import (
 // real loopback redis-server (no persistence): Caddy-side CPU per
 // request (cpu-ns/op: this process only, the Redis server's own CPU is
 // not in it), bytes and allocations, so the two stores' difference per
-// kind is read from one run:
+// kind is read from one run. On Redis it also reports the server's side
+// from its INFO, read before and after the loop: redis-cpu-ns/op (its
+// used_cpu_user + used_cpu_sys) and redis-cmds/op (commands run,
+// inside scripts or not, from commandstats):
 //
 //	c-tierB        FETCH /items/1 (no key)
 //	c-keyed        FETCH /items/1 with a fresh Idempotency-Key
@@ -29,6 +32,14 @@ func BenchmarkServeStore(b *testing.B) {
 	srv := redistest.StartServer(b)
 	runs := 0
 	for _, st := range []string{"memory", "redis"} {
+		loop := loop
+		if st == "redis" {
+			loop = func(b *testing.B, fn func(i int)) {
+				before := srv.Usage()
+				loop(b, fn)
+				before.PerOp(b, srv.Usage(), b.N)
+			}
+		}
 		var h *Handler
 		if st == "redis" {
 			h = benchHandlerWith(b, up.URL, false, "", "", func(h *Handler) {

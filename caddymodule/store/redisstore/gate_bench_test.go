@@ -6,6 +6,8 @@ import (
 	"runtime/metrics"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
@@ -87,5 +89,74 @@ func goroutinesPerOp(b *testing.B) func() {
 	return func() {
 		metrics.Read(sample)
 		b.ReportMetric(float64(sample[0].Value.Uint64()-start)/float64(b.N), "goroutines/op")
+	}
+}
+
+// BenchmarkServerSide gives what one serial round trip costs the Redis
+// server itself (redis-cpu-ns/op, from its INFO; the client's CPU is
+// cpu-ns/op's business elsewhere), from a bare PING up to the gate
+// refusal's script (scenario (f)), serially and from 16 goroutines (the
+// server then reads several commands per wake-up), so a target on the server's CPU is
+// read against the round trip's own floor (docs/cluster.md "Choices and
+// measurements"):
+//
+//	ping        PING
+//	script      an EVALSHA returning 1
+//	script+lib  the same with the gate script's Lua functions defined
+//	refusal     ResolvePair folded: the pair lookup, the budget's GCRA
+//	            and the attempt record (9 commands in one script)
+func BenchmarkServerSide(b *testing.B) {
+	srv := redistest.StartServer(b)
+	_, set := newSet(b, Config{Addrs: []string{srv.Addr()}})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true})
+	defer rdb.Close()
+	ctx := context.Background()
+	lim, err := set.Limiters.Limiter(ratelimit.Budget{Name: "rcns", Burst: 100000000, PerMinute: 100000000}, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bare := redis.NewScript("#!lua\nreturn 1")
+	lib := denyOOM(timeFuncLua + claimFuncLua + pairFuncLua + gcraFuncLua + attemptFuncLua + mintFuncLua + "return 1")
+	run := []struct {
+		name string
+		f    func() error
+	}{
+		{"ping", func() error { return rdb.Ping(ctx).Err() }},
+		{"script", func() error { return bare.Run(ctx, rdb, []string{"k"}).Err() }},
+		{"script+lib", func() error { return lib.Run(ctx, rdb, []string{"k"}).Err() }},
+		{"refusal", func() error {
+			seq := benchSeq.Add(1)
+			r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: "agent", Method: "LOOKUP", Path: "/nothing", Spend: lim,
+				Attempt: &store.Attempt{ID: fmt.Sprintf("rcns-bench-%d", seq), Method: "LOOKUP", Path: "/nothing", AgentID: "agent",
+					Reason: "composition-impossible", Explanation: "no recipe can synthesize LOOKUP /nothing", Locks: map[string]string{"caller-opt-in": "open"}}})
+			if err == nil && !r.AttemptKept {
+				err = fmt.Errorf("not kept: %+v", r)
+			}
+			return err
+		}},
+	}
+	for _, r := range run {
+		b.Run(r.name+"/serial", func(b *testing.B) {
+			before := srv.Usage()
+			for b.Loop() {
+				if err := r.f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			before.PerOp(b, srv.Usage(), b.N)
+		})
+		b.Run(r.name+"/parallel16", func(b *testing.B) {
+			b.SetParallelism(8)
+			before := srv.Usage()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := r.f(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			before.PerOp(b, srv.Usage(), b.N)
+		})
 	}
 }

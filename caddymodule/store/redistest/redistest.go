@@ -428,3 +428,53 @@ func (s *Server) signal(sig syscall.Signal) {
 		s.t.Fatalf("redistest: signal %v to %s: %v", sig, s.Addr(), err)
 	}
 }
+
+// Usage is what a server has spent since it started, from its INFO:
+// CPU is used_cpu_user + used_cpu_sys; Commands the commands it ran,
+// inside scripts or not (the sum of commandstats' calls, the INFO that
+// reads them included). Benchmarks read it before and after a loop to
+// give the server's side per op.
+type Usage struct {
+	CPU      time.Duration
+	Commands int64
+}
+
+// Usage reads the server's Usage; it fails the test when INFO does not
+// answer or does not parse.
+func (s *Server) Usage() Usage {
+	s.t.Helper()
+	reply, err := Do(s.Addr(), "INFO", "cpu", "commandstats")
+	if err != nil {
+		s.t.Fatalf("redistest: INFO on %s: %v", s.Addr(), err)
+	}
+	var u Usage
+	for line := range strings.Lines(reply) {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch {
+		case name == "used_cpu_user" || name == "used_cpu_sys":
+			secs, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				s.t.Fatalf("redistest: INFO %s: %v", line, err)
+			}
+			u.CPU += time.Duration(secs * float64(time.Second))
+		case strings.HasPrefix(name, "cmdstat_"):
+			calls, _, _ := strings.Cut(strings.TrimPrefix(value, "calls="), ",")
+			n, err := strconv.ParseInt(calls, 10, 64)
+			if err != nil {
+				s.t.Fatalf("redistest: INFO %s: %v", line, err)
+			}
+			u.Commands += n
+		}
+	}
+	return u
+}
+
+// PerOp reports u's growth to after over n ops on b: redis-cpu-ns/op
+// and redis-cmds/op.
+func (u Usage) PerOp(b *testing.B, after Usage, n int) {
+	b.ReportMetric(float64(after.CPU-u.CPU)/float64(n), "redis-cpu-ns/op")
+	b.ReportMetric(float64(after.Commands-u.Commands)/float64(n), "redis-cmds/op")
+}
