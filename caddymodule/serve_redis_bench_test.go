@@ -32,9 +32,9 @@ func BenchmarkServeStore(b *testing.B) {
 	srv := redistest.StartServer(b)
 	runs := 0
 	for _, st := range []string{"memory", "redis"} {
-		loop := loop
+		run := loop
 		if st == "redis" {
-			loop = func(b *testing.B, fn func(i int)) {
+			run = func(b *testing.B, fn func(i int)) {
 				before := srv.Usage()
 				loop(b, fn)
 				before.PerOp(b, srv.Usage(), b.N)
@@ -59,7 +59,7 @@ func BenchmarkServeStore(b *testing.B) {
 		const one = `{"parameters":{"item_id":"1"}}`
 
 		b.Run("c-tierB/"+st, func(b *testing.B) {
-			loop(b, func(int) { serveOnce(b, h, notFound, "FETCH", "/items/1", "", read, 200) })
+			run(b, func(int) { serveOnce(b, h, notFound, "FETCH", "/items/1", "", read, 200) })
 		})
 		b.Run("c-keyed/"+st, func(b *testing.B) {
 			runs++
@@ -68,7 +68,7 @@ func BenchmarkServeStore(b *testing.B) {
 			for k, v := range read {
 				hdr[k] = v
 			}
-			loop(b, func(i int) {
+			run(b, func(i int) {
 				hdr["Idempotency-Key"] = prefix + strconv.Itoa(i)
 				serveOnce(b, h, notFound, "FETCH", "/items/1", "", hdr, 200)
 			})
@@ -81,16 +81,16 @@ func BenchmarkServeStore(b *testing.B) {
 			for k, v := range readJSON {
 				hdr[k] = v
 			}
-			loop(b, func(int) { serveOnce(b, h, notFound, "LOOKUP", path, one, hdr, 200) })
+			run(b, func(int) { serveOnce(b, h, notFound, "LOOKUP", path, one, hdr, 200) })
 		})
 		b.Run("f-refusal/"+st, func(b *testing.B) {
 			hdr := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read", "Allow-RCNS": "true"}
-			loop(b, func(int) { serveOnce(b, h, notFound, "LOOKUP", "/nothing", "", hdr, 464) })
+			run(b, func(int) { serveOnce(b, h, notFound, "LOOKUP", "/nothing", "", hdr, 464) })
 		})
 		b.Run("g-synthesis/"+st, func(b *testing.B) {
 			runs++
 			prefix := "/item/g-" + strings.ToLower(st) + "-" + strconv.Itoa(runs) + "-"
-			loop(b, func(i int) { serveOnce(b, h, notFound, "LOOKUP", prefix+strconv.Itoa(i), one, negotiate, 263) })
+			run(b, func(i int) { serveOnce(b, h, notFound, "LOOKUP", prefix+strconv.Itoa(i), one, negotiate, 263) })
 		})
 	}
 }
