@@ -96,8 +96,9 @@ func benchEndpointsWith(t *testing.T, settings, upPath string) string {
 // it is presented, not from the one it was minted under (a contract
 // stores no credential). A contract minted before the endpoint had an
 // Authorization header and one minted under "Bearer old-key", with a
-// 0.2 s timeout, presented after a reload to "Bearer new-key" and 5 s,
-// both send the new header (as a Tier B call does) and wait 5 s; the
+// 1 s timeout, presented after a reload to "Bearer new-key" and 5 s,
+// both send the new header (as a Tier B call does) and wait out an
+// upstream that takes 1.5 s; the
 // stale sweep finds them unchanged. A reload that changes the step's
 // upstream path (what the contract agreed to) refuses them 464
 // composition-impossible naming the endpoint, with nothing sent, and
@@ -148,10 +149,11 @@ func TestContractTakesCurrentCallSettings(t *testing.T) {
 			}
 
 			// Minted with no header, then (after a reload) with the old
-			// key; both with a 0.2 s timeout.
-			g := gateway("  timeout_seconds: 0.2\n", "/items/{item_id}")
+			// key; both with a 1 s timeout (a loopback answer under a
+			// loaded -race run has taken over 0.2 s).
+			g := gateway("  timeout_seconds: 1\n", "/items/{item_id}")
 			bare := mint(g, "/item/r1", "")
-			g = reload(g, "  timeout_seconds: 0.2\n  headers: {Authorization: Bearer old-key}\n", "/items/{item_id}")
+			g = reload(g, "  timeout_seconds: 1\n  headers: {Authorization: Bearer old-key}\n", "/items/{item_id}")
 			keyed := mint(g, "/item/r2", "Bearer old-key")
 			if tt.redis {
 				for _, id := range []string{bare, keyed} {
@@ -168,16 +170,16 @@ func TestContractTakesCurrentCallSettings(t *testing.T) {
 			}
 
 			// The operator rotates the key and raises the timeout; the
-			// upstream now takes 0.6 s.
+			// upstream now takes 1.5 s, more than the old timeout.
 			g = reload(g, "  timeout_seconds: 5\n  headers: {Authorization: Bearer new-key}\n", "/items/{item_id}")
-			up.delay.Store(int64(600 * time.Millisecond))
+			up.delay.Store(int64(1500 * time.Millisecond))
 			if a := g.do(t, "FETCH", "/items/1", nil); a.status != 200 || !slices.Equal(up.take(), []string{"Bearer new-key"}) {
 				t.Fatalf("Tier B after the rotation: %s", a)
 			}
 			for _, c := range []struct{ path, id string }{{"/item/r1", bare}, {"/item/r2", keyed}} {
 				a := g.do(t, "LOOKUP", c.path, itemInput, "Contract-Synthesized", c.id)
 				if got := up.take(); a.status != 200 || a.hdr("Contract-Synthesized") != c.id || !slices.Equal(got, []string{"Bearer new-key"}) {
-					t.Fatalf("%s presented after the rotation: %s (upstream saw Authorization %q); want 200 after 0.6 s with Bearer new-key", c.id, a, got)
+					t.Fatalf("%s presented after the rotation: %s (upstream saw Authorization %q); want 200 after 1.5 s with Bearer new-key", c.id, a, got)
 				}
 			}
 			if a := g.do(t, "LOOKUP", "/item/r2", itemInput); a.status != 200 || !slices.Equal(up.take(), []string{"Bearer new-key"}) {
