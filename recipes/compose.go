@@ -405,6 +405,9 @@ func (s *Step) run(ctx context.Context, input any, vals []any) (any, *Failure) {
 // runPlain is run without a span of its own.
 func (s *Step) runPlain(ctx context.Context, input any, vals []any) (any, *Failure) {
 	if f := deadlineFailure(ctx, "composition deadline passed before the step started"); f != nil {
+		if !compositionDeadlinePassed(ctx) {
+			f.Explanation = "the plan stopped before the step started (another step failed, or the plan was cancelled)"
+		}
 		f.notStarted = true
 		return nil, f
 	}
