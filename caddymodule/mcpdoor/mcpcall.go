@@ -601,9 +601,15 @@ func successSummary(t *mcpTool, target string, status int, sid string) string {
 	return fmt.Sprintf("%s %s answered 200; the result follows.", t.method, target)
 }
 
-// errorSummary is the short text of a tool error.
+// errorSummary is the short text of a tool error: "REASON: explanation."
+// and whether it may be retried. An explanation that already leads with
+// its reason (composition_failed's "composition_failed: step …") is not
+// given it twice.
 func errorSummary(reason, explanation string, retryable bool, retryAfter *int) string {
-	s := reason + ": " + sentence(explanation)
+	s := sentence(explanation)
+	if !strings.HasPrefix(s, reason+": ") {
+		s = reason + ": " + s
+	}
 	switch {
 	case retryable && retryAfter != nil:
 		s += fmt.Sprintf(" Retryable after %d s.", *retryAfter)
