@@ -217,14 +217,22 @@ func unbound(c *recipes.Contract, rec *recipes.Recipe) *agtp.Error {
 	var what []string
 	if missing != nil {
 		fields["missing_upstreams"] = missing
-		what = append(what, fmt.Sprintf("upstream %s, which the gateway's configuration no longer declares", strings.Join(missing, ", ")))
+		what = append(what, named("upstream", missing)+", which the gateway's configuration no longer declares")
 	}
 	if gone != nil {
 		fields["unavailable_endpoints"] = gone
-		what = append(what, fmt.Sprintf("endpoint %s, which the gateway's configuration no longer declares as the contract captured it", strings.Join(gone, ", ")))
+		what = append(what, named("endpoint", gone)+", which the gateway's configuration no longer declares as the contract captured it")
 	}
 	return agtp.CompositionImpossible.WithFields(fmt.Sprintf("contract %s calls %s; nothing was run: release it (SUSPEND with its synthesis_id) and call the pair again with Allow-RCNS: true, or PROPOSE, to synthesize a new contract; or ask the operator to declare them again",
 		c.SynthesisID, strings.Join(what, ", and ")), fields)
+}
+
+// named is "KIND a" for one name, "KINDs a, b" for more.
+func named(kind string, names []string) string {
+	if len(names) == 1 {
+		return kind + " " + names[0]
+	}
+	return kind + "s " + strings.Join(names, ", ")
 }
 
 // execute runs rec, the plan of c bound to this configuration (bind),
