@@ -95,8 +95,9 @@ func goroutinesPerOp(b *testing.B) func() {
 // BenchmarkServerSide gives what one serial round trip costs the Redis
 // server itself (redis-cpu-ns/op, from its INFO; the client's CPU is
 // cpu-ns/op's business elsewhere), from a bare PING up to the gate
-// refusal's script (scenario (f)), serially and from 16 goroutines (the
-// server then reads several commands per wake-up), so a target on the server's CPU is
+// refusal's script (scenario (f)), serially and from 8 goroutines per
+// CPU (16 on a 2-CPU machine; the server then reads several commands
+// per wake-up), so a target on the server's CPU is
 // read against the round trip's own floor (docs/cluster.md "Choices and
 // measurements"):
 //
@@ -104,7 +105,9 @@ func goroutinesPerOp(b *testing.B) func() {
 //	script      an EVALSHA returning 1
 //	script+lib  the same with the gate script's Lua functions defined
 //	refusal     ResolvePair folded: the pair lookup, the budget's GCRA
-//	            and the attempt record (9 commands in one script)
+//	            and the attempt record (7 to 9 commands in one script)
+//
+// redis-cmds/op counts the two INFO reads around the loop too (1/b.N).
 func BenchmarkServerSide(b *testing.B) {
 	srv := redistest.StartServer(b)
 	_, set := newSet(b, Config{Addrs: []string{srv.Addr()}})
