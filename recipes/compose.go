@@ -95,12 +95,20 @@ func captured(steps []StepReport) map[string]any {
 	return out
 }
 
-// Error implements error.
+// Error implements error: "composition_failed: " and the Explanation.
 func (f *CompositionFailure) Error() string {
+	return "composition_failed: " + f.Explanation()
+}
+
+// Explanation is the failure's sentence for the error body, without
+// its reason token (the body carries that as its reason): "step NAME
+// (METHOD path): " and the cause's explanation, or the cause's alone
+// when no step failed (the output mapping, the deadline).
+func (f *CompositionFailure) Explanation() string {
 	if f.FailedStep != nil {
-		return fmt.Sprintf("composition_failed: step %s (%s %s): %s", f.FailedStep.Name, f.FailedStep.Endpoint.Method, f.FailedStep.Endpoint.Path, f.Cause.Explanation)
+		return fmt.Sprintf("step %s (%s %s): %s", f.FailedStep.Name, f.FailedStep.Endpoint.Method, f.FailedStep.Endpoint.Path, f.Cause.Explanation)
 	}
-	return "composition_failed: " + f.Cause.Explanation
+	return f.Cause.Explanation
 }
 
 type stepResult struct {

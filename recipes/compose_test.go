@@ -579,3 +579,27 @@ output: '{a: $first, b: $loan}'
 		t.Fatalf("%d upstream calls, want none", n)
 	}
 }
+
+// TestCompositionFailureExplanation: the error body's explanation of a
+// composition failure does not repeat its reason token (the body and a
+// tool error carry that as their reason; found by review: an MCP tool
+// error read "composition_failed: composition_failed: step …"); Error,
+// for logs, leads with it.
+func TestCompositionFailureExplanation(t *testing.T) {
+	step := &Step{Name: "item", Endpoint: &Endpoint{Method: "FETCH", Path: "/items/{id}"}}
+	cause := &Failure{Code: ErrUpstreamTimeout, Explanation: "upstream bench did not answer within 1s"}
+	for _, c := range []struct {
+		f    *CompositionFailure
+		want string
+	}{
+		{&CompositionFailure{FailedStep: step, Cause: cause}, "step item (FETCH /items/{id}): upstream bench did not answer within 1s"},
+		{&CompositionFailure{Cause: cause}, "upstream bench did not answer within 1s"},
+	} {
+		if got := c.f.Explanation(); got != c.want {
+			t.Errorf("Explanation() = %q, want %q", got, c.want)
+		}
+		if got := c.f.Error(); got != "composition_failed: "+c.want {
+			t.Errorf("Error() = %q, want composition_failed: %q", got, c.want)
+		}
+	}
+}

@@ -666,12 +666,12 @@ func isRefused(err error) bool {
 	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
-// connErrorText classifies a transport error without naming addresses
-// or hosts (they stay in the gateway's logs, never in agents' answers).
 // connClosed is connErrorText's text for a connection the upstream
 // closed or reset (after it was established).
 const connClosed = "connection closed by the upstream"
 
+// connErrorText classifies a transport error without naming addresses
+// or hosts (they stay in the gateway's logs, never in agents' answers).
 func connErrorText(err error) string {
 	var dnsErr *net.DNSError
 	var opErr *net.OpError

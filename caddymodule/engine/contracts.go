@@ -286,7 +286,7 @@ func (h *Engine) execute(x *exchange, c *recipes.Contract, rec *recipes.Recipe, 
 			state = "unknown"
 		}
 		body["contract_state"] = state
-		e := agtp.CompositionFailed.WithFields(cf.Error(), body)
+		e := agtp.CompositionFailed.WithFields(cf.Explanation(), body)
 		e.Retryable = cf.SideEffectFree && transient(cf.Cause)
 		x.fail(e)
 		return nil, false

@@ -602,14 +602,9 @@ func successSummary(t *mcpTool, target string, status int, sid string) string {
 }
 
 // errorSummary is the short text of a tool error: "REASON: explanation."
-// and whether it may be retried. An explanation that already leads with
-// its reason (composition_failed's "composition_failed: step …") is not
-// given it twice.
+// and whether it may be retried.
 func errorSummary(reason, explanation string, retryable bool, retryAfter *int) string {
-	s := sentence(explanation)
-	if !strings.HasPrefix(s, reason+": ") {
-		s = reason + ": " + s
-	}
+	s := reason + ": " + sentence(explanation)
 	switch {
 	case retryable && retryAfter != nil:
 		s += fmt.Sprintf(" Retryable after %d s.", *retryAfter)

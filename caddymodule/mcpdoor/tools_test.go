@@ -379,20 +379,3 @@ func TestBatchLen(t *testing.T) {
 		}
 	}
 }
-
-// TestErrorSummaryReasonOnce: a tool error's text leads with its reason
-// once, also when the engine's explanation already does (a
-// composition_failed explanation is "composition_failed: step …"; found
-// by review: "composition_failed: composition_failed: …").
-func TestErrorSummaryReasonOnce(t *testing.T) {
-	for _, c := range []struct{ reason, explanation, want string }{
-		{"composition_failed", "composition_failed: step item (FETCH /items/{item_id}): upstream bench did not answer within 1s",
-			"composition_failed: step item (FETCH /items/{item_id}): upstream bench did not answer within 1s. Retryable."},
-		{"invalid-input", "item_id must be a string", "invalid-input: item_id must be a string. Retryable."},
-		{"upstream_error", "upstream_error is what the upstream said", "upstream_error: upstream_error is what the upstream said. Retryable."},
-	} {
-		if got := errorSummary(c.reason, c.explanation, true, nil); got != c.want {
-			t.Errorf("errorSummary(%q, %q) = %q, want %q", c.reason, c.explanation, got, c.want)
-		}
-	}
-}
