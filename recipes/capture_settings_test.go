@@ -98,15 +98,7 @@ func TestRestoredStepTakesCurrentCallSettings(t *testing.T) {
 				if loaded {
 					known = []*Recipe{cur}
 				}
-				rs, err := NewRestorer(methodPolicy(), map[string]*Upstream{"up": up}, endpointList(eps), known, 4)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(rs.Close)
-				rr, err := rs.Restore(hash, plan)
-				if err != nil {
-					t.Fatal(err)
-				}
+				rr := restoreOn(t, up, eps, known, hash, plan)
 				if rr.UnavailableEndpoints() != nil || rr.MissingUpstreams() != nil {
 					t.Fatalf("unavailable %v, missing %v; want none", rr.UnavailableEndpoints(), rr.MissingUpstreams())
 				}
@@ -154,15 +146,7 @@ func TestRestoredStepOfChangedEndpoint(t *testing.T) {
 				e := buildEndpoint(t, src, up)
 				eps[e.Method+" "+e.Path] = e
 			}
-			rs, err := NewRestorer(methodPolicy(), map[string]*Upstream{"up": up}, endpointList(eps), nil, 4)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(rs.Close)
-			rr, err := rs.Restore(hash, plan)
-			if err != nil {
-				t.Fatal(err)
-			}
+			rr := restoreOn(t, up, eps, nil, hash, plan)
 			if got := rr.UnavailableEndpoints(); !slices.Equal(got, tc.want) {
 				t.Fatalf("UnavailableEndpoints = %v, want %v", got, tc.want)
 			}
@@ -212,15 +196,7 @@ func TestRestoreLegacyPlanIgnoresFrozenHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	lhash := PlanHash(legacy)
-	rs, err := NewRestorer(methodPolicy(), map[string]*Upstream{"up": up}, endpointList(eps), []*Recipe{r}, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rs.Close)
-	rr, err := rs.Restore(lhash, legacy)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rr := restoreOn(t, up, eps, []*Recipe{r}, lhash, legacy)
 	if p, h, _ := rr.Plan(); h != hash || strings.Contains(string(p), "leaked-key") {
 		t.Fatalf("a legacy plan restores to plan %s (%s), want %s without its headers", h, p, hash)
 	}
@@ -237,4 +213,21 @@ func TestRestoreLegacyPlanIgnoresFrozenHeaders(t *testing.T) {
 	if rr.Steps[0].Endpoint.Timeout() != up.Timeout {
 		t.Fatalf("step timeout %v, want the current endpoint's (its upstream's %v), not the stored 1s", rr.Steps[0].Endpoint.Timeout(), up.Timeout)
 	}
+}
+
+// restoreOn restores the captured plan (hash, plan) with a Restorer
+// over upstream "up" and the endpoints eps, known recipes loaded; it
+// fails the test on any error.
+func restoreOn(t *testing.T, up *Upstream, eps map[string]*Endpoint, known []*Recipe, hash string, plan []byte) *Recipe {
+	t.Helper()
+	rs, err := NewRestorer(methodPolicy(), map[string]*Upstream{"up": up}, endpointList(eps), known, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Close)
+	rr, err := rs.Restore(hash, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rr
 }

@@ -335,10 +335,7 @@ func TestOAuthRequireATJWTRealIssuer(t *testing.T) {
 func TestOAuthDiscoveredURLsNeedTLS(t *testing.T) {
 	f := newFakeIssuer(t)
 	f.set(func(f *fakeIssuer) { f.meta = map[string]any{"jwks_uri": "http://as.invalid/jwks"} })
-	te := fakeIssuerEngine(t, f)
-	core, logs := observer.New(zap.WarnLevel)
-	te.logger = zap.New(core)
-	te.oauth.log = te.logger
+	te, logs := warnLogged(fakeIssuerEngine(t, f))
 	a := serveToken(t, te, t.Context(), f.token(t, "at+jwt"))
 	if a.Status != 503 || a.str("reason") != "issuer-unavailable" || f.jwksFetch.Load() != 0 {
 		t.Fatalf("a JWT under a cleartext jwks_uri: %s", a)
@@ -374,14 +371,20 @@ func TestOAuthIssuerWithoutPKCE(t *testing.T) {
 
 	g := newFakeIssuer(t)
 	g.set(func(f *fakeIssuer) { f.meta = map[string]any{"issuer": "https://other.example"} })
-	tg := fakeIssuerEngine(t, g)
-	core, logs := observer.New(zap.WarnLevel)
-	tg.logger = zap.New(core)
-	tg.oauth.log = tg.logger
+	tg, logs := warnLogged(fakeIssuerEngine(t, g))
 	if a := serveToken(t, tg, t.Context(), g.token(t, "at+jwt")); a.Status != 503 || a.str("reason") != "issuer-unavailable" {
 		t.Fatalf("metadata naming another issuer: %s", a)
 	}
 	if w := logs.All(); len(w) == 0 || !strings.Contains(fmt.Sprint(w[0].ContextMap()), `names issuer "https://other.example"`) {
 		t.Fatalf("WARN lines: %v", w)
 	}
+}
+
+// warnLogged points te's logger, and its OAuth verifier's, at an
+// observer of WARN and above, and returns te and what it records.
+func warnLogged(te *testEngine) (*testEngine, *observer.ObservedLogs) {
+	core, logs := observer.New(zap.WarnLevel)
+	te.logger = zap.New(core)
+	te.oauth.log = te.logger
+	return te, logs
 }
