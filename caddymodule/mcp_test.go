@@ -731,18 +731,26 @@ func TestMCPPlanDeadlineAnswersItself(t *testing.T) {
 // other doors' reason names (ambiguous-idempotency-key,
 // duplicate-header), telling the model to fix the key, not the
 // arguments (helper-81: both were invalid-parameter, "fix the
-// arguments"). Nothing runs.
+// arguments"). Nothing runs. X-Idempotency-Key is held to the engine's
+// rule (engine.LegacyIdempotencyKey), as on the other doors: refused
+// alone or beside another key, whether the call's key came from a
+// header or _meta, and fine beside the same key (those calls run).
 func TestMCPIdempotencyKeyFaultsNamed(t *testing.T) {
 	up, calls := countingUpstream(t)
 	_, url := mcpGatewayTo(t, up)
+	ran := 0
 	for _, tc := range []struct {
-		name, reason string
+		name, reason string // reason "": the call runs
 		hdr          http.Header
+		meta         mcp.Meta
 	}{
-		{"X-Idempotency-Key beside another key", "ambiguous-idempotency-key", http.Header{"Idempotency-Key": {"m-1"}, "X-Idempotency-Key": {"m-2"}}},
-		{"the alias beside another key", "ambiguous-idempotency-key", http.Header{"Idempotency-Key": {"m-1"}, "Rcns-Idempotency-Key": {"m-2"}}},
-		{"Idempotency-Key twice", "duplicate-header", http.Header{"Idempotency-Key": {"m-3", "m-3"}}},
-		{"X-Idempotency-Key alone", "invalid-idempotency-key", http.Header{"X-Idempotency-Key": {"m-4"}}},
+		{"X-Idempotency-Key beside another key", "ambiguous-idempotency-key", http.Header{"Idempotency-Key": {"m-1"}, "X-Idempotency-Key": {"m-2"}}, nil},
+		{"X-Idempotency-Key beside _meta's other key", "ambiguous-idempotency-key", http.Header{"X-Idempotency-Key": {"m-2"}}, mcp.Meta{"io.github.caddy-rcns/idempotency-key": "m-1"}},
+		{"the alias beside another key", "ambiguous-idempotency-key", http.Header{"Idempotency-Key": {"m-1"}, "Rcns-Idempotency-Key": {"m-2"}}, nil},
+		{"Idempotency-Key twice", "duplicate-header", http.Header{"Idempotency-Key": {"m-3", "m-3"}}, nil},
+		{"X-Idempotency-Key alone", "invalid-idempotency-key", http.Header{"X-Idempotency-Key": {"m-4"}}, nil},
+		{"X-Idempotency-Key beside the same key", "", http.Header{"Idempotency-Key": {"m-5"}, "X-Idempotency-Key": {"m-5"}}, nil},
+		{"X-Idempotency-Key beside _meta's key", "", http.Header{"X-Idempotency-Key": {`"m-6"`}}, mcp.Meta{"io.github.caddy-rcns/idempotency-key": "m-6"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hdr := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read"}
@@ -753,11 +761,18 @@ func TestMCPIdempotencyKeyFaultsNamed(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "fetch_item", Arguments: map[string]any{"item_id": "1"}})
+			res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "fetch_item", Arguments: map[string]any{"item_id": "1"}, Meta: tc.meta})
 			if err != nil {
 				t.Fatal(err)
 			}
 			raw, _ := json.Marshal(res.StructuredContent)
+			if tc.reason == "" {
+				ran++
+				if res.IsError {
+					t.Fatalf("a call with one key refused: %s", raw)
+				}
+				return
+			}
 			var sc struct {
 				Error struct{ Code, Message string } `json:"error"`
 			}
@@ -767,8 +782,8 @@ func TestMCPIdempotencyKeyFaultsNamed(t *testing.T) {
 			}
 		})
 	}
-	if n := calls.Load(); n != 0 {
-		t.Fatalf("refused calls reached the upstream %d times", n)
+	if n := calls.Load(); n != int64(ran) {
+		t.Fatalf("the upstream was called %d times, want %d (the calls with one key; refused calls run nothing)", n, ran)
 	}
 }
 

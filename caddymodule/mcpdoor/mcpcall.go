@@ -45,7 +45,11 @@ const (
 // forwarded are the HTTP request's AGTP header fields a call carries on
 // to the engine (Go's canonical keys). Agent-ID is the verified one;
 // signatures, Allow-RCNS and Contract-Synthesized are the door's own.
-var forwarded = []string{"Authority-Scope", "Owner-Id", "Request-Id", "Task-Id", "Session-Id", "Traceparent"}
+// X-Idempotency-Key goes on so that the engine's rule for it holds here
+// as on the other doors (engine.LegacyIdempotencyKey: never a key,
+// never ignored; beside the call's key, which the door sends as
+// Idempotency-Key, it must name the same one).
+var forwarded = []string{"Authority-Scope", "Owner-Id", "Request-Id", "Task-Id", "Session-Id", "Traceparent", "X-Idempotency-Key"}
 
 // argumentReasons are the engine's reasons that mean the call's
 // arguments are wrong: they answer as argumentResult, a tool error
@@ -300,18 +304,6 @@ func idempotencyKey(h http.Header, meta mcp.Meta) (string, bool, *jsonrpc.Error)
 			return "", false, invalidParams("%s: _meta[%q] must be a string", agtp.InvalidIdempotencyKey.Token, MCPMetaIdempotencyKey)
 		}
 		got = append(got, source{fmt.Sprintf("_meta[%q]", MCPMetaIdempotencyKey), s})
-	}
-	// X-Idempotency-Key keys nothing and is never ignored, as on the
-	// other doors (engine.LegacyIdempotencyKey): alone it is refused,
-	// beside a key it must name the same one.
-	if xv, ok := h[http.CanonicalHeaderKey(engine.LegacyIdempotencyKey)]; ok {
-		if len(got) == 0 {
-			return "", false, invalidParams("%s: the %s header is not read by this gateway, and a call that carries it may expect exactly-once: send the key as the Idempotency-Key header or _meta[%q]",
-				agtp.InvalidIdempotencyKey.Token, engine.LegacyIdempotencyKey, MCPMetaIdempotencyKey)
-		}
-		if len(xv) != 1 || !engine.SameIdempotencyKey(got[0].value, xv[0]) {
-			return "", false, invalidParams("%s: %s and the %s header differ; send the key once, as Idempotency-Key", agtp.AmbiguousIdempotencyKey.Token, got[0].name, engine.LegacyIdempotencyKey)
-		}
 	}
 	if len(got) == 0 {
 		return "", false, nil

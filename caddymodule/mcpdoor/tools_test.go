@@ -270,7 +270,6 @@ func TestIdempotencyKeyOfCall(t *testing.T) {
 		name   string
 		header []string
 		alias  []string
-		legacy []string // X-Idempotency-Key
 		meta   mcp.Meta
 		key    string
 		keyed  bool
@@ -289,13 +288,6 @@ func TestIdempotencyKeyOfCall(t *testing.T) {
 		{name: "alias and header differ", header: []string{"k6"}, alias: []string{"k7"}, err: "ambiguous-idempotency-key: the Idempotency-Key header and the RCNS-Idempotency-Key header differ"},
 		{name: "alias and _meta differ", alias: []string{"k8"}, meta: mcp.Meta{MCPMetaIdempotencyKey: "k9"}, err: `the RCNS-Idempotency-Key header and _meta["io.github.caddy-rcns/idempotency-key"] differ`},
 		{name: "alias twice", alias: []string{"a", "b"}, err: "duplicate-header: the RCNS-Idempotency-Key header appears more than once"},
-		// X-Idempotency-Key: never a key, never ignored (helper-80: the
-		// MCP door dropped it, and a repeat ran again).
-		{name: "X-Idempotency-Key alone", legacy: []string{"k10"}, err: "invalid-idempotency-key: the X-Idempotency-Key header is not read"},
-		{name: "X-Idempotency-Key empty", legacy: []string{""}, err: "invalid-idempotency-key"},
-		{name: "X-Idempotency-Key beside the same key", header: []string{"k11"}, legacy: []string{"k11"}, key: "k11", keyed: true},
-		{name: "X-Idempotency-Key beside _meta's key", meta: mcp.Meta{MCPMetaIdempotencyKey: "k12"}, legacy: []string{`"k12"`}, key: "k12", keyed: true},
-		{name: "X-Idempotency-Key beside another key", header: []string{"k13"}, legacy: []string{"k14"}, err: "ambiguous-idempotency-key: the Idempotency-Key header and the X-Idempotency-Key header differ"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{}
@@ -304,9 +296,6 @@ func TestIdempotencyKeyOfCall(t *testing.T) {
 			}
 			if tc.alias != nil {
 				h["Rcns-Idempotency-Key"] = tc.alias
-			}
-			if tc.legacy != nil {
-				h["X-Idempotency-Key"] = tc.legacy
 			}
 			key, keyed, err := idempotencyKey(h, tc.meta)
 			switch {
