@@ -65,7 +65,7 @@ func TestCaddyfileExample(t *testing.T) {
 	// Agent-ID is refused early (459) so the headers need no meaning.
 	secret := "secret-value-must-not-be-logged"
 	r = g.DoHTTP(t, "GET", "/guests/g-1", hdr(agentA1, "hotel:read",
-		"Idempotency-Key", secret, "RCNS-Idempotency-Key", secret, "Signature", "sig1=:"+secret+":",
+		"Idempotency-Key", secret, "RCNS-Idempotency-Key", secret, "X-Idempotency-Key", secret, "Signature", "sig1=:"+secret+":",
 		"Signature-Input", `sig1=("@method");keyid="`+secret+`"`,
 		"Authorization", "Bearer "+secret, "X-Log-Probe", "probe-1"), nil)
 	wantStatus(t, r, 459)
@@ -82,7 +82,7 @@ func TestCaddyfileExample(t *testing.T) {
 	if v, _ := headers["Agent-Id"].([]any); len(v) != 1 || v[0] != agentA1 {
 		t.Errorf("access log lost Agent-ID: %v", headers)
 	}
-	for _, k := range []string{"Authority-Scope", "Idempotency-Key", "Rcns-Idempotency-Key", "Signature", "Signature-Input", "Authorization"} {
+	for _, k := range []string{"Authority-Scope", "Idempotency-Key", "Rcns-Idempotency-Key", "X-Idempotency-Key", "Signature", "Signature-Input", "Authorization"} {
 		if _, ok := headers[k]; ok {
 			t.Errorf("access log keeps %s: %v", k, headers[k])
 		}
