@@ -67,7 +67,7 @@ func FuzzInsertHash(f *testing.F) {
 		if _, ok := m["hash"]; ok {
 			return
 		}
-		got := insertHash(canon, []byte(ZeroHash))
+		got := insertHash(nil, canon, []byte(ZeroHash))
 		m["hash"] = ZeroHash
 		want, err := canonical(m)
 		if err != nil {

@@ -454,12 +454,14 @@ func (l *Log) append(agentID string, record map[string]any) (hash string, err er
 	record["seq"] = head.seq + 1
 	record["at"] = now.Format(time.RFC3339Nano)
 	record["prev"] = head.hash
-	line, hash, err := encodeRecord(record)
-	if err != nil {
-		l.mu.Unlock()
-		return "", err
+	lp := getBuf()
+	line, hash, err := appendRecord((*lp)[:0], record)
+	if err == nil {
+		err = l.writeLocked(now, line)
 	}
-	if err := l.writeLocked(now, line); err != nil {
+	*lp = line
+	putBuf(lp)
+	if err != nil {
 		l.mu.Unlock()
 		return "", err
 	}
@@ -537,26 +539,54 @@ func checkRecord(agentID string, rec map[string]any, owned bool) (map[string]any
 // plus its "hash" member, and that hash: lowercase hex SHA-256 of the JCS
 // form of record, which must not have a "hash" member itself.
 func encodeRecord(record map[string]any) (line []byte, hash string, err error) {
-	canon, err := canonical(record)
+	return appendRecord(nil, record)
+}
+
+// appendRecord is encodeRecord appending the line to dst. The JCS form
+// it hashes is built in a pooled buffer, so a record costs one
+// allocation for its line at most, none when dst has room.
+func appendRecord(dst []byte, record map[string]any) (line []byte, hash string, err error) {
+	bp := getBuf()
+	defer putBuf(bp)
+	canon, err := appendCanonical((*bp)[:0], record)
+	*bp = canon
 	if err != nil {
-		return nil, "", err
+		return dst, "", err
 	}
 	sum := sha256.Sum256(canon)
 	var hx [64]byte
 	hex.Encode(hx[:], sum[:])
-	return append(insertHash(canon, hx[:]), '\n'), string(hx[:]), nil
+	return append(insertHash(dst, canon, hx[:]), '\n'), string(hx[:]), nil
 }
 
-// insertHash inserts "hash":HASH into canon, the JCS form of an object,
-// where RFC 8785 §3.2.3 ordering puts it, saving a second
-// canonicalization. Keys are compared as raw bytes of their JSON string
+// maxPooledBuf is the largest buffer getBuf's pool keeps: a record
+// larger than 64 KiB (a long reason, a large grant) gets its own.
+const maxPooledBuf = 64 << 10
+
+// bufPool holds the negotiation log's encoding buffers (appendRecord's
+// JCS form, Log.append's line), which no record outlives: the line is
+// in the file once write(2) returns.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+func putBuf(bp *[]byte) {
+	if cap(*bp) <= maxPooledBuf {
+		*bp = (*bp)[:0]
+		bufPool.Put(bp)
+	}
+}
+
+// insertHash appends to dst canon, the JCS form of an object, with
+// "hash":HASH inserted where RFC 8785 §3.2.3 ordering puts it, saving a
+// second canonicalization. Keys are compared as raw bytes of their JSON string
 // form: for the all-ASCII "hash" that is the UTF-16 order JCS uses,
 // since every escape (\\, \", \b... \u001f) stands for a character
 // below 'a', as its backslash is.
-func insertHash(canon []byte, hash []byte) []byte {
+func insertHash(dst, canon, hash []byte) []byte {
 	var mb [len(`"hash":""`) + 64]byte
 	member := append(append(append(mb[:0], `"hash":"`...), hash...), '"')
-	out := make([]byte, 0, len(canon)+len(member)+2) // room for ',' and the line's '\n'
+	out := slices.Grow(dst, len(canon)+len(member)+2) // room for ',' and the line's '\n'
 	depth, inStr, esc := 0, false, false
 	for i := 0; i < len(canon); i++ {
 		c := canon[i]
@@ -645,10 +675,18 @@ func (l *Log) Close() error {
 
 // canonical is jsonenc.Canonical with its failures marked
 // ErrInvalidRecord.
-func canonical(v any) ([]byte, error) {
-	out, err := jsonenc.Canonical(v)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
+func canonical(v any) ([]byte, error) { return appendCanonical(nil, v) }
+
+// appendCanonical is canonical appending to dst: one pass
+// (jsonenc.AppendJCS) for the value types records hold, else the
+// reference path (jsonenc.CanonicalSlow).
+func appendCanonical(dst []byte, v any) ([]byte, error) {
+	if out, ok := jsonenc.AppendJCS(dst, v); ok {
+		return out, nil
 	}
-	return out, nil
+	out, err := jsonenc.CanonicalSlow(v)
+	if err != nil {
+		return dst, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
+	}
+	return append(dst, out...), nil
 }

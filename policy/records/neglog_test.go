@@ -754,7 +754,7 @@ func TestInsertHashMatchesJCS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := insertHash(canon, []byte(ZeroHash)); !bytes.Equal(got, want) {
+			if got := insertHash(nil, canon, []byte(ZeroHash)); !bytes.Equal(got, want) {
 				t.Errorf("insertHash =\n%s\nwant\n%s", got, want)
 			}
 		})
