@@ -171,11 +171,11 @@ clean:
 	rm -rf bin
 
 # make bench: the loopback load comparison (scripts/bench/load.sh, about
-# 12 minutes with the default 10 rounds), which prints the Caddy CPU per
+# 20 minutes with the default 6 rounds of 3 s runs), which prints the Caddy CPU per
 # request of each scenario with the targets and their verdicts and
 # rewrites docs/performance.md. BENCH_OUT keeps results.json, report.md,
 # loadcmp.log and profiles/; LOAD_ARGS go to the driver (e.g.
-# LOAD_ARGS='-rounds 8'). The Go benchmarks of BENCH_PKGS run once in
+# LOAD_ARGS='-rounds 10'). The Go benchmarks of BENCH_PKGS run once in
 # bench-smoke; for their numbers: go test -run '^$' -bench . -benchmem $(BENCH_PKGS).
 BENCH_PKGS  := ./policy ./policy/ratelimit ./policy/idempotency ./policy/records ./recipes ./caddymodule ./caddymodule/engine
 BENCH_OUT   ?= bin/bench

@@ -4,8 +4,8 @@
 # Builds Caddy with the rcns module (cmd/caddy), the bench upstream and
 # the driver (scripts/bench/loadcmp), then runs the driver on loopback.
 # Every run is bounded in requests and time, and the whole comparison by
-# loadcmp's -max-total (default 30m); with the defaults it takes about
-# 8 minutes. Results go to -out (default: a new temp dir): results.json,
+# loadcmp's -max-total (default 45m); with the defaults it takes about
+# 20 minutes. Results go to -out (default: a new temp dir): results.json,
 # report.md (the page), loadcmp.log, profiles/. Arguments go to loadcmp:
 #
 #   scripts/bench/load.sh -only d,f -rounds 3

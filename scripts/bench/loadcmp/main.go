@@ -141,9 +141,13 @@ type driver struct {
 func main() {
 	var d driver
 	o := &d.o
-	flag.IntVar(&o.Rounds, "rounds", 10, "interleaved rounds")
-	flag.DurationVar(&o.LoadDuration, "load-duration", time.Second, "most sending time of one closed-loop run")
-	flag.IntVar(&o.LoadRequests, "load-requests", 40000, "most requests of one closed-loop run")
+	// Runs of 3 s over 6 rounds, not 1 s over 10: a run's fixed cost
+	// (Caddy's CPU at its start, the GC cycles a short run does or does
+	// not catch) swung single 1 s rounds by hundreds of µs
+	// (scripts/bench/README.md "Run length").
+	flag.IntVar(&o.Rounds, "rounds", 6, "interleaved rounds")
+	flag.DurationVar(&o.LoadDuration, "load-duration", 3*time.Second, "most sending time of one closed-loop run")
+	flag.IntVar(&o.LoadRequests, "load-requests", 100000, "most requests of one closed-loop run")
 	flag.IntVar(&o.Workers, "workers", 16, "connections, each with one request in flight, of a closed-loop run")
 	flag.IntVar(&o.SlowRate, "slow-rate", 200, "requests/s of the (e) runs (open loop)")
 	flag.DurationVar(&o.SlowDuration, "slow-duration", 2*time.Second, "length of one (e) run")
@@ -151,7 +155,7 @@ func main() {
 	flag.DurationVar(&o.Warmup, "warmup", time.Second, "length of the one unrecorded run per scenario before the rounds")
 	flag.DurationVar(&o.Settle, "settle", 20*time.Millisecond, "pause after a run's last answer before its CPU is read")
 	flag.DurationVar(&o.Delay, "delay", 20*time.Millisecond, "delay of the upstream's /slow route")
-	flag.DurationVar(&o.MaxTotal, "max-total", 30*time.Minute, "hard bound of the whole comparison")
+	flag.DurationVar(&o.MaxTotal, "max-total", 45*time.Minute, "hard bound of the whole comparison")
 	flag.StringVar(&o.Only, "only", "", "comma-separated scenario keys, letters or sites to run (b always runs)")
 	flag.StringVar(&o.Profile, "profile", "b,c/nokey,d/nokey,d/ed25519,f/nokey,g/nokey,c/redis,d/redis,dk/nokey,dk/redis,f/redis,g/redis", "load scenarios to CPU-profile after the rounds")
 	flag.IntVar(&o.ProfileSecs, "profile-seconds", 4, "CPU profile length per profiled scenario (0: none)")
