@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/internal/dirsnap"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 )
@@ -271,5 +273,67 @@ func TestInspectNegotiationsAreTheLogsRecords(t *testing.T) {
 		if !reflect.DeepEqual(r, want) {
 			t.Errorf("INSPECT record %d:\n%v\nthe log's:\n%v", i, r, want)
 		}
+	}
+}
+
+// TestRecordsBoundAgentText: what an agent's request puts into the
+// records the gateway keeps is bounded (engine.MaxRecordedText and its
+// siblings), whatever the request body allowed (helper-84: a rate-limited
+// agent filled 62 MB of log and 211 MB of heap with 1 MB PROPOSE
+// descriptions): a PROPOSE turn's description, scope_requested and path,
+// and a REVOKE's reason in its negotiation record, its INSPECT copy and
+// its lifecycle event, are cut and marked with "…".
+func TestRecordsBoundAgentText(t *testing.T) {
+	g := newTestGateway(t)
+	long := strings.Repeat("é", 150<<10) // 300 KiB, two bytes a character
+	scopes := make([]any, 100)
+	for i := range scopes {
+		scopes[i] = fmt.Sprintf("bench:%d:", i) + strings.Repeat("x", 2048)
+	}
+	p := proposal("/item/bounded")
+	p["endpoint"].(map[string]any)["description"] = long
+	p["scope_requested"] = scopes
+	a := g.builtin(t, "PROPOSE", p)
+	recs := g.negotiationRecords(t, records.KindPropose, "")
+	if len(recs) != 1 {
+		t.Fatalf("PROPOSE answered %s; %d propose records, want 1", a, len(recs))
+	}
+	req := recs[0]["requested"].(map[string]any)
+	desc, _ := req["description"].(string)
+	if len(desc) > engine.MaxRecordedText || !strings.HasSuffix(desc, "…") || !strings.HasPrefix(long, strings.TrimSuffix(desc, "…")) {
+		t.Errorf("recorded description: %d bytes, %.20q…%q", len(desc), desc, desc[max(0, len(desc)-8):])
+	}
+	if req["path"] != "/item/bounded" || req["method"] != "LOOKUP" {
+		t.Errorf("recorded pair %v %v, want LOOKUP /item/bounded whole", req["method"], req["path"])
+	}
+	sc, _ := req["scope_requested"].([]any)
+	if len(sc) == 0 || len(sc) > engine.MaxRecordedItems+1 || sc[len(sc)-1] != "…" {
+		t.Errorf("recorded scope_requested: %d elements, last %v", len(sc), sc[max(0, len(sc)-1)])
+	}
+	raw, _ := json.Marshal(req)
+	if len(raw) > engine.MaxRecordedRequest+2048 { // strings bounded; quotes, commas and the "…" marks beside
+		t.Errorf("recorded requested side: %d bytes of JSON", len(raw))
+	}
+	ins := g.builtin(t, "INSPECT", map[string]any{"target": "negotiations", "kind": records.KindPropose})
+	if got, _ := ins.body["records"].([]any); len(got) != 1 || !reflect.DeepEqual(got[0], recs[0]) {
+		t.Errorf("INSPECT target=negotiations: %s; want the log's record", ins)
+	}
+
+	id := g.propose(t, "/item/revoked")
+	reason := strings.Repeat("r", 100<<10)
+	if a := g.builtin(t, "REVOKE", map[string]any{"target": "contract", "synthesis_id": id, "reason": reason}); a.status != 200 {
+		t.Fatalf("REVOKE: %s", a)
+	}
+	rev := g.negotiationRecords(t, records.KindRevoke, id)
+	if len(rev) != 1 {
+		t.Fatalf("%d revoke records for %s, want 1", len(rev), id)
+	}
+	want := strings.Repeat("r", engine.MaxRecordedText-len("…")) + "…"
+	if rev[0]["reason"] != want {
+		t.Errorf("revoke record's reason: %d bytes, want the first %d and …", len(rev[0]["reason"].(string)), engine.MaxRecordedText-len("…"))
+	}
+	evs := events(g.lifecycleEvents(t), records.EventRevoke, id)
+	if len(evs) != 1 || evs[0]["reason"] != want {
+		t.Errorf("revoke lifecycle events %d; reason %d bytes, want %d", len(evs), len(fmt.Sprint(evs[0]["reason"])), len(want))
 	}
 }

@@ -445,6 +445,8 @@ func (h *Engine) negotiationRecord(x *exchange, kind, outcome, reason string, re
 	}
 	// Room for every member below, the four the log adds and the hash,
 	// so that neither this function nor AppendOwned grows the map.
+	// An agent's text is kept within bounds (recordtext.go).
+	requested, reason = recordedRequest(requested), recordedText(reason)
 	rec := make(map[string]any, 18)
 	rec["kind"], rec["outcome"], rec["requested"], rec["granted"] = kind, outcome, requested, nil
 	rec["request_id"], rec["binding"], rec["node_id"] = x.requestID, x.in.Binding, h.nodeID
@@ -525,10 +527,10 @@ func (h *Engine) lifecycleEvent(eventType string, c *recipes.Contract, actor, re
 		ev["actor_agent_id"] = actor
 	}
 	if reason != "" {
-		ev["reason"] = reason
+		ev["reason"] = recordedText(reason)
 	}
 	if operator != "" {
-		ev["actor"] = operator
+		ev["actor"] = recordedText(operator)
 	}
 	// Signed when the stream is first read (INSPECT target=lifecycle),
 	// not before the answer: the same envelope bytes (Lifecycle.Record).

@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestRecordedRequest: a requested side within the bounds is kept as
+// is (the same map); past them every string is cut at MaxRecordedText,
+// an array at MaxRecordedItems elements and an Ellipsis, an object at
+// MaxRecordedItems members and an Ellipsis member giving the count left
+// out, nesting at four levels, and all strings together at
+// MaxRecordedRequest bytes; the caller's map is not changed.
+func TestRecordedRequest(t *testing.T) {
+	small := map[string]any{"method": "LOOKUP", "path": "/item/1", "persistent": false, "scope_requested": []any{"a:read"}}
+	if got := recordedRequest(small); reflect.ValueOf(got).Pointer() != reflect.ValueOf(small).Pointer() {
+		t.Errorf("a small requested side was copied")
+	}
+
+	long := strings.Repeat("x", 5000)
+	members := map[string]any{}
+	for i := range 40 {
+		members[fmt.Sprintf("k%02d", i)] = i
+	}
+	deep := map[string]any{"a": map[string]any{"b": map[string]any{"c": map[string]any{"d": map[string]any{"e": 1}}}}}
+	items := make([]any, 50)
+	for i := range items {
+		items[i] = i
+	}
+	in := map[string]any{"description": long, "items": items, "members": members, "deep": deep}
+	before, _ := json.Marshal(in)
+	got := recordedRequest(in)
+	if after, _ := json.Marshal(in); string(after) != string(before) {
+		t.Fatal("recordedRequest changed the caller's map")
+	}
+	if d := got["description"].(string); len(d) != MaxRecordedText || !strings.HasSuffix(d, "…") {
+		t.Errorf("description: %d bytes", len(d))
+	}
+	if it := got["items"].([]any); len(it) != MaxRecordedItems+1 || it[MaxRecordedItems] != "…" || it[0] != 0 {
+		t.Errorf("items: %v", it)
+	}
+	if m := got["members"].(map[string]any); len(m) != MaxRecordedItems+1 || m["…"] != 40-MaxRecordedItems || m["k00"] != 0 || m["k39"] != nil {
+		t.Errorf("members: %v", m)
+	}
+	// deep → a → b → c: the fifth object down is cut.
+	if c := got["deep"].(map[string]any)["a"].(map[string]any)["b"].(map[string]any)["c"]; c != "…" {
+		t.Errorf("deep.a.b.c = %v, want …", c)
+	}
+
+	many := map[string]any{}
+	for i := range 10 {
+		many[fmt.Sprintf("s%d", i)] = strings.Repeat("y", 900)
+	}
+	got = recordedRequest(many)
+	total := 0
+	for k, v := range got {
+		if s, ok := v.(string); ok {
+			total += len(k) + len(s)
+		}
+	}
+	// s0…s3 whole (902 bytes each with the key), s4 cut at the budget,
+	// then a count of the five left out.
+	if total != MaxRecordedRequest || got["s0"] != many["s0"] || got["s9"] != nil || got["…"] != 5 {
+		t.Errorf("strings in all: %d bytes (limit %d); s0 whole %v, s9 %.10q, … %v", total, MaxRecordedRequest, got["s0"] == many["s0"], got["s9"], got["…"])
+	}
+	if recordedText(long) != long[:MaxRecordedText-len("…")]+"…" || recordedText("ok") != "ok" {
+		t.Error("recordedText")
+	}
+}
