@@ -285,12 +285,15 @@ func TestInspectNegotiationsAreTheLogsRecords(t *testing.T) {
 // its lifecycle event, are cut and marked with "…".
 func TestRecordsBoundAgentText(t *testing.T) {
 	g := newTestGateway(t)
+	core, logs := observer.New(zap.InfoLevel)
+	setLogCore(t, g.h, core)
 	long := strings.Repeat("é", 150<<10) // 300 KiB, two bytes a character
 	scopes := make([]any, 100)
 	for i := range scopes {
 		scopes[i] = fmt.Sprintf("bench:%d:", i) + strings.Repeat("x", 2048)
 	}
-	p := proposal("/item/bounded")
+	pair := "/item/" + strings.Repeat("p", 3000) // the pair is kept whole (at most engine.MaxTargetBytes)
+	p := proposal(pair)
 	p["endpoint"].(map[string]any)["description"] = long
 	p["scope_requested"] = scopes
 	a := g.builtin(t, "PROPOSE", p)
@@ -303,15 +306,15 @@ func TestRecordsBoundAgentText(t *testing.T) {
 	if len(desc) > engine.MaxRecordedText || !strings.HasSuffix(desc, "…") || !strings.HasPrefix(long, strings.TrimSuffix(desc, "…")) {
 		t.Errorf("recorded description: %d bytes, %.20q…%q", len(desc), desc, desc[max(0, len(desc)-8):])
 	}
-	if req["path"] != "/item/bounded" || req["method"] != "LOOKUP" {
-		t.Errorf("recorded pair %v %v, want LOOKUP /item/bounded whole", req["method"], req["path"])
+	if req["path"] != pair || req["method"] != "LOOKUP" {
+		t.Errorf("recorded pair %v %.20v… (%d bytes), want LOOKUP and the %d-byte path whole", req["method"], req["path"], len(fmt.Sprint(req["path"])), len(pair))
 	}
 	sc, _ := req["scope_requested"].([]any)
 	if len(sc) == 0 || len(sc) > engine.MaxRecordedItems+1 || sc[len(sc)-1] != "…" {
 		t.Errorf("recorded scope_requested: %d elements, last %v", len(sc), sc[max(0, len(sc)-1)])
 	}
 	raw, _ := json.Marshal(req)
-	if len(raw) > engine.MaxRecordedRequest+2048 { // strings bounded; quotes, commas and the "…" marks beside
+	if len(raw) > engine.MaxRecordedRequest+len(pair)+2048 { // strings bounded; the pair, quotes, commas and the "…" marks beside
 		t.Errorf("recorded requested side: %d bytes of JSON", len(raw))
 	}
 	ins := g.builtin(t, "INSPECT", map[string]any{"target": "negotiations", "kind": records.KindPropose})
@@ -335,5 +338,10 @@ func TestRecordsBoundAgentText(t *testing.T) {
 	evs := events(g.lifecycleEvents(t), records.EventRevoke, id)
 	if len(evs) != 1 || evs[0]["reason"] != want {
 		t.Errorf("revoke lifecycle events %d; reason %d bytes, want %d", len(evs), len(fmt.Sprint(evs[0]["reason"])), len(want))
+	}
+	// So does Caddy's log line of the revocation (helper-85).
+	lines := logs.FilterMessage("rcns contract revoked").All()
+	if len(lines) != 1 || lines[0].ContextMap()["reason"] != want {
+		t.Errorf("%d 'rcns contract revoked' lines; want one with the reason cut", len(lines))
 	}
 }

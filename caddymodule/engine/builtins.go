@@ -403,7 +403,7 @@ func (h *Engine) endContract(x *exchange, actor string, c *recipes.Contract, e c
 	}
 	if l != nil {
 		l.Info("rcns contract "+e.state, zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
-			zap.String("originating_agent_id", c.OriginatingAgentID), zap.String("via", e.via), zap.String("reason", e.reason))
+			zap.String("originating_agent_id", c.OriginatingAgentID), zap.String("via", e.via), zap.String("reason", recordedText(e.reason)))
 	}
 	return true, nil
 }

@@ -162,7 +162,7 @@ func (h *Engine) settleKey(x *exchange, req *request, p map[string]any, reason s
 		return
 	}
 	x.log().Warn("an operator settled an outcome-unknown Idempotency-Key", zap.String("operator", x.agentID), zap.String("action", action),
-		zap.String("agent_id", agent), zap.String("key", key), zap.String("request", holdWhat(st)), zap.String("reason", reason))
+		zap.String("agent_id", agent), zap.String("key", key), zap.String("request", holdWhat(st)), zap.String("reason", recordedText(reason)))
 	granted := keyStateBody(agent, key, st)
 	h.negotiationRecord(x, records.KindRevoke, records.OutcomeAccepted, reason, requested, granted)
 	body := keyStateBody(agent, key, st)

@@ -33,11 +33,13 @@ const (
 )
 
 // recordedRequest returns requested as a negotiation record keeps it:
-// every string cut at MaxRecordedText, at most MaxRecordedRequest
-// bytes of strings in all (members in key order), at most
-// MaxRecordedItems elements or members per array or object, nested at
-// most four deep. A value within the bounds is returned as is;
-// otherwise a copy, so the caller's map is not changed.
+// the pair (its "method" and "path" strings) whole up to MaxTargetBytes,
+// so a record names what it granted or refused; every other string cut
+// at MaxRecordedText, at most MaxRecordedRequest bytes of them in all,
+// keys included (members in key order); at most MaxRecordedItems
+// elements or members per array or object; nested at most four deep,
+// requested itself counted. A value within the bounds is returned as
+// is; otherwise a copy, so the caller's map is not changed.
 func recordedRequest(requested map[string]any) map[string]any {
 	if requested == nil || fitsRecord(requested, MaxRecordedRequest, 0) >= 0 {
 		return requested
@@ -60,6 +62,12 @@ func fitsRecord(v any, budget, depth int) int {
 			return -1
 		}
 		for k, e := range x {
+			if s, ok := e.(string); ok && isPair(k, depth) {
+				if len(s) > MaxTargetBytes {
+					return -1
+				}
+				continue
+			}
 			if len(k) > MaxRecordedText {
 				return -1
 			}
@@ -105,14 +113,22 @@ func boundValue(v any, budget *int, depth int) any {
 		}
 		slices.Sort(keys)
 		out := make(map[string]any, min(len(keys), MaxRecordedItems)+1)
-		for i, k := range keys {
-			if i == MaxRecordedItems || *budget <= 0 {
-				out[textcut.Ellipsis] = len(keys) - i
-				break
+		kept, left := 0, 0
+		for _, k := range keys {
+			if s, ok := x[k].(string); ok && isPair(k, depth) {
+				out[k] = textcut.Truncate(s, MaxTargetBytes)
+				continue
 			}
-			k2 := textcut.Truncate(k, MaxRecordedText)
-			*budget -= len(k2)
+			if kept == MaxRecordedItems || *budget <= 0 {
+				left++
+				continue
+			}
+			kept++
+			k2 := boundString(k, budget)
 			out[k2] = boundValue(x[k], budget, depth+1)
+		}
+		if left > 0 {
+			out[textcut.Ellipsis] = left
 		}
 		return out
 	case []string:
@@ -137,6 +153,11 @@ func boundValue(v any, budget *int, depth int) any {
 	}
 	return v
 }
+
+// isPair reports whether k, at depth, is the requested side's method
+// or path: the pair, kept whole up to MaxTargetBytes and not charged to
+// the budget.
+func isPair(k string, depth int) bool { return depth == 0 && (k == "method" || k == "path") }
 
 // boundString is s cut at MaxRecordedText and at what is left of
 // budget, which it charges.

@@ -66,6 +66,29 @@ func TestRecordedRequest(t *testing.T) {
 	if total != MaxRecordedRequest || got["s0"] != many["s0"] || got["s9"] != nil || got["…"] != 5 {
 		t.Errorf("strings in all: %d bytes (limit %d); s0 whole %v, s9 %.10q, … %v", total, MaxRecordedRequest, got["s0"] == many["s0"], got["s9"], got["…"])
 	}
+	// The pair is kept whole up to MaxTargetBytes and not charged, even
+	// past the budget; long keys are charged to it as values are.
+	path := "/" + strings.Repeat("p", 6000)
+	keys := map[string]any{"method": "LOOKUP", "path": path}
+	for i := range 20 {
+		keys[fmt.Sprintf("a%02d", i)+strings.Repeat("k", 900)] = i
+	}
+	got = recordedRequest(keys)
+	if got["path"] != path || got["method"] != "LOOKUP" {
+		t.Errorf("pair not whole: %v, %d bytes", got["method"], len(fmt.Sprint(got["path"])))
+	}
+	total = 0
+	for k := range got {
+		if k != "path" && k != "method" && k != "…" { // the count's mark beside
+			total += len(k)
+		}
+	}
+	if total > MaxRecordedRequest {
+		t.Errorf("keys in all: %d bytes (limit %d)", total, MaxRecordedRequest)
+	}
+	if cut := recordedRequest(map[string]any{"path": path + path})["path"].(string); len(cut) != MaxTargetBytes || !strings.HasSuffix(cut, "…") {
+		t.Errorf("a %d-byte path recorded as %d bytes", 2*len(path), len(cut))
+	}
 	if recordedText(long) != long[:MaxRecordedText-len("…")]+"…" || recordedText("ok") != "ok" {
 		t.Error("recordedText")
 	}
