@@ -55,17 +55,45 @@ func TestRecordedRequest(t *testing.T) {
 		many[fmt.Sprintf("s%d", i)] = strings.Repeat("y", 900)
 	}
 	got = recordedRequest(many)
-	total := 0
-	for k, v := range got {
-		if s, ok := v.(string); ok {
-			total += len(k) + len(s)
+	// Each member costs its key and value with their quotes (906 bytes),
+	// the object its braces: s0…s3 whole, s4 cut to what is left (464
+	// bytes with the mark), then the count of the five left out.
+	if got["s0"] != many["s0"] || got["s3"] != many["s3"] || got["s9"] != nil || got["…"] != 5 {
+		t.Errorf("s0 whole %v, s3 whole %v, s9 %.10q, … %v", got["s0"] == many["s0"], got["s3"] == many["s3"], got["s9"], got["…"])
+	}
+	if s4, _ := got["s4"].(string); len(s4) != 464 || !strings.HasSuffix(s4, "…") {
+		t.Errorf("s4: %d bytes, want 464 ending in …", len(s4))
+	}
+
+	// Numbers, nulls and empty strings are charged too (helper-86: 32³
+	// of them made an 822 KB record).
+	for _, leaf := range []any{-1.2345678901234567e-300, nil, "", true} {
+		l2 := make([]any, 32)
+		for i := range l2 {
+			l3 := make([]any, 32)
+			for j := range l3 {
+				l4 := make([]any, 32)
+				for k := range l4 {
+					l4[k] = leaf
+				}
+				l3[j] = l4
+			}
+			l2[i] = l3
+		}
+		raw, _ := json.Marshal(recordedRequest(map[string]any{"scope_requested": l2}))
+		if len(raw) > 2*MaxRecordedRequest {
+			t.Errorf("scope_requested of 32³ %v: recorded in %d bytes of JSON", leaf, len(raw))
 		}
 	}
-	// s0…s3 whole (902 bytes each with the key), s4 cut at the budget,
-	// then a count of the five left out.
-	if total != MaxRecordedRequest || got["s0"] != many["s0"] || got["s9"] != nil || got["…"] != 5 {
-		t.Errorf("strings in all: %d bytes (limit %d); s0 whole %v, s9 %.10q, … %v", total, MaxRecordedRequest, got["s0"] == many["s0"], got["s9"], got["…"])
+
+	// The count is every member not recorded under its own key: one
+	// whose cut key is another's, one named "…", those past the budget.
+	prefix := strings.Repeat("k", MaxRecordedText)
+	col := recordedRequest(map[string]any{prefix + "1": "a", prefix + "2": "b", "…": "own"})
+	if col["…"] != 2 || len(col) != 2 {
+		t.Errorf("colliding keys and an own …: %v members, … = %v; want the first key and a count of 2", len(col), col["…"])
 	}
+
 	// The pair is kept whole up to MaxTargetBytes and not charged, even
 	// past the budget; long keys are charged to it as values are.
 	path := "/" + strings.Repeat("p", 6000)
@@ -77,7 +105,7 @@ func TestRecordedRequest(t *testing.T) {
 	if got["path"] != path || got["method"] != "LOOKUP" {
 		t.Errorf("pair not whole: %v, %d bytes", got["method"], len(fmt.Sprint(got["path"])))
 	}
-	total = 0
+	total := 0
 	for k := range got {
 		if k != "path" && k != "method" && k != "…" { // the count's mark beside
 			total += len(k)
