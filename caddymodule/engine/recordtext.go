@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
 
@@ -23,9 +24,11 @@ const (
 	// record's requested side keeps besides its pair, each value counted
 	// as its JSON text before escaping (a string's bytes and its quotes,
 	// a number's digits, true, false, null, an array's or object's
-	// brackets) and each key as a string, separators not counted: the
-	// string that reaches it is cut, and an array or object stops
-	// there, as past MaxRecordedItems.
+	// brackets) and each key as a string, commas and colons not
+	// counted: the string that reaches it is cut, and an array or
+	// object stops there, as past MaxRecordedItems (the marks of those
+	// cuts may take a few bytes past it). With the separators the side
+	// is at most about 7 KiB of JSON before escaping.
 	MaxRecordedRequest = 4096
 	// MaxRecordedItems is the most elements of one array, or members of
 	// one object, a record keeps: a longer array ends in one Ellipsis
@@ -68,7 +71,15 @@ func scalarCost(v any) int {
 		}
 		return 5
 	case float64:
-		return len(strconv.FormatFloat(x, 'g', -1, 64))
+		// As encoding/json and JCS write it: plain digits from 1e-6 up
+		// to 1e21, an exponent outside (helper-87: 1e20 is 21 bytes,
+		// not the 5 of %g).
+		f := byte('f')
+		if a := math.Abs(x); a != 0 && (a < 1e-6 || a >= 1e21) {
+			f = 'e'
+		}
+		var b [32]byte
+		return len(strconv.AppendFloat(b[:0], x, f, -1, 64))
 	case int:
 		return len(strconv.Itoa(x))
 	case int64:

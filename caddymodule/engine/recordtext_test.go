@@ -67,7 +67,7 @@ func TestRecordedRequest(t *testing.T) {
 
 	// Numbers, nulls and empty strings are charged too (helper-86: 32³
 	// of them made an 822 KB record).
-	for _, leaf := range []any{-1.2345678901234567e-300, nil, "", true} {
+	for _, leaf := range []any{-1.2345678901234567e-300, 1e20, nil, "", true} {
 		l2 := make([]any, 32)
 		for i := range l2 {
 			l3 := make([]any, 32)
