@@ -167,11 +167,19 @@ func AppendValue(b []byte, v any, html bool) ([]byte, bool) {
 // plain value types records hold; anything else falls back to
 // json.Marshal + jcs.Transform. The error is json.Marshal's or the
 // canonicalizer's.
-func Canonical(v any) ([]byte, error) {
-	if b, ok := AppendJCS(make([]byte, 0, 512), v); ok {
+func Canonical(v any) ([]byte, error) { return AppendCanonical(make([]byte, 0, 512), v) }
+
+// AppendCanonical is Canonical appending to dst (returned unchanged on
+// error), so a caller can encode into a buffer it reuses.
+func AppendCanonical(dst []byte, v any) ([]byte, error) {
+	if b, ok := AppendJCS(dst, v); ok {
 		return b, nil
 	}
-	return CanonicalSlow(v)
+	out, err := CanonicalSlow(v)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, out...), nil
 }
 
 // AppendJCS appends v in RFC 8785 canonical form for the types records

@@ -677,16 +677,11 @@ func (l *Log) Close() error {
 // ErrInvalidRecord.
 func canonical(v any) ([]byte, error) { return appendCanonical(nil, v) }
 
-// appendCanonical is canonical appending to dst: one pass
-// (jsonenc.AppendJCS) for the value types records hold, else the
-// reference path (jsonenc.CanonicalSlow).
+// appendCanonical is canonical appending to dst.
 func appendCanonical(dst []byte, v any) ([]byte, error) {
-	if out, ok := jsonenc.AppendJCS(dst, v); ok {
-		return out, nil
-	}
-	out, err := jsonenc.CanonicalSlow(v)
+	out, err := jsonenc.AppendCanonical(dst, v)
 	if err != nil {
 		return dst, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
 	}
-	return append(dst, out...), nil
+	return out, nil
 }
