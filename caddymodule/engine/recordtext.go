@@ -127,17 +127,7 @@ func fitsRecord(v any, budget, depth int) int {
 		}
 		return budget
 	case []string:
-		if depth >= maxRecordedDepth || len(x) > MaxRecordedItems {
-			return -1
-		}
-		budget -= 2
-		for _, e := range x {
-			if len(e) > MaxRecordedText {
-				return -1
-			}
-			budget -= len(e) + 2
-		}
-		return budget
+		return fitsRecord(anySlice(x), budget, depth)
 	case string:
 		if len(x) > MaxRecordedText {
 			return -1
@@ -183,11 +173,7 @@ func boundValue(v any, budget *int, depth int) any {
 		}
 		return out
 	case []string:
-		items := make([]any, len(x))
-		for i, s := range x {
-			items[i] = s
-		}
-		return boundValue(items, budget, depth)
+		return boundValue(anySlice(x), budget, depth)
 	case []any:
 		if depth >= maxRecordedDepth || *budget < 2 {
 			return boundString(textcut.Ellipsis, budget)
@@ -205,6 +191,16 @@ func boundValue(v any, budget *int, depth int) any {
 	}
 	*budget -= scalarCost(v)
 	return v
+}
+
+// anySlice is x as the []any a decoded JSON array is, so a []string is
+// bounded and charged as one.
+func anySlice(x []string) []any {
+	items := make([]any, len(x))
+	for i, s := range x {
+		items[i] = s
+	}
+	return items
 }
 
 // isPair reports whether k, at depth, is the requested side's method

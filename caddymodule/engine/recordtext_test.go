@@ -94,6 +94,15 @@ func TestRecordedRequest(t *testing.T) {
 		t.Errorf("colliding keys and an own …: %v members, … = %v; want the first key and a count of 2", len(col), col["…"])
 	}
 
+	// A []string is bounded as the []any a decoded array is.
+	strs := make([]string, 40)
+	for i := range strs {
+		strs[i] = strings.Repeat("s", 2000)
+	}
+	if got, _ := recordedRequest(map[string]any{"l": strs})["l"].([]any); len(got) == 0 || len(got) > MaxRecordedItems+1 || len(got[0].(string)) != MaxRecordedText || got[len(got)-1] != "…" {
+		t.Errorf("[]string of 40 × 2000 bytes: %d elements", len(got))
+	}
+
 	// The pair is kept whole up to MaxTargetBytes and not charged, even
 	// past the budget; long keys are charged to it as values are.
 	path := "/" + strings.Repeat("p", 6000)
