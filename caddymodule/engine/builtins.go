@@ -368,6 +368,9 @@ type contractEnd struct {
 // afterEnding once. actor is the Agent-ID of the caller that ends it
 // (the event's actor_agent_id), "" for the operator page (x.operator).
 func (h *Engine) endContract(x *exchange, actor string, c *recipes.Contract, e contractEnd) (bool, error) {
+	// The reason and actor given are cut once, here, for the event, the
+	// record and the log line alike (recordtext.go).
+	e.reason, e.operator = recordedText(e.reason), recordedText(e.operator)
 	var ended bool
 	var err error
 	if lf, ok := h.sto.Contracts.(store.LeaseFence); ok {
@@ -403,7 +406,7 @@ func (h *Engine) endContract(x *exchange, actor string, c *recipes.Contract, e c
 	}
 	if l != nil {
 		l.Info("rcns contract "+e.state, zap.String("agent_id", x.agentID), zap.String("synthesis_id", c.SynthesisID),
-			zap.String("originating_agent_id", c.OriginatingAgentID), zap.String("via", e.via), zap.String("reason", recordedText(e.reason)))
+			zap.String("originating_agent_id", c.OriginatingAgentID), zap.String("via", e.via), zap.String("reason", e.reason))
 	}
 	return true, nil
 }

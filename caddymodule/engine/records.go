@@ -510,7 +510,8 @@ func grantedOf(c *recipes.Contract, persistent bool) map[string]any {
 }
 
 // lifecycleEvent appends an rcns_* event to the originating agent's
-// stream and emits it as a Caddy event (spec §18, OP-26).
+// stream and emits it as a Caddy event (spec §18, OP-26). reason and
+// operator come cut from endContract, their one source.
 func (h *Engine) lifecycleEvent(eventType string, c *recipes.Contract, actor, reason, operator string) {
 	ev := map[string]any{
 		"event_type":         eventType,
@@ -527,10 +528,10 @@ func (h *Engine) lifecycleEvent(eventType string, c *recipes.Contract, actor, re
 		ev["actor_agent_id"] = actor
 	}
 	if reason != "" {
-		ev["reason"] = recordedText(reason)
+		ev["reason"] = reason
 	}
 	if operator != "" {
-		ev["actor"] = recordedText(operator)
+		ev["actor"] = operator
 	}
 	// Signed when the stream is first read (INSPECT target=lifecycle),
 	// not before the answer: the same envelope bytes (Lifecycle.Record).
