@@ -1,14 +1,17 @@
 package caddymodule
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -343,5 +346,35 @@ func TestRecordsBoundAgentText(t *testing.T) {
 	lines := logs.FilterMessage("rcns contract revoked").All()
 	if len(lines) != 1 || lines[0].ContextMap()["reason"] != want {
 		t.Errorf("%d 'rcns contract revoked' lines; want one with the reason cut", len(lines))
+	}
+}
+
+// TestRecordsBoundAgentTextNative: the same bound over the native
+// AGTP/1.0 door (one engine, every door): a PROPOSE whose description
+// is 300 KiB is recorded with it cut at engine.MaxRecordedText.
+func TestRecordsBoundAgentTextNative(t *testing.T) {
+	g := newTestGateway(t)
+	addr := nativeDoor(t, g.h, zap.NewNop())
+	p := proposal("/item/bounded-native")
+	p["endpoint"].(map[string]any)["description"] = strings.Repeat("n", 300<<10)
+	body, _ := json.Marshal(map[string]any{"parameters": p})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "AGTP/1.0 PROPOSE /\r\nAgent-ID: %s\r\nAuthority-Scope: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", benchAgent, testScope, len(body), body)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "AGTP/1.0 ") {
+		t.Fatalf("native PROPOSE: %q, %v", line, err)
+	}
+	recs := g.negotiationRecords(t, records.KindPropose, "")
+	if len(recs) != 1 {
+		t.Fatalf("native PROPOSE answered %q; %d propose records, want 1", line, len(recs))
+	}
+	req := recs[0]["requested"].(map[string]any)
+	if d, _ := req["description"].(string); len(d) != engine.MaxRecordedText || !strings.HasSuffix(d, "…") || req["path"] != "/item/bounded-native" {
+		t.Errorf("native record: description %d bytes, path %v", len(d), req["path"])
 	}
 }
