@@ -106,13 +106,16 @@ func (x *exchange) holder() idempotency.Holder {
 
 // inFlightRechecks are how long a request that finds its
 // Idempotency-Key in flight on a shared store waits before each of its
-// claims again (5 ms, then 10 ms more): longer than another node takes
-// to store the answer it has already sent (SharedStore.SettleLater:
-// gathered with its records, at most RecordBatchDelay, 2 ms, then a
-// round trip; longer while its Redis is busy), so an immediate repeat
-// replays it instead of getting 409 with a Retry-After of seconds. A
-// request that finds a key truly in flight answers 409 15 ms later.
-var inFlightRechecks = [...]time.Duration{5 * time.Millisecond, 10 * time.Millisecond}
+// claims again (5 ms, then 10, 20 and 40 ms more): longer than another
+// node takes to store the answer it has already sent
+// (SharedStore.SettleLater: gathered with its records, at most
+// RecordBatchDelay, 2 ms, then a round trip; tens of milliseconds more
+// while that node's CPU is starved or its Redis busy), so an immediate
+// repeat replays it instead of getting 409 with a Retry-After of
+// seconds. A request that finds a key truly in flight answers 409 75 ms
+// later, after five claims: within the Retry-After it would be told to
+// wait anyway.
+var inFlightRechecks = [...]time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond}
 
 // pause waits d, or until ctx ends; it reports whether d passed.
 func pause(ctx context.Context, d time.Duration) bool {
