@@ -16,10 +16,13 @@ var pageTemplate string
 
 // pageData is what the page template reads.
 type pageData struct {
-	Meta       map[string]string
-	O          options
-	Verdicts   []verdict
-	Missed     int // targets measured and not met
+	Meta     map[string]string
+	O        options
+	Verdicts []verdict
+	Missed   int // targets measured and not met
+	// Split counts the verdicts some of whose rounds went the other
+	// way (verdict.Against): the median alone carries them.
+	Split      int
 	Unmeasured int // targets whose scenarios did not run
 	Load, Slow []*summary
 	Store      []storeCmp  // the redis site against nokey
@@ -97,6 +100,9 @@ func renderPage(r *results) (string, error) {
 	frameStages, diffStages := 0, 0
 	var latency []latencyStage
 	for _, v := range pd.Verdicts {
+		if v.Against > 0 {
+			pd.Split++
+		}
 		switch {
 		case !v.Measured:
 			pd.Unmeasured++

@@ -63,6 +63,9 @@ func TestPage(t *testing.T) {
 			t.Errorf("the page lacks %q", want)
 		}
 	}
+	if strings.Contains(md, "went the other way") {
+		t.Errorf("the page calls a verdict split though every round agrees with its verdict")
+	}
 	// A met target's profile is not shown: only missed ones get a
 	// breakdown.
 	if strings.Contains(md, "Where the CPU of c/nokey") {
@@ -157,5 +160,29 @@ func TestPageAllMet(t *testing.T) {
 	}
 	if !strings.Contains(md, "Every target is met in this run.") || strings.Contains(md, "not met") {
 		t.Errorf("a run meeting every target is not said to:\n%s", md)
+	}
+}
+
+// TestPageSplitVerdicts: a verdict some rounds go against says how many
+// in its row, and the page's summary counts such verdicts.
+func TestPageSplitVerdicts(t *testing.T) {
+	r := fixture(map[string][]float64{
+		"c/nokey": {10, 12, 25, 8},  // met, one round over
+		"d/nokey": {20, 22, 18, 30}, // not met, every round over
+		"f/nokey": {0, -1, 1, 0},    // not met, one round within
+	}, nil)
+	md, err := renderPage(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| met; 1 of 4 rounds was over the limit |",
+		"| **not met**: 6.0 µs over the limit |",
+		"| **not met**: less than 0.1 µs over the limit; 1 of 4 rounds was within it |",
+		"In 2 of the verdicts some rounds went the other way (the verdict column says how many): the median alone carries them, and a rerun can turn them.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the page lacks %q", want)
+		}
 	}
 }

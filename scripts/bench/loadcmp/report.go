@@ -110,6 +110,10 @@ type verdict struct {
 	Value    spread // per-round values: µs over (b), or a p50 ratio
 	Measured bool   // the run had the scenarios the target needs
 	Met      bool
+	// Against counts the rounds whose own value goes the other way
+	// from the verdict: over the limit for a target met, within it for
+	// one not met. A verdict with any is carried by the median alone.
+	Against int
 }
 
 // judge returns a verdict for every target, in the order of targets.
@@ -117,29 +121,30 @@ func (r *results) judge() []verdict {
 	var out []verdict
 	for _, t := range targets {
 		v := verdict{T: t}
+		var vals []float64
 		switch t.Kind {
 		case kindCPU:
-			var over []float64
 			for _, rn := range r.runsOf(t.Key) {
 				if rn.Ref != nil {
-					over = append(over, rn.Stats.CaddyCPU-rn.Ref.CaddyCPU)
+					vals = append(vals, rn.Stats.CaddyCPU-rn.Ref.CaddyCPU)
 				}
 			}
-			v.Value = spreadOf(over)
 		case kindVs:
-			v.Value = r.perRound(t, cpuOf, difference)
+			vals = r.perRound(t, cpuOf, difference)
 		case kindRatio:
-			v.Value = r.perRound(t, cpuOf, quotient)
+			vals = r.perRound(t, cpuOf, quotient)
 		case kindP50Vs:
-			v.Value = r.perRound(t, p50Of, difference)
+			vals = r.perRound(t, p50Of, difference)
 		case kindSlow:
-			v.Value = r.perRound(t, p50Of, quotient)
+			vals = r.perRound(t, p50Of, quotient)
 		}
+		v.Value = spreadOf(vals)
 		v.Measured = v.Value.N > 0
-		if t.Below {
-			v.Met = v.Measured && v.Value.Med < t.Limit
-		} else {
-			v.Met = v.Measured && v.Value.Med <= t.Limit
+		v.Met = v.Measured && t.within(v.Value.Med)
+		for _, x := range vals {
+			if t.within(x) != v.Met {
+				v.Against++
+			}
 		}
 		out = append(out, v)
 	}
@@ -154,10 +159,19 @@ var (
 	quotient   = func(k, o float64) (float64, bool) { return k / o, o > 0 }
 )
 
-// perRound is the spread over rounds of combine(measure of t.Key's
-// run, measure of t.Of's run in the same round), for the rounds that
-// have both and that combine accepts.
-func (r *results) perRound(t target, measure func(*stats) float64, combine func(k, o float64) (float64, bool)) spread {
+// within reports whether value x meets t's limit (below it, for a
+// target marked Below; at most it, otherwise).
+func (t target) within(x float64) bool {
+	if t.Below {
+		return x < t.Limit
+	}
+	return x <= t.Limit
+}
+
+// perRound is, per round, combine(measure of t.Key's run, measure of
+// t.Of's run in the same round), for the rounds that have both and
+// that combine accepts.
+func (r *results) perRound(t target, measure func(*stats) float64, combine func(k, o float64) (float64, bool)) []float64 {
 	of := map[int]float64{}
 	for _, rn := range r.runsOf(t.Of) {
 		of[rn.Round] = measure(rn.Stats)
@@ -170,24 +184,38 @@ func (r *results) perRound(t target, measure func(*stats) float64, combine func(
 			}
 		}
 	}
-	return spreadOf(vals)
+	return vals
 }
 
 // VerdictText words a verdict: "met", "**not met**: 4.2 µs over the
-// limit", or "not measured in this run".
+// limit", or "not measured in this run"; a verdict some rounds go
+// against says how many ("met; 2 of 6 rounds were over the limit",
+// "...; 1 of 6 rounds was within it").
 func (v verdict) VerdictText() string {
+	var text string
 	switch {
 	case !v.Measured:
 		return "not measured in this run"
 	case v.Met:
-		return "met"
+		text = "met"
 	case v.T.Kind == kindCPU || v.T.Kind == kindVs:
-		return fmt.Sprintf("**not met**: %s µs over the limit", missBy(v.Value.Med-v.T.Limit, 1))
+		text = fmt.Sprintf("**not met**: %s µs over the limit", missBy(v.Value.Med-v.T.Limit, 1))
 	case v.T.Kind == kindP50Vs:
-		return fmt.Sprintf("**not met**: %s ms over the limit", missBy(v.Value.Med-v.T.Limit, 2))
+		text = fmt.Sprintf("**not met**: %s ms over the limit", missBy(v.Value.Med-v.T.Limit, 2))
 	default:
-		return fmt.Sprintf("**not met**: %s over the limit", missBy(v.Value.Med-v.T.Limit, 2))
+		text = fmt.Sprintf("**not met**: %s over the limit", missBy(v.Value.Med-v.T.Limit, 2))
 	}
+	if v.Against == 0 {
+		return text
+	}
+	verb, side := "were", "within it"
+	if v.Against == 1 {
+		verb = "was"
+	}
+	if v.Met {
+		side = "over the limit"
+	}
+	return fmt.Sprintf("%s; %d of %d rounds %s %s", text, v.Against, v.Value.N, verb, side)
 }
 
 // missBy formats how far a value misses its limit with the given

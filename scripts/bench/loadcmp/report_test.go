@@ -62,14 +62,14 @@ func TestJudge(t *testing.T) {
 		verdict  string
 		measured bool
 	}{
-		{"c/nokey", 11, true, "met", true},
+		{"c/nokey", 11, true, "met; 1 of 4 rounds was over the limit", true},
 		{"d/nokey", 21, false, "**not met**: 6.0 µs over the limit", true},
-		{"c/ed25519", 30, true, "met", true},
+		{"c/ed25519", 30, true, "met; 1 of 4 rounds was over the limit", true},
 		{"d/ed25519", 0, false, "not measured in this run", false},
-		{"f/nokey", 0, false, "**not met**: less than 0.1 µs over the limit", true},
+		{"f/nokey", 0, false, "**not met**: less than 0.1 µs over the limit; 1 of 4 rounds was within it", true},
 		{"f/ed25519", -22.5, true, "met", true},
-		{"e3/nokey", (22.5/22 + 23.0/22) / 2, true, "met", true},
-		{"e3/ed25519", 1.2, false, "**not met**: 0.05 over the limit", true},
+		{"e3/nokey", (22.5/22 + 23.0/22) / 2, true, "met; 1 of 4 rounds was over the limit", true},
+		{"e3/ed25519", 1.2, false, "**not met**: 0.05 over the limit; 2 of 4 rounds were within it", true},
 	} {
 		v := verdictOf(t, r, tc.key)
 		if v.Measured != tc.measured || v.Met != tc.met || v.VerdictText() != tc.verdict {
