@@ -1712,3 +1712,47 @@ func TestPortOfAnotherTestsRedis(t *testing.T) {
 		t.Fatalf("the first keyed request on a port another test's Redis had: %s (%d upstream calls)", a, hits.Load())
 	}
 }
+
+// TestStoreGaugesTwoHandlers: two rcns handlers of one config, each on
+// its own Redis (different names, so different state), share the
+// store gauges' series (one registry). With one Redis stopped, a
+// request on the other handler (its store answering) must not turn
+// caddy_rcns_store_up back to 1: it reads 0 while any handler's store
+// is down, and 1 again once the handler on the stopped Redis is
+// unloaded (helper-89: it read 1 every 5 s, so RCNSStoreDown's
+// "for: 1m" never fired).
+func TestStoreGaugesTwoHandlers(t *testing.T) {
+	down, upSrv := redistest.StartServer(t), redistest.StartServer(t)
+	up, _ := countingUpstream(t)
+	ctx := benchContext(t)
+	handler := func(name, addr string) *testGateway {
+		return &testGateway{h: provisionIn(t, ctx, benchConfig(t, up, false, "", "", func(h *Handler) {
+			h.Name = name
+			h.Store = StoreRedis
+			h.Redis = &RedisConfig{Addresses: []string{addr}, KeyPrefix: name + ":"}
+		}))}
+	}
+	red, other := handler("gauge-red", down.Addr()), handler("gauge-other", upSrv.Addr())
+	if red.h.redis == other.h.redis {
+		t.Fatal("the two handlers share one Redis client")
+	}
+	down.Stop()
+	wantStoreUnavailable(t, red.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "gauge-1"))
+	for i := 0; i < 3; i++ {
+		if a := other.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "gauge-ok-"+strconv.Itoa(i)); a.status != 200 {
+			t.Fatalf("keyed Tier B on the handler whose Redis answers: %s", a)
+		}
+		if got := metricValue(t, other.h, "caddy_rcns_store_up"); got != 0 {
+			t.Fatalf("caddy_rcns_store_up = %v after a round trip on the other handler, with one handler's Redis stopped: want 0", got)
+		}
+	}
+	if err := red.h.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if a := other.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "gauge-after"); a.status != 200 {
+		t.Fatalf("keyed Tier B after the other handler was unloaded: %s", a)
+	}
+	if got := metricValue(t, other.h, "caddy_rcns_store_up"); got != 1 {
+		t.Fatalf("caddy_rcns_store_up = %v once the handler on the stopped Redis is unloaded: want 1", got)
+	}
+}

@@ -197,6 +197,8 @@ func (h *Engine) provision(reg prometheus.Registerer) error {
 	if h.metrics, err = newMetrics(reg, sortedKeys(methodSet)); err != nil {
 		return fmt.Errorf("rcns: metrics: %v", err)
 	}
+	h.metrics.setGroup(h.st) // handlers of one name share their State, and their store
+
 	// Every contract, whichever store holds it, runs its captured plan
 	// bound to this configuration's upstreams and endpoints through the
 	// restorer (bind), so a corrected address, a rotated header (a
@@ -233,6 +235,7 @@ func (h *Engine) Attach(s Store) error {
 // its hold on the store's rate limiters (store.LimiterReleaser).
 // The store and the State are the host's to release.
 func (h *Engine) Close() {
+	h.metrics.release()
 	for _, u := range h.upstreams {
 		u.Close()
 	}

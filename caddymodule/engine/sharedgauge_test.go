@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestSharedGaugesCombineHandlers: the handlers of one config load share
+// one series per gauge (one registry), and each handler's health check
+// and counts set it. A scrape shows the gauges combined, not the value
+// written last (helper-89: two Redis-backed handlers, one Redis killed,
+// made caddy_rcns_store_up read 1 every 5 s while that store was down,
+// so a "for: 1m" alert never fired): store_up the lowest, the
+// quarantine the longest, the node_id conflict 1 while any handler has
+// one, and counts summed over the handlers' states (two handlers of one
+// name share a State, and its store: counted once, with the newest
+// value). A closed handler's values are dropped.
+func TestSharedGaugesCombineHandlers(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	load := func(group any) *metrics {
+		t.Helper()
+		m, err := newMetrics(reg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.setGroup(group)
+		return m
+	}
+	stA, stB := NewState("a"), NewState("b")
+	a, b, a2 := load(stA), load(stB), load(stA) // a2: a second handler named "a"
+	read := func(g *sharedGauge) float64 { t.Helper(); return testutil.ToFloat64(g) }
+
+	if got := read(a.storeUp); got != 1 {
+		t.Fatalf("store_up before any health check = %v, want 1", got)
+	}
+	a.setStoreUp(true)
+	b.setStoreUp(false)
+	for i := 0; i < 3; i++ { // whichever handler's check ran last
+		a.setStoreUp(true)
+		if got := read(b.storeUp); got != 0 {
+			t.Fatalf("store_up with b's store down, after a's check = %v, want 0", got)
+		}
+	}
+	b.setStoreUp(true)
+	if got := read(a.storeUp); got != 1 {
+		t.Fatalf("store_up with both stores up = %v, want 1", got)
+	}
+
+	b.setStoreQuarantine(20 * time.Second)
+	a.setStoreQuarantine(0)
+	if got := read(a.storeQuarantine); got != 20 {
+		t.Fatalf("store_quarantine_seconds = %v, want b's 20", got)
+	}
+	a.setNodeIDConflict(true)
+	b.setNodeIDConflict(false)
+	if got := read(a.nodeIDConflict); got != 1 {
+		t.Fatalf("store_node_id_conflict = %v, want 1 (a's)", got)
+	}
+
+	a.setActiveContracts(5)
+	b.setActiveContracts(3)
+	a2.setActiveContracts(6) // the same store as a's, counted later: 6, not 5+6
+	if got := read(a.activeContracts); got != 9 {
+		t.Fatalf("active_contracts = %v, want 6 (state a, newest) + 3 (state b)", got)
+	}
+
+	b.release()
+	if got := read(a.activeContracts); got != 6 {
+		t.Fatalf("active_contracts after b closed = %v, want 6", got)
+	}
+	if got := read(a.storeQuarantine); got != 0 {
+		t.Fatalf("store_quarantine_seconds after b closed = %v, want 0", got)
+	}
+	a.release()
+	a2.release()
+	if n := testutil.CollectAndCount(reg, "caddy_rcns_store_up"); n != 0 {
+		t.Fatalf("store_up exported %d series with every handler closed, want none", n)
+	}
+}
