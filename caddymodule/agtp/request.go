@@ -111,6 +111,16 @@ func (r *Request) Get(name string) string {
 	return ""
 }
 
+// Only returns the value of header name when it has exactly one line;
+// "" when it is absent or repeated (a repeated single-valued header is
+// refused, 400 duplicate-header, and neither of its values is echoed).
+func (r *Request) Only(name string) string {
+	if v := r.Header[CanonicalKey(name)]; len(v) == 1 {
+		return v[0]
+	}
+	return ""
+}
+
 // Value returns header name's values joined with ", " and whether the
 // header was present at all.
 func (r *Request) Value(name string) (string, bool) {
@@ -133,8 +143,11 @@ func (r *Request) Has(name string) bool {
 // SingleValued are the AGTP request headers that must appear at most
 // once, in their AGTP spelling; a repeated one makes the request
 // ambiguous (400 duplicate-header).
+// Authority-Scope is one of them although its value is a list: a
+// second line is refused, not joined, on every door (the native door's
+// wire.Singletons has it too).
 var SingleValued = []string{"Agent-ID", "Owner-ID", "Request-ID", "Task-ID", "Session-ID", "Allow-RCNS",
-	"Contract-Synthesized", "Synthesis-Id", "Idempotency-Key", "RCNS-Idempotency-Key", "Negotiation-ID"}
+	"Authority-Scope", "Contract-Synthesized", "Synthesis-Id", "Idempotency-Key", "RCNS-Idempotency-Key", "Negotiation-ID"}
 
 // singleValuedKeys holds SingleValued in Go's canonical form.
 var singleValuedKeys = func() map[string]bool {

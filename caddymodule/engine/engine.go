@@ -126,11 +126,13 @@ func (h *Engine) Serve(ctx context.Context, r *agtp.Request) *agtp.Response {
 
 // newExchange is the exchange of r with its identifiers read and
 // checked: Agent-ID, Task-ID, Request-ID, Owner-ID and Session-ID, each
-// kept for the echo and the Attribution-Record only when well formed.
+// kept for the echo and the Attribution-Record only when well formed
+// and sent once (a repeated one is refused, stageSingletons, and not
+// echoed, as the native door drops it).
 func (h *Engine) newExchange(r *agtp.Request) *exchange {
 	x := &exchange{h: h, in: r,
-		agentID: r.Get("Agent-ID"),
-		taskID:  r.Get("Task-ID"),
+		agentID: r.Only("Agent-ID"),
+		taskID:  r.Only("Task-ID"),
 	}
 	x.agentIDValid = policy.ValidAgentID(x.agentID)
 	// Each identifier is checked once, here. A malformed one is refused
@@ -144,8 +146,9 @@ func (h *Engine) newExchange(r *agtp.Request) *exchange {
 		badRequestID: ridSent && !agtp.ValidRequestID(rid),
 		badOwnerID:   oidSent && !policy.ValidOwnerID(oid),
 		badSessionID: sidSent && !agtp.ValidSessionID(sid)}
-	// A malformed Task-ID is never echoed (dispatch refuses it first).
-	if r.Has("Task-ID") && !agtp.ValidTaskID(x.taskID) {
+	// A malformed Task-ID is never echoed (dispatch refuses it first);
+	// a repeated one is left to stageSingletons.
+	if len(r.Header[agtp.CanonicalKey("Task-ID")]) == 1 && !agtp.ValidTaskID(x.taskID) {
 		x.taskID, x.ids.badTaskID = "", true
 	}
 	if ridSent && !x.ids.badRequestID {
