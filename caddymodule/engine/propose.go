@@ -166,6 +166,10 @@ func (h *Engine) propose(x *exchange, req *request, p map[string]any) {
 		e := agtp.FromRefusal(ref)
 		delete(e.Fields, "path")
 		e.Explanation = fmt.Sprintf("proposed path %q: %s", textcut.Clip(path), ref.Explanation)
+		if strings.ContainsAny(path, "{}") {
+			// A template segment: a contract serves one concrete pair.
+			e.Explanation += "; a proposal names the concrete pair it will call (/guests/g-1, not /guests/{guest_id}): path templates are for the operator's endpoints"
+		}
 		x.fail(e)
 		return
 	}

@@ -1109,6 +1109,8 @@ func TestEveryStageRefusal(t *testing.T) {
 			want: agtp.MethodNotInCatalog, expl: "proposed method FROBNICATE is not in catalog"},
 		{stage: "built-in", name: "PROPOSE path grammar", send: srCall("PROPOSE", "/", srMe(), srProposal("LOOKUP", "/item/", nil, nil)),
 			want: agtp.PathGrammarViolation, expl: `proposed path "/item/"`},
+		{stage: "built-in", name: "PROPOSE path template", send: srCall("PROPOSE", "/", srMe(), srProposal("LOOKUP", "/item/{item_id}", nil, nil)),
+			want: agtp.PathGrammarViolation, expl: "a proposal names the concrete pair it will call"},
 		{stage: "built-in", name: "PROPOSE without semantic", send: srCall("PROPOSE", "/", srMe(), srProposal("LOOKUP", "/item/p", map[string]any{"semantic": nil}, nil)),
 			want: agtp.InvalidSemantic, expl: "has no semantic block"},
 		{stage: "built-in", name: "PROPOSE semantic invalid", send: srCall("PROPOSE", "/", srMe(), srProposal("LOOKUP", "/item/p", map[string]any{"semantic": map[string]any{"intent": "x"}}, nil)),
