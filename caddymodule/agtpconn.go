@@ -572,7 +572,7 @@ func (c *nativeConn) refuse(e *engine.Engine, bw *bufio.Writer, conn net.Conn, w
 	if hdr == nil {
 		hdr = http.Header{}
 	}
-	in := &agtp.Request{Binding: agtp.BindingNative, Method: we.Method, Header: hdr, Host: hdr.Get("Host"), TLS: st, Loopback: loopback, Context: ctx}
+	in := &agtp.Request{Binding: agtp.BindingNative, Method: we.Method, URL: we.URL, Header: hdr, Host: hdr.Get("Host"), TLS: st, Loopback: loopback, Context: ctx}
 	werr := &agtp.Error{Status: we.Status, Reason: we.Reason, Explanation: we.Explanation}
 	var resp *agtp.Response
 	if e != nil {

@@ -95,24 +95,25 @@ func TestNativeFraming(t *testing.T) {
 		wait          time.Duration // for the server to act; default 1.5 s (under idle_timeout)
 		codec         bool          // refused by the codec, before the request line is a request: no path
 		echo          string        // the method of a codec refusal whose head was read: Agent-ID, Request-ID and Task-ID echoed
+		path          string        // with echo: the body's path, as the HTTP binding names it ("": none, a target that is not a URI path)
 	}{
 		{name: "two-token form is DISCOVER /", data: "AGTP/1.0 DISCOVER\r\n\r\n", statuses: []int{200}, phraseOfFirst: "OK"},
 		{name: "query in the target", data: "AGTP/1.0 DISCOVER /methods?limit=1\r\n" + a1 + "\r\n", statuses: []int{200}},
 		{name: "pipelined pair answered in order", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Task-ID: one\r\n\r\nAGTP/1.0 FETCH /guests/g-2\r\n" + a1 + "Task-ID: two\r\n\r\n", statuses: []int{200, 200}},
 		{name: "missing Content-Length: no body, the rest is the next request", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "\r\n{}\r\n\r\n", statuses: []int{200, 400}, reason: "invalid-request-line", closes: true, codec: true},
-		{name: "duplicate Content-Length", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + ids + "Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}", statuses: []int{400}, reason: "duplicate-header", closes: true, codec: true, echo: "FETCH"},
+		{name: "duplicate Content-Length", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + ids + "Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}", statuses: []int{400}, reason: "duplicate-header", closes: true, codec: true, echo: "FETCH", path: "/guests/g-1"},
 		{name: "duplicate Agent-ID", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Agent-ID: " + agentA2 + "\r\n\r\n", statuses: []int{400}, reason: "duplicate-header", closes: true, codec: true},
-		{name: "chunked", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + ids + "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", statuses: []int{400}, reason: "content-length-required", closes: true, codec: true, echo: "FETCH"},
-		{name: "Content-Length not a number", data: "AGTP/1.0 BOOK /room\r\n" + a1 + ids + "Content-Length: 2x\r\n\r\n{}", statuses: []int{400}, reason: "invalid-content-length", closes: true, codec: true, echo: "BOOK"},
+		{name: "chunked", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + ids + "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", statuses: []int{400}, reason: "content-length-required", closes: true, codec: true, echo: "FETCH", path: "/guests/g-1"},
+		{name: "Content-Length not a number", data: "AGTP/1.0 BOOK /room\r\n" + a1 + ids + "Content-Length: 2x\r\n\r\n{}", statuses: []int{400}, reason: "invalid-content-length", closes: true, codec: true, echo: "BOOK", path: "/room"},
 		{name: "header over max_header_size", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "X-Big: " + strings.Repeat("b", 5000) + "\r\n\r\n", statuses: []int{431}, reason: "header-too-large", closes: true, codec: true},
 		{name: "body over max_request_body", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Content-Type: application/json\r\nContent-Length: 2000000\r\n\r\n{", statuses: []int{413}, reason: "body-too-large", closes: true},
 		{name: "header line without a colon", data: "AGTP/1.0 FETCH /guests/g-1\r\nno colon here\r\n\r\n", statuses: []int{400}, reason: "invalid-header", closes: true, codec: true},
-		{name: "header line without a colon, identifiers after it", data: "AGTP/1.0 FETCH /guests/g-1\r\nno colon here\r\n" + a1 + ids + "\r\n", statuses: []int{400}, reason: "invalid-header", closes: true, codec: true, echo: "FETCH"},
+		{name: "header line without a colon, identifiers after it", data: "AGTP/1.0 FETCH /guests/g-1\r\nno colon here\r\n" + a1 + ids + "\r\n", statuses: []int{400}, reason: "invalid-header", closes: true, codec: true, echo: "FETCH", path: "/guests/g-1"},
 		{name: "bare LF", data: "AGTP/1.0 FETCH /guests/g-1\n" + a1 + "\r\n", statuses: []int{400}, closes: true, codec: true},
 		{name: "fragment", data: "AGTP/1.0 FETCH /guests/g-1#x\r\n" + a1 + ids + "\r\n", statuses: []int{400}, reason: "invalid-request-line", closes: true, codec: true, echo: "FETCH"},
-		{name: "OPTIONS * (cases/01)", data: "AGTP/1.0 OPTIONS *\r\n" + a1 + ids + "\r\n", statuses: []int{400}, reason: "invalid-request-line", closes: true, codec: true, echo: "OPTIONS"},
+		{name: "OPTIONS * (cases/01)", data: "AGTP/1.0 OPTIONS *\r\n" + a1 + ids + "\r\n", statuses: []int{400}, reason: "invalid-request-line", closes: true, codec: true, echo: "OPTIONS", path: "*"},
 		{name: "absolute-form target", data: "AGTP/1.0 FETCH agtp://h/guests/g-1\r\n" + a1 + ids + "\r\n", statuses: []int{400}, reason: "invalid-request-line", closes: true, codec: true, echo: "FETCH"},
-		{name: "bad target, then a bad header line", data: "AGTP/1.0 OPTIONS *\r\n" + a1 + ids + "no colon\r\n\r\n", statuses: []int{400}, reason: "invalid-request-line", closes: true, codec: true, echo: "OPTIONS"},
+		{name: "bad target, then a bad header line", data: "AGTP/1.0 OPTIONS *\r\n" + a1 + ids + "no colon\r\n\r\n", statuses: []int{400}, reason: "invalid-request-line", closes: true, codec: true, echo: "OPTIONS", path: "*"},
 		{name: "bad header line, head cut: no echo", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + ids + "no colon\r\n", statuses: []int{400}, reason: "invalid-header", closes: true, codec: true, wait: 3 * time.Second},
 		{name: "stalled head: 408 at read_header_timeout", data: "AGTP/1.0 FETCH /guests/g-1\r\nAgent-ID: x", statuses: []int{408}, closes: true, wait: 6 * time.Second, codec: true},
 		{name: "stalled body: cut at read_timeout", data: "AGTP/1.0 FETCH /guests/g-1\r\n" + a1 + "Content-Type: application/json\r\nContent-Length: 10\r\n\r\n{", statuses: []int{400}, reason: "invalid-body", closes: true, wait: 6 * time.Second},
@@ -142,8 +143,8 @@ func TestNativeFraming(t *testing.T) {
 			assertAGTPHeaders(t, r)
 			switch {
 			case last.Status >= 400 && tc.codec:
-				// The uniform body (spec §19) without method and path,
-				// which a request the codec refused does not have.
+				// The uniform body (spec §19); method and path only
+				// where the codec read the head (checked below).
 				b := r.Object(t)
 				if got, _ := b["status"].(float64); int(got) != last.Status || str(b, "explanation") == "" || b["retryable"] == nil ||
 					tc.reason != "" && str(b, "reason") != tc.reason || str(b, "reason") == "" {
@@ -158,6 +159,9 @@ func TestNativeFraming(t *testing.T) {
 					want = map[string]string{"Agent-ID": agentA1, "Request-ID": "01a23a78-4d4e-7612-9ccc-73bf2c3ee3c6", "Task-ID": "task-1"}
 					if m := str(r.Object(t), "method"); m != tc.echo {
 						t.Errorf("refusal body method %q, want %q: %s", m, tc.echo, last.Body)
+					}
+					if p := str(r.Object(t), "path"); p != tc.path {
+						t.Errorf("refusal body path %q, want %q (as the HTTP binding names it): %s", p, tc.path, last.Body)
 					}
 				}
 				for k, v := range want {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 )
 
@@ -46,6 +47,12 @@ type Error struct {
 	// the connection ending) or the request line is not AGTP/1.0 with
 	// a method token.
 	Header http.Header
+	// URL is the request-target of a head refused for a field (Method
+	// set) after its target parsed, and, for the asterisk-form target
+	// "*", a URL whose Path is "*", as net/http reads one: the answer
+	// names the path as the HTTP binding's does. Nil otherwise (no
+	// target, or one that is not a URI path).
+	URL *url.URL
 }
 
 // Error returns "agtp wire: <status> <reason>: <explanation>".

@@ -125,19 +125,19 @@ func ReadRequest(br *bufio.Reader, lim Limits) (*Request, error) {
 	if err != nil {
 		var fe *Error
 		if errors.As(err, &fe) && fe.Header != nil {
-			fe.Method = req.Method
+			fe.Method, fe.URL = req.Method, req.URL
 		}
 		return nil, err
 	}
 	if _, ok := req.Header["Transfer-Encoding"]; ok {
 		e := refuse(400, "content-length-required", "AGTP messages are framed by Content-Length; Transfer-Encoding (chunked) is refused (agtp-09 §6.4.1)")
-		e.Method, e.Header = req.Method, req.Header
+		e.Method, e.Header, e.URL = req.Method, req.Header, req.URL
 		return nil, e
 	}
 	if v, ok := req.Header["Content-Length"]; ok {
 		n, e := parseContentLength(v[0])
 		if e != nil {
-			e.Method, e.Header = req.Method, req.Header
+			e.Method, e.Header, e.URL = req.Method, req.Header, req.URL
 			return nil, e
 		}
 		req.ContentLength = n
@@ -178,7 +178,11 @@ func parseRequestLine(line []byte) (*Request, *Error) {
 		return nil, badTarget("the request target must not contain '#' (api-01 §5.6)")
 	}
 	if target[0] != '/' {
-		return nil, badTarget(fmt.Sprintf("the request target %q is not origin-form: an absolute path with an optional query", textcut.Clip(target)))
+		e := badTarget(fmt.Sprintf("the request target %q is not origin-form: an absolute path with an optional query", textcut.Clip(target)))
+		if target == "*" {
+			e.URL = &url.URL{Path: "*"} // as net/http reads OPTIONS *: the answer names it
+		}
+		return nil, e
 	}
 	u, err := url.ParseRequestURI(target)
 	if err != nil {

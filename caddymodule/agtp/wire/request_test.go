@@ -407,20 +407,21 @@ func TestRefusalKeepsHead(t *testing.T) {
 	for _, tc := range []struct {
 		name, in, method, reason string
 		head                     bool
+		path                     string // the refusal's URL.Path ("": no URL)
 	}{
-		{"asterisk target", "AGTP/1.0 OPTIONS *\r\n" + fields + "\r\n", "OPTIONS", "invalid-request-line", true},
-		{"fragment", "AGTP/1.0 FETCH /a#b\r\n" + fields + "\r\n", "FETCH", "invalid-request-line", true},
-		{"absolute-form", "AGTP/1.0 FETCH agtp://h/a\r\n" + fields + "\r\n", "FETCH", "invalid-request-line", true},
-		{"chunked", "AGTP/1.0 BOOK /a\r\n" + fields + "Transfer-Encoding: chunked\r\n\r\n", "BOOK", "content-length-required", true},
-		{"bad Content-Length", "AGTP/1.0 BOOK /a\r\n" + fields + "Content-Length: -1\r\n\r\n", "BOOK", "invalid-content-length", true},
-		{"bad target, bad header line", "AGTP/1.0 OPTIONS *\r\n" + fields + "no colon\r\n\r\n", "OPTIONS", "invalid-request-line", true},
-		{"duplicate Content-Length", "AGTP/1.0 BOOK /a\r\n" + fields + "Content-Length: 5\r\nContent-Length: 6\r\n\r\n", "BOOK", "duplicate-header", true},
-		{"line without a colon", "AGTP/1.0 FETCH /a\r\nBadHeader\r\n" + fields + "\r\n", "FETCH", "invalid-header", true},
-		{"control character in a value, then a fold", "AGTP/1.0 FETCH /a\r\n" + fields + "X-A: a\x01\r\n folded\r\n\r\n", "FETCH", "invalid-header", true},
-		{"bad line, head cut", "AGTP/1.0 FETCH /a\r\n" + fields + "no colon\r\n", "", "invalid-header", false},
-		{"bad target, head cut", "AGTP/1.0 OPTIONS *\r\n" + fields, "OPTIONS", "invalid-request-line", false},
-		{"not AGTP/1.0", "HELLO /a\r\n" + fields + "\r\n", "", "invalid-request-line", false},
-		{"method not a token", "AGTP/1.0 FE(CH /a\r\n" + fields + "\r\n", "", "invalid-request-line", false},
+		{"asterisk target", "AGTP/1.0 OPTIONS *\r\n" + fields + "\r\n", "OPTIONS", "invalid-request-line", true, "*"},
+		{"fragment", "AGTP/1.0 FETCH /a#b\r\n" + fields + "\r\n", "FETCH", "invalid-request-line", true, ""},
+		{"absolute-form", "AGTP/1.0 FETCH agtp://h/a\r\n" + fields + "\r\n", "FETCH", "invalid-request-line", true, ""},
+		{"chunked", "AGTP/1.0 BOOK /a\r\n" + fields + "Transfer-Encoding: chunked\r\n\r\n", "BOOK", "content-length-required", true, "/a"},
+		{"bad Content-Length", "AGTP/1.0 BOOK /a?x=1\r\n" + fields + "Content-Length: -1\r\n\r\n", "BOOK", "invalid-content-length", true, "/a"},
+		{"bad target, bad header line", "AGTP/1.0 OPTIONS *\r\n" + fields + "no colon\r\n\r\n", "OPTIONS", "invalid-request-line", true, "*"},
+		{"duplicate Content-Length", "AGTP/1.0 BOOK /a\r\n" + fields + "Content-Length: 5\r\nContent-Length: 6\r\n\r\n", "BOOK", "duplicate-header", true, "/a"},
+		{"line without a colon", "AGTP/1.0 FETCH /a\r\nBadHeader\r\n" + fields + "\r\n", "FETCH", "invalid-header", true, "/a"},
+		{"control character in a value, then a fold", "AGTP/1.0 FETCH /a\r\n" + fields + "X-A: a\x01\r\n folded\r\n\r\n", "FETCH", "invalid-header", true, "/a"},
+		{"bad line, head cut", "AGTP/1.0 FETCH /a\r\n" + fields + "no colon\r\n", "", "invalid-header", false, ""},
+		{"bad target, head cut", "AGTP/1.0 OPTIONS *\r\n" + fields, "OPTIONS", "invalid-request-line", false, "*"},
+		{"not AGTP/1.0", "HELLO /a\r\n" + fields + "\r\n", "", "invalid-request-line", false, ""},
+		{"method not a token", "AGTP/1.0 FE(CH /a\r\n" + fields + "\r\n", "", "invalid-request-line", false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ReadRequest(bufio.NewReader(strings.NewReader(tc.in)), Limits{})
@@ -437,6 +438,9 @@ func TestRefusalKeepsHead(t *testing.T) {
 				}
 			} else if we.Header != nil {
 				t.Errorf("header %v, want nil: the head was not read", we.Header)
+			}
+			if got := we.URL; (got == nil) != (tc.path == "") || got != nil && got.Path != tc.path {
+				t.Errorf("URL %v, want path %q", got, tc.path)
 			}
 		})
 	}
