@@ -93,10 +93,6 @@ type metrics struct {
 	// registry is the private registry used when newMetrics was given no
 	// registerer (tests); nil otherwise.
 	registry *prometheus.Registry
-	// group is what this handler's values of the shared gauges count
-	// under (sharedGauge): its State, which the handlers of one name
-	// share; the *metrics itself until setGroup.
-	group any
 	// methods are the method label values kept as themselves (the AGTP
 	// floor plus the configured methods), each with its request counter
 	// cache; other is OTHER's. Read-only after newMetrics.
@@ -107,7 +103,7 @@ type metrics struct {
 	lockRefusals       *prometheus.CounterVec   // lock
 	syntheses          *prometheus.CounterVec   // recipe, mode, outcome
 	presentations      *prometheus.CounterVec   // outcome
-	activeContracts    *sharedGauge             // sum over states
+	activeContracts    gaugeCell                // summed over states
 	compositionSeconds *prometheus.HistogramVec // recipe
 	upstreamSeconds    *prometheus.HistogramVec // upstream
 	upstreamErrors     *prometheus.CounterVec   // upstream, class
@@ -115,16 +111,16 @@ type metrics struct {
 	stepSeconds        *prometheus.HistogramVec // recipe, step
 	rateLimitRefusals  *prometheus.CounterVec   // budget
 	idempotencyEvents  *prometheus.CounterVec   // event
-	idempotencyRecords *sharedGauge             // sum over states
-	attemptRecords     *sharedGauge             // sum over states
+	idempotencyRecords gaugeCell                // summed over states
+	attemptRecords     gaugeCell                // summed over states
 	requests           *prometheus.CounterVec   // method, code, binding
 	mcpRequests        *prometheus.CounterVec   // code
 	requestSeconds     *prometheus.HistogramVec // binding, kind, outcome
 	storeSeconds       *prometheus.HistogramVec // op
 	storeErrors        *prometheus.CounterVec   // op
-	storeUp            *sharedGauge             // the lowest: 0 while any store is down
-	storeQuarantine    *sharedGauge             // seconds left of the restart quarantine (the longest)
-	nodeIDConflict     *sharedGauge             // 1 while another live process uses a node_id of this load's
+	storeUp            gaugeCell                // the lowest: 0 while any store is down
+	storeQuarantine    gaugeCell                // seconds left of the restart quarantine (the longest)
+	nodeIDConflict     gaugeCell                // 1 while another live process uses a node_id of this load's
 
 	// presented holds the presentation counters started at zero below,
 	// by via (0: synthesis_id, 1: pair) and presentationOutcomes index;
@@ -218,10 +214,13 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		errs = append(errs, err)
 		return h
 	}
-	gauge := func(name, help string, combine func(a, b float64) float64) *sharedGauge {
-		g, err := registerCollector(reg, newSharedGauge(name, help, combine))
+	// A gauge is the handler's cell of a series every handler of the
+	// load sets (sharedGauge), counted under the handler's own group
+	// until setGroup; initial is its value until set.
+	gauge := func(name, help string, combine, within func(a, b float64) float64, initial float64) gaugeCell {
+		g, err := registerCollector(reg, newSharedGauge(name, help, combine, within))
 		errs = append(errs, err)
-		return g
+		return gaugeCell{g, g.cell(m, initial)}
 	}
 
 	m.gateEvaluations = counterVec("gate_evaluations_total",
@@ -237,7 +236,7 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		"Contract presentations, each counted once, by how the contract was found (via: synthesis_id, pair) and outcome (executed, failed, not_run, not_found, not_yours, revoked).",
 		"via", "outcome")
 	m.activeContracts = gauge("active_contracts",
-		"Live synthesized contracts currently held.", sumGauge)
+		"Live synthesized contracts currently held, summed over the handlers' stores.", sumGauge, maxGauge, 0)
 	m.compositionSeconds = histogramVec("composition_duration_seconds",
 		"Duration of a recipe composition (all its steps), by recipe.",
 		"recipe")
@@ -260,9 +259,9 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		"Idempotency-Key events by kind (replay, conflict, in_flight, outcome_unknown, store_full).",
 		"event")
 	m.idempotencyRecords = gauge("idempotency_records",
-		"Idempotency records currently held (stored and in flight), summed over the handlers' stores.", sumGauge)
+		"Idempotency records currently held (stored and in flight), summed over the handlers' stores.", sumGauge, maxGauge, 0)
 	m.attemptRecords = gauge("attempt_records",
-		"RCNS attempt records currently held for INSPECT target=rcns-attempt, summed over the handlers' stores.", sumGauge)
+		"RCNS attempt records currently held for INSPECT target=rcns-attempt, summed over the handlers' stores.", sumGauge, maxGauge, 0)
 	m.mcpRequests = counterVec("mcp_http_requests_total",
 		"HTTP requests the MCP door answered on its path, whatever they held (tool calls, protocol messages, malformed JSON-RPC, refusals), by response status code.",
 		"code")
@@ -289,22 +288,15 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		"Round trips to the shared state store that failed (unreachable, timed out, refused), by operation.",
 		"op")
 	m.storeUp = gauge("store_up",
-		"1 while the shared state store answers (always with store memory), 0 while it does not: requests that need state then answer 503 store-unavailable. With several handlers, 0 while any handler's store does not answer.", minGauge)
+		"1 while the shared state store answers (always with store memory), 0 while it does not: requests that need state then answer 503 store-unavailable. With several handlers, 0 while any handler's store does not answer.", minGauge, minGauge, 1)
 	m.storeQuarantine = gauge("store_quarantine_seconds",
-		"Seconds left of the Redis restart quarantine, during which requests with an Idempotency-Key answer 503 store-unavailable; 0 outside it (always with store memory). With several handlers, the longest.", maxGauge)
+		"Seconds left of the Redis restart quarantine, during which requests with an Idempotency-Key answer 503 store-unavailable; 0 outside it (always with store memory). With several handlers, the longest.", maxGauge, maxGauge, 0)
 	m.nodeIDConflict = gauge("store_node_id_conflict",
-		"1 while another live gateway process uses this node's node_id on the same Redis and key_prefix (their record chains interleave), else 0 (always with store memory). With several handlers, 1 while any of their node_ids is in conflict. Checked by the health check every 5 s.", maxGauge)
+		"1 while another live gateway process uses this node's node_id on the same Redis and key_prefix (their record chains interleave), else 0 (always with store memory). With several handlers, 1 while any of their node_ids is in conflict. Checked by the health check every 5 s.", maxGauge, maxGauge, 0)
 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	// Every gauge is exported from the load on: the store answers and
-	// holds nothing until a health check or a count says otherwise.
-	m.group = m
-	for _, g := range m.sharedGauges() {
-		g.set(m, 0)
-	}
-	m.storeUp.set(m, 1)
 	for _, op := range store.Ops {
 		m.storeErrors.WithLabelValues(string(op))
 	}
@@ -397,7 +389,7 @@ func (m *metrics) setActiveContracts(n int) {
 	if m == nil {
 		return
 	}
-	m.activeContracts.set(m, float64(n))
+	m.activeContracts.set(float64(n))
 }
 
 // recipeSeriesOf returns recipe r's histogram children, made at its
@@ -511,7 +503,7 @@ func (m *metrics) setIdempotencyRecords(n int) {
 	if m == nil {
 		return
 	}
-	m.idempotencyRecords.set(m, float64(n))
+	m.idempotencyRecords.set(float64(n))
 }
 
 // storeRoundTrip records one round trip to the shared store: its
@@ -531,7 +523,7 @@ func (m *metrics) storeRoundTrip(op store.Op, latency time.Duration, err error) 
 // setStoreUp sets the store state gauge.
 func (m *metrics) setStoreUp(up bool) {
 	if m != nil {
-		m.storeUp.set(m, flag(up))
+		m.storeUp.set(flag(up))
 	}
 }
 
@@ -540,13 +532,13 @@ func (m *metrics) setStoreQuarantine(left time.Duration) {
 	if m == nil {
 		return
 	}
-	m.storeQuarantine.set(m, left.Seconds())
+	m.storeQuarantine.set(left.Seconds())
 }
 
 // setNodeIDConflict sets caddy_rcns_store_node_id_conflict.
 func (m *metrics) setNodeIDConflict(clash bool) {
 	if m != nil {
-		m.nodeIDConflict.set(m, flag(clash))
+		m.nodeIDConflict.set(flag(clash))
 	}
 }
 
@@ -558,9 +550,10 @@ func flag(on bool) float64 {
 	return 0
 }
 
-// sharedGauges are m's gauges that several handlers set (sharedGauge).
-func (m *metrics) sharedGauges() []*sharedGauge {
-	return []*sharedGauge{m.activeContracts, m.idempotencyRecords, m.attemptRecords, m.storeUp, m.storeQuarantine, m.nodeIDConflict}
+// sharedGauges are m's cells of the gauges every handler sets
+// (sharedGauge).
+func (m *metrics) sharedGauges() []gaugeCell {
+	return []gaugeCell{m.activeContracts, m.idempotencyRecords, m.attemptRecords, m.storeUp, m.storeQuarantine, m.nodeIDConflict}
 }
 
 // setGroup makes m's values of the shared gauges count under group:
@@ -570,10 +563,9 @@ func (m *metrics) setGroup(group any) {
 	if m == nil {
 		return
 	}
-	for _, g := range m.sharedGauges() {
-		g.regroup(m, group)
+	for _, gc := range m.sharedGauges() {
+		gc.regroup(gc.c, group)
 	}
-	m.group = group
 }
 
 // release drops m's values of the shared gauges: its engine is closed
@@ -582,8 +574,8 @@ func (m *metrics) release() {
 	if m == nil {
 		return
 	}
-	for _, g := range m.sharedGauges() {
-		g.forget(m)
+	for _, gc := range m.sharedGauges() {
+		gc.drop(gc.c)
 	}
 }
 
@@ -592,5 +584,5 @@ func (m *metrics) setAttemptRingSize(n int) {
 	if m == nil {
 		return
 	}
-	m.attemptRecords.set(m, float64(n))
+	m.attemptRecords.set(float64(n))
 }

@@ -355,9 +355,9 @@ func TestMetricsRegisterTwiceReusesCollectors(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second newMetrics on the same registry: %v", err)
 	}
-	if first.gateEvaluations != second.gateEvaluations || first.activeContracts != second.activeContracts ||
+	if first.gateEvaluations != second.gateEvaluations || first.activeContracts.sharedGauge != second.activeContracts.sharedGauge ||
 		first.upstreamSeconds != second.upstreamSeconds || first.requests != second.requests ||
-		first.attemptRecords != second.attemptRecords || first.requestSeconds != second.requestSeconds {
+		first.attemptRecords.sharedGauge != second.attemptRecords.sharedGauge || first.requestSeconds != second.requestSeconds {
 		t.Fatal("second newMetrics did not reuse the registered collectors")
 	}
 	first.presentation(viaSynthesisID, "revoked")

@@ -16,8 +16,8 @@ import (
 // so a "for: 1m" alert never fired): store_up the lowest, the
 // quarantine the longest, the node_id conflict 1 while any handler has
 // one, and counts summed over the handlers' states (two handlers of one
-// name share a State, and its store: counted once, with the newest
-// value). A closed handler's values are dropped.
+// name share a State, and its store: counted once, the larger of their
+// counts). A closed handler's values are dropped.
 func TestSharedGaugesCombineHandlers(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	load := func(group any) *metrics {
@@ -31,7 +31,7 @@ func TestSharedGaugesCombineHandlers(t *testing.T) {
 	}
 	stA, stB := NewState("a"), NewState("b")
 	a, b, a2 := load(stA), load(stB), load(stA) // a2: a second handler named "a"
-	read := func(g *sharedGauge) float64 { t.Helper(); return testutil.ToFloat64(g) }
+	read := func(g gaugeCell) float64 { t.Helper(); return testutil.ToFloat64(g) }
 
 	if got := read(a.storeUp); got != 1 {
 		t.Fatalf("store_up before any health check = %v, want 1", got)
@@ -62,9 +62,9 @@ func TestSharedGaugesCombineHandlers(t *testing.T) {
 
 	a.setActiveContracts(5)
 	b.setActiveContracts(3)
-	a2.setActiveContracts(6) // the same store as a's, counted later: 6, not 5+6
+	a2.setActiveContracts(6) // the same store as a's: 6, not 5+6
 	if got := read(a.activeContracts); got != 9 {
-		t.Fatalf("active_contracts = %v, want 6 (state a, newest) + 3 (state b)", got)
+		t.Fatalf("active_contracts = %v, want 6 (state a, the larger) + 3 (state b)", got)
 	}
 
 	b.release()
