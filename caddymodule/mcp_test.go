@@ -751,6 +751,10 @@ func TestMCPIdempotencyKeyFaultsNamed(t *testing.T) {
 		{"X-Idempotency-Key alone", "invalid-idempotency-key", http.Header{"X-Idempotency-Key": {"m-4"}}, nil},
 		{"X-Idempotency-Key beside the same key", "", http.Header{"Idempotency-Key": {"m-5"}, "X-Idempotency-Key": {"m-5"}}, nil},
 		{"X-Idempotency-Key beside _meta's key", "", http.Header{"X-Idempotency-Key": {`"m-6"`}}, mcp.Meta{"io.github.caddy-rcns/idempotency-key": "m-6"}},
+		// Another header sent twice is not the key's fault (helper-91:
+		// the tool error told the model to fix its Idempotency-Key).
+		{"Task-ID twice", "duplicate-header", http.Header{"Task-Id": {"t-1", "t-2"}}, nil},
+		{"Authority-Scope twice", "duplicate-header", http.Header{"Authority-Scope": {"bench:read", "bench:read"}}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hdr := map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "bench:read"}
@@ -777,8 +781,13 @@ func TestMCPIdempotencyKeyFaultsNamed(t *testing.T) {
 				Error struct{ Code, Message string } `json:"error"`
 			}
 			_ = json.Unmarshal(raw, &sc)
-			if !res.IsError || sc.Error.Code != tc.reason || !strings.Contains(sc.Error.Message, "Fix the call's Idempotency-Key") {
-				t.Fatalf("%s", raw)
+			fix, other := "Fix the call's Idempotency-Key", map[string]bool{"Task-ID twice": true, "Authority-Scope twice": true}[tc.name]
+			if other {
+				fix = "Send each of the call's headers once"
+			}
+			if !res.IsError || sc.Error.Code != tc.reason || !strings.Contains(sc.Error.Message, fix) ||
+				other && strings.Contains(sc.Error.Message, "Idempotency-Key") {
+				t.Fatalf("%s, want %s with %q", raw, tc.reason, fix)
 			}
 		})
 	}

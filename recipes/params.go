@@ -156,7 +156,7 @@ func textForms(types []string) string {
 		case "boolean":
 			forms[i] = "true or false"
 		case "integer":
-			forms[i] = "digits, at most 2^53"
+			forms[i] = "a JSON integer: digits without a leading zero, optionally after -, at most 2^53"
 		case "number":
 			forms[i] = "a JSON number such as 2.5"
 		}

@@ -168,7 +168,7 @@ func (h *Engine) propose(x *exchange, req *request, p map[string]any) {
 		e.Explanation = fmt.Sprintf("proposed path %q: %s", textcut.Clip(path), ref.Explanation)
 		if strings.ContainsAny(path, "{}") {
 			// A template segment: a contract serves one concrete pair.
-			e.Explanation += "; a proposal names the concrete pair it will call (/guests/g-1, not /guests/{guest_id}): path templates are for the operator's endpoints"
+			e.Explanation = strings.TrimSuffix(e.Explanation, ".") + "; a proposal names the concrete pair it will call (/guests/g-1, not /guests/{guest_id}): path templates are for the operator's endpoints"
 		}
 		x.fail(e)
 		return

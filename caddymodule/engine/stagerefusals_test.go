@@ -1110,7 +1110,7 @@ func TestEveryStageRefusal(t *testing.T) {
 		{stage: "built-in", name: "PROPOSE path grammar", send: srCall("PROPOSE", "/", srMe(), srProposal("LOOKUP", "/item/", nil, nil)),
 			want: agtp.PathGrammarViolation, expl: `proposed path "/item/"`},
 		{stage: "built-in", name: "PROPOSE path template", send: srCall("PROPOSE", "/", srMe(), srProposal("LOOKUP", "/item/{item_id}", nil, nil)),
-			want: agtp.PathGrammarViolation, expl: "a proposal names the concrete pair it will call"},
+			want: agtp.PathGrammarViolation, expl: "does not allow; a proposal names the concrete pair it will call"},
 		{stage: "built-in", name: "PROPOSE without semantic", send: srCall("PROPOSE", "/", srMe(), srProposal("LOOKUP", "/item/p", map[string]any{"semantic": nil}, nil)),
 			want: agtp.InvalidSemantic, expl: "has no semantic block"},
 		{stage: "built-in", name: "PROPOSE semantic invalid", send: srCall("PROPOSE", "/", srMe(), srProposal("LOOKUP", "/item/p", map[string]any{"semantic": map[string]any{"intent": "x"}}, nil)),

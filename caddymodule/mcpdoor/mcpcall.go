@@ -65,9 +65,19 @@ var argumentReasons = map[string]bool{
 
 // keyReasons are the argumentReasons about the call's Idempotency-Key
 // (an HTTP header or _meta), not its arguments: their tool error says
-// to fix the key.
+// to fix the key. A duplicate-header is one only when the header sent
+// twice is a key header (keyProblem).
 var keyReasons = map[string]bool{
 	agtp.InvalidIdempotencyKey.Token: true, agtp.AmbiguousIdempotencyKey.Token: true, agtp.DuplicateHeader.Token: true,
+}
+
+// keyProblem reports whether a refusal (reason, explanation) is about
+// the call's Idempotency-Key rather than another header it sent.
+func keyProblem(reason, explanation string) bool {
+	if reason != agtp.DuplicateHeader.Token {
+		return keyReasons[reason]
+	}
+	return strings.Contains(explanation, "Idempotency-Key header")
 }
 
 // handler is the SDK tool handler of t.
@@ -489,8 +499,11 @@ func (d *Door) toolResult(req *mcp.CallToolRequest, out map[string]any, summary 
 // engine's violation list, when it gave one), and how to fix it.
 func (d *Door) argumentResult(t *mcpTool, req *mcp.CallToolRequest, status int, reason, explanation string, details map[string]any, meta mcp.Meta) *mcp.CallToolResult {
 	fix := fmt.Sprintf("Fix the arguments to match the inputSchema of %s and call it again.", t.name)
-	if keyReasons[reason] {
+	switch {
+	case keyProblem(reason, explanation):
 		fix = "Fix the call's Idempotency-Key (its HTTP header, or _meta[\"" + MCPMetaIdempotencyKey + "\"]) and call it again."
+	case reason == agtp.DuplicateHeader.Token:
+		fix = "Send each of the call's headers once and call it again."
 	}
 	msg := sentence(explanation) + " " + fix
 	out := map[string]any{"outcome": "failed", "error": errorObject(status, reason, msg, false, nil, details)}
