@@ -215,10 +215,11 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		return h
 	}
 	// A gauge is the handler's cell of a series every handler of the
-	// load sets (sharedGauge), counted under the handler's own group
-	// until setGroup; initial is its value until set.
-	gauge := func(name, help string, combine, within func(a, b float64) float64, initial float64) gaugeCell {
-		g, err := registerCollector(reg, newSharedGauge(name, help, combine, within))
+	// load sets (sharedGauge; grouped: a count, one value per store),
+	// counted under the handler's own group until setGroup; initial is
+	// its value until set.
+	gauge := func(name, help string, combine func(a, b float64) float64, grouped bool, initial float64) gaugeCell {
+		g, err := registerCollector(reg, newSharedGauge(name, help, combine, grouped))
 		errs = append(errs, err)
 		return gaugeCell{g, g.cell(m, initial)}
 	}
@@ -236,7 +237,7 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		"Contract presentations, each counted once, by how the contract was found (via: synthesis_id, pair) and outcome (executed, failed, not_run, not_found, not_yours, revoked).",
 		"via", "outcome")
 	m.activeContracts = gauge("active_contracts",
-		"Live synthesized contracts currently held, summed over the handlers' stores.", sumGauge, maxGauge, 0)
+		"Live synthesized contracts currently held, summed over the handlers' stores.", sumGauge, true, 0)
 	m.compositionSeconds = histogramVec("composition_duration_seconds",
 		"Duration of a recipe composition (all its steps), by recipe.",
 		"recipe")
@@ -259,9 +260,9 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		"Idempotency-Key events by kind (replay, conflict, in_flight, outcome_unknown, store_full).",
 		"event")
 	m.idempotencyRecords = gauge("idempotency_records",
-		"Idempotency records currently held (stored and in flight), summed over the handlers' stores.", sumGauge, maxGauge, 0)
+		"Idempotency records currently held (stored and in flight), summed over the handlers' stores.", sumGauge, true, 0)
 	m.attemptRecords = gauge("attempt_records",
-		"RCNS attempt records currently held for INSPECT target=rcns-attempt, summed over the handlers' stores.", sumGauge, maxGauge, 0)
+		"RCNS attempt records currently held for INSPECT target=rcns-attempt, summed over the handlers' stores.", sumGauge, true, 0)
 	m.mcpRequests = counterVec("mcp_http_requests_total",
 		"HTTP requests the MCP door answered on its path, whatever they held (tool calls, protocol messages, malformed JSON-RPC, refusals), by response status code.",
 		"code")
@@ -288,13 +289,14 @@ func newMetrics(reg prometheus.Registerer, methods []string) (*metrics, error) {
 		"Round trips to the shared state store that failed (unreachable, timed out, refused), by operation.",
 		"op")
 	m.storeUp = gauge("store_up",
-		"1 while the shared state store answers (always with store memory), 0 while it does not: requests that need state then answer 503 store-unavailable. With several handlers, 0 while any handler's store does not answer.", minGauge, minGauge, 1)
+		"1 while the shared state store answers (always with store memory), 0 while it does not: requests that need state then answer 503 store-unavailable. With several handlers, 0 while any handler's store does not answer.", minGauge, false, 1)
 	m.storeQuarantine = gauge("store_quarantine_seconds",
-		"Seconds left of the Redis restart quarantine, during which requests with an Idempotency-Key answer 503 store-unavailable; 0 outside it (always with store memory). With several handlers, the longest.", maxGauge, maxGauge, 0)
+		"Seconds left of the Redis restart quarantine, during which requests with an Idempotency-Key answer 503 store-unavailable; 0 outside it (always with store memory). With several handlers, the longest.", maxGauge, false, 0)
 	m.nodeIDConflict = gauge("store_node_id_conflict",
-		"1 while another live gateway process uses this node's node_id on the same Redis and key_prefix (their record chains interleave), else 0 (always with store memory). With several handlers, 1 while any of their node_ids is in conflict. Checked by the health check every 5 s.", maxGauge, maxGauge, 0)
+		"1 while another live gateway process uses this node's node_id on the same Redis and key_prefix (their record chains interleave), else 0 (always with store memory). With several handlers, 1 while any of their node_ids is in conflict. Checked by the health check every 5 s.", maxGauge, false, 0)
 
 	if err := errors.Join(errs...); err != nil {
+		m.release() // the cells added to gauges registered before the error
 		return nil, err
 	}
 	for _, op := range store.Ops {
@@ -557,8 +559,9 @@ func (m *metrics) sharedGauges() []gaugeCell {
 }
 
 // setGroup makes m's values of the shared gauges count under group:
-// the engine's State, which the handlers of one name share (they read
-// one store). The values m set before move with it.
+// the store the engine reads (State.SwitchStore: its StoreLocation),
+// which other handlers may read too. The values m set before move with
+// it.
 func (m *metrics) setGroup(group any) {
 	if m == nil {
 		return

@@ -197,7 +197,6 @@ func (h *Engine) provision(reg prometheus.Registerer) error {
 	if h.metrics, err = newMetrics(reg, sortedKeys(methodSet)); err != nil {
 		return fmt.Errorf("rcns: metrics: %v", err)
 	}
-	h.metrics.setGroup(h.st) // handlers of one name share their State, and their store
 
 	// Every contract, whichever store holds it, runs its captured plan
 	// bound to this configuration's upstreams and endpoints through the

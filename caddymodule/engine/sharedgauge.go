@@ -11,48 +11,56 @@ import (
 // sharedGauge is one unlabelled gauge series that every rcns handler
 // of a config load sets (they share one registry, so one series), and
 // whose value each scrape combines from theirs instead of showing the
-// last one written: handlers with different names have different
-// state (their own memory store, or their own key_prefix on Redis), so
-// one handler's health check must not overwrite another's reading.
+// last one written: handlers on different stores (their own memory
+// store, another Redis deployment, db or key_prefix) must not
+// overwrite each other's reading.
 //
-// Each handler (its *metrics) sets its own cell. Cells are grouped by
-// the handler's State (handlers of one name share it, and so their
-// store); a scrape folds each group's cells with within, then the
-// groups with combine: sumGauge for the counts of what a store holds
-// (a group's cells read one store: their largest), minGauge for
+// Each handler (its *metrics) sets its own cell. The counts of what a
+// store holds (grouped) group their cells by the store the handler
+// reads (metrics.setGroup: its StoreLocation): handlers of one store
+// count one state, and a handler sets its cell only after its own
+// changes, so a scrape takes each group's most recent write, then sums
+// the groups. The other gauges fold every cell: minGauge for
 // caddy_rcns_store_up (0 while any handler's store is down), maxGauge
-// for the quarantine's seconds and the node_id conflict. A cell is
-// dropped when its engine is closed (metrics.release); with none the
-// series is not exported. Setting a cell is one atomic store: the
-// store's round trips set caddy_rcns_store_up.
+// for the quarantine's seconds and the node_id conflict (two handlers
+// of one store may hold different node_ids). A cell is dropped when its engine is closed
+// (metrics.release); with none the series is not exported. Setting a
+// cell is two atomic stores and an atomic add: the store's round trips
+// set caddy_rcns_store_up.
 type sharedGauge struct {
-	desc            *prometheus.Desc
-	combine, within func(a, b float64) float64
+	desc    *prometheus.Desc
+	combine func(a, b float64) float64
+	grouped bool          // a count: one value per store, not per handler
+	clock   atomic.Uint64 // orders the cells' writes (sharedCell.seq)
 
 	mu    sync.Mutex
 	cells map[*sharedCell]struct{}
 }
 
 // sharedCell is one handler's value of a sharedGauge, under its group
-// (guarded by the gauge's mu).
+// (guarded by the gauge's mu), with the gauge's clock at its last
+// write.
 type sharedCell struct {
 	group any
 	bits  atomic.Uint64 // math.Float64bits of the value
+	seq   atomic.Uint64
 }
 
+// The folds of a sharedGauge's groups (newSharedGauge's combine).
 var (
 	sumGauge = func(a, b float64) float64 { return a + b }
 	minGauge = func(a, b float64) float64 { return min(a, b) }
 	maxGauge = func(a, b float64) float64 { return max(a, b) }
 )
 
-// newSharedGauge is a sharedGauge named caddy_rcns_<name>, folding a
-// group's cells with within and the groups with combine.
-func newSharedGauge(name, help string, combine, within func(a, b float64) float64) *sharedGauge {
+// newSharedGauge is a sharedGauge named caddy_rcns_<name>, folding its
+// values with combine; grouped (a count of what a store holds) takes
+// one value per store.
+func newSharedGauge(name, help string, combine func(a, b float64) float64, grouped bool) *sharedGauge {
 	return &sharedGauge{
 		desc:    prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, name), help, nil, nil),
 		combine: combine,
-		within:  within,
+		grouped: grouped,
 		cells:   map[*sharedCell]struct{}{},
 	}
 }
@@ -72,18 +80,20 @@ func (g *sharedGauge) Collect(ch chan<- prometheus.Metric) {
 func (g *sharedGauge) value() (float64, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	groups := make(map[any]float64, len(g.cells))
+	newest := make(map[any]*sharedCell, len(g.cells))
 	for c := range g.cells {
-		v := c.get()
-		if cur, ok := groups[c.group]; ok {
-			v = g.within(cur, v)
+		var key any = c
+		if g.grouped {
+			key = c.group
 		}
-		groups[c.group] = v
+		if cur, ok := newest[key]; !ok || c.seq.Load() > cur.seq.Load() {
+			newest[key] = c
+		}
 	}
 	var out float64
 	first := true
-	for _, v := range groups {
-		if first {
+	for _, c := range newest {
+		if v := c.get(); first {
 			out, first = v, false
 		} else {
 			out = g.combine(out, v)
@@ -95,7 +105,7 @@ func (g *sharedGauge) value() (float64, bool) {
 // cell adds a handler's cell under group, holding v.
 func (g *sharedGauge) cell(group any, v float64) *sharedCell {
 	c := &sharedCell{group: group}
-	c.set(v)
+	g.set(c, v)
 	g.mu.Lock()
 	g.cells[c] = struct{}{}
 	g.mu.Unlock()
@@ -116,8 +126,11 @@ func (g *sharedGauge) drop(c *sharedCell) {
 	g.mu.Unlock()
 }
 
-// set stores v.
-func (c *sharedCell) set(v float64) { c.bits.Store(math.Float64bits(v)) }
+// set stores v in c, as its group's newest write.
+func (g *sharedGauge) set(c *sharedCell, v float64) {
+	c.bits.Store(math.Float64bits(v))
+	c.seq.Store(g.clock.Add(1))
+}
 
 // get loads the value.
 func (c *sharedCell) get() float64 { return math.Float64frombits(c.bits.Load()) }
@@ -130,4 +143,4 @@ type gaugeCell struct {
 }
 
 // set sets the handler's value.
-func (gc gaugeCell) set(v float64) { gc.c.set(v) }
+func (gc gaugeCell) set(v float64) { gc.sharedGauge.set(gc.c, v) }

@@ -15,9 +15,10 @@ import (
 // made caddy_rcns_store_up read 1 every 5 s while that store was down,
 // so a "for: 1m" alert never fired): store_up the lowest, the
 // quarantine the longest, the node_id conflict 1 while any handler has
-// one, and counts summed over the handlers' states (two handlers of one
-// name share a State, and its store: counted once, the larger of their
-// counts). A closed handler's values are dropped.
+// one (two handlers of one store too), and the counts summed over the
+// stores, each store's newest count once (helper-90: taking the larger
+// of one store's handlers kept an idle handler's old count). A closed
+// handler's values are dropped.
 func TestSharedGaugesCombineHandlers(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	load := func(group any) *metrics {
@@ -29,8 +30,8 @@ func TestSharedGaugesCombineHandlers(t *testing.T) {
 		m.setGroup(group)
 		return m
 	}
-	stA, stB := NewState("a"), NewState("b")
-	a, b, a2 := load(stA), load(stB), load(stA) // a2: a second handler named "a"
+	storeA, storeB := NewState("a"), "redis single 127.0.0.1:6379 master=\"\" db=0 key_prefix=\"b:\""
+	a, b, a2 := load(storeA), load(storeB), load(storeA) // a2: a second handler on a's store
 	read := func(g gaugeCell) float64 { t.Helper(); return testutil.ToFloat64(g) }
 
 	if got := read(a.storeUp); got != 1 {
@@ -55,21 +56,22 @@ func TestSharedGaugesCombineHandlers(t *testing.T) {
 		t.Fatalf("store_quarantine_seconds = %v, want b's 20", got)
 	}
 	a.setNodeIDConflict(true)
+	a2.setNodeIDConflict(false) // the same store, another node_id, checked later
 	b.setNodeIDConflict(false)
 	if got := read(a.nodeIDConflict); got != 1 {
 		t.Fatalf("store_node_id_conflict = %v, want 1 (a's)", got)
 	}
 
-	a.setActiveContracts(5)
+	a.setActiveContracts(6)
 	b.setActiveContracts(3)
-	a2.setActiveContracts(6) // the same store as a's: 6, not 5+6
-	if got := read(a.activeContracts); got != 9 {
-		t.Fatalf("active_contracts = %v, want 6 (state a, the larger) + 3 (state b)", got)
+	a2.setActiveContracts(1) // a's store, counted since a's 6: 1, not 6+1 nor the larger
+	if got := read(a.activeContracts); got != 4 {
+		t.Fatalf("active_contracts = %v, want 1 (store a, newest) + 3 (store b)", got)
 	}
 
 	b.release()
-	if got := read(a.activeContracts); got != 6 {
-		t.Fatalf("active_contracts after b closed = %v, want 6", got)
+	if got := read(a.activeContracts); got != 1 {
+		t.Fatalf("active_contracts after b closed = %v, want 1", got)
 	}
 	if got := read(a.storeQuarantine); got != 0 {
 		t.Fatalf("store_quarantine_seconds after b closed = %v, want 0", got)

@@ -34,8 +34,8 @@ type stage struct {
 // refuses or answers it.
 var stages = [...]stage{
 	{"task-id", kindUnrouted, stageTaskID, ""},                 // echoed on every answer: checked first
+	{"singletons", kindUnrouted, stageSingletons, ""},          // single-valued headers sent once: in the head, as the native codec checks them
 	{"framing", kindUnrouted, stageFraming, ""},                // step 1: framing, body limit, the JSON envelope
-	{"singletons", kindUnrouted, stageSingletons, ""},          // single-valued headers sent once
 	{"method", kindUnrouted, stageMethod, ""},                  // step 2: lexical form, legacy opt-in, alias, catalog
 	{"path", kindUnrouted, stagePath, ""},                      // steps 3-5: characters, redirects, grammar, method policy
 	{"identity", kindUnrouted, stageIdentity, SpanIdentity},    // step 6: verify and resolve the caller

@@ -22,8 +22,8 @@ func TestStageRefusals(t *testing.T) {
 		reason                string
 	}{
 		{"task-id", "FETCH", "/items/1", agent("Task-ID", "not a task id"), "", agtp.InvalidTaskID.Token},
-		{"framing", "FETCH", "/items/1", agent("Content-Type", "application/json"), "[1]", agtp.InvalidJSON.Token},
 		{"singletons", "FETCH", "/items/1", agent("Agent-ID", testAgent), "", agtp.DuplicateHeader.Token},
+		{"framing", "FETCH", "/items/1", agent("Content-Type", "application/json"), "[1]", agtp.InvalidJSON.Token},
 		{"method", "FOO-BAR", "/items/1", agent(), "", "invalid-method-token"},
 		{"path", "FETCH", "/items/BOOK", agent(), "", "path-grammar-violation"},
 		{"identity", "FETCH", "/items/1", http.Header{"Authority-Scope": {testScope}}, "", agtp.AgentUnauthenticated.Token},

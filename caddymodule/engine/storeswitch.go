@@ -112,15 +112,19 @@ type engineStore struct {
 // requests once no such request runs. Handlers of one name in one
 // configuration keep their keys where they like without refusing each
 // other; a load that fails serves nothing. A renamed handler is another
-// name, not compared (docs/cluster.md).
+// name, not compared (docs/cluster.md). loc also groups e's store
+// gauges with the other handlers of that store (metrics.setGroup).
 func (s *State) SwitchStore(e *Engine, loc StoreLocation, load any) {
 	if load == nil {
 		load = e
 	}
+	var group any = loc.String() // the handlers of one store count it once (sharedGauge)
 	if loc.Kind == "memory" {
 		loc.memory = s
+		group = s
 	}
 	e.storeAt = engineStore{load: load, loc: loc, lease: e.MaxLease()}
+	e.metrics.setGroup(group)
 }
 
 // enterKeyed counts a keyed request of h as running and returns its

@@ -214,6 +214,9 @@ func (v verdict) VerdictText() string {
 	}
 	if v.Met {
 		side = "over the limit"
+		if v.T.Below {
+			side = "at or over the limit" // a "<" target: a round at the limit misses it
+		}
 	}
 	return fmt.Sprintf("%s; %d of %d rounds %s %s", text, v.Against, v.Value.N, verb, side)
 }
