@@ -748,6 +748,7 @@ func TestMCPIdempotencyKeyFaultsNamed(t *testing.T) {
 		{"X-Idempotency-Key beside _meta's other key", "ambiguous-idempotency-key", http.Header{"X-Idempotency-Key": {"m-2"}}, mcp.Meta{"io.github.caddy-rcns/idempotency-key": "m-1"}},
 		{"the alias beside another key", "ambiguous-idempotency-key", http.Header{"Idempotency-Key": {"m-1"}, "Rcns-Idempotency-Key": {"m-2"}}, nil},
 		{"Idempotency-Key twice", "duplicate-header", http.Header{"Idempotency-Key": {"m-3", "m-3"}}, nil},
+		{"the alias twice", "duplicate-header", http.Header{"Rcns-Idempotency-Key": {"m-3", "m-3"}}, nil},
 		{"X-Idempotency-Key alone", "invalid-idempotency-key", http.Header{"X-Idempotency-Key": {"m-4"}}, nil},
 		{"X-Idempotency-Key beside the same key", "", http.Header{"Idempotency-Key": {"m-5"}, "X-Idempotency-Key": {"m-5"}}, nil},
 		{"X-Idempotency-Key beside _meta's key", "", http.Header{"X-Idempotency-Key": {`"m-6"`}}, mcp.Meta{"io.github.caddy-rcns/idempotency-key": "m-6"}},

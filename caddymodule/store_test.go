@@ -1756,3 +1756,61 @@ func TestStoreGaugesTwoHandlers(t *testing.T) {
 		t.Fatalf("caddy_rcns_store_up = %v once the handler on the stopped Redis is unloaded: want 1", got)
 	}
 }
+
+// TestStoreGaugesOneStoreTwoHandlers: two handlers of one name in one
+// config read one memory store (their State's). Each counts the live
+// contracts after its own syntheses; the gauge is that store's newest
+// count, not the sum of the two handlers' counts (helper-92: nothing
+// checked that SwitchStore groups them).
+func TestStoreGaugesOneStoreTwoHandlers(t *testing.T) {
+	up, _ := countingUpstream(t)
+	ctx := benchContext(t)
+	handler := func() *testGateway {
+		return &testGateway{h: provisionIn(t, ctx, benchConfig(t, up, false, "", "", func(h *Handler) { h.Name = "gauge-one-store" }))}
+	}
+	first, second := handler(), handler()
+	if first.h.state != second.h.state {
+		t.Fatal("two handlers of one name in one config do not share their State")
+	}
+	for i, g := range []*testGateway{first, second, second} {
+		if a := g.do(t, "LOOKUP", "/item/one-store-"+strconv.Itoa(i), itemInput, "Allow-RCNS", "true"); a.status != 263 {
+			t.Fatalf("synthesis %d: %s", i, a)
+		}
+	}
+	if got := metricValue(t, first.h, "caddy_rcns_active_contracts"); got != 3 {
+		t.Fatalf("caddy_rcns_active_contracts = %v with 3 live contracts in the two handlers' one store: want 3 (4 is the two handlers' counts summed)", got)
+	}
+}
+
+// TestStoreRoundTripsCountedOnce: two handlers of one name on one Redis
+// share its client (and one registry): a round trip is counted once in
+// caddy_rcns_store_round_trip_duration_seconds, not once per handler
+// (helper-92).
+func TestStoreRoundTripsCountedOnce(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, _ := countingUpstream(t)
+	ctx := benchContext(t)
+	handler := func() *testGateway {
+		return &testGateway{h: provisionIn(t, ctx, benchConfig(t, up, false, "", "", func(h *Handler) {
+			h.Name = "round-trips-once"
+			h.Store = StoreRedis
+			h.Redis = &RedisConfig{Addresses: []string{srv.Addr()}, KeyPrefix: "once:"}
+		}))}
+	}
+	first, second := handler(), handler()
+	if first.h.redis != second.h.redis {
+		t.Fatal("two handlers of one name on one Redis do not share its client")
+	}
+	claims := func() float64 {
+		return metricValue(t, first.h, "caddy_rcns_store_round_trip_duration_seconds", "op", string(store.OpClaim))
+	}
+	before := claims()
+	for i := 0; i < 3; i++ {
+		if a := second.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "once-"+strconv.Itoa(i)); a.status != 200 {
+			t.Fatalf("keyed Tier B %d: %s", i, a)
+		}
+	}
+	if got := claims() - before; got != 3 {
+		t.Fatalf("%v idempotency_claim round trips counted for 3 keyed requests: want 3", got)
+	}
+}

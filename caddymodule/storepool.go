@@ -326,9 +326,17 @@ func (p *pooledRedis) Observe(op store.Op, latency time.Duration, err error) {
 		p.logFull(err)
 	}
 	if users := p.users.Load(); users != nil {
+		// One round trip is counted once per registry, however many
+		// handlers of that load share the client.
+		var seenArr [4]any
+		seen := seenArr[:0]
 		for _, e := range *users {
-			e.StoreMetrics().RoundTrip(op, latency, err)
-			e.StoreMetrics().SetUp(err == nil || full)
+			sm := e.StoreMetrics()
+			if k := sm.Series(); !slices.Contains(seen, k) {
+				seen = append(seen, k)
+				sm.RoundTrip(op, latency, err)
+			}
+			sm.SetUp(err == nil || full)
 		}
 	}
 }

@@ -88,6 +88,16 @@ func (s StoreMetrics) RoundTrip(op store.Op, latency time.Duration, err error) {
 	s.m.storeRoundTrip(op, latency, err)
 }
 
+// Series identifies the store collectors s records into: the engines
+// of one config load share them (one registry), so a host recording a
+// round trip for several engines records it once per Series.
+func (s StoreMetrics) Series() any {
+	if s.m == nil {
+		return nil
+	}
+	return s.m.storeSeconds
+}
+
 // SetUp sets caddy_rcns_store_up.
 func (s StoreMetrics) SetUp(up bool) { s.m.setStoreUp(up) }
 

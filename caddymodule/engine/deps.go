@@ -150,13 +150,16 @@ func (h *Engine) storeDown() bool { return h.shared != nil && h.shared.Down() }
 // counts in memory, on each change; the host calls it for a shared
 // store after each successful health check.
 func (h *Engine) RefreshStoreGauges(ctx context.Context) {
+	stamp := gaugeStamp()
 	if n, err := h.sto.Contracts.Len(ctx); err == nil {
-		h.metrics.setActiveContracts(n)
+		h.metrics.setActiveContracts(stamp, n)
 	}
+	stamp = gaugeStamp()
 	if n, err := h.sto.Idempotency.Len(ctx); err == nil && n >= 0 {
-		h.metrics.setIdempotencyRecords(n)
+		h.metrics.setIdempotencyRecords(stamp, n)
 	}
+	stamp = gaugeStamp()
 	if n, err := h.sto.Attempts.Len(ctx); err == nil {
-		h.metrics.setAttemptRingSize(n)
+		h.metrics.setAttemptRingSize(stamp, n)
 	}
 }

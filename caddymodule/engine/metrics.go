@@ -386,12 +386,13 @@ func (m *metrics) presentation(via, outcome string) {
 	m.presentations.WithLabelValues(presentationVia.label(via), presentationOutcomes.label(outcome)).Inc()
 }
 
-// setActiveContracts sets the number of live contracts.
-func (m *metrics) setActiveContracts(n int) {
+// setActiveContracts sets the number of live contracts, read after
+// stamp (gaugeStamp).
+func (m *metrics) setActiveContracts(stamp uint64, n int) {
 	if m == nil {
 		return
 	}
-	m.activeContracts.set(float64(n))
+	m.activeContracts.setAt(stamp, float64(n))
 }
 
 // recipeSeriesOf returns recipe r's histogram children, made at its
@@ -500,12 +501,13 @@ func (m *metrics) idempotency(event string) {
 	m.idempotencyEvents.WithLabelValues(idempotencyEvents.label(event)).Inc()
 }
 
-// setIdempotencyRecords sets the number of idempotency records held.
-func (m *metrics) setIdempotencyRecords(n int) {
+// setIdempotencyRecords sets the number of idempotency records held,
+// read after stamp (gaugeStamp).
+func (m *metrics) setIdempotencyRecords(stamp uint64, n int) {
 	if m == nil {
 		return
 	}
-	m.idempotencyRecords.set(float64(n))
+	m.idempotencyRecords.setAt(stamp, float64(n))
 }
 
 // storeRoundTrip records one round trip to the shared store: its
@@ -582,10 +584,11 @@ func (m *metrics) release() {
 	}
 }
 
-// setAttemptRingSize sets the number of RCNS attempt records held.
-func (m *metrics) setAttemptRingSize(n int) {
+// setAttemptRingSize sets the number of RCNS attempt records held,
+// read after stamp (gaugeStamp).
+func (m *metrics) setAttemptRingSize(stamp uint64, n int) {
 	if m == nil {
 		return
 	}
-	m.attemptRecords.set(float64(n))
+	m.attemptRecords.setAt(stamp, float64(n))
 }

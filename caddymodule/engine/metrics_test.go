@@ -34,7 +34,7 @@ func touchAllMetrics(m *metrics) {
 	m.lockRefusal("server_policy")
 	m.synthesis("book-trip", "confirm-first", "previewed")
 	m.presentation(viaSynthesisID, "executed")
-	m.setActiveContracts(3)
+	m.setActiveContracts(gaugeStamp(), 3)
 	m.recipeRun(bookTrip, 0.042, []recipes.StepReport{
 		{Name: "reserve", Upstream: "flights", State: recipes.StepSucceeded, Called: true, Duration: 10 * time.Millisecond},
 		{Name: "pay", Upstream: "flights", State: recipes.StepFailed, Error: recipes.ErrUpstreamTimeout, Called: true, Duration: 5 * time.Second},
@@ -42,8 +42,8 @@ func touchAllMetrics(m *metrics) {
 	m.credentialRefusal("flights", "upstream-credential-unavailable")
 	m.rateLimited("rcns")
 	m.idempotency("replay")
-	m.setIdempotencyRecords(7)
-	m.setAttemptRingSize(11)
+	m.setIdempotencyRecords(gaugeStamp(), 7)
+	m.setAttemptRingSize(gaugeStamp(), 11)
 	m.request("QUERY", 200, "http")
 	m.mcpRequest(400)
 	m.requestDuration("http", kindBuiltin, 200, "", 0.0003)
@@ -182,8 +182,8 @@ func TestMetricsCountersMove(t *testing.T) {
 		t.Errorf("presentations not_yours = %v, want 1", got)
 	}
 
-	m.setActiveContracts(5)
-	m.setActiveContracts(4)
+	m.setActiveContracts(gaugeStamp(), 5)
+	m.setActiveContracts(gaugeStamp(), 4)
 	if got := testutil.ToFloat64(m.activeContracts); got != 4 {
 		t.Errorf("active contracts = %v, want 4", got)
 	}
@@ -235,8 +235,8 @@ func TestMetricsCountersMove(t *testing.T) {
 
 	m.idempotency("conflict")
 	m.idempotency("store_full")
-	m.setIdempotencyRecords(12)
-	m.setAttemptRingSize(1024)
+	m.setIdempotencyRecords(gaugeStamp(), 12)
+	m.setAttemptRingSize(gaugeStamp(), 1024)
 	if got := testutil.ToFloat64(m.idempotencyEvents.WithLabelValues("conflict")); got != 1 {
 		t.Errorf("idempotency conflict = %v, want 1", got)
 	}

@@ -18,33 +18,43 @@ import (
 // Each handler (its *metrics) sets its own cell. The counts of what a
 // store holds (grouped) group their cells by the store the handler
 // reads (metrics.setGroup: its StoreLocation): handlers of one store
-// count one state, and a handler sets its cell only after its own
-// changes, so a scrape takes each group's most recent write, then sums
-// the groups. The other gauges fold every cell: minGauge for
-// caddy_rcns_store_up (0 while any handler's store is down), maxGauge
-// for the quarantine's seconds and the node_id conflict (two handlers
-// of one store may hold different node_ids). A cell is dropped when its engine is closed
+// count one state, and a handler counts only after its own changes
+// (or its health check), so a scrape takes each group's newest reading
+// (setAt: stamped before the count was read), then sums the groups.
+// The other gauges fold every cell: minGauge for caddy_rcns_store_up
+// (0 while any handler's store is down), maxGauge for the quarantine's
+// seconds and the node_id conflict (two handlers of one store may hold
+// different node_ids). A cell is dropped when its engine is closed
 // (metrics.release); with none the series is not exported. Setting a
-// cell is two atomic stores and an atomic add: the store's round trips
-// set caddy_rcns_store_up.
+// flag's cell (set) is two atomic stores and an atomic add: the
+// store's round trips set caddy_rcns_store_up.
 type sharedGauge struct {
 	desc    *prometheus.Desc
 	combine func(a, b float64) float64
-	grouped bool          // a count: one value per store, not per handler
-	clock   atomic.Uint64 // orders the cells' writes (sharedCell.seq)
+	grouped bool // a count: one value per store, not per handler
 
 	mu    sync.Mutex
 	cells map[*sharedCell]struct{}
 }
 
 // sharedCell is one handler's value of a sharedGauge, under its group
-// (guarded by the gauge's mu), with the gauge's clock at its last
-// write.
+// (guarded by the gauge's mu), with the gaugeClock stamp of the reading
+// it holds (0: the placeholder newMetrics set, which any reading
+// outranks).
 type sharedCell struct {
 	group any
 	bits  atomic.Uint64 // math.Float64bits of the value
 	seq   atomic.Uint64
+	mu    sync.Mutex // orders setAt's writes
 }
+
+// gaugeClock stamps the shared gauges' readings (gaugeStamp), so that
+// of one store's handlers the newest reading wins.
+var gaugeClock atomic.Uint64
+
+// gaugeStamp is a stamp for a reading about to be taken: a count read
+// after it is newer than any read before it (sharedGauge.setAt).
+func gaugeStamp() uint64 { return gaugeClock.Add(1) }
 
 // The folds of a sharedGauge's groups (newSharedGauge's combine).
 var (
@@ -102,10 +112,10 @@ func (g *sharedGauge) value() (float64, bool) {
 	return out, !first
 }
 
-// cell adds a handler's cell under group, holding v.
+// cell adds a handler's cell under group, holding the placeholder v.
 func (g *sharedGauge) cell(group any, v float64) *sharedCell {
 	c := &sharedCell{group: group}
-	g.set(c, v)
+	c.bits.Store(math.Float64bits(v))
 	g.mu.Lock()
 	g.cells[c] = struct{}{}
 	g.mu.Unlock()
@@ -126,10 +136,24 @@ func (g *sharedGauge) drop(c *sharedCell) {
 	g.mu.Unlock()
 }
 
-// set stores v in c, as its group's newest write.
-func (g *sharedGauge) set(c *sharedCell, v float64) {
+// set stores v in c, stamped now: for the gauges that fold every cell
+// (the stamp only orders a group's cells), set on every round trip.
+func (c *sharedCell) set(v float64) {
 	c.bits.Store(math.Float64bits(v))
-	c.seq.Store(g.clock.Add(1))
+	c.seq.Store(gaugeStamp())
+}
+
+// setAt stores v, a reading taken after stamp (gaugeStamp), unless c
+// already holds a newer one: a count read before another handler's and
+// written after it does not replace it.
+func (c *sharedCell) setAt(stamp uint64, v float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if stamp <= c.seq.Load() {
+		return
+	}
+	c.bits.Store(math.Float64bits(v))
+	c.seq.Store(stamp)
 }
 
 // get loads the value.
@@ -143,4 +167,7 @@ type gaugeCell struct {
 }
 
 // set sets the handler's value.
-func (gc gaugeCell) set(v float64) { gc.sharedGauge.set(gc.c, v) }
+func (gc gaugeCell) set(v float64) { gc.c.set(v) }
+
+// setAt sets the handler's value to a reading taken after stamp.
+func (gc gaugeCell) setAt(stamp uint64, v float64) { gc.c.setAt(stamp, v) }

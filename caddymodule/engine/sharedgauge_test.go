@@ -62,12 +62,25 @@ func TestSharedGaugesCombineHandlers(t *testing.T) {
 		t.Fatalf("store_node_id_conflict = %v, want 1 (a's)", got)
 	}
 
-	a.setActiveContracts(6)
-	b.setActiveContracts(3)
-	a2.setActiveContracts(1) // a's store, counted since a's 6: 1, not 6+1 nor the larger
+	a.setActiveContracts(gaugeStamp(), 6)
+	b.setActiveContracts(gaugeStamp(), 3)
+	a2.setActiveContracts(gaugeStamp(), 1) // a's store, counted since a's 6: 1, not 6+1 nor the larger
 	if got := read(a.activeContracts); got != 4 {
 		t.Fatalf("active_contracts = %v, want 1 (store a, newest) + 3 (store b)", got)
 	}
+
+	// The newest reading wins, not the last write (helper-92): a count
+	// read before a2's and written after it does not replace it, nor
+	// does a handler of a's store that joins later with its placeholder.
+	early := gaugeStamp()
+	a2.setActiveContracts(gaugeStamp(), 2)
+	a.setActiveContracts(early, 7)
+	late := load(storeA)
+	if got := read(a.activeContracts); got != 5 {
+		t.Fatalf("active_contracts = %v, want 2 (store a, newest reading) + 3 (store b)", got)
+	}
+	late.release()
+	a2.setActiveContracts(gaugeStamp(), 1)
 
 	b.release()
 	if got := read(a.activeContracts); got != 1 {

@@ -81,8 +81,9 @@ func (h *Engine) contractsChanged(ctx context.Context) {
 	if h.mem == nil {
 		return
 	}
+	stamp := gaugeStamp()
 	if n, err := h.sto.Contracts.Len(ctx); err == nil {
-		h.metrics.setActiveContracts(n)
+		h.metrics.setActiveContracts(stamp, n)
 	}
 }
 
@@ -92,8 +93,9 @@ func (h *Engine) idempotencyChanged(ctx context.Context) {
 	if h.mem == nil {
 		return
 	}
+	stamp := gaugeStamp()
 	if n, err := h.sto.Idempotency.Len(ctx); err == nil {
-		h.metrics.setIdempotencyRecords(n)
+		h.metrics.setIdempotencyRecords(stamp, n)
 	}
 }
 
@@ -103,7 +105,8 @@ func (h *Engine) attemptsChanged(ctx context.Context) {
 	if h.mem == nil {
 		return
 	}
+	stamp := gaugeStamp()
 	if n, err := h.sto.Attempts.Len(ctx); err == nil {
-		h.metrics.setAttemptRingSize(n)
+		h.metrics.setAttemptRingSize(stamp, n)
 	}
 }

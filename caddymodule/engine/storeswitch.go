@@ -35,6 +35,18 @@ func (l StoreLocation) String() string {
 	return fmt.Sprintf("redis %s %s master=%q db=%d key_prefix=%q", l.Mode, strings.Join(l.Addrs, ","), l.Master, l.DB, l.Prefix)
 }
 
+// deployment names the Redis deployment, db and key prefix l reads,
+// for grouping the handlers that count one store's keys: l.String(),
+// without the addresses in Cluster and Sentinel modes, whose addresses
+// are seeds (two handlers seeding one deployment differently read the
+// same keys; two deployments alike in all else are taken as one).
+func (l StoreLocation) deployment() string {
+	if l.Mode == "single" {
+		return l.String()
+	}
+	return fmt.Sprintf("redis %s master=%q db=%d key_prefix=%q", l.Mode, l.Master, l.DB, l.Prefix)
+}
+
 // movedFrom reports whether the keys at l are not those at prev: another
 // store kind, mode, Sentinel master, db or key prefix, another address
 // in single mode, or, in Cluster and Sentinel modes (whose addresses
@@ -118,7 +130,7 @@ func (s *State) SwitchStore(e *Engine, loc StoreLocation, load any) {
 	if load == nil {
 		load = e
 	}
-	var group any = loc.String() // the handlers of one store count it once (sharedGauge)
+	var group any = loc.deployment() // the handlers of one store count it once (sharedGauge)
 	if loc.Kind == "memory" {
 		loc.memory = s
 		group = s

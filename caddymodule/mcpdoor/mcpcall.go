@@ -65,19 +65,19 @@ var argumentReasons = map[string]bool{
 
 // keyReasons are the argumentReasons about the call's Idempotency-Key
 // (an HTTP header or _meta), not its arguments: their tool error says
-// to fix the key. A duplicate-header is one only when the header sent
-// twice is a key header (keyProblem).
+// to fix the key. A duplicate-header is one only when the door itself
+// refused a key header sent twice (idempotencyKey): the engine never
+// sees a doubled key header from this door, so a duplicate-header it
+// answers names another header (keyFault).
 var keyReasons = map[string]bool{
 	agtp.InvalidIdempotencyKey.Token: true, agtp.AmbiguousIdempotencyKey.Token: true, agtp.DuplicateHeader.Token: true,
 }
 
-// keyProblem reports whether a refusal (reason, explanation) is about
-// the call's Idempotency-Key rather than another header it sent.
-func keyProblem(reason, explanation string) bool {
-	if reason != agtp.DuplicateHeader.Token {
-		return keyReasons[reason]
-	}
-	return strings.Contains(explanation, "Idempotency-Key header")
+// keyFault reports whether a refusal with reason is about the call's
+// Idempotency-Key: byDoor when the door refused it (engineRequest),
+// false when the engine did.
+func keyFault(reason string, byDoor bool) bool {
+	return keyReasons[reason] && (byDoor || reason != agtp.DuplicateHeader.Token)
 }
 
 // handler is the SDK tool handler of t.
@@ -97,7 +97,7 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 			// requestState or answers sent to another tool answer
 			// nothing this gateway asked.
 			rq.answered("", reasonRequestStateInvalid)
-			return d.argumentResult(t, req, 400, reasonRequestStateInvalid, "this tool asked no question: a requestState or input responses belong to the call of the recipe tool that asked; nothing ran", nil, mcp.Meta{MCPMetaStatus: 400}), nil
+			return d.argumentResult(t, req, 400, reasonRequestStateInvalid, "this tool asked no question: a requestState or input responses belong to the call of the recipe tool that asked; nothing ran", nil, mcp.Meta{MCPMetaStatus: 400}, false), nil
 		}
 		if retry {
 			sid, refused := d.confirmation(t, rq, req)
@@ -107,7 +107,7 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 			confirmed, ok := withSynthesisID(req, sid)
 			if !ok {
 				rq.answered("", agtp.InvalidParameter.Token)
-				return d.argumentResult(t, req, 400, agtp.InvalidParameter.Token, "arguments must be a JSON object", nil, mcp.Meta{MCPMetaStatus: 400}), nil
+				return d.argumentResult(t, req, 400, agtp.InvalidParameter.Token, "arguments must be a JSON object", nil, mcp.Meta{MCPMetaStatus: 400}, false), nil
 			}
 			req = confirmed
 		}
@@ -122,7 +122,7 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 					reason, msg = r, rest
 				}
 				rq.answered("", reason)
-				return d.argumentResult(t, req, 400, reason, msg, nil, mcp.Meta{MCPMetaStatus: 400}), nil
+				return d.argumentResult(t, req, 400, reason, msg, nil, mcp.Meta{MCPMetaStatus: 400}, keyFault(reason, true)), nil
 			}
 			return nil, jerr
 		}
@@ -471,7 +471,7 @@ func (d *Door) result(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest, targ
 		retryAfter := retryAfterSeconds(members, resp.Get("Retry-After"))
 		details := errorDetails(members)
 		if argumentReasons[b.Reason] {
-			return d.argumentResult(t, req, resp.Status, b.Reason, b.Explanation, details, meta), nil
+			return d.argumentResult(t, req, resp.Status, b.Reason, b.Explanation, details, meta, keyFault(b.Reason, false)), nil
 		}
 		isError = true
 		out = map[string]any{"outcome": "failed", "error": errorObject(resp.Status, b.Reason, b.Explanation, b.Retryable, retryAfter, details)}
@@ -496,11 +496,13 @@ func (d *Door) toolResult(req *mcp.CallToolRequest, out map[string]any, summary 
 // isError, so the model can read and correct them): status (the
 // engine's, or 400 for what the door refused itself, as _meta says), the
 // reason token, the explanation with the violations (details: the
-// engine's violation list, when it gave one), and how to fix it.
-func (d *Door) argumentResult(t *mcpTool, req *mcp.CallToolRequest, status int, reason, explanation string, details map[string]any, meta mcp.Meta) *mcp.CallToolResult {
+// engine's violation list, when it gave one), and how to fix it: the
+// call's Idempotency-Key when key (keyFault), else the arguments or,
+// for a header sent twice, the headers.
+func (d *Door) argumentResult(t *mcpTool, req *mcp.CallToolRequest, status int, reason, explanation string, details map[string]any, meta mcp.Meta, key bool) *mcp.CallToolResult {
 	fix := fmt.Sprintf("Fix the arguments to match the inputSchema of %s and call it again.", t.name)
 	switch {
-	case keyProblem(reason, explanation):
+	case key:
 		fix = "Fix the call's Idempotency-Key (its HTTP header, or _meta[\"" + MCPMetaIdempotencyKey + "\"]) and call it again."
 	case reason == agtp.DuplicateHeader.Token:
 		fix = "Send each of the call's headers once and call it again."
