@@ -122,12 +122,7 @@ func (x *exchange) fingerprintTarget() string {
 // traceParent is the request's traceparent field when it has exactly
 // one (W3C Trace Context §3.2: several make it invalid), else "";
 // recipes.WithTraceParent forwards it only when valid.
-func traceParent(r *agtp.Request) string {
-	if v := r.Header["Traceparent"]; len(v) == 1 {
-		return v[0]
-	}
-	return ""
-}
+func traceParent(r *agtp.Request) string { return r.Only("Traceparent") }
 
 // presentedContract reads Contract-Synthesized and its alias
 // Synthesis-Id (spec §13.5, OP-3).

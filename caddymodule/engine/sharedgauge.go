@@ -26,8 +26,8 @@ import (
 // seconds and the node_id conflict (two handlers of one store may hold
 // different node_ids). A cell is dropped when its engine is closed
 // (metrics.release); with none the series is not exported. Setting a
-// flag's cell (set) is two atomic stores and an atomic add: the
-// store's round trips set caddy_rcns_store_up.
+// flag's cell (set) is one atomic store: the store's round trips set
+// caddy_rcns_store_up.
 type sharedGauge struct {
 	desc    *prometheus.Desc
 	combine func(a, b float64) float64
@@ -38,9 +38,9 @@ type sharedGauge struct {
 }
 
 // sharedCell is one handler's value of a sharedGauge, under its group
-// (guarded by the gauge's mu), with the gaugeClock stamp of the reading
-// it holds (0: the placeholder newMetrics set, which any reading
-// outranks).
+// (guarded by the gauge's mu), with, for a count (setAt), the
+// gaugeClock stamp of the reading it holds (0: the placeholder
+// newMetrics set, which any reading outranks).
 type sharedCell struct {
 	group any
 	bits  atomic.Uint64 // math.Float64bits of the value
@@ -90,26 +90,31 @@ func (g *sharedGauge) Collect(ch chan<- prometheus.Metric) {
 func (g *sharedGauge) value() (float64, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	newest := make(map[any]*sharedCell, len(g.cells))
-	for c := range g.cells {
-		var key any = c
-		if g.grouped {
-			key = c.group
-		}
-		if cur, ok := newest[key]; !ok || c.seq.Load() > cur.seq.Load() {
-			newest[key] = c
-		}
-	}
 	var out float64
-	first := true
-	for _, c := range newest {
-		if v := c.get(); first {
-			out, first = v, false
+	n := 0
+	fold := func(v float64) {
+		if n++; n == 1 {
+			out = v
 		} else {
 			out = g.combine(out, v)
 		}
 	}
-	return out, !first
+	if !g.grouped {
+		for c := range g.cells {
+			fold(c.get())
+		}
+		return out, n > 0
+	}
+	newest := make(map[any]*sharedCell, len(g.cells)) // each store's newest reading
+	for c := range g.cells {
+		if cur, ok := newest[c.group]; !ok || c.seq.Load() > cur.seq.Load() {
+			newest[c.group] = c
+		}
+	}
+	for _, c := range newest {
+		fold(c.get())
+	}
+	return out, n > 0
 }
 
 // cell adds a handler's cell under group, holding the placeholder v.
@@ -136,12 +141,9 @@ func (g *sharedGauge) drop(c *sharedCell) {
 	g.mu.Unlock()
 }
 
-// set stores v in c, stamped now: for the gauges that fold every cell
-// (the stamp only orders a group's cells), set on every round trip.
-func (c *sharedCell) set(v float64) {
-	c.bits.Store(math.Float64bits(v))
-	c.seq.Store(gaugeStamp())
-}
+// set stores v in c: for the gauges that fold every cell, whose order
+// does not matter (caddy_rcns_store_up is set on every round trip).
+func (c *sharedCell) set(v float64) { c.bits.Store(math.Float64bits(v)) }
 
 // setAt stores v, a reading taken after stamp (gaugeStamp), unless c
 // already holds a newer one: a count read before another handler's and
