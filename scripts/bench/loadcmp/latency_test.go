@@ -157,10 +157,7 @@ func TestLatencyBreakdown(t *testing.T) {
 		t.Errorf("the stages are in the order\n%s", order)
 	}
 
-	md, err := renderPage(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	md := mustRender(t, r)
 	pageHas(t, md,
 		"Where the closed-loop latency of the missed p50 targets goes",
 		"closed loop of 16 connections on 2 shared CPUs",
@@ -177,10 +174,7 @@ func TestLatencyBreakdown(t *testing.T) {
 	// Results recorded before redis-server's commandstats were read:
 	// the table without their rows, rather than rows of zeros.
 	noStats := latencyFixture(true, false)
-	md, err = renderPage(noStats)
-	if err != nil {
-		t.Fatal(err)
-	}
+	md = mustRender(t, noStats)
 	if !strings.Contains(md, "| CPU: redis-server, µs | +30.0 (0.0 → 30.0) |") {
 		t.Error("the page has no table for results without commandstats")
 	}

@@ -38,10 +38,7 @@ func fullFixture() *results {
 }
 
 func TestPage(t *testing.T) {
-	md, err := renderPage(fullFixture())
-	if err != nil {
-		t.Fatal(err)
-	}
+	md := mustRender(t, fullFixture())
 	if n := strings.Count(md, "\n"); n >= maxPageLines {
 		t.Errorf("the page has %d lines with every scenario and a missed target, want under %d", n, maxPageLines)
 	}
@@ -114,10 +111,7 @@ func TestPageAllMissed(t *testing.T) {
 			}
 		}
 	}
-	md, err := renderPage(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	md := mustRender(t, r)
 	if n := strings.Count(md, "\n"); n >= maxPageLines {
 		t.Errorf("the page has %d lines with every target missed, want under %d", n, maxPageLines)
 	}
@@ -150,10 +144,7 @@ func TestPageAllMet(t *testing.T) {
 		"g/nokey": {70, 75, 80}, "c/redis": {1, 2, 3}, "d/redis": {1, 2, 3}, "f/redis": {-9, -8, -7}, "g/redis": {70, 75, 80},
 		"dk/nokey": {1, 2, 3}, "dk/redis": {1, 2, 3}},
 		map[string][]float64{"e1/nokey": {22, 22, 22}, "e3/nokey": {23, 23, 23}, "e1/ed25519": {22, 22, 22}, "e3/ed25519": {23, 23, 23}})
-	md, err := renderPage(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	md := mustRender(t, r)
 	if !strings.Contains(md, "Every target is met in this run.") || strings.Contains(md, "not met") {
 		t.Errorf("a run meeting every target is not said to:\n%s", md)
 	}
@@ -167,10 +158,7 @@ func TestPageSplitVerdicts(t *testing.T) {
 		"d/nokey": {20, 22, 18, 30}, // not met, every round over
 		"f/nokey": {0, -1, 1, 0},    // not met, one round within
 	}, nil)
-	md, err := renderPage(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	md := mustRender(t, r)
 	pageHas(t, md,
 		"| met; 1 of 4 rounds was over the limit |",
 		"| **not met**: 6.0 µs over the limit |",
@@ -187,4 +175,14 @@ func pageHas(t *testing.T, md string, want ...string) {
 			t.Errorf("the page lacks %q", w)
 		}
 	}
+}
+
+// mustRender is r's page, failing t when it does not render.
+func mustRender(t *testing.T, r *results) string {
+	t.Helper()
+	md, err := renderPage(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return md
 }
