@@ -47,8 +47,10 @@ func (h *Engine) claim(x *exchange, req *request, lease time.Duration) bool {
 		// answer (SettleLater): a repeat sent as soon as that answer
 		// arrived may find the key still in flight for that round trip.
 		// It claims again after each of inFlightRechecks before
-		// answering 409.
-		if cl.Outcome != idempotency.InFlight || try >= rechecks || !pause(x.ctx(), inFlightRechecks[try]) {
+		// answering 409, unless a request running on this node holds
+		// the key: no recheck can find its answer before it ends.
+		if cl.Outcome != idempotency.InFlight || try >= rechecks || h.runningHere(cl.Hold, req.caller.Agent.ID, req.idemKey) ||
+			!pause(x.ctx(), inFlightRechecks[try]) {
 			break
 		}
 		cl = nil
@@ -98,6 +100,17 @@ func (h *Engine) awaitSettling(x *exchange, agent, key string) {
 	}
 }
 
+// runningHere reports whether hold, the claim that keeps agent's
+// Idempotency-Key key in flight, is this node's and a request of this
+// engine's State still runs under it (inflightSet.holds). A key this
+// node is storing the answer of (SettleLater) is not: awaitSettling
+// waited for it, and a claim written by another process with this
+// node_id, or by an earlier client of this one (a reload that changed
+// the store's settings), is rechecked as another node's is.
+func (h *Engine) runningHere(hold *idempotency.Hold, agent, key string) bool {
+	return hold != nil && hold.Node == h.nodeID && h.st.inflight.holds(agent, key)
+}
+
 // holder is what the request's claim records of it: this node and the
 // dispatched pair.
 func (x *exchange) holder() idempotency.Holder {
@@ -112,9 +125,10 @@ func (x *exchange) holder() idempotency.Holder {
 // RecordBatchDelay, 2 ms, then a round trip; tens of milliseconds more
 // while that node's CPU is starved or its Redis busy), so an immediate
 // repeat replays it instead of getting 409 with a Retry-After of
-// seconds. A request that finds a key truly in flight answers 409 75 ms
-// later, after five claims: within the Retry-After it would be told to
-// wait anyway.
+// seconds. A request that finds a key truly in flight on another node
+// answers 409 75 ms later, after five claims: within the Retry-After it
+// would be told to wait anyway. One that finds it held by a request
+// running on this node answers 409 after its one claim (runningHere).
 var inFlightRechecks = [...]time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond}
 
 // pause waits d, or until ctx ends; it reports whether d passed.

@@ -293,10 +293,13 @@ func (h *Engine) OperatorRevoke(ctx context.Context, id, reason string, op Opera
 
 // inflightSet is the Idempotency-Key claims this node's requests hold
 // (registered by renewLease, dropped by its stop): the operator page's
-// "in-flight claims". It is as large as the requests running.
+// "in-flight claims", and whether a key found in flight is held by a
+// request running here (holds). It is as large as the requests running.
 type inflightSet struct {
 	mu sync.Mutex
 	m  map[*leaseRenewer]InFlightClaim
+	// keys counts the claims of m by agent + "\x00" + key.
+	keys map[string]int
 }
 
 func (s *inflightSet) add(r *leaseRenewer, c InFlightClaim) {
@@ -305,9 +308,10 @@ func (s *inflightSet) add(r *leaseRenewer, c InFlightClaim) {
 	}
 	s.mu.Lock()
 	if s.m == nil {
-		s.m = map[*leaseRenewer]InFlightClaim{}
+		s.m, s.keys = map[*leaseRenewer]InFlightClaim{}, map[string]int{}
 	}
 	s.m[r] = c
+	s.keys[c.AgentID+"\x00"+c.Key]++
 	s.mu.Unlock()
 }
 
@@ -316,8 +320,26 @@ func (s *inflightSet) remove(r *leaseRenewer) {
 		return
 	}
 	s.mu.Lock()
-	delete(s.m, r)
+	if c, ok := s.m[r]; ok {
+		delete(s.m, r)
+		id := c.AgentID + "\x00" + c.Key
+		if s.keys[id]--; s.keys[id] <= 0 {
+			delete(s.keys, id)
+		}
+	}
 	s.mu.Unlock()
+}
+
+// holds reports whether a request running on this node holds agent's
+// Idempotency-Key key (its claim registered, its answer not yet being
+// stored).
+func (s *inflightSet) holds(agent, key string) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.keys[agent+"\x00"+key] > 0
 }
 
 // list returns at most max claims, oldest first, and how many there are.
