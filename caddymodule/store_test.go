@@ -936,6 +936,7 @@ func (c *failingClaim) Renew(context.Context, time.Duration) error { return nil 
 func (c *failingClaim) Preview() *idempotency.Response             { return nil }
 func (c *failingClaim) Key() (string, string)                      { return "a", "k" }
 func (c *failingClaim) Token() string                              { return "t" }
+func (c *failingClaim) ClaimedAt() time.Time                       { return time.Time{} }
 
 // TestRetryCompleteBounded: at most maxPendingCompletes answers are
 // retried at once, a retry gives up when the key's hold has passed,
@@ -1395,6 +1396,66 @@ func TestKeyedRepeatWhileRunningHere(t *testing.T) {
 	}
 	if n := hits.Load(); n != 1 {
 		t.Fatalf("%d upstream calls, want 1", n)
+	}
+}
+
+// TestKeyedRepeatAfterLostClaim: a request whose claim was lost while
+// it runs (Redis lost the record, or an operator released the key)
+// still runs on this node; another request here takes the key and
+// answers; a repeat sent at once to a handler of the same name and node
+// on another Redis client (a reload that changed the pool's settings)
+// claims again and replays that answer. Its claim is not the lost one
+// still running here (runningHere matches the claim, not the key:
+// helper-95 found 9 of 10 such repeats answered 409 when it matched
+// the key).
+func TestKeyedRepeatAfterLostClaim(t *testing.T) {
+	srv := redistest.StartServer(t)
+	up, hits, arrived, release := heldUpstream(t)
+	free := sync.OnceFunc(func() { close(release) })
+	defer free()
+	node := func(pool int) *testGateway {
+		return redisGateway(t, up, srv.Addr(), func(h *Handler) { h.NodeID, h.Name, h.Redis.PoolSize = "node-x", "lost-claim", pool })
+	}
+	first, second := node(0), node(7)
+	if first.h.redis == second.h.redis {
+		t.Fatal("the two handlers share one Redis client")
+	}
+	const n = 5
+	var held []<-chan *answer
+	for i := range n {
+		held = append(held, startHeld(t, first, "lost-"+strconv.Itoa(i), arrived))
+	}
+	lose := func(key string) {
+		t.Helper()
+		names, err := redistest.Do(srv.Addr(), "KEYS", "t:*:i:"+key)
+		if err != nil || names == "" {
+			t.Fatalf("the record of %s: %q, %v", key, names, err)
+		}
+		if _, err := redistest.Do(srv.Addr(), "DEL", names); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		key := "lost-" + strconv.Itoa(i)
+		lose(key)
+		r := first.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", key)
+		for try := 0; r.status == 409 && try < 5; try++ {
+			lose(key) // the held request's renewal wrote its claim back first
+			r = first.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", key)
+		}
+		if r.status != 200 {
+			t.Fatalf("the key %s taken again after its claim was lost: %s", key, r)
+		}
+		if r := second.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", key); r.status != 200 || r.hdr("Idempotent-Replayed") != "true" {
+			t.Fatalf("a repeat of %s on the other client as soon as its answer arrived: %s (replayed %q), want the answer replayed", key, r, r.hdr("Idempotent-Replayed"))
+		}
+	}
+	free()
+	for _, a := range held {
+		<-a
+	}
+	if got := hits.Load(); got != 2*n {
+		t.Fatalf("%d upstream calls, want %d (the held requests and the ones that took their keys)", got, 2*n)
 	}
 }
 

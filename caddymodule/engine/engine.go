@@ -114,6 +114,11 @@ func (h *Engine) Serve(ctx context.Context, r *agtp.Request) *agtp.Response {
 		if x.keyedRun != nil {
 			h.exitKeyed(x.keyedRun)
 		}
+		// Stopped by the answer's write; after a panic (a defect) the
+		// claim would otherwise be renewed for as long as the process
+		// lives: its lease now ends as a stopped node's does (409
+		// outcome-unknown after it).
+		x.renewer.stop()
 	}()
 	if sp != nil {
 		x.tr = &exchangeTrace{span: sp, ctx: r.Context}

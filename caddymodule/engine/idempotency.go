@@ -48,7 +48,7 @@ func (h *Engine) claim(x *exchange, req *request, lease time.Duration) bool {
 		// arrived may find the key still in flight for that round trip.
 		// It claims again after each of inFlightRechecks before
 		// answering 409, unless a request running on this node holds
-		// the key: no recheck can find its answer before it ends.
+		// that claim: its answer is not on its way yet.
 		if cl.Outcome != idempotency.InFlight || try >= rechecks || h.runningHere(cl.Hold, req.caller.Agent.ID, req.idemKey) ||
 			!pause(x.ctx(), inFlightRechecks[try]) {
 			break
@@ -102,13 +102,17 @@ func (h *Engine) awaitSettling(x *exchange, agent, key string) {
 
 // runningHere reports whether hold, the claim that keeps agent's
 // Idempotency-Key key in flight, is this node's and a request of this
-// engine's State still runs under it (inflightSet.holds). A key this
-// node is storing the answer of (SettleLater) is not: awaitSettling
-// waited for it, and a claim written by another process with this
-// node_id, or by an earlier client of this one (a reload that changed
-// the store's settings), is rechecked as another node's is.
+// engine's State still runs under that very claim (inflightSet.holds:
+// the key and when the store recorded the claim). A key this node is
+// storing the answer of (SettleLater) is not running: awaitSettling
+// waited for it on this store's client; a claim written by another
+// process with this node_id, or stored by an earlier client of this
+// one (a reload that changed the store's settings), is rechecked as
+// another node's is. A request that ends during what would have been
+// the rechecks is not waited for: its repeat gets the 409, as on the
+// memory store.
 func (h *Engine) runningHere(hold *idempotency.Hold, agent, key string) bool {
-	return hold != nil && hold.Node == h.nodeID && h.st.inflight.holds(agent, key)
+	return hold != nil && hold.Node == h.nodeID && h.st.inflight.holds(claimID(agent, key, hold.ClaimedAt))
 }
 
 // holder is what the request's claim records of it: this node and the

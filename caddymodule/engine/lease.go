@@ -17,6 +17,7 @@ import (
 // outcome-unknown). A nil *leaseRenewer does nothing.
 type leaseRenewer struct {
 	set     *inflightSet // where the claim is listed while it runs
+	id      string       // its claimID there (under set.mu)
 	mu      sync.Mutex
 	t       *time.Timer
 	stopped bool
@@ -31,7 +32,8 @@ func (h *Engine) renewLease(x *exchange, c store.Claim, lease time.Duration) *le
 	every := max(lease/3, time.Second)
 	r := &leaseRenewer{set: h.st.inflight}
 	agent, key := c.Key()
-	r.set.add(r, InFlightClaim{AgentID: agent, Key: key, What: x.method + " " + x.path, Binding: x.in.Binding, Since: time.Now()})
+	r.set.add(r, InFlightClaim{AgentID: agent, Key: key, What: x.method + " " + x.path, Binding: x.in.Binding, Since: time.Now()},
+		claimID(agent, key, c.ClaimedAt()))
 	log := x.log() // built here: renew runs on a timer's goroutine
 	var renew func()
 	renew = func() {

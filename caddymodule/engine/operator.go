@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -293,25 +294,35 @@ func (h *Engine) OperatorRevoke(ctx context.Context, id, reason string, op Opera
 
 // inflightSet is the Idempotency-Key claims this node's requests hold
 // (registered by renewLease, dropped by its stop): the operator page's
-// "in-flight claims", and whether a key found in flight is held by a
-// request running here (holds). It is as large as the requests running.
+// "in-flight claims", and whether the claim that keeps a key in flight
+// is one of them (holds). It is as large as the requests running.
 type inflightSet struct {
 	mu sync.Mutex
 	m  map[*leaseRenewer]InFlightClaim
-	// keys counts the claims of m by agent + "\x00" + key.
-	keys map[string]int
+	// claims counts the claims of m by claimID.
+	claims map[string]int
 }
 
-func (s *inflightSet) add(r *leaseRenewer, c InFlightClaim) {
+// claimID names one claim of agent's key: the key and when the store
+// recorded the claim (store.Claim.ClaimedAt, idempotency.Hold.ClaimedAt),
+// so that a request whose claim was lost (an operator released it, or
+// Redis lost it) while it still runs is not taken for the request that
+// claimed the key after it.
+func claimID(agent, key string, at time.Time) string {
+	return agent + "\x00" + key + "\x00" + strconv.FormatInt(at.UnixNano(), 10)
+}
+
+func (s *inflightSet) add(r *leaseRenewer, c InFlightClaim, id string) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	if s.m == nil {
-		s.m, s.keys = map[*leaseRenewer]InFlightClaim{}, map[string]int{}
+		s.m, s.claims = map[*leaseRenewer]InFlightClaim{}, map[string]int{}
 	}
 	s.m[r] = c
-	s.keys[c.AgentID+"\x00"+c.Key]++
+	s.claims[id]++
+	r.id = id
 	s.mu.Unlock()
 }
 
@@ -320,26 +331,24 @@ func (s *inflightSet) remove(r *leaseRenewer) {
 		return
 	}
 	s.mu.Lock()
-	if c, ok := s.m[r]; ok {
+	if _, ok := s.m[r]; ok {
 		delete(s.m, r)
-		id := c.AgentID + "\x00" + c.Key
-		if s.keys[id]--; s.keys[id] <= 0 {
-			delete(s.keys, id)
+		if s.claims[r.id]--; s.claims[r.id] <= 0 {
+			delete(s.claims, r.id)
 		}
 	}
 	s.mu.Unlock()
 }
 
-// holds reports whether a request running on this node holds agent's
-// Idempotency-Key key (its claim registered, its answer not yet being
-// stored).
-func (s *inflightSet) holds(agent, key string) bool {
+// holds reports whether a request running on this node holds the claim
+// id (claimID), its answer not yet being stored.
+func (s *inflightSet) holds(id string) bool {
 	if s == nil {
 		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.keys[agent+"\x00"+key] > 0
+	return s.claims[id] > 0
 }
 
 // list returns at most max claims, oldest first, and how many there are.

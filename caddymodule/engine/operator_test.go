@@ -126,24 +126,33 @@ func TestRefusalRingBound(t *testing.T) {
 }
 
 // TestInflightSet: claims are listed oldest first, bounded, and gone
-// once their renewer stops.
+// once their renewer stops; holds names one claim of a key (its
+// ClaimedAt), not the key.
 func TestInflightSet(t *testing.T) {
 	s := &inflightSet{}
 	base := time.Unix(1_800_000_000, 0)
 	var rs []*leaseRenewer
 	for i := range 4 {
 		r := &leaseRenewer{set: s, t: time.NewTimer(time.Hour)}
-		s.add(r, InFlightClaim{AgentID: "a", Key: fmt.Sprint(i), Since: base.Add(time.Duration(3-i) * time.Second)})
+		s.add(r, InFlightClaim{AgentID: "a", Key: fmt.Sprint(i), Since: base.Add(time.Duration(3-i) * time.Second)},
+			claimID("a", fmt.Sprint(i), base.Add(time.Duration(i)*time.Millisecond)))
 		rs = append(rs, r)
 	}
 	list, n := s.list(2)
 	if n != 4 || len(list) != 2 || list[0].Key != "3" || list[1].Key != "2" {
 		t.Fatalf("list = %v of %d", list, n)
 	}
+	if !s.holds(claimID("a", "1", base.Add(time.Millisecond))) {
+		t.Fatal("holds: the running claim of key 1 not found")
+	}
+	if s.holds(claimID("a", "1", base.Add(2*time.Millisecond))) || s.holds(claimID("b", "1", base.Add(time.Millisecond))) {
+		t.Fatal("holds: another claim of key 1 (a later ClaimedAt), or another agent's key 1, taken for the running one")
+	}
 	for _, r := range rs {
 		r.stop()
+		r.stop() // a second stop changes nothing
 	}
-	if _, n := s.list(2); n != 0 {
-		t.Fatalf("%d claims left after stop", n)
+	if _, n := s.list(2); n != 0 || s.holds(claimID("a", "1", base.Add(time.Millisecond))) || len(s.claims) != 0 {
+		t.Fatalf("%d claims left after stop (%d counted)", n, len(s.claims))
 	}
 }

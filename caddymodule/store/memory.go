@@ -189,6 +189,7 @@ func (c *memClaim) Renew(_ context.Context, lease time.Duration) error {
 func (c *memClaim) Preview() *idempotency.Response { return c.c.Preview() }
 func (c *memClaim) Key() (string, string)          { return c.c.Key() }
 func (c *memClaim) Token() string                  { return c.token }
+func (c *memClaim) ClaimedAt() time.Time           { return c.c.ClaimedAt() }
 
 // NewToken returns 128 random bits from the CSPRNG in hex: a claim's
 // fencing token, unique to one claim of a key.

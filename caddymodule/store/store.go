@@ -142,6 +142,10 @@ type Claim interface {
 	// claim of the key, which the store compares before Complete or
 	// Abandon takes effect.
 	Token() string
+	// ClaimedAt is when the store recorded the claim: the
+	// idempotency.Hold.ClaimedAt a request that finds the key in flight
+	// under this claim reads (on Redis to the millisecond).
+	ClaimedAt() time.Time
 }
 
 // Limiter is one rate-limit budget applied per Agent-ID, shared by every

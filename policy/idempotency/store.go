@@ -403,7 +403,7 @@ func (s *Store) ClaimWith(req ClaimRequest) Result {
 		case named != "" && named != req.SynthesisID:
 			return Result{Outcome: OtherContract}
 		case req.Pending && r.resp.Status == PreviewStatus && r.resp.Previewed == req.SynthesisID:
-			c := &Claim{store: s, rec: r, preview: r.resp, previewExpires: r.expires}
+			c := &Claim{store: s, rec: r, preview: r.resp, previewExpires: r.expires, claimedAt: now}
 			r.resp, r.claim = nil, c
 			r.hold = Hold{Holder: req.Holder, ClaimedAt: now, LeaseEnds: now.Add(lease)}
 			r.expires = r.hold.LeaseEnds.Add(s.limits.Window)
@@ -451,7 +451,7 @@ func (s *Store) claimLocked(now time.Time, req ClaimRequest, lease time.Duration
 	r := &record{agent: req.AgentID, key: req.Key, fp: req.Fingerprint,
 		hold: Hold{Holder: req.Holder, ClaimedAt: now, LeaseEnds: now.Add(lease)}}
 	r.expires = r.hold.LeaseEnds.Add(s.limits.Window)
-	c := &Claim{store: s, rec: r}
+	c := &Claim{store: s, rec: r, claimedAt: now}
 	r.claim = c
 	r.lst, r.elem = s.flight, s.flight.PushBack(r)
 	recs[req.Key] = r
@@ -637,6 +637,9 @@ type Claim struct {
 	// ended: Complete or Abandon was called; Renew then never brings
 	// the key back.
 	ended bool
+	// claimedAt is the hold's ClaimedAt when the claim was taken (never
+	// written again).
+	claimedAt time.Time
 }
 
 // Complete stores resp (whatever its status) for replay during the
@@ -765,6 +768,16 @@ func (c *Claim) Preview() *Response {
 		return nil
 	}
 	return c.preview.clone()
+}
+
+// ClaimedAt is when the claim was taken: the Hold.ClaimedAt a claim that
+// finds the key in flight under it reads (Result.Hold). Zero for a nil
+// claim.
+func (c *Claim) ClaimedAt() time.Time {
+	if c == nil {
+		return time.Time{}
+	}
+	return c.claimedAt
 }
 
 // Key returns the (Agent-ID, key) pair the claim holds.

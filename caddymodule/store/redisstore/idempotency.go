@@ -273,16 +273,17 @@ func (s *idem) keys(agentID, key string) (keys []string, member, global string) 
 }
 
 // appendClaimArgs appends to dst claim's A (claimFuncLua) for req and
-// token, the deadline given, the record's index members given (keys'
-// member and global): the ARGV claimScript takes, and the tail
-// presentScript and resolveScript pass on. It allocates only when dst
-// has less than claimArgsLen spare capacity.
-func (s *idem) appendClaimArgs(dst []any, req idempotency.ClaimRequest, token string, deadline int64, member, global string) []any {
+// token, now (Unix ms: the claim's at, which claimed is given too), the
+// deadline given, the record's index members given (keys' member and
+// global): the ARGV claimScript takes, and the tail presentScript and
+// resolveScript pass on. It allocates only when dst has less than
+// claimArgsLen spare capacity.
+func (s *idem) appendClaimArgs(dst []any, req idempotency.ClaimRequest, token string, now, deadline int64, member, global string) []any {
 	p := "0"
 	if req.Pending {
 		p = "1"
 	}
-	return append(dst, s.c.nowMS(), req.Fingerprint, s.lease(req.Lease).Milliseconds(), s.limits.MaxPerAgent, s.limits.MaxRecords,
+	return append(dst, now, req.Fingerprint, s.lease(req.Lease).Milliseconds(), s.limits.MaxPerAgent, s.limits.MaxRecords,
 		token, req.SynthesisID, p, member, global, s.limits.Window.Milliseconds(), deadline, req.Holder.Node, req.Holder.What)
 }
 
@@ -298,7 +299,8 @@ func (s *idem) Claim(ctx context.Context, req idempotency.ClaimRequest) (store.C
 	ctx, deadline, cancel := s.c.claimDeadline(ctx)
 	defer cancel()
 	start := time.Now()
-	args := s.appendClaimArgs(make([]any, 0, claimArgsLen), req, token, deadline, member, global)
+	now := s.c.nowMS()
+	args := s.appendClaimArgs(make([]any, 0, claimArgsLen), req, token, now, deadline, member, global)
 	v, err := claimScript.Run(ctx, s.c.rdb, keys, args...).Slice()
 	if err = s.c.done(store.OpClaim, start, err); err != nil {
 		if mayHaveRun(err) {
@@ -306,15 +308,15 @@ func (s *idem) Claim(ctx context.Context, req idempotency.ClaimRequest) (store.C
 		}
 		return store.Claimed{}, err
 	}
-	return s.claimed(ctx, req, token, v)
+	return s.claimed(ctx, req, token, now, v)
 }
 
 // claimed turns claim's reply (outcome code, stored answer, and the
-// hold met) into a Claimed. A claim made while a restarted server's
+// hold met) into a Claimed; now is the claim's A[1] (its at). A claim made while a restarted server's
 // quarantine started (the connection that ran it found the new run) is
 // released and refused; one that reached Redis past its deadline is
 // store.ErrUnavailable (it wrote nothing).
-func (s *idem) claimed(ctx context.Context, req idempotency.ClaimRequest, token string, v []any) (store.Claimed, error) {
+func (s *idem) claimed(ctx context.Context, req idempotency.ClaimRequest, token string, now int64, v []any) (store.Claimed, error) {
 	if len(v) == 0 {
 		return store.Claimed{}, fmt.Errorf("%w: claim script returned nothing", store.ErrUnavailable)
 	}
@@ -340,7 +342,7 @@ func (s *idem) claimed(ctx context.Context, req idempotency.ClaimRequest, token 
 	switch code {
 	case 0:
 		cl := &claim{s: s, agent: req.AgentID, key: req.Key, token: token, preview: stored,
-			fp: req.Fingerprint, lease: req.Lease, holder: req.Holder, at: s.c.nowMS(), gen: gen}
+			fp: req.Fingerprint, lease: req.Lease, holder: req.Holder, at: now, gen: gen}
 		s.c.live.Store(token, cl)
 		return store.Claimed{Outcome: idempotency.Execute, Claim: cl}, nil
 	case 1:
@@ -650,6 +652,10 @@ func (c *claim) Preview() *idempotency.Response {
 
 func (c *claim) Key() (string, string) { return c.agent, c.key }
 func (c *claim) Token() string         { return c.token }
+
+// ClaimedAt (store.Claim) is the record's at, to the millisecond: the
+// Hold.ClaimedAt a request that finds the key in flight reads.
+func (c *claim) ClaimedAt() time.Time { return time.UnixMilli(c.at) }
 
 // storedHeaders are the header fields a record keeps
 // (idempotency.Response.Header).

@@ -143,7 +143,8 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 	if claiming {
 		n += claimArgsLen // appended below: one allocation for all
 	}
-	args := append(make([]any, 0, n), p.c.nowMS(), flag(claiming), req.Method, req.Path, flag(!cached), req.SynthesisID)
+	claimAt := p.c.nowMS()
+	args := append(make([]any, 0, n), claimAt, flag(claiming), req.Method, req.Path, flag(!cached), req.SynthesisID)
 	if !claiming && p.contracts.leaseFor > 0 {
 		args = append(args, int64((p.contracts.leaseFor+time.Millisecond-1)/time.Millisecond)) // rounded up: the record may not fall short
 	}
@@ -161,7 +162,7 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 		var cancel context.CancelFunc
 		ctx, deadline, cancel = p.c.claimDeadline(ctx)
 		defer cancel()
-		args = p.idem.appendClaimArgs(args, creq, token, deadline, member, global)
+		args = p.idem.appendClaimArgs(args, creq, token, claimAt, deadline, member, global)
 	}
 	start := time.Now()
 	v, err := presentScript.Run(ctx, p.c.rdb, keys, args...).Slice()
@@ -191,7 +192,7 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 		out.Lookup = recipes.LookupRevoked
 	}
 	if len(v) > 5 {
-		cl, err := p.idem.claimed(ctx, creq, token, v[5:])
+		cl, err := p.idem.claimed(ctx, creq, token, claimAt, v[5:])
 		if err != nil {
 			return store.Presentation{}, err
 		}
@@ -305,8 +306,9 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 		mintArgs[len(mintArgs)-1] = deadline
 	}
 	args := make([]any, 0, 45)
-	args = append(args, p.c.nowMS(), p.c.agentKey(req.AgentID, "c:"), flag(req.ClaimIfFound && req.Key != ""), flag(req.ClaimIfMissing && req.Key != ""))
-	args = p.idem.appendClaimArgs(args, creq, token, deadline, member, global)
+	claimAt := p.c.nowMS()
+	args = append(args, claimAt, p.c.agentKey(req.AgentID, "c:"), flag(req.ClaimIfFound && req.Key != ""), flag(req.ClaimIfMissing && req.Key != ""))
+	args = p.idem.appendClaimArgs(args, creq, token, claimAt, deadline, member, global)
 	args = append(args, spend...)
 	args = append(args, gidx, aidx)
 	args = append(args, att...)
@@ -340,7 +342,7 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	}
 	var out store.PairResolution
 	if replyInt(v, 1) == 1 {
-		cl, err := p.idem.claimed(ctx, creq, token, v[2:8])
+		cl, err := p.idem.claimed(ctx, creq, token, claimAt, v[2:8])
 		if err != nil {
 			if replyInt(v, 14) == 1 && replyInt(v, 15) == 0 {
 				// Refused after the script ran (a restart's quarantine

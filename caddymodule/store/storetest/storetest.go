@@ -251,6 +251,11 @@ func testLeaseAndFencing(t *testing.T, h Harness) {
 		in.Hold.LeaseEnds.Sub(clock.Now()) != time.Second {
 		t.Fatalf("in flight: hold %+v, want node-a's, claimed at %v, 1 s of lease left", in.Hold, claimedAt)
 	}
+	// The claim knows the hold it left (the engine tells its own running
+	// claim from a later one of the key by it).
+	if got := old.Claim.ClaimedAt(); !got.Equal(in.Hold.ClaimedAt) {
+		t.Fatalf("the claim's ClaimedAt %v, the hold read %v", got, in.Hold.ClaimedAt)
+	}
 	clock.Advance(time.Second)
 	un := claim(t, b, agentA, "k", "fp")
 	wantOutcome(t, un, idempotency.OutcomeUnknown)
