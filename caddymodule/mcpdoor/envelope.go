@@ -36,7 +36,12 @@ import (
 //	                        surrogate escape, data after the value
 //	                        (whitespace aside)
 //	-32600 invalid request  a message that is not a JSON object, an
-//	                        empty batch; a member name twice in one
+//	                        empty batch; one without "jsonrpc": "2.0",
+//	                        with a method that is not a string, with
+//	                        neither a method nor a result or error, or
+//	                        a tools/call without params (the SDK
+//	                        answered these in plain text, or not at
+//	                        all: 202); a member name twice in one
 //	                        object, anywhere in a message; an id that is
 //	                        neither a string nor an integer the door can
 //	                        echo exactly (MCP: "a string or an integer";
@@ -224,20 +229,41 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 		return err
 	}
 	var id string // the id's key in calls: its kind and value
-	call := false
+	call, version, response, params := false, false, false, false
+	method := ""
 	for dec.PeekKind() != '}' {
 		raw, err := dec.ReadValue() // the name, as sent (valid until the next read)
 		if err != nil {
 			return err
 		}
-		name := string(raw) // not allocated: compared only
-		if bytes.IndexByte(raw, '\\') >= 0 {
-			u, _ := jsontext.AppendUnquote(nil, raw)
-			name = `"` + string(u) + `"`
-		}
+		name := unescapedName(raw)
 		switch name {
+		case `"jsonrpc"`:
+			v, err := dec.ReadValue()
+			if err != nil {
+				return err
+			}
+			version = true
+			if v.Kind() != '"' || unescapedName(v) != `"2.0"` {
+				note(invalid("%s has \"jsonrpc\": %s; a JSON-RPC 2.0 message carries \"jsonrpc\": \"2.0\"", which, textcut.Clip(string(v))))
+			}
+			continue
 		case `"method"`:
+			v, err := dec.ReadValue()
+			if err != nil {
+				return err
+			}
 			call = true
+			if v.Kind() != '"' {
+				note(invalid("%s has a method that is not a string (%s)", which, textcut.Clip(string(v))))
+			} else if u, err := jsontext.AppendUnquote(nil, v); err == nil {
+				method = string(u)
+			}
+			continue
+		case `"result"`, `"error"`:
+			response = true
+		case `"params"`:
+			params = true
 		case `"id"`:
 			v, err := dec.ReadValue()
 			if err != nil {
@@ -257,6 +283,14 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 	if _, err := dec.ReadToken(); err != nil { // '}'
 		return err
 	}
+	switch {
+	case !version:
+		note(invalid("%s has no \"jsonrpc\": \"2.0\" member (JSON-RPC 2.0 §4)", which))
+	case !call && !response:
+		note(invalid("%s has no method (a request or notification) and no result or error (a response)", which))
+	case method == "tools/call" && !params:
+		note(invalid("%s calls tools/call without params: send \"params\": {\"name\": the tool's name, \"arguments\": {…}}", which))
+	}
 	if calls != nil && call && id != "" {
 		if calls[id] {
 			shown := id[1:]
@@ -268,6 +302,17 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 		calls[id] = true
 	}
 	return nil
+}
+
+// unescapedName is the JSON string raw (a member name or value, quotes
+// included) with its escapes resolved, so "\u006dethod" reads as
+// "method"; raw itself when it has none (not allocated: compared only).
+func unescapedName(raw []byte) string {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw)
+	}
+	u, _ := jsontext.AppendUnquote(nil, raw)
+	return `"` + string(u) + `"`
 }
 
 // idKey checks the id v of the message which: a string, or an integer

@@ -86,6 +86,16 @@ func envelopeCases() []envelopeCase {
 		{c("a number", `1`, false), -32600, []string{"not a JSON object"}},
 		{b("empty batch", `[]`), -32600, []string{"empty"}},
 		{b("batch of a number", `[1]`), -32600, []string{"message 0 of the batch is not a JSON object"}},
+		// D5: JSON-RPC 2.0's own members (helper-94: the SDK answered
+		// these in plain text, or 202 with no answer at all).
+		{c("jsonrpc 1.0", strings.Replace(call("1"), `"2.0"`, `"1.0"`, 1), false), -32600, []string{`"jsonrpc": "1.0"`, `"jsonrpc": "2.0"`}},
+		{c("jsonrpc a number", strings.Replace(call("1"), `"2.0"`, `2.0`, 1), false), -32600, []string{`"jsonrpc": 2.0`}},
+		{c("no jsonrpc", `{"id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`no "jsonrpc": "2.0" member`}},
+		{c("jsonrpc escaped", strings.Replace(call("1"), `"2.0"`, `"2\u002e0"`, 1), true), 0, []string{"1"}},
+		{c("method a number", `{"jsonrpc":"2.0","id":1,"method":5}`, false), -32600, []string{"a method that is not a string (5)"}},
+		{c("no method, result or error", `{"jsonrpc":"2.0","id":1}`, false), -32600, []string{"no method", "no result or error"}},
+		{c("tools/call without params", `{"jsonrpc":"2.0","id":1,"method":"tools/call"}`, false), -32600, []string{"tools/call without params"}},
+		{b("batch with a jsonrpc 1.0 message", "["+call("1")+`,{"jsonrpc":"1.0","id":2,"method":"ping"}]`), -32600, []string{"message 1 of the batch", `"jsonrpc": "1.0"`}},
 	}
 }
 
