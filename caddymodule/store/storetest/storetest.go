@@ -90,6 +90,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("idempotency-renew", func(t *testing.T) { testRenew(t, h) })
 	t.Run("idempotency-settle", func(t *testing.T) { testSettle(t, h) })
 	t.Run("idempotency-confirming", func(t *testing.T) { testConfirming(t, h) })
+	t.Run("idempotency-claimed-at", func(t *testing.T) { testClaimedAt(t, h) })
 	t.Run("idempotency-bounds", func(t *testing.T) { testIdempotencyBounds(t, h) })
 	t.Run("idempotency-exactly-once", func(t *testing.T) { testExactlyOnce(t, h) })
 	t.Run("rate-limit", func(t *testing.T) { testRateLimit(t, h) })
