@@ -39,9 +39,15 @@ import (
 //	                        empty batch; one without "jsonrpc": "2.0",
 //	                        with a method that is not a string, with
 //	                        neither a method nor a result or error, or
-//	                        a tools/call without params (the SDK
-//	                        answered these in plain text, or not at
-//	                        all: 202); a member name twice in one
+//	                        both; a response with both a result and an
+//	                        error, without an id, or with an error that
+//	                        is not an object; a request other than
+//	                        notifications/… without an id; a request
+//	                        whose params MCP requires without them
+//	                        (paramsRequired; null is none) (the SDK
+//	                        answered these in plain text, ran a request
+//	                        carrying a result, or answered 202); a
+//	                        member name twice in one
 //	                        object, anywhere in a message; an id that is
 //	                        neither a string nor an integer the door can
 //	                        echo exactly (MCP: "a string or an integer";
@@ -229,8 +235,9 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 		return err
 	}
 	var id string // the id's key in calls: its kind and value
-	call, version, response, params := false, false, false, false
-	method := ""
+	call, version, params, hasID := false, false, false, false
+	results, errs := 0, 0 // result and error members
+	method, errKind := "", jsontext.Kind(0)
 	for dec.PeekKind() != '}' {
 		raw, err := dec.ReadValue() // the name, as sent (valid until the next read)
 		if err != nil {
@@ -260,11 +267,15 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 				method = string(u)
 			}
 			continue
-		case `"result"`, `"error"`:
-			response = true
+		case `"result"`:
+			results++
+		case `"error"`:
+			errs++
+			errKind = dec.PeekKind()
 		case `"params"`:
-			params = true
+			params = dec.PeekKind() != 'n' // "params": null is none
 		case `"id"`:
+			hasID = true
 			v, err := dec.ReadValue()
 			if err != nil {
 				return err
@@ -283,13 +294,24 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 	if _, err := dec.ReadToken(); err != nil { // '}'
 		return err
 	}
+	response := results+errs > 0
 	switch {
 	case !version:
 		note(invalid("%s has no \"jsonrpc\": \"2.0\" member (JSON-RPC 2.0 §4)", which))
 	case !call && !response:
 		note(invalid("%s has no method (a request or notification) and no result or error (a response)", which))
-	case method == "tools/call" && !params:
-		note(invalid("%s calls tools/call without params: send \"params\": {\"name\": the tool's name, \"arguments\": {…}}", which))
+	case call && response:
+		note(invalid("%s has both a method (a request) and a result or error (a response): send one", which))
+	case response && (results > 0) == (errs > 0):
+		note(invalid("%s has both a result and an error (JSON-RPC 2.0 §5: one of them)", which))
+	case response && !hasID:
+		note(invalid("%s is a response without an id (JSON-RPC 2.0 §5)", which))
+	case errs > 0 && errKind != '{':
+		note(invalid("%s has an error that is not an object with code and message (JSON-RPC 2.0 §5.1)", which))
+	case call && !hasID && !strings.HasPrefix(method, "notifications/"):
+		note(invalid("%s calls %s without an id: only notifications/… are sent without one (give the request an id)", which, textcut.Clip(strconv.Quote(method))))
+	case call && !params && paramsRequired[method] != "":
+		note(invalid("%s calls %s without params (or with \"params\": null): %s", which, method, paramsRequired[method]))
 	}
 	if calls != nil && call && id != "" {
 		if calls[id] {
@@ -302,6 +324,21 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 		calls[id] = true
 	}
 	return nil
+}
+
+// paramsRequired are the MCP requests whose params the schema requires,
+// each with what to send: the door refuses them without params as the
+// other envelope faults (the SDK answered in plain text, or with code
+// 0). A method not listed here is left to the SDK.
+var paramsRequired = map[string]string{
+	"tools/call":            `send "params": {"name": the tool's name, "arguments": {…}}`,
+	"initialize":            `send "params": {"protocolVersion": …, "capabilities": {…}, "clientInfo": {…}}`,
+	"resources/read":        `send "params": {"uri": …}`,
+	"resources/subscribe":   `send "params": {"uri": …}`,
+	"resources/unsubscribe": `send "params": {"uri": …}`,
+	"prompts/get":           `send "params": {"name": …}`,
+	"completion/complete":   `send "params": {"ref": {…}, "argument": {…}}`,
+	"logging/setLevel":      `send "params": {"level": …}`,
 }
 
 // unescapedName is the JSON string raw (a member name or value, quotes

@@ -96,6 +96,17 @@ func envelopeCases() []envelopeCase {
 		{c("no method, result or error", `{"jsonrpc":"2.0","id":1}`, false), -32600, []string{"no method", "no result or error"}},
 		{c("tools/call without params", `{"jsonrpc":"2.0","id":1,"method":"tools/call"}`, false), -32600, []string{"tools/call without params"}},
 		{b("batch with a jsonrpc 1.0 message", "["+call("1")+`,{"jsonrpc":"1.0","id":2,"method":"ping"}]`), -32600, []string{"message 1 of the batch", `"jsonrpc": "1.0"`}},
+		// helper-97: what still reached the SDK.
+		{c("tools/call params null", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":null}`, false), -32600, []string{`calls tools/call without params (or with "params": null)`}},
+		{c("initialize without params", `{"jsonrpc":"2.0","id":1,"method":"initialize"}`, false), -32600, []string{"calls initialize without params", "protocolVersion"}},
+		{c("initialize params null", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":null}`, false), -32600, []string{"calls initialize without params"}},
+		{c("resources/read without params", `{"jsonrpc":"2.0","id":1,"method":"resources/read"}`, false), -32600, []string{"calls resources/read without params"}},
+		{c("method and result", strings.Replace(call("1"), `"method"`, `"result":{},"method"`, 1), false), -32600, []string{"both a method", "and a result or error"}},
+		{c("ping and result", `{"jsonrpc":"2.0","id":1,"method":"ping","result":{}}`, false), -32600, []string{"both a method"}},
+		{c("result and error", `{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"x"}}`, false), -32600, []string{"both a result and an error"}},
+		{c("response without an id", `{"jsonrpc":"2.0","result":{}}`, false), -32600, []string{"a response without an id"}},
+		{c("error a string", `{"jsonrpc":"2.0","id":1,"error":"bad"}`, false), -32600, []string{"an error that is not an object"}},
+		{c("tools/call without an id", `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`calls "tools/call" without an id`}},
 	}
 }
 
