@@ -52,6 +52,7 @@ func runLiveness(t *testing.T, topo *redisTopology) {
 	})
 	t.Run("concurrent first calls give one contract", func(t *testing.T) { livenessCoalesce(t, w) })
 	t.Run("full Redis refuses before anything runs", func(t *testing.T) { livenessFull(t, w, topo) })
+	t.Run("a repeat on the node running its key: 409 without claims again", func(t *testing.T) { livenessRepeatHere(t, w) })
 	if t.Failed() {
 		return
 	}
@@ -229,6 +230,60 @@ func livenessFull(t *testing.T, w *clusterWorld, topo *redisTopology) {
 		r := w.A.Do(t, "RESERVE", "/reservations", hdr(agentA1, "hotel:book", "Idempotency-Key", "full-after"), reserveBody("full-after", 1))
 		return r.Status == 200
 	})
+}
+
+// livenessRepeatHere: a keyed BOOK runs on A, its write step held at
+// the hotel API. Its repeats on A, over the suite's door and over MCP,
+// get 409 in flight after the gate's one round trip, with no claims
+// again (A knows the claim is its own running request's: the engine's
+// runningHere); its repeat on B claims again (B cannot know whether the
+// answer is on its way), then gets the 409. Once A answered, a repeat
+// on either node replays it. The write ran once.
+func livenessRepeatHere(t *testing.T, w *clusterWorld) {
+	const key = "repeat-here"
+	_, before := w.reservationWrites()
+	w.Hotel.SlowAfter(3*time.Second, func(r *http.Request) bool { return r.Method == "POST" && r.URL.Path == "/reservations" })
+	defer w.Hotel.SlowAfter(0, nil)
+	keyed := hdr(agentRepeat, scopeAll, "Allow-RCNS", "true", "Idempotency-Key", key)
+	first := make(chan *Resp, 1)
+	go func() {
+		r, err := tryDoor(w.A, "BOOK", "/room", keyed, bookBody())
+		if err != nil {
+			t.Errorf("the first BOOK: %v", err)
+		}
+		first <- r
+	}()
+	waitFor(t, 10*time.Second, 20*time.Millisecond, "the write step to reach the hotel API", func() bool {
+		_, now := w.reservationWrites()
+		return now[demoGuest] > before[demoGuest]
+	})
+	claims := func(g *Gateway) float64 {
+		return scrapeMetrics(t, g).value(`caddy_rcns_store_round_trip_duration_seconds_count{op="idempotency_claim"}`)
+	}
+	a0, b0 := claims(w.A), claims(w.B)
+	assertErrorBody(t, w.A.Do(t, "BOOK", "/room", keyed, bookBody()), 409, "idempotency-key-in-flight")
+	mc := mcpConnect(t, w.A, "/mcp", agentRepeat, scopeAll, "Idempotency-Key", key)
+	mc.call(t, "book-room", bookArgs(), nil).wantError(t, "idempotency-key-in-flight", 409, true)
+	if n := claims(w.A) - a0; n != 0 {
+		t.Errorf("the repeats on the node running the key made %v claims again, want none", n)
+	}
+	assertErrorBody(t, w.B.Do(t, "BOOK", "/room", keyed, bookBody()), 409, "idempotency-key-in-flight")
+	if n := claims(w.B) - b0; n < 1 {
+		t.Errorf("the repeat on the other node made %v claims again, want some (the answer may be on its way)", n)
+	}
+	r := <-first
+	if r == nil || r.Status != 263 {
+		t.Fatalf("the first BOOK: %v", r)
+	}
+	for _, g := range []*Gateway{w.A, w.B} {
+		waitFor(t, 5*time.Second, 20*time.Millisecond, "the answer replayed on "+g.URL, func() bool {
+			rep := g.Do(t, "BOOK", "/room", keyed, bookBody())
+			return rep.Status == 263 && rep.Header.Get("Idempotent-Replayed") == "true"
+		})
+	}
+	if _, after := w.reservationWrites(); after[demoGuest] != before[demoGuest]+1 {
+		t.Fatalf("the write step ran %d times, want once", after[demoGuest]-before[demoGuest])
+	}
 }
 
 // livenessKilled: node A is killed (SIGKILL) while a keyed BOOK's write

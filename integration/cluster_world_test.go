@@ -153,6 +153,9 @@ var (
 	// request whose node is killed mid-step (cluster_liveness_test.go).
 	agentCoalesce = agentID("rcns-it-cluster-coalesce")
 	agentKilled   = agentID("rcns-it-cluster-killed")
+	// agentRepeat repeats a key while its request runs
+	// (livenessRepeatHere).
+	agentRepeat = agentID("rcns-it-cluster-repeat")
 )
 
 // clusterAgents writes the cluster tests' agent documents (keys, for
@@ -160,7 +163,7 @@ var (
 func clusterAgents(t testing.TB, keys map[string]*idvKey) string {
 	t.Helper()
 	docs := []idvAgentDoc{idvDemo("rcns-demo-agent"), idvDemo("rcns-demo-noscope"), idvDemo("rcns-demo-tier3"), idvDemo("rcns-demo-operator")}
-	for _, n := range []string{"rcns-it-cluster-budget", "rcns-it-cluster-recover", "rcns-it-cluster-revoke", "rcns-it-cluster-coalesce", "rcns-it-cluster-killed"} {
+	for _, n := range []string{"rcns-it-cluster-budget", "rcns-it-cluster-recover", "rcns-it-cluster-revoke", "rcns-it-cluster-coalesce", "rcns-it-cluster-killed", "rcns-it-cluster-repeat"} {
 		docs = append(docs, idvAgentDoc{name: n, tier: 1, scopes: []string{"rcns:negotiate", "hotel:read", "hotel:book"}})
 	}
 	for i := range docs {
