@@ -17,7 +17,7 @@ import (
 // outcome-unknown). A nil *leaseRenewer does nothing.
 type leaseRenewer struct {
 	set     *inflightSet // where the claim is listed while it runs
-	id      string       // its claimID there (under set.mu)
+	id      claimKey     // its key there (under set.mu)
 	mu      sync.Mutex
 	t       *time.Timer
 	stopped bool
@@ -68,6 +68,9 @@ func (r *leaseRenewer) stop() {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.stopped {
+		return // stopped by the answer's write; Serve stops it again
+	}
 	r.stopped = true
 	r.t.Stop()
 	r.set.remove(r)

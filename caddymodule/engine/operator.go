@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -299,26 +298,32 @@ func (h *Engine) OperatorRevoke(ctx context.Context, id, reason string, op Opera
 type inflightSet struct {
 	mu sync.Mutex
 	m  map[*leaseRenewer]InFlightClaim
-	// claims counts the claims of m by claimID.
-	claims map[string]int
+	// claims counts the claims of m by their claimKey.
+	claims map[claimKey]int
 }
 
-// claimID names one claim of agent's key: the key and when the store
-// recorded the claim (store.Claim.ClaimedAt, idempotency.Hold.ClaimedAt),
-// so that a request whose claim was lost (an operator released it, or
-// Redis lost it) while it still runs is not taken for the request that
-// claimed the key after it.
-func claimID(agent, key string, at time.Time) string {
-	return agent + "\x00" + key + "\x00" + strconv.FormatInt(at.UnixNano(), 10)
+// claimKey names one claim of an agent's key: the key and when the
+// store recorded the claim (store.Claim.ClaimedAt, Unix ns, as
+// idempotency.Hold.ClaimedAt reads it), so that a request whose claim
+// was lost (an operator released it, or Redis lost it) while it still
+// runs is not taken for the request that claimed the key after it.
+type claimKey struct {
+	agent, key string
+	at         int64
 }
 
-func (s *inflightSet) add(r *leaseRenewer, c InFlightClaim, id string) {
+// claimID is the claimKey of agent's key claimed at at.
+func claimID(agent, key string, at time.Time) claimKey {
+	return claimKey{agent: agent, key: key, at: at.UnixNano()}
+}
+
+func (s *inflightSet) add(r *leaseRenewer, c InFlightClaim, id claimKey) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	if s.m == nil {
-		s.m, s.claims = map[*leaseRenewer]InFlightClaim{}, map[string]int{}
+		s.m, s.claims = map[*leaseRenewer]InFlightClaim{}, map[claimKey]int{}
 	}
 	s.m[r] = c
 	s.claims[id]++
@@ -342,7 +347,7 @@ func (s *inflightSet) remove(r *leaseRenewer) {
 
 // holds reports whether a request running on this node holds the claim
 // id (claimID), its answer not yet being stored.
-func (s *inflightSet) holds(id string) bool {
+func (s *inflightSet) holds(id claimKey) bool {
 	if s == nil {
 		return false
 	}
