@@ -76,26 +76,24 @@ func testClaimedAt(t *testing.T, h Harness) {
 	}
 	clock.Advance(4*time.Millisecond + 100*time.Microsecond)
 	req := store.PresentRequest{Presenter: agentA, SynthesisID: c.SynthesisID, Method: "BOOK", Path: "/trip", Key: "pres", Fingerprint: "fp", Claim: true}
-	p := must[store.Presentation](t)(b.Presenter.Present(ctx, req))
-	if p.Claimed == nil {
-		t.Fatalf("present: %+v", p)
+	// present presents req on s and returns the claim it took.
+	present := func(s store.Set, req store.PresentRequest) store.Claim {
+		t.Helper()
+		p := must[store.Presentation](t)(s.Presenter.Present(ctx, req))
+		if p.Claimed == nil {
+			t.Fatalf("present %s: %+v", req.Key, p)
+		}
+		wantOutcome(t, *p.Claimed, idempotency.Execute)
+		clock.Advance(2 * time.Millisecond)
+		return p.Claimed.Claim
 	}
-	wantOutcome(t, *p.Claimed, idempotency.Execute)
-	clock.Advance(2 * time.Millisecond)
-	check("present (preview taken over)", p.Claimed.Claim, a, "pres", func() *store.Claimed {
+	check("present (preview taken over)", present(b, req), a, "pres", func() *store.Claimed {
 		return must[store.Presentation](t)(a.Presenter.Present(ctx, req)).Claimed
 	})
 
 	// 4. Present with a fresh key (plain claim branch of claim()).
-	req2 := req
-	req2.Key = "pres-fresh"
-	p2 := must[store.Presentation](t)(b.Presenter.Present(ctx, req2))
-	if p2.Claimed == nil {
-		t.Fatalf("present fresh: %+v", p2)
-	}
-	wantOutcome(t, *p2.Claimed, idempotency.Execute)
-	clock.Advance(2 * time.Millisecond)
-	check("present (fresh key)", p2.Claimed.Claim, a, "pres-fresh", nil)
+	req.Key = "pres-fresh"
+	check("present (fresh key)", present(b, req), a, "pres-fresh", nil)
 
 	// 5. ResolvePair (gate path), on a pair with no contract.
 	gate := store.PairRequest{AgentID: agentA, Method: "BOOK", Path: "/nothing", Key: "gate", Fingerprint: "fp", ClaimIfMissing: true}
