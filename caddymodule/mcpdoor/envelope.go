@@ -237,13 +237,18 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 	var id string // the id's key in calls: its kind and value
 	call, version, params, hasID := false, false, false, false
 	results, errs := 0, 0 // result and error members
-	method, errKind := "", jsontext.Kind(0)
+	// needs: the method's params are required (paramsRequired's
+	// words); notification: its name starts notifications/.
+	needs, notification, errKind := "", false, jsontext.Kind(0)
 	for dec.PeekKind() != '}' {
 		raw, err := dec.ReadValue() // the name, as sent (valid until the next read)
 		if err != nil {
 			return err
 		}
-		name := unescapedName(raw)
+		name := string(raw) // not allocated: compared only
+		if bytes.IndexByte(raw, '\\') >= 0 {
+			name = unescaped(raw)
+		}
 		switch name {
 		case `"jsonrpc"`:
 			v, err := dec.ReadValue()
@@ -251,7 +256,7 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 				return err
 			}
 			version = true
-			if v.Kind() != '"' || unescapedName(v) != `"2.0"` {
+			if v.Kind() != '"' || (string(v) != `"2.0"` && unescaped(v) != `"2.0"`) {
 				note(invalid("%s has \"jsonrpc\": %s; a JSON-RPC 2.0 message carries \"jsonrpc\": \"2.0\"", which, textcut.Clip(string(v))))
 			}
 			continue
@@ -263,9 +268,14 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 			call = true
 			if v.Kind() != '"' {
 				note(invalid("%s has a method that is not a string (%s)", which, textcut.Clip(string(v))))
-			} else if u, err := jsontext.AppendUnquote(nil, v); err == nil {
-				method = string(u)
+				continue
 			}
+			m := v[1 : len(v)-1] // read here: v is valid until the next read
+			if bytes.IndexByte(v, '\\') >= 0 {
+				m, _ = jsontext.AppendUnquote(nil, v)
+			}
+			notification = bytes.HasPrefix(m, []byte("notifications/"))
+			needs = paramsRequired[string(m)] // not allocated: a lookup
 			continue
 		case `"result"`:
 			results++
@@ -308,10 +318,10 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 		note(invalid("%s is a response without an id (JSON-RPC 2.0 §5)", which))
 	case errs > 0 && errKind != '{':
 		note(invalid("%s has an error that is not an object with code and message (JSON-RPC 2.0 §5.1)", which))
-	case call && !hasID && !strings.HasPrefix(method, "notifications/"):
-		note(invalid("%s calls %s without an id: only notifications/… are sent without one (give the request an id)", which, textcut.Clip(strconv.Quote(method))))
-	case call && !params && paramsRequired[method] != "":
-		note(invalid("%s calls %s without params (or with \"params\": null): %s", which, method, paramsRequired[method]))
+	case call && !hasID && !notification:
+		note(invalid("%s is a request without an id: only notifications/… are sent without one (give the request an id)", which))
+	case call && !params && needs != "":
+		note(invalid("%s %s", which, needs))
 	}
 	if calls != nil && call && id != "" {
 		if calls[id] {
@@ -327,27 +337,23 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 }
 
 // paramsRequired are the MCP requests whose params the schema requires,
-// each with what to send: the door refuses them without params as the
+// each with the refusal's words (what to send): the door refuses them without params as the
 // other envelope faults (the SDK answered in plain text, or with code
 // 0). A method not listed here is left to the SDK.
 var paramsRequired = map[string]string{
-	"tools/call":            `send "params": {"name": the tool's name, "arguments": {…}}`,
-	"initialize":            `send "params": {"protocolVersion": …, "capabilities": {…}, "clientInfo": {…}}`,
-	"resources/read":        `send "params": {"uri": …}`,
-	"resources/subscribe":   `send "params": {"uri": …}`,
-	"resources/unsubscribe": `send "params": {"uri": …}`,
-	"prompts/get":           `send "params": {"name": …}`,
-	"completion/complete":   `send "params": {"ref": {…}, "argument": {…}}`,
-	"logging/setLevel":      `send "params": {"level": …}`,
+	"tools/call":            `calls tools/call without params (or with "params": null): send "params": {"name": the tool's name, "arguments": {…}}`,
+	"initialize":            `calls initialize without params (or with "params": null): send "params": {"protocolVersion": …, "capabilities": {…}, "clientInfo": {…}}`,
+	"resources/read":        `calls resources/read without params (or with "params": null): send "params": {"uri": …}`,
+	"resources/subscribe":   `calls resources/subscribe without params (or with "params": null): send "params": {"uri": …}`,
+	"resources/unsubscribe": `calls resources/unsubscribe without params (or with "params": null): send "params": {"uri": …}`,
+	"prompts/get":           `calls prompts/get without params (or with "params": null): send "params": {"name": …}`,
+	"completion/complete":   `calls completion/complete without params (or with "params": null): send "params": {"ref": {…}, "argument": {…}}`,
+	"logging/setLevel":      `calls logging/setLevel without params (or with "params": null): send "params": {"level": …}`,
 }
 
-// unescapedName is the JSON string raw (a member name or value, quotes
-// included) with its escapes resolved, so "\u006dethod" reads as
-// "method"; raw itself when it has none (not allocated: compared only).
-func unescapedName(raw []byte) string {
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw)
-	}
+// unescaped is the JSON string raw (quotes included) with its escapes
+// resolved, quoted again: "\u006dethod" reads as "method".
+func unescaped(raw []byte) string {
 	u, _ := jsontext.AppendUnquote(nil, raw)
 	return `"` + string(u) + `"`
 }
