@@ -42,7 +42,8 @@ import (
 //	                        both; a response with both a result and an
 //	                        error, without an id, or with an error that
 //	                        is not an object; a request other than
-//	                        notifications/… without an id; a request
+//	                        notifications/… without an id, or a
+//	                        notifications/… with one; a request
 //	                        whose params MCP requires without them
 //	                        (paramsRequired; null is none) (the SDK
 //	                        answered these in plain text, ran a request
@@ -318,6 +319,8 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 		note(invalid("%s is a response without an id (JSON-RPC 2.0 §5)", which))
 	case errs > 0 && errKind != '{':
 		note(invalid("%s has an error that is not an object with code and message (JSON-RPC 2.0 §5.1)", which))
+	case call && hasID && notification:
+		note(invalid("%s is a notification with an id: a notifications/… message carries none (JSON-RPC 2.0 §4.1)", which))
 	case call && !hasID && !notification:
 		note(invalid("%s is a request without an id: only notifications/… are sent without one (give the request an id)", which))
 	case call && !params && needs != "":

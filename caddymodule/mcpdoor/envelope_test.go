@@ -106,6 +106,7 @@ func envelopeCases() []envelopeCase {
 		{c("result and error", `{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"x"}}`, false), -32600, []string{"both a result and an error"}},
 		{c("response without an id", `{"jsonrpc":"2.0","result":{}}`, false), -32600, []string{"a response without an id"}},
 		{c("error a string", `{"jsonrpc":"2.0","id":1,"error":"bad"}`, false), -32600, []string{"an error that is not an object"}},
+		{c("notification with an id", `{"jsonrpc":"2.0","id":25,"method":"notifications/initialized"}`, false), -32600, []string{"a notification with an id"}},
 		{c("tools/call without an id", `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{"a request without an id"}},
 	}
 }
