@@ -3,8 +3,10 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -240,5 +242,113 @@ func TestNoReleaseForUnsentClaims(t *testing.T) {
 	}
 	if n := c.pending.Load(); n != 0 {
 		t.Fatalf("%d background releases pending for a claim never sent", n)
+	}
+}
+
+// TestAnswerCallsGrouped: answer-path scripts made while another is on
+// the wire go together in the record writer's next batch (runNow: one
+// write and one read for all of them), each with its own reply; a call
+// made alone goes at once on its own. With Redis stalled, every
+// grouped call returns at its own deadline (ErrUnavailable that may
+// have run), and once Redis answers again none of them holds its key:
+// the late claims wrote nothing.
+func TestAnswerCallsGrouped(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	c, set := newSet(t, Config{Addrs: []string{proxy.Addr()}})
+	waitFree(t, set, "a", "warm-up", time.Second) // loads the claim script
+	claimAll := func(prefix string, n int) []error {
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cl, err := set.Idempotency.Claim(context.Background(), idempotency.ClaimRequest{AgentID: "a", Key: fmt.Sprintf("%s-%d", prefix, i), Fingerprint: "fp"})
+				if err == nil && cl.Outcome != idempotency.Execute {
+					err = fmt.Errorf("outcome %v, want execute", cl.Outcome)
+				}
+				errs[i] = err
+			}()
+			if i == 0 {
+				// The first is on the wire, held, before the others start.
+				for c.answering.Load() < 1 {
+					time.Sleep(time.Millisecond)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		for c.answering.Load() < int64(n) {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // the others queued
+		proxy.Release()
+		wg.Wait()
+		return errs
+	}
+	counts := func() (uint64, uint64) {
+		c.recs.mu.Lock()
+		defer c.recs.mu.Unlock()
+		return c.recs.batched, c.recs.carried
+	}
+
+	// Alone: at once, on its own connection.
+	calls0, batches0 := counts()
+	if _, err := set.Idempotency.Claim(context.Background(), idempotency.ClaimRequest{AgentID: "a", Key: "alone", Fingerprint: "fp"}); err != nil {
+		t.Fatal(err)
+	}
+	if calls, _ := counts(); calls != calls0 {
+		t.Fatalf("a claim made alone went through the record writer (%d calls)", calls-calls0)
+	}
+
+	// Eight together, the first held on the wire: the seven others share
+	// at most two batches (the first taken at once, the rest behind it).
+	proxy.Hold(true, false)
+	for i, err := range claimAll("group", 8) {
+		if err != nil {
+			t.Fatalf("claim %d of 8: %v", i, err)
+		}
+	}
+	calls, batches := counts()
+	if calls-calls0 != 7 || batches-batches0 > 2 {
+		t.Fatalf("7 claims made while one was on the wire went in %d calls over %d batches; want 7 in at most 2", calls-calls0, batches-batches0)
+	}
+	for i := range 8 {
+		if !keyExists(t, srv.Addr(), "a", fmt.Sprintf("group-%d", i)) {
+			t.Fatalf("claim group-%d answered execute but holds no key", i)
+		}
+	}
+
+	// Stalled: each returns by its own deadline, and none lands late.
+	proxy.Hold(true, false)
+	errs := make(chan error, 8)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := set.Idempotency.Claim(context.Background(), idempotency.ClaimRequest{AgentID: "a", Key: fmt.Sprintf("stalled-%d", i), Fingerprint: "fp"})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("8 claims against a stalled Redis took %v; want about the timeouts", d)
+	}
+	for err := range errs {
+		if !errors.Is(err, store.ErrUnavailable) || !mayHaveRun(err) {
+			t.Fatalf("claim during the stall: %v (may have run: %v), want ErrUnavailable that may have run", err, mayHaveRun(err))
+		}
+	}
+	_ = c.Close() // no background release: the deadlines alone must hold
+	time.Sleep(300 * time.Millisecond)
+	proxy.Release()
+	time.Sleep(300 * time.Millisecond)
+	for i := range 8 {
+		if keyExists(t, srv.Addr(), "a", fmt.Sprintf("stalled-%d", i)) {
+			t.Fatalf("claim stalled-%d landed after its deadline: a retry would get 409 though nothing ran", i)
+		}
 	}
 }

@@ -301,7 +301,7 @@ func (s *idem) Claim(ctx context.Context, req idempotency.ClaimRequest) (store.C
 	start := time.Now()
 	now := s.c.nowMS()
 	args := s.appendClaimArgs(make([]any, 0, claimArgsLen), req, token, now, deadline, member, global)
-	v, err := claimScript.Run(ctx, s.c.rdb, keys, args...).Slice()
+	v, err := s.c.runNow(ctx, claimScript, keys, args...).Slice()
 	if err = s.c.done(store.OpClaim, start, err); err != nil {
 		if mayHaveRun(err) {
 			s.releaseLater(req, token)

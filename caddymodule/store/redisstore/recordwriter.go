@@ -98,6 +98,10 @@ func (q *queuedCall) deliver(val any, err error) {
 // written, normally within RecordBatchDelay and a round trip of the
 // answer. A batch that
 // fails is dropped and counted (op record), as a failed Retain was.
+// The same batches carry script calls whose callers wait for their
+// reply: settles made beside the answer (call), and answer-path scripts
+// made while another is under way (Client.runNow), which send
+// their batch at once.
 type recordWriter struct {
 	c *Client
 
@@ -110,6 +114,7 @@ type recordWriter struct {
 	queued  uint64        // records queued so far (settles not counted)
 	written uint64        // records whose batch ended (written or dropped)
 	batched uint64        // settles sent with a batch, counted before their callers wake (tests)
+	carried uint64        // batches that carried settles (tests)
 	flushed chan struct{} // closed, and replaced, when written advances
 	kick    chan struct{} // cap 1: the queue is not empty
 	urgent  chan struct{} // cap 1: write the batch now, do not wait
@@ -335,6 +340,9 @@ func (w *recordWriter) writeQueued() error {
 	})
 	w.mu.Lock()
 	w.batched += uint64(settles) // before settleBatch wakes their callers
+	if settles > 0 {
+		w.carried++
+	}
 	w.mu.Unlock()
 	err, lost := settleBatch(ctx, w.c.rdb, cmds, calls)
 	cancel()
@@ -484,8 +492,32 @@ func (c *Client) run(ctx context.Context, script *redis.Script, keys []string, a
 		// another node.
 		return script.Run(ctx, c.rdb, keys, args...)
 	}
-	cmd := redis.NewCmd(ctx)
-	val, err := c.recs.call(ctx, script, keys, args...)
+	return cmdOf(c.recs.call(ctx, false, script, keys, args...))
+}
+
+// runNow runs script on the answer path (a claim, a presentation, a
+// gate evaluation: the request waits for its reply). When no other
+// such call of this Client is under way it goes at once on its own
+// connection (Script.Run); when one is, it joins the record writer's
+// next batch, which goes at once (call): under load, the calls made
+// while a batch is on the wire share the next one's write and read
+// (group commit, docs/cluster.md "Client"), instead of one round trip's
+// syscalls each on both sides. In Cluster mode it is Script.Run: a
+// batch spans nodes (run says why not). A call returns at ctx's end as
+// Script.Run does; its script may still run then, and the claims and
+// mints it carries write nothing past their deadline.
+func (c *Client) runNow(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	busy := c.answering.Add(1) > 1
+	defer c.answering.Add(-1)
+	if !busy || c.cluster {
+		return script.Run(ctx, c.rdb, keys, args...)
+	}
+	return cmdOf(c.recs.call(ctx, true, script, keys, args...))
+}
+
+// cmdOf is a script call's reply as Script.Run gives it.
+func cmdOf(val any, err error) *redis.Cmd {
+	cmd := redis.NewCmd(context.Background())
 	if err != nil {
 		cmd.SetErr(err)
 	} else {
@@ -495,16 +527,21 @@ func (c *Client) run(ctx context.Context, script *redis.Script, keys []string, a
 }
 
 // call gathers a script call into the next batch (a settle off the
-// answer path: store.OffAnswerPath) and returns its reply once that
-// batch is written: the write and read syscalls of one round trip
-// shared by every call and record of the batch. It fails
-// (store.ErrUnavailable) when the queue stays full for the timeouts or
-// the Client closed, without running the script, and returns ctx's
-// error if ctx ends first (the script may still run).
-func (w *recordWriter) call(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+// answer path: store.OffAnswerPath; with now, an answer-path script,
+// whose batch goes at once instead of after the gathering delay:
+// runNow) and returns its reply once that batch is written: the write
+// and read syscalls of one round trip shared by every call and record
+// of the batch (calls go first in it). It fails (store.ErrUnavailable)
+// when the queue stays full for the timeouts or the Client closed,
+// without running the script, and returns ctx's error if ctx ends
+// first (the script may still run).
+func (w *recordWriter) call(ctx context.Context, now bool, script *redis.Script, keys []string, args ...any) (any, error) {
 	q := &queuedCall{script: script, keys: keys, args: args, done: make(chan struct{})}
 	if err := w.add(queuedRecord{call: q}); err != nil {
 		return nil, err
+	}
+	if now {
+		w.hurry()
 	}
 	select {
 	case <-q.done:
