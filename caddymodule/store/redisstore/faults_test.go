@@ -249,9 +249,9 @@ func TestNoReleaseForUnsentClaims(t *testing.T) {
 // the wire go together in the record writer's next batch (runNow: one
 // write and one read for all of them), each with its own reply; a call
 // made alone goes at once on its own. With Redis stalled, every
-// grouped call returns at its own deadline (ErrUnavailable that may
-// have run), and once Redis answers again none of them holds its key:
-// the late claims wrote nothing.
+// grouped call returns at its own deadline (ErrUnavailable: not sent
+// when still queued, else it may have run), and once Redis answers
+// again none of them holds its key: the late claims wrote nothing.
 func TestAnswerCallsGrouped(t *testing.T) {
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
@@ -338,8 +338,10 @@ func TestAnswerCallsGrouped(t *testing.T) {
 		t.Fatalf("8 claims against a stalled Redis took %v; want about the timeouts", d)
 	}
 	for err := range errs {
-		if !errors.Is(err, store.ErrUnavailable) || !mayHaveRun(err) {
-			t.Fatalf("claim during the stall: %v (may have run: %v), want ErrUnavailable that may have run", err, mayHaveRun(err))
+		// Sent (it may have run) or, grouped and still queued when its
+		// deadline came, not sent at all.
+		if !errors.Is(err, store.ErrUnavailable) || mayHaveRun(err) == errors.Is(err, errNotSent) {
+			t.Fatalf("claim during the stall: %v (may have run: %v), want ErrUnavailable, not sent or may have run", err, mayHaveRun(err))
 		}
 	}
 	_ = c.Close() // no background release: the deadlines alone must hold
@@ -351,4 +353,107 @@ func TestAnswerCallsGrouped(t *testing.T) {
 			t.Fatalf("claim stalled-%d landed after its deadline: a retry would get 409 though nothing ran", i)
 		}
 	}
+}
+
+// TestGroupedCallLeftQueued (helper-99's defect 1): a grouped claim
+// whose caller is cancelled while the claim waits for its batch is not
+// sent at all (errNotSent, mayHaveRun false) and never lands: on the
+// first version it returned "may have run" while still queued, its
+// background release ran before it landed, and the key stayed in
+// flight with no request behind it. One already on the wire when its
+// caller is cancelled waits for its reply, as Script.Run does, and the
+// caller holds the claim.
+func TestGroupedCallLeftQueued(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	c, set := newSet(t, Config{Addrs: []string{proxy.Addr()}, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	waitFree(t, set, "a", "warm-up", time.Second)
+	claim := func(ctx context.Context, key string) (store.Claimed, error) {
+		return set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: "a", Key: key, Fingerprint: "fp"})
+	}
+	type result struct {
+		cl  store.Claimed
+		err error
+	}
+	start := func(ctx context.Context, key string, want int64) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			cl, err := claim(ctx, key)
+			ch <- result{cl, err}
+		}()
+		for c.answering.Load() < want {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(30 * time.Millisecond)
+		return ch
+	}
+	taken := func() int {
+		c.recs.mu.Lock()
+		defer c.recs.mu.Unlock()
+		return len(c.recs.calls)
+	}
+
+	proxy.Hold(false, true) // commands reach Redis, replies wait
+	direct := start(context.Background(), "direct", 1)
+	onWire, cancelOnWire := context.WithCancel(context.Background())
+	first := start(onWire, "on-wire", 2) // the writer's batch, on the wire
+	queuedCtx, cancelQueued := context.WithCancel(context.Background())
+	queued := start(queuedCtx, "queued", 3) // waits for the next batch
+	if n := taken(); n != 1 {
+		t.Fatalf("%d calls waiting for the next batch, want the one made while a batch was on the wire", n)
+	}
+	cancelQueued()
+	r := <-queued
+	if !errors.Is(r.err, store.ErrUnavailable) || !errors.Is(r.err, errNotSent) || mayHaveRun(r.err) {
+		t.Fatalf("a queued claim whose caller left: %v (may have run: %v), want ErrUnavailable, not sent", r.err, mayHaveRun(r.err))
+	}
+	cancelOnWire()
+	time.Sleep(100 * time.Millisecond)
+	proxy.Release()
+	for name, ch := range map[string]chan result{"direct": direct, "on the wire, its caller cancelled": first} {
+		if r := <-ch; r.err != nil || r.cl.Outcome != idempotency.Execute {
+			t.Fatalf("claim %s: %+v %v, want execute", name, r.cl, r.err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if keyExists(t, srv.Addr(), "a", "queued") {
+		t.Fatal("the claim left queued landed: its key is in flight with no request behind it")
+	}
+	waitFree(t, set, "a", "queued", time.Second)
+}
+
+// TestGroupedCallQueueFull (helper-99's defect 2): with the record
+// writer's queue full (Redis stalled behind it), an answer-path call
+// does not wait for room past its own deadline: it goes on its own
+// connection, as a call made alone does, and fails by its deadline.
+func TestGroupedCallQueueFull(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	c, set := newSet(t, Config{Addrs: []string{proxy.Addr()}, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 3 * time.Second})
+	waitFree(t, set, "a", "warm-up", time.Second)
+	proxy.Hold(true, false)
+	c.recs.mu.Lock()
+	for i := range MaxQueuedRecords {
+		c.recs.queue = append(c.recs.queue, queuedRecord{key: c.prefix + "{r:" + strconv.Itoa(i) + "}", raw: []byte("{}"), retention: time.Minute})
+	}
+	c.recs.mu.Unlock()
+	errs := make(chan error, 2)
+	began := time.Now()
+	for _, key := range []string{"one", "two"} {
+		go func() {
+			_, err := set.Idempotency.Claim(context.Background(), idempotency.ClaimRequest{AgentID: "a", Key: key, Fingerprint: "fp"})
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; !errors.Is(err, store.ErrUnavailable) || !mayHaveRun(err) {
+			t.Fatalf("claim with the queue full and Redis stalled: %v (may have run: %v), want ErrUnavailable that may have run", err, mayHaveRun(err))
+		}
+	}
+	// Waiting for room would have taken the write and read timeouts
+	// (3.3 s); its own connection's read timeout is 0.3 s.
+	if d := time.Since(began); d > 2*time.Second {
+		t.Fatalf("claims with the queue full took %v: they waited for room past their deadline", d)
+	}
+	proxy.Release()
 }

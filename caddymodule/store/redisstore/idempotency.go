@@ -393,14 +393,15 @@ func replyHold(v []any, i int) *idempotency.Hold {
 
 // mayHaveRun reports whether a call that failed with err may have run
 // at Redis: false when it was never sent (no connection could be made
-// or taken from the pool, or the client is closed) or Redis answered
+// or taken from the pool, the client is closed, or a grouped call left
+// the record writer's queue unsent: errNotSent) or Redis answered
 // with an error reply (it refused the script), true otherwise (a
 // timeout or a connection lost after the command was written).
 func mayHaveRun(err error) bool {
 	var op *net.OpError
 	var re redis.Error
 	switch {
-	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed), errors.Is(err, errNotSent):
 		return false
 	case errors.As(err, &op) && op.Op == "dial":
 		return false

@@ -15,8 +15,9 @@ import (
 )
 
 // MaxQueuedRecords bounds the Attribution-Records (and the other writes
-// gathered with them: settles made beside the answer, attempt records,
-// undone index writes) a Client holds queued for Redis (recordWriter):
+// gathered with them: settles made beside the answer, answer-path
+// scripts grouped by Client.runNow, attempt records, undone index
+// writes) a Client holds queued for Redis (recordWriter):
 // a Retain that finds it full waits for room
 // at most the write and read timeouts, then is refused
 // (store.ErrUnavailable, counted as a failed op record) and the record
@@ -35,7 +36,8 @@ const maxRecordBatch = 512
 // of one or two (the pipeline's write and read cost the node CPU per
 // round trip, not per record). The batch goes at once when it reaches
 // maxRecordBatch, when a reader on this node waits for it (INSPECT
-// target=audit, chain_head), and when the Client closes. Another node
+// target=audit, chain_head), when an answer-path script joins it
+// (Client.runNow), and when the Client closes. Another node
 // reads a record at most this much later than without the delay.
 const RecordBatchDelay = 2 * time.Millisecond
 
@@ -72,6 +74,10 @@ type queuedCall struct {
 	done   chan struct{}
 	val    any
 	err    error
+	// taken (a batch holds it) and skip (its caller left before: it is
+	// not sent) are set under recordWriter.mu, for answer-path calls
+	// (callNow).
+	taken, skip bool
 }
 
 // deliver sets q's reply and wakes its caller.
@@ -111,6 +117,10 @@ type recordWriter struct {
 	// each batch takes them first, so a settle does not wait behind a
 	// queue full of records. They count towards MaxQueuedRecords.
 	settles []queuedRecord
+	// calls are the answer path's grouped script calls (callNow): each
+	// batch takes them before the settles. They count towards
+	// MaxQueuedRecords too.
+	calls   []queuedRecord
 	queued  uint64        // records queued so far (settles not counted)
 	written uint64        // records whose batch ended (written or dropped)
 	batched uint64        // settles sent with a batch, counted before their callers wake (tests)
@@ -149,7 +159,7 @@ func (w *recordWriter) add(q queuedRecord) error {
 			return store.ErrUnavailable
 		default:
 		}
-		if len(w.queue)+len(w.settles) < MaxQueuedRecords {
+		if w.lenLocked() < MaxQueuedRecords {
 			break
 		}
 		if deadline == nil {
@@ -176,7 +186,7 @@ func (w *recordWriter) add(q queuedRecord) error {
 		w.queue = append(w.queue, q)
 		w.queued++
 	}
-	full := len(w.queue)+len(w.settles) >= maxRecordBatch
+	full := w.lenLocked() >= maxRecordBatch
 	w.mu.Unlock()
 	select {
 	case w.kick <- struct{}{}:
@@ -238,7 +248,7 @@ func (w *recordWriter) run() {
 // less when hurried or closing.
 func (w *recordWriter) gather(timer *time.Timer) {
 	w.mu.Lock()
-	full := len(w.queue)+len(w.settles) >= maxRecordBatch
+	full := w.lenLocked() >= maxRecordBatch
 	w.mu.Unlock()
 	if full {
 		return
@@ -263,13 +273,16 @@ func (w *recordWriter) drain() {
 		if err := w.writeQueued(); err != nil {
 			w.mu.Lock()
 			n := len(w.queue)
+			for _, q := range w.calls {
+				q.call.deliver(nil, fmt.Errorf("%w: %w", store.ErrUnavailable, errNotSent))
+			}
 			for _, q := range append(w.settles, w.queue...) {
 				if q.call != nil {
 					q.call.deliver(nil, store.ErrUnavailable)
 				}
 			}
 			w.written += uint64(len(w.queue))
-			w.queue, w.settles = nil, nil
+			w.queue, w.settles, w.calls = nil, nil, nil
 			close(w.flushed)
 			w.flushed = make(chan struct{})
 			w.mu.Unlock()
@@ -279,7 +292,7 @@ func (w *recordWriter) drain() {
 			return
 		}
 		w.mu.Lock()
-		left := len(w.queue) + len(w.settles)
+		left := w.lenLocked()
 		w.mu.Unlock()
 		if left == 0 {
 			return
@@ -294,12 +307,19 @@ func (w *recordWriter) drain() {
 func (w *recordWriter) writeQueued() error {
 	w.mu.Lock()
 	budget := maxBatchBytes
-	batch := take(&w.settles, maxRecordBatch, &budget)
+	w.calls = slices.DeleteFunc(w.calls, func(q queuedRecord) bool { return q.call.skip })
+	batch := take(&w.calls, maxRecordBatch, &budget)
+	for _, q := range batch {
+		q.call.taken = true
+	}
+	if budget > 0 && len(batch) < maxRecordBatch {
+		batch = append(batch, take(&w.settles, maxRecordBatch-len(batch), &budget)...)
+	}
 	settles := len(batch)
-	if budget > 0 {
+	if budget > 0 && len(batch) < maxRecordBatch {
 		batch = append(batch, take(&w.queue, maxRecordBatch-len(batch), &budget)...)
 	}
-	if len(w.queue)+len(w.settles) > 0 {
+	if w.lenLocked() > 0 {
 		select {
 		case w.kick <- struct{}{}: // the rest is the next batch
 		default:
@@ -492,7 +512,7 @@ func (c *Client) run(ctx context.Context, script *redis.Script, keys []string, a
 		// another node.
 		return script.Run(ctx, c.rdb, keys, args...)
 	}
-	return cmdOf(c.recs.call(ctx, false, script, keys, args...))
+	return cmdOf(c.recs.call(ctx, script, keys, args...))
 }
 
 // runNow runs script on the answer path (a claim, a presentation, a
@@ -503,16 +523,22 @@ func (c *Client) run(ctx context.Context, script *redis.Script, keys []string, a
 // while a batch is on the wire share the next one's write and read
 // (group commit, docs/cluster.md "Client"), instead of one round trip's
 // syscalls each on both sides. In Cluster mode it is Script.Run: a
-// batch spans nodes (run says why not). A call returns at ctx's end as
-// Script.Run does; its script may still run then, and the claims and
-// mints it carries write nothing past their deadline.
+// batch spans nodes (run says why not); and it is Script.Run when the
+// writer's queue is full or the Client closing (callNow). A grouped
+// call returns as Script.Run does: at its reply, or at ctx's deadline
+// (cancelled, it still waits for a reply already on its way), its
+// script then perhaps still to run (the claims and mints it carries
+// write nothing past their deadline); one whose batch had not taken it
+// yet is not sent at all (errNotSent: mayHaveRun is false).
 func (c *Client) runNow(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	busy := c.answering.Add(1) > 1
 	defer c.answering.Add(-1)
-	if !busy || c.cluster {
-		return script.Run(ctx, c.rdb, keys, args...)
+	if busy && !c.cluster {
+		if val, queued, err := c.recs.callNow(ctx, script, keys, args...); queued {
+			return cmdOf(val, err)
+		}
 	}
-	return cmdOf(c.recs.call(ctx, true, script, keys, args...))
+	return script.Run(ctx, c.rdb, keys, args...)
 }
 
 // cmdOf is a script call's reply as Script.Run gives it.
@@ -527,21 +553,16 @@ func cmdOf(val any, err error) *redis.Cmd {
 }
 
 // call gathers a script call into the next batch (a settle off the
-// answer path: store.OffAnswerPath; with now, an answer-path script,
-// whose batch goes at once instead of after the gathering delay:
-// runNow) and returns its reply once that batch is written: the write
-// and read syscalls of one round trip shared by every call and record
-// of the batch (calls go first in it). It fails (store.ErrUnavailable)
-// when the queue stays full for the timeouts or the Client closed,
-// without running the script, and returns ctx's error if ctx ends
-// first (the script may still run).
-func (w *recordWriter) call(ctx context.Context, now bool, script *redis.Script, keys []string, args ...any) (any, error) {
+// answer path: store.OffAnswerPath) and returns its reply once that
+// batch is written: the write and read syscalls of one round trip
+// shared by every call and record of the batch. It fails
+// (store.ErrUnavailable) when the queue stays full for the timeouts or
+// the Client closed, without running the script, and returns ctx's
+// error if ctx ends first (the script may still run).
+func (w *recordWriter) call(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
 	q := &queuedCall{script: script, keys: keys, args: args, done: make(chan struct{})}
 	if err := w.add(queuedRecord{call: q}); err != nil {
 		return nil, err
-	}
-	if now {
-		w.hurry()
 	}
 	select {
 	case <-q.done:
@@ -550,6 +571,77 @@ func (w *recordWriter) call(ctx context.Context, now bool, script *redis.Script,
 		return nil, ctx.Err()
 	}
 }
+
+// errNotSent is the cause of a grouped answer-path call that never
+// reached Redis: its caller's context ended before a batch took it, or
+// the Client closed with it queued (mayHaveRun: false).
+var errNotSent = errors.New("the call was not sent: it was still queued for the next batch")
+
+// callNow queues an answer-path script call (runNow) ahead of the
+// settles and records, has the writer send its batch at once, and
+// returns its reply. queued is false, and nothing is sent, when the
+// queue is full (MaxQueuedRecords) or the Client closing: the caller
+// then goes on its own connection. Its caller's context ending
+// (cancelled or past its deadline; without a deadline, the write and
+// read timeouts from now stand for one) before a batch took the call
+// leaves it unsent (errNotSent); once taken, the call waits for the
+// reply, or its deadline (context.DeadlineExceeded: it may have run),
+// cancellation alone not ending the wait, as with Script.Run.
+func (w *recordWriter) callNow(ctx context.Context, script *redis.Script, keys []string, args ...any) (val any, queued bool, err error) {
+	q := &queuedCall{script: script, keys: keys, args: args, done: make(chan struct{})}
+	w.mu.Lock()
+	select {
+	case <-w.c.closing:
+		w.mu.Unlock()
+		return nil, false, nil
+	default:
+	}
+	if w.lenLocked() >= MaxQueuedRecords {
+		w.mu.Unlock()
+		return nil, false, nil
+	}
+	w.calls = append(w.calls, queuedRecord{call: q})
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	w.hurry()
+
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(w.c.cfg.WriteTimeout + w.c.cfg.ReadTimeout)
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	cancelled := ctx.Done()
+	for {
+		var cause error
+		select {
+		case <-q.done:
+			return q.val, true, q.err
+		case <-cancelled:
+			cause = ctx.Err()
+		case <-timer.C:
+			cause = context.DeadlineExceeded
+		}
+		w.mu.Lock()
+		if !q.taken {
+			q.skip = true
+			w.mu.Unlock()
+			return nil, true, fmt.Errorf("%w: %w", errNotSent, cause)
+		}
+		w.mu.Unlock()
+		if !errors.Is(cause, context.Canceled) {
+			return nil, true, cause
+		}
+		cancelled = nil // on its way: wait for the reply or the deadline
+	}
+}
+
+// lenLocked is what the writer holds queued: records, settles and
+// answer-path calls.
+func (w *recordWriter) lenLocked() int { return len(w.queue) + len(w.settles) + len(w.calls) }
 
 // wait returns once every record queued before the call is written or
 // dropped, or ctx ends (its error).
