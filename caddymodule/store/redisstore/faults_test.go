@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -255,7 +258,8 @@ func TestNoReleaseForUnsentClaims(t *testing.T) {
 func TestAnswerCallsGrouped(t *testing.T) {
 	srv := redistest.StartServer(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
-	c, set := newSet(t, Config{Addrs: []string{proxy.Addr()}})
+	// groupWait 100 ms: the held batch below stays within it.
+	c, set := newSet(t, Config{Addrs: []string{proxy.Addr()}, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	waitFree(t, set, "a", "warm-up", time.Second) // loads the claim script
 	claimAll := func(prefix string, n int) []error {
 		errs := make([]error, n)
@@ -456,4 +460,105 @@ func TestGroupedCallQueueFull(t *testing.T) {
 		t.Fatalf("claims with the queue full took %v: they waited for room past their deadline", d)
 	}
 	proxy.Release()
+}
+
+// blackhole is a proxy to a healthy Redis whose next connection to send
+// once armed has everything it sends dropped (a connection that
+// stopped answering); the others flow.
+type blackhole struct {
+	l     net.Listener
+	armed atomic.Bool
+}
+
+func startBlackhole(t *testing.T, target string) *blackhole {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blackhole{l: l}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			r, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			t.Cleanup(func() { _ = c.Close(); _ = r.Close() })
+			go func() { _, _ = io.Copy(c, r) }()
+			go func() {
+				dead := false
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 && !dead && b.armed.CompareAndSwap(true, false) {
+						dead = true
+					}
+					if n > 0 && !dead {
+						if _, err := r.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return b
+}
+
+// TestGroupedCallDeadConnection (helper-100's defect 1): while the
+// record writer's batch sits on a connection that stopped answering,
+// Redis healthy on every other, answer-path calls do not wait for it:
+// calls made then go on their own connections (stuck), and none fails.
+// On the first version every claim made during the dead batch's read
+// timeout failed (1 ok, 8 refused); before the grouping, none.
+func TestGroupedCallDeadConnection(t *testing.T) {
+	srv := redistest.StartServer(t)
+	bh := startBlackhole(t, srv.Addr())
+	const timeout = 500 * time.Millisecond
+	c, set := newSet(t, Config{Addrs: []string{bh.l.Addr().String()}, ReadTimeout: timeout, WriteTimeout: timeout})
+	waitFree(t, set, "a", "warm-up", time.Second)
+	var wg sync.WaitGroup
+	for range 16 { // idle connections in the pool
+		wg.Add(1)
+		go func() { defer wg.Done(); c.rdb.Ping(context.Background()) }()
+	}
+	wg.Wait()
+	bh.armed.Store(true)
+	if err := c.recs.add(queuedRecord{key: c.prefix + "{r:x}", raw: []byte("{}"), heads: c.prefix + "{a:x}:h", node: "n", head: "x 1", retention: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	c.recs.hurry()
+	for bh.armed.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	var ok, failed atomic.Int64
+	stop := time.Now().Add(timeout)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10000 && time.Now().Before(stop); i++ {
+				cl, err := set.Idempotency.Claim(context.Background(), idempotency.ClaimRequest{AgentID: "a", Key: fmt.Sprintf("d%d-%d", w, i), Fingerprint: "fp"})
+				if err != nil {
+					failed.Add(1)
+					t.Logf("worker %d: %v", w, err)
+					continue
+				}
+				ok.Add(1)
+				_ = cl.Claim.Abandon(context.Background())
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() > 0 || ok.Load() < 8 {
+		t.Fatalf("during one dead connection's read timeout, Redis answering on every other: %d claims ok, %d failed; want none failed", ok.Load(), failed.Load())
+	}
 }

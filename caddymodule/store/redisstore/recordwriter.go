@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
@@ -74,10 +75,11 @@ type queuedCall struct {
 	done   chan struct{}
 	val    any
 	err    error
-	// taken (a batch holds it) and skip (its caller left before: it is
-	// not sent) are set under recordWriter.mu, for answer-path calls
-	// (callNow).
-	taken, skip bool
+	// For answer-path calls (callNow): taken (a batch holds it), set
+	// under recordWriter.mu, and the caller's deadline, past which a
+	// batch no longer sends it.
+	taken    bool
+	deadline time.Time
 }
 
 // deliver sets q's reply and wakes its caller.
@@ -125,6 +127,7 @@ type recordWriter struct {
 	written uint64        // records whose batch ended (written or dropped)
 	batched uint64        // settles sent with a batch, counted before their callers wake (tests)
 	carried uint64        // batches that carried settles (tests)
+	onWire  atomic.Int64  // when the batch on the wire was sent (Unix ns; 0: none)
 	flushed chan struct{} // closed, and replaced, when written advances
 	kick    chan struct{} // cap 1: the queue is not empty
 	urgent  chan struct{} // cap 1: write the batch now, do not wait
@@ -307,7 +310,14 @@ func (w *recordWriter) drain() {
 func (w *recordWriter) writeQueued() error {
 	w.mu.Lock()
 	budget := maxBatchBytes
-	w.calls = slices.DeleteFunc(w.calls, func(q queuedRecord) bool { return q.call.skip })
+	now := time.Now()
+	w.calls = slices.DeleteFunc(w.calls, func(q queuedRecord) bool {
+		if now.Before(q.call.deadline) {
+			return false
+		}
+		q.call.deliver(nil, fmt.Errorf("%w: %w", errNotSent, context.DeadlineExceeded))
+		return true
+	})
 	batch := take(&w.calls, maxRecordBatch, &budget)
 	for _, q := range batch {
 		q.call.taken = true
@@ -334,6 +344,8 @@ func (w *recordWriter) writeQueued() error {
 	var calls map[redis.Cmder]*queuedCall
 	counted := false // the batch holds writes counted as op record
 	newest := chainHeads(batch)
+	w.onWire.Store(start.UnixNano())
+	defer w.onWire.Store(0)
 	cmds, _ := w.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range batch {
 			counted = counted || q.call == nil || q.call.done == nil
@@ -524,6 +536,9 @@ func (c *Client) run(ctx context.Context, script *redis.Script, keys []string, a
 // (group commit, docs/cluster.md "Client"), instead of one round trip's
 // syscalls each on both sides. In Cluster mode it is Script.Run: a
 // batch spans nodes (run says why not); and it is Script.Run when the
+// writer's batch on the wire has been there longer than groupWait (a
+// connection that stopped answering holds no other call up), when a
+// batch does not take the call within groupWait, and when the
 // writer's queue is full or the Client closing (callNow). A grouped
 // call returns as Script.Run does: at its reply, or at ctx's deadline
 // (cancelled, it still waits for a reply already on its way), its
@@ -533,7 +548,7 @@ func (c *Client) run(ctx context.Context, script *redis.Script, keys []string, a
 func (c *Client) runNow(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	busy := c.answering.Add(1) > 1
 	defer c.answering.Add(-1)
-	if busy && !c.cluster {
+	if busy && !c.cluster && !c.recs.stuck() {
 		if val, queued, err := c.recs.callNow(ctx, script, keys, args...); queued {
 			return cmdOf(val, err)
 		}
@@ -580,15 +595,22 @@ var errNotSent = errors.New("the call was not sent: it was still queued for the 
 // callNow queues an answer-path script call (runNow) ahead of the
 // settles and records, has the writer send its batch at once, and
 // returns its reply. queued is false, and nothing is sent, when the
-// queue is full (MaxQueuedRecords) or the Client closing: the caller
-// then goes on its own connection. Its caller's context ending
-// (cancelled or past its deadline; without a deadline, the write and
-// read timeouts from now stand for one) before a batch took the call
-// leaves it unsent (errNotSent); once taken, the call waits for the
-// reply, or its deadline (context.DeadlineExceeded: it may have run),
-// cancellation alone not ending the wait, as with Script.Run.
+// queue is full (MaxQueuedRecords) or the Client closing, or when no
+// batch took the call within groupWait: the caller then goes on its
+// own connection. Its deadline is its context's, at most the write and
+// read timeouts from now (what its own connection would allow). Its
+// caller's context ending (cancelled or past its deadline) before a
+// batch took the call leaves it unsent (errNotSent), and a batch
+// leaves a call past its deadline unsent too; once taken, the call
+// waits for the reply, or its deadline (context.DeadlineExceeded: it
+// may have run), cancellation alone not ending the wait, as with
+// Script.Run.
 func (w *recordWriter) callNow(ctx context.Context, script *redis.Script, keys []string, args ...any) (val any, queued bool, err error) {
-	q := &queuedCall{script: script, keys: keys, args: args, done: make(chan struct{})}
+	deadline := time.Now().Add(w.c.cfg.WriteTimeout + w.c.cfg.ReadTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	q := &queuedCall{script: script, keys: keys, args: args, done: make(chan struct{}), deadline: deadline}
 	w.mu.Lock()
 	select {
 	case <-w.c.closing:
@@ -608,13 +630,10 @@ func (w *recordWriter) callNow(ctx context.Context, script *redis.Script, keys [
 	}
 	w.hurry()
 
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(w.c.cfg.WriteTimeout + w.c.cfg.ReadTimeout)
-	}
-	timer := time.NewTimer(time.Until(deadline))
+	timer := time.NewTimer(min(w.groupWait(), time.Until(deadline)))
 	defer timer.Stop()
 	cancelled := ctx.Done()
+	grouping := true // the timer is groupWait's
 	for {
 		var cause error
 		select {
@@ -624,19 +643,48 @@ func (w *recordWriter) callNow(ctx context.Context, script *redis.Script, keys [
 			cause = ctx.Err()
 		case <-timer.C:
 			cause = context.DeadlineExceeded
+			if grouping && time.Now().Before(deadline) {
+				cause = nil // groupWait passed
+			}
 		}
 		w.mu.Lock()
 		if !q.taken {
-			q.skip = true
+			w.calls = slices.DeleteFunc(w.calls, func(r queuedRecord) bool { return r.call == q })
 			w.mu.Unlock()
+			if cause == nil {
+				return nil, false, nil
+			}
 			return nil, true, fmt.Errorf("%w: %w", errNotSent, cause)
 		}
 		w.mu.Unlock()
-		if !errors.Is(cause, context.Canceled) {
+		switch {
+		case cause == nil: // on its way: wait for the reply or the deadline
+			grouping = false
+			timer.Reset(time.Until(deadline))
+		case errors.Is(cause, context.Canceled):
+			cancelled = nil // on its way: wait for the reply or the deadline
+		default:
 			return nil, true, cause
 		}
-		cancelled = nil // on its way: wait for the reply or the deadline
 	}
+}
+
+// groupWait is how long an answer-path call waits for a batch to take
+// it before it goes on its own connection, and how long a batch may be
+// on the wire before calls stop joining the next one (stuck): a tenth
+// of the read timeout, at least 5 ms (50 ms by default). Under load a
+// batch comes back within a few milliseconds; one that does not is on
+// a connection that stopped answering, and the other connections may
+// still answer.
+func (w *recordWriter) groupWait() time.Duration {
+	return max(w.c.cfg.ReadTimeout/10, 5*time.Millisecond)
+}
+
+// stuck reports whether the batch on the wire has been there longer
+// than groupWait.
+func (w *recordWriter) stuck() bool {
+	sent := w.onWire.Load()
+	return sent != 0 && time.Since(time.Unix(0, sent)) > w.groupWait()
 }
 
 // lenLocked is what the writer holds queued: records, settles and
