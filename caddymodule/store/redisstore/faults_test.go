@@ -248,10 +248,10 @@ func TestNoReleaseForUnsentClaims(t *testing.T) {
 	}
 }
 
-// TestAnswerCallsGrouped: answer-path scripts made while another is on
-// the wire go together in the record writer's next batch (runNow: one
-// write and one read for all of them), each with its own reply; a call
-// made alone goes at once on its own. With Redis stalled, every
+// TestAnswerCallsGrouped: answer-path scripts made while groupFrom
+// others are on the wire go together in the record writer's next batch
+// (runNow: one write and one read for all of them), each with its own
+// reply; a call made alone goes at once on its own. With Redis stalled, every
 // grouped call returns at its own deadline (ErrUnavailable: not sent
 // when still queued, else it may have run), and once Redis answers
 // again none of them holds its key: the late claims wrote nothing.
@@ -305,8 +305,9 @@ func TestAnswerCallsGrouped(t *testing.T) {
 		t.Fatalf("a claim made alone went through the record writer (%d calls)", calls-calls0)
 	}
 
-	// Eight together, the first held on the wire: the seven others share
-	// at most two batches (the first taken at once, the rest behind it).
+	// Eight together, held on the wire: up to groupFrom under
+	// way, each goes on its own connection; the four after them share at
+	// most two batches (the first taken at once, the rest behind it).
 	proxy.Hold(true, false)
 	for i, err := range claimAll("group", 8) {
 		if err != nil {
@@ -314,8 +315,8 @@ func TestAnswerCallsGrouped(t *testing.T) {
 		}
 	}
 	calls, batches := counts()
-	if calls-calls0 != 7 || batches-batches0 > 2 {
-		t.Fatalf("7 claims made while one was on the wire went in %d calls over %d batches; want 7 in at most 2", calls-calls0, batches-batches0)
+	if want := uint64(8 - groupFrom); calls-calls0 != want || batches-batches0 > 2 {
+		t.Fatalf("%d claims made while %d were on the wire went in %d grouped calls over %d batches; want %d in at most 2", 8-groupFrom, groupFrom, calls-calls0, batches-batches0, want)
 	}
 	for i := range 8 {
 		if !keyExists(t, srv.Addr(), "a", fmt.Sprintf("group-%d", i)) {
@@ -398,11 +399,15 @@ func TestGroupedCallLeftQueued(t *testing.T) {
 	}
 
 	proxy.Hold(false, true) // commands reach Redis, replies wait
-	direct := start(context.Background(), "direct", 1)
+	direct := make(map[string]chan result)
+	for i := range groupFrom {
+		key := "direct-" + strconv.Itoa(i)
+		direct[key] = start(context.Background(), key, int64(i+1))
+	}
 	onWire, cancelOnWire := context.WithCancel(context.Background())
-	first := start(onWire, "on-wire", 2) // the writer's batch, on the wire
+	direct["on the wire, its caller cancelled"] = start(onWire, "on-wire", groupFrom+1) // the writer's batch, on the wire
 	queuedCtx, cancelQueued := context.WithCancel(context.Background())
-	queued := start(queuedCtx, "queued", 3) // waits for the next batch
+	queued := start(queuedCtx, "queued", groupFrom+2) // waits for the next batch
 	if n := taken(); n != 1 {
 		t.Fatalf("%d calls waiting for the next batch, want the one made while a batch was on the wire", n)
 	}
@@ -414,7 +419,7 @@ func TestGroupedCallLeftQueued(t *testing.T) {
 	cancelOnWire()
 	time.Sleep(100 * time.Millisecond)
 	proxy.Release()
-	for name, ch := range map[string]chan result{"direct": direct, "on the wire, its caller cancelled": first} {
+	for name, ch := range direct {
 		if r := <-ch; r.err != nil || r.cl.Outcome != idempotency.Execute {
 			t.Fatalf("claim %s: %+v %v, want execute", name, r.cl, r.err)
 		}
@@ -441,15 +446,17 @@ func TestGroupedCallQueueFull(t *testing.T) {
 		c.recs.queue = append(c.recs.queue, queuedRecord{key: c.prefix + "{r:" + strconv.Itoa(i) + "}", raw: []byte("{}"), retention: time.Minute})
 	}
 	c.recs.mu.Unlock()
-	errs := make(chan error, 2)
+	const n = groupFrom + 2 // the last two would be grouped
+	errs := make(chan error, n)
 	began := time.Now()
-	for _, key := range []string{"one", "two"} {
+	for i := range n {
+		key := "full-" + strconv.Itoa(i)
 		go func() {
 			_, err := set.Idempotency.Claim(context.Background(), idempotency.ClaimRequest{AgentID: "a", Key: key, Fingerprint: "fp"})
 			errs <- err
 		}()
 	}
-	for range 2 {
+	for range n {
 		if err := <-errs; !errors.Is(err, store.ErrUnavailable) || !mayHaveRun(err) {
 			t.Fatalf("claim with the queue full and Redis stalled: %v (may have run: %v), want ErrUnavailable that may have run", err, mayHaveRun(err))
 		}
