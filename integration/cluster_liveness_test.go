@@ -2,7 +2,6 @@ package integration
 
 import (
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -241,22 +240,8 @@ func livenessFull(t *testing.T, w *clusterWorld, topo *redisTopology) {
 // on either node replays it. The write ran once.
 func livenessRepeatHere(t *testing.T, w *clusterWorld) {
 	const key = "repeat-here"
-	_, before := w.reservationWrites()
-	w.Hotel.SlowAfter(3*time.Second, func(r *http.Request) bool { return r.Method == "POST" && r.URL.Path == "/reservations" })
-	defer w.Hotel.SlowAfter(0, nil)
-	keyed := hdr(agentRepeat, scopeAll, "Allow-RCNS", "true", "Idempotency-Key", key)
-	first := make(chan *Resp, 1)
-	go func() {
-		r, err := tryDoor(w.A, "BOOK", "/room", keyed, bookBody())
-		if err != nil {
-			t.Errorf("the first BOOK: %v", err)
-		}
-		first <- r
-	}()
-	waitFor(t, 10*time.Second, 20*time.Millisecond, "the write step to reach the hotel API", func() bool {
-		_, now := w.reservationWrites()
-		return now[demoGuest] > before[demoGuest]
-	})
+	keyed, before, first, release := w.heldBook(t, agentRepeat, key)
+	defer release()
 	claims := func(g *Gateway) float64 {
 		return scrapeMetrics(t, g).value(`caddy_rcns_store_round_trip_duration_seconds_count{op="idempotency_claim"}`)
 	}
@@ -271,9 +256,8 @@ func livenessRepeatHere(t *testing.T, w *clusterWorld) {
 	if n := claims(w.B) - b0; n < 1 {
 		t.Errorf("the repeat on the other node made %v claims again, want some (the answer may be on its way)", n)
 	}
-	r := <-first
-	if r == nil || r.Status != 263 {
-		t.Fatalf("the first BOOK: %v", r)
+	if r := <-first; r.err != nil || r.r.Status != 263 {
+		t.Fatalf("the first BOOK: %v %v", r.r, r.err)
 	}
 	for _, g := range []*Gateway{w.A, w.B} {
 		waitFor(t, 5*time.Second, 20*time.Millisecond, "the answer replayed on "+g.URL, func() bool {
@@ -294,15 +278,8 @@ func livenessRepeatHere(t *testing.T, w *clusterWorld) {
 // resolves it; retries then replay the operator's answer.
 func livenessKilled(t *testing.T, w *clusterWorld) {
 	const key = "killed-mid-step"
-	_, before := w.reservationWrites()
-	w.Hotel.SlowAfter(3*time.Second, func(r *http.Request) bool { return r.Method == "POST" && r.URL.Path == "/reservations" })
-	defer w.Hotel.SlowAfter(0, nil)
-	keyed := hdr(agentKilled, scopeAll, "Allow-RCNS", "true", "Idempotency-Key", key)
-	go func() { _, _ = tryDoor(w.A, "BOOK", "/room", keyed, bookBody()) }()
-	waitFor(t, 10*time.Second, 20*time.Millisecond, "the write step to reach the hotel API", func() bool {
-		_, now := w.reservationWrites()
-		return now[demoGuest] > before[demoGuest]
-	})
+	keyed, before, _, release := w.heldBook(t, agentKilled, key) // A is killed before it answers
+	defer release()
 	time.Sleep(time.Second)
 	w.A.Kill(t)
 	killedAt := time.Now()

@@ -133,16 +133,8 @@ func TestClusterReloadUnderKeyedRequest(t *testing.T) {
 	// it are refused until the BOOK has ended.
 	t.Run("key_prefix changed: keyed requests refused while the previous configuration's may run", func(t *testing.T) {
 		const key = "reload-moved"
-		_, before := w.reservationWrites()
-		w.Hotel.SlowAfter(3*time.Second, func(r *http.Request) bool { return r.Method == "POST" && r.URL.Path == "/reservations" })
-		defer w.Hotel.SlowAfter(0, nil)
-		keyed := hdr(agentKilled, scopeAll, "Allow-RCNS", "true", "Idempotency-Key", key)
-		answered := make(chan *Resp, 1)
-		go func() { r, _ := tryDoor(w.A, "BOOK", "/room", keyed, bookBody()); answered <- r }()
-		waitFor(t, 10*time.Second, 20*time.Millisecond, "the write step to reach the hotel API", func() bool {
-			_, now := w.reservationWrites()
-			return now[demoGuest] > before[demoGuest]
-		})
+		keyed, before, answered, release := w.heldBook(t, agentKilled, key)
+		defer release()
 		if status, body := reload(t, w.A, changed(w.A, "\t\t\tkey_prefix moved:\n")); status != 200 {
 			t.Fatalf("reload of node A with another key_prefix: %d %s", status, body)
 		}
@@ -181,34 +173,11 @@ func TestClusterReloadUnderKeyedRequest(t *testing.T) {
 // quarantine lasts, at most), and that the write step ran once.
 func reloadUnderBook(t *testing.T, w *clusterWorld, key string, during, after func(t *testing.T)) {
 	t.Helper()
-	_, before := w.reservationWrites()
-	w.Hotel.SlowAfter(3*time.Second, func(r *http.Request) bool { return r.Method == "POST" && r.URL.Path == "/reservations" })
-	defer w.Hotel.SlowAfter(0, nil)
-	keyed := hdr(agentKilled, scopeAll, "Allow-RCNS", "true", "Idempotency-Key", key)
-	type result struct {
-		r   *Resp
-		err error
-	}
-	answered := make(chan result, 1)
-	go func() { r, err := tryDoor(w.A, "BOOK", "/room", keyed, bookBody()); answered <- result{r, err} }()
-	waitFor(t, 10*time.Second, 20*time.Millisecond, "the write step to reach the hotel API", func() bool {
-		_, now := w.reservationWrites()
-		return now[demoGuest] > before[demoGuest]
-	})
+	keyed, before, answered, release := w.heldBook(t, agentKilled, key)
+	defer release()
 	during(t)
-	var first result
-	select {
-	case first = <-answered:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the BOOK the reload overtook did not answer")
-	}
-	if first.err != nil {
-		t.Fatalf("the BOOK the reload overtook: %v", first.err)
-	}
-	if first.r.Status != 263 && first.r.Status != 200 {
-		t.Fatalf("the BOOK the reload overtook: want 263 (synthesized) or 200 (the contract the last one minted):\n%s", first.r)
-	}
-	w.Hotel.SlowAfter(0, nil)
+	first := awaitOvertakenBook(t, answered)
+	release()
 	if after != nil {
 		after(t)
 	}
@@ -220,7 +189,7 @@ func reloadUnderBook(t *testing.T, w *clusterWorld, key string, during, after fu
 			r = g.Do(t, "BOOK", "/room", keyed, bookBody())
 			return (r.Status != 409 || str(r.JSON(), "reason") != "idempotency-key-in-flight") && !isStoreUnavailable(r)
 		})
-		wantStatus(t, r, first.r.Status)
+		wantStatus(t, r, first.Status)
 		if r.Header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("a repeat of %s on %s: not replayed:\n%s", key, g.URL, r)
 		}
@@ -346,8 +315,8 @@ func TestOneNameTwoStoresReload(t *testing.T) {
 	w.Hotel.SlowAfter(3*time.Second, func(r *http.Request) bool { return r.Method == "POST" && r.URL.Path == "/reservations" })
 	defer w.Hotel.SlowAfter(0, nil)
 	book := hdr(agentKilled, scopeAll, "Allow-RCNS", "true", "Idempotency-Key", "swapped")
-	answered := make(chan *Resp, 1)
-	go func() { answered <- onMemory.DoHTTP(t, "BOOK", "/room", book, bookBody()) }()
+	answered := make(chan bookResult, 1)
+	go func() { answered <- bookResult{r: onMemory.DoHTTP(t, "BOOK", "/room", book, bookBody())} }()
 	waitFor(t, 10*time.Second, 20*time.Millisecond, "the write step to reach the hotel API", func() bool {
 		_, now := w.reservationWrites()
 		return now[demoGuest] > before[demoGuest]
@@ -374,16 +343,19 @@ func TestOneNameTwoStoresReload(t *testing.T) {
 
 // awaitOvertakenBook waits, at most 30 s, for the answer of the BOOK a
 // reload overtook, and checks that it ran (263 or 200).
-func awaitOvertakenBook(t *testing.T, answered <-chan *Resp) *Resp {
+func awaitOvertakenBook(t *testing.T, answered <-chan bookResult) *Resp {
 	t.Helper()
-	var first *Resp
+	var first bookResult
 	select {
 	case first = <-answered:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the BOOK the reload overtook did not answer")
 	}
-	if first == nil || (first.Status != 263 && first.Status != 200) {
-		t.Fatalf("the BOOK the reload overtook: %v", first)
+	if first.err != nil {
+		t.Fatalf("the BOOK the reload overtook: %v", first.err)
 	}
-	return first
+	if first.r.Status != 263 && first.r.Status != 200 {
+		t.Fatalf("the BOOK the reload overtook: want 263 (synthesized) or 200 (the contract the last one minted):\n%s", first.r)
+	}
+	return first.r
 }

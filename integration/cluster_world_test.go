@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -279,6 +280,40 @@ func (w *clusterWorld) other(g *Gateway) *Gateway {
 func (w *clusterWorld) book(t testing.TB, g *Gateway, agent, scope string, kv ...string) *Resp {
 	t.Helper()
 	return g.Do(t, "BOOK", "/room", hdr(agent, scope, kv...), bookBody())
+}
+
+// bookResult is a BOOK's answer, or the error that kept it from one.
+type bookResult struct {
+	r   *Resp
+	err error
+}
+
+// heldBook sends a keyed BOOK of agent on node A (over the suite's
+// door) whose write step the hotel API holds for 3 s once done
+// upstream, and returns once that write reached the hotel API: the
+// request's headers, the reservation writes by guest before it, where
+// its answer arrives, and release, which ends the hold (the caller
+// defers it; it may be called more than once).
+func (w *clusterWorld) heldBook(t *testing.T, agent, key string) (keyed map[string]string, before map[string]int, answered <-chan bookResult, release func()) {
+	t.Helper()
+	_, before = w.reservationWrites()
+	w.Hotel.SlowAfter(3*time.Second, func(r *http.Request) bool { return r.Method == "POST" && r.URL.Path == "/reservations" })
+	release = func() { w.Hotel.SlowAfter(0, nil) }
+	held := false
+	defer func() {
+		if !held { // waitFor failed the test: end the hold here
+			release()
+		}
+	}()
+	keyed = hdr(agent, scopeAll, "Allow-RCNS", "true", "Idempotency-Key", key)
+	ch := make(chan bookResult, 1)
+	go func() { r, err := tryDoor(w.A, "BOOK", "/room", keyed, bookBody()); ch <- bookResult{r, err} }()
+	waitFor(t, 10*time.Second, 20*time.Millisecond, "the write step to reach the hotel API", func() bool {
+		_, now := w.reservationWrites()
+		return now[demoGuest] > before[demoGuest]
+	})
+	held = true
+	return keyed, before, ch, release
 }
 
 // reservationWrites returns how many reservation writes (POST
