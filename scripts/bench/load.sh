@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/bench/load.sh — the load comparison behind docs/performance.md.
 #
-# Builds Caddy with the rcns module (cmd/caddy), the bench upstream and
-# the driver (scripts/bench/loadcmp), then runs the driver on loopback.
+# Builds the bench's Caddy (scripts/bench/caddy: cmd/caddy plus the floor
+# site's bench_redis_floor handler), the bench upstream and the driver
+# (scripts/bench/loadcmp), then runs the driver on loopback.
 # Every run is bounded in requests and time, and the whole comparison by
 # loadcmp's -max-total (default 45m); with the defaults it takes about
 # 20 minutes. Results go to -out (default: a new temp dir): results.json,
@@ -27,7 +28,7 @@ if [ -z "${BENCH_BIN:-}" ]; then
 	trap 'rm -rf "$BENCH_BIN"' EXIT
 fi
 echo "==> building into $BENCH_BIN"
-"$GO" build -o "$BENCH_BIN/caddy" ./cmd/caddy
+"$GO" build -o "$BENCH_BIN/caddy" ./scripts/bench/caddy # cmd/caddy + the floor site's handler
 "$GO" build -o "$BENCH_BIN/upstream" ./scripts/bench/upstream
 "$GO" build -o "$BENCH_BIN/loadcmp" ./scripts/bench/loadcmp
 

@@ -85,17 +85,10 @@ func (r *results) latencyBreakdown(v verdict) (latencyStage, bool) {
 	if ls.Workers < 1 || ls.CPUs < 1 {
 		return ls, false
 	}
-	of := map[int]*stats{}
-	for _, rn := range r.runsOf(v.T.Of) {
-		of[rn.Round] = rn.Stats
-	}
-	var pairs [][2]*stats
+	pairs := r.pairsOf(v.T.Key, v.T.Of)
 	measured := false
-	for _, rn := range r.runsOf(v.T.Key) {
-		if o, ok := of[rn.Round]; ok {
-			pairs = append(pairs, [2]*stats{rn.Stats, o})
-			measured = measured || rn.Stats.DriverCPU > 0
-		}
+	for _, p := range pairs {
+		measured = measured || p[0].DriverCPU > 0
 	}
 	if len(pairs) == 0 || !measured {
 		return ls, false
@@ -119,6 +112,8 @@ type latencyTable struct {
 	Head          []string // "d/redis against d/nokey"
 	Lines         []latencyLine
 	Workers, CPUs int
+	// Floor: the last column is the floor against (b) (floorKey).
+	Floor bool
 }
 
 type latencyLine struct {
@@ -138,6 +133,7 @@ func latencyTableOf(stages []latencyStage) latencyTable {
 	for _, s := range stages {
 		t.Head = append(t.Head, s.Key+" against "+s.V.T.Of)
 	}
+	t.Floor = stages[len(stages)-1].Key == floorKey
 	for i, row := range stages[0].Rows {
 		if row.Commandstats && !anyMeasured(stages, i) {
 			continue

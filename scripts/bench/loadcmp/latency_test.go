@@ -214,3 +214,42 @@ func TestCommandstatsCellUnmeasured(t *testing.T) {
 		}
 	}
 }
+
+// TestFloorColumn: the floor (bf/floor against (b), each run against
+// its own (b) reference, run.Ref) is the last column of the latency
+// table beside the missed p50 targets, and a row of the same-round
+// table; without its runs, neither.
+func TestFloorColumn(t *testing.T) {
+	r := latencyFixture(true, true)
+	var floor *scenario
+	for _, s := range scenarios() {
+		if s.Key == floorKey {
+			floor = s
+		}
+	}
+	if floor == nil || !siteNamed(floor.Site).Redis {
+		t.Fatalf("no floor scenario on a Redis site: %+v", floor)
+	}
+	r.Scenarios = append(r.Scenarios, floor)
+	for round := range 3 {
+		// (b) around the floor: 100 µs, p50 2 ms, its processes as
+		// latencyFixture's; the floor one round trip more.
+		ref := &stats{CaddyCPU: 100, Tput: 5000, P50: 2, P99: 5, UpstreamCPU: 40, DriverCPU: 60}
+		r.add(floor, round, &stats{CaddyCPU: 140 + float64(round), Tput: 4000, P50: 2.5, P99: 6, Requests: 9000, OK: 9000,
+			RedisCPU: 20, UpstreamCPU: 40, DriverCPU: 60, RedisScripts: 1, RedisScriptUS: 3}, ref)
+	}
+	md := mustRender(t, r)
+	pageHas(t, md,
+		"| stage | d/redis against d/nokey | bf/floor against b |",
+		"| CPU: Caddy, µs | +50.0 (100.0 → 150.0) | +41.0 (100.0 → 141.0) |",
+		"| CPU: redis-server, µs | +30.0 (0.0 → 30.0) | +20.0 (0.0 → 20.0) |",
+		"| closed-loop p50, ms | +1.00 (3.00 → 4.00) | +0.50 (2.00 → 2.50) |",
+		// 261 µs against 200 (the median round), × 16 ÷ 2.
+		"| CPU-bound latency (all four × connections ÷ CPUs), ms | +0.64 (1.60 → 2.24) | +0.49 (1.60 → 2.09) |",
+		"The last column is the floor, not a gateway",
+		"| bf/floor against b | +41.0 (+40.0 to +42.0) | +0.50 (+0.50 to +0.50) | +1.00 (+1.00 to +1.00) |",
+	)
+	if md := mustRender(t, latencyFixture(true, true)); strings.Contains(md, "bf/floor") || strings.Contains(md, "The last column is the floor") {
+		t.Error("the page shows a floor that did not run")
+	}
+}

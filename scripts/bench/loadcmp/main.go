@@ -350,7 +350,8 @@ func rotate(list []*scenario, r int) []*scenario {
 func meanStats(a, b *stats) *stats {
 	return &stats{Requests: a.Requests + b.Requests, OK: a.OK + b.OK, Tput: (a.Tput + b.Tput) / 2,
 		P50: (a.P50 + b.P50) / 2, P99: (a.P99 + b.P99) / 2, CaddyCPU: (a.CaddyCPU + b.CaddyCPU) / 2,
-		OtherCores: (a.OtherCores + b.OtherCores) / 2}
+		UpstreamCPU: (a.UpstreamCPU + b.UpstreamCPU) / 2, RedisCPU: (a.RedisCPU + b.RedisCPU) / 2,
+		DriverCPU: (a.DriverCPU + b.DriverCPU) / 2, OtherCores: (a.OtherCores + b.OtherCores) / 2}
 }
 
 // one runs scenario s once for at most dur, bounded by -load-requests

@@ -27,6 +27,7 @@ type pageData struct {
 	Load, Slow []*summary
 	Store      []storeCmp  // the redis site against nokey
 	Creds      []storeCmp  // credential policies against static headers
+	Floor      []storeCmp  // the floor against (b)
 	Letters    [][2]string // letter, description, in table order
 	Sites      []*site     // the sites the run's scenarios use
 	OtherMed   float64     // cores
@@ -146,9 +147,17 @@ func renderPage(r *results) (string, error) {
 			pd.Sites = append(pd.Sites, s)
 		}
 	}
+	if len(latency) > 0 {
+		// The floor beside the missed p50 targets: what their one
+		// round trip costs at the least, stage by stage.
+		if ls, ok := r.latencyBreakdown(verdict{T: target{Key: floorKey, Of: "b", Kind: kindP50Vs}, Measured: true}); ok {
+			latency = append(latency, ls)
+		}
+	}
 	pd.Latency = latencyTableOf(latency)
 	pd.Store = r.storeComparisons()
 	pd.Creds = r.credentialComparisons()
+	pd.Floor = r.floorComparisons()
 	pd.OtherMed, pd.OtherMax = r.otherLoad()
 	var b bytes.Buffer
 	if err := t.Execute(&b, pd); err != nil {

@@ -362,24 +362,8 @@ type storeCmp struct {
 func (r *results) storeComparisons() []storeCmp {
 	var out []storeCmp
 	for _, s := range r.Scenarios {
-		if s.Site != "redis" || s.Phase != phaseLoad {
-			continue
-		}
-		of := s.Letter + "/nokey"
-		mem := map[int]*stats{}
-		for _, rn := range r.runsOf(of) {
-			mem[rn.Round] = rn.Stats
-		}
-		var cpu, p50, p99 []float64
-		for _, rn := range r.runsOf(s.Key) {
-			if m, ok := mem[rn.Round]; ok {
-				cpu = append(cpu, rn.Stats.CaddyCPU-m.CaddyCPU)
-				p50 = append(p50, rn.Stats.P50-m.P50)
-				p99 = append(p99, rn.Stats.P99-m.P99)
-			}
-		}
-		if len(cpu) > 0 {
-			out = append(out, storeCmp{Key: s.Key, Of: of, CPU: spreadOf(cpu), P50: spreadOf(p50), P99: spreadOf(p99)})
+		if s.Site == "redis" && s.Phase == phaseLoad {
+			out = r.appendSameRound(out, s.Key, s.Letter+"/nokey")
 		}
 	}
 	return out
@@ -393,26 +377,60 @@ func (r *results) storeComparisons() []storeCmp {
 func (r *results) credentialComparisons() []storeCmp {
 	var out []storeCmp
 	for _, s := range r.Scenarios {
-		st := siteNamed(s.Site)
-		if st == nil || st.StaticOf == "" || s.Phase != phaseLoad {
-			continue
-		}
-		of := s.Letter + "/" + st.StaticOf
-		static := map[int]*stats{}
-		for _, rn := range r.runsOf(of) {
-			static[rn.Round] = rn.Stats
-		}
-		var cpu, p50, p99 []float64
-		for _, rn := range r.runsOf(s.Key) {
-			if m, ok := static[rn.Round]; ok {
-				cpu = append(cpu, rn.Stats.CaddyCPU-m.CaddyCPU)
-				p50 = append(p50, rn.Stats.P50-m.P50)
-				p99 = append(p99, rn.Stats.P99-m.P99)
-			}
-		}
-		if len(cpu) > 0 {
-			out = append(out, storeCmp{Key: s.Key, Of: of, CPU: spreadOf(cpu), P50: spreadOf(p50), P99: spreadOf(p99)})
+		if st := siteNamed(s.Site); st != nil && st.StaticOf != "" && s.Phase == phaseLoad {
+			out = r.appendSameRound(out, s.Key, s.Letter+"/"+st.StaticOf)
 		}
 	}
 	return out
+}
+
+// floorKey is the floor scenario: (b) after one Redis round trip.
+const floorKey = "bf/floor"
+
+// floorComparisons is the floor against (b), round by round: what one
+// Redis round trip adds to a Caddy request on this machine, the least a
+// request kind of the redis site that makes one can add (issue 32).
+// Reported, not judged.
+func (r *results) floorComparisons() []storeCmp {
+	return r.appendSameRound(nil, floorKey, "b")
+}
+
+// appendSameRound appends key against of, from the rounds that ran
+// both (pairsOf): per round, key's Caddy CPU per request, p50 and p99
+// minus of's. Nothing is appended when no round ran both.
+func (r *results) appendSameRound(out []storeCmp, key, of string) []storeCmp {
+	var cpu, p50, p99 []float64
+	for _, p := range r.pairsOf(key, of) {
+		cpu = append(cpu, p[0].CaddyCPU-p[1].CaddyCPU)
+		p50 = append(p50, p[0].P50-p[1].P50)
+		p99 = append(p99, p[0].P99-p[1].P99)
+	}
+	if len(cpu) == 0 {
+		return out
+	}
+	return append(out, storeCmp{Key: key, Of: of, CPU: spreadOf(cpu), P50: spreadOf(p50), P99: spreadOf(p99)})
+}
+
+// pairsOf gives, for each run of key, that run's stats and of's in the
+// same round; rounds without of are left out. Against (b), which runs
+// before and after every scenario, of's stats are the run's own
+// reference (run.Ref: the mean of the (b) runs around it).
+func (r *results) pairsOf(key, of string) [][2]*stats {
+	same := map[int]*stats{}
+	if of != "b" {
+		for _, rn := range r.runsOf(of) {
+			same[rn.Round] = rn.Stats
+		}
+	}
+	var pairs [][2]*stats
+	for _, rn := range r.runsOf(key) {
+		o, ok := same[rn.Round]
+		if of == "b" {
+			o, ok = rn.Ref, rn.Ref != nil
+		}
+		if ok {
+			pairs = append(pairs, [2]*stats{rn.Stats, o})
+		}
+	}
+	return pairs
 }

@@ -36,8 +36,9 @@ type site struct {
 	// requests with static headers: the page reports each scenario
 	// against its twin there, round by round (not judged).
 	StaticOf string
-	// Redis: the site's store is the redis-server loadcmp starts
-	// (BENCH_REDIS); each of its runs reads that server's commandstats
+	// Redis: the site talks to the redis-server loadcmp starts
+	// (BENCH_REDIS: the redis site's store, the floor site's round
+	// trip); each of its runs reads that server's commandstats
 	// (redisstats.go).
 	Redis bool
 }
@@ -56,6 +57,7 @@ var sites = []*site{
 	{Name: "oauth", Door: httpDoor{}, Alg: "none", OAuth: true, Label: "a gateway configured as mcp but with `identity oauth` instead of `identity header`: every request carries `Authorization: Bearer <JWT>` (ES256, one client_credentials token fetched before the rounds from a local oidc-provider, `scripts/oauth/authserver.mjs`) and no `Agent-ID` or `Authority-Scope`; after its first use the verified token is a cache hit (SHA-256 lookup, `exp` checked)"},
 	{Name: "exchange", Door: httpDoor{}, Alg: "none", OAuth: true, StaticOf: "oauth", Label: "a gateway configured as oauth (same token) whose upstream has `credentials token_exchange`: each call's upstream request carries a token exchanged (RFC 8693) for the caller's at the same oidc-provider; after the first call, a cache hit (SHA-256 of the caller's token, audience and scopes)"},
 	{Name: "assertion", Door: httpDoor{}, Alg: "none", StaticOf: "mcp", Label: "a gateway configured as mcp (identity header) whose upstream has `credentials assertion`: each call's upstream request carries a fresh identity assertion, a JWT the gateway signs (Ed25519 key file, 60 s)"},
+	{Name: "floor", Door: httpDoor{}, Redis: true, Label: "not a gateway: the proxy site's `reverse_proxy` after one round trip to the redis site's redis-server (`bench_redis_floor`, scripts/bench/floor: an `EVALSHA` of `return 1` on a client built as the Redis store builds its own), the floor under a request kind that makes one round trip"},
 }
 
 // envName is the environment variable that carries a site's port.
@@ -135,6 +137,7 @@ func agentHeader(scope string, kv ...string) map[string]string {
 var letters = map[string]string{
 	"b":  "`GET /items/1` through the plain `reverse_proxy` (200): the reference",
 	"b2": "the same non-AGTP `GET` through a gateway site: rcns passes it on (200)",
+	"bf": "(b) after one Redis round trip (`EVALSHA` of `return 1`, go-redis as the Redis store configures it) in the same Caddy request: not a gateway, the floor under every kind that makes one round trip (200)",
 	"c":  "Tier B `FETCH /items/1` → `GET /items/1` (200)",
 	"d":  "`LOOKUP /item/d-…` presenting `Contract-Synthesized` of a one-step contract made before the run (200)",
 	"e1": "`LOOKUP /slow-one/e-…` presenting a contract whose one step waits 20 ms upstream (200)",
@@ -208,6 +211,7 @@ func scenarios() []*scenario {
 	return []*scenario{
 		{Key: "b", Letter: "b", Site: "proxy", Method: "GET", Path: "/items/1", Want: 200, NoRecord: true, Phase: phaseLoad},
 		b2("nokey"),
+		{Key: "bf/floor", Letter: "bf", Site: "floor", Method: "GET", Path: "/items/1", Want: 200, NoRecord: true, Phase: phaseLoad},
 		c("nokey"), d("nokey"), f("nokey"), g("nokey"),
 		c("ed25519"), d("ed25519"), f("ed25519"), g("ed25519"),
 		f("group"), g("group"),
