@@ -42,11 +42,7 @@ func anyArgs(s []string) []any {
 }
 
 // BenchmarkClientClaim runs the claim script on a new key per call,
-// serially and from 2, 4 and 16 goroutines, with each client: go-redis
-// (Script.Run), the store's Client.runNow (go-redis, grouped through
-// the record writer while another call is under way), go-redis's
-// auto-pipeliner and rueidis. cpu-ns/op is this process's CPU per call
-// (reportCPU); Redis's own is not in it.
+// serially and from 16 goroutines, with each client.
 func BenchmarkClientClaim(b *testing.B) {
 	srv := redistest.StartServer(b)
 	ctx := context.Background()
@@ -62,16 +58,7 @@ func BenchmarkClientClaim(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := New(ctx, Config{Addrs: []string{srv.Addr()}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
 	run := map[string]func() error{
-		"store": func() error { // the store's own: Client.runNow, grouped from two calls under way
-			keys, args := claimArgs(benchSeq.Add(1))
-			return st.runNow(ctx, claimScript, keys, anyArgs(args)...).Err()
-		},
 		"go-redis-autopipeline": func() error {
 			keys, args := claimArgs(benchSeq.Add(1))
 			return claimScript.Run(ctx, ap, keys, anyArgs(args)...).Err()
@@ -85,7 +72,7 @@ func BenchmarkClientClaim(b *testing.B) {
 			return rs.Exec(ctx, ru, keys, args).Error()
 		},
 	}
-	for _, name := range []string{"go-redis", "store", "go-redis-autopipeline", "rueidis"} {
+	for _, name := range []string{"go-redis", "go-redis-autopipeline", "rueidis"} {
 		f := run[name]
 		b.Run(name+"/serial", func(b *testing.B) {
 			b.ReportAllocs()

@@ -199,13 +199,8 @@ type Client struct {
 	// (reassert), which writes again the ones it lost.
 	live sync.Map
 
-	// recs writes retained Attribution-Records off the answer path,
-	// and the answer path's scripts that find another on the wire
-	// (runNow).
+	// recs writes retained Attribution-Records off the answer path.
 	recs *recordWriter
-	// answering counts the answer path's script calls under way
-	// (runNow).
-	answering atomic.Int64
 
 	// background work (background): pending counts it, closing stops
 	// it, work waits for it at Close.

@@ -301,7 +301,7 @@ func (s *idem) Claim(ctx context.Context, req idempotency.ClaimRequest) (store.C
 	start := time.Now()
 	now := s.c.nowMS()
 	args := s.appendClaimArgs(make([]any, 0, claimArgsLen), req, token, now, deadline, member, global)
-	v, err := s.c.runNow(ctx, claimScript, keys, args...).Slice()
+	v, err := claimScript.Run(ctx, s.c.rdb, keys, args...).Slice()
 	if err = s.c.done(store.OpClaim, start, err); err != nil {
 		if mayHaveRun(err) {
 			s.releaseLater(req, token)
@@ -393,15 +393,14 @@ func replyHold(v []any, i int) *idempotency.Hold {
 
 // mayHaveRun reports whether a call that failed with err may have run
 // at Redis: false when it was never sent (no connection could be made
-// or taken from the pool, the client is closed, or a grouped call left
-// the record writer's queue unsent: errNotSent) or Redis answered
+// or taken from the pool, or the client is closed) or Redis answered
 // with an error reply (it refused the script), true otherwise (a
 // timeout or a connection lost after the command was written).
 func mayHaveRun(err error) bool {
 	var op *net.OpError
 	var re redis.Error
 	switch {
-	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed), errors.Is(err, errNotSent):
+	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):
 		return false
 	case errors.As(err, &op) && op.Op == "dial":
 		return false

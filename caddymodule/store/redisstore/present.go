@@ -165,7 +165,7 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 		args = p.idem.appendClaimArgs(args, creq, token, claimAt, deadline, member, global)
 	}
 	start := time.Now()
-	v, err := p.c.runNow(ctx, presentScript, keys, args...).Slice()
+	v, err := presentScript.Run(ctx, p.c.rdb, keys, args...).Slice()
 	if err = p.c.done(store.OpPresent, start, err); err != nil {
 		if claiming && mayHaveRun(err) {
 			p.idem.releaseLater(creq, token)
@@ -320,7 +320,7 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 		// pipeline): the request waits for them only when it minted.
 		others = p.contracts.startBeside(ctx, req.Mint, mc, deadline)
 	}
-	v, err := p.c.runNow(ctx, resolveScript, keys, args...).Slice()
+	v, err := resolveScript.Run(ctx, p.c.rdb, keys, args...).Slice()
 	ran := false // the script ran, and a claim it took is to be released
 	if others != nil {
 		minted := err == nil && len(v) > 16 && replyInt(v, 14) == 1 && replyInt(v, 15) == 0

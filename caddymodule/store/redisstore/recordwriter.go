@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
@@ -16,9 +15,8 @@ import (
 )
 
 // MaxQueuedRecords bounds the Attribution-Records (and the other writes
-// gathered with them: settles made beside the answer, answer-path
-// scripts grouped by Client.runNow, attempt records, undone index
-// writes) a Client holds queued for Redis (recordWriter):
+// gathered with them: settles made beside the answer, attempt records,
+// undone index writes) a Client holds queued for Redis (recordWriter):
 // a Retain that finds it full waits for room
 // at most the write and read timeouts, then is refused
 // (store.ErrUnavailable, counted as a failed op record) and the record
@@ -37,8 +35,7 @@ const maxRecordBatch = 512
 // of one or two (the pipeline's write and read cost the node CPU per
 // round trip, not per record). The batch goes at once when it reaches
 // maxRecordBatch, when a reader on this node waits for it (INSPECT
-// target=audit, chain_head), when an answer-path script joins it
-// (Client.runNow), and when the Client closes. Another node
+// target=audit, chain_head), and when the Client closes. Another node
 // reads a record at most this much later than without the delay.
 const RecordBatchDelay = 2 * time.Millisecond
 
@@ -75,11 +72,6 @@ type queuedCall struct {
 	done   chan struct{}
 	val    any
 	err    error
-	// For answer-path calls (callNow): taken (a batch holds it), set
-	// under recordWriter.mu, and the caller's deadline, past which a
-	// batch no longer sends it.
-	taken    bool
-	deadline time.Time
 }
 
 // deliver sets q's reply and wakes its caller.
@@ -106,10 +98,6 @@ func (q *queuedCall) deliver(val any, err error) {
 // written, normally within RecordBatchDelay and a round trip of the
 // answer. A batch that
 // fails is dropped and counted (op record), as a failed Retain was.
-// The same batches carry script calls whose callers wait for their
-// reply: settles made beside the answer (call), and answer-path scripts
-// made while another is under way (Client.runNow), which send
-// their batch at once.
 type recordWriter struct {
 	c *Client
 
@@ -119,15 +107,9 @@ type recordWriter struct {
 	// each batch takes them first, so a settle does not wait behind a
 	// queue full of records. They count towards MaxQueuedRecords.
 	settles []queuedRecord
-	// calls are the answer path's grouped script calls (callNow): each
-	// batch takes them before the settles. They count towards
-	// MaxQueuedRecords too.
-	calls   []queuedRecord
 	queued  uint64        // records queued so far (settles not counted)
 	written uint64        // records whose batch ended (written or dropped)
 	batched uint64        // settles sent with a batch, counted before their callers wake (tests)
-	carried uint64        // batches that carried settles (tests)
-	onWire  atomic.Int64  // when the batch on the wire was sent (Unix ns; 0: none)
 	flushed chan struct{} // closed, and replaced, when written advances
 	kick    chan struct{} // cap 1: the queue is not empty
 	urgent  chan struct{} // cap 1: write the batch now, do not wait
@@ -162,7 +144,7 @@ func (w *recordWriter) add(q queuedRecord) error {
 			return store.ErrUnavailable
 		default:
 		}
-		if w.lenLocked() < MaxQueuedRecords {
+		if len(w.queue)+len(w.settles) < MaxQueuedRecords {
 			break
 		}
 		if deadline == nil {
@@ -189,7 +171,7 @@ func (w *recordWriter) add(q queuedRecord) error {
 		w.queue = append(w.queue, q)
 		w.queued++
 	}
-	full := w.lenLocked() >= maxRecordBatch
+	full := len(w.queue)+len(w.settles) >= maxRecordBatch
 	w.mu.Unlock()
 	select {
 	case w.kick <- struct{}{}:
@@ -251,7 +233,7 @@ func (w *recordWriter) run() {
 // less when hurried or closing.
 func (w *recordWriter) gather(timer *time.Timer) {
 	w.mu.Lock()
-	full := w.lenLocked() >= maxRecordBatch
+	full := len(w.queue)+len(w.settles) >= maxRecordBatch
 	w.mu.Unlock()
 	if full {
 		return
@@ -276,16 +258,13 @@ func (w *recordWriter) drain() {
 		if err := w.writeQueued(); err != nil {
 			w.mu.Lock()
 			n := len(w.queue)
-			for _, q := range w.calls {
-				q.call.deliver(nil, fmt.Errorf("%w: %w", store.ErrUnavailable, errNotSent))
-			}
 			for _, q := range append(w.settles, w.queue...) {
 				if q.call != nil {
 					q.call.deliver(nil, store.ErrUnavailable)
 				}
 			}
 			w.written += uint64(len(w.queue))
-			w.queue, w.settles, w.calls = nil, nil, nil
+			w.queue, w.settles = nil, nil
 			close(w.flushed)
 			w.flushed = make(chan struct{})
 			w.mu.Unlock()
@@ -295,7 +274,7 @@ func (w *recordWriter) drain() {
 			return
 		}
 		w.mu.Lock()
-		left := w.lenLocked()
+		left := len(w.queue) + len(w.settles)
 		w.mu.Unlock()
 		if left == 0 {
 			return
@@ -310,26 +289,12 @@ func (w *recordWriter) drain() {
 func (w *recordWriter) writeQueued() error {
 	w.mu.Lock()
 	budget := maxBatchBytes
-	now := time.Now()
-	w.calls = slices.DeleteFunc(w.calls, func(q queuedRecord) bool {
-		if now.Before(q.call.deadline) {
-			return false
-		}
-		q.call.deliver(nil, fmt.Errorf("%w: %w", errNotSent, context.DeadlineExceeded))
-		return true
-	})
-	batch := take(&w.calls, maxRecordBatch, &budget)
-	for _, q := range batch {
-		q.call.taken = true
-	}
-	if budget > 0 && len(batch) < maxRecordBatch {
-		batch = append(batch, take(&w.settles, maxRecordBatch-len(batch), &budget)...)
-	}
+	batch := take(&w.settles, maxRecordBatch, &budget)
 	settles := len(batch)
-	if budget > 0 && len(batch) < maxRecordBatch {
+	if budget > 0 {
 		batch = append(batch, take(&w.queue, maxRecordBatch-len(batch), &budget)...)
 	}
-	if w.lenLocked() > 0 {
+	if len(w.queue)+len(w.settles) > 0 {
 		select {
 		case w.kick <- struct{}{}: // the rest is the next batch
 		default:
@@ -344,8 +309,6 @@ func (w *recordWriter) writeQueued() error {
 	var calls map[redis.Cmder]*queuedCall
 	counted := false // the batch holds writes counted as op record
 	newest := chainHeads(batch)
-	w.onWire.Store(start.UnixNano())
-	defer w.onWire.Store(0)
 	cmds, _ := w.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, q := range batch {
 			counted = counted || q.call == nil || q.call.done == nil
@@ -372,9 +335,6 @@ func (w *recordWriter) writeQueued() error {
 	})
 	w.mu.Lock()
 	w.batched += uint64(settles) // before settleBatch wakes their callers
-	if settles > 0 {
-		w.carried++
-	}
 	w.mu.Unlock()
 	err, lost := settleBatch(ctx, w.c.rdb, cmds, calls)
 	cancel()
@@ -524,50 +484,8 @@ func (c *Client) run(ctx context.Context, script *redis.Script, keys []string, a
 		// another node.
 		return script.Run(ctx, c.rdb, keys, args...)
 	}
-	return cmdOf(c.recs.call(ctx, script, keys, args...))
-}
-
-// runNow runs script on the answer path (a claim, a presentation, a
-// gate evaluation: the request waits for its reply). When no other
-// such call of this Client is under way it goes at once on its own
-// connection (Script.Run); when one is, it joins the record writer's
-// next batch, which goes at once (call): under load, the calls made
-// while a batch is on the wire share the next one's write and read
-// (group commit, docs/cluster.md "Client"), instead of one round trip's
-// syscalls each on both sides. In Cluster mode it is Script.Run: a
-// batch spans nodes (run says why not); and it is Script.Run when the
-// writer's batch on the wire has been there longer than groupWait (a
-// connection that stopped answering holds no other call up), when a
-// batch does not take the call within groupWait, and when the
-// writer's queue is full or the Client closing (callNow). A grouped
-// call returns as Script.Run does: at its reply, or at ctx's deadline
-// (cancelled, it still waits for a reply already on its way), its
-// script then perhaps still to run (the claims and mints it carries
-// write nothing past their deadline); one whose batch had not taken it
-// yet is not sent at all (errNotSent: mayHaveRun is false).
-func (c *Client) runNow(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	busy := c.answering.Add(1) > groupFrom
-	defer c.answering.Add(-1)
-	if busy && !c.cluster && !c.recs.stuck() {
-		if val, queued, err := c.recs.callNow(ctx, script, keys, args...); queued {
-			return cmdOf(val, err)
-		}
-	}
-	return script.Run(ctx, c.rdb, keys, args...)
-}
-
-// groupFrom is how many answer-path calls of a Client must be under way
-// already for the next to be grouped (runNow): below it a call goes on
-// its own connection. Grouping costs each grouped call the hop to the
-// record writer and back, which its share of a batch's syscalls repays
-// only when the batch is large: BenchmarkClientClaim, client CPU per
-// claim, go-redis against grouped from one call under way, 33 against
-// 69 µs with 2 goroutines, 32 against 38 with 4, 27 against 16 with 16.
-const groupFrom = 4
-
-// cmdOf is a script call's reply as Script.Run gives it.
-func cmdOf(val any, err error) *redis.Cmd {
-	cmd := redis.NewCmd(context.Background())
+	cmd := redis.NewCmd(ctx)
+	val, err := c.recs.call(ctx, script, keys, args...)
 	if err != nil {
 		cmd.SetErr(err)
 	} else {
@@ -595,110 +513,6 @@ func (w *recordWriter) call(ctx context.Context, script *redis.Script, keys []st
 		return nil, ctx.Err()
 	}
 }
-
-// errNotSent is the cause of a grouped answer-path call that never
-// reached Redis: its caller's context ended before a batch took it, or
-// the Client closed with it queued (mayHaveRun: false).
-var errNotSent = errors.New("the call was not sent: it was still queued for the next batch")
-
-// callNow queues an answer-path script call (runNow) ahead of the
-// settles and records, has the writer send its batch at once, and
-// returns its reply. queued is false, and nothing is sent, when the
-// queue is full (MaxQueuedRecords) or the Client closing, or when no
-// batch took the call within groupWait: the caller then goes on its
-// own connection. Its deadline is its context's, at most the write and
-// read timeouts from now (what its own connection would allow). Its
-// caller's context ending (cancelled or past its deadline) before a
-// batch took the call leaves it unsent (errNotSent), and a batch
-// leaves a call past its deadline unsent too; once taken, the call
-// waits for the reply, or its deadline (context.DeadlineExceeded: it
-// may have run), cancellation alone not ending the wait, as with
-// Script.Run.
-func (w *recordWriter) callNow(ctx context.Context, script *redis.Script, keys []string, args ...any) (val any, queued bool, err error) {
-	deadline := time.Now().Add(w.c.cfg.WriteTimeout + w.c.cfg.ReadTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	q := &queuedCall{script: script, keys: keys, args: args, done: make(chan struct{}), deadline: deadline}
-	w.mu.Lock()
-	select {
-	case <-w.c.closing:
-		w.mu.Unlock()
-		return nil, false, nil
-	default:
-	}
-	if w.lenLocked() >= MaxQueuedRecords {
-		w.mu.Unlock()
-		return nil, false, nil
-	}
-	w.calls = append(w.calls, queuedRecord{call: q})
-	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
-	w.hurry()
-
-	timer := time.NewTimer(min(w.groupWait(), time.Until(deadline)))
-	defer timer.Stop()
-	cancelled := ctx.Done()
-	grouping := true // the timer is groupWait's
-	for {
-		var cause error
-		select {
-		case <-q.done:
-			return q.val, true, q.err
-		case <-cancelled:
-			cause = ctx.Err()
-		case <-timer.C:
-			cause = context.DeadlineExceeded
-			if grouping && time.Now().Before(deadline) {
-				cause = nil // groupWait passed
-			}
-		}
-		w.mu.Lock()
-		if !q.taken {
-			w.calls = slices.DeleteFunc(w.calls, func(r queuedRecord) bool { return r.call == q })
-			w.mu.Unlock()
-			if cause == nil {
-				return nil, false, nil
-			}
-			return nil, true, fmt.Errorf("%w: %w", errNotSent, cause)
-		}
-		w.mu.Unlock()
-		switch {
-		case cause == nil: // on its way: wait for the reply or the deadline
-			grouping = false
-			timer.Reset(time.Until(deadline))
-		case errors.Is(cause, context.Canceled):
-			cancelled = nil // on its way: wait for the reply or the deadline
-		default:
-			return nil, true, cause
-		}
-	}
-}
-
-// groupWait is how long an answer-path call waits for a batch to take
-// it before it goes on its own connection, and how long a batch may be
-// on the wire before calls stop joining the next one (stuck): a tenth
-// of the read timeout, at least 5 ms (50 ms by default). Under load a
-// batch comes back within a few milliseconds; one that does not is on
-// a connection that stopped answering, and the other connections may
-// still answer.
-func (w *recordWriter) groupWait() time.Duration {
-	return max(w.c.cfg.ReadTimeout/10, 5*time.Millisecond)
-}
-
-// stuck reports whether the batch on the wire has been there longer
-// than groupWait.
-func (w *recordWriter) stuck() bool {
-	sent := w.onWire.Load()
-	return sent != 0 && time.Since(time.Unix(0, sent)) > w.groupWait()
-}
-
-// lenLocked is what the writer holds queued: records, settles and
-// answer-path calls.
-func (w *recordWriter) lenLocked() int { return len(w.queue) + len(w.settles) + len(w.calls) }
 
 // wait returns once every record queued before the call is written or
 // dropped, or ctx ends (its error).
