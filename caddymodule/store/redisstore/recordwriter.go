@@ -110,6 +110,7 @@ type recordWriter struct {
 	queued  uint64        // records queued so far (settles not counted)
 	written uint64        // records whose batch ended (written or dropped)
 	batched uint64        // settles sent with a batch, counted before their callers wake (tests)
+	settled uint64        // settles queued so far (tests)
 	flushed chan struct{} // closed, and replaced, when written advances
 	kick    chan struct{} // cap 1: the queue is not empty
 	urgent  chan struct{} // cap 1: write the batch now, do not wait
@@ -167,6 +168,7 @@ func (w *recordWriter) add(q queuedRecord) error {
 	}
 	if q.call != nil && q.call.done != nil {
 		w.settles = append(w.settles, q)
+		w.settled++
 	} else {
 		w.queue = append(w.queue, q)
 		w.queued++
