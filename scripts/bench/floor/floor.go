@@ -13,7 +13,7 @@
 // is compiled into the bench's Caddy only (scripts/bench/caddy), never
 // into cmd/caddy.
 //
-// Caddyfile (inside a route, so that it runs before reverse_proxy):
+// Caddyfile (ordered before reverse_proxy):
 //
 //	bench_redis_floor <host:port>
 package floor
@@ -21,7 +21,9 @@ package floor
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -35,6 +37,9 @@ import (
 func init() {
 	caddy.RegisterModule(Handler{})
 	httpcaddyfile.RegisterHandlerDirective("bench_redis_floor", parseCaddyfile)
+	// Before reverse_proxy at the site's top level, as (b)'s
+	// reverse_proxy is: no route block of its own to cost a request.
+	httpcaddyfile.RegisterDirectiveOrder("bench_redis_floor", httpcaddyfile.Before, "reverse_proxy")
 }
 
 // one is the round trip's script: the least a script call can do.
@@ -57,8 +62,20 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 
 // Provision builds the client the rcns Redis store would build for the
 // same address, with its defaults. It does not dial: the first request
-// does, as the store's first call does.
+// does, as the store's first call does. An address that is not
+// host:port with a numeric port is an error here, not a 503 on every
+// request.
 func (h *Handler) Provision(caddy.Context) error {
+	host, port, err := net.SplitHostPort(h.Address)
+	if err == nil && host == "" {
+		err = fmt.Errorf("no host")
+	}
+	if n, perr := strconv.ParseUint(port, 10, 16); err == nil && (perr != nil || n == 0) {
+		err = fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	if err != nil {
+		return fmt.Errorf("bench_redis_floor: address %q: want host:port: %w", h.Address, err)
+	}
 	c, err := redisstore.NewDegraded(redisstore.Config{Addrs: []string{h.Address}})
 	if err != nil {
 		return fmt.Errorf("bench_redis_floor: %w", err)
@@ -86,8 +103,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return next.ServeHTTP(w, r)
 }
 
-// roundTrip runs the script once: one EVALSHA (an EVAL and a SCRIPT
-// LOAD the first time, as go-redis does on NOSCRIPT).
+// roundTrip runs the script once: one EVALSHA. The first time on a
+// redis-server, the EVALSHA fails NOSCRIPT and go-redis sends an EVAL:
+// two round trips, once.
 func (h *Handler) roundTrip(ctx context.Context) error {
 	return one.Run(ctx, h.client.Redis(), nil).Err()
 }

@@ -109,3 +109,16 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		}
 	}
 }
+
+// TestProvisionRefusesBadAddress: an address that is not host:port with
+// a numeric port fails at provision (caddy validate), not on every
+// request.
+func TestProvisionRefusesBadAddress(t *testing.T) {
+	for _, a := range []string{"127.0.0.1:notaport", "redis://127.0.0.1:6379", "127.0.0.1", ":6379", "127.0.0.1:0", "127.0.0.1:70000"} {
+		h := &Handler{Address: a}
+		if err := h.Provision(caddy.Context{}); err == nil || !strings.Contains(err.Error(), "bench_redis_floor: address") {
+			_ = h.Cleanup()
+			t.Errorf("%q: provisioned (%v), want an address error", a, err)
+		}
+	}
+}

@@ -30,6 +30,8 @@ type latencyRow struct {
 	Key, Of, Diff float64
 	// Commandstats: a row from redis-server's INFO commandstats.
 	Commandstats bool
+	// Engine: a row from the rcns engine's metrics.
+	Engine bool
 }
 
 // latencyRows lists the stages of latencyStage, each with its measure
@@ -41,12 +43,15 @@ var latencyRows = []struct {
 	name, unit   string
 	of           func(st *stats, workers, cpus int) float64
 	commandstats bool
+	// engine: a row from the rcns engine's metrics, which the floor
+	// (not a gateway) has none of.
+	engine bool
 }{
 	{name: "closed-loop p50", unit: "ms", of: func(st *stats, _, _ int) float64 { return st.P50 }},
 	{name: "closed-loop mean (connections ÷ req/s)", unit: "ms", of: func(st *stats, w, _ int) float64 { return meanLatency(st, w) }},
-	{name: "in the rcns engine (mean of `caddy_rcns_request_duration_seconds`)", unit: "ms", of: func(st *stats, _, _ int) float64 { return st.EngineMS }},
-	{name: "of it, waiting for the store's round trips before the answer", unit: "ms", of: func(st *stats, _, _ int) float64 { return st.StoreWaitMS }},
-	{name: "store round trips before the answer, per request", of: func(st *stats, _, _ int) float64 { return st.StoreTrips }},
+	{name: "in the rcns engine (mean of `caddy_rcns_request_duration_seconds`)", unit: "ms", engine: true, of: func(st *stats, _, _ int) float64 { return st.EngineMS }},
+	{name: "of it, waiting for the store's round trips before the answer", unit: "ms", engine: true, of: func(st *stats, _, _ int) float64 { return st.StoreWaitMS }},
+	{name: "store round trips before the answer, per request", engine: true, of: func(st *stats, _, _ int) float64 { return st.StoreTrips }},
 	{name: "CPU: Caddy", unit: "µs", of: func(st *stats, _, _ int) float64 { return st.CaddyCPU }},
 	{name: "CPU: redis-server", unit: "µs", of: func(st *stats, _, _ int) float64 { return st.RedisCPU }},
 	{name: "redis-server: commands run per request (inside its scripts or not, `INFO commandstats`)", commandstats: true,
@@ -100,7 +105,7 @@ func (r *results) latencyBreakdown(v verdict) (latencyStage, bool) {
 			k, o, d = append(k, kv), append(o, ov), append(d, kv-ov)
 		}
 		ls.Rows = append(ls.Rows, latencyRow{Name: row.name, Unit: row.unit, Key: median(k), Of: median(o), Diff: median(d),
-			Commandstats: row.commandstats})
+			Commandstats: row.commandstats, Engine: row.engine})
 	}
 	return ls, true
 }
@@ -144,6 +149,10 @@ func latencyTableOf(stages []latencyStage) latencyTable {
 		}
 		ln := latencyLine{Name: name}
 		for _, s := range stages {
+			if s.Key == floorKey && s.Rows[i].Engine {
+				ln.Cells = append(ln.Cells, "–") // not a gateway: no engine to measure
+				continue
+			}
 			ln.Cells = append(ln.Cells, s.Rows[i].cell())
 		}
 		t.Lines = append(t.Lines, ln)

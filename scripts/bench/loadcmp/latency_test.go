@@ -247,8 +247,22 @@ func TestFloorColumn(t *testing.T) {
 		// 261 µs against 200 (the median round), × 16 ÷ 2.
 		"| CPU-bound latency (all four × connections ÷ CPUs), ms | +0.64 (1.60 → 2.24) | +0.49 (1.60 → 2.09) |",
 		"The last column is the floor, not a gateway",
-		"| bf/floor against b | +41.0 (+40.0 to +42.0) | +0.50 (+0.50 to +0.50) | +1.00 (+1.00 to +1.00) |",
+		// The engine's rows: the floor is not a gateway.
+		"| store round trips before the answer, per request | +1.00 (0.00 → 1.00) | – |",
+		"| bf/floor against b | +41.0 (+40.0 to +42.0) | +20.0 (+20.0 to +20.0) | +0.50 (+0.50 to +0.50) | +1.00 (+1.00 to +1.00) |",
 	)
+	// The same-round table without Redis on either side: no redis-server
+	// number, and its text names only what it holds.
+	if c := r.appendSameRound(nil, "d/nokey", "b"); len(c) != 1 || c[0].Redis.N != 0 {
+		t.Errorf("d/nokey against b: %+v, want one row without redis-server CPU", c)
+	}
+	// A run of the floor alone: its row, and a text that names only it.
+	md = mustRender(t, fixture(map[string][]float64{floorKey: {40, 41, 42}}, nil))
+	pageHas(t, md, "Same round, each scenario against the one it names: reported, not judged, the floor against (b)",
+		"| bf/floor against b | +41.0 (+40.0 to +42.0) | — |")
+	if strings.Contains(md, "the Redis store against the memory store (redis minus") || strings.Contains(md, "upstream credentials against") {
+		t.Error("the same-round text of a floor-only run names comparisons it does not hold")
+	}
 	if md := mustRender(t, latencyFixture(true, true)); strings.Contains(md, "bf/floor") || strings.Contains(md, "The last column is the floor") {
 		t.Error("the page shows a floor that did not run")
 	}

@@ -354,6 +354,9 @@ func renderFile(file, page string) error {
 type storeCmp struct {
 	Key, Of       string
 	CPU, P50, P99 spread
+	// Redis: redis-server's CPU per request, µs, Key's minus Of's; no
+	// rounds (N 0, shown "—") when neither side measured any.
+	Redis spread
 }
 
 // storeComparisons pairs every load scenario of the redis site with its
@@ -399,16 +402,23 @@ func (r *results) floorComparisons() []storeCmp {
 // both (pairsOf): per round, key's Caddy CPU per request, p50 and p99
 // minus of's. Nothing is appended when no round ran both.
 func (r *results) appendSameRound(out []storeCmp, key, of string) []storeCmp {
-	var cpu, p50, p99 []float64
+	var cpu, p50, p99, rs []float64
+	redis := false
 	for _, p := range r.pairsOf(key, of) {
 		cpu = append(cpu, p[0].CaddyCPU-p[1].CaddyCPU)
 		p50 = append(p50, p[0].P50-p[1].P50)
 		p99 = append(p99, p[0].P99-p[1].P99)
+		rs = append(rs, p[0].RedisCPU-p[1].RedisCPU)
+		redis = redis || p[0].RedisCPU > 0 || p[1].RedisCPU > 0
 	}
 	if len(cpu) == 0 {
 		return out
 	}
-	return append(out, storeCmp{Key: key, Of: of, CPU: spreadOf(cpu), P50: spreadOf(p50), P99: spreadOf(p99)})
+	c := storeCmp{Key: key, Of: of, CPU: spreadOf(cpu), P50: spreadOf(p50), P99: spreadOf(p99)}
+	if redis {
+		c.Redis = spreadOf(rs)
+	}
+	return append(out, c)
 }
 
 // pairsOf gives, for each run of key, that run's stats and of's in the
