@@ -259,7 +259,7 @@ func TestFloorColumn(t *testing.T) {
 	// A run of the floor alone: its row, and a text that names only it.
 	md = mustRender(t, fixture(map[string][]float64{floorKey: {40, 41, 42}}, nil))
 	pageHas(t, md, "Same round, each scenario against the one it names: reported, not judged, the floor against (b)",
-		"| bf/floor against b | +41.0 (+40.0 to +42.0) | — |")
+		"| bf/floor against b | +41.0 (+40.0 to +42.0) | +0.0 (+0.0 to +0.0) |")
 	if strings.Contains(md, "the Redis store against the memory store (redis minus") || strings.Contains(md, "upstream credentials against") {
 		t.Error("the same-round text of a floor-only run names comparisons it does not hold")
 	}

@@ -355,7 +355,7 @@ type storeCmp struct {
 	Key, Of       string
 	CPU, P50, P99 spread
 	// Redis: redis-server's CPU per request, µs, Key's minus Of's; no
-	// rounds (N 0, shown "—") when neither side measured any.
+	// rounds (N 0, shown "—") when neither side's site talks to it.
 	Redis spread
 }
 
@@ -403,13 +403,21 @@ func (r *results) floorComparisons() []storeCmp {
 // minus of's. Nothing is appended when no round ran both.
 func (r *results) appendSameRound(out []storeCmp, key, of string) []storeCmp {
 	var cpu, p50, p99, rs []float64
-	redis := false
 	for _, p := range r.pairsOf(key, of) {
 		cpu = append(cpu, p[0].CaddyCPU-p[1].CaddyCPU)
 		p50 = append(p50, p[0].P50-p[1].P50)
 		p99 = append(p99, p[0].P99-p[1].P99)
 		rs = append(rs, p[0].RedisCPU-p[1].RedisCPU)
-		redis = redis || p[0].RedisCPU > 0 || p[1].RedisCPU > 0
+	}
+	// redis-server runs through every run; it is this comparison's only
+	// when a side's site talks to it.
+	redis := false
+	for _, k := range []string{key, of} {
+		if s := r.scenario(k); s != nil {
+			if st := siteNamed(s.Site); st != nil && st.Redis {
+				redis = true
+			}
+		}
 	}
 	if len(cpu) == 0 {
 		return out
