@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -238,8 +239,11 @@ func newClient(cfg Config) (*Client, error) {
 		return nil, errors.New("redisstore: no address")
 	}
 	for i, a := range cfg.Addrs {
-		if a == "" || !strings.Contains(a, ":") {
-			return nil, fmt.Errorf("redisstore: address %d %q is not host:port", i, a)
+		// host:port with a port from 1 to 65535: refused here, at
+		// provision, rather than on every call when go-redis dials.
+		host, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.ParseUint(port, 10, 16); err != nil || host == "" || perr != nil || n == 0 {
+			return nil, fmt.Errorf("redisstore: address %d %q is not host:port (a port from 1 to 65535)", i, a)
 		}
 	}
 	if cfg.KeyPrefix == "" {

@@ -470,6 +470,11 @@ func TestConfigRefusals(t *testing.T) {
 	}{
 		{"no address", Config{}},
 		{"bad address", Config{Addrs: []string{"localhost"}}},
+		{"port not a number", Config{Addrs: []string{"127.0.0.1:notaport"}}},
+		{"a URL", Config{Addrs: []string{"redis://127.0.0.1:6379"}}},
+		{"no host", Config{Addrs: []string{":6379"}}},
+		{"port 0", Config{Addrs: []string{"127.0.0.1:0"}}},
+		{"port over 65535", Config{Addrs: []string{"127.0.0.1:70000"}}},
 		{"two addresses single", Config{Addrs: []string{"a:1", "b:1"}}},
 		{"braces in prefix", Config{Addrs: []string{"a:1"}, KeyPrefix: "x{y}"}},
 		{"negative timeout", Config{Addrs: []string{"a:1"}, ReadTimeout: -1}},

@@ -116,7 +116,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 func TestProvisionRefusesBadAddress(t *testing.T) {
 	for _, a := range []string{"127.0.0.1:notaport", "redis://127.0.0.1:6379", "127.0.0.1", ":6379", "127.0.0.1:0", "127.0.0.1:70000"} {
 		h := &Handler{Address: a}
-		if err := h.Provision(caddy.Context{}); err == nil || !strings.Contains(err.Error(), "bench_redis_floor: address") {
+		if err := h.Provision(caddy.Context{}); err == nil || !strings.Contains(err.Error(), "is not host:port") {
 			_ = h.Cleanup()
 			t.Errorf("%q: provisioned (%v), want an address error", a, err)
 		}
