@@ -1,13 +1,11 @@
 package store
 
 import (
-	"container/list"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -401,99 +399,6 @@ func (a *memAttempts) Len(context.Context) (int, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.order), nil
-}
-
-// memRecords retains Attribution-Records in insertion order, at most max
-// of them and each for retention, and the chain heads by agent and node.
-type memRecords struct {
-	mu        sync.Mutex
-	max       int
-	retention time.Duration
-	now       func() time.Time
-	order     *list.List // of *memRecord, oldest first
-	byID      map[string]*list.Element
-	heads     map[string]map[string]memHead // agent → node → head
-}
-
-type memRecord struct {
-	rec  Record
-	kept time.Time
-}
-
-type memHead struct {
-	auditID string
-	kept    time.Time
-}
-
-func newMemRecords(max int, retention time.Duration, now func() time.Time) *memRecords {
-	return &memRecords{max: max, retention: retention, now: now, order: list.New(),
-		byID: map[string]*list.Element{}, heads: map[string]map[string]memHead{}}
-}
-
-func (r *memRecords) resize(max int, retention time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.max, r.retention = max, retention
-	r.pruneLocked(r.now())
-}
-
-// pruneLocked drops records past their retention and past the bound.
-func (r *memRecords) pruneLocked(now time.Time) {
-	for e := r.order.Front(); e != nil; e = r.order.Front() {
-		mr := e.Value.(*memRecord)
-		if r.order.Len() <= r.max && now.Sub(mr.kept) < r.retention {
-			break
-		}
-		r.order.Remove(e)
-		delete(r.byID, mr.rec.AuditID)
-	}
-}
-
-func (r *memRecords) Retain(_ context.Context, rec Record) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := r.now()
-	if e, ok := r.byID[rec.AuditID]; ok {
-		r.order.Remove(e)
-	}
-	r.byID[rec.AuditID] = r.order.PushBack(&memRecord{rec: rec, kept: now})
-	nodes := r.heads[rec.AgentID]
-	if nodes == nil {
-		nodes = map[string]memHead{}
-		r.heads[rec.AgentID] = nodes
-	}
-	nodes[rec.NodeID] = memHead{auditID: rec.AuditID, kept: now}
-	r.pruneLocked(now)
-	return nil
-}
-
-func (r *memRecords) Get(_ context.Context, auditID string) (Record, bool, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.pruneLocked(r.now())
-	if e, ok := r.byID[auditID]; ok {
-		return e.Value.(*memRecord).rec, true, nil
-	}
-	return Record{}, false, nil
-}
-
-func (r *memRecords) Heads(_ context.Context, agentID string) ([]Head, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := r.now()
-	var out []Head
-	for node, h := range r.heads[agentID] {
-		if now.Sub(h.kept) >= r.retention {
-			delete(r.heads[agentID], node)
-			continue
-		}
-		out = append(out, Head{NodeID: node, AuditID: h.auditID})
-	}
-	if len(r.heads[agentID]) == 0 {
-		delete(r.heads, agentID)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
-	return out, nil
 }
 
 // ContractStore returns the recipes.Store the memory contracts live in,
