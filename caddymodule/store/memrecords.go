@@ -187,19 +187,23 @@ func (r *memRecords) pruneLocked(now time.Time) {
 		}
 		r.popLocked()
 	}
-	if r.n > 2*r.live+64 {
-		r.compactLocked() // records retained again, each leaving a slot behind
+	if r.n > 2*r.live+64 || len(r.ring) > 1024 && r.n < len(r.ring)/4 {
+		// Records retained again, each leaving a slot behind; or far
+		// fewer records than after a burst: neither the ring nor a Go
+		// map ever shrinks of itself.
+		r.compactLocked()
 	}
 }
 
-// compactLocked moves the records still held into a new ring and new
-// chunks, without the slots left behind, their sequence numbers
-// renumbered from first.
+// compactLocked moves the records still held into a new ring, new
+// chunks and a new index, without the slots left behind, their
+// sequence numbers renumbered from first.
 func (r *memRecords) compactLocked() {
 	old, oldHead, oldN := r.ring, r.head, r.n
 	oldChunks, oldFirstChunk := r.chunks, r.firstChunk
 	r.ring, r.head, r.n, r.live = make([]memRecord, max(16, 2*r.live)), 0, 0, 0
 	r.chunks, r.firstChunk = nil, oldFirstChunk+uint64(len(oldChunks))
+	r.byID, r.byOther = make(map[[32]byte]uint64, len(r.byID)), make(map[string]uint64, len(r.byOther))
 	for i := 0; i < oldN; i++ {
 		m := old[(oldHead+i)%len(old)]
 		if m.gone {

@@ -193,6 +193,40 @@ func TestMemRecordsRetainedAgain(t *testing.T) {
 	}
 }
 
+// TestMemRecordsShrinks: after a burst, the ring, the chunks and the
+// index go back to the size of what is still held.
+func TestMemRecordsShrinks(t *testing.T) {
+	clock := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	r := newMemRecords(100_000, time.Minute, func() time.Time { return clock })
+	ctx := context.Background()
+	retain := func(id string) {
+		t.Helper()
+		sum := sha256.Sum256([]byte(id))
+		if err := r.Retain(ctx, Record{AuditID: hex.EncodeToString(sum[:]), AgentID: "a", NodeID: "n", Compact: strings.Repeat("x", 1000)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 50_000 {
+		retain("burst" + strconv.Itoa(i))
+	}
+	if len(r.ring) < 50_000 || len(r.chunks) < 150 {
+		t.Fatalf("after the burst: a ring of %d, %d chunks", len(r.ring), len(r.chunks))
+	}
+	clock = clock.Add(time.Minute)
+	for i := range 10 {
+		retain("after" + strconv.Itoa(i))
+	}
+	if len(r.ring) > 1024 || len(r.chunks) > 1 || len(r.byID) != 10 || r.live != 10 {
+		t.Fatalf("10 records held: a ring of %d, %d chunks, %d indexed, %d live", len(r.ring), len(r.chunks), len(r.byID), r.live)
+	}
+	for i := range 10 {
+		sum := sha256.Sum256([]byte("after" + strconv.Itoa(i)))
+		if _, ok, _ := r.Get(ctx, hex.EncodeToString(sum[:])); !ok {
+			t.Fatalf("record %d lost", i)
+		}
+	}
+}
+
 // TestMemRecordsHeads: the chain heads name the last record retained per
 // agent and node, and an agent's last heads past the retention go.
 func TestMemRecordsHeads(t *testing.T) {
