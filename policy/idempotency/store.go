@@ -16,8 +16,6 @@ package idempotency
 import (
 	"container/list"
 	"errors"
-	"net/http"
-	"slices"
 	"sync"
 	"time"
 )
@@ -74,25 +72,6 @@ type ContractRef struct {
 	SynthesisID       string
 	ContractHash      string
 	NegotiationOrigin string
-}
-
-// clone returns a deep copy of r keeping only the storedHeaders, with
-// canonical names.
-func (r Response) clone() *Response {
-	c := &Response{Status: r.Status, Contract: r.Contract, Previewed: r.Previewed}
-	for k, v := range r.Header {
-		k = http.CanonicalHeaderKey(k)
-		if slices.Contains(storedHeaders, k) {
-			if c.Header == nil {
-				c.Header = make(map[string]string, len(storedHeaders))
-			}
-			c.Header[k] = v
-		}
-	}
-	if r.Body != nil {
-		c.Body = slices.Clone(r.Body)
-	}
-	return c
 }
 
 // Limits bounds a Store. Zero or negative fields take the defaults.
@@ -206,7 +185,7 @@ type Hold struct {
 type record struct {
 	agent, key string
 	fp         string
-	resp       *Response
+	resp       packed
 	// expires is when the record is dropped: Window after Complete, or
 	// Window after the end of the lease while there is no answer.
 	expires time.Time
@@ -395,14 +374,15 @@ func (s *Store) ClaimWith(req ClaimRequest) Result {
 		lease = s.limits.Lease
 	}
 	if r, ok := s.byAgent[req.AgentID][req.Key]; ok && req.SynthesisID != "" && r.fp == req.Fingerprint && r.resp != nil && now.Before(r.expires) {
-		named := r.resp.Previewed
-		if named == "" {
-			named = r.resp.Contract.SynthesisID
+		contract, previewed := r.resp.synthesisIDs()
+		named := previewed
+		if len(named) == 0 {
+			named = contract
 		}
 		switch {
-		case named != "" && named != req.SynthesisID:
+		case len(named) != 0 && string(named) != req.SynthesisID:
 			return Result{Outcome: OtherContract}
-		case req.Pending && r.resp.Status == PreviewStatus && r.resp.Previewed == req.SynthesisID:
+		case req.Pending && r.resp.status() == PreviewStatus && string(previewed) == req.SynthesisID:
 			c := &Claim{store: s, rec: r, preview: r.resp, previewExpires: r.expires, claimedAt: now}
 			r.resp, r.claim = nil, c
 			r.hold = Hold{Holder: req.Holder, ClaimedAt: now, LeaseEnds: now.Add(lease)}
@@ -432,7 +412,7 @@ func (s *Store) claimLocked(now time.Time, req ClaimRequest, lease time.Duration
 				}
 				return Result{Outcome: OutcomeUnknown, Hold: &h}
 			default:
-				return Result{Outcome: Replay, Response: r.resp.clone()}
+				return Result{Outcome: Replay, Response: r.resp.response()}
 			}
 		}
 	}
@@ -494,7 +474,7 @@ func (s *Store) Peek(agentID, key string) (KeyState, bool) {
 // state is r's KeyState at now.
 func (r *record) state(now time.Time) KeyState {
 	if r.resp != nil {
-		return KeyState{State: StateAnswered, Status: r.resp.Status, Expires: r.expires}
+		return KeyState{State: StateAnswered, Status: r.resp.status(), Expires: r.expires}
 	}
 	h := r.hold
 	st := StateInFlight
@@ -544,7 +524,7 @@ func (s *Store) Resolve(agentID, key string, resp Response) (KeyState, error) {
 	if err != nil {
 		return st, err
 	}
-	r.resp, r.claim = resp.clone(), nil
+	r.resp, r.claim = pack(resp), nil
 	r.expires = s.now().Add(s.limits.Window)
 	s.move(r, s.order)
 	return st, nil
@@ -632,7 +612,7 @@ type Claim struct {
 	// preview is the stored 461 a confirming presentation took over
 	// (ClaimConfirming), restored by Abandon with its expiry; nil for a
 	// claim of a new key.
-	preview        *Response
+	preview        packed
 	previewExpires time.Time
 	// ended: Complete or Abandon was called; Renew then never brings
 	// the key back.
@@ -663,7 +643,7 @@ func (c *Claim) Complete(resp Response) bool {
 		return false
 	}
 	r := c.rec
-	r.resp = resp.clone()
+	r.resp = pack(resp)
 	r.claim = nil
 	r.expires = s.now().Add(s.limits.Window)
 	s.move(r, s.order)
@@ -767,7 +747,7 @@ func (c *Claim) Preview() *Response {
 	if c == nil || c.preview == nil {
 		return nil
 	}
-	return c.preview.clone()
+	return c.preview.response()
 }
 
 // ClaimedAt is when the claim was taken: the Hold.ClaimedAt a claim that
