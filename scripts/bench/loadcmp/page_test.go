@@ -9,8 +9,11 @@ import (
 // maxPageLines is the length docs/performance.md must stay under (210
 // since issue 31 added two sites, two scenarios and their comparisons;
 // 330 since issue 32 added nine targets and the compared breakdowns of
-// the missed ones).
-const maxPageLines = 330
+// the missed ones; 345 once TestPageAllMissed drew the latency table of
+// the missed p50 targets, 38 lines it had never rendered: the page of
+// 2026-12-06 07:00, with four breakdowns of each kind and that table,
+// has 338).
+const maxPageLines = 345
 
 // fullFixture has every scenario of the list, with d/nokey over its
 // limit and profiled.
@@ -74,6 +77,10 @@ func TestPage(t *testing.T) {
 func TestPageAllMissed(t *testing.T) {
 	r := fullFixture()
 	for _, rn := range r.Runs {
+		rn.Stats.DriverCPU = 50 // measured: the latency table of the missed p50 targets is drawn
+		if rn.Ref != nil {
+			rn.Ref.DriverCPU = 50
+		}
 		if rn.Ref != nil {
 			rn.Stats.CaddyCPU = 150
 		}
@@ -114,6 +121,9 @@ func TestPageAllMissed(t *testing.T) {
 	md := mustRender(t, r)
 	if n := strings.Count(md, "\n"); n >= maxPageLines {
 		t.Errorf("the page has %d lines with every target missed, want under %d", n, maxPageLines)
+	}
+	if !strings.Contains(md, "| stage | c/redis against c/nokey |") || !strings.Contains(md, "| bf/floor against b |") {
+		t.Errorf("the page with every target missed has no latency table of the missed p50 targets, with the floor")
 	}
 	if all := fmt.Sprintf("**%d of the %d targets are not met in this run.**", len(targets), len(targets)); !strings.Contains(md, all) {
 		t.Errorf("the page does not say that all %d targets are missed", len(targets))
