@@ -18,11 +18,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"github.com/caddy-rcns/caddy-rcns/internal/cputime"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -345,21 +345,13 @@ func BenchmarkServe(b *testing.B) {
 // a shared machine.
 func loop(b *testing.B, fn func(i int)) {
 	b.ReportAllocs()
-	start := cpuTime()
+	start := cputime.Process()
 	i := 0
 	for b.Loop() {
 		i++
 		fn(i)
 	}
-	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(cputime.Process()-start)/float64(b.N), "cpu-ns/op")
 }
 
 // mwFunc adapts a function to caddyhttp.MiddlewareHandler.

@@ -8,9 +8,10 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/cputime"
 )
 
 // recordsModel is what memRecords must hold, the obvious way: records
@@ -274,20 +275,12 @@ func fillRecords(n int) *memRecords {
 // records live, minus that of one with none, reported as gc-cpu-ns/op;
 // the Caddy process pays it once per heap's growth by GOGC percent.
 func BenchmarkRetainedRecordsGC(b *testing.B) {
-	gcCPU := func() time.Duration {
-		runtime.GC()
-		start := processCPU()
-		for i := 0; i < 5; i++ {
-			runtime.GC()
-		}
-		return (processCPU() - start) / 5
-	}
-	empty := gcCPU()
+	empty := cputime.Collection(5)
 	r := fillRecords(100_000)
 	b.ResetTimer()
 	var total time.Duration
 	for b.Loop() {
-		total += gcCPU() - empty
+		total += cputime.Collection(5) - empty
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "gc-cpu-ns/op")
 	runtime.KeepAlive(r)
@@ -310,12 +303,4 @@ func BenchmarkRetain(b *testing.B) {
 		_ = r.Retain(ctx, Record{AuditID: ids[i%len(ids)], AgentID: "agent", NodeID: "node-1", Compact: compact})
 		i++
 	}
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -10,9 +10,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/cputime"
 )
 
 // keptCopy is what a record must give back of r: a deep copy keeping
@@ -108,15 +109,7 @@ func TestPackedRoundTrip(t *testing.T) {
 // stored answers live (a 300-byte JSON body each, a contract named),
 // minus that of one with none, as gc-cpu-ns/op.
 func BenchmarkStoredAnswersGC(b *testing.B) {
-	gcCPU := func() time.Duration {
-		runtime.GC()
-		start := processCPU()
-		for range 5 {
-			runtime.GC()
-		}
-		return (processCPU() - start) / 5
-	}
-	empty := gcCPU()
+	empty := cputime.Collection(5)
 	s := NewStore(Limits{MaxRecords: 100_000, MaxPerAgent: 100_000, Window: time.Hour}, nil)
 	body := []byte(strings.Repeat("b", 300))
 	for i := range 100_000 {
@@ -129,16 +122,8 @@ func BenchmarkStoredAnswersGC(b *testing.B) {
 	b.ResetTimer()
 	var total time.Duration
 	for b.Loop() {
-		total += gcCPU() - empty
+		total += cputime.Collection(5) - empty
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "gc-cpu-ns/op")
 	runtime.KeepAlive(s)
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

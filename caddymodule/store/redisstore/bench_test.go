@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
+	"github.com/caddy-rcns/caddy-rcns/internal/cputime"
 )
 
 // The benchmarks below chose the client and the record-chain design
@@ -290,14 +290,6 @@ func BenchmarkChainAppend(b *testing.B) {
 // getrusage) and returns the func that reports it per operation as
 // cpu-ns/op: the client's own cost, the Redis server's CPU not in it.
 func reportCPU(b *testing.B) func() {
-	start := processCPU()
-	return func() { b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op") }
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	start := cputime.Process()
+	return func() { b.ReportMetric(float64(cputime.Process()-start)/float64(b.N), "cpu-ns/op") }
 }
