@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"math/rand/v2"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -275,15 +274,7 @@ func fillRecords(n int) *memRecords {
 // records live, minus that of one with none, reported as gc-cpu-ns/op;
 // the Caddy process pays it once per heap's growth by GOGC percent.
 func BenchmarkRetainedRecordsGC(b *testing.B) {
-	empty := cputime.Collection(5)
-	r := fillRecords(100_000)
-	b.ResetTimer()
-	var total time.Duration
-	for b.Loop() {
-		total += cputime.Collection(5) - empty
-	}
-	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "gc-cpu-ns/op")
-	runtime.KeepAlive(r)
+	cputime.BenchmarkCollection(b, func() any { return fillRecords(100_000) })
 }
 
 // BenchmarkRetain: one Retain of a new record into a store at its bound

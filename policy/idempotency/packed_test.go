@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"reflect"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -109,21 +108,16 @@ func TestPackedRoundTrip(t *testing.T) {
 // stored answers live (a 300-byte JSON body each, a contract named),
 // minus that of one with none, as gc-cpu-ns/op.
 func BenchmarkStoredAnswersGC(b *testing.B) {
-	empty := cputime.Collection(5)
-	s := NewStore(Limits{MaxRecords: 100_000, MaxPerAgent: 100_000, Window: time.Hour}, nil)
-	body := []byte(strings.Repeat("b", 300))
-	for i := range 100_000 {
-		sum := sha256.Sum256([]byte(strconv.Itoa(i)))
-		fp := hex.EncodeToString(sum[:])
-		_, _, c := s.Claim("agent-"+strconv.Itoa(i%10), "key-"+strconv.Itoa(i), fp)
-		c.Complete(Response{Status: 200, Header: map[string]string{"Content-Type": "application/json"}, Body: body,
-			Contract: ContractRef{SynthesisID: "syn-" + fp[:20], ContractHash: "sha256:" + fp, NegotiationOrigin: "neg-" + fp[:8]}})
-	}
-	b.ResetTimer()
-	var total time.Duration
-	for b.Loop() {
-		total += cputime.Collection(5) - empty
-	}
-	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "gc-cpu-ns/op")
-	runtime.KeepAlive(s)
+	cputime.BenchmarkCollection(b, func() any {
+		s := NewStore(Limits{MaxRecords: 100_000, MaxPerAgent: 100_000, Window: time.Hour}, nil)
+		body := []byte(strings.Repeat("b", 300))
+		for i := range 100_000 {
+			sum := sha256.Sum256([]byte(strconv.Itoa(i)))
+			fp := hex.EncodeToString(sum[:])
+			_, _, c := s.Claim("agent-"+strconv.Itoa(i%10), "key-"+strconv.Itoa(i), fp)
+			c.Complete(Response{Status: 200, Header: map[string]string{"Content-Type": "application/json"}, Body: body,
+				Contract: ContractRef{SynthesisID: "syn-" + fp[:20], ContractHash: "sha256:" + fp, NegotiationOrigin: "neg-" + fp[:8]}})
+		}
+		return s
+	})
 }
