@@ -165,16 +165,24 @@ func (r *memRecords) popLocked() {
 		r.unindexLocked(m)
 		r.live--
 	}
-	c := r.chunks[m.chunk-r.firstChunk]
-	if c.slots--; c.slots == 0 && len(r.chunks) > 1 {
-		r.chunks[0] = nil
-		r.chunks = r.chunks[1:]
-		r.firstChunk++
-	}
+	r.chunks[m.chunk-r.firstChunk].slots--
+	r.dropEmptyChunksLocked(1)
 	*m = memRecord{}
 	r.head = (r.head + 1) % len(r.ring)
 	r.n--
 	r.first++
+}
+
+// dropEmptyChunksLocked drops the chunks in front that hold no slot,
+// keeping at least keep chunks (the last is being filled). Slots are
+// dropped oldest first, so a chunk empties only once every chunk before
+// it has: the empty ones are all in front.
+func (r *memRecords) dropEmptyChunksLocked(keep int) {
+	for len(r.chunks) > keep && r.chunks[0].slots == 0 {
+		r.chunks[0] = nil
+		r.chunks = r.chunks[1:]
+		r.firstChunk++
+	}
 }
 
 // pruneLocked drops records past their retention and past the bound,
@@ -235,6 +243,7 @@ func (r *memRecords) pushLocked(m memRecord, size int) (uint64, []byte) {
 	if k := len(r.chunks); k > 0 && cap(r.chunks[k-1].buf)-len(r.chunks[k-1].buf) >= size {
 		c = r.chunks[k-1]
 	} else {
+		r.dropEmptyChunksLocked(0) // the one being filled too, when every record in it is gone
 		c = &memChunk{buf: make([]byte, 0, max(memChunkSize, size))}
 		r.chunks = append(r.chunks, c)
 	}

@@ -121,7 +121,7 @@ func TestMemRecordsModel(t *testing.T) {
 					}
 				}
 				r.mu.Lock()
-				live, n, chunks := r.live, r.n, len(r.chunks)
+				live, n := r.live, r.n
 				slots := 0
 				for _, c := range r.chunks {
 					slots += c.slots
@@ -131,9 +131,13 @@ func TestMemRecordsModel(t *testing.T) {
 					t.Fatalf("step %d: %d live, %d slots, %d in chunks; the model holds %d", step, live, n, slots, len(m.order))
 				}
 				// Every chunk but the one being filled holds a slot in use.
-				if n == 0 && chunks > 1 {
-					t.Fatalf("step %d: no record, %d chunks kept", step, chunks)
+				r.mu.Lock()
+				for i, c := range r.chunks[:max(0, len(r.chunks)-1)] {
+					if c.slots == 0 {
+						t.Fatalf("step %d: chunk %d of %d holds no slot", step, i, len(r.chunks))
+					}
 				}
+				r.mu.Unlock()
 			}
 		})
 	}
@@ -224,6 +228,45 @@ func TestMemRecordsShrinks(t *testing.T) {
 		if _, ok, _ := r.Get(ctx, hex.EncodeToString(sum[:])); !ok {
 			t.Fatalf("record %d lost", i)
 		}
+	}
+}
+
+// TestMemRecordsChunksFreed: a chunk whose records are all gone is
+// freed, even the only one, once the next record does not fit in it:
+// an 8 MiB record expired leaves no 8 MiB behind (helper-103's finding).
+func TestMemRecordsChunksFreed(t *testing.T) {
+	clock := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	r := newMemRecords(1000, time.Minute, func() time.Time { return clock })
+	ctx := context.Background()
+	retain := func(id string, size int) {
+		t.Helper()
+		if err := r.Retain(ctx, Record{AuditID: id, AgentID: "a", NodeID: "n", Compact: strings.Repeat("x", size)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func() (n int) {
+		for _, c := range r.chunks {
+			n += cap(c.buf)
+		}
+		return n
+	}
+	retain("big", 8<<20)
+	clock = clock.Add(2 * time.Minute)
+	if _, ok, _ := r.Get(ctx, "big"); ok { // every record expired: the chunk stays, empty
+		t.Fatal("the record outlived its retention")
+	}
+	retain("small", 1)
+	if h := held(); h > 8<<20 {
+		t.Fatalf("one 1-byte record holds %d bytes of chunks", h)
+	}
+	for i := range 200 {
+		retain("r"+strconv.Itoa(i), 1300)
+	}
+	clock = clock.Add(2 * time.Minute)
+	_, _, _ = r.Get(ctx, "none")
+	retain("after", memChunkSize) // does not fit in what is left of the only chunk
+	if len(r.chunks) != 1 || r.chunks[0].slots != 1 {
+		t.Fatalf("%d chunks held for one record", len(r.chunks))
 	}
 }
 
