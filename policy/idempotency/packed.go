@@ -28,11 +28,11 @@ func pack(r Response) packed {
 	size := 8 + len(r.Body) + len(r.Contract.SynthesisID) + len(r.Contract.ContractHash) +
 		len(r.Contract.NegotiationOrigin) + len(r.Previewed) + 6*binary.MaxVarintLen32
 	type field struct{ name, value string }
-	var kept [3]field // len(storedHeaders)
+	var kept [len(storedHeaders)]field
 	n := 0
 	for k, v := range r.Header {
 		k = http.CanonicalHeaderKey(k)
-		if !slices.Contains(storedHeaders, k) {
+		if !slices.Contains(storedHeaders[:], k) {
 			continue
 		}
 		size += len(k) + len(v) + 2*binary.MaxVarintLen32

@@ -22,7 +22,7 @@ func keptCopy(r Response) *Response {
 	c := &Response{Status: r.Status, Contract: r.Contract, Previewed: r.Previewed}
 	for k, v := range r.Header {
 		k = http.CanonicalHeaderKey(k)
-		if slices.Contains(storedHeaders, k) {
+		if slices.Contains(storedHeaders[:], k) {
 			if c.Header == nil {
 				c.Header = make(map[string]string, len(storedHeaders))
 			}

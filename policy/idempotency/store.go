@@ -40,7 +40,7 @@ const (
 // need to be replayed as sent. Contract-Synthesized (RCNS §12.2) is
 // Response.Contract's synthesis id, kept there with the rest of the
 // contract's fields.
-var storedHeaders = []string{"Content-Type", "Location", "Negotiation-Id"}
+var storedHeaders = [...]string{"Content-Type", "Location", "Negotiation-Id"}
 
 // Response is what a record replays: the status, the few header fields
 // that belong to the result, and the body.
