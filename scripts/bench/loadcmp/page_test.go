@@ -11,7 +11,7 @@ import (
 // 330 since issue 32 added nine targets and the compared breakdowns of
 // the missed ones; 345 once TestPageAllMissed drew the latency table of
 // the missed p50 targets, 38 lines it had never rendered: the page of
-// 2026-12-06 07:00, with four breakdowns of each kind and that table,
+// 2026-12-06 06:59, with four breakdowns of each kind and that table,
 // has 338).
 const maxPageLines = 345
 
