@@ -76,7 +76,8 @@ type memRecord struct {
 	off    uint32
 	clen   uint32 // Compact's length
 	plen   uint32 // Person's length
-	olen   uint32 // the Audit-ID's length when it is not 64 hex (then id is zero), else 0
+	olen   uint32 // the Audit-ID's length when it is not 64 hex, else 0
+	other  bool   // the Audit-ID is not 64 hex (id is zero; its olen bytes, "" included, follow Person's)
 	gone   bool   // retained again since (a later slot holds it)
 }
 
@@ -142,7 +143,7 @@ func (r *memRecords) bytes(m *memRecord) []byte {
 
 // auditID returns m's Audit-ID.
 func (r *memRecords) auditID(m *memRecord) string {
-	if m.olen > 0 {
+	if m.other {
 		return string(r.bytes(m)[m.clen+m.plen:])
 	}
 	return hex.EncodeToString(m.id[:])
@@ -150,7 +151,7 @@ func (r *memRecords) auditID(m *memRecord) string {
 
 // unindexLocked removes the index entry of the record in slot m.
 func (r *memRecords) unindexLocked(m *memRecord) {
-	if m.olen > 0 {
+	if m.other {
 		delete(r.byOther, string(r.bytes(m)[m.clen+m.plen:]))
 	} else {
 		delete(r.byID, m.id)
@@ -220,7 +221,7 @@ func (r *memRecords) compactLocked() {
 		c := oldChunks[m.chunk-oldFirstChunk]
 		seq, room := r.pushLocked(m, int(m.clen+m.plen+m.olen))
 		copy(room, c.buf[m.off:])
-		if m.olen > 0 {
+		if m.other {
 			r.byOther[r.auditID(r.slot(seq))] = seq
 		} else {
 			r.byID[m.id] = seq
@@ -285,7 +286,7 @@ func (r *memRecords) Retain(_ context.Context, rec Record) error {
 	if isHex {
 		m.id = id
 	} else {
-		m.olen = uint32(len(rec.AuditID))
+		m.other, m.olen = true, uint32(len(rec.AuditID))
 	}
 	seq, room := r.pushLocked(m, len(rec.Compact)+len(rec.Person)+int(m.olen))
 	n := copy(room, rec.Compact)

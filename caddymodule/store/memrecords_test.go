@@ -77,6 +77,9 @@ func TestMemRecordsModel(t *testing.T) {
 				switch op := rng.IntN(100); {
 				case op < 60 || len(ids) == 0: // a new record
 					id := strconv.Itoa(step)
+					if rng.IntN(200) == 0 {
+						id = "" // not made by the engine, but a string like any other here
+					}
 					if rng.IntN(4) > 0 {
 						sum := sha256.Sum256([]byte(id))
 						id = hex.EncodeToString(sum[:])
@@ -93,7 +96,7 @@ func TestMemRecordsModel(t *testing.T) {
 						size = memChunkSize + rng.IntN(1000) // larger than a chunk
 					}
 					rec := Record{AuditID: id, AgentID: "agent-" + strconv.Itoa(rng.IntN(3)),
-						NodeID: "node-" + strconv.Itoa(rng.IntN(2)), Compact: strings.Repeat(id[:1], size) + id,
+						NodeID: "node-" + strconv.Itoa(rng.IntN(2)), Compact: strings.Repeat(string(rune(97+len(id)%26)), size) + id,
 						IssuedAt: clock.Add(-time.Duration(rng.IntN(1000)) * time.Millisecond)}
 					if rng.IntN(3) == 0 {
 						rec.Person = "person-" + id
