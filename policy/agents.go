@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/hexid"
 )
 
 // TrustTier is an agent's resolved trust tier: 1 (Verified, strictest)
@@ -72,16 +74,7 @@ type Agent struct {
 // ValidAgentID reports whether s is a canonical Agent-ID: exactly 64
 // lowercase hex characters. RCNS §3.
 func ValidAgentID(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
+	return hexid.Valid(s)
 }
 
 // ValidOwnerID reports whether s matches owner-id = 1*256(ALPHA / DIGIT /

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/internal/hexid"
 )
 
 // Read ACL modes of INSPECT target=audit and target=chain_head (spec
@@ -58,7 +59,7 @@ func (h *Engine) inspectAudit(x *exchange, req *request, p map[string]any) {
 		x.fail(agtp.ParameterRequired.New("INSPECT target=audit needs audit_id"))
 		return
 	}
-	if !hex64(id) {
+	if !hexid.Valid(id) {
 		x.fail(agtp.InvalidParameter.New("INSPECT target=audit: parameter audit_id must be an Audit-ID (64 lowercase hexadecimal characters)"))
 		return
 	}
@@ -121,18 +122,4 @@ func (h *Engine) inspectChainHead(x *exchange, req *request, p map[string]any) {
 		body["audit_id"], body["node_id"] = heads[0].AuditID, heads[0].NodeID
 	}
 	x.write(200, agtp.MediaAGTP, body, nil)
-}
-
-// hex64 reports whether s is 64 lowercase hexadecimal characters (an
-// Audit-ID).
-func hex64(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/hexid"
 )
 
 // memRecords retains Attribution-Records in insertion order, at most max
@@ -105,22 +107,8 @@ func (r *memRecords) resize(max int, retention time.Duration) {
 	r.pruneLocked(r.now())
 }
 
-// hexID returns the 32 bytes of a 64-character lowercase hex Audit-ID.
-func hexID(s string) (id [32]byte, ok bool) {
-	if len(s) != 64 {
-		return id, false
-	}
-	for i := 0; i < 64; i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return id, false // uppercase would not round-trip
-		}
-	}
-	_, err := hex.Decode(id[:], []byte(s))
-	return id, err == nil
-}
-
 func (r *memRecords) seqOf(auditID string) (uint64, bool) {
-	if id, ok := hexID(auditID); ok {
+	if id, ok := hexid.Decode(auditID); ok {
 		seq, ok := r.byID[id]
 		return seq, ok
 	}
@@ -282,7 +270,7 @@ func (r *memRecords) Retain(_ context.Context, rec Record) error {
 	}
 	m := memRecord{agent: a, node: node, issued: rec.IssuedAt, kept: now,
 		clen: uint32(len(rec.Compact)), plen: uint32(len(rec.Person))}
-	id, isHex := hexID(rec.AuditID)
+	id, isHex := hexid.Decode(rec.AuditID)
 	if isHex {
 		m.id = id
 	} else {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/hexid"
 )
 
 // DefaultMaxChainKeys is the number of chain heads [Chains] keeps when
@@ -115,7 +117,7 @@ func NewChains(opt ChainsOptions) (*Chains, error) {
 		return nil, fmt.Errorf("records: chain heads %s: version %d, want 1", opt.Path, f.Version)
 	}
 	for i, h := range f.Heads {
-		if !isHex64(h.Head) {
+		if !hexid.Valid(h.Head) {
 			return nil, fmt.Errorf("records: chain heads %s: entry %d (key %.64q): %w", opt.Path, i, h.Key, ErrBadAuditID)
 		}
 		if opt.ValidKey != nil && !opt.ValidKey(h.Key) {
@@ -172,7 +174,7 @@ func (c *Chains) Next(key string) (prev string) {
 // does not serialize against other writers of the key; an auditID that
 // is not 64 lowercase hex is ignored.
 func (c *Chains) Commit(key, auditID string) {
-	if !isHex64(auditID) {
+	if !hexid.Valid(auditID) {
 		return
 	}
 	c.mu.Lock()
@@ -241,7 +243,7 @@ func (c *Chains) Append(key string, build func(prev string) (compact, auditID st
 	}
 
 	compact, auditID, err = build(prev)
-	if err == nil && !isHex64(auditID) {
+	if err == nil && !hexid.Valid(auditID) {
 		err = fmt.Errorf("%w: %q", ErrBadAuditID, auditID)
 	}
 
@@ -348,18 +350,4 @@ func syncDir(dir string) error {
 		return fmt.Errorf("records: sync directory %s: %w", dir, err)
 	}
 	return nil
-}
-
-// isHex64 reports whether s is 64 lowercase hex digits.
-func isHex64(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }

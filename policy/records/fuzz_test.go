@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/hexid"
 	"github.com/gowebpki/jcs"
 )
 
@@ -35,7 +36,7 @@ func FuzzParseRecord(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if p.agentID == "" || p.seq < 1 || !isHex64(p.prev) || !isHex64(p.hash) {
+		if p.agentID == "" || p.seq < 1 || !hexid.Valid(p.prev) || !hexid.Valid(p.hash) {
 			t.Fatalf("accepted record with bad fields: %+v", p)
 		}
 		canon, err := jcs.Transform(line)

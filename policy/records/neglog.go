@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/hexid"
 	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
 )
 
@@ -383,7 +384,7 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 			Seq     int64  `json:"seq"`
 			Hash    string `json:"hash"`
 		}
-		if err := json.Unmarshal(line, &rec); err != nil || rec.AgentID == "" || rec.Seq < 1 || !isHex64(rec.Hash) {
+		if err := json.Unmarshal(line, &rec); err != nil || rec.AgentID == "" || rec.Seq < 1 || !hexid.Valid(rec.Hash) {
 			return 0, fmt.Errorf("records: %s:%d: unreadable negotiation record (agent_id, seq and hash required); run VerifyDir", path, lineNo)
 		}
 		l.heads[rec.AgentID] = logHead{hash: rec.Hash, seq: rec.Seq}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/hexid"
 	"github.com/gowebpki/jcs"
 )
 
@@ -201,11 +202,11 @@ func parseRecord(line []byte) (parsedRecord, error) {
 		}
 	}
 	p.prev, _ = m["prev"].(string)
-	if !isHex64(p.prev) {
+	if !hexid.Valid(p.prev) {
 		return p, errors.New(`"prev" is not 64 lowercase hex digits`)
 	}
 	p.hash, _ = m["hash"].(string)
-	if !isHex64(p.hash) {
+	if !hexid.Valid(p.hash) {
 		return p, errors.New(`"hash" is not 64 lowercase hex digits`)
 	}
 	delete(m, "hash")
