@@ -107,8 +107,10 @@ func (r *memRecords) resize(max int, retention time.Duration) {
 	r.pruneLocked(r.now())
 }
 
-func (r *memRecords) seqOf(auditID string) (uint64, bool) {
-	if id, ok := hexid.Decode(auditID); ok {
+// seqOf returns the sequence number of the record of auditID, whose
+// bytes id and isHex are (hexid.Decode).
+func (r *memRecords) seqOf(auditID string, id [32]byte, isHex bool) (uint64, bool) {
+	if isHex {
 		seq, ok := r.byID[id]
 		return seq, ok
 	}
@@ -249,7 +251,8 @@ func (r *memRecords) Retain(_ context.Context, rec Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
-	if seq, ok := r.seqOf(rec.AuditID); ok {
+	id, isHex := hexid.Decode(rec.AuditID)
+	if seq, ok := r.seqOf(rec.AuditID, id, isHex); ok {
 		r.slot(seq).gone = true // retained again: it moves to the back
 		r.live--
 	}
@@ -270,7 +273,6 @@ func (r *memRecords) Retain(_ context.Context, rec Record) error {
 	}
 	m := memRecord{agent: a, node: node, issued: rec.IssuedAt, kept: now,
 		clen: uint32(len(rec.Compact)), plen: uint32(len(rec.Person))}
-	id, isHex := hexid.Decode(rec.AuditID)
 	if isHex {
 		m.id = id
 	} else {
@@ -294,7 +296,8 @@ func (r *memRecords) Get(_ context.Context, auditID string) (Record, bool, error
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pruneLocked(r.now())
-	seq, ok := r.seqOf(auditID)
+	id, isHex := hexid.Decode(auditID)
+	seq, ok := r.seqOf(auditID, id, isHex)
 	if !ok {
 		return Record{}, false, nil
 	}
