@@ -1,126 +1,94 @@
 package idempotency
 
 import (
-	"encoding/binary"
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 )
 
-// packed is a stored Response as a record keeps it: one byte slice,
-// which the garbage collector marks as one object and never looks
-// inside. At the default bound (100000 records, each kept a day) the
-// stored answers are a large share of a gateway's live heap, and every
-// collection marks it: as a Response (the struct, its header map, its
-// body and its strings) each answer was four to seven objects more
-// (BenchmarkStoredAnswersGC).
-//
-// Layout: the status, then the kept header fields (their count, then
-// name and value each), the contract's synthesis id, hash and
-// negotiation origin, Previewed, and last a flag (whether Body was
-// non-nil) and the body; every number an unsigned varint, every string
-// its length then its bytes. nil is no answer.
+// responseHead is the JSON line before a stored answer's body.
+type responseHead struct {
+	Status    int               `json:"s"`
+	Header    map[string]string `json:"h,omitempty"`
+	Contract  ContractRef       `json:"c"`
+	Previewed string            `json:"p,omitempty"`
+}
+
+// EncodeResponse returns resp as a stored answer is kept, by this
+// package's Store and by the Redis store (as a key's value there, so
+// the form is fixed: nodes of one cluster read each other's): one JSON
+// line, {"s": status, "h": the kept header fields (storedHeaders, by
+// canonical name; absent when none), "c": the contract, "p": the
+// previewed synthesis id (absent when ""), then "\n" and the body as
+// sent. It never fails: json.Marshal cannot fail on strings and ints.
+func EncodeResponse(resp Response) []byte {
+	h := responseHead{Status: resp.Status, Contract: resp.Contract, Previewed: resp.Previewed}
+	for k, v := range resp.Header {
+		k = http.CanonicalHeaderKey(k)
+		if slices.Contains(storedHeaders[:], k) {
+			if h.Header == nil {
+				h.Header = map[string]string{}
+			}
+			h.Header[k] = v
+		}
+	}
+	head, _ := json.Marshal(h)
+	out := make([]byte, 0, len(head)+1+len(resp.Body))
+	return append(append(append(out, head...), '\n'), resp.Body...)
+}
+
+// DecodeResponse reads what EncodeResponse wrote into a Response of its
+// own (nothing shared with raw). A body of no bytes reads as nil.
+func DecodeResponse(raw []byte) (*Response, error) {
+	h, body, err := decodeHead(raw)
+	if err != nil {
+		return nil, err
+	}
+	r := &Response{Status: h.Status, Header: h.Header, Contract: h.Contract, Previewed: h.Previewed}
+	if len(body) > 0 {
+		r.Body = slices.Clone(body)
+	}
+	return r, nil
+}
+
+func decodeHead(raw []byte) (responseHead, []byte, error) {
+	var h responseHead
+	head, body, ok := bytes.Cut(raw, []byte("\n"))
+	if !ok {
+		return h, nil, fmt.Errorf("no header line")
+	}
+	if err := json.Unmarshal(head, &h); err != nil {
+		return h, nil, err
+	}
+	return h, body, nil
+}
+
+// packed is a stored answer as a record of the Store keeps it: its
+// EncodeResponse form, one byte slice, which the garbage collector marks
+// as one object and never looks inside. At the default bound (100000
+// records, each kept a day) the stored answers are a large share of a
+// gateway's live heap, and every collection marks it: as a Response (the
+// struct, its header map, its body and its strings) each answer was
+// four to seven objects more (BenchmarkStoredAnswersGC). nil is no
+// answer. The Store only packs what it encoded itself, so it reads
+// without error.
 type packed []byte
 
-// pack returns r packed, keeping only the storedHeaders, with
-// canonical names.
-func pack(r Response) packed {
-	size := 8 + len(r.Body) + len(r.Contract.SynthesisID) + len(r.Contract.ContractHash) +
-		len(r.Contract.NegotiationOrigin) + len(r.Previewed) + 6*binary.MaxVarintLen32
-	type field struct{ name, value string }
-	var kept [len(storedHeaders)]field
-	n := 0
-	for k, v := range r.Header {
-		k = http.CanonicalHeaderKey(k)
-		if !slices.Contains(storedHeaders[:], k) {
-			continue
-		}
-		size += len(k) + len(v) + 2*binary.MaxVarintLen32
-		if i := slices.IndexFunc(kept[:n], func(f field) bool { return f.name == k }); i >= 0 {
-			kept[i].value = v // two spellings of one name: one is kept, as a map of canonical names would
-			continue
-		}
-		kept[n] = field{k, v}
-		n++
-	}
-	slices.SortFunc(kept[:n], func(a, b field) int { // one packing per answer, whatever the map's order
-		return strings.Compare(a.name, b.name)
-	})
-	p := make([]byte, 0, size)
-	p = binary.AppendUvarint(p, uint64(r.Status))
-	p = binary.AppendUvarint(p, uint64(n))
-	for _, f := range kept[:n] {
-		p = appendString(appendString(p, f.name), f.value)
-	}
-	p = appendString(p, r.Contract.SynthesisID)
-	p = appendString(p, r.Contract.ContractHash)
-	p = appendString(p, r.Contract.NegotiationOrigin)
-	p = appendString(p, r.Previewed)
-	if r.Body == nil {
-		return append(p, 0)
-	}
-	return append(append(p, 1), r.Body...)
+func pack(r Response) packed { return EncodeResponse(r) }
+
+// head returns the packed answer's head.
+func (p packed) head() responseHead {
+	h, _, _ := decodeHead(p)
+	return h
 }
 
-func appendString(p []byte, s string) []byte {
-	return append(binary.AppendUvarint(p, uint64(len(s))), s...)
-}
-
-// packedReader reads a packed answer's parts in order.
-type packedReader struct{ p []byte }
-
-func (r *packedReader) uint() uint64 {
-	v, n := binary.Uvarint(r.p)
-	r.p = r.p[n:]
-	return v
-}
-
-func (r *packedReader) bytes() []byte {
-	n := r.uint()
-	b := r.p[:n]
-	r.p = r.p[n:]
-	return b
-}
-
-// status returns the packed answer's status code.
-func (p packed) status() int {
-	r := packedReader{p}
-	return int(r.uint())
-}
-
-// synthesisIDs returns the synthesis ids the packed answer names: its
-// Contract's and its Previewed, without copying them out.
-func (p packed) synthesisIDs() (contract, previewed []byte) {
-	r := packedReader{p}
-	r.uint()
-	for n := r.uint(); n > 0; n-- {
-		r.bytes()
-		r.bytes()
-	}
-	contract = r.bytes()
-	r.bytes()
-	r.bytes()
-	return contract, r.bytes()
-}
-
-// response returns a Response of its own (nothing shared with p) of
-// the packed answer.
+// response returns a Response of its own of the packed answer.
 func (p packed) response() *Response {
-	r := packedReader{p}
-	c := &Response{Status: int(r.uint())}
-	if n := r.uint(); n > 0 {
-		c.Header = make(map[string]string, len(storedHeaders))
-		for ; n > 0; n-- {
-			k := string(r.bytes())
-			c.Header[k] = string(r.bytes())
-		}
+	r, err := DecodeResponse(p)
+	if err != nil {
+		return &Response{} // never: p is EncodeResponse's
 	}
-	c.Contract.SynthesisID = string(r.bytes())
-	c.Contract.ContractHash = string(r.bytes())
-	c.Contract.NegotiationOrigin = string(r.bytes())
-	c.Previewed = string(r.bytes())
-	if r.p[0] == 1 {
-		c.Body = slices.Clone(r.p[1:]) // never nil: a clone of an empty slice is empty
-	}
-	return c
+	return r
 }

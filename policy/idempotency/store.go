@@ -374,15 +374,15 @@ func (s *Store) ClaimWith(req ClaimRequest) Result {
 		lease = s.limits.Lease
 	}
 	if r, ok := s.byAgent[req.AgentID][req.Key]; ok && req.SynthesisID != "" && r.fp == req.Fingerprint && r.resp != nil && now.Before(r.expires) {
-		contract, previewed := r.resp.synthesisIDs()
-		named := previewed
-		if len(named) == 0 {
-			named = contract
+		stored := r.resp.head()
+		named := stored.Previewed
+		if named == "" {
+			named = stored.Contract.SynthesisID
 		}
 		switch {
-		case len(named) != 0 && string(named) != req.SynthesisID:
+		case named != "" && named != req.SynthesisID:
 			return Result{Outcome: OtherContract}
-		case req.Pending && r.resp.status() == PreviewStatus && string(previewed) == req.SynthesisID:
+		case req.Pending && stored.Status == PreviewStatus && stored.Previewed == req.SynthesisID:
 			c := &Claim{store: s, rec: r, preview: r.resp, previewExpires: r.expires, claimedAt: now}
 			r.resp, r.claim = nil, c
 			r.hold = Hold{Holder: req.Holder, ClaimedAt: now, LeaseEnds: now.Add(lease)}
@@ -474,7 +474,7 @@ func (s *Store) Peek(agentID, key string) (KeyState, bool) {
 // state is r's KeyState at now.
 func (r *record) state(now time.Time) KeyState {
 	if r.resp != nil {
-		return KeyState{State: StateAnswered, Status: r.resp.status(), Expires: r.expires}
+		return KeyState{State: StateAnswered, Status: r.resp.head().Status, Expires: r.expires}
 	}
 	h := r.hold
 	st := StateInFlight

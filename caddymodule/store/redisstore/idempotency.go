@@ -1,13 +1,10 @@
 package redisstore
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -335,7 +332,7 @@ func (s *idem) claimed(ctx context.Context, req idempotency.ClaimRequest, token 
 	var stored *idempotency.Response
 	if raw != "" {
 		var err error
-		if stored, err = decodeResponse([]byte(raw)); err != nil {
+		if stored, err = idempotency.DecodeResponse([]byte(raw)); err != nil {
 			return store.Claimed{}, fmt.Errorf("%w: stored answer of key %q: %v", store.ErrUnavailable, req.Key, err)
 		}
 	}
@@ -480,10 +477,7 @@ func (s *idem) settle(ctx context.Context, agentID, key, action string, resp ide
 	keys, member, global := s.keys(agentID, key)
 	var raw []byte
 	if action != "release" {
-		var err error
-		if raw, err = encodeResponse(resp); err != nil {
-			return idempotency.KeyState{}, err
-		}
+		raw = idempotency.EncodeResponse(resp)
 	}
 	start := time.Now()
 	v, err := settleScript.Run(ctx, s.c.rdb, keys, s.c.nowMS(), action, raw, resp.Status, s.limits.Window.Milliseconds(), member, global).Slice()
@@ -559,11 +553,7 @@ func (c *claim) Complete(ctx context.Context, resp idempotency.Response) error {
 		return nil
 	}
 	keys, member, global := c.s.keys(c.agent, c.key)
-	raw, err := encodeResponse(resp)
-	if err != nil {
-		c.settled = true
-		return err
-	}
+	raw := idempotency.EncodeResponse(resp)
 	previewed, contract := resp.Previewed, resp.Contract.SynthesisID
 	start := time.Now()
 	n, err := c.s.c.run(ctx, completeScript, keys, c.s.c.nowMS(), c.token, c.s.limits.Window.Milliseconds(),
@@ -656,54 +646,3 @@ func (c *claim) Token() string         { return c.token }
 // ClaimedAt (store.Claim) is the record's at, to the millisecond: the
 // Hold.ClaimedAt a request that finds the key in flight reads.
 func (c *claim) ClaimedAt() time.Time { return time.UnixMilli(c.at) }
-
-// storedHeaders are the header fields a record keeps
-// (idempotency.Response.Header).
-var storedHeaders = []string{"Content-Type", "Location", "Negotiation-Id"}
-
-// responseHead is the JSON line before a stored answer's body.
-type responseHead struct {
-	Status    int                     `json:"s"`
-	Header    map[string]string       `json:"h,omitempty"`
-	Contract  idempotency.ContractRef `json:"c"`
-	Previewed string                  `json:"p,omitempty"`
-}
-
-// encodeResponse frames resp as one JSON line (status, the kept header
-// fields, contract, previewed id) followed by the body as sent.
-func encodeResponse(resp idempotency.Response) ([]byte, error) {
-	h := responseHead{Status: resp.Status, Contract: resp.Contract, Previewed: resp.Previewed}
-	for k, v := range resp.Header {
-		k = http.CanonicalHeaderKey(k)
-		if slices.Contains(storedHeaders, k) {
-			if h.Header == nil {
-				h.Header = map[string]string{}
-			}
-			h.Header[k] = v
-		}
-	}
-	head, err := json.Marshal(h)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, 0, len(head)+1+len(resp.Body))
-	out = append(append(append(out, head...), '\n'), resp.Body...)
-	return out, nil
-}
-
-// decodeResponse reads what encodeResponse wrote.
-func decodeResponse(raw []byte) (*idempotency.Response, error) {
-	head, body, ok := bytes.Cut(raw, []byte("\n"))
-	if !ok {
-		return nil, fmt.Errorf("no header line")
-	}
-	var h responseHead
-	if err := json.Unmarshal(head, &h); err != nil {
-		return nil, err
-	}
-	r := &idempotency.Response{Status: h.Status, Header: h.Header, Contract: h.Contract, Previewed: h.Previewed}
-	if len(body) > 0 {
-		r.Body = slices.Clone(body)
-	}
-	return r, nil
-}
