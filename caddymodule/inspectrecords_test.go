@@ -55,8 +55,9 @@ func (g *testGateway) inspectAs(t *testing.T, agent, scope string, params map[st
 
 // recordsScript checks INSPECT target=audit and target=chain_head on
 // g, whose node is node: the retained record is the one sent, its ACL
-// and its errors.
-func recordsScript(t *testing.T, g *testGateway, node string) {
+// and its errors. bounds is what record-not-found says bounds the
+// retained records on g's store.
+func recordsScript(t *testing.T, g *testGateway, node, bounds string) {
 	t.Helper()
 	a := g.do(t, "FETCH", "/items/1", nil)
 	if a.status != 200 || a.hdr("Audit-ID") == "" {
@@ -79,7 +80,7 @@ func recordsScript(t *testing.T, g *testGateway, node string) {
 	if hs, _ := head.body["heads"].([]any); len(hs) != 1 {
 		t.Fatalf("heads %v, want one", head.body["heads"])
 	}
-	wantError(t, g.builtin(t, "INSPECT", map[string]any{"target": "audit", "audit_id": strings.Repeat("a", 64)}), 404, "record-not-found", "no retained Attribution-Record")
+	wantError(t, g.builtin(t, "INSPECT", map[string]any{"target": "audit", "audit_id": strings.Repeat("a", 64)}), 404, "record-not-found", "no retained Attribution-Record has this Audit-ID ("+bounds+")")
 	wantError(t, g.builtin(t, "INSPECT", map[string]any{"target": "audit", "audit_id": "nope"}), 400, "invalid-parameter", "Audit-ID")
 	wantError(t, g.builtin(t, "INSPECT", map[string]any{"target": "audit"}), 400, "parameter-required", "audit_id")
 	wantError(t, g.builtin(t, "INSPECT", map[string]any{"target": "chain_head", "agent_id": otherAgent}), 403, "forbidden", "agent_only")
@@ -93,14 +94,14 @@ func recordsScript(t *testing.T, g *testGateway, node string) {
 	if a := g.inspectAs(t, operatorAgent, "inspect:all", map[string]any{"target": "chain_head", "agent_id": benchAgent}); a.status != 200 {
 		t.Fatalf("inspect:all reading another agent's chain head: %s", a)
 	}
-	wantError(t, g.inspectAs(t, operatorAgent, "inspect:all", map[string]any{"target": "chain_head", "agent_id": otherAgent}), 404, "record-not-found", "")
+	wantError(t, g.inspectAs(t, operatorAgent, "inspect:all", map[string]any{"target": "chain_head", "agent_id": otherAgent}), 404, "record-not-found", "no Attribution-Record of this agent is retained ("+bounds+")")
 }
 
 // TestInspectRecordsMemory: INSPECT target=audit and chain_head on the
 // memory store.
 func TestInspectRecordsMemory(t *testing.T) {
 	g := &testGateway{h: benchHandlerWith(t, benchUpstream(t).URL, true, "", "", withOperator(t), func(h *Handler) { h.NodeID = "solo" })}
-	recordsScript(t, g, "solo")
+	recordsScript(t, g, "solo", "records are kept 24h, at most the newest 100000")
 }
 
 // TestInspectRecordsRedis: the same on Redis, and across two nodes: a
@@ -110,7 +111,7 @@ func TestInspectRecordsRedis(t *testing.T) {
 	srv := redistest.StartServer(t)
 	up, _ := countingUpstream(t)
 	a := redisGateway(t, up, srv.Addr(), withOperator(t), func(h *Handler) { h.NodeID = "node-a" })
-	recordsScript(t, a, "node-a")
+	recordsScript(t, a, "node-a", "records are kept 24h")
 	b := redisGateway(t, up, srv.Addr(), withOperator(t), func(h *Handler) { h.NodeID, h.Name = "node-b", "node-b" })
 	onB := b.do(t, "FETCH", "/items/2", nil)
 	// B writes its records off the answer path: A reads this one once

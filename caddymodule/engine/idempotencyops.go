@@ -21,7 +21,8 @@ import (
 // recorded (a negotiation record of kind revoke on the operator's
 // chain, and a WARN log line).
 
-// keyParams reads agent_id and key, both required.
+// keyParams reads agent_id and key, both required; the error names
+// the ones missing (INSPECT has set agent_id to the caller's first).
 func keyParams(p map[string]any, what string) (agent, key string, e *agtp.Error) {
 	if agent, e = agentParam(p, what); e != nil {
 		return "", "", e
@@ -29,8 +30,13 @@ func keyParams(p map[string]any, what string) (agent, key string, e *agtp.Error)
 	if key, e = strParam(p, what, "key"); e != nil {
 		return "", "", e
 	}
-	if agent == "" || key == "" {
+	switch {
+	case agent == "" && key == "":
 		return "", "", agtp.ParameterRequired.New(what + " needs agent_id and key")
+	case key == "":
+		return "", "", agtp.ParameterRequired.New(what + " needs key")
+	case agent == "":
+		return "", "", agtp.ParameterRequired.New(what + " needs agent_id")
 	}
 	if _, err := idempotency.ParseKey(key); err != nil {
 		return "", "", agtp.InvalidIdempotencyKey.New(what + ": key is not an Idempotency-Key: " + err.Error())

@@ -69,7 +69,7 @@ func (h *Engine) inspectAudit(x *exchange, req *request, p map[string]any) {
 		return
 	}
 	if !found {
-		x.fail(agtp.RecordNotFound.New(fmt.Sprintf("no retained Attribution-Record has this Audit-ID (records are kept %s)", agtp.FormatDuration(h.recordRetention()))))
+		x.fail(agtp.RecordNotFound.New("no retained Attribution-Record has this Audit-ID (" + h.retentionText() + ")"))
 		return
 	}
 	// Under agent_only a person behind an agent (identity oauth) reads
@@ -110,7 +110,7 @@ func (h *Engine) inspectChainHead(x *exchange, req *request, p map[string]any) {
 		return
 	}
 	if len(heads) == 0 {
-		x.fail(agtp.RecordNotFound.New(fmt.Sprintf("no Attribution-Record of this agent is retained (records are kept %s)", agtp.FormatDuration(h.recordRetention()))))
+		x.fail(agtp.RecordNotFound.New("no Attribution-Record of this agent is retained (" + h.retentionText() + ")"))
 		return
 	}
 	list := make([]map[string]any, len(heads))

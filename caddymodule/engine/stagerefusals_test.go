@@ -368,6 +368,17 @@ func srField(name, want string) func(t *testing.T, a *testAnswer) {
 	}
 }
 
+// srExplNot checks that the explanation does not hold part: a
+// parameter the caller gave, or one defaulted, is not named missing.
+func srExplNot(part string) func(t *testing.T, a *testAnswer) {
+	return func(t *testing.T, a *testAnswer) {
+		t.Helper()
+		if e := a.str("explanation"); strings.Contains(e, part) {
+			t.Errorf("explanation %q holds %q", e, part)
+		}
+	}
+}
+
 // srOr is a, or b when a is empty.
 func srOr(a, b string) string {
 	if a != "" {
@@ -980,7 +991,7 @@ func TestEveryStageRefusal(t *testing.T) {
 		{stage: "built-in", name: "INSPECT audit id malformed", send: srCall("INSPECT", "/", srMe(), `{"parameters":{"target":"audit","audit_id":"xyz"}}`),
 			want: agtp.InvalidParameter, expl: "audit_id must be an Audit-ID"},
 		{stage: "built-in", name: "INSPECT audit unknown", send: srCall("INSPECT", "/", srMe(), srParams(map[string]any{"target": "audit", "audit_id": strings.Repeat("0", 64)})),
-			want: agtp.RecordNotFound, expl: "no retained Attribution-Record has this Audit-ID"},
+			want: agtp.RecordNotFound, expl: "no retained Attribution-Record has this Audit-ID (records are kept 24h, at most the newest 100000)"},
 		{stage: "built-in", name: "INSPECT another agent's record", send: func(t *testing.T, te *testEngine) *srAnswer {
 			a := srSend("FETCH", "/items/1", srOp(), "")(t, te)
 			srWant(t, "operator's FETCH", a, 200)
@@ -989,9 +1000,9 @@ func TestEveryStageRefusal(t *testing.T) {
 		{stage: "built-in", name: "INSPECT another agent's chain head", send: srSend("INSPECT", "/?target=chain_head&agent_id="+srOperator, srMe(), ""),
 			want: agtp.Forbidden, expl: "the read ACL of record chains is agent_only"},
 		{stage: "built-in", name: "INSPECT chain head of no records", send: srSend("INSPECT", "/?target=chain_head&agent_id="+strings.Repeat("cd", 32), srOp(), ""),
-			want: agtp.RecordNotFound, expl: "no Attribution-Record of this agent is retained"},
+			want: agtp.RecordNotFound, expl: "no Attribution-Record of this agent is retained (records are kept 24h, at most the newest 100000)"},
 		{stage: "built-in", name: "INSPECT key without key", send: srSend("INSPECT", "/?target=idempotency-key", srMe(), ""),
-			want: agtp.ParameterRequired, expl: "needs agent_id and key"},
+			want: agtp.ParameterRequired, expl: "INSPECT target=idempotency-key needs key", check: srExplNot("agent_id")},
 		{stage: "built-in", name: "INSPECT key malformed", send: srCall("INSPECT", "/", srMe(), `{"parameters":{"target":"idempotency-key","key":"\"open"}}`),
 			want: agtp.InvalidIdempotencyKey, expl: "key is not an Idempotency-Key"},
 		{stage: "built-in", name: "INSPECT another agent's key", send: srCall("INSPECT", "/", srMe(), srParams(map[string]any{"target": "idempotency-key", "key": "k-1", "agent_id": srOperator})),
@@ -1025,6 +1036,10 @@ func TestEveryStageRefusal(t *testing.T) {
 			want: agtp.Forbidden, expl: "REVOKE target=idempotency-key needs the inspect:all scope"},
 		{stage: "built-in", name: "REVOKE key without key", send: srSend("REVOKE", "/?target=idempotency-key", srOp(), ""),
 			want: agtp.ParameterRequired, expl: "needs agent_id and key"},
+		{stage: "built-in", name: "REVOKE key without agent_id", send: srSend("REVOKE", "/?target=idempotency-key&key=k", srOp(), ""),
+			want: agtp.ParameterRequired, expl: "REVOKE target=idempotency-key needs agent_id", check: srExplNot("and key")},
+		{stage: "built-in", name: "REVOKE key without key, agent_id given", send: srSend("REVOKE", "/?target=idempotency-key&agent_id="+testAgent, srOp(), ""),
+			want: agtp.ParameterRequired, expl: "REVOKE target=idempotency-key needs key"},
 		{stage: "built-in", name: "REVOKE key, agent_id malformed", send: srSend("REVOKE", "/?target=idempotency-key&agent_id=me&key=k", srOp(), ""),
 			want: agtp.InvalidParameter, expl: "agent_id must be a canonical Agent-ID"},
 		{stage: "built-in", name: "REVOKE key malformed", send: srCall("REVOKE", "/", srOp(), srParams(map[string]any{"target": "idempotency-key", "agent_id": testAgent, "key": long})),
