@@ -3,7 +3,24 @@
 // SHA-256 digests the negotiation log chains.
 package hexid
 
-import "encoding/hex"
+// nibble is the value of each lowercase hex digit, and 0xff for every
+// other byte (uppercase included: an id has one spelling). A table and
+// an OR of every lookup, tested once at the end, instead of a range
+// check per character: the ids are random digits and letters, on which
+// the per-character branch was mispredicted about every other time
+// (Valid took 230 ns of a memory-store Retain's 1 µs).
+var nibble = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for c := byte('0'); c <= '9'; c++ {
+		t[c] = c - '0'
+	}
+	for c := byte('a'); c <= 'f'; c++ {
+		t[c] = c - 'a' + 10
+	}
+	return t
+}()
 
 // Valid reports whether s is exactly 64 lowercase hex characters.
 // Uppercase is not valid: an id has one spelling.
@@ -11,20 +28,27 @@ func Valid(s string) bool {
 	if len(s) != 64 {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
+	var bad byte
+	for i := 0; i < 64; i++ {
+		bad |= nibble[s[i]]
 	}
-	return true
+	return bad&0xf0 == 0
 }
 
 // Decode returns the 32 bytes s spells, when Valid(s); ok is false
-// otherwise.
+// otherwise (and id is then zero).
 func Decode(s string) (id [32]byte, ok bool) {
-	if !Valid(s) {
+	if len(s) != 64 {
 		return id, false
 	}
-	_, err := hex.Decode(id[:], []byte(s))
-	return id, err == nil
+	var bad byte
+	for i := range id {
+		hi, lo := nibble[s[2*i]], nibble[s[2*i+1]]
+		bad |= hi | lo
+		id[i] = hi<<4 | lo
+	}
+	if bad&0xf0 != 0 {
+		return [32]byte{}, false
+	}
+	return id, true
 }
