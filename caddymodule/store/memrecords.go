@@ -25,8 +25,9 @@ import (
 //   - its bytes (the JWS Compact form, and the Person and an Audit-ID
 //     that is not 64 hex) are copied into chunks of memChunkSize bytes,
 //     filled in the ring's order and freed whole once their last record
-//     is dropped, so the collector marks one object per chunk, not one
-//     per record, and never looks inside;
+//     is dropped (the last chunk of that size dropped is kept, one
+//     spare, for the next), so the collector marks one object per
+//     chunk, not one per record, and never looks inside;
 //   - its Audit-ID, 64 lowercase hex whenever the engine made it, is
 //     held and indexed as its 32 bytes, so the index is a map without
 //     pointers, which the collector does not scan;
@@ -50,6 +51,7 @@ type memRecords struct {
 
 	chunks     []*memChunk // oldest first; the last is being filled
 	firstChunk uint64      // sequence number of chunks[0]
+	spare      *memChunk   // the last chunk of memChunkSize dropped, for the next new one
 
 	byID    map[[32]byte]uint64 // Audit-ID of 64 lowercase hex → sequence
 	byOther map[string]uint64   // any other Audit-ID (never made by the engine) → sequence
@@ -170,6 +172,14 @@ func (r *memRecords) popLocked() {
 // it has: the empty ones are all in front.
 func (r *memRecords) dropEmptyChunksLocked(keep int) {
 	for len(r.chunks) > keep && r.chunks[0].slots == 0 {
+		if c := r.chunks[0]; cap(c.buf) == memChunkSize {
+			// Kept for the next chunk, which then needs neither an
+			// allocation nor a clear of its 256 KiB (a tenth of a
+			// Retain's CPU when every record is new); a chunk of a
+			// larger record is not kept.
+			c.buf = c.buf[:0]
+			r.spare = c
+		}
 		r.chunks[0] = nil
 		r.chunks = r.chunks[1:]
 		r.firstChunk++
@@ -235,7 +245,11 @@ func (r *memRecords) pushLocked(m memRecord, size int) (uint64, []byte) {
 		c = r.chunks[k-1]
 	} else {
 		r.dropEmptyChunksLocked(0) // the one being filled too, when every record in it is gone
-		c = &memChunk{buf: make([]byte, 0, max(memChunkSize, size))}
+		if c = r.spare; c != nil && size <= memChunkSize {
+			r.spare = nil
+		} else {
+			c = &memChunk{buf: make([]byte, 0, max(memChunkSize, size))}
+		}
 		r.chunks = append(r.chunks, c)
 	}
 	m.chunk, m.off = r.firstChunk+uint64(len(r.chunks)-1), uint32(len(c.buf))

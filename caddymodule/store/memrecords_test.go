@@ -273,6 +273,46 @@ func TestMemRecordsChunksFreed(t *testing.T) {
 	}
 }
 
+// TestMemRecordsSpareChunk: a chunk of the standard size whose records
+// are all gone is reused for the next chunk, not allocated again; a
+// larger one is not kept, and one spare at most is.
+func TestMemRecordsSpareChunk(t *testing.T) {
+	clock := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	r := newMemRecords(1000, time.Minute, func() time.Time { return clock })
+	ctx := context.Background()
+	retain := func(id string, size int) {
+		t.Helper()
+		if err := r.Retain(ctx, Record{AuditID: id, AgentID: "a", NodeID: "n", Compact: strings.Repeat("x", size)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	retain("first", 1000)
+	first := r.chunks[0]
+	clock = clock.Add(2 * time.Minute)
+	retain("fills", memChunkSize) // does not fit: the first chunk, now empty, is dropped
+	if r.spare != first || len(first.buf) != 0 {
+		t.Fatalf("spare %p (len %d), want the dropped chunk %p emptied", r.spare, len(first.buf), first)
+	}
+	if got, ok, _ := r.Get(ctx, "fills"); !ok || len(got.Compact) != memChunkSize {
+		t.Fatal("the record that did not fit is not held")
+	}
+	clock = clock.Add(2 * time.Minute)
+	retain("next", 10) // the spare becomes the chunk being filled
+	if r.spare == first || r.chunks[len(r.chunks)-1] != first {
+		t.Fatalf("the new chunk is not the spare")
+	}
+	if got, ok, _ := r.Get(ctx, "next"); !ok || got.Compact != strings.Repeat("x", 10) {
+		t.Fatalf("the record in the reused chunk reads back %q", got.Compact)
+	}
+	clock = clock.Add(2 * time.Minute)
+	retain("big", 2*memChunkSize)
+	clock = clock.Add(2 * time.Minute)
+	retain("after-big", 10)
+	if r.spare != nil && cap(r.spare.buf) != memChunkSize {
+		t.Fatalf("a spare of %d bytes kept", cap(r.spare.buf))
+	}
+}
+
 // TestMemRecordsHeads: the chain heads name the last record retained per
 // agent and node, and an agent's last heads past the retention go.
 func TestMemRecordsHeads(t *testing.T) {
