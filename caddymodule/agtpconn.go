@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -225,6 +226,34 @@ func (sock *nativeSocket) accept() {
 	}
 }
 
+// testHookNativeServe, set by tests only, runs before each native
+// request reaches the engine: a fault injected into the door.
+var testHookNativeServe func(*agtp.Request)
+
+// recoverPanic ends a connection whose goroutine panicked (a defect in
+// the door or the engine) as net/http ends an HTTP one: the panic is
+// logged with its stack, at ERROR, and the connection is closed
+// without an answer (what the request did is unknown); every other
+// connection, and the process, go on. Without it one request on the
+// native door could take down the whole server, every site and door
+// with it. http.ErrAbortHandler aborts silently, as in net/http. The
+// engine has already released the request's Idempotency-Key claim if
+// nothing ran (engine.Serve).
+func (c *nativeConn) recoverPanic() {
+	p := recover()
+	if p == nil {
+		return
+	}
+	_ = c.c.Close()
+	if p == http.ErrAbortHandler {
+		return
+	}
+	stack := make([]byte, 64<<10)
+	stack = stack[:runtime.Stack(stack, false)]
+	c.sock.loggerOf(c.srv).Error("agtp: panic serving a connection; closed it",
+		zap.String("remote", c.c.RemoteAddr().String()), zap.Any("panic", p), zap.ByteString("stack", stack))
+}
+
 // nativeConn is one AGTP/1.0 connection: requests read one after
 // another (a pipelined one waits in the read buffer), each answered in
 // order before the next is read.
@@ -342,6 +371,7 @@ func (c *nativeConn) waiting(w bool) (stop bool) {
 
 func (c *nativeConn) serve() {
 	defer c.untrack()
+	defer c.recoverPanic()
 	// The newest configuration's TLS: the accept loop read the socket's
 	// configuration before it waited in Accept, and a reload may have
 	// completed since.
@@ -458,6 +488,9 @@ func (c *nativeConn) serve() {
 		}
 		if req.ContentLength > 0 {
 			in.Body = req.Body
+		}
+		if h := testHookNativeServe; h != nil {
+			h(in)
 		}
 		var resp *agtp.Response
 		if e == nil {

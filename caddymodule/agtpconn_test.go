@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
 )
 
@@ -173,5 +175,76 @@ func TestNativeLegacyIdempotencyKey(t *testing.T) {
 	if first.Status != 200 || again.Status != 200 || again.Header.Get("Idempotent-Replayed") != "true" || calls.Load() != 1 {
 		t.Fatalf("the same key in both: %d then %d (replayed %q), %d upstream calls; want one run and a replay",
 			first.Status, again.Status, again.Header.Get("Idempotent-Replayed"), calls.Load())
+	}
+}
+
+// TestNativePanicClosesConnection: a panic while a native request is
+// served (a defect, injected here by testHookNativeServe) closes that
+// connection without an answer and is logged at ERROR with its stack;
+// the door and the process go on, and the next connection is served.
+// Before, nothing recovered it: one request took down the whole
+// process, every site and door with it.
+func TestNativePanicClosesConnection(t *testing.T) {
+	url, calls := countingUpstream(t)
+	h := benchHandler(t, url, false)
+	ctx := benchContext(t)
+	core, logs := observer.New(zap.ErrorLevel)
+	s := &AGTPServer{Listen: []string{"127.0.0.1:0"}, Handler: h.Name}
+	if err := s.provision(ctx); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	if err := s.start(ctx, zap.New(core)); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		for _, c := range s.stop() {
+			<-c.done
+		}
+	})
+	testHookNativeServe = func(r *agtp.Request) {
+		if _, ok := r.Value("X-Test-Panic"); ok {
+			panic("injected door defect")
+		}
+	}
+	t.Cleanup(func() { testHookNativeServe = nil })
+	addr := s.sockets[0].ln.Addr().String()
+	send := func(extra string) (*bufio.Reader, net.Conn) {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "AGTP/1.0 FETCH /items/1\r\nAgent-ID: "+benchAgent+"\r\nAuthority-Scope: "+testScope+"\r\n"+extra+"Content-Length: 0\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		return bufio.NewReader(c), c
+	}
+	br, _ := send("X-Test-Panic: 1\r\n")
+	if b, err := io.ReadAll(br); err != nil || len(b) != 0 {
+		t.Fatalf("after the panic the connection gave %q, %v; want it closed with nothing written", b, err)
+	}
+	var line observer.LoggedEntry
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if all := logs.FilterMessageSnippet("panic serving").All(); len(all) > 0 {
+			line = all[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ERROR line for the panic; logged %v", logs.All())
+		}
+	}
+	f := line.ContextMap()
+	if stack, _ := f["stack"].(string); f["panic"] != "injected door defect" || !strings.Contains(stack, "TestNativePanicClosesConnection") || f["remote"] == "" {
+		t.Fatalf("the panic's line %v; want the panic value, its stack down to the injected defect, the remote address", f)
+	}
+	if calls.Load() != 0 {
+		t.Fatalf("the panicking request reached the upstream %d times", calls.Load())
+	}
+	br, _ = send("")
+	resp, err := wire.ReadResponse(br, wire.Limits{}, 1<<20)
+	if err != nil || resp.Status != 200 || calls.Load() != 1 {
+		t.Fatalf("the next connection after the panic: %v %v (upstream calls %d); want it served, 200", resp, err, calls.Load())
 	}
 }

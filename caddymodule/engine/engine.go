@@ -110,7 +110,13 @@ func (h *Engine) Serve(ctx context.Context, r *agtp.Request) *agtp.Response {
 	var sp trace.Span
 	r.Context, sp = startRequestSpan(r.Context)
 	x := h.newExchange(r)
+	returned := false
 	defer func() {
+		if !returned {
+			// A panic (a defect) is unwinding through Serve; it goes on
+			// unrecovered, its stack intact, to the door's server.
+			h.releaseUnrun(x)
+		}
 		if x.keyedRun != nil {
 			h.exitKeyed(x.keyedRun)
 		}
@@ -126,7 +132,35 @@ func (h *Engine) Serve(ctx context.Context, r *agtp.Request) *agtp.Response {
 	h.dispatch(x)
 	resp := h.finish(x, start)
 	x.endRequestSpan()
+	returned = true
 	return resp
+}
+
+// releaseUnrun releases the Idempotency-Key claim of x when a panic
+// unwinds through Serve before x reached execution and before its
+// answer was written: nothing ran, as for a refusal, so the key comes
+// free for the agent's retry at once. Without it the claim stayed until
+// its lease ended and the key then answered 409 outcome-unknown for the
+// rest of its window, asking an operator to settle a request that never
+// ran. A request that reached execution keeps its claim: what it did is
+// unknown, and its lease ends as a stopped node's does (Serve stops the
+// renewer).
+func (h *Engine) releaseUnrun(x *exchange) {
+	if x.written || x.executed {
+		return // the answer settled the claim, or the request may have run
+	}
+	cl := x.claim
+	if cl == nil && x.preclaimed != nil {
+		cl = x.preclaimed.Claim
+	}
+	if cl == nil {
+		return
+	}
+	x.claim, x.preclaimed = nil, nil
+	x.renewer.stop()
+	log := x.log().With(zap.String("agent_id", x.agentID))
+	log.Error("a request panicked before it ran anything; releasing its Idempotency-Key claim")
+	releaser(h, cl, context.WithoutCancel(x.ctx()), log)()
 }
 
 // newExchange is the exchange of r with its identifiers read and

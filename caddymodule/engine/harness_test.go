@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
@@ -75,6 +76,14 @@ func serveLoopback(t testing.TB, h http.Handler) string {
 // applied to the Config before New.
 func newTestEngine(t testing.TB, adjust ...func(*Config)) *testEngine {
 	t.Helper()
+	return newTestEngineSet(t, nil, adjust...)
+}
+
+// newTestEngineSet is newTestEngine with the memory store's Set passed
+// through wrap (nil: as it is) before Attach: a fault injected below
+// the module boundary.
+func newTestEngineSet(t testing.TB, wrap func(store.Set) store.Set, adjust ...func(*Config)) *testEngine {
+	t.Helper()
 	docs := filepath.Join("..", "..", "scripts", "bench", "docs")
 	cfg := &Config{Name: "engine-test", ServerID: "rcns-test"}
 	cfg.Identity = IdentityHeader
@@ -104,7 +113,11 @@ func newTestEngine(t testing.TB, adjust ...func(*Config)) *testEngine {
 	}
 	t.Cleanup(e.Close)
 	mem := st.Memory(e.StoreLimits())
-	if err := e.Attach(Store{Set: mem.Set(), Memory: mem}); err != nil {
+	set := mem.Set()
+	if wrap != nil {
+		set = wrap(set)
+	}
+	if err := e.Attach(Store{Set: set, Memory: mem}); err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
 	return &testEngine{Engine: e, reg: reg}
