@@ -62,7 +62,7 @@ func buildEndpoint(t *testing.T, src string, up *Upstream) *Endpoint {
 	return e
 }
 
-func newUpstream(t *testing.T, url string) *Upstream {
+func newUpstream(t testing.TB, url string) *Upstream {
 	t.Helper()
 	up, err := NewUpstream("up", url, UpstreamOptions{Timeout: 2 * time.Second, MaxResponseBytes: 1 << 16})
 	if err != nil {
@@ -111,7 +111,7 @@ endpoint:
   errors: [composition_failed]
 `
 
-func buildSet(t *testing.T, up *Upstream, recipe string, endpoints ...string) (*Recipe, map[string]*Endpoint) {
+func buildSet(t testing.TB, up *Upstream, recipe string, endpoints ...string) (*Recipe, map[string]*Endpoint) {
 	t.Helper()
 	eps := map[string]*Endpoint{}
 	for i, src := range endpoints {
