@@ -234,19 +234,27 @@ func TestMemRecordsShrinks(t *testing.T) {
 	}
 }
 
+// chunkRecords is a store of 1000 records kept a minute on a clock
+// the test moves, and a retain of a record of size bytes under id.
+func chunkRecords(t *testing.T) (r *memRecords, clock *time.Time, retain func(id string, size int)) {
+	now := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	clock = &now
+	r = newMemRecords(1000, time.Minute, func() time.Time { return *clock })
+	retain = func(id string, size int) {
+		t.Helper()
+		if err := r.Retain(context.Background(), Record{AuditID: id, AgentID: "a", NodeID: "n", Compact: strings.Repeat("x", size)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r, clock, retain
+}
+
 // TestMemRecordsChunksFreed: a chunk whose records are all gone is
 // freed, even the only one, once the next record does not fit in it:
 // an 8 MiB record expired leaves no 8 MiB behind (helper-103's finding).
 func TestMemRecordsChunksFreed(t *testing.T) {
-	clock := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
-	r := newMemRecords(1000, time.Minute, func() time.Time { return clock })
+	r, clock, retain := chunkRecords(t)
 	ctx := context.Background()
-	retain := func(id string, size int) {
-		t.Helper()
-		if err := r.Retain(ctx, Record{AuditID: id, AgentID: "a", NodeID: "n", Compact: strings.Repeat("x", size)}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	held := func() (n int) {
 		for _, c := range r.chunks {
 			n += cap(c.buf)
@@ -254,7 +262,7 @@ func TestMemRecordsChunksFreed(t *testing.T) {
 		return n
 	}
 	retain("big", 8<<20)
-	clock = clock.Add(2 * time.Minute)
+	*clock = clock.Add(2 * time.Minute)
 	if _, ok, _ := r.Get(ctx, "big"); ok { // every record expired: the chunk stays, empty
 		t.Fatal("the record outlived its retention")
 	}
@@ -265,7 +273,7 @@ func TestMemRecordsChunksFreed(t *testing.T) {
 	for i := range 200 {
 		retain("r"+strconv.Itoa(i), 1300)
 	}
-	clock = clock.Add(2 * time.Minute)
+	*clock = clock.Add(2 * time.Minute)
 	_, _, _ = r.Get(ctx, "none")
 	retain("after", memChunkSize) // does not fit in what is left of the only chunk
 	if len(r.chunks) != 1 || r.chunks[0].slots != 1 {
@@ -277,18 +285,11 @@ func TestMemRecordsChunksFreed(t *testing.T) {
 // are all gone is reused for the next chunk, not allocated again; a
 // larger one is not kept, and one spare at most is.
 func TestMemRecordsSpareChunk(t *testing.T) {
-	clock := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
-	r := newMemRecords(1000, time.Minute, func() time.Time { return clock })
+	r, clock, retain := chunkRecords(t)
 	ctx := context.Background()
-	retain := func(id string, size int) {
-		t.Helper()
-		if err := r.Retain(ctx, Record{AuditID: id, AgentID: "a", NodeID: "n", Compact: strings.Repeat("x", size)}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	retain("first", 1000)
 	first := r.chunks[0]
-	clock = clock.Add(2 * time.Minute)
+	*clock = clock.Add(2 * time.Minute)
 	retain("fills", memChunkSize) // does not fit: the first chunk, now empty, is dropped
 	if r.spare != first || len(first.buf) != 0 {
 		t.Fatalf("spare %p (len %d), want the dropped chunk %p emptied", r.spare, len(first.buf), first)
@@ -296,7 +297,7 @@ func TestMemRecordsSpareChunk(t *testing.T) {
 	if got, ok, _ := r.Get(ctx, "fills"); !ok || len(got.Compact) != memChunkSize {
 		t.Fatal("the record that did not fit is not held")
 	}
-	clock = clock.Add(2 * time.Minute)
+	*clock = clock.Add(2 * time.Minute)
 	retain("next", 10) // the spare becomes the chunk being filled
 	if r.spare == first || r.chunks[len(r.chunks)-1] != first {
 		t.Fatalf("the new chunk is not the spare")
@@ -304,9 +305,9 @@ func TestMemRecordsSpareChunk(t *testing.T) {
 	if got, ok, _ := r.Get(ctx, "next"); !ok || got.Compact != strings.Repeat("x", 10) {
 		t.Fatalf("the record in the reused chunk reads back %q", got.Compact)
 	}
-	clock = clock.Add(2 * time.Minute)
+	*clock = clock.Add(2 * time.Minute)
 	retain("big", 2*memChunkSize)
-	clock = clock.Add(2 * time.Minute)
+	*clock = clock.Add(2 * time.Minute)
 	retain("after-big", 10)
 	if r.spare != nil && cap(r.spare.buf) != memChunkSize {
 		t.Fatalf("a spare of %d bytes kept", cap(r.spare.buf))
