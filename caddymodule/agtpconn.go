@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -227,8 +228,9 @@ func (sock *nativeSocket) accept() {
 }
 
 // testHookNativeServe, set by tests only, runs before each native
-// request reaches the engine: a fault injected into the door.
-var testHookNativeServe func(*agtp.Request)
+// request reaches the engine: a fault injected into the door. Atomic:
+// the test sets it while the door's goroutines run.
+var testHookNativeServe atomic.Pointer[func(*agtp.Request)]
 
 // recoverPanic ends a connection whose goroutine panicked (a defect in
 // the door or the engine) as net/http ends an HTTP one: the panic is
@@ -489,8 +491,8 @@ func (c *nativeConn) serve() {
 		if req.ContentLength > 0 {
 			in.Body = req.Body
 		}
-		if h := testHookNativeServe; h != nil {
-			h(in)
+		if h := testHookNativeServe.Load(); h != nil {
+			(*h)(in)
 		}
 		var resp *agtp.Response
 		if e == nil {

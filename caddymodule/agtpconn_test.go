@@ -201,12 +201,13 @@ func TestNativePanicClosesConnection(t *testing.T) {
 			<-c.done
 		}
 	})
-	testHookNativeServe = func(r *agtp.Request) {
+	hook := func(r *agtp.Request) {
 		if _, ok := r.Value("X-Test-Panic"); ok {
 			panic("injected door defect")
 		}
 	}
-	t.Cleanup(func() { testHookNativeServe = nil })
+	testHookNativeServe.Store(&hook)
+	t.Cleanup(func() { testHookNativeServe.Store(nil) })
 	addr := s.sockets[0].ln.Addr().String()
 	send := func(extra string) (*bufio.Reader, net.Conn) {
 		t.Helper()
