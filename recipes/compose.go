@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -112,10 +113,29 @@ func (f *CompositionFailure) Explanation() string {
 }
 
 type stepResult struct {
-	idx int
-	out any
-	f   *Failure
-	d   time.Duration
+	idx      int
+	out      any
+	f        *Failure
+	d        time.Duration
+	panicked *StepPanic
+}
+
+// StepPanic is what Execute panics with, in its caller's goroutine,
+// when a step running in a goroutine of its own panicked (a defect): a
+// panic in that goroutine could not be recovered by the request's
+// server (net/http, the native door, the MCP door) and would end the
+// whole process. Value is the step's panic value, Stack that goroutine's
+// stack when it panicked. The other steps are cancelled, not waited
+// for.
+type StepPanic struct {
+	Step  string
+	Value any
+	Stack []byte
+}
+
+// Error gives the step, its panic value and the step goroutine's stack.
+func (p *StepPanic) Error() string {
+	return fmt.Sprintf("recipe step %q panicked: %v\n\n%s", p.Step, p.Value, p.Stack)
 }
 
 // Execute runs the recipe's plan on an input already validated with
@@ -178,6 +198,11 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 			vals = append(vals, input)
 			vals = append(vals, outputs[:i]...)
 			go func(i int, s *Step, vals []any) {
+				defer func() {
+					if p := recover(); p != nil {
+						results <- stepResult{idx: i, panicked: &StepPanic{Step: s.Name, Value: p, Stack: debug.Stack()}}
+					}
+				}()
 				start := time.Now()
 				out, f := s.run(ctx, input, vals)
 				results <- stepResult{idx: i, out: out, f: f, d: time.Since(start)}
@@ -188,6 +213,10 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 	for running > 0 {
 		res := <-results
 		running--
+		if res.panicked != nil {
+			cancel()
+			panic(res.panicked) // results holds n: the others still running never block
+		}
 		reports[res.idx].Duration = res.d
 		reports[res.idx].Called = res.f == nil || res.f.Sent
 		if res.f != nil {
