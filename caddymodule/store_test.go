@@ -1193,7 +1193,8 @@ func heldUpstream(t *testing.T) (url string, hits *atomic.Int64, arrived chan st
 // caller settles before answering); Destruct waits for the ones running.
 func TestSettleLater(t *testing.T) {
 	srv := redistest.StartServer(t)
-	p, err := newPooledRedis(context.Background(), redisstore.Config{Addrs: []string{srv.Addr()}, KeyPrefix: "t:"}, true, zap.NewNop())
+	core, logs := observer.New(zap.ErrorLevel)
+	p, err := newPooledRedis(context.Background(), redisstore.Config{Addrs: []string{srv.Addr()}, KeyPrefix: "t:"}, true, zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1229,6 +1230,24 @@ func TestSettleLater(t *testing.T) {
 	case <-ran:
 	default:
 		t.Fatal("AwaitSettling returned before the settle ended")
+	}
+
+	// A settle that panics (a defect) ends neither the process nor the
+	// key's settling: it is logged, and AwaitSettling returns.
+	if !p.SettleLater("a", "panics", 10, func() { panic("settle defect") }) {
+		t.Fatal("SettleLater refused the panicking key")
+	}
+	p.AwaitSettling(ctx, "a", "panics")
+	panics := logs.FilterMessageSnippet("panic storing or releasing")
+	for deadline := time.Now().Add(5 * time.Second); panics.Len() == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		panics = logs.FilterMessageSnippet("panic storing or releasing")
+	}
+	if all := panics.All(); len(all) != 1 || all[0].ContextMap()["panic"] != "settle defect" || !strings.Contains(all[0].ContextMap()["stack"].(string), "TestSettleLater") {
+		t.Fatalf("the panicking settle logged %v; want one ERROR line with the panic and its stack", all)
+	}
+	if n := p.nSettling.Load(); n != 0 {
+		t.Fatalf("%d keys settling after the panicking one ended", n)
 	}
 
 	// The bytes bound: an answer past maxSettlingBytes held is refused.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -172,13 +173,26 @@ func (p *pooledRedis) SettleLater(agent, key string, size int, settle func()) bo
 	p.settleMu.Unlock()
 	go func() {
 		defer p.retries.Done()
+		defer func() {
+			p.settleMu.Lock()
+			delete(p.settling, id)
+			p.settleBytes -= int64(size)
+			p.nSettling.Add(-1)
+			p.settleMu.Unlock()
+			close(done)
+		}()
+		defer func() {
+			// A panic here (a defect) would end the whole process: its
+			// request was answered already. The key is left to its
+			// lease (outcome-unknown after it, or in flight while its
+			// claim is renewed), as when storing the answer fails for
+			// good.
+			if v := recover(); v != nil && p.logger != nil {
+				p.logger.Error("panic storing or releasing an Idempotency-Key beside its answer; the key is left to its lease",
+					zap.Any("panic", v), zap.ByteString("stack", debug.Stack()))
+			}
+		}()
 		settle()
-		p.settleMu.Lock()
-		delete(p.settling, id)
-		p.settleBytes -= int64(size)
-		p.nSettling.Add(-1)
-		p.settleMu.Unlock()
-		close(done)
 	}()
 	return true
 }
