@@ -107,6 +107,9 @@ type exchange struct {
 	claim    store.Claim
 	renewer  *leaseRenewer // renews claim's lease while the request runs
 	executed bool
+	// claimSettled: writeRaw handed the claim to its store or release
+	// (releaseUnrun leaves it alone after).
+	claimSettled bool
 	// idemAgent and idemKey are the agent and Idempotency-Key the claim
 	// is held under (awaitSettling sets them before any claim).
 	idemAgent, idemKey string
@@ -305,6 +308,7 @@ func (x *exchange) writeRaw(status int, contentType string, raw []byte, extra ma
 	}
 	if x.claim != nil {
 		x.renewer.stop()
+		x.claimSettled = true
 		if x.executed {
 			h := map[string]string{}
 			if len(raw) > 0 {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
 )
 
 // panickingSink is an EventSink that panics: a defect below Serve after
@@ -107,5 +109,56 @@ func TestPanicBeforeRunReleasesKey(t *testing.T) {
 	replay := te.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "panics-first")
 	if replay.Status != 200 || replay.header("Idempotent-Replayed") != "true" {
 		t.Fatalf("the next repeat: %s (replayed %q), want the retry's answer replayed", replay, replay.header("Idempotent-Replayed"))
+	}
+}
+
+// TestPanicInAnswerWriteReleasesKey: a keyed gate request refused
+// before anything ran (464, no recipe) that panics while its answer is
+// being written, in the negotiation record written before the claim is
+// settled, has its key released all the same: the retry is answered
+// 464 again, not 409 in flight then outcome-unknown (helper-105's L1:
+// the answer counted as written before its claim was settled).
+func TestPanicInAnswerWriteReleasesKey(t *testing.T) {
+	te := newTestEngine(t)
+	refuse := func(key string) *testAnswer {
+		return te.do(t, "LOOKUP", "/nothing/here", map[string]any{"parameters": map[string]any{}}, "Allow-RCNS", "true", "Idempotency-Key", key)
+	}
+	if a := refuse("baseline"); a.Status != 464 {
+		t.Fatalf("the refusal without the defect: %s, want 464", a)
+	}
+	var armed atomic.Bool
+	log, err := records.OpenLog(records.LogOptions{Dir: t.TempDir(), Fsync: records.FsyncOff, Now: func() time.Time {
+		if armed.CompareAndSwap(true, false) {
+			panic("negotiation log defect")
+		}
+		return time.Now()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	te.st.records.mu.Lock()
+	engineLog := te.st.records.log
+	te.st.records.log = log
+	te.st.records.mu.Unlock()
+	t.Cleanup(func() { // before the engine's: it closes its own log
+		te.st.records.mu.Lock()
+		te.st.records.log = engineLog
+		te.st.records.mu.Unlock()
+		_ = log.Close()
+	})
+	armed.Store(true)
+	func() {
+		defer func() {
+			if p := recover(); p != "negotiation log defect" {
+				t.Fatalf("recovered %v, want the log's panic", p)
+			}
+		}()
+		refuse("k-panics")
+	}()
+	if claims, n := te.st.inflight.list(10); n != 0 {
+		t.Fatalf("after the panic %d claims are still listed as running: %+v", n, claims)
+	}
+	if a := refuse("k-panics"); a.Status != 464 {
+		t.Fatalf("the retry of the key: %s, want 464 as the first refusal (its claim released)", a)
 	}
 }
