@@ -434,15 +434,16 @@ func (l *Log) AppendOwned(agentID string, rec map[string]any) (hash string, err 
 
 // append is Append after checkRecord.
 func (l *Log) append(agentID string, record map[string]any) (hash string, err error) {
-
 	l.mu.Lock()
+	// Deferred, not unlocked on each return: a panic under the lock (a
+	// defect) would otherwise hold it for the life of the process, and
+	// every later record, and every gate request, would wait on it.
+	defer l.mu.Unlock()
 	if l.closed {
-		l.mu.Unlock()
 		return "", ErrLogClosed
 	}
 	if l.failed != nil {
 		if err := l.recoverLocked(); err != nil {
-			l.mu.Unlock()
 			return "", err
 		}
 	}
@@ -463,7 +464,6 @@ func (l *Log) append(agentID string, record map[string]any) (hash string, err er
 	*lp = line
 	putBuf(lp)
 	if err != nil {
-		l.mu.Unlock()
 		return "", err
 	}
 	l.heads[agentID] = logHead{hash: hash, seq: head.seq + 1}
@@ -475,7 +475,6 @@ func (l *Log) append(agentID string, record map[string]any) (hash string, err er
 		if err := l.f.Sync(); err != nil {
 			l.failLocked(fmt.Errorf("records: fsync negotiation log: %w", err))
 			err := l.failed
-			l.mu.Unlock()
 			return "", err
 		}
 		l.synced = mine
@@ -492,11 +491,9 @@ func (l *Log) append(agentID string, record map[string]any) (hash string, err er
 			if err == nil {
 				err = ErrLogClosed
 			}
-			l.mu.Unlock()
 			return "", err
 		}
 	}
-	l.mu.Unlock()
 	return hash, nil
 }
 
