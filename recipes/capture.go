@@ -472,7 +472,8 @@ func (cc CapturedContract) Contract(r *Recipe) (*Contract, error) {
 // without HTML escaping (TestCapturedContractMarshalForm holds it to
 // that), the endpoint's bytes unchanged: they are what contract_hash
 // covers, the JCS form contractFor made (compact and valid JSON), or
-// those a store read back from an earlier Marshal. Written by hand:
+// those a store read back from an earlier Marshal (empty bytes are an
+// error, as from encoding/json; others are not validated again). Written by hand:
 // encoding/json validated and copied the endpoint's bytes once more (it
 // compacts a json.RawMessage's output), which was most of a Redis
 // store's mint outside its round trip in the synthesis scenario's
@@ -492,9 +493,15 @@ func (cc CapturedContract) Marshal() ([]byte, error) {
 	str(`,"method":`, cc.Method)
 	str(`,"path":`, cc.Path)
 	b = append(b, `,"endpoint":`...)
-	if cc.EndpointJSON == nil {
+	switch {
+	case cc.EndpointJSON == nil:
 		b = append(b, "null"...)
-	} else {
+	case len(cc.EndpointJSON) == 0:
+		// encoding/json refused it too; any other bytes are taken as
+		// the valid compact JSON they always are (not re-validated:
+		// that was the cost).
+		return nil, errors.New("json: error calling MarshalJSON for type json.RawMessage: unexpected end of JSON input")
+	default:
 		b = append(b, cc.EndpointJSON...)
 	}
 	str(`,"recipe_lineage":{"recipe_name":`, cc.Lineage.RecipeName)

@@ -57,6 +57,13 @@ func TestCapturedContractMarshalForm(t *testing.T) {
 			t.Fatalf("case %d: read back %v: endpoint %s, want %s", i, err, back.EndpointJSON, cc.EndpointJSON)
 		}
 	}
+	empty := CapturedContract{EndpointJSON: json.RawMessage{}}
+	if _, err := empty.Marshal(); err == nil {
+		t.Fatal("empty endpoint bytes marshalled (to invalid JSON)")
+	}
+	if _, err := marshalStdlib(empty); err == nil {
+		t.Fatal("encoding/json took empty endpoint bytes: the reference changed")
+	}
 	late := CapturedContract{IssuedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}
 	if _, err := late.Marshal(); err == nil {
 		t.Fatal("a year past 9999 marshalled")
