@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -336,7 +337,8 @@ func (d *Door) serveWithin(in *agtp.Request) *agtp.Response {
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				d.e.Logger().Error("panic in an MCP tool call", zap.Any("panic", p), zap.String("method", in.Method), zap.String("target", in.Target))
+				d.e.Logger().Error("panic in an MCP tool call", zap.Any("panic", p), zap.String("method", in.Method), zap.String("target", in.Target),
+					zap.ByteString("stack", debug.Stack()))
 				done <- nil
 			}
 		}()
