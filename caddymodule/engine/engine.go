@@ -140,13 +140,12 @@ func (h *Engine) Serve(ctx context.Context, r *agtp.Request) *agtp.Response {
 // unwinds through Serve before x reached execution and before its
 // answer settled the claim (a panic in the answer's own write before
 // that, say in its negotiation record, counts as before): nothing ran,
-// as for a refusal, so the key comes
-// free for the agent's retry at once. Without it the claim stayed until
-// its lease ended and the key then answered 409 outcome-unknown for the
-// rest of its window, asking an operator to settle a request that never
-// ran. A request that reached execution keeps its claim: what it did is
-// unknown, and its lease ends as a stopped node's does (Serve stops the
-// renewer).
+// as for a refusal, so the key comes free for the agent's retry at
+// once. Without it the claim stayed until its lease ended and the key
+// then answered 409 outcome-unknown for the rest of its window, asking
+// an operator to settle a request that never ran. A request that
+// reached execution keeps its claim: what it did is unknown, and its
+// lease ends as a stopped node's does (Serve stops the renewer).
 func (h *Engine) releaseUnrun(x *exchange) {
 	if x.claimSettled || x.executed {
 		return // the answer settled the claim, or the request may have run
