@@ -27,6 +27,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
 )
@@ -809,4 +811,40 @@ func (a addHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
 		r.Header[k] = append([]string(nil), vs...)
 	}
 	return a.base.RoundTrip(r)
+}
+
+// TestMCPToolPanicAnswered: a panic in a tool call's handler (a defect,
+// injected by mcpdoor.TestHookToolCall) is answered JSON-RPC -32603
+// and logged at ERROR with its stack, on the SDK's path (a recipe tool)
+// and the fast path (a Tier B tool) alike; the process goes on and the
+// next call is served. The SDK runs the handler on a goroutine that
+// recovers nothing: before, one call ended the whole process.
+func TestMCPToolPanicAnswered(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	_, url := mcpGateway(t, func(h *Handler) { h.logger = zap.New(core) })
+	s := mcpClient(t, url, map[string]string{"Agent-ID": benchAgent, "Authority-Scope": "rcns:negotiate, bench:read"})
+	hook := func(tool string) { panic("tool defect in " + tool) }
+	mcpdoor.TestHookToolCall.Store(&hook)
+	t.Cleanup(func() { mcpdoor.TestHookToolCall.Store(nil) })
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"lookup-item", map[string]any{"path": "/item/panics", "item_id": "3"}},
+		{"fetch_item", map[string]any{"item_id": "7"}},
+	} {
+		_, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: c.tool, Arguments: c.args})
+		var je *jsonrpc.Error
+		if !errors.As(err, &je) || je.Code != jsonrpc.CodeInternalError {
+			t.Fatalf("%s panicking: %v, want JSON-RPC %d", c.tool, err, jsonrpc.CodeInternalError)
+		}
+		lines := logs.FilterMessage("panic in an MCP tool call").FilterField(zap.String("tool", c.tool)).All()
+		if len(lines) != 1 || lines[0].ContextMap()["panic"] != "tool defect in "+c.tool || !strings.Contains(lines[0].ContextMap()["stack"].(string), "TestMCPToolPanicAnswered") {
+			t.Fatalf("%s: logged %v, want one ERROR line with the panic and its stack", c.tool, lines)
+		}
+	}
+	mcpdoor.TestHookToolCall.Store(nil)
+	if res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "fetch_item", Arguments: map[string]any{"item_id": "8"}}); err != nil || res.IsError {
+		t.Fatalf("the call after the panics: %v %v", res, err)
+	}
 }

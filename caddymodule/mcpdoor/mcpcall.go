@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -81,9 +82,27 @@ func keyFault(reason string, byDoor bool) bool {
 	return keyReasons[reason] && (byDoor || reason != agtp.DuplicateHeader.Token)
 }
 
-// handler is the SDK tool handler of t.
+// TestHookToolCall, set by tests only (nil otherwise), runs at the
+// start of each tool call, with the tool's name: a fault injected into
+// the door.
+var TestHookToolCall atomic.Pointer[func(tool string)]
+
+// handler is the SDK tool handler of t. The SDK runs it on a goroutine
+// of its own that recovers nothing, so a panic in it (a defect) is
+// recovered here: an ERROR line with its stack, and the call answered
+// JSON-RPC -32603; before, it ended the whole process.
 func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
-	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				d.e.Logger().Error("panic in an MCP tool call", zap.Any("panic", p), zap.String("tool", t.name),
+					zap.ByteString("stack", debug.Stack()))
+				res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the gateway reached no answer for this call (an internal error)"}
+			}
+		}()
+		if h := TestHookToolCall.Load(); h != nil {
+			(*h)(t.name)
+		}
 		rq, _ := ctx.Value(mcpRequestKey{}).(*mcpRequest)
 		if rq == nil {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the call did not come through the MCP door"}
@@ -139,7 +158,7 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 			return d.timedOut(t, keyed, req), nil
 		}
 		rq.answered(resp.RequestID, resp.Reason)
-		res, err := d.result(t, rq, req, in.Target, resp)
+		res, err = d.result(t, rq, req, in.Target, resp)
 		if mrtr && !retry && err == nil && resp.Status == policy.StatusContractAvailable {
 			return d.previewAsInput(t, rq, req, in.Target, resp, res), nil
 		}

@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -120,7 +121,8 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				d.e.Logger().Error("panic in an MCP task", zap.Any("panic", p), zap.String("target", in.Target))
+				d.e.Logger().Error("panic in an MCP task", zap.Any("panic", p), zap.String("target", in.Target),
+					zap.ByteString("stack", debug.Stack()))
 				done <- internalErrorResponse()
 			}
 		}()
