@@ -12,6 +12,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/upstreamauth"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"github.com/caddy-rcns/caddy-rcns/internal/secureurl"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/go-jose/go-jose/v4"
@@ -168,7 +169,10 @@ func (v *oauthVerifier) readKeys(ctx context.Context) (*jose.JSONWebKeySet, erro
 // own ctx ends.
 func (v *oauthVerifier) shared(ctx context.Context, key string, fn func(context.Context) (any, error)) (any, error) {
 	detached := context.WithoutCancel(ctx)
-	ch := v.flight.DoChan(key, func() (any, error) { return fn(detached) })
+	ch := v.flight.DoChan(key, func() (val any, err error) {
+		defer recovered.Into(&err) // DoChan re-panics where nothing recovers it
+		return fn(detached)
+	})
 	select {
 	case r := <-ch:
 		return r.Val, r.Err

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/caddy-rcns/caddy-rcns/internal/closecache"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"github.com/caddy-rcns/caddy-rcns/internal/secureurl"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 )
@@ -255,7 +256,8 @@ func (x *TokenExchange) Resolve(ctx context.Context, c Caller, scopes []string) 
 	if e, ok := x.cache.Load().Get(key); ok && x.now().Before(e.until) {
 		return x.credential(e.token), nil
 	}
-	ch := x.flight.DoChan(key, func() (any, error) {
+	ch := x.flight.DoChan(key, func() (val any, err error) {
+		defer recovered.Into(&err) // DoChan re-panics where nothing recovers it
 		if e, ok := x.cache.Load().Get(key); ok && x.now().Before(e.until) {
 			return e.token, nil
 		}
