@@ -181,20 +181,23 @@ func (p *pooledRedis) SettleLater(agent, key string, size int, settle func()) bo
 			p.settleMu.Unlock()
 			close(done)
 		}()
-		defer func() {
-			// A panic here (a defect) would end the whole process: its
-			// request was answered already. The key is left to its
-			// lease (outcome-unknown after it, or in flight while its
-			// claim is renewed), as when storing the answer fails for
-			// good.
-			if v := recover(); v != nil && p.logger != nil {
-				p.logger.Error("panic storing or releasing an Idempotency-Key beside its answer; the key is left to its lease",
-					zap.Any("panic", v), zap.ByteString("stack", debug.Stack()))
-			}
-		}()
+		defer p.recoverSettle("storing or releasing an Idempotency-Key beside its answer")
 		settle()
 	}()
 	return true
+}
+
+// recoverSettle, deferred directly in a goroutine that stores or
+// releases an Idempotency-Key after its request was answered, recovers
+// a panic there (a defect), which would otherwise end the whole
+// process, and logs it at ERROR with its stack ("panic " + doing). The
+// key is left to its lease (outcome-unknown after it), as when storing
+// the answer fails for good.
+func (p *pooledRedis) recoverSettle(doing string) {
+	if v := recover(); v != nil && p.logger != nil {
+		p.logger.Error("panic "+doing+"; the key is left to its lease",
+			zap.Any("panic", v), zap.ByteString("stack", debug.Stack()))
+	}
 }
 
 // AwaitSettling (engine.SharedStore) returns once SettleLater is not
@@ -289,6 +292,7 @@ func (p *pooledRedis) retrySettle(settle func(context.Context) error, doing stri
 	go func() {
 		defer p.retries.Done()
 		defer p.pending.Add(-1)
+		defer p.recoverSettle(what + " in the background")
 		deadline := time.Now().Add(limit)
 		wait := completeRetryFirst
 		t := time.NewTimer(wait)
