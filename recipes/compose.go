@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"runtime/debug"
 	"slices"
 	"time"
@@ -126,7 +127,7 @@ type stepResult struct {
 // server (net/http, the native door, the MCP door) and would end the
 // whole process. Value is the step's panic value, Stack that goroutine's
 // stack when it panicked. The other steps are cancelled, not waited
-// for.
+// for. (http.ErrAbortHandler is panicked again as it is.)
 type StepPanic struct {
 	Step  string
 	Value any
@@ -214,8 +215,11 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 		res := <-results
 		running--
 		if res.panicked != nil {
-			cancel()
-			panic(res.panicked) // results holds n: the others still running never block
+			cancel() // results holds n: the others still running never block
+			if res.panicked.Value == http.ErrAbortHandler {
+				panic(http.ErrAbortHandler) // as is: servers abort on it silently
+			}
+			panic(res.panicked)
 		}
 		reports[res.idx].Duration = res.d
 		reports[res.idx].Called = res.f == nil || res.f.Sent
