@@ -23,7 +23,6 @@ func TestLogPanicDoesNotWedge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
 	agent := "677812645a9fe530d9c0251df0296775b37b392ac32b2003ab5beba14490e4fa"
 	rec := func() map[string]any {
 		return map[string]any{"kind": "gate", "outcome": "refused", "requested": map[string]any{}, "granted": nil}
@@ -52,8 +51,10 @@ func TestLogPanicDoesNotWedge(t *testing.T) {
 			t.Fatalf("the Append after the panic: %v", err)
 		}
 	case <-time.After(10 * time.Second):
+		// Not closed: Close would wait on the held lock too.
 		t.Fatal("the Append after the panic is still blocked: the lock was left held")
 	}
+	defer l.Close()
 	if head, ok := l.heads[agent]; !ok || head.seq != 2 {
 		t.Fatalf("head %+v after the panic, want seq 2 chained to %s", head, first)
 	}
