@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
@@ -554,22 +553,6 @@ func (h *Config) recordRetention() time.Duration {
 		return time.Duration(h.RecordRetention)
 	}
 	return store.DefaultRecordRetention
-}
-
-// retentionText says, for a record-not-found explanation, what bounds
-// the retained Attribution-Records: RecordRetention on every store, and
-// on the memory store MaxRetainedRecords too (the oldest dropped past
-// it), e.g. "records are kept 24h, at most the newest 100000".
-func (h *Engine) retentionText() string {
-	s := "records are kept " + agtp.FormatDuration(h.recordRetention())
-	if h.shared == nil {
-		n := h.MaxRetainedRecords
-		if n == 0 {
-			n = store.DefaultMaxRecords
-		}
-		s += ", at most the newest " + strconv.Itoa(n)
-	}
-	return s
 }
 
 // synthesisEnabled is the manifest's policies.synthesis_enabled: PROPOSE

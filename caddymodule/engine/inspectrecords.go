@@ -2,9 +2,11 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/internal/hexid"
 )
 
@@ -122,4 +124,20 @@ func (h *Engine) inspectChainHead(x *exchange, req *request, p map[string]any) {
 		body["audit_id"], body["node_id"] = heads[0].AuditID, heads[0].NodeID
 	}
 	x.write(200, agtp.MediaAGTP, body, nil)
+}
+
+// retentionText says, for a record-not-found explanation, what bounds
+// the retained Attribution-Records: RecordRetention on every store, and
+// on the memory store MaxRetainedRecords too (the oldest dropped past
+// it), e.g. "records are kept 24h, at most the newest 100000".
+func (h *Engine) retentionText() string {
+	s := "records are kept " + agtp.FormatDuration(h.recordRetention())
+	if h.shared == nil {
+		n := h.MaxRetainedRecords
+		if n == 0 {
+			n = store.DefaultMaxRecords
+		}
+		s += ", at most the newest " + strconv.Itoa(n)
+	}
+	return s
 }
