@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp/wire"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	caddytracing "github.com/caddyserver/caddy/v2/modules/caddyhttp/tracing"
@@ -250,10 +250,7 @@ func (c *nativeConn) recoverPanic() {
 	if p == http.ErrAbortHandler {
 		return
 	}
-	stack := make([]byte, 64<<10)
-	stack = stack[:runtime.Stack(stack, false)]
-	c.sock.loggerOf(c.srv).Error("agtp: panic serving a connection; closed it",
-		zap.String("remote", c.c.RemoteAddr().String()), zap.Any("panic", p), zap.ByteString("stack", stack))
+	recovered.Log(c.sock.loggerOf(c.srv), "agtp: panic serving a connection; closed it", p, zap.String("remote", c.c.RemoteAddr().String()))
 }
 
 // nativeConn is one AGTP/1.0 connection: requests read one after

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redisstore"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
@@ -194,9 +194,8 @@ func (p *pooledRedis) SettleLater(agent, key string, size int, settle func()) bo
 // key is left to its lease (outcome-unknown after it), as when storing
 // the answer fails for good.
 func (p *pooledRedis) recoverSettle(doing string) {
-	if v := recover(); v != nil && p.logger != nil {
-		p.logger.Error("panic "+doing+"; the key is left to its lease",
-			zap.Any("panic", v), zap.ByteString("stack", debug.Stack()))
+	if v := recover(); v != nil {
+		recovered.Log(p.logger, "panic "+doing+"; the key is left to its lease", v)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -22,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 )
@@ -95,8 +95,7 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
 		defer func() {
 			if p := recover(); p != nil {
-				d.e.Logger().Error("panic in an MCP tool call", zap.Any("panic", p), zap.String("tool", t.name),
-					zap.ByteString("stack", debug.Stack()))
+				recovered.Log(d.e.Logger(), "panic in an MCP tool call", p, zap.String("tool", t.name))
 				res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the gateway reached no answer for this call (an internal error)"}
 			}
 		}()
@@ -356,8 +355,7 @@ func (d *Door) serveWithin(in *agtp.Request) *agtp.Response {
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				d.e.Logger().Error("panic in an MCP tool call", zap.Any("panic", p), zap.String("method", in.Method), zap.String("target", in.Target),
-					zap.ByteString("stack", debug.Stack()))
+				recovered.Log(d.e.Logger(), "panic in an MCP tool call", p, zap.String("method", in.Method), zap.String("target", in.Target))
 				done <- nil
 			}
 		}()

@@ -20,7 +20,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -30,6 +29,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -121,8 +121,7 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				d.e.Logger().Error("panic in an MCP task", zap.Any("panic", p), zap.String("target", in.Target),
-					zap.ByteString("stack", debug.Stack()))
+				recovered.Log(d.e.Logger(), "panic in an MCP task", p, zap.String("target", in.Target))
 				done <- internalErrorResponse()
 			}
 		}()

@@ -1,12 +1,15 @@
-// Package recovered turns a panic (a defect) in a function whose panic
-// nothing above could recover into that function's error: one run for
-// several callers (singleflight's DoChan re-panics in a goroutine of its
-// own, which ends the process), or a goroutine the gateway starts.
+// Package recovered handles a panic (a defect) where nothing above
+// could recover it and it would end the process: Into turns it into the
+// function's error (one run for several callers: singleflight's DoChan
+// re-panics in a goroutine of its own), Log writes what a recover site
+// caught (a door's connection or call, a goroutine the gateway starts).
 package recovered
 
 import (
 	"fmt"
 	"runtime/debug"
+
+	"go.uber.org/zap"
 )
 
 // Panic is the error a recovered panic becomes: Value is what was
@@ -27,4 +30,15 @@ func Into(err *error) {
 	if v := recover(); v != nil {
 		*err = &Panic{Value: v, Stack: debug.Stack()}
 	}
+}
+
+// Log writes msg at ERROR with fields, v (what recover returned) as
+// field "panic" and the calling goroutine's stack as "stack": called
+// from the deferred function that recovered, the stack still holds the
+// panicking frames. A nil l logs nothing.
+func Log(l *zap.Logger, msg string, v any, fields ...zap.Field) {
+	if l == nil {
+		return
+	}
+	l.Error(msg, append(fields, zap.Any("panic", v), zap.ByteString("stack", debug.Stack()))...)
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -28,5 +30,28 @@ func TestIntoSingleflight(t *testing.T) {
 	func() { defer Into(&err) }()
 	if err != nil {
 		t.Fatalf("no panic gave %v", err)
+	}
+}
+
+// TestLog: the line carries the caller's fields, the panic value and
+// the stack down to the panicking frame; a nil logger logs nothing.
+func TestLog(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				Log(zap.New(core), "panic in a test", v, zap.String("where", "here"))
+				Log(nil, "not logged", v)
+			}
+		}()
+		panic("log defect")
+	}()
+	all := logs.All()
+	if len(all) != 1 {
+		t.Fatalf("%d lines, want 1: %v", len(all), all)
+	}
+	f := all[0].ContextMap()
+	if all[0].Message != "panic in a test" || f["where"] != "here" || f["panic"] != "log defect" || !strings.Contains(f["stack"].(string), "TestLog") {
+		t.Fatalf("line %q %v", all[0].Message, f)
 	}
 }
