@@ -111,20 +111,27 @@ func (h *Engine) Serve(ctx context.Context, r *agtp.Request) *agtp.Response {
 	r.Context, sp = startRequestSpan(r.Context)
 	x := h.newExchange(r)
 	returned := false
+	// Three deferred calls, not one: each runs even when one run before
+	// it panics (a second defect, say in the release's store call), so
+	// neither the renewer nor the keyed-run count outlives the request.
+	defer func() {
+		// Stopped by the answer's write; after a panic (a defect) the
+		// claim would otherwise be renewed for as long as the process
+		// lives: its lease now ends as a stopped node's does (409
+		// outcome-unknown after it).
+		x.renewer.stop()
+	}()
+	defer func() {
+		if x.keyedRun != nil {
+			h.exitKeyed(x.keyedRun)
+		}
+	}()
 	defer func() {
 		if !returned {
 			// A panic (a defect) is unwinding through Serve; it goes on
 			// unrecovered, its stack intact, to the door's server.
 			h.releaseUnrun(x)
 		}
-		if x.keyedRun != nil {
-			h.exitKeyed(x.keyedRun)
-		}
-		// Stopped by the answer's write; after a panic (a defect) the
-		// claim would otherwise be renewed for as long as the process
-		// lives: its lease now ends as a stopped node's does (409
-		// outcome-unknown after it).
-		x.renewer.stop()
 	}()
 	if sp != nil {
 		x.tr = &exchangeTrace{span: sp, ctx: r.Context}

@@ -20,8 +20,10 @@ func (h *Engine) claim(x *exchange, req *request, lease time.Duration) bool {
 	if req.idemKey == "" || x.claim != nil {
 		return true // no key, or claimed already (a gate request that joined a contract runs it)
 	}
+	// A claim stays in x.preclaimed until x.claim takes it over below,
+	// so that a panic (a defect) in between still finds it to release
+	// (releaseUnrun) instead of losing it to outcome-unknown.
 	cl := x.preclaimed
-	x.preclaimed = nil
 	rechecks := 0
 	if h.shared != nil {
 		rechecks = len(inFlightRechecks)
@@ -42,6 +44,7 @@ func (h *Engine) claim(x *exchange, req *request, lease time.Duration) bool {
 				return false
 			}
 			cl = &c
+			x.preclaimed = cl
 		}
 		// With a shared store another node stores its answer beside the
 		// answer (SettleLater): a repeat sent as soon as that answer
@@ -56,9 +59,12 @@ func (h *Engine) claim(x *exchange, req *request, lease time.Duration) bool {
 		cl = nil
 	}
 	h.idempotencyChanged(x.ctx())
+	if cl.Outcome != idempotency.Execute {
+		x.preclaimed = nil // no claim of this request's to release
+	}
 	switch cl.Outcome {
 	case idempotency.Execute:
-		x.claim = cl.Claim
+		x.claim, x.preclaimed = cl.Claim, nil
 		x.renewer = h.renewLease(x, cl.Claim, lease)
 		return true
 	case idempotency.Replay:

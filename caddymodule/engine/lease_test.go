@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 )
@@ -154,5 +155,109 @@ func TestPanicInAnswerWriteReleasesKey(t *testing.T) {
 	}()
 	if a := refuse("k-panics"); a.Status != 464 {
 		t.Fatalf("the retry of the key: %s, want 464 as the first refusal (its claim released)", a)
+	}
+}
+
+// faultyIdempotency is the memory store's Idempotency-Key store with
+// two defects, each armed once: Len panics (the gauge refreshed after a
+// claim, before the request takes the claim over), and the Abandon of
+// a claim it hands out panics.
+type faultyIdempotency struct {
+	store.Idempotency
+	lenPanics, abandonPanics *atomic.Bool
+}
+
+func (f faultyIdempotency) Len(ctx context.Context) (int, error) {
+	if f.lenPanics.CompareAndSwap(true, false) {
+		panic("idempotency gauge defect")
+	}
+	return f.Idempotency.Len(ctx)
+}
+
+func (f faultyIdempotency) Claim(ctx context.Context, req idempotency.ClaimRequest) (store.Claimed, error) {
+	c, err := f.Idempotency.Claim(ctx, req)
+	if c.Claim != nil {
+		c.Claim = faultyClaim{Claim: c.Claim, panics: f.abandonPanics}
+	}
+	return c, err
+}
+
+type faultyClaim struct {
+	store.Claim
+	panics *atomic.Bool
+}
+
+func (c faultyClaim) Abandon(ctx context.Context) error {
+	if c.panics.CompareAndSwap(true, false) {
+		panic("abandon defect")
+	}
+	return c.Claim.Abandon(ctx)
+}
+
+// newFaultyIdempotencyEngine is a test engine whose Idempotency-Key
+// store is faultyIdempotency over the memory store's, and whose
+// invocation limiter panics once while limiterPanics is armed.
+func newFaultyIdempotencyEngine(t *testing.T) (te *testEngine, lenPanics, abandonPanics, limiterPanics *atomic.Bool) {
+	lenPanics, abandonPanics, limiterPanics = &atomic.Bool{}, &atomic.Bool{}, &atomic.Bool{}
+	te = newTestEngineSet(t, func(s store.Set) store.Set {
+		s.Idempotency = faultyIdempotency{Idempotency: s.Idempotency, lenPanics: lenPanics, abandonPanics: abandonPanics}
+		s.Limiters = panicOnceLimiters{Limiters: s.Limiters, armed: limiterPanics}
+		return s
+	}, func(c *Config) { c.InvocationRateLimitPerMinute = 1e6 })
+	return te, lenPanics, abandonPanics, limiterPanics
+}
+
+// mustPanic runs f and fails t unless f panics with want.
+func mustPanic(t *testing.T, want any, f func()) {
+	t.Helper()
+	defer func() {
+		if p := recover(); p != want {
+			t.Fatalf("recovered %v, want %v", p, want)
+		}
+	}()
+	f()
+}
+
+// TestPanicInClaimReleasesKey: a panic after the store granted the
+// Idempotency-Key's claim and before the request took it over (here in
+// the gauge refreshed between the two) releases the key as any other
+// panic before the request ran: the retry runs (200, not replayed).
+// Before, the claim lived only in a local variable there, so nothing
+// released it: the retry got 409 in flight, then outcome-unknown for a
+// day (helper-106's L7).
+func TestPanicInClaimReleasesKey(t *testing.T) {
+	te, lenPanics, _, _ := newFaultyIdempotencyEngine(t)
+	lenPanics.Store(true)
+	mustPanic(t, "idempotency gauge defect", func() {
+		te.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "claim-panics")
+	})
+	retry := te.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "claim-panics")
+	if retry.Status != 200 || retry.header("Idempotent-Replayed") != "" {
+		t.Fatalf("the retry of a key whose request panicked while claiming it: %s (replayed %q), want it run: 200", retry, retry.header("Idempotent-Replayed"))
+	}
+}
+
+// TestPanicInReleaseStillEndsRun: when the release of an unrun
+// request's claim panics in its turn (a second defect, in the store's
+// Abandon), Serve's other clean-ups still run: the request no longer
+// counts as a keyed run (a reload that changes the store would
+// otherwise answer keyed requests 503 for ever) and its claim is no
+// longer renewed. Before, one deferred function did all three, and the
+// release's panic skipped the rest (helper-106's L6).
+func TestPanicInReleaseStillEndsRun(t *testing.T) {
+	te, _, abandonPanics, limiterPanics := newFaultyIdempotencyEngine(t)
+	limiterPanics.Store(true)
+	abandonPanics.Store(true)
+	mustPanic(t, "abandon defect", func() {
+		te.do(t, "FETCH", "/items/1", nil, "Idempotency-Key", "release-panics")
+	})
+	keyedRuns.Lock()
+	runs := len(keyedRuns.byName[te.Name])
+	keyedRuns.Unlock()
+	if runs != 0 {
+		t.Fatalf("after the panics %d keyed runs of the engine are still counted, want 0", runs)
+	}
+	if claims, n := te.st.inflight.list(10); n != 0 {
+		t.Fatalf("after the panics %d claims are still listed as running (and renewed): %+v", n, claims)
 	}
 }
