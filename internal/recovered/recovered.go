@@ -2,7 +2,8 @@
 // could recover it and it would end the process: Into turns it into the
 // function's error (one run for several callers: singleflight's DoChan
 // re-panics in a goroutine of its own), Log writes what a recover site
-// caught (a door's connection or call, a goroutine the gateway starts).
+// caught (a door's connection or call, a goroutine the gateway starts),
+// Guard and Go recover and log a background goroutine's panic.
 package recovered
 
 import (
@@ -41,4 +42,24 @@ func Log(l *zap.Logger, msg string, v any, fields ...zap.Field) {
 		return
 	}
 	l.Error(msg, append(fields, zap.Any("panic", v), zap.ByteString("stack", debug.Stack()))...)
+}
+
+// Guard, deferred directly in a goroutine the gateway starts outside a
+// request (defer recovered.Guard(logger, msg, fields...)), recovers a
+// panic there, which would otherwise end the whole process, and logs it
+// as Log does; without a panic it does nothing. The goroutine then
+// ends: what it was doing is left as an error would have left it, and
+// its other deferred calls still run.
+func Guard(l *zap.Logger, msg string, fields ...zap.Field) {
+	if v := recover(); v != nil {
+		Log(l, msg, v, fields...)
+	}
+}
+
+// Go runs fn in a goroutine of its own under Guard(l, msg, fields...).
+func Go(l *zap.Logger, msg string, fn func(), fields ...zap.Field) {
+	go func() {
+		defer Guard(l, msg, fields...)
+		fn()
+	}()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -55,3 +56,34 @@ func TestLog(t *testing.T) {
 		t.Fatalf("line %q %v", all[0].Message, f)
 	}
 }
+
+// TestGuard: a panic in a goroutine started with Go (Guard deferred)
+// is logged with the caller's fields and the panicking frame's stack,
+// and the process goes on; the goroutine's other deferred calls run.
+func TestGuard(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	ended := make(chan struct{})
+	Go(zap.New(core), "panic in a background test", func() {
+		defer close(ended)
+		panicInGuardTest()
+	}, zap.String("key", "k1"))
+	<-ended
+	for i := 0; len(logs.All()) == 0 && i < 1000; i++ {
+		time.Sleep(time.Millisecond) // Guard logs after the deferred close
+	}
+	all := logs.All()
+	if len(all) != 1 {
+		t.Fatalf("%d lines, want 1: %v", len(all), all)
+	}
+	f := all[0].ContextMap()
+	if all[0].Message != "panic in a background test" || f["key"] != "k1" || f["panic"] != "guard defect" ||
+		!strings.Contains(f["stack"].(string), "panicInGuardTest") {
+		t.Fatalf("line %q %v", all[0].Message, f)
+	}
+	func() { defer Guard(zap.New(core), "not logged") }()
+	if n := len(logs.All()); n != 1 {
+		t.Fatalf("Guard without a panic logged: %d lines", n)
+	}
+}
+
+func panicInGuardTest() { panic("guard defect") }
