@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"go.uber.org/zap"
 )
 
@@ -15,6 +16,15 @@ import (
 // a request that outlives its expected run keeps its key in flight,
 // and only a node that stopped lets the lease end (the key is then
 // outcome-unknown). A nil *leaseRenewer does nothing.
+//
+// A panic in a renewal (a defect: the store's Renew, or the lines it
+// logs) is recovered and logged at ERROR ("panic renewing an
+// Idempotency-Key lease", with the key and the request), and that
+// claim's renewals stop: the request runs on, and its lease ends as a
+// stopped node's does (a repeat of the key is outcome-unknown after
+// it) instead of a defect being hit again every third of a lease for
+// as long as the request runs. The process goes on
+// (TestPanicInRenewalStopsRenewals).
 type leaseRenewer struct {
 	set     *inflightSet // where the claim is listed while it runs
 	id      claimKey     // its key there (under set.mu)
@@ -37,6 +47,8 @@ func (h *Engine) renewLease(x *exchange, c store.Claim, lease time.Duration) *le
 	log := x.log() // built here: renew runs on a timer's goroutine
 	var renew func()
 	renew = func() {
+		defer recovered.Guard(log, "panic renewing an Idempotency-Key lease; its renewals stop and the claim is left to its lease",
+			zap.String("agent_id", agent), zap.String("key", key), zap.String("request", x.method+" "+x.path))
 		ctx, cancel := context.WithTimeout(context.Background(), every)
 		err := c.Renew(ctx, lease)
 		cancel()

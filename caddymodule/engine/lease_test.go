@@ -2,10 +2,15 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/policy/ratelimit"
@@ -259,5 +264,57 @@ func TestPanicInReleaseStillEndsRun(t *testing.T) {
 	}
 	if claims, n := te.st.inflight.list(10); n != 0 {
 		t.Fatalf("after the panics %d claims are still listed as running (and renewed): %+v", n, claims)
+	}
+}
+
+// renewPanicClaim is a claim whose Renew panics, counting its calls.
+type renewPanicClaim struct {
+	store.Claim
+	renews *atomic.Int32
+}
+
+func (c renewPanicClaim) Key() (string, string) { return "agent-r", "key-r" }
+func (c renewPanicClaim) ClaimedAt() time.Time  { return time.Unix(1, 0) }
+func (c renewPanicClaim) Renew(context.Context, time.Duration) error {
+	c.renews.Add(1)
+	panic("renew defect")
+}
+
+// TestPanicInRenewalStopsRenewals: a panic in a lease renewal, which
+// runs on a timer's goroutine outside any request, is logged at ERROR
+// with the key and its stack instead of ending the process, and that
+// claim's renewals stop (its lease then ends as a stopped node's does);
+// the request's stop still works after it.
+func TestPanicInRenewalStopsRenewals(t *testing.T) {
+	te := newTestEngine(t)
+	core, logs := observer.New(zap.ErrorLevel)
+	te.logger = zap.New(core) // before any request: nothing reads it yet
+	renews := &atomic.Int32{}
+	x := &exchange{h: te.Engine, in: &agtp.Request{}, agentID: "agent-r", method: "FETCH", path: "/items/1"}
+	r := te.renewLease(x, renewPanicClaim{renews: renews}, time.Millisecond) // renewed every second
+	defer r.stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for logs.FilterMessageSnippet("panic renewing an Idempotency-Key lease").Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no ERROR line for the renewal's panic after 5s (%d renewals)", renews.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	line := logs.FilterMessageSnippet("panic renewing an Idempotency-Key lease").All()[0]
+	f := line.ContextMap()
+	if f["agent_id"] != "agent-r" || f["key"] != "key-r" || f["request"] != "FETCH /items/1" || f["panic"] != "renew defect" ||
+		!strings.Contains(f["stack"].(string), "Renew") {
+		t.Fatalf("the line's fields: %v", f)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the next renewal it would have made
+	if n := renews.Load(); n != 1 {
+		t.Fatalf("%d renewals after the panic, want 1 (renewals stop)", n)
+	}
+	if _, n := te.st.inflight.list(10); n != 1 {
+		t.Fatalf("%d claims listed as running, want 1 (the request runs on)", n)
+	}
+	r.stop()
+	if _, n := te.st.inflight.list(10); n != 0 {
+		t.Fatalf("%d claims listed after stop, want 0", n)
 	}
 }
