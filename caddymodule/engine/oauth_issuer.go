@@ -90,6 +90,11 @@ func pick(set *jose.JSONWebKeySet, kid, alg string) *jose.JSONWebKey {
 // refreshKeys starts a background fetch of the JWKS unless one runs
 // already: the held set keeps verifying meanwhile. The fetch keeps ctx's
 // values, not its cancellation, and ends within the client's timeout.
+// A panic in the fetch itself becomes its error (shared: logged as a
+// failed refresh, the held set kept); one elsewhere in the goroutine is
+// recovered and logged at ERROR ("panic refreshing an issuer's JWKS in
+// the background"), and the next request that needs the keys starts
+// another refresh. Neither ends the process.
 func (v *oauthVerifier) refreshKeys(ctx context.Context) {
 	if !v.refreshing.CompareAndSwap(false, true) {
 		return
@@ -97,6 +102,7 @@ func (v *oauthVerifier) refreshKeys(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
 	go func() {
 		defer v.refreshing.Store(false)
+		defer recovered.Guard(v.log, "panic refreshing an issuer's JWKS in the background; the keys fetched before still verify", zap.String("issuer", v.cfg.Issuer))
 		if _, err := v.fetchKeys(ctx); err != nil && v.log != nil {
 			v.log.Warn("oauth: refreshing the issuer's JWKS failed; the keys fetched before still verify", zap.String("issuer", v.cfg.Issuer), zap.Error(err))
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
@@ -244,7 +245,11 @@ func (rs *recordState) unlockDirLocked() {
 	rs.lock = nil
 }
 
-// flusher persists the chain heads once a second until stopped.
+// flusher persists the chain heads once a second until stopped. A
+// panic in a flush (a defect) is recovered there (flushChains): logged
+// at ERROR with its stack, counted as a failed flush, and the next
+// flush runs a second later as always; the process, and the flusher,
+// go on (TestPanicInFlushKeepsFlushing).
 func (rs *recordState) flusher(c *records.Chains, stop, done chan struct{}, logger *zap.Logger) {
 	defer close(done)
 	t := time.NewTicker(time.Second)
@@ -253,11 +258,31 @@ func (rs *recordState) flusher(c *records.Chains, stop, done chan struct{}, logg
 	for {
 		select {
 		case now := <-t.C:
-			report.note(logger, c.Flush(), now)
+			report.note(logger, flushChains(c, logger), now)
 		case <-stop:
 			return
 		}
 	}
+}
+
+// testHookFlush, set by tests only (nil otherwise), runs before each
+// flush of the chain heads: a fault injected into the flusher. Atomic:
+// the test sets it while the flusher runs.
+var testHookFlush atomic.Pointer[func()]
+
+// flushChains is one flush of c, a panic in it (a defect) logged at
+// ERROR with its stack and returned as its error (*recovered.Panic).
+func flushChains(c *records.Chains, logger *zap.Logger) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			recovered.Log(logger, "panic persisting attribution chain heads; the flusher goes on and tries again in a second", v)
+			err = &recovered.Panic{Value: v}
+		}
+	}()
+	if h := testHookFlush.Load(); h != nil {
+		(*h)()
+	}
+	return c.Flush()
 }
 
 // flushReportEvery is how often a flush that keeps failing is logged

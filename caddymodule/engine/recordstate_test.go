@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,5 +168,44 @@ func TestFlushReportBounded(t *testing.T) {
 	back := logs.FilterMessage("persisting attribution chain heads works again").All()
 	if len(back) != 1 || back[0].ContextMap()["failed_flushes"] != int64(150) {
 		t.Fatalf("recovery lines %v, want one with failed_flushes 150", back)
+	}
+}
+
+// TestPanicInFlushKeepsFlushing: a panic in a chain-head flush, which
+// runs on the flusher's goroutine outside any request, is logged at
+// ERROR with its stack instead of ending the process, counted as a
+// failed flush, and the flusher flushes again a second later and still
+// stops when told.
+func TestPanicInFlushKeepsFlushing(t *testing.T) {
+	chains, err := records.OpenChains(filepath.Join(t.TempDir(), "attribution-chains.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flushes atomic.Int32
+	hook := func() {
+		if flushes.Add(1) == 1 {
+			panic("flush defect")
+		}
+	}
+	testHookFlush.Store(&hook)
+	defer testHookFlush.Store(nil)
+	core, logs := observer.New(zap.ErrorLevel)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go (&recordState{}).flusher(chains, stop, done, zap.New(core))
+	deadline := time.Now().Add(5 * time.Second)
+	for flushes.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d flushes in 5 s, want a second one after the panic", flushes.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	<-done
+	panics := logs.FilterMessageSnippet("panic persisting attribution chain heads").All()
+	if len(panics) != 1 || panics[0].ContextMap()["panic"] != "flush defect" || !strings.Contains(panics[0].ContextMap()["stack"].(string), "flushChains") {
+		t.Fatalf("panic lines %v, want one with the value and the stack", panics)
+	}
+	if n := logs.FilterMessage("persisting attribution chain heads").Len(); n != 1 {
+		t.Fatalf("%d failed-flush lines, want 1 (the panic counts as a failed flush)", n)
 	}
 }
