@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 )
 
 // servedKey is the served cache's key of (agent, method, path).
@@ -98,7 +100,10 @@ type besideCall chan error
 // timeout, not the caller's, so that a caller whose script did not mint
 // does not wait for them; a write that reaches Redis after deadline
 // (the mint's) writes nothing. Once the call is done (besideCall), what
-// it wrote is final: an undoing after it is not overtaken.
+// it wrote is final: an undoing after it is not overtaken. A panic in
+// the writes (a defect) is recovered, logged at ERROR, and is the
+// call's error: the mint is then handled as one whose other writes
+// failed (finishBeside), and the process goes on.
 func (s *contracts) startBeside(ctx context.Context, c *recipes.Contract, m mintCall, deadline int64) besideCall {
 	b := make(besideCall, 1)
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.cfg.WriteTimeout+s.c.cfg.ReadTimeout)
@@ -111,6 +116,15 @@ func (s *contracts) startBeside(ctx context.Context, c *recipes.Contract, m mint
 	}
 	go func() {
 		defer cancel()
+		var err error
+		defer func() {
+			if v := recover(); v != nil {
+				recovered.Log(s.c.log, "panic writing a contract's indexes beside its mint; the mint counts as failed", v,
+					zap.String("agent_id", c.OriginatingAgentID), zap.String("synthesis_id", c.SynthesisID))
+				err = &recovered.Panic{Value: v}
+			}
+			b <- err
+		}()
 		var cmds [2]*redis.Cmd
 		_, _ = s.c.rdb.Pipelined(bctx, func(p redis.Pipeliner) error {
 			for i, w := range writes {
@@ -118,7 +132,6 @@ func (s *contracts) startBeside(ctx context.Context, c *recipes.Contract, m mint
 			}
 			return nil
 		})
-		var err error
 		for i, cmd := range cmds {
 			if cerr := cmd.Err(); cerr != nil && strings.HasPrefix(cerr.Error(), "NOSCRIPT") {
 				cmd = besideScript.Run(bctx, s.c.rdb, []string{writes[i].key}, writes[i].args...)
@@ -130,7 +143,6 @@ func (s *contracts) startBeside(ctx context.Context, c *recipes.Contract, m mint
 				err = cmp.Or(err, errBesideLate)
 			}
 		}
-		b <- err
 	}()
 	return b
 }
@@ -141,6 +153,9 @@ func (s *contracts) startBeside(ctx context.Context, c *recipes.Contract, m mint
 // returns nil at once and, once b is done, releases c past its deadline
 // when the script may have minted with its reply lost (End clears the
 // indexes either way), or undoes the writes (queued with the records).
+// A panic in that background part (a defect) is recovered and logged at
+// ERROR; the contract is then left to its expiry and the indexes to
+// End's or their own expiry, as when Redis does not take the release.
 func (s *contracts) finishBeside(b besideCall, c *recipes.Contract, m mintCall, minted bool, scriptErr error) error {
 	switch {
 	case minted:
@@ -150,16 +165,16 @@ func (s *contracts) finishBeside(b besideCall, c *recipes.Contract, m mintCall, 
 		}
 		return nil
 	case scriptErr != nil && mayHaveRun(scriptErr):
-		go func() {
+		recovered.Go(s.c.log, "panic releasing a contract whose mint's reply was lost", func() {
 			<-b
 			s.releaseLater(c, s.c.cfg.ReadTimeout)
-		}()
+		}, zap.String("agent_id", c.OriginatingAgentID), zap.String("synthesis_id", c.SynthesisID))
 	default:
 		undo := s.unmint(c, m)
-		go func() {
+		recovered.Go(s.c.log, "panic queuing the undoing of a contract's indexes", func() {
 			<-b
 			_ = s.c.recs.add(queuedRecord{undo: undo})
-		}()
+		}, zap.String("agent_id", c.OriginatingAgentID), zap.String("synthesis_id", c.SynthesisID))
 	}
 	return nil
 }
@@ -179,7 +194,7 @@ func mustInt(v string) int64 {
 // the global index's member whether it minted or not; when nothing was
 // minted, the owner index is deleted too.
 func (s *contracts) releaseLater(c *recipes.Contract, wait time.Duration) {
-	s.c.background(time.Until(c.ExpiresAt), wait, func(ctx context.Context) error {
+	s.c.background("releasing a contract whose mint failed", time.Until(c.ExpiresAt), wait, func(ctx context.Context) error {
 		ended, err := s.End(ctx, c, recipes.StateReleased)
 		if err != nil || ended {
 			return err
@@ -192,7 +207,7 @@ func (s *contracts) releaseLater(c *recipes.Contract, wait time.Duration) {
 		}
 		start := time.Now()
 		return s.c.done(store.OpContractUpdate, start, s.c.rdb.Del(ctx, s.ownerKey(c.SynthesisID)).Err())
-	})
+	}, zap.String("agent_id", c.OriginatingAgentID), zap.String("synthesis_id", c.SynthesisID))
 }
 
 // queuedUndo is the undoing of besideMint's writes for a contract its
@@ -231,15 +246,25 @@ func (u *queuedUndo) write(ctx context.Context, p redis.Pipeliner) {
 // sent again as EVAL; the other commands ran already. The error is the
 // script's, else the first other one, with the script's reply: a
 // caller undoes what the script did when the other commands failed.
+// A panic while sending the other commands (a defect: in extra, say)
+// is recovered, logged at ERROR, and is their error
+// (TestPanicBesideScript).
 func (c *Client) pipeScript(ctx context.Context, script *redis.Script, keys []string, args []any, extra func(redis.Pipeliner)) (any, error) {
 	if c.cluster {
 		others := make(chan error, 1)
 		go func() {
-			_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			var err error
+			defer func() {
+				if v := recover(); v != nil {
+					recovered.Log(c.log, "panic sending the writes beside a script; they count as failed", v)
+					err = &recovered.Panic{Value: v}
+				}
+				others <- err
+			}()
+			_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 				extra(p)
 				return nil
 			})
-			others <- err
 		}()
 		v, err := script.Run(ctx, c.rdb, keys, args...).Result()
 		oerr := <-others

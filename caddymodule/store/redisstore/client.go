@@ -38,8 +38,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -131,6 +133,12 @@ type Config struct {
 	ContractLease time.Duration
 	// Observer, when set, is told about every round trip.
 	Observer store.Observer
+	// Logger, when set, gets the ERROR line of a panic (a defect) that
+	// the client's background goroutines recover (the record writer, a
+	// retried background call, a mint's writes in other slots) instead
+	// of ending the process; nil: such a panic is recovered all the
+	// same, and not logged.
+	Logger *zap.Logger
 	// RecordBatchDelay is how long the record writer gathers retained
 	// Attribution-Records before writing a batch (0: the default,
 	// RecordBatchDelay; negative: write each batch at once). Not a
@@ -174,6 +182,7 @@ type Client struct {
 	prefix  string
 	now     func() time.Time
 	obs     store.Observer
+	log     *zap.Logger // Config.Logger: panics recovered in the background
 
 	mu       sync.Mutex
 	limiters map[string]*limiter // by budget configuration
@@ -337,7 +346,7 @@ func newClient(cfg Config) (*Client, error) {
 	if obs == nil {
 		obs = store.ObserverFunc(func(store.Op, time.Duration, error) {})
 	}
-	c.rdb, c.now, c.obs = rdb, now, obs
+	c.rdb, c.now, c.obs, c.log = rdb, now, obs, cfg.Logger
 	c.recs = startRecordWriter(c)
 	return c, nil
 }
@@ -410,13 +419,13 @@ func (c *Client) sawRun(server, runID string, uptime time.Duration) {
 func (c *Client) reassert() {
 	c.live.Range(func(_, v any) bool {
 		cl := v.(*claim)
-		c.background(cl.s.lease(cl.lease), 0, func(ctx context.Context) error {
+		c.background("writing again a claim a restarted Redis lost", cl.s.lease(cl.lease), 0, func(ctx context.Context) error {
 			err := cl.Renew(ctx, 0)
 			if errors.Is(err, store.ErrClaimLost) {
 				return nil
 			}
 			return err
-		})
+		}, zap.String("agent_id", cl.agent), zap.String("key", cl.key))
 		return true
 	})
 }
@@ -533,8 +542,13 @@ const (
 // Redis does not answer, for at most limit, and never after Close. At
 // most maxBackground run at once; past that fn is dropped (a released
 // claim's key then waits for its lease, and is outcome-unknown after
-// it).
-func (c *Client) background(limit, wait time.Duration, fn func(context.Context) error) {
+// it). doing (and fields) name fn in the log line of a panic: a panic in fn (a
+// defect) is recovered and logged at ERROR ("panic in a background
+// call to Redis") and fn is not tried again; what it would have done is
+// left as a failure for good leaves it (a released contract to its
+// expiry, a claim to its lease). The process goes on
+// (TestPanicInBackgroundCall).
+func (c *Client) background(doing string, limit, wait time.Duration, fn func(context.Context) error, fields ...zap.Field) {
 	if c.pending.Add(1) > maxBackground {
 		c.pending.Add(-1)
 		return
@@ -543,6 +557,7 @@ func (c *Client) background(limit, wait time.Duration, fn func(context.Context) 
 	go func() {
 		defer c.work.Done()
 		defer c.pending.Add(-1)
+		defer recovered.Guard(c.log, "panic in a background call to Redis; it is not tried again", append(fields, zap.String("doing", doing))...)
 		deadline := time.Now().Add(limit)
 		t := time.NewTimer(wait)
 		wait = max(wait, backgroundFirst)

@@ -10,9 +10,11 @@ import (
 
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/internal/closecache"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -367,8 +369,12 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 			// way).
 			s.releaseLater(c, s.c.cfg.ReadTimeout)
 		case len(res) == 0:
-			// The script did not run: undo the writes beside it.
-			go func() { _ = s.c.recs.add(queuedRecord{undo: s.unmint(c, m)}) }()
+			// The script did not run: undo the writes beside it (a
+			// panic queuing it is logged; the owner index is then left
+			// to its expiry).
+			recovered.Go(s.c.log, "panic queuing the undoing of a contract's indexes", func() {
+				_ = s.c.recs.add(queuedRecord{undo: s.unmint(c, m)})
+			}, zap.String("agent_id", c.OriginatingAgentID), zap.String("synthesis_id", c.SynthesisID))
 		}
 		return "", nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
@@ -413,7 +414,8 @@ func mayHaveRun(err error) bool {
 // retry (store.ErrUnavailable).
 func (s *idem) releaseLater(req idempotency.ClaimRequest, token string) {
 	cl := &claim{s: s, agent: req.AgentID, key: req.Key, token: token}
-	s.c.background(s.lease(req.Lease), backgroundFirst, func(ctx context.Context) error { return cl.Abandon(ctx) })
+	s.c.background("releasing a claim whose script call failed", s.lease(req.Lease), backgroundFirst, func(ctx context.Context) error { return cl.Abandon(ctx) },
+		zap.String("agent_id", req.AgentID), zap.String("key", req.Key))
 }
 
 // Len counts the records outside Cluster mode (the global index); -1 in

@@ -7,11 +7,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 )
 
 // MaxQueuedRecords bounds the Attribution-Records (and the other writes
@@ -98,6 +101,17 @@ func (q *queuedCall) deliver(val any, err error) {
 // written, normally within RecordBatchDelay and a round trip of the
 // answer. A batch that
 // fails is dropped and counted (op record), as a failed Retain was.
+//
+// A panic (a defect) while a batch is written is recovered with that
+// batch (writeQueued): logged at ERROR with the batch's counts
+// ("panic writing a batch of records to Redis"), its records counted as
+// written for the readers waiting for them though they may or may not
+// have reached Redis (never written twice), its settles not yet
+// answered failed with store.ErrUnavailable (their keys left to their
+// leases), and the next batch is written as always. A panic elsewhere
+// in the loop is logged ("panic in the record writer's loop") and the
+// loop starts again. Records go on being written, and Close still
+// drains and returns (TestPanicInRecordBatch).
 type recordWriter struct {
 	c *Client
 
@@ -203,9 +217,21 @@ func (w *recordWriter) hurry() {
 }
 
 // run writes batches until the Client closes, then writes what is left
-// once.
+// once; the loop starts again after a panic it recovered.
 func (w *recordWriter) run() {
 	defer w.c.work.Done()
+	for !w.loop() {
+	}
+}
+
+// loop is run's loop: true once the Client closed and what was queued
+// is written, false after a panic (recovered and logged).
+func (w *recordWriter) loop() (closed bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			recovered.Log(w.c.log, "panic in the record writer's loop; it starts again", v)
+		}
+	}()
 	var timer *time.Timer
 	if w.delay > 0 {
 		timer = time.NewTimer(w.delay)
@@ -220,13 +246,13 @@ func (w *recordWriter) run() {
 			select {
 			case <-w.c.closing: // drain, which stops at a failed batch
 				w.drain()
-				return
+				return true
 			default:
 			}
 			_ = w.writeQueued() // a failed batch is counted (op record)
 		case <-w.c.closing:
 			w.drain()
-			return
+			return true
 		}
 	}
 }
@@ -254,10 +280,12 @@ func (w *recordWriter) gather(timer *time.Timer) {
 // time; once a batch fails (a batch of settles only: Redis did not
 // answer it), the rest is not tried (Redis is not answering: each try
 // would wait the timeouts), its settles fail with store.ErrUnavailable
-// and its records are counted as one failed op record.
+// and its records are counted as one failed op record. A batch that
+// panicked (logged by writeQueued) does not stop it: Redis may answer.
 func (w *recordWriter) drain() {
 	for {
-		if err := w.writeQueued(); err != nil {
+		var p *recovered.Panic
+		if err := w.writeQueued(); err != nil && !errors.As(err, &p) {
 			w.mu.Lock()
 			n := len(w.queue)
 			for _, q := range append(w.settles, w.queue...) {
@@ -287,24 +315,22 @@ func (w *recordWriter) drain() {
 // writeQueued writes the records queued so far in one pipeline, at
 // most maxRecordBatch of them, and returns the error of its records
 // (counted as op record), else that of a command Redis did not answer
-// (a settle, or a settle's NOSCRIPT rerun).
-func (w *recordWriter) writeQueued() error {
-	w.mu.Lock()
-	budget := maxBatchBytes
-	batch := take(&w.settles, maxRecordBatch, &budget)
-	settles := len(batch)
-	if budget > 0 {
-		batch = append(batch, take(&w.queue, maxRecordBatch-len(batch), &budget)...)
-	}
-	if len(w.queue)+len(w.settles) > 0 {
-		select {
-		case w.kick <- struct{}{}: // the rest is the next batch
-		default:
-		}
-	}
-	w.mu.Unlock()
+// (a settle, or a settle's NOSCRIPT rerun). A panic while the batch is
+// written is recovered (abandonBatch) and returned as a
+// *recovered.Panic.
+func (w *recordWriter) writeQueued() (err error) {
+	batch, settles := w.takeBatch()
 	if len(batch) == 0 {
 		return nil
+	}
+	ended := false // the batch's end is counted (written, flushed)
+	defer func() {
+		if v := recover(); v != nil {
+			err = w.abandonBatch(v, batch, settles, ended)
+		}
+	}()
+	if h := testHookWriteBatch.Load(); h != nil {
+		(*h)(batch)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.c.cfg.WriteTimeout+w.c.cfg.ReadTimeout)
 	start := time.Now()
@@ -351,12 +377,70 @@ func (w *recordWriter) writeQueued() error {
 		// it.
 		err = fmt.Errorf("%w: %w", store.ErrUnavailable, lost)
 	}
+	w.endBatch(len(batch) - settles)
+	ended = true
+	return err
+}
+
+// testHookWriteBatch, set by tests only (nil otherwise), runs before
+// each batch is written: a fault injected into the record writer.
+// Atomic: the test sets it while the writer runs.
+var testHookWriteBatch atomic.Pointer[func([]queuedRecord)]
+
+// takeBatch takes the next batch off the queues (settles first): at
+// most maxRecordBatch items and maxBatchBytes, of which settles are
+// settles. It kicks the writer again when more is left.
+func (w *recordWriter) takeBatch() (batch []queuedRecord, settles int) {
 	w.mu.Lock()
-	w.written += uint64(len(batch) - settles) // what readers wait for (queued)
+	defer w.mu.Unlock()
+	budget := maxBatchBytes
+	batch = take(&w.settles, maxRecordBatch, &budget)
+	settles = len(batch)
+	if budget > 0 {
+		batch = append(batch, take(&w.queue, maxRecordBatch-len(batch), &budget)...)
+	}
+	if len(w.queue)+len(w.settles) > 0 {
+		select {
+		case w.kick <- struct{}{}: // the rest is the next batch
+		default:
+		}
+	}
+	return batch, settles
+}
+
+// endBatch counts records of a batch as ended (written or dropped) and
+// wakes the readers waiting for them.
+func (w *recordWriter) endBatch(records int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.written += uint64(records) // what readers wait for (queued)
 	close(w.flushed)
 	w.flushed = make(chan struct{})
-	w.mu.Unlock()
-	return err
+}
+
+// abandonBatch ends batch (settles of them settles), whose write
+// panicked with v, so that nothing waits for it for ever: logged at
+// ERROR, its settles not yet answered fail with store.ErrUnavailable,
+// and, unless ended, its records count as ended (they may or may not
+// have reached Redis; they are not written again). It returns the
+// panic as a *recovered.Panic.
+func (w *recordWriter) abandonBatch(v any, batch []queuedRecord, settles int, ended bool) error {
+	recovered.Log(w.c.log, "panic writing a batch of records to Redis; its records may be missing from Redis (not written again), its unanswered settles fail and their keys are left to their leases; the writer goes on", v,
+		zap.Int("records", len(batch)-settles), zap.Int("settles", settles))
+	for _, q := range batch {
+		if q.call == nil || q.call.done == nil {
+			continue
+		}
+		select {
+		case <-q.call.done: // answered before the panic
+		default:
+			q.call.deliver(nil, store.ErrUnavailable)
+		}
+	}
+	if !ended {
+		w.endBatch(len(batch) - settles)
+	}
+	return &recovered.Panic{Value: v}
 }
 
 // chain is an agent's heads hash and a node's field in it, or, with

@@ -1,0 +1,187 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
+)
+
+// panicLine waits up to 5 s for the one ERROR line whose message
+// starts with msg and returns its fields.
+func panicLine(t *testing.T, logs *observer.ObservedLogs, msg string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		lines := logs.FilterMessageSnippet(msg).All()
+		if len(lines) == 1 {
+			f := lines[0].ContextMap()
+			if _, ok := f["stack"].(string); !ok {
+				t.Fatalf("%q has no stack: %v", msg, f)
+			}
+			return f
+		}
+		if len(lines) > 1 || time.Now().After(deadline) {
+			t.Fatalf("%d lines %q, want 1: %v", len(lines), msg, logs.All())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestPanicInRecordBatch: a panic while the record writer writes a
+// batch (a defect; here a test hook before its pipeline) is logged at
+// ERROR with the batch's counts instead of ending the process; the
+// node's reader waiting for the batch's record returns (it is counted
+// as ended, not written: it is missing from Redis), a settle in the
+// batch fails with store.ErrUnavailable at once instead of waiting for
+// its context, the next record is written as before, and Close still
+// drains and returns.
+func TestPanicInRecordBatch(t *testing.T) {
+	srv := redistest.StartServer(t)
+	core, logs := observer.New(zap.ErrorLevel)
+	c, set := newSet(t, Config{Addrs: []string{srv.Addr()}, Logger: zap.New(core), RecordBatchDelay: 50 * time.Millisecond})
+	ctx := context.Background()
+	id := func(i int) string { return fmt.Sprintf("%064d", i) }
+
+	var armed atomic.Bool
+	hook := func([]queuedRecord) {
+		if armed.CompareAndSwap(true, false) {
+			panic("record batch defect")
+		}
+	}
+	testHookWriteBatch.Store(&hook)
+	defer testHookWriteBatch.Store(nil)
+	armed.Store(true)
+
+	// One batch: a settle and a record gathered together.
+	settled := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := c.recs.call(sctx, redis.NewScript("return 1"), []string{c.prefix + "{a:p}:x"})
+		settled <- err
+	}()
+	for {
+		c.recs.mu.Lock()
+		n := len(c.recs.settles)
+		c.recs.mu.Unlock()
+		if n == 1 || !armed.Load() {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := set.Records.Retain(ctx, store.Record{AuditID: id(1), AgentID: "p", NodeID: "n1", Compact: "e30.x."}); err != nil {
+		t.Fatalf("Retain: %v", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	heads, err := set.Records.Heads(rctx, "p") // waits for the batch
+	if err != nil || len(heads) != 0 {
+		t.Fatalf("Heads after the batch panicked: %+v %v, want none (the record is not in Redis) and no wait", heads, err)
+	}
+	select {
+	case err := <-settled:
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("the settle of the batch that panicked: %v, want store.ErrUnavailable", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the settle of the batch that panicked still waits")
+	}
+	f := panicLine(t, logs, "panic writing a batch of records to Redis")
+	if f["panic"] != "record batch defect" || f["records"] != int64(1) || f["settles"] != int64(1) {
+		t.Fatalf("the line's fields: %v", f)
+	}
+
+	// The writer goes on: the next record is written and read.
+	if err := set.Records.Retain(ctx, store.Record{AuditID: id(2), AgentID: "p", NodeID: "n1", Compact: "e30.x."}); err != nil {
+		t.Fatalf("Retain after the panic: %v", err)
+	}
+	if r, ok, err := set.Records.Get(ctx, id(2)); err != nil || !ok || r.AuditID != id(2) {
+		t.Fatalf("the record after the panic: %+v %v %v", r, ok, err)
+	}
+
+	// A batch that panics while the Client closes does not keep Close
+	// from returning, nor the rest from being drained.
+	armed.Store(true)
+	if err := set.Records.Retain(ctx, store.Record{AuditID: id(3), AgentID: "p", NodeID: "n1", Compact: "e30.x."}); err != nil {
+		t.Fatalf("Retain: %v", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return after a batch panicked")
+	}
+	if n := logs.FilterMessageSnippet("panic writing a batch of records to Redis").Len(); n != 2 {
+		t.Fatalf("%d batch panic lines, want 2", n)
+	}
+}
+
+// TestPanicInBackgroundCall: a panic in a call the client retries in
+// the background (a released claim, a contract released after its
+// mint failed) is logged at ERROR with what it was doing instead of
+// ending the process; it is not tried again, it no longer counts
+// towards maxBackground, and Close returns.
+func TestPanicInBackgroundCall(t *testing.T) {
+	srv := redistest.StartServer(t)
+	core, logs := observer.New(zap.ErrorLevel)
+	c, _ := newSet(t, Config{Addrs: []string{srv.Addr()}, Logger: zap.New(core)})
+	var calls atomic.Int32
+	c.background("testing a panic", time.Minute, 0, func(context.Context) error {
+		calls.Add(1)
+		panic("background defect")
+	}, zap.String("agent_id", "a1"))
+	f := panicLine(t, logs, "panic in a background call to Redis")
+	if f["panic"] != "background defect" || f["doing"] != "testing a panic" || f["agent_id"] != "a1" {
+		t.Fatalf("the line's fields: %v", f)
+	}
+	for i := 0; c.pending.Load() != 0 && i < 1000; i++ {
+		time.Sleep(time.Millisecond)
+	}
+	if n := c.pending.Load(); n != 0 {
+		t.Fatalf("%d background calls pending after the panic, want 0", n)
+	}
+	time.Sleep(2 * backgroundFirst)
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("fn called %d times, want 1 (not retried after a panic)", n)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+// TestPanicBesideScript: in Cluster mode pipeScript sends the commands
+// beside a script from a goroutine of its own; a panic there (a defect
+// in what adds them) is logged at ERROR and returned as their error
+// (the caller undoes the script's writes), and the script's reply still
+// comes back. A single server stands in for the cluster: both calls go
+// to it.
+func TestPanicBesideScript(t *testing.T) {
+	srv := redistest.StartServer(t)
+	core, logs := observer.New(zap.ErrorLevel)
+	c, _ := newSet(t, Config{Addrs: []string{srv.Addr()}, Logger: zap.New(core)})
+	c.cluster = true // before any call: pipeScript's concurrent path
+	v, err := c.pipeScript(context.Background(), redis.NewScript("return 7"), []string{c.prefix + "{a:b}:x"}, nil, func(redis.Pipeliner) {
+		panic("beside defect")
+	})
+	var p *recovered.Panic
+	if !errors.As(err, &p) || p.Value != "beside defect" || v != int64(7) {
+		t.Fatalf("pipeScript: %v %v, want the script's reply 7 and the panic as the error", v, err)
+	}
+	if f := panicLine(t, logs, "panic sending the writes beside a script"); f["panic"] != "beside defect" ||
+		!strings.Contains(f["stack"].(string), "TestPanicBesideScript") {
+		t.Fatalf("the line's fields: %v", f)
+	}
+}
