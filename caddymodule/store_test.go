@@ -1938,3 +1938,38 @@ func TestStoreRoundTripsCountedOnce(t *testing.T) {
 		t.Fatalf("%v idempotency_claim round trips counted for 3 keyed requests: want 3", got)
 	}
 }
+
+// TestPanicInHealthCheck: a panic in the Redis store's health check (a
+// defect; here a test hook at its start), which runs on the pool's
+// own goroutine outside any request, is logged at ERROR with its stack
+// and counts as a failed check instead of ending the process; the next
+// check runs and finds Redis up.
+func TestPanicInHealthCheck(t *testing.T) {
+	srv := redistest.StartServer(t)
+	core, logs := observer.New(zap.ErrorLevel)
+	p, err := newPooledRedis(context.Background(), redisstore.Config{Addrs: []string{srv.Addr()}, KeyPrefix: "t:"}, true, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.close() })
+	var armed atomic.Bool
+	hook := func() {
+		if armed.CompareAndSwap(true, false) {
+			panic("health check defect")
+		}
+	}
+	testHookHealthCheck.Store(&hook)
+	defer testHookHealthCheck.Store(nil)
+	armed.Store(true)
+	if p.check() {
+		t.Fatal("a health check that panicked reported Redis up")
+	}
+	lines := logs.FilterMessageSnippet("panic in the Redis store's health check").All()
+	if len(lines) != 1 || lines[0].ContextMap()["panic"] != "health check defect" ||
+		!strings.Contains(lines[0].ContextMap()["stack"].(string), "check") {
+		t.Fatalf("panic lines %v, want one with the value and the stack", lines)
+	}
+	if !p.check() {
+		t.Fatal("the check after the panic did not find Redis up")
+	}
+}

@@ -375,7 +375,8 @@ func (p *pooledRedis) logFull(err error) {
 
 // health pings Redis until stopped: every storeHealthUp while it
 // answers, every storeHealthDown while it does not, so the state gauge
-// follows Redis even without traffic.
+// follows Redis even without traffic. A check that panics is logged
+// and counted as failed (check); the loop goes on.
 func (p *pooledRedis) health() {
 	defer close(p.done)
 	wait := storeHealthUp
@@ -390,33 +391,57 @@ func (p *pooledRedis) health() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), dialBudget(p.cfg))
-		err := p.client.Ping(ctx)
-		p.logOutage(err)
-		left := p.client.QuarantineLeft()
-		if left > 0 && !p.quarantined {
-			p.logger.Warn("Redis restarted less than the longest Idempotency-Key lease ago: requests with an Idempotency-Key answer 503 store-unavailable until every plan that may have held a key before the restart has ended (docs/cluster.md, Failure modes)",
-				zap.Strings("address", p.cfg.Addrs), zap.Duration("for", left.Round(time.Second)))
-		}
-		p.quarantined = left > 0
-		if users := p.users.Load(); users != nil {
-			for _, e := range *users {
-				e.StoreMetrics().SetQuarantine(left)
-				if err == nil {
-					e.RefreshStoreGauges(ctx)
-				}
-			}
-		}
-		if err == nil {
-			p.checkNodeIDs(ctx)
-		}
-		cancel()
 		wait = storeHealthUp
-		if err != nil {
+		if !p.check() {
 			wait = storeHealthDown
 		}
 		t.Reset(wait)
 	}
+}
+
+// testHookHealthCheck, set by tests only (nil otherwise), runs at the
+// start of each health check: a fault injected into the health loop.
+// Atomic: the test sets it while the loop runs.
+var testHookHealthCheck atomic.Pointer[func()]
+
+// check is one health check: it reports whether Redis answered. A
+// panic in it (a defect: in the engines' gauges, say) is recovered,
+// logged at ERROR ("panic in the Redis store's health check") and the
+// check counts as failed; the loop goes on, checking again
+// storeHealthDown later, so the health checks, and the process,
+// outlive it (TestPanicInHealthCheck).
+func (p *pooledRedis) check() (up bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			recovered.Log(p.logger, "panic in the Redis store's health check; it checks again shortly", v, zap.Strings("address", p.cfg.Addrs))
+			up = false
+		}
+	}()
+	if h := testHookHealthCheck.Load(); h != nil {
+		(*h)()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dialBudget(p.cfg))
+	defer cancel()
+	err := p.client.Ping(ctx)
+	p.logOutage(err)
+	left := p.client.QuarantineLeft()
+	if left > 0 && !p.quarantined {
+		p.logger.Warn("Redis restarted less than the longest Idempotency-Key lease ago: requests with an Idempotency-Key answer 503 store-unavailable until every plan that may have held a key before the restart has ended (docs/cluster.md, Failure modes)",
+			zap.Strings("address", p.cfg.Addrs), zap.Duration("for", left.Round(time.Second)))
+	}
+	p.quarantined = left > 0
+	if users := p.users.Load(); users != nil {
+		for _, e := range *users {
+			e.StoreMetrics().SetQuarantine(left)
+			if err == nil {
+				e.RefreshStoreGauges(ctx)
+			}
+		}
+	}
+	if err == nil {
+		p.checkNodeIDs(ctx)
+	}
+	return err == nil
 }
 
 // logOutage logs, once each, a health check that finds Redis not
@@ -478,12 +503,15 @@ func (p *pooledRedis) leave(e *engine.Engine) {
 // the waiting and the closing to a goroutine and returns at once; a
 // request it overtook still settles its key (SettleLater, RetryComplete)
 // and keeps its records. A process that exits waits for those closes
-// too (Caddy has waited for its HTTP requests by then).
+// too (Caddy has waited for its HTTP requests by then). A panic in that
+// goroutine (a defect) is logged at ERROR and ends it; the client may
+// then stay open until the process exits.
 func (p *pooledRedis) Destruct() error {
 	if !caddy.Exiting() && p.active.Load() > 0 {
 		closing.Add(1)
 		go func() {
 			defer closing.Done()
+			defer recovered.Guard(p.logger, "panic closing the Redis client of a configuration that went away", zap.Strings("address", p.cfg.Addrs))
 			p.awaitIdle(p.drainLimit())
 			if err := p.close(); err != nil {
 				p.logger.Warn("store redis: closing the client of a configuration that went away", zap.Error(err))
@@ -600,6 +628,7 @@ func newPooledRedis(ctx context.Context, cfg redisstore.Config, required bool, l
 	routeRedisLog.Do(func() { redis.SetLogger(redisLog{logger: caddy.Log}) })
 	p := &pooledRedis{cfg: cfg, logger: logger, instance: processInstance, stop: make(chan struct{}), done: make(chan struct{})}
 	cfg.Observer = p
+	cfg.Logger = logger // panics the client recovers in the background
 	var err error
 	if required {
 		cctx, cancel := context.WithTimeout(ctx, dialBudget(cfg))
