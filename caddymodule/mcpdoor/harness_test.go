@@ -31,6 +31,12 @@ func testEngineAt(t testing.TB, upstream string) *engine.Engine {
 // before it is validated.
 func testEngineWith(t testing.TB, upstream string, adjust ...func(*engine.Config)) *engine.Engine {
 	t.Helper()
+	return testEngineLogged(t, zap.NewNop(), upstream, adjust...)
+}
+
+// testEngineLogged is testEngineWith logging to logger.
+func testEngineLogged(t testing.TB, logger *zap.Logger, upstream string, adjust ...func(*engine.Config)) *engine.Engine {
+	t.Helper()
 	docs := filepath.Join("..", "..", "scripts", "bench", "docs")
 	cfg := &engine.Config{Name: "mcp-test"}
 	cfg.Enabled = true
@@ -49,7 +55,7 @@ func testEngineWith(t testing.TB, upstream string, adjust ...func(*engine.Config
 	}
 	st := engine.NewState(cfg.Name)
 	t.Cleanup(func() { _ = st.Destruct() })
-	e, err := engine.New(cfg, engine.Deps{Logger: zap.NewNop(), Metrics: prometheus.NewRegistry(), State: st})
+	e, err := engine.New(cfg, engine.Deps{Logger: logger, Metrics: prometheus.NewRegistry(), State: st})
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
 	}

@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -187,7 +188,14 @@ func WaitTasks(max time.Duration) bool {
 // follow runs beside a task's call on the node that accepted it: it
 // looks for a cancel request every TaskPollInterval (closing stop),
 // renews the lease, and writes the answer into the task when it comes.
+// A panic in it (a defect: in the task store, or in making the answer
+// a tool result) is recovered and logged at ERROR ("panic following an
+// MCP task", with its id) instead of ending the process; the task is
+// then left as last stored, working, and reads failed once its lease
+// ends, as when its end cannot be stored (TestPanicInTaskFinish).
 func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, target string, rec store.Task, stop chan struct{}, done <-chan *agtp.Response) {
+	defer recovered.Guard(d.e.Logger(), "panic following an MCP task; it is left to its lease and reads failed after it",
+		zap.String("task_id", rec.ID), zap.String("agent_id", rec.AgentID), zap.String("tool", rec.Tool))
 	ctx := context.Background()
 	tasks := d.e.Tasks()
 	tick := time.NewTicker(TaskPollInterval)
@@ -225,6 +233,9 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 // plan before every step ran (the steps that ran are named), failed
 // when no tool result could be made.
 func (d *Door) finish(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, target string, rec store.Task, resp *agtp.Response, cancelled bool) {
+	if h := testHookTaskFinish.Load(); h != nil {
+		(*h)()
+	}
 	rq.answered(resp.RequestID, resp.Reason)
 	now := time.Now().UTC()
 	rec.UpdatedAt, rec.LeaseUntil = now, time.Time{}
@@ -249,6 +260,10 @@ func (d *Door) finish(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.
 		d.e.Logger().Warn("an MCP task's end could not be stored; its lease will end and it reads failed", zap.String("task_id", rec.ID), zap.Error(err))
 	}
 }
+
+// testHookTaskFinish, set by tests only (nil otherwise), runs as a
+// task's end is written (finish): a fault injected into follow.
+var testHookTaskFinish atomic.Pointer[func()]
 
 // taskStep is one recipe step's state as a task names it.
 type taskStep struct {

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
@@ -197,5 +200,42 @@ func TestTaskAfterBelowTimeout(t *testing.T) {
 	c.TaskAfter = engine.Duration(500 * time.Millisecond)
 	if err := c.Validate("header"); err != nil {
 		t.Fatalf("Validate = %v", err)
+	}
+}
+
+// TestPanicInTaskFinish: a panic while a task's end is written (a
+// defect; here a test hook in finish), on the goroutine that follows
+// the task outside any request, is logged at ERROR with the task's id
+// instead of ending the process; the task stays as last stored
+// (working, left to its lease).
+func TestPanicInTaskFinish(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	e := testEngineLogged(t, zap.New(core), "http://127.0.0.1:9")
+	d, err := New(e, &Config{Path: DefaultMCPPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := func() { panic("task finish defect") }
+	testHookTaskFinish.Store(&hook)
+	defer testHookTaskFinish.Store(nil)
+	now := time.Now().UTC()
+	rec := store.Task{ID: "t-panics", AgentID: strings.Repeat("a", 64), NodeID: "n1", Tool: "lookup", Status: TaskWorking,
+		CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(TaskLease)}
+	if err := e.Tasks().Put(context.Background(), rec, TaskTTL); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *agtp.Response, 1)
+	done <- &agtp.Response{Status: 200}
+	d.follow(&mcpRequest{}, nil, nil, "/x", rec, make(chan struct{}), done) // returns: the panic is recovered
+	lines := logs.FilterMessageSnippet("panic following an MCP task").All()
+	if len(lines) != 1 {
+		t.Fatalf("%d lines, want 1: %v", len(lines), logs.All())
+	}
+	if f := lines[0].ContextMap(); f["task_id"] != "t-panics" || f["panic"] != "task finish defect" || !strings.Contains(f["stack"].(string), "finish") {
+		t.Fatalf("the line's fields: %v", f)
+	}
+	got, ok, err := e.Tasks().Get(context.Background(), "t-panics")
+	if err != nil || !ok || got.Status != TaskWorking {
+		t.Fatalf("the task after the panic: %+v %v %v, want it as stored (working)", got, ok, err)
 	}
 }
