@@ -237,6 +237,11 @@ func TestOAuthStaleKeysRefreshInBackground(t *testing.T) {
 			t.Fatalf("request %d took %s: it waited for the hanging issuer (timeout 2 s)", i, took)
 		}
 	}
+	// The background refresh runs on a goroutine of its own: on a busy
+	// machine it may reach the issuer only after the loop.
+	for deadline := time.Now().Add(2 * time.Second); f.jwksFetch.Load() < 2 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if n := f.jwksFetch.Load(); n != 2 {
 		t.Errorf("JWKS fetched %d times, want 2 (the first, then one background refresh still hanging)", n)
 	}

@@ -110,7 +110,7 @@ func (q *queuedCall) deliver(val any, err error) {
 // answered failed with store.ErrUnavailable (their keys left to their
 // leases), and the next batch is written as always. A panic elsewhere
 // in the loop is logged ("panic in the record writer's loop") and the
-// loop starts again. Records go on being written, and Close still
+// loop starts again a second later. Records go on being written, and Close still
 // drains and returns (TestPanicInRecordBatch).
 type recordWriter struct {
 	c *Client
@@ -217,19 +217,32 @@ func (w *recordWriter) hurry() {
 }
 
 // run writes batches until the Client closes, then writes what is left
-// once; the loop starts again after a panic it recovered.
+// once; the loop starts again loopRestartPause after a panic it
+// recovered (at once when the Client closes meanwhile: the loop then
+// drains), so a defect hit on every pass logs once a second instead of
+// spinning.
 func (w *recordWriter) run() {
 	defer w.c.work.Done()
 	for !w.loop() {
+		t := time.NewTimer(loopRestartPause)
+		select {
+		case <-t.C:
+		case <-w.c.closing:
+			t.Stop()
+		}
 	}
 }
+
+// loopRestartPause is how long the record writer's loop waits before it
+// starts again after a panic.
+const loopRestartPause = time.Second
 
 // loop is run's loop: true once the Client closed and what was queued
 // is written, false after a panic (recovered and logged).
 func (w *recordWriter) loop() (closed bool) {
 	defer func() {
 		if v := recover(); v != nil {
-			recovered.Log(w.c.log, "panic in the record writer's loop; it starts again", v)
+			recovered.Log(w.c.log, "panic in the record writer's loop; it starts again in a second", v)
 		}
 	}()
 	var timer *time.Timer
