@@ -280,22 +280,10 @@ func (c *Chains) Flush() error {
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()
 
-	c.mu.Lock()
-	c.init()
-	gen := c.gen
-	if gen == c.flushed {
-		c.mu.Unlock()
+	gen, f, changed := c.snapshot()
+	if !changed {
 		return nil
 	}
-	f := chainsFile{Version: 1, Heads: make([]chainHead, 0, len(c.heads))}
-	for e := c.lru.Back(); e != nil; e = e.Prev() {
-		ch := e.Value.(*chain)
-		if ch.head != "" {
-			f.Heads = append(f.Heads, chainHead{Key: ch.key, Head: ch.head})
-		}
-	}
-	c.mu.Unlock()
-
 	data, err := json.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("records: encode chain heads: %w", err)
@@ -305,6 +293,27 @@ func (c *Chains) Flush() error {
 	}
 	c.flushed = gen
 	return nil
+}
+
+// snapshot returns the heads to flush and their generation, changed
+// false when nothing changed since the last Flush. Its lock is released
+// by defer: a panic (a defect) in it, recovered by the flusher, leaves
+// no lock held that every record's Append would then wait on.
+func (c *Chains) snapshot() (gen uint64, f chainsFile, changed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.init()
+	if c.gen == c.flushed {
+		return c.gen, f, false
+	}
+	f = chainsFile{Version: 1, Heads: make([]chainHead, 0, len(c.heads))}
+	for e := c.lru.Back(); e != nil; e = e.Prev() {
+		ch := e.Value.(*chain)
+		if ch.head != "" {
+			f.Heads = append(f.Heads, chainHead{Key: ch.key, Head: ch.head})
+		}
+	}
+	return c.gen, f, true
 }
 
 // WriteFileAtomic replaces the file at path with data: written to a
