@@ -90,8 +90,9 @@ func pick(set *jose.JSONWebKeySet, kid, alg string) *jose.JSONWebKey {
 // refreshKeys starts a background fetch of the JWKS unless one runs
 // already: the held set keeps verifying meanwhile. The fetch keeps ctx's
 // values, not its cancellation, and ends within the client's timeout.
-// A panic in the fetch itself becomes its error (shared: logged as a
-// failed refresh, the held set kept); one elsewhere in the goroutine is
+// A panic in the fetch itself becomes its error (shared: logged once
+// at ERROR with its stack, "panic fetching from an OAuth issuer", then
+// as a failed refresh, the held set kept); one elsewhere in the goroutine is
 // recovered and logged at ERROR ("panic refreshing an issuer's JWKS in
 // the background"), and the next request that needs the keys starts
 // another refresh. Neither ends the process.
@@ -176,7 +177,9 @@ func (v *oauthVerifier) readKeys(ctx context.Context) (*jose.JSONWebKeySet, erro
 func (v *oauthVerifier) shared(ctx context.Context, key string, fn func(context.Context) (any, error)) (any, error) {
 	detached := context.WithoutCancel(ctx)
 	ch := v.flight.DoChan(key, func() (val any, err error) {
-		defer recovered.Into(&err) // DoChan re-panics where nothing recovers it
+		// DoChan re-panics where nothing recovers it; its waiters get
+		// the panic as their error, logged here once with its stack.
+		defer recovered.IntoLog(&err, v.log, "panic fetching from an OAuth issuer; the requests waiting for it fail", zap.String("issuer", v.cfg.Issuer), zap.String("fetch", key))
 		return fn(detached)
 	})
 	select {

@@ -33,6 +33,20 @@ func Into(err *error) {
 	}
 }
 
+// IntoLog, deferred directly (defer recovered.IntoLog(&err, l, msg,
+// fields...)), is Into that also logs the panic as Log does, where it
+// happened: the callers that share the error (a singleflight fetch's
+// waiters) each see only its value, so its stack is written once here.
+func IntoLog(err *error, l *zap.Logger, msg string, fields ...zap.Field) {
+	if v := recover(); v != nil {
+		stack := debug.Stack()
+		*err = &Panic{Value: v, Stack: stack}
+		if l != nil {
+			l.Error(msg, append(fields, zap.Any("panic", v), zap.ByteString("stack", stack))...)
+		}
+	}
+}
+
 // Log writes msg at ERROR with fields, v (what recover returned) as
 // field "panic" and the calling goroutine's stack as "stack": called
 // from the deferred function that recovered, the stack still holds the

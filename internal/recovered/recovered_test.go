@@ -87,3 +87,38 @@ func TestGuard(t *testing.T) {
 }
 
 func panicInGuardTest() { panic("guard defect") }
+
+// TestIntoLog: as Into, and the panic logged once with its stack where
+// it happened; a nil logger only sets the error.
+func TestIntoLog(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	var g singleflight.Group
+	r := <-g.DoChan("k", func() (v any, err error) {
+		defer IntoLog(&err, zap.New(core), "fetch panicked", zap.String("fetch", "k"))
+		panic("fetch defect")
+	})
+	var p *Panic
+	if !errors.As(r.Err, &p) || p.Value != "fetch defect" {
+		t.Fatalf("DoChan's result %v, want a *Panic with the value", r.Err)
+	}
+	all := logs.All()
+	if len(all) != 1 || all[0].Message != "fetch panicked" {
+		t.Fatalf("logged %+v, want one line", all)
+	}
+	f := all[0].ContextMap()
+	if f["fetch"] != "k" || f["panic"] != "fetch defect" || !strings.Contains(f["stack"].(string), "TestIntoLog") {
+		t.Fatalf("fields %v, want fetch, panic and a stack down to the panicking frame", f)
+	}
+	var err error
+	func() {
+		defer IntoLog(&err, nil, "not logged")
+		panic("quiet")
+	}()
+	if !errors.As(err, &p) || p.Value != "quiet" {
+		t.Fatalf("with a nil logger: %v", err)
+	}
+	func() { defer IntoLog(&err, zap.New(core), "no panic") }()
+	if len(logs.All()) != 1 {
+		t.Fatalf("no panic logged a line")
+	}
+}
