@@ -985,6 +985,76 @@ func TestRetryCompleteBounded(t *testing.T) {
 	}
 }
 
+// healingClaim is a store.Claim whose Complete and Abandon fail as
+// unavailable until healed (fault injection below the module): Redis
+// answering again between two backoff steps of a retry.
+type healingClaim struct {
+	failingClaim
+	healed atomic.Bool
+	done   atomic.Int64
+}
+
+func (c *healingClaim) settle() error {
+	c.tries.Add(1)
+	if !c.healed.Load() {
+		return fmt.Errorf("%w: injected", store.ErrUnavailable)
+	}
+	c.done.Add(1)
+	return nil
+}
+func (c *healingClaim) Complete(context.Context, idempotency.Response) error { return c.settle() }
+func (c *healingClaim) Abandon(context.Context) error                        { return c.settle() }
+
+// TestRetrySettleLastTryAtClose: a stored answer and a release still
+// waiting for their next backoff step when the client closes get one
+// last try while Redis answers, so the key is answered or freed instead
+// of ending outcome-unknown (before, the close dropped them); while the
+// health check says Redis is down, the close gives up at once, with no
+// try and no wait.
+func TestRetrySettleLastTryAtClose(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for _, down := range []bool{false, true} {
+		core, logs := observer.New(zap.InfoLevel)
+		p, err := newPooledRedis(context.Background(), redisstore.Config{Addrs: []string{srv.Addr()}, KeyPrefix: "t:"}, true, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer, release := &healingClaim{}, &healingClaim{}
+		if !p.retryComplete(answer, idempotency.Response{Status: 200}, time.Hour, zap.New(core)) || !p.RetryAbandon(release, zap.New(core)) {
+			t.Fatal("a retry was refused")
+		}
+		for deadline := time.Now().Add(10 * time.Second); answer.tries.Load() < 1 || release.tries.Load() < 1; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the first retries did not run")
+			}
+		}
+		// Redis answers again (or not) well before the next step, 500 ms
+		// after the first: the close comes first.
+		answer.healed.Store(true)
+		release.healed.Store(true)
+		p.down.Store(down)
+		start := time.Now()
+		if err := p.Destruct(); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("the close took %s", took)
+		}
+		want := int64(1)
+		line := "in a last try as the store's client closed"
+		if down {
+			want, line = 0, "while Redis does not answer"
+		}
+		if answer.done.Load() != want || release.done.Load() != want || answer.tries.Load() != 1+want || release.tries.Load() != 1+want {
+			t.Fatalf("down %v: answer done %d of %d tries, release done %d of %d, want done %d after one failed try", down,
+				answer.done.Load(), answer.tries.Load(), release.done.Load(), release.tries.Load(), want)
+		}
+		if n := logs.FilterMessageSnippet(line).Len(); n != 2 {
+			t.Fatalf("down %v: %d lines saying %q, want 2: %v", down, n, line, logs.All())
+		}
+	}
+}
+
 // TestRedisOutageLogged: an outage is one WARN saying what Redis did
 // and, when it answers again, one INFO with how long it was away,
 // however many health checks failed in between.

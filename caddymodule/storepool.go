@@ -279,7 +279,11 @@ func (p *pooledRedis) retryComplete(c store.Claim, resp idempotency.Response, li
 // background until it succeeds, the claim is lost, it fails for another
 // reason than the store being unavailable, limit (from now) passes or
 // the client closes; backoff from completeRetryFirst to
-// completeRetryMax. It reports false, and starts nothing, when
+// completeRetryMax. When the client closes while Redis answers (the
+// health check's view), it tries once more at once, within dialBudget,
+// rather than drop an answer or a release that only waited for its
+// next backoff step (the key would otherwise end outcome-unknown); while
+// Redis is down it gives up at once, adding nothing to the close. It reports false, and starts nothing, when
 // maxPendingCompletes are already pending.
 func (p *pooledRedis) retrySettle(settle func(context.Context) error, doing string, limit time.Duration, logger *zap.Logger) bool {
 	if p.pending.Add(1) > maxPendingCompletes {
@@ -297,19 +301,33 @@ func (p *pooledRedis) retrySettle(settle func(context.Context) error, doing stri
 		t := time.NewTimer(wait)
 		defer t.Stop()
 		for tries := 1; ; tries++ {
+			closing := false
 			select {
 			case <-p.stop:
-				logger.Warn("gave up "+what+": the store's client is closing; it may still have been done (a write Redis took before it stopped answering), else repeats of the key get outcome-unknown once its lease ends",
-					zap.Int("tries", tries-1))
-				return
+				if p.down.Load() {
+					logger.Warn("gave up "+what+": the store's client is closing while Redis does not answer; it may still have been done (a write Redis took before it stopped answering), else repeats of the key get outcome-unknown once its lease ends",
+						zap.Int("tries", tries-1))
+					return
+				}
+				// Redis answers (the health check says so): one last
+				// try now instead of dropping what waited for its next
+				// backoff step (at most dialBudget more for the close).
+				closing = true
 			case <-t.C:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), dialBudget(p.cfg))
 			err := settle(ctx)
 			cancel()
 			switch {
+			case err == nil && closing:
+				logger.Info("done "+what+" in a last try as the store's client closed", zap.Int("tries", tries))
+				return
 			case err == nil:
 				logger.Info("done "+what+" after the store came back", zap.Int("tries", tries))
+				return
+			case closing && errors.Is(err, store.ErrUnavailable):
+				logger.Warn("gave up "+what+": the store's client is closing and Redis did not answer a last try; it may still have been done (a write Redis took before it stopped answering), else repeats of the key get outcome-unknown once its lease ends",
+					zap.Int("tries", tries), zap.Error(err))
 				return
 			case errors.Is(err, store.ErrClaimLost):
 				logger.Warn("gave up "+what+": the store came back without the key's claim (Redis lost its data, or an operator released the key)",
