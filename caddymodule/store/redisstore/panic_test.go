@@ -129,6 +129,90 @@ func TestPanicInRecordBatch(t *testing.T) {
 	}
 }
 
+// TestPanicInRecordLoop: a panic in the record writer's loop outside a
+// batch's own recovery (a defect; here a test hook as the loop wakes)
+// is logged and the loop starts again a second later, kicked: the
+// record queued when it panicked is written then, with no other record
+// to wake the writer (helper-108's L1). A defect hit on every pass
+// while the Client closes does not spin and hold Close for ever: the
+// queue is dropped once (its settle fails with store.ErrUnavailable)
+// and Close returns, after a handful of lines (helper-108's M1: before,
+// 140,845 lines in 2 s and no return).
+func TestPanicInRecordLoop(t *testing.T) {
+	srv := redistest.StartServer(t)
+	core, logs := observer.New(zap.ErrorLevel)
+	c, set := newSet(t, Config{Addrs: []string{srv.Addr()}, Logger: zap.New(core), RecordBatchDelay: 10 * time.Millisecond})
+	ctx := context.Background()
+	id := func(i int) string { return fmt.Sprintf("%064d", i) }
+	var armed, always atomic.Bool
+	hook := func() {
+		if always.Load() || armed.CompareAndSwap(true, false) {
+			panic("record loop defect")
+		}
+	}
+	testHookLoop.Store(&hook)
+	defer testHookLoop.Store(nil)
+
+	armed.Store(true)
+	if err := set.Records.Retain(ctx, store.Record{AuditID: id(1), AgentID: "p", NodeID: "n1", Compact: "e30.x."}); err != nil {
+		t.Fatalf("Retain: %v", err)
+	}
+	panicLine(t, logs, "panic in the record writer's loop")
+	found := false
+	for deadline := time.Now().Add(5 * time.Second); !found && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		n, err := c.rdb.Exists(ctx, records{c: c}.recordKey(id(1))).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found = n == 1
+	}
+	if !found {
+		t.Fatal("the record queued when the loop panicked was not written after it started again")
+	}
+	if r, ok, err := set.Records.Get(ctx, id(1)); err != nil || !ok || r.AuditID != id(1) {
+		t.Fatalf("the record: %+v %v %v", r, ok, err)
+	}
+
+	// A defect on every pass, as the Client closes with a settle queued.
+	always.Store(true)
+	settled := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, err := c.recs.call(sctx, redis.NewScript("return 1"), []string{c.prefix + "{a:p}:x"})
+		settled <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.recs.mu.Lock()
+		n := len(c.recs.settles)
+		c.recs.mu.Unlock()
+		if n == 1 || logs.FilterMessageSnippet("panic in the record writer's loop").Len() > 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the settle was not queued")
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return while the record writer's loop panics on every pass")
+	}
+	select {
+	case err := <-settled:
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Fatalf("the queued settle: %v, want store.ErrUnavailable", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued settle still waits after Close")
+	}
+	if n := logs.FilterMessageSnippet("panic in the record writer's loop").Len(); n > 4 {
+		t.Fatalf("%d loop panic lines, want a handful", n)
+	}
+}
+
 // TestPanicInBackgroundCall: a panic in a call the client retries in
 // the background (a released claim, a contract released after its
 // mint failed) is logged at ERROR with what it was doing instead of

@@ -217,18 +217,32 @@ func (w *recordWriter) hurry() {
 }
 
 // run writes batches until the Client closes, then writes what is left
-// once; the loop starts again loopRestartPause after a panic it
-// recovered (at once when the Client closes meanwhile: the loop then
-// drains), so a defect hit on every pass logs once a second instead of
-// spinning.
+// once. After a panic the loop recovered it starts again
+// loopRestartPause later, kicked, so what was queued when it panicked
+// is written then without waiting for another record; a defect hit on
+// every pass logs once a second instead of spinning. A panic while the
+// Client closes (in the drain, or as it began) is not drained into
+// again: what is still queued is dropped as after a failed batch
+// (dropQueued), and Close returns.
 func (w *recordWriter) run() {
 	defer w.c.work.Done()
 	for !w.loop() {
+		select {
+		case <-w.c.closing:
+			w.dropQueued(errLoopPanicked)
+			return
+		default:
+		}
 		t := time.NewTimer(loopRestartPause)
 		select {
 		case <-t.C:
+			// The panic may have taken the only kick for what is queued.
+			select {
+			case w.kick <- struct{}{}:
+			default:
+			}
 		case <-w.c.closing:
-			t.Stop()
+			t.Stop() // the loop drains at once
 		}
 	}
 }
@@ -237,12 +251,21 @@ func (w *recordWriter) run() {
 // starts again after a panic.
 const loopRestartPause = time.Second
 
+// errLoopPanicked is the error of what the record writer dropped after
+// its loop panicked while the Client closed.
+var errLoopPanicked = fmt.Errorf("%w: the record writer panicked while the client closed (a defect)", store.ErrUnavailable)
+
+// testHookLoop, set by tests only (nil otherwise), runs each time the
+// record writer's loop is woken (a kick, or the Client closing), before
+// it writes: a fault injected outside a batch's own recovery.
+var testHookLoop atomic.Pointer[func()]
+
 // loop is run's loop: true once the Client closed and what was queued
 // is written, false after a panic (recovered and logged).
 func (w *recordWriter) loop() (closed bool) {
 	defer func() {
 		if v := recover(); v != nil {
-			recovered.Log(w.c.log, "panic in the record writer's loop; it starts again in a second", v)
+			recovered.Log(w.c.log, "panic in the record writer's loop; it starts again in a second (while the client closes, what is queued is dropped)", v)
 		}
 	}()
 	var timer *time.Timer
@@ -253,6 +276,7 @@ func (w *recordWriter) loop() (closed bool) {
 	for {
 		select {
 		case <-w.kick:
+			w.loopHook()
 			if timer != nil {
 				w.gather(timer)
 			}
@@ -264,9 +288,17 @@ func (w *recordWriter) loop() (closed bool) {
 			}
 			_ = w.writeQueued() // a failed batch is counted (op record)
 		case <-w.c.closing:
+			w.loopHook()
 			w.drain()
 			return true
 		}
+	}
+}
+
+// loopHook runs testHookLoop, if set.
+func (w *recordWriter) loopHook() {
+	if h := testHookLoop.Load(); h != nil {
+		(*h)()
 	}
 }
 
@@ -299,21 +331,7 @@ func (w *recordWriter) drain() {
 	for {
 		var p *recovered.Panic
 		if err := w.writeQueued(); err != nil && !errors.As(err, &p) {
-			w.mu.Lock()
-			n := len(w.queue)
-			for _, q := range append(w.settles, w.queue...) {
-				if q.call != nil {
-					q.call.deliver(nil, store.ErrUnavailable)
-				}
-			}
-			w.written += uint64(len(w.queue))
-			w.queue, w.settles = nil, nil
-			close(w.flushed)
-			w.flushed = make(chan struct{})
-			w.mu.Unlock()
-			if n > 0 {
-				_ = w.c.done(store.OpRecord, time.Now(), err)
-			}
+			w.dropQueued(err)
 			return
 		}
 		w.mu.Lock()
@@ -322,6 +340,28 @@ func (w *recordWriter) drain() {
 		if left == 0 {
 			return
 		}
+	}
+}
+
+// dropQueued ends everything still queued without writing it, err
+// being why: its settles fail with store.ErrUnavailable, its records
+// count as written for the readers waiting for them (they are not in
+// Redis) and as one failed op record.
+func (w *recordWriter) dropQueued(err error) {
+	w.mu.Lock()
+	n := len(w.queue)
+	for _, q := range append(w.settles, w.queue...) {
+		if q.call != nil {
+			q.call.deliver(nil, store.ErrUnavailable)
+		}
+	}
+	w.written += uint64(len(w.queue))
+	w.queue, w.settles = nil, nil
+	close(w.flushed)
+	w.flushed = make(chan struct{})
+	w.mu.Unlock()
+	if n > 0 {
+		_ = w.c.done(store.OpRecord, time.Now(), err)
 	}
 }
 
