@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/upstreamauth"
 	"github.com/caddy-rcns/caddy-rcns/policy"
@@ -152,7 +153,9 @@ func (h *Engine) Serve(ctx context.Context, r *agtp.Request) *agtp.Response {
 // then answered 409 outcome-unknown for the rest of its window, asking
 // an operator to settle a request that never ran. A request that
 // reached execution keeps its claim: what it did is unknown, and its
-// lease ends as a stopped node's does (Serve stops the renewer).
+// lease ends as a stopped node's does (Serve stops the renewer). A
+// panic in the release itself is logged and recovered there
+// (TestPanicInReleaseStillEndsRun).
 func (h *Engine) releaseUnrun(x *exchange) {
 	if x.claimSettled || x.executed {
 		return // the answer settled the claim, or the request may have run
@@ -168,6 +171,10 @@ func (h *Engine) releaseUnrun(x *exchange) {
 	x.renewer.stop()
 	log := x.log().With(zap.String("agent_id", x.agentID))
 	log.Error("a request panicked before it ran anything; releasing its Idempotency-Key claim")
+	// A second panic in the release is logged and stopped here, so the
+	// request's own panic goes on to the door's server, its value and
+	// stack intact, instead of being replaced by this one.
+	defer recovered.Guard(log, "panic releasing the Idempotency-Key claim of a request that panicked; the key is left to its lease")
 	releaser(h, cl, context.WithoutCancel(x.ctx()), log)()
 }
 
