@@ -42,6 +42,9 @@ const (
 type pooledRedis struct {
 	client *redisstore.Client
 	cfg    redisstore.Config
+	// checkPanics throttles the lines of a health check that panics on
+	// every pass (a defect): one a minute.
+	checkPanics *recovered.Throttle
 	// users are the engines using the client (copy on write): the
 	// client's Observer reports to each one's metrics (Caddy builds a
 	// fresh registry at each load, and a reload overlaps the old and
@@ -431,7 +434,7 @@ var testHookHealthCheck atomic.Pointer[func()]
 func (p *pooledRedis) check() (up bool) {
 	defer func() {
 		if v := recover(); v != nil {
-			recovered.Log(p.logger, "panic in the Redis store's health check; it checks again shortly", v, zap.Strings("address", p.cfg.Addrs))
+			p.checkPanics.Log(p.logger, "panic in the Redis store's health check; it checks again shortly", v, zap.Strings("address", p.cfg.Addrs))
 			up = false
 		}
 	}()
@@ -644,7 +647,8 @@ func (h *Handler) provisionStoreIn(ctx caddy.Context, e *engine.Engine) (engine.
 // when Redis does not answer yet).
 func newPooledRedis(ctx context.Context, cfg redisstore.Config, required bool, logger *zap.Logger) (*pooledRedis, error) {
 	routeRedisLog.Do(func() { redis.SetLogger(redisLog{logger: caddy.Log}) })
-	p := &pooledRedis{cfg: cfg, logger: logger, instance: processInstance, stop: make(chan struct{}), done: make(chan struct{})}
+	p := &pooledRedis{cfg: cfg, logger: logger, instance: processInstance, stop: make(chan struct{}), done: make(chan struct{}),
+		checkPanics: &recovered.Throttle{Every: time.Minute}}
 	cfg.Observer = p
 	cfg.Logger = logger // panics the client recovers in the background
 	var err error

@@ -47,6 +47,8 @@ type recordState struct {
 	apiVersion int
 	stop       chan struct{}
 	done       chan struct{}
+	// logger is open's, for the last flush at close (flushChains).
+	logger *zap.Logger
 }
 
 // manifestState is what AGTP-API-Version persistence stores.
@@ -112,6 +114,7 @@ func (rs *recordState) open(dir string, fsync records.FsyncPolicy, signer *recor
 	}
 	rs.dir, rs.fsync = dir, fsync
 	rs.stop, rs.done = make(chan struct{}), make(chan struct{})
+	rs.logger = logger
 	go rs.flusher(rs.chains, rs.stop, rs.done, logger)
 	return err
 }
@@ -247,18 +250,20 @@ func (rs *recordState) unlockDirLocked() {
 
 // flusher persists the chain heads once a second until stopped. A
 // panic in a flush (a defect) is recovered there (flushChains): logged
-// at ERROR with its stack, counted as a failed flush, and the next
-// flush runs a second later as always; the process, and the flusher,
-// go on (TestPanicInFlushKeepsFlushing).
+// at ERROR with its stack (then at most once a minute, with the count
+// of those not logged, while it recurs), counted as a failed flush,
+// and the next flush runs a second later as always; the process, and
+// the flusher, go on (TestPanicInFlushKeepsFlushing).
 func (rs *recordState) flusher(c *records.Chains, stop, done chan struct{}, logger *zap.Logger) {
 	defer close(done)
+	panics := &recovered.Throttle{Every: flushReportEvery} // a defect on every flush: one line a minute
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var report flushReport
 	for {
 		select {
 		case now := <-t.C:
-			report.note(logger, flushChains(c, logger), now)
+			report.note(logger, flushChains(c, logger, panics), now)
 		case <-stop:
 			return
 		}
@@ -271,11 +276,12 @@ func (rs *recordState) flusher(c *records.Chains, stop, done chan struct{}, logg
 var testHookFlush atomic.Pointer[func()]
 
 // flushChains is one flush of c, a panic in it (a defect) logged at
-// ERROR with its stack and returned as its error (*recovered.Panic).
-func flushChains(c *records.Chains, logger *zap.Logger) (err error) {
+// ERROR with its stack through panics (nil: every one) and returned as
+// its error (*recovered.Panic).
+func flushChains(c *records.Chains, logger *zap.Logger, panics *recovered.Throttle) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			recovered.Log(logger, "panic persisting attribution chain heads; the flusher goes on and tries again in a second", v)
+			panics.Log(logger, "panic persisting attribution chain heads; the flusher goes on and tries again in a second", v)
 			err = &recovered.Panic{Value: v}
 		}
 	}()
@@ -322,7 +328,9 @@ func (rs *recordState) closeLocked() {
 		rs.stop = nil
 	}
 	if rs.chains != nil {
-		_ = rs.chains.Flush()
+		// Recovered as the flusher's are: a panic here (a defect) would
+		// otherwise end the process in a configuration unload.
+		_ = flushChains(rs.chains, rs.logger, nil)
 	}
 	if rs.log != nil {
 		_ = rs.log.Close()

@@ -9,6 +9,8 @@ package recovered
 import (
 	"fmt"
 	"runtime/debug"
+	"sync"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -76,4 +78,43 @@ func Go(l *zap.Logger, msg string, fn func(), fields ...zap.Field) {
 		defer Guard(l, msg, fields...)
 		fn()
 	}()
+}
+
+// Throttle bounds the lines of a recover site that a defect can hit
+// again and again (a background loop's every pass: a flusher, a health
+// check, a writer's loop): the first panic is logged with its stack,
+// then at most one line per Every, carrying the count of panics not
+// logged since ("suppressed"). The zero value is ready, with Every 0
+// (each panic logged); set Every before use. Safe for concurrent use.
+type Throttle struct {
+	Every time.Duration
+
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// Log writes msg as Log does unless a line of t was written less than
+// t.Every ago, in which case it only counts the panic; it reports
+// whether it wrote. A nil t logs every panic.
+func (t *Throttle) Log(l *zap.Logger, msg string, v any, fields ...zap.Field) bool {
+	if t == nil {
+		Log(l, msg, v, fields...)
+		return true
+	}
+	t.mu.Lock()
+	now := time.Now()
+	if !t.last.IsZero() && now.Sub(t.last) < t.Every {
+		t.suppressed++
+		t.mu.Unlock()
+		return false
+	}
+	n := t.suppressed
+	t.last, t.suppressed = now, 0
+	t.mu.Unlock()
+	if n > 0 {
+		fields = append(fields, zap.Int("suppressed", n))
+	}
+	Log(l, msg, v, fields...)
+	return true
 }

@@ -122,3 +122,33 @@ func TestIntoLog(t *testing.T) {
 		t.Fatalf("no panic logged a line")
 	}
 }
+
+// TestThrottle: the first panic is logged, the next ones within Every
+// are only counted, and the first line after Every says how many were
+// not logged.
+func TestThrottle(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	th := &Throttle{Every: 50 * time.Millisecond}
+	if !th.Log(zap.New(core), "loop panicked", "v1") {
+		t.Fatal("the first panic was not logged")
+	}
+	for range 10 {
+		if th.Log(zap.New(core), "loop panicked", "v2") {
+			t.Fatal("a panic within Every was logged")
+		}
+	}
+	time.Sleep(60 * time.Millisecond)
+	if !th.Log(zap.New(core), "loop panicked", "v3") {
+		t.Fatal("a panic after Every was not logged")
+	}
+	all := logs.All()
+	if len(all) != 2 {
+		t.Fatalf("%d lines, want 2", len(all))
+	}
+	if f := all[0].ContextMap(); f["panic"] != "v1" || f["suppressed"] != nil {
+		t.Fatalf("first line %v", f)
+	}
+	if f := all[1].ContextMap(); f["panic"] != "v3" || f["suppressed"] != int64(10) || f["stack"] == nil {
+		t.Fatalf("second line %v, want v3 with suppressed 10 and a stack", f)
+	}
+}

@@ -383,3 +383,36 @@ func TestChainsValidKeyDropsOnLoad(t *testing.T) {
 		t.Fatalf("reload: %v, dropped %d, %d chains", err, c.Dropped(), c.Len())
 	}
 }
+
+// TestChainsFlushPanicReleasesLock: a panic (a defect) while Flush
+// reads the heads, recovered by its caller (the gateway's flusher),
+// leaves no lock held: Append, which takes the same lock for every
+// record, goes on. Here the defect is a foreign element in the chains'
+// list.
+func TestChainsFlushPanicReleasesLock(t *testing.T) {
+	c, err := OpenChains(filepath.Join(t.TempDir(), "heads.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.init()
+	c.lru.PushBack("not a chain")
+	c.gen++
+	c.mu.Unlock()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("Flush over a foreign list element did not panic")
+			}
+		}()
+		_ = c.Flush()
+	}()
+	if !c.mu.TryLock() {
+		t.Fatal("the chains' lock is still held after a panic in Flush")
+	}
+	c.mu.Unlock()
+	if !c.flushMu.TryLock() {
+		t.Fatal("Flush's own lock is still held after its panic")
+	}
+	c.flushMu.Unlock()
+}

@@ -114,6 +114,9 @@ func (q *queuedCall) deliver(val any, err error) {
 // drains and returns (TestPanicInRecordBatch).
 type recordWriter struct {
 	c *Client
+	// loopPanics throttles the lines of a loop that panics on every
+	// pass (a defect): one a minute.
+	loopPanics recovered.Throttle
 
 	mu    sync.Mutex
 	queue []queuedRecord
@@ -135,7 +138,7 @@ type recordWriter struct {
 // writing what is queued then.
 func startRecordWriter(c *Client) *recordWriter {
 	w := &recordWriter{c: c, flushed: make(chan struct{}), kick: make(chan struct{}, 1),
-		urgent: make(chan struct{}, 1), delay: c.cfg.RecordBatchDelay}
+		urgent: make(chan struct{}, 1), delay: c.cfg.RecordBatchDelay, loopPanics: recovered.Throttle{Every: time.Minute}}
 	if w.delay == 0 {
 		w.delay = RecordBatchDelay
 	}
@@ -265,7 +268,7 @@ var testHookLoop atomic.Pointer[func()]
 func (w *recordWriter) loop() (closed bool) {
 	defer func() {
 		if v := recover(); v != nil {
-			recovered.Log(w.c.log, "panic in the record writer's loop; it starts again in a second (while the client closes, what is queued is dropped)", v)
+			w.loopPanics.Log(w.c.log, "panic in the record writer's loop; it starts again in a second (while the client closes, what is queued is dropped)", v)
 		}
 	}()
 	var timer *time.Timer
