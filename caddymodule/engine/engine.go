@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
-	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/upstreamauth"
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes"

@@ -276,12 +276,16 @@ func (rs *recordState) flusher(c *records.Chains, stop, done chan struct{}, logg
 var testHookFlush atomic.Pointer[func()]
 
 // flushChains is one flush of c, a panic in it (a defect) logged at
-// ERROR with its stack through panics (nil: every one) and returned as
-// its error (*recovered.Panic).
+// ERROR with its stack and returned as its error (*recovered.Panic):
+// through the flusher's panics, or, with nil, the last flush at close.
 func flushChains(c *records.Chains, logger *zap.Logger, panics *recovered.Throttle) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			panics.Log(logger, "panic persisting attribution chain heads; the flusher goes on and tries again in a second", v)
+			msg := "panic persisting attribution chain heads; the flusher goes on and tries again in a second"
+			if panics == nil {
+				msg = "panic persisting attribution chain heads at close; the heads file keeps its last flush"
+			}
+			panics.Log(logger, msg, v)
 			err = &recovered.Panic{Value: v}
 		}
 	}()

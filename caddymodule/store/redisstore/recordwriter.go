@@ -107,11 +107,13 @@ func (q *queuedCall) deliver(val any, err error) {
 // ("panic writing a batch of records to Redis"), its records counted as
 // written for the readers waiting for them though they may or may not
 // have reached Redis (never written twice), its settles not yet
-// answered failed with store.ErrUnavailable (their keys left to their
-// leases), and the next batch is written as always. A panic elsewhere
-// in the loop is logged ("panic in the record writer's loop") and the
-// loop starts again a second later. Records go on being written, and Close still
-// drains and returns (TestPanicInRecordBatch).
+// answered failed with store.ErrUnavailable (their callers hand them
+// to the background retries, as any unanswered settle), and the next
+// batch is written as always. A panic elsewhere in the loop is logged
+// ("panic in the record writer's loop", at most once a minute while it
+// recurs) and the loop starts again a second later (run). Records go
+// on being written, and Close still drains and returns
+// (TestPanicInRecordBatch, TestPanicInRecordLoop).
 type recordWriter struct {
 	c *Client
 	// loopPanics throttles the lines of a loop that panics on every
@@ -223,7 +225,8 @@ func (w *recordWriter) hurry() {
 // once. After a panic the loop recovered it starts again
 // loopRestartPause later, kicked, so what was queued when it panicked
 // is written then without waiting for another record; a defect hit on
-// every pass logs once a second instead of spinning. A panic while the
+// every pass restarts it once a second, logged at most once a minute
+// (loopPanics), instead of spinning. A panic while the
 // Client closes (in the drain, or as it began) is not drained into
 // again: what is still queued is dropped as after a failed batch
 // (dropQueued), and Close returns.
@@ -481,7 +484,7 @@ func (w *recordWriter) endBatch(records int) {
 // have reached Redis; they are not written again). It returns the
 // panic as a *recovered.Panic.
 func (w *recordWriter) abandonBatch(v any, batch []queuedRecord, settles int, ended bool) error {
-	recovered.Log(w.c.log, "panic writing a batch of records to Redis; its records may be missing from Redis (not written again), its unanswered settles fail and their keys are left to their leases; the writer goes on", v,
+	recovered.Log(w.c.log, "panic writing a batch of records to Redis; its records may be missing from Redis (not written again), its unanswered settles fail as store-unavailable and are retried in the background; the writer goes on", v,
 		zap.Int("records", len(batch)-settles), zap.Int("settles", settles))
 	for _, q := range batch {
 		if q.call == nil || q.call.done == nil {
