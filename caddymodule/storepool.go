@@ -184,22 +184,12 @@ func (p *pooledRedis) SettleLater(agent, key string, size int, settle func()) bo
 			p.settleMu.Unlock()
 			close(done)
 		}()
-		defer p.recoverSettle("storing or releasing an Idempotency-Key beside its answer")
+		// A panic here (a defect) is logged and the key left to its
+		// lease, as when storing the answer fails for good.
+		defer recovered.Guard(p.logger, "panic storing or releasing an Idempotency-Key beside its answer; the key is left to its lease")
 		settle()
 	}()
 	return true
-}
-
-// recoverSettle, deferred directly in a goroutine that stores or
-// releases an Idempotency-Key after its request was answered, recovers
-// a panic there (a defect), which would otherwise end the whole
-// process, and logs it at ERROR with its stack ("panic " + doing). The
-// key is left to its lease (outcome-unknown after it), as when storing
-// the answer fails for good.
-func (p *pooledRedis) recoverSettle(doing string) {
-	if v := recover(); v != nil {
-		recovered.Log(p.logger, "panic "+doing+"; the key is left to its lease", v)
-	}
 }
 
 // AwaitSettling (engine.SharedStore) returns once SettleLater is not
@@ -298,7 +288,7 @@ func (p *pooledRedis) retrySettle(settle func(context.Context) error, doing stri
 	go func() {
 		defer p.retries.Done()
 		defer p.pending.Add(-1)
-		defer p.recoverSettle(what + " in the background")
+		defer recovered.Guard(p.logger, "panic "+what+" in the background; the key is left to its lease")
 		deadline := time.Now().Add(limit)
 		wait := completeRetryFirst
 		t := time.NewTimer(wait)
@@ -432,12 +422,8 @@ var testHookHealthCheck atomic.Pointer[func()]
 // storeHealthDown later, so the health checks, and the process,
 // outlive it (TestPanicInHealthCheck).
 func (p *pooledRedis) check() (up bool) {
-	defer func() {
-		if v := recover(); v != nil {
-			p.checkPanics.Log(p.logger, "panic in the Redis store's health check; it checks again shortly", v, zap.Strings("address", p.cfg.Addrs))
-			up = false
-		}
-	}()
+	// After a panic up keeps its zero value: the check failed.
+	defer p.checkPanics.IntoLog(nil, p.logger, "panic in the Redis store's health check; it checks again shortly", zap.Strings("address", p.cfg.Addrs))
 	if h := testHookHealthCheck.Load(); h != nil {
 		(*h)()
 	}

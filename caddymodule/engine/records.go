@@ -279,16 +279,11 @@ var testHookFlush atomic.Pointer[func()]
 // ERROR with its stack and returned as its error (*recovered.Panic):
 // through the flusher's panics, or, with nil, the last flush at close.
 func flushChains(c *records.Chains, logger *zap.Logger, panics *recovered.Throttle) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			msg := "panic persisting attribution chain heads; the flusher goes on and tries again in a second"
-			if panics == nil {
-				msg = "panic persisting attribution chain heads at close; the heads file keeps its last flush"
-			}
-			panics.Log(logger, msg, v)
-			err = &recovered.Panic{Value: v}
-		}
-	}()
+	msg := "panic persisting attribution chain heads; the flusher goes on and tries again in a second"
+	if panics == nil {
+		msg = "panic persisting attribution chain heads at close; the heads file keeps its last flush"
+	}
+	defer panics.IntoLog(&err, logger, msg)
 	if h := testHookFlush.Load(); h != nil {
 		(*h)()
 	}

@@ -3,7 +3,8 @@
 // function's error (one run for several callers: singleflight's DoChan
 // re-panics in a goroutine of its own), Log writes what a recover site
 // caught (a door's connection or call, a goroutine the gateway starts),
-// Guard and Go recover and log a background goroutine's panic.
+// Guard and Go recover and log a background goroutine's panic, and
+// Throttle bounds the lines of a loop a defect hits on every pass.
 package recovered
 
 import (
@@ -39,13 +40,29 @@ func Into(err *error) {
 // fields...)), is Into that also logs the panic as Log does, where it
 // happened: the callers that share the error (a singleflight fetch's
 // waiters) each see only its value, so its stack is written once here.
+// A nil err only logs.
 func IntoLog(err *error, l *zap.Logger, msg string, fields ...zap.Field) {
 	if v := recover(); v != nil {
-		stack := debug.Stack()
+		intoLog(nil, err, l, msg, v, fields)
+	}
+}
+
+// intoLog sets *err (err not nil) to the *Panic of v and logs it
+// through t (nil: always).
+func intoLog(t *Throttle, err *error, l *zap.Logger, msg string, v any, fields []zap.Field) {
+	stack := debug.Stack()
+	if err != nil {
 		*err = &Panic{Value: v, Stack: stack}
-		if l != nil {
-			l.Error(msg, append(fields, zap.Any("panic", v), zap.ByteString("stack", stack))...)
-		}
+	}
+	if t.allow(&fields) {
+		logStack(l, msg, v, stack, fields)
+	}
+}
+
+// logStack writes msg at ERROR with fields, the panic and stack.
+func logStack(l *zap.Logger, msg string, v any, stack []byte, fields []zap.Field) {
+	if l != nil {
+		l.Error(msg, append(fields, zap.Any("panic", v), zap.ByteString("stack", stack))...)
 	}
 }
 
@@ -57,7 +74,7 @@ func Log(l *zap.Logger, msg string, v any, fields ...zap.Field) {
 	if l == nil {
 		return
 	}
-	l.Error(msg, append(fields, zap.Any("panic", v), zap.ByteString("stack", debug.Stack()))...)
+	logStack(l, msg, v, debug.Stack(), fields)
 }
 
 // Guard, deferred directly in a goroutine the gateway starts outside a
@@ -94,12 +111,21 @@ type Throttle struct {
 	suppressed int
 }
 
-// Log writes msg as Log does unless a line of t was written less than
-// t.Every ago, in which case it only counts the panic; it reports
-// whether it wrote. A nil t logs every panic.
-func (t *Throttle) Log(l *zap.Logger, msg string, v any, fields ...zap.Field) bool {
+// IntoLog is recovered.IntoLog with its line throttled by t: written
+// unless a line of t was written less than t.Every ago, in which case
+// the panic is only counted (a nil t writes every line; a nil err only
+// logs). Deferred directly: defer t.IntoLog(&err, l, msg, fields...).
+func (t *Throttle) IntoLog(err *error, l *zap.Logger, msg string, fields ...zap.Field) {
+	if v := recover(); v != nil {
+		intoLog(t, err, l, msg, v, fields)
+	}
+}
+
+// allow reports whether a line may be written now (a nil t: always),
+// counting the panic when not; when it may, the count of those not
+// logged since the last line is appended to *fields as "suppressed".
+func (t *Throttle) allow(fields *[]zap.Field) bool {
 	if t == nil {
-		Log(l, msg, v, fields...)
 		return true
 	}
 	t.mu.Lock()
@@ -113,8 +139,7 @@ func (t *Throttle) Log(l *zap.Logger, msg string, v any, fields ...zap.Field) bo
 	t.last, t.suppressed = now, 0
 	t.mu.Unlock()
 	if n > 0 {
-		fields = append(fields, zap.Int("suppressed", n))
+		*fields = append(*fields, zap.Int("suppressed", n))
 	}
-	Log(l, msg, v, fields...)
 	return true
 }

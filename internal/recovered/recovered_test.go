@@ -125,30 +125,48 @@ func TestIntoLog(t *testing.T) {
 
 // TestThrottle: the first panic is logged, the next ones within Every
 // are only counted, and the first line after Every says how many were
-// not logged.
+// not logged; each panic becomes the error all the same, and a nil
+// Throttle logs every one.
 func TestThrottle(t *testing.T) {
 	core, logs := observer.New(zap.ErrorLevel)
 	th := &Throttle{Every: 50 * time.Millisecond}
-	if !th.Log(zap.New(core), "loop panicked", "v1") {
-		t.Fatal("the first panic was not logged")
+	panicThrough := func(th *Throttle, v any) (err error) {
+		defer th.IntoLog(&err, zap.New(core), "loop panicked", zap.String("site", "test"))
+		panic(v)
+	}
+	var p *Panic
+	if err := panicThrough(th, "v1"); !errors.As(err, &p) || p.Value != "v1" || len(logs.All()) != 1 {
+		t.Fatalf("the first panic: %v, %d lines, want it as the error and logged", err, len(logs.All()))
 	}
 	for range 10 {
-		if th.Log(zap.New(core), "loop panicked", "v2") {
-			t.Fatal("a panic within Every was logged")
+		if err := panicThrough(th, "v2"); !errors.As(err, &p) || p.Value != "v2" {
+			t.Fatalf("a panic within Every: %v, want it as the error", err)
 		}
 	}
-	time.Sleep(60 * time.Millisecond)
-	if !th.Log(zap.New(core), "loop panicked", "v3") {
-		t.Fatal("a panic after Every was not logged")
+	if n := len(logs.All()); n != 1 {
+		t.Fatalf("%d lines after panics within Every, want 1", n)
 	}
+	time.Sleep(60 * time.Millisecond)
+	_ = panicThrough(th, "v3")
 	all := logs.All()
 	if len(all) != 2 {
 		t.Fatalf("%d lines, want 2", len(all))
 	}
-	if f := all[0].ContextMap(); f["panic"] != "v1" || f["suppressed"] != nil {
+	if f := all[0].ContextMap(); f["panic"] != "v1" || f["suppressed"] != nil || f["site"] != "test" {
 		t.Fatalf("first line %v", f)
 	}
-	if f := all[1].ContextMap(); f["panic"] != "v3" || f["suppressed"] != int64(10) || f["stack"] == nil {
-		t.Fatalf("second line %v, want v3 with suppressed 10 and a stack", f)
+	if f := all[1].ContextMap(); f["panic"] != "v3" || f["suppressed"] != int64(10) || f["stack"] == nil || f["site"] != "test" {
+		t.Fatalf("second line %v, want v3 with suppressed 10, the caller's fields and a stack", f)
+	}
+	_ = panicThrough(nil, "v4")
+	_ = panicThrough(nil, "v5")
+	if n := len(logs.All()); n != 4 {
+		t.Fatalf("a nil Throttle wrote %d lines for 2 panics", n-2)
+	}
+	func() {
+		defer th.IntoLog(nil, zap.New(core), "no panic")
+	}()
+	if n := len(logs.All()); n != 4 {
+		t.Fatal("no panic logged a line")
 	}
 }

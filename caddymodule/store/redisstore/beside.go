@@ -117,14 +117,9 @@ func (s *contracts) startBeside(ctx context.Context, c *recipes.Contract, m mint
 	go func() {
 		defer cancel()
 		var err error
-		defer func() {
-			if v := recover(); v != nil {
-				recovered.Log(s.c.log, "panic writing a contract's indexes beside its mint; the mint counts as failed", v,
-					zap.String("agent_id", c.OriginatingAgentID), zap.String("synthesis_id", c.SynthesisID))
-				err = &recovered.Panic{Value: v}
-			}
-			b <- err
-		}()
+		defer func() { b <- err }()
+		defer recovered.IntoLog(&err, s.c.log, "panic writing a contract's indexes beside its mint; the mint counts as failed",
+			zap.String("agent_id", c.OriginatingAgentID), zap.String("synthesis_id", c.SynthesisID))
 		var cmds [2]*redis.Cmd
 		_, _ = s.c.rdb.Pipelined(bctx, func(p redis.Pipeliner) error {
 			for i, w := range writes {
@@ -254,13 +249,8 @@ func (c *Client) pipeScript(ctx context.Context, script *redis.Script, keys []st
 		others := make(chan error, 1)
 		go func() {
 			var err error
-			defer func() {
-				if v := recover(); v != nil {
-					recovered.Log(c.log, "panic sending the writes beside a script; they count as failed", v)
-					err = &recovered.Panic{Value: v}
-				}
-				others <- err
-			}()
+			defer func() { others <- err }()
+			defer recovered.IntoLog(&err, c.log, "panic sending the writes beside a script; they count as failed")
 			_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 				extra(p)
 				return nil

@@ -269,11 +269,7 @@ var testHookLoop atomic.Pointer[func()]
 // loop is run's loop: true once the Client closed and what was queued
 // is written, false after a panic (recovered and logged).
 func (w *recordWriter) loop() (closed bool) {
-	defer func() {
-		if v := recover(); v != nil {
-			w.loopPanics.Log(w.c.log, "panic in the record writer's loop; it starts again in a second (while the client closes, what is queued is dropped)", v)
-		}
-	}()
+	defer w.loopPanics.IntoLog(nil, w.c.log, "panic in the record writer's loop; it starts again in a second (while the client closes, what is queued is dropped)")
 	var timer *time.Timer
 	if w.delay > 0 {
 		timer = time.NewTimer(w.delay)
