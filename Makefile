@@ -70,6 +70,9 @@ MCP_FRAMEWORKS            := .tools/.mcp-frameworks-$(AI_SDK_MCP_VERSION)-$(OPEN
 # own module (tools/jaeger/go.mod pins v1.75.0), so that its several
 # hundred dependencies stay out of the product's go.mod.
 JAEGER                    := .tools/bin/jaeger
+# Rebuilt when tools/jaeger's pins change, not when a fresh clone's files
+# are newer than the binary (a shared .tools would be rebuilt by each).
+JAEGER_STAMP              := .tools/.jaeger-$(shell cat tools/jaeger/go.mod tools/jaeger/go.sum | sha256sum | cut -c1-16)
 UNIT_PKGS           := ./policy/... ./recipes/... ./caddymodule/... ./internal/... ./cmd/... ./scripts/... ./docs/...
 INTEGRATION_TIMEOUT ?= 20m
 
@@ -80,11 +83,13 @@ all: build
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
 
-deps: $(JSON_SERVER) $(PROMTOOL) $(PROMETHEUS) $(REDIS_SERVER) $(CHROMIUM) $(MCP_CLIENTS) $(OIDC_PROVIDER) $(MCP_REMOTE) $(MCP_FRAMEWORKS) $(MCP_CONFORMANCE_NEXT) $(JAEGER)
+deps: $(JSON_SERVER) $(PROMTOOL) $(PROMETHEUS) $(REDIS_SERVER) $(CHROMIUM) $(MCP_CLIENTS) $(OIDC_PROVIDER) $(MCP_REMOTE) $(MCP_FRAMEWORKS) $(MCP_CONFORMANCE_NEXT) $(JAEGER_STAMP)
 
-$(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum
+$(JAEGER_STAMP):
 	mkdir -p .tools/bin
 	cd tools/jaeger && $(GO) build -o $(CURDIR)/$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
+	rm -f .tools/.jaeger-*
+	touch $@
 
 $(REDIS_SERVER):
 	bash scripts/install-redis.sh
