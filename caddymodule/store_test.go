@@ -1005,6 +1005,43 @@ func (c *healingClaim) settle() error {
 func (c *healingClaim) Complete(context.Context, idempotency.Response) error { return c.settle() }
 func (c *healingClaim) Abandon(context.Context) error                        { return c.settle() }
 
+// panicClaim is a store.Claim whose Complete panics (a defect below the
+// module).
+type panicClaim struct{ failingClaim }
+
+func (c *panicClaim) Complete(context.Context, idempotency.Response) error {
+	c.tries.Add(1)
+	panic("complete defect")
+}
+
+// TestRetryPanicRecovered: a panic in a background retry of a keyed
+// answer's store is logged at ERROR with its stack and ends that retry
+// alone: it no longer counts as pending, and Destruct returns.
+func TestRetryPanicRecovered(t *testing.T) {
+	srv := redistest.StartServer(t)
+	core, logs := observer.New(zap.ErrorLevel)
+	p, err := newPooledRedis(context.Background(), redisstore.Config{Addrs: []string{srv.Addr()}, KeyPrefix: "t:"}, true, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &panicClaim{}
+	if !p.retryComplete(c, idempotency.Response{Status: 200}, time.Hour, zap.NewNop()) {
+		t.Fatal("the retry was refused")
+	}
+	for deadline := time.Now().Add(5 * time.Second); p.pending.Load() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the retry whose store panicked still pending after 5 s (%d tries)", c.tries.Load())
+		}
+	}
+	lines := logs.FilterMessageSnippet("panic storing the answer of an Idempotency-Key in the background").All()
+	if len(lines) != 1 || lines[0].ContextMap()["panic"] != "complete defect" || lines[0].ContextMap()["stack"] == nil {
+		t.Fatalf("lines %v, want one with the panic and its stack", logs.All())
+	}
+	if err := p.Destruct(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRetrySettleLastTryAtClose: a stored answer and a release still
 // waiting for their next backoff step when the client closes get one
 // last try while Redis answers, so the key is answered or freed instead

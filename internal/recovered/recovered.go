@@ -3,8 +3,9 @@
 // function's error (one run for several callers: singleflight's DoChan
 // re-panics in a goroutine of its own), Log writes what a recover site
 // caught (a door's connection or call, a goroutine the gateway starts),
-// Guard and Go recover and log a background goroutine's panic, and
-// Throttle bounds the lines of a loop a defect hits on every pass.
+// IntoLog does both, once, where the panic happened; Guard and Go
+// recover and log a background goroutine's panic; Throttle (its
+// IntoLog) bounds the lines of a loop a defect hits on every pass.
 package recovered
 
 import (
