@@ -20,6 +20,7 @@ require (
 	github.com/mccutchen/go-httpbin/v2 v2.26.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/oasisprotocol/curve25519-voi v0.0.0-20230904125328-1f23a7beb09a
+	github.com/panjf2000/ants/v2 v2.12.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/workers"
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -198,7 +199,7 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 			vals := make([]any, 0, 1+i)
 			vals = append(vals, input)
 			vals = append(vals, outputs[:i]...)
-			go func(i int, s *Step, vals []any) {
+			workers.Go(func() { // a reused goroutine: its stack is grown already (internal/workers)
 				defer func() {
 					if p := recover(); p != nil {
 						results <- stepResult{idx: i, panicked: &StepPanic{Step: s.Name, Value: p, Stack: debug.Stack()}}
@@ -207,7 +208,7 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 				start := time.Now()
 				out, f := s.run(ctx, input, vals)
 				results <- stepResult{idx: i, out: out, f: f, d: time.Since(start)}
-			}(i, s, vals)
+			})
 		}
 	}
 	launch()

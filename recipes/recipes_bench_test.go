@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/cputime"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 )
 
@@ -453,4 +454,35 @@ func BenchmarkRecipeExecuteThreeParallel(b *testing.B) {
 		}
 		sinkAny = out
 	}
+}
+
+// BenchmarkExecuteParallelSteps: a plan of three independent steps
+// against an in-process upstream that answers at once, so most of an
+// op is the steps' own work, each on a goroutine of its own
+// (internal/workers: reused ones). cpu-ns/op is the process's CPU per
+// plan run (the upstream's included).
+func BenchmarkExecuteParallelSteps(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"id":"`+r.URL.Path[1:]+`"}`)
+	}))
+	b.Cleanup(srv.Close)
+	up := newUpstream(b, srv.URL)
+	r, _ := buildSet(b, up, recipeHead+`steps:
+  - {name: a, method: FETCH, path: /alpha, input: '{}'}
+  - {name: b, method: FETCH, path: /beta, input: '{}'}
+  - {name: c, method: FETCH, path: /gamma, input: '{}'}
+output: '{a: $a.id, b: $b.id, c: $c.id}'
+`,
+		endpointDoc("FETCH", "/alpha", "GET", "/a", ""),
+		endpointDoc("FETCH", "/beta", "GET", "/b", ""),
+		endpointDoc("FETCH", "/gamma", "GET", "/c", ""))
+	ctx := context.Background()
+	b.ReportAllocs()
+	start := cputime.Process()
+	for b.Loop() {
+		if out, _, cf := r.Execute(ctx, map[string]any{}, 10*time.Second); cf != nil || fmt.Sprint(out) != "map[a:a b:b c:c]" {
+			b.Fatalf("Execute: %v %v", out, cf)
+		}
+	}
+	b.ReportMetric(float64(cputime.Process()-start)/float64(b.N), "cpu-ns/op")
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
+	"github.com/caddy-rcns/caddy-rcns/internal/workers"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 )
 
@@ -352,7 +353,7 @@ func idempotencyKey(h http.Header, meta mcp.Meta) (string, bool, *jsonrpc.Error)
 // stored for its replay.
 func (d *Door) serveWithin(in *agtp.Request) *agtp.Response {
 	done := make(chan *agtp.Response, 1)
-	go func() {
+	workers.Go(func() { // a reused goroutine: its stack is grown already (internal/workers)
 		defer func() {
 			if p := recover(); p != nil {
 				recovered.Log(d.e.Logger(), "panic in an MCP tool call", p, zap.String("method", in.Method), zap.String("target", in.Target))
@@ -360,7 +361,7 @@ func (d *Door) serveWithin(in *agtp.Request) *agtp.Response {
 			}
 		}()
 		done <- d.e.Serve(in.Context, in)
-	}()
+	})
 	timer := time.NewTimer(d.timeout())
 	defer timer.Stop()
 	select {
