@@ -57,6 +57,8 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/testproc"
 )
 
 // GrantTokenExchange is the RFC 8693 grant type; a client needs it in its
@@ -278,6 +280,7 @@ func (s *Server) start(port int) error {
 	cmd := exec.Command("node", filepath.Join(s.root, "scripts", "oauth", "authserver.mjs"), cfgPath)
 	cmd.Dir = s.root
 	cmd.Env = append(os.Environ(), "NODE_PATH="+filepath.Join(s.root, ".tools", "node_modules"))
+	testproc.DieWithParent(cmd) // gone with a test binary that crashes
 	if s.stderr == nil {
 		s.stderr = &syncBuffer{}
 	}

@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/testproc"
 )
 
 // startTimeout bounds how long a server, a cluster or a sentinel group
@@ -102,6 +104,7 @@ func (s *Server) start() {
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", filepath.Join(s.dir, "redis.log"),
 		"--enable-debug-command", "local"}, s.args...)
 	cmd := exec.Command(s.bin, args...)
+	testproc.DieWithParent(cmd) // gone with a test binary that crashes
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("redistest: start %s: %v", s.bin, err)
 	}
@@ -367,6 +370,7 @@ func (s *Server) startSentinel(conf string) {
 	s.t.Helper()
 	cmd := exec.Command(s.bin, conf, "--sentinel", "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "sentinel.log"), "--daemonize", "no")
+	testproc.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("redistest: start sentinel: %v", err)
 	}
