@@ -13,6 +13,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
@@ -120,6 +121,9 @@ func (s *contracts) startBeside(ctx context.Context, c *recipes.Contract, m mint
 		defer func() { b <- err }()
 		defer recovered.IntoLog(&err, s.c.log, "panic writing a contract's indexes beside its mint; the mint counts as failed",
 			zap.String("agent_id", c.OriginatingAgentID), zap.String("synthesis_id", c.SynthesisID))
+		if h := testHookBeside.Load(); h != nil {
+			(*h)()
+		}
 		var cmds [2]*redis.Cmd
 		_, _ = s.c.rdb.Pipelined(bctx, func(p redis.Pipeliner) error {
 			for i, w := range writes {
@@ -141,6 +145,11 @@ func (s *contracts) startBeside(ctx context.Context, c *recipes.Contract, m mint
 	}()
 	return b
 }
+
+// testHookBeside, set by tests only (nil otherwise), runs in
+// startBeside's goroutine before its writes: a fault injected there.
+// Atomic: the test sets it while the store's goroutines run.
+var testHookBeside atomic.Pointer[func()]
 
 // finishBeside settles b once the script's call returned (minted: it
 // stored c; scriptErr: its error). Minted, it waits for b and returns

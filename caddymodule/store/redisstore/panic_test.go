@@ -15,7 +15,10 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/storetest"
 	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
+	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
 // panicLine waits up to 5 s for the one ERROR line whose message
@@ -263,5 +266,52 @@ func TestPanicBesideScript(t *testing.T) {
 	if f := panicLine(t, logs, "panic sending the writes beside a script"); f["panic"] != "beside defect" ||
 		!strings.Contains(f["stack"].(string), "TestPanicBesideScript") {
 		t.Fatalf("the line's fields: %v", f)
+	}
+}
+
+// TestPanicInBesideWrites: in Cluster mode a synthesis's mint writes
+// its owner index and the global live index from a goroutine of its own
+// beside the script (startBeside); a panic there (a defect) is logged
+// at ERROR with its stack, and the mint counts as one whose other
+// writes failed: the request gets store.ErrUnavailable (503), the
+// contract the script minted is released, the key it claimed executes
+// on its next claim, and the process goes on. A single server stands in
+// for the cluster, as in TestPanicBesideScript.
+func TestPanicInBesideWrites(t *testing.T) {
+	srv := redistest.StartServer(t)
+	core, logs := observer.New(zap.ErrorLevel)
+	f := storetest.NewFixture(t)
+	c, set := newRestoredSet(t, Config{Addrs: []string{srv.Addr()}, Logger: zap.New(core)}, f.Restorer(t))
+	c.cluster = true // before any call: the mint's other writes go beside its script
+	ctx := context.Background()
+	const agent = "agent-p"
+	hook := func() { panic("beside writes defect") }
+	testHookBeside.Store(&hook)
+	defer testHookBeside.Store(nil)
+	m := f.Contract(t, time.Now(), agent, "/trip", recipes.OriginGate, time.Hour)
+	_, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/trip", Key: "k", Fingerprint: "fp",
+		ClaimIfFound: true, ClaimIfMissing: true, Mint: m, MintMode: store.ModeOptimistic})
+	var p *recovered.Panic
+	if !errors.Is(err, store.ErrUnavailable) || !errors.As(err, &p) || p.Value != "beside writes defect" {
+		t.Fatalf("ResolvePair with a panic beside its script: %v, want store.ErrUnavailable carrying the panic", err)
+	}
+	if f := panicLine(t, logs, "panic writing a contract's indexes beside its mint"); f["panic"] != "beside writes defect" ||
+		f["synthesis_id"] != m.SynthesisID || !strings.Contains(f["stack"].(string), "startBeside") {
+		t.Fatalf("the line's fields: %v", f)
+	}
+	testHookBeside.Store(nil)
+	eventually(t, 10*time.Second, func() (bool, string) {
+		st, err := set.Contracts.State(ctx, m)
+		return err == nil && st == recipes.StateReleased, fmt.Sprintf("the contract minted for a 503 is %q (%v), want released", st, err)
+	})
+	eventually(t, 10*time.Second, func() (bool, string) {
+		got, err := set.Idempotency.Claim(ctx, idempotency.ClaimRequest{AgentID: agent, Key: "k", Fingerprint: "fp"})
+		return err == nil && got.Outcome == idempotency.Execute, fmt.Sprintf("the key of a 503: %v %v, want it to execute", got.Outcome, err)
+	})
+	// The next synthesis, the defect gone, mints.
+	n := f.Contract(t, time.Now(), agent, "/trip2", recipes.OriginGate, time.Hour)
+	r, err := set.Presenter.ResolvePair(ctx, store.PairRequest{AgentID: agent, Method: "BOOK", Path: "/trip2", Mint: n, MintMode: store.ModeOptimistic})
+	if err != nil || r.Minted == nil || r.Minted.Err != nil || r.Minted.State != recipes.StateActive {
+		t.Fatalf("a synthesis after the panic: %+v %v", r, err)
 	}
 }
