@@ -31,6 +31,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
+	"github.com/caddy-rcns/caddy-rcns/internal/workers"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -119,7 +120,7 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 	stop := make(chan struct{})
 	in.Context = recipes.WithStop(context.WithoutCancel(in.Context), stop)
 	done := make(chan *agtp.Response, 1)
-	go func() {
+	workers.Go(func() { // a reused goroutine, as serveWithin's (internal/workers)
 		defer func() {
 			if p := recover(); p != nil {
 				recovered.Log(d.e.Logger(), "panic in an MCP task", p, zap.String("target", in.Target))
@@ -127,7 +128,7 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 			}
 		}()
 		done <- d.e.Serve(in.Context, in)
-	}()
+	})
 	timer := time.NewTimer(time.Duration(d.cfg.TaskAfter))
 	defer timer.Stop()
 	select {

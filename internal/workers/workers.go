@@ -8,7 +8,7 @@
 // stack that the runtime grows by copying it, once per doubling. On an
 // MCP tools/call that copying was about a tenth of the door's CPU
 // (BenchmarkMCPToolCall/mcp-20251125: 104 µs of CPU per call with a new
-// goroutine, 84 µs on a reused one; docs/performance.md). A reused
+// goroutine, 84 µs on a reused one; docs/doors.md "MCP door"). A reused
 // goroutine keeps the stack it grew, until the garbage collector
 // shrinks an idle one.
 //
@@ -16,6 +16,14 @@
 // bound (Go never waits: a call finds an idle goroutine or gets a new
 // one, as the go statement would), and a goroutine idle for IdleFor
 // ends.
+//
+// What differs from a go statement:
+//   - profiler labels (runtime/pprof.Do): a reused goroutine keeps the
+//     labels of the call that started it, not those of the call it
+//     runs now (nothing in the gateway sets labels);
+//   - importing ants starts its default pool's two background
+//     goroutines (ants' init; they wake every second and half second),
+//     and the first Go starts this pool's two.
 package workers
 
 import (

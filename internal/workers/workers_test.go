@@ -21,43 +21,50 @@ func goroutineID() string {
 }
 
 // TestGoUnbounded: Go never waits for a goroutine to come free: 64
-// calls that each wait for all the others all run.
+// calls that each wait for all the others all run. The calls are made
+// from a goroutine of the test's, so that a Go that blocks fails the
+// test at its deadline instead of hanging it.
 func TestGoUnbounded(t *testing.T) {
 	const n = 64
 	var all sync.WaitGroup
 	all.Add(n)
 	done := make(chan struct{}, n)
-	for range n {
-		Go(func() {
-			all.Done()
-			all.Wait() // returns only once every call runs at once
-			done <- struct{}{}
-		})
-	}
+	go func() {
+		for range n {
+			Go(func() {
+				all.Done()
+				all.Wait() // returns only once every call runs at once
+				done <- struct{}{}
+			})
+		}
+	}()
+	deadline := time.After(10 * time.Second)
 	for i := range n {
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%d of %d calls ran: Go waited for a goroutine to come free", i, n)
+		case <-deadline:
+			t.Fatalf("%d of %d calls ran within 10 s: Go waited for a goroutine to come free", i, n)
 		}
 	}
 }
 
-// TestGoReusesGoroutine: a call made after another ended runs on the
-// goroutine that ran it (the point of the package: its stack is grown
-// already), not on a new one.
+// TestGoReusesGoroutine: calls made one after another run on a
+// goroutine that ran an earlier one (the point of the package: its
+// stack is grown already), not each on a new one. Within 5 s, to bear
+// a busy machine.
 func TestGoReusesGoroutine(t *testing.T) {
+	seen := map[string]bool{}
 	ids := make(chan string, 1)
-	Go(func() { ids <- goroutineID() })
-	first := <-ids
-	for range 20 {
-		time.Sleep(time.Millisecond) // the first goroutine is back in the pool
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
 		Go(func() { ids <- goroutineID() })
-		if id := <-ids; id == first {
+		id := <-ids
+		if seen[id] {
 			return
 		}
+		seen[id] = true
+		time.Sleep(time.Millisecond) // the goroutine is back in the pool
 	}
-	t.Fatalf("20 calls after goroutine %s ended ran on other goroutines", first)
+	t.Fatalf("%d calls one after another in 5 s ran on %d goroutines, none twice", len(seen), len(seen))
 }
 
 // TestIdleGoroutinesEnd: the goroutines a burst started end once idle
