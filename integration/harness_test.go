@@ -26,9 +26,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/testproc"
 )
 
 // Bounds used by every wait in the harness.
@@ -189,7 +190,7 @@ func startProc(t testing.TB, name, dir string, env []string, bin string, args ..
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout = p.out
 	p.cmd.Stderr = p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	testproc.DieWithParent(p.cmd)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}

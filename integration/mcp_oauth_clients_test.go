@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/testproc"
 )
 
 // MCP clients that are not the Go SDK, under identity oauth: the MCP
@@ -85,7 +87,8 @@ func startGroup(t testing.TB, cmd *exec.Cmd) *groupProc {
 		cmd.Stdout = p.out
 	}
 	cmd.Stderr = p.out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	testproc.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", cmd.Path, err)
 	}
