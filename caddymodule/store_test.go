@@ -973,13 +973,7 @@ func TestRetryCompleteBounded(t *testing.T) {
 			t.Fatal("the retry did not try again")
 		}
 	}
-	done := make(chan error, 1)
-	go func() { done <- p.Destruct() }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Destruct hung on a pending retry")
-	}
+	mustReturn(t, 30*time.Second, p.Destruct, "Destruct with a pending retry")
 	if p.pending.Load() != 0 {
 		t.Fatalf("%d retries pending after Destruct", p.pending.Load())
 	}
@@ -1372,19 +1366,12 @@ func TestSettleLater(t *testing.T) {
 	if p.SettleLater("b", "one-more", 1, func() {}) {
 		t.Fatalf("SettleLater took a key past maxSettling (%d)", maxSettling)
 	}
-	done := make(chan error, 1)
 	go func() {
 		time.Sleep(50 * time.Millisecond)
 		close(release)
 	}()
-	go func() { done <- p.Destruct() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Destruct hung")
+	if err := mustReturn(t, 30*time.Second, p.Destruct, "Destruct"); err != nil {
+		t.Fatal(err)
 	}
 	if n := p.nSettling.Load(); n != 0 || ended.Load() != maxSettling {
 		t.Fatalf("Destruct returned with %d keys settling, %d of %d settled", n, ended.Load(), maxSettling)
@@ -2078,5 +2065,20 @@ func TestPanicInHealthCheck(t *testing.T) {
 	}
 	if !p.check() {
 		t.Fatal("the check after the panic did not find Redis up")
+	}
+}
+
+// mustReturn runs f and fails t when it has not returned within;
+// it returns f's error.
+func mustReturn(t *testing.T, within time.Duration, f func() error, what string) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(within):
+		t.Fatalf("%s did not return within %s", what, within)
+		return nil
 	}
 }

@@ -183,13 +183,7 @@ func TestRecordWriterGathers(t *testing.T) {
 	if err := set.Records.Retain(ctx, store.Record{AuditID: id(n + 1), AgentID: "g", NodeID: "n1"}); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- c.Close() }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close waited for the batch delay")
-	}
+	mustReturn(t, 10*time.Second, c.Close, "Close (waiting for the batch delay?)")
 	if _, ok, err := other.Records.Get(ctx, id(n+1)); err != nil || !ok {
 		t.Fatalf("a record queued before Close: %v %v", ok, err)
 	}
