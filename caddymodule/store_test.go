@@ -31,6 +31,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redisstore"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
+	"github.com/caddy-rcns/caddy-rcns/internal/testwait"
 	"github.com/caddy-rcns/caddy-rcns/policy/httpsig"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 )
@@ -973,7 +974,7 @@ func TestRetryCompleteBounded(t *testing.T) {
 			t.Fatal("the retry did not try again")
 		}
 	}
-	mustReturn(t, 30*time.Second, p.Destruct, "Destruct with a pending retry")
+	testwait.Returns(t, 30*time.Second, p.Destruct, "Destruct with a pending retry")
 	if p.pending.Load() != 0 {
 		t.Fatalf("%d retries pending after Destruct", p.pending.Load())
 	}
@@ -1370,7 +1371,7 @@ func TestSettleLater(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		close(release)
 	}()
-	if err := mustReturn(t, 30*time.Second, p.Destruct, "Destruct"); err != nil {
+	if err := testwait.Returns(t, 30*time.Second, p.Destruct, "Destruct"); err != nil {
 		t.Fatal(err)
 	}
 	if n := p.nSettling.Load(); n != 0 || ended.Load() != maxSettling {
@@ -2065,20 +2066,5 @@ func TestPanicInHealthCheck(t *testing.T) {
 	}
 	if !p.check() {
 		t.Fatal("the check after the panic did not find Redis up")
-	}
-}
-
-// mustReturn runs f and fails t when it has not returned within;
-// it returns f's error.
-func mustReturn(t *testing.T, within time.Duration, f func() error, what string) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(within):
-		t.Fatalf("%s did not return within %s", what, within)
-		return nil
 	}
 }

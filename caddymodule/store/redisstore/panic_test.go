@@ -17,6 +17,7 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/storetest"
 	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
+	"github.com/caddy-rcns/caddy-rcns/internal/testwait"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
@@ -82,21 +83,6 @@ func mustFailUnavailable(t *testing.T, settled <-chan error, what string) {
 	}
 }
 
-// mustReturn runs f and fails t when it has not returned within;
-// it returns f's error.
-func mustReturn(t *testing.T, within time.Duration, f func() error, what string) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(within):
-		t.Fatalf("%s did not return within %s", what, within)
-		return nil
-	}
-}
-
 // TestPanicInRecordBatch: a panic while the record writer writes a
 // batch (a defect; here a test hook before its pipeline) is logged at
 // ERROR with the batch's counts instead of ending the process; the
@@ -153,7 +139,7 @@ func TestPanicInRecordBatch(t *testing.T) {
 	if err := set.Records.Retain(ctx, store.Record{AuditID: id(3), AgentID: "p", NodeID: "n1", Compact: "e30.x."}); err != nil {
 		t.Fatalf("Retain: %v", err)
 	}
-	mustReturn(t, 10*time.Second, c.Close, "Close after a batch panicked")
+	testwait.Returns(t, 10*time.Second, c.Close, "Close after a batch panicked")
 	if n := logs.FilterMessageSnippet("panic writing a batch of records to Redis").Len(); n != 2 {
 		t.Fatalf("%d batch panic lines, want 2", n)
 	}
@@ -206,7 +192,7 @@ func TestPanicInRecordLoop(t *testing.T) {
 	// A defect on every pass, as the Client closes with a settle queued.
 	always.Store(true)
 	settled := queueSettle(t, c, 20*time.Second, func() bool { return false })
-	mustReturn(t, 10*time.Second, c.Close, "Close while the record writer's loop panics on every pass")
+	testwait.Returns(t, 10*time.Second, c.Close, "Close while the record writer's loop panics on every pass")
 	mustFailUnavailable(t, settled, "the settle queued as the Client closed")
 	// Every pass panicked, within a minute of the first: one line, the
 	// rest counted (loopPanics).

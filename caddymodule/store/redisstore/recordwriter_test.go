@@ -15,6 +15,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
+	"github.com/caddy-rcns/caddy-rcns/internal/testwait"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 )
 
@@ -183,7 +184,7 @@ func TestRecordWriterGathers(t *testing.T) {
 	if err := set.Records.Retain(ctx, store.Record{AuditID: id(n + 1), AgentID: "g", NodeID: "n1"}); err != nil {
 		t.Fatal(err)
 	}
-	mustReturn(t, 10*time.Second, c.Close, "Close (waiting for the batch delay?)")
+	testwait.Returns(t, 10*time.Second, c.Close, "Close (waiting for the batch delay?)")
 	if _, ok, err := other.Records.Get(ctx, id(n+1)); err != nil || !ok {
 		t.Fatalf("a record queued before Close: %v %v", ok, err)
 	}
