@@ -23,6 +23,24 @@ func TestCompositionFanOut(t *testing.T) {
 	}
 }
 
+// The same plan called as the MCP door's recipe tool: its steps, on
+// the door's reused goroutines (internal/workers) as the call itself
+// is, are in flight at once too.
+func TestCompositionFanOutMCP(t *testing.T) {
+	w := startLab(t, "optimistic", "\t\tmcp")
+	c := mcpConnect(t, w.GW, "/mcp", agentA1, "rcns:negotiate, hotel:read")
+	r := c.call(t, "fan-out", map[string]any{}, nil)
+	res := r.wantSuccess(t, 263)
+	for _, s := range []string{"a", "b", "c"} {
+		if field(res, s, "ok") != true || str(res, s, "path") != "/"+s {
+			t.Errorf("result.%s = %v", s, field(res, s))
+		}
+	}
+	if w.Barrier.Count() != 3 || w.Barrier.Timeouts() != 0 {
+		t.Errorf("barrier saw %d requests, %d timed out; want 3 and 0", w.Barrier.Count(), w.Barrier.Timeouts())
+	}
+}
+
 // A failing step: 422 composition_failed naming the failed step, its
 // method, the underlying error and the outputs captured so far; later
 // steps never start (§24 item 81; RCNS §7.3, §13.4).
