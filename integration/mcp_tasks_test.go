@@ -137,6 +137,7 @@ func tasksRPC(t testing.TB, url, agent, method, taskID string, declare bool) (ma
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Agent-ID", agent)
+	req.Header.Set("Mcp-Protocol-Version", "2026-07-28") // as the _meta says (SEP-2575: the SDK refuses a mismatch)
 	req.Header.Set("Mcp-Method", method)
 	req.Header.Set("Mcp-Name", taskID)
 	resp, err := (&http.Client{Timeout: requestTimeout}).Do(req)

@@ -182,6 +182,19 @@ type mcpRequest struct {
 	// (guarded by mu).
 	taskable bool
 	task     *createdTask
+	// batch: the HTTP request's body is a JSON-RPC batch.
+	batch bool
+	// status replaces the 200 the SDK answers with (0: none): a tasks
+	// method's header mismatch is a 400 (tasks.go). Guarded by mu.
+	status int
+}
+
+// answerStatus makes code the HTTP status of rq's answer in place of
+// the SDK's 200 (mcpWriter).
+func (rq *mcpRequest) answerStatus(code int) {
+	rq.mu.Lock()
+	rq.status = code
+	rq.mu.Unlock()
 }
 
 // person is the person the request acts for when that is not its
@@ -304,7 +317,9 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	if e := d.stepUp(rq, body); e != nil {
 		return d.refuseAs(w, r, rq, e, body, true)
 	}
-	if n := batchLen(body); n > d.cfg.MaxBatch {
+	n := batchLen(body)
+	rq.batch = n > 0
+	if n > d.cfg.MaxBatch {
 		return d.refuseAs(w, r, rq, agtp.BatchTooLarge.WithFields(fmt.Sprintf("the JSON-RPC batch holds %d messages; the limit is %d (send fewer per request, or one message each)", n, d.cfg.MaxBatch),
 			map[string]any{"limit_messages": d.cfg.MaxBatch}), body, true)
 	}
@@ -338,9 +353,6 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 		if initializeFault(w, body) {
 			return Summary{}
 		}
-	}
-	if m, ok := tasksMethod(body); ok {
-		return d.serveTasks(w, r, rq, m)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
@@ -547,6 +559,7 @@ func (d *Door) newServer(tools []*mcpTool) *mcp.Server {
 	// without this middleware: one added here that acts on tools/call
 	// must make fastCall decline the calls it acts on (and
 	// TestMCPFastPathDifferential's corpus hold one of them).
+	d.addTasksMethods(s)
 	s.AddReceivingMiddleware(declaredOnly, d.recordVersion)
 	return s
 }

@@ -2,6 +2,7 @@ package mcpdoor
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -31,6 +32,8 @@ type mcpWriter struct {
 	// held is a 400 the SDK began, not yet written: its first Write
 	// tells whether it is the unknown-method refusal.
 	held bool
+	// sent: the status was given (written, or held).
+	sent bool
 	// xcto is the answer's X-Content-Type-Options before the SDK ran
 	// (set by the operator's header directive, or nil), which the
 	// SDK's http.Error overwrites.
@@ -51,9 +54,19 @@ func (w *mcpWriter) addFields() {
 }
 
 // WriteHeader adds the collected fields, then writes the status (a 400
-// is held until its first Write).
+// is held until its first Write). A 200 becomes the status a handler
+// asked for (mcpRequest.answerStatus); only the first status counts.
 func (w *mcpWriter) WriteHeader(code int) {
 	w.addFields()
+	if w.sent {
+		return
+	}
+	w.sent = true
+	if code == http.StatusOK {
+		w.rq.mu.Lock()
+		code = cmp.Or(w.rq.status, code)
+		w.rq.mu.Unlock()
+	}
 	if code == http.StatusBadRequest && !w.held && w.body != nil {
 		w.held = true
 		return
@@ -64,7 +77,9 @@ func (w *mcpWriter) WriteHeader(code int) {
 // Write adds the collected fields before the first byte, and answers a
 // held 400 that is the unknown-method refusal with -32601 instead.
 func (w *mcpWriter) Write(b []byte) (int, error) {
-	w.addFields()
+	if !w.sent {
+		w.WriteHeader(http.StatusOK)
+	}
 	if w.held {
 		w.held = false
 		if methodNotFound(w.ResponseWriter, w.body, b, w.xcto) {

@@ -9,9 +9,11 @@ package mcpdoor
 // contract, records and Idempotency-Key claim). The task's state lives
 // in the store (store.Tasks), so tasks/get and tasks/cancel are answered
 // on every node sharing it. The go-sdk implements no tasks: tasks/get,
-// tasks/update and tasks/cancel are answered by the door before the SDK
-// (which would answer them -32601), and a CreateTaskResult replaces the
-// SDK's answer to the call that became a task (taskWriter).
+// tasks/update and tasks/cancel are the door's, registered on the SDK's
+// servers as custom methods (addTasksMethods) so that the SDK's
+// transport and message rules apply to them as to its own, and a
+// CreateTaskResult replaces the SDK's answer to the call that became a
+// task (taskWriter).
 
 import (
 	"bytes"
@@ -21,10 +23,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 
@@ -339,98 +343,115 @@ func join(xs []string) string {
 	return b.String()
 }
 
-// tasksMessage is a JSON-RPC request to a tasks method.
-type tasksMessage struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Method  string          `json:"method"`
-	Params  struct {
-		// TaskID is kept raw so that a missing or non-string taskId is
-		// answered -32602 by serveTasks, not left to the SDK.
-		TaskID json.RawMessage `json:"taskId"`
-		Meta   map[string]any  `json:"_meta"`
-	} `json:"params"`
+// tasksParams are a tasks method's params, as the SDK decodes them.
+type tasksParams struct {
+	mcp.ParamsBase // _meta: the client's capabilities
+	// TaskID is kept raw so that a missing or non-string taskId is
+	// answered -32602 naming params.taskId.
+	TaskID json.RawMessage `json:"taskId"`
 }
 
 // taskID is params.taskId when it is a non-empty JSON string.
-func (m *tasksMessage) taskID() (string, bool) {
+func (p *tasksParams) taskID() (string, bool) {
 	var id string
-	if json.Unmarshal(m.Params.TaskID, &id) != nil || id == "" {
+	if p == nil || json.Unmarshal(p.TaskID, &id) != nil || id == "" {
 		return "", false
 	}
 	return id, true
 }
 
-// tasksMethod reports whether body is one JSON-RPC request to
-// tasks/get, tasks/update or tasks/cancel, and decodes it. Batches and
-// the removed tasks/result and tasks/list are left to the SDK (-32601).
-func tasksMethod(body []byte) (*tasksMessage, bool) {
-	if !bytes.Contains(body, []byte(`"tasks/`)) {
-		return nil, false
-	}
-	var m tasksMessage
-	if decodeAsSDK(body, &m) != nil {
-		return nil, false
-	}
-	switch m.Method {
-	case "tasks/get", "tasks/update", "tasks/cancel":
-		return &m, len(m.ID) > 0
-	}
-	return nil, false
+// tasksResult is a tasks method's result: its members, written as they
+// are (the SDK adds nothing to a result type of its own).
+type tasksResult struct {
+	mcp.ResultBase
+	members map[string]any
 }
 
-// serveTasks answers one tasks/get, tasks/update or tasks/cancel
-// request from the identified caller rq.
-func (d *Door) serveTasks(w http.ResponseWriter, r *http.Request, rq *mcpRequest, m *tasksMessage) Summary {
-	if !tasksDeclared(m.Params.Meta) {
-		writeRPC(w, http.StatusOK, m.ID, nil, map[string]any{"code": codeMissingCapability,
-			"message": m.Method + " needs the " + TasksExtension + " extension among the client's capabilities (_meta " + mcp.MetaKeyClientCapabilities + ".extensions)",
-			"data":    map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{TasksExtension: map[string]any{}}}}})
-		return Summary{Reasons: []string{"missing-capability"}}
+// MarshalJSON writes the result's members.
+func (r *tasksResult) MarshalJSON() ([]byte, error) { return json.Marshal(r.members) }
+
+// tasksMethods are the extension's methods the door serves; the
+// removed tasks/result and tasks/list stay unknown (-32601).
+var tasksMethods = []string{"tasks/get", "tasks/update", "tasks/cancel"}
+
+// addTasksMethods registers the tasks methods on s as SDK custom
+// methods, so that they meet every transport and message rule the SDK
+// applies to the methods it serves itself (HTTP method, Content-Type,
+// Accept, protocol versions, the 2026-07-28 _meta triple and Mcp-Method
+// header, batches), and their errors the HTTP statuses SEP-2575 gives
+// them (2026-07-28: -32602 and -32021 are 400). An SDK that one day
+// serves these methods itself refuses the registration: it is logged,
+// and the SDK's own methods answer.
+func (d *Door) addTasksMethods(s *mcp.Server) {
+	for _, method := range tasksMethods {
+		err := mcp.AddReceivingCustomMethod(s, method, func(ctx context.Context, _ *mcp.ServerSession, p *tasksParams) (*tasksResult, error) {
+			return d.serveTasks(ctx, method, p)
+		})
+		if err != nil {
+			d.e.Logger().Error("MCP door: the go-sdk refused the tasks extension's method", zap.String("method", method), zap.Error(err))
+		}
 	}
-	if v := r.Header.Values("Mcp-Method"); len(v) > 0 && (len(v) > 1 || trimOWS(v[0]) != m.Method) {
-		writeRPC(w, http.StatusBadRequest, m.ID, nil, map[string]any{"code": codeHeaderMismatch, "message": "the Mcp-Method header does not match the body's method " + m.Method})
-		return Summary{Reasons: []string{"header-mismatch"}}
+}
+
+// tasksError notes reason for the access log and returns the JSON-RPC
+// error (code, message, data when not nil) the caller is answered.
+func tasksError(rq *mcpRequest, reason string, code int64, message string, data any) error {
+	rq.answered("", reason)
+	e := &jsonrpc.Error{Code: code, Message: message}
+	if data != nil {
+		e.Data, _ = json.Marshal(data)
 	}
-	id, valid := m.taskID()
+	return e
+}
+
+// serveTasks answers one tasks/get, tasks/update or tasks/cancel (method)
+// with params p from the caller the door identified (in ctx).
+func (d *Door) serveTasks(ctx context.Context, method string, p *tasksParams) (*tasksResult, error) {
+	rq, _ := ctx.Value(mcpRequestKey{}).(*mcpRequest)
+	if rq == nil {
+		return nil, &jsonrpc.Error{Code: codeInternal, Message: "the request did not come through the MCP door"}
+	}
+	var meta map[string]any
+	if p != nil {
+		meta = p.Meta
+	}
+	if !tasksDeclared(meta) {
+		return nil, tasksError(rq, "missing-capability", codeMissingCapability,
+			method+" needs the "+TasksExtension+" extension among the client's capabilities (_meta "+mcp.MetaKeyClientCapabilities+".extensions)",
+			map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{TasksExtension: map[string]any{}}}})
+	}
+	id, valid := p.taskID()
 	if !valid {
-		writeRPC(w, http.StatusOK, m.ID, nil, map[string]any{"code": codeInvalidParams, "message": m.Method + ": params.taskId is required, a non-empty string (the taskId of the CreateTaskResult)"})
-		return Summary{Reasons: []string{"invalid-params"}}
+		return nil, tasksError(rq, "invalid-params", codeInvalidParams, method+": params.taskId is required, a non-empty string (the taskId of the CreateTaskResult)", nil)
 	}
-	if v := r.Header.Values("Mcp-Name"); len(v) > 0 && (len(v) > 1 || trimOWS(v[0]) != id) {
-		writeRPC(w, http.StatusBadRequest, m.ID, nil, map[string]any{"code": codeHeaderMismatch, "message": "the Mcp-Name header does not match params.taskId"})
-		return Summary{Reasons: []string{"header-mismatch"}}
+	if v := rq.header.Values("Mcp-Name"); !rq.batch && len(v) > 0 && (len(v) > 1 || strings.Trim(v[0], " \t") != id) {
+		// A header mismatch is a 400, as the SDK's own (Mcp-Method,
+		// and Mcp-Name of the methods it knows).
+		rq.answerStatus(http.StatusBadRequest)
+		return nil, tasksError(rq, "header-mismatch", codeHeaderMismatch, "the Mcp-Name header does not match params.taskId", nil)
 	}
-	ctx := r.Context()
 	rec, ok, err := d.e.Tasks().Get(ctx, id)
 	if err != nil {
-		writeRPC(w, http.StatusOK, m.ID, nil, map[string]any{"code": codeInternal, "message": "store-unavailable: the task store did not answer; retry"})
-		return Summary{Reasons: []string{agtp.StoreUnavailable.Token}}
+		return nil, tasksError(rq, agtp.StoreUnavailable.Token, codeInternal, "store-unavailable: the task store did not answer; retry", nil)
 	}
 	if !ok || rec.AgentID != rq.agent.ID || rec.OwnerID != rq.person() {
-		writeRPC(w, http.StatusOK, m.ID, nil, map[string]any{"code": codeInvalidParams, "message": "unknown taskId: no task of this agent (and person) has that id (it may have expired)"})
-		return Summary{Reasons: []string{"unknown-task"}}
+		return nil, tasksError(rq, "unknown-task", codeInvalidParams, "unknown taskId: no task of this agent (and person) has that id (it may have expired)", nil)
 	}
-	switch m.Method {
+	switch method {
 	case "tasks/cancel":
 		if rec.Status == TaskWorking {
 			if err := d.e.Tasks().RequestCancel(ctx, rec.ID, TaskTTL); err != nil {
-				writeRPC(w, http.StatusOK, m.ID, nil, map[string]any{"code": codeInternal, "message": "store-unavailable: the cancel request was not stored; retry"})
-				return Summary{Reasons: []string{agtp.StoreUnavailable.Token}}
+				return nil, tasksError(rq, agtp.StoreUnavailable.Token, codeInternal, "store-unavailable: the cancel request was not stored; retry", nil)
 			}
 		}
-		writeRPC(w, http.StatusOK, m.ID, map[string]any{"resultType": "complete"}, nil)
+		return &tasksResult{members: map[string]any{"resultType": "complete"}}, nil
 	case "tasks/update":
 		// The door's tasks never ask for input: responses are ignored.
-		writeRPC(w, http.StatusOK, m.ID, map[string]any{"resultType": "complete"}, nil)
+		return &tasksResult{members: map[string]any{"resultType": "complete"}}, nil
 	default:
-		writeRPC(w, http.StatusOK, m.ID, detailedTask(rec, time.Now()), nil)
+		return &tasksResult{members: detailedTask(rec, time.Now())}, nil
 	}
-	return Summary{}
 }
-
-// trimOWS strips RFC 9110 optional whitespace.
-func trimOWS(s string) string { return string(bytes.Trim([]byte(s), " \t")) }
 
 // taskEnvelope is the Task members of rec (SEP-2663 Task).
 func taskEnvelope(rec store.Task) map[string]any {
@@ -471,22 +492,6 @@ func detailedTask(rec store.Task, now time.Time) map[string]any {
 	}
 	out["_meta"] = meta
 	return out
-}
-
-// writeRPC writes one JSON-RPC response (result or error) with status.
-func writeRPC(w http.ResponseWriter, status int, id json.RawMessage, result, rpcErr any) {
-	msg := map[string]any{"jsonrpc": "2.0", "id": id}
-	if rpcErr != nil {
-		msg["error"] = rpcErr
-	} else {
-		msg["result"] = result
-	}
-	b, _ := json.Marshal(msg)
-	hd := w.Header()
-	hd.Set("Content-Type", "application/json")
-	hd.Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
 }
 
 // taskWriter buffers the SDK's answer to a tools/call that may become a

@@ -1,10 +1,10 @@
 package mcpdoor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,32 +27,36 @@ func tasksCall(t *testing.T, d *Door, agent *policy.Agent, method, taskID string
 }
 
 // tasksCallRaw is tasksCall with the params' taskId member as raw JSON
-// (with its trailing comma; empty: no taskId).
+// (with its trailing comma; empty: no taskId). The status is the one
+// the door asks for in place of the SDK's (200 when none).
 func tasksCallRaw(t *testing.T, d *Door, agent *policy.Agent, method, taskIDMember string, declare bool, hdr ...string) (int, map[string]any, map[string]any) {
 	t.Helper()
 	caps := `{}`
 	if declare {
 		caps = `{"extensions":{"` + TasksExtension + `":{}}}`
 	}
-	body := `{"jsonrpc":"2.0","id":3,"method":"` + method + `","params":{` + taskIDMember + `"_meta":{"io.modelcontextprotocol/clientCapabilities":` + caps + `}}}`
-	m, ok := tasksMethod([]byte(body))
-	if !ok {
-		t.Fatalf("%s not taken as a tasks method", method)
+	var p tasksParams
+	if err := json.Unmarshal([]byte(`{`+taskIDMember+`"_meta":{"io.modelcontextprotocol/clientCapabilities":`+caps+`}}`), &p); err != nil {
+		t.Fatal(err)
 	}
-	r := httptest.NewRequest("POST", "/mcp", strings.NewReader(body))
+	rq := &mcpRequest{agent: agent, ident: &agtp.Identity{AgentID: agent.ID, OwnerID: testPerson}, header: http.Header{}}
 	for i := 0; i+1 < len(hdr); i += 2 {
-		r.Header.Set(hdr[i], hdr[i+1])
+		rq.header.Set(hdr[i], hdr[i+1])
 	}
-	w := httptest.NewRecorder()
-	d.serveTasks(w, r, &mcpRequest{agent: agent, ident: &agtp.Identity{AgentID: agent.ID, OwnerID: testPerson}}, m)
-	var msg struct {
-		Result map[string]any `json:"result"`
-		Error  map[string]any `json:"error"`
+	res, err := d.serveTasks(context.WithValue(context.Background(), mcpRequestKey{}, rq), method, &p)
+	status := cmp.Or(rq.status, http.StatusOK)
+	if err != nil {
+		var rpcErr map[string]any
+		if json.Unmarshal([]byte(mustMarshal(t, err)), &rpcErr) != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		return status, nil, rpcErr
 	}
-	if err := json.Unmarshal(w.Body.Bytes(), &msg); err != nil {
-		t.Fatalf("%s: %s", method, w.Body)
+	var members map[string]any // as the client reads them
+	if err := json.Unmarshal([]byte(mustMarshal(t, res)), &members); err != nil {
+		t.Fatal(err)
 	}
-	return w.Code, msg.Result, msg.Error
+	return status, members, nil
 }
 
 // testPerson is the OAuth sub the tasksCall requests act for ("": the
@@ -157,17 +161,6 @@ func TestTasksMethods(t *testing.T) {
 	if _, ack, rpcErr := tasksCall(t, d, agent, "tasks/update", "live", true); rpcErr != nil || len(ack) != 1 || ack["resultType"] != "complete" {
 		t.Errorf("tasks/update ack: %v %v", ack, rpcErr)
 	}
-	for _, m := range []string{"tasks/result", "tasks/list"} {
-		if _, ok := tasksMethod([]byte(`{"jsonrpc":"2.0","id":1,"method":"` + m + `","params":{}}`)); ok {
-			t.Errorf("%s taken by the door (the SDK answers it -32601)", m)
-		}
-	}
-	// A member whose name differs from "method" only in case is not the
-	// method: the SDK reads "method" (tools/call), so the door must not
-	// serve the message as tasks/get (encoding/json matched "Method").
-	if _, ok := tasksMethod([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","Method":"tasks/get","params":{"taskId":"live"}}`)); ok {
-		t.Error(`a tools/call with a "Method":"tasks/get" member taken as tasks/get`)
-	}
 }
 
 // TestPlanSteps: a composition_failed answer's steps are read from its
@@ -237,5 +230,139 @@ func TestPanicInTaskFinish(t *testing.T) {
 	got, ok, err := e.Tasks().Get(context.Background(), "t-panics")
 	if err != nil || !ok || got.Status != TaskWorking {
 		t.Fatalf("the task after the panic: %+v %v %v, want it as stored (working)", got, ok, err)
+	}
+}
+
+// TestTasksTransportAsSDK: a tasks method sent with a transport the
+// go-sdk refuses (method, MCP-Protocol-Version, Content-Type, Accept)
+// gets the SDK's own refusal, byte for byte the one tools/list gets; one
+// the SDK accepts is answered by the door (a JSON-RPC answer, 200).
+// The door once answered the tasks methods before the SDK read the
+// request, and so skipped these rules (a text/plain body, an unsupported
+// version: 200). The table's statuses are the SDK's (v1.8.0).
+func TestTasksTransportAsSDK(t *testing.T) {
+	e := testEngine(t)
+	cfg := &Config{}
+	ec := &engine.Config{}
+	ec.SetDefaults()
+	cfg.SetDefaults(ec)
+	d, err := New(e, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasksGet := `{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x","_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"` + TasksExtension + `":{}}}}}}`
+	toolsList := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`
+	h := func(kv ...string) map[string][]string {
+		m := map[string][]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = append(m[kv[i]], kv[i+1])
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name   string
+		method string
+		hdr    map[string][]string
+		status int // the SDK's answer to tools/list so sent
+	}{
+		{name: "as the base", status: 200},
+		{name: "Content-Type text/plain", hdr: h("Content-Type", "text/plain"), status: 415},
+		{name: "no Content-Type", hdr: h("Content-Type", ""), status: 415},
+		{name: "Content-Type malformed", hdr: h("Content-Type", "application/json; charset"), status: 415},
+		{name: "Content-Type with charset", hdr: h("Content-Type", "application/json; charset=utf-8"), status: 200},
+		{name: "Content-Type upper case", hdr: h("Content-Type", "Application/JSON"), status: 200},
+		{name: "no Accept", hdr: h("Accept", ""), status: 400},
+		{name: "Accept json only", hdr: h("Accept", "application/json"), status: 400},
+		{name: "Accept stream only", hdr: h("Accept", "text/event-stream"), status: 400},
+		{name: "Accept in two fields", hdr: h("Accept", "application/json", "Accept", "text/event-stream;q=0.5"), status: 200},
+		{name: "Accept */*", hdr: h("Accept", "*/*"), status: 200},
+		{name: "Accept wildcards", hdr: h("Accept", "application/*, TEXT/*"), status: 200},
+		{name: "version 2024-10-01", hdr: h("Mcp-Protocol-Version", "2024-10-01"), status: 400},
+		{name: "version garbage", hdr: h("Mcp-Protocol-Version", "v1"), status: 400},
+		{name: "no version", hdr: h("Mcp-Protocol-Version", ""), status: 200},
+		{name: "version 2025-06-18", hdr: h("Mcp-Protocol-Version", "2025-06-18"), status: 200},
+		{name: "GET", method: http.MethodGet, status: 405},
+		{name: "PUT", method: http.MethodPut, status: 405},
+		{name: "DELETE", method: http.MethodDelete, status: 405},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sdk := serveCase(d, fastCase{method: c.method, body: toolsList, hdr: c.hdr})
+			if sdk.Code != c.status {
+				t.Fatalf("the SDK answered tools/list %d (%s), the table says %d: the SDK's transport rules changed; update this table", sdk.Code, sdk.Body, c.status)
+			}
+			got := serveCase(d, fastCase{method: c.method, body: tasksGet, hdr: c.hdr})
+			if c.status != http.StatusOK {
+				sameAnswer(t, got, sdk)
+				return
+			}
+			var msg struct {
+				Error map[string]any `json:"error"`
+			}
+			if got.Code != http.StatusOK || json.Unmarshal(got.Body.Bytes(), &msg) != nil || msg.Error["code"] != float64(-32602) {
+				t.Errorf("tasks/get of an unknown task: %d %s, want 200 and the door's -32602", got.Code, got.Body)
+			}
+		})
+	}
+}
+
+// TestTasksThroughSDK: the tasks methods over the door's HTTP answer,
+// dispatched by the SDK as custom methods: a stored task read under
+// 2025-11-25 and under 2026-07-28 (the _meta triple and Mcp-Method the
+// SDK requires there), the errors' HTTP statuses (SEP-2575 at
+// 2026-07-28: -32602 and -32021 are 400; before it, 200), the door's
+// Mcp-Name rule (400), a tasks method inside a batch (2025-03-26), and the removed
+// tasks/list (-32601).
+func TestTasksThroughSDK(t *testing.T) {
+	e := testEngine(t)
+	cfg := &Config{}
+	ec := &engine.Config{}
+	ec.SetDefaults()
+	cfg.SetDefaults(ec)
+	d, err := New(e, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentID := diffBase["Agent-Id"][0]
+	now := time.Now().UTC()
+	if err := e.Tasks().Put(context.Background(), store.Task{ID: "mine", AgentID: agentID, NodeID: "n1", Status: TaskWorking, CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(time.Minute)}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	declared := `"io.modelcontextprotocol/clientCapabilities":{"extensions":{"` + TasksExtension + `":{}}}`
+	msg := func(method, taskID, meta string) string {
+		return `{"jsonrpc":"2.0","id":7,"method":"` + method + `","params":{"taskId":"` + taskID + `","_meta":{` + meta + `}}}`
+	}
+	newMeta := `"io.modelcontextprotocol/protocolVersion":"2026-07-28",` + declared
+	v2026 := map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tasks/get"}}
+	for _, c := range []struct {
+		name   string
+		body   string
+		hdr    map[string][]string
+		status int
+		want   string // in the body
+	}{
+		{name: "get 2025-11-25", body: msg("tasks/get", "mine", declared), status: 200, want: `"result":{"_meta":{"io.github.caddy-rcns/task-node":"n1"},"createdAt":`},
+		{name: "get 2026-07-28", body: msg("tasks/get", "mine", newMeta), hdr: v2026, status: 200, want: `"status":"working"`},
+		{name: "unknown 2025-11-25", body: msg("tasks/get", "nope", declared), status: 200, want: `"code":-32602,"message":"unknown taskId`},
+		{name: "unknown 2026-07-28", body: msg("tasks/get", "nope", newMeta), hdr: v2026, status: 400, want: `"code":-32602,"message":"unknown taskId`},
+		{name: "undeclared 2025-11-25", body: msg("tasks/get", "mine", ""), status: 200, want: `"code":-32021`},
+		{name: "undeclared 2026-07-28", body: msg("tasks/get", "mine", `"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}`), hdr: v2026, status: 400, want: `"code":-32021`},
+		{name: "2026-07-28 without Mcp-Method", body: msg("tasks/get", "mine", newMeta), hdr: map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}}, status: 400, want: `missing required Mcp-Method header`},
+		{name: "2026-07-28 Mcp-Method mismatch", body: msg("tasks/get", "mine", newMeta), hdr: map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tasks/cancel"}}, status: 400, want: `"code":-32020`},
+		{name: "2026-07-28 without the _meta version", body: msg("tasks/get", "mine", declared), hdr: v2026, status: 400, want: `missing or invalid _meta field \"io.modelcontextprotocol/protocolVersion\"`},
+		{name: "Mcp-Name mismatch", body: msg("tasks/get", "mine", declared), hdr: map[string][]string{"Mcp-Name": {"other"}}, status: 400, want: `"code":-32020`},
+		{name: "Mcp-Name match", body: msg("tasks/get", "mine", declared), hdr: map[string][]string{"Mcp-Name": {" mine "}}, status: 200, want: `"taskId":"mine"`},
+		{name: "in a batch", body: `[` + msg("tasks/get", "mine", declared) + `,{"jsonrpc":"2.0","id":8,"method":"tools/list"}]`, hdr: map[string][]string{"Mcp-Protocol-Version": {"2025-03-26"}}, status: 200, want: `"taskId":"mine"`},
+		{name: "tasks/list removed", body: msg("tasks/list", "mine", declared), status: 200, want: `"code":-32601`},
+		{name: "cancel", body: msg("tasks/cancel", "mine", declared), status: 200, want: `"result":{"resultType":"complete"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := serveCase(d, fastCase{body: c.body, hdr: c.hdr})
+			if w.Code != c.status || !strings.Contains(w.Body.String(), c.want) {
+				t.Errorf("%d %s\nwant %d and %s", w.Code, w.Body, c.status, c.want)
+			}
+		})
+	}
+	if c, _ := e.Tasks().CancelRequested(context.Background(), "mine"); !c {
+		t.Error("tasks/cancel through the SDK stored no cancel request")
 	}
 }
