@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -412,6 +413,43 @@ func writeFault(w http.ResponseWriter, f *rpcFault) {
 	hd.Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusBadRequest)
 	_, _ = w.Write(data)
+}
+
+// sdkTransportOK reports whether the go-sdk's stateless handler
+// (v1.8.0, StreamableHTTPHandler.ServeHTTP and serveStateless) would
+// read r's message rather than refuse r at the transport: a POST, an
+// MCP-Protocol-Version it supports (or none, or one it takes for
+// 2026-07-28 or later), a Content-Type whose media type is
+// application/json, and an Accept naming both application/json and
+// text/event-stream (or wildcards covering them). The door's envelope
+// rules judge a message only when the SDK would read it: the SDK's
+// 405, 415 and 400 come first, as for a message that keeps the rules.
+// TestTransportRulesFirst holds the two to the same answers.
+func sdkTransportOK(r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && v < "2026-07-28" && !slices.Contains(mcp.SupportedProtocolVersions(), v) {
+		return false
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return false
+	}
+	var jsonOK, streamOK bool
+	for _, value := range r.Header.Values("Accept") {
+		for token := range strings.SplitSeq(value, ",") {
+			base, _, _ := strings.Cut(token, ";")
+			switch strings.ToLower(strings.TrimSpace(base)) {
+			case "application/json", "application/*":
+				jsonOK = true
+			case "text/event-stream", "text/*":
+				streamOK = true
+			case "*/*":
+				jsonOK, streamOK = true, true
+			}
+		}
+	}
+	return jsonOK && streamOK
 }
 
 // headerFault is the refusal of a POST whose singleton header fields

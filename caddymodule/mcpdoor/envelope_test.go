@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 )
 
 // envelopeCase is a request of TestMCPEnvelopeRules and its answer:
@@ -226,6 +228,89 @@ func TestMCPHeaderAndInitializeRules(t *testing.T) {
 			}
 			if ran := dd.hits.Load() != before; ran != (c.status == 200 && strings.Contains(c.body, "tools/call")) {
 				t.Errorf("the call ran: %v", ran)
+			}
+		})
+	}
+}
+
+// TestTransportRulesFirst: a message sent with a transport the go-sdk
+// refuses (HTTP method, MCP-Protocol-Version, Content-Type, Accept)
+// gets the SDK's own refusal, byte for byte the one a sound tools/list
+// gets, whatever the message: a tasks method (the door's, once answered
+// before the SDK read the request: 200 for a text/plain body or an
+// unsupported version), or one the door's envelope rules or
+// initializeFault refuse (once -32600 where the SDK says 415). A
+// transport the SDK accepts leaves each to its own answer. The table's
+// statuses are the SDK's (v1.8.0).
+func TestTransportRulesFirst(t *testing.T) {
+	e := testEngine(t)
+	cfg := &Config{}
+	ec := &engine.Config{}
+	ec.SetDefaults()
+	cfg.SetDefaults(ec)
+	d, err := New(e, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toolsList := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`
+	bodies := []struct {
+		name, body string
+		status     int    // the answer when the SDK reads the request
+		want       string // in its body
+	}{
+		{"tasks/get", `{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x","_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"` + TasksExtension + `":{}}}}}}`, 200, `"code":-32602`},
+		{"parse error", `{"jsonrpc":`, 400, `"code":-32700`},
+		{"empty batch", `[]`, 400, `"code":-32600`},
+		{"tools/call params null", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":null}`, 400, `"code":-32600`},
+		{"member twice", `{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list"}`, 400, `"code":-32600`},
+		{"initialize bad params", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5}}`, 200, `"code":-32602`},
+	}
+	h := func(kv ...string) map[string][]string {
+		m := map[string][]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = append(m[kv[i]], kv[i+1])
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name   string
+		method string
+		hdr    map[string][]string
+		status int // the SDK's answer to tools/list so sent
+	}{
+		{name: "as the base", status: 200},
+		{name: "Content-Type text/plain", hdr: h("Content-Type", "text/plain"), status: 415},
+		{name: "no Content-Type", hdr: h("Content-Type", ""), status: 415},
+		{name: "Content-Type malformed", hdr: h("Content-Type", "application/json; charset"), status: 415},
+		{name: "Content-Type with charset", hdr: h("Content-Type", "application/json; charset=utf-8"), status: 200},
+		{name: "Content-Type upper case", hdr: h("Content-Type", "Application/JSON"), status: 200},
+		{name: "no Accept", hdr: h("Accept", ""), status: 400},
+		{name: "Accept json only", hdr: h("Accept", "application/json"), status: 400},
+		{name: "Accept stream only", hdr: h("Accept", "text/event-stream"), status: 400},
+		{name: "Accept in two fields", hdr: h("Accept", "application/json", "Accept", "text/event-stream;q=0.5"), status: 200},
+		{name: "Accept */*", hdr: h("Accept", "*/*"), status: 200},
+		{name: "Accept wildcards", hdr: h("Accept", "application/*, TEXT/*"), status: 200},
+		{name: "version 2024-10-01", hdr: h("Mcp-Protocol-Version", "2024-10-01"), status: 400},
+		{name: "no version", hdr: h("Mcp-Protocol-Version", ""), status: 200},
+		{name: "version 2025-06-18", hdr: h("Mcp-Protocol-Version", "2025-06-18"), status: 200},
+		{name: "GET", method: http.MethodGet, status: 405},
+		{name: "PUT", method: http.MethodPut, status: 405},
+		{name: "DELETE", method: http.MethodDelete, status: 405},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sdk := serveCase(d, fastCase{method: c.method, body: toolsList, hdr: c.hdr})
+			if sdk.Code != c.status {
+				t.Fatalf("the SDK answered tools/list %d (%s), the table says %d: the SDK's transport rules changed; update sdkTransportOK and this table", sdk.Code, sdk.Body, c.status)
+			}
+			for _, b := range bodies {
+				got := serveCase(d, fastCase{method: c.method, body: b.body, hdr: c.hdr})
+				if c.status != http.StatusOK {
+					t.Run(b.name, func(t *testing.T) { sameAnswer(t, got, sdk) })
+					continue
+				}
+				if got.Code != b.status || !strings.Contains(got.Body.String(), b.want) {
+					t.Errorf("%s: %d %s, want %d and %s", b.name, got.Code, got.Body, b.status, b.want)
+				}
 			}
 		})
 	}

@@ -343,9 +343,11 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	if d.fastCall(w, r, rq, body) { // fastpath.go: one plain Tier B tools/call
 		return rq.summary()
 	}
-	if r.Method == http.MethodPost && len(body) > 0 {
+	if len(body) > 0 && sdkTransportOK(r) {
 		// What the fast path declined meets the envelope rules before
-		// anything else reads it (envelope.go).
+		// anything else reads it (envelope.go); a request the SDK
+		// refuses at the transport (415, 405, 400) it refuses first, as
+		// it would without these rules.
 		if f := envelopeFault(body); f != nil {
 			writeFault(w, f)
 			return Summary{Reasons: []string{f.reason()}}
