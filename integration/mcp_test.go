@@ -365,7 +365,11 @@ func TestMCPFailures(t *testing.T) {
 		t.Errorf("upstream 503: details = %v", e["details"])
 	}
 	c.call(t, "fetch_slow", nil, nil).wantError(t, "upstream_timeout", 422, true)
-	c.call(t, "fetch_lagging", nil, nil).wantError(t, "call-timeout", 504, true)
+	// Its retry_after_seconds is when the call it left running has
+	// surely ended: the endpoint's 10 s timeout less the door's 2 s.
+	if e := c.call(t, "fetch_lagging", nil, nil).wantError(t, "call-timeout", 504, true); e["retry_after_seconds"] != float64(8) {
+		t.Errorf("call-timeout retry_after_seconds = %v, want 8 (the endpoint's 10 s less the door's 2 s)", e["retry_after_seconds"])
+	}
 }
 
 // TestMCPSignature: under identity signature every HTTP request to the

@@ -389,12 +389,33 @@ func (d *Door) timedOut(t *mcpTool, keyed bool, req *mcp.CallToolRequest) *mcp.C
 		msg += ", and a repeat with the same Idempotency-Key gets its answer"
 	}
 	e := &agtp.Error{Status: agtp.CallTimeout.Status, Reason: agtp.CallTimeout.Token, Explanation: msg, Retryable: t.idempotent || keyed}
-	out := map[string]any{"outcome": "failed", "error": errorObject(e.Status, e.Reason, e.Explanation, e.Retryable, nil, nil)}
+	var after *int
+	if e.Retryable {
+		// A repeat sooner would run the call a second time beside the
+		// first (unkeyed), or meet it in flight (keyed).
+		n := d.retryAfterTimeout(t)
+		after = &n
+	}
+	out := map[string]any{"outcome": "failed", "error": errorObject(e.Status, e.Reason, e.Explanation, e.Retryable, after, nil)}
 	res, err := d.toolResult(req, out, errorSummary(e.Reason, e.Explanation, e.Retryable, nil), true, nil)
 	if err != nil {
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: e.Error()}}}
 	}
 	return res
+}
+
+// retryAfterTimeout is a timed-out call's retry_after_seconds: the
+// whole seconds, at least 1, until the work it left running here has
+// surely ended: the tool's own bound (a Tier B endpoint's call timeout,
+// else composition_timeout, which bounds a recipe's plan) less the
+// door's timeout the call already waited.
+func (d *Door) retryAfterTimeout(t *mcpTool) int {
+	bound := d.cfg.compositionTimeout
+	if t.kind == mcpTierB && t.ep != nil {
+		bound = t.ep.Timeout()
+	}
+	left := bound - d.timeout()
+	return max(1, int((left+time.Second-1)/time.Second))
 }
 
 // result turns the engine's answer into the tool result: 200 and 263

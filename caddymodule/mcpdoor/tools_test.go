@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
@@ -365,6 +366,26 @@ func TestBatchLen(t *testing.T) {
 	} {
 		if got := batchLen([]byte(in)); got != want {
 			t.Errorf("batchLen(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// TestRetryAfterTimeout: a timed-out recipe call's retry_after_seconds
+// is composition_timeout less the door's timeout, rounded up; at least
+// 1 when the door waits as long or longer (the default timeout).
+func TestRetryAfterTimeout(t *testing.T) {
+	for _, c := range []struct {
+		composition, timeout time.Duration
+		want                 int
+	}{
+		{60 * time.Second, 5 * time.Second, 55},
+		{60 * time.Second, 4500 * time.Millisecond, 56},
+		{60 * time.Second, 62 * time.Second, 1},
+		{60 * time.Second, 60 * time.Second, 1},
+	} {
+		d := &Door{cfg: &Config{Timeout: engine.Duration(c.timeout), compositionTimeout: c.composition}}
+		if got := d.retryAfterTimeout(&mcpTool{kind: mcpRecipe}); got != c.want {
+			t.Errorf("composition %s, timeout %s: %d, want %d", c.composition, c.timeout, got, c.want)
 		}
 	}
 }
