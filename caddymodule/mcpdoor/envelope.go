@@ -415,6 +415,10 @@ func writeFault(w http.ResponseWriter, f *rpcFault) {
 	_, _ = w.Write(data)
 }
 
+// sdkVersions are the protocol versions the SDK's servers negotiate (the
+// door narrows none).
+var sdkVersions = mcp.SupportedProtocolVersions()
+
 // sdkTransportOK reports whether the go-sdk's stateless handler
 // (v1.8.0, StreamableHTTPHandler.ServeHTTP and serveStateless) would
 // read r's message rather than refuse r at the transport: a POST, an
@@ -429,11 +433,13 @@ func sdkTransportOK(r *http.Request) bool {
 	if r.Method != http.MethodPost {
 		return false
 	}
-	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && v < "2026-07-28" && !slices.Contains(mcp.SupportedProtocolVersions(), v) {
+	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && v < "2026-07-28" && !slices.Contains(sdkVersions, v) {
 		return false
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		return false
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return false
+		}
 	}
 	var jsonOK, streamOK bool
 	for _, value := range r.Header.Values("Accept") {
