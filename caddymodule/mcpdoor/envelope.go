@@ -530,7 +530,7 @@ func initializeFault(w http.ResponseWriter, body []byte) bool {
 // decodeAsSDK decodes the first JSON value of body into v as the SDK
 // reads a message (segmentio/encoding, member names matched exactly),
 // so that what the door reads of a message before the SDK (step-up,
-// tasks, task candidates) is what the SDK then serves: encoding/json
+// task candidates, initialize) is what the SDK then serves: encoding/json
 // would also match "Method" or "PARAMS" to a field, and let such a
 // member override the one the SDK reads.
 func decodeAsSDK(body []byte, v any) error {

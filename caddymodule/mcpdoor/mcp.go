@@ -182,8 +182,6 @@ type mcpRequest struct {
 	// (guarded by mu).
 	taskable bool
 	task     *createdTask
-	// batch: the HTTP request's body is a JSON-RPC batch.
-	batch bool
 	// status replaces the 200 the SDK answers with (0: none): a tasks
 	// method's header mismatch is a 400 (tasks.go). Guarded by mu.
 	status int
@@ -317,9 +315,7 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	if e := d.stepUp(rq, body); e != nil {
 		return d.refuseAs(w, r, rq, e, body, true)
 	}
-	n := batchLen(body)
-	rq.batch = n > 0
-	if n > d.cfg.MaxBatch {
+	if n := batchLen(body); n > d.cfg.MaxBatch {
 		return d.refuseAs(w, r, rq, agtp.BatchTooLarge.WithFields(fmt.Sprintf("the JSON-RPC batch holds %d messages; the limit is %d (send fewer per request, or one message each)", n, d.cfg.MaxBatch),
 			map[string]any{"limit_messages": d.cfg.MaxBatch}), body, true)
 	}
@@ -562,7 +558,7 @@ func (d *Door) newServer(tools []*mcpTool) *mcp.Server {
 	// must make fastCall decline the calls it acts on (and
 	// TestMCPFastPathDifferential's corpus hold one of them).
 	d.addTasksMethods(s)
-	s.AddReceivingMiddleware(declaredOnly, d.recordVersion)
+	s.AddReceivingMiddleware(d.recoverPanics, declaredOnly, d.recordVersion)
 	return s
 }
 

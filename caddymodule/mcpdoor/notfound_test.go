@@ -43,3 +43,34 @@ func TestMethodNotFoundWriter(t *testing.T) {
 		t.Errorf("a bodiless 400: %d %q", rec.Code, rec.Body)
 	}
 }
+
+// TestMCPWriterStatus: the first status the SDK gives is the answer's
+// (a second is dropped, as net/http drops it); a Write without one is a
+// 200, or the status a handler asked for (mcpRequest.answerStatus), and
+// so is an explicit 200; another status stays the SDK's.
+func TestMCPWriterStatus(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		asked  int
+		sdk    func(http.ResponseWriter)
+		status int
+	}{
+		{"two statuses", 0, func(w http.ResponseWriter) { w.WriteHeader(201); w.WriteHeader(500); _, _ = w.Write([]byte("x")) }, 201},
+		{"write alone", 0, func(w http.ResponseWriter) { _, _ = w.Write([]byte("x")) }, 200},
+		{"write alone, 400 asked", 400, func(w http.ResponseWriter) { _, _ = w.Write([]byte("x")) }, 400},
+		{"200, 400 asked", 400, func(w http.ResponseWriter) { w.WriteHeader(200); _, _ = w.Write([]byte("x")) }, 400},
+		{"404, 400 asked", 400, func(w http.ResponseWriter) { w.WriteHeader(404); _, _ = w.Write([]byte("x")) }, 404},
+	} {
+		rec := httptest.NewRecorder()
+		rq := &mcpRequest{}
+		if c.asked != 0 {
+			rq.answerStatus(c.asked)
+		}
+		mw := &mcpWriter{ResponseWriter: rec, rq: rq, body: []byte(`{"jsonrpc":"2.0","id":1,"method":"tasks/get"}`)}
+		c.sdk(mw)
+		mw.finish()
+		if rec.Code != c.status || rec.Body.String() != "x" {
+			t.Errorf("%s: %d %q, want %d \"x\"", c.name, rec.Code, rec.Body, c.status)
+		}
+	}
+}

@@ -10,6 +10,9 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/recovered"
 )
 
 // The door's read-only MCP resources (docs/agent-guide-mcp.md
@@ -44,6 +47,29 @@ var mcpResources = []struct {
 var undeclared = map[string]bool{
 	"prompts/list": true, "prompts/get": true, "completion/complete": true, "logging/setLevel": true,
 	"resources/subscribe": true, "resources/unsubscribe": true,
+}
+
+// recoverPanics answers a method whose handler panicked (a defect in
+// the door or the engine) with JSON-RPC -32603 internal error, and logs
+// the panic with its stack at ERROR: the SDK runs each message's
+// handler on a goroutine of its own that recovers nothing, where a
+// panic would end the whole process, every site and door with it.
+// Outermost of the door's middleware, it covers every method the SDK
+// dispatches (tools/call's handler recovers its own first, to answer a
+// tool error).
+func (d *Door) recoverPanics(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				recovered.Log(d.e.Logger(), "panic in an MCP method", p, zap.String("method", method))
+				if rq, _ := ctx.Value(mcpRequestKey{}).(*mcpRequest); rq != nil {
+					rq.answered("", "internal-error")
+				}
+				res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal-error: the gateway reached no answer for this request"}
+			}
+		}()
+		return next(ctx, method, req)
+	}
 }
 
 // declaredOnly answers a method of an undeclared capability with

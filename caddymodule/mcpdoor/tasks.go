@@ -21,9 +21,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -360,15 +360,38 @@ func (p *tasksParams) taskID() (string, bool) {
 	return id, true
 }
 
-// tasksResult is a tasks method's result: its members, written as they
-// are (the SDK adds nothing to a result type of its own).
+// tasksResult is a tasks method's result: its members, encoded once by
+// newTasksResult (so that a record that cannot be encoded is an error
+// answer, not a response the SDK fails to write), and the _meta the SDK
+// adds to every result (at 2026-07-28, serverInfo) merged into theirs.
 type tasksResult struct {
 	mcp.ResultBase
 	members map[string]any
+	raw     []byte
 }
 
-// MarshalJSON writes the result's members.
-func (r *tasksResult) MarshalJSON() ([]byte, error) { return json.Marshal(r.members) }
+// newTasksResult encodes members as a tasks method's result.
+func newTasksResult(members map[string]any) (*tasksResult, error) {
+	raw, err := json.Marshal(members)
+	if err != nil {
+		return nil, err
+	}
+	return &tasksResult{members: members, raw: raw}, nil
+}
+
+// MarshalJSON writes the result's members, with the SDK's _meta keys
+// added to the members' own _meta (theirs win).
+func (r *tasksResult) MarshalJSON() ([]byte, error) {
+	if len(r.Meta) == 0 {
+		return r.raw, nil
+	}
+	out := maps.Clone(r.members)
+	own, _ := out["_meta"].(map[string]any)
+	meta := maps.Clone(r.Meta)
+	maps.Copy(meta, own)
+	out["_meta"] = meta
+	return json.Marshal(out)
+}
 
 // tasksMethods are the extension's methods the door serves; the
 // removed tasks/result and tasks/list stay unknown (-32601).
@@ -404,12 +427,28 @@ func tasksError(rq *mcpRequest, reason string, code int64, message string, data 
 	return e
 }
 
+// testHookServeTasks, set by tests only, runs as serveTasks begins: a
+// fault injected into a tasks method.
+var testHookServeTasks atomic.Pointer[func()]
+
 // serveTasks answers one tasks/get, tasks/update or tasks/cancel (method)
-// with params p from the caller the door identified (in ctx).
+// with params p (nil when the message has none) from the caller the
+// door identified (in ctx).
 func (d *Door) serveTasks(ctx context.Context, method string, p *tasksParams) (*tasksResult, error) {
+	if h := testHookServeTasks.Load(); h != nil {
+		(*h)()
+	}
 	rq, _ := ctx.Value(mcpRequestKey{}).(*mcpRequest)
 	if rq == nil {
 		return nil, &jsonrpc.Error{Code: codeInternal, Message: "the request did not come through the MCP door"}
+	}
+	id, valid := p.taskID()
+	if name := rq.header.Get("Mcp-Name"); name != "" && rq.header.Get("Mcp-Protocol-Version") >= "2026-07-28" && (!valid || name != id) {
+		// The standard headers' rule (2026-07-28, where the SDK takes
+		// no batch), as the SDK holds tools/call's Mcp-Name to its
+		// params.name before the method reads the message: a 400.
+		rq.answerStatus(http.StatusBadRequest)
+		return nil, tasksError(rq, "header-mismatch", codeHeaderMismatch, "the Mcp-Name header does not match params.taskId", nil)
 	}
 	var meta map[string]any
 	if p != nil {
@@ -420,15 +459,8 @@ func (d *Door) serveTasks(ctx context.Context, method string, p *tasksParams) (*
 			method+" needs the "+TasksExtension+" extension among the client's capabilities (_meta "+mcp.MetaKeyClientCapabilities+".extensions)",
 			map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{TasksExtension: map[string]any{}}}})
 	}
-	id, valid := p.taskID()
 	if !valid {
 		return nil, tasksError(rq, "invalid-params", codeInvalidParams, method+": params.taskId is required, a non-empty string (the taskId of the CreateTaskResult)", nil)
-	}
-	if v := rq.header.Values("Mcp-Name"); !rq.batch && len(v) > 0 && (len(v) > 1 || strings.Trim(v[0], " \t") != id) {
-		// A header mismatch is a 400, as the SDK's own (Mcp-Method,
-		// and Mcp-Name of the methods it knows).
-		rq.answerStatus(http.StatusBadRequest)
-		return nil, tasksError(rq, "header-mismatch", codeHeaderMismatch, "the Mcp-Name header does not match params.taskId", nil)
 	}
 	rec, ok, err := d.e.Tasks().Get(ctx, id)
 	if err != nil {
@@ -444,12 +476,19 @@ func (d *Door) serveTasks(ctx context.Context, method string, p *tasksParams) (*
 				return nil, tasksError(rq, agtp.StoreUnavailable.Token, codeInternal, "store-unavailable: the cancel request was not stored; retry", nil)
 			}
 		}
-		return &tasksResult{members: map[string]any{"resultType": "complete"}}, nil
+		return newTasksResult(map[string]any{"resultType": "complete"})
 	case "tasks/update":
 		// The door's tasks never ask for input: responses are ignored.
-		return &tasksResult{members: map[string]any{"resultType": "complete"}}, nil
+		return newTasksResult(map[string]any{"resultType": "complete"})
 	default:
-		return &tasksResult{members: detailedTask(rec, time.Now())}, nil
+		res, err := newTasksResult(detailedTask(rec, time.Now()))
+		if err != nil {
+			// A stored result, error or step list that is not JSON: a
+			// record this door did not write.
+			d.e.Logger().Error("an MCP task's stored record cannot be encoded", zap.String("task_id", rec.ID), zap.Error(err))
+			return nil, tasksError(rq, "task-record-invalid", codeInternal, "task-record-invalid: the task's stored record cannot be read", nil)
+		}
+		return res, nil
 	}
 }
 
@@ -515,6 +554,15 @@ func (tw *taskWriter) flush(w http.ResponseWriter, ct *createdTask) {
 		if json.Unmarshal(body, &msg) == nil && msg["result"] != nil {
 			res := taskEnvelope(ct.rec)
 			res["resultType"] = "task"
+			// The serverInfo the SDK put on the tool result (2026-07-28)
+			// stays on the result that replaces it, as on every result;
+			// the rest of that _meta was the call's, not the task's.
+			var was struct {
+				Meta map[string]json.RawMessage `json:"_meta"`
+			}
+			if json.Unmarshal(msg["result"], &was) == nil && was.Meta[mcp.MetaKeyServerInfo] != nil {
+				res["_meta"] = map[string]json.RawMessage{mcp.MetaKeyServerInfo: was.Meta[mcp.MetaKeyServerInfo]}
+			}
 			msg["result"], _ = json.Marshal(res)
 			body, _ = json.Marshal(msg)
 		}

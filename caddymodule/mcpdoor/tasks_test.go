@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -140,10 +141,10 @@ func TestTasksMethods(t *testing.T) {
 			}
 		}
 	}
-	if code, _, rpcErr := tasksCall(t, d, agent, "tasks/get", "live", true, "Mcp-Name", "other"); code != http.StatusBadRequest || rpcErr["code"] != float64(-32020) {
+	if code, _, rpcErr := tasksCall(t, d, agent, "tasks/get", "live", true, "Mcp-Name", "other", "Mcp-Protocol-Version", "2026-07-28"); code != http.StatusBadRequest || rpcErr["code"] != float64(-32020) {
 		t.Errorf("Mcp-Name mismatch: %d %v, want 400 -32020", code, rpcErr)
 	}
-	_, res, rpcErr := tasksCall(t, d, agent, "tasks/get", "live", true, "Mcp-Name", " live ", "Mcp-Method", "tasks/get")
+	_, res, rpcErr := tasksCall(t, d, agent, "tasks/get", "live", true, "Mcp-Name", "live", "Mcp-Protocol-Version", "2026-07-28")
 	if rpcErr != nil || res["status"] != TaskWorking || res["resultType"] != "complete" || res["taskId"] != "live" || res["ttlMs"] != float64(TaskTTL.Milliseconds()) {
 		t.Errorf("tasks/get live: %v %v", res, rpcErr)
 	}
@@ -277,8 +278,14 @@ func TestTasksThroughSDK(t *testing.T) {
 		{name: "2026-07-28 without Mcp-Method", body: msg("tasks/get", "mine", newMeta), hdr: map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}}, status: 400, want: `missing required Mcp-Method header`},
 		{name: "2026-07-28 Mcp-Method mismatch", body: msg("tasks/get", "mine", newMeta), hdr: map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tasks/cancel"}}, status: 400, want: `"code":-32020`},
 		{name: "2026-07-28 without the _meta version", body: msg("tasks/get", "mine", declared), hdr: v2026, status: 400, want: `missing or invalid _meta field \"io.modelcontextprotocol/protocolVersion\"`},
-		{name: "Mcp-Name mismatch", body: msg("tasks/get", "mine", declared), hdr: map[string][]string{"Mcp-Name": {"other"}}, status: 400, want: `"code":-32020`},
-		{name: "Mcp-Name match", body: msg("tasks/get", "mine", declared), hdr: map[string][]string{"Mcp-Name": {" mine "}}, status: 200, want: `"taskId":"mine"`},
+		{name: "Mcp-Name mismatch", body: msg("tasks/get", "mine", newMeta), hdr: map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tasks/get"}, "Mcp-Name": {"other"}}, status: 400, want: `"code":-32020`},
+		{name: "Mcp-Name mismatch, undeclared", body: msg("tasks/get", "mine", `"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}`), hdr: map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tasks/get"}, "Mcp-Name": {"other"}}, status: 400, want: `"code":-32020`},
+		{name: "Mcp-Name match", body: msg("tasks/get", "mine", newMeta), hdr: map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tasks/get"}, "Mcp-Name": {"mine"}}, status: 200, want: `"taskId":"mine"`},
+		{name: "Mcp-Name before 2026-07-28", body: msg("tasks/get", "mine", declared), hdr: map[string][]string{"Mcp-Name": {"other"}}, status: 200, want: `"taskId":"mine"`}, // as tools/call's: the SDK reads the standard headers from 2026-07-28
+		{name: "serverInfo at 2026-07-28", body: msg("tasks/get", "mine", newMeta), hdr: v2026, status: 200, want: `"_meta":{"io.github.caddy-rcns/task-node":"n1","io.modelcontextprotocol/serverInfo":{"name":`},
+		{name: "params null", body: `{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":null}`, status: 200, want: `"code":-32021`},
+		{name: "no params", body: `{"jsonrpc":"2.0","id":7,"method":"tasks/get"}`, status: 200, want: `"code":-32021`},
+		{name: "params null 2026-07-28", body: `{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":null}`, hdr: v2026, status: 400, want: `"code":-32602`},
 		{name: "in a batch", body: `[` + msg("tasks/get", "mine", declared) + `,{"jsonrpc":"2.0","id":8,"method":"tools/list"}]`, hdr: map[string][]string{"Mcp-Protocol-Version": {"2025-03-26"}}, status: 200, want: `"taskId":"mine"`},
 		{name: "tasks/list removed", body: msg("tasks/list", "mine", declared), status: 200, want: `"code":-32601`},
 		{name: "cancel", body: msg("tasks/cancel", "mine", declared), status: 200, want: `"result":{"resultType":"complete"}`},
@@ -292,5 +299,83 @@ func TestTasksThroughSDK(t *testing.T) {
 	}
 	if c, _ := e.Tasks().CancelRequested(context.Background(), "mine"); !c {
 		t.Error("tasks/cancel through the SDK stored no cancel request")
+	}
+}
+
+// TestTasksMethodPanics: a tasks method whose handler panics (a defect,
+// injected) is answered -32603 and logged with its stack, and the
+// process goes on: the SDK runs the handler on a goroutine of its own
+// that recovers nothing (recoverPanics). A stored record that cannot
+// be encoded is a -32603 answer at once, not a response the SDK fails
+// to write (the client would wait for its own timeout).
+func TestTasksMethodPanics(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	e := testEngineLogged(t, zap.New(core), "http://127.0.0.1:9")
+	cfg := &Config{}
+	ec := &engine.Config{}
+	ec.SetDefaults()
+	cfg.SetDefaults(ec)
+	d, err := New(e, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentID := diffBase["Agent-Id"][0]
+	now := time.Now().UTC()
+	for _, rec := range []store.Task{
+		{ID: "fine", AgentID: agentID, NodeID: "n1", Status: TaskWorking, CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(time.Minute)},
+		{ID: "bad", AgentID: agentID, NodeID: "n1", Status: TaskCompleted, CreatedAt: now, UpdatedAt: now, Result: []byte(`{"unclosed":`)},
+	} {
+		if err := e.Tasks().Put(context.Background(), rec, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(id string) string {
+		return `{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"taskId":"` + id + `","_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"` + TasksExtension + `":{}}}}}}`
+	}
+	hook := func() { panic("injected tasks defect") }
+	testHookServeTasks.Store(&hook)
+	w := serveCase(d, fastCase{body: get("fine")})
+	testHookServeTasks.Store(nil)
+	if w.Code != 200 || !strings.Contains(w.Body.String(), `"code":-32603`) {
+		t.Errorf("a panicking tasks/get: %d %s, want 200 and -32603", w.Code, w.Body)
+	}
+	if n := logs.FilterMessage("panic in an MCP method").FilterFieldKey("stack").Len(); n != 1 {
+		t.Errorf("%d ERROR lines with the panic's stack, want 1: %v", n, logs.All())
+	}
+	if w := serveCase(d, fastCase{body: get("fine")}); w.Code != 200 || !strings.Contains(w.Body.String(), `"status":"working"`) {
+		t.Errorf("the next tasks/get: %d %s", w.Code, w.Body)
+	}
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- serveCase(d, fastCase{body: get("bad")}) }()
+	select {
+	case w := <-done:
+		if !strings.Contains(w.Body.String(), `"code":-32603`) || !strings.Contains(w.Body.String(), "task-record-invalid") {
+			t.Errorf("a record that cannot be encoded: %d %s, want -32603 task-record-invalid", w.Code, w.Body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("tasks/get of a record that cannot be encoded never answered")
+	}
+}
+
+// TestCreateTaskResultServerInfo: the CreateTaskResult that replaces a
+// tool result keeps the serverInfo the SDK put in the tool result's
+// _meta (2026-07-28) and drops the rest of it (the call's own).
+func TestCreateTaskResultServerInfo(t *testing.T) {
+	now := time.Now().UTC()
+	ct := &createdTask{rec: store.Task{ID: "t1", Status: TaskWorking, CreatedAt: now, UpdatedAt: now}}
+	for _, c := range []struct{ sdk, want string }{
+		{`{"jsonrpc":"2.0","id":1,"result":{"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"gw","version":"1"},"io.github.caddy-rcns/audit-id":"a"},"content":[]}}`,
+			`"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"gw","version":"1"}}`},
+		{`{"jsonrpc":"2.0","id":1,"result":{"content":[]}}`, ``},
+	} {
+		tw := &taskWriter{hd: http.Header{}}
+		_, _ = tw.Write([]byte(c.sdk))
+		rec := httptest.NewRecorder()
+		tw.flush(rec, ct)
+		body := rec.Body.String()
+		if !strings.Contains(body, `"resultType":"task"`) || !strings.Contains(body, `"taskId":"t1"`) || strings.Contains(body, "audit-id") ||
+			(c.want != "" && !strings.Contains(body, c.want)) || (c.want == "" && strings.Contains(body, "_meta")) {
+			t.Errorf("%s\n-> %s, want a CreateTaskResult with %q", c.sdk, body, c.want)
+		}
 	}
 }
