@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-
-	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 )
 
 // envelopeCase is a request of TestMCPEnvelopeRules and its answer:
@@ -244,14 +242,7 @@ func TestMCPHeaderAndInitializeRules(t *testing.T) {
 // statuses are the SDK's (v1.8.0).
 func TestTransportRulesFirst(t *testing.T) {
 	e := testEngine(t)
-	cfg := &Config{}
-	ec := &engine.Config{}
-	ec.SetDefaults()
-	cfg.SetDefaults(ec)
-	d, err := New(e, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := newTestDoor(t, e, nil)
 	toolsList := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`
 	bodies := []struct {
 		name, body string

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 )
 
 // fastCase is one request of the differential corpus: its body, the
@@ -187,19 +185,8 @@ func newDiffDoors(t *testing.T) *diffDoors {
 	up.Listener = l
 	up.Start()
 	t.Cleanup(up.Close)
-	door := func(off bool) *Door {
-		e := testEngineAt(t, up.URL)
-		cfg := &Config{DisableFastPath: off}
-		ec := &engine.Config{}
-		ec.SetDefaults()
-		cfg.SetDefaults(ec)
-		d, err := New(e, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	dd.fast, dd.sdk = door(false), door(true)
+	dd.fast = newTestDoor(t, testEngineAt(t, up.URL), nil)
+	dd.sdk = newTestDoor(t, testEngineAt(t, up.URL), &Config{DisableFastPath: true})
 	return dd
 }
 

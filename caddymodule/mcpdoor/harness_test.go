@@ -67,6 +67,23 @@ func testEngineLogged(t testing.TB, logger *zap.Logger, upstream string, adjust 
 	return e
 }
 
+// newTestDoor is the door of e with cfg (nil: every knob unset) and
+// the defaults a handler with its own defaults gives it.
+func newTestDoor(t testing.TB, e *engine.Engine, cfg *Config) *Door {
+	t.Helper()
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	ec := &engine.Config{}
+	ec.SetDefaults()
+	cfg.SetDefaults(ec)
+	d, err := New(e, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // mustMarshal is v as JSON.
 func mustMarshal(t testing.TB, v any) string {
 	t.Helper()

@@ -243,14 +243,7 @@ func TestPanicInTaskFinish(t *testing.T) {
 // tasks/list (-32601).
 func TestTasksThroughSDK(t *testing.T) {
 	e := testEngine(t)
-	cfg := &Config{}
-	ec := &engine.Config{}
-	ec.SetDefaults()
-	cfg.SetDefaults(ec)
-	d, err := New(e, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := newTestDoor(t, e, nil)
 	agentID := diffBase["Agent-Id"][0]
 	now := time.Now().UTC()
 	if err := e.Tasks().Put(context.Background(), store.Task{ID: "mine", AgentID: agentID, NodeID: "n1", Status: TaskWorking, CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(time.Minute)}, time.Hour); err != nil {
@@ -311,14 +304,7 @@ func TestTasksThroughSDK(t *testing.T) {
 func TestTasksMethodPanics(t *testing.T) {
 	core, logs := observer.New(zap.ErrorLevel)
 	e := testEngineLogged(t, zap.New(core), "http://127.0.0.1:9")
-	cfg := &Config{}
-	ec := &engine.Config{}
-	ec.SetDefaults()
-	cfg.SetDefaults(ec)
-	d, err := New(e, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := newTestDoor(t, e, nil)
 	agentID := diffBase["Agent-Id"][0]
 	now := time.Now().UTC()
 	for _, rec := range []store.Task{
