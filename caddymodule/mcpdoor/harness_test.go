@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
@@ -37,6 +38,13 @@ func testEngineWith(t testing.TB, upstream string, adjust ...func(*engine.Config
 // testEngineLogged is testEngineWith logging to logger.
 func testEngineLogged(t testing.TB, logger *zap.Logger, upstream string, adjust ...func(*engine.Config)) *engine.Engine {
 	t.Helper()
+	return testEngineSet(t, logger, upstream, nil, adjust...)
+}
+
+// testEngineSet is testEngineLogged with its memory store's set passed
+// through wrap (nil: as it is): a fault injected below the engine.
+func testEngineSet(t testing.TB, logger *zap.Logger, upstream string, wrap func(store.Set) store.Set, adjust ...func(*engine.Config)) *engine.Engine {
+	t.Helper()
 	docs := filepath.Join("..", "..", "scripts", "bench", "docs")
 	cfg := &engine.Config{Name: "mcp-test"}
 	cfg.Enabled = true
@@ -61,7 +69,11 @@ func testEngineLogged(t testing.TB, logger *zap.Logger, upstream string, adjust 
 	}
 	t.Cleanup(e.Close)
 	mem := st.Memory(e.StoreLimits())
-	if err := e.Attach(engine.Store{Set: mem.Set(), Memory: mem}); err != nil {
+	set := mem.Set()
+	if wrap != nil {
+		set = wrap(set)
+	}
+	if err := e.Attach(engine.Store{Set: set, Memory: mem}); err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
 	return e

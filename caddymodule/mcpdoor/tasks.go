@@ -21,6 +21,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"maps"
 	"net/http"
 	"strconv"
@@ -118,8 +119,10 @@ type createdTask struct{ rec store.Task }
 // makes the answer the CreateTaskResult), and the call goes on here, its
 // answer written to the task when it comes. A cancel request (through
 // any node) stops the recipe's plan between steps (recipes.WithStop).
-// When the task cannot be stored the result is the call-timeout tool
-// error (keyed: the call carries an Idempotency-Key).
+// When the task cannot be stored (the store refuses it, or the memory
+// store holds its most) the call waits on as a synchronous one: its
+// answer within the door's timeout, else the call-timeout tool error
+// (keyed: the call carries an Idempotency-Key).
 func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, in *agtp.Request, keyed bool) (*agtp.Response, *mcp.CallToolResult) {
 	stop := make(chan struct{})
 	in.Context = recipes.WithStop(context.WithoutCancel(in.Context), stop)
@@ -145,9 +148,16 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 		StatusMessage: "the recipe is running", CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(TaskLease)}
 	tasks := d.e.Tasks()
 	if err := tasks.Put(context.WithoutCancel(ctx), rec, TaskTTL); err != nil {
-		// Not durably created: no task is answered; the call goes on
-		// as one that outlived the door's timeout.
-		d.e.Logger().Warn("an MCP task could not be stored; the call answers call-timeout", zap.Error(err))
+		// Not durably created: no task is answered. The call waits on
+		// as a synchronous one, up to the door's timeout, then answers
+		// as one that outlived it.
+		d.e.Logger().Warn("an MCP task could not be stored; the call waits for its answer as a synchronous one", zap.Error(err))
+		timer.Reset(d.timeout() - time.Duration(d.cfg.TaskAfter))
+		select {
+		case resp := <-done:
+			return resp, nil
+		case <-timer.C:
+		}
 		go func() { <-done }()
 		rq.answered("", agtp.CallTimeout.Token)
 		return nil, d.timedOut(t, keyed, req)
@@ -463,6 +473,12 @@ func (d *Door) serveTasks(ctx context.Context, method string, p *tasksParams) (*
 		return nil, tasksError(rq, "invalid-params", codeInvalidParams, method+": params.taskId is required, a non-empty string (the taskId of the CreateTaskResult)", nil)
 	}
 	rec, ok, err := d.e.Tasks().Get(ctx, id)
+	if err != nil && !errors.Is(err, store.ErrUnavailable) {
+		// The store answered with a record that does not decode: a
+		// record this door did not write; a retry reads the same.
+		d.e.Logger().Error("an MCP task's stored record cannot be read", zap.String("task_id", id), zap.Error(err))
+		return nil, tasksError(rq, "task-record-invalid", codeInternal, "task-record-invalid: the task's stored record cannot be read", nil)
+	}
 	if err != nil {
 		return nil, tasksError(rq, agtp.StoreUnavailable.Token, codeInternal, "store-unavailable: the task store did not answer; retry", nil)
 	}

@@ -4,10 +4,13 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -362,6 +365,95 @@ func TestCreateTaskResultServerInfo(t *testing.T) {
 		if !strings.Contains(body, `"resultType":"task"`) || !strings.Contains(body, `"taskId":"t1"`) || strings.Contains(body, "audit-id") ||
 			(c.want != "" && !strings.Contains(body, c.want)) || (c.want == "" && strings.Contains(body, "_meta")) {
 			t.Errorf("%s\n-> %s, want a CreateTaskResult with %q", c.sdk, body, c.want)
+		}
+	}
+}
+
+// refusingTasks is a task store whose Put fails (a Redis fault, or the
+// memory store at its most).
+type refusingTasks struct{ store.Tasks }
+
+func (refusingTasks) Put(context.Context, store.Task, time.Duration) error {
+	return store.ErrUnavailable
+}
+
+// TestTaskNotStoredWaitsOn: a call that would become a task whose task
+// the store refuses waits on as a synchronous call: a plan that answers
+// within the door's timeout is its ordinary result, one that does not
+// is call-timeout, after the whole timeout, with retry_after_seconds
+// counted from it (before, the call answered call-timeout at task_after,
+// naming the door's timeout, its retry_after counted from that).
+func TestTaskNotStoredWaitsOn(t *testing.T) {
+	var delay atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Duration(delay.Load()))
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"x","name":"n","price":1}`))
+	}))
+	t.Cleanup(up.Close)
+	e := testEngineSet(t, zap.NewNop(), up.URL, func(s store.Set) store.Set {
+		s.Tasks = refusingTasks{s.Tasks}
+		return s
+	}, func(c *engine.Config) { c.CompositionTimeout = engine.Duration(10 * time.Second) })
+	cfg := &Config{TaskAfter: engine.Duration(100 * time.Millisecond), Timeout: engine.Duration(1500 * time.Millisecond)}
+	ec := &engine.Config{}
+	ec.CompositionTimeout = engine.Duration(10 * time.Second) // the handler's, as the engine's
+	ec.SetDefaults()
+	cfg.SetDefaults(ec)
+	d, err := New(e, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(item string) (*httptest.ResponseRecorder, time.Duration) {
+		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow-one","arguments":{"item_id":"` + item + `","path":"/slow-one/` + item + `"},` +
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"` + TasksExtension + `":{}}}}}}`
+		start := time.Now()
+		w := serveCase(d, fastCase{body: body, hdr: map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tools/call"}, "Mcp-Name": {"slow-one"},
+			"Authority-Scope": {"bench:read, rcns:negotiate"}}})
+		return w, time.Since(start)
+	}
+	delay.Store(int64(400 * time.Millisecond)) // past task_after, within the timeout
+	if w, took := call("a"); took < 400*time.Millisecond || !strings.Contains(w.Body.String(), `"outcome":"succeeded"`) || strings.Contains(w.Body.String(), `"resultType":"task"`) {
+		t.Errorf("a plan answering within the timeout, its task refused: after %s %d %s, want its result", took, w.Code, w.Body)
+	}
+	delay.Store(int64(2500 * time.Millisecond)) // past the timeout
+	w, took := call("b")
+	if took < 1500*time.Millisecond || !strings.Contains(w.Body.String(), `"code":"call-timeout"`) ||
+		!strings.Contains(w.Body.String(), `did not finish within 1.5s`) || !strings.Contains(w.Body.String(), `"retry_after_seconds":9`) {
+		t.Errorf("a plan outliving the timeout, its task refused: after %s %d %s, want call-timeout after 1.5s, retry_after_seconds 9", took, w.Code, w.Body)
+	}
+}
+
+// failingGet is a task store whose Get fails with err.
+type failingGet struct {
+	store.Tasks
+	err error
+}
+
+func (f failingGet) Get(context.Context, string) (store.Task, bool, error) {
+	return store.Task{}, false, f.err
+}
+
+// TestTasksGetErrors: a task store that does not answer is
+// store-unavailable (retry); one that answers with a record that does
+// not decode (Redis: a value this door did not write) is
+// task-record-invalid, which no retry mends.
+func TestTasksGetErrors(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("%w: task: i/o timeout", store.ErrUnavailable), "store-unavailable: the task store did not answer; retry"},
+		{errors.New(`redisstore: task x: invalid character 'o' in literal null (expecting 'u')`), "task-record-invalid"},
+	} {
+		e := testEngineSet(t, zap.NewNop(), "http://127.0.0.1:9", func(s store.Set) store.Set {
+			s.Tasks = failingGet{s.Tasks, c.err}
+			return s
+		})
+		d := newTestDoor(t, e, nil)
+		body := `{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"taskId":"x","_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"` + TasksExtension + `":{}}}}}}`
+		if w := serveCase(d, fastCase{body: body}); !strings.Contains(w.Body.String(), `"code":-32603`) || !strings.Contains(w.Body.String(), c.want) {
+			t.Errorf("Get failing with %v: %d %s, want -32603 %s", c.err, w.Code, w.Body, c.want)
 		}
 	}
 }
