@@ -236,8 +236,9 @@ func TestMCPHeaderAndInitializeRules(t *testing.T) {
 // gets the SDK's own refusal, byte for byte the one a sound tools/list
 // gets, whatever the message: a tasks method (the door's, once answered
 // before the SDK read the request: 200 for a text/plain body or an
-// unsupported version), or one the door's envelope rules or
-// initializeFault refuse (once -32600 where the SDK says 415). A
+// unsupported version), or one the door's envelope rules,
+// initializeFault, depth or batch limits refuse (once -32600, 400
+// invalid-json or batch-too-large where the SDK says 415). A
 // transport the SDK accepts leaves each to its own answer. The table's
 // statuses are the SDK's (v1.8.0).
 func TestTransportRulesFirst(t *testing.T) {
@@ -255,6 +256,8 @@ func TestTransportRulesFirst(t *testing.T) {
 		{"tools/call params null", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":null}`, 400, `"code":-32600`},
 		{"member twice", `{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list"}`, 400, `"code":-32600`},
 		{"initialize bad params", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5}}`, 200, `"code":-32602`},
+		{"too deep", strings.Repeat("[", MaxMCPJSONDepth+1) + strings.Repeat("]", MaxMCPJSONDepth+1), 400, `"reason":"invalid-json"`},
+		{"batch too large", "[" + strings.TrimSuffix(strings.Repeat(`{"jsonrpc":"2.0","id":1,"method":"tools/list"},`, DefaultMCPMaxBatch+1), ",") + "]", 400, `"reason":"batch-too-large"`},
 	}
 	h := func(kv ...string) map[string][]string {
 		m := map[string][]string{}

@@ -308,16 +308,23 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 		}
 		return sum
 	}
-	if over, at := agtp.DeeperThan(body, d.cfg.MaxJSONDepth); over {
-		return d.refuseAs(w, r, rq, agtp.InvalidJSON.WithFields(fmt.Sprintf("the MCP message nests deeper than %d levels (at byte %d)", d.cfg.MaxJSONDepth, at),
-			map[string]any{"limit_depth": d.cfg.MaxJSONDepth}), body, true)
-	}
-	if e := d.stepUp(rq, body); e != nil {
-		return d.refuseAs(w, r, rq, e, body, true)
-	}
-	if n := batchLen(body); n > d.cfg.MaxBatch {
-		return d.refuseAs(w, r, rq, agtp.BatchTooLarge.WithFields(fmt.Sprintf("the JSON-RPC batch holds %d messages; the limit is %d (send fewer per request, or one message each)", n, d.cfg.MaxBatch),
-			map[string]any{"limit_messages": d.cfg.MaxBatch}), body, true)
+	// What judges the message (its depth, the scope challenge of its
+	// call, its batch's size, the envelope rules) waits for the SDK's
+	// transport checks: a request the SDK refuses at the transport (405,
+	// 415, 400) it refuses whatever its body holds, reading none of it.
+	sdkReads := sdkTransportOK(r)
+	if sdkReads {
+		if over, at := agtp.DeeperThan(body, d.cfg.MaxJSONDepth); over {
+			return d.refuseAs(w, r, rq, agtp.InvalidJSON.WithFields(fmt.Sprintf("the MCP message nests deeper than %d levels (at byte %d)", d.cfg.MaxJSONDepth, at),
+				map[string]any{"limit_depth": d.cfg.MaxJSONDepth}), body, true)
+		}
+		if e := d.stepUp(rq, body); e != nil {
+			return d.refuseAs(w, r, rq, e, body, true)
+		}
+		if n := batchLen(body); n > d.cfg.MaxBatch {
+			return d.refuseAs(w, r, rq, agtp.BatchTooLarge.WithFields(fmt.Sprintf("the JSON-RPC batch holds %d messages; the limit is %d (send fewer per request, or one message each)", n, d.cfg.MaxBatch),
+				map[string]any{"limit_messages": d.cfg.MaxBatch}), body, true)
+		}
 	}
 	// Who the gateway took the caller to be, as on the other doors'
 	// answers to an identified agent (spec §4; cases/02).
@@ -339,7 +346,7 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 	if d.fastCall(w, r, rq, body) { // fastpath.go: one plain Tier B tools/call
 		return rq.summary()
 	}
-	if len(body) > 0 && sdkTransportOK(r) {
+	if len(body) > 0 && sdkReads {
 		// What the fast path declined meets the envelope rules before
 		// anything else reads it (envelope.go); a request the SDK
 		// refuses at the transport (415, 405, 400) it refuses first, as
