@@ -5,6 +5,7 @@ import (
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/upstreamauth"
 	"github.com/caddy-rcns/caddy-rcns/policy"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 	"go.uber.org/zap"
@@ -45,6 +46,18 @@ func (h *Engine) Refuse(r *agtp.Request, e *agtp.Error, how Refusal) *agtp.Respo
 	}
 	x.fail(e)
 	return h.finish(x, start)
+}
+
+// CallBound is the longest a Tier B call of ep runs once started: its
+// upstream credential's resolution (a token exchange's own timeout,
+// upstreamauth.Waiting; none for the others) and then the endpoint's
+// call timeout.
+func (h *Engine) CallBound(ep *recipes.Endpoint) time.Duration {
+	bound := ep.Timeout()
+	if w, ok := h.credPolicies[ep.UpstreamName()].(upstreamauth.Waiting); ok {
+		bound += w.MaxWait()
+	}
+	return bound
 }
 
 // AgentRegistry is the agent registry (the agents documents): a door resolves

@@ -207,3 +207,25 @@ func TestCompositionTimeoutBoundsTokenExchange(t *testing.T) {
 		t.Fatalf("a Tier B call behind the same slow exchange: %s (upstream called %d times)", a, ran.Load())
 	}
 }
+
+// TestCallBound: a Tier B call's bound is its endpoint's call timeout,
+// plus, behind credentials token_exchange, the exchange's own timeout
+// (the MCP door's call-timeout retry_after_seconds counts from it).
+func TestCallBound(t *testing.T) {
+	plain := newTestEngine(t)
+	ep, _, ok := plain.set.Route("FETCH", "/items/1")
+	if !ok {
+		t.Fatal("no FETCH /items/1 in the bench documents")
+	}
+	if got := plain.CallBound(ep); got != ep.Timeout() || got <= 0 {
+		t.Errorf("static credentials: %s, want the endpoint's timeout %s", got, ep.Timeout())
+	}
+	exch := newTestEngine(t, func(c *Config) {
+		c.Upstreams = map[string]*UpstreamConfig{"bench": {URL: "http://127.0.0.1:9", Credentials: &CredentialsConfig{Policy: CredentialsTokenExchange,
+			TokenExchange: &TokenExchangeCredentials{TokenEndpoint: "http://127.0.0.1:9/token", ClientID: "rcns-gateway", ClientSecret: "s", Timeout: Duration(7 * time.Second)}}}}
+	})
+	ep, _, _ = exch.set.Route("FETCH", "/items/1")
+	if got := exch.CallBound(ep); got != ep.Timeout()+7*time.Second {
+		t.Errorf("token_exchange with timeout 7s: %s, want %s", got, ep.Timeout()+7*time.Second)
+	}
+}

@@ -406,13 +406,18 @@ func (d *Door) timedOut(t *mcpTool, keyed bool, req *mcp.CallToolRequest) *mcp.C
 
 // retryAfterTimeout is a timed-out call's retry_after_seconds: the
 // whole seconds, at least 1, until the work it left running here has
-// surely ended: the tool's own bound (a Tier B endpoint's call timeout,
-// else composition_timeout, which bounds a recipe's plan) less the
-// door's timeout the call already waited.
+// ended at the latest: the tool's own bound less the door's timeout the
+// call already waited. A Tier B call's bound is its credential's
+// resolution and its endpoint's call timeout (engine.CallBound); a
+// recipe's is composition_timeout, which bounds its plan, a token
+// exchange included; a listing runs no upstream call (1).
 func (d *Door) retryAfterTimeout(t *mcpTool) int {
-	bound := d.cfg.compositionTimeout
-	if t.kind == mcpTierB && t.ep != nil {
-		bound = t.ep.Timeout()
+	var bound time.Duration
+	switch {
+	case t.kind == mcpTierB && t.ep != nil:
+		bound = d.e.CallBound(t.ep)
+	case t.kind == mcpRecipe:
+		bound = d.cfg.compositionTimeout
 	}
 	left := bound - d.timeout()
 	return max(1, int((left+time.Second-1)/time.Second))

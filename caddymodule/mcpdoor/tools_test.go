@@ -372,7 +372,8 @@ func TestBatchLen(t *testing.T) {
 
 // TestRetryAfterTimeout: a timed-out recipe call's retry_after_seconds
 // is composition_timeout less the door's timeout, rounded up; at least
-// 1 when the door waits as long or longer (the default timeout).
+// 1 when the door waits as long or longer (the default timeout); a
+// listing's is 1 (a Tier B call's: TestMCPFailures, engine.TestCallBound).
 func TestRetryAfterTimeout(t *testing.T) {
 	for _, c := range []struct {
 		composition, timeout time.Duration
@@ -386,6 +387,9 @@ func TestRetryAfterTimeout(t *testing.T) {
 		d := &Door{cfg: &Config{Timeout: engine.Duration(c.timeout), compositionTimeout: c.composition}}
 		if got := d.retryAfterTimeout(&mcpTool{kind: mcpRecipe}); got != c.want {
 			t.Errorf("composition %s, timeout %s: %d, want %d", c.composition, c.timeout, got, c.want)
+		}
+		if got := d.retryAfterTimeout(&mcpTool{kind: mcpContracts}); got != 1 {
+			t.Errorf("a listing (no upstream call), timeout %s: %d, want 1", c.timeout, got)
 		}
 	}
 }

@@ -224,6 +224,11 @@ func NewTokenExchange(cfg TokenExchangeConfig) (*TokenExchange, error) {
 	return &TokenExchange{cfg: cfg, client: client, cache: closecache.New(cache), now: time.Now, endpoint: cfg.TokenEndpoint}, nil
 }
 
+// MaxWait is the longest a Resolve waits for its exchange (Waiting):
+// the policy's Timeout, which bounds the metadata fetch and the token
+// request together, also for a caller that joins one under way.
+func (x *TokenExchange) MaxWait() time.Duration { return x.cfg.Timeout }
+
 // Close releases the cache of exchanged tokens: detached at once (a
 // call from then on exchanges afresh), closed a moment later
 // (closecache), so that a call of the old configuration still running

@@ -78,6 +78,14 @@ type Policy interface {
 	Resolve(ctx context.Context, c Caller, scopes []string) (Credential, *Refusal)
 }
 
+// Waiting is a Policy whose Resolve may wait on a server (a token
+// exchange at an authorization server): MaxWait is the longest one
+// Resolve waits before it answers, a credential or a refusal. A Policy
+// that does not implement it answers without waiting on anything.
+type Waiting interface {
+	MaxWait() time.Duration
+}
+
 // Refusal is a credential that cannot be had: it names the upstream,
 // never the secret. The engine answers it in the spec's error body
 // (§19) with Status and Reason, naming the step.
