@@ -173,6 +173,9 @@ fi
 PIDS=()
 cleanup() {
 	local pid
+	# A second INT or TERM while cleaning up (make passes its group's
+	# TERM on) must not end the script before the work folder is gone.
+	trap '' INT TERM
 	for pid in "${PIDS[@]}"; do
 		kill "$pid" 2>/dev/null || true
 	done
