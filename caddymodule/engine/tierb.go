@@ -30,7 +30,7 @@ func (h *Engine) invokeEndpoint(x *exchange, req *request, ep *recipes.Endpoint,
 	// The Idempotency-Key first (spec §11.2 order): a key reused for
 	// another request is that, whatever its input; a claim that ends in
 	// a refusal below is released, not stored.
-	if !h.claim(x, req, h.leaseFor(ep.Timeout())) {
+	if !h.claim(x, req, h.leaseFor(h.CallBound(ep))) { // a token exchange's wait included
 		return
 	}
 	in, e := x.input(req, params, ep)

@@ -233,8 +233,9 @@ func TestMCPHeaderAndInitializeRules(t *testing.T) {
 
 // TestTransportRulesFirst: a message sent with a transport the go-sdk
 // refuses (HTTP method, MCP-Protocol-Version, Content-Type, Accept)
-// gets the SDK's own refusal, byte for byte the one a sound tools/list
-// gets, whatever the message: a tasks method (the door's, once answered
+// gets the SDK's own refusal (or the door's, for a header field sent
+// twice or a charset other than UTF-8), byte for byte the one a sound
+// tools/list gets, whatever the message: a tasks method (the door's, once answered
 // before the SDK read the request: 200 for a text/plain body or an
 // unsupported version), or one the door's envelope rules,
 // initializeFault, depth or batch limits refuse (once -32600, 400
@@ -287,6 +288,9 @@ func TestTransportRulesFirst(t *testing.T) {
 		{name: "version 2024-10-01", hdr: h("Mcp-Protocol-Version", "2024-10-01"), status: 400},
 		{name: "no version", hdr: h("Mcp-Protocol-Version", ""), status: 200},
 		{name: "version 2025-06-18", hdr: h("Mcp-Protocol-Version", "2025-06-18"), status: 200},
+		{name: "charset latin1", hdr: h("Content-Type", "application/json; charset=latin1"), status: 415}, // the door's own header rules (headerFault)
+		{name: "Content-Type twice", hdr: h("Content-Type", "application/json", "Content-Type", "application/json"), status: 415},
+		{name: "version twice", hdr: h("Mcp-Protocol-Version", "2025-03-26", "Mcp-Protocol-Version", "2025-03-26"), status: 400},
 		{name: "GET", method: http.MethodGet, status: 405},
 		{name: "PUT", method: http.MethodPut, status: 405},
 		{name: "DELETE", method: http.MethodDelete, status: 405},

@@ -308,6 +308,23 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 		}
 		return sum
 	}
+	// Who the gateway took the caller to be, as on the other doors'
+	// answers to an identified agent (spec §4; cases/02).
+	// Written into the map, not with Set, which would respell them
+	// "Owner-Id" (the AGTP spelling is the wire's; wire.Spelling).
+	hd := w.Header()
+	if owner := cmp.Or(rq.ident.OwnerID, rq.agent.OwnerID); owner != "" {
+		hd["Owner-ID"] = []string{owner}
+	}
+	hd["Agent-ID"] = []string{rq.agent.ID} // as the other doors echo it; under identity oauth the token named it
+	hd["Trust-Tier"] = []string{strconv.Itoa(int(rq.agent.TrustTier))}
+	hd["Verification-Path"] = []string{engine.VerificationPath(rq.ident.VerificationPath)}
+	if r.Method == http.MethodPost {
+		if msg, status := headerFault(r.Header); msg != "" { // envelope.go
+			http.Error(w, msg, status)
+			return Summary{}
+		}
+	}
 	// What judges the message (its depth, the scope challenge of its
 	// call, its batch's size, the envelope rules) waits for the SDK's
 	// transport checks: a request the SDK refuses at the transport (405,
@@ -324,23 +341,6 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 		if n := batchLen(body); n > d.cfg.MaxBatch {
 			return d.refuseAs(w, r, rq, agtp.BatchTooLarge.WithFields(fmt.Sprintf("the JSON-RPC batch holds %d messages; the limit is %d (send fewer per request, or one message each)", n, d.cfg.MaxBatch),
 				map[string]any{"limit_messages": d.cfg.MaxBatch}), body, true)
-		}
-	}
-	// Who the gateway took the caller to be, as on the other doors'
-	// answers to an identified agent (spec §4; cases/02).
-	// Written into the map, not with Set, which would respell them
-	// "Owner-Id" (the AGTP spelling is the wire's; wire.Spelling).
-	hd := w.Header()
-	if owner := cmp.Or(rq.ident.OwnerID, rq.agent.OwnerID); owner != "" {
-		hd["Owner-ID"] = []string{owner}
-	}
-	hd["Agent-ID"] = []string{rq.agent.ID} // as the other doors echo it; under identity oauth the token named it
-	hd["Trust-Tier"] = []string{strconv.Itoa(int(rq.agent.TrustTier))}
-	hd["Verification-Path"] = []string{engine.VerificationPath(rq.ident.VerificationPath)}
-	if r.Method == http.MethodPost {
-		if msg, status := headerFault(r.Header); msg != "" { // envelope.go
-			http.Error(w, msg, status)
-			return Summary{}
 		}
 	}
 	if d.fastCall(w, r, rq, body) { // fastpath.go: one plain Tier B tools/call

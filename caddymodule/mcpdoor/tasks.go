@@ -136,6 +136,7 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 		}()
 		done <- d.e.Serve(in.Context, in)
 	})
+	start := time.Now()
 	timer := time.NewTimer(time.Duration(d.cfg.TaskAfter))
 	defer timer.Stop()
 	select {
@@ -152,7 +153,7 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 		// as a synchronous one, up to the door's timeout, then answers
 		// as one that outlived it.
 		d.e.Logger().Warn("an MCP task could not be stored; the call waits for its answer as a synchronous one", zap.Error(err))
-		timer.Reset(d.timeout() - time.Duration(d.cfg.TaskAfter))
+		timer.Reset(d.timeout() - time.Since(start)) // the refused Put's own wait counted
 		select {
 		case resp := <-done:
 			return resp, nil
