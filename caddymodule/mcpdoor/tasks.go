@@ -477,7 +477,9 @@ func (d *Door) serveTasks(ctx context.Context, method string, p *tasksParams) (*
 	if err != nil && !errors.Is(err, store.ErrUnavailable) {
 		// The store answered with a record that does not decode: a
 		// record this door did not write; a retry reads the same.
-		d.e.Logger().Error("an MCP task's stored record cannot be read", zap.String("task_id", id), zap.Error(err))
+		if l := d.e.AgentLog(rq.agent.ID, "task-record-invalid"); l != nil { // a client polls: within the log budget
+			l.Error("an MCP task's stored record cannot be read", zap.String("task_id", id), zap.Error(err))
+		}
 		return nil, tasksError(rq, "task-record-invalid", codeInternal, "task-record-invalid: the task's stored record cannot be read", nil)
 	}
 	if err != nil {
@@ -502,7 +504,9 @@ func (d *Door) serveTasks(ctx context.Context, method string, p *tasksParams) (*
 		if err != nil {
 			// A stored result, error or step list that is not JSON: a
 			// record this door did not write.
-			d.e.Logger().Error("an MCP task's stored record cannot be encoded", zap.String("task_id", rec.ID), zap.Error(err))
+			if l := d.e.AgentLog(rq.agent.ID, "task-record-invalid"); l != nil {
+				l.Error("an MCP task's stored record cannot be encoded", zap.String("task_id", rec.ID), zap.Error(err))
+			}
 			return nil, tasksError(rq, "task-record-invalid", codeInternal, "task-record-invalid: the task's stored record cannot be read", nil)
 		}
 		return res, nil
