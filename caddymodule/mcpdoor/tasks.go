@@ -371,37 +371,39 @@ func (p *tasksParams) taskID() (string, bool) {
 	return id, true
 }
 
-// tasksResult is a tasks method's result: its members, encoded once by
-// newTasksResult (so that a record that cannot be encoded is an error
-// answer, not a response the SDK fails to write), and the _meta the SDK
-// adds to every result (at 2026-07-28, serverInfo) merged into theirs.
+// tasksResult is a tasks method's result: its members, with the _meta
+// the SDK adds to every result (at 2026-07-28, serverInfo) merged into
+// theirs when it is encoded. Its members always encode: the only ones
+// that could fail, a task's stored JSON, are checked first (validJSON).
 type tasksResult struct {
 	mcp.ResultBase
 	members map[string]any
-	raw     []byte
-}
-
-// newTasksResult encodes members as a tasks method's result.
-func newTasksResult(members map[string]any) (*tasksResult, error) {
-	raw, err := json.Marshal(members)
-	if err != nil {
-		return nil, err
-	}
-	return &tasksResult{members: members, raw: raw}, nil
 }
 
 // MarshalJSON writes the result's members, with the SDK's _meta keys
 // added to the members' own _meta (theirs win).
 func (r *tasksResult) MarshalJSON() ([]byte, error) {
-	if len(r.Meta) == 0 {
-		return r.raw, nil
+	out := r.members
+	if len(r.Meta) > 0 {
+		out = maps.Clone(r.members)
+		own, _ := out["_meta"].(map[string]any)
+		meta := maps.Clone(r.Meta)
+		maps.Copy(meta, own)
+		out["_meta"] = meta
 	}
-	out := maps.Clone(r.members)
-	own, _ := out["_meta"].(map[string]any)
-	meta := maps.Clone(r.Meta)
-	maps.Copy(meta, own)
-	out["_meta"] = meta
 	return json.Marshal(out)
+}
+
+// validJSON reports whether each non-empty raw is JSON: a task's stored
+// result, error and steps, which tasks/get writes as they are (the SDK
+// writes no answer at all for a result that does not encode).
+func validJSON(raws ...[]byte) bool {
+	for _, raw := range raws {
+		if len(raw) > 0 && !json.Valid(raw) {
+			return false
+		}
+	}
+	return true
 }
 
 // tasksMethods are the extension's methods the door serves; the
@@ -495,21 +497,20 @@ func (d *Door) serveTasks(ctx context.Context, method string, p *tasksParams) (*
 				return nil, tasksError(rq, agtp.StoreUnavailable.Token, codeInternal, "store-unavailable: the cancel request was not stored; retry", nil)
 			}
 		}
-		return newTasksResult(map[string]any{"resultType": "complete"})
+		return &tasksResult{members: map[string]any{"resultType": "complete"}}, nil
 	case "tasks/update":
 		// The door's tasks never ask for input: responses are ignored.
-		return newTasksResult(map[string]any{"resultType": "complete"})
+		return &tasksResult{members: map[string]any{"resultType": "complete"}}, nil
 	default:
-		res, err := newTasksResult(detailedTask(rec, time.Now()))
-		if err != nil {
+		if !validJSON(rec.Result, rec.Error, rec.Steps) {
 			// A stored result, error or step list that is not JSON: a
 			// record this door did not write.
 			if l := d.e.AgentLog(rq.agent.ID, "task-record-invalid"); l != nil {
-				l.Error("an MCP task's stored record cannot be encoded", zap.String("task_id", rec.ID), zap.Error(err))
+				l.Error("an MCP task's stored record cannot be encoded: its result, error or steps are not JSON", zap.String("task_id", rec.ID))
 			}
 			return nil, tasksError(rq, "task-record-invalid", codeInternal, "task-record-invalid: the task's stored record cannot be read", nil)
 		}
-		return res, nil
+		return &tasksResult{members: detailedTask(rec, time.Now())}, nil
 	}
 }
 
