@@ -441,6 +441,9 @@ func sdkTransportOK(r *http.Request) bool {
 			return false
 		}
 	}
+	if a := r.Header["Accept"]; len(a) == 1 && fastAccept[a[0]] {
+		return true // what every SDK client sends: no parse on the fast path's way
+	}
 	var jsonOK, streamOK bool
 	for _, value := range r.Header.Values("Accept") {
 		for token := range strings.SplitSeq(value, ",") {
