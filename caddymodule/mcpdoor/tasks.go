@@ -78,11 +78,13 @@ const (
 
 // tasksDeclared reports whether a request's _meta declares the tasks
 // extension among the client's capabilities (SEP-2575 per-request
-// clientCapabilities).
+// clientCapabilities): its value an object (its settings), as a
+// capability is declared; false, null or any other value declares
+// nothing.
 func tasksDeclared(meta map[string]any) bool {
 	caps, _ := meta[mcp.MetaKeyClientCapabilities].(map[string]any)
 	ext, _ := caps["extensions"].(map[string]any)
-	_, ok := ext[TasksExtension]
+	_, ok := ext[TasksExtension].(map[string]any)
 	return ok
 }
 
