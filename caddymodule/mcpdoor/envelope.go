@@ -461,6 +461,17 @@ func sdkTransportOK(r *http.Request) bool {
 	return jsonOK && streamOK
 }
 
+// sdkBatches reports whether the go-sdk (v1.8.0, servePOST) reads a
+// JSON-RPC batch sent with r's MCP-Protocol-Version: one before
+// 2025-06-18, or none (which it takes for 2025-03-26). From 2025-06-18
+// on it refuses every batch, 400 "JSON-RPC batching is not supported",
+// before reading a message of it. TestTransportRulesFirst holds the two
+// to the same answers.
+func sdkBatches(r *http.Request) bool {
+	v := r.Header.Get("Mcp-Protocol-Version")
+	return v == "" || v < "2025-06-18"
+}
+
 // headerFault is the refusal of a POST whose singleton header fields
 // the SDK would read loosely (it reads the first of several): an
 // MCP-Protocol-Version or a Content-Type sent more than once (RFC 9110

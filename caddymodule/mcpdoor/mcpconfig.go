@@ -74,7 +74,7 @@ type Config struct {
 	// upstream calls): a larger batch is refused with 400
 	// batch-too-large before any of it runs. 1 to 1000. Default 16.
 	// Clients of revision 2025-06-18 and later cannot send batches (the
-	// SDK refuses them).
+	// SDK refuses them, 400, before this limit is checked).
 	MaxBatch int `json:"max_batch,omitempty"`
 
 	// Timeout bounds how long one tool call waits for its answer; past
