@@ -27,7 +27,8 @@ const agtpPort = "4480"
 const maxAnswerBytes = wire.DefaultMaxResponseBody
 
 // newSignedAGTPRequest builds the AGTP/1.0 request METHOD u with body
-// (JSON, may be nil): target u's path and query, Host u's host[:port]
+// (JSON, may be nil; sent as application/json unless setHeaders set a
+// Content-Type: -H): target u's path and query, Host u's host[:port]
 // as written, the fields setHeaders adds, and signed as an HTTP request
 // is (sign) over the components wire.Request.HTTPRequest derives, so
 // @authority is the Host header and @path and @query come from the
@@ -43,7 +44,9 @@ func newSignedAGTPRequest(key crypto.Signer, method string, u *url.URL, body []b
 	req.Header.Set("Host", u.Host)
 	setHeaders(req.Header)
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		if req.Header.Get("Content-Type") == "" { // a -H Content-Type is sent as given
+			req.Header.Set("Content-Type", "application/json")
+		}
 		httpsig.SetContentDigest(req.Header, body)
 	}
 	if key == nil {

@@ -376,7 +376,7 @@ func callFlags(fs *flag.FlagSet) *callOpts {
 	o.certFile = fs.String("cert", "", "client certificate chain (PEM) presented to https:// and agtps:// servers (mTLS); needs -cert-key")
 	o.certKey = fs.String("cert-key", "", "private key (PEM) of -cert")
 	o.plaintext = fs.Bool("insecure-plaintext", false, "allow agtp:// (plain text) to a host that is not loopback")
-	fs.Var(&o.headers, "H", "extra header 'Name: value' (repeatable; not covered unless a default component)")
+	fs.Var(&o.headers, "H", "extra header 'Name: value' (repeatable; not covered unless a default component; a Content-Type replaces the application/json sent with a body)")
 	return o
 }
 
@@ -486,7 +486,8 @@ func refuseEmpty(fs *flag.FlagSet, names ...string) error {
 	return err
 }
 
-// newSignedRequest builds METHOD target with body (JSON, may be nil),
+// newSignedRequest builds METHOD target with body (JSON, may be nil;
+// sent as application/json unless setHeaders set a Content-Type: -H),
 // lets setHeaders add fields, and signs it under sig1 at now with
 // DefaultComponents, expires now+60s and a random nonce; with a nil key
 // it is sent unsigned (a Content-Digest is still set for a body).
@@ -504,7 +505,9 @@ func newSignedRequest(ctx context.Context, key crypto.Signer, method, target str
 	}
 	setHeaders(req.Header)
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		if req.Header.Get("Content-Type") == "" { // a -H Content-Type is sent as given
+			req.Header.Set("Content-Type", "application/json")
+		}
 		httpsig.SetContentDigest(req.Header, body)
 	}
 	if key == nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/sha256"
@@ -392,6 +393,38 @@ func TestKeyCommand(t *testing.T) {
 	} {
 		if code, _, _ := runCLI(bad...); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (usage)", bad, code)
+		}
+	}
+}
+
+// TestContentTypeFromFlag: a body goes as application/json unless -H
+// named a Content-Type, which is then sent as given, on both doors.
+func TestContentTypeFromFlag(t *testing.T) {
+	body := []byte(`{"q":"tea"}`)
+	u, err := url.Parse("agtp://127.0.0.1:4480/catalog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, given := range []string{"", "text/plain"} {
+		set := func(h http.Header) {
+			if given != "" {
+				h.Set("Content-Type", given)
+			}
+		}
+		want := cmp.Or(given, "application/json")
+		hr, err := newSignedRequest(context.Background(), nil, "SEARCH", "http://127.0.0.1:8080/catalog", body, set, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ar, err := newSignedAGTPRequest(nil, "SEARCH", u, body, set, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := hr.Header.Values("Content-Type"); len(got) != 1 || got[0] != want {
+			t.Errorf("-H Content-Type %q: HTTP request sent %q, want %q", given, got, want)
+		}
+		if got := ar.Header.Values("Content-Type"); len(got) != 1 || got[0] != want {
+			t.Errorf("-H Content-Type %q: AGTP request sent %q, want %q", given, got, want)
 		}
 	}
 }
