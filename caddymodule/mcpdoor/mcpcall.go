@@ -417,7 +417,7 @@ func (d *Door) retryAfterTimeout(t *mcpTool) int {
 	case t.kind == mcpTierB && t.ep != nil:
 		bound = d.e.CallBound(t.ep)
 	case t.kind == mcpRecipe:
-		bound = d.cfg.compositionTimeout
+		bound = time.Duration(d.e.CompositionTimeout)
 	}
 	left := bound - d.timeout()
 	return max(1, int((left+time.Second-1)/time.Second))

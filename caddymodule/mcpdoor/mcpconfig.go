@@ -86,11 +86,6 @@ type Config struct {
 	// call-timeout saying it goes on.
 	Timeout engine.Duration `json:"timeout,omitempty"`
 
-	// compositionTimeout is the handler's composition_timeout (set by
-	// SetDefaults): how long a recipe tool's timed-out call may still
-	// run (Door.retryAfterTimeout).
-	compositionTimeout time.Duration
-
 	// TaskAfter is the synchronous budget of a recipe tool's call from
 	// a client that declared the io.modelcontextprotocol/tasks extension
 	// (MCP 2026-07-28, docs/agent-guide-mcp.md "Tasks"): a call not
@@ -193,7 +188,6 @@ func (m *Config) SetDefaults(h *engine.Config) {
 	if m.Timeout == 0 {
 		m.Timeout = h.CompositionTimeout + engine.Duration(TimeoutGrace)
 	}
-	m.compositionTimeout = time.Duration(h.CompositionTimeout)
 	if m.PageSize == 0 {
 		m.PageSize = DefaultMCPPageSize
 	}

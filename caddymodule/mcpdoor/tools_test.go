@@ -384,7 +384,9 @@ func TestRetryAfterTimeout(t *testing.T) {
 		{60 * time.Second, 62 * time.Second, 1},
 		{60 * time.Second, 60 * time.Second, 1},
 	} {
-		d := &Door{cfg: &Config{Timeout: engine.Duration(c.timeout), compositionTimeout: c.composition}}
+		ec := &engine.Config{}
+		ec.CompositionTimeout = engine.Duration(c.composition)
+		d := &Door{cfg: &Config{Timeout: engine.Duration(c.timeout)}, e: &engine.Engine{Config: ec}}
 		if got := d.retryAfterTimeout(&mcpTool{kind: mcpRecipe}); got != c.want {
 			t.Errorf("composition %s, timeout %s: %d, want %d", c.composition, c.timeout, got, c.want)
 		}
