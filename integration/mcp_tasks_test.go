@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -262,6 +263,14 @@ func TestMCPTaskCancelAcrossNodes(t *testing.T) {
 // returns them and the recipe's tool name.
 func startTaskWorld(t *testing.T) (*slowUpstream, *clusterWorld, *mcp.ClientSession, *rawTransport, string) {
 	t.Helper()
+	_, topo := startSingleRedis(t)
+	return startTaskWorldAt(t, topo.block(), "")
+}
+
+// startTaskWorldAt is startTaskWorld with the nodes' store block and
+// more lines in their mcp block.
+func startTaskWorldAt(t *testing.T, store, mcpLines string) (*slowUpstream, *clusterWorld, *mcp.ClientSession, *rawTransport, string) {
+	t.Helper()
 	up := startSlowUpstream(t)
 	dir := t.TempDir()
 	var docs []string
@@ -269,9 +278,8 @@ func startTaskWorld(t *testing.T) (*slowUpstream, *clusterWorld, *mcp.ClientSess
 		docs = append(docs, writeDoc(t, dir, "fetch-slow-"+s+".yaml", fmt.Sprintf(slowStepDoc, s)))
 	}
 	recipe := writeDoc(t, dir, "slow-three.yaml", slowRecipeDoc)
-	_, topo := startSingleRedis(t)
-	w := startClusterWorld(t, topo.block(), clusterOpts{Extra: fmt.Sprintf("\t\tupstream slow %s\n\t\tendpoints %s\n\t\trecipes %s\n\t\tmcp {\n\t\t\ttask_after 200ms\n\t\t}\n",
-		up.URL, strings.Join(docs, " "), recipe)})
+	w := startClusterWorld(t, store, clusterOpts{Extra: fmt.Sprintf("\t\tupstream slow %s\n\t\tendpoints %s\n\t\trecipes %s\n\t\tmcp {\n\t\t\ttask_after 200ms\n%s\t\t}\n",
+		up.URL, strings.Join(docs, " "), recipe, mcpLines)})
 
 	tr := &rawTransport{Transport: &mcp.StreamableClientTransport{Endpoint: w.A.URL + "/mcp",
 		HTTPClient: &http.Client{Transport: &mcpTransport{hdr: map[string]string{"Agent-ID": agentA1, "Authority-Scope": scopeAll}, base: http.DefaultTransport}, Timeout: requestTimeout}}}
@@ -390,5 +398,64 @@ func TestMCPTaskGracefulStop(t *testing.T) {
 	}
 	if p := up.paths(); len(p) == 0 || p[0] != "/one" || len(p) != len(slices.Compact(slices.Clone(p))) {
 		t.Errorf("the upstream saw %v, want each step once, /one first", p)
+	}
+}
+
+// TestMCPTaskStoreStalled: Redis stops answering (a proxy holds its
+// bytes both ways) once a task-declaring call's plan has begun, so the
+// task cannot be stored at task_after (its write fails at the read
+// timeout, 500 ms). The call waits on as a synchronous call and answers
+// its result within the door's timeout, not a task no node could read
+// and not call-timeout at task_after; every step ran once. Once Redis
+// answers again nothing is stuck: the same call answers, its steps run
+// once more, and the other node reads the task store.
+func TestMCPTaskStoreStalled(t *testing.T) {
+	srv, _ := startSingleRedis(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	up, w, s, tr, tool := startTaskWorldAt(t, storeBlock("address "+proxy.Addr(), ""), "\t\t\ttimeout 6s\n")
+	type result struct {
+		res  *mcp.CallToolResult
+		err  error
+		took time.Duration
+	}
+	call := func() result {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		defer cancel()
+		start := time.Now()
+		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": "x"}})
+		return result{res, err, time.Since(start)}
+	}
+	done := make(chan result, 1)
+	go func() { done <- call() }()
+	<-up.entered // minted: the first step runs
+	proxy.Hold(true, true)
+	time.Sleep(1500 * time.Millisecond) // task_after and the task write's read timeout pass
+	close(up.release)
+	got := <-done
+	proxy.Release()
+	tr.mu.Lock()
+	raw := string(tr.last)
+	tr.mu.Unlock()
+	if got.err != nil || got.res.IsError || strings.Contains(raw, `"taskId"`) || !strings.Contains(raw, `"third"`) {
+		t.Fatalf("the call whose task could not be stored: after %v: %v %s; want its result, no task", got.took, got.err, raw)
+	}
+	if got.took >= 6*time.Second {
+		t.Errorf("the call answered after %v: past the door's timeout (6s)", got.took)
+	}
+	if p := up.paths(); strings.Join(p, " ") != "/one /two /three" {
+		t.Fatalf("the upstream saw %v, want each step once", p)
+	}
+	again := call()
+	tr.mu.Lock()
+	raw = string(tr.last)
+	tr.mu.Unlock()
+	if again.err != nil || again.res.IsError || strings.Contains(raw, `"taskId"`) || !strings.Contains(raw, `"third"`) {
+		t.Fatalf("the same call once Redis answers: %v %s", again.err, raw)
+	}
+	if p := up.paths(); strings.Join(p, " ") != "/one /two /three /one /two /three" {
+		t.Errorf("the upstream saw %v, want each step once per call", p)
+	}
+	if _, e := tasksRPC(t, w.B.URL+"/mcp", agentA1, "tasks/get", "no-such-task", true); e == nil || e["code"] != float64(-32602) {
+		t.Errorf("tasks/get through node B once Redis answers: %v, want -32602 (unknown task)", e)
 	}
 }
