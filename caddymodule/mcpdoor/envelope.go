@@ -472,6 +472,16 @@ func sdkBatches(r *http.Request) bool {
 	return v == "" || v < "2025-06-18"
 }
 
+// refuseBatch writes the go-sdk's refusal of a batch sent under a
+// revision without batches (sdkBatches false), byte for byte: the SDK
+// (v1.8.0, servePOST) decodes every message of the batch before it
+// answers so, which for a 1 MiB batch of small messages costs seconds
+// of CPU; the door answers first, reading none of them.
+// TestBatchRefusedAsSDK holds the two to the same answer.
+func refuseBatch(w http.ResponseWriter, r *http.Request) {
+	http.Error(w, fmt.Sprintf("JSON-RPC batching is not supported in 2025-06-18 and later (request version: %s)", r.Header.Get("Mcp-Protocol-Version")), http.StatusBadRequest)
+}
+
 // headerFault is the refusal of a POST whose singleton header fields
 // the SDK would read loosely (it reads the first of several): an
 // MCP-Protocol-Version or a Content-Type sent more than once (RFC 9110

@@ -1,8 +1,10 @@
 package mcpdoor
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -322,5 +324,43 @@ func TestTransportRulesFirst(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBatchRefusedAsSDK: a batch under a revision without batches gets
+// the go-sdk's own refusal, byte for byte (status, header fields, body)
+// what the SDK's handler answers the same request, without the SDK
+// reading it: a batch whose second member is not a message, which the
+// SDK would call a malformed payload once it had decoded it, gets the
+// same refusal as a sound one.
+func TestBatchRefusedAsSDK(t *testing.T) {
+	d := newTestDoor(t, testEngine(t), nil)
+	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
+	for _, version := range []string{"2025-06-18", "2025-11-25", "2099-01-01"} {
+		hdr := map[string][]string{"Mcp-Protocol-Version": {version}}
+		sound := "[" + list + "]"
+		got := serveCase(d, fastCase{body: sound, hdr: hdr})
+		r := httptest.NewRequest(http.MethodPost, DefaultMCPPath, strings.NewReader(sound))
+		for k, v := range diffBase {
+			r.Header[k] = v
+		}
+		r.Header["Mcp-Protocol-Version"] = hdr["Mcp-Protocol-Version"]
+		rq, e := d.identify(r, []byte(sound), true)
+		if e != nil {
+			t.Fatal(e)
+		}
+		want := httptest.NewRecorder()
+		d.sdk.ServeHTTP(want, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
+		if want.Code != http.StatusBadRequest || !strings.Contains(want.Body.String(), "batching is not supported") {
+			t.Fatalf("%s: the SDK answered a batch %d %s: its rule changed; update sdkBatches", version, want.Code, want.Body)
+		}
+		if got.Code != want.Code || got.Body.String() != want.Body.String() || got.Header().Get("Content-Type") != want.Header().Get("Content-Type") ||
+			got.Header().Get("X-Content-Type-Options") != want.Header().Get("X-Content-Type-Options") {
+			t.Errorf("%s: the door answered %d %v %q, the SDK %d %v %q", version, got.Code, got.Header(), got.Body, want.Code, want.Header(), want.Body)
+		}
+		unread := serveCase(d, fastCase{body: "[" + list + `, 1, {"a":` + strings.Repeat("[", 10) + strings.Repeat("]", 10) + "}]", hdr: hdr})
+		if unread.Code != want.Code || unread.Body.String() != want.Body.String() {
+			t.Errorf("%s: a batch with members that are not messages: %d %q, want the SDK's %q unread", version, unread.Code, unread.Body, want.Body)
+		}
 	}
 }

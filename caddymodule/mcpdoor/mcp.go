@@ -335,19 +335,21 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 			return d.refuseAs(w, r, rq, agtp.InvalidJSON.WithFields(fmt.Sprintf("the MCP message nests deeper than %d levels (at byte %d)", d.cfg.MaxJSONDepth, at),
 				map[string]any{"limit_depth": d.cfg.MaxJSONDepth}), body, true)
 		}
-		if n := batchLen(body); n > 0 && !sdkBatches(r) {
-			// A batch under a revision without batches: the SDK refuses
-			// it (400) whatever its messages hold, so nothing below
-			// judges them (not max_batch, not the envelope rules).
-			sdkReads = false
-		} else {
-			if e := d.stepUp(rq, body); e != nil {
-				return d.refuseAs(w, r, rq, e, body, true)
-			}
-			if n > d.cfg.MaxBatch {
-				return d.refuseAs(w, r, rq, agtp.BatchTooLarge.WithFields(fmt.Sprintf("the JSON-RPC batch holds %d messages; the limit is %d (send fewer per request, or one message each)", n, d.cfg.MaxBatch),
-					map[string]any{"limit_messages": d.cfg.MaxBatch}), body, true)
-			}
+		n := batchLen(body)
+		if n > 0 && !sdkBatches(r) {
+			// A batch under a revision without batches: the SDK's
+			// refusal, whatever its messages hold (nothing below judges
+			// them: not max_batch, not the envelope rules), written here
+			// because the SDK would first decode every message of it.
+			refuseBatch(w, r)
+			return Summary{}
+		}
+		if e := d.stepUp(rq, body); e != nil {
+			return d.refuseAs(w, r, rq, e, body, true)
+		}
+		if n > d.cfg.MaxBatch {
+			return d.refuseAs(w, r, rq, agtp.BatchTooLarge.WithFields(fmt.Sprintf("the JSON-RPC batch holds %d messages; the limit is %d (send fewer per request, or one message each)", n, d.cfg.MaxBatch),
+				map[string]any{"limit_messages": d.cfg.MaxBatch}), body, true)
 		}
 	}
 	if d.fastCall(w, r, rq, body) { // fastpath.go: one plain Tier B tools/call
