@@ -17,6 +17,8 @@ import (
 //	http-door     FETCH /items/1 (the c-tierB scenario of BenchmarkServe)
 //	mcp-20251125  tools/call fetch_item {"item_id":"1"}, MCP-Protocol-Version 2025-11-25
 //	mcp-20260728  the same call with the 2026-07-28 per-request _meta
+//	mcp-20260728-client  the same with the _meta the go-sdk client sends
+//	              (its clientInfo, and capabilities it declares)
 //
 // cpu-ns/op is the process's CPU time per request (getrusage), the
 // number to compare on a shared machine; the MCP door's share is the
@@ -32,6 +34,9 @@ func BenchmarkMCPToolCall(b *testing.B) {
 	const call20251125 = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`
 	const call20260728 = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},` +
 		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	const call20260728Client = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},` +
+		`"_meta":{"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true},"extensions":{"io.modelcontextprotocol/tasks":{}}},` +
+		`"io.modelcontextprotocol/clientInfo":{"name":"bench-client","version":"1.0.0"},"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`
 
 	b.Run("http-door", func(b *testing.B) {
 		loop(b, func(int) { serveOnce(b, h, notFound, "FETCH", "/items/1", "", read, 200) })
@@ -39,6 +44,7 @@ func BenchmarkMCPToolCall(b *testing.B) {
 	for _, c := range []struct{ name, version, body string }{
 		{"mcp-20251125", "2025-11-25", call20251125},
 		{"mcp-20260728", "2026-07-28", call20260728},
+		{"mcp-20260728-client", "2026-07-28", call20260728Client},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			hdr := mcpHdr(c.version)

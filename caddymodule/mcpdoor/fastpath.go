@@ -4,23 +4,27 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	segjson "github.com/segmentio/encoding/json"
 	"go.uber.org/zap"
 )
 
 // The door's fast path (docs/performance.md "MCP door"): the go-sdk
 // decodes a stateless POST five to eight times over (each decode with
 // a fresh 32 KiB buffer) and builds a session, a JSON-RPC connection
-// and two goroutines for it. The commonest message, one tools/call of a
-// Tier B tool from a client on a revision before 2026-07-28, is decoded
-// here once and handed to the same tool handler the SDK would call
+// and two goroutines for it (at 2026-07-28 a few more decodes, for the
+// per-request _meta triple). The commonest message, one tools/call of a
+// Tier B tool, is decoded here once and handed to the same tool handler
+// the SDK would call
 // (Door.handler); its answer is encoded with the SDK's own encoder
 // (jsonrpc.EncodeMessage), under the headers the SDK writes. Anything
 // else, and anything the fast path is not sure of, goes to the SDK
@@ -34,11 +38,18 @@ import (
 // fastCall declining the calls it concerns.
 
 // fastVersions are the MCP-Protocol-Version values the fast path
-// serves: those whose session the SDK synthesizes (stateless, before
-// 2026-07-28, so no per-request _meta triple, no standard headers to
-// check, no resultType) and for which a tool result's text does not
-// depend on the revision (textFor: 2025-06-18 and later).
-var fastVersions = map[string]bool{"2025-06-18": true, "2025-11-25": true}
+// serves: those for which a tool result's text does not depend on the
+// revision (textFor: 2025-06-18 and later): the two whose session the
+// SDK synthesizes (stateless), and fastVersionPerRequest, whose client
+// states itself in each request (SEP-2575: the _meta triple and the
+// standard headers, fastCall checks them as the SDK does).
+var fastVersions = map[string]bool{"2025-06-18": true, "2025-11-25": true, fastVersionPerRequest: true}
+
+// fastVersionPerRequest is the revision whose calls carry the _meta
+// triple (protocolVersion, clientCapabilities, clientInfo) and the
+// Mcp-Method and Mcp-Name header fields, and whose results carry
+// resultType and the server's serverInfo in _meta.
+const fastVersionPerRequest = "2026-07-28"
 
 // fastAccept are the Accept values the fast path serves: the ones MCP
 // clients send, each holding both media types the SDK requires.
@@ -46,9 +57,21 @@ var fastAccept = map[string]bool{"application/json, text/event-stream": true, "t
 
 // fastHeaders are request fields in whose presence the SDK answers
 // otherwise (Last-Event-ID is refused on a POST) or that the fast path
-// does not reason about (a session id, the 2026-07-28 standard
-// headers): with any of them the request goes to the SDK.
-var fastHeaders = []string{"Last-Event-Id", "Mcp-Session-Id", "Mcp-Method", "Mcp-Name"}
+// does not reason about (a session id; before 2026-07-28 the standard
+// headers, which that revision requires: fastStandardHeaders): with any
+// of them the request goes to the SDK.
+var fastHeaders = []string{"Last-Event-Id", "Mcp-Session-Id"}
+
+// fastStandardHeaders are the standard header fields of a 2026-07-28
+// tools/call (SEP-2243): each sent once, naming the method and the
+// tool as the body does. Before 2026-07-28 the fast path declines a
+// request sending either.
+var fastStandardHeaders = []string{"Mcp-Method", "Mcp-Name"}
+
+// fastMetaTriple are the _meta keys of the 2026-07-28 triple: the
+// protocol version (the header's), the client's capabilities (an
+// object, required) and its clientInfo (optional).
+var fastMetaTriple = map[string]bool{mcp.MetaKeyProtocolVersion: true, mcp.MetaKeyClientCapabilities: true, mcp.MetaKeyClientInfo: true}
 
 // fastMessage is the one JSON-RPC message the fast path reads: members
 // other than these send the request to the SDK.
@@ -84,9 +107,11 @@ func (d *Door) fastCall(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 		return false
 	}
 	hd := r.Header
-	if v := hd["Mcp-Protocol-Version"]; len(v) != 1 || !fastVersions[v[0]] {
+	version := hd["Mcp-Protocol-Version"]
+	if len(version) != 1 || !fastVersions[version[0]] {
 		return false
 	}
+	perRequest := version[0] == fastVersionPerRequest
 	if v := hd["Content-Type"]; len(v) != 1 || v[0] != "application/json" {
 		return false
 	}
@@ -96,6 +121,21 @@ func (d *Door) fastCall(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 	for _, k := range fastHeaders {
 		if _, ok := hd[k]; ok {
 			return false
+		}
+	}
+	for _, k := range fastStandardHeaders {
+		if v, ok := hd[k]; ok != perRequest || (ok && len(v) != 1) {
+			return false
+		}
+	}
+	if perRequest {
+		if hd.Get("Mcp-Method") != "tools/call" {
+			return false
+		}
+		for k := range hd {
+			if strings.HasPrefix(k, "Mcp-Param-") {
+				return false // a tool's x-mcp-header arguments: the SDK's to check
+			}
 		}
 	}
 	if i := bytes.IndexFunc(body, func(r rune) bool { return r != ' ' && r != '\t' && r != '\r' && r != '\n' }); i < 0 || body[i] != '{' {
@@ -117,9 +157,12 @@ func (d *Door) fastCall(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 		return false
 	}
 	for k := range p.Meta {
-		if !fastMeta[k] {
+		if !fastMeta[k] && (!perRequest || !fastMetaTriple[k]) {
 			return false
 		}
+	}
+	if perRequest && (hd.Get("Mcp-Name") != p.Name || !fastTriple(p.Meta)) {
+		return false
 	}
 	t := d.agentServer(rq).visible[p.Name]
 	if t == nil || t.kind != mcpTierB {
@@ -145,7 +188,13 @@ func (d *Door) fastCall(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 		if res.Content == nil {
 			res.Content = []mcp.Content{} // as the SDK's callTool: never "null"
 		}
+		if perRequest {
+			d.annotateServerInfo(res)
+		}
 		raw, merr := sdkMarshal(res)
+		if merr == nil && perRequest {
+			raw, merr = withResultTypeComplete(raw)
+		}
 		if merr != nil {
 			resp.Error = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding the result failed"}
 		} else {
@@ -155,11 +204,17 @@ func (d *Door) fastCall(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 	data, err := jsonrpc.EncodeMessage(resp)
 	if err != nil {
 		data, _ = jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding the answer failed"}})
+		resp.Error = nil // no status of its own
 	}
 	out := w.Header()
 	out.Set("Cache-Control", "no-cache, no-transform")
 	out.Set("Content-Type", "application/json")
 	mw := &mcpWriter{ResponseWriter: w, rq: rq}
+	if perRequest {
+		if status := errorStatus(resp.Error); status != 0 {
+			mw.WriteHeader(status)
+		}
+	}
 	_, _ = mw.Write(data)
 	d.fastServed.Add(1)
 	return true
@@ -213,4 +268,102 @@ func sdkMarshal(v any) (json.RawMessage, error) {
 		return nil, err
 	}
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// fastTriple reports whether meta's 2026-07-28 triple is one the SDK
+// accepts (validateRequestMeta, v1.8.0): the protocol version
+// "2026-07-28" (the header's, checked before), the client's
+// capabilities an object decoding as the SDK decodes them (its V2
+// shape), and clientInfo, when sent, an object decoding as an
+// Implementation. Anything else (null, another type, a member of the
+// wrong type) is the SDK's -32602 to answer: false.
+func fastTriple(meta map[string]any) bool {
+	if v, _ := meta[mcp.MetaKeyProtocolVersion].(string); v != fastVersionPerRequest {
+		return false
+	}
+	var caps struct {
+		mcp.ClientCapabilities
+		Roots *mcp.RootCapabilities `json:"roots,omitempty"`
+	}
+	if !sdkMetaValue(meta, mcp.MetaKeyClientCapabilities, &caps) {
+		return false
+	}
+	if _, sent := meta[mcp.MetaKeyClientInfo]; sent {
+		var info *mcp.Implementation
+		if !sdkMetaValue(meta, mcp.MetaKeyClientInfo, &info) {
+			return false
+		}
+	}
+	return true
+}
+
+// sdkMetaValue decodes meta[key] into to as the SDK's decodeMetaValue
+// does (encoded with encoding/json, decoded as its decoder decodes: an
+// absent or null value, or one that does not decode, is false). Only
+// objects are taken (the SDK's types here are all structs). The value
+// encoded is one whole JSON value, so it is parsed in place
+// (segmentio's Parse, which the SDK's Decoder.Decode calls on the value
+// it read) rather than through a Decoder and its 32 KiB buffer.
+func sdkMetaValue(meta map[string]any, key string, to any) bool {
+	v, ok := meta[key].(map[string]any)
+	if !ok {
+		return false
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return false
+	}
+	rest, err := segjson.Parse(data, to, segjson.DontMatchCaseInsensitiveStructFields)
+	return err == nil && len(rest) == 0
+}
+
+// annotateServerInfo sets the door's serverInfo on res's _meta unless
+// the tool set one, as the SDK does for every result at 2026-07-28
+// (annotateServerInfo, SEP-2575).
+func (d *Door) annotateServerInfo(res *mcp.CallToolResult) {
+	m := res.GetMeta()
+	if m == nil {
+		m = map[string]any{}
+	}
+	if _, ok := m[mcp.MetaKeyServerInfo]; ok {
+		return
+	}
+	m[mcp.MetaKeyServerInfo] = d.impl
+	res.SetMeta(m)
+}
+
+// withResultTypeComplete is a tool result's JSON (an object) with the
+// member resultType "complete" last, where the SDK's CallToolResult
+// encoding puts it for a 2026-07-28 client (setCompleteResultType: an
+// unexported field, so not settable from here).
+func withResultTypeComplete(raw json.RawMessage) (json.RawMessage, error) {
+	raw = bytes.TrimRight(raw, " \t\r\n")
+	if len(raw) < 2 || raw[0] != '{' || raw[len(raw)-1] != '}' {
+		return nil, errors.New("mcpdoor: a tool result that is not a JSON object")
+	}
+	const member = `"resultType":"complete"}`
+	out := make(json.RawMessage, 0, len(raw)+len(member)+1)
+	out = append(out, raw[:len(raw)-1]...)
+	if len(raw) > 2 {
+		out = append(out, ',')
+	}
+	return append(out, member...), nil
+}
+
+// errorStatus is the HTTP status of a JSON-RPC error answered to a
+// 2026-07-28 client, as the SDK gives it (extractErrorStatus, SEP-2575):
+// 404 for -32601, 400 for -32602, -32022 and -32021; 0 (200) for any
+// other, and for no error.
+func errorStatus(err error) int {
+	var jerr *jsonrpc.Error
+	if !errors.As(err, &jerr) {
+		return 0
+	}
+	switch jerr.Code {
+	case jsonrpc.CodeMethodNotFound:
+		return http.StatusNotFound
+	case jsonrpc.CodeInvalidParams, mcp.CodeUnsupportedProtocolVersion, mcp.CodeMissingRequiredClientCapabilities:
+		return http.StatusBadRequest
+	}
+	return 0
 }

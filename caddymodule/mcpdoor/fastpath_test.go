@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +15,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // fastCase is one request of the differential corpus: its body, the
@@ -41,14 +47,73 @@ func fastCorpus() []fastCase {
 		return map[string][]string{"Mcp-Protocol-Version": {version}}
 	}
 	h := func(k string, vals ...string) map[string][]string { return map[string][]string{k: vals} }
+	// A 2026-07-28 call: its header fields, and its body with the _meta
+	// triple (clientInfo left out when "").
+	h728 := map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tools/call"}, "Mcp-Name": {"fetch_item"}}
+	with := func(base map[string][]string, k string, vals ...string) map[string][]string {
+		m := maps.Clone(base)
+		m[k] = vals
+		if len(vals) == 1 && vals[0] == "" {
+			m[k] = []string{""}
+		}
+		return m
+	}
+	call728 := func(id, args, caps, info string) string {
+		meta := `"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":` + caps
+		if info != "" {
+			meta += `,"io.modelcontextprotocol/clientInfo":` + info
+		}
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{"name":"fetch_item","arguments":` + args + `,"_meta":{` + meta + `}}}`
+	}
 	return []fastCase{
 		{name: "valid call", body: call("1", `{"item_id":"1"}`), fast: true},
 		{name: "valid call 2025-06-18", body: call("1", `{"item_id":"1"}`), hdr: v("2025-06-18"), fast: true},
 		{name: "version 2025-03-26", body: call("1", `{"item_id":"1"}`), hdr: v("2025-03-26")},
 		{name: "no version header", body: call("1", `{"item_id":"1"}`), hdr: v("")},
 		{name: "version 2026-07-28 without _meta", body: call("1", `{"item_id":"1"}`), hdr: v("2026-07-28")},
-		{name: "version 2026-07-28 with _meta", hdr: map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tools/call"}, "Mcp-Name": {"fetch_item"}},
-			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`},
+		{name: "version 2026-07-28 with _meta", hdr: h728, body: call728("1", `{"item_id":"1"}`, `{}`, ""), fast: true},
+		{name: "2026-07-28 clientInfo", hdr: h728, body: call728("1", `{"item_id":"1"}`, `{}`, `{"name":"c","version":"1.0","title":"C <&>"}`), fast: true},
+		{name: "2026-07-28 capabilities declared", hdr: h728, fast: true,
+			body: call728("1", `{"item_id":"1"}`, `{"elicitation":{"form":{}},"sampling":{},"roots":{"listChanged":true},"extensions":{"io.modelcontextprotocol/tasks":{}},"experimental":{"x":{}}}`, "")},
+		{name: "2026-07-28 capabilities roots of the wrong type", hdr: h728, body: call728("1", `{"item_id":"1"}`, `{"roots":{"listChanged":"yes"}}`, "")},
+		{name: "2026-07-28 capabilities null", hdr: h728, body: call728("1", `{"item_id":"1"}`, `null`, "")},
+		{name: "2026-07-28 capabilities a string", hdr: h728, body: call728("1", `{"item_id":"1"}`, `"all"`, "")},
+		{name: "2026-07-28 capabilities missing", hdr: h728,
+			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`},
+		{name: "2026-07-28 clientInfo null", hdr: h728, body: call728("1", `{"item_id":"1"}`, `{}`, `null`)},
+		{name: "2026-07-28 clientInfo name a number", hdr: h728, body: call728("1", `{"item_id":"1"}`, `{}`, `{"name":5,"version":"1"}`)},
+		{name: "2026-07-28 _meta version differs", hdr: h728,
+			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25","io.modelcontextprotocol/clientCapabilities":{}}}}`},
+		{name: "2026-07-28 _meta version a number", hdr: h728,
+			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":20260728,"io.modelcontextprotocol/clientCapabilities":{}}}}`},
+		{name: "2026-07-28 log level", hdr: h728,
+			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"debug"}}}`},
+		{name: "2026-07-28 idempotency key", hdr: h728, fast: true,
+			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.github.caddy-rcns/idempotency-key":"k-fast-728"}}}`},
+		{name: "2026-07-28 idempotency key replayed", hdr: h728, fast: true,
+			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.github.caddy-rcns/idempotency-key":"k-fast-728"}}}`},
+		{name: "2026-07-28 attribution record", hdr: h728, fast: true,
+			body: `{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.github.caddy-rcns/attribution-record":true}}}`},
+		{name: "2026-07-28 argument missing", hdr: h728, body: call728("1", `{}`, `{}`, ""), fast: true},
+		{name: "2026-07-28 argument a number", hdr: h728, body: call728("1", `{"item_id":42}`, `{}`, ""), fast: true},
+		{name: "2026-07-28 arguments missing", hdr: h728, fast: true,
+			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`},
+		{name: "2026-07-28 unknown tool", hdr: with(h728, "Mcp-Name", "nope"),
+			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`},
+		{name: "2026-07-28 recipe tool", hdr: with(h728, "Mcp-Name", "lookup-item"),
+			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup-item","arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`},
+		{name: "2026-07-28 no Mcp-Method", hdr: with(h728, "Mcp-Method", ""), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
+		{name: "2026-07-28 no Mcp-Name", hdr: with(h728, "Mcp-Name", ""), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
+		{name: "2026-07-28 Mcp-Method differs", hdr: with(h728, "Mcp-Method", "tools/list"), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
+		{name: "2026-07-28 Mcp-Name differs", hdr: with(h728, "Mcp-Name", "fetch_other"), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
+		{name: "2026-07-28 Mcp-Name case", hdr: with(h728, "Mcp-Name", "Fetch_Item"), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
+		{name: "2026-07-28 Mcp-Name twice", hdr: with(h728, "Mcp-Name", "fetch_item", "fetch_item"), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
+		{name: "2026-07-28 Mcp-Param header", hdr: with(h728, "Mcp-Param-Item", "1"), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
+		{name: "2026-07-28 without the header version", hdr: with(h728, "Mcp-Protocol-Version", ""), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
+		{name: "2026-07-28 notification", hdr: h728,
+			body: `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`},
+		{name: "2026-07-28 batch", hdr: h728, body: "[" + call728("1", `{"item_id":"1"}`, `{}`, "") + "]"},
+		{name: "2025-11-25 with Mcp-Method", hdr: h("Mcp-Method", "tools/call"), body: call("1", `{"item_id":"1"}`)},
 		{name: "unsupported version", body: call("1", `{"item_id":"1"}`), hdr: v("2024-01-01")},
 		{name: "two version headers", body: call("1", `{"item_id":"1"}`), hdr: h("Mcp-Protocol-Version", "2025-11-25", "2025-06-18")},
 		{name: "id string", body: call(`"abc"`, `{"item_id":"1"}`), fast: true},
@@ -289,4 +354,50 @@ func bodyOf(b []byte) string {
 	}
 	slices.Sort(parts)
 	return "[" + strings.Join(parts, ",") + "]"
+}
+
+// TestErrorStatus: the HTTP status of a JSON-RPC error the fast path
+// answers to a 2026-07-28 client is the SDK's (SEP-2575): 404 for
+// -32601; 400 for -32602, -32022 and -32021; 200 (0) for any other
+// code, for an error that is not a JSON-RPC one, and for none. No Tier B
+// call answers those codes today (its argument faults are tool
+// results), so the corpus cannot reach them.
+func TestErrorStatus(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{&jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound}, http.StatusNotFound},
+		{&jsonrpc.Error{Code: jsonrpc.CodeInvalidParams}, http.StatusBadRequest},
+		{&jsonrpc.Error{Code: mcp.CodeUnsupportedProtocolVersion}, http.StatusBadRequest},
+		{&jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities}, http.StatusBadRequest},
+		{fmt.Errorf("wrapped: %w", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams}), http.StatusBadRequest},
+		{&jsonrpc.Error{Code: jsonrpc.CodeInternalError}, 0},
+		{errors.New("not JSON-RPC"), 0},
+		{nil, 0},
+	} {
+		if got := errorStatus(c.err); got != c.want {
+			t.Errorf("errorStatus(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+// TestWithResultTypeComplete: the member goes last, after a comma when
+// the object has members.
+func TestWithResultTypeComplete(t *testing.T) {
+	for in, want := range map[string]string{
+		`{}`:            `{"resultType":"complete"}`,
+		`{"a":1}`:       `{"a":1,"resultType":"complete"}`,
+		"{\"a\":{}}\n ": `{"a":{},"resultType":"complete"}`,
+	} {
+		got, err := withResultTypeComplete(json.RawMessage(in))
+		if err != nil || string(got) != want {
+			t.Errorf("withResultTypeComplete(%q) = %s, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, in := range []string{``, `[]`, `null`, `{`} {
+		if _, err := withResultTypeComplete(json.RawMessage(in)); err == nil {
+			t.Errorf("withResultTypeComplete(%q): no error", in)
+		}
+	}
 }

@@ -128,8 +128,8 @@ type Config struct {
 	// DisableFastPath sends every MCP message to the go-sdk. By default
 	// the door answers one plain tools/call of a Tier B tool itself
 	// (fastpath.go: a stateless, single JSON-RPC call on revision
-	// 2025-06-18 or 2025-11-25, no session, no _meta beyond the door's
-	// own keys), decoding it once and encoding the answer with the
+	// 2025-06-18, 2025-11-25 or 2026-07-28, no session, no _meta beyond
+	// the door's own keys and 2026-07-28's triple), decoding it once and encoding the answer with the
 	// SDK's encoder, byte for byte what the SDK answers; everything else
 	// goes to the SDK. Turn it off to rule the fast path out when
 	// diagnosing an MCP client's trouble. Default false (fast path on).

@@ -135,17 +135,18 @@ func agentHeader(scope string, kv ...string) map[string]string {
 
 // letters describes each scenario letter for the page.
 var letters = map[string]string{
-	"b":  "`GET /items/1` through the plain `reverse_proxy` (200): the reference",
-	"b2": "the same non-AGTP `GET` through a gateway site: rcns passes it on (200)",
-	"bf": "(b) after one Redis round trip (`EVALSHA` of `return 1`, go-redis as the Redis store configures it) in the same Caddy request: not a gateway, the floor under every kind that makes one round trip (200)",
-	"c":  "Tier B `FETCH /items/1` → `GET /items/1` (200)",
-	"d":  "`LOOKUP /item/d-…` presenting `Contract-Synthesized` of a one-step contract made before the run (200)",
-	"e1": "`LOOKUP /slow-one/e-…` presenting a contract whose one step waits 20 ms upstream (200)",
-	"e3": "`COMPARE /slow-three/e-…` presenting a contract of three independent 20 ms steps, run in parallel (200)",
-	"f":  "`LOOKUP /nothing` with `Allow-RCNS: true`: every lock open, no recipe matches → 464, recorded",
-	"cm": "the Tier B endpoint of (c) as the MCP tool `fetch_item`: `POST /mcp` with a JSON-RPC `tools/call` (200, `outcome` `succeeded`)",
-	"dk": "(d) with a fresh `Idempotency-Key` per request: the key claimed with the contract lookup, the answer stored for replay (200)",
-	"g":  "`LOOKUP /item/g-…` with `Allow-RCNS: true`, a fresh path per request: optimistic synthesis with contract creation, one upstream step (263)",
+	"b":   "`GET /items/1` through the plain `reverse_proxy` (200): the reference",
+	"b2":  "the same non-AGTP `GET` through a gateway site: rcns passes it on (200)",
+	"bf":  "(b) after one Redis round trip (`EVALSHA` of `return 1`, go-redis as the Redis store configures it) in the same Caddy request: not a gateway, the floor under every kind that makes one round trip (200)",
+	"c":   "Tier B `FETCH /items/1` → `GET /items/1` (200)",
+	"d":   "`LOOKUP /item/d-…` presenting `Contract-Synthesized` of a one-step contract made before the run (200)",
+	"e1":  "`LOOKUP /slow-one/e-…` presenting a contract whose one step waits 20 ms upstream (200)",
+	"e3":  "`COMPARE /slow-three/e-…` presenting a contract of three independent 20 ms steps, run in parallel (200)",
+	"f":   "`LOOKUP /nothing` with `Allow-RCNS: true`: every lock open, no recipe matches → 464, recorded",
+	"cm":  "the Tier B endpoint of (c) as the MCP tool `fetch_item`: `POST /mcp` with a JSON-RPC `tools/call` (200, `outcome` `succeeded`)",
+	"cm7": "(cm) from a client on MCP 2026-07-28, as the go-sdk client sends it: `Mcp-Method` and `Mcp-Name`, and the `_meta` triple (protocol version, capabilities, clientInfo) (200, `outcome` `succeeded`)",
+	"dk":  "(d) with a fresh `Idempotency-Key` per request: the key claimed with the contract lookup, the answer stored for replay (200)",
+	"g":   "`LOOKUP /item/g-…` with `Allow-RCNS: true`, a fresh path per request: optimistic synthesis with contract creation, one upstream step (263)",
 }
 
 // Scenario constructors, one per letter: a new site gets a letter's
@@ -170,6 +171,20 @@ func cm(site string) *scenario {
 			"Mcp-Protocol-Version", "2025-11-25"),
 		Body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`,
 		Want: 200, WantBody: `"outcome":"succeeded"`, Phase: phaseLoad}
+}
+
+// cm7 is (cm) from a client on MCP 2026-07-28 (the go-sdk client's
+// revision): the standard header fields and the per-request _meta
+// triple the SDK checks (SEP-2575), as that client sends them.
+func cm7(site string) *scenario {
+	s := cm(site)
+	s.Key, s.Letter = "cm7/"+site, "cm7"
+	s.Header = agentHeader(scopeRead, "Content-Type", "application/json", "Accept", "application/json, text/event-stream",
+		"Mcp-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "fetch_item")
+	s.Body = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},` +
+		`"_meta":{"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true}},` +
+		`"io.modelcontextprotocol/clientInfo":{"name":"bench-client","version":"1.0.0"},"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`
+	return s
 }
 
 func d(site string) *scenario {
@@ -216,7 +231,7 @@ func scenarios() []*scenario {
 		c("ed25519"), d("ed25519"), f("ed25519"), g("ed25519"),
 		f("group"), g("group"),
 		c("agtp"), d("agtp"),
-		c("mcp"), cm("mcp"),
+		c("mcp"), cm("mcp"), cm7("mcp"),
 		c("oauth"), cm("oauth"),
 		c("exchange"), c("assertion"),
 		c("redis"), d("redis"), f("redis"), g("redis"),

@@ -69,7 +69,7 @@ func TestFilterScenarios(t *testing.T) {
 		{"one key", "d/nokey", []string{"b", "d/nokey"}, ""},
 		{"a letter", "f", []string{"b", "f/ed25519", "f/group", "f/nokey", "f/redis"}, ""},
 		{"a site", "group", []string{"b", "f/group", "g/group"}, ""},
-		{"the oauth comparison", "mcp,oauth", []string{"b", "c/mcp", "c/oauth", "cm/mcp", "cm/oauth"}, ""},
+		{"the oauth comparison", "mcp,oauth", []string{"b", "c/mcp", "c/oauth", "cm/mcp", "cm/oauth", "cm7/mcp"}, ""},
 		{"trailing comma and spaces", " c/nokey , ", []string{"b", "c/nokey"}, ""},
 		{"unknown token", "c/nokey,zz", nil, `"zz" names no scenario`},
 		{"half a key", "c/", nil, `"c/" names no scenario`},
