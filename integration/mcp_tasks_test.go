@@ -264,22 +264,23 @@ func TestMCPTaskCancelAcrossNodes(t *testing.T) {
 func startTaskWorld(t *testing.T) (*slowUpstream, *clusterWorld, *mcp.ClientSession, *rawTransport, string) {
 	t.Helper()
 	_, topo := startSingleRedis(t)
-	return startTaskWorldAt(t, topo.block(), "")
+	up := startSlowUpstream(t)
+	w, s, tr, tool := startTaskWorldAt(t, up.URL, topo.block(), "\t\t\ttask_after 200ms\n")
+	return up, w, s, tr, tool
 }
 
-// startTaskWorldAt is startTaskWorld with the nodes' store block and
-// more lines in their mcp block.
-func startTaskWorldAt(t *testing.T, store, mcpLines string) (*slowUpstream, *clusterWorld, *mcp.ClientSession, *rawTransport, string) {
+// startTaskWorldAt is startTaskWorld with the slow steps' upstream at
+// upstream, the nodes' store block and the lines of their mcp block.
+func startTaskWorldAt(t *testing.T, upstream, store, mcpLines string) (*clusterWorld, *mcp.ClientSession, *rawTransport, string) {
 	t.Helper()
-	up := startSlowUpstream(t)
 	dir := t.TempDir()
 	var docs []string
 	for _, s := range []string{"one", "two", "three"} {
 		docs = append(docs, writeDoc(t, dir, "fetch-slow-"+s+".yaml", fmt.Sprintf(slowStepDoc, s)))
 	}
 	recipe := writeDoc(t, dir, "slow-three.yaml", slowRecipeDoc)
-	w := startClusterWorld(t, store, clusterOpts{Extra: fmt.Sprintf("\t\tupstream slow %s\n\t\tendpoints %s\n\t\trecipes %s\n\t\tmcp {\n\t\t\ttask_after 200ms\n%s\t\t}\n",
-		up.URL, strings.Join(docs, " "), recipe, mcpLines)})
+	w := startClusterWorld(t, store, clusterOpts{Extra: fmt.Sprintf("\t\tupstream slow %s\n\t\tendpoints %s\n\t\trecipes %s\n\t\tmcp {\n%s\t\t}\n",
+		upstream, strings.Join(docs, " "), recipe, mcpLines)})
 
 	tr := &rawTransport{Transport: &mcp.StreamableClientTransport{Endpoint: w.A.URL + "/mcp",
 		HTTPClient: &http.Client{Transport: &mcpTransport{hdr: map[string]string{"Agent-ID": agentA1, "Authority-Scope": scopeAll}, base: http.DefaultTransport}, Timeout: requestTimeout}}}
@@ -310,7 +311,7 @@ func startTaskWorldAt(t *testing.T, store, mcpLines string) (*slowUpstream, *clu
 	if tool == "" {
 		t.Fatal("no tool for the slow-three recipe")
 	}
-	return up, w, s, tr, tool
+	return w, s, tr, tool
 }
 
 // createTask calls tool and returns the CreateTaskResult's taskId.
@@ -401,61 +402,132 @@ func TestMCPTaskGracefulStop(t *testing.T) {
 	}
 }
 
-// TestMCPTaskStoreStalled: Redis stops answering (a proxy holds its
-// bytes both ways) once a task-declaring call's plan has begun, so the
-// task cannot be stored at task_after (its write fails at the read
-// timeout, 500 ms). The call waits on as a synchronous call and answers
-// its result within the door's timeout, not a task no node could read
-// and not call-timeout at task_after; every step ran once. Once Redis
-// answers again nothing is stuck: the same call answers, its steps run
-// once more, and the other node reads the task store.
+// gatedUpstream answers /one, /two and /three with {"id": PATH}; each
+// /one says it arrived (entered) and waits for a token of its own on
+// release, so a test holds each call's first step as long as it likes.
+type gatedUpstream struct {
+	*httptest.Server
+	entered chan struct{}
+	release chan struct{}
+	mu      sync.Mutex
+	seen    []string
+}
+
+func startGatedUpstream(t testing.TB) *gatedUpstream {
+	u := &gatedUpstream{entered: make(chan struct{}, 8), release: make(chan struct{})}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.seen = append(u.seen, r.URL.Path)
+		u.mu.Unlock()
+		if r.URL.Path == "/one" {
+			u.entered <- struct{}{}
+			select {
+			case <-u.release:
+			case <-time.After(requestTimeout):
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":%q}`, strings.TrimPrefix(r.URL.Path, "/"))
+	}))
+	t.Cleanup(u.Server.Close)
+	return u
+}
+
+func (u *gatedUpstream) paths() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return strings.Join(u.seen, " ")
+}
+
+// TestMCPTaskStoreStalled: the tasks extension on a Redis that stops
+// answering. Three calls of the slow recipe, each first step held until
+// the test lets it go, task_after 1s, the door's timeout 8s, Redis
+// behind a proxy that can hold its bytes both ways (read timeout 500 ms):
+//   - before the stall, the call becomes a task node B reads, and it
+//     completes (the task path is on: the control);
+//   - with Redis held from the moment the plan runs, the task cannot be
+//     stored at task_after (node A logs so); the call waits on as a
+//     synchronous call and answers its result within the timeout: not
+//     a task no node could read, not call-timeout at task_after;
+//   - once Redis answers again, the next call becomes a task again and
+//     completes, read through node B: nothing is stuck.
+//
+// Every step ran once per call.
 func TestMCPTaskStoreStalled(t *testing.T) {
 	srv, _ := startSingleRedis(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
-	up, w, s, tr, tool := startTaskWorldAt(t, storeBlock("address "+proxy.Addr(), ""), "\t\t\ttimeout 6s\n")
+	up := startGatedUpstream(t)
+	w, s, tr, tool := startTaskWorldAt(t, up.URL, storeBlock("address "+proxy.Addr(), ""), "\t\t\ttask_after 1s\n\t\t\ttimeout 8s\n")
+	mcpB := w.B.URL + "/mcp"
 	type result struct {
 		res  *mcp.CallToolResult
+		raw  map[string]any
 		err  error
 		took time.Duration
 	}
-	call := func() result {
-		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-		defer cancel()
-		start := time.Now()
-		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": "x"}})
-		return result{res, err, time.Since(start)}
+	start := func() chan result {
+		done := make(chan result, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+			defer cancel()
+			begun := time.Now()
+			res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": "x"}})
+			took := time.Since(begun)
+			var raw map[string]any
+			tr.mu.Lock()
+			_ = json.Unmarshal(tr.last, &raw)
+			tr.mu.Unlock()
+			done <- result{res, raw, err, took}
+		}()
+		return done
 	}
-	done := make(chan result, 1)
-	go func() { done <- call() }()
-	<-up.entered // minted: the first step runs
+	// taskEnds holds that call became a task node B reads working, lets
+	// its first step go, and waits for node B to read it completed.
+	taskEnds := func(what string, call chan result) {
+		t.Helper()
+		got := <-call
+		id, _ := got.raw["taskId"].(string)
+		if got.err != nil || got.raw["resultType"] != "task" || id == "" {
+			t.Fatalf("%s: %v %v; want a task", what, got.err, got.raw)
+		}
+		if g, e := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true); e != nil || g["status"] != "working" {
+			t.Fatalf("%s: node B reads %v %v, want working", what, g, e)
+		}
+		up.release <- struct{}{}
+		waitFor(t, 10*time.Second, 100*time.Millisecond, what+": the task completed, read through node B", func() bool {
+			g, _ := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
+			return g["status"] == "completed"
+		})
+	}
+	const notStored = "an MCP task could not be stored"
+
+	call := start()
+	<-up.entered
+	taskEnds("before the stall", call)
+	if strings.Contains(w.A.Output(), notStored) {
+		t.Fatalf("node A logged %q before the stall", notStored)
+	}
+
+	call = start()
+	<-up.entered // minted and claimed: the first step runs, task_after not yet passed
 	proxy.Hold(true, true)
-	time.Sleep(1500 * time.Millisecond) // task_after and the task write's read timeout pass
-	close(up.release)
-	got := <-done
+	waitFor(t, 10*time.Second, 50*time.Millisecond, "node A logs that the task could not be stored", func() bool {
+		return strings.Contains(w.A.Output(), notStored)
+	})
+	up.release <- struct{}{}
+	got := <-call
 	proxy.Release()
-	tr.mu.Lock()
-	raw := string(tr.last)
-	tr.mu.Unlock()
-	if got.err != nil || got.res.IsError || strings.Contains(raw, `"taskId"`) || !strings.Contains(raw, `"third"`) {
-		t.Fatalf("the call whose task could not be stored: after %v: %v %s; want its result, no task", got.took, got.err, raw)
+	if got.err != nil || got.res.IsError || got.raw["taskId"] != nil || !strings.Contains(mustJSONIT(got.raw), `third`) {
+		t.Fatalf("the call whose task could not be stored: after %v: %v %v; want its result, no task", got.took, got.err, got.raw)
 	}
-	if got.took >= 6*time.Second {
-		t.Errorf("the call answered after %v: past the door's timeout (6s)", got.took)
+	if got.took >= 8*time.Second {
+		t.Errorf("the call answered after %v: past the door's timeout (8s)", got.took)
 	}
-	if p := up.paths(); strings.Join(p, " ") != "/one /two /three" {
-		t.Fatalf("the upstream saw %v, want each step once", p)
-	}
-	again := call()
-	tr.mu.Lock()
-	raw = string(tr.last)
-	tr.mu.Unlock()
-	if again.err != nil || again.res.IsError || strings.Contains(raw, `"taskId"`) || !strings.Contains(raw, `"third"`) {
-		t.Fatalf("the same call once Redis answers: %v %s", again.err, raw)
-	}
-	if p := up.paths(); strings.Join(p, " ") != "/one /two /three /one /two /three" {
-		t.Errorf("the upstream saw %v, want each step once per call", p)
-	}
-	if _, e := tasksRPC(t, w.B.URL+"/mcp", agentA1, "tasks/get", "no-such-task", true); e == nil || e["code"] != float64(-32602) {
-		t.Errorf("tasks/get through node B once Redis answers: %v, want -32602 (unknown task)", e)
+
+	call = start()
+	<-up.entered
+	taskEnds("once Redis answers again", call)
+	if p, want := up.paths(), strings.Repeat("/one /two /three ", 3); p+" " != want {
+		t.Errorf("the upstream saw %q, want each step once per call: %q", p, want)
 	}
 }
