@@ -556,9 +556,13 @@ func initializeFault(w http.ResponseWriter, body []byte) bool {
 // so that what the door reads of a message before the SDK (step-up,
 // task candidates, initialize) is what the SDK then serves: encoding/json
 // would also match "Method" or "PARAMS" to a field, and let such a
-// member override the one the SDK reads.
+// member override the one the SDK reads. It parses body in place
+// (segmentio's Parse, what the SDK's Decoder.Decode calls on the first
+// value it reads, with the same flag), leaving what follows that value
+// unread, rather than through a Decoder and the 32 KiB buffer each
+// Decoder takes: this runs for every tools/call under identity oauth
+// (stepUp).
 func decodeAsSDK(body []byte, v any) error {
-	dec := segjson.NewDecoder(bytes.NewReader(body))
-	dec.DontMatchCaseInsensitiveStructFields()
-	return dec.Decode(v)
+	_, err := segjson.Parse(body, v, segjson.DontMatchCaseInsensitiveStructFields)
+	return err
 }
