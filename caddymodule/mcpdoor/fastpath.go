@@ -283,6 +283,9 @@ func fastTriple(meta map[string]any) bool {
 	}
 	var caps struct {
 		mcp.ClientCapabilities
+		// The SDK's clientCapabilitiesV2 field: decoded as it decodes
+		// it (roots is deprecated at 2026-07-28, still accepted).
+		//lint:ignore SA1019 the SDK's own decoding is mirrored, deprecated fields included
 		Roots *mcp.RootCapabilities `json:"roots,omitempty"`
 	}
 	if !sdkMetaValue(meta, mcp.MetaKeyClientCapabilities, &caps) {
