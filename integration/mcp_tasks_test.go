@@ -27,23 +27,28 @@ import (
 
 // slowUpstream answers /one, /two and /three with {"id": PATH}; /one
 // waits until released, so a test can act while the first step runs.
+// Each /one says it arrived on entered (buffered: a test reads one per
+// call it makes) and then waits for release: a value sent on it lets
+// one call go, closing it lets every call go.
 type slowUpstream struct {
 	*httptest.Server
-	entered chan struct{} // closed when /one arrives
-	release chan struct{} // close to let /one answer
+	entered chan struct{}
+	release chan struct{}
 	mu      sync.Mutex
 	seen    []string
 }
 
 func startSlowUpstream(t testing.TB) *slowUpstream {
-	u := &slowUpstream{entered: make(chan struct{}), release: make(chan struct{})}
-	var once sync.Once
+	u := &slowUpstream{entered: make(chan struct{}, 16), release: make(chan struct{})}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		u.seen = append(u.seen, r.URL.Path)
 		u.mu.Unlock()
 		if r.URL.Path == "/one" {
-			once.Do(func() { close(u.entered) })
+			select {
+			case u.entered <- struct{}{}:
+			default: // more calls than a test reads: none waits on it
+			}
 			select {
 			case <-u.release:
 			case <-time.After(requestTimeout):
@@ -402,43 +407,6 @@ func TestMCPTaskGracefulStop(t *testing.T) {
 	}
 }
 
-// gatedUpstream answers /one, /two and /three with {"id": PATH}; each
-// /one says it arrived (entered) and waits for a token of its own on
-// release, so a test holds each call's first step as long as it likes.
-type gatedUpstream struct {
-	*httptest.Server
-	entered chan struct{}
-	release chan struct{}
-	mu      sync.Mutex
-	seen    []string
-}
-
-func startGatedUpstream(t testing.TB) *gatedUpstream {
-	u := &gatedUpstream{entered: make(chan struct{}, 8), release: make(chan struct{})}
-	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u.mu.Lock()
-		u.seen = append(u.seen, r.URL.Path)
-		u.mu.Unlock()
-		if r.URL.Path == "/one" {
-			u.entered <- struct{}{}
-			select {
-			case <-u.release:
-			case <-time.After(requestTimeout):
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"id":%q}`, strings.TrimPrefix(r.URL.Path, "/"))
-	}))
-	t.Cleanup(u.Server.Close)
-	return u
-}
-
-func (u *gatedUpstream) paths() string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return strings.Join(u.seen, " ")
-}
-
 // TestMCPTaskStoreStalled: the tasks extension on a Redis that stops
 // answering. Three calls of the slow recipe, each first step held until
 // the test lets it go, task_after 1s, the door's timeout 8s, Redis
@@ -456,7 +424,7 @@ func (u *gatedUpstream) paths() string {
 func TestMCPTaskStoreStalled(t *testing.T) {
 	srv, _ := startSingleRedis(t)
 	proxy := redistest.StartProxy(t, srv.Addr())
-	up := startGatedUpstream(t)
+	up := startSlowUpstream(t)
 	w, s, tr, tool := startTaskWorldAt(t, up.URL, storeBlock("address "+proxy.Addr(), ""), "\t\t\ttask_after 1s\n\t\t\ttimeout 8s\n")
 	mcpB := w.B.URL + "/mcp"
 	type result struct {
@@ -527,7 +495,7 @@ func TestMCPTaskStoreStalled(t *testing.T) {
 	call = start()
 	<-up.entered
 	taskEnds("once Redis answers again", call)
-	if p, want := up.paths(), strings.Repeat("/one /two /three ", 3); p+" " != want {
+	if p, want := strings.Join(up.paths(), " ")+" ", strings.Repeat("/one /two /three ", 3); p != want {
 		t.Errorf("the upstream saw %q, want each step once per call: %q", p, want)
 	}
 }
