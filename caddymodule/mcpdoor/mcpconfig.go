@@ -73,8 +73,9 @@ type Config struct {
 	// runs concurrently, so one HTTP request may fan out to as many
 	// upstream calls): a larger batch is refused with 400
 	// batch-too-large before any of it runs. 1 to 1000. Default 16.
-	// Clients of revision 2025-06-18 and later cannot send batches (the
-	// SDK refuses them, 400, before this limit is checked).
+	// Clients of revision 2025-06-18 and later cannot send batches: the
+	// door answers any with the SDK's own 400 before this limit is
+	// checked.
 	MaxBatch int `json:"max_batch,omitempty"`
 
 	// Timeout bounds how long one tool call waits for its answer; past
@@ -129,8 +130,9 @@ type Config struct {
 	// the door answers one plain tools/call of a Tier B tool itself
 	// (fastpath.go: a stateless, single JSON-RPC call on revision
 	// 2025-06-18, 2025-11-25 or 2026-07-28, no session, no _meta beyond
-	// the door's own keys and 2026-07-28's triple), decoding it once and encoding the answer with the
-	// SDK's encoder, byte for byte what the SDK answers; everything else
+	// the door's own keys and 2026-07-28's triple), decoding it once and
+	// encoding the answer with the SDK's encoder, byte for byte what the
+	// SDK answers; everything else
 	// goes to the SDK. Turn it off to rule the fast path out when
 	// diagnosing an MCP client's trouble. Default false (fast path on).
 	DisableFastPath bool `json:"disable_fast_path,omitempty"`
