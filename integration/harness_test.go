@@ -469,6 +469,34 @@ func (g *Gateway) launch(t testing.TB, stateDir string, env []string) {
 		}
 	})
 	waitServing(t, g.proc, g.Addr, gatewayStartup)
+	if g.AGTPAddr != "" {
+		// Caddy starts its apps one after another, in no set order:
+		// the HTTP server may answer before the native door listens
+		// (TestOAuthKeyRotation's first request over it was once
+		// refused so).
+		waitListening(t, g.proc, g.AGTPAddr, gatewayStartup)
+	}
+}
+
+// waitListening polls addr until it accepts a TCP connection, which it
+// closes unused (the native door reads no request from it).
+func waitListening(t testing.TB, p *proc, addr string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	var last error
+	for time.Now().Before(deadline) {
+		if p.exited() {
+			t.Fatalf("%s exited before listening on %s (%v); output:\n%s", p.name, addr, p.err, p.tail(logTailLines))
+		}
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s did not listen on %s within %s (last: %v); output:\n%s", p.name, addr, limit, last, p.tail(logTailLines))
 }
 
 // waitServing polls addr with `OPTIONS *` until the HTTP server answers.
