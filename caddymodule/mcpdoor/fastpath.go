@@ -168,6 +168,9 @@ func (d *Door) fastCall(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 	if t == nil || t.kind != mcpTierB {
 		return false // an unknown tool is the SDK's error; recipes may preview, ask or outlast
 	}
+	if perRequest && t.paramHeaders {
+		return false // its Mcp-Param-* fields are the SDK's to require and check
+	}
 	// From here the answer is the fast path's, as the SDK's session
 	// would give it: callTool, then the JSON response.
 	req := &mcp.CallToolRequest{

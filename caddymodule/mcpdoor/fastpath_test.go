@@ -10,12 +10,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -234,8 +237,9 @@ type diffDoors struct {
 	hits      atomic.Int64
 }
 
-// newDiffDoors starts the upstream and builds the two doors.
-func newDiffDoors(t *testing.T) *diffDoors {
+// newDiffDoors starts the upstream and builds the two doors, their
+// engines' configs passed through adjust.
+func newDiffDoors(t *testing.T, adjust ...func(*engine.Config)) *diffDoors {
 	dd := &diffDoors{}
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		dd.hits.Add(1)
@@ -250,8 +254,8 @@ func newDiffDoors(t *testing.T) *diffDoors {
 	up.Listener = l
 	up.Start()
 	t.Cleanup(up.Close)
-	dd.fast = newTestDoor(t, testEngineAt(t, up.URL), nil)
-	dd.sdk = newTestDoor(t, testEngineAt(t, up.URL), &Config{DisableFastPath: true})
+	dd.fast = newTestDoor(t, testEngineWith(t, up.URL, adjust...), nil)
+	dd.sdk = newTestDoor(t, testEngineWith(t, up.URL, adjust...), &Config{DisableFastPath: true})
 	return dd
 }
 
@@ -399,5 +403,68 @@ func TestWithResultTypeComplete(t *testing.T) {
 		if _, err := withResultTypeComplete(json.RawMessage(in)); err == nil {
 			t.Errorf("withResultTypeComplete(%q): no error", in)
 		}
+	}
+}
+
+// headedEndpoint is a Tier B endpoint whose path parameter carries an
+// x-mcp-header annotation: the go-sdk requires a 2026-07-28 call of its
+// tool to send the argument again in Mcp-Param-Item.
+const headedEndpoint = `method: FETCH
+path: /headed/{item_id}
+description: Fetches one item by id, its id mirrored in a header.
+semantic: {intent: Fetch one item., actor: agent, outcome: The item., capability: retrieval, confidence: 0.9, impact: informational, is_idempotent: true}
+input_schema:
+  type: object
+  additionalProperties: false
+  required: [item_id]
+  properties:
+    item_id: {type: string, minLength: 1, x-mcp-header: Item}
+output_schema: {type: object, additionalProperties: true}
+errors: [upstream_timeout, upstream_connection_error, upstream_malformed_response, upstream_authentication_failed, upstream_error]
+required_scopes: [bench:read]
+external_service:
+  upstream: bench
+  method: GET
+  path: /items/{item_id}
+  timeout_seconds: 10
+`
+
+// TestMCPFastPathParamHeaders: a tool whose schema binds an argument to
+// a header (x-mcp-header) is left to the go-sdk at 2026-07-28, which
+// requires and checks the Mcp-Param-* field: without it the call is
+// refused (-32020) and reaches no upstream, on both doors alike; with
+// it, it runs. Before 2026-07-28 the SDK checks no such field and the
+// fast path serves the tool.
+func TestMCPFastPathParamHeaders(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "fetch-headed.yaml"), []byte(headedEndpoint), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dd := newDiffDoors(t, func(c *engine.Config) { c.Endpoints = append(c.Endpoints, dir) })
+	tool := ""
+	for _, tl := range dd.fast.tools {
+		if tl.path == "/headed/{item_id}" {
+			tool = tl.name
+		}
+	}
+	if tool == "" || !dd.fast.tools[slices.IndexFunc(dd.fast.tools, func(tl *mcpTool) bool { return tl.name == tool })].paramHeaders {
+		t.Fatalf("no tool for the headed endpoint, or its x-mcp-header is not seen (%q)", tool)
+	}
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + tool + `","arguments":{"item_id":"7"},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	h728 := map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tools/call"}, "Mcp-Name": {tool}}
+	before := dd.hits.Load()
+	got := dd.serve(t, fastCase{name: "2026-07-28 without Mcp-Param-Item", hdr: h728, body: body})
+	if got.Code != http.StatusBadRequest || !strings.Contains(got.Body.String(), "Mcp-Param-Item") || dd.hits.Load() != before {
+		t.Errorf("without Mcp-Param-Item: %d %s, %d upstream calls; want the SDK's 400 and none", got.Code, got.Body, dd.hits.Load()-before)
+	}
+	with := maps.Clone(h728)
+	with["Mcp-Param-Item"] = []string{"7"}
+	if got := dd.serve(t, fastCase{name: "2026-07-28 with Mcp-Param-Item", hdr: with, body: body}); got.Code != http.StatusOK || !strings.Contains(got.Body.String(), `"outcome":"succeeded"`) {
+		t.Errorf("with Mcp-Param-Item: %d %s", got.Code, got.Body)
+	}
+	old := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + tool + `","arguments":{"item_id":"7"}}}`
+	if got := dd.serve(t, fastCase{name: "2025-11-25", body: old, fast: true}); got.Code != http.StatusOK {
+		t.Errorf("2025-11-25: %d %s", got.Code, got.Body)
 	}
 }

@@ -81,6 +81,11 @@ type mcpTool struct {
 	// args checks the arguments of a built-in listing against
 	// def.InputSchema, which no endpoint schema checks (nil otherwise).
 	args *recipes.InputValidator
+	// paramHeaders: its input schema holds an x-mcp-header annotation
+	// (or the text of one), so the go-sdk requires a 2026-07-28 call
+	// of it to mirror those arguments in Mcp-Param-* header fields and
+	// checks them (SEP-2243): the fast path leaves such calls to it.
+	paramHeaders bool
 }
 
 // buildTools builds the tool list of cfg: generated names, renames,
@@ -302,7 +307,18 @@ func endpointTool(h *engine.Engine, ep *recipes.Endpoint) (*mcpTool, error) {
 	t.def = &mcp.Tool{Title: toolTitle(sem), Description: desc, InputSchema: in,
 		OutputSchema: toolOutputSchema(out, false, false, false), Annotations: toolAnnotations(toolTitle(sem), sem),
 		Meta: mcp.Meta{MCPMetaPrefix + "agtp": map[string]any{"method": ep.Method, "path": ep.Path, "tier": "B", "required_scopes": scopeStrs(ep.RequiredScopes)}}}
+	t.paramHeaders = namesParamHeader(in)
 	return t, nil
+}
+
+// namesParamHeader reports whether schema (an input schema as the tool
+// lists it) holds the text "x-mcp-header" anywhere: a key the go-sdk
+// reads as a parameter's header binding (extractParamHeaderAnnotations,
+// at any depth of properties), or that text elsewhere, which costs only
+// the fast path. A schema that does not encode is taken to hold it.
+func namesParamHeader(schema map[string]any) bool {
+	raw, err := json.Marshal(schema)
+	return err != nil || bytes.Contains(raw, []byte("x-mcp-header"))
 }
 
 // recipeTool is the tool of recipe r: its synthesized endpoint's schemas
