@@ -332,7 +332,9 @@ func TestTransportRulesFirst(t *testing.T) {
 // what the SDK's handler answers the same request, without the SDK
 // reading it: a batch whose second member is not a message, which the
 // SDK would call a malformed payload once it had decoded it, gets the
-// same refusal as a sound one.
+// same refusal as a sound one. An array that is not one whole JSON
+// value (truncated, malformed inside, data after it) is the envelope
+// rules' -32700, as under every revision.
 func TestBatchRefusedAsSDK(t *testing.T) {
 	d := newTestDoor(t, testEngine(t), nil)
 	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
@@ -361,6 +363,11 @@ func TestBatchRefusedAsSDK(t *testing.T) {
 		unread := serveCase(d, fastCase{body: "[" + list + `, 1, {"a":` + strings.Repeat("[", 10) + strings.Repeat("]", 10) + "}]", hdr: hdr})
 		if unread.Code != want.Code || unread.Body.String() != want.Body.String() {
 			t.Errorf("%s: a batch with members that are not messages: %d %q, want the SDK's %q unread", version, unread.Code, unread.Body, want.Body)
+		}
+		for _, broken := range []string{"[" + list + ",", "[" + list + `, {"a":}]`, "[" + list + "] x", "[" + list + "] {}"} {
+			if got := serveCase(d, fastCase{body: broken, hdr: hdr}); got.Code != http.StatusBadRequest || !strings.Contains(got.Body.String(), `"code":-32700`) {
+				t.Errorf("%s: %q: %d %s, want the envelope rules' -32700", version, broken, got.Code, got.Body)
+			}
 		}
 	}
 }

@@ -335,14 +335,18 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 			return d.refuseAs(w, r, rq, agtp.InvalidJSON.WithFields(fmt.Sprintf("the MCP message nests deeper than %d levels (at byte %d)", d.cfg.MaxJSONDepth, at),
 				map[string]any{"limit_depth": d.cfg.MaxJSONDepth}), body, true)
 		}
-		n := batchLen(body)
+		n, whole := batchOf(body)
 		if n > 0 && !sdkBatches(r) {
-			// A batch under a revision without batches: the SDK's
-			// refusal, whatever its messages hold (nothing below judges
-			// them: not max_batch, not the envelope rules), written here
-			// because the SDK would first decode every message of it.
-			refuseBatch(w, r)
-			return Summary{}
+			if whole {
+				// A batch under a revision without batches: the SDK's
+				// refusal of a batch, whatever its values are (nothing
+				// below judges them: not max_batch, not the envelope
+				// rules), written here because the SDK would first
+				// decode every one of them.
+				refuseBatch(w, r)
+				return Summary{}
+			}
+			n = 0 // not one JSON value: the envelope rules' -32700 below, as under every revision
 		}
 		if e := d.stepUp(rq, body); e != nil {
 			return d.refuseAs(w, r, rq, e, body, true)
@@ -395,22 +399,34 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 // array counts the elements read before the fault: the SDK refuses
 // the rest.
 func batchLen(body []byte) int {
+	n, _ := batchOf(body)
+	return n
+}
+
+// batchOf is batchLen, and whether body is that array whole: closed,
+// with nothing but whitespace after it (false for a malformed or
+// truncated array, or one followed by more data, which the envelope
+// rules refuse as not one JSON value).
+func batchOf(body []byte) (n int, whole bool) {
 	i := bytes.IndexFunc(body, func(r rune) bool { return r != ' ' && r != '\t' && r != '\r' && r != '\n' })
 	if i < 0 || body[i] != '[' {
-		return 0
+		return 0, false
 	}
 	dec := jsontext.NewDecoder(bytes.NewReader(body[i:]), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 	if _, err := dec.ReadToken(); err != nil { // '['
-		return 0
+		return 0, false
 	}
-	n := 0
 	for dec.PeekKind() != ']' && dec.PeekKind() != 0 {
 		if err := dec.SkipValue(); err != nil {
-			break
+			return n, false
 		}
 		n++
 	}
-	return n
+	if _, err := dec.ReadToken(); err != nil { // ']'
+		return n, false
+	}
+	_, err := dec.ReadToken()
+	return n, err == io.EOF
 }
 
 // identify proves who sent r (its body read to the end) in the
