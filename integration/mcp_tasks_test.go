@@ -61,6 +61,18 @@ func startSlowUpstream(t testing.TB) *slowUpstream {
 	return u
 }
 
+// waitEntered waits for a call's /one to arrive, at most requestTimeout:
+// a call that never reaches the upstream fails the test, not the suite's
+// timeout.
+func (u *slowUpstream) waitEntered(t testing.TB) {
+	t.Helper()
+	select {
+	case <-u.entered:
+	case <-time.After(requestTimeout):
+		t.Fatalf("no call reached the upstream's first step within %s", requestTimeout)
+	}
+}
+
 func (u *slowUpstream) paths() []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -178,7 +190,7 @@ func TestMCPTaskCancelAcrossNodes(t *testing.T) {
 			t.Errorf("CreateTaskResult carries %s: %v", k, created)
 		}
 	}
-	<-up.entered // the first step runs (the tools/call answered past task_after)
+	up.waitEntered(t) // the first step runs (the tools/call answered past task_after)
 
 	// Read through node B over the shared Redis.
 	mcpB := w.B.URL + "/mcp"
@@ -345,7 +357,7 @@ func createTask(t *testing.T, s *mcp.ClientSession, tr *rawTransport, tool strin
 func TestMCPTaskNodeDies(t *testing.T) {
 	up, w, s, tr, tool := startTaskWorld(t)
 	id, _ := createTask(t, s, tr, tool, nil)
-	<-up.entered
+	up.waitEntered(t)
 	w.A.Kill(t)
 	mcpB := w.B.URL + "/mcp"
 	var got map[string]any
@@ -381,7 +393,7 @@ func mustJSONIT(v any) string {
 func TestMCPTaskGracefulStop(t *testing.T) {
 	up, w, s, tr, tool := startTaskWorld(t)
 	id, _ := createTask(t, s, tr, tool, nil)
-	<-up.entered
+	up.waitEntered(t)
 	if err := w.A.proc.cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -470,14 +482,14 @@ func TestMCPTaskStoreStalled(t *testing.T) {
 	const notStored = "an MCP task could not be stored"
 
 	call := start()
-	<-up.entered
+	up.waitEntered(t)
 	taskEnds("before the stall", call)
 	if strings.Contains(w.A.Output(), notStored) {
 		t.Fatalf("node A logged %q before the stall", notStored)
 	}
 
 	call = start()
-	<-up.entered // minted and claimed: the first step runs, task_after not yet passed
+	up.waitEntered(t) // minted and claimed: the first step runs, task_after not yet passed
 	proxy.Hold(true, true)
 	waitFor(t, 10*time.Second, 50*time.Millisecond, "node A logs that the task could not be stored", func() bool {
 		return strings.Contains(w.A.Output(), notStored)
@@ -493,7 +505,7 @@ func TestMCPTaskStoreStalled(t *testing.T) {
 	}
 
 	call = start()
-	<-up.entered
+	up.waitEntered(t)
 	taskEnds("once Redis answers again", call)
 	if p, want := strings.Join(up.paths(), " ")+" ", strings.Repeat("/one /two /three ", 3); p != want {
 		t.Errorf("the upstream saw %q, want each step once per call: %q", p, want)
