@@ -406,28 +406,27 @@ func TestWithResultTypeComplete(t *testing.T) {
 	}
 }
 
-// headedEndpoint is a Tier B endpoint whose path parameter carries an
-// x-mcp-header annotation: the go-sdk requires a 2026-07-28 call of its
-// tool to send the argument again in Mcp-Param-Item.
-const headedEndpoint = `method: FETCH
-path: /headed/{item_id}
-description: Fetches one item by id, its id mirrored in a header.
-semantic: {intent: Fetch one item., actor: agent, outcome: The item., capability: retrieval, confidence: 0.9, impact: informational, is_idempotent: true}
-input_schema:
-  type: object
-  additionalProperties: false
-  required: [item_id]
-  properties:
-    item_id: {type: string, minLength: 1, x-mcp-header: Item}
-output_schema: {type: object, additionalProperties: true}
-errors: [upstream_timeout, upstream_connection_error, upstream_malformed_response, upstream_authentication_failed, upstream_error]
-required_scopes: [bench:read]
-external_service:
-  upstream: bench
-  method: GET
-  path: /items/{item_id}
-  timeout_seconds: 10
-`
+// headedEndpoint is the bench's fetch-item endpoint at FETCH
+// /headed/{item_id}, its path parameter carrying an x-mcp-header
+// annotation: the go-sdk requires a 2026-07-28 call of its tool to send
+// the argument again in Mcp-Param-Item.
+func headedEndpoint(t *testing.T) []byte {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "scripts", "bench", "docs", "endpoints", "fetch-item.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	for _, r := range [][2]string{
+		{"\npath: /items/{item_id}\n", "\npath: /headed/{item_id}\n"},
+		{"item_id: {type: string, minLength: 1}", "item_id: {type: string, minLength: 1, x-mcp-header: Item}"},
+	} {
+		if !strings.Contains(doc, r[0]) {
+			t.Fatalf("fetch-item.yaml has no %q to replace", r[0])
+		}
+		doc = strings.Replace(doc, r[0], r[1], 1)
+	}
+	return []byte(doc)
+}
 
 // TestMCPFastPathParamHeaders: a tool whose schema binds an argument to
 // a header (x-mcp-header) is left to the go-sdk at 2026-07-28, which
@@ -437,7 +436,7 @@ external_service:
 // fast path serves the tool.
 func TestMCPFastPathParamHeaders(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "fetch-headed.yaml"), []byte(headedEndpoint), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "fetch-headed.yaml"), headedEndpoint(t), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	dd := newDiffDoors(t, func(c *engine.Config) { c.Endpoints = append(c.Endpoints, dir) })
