@@ -283,6 +283,7 @@ var targets = []target{
 	{Name: "(c) Tier B, identity oauth (a verified bearer JWT), HTTP door: ≤ identity header + 30 µs", Key: "c/oauth", Of: "c/mcp", Kind: kindVs, Limit: 30},
 	{Name: "(cm) MCP tools/call, identity oauth (a verified bearer JWT): ≤ identity header + 30 µs", Key: "cm/oauth", Of: "cm/mcp", Kind: kindVs, Limit: 30},
 	{Name: "(cm) MCP tools/call: Caddy CPU per request ≤ 2 × the same call over the HTTP door (c)", Key: "cm/mcp", Of: "c/mcp", Kind: kindRatio, Limit: 2},
+	{Name: "(cm7) MCP tools/call from a 2026-07-28 client: ≤ 2 × the same call over the HTTP door (c)", Key: "cm7/mcp", Of: "c/mcp", Kind: kindRatio, Limit: 2},
 	{Name: "(f) gate refusal, no record key: < (b)", Key: "f/nokey", Kind: kindCPU, Limit: 0, Below: true},
 	{Name: "(f) gate refusal, Ed25519 record key: < (b)", Key: "f/ed25519", Kind: kindCPU, Limit: 0, Below: true},
 	{Name: "(g) synthesis, no record key: ≤ (b) + 80 µs", Key: "g/nokey", Kind: kindCPU, Limit: 80},
