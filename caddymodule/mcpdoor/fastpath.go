@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -128,15 +127,8 @@ func (d *Door) fastCall(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 			return false
 		}
 	}
-	if perRequest {
-		if hd.Get("Mcp-Method") != "tools/call" {
-			return false
-		}
-		for k := range hd {
-			if strings.HasPrefix(k, "Mcp-Param-") {
-				return false // a tool's x-mcp-header arguments: the SDK's to check
-			}
-		}
+	if perRequest && hd.Get("Mcp-Method") != "tools/call" {
+		return false
 	}
 	if i := bytes.IndexFunc(body, func(r rune) bool { return r != ' ' && r != '\t' && r != '\r' && r != '\n' }); i < 0 || body[i] != '{' {
 		return false // a batch, or not a message
@@ -169,7 +161,10 @@ func (d *Door) fastCall(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 		return false // an unknown tool is the SDK's error; recipes may preview, ask or outlast
 	}
 	if perRequest && t.paramHeaders {
-		return false // its Mcp-Param-* fields are the SDK's to require and check
+		// Its Mcp-Param-* fields are the SDK's to require and check; a
+		// tool without x-mcp-header has none, and the SDK ignores any
+		// sent (validateParamHeaders), as the fast path does.
+		return false
 	}
 	// From here the answer is the fast path's, as the SDK's session
 	// would give it: callTool, then the JSON response.

@@ -111,7 +111,8 @@ func fastCorpus() []fastCase {
 		{name: "2026-07-28 Mcp-Name differs", hdr: with(h728, "Mcp-Name", "fetch_other"), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
 		{name: "2026-07-28 Mcp-Name case", hdr: with(h728, "Mcp-Name", "Fetch_Item"), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
 		{name: "2026-07-28 Mcp-Name twice", hdr: with(h728, "Mcp-Name", "fetch_item", "fetch_item"), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
-		{name: "2026-07-28 Mcp-Param header", hdr: with(h728, "Mcp-Param-Item", "1"), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
+		{name: "2026-07-28 Mcp-Param header", hdr: with(h728, "Mcp-Param-Item", "1"), body: call728("1", `{"item_id":"1"}`, `{}`, ""), fast: true}, // a tool without x-mcp-header: ignored by both
+		{name: "2026-07-28 Mcp-Param header differing", hdr: with(h728, "Mcp-Param-Item_id", "2"), body: call728("1", `{"item_id":"1"}`, `{}`, ""), fast: true},
 		{name: "2026-07-28 without the header version", hdr: with(h728, "Mcp-Protocol-Version", ""), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
 		{name: "2026-07-28 notification", hdr: h728,
 			body: `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`},
