@@ -408,6 +408,17 @@ func validJSON(raws ...[]byte) bool {
 	return true
 }
 
+// taskRecordInvalid is the -32603 task-record-invalid answer to a
+// tasks method whose task's stored record cannot be read (why: err), a
+// record this door did not write, which no retry mends; its ERROR line
+// goes through the agent's log budget (a client polls tasks/get).
+func (d *Door) taskRecordInvalid(rq *mcpRequest, id string, err error) error {
+	if l := d.e.AgentLog(rq.agent.ID, "task-record-invalid"); l != nil {
+		l.Error("an MCP task's stored record cannot be read", zap.String("task_id", id), zap.Error(err))
+	}
+	return tasksError(rq, "task-record-invalid", codeInternal, "task-record-invalid: the task's stored record cannot be read", nil)
+}
+
 // tasksMethods are the extension's methods the door serves; the
 // removed tasks/result and tasks/list stay unknown (-32601).
 var tasksMethods = []string{"tasks/get", "tasks/update", "tasks/cancel"}
@@ -481,10 +492,7 @@ func (d *Door) serveTasks(ctx context.Context, method string, p *tasksParams) (*
 	if err != nil && !errors.Is(err, store.ErrUnavailable) {
 		// The store answered with a record that does not decode: a
 		// record this door did not write; a retry reads the same.
-		if l := d.e.AgentLog(rq.agent.ID, "task-record-invalid"); l != nil { // a client polls: within the log budget
-			l.Error("an MCP task's stored record cannot be read", zap.String("task_id", id), zap.Error(err))
-		}
-		return nil, tasksError(rq, "task-record-invalid", codeInternal, "task-record-invalid: the task's stored record cannot be read", nil)
+		return nil, d.taskRecordInvalid(rq, id, err)
 	}
 	if err != nil {
 		return nil, tasksError(rq, agtp.StoreUnavailable.Token, codeInternal, "store-unavailable: the task store did not answer; retry", nil)
@@ -507,10 +515,7 @@ func (d *Door) serveTasks(ctx context.Context, method string, p *tasksParams) (*
 		if !validJSON(rec.Result, rec.Error, rec.Steps) {
 			// A stored result, error or step list that is not JSON: a
 			// record this door did not write.
-			if l := d.e.AgentLog(rq.agent.ID, "task-record-invalid"); l != nil {
-				l.Error("an MCP task's stored record cannot be encoded: its result, error or steps are not JSON", zap.String("task_id", rec.ID))
-			}
-			return nil, tasksError(rq, "task-record-invalid", codeInternal, "task-record-invalid: the task's stored record cannot be read", nil)
+			return nil, d.taskRecordInvalid(rq, rec.ID, errors.New("its result, error or steps are not JSON"))
 		}
 		return &tasksResult{members: detailedTask(rec, time.Now())}, nil
 	}
