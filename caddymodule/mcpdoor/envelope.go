@@ -484,16 +484,29 @@ func refuseBatch(w http.ResponseWriter, r *http.Request) {
 
 // headerFault is the refusal of a POST whose singleton header fields
 // the SDK would read loosely (it reads the first of several): an
-// MCP-Protocol-Version or a Content-Type sent more than once (RFC 9110
-// §5.3: which one is meant is not knowable), or a JSON Content-Type
+// MCP-Protocol-Version or a Content-Type sent more than once, and from
+// 2026-07-28 on an Mcp-Method, Mcp-Name or Mcp-Param-* field (RFC 9110
+// §5.3: which one is meant is not knowable; a proxy reading the last
+// would see another call than the one that runs), or a JSON Content-Type
 // naming a charset other than UTF-8 (RFC 8259 §8.1: the SDK reads the
 // body as UTF-8 whatever the charset says). The answers are the SDK's
 // own for those fields, in plain text: 400 for the version, 415 for
 // the media type. "" when the fields are sound; the fast path's
 // requests (one exact application/json, one version) cost two lookups.
 func headerFault(hd http.Header) (msg string, status int) {
-	if v := hd["Mcp-Protocol-Version"]; len(v) > 1 {
+	v := hd["Mcp-Protocol-Version"]
+	if len(v) > 1 {
 		return fmt.Sprintf("Bad Request: MCP-Protocol-Version appears %d times; send it once", len(v)), http.StatusBadRequest
+	}
+	if len(v) == 1 && v[0] >= "2026-07-28" {
+		// The standard header fields the SDK reads from this revision
+		// on (SEP-2243: Mcp-Method, Mcp-Name, Mcp-Param-*), each with
+		// header.Get, the first of several.
+		for k, vals := range hd {
+			if len(vals) > 1 && (k == "Mcp-Method" || k == "Mcp-Name" || strings.HasPrefix(k, "Mcp-Param-")) {
+				return fmt.Sprintf("Bad Request: %s appears %d times; send it once", k, len(vals)), http.StatusBadRequest
+			}
+		}
 	}
 	ct := hd["Content-Type"]
 	if len(ct) > 1 {

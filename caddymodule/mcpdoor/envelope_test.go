@@ -364,10 +364,51 @@ func TestBatchRefusedAsSDK(t *testing.T) {
 		if unread.Code != want.Code || unread.Body.String() != want.Body.String() {
 			t.Errorf("%s: a batch with members that are not messages: %d %q, want the SDK's %q unread", version, unread.Code, unread.Body, want.Body)
 		}
-		for _, broken := range []string{"[" + list + ",", "[" + list + `, {"a":}]`, "[" + list + "] x", "[" + list + "] {}"} {
+		for _, broken := range []string{"[" + list + ",", "[" + list + `, {"a":}]`, "[" + list + "] x", "[" + list + "] {}",
+			"[" + list + `, {"x":"` + "\xff" + `"}]`, "[" + list + `, {"x":"\ud800"}]`} {
 			if got := serveCase(d, fastCase{body: broken, hdr: hdr}); got.Code != http.StatusBadRequest || !strings.Contains(got.Body.String(), `"code":-32700`) {
 				t.Errorf("%s: %q: %d %s, want the envelope rules' -32700", version, broken, got.Code, got.Body)
 			}
 		}
+	}
+}
+
+// TestStandardHeaderFieldsOnce: from MCP 2026-07-28 on, a tools/call
+// sending Mcp-Method, Mcp-Name or an Mcp-Param-* field more than once
+// is refused (400) before anything runs, as a repeated
+// MCP-Protocol-Version is: the SDK reads the first value, a proxy may
+// read the last. Before 2026-07-28 the SDK reads none of them, and the
+// door leaves them alone.
+func TestStandardHeaderFieldsOnce(t *testing.T) {
+	dd := newDiffDoors(t)
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},` +
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	base := map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tools/call"}, "Mcp-Name": {"fetch_item"}}
+	for _, c := range []struct{ field, second string }{
+		{"Mcp-Name", "fetch_other"}, {"Mcp-Name", "fetch_item"}, {"Mcp-Method", "tools/list"}, {"Mcp-Param-Item", "1"},
+	} {
+		hdr := map[string][]string{}
+		for k, v := range base {
+			hdr[k] = v
+		}
+		first := "1"
+		if v, ok := base[c.field]; ok {
+			first = v[0]
+		}
+		hdr[c.field] = []string{first, c.second}
+		before := dd.hits.Load()
+		for _, d := range []*Door{dd.fast, dd.sdk} {
+			w := serveCase(d, fastCase{body: body, hdr: hdr})
+			if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), c.field+" appears 2 times") {
+				t.Errorf("%s sent twice: %d %s, want 400 naming it", c.field, w.Code, w.Body)
+			}
+		}
+		if dd.hits.Load() != before {
+			t.Errorf("%s sent twice: the upstream was called", c.field)
+		}
+	}
+	old := map[string][]string{"Mcp-Protocol-Version": {"2025-11-25"}, "Mcp-Name": {"fetch_item", "fetch_other"}}
+	if w := serveCase(dd.fast, fastCase{body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, hdr: old}); w.Code != http.StatusOK {
+		t.Errorf("2025-11-25 with Mcp-Name twice: %d %s, want the call answered (the SDK reads no Mcp-Name then)", w.Code, w.Body)
 	}
 }

@@ -337,7 +337,10 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 		}
 		n, whole := batchOf(body)
 		if n > 0 && !sdkBatches(r) {
-			if whole {
+			// Whole and valid (UTF-8, surrogates; names may repeat,
+			// the batch refusal comes first for those): anything else
+			// is the envelope rules' -32700, as under every revision.
+			if whole && jsontext.Value(body).IsValid(jsontext.AllowDuplicateNames(true)) {
 				// A batch under a revision without batches: the SDK's
 				// refusal of a batch, whatever its values are (nothing
 				// below judges them: not max_batch, not the envelope
