@@ -511,3 +511,72 @@ func TestMCPTaskStoreStalled(t *testing.T) {
 		t.Errorf("the upstream saw %q, want each step once per call: %q", p, want)
 	}
 }
+
+// TestMCPTaskStoreRestarted: Redis goes away while a task's plan runs,
+// then comes back: killed and restarted without its data (the task's
+// record lost with it), and at its maxmemory (noeviction: every write
+// refused, reads answered). The node running the task tries its end
+// again until the store takes it, within the task's lease: node B then
+// reads the task completed with its result, and the upstream saw each
+// step once. Before, the end was written once: the restart left the
+// task unknown (-32602) and maxmemory left it working, then failed.
+func TestMCPTaskStoreRestarted(t *testing.T) {
+	srv, topo := startSingleRedis(t)
+	up := startSlowUpstream(t)
+	w, s, tr, tool := startTaskWorldAt(t, up.URL, topo.block(), "\t\t\ttask_after 200ms\n")
+	mcpB := w.B.URL + "/mcp"
+	const retried, gaveUp = "an MCP task's end was stored after the store refused it", "could not be stored before its lease ends"
+	do := func(args ...string) {
+		t.Helper()
+		if _, err := redistest.Do(srv.Addr(), args...); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
+	for _, c := range []struct {
+		what        string
+		fault, mend func()
+		// whileDown checks what node B reads once the plan has ended
+		// and the store still refuses its end.
+		whileDown func(g, e map[string]any) bool
+	}{
+		{"Redis killed, then restarted without its data", srv.Stop, srv.Restart,
+			func(g, e map[string]any) bool {
+				return e != nil && strings.Contains(mustJSONIT(e), "store-unavailable")
+			}},
+		{"Redis at its maxmemory, then given room", func() { do("CONFIG", "SET", "maxmemory", "1") }, func() { do("CONFIG", "SET", "maxmemory", "0") },
+			func(g, e map[string]any) bool { return e == nil && g["status"] == "working" }},
+	} {
+		ran := len(up.paths())
+		logged := strings.Count(w.A.Output(), retried)
+		id, _ := createTask(t, s, tr, tool, nil)
+		up.waitEntered(t)
+		if g, e := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true); e != nil || g["status"] != "working" {
+			t.Fatalf("%s: node B reads %v %v before the fault, want working", c.what, g, e)
+		}
+		c.fault()
+		up.release <- struct{}{}
+		waitFor(t, 10*time.Second, 50*time.Millisecond, c.what+": the plan's three steps ran", func() bool { return len(up.paths()) >= ran+3 })
+		time.Sleep(500 * time.Millisecond) // the end tried and refused
+		g, e := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
+		if !c.whileDown(g, e) {
+			t.Errorf("%s: node B reads %v %v while the store refuses the end", c.what, g, e)
+		}
+		c.mend()
+		waitFor(t, 10*time.Second, 100*time.Millisecond, c.what+": node B reads the task completed", func() bool {
+			g, _ := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
+			return g["status"] == "completed"
+		})
+		if g, e := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true); e != nil || !strings.Contains(mustJSONIT(g["result"]), `three`) || strings.Contains(mustJSONIT(g["result"]), `"isError":true`) {
+			t.Errorf("%s: the completed task: %v %v, want the plan's result", c.what, g, e)
+		}
+		if p := strings.Join(up.paths()[ran:], " "); p != "/one /two /three" {
+			t.Errorf("%s: the upstream saw %q, want each step once", c.what, p)
+		}
+		if n := strings.Count(w.A.Output(), retried); n != logged+1 {
+			t.Errorf("%s: node A logged %q %d times, want once", c.what, retried, n-logged)
+		}
+	}
+	if strings.Contains(w.A.Output(), gaveUp) {
+		t.Errorf("node A gave a task up: %s", w.A.Output())
+	}
+}

@@ -66,7 +66,23 @@ const (
 	// passed is reported failed: its node stopped (docs/agent-guide-mcp.md
 	// "Tasks": a node that dies).
 	TaskLease = 15 * time.Second
+	// TaskWriteMargin is how long before the lease last stored the
+	// running node stops writing a task: a renewal or an end that
+	// lands after it could turn a task a reader saw failed (its lease
+	// over) back into working or completed (storeTask).
+	TaskWriteMargin = time.Second
 )
+
+// taskEndRetry is the first wait between tries of a task's end the
+// store refused (finish); each next wait doubles, up to taskEndRetryMax.
+const (
+	taskEndRetry    = 100 * time.Millisecond
+	taskEndRetryMax = 2 * time.Second
+)
+
+// errLeaseOver is storeTask's refusal to write a task whose lease, as
+// last stored, ends within TaskWriteMargin.
+var errLeaseOver = errors.New("the task's lease as last stored ends within " + TaskWriteMargin.String() + ": readers may count it failed")
 
 // JSON-RPC error codes of the extension (SEP-2575, SEP-2243).
 const (
@@ -206,11 +222,14 @@ func WaitTasks(max time.Duration) bool {
 // follow runs beside a task's call on the node that accepted it: it
 // looks for a cancel request every TaskPollInterval (closing stop),
 // renews the lease, and writes the answer into the task when it comes.
-// A panic in it (a defect: in the task store, or in making the answer
-// a tool result) is recovered and logged at ERROR ("panic following an
-// MCP task", with its id) instead of ending the process; the task is
-// then left as last stored, working, and reads failed once its lease
-// ends, as when its end cannot be stored (TestPanicInTaskFinish).
+// Every write is held to the lease last stored (storeTask): once the
+// store has refused renewals until that lease is about to end, the
+// task is left to read failed and nothing more is written. A panic in
+// it (a defect: in the task store, or in making the answer a tool
+// result) is recovered and logged at ERROR ("panic following an MCP
+// task", with its id) instead of ending the process; the task is then
+// left as last stored, working, and reads failed once its lease ends,
+// as when its end cannot be stored (TestPanicInTaskFinish).
 func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, target string, rec store.Task, stop chan struct{}, done <-chan *agtp.Response) {
 	defer recovered.Guard(d.e.Logger(), "panic following an MCP task; it is left to its lease and reads failed after it",
 		zap.String("task_id", rec.ID), zap.String("agent_id", rec.AgentID), zap.String("tool", rec.Tool))
@@ -219,12 +238,13 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 	tick := time.NewTicker(TaskPollInterval)
 	defer tick.Stop()
 	renewed := time.Now()
+	lease := rec.LeaseUntil // as last stored: readers count the task failed after it
 	var once sync.Once
 	cancelled := false
 	for {
 		select {
 		case resp := <-done:
-			d.finish(ctx, rq, t, req, target, rec, resp, cancelled)
+			d.finish(ctx, rq, t, req, target, rec, lease, resp, cancelled)
 			return
 		case <-tick.C:
 			if !cancelled {
@@ -238,19 +258,40 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 			if time.Since(renewed) >= TaskLease/3 {
 				now := time.Now().UTC()
 				rec.UpdatedAt, rec.LeaseUntil = now, now.Add(TaskLease)
-				if err := tasks.Put(ctx, rec, TaskTTL); err == nil {
-					renewed = time.Now()
+				if err := d.storeTask(ctx, rec, lease); err == nil {
+					renewed, lease = time.Now(), rec.LeaseUntil
 				}
 			}
 		}
 	}
 }
 
+// storeTask writes rec unless the lease last stored (lease) ends within
+// TaskWriteMargin (errLeaseOver), within a deadline at that point: a
+// reader past the lease reads the task failed, and a write landing
+// after that would undo a terminal state. A write the store took
+// without answering in time may still land a little later; the margin
+// is for that.
+func (d *Door) storeTask(ctx context.Context, rec store.Task, lease time.Time) error {
+	last := lease.Add(-TaskWriteMargin)
+	if !time.Now().Before(last) {
+		return errLeaseOver
+	}
+	ctx, cancel := context.WithDeadline(ctx, last)
+	defer cancel()
+	return d.e.Tasks().Put(ctx, rec, TaskTTL)
+}
+
 // finish writes a task's end: completed with the tool result (a tool
 // error included, isError), cancelled when a cancel request stopped the
 // plan before every step ran (the steps that ran are named), failed
-// when no tool result could be made.
-func (d *Door) finish(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, target string, rec store.Task, resp *agtp.Response, cancelled bool) {
+// when no tool result could be made. A write the store refuses (a
+// Redis stall, restart or maxmemory) is tried again, after 100 ms and
+// then twice as long each time up to 2 s, while the lease last stored
+// (lease) allows (storeTask); the record is written whole, so a store
+// that lost the task while it ran (a restart without persistence)
+// holds it again. The answer is in this process's memory meanwhile.
+func (d *Door) finish(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, target string, rec store.Task, lease time.Time, resp *agtp.Response, cancelled bool) {
 	if h := testHookTaskFinish.Load(); h != nil {
 		(*h)()
 	}
@@ -274,8 +315,31 @@ func (d *Door) finish(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.
 		}
 		rec.Result, _ = json.Marshal(res)
 	}
-	if err := d.e.Tasks().Put(ctx, rec, TaskTTL); err != nil {
-		d.e.Logger().Warn("an MCP task's end could not be stored; its lease will end and it reads failed", zap.String("task_id", rec.ID), zap.Error(err))
+	d.storeEnd(ctx, rec, lease)
+}
+
+// storeEnd writes a task's end rec (finish), trying again while the
+// store refuses it and the lease last stored allows; it reports whether
+// the end was stored. Each refusal is logged at DEBUG, the last (the
+// task left to read failed) at WARN.
+func (d *Door) storeEnd(ctx context.Context, rec store.Task, lease time.Time) bool {
+	wait := taskEndRetry
+	for tries := 1; ; tries++ {
+		err := d.storeTask(ctx, rec, lease)
+		if err == nil {
+			if tries > 1 {
+				d.e.Logger().Info("an MCP task's end was stored after the store refused it", zap.String("task_id", rec.ID), zap.Int("tries", tries))
+			}
+			return true
+		}
+		if errors.Is(err, errLeaseOver) || !time.Now().Add(wait).Before(lease.Add(-TaskWriteMargin)) {
+			d.e.Logger().Warn("an MCP task's end could not be stored before its lease ends; it reads failed",
+				zap.String("task_id", rec.ID), zap.Int("tries", tries), zap.Error(err))
+			return false
+		}
+		d.e.Logger().Debug("an MCP task's end was not stored; trying again", zap.String("task_id", rec.ID), zap.Duration("after", wait), zap.Error(err))
+		time.Sleep(wait)
+		wait = min(2*wait, taskEndRetryMax)
 	}
 }
 

@@ -10,10 +10,12 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -462,5 +464,129 @@ func TestTasksGetErrors(t *testing.T) {
 		if w := serveCase(d, fastCase{body: body}); !strings.Contains(w.Body.String(), `"code":-32603`) || !strings.Contains(w.Body.String(), c.want) {
 			t.Errorf("Get failing with %v: %d %s, want -32603 %s", c.err, w.Code, w.Body, c.want)
 		}
+	}
+}
+
+// flakyTasks is a task store that refuses Put (as Redis stalled,
+// restarting or at its maxmemory) while refuse is above zero, counting
+// down, or always when refuse is negative; it notes when each Put came.
+type flakyTasks struct {
+	store.Tasks
+	refuse atomic.Int64
+	mu     sync.Mutex
+	puts   []time.Time
+}
+
+func (f *flakyTasks) Put(ctx context.Context, rec store.Task, ttl time.Duration) error {
+	f.mu.Lock()
+	f.puts = append(f.puts, time.Now())
+	f.mu.Unlock()
+	if n := f.refuse.Load(); n != 0 {
+		if n > 0 {
+			f.refuse.Add(-1)
+		}
+		return store.ErrUnavailable
+	}
+	return f.Tasks.Put(ctx, rec, ttl)
+}
+
+func (f *flakyTasks) putTimes() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.puts...)
+}
+
+// taskWithFlakyStore is a door on an engine whose task store is a
+// flakyTasks, and a working task stored through it with lease.
+func taskWithFlakyStore(t *testing.T, lease time.Duration) (*Door, *flakyTasks, store.Task, *observer.ObservedLogs) {
+	t.Helper()
+	core, logs := observer.New(zap.InfoLevel)
+	flaky := &flakyTasks{}
+	e := testEngineSet(t, zap.New(core), "http://127.0.0.1:9", func(s store.Set) store.Set {
+		flaky.Tasks = s.Tasks
+		s.Tasks = flaky
+		return s
+	})
+	cfg := &Config{Path: DefaultMCPPath}
+	ec := &engine.Config{}
+	ec.SetDefaults()
+	cfg.SetDefaults(ec)
+	d, err := New(e, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	rec := store.Task{ID: "t-" + strings.ToLower(t.Name()), AgentID: strings.Repeat("a", 64), NodeID: "n1", Tool: "lookup", Status: TaskWorking,
+		CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(lease)}
+	if err := flaky.Tasks.Put(context.Background(), rec, TaskTTL); err != nil {
+		t.Fatal(err)
+	}
+	return d, flaky, rec, logs
+}
+
+// TestTaskEndStoredAfterRefusals: a task's end the store refuses (a
+// Redis stall or restart as the plan ends) is tried again, and stored
+// once the store answers, rather than left for the lease to turn the
+// task failed. Before, one refusal lost the answer.
+func TestTaskEndStoredAfterRefusals(t *testing.T) {
+	d, flaky, rec, logs := taskWithFlakyStore(t, TaskLease)
+	flaky.refuse.Store(3)
+	done := make(chan *agtp.Response, 1)
+	done <- &agtp.Response{Status: 200, Body: []byte(`{"outcome":"succeeded","result":{"id":"x"}}`)}
+	d.follow(&mcpRequest{}, &mcpTool{kind: mcpRecipe, name: "lookup"}, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "lookup"}}, "/x", rec, make(chan struct{}), done)
+	got, ok, err := flaky.Tasks.Get(context.Background(), rec.ID)
+	if err != nil || !ok || got.Status != TaskCompleted || got.StatusMessage != "completed" || !strings.Contains(string(got.Result), `"id":"x"`) {
+		t.Fatalf("the task after 3 refused ends: %+v %v %v, want completed with its result", got, ok, err)
+	}
+	if n := len(flaky.putTimes()); n != 4 {
+		t.Errorf("%d tries of the end, want 4 (3 refused, 1 stored)", n)
+	}
+	if l := logs.FilterMessageSnippet("end was stored after the store refused it").All(); len(l) != 1 || l[0].ContextMap()["tries"] != int64(4) {
+		t.Errorf("log lines: %v, want one INFO line with tries 4", logs.All())
+	}
+}
+
+// TestTaskEndHeldToLease: a task's end is not written once the lease
+// last stored is about to end (TaskWriteMargin before it): a reader past
+// the lease reads the task failed, and a later write would turn that
+// terminal state into another. A store that keeps refusing is tried
+// until then and no later; a lease already within the margin is not
+// tried at all. Either way one WARN line says the task reads failed.
+func TestTaskEndHeldToLease(t *testing.T) {
+	lease := TaskWriteMargin + 600*time.Millisecond
+	d, flaky, rec, logs := taskWithFlakyStore(t, lease)
+	flaky.refuse.Store(-1)
+	end := rec
+	end.Status, end.LeaseUntil = TaskCompleted, time.Time{}
+	if d.storeEnd(context.Background(), end, rec.LeaseUntil) {
+		t.Fatal("storeEnd reported a refused end stored")
+	}
+	last := rec.LeaseUntil.Add(-TaskWriteMargin)
+	puts := flaky.putTimes()
+	if len(puts) < 2 {
+		t.Errorf("%d tries within the lease, want the end tried again while the lease allowed", len(puts))
+	}
+	for i, p := range puts {
+		if !p.Before(last) {
+			t.Errorf("try %d came %v after the last moment the lease allowed", i+1, p.Sub(last))
+		}
+	}
+	if got, _, _ := flaky.Tasks.Get(context.Background(), rec.ID); got.Status != TaskWorking {
+		t.Errorf("the stored task: %+v, want it as last stored (working)", got)
+	}
+
+	time.Sleep(time.Until(last))
+	flaky.refuse.Store(0) // the store answers again, but too late
+	if d.storeEnd(context.Background(), end, rec.LeaseUntil) {
+		t.Fatal("storeEnd stored an end past the lease's margin")
+	}
+	if n := len(flaky.putTimes()); n != len(puts) {
+		t.Errorf("%d more tries past the lease's margin, want none", n-len(puts))
+	}
+	if got, _, _ := flaky.Tasks.Get(context.Background(), rec.ID); got.Status != TaskWorking {
+		t.Errorf("the stored task: %+v, want it as last stored (working)", got)
+	}
+	if l := logs.FilterMessageSnippet("could not be stored before its lease ends").All(); len(l) != 2 {
+		t.Errorf("log lines: %v, want two WARN lines", logs.All())
 	}
 }
