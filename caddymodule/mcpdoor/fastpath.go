@@ -21,9 +21,9 @@ import (
 // decodes a stateless POST five to eight times over (each decode with
 // a fresh 32 KiB buffer) and builds a session, a JSON-RPC connection
 // and two goroutines for it (at 2026-07-28 a few more decodes, for the
-// per-request _meta triple). The commonest message, one tools/call of a
-// Tier B tool, is decoded here once and handed to the same tool handler
-// the SDK would call
+// per-request _meta triple). The commonest messages, one tools/call of
+// a Tier B tool or of a recipe, are decoded here once and handed to the
+// same tool handler the SDK would call
 // (Door.handler); its answer is encoded with the SDK's own encoder
 // (jsonrpc.EncodeMessage), under the headers the SDK writes. Anything
 // else, and anything the fast path is not sure of, goes to the SDK
@@ -32,9 +32,11 @@ import (
 // off. The SDK's receiving middleware (newServer) does not run here:
 // both of the door's pass tools/call through, and the SDK's own
 // (multi-round-trip) acts only on results with input requests, which
-// no Tier B tool gives. A feature built on the SDK for tools/call
-// (input_required, tasks: clients on 2026-07-28, recipes) must keep
-// fastCall declining the calls it concerns.
+// no call the fast path takes gives: a recipe call from a 2026-07-28
+// client that declares elicitation (confirm-first may ask it) or the
+// tasks extension (the call may become a task) is the SDK's. A feature
+// built on the SDK for tools/call must keep fastCall declining the
+// calls it concerns.
 
 // fastVersions are the MCP-Protocol-Version values the fast path
 // serves: those for which a tool result's text does not depend on the
@@ -153,12 +155,24 @@ func (d *Door) fastCall(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 			return false
 		}
 	}
-	if perRequest && (hd.Get("Mcp-Name") != p.Name || !fastTriple(p.Meta)) {
-		return false
+	var caps *mcp.ClientCapabilities
+	if perRequest {
+		if hd.Get("Mcp-Name") != p.Name {
+			return false
+		}
+		if caps, ok = fastTriple(p.Meta); !ok {
+			return false
+		}
 	}
 	t := d.agentServer(rq).visible[p.Name]
-	if t == nil || t.kind != mcpTierB {
-		return false // an unknown tool is the SDK's error; recipes may preview, ask or outlast
+	if t == nil || (t.kind != mcpTierB && t.kind != mcpRecipe) {
+		return false // an unknown tool is the SDK's error; the built-in tools are left to it
+	}
+	if t.kind == mcpRecipe && caps != nil && (caps.Elicitation != nil || tasksDeclared(p.Meta)) {
+		// A recipe call may ask (confirm-first as input_required, for
+		// a client that can elicit: wantsInputRequired) or outlast
+		// (a task, for one that declared the extension): the SDK's.
+		return false
 	}
 	if perRequest && t.paramHeaders {
 		// Its Mcp-Param-* fields are the SDK's to require and check; a
@@ -178,9 +192,10 @@ func (d *Door) fastCall(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 	case err != nil:
 		resp.Error = err
 	case res == nil || res.InputRequests != nil:
-		// Neither is a Tier B tool's answer (the SDK would log an
-		// internal error, or ask a stateless client for input).
-		d.e.Logger().Error("MCP door fast path: a Tier B tool answered without a result, or with input requests", zap.String("tool", t.name))
+		// Neither is an answer of a call the fast path takes (the SDK
+		// would log an internal error, or ask a stateless client for
+		// input: fastCall leaves the calls that may ask to it).
+		d.e.Logger().Error("MCP door fast path: a tool answered without a result, or with input requests", zap.String("tool", t.name))
 		resp.Error = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the tool gave no result"}
 	default:
 		if res.Content == nil {
@@ -189,7 +204,9 @@ func (d *Door) fastCall(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 		if perRequest {
 			d.annotateServerInfo(res)
 		}
-		raw, merr := sdkMarshal(res)
+		// The SDK's encoder (sdkMarshal) copies a result's own
+		// MarshalJSON output, compact already, unchanged.
+		raw, merr := res.MarshalJSON()
 		if merr == nil && perRequest {
 			raw, merr = withResultTypeComplete(raw)
 		}
@@ -199,7 +216,12 @@ func (d *Door) fastCall(w http.ResponseWriter, r *http.Request, rq *mcpRequest, 
 			resp.Result = raw
 		}
 	}
-	data, err := jsonrpc.EncodeMessage(resp)
+	var data []byte
+	if resp.Error == nil {
+		data, err = fastResponse(id, resp.Result)
+	} else {
+		data, err = jsonrpc.EncodeMessage(resp)
+	}
 	if err != nil {
 		data, _ = jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding the answer failed"}})
 		resp.Error = nil // no status of its own
@@ -255,6 +277,27 @@ func fastID(raw jsontext.Value) (jsonrpc.ID, bool) {
 	return jsonrpc.ID{}, false
 }
 
+// fastResponse is the JSON-RPC response of id with result (compact
+// JSON) as the SDK's jsonrpc.EncodeMessage writes it: its wire
+// struct's members in their order, the id encoded as its encoder
+// encodes it (sdkMarshal), the result copied as it is (that encoder's
+// compaction of compact JSON changes nothing), without passing the
+// result through a second encoder. TestMCPFastPathDifferential and
+// TestMCPFastPathRecipes hold the bytes equal to the SDK's.
+func fastResponse(id jsonrpc.ID, result json.RawMessage) ([]byte, error) {
+	idJSON, err := sdkMarshal(id.Raw())
+	if err != nil {
+		return nil, err
+	}
+	const head, mid = `{"jsonrpc":"2.0","id":`, `,"result":`
+	out := make([]byte, 0, len(head)+len(idJSON)+len(mid)+len(result)+1)
+	out = append(out, head...)
+	out = append(out, idJSON...)
+	out = append(out, mid...)
+	out = append(out, result...)
+	return append(out, '}'), nil
+}
+
 // sdkMarshal is v as the SDK's JSON-RPC layer marshals a result
 // (internal/jsonrpc2 marshalToRaw): encoding/json without HTML
 // escaping, without the encoder's trailing newline.
@@ -273,11 +316,12 @@ func sdkMarshal(v any) (json.RawMessage, error) {
 // "2026-07-28" (the header's, checked before), the client's
 // capabilities an object decoding as the SDK decodes them (its V2
 // shape), and clientInfo, when sent, an object decoding as an
-// Implementation. Anything else (null, another type, a member of the
-// wrong type) is the SDK's -32602 to answer: false.
-func fastTriple(meta map[string]any) bool {
+// Implementation; and returns the capabilities. Anything else (null,
+// another type, a member of the wrong type) is the SDK's -32602 to
+// answer: false.
+func fastTriple(meta map[string]any) (*mcp.ClientCapabilities, bool) {
 	if v, _ := meta[mcp.MetaKeyProtocolVersion].(string); v != fastVersionPerRequest {
-		return false
+		return nil, false
 	}
 	var caps struct {
 		mcp.ClientCapabilities
@@ -287,15 +331,15 @@ func fastTriple(meta map[string]any) bool {
 		Roots *mcp.RootCapabilities `json:"roots,omitempty"`
 	}
 	if !sdkMetaValue(meta, mcp.MetaKeyClientCapabilities, &caps) {
-		return false
+		return nil, false
 	}
 	if _, sent := meta[mcp.MetaKeyClientInfo]; sent {
 		var info *mcp.Implementation
 		if !sdkMetaValue(meta, mcp.MetaKeyClientInfo, &info) {
-			return false
+			return nil, false
 		}
 	}
-	return true
+	return &caps.ClientCapabilities, true
 }
 
 // sdkMetaValue decodes meta[key] into to as the SDK's decodeMetaValue

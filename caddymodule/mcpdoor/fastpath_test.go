@@ -103,7 +103,7 @@ func fastCorpus() []fastCase {
 			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`},
 		{name: "2026-07-28 unknown tool", hdr: with(h728, "Mcp-Name", "nope"),
 			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`},
-		{name: "2026-07-28 recipe tool", hdr: with(h728, "Mcp-Name", "lookup-item"),
+		{name: "2026-07-28 recipe tool", hdr: with(h728, "Mcp-Name", "lookup-item"), fast: true, // more in recipeCorpus
 			body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup-item","arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`},
 		{name: "2026-07-28 no Mcp-Method", hdr: with(h728, "Mcp-Method", ""), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
 		{name: "2026-07-28 no Mcp-Name", hdr: with(h728, "Mcp-Name", ""), body: call728("1", `{"item_id":"1"}`, `{}`, "")},
@@ -144,7 +144,7 @@ func fastCorpus() []fastCase {
 		{name: "name a number", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}`},
 		{name: "unknown tool", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope","arguments":{}}}`},
 		{name: "tool name escaped", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch\u005fitem","arguments":{"item_id":"1"}}}`, fast: true},
-		{name: "recipe tool", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup-item","arguments":{"item_id":"1"}}}`},
+		{name: "recipe tool", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup-item","arguments":{"item_id":"1"}}}`, fast: true},
 		{name: "arguments missing", body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item"}}`, fast: true},
 		{name: "arguments null", body: call("1", `null`)},
 		{name: "arguments array", body: call("1", `[1]`)},

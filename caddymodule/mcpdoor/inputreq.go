@@ -98,6 +98,14 @@ func (d *Door) wantsInputRequired(req *mcp.CallToolRequest) bool {
 			return false
 		}
 	}
+	if m, ok := req.Params.Meta[mcp.MetaKeyClientCapabilities].(map[string]any); ok {
+		// An object naming no elicitation decodes to none: the SDK's
+		// reading of it (ClientCapabilities) would cost a decode with a
+		// fresh 32 KiB buffer on every recipe call.
+		if _, named := m["elicitation"]; !named {
+			return false
+		}
+	}
 	caps := req.ClientCapabilities()
 	return caps != nil && caps.Elicitation != nil && (caps.Elicitation.Form != nil || caps.Elicitation.URL == nil)
 }

@@ -359,7 +359,7 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 				map[string]any{"limit_messages": d.cfg.MaxBatch}), body, true)
 		}
 	}
-	if d.fastCall(w, r, rq, body) { // fastpath.go: one plain Tier B tools/call
+	if d.fastCall(w, r, rq, body) { // fastpath.go: one plain tools/call of a Tier B tool or a recipe
 		return rq.summary()
 	}
 	if len(body) > 0 && sdkReads {
@@ -588,8 +588,8 @@ func (d *Door) newServer(tools []*mcpTool) *mcp.Server {
 		s.AddTool(t.def, d.handler(t))
 	}
 	d.addResources(s)
-	// The fast path (fastpath.go) answers a plain Tier B tools/call
-	// without this middleware: one added here that acts on tools/call
+	// The fast path (fastpath.go) answers a plain tools/call of a Tier
+	// B tool or a recipe without this middleware: one added here that acts on tools/call
 	// must make fastCall decline the calls it acts on (and
 	// TestMCPFastPathDifferential's corpus hold one of them).
 	d.addTasksMethods(s)

@@ -376,6 +376,7 @@ func recipeTool(h *engine.Engine, r *recipes.Recipe) (*mcpTool, error) {
 		Annotations: toolAnnotations(toolTitle(sem), sem),
 		Meta: mcp.Meta{MCPMetaPrefix + "agtp": map[string]any{"method": r.Method, "path": r.PatternPath(), "tier": "C",
 			"recipe": r.Name, "recipe_version": r.Version, "required_scopes": scopeStrs(t.scopes)}}}
+	t.paramHeaders = namesParamHeader(in)
 	return t, nil
 }
 
