@@ -374,8 +374,8 @@ func (d *driver) one(ctx context.Context, s *scenario, phaseTag string, dur time
 			hdr[k] = v
 		}
 	}
-	fixed := &request{Method: s.Method, Path: s.path(tag, 0), Header: hdr, Body: s.Body}
-	perRequest := strings.Contains(s.Path, "{i}") || s.KeyPerRequest
+	fixed := &request{Method: s.Method, Path: s.path(tag, 0), Header: hdr, Body: s.body(tag, 0)}
+	perRequest := s.perRequest()
 	next := func(i int) *request {
 		if !perRequest {
 			return fixed
@@ -385,7 +385,7 @@ func (d *driver) one(ctx context.Context, s *scenario, phaseTag string, dur time
 			h = maps.Clone(hdr)
 			h["Idempotency-Key"] = tag + "-" + strconv.Itoa(i)
 		}
-		return &request{Method: s.Method, Path: s.path(tag, i), Header: h, Body: s.Body}
+		return &request{Method: s.Method, Path: s.path(tag, i), Header: h, Body: s.body(tag, i)}
 	}
 	p := plan{N: d.o.LoadRequests, Duration: dur, Conns: d.o.Workers}
 	if s.Phase == phaseSlow {
@@ -498,7 +498,7 @@ func (d *driver) synthesize(ctx context.Context, s *scenario, tag string) (strin
 	if siteNamed(s.Site).OAuth {
 		hdr = withBearer(hdr, d.token) // the token's scopes hold rcns:negotiate
 	}
-	resp, err := d.send(ctx, s.Site, &request{Method: s.Method, Path: s.path(tag, 0), Header: hdr, Body: s.Body})
+	resp, err := d.send(ctx, s.Site, &request{Method: s.Method, Path: s.path(tag, 0), Header: hdr, Body: s.body(tag, 0)})
 	if err != nil {
 		return "", fmt.Errorf("synthesis for %s: %v", s.Key, err)
 	}
@@ -531,7 +531,7 @@ func (d *driver) sanity(ctx context.Context, scens []*scenario) error {
 			hdr = maps.Clone(hdr)
 			hdr["Idempotency-Key"] = tag
 		}
-		resp, err := d.send(ctx, s.Site, &request{Method: s.Method, Path: s.path(tag, 0), Header: hdr, Body: s.Body})
+		resp, err := d.send(ctx, s.Site, &request{Method: s.Method, Path: s.path(tag, 0), Header: hdr, Body: s.body(tag, 0)})
 		if err != nil {
 			return fmt.Errorf("%s: %v", s.Key, err)
 		}

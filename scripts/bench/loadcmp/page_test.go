@@ -90,7 +90,7 @@ func TestPageAllMissed(t *testing.T) {
 		if rn.Key == "c/oauth" { // over identity header + 30 µs
 			rn.Stats.CaddyCPU = 190
 		}
-		if rn.Key == "cm/mcp" || rn.Key == "cm7/mcp" { // over 2 × c/mcp
+		if rn.Key == "cm/mcp" || rn.Key == "cm7/mcp" || rn.Key == "gm/mcp" || rn.Key == "gm7/mcp" { // over 2 × c/mcp, 2 × g/mcp
 			rn.Stats.CaddyCPU = 301
 		}
 		if rn.Key == "cm/oauth" { // over cm/mcp + 30 µs
@@ -151,6 +151,7 @@ func TestPageAllMet(t *testing.T) {
 	r := fixture(map[string][]float64{"c/nokey": {1, 2, 3}, "d/nokey": {1, 2, 3}, "c/ed25519": {1, 2, 3}, "d/ed25519": {1, 2, 3},
 		"f/nokey": {-9, -8, -7}, "f/ed25519": {-9, -8, -7}, "d/agtp": {0, 1, 2},
 		"c/mcp": {1, 2, 3}, "c/oauth": {20, 25, 30}, "cm/mcp": {100, 90, 80}, "cm7/mcp": {100, 90, 80}, "cm/oauth": {110, 100, 95},
+		"g/mcp": {70, 75, 80}, "gm/mcp": {120, 130, 140}, "gm7/mcp": {120, 130, 140},
 		"g/nokey": {70, 75, 80}, "c/redis": {1, 2, 3}, "d/redis": {1, 2, 3}, "f/redis": {-9, -8, -7}, "g/redis": {70, 75, 80},
 		"dk/nokey": {1, 2, 3}, "dk/redis": {1, 2, 3}},
 		map[string][]float64{"e1/nokey": {22, 22, 22}, "e3/nokey": {23, 23, 23}, "e1/ed25519": {22, 22, 22}, "e3/ed25519": {23, 23, 23}})

@@ -97,8 +97,11 @@ type scenario struct {
 	// per run) and "{i}" the request's index in the run.
 	Path   string
 	Header map[string]string
-	Body   string
-	Want   int // the status every answer must have
+	// Body is the request body; "{run}" and "{i}" in it become what
+	// they become in Path (an MCP call's path argument, fresh per
+	// request).
+	Body string
+	Want int // the status every answer must have
 	// Contract: a contract is synthesized on the run's path (as
 	// Path with {i} = "0") before each run, and every request presents
 	// it in Contract-Synthesized.
@@ -147,6 +150,8 @@ var letters = map[string]string{
 	"cm7": "(cm) from a client on MCP 2026-07-28, as the go-sdk client sends it: `Mcp-Method` and `Mcp-Name`, and the `_meta` triple (protocol version, capabilities, clientInfo) (200, `outcome` `succeeded`)",
 	"dk":  "(d) with a fresh `Idempotency-Key` per request: the key claimed with the contract lookup, the answer stored for replay (200)",
 	"g":   "`LOOKUP /item/g-…` with `Allow-RCNS: true`, a fresh path per request: optimistic synthesis with contract creation, one upstream step (263)",
+	"gm":  "(g) as the MCP tool `lookup-item` of its recipe: `POST /mcp` with a JSON-RPC `tools/call` whose `path` argument is fresh per request (200, the tool result's `agtp-status` 263)",
+	"gm7": "(gm) from a client on MCP 2026-07-28, as the go-sdk client sends it (the header fields and `_meta` triple of (cm7)) (200, `agtp-status` 263)",
 }
 
 // Scenario constructors, one per letter: a new site gets a letter's
@@ -215,6 +220,28 @@ func dk(site string) *scenario {
 	return s
 }
 
+// gm is (g) as an MCP tools/call of the recipe's tool (the MCP door's
+// share of a synthesis, against (g) on the HTTP door in the same run).
+func gm(site string) *scenario {
+	return &scenario{Key: "gm/" + site, Letter: "gm", Site: site, Method: "POST", Path: "/mcp",
+		Header: agentHeader(scopeNegotiate, "Content-Type", "application/json", "Accept", "application/json, text/event-stream",
+			"Mcp-Protocol-Version", "2025-11-25"),
+		Body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup-item","arguments":{"item_id":"1","path":"/item/gm-{run}-{i}"}}}`,
+		Want: 200, WantBody: `"io.github.caddy-rcns/agtp-status":263`, Phase: phaseLoad}
+}
+
+// gm7 is (gm) from a client on MCP 2026-07-28, as (cm7) is (cm).
+func gm7(site string) *scenario {
+	s := gm(site)
+	s.Key, s.Letter = "gm7/"+site, "gm7"
+	s.Header = agentHeader(scopeNegotiate, "Content-Type", "application/json", "Accept", "application/json, text/event-stream",
+		"Mcp-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "lookup-item")
+	s.Body = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lookup-item","arguments":{"item_id":"1","path":"/item/gm7-{run}-{i}"},` +
+		`"_meta":{"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true}},` +
+		`"io.modelcontextprotocol/clientInfo":{"name":"bench-client","version":"1.0.0"},"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`
+	return s
+}
+
 func g(site string) *scenario {
 	return &scenario{Key: "g/" + site, Letter: "g", Site: site, Method: "LOOKUP", Path: "/item/g-{run}-{i}",
 		Header: agentHeader(scopeNegotiate, "Allow-RCNS", "true", "Content-Type", "application/json"), Body: bodyOne, Want: 263, Phase: phaseLoad}
@@ -232,6 +259,7 @@ func scenarios() []*scenario {
 		f("group"), g("group"),
 		c("agtp"), d("agtp"),
 		c("mcp"), cm("mcp"), cm7("mcp"),
+		g("mcp"), gm("mcp"), gm7("mcp"),
 		c("oauth"), cm("oauth"),
 		c("exchange"), c("assertion"),
 		c("redis"), d("redis"), f("redis"), g("redis"),
@@ -284,6 +312,8 @@ var targets = []target{
 	{Name: "(cm) MCP tools/call, identity oauth (a verified bearer JWT): ≤ identity header + 30 µs", Key: "cm/oauth", Of: "cm/mcp", Kind: kindVs, Limit: 30},
 	{Name: "(cm) MCP tools/call: Caddy CPU per request ≤ 2 × the same call over the HTTP door (c)", Key: "cm/mcp", Of: "c/mcp", Kind: kindRatio, Limit: 2},
 	{Name: "(cm7) MCP tools/call from a 2026-07-28 client: ≤ 2 × the same call over the HTTP door (c)", Key: "cm7/mcp", Of: "c/mcp", Kind: kindRatio, Limit: 2},
+	{Name: "(gm) MCP recipe call (synthesis): Caddy CPU per request ≤ 2 × the same synthesis over the HTTP door (g)", Key: "gm/mcp", Of: "g/mcp", Kind: kindRatio, Limit: 2},
+	{Name: "(gm7) MCP recipe call from a 2026-07-28 client: ≤ 2 × the same synthesis over the HTTP door (g)", Key: "gm7/mcp", Of: "g/mcp", Kind: kindRatio, Limit: 2},
 	{Name: "(f) gate refusal, no record key: < (b)", Key: "f/nokey", Kind: kindCPU, Limit: 0, Below: true},
 	{Name: "(f) gate refusal, Ed25519 record key: < (b)", Key: "f/ed25519", Kind: kindCPU, Limit: 0, Below: true},
 	{Name: "(g) synthesis, no record key: ≤ (b) + 80 µs", Key: "g/nokey", Kind: kindCPU, Limit: 80},
@@ -390,10 +420,22 @@ func withBearer(h map[string]string, token string) map[string]string {
 }
 
 // path returns the scenario's request path for run tag and index i.
-func (s *scenario) path(tag string, i int) string {
-	p := strings.ReplaceAll(s.Path, "{run}", tag)
-	if strings.Contains(p, "{i}") {
-		p = strings.ReplaceAll(p, "{i}", strconv.Itoa(i))
+func (s *scenario) path(tag string, i int) string { return fill(s.Path, tag, i) }
+
+// body returns the scenario's request body for run tag and index i.
+func (s *scenario) body(tag string, i int) string { return fill(s.Body, tag, i) }
+
+// perRequest reports whether the scenario's requests differ within a
+// run ("{i}" in its path or body, or a key per request).
+func (s *scenario) perRequest() bool {
+	return strings.Contains(s.Path, "{i}") || strings.Contains(s.Body, "{i}") || s.KeyPerRequest
+}
+
+// fill is t with "{run}" replaced by tag and "{i}" by i.
+func fill(t, tag string, i int) string {
+	t = strings.ReplaceAll(t, "{run}", tag)
+	if strings.Contains(t, "{i}") {
+		t = strings.ReplaceAll(t, "{i}", strconv.Itoa(i))
 	}
-	return p
+	return t
 }

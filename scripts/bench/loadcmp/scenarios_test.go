@@ -69,7 +69,7 @@ func TestFilterScenarios(t *testing.T) {
 		{"one key", "d/nokey", []string{"b", "d/nokey"}, ""},
 		{"a letter", "f", []string{"b", "f/ed25519", "f/group", "f/nokey", "f/redis"}, ""},
 		{"a site", "group", []string{"b", "f/group", "g/group"}, ""},
-		{"the oauth comparison", "mcp,oauth", []string{"b", "c/mcp", "c/oauth", "cm/mcp", "cm/oauth", "cm7/mcp"}, ""},
+		{"the oauth comparison", "mcp,oauth", []string{"b", "c/mcp", "c/oauth", "cm/mcp", "cm/oauth", "cm7/mcp", "g/mcp", "gm/mcp", "gm7/mcp"}, ""},
 		{"trailing comma and spaces", " c/nokey , ", []string{"b", "c/nokey"}, ""},
 		{"unknown token", "c/nokey,zz", nil, `"zz" names no scenario`},
 		{"half a key", "c/", nil, `"c/" names no scenario`},
@@ -115,6 +115,15 @@ func TestScenarioPath(t *testing.T) {
 		if got := tc.s.path("t7", 41); got != tc.want {
 			t.Errorf("%s: path = %q, want %q", tc.name, got, tc.want)
 		}
+	}
+	// An MCP call's path argument is in its body, fresh per request.
+	for _, s := range []*scenario{gm("mcp"), gm7("mcp")} {
+		if b := s.body("t7", 41); !s.perRequest() || !strings.Contains(b, `"path":"/item/`+s.Letter+`-t7-41"`) || strings.Contains(b, "{") && strings.Contains(b, "{i}") {
+			t.Errorf("%s: body %s, per request %v; want its path argument /item/%s-t7-41", s.Key, b, s.perRequest(), s.Letter)
+		}
+	}
+	if c("nokey").perRequest() || d("nokey").perRequest() || !dk("nokey").perRequest() || !g("nokey").perRequest() {
+		t.Error("perRequest: c and d are fixed, dk and g per request")
 	}
 }
 
