@@ -507,14 +507,7 @@ func taskWithFlakyStore(t *testing.T, lease time.Duration) (*Door, *flakyTasks, 
 		s.Tasks = flaky
 		return s
 	})
-	cfg := &Config{Path: DefaultMCPPath}
-	ec := &engine.Config{}
-	ec.SetDefaults()
-	cfg.SetDefaults(ec)
-	d, err := New(e, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := newTestDoor(t, e, &Config{Path: DefaultMCPPath})
 	now := time.Now().UTC()
 	rec := store.Task{ID: "t-" + strings.ToLower(t.Name()), AgentID: strings.Repeat("a", 64), NodeID: "n1", Tool: "lookup", Status: TaskWorking,
 		CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(lease)}
