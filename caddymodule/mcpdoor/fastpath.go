@@ -24,8 +24,9 @@ import (
 // per-request _meta triple). The commonest messages, one tools/call of
 // a Tier B tool or of a recipe, are decoded here once and handed to the
 // same tool handler the SDK would call
-// (Door.handler); its answer is encoded with the SDK's own encoder
-// (jsonrpc.EncodeMessage), under the headers the SDK writes. Anything
+// (Door.handler); its answer is encoded as the SDK's encoder writes it
+// (fastResponse around the result's own encoding; an error through
+// jsonrpc.EncodeMessage), under the headers the SDK writes. Anything
 // else, and anything the fast path is not sure of, goes to the SDK
 // unchanged. TestMCPFastPathDifferential holds the two byte-identical
 // over a corpus of requests; the mcp block's fast_path off turns it
