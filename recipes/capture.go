@@ -264,9 +264,10 @@ func NewRestorer(mp *policy.MethodPolicy, upstreams map[string]*Upstream, endpoi
 	return rs, nil
 }
 
-// Close releases the cache: detached at once (later calls rebuild plans
-// uncached), closed a moment later (closecache), so that a request of
-// the old configuration still running does not meet ristretto's Close.
+// Close releases the cache: detached (later calls rebuild plans
+// uncached) and closed once no call holds it (closecache), so that a
+// request of the old configuration still running does not meet
+// ristretto's Close.
 // Safe to call more than once.
 func (rs *Restorer) Close() { rs.cache.Close() }
 
@@ -276,7 +277,7 @@ func (rs *Restorer) Cached(hash string) (*Recipe, bool) {
 	if r, ok := rs.known[hash]; ok {
 		return r, true
 	}
-	return rs.cache.Load().Get(hash)
+	return rs.cache.Get(hash)
 }
 
 // rawPlan is a captured plan as read back, its documents undecoded.
@@ -326,7 +327,7 @@ func (rs *Restorer) Restore(hash string, data []byte) (*Recipe, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs.cache.Load().Set(hash, r, 1)
+	rs.cache.Set(hash, r, 1)
 	return r, nil
 }
 
@@ -361,7 +362,7 @@ func (rs *Restorer) restoreLegacy(hash string, cp rawPlan) (*Recipe, error) {
 		return nil, err
 	}
 	r.legacyHash = hash
-	rs.cache.Load().Set(hash, r, 1)
+	rs.cache.Set(hash, r, 1)
 	return r, nil
 }
 

@@ -107,9 +107,9 @@ func newOAuthVerifier(h *Engine, cfg *OAuthConfig, log *zap.Logger) (*oauthVerif
 	return v, nil
 }
 
-// close releases the introspection cache: detached at once, closed a
-// moment later (closecache), so that a request of the old configuration
-// still running does not meet ristretto's Close.
+// close releases the introspection cache: detached and closed once no
+// call holds it (closecache), so that a request of the old
+// configuration still running does not meet ristretto's Close.
 func (v *oauthVerifier) close() { v.introMem.Close() }
 
 func (*oauthVerifier) mode() string { return IdentityOAuth }
@@ -227,7 +227,7 @@ func (v *oauthVerifier) token(ctx context.Context, tok string) (tokenInfo, *agtp
 		return v.introspect(ctx, tok)
 	}
 	key := tokenKey("jwt:", tok)
-	if c, ok := v.introMem.Load().Get(key); ok && v.keyKept(c.info.kid, c.info.alg) {
+	if c, ok := v.introMem.Get(key); ok && v.keyKept(c.info.kid, c.info.alg) {
 		return v.fromCache(c)
 	}
 	info, e := v.jwt(ctx, tok)
@@ -266,7 +266,7 @@ func (v *oauthVerifier) remember(key string, info tokenInfo) {
 		ttl = min(ttl, info.exp.Sub(v.now()))
 	}
 	if ttl > 0 {
-		v.introMem.Load().SetWithTTL(key, &introspected{active: true, info: info}, 1, ttl)
+		v.introMem.SetWithTTL(key, &introspected{active: true, info: info}, 1, ttl)
 	}
 }
 

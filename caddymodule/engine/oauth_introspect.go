@@ -35,7 +35,7 @@ type introspectionAnswer struct {
 // SHA-256, never the token.
 func (v *oauthVerifier) introspect(ctx context.Context, tok string) (tokenInfo, *agtp.Error) {
 	key := tokenKey("", tok)
-	if c, ok := v.introMem.Load().Get(key); ok {
+	if c, ok := v.introMem.Get(key); ok {
 		return v.fromCache(c)
 	}
 	endpoint := v.cfg.IntrospectionEndpoint
@@ -71,7 +71,7 @@ func (v *oauthVerifier) introspect(ctx context.Context, tok string) (tokenInfo, 
 	}
 	if !a.Active {
 		c := &introspected{}
-		v.introMem.Load().SetWithTTL(key, c, 1, time.Duration(v.cfg.IntrospectionCacheTTL))
+		v.introMem.SetWithTTL(key, c, 1, time.Duration(v.cfg.IntrospectionCacheTTL))
 		return v.fromCache(c)
 	}
 	var aud []string

@@ -276,7 +276,7 @@ func TestOAuthIntrospection(t *testing.T) {
 	}
 	fresh := w.token(t, benchClient, oauthOpaque, "bench:read")
 	w.as.Stop()
-	w.te.oauth.introMem.Load().Wait()
+	w.te.oauth.introMem.Wait()
 	if a := w.fetch(t, tok); a.Status != 200 {
 		t.Fatalf("cached opaque token, issuer down: %s, want 200", a)
 	}

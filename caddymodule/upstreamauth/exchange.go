@@ -229,8 +229,8 @@ func NewTokenExchange(cfg TokenExchangeConfig) (*TokenExchange, error) {
 // request together, also for a caller that joins one under way.
 func (x *TokenExchange) MaxWait() time.Duration { return x.cfg.Timeout }
 
-// Close releases the cache of exchanged tokens: detached at once (a
-// call from then on exchanges afresh), closed a moment later
+// Close releases the cache of exchanged tokens: detached (a call from
+// then on exchanges afresh) and closed once no call holds it
 // (closecache), so that a call of the old configuration still running
 // does not meet ristretto's Close.
 func (x *TokenExchange) Close() { x.cache.Close() }
@@ -258,12 +258,12 @@ func (x *TokenExchange) Resolve(ctx context.Context, c Caller, scopes []string) 
 	}
 	scopes = normalScopes(scopes)
 	key := x.cacheKey(c.Token, scopes)
-	if e, ok := x.cache.Load().Get(key); ok && x.now().Before(e.until) {
+	if e, ok := x.cache.Get(key); ok && x.now().Before(e.until) {
 		return x.credential(e.token), nil
 	}
 	ch := x.flight.DoChan(key, func() (val any, err error) {
 		defer recovered.Into(&err) // DoChan re-panics where nothing recovers it
-		if e, ok := x.cache.Load().Get(key); ok && x.now().Before(e.until) {
+		if e, ok := x.cache.Get(key); ok && x.now().Before(e.until) {
 			return e.token, nil
 		}
 		// One exchange serves every waiter: it does not end with the
@@ -275,9 +275,8 @@ func (x *TokenExchange) Resolve(ctx context.Context, c Caller, scopes []string) 
 			return nil, r
 		}
 		if life > x.cfg.Margin {
-			mem := x.cache.Load()
-			mem.SetWithTTL(key, &exchanged{token: tok, until: x.now().Add(life - x.cfg.Margin)}, 1, life-x.cfg.Margin)
-			mem.Wait()
+			x.cache.SetWithTTL(key, &exchanged{token: tok, until: x.now().Add(life - x.cfg.Margin)}, 1, life-x.cfg.Margin)
+			x.cache.Wait()
 		}
 		return tok, nil
 	})

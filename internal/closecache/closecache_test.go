@@ -18,14 +18,15 @@ func newCache(t *testing.T) *Cache[string, int] {
 	return New(c)
 }
 
-// TestCloseWhileUsed: caches closed while goroutines Set, Del and Get on
-// them in tight loops harm none of them (with ristretto's Close called at
-// once, this panics with "send on closed channel"); after Close, Load is
-// nil and a call on it misses; the caches' goroutines stop after
-// CloseDelay.
+// TestCloseWhileUsed: caches closed while goroutines Set, Del, Wait and
+// Get on them in tight loops harm none of them (with ristretto's Close
+// called under them, this panics with "send on closed channel"; with
+// Close a second after detaching, the race detector found it unordered
+// with such a send); after Close, Do passes nil and every call misses;
+// the caches' goroutines stop.
 func TestCloseWhileUsed(t *testing.T) {
 	before := runtime.NumGoroutine()
-	const caches = 20
+	const caches = 6
 	hs := make([]*Cache[string, int], caches)
 	for i := range hs {
 		hs[i] = newCache(t)
@@ -41,9 +42,12 @@ func TestCloseWhileUsed(t *testing.T) {
 						return
 					default:
 					}
-					h.Load().SetWithTTL("k", i, 1, time.Minute)
-					h.Load().Get("k")
-					h.Load().Del("k")
+					h.SetWithTTL("k", i, 1, time.Minute)
+					h.Get("k")
+					h.Del("k")
+					if i%1024 == 0 {
+						h.Wait()
+					}
 				}
 			})
 		}
@@ -53,19 +57,23 @@ func TestCloseWhileUsed(t *testing.T) {
 		h.Close()
 		h.Close() // twice: a no-op
 	}
-	time.Sleep(CloseDelay + 200*time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // the calls go on against closed caches
 	close(stop)
 	wg.Wait()
 	for _, h := range hs {
-		if h.Load() != nil {
-			t.Fatal("Load after Close is not nil")
-		}
-		if h.Load().Set("k", 1, 1) {
+		h.Do(func(c *ristretto.Cache[string, int]) {
+			if c != nil {
+				t.Fatal("Do after Close passes a cache")
+			}
+		})
+		if h.Set("k", 1, 1) || h.SetWithTTL("k", 1, 1, time.Minute) {
 			t.Fatal("a closed cache kept a value")
 		}
-		if _, ok := h.Load().Get("k"); ok {
+		if _, ok := h.Get("k"); ok {
 			t.Fatal("a closed cache hit")
 		}
+		h.Del("k")
+		h.Wait()
 	}
 	var grown int
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -78,7 +86,14 @@ func TestCloseWhileUsed(t *testing.T) {
 	}
 	var nilCache *Cache[string, int]
 	nilCache.Close()
-	if nilCache.Load() != nil {
-		t.Fatal("a nil Cache loads a cache")
+	nilCache.Do(func(c *ristretto.Cache[string, int]) {
+		if c != nil {
+			t.Fatal("a nil Cache passes a cache")
+		}
+	})
+	if _, ok := nilCache.Get("k"); ok || nilCache.Set("k", 1, 1) || nilCache.SetWithTTL("k", 1, 1, time.Minute) {
+		t.Fatal("a nil Cache holds a value")
 	}
+	nilCache.Del("k")
+	nilCache.Wait()
 }

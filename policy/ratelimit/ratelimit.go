@@ -240,7 +240,7 @@ func (l *Limiter) durationFor(tokens float64) time.Duration {
 // waits for ristretto to apply the write, so concurrent first requests of
 // one agent share one bucket.
 func (l *Limiter) bucket(agentID string) *bucket {
-	c := l.cache.Load() // nil once closed: every call then sees a full bucket
+	c := l.cache // closed: every call then sees a full bucket
 	if b, ok := c.Get(agentID); ok {
 		return b
 	}
@@ -258,8 +258,8 @@ func (l *Limiter) bucket(agentID string) *bucket {
 }
 
 // Close drops every bucket and stops the cache's background goroutine
-// (a moment later, closecache: a call of Allow still running is not
-// harmed). It is safe to call more than once.
+// (once no call of Allow holds it, closecache: one still running is
+// not harmed). It is safe to call more than once.
 func (l *Limiter) Close() { l.cache.Close() }
 
 // PolicyHeader returns the RateLimit-Policy field value for the budget,

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/ristretto/v2"
 	"github.com/dunglas/httpsfv"
 )
 
@@ -348,16 +349,18 @@ func TestCapacityBound(t *testing.T) {
 	for i := range agents {
 		l.Allow(fmt.Sprintf("agent-%d", i))
 	}
-	l.cache.Load().Wait()
-	if got := l.cache.Load().MaxCost(); got != maxAgents {
-		t.Fatalf("cache MaxCost = %d, want %d", got, maxAgents)
-	}
-	if rem := l.cache.Load().RemainingCost(); rem < 0 {
-		t.Errorf("cache RemainingCost = %d, want ≥ 0 (cost above MaxCost)", rem)
-	}
+	l.cache.Wait()
+	l.cache.Do(func(c *ristretto.Cache[string, *bucket]) {
+		if got := c.MaxCost(); got != maxAgents {
+			t.Fatalf("cache MaxCost = %d, want %d", got, maxAgents)
+		}
+		if rem := c.RemainingCost(); rem < 0 {
+			t.Errorf("cache RemainingCost = %d, want ≥ 0 (cost above MaxCost)", rem)
+		}
+	})
 	held := 0
 	for i := range agents {
-		if _, ok := l.cache.Load().Get(fmt.Sprintf("agent-%d", i)); ok {
+		if _, ok := l.cache.Get(fmt.Sprintf("agent-%d", i)); ok {
 			held++
 		}
 	}

@@ -32,26 +32,21 @@ func servedKey(agent, method, path string) string { return agent + "\x00" + meth
 // revoked on another node leaves it set until its expiry, and then a
 // gate synthesis costs its mint's own round trip (MintForPair).
 func (s *contracts) servedHint(agent, method, path string) bool {
-	served := s.served.Load()
-	if served == nil {
-		return false
-	}
-	_, ok := served.Get(servedKey(agent, method, path))
+	_, ok := s.served.Get(servedKey(agent, method, path)) // a miss without a cache (outside Cluster mode)
 	return ok
 }
 
 // noteServed records that a contract expiring at exp serves the pair
 // (gone: no longer).
 func (s *contracts) noteServed(agent, method, path string, exp time.Time, gone bool) {
-	served := s.served.Load()
-	if served == nil {
+	if s.served == nil {
 		return
 	}
 	k := servedKey(agent, method, path)
 	if ttl := time.Until(exp); !gone && ttl > 0 {
-		served.SetWithTTL(k, struct{}{}, 1, ttl)
+		s.served.SetWithTTL(k, struct{}{}, 1, ttl)
 	} else {
-		served.Del(k)
+		s.served.Del(k)
 	}
 }
 

@@ -18,7 +18,6 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/storetest"
-	"github.com/caddy-rcns/caddy-rcns/internal/closecache"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
@@ -99,7 +98,7 @@ func TestResolvePairClusterMint(t *testing.T) {
 	}
 
 	// Node a minted for the pair: it sends nothing beside the script.
-	setA.Contracts.(*contracts).served.Load().Wait() // the hint's Set is buffered
+	setA.Contracts.(*contracts).served.Wait() // the hint's Set is buffered
 	a.recs.mu.Lock()
 	queued := a.recs.queued
 	a.recs.mu.Unlock()
@@ -420,8 +419,8 @@ func TestSetClose(t *testing.T) {
 					cs := s.Contracts.(*contracts)
 					cs.noteServed("agent-a", con.Method, con.Path, con.ExpiresAt, false) // ResolvePair's served hint
 					cs.servedHint("agent-a", con.Method, con.Path)
-					cs.cache.Load().Set(con.SynthesisID, con, 1) // a lookup's decoded contract
-					cs.cache.Load().Get(con.SynthesisID)
+					cs.cache.Set(con.SynthesisID, con, 1) // a lookup's decoded contract
+					cs.cache.Get(con.SynthesisID)
 				}
 			})
 		}
@@ -430,7 +429,7 @@ func TestSetClose(t *testing.T) {
 	for _, s := range sets {
 		s.Close()
 	}
-	time.Sleep(closecache.CloseDelay + 500*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the calls go on against closed caches
 	close(stop)
 	wg.Wait()
 	set.Close()

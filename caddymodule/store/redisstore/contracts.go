@@ -224,8 +224,8 @@ func newContracts(c *Client, l recipes.StoreLimits, rs *recipes.Restorer) (*cont
 }
 
 // close detaches the caches (store.Set.Close): calls from then on read
-// Redis; the caches close a moment later (closecache), so that a
-// request of the old configuration still running cannot meet
+// Redis; the caches close once no call holds them (closecache), so that
+// a request of the old configuration still running cannot meet
 // ristretto's Close.
 func (s *contracts) close() {
 	s.cache.Close()
@@ -243,7 +243,7 @@ func (s *contracts) leasedPresentation(presenter, id string) (store.Presentation
 	if s.leaseFor <= 0 {
 		return store.Presentation{}, false
 	}
-	l, ok := s.leases.Load().Get(leaseKey(presenter, id))
+	l, ok := s.leases.Get(leaseKey(presenter, id))
 	if !ok || !time.Now().Before(l.until) || s.c.nowMS() >= l.exp {
 		return store.Presentation{}, false
 	}
@@ -264,8 +264,8 @@ func (s *contracts) grantLease(c *recipes.Contract, exp int64, sent time.Time) {
 	if ttl := time.Until(until); ttl > 0 {
 		// ristretto applies a Set in the background: Wait, so that the
 		// next presentation finds it (once per lease and contract).
-		if l := s.leases.Load(); l.SetWithTTL(leaseKey(c.OriginatingAgentID, c.SynthesisID), lease{c: c, exp: exp, until: until}, 1, ttl) {
-			l.Wait()
+		if s.leases.SetWithTTL(leaseKey(c.OriginatingAgentID, c.SynthesisID), lease{c: c, exp: exp, until: until}, 1, ttl) {
+			s.leases.Wait()
 		}
 	}
 }
@@ -353,7 +353,7 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 			return "", nil, err
 		}
 		if minted {
-			s.cache.Load().Set(id, c, 1)
+			s.cache.Set(id, c, 1)
 			return state, nil, nil
 		}
 		return s.minted(ctx, c, res, res)
@@ -384,7 +384,7 @@ func (s *contracts) mint(ctx context.Context, c *recipes.Contract, mode string, 
 		code, _ = res[0].(int64)
 	}
 	if code == 0 {
-		s.cache.Load().Set(id, c, 1)
+		s.cache.Set(id, c, 1)
 		return state, nil, nil
 	}
 	// Refused: undo the writes made beside the script.
@@ -439,7 +439,7 @@ type record struct {
 // read fetches the state fields of the contract (agent, id) and, when
 // this node has not decoded it yet, its meta and plan: one HMGET.
 func (s *contracts) read(ctx context.Context, op store.Op, agent, id string) (record, error) {
-	_, cached := s.cache.Load().Get(id)
+	_, cached := s.cache.Get(id)
 	fields := []string{"s", "exp", "at"}
 	if !cached {
 		fields = append(fields, "meta", "plan")
@@ -479,7 +479,7 @@ func msField(s string) int64 {
 // meta and plan (fetched now when read skipped them because the cache
 // held the contract then and has dropped it since).
 func (s *contracts) contract(ctx context.Context, r record) (*recipes.Contract, error) {
-	if c, ok := s.cache.Load().Get(r.id); ok {
+	if c, ok := s.cache.Get(r.id); ok {
 		return c, nil
 	}
 	if r.meta == "" {
@@ -508,7 +508,7 @@ func (s *contracts) contract(ctx context.Context, r record) (*recipes.Contract, 
 	if err != nil {
 		return nil, err
 	}
-	s.cache.Load().Set(r.id, c, 1)
+	s.cache.Set(r.id, c, 1)
 	return c, nil
 }
 
@@ -666,7 +666,7 @@ func (s *contracts) EndFenced(ctx context.Context, c *recipes.Contract, state st
 		p.ZRem(ctx, s.c.globalKey("cl"), agent+" "+id)
 	})
 	if s.leaseFor > 0 {
-		s.leases.Load().Del(leaseKey(agent, id))
+		s.leases.Del(leaseKey(agent, id))
 	}
 	if err = s.c.done(store.OpContractUpdate, start, err); err != nil {
 		return false, 0, err
@@ -717,7 +717,7 @@ func (s *contracts) List(ctx context.Context, agent string) ([]*recipes.Contract
 				continue
 			}
 			fields := []string{"s", "exp", "at"}
-			if _, cached := s.cache.Load().Get(id); !cached {
+			if _, cached := s.cache.Get(id); !cached {
 				fields = append(fields, "meta", "plan")
 			}
 			items = append(items, item{a, id, p.HMGet(ctx, s.key(a, id), fields...)})

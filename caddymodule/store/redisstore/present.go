@@ -136,7 +136,7 @@ func (p presenter) Present(ctx context.Context, req store.PresentRequest) (store
 	} else if out, ok := p.contracts.leasedPresentation(req.Presenter, req.SynthesisID); ok {
 		return out, nil
 	}
-	_, cached := p.contracts.cache.Load().Get(req.SynthesisID)
+	_, cached := p.contracts.cache.Get(req.SynthesisID)
 	keys := append(make([]string, 0, 4), p.contracts.key(req.Presenter, req.SynthesisID)) // the claim's up to 3 follow
 	// Room for the lease's argument, when not claiming.
 	n := 7
@@ -365,7 +365,7 @@ func (p presenter) ResolvePair(ctx context.Context, req store.PairRequest) (stor
 	if replyInt(v, 14) == 1 {
 		m := &store.MintResult{State: mc.state}
 		if code := replyInt(v, 15); code == 0 {
-			p.contracts.cache.Load().Set(req.Mint.SynthesisID, req.Mint, 1)
+			p.contracts.cache.Set(req.Mint.SynthesisID, req.Mint, 1)
 			if mc.state == recipes.StateActive {
 				p.contracts.noteServed(req.AgentID, req.Method, req.Path, req.Mint.ExpiresAt, false)
 			}

@@ -199,7 +199,7 @@ func TestRoundTripsPerOperation(t *testing.T) {
 			// The presentations decoded the contract into this node's
 			// cache, which ristretto applies in the background: late on
 			// a loaded machine (then the pair hit decodes it again).
-			cache := set.Contracts.(*contracts).cache.Load()
+			cache := set.Contracts.(*contracts).cache
 			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 				if _, ok := cache.Get(minted.SynthesisID); ok {
 					break
