@@ -193,6 +193,9 @@ type clusterOpts struct {
 	NodeID string
 	// Mode is the synthesis mode (default optimistic).
 	Mode string
+	// StoreB, when set, is the store block of the nodes after the first
+	// (node A reaching Redis through a fault proxy, node B directly).
+	StoreB string
 }
 
 // clusterWorld is json-server, the counting proxy in front of it (the
@@ -225,7 +228,11 @@ func startClusterWorld(t testing.TB, store string, o clusterOpts) *clusterWorld 
 		o.Nodes = 2
 	}
 	for i := range o.Nodes {
-		w.Nodes = append(w.Nodes, startClusterNode(t, w, store, clusterNodeNames[i], o))
+		st := store
+		if i > 0 && o.StoreB != "" {
+			st = o.StoreB
+		}
+		w.Nodes = append(w.Nodes, startClusterNode(t, w, st, clusterNodeNames[i], o))
 	}
 	w.A = w.Nodes[0]
 	if len(w.Nodes) > 1 {

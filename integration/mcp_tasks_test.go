@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/mcpdoor"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -290,13 +291,20 @@ func startTaskWorld(t *testing.T) (*slowUpstream, *clusterWorld, *mcp.ClientSess
 // upstream, the nodes' store block and the lines of their mcp block.
 func startTaskWorldAt(t *testing.T, upstream, store, mcpLines string) (*clusterWorld, *mcp.ClientSession, *rawTransport, string) {
 	t.Helper()
+	return startTaskWorldStores(t, upstream, store, "", mcpLines)
+}
+
+// startTaskWorldStores is startTaskWorldAt with node B's own store block
+// (storeB; "" is node A's).
+func startTaskWorldStores(t *testing.T, upstream, store, storeB, mcpLines string) (*clusterWorld, *mcp.ClientSession, *rawTransport, string) {
+	t.Helper()
 	dir := t.TempDir()
 	var docs []string
 	for _, s := range []string{"one", "two", "three"} {
 		docs = append(docs, writeDoc(t, dir, "fetch-slow-"+s+".yaml", fmt.Sprintf(slowStepDoc, s)))
 	}
 	recipe := writeDoc(t, dir, "slow-three.yaml", slowRecipeDoc)
-	w := startClusterWorld(t, store, clusterOpts{Extra: fmt.Sprintf("\t\tupstream slow %s\n\t\tendpoints %s\n\t\trecipes %s\n\t\tmcp {\n%s\t\t}\n",
+	w := startClusterWorld(t, store, clusterOpts{StoreB: storeB, Extra: fmt.Sprintf("\t\tupstream slow %s\n\t\tendpoints %s\n\t\trecipes %s\n\t\tmcp {\n%s\t\t}\n",
 		upstream, strings.Join(docs, " "), recipe, mcpLines)})
 
 	tr := &rawTransport{Transport: &mcp.StreamableClientTransport{Endpoint: w.A.URL + "/mcp",
@@ -514,12 +522,14 @@ func TestMCPTaskStoreStalled(t *testing.T) {
 
 // TestMCPTaskStoreRestarted: Redis goes away while a task's plan runs,
 // then comes back: killed and restarted without its data (the task's
-// record lost with it), and at its maxmemory (noeviction: every write
-// refused, reads answered). The node running the task tries its end
-// again until the store takes it, within the task's lease: node B then
-// reads the task completed with its result, and the upstream saw each
-// step once. Before, the end was written once: the restart left the
-// task unknown (-32602) and maxmemory left it working, then failed.
+// record lost with it). The node running the task tries its end again
+// until the store takes it, within the task's lease: node B then reads
+// the task completed with its result, and the upstream saw each step
+// once. At its maxmemory (noeviction: writes refused, reads answered)
+// the end is written all the same, as an answer already given is
+// (allow-oom). Before, the end was a plain SET written once: the
+// restart left the task unknown (-32602) and maxmemory left it
+// working, then failed.
 func TestMCPTaskStoreRestarted(t *testing.T) {
 	srv, topo := startSingleRedis(t)
 	up := startSlowUpstream(t)
@@ -535,16 +545,17 @@ func TestMCPTaskStoreRestarted(t *testing.T) {
 	for _, c := range []struct {
 		what        string
 		fault, mend func()
-		// whileDown checks what node B reads once the plan has ended
-		// and the store still refuses its end.
+		// whileDown checks what node B reads once the plan has ended,
+		// before mend.
 		whileDown func(g, e map[string]any) bool
+		retries   int // INFO lines of an end stored after refusals
 	}{
 		{"Redis killed, then restarted without its data", srv.Stop, srv.Restart,
 			func(g, e map[string]any) bool {
 				return e != nil && strings.Contains(mustJSONIT(e), "store-unavailable")
-			}},
+			}, 1},
 		{"Redis at its maxmemory, then given room", func() { do("CONFIG", "SET", "maxmemory", "1") }, func() { do("CONFIG", "SET", "maxmemory", "0") },
-			func(g, e map[string]any) bool { return e == nil && g["status"] == "working" }},
+			func(g, e map[string]any) bool { return e == nil && g["status"] == "completed" }, 0},
 	} {
 		ran := len(up.paths())
 		logged := strings.Count(w.A.Output(), retried)
@@ -572,11 +583,48 @@ func TestMCPTaskStoreRestarted(t *testing.T) {
 		if p := strings.Join(up.paths()[ran:], " "); p != "/one /two /three" {
 			t.Errorf("%s: the upstream saw %q, want each step once", c.what, p)
 		}
-		if n := strings.Count(w.A.Output(), retried); n != logged+1 {
-			t.Errorf("%s: node A logged %q %d times, want once", c.what, retried, n-logged)
+		if n := strings.Count(w.A.Output(), retried); n != logged+c.retries {
+			t.Errorf("%s: node A logged %q %d times, want %d", c.what, retried, n-logged, c.retries)
 		}
 	}
 	if strings.Contains(w.A.Output(), gaveUp) {
 		t.Errorf("node A gave a task up: %s", w.A.Output())
+	}
+}
+
+// TestMCPTaskEndHeldPastLease: node A reaches Redis through a path that
+// holds its bytes (node B directly) as a task's plan ends: A's end, and
+// any renewal, wait in the path while the lease runs out, and node B
+// reads the task failed. When the path lets them through, long after
+// the lease, Redis writes none of them (Tasks.Update, judged by its own
+// clock): B keeps reading failed; the answer is not turned back into
+// completed, nor the task into working (helper-121's finding: the end
+// was a plain SET, written whenever it arrived).
+func TestMCPTaskEndHeldPastLease(t *testing.T) {
+	srv, _ := startSingleRedis(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	up := startSlowUpstream(t)
+	w, s, tr, tool := startTaskWorldStores(t, up.URL, storeBlock("address "+proxy.Addr(), ""), storeBlock("address "+srv.Addr(), ""), "\t\t\ttask_after 200ms\n")
+	mcpB := w.B.URL + "/mcp"
+	id, _ := createTask(t, s, tr, tool, nil)
+	up.waitEntered(t)
+	if g, e := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true); e != nil || g["status"] != "working" {
+		t.Fatalf("node B reads %v %v before the fault, want working", g, e)
+	}
+	proxy.Hold(true, true)
+	up.release <- struct{}{}
+	waitFor(t, 10*time.Second, 50*time.Millisecond, "the plan's three steps ran", func() bool { return len(up.paths()) >= 3 })
+	waitFor(t, mcpdoor.TaskLease+10*time.Second, 250*time.Millisecond, "node B reads the task failed once its lease ends", func() bool {
+		g, _ := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
+		return g["status"] == "failed"
+	})
+	proxy.Release() // what node A sent reaches Redis now
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if g, e := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true); e != nil || g["status"] != "failed" {
+			t.Fatalf("after the held writes arrived, node B reads %v %v; want failed for good", g, e)
+		}
+	}
+	if p := strings.Join(up.paths(), " "); p != "/one /two /three" {
+		t.Errorf("the upstream saw %q, want each step once", p)
 	}
 }

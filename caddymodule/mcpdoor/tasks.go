@@ -267,11 +267,13 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 }
 
 // storeTask writes rec unless the lease last stored (lease) ends within
-// TaskWriteMargin (errLeaseOver), within a deadline at that point: a
-// reader past the lease reads the task failed, and a write landing
-// after that would undo a terminal state. A write the store took
-// without answering in time may still land a little later; the margin
-// is for that.
+// TaskWriteMargin (errLeaseOver), waiting at most until that point; the
+// store writes it only if it gets there by then, by its own clock, and
+// the task as stored is still working (store.Tasks.Update, which
+// otherwise answers store.ErrTaskLate): a reader past the lease reads
+// the task failed, and a write landing after that, however long a
+// stalled store or network path held it, must not undo that terminal
+// state. The margin covers the clocks' disagreement.
 func (d *Door) storeTask(ctx context.Context, rec store.Task, lease time.Time) error {
 	last := lease.Add(-TaskWriteMargin)
 	if !time.Now().Before(last) {
@@ -279,16 +281,16 @@ func (d *Door) storeTask(ctx context.Context, rec store.Task, lease time.Time) e
 	}
 	ctx, cancel := context.WithDeadline(ctx, last)
 	defer cancel()
-	return d.e.Tasks().Put(ctx, rec, TaskTTL)
+	return d.e.Tasks().Update(ctx, rec, TaskTTL, last)
 }
 
 // finish writes a task's end: completed with the tool result (a tool
 // error included, isError), cancelled when a cancel request stopped the
 // plan before every step ran (the steps that ran are named), failed
-// when no tool result could be made. A write the store refuses (a
-// Redis stall, restart or maxmemory) is tried again, after 100 ms and
-// then twice as long each time up to 2 s, while the lease last stored
-// (lease) allows (storeTask); the record is written whole, so a store
+// when no tool result could be made. A write the store does not take (a
+// Redis stall or restart) is tried again, after 100 ms and then twice
+// as long each time up to 2 s, while the lease last stored (lease)
+// allows (storeTask); the record is written whole, so a store
 // that lost the task while it ran (a restart without persistence)
 // holds it again. The answer is in this process's memory meanwhile.
 func (d *Door) finish(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, target string, rec store.Task, lease time.Time, resp *agtp.Response, cancelled bool) {
@@ -319,9 +321,10 @@ func (d *Door) finish(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.
 }
 
 // storeEnd writes a task's end rec (finish), trying again while the
-// store refuses it and the lease last stored allows; it reports whether
-// the end was stored. Each refusal is logged at DEBUG, the last (the
-// task left to read failed) at WARN.
+// store does not take it and the lease last stored allows (a write the
+// store judged late, store.ErrTaskLate, is not tried again); it reports
+// whether the end was stored. Each refusal is logged at DEBUG, the last
+// (the task left to read failed) at WARN.
 func (d *Door) storeEnd(ctx context.Context, rec store.Task, lease time.Time) bool {
 	wait := taskEndRetry
 	for tries := 1; ; tries++ {
@@ -332,7 +335,7 @@ func (d *Door) storeEnd(ctx context.Context, rec store.Task, lease time.Time) bo
 			}
 			return true
 		}
-		if errors.Is(err, errLeaseOver) || !time.Now().Add(wait).Before(lease.Add(-TaskWriteMargin)) {
+		if errors.Is(err, errLeaseOver) || errors.Is(err, store.ErrTaskLate) || !time.Now().Add(wait).Before(lease.Add(-TaskWriteMargin)) {
 			d.e.Logger().Warn("an MCP task's end could not be stored before its lease ends; it reads failed",
 				zap.String("task_id", rec.ID), zap.Int("tries", tries), zap.Error(err))
 			return false

@@ -467,9 +467,9 @@ func TestTasksGetErrors(t *testing.T) {
 	}
 }
 
-// flakyTasks is a task store that refuses Put (as Redis stalled,
-// restarting or at its maxmemory) while refuse is above zero, counting
-// down, or always when refuse is negative; it notes when each Put came.
+// flakyTasks is a task store that refuses Update (as Redis stalled or
+// restarting) while refuse is above zero, counting down, or always when
+// refuse is negative; it notes when each Update came.
 type flakyTasks struct {
 	store.Tasks
 	refuse atomic.Int64
@@ -477,7 +477,7 @@ type flakyTasks struct {
 	puts   []time.Time
 }
 
-func (f *flakyTasks) Put(ctx context.Context, rec store.Task, ttl time.Duration) error {
+func (f *flakyTasks) Update(ctx context.Context, rec store.Task, ttl time.Duration, notAfter time.Time) error {
 	f.mu.Lock()
 	f.puts = append(f.puts, time.Now())
 	f.mu.Unlock()
@@ -487,7 +487,7 @@ func (f *flakyTasks) Put(ctx context.Context, rec store.Task, ttl time.Duration)
 		}
 		return store.ErrUnavailable
 	}
-	return f.Tasks.Put(ctx, rec, ttl)
+	return f.Tasks.Update(ctx, rec, ttl, notAfter)
 }
 
 func (f *flakyTasks) putTimes() []time.Time {
@@ -581,5 +581,32 @@ func TestTaskEndHeldToLease(t *testing.T) {
 	}
 	if l := logs.FilterMessageSnippet("could not be stored before its lease ends").All(); len(l) != 2 {
 		t.Errorf("log lines: %v, want two WARN lines", logs.All())
+	}
+}
+
+// TestTaskEndOverAnEndedTask: an end the store refuses as late
+// (store.ErrTaskLate: past the time it was held to, by the store's
+// clock, or over a task that ended) is not tried again, and nothing is
+// written over the stored end.
+func TestTaskEndOverAnEndedTask(t *testing.T) {
+	d, flaky, rec, logs := taskWithFlakyStore(t, TaskLease)
+	ended := rec
+	ended.Status, ended.StatusMessage, ended.LeaseUntil = TaskFailed, "failed elsewhere", time.Time{}
+	if err := flaky.Tasks.Put(context.Background(), ended, TaskTTL); err != nil {
+		t.Fatal(err)
+	}
+	end := rec
+	end.Status, end.LeaseUntil = TaskCompleted, time.Time{}
+	if d.storeEnd(context.Background(), end, rec.LeaseUntil) {
+		t.Fatal("an end was stored over an ended task")
+	}
+	if n := len(flaky.putTimes()); n != 1 {
+		t.Errorf("%d tries, want 1: a late end is not tried again", n)
+	}
+	if got, _, _ := flaky.Tasks.Get(context.Background(), rec.ID); got.Status != TaskFailed || got.StatusMessage != "failed elsewhere" {
+		t.Errorf("the stored task: %+v, want the ended one unchanged", got)
+	}
+	if l := logs.FilterMessageSnippet("could not be stored before its lease ends").All(); len(l) != 1 {
+		t.Errorf("log lines: %v, want one WARN line", logs.All())
 	}
 }

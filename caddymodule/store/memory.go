@@ -447,7 +447,10 @@ func (m *memTasks) sweepLocked(now time.Time) {
 func (m *memTasks) Put(_ context.Context, t Task, ttl time.Duration) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := m.now()
+	return m.putLocked(t, ttl, m.now())
+}
+
+func (m *memTasks) putLocked(t Task, ttl time.Duration, now time.Time) error {
 	if _, ok := m.byID[t.ID]; !ok && len(m.byID) >= MaxMemoryTasks {
 		m.sweepLocked(now)
 		if len(m.byID) >= MaxMemoryTasks {
@@ -457,6 +460,16 @@ func (m *memTasks) Put(_ context.Context, t Task, ttl time.Duration) error {
 	t.Result, t.Error, t.Steps = slices.Clone(t.Result), slices.Clone(t.Error), slices.Clone(t.Steps)
 	m.byID[t.ID] = memTask{t: t, expires: now.Add(ttl)}
 	return nil
+}
+
+func (m *memTasks) Update(_ context.Context, t Task, ttl time.Duration, notAfter time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	if e, ok := m.byID[t.ID]; now.After(notAfter) || (ok && now.Before(e.expires) && e.t.Status != TaskStatusWorking) {
+		return ErrTaskLate
+	}
+	return m.putLocked(t, ttl, now)
 }
 
 func (m *memTasks) Get(_ context.Context, id string) (Task, bool, error) {

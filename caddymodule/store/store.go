@@ -43,6 +43,14 @@ import (
 // executes nothing.
 var ErrUnavailable = errors.New("store unavailable")
 
+// TaskStatusWorking is the status of a task whose call still runs: the
+// only one Tasks.Update writes over.
+const TaskStatusWorking = "working"
+
+// ErrTaskLate is Tasks.Update's refusal: the write came after the time
+// it was held to, or after the task ended; nothing was written.
+var ErrTaskLate = errors.New("store: the task's write came after its lease, or after the task ended")
+
 // ErrClaimLost is returned by Claim.Complete and Claim.Renew when the
 // claim no longer holds its key and nothing was stored: an operator
 // released or resolved the key, its record's window passed, or the
@@ -370,8 +378,8 @@ type Task struct {
 	NodeID string `json:"node_id"`
 	// Tool is the called tool's name.
 	Tool string `json:"tool"`
-	// Status is working, completed, failed or cancelled (the extension's
-	// names).
+	// Status is working (TaskStatusWorking), completed, failed or
+	// cancelled (the extension's names).
 	Status string `json:"status"`
 	// StatusMessage says what happened, for a human.
 	StatusMessage string `json:"status_message,omitempty"`
@@ -411,6 +419,17 @@ type SealKeys interface {
 type Tasks interface {
 	// Put stores t (replacing the record with its id), kept for ttl.
 	Put(ctx context.Context, t Task, ttl time.Duration) error
+	// Update stores t, kept for ttl, as the running node's renewal or
+	// end of a task it created, only if the write takes place no later
+	// than notAfter on the store's own clock (Redis's TIME, this host's
+	// time translated by the offset last measured) and the task as
+	// stored is working or gone (a store that lost it holds it again).
+	// Otherwise it writes nothing and returns ErrTaskLate: a reader past
+	// the task's lease counts it failed, and a write landing after that
+	// (held in a stalled store or a held network path) must not turn
+	// that terminal state into another, nor may a late renewal overwrite
+	// an end.
+	Update(ctx context.Context, t Task, ttl time.Duration, notAfter time.Time) error
 	// Get returns the task with id, or false when unknown or expired.
 	Get(ctx context.Context, id string) (Task, bool, error)
 	// RequestCancel notes that task id is asked to stop, kept for ttl.

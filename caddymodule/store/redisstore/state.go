@@ -234,6 +234,47 @@ func (t tasks) Put(ctx context.Context, rec store.Task, ttl time.Duration) error
 	return t.c.done(store.OpTask, start, err)
 }
 
+// taskUpdateScript writes a task's record (ARGV[1], kept ARGV[2] ms)
+// for Tasks.Update: only while Redis's clock is at most ARGV[3] (Unix
+// ms) and the record stored is working, or gone; 1 when written, 0 when
+// too late, -1 over an ended task. A write held in a stalled Redis or a
+// held network path past its lease therefore writes nothing, whenever
+// it arrives. allow-oom: it stores an answer already given, or extends
+// a lease, as Complete and Renew do.
+var taskUpdateScript = allowOOM(timeFuncLua + `
+if redis_ms() > tonumber(ARGV[3]) then
+  return 0
+end
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local ok, rec = pcall(cjson.decode, cur)
+  if ok and type(rec) == 'table' and rec.status ~= 'working' then
+    return -1
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`)
+
+func (t tasks) Update(ctx context.Context, rec store.Task, ttl time.Duration, notAfter time.Time) error {
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	n, err := taskUpdateScript.Run(ctx, t.c.rdb, []string{t.key(rec.ID)}, raw, ttl.Milliseconds(), notAfter.UnixMilli()+t.c.clockOffset.Load()).Int64()
+	if err = t.c.done(store.OpTask, start, err); err != nil {
+		return err
+	}
+	switch n {
+	case 1:
+		return nil
+	case -1:
+		return fmt.Errorf("%w: the task had ended", store.ErrTaskLate)
+	}
+	return fmt.Errorf("%w: the write reached Redis after %s (its clock)", store.ErrTaskLate, notAfter.UTC().Format(time.RFC3339Nano))
+}
+
 func (t tasks) Get(ctx context.Context, id string) (store.Task, bool, error) {
 	start := time.Now()
 	raw, err := t.c.rdb.Get(ctx, t.key(id)).Result()

@@ -103,6 +103,52 @@ func Run(t *testing.T, h Harness) {
 	t.Run("attempts", func(t *testing.T) { testAttempts(t, h) })
 	t.Run("records", func(t *testing.T) { testRecords(t, h) })
 	t.Run("tasks", func(t *testing.T) { testTasks(t, h) })
+	t.Run("task updates", func(t *testing.T) { testTaskUpdates(t, h) })
+}
+
+// testTaskUpdates: Update writes over a working task, or one the store
+// lost, up to its notAfter; after it, or over an ended task, it writes
+// nothing (ErrTaskLate). The Redis store judges notAfter by Redis's
+// clock, the memory store by its own: a minute either way is beyond any
+// clock's disagreement.
+func testTaskUpdates(t *testing.T, h Harness) {
+	clock := NewClock()
+	a, b := h.New(t, Config{Now: clock.Now})
+	id := strings.Repeat("8", 32)
+	now := clock.Now().UTC()
+	rec := store.Task{ID: id, AgentID: agentA, NodeID: "n1", Tool: "book", Status: "working", CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(time.Minute)}
+	inTime, late := now.Add(time.Minute), now.Add(-time.Minute)
+	read := func(what string) store.Task {
+		t.Helper()
+		got, ok, err := b.Tasks.Get(ctx, id)
+		if err != nil || !ok {
+			t.Fatalf("%s: Get = %v %v", what, ok, err)
+		}
+		return got
+	}
+	if err := a.Tasks.Update(ctx, rec, time.Hour, inTime); err != nil {
+		t.Fatalf("Update of a task the store does not hold (lost): %v", err)
+	}
+	rec.StatusMessage = "renewed"
+	if err := a.Tasks.Update(ctx, rec, time.Hour, inTime); err != nil || read("renewal").StatusMessage != "renewed" {
+		t.Fatalf("Update over a working task: %v", err)
+	}
+	rec.StatusMessage = "late"
+	if err := a.Tasks.Update(ctx, rec, time.Hour, late); !errors.Is(err, store.ErrTaskLate) || read("late renewal").StatusMessage != "renewed" {
+		t.Fatalf("Update after its notAfter: %v, want ErrTaskLate and nothing written", err)
+	}
+	end := rec
+	end.Status, end.StatusMessage, end.LeaseUntil, end.Result = "completed", "completed", time.Time{}, []byte(`{"content":[]}`)
+	if err := a.Tasks.Update(ctx, end, time.Hour, inTime); err != nil || read("end").Status != "completed" {
+		t.Fatalf("Update writing the end: %v", err)
+	}
+	rec.StatusMessage = "renewal after the end"
+	if err := a.Tasks.Update(ctx, rec, time.Hour, inTime); !errors.Is(err, store.ErrTaskLate) {
+		t.Fatalf("Update over an ended task: %v, want ErrTaskLate", err)
+	}
+	if got := read("after the refused renewal"); got.Status != "completed" || string(got.Result) != `{"content":[]}` {
+		t.Fatalf("the ended task was overwritten: %+v", got)
+	}
 }
 
 // testTasks: a task written through one store is read through the
