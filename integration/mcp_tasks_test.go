@@ -592,6 +592,33 @@ func TestMCPTaskStoreRestarted(t *testing.T) {
 	}
 }
 
+// heldTask is a running task of the slow recipe on node A, which
+// reaches Redis through a proxy that can hold its bytes (node B
+// directly), its first step held by the test and node B reading it
+// working.
+type heldTask struct {
+	srv     *redistest.Server
+	proxy   *redistest.Proxy
+	up      *slowUpstream
+	mcpB    string
+	id      string
+	created map[string]any // the CreateTaskResult
+}
+
+func startHeldTask(t *testing.T) heldTask {
+	t.Helper()
+	srv, _ := startSingleRedis(t)
+	tw := heldTask{srv: srv, proxy: redistest.StartProxy(t, srv.Addr()), up: startSlowUpstream(t)}
+	w, s, tr, tool := startTaskWorldStores(t, tw.up.URL, storeBlock("address "+tw.proxy.Addr(), ""), storeBlock("address "+srv.Addr(), ""), "\t\t\ttask_after 200ms\n")
+	tw.mcpB = w.B.URL + "/mcp"
+	tw.id, tw.created = createTask(t, s, tr, tool, nil)
+	tw.up.waitEntered(t)
+	if g, e := tasksRPC(t, tw.mcpB, agentA1, "tasks/get", tw.id, true); e != nil || g["status"] != "working" {
+		t.Fatalf("node B reads %v %v before the fault, want working", g, e)
+	}
+	return tw
+}
+
 // TestMCPTaskEndHeldPastLease: node A reaches Redis through a path that
 // holds its bytes (node B directly) as a task's plan ends: A's end, and
 // any renewal, wait in the path while the lease runs out, and node B
@@ -601,16 +628,8 @@ func TestMCPTaskStoreRestarted(t *testing.T) {
 // completed, nor the task into working (helper-121's finding: the end
 // was a plain SET, written whenever it arrived).
 func TestMCPTaskEndHeldPastLease(t *testing.T) {
-	srv, _ := startSingleRedis(t)
-	proxy := redistest.StartProxy(t, srv.Addr())
-	up := startSlowUpstream(t)
-	w, s, tr, tool := startTaskWorldStores(t, up.URL, storeBlock("address "+proxy.Addr(), ""), storeBlock("address "+srv.Addr(), ""), "\t\t\ttask_after 200ms\n")
-	mcpB := w.B.URL + "/mcp"
-	id, _ := createTask(t, s, tr, tool, nil)
-	up.waitEntered(t)
-	if g, e := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true); e != nil || g["status"] != "working" {
-		t.Fatalf("node B reads %v %v before the fault, want working", g, e)
-	}
+	tw := startHeldTask(t)
+	proxy, up, mcpB, id := tw.proxy, tw.up, tw.mcpB, tw.id
 	proxy.Hold(true, true)
 	up.release <- struct{}{}
 	waitFor(t, 10*time.Second, 50*time.Millisecond, "the plan's three steps ran", func() bool { return len(up.paths()) >= 3 })
@@ -622,6 +641,43 @@ func TestMCPTaskEndHeldPastLease(t *testing.T) {
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		if g, e := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true); e != nil || g["status"] != "failed" {
 			t.Fatalf("after the held writes arrived, node B reads %v %v; want failed for good", g, e)
+		}
+	}
+	if p := strings.Join(up.paths(), " "); p != "/one /two /three" {
+		t.Errorf("the upstream saw %q, want each step once", p)
+	}
+}
+
+// TestMCPTaskLeaseRestoredOlder: Redis comes back from a snapshot older
+// than the running node's last lease renewal (an RDB restore, an fsync
+// lost, a failover to a replica without the last write): the task's
+// stored lease is the older one, node B reads the task failed once it
+// passes, and node A's end, which A may still write by the lease it
+// renewed, must not turn it back (helper-122's finding: the write was
+// judged by A's lease alone). Node A reaches Redis through a path that
+// holds its bytes while Redis restarts, node B directly.
+func TestMCPTaskLeaseRestoredOlder(t *testing.T) {
+	tw := startHeldTask(t)
+	srv, proxy, up, mcpB, id, created := tw.srv, tw.proxy, tw.up, tw.mcpB, tw.id, tw.created
+	if _, err := redistest.Do(srv.Addr(), "SAVE"); err != nil { // the snapshot holds the task's first lease
+		t.Fatal(err)
+	}
+	waitFor(t, mcpdoor.TaskLease, 200*time.Millisecond, "node A renews the task's lease", func() bool {
+		g, _ := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
+		return g["status"] == "working" && g["lastUpdatedAt"] != created["lastUpdatedAt"]
+	})
+	proxy.Hold(true, true)
+	srv.Restart() // from the snapshot: the first lease, older than A's renewal
+	up.release <- struct{}{}
+	waitFor(t, 10*time.Second, 50*time.Millisecond, "the plan's three steps ran", func() bool { return len(up.paths()) >= 3 })
+	waitFor(t, mcpdoor.TaskLease+10*time.Second, 250*time.Millisecond, "node B reads the task failed once the restored lease passes", func() bool {
+		g, _ := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
+		return g["status"] == "failed"
+	})
+	proxy.Release() // node A's end, still within the lease A renewed, reaches Redis
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if g, e := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true); e != nil || g["status"] != "failed" {
+			t.Fatalf("after node A's end could reach Redis, node B reads %v %v; want failed for good", g, e)
 		}
 	}
 	if p := strings.Join(up.paths(), " "); p != "/one /two /three" {

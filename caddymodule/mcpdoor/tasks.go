@@ -281,7 +281,7 @@ func (d *Door) storeTask(ctx context.Context, rec store.Task, lease time.Time) e
 	}
 	ctx, cancel := context.WithDeadline(ctx, last)
 	defer cancel()
-	return d.e.Tasks().Update(ctx, rec, TaskTTL, last)
+	return d.e.Tasks().Update(ctx, rec, TaskTTL, last, TaskWriteMargin)
 }
 
 // finish writes a task's end: completed with the tool result (a tool

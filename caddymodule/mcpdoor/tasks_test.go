@@ -477,7 +477,7 @@ type flakyTasks struct {
 	puts   []time.Time
 }
 
-func (f *flakyTasks) Update(ctx context.Context, rec store.Task, ttl time.Duration, notAfter time.Time) error {
+func (f *flakyTasks) Update(ctx context.Context, rec store.Task, ttl time.Duration, notAfter time.Time, margin time.Duration) error {
 	f.mu.Lock()
 	f.puts = append(f.puts, time.Now())
 	f.mu.Unlock()
@@ -487,7 +487,7 @@ func (f *flakyTasks) Update(ctx context.Context, rec store.Task, ttl time.Durati
 		}
 		return store.ErrUnavailable
 	}
-	return f.Tasks.Update(ctx, rec, ttl, notAfter)
+	return f.Tasks.Update(ctx, rec, ttl, notAfter, margin)
 }
 
 func (f *flakyTasks) putTimes() []time.Time {

@@ -462,12 +462,20 @@ func (m *memTasks) putLocked(t Task, ttl time.Duration, now time.Time) error {
 	return nil
 }
 
-func (m *memTasks) Update(_ context.Context, t Task, ttl time.Duration, notAfter time.Time) error {
+func (m *memTasks) Update(_ context.Context, t Task, ttl time.Duration, notAfter time.Time, margin time.Duration) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	if e, ok := m.byID[t.ID]; now.After(notAfter) || (ok && now.Before(e.expires) && e.t.Status != TaskStatusWorking) {
+	if now.After(notAfter) || (!t.LeaseUntil.IsZero() && now.After(t.LeaseUntil.Add(-margin))) {
 		return ErrTaskLate
+	}
+	if e, ok := m.byID[t.ID]; ok && now.Before(e.expires) {
+		switch {
+		case e.t.Status != TaskStatusWorking || e.t.LeaseUntil.IsZero() || now.After(e.t.LeaseUntil.Add(-margin)):
+			return ErrTaskLate
+		case !t.LeaseUntil.IsZero() && !t.LeaseUntil.After(e.t.LeaseUntil):
+			return nil // a renewal older than the one stored
+		}
 	}
 	return m.putLocked(t, ttl, now)
 }

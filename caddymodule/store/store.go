@@ -420,16 +420,22 @@ type Tasks interface {
 	// Put stores t (replacing the record with its id), kept for ttl.
 	Put(ctx context.Context, t Task, ttl time.Duration) error
 	// Update stores t, kept for ttl, as the running node's renewal or
-	// end of a task it created, only if the write takes place no later
-	// than notAfter on the store's own clock (Redis's TIME, this host's
-	// time translated by the offset last measured) and the task as
-	// stored is working or gone (a store that lost it holds it again).
-	// Otherwise it writes nothing and returns ErrTaskLate: a reader past
-	// the task's lease counts it failed, and a write landing after that
-	// (held in a stalled store or a held network path) must not turn
-	// that terminal state into another, nor may a late renewal overwrite
-	// an end.
-	Update(ctx context.Context, t Task, ttl time.Duration, notAfter time.Time) error
+	// end of a task it created, judged on the store's own clock (Redis's
+	// TIME; this host's time translated by the offset last measured):
+	// only if the write takes place no later than notAfter, and, over a
+	// task stored working, no later than margin before that record's
+	// lease (readers count a working task failed once its lease has
+	// passed, by their own clocks: margin covers their disagreement); a
+	// task the store lost is written again. A working t whose lease is
+	// not later than the stored one is a renewal arriving after a newer
+	// one: nothing is written and Update returns nil. Otherwise, over an
+	// ended task, late, or over a stored lease it cannot read, it writes
+	// nothing and returns ErrTaskLate: a write landing after a reader
+	// may have seen the task failed (held in a stalled store or a held
+	// network path, or over a record restored from an older snapshot)
+	// must not turn that terminal state into another, nor may a late
+	// renewal overwrite an end.
+	Update(ctx context.Context, t Task, ttl time.Duration, notAfter time.Time, margin time.Duration) error
 	// Get returns the task with id, or false when unknown or expired.
 	Get(ctx context.Context, id string) (Task, bool, error)
 	// RequestCancel notes that task id is asked to stop, kept for ttl.

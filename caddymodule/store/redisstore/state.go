@@ -234,45 +234,95 @@ func (t tasks) Put(ctx context.Context, rec store.Task, ttl time.Duration) error
 	return t.c.done(store.OpTask, start, err)
 }
 
-// taskUpdateScript writes a task's record (ARGV[1], kept ARGV[2] ms)
-// for Tasks.Update: only while Redis's clock is at most ARGV[3] (Unix
-// ms) and the record stored is working, or gone; 1 when written, 0 when
-// too late, -1 over an ended task. A write held in a stalled Redis or a
-// held network path past its lease therefore writes nothing, whenever
-// it arrives. allow-oom: it stores an answer already given, or extends
-// a lease, as Complete and Renew do.
-var taskUpdateScript = allowOOM(timeFuncLua + `
-if redis_ms() > tonumber(ARGV[3]) then
+// taskLeaseLua defines lease_ms(s): a task record's lease_until (Go's
+// RFC 3339 encoding of a UTC time: "2006-01-02T15:04:05.999999999Z") as
+// Unix ms, or nil when s is not one (days from the civil date, the
+// proleptic Gregorian calendar; TestTaskLeaseLua holds it to Go's).
+const taskLeaseLua = `
+local function lease_ms(s)
+  if type(s) ~= 'string' then return nil end
+  local y, mo, d, h, mi, sec, frac = string.match(s, '^(%d%d%d%d)%-(%d%d)%-(%d%d)T(%d%d):(%d%d):(%d%d)%.?(%d*)Z$')
+  if not y then return nil end
+  y, mo, d = tonumber(y), tonumber(mo), tonumber(d)
+  if mo <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local doy = math.floor((153 * ((mo + 9) % 12) + 2) / 5) + d - 1
+  local days = era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy - 719468
+  local ms = ((days * 24 + tonumber(h)) * 60 + tonumber(mi)) * 60000 + tonumber(sec) * 1000
+  if frac ~= '' then ms = ms + math.floor(tonumber(string.sub(frac .. '000', 1, 3))) end
+  return ms
+end
+`
+
+// taskUpdateScript writes a task's record for Tasks.Update: ARGV[1] the
+// record, kept ARGV[2] ms; ARGV[3] the last moment of the write (Unix
+// ms, Redis's clock); ARGV[4] the margin (ms) before a stored lease;
+// ARGV[5] the offset (ms) of Redis's clock over the writer's, in which
+// the stored lease is written; ARGV[6] the record's own lease (Unix ms,
+// Redis's clock; 0 for an end). 1 when written; 2 when a renewal older
+// than the stored one (nothing written); 0 when too late (past ARGV[3],
+// its own lease, or the stored lease, less the margin); -1 over an
+// ended task; -2 over a working record whose lease it cannot read.
+// allow-oom: it stores an answer already given, or extends a lease, as
+// Complete and Renew do.
+var taskUpdateScript = allowOOM(timeFuncLua + taskLeaseLua + `
+local now = redis_ms()
+local margin = tonumber(ARGV[4])
+local own = tonumber(ARGV[6])
+if now > tonumber(ARGV[3]) or (own > 0 and now > own - margin) then
   return 0
 end
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local ok, rec = pcall(cjson.decode, cur)
-  if ok and type(rec) == 'table' and rec.status ~= 'working' then
+  if not ok or type(rec) ~= 'table' then
+    return -2
+  end
+  if rec.status ~= 'working' then
     return -1
+  end
+  local stored = lease_ms(rec.lease_until)
+  if not stored then
+    return -2
+  end
+  stored = stored + tonumber(ARGV[5])
+  if now > stored - margin then
+    return 0
+  end
+  if own > 0 and own <= stored then
+    return 2
   end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 `)
 
-func (t tasks) Update(ctx context.Context, rec store.Task, ttl time.Duration, notAfter time.Time) error {
+func (t tasks) Update(ctx context.Context, rec store.Task, ttl time.Duration, notAfter time.Time, margin time.Duration) error {
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
+	offset := t.c.clockOffset.Load()
+	var own int64
+	if !rec.LeaseUntil.IsZero() {
+		own = rec.LeaseUntil.UnixMilli() + offset
+	}
 	start := time.Now()
-	n, err := taskUpdateScript.Run(ctx, t.c.rdb, []string{t.key(rec.ID)}, raw, ttl.Milliseconds(), notAfter.UnixMilli()+t.c.clockOffset.Load()).Int64()
+	n, err := taskUpdateScript.Run(ctx, t.c.rdb, []string{t.key(rec.ID)}, raw, ttl.Milliseconds(), notAfter.UnixMilli()+offset,
+		margin.Milliseconds(), offset, own).Int64()
 	if err = t.c.done(store.OpTask, start, err); err != nil {
 		return err
 	}
 	switch n {
-	case 1:
+	case 1, 2:
 		return nil
 	case -1:
 		return fmt.Errorf("%w: the task had ended", store.ErrTaskLate)
+	case -2:
+		return fmt.Errorf("%w: the stored task's lease cannot be read", store.ErrTaskLate)
 	}
-	return fmt.Errorf("%w: the write reached Redis after %s (its clock)", store.ErrTaskLate, notAfter.UTC().Format(time.RFC3339Nano))
+	return fmt.Errorf("%w: the write reached Redis after %s, or within %s of the stored lease (Redis's clock)", store.ErrTaskLate, notAfter.UTC().Format(time.RFC3339Nano), margin)
 }
 
 func (t tasks) Get(ctx context.Context, id string) (store.Task, bool, error) {
@@ -288,9 +338,16 @@ func (t tasks) Get(ctx context.Context, id string) (store.Task, bool, error) {
 	return rec, true, nil
 }
 
+// taskCancelScript notes a cancel request (KEYS[1], kept ARGV[1] ms).
+// allow-oom: a few bytes that stop work, taken even while Redis is at
+// its maxmemory, as the task's own writes are.
+var taskCancelScript = allowOOM(`redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+return 1
+`)
+
 func (t tasks) RequestCancel(ctx context.Context, id string, ttl time.Duration) error {
 	start := time.Now()
-	err := t.c.rdb.Set(ctx, t.key(id)+":c", "1", ttl).Err()
+	err := taskCancelScript.Run(ctx, t.c.rdb, []string{t.key(id) + ":c"}, ttl.Milliseconds()).Err()
 	return t.c.done(store.OpTask, start, err)
 }
 

@@ -107,16 +107,23 @@ func Run(t *testing.T, h Harness) {
 }
 
 // testTaskUpdates: Update writes over a working task, or one the store
-// lost, up to its notAfter; after it, or over an ended task, it writes
-// nothing (ErrTaskLate). The Redis store judges notAfter by Redis's
-// clock, the memory store by its own: a minute either way is beyond any
-// clock's disagreement.
+// lost, up to its notAfter and up to the margin before the stored
+// lease; a renewal older than the stored one writes nothing (nil);
+// late, past the stored lease (a record restored from an older
+// snapshot), with a lease of its own already over, or over an ended
+// task, it writes nothing (ErrTaskLate). The Redis store judges by
+// Redis's clock, the memory store by its own: a minute either way is
+// beyond any clock's disagreement.
 func testTaskUpdates(t *testing.T, h Harness) {
 	clock := NewClock()
 	a, b := h.New(t, Config{Now: clock.Now})
+	const margin = time.Second
 	id := strings.Repeat("8", 32)
 	now := clock.Now().UTC()
-	rec := store.Task{ID: id, AgentID: agentA, NodeID: "n1", Tool: "book", Status: "working", CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(time.Minute)}
+	working := func(msg string, lease time.Duration) store.Task {
+		return store.Task{ID: id, AgentID: agentA, NodeID: "n1", Tool: "book", Status: "working", StatusMessage: msg,
+			CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(lease)}
+	}
 	inTime, late := now.Add(time.Minute), now.Add(-time.Minute)
 	read := func(what string) store.Task {
 		t.Helper()
@@ -126,24 +133,45 @@ func testTaskUpdates(t *testing.T, h Harness) {
 		}
 		return got
 	}
-	if err := a.Tasks.Update(ctx, rec, time.Hour, inTime); err != nil {
-		t.Fatalf("Update of a task the store does not hold (lost): %v", err)
+	for _, c := range []struct {
+		what     string
+		rec      store.Task
+		notAfter time.Time
+		late     bool   // ErrTaskLate
+		stored   string // the stored StatusMessage after it
+	}{
+		{"a task the store does not hold (lost)", working("created", time.Minute), inTime, false, "created"},
+		{"a renewal", working("renewed", 2*time.Minute), inTime, false, "renewed"},
+		{"a renewal older than the stored one", working("stale", 90*time.Second), inTime, false, "renewed"},
+		{"a write after its notAfter", working("late", 3*time.Minute), late, true, "renewed"},
+		{"a renewal whose own lease is over", working("over", -time.Minute), inTime, true, "renewed"},
+	} {
+		err := a.Tasks.Update(ctx, c.rec, time.Hour, c.notAfter, margin)
+		if errors.Is(err, store.ErrTaskLate) != c.late || (err != nil && !c.late) {
+			t.Fatalf("%s: Update = %v, want late %v", c.what, err, c.late)
+		}
+		if got := read(c.what).StatusMessage; got != c.stored {
+			t.Fatalf("%s: stored %q, want %q", c.what, got, c.stored)
+		}
 	}
-	rec.StatusMessage = "renewed"
-	if err := a.Tasks.Update(ctx, rec, time.Hour, inTime); err != nil || read("renewal").StatusMessage != "renewed" {
-		t.Fatalf("Update over a working task: %v", err)
+	// The stored record's lease ends within the margin (a record
+	// restored from a snapshot older than the last renewal): readers
+	// may count it failed, so nothing is written over it.
+	if err := a.Tasks.Put(ctx, working("restored", margin/2), time.Hour); err != nil {
+		t.Fatal(err)
 	}
-	rec.StatusMessage = "late"
-	if err := a.Tasks.Update(ctx, rec, time.Hour, late); !errors.Is(err, store.ErrTaskLate) || read("late renewal").StatusMessage != "renewed" {
-		t.Fatalf("Update after its notAfter: %v, want ErrTaskLate and nothing written", err)
+	if err := a.Tasks.Update(ctx, working("after the restore", 3*time.Minute), time.Hour, inTime, margin); !errors.Is(err, store.ErrTaskLate) || read("restored").StatusMessage != "restored" {
+		t.Fatalf("Update over a stored lease that has ended: %v, want ErrTaskLate and nothing written", err)
 	}
-	end := rec
-	end.Status, end.StatusMessage, end.LeaseUntil, end.Result = "completed", "completed", time.Time{}, []byte(`{"content":[]}`)
-	if err := a.Tasks.Update(ctx, end, time.Hour, inTime); err != nil || read("end").Status != "completed" {
+	if err := a.Tasks.Put(ctx, working("live", 2*time.Minute), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	end := working("completed", 0)
+	end.Status, end.LeaseUntil, end.Result = "completed", time.Time{}, []byte(`{"content":[]}`)
+	if err := a.Tasks.Update(ctx, end, time.Hour, inTime, margin); err != nil || read("end").Status != "completed" {
 		t.Fatalf("Update writing the end: %v", err)
 	}
-	rec.StatusMessage = "renewal after the end"
-	if err := a.Tasks.Update(ctx, rec, time.Hour, inTime); !errors.Is(err, store.ErrTaskLate) {
+	if err := a.Tasks.Update(ctx, working("renewal after the end", 3*time.Minute), time.Hour, inTime, margin); !errors.Is(err, store.ErrTaskLate) {
 		t.Fatalf("Update over an ended task: %v, want ErrTaskLate", err)
 	}
 	if got := read("after the refused renewal"); got.Status != "completed" || string(got.Result) != `{"content":[]}` {
