@@ -589,9 +589,9 @@ func (d *Door) newServer(tools []*mcpTool) *mcp.Server {
 	}
 	d.addResources(s)
 	// The fast path (fastpath.go) answers a plain tools/call of a Tier
-	// B tool or a recipe without this middleware: one added here that acts on tools/call
-	// must make fastCall decline the calls it acts on (and
-	// TestMCPFastPathDifferential's corpus hold one of them).
+	// B tool or a recipe without this middleware: one added here that
+	// acts on tools/call must make fastCall decline the calls it acts on
+	// (and TestMCPFastPathDifferential's corpus hold one of them).
 	d.addTasksMethods(s)
 	s.AddReceivingMiddleware(d.recoverPanics, declaredOnly, d.recordVersion)
 	return s

@@ -240,7 +240,7 @@ func (l *Limiter) durationFor(tokens float64) time.Duration {
 // waits for ristretto to apply the write, so concurrent first requests of
 // one agent share one bucket.
 func (l *Limiter) bucket(agentID string) *bucket {
-	c := l.cache // closed: every call then sees a full bucket
+	c := l.cache // once closed, every call misses: each request sees a full bucket
 	if b, ok := c.Get(agentID); ok {
 		return b
 	}
