@@ -592,6 +592,50 @@ func TestMCPTaskStoreRestarted(t *testing.T) {
 	}
 }
 
+// TestMCPTaskLostWrittenAgain: Redis restarts without its data while a
+// task's first step runs on node A. Node A polls the task every
+// TaskPollInterval, sees its record gone and writes it again at once:
+// node B reads it working again well before A's next renewal
+// (TaskLease/3 after the task began), where it read "unknown task"
+// until then before (helper-121's low finding). The plan then ends,
+// each step once, and B reads it completed.
+func TestMCPTaskLostWrittenAgain(t *testing.T) {
+	srv, topo := startSingleRedis(t)
+	up := startSlowUpstream(t)
+	w, s, tr, tool := startTaskWorldAt(t, up.URL, topo.block(), "\t\t\ttask_after 200ms\n")
+	mcpB := w.B.URL + "/mcp"
+	id, _ := createTask(t, s, tr, tool, nil)
+	began := time.Now() // node A's renewal is due TaskLease/3 after about this
+	up.waitEntered(t)
+	srv.Restart() // killed, started again without its data
+	restarted := time.Now()
+	if renewal := began.Add(mcpdoor.TaskLease / 3); restarted.After(renewal.Add(-2 * time.Second)) {
+		t.Skipf("Redis took %v to restart: node A's renewal, due at %v, would write the task again anyway", restarted.Sub(began), renewal.Sub(began))
+	}
+	var last string
+	for deadline := began.Add(mcpdoor.TaskLease/3 - 500*time.Millisecond); ; time.Sleep(50 * time.Millisecond) {
+		g, e := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
+		if e == nil && g["status"] == "working" {
+			break
+		}
+		last = mustJSONIT(g) + " " + mustJSONIT(e)
+		if time.Now().After(deadline) {
+			t.Fatalf("node B still reads %s %v after Redis restarted without its data; want working again before node A's renewal", last, time.Since(restarted))
+		}
+	}
+	if !strings.Contains(w.A.Output(), "an MCP task the store no longer held was written again") {
+		t.Errorf("node A did not log writing the lost task again:\n%s", w.A.Output())
+	}
+	up.release <- struct{}{}
+	waitFor(t, 10*time.Second, 100*time.Millisecond, "node B reads the task completed", func() bool {
+		g, _ := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
+		return g["status"] == "completed"
+	})
+	if p := strings.Join(up.paths(), " "); p != "/one /two /three" {
+		t.Errorf("the upstream saw %q, want each step once", p)
+	}
+}
+
 // heldTask is a running task of the slow recipe on node A, which
 // reaches Redis through a proxy that can hold its bytes (node B
 // directly), its first step held by the test and node B reading it

@@ -58,8 +58,8 @@ const (
 	// TaskTTL is how long a task is kept after its last write (ttlMs).
 	TaskTTL = time.Hour
 	// TaskPollInterval is the poll interval the door suggests
-	// (pollIntervalMs), and how often the running node looks for a
-	// cancel request.
+	// (pollIntervalMs), and how often the running node polls the store
+	// for a cancel request and for the task's record (store.Tasks.Poll).
 	TaskPollInterval = 250 * time.Millisecond
 	// TaskLease is how long a running task's lease lasts; the running
 	// node renews it every TaskLease/3. A working task whose lease
@@ -220,8 +220,10 @@ func WaitTasks(max time.Duration) bool {
 }
 
 // follow runs beside a task's call on the node that accepted it: it
-// looks for a cancel request every TaskPollInterval (closing stop),
-// renews the lease, and writes the answer into the task when it comes.
+// polls the store every TaskPollInterval for a cancel request (closing
+// stop) and for the task's record (one the store lost is written again
+// at once, logged at INFO), renews the lease, and writes the answer
+// into the task when it comes.
 // Every write is held to the lease last stored (storeTask): once the
 // store has refused renewals until that lease is about to end, the
 // task is left to read failed and nothing more is written. A panic in
@@ -247,12 +249,20 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 			d.finish(ctx, rq, t, req, target, rec, lease, resp, cancelled)
 			return
 		case <-tick.C:
-			if !cancelled {
-				if c, err := tasks.CancelRequested(ctx, rec.ID); err == nil && c {
+			lost := false
+			if p, err := tasks.Poll(ctx, rec.ID); err == nil {
+				if p.CancelRequested && !cancelled {
 					cancelled = true
 					once.Do(func() { close(stop) })
 					rec.StatusMessage = "cancel requested: the steps not started will not run; those running finish"
 					renewed = time.Time{} // written at once
+				}
+				if !p.Stored {
+					// The store lost the task (a Redis restarted without
+					// its data): readers get "unknown task" until it is
+					// written again, so it is, at once, not at the next
+					// renewal.
+					lost, renewed = true, time.Time{}
 				}
 			}
 			if time.Since(renewed) >= TaskLease/3 {
@@ -260,6 +270,10 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 				rec.UpdatedAt, rec.LeaseUntil = now, now.Add(TaskLease)
 				if err := d.storeTask(ctx, rec, lease); err == nil {
 					renewed, lease = time.Now(), rec.LeaseUntil
+					if lost {
+						d.e.Logger().Info("an MCP task the store no longer held was written again",
+							zap.String("task_id", rec.ID), zap.String("agent_id", rec.AgentID), zap.String("tool", rec.Tool))
+					}
 				}
 			}
 		}

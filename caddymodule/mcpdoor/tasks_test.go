@@ -94,7 +94,7 @@ func TestTasksPerPerson(t *testing.T) {
 			}
 		}
 	}
-	if c, _ := e.Tasks().CancelRequested(context.Background(), "alices"); c {
+	if p, _ := e.Tasks().Poll(context.Background(), "alices"); p.CancelRequested {
 		t.Error("another person's cancel was stored")
 	}
 	testPerson = "alice"
@@ -161,7 +161,7 @@ func TestTasksMethods(t *testing.T) {
 	if rpcErr != nil || len(ack) != 1 || ack["resultType"] != "complete" {
 		t.Errorf("tasks/cancel ack: %v %v", ack, rpcErr)
 	}
-	if c, _ := e.Tasks().CancelRequested(context.Background(), "live"); !c {
+	if p, _ := e.Tasks().Poll(context.Background(), "live"); !p.CancelRequested {
 		t.Error("tasks/cancel stored no cancel request")
 	}
 	if _, ack, rpcErr := tasksCall(t, d, agent, "tasks/update", "live", true); rpcErr != nil || len(ack) != 1 || ack["resultType"] != "complete" {
@@ -297,7 +297,7 @@ func TestTasksThroughSDK(t *testing.T) {
 			}
 		})
 	}
-	if c, _ := e.Tasks().CancelRequested(context.Background(), "mine"); !c {
+	if p, _ := e.Tasks().Poll(context.Background(), "mine"); !p.CancelRequested {
 		t.Error("tasks/cancel through the SDK stored no cancel request")
 	}
 }

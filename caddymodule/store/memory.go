@@ -500,9 +500,11 @@ func (m *memTasks) RequestCancel(_ context.Context, id string, ttl time.Duration
 	return nil
 }
 
-func (m *memTasks) CancelRequested(_ context.Context, id string) (bool, error) {
+func (m *memTasks) Poll(_ context.Context, id string) (TaskPoll, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	now := m.now()
 	exp, ok := m.cancel[id]
-	return ok && m.now().Before(exp), nil
+	e, stored := m.byID[id]
+	return TaskPoll{CancelRequested: ok && now.Before(exp), Stored: stored && now.Before(e.expires)}, nil
 }

@@ -441,8 +441,24 @@ type Tasks interface {
 	// RequestCancel notes that task id is asked to stop, kept for ttl.
 	// It is apart from the record, which the running node alone writes.
 	RequestCancel(ctx context.Context, id string, ttl time.Duration) error
-	// CancelRequested reports whether RequestCancel was called for id.
-	CancelRequested(ctx context.Context, id string) (bool, error)
+	// Poll is what the running node reads of task id while it runs
+	// (each mcpdoor.TaskPollInterval): whether RequestCancel was called
+	// for it, and whether the store holds its record at all. One round
+	// trip on Redis.
+	Poll(ctx context.Context, id string) (TaskPoll, error)
+}
+
+// TaskPoll is one Tasks.Poll of a running task.
+type TaskPoll struct {
+	// CancelRequested reports that RequestCancel was called for the
+	// task (and its request has not expired).
+	CancelRequested bool
+	// Stored reports that the store holds a record of the task. False
+	// for a task its node wrote means the store lost it (a Redis
+	// restarted without its data, flushed, or failed over to a replica
+	// that missed the write): readers get "unknown task" until the
+	// running node writes it again, which it then does at once.
+	Stored bool
 }
 
 // PresentRequest is a request presenting a contract (RCNS §10 step 7).

@@ -351,11 +351,23 @@ func (t tasks) RequestCancel(ctx context.Context, id string, ttl time.Duration) 
 	return t.c.done(store.OpTask, start, err)
 }
 
-func (t tasks) CancelRequested(ctx context.Context, id string) (bool, error) {
+// taskPollScript reads whether a task's record (KEYS[1]) and its cancel
+// request (KEYS[2], same slot) exist: {record, cancel}, each 1 or 0.
+// no-writes: it runs while Redis is at its maxmemory, as the task's
+// own writes do.
+var taskPollScript = redis.NewScript(`#!lua flags=no-writes
+return {redis.call('EXISTS', KEYS[1]), redis.call('EXISTS', KEYS[2])}
+`)
+
+func (t tasks) Poll(ctx context.Context, id string) (store.TaskPoll, error) {
 	start := time.Now()
-	n, err := t.c.rdb.Exists(ctx, t.key(id)+":c").Result()
+	key := t.key(id)
+	v, err := taskPollScript.Run(ctx, t.c.rdb, []string{key, key + ":c"}).Int64Slice()
 	if err = t.c.done(store.OpTask, start, err); err != nil {
-		return false, err
+		return store.TaskPoll{}, err
 	}
-	return n == 1, nil
+	if len(v) != 2 {
+		return store.TaskPoll{}, fmt.Errorf("redisstore: a task poll's reply has %d values, want 2", len(v))
+	}
+	return store.TaskPoll{Stored: v[0] == 1, CancelRequested: v[1] == 1}, nil
 }

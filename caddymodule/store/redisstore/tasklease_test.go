@@ -81,8 +81,8 @@ func TestTaskWritesAtMaxmemory(t *testing.T) {
 	if err := a.Tasks.RequestCancel(ctx, rec.ID, time.Hour); err != nil {
 		t.Errorf("a cancel request at maxmemory: %v", err)
 	}
-	if c, err := a.Tasks.CancelRequested(ctx, rec.ID); !c || err != nil {
-		t.Errorf("the cancel request: %v %v", c, err)
+	if p, err := a.Tasks.Poll(ctx, rec.ID); !p.CancelRequested || !p.Stored || err != nil {
+		t.Errorf("the task's poll at maxmemory: %+v %v, want its cancel request and record", p, err)
 	}
 	end := rec
 	end.Status, end.LeaseUntil = "cancelled", time.Time{}

@@ -86,14 +86,17 @@ func testTaskUpdates(t *testing.T, h Harness) {
 }
 
 // testTasks: a task written through one store is read through the
-// other, replaced by a later Put, gone after its ttl; a cancel request
-// made through one is seen through the other.
+// other, replaced by a later Put, gone after its ttl (Poll says so); a
+// cancel request made through one is seen through the other.
 func testTasks(t *testing.T, h Harness) {
 	clock := NewClock()
 	a, b := h.New(t, Config{Now: clock.Now})
 	id := strings.Repeat("7", 32)
 	if _, ok, err := b.Tasks.Get(ctx, id); ok || err != nil {
 		t.Fatalf("unknown task: found %v, err %v", ok, err)
+	}
+	if p, err := a.Tasks.Poll(ctx, id); p.Stored || p.CancelRequested || err != nil {
+		t.Fatalf("an unknown task's poll: %+v %v, want neither stored nor cancelled", p, err)
 	}
 	now := clock.Now().UTC()
 	rec := store.Task{ID: id, AgentID: agentA, NodeID: "n1", Tool: "book", Status: "working", CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(time.Minute)}
@@ -104,14 +107,14 @@ func testTasks(t *testing.T, h Harness) {
 	if err != nil || !ok || got.Status != "working" || got.AgentID != agentA || !got.LeaseUntil.Equal(rec.LeaseUntil) {
 		t.Fatalf("Get = %+v %v %v", got, ok, err)
 	}
-	if c, err := b.Tasks.CancelRequested(ctx, id); c || err != nil {
-		t.Fatalf("cancel requested before any request: %v %v", c, err)
+	if p, err := b.Tasks.Poll(ctx, id); !p.Stored || p.CancelRequested || err != nil {
+		t.Fatalf("poll before any cancel request: %+v %v, want stored, no cancel", p, err)
 	}
 	if err := b.Tasks.RequestCancel(ctx, id, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := a.Tasks.CancelRequested(ctx, id); !c || err != nil {
-		t.Fatalf("cancel request not seen through the other store: %v %v", c, err)
+	if p, err := a.Tasks.Poll(ctx, id); !p.Stored || !p.CancelRequested || err != nil {
+		t.Fatalf("cancel request not seen through the other store: %+v %v", p, err)
 	}
 	rec.Status, rec.Result, rec.Steps = "completed", []byte(`{"content":[]}`), []byte(`[{"name":"s","state":"succeeded"}]`)
 	if err := a.Tasks.Put(ctx, rec, 50*time.Millisecond); err != nil {
@@ -130,5 +133,8 @@ func testTasks(t *testing.T, h Harness) {
 	}
 	if ok {
 		t.Fatal("task kept past its ttl")
+	}
+	if p, err := a.Tasks.Poll(ctx, id); p.Stored || !p.CancelRequested || err != nil {
+		t.Fatalf("poll after the task's ttl: %+v %v, want not stored, its cancel request kept", p, err)
 	}
 }
