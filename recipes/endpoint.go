@@ -500,6 +500,7 @@ func (e *Endpoint) InvokeValidated(ctx context.Context, input map[string]any) (a
 		return nil, f
 	}
 	sent = true
+	defer s.up.afterCall() // after the body's Close below: the connection is idle by then
 	resp, err := s.up.transport.RoundTrip(req)
 	if err != nil {
 		if isTimeout(ctx, err) {

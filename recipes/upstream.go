@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/recipes/schema"
@@ -65,6 +66,9 @@ type Upstream struct {
 	// configuration does not declare (unconfiguredUpstream): no Base,
 	// no transport, never called.
 	unconfigured bool
+	// closed is set by Close: a call that ends after it (it ran across
+	// a configuration reload) closes the connection it leaves idle.
+	closed atomic.Bool
 }
 
 // unconfiguredUpstream is the placeholder a Restorer binds a captured
@@ -155,9 +159,25 @@ func NewUpstream(name, baseURL string, opts UpstreamOptions) (*Upstream, error) 
 	}, nil
 }
 
-// Close releases the upstream's idle connections.
+// Close releases the upstream's idle connections, and those of calls
+// still running as they end: once its configuration is replaced, no
+// connection of it stays open for the 90 s idle timeout. The upstream
+// may still be called after Close (the next step of a plan of the old
+// configuration); each such call closes its connection as it ends
+// (afterCall: net/http's transport stops closing newly idle
+// connections once a new call asks for one).
 func (u *Upstream) Close() {
 	if u != nil && u.transport != nil {
+		u.closed.Store(true)
+		u.transport.CloseIdleConnections()
+	}
+}
+
+// afterCall is deferred by every call, to run once its response body is
+// closed (its connection back in the idle pool): after Close, it closes
+// that connection.
+func (u *Upstream) afterCall() {
+	if u.closed.Load() {
 		u.transport.CloseIdleConnections()
 	}
 }

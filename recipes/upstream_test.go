@@ -2,8 +2,13 @@ package recipes
 
 import (
 	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,4 +146,66 @@ func TestValidTraceParent(t *testing.T) {
 			t.Errorf("WithTraceParent(%q) carried it: %v, want %v", tt.tp, got, tt.want)
 		}
 	}
+}
+
+// TestUpstreamCloseEndsLaterConnections: Close closes the idle
+// connections, and a call running across it closes its connection as it
+// ends (net/http's transport does that itself, until a new call asks
+// for a connection). A call made after Close (the next step of a plan
+// of a configuration a reload replaced) still works and closes its
+// connection as it ends too (afterCall), instead of leaving it idle,
+// with its two goroutines, for the 90 s idle timeout.
+func TestUpstreamCloseEndsLaterConnections(t *testing.T) {
+	var open atomic.Int64
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			<-release
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	defer unblock()
+	up := newUpstream(t, srv.URL)
+	fast := buildEndpoint(t, endpointDoc("FETCH", "/things", "GET", "/fast", ""), up)
+	slow := buildEndpoint(t, endpointDoc("FETCH", "/others", "GET", "/slow", ""), up)
+	waitOpen := func(what string, want int64) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); open.Load() != want; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d connections open, want %d", what, open.Load(), want)
+			}
+		}
+	}
+	done := make(chan *Failure, 1)
+	go func() { _, f := slow.Invoke(context.Background(), map[string]any{}); done <- f }()
+	<-entered
+	if _, f := fast.Invoke(context.Background(), map[string]any{}); f != nil {
+		t.Fatal(f)
+	}
+	waitOpen("a call running, and one ended before Close (idle, kept alive)", 2)
+	up.Close()
+	waitOpen("after Close: the idle one closed", 1)
+	unblock()
+	if f := <-done; f != nil {
+		t.Fatal(f)
+	}
+	waitOpen("the call running across Close has ended", 0)
+	if _, f := fast.Invoke(context.Background(), map[string]any{}); f != nil {
+		t.Fatalf("a call after Close: %v", f)
+	}
+	waitOpen("a call made after Close has ended", 0)
 }
