@@ -180,6 +180,9 @@ func TestMCPDoorRefusals(t *testing.T) {
 		{"foreign Origin", listMsg, with("Origin", "https://evil.example"), 403, "origin-refused"},
 		{"too large", `{"x":"` + strings.Repeat("a", 5000) + `"}`, agent, 413, "body-too-large"},
 		{"too deep", deep, agent, 400, "invalid-json"},
+		{"gzip Content-Encoding", listMsg, with("Content-Encoding", "gzip"), 415, "unsupported-content-encoding"},
+		{"a coding after identity", listMsg, with("Content-Encoding", "identity, br"), 415, "unsupported-content-encoding"},
+		{"identity Content-Encoding", listMsg, with("Content-Encoding", "identity"), 200, ""},
 		{"batch over max_batch", "[" + list(1) + "," + list(2) + "," + list(3) + "]", with("Request-ID", "01a23ab6-50e5-70b5-8429-d5d84e7d6099", "Task-ID", "task-1"), 400, "batch-too-large"},
 		{"batch over max_batch, duplicate keys first", ` [{"id":1,"id":2},` + list(2) + "," + list(3) + "]", agent, 400, "batch-too-large"},
 		{"batch within max_batch", "[" + list(1) + "," + list(2) + "]", agent, 200, ""},
@@ -201,6 +204,9 @@ func TestMCPDoorRefusals(t *testing.T) {
 			var b map[string]any
 			if err := json.Unmarshal([]byte(body), &b); err != nil || b["reason"] != tc.reason || b["path"] != "/mcp" {
 				t.Fatalf("body %s, want reason %s", body, tc.reason)
+			}
+			if tc.reason == "unsupported-content-encoding" && hd.Get("Accept-Encoding") != "identity" {
+				t.Errorf("415 without Accept-Encoding: identity: %v", hd)
 			}
 			if hd.Get("Server-ID") != "rcns-bench" {
 				t.Errorf("Server-ID = %q", hd.Get("Server-ID"))

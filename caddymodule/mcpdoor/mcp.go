@@ -280,6 +280,15 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 			return Summary{}
 		}
 	}
+	if r.Method == http.MethodPost {
+		// A coded body (gzip, br, …) would be read as JSON as sent: 415
+		// naming what is accepted, as on the AGTP doors (RFC 9110
+		// §15.5.16, §12.5.3).
+		if e := agtp.CheckContentEncoding(r.Header); e != nil {
+			w.Header().Set("Accept-Encoding", "identity")
+			return d.refuse(w, r, e, nil, false)
+		}
+	}
 	if r.ContentLength > d.cfg.MaxRequestBody {
 		return d.refuse(w, r, agtp.BodyTooLarge.WithFields(fmt.Sprintf("the MCP message is %d bytes; the limit is %d bytes", r.ContentLength, d.cfg.MaxRequestBody),
 			map[string]any{"limit_bytes": d.cfg.MaxRequestBody}), nil, false)
