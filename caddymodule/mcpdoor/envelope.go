@@ -242,6 +242,7 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 	// needs: the method's params are required (paramsRequired's
 	// words); notification: its name starts notifications/.
 	needs, notification, errKind := "", false, jsontext.Kind(0)
+	paramsKind := jsontext.Kind(0) // the params member's kind, when sent
 	for dec.PeekKind() != '}' {
 		raw, err := dec.ReadValue() // the name, as sent (valid until the next read)
 		if err != nil {
@@ -285,7 +286,8 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 			errs++
 			errKind = dec.PeekKind()
 		case `"params"`:
-			params = dec.PeekKind() != 'n' // "params": null is none
+			paramsKind = dec.PeekKind()
+			params = paramsKind != 'n' // "params": null is none
 		case `"id"`:
 			hasID = true
 			v, err := dec.ReadValue()
@@ -324,6 +326,10 @@ func scanMessage(dec *jsontext.Decoder, n int, calls map[string]bool, note func(
 		note(invalid("%s is a notification with an id: a notifications/… message carries none (JSON-RPC 2.0 §4.1)", which))
 	case call && !hasID && !notification:
 		note(invalid("%s is a request without an id: only notifications/… are sent without one (give the request an id)", which))
+	case call && params && paramsKind != '{':
+		// JSON-RPC allows by-position params (an array); every MCP
+		// method takes named ones (the SDK answered with its Go types).
+		note(invalid("%s has params that are %s, not an object: MCP methods take named parameters, send \"params\": {…} (or none)", which, kindName(paramsKind)))
 	case call && !params && needs != "":
 		note(invalid("%s %s", which, needs))
 	}
@@ -578,4 +584,20 @@ func initializeFault(w http.ResponseWriter, body []byte) bool {
 func decodeAsSDK(body []byte, v any) error {
 	_, err := segjson.Parse(body, v, segjson.DontMatchCaseInsensitiveStructFields)
 	return err
+}
+
+// kindName names a JSON value's kind for a refusal: "an array", "a
+// string", "a number", "true or false".
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case '0':
+		return "a number"
+	case 't', 'f':
+		return "true or false"
+	}
+	return "not an object"
 }

@@ -109,6 +109,11 @@ func envelopeCases() []envelopeCase {
 		{c("response without an id", `{"jsonrpc":"2.0","result":{}}`, false), -32600, []string{"a response without an id"}},
 		{c("error a string", `{"jsonrpc":"2.0","id":1,"error":"bad"}`, false), -32600, []string{"an error that is not an object"}},
 		{c("notification with an id", `{"jsonrpc":"2.0","id":25,"method":"notifications/initialized"}`, false), -32600, []string{"a notification with an id"}},
+		{c("tools/call params an array", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[{"name":"fetch_item"}]}`, false), -32600, []string{"has params that are an array, not an object", `send "params": {`}},
+		{c("tools/list params a string", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":"x"}`, false), -32600, []string{"params that are a string"}},
+		{c("initialize params an array", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":[]}`, false), -32600, []string{"params that are an array"}},
+		{c("notification params a number", `{"jsonrpc":"2.0","method":"notifications/initialized","params":1}`, false), -32600, []string{"params that are a number"}},
+		{c("tools/list params empty object", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`, false), 0, []string{"1"}},
 		{c("tools/call without an id", `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{"a request without an id"}},
 	}
 }
