@@ -429,9 +429,22 @@ while [ "$SECONDS" -lt "$end" ]; do
 			# "stopping") before calling this a crash.
 			sleep 1 &
 			wait $! || true
+			# A shell started with SIGINT ignored (a background job of a
+			# non-interactive shell, as some runners start it) cannot trap
+			# it, but its children still stop on it: a child that ended
+			# cleanly or on INT or TERM (status 0, 130 or 143) was
+			# stopped, not crashed.
+			rc=0
+			wait "$pid" 2>/dev/null || rc=$?
+			case $rc in 0 | 130 | 143)
+				say ""
+				say "==> stopping (a demo process was stopped)"
+				exit 0
+				;;
+			esac
 			# The work folder goes with cleanup unless kept, so show the
 			# logs now rather than point at a folder about to vanish.
-			say "demo: a demo process ($pid) exited; the last lines of its logs:" >&2
+			say "demo: a demo process ($pid) exited (status $rc); the last lines of its logs:" >&2
 			tail -n 20 "$WORK/json-server.log" "$WORK/caddy.log" >&2 2>/dev/null || true
 			if [ "${KEEP_DEMO_WORK:-}" != 1 ]; then
 				say "demo: run with KEEP_DEMO_WORK=1 to keep $WORK" >&2
