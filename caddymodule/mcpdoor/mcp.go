@@ -76,6 +76,8 @@ type Door struct {
 	// fastServed counts the requests the fast path answered
 	// (fastpath.go; read by its tests).
 	fastServed atomic.Int64
+	// polls polls the store for the door's running tasks (taskpoll.go).
+	polls taskPoller
 }
 
 // agentServer is the SDK server of one set of visible tools, with

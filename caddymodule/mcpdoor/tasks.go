@@ -220,7 +220,8 @@ func WaitTasks(max time.Duration) bool {
 }
 
 // follow runs beside a task's call on the node that accepted it: it
-// polls the store every TaskPollInterval for a cancel request (closing
+// reads the store's poll of the task every TaskPollInterval (d.polls:
+// one poll of every task the door runs) for a cancel request (closing
 // stop) and for the task's record (one the store lost is written again
 // at once, logged at INFO), renews the lease, and writes the answer
 // into the task when it comes.
@@ -236,9 +237,8 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 	defer recovered.Guard(d.e.Logger(), "panic following an MCP task; it is left to its lease and reads failed after it",
 		zap.String("task_id", rec.ID), zap.String("agent_id", rec.AgentID), zap.String("tool", rec.Tool))
 	ctx := context.Background()
-	tasks := d.e.Tasks()
-	tick := time.NewTicker(TaskPollInterval)
-	defer tick.Stop()
+	polls, unwatch := d.polls.watch(d.e.Tasks(), d.e.Logger(), rec.ID)
+	defer unwatch()
 	renewed := time.Now()
 	lease := rec.LeaseUntil // as last stored: readers count the task failed after it
 	var once sync.Once
@@ -248,9 +248,9 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 		case resp := <-done:
 			d.finish(ctx, rq, t, req, target, rec, lease, resp, cancelled)
 			return
-		case <-tick.C:
+		case r := <-polls:
 			lost := false
-			if p, err := tasks.Poll(ctx, rec.ID); err == nil {
+			if p := r.poll; r.err == nil {
 				if p.CancelRequested && !cancelled {
 					cancelled = true
 					once.Do(func() { close(stop) })

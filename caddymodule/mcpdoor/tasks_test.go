@@ -94,7 +94,7 @@ func TestTasksPerPerson(t *testing.T) {
 			}
 		}
 	}
-	if p, _ := e.Tasks().Poll(context.Background(), "alices"); p.CancelRequested {
+	if p, _ := e.Tasks().Poll(context.Background(), []string{"alices"}); len(p) == 1 && p[0].CancelRequested {
 		t.Error("another person's cancel was stored")
 	}
 	testPerson = "alice"
@@ -161,7 +161,7 @@ func TestTasksMethods(t *testing.T) {
 	if rpcErr != nil || len(ack) != 1 || ack["resultType"] != "complete" {
 		t.Errorf("tasks/cancel ack: %v %v", ack, rpcErr)
 	}
-	if p, _ := e.Tasks().Poll(context.Background(), "live"); !p.CancelRequested {
+	if p, _ := e.Tasks().Poll(context.Background(), []string{"live"}); !(len(p) == 1 && p[0].CancelRequested) {
 		t.Error("tasks/cancel stored no cancel request")
 	}
 	if _, ack, rpcErr := tasksCall(t, d, agent, "tasks/update", "live", true); rpcErr != nil || len(ack) != 1 || ack["resultType"] != "complete" {
@@ -297,7 +297,7 @@ func TestTasksThroughSDK(t *testing.T) {
 			}
 		})
 	}
-	if p, _ := e.Tasks().Poll(context.Background(), "mine"); !p.CancelRequested {
+	if p, _ := e.Tasks().Poll(context.Background(), []string{"mine"}); !(len(p) == 1 && p[0].CancelRequested) {
 		t.Error("tasks/cancel through the SDK stored no cancel request")
 	}
 }

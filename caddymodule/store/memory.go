@@ -500,11 +500,18 @@ func (m *memTasks) RequestCancel(_ context.Context, id string, ttl time.Duration
 	return nil
 }
 
-func (m *memTasks) Poll(_ context.Context, id string) (TaskPoll, error) {
+func (m *memTasks) Poll(_ context.Context, ids []string) ([]TaskPoll, error) {
+	if len(ids) > MaxTaskPoll {
+		return nil, fmt.Errorf("store: a task poll of %d ids; at most %d a call", len(ids), MaxTaskPoll)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	exp, ok := m.cancel[id]
-	e, stored := m.byID[id]
-	return TaskPoll{CancelRequested: ok && now.Before(exp), Stored: stored && now.Before(e.expires)}, nil
+	out := make([]TaskPoll, len(ids))
+	for i, id := range ids {
+		exp, ok := m.cancel[id]
+		e, stored := m.byID[id]
+		out[i] = TaskPoll{CancelRequested: ok && now.Before(exp), Stored: stored && now.Before(e.expires)}
+	}
+	return out, nil
 }

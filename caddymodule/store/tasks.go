@@ -83,14 +83,21 @@ type Tasks interface {
 	// RequestCancel notes that task id is asked to stop, kept for ttl.
 	// It is apart from the record, which the running node alone writes.
 	RequestCancel(ctx context.Context, id string, ttl time.Duration) error
-	// Poll is what the running node reads of task id while it runs
-	// (each mcpdoor.TaskPollInterval): whether RequestCancel was called
-	// for it, and whether the store holds its record at all. One round
-	// trip on Redis.
-	Poll(ctx context.Context, id string) (TaskPoll, error)
+	// Poll is what a node reads of the tasks it runs (each
+	// mcpdoor.TaskPollInterval, all of them at once): for each of ids,
+	// in order, whether RequestCancel was called for it and whether the
+	// store holds its record at all. One round trip on Redis however
+	// many ids (a pipeline; on Cluster one per node holding them), at
+	// most MaxTaskPoll ids a call.
+	Poll(ctx context.Context, ids []string) ([]TaskPoll, error)
 }
 
-// TaskPoll is one Tasks.Poll of a running task.
+// MaxTaskPoll bounds the ids of one Tasks.Poll (the pipeline of one
+// round trip on Redis: two EXISTS each); a caller polls more in several
+// calls.
+const MaxTaskPoll = 1024
+
+// TaskPoll is what Tasks.Poll read of one running task.
 type TaskPoll struct {
 	// CancelRequested reports that RequestCancel was called for the
 	// task (and its request has not expired).

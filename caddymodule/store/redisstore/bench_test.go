@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 	"github.com/caddy-rcns/caddy-rcns/internal/cputime"
 )
@@ -292,4 +293,51 @@ func BenchmarkChainAppend(b *testing.B) {
 func reportCPU(b *testing.B) func() {
 	start := cputime.Process()
 	return func() { b.ReportMetric(float64(cputime.Process()-start)/float64(b.N), "cpu-ns/op") }
+}
+
+// BenchmarkTaskPoll is one tick of the MCP door's task polls (each
+// TaskPollInterval) with 200 tasks running on a node: one Tasks.Poll of
+// every id (a pipeline of two EXISTS each, as the door polls now)
+// against one call per task, each its own round trip (as each task
+// polled before). Per op, one tick: the client's CPU (cpu-ns/op) and
+// the server's (redis-cpu-ns/op).
+func BenchmarkTaskPoll(b *testing.B) {
+	srv := redistest.StartServer(b)
+	_, set := newSet(b, Config{Addrs: []string{srv.Addr()}})
+	ctx := context.Background()
+	now := time.Now().UTC()
+	var ids []string
+	for i := range 200 {
+		id := fmt.Sprintf("%032x", i)
+		ids = append(ids, id)
+		if err := set.Tasks.Put(ctx, store.Task{ID: id, AgentID: "a", NodeID: "n", Tool: "t", Status: store.TaskStatusWorking,
+			CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(time.Minute)}, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		tick func() error
+	}{
+		{"one-call/200", func() error { _, err := set.Tasks.Poll(ctx, ids); return err }},
+		{"per-task/200", func() error {
+			for _, id := range ids {
+				if _, err := set.Tasks.Poll(ctx, []string{id}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			before := srv.Usage()
+			defer reportCPU(b)()
+			for b.Loop() {
+				if err := tc.tick(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			before.PerOp(b, srv.Usage(), b.N)
+		})
+	}
 }

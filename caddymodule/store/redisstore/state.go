@@ -351,23 +351,32 @@ func (t tasks) RequestCancel(ctx context.Context, id string, ttl time.Duration) 
 	return t.c.done(store.OpTask, start, err)
 }
 
-// taskPollScript reads whether a task's record (KEYS[1]) and its cancel
-// request (KEYS[2], same slot) exist: {record, cancel}, each 1 or 0.
-// no-writes: it runs while Redis is at its maxmemory, as the task's
-// own writes do.
-var taskPollScript = redis.NewScript(`#!lua flags=no-writes
-return {redis.call('EXISTS', KEYS[1]), redis.call('EXISTS', KEYS[2])}
-`)
-
-func (t tasks) Poll(ctx context.Context, id string) (store.TaskPoll, error) {
+// Poll reads, for each task, whether its record (P{t:ID}) and its
+// cancel request (P{t:ID}:c) exist: two EXISTS a task in one pipeline,
+// one round trip (go-redis splits it by node on Cluster). EXISTS is a
+// read, served while Redis is at its maxmemory.
+func (t tasks) Poll(ctx context.Context, ids []string) ([]store.TaskPoll, error) {
+	if len(ids) > store.MaxTaskPoll {
+		return nil, fmt.Errorf("redisstore: a task poll of %d ids; at most %d a call", len(ids), store.MaxTaskPoll)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
 	start := time.Now()
-	key := t.key(id)
-	v, err := taskPollScript.Run(ctx, t.c.rdb, []string{key, key + ":c"}).Int64Slice()
+	cmds := make([]*redis.IntCmd, 0, 2*len(ids))
+	_, err := t.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, id := range ids {
+			key := t.key(id)
+			cmds = append(cmds, p.Exists(ctx, key), p.Exists(ctx, key+":c"))
+		}
+		return nil
+	})
 	if err = t.c.done(store.OpTask, start, err); err != nil {
-		return store.TaskPoll{}, err
+		return nil, err
 	}
-	if len(v) != 2 {
-		return store.TaskPoll{}, fmt.Errorf("redisstore: a task poll's reply has %d values, want 2", len(v))
+	out := make([]store.TaskPoll, len(ids))
+	for i := range out {
+		out[i] = store.TaskPoll{Stored: cmds[2*i].Val() == 1, CancelRequested: cmds[2*i+1].Val() == 1}
 	}
-	return store.TaskPoll{Stored: v[0] == 1, CancelRequested: v[1] == 1}, nil
+	return out, nil
 }

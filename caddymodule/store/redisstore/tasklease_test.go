@@ -81,7 +81,7 @@ func TestTaskWritesAtMaxmemory(t *testing.T) {
 	if err := a.Tasks.RequestCancel(ctx, rec.ID, time.Hour); err != nil {
 		t.Errorf("a cancel request at maxmemory: %v", err)
 	}
-	if p, err := a.Tasks.Poll(ctx, rec.ID); !p.CancelRequested || !p.Stored || err != nil {
+	if p, err := a.Tasks.Poll(ctx, []string{rec.ID}); err != nil || len(p) != 1 || !p[0].CancelRequested || !p[0].Stored {
 		t.Errorf("the task's poll at maxmemory: %+v %v, want its cancel request and record", p, err)
 	}
 	end := rec

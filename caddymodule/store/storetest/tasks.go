@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func testTasks(t *testing.T, h Harness) {
 	if _, ok, err := b.Tasks.Get(ctx, id); ok || err != nil {
 		t.Fatalf("unknown task: found %v, err %v", ok, err)
 	}
-	if p, err := a.Tasks.Poll(ctx, id); p.Stored || p.CancelRequested || err != nil {
+	if p, err := poll1(a.Tasks, id); p.Stored || p.CancelRequested || err != nil {
 		t.Fatalf("an unknown task's poll: %+v %v, want neither stored nor cancelled", p, err)
 	}
 	now := clock.Now().UTC()
@@ -107,13 +108,13 @@ func testTasks(t *testing.T, h Harness) {
 	if err != nil || !ok || got.Status != "working" || got.AgentID != agentA || !got.LeaseUntil.Equal(rec.LeaseUntil) {
 		t.Fatalf("Get = %+v %v %v", got, ok, err)
 	}
-	if p, err := b.Tasks.Poll(ctx, id); !p.Stored || p.CancelRequested || err != nil {
+	if p, err := poll1(b.Tasks, id); !p.Stored || p.CancelRequested || err != nil {
 		t.Fatalf("poll before any cancel request: %+v %v, want stored, no cancel", p, err)
 	}
 	if err := b.Tasks.RequestCancel(ctx, id, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := a.Tasks.Poll(ctx, id); !p.Stored || !p.CancelRequested || err != nil {
+	if p, err := poll1(a.Tasks, id); !p.Stored || !p.CancelRequested || err != nil {
 		t.Fatalf("cancel request not seen through the other store: %+v %v", p, err)
 	}
 	rec.Status, rec.Result, rec.Steps = "completed", []byte(`{"content":[]}`), []byte(`[{"name":"s","state":"succeeded"}]`)
@@ -134,7 +135,65 @@ func testTasks(t *testing.T, h Harness) {
 	if ok {
 		t.Fatal("task kept past its ttl")
 	}
-	if p, err := a.Tasks.Poll(ctx, id); p.Stored || !p.CancelRequested || err != nil {
+	if p, err := poll1(a.Tasks, id); p.Stored || !p.CancelRequested || err != nil {
 		t.Fatalf("poll after the task's ttl: %+v %v, want not stored, its cancel request kept", p, err)
+	}
+}
+
+// poll1 is Tasks.Poll of one id.
+func poll1(tasks store.Tasks, id string) (store.TaskPoll, error) {
+	ps, err := tasks.Poll(ctx, []string{id})
+	if err != nil {
+		return store.TaskPoll{}, err
+	}
+	if len(ps) != 1 {
+		return store.TaskPoll{}, fmt.Errorf("Poll of one id answered %d polls", len(ps))
+	}
+	return ps[0], nil
+}
+
+// testTaskPolls: one Poll answers for many tasks, in the order asked
+// (a stored one, an unknown one, one with a cancel request, the same id
+// twice), through the other store; no ids is no polls; more than
+// MaxTaskPoll is refused, not cut.
+func testTaskPolls(t *testing.T, h Harness) {
+	a, b := h.New(t, Config{})
+	now := time.Now().UTC()
+	var ids []string
+	for i := range 300 {
+		id := fmt.Sprintf("%032x", 0xa000+i)
+		ids = append(ids, id)
+		if i%3 == 0 {
+			continue // never stored
+		}
+		if err := a.Tasks.Put(ctx, store.Task{ID: id, AgentID: agentA, NodeID: "n1", Tool: "book", Status: store.TaskStatusWorking,
+			CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(time.Minute)}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 2 {
+			if err := b.Tasks.RequestCancel(ctx, id, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ids = append(ids, ids[2])
+	ps, err := b.Tasks.Poll(ctx, ids)
+	if err != nil || len(ps) != len(ids) {
+		t.Fatalf("Poll of %d ids: %d polls, %v", len(ids), len(ps), err)
+	}
+	for i, p := range ps {
+		j := i % 300
+		if i == 300 {
+			j = 2
+		}
+		if want := (store.TaskPoll{Stored: j%3 != 0, CancelRequested: j%3 == 2}); p != want {
+			t.Errorf("poll %d (task %d): %+v, want %+v", i, j, p, want)
+		}
+	}
+	if ps, err := a.Tasks.Poll(ctx, nil); err != nil || len(ps) != 0 {
+		t.Errorf("Poll of no ids: %v %v", ps, err)
+	}
+	if _, err := a.Tasks.Poll(ctx, make([]string, store.MaxTaskPoll+1)); err == nil {
+		t.Errorf("Poll of %d ids: no error", store.MaxTaskPoll+1)
 	}
 }
