@@ -147,7 +147,7 @@ func poll1(tasks store.Tasks, id string) (store.TaskPoll, error) {
 		return store.TaskPoll{}, err
 	}
 	if len(ps) != 1 {
-		return store.TaskPoll{}, fmt.Errorf("Poll of one id answered %d polls", len(ps))
+		return store.TaskPoll{}, fmt.Errorf("a Poll of one id answered %d polls", len(ps))
 	}
 	return ps[0], nil
 }
