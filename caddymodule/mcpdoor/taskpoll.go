@@ -14,35 +14,36 @@ import (
 
 // taskPoller polls the store for every task a door runs, once each
 // TaskPollInterval, in one store.Tasks.Poll of all their ids (a call per
-// store.MaxTaskPoll): on Redis one pipeline a tick, however many tasks
+// store.MaxTaskPoll, the calls in parallel, each bounded by
+// taskPollTimeout): on Redis one pipeline a tick, however many tasks
 // run, where each task polled on its own before (a round trip each,
-// four a second). Its goroutine runs while a task is watched and ends
-// when none is, so it outlives the door's configuration as its tasks
-// do. The zero value is ready to use.
+// four a second). A task whose poll failed reads its Err; a task's
+// renewal does not wait for its poll (follow). Its goroutine runs while
+// a task is watched and ends when none is, so it outlives the door's
+// configuration as its tasks do. The zero value is ready to use.
 type taskPoller struct {
 	mu      sync.Mutex
 	tasks   store.Tasks // the store of the tasks watched
 	log     *zap.Logger
-	watched map[string]chan taskPollResult // by task id
+	watched map[string]chan store.TaskPoll // by task id
 	running bool                           // the goroutine runs
 }
 
-// taskPollResult is one tick's poll of one task: err when the store did
-// not answer (the task's node then tries its renewal all the same).
-type taskPollResult struct {
-	poll store.TaskPoll
-	err  error
-}
+// taskPollTimeout bounds one tick's poll: a store (or, on Cluster, a
+// node) that answers later fails the tasks it holds for that tick, and
+// the others are answered.
+const taskPollTimeout = 2 * time.Second
 
-// watch starts polling task id in tasks: each tick's result arrives on
+// watch starts polling task id in tasks: each tick's poll arrives on
 // the channel (the latest one only, when the task has not read the one
-// before). The func stops it.
-func (p *taskPoller) watch(tasks store.Tasks, log *zap.Logger, id string) (<-chan taskPollResult, func()) {
-	ch := make(chan taskPollResult, 1)
+// before). The func stops it. Task ids are unique (128 random bits): a
+// second watch of an id replaces the first.
+func (p *taskPoller) watch(tasks store.Tasks, log *zap.Logger, id string) (<-chan store.TaskPoll, func()) {
+	ch := make(chan store.TaskPoll, 1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.watched == nil {
-		p.watched = map[string]chan taskPollResult{}
+		p.watched = map[string]chan store.TaskPoll{}
 	}
 	p.tasks, p.log = tasks, log
 	p.watched[id] = ch
@@ -64,7 +65,7 @@ func (p *taskPoller) run() {
 	tick := time.NewTicker(TaskPollInterval)
 	defer tick.Stop()
 	var ids []string
-	var chans []chan taskPollResult
+	var chans []chan store.TaskPoll
 	for range tick.C {
 		p.mu.Lock()
 		if len(p.watched) == 0 {
@@ -78,39 +79,52 @@ func (p *taskPoller) run() {
 		}
 		tasks, log := p.tasks, p.log
 		p.mu.Unlock()
+		var wg sync.WaitGroup
 		for at := 0; at < len(ids); at += store.MaxTaskPoll {
 			end := min(at+store.MaxTaskPoll, len(ids))
-			polls, err := pollOnce(tasks, log, ids[at:end])
-			for i, ch := range chans[at:end] {
-				r := taskPollResult{err: err}
-				if err == nil {
-					r.poll = polls[i]
+			wg.Go(func() {
+				for i, r := range pollOnce(tasks, log, ids[at:end]) {
+					deliver(chans[at+i], r)
 				}
-				deliver(ch, r)
-			}
+			})
 		}
+		wg.Wait()
 	}
 }
 
-// pollOnce is tasks.Poll(ids); a panic in it (a defect in the store) is
-// logged at ERROR and is this tick's error, not the end of every task's
-// polling.
-func pollOnce(tasks store.Tasks, log *zap.Logger, ids []string) (polls []store.TaskPoll, err error) {
+// pollOnce is tasks.Poll(ids), within taskPollTimeout: one poll per id.
+// A failed call, or a panic in it (a defect in the store: logged at
+// ERROR), is every id's Err for this tick, not the end of the polling.
+func pollOnce(tasks store.Tasks, log *zap.Logger, ids []string) (polls []store.TaskPoll) {
 	defer func() {
 		if v := recover(); v != nil {
 			recovered.Log(log, "panic polling MCP tasks", v, zap.Int("tasks", len(ids)))
-			polls, err = nil, fmt.Errorf("panic polling MCP tasks: %v", v)
+			polls = failedPolls(len(ids), fmt.Errorf("panic polling MCP tasks: %v", v))
 		}
 	}()
-	polls, err = tasks.Poll(context.Background(), ids)
+	ctx, cancel := context.WithTimeout(context.Background(), taskPollTimeout)
+	defer cancel()
+	polls, err := tasks.Poll(ctx, ids)
 	if err == nil && len(polls) != len(ids) {
 		err = fmt.Errorf("the store answered %d polls for %d tasks", len(polls), len(ids))
 	}
-	return polls, err
+	if err != nil {
+		return failedPolls(len(ids), err)
+	}
+	return polls
 }
 
-// deliver puts r on ch, replacing a result the task has not read.
-func deliver(ch chan taskPollResult, r taskPollResult) {
+// failedPolls is n polls that failed with err.
+func failedPolls(n int, err error) []store.TaskPoll {
+	out := make([]store.TaskPoll, n)
+	for i := range out {
+		out[i].Err = err
+	}
+	return out
+}
+
+// deliver puts r on ch, replacing a poll the task has not read.
+func deliver(ch chan store.TaskPoll, r store.TaskPoll) {
 	for {
 		select {
 		case ch <- r:

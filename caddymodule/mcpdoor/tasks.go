@@ -239,42 +239,52 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 	ctx := context.Background()
 	polls, unwatch := d.polls.watch(d.e.Tasks(), d.e.Logger(), rec.ID)
 	defer unwatch()
+	// The renewal keeps its own clock: a poll the store is slow to
+	// answer (a stalled Cluster node, a slow link) must not hold it back.
+	tick := time.NewTicker(TaskPollInterval)
+	defer tick.Stop()
 	renewed := time.Now()
 	lease := rec.LeaseUntil // as last stored: readers count the task failed after it
 	var once sync.Once
 	cancelled := false
+	renew := func(lost bool) {
+		if time.Since(renewed) < TaskLease/3 {
+			return
+		}
+		now := time.Now().UTC()
+		rec.UpdatedAt, rec.LeaseUntil = now, now.Add(TaskLease)
+		if err := d.storeTask(ctx, rec, lease); err == nil {
+			renewed, lease = time.Now(), rec.LeaseUntil
+			if lost {
+				d.e.Logger().Info("an MCP task the store no longer held was written again",
+					zap.String("task_id", rec.ID), zap.String("agent_id", rec.AgentID), zap.String("tool", rec.Tool))
+			}
+		}
+	}
 	for {
 		select {
 		case resp := <-done:
 			d.finish(ctx, rq, t, req, target, rec, lease, resp, cancelled)
 			return
+		case <-tick.C:
+			renew(false)
 		case r := <-polls:
-			lost := false
-			if p := r.poll; r.err == nil {
-				if p.CancelRequested && !cancelled {
-					cancelled = true
-					once.Do(func() { close(stop) })
-					rec.StatusMessage = "cancel requested: the steps not started will not run; those running finish"
-					renewed = time.Time{} // written at once
-				}
-				if !p.Stored {
-					// The store lost the task (a Redis restarted without
-					// its data): readers get "unknown task" until it is
-					// written again, so it is, at once, not at the next
-					// renewal.
-					lost, renewed = true, time.Time{}
-				}
+			if r.Err != nil {
+				continue // not known this tick (the store, or its node holding the task, did not answer)
 			}
-			if time.Since(renewed) >= TaskLease/3 {
-				now := time.Now().UTC()
-				rec.UpdatedAt, rec.LeaseUntil = now, now.Add(TaskLease)
-				if err := d.storeTask(ctx, rec, lease); err == nil {
-					renewed, lease = time.Now(), rec.LeaseUntil
-					if lost {
-						d.e.Logger().Info("an MCP task the store no longer held was written again",
-							zap.String("task_id", rec.ID), zap.String("agent_id", rec.AgentID), zap.String("tool", rec.Tool))
-					}
-				}
+			if r.CancelRequested && !cancelled {
+				cancelled = true
+				once.Do(func() { close(stop) })
+				rec.StatusMessage = "cancel requested: the steps not started will not run; those running finish"
+				renewed = time.Time{} // written at once
+				renew(false)
+			}
+			if !r.Stored {
+				// The store lost the task (a Redis restarted without its
+				// data): readers get "unknown task" until it is written
+				// again, so it is, at once, not at the next renewal.
+				renewed = time.Time{}
+				renew(true)
 			}
 		}
 	}

@@ -475,6 +475,19 @@ type flakyTasks struct {
 	refuse atomic.Int64
 	mu     sync.Mutex
 	puts   []time.Time
+	// stall, when set, holds every Poll until it is closed, whatever
+	// its context says (a stalled Redis Cluster node).
+	stall chan struct{}
+}
+
+func (f *flakyTasks) Poll(ctx context.Context, ids []string) ([]store.TaskPoll, error) {
+	f.mu.Lock()
+	stall := f.stall
+	f.mu.Unlock()
+	if stall != nil {
+		<-stall
+	}
+	return f.Tasks.Poll(ctx, ids)
 }
 
 func (f *flakyTasks) Update(ctx context.Context, rec store.Task, ttl time.Duration, notAfter time.Time, margin time.Duration) error {
@@ -608,5 +621,44 @@ func TestTaskEndOverAnEndedTask(t *testing.T) {
 	}
 	if l := logs.FilterMessageSnippet("could not be stored before its lease ends").All(); len(l) != 1 {
 		t.Errorf("log lines: %v, want one WARN line", logs.All())
+	}
+}
+
+// TestTaskRenewedWhilePollsStall: a task's lease is renewed on time
+// while the store's polls hang (a Redis Cluster node holding other
+// tasks stalled; helper-124's finding: the renewal waited for the
+// poll, and a task on a healthy node read failed and lost its answer),
+// and its end is stored.
+func TestTaskRenewedWhilePollsStall(t *testing.T) {
+	d, flaky, rec, _ := taskWithFlakyStore(t, TaskLease)
+	flaky.mu.Lock()
+	flaky.stall = make(chan struct{})
+	flaky.mu.Unlock()
+	defer close(flaky.stall)
+	done := make(chan *agtp.Response, 1)
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		d.follow(&mcpRequest{}, &mcpTool{kind: mcpRecipe, name: "lookup"}, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "lookup"}}, "/x", rec, make(chan struct{}), done)
+	}()
+	deadline := time.Now().Add(TaskLease/3 + 3*time.Second)
+	for len(flaky.putTimes()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no renewal %v after the task began while its polls hang", TaskLease/3+3*time.Second)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got, ok, err := flaky.Tasks.Get(context.Background(), rec.ID)
+	if err != nil || !ok || got.Status != TaskWorking || !got.LeaseUntil.After(rec.LeaseUntil) {
+		t.Fatalf("the task after its renewal: %+v %v %v, want working with a later lease", got, ok, err)
+	}
+	done <- &agtp.Response{Status: 200, Body: []byte(`{"outcome":"succeeded","result":{"id":"x"}}`)}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("follow did not end after the answer")
+	}
+	if got, ok, err := flaky.Tasks.Get(context.Background(), rec.ID); err != nil || !ok || got.Status != TaskCompleted {
+		t.Fatalf("the task after its end: %+v %v %v, want completed", got, ok, err)
 	}
 }

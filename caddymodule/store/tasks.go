@@ -87,8 +87,12 @@ type Tasks interface {
 	// mcpdoor.TaskPollInterval, all of them at once): for each of ids,
 	// in order, whether RequestCancel was called for it and whether the
 	// store holds its record at all. One round trip on Redis however
-	// many ids (a pipeline; on Cluster one per node holding them), at
-	// most MaxTaskPoll ids a call.
+	// many ids (a pipeline; on Cluster one per node holding them, in
+	// parallel), at most MaxTaskPoll ids a call. A task whose state
+	// could not be read has its TaskPoll's Err set, the others are
+	// answered all the same (on Cluster a stalled node fails only the
+	// tasks it holds, once ctx ends or its timeouts pass); the error is
+	// for a call that could not be made (over MaxTaskPoll ids).
 	Poll(ctx context.Context, ids []string) ([]TaskPoll, error)
 }
 
@@ -108,4 +112,8 @@ type TaskPoll struct {
 	// that missed the write): readers get "unknown task" until the
 	// running node writes it again, which it then does at once.
 	Stored bool
+	// Err is set when the task's state could not be read (it wraps
+	// ErrUnavailable); CancelRequested and Stored are then false and
+	// mean nothing.
+	Err error
 }

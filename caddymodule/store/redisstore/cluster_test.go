@@ -545,3 +545,56 @@ func TestBesideWriteLate(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterTaskPollStalledNode (helper-124's finding): one Tasks.Poll
+// of tasks on every master while one master stalls answers the tasks
+// the healthy masters hold (a cancel request seen, the records found)
+// and fails only those of the stalled one (TaskPoll.Err), once the
+// call's context ends; before, the pipeline's first error failed every
+// task of the poll.
+func TestClusterTaskPollStalledNode(t *testing.T) {
+	cl, _, c, set := stallableCluster(t, "tp:")
+	ctx := context.Background()
+	now := time.Now().UTC()
+	var ids []string
+	for i := range 30 {
+		id := fmt.Sprintf("%032x", 0xc000+i)
+		ids = append(ids, id)
+		if err := set.Tasks.Put(ctx, store.Task{ID: id, AgentID: "a", NodeID: "n", Tool: "t", Status: store.TaskStatusWorking,
+			CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(time.Minute)}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if err := set.Tasks.RequestCancel(ctx, id, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stalled := clusterNodeOf(t, cl, c, tasks{c: c}.key(ids[0]))
+	onStalled := map[string]bool{}
+	for _, id := range ids {
+		onStalled[id] = clusterNodeOf(t, cl, c, tasks{c: c}.key(id)) == stalled
+	}
+	stalled.Pause()
+	defer stalled.Resume()
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	ps, err := set.Tasks.Poll(pctx, ids)
+	if err != nil || len(ps) != len(ids) {
+		t.Fatalf("Poll with a master stalled: %d polls, %v", len(ps), err)
+	}
+	healthy := 0
+	for i, p := range ps {
+		switch {
+		case onStalled[ids[i]]:
+			if p.Err == nil || !errors.Is(p.Err, store.ErrUnavailable) {
+				t.Errorf("task %d, on the stalled master: %+v, want an ErrUnavailable", i, p)
+			}
+		case p.Err != nil || !p.Stored || !p.CancelRequested:
+			t.Errorf("task %d, on a healthy master: %+v, want its record and cancel request", i, p)
+		default:
+			healthy++
+		}
+	}
+	if healthy == 0 || healthy == len(ids) {
+		t.Fatalf("%d of %d tasks on healthy masters: the test needs both kinds", healthy, len(ids))
+	}
+}

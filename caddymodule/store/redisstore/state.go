@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -353,30 +355,61 @@ func (t tasks) RequestCancel(ctx context.Context, id string, ttl time.Duration) 
 
 // Poll reads, for each task, whether its record (P{t:ID}) and its
 // cancel request (P{t:ID}:c) exist: two EXISTS a task in one pipeline,
-// one round trip (go-redis splits it by node on Cluster). EXISTS is a
-// read, served while Redis is at its maxmemory.
+// one round trip. On Cluster the tasks are grouped by the master that
+// holds them, a pipeline each, in parallel: a go-redis Cluster pipeline
+// fails every command once one node's part fails, and a stalled node
+// must fail only the tasks it holds (once ctx ends or its timeouts
+// pass). EXISTS is a read, served while Redis is at its maxmemory.
 func (t tasks) Poll(ctx context.Context, ids []string) ([]store.TaskPoll, error) {
 	if len(ids) > store.MaxTaskPoll {
 		return nil, fmt.Errorf("redisstore: a task poll of %d ids; at most %d a call", len(ids), store.MaxTaskPoll)
 	}
-	if len(ids) == 0 {
-		return nil, nil
+	out := make([]store.TaskPoll, len(ids))
+	groups := [][]int{make([]int, len(ids))}
+	for i := range ids {
+		groups[0][i] = i
 	}
+	if cc, ok := t.c.rdb.(*redis.ClusterClient); ok && len(ids) > 1 {
+		byNode := map[string][]int{}
+		for i, id := range ids {
+			addr := "" // unknown: with the others whose master is not known
+			if m, err := cc.MasterForKey(ctx, t.key(id)); err == nil {
+				addr = m.Options().Addr
+			}
+			byNode[addr] = append(byNode[addr], i)
+		}
+		groups = groups[:0]
+		for _, g := range byNode {
+			groups = append(groups, g)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() { t.pollGroup(ctx, ids, g, out) })
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// pollGroup is Poll's pipeline for the tasks ids[i], i in idx, written
+// to out[i].
+func (t tasks) pollGroup(ctx context.Context, ids []string, idx []int, out []store.TaskPoll) {
 	start := time.Now()
-	cmds := make([]*redis.IntCmd, 0, 2*len(ids))
+	cmds := make([]*redis.IntCmd, 0, 2*len(idx))
 	_, err := t.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, id := range ids {
-			key := t.key(id)
+		for _, i := range idx {
+			key := t.key(ids[i])
 			cmds = append(cmds, p.Exists(ctx, key), p.Exists(ctx, key+":c"))
 		}
 		return nil
 	})
-	if err = t.c.done(store.OpTask, start, err); err != nil {
-		return nil, err
+	_ = t.c.done(store.OpTask, start, err) // counted once a pipeline
+	for k, i := range idx {
+		rec, cancel := cmds[2*k], cmds[2*k+1]
+		if err := cmp.Or(rec.Err(), cancel.Err()); err != nil {
+			out[i] = store.TaskPoll{Err: fmt.Errorf("%w: %s: %w", store.ErrUnavailable, store.OpTask, err)}
+			continue
+		}
+		out[i] = store.TaskPoll{Stored: rec.Val() == 1, CancelRequested: cancel.Val() == 1}
 	}
-	out := make([]store.TaskPoll, len(ids))
-	for i := range out {
-		out[i] = store.TaskPoll{Stored: cmds[2*i].Val() == 1, CancelRequested: cmds[2*i+1].Val() == 1}
-	}
-	return out, nil
 }
