@@ -80,7 +80,7 @@ func TestTaskPollerOneCallATick(t *testing.T) {
 	if logs.FilterMessage("panic polling MCP tasks").Len() != 1 {
 		t.Errorf("the store's panic was not logged once: %v", logs.All())
 	}
-		// One call a chunk a tick (the two chunks in parallel): the first
+	// One call a chunk a tick (the two chunks in parallel): the first
 	// tick's call that panicked is not counted, so the calls carried
 	// MaxTaskPoll and 6 ids a tick, never one per task.
 	c.mu.Lock()
