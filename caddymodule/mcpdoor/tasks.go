@@ -277,15 +277,14 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 				once.Do(func() { close(stop) })
 				rec.StatusMessage = "cancel requested: the steps not started will not run; those running finish"
 				renewed = time.Time{} // written at once
-				renew(false)
 			}
 			if !r.Stored {
 				// The store lost the task (a Redis restarted without its
 				// data): readers get "unknown task" until it is written
 				// again, so it is, at once, not at the next renewal.
 				renewed = time.Time{}
-				renew(true)
 			}
+			renew(!r.Stored)
 		}
 	}
 }
