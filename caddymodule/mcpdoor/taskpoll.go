@@ -31,8 +31,10 @@ type taskPoller struct {
 
 // taskPollTimeout bounds one tick's poll: a store (or, on Cluster, a
 // node) that answers later fails the tasks it holds for that tick, and
-// the others are answered.
-const taskPollTimeout = 2 * time.Second
+// the others are answered; while a Cluster node stalls, the tasks on
+// the healthy ones read their polls this late (a cancel request seen
+// within about 1 s rather than 250 ms).
+const taskPollTimeout = time.Second
 
 // watch starts polling task id in tasks: each tick's poll arrives on
 // the channel (the latest one only, when the task has not read the one
