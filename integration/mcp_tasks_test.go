@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -385,6 +386,45 @@ func TestMCPTaskNodeDies(t *testing.T) {
 	close(up.release)
 	if p := up.paths(); strings.Join(p, " ") != "/one" {
 		t.Errorf("the upstream saw %v, want /one only", p)
+	}
+}
+
+// TestMCPTaskPausedNodeStopsPlan (helper-123's finding): node A is
+// paused (SIGSTOP) while its task's first step runs, past the task's
+// lease: node B reads the task failed. When A resumes, it starts none
+// of the plan's later steps (recipes.WithStopAfter, moved with each
+// renewal): a client that read failed and called again would otherwise
+// meet their side effects twice. B keeps reading failed.
+func TestMCPTaskPausedNodeStopsPlan(t *testing.T) {
+	up, w, s, tr, tool := startTaskWorld(t)
+	id, _ := createTask(t, s, tr, tool, nil)
+	up.waitEntered(t)
+	proc := w.A.proc.cmd.Process
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = proc.Signal(syscall.SIGCONT)
+		}
+	}()
+	mcpB := w.B.URL + "/mcp"
+	waitFor(t, mcpdoor.TaskLease+10*time.Second, 250*time.Millisecond, "node B reads the paused node's task failed", func() bool {
+		g, _ := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
+		return g["status"] == "failed"
+	})
+	up.release <- struct{}{} // the first step's answer waits in A's socket
+	if err := proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	time.Sleep(2 * time.Second) // A reads the step's answer, and would start the next
+	if p := strings.Join(up.paths(), " "); p != "/one" {
+		t.Errorf("after node A resumed past its task's lease, the upstream saw %q; want /one only", p)
+	}
+	if g, e := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true); e != nil || g["status"] != "failed" {
+		t.Errorf("node B reads %v %v after A resumed; want failed", g, e)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/internal/workers"
@@ -492,8 +493,29 @@ func WithStop(ctx context.Context, stop <-chan struct{}) context.Context {
 	return context.WithValue(ctx, stopKey{}, stop)
 }
 
-// stopped reports whether ctx carries a closed WithStop channel.
+// stopAfterKey is the context key of WithStopAfter.
+type stopAfterKey struct{}
+
+// WithStopAfter returns ctx carrying at: a plan run under it (Execute)
+// starts no step once the time at holds (Unix ns; 0: no such time) has
+// passed, as if WithStop's channel were closed then. The caller may
+// move at while the plan runs (an MCP task's node moves it with each
+// lease renewal: a node paused or cut off from its store past its
+// task's lease starts no further step of a task every reader counts
+// failed). It is read at each step's start, so no goroutine needs to
+// wake to close a channel on time.
+func WithStopAfter(ctx context.Context, at *atomic.Int64) context.Context {
+	return context.WithValue(ctx, stopAfterKey{}, at)
+}
+
+// stopped reports whether ctx carries a closed WithStop channel, or a
+// WithStopAfter time that has passed.
 func stopped(ctx context.Context) bool {
+	if at, _ := ctx.Value(stopAfterKey{}).(*atomic.Int64); at != nil {
+		if t := at.Load(); t != 0 && time.Now().UnixNano() > t {
+			return true
+		}
+	}
 	ch, _ := ctx.Value(stopKey{}).(<-chan struct{})
 	if ch == nil {
 		return false
@@ -508,7 +530,7 @@ func stopped(ctx context.Context) bool {
 
 // stopFailure is the cause of a plan stopped before every step started.
 func stopFailure() *Failure {
-	return &Failure{Status: 422, Code: StopCode, Explanation: "the plan was stopped (its task was cancelled): the steps not started then were not run; those started ran to their end"}
+	return &Failure{Status: 422, Code: StopCode, Explanation: "the plan was stopped (its task was cancelled, or its lease ended while its node was paused or cut off from the store): the steps not started then were not run; those started ran to their end"}
 }
 
 // noneActed reports that no started step may have acted: every started

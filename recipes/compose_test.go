@@ -428,6 +428,59 @@ output: '$only'
 	}
 }
 
+// TestExecuteStopAfter: a plan under WithStopAfter whose time passes
+// while its first step runs (an MCP task's lease, its node paused past
+// it) starts no later step, as WithStop's; one whose time the caller
+// moved on (a renewal) runs to its end; 0 is no time.
+func TestExecuteStopAfter(t *testing.T) {
+	var calls sync.Map
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Store(r.URL.Path, true)
+		if r.URL.Path == "/ok" {
+			entered <- struct{}{}
+			<-release
+		}
+		fmt.Fprint(w, `{"id":"ok"}`)
+	}))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	r, _ := buildSet(t, up, recipeHead+`steps:
+  - {name: first, method: FETCH, path: /alpha, input: '{id: $input.id}'}
+  - {name: second, method: FETCH, path: /beta, input: '{id: $first.id}'}
+output: '$second'
+`, endpointDoc("FETCH", "/alpha", "GET", "/ok", ""), endpointDoc("FETCH", "/beta", "GET", "/second", ""))
+	for _, c := range []struct {
+		name string
+		move func(at *atomic.Int64) // while the first step runs
+		stop bool
+	}{
+		{"passed", func(at *atomic.Int64) { at.Store(time.Now().Add(-time.Millisecond).UnixNano()) }, true},
+		{"moved on", func(at *atomic.Int64) { at.Store(time.Now().Add(time.Minute).UnixNano()) }, false},
+		{"none", func(at *atomic.Int64) { at.Store(0) }, false},
+	} {
+		calls.Delete("/second")
+		var at atomic.Int64
+		at.Store(time.Now().Add(time.Minute).UnixNano())
+		go func() {
+			<-entered
+			c.move(&at)
+			release <- struct{}{}
+		}()
+		_, reports, cf := r.Execute(WithStopAfter(context.Background(), &at), map[string]any{"id": "x"}, 10*time.Second)
+		_, second := calls.Load("/second")
+		if c.stop {
+			if cf == nil || cf.Cause.Code != StopCode || reports[0].State != StepSucceeded || reports[1].State != StepNotStarted || second {
+				t.Errorf("%s: failure %+v, reports %+v, second called %v; want %s, the second step not started", c.name, cf, reports, second, StopCode)
+			}
+			continue
+		}
+		if cf != nil || !second {
+			t.Errorf("%s: failure %+v, second called %v; want the plan run to its end", c.name, cf, second)
+		}
+	}
+}
+
 // laggingDeadline is a context whose deadline has passed but whose
 // timer has not fired yet: Err is nil and Done never closes, as for a
 // process paused past the deadline that resumes before the runtime runs

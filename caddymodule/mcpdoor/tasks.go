@@ -136,14 +136,19 @@ type createdTask struct{ rec store.Task }
 // stored (working) before its placeholder result is returned (taskWriter
 // makes the answer the CreateTaskResult), and the call goes on here, its
 // answer written to the task when it comes. A cancel request (through
-// any node) stops the recipe's plan between steps (recipes.WithStop).
+// any node) stops the recipe's plan between steps (recipes.WithStop),
+// and so does the lease's end: a node paused, or cut off from its
+// store, past the lease it last stored starts no further step of a task
+// every reader counts failed (recipes.WithStopAfter, moved with each
+// renewal).
 // When the task cannot be stored (the store refuses it, or the memory
 // store holds its most) the call waits on as a synchronous one: its
 // answer within the door's timeout, else the call-timeout tool error
 // (keyed: the call carries an Idempotency-Key).
 func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, in *agtp.Request, keyed bool) (*agtp.Response, *mcp.CallToolResult) {
 	stop := make(chan struct{})
-	in.Context = recipes.WithStop(context.WithoutCancel(in.Context), stop)
+	var actUntil atomic.Int64 // 0 until the task is stored; then the lease last stored, less TaskWriteMargin (Unix ns)
+	in.Context = recipes.WithStopAfter(recipes.WithStop(context.WithoutCancel(in.Context), stop), &actUntil)
 	done := make(chan *agtp.Response, 1)
 	workers.Go(func() { // a reused goroutine, as serveWithin's (internal/workers)
 		defer func() {
@@ -184,10 +189,11 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 	rq.mu.Lock()
 	rq.task = &createdTask{rec: rec}
 	rq.mu.Unlock()
+	actUntil.Store(rec.LeaseUntil.Add(-TaskWriteMargin).UnixNano())
 	running.Add(1)
 	go func() {
 		defer running.Done()
-		d.follow(rq, t, req, in.Target, rec, stop, done)
+		d.follow(rq, t, req, in.Target, rec, stop, &actUntil, done)
 	}()
 	return nil, &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "task " + rec.ID}}}
 }
@@ -233,7 +239,7 @@ func WaitTasks(max time.Duration) bool {
 // task", with its id) instead of ending the process; the task is then
 // left as last stored, working, and reads failed once its lease ends,
 // as when its end cannot be stored (TestPanicInTaskFinish).
-func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, target string, rec store.Task, stop chan struct{}, done <-chan *agtp.Response) {
+func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, target string, rec store.Task, stop chan struct{}, actUntil *atomic.Int64, done <-chan *agtp.Response) {
 	defer recovered.Guard(d.e.Logger(), "panic following an MCP task; it is left to its lease and reads failed after it",
 		zap.String("task_id", rec.ID), zap.String("agent_id", rec.AgentID), zap.String("tool", rec.Tool))
 	ctx := context.Background()
@@ -255,6 +261,7 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 		rec.UpdatedAt, rec.LeaseUntil = now, now.Add(TaskLease)
 		if err := d.storeTask(ctx, rec, lease); err == nil {
 			renewed, lease = time.Now(), rec.LeaseUntil
+			actUntil.Store(lease.Add(-TaskWriteMargin).UnixNano())
 			if lost {
 				d.e.Logger().Info("an MCP task the store no longer held was written again",
 					zap.String("task_id", rec.ID), zap.String("agent_id", rec.AgentID), zap.String("tool", rec.Tool))
