@@ -157,7 +157,7 @@ unit: deps
 # dashboard and confirm-first credential tests are door-independent; two
 # handlers of one name, which the native door cannot tell apart):
 # they run once, in the first pass, and the second leaves them out.
-IT_HTTP_ONLY := TestMCPFloodLogBounded|TestUpstreamCredentialsConfirmFirst|TestDashboardQueriesResolve|TestMCPConformance|TestMCPConformanceNext|TestMCPInputRequired|TestMCPInputRequiredAcrossNodes|TestMCPInputRequiredStoreDownAtStart|TestMCPTaskCancelAcrossNodes|TestMCPTaskNodeDies|TestMCPTaskGracefulStop|TestMCPTaskStoreStalled|TestMCPTaskStoreRestarted|TestMCPTaskEndHeldPastLease|TestMCPTaskLeaseRestoredOlder|TestMCPTaskLostWrittenAgain|TestMCPTaskPausedNodeStopsPlan|TestOperatorPage|TestOperatorPageRedis|TestPassThroughUpgradeAndStream|TestTracingSpanTree|TestOneNameTwoStoresReload
+IT_HTTP_ONLY := TestMCPFloodLogBounded|TestUpstreamCredentialsConfirmFirst|TestDashboardQueriesResolve|TestMCPConformance|TestMCPConformanceNext|TestMCPInputRequired|TestMCPInputRequiredAcrossNodes|TestMCPInputRequiredStoreDownAtStart|TestMCPTaskCancelAcrossNodes|TestMCPTaskNodeDies|TestMCPTaskGracefulStop|TestMCPTaskStoreStalled|TestMCPTaskStoreRestarted|TestMCPTaskEndHeldPastLease|TestMCPTaskLeaseRestoredOlder|TestMCPTaskLostWrittenAgain|TestMCPTaskPausedNodeStopsPlan|TestMCPTaskCancelDuringPause|TestOperatorPage|TestOperatorPageRedis|TestPassThroughUpgradeAndStream|TestTracingSpanTree|TestOneNameTwoStoresReload
 integration: deps
 	$(GO) test -race -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) ./integration/...
 	RCNS_IT_DOOR=agtp $(GO) test -race -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) -skip '^($(IT_HTTP_ONLY))$$' ./integration/...

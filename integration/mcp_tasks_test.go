@@ -428,6 +428,52 @@ func TestMCPTaskPausedNodeStopsPlan(t *testing.T) {
 	}
 }
 
+// TestMCPTaskCancelDuringPause (helper-125's finding): node A is paused
+// (SIGSTOP, shorter than the lease) while its task's first step runs,
+// and the task is cancelled through node B meanwhile. When A resumes,
+// the first step's answer is waiting: A polls the task's cancel request
+// afresh before it starts the next step (recipes.WithStopWait), so no
+// later step runs and the task ends cancelled. Before, A started the
+// remaining steps on what it had last polled before the pause, and the
+// task ended completed (or, before the task poller, one step late).
+func TestMCPTaskCancelDuringPause(t *testing.T) {
+	up, w, s, tr, tool := startTaskWorld(t)
+	id, _ := createTask(t, s, tr, tool, nil)
+	up.waitEntered(t)
+	proc := w.A.proc.cmd.Process
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = proc.Signal(syscall.SIGCONT)
+		}
+	}()
+	mcpB := w.B.URL + "/mcp"
+	time.Sleep(time.Second)
+	if ack, e := tasksRPC(t, mcpB, agentA1, "tasks/cancel", id, true); e != nil || ack["resultType"] != "complete" {
+		t.Fatalf("tasks/cancel through B while A is paused: %v %v", ack, e)
+	}
+	time.Sleep(2 * time.Second)
+	up.release <- struct{}{} // the first step's answer waits in A's socket
+	if err := proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	var g map[string]any
+	waitFor(t, 15*time.Second, 100*time.Millisecond, "node B reads the task ended", func() bool {
+		g, _ = tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
+		return g["status"] != "working"
+	})
+	if g["status"] != "cancelled" {
+		t.Errorf("the task cancelled while its node was paused reads %s; want cancelled", mustJSONIT(g))
+	}
+	if p := strings.Join(up.paths(), " "); p != "/one" {
+		t.Errorf("the upstream saw %q; want /one only (the steps not started when the cancel was made do not run)", p)
+	}
+}
+
 // mustJSONIT is v as JSON.
 func mustJSONIT(v any) string {
 	b, _ := json.Marshal(v)

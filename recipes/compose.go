@@ -250,7 +250,7 @@ func (r *Recipe) Execute(ctx context.Context, input map[string]any, timeout time
 			launch()
 		}
 	}
-	if len(failed) == 0 && stopped(ctx) && slices.Contains(done, false) {
+	if len(failed) == 0 && slices.Contains(done, false) && stopped(ctx) {
 		return nil, reports, &CompositionFailure{Recipe: r.Lineage(), Cause: stopFailure(), Steps: reports, SideEffectFree: r.noneActed(started)}
 	}
 	if len(failed) > 0 {
@@ -508,9 +508,26 @@ func WithStopAfter(ctx context.Context, at *atomic.Int64) context.Context {
 	return context.WithValue(ctx, stopAfterKey{}, at)
 }
 
+// stopWaitKey is the context key of WithStopWait.
+type stopWaitKey struct{}
+
+// WithStopWait returns ctx carrying wait: a plan run under it calls wait
+// each time it judges whether to start steps, before it reads WithStop's
+// channel and WithStopAfter's time, so the caller may first bring them
+// up to date (an MCP task's node waits, a bounded time, for a poll of
+// the task's cancel request fresher than a pause or a lost link it has
+// just come back from). wait must return, and should bound itself: the
+// plan waits for it.
+func WithStopWait(ctx context.Context, wait func()) context.Context {
+	return context.WithValue(ctx, stopWaitKey{}, wait)
+}
+
 // stopped reports whether ctx carries a closed WithStop channel, or a
-// WithStopAfter time that has passed.
+// WithStopAfter time that has passed, after calling its WithStopWait.
 func stopped(ctx context.Context) bool {
+	if wait, _ := ctx.Value(stopWaitKey{}).(func()); wait != nil {
+		wait()
+	}
 	if at, _ := ctx.Value(stopAfterKey{}).(*atomic.Int64); at != nil {
 		if t := at.Load(); t != 0 && time.Now().UnixNano() > t {
 			return true

@@ -481,6 +481,40 @@ output: '$second'
 	}
 }
 
+// TestExecuteStopWait: a plan under WithStopWait calls wait before each
+// judgment of whether to start steps, and judges after it: a wait that
+// brings the stop up to date (closes WithStop's channel) before the
+// second step keeps it from starting; the one-step path calls it too.
+func TestExecuteStopWait(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"id":"ok"}`) }))
+	t.Cleanup(srv.Close)
+	up := newUpstream(t, srv.URL)
+	r, _ := buildSet(t, up, recipeHead+`steps:
+  - {name: first, method: FETCH, path: /alpha, input: '{id: $input.id}'}
+  - {name: second, method: FETCH, path: /beta, input: '{id: $first.id}'}
+output: '$second'
+`, endpointDoc("FETCH", "/alpha", "GET", "/a", ""), endpointDoc("FETCH", "/beta", "GET", "/b", ""))
+	stop := make(chan struct{})
+	waits := 0
+	ctx := WithStopWait(WithStop(context.Background(), stop), func() {
+		if waits++; waits == 2 { // the judgment after the first step
+			close(stop)
+		}
+	})
+	_, reports, cf := r.Execute(ctx, map[string]any{"id": "x"}, 10*time.Second)
+	if cf == nil || cf.Cause.Code != StopCode || reports[0].State != StepSucceeded || reports[1].State != StepNotStarted {
+		t.Fatalf("failure %+v, reports %+v; want %s after the first step", cf, reports, StopCode)
+	}
+	one, _ := buildSet(t, up, recipeHead+`steps:
+  - {name: only, method: FETCH, path: /alpha, input: '{id: $input.id}'}
+output: '$only'
+`, endpointDoc("FETCH", "/alpha", "GET", "/a", ""))
+	called := false
+	if _, _, cf := one.Execute(WithStopWait(context.Background(), func() { called = true }), map[string]any{"id": "x"}, 10*time.Second); cf != nil || !called {
+		t.Fatalf("one step: failure %+v, wait called %v; want it run, the wait called", cf, called)
+	}
+}
+
 // laggingDeadline is a context whose deadline has passed but whose
 // timer has not fired yet: Err is nil and Done never closes, as for a
 // process paused past the deadline that resumes before the runtime runs

@@ -148,7 +148,9 @@ type createdTask struct{ rec store.Task }
 func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, in *agtp.Request, keyed bool) (*agtp.Response, *mcp.CallToolResult) {
 	stop := make(chan struct{})
 	var actUntil atomic.Int64 // 0 until the task is stored; then the lease last stored, less TaskWriteMargin (Unix ns)
-	in.Context = recipes.WithStopAfter(recipes.WithStop(context.WithoutCancel(in.Context), stop), &actUntil)
+	var polled atomic.Int64   // when the task's last poll was answered (Unix ns)
+	in.Context = recipes.WithStopWait(recipes.WithStopAfter(recipes.WithStop(context.WithoutCancel(in.Context), stop), &actUntil),
+		func() { awaitFreshPoll(&polled, &actUntil, stop) })
 	done := make(chan *agtp.Response, 1)
 	workers.Go(func() { // a reused goroutine, as serveWithin's (internal/workers)
 		defer func() {
@@ -189,11 +191,12 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 	rq.mu.Lock()
 	rq.task = &createdTask{rec: rec}
 	rq.mu.Unlock()
+	polled.Store(time.Now().UnixNano())
 	actUntil.Store(rec.LeaseUntil.Add(-TaskWriteMargin).UnixNano())
 	running.Add(1)
 	go func() {
 		defer running.Done()
-		d.follow(rq, t, req, in.Target, rec, stop, &actUntil, done)
+		d.follow(rq, t, req, in.Target, rec, stop, &actUntil, &polled, done)
 	}()
 	return nil, &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "task " + rec.ID}}}
 }
@@ -239,7 +242,7 @@ func WaitTasks(max time.Duration) bool {
 // task", with its id) instead of ending the process; the task is then
 // left as last stored, working, and reads failed once its lease ends,
 // as when its end cannot be stored (TestPanicInTaskFinish).
-func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, target string, rec store.Task, stop chan struct{}, actUntil *atomic.Int64, done <-chan *agtp.Response) {
+func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, target string, rec store.Task, stop chan struct{}, actUntil, polled *atomic.Int64, done <-chan *agtp.Response) {
 	defer recovered.Guard(d.e.Logger(), "panic following an MCP task; it is left to its lease and reads failed after it",
 		zap.String("task_id", rec.ID), zap.String("agent_id", rec.AgentID), zap.String("tool", rec.Tool))
 	ctx := context.Background()
@@ -291,7 +294,42 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 				// again, so it is, at once, not at the next renewal.
 				renewed = time.Time{}
 			}
+			polled.Store(time.Now().UnixNano()) // after stop is closed: awaitFreshPoll's caller then sees it
 			renew(!r.Stored)
+		}
+	}
+}
+
+// Fresh polls: the plan of a task starts a step only after a poll of
+// its cancel request answered within freshPoll, waiting at most
+// freshPollWait for one (awaitFreshPoll).
+const (
+	freshPoll     = 2 * TaskPollInterval
+	freshPollWait = 2 * time.Second
+)
+
+// awaitFreshPoll is the plan's wait before it judges whether to start
+// steps (recipes.WithStopWait): once the call is a task (actUntil set),
+// while the task's last answered poll (polled) is older than freshPoll
+// (the node was paused, or its link to the store lost, or polls are
+// slow), it waits for a fresh one, for stop to close (a cancel request)
+// or for actUntil to pass, at most freshPollWait. So a node that comes
+// back from a pause sees a cancel request made meanwhile before it
+// starts the next step (helper-125's finding); a store that does not
+// answer delays each step by at most freshPollWait (a cancel made then
+// may be missed; the lease still stops the plan).
+func awaitFreshPoll(polled, actUntil *atomic.Int64, stop <-chan struct{}) {
+	if actUntil.Load() == 0 {
+		return // not a task (yet): nothing polls
+	}
+	deadline := time.Now().Add(freshPollWait)
+	for time.Since(time.Unix(0, polled.Load())) > freshPoll && time.Now().Before(deadline) && time.Now().UnixNano() <= actUntil.Load() {
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-stop:
+			t.Stop()
+			return
+		case <-t.C:
 		}
 	}
 }

@@ -225,7 +225,7 @@ func TestPanicInTaskFinish(t *testing.T) {
 	}
 	done := make(chan *agtp.Response, 1)
 	done <- &agtp.Response{Status: 200}
-	d.follow(&mcpRequest{}, nil, nil, "/x", rec, make(chan struct{}), new(atomic.Int64), done) // returns: the panic is recovered
+	d.follow(&mcpRequest{}, nil, nil, "/x", rec, make(chan struct{}), new(atomic.Int64), new(atomic.Int64), done) // returns: the panic is recovered
 	lines := logs.FilterMessageSnippet("panic following an MCP task").All()
 	if len(lines) != 1 {
 		t.Fatalf("%d lines, want 1: %v", len(lines), logs.All())
@@ -539,7 +539,7 @@ func TestTaskEndStoredAfterRefusals(t *testing.T) {
 	flaky.refuse.Store(3)
 	done := make(chan *agtp.Response, 1)
 	done <- &agtp.Response{Status: 200, Body: []byte(`{"outcome":"succeeded","result":{"id":"x"}}`)}
-	d.follow(&mcpRequest{}, &mcpTool{kind: mcpRecipe, name: "lookup"}, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "lookup"}}, "/x", rec, make(chan struct{}), new(atomic.Int64), done)
+	d.follow(&mcpRequest{}, &mcpTool{kind: mcpRecipe, name: "lookup"}, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "lookup"}}, "/x", rec, make(chan struct{}), new(atomic.Int64), new(atomic.Int64), done)
 	got, ok, err := flaky.Tasks.Get(context.Background(), rec.ID)
 	if err != nil || !ok || got.Status != TaskCompleted || got.StatusMessage != "completed" || !strings.Contains(string(got.Result), `"id":"x"`) {
 		t.Fatalf("the task after 3 refused ends: %+v %v %v, want completed with its result", got, ok, err)
@@ -639,7 +639,7 @@ func TestTaskRenewedWhilePollsStall(t *testing.T) {
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
-		d.follow(&mcpRequest{}, &mcpTool{kind: mcpRecipe, name: "lookup"}, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "lookup"}}, "/x", rec, make(chan struct{}), new(atomic.Int64), done)
+		d.follow(&mcpRequest{}, &mcpTool{kind: mcpRecipe, name: "lookup"}, &mcp.CallToolRequest{Params: &mcp.CallToolParamsRaw{Name: "lookup"}}, "/x", rec, make(chan struct{}), new(atomic.Int64), new(atomic.Int64), done)
 	}()
 	deadline := time.Now().Add(TaskLease/3 + 3*time.Second)
 	for len(flaky.putTimes()) == 0 {
