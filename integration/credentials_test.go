@@ -237,7 +237,7 @@ func TestUpstreamCredentialsPerAgentAndOwner(t *testing.T) {
 	text, sitePort, adminPort, agtpPort := renderCaddyfileDoor(t, site, suiteDoor)
 	resource := fmt.Sprintf("http://127.0.0.1:%d", sitePort)
 	priv, _ := oauthtest.NewRSAKey("cred-it")
-	as := oauthtest.Start(t, oauthtest.Config{Keys: []jose.JSONWebKey{priv},
+	as := oauthtest.Start(t, oauthtest.Config{Port: freePort(t), Keys: []jose.JSONWebKey{priv},
 		Resources:            map[string]oauthtest.Resource{resource: {Scopes: demoScopes}},
 		Clients:              append(defaultOAuthClients(), oauthtest.PublicClient("app", appRedirect)),
 		IntrospectionClients: []string{"gateway"}})

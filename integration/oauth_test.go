@@ -198,7 +198,10 @@ func startOAuthWorld(t testing.TB, o oauthOpts) *oauthWorld {
 	for k, v := range o.others {
 		res[k] = v
 	}
-	w.AS = oauthtest.Start(t, oauthtest.Config{Resources: res, Clients: o.clients,
+	// Its port from freePort, as the gateways' own: bound at port 0, the
+	// issuer could take a port freePort just handed a Caddy's admin
+	// endpoint (helper-125: "bind: address already in use").
+	w.AS = oauthtest.Start(t, oauthtest.Config{Port: freePort(t), Resources: res, Clients: o.clients,
 		IntrospectionClients: []string{"gateway"}, Registration: o.registration,
 		TokenExchangeTTL: o.exchangeTTL, TokenExchangeSubjectClients: o.exchangeSubjects})
 	text = strings.NewReplacer("@@ISSUER@@", w.AS.Issuer(), "@@RESOURCE@@", w.Resource).Replace(text)
