@@ -399,26 +399,14 @@ func TestMCPTaskPausedNodeStopsPlan(t *testing.T) {
 	up, w, s, tr, tool := startTaskWorld(t)
 	id, _ := createTask(t, s, tr, tool, nil)
 	up.waitEntered(t)
-	proc := w.A.proc.cmd.Process
-	if err := proc.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			_ = proc.Signal(syscall.SIGCONT)
-		}
-	}()
+	resume := pauseNode(t, w.A)
 	mcpB := w.B.URL + "/mcp"
 	waitFor(t, mcpdoor.TaskLease+10*time.Second, 250*time.Millisecond, "node B reads the paused node's task failed", func() bool {
 		g, _ := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
 		return g["status"] == "failed"
 	})
 	up.release <- struct{}{} // the first step's answer waits in A's socket
-	if err := proc.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	resumed = true
+	resume()
 	time.Sleep(2 * time.Second) // A reads the step's answer, and would start the next
 	if p := strings.Join(up.paths(), " "); p != "/one" {
 		t.Errorf("after node A resumed past its task's lease, the upstream saw %q; want /one only", p)
@@ -440,16 +428,7 @@ func TestMCPTaskCancelDuringPause(t *testing.T) {
 	up, w, s, tr, tool := startTaskWorld(t)
 	id, _ := createTask(t, s, tr, tool, nil)
 	up.waitEntered(t)
-	proc := w.A.proc.cmd.Process
-	if err := proc.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			_ = proc.Signal(syscall.SIGCONT)
-		}
-	}()
+	resume := pauseNode(t, w.A)
 	mcpB := w.B.URL + "/mcp"
 	time.Sleep(time.Second)
 	if ack, e := tasksRPC(t, mcpB, agentA1, "tasks/cancel", id, true); e != nil || ack["resultType"] != "complete" {
@@ -457,10 +436,7 @@ func TestMCPTaskCancelDuringPause(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second)
 	up.release <- struct{}{} // the first step's answer waits in A's socket
-	if err := proc.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	resumed = true
+	resume()
 	var g map[string]any
 	waitFor(t, 15*time.Second, 100*time.Millisecond, "node B reads the task ended", func() bool {
 		g, _ = tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
@@ -472,6 +448,27 @@ func TestMCPTaskCancelDuringPause(t *testing.T) {
 	if p := strings.Join(up.paths(), " "); p != "/one" {
 		t.Errorf("the upstream saw %q; want /one only (the steps not started when the cancel was made do not run)", p)
 	}
+}
+
+// pauseNode stops node n (SIGSTOP: a stalled VM, a process descheduled
+// for long) and returns the func that resumes it (SIGCONT), which the
+// test's cleanup also calls.
+func pauseNode(t *testing.T, n *Gateway) func() {
+	t.Helper()
+	proc := n.proc.cmd.Process
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume := func() {
+		once.Do(func() {
+			if err := proc.Signal(syscall.SIGCONT); err != nil {
+				t.Errorf("resuming the paused node: %v", err)
+			}
+		})
+	}
+	t.Cleanup(resume)
+	return resume
 }
 
 // mustJSONIT is v as JSON.

@@ -445,11 +445,7 @@ func TestExecuteStopAfter(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	up := newUpstream(t, srv.URL)
-	r, _ := buildSet(t, up, recipeHead+`steps:
-  - {name: first, method: FETCH, path: /alpha, input: '{id: $input.id}'}
-  - {name: second, method: FETCH, path: /beta, input: '{id: $first.id}'}
-output: '$second'
-`, endpointDoc("FETCH", "/alpha", "GET", "/ok", ""), endpointDoc("FETCH", "/beta", "GET", "/second", ""))
+	r := twoSteps(t, up, "/ok", "/second")
 	for _, c := range []struct {
 		name string
 		move func(at *atomic.Int64) // while the first step runs
@@ -489,11 +485,7 @@ func TestExecuteStopWait(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"id":"ok"}`) }))
 	t.Cleanup(srv.Close)
 	up := newUpstream(t, srv.URL)
-	r, _ := buildSet(t, up, recipeHead+`steps:
-  - {name: first, method: FETCH, path: /alpha, input: '{id: $input.id}'}
-  - {name: second, method: FETCH, path: /beta, input: '{id: $first.id}'}
-output: '$second'
-`, endpointDoc("FETCH", "/alpha", "GET", "/a", ""), endpointDoc("FETCH", "/beta", "GET", "/b", ""))
+	r := twoSteps(t, up, "/a", "/b")
 	stop := make(chan struct{})
 	waits := 0
 	ctx := WithStopWait(WithStop(context.Background(), stop), func() {
@@ -513,6 +505,18 @@ output: '$only'
 	if _, _, cf := one.Execute(WithStopWait(context.Background(), func() { called = true }), map[string]any{"id": "x"}, 10*time.Second); cf != nil || !called {
 		t.Fatalf("one step: failure %+v, wait called %v; want it run, the wait called", cf, called)
 	}
+}
+
+// twoSteps is a plan of two steps in sequence on up, calling GET first
+// then GET second.
+func twoSteps(t *testing.T, up *Upstream, first, second string) *Recipe {
+	t.Helper()
+	r, _ := buildSet(t, up, recipeHead+`steps:
+  - {name: first, method: FETCH, path: /alpha, input: '{id: $input.id}'}
+  - {name: second, method: FETCH, path: /beta, input: '{id: $first.id}'}
+output: '$second'
+`, endpointDoc("FETCH", "/alpha", "GET", first, ""), endpointDoc("FETCH", "/beta", "GET", second, ""))
+	return r
 }
 
 // laggingDeadline is a context whose deadline has passed but whose
