@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"runtime/debug"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/internal/workers"
@@ -493,45 +492,26 @@ func WithStop(ctx context.Context, stop <-chan struct{}) context.Context {
 	return context.WithValue(ctx, stopKey{}, stop)
 }
 
-// stopAfterKey is the context key of WithStopAfter.
-type stopAfterKey struct{}
+// stopCheckKey is the context key of WithStopCheck.
+type stopCheckKey struct{}
 
-// WithStopAfter returns ctx carrying at: a plan run under it (Execute)
-// starts no step once the time at holds (Unix ns; 0: no such time) has
-// passed, as if WithStop's channel were closed then. The caller may
-// move at while the plan runs (an MCP task's node moves it with each
-// lease renewal: a node paused or cut off from its store past its
-// task's lease starts no further step of a task every reader counts
-// failed). It is read at each step's start, so no goroutine needs to
-// wake to close a channel on time.
-func WithStopAfter(ctx context.Context, at *atomic.Int64) context.Context {
-	return context.WithValue(ctx, stopAfterKey{}, at)
+// WithStopCheck returns ctx carrying check: a plan run under it calls
+// check each time it judges whether to start steps, and starts none
+// once check reports true, as once WithStop's channel is closed. check
+// may read state the caller moves while the plan runs, and may wait a
+// bounded time to bring it up to date (an MCP task's node stops the
+// plan once the lease it last stored has passed, and first waits a
+// moment for a poll of the task's cancel request fresher than a pause
+// it has just come back from); the plan waits for it.
+func WithStopCheck(ctx context.Context, check func() bool) context.Context {
+	return context.WithValue(ctx, stopCheckKey{}, check)
 }
 
-// stopWaitKey is the context key of WithStopWait.
-type stopWaitKey struct{}
-
-// WithStopWait returns ctx carrying wait: a plan run under it calls wait
-// each time it judges whether to start steps, before it reads WithStop's
-// channel and WithStopAfter's time, so the caller may first bring them
-// up to date (an MCP task's node waits, a bounded time, for a poll of
-// the task's cancel request fresher than a pause or a lost link it has
-// just come back from). wait must return, and should bound itself: the
-// plan waits for it.
-func WithStopWait(ctx context.Context, wait func()) context.Context {
-	return context.WithValue(ctx, stopWaitKey{}, wait)
-}
-
-// stopped reports whether ctx carries a closed WithStop channel, or a
-// WithStopAfter time that has passed, after calling its WithStopWait.
+// stopped reports whether ctx's WithStopCheck reports true, or its
+// WithStop channel is closed.
 func stopped(ctx context.Context) bool {
-	if wait, _ := ctx.Value(stopWaitKey{}).(func()); wait != nil {
-		wait()
-	}
-	if at, _ := ctx.Value(stopAfterKey{}).(*atomic.Int64); at != nil {
-		if t := at.Load(); t != 0 && time.Now().UnixNano() > t {
-			return true
-		}
+	if check, _ := ctx.Value(stopCheckKey{}).(func() bool); check != nil && check() {
+		return true
 	}
 	ch, _ := ctx.Value(stopKey{}).(<-chan struct{})
 	if ch == nil {

@@ -428,11 +428,11 @@ output: '$only'
 	}
 }
 
-// TestExecuteStopAfter: a plan under WithStopAfter whose time passes
-// while its first step runs (an MCP task's lease, its node paused past
-// it) starts no later step, as WithStop's; one whose time the caller
-// moved on (a renewal) runs to its end; 0 is no time.
-func TestExecuteStopAfter(t *testing.T) {
+// TestExecuteStopCheck: a plan under WithStopCheck whose check turns
+// true while its first step runs (an MCP task's lease passing, its node
+// paused past it) starts no later step, as WithStop's; one whose check
+// stays false (the caller moved the time on: a renewal) runs to its end.
+func TestExecuteStopCheck(t *testing.T) {
 	var calls sync.Map
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -463,7 +463,8 @@ func TestExecuteStopAfter(t *testing.T) {
 			c.move(&at)
 			release <- struct{}{}
 		}()
-		_, reports, cf := r.Execute(WithStopAfter(context.Background(), &at), map[string]any{"id": "x"}, 10*time.Second)
+		over := func() bool { t := at.Load(); return t != 0 && time.Now().UnixNano() > t }
+		_, reports, cf := r.Execute(WithStopCheck(context.Background(), over), map[string]any{"id": "x"}, 10*time.Second)
 		_, second := calls.Load("/second")
 		if c.stop {
 			if cf == nil || cf.Cause.Code != StopCode || reports[0].State != StepSucceeded || reports[1].State != StepNotStarted || second {
@@ -477,21 +478,23 @@ func TestExecuteStopAfter(t *testing.T) {
 	}
 }
 
-// TestExecuteStopWait: a plan under WithStopWait calls wait before each
-// judgment of whether to start steps, and judges after it: a wait that
-// brings the stop up to date (closes WithStop's channel) before the
-// second step keeps it from starting; the one-step path calls it too.
-func TestExecuteStopWait(t *testing.T) {
+// TestExecuteStopCheckFirst: a plan calls its WithStopCheck before it
+// reads WithStop's channel, each time it judges whether to start steps:
+// a check that brings the stop up to date (closes the channel, a cancel
+// just polled) before the second step keeps it from starting; the
+// one-step path calls it too.
+func TestExecuteStopCheckFirst(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"id":"ok"}`) }))
 	t.Cleanup(srv.Close)
 	up := newUpstream(t, srv.URL)
 	r := twoSteps(t, up, "/a", "/b")
 	stop := make(chan struct{})
 	waits := 0
-	ctx := WithStopWait(WithStop(context.Background(), stop), func() {
+	ctx := WithStopCheck(WithStop(context.Background(), stop), func() bool {
 		if waits++; waits == 2 { // the judgment after the first step
 			close(stop)
 		}
+		return false
 	})
 	_, reports, cf := r.Execute(ctx, map[string]any{"id": "x"}, 10*time.Second)
 	if cf == nil || cf.Cause.Code != StopCode || reports[0].State != StepSucceeded || reports[1].State != StepNotStarted {
@@ -502,7 +505,7 @@ func TestExecuteStopWait(t *testing.T) {
 output: '$only'
 `, endpointDoc("FETCH", "/alpha", "GET", "/a", ""))
 	called := false
-	if _, _, cf := one.Execute(WithStopWait(context.Background(), func() { called = true }), map[string]any{"id": "x"}, 10*time.Second); cf != nil || !called {
+	if _, _, cf := one.Execute(WithStopCheck(context.Background(), func() bool { called = true; return false }), map[string]any{"id": "x"}, 10*time.Second); cf != nil || !called {
 		t.Fatalf("one step: failure %+v, wait called %v; want it run, the wait called", cf, called)
 	}
 }

@@ -139,8 +139,8 @@ type createdTask struct{ rec store.Task }
 // any node) stops the recipe's plan between steps (recipes.WithStop),
 // and so does the lease's end: a node paused, or cut off from its
 // store, past the lease it last stored starts no further step of a task
-// every reader counts failed (recipes.WithStopAfter, moved with each
-// renewal).
+// every reader counts failed (recipes.WithStopCheck: leaseOver, its
+// time moved with each renewal).
 // When the task cannot be stored (the store refuses it, or the memory
 // store holds its most) the call waits on as a synchronous one: its
 // answer within the door's timeout, else the call-timeout tool error
@@ -149,8 +149,8 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 	stop := make(chan struct{})
 	var actUntil atomic.Int64 // 0 until the task is stored; then the lease last stored, less TaskWriteMargin (Unix ns)
 	var polled atomic.Int64   // when the task's last poll was answered (Unix ns)
-	in.Context = recipes.WithStopWait(recipes.WithStopAfter(recipes.WithStop(context.WithoutCancel(in.Context), stop), &actUntil),
-		func() { awaitFreshPoll(&polled, &actUntil, stop) })
+	in.Context = recipes.WithStopCheck(recipes.WithStop(context.WithoutCancel(in.Context), stop),
+		func() bool { return leaseOver(&polled, &actUntil, stop) })
 	done := make(chan *agtp.Response, 1)
 	workers.Go(func() { // a reused goroutine, as serveWithin's (internal/workers)
 		defer func() {
@@ -294,7 +294,7 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 				// again, so it is, at once, not at the next renewal.
 				renewed = time.Time{}
 			}
-			polled.Store(time.Now().UnixNano()) // after stop is closed: awaitFreshPoll's caller then sees it
+			polled.Store(time.Now().UnixNano()) // after stop is closed: leaseOver's caller then sees it
 			renew(!r.Stored)
 		}
 	}
@@ -302,25 +302,28 @@ func (d *Door) follow(rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, targ
 
 // Fresh polls: the plan of a task starts a step only after a poll of
 // its cancel request answered within freshPoll, waiting at most
-// freshPollWait for one (awaitFreshPoll).
+// freshPollWait for one (leaseOver).
 const (
 	freshPoll     = 2 * TaskPollInterval
 	freshPollWait = 2 * time.Second
 )
 
-// awaitFreshPoll is the plan's wait before it judges whether to start
-// steps (recipes.WithStopWait): once the call is a task (actUntil set),
-// while the task's last answered poll (polled) is older than freshPoll
-// (the node was paused, or its link to the store lost, or polls are
-// slow), it waits for a fresh one, for stop to close (a cancel request)
-// or for actUntil to pass, at most freshPollWait. So a node that comes
-// back from a pause sees a cancel request made meanwhile before it
-// starts the next step (helper-125's finding); a store that does not
-// answer delays each step by at most freshPollWait (a cancel made then
-// may be missed; the lease still stops the plan).
-func awaitFreshPoll(polled, actUntil *atomic.Int64, stop <-chan struct{}) {
+// leaseOver is a task's plan's check before it starts steps
+// (recipes.WithStopCheck): once the call is a task (actUntil set), it
+// first waits, while the task's last answered poll (polled) is older
+// than freshPoll (the node was paused, or its link to the store lost,
+// or polls are slow), for a fresh one, for stop to close (a cancel
+// request: the plan's WithStop then stops it) or for actUntil to pass,
+// at most freshPollWait; then it reports whether actUntil has passed.
+// So a node that comes back from a pause sees a cancel request made
+// meanwhile before it starts the next step (helper-125's finding), and
+// one paused or cut off past the lease it last stored starts none
+// (helper-123's); a store that does not answer delays each step by at
+// most freshPollWait (a cancel made then may be missed; the lease still
+// stops the plan).
+func leaseOver(polled, actUntil *atomic.Int64, stop <-chan struct{}) bool {
 	if actUntil.Load() == 0 {
-		return // not a task (yet): nothing polls
+		return false // not a task (yet): nothing polls, no lease
 	}
 	deadline := time.Now().Add(freshPollWait)
 	for time.Since(time.Unix(0, polled.Load())) > freshPoll && time.Now().Before(deadline) && time.Now().UnixNano() <= actUntil.Load() {
@@ -328,10 +331,11 @@ func awaitFreshPoll(polled, actUntil *atomic.Int64, stop <-chan struct{}) {
 		select {
 		case <-stop:
 			t.Stop()
-			return
+			return false // stopped by WithStop's channel
 		case <-t.C:
 		}
 	}
+	return time.Now().UnixNano() > actUntil.Load()
 }
 
 // storeTask writes rec unless the lease last stored (lease) ends within
