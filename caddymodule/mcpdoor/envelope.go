@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -531,14 +532,44 @@ func headerFault(hd http.Header) (msg string, status int) {
 	return "", 0
 }
 
-// initializeFault answers (HTTP 200, as the SDK answers a call's
-// error) a single initialize whose params the SDK cannot decode, which
-// the SDK (v1.8.0: its initialize decoder does not wrap
-// ErrInvalidParams, as its other methods' do) answers with code 0:
-// JSON-RPC 2.0 says -32602 invalid params. It reports whether it
-// answered. body keeps the envelope rules.
-func initializeFault(w http.ResponseWriter, body []byte) bool {
-	if !bytes.Contains(body, []byte("initialize")) || batchLen(body) > 0 {
+// sdkParams holds, for each request method the go-sdk's server decodes
+// (v1.8.0, its serverMethodInfos; notifications aside), a new value of
+// the params type it decodes that method's params into: paramsFault
+// decodes a message's params as the SDK will, to word its refusal.
+var sdkParams = map[string]func() any{
+	"initialize":               func() any { return new(mcp.InitializeParams) },
+	"ping":                     func() any { return new(mcp.PingParams) },
+	"tools/list":               func() any { return new(mcp.ListToolsParams) },
+	"tools/call":               func() any { return new(mcp.CallToolParamsRaw) },
+	"prompts/list":             func() any { return new(mcp.ListPromptsParams) },
+	"prompts/get":              func() any { return new(mcp.GetPromptParams) },
+	"resources/list":           func() any { return new(mcp.ListResourcesParams) },
+	"resources/templates/list": func() any { return new(mcp.ListResourceTemplatesParams) },
+	"resources/read":           func() any { return new(mcp.ReadResourceParams) },
+	"resources/subscribe":      func() any { return new(mcp.SubscribeParams) },
+	"resources/unsubscribe":    func() any { return new(mcp.UnsubscribeParams) },
+	"logging/setLevel":         func() any { return new(mcp.SetLoggingLevelParams) },
+	"completion/complete":      func() any { return new(mcp.CompleteParams) },
+}
+
+// paramsFault answers (HTTP 200, as the SDK answers a call's error) a
+// single call of a method the SDK serves whose params the SDK cannot
+// decode into its types: -32602 invalid params (JSON-RPC 2.0 §5.1)
+// with the call's id, naming the member at fault by its path in params,
+// the JSON type it must have and the one it has ("params.name must be
+// a string, not a number"). The SDK answers these -32602 too, but in
+// its Go types' words ("cannot unmarshal … into Go struct field
+// mcp.CallToolParamsRaw.name of type string"), and an initialize with
+// code 0 (v1.8.0: its initialize decoder does not wrap
+// ErrInvalidParams, as its other methods' do). It reports whether it
+// answered. body keeps the envelope rules; a batch (2025-03-26) and a
+// notification are left to the SDK, and so is every message from 2026-07-28
+// on (version is the request's MCP-Protocol-Version), whose
+// transport checks (the _meta triple, the Mcp-Method and Mcp-Name
+// fields) the SDK makes before it decodes params and answers first,
+// at HTTP 400.
+func paramsFault(w http.ResponseWriter, version string, body []byte) bool {
+	if version >= fastVersionPerRequest || batchLen(body) > 0 {
 		return false
 	}
 	var msg struct {
@@ -546,20 +577,24 @@ func initializeFault(w http.ResponseWriter, body []byte) bool {
 		Method string             `json:"method"`
 		Params segjson.RawMessage `json:"params"`
 	}
-	if decodeAsSDK(body, &msg) != nil || msg.Method != "initialize" || msg.ID == nil || len(msg.Params) == 0 || string(msg.Params) == "null" {
+	if decodeAsSDK(body, &msg) != nil || msg.ID == nil || len(msg.Params) == 0 || string(msg.Params) == "null" {
 		return false
 	}
-	var p mcp.InitializeParams
-	if decodeAsSDK(msg.Params, &p) == nil {
+	newParams, ok := sdkParams[msg.Method]
+	if !ok {
 		return false
 	}
-	id, err := jsonrpc.MakeID(msg.ID)
-	if err != nil {
+	err := decodeAsSDK(msg.Params, newParams())
+	if err == nil {
 		return false
 	}
-	data, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
-		Message: "invalid params: initialize: params must be InitializeParams: protocolVersion a string, capabilities an object, clientInfo an object with name and version (strings)"}})
-	if err != nil {
+	id, idErr := jsonrpc.MakeID(msg.ID)
+	if idErr != nil {
+		return false
+	}
+	data, encErr := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+		Message: "invalid params: " + msg.Method + ": " + paramsFaultWords(err)}})
+	if encErr != nil {
 		return false
 	}
 	hd := w.Header()
@@ -568,6 +603,82 @@ func initializeFault(w http.ResponseWriter, body []byte) bool {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(data)
 	return true
+}
+
+// paramsFaultWords words err, the SDK's decoder's error for a message's
+// params, for a client: a member of the wrong JSON type by its path and
+// both types; another error (a type's own check, such as an unknown
+// content type) as the decoder said it, clipped.
+func paramsFaultWords(err error) string {
+	var te *segjson.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Field == "" {
+		return textcut.Clip(strings.TrimPrefix(err.Error(), "json: "))
+	}
+	got := ""
+	if v, uerr := strconv.Unquote(te.Value); uerr == nil {
+		if v = strings.TrimLeft(v, " \t\r\n"); v != "" {
+			got = jsonKindOf(v[0])
+		}
+	}
+	want := jsonTypeName(te.Type)
+	switch {
+	case want == "":
+		return fmt.Sprintf("params.%s has the wrong type; see the method's schema in the MCP specification", textcut.Clip(te.Field))
+	case got == "":
+		return fmt.Sprintf("params.%s must be %s", textcut.Clip(te.Field), want)
+	}
+	return fmt.Sprintf("params.%s must be %s, not %s", textcut.Clip(te.Field), want, got)
+}
+
+// jsonKindOf names the kind of the JSON value that starts with byte c
+// ("a number", "an object", ...), "" for a byte no value starts with.
+func jsonKindOf(c byte) string {
+	switch {
+	case c == '{':
+		return "an object"
+	case c == '[':
+		return "an array"
+	case c == '"':
+		return "a string"
+	case c == 't' || c == 'f':
+		return "true or false"
+	case c == 'n':
+		return "null"
+	case c == '-' || c >= '0' && c <= '9':
+		return "a number"
+	}
+	return ""
+}
+
+// jsonTypeName is the JSON type a value decoded into Go type t must
+// have ("a string", "an object", ...), "" for a type that takes any.
+func jsonTypeName(t reflect.Type) string {
+	if t == nil {
+		return ""
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return "a string (base64)"
+		}
+		return "an array"
+	case reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return ""
 }
 
 // decodeAsSDK decodes the first JSON value of body into v as the SDK

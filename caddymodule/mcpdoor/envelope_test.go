@@ -245,7 +245,7 @@ func TestMCPHeaderAndInitializeRules(t *testing.T) {
 // tools/list gets, whatever the message: a tasks method (the door's, once answered
 // before the SDK read the request: 200 for a text/plain body or an
 // unsupported version), or one the door's envelope rules,
-// initializeFault, depth or batch limits refuse (once -32600, 400
+// paramsFault, depth or batch limits refuse (once -32600, 400
 // invalid-json or batch-too-large where the SDK says 415). A
 // transport the SDK accepts leaves each to its own answer. The table's
 // statuses are the SDK's (v1.8.0).
@@ -347,17 +347,7 @@ func TestBatchRefusedAsSDK(t *testing.T) {
 		hdr := map[string][]string{"Mcp-Protocol-Version": {version}}
 		sound := "[" + list + "]"
 		got := serveCase(d, fastCase{body: sound, hdr: hdr})
-		r := httptest.NewRequest(http.MethodPost, DefaultMCPPath, strings.NewReader(sound))
-		for k, v := range diffBase {
-			r.Header[k] = v
-		}
-		r.Header["Mcp-Protocol-Version"] = hdr["Mcp-Protocol-Version"]
-		rq, e := d.identify(r, []byte(sound), true)
-		if e != nil {
-			t.Fatal(e)
-		}
-		want := httptest.NewRecorder()
-		d.sdk.ServeHTTP(want, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
+		want := serveSDK(t, d, fastCase{body: sound, hdr: hdr})
 		if want.Code != http.StatusBadRequest || !strings.Contains(want.Body.String(), "batching is not supported") {
 			t.Fatalf("%s: the SDK answered a batch %d %s: its rule changed; update sdkBatches", version, want.Code, want.Body)
 		}
@@ -416,4 +406,127 @@ func TestStandardHeaderFieldsOnce(t *testing.T) {
 	if w := serveCase(dd.fast, fastCase{body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, hdr: old}); w.Code != http.StatusOK {
 		t.Errorf("2025-11-25 with Mcp-Name twice: %d %s, want the call answered (the SDK reads no Mcp-Name then)", w.Code, w.Body)
 	}
+}
+
+// TestMCPParamsFault: a call whose params the SDK cannot decode into
+// its types (a member of the wrong JSON type, at any depth) is -32602
+// invalid params with the call's id, as the SDK itself answers it (each
+// case is sent to the SDK's own handler too, which refuses it -32602),
+// but naming the member's path in params and both JSON types, not the
+// SDK's Go types; nothing runs, and each case gets one answer with and
+// without the fast path.
+func TestMCPParamsFault(t *testing.T) {
+	dd := newDiffDoors(t)
+	msg := func(id, method, params string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"` + method + `","params":` + params + `}`
+	}
+	for _, c := range []struct {
+		name, body string
+		id         string // the answer's id, as JSON
+		want       string // the refusal's words after "invalid params: "
+	}{
+		{"tools/call name a number", msg("1", "tools/call", `{"name":5,"arguments":{"item_id":"1"}}`), "1", "tools/call: params.name must be a string, not a number"},
+		{"tools/call name an object", msg(`"a"`, "tools/call", `{"name":{"x":[1]},"arguments":{}}`), `"a"`, "tools/call: params.name must be a string, not an object"},
+		{"tools/call _meta a number", msg("2", "tools/call", `{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":5}`), "2", "tools/call: params._meta must be an object, not a number"},
+		{"tools/call _meta an array", msg("3", "tools/call", `{"name":"fetch_item","_meta":[]}`), "3", "tools/call: params._meta must be an object, not an array"},
+		{"tools/list cursor true", msg("4", "tools/list", `{"cursor":true}`), "4", "tools/list: params.cursor must be a string, not true or false"},
+		{"ping _meta a string", msg("5", "ping", `{"_meta":"x"}`), "5", "ping: params._meta must be an object, not a string"},
+		{"resources/read uri a number", msg("6", "resources/read", `{"uri":-1.5}`), "6", "resources/read: params.uri must be a string, not a number"},
+		{"prompts/get name an array", msg("7", "prompts/get", `{"name":["a"]}`), "7", "prompts/get: params.name must be a string, not an array"},
+		{"logging/setLevel level a number", msg("8", "logging/setLevel", `{"level":3}`), "8", "logging/setLevel: params.level must be a string, not a number"},
+		{"completion/complete ref a number", msg("9", "completion/complete", `{"ref":5,"argument":{"name":"a","value":"b"}}`), "9", "completion/complete: params.ref must be an object, not a number"},
+		{"initialize clientInfo.name a number", msg("10", "initialize", `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":5,"version":"1"}}`), "10", "initialize: params.clientInfo.name must be a string, not a number"},
+		{"initialize protocolVersion a number", msg("11", "initialize", `{"protocolVersion":5,"capabilities":{},"clientInfo":{"name":"t","version":"1"}}`), "11", "initialize: params.protocolVersion must be a string, not a number"},
+		{"initialize capabilities.sampling a string", msg("12", "initialize", `{"protocolVersion":"2025-11-25","capabilities":{"sampling":"yes"},"clientInfo":{"name":"t","version":"1"}}`), "12", "initialize: params.capabilities.sampling must be an object, not a string"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := dd.hits.Load()
+			w := dd.serve(t, fastCase{name: c.name, body: c.body})
+			var ans struct {
+				ID    json.RawMessage `json:"id"`
+				Error rpcError        `json:"error"`
+			}
+			if w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), &ans) != nil {
+				t.Fatalf("answered %d %s, want a JSON-RPC error at 200", w.Code, w.Body)
+			}
+			if string(ans.ID) != c.id || ans.Error.Code != -32602 || ans.Error.Message != "invalid params: "+c.want {
+				t.Errorf("answered %s, want id %s, code -32602, message %q", w.Body, c.id, "invalid params: "+c.want)
+			}
+			for _, goWords := range []string{"mcp.", "Go ", "interface", "unmarshal"} {
+				if strings.Contains(ans.Error.Message, goWords) {
+					t.Errorf("message %q names the SDK's Go types (%q)", ans.Error.Message, goWords)
+				}
+			}
+			if dd.hits.Load() != before {
+				t.Error("a refused call ran")
+			}
+			// The SDK's own handler refuses the same message -32602:
+			// the door words the SDK's verdict, it adds none.
+			raw := serveSDK(t, dd.sdk, fastCase{body: c.body})
+			if !strings.Contains(raw.Body.String(), `"code":-32602`) && !(strings.Contains(c.body, `"initialize"`) && strings.Contains(raw.Body.String(), `"code":0`)) {
+				t.Errorf("the SDK's own handler answered %d %s, not invalid params", raw.Code, raw.Body)
+			}
+		})
+	}
+	// Every method of sdkParams: _meta, which every params type has,
+	// sent as a number is refused in the door's words, and by the SDK.
+	for method := range sdkParams {
+		body := msg("30", method, `{"_meta":5}`)
+		w := dd.serve(t, fastCase{name: method, body: body})
+		if want := `"message":"invalid params: ` + method + `: params._meta must be an object, not a number"`; !strings.Contains(w.Body.String(), want) {
+			t.Errorf("%s: answered %d %s, want %s", method, w.Code, w.Body, want)
+		}
+		if raw := serveSDK(t, dd.sdk, fastCase{body: body}); !strings.Contains(raw.Body.String(), `"code":-32602`) && !strings.Contains(raw.Body.String(), `"code":0`) {
+			t.Errorf("%s: the SDK's own handler answered %d %s, not invalid params: is the method still the SDK's, with these params?", method, raw.Code, raw.Body)
+		}
+	}
+	// From 2026-07-28 on the SDK's transport checks come first, and
+	// answer at 400: the door leaves the message to it.
+	h728 := map[string][]string{"Mcp-Protocol-Version": {"2026-07-28"}, "Mcp-Method": {"tools/call"}, "Mcp-Name": {"fetch_item"}}
+	for _, body := range []string{
+		msg("40", "tools/call", `{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":5}`),
+		msg("41", "tools/call", `{"name":5,"arguments":{"item_id":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}`),
+	} {
+		c := fastCase{name: body, body: body, hdr: h728}
+		w, raw := dd.serve(t, c), serveSDK(t, dd.sdk, c)
+		if w.Code != raw.Code || w.Body.String() != raw.Body.String() || w.Code != http.StatusBadRequest {
+			t.Errorf("2026-07-28 %s: answered %d %s, the SDK %d %s", body, w.Code, w.Body, raw.Code, raw.Body)
+		}
+	}
+	// Sound params, and a type the SDK takes whatever it holds, are served.
+	for _, body := range []string{
+		msg("20", "tools/call", `{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"progressToken":{"a":1}}}`),
+		msg("21", "tools/list", `{"cursor":null}`),
+		msg("22", "ping", `{}`),
+	} {
+		w := dd.serve(t, fastCase{name: body, body: body})
+		var ans struct {
+			Result json.RawMessage `json:"result"`
+			Error  *rpcError       `json:"error"`
+		}
+		if w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), &ans) != nil || ans.Error != nil || len(ans.Result) == 0 {
+			t.Errorf("%s: answered %d %.300s, want a result", body, w.Code, w.Body)
+		}
+	}
+}
+
+// serveSDK is the answer of d's SDK handler itself to c (POST, diffBase
+// and c's header fields), the door's own steps skipped: what the SDK
+// alone says of a message.
+func serveSDK(t *testing.T, d *Door, c fastCase) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, DefaultMCPPath, strings.NewReader(c.body))
+	for k, v := range diffBase {
+		r.Header[k] = v
+	}
+	for k, v := range c.hdr {
+		r.Header[http.CanonicalHeaderKey(k)] = v
+	}
+	rq, e := d.identify(r, []byte(c.body), true)
+	if e != nil {
+		t.Fatal(e)
+	}
+	w := httptest.NewRecorder()
+	d.sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), mcpRequestKey{}, rq)))
+	return w
 }

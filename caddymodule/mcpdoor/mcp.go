@@ -382,7 +382,7 @@ func (d *Door) Serve(w http.ResponseWriter, r *http.Request) Summary {
 			writeFault(w, f)
 			return Summary{Reasons: []string{f.reason()}}
 		}
-		if initializeFault(w, body) {
+		if paramsFault(w, r.Header.Get("Mcp-Protocol-Version"), body) {
 			return Summary{}
 		}
 	}
