@@ -2,6 +2,7 @@ package mcpdoor
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -279,10 +280,11 @@ func approvalMessage(t *mcpTool, target, sid, expires string) string {
 // the user's answer. It returns the synthesis_id to present when the
 // user approved; otherwise the tool error to answer with (state
 // refused, or declined: nothing ran).
-func (d *Door) confirmation(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest) (string, *mcp.CallToolResult) {
+func (d *Door) confirmation(ctx context.Context, t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest) (string, *mcp.CallToolResult) {
 	fail := func(status int, reason, msg string, retryable bool, retryAfter *int, details map[string]any) *mcp.CallToolResult {
+		meta := d.refuseCall(ctx, rq, t, req, &agtp.Error{Status: status, Reason: reason, Explanation: msg, Retryable: retryable})
 		out := map[string]any{"outcome": "failed", "error": errorObject(status, reason, msg, retryable, retryAfter, details)}
-		res, err := d.toolResult(req, out, errorSummary(reason, msg, retryable, retryAfter), true, mcp.Meta{MCPMetaStatus: status})
+		res, err := d.toolResult(req, out, errorSummary(reason, msg, retryable, retryAfter), true, meta)
 		if err != nil {
 			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: reason + ": " + msg}}}
 		}
@@ -292,17 +294,14 @@ func (d *Door) confirmation(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest
 	if len(key) == 0 {
 		// The node reads the key again at most once per SealRetryEvery.
 		sealRetry := int(engine.SealRetryEvery / time.Second)
-		rq.answered("", agtp.StoreUnavailable.Token)
 		return "", fail(503, agtp.StoreUnavailable.Token, "this gateway node cannot read the shared seal key from the store yet, so it cannot check the requestState; nothing was presented or run. Retry the same call later.", true, &sealRetry, nil)
 	}
 	sid, why := unseal(key, req.Params.RequestState, t, rq.agent.ID, argsDigest(req.Params.Arguments), time.Now())
 	if why != "" {
-		rq.answered("", reasonRequestStateInvalid)
 		return "", fail(400, reasonRequestStateInvalid, why+"; nothing was presented or run. Call "+t.name+" again without requestState to be asked anew.", false, nil, nil)
 	}
 	ans, _ := req.Params.InputResponses[mcpInputApprove].(*mcp.ElicitResult)
 	if ans == nil {
-		rq.answered("", reasonRequestStateInvalid)
 		return "", fail(400, reasonRequestStateInvalid, fmt.Sprintf("the retry carries no elicitation answer for input request %q; nothing ran", mcpInputApprove), false, nil, nil)
 	}
 	if ans.Action == "accept" && ans.Content[mcpInputApprove] == true {
@@ -312,7 +311,6 @@ func (d *Door) confirmation(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest
 	if action == "accept" {
 		action = "accept without approve: true"
 	}
-	rq.answered("", reasonConfirmationDeclined)
 	return "", fail(409, reasonConfirmationDeclined,
 		fmt.Sprintf("the user did not approve contract %s (%s); nothing ran and nothing was minted. Its preview lapses unconfirmed; call %s again to be asked again.", sid, action, t.name),
 		true, nil, map[string]any{"synthesis_id": sid, "action": ans.Action})

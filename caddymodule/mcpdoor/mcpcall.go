@@ -116,18 +116,20 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 			// Only a recipe's confirm-first asks a question: a
 			// requestState or answers sent to another tool answer
 			// nothing this gateway asked.
-			rq.answered("", reasonRequestStateInvalid)
-			return d.argumentResult(t, req, 400, reasonRequestStateInvalid, "this tool asked no question: a requestState or input responses belong to the call of the recipe tool that asked; nothing ran", nil, mcp.Meta{MCPMetaStatus: 400}, false), nil
+			const why = "this tool asked no question: a requestState or input responses belong to the call of the recipe tool that asked; nothing ran"
+			meta := d.refuseCall(ctx, rq, t, req, agtp.RequestStateInvalid.New(why))
+			return d.argumentResult(t, req, 400, reasonRequestStateInvalid, why, nil, meta, false), nil
 		}
 		if retry {
-			sid, refused := d.confirmation(t, rq, req)
+			sid, refused := d.confirmation(ctx, t, rq, req)
 			if refused != nil {
 				return refused, nil
 			}
 			confirmed, ok := withSynthesisID(req, sid)
 			if !ok {
-				rq.answered("", agtp.InvalidParameter.Token)
-				return d.argumentResult(t, req, 400, agtp.InvalidParameter.Token, "arguments must be a JSON object", nil, mcp.Meta{MCPMetaStatus: 400}, false), nil
+				const why = "arguments must be a JSON object"
+				meta := d.refuseCall(ctx, rq, t, req, agtp.InvalidParameter.New(why))
+				return d.argumentResult(t, req, 400, agtp.InvalidParameter.Token, why, nil, meta, false), nil
 			}
 			req = confirmed
 		}
@@ -141,8 +143,8 @@ func (d *Door) handler(t *mcpTool) mcp.ToolHandler {
 				if r, rest, ok := strings.Cut(msg, ": "); ok && argumentReasons[r] {
 					reason, msg = r, rest
 				}
-				rq.answered("", reason)
-				return d.argumentResult(t, req, 400, reason, msg, nil, mcp.Meta{MCPMetaStatus: 400}, keyFault(reason, true)), nil
+				meta := d.refuseCall(ctx, rq, t, req, argumentError(reason, msg))
+				return d.argumentResult(t, req, 400, reason, msg, nil, meta, keyFault(reason, true)), nil
 			}
 			return nil, jerr
 		}
@@ -429,21 +431,7 @@ func (d *Door) retryAfterTimeout(t *mcpTool) int {
 // The call's Attribution-Record and Audit-ID go into the result's _meta
 // and onto the HTTP answer.
 func (d *Door) result(t *mcpTool, rq *mcpRequest, req *mcp.CallToolRequest, target string, resp *agtp.Response) (*mcp.CallToolResult, error) {
-	meta := mcp.Meta{MCPMetaStatus: resp.Status}
-	wantRecord := d.cfg.MetaAttributionRecord || req.Params.Meta[MCPMetaAttributionRecord] == true
-	for _, f := range [...]struct{ field, key string }{
-		{"Attribution-Record", MCPMetaAttributionRecord}, {"Audit-ID", MCPMetaAuditID}, {"Response-ID", MCPMetaResponseID},
-		{"RCNS-Attempt-Id", MCPMetaAttemptID},
-	} {
-		if v := resp.Get(f.field); v != "" {
-			if f.key != MCPMetaAttributionRecord || wantRecord {
-				meta[f.key] = v
-			}
-			if f.field != "Response-ID" {
-				rq.addOut(agtp.Field{Name: f.field, Value: v})
-			}
-		}
-	}
+	meta := d.recordMeta(rq, req, resp)
 	if resp.Get("Idempotent-Replayed") == "true" {
 		meta[MCPMetaIdempotentReplayed] = true
 	}
@@ -560,6 +548,59 @@ func (d *Door) argumentResult(t *mcpTool, req *mcp.CallToolRequest, status int, 
 		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: reason + ": " + explanation}}}
 	}
 	return res
+}
+
+// recordMeta is the result _meta of the engine's answer resp to a call:
+// its status, Audit-ID, Response-ID and RCNS-Attempt-Id, and its
+// Attribution-Record when the door's meta_attribution_record or the
+// call's own _meta asks for it. The Attribution-Record, Audit-ID and
+// RCNS-Attempt-Id also go onto rq's HTTP answer.
+func (d *Door) recordMeta(rq *mcpRequest, req *mcp.CallToolRequest, resp *agtp.Response) mcp.Meta {
+	meta := mcp.Meta{MCPMetaStatus: resp.Status}
+	wantRecord := d.cfg.MetaAttributionRecord || req.Params.Meta[MCPMetaAttributionRecord] == true
+	for _, f := range [...]struct{ field, key string }{
+		{"Attribution-Record", MCPMetaAttributionRecord}, {"Audit-ID", MCPMetaAuditID}, {"Response-ID", MCPMetaResponseID},
+		{"RCNS-Attempt-Id", MCPMetaAttemptID},
+	} {
+		if v := resp.Get(f.field); v != "" {
+			if f.key != MCPMetaAttributionRecord || wantRecord {
+				meta[f.key] = v
+			}
+			if f.field != "Response-ID" {
+				rq.addOut(agtp.Field{Name: f.field, Value: v})
+			}
+		}
+	}
+	return meta
+}
+
+// refuseCall answers e, the door's own refusal of a call of t (arguments
+// it cannot turn into a request, a requestState it cannot take, a
+// declined confirmation), as the engine answers any refusal
+// (engine.Refuse: an Attribution-Record of t's method and path, the
+// endpoint's template or the recipe's pattern, for the call's agent,
+// chained and kept as every record is, the answer counted in the
+// requests metric): spec §2.3, every response carries one. It notes
+// the answer for the access log and returns the tool result's _meta
+// (recordMeta: the record's Audit-ID and Response-ID; the record and
+// its Audit-ID also go onto the HTTP answer), as an engine answer's.
+func (d *Door) refuseCall(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, e *agtp.Error) mcp.Meta {
+	in := rq.agtpRequest(ctx, t.method, t.path, &url.URL{Path: t.path}, rq.engineHeader())
+	resp := d.e.Refuse(in, e, engine.Refusal{Agent: rq.agent})
+	rq.answered(resp.RequestID, resp.Reason)
+	return d.recordMeta(rq, req, resp)
+}
+
+// argumentError is the door's refusal of a call's arguments with
+// reason (one of argumentReasons) and explanation: the reason's
+// catalog entry at 400, every argument refusal's status.
+func argumentError(reason, explanation string) *agtp.Error {
+	for _, r := range agtp.Lookup(reason) {
+		if r.Status == http.StatusBadRequest {
+			return r.New(explanation)
+		}
+	}
+	return &agtp.Error{Status: http.StatusBadRequest, Reason: reason, Explanation: explanation}
 }
 
 // rawOrNull is v, or JSON null when the member was absent.
