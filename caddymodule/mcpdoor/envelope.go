@@ -548,8 +548,11 @@ var sdkParams = map[string]func() any{
 	"resources/read":           func() any { return new(mcp.ReadResourceParams) },
 	"resources/subscribe":      func() any { return new(mcp.SubscribeParams) },
 	"resources/unsubscribe":    func() any { return new(mcp.UnsubscribeParams) },
-	"logging/setLevel":         func() any { return new(mcp.SetLoggingLevelParams) },
-	"completion/complete":      func() any { return new(mcp.CompleteParams) },
+	"logging/setLevel": func() any {
+		//lint:ignore SA1019 the SDK still decodes logging/setLevel into it (deprecated at 2026-07-28, still served)
+		return new(mcp.SetLoggingLevelParams)
+	},
+	"completion/complete": func() any { return new(mcp.CompleteParams) },
 }
 
 // paramsFault answers (HTTP 200, as the SDK answers a call's error) a
