@@ -560,7 +560,8 @@ var sdkParams = map[string]func() any{
 // decode into its types: -32602 invalid params (JSON-RPC 2.0 §5.1)
 // with the call's id, naming the member at fault by its path in params,
 // the JSON type it must have and the one it has ("params.name must be
-// a string, not a number"). The SDK answers these -32602 too, but in
+// a string, not a number"), or a tools/call without a tool's name. The
+// SDK answers these -32602 too ("unknown tool \"\"" for the latter), but in
 // its Go types' words ("cannot unmarshal … into Go struct field
 // mcp.CallToolParamsRaw.name of type string"), and an initialize with
 // code 0 (v1.8.0: its initialize decoder does not wrap
@@ -587,8 +588,14 @@ func paramsFault(w http.ResponseWriter, version string, body []byte) bool {
 	if !ok {
 		return false
 	}
-	err := decodeAsSDK(msg.Params, newParams())
-	if err == nil {
+	p := newParams()
+	var words string
+	if err := decodeAsSDK(msg.Params, p); err != nil {
+		words = paramsFaultWords(err)
+	} else if c, ok := p.(*mcp.CallToolParamsRaw); ok && c.Name == "" {
+		// The SDK's answer: -32602 unknown tool "".
+		words = "params.name is required: the name of a tool that tools/list lists, a string"
+	} else {
 		return false
 	}
 	id, idErr := jsonrpc.MakeID(msg.ID)
@@ -596,7 +603,7 @@ func paramsFault(w http.ResponseWriter, version string, body []byte) bool {
 		return false
 	}
 	data, encErr := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
-		Message: "invalid params: " + msg.Method + ": " + paramsFaultWords(err)}})
+		Message: "invalid params: " + msg.Method + ": " + words}})
 	if encErr != nil {
 		return false
 	}

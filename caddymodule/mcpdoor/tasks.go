@@ -674,7 +674,7 @@ func taskEnvelope(rec store.Task) map[string]any {
 func detailedTask(rec store.Task, now time.Time) map[string]any {
 	if rec.Status == TaskWorking && !rec.LeaseUntil.IsZero() && now.After(rec.LeaseUntil) {
 		rec.Status = TaskFailed
-		rec.StatusMessage = "the gateway node running this task (" + rec.NodeID + ") stopped renewing it: its outcome is unknown; an Idempotency-Key repeat of the call tells"
+		rec.StatusMessage = "the gateway node running this task (" + rec.NodeID + ") stopped renewing it: its outcome is unknown. A repeat of the call with the same Idempotency-Key tells once the key's lease, which covers the call's whole run, has ended: until then it answers idempotency-key-in-flight with Retry-After"
 		rec.Error, _ = json.Marshal(map[string]any{"code": codeInternal, "message": "task-lease-expired: " + rec.StatusMessage})
 	}
 	out := taskEnvelope(rec)
