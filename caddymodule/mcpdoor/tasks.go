@@ -104,6 +104,38 @@ func tasksDeclared(meta map[string]any) bool {
 	return ok
 }
 
+// capabilitiesShape says what is wrong with the shape of a request
+// _meta's client capabilities as far as tasksDeclared reads them (the
+// capabilities, their extensions, the tasks extension's entry: each an
+// object when present), "" when nothing is: a client that sent the
+// extension in another shape is told so, not that it did not declare
+// it.
+func capabilitiesShape(meta map[string]any) string {
+	key := "_meta[\"" + mcp.MetaKeyClientCapabilities + "\"]"
+	raw, ok := meta[mcp.MetaKeyClientCapabilities]
+	if !ok {
+		return ""
+	}
+	caps, ok := raw.(map[string]any)
+	if !ok {
+		return key + " must be an object (ClientCapabilities)"
+	}
+	raw, ok = caps["extensions"]
+	if !ok {
+		return ""
+	}
+	ext, ok := raw.(map[string]any)
+	if !ok {
+		return key + ".extensions must be an object keyed by extension name, such as {\"" + TasksExtension + "\": {}}"
+	}
+	if raw, ok = ext[TasksExtension]; ok {
+		if _, ok = raw.(map[string]any); !ok {
+			return key + ".extensions[\"" + TasksExtension + "\"] must be an object ({} declares the extension)"
+		}
+	}
+	return ""
+}
+
 // newTaskID is 128 random bits, hex.
 func newTaskID() string {
 	var b [16]byte
@@ -618,6 +650,9 @@ func (d *Door) serveTasks(ctx context.Context, method string, p *tasksParams) (*
 	var meta map[string]any
 	if p != nil {
 		meta = p.Meta
+	}
+	if why := capabilitiesShape(meta); why != "" {
+		return nil, tasksError(rq, "invalid-params", codeInvalidParams, method+": "+why, nil)
 	}
 	if !tasksDeclared(meta) {
 		return nil, tasksError(rq, "missing-capability", codeMissingCapability,

@@ -129,6 +129,25 @@ func TestTasksMethods(t *testing.T) {
 		!strings.Contains(mustMarshal(t, rpcErr["data"]), `"requiredCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}`) {
 		t.Errorf("undeclared: %v, want -32021 with requiredCapabilities", rpcErr)
 	}
+	// The capabilities in another shape are named, not taken for
+	// undeclared (helper-127 L2).
+	for caps, want := range map[string]string{
+		`5`:                 `clientCapabilities"] must be an object`,
+		`{"extensions":[]}`: `.extensions must be an object keyed by extension name`,
+		`{"extensions":{"` + TasksExtension + `":true}}`: `.extensions["io.modelcontextprotocol/tasks"] must be an object`,
+	} {
+		var p tasksParams
+		if err := json.Unmarshal([]byte(`{"taskId":"live","_meta":{"io.modelcontextprotocol/clientCapabilities":`+caps+`}}`), &p); err != nil {
+			t.Fatal(err)
+		}
+		rq := &mcpRequest{agent: agent, ident: &agtp.Identity{AgentID: agent.ID}, header: http.Header{}}
+		_, err := d.serveTasks(context.WithValue(context.Background(), mcpRequestKey{}, rq), "tasks/get", &p)
+		var rpcErr map[string]any
+		if err == nil || json.Unmarshal([]byte(mustMarshal(t, err)), &rpcErr) != nil || rpcErr["code"] != float64(-32602) ||
+			!strings.Contains(rpcErr["message"].(string), want) {
+			t.Errorf("capabilities %s: %v, want -32602 saying %s", caps, err, want)
+		}
+	}
 	for _, id := range []string{"nope", "live"} {
 		a := agent
 		if id == "live" {
