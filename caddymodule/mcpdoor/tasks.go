@@ -107,13 +107,13 @@ func tasksDeclared(meta map[string]any) bool {
 // capabilitiesShape says what is wrong with the shape of a request
 // _meta's client capabilities as far as tasksDeclared reads them (the
 // capabilities, their extensions, the tasks extension's entry: each an
-// object when present), "" when nothing is: a client that sent the
-// extension in another shape is told so, not that it did not declare
-// it.
+// object when present and not null), "" when nothing is: a client
+// that sent the extension in another shape (true, false, an array) is
+// told so, not that it did not declare it. null reads as absent.
 func capabilitiesShape(meta map[string]any) string {
 	key := "_meta[\"" + mcp.MetaKeyClientCapabilities + "\"]"
 	raw, ok := meta[mcp.MetaKeyClientCapabilities]
-	if !ok {
+	if !ok || raw == nil {
 		return ""
 	}
 	caps, ok := raw.(map[string]any)
@@ -121,14 +121,14 @@ func capabilitiesShape(meta map[string]any) string {
 		return key + " must be an object (ClientCapabilities)"
 	}
 	raw, ok = caps["extensions"]
-	if !ok {
+	if !ok || raw == nil {
 		return ""
 	}
 	ext, ok := raw.(map[string]any)
 	if !ok {
 		return key + ".extensions must be an object keyed by extension name, such as {\"" + TasksExtension + "\": {}}"
 	}
-	if raw, ok = ext[TasksExtension]; ok {
+	if raw, ok = ext[TasksExtension]; ok && raw != nil {
 		if _, ok = raw.(map[string]any); !ok {
 			return key + ".extensions[\"" + TasksExtension + "\"] must be an object ({} declares the extension)"
 		}

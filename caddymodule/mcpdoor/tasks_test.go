@@ -301,7 +301,8 @@ func TestTasksThroughSDK(t *testing.T) {
 		{name: "Mcp-Name before 2026-07-28", body: msg("tasks/get", "mine", declared), hdr: map[string][]string{"Mcp-Name": {"other"}}, status: 200, want: `"taskId":"mine"`}, // as tools/call's: the SDK reads the standard headers from 2026-07-28
 		{name: "serverInfo at 2026-07-28", body: msg("tasks/get", "mine", newMeta), hdr: v2026, status: 200, want: `"_meta":{"io.github.caddy-rcns/task-node":"n1","io.modelcontextprotocol/serverInfo":{"name":`},
 		{name: "params null", body: `{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":null}`, status: 200, want: `"code":-32021`},
-		{name: "extension false", body: msg("tasks/get", "mine", `"io.modelcontextprotocol/clientCapabilities":{"extensions":{"`+TasksExtension+`":false}}`), status: 200, want: `"code":-32021`},
+		{name: "extension false", body: msg("tasks/get", "mine", `"io.modelcontextprotocol/clientCapabilities":{"extensions":{"`+TasksExtension+`":false}}`), status: 200, want: `"code":-32602,"message":"tasks/get: _meta[\"io.modelcontextprotocol/clientCapabilities\"].extensions[\"io.modelcontextprotocol/tasks\"] must be an object ({} declares the extension)"`},
+		{name: "extensions null", body: msg("tasks/get", "mine", `"io.modelcontextprotocol/clientCapabilities":{"extensions":null}`), status: 200, want: `"code":-32021`},
 		{name: "extension null", body: msg("tasks/get", "mine", `"io.modelcontextprotocol/clientCapabilities":{"extensions":{"`+TasksExtension+`":null}}`), status: 200, want: `"code":-32021`},
 		{name: "no params", body: `{"jsonrpc":"2.0","id":7,"method":"tasks/get"}`, status: 200, want: `"code":-32021`},
 		{name: "params null 2026-07-28", body: `{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":null}`, hdr: v2026, status: 400, want: `"code":-32602`},
