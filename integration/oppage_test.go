@@ -35,6 +35,17 @@ const opToken = "it-operator-token-0123456789"
 // opPath is where the tests serve the page.
 const opPath = "/rcns/ops"
 
+// chromiumEnv is the environment of a Chromium the tests start from the
+// command line (the chromedp one gets the same TMPDIR through
+// chromedp.Env): this
+// process's, with TMPDIR a directory of the test's own, where Chromium
+// makes the folder of its singleton socket (/tmp/org.chromium.Chromium.*
+// otherwise, left behind when the browser is killed: helper-127 saw one
+// a run pile up).
+func chromiumEnv(t *testing.T) []string {
+	return append(os.Environ(), "TMPDIR="+t.TempDir())
+}
+
 // chromiumBin is the browser the tests drive.
 func chromiumBin(t *testing.T) string {
 	t.Helper()
@@ -125,7 +136,7 @@ func TestOperatorPage(t *testing.T) {
 	// Chromium renders the page with the bearer token set on its requests.
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(),
 		append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
-			chromedp.DisableGPU, chromedp.WindowSize(1400, 1000))...)
+			chromedp.DisableGPU, chromedp.WindowSize(1400, 1000), chromedp.UserDataDir(t.TempDir()), chromedp.Env("TMPDIR="+t.TempDir()))...)
 	defer cancelA()
 	ctx, cancel := chromedp.NewContext(actx)
 	defer cancel()
@@ -389,7 +400,9 @@ func TestOperatorPageRedis(t *testing.T) {
 	pageURL := g.URL + opPath
 	dumpDOM := func(t *testing.T) string {
 		t.Helper()
-		out, err := exec.Command(bin, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", pageURL).Output()
+		cmd := exec.Command(bin, "--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir="+t.TempDir(), "--dump-dom", pageURL)
+		cmd.Env = chromiumEnv(t)
+		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("chromium --dump-dom %s: %v", pageURL, err)
 		}
@@ -448,8 +461,10 @@ func TestOperatorPageRedis(t *testing.T) {
 func shotCLI(t *testing.T, bin, u, name string) {
 	t.Helper()
 	path := filepath.Join(artifactDir(t), name)
-	out, err := exec.Command(bin, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-		"--window-size=1400,1100", "--screenshot="+path, u).CombinedOutput()
+	cmd := exec.Command(bin, "--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir="+t.TempDir(), "--hide-scrollbars",
+		"--window-size=1400,1100", "--screenshot="+path, u)
+	cmd.Env = chromiumEnv(t)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("chromium --screenshot: %v\n%s", err, out)
 	}
