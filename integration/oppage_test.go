@@ -36,12 +36,11 @@ const opToken = "it-operator-token-0123456789"
 const opPath = "/rcns/ops"
 
 // chromiumEnv is the environment of a Chromium the tests start from the
-// command line (the chromedp one gets the same TMPDIR through
-// chromedp.Env): this
-// process's, with TMPDIR a directory of the test's own, where Chromium
-// makes the folder of its singleton socket (/tmp/org.chromium.Chromium.*
-// otherwise, left behind when the browser is killed: helper-127 saw one
-// a run pile up).
+// command line: this process's, with TMPDIR a directory of the test's
+// own (the chromedp one gets the same through chromedp.Env). Chromium
+// makes the folder of its singleton socket there, which it leaves
+// behind when killed: /tmp/org.chromium.Chromium.* piled up, one a run
+// (helper-127).
 func chromiumEnv(t *testing.T) []string {
 	return append(os.Environ(), "TMPDIR="+t.TempDir())
 }
