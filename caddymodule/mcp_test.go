@@ -281,7 +281,7 @@ func TestMCPCalls(t *testing.T) {
 	}
 	argError("fetch_item", map[string]any{"item_id": "7", "colour": "red"}, "invalid-input", "")
 	argError("fetch_item", map[string]any{}, "invalid-parameter", `missing argument "item_id"`)
-	argError("fetch_item", map[string]any{"item_id": map[string]any{}}, "invalid-parameter", "must be a string, number or boolean")
+	argError("fetch_item", map[string]any{"item_id": map[string]any{}}, "invalid-parameter", "must be a string (a number or boolean is taken as its text)")
 	var je *jsonrpc.Error
 	_, _, err = call("no_such_tool", nil, nil)
 	if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams {

@@ -34,9 +34,10 @@ import (
 // (§5.1) with id null, HTTP 400:
 //
 //	-32700 parse error      the body is not exactly one JSON value:
-//	                        a syntax error, invalid UTF-8 or an unpaired
-//	                        surrogate escape, data after the value
-//	                        (whitespace aside)
+//	                        a syntax error, a byte order mark,
+//	                        invalid UTF-8 or an unpaired surrogate
+//	                        escape, data after the value (whitespace
+//	                        aside)
 //	-32600 invalid request  a message that is not a JSON object, an
 //	                        empty batch; one without "jsonrpc": "2.0",
 //	                        with a method that is not a string, with
@@ -86,6 +87,9 @@ func (f *rpcFault) reason() string {
 // when body keeps them. A parse error wins over an invalid request
 // wherever each is in the body.
 func envelopeFault(body []byte) *rpcFault {
+	if bytes.HasPrefix(body, utf8BOM) {
+		return &rpcFault{code: jsonrpc.CodeParseError, message: "parse error: the body is not one JSON value: it starts with a UTF-8 byte order mark (EF BB BF), which JSON text sent over a network must not (RFC 8259 §8.1); send the message without it"}
+	}
 	f := scanEnvelope(body)
 	if f != nil && f.dupName {
 		if p := parseFault(body); p != nil {
@@ -94,6 +98,9 @@ func envelopeFault(body []byte) *rpcFault {
 	}
 	return f
 }
+
+// utf8BOM is the UTF-8 byte order mark.
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // parseFault is the -32700 fault of body when it is not exactly one
 // JSON value (duplicate names allowed: they are the other rule's).

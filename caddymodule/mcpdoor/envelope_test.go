@@ -43,6 +43,7 @@ func envelopeCases() []envelopeCase {
 		{b("batch ids 1 and \"1\"", batch("1", `"1"`)), 0, []string{"1", `"1"`}},
 		{b("batch ids 1 and 2", batch("1", "2")), 0, []string{"1", "2"}},
 		{b("batch call and notification", "["+call("1")+`,{"jsonrpc":"2.0","method":"notifications/initialized"}]`), 0, []string{"1"}},
+		{c("a byte order mark first", "\ufeff"+call("1"), false), -32700, []string{"byte order mark", "RFC 8259"}},
 		// D2: ids the door cannot echo exactly.
 		{c("id 1.5", call("1.5"), false), -32600, []string{"1.5", "string or an integer"}},
 		{c("id 1.0", call("1.0"), false), -32600, []string{"1.0", "not an integer"}},

@@ -218,7 +218,7 @@ func (d *Door) engineRequest(ctx context.Context, rq *mcpRequest, t *mcpTool, re
 			}
 			s, ok := segmentValue(v)
 			if !ok {
-				return nil, false, invalidParams("argument %q is a path parameter of %s %s and must be a string, number or boolean", p, t.method, t.path)
+				return nil, false, invalidParams("argument %q is a path parameter of %s %s and must be a string (a number or boolean is taken as its text)", p, t.method, t.path)
 			}
 			values[p] = s
 			delete(args, p)
