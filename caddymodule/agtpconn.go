@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -69,6 +70,9 @@ func acquireSocket(ctx caddy.Context, na caddy.NetworkAddress, s *AGTPServer) (*
 		sock.addLocked(s)
 		return sock, nil
 	}
+	if err := probeUnshared(na); err != nil {
+		return nil, err
+	}
 	lnAny, err := na.Listen(ctx, 0, net.ListenConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %v", key, err)
@@ -82,6 +86,32 @@ func acquireSocket(ctx caddy.Context, na caddy.NetworkAddress, s *AGTPServer) (*
 	nativeSockets.byKey[key] = sock
 	go sock.accept()
 	return sock, nil
+}
+
+// probeUnshared refuses a TCP address another process listens on,
+// before Caddy's listener pool opens it. Caddy listens with
+// SO_REUSEPORT (so that a reload keeps serving), which the kernel also
+// grants a second process beside the first (one of the same user): a
+// second gateway started on a native port would share its connections,
+// silently, each process serving some with its own configuration and
+// state. A plain bind (SO_REUSEADDR, as Go sets it, and no
+// SO_REUSEPORT) fails wherever a socket listens, of whatever process.
+// It is called only for an address this process has no native socket
+// on (acquireSocket); another error, or a port 0, is left to Caddy's
+// own listen.
+func probeUnshared(na caddy.NetworkAddress) error {
+	if !strings.HasPrefix(na.Network, "tcp") || na.StartPort == 0 {
+		return nil
+	}
+	addr := na.JoinHostPort(0)
+	ln, err := net.Listen(na.Network, addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("listen %s: the address is in use by another process (another gateway? Caddy listens with SO_REUSEPORT, so two processes on one port would each serve some of its connections); stop it, or listen elsewhere", addr)
+		}
+		return nil
+	}
+	return ln.Close()
 }
 
 // addLocked adds s, a configuration that started listening on the
