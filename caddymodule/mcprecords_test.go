@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/mcpdoor"
+	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 )
 
 // TestMCPDoorRefusalsRecorded: a call the MCP door refuses itself
@@ -15,8 +16,10 @@ import (
 // Attribution-Record as every engine answer is (spec §2.3): the HTTP
 // answer carries Attribution-Record and its Audit-ID (sha256 of it),
 // the tool result's _meta the same Audit-ID and a Response-ID, and the
-// record names the agent and the status and chains to the agent's
-// record before it. Before, these tool errors had neither
+// record names the agent, the tool's method and the status, its
+// request_hash commits to the tool's method and path and the call's
+// arguments as sent (each refusal's its own: helper-128 saw three
+// refusals share one), and it chains to the agent's record before it. Before, these tool errors had neither
 // (a helper's low finding), unlike the same faults on the other doors.
 // Nothing runs upstream.
 func TestMCPDoorRefusalsRecorded(t *testing.T) {
@@ -29,14 +32,20 @@ func TestMCPDoorRefusalsRecorded(t *testing.T) {
 		return string(b)
 	}
 	prev := ""
+	hashes := map[string]bool{}
 	for i, c := range []struct {
 		name, body, reason string
 		hdr                map[string]string
+		// method, path, args: what the record's method and request_hash
+		// commit to, for a call the door refused itself ("" path: the
+		// engine refused the request the door made).
+		method, path, args string
 	}{
-		{"arguments a string", call(1, "fetch_item", `"x"`), "invalid-parameter", nil},
-		{"a path parameter missing", call(2, "fetch_item", `{}`), "invalid-parameter", nil},
-		{"X-Idempotency-Key alone", call(3, "fetch_item", `{"item_id":"1"}`), "invalid-idempotency-key", map[string]string{"X-Idempotency-Key": "k-1"}},
-		{"a path off the recipe's pattern", call(4, "lookup-item", `{"path":"/elsewhere","item_id":"3"}`), "invalid-parameter", nil},
+		{"arguments a string", call(1, "fetch_item", `"x"`), "invalid-parameter", nil, "FETCH", "/items/{item_id}", `"x"`},
+		{"a path parameter missing", call(2, "fetch_item", `{}`), "invalid-parameter", nil, "FETCH", "/items/{item_id}", `{}`},
+		{"a path parameter an object", call(3, "fetch_item", `{"item_id":{"a":1}}`), "invalid-parameter", nil, "FETCH", "/items/{item_id}", `{"item_id":{"a":1}}`},
+		{"X-Idempotency-Key alone", call(4, "fetch_item", `{"item_id":"1"}`), "invalid-idempotency-key", map[string]string{"X-Idempotency-Key": "k-1"}, "FETCH", "", ""},
+		{"a path off the recipe's pattern", call(5, "lookup-item", `{"path":"/elsewhere","item_id":"3"}`), "invalid-parameter", nil, "LOOKUP", "/item/[A-Za-z0-9-]+", `{"path":"/elsewhere","item_id":"3"}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := map[string]string{}
@@ -74,9 +83,19 @@ func TestMCPDoorRefusalsRecorded(t *testing.T) {
 			if p["agent_id"] != benchAgent {
 				t.Errorf("the record names agent %v, want %s", p["agent_id"], benchAgent)
 			}
-			if p["status"] != float64(400) {
-				t.Errorf("the record's status %v, want 400", p["status"])
+			if p["status"] != float64(400) || p["method"] != c.method {
+				t.Errorf("the record's status %v and method %v, want 400 and %s", p["status"], p["method"], c.method)
 			}
+			hash, _ := p["request_hash"].(string)
+			if c.path != "" {
+				if want := idempotency.Fingerprint(c.method, c.path, []byte(c.args)); hash != want {
+					t.Errorf("request_hash %s, want the hash of %s %s and the arguments %s: %s", hash, c.method, c.path, c.args, want)
+				}
+			}
+			if hashes[hash] {
+				t.Errorf("request_hash %s repeats an earlier refusal's: it does not tell the calls apart", hash)
+			}
+			hashes[hash] = true
 			if i > 0 && p["previous_audit_id"] != prev {
 				t.Errorf("previous_audit_id %v, want the agent's record before, %s", p["previous_audit_id"], prev)
 			}

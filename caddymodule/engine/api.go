@@ -29,6 +29,11 @@ type Refusal struct {
 	// body, and the answer keeps the connection open.
 	Body     []byte
 	BodyRead bool
+	// Method is the AGTP method the refused request named, when the
+	// door knows one (the MCP door's refusal of a tool call: the tool's
+	// method): the Attribution-Record's method, as a dispatched
+	// request's. "" leaves it out.
+	Method string
 }
 
 // Refuse is the AGTP answer to r that a door refused itself with e (the
@@ -40,6 +45,7 @@ func (h *Engine) Refuse(r *agtp.Request, e *agtp.Error, how Refusal) *agtp.Respo
 	h.Activate()
 	x := h.newExchange(r)
 	x.bodyRead, x.rawBody = how.BodyRead, how.Body
+	x.method = how.Method
 	if how.Agent != nil {
 		h.setRecordAgent(x)
 		x.identifiedAs(how.Agent)

@@ -577,16 +577,22 @@ func (d *Door) recordMeta(rq *mcpRequest, req *mcp.CallToolRequest, resp *agtp.R
 // refuseCall answers e, the door's own refusal of a call of t (arguments
 // it cannot turn into a request, a requestState it cannot take, a
 // declined confirmation), as the engine answers any refusal
-// (engine.Refuse: an Attribution-Record of t's method and path, the
-// endpoint's template or the recipe's pattern, for the call's agent,
-// chained and kept as every record is, the answer counted in the
-// requests metric): spec §2.3, every response carries one. It notes
-// the answer for the access log and returns the tool result's _meta
-// (recordMeta: the record's Audit-ID and Response-ID; the record and
-// its Audit-ID also go onto the HTTP answer), as an engine answer's.
+// (engine.Refuse: an Attribution-Record for the call's agent, chained
+// and kept as every record is, the answer counted in the requests
+// metric): spec §2.3, every response carries one. No AGTP request was
+// made, so the record's method is the tool's and its request_hash
+// commits to the tool's method, its path (the endpoint's template or
+// the recipe's pattern) and the call's arguments as sent (the bytes of
+// params.arguments; none: empty), which tells refused calls apart and
+// lets an auditor holding the call recompute it. It notes the answer
+// for the access log and returns the tool result's _meta (recordMeta:
+// the record's Audit-ID and Response-ID; the record and its Audit-ID
+// also go onto the HTTP answer), as an engine answer's.
 func (d *Door) refuseCall(ctx context.Context, rq *mcpRequest, t *mcpTool, req *mcp.CallToolRequest, e *agtp.Error) mcp.Meta {
 	in := rq.agtpRequest(ctx, t.method, t.path, &url.URL{Path: t.path}, rq.engineHeader())
-	resp := d.e.Refuse(in, e, engine.Refusal{Agent: rq.agent})
+	args := []byte(req.Params.Arguments)
+	in.ContentLength = int64(len(args))
+	resp := d.e.Refuse(in, e, engine.Refusal{Agent: rq.agent, Body: args, BodyRead: true, Method: t.method})
 	rq.answered(resp.RequestID, resp.Reason)
 	return d.recordMeta(rq, req, resp)
 }
