@@ -70,8 +70,10 @@ func acquireSocket(ctx caddy.Context, na caddy.NetworkAddress, s *AGTPServer) (*
 		sock.addLocked(s)
 		return sock, nil
 	}
-	if err := probeUnshared(na); err != nil {
-		return nil, err
+	if !ownPortLocked(na) {
+		if err := probeUnshared(na); err != nil {
+			return nil, err
+		}
 	}
 	lnAny, err := na.Listen(ctx, 0, net.ListenConfig{})
 	if err != nil {
@@ -96,9 +98,9 @@ func acquireSocket(ctx caddy.Context, na caddy.NetworkAddress, s *AGTPServer) (*
 // silently, each process serving some with its own configuration and
 // state. A plain bind (SO_REUSEADDR, as Go sets it, and no
 // SO_REUSEPORT) fails wherever a socket listens, of whatever process.
-// It is called only for an address this process has no native socket
-// on (acquireSocket); another error, or a port 0, is left to Caddy's
-// own listen.
+// It is called only for a port this process has no native socket on
+// (acquireSocket, ownPortLocked); another error, or a port 0, is left
+// to Caddy's own listen.
 func probeUnshared(na caddy.NetworkAddress) error {
 	if !strings.HasPrefix(na.Network, "tcp") || na.StartPort == 0 {
 		return nil
@@ -112,6 +114,22 @@ func probeUnshared(na caddy.NetworkAddress) error {
 		return nil
 	}
 	return ln.Close()
+}
+
+// ownPortLocked reports whether one of this process's native sockets
+// listens on na's port, under another spelling of its address
+// ("localhost:4480" for "127.0.0.1:4480", a reload's new form): that
+// socket would fail probeUnshared's bind, so the probe is not made, and
+// Caddy's listen opens the address beside it as it did before the probe
+// (helper-128: such a reload was refused as "another process").
+// nativeSockets is held.
+func ownPortLocked(na caddy.NetworkAddress) bool {
+	for _, sock := range nativeSockets.byKey {
+		if a, ok := sock.ln.Addr().(*net.TCPAddr); ok && a.Port == int(na.StartPort) {
+			return true
+		}
+	}
+	return false
 }
 
 // addLocked adds s, a configuration that started listening on the

@@ -20,7 +20,8 @@ import (
 // door shared the port with it silently (helper-127: two gateways on
 // one port split its connections). The other listener here is this
 // process's own but not the door's, as another process's would be. A
-// free address, and one the door already listens on (a reload), start.
+// free address, one the door already listens on (a reload), and the
+// same port spelt another way (a reload to localhost) start.
 func TestNativeAddressOfAnotherProcess(t *testing.T) {
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
@@ -57,6 +58,18 @@ func TestNativeAddressOfAnotherProcess(t *testing.T) {
 	if again, err := acquireSocket(ctx, na, second); err != nil || again != sock {
 		t.Fatalf("a reload on the door's own socket: %v (same socket: %v)", err, again == sock)
 	}
+	// A reload that spells the address another way opens it beside the
+	// door's own socket, as before the probe (helper-128).
+	respelled, err := caddy.ParseNetworkAddress("localhost:" + strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	third := &AGTPServer{Handler: "respelled"}
+	other2, err := acquireSocket(ctx, respelled, third)
+	if err != nil {
+		t.Fatalf("a reload respelling the door's own address: %v", err)
+	}
+	other2.release(third)
 	sock.release(second)
 	sock.release(first)
 }
