@@ -560,6 +560,11 @@ var sdkParams = map[string]func() any{
 		return new(mcp.SetLoggingLevelParams)
 	},
 	"completion/complete": func() any { return new(mcp.CompleteParams) },
+	// The tasks extension's methods, the door's own (addTasksMethods),
+	// which the SDK decodes as it does its own.
+	"tasks/get":    func() any { return new(tasksParams) },
+	"tasks/update": func() any { return new(tasksParams) },
+	"tasks/cancel": func() any { return new(tasksParams) },
 }
 
 // paramsFault answers (HTTP 200, as the SDK answers a call's error) a
@@ -596,8 +601,13 @@ func paramsFault(w http.ResponseWriter, version string, body []byte) bool {
 		return false
 	}
 	p := newParams()
-	var words string
-	if err := decodeAsSDK(msg.Params, p); err != nil {
+	code, words := int64(jsonrpc.CodeInvalidParams), ""
+	if undeclared[msg.Method] {
+		// The SDK decodes the params before declaredOnly refuses the
+		// method, and then answers "method not found" in its own
+		// words: whatever the params hold, the method is not served.
+		code, words = jsonrpc.CodeMethodNotFound, undeclaredWords(msg.Method)
+	} else if err := decodeAsSDK(msg.Params, p); err != nil {
 		words = paramsFaultWords(err)
 	} else if c, ok := p.(*mcp.CallToolParamsRaw); ok && c.Name == "" {
 		// The SDK's answer: -32602 unknown tool "".
@@ -609,8 +619,10 @@ func paramsFault(w http.ResponseWriter, version string, body []byte) bool {
 	if idErr != nil {
 		return false
 	}
-	data, encErr := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
-		Message: "invalid params: " + msg.Method + ": " + words}})
+	if code == jsonrpc.CodeInvalidParams {
+		words = "invalid params: " + msg.Method + ": " + words
+	}
+	data, encErr := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: code, Message: words}})
 	if encErr != nil {
 		return false
 	}
@@ -637,14 +649,35 @@ func paramsFaultWords(err error) string {
 			got = jsonKindOf(v[0])
 		}
 	}
-	want := jsonTypeName(te.Type)
+	want, field := jsonTypeName(te.Type), textcut.Clip(memberPath(te.Field))
 	switch {
 	case want == "":
-		return fmt.Sprintf("params.%s has the wrong type; see the method's schema in the MCP specification", textcut.Clip(te.Field))
+		return fmt.Sprintf("params.%s has the wrong type; see the method's schema in the MCP specification", field)
 	case got == "":
-		return fmt.Sprintf("params.%s must be %s", textcut.Clip(te.Field), want)
+		return fmt.Sprintf("params.%s must be %s", field, want)
+	case got == "a number" && want == "a number":
+		return fmt.Sprintf("params.%s is a number out of range (beyond about ±1.8e308)", field)
+	case got == "a number" && want == "an integer":
+		return fmt.Sprintf("params.%s must be an integer in range, not a fraction or a number this large", field)
 	}
-	return fmt.Sprintf("params.%s must be %s, not %s", textcut.Clip(te.Field), want, got)
+	return fmt.Sprintf("params.%s must be %s, not %s", field, want, got)
+}
+
+// memberPath is a decoder's dotted field path with its array indexes
+// in brackets: "icons.0.src" is "icons[0].src".
+func memberPath(dotted string) string {
+	var b strings.Builder
+	for i, p := range strings.Split(dotted, ".") {
+		switch _, err := strconv.ParseUint(p, 10, 64); {
+		case i > 0 && err == nil:
+			b.WriteString("[" + p + "]")
+		case i > 0:
+			b.WriteString("." + p)
+		default:
+			b.WriteString(p)
+		}
+	}
+	return b.String()
 }
 
 // jsonKindOf names the kind of the JSON value that starts with byte c
@@ -682,8 +715,9 @@ func jsonTypeName(t reflect.Type) string {
 	case reflect.Bool:
 		return "true or false"
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
-		reflect.Float32, reflect.Float64:
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
 		return "a number"
 	case reflect.Slice:
 		if t.Elem().Kind() == reflect.Uint8 {

@@ -437,9 +437,9 @@ func TestMCPParamsFault(t *testing.T) {
 		{"tools/list cursor true", msg("4", "tools/list", `{"cursor":true}`), "4", "tools/list: params.cursor must be a string, not true or false"},
 		{"ping _meta a string", msg("5", "ping", `{"_meta":"x"}`), "5", "ping: params._meta must be an object, not a string"},
 		{"resources/read uri a number", msg("6", "resources/read", `{"uri":-1.5}`), "6", "resources/read: params.uri must be a string, not a number"},
-		{"prompts/get name an array", msg("7", "prompts/get", `{"name":["a"]}`), "7", "prompts/get: params.name must be a string, not an array"},
-		{"logging/setLevel level a number", msg("8", "logging/setLevel", `{"level":3}`), "8", "logging/setLevel: params.level must be a string, not a number"},
-		{"completion/complete ref a number", msg("9", "completion/complete", `{"ref":5,"argument":{"name":"a","value":"b"}}`), "9", "completion/complete: params.ref must be an object, not a number"},
+		{"tasks/get _meta a number", msg("7", "tasks/get", `{"taskId":"t","_meta":5}`), "7", "tasks/get: params._meta must be an object, not a number"},
+		{"a number out of range", msg("8", "ping", `{"_meta":{"x":1e400}}`), "8", "ping: params._meta.x is a number out of range (beyond about ±1.8e308)"},
+		{"an index in the path", msg("9", "initialize", `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1","icons":[{"src":5}]}}`), "9", "initialize: params.clientInfo.icons[0].src must be a string, not a number"},
 		{"initialize clientInfo.name a number", msg("10", "initialize", `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":5,"version":"1"}}`), "10", "initialize: params.clientInfo.name must be a string, not a number"},
 		{"initialize protocolVersion a number", msg("11", "initialize", `{"protocolVersion":5,"capabilities":{},"clientInfo":{"name":"t","version":"1"}}`), "11", "initialize: params.protocolVersion must be a string, not a number"},
 		{"initialize capabilities.sampling a string", msg("12", "initialize", `{"protocolVersion":"2025-11-25","capabilities":{"sampling":"yes"},"clientInfo":{"name":"t","version":"1"}}`), "12", "initialize: params.capabilities.sampling must be an object, not a string"},
@@ -474,11 +474,21 @@ func TestMCPParamsFault(t *testing.T) {
 		})
 	}
 	// Every method of sdkParams: _meta, which every params type has,
-	// sent as a number is refused in the door's words, and by the SDK.
+	// sent as a number is refused in the door's words, and by the SDK;
+	// a method the door does not serve (undeclared) is -32601 whatever
+	// its params hold, sound or not (helper-128: a type fault came
+	// first, and the SDK's "method not found" replaced the door's words).
 	for method := range sdkParams {
 		body := msg("30", method, `{"_meta":5}`)
 		w := dd.serve(t, fastCase{name: method, body: body})
-		if want := `"message":"invalid params: ` + method + `: params._meta must be an object, not a number"`; !strings.Contains(w.Body.String(), want) {
+		want := `"message":"invalid params: ` + method + `: params._meta must be an object, not a number"`
+		if undeclared[method] {
+			want = `"code":-32601,"message":"` + undeclaredWords(method) + `"`
+			if sound := dd.serve(t, fastCase{name: method, body: msg("31", method, `{}`)}); !strings.Contains(sound.Body.String(), want) {
+				t.Errorf("%s with sound params: answered %d %s, want %s", method, sound.Code, sound.Body, want)
+			}
+		}
+		if !strings.Contains(w.Body.String(), want) {
 			t.Errorf("%s: answered %d %s, want %s", method, w.Code, w.Body, want)
 		}
 		if raw := serveSDK(t, dd.sdk, fastCase{body: body}); !strings.Contains(raw.Body.String(), `"code":-32602`) && !strings.Contains(raw.Body.String(), `"code":0`) {

@@ -72,13 +72,18 @@ func (d *Door) recoverPanics(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
+// undeclaredWords is the -32601 message for method, one of undeclared.
+func undeclaredWords(method string) string {
+	return "method not found: " + method + " is not served: this server declares the tools and resources capabilities only (docs/agent-guide-mcp.md lists its methods)"
+}
+
 // declaredOnly answers a method of an undeclared capability with
 // JSON-RPC -32601 method not found (MCP lifecycle: a server serves what
 // its capabilities declare, and nothing else).
 func declaredOnly(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if undeclared[method] {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: method + ": this server declares the tools and resources capabilities only"}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: undeclaredWords(method)}
 		}
 		return next(ctx, method, req)
 	}

@@ -652,7 +652,7 @@ func (d *Door) serveTasks(ctx context.Context, method string, p *tasksParams) (*
 		meta = p.Meta
 	}
 	if why := capabilitiesShape(meta); why != "" {
-		return nil, tasksError(rq, "invalid-params", codeInvalidParams, method+": "+why, nil)
+		return nil, tasksError(rq, "invalid-params", codeInvalidParams, "invalid params: "+method+": "+why, nil)
 	}
 	if !tasksDeclared(meta) {
 		return nil, tasksError(rq, "missing-capability", codeMissingCapability,
