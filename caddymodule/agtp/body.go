@@ -45,7 +45,20 @@ func DecodeBody(raw []byte) (any, *Error) {
 		return nil, DuplicateKey.New(fmt.Sprintf("the request body names the key %q twice in one object (at %s)",
 			textcut.Clip(se.JSONPointer.LastToken()), textcut.Clip(pointerOrRoot(se.JSONPointer.Parent()))))
 	}
+	if StartsWithBOM(raw) {
+		return nil, InvalidJSON.New("the request body is not one JSON value: " + ByteOrderMarkProblem)
+	}
 	return nil, InvalidJSON.New("the request body is not one JSON value: " + jsonProblem(err))
+}
+
+// ByteOrderMarkProblem is what a door says of a JSON body or message
+// that starts with a UTF-8 byte order mark, which no JSON parser here
+// skips (StartsWithBOM).
+const ByteOrderMarkProblem = "it starts with a UTF-8 byte order mark (EF BB BF), which JSON text sent over a network must not (RFC 8259 §8.1); send it without"
+
+// StartsWithBOM reports whether b starts with the UTF-8 byte order mark.
+func StartsWithBOM(b []byte) bool {
+	return len(b) >= 3 && b[0] == 0xef && b[1] == 0xbb && b[2] == 0xbf
 }
 
 // jsonProblem describes a body decode failure without echoing the body.

@@ -27,6 +27,7 @@ func TestDecodeBody(t *testing.T) {
 		{name: "truncated", body: `{"a":`, reason: "invalid-json", explanation: "truncated"},
 		{name: "invalid UTF-8", body: "{\"a\":\"\xff\"}", reason: "invalid-json", explanation: "invalid UTF-8 or an unpaired surrogate escape at byte 6"},
 		{name: "number out of range", body: `{"a":1e400}`, reason: "invalid-json", explanation: "value not representable"},
+		{name: "a byte order mark", body: "\ufeff{\"a\":1}", reason: "invalid-json", explanation: "byte order mark (EF BB BF)"},
 		{name: "syntax", body: `{"a" 1}`, reason: "invalid-json", explanation: "syntax error at byte 5"},
 		{name: "unpaired surrogate", body: `{"a":"\ud800"}`, reason: "invalid-json", explanation: "unpaired surrogate"},
 		{name: "too deep", body: strings.Repeat("[", 10001) + strings.Repeat("]", 10001), reason: "invalid-json", explanation: "nesting deeper than 10000 levels"},

@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	segjson "github.com/segmentio/encoding/json"
 
+	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
 	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 )
@@ -87,8 +88,8 @@ func (f *rpcFault) reason() string {
 // when body keeps them. A parse error wins over an invalid request
 // wherever each is in the body.
 func envelopeFault(body []byte) *rpcFault {
-	if bytes.HasPrefix(body, utf8BOM) {
-		return &rpcFault{code: jsonrpc.CodeParseError, message: "parse error: the body is not one JSON value: it starts with a UTF-8 byte order mark (EF BB BF), which JSON text sent over a network must not (RFC 8259 §8.1); send the message without it"}
+	if agtp.StartsWithBOM(body) {
+		return &rpcFault{code: jsonrpc.CodeParseError, message: "parse error: the body is not one JSON value: " + agtp.ByteOrderMarkProblem}
 	}
 	f := scanEnvelope(body)
 	if f != nil && f.dupName {
@@ -98,9 +99,6 @@ func envelopeFault(body []byte) *rpcFault {
 	}
 	return f
 }
-
-// utf8BOM is the UTF-8 byte order mark.
-var utf8BOM = []byte("\xef\xbb\xbf")
 
 // parseFault is the -32700 fault of body when it is not exactly one
 // JSON value (duplicate names allowed: they are the other rule's).
