@@ -591,11 +591,12 @@ func paramsFault(w http.ResponseWriter, version string, body []byte) bool {
 		Method string             `json:"method"`
 		Params segjson.RawMessage `json:"params"`
 	}
-	if decodeAsSDK(body, &msg) != nil || msg.ID == nil || len(msg.Params) == 0 || string(msg.Params) == "null" {
+	if decodeAsSDK(body, &msg) != nil || msg.ID == nil {
 		return false
 	}
 	newParams, ok := sdkParams[msg.Method]
-	if !ok {
+	noParams := len(msg.Params) == 0 || string(msg.Params) == "null"
+	if !ok || noParams && !undeclared[msg.Method] {
 		return false
 	}
 	p := newParams()
@@ -603,7 +604,8 @@ func paramsFault(w http.ResponseWriter, version string, body []byte) bool {
 	if undeclared[msg.Method] {
 		// The SDK decodes the params before declaredOnly refuses the
 		// method, and then answers "method not found" in its own
-		// words: whatever the params hold, the method is not served.
+		// words: whatever the params hold (none included), the method
+		// is not served.
 		code, words = jsonrpc.CodeMethodNotFound, undeclaredWords(msg.Method)
 	} else if err := decodeAsSDK(msg.Params, p); err != nil {
 		words = paramsFaultWords(err)

@@ -487,6 +487,12 @@ func TestMCPParamsFault(t *testing.T) {
 			if sound := dd.serve(t, fastCase{name: method, body: msg("31", method, `{}`)}); !strings.Contains(sound.Body.String(), want) {
 				t.Errorf("%s with sound params: answered %d %s, want %s", method, sound.Code, sound.Body, want)
 			}
+			if method == "prompts/list" { // its params are optional
+				none := `{"jsonrpc":"2.0","id":32,"method":"prompts/list"}`
+				if w := dd.serve(t, fastCase{name: method, body: none}); !strings.Contains(w.Body.String(), want) {
+					t.Errorf("%s without params: answered %d %s, want %s", method, w.Code, w.Body, want)
+				}
+			}
 		}
 		if !strings.Contains(w.Body.String(), want) {
 			t.Errorf("%s: answered %d %s, want %s", method, w.Code, w.Body, want)
