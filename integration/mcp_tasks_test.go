@@ -392,15 +392,11 @@ func TestMCPTaskNodeDies(t *testing.T) {
 // TestMCPTaskPausedNodeStopsPlan (helper-123's finding): node A is
 // paused (SIGSTOP) while its task's first step runs, past the task's
 // lease: node B reads the task failed. When A resumes, it starts none
-// of the plan's later steps (recipes.WithStopAfter, moved with each
-// renewal): a client that read failed and called again would otherwise
+// of the plan's later steps (recipes.WithStopCheck: the door's
+// leaseOver, the lease moved with each renewal): a client that read failed and called again would otherwise
 // meet their side effects twice. B keeps reading failed.
 func TestMCPTaskPausedNodeStopsPlan(t *testing.T) {
-	up, w, s, tr, tool := startTaskWorld(t)
-	id, _ := createTask(t, s, tr, tool, nil)
-	up.waitEntered(t)
-	resume := pauseNode(t, w.A)
-	mcpB := w.B.URL + "/mcp"
+	up, id, resume, mcpB := taskPausedInFirstStep(t)
 	waitFor(t, mcpdoor.TaskLease+10*time.Second, 250*time.Millisecond, "node B reads the paused node's task failed", func() bool {
 		g, _ := tasksRPC(t, mcpB, agentA1, "tasks/get", id, true)
 		return g["status"] == "failed"
@@ -420,16 +416,13 @@ func TestMCPTaskPausedNodeStopsPlan(t *testing.T) {
 // (SIGSTOP, shorter than the lease) while its task's first step runs,
 // and the task is cancelled through node B meanwhile. When A resumes,
 // the first step's answer is waiting: A polls the task's cancel request
-// afresh before it starts the next step (recipes.WithStopWait), so no
+// afresh before it starts the next step (recipes.WithStopCheck: the
+// door's leaseOver waits for a fresh poll), so no
 // later step runs and the task ends cancelled. Before, A started the
 // remaining steps on what it had last polled before the pause, and the
 // task ended completed (or, before the task poller, one step late).
 func TestMCPTaskCancelDuringPause(t *testing.T) {
-	up, w, s, tr, tool := startTaskWorld(t)
-	id, _ := createTask(t, s, tr, tool, nil)
-	up.waitEntered(t)
-	resume := pauseNode(t, w.A)
-	mcpB := w.B.URL + "/mcp"
+	up, id, resume, mcpB := taskPausedInFirstStep(t)
 	time.Sleep(time.Second)
 	if ack, e := tasksRPC(t, mcpB, agentA1, "tasks/cancel", id, true); e != nil || ack["resultType"] != "complete" {
 		t.Fatalf("tasks/cancel through B while A is paused: %v %v", ack, e)
@@ -448,6 +441,18 @@ func TestMCPTaskCancelDuringPause(t *testing.T) {
 	if p := strings.Join(up.paths(), " "); p != "/one" {
 		t.Errorf("the upstream saw %q; want /one only (the steps not started when the cancel was made do not run)", p)
 	}
+}
+
+// taskPausedInFirstStep is the pause tests' start: a task world, a task
+// created through node A, and A paused (pauseNode) once the plan's first
+// step has reached the upstream. It returns the upstream, the task's id,
+// the func that resumes A, and node B's MCP endpoint.
+func taskPausedInFirstStep(t *testing.T) (*slowUpstream, string, func(), string) {
+	t.Helper()
+	up, w, s, tr, tool := startTaskWorld(t)
+	id, _ := createTask(t, s, tr, tool, nil)
+	up.waitEntered(t)
+	return up, id, pauseNode(t, w.A), w.B.URL + "/mcp"
 }
 
 // pauseNode stops node n (SIGSTOP: a stalled VM, a process descheduled
