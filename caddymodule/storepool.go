@@ -442,6 +442,7 @@ func (p *pooledRedis) check() (up bool) {
 			e.StoreMetrics().SetQuarantine(left)
 			if err == nil {
 				e.RefreshStoreGauges(ctx)
+				e.SyncManifest(ctx)
 			}
 		}
 	}

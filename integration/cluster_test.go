@@ -35,12 +35,13 @@ func TestClusterRedisCluster(t *testing.T) {
 // runClusterSuite runs every shared-state check on two nodes of topo,
 // then the outage (which leaves Redis restarted empty, so it runs last).
 func runClusterSuite(t *testing.T, topo *redisTopology) {
-	w := startClusterWorld(t, topo.block(), clusterOpts{Extra: clusterBudget + "\t\tmcp\n"})
+	w := startClusterWorld(t, topo.block(), clusterOpts{Extra: clusterBudget + "\t\tmcp\n\t\tallow_persistent\n"})
 	t.Run("duplicates across nodes execute once", func(t *testing.T) { clusterDuplicatesOnce(t, w) })
 	t.Run("gate budget shared", func(t *testing.T) { clusterGateBudget(t, w) })
 	t.Run("contract minted on A served on B", func(t *testing.T) { clusterContractAcross(t, w) })
 	t.Run("REVOKE on B refused on A at once", func(t *testing.T) { clusterRevokeAcross(t, w) })
 	t.Run("signature replayed on the other node", func(t *testing.T) { clusterSignatureReplay(t, topo) })
+	t.Run("persistent synthesis in every node's manifest", func(t *testing.T) { clusterManifestAcross(t, w) })
 	if t.Failed() {
 		return
 	}

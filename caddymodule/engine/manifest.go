@@ -19,6 +19,9 @@ import (
 type manifestHolder struct {
 	mu  sync.Mutex // serializes rebuilds
 	cur atomic.Pointer[publishedManifest]
+	// synced is the shared store's version and hash this engine last
+	// rebuilt against (SyncManifest), under mu.
+	synced manifestState
 }
 
 // publishedManifest is one rendering of the manifest.
@@ -26,6 +29,10 @@ type publishedManifest struct {
 	raw        []byte
 	etag       string
 	apiVersion string
+	// version is apiVersion's number, hash the content hash it numbers
+	// (manifestHash).
+	version int
+	hash    string
 }
 
 // APIVersion is the current AGTP-API-Version.
@@ -41,6 +48,17 @@ func (h *Engine) APIVersion() string {
 func (h *Engine) buildManifest() error {
 	h.pub.mu.Lock()
 	defer h.pub.mu.Unlock()
+	return h.renderManifestLocked(nil)
+}
+
+// renderManifestLocked is buildManifest with h.pub.mu held. synced is
+// the shared store's manifest state when another node changed it
+// (SyncManifest), else nil: a rendering whose content is this engine's
+// current one and not the stored one (this node's configuration
+// differs from the node that stored it) then publishes nothing and
+// numbers nothing, so two differing configurations do not take turns
+// bumping the version.
+func (h *Engine) renderManifestLocked(synced *manifestState) error {
 	endpoints := []map[string]any{}
 	for _, e := range h.set.Endpoints {
 		if !e.Internal {
@@ -51,6 +69,10 @@ func (h *Engine) buildManifest() error {
 	// answer, the persistent contracts are left out until the next
 	// rebuild.
 	live, err := h.sto.Contracts.List(context.Background(), "")
+	if err != nil && synced != nil {
+		h.pub.synced = manifestState{} // the next health check tries again
+		return fmt.Errorf("listing the persistent contracts: %w", err)
+	}
 	if err != nil {
 		h.logger.Warn("building the manifest without its persistent contracts: the store did not answer", zap.Error(err))
 	}
@@ -132,7 +154,11 @@ func (h *Engine) buildManifest() error {
 		return err
 	}
 	m["server"] = server
-	ver, err := h.apiVersionFor(manifestHash(stable))
+	hash := manifestHash(stable)
+	if prev := h.pub.cur.Load(); synced != nil && prev != nil && prev.hash == hash && hash != synced.Hash {
+		return nil
+	}
+	ver, err := h.apiVersionFor(hash)
 	if err != nil {
 		return fmt.Errorf("AGTP-API-Version: %v", err)
 	}
@@ -143,7 +169,7 @@ func (h *Engine) buildManifest() error {
 		return err
 	}
 	sum := sha256.Sum256(stable)
-	h.pub.cur.Store(&publishedManifest{raw: raw, etag: `"` + hex.EncodeToString(sum[:8]) + `"`, apiVersion: apiVer})
+	h.pub.cur.Store(&publishedManifest{raw: raw, etag: `"` + hex.EncodeToString(sum[:8]) + `"`, apiVersion: apiVer, version: ver, hash: hash})
 	return nil
 }
 

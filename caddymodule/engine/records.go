@@ -45,8 +45,10 @@ type recordState struct {
 	// target=negotiations (negrecords.go).
 	negs       negRing
 	apiVersion int
-	stop       chan struct{}
-	done       chan struct{}
+	// apiHash is the content hash apiVersion numbered.
+	apiHash string
+	stop    chan struct{}
+	done    chan struct{}
 	// logger is open's, for the last flush at close (flushChains).
 	logger *zap.Logger
 }
@@ -347,23 +349,96 @@ func (rs *recordState) close() {
 	rs.closeLocked()
 }
 
+// manifestStatePath is where AGTP-API-Version is stored under dir (""
+// when dir is: records_dir off).
+func manifestStatePath(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	return filepath.Join(dir, "manifest-version.json")
+}
+
+// readManifestState reads the stored AGTP-API-Version at path (the zero
+// state when path is "" or the file does not exist).
+func readManifestState(path string) (st manifestState, err error) {
+	if path == "" {
+		return st, nil
+	}
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return st, fmt.Errorf("%s: %v", path, err)
+	}
+	return st, nil
+}
+
+// servedLocked is the AGTP-API-Version this name last served and the
+// content hash it numbered: the stored one, or the in-memory one when
+// higher (a failed write). rs.mu is held.
+func (rs *recordState) servedLocked() (st manifestState, path string, err error) {
+	path = manifestStatePath(rs.dir)
+	if st, err = readManifestState(path); err != nil {
+		return st, path, err
+	}
+	if st.Version < rs.apiVersion {
+		st = manifestState{Version: rs.apiVersion, Hash: rs.apiHash}
+	}
+	return st, path, nil
+}
+
+// servedAPIVersion is servedLocked under rs.mu: the floor a shared
+// store numbers this node's next manifest from (store.ManifestVersions).
+func (rs *recordState) servedAPIVersion() (manifestState, error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	st, _, err := rs.servedLocked()
+	return st, err
+}
+
+// errVersionOvertaken is adoptAPIVersion's refusal of a version at or
+// below one this name served for another manifest since the floor was
+// read (two configurations of one name rebuilding at once, a reload's
+// overlap): the caller numbers the manifest itself.
+var errVersionOvertaken = errors.New("a later AGTP-API-Version was served here meanwhile")
+
+// adoptAPIVersion persists v, the version a shared store gave a
+// manifest with content hash hash, as bumpAPIVersion persists its own:
+// it never goes back (errVersionOvertaken, 0), and a failed write
+// still returns v, with the error.
+func (rs *recordState) adoptAPIVersion(v int, hash string) (int, error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	st, path, err := rs.servedLocked()
+	if err != nil {
+		return 0, err
+	}
+	if v < st.Version || (v == st.Version && hash != st.Hash) {
+		return 0, errVersionOvertaken
+	}
+	rs.apiVersion, rs.apiHash = v, hash
+	if path != "" && st != (manifestState{Version: v, Hash: hash}) {
+		raw, _ := json.Marshal(manifestState{Version: v, Hash: hash})
+		if err := records.WriteFileAtomic(path, raw); err != nil {
+			return v, err
+		}
+	}
+	return v, nil
+}
+
 // nextAPIVersion computes AGTP-API-Version for a manifest with the given
 // hash: the stored (or, when higher, the in-memory) version, plus one
 // when the stored hash differs. It also returns the state to store and
 // whether it differs from what is stored in dir ("": nothing stored).
 // rs.mu is held.
 func (rs *recordState) nextAPIVersion(dir, manifestHash string) (st manifestState, changed bool, path string, err error) {
-	if dir != "" {
-		path = filepath.Join(dir, "manifest-version.json")
-	}
-	if path != "" {
-		if raw, err := os.ReadFile(path); err == nil {
-			if err := json.Unmarshal(raw, &st); err != nil {
-				return st, false, path, fmt.Errorf("%s: %v", path, err)
-			}
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return st, false, path, err
-		}
+	path = manifestStatePath(dir)
+	if st, err = readManifestState(path); err != nil {
+		return st, false, path, err
 	}
 	if st.Version < rs.apiVersion {
 		st.Version = rs.apiVersion
@@ -402,7 +477,7 @@ func (rs *recordState) bumpAPIVersion(manifestHash string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	rs.apiVersion = st.Version
+	rs.apiVersion, rs.apiHash = st.Version, st.Hash
 	if changed && path != "" {
 		raw, _ := json.Marshal(st)
 		if err := records.WriteFileAtomic(path, raw); err != nil {
@@ -455,6 +530,9 @@ func (h *Engine) Activate() {
 func (h *Engine) apiVersionFor(manifestHash string) (int, error) {
 	if h.act == nil || !h.act.persist.Load() {
 		return h.st.records.peekAPIVersion(h.recDir, manifestHash)
+	}
+	if ver, ok := h.sharedAPIVersion(manifestHash); ok {
+		return ver, nil
 	}
 	ver, err := h.st.records.bumpAPIVersion(manifestHash)
 	if err != nil && ver > 0 {

@@ -367,6 +367,29 @@ type SealKeys interface {
 	SealKey(ctx context.Context) ([]byte, error)
 }
 
+// ManifestVersions is the AGTP-API-Version a shared store keeps for
+// every node of it (store.Set.Manifest): spec §4 and §15.4 want it
+// monotonically increasing and never reused for another manifest, and
+// behind one load balancer the nodes are one server. A node numbers each
+// manifest it builds through Version; it learns that another node
+// changed the shared part of the manifest (a persistent synthesis
+// joined or left it, spec §14.2) from Current (docs/cluster.md "The
+// manifest and its version").
+type ManifestVersions interface {
+	// Version returns the version of a manifest whose content hash is
+	// hash, on a node that last served version floor for a manifest of
+	// content hash floorHash (0 and "" for none): the stored version
+	// when the stored manifest is this one and its version is not below
+	// the node's; the node's own when it numbers this very manifest and
+	// is above the stored one; else one more than the higher of the two.
+	// The result is stored with hash, in one atomic step, and is never
+	// below floor. Errors wrap ErrUnavailable.
+	Version(ctx context.Context, hash string, floor int, floorHash string) (int, error)
+	// Current returns the stored version and content hash (0 and ""
+	// when none is stored). Errors wrap ErrUnavailable.
+	Current(ctx context.Context) (int, string, error)
+}
+
 // PresentRequest is a request presenting a contract (RCNS §10 step 7).
 type PresentRequest struct {
 	// Presenter is the presenting Agent-ID.
@@ -532,6 +555,10 @@ type Set struct {
 	// that a retry is accepted by any node and after a restart. Nil for
 	// the memory store: each process then keeps its own key.
 	Seal SealKeys
+	// Manifest is the gateway's shared AGTP-API-Version. Nil for the
+	// memory store: each process then numbers its own manifests
+	// (records_dir/manifest-version.json).
+	Manifest ManifestVersions
 	// FoldsGate reports that Presenter.ResolvePair may keep
 	// PairRequest.Attempt and mint PairRequest.Mint in its one round
 	// trip (the Redis store; in Cluster mode it mints but leaves the
@@ -659,11 +686,15 @@ const (
 	OpCount   Op = "count"
 	OpNodeID  Op = "node_id"
 	OpSealKey Op = "seal_key"
+	// OpManifest is a read or write of the shared AGTP-API-Version
+	// (ManifestVersions): when a node rebuilds its manifest, and its
+	// health check's read, every interval.
+	OpManifest Op = "manifest"
 )
 
 // Ops lists every Op, for registering metric label values.
 var Ops = []Op{OpClaim, OpComplete, OpAbandon, OpRenew, OpSettle, OpRateLimit, OpContractMint, OpContractLookup,
-	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpTask, OpPing, OpCount, OpNodeID, OpSealKey}
+	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpTask, OpPing, OpCount, OpNodeID, OpSealKey, OpManifest}
 
 // Observer is told about every round trip a store makes: the operation,
 // its latency, and its error (nil, or one wrapping ErrUnavailable). The

@@ -637,6 +637,7 @@ func (c *Client) Set(l store.Limits, rs *recipes.Restorer) (store.Set, error) {
 		Records:       records{c: c, retention: l.RecordRetention},
 		Tasks:         tasks{c},
 		Seal:          sealKeys{c},
+		Manifest:      manifestVersions{c},
 		FoldsGate:     true,
 		LeavesAttempt: c.cluster, // P{g}:att is another slot than the agent's
 		Close:         contracts.close,

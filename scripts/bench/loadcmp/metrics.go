@@ -32,7 +32,7 @@ type engineTimes struct {
 // renewal, and the node's own housekeeping.
 var offAnswerPathOps = map[string]bool{
 	"record": true, "idempotency_complete": true, "idempotency_abandon": true,
-	"idempotency_renew": true, "ping": true, "count": true, "node_id": true, "seal_key": true,
+	"idempotency_renew": true, "ping": true, "count": true, "node_id": true, "seal_key": true, "manifest": true,
 }
 
 // scrapeEngine reads engineTimes from the Prometheus text at url.

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// manifestStoreTimeout bounds a rebuild's round trip to number the
+// manifest on a shared store (store.ManifestVersions.Version): past it
+// the node numbers the manifest itself.
+const manifestStoreTimeout = 2 * time.Second
+
+// sharedAPIVersion numbers the manifest with content hash hash through
+// the shared store, so every node serving one manifest serves it under
+// one AGTP-API-Version that never decreases or is reused (spec §4,
+// §15.4; docs/cluster.md "The manifest and its version"), and persists
+// the number as this node's own. It reports false when there is no
+// shared store, or it did not answer (logged): the caller then numbers
+// the manifest itself, from this node's own records, as without one.
+func (h *Engine) sharedAPIVersion(hash string) (int, bool) {
+	m := h.sto.Manifest
+	if m == nil {
+		return 0, false
+	}
+	rs := h.st.records
+	served, err := rs.servedAPIVersion()
+	if err != nil {
+		return 0, false // the local bump reports the same error
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), manifestStoreTimeout)
+	defer cancel()
+	v, err := m.Version(ctx, hash, served.Version, served.Hash)
+	if err != nil {
+		h.logger.Warn("numbering the manifest without the store, which did not answer: this node's AGTP-API-Version may differ from the other nodes' until the manifest next changes",
+			zap.Error(err))
+		return 0, false
+	}
+	ver, err := rs.adoptAPIVersion(v, hash)
+	switch {
+	case ver == 0:
+		h.logger.Warn("numbering the manifest locally", zap.Int("store_version", v), zap.Error(err))
+		return 0, false
+	case err != nil:
+		h.logger.Error("storing AGTP-API-Version failed; serving the computed version", zap.Int("version", ver), zap.Error(err))
+	}
+	return ver, true
+}
+
+// SyncManifest rebuilds the manifest when another node sharing the
+// store changed it: a persistent synthesis granted, revoked or ended
+// there (spec §14.2) is in this node's manifest, under the same
+// AGTP-API-Version, from this call on. The host calls it after each
+// successful health check of a shared store (every 5 s); one round trip
+// (op manifest), and the rebuild's own when the stored version moved.
+// A no-op for the memory store and before the engine serves.
+func (h *Engine) SyncManifest(ctx context.Context) {
+	m := h.sto.Manifest
+	if m == nil || h.act == nil || !h.act.persist.Load() {
+		return
+	}
+	v, hash, err := m.Current(ctx)
+	if err != nil || v == 0 {
+		return // the next check reads it again
+	}
+	if pm := h.pub.cur.Load(); pm != nil && pm.hash == hash && pm.version >= v {
+		return
+	}
+	h.pub.mu.Lock()
+	defer h.pub.mu.Unlock()
+	stored := manifestState{Version: v, Hash: hash}
+	if h.pub.synced == stored {
+		return // rebuilt against it already; this node's manifest differs
+	}
+	h.pub.synced = stored
+	if err := h.renderManifestLocked(&stored); err != nil {
+		h.logger.Error("rebuilding the manifest another node changed", zap.Error(err))
+	}
+}
