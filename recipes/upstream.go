@@ -94,19 +94,50 @@ func CheckUpstreamName(name string) error {
 // http:// to a loopback host, or http:// with InsecureHTTP) and the
 // timeout against MinCallTimeout and MaxCallTimeout, and builds the
 // upstream's client. Errors name the upstream and the rule broken.
+// shownURL is raw as an error message shows it: with its user info, if
+// any, replaced by "xxxxx", so that a password written into an upstream's
+// URL reaches neither the log nor the admin API's answer.
+func shownURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		switch {
+		case u.User != nil:
+			u.User = url.User("xxxxx")
+			return u.String()
+		case u.Host != "":
+			return raw // an @ after the host is not user info
+		}
+	}
+	// Unparsed, or parsed without a host ("svc:pass@host" reads as an
+	// opaque URL): anything before an @ may be a credential.
+	at := strings.LastIndex(raw, "@")
+	if at < 0 {
+		return raw
+	}
+	if s := strings.Index(raw, "://"); s >= 0 && s < at {
+		return raw[:s+3] + "xxxxx" + raw[at:]
+	}
+	return "xxxxx" + raw[at:]
+}
+
 func NewUpstream(name, baseURL string, opts UpstreamOptions) (*Upstream, error) {
 	if err := CheckUpstreamName(name); err != nil {
 		return nil, err
 	}
 	u, err := url.Parse(baseURL)
 	if err != nil {
-		return nil, fmt.Errorf("upstream %q: invalid base URL %q: %v", name, baseURL, err)
+		if ue, ok := err.(*url.Error); ok {
+			err = ue.Err // without the URL, which is shown redacted
+		}
+		return nil, fmt.Errorf("upstream %q: invalid base URL %q: %v", name, shownURL(baseURL), err)
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("upstream %q: base URL %q has no host", name, baseURL)
+		return nil, fmt.Errorf("upstream %q: base URL %q has no host", name, shownURL(baseURL))
 	}
-	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, fmt.Errorf("upstream %q: base URL %q must not carry a query, fragment or user info", name, baseURL)
+	if u.User != nil {
+		return nil, fmt.Errorf("upstream %q: base URL %q must not carry user info: give the upstream its credential with the endpoint's headers or a credentials policy (docs/operator-guide.md \"What the legacy API sees\")", name, shownURL(baseURL))
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("upstream %q: base URL %q must not carry a query or fragment", name, baseURL)
 	}
 	insecure := false
 	switch u.Scheme {

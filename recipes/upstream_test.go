@@ -41,6 +41,23 @@ func TestNewUpstreamSchemeRule(t *testing.T) {
 	}
 }
 
+// TestNewUpstreamHidesUserInfo: a base URL carrying user info is
+// refused without showing it (the message reaches Caddy's log and the
+// admin API's answer), whether or not the URL parses (helper-130).
+func TestNewUpstreamHidesUserInfo(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"http://svc:S3cretPassw0rd@127.0.0.1:8080", `base URL "http://xxxxx@127.0.0.1:8080" must not carry user info`},
+		{"https://S3cretToken@api.example.com/v1", `base URL "https://xxxxx@api.example.com/v1" must not carry user info`},
+		{"http://svc:S3cretPassw0rd@[::1", `invalid base URL "http://xxxxx@[::1"`},
+		{"svc:S3cretPassw0rd@127.0.0.1", `base URL "xxxxx@127.0.0.1"`},
+	} {
+		_, err := NewUpstream("u", tc.url, UpstreamOptions{})
+		if err == nil || strings.Contains(err.Error(), "S3cret") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewUpstream(%q) err = %v, want one containing %s and no secret", tc.url, err, tc.want)
+		}
+	}
+}
+
 // TestUpstreamRequestURL: the base path joins the escaped endpoint path
 // once (no double slash, escapes kept), the query follows.
 func TestUpstreamRequestURL(t *testing.T) {
