@@ -202,7 +202,7 @@ func (d *Door) runAsTask(ctx context.Context, rq *mcpRequest, t *mcpTool, req *m
 	case <-timer.C:
 	}
 	now := time.Now().UTC()
-	rec := store.Task{ID: newTaskID(), AgentID: rq.agent.ID, OwnerID: rq.person(), NodeID: d.e.NodeID(), Tool: t.name, Status: TaskWorking,
+	rec := store.Task{ID: newTaskID(), AgentID: rq.agent.ID, OwnerID: rq.person(), NodeID: d.e.NodeID(), Tool: t.name, Keyed: keyed, Status: TaskWorking,
 		StatusMessage: "the recipe is running", CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(TaskLease)}
 	tasks := d.e.Tasks()
 	if err := tasks.Put(context.WithoutCancel(ctx), rec, TaskTTL); err != nil {
@@ -709,7 +709,12 @@ func taskEnvelope(rec store.Task) map[string]any {
 func detailedTask(rec store.Task, now time.Time) map[string]any {
 	if rec.Status == TaskWorking && !rec.LeaseUntil.IsZero() && now.After(rec.LeaseUntil) {
 		rec.Status = TaskFailed
-		rec.StatusMessage = "the gateway node running this task (" + rec.NodeID + ") stopped renewing it: its outcome is unknown. A repeat of the call with the same Idempotency-Key tells once the key's lease, which covers the call's whole run, has ended: until then it answers idempotency-key-in-flight with Retry-After"
+		rec.StatusMessage = "the gateway node running this task (" + rec.NodeID + ") stopped renewing it: its outcome is unknown. "
+		if rec.Keyed {
+			rec.StatusMessage += "A repeat of the call with the same Idempotency-Key tells once the key's lease, which covers the call's whole run, has ended: until then it answers idempotency-key-in-flight with Retry-After"
+		} else {
+			rec.StatusMessage += "The call carried no Idempotency-Key, so a repeat would run it again: check its effect (INSPECT target=audit for this agent's records, or the service itself) before calling again"
+		}
 		rec.Error, _ = json.Marshal(map[string]any{"code": codeInternal, "message": "task-lease-expired: " + rec.StatusMessage})
 	}
 	out := taskEnvelope(rec)

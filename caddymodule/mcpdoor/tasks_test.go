@@ -119,7 +119,9 @@ func TestTasksMethods(t *testing.T) {
 	live := store.Task{ID: "live", AgentID: agent.ID, NodeID: "n1", Status: TaskWorking, CreatedAt: now, UpdatedAt: now, LeaseUntil: now.Add(time.Minute)}
 	dead := live
 	dead.ID, dead.LeaseUntil = "dead", now.Add(-time.Second)
-	for _, rec := range []store.Task{live, dead} {
+	deadKeyed := dead
+	deadKeyed.ID, deadKeyed.Keyed = "dead-keyed", true
+	for _, rec := range []store.Task{live, dead, deadKeyed} {
 		if err := e.Tasks().Put(context.Background(), rec, time.Hour); err != nil {
 			t.Fatal(err)
 		}
@@ -172,9 +174,17 @@ func TestTasksMethods(t *testing.T) {
 	if rpcErr != nil || res["status"] != TaskWorking || res["resultType"] != "complete" || res["taskId"] != "live" || res["ttlMs"] != float64(TaskTTL.Milliseconds()) {
 		t.Errorf("tasks/get live: %v %v", res, rpcErr)
 	}
-	_, res, _ = tasksCall(t, d, agent, "tasks/get", "dead", true)
-	if res["status"] != TaskFailed || !strings.Contains(mustMarshal(t, res["error"]), "task-lease-expired") {
-		t.Errorf("a task whose lease passed reads %v, want failed task-lease-expired", res)
+	// What a repeat does depends on the call's key: without one it runs
+	// again (helper-130: the message told to repeat under the key).
+	for id, want := range map[string]string{
+		"dead":       "carried no Idempotency-Key, so a repeat would run it again",
+		"dead-keyed": "A repeat of the call with the same Idempotency-Key tells once the key's lease",
+	} {
+		_, res, _ = tasksCall(t, d, agent, "tasks/get", id, true)
+		if res["status"] != TaskFailed || !strings.Contains(mustMarshal(t, res["error"]), "task-lease-expired") ||
+			!strings.Contains(fmt.Sprint(res["statusMessage"]), want) || strings.Contains(fmt.Sprint(res["statusMessage"]), "Idempotency-Key tells") != (id == "dead-keyed") {
+			t.Errorf("a task (%s) whose lease passed reads %v, want failed task-lease-expired saying %q", id, res, want)
+		}
 	}
 	_, ack, rpcErr := tasksCall(t, d, agent, "tasks/cancel", "live", true)
 	if rpcErr != nil || len(ack) != 1 || ack["resultType"] != "complete" {

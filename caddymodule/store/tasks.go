@@ -35,6 +35,10 @@ type Task struct {
 	NodeID string `json:"node_id"`
 	// Tool is the called tool's name.
 	Tool string `json:"tool"`
+	// Keyed reports that the call carried an Idempotency-Key: a repeat
+	// of it under that key runs nothing again (what a reader tells of a
+	// task whose node stopped).
+	Keyed bool `json:"keyed,omitempty"`
 	// Status is working (TaskStatusWorking), completed, failed or
 	// cancelled (the extension's names).
 	Status string `json:"status"`
