@@ -162,6 +162,15 @@ func TestVerifyLogNeedsLogs(t *testing.T) {
 			t.Errorf("verify-log %s said %q, want the counts", dir, out.String())
 		}
 	}
+	// An emptied log is not reported intact (helper-130).
+	logs, _ := filepath.Glob(filepath.Join(recDir, "negotiations", "*.jsonl"))
+	if len(logs) != 1 || os.Truncate(logs[0], 0) != nil {
+		t.Fatalf("cannot empty the log: %v", logs)
+	}
+	var out bytes.Buffer
+	if err := verifyLog(&out, recDir); err != nil || !strings.Contains(out.String(), "1 files hold no records: nothing to verify") || strings.Contains(out.String(), "intact") {
+		t.Errorf("verify-log of an emptied log: %v %q, want nothing to verify", err, out.String())
+	}
 }
 
 // In one process: a reload (same handler name) keeps records_dir; a
