@@ -441,7 +441,9 @@ func (rs *recordState) nextAPIVersion(dir, manifestHash string) (st manifestStat
 		return st, false, path, err
 	}
 	if st.Version < rs.apiVersion {
-		st.Version = rs.apiVersion
+		// A write that failed: the version served, and the manifest it
+		// numbered, are the in-memory ones.
+		st.Version, st.Hash = rs.apiVersion, rs.apiHash
 		changed = true
 	}
 	if st.Hash != manifestHash || st.Version == 0 {

@@ -209,3 +209,34 @@ func TestPanicInFlushKeepsFlushing(t *testing.T) {
 		t.Fatalf("%d failed-flush lines, want 1 (the panic counts as a failed flush)", n)
 	}
 }
+
+// TestAPIVersionAfterFailedWrite: after a write of manifest-version.json
+// failed, the version served is the in-memory one, and it numbered the
+// manifest served with it, not the one the file names: the next
+// manifest, even one equal to the file's, gets a new version rather than
+// that number again (spec §15.4: never reused), and a shared store
+// numbers from the same floor.
+func TestAPIVersionAfterFailedWrite(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "manifest-version.json"), []byte(`{"version":5,"hash":"A"}`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	rs := &recordState{name: "t", dir: dir}
+	rs.apiVersion, rs.apiHash = 6, "B" // served 6 for B; its write failed
+	if st, err := rs.servedAPIVersion(); err != nil || st != (manifestState{Version: 6, Hash: "B"}) {
+		t.Fatalf("served = %+v, %v; want 6 for B", st, err)
+	}
+	if v, err := rs.bumpAPIVersion("A"); err != nil || v != 7 {
+		t.Fatalf("the file's manifest A after 6 was served for B: version %d, %v; want 7", v, err)
+	}
+	if v, err := rs.adoptAPIVersion(7, "C"); err != errVersionOvertaken || v != 0 {
+		t.Fatalf("adopting 7 for C after 7 was served for A: %d, %v; want refused", v, err)
+	}
+	if v, err := rs.adoptAPIVersion(9, "C"); err != nil || v != 9 {
+		t.Fatalf("adopting 9 for C: %d, %v", v, err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "manifest-version.json"))
+	if string(raw) != `{"version":9,"hash":"C"}` {
+		t.Fatalf("stored %s, want version 9 for C", raw)
+	}
+}
