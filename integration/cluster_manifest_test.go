@@ -19,61 +19,88 @@ var agentPersist = agentID("rcns-it-cluster-persist")
 // listed the endpoint, and A kept the revoked one (helper-130).
 func clusterManifestAcross(t *testing.T, w *clusterWorld) {
 	last := make([]int, len(w.Nodes))
-	// await polls every node's manifest until each lists BOOK /room as
-	// a Tier C endpoint (or none does, listed false) under one version
-	// and one ETag, and returns the version.
-	await := func(listed bool) int {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			same, versions := true, make([]int, len(w.Nodes))
-			var etag0 string
-			for i, g := range w.Nodes {
-				r := g.Do(t, "DISCOVER", "/", nil, nil)
-				wantStatus(t, r, 200)
-				v, err := strconv.Atoi(r.Header.Get("AGTP-API-Version"))
-				if err != nil {
-					t.Fatalf("node %d: AGTP-API-Version %q", i, r.Header.Get("AGTP-API-Version"))
-				}
-				if v < last[i] {
-					t.Fatalf("node %d: AGTP-API-Version went down, %d → %d", i, last[i], v)
-				}
-				last[i], versions[i] = v, v
-				has := false
-				for _, e := range r.Object(t)["endpoints"].([]any) {
-					if str(e, "method") == "BOOK" && str(e, "path") == "/room" && str(e, "tier") == "C" {
-						has = true
-					}
-				}
-				if i == 0 {
-					etag0 = r.Header.Get("ETag")
-				}
-				same = same && has == listed && v == versions[0] && r.Header.Get("ETag") == etag0
-			}
-			if same {
-				return versions[0]
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after 20 s the nodes' manifests still differ (BOOK /room listed: want %v): versions %v", listed, versions)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
-	}
-	v0 := await(false)
-	body := proposeBook()
-	body["parameters"].(map[string]any)["persistent"] = true
-	r := w.A.Do(t, "PROPOSE", "/", hdr(agentPersist, scopeAll), body)
-	wantStatus(t, r, 263)
-	if r.Object(t)["persistent"] != true {
-		t.Fatalf("persistent not granted:\n%s", r)
-	}
-	id := str(r.Object(t), "synthesis_id")
-	v1 := await(true)
+	v0 := manifestsAgree(t, w, false, last)
+	id := proposePersistent(t, w.A)
+	v1 := manifestsAgree(t, w, true, last)
 	if v1 <= v0 {
 		t.Fatalf("AGTP-API-Version %d → %d after a persistent synthesis joined the manifest, want higher", v0, v1)
 	}
 	wantStatus(t, revokeContract(t, w.B, agentPersist, scopeAll, id), 200)
-	if v2 := await(false); v2 <= v1 {
+	if v2 := manifestsAgree(t, w, false, last); v2 <= v1 {
 		t.Fatalf("AGTP-API-Version %d → %d after the persistent contract was revoked, want higher", v1, v2)
+	}
+}
+
+// TestClusterManifestRedisRestarted: a Redis restarted empty has lost
+// the persistent contracts and the manifest's version: every node
+// leaves the lost contract out of its manifest within a few health
+// checks, under one version above the one it served (helper-131 L2:
+// the nodes kept advertising it while BOOK /room answered 404).
+func TestClusterManifestRedisRestarted(t *testing.T) {
+	_, topo := startSingleRedis(t)
+	w := startClusterWorld(t, topo.block(), clusterOpts{Extra: "\t\tallow_persistent\n"})
+	last := make([]int, len(w.Nodes))
+	proposePersistent(t, w.A)
+	v1 := manifestsAgree(t, w, true, last)
+	topo.kill(t)
+	topo.restart(t)
+	if v2 := manifestsAgree(t, w, false, last); v2 <= v1 {
+		t.Fatalf("AGTP-API-Version %d → %d after the store lost the persistent contract, want higher", v1, v2)
+	}
+}
+
+// proposePersistent grants agentPersist a persistent synthesis of BOOK
+// /room on g and returns its synthesis_id.
+func proposePersistent(t *testing.T, g *Gateway) string {
+	t.Helper()
+	body := proposeBook()
+	body["parameters"].(map[string]any)["persistent"] = true
+	r := g.Do(t, "PROPOSE", "/", hdr(agentPersist, scopeAll), body)
+	wantStatus(t, r, 263)
+	if r.Object(t)["persistent"] != true {
+		t.Fatalf("persistent not granted:\n%s", r)
+	}
+	return str(r.Object(t), "synthesis_id")
+}
+
+// manifestsAgree polls every node's manifest until each lists BOOK
+// /room as a Tier C endpoint (or none does, listed false) under one
+// AGTP-API-Version and one ETag, within 20 s, and returns the version;
+// last holds each node's last version seen, which must never go down.
+func manifestsAgree(t *testing.T, w *clusterWorld, listed bool, last []int) int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		same, versions := true, make([]int, len(w.Nodes))
+		var etag0 string
+		for i, g := range w.Nodes {
+			r := g.Do(t, "DISCOVER", "/", nil, nil)
+			wantStatus(t, r, 200)
+			v, err := strconv.Atoi(r.Header.Get("AGTP-API-Version"))
+			if err != nil {
+				t.Fatalf("node %d: AGTP-API-Version %q", i, r.Header.Get("AGTP-API-Version"))
+			}
+			if v < last[i] {
+				t.Fatalf("node %d: AGTP-API-Version went down, %d → %d", i, last[i], v)
+			}
+			last[i], versions[i] = v, v
+			has := false
+			for _, e := range r.Object(t)["endpoints"].([]any) {
+				if str(e, "method") == "BOOK" && str(e, "path") == "/room" && str(e, "tier") == "C" {
+					has = true
+				}
+			}
+			if i == 0 {
+				etag0 = r.Header.Get("ETag")
+			}
+			same = same && has == listed && v == versions[0] && r.Header.Get("ETag") == etag0
+		}
+		if same {
+			return versions[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20 s the nodes' manifests still differ (BOOK /room listed: want %v): versions %v", listed, versions)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }

@@ -22,6 +22,10 @@ type manifestHolder struct {
 	// synced is the shared store's version and hash this engine last
 	// rebuilt against (SyncManifest), under mu.
 	synced manifestState
+	// stale reports, under mu, that the manifest published was built or
+	// numbered while the shared store did not answer: SyncManifest
+	// builds it again once the store answers.
+	stale bool
 }
 
 // publishedManifest is one rendering of the manifest.
@@ -68,12 +72,22 @@ func (h *Engine) renderManifestLocked(synced *manifestState) error {
 	// The manifest is served without the store: when it does not
 	// answer, the persistent contracts are left out until the next
 	// rebuild.
+	shared := h.sto.Manifest != nil
+	h.pub.stale = false
 	live, err := h.sto.Contracts.List(context.Background(), "")
-	if err != nil && synced != nil {
+	switch {
+	case err != nil && synced != nil:
 		h.pub.synced = manifestState{} // the next health check tries again
 		return fmt.Errorf("listing the persistent contracts: %w", err)
-	}
-	if err != nil {
+	case err != nil && shared && h.pub.cur.Load() != nil:
+		// Keep the manifest served, whose persistent contracts were
+		// read, rather than one without any: the next health check
+		// that finds the store answering builds it again.
+		h.pub.stale = true
+		h.logger.Warn("the manifest was not rebuilt: the store did not answer; it is rebuilt once the store answers (the health check, every 5 s)", zap.Error(err))
+		return nil
+	case err != nil:
+		h.pub.stale = shared
 		h.logger.Warn("building the manifest without its persistent contracts: the store did not answer", zap.Error(err))
 	}
 	for _, c := range live {

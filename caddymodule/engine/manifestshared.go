@@ -33,7 +33,8 @@ func (h *Engine) sharedAPIVersion(hash string) (int, bool) {
 	defer cancel()
 	v, err := m.Version(ctx, hash, served.Version, served.Hash)
 	if err != nil {
-		h.logger.Warn("numbering the manifest without the store, which did not answer: this node's AGTP-API-Version may differ from the other nodes' until the manifest next changes",
+		h.pub.stale = true // numbered again once the store answers
+		h.logger.Warn("numbering the manifest without the store, which did not answer: this node's AGTP-API-Version may differ from the other nodes' until the store answers again",
 			zap.Error(err))
 		return 0, false
 	}
@@ -51,24 +52,34 @@ func (h *Engine) sharedAPIVersion(hash string) (int, bool) {
 // SyncManifest rebuilds the manifest when another node sharing the
 // store changed it: a persistent synthesis granted, revoked or ended
 // there (spec §14.2) is in this node's manifest, under the same
-// AGTP-API-Version, from this call on. The host calls it after each
-// successful health check of a shared store (every 5 s); one round trip
-// (op manifest), and the rebuild's own when the stored version moved.
-// A no-op for the memory store and before the engine serves.
+// AGTP-API-Version, from this call on. It also rebuilds a manifest this
+// node built or numbered while the store did not answer, and one the
+// store has lost the version of (Redis restarted empty: the persistent
+// contracts went with it). The host calls it after each successful
+// health check of a shared store (every 5 s); one round trip (op
+// manifest), and the rebuild's own when there is one. A no-op for the
+// memory store and before the engine serves.
 func (h *Engine) SyncManifest(ctx context.Context) {
 	m := h.sto.Manifest
 	if m == nil || h.act == nil || !h.act.persist.Load() {
 		return
 	}
 	v, hash, err := m.Current(ctx)
-	if err != nil || v == 0 {
+	if err != nil {
 		return // the next check reads it again
+	}
+	h.pub.mu.Lock()
+	defer h.pub.mu.Unlock()
+	if h.pub.stale || v == 0 {
+		h.pub.synced = manifestState{}
+		if err := h.renderManifestLocked(nil); err != nil {
+			h.logger.Error("rebuilding the manifest once the store answered", zap.Error(err))
+		}
+		return
 	}
 	if pm := h.pub.cur.Load(); pm != nil && pm.hash == hash && pm.version >= v {
 		return
 	}
-	h.pub.mu.Lock()
-	defer h.pub.mu.Unlock()
 	stored := manifestState{Version: v, Hash: hash}
 	if h.pub.synced == stored {
 		return // rebuilt against it already; this node's manifest differs

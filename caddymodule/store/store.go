@@ -378,15 +378,17 @@ type SealKeys interface {
 type ManifestVersions interface {
 	// Version returns the version of a manifest whose content hash is
 	// hash, on a node that last served version floor for a manifest of
-	// content hash floorHash (0 and "" for none): the stored version
-	// when the stored manifest is this one and its version is not below
-	// the node's; the node's own when it numbers this very manifest and
-	// is above the stored one; else one more than the higher of the two.
-	// The result is stored with hash, in one atomic step, and is never
-	// below floor. Errors wrap ErrUnavailable.
+	// content hash floorHash (0 and "" for none): the version the store
+	// gave this manifest before, when it is above floor (or equal, for
+	// the manifest floor numbers); else floor itself, when floor numbers
+	// this very manifest and is above every version given; else one
+	// more than the higher of floor and every version given, which
+	// becomes the last version (Current). One atomic step; never below
+	// floor. Errors wrap ErrUnavailable.
 	Version(ctx context.Context, hash string, floor int, floorHash string) (int, error)
-	// Current returns the stored version and content hash (0 and ""
-	// when none is stored). Errors wrap ErrUnavailable.
+	// Current returns the last version given and the content hash it
+	// numbers (0 and "" when none is stored: none given yet, or the
+	// store lost it). Errors wrap ErrUnavailable.
 	Current(ctx context.Context) (int, string, error)
 }
 
