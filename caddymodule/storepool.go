@@ -645,7 +645,7 @@ func newPooledRedis(ctx context.Context, cfg redisstore.Config, required bool, l
 		cancel()
 		if err != nil {
 			if errors.Is(err, store.ErrUnavailable) {
-				return nil, fmt.Errorf("store redis at %s: %s: %v (store_required off starts degraded, answering 503 store-unavailable until it answers)",
+				return nil, fmt.Errorf("store redis at %s: %s: %v (store_required off starts degraded instead: requests that need state answer 503 store-unavailable until Redis answers)",
 					strings.Join(cfg.Addrs, ", "), redisstore.Cause(err), err)
 			}
 			return nil, err

@@ -19,15 +19,21 @@ var agentPersist = agentID("rcns-it-cluster-persist")
 // listed the endpoint, and A kept the revoked one (helper-130).
 func clusterManifestAcross(t *testing.T, w *clusterWorld) {
 	last := make([]int, len(w.Nodes))
-	v0 := manifestsAgree(t, w, false, last)
+	v0, etag0 := manifestsAgree(t, w, false, last)
 	id := proposePersistent(t, w.A)
-	v1 := manifestsAgree(t, w, true, last)
+	v1, _ := manifestsAgree(t, w, true, last)
 	if v1 <= v0 {
 		t.Fatalf("AGTP-API-Version %d → %d after a persistent synthesis joined the manifest, want higher", v0, v1)
 	}
 	wantStatus(t, revokeContract(t, w.B, agentPersist, scopeAll, id), 200)
-	if v2 := manifestsAgree(t, w, false, last); v2 <= v1 {
+	v2, etag2 := manifestsAgree(t, w, false, last)
+	if v2 <= v1 {
 		t.Fatalf("AGTP-API-Version %d → %d after the persistent contract was revoked, want higher", v1, v2)
+	}
+	// The endpoints are v0's again, the document (its document_version)
+	// is not: another ETag (helper-131).
+	if etag2 == etag0 {
+		t.Fatalf("versions %d and %d share the ETag %s", v0, v2, etag0)
 	}
 }
 
@@ -41,10 +47,10 @@ func TestClusterManifestRedisRestarted(t *testing.T) {
 	w := startClusterWorld(t, topo.block(), clusterOpts{Extra: "\t\tallow_persistent\n"})
 	last := make([]int, len(w.Nodes))
 	proposePersistent(t, w.A)
-	v1 := manifestsAgree(t, w, true, last)
+	v1, _ := manifestsAgree(t, w, true, last)
 	topo.kill(t)
 	topo.restart(t)
-	if v2 := manifestsAgree(t, w, false, last); v2 <= v1 {
+	if v2, _ := manifestsAgree(t, w, false, last); v2 <= v1 {
 		t.Fatalf("AGTP-API-Version %d → %d after the store lost the persistent contract, want higher", v1, v2)
 	}
 }
@@ -65,9 +71,9 @@ func proposePersistent(t *testing.T, g *Gateway) string {
 
 // manifestsAgree polls every node's manifest until each lists BOOK
 // /room as a Tier C endpoint (or none does, listed false) under one
-// AGTP-API-Version and one ETag, within 20 s, and returns the version;
-// last holds each node's last version seen, which must never go down.
-func manifestsAgree(t *testing.T, w *clusterWorld, listed bool, last []int) int {
+// AGTP-API-Version and one ETag, within 20 s, and returns them; last
+// holds each node's last version seen, which must never go down.
+func manifestsAgree(t *testing.T, w *clusterWorld, listed bool, last []int) (int, string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -96,7 +102,7 @@ func manifestsAgree(t *testing.T, w *clusterWorld, listed bool, last []int) int 
 			same = same && has == listed && v == versions[0] && r.Header.Get("ETag") == etag0
 		}
 		if same {
-			return versions[0]
+			return versions[0], etag0
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("after 20 s the nodes' manifests still differ (BOOK /room listed: want %v): versions %v", listed, versions)

@@ -125,10 +125,16 @@ func NewUpstream(name, baseURL string, opts UpstreamOptions) (*Upstream, error) 
 	}
 	u, err := url.Parse(baseURL)
 	if err != nil {
-		if ue, ok := err.(*url.Error); ok {
-			err = ue.Err // without the URL, which is shown redacted
+		if strings.Contains(baseURL, "@") {
+			// The parser's words quote pieces of the URL (`invalid port
+			// ":S3cret" after host` for a password holding a slash):
+			// none of them is shown where a credential may be.
+			return nil, fmt.Errorf("upstream %q: invalid base URL %q: it does not parse (what it holds before the @ is not shown: the base URL must not carry user info)", name, shownURL(baseURL))
 		}
-		return nil, fmt.Errorf("upstream %q: invalid base URL %q: %v", name, shownURL(baseURL), err)
+		if ue, ok := err.(*url.Error); ok {
+			err = ue.Err // without the URL, quoted already
+		}
+		return nil, fmt.Errorf("upstream %q: invalid base URL %q: %v", name, baseURL, err)
 	}
 	if u.Host == "" {
 		return nil, fmt.Errorf("upstream %q: base URL %q has no host", name, shownURL(baseURL))
@@ -136,8 +142,9 @@ func NewUpstream(name, baseURL string, opts UpstreamOptions) (*Upstream, error) 
 	if u.User != nil {
 		return nil, fmt.Errorf("upstream %q: base URL %q must not carry user info: give the upstream its credential with the endpoint's headers or a credentials policy (docs/operator-guide.md \"What the legacy API sees\")", name, shownURL(baseURL))
 	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("upstream %q: base URL %q must not carry a query or fragment", name, baseURL)
+	if u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+		// Not quoted whole: a query may hold a token.
+		return nil, fmt.Errorf("upstream %q: base URL %q must not carry a query or fragment (not shown here); give the upstream its credential with the endpoint's headers or a credentials policy", name, u.Scheme+"://"+u.Host+u.EscapedPath())
 	}
 	insecure := false
 	switch u.Scheme {

@@ -50,6 +50,14 @@ func TestNewUpstreamHidesUserInfo(t *testing.T) {
 		{"https://S3cretToken@api.example.com/v1", `base URL "https://xxxxx@api.example.com/v1" must not carry user info`},
 		{"http://svc:S3cretPassw0rd@[::1", `invalid base URL "http://xxxxx@[::1"`},
 		{"svc:S3cretPassw0rd@127.0.0.1", `base URL "xxxxx@127.0.0.1"`},
+		// The parser's own words quote what precedes a slash, ? or #
+		// in a password (helper-131 M2).
+		{"http://svc:S3cret/Pass@127.0.0.1:8080", `invalid base URL "http://xxxxx@127.0.0.1:8080": it does not parse`},
+		{"http://svc:S3cret?Pass@127.0.0.1:8080", `must not carry user info`},
+		{"http://svc:S3cret#Pass@127.0.0.1:8080", `must not carry user info`},
+		// A token in the query is not shown either (helper-131 L4).
+		{"http://127.0.0.1:8080/api?tok=S3cretQ", `base URL "http://127.0.0.1:8080/api" must not carry a query or fragment (not shown here)`},
+		{"http://127.0.0.1:8080/#S3cretF", `base URL "http://127.0.0.1:8080/" must not carry a query or fragment`},
 	} {
 		_, err := NewUpstream("u", tc.url, UpstreamOptions{})
 		if err == nil || strings.Contains(err.Error(), "S3cret") || !strings.Contains(err.Error(), tc.want) {

@@ -183,7 +183,10 @@ func (h *Engine) renderManifestLocked(synced *manifestState) error {
 		return err
 	}
 	sum := sha256.Sum256(stable)
-	h.pub.cur.Store(&publishedManifest{raw: raw, etag: `"` + hex.EncodeToString(sum[:8]) + `"`, apiVersion: apiVer, version: ver, hash: hash})
+	// The ETag names the bytes served, document_version included: the
+	// content's hash and its version (helper-131: one ETag stood for
+	// manifests of different versions, which differ in that member).
+	h.pub.cur.Store(&publishedManifest{raw: raw, etag: `"` + hex.EncodeToString(sum[:8]) + "-v" + apiVer + `"`, apiVersion: apiVer, version: ver, hash: hash})
 	return nil
 }
 
