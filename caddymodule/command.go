@@ -153,11 +153,11 @@ func verifyLogDir(out io.Writer, dir string) error {
 		node = " of nodes " + strings.Join(st.Nodes, ", ") + " (the node was renamed)"
 	}
 	if st.Records == 0 {
-		// Not "intact": a log emptied or cut to nothing reads the same
-		// as one no request was recorded in.
-		fmt.Fprintf(out, "verify-log: %s: %d files hold no records: nothing to verify (a log emptied or truncated to nothing cannot be told from one no request wrote to; compare with the gateway's request metrics)\n",
+		// Not "intact", and not a success: a gateway creates a log file
+		// with its first record, so a file without one was most likely
+		// emptied or cut to nothing (helper-131: `verify-log || alert`).
+		return fmt.Errorf("verify-log: %s: %d files hold no records: nothing to verify; the gateway creates a log file with its first record, so an empty one was most likely emptied or truncated",
 			logDir, st.Files)
-		return nil
 	}
 	fmt.Fprintf(out, "verify-log: %s: %d chains, %d records%s in %d files: every chain is intact (a removed tail of a chain cannot be detected)\n",
 		logDir, st.Chains, st.Records, node, st.Files)

@@ -168,8 +168,8 @@ func TestVerifyLogNeedsLogs(t *testing.T) {
 		t.Fatalf("cannot empty the log: %v", logs)
 	}
 	var out bytes.Buffer
-	if err := verifyLog(&out, recDir); err != nil || !strings.Contains(out.String(), "1 files hold no records: nothing to verify") || strings.Contains(out.String(), "intact") {
-		t.Errorf("verify-log of an emptied log: %v %q, want nothing to verify", err, out.String())
+	if err := verifyLog(&out, recDir); err == nil || !strings.Contains(err.Error(), "1 files hold no records: nothing to verify") || strings.Contains(out.String(), "intact") {
+		t.Errorf("verify-log of an emptied log: %v %q, want an error saying nothing to verify", err, out.String())
 	}
 }
 
