@@ -18,7 +18,9 @@ const manifestStoreTimeout = 2 * time.Second
 // §15.4; docs/cluster.md "The manifest and its version"), and persists
 // the number as this node's own. It reports false when there is no
 // shared store, or it did not answer (logged): the caller then numbers
-// the manifest itself, from this node's own records, as without one.
+// the manifest itself, from this node's own records, as without one,
+// and the manifest is marked stale, numbered again by the next
+// SyncManifest. h.pub.mu is held (renderManifestLocked).
 func (h *Engine) sharedAPIVersion(hash string) (int, bool) {
 	m := h.sto.Manifest
 	if m == nil {
@@ -41,6 +43,7 @@ func (h *Engine) sharedAPIVersion(hash string) (int, bool) {
 	ver, err := rs.adoptAPIVersion(v, hash)
 	switch {
 	case ver == 0:
+		h.pub.stale = true
 		h.logger.Warn("numbering the manifest locally", zap.Int("store_version", v), zap.Error(err))
 		return 0, false
 	case err != nil:
