@@ -142,7 +142,13 @@ func TestRedisStoreDown(t *testing.T) {
 			wantStoreUnavailable(t, g.do(t, tc.method, tc.target, itemInput, tc.kv...))
 		})
 	}
-	wantStoreUnavailable(t, g.builtin(t, "PROPOSE", proposal("/item/d3")))
+	// PROPOSE's 503 (its negotiation turn is the first store call)
+	// names a negotiation, as every PROPOSE answer does.
+	prop := g.builtin(t, "PROPOSE", proposal("/item/d3"))
+	wantStoreUnavailable(t, prop)
+	if id := prop.hdr("Negotiation-ID"); len(id) != 36 || prop.body["negotiation_id"] != id {
+		t.Fatalf("PROPOSE 503 Negotiation-ID %q, body negotiation_id %v", id, prop.body["negotiation_id"])
+	}
 	wantStoreUnavailable(t, g.builtin(t, "INSPECT", map[string]any{"target": "contract", "synthesis_id": syn.str("synthesis_id")}))
 	wantStoreUnavailable(t, g.endContract(t, "REVOKE", syn.str("synthesis_id")))
 	if n := hits.Load(); n != before {

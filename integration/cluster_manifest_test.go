@@ -110,3 +110,39 @@ func manifestsAgree(t *testing.T, w *clusterWorld, listed bool, last []int) (int
 		time.Sleep(250 * time.Millisecond)
 	}
 }
+
+// clusterNegotiationAcross: a PROPOSE negotiation begun on one node goes
+// on on the others (spec §24 item 97, OP-35): a turn echoing its
+// Negotiation-ID keeps the ID on whichever node it reaches, and its
+// rejected turns count across nodes, so a fourth turn after three
+// rejections is 463 policy-refused on any node and mints nothing
+// (before, each node kept its own negotiations: a turn on another node
+// began a new one under another ID).
+func clusterNegotiationAcross(t *testing.T, w *clusterWorld) {
+	r := proposeCall(t, w.node(0), agentNegotiate, scopeAll, wrappedProposal("BOOK", "/nothing-here"))
+	assert463(t, r, "composition-impossible")
+	neg := r.Header.Get("Negotiation-ID")
+	for turn := 2; turn <= 3; turn++ {
+		r := proposeCall(t, w.node(turn-1), agentNegotiate, scopeAll, wrappedProposal("BOOK", "/nothing-here"), "Negotiation-ID", neg)
+		assert463(t, r, "composition-impossible")
+		if got := r.Header.Get("Negotiation-ID"); got != neg {
+			t.Fatalf("turn %d, on node %d: Negotiation-ID %q, want the echoed %s", turn, (turn-1)%len(w.Nodes), got, neg)
+		}
+	}
+	for i := range w.Nodes {
+		r := proposeCall(t, w.node(i), agentNegotiate, scopeAll, wrappedProposal("BOOK", "/room"), "Negotiation-ID", neg)
+		assert463(t, r, "policy-refused")
+		if got := r.Header.Get("Negotiation-ID"); got != neg {
+			t.Errorf("turn after three rejections, on node %d: Negotiation-ID %q, want %s", i, got, neg)
+		}
+	}
+	if cs := contracts(t, w.A, agentNegotiate); len(cs) != 0 {
+		t.Errorf("a turn after three rejections minted %v", contractIDs(cs))
+	}
+	// Another agent echoing the ID begins a negotiation of its own.
+	r = proposeCall(t, w.node(1), agentA1, scopeAll, wrappedProposal("BOOK", "/nothing-here"), "Negotiation-ID", neg)
+	assert463(t, r, "composition-impossible")
+	if r.Header.Get("Negotiation-ID") == neg {
+		t.Errorf("another agent's turn continued %s", neg)
+	}
+}

@@ -42,6 +42,7 @@ func runClusterSuite(t *testing.T, topo *redisTopology) {
 	t.Run("REVOKE on B refused on A at once", func(t *testing.T) { clusterRevokeAcross(t, w) })
 	t.Run("signature replayed on the other node", func(t *testing.T) { clusterSignatureReplay(t, topo) })
 	t.Run("persistent synthesis in every node's manifest", func(t *testing.T) { clusterManifestAcross(t, w) })
+	t.Run("PROPOSE negotiation continued on the other node", func(t *testing.T) { clusterNegotiationAcross(t, w) })
 	if t.Failed() {
 		return
 	}

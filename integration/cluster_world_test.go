@@ -157,6 +157,9 @@ var (
 	// agentRepeat repeats a key while its request runs
 	// (livenessRepeatHere).
 	agentRepeat = agentID("rcns-it-cluster-repeat")
+	// agentNegotiate's PROPOSE turns go from node to node
+	// (clusterNegotiationAcross).
+	agentNegotiate = agentID("rcns-it-cluster-negotiate")
 )
 
 // clusterAgents writes the cluster tests' agent documents (keys, for
@@ -164,7 +167,7 @@ var (
 func clusterAgents(t testing.TB, keys map[string]*idvKey) string {
 	t.Helper()
 	docs := []idvAgentDoc{idvDemo("rcns-demo-agent"), idvDemo("rcns-demo-noscope"), idvDemo("rcns-demo-tier3"), idvDemo("rcns-demo-operator")}
-	for _, n := range []string{"rcns-it-cluster-budget", "rcns-it-cluster-recover", "rcns-it-cluster-revoke", "rcns-it-cluster-coalesce", "rcns-it-cluster-killed", "rcns-it-cluster-repeat", "rcns-it-cluster-persist"} {
+	for _, n := range []string{"rcns-it-cluster-budget", "rcns-it-cluster-recover", "rcns-it-cluster-revoke", "rcns-it-cluster-coalesce", "rcns-it-cluster-killed", "rcns-it-cluster-repeat", "rcns-it-cluster-persist", "rcns-it-cluster-negotiate"} {
 		docs = append(docs, idvAgentDoc{name: n, tier: 1, scopes: []string{"rcns:negotiate", "hotel:read", "hotel:book"}})
 	}
 	for i := range docs {

@@ -1,10 +1,10 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
@@ -20,7 +20,8 @@ import (
 
 // propose serves PROPOSE (spec §15.3 order; ARCHITECTURE.md "PROPOSE").
 func (h *Engine) propose(x *exchange, req *request, p map[string]any) {
-	negID, ng := h.st.negotiations.turn(req.caller.Agent.ID, x.in.Get("Negotiation-ID"))
+	agent := req.caller.Agent.ID
+	negID, rejections, err := h.negotiationTurn(x, agent)
 	hdr := map[string]string{"Negotiation-ID": negID}
 	var rd string              // requested_duration, once read
 	var grantedDuration string // the answer's granted_duration, once granted
@@ -48,15 +49,19 @@ func (h *Engine) propose(x *exchange, req *request, p map[string]any) {
 	// its Negotiation-ID header.
 	x.failFields = map[string]any{"negotiation_id": negID}
 	x.failHeaders = hdr
+	if err != nil { // the store did not answer: no negotiation was begun or continued
+		h.storeFailed(x, err)
+		return
+	}
 	reject := func(e *agtp.Error) {
-		h.st.negotiations.reject(ng)
+		h.rejectTurn(x, agent, negID)
 		x.fail(e)
 	}
 	if !h.synthesisEnabled() {
 		reject(agtp.ProposalSynthesisOff.New("this server does not synthesize endpoints (RCNS is disabled or policies.synthesis_enabled is false)"))
 		return
 	}
-	if h.st.negotiations.rejections(ng) >= 3 {
+	if rejections >= 3 {
 		reject(agtp.ProposalPolicyRefused.New("this negotiation was rejected three times; ESCALATE instead of proposing again (agtp-09 §8.4.1)"))
 		return
 	}
@@ -329,51 +334,32 @@ func proposalSummary(p map[string]any) map[string]any {
 // REVOKE or SUSPEND, not by contract_ttl.
 const persistentTTL = 100 * 365 * 24 * time.Hour
 
-// negotiations tracks PROPOSE turns per Negotiation-ID (spec OP-35):
-// after three rejections the negotiation keeps answering 463.
-type negotiations struct {
-	mu    sync.Mutex
-	max   int
-	order []string
-	byID  map[string]*negotiation
-}
-
-type negotiation struct {
-	agent      string
-	rejections int
-}
-
-func newNegotiations(max int) *negotiations {
-	return &negotiations{max: max, byID: map[string]*negotiation{}}
-}
-
-// turn returns the negotiation for id (a Negotiation-ID header echoed by
-// agent), or a new one under a fresh UUID.
-func (n *negotiations) turn(agent, id string) (string, *negotiation) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if ng, ok := n.byID[id]; ok && ng.agent == agent {
-		return id, ng
+// negotiationTurn begins x's turn in its negotiation (store.Negotiations,
+// spec OP-35): the Negotiation-ID it echoed when that is a negotiation
+// the store keeps for agent, else a new one, and its count of rejected
+// turns. An echoed value that is not a UUID the gateway could have
+// minted begins a new negotiation without a store lookup. On a store
+// error the ID returned is the echoed UUID (or the new one), for the
+// 503's Negotiation-ID: nothing was begun.
+func (h *Engine) negotiationTurn(x *exchange, agent string) (string, int, error) {
+	fresh := uuid.NewString()
+	echoed := x.in.Get("Negotiation-ID")
+	if u, err := uuid.Parse(echoed); err != nil || u.String() != echoed {
+		echoed = ""
 	}
-	id = uuid.NewString()
-	ng := &negotiation{agent: agent}
-	n.byID[id] = ng
-	n.order = append(n.order, id)
-	for len(n.order) > n.max {
-		delete(n.byID, n.order[0])
-		n.order = n.order[1:]
+	id, n, err := h.sto.Negotiations.Turn(x.ctx(), agent, echoed, fresh)
+	if err != nil {
+		return cmp.Or(echoed, fresh), 0, err
 	}
-	return id, ng
+	return id, n, nil
 }
 
-func (n *negotiations) reject(ng *negotiation) {
-	n.mu.Lock()
-	ng.rejections++
-	n.mu.Unlock()
-}
-
-func (n *negotiations) rejections(ng *negotiation) int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return ng.rejections
+// rejectTurn counts a rejected turn of agent's negotiation id. A store
+// error is logged and the answer goes on: the turn is not counted, so
+// the negotiation may take one more before its 463 policy-refused.
+func (h *Engine) rejectTurn(x *exchange, agent, id string) {
+	if _, err := h.sto.Negotiations.Reject(x.ctx(), agent, id); err != nil {
+		x.log().Warn("a rejected PROPOSE turn was not counted: the store did not answer", zap.String("agent_id", agent),
+			zap.String("negotiation_id", id), zap.Error(err))
+	}
 }

@@ -11,14 +11,13 @@ import (
 // Config.Name and hands it to every engine of that name (the Caddy
 // module shares it through a caddy.UsagePool). What every door and node
 // shares (idempotency records, limits, contracts, the replay cache,
-// attempts, retained records) is in the store: the memory store when
+// attempts, retained records, PROPOSE negotiations) is in the store: the memory store when
 // the engine runs store memory (created by the first such engine, see
 // Memory), or Redis. What stays on each node is here: the durable
-// records, the PROPOSE negotiations and the recipe drift check.
+// records and the recipe drift check.
 type State struct {
-	mem          *store.Memory
-	negotiations *negotiations
-	records      *recordState
+	mem     *store.Memory
+	records *recordState
 	// inflight and refusals are this node's in-flight claims and
 	// recent refusals, for the operator page (operator.go).
 	inflight *inflightSet
@@ -30,18 +29,14 @@ type State struct {
 	sealKey []byte
 }
 
-// maxNegotiations bounds the PROPOSE negotiations a State remembers.
-const maxNegotiations = 10000
-
 // NewState is the empty state of the handler named name.
 func NewState(name string) *State {
 	return &State{
-		recipes:      map[string]string{},
-		negotiations: newNegotiations(maxNegotiations),
-		records:      &recordState{name: name},
-		inflight:     &inflightSet{},
-		refusals:     &refusalLog{},
-		sealKey:      newSealKey(),
+		recipes:  map[string]string{},
+		records:  &recordState{name: name},
+		inflight: &inflightSet{},
+		refusals: &refusalLog{},
+		sealKey:  newSealKey(),
 	}
 }
 

@@ -18,7 +18,8 @@ import (
 // Memory is the embedded store for one node: today's in-memory types
 // (idempotency.Store, ratelimit.Limiter, recipes.Store,
 // httpsig.ReplayCache) behind the interfaces, plus bounded in-memory
-// attempt records and retained Attribution-Records. Its methods never
+// attempt records, retained Attribution-Records, MCP tasks and PROPOSE
+// negotiations. Its methods never
 // fail with ErrUnavailable. It is kept across config reloads (a
 // caddy.UsagePool entry); SetLimits adapts it to a new configuration as
 // the handler does today. Safe for concurrent use.
@@ -36,6 +37,7 @@ type Memory struct {
 	attempts  *memAttempts
 	records   *memRecords
 	tasks     *memTasks
+	negs      *memNegotiations
 }
 
 // limiterSlot keeps a budget's limiter while its configuration is
@@ -60,6 +62,7 @@ func NewMemory(l Limits, now func() time.Time) *Memory {
 		attempts:  &memAttempts{size: l.Attempts, byID: map[string]Attempt{}},
 		records:   newMemRecords(l.MaxRecords, l.RecordRetention, now),
 		tasks:     &memTasks{now: now, byID: map[string]memTask{}, cancel: map[string]time.Time{}},
+		negs:      newMemNegotiations(MaxNegotiations, now),
 	}
 	m.set = Set{
 		Presenter:   memPresenter{m},
@@ -70,6 +73,8 @@ func NewMemory(l Limits, now func() time.Time) *Memory {
 		Attempts:    m.attempts,
 		Records:     m.records,
 		Tasks:       m.tasks,
+
+		Negotiations: m.negs,
 	}
 	return m
 }

@@ -103,3 +103,24 @@ func TestLimiterReplacedStaysInForce(t *testing.T) {
 		t.Fatalf("a limiter still held by a configuration allowed %d of 3, want 2: it lost its buckets when another released it", n)
 	}
 }
+
+// TestMemoryNegotiationsBound: the memory store keeps the newest
+// MaxNegotiations PROPOSE negotiations; the oldest begun is forgotten
+// first, and a turn echoing it begins a new one.
+func TestMemoryNegotiationsBound(t *testing.T) {
+	m := store.NewMemory(store.Limits{}, nil)
+	defer m.Close()
+	neg := m.Set().Negotiations
+	ctx := context.Background()
+	for i := range store.MaxNegotiations + 1 {
+		if _, _, err := neg.Turn(ctx, "a", "", "n-"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if id, _, _ := neg.Turn(ctx, "a", "n-0", "fresh-0"); id != "fresh-0" {
+		t.Fatalf("the oldest of %d negotiations was kept (%s)", store.MaxNegotiations+1, id)
+	}
+	if id, _, _ := neg.Turn(ctx, "a", "n-2", "fresh-2"); id != "n-2" {
+		t.Fatalf("a negotiation within the bound was forgotten (%s)", id)
+	}
+}

@@ -392,6 +392,39 @@ type ManifestVersions interface {
 	Current(ctx context.Context) (int, string, error)
 }
 
+// Negotiations are the PROPOSE negotiations (agtp-09 §8.4.1, spec
+// OP-35): each Negotiation-ID the gateway minted, for the Agent-ID it
+// was minted for, with its count of rejected turns, kept NegotiationIdle
+// after its last turn. The Redis store shares them between its nodes,
+// so that a later turn echoing the ID continues the negotiation on
+// whichever node behind the load balancer it reaches (spec §24 item
+// 97); the memory store keeps the newest MaxNegotiations.
+type Negotiations interface {
+	// Turn begins a PROPOSE turn of agent that echoed the
+	// Negotiation-ID echoed ("" for none). When echoed is a negotiation
+	// kept for agent, Turn returns echoed and its count of rejected
+	// turns, and keeps it NegotiationIdle from now; otherwise it keeps
+	// fresh (a new UUID the caller minted) as a negotiation of agent
+	// with none, and returns fresh and 0. Errors wrap ErrUnavailable;
+	// nothing is then kept.
+	Turn(ctx context.Context, agent, echoed, fresh string) (id string, rejections int, err error)
+	// Reject counts one more rejected turn of agent's negotiation id and
+	// returns the new count, keeping it NegotiationIdle from now; a
+	// negotiation no longer kept (expired, evicted, or another agent's)
+	// is not kept again, and the count is 0. Errors wrap ErrUnavailable.
+	Reject(ctx context.Context, agent, id string) (int, error)
+}
+
+// NegotiationIdle is how long a PROPOSE negotiation is kept after its
+// last turn: a later turn echoing it then starts a new one.
+const NegotiationIdle = time.Hour
+
+// MaxNegotiations bounds the memory store's PROPOSE negotiations (the
+// oldest begun is forgotten first). The Redis store keeps each for
+// NegotiationIdle, a key of about 100 bytes, bounded by the PROPOSE
+// budget.
+const MaxNegotiations = 10000
+
 // PresentRequest is a request presenting a contract (RCNS §10 step 7).
 type PresentRequest struct {
 	// Presenter is the presenting Agent-ID.
@@ -561,6 +594,9 @@ type Set struct {
 	// memory store: each process then numbers its own manifests
 	// (records_dir/manifest-version.json).
 	Manifest ManifestVersions
+	// Negotiations are the PROPOSE negotiations: the memory store's
+	// on one node, the Redis store's shared by every node.
+	Negotiations Negotiations
 	// FoldsGate reports that Presenter.ResolvePair may keep
 	// PairRequest.Attempt and mint PairRequest.Mint in its one round
 	// trip (the Redis store; in Cluster mode it mints but leaves the
@@ -692,11 +728,14 @@ const (
 	// (ManifestVersions): when a node rebuilds its manifest, and its
 	// health check's read, every interval.
 	OpManifest Op = "manifest"
+	// OpNegotiation is a PROPOSE turn's read of its negotiation
+	// (Negotiations.Turn) or the count of a rejected turn (Reject).
+	OpNegotiation Op = "negotiation"
 )
 
 // Ops lists every Op, for registering metric label values.
 var Ops = []Op{OpClaim, OpComplete, OpAbandon, OpRenew, OpSettle, OpRateLimit, OpContractMint, OpContractLookup,
-	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpTask, OpPing, OpCount, OpNodeID, OpSealKey, OpManifest}
+	OpContractUpdate, OpContractPair, OpContractList, OpPresent, OpResolvePair, OpReplay, OpAttempt, OpRecord, OpTask, OpPing, OpCount, OpNodeID, OpSealKey, OpManifest, OpNegotiation}
 
 // Observer is told about every round trip a store makes: the operation,
 // its latency, and its error (nil, or one wrapping ErrUnavailable). The

@@ -638,6 +638,7 @@ func (c *Client) Set(l store.Limits, rs *recipes.Restorer) (store.Set, error) {
 		Tasks:         tasks{c},
 		Seal:          sealKeys{c},
 		Manifest:      manifestVersions{c},
+		Negotiations:  negotiations{c},
 		FoldsGate:     true,
 		LeavesAttempt: c.cluster, // P{g}:att is another slot than the agent's
 		Close:         contracts.close,

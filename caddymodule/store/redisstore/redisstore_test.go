@@ -157,6 +157,22 @@ func TestRoundTripsPerOperation(t *testing.T) {
 			return err
 		}, map[store.Op]int{store.OpClaim: 1}, 2},
 		{"rate limit", func() error { _, err := lim.Allow(ctx, agent); return err }, map[store.Op]int{store.OpRateLimit: 1}, 3},
+		// A PROPOSE turn, and its rejection (the negotiation begun here
+		// is continued by the next step, and rejected once).
+		{"negotiation turn", func() error {
+			_, _, err := set.Negotiations.Turn(ctx, agent, "", "neg-1")
+			return err
+		}, map[store.Op]int{store.OpNegotiation: 1}, 1},
+		{"negotiation turn continued, rejected", func() error {
+			id, _, err := set.Negotiations.Turn(ctx, agent, "neg-1", "neg-2")
+			if err == nil && id != "neg-1" {
+				err = fmt.Errorf("the turn continued %s, want neg-1", id)
+			}
+			if err == nil {
+				_, err = set.Negotiations.Reject(ctx, agent, id)
+			}
+			return err
+		}, map[store.Op]int{store.OpNegotiation: 2}, 5},
 		{"signature", func() error {
 			_, err := set.Replay.Seen(ctx, agent, []byte("s"), time.Now().Add(time.Minute))
 			return err

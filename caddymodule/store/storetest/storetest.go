@@ -105,6 +105,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("tasks", func(t *testing.T) { testTasks(t, h) })
 	t.Run("task updates", func(t *testing.T) { testTaskUpdates(t, h) })
 	t.Run("task polls", func(t *testing.T) { testTaskPolls(t, h) })
+	t.Run("negotiations", func(t *testing.T) { testNegotiations(t, h) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {
