@@ -110,6 +110,21 @@ func startRedisCluster(t testing.TB) (*redistest.Cluster, *redisTopology) {
 	}
 }
 
+// startSentinelRedis starts a Sentinel group (redistest.StartSentinel: a
+// master, a replica, three sentinels). Its topology has no kill,
+// restart, pause or resume: the sentinels would fail the master over
+// after 1 s, which TestClusterSentinelFailover covers, so the suites
+// that stop or stall every data server do not run on it.
+func startSentinelRedis(t testing.TB) (*redistest.Sentinel, *redisTopology) {
+	t.Helper()
+	g := redistest.StartSentinel(t)
+	return g, &redisTopology{
+		name:    "sentinel",
+		lines:   sentinelLines(g),
+		servers: []string{g.Master.Addr()},
+	}
+}
+
 // keepPort keeps freePort from handing out srv's port while srv is
 // stopped (an outage), so a gateway started meanwhile cannot take the
 // port srv restarts on.
