@@ -158,7 +158,7 @@ func TestVerifyLogNeedsLogs(t *testing.T) {
 		if err := verifyLog(&out, dir); err != nil {
 			t.Fatalf("verify-log %s: %v", dir, err)
 		}
-		if !strings.Contains(out.String(), "2 chains, 3 records in 1 files") {
+		if !strings.Contains(out.String(), "2 chains, 3 records in 1 file:") {
 			t.Errorf("verify-log %s said %q, want the counts", dir, out.String())
 		}
 	}
@@ -168,7 +168,7 @@ func TestVerifyLogNeedsLogs(t *testing.T) {
 		t.Fatalf("cannot empty the log: %v", logs)
 	}
 	var out bytes.Buffer
-	if err := verifyLog(&out, recDir); err == nil || !strings.Contains(err.Error(), "1 files hold no records: nothing to verify") || strings.Contains(out.String(), "intact") {
+	if err := verifyLog(&out, recDir); err == nil || !strings.Contains(err.Error(), "1 file holds no records: nothing to verify") || strings.Contains(out.String(), "intact") {
 		t.Errorf("verify-log of an emptied log: %v %q, want an error saying nothing to verify", err, out.String())
 	}
 }
@@ -245,8 +245,8 @@ func TestVerifyLogNodes(t *testing.T) {
 		t.Fatalf("verify-log: %v", err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 2 || !strings.Contains(lines[0], "1 chains, 3 records of node node-a in 1 files") ||
-		!strings.Contains(lines[1], "1 chains, 1 records of node node-b in 1 files") {
+	if len(lines) != 2 || !strings.Contains(lines[0], "1 chain, 3 records of node node-a in 1 file:") ||
+		!strings.Contains(lines[1], "1 chain, 1 record of node node-b in 1 file:") {
 		t.Fatalf("verify-log said %q", out.String())
 	}
 	out.Reset()
