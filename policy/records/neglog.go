@@ -2,6 +2,7 @@ package records
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -378,6 +379,9 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 		}
 		if err != nil {
 			return 0, fmt.Errorf("records: read %s: %w", path, err)
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			return 0, fmt.Errorf("records: %s:%d: %s; run VerifyDir", path, lineNo, lineEndingFault(line[:len(line)-1], r))
 		}
 		var rec struct {
 			AgentID string `json:"agent_id"`

@@ -350,7 +350,21 @@ func TestVerifyDirDetectsTampering(t *testing.T) {
 		{name: "records swapped", edit: func(_ *testing.T, l [][]byte) [][]byte { l[0], l[2] = l[2], l[0]; return l }, wantLine: 1, wantAgent: "A", wantMsg: "seq 2, want 1"},
 		{name: "not json", edit: func(_ *testing.T, l [][]byte) [][]byte { l[1] = []byte("{oops"); return l }, wantLine: 2, wantMsg: "not JSON"},
 		{name: "whitespace added", edit: func(_ *testing.T, l [][]byte) [][]byte { l[1] = append([]byte(" "), l[1]...); return l }, wantLine: 2, wantAgent: "B", wantMsg: "JCS"},
-		{name: "empty line", edit: func(_ *testing.T, l [][]byte) [][]byte { return append(l[:1], append([][]byte{{}}, l[1:]...)...) }, wantLine: 2, wantMsg: "not JSON"},
+		// Lines the gateway never writes say what they are, not "not JSON".
+		{name: "empty line", edit: func(_ *testing.T, l [][]byte) [][]byte { return append(l[:1], append([][]byte{{}}, l[1:]...)...) }, wantLine: 2, wantMsg: "empty line; the gateway never writes one"},
+		{name: "file ends in two newlines", edit: func(_ *testing.T, l [][]byte) [][]byte { return append(l[:5], []byte{}) }, wantLine: 6, wantMsg: "empty line at the end of the file (it ends in two newlines)"},
+		{name: "whitespace-only line", edit: func(_ *testing.T, l [][]byte) [][]byte {
+			return append(l[:1], append([][]byte{[]byte(" \t ")}, l[1:]...)...)
+		}, wantLine: 2, wantMsg: `line holds only whitespace (" \t ")`},
+		{name: "carriage return alone", edit: func(_ *testing.T, l [][]byte) [][]byte {
+			return append(l[:1], append([][]byte{[]byte("\r")}, l[1:]...)...)
+		}, wantLine: 2, wantMsg: `line holds only whitespace ("\r")`},
+		{name: "CRLF line endings", edit: func(_ *testing.T, l [][]byte) [][]byte {
+			for i := range l {
+				l[i] = append(l[i], '\r')
+			}
+			return l
+		}, wantLine: 1, wantAgent: "A", wantMsg: `line ends in "\r\n"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -452,6 +466,17 @@ func TestOpenLogBadLine(t *testing.T) {
 	_, err := OpenLog(LogOptions{Dir: dir})
 	if err == nil || !strings.Contains(err.Error(), path+":1") {
 		t.Errorf("OpenLog = %v, want an error naming %s:1", err, path)
+	}
+
+	// A blank line is named as what it is, not as an unreadable record.
+	for _, blank := range []string{"\n", " \t\n", "\r\n"} {
+		if err := os.WriteFile(path, append([]byte(blank), data...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := OpenLog(LogOptions{Dir: dir})
+		if err == nil || !strings.Contains(err.Error(), path+":1: ") || !strings.Contains(err.Error(), "the gateway never writes one") {
+			t.Errorf("OpenLog with a line %q = %v, want an error naming %s:1 and the blank line", blank, err, path)
+		}
 	}
 }
 

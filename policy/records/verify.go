@@ -121,6 +121,11 @@ func verifyFile(path string, heads map[string]logHead, nodes map[string]bool) er
 		if err != nil {
 			return fmt.Errorf("records: read %s: %w", path, err)
 		}
+		if reason := lineEndingFault(line[:len(line)-1], r); reason != "" {
+			// Name the agent when the rest of the line is its record.
+			rec, _ := parseRecord(bytes.TrimSuffix(line[:len(line)-1], []byte("\r")))
+			return &VerifyError{File: path, Line: lineNo, AgentID: rec.agentID, Reason: reason}
+		}
 		rec, err := parseRecord(line[:len(line)-1])
 		if err != nil {
 			return &VerifyError{File: path, Line: lineNo, AgentID: rec.agentID, Reason: err.Error()}
@@ -142,6 +147,32 @@ func verifyFile(path string, heads map[string]logHead, nodes map[string]bool) er
 			nodes[rec.nodeID] = true
 		}
 	}
+}
+
+// lineEndingFault says what is wrong with a log line (without its
+// newline) that is empty, holds only whitespace, or ends in a carriage
+// return, and is "" for any other line. The gateway writes none of
+// these (each line is one record in JCS form ending in "\n" alone), so
+// each means the file was edited: an empty line (a trailing "\n\n"), a
+// whitespace-only line, or "\r\n" line endings from an editor or a
+// copy that converted them. rest, when not nil, is read from to say
+// whether an empty line is the file's last.
+func lineEndingFault(line []byte, rest *bufio.Reader) string {
+	const edited = "the gateway never writes one, so the file was edited"
+	switch {
+	case len(line) == 0:
+		if rest != nil {
+			if _, err := rest.Peek(1); err == io.EOF {
+				return "empty line at the end of the file (it ends in two newlines); " + edited
+			}
+		}
+		return "empty line; " + edited
+	case len(bytes.Trim(line, " \t\r")) == 0:
+		return fmt.Sprintf("line holds only whitespace (%q); %s", line, edited)
+	case line[len(line)-1] == '\r':
+		return `line ends in "\r\n" (a carriage return before the newline); the gateway ends every line with "\n" alone, so the file was edited or its line endings converted`
+	}
+	return ""
 }
 
 // parsedRecord is what the chain check needs of one line.
