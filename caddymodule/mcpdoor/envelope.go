@@ -32,7 +32,8 @@ import (
 // answered as 1, 2^64 as -2^63), replaces invalid UTF-8 in an id, and
 // keys a batch's calls by id (a second call with an id already seen is
 // dropped, unanswered). The refusals are JSON-RPC 2.0 error responses
-// (§5.1) with id null, HTTP 400:
+// (§5.1), HTTP 400, with the request's id when it could be read
+// (requestID), else id null:
 //
 //	-32700 parse error      the body is not exactly one JSON value:
 //	                        a syntax error, a byte order mark,
@@ -67,10 +68,14 @@ import (
 // path declines.
 
 // rpcFault is a message the door refuses before the SDK reads it: the
-// JSON-RPC error it answers, id null, HTTP 400.
+// JSON-RPC error it answers, HTTP 400, with the request's id when it
+// could be read (requestID), else id null.
 type rpcFault struct {
 	code    int64
 	message string
+	// id is the refused request's id as sent (a string, or an integer
+	// the door echoes exactly); nil answers id null.
+	id jsontext.Value
 	// dupName: the fault is a member name given twice, where the
 	// decoder stopped; whether the rest is JSON is not yet known.
 	dupName bool
@@ -87,6 +92,12 @@ func (f *rpcFault) reason() string {
 // envelopeFault is body's fault under the door's envelope rules, nil
 // when body keeps them. A parse error wins over an invalid request
 // wherever each is in the body.
+//
+// An invalid request (-32600) that is one request whose id could be
+// read is answered with that id (JSON-RPC 2.0 §5: null only when the id
+// cannot be determined); a parse error, a batch, a response, and a
+// message whose id is missing, given twice or one the door cannot echo
+// exactly are answered with id null.
 func envelopeFault(body []byte) *rpcFault {
 	if agtp.StartsWithBOM(body) {
 		return &rpcFault{code: jsonrpc.CodeParseError, message: "parse error: the body is not one JSON value: " + agtp.ByteOrderMarkProblem}
@@ -97,7 +108,69 @@ func envelopeFault(body []byte) *rpcFault {
 			return p
 		}
 	}
+	if f != nil && f.code == jsonrpc.CodeInvalidRequest {
+		f.id = requestID(body)
+	}
 	return f
+}
+
+// requestID is the id of body when body is one request whose id can be
+// determined, wherever the id stands among its members: a JSON object
+// with a "method" member, no "result" or "error" member, and exactly
+// one "id" member (names compared unescaped) that is a string or an
+// integer idKey accepts. It is nil otherwise: a batch (refused whole),
+// a response or a message that is neither (its id is not the client's
+// request's), no id, two ids, or an id the door cannot echo exactly. A
+// string id is the same string as the SDK writes it in its answers.
+// body is valid JSON (a parse error was ruled out); members may repeat.
+func requestID(body []byte) jsontext.Value {
+	dec := jsontext.NewDecoder(bytes.NewReader(body), jsontext.AllowDuplicateNames(true))
+	if dec.PeekKind() != '{' {
+		return nil
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil
+	}
+	var id jsontext.Value
+	ids, method, response := 0, false, false
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return nil
+		}
+		name := tok.String() // read before the value voids tok
+		v, err := dec.ReadValue()
+		if err != nil {
+			return nil
+		}
+		switch name {
+		case "id":
+			ids++
+			id = v.Clone()
+		case "method":
+			method = true
+		case "result", "error":
+			response = true
+		}
+	}
+	if ids != 1 || !method || response {
+		return nil
+	}
+	if _, f := idKey(id, "", false); f != nil {
+		return nil
+	}
+	if id.Kind() == '"' {
+		// As the SDK writes a string id it answers: unescaped, then
+		// encoded by encoding/json ("\u0061" is answered "a").
+		u, err := jsontext.AppendUnquote(nil, id)
+		if err != nil {
+			return nil
+		}
+		if id, err = json.Marshal(string(u)); err != nil {
+			return nil
+		}
+	}
+	return id
 }
 
 // parseFault is the -32700 fault of body when it is not exactly one
@@ -411,11 +484,15 @@ func idKey(v jsontext.Value, which string, keyed bool) (key string, f *rpcFault)
 	return "", invalid("the id of %s is an object or an array: %s", which, rule)
 }
 
-// writeFault answers f: a JSON-RPC error response with id null (the
-// SDK's encoder would leave the member out), HTTP 400,
+// writeFault answers f: a JSON-RPC error response with f's id, or id
+// null (the SDK's encoder would leave the member out), HTTP 400,
 // application/json, under the header fields of the SDK's JSON answers.
 func writeFault(w http.ResponseWriter, f *rpcFault) {
-	data, err := json.Marshal(methodNotFoundAnswer{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: rpcError{Code: int(f.code), Message: f.message}})
+	id := json.RawMessage("null")
+	if f.id != nil {
+		id = json.RawMessage(f.id)
+	}
+	data, err := json.Marshal(methodNotFoundAnswer{JSONRPC: "2.0", ID: id, Error: rpcError{Code: int(f.code), Message: f.message}})
 	if err != nil { // not reached: a code and a string encode
 		http.Error(w, f.message, http.StatusBadRequest)
 		return

@@ -1,6 +1,7 @@
 package mcpdoor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -12,12 +13,13 @@ import (
 // envelopeCase is a request of TestMCPEnvelopeRules and its answer:
 // code 0 is a message the door serves (HTTP 200, every call answered
 // with its own id, ids holding them in order); otherwise the JSON-RPC
-// error code of a refusal (HTTP 400, id null) and words its message
-// must hold.
+// error code of a refusal (HTTP 400) and words its message must hold,
+// and the refusal's id: the request's, when it could be read.
 type envelopeCase struct {
 	fastCase
 	code int
 	want []string // refusal: words of the message; served: the answers' ids, as JSON
+	id   string   // refusal: the answer's id, as JSON; "" is null
 }
 
 func envelopeCases() []envelopeCase {
@@ -36,86 +38,86 @@ func envelopeCases() []envelopeCase {
 	b := func(name, body string) fastCase { return fastCase{name: name, body: body, hdr: old} }
 	return []envelopeCase{
 		// D1: a batch whose calls share an id is refused whole.
-		{b("batch ids 2 and 2", batch("2", "2")), -32600, []string{"two calls of the batch have the id 2", "message 1", "nothing in the batch ran"}},
-		{b("batch ids 1.5 and 1", batch("1.5", "1")), -32600, []string{"1.5", "not an integer"}},
-		{b("batch ids equal strings", batch(`"a"`, `"\u0061"`)), -32600, []string{`the id "a"`}},
-		{b("batch ids 1, 2, 1", batch("1", "2", "1")), -32600, []string{"the id 1", "message 2"}},
-		{b("batch ids 1 and \"1\"", batch("1", `"1"`)), 0, []string{"1", `"1"`}},
-		{b("batch ids 1 and 2", batch("1", "2")), 0, []string{"1", "2"}},
-		{b("batch call and notification", "["+call("1")+`,{"jsonrpc":"2.0","method":"notifications/initialized"}]`), 0, []string{"1"}},
-		{c("a byte order mark first", "\ufeff"+call("1"), false), -32700, []string{"byte order mark", "RFC 8259"}},
+		{b("batch ids 2 and 2", batch("2", "2")), -32600, []string{"two calls of the batch have the id 2", "message 1", "nothing in the batch ran"}, ""},
+		{b("batch ids 1.5 and 1", batch("1.5", "1")), -32600, []string{"1.5", "not an integer"}, ""},
+		{b("batch ids equal strings", batch(`"a"`, `"\u0061"`)), -32600, []string{`the id "a"`}, ""},
+		{b("batch ids 1, 2, 1", batch("1", "2", "1")), -32600, []string{"the id 1", "message 2"}, ""},
+		{b("batch ids 1 and \"1\"", batch("1", `"1"`)), 0, []string{"1", `"1"`}, ""},
+		{b("batch ids 1 and 2", batch("1", "2")), 0, []string{"1", "2"}, ""},
+		{b("batch call and notification", "["+call("1")+`,{"jsonrpc":"2.0","method":"notifications/initialized"}]`), 0, []string{"1"}, ""},
+		{c("a byte order mark first", "\ufeff"+call("1"), false), -32700, []string{"byte order mark", "RFC 8259"}, ""},
 		// D2: ids the door cannot echo exactly.
-		{c("id 1.5", call("1.5"), false), -32600, []string{"1.5", "string or an integer"}},
-		{c("id 1.0", call("1.0"), false), -32600, []string{"1.0", "not an integer"}},
-		{c("id 1e3", call("1e3"), false), -32600, []string{"1e3"}},
-		{c("id -0", call("-0"), false), -32600, []string{"-0"}},
-		{c("id 2^53+1", call("9007199254740993"), false), -32600, []string{"16 digits beyond ±2^53"}},
-		{c("id -2^53-1", call("-9007199254740993"), false), -32600, []string{"beyond ±2^53"}},
-		{c("id 2^64", call("18446744073709551616"), false), -32600, []string{"20 digits"}},
-		{c("id null", call("null"), false), -32600, []string{"null"}},
-		{c("id true", call("true"), false), -32600, []string{"boolean"}},
-		{c("id array", call(`[1]`), false), -32600, []string{"an object or an array"}},
-		{c("id 2^53", call("9007199254740992"), false), 0, []string{"9007199254740992"}},
-		{c("id -2^53", call("-9007199254740992"), false), 0, []string{"-9007199254740992"}},
-		{c("id 15 digits", call("-999999999999999"), true), 0, []string{"-999999999999999"}},
-		{c("id string 1.5", call(`"1.5"`), true), 0, []string{`"1.5"`}},
-		{c("id string empty", call(`""`), true), 0, []string{`""`}},
-		{c("id string NUL and escapes", call(`"\u0000\"\\\/\b\f\n\r\t"`), true), 0, []string{`"\u0000\"\\/\b\f\n\r\t"`}},
-		{c("id string astral", call(`"\ud83d\udca5💥"`), true), 0, []string{`"💥💥"`}},
-		{c("id string big number", call(`"123456789012345678901234567890"`), true), 0, []string{`"123456789012345678901234567890"`}},
-		{c("id string unpaired surrogate", call(`"\ud800"`), false), -32700, []string{"surrogate"}},
+		{c("id 1.5", call("1.5"), false), -32600, []string{"1.5", "string or an integer"}, ""},
+		{c("id 1.0", call("1.0"), false), -32600, []string{"1.0", "not an integer"}, ""},
+		{c("id 1e3", call("1e3"), false), -32600, []string{"1e3"}, ""},
+		{c("id -0", call("-0"), false), -32600, []string{"-0"}, ""},
+		{c("id 2^53+1", call("9007199254740993"), false), -32600, []string{"16 digits beyond ±2^53"}, ""},
+		{c("id -2^53-1", call("-9007199254740993"), false), -32600, []string{"beyond ±2^53"}, ""},
+		{c("id 2^64", call("18446744073709551616"), false), -32600, []string{"20 digits"}, ""},
+		{c("id null", call("null"), false), -32600, []string{"null"}, ""},
+		{c("id true", call("true"), false), -32600, []string{"boolean"}, ""},
+		{c("id array", call(`[1]`), false), -32600, []string{"an object or an array"}, ""},
+		{c("id 2^53", call("9007199254740992"), false), 0, []string{"9007199254740992"}, ""},
+		{c("id -2^53", call("-9007199254740992"), false), 0, []string{"-9007199254740992"}, ""},
+		{c("id 15 digits", call("-999999999999999"), true), 0, []string{"-999999999999999"}, ""},
+		{c("id string 1.5", call(`"1.5"`), true), 0, []string{`"1.5"`}, ""},
+		{c("id string empty", call(`""`), true), 0, []string{`""`}, ""},
+		{c("id string NUL and escapes", call(`"\u0000\"\\\/\b\f\n\r\t"`), true), 0, []string{`"\u0000\"\\/\b\f\n\r\t"`}, ""},
+		{c("id string astral", call(`"\ud83d\udca5💥"`), true), 0, []string{`"💥💥"`}, ""},
+		{c("id string big number", call(`"123456789012345678901234567890"`), true), 0, []string{`"123456789012345678901234567890"`}, ""},
+		{c("id string unpaired surrogate", call(`"\ud800"`), false), -32700, []string{"surrogate"}, ""},
 		// D3: exactly one JSON value.
-		{c("trailing xyz", call("1")+" xyz", false), -32700, []string{"data after the JSON-RPC message"}},
-		{c("two objects", call("1")+call("2"), false), -32700, []string{"data after"}},
-		{c("two objects with a newline", call("1")+"\n"+call("2"), false), -32700, []string{"data after"}},
-		{c("trailing bracket", call("1")+"]", false), -32700, []string{"data after"}},
-		{c("trailing NUL", call("1")+"\x00", false), -32700, []string{"data after"}},
-		{b("batch then object", batch("1")+call("2")), -32700, []string{"data after"}},
-		{c("trailing whitespace", call("1")+" \r\n\t ", true), 0, []string{"1"}},
-		{c("bad id then trailing data", call("1.5")+"x", false), -32700, []string{"data after"}},
-		{c("truncated", call("1")[:40], false), -32700, []string{"truncated"}},
+		{c("trailing xyz", call("1")+" xyz", false), -32700, []string{"data after the JSON-RPC message"}, ""},
+		{c("two objects", call("1")+call("2"), false), -32700, []string{"data after"}, ""},
+		{c("two objects with a newline", call("1")+"\n"+call("2"), false), -32700, []string{"data after"}, ""},
+		{c("trailing bracket", call("1")+"]", false), -32700, []string{"data after"}, ""},
+		{c("trailing NUL", call("1")+"\x00", false), -32700, []string{"data after"}, ""},
+		{b("batch then object", batch("1")+call("2")), -32700, []string{"data after"}, ""},
+		{c("trailing whitespace", call("1")+" \r\n\t ", true), 0, []string{"1"}, ""},
+		{c("bad id then trailing data", call("1.5")+"x", false), -32700, []string{"data after"}, ""},
+		{c("truncated", call("1")[:40], false), -32700, []string{"truncated"}, ""},
 		// D4: a member name twice, anywhere in a message.
-		{c("two methods", `{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"method" twice`, "at /)"}},
-		{c("two ids", `{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"id" twice`}},
-		{c("two jsonrpc", `{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"jsonrpc" twice`}},
-		{c("two params", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope"},"params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"params" twice`}},
-		{c("two tool names", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope","name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"name" twice`, "at /params)"}},
-		{c("two arguments", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1","item_id":"2"}}}`, false), -32600, []string{`"item_id" twice`, "at /params/arguments)"}},
-		{c("two _meta keys", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.github.caddy-rcns/idempotency-key":"a","io.github.caddy-rcns/idempotency-key":"b"}}}`, false), -32600, []string{"twice", "at /params/_meta)"}},
-		{c("escaped duplicate", `{"jsonrpc":"2.0","id":1,"method":"tools/call","\u006d\u0065thod":"tools/list","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"method" twice`}},
-		{b("batch member twice", "["+call("1")+`,{"jsonrpc":"2.0","id":2,"id":3,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}]`), -32600, []string{`"id" twice`, "at /1)"}},
-		{c("duplicate then trailing data", `{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call"} x`, false), -32700, []string{"data after"}},
+		{c("two methods", `{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"method" twice`, "at /)"}, "1"},
+		{c("two ids", `{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"id" twice`}, ""},
+		{c("two jsonrpc", `{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"jsonrpc" twice`}, "1"},
+		{c("two params", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope"},"params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"params" twice`}, "1"},
+		{c("two tool names", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope","name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"name" twice`, "at /params)"}, "1"},
+		{c("two arguments", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1","item_id":"2"}}}`, false), -32600, []string{`"item_id" twice`, "at /params/arguments)"}, "1"},
+		{c("two _meta keys", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"},"_meta":{"io.github.caddy-rcns/idempotency-key":"a","io.github.caddy-rcns/idempotency-key":"b"}}}`, false), -32600, []string{"twice", "at /params/_meta)"}, "1"},
+		{c("escaped duplicate", `{"jsonrpc":"2.0","id":1,"method":"tools/call","\u006d\u0065thod":"tools/list","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`"method" twice`}, "1"},
+		{b("batch member twice", "["+call("1")+`,{"jsonrpc":"2.0","id":2,"id":3,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}]`), -32600, []string{`"id" twice`, "at /1)"}, ""},
+		{c("duplicate then trailing data", `{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call"} x`, false), -32700, []string{"data after"}, ""},
 		// Messages that are no JSON-RPC message at all.
-		{c("a number", `1`, false), -32600, []string{"not a JSON object"}},
-		{b("empty batch", `[]`), -32600, []string{"empty"}},
-		{b("batch of a number", `[1]`), -32600, []string{"message 0 of the batch is not a JSON object"}},
+		{c("a number", `1`, false), -32600, []string{"not a JSON object"}, ""},
+		{b("empty batch", `[]`), -32600, []string{"empty"}, ""},
+		{b("batch of a number", `[1]`), -32600, []string{"message 0 of the batch is not a JSON object"}, ""},
 		// D5: JSON-RPC 2.0's own members (helper-94: the SDK answered
 		// these in plain text, or 202 with no answer at all).
-		{c("jsonrpc 1.0", strings.Replace(call("1"), `"2.0"`, `"1.0"`, 1), false), -32600, []string{`"jsonrpc": "1.0"`, `"jsonrpc": "2.0"`}},
-		{c("jsonrpc a number", strings.Replace(call("1"), `"2.0"`, `2.0`, 1), false), -32600, []string{`"jsonrpc": 2.0`}},
-		{c("no jsonrpc", `{"id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`no "jsonrpc": "2.0" member`}},
-		{c("jsonrpc escaped", strings.Replace(call("1"), `"2.0"`, `"2\u002e0"`, 1), true), 0, []string{"1"}},
-		{c("method a number", `{"jsonrpc":"2.0","id":1,"method":5}`, false), -32600, []string{"a method that is not a string (5)"}},
-		{c("no method, result or error", `{"jsonrpc":"2.0","id":1}`, false), -32600, []string{"no method", "no result or error"}},
-		{c("tools/call without params", `{"jsonrpc":"2.0","id":1,"method":"tools/call"}`, false), -32600, []string{"tools/call without params"}},
-		{b("batch with a jsonrpc 1.0 message", "["+call("1")+`,{"jsonrpc":"1.0","id":2,"method":"ping"}]`), -32600, []string{"message 1 of the batch", `"jsonrpc": "1.0"`}},
+		{c("jsonrpc 1.0", strings.Replace(call("1"), `"2.0"`, `"1.0"`, 1), false), -32600, []string{`"jsonrpc": "1.0"`, `"jsonrpc": "2.0"`}, "1"},
+		{c("jsonrpc a number", strings.Replace(call("1"), `"2.0"`, `2.0`, 1), false), -32600, []string{`"jsonrpc": 2.0`}, "1"},
+		{c("no jsonrpc", `{"id":1,"method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{`no "jsonrpc": "2.0" member`}, "1"},
+		{c("jsonrpc escaped", strings.Replace(call("1"), `"2.0"`, `"2\u002e0"`, 1), true), 0, []string{"1"}, ""},
+		{c("method a number", `{"jsonrpc":"2.0","id":1,"method":5}`, false), -32600, []string{"a method that is not a string (5)"}, "1"},
+		{c("no method, result or error", `{"jsonrpc":"2.0","id":1}`, false), -32600, []string{"no method", "no result or error"}, ""},
+		{c("tools/call without params", `{"jsonrpc":"2.0","id":1,"method":"tools/call"}`, false), -32600, []string{"tools/call without params"}, "1"},
+		{b("batch with a jsonrpc 1.0 message", "["+call("1")+`,{"jsonrpc":"1.0","id":2,"method":"ping"}]`), -32600, []string{"message 1 of the batch", `"jsonrpc": "1.0"`}, ""},
 		// helper-97: what still reached the SDK.
-		{c("tools/call params null", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":null}`, false), -32600, []string{`calls tools/call without params (or with "params": null)`}},
-		{c("initialize without params", `{"jsonrpc":"2.0","id":1,"method":"initialize"}`, false), -32600, []string{"calls initialize without params", "protocolVersion"}},
-		{c("initialize params null", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":null}`, false), -32600, []string{"calls initialize without params"}},
-		{c("resources/read without params", `{"jsonrpc":"2.0","id":1,"method":"resources/read"}`, false), -32600, []string{"calls resources/read without params"}},
-		{c("method and result", strings.Replace(call("1"), `"method"`, `"result":{},"method"`, 1), false), -32600, []string{"both a method", "and a result or error"}},
-		{c("ping and result", `{"jsonrpc":"2.0","id":1,"method":"ping","result":{}}`, false), -32600, []string{"both a method"}},
-		{c("result and error", `{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"x"}}`, false), -32600, []string{"both a result and an error"}},
-		{c("response without an id", `{"jsonrpc":"2.0","result":{}}`, false), -32600, []string{"a response without an id"}},
-		{c("error a string", `{"jsonrpc":"2.0","id":1,"error":"bad"}`, false), -32600, []string{"an error that is not an object"}},
-		{c("notification with an id", `{"jsonrpc":"2.0","id":25,"method":"notifications/initialized"}`, false), -32600, []string{"a notification with an id"}},
-		{c("tools/call params an array", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[{"name":"fetch_item"}]}`, false), -32600, []string{"has params that are an array, not an object", `send "params": {`}},
-		{c("tools/list params a string", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":"x"}`, false), -32600, []string{"params that are a string"}},
-		{c("initialize params an array", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":[]}`, false), -32600, []string{"params that are an array"}},
-		{c("notification params a number", `{"jsonrpc":"2.0","method":"notifications/initialized","params":1}`, false), -32600, []string{"params that are a number"}},
-		{c("tools/list params empty object", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`, false), 0, []string{"1"}},
-		{c("tools/call without an id", `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{"a request without an id"}},
+		{c("tools/call params null", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":null}`, false), -32600, []string{`calls tools/call without params (or with "params": null)`}, "1"},
+		{c("initialize without params", `{"jsonrpc":"2.0","id":1,"method":"initialize"}`, false), -32600, []string{"calls initialize without params", "protocolVersion"}, "1"},
+		{c("initialize params null", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":null}`, false), -32600, []string{"calls initialize without params"}, "1"},
+		{c("resources/read without params", `{"jsonrpc":"2.0","id":1,"method":"resources/read"}`, false), -32600, []string{"calls resources/read without params"}, "1"},
+		{c("method and result", strings.Replace(call("1"), `"method"`, `"result":{},"method"`, 1), false), -32600, []string{"both a method", "and a result or error"}, ""},
+		{c("ping and result", `{"jsonrpc":"2.0","id":1,"method":"ping","result":{}}`, false), -32600, []string{"both a method"}, ""},
+		{c("result and error", `{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"x"}}`, false), -32600, []string{"both a result and an error"}, ""},
+		{c("response without an id", `{"jsonrpc":"2.0","result":{}}`, false), -32600, []string{"a response without an id"}, ""},
+		{c("error a string", `{"jsonrpc":"2.0","id":1,"error":"bad"}`, false), -32600, []string{"an error that is not an object"}, ""},
+		{c("notification with an id", `{"jsonrpc":"2.0","id":25,"method":"notifications/initialized"}`, false), -32600, []string{"a notification with an id"}, "25"},
+		{c("tools/call params an array", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[{"name":"fetch_item"}]}`, false), -32600, []string{"has params that are an array, not an object", `send "params": {`}, "1"},
+		{c("tools/list params a string", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":"x"}`, false), -32600, []string{"params that are a string"}, "1"},
+		{c("initialize params an array", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":[]}`, false), -32600, []string{"params that are an array"}, "1"},
+		{c("notification params a number", `{"jsonrpc":"2.0","method":"notifications/initialized","params":1}`, false), -32600, []string{"params that are a number"}, ""},
+		{c("tools/list params empty object", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`, false), 0, []string{"1"}, ""},
+		{c("tools/call without an id", `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"fetch_item","arguments":{"item_id":"1"}}}`, false), -32600, []string{"a request without an id"}, ""},
 	}
 }
 
@@ -125,7 +127,8 @@ func envelopeCases() []envelopeCase {
 // it cannot echo exactly (1.5 answered as 1, 2^64 as -2^63, null or an
 // object refused in plain text), data after the message (ignored), and
 // a member name twice (the last won). Each refusal is JSON-RPC -32700
-// or -32600 with id null at HTTP 400, and runs nothing (the upstream is
+// or -32600 at HTTP 400 (with the request's id when it could be read,
+// else id null; TestMCPEnvelopeFaultIDs), and runs nothing (the upstream is
 // not called); every case gets the same answer with and without the
 // fast path. The cases beside them (ids 1 and "1", ±2^53, unusual
 // strings, trailing whitespace) are served, each call answered with its
@@ -146,8 +149,9 @@ func TestMCPEnvelopeRules(t *testing.T) {
 				if w.Code != http.StatusBadRequest || w.Header().Get("Content-Type") != "application/json" || json.Unmarshal(w.Body.Bytes(), &ans) != nil {
 					t.Fatalf("answered %d %q %s, want a JSON-RPC error at 400", w.Code, w.Header().Get("Content-Type"), w.Body)
 				}
-				if ans.JSONRPC != "2.0" || string(ans.ID) != "null" || ans.Error.Code != c.code {
-					t.Errorf("answered %s, want code %d with id null", w.Body, c.code)
+				wantID := cmp.Or(c.id, "null")
+				if ans.JSONRPC != "2.0" || string(ans.ID) != wantID || ans.Error.Code != c.code {
+					t.Errorf("answered %s, want code %d with id %s", w.Body, c.code, wantID)
 				}
 				for _, s := range c.want {
 					if !strings.Contains(ans.Error.Message, s) {
@@ -183,6 +187,76 @@ func TestMCPEnvelopeRules(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMCPEnvelopeFaultIDs: an envelope refusal of one request whose id
+// could be read answers that id, wherever the id stands among the
+// members (after params too), at every protocol version the door
+// speaks (JSON-RPC 2.0 §5: id null only when it cannot be determined);
+// a parse error, a batch, a response, no id, two ids and an id the door
+// cannot echo exactly are answered with id null. Under 2026-07-28 the
+// door answers these too, before the SDK reads the message.
+func TestMCPEnvelopeFaultIDs(t *testing.T) {
+	dd := newDiffDoors(t)
+	cases := []struct {
+		name, body string
+		code       int
+		id         string // the answer's id, as JSON
+		batchOnly  bool   // a batch: sent under 2025-03-26 only
+	}{
+		{"params an array", `{"jsonrpc":"2.0","id":7,"method":"tools/list","params":[1]}`, -32600, "7", false},
+		{"params a string", `{"jsonrpc":"2.0","id":"s","method":"tools/list","params":"x"}`, -32600, `"s"`, false},
+		{"params a number, id last", `{"jsonrpc":"2.0","method":"tools/call","params":1,"id":8}`, -32600, "8", false},
+		{"params an array, string id last", `{"jsonrpc":"2.0","method":"tools/list","params":[1],"id":"after"}`, -32600, `"after"`, false},
+		{"params true, escaped id name", `{"jsonrpc":"2.0","method":"tools/list","params":true,"\u0069d":9}`, -32600, "9", false},
+		{"params false, escaped string id", `{"jsonrpc":"2.0","method":"tools/list","params":false,"id":"\u0061"}`, -32600, `"a"`, false},
+		{"no params, id last", `{"jsonrpc":"2.0","method":"tools/call","id":10}`, -32600, "10", false},
+		{"jsonrpc 1.0, id last", `{"jsonrpc":"1.0","method":"tools/list","id":11}`, -32600, "11", false},
+		{"method a number, id last", `{"jsonrpc":"2.0","method":5,"id":12}`, -32600, "12", false},
+		{"notification with an id", `{"jsonrpc":"2.0","method":"notifications/initialized","id":13}`, -32600, "13", false},
+		{"a name twice in params, id last", `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"a","name":"b"},"id":14}`, -32600, "14", false},
+		{"id 2^53, params an array", `{"jsonrpc":"2.0","method":"tools/list","params":[],"id":-9007199254740992}`, -32600, "-9007199254740992", false},
+		// id null: it cannot be determined, or is not a request's.
+		{"two ids", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":[1],"id":2}`, -32600, "null", false},
+		{"id 1.5, params an array", `{"jsonrpc":"2.0","method":"tools/list","params":[1],"id":1.5}`, -32600, "null", false},
+		{"id null, params an array", `{"jsonrpc":"2.0","method":"tools/list","params":[1],"id":null}`, -32600, "null", false},
+		{"no id, params an array", `{"jsonrpc":"2.0","method":"notifications/initialized","params":[1]}`, -32600, "null", false},
+		{"a response", `{"jsonrpc":"2.0","id":3,"error":"bad"}`, -32600, "null", false},
+		{"method and result", `{"jsonrpc":"2.0","id":3,"method":"ping","result":{}}`, -32600, "null", false},
+		{"neither", `{"jsonrpc":"2.0","id":3}`, -32600, "null", false},
+		{"parse error", `{"jsonrpc":"2.0","id":3,"method":"tools/list","params":[1]`, -32700, "null", false},
+		{"data after", `{"jsonrpc":"2.0","id":3,"method":"tools/list","params":[1]} x`, -32700, "null", false},
+		{"batch", `[{"jsonrpc":"2.0","id":4,"method":"tools/list","params":[1]}]`, -32600, "null", true},
+	}
+	versions := append([]string{""}, sdkVersions...)
+	for _, v := range versions {
+		for _, c := range cases {
+			if c.batchOnly && v != "2025-03-26" {
+				continue
+			}
+			t.Run(cmp.Or(v, "none")+"/"+c.name, func(t *testing.T) {
+				fc := fastCase{name: c.name, body: c.body}
+				if v != "" {
+					fc.hdr = map[string][]string{"Mcp-Protocol-Version": {v}}
+				}
+				before := dd.hits.Load()
+				w := dd.serve(t, fc)
+				var ans struct {
+					ID    json.RawMessage `json:"id"`
+					Error rpcError        `json:"error"`
+				}
+				if w.Code != http.StatusBadRequest || json.Unmarshal(w.Body.Bytes(), &ans) != nil {
+					t.Fatalf("answered %d %s, want a JSON-RPC error at 400", w.Code, w.Body)
+				}
+				if string(ans.ID) != c.id || ans.Error.Code != c.code {
+					t.Errorf("answered %s, want code %d with id %s", w.Body, c.code, c.id)
+				}
+				if dd.hits.Load() != before {
+					t.Error("a refused message ran a call")
+				}
+			})
+		}
 	}
 }
 
