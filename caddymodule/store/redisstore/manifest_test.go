@@ -2,7 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
@@ -81,5 +84,66 @@ func TestManifestVersions(t *testing.T) {
 	}
 	if _, _, err := m.Current(ctx); err == nil {
 		t.Fatal("Current with Redis down: no error")
+	}
+}
+
+// TestManifestVersionsOverMaxmemory: while Redis is over maxmemory
+// (noeviction: a script that may grow the data is refused), the
+// manifest numbering still runs (allow-oom): a manifest keeps its
+// number, a changed one gets the next, Current follows, and numbering
+// many manifests keeps the hash bounded (at most maxManifestNumbers+2
+// fields) and used_memory with it.
+func TestManifestVersionsOverMaxmemory(t *testing.T) {
+	srv := redistest.StartServer(t, "--maxmemory-policy", "noeviction")
+	c, set := newSet(t, Config{Addrs: []string{srv.Addr()}, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1))})
+	ctx := context.Background()
+	m := set.Manifest
+	hash := func(i int) string { return fmt.Sprintf("%064x", i) } // a manifest's content hash: 64 hex digits
+	if v, err := m.Version(ctx, hash(1), 0, ""); err != nil || v != 1 {
+		t.Fatalf("Version before Redis is full = %d, %v; want 1", v, err)
+	}
+	if _, err := redistest.Do(srv.Addr(), "SET", "fill", strings.Repeat("x", 2<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", strconv.FormatInt(usedMemory(t, srv.Addr())-64<<10, 10)); err != nil {
+		t.Fatal(err)
+	}
+	// Redis is full: a write that may grow the data is refused.
+	if err := set.Attempts.Add(ctx, store.Attempt{ID: "att-oom"}); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(Cause(err), "OOM") {
+		t.Fatalf("attempt record over maxmemory: %v, want an OOM refusal (Redis is not full)", err)
+	}
+	if v, err := m.Version(ctx, hash(1), 0, ""); err != nil || v != 1 {
+		t.Fatalf("the same manifest over maxmemory = %d, %v; want its number, 1", v, err)
+	}
+	if v, err := m.Version(ctx, hash(2), 1, hash(1)); err != nil || v != 2 {
+		t.Fatalf("a changed manifest over maxmemory = %d, %v; want the next number, 2", v, err)
+	}
+	if v, h, err := m.Current(ctx); err != nil || v != 2 || h != hash(2) {
+		t.Fatalf("Current over maxmemory = %d %q %v; want 2 and the changed manifest's hash", v, h, err)
+	}
+	before := usedMemory(t, srv.Addr())
+	key := c.globalKey(manifestKeyName)
+	for i := range 3 * maxManifestNumbers {
+		want := i + 3
+		v, err := m.Version(ctx, hash(i+3), 0, "")
+		if err != nil || v != want {
+			t.Fatalf("manifest %d over maxmemory = %d, %v; want %d", i+3, v, err, want)
+		}
+		if n, err := c.Redis().HLen(ctx, key).Result(); err != nil || n > maxManifestNumbers+2 {
+			t.Fatalf("after manifest %d P{g}:manifest holds %d fields (%v), want at most %d", i+3, n, err, maxManifestNumbers+2)
+		}
+	}
+	// The hash's fields at most (short of its largest) is all it adds.
+	if after := usedMemory(t, srv.Addr()); after > before+256<<10 {
+		t.Fatalf("used_memory grew from %d to %d numbering manifests over maxmemory, want the hash bounded", before, after)
+	}
+	if v, h, err := m.Current(ctx); err != nil || v != 3*maxManifestNumbers+2 || h != hash(3*maxManifestNumbers+2) {
+		t.Fatalf("Current after numbering over maxmemory = %d %q %v; want the last number given, %d", v, h, err, 3*maxManifestNumbers+2)
+	}
+	if _, err := redistest.Do(srv.Addr(), "DEL", "fill"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := m.Version(ctx, hash(1), 0, ""); err != nil || v != 3*maxManifestNumbers+3 {
+		t.Fatalf("manifest 1 once Redis has room, its number long dropped = %d, %v; want a new one", v, err)
 	}
 }
