@@ -279,8 +279,10 @@ if [ "$IDENTITY" = signature ]; then
 Every agent request is signed (RFC 9421) by bin/rcns-agent with the agent's
 key in $K; an unsigned one gets 401 signature-missing.
 
-1. Discover: the manifest is served without Agent-ID, on either door:
+1. Discover: the manifest is served without Agent-ID (curl, HTTP door), and
+   to a signed agent too, here over the native AGTP/1.0 door (over MCP: 4.):
 curl -i -X DISCOVER $GW/
+bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 DISCOVER $NATIVE/
 
 2. Fetch a guest (Tier B: FETCH /guests/g-1 -> GET /guests/g-1), over the
    HTTP door, then over the native AGTP/1.0 door (its status line carries the
@@ -306,6 +308,8 @@ bin/rcns-agent call -key $K/rcns-demo-noscope.pem -agent-id $A2 -scope 'hotel:re
 4. MCP: the same endpoints and recipe are MCP tools at $GW/mcp (Streamable
    HTTP). A signed tool call:
 bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope hotel:read -H 'Accept: application/json, text/event-stream' POST $GW/mcp '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_guest","arguments":{"guest_id":"g-1"}}}'
+   and the manifest (DISCOVER / over MCP: the resource rcns://manifest):
+bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -H 'Accept: application/json, text/event-stream' POST $GW/mcp '{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"rcns://manifest"}}'
 
    Most MCP clients cannot sign requests: to add the gateway to one (Claude,
    an IDE, the MCP Inspector), run the demo with RCNS_DEMO_IDENTITY=header
@@ -327,11 +331,14 @@ The token's scopes stand for Authority-Scope. Without a token: 401 with a
 Bearer challenge naming the protected-resource metadata.
 
 1. Discover: curl -i -X DISCOVER $GW/
+   (on the native door and over MCP, with the token of 2.: in 2. and 4.)
 2. Get a token (client_credentials), then fetch a guest over the HTTP door:
 TOKEN=\$(curl -s -u $OAUTH_CLIENT:$OAUTH_SECRET -d grant_type=client_credentials -d resource=$GW_ORIGIN -d 'scope=$OAUTH_SCOPES' $TOKEN_ENDPOINT | sed -n 's/.*"access_token":"\([^"]*\)".*/\1/p'); echo "\$TOKEN"
 curl -i -X FETCH -H "Authorization: Bearer \$TOKEN" $GW/guests/g-1
    and over the native door:
 bin/rcns-agent call -agent-id $A1 -H "Authorization: Bearer \$TOKEN" FETCH $NATIVE/guests/g-1
+   and discover (1.) over the native door:
+bin/rcns-agent call -agent-id $A1 -H "Authorization: Bearer \$TOKEN" DISCOVER $NATIVE/
 3. Book a room (RCNS synthesis, 263):
 curl -i -X BOOK -H "Authorization: Bearer \$TOKEN" -H 'Allow-RCNS: true' -H 'Content-Type: application/json' -d '$BOOK' $GW/room
 
@@ -347,12 +354,16 @@ curl -i -X BOOK -H "Authorization: Bearer \$TOKEN" -H 'Allow-RCNS: true' -H 'Con
      or in a host's config: {"mcpServers": {"caddy-rcns-hotel": {"command": "npx", "args": ["mcp-remote", "$GW/mcp"]}}}
    * by hand, with the token above (acts as rcns-demo-agent):
 curl -s $GW/mcp -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_guest","arguments":{"guest_id":"g-1"}}}'
+     and the manifest (DISCOVER / over MCP: the resource rcns://manifest):
+curl -s $GW/mcp -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -d '{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"rcns://manifest"}}'
 MSG
 else
 	cat <<MSG
 identity header: Agent-ID is trusted as sent (loopback only).
 
-1. Discover: curl -i -X DISCOVER $GW/
+1. Discover over the HTTP door, then the native door (over MCP: 4.):
+curl -i -X DISCOVER $GW/
+bin/rcns-agent call -agent-id $A1 DISCOVER $NATIVE/
 2. Fetch a guest over the HTTP door, then the native door:
 curl -i -X FETCH -H 'Agent-ID: $A1' -H 'Authority-Scope: hotel:read' $GW/guests/g-1
 bin/rcns-agent call -agent-id $A1 -scope hotel:read FETCH $NATIVE/guests/g-1
@@ -372,6 +383,8 @@ curl -i -X BOOK -H 'Agent-ID: $A2' -H 'Allow-RCNS: true' -H 'Authority-Scope: ho
    and call a tool (fetch_guest, fetch_property, reserve_reservations,
    book-room, discover_contracts, discover_patterns):
 curl -s $GW/mcp -H 'Agent-ID: $A1' -H 'Authority-Scope: hotel:read' -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_guest","arguments":{"guest_id":"g-1"}}}'
+   and read the manifest (DISCOVER / over MCP: the resource rcns://manifest):
+curl -s $GW/mcp -H 'Agent-ID: $A1' -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -d '{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"rcns://manifest"}}'
 MSG
 fi
 CALL_KEY=""
