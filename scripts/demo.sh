@@ -330,8 +330,9 @@ $ISSUER; the token's client names the agent:
 The token's scopes stand for Authority-Scope. Without a token: 401 with a
 Bearer challenge naming the protected-resource metadata.
 
-1. Discover: curl -i -X DISCOVER $GW/
-   (on the native door and over MCP, with the token of 2.: in 2. and 4.)
+1. Discover over the HTTP door (on the native door and over MCP, with the
+   token of 2.: in 2. and 4.):
+curl -i -X DISCOVER $GW/
 2. Get a token (client_credentials), then fetch a guest over the HTTP door:
 TOKEN=\$(curl -s -u $OAUTH_CLIENT:$OAUTH_SECRET -d grant_type=client_credentials -d resource=$GW_ORIGIN -d 'scope=$OAUTH_SCOPES' $TOKEN_ENDPOINT | sed -n 's/.*"access_token":"\([^"]*\)".*/\1/p'); echo "\$TOKEN"
 curl -i -X FETCH -H "Authorization: Bearer \$TOKEN" $GW/guests/g-1
