@@ -5,13 +5,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/plural"
 	"github.com/caddy-rcns/caddy-rcns/policy/records"
 	"github.com/caddy-rcns/caddy-rcns/recipes/openapi"
 )
@@ -157,23 +157,14 @@ func verifyLogDir(out io.Writer, dir string) error {
 		// Not "intact", and not a success: a gateway creates a log file
 		// with its first record, so a file without one was most likely
 		// emptied or cut to nothing (helper-131: `verify-log || alert`).
-		hold := count(int64(st.Files), "file holds", "files hold")
+		hold := plural.Count(st.Files, "file holds", "files hold")
 		return fmt.Errorf("verify-log: %s: %s no records: nothing to verify; the gateway creates a log file with its first record, so an empty one was most likely emptied or truncated",
 			logDir, hold)
 	}
 	fmt.Fprintf(out, "verify-log: %s: %s, %s%s in %s: every chain is intact (a removed tail of a chain cannot be detected)\n",
-		logDir, count(int64(st.Chains), "chain", "chains"), count(st.Records, "record", "records"), node,
-		count(int64(st.Files), "file", "files"))
+		logDir, plural.Count(st.Chains, "chain", "chains"), plural.Count(st.Records, "record", "records"), node,
+		plural.Count(st.Files, "file", "files"))
 	return nil
-}
-
-// count is n followed by one when n is 1, else by many: "1 file",
-// "0 files", "2 files".
-func count(n int64, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return strconv.FormatInt(n, 10) + " " + many
 }
 
 // isDir reports whether path is an existing directory.

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
+	"github.com/caddy-rcns/caddy-rcns/internal/plural"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
@@ -370,8 +371,8 @@ func recipeTool(h *engine.Engine, r *recipes.Recipe) (*mcpTool, error) {
 	}
 	desc, _ := proj["description"].(string)
 	t.def = &mcp.Tool{Title: toolTitle(sem),
-		Description: toolDescription(desc, sem) + fmt.Sprintf(" AGTP %s %s (Tier C: recipe %s v%s composes %d calls into one contract for you, made by the RCNS gate and kept for later calls).%s%s",
-			r.Method, r.PatternPath(), r.Name, r.Version, r.Depth(), how, scopeSentence(t.scopes)),
+		Description: toolDescription(desc, sem) + fmt.Sprintf(" AGTP %s %s (Tier C: recipe %s v%s composes %s into one contract for you, made by the RCNS gate and kept for later calls).%s%s",
+			r.Method, r.PatternPath(), r.Name, r.Version, plural.Count(r.Depth(), "call", "calls"), how, scopeSentence(t.scopes)),
 		InputSchema: in, OutputSchema: toolOutputSchema(out, true, h.Mode == engine.ModeConfirmFirst, false),
 		Annotations: toolAnnotations(toolTitle(sem), sem),
 		Meta: mcp.Meta{MCPMetaPrefix + "agtp": map[string]any{"method": r.Method, "path": r.PatternPath(), "tier": "C",

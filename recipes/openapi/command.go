@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/plural"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 )
 
@@ -86,6 +87,6 @@ func Run(w io.Writer, spec, out string, dryRun bool, opts Options) error {
 	if err := WriteDir(out, res); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "Wrote %d endpoint documents to %s. Review them, then load the folder with `endpoints %s` in the rcns block.\n", len(res.Endpoints), out, out)
+	fmt.Fprintf(w, "Wrote %s to %s. Review each, then load the folder with `endpoints %s` in the rcns block.\n", plural.Count(len(res.Endpoints), "endpoint document", "endpoint documents"), out, out)
 	return nil
 }

@@ -353,7 +353,7 @@ func (im *importer) route(op *operation) (*route, error) {
 				return nil, skipf(ptr, "segment %q: %s", seg, ref.Explanation)
 			}
 			renamed := ""
-			for _, c := range []string{plural(seg), seg + "-items", seg + "-resource"} {
+			for _, c := range []string{pluralNoun(seg), seg + "-items", seg + "-resource"} {
 				if im.mp.CheckPath("/"+c) == nil {
 					renamed = c
 					break
@@ -371,9 +371,9 @@ func (im *importer) route(op *operation) (*route, error) {
 	return rt, nil
 }
 
-// plural is a simple English plural of a path segment (search →
+// pluralNoun is a simple English plural of a path segment (search →
 // searches, inventory → inventories, order → orders).
-func plural(s string) string {
+func pluralNoun(s string) string {
 	l := strings.ToLower(s)
 	switch {
 	case strings.HasSuffix(l, "s"), strings.HasSuffix(l, "x"), strings.HasSuffix(l, "z"),

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/plural"
 )
 
 // MarkerFile is the file WriteDir leaves in the folder it writes. Its
@@ -136,7 +138,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\n%d endpoints, %d skipped, %d not selected.\n", len(r.Endpoints), len(r.Skipped), r.NotSelected)
+	fmt.Fprintf(w, "\n%s, %d skipped, %d not selected.\n", plural.Count(len(r.Endpoints), "endpoint", "endpoints"), len(r.Skipped), r.NotSelected)
 	if len(r.Env) > 0 {
 		fmt.Fprintf(w, "The endpoints' headers read these environment variables (set each where the gateway runs): %s\n", strings.Join(r.Env, ", "))
 	}

@@ -120,8 +120,15 @@ func TestRunWritesNothingOnError(t *testing.T) {
 	good := filepath.Join(tmp, "good.yaml")
 	os.WriteFile(good, doc(listPets, `  schemas:
     Pets: {type: array, items: {type: string}}`), 0o644)
+	w.Reset()
 	if err := Run(&w, good, out, false, Options{Upstream: "up"}); err != nil {
 		t.Fatal(err)
+	}
+	// One endpoint is counted in the singular.
+	for _, want := range []string{"\n1 endpoint, 0 skipped, 0 not selected.\n", "Wrote 1 endpoint document to "} {
+		if !strings.Contains(w.String(), want) {
+			t.Errorf("the import's summary lacks %q:\n%s", want, w.String())
+		}
 	}
 	before := listDir(t, out)
 	// A rename not accepted fails the whole import: nothing changes.

@@ -11,6 +11,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/plural"
 	"github.com/caddy-rcns/caddy-rcns/internal/textcut"
 )
 
@@ -241,16 +242,16 @@ func describe(k jsonschema.ErrorKind) string {
 		if k.Want == 1 {
 			return "must not be empty"
 		}
-		return fmt.Sprintf("got %d characters, want at least %d", k.Got, k.Want)
+		return fmt.Sprintf("got %s, want at least %d", plural.Count(k.Got, "character", "characters"), k.Want)
 	case *kind.MaxLength:
-		return fmt.Sprintf("got %d characters, want at most %d", k.Got, k.Want)
+		return fmt.Sprintf("got %s, want at most %d", plural.Count(k.Got, "character", "characters"), k.Want)
 	case *kind.MinItems:
 		if k.Want == 1 {
 			return "must not be empty"
 		}
-		return fmt.Sprintf("got %d items, want at least %d", k.Got, k.Want)
+		return fmt.Sprintf("got %s, want at least %d", plural.Count(k.Got, "item", "items"), k.Want)
 	case *kind.MaxItems:
-		return fmt.Sprintf("got %d items, want at most %d", k.Got, k.Want)
+		return fmt.Sprintf("got %s, want at most %d", plural.Count(k.Got, "item", "items"), k.Want)
 	case *kind.UniqueItems:
 		return fmt.Sprintf("items %d and %d are equal", k.Duplicates[0], k.Duplicates[1])
 	case *kind.Pattern:
