@@ -131,6 +131,26 @@ func TestLostReplyClaimReleased(t *testing.T) {
 	waitFree(t, set, "a", "lost", 2*time.Second)
 }
 
+// fillRedis puts the server at addr over its maxmemory: a 2 MiB value
+// "fill", then maxmemory 64 KiB below what is used, so that (under
+// noeviction) every write that may grow the data is refused with OOM.
+// emptyRedis undoes it.
+func fillRedis(t *testing.T, addr string) {
+	t.Helper()
+	if _, err := redistest.Do(addr, "SET", "fill", strings.Repeat("x", 2<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redistest.Do(addr, "CONFIG", "SET", "maxmemory", strconv.FormatInt(usedMemory(t, addr)-64<<10, 10)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// emptyRedis undoes fillRedis: no maxmemory, no "fill".
+func emptyRedis(addr string) {
+	_, _ = redistest.Do(addr, "CONFIG", "SET", "maxmemory", "0")
+	_, _ = redistest.Do(addr, "DEL", "fill")
+}
+
 // usedMemory is INFO memory's used_memory.
 func usedMemory(t *testing.T, addr string) int64 {
 	t.Helper()
@@ -161,12 +181,7 @@ func TestFullRedisRefuses(t *testing.T) {
 	if err != nil || running.Outcome != idempotency.Execute {
 		t.Fatalf("claim before: %v %v", running.Outcome, err)
 	}
-	if _, err := redistest.Do(srv.Addr(), "SET", "fill", strings.Repeat("x", 2<<20)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", strconv.FormatInt(usedMemory(t, srv.Addr())-64<<10, 10)); err != nil {
-		t.Fatal(err)
-	}
+	fillRedis(t, srv.Addr())
 	before := usedMemory(t, srv.Addr())
 	keysBefore, err := redistest.Do(srv.Addr(), "DBSIZE")
 	if err != nil {

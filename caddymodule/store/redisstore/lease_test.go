@@ -202,10 +202,7 @@ func TestPresentationLease(t *testing.T) {
 		if _, err := redistest.Do(srv.Addr(), "SET", "fill", strings.Repeat("x", 2<<20)); err != nil {
 			t.Fatal(err)
 		}
-		defer func() {
-			_, _ = redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", "0")
-			_, _ = redistest.Do(srv.Addr(), "DEL", "fill")
-		}()
+		defer emptyRedis(srv.Addr())
 		// The lease runs from when its read was sent: taken just before
 		// Redis is made full, so that a slow fill does not spend it.
 		leased := time.Now()

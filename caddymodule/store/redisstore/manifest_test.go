@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -102,12 +101,7 @@ func TestManifestVersionsOverMaxmemory(t *testing.T) {
 	if v, err := m.Version(ctx, hash(1), 0, ""); err != nil || v != 1 {
 		t.Fatalf("Version before Redis is full = %d, %v; want 1", v, err)
 	}
-	if _, err := redistest.Do(srv.Addr(), "SET", "fill", strings.Repeat("x", 2<<20)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", strconv.FormatInt(usedMemory(t, srv.Addr())-64<<10, 10)); err != nil {
-		t.Fatal(err)
-	}
+	fillRedis(t, srv.Addr())
 	// Redis is full: a write that may grow the data is refused.
 	if err := set.Attempts.Add(ctx, store.Attempt{ID: "att-oom"}); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(Cause(err), "OOM") {
 		t.Fatalf("attempt record over maxmemory: %v, want an OOM refusal (Redis is not full)", err)

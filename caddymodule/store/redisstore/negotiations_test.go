@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -50,12 +49,7 @@ func TestNegotiationKeys(t *testing.T) {
 		t.Fatal("a turn that continued a negotiation kept the fresh one too")
 	}
 
-	if _, err := redistest.Do(srv.Addr(), "SET", "fill", strings.Repeat("x", 2<<20)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := redistest.Do(srv.Addr(), "CONFIG", "SET", "maxmemory", strconv.FormatInt(usedMemory(t, srv.Addr())-64<<10, 10)); err != nil {
-		t.Fatal(err)
-	}
+	fillRedis(t, srv.Addr())
 	keysBefore, _ := redistest.Do(srv.Addr(), "DBSIZE")
 	if _, _, err := set.Negotiations.Turn(ctx, "agent-1", "", "neg-3"); !errors.Is(err, store.ErrUnavailable) || !IsOOM(err) {
 		t.Fatalf("a new negotiation over maxmemory: %v, want an OOM refusal", err)
