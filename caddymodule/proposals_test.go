@@ -188,8 +188,8 @@ func TestIdempotencyStoreFullNamesTheBound(t *testing.T) {
 		bound, expl  string
 		limitRecords float64
 	}{
-		{"per agent", idempotency.Limits{MaxRecords: 10, MaxPerAgent: 1}, "idempotency_max_per_agent", "this agent holds its maximum of 1 idempotency records (idempotency_max_per_agent)", 1},
-		{"store", idempotency.Limits{MaxRecords: 1, MaxPerAgent: 5}, "idempotency_max_records", "the gateway's idempotency store holds its maximum of 1 records for all agents (idempotency_max_records)", 1},
+		{"per agent", idempotency.Limits{MaxRecords: 10, MaxPerAgent: 1}, "idempotency_max_per_agent", "this agent holds its maximum of 1 idempotency record (idempotency_max_per_agent)", 1},
+		{"store", idempotency.Limits{MaxRecords: 1, MaxPerAgent: 5}, "idempotency_max_records", "the gateway's idempotency store holds its maximum of 1 record for all agents (idempotency_max_records)", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newTestGateway(t)

@@ -185,7 +185,7 @@ func TestRecordsDirSharedByTwoGateways(t *testing.T) {
 	if err != nil {
 		t.Fatalf("verify-log on the shared records_dir failed: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), fmt.Sprintf("1 chains, %d records", rounds)) {
+	if !strings.Contains(string(out), fmt.Sprintf("1 chain, %d records", rounds)) {
 		t.Fatalf("verify-log: %s; want the first gateway's %d records only", out, rounds)
 	}
 }

@@ -279,8 +279,10 @@ if [ "$IDENTITY" = signature ]; then
 Every agent request is signed (RFC 9421) by bin/rcns-agent with the agent's
 key in $K; an unsigned one gets 401 signature-missing.
 
-1. Discover: the manifest is served without Agent-ID (curl, HTTP door), and
-   to a signed agent too, here over the native AGTP/1.0 door (over MCP: 4.):
+1. Discover: the manifest is served without Agent-ID (curl, HTTP door); an
+   agent's DISCOVER / gets the directory of what it can discover (/methods,
+   /patterns, /contracts: spec OP-8), here over the native AGTP/1.0 door
+   (the manifest over MCP: 4.):
 curl -i -X DISCOVER $GW/
 bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 DISCOVER $NATIVE/
 
@@ -330,15 +332,17 @@ $ISSUER; the token's client names the agent:
 The token's scopes stand for Authority-Scope. Without a token: 401 with a
 Bearer challenge naming the protected-resource metadata.
 
-1. Discover over the HTTP door (on the native door and over MCP, with the
-   token of 2.: in 2. and 4.):
+1. Discover over the HTTP door: the manifest, served without a token (with
+   the token of 2., the native door's DISCOVER / gets the agent's directory
+   in 2., and MCP reads the manifest in 4.):
 curl -i -X DISCOVER $GW/
 2. Get a token (client_credentials), then fetch a guest over the HTTP door:
 TOKEN=\$(curl -s -u $OAUTH_CLIENT:$OAUTH_SECRET -d grant_type=client_credentials -d resource=$GW_ORIGIN -d 'scope=$OAUTH_SCOPES' $TOKEN_ENDPOINT | sed -n 's/.*"access_token":"\([^"]*\)".*/\1/p'); echo "\$TOKEN"
 curl -i -X FETCH -H "Authorization: Bearer \$TOKEN" $GW/guests/g-1
    and over the native door:
 bin/rcns-agent call -agent-id $A1 -H "Authorization: Bearer \$TOKEN" FETCH $NATIVE/guests/g-1
-   and discover (1.) over the native door:
+   and discover (1.) over the native door, as the agent: the directory of what
+   it can discover (/methods, /patterns, /contracts: spec OP-8):
 bin/rcns-agent call -agent-id $A1 -H "Authorization: Bearer \$TOKEN" DISCOVER $NATIVE/
 3. Book a room (RCNS synthesis, 263):
 curl -i -X BOOK -H "Authorization: Bearer \$TOKEN" -H 'Allow-RCNS: true' -H 'Content-Type: application/json' -d '$BOOK' $GW/room
@@ -362,7 +366,9 @@ else
 	cat <<MSG
 identity header: Agent-ID is trusted as sent (loopback only).
 
-1. Discover over the HTTP door, then the native door (over MCP: 4.):
+1. Discover: the manifest over the HTTP door (no Agent-ID), then, as the
+   agent, the directory of what it can discover (/methods, /patterns,
+   /contracts: spec OP-8) over the native door (the manifest over MCP: 4.):
 curl -i -X DISCOVER $GW/
 bin/rcns-agent call -agent-id $A1 DISCOVER $NATIVE/
 2. Fetch a guest over the HTTP door, then the native door:

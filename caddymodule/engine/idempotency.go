@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
+	"github.com/caddy-rcns/caddy-rcns/internal/plural"
 	"github.com/caddy-rcns/caddy-rcns/policy/idempotency"
 )
 
@@ -310,10 +311,10 @@ func (x *exchange) fingerprint(req *request) string {
 // applied) in limit_records.
 func idempotencyStoreFull(o idempotency.Outcome, l idempotency.Limits) *agtp.Error {
 	knob, limit := "idempotency_max_per_agent", l.MaxPerAgent
-	expl := fmt.Sprintf("this agent holds its maximum of %d idempotency records (idempotency_max_per_agent); retry after some expire", limit)
+	expl := fmt.Sprintf("this agent holds its maximum of %s (idempotency_max_per_agent); retry after some expire", plural.Count(limit, "idempotency record", "idempotency records"))
 	if o == idempotency.StoreFull {
 		knob, limit = "idempotency_max_records", l.MaxRecords
-		expl = fmt.Sprintf("the gateway's idempotency store holds its maximum of %d records for all agents (idempotency_max_records); retry later", limit)
+		expl = fmt.Sprintf("the gateway's idempotency store holds its maximum of %s for all agents (idempotency_max_records); retry later", plural.Count(limit, "record", "records"))
 	}
 	return agtp.IdempotencyStoreFull.WithFields(expl, map[string]any{"bound": knob, "limit_records": limit})
 }

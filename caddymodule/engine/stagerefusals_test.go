@@ -1120,7 +1120,7 @@ func TestEveryStageRefusal(t *testing.T) {
 		{stage: "built-in", name: "PROPOSE key's lease ended unanswered", send: srOrphaned("prop-orphaned", "PROPOSE", "/", srProposal("LOOKUP", "/item/p", nil, nil)),
 			want: agtp.OutcomeUnknown, expl: "that ran PROPOSE / with this Idempotency-Key"},
 		{stage: "built-in", name: "PROPOSE agent's keys at their bound", engine: "one-key/built-in", send: srKeysFull(srCall("PROPOSE", "/", srMe("Idempotency-Key", "second-key"), srProposal("LOOKUP", "/item/p", nil, nil))),
-			want: agtp.IdempotencyStoreFull, expl: "its maximum of 1 idempotency records"},
+			want: agtp.IdempotencyStoreFull, expl: "its maximum of 1 idempotency record "},
 		{stage: "built-in", name: "PROPOSE budget spent", engine: "gate-1", send: srAfter(func(t *testing.T, te *testEngine) {
 			srWant(t, "PROPOSE spending the budget", srCall("PROPOSE", "/", srMe(), srProposal("LOOKUP", "/item/rl-1", nil, nil))(t, te), 263)
 		}, srCall("PROPOSE", "/", srMe(), srProposal("LOOKUP", "/item/rl-2", nil, nil))),
@@ -1212,7 +1212,7 @@ func TestEveryStageRefusal(t *testing.T) {
 		}), want: agtp.OutcomeUnknown, expl: "that ran LOOKUP /item/present-orphaned with this Idempotency-Key"},
 		{stage: "presentation", name: "agent's keys at their bound", engine: "one-key/presentation", send: srMinted("/item/present-full", func(id string) srSender {
 			return srKeysFull(srPresent(id, "/item/present-full", srItem("1"), "Idempotency-Key", "second-key"))
-		}), want: agtp.IdempotencyStoreFull, expl: "its maximum of 1 idempotency records"},
+		}), want: agtp.IdempotencyStoreFull, expl: "its maximum of 1 idempotency record "},
 		{stage: "presentation", name: "invocation budget spent", engine: "invoke-1/presentation", send: srMinted("/item/budget", func(id string) srSender {
 			return srAfter(func(t *testing.T, te *testEngine) {
 				srWant(t, "presentation spending the budget", srPresent(id, "/item/budget", srItem("1"))(t, te), 200)
@@ -1238,7 +1238,7 @@ func TestEveryStageRefusal(t *testing.T) {
 		{stage: "tier-b", name: "key's lease ended unanswered", send: srOrphaned("orphaned", "FETCH", "/items/4", ""),
 			want: agtp.OutcomeUnknown, expl: "the gateway node other-node that ran FETCH /items/4", check: srField("node_id", `"other-node"`)},
 		{stage: "tier-b", name: "agent's keys at their bound", engine: "one-key/tier-b", send: srKeysFull(srSend("FETCH", "/items/1", srMe("Idempotency-Key", "second-key"), "")),
-			want: agtp.IdempotencyStoreFull, expl: "its maximum of 1 idempotency records", check: srField("bound", `"idempotency_max_per_agent"`)},
+			want: agtp.IdempotencyStoreFull, expl: "its maximum of 1 idempotency record ", check: srField("bound", `"idempotency_max_per_agent"`)},
 		{stage: "tier-b", name: "unknown envelope field", send: srCall("FETCH", "/items/1", srMe(), `{"item":"1"}`),
 			want: agtp.InvalidEnvelope, expl: `unknown envelope field "item"`},
 		{stage: "tier-b", name: "parameters not an object", send: srCall("FETCH", "/items/1", srMe(), `{"parameters":[1]}`),
@@ -1305,7 +1305,7 @@ func TestEveryStageRefusal(t *testing.T) {
 		{stage: "pair", name: "gate, key's lease ended unanswered", send: srOrphaned("gate-orphaned", "LOOKUP", "/item/gate-orphaned", srItem("1"), "Allow-RCNS", "true"),
 			want: agtp.OutcomeUnknown, expl: "that ran LOOKUP /item/gate-orphaned with this Idempotency-Key"},
 		{stage: "pair", name: "gate, agent's keys at their bound", engine: "one-key/pair", send: srKeysFull(srCall("LOOKUP", "/item/gate-full", srMe("Allow-RCNS", "true", "Idempotency-Key", "second-key"), srItem("1"))),
-			want: agtp.IdempotencyStoreFull, expl: "its maximum of 1 idempotency records"},
+			want: agtp.IdempotencyStoreFull, expl: "its maximum of 1 idempotency record "},
 		{stage: "pair", name: "gate over max_contracts_per_agent", engine: "one-each", send: srAfter(func(t *testing.T, te *testEngine) {
 			srMint(t, te, srOperator, srOpScope, "/item/gm-1")
 		}, srCall("LOOKUP", "/item/gm-2", srOp("Allow-RCNS", "true"), srItem("1"))),
