@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -25,9 +24,15 @@ func (h *Engine) propose(x *exchange, req *request, p map[string]any) {
 	hdr := map[string]string{"Negotiation-ID": negID}
 	var rd string              // requested_duration, once read
 	var grantedDuration string // the answer's granted_duration, once granted
+	// A turn past the budget is kept in the negotiation (counted, when
+	// rejected) as its answer goes; one refused before it keeps nothing.
+	counted, rejected := false, false
 	x.beforeWrite = func(int) {
 		if x.replayed {
 			return
+		}
+		if counted {
+			h.recordTurn(x, agent, negID, rejected)
 		}
 		requested := proposalSummary(p)
 		requested["negotiation_id"] = negID
@@ -54,7 +59,7 @@ func (h *Engine) propose(x *exchange, req *request, p map[string]any) {
 		return
 	}
 	reject := func(e *agtp.Error) {
-		h.rejectTurn(x, agent, negID)
+		rejected = true
 		x.fail(e)
 	}
 	if !h.synthesisEnabled() {
@@ -155,6 +160,7 @@ func (h *Engine) propose(x *exchange, req *request, p map[string]any) {
 	if !h.spend(x, req, h.gateRL) {
 		return
 	}
+	counted = true
 	// Step 1: method. A token outside the lexical rule is named as such,
 	// as the same token sent as the request method is (ResolveMethod).
 	if !policy.ValidMethodToken(method) {
@@ -335,31 +341,39 @@ func proposalSummary(p map[string]any) map[string]any {
 const persistentTTL = 100 * 365 * 24 * time.Hour
 
 // negotiationTurn begins x's turn in its negotiation (store.Negotiations,
-// spec OP-35): the Negotiation-ID it echoed when that is a negotiation
-// the store keeps for agent, else a new one, and its count of rejected
-// turns. An echoed value that is not a UUID the gateway could have
-// minted begins a new negotiation without a store lookup. On a store
+// spec OP-35): the Negotiation-ID it echoed, in its canonical form, when
+// the store keeps that negotiation for agent, with its count of
+// rejected turns; else a new UUID (kept once the turn gets past the
+// budget: recordTurn) and 0. An echoed value that is no UUID begins a
+// new negotiation without a store lookup; one in another form (upper
+// case, braces, urn:uuid:) is read as the UUID it writes. On a store
 // error the ID returned is the echoed UUID (or the new one), for the
-// 503's Negotiation-ID: nothing was begun.
+// 503's Negotiation-ID.
 func (h *Engine) negotiationTurn(x *exchange, agent string) (string, int, error) {
 	fresh := uuid.NewString()
-	echoed := x.in.Get("Negotiation-ID")
-	if u, err := uuid.Parse(echoed); err != nil || u.String() != echoed {
-		echoed = ""
-	}
-	id, n, err := h.sto.Negotiations.Turn(x.ctx(), agent, echoed, fresh)
+	u, err := uuid.Parse(x.in.Get("Negotiation-ID"))
 	if err != nil {
-		return cmp.Or(echoed, fresh), 0, err
+		return fresh, 0, nil
 	}
-	return id, n, nil
+	echoed := u.String()
+	n, kept, err := h.sto.Negotiations.Turn(x.ctx(), agent, echoed)
+	switch {
+	case err != nil:
+		return echoed, 0, err
+	case !kept:
+		return fresh, 0, nil
+	}
+	return echoed, n, nil
 }
 
-// rejectTurn counts a rejected turn of agent's negotiation id. A store
-// error is logged and the answer goes on: the turn is not counted, so
-// the negotiation may take one more before its 463 policy-refused.
-func (h *Engine) rejectTurn(x *exchange, agent, id string) {
-	if _, err := h.sto.Negotiations.Reject(x.ctx(), agent, id); err != nil {
-		x.log().Warn("a rejected PROPOSE turn was not counted: the store did not answer", zap.String("agent_id", agent),
-			zap.String("negotiation_id", id), zap.Error(err))
+// recordTurn keeps agent's negotiation id after a turn past the budget,
+// counting it when rejected. A store error is logged and the answer goes
+// on: a new negotiation is then not kept (a later turn echoing it begins
+// another), and a rejected turn not counted (the negotiation may take
+// one more before its 463 policy-refused).
+func (h *Engine) recordTurn(x *exchange, agent, id string, rejected bool) {
+	if _, err := h.sto.Negotiations.Record(x.ctx(), agent, id, rejected); err != nil {
+		x.log().Warn("a PROPOSE turn was not kept in its negotiation: the store did not take it", zap.String("agent_id", agent),
+			zap.String("negotiation_id", id), zap.Bool("rejected", rejected), zap.Error(err))
 	}
 }

@@ -7,14 +7,14 @@ import (
 )
 
 // memNegotiations are the memory store's PROPOSE negotiations
-// (Negotiations): at most max, the oldest begun forgotten first, each
-// for NegotiationIdle after its last turn.
+// (Negotiations): at most max, the oldest kept forgotten first, each for
+// NegotiationIdle after its last turn.
 type memNegotiations struct {
 	mu    sync.Mutex
 	now   func() time.Time
 	max   int
 	byID  map[string]*memNegotiation
-	order []string // ids by the turn that began them, oldest first; an id forgotten early stays until its turn to go
+	order []string // ids in the order they were first kept, oldest first; an id forgotten early stays until its turn to go
 }
 
 type memNegotiation struct {
@@ -41,34 +41,40 @@ func (n *memNegotiations) keptLocked(agent, id string, now time.Time) *memNegoti
 }
 
 // Turn never fails.
-func (n *memNegotiations) Turn(_ context.Context, agent, echoed, fresh string) (string, int, error) {
-	now := n.now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if ng := n.keptLocked(agent, echoed, now); ng != nil {
-		ng.last = now
-		return echoed, ng.rejections, nil
-	}
-	n.byID[fresh] = &memNegotiation{agent: agent, last: now}
-	n.order = append(n.order, fresh)
-	for len(n.order) > n.max {
-		delete(n.byID, n.order[0])
-		n.order[0] = ""
-		n.order = n.order[1:]
-	}
-	return fresh, 0, nil
-}
-
-// Reject never fails.
-func (n *memNegotiations) Reject(_ context.Context, agent, id string) (int, error) {
+func (n *memNegotiations) Turn(_ context.Context, agent, id string) (int, bool, error) {
 	now := n.now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	ng := n.keptLocked(agent, id, now)
 	if ng == nil {
-		return 0, nil
+		return 0, false, nil
 	}
-	ng.rejections++
+	ng.last = now
+	return ng.rejections, true, nil
+}
+
+// Record never fails.
+func (n *memNegotiations) Record(_ context.Context, agent, id string, rejected bool) (int, error) {
+	now := n.now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ng := n.keptLocked(agent, id, now)
+	if ng == nil {
+		if _, taken := n.byID[id]; taken { // another agent's: an ID the gateway minted is never another's
+			return 0, nil
+		}
+		ng = &memNegotiation{agent: agent}
+		n.byID[id] = ng
+		n.order = append(n.order, id)
+		for len(n.order) > n.max {
+			delete(n.byID, n.order[0])
+			n.order[0] = ""
+			n.order = n.order[1:]
+		}
+	}
+	if rejected {
+		ng.rejections++
+	}
 	ng.last = now
 	return ng.rejections, nil
 }

@@ -105,22 +105,22 @@ func TestLimiterReplacedStaysInForce(t *testing.T) {
 }
 
 // TestMemoryNegotiationsBound: the memory store keeps the newest
-// MaxNegotiations PROPOSE negotiations; the oldest begun is forgotten
-// first, and a turn echoing it begins a new one.
+// MaxNegotiations PROPOSE negotiations; the oldest kept is forgotten
+// first, and a turn echoing it finds nothing.
 func TestMemoryNegotiationsBound(t *testing.T) {
 	m := store.NewMemory(store.Limits{}, nil)
 	defer m.Close()
 	neg := m.Set().Negotiations
 	ctx := context.Background()
 	for i := range store.MaxNegotiations + 1 {
-		if _, _, err := neg.Turn(ctx, "a", "", "n-"+strconv.Itoa(i)); err != nil {
+		if _, err := neg.Record(ctx, "a", "n-"+strconv.Itoa(i), true); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if id, _, _ := neg.Turn(ctx, "a", "n-0", "fresh-0"); id != "fresh-0" {
-		t.Fatalf("the oldest of %d negotiations was kept (%s)", store.MaxNegotiations+1, id)
+	if _, kept, _ := neg.Turn(ctx, "a", "n-0"); kept {
+		t.Fatalf("the oldest of %d negotiations was kept", store.MaxNegotiations+1)
 	}
-	if id, _, _ := neg.Turn(ctx, "a", "n-2", "fresh-2"); id != "n-2" {
-		t.Fatalf("a negotiation within the bound was forgotten (%s)", id)
+	if n, kept, _ := neg.Turn(ctx, "a", "n-1"); !kept || n != 1 {
+		t.Fatalf("a negotiation within the bound = %d, %v; want 1, kept", n, kept)
 	}
 }

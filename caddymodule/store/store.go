@@ -395,24 +395,29 @@ type ManifestVersions interface {
 // Negotiations are the PROPOSE negotiations (agtp-09 §8.4.1, spec
 // OP-35): each Negotiation-ID the gateway minted, for the Agent-ID it
 // was minted for, with its count of rejected turns, kept NegotiationIdle
-// after its last turn. The Redis store shares them between its nodes,
-// so that a later turn echoing the ID continues the negotiation on
-// whichever node behind the load balancer it reaches (spec §24 item
-// 97); the memory store keeps the newest MaxNegotiations.
+// after its last turn. A negotiation is kept from the end of its first
+// turn that got past the PROPOSE budget (Record): a turn refused before
+// it (a malformed proposal, a 429, a replay) keeps nothing, so what is
+// kept is bounded by the budget. The Redis store shares them between its
+// nodes, so that a later turn echoing the ID continues the negotiation
+// on whichever node behind the load balancer it reaches (spec §24 item
+// 97); the memory store keeps the newest MaxNegotiations. The count is
+// not a lock: concurrent turns of one negotiation each read it before
+// any is counted.
 type Negotiations interface {
-	// Turn begins a PROPOSE turn of agent that echoed the
-	// Negotiation-ID echoed ("" for none). When echoed is a negotiation
-	// kept for agent, Turn returns echoed and its count of rejected
-	// turns, and keeps it NegotiationIdle from now; otherwise it keeps
-	// fresh (a new UUID the caller minted) as a negotiation of agent
-	// with none, and returns fresh and 0. Errors wrap ErrUnavailable;
-	// nothing is then kept.
-	Turn(ctx context.Context, agent, echoed, fresh string) (id string, rejections int, err error)
-	// Reject counts one more rejected turn of agent's negotiation id and
-	// returns the new count, keeping it NegotiationIdle from now; a
-	// negotiation no longer kept (expired, evicted, or another agent's)
-	// is not kept again, and the count is 0. Errors wrap ErrUnavailable.
-	Reject(ctx context.Context, agent, id string) (int, error)
+	// Turn reads agent's negotiation id at the start of a turn that
+	// echoed it: its count of rejected turns and true while the store
+	// keeps it (which then keeps it NegotiationIdle from now), else 0
+	// and false (never kept, expired, evicted, or another agent's). It
+	// writes no new state. Errors wrap ErrUnavailable.
+	Turn(ctx context.Context, agent, id string) (rejections int, kept bool, err error)
+	// Record keeps agent's negotiation id at the end of a turn past the
+	// budget, NegotiationIdle from now, with one more rejected turn
+	// when rejected, and returns its count. A negotiation the store does
+	// not keep (a new one, under the ID the gateway minted for it) is
+	// kept from here. Errors wrap ErrUnavailable; a write Redis received
+	// may still have landed.
+	Record(ctx context.Context, agent, id string, rejected bool) (int, error)
 }
 
 // NegotiationIdle is how long a PROPOSE negotiation is kept after its
@@ -420,9 +425,8 @@ type Negotiations interface {
 const NegotiationIdle = time.Hour
 
 // MaxNegotiations bounds the memory store's PROPOSE negotiations (the
-// oldest begun is forgotten first). The Redis store keeps each for
-// NegotiationIdle, a key of about 100 bytes, bounded by the PROPOSE
-// budget.
+// oldest kept is forgotten first). The Redis store keeps each for
+// NegotiationIdle, a key of about 170 bytes.
 const MaxNegotiations = 10000
 
 // PresentRequest is a request presenting a contract (RCNS §10 step 7).

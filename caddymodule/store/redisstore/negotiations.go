@@ -20,57 +20,50 @@ func (n negotiations) negotiationKey(agent, id string) string {
 }
 
 // negotiationTurnScript is Negotiations.Turn in one step. KEYS[1] the
-// echoed negotiation's key (KEYS[2] again when none was echoed),
-// KEYS[2] the fresh one's; ARGV[1] store.NegotiationIdle in ms. Returns
-// {1, count} for the echoed negotiation, {0, 0} for the fresh one. GET,
-// PEXPIRE, SET only. deny-oom: a fresh negotiation is new state, and the
-// PROPOSE that would mint needs room anyway (503 store full).
-var negotiationTurnScript = denyOOM(`
-if KEYS[1] ~= KEYS[2] then
-	local r = redis.call('GET', KEYS[1])
-	if r then
-		redis.call('PEXPIRE', KEYS[1], ARGV[1])
-		return {1, tonumber(r)}
-	end
-end
-redis.call('SET', KEYS[2], 0, 'PX', ARGV[1])
-return {0, 0}
+// negotiation's key; ARGV[1] store.NegotiationIdle in ms. Returns the
+// count of rejected turns, -1 when the key is gone. GET and PEXPIRE
+// only. allow-oom: it adds nothing, so over maxmemory a PROPOSE is
+// still read and answered up to the mint it may need room for (a
+// malformed one gets its 400, not a 503).
+var negotiationTurnScript = allowOOM(`
+local r = redis.call('GET', KEYS[1])
+if not r then return -1 end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return tonumber(r)
 `)
 
-// negotiationRejectScript is Negotiations.Reject in one step. KEYS[1]
-// the negotiation's key; ARGV[1] store.NegotiationIdle in ms. Returns
-// the new count, 0 when the key is gone. EXISTS, INCR, PEXPIRE only.
-// allow-oom: it grows no key, and a rejection not counted under
-// maxmemory would give the negotiation a turn more.
-var negotiationRejectScript = allowOOM(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local n = redis.call('INCR', KEYS[1])
+// negotiationRecordScript is Negotiations.Record in one step. KEYS[1]
+// the negotiation's key; ARGV[1] store.NegotiationIdle in ms, ARGV[2]
+// 1 for a rejected turn, else 0. Returns the count. INCRBY and PEXPIRE
+// only. deny-oom: it may keep a new negotiation; over maxmemory the
+// turn is answered without it (the engine logs it).
+var negotiationRecordScript = denyOOM(`
+local n = redis.call('INCRBY', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return n
 `)
 
 // Turn is one round trip (the script).
-func (n negotiations) Turn(ctx context.Context, agent, echoed, fresh string) (string, int, error) {
+func (n negotiations) Turn(ctx context.Context, agent, id string) (int, bool, error) {
 	start := time.Now()
-	fk := n.negotiationKey(agent, fresh)
-	ek := fk
-	if echoed != "" {
-		ek = n.negotiationKey(agent, echoed)
-	}
-	v, err := negotiationTurnScript.Run(ctx, n.c.rdb, []string{ek, fk}, store.NegotiationIdle.Milliseconds()).Int64Slice()
+	v, err := negotiationTurnScript.Run(ctx, n.c.rdb, []string{n.negotiationKey(agent, id)}, store.NegotiationIdle.Milliseconds()).Int()
 	if err = n.c.done(store.OpNegotiation, start, err); err != nil {
-		return "", 0, err
+		return 0, false, err
 	}
-	if len(v) == 2 && v[0] == 1 {
-		return echoed, int(v[1]), nil
+	if v < 0 {
+		return 0, false, nil
 	}
-	return fresh, 0, nil
+	return v, true, nil
 }
 
-// Reject is one round trip (the script).
-func (n negotiations) Reject(ctx context.Context, agent, id string) (int, error) {
+// Record is one round trip (the script).
+func (n negotiations) Record(ctx context.Context, agent, id string, rejected bool) (int, error) {
 	start := time.Now()
-	v, err := negotiationRejectScript.Run(ctx, n.c.rdb, []string{n.negotiationKey(agent, id)}, store.NegotiationIdle.Milliseconds()).Int()
+	inc := 0
+	if rejected {
+		inc = 1
+	}
+	v, err := negotiationRecordScript.Run(ctx, n.c.rdb, []string{n.negotiationKey(agent, id)}, store.NegotiationIdle.Milliseconds(), inc).Int()
 	if err = n.c.done(store.OpNegotiation, start, err); err != nil {
 		return 0, err
 	}

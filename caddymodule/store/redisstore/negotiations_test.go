@@ -11,11 +11,12 @@ import (
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 )
 
-// TestNegotiationKeys: a negotiation is one key in its agent's slot that
-// expires store.NegotiationIdle after its last turn (a turn and a
-// rejection each move it); over maxmemory (noeviction) a turn is refused
-// (store full: the PROPOSE would need room to mint anyway) and writes
-// nothing, while a rejection of a kept negotiation is still counted.
+// TestNegotiationKeys: a negotiation is one key in its agent's slot,
+// written by Record only, that expires store.NegotiationIdle after its
+// last turn (a read and a record each move it). Over maxmemory
+// (noeviction) a turn is still read (its PROPOSE is answered up to the
+// mint: a malformed one gets its 400, not a 503), and a record is
+// refused and writes nothing.
 func TestNegotiationKeys(t *testing.T) {
 	srv := redistest.StartServer(t, "--maxmemory-policy", "noeviction")
 	_, set := newSet(t, Config{Addrs: []string{srv.Addr()}})
@@ -30,7 +31,13 @@ func TestNegotiationKeys(t *testing.T) {
 		ms, _ := strconv.ParseInt(v, 10, 64)
 		return time.Duration(ms) * time.Millisecond
 	}
-	if _, _, err := set.Negotiations.Turn(ctx, "agent-1", "", "neg-1"); err != nil {
+	if _, kept, err := set.Negotiations.Turn(ctx, "agent-1", "neg-1"); err != nil || kept {
+		t.Fatalf("a new negotiation's turn: kept %v, %v", kept, err)
+	}
+	if n, _ := redistest.Do(srv.Addr(), "DBSIZE"); n != "0" {
+		t.Fatalf("a turn's read wrote: DBSIZE %s", n)
+	}
+	if _, err := set.Negotiations.Record(ctx, "agent-1", "neg-1", false); err != nil {
 		t.Fatal(err)
 	}
 	if d := pttl(); d <= store.NegotiationIdle-time.Minute || d > store.NegotiationIdle {
@@ -39,25 +46,22 @@ func TestNegotiationKeys(t *testing.T) {
 	if _, err := redistest.Do(srv.Addr(), "PEXPIRE", key, "60000"); err != nil {
 		t.Fatal(err)
 	}
-	if id, n, err := set.Negotiations.Turn(ctx, "agent-1", "neg-1", "neg-2"); err != nil || id != "neg-1" || n != 0 {
-		t.Fatalf("turn = %s, %d, %v; want neg-1, 0", id, n, err)
+	if n, kept, err := set.Negotiations.Turn(ctx, "agent-1", "neg-1"); err != nil || !kept || n != 0 {
+		t.Fatalf("turn = %d, %v, %v; want 0, kept", n, kept, err)
 	}
 	if d := pttl(); d <= store.NegotiationIdle-time.Minute {
 		t.Fatalf("a turn left the PTTL at %v, want about %v", d, store.NegotiationIdle)
 	}
-	if exists, _ := redistest.Do(srv.Addr(), "EXISTS", "rcns:{a:agent-1}:ng:neg-2"); exists != "0" {
-		t.Fatal("a turn that continued a negotiation kept the fresh one too")
-	}
 
 	fillRedis(t, srv.Addr())
 	keysBefore, _ := redistest.Do(srv.Addr(), "DBSIZE")
-	if _, _, err := set.Negotiations.Turn(ctx, "agent-1", "", "neg-3"); !errors.Is(err, store.ErrUnavailable) || !IsOOM(err) {
-		t.Fatalf("a new negotiation over maxmemory: %v, want an OOM refusal", err)
+	if n, kept, err := set.Negotiations.Turn(ctx, "agent-1", "neg-1"); err != nil || !kept || n != 0 {
+		t.Fatalf("a turn over maxmemory = %d, %v, %v; want 0, kept", n, kept, err)
+	}
+	if _, err := set.Negotiations.Record(ctx, "agent-1", "neg-2", true); !errors.Is(err, store.ErrUnavailable) || !IsOOM(err) {
+		t.Fatalf("a new negotiation recorded over maxmemory: %v, want an OOM refusal", err)
 	}
 	if keys, _ := redistest.Do(srv.Addr(), "DBSIZE"); keys != keysBefore {
-		t.Fatalf("DBSIZE went from %s to %s: a refused turn wrote", keysBefore, keys)
-	}
-	if n, err := set.Negotiations.Reject(ctx, "agent-1", "neg-1"); err != nil || n != 1 {
-		t.Fatalf("a rejection over maxmemory = %d, %v; want 1", n, err)
+		t.Fatalf("DBSIZE went from %s to %s: a refused record wrote", keysBefore, keys)
 	}
 }

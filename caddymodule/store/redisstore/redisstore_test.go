@@ -157,22 +157,23 @@ func TestRoundTripsPerOperation(t *testing.T) {
 			return err
 		}, map[store.Op]int{store.OpClaim: 1}, 2},
 		{"rate limit", func() error { _, err := lim.Allow(ctx, agent); return err }, map[store.Op]int{store.OpRateLimit: 1}, 3},
-		// A PROPOSE turn, and its rejection (the negotiation begun here
-		// is continued by the next step, and rejected once).
+		// A PROPOSE turn: its read, then its record (a new
+		// negotiation, rejected), then the next turn's read.
 		{"negotiation turn", func() error {
-			_, _, err := set.Negotiations.Turn(ctx, agent, "", "neg-1")
+			_, _, err := set.Negotiations.Turn(ctx, agent, "neg-1")
 			return err
 		}, map[store.Op]int{store.OpNegotiation: 1}, 1},
-		{"negotiation turn continued, rejected", func() error {
-			id, _, err := set.Negotiations.Turn(ctx, agent, "neg-1", "neg-2")
-			if err == nil && id != "neg-1" {
-				err = fmt.Errorf("the turn continued %s, want neg-1", id)
-			}
-			if err == nil {
-				_, err = set.Negotiations.Reject(ctx, agent, id)
+		{"negotiation turn recorded", func() error {
+			_, err := set.Negotiations.Record(ctx, agent, "neg-1", true)
+			return err
+		}, map[store.Op]int{store.OpNegotiation: 1}, 2},
+		{"negotiation turn continued", func() error {
+			n, kept, err := set.Negotiations.Turn(ctx, agent, "neg-1")
+			if err == nil && (!kept || n != 1) {
+				err = fmt.Errorf("the turn read %d, %v; want 1, kept", n, kept)
 			}
 			return err
-		}, map[store.Op]int{store.OpNegotiation: 2}, 5},
+		}, map[store.Op]int{store.OpNegotiation: 1}, 2},
 		{"signature", func() error {
 			_, err := set.Replay.Seen(ctx, agent, []byte("s"), time.Now().Add(time.Minute))
 			return err
