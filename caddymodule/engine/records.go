@@ -110,6 +110,11 @@ func (rs *recordState) open(dir string, fsync records.FsyncPolicy, signer *recor
 		dir = ""
 		rs.chains, _ = records.OpenChains("")
 	}
+	if rs.log != nil && logger != nil {
+		for _, r := range rs.log.Repairs() {
+			logger.Warn("the negotiation log was repaired to open it", zap.String("records_dir", dir), zap.String("repair", r))
+		}
+	}
 	if n := rs.chains.Dropped(); n > 0 && logger != nil {
 		logger.Warn("dropped attribution chain heads whose key is not an Agent-ID (written by an older build that chained malformed Agent-IDs)",
 			zap.String("records_dir", dir), zap.Int("dropped", n))

@@ -2,7 +2,6 @@ package records
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -178,6 +177,8 @@ type Log struct {
 	synced        uint64    // records known durable
 	flusherExited bool
 
+	repairs []string // what OpenLog changed to open the log (Repairs)
+
 	kick        chan struct{} // wakes the flusher; buffered 1
 	done        chan struct{} // closed by Close
 	flusherDone chan struct{} // closed when the flusher returns; nil without flusher
@@ -248,9 +249,22 @@ func OpenLog(opt LogOptions) (*Log, error) {
 		return nil, err
 	}
 	for i, lf := range files {
-		size, err := l.readHeads(lf, i == len(files)-1, true)
+		last := i == len(files)-1
+		size, err := l.readHeads(lf, last, true)
 		if err != nil {
 			return nil, err
+		}
+		if last && size == 0 {
+			// Created, and the gateway stopped before its first record
+			// was written whole (or a torn one was cut off above):
+			// removed, so that no log file is ever left empty and
+			// verify-log can tell an emptied one (VerifyDirStats).
+			path := filepath.Join(opt.Dir, lf.name)
+			if err := os.Remove(path); err != nil {
+				return nil, fmt.Errorf("records: remove the empty newest log file %s: %w", path, err)
+			}
+			l.repairs = append(l.repairs, fmt.Sprintf("%s: removed the newest log file, which held no record", path))
+			continue
 		}
 		l.curDay, l.curNum, l.curSize = lf.day, lf.num, size
 	}
@@ -365,36 +379,91 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 				return off, nil
 			}
 			if !last {
-				return 0, fmt.Errorf("records: %s:%d: torn line (no newline) in a file that is not the newest", path, lineNo)
+				return 0, fmt.Errorf("records: %s:%d: torn line (no newline) in a file that is not the newest; %s", path, lineNo, checkIt(l.dir))
 			}
-			// A record whose write was cut short; it was never
-			// acknowledged under always or group.
 			if !truncate {
 				return off, nil
+			}
+			// A whole record without its newline (the newline lost, or
+			// an edit that removed it) is kept: its newline is written
+			// back. Anything else is a record whose write was cut short,
+			// never acknowledged under always or group: it is cut off.
+			if head, ok := parseHead(line); ok {
+				if err := appendNewline(path); err != nil {
+					return 0, fmt.Errorf("records: restore the newline of the last record at %s:%d: %w", path, lineNo, err)
+				}
+				l.heads[head.agent] = head.logHead
+				l.repairs = append(l.repairs, fmt.Sprintf("%s:%d: the last record had no newline; it is kept and its newline written", path, lineNo))
+				return off + int64(len(line)) + 1, nil
 			}
 			if err := os.Truncate(path, off); err != nil {
 				return 0, fmt.Errorf("records: truncate torn line at %s:%d: %w", path, lineNo, err)
 			}
+			l.repairs = append(l.repairs, fmt.Sprintf("%s:%d: cut off a torn last line of %d bytes (a record whose write did not finish: it was never acknowledged)", path, lineNo, len(line)))
 			return off, nil
 		}
 		if err != nil {
 			return 0, fmt.Errorf("records: read %s: %w", path, err)
 		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			return 0, fmt.Errorf("records: %s:%d: %s; run VerifyDir", path, lineNo, lineEndingFault(line[:len(line)-1], r))
+		if reason := lineEndingFault(line[:len(line)-1], r); reason != "" {
+			return 0, fmt.Errorf("records: %s:%d: %s; %s", path, lineNo, reason, checkIt(l.dir))
 		}
-		var rec struct {
-			AgentID string `json:"agent_id"`
-			Seq     int64  `json:"seq"`
-			Hash    string `json:"hash"`
+		head, ok := parseHead(line)
+		if !ok {
+			return 0, fmt.Errorf("records: %s:%d: unreadable negotiation record (agent_id, seq and hash required); %s", path, lineNo, checkIt(l.dir))
 		}
-		if err := json.Unmarshal(line, &rec); err != nil || rec.AgentID == "" || rec.Seq < 1 || !hexid.Valid(rec.Hash) {
-			return 0, fmt.Errorf("records: %s:%d: unreadable negotiation record (agent_id, seq and hash required); run VerifyDir", path, lineNo)
-		}
-		l.heads[rec.AgentID] = logHead{hash: rec.Hash, seq: rec.Seq}
+		l.heads[head.agent] = head.logHead
 		off += int64(len(line))
 	}
 }
+
+// checkIt tells an operator how to check the log in dir.
+func checkIt(dir string) string {
+	return "check the log with `caddy rcns verify-log " + dir + "`"
+}
+
+// agentHead is the chain head one record leaves.
+type agentHead struct {
+	agent string
+	logHead
+}
+
+// parseHead reads the agent, seq and hash of one record line (its
+// newline or none).
+func parseHead(line []byte) (agentHead, bool) {
+	var rec struct {
+		AgentID string `json:"agent_id"`
+		Seq     int64  `json:"seq"`
+		Hash    string `json:"hash"`
+	}
+	if err := json.Unmarshal(line, &rec); err != nil || rec.AgentID == "" || rec.Seq < 1 || !hexid.Valid(rec.Hash) {
+		return agentHead{}, false
+	}
+	return agentHead{rec.AgentID, logHead{hash: rec.Hash, seq: rec.Seq}}, true
+}
+
+// appendNewline writes "\n" at the end of path and syncs it.
+func appendNewline(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write([]byte{'\n'}); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// Repairs says what OpenLog changed in the log to open it, one line
+// each (file:line and what), for the caller to log at WARN: a torn last
+// line cut off, or the newline of a whole last record written back.
+// Nil when nothing was changed.
+func (l *Log) Repairs() []string { return l.repairs }
 
 // Append writes one negotiation record for agentID (ARCHITECTURE.md
 // "Records"; seed 003) and returns its hash (64 lowercase hex). rec holds

@@ -435,14 +435,97 @@ func TestVerifyDirTornLine(t *testing.T) {
 		t.Fatalf("VerifyDir = %v, want a torn-line error", err)
 	}
 
-	// Reopening truncates the torn tail and continues the chains.
+	// Reopening truncates the torn tail, says so, and continues the
+	// chains.
 	l := mustOpenLog(t, LogOptions{Dir: dir, Now: stepClock(day1.Add(time.Hour), time.Millisecond)})
+	if r := l.Repairs(); len(r) != 1 || !strings.Contains(r[0], "cut off a torn last line of 20 bytes") {
+		t.Errorf("Repairs = %q, want the torn line cut off", r)
+	}
 	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := VerifyDir(dir); err != nil {
 		t.Errorf("VerifyDir after reopen: %v", err)
+	}
+}
+
+// TestOpenLogKeepsLastRecordWithoutNewline: a whole record whose newline
+// is missing (an edit removed it, or only the newline was lost) is kept,
+// its newline written back, and its chain continues from it
+// (helper-134 L8: it was cut off with the torn lines, silently, and the
+// next record reused its seq with verify-log passing).
+func TestOpenLogKeepsLastRecordWithoutNewline(t *testing.T) {
+	dir := writeSample(t)
+	before, err := VerifyDirStats(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := listLogFiles(dir)
+	path := filepath.Join(dir, files[len(files)-1].name)
+	data, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, bytes.TrimSuffix(data, []byte("\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := mustOpenLog(t, LogOptions{Dir: dir, Now: stepClock(day1.Add(time.Hour), time.Millisecond)})
+	if r := l.Repairs(); len(r) != 1 || !strings.Contains(r[0], "the last record had no newline; it is kept") {
+		t.Errorf("Repairs = %q, want the newline written back", r)
+	}
+	if raw, _ := os.ReadFile(path); !bytes.Equal(raw, data) {
+		t.Fatalf("the file after reopening differs from before the newline was removed")
+	}
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := VerifyDirStats(dir)
+	if err != nil || after.Records != before.Records+1 {
+		t.Fatalf("VerifyDirStats after = %+v, %v; want %d records", after, err, before.Records+1)
+	}
+}
+
+// TestEmptyLogFiles: OpenLog removes a newest file that holds no record
+// (created, then the gateway stopped before its first record was
+// written whole), so a gateway leaves no empty log file, and
+// VerifyDirStats refuses an empty file that is not the newest: it was
+// emptied (helper-134 L7: one emptied file next to an intact one
+// verified as intact).
+func TestEmptyLogFiles(t *testing.T) {
+	dir := writeSample(t)
+	files, _ := listLogFiles(dir)
+	if len(files) < 2 {
+		t.Fatalf("the sample has %d files, want two or more", len(files))
+	}
+	first := filepath.Join(dir, files[0].name)
+	if err := os.WriteFile(first, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ve *VerifyError
+	if _, err := VerifyDirStats(dir); !errors.As(err, &ve) || ve.File != first || !strings.Contains(ve.Reason, "holds no records, and is not the newest") {
+		t.Fatalf("VerifyDirStats with the first file emptied = %v, want it named", err)
+	}
+
+	// A newest file that holds no record (only a torn line, cut off) is
+	// allowed to verify-log and removed by OpenLog, which writes on.
+	dir = writeSample(t)
+	files, _ = listLogFiles(dir)
+	next := filepath.Join(dir, logName(files[len(files)-1].day, files[len(files)-1].num+1))
+	if err := os.WriteFile(next, []byte(`{"agent_id":"A","se`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	l := mustOpenLog(t, LogOptions{Dir: dir, Now: stepClock(day1.Add(time.Hour), time.Millisecond)})
+	if r := l.Repairs(); len(r) != 2 || !strings.Contains(r[1], "removed the newest log file, which held no record") {
+		t.Errorf("Repairs = %q, want the torn line cut off and the file removed", r)
+	}
+	if _, err := os.Stat(next); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the emptied newest file is still there: %v", err)
+	}
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := VerifyDirStats(dir); err != nil || st.Records != 11 {
+		t.Fatalf("VerifyDirStats after writing on = %+v, %v; want 11 records", st, err)
 	}
 }
 
@@ -469,7 +552,7 @@ func TestOpenLogBadLine(t *testing.T) {
 	}
 
 	// A blank line is named as what it is, not as an unreadable record.
-	for _, blank := range []string{"\n", " \t\n", "\r\n"} {
+	for _, blank := range []string{"\n", " \t\n", "\r\n", "\f\n", "\u00a0\n"} {
 		if err := os.WriteFile(path, append([]byte(blank), data...), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -477,6 +560,18 @@ func TestOpenLogBadLine(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), path+":1: ") || !strings.Contains(err.Error(), "the gateway never writes one") {
 			t.Errorf("OpenLog with a line %q = %v, want an error naming %s:1 and the blank line", blank, err, path)
 		}
+		if err != nil && !strings.Contains(err.Error(), "check the log with `caddy rcns verify-log "+dir+"`") {
+			t.Errorf("OpenLog with a line %q = %v, want it to name verify-log", blank, err)
+		}
+	}
+	// A record ending in "\r\n" is refused as verify-log refuses it
+	// (helper-134 L6: the gateway opened and appended to it).
+	crlf := bytes.Replace(data, []byte("\n"), []byte("\r\n"), 1)
+	if err := os.WriteFile(path, crlf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenLog(LogOptions{Dir: dir}); err == nil || !strings.Contains(err.Error(), path+":1: ") || !strings.Contains(err.Error(), `ends in "\r\n"`) {
+		t.Errorf("OpenLog with a CRLF line = %v, want it refused naming %s:1", err, path)
 	}
 }
 

@@ -23,7 +23,8 @@ import (
 type VerifyError struct {
 	// File is the path of the log file.
 	File string
-	// Line is the 1-based line number in File.
+	// Line is the 1-based line number in File; 0 when the fault is the
+	// file's as a whole.
 	Line int
 	// AgentID is the record's agent, "" when the line did not parse.
 	AgentID string
@@ -31,8 +32,12 @@ type VerifyError struct {
 	Reason string
 }
 
-// Error returns "records: FILE:LINE: agent "A": REASON".
+// Error returns "records: FILE:LINE: agent "A": REASON" (without the
+// agent when not known, without the line when 0).
 func (e *VerifyError) Error() string {
+	if e.Line == 0 {
+		return fmt.Sprintf("records: %s: %s", e.File, e.Reason)
+	}
 	if e.AgentID == "" {
 		return fmt.Sprintf("records: %s:%d: %s", e.File, e.Line, e.Reason)
 	}
@@ -84,9 +89,11 @@ func VerifyDirStats(dir string) (st VerifyStats, err error) {
 		}
 		slices.Sort(st.Nodes)
 	}()
-	for _, lf := range files {
+	for i, lf := range files {
 		st.Files++
-		err := verifyFile(filepath.Join(dir, lf.name), heads, nodes)
+		before := st.Records
+		path := filepath.Join(dir, lf.name)
+		err := verifyFile(path, heads, nodes)
 		st.Chains = len(heads)
 		st.Records = 0
 		for _, h := range heads {
@@ -94,6 +101,12 @@ func VerifyDirStats(dir string) (st VerifyStats, err error) {
 		}
 		if err != nil {
 			return st, err
+		}
+		if st.Records == before && i < len(files)-1 {
+			// A gateway writes a file with its first record and removes
+			// a newest one left empty when it opens the log (OpenLog),
+			// so an older file holds at least one.
+			return st, &VerifyError{File: path, Reason: "the file holds no records, and is not the newest: a gateway writes a log file with its first record and never empties one, so it was emptied or cut to nothing (only a disk that filled as the file's first record was written leaves one too, and the gateway's log then says so)"}
 		}
 	}
 	return st, nil
@@ -167,7 +180,7 @@ func lineEndingFault(line []byte, rest *bufio.Reader) string {
 			}
 		}
 		return "empty line; " + edited
-	case len(bytes.Trim(line, " \t\r")) == 0:
+	case len(bytes.TrimSpace(line)) == 0:
 		return fmt.Sprintf("line holds only whitespace (%q); %s", line, edited)
 	case line[len(line)-1] == '\r':
 		return `line ends in "\r\n" (a carriage return before the newline); the gateway ends every line with "\n" alone, so the file was edited or its line endings converted`
