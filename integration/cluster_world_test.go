@@ -110,14 +110,15 @@ func startRedisCluster(t testing.TB) (*redistest.Cluster, *redisTopology) {
 	}
 }
 
-// startSentinelRedis starts a Sentinel group (redistest.StartSentinel: a
-// master, a replica, three sentinels). Its topology has no kill,
-// restart, pause or resume: the sentinels would fail the master over
-// after 1 s, which TestClusterSentinelFailover covers, so the suites
+// startSentinelRedis starts a Sentinel group (a master, a replica, three
+// sentinels) whose sentinels declare the master down only after 60 s
+// without answers, so that a loaded machine does not see a failover in
+// the middle of a suite. Its topology has no kill, restart, pause or
+// resume: a failover is TestClusterSentinelFailover's, so the suites
 // that stop or stall every data server do not run on it.
 func startSentinelRedis(t testing.TB) (*redistest.Sentinel, *redisTopology) {
 	t.Helper()
-	g := redistest.StartSentinel(t)
+	g := redistest.StartSentinelDownAfter(t, time.Minute)
 	return g, &redisTopology{
 		name:    "sentinel",
 		lines:   sentinelLines(g),

@@ -331,6 +331,15 @@ func (s *Sentinel) SentinelAddrs() []string {
 // until every sentinel knows the replica and the other sentinels.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
+	return StartSentinelDownAfter(t, time.Second)
+}
+
+// StartSentinelDownAfter is StartSentinel whose sentinels declare the
+// master down after downAfter (whole milliseconds) without answers: a
+// test that fails the master over wants it short, one that must not
+// see a failover on a loaded machine long.
+func StartSentinelDownAfter(t testing.TB, downAfter time.Duration) *Sentinel {
+	t.Helper()
 	g := &Sentinel{MasterName: "rcns-test"}
 	g.Master = StartServer(t)
 	g.Replica = StartServer(t, "--replicaof", "127.0.0.1", strconv.Itoa(g.Master.Port))
@@ -338,8 +347,8 @@ func StartSentinel(t testing.TB) *Sentinel {
 	for range 3 {
 		s := &Server{t: t, bin: bin, dir: t.TempDir(), Port: freePort(t, false)}
 		conf := filepath.Join(s.dir, "sentinel.conf")
-		text := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d 2\nsentinel down-after-milliseconds %[1]s 1000\nsentinel failover-timeout %[1]s 10000\nsentinel parallel-syncs %[1]s 1\n",
-			g.MasterName, g.Master.Port)
+		text := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d 2\nsentinel down-after-milliseconds %[1]s %[3]d\nsentinel failover-timeout %[1]s 10000\nsentinel parallel-syncs %[1]s 1\n",
+			g.MasterName, g.Master.Port, downAfter.Milliseconds())
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
