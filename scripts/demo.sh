@@ -310,7 +310,7 @@ bin/rcns-agent call -key $K/rcns-demo-noscope.pem -agent-id $A2 -scope 'hotel:re
 4. MCP: the same endpoints and recipe are MCP tools at $GW/mcp (Streamable
    HTTP). A signed tool call:
 bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -scope hotel:read -H 'Accept: application/json, text/event-stream' POST $GW/mcp '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_guest","arguments":{"guest_id":"g-1"}}}'
-   and the manifest (DISCOVER / over MCP: the resource rcns://manifest):
+   and the manifest (what an anonymous DISCOVER / returns; over MCP the resource rcns://manifest):
 bin/rcns-agent call -key $K/rcns-demo-agent.pem -agent-id $A1 -H 'Accept: application/json, text/event-stream' POST $GW/mcp '{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"rcns://manifest"}}'
 
    Most MCP clients cannot sign requests: to add the gateway to one (Claude,
@@ -359,7 +359,7 @@ curl -i -X BOOK -H "Authorization: Bearer \$TOKEN" -H 'Allow-RCNS: true' -H 'Con
      or in a host's config: {"mcpServers": {"caddy-rcns-hotel": {"command": "npx", "args": ["mcp-remote", "$GW/mcp"]}}}
    * by hand, with the token above (acts as rcns-demo-agent):
 curl -s $GW/mcp -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_guest","arguments":{"guest_id":"g-1"}}}'
-     and the manifest (DISCOVER / over MCP: the resource rcns://manifest):
+     and the manifest (what an anonymous DISCOVER / returns; over MCP the resource rcns://manifest):
 curl -s $GW/mcp -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -d '{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"rcns://manifest"}}'
 MSG
 else
@@ -390,7 +390,7 @@ curl -i -X BOOK -H 'Agent-ID: $A2' -H 'Allow-RCNS: true' -H 'Authority-Scope: ho
    and call a tool (fetch_guest, fetch_property, reserve_reservations,
    book-room, discover_contracts, discover_patterns):
 curl -s $GW/mcp -H 'Agent-ID: $A1' -H 'Authority-Scope: hotel:read' -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_guest","arguments":{"guest_id":"g-1"}}}'
-   and read the manifest (DISCOVER / over MCP: the resource rcns://manifest):
+   and read the manifest (what an anonymous DISCOVER / returns; over MCP the resource rcns://manifest):
 curl -s $GW/mcp -H 'Agent-ID: $A1' -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -d '{"jsonrpc":"2.0","id":2,"method":"resources/read","params":{"uri":"rcns://manifest"}}'
 MSG
 fi

@@ -111,8 +111,8 @@ func (rs *recordState) open(dir string, fsync records.FsyncPolicy, signer *recor
 		rs.chains, _ = records.OpenChains("")
 	}
 	if rs.log != nil && logger != nil {
-		for _, r := range rs.log.Repairs() {
-			logger.Warn("the negotiation log was repaired to open it", zap.String("records_dir", dir), zap.String("repair", r))
+		for _, n := range rs.log.Notes() {
+			logger.Warn("opening the negotiation log", zap.String("records_dir", dir), zap.String("note", n))
 		}
 	}
 	if n := rs.chains.Dropped(); n > 0 && logger != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/caddy-rcns/caddy-rcns/internal/plural"
 	"github.com/caddy-rcns/caddy-rcns/recipes"
 )
 
@@ -51,9 +52,9 @@ type LimitError struct {
 // Error names the bound, what is held and what to do.
 func (e *LimitError) Error() string {
 	if errors.Is(e.Err, ErrAgentFull) {
-		return fmt.Sprintf("the agent already holds %d live contracts; max_contracts_per_agent is %d; release some first", e.Held, e.Limit)
+		return fmt.Sprintf("the agent already holds %s; max_contracts_per_agent is %d; release some first", plural.Count(e.Held, "live contract", "live contracts"), e.Limit)
 	}
-	return fmt.Sprintf("the gateway holds %d live contracts, its maximum (max_contracts is %d); try later", e.Held, e.Limit)
+	return fmt.Sprintf("the gateway holds %s, its maximum (max_contracts is %d); try later", plural.Count(e.Held, "live contract", "live contracts"), e.Limit)
 }
 
 // Unwrap returns ErrStoreFull or ErrAgentFull.

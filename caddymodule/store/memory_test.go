@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,5 +123,22 @@ func TestMemoryNegotiationsBound(t *testing.T) {
 	}
 	if n, kept, _ := neg.Turn(ctx, "a", "n-1"); !kept || n != 1 {
 		t.Fatalf("a negotiation within the bound = %d, %v; want 1, kept", n, kept)
+	}
+}
+
+// TestLimitErrorCounts: a bound of one live contract is said in the
+// singular (helper-135: "holds 1 live contracts").
+func TestLimitErrorCounts(t *testing.T) {
+	for _, c := range []struct {
+		err  *store.LimitError
+		want string
+	}{
+		{&store.LimitError{Err: store.ErrAgentFull, Held: 1, Limit: 1}, "the agent already holds 1 live contract; max_contracts_per_agent is 1"},
+		{&store.LimitError{Err: store.ErrStoreFull, Held: 1, Limit: 1}, "the gateway holds 1 live contract, its maximum"},
+		{&store.LimitError{Err: store.ErrStoreFull, Held: 2, Limit: 2}, "the gateway holds 2 live contracts, its maximum"},
+	} {
+		if got := c.err.Error(); !strings.Contains(got, c.want) {
+			t.Errorf("%q, want %q in it", got, c.want)
+		}
 	}
 }

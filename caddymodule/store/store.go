@@ -397,8 +397,8 @@ type ManifestVersions interface {
 // was minted for, with its count of rejected turns, kept NegotiationIdle
 // after its last turn. A negotiation is kept from the end of its first
 // turn that got past the PROPOSE budget (Record): a turn refused before
-// it (a malformed proposal, a 429, a replay) keeps nothing, so what is
-// kept is bounded by the budget. The Redis store shares them between its
+// it (a 429, a replay, a proposal without its pair) keeps nothing, so
+// what is kept is bounded by the budget. The Redis store shares them between its
 // nodes, so that a later turn echoing the ID continues the negotiation
 // on whichever node behind the load balancer it reaches (spec §24 item
 // 97); the memory store keeps the newest MaxNegotiations. The count is
@@ -409,7 +409,8 @@ type Negotiations interface {
 	// echoed it: its count of rejected turns and true while the store
 	// keeps it (which then keeps it NegotiationIdle from now), else 0
 	// and false (never kept, expired, evicted, or another agent's). It
-	// writes no new state. Errors wrap ErrUnavailable.
+	// adds nothing (it moves a kept negotiation's expiry). Errors wrap
+	// ErrUnavailable.
 	Turn(ctx context.Context, agent, id string) (rejections int, kept bool, err error)
 	// Record keeps agent's negotiation id at the end of a turn past the
 	// budget, NegotiationIdle from now, with one more rejected turn
@@ -426,7 +427,7 @@ const NegotiationIdle = time.Hour
 
 // MaxNegotiations bounds the memory store's PROPOSE negotiations (the
 // oldest kept is forgotten first). The Redis store keeps each for
-// NegotiationIdle, a key of about 170 bytes.
+// NegotiationIdle, a key of about 250 bytes with its expiry.
 const MaxNegotiations = 10000
 
 // PresentRequest is a request presenting a contract (RCNS §10 step 7).

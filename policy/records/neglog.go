@@ -2,6 +2,7 @@ package records
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -177,7 +178,7 @@ type Log struct {
 	synced        uint64    // records known durable
 	flusherExited bool
 
-	repairs []string // what OpenLog changed to open the log (Repairs)
+	notes []string // what OpenLog changed or found (Notes)
 
 	kick        chan struct{} // wakes the flusher; buffered 1
 	done        chan struct{} // closed by Close
@@ -254,6 +255,9 @@ func OpenLog(opt LogOptions) (*Log, error) {
 		if err != nil {
 			return nil, err
 		}
+		if !last && size == 0 {
+			l.notes = append(l.notes, fmt.Sprintf("%s: holds no records and is not the newest log file: it was emptied or cut to nothing (only a disk that filled as its first record was written leaves one); left as it is, and verify-log refuses it", filepath.Join(opt.Dir, lf.name)))
+		}
 		if last && size == 0 {
 			// Created, and the gateway stopped before its first record
 			// was written whole (or a torn one was cut off above):
@@ -263,7 +267,7 @@ func OpenLog(opt LogOptions) (*Log, error) {
 			if err := os.Remove(path); err != nil {
 				return nil, fmt.Errorf("records: remove the empty newest log file %s: %w", path, err)
 			}
-			l.repairs = append(l.repairs, fmt.Sprintf("%s: removed the newest log file, which held no record", path))
+			l.notes = append(l.notes, fmt.Sprintf("%s: removed the newest log file, which held no record", path))
 			continue
 		}
 		l.curDay, l.curNum, l.curSize = lf.day, lf.num, size
@@ -381,25 +385,37 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 			if !last {
 				return 0, fmt.Errorf("records: %s:%d: torn line (no newline) in a file that is not the newest; %s", path, lineNo, checkIt(l.dir))
 			}
+			// A crash leaves at most one record after the last newline,
+			// whole or cut short: anything else (two records, a "\r"
+			// line ending, whitespace, a value that is no record) was an
+			// edit, refused as one.
+			whole, fault := tornTail(line)
+			head, ok := parseHead(line)
+			if fault == "" && whole && !ok {
+				fault = "a JSON value that is not a negotiation record (agent_id, seq and hash required) after the last newline, so the file was edited"
+			}
+			if fault != "" {
+				return 0, fmt.Errorf("records: %s:%d: %s; %s", path, lineNo, fault, checkIt(l.dir))
+			}
 			if !truncate {
 				return off, nil
 			}
-			// A whole record without its newline (the newline lost, or
-			// an edit that removed it) is kept: its newline is written
-			// back. Anything else is a record whose write was cut short,
-			// never acknowledged under always or group: it is cut off.
-			if head, ok := parseHead(line); ok {
+			// A whole record without its newline (only the newline
+			// lost, or an edit that removed it) is kept: its newline is
+			// written back. A record whose write was cut short, never
+			// acknowledged under always or group, is cut off.
+			if whole {
 				if err := appendNewline(path); err != nil {
 					return 0, fmt.Errorf("records: restore the newline of the last record at %s:%d: %w", path, lineNo, err)
 				}
 				l.heads[head.agent] = head.logHead
-				l.repairs = append(l.repairs, fmt.Sprintf("%s:%d: the last record had no newline; it is kept and its newline written", path, lineNo))
+				l.notes = append(l.notes, fmt.Sprintf("%s:%d: the last record had no newline; it is kept and its newline written", path, lineNo))
 				return off + int64(len(line)) + 1, nil
 			}
 			if err := os.Truncate(path, off); err != nil {
 				return 0, fmt.Errorf("records: truncate torn line at %s:%d: %w", path, lineNo, err)
 			}
-			l.repairs = append(l.repairs, fmt.Sprintf("%s:%d: cut off a torn last line of %d bytes (a record whose write did not finish: it was never acknowledged)", path, lineNo, len(line)))
+			l.notes = append(l.notes, fmt.Sprintf("%s:%d: cut off a torn last line of %d bytes (a record whose write did not finish: it was never acknowledged)", path, lineNo, len(line)))
 			return off, nil
 		}
 		if err != nil {
@@ -415,6 +431,30 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 		l.heads[head.agent] = head.logHead
 		off += int64(len(line))
 	}
+}
+
+// tornTail says what the bytes after a log file's last newline are: one
+// whole JSON value (whole true), or the start of one cut short (whole
+// false), as a crash can leave them; else fault says why they are
+// neither, and so were edited: a second value after the first, anything
+// but a value's first byte at the start, or bytes after a whole value
+// (a "\r" of converted line endings, whitespace).
+func tornTail(tail []byte) (whole bool, fault string) {
+	const edited = "after the last newline; a crash leaves at most one record there, whole or cut short, so the file was edited"
+	if tail[0] != '{' {
+		return false, fmt.Sprintf("%q starts the bytes %s", tail[:1], edited)
+	}
+	dec := json.NewDecoder(bytes.NewReader(tail))
+	var v json.RawMessage
+	switch err := dec.Decode(&v); {
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return false, ""
+	case err != nil:
+		return false, fmt.Sprintf("%d bytes that are not the start of one JSON record (%v) %s", len(tail), err, edited)
+	case dec.InputOffset() < int64(len(tail)):
+		return false, fmt.Sprintf("a record followed by %d more bytes %s (line endings converted to \"\\r\"?)", int64(len(tail))-dec.InputOffset(), edited)
+	}
+	return true, ""
 }
 
 // checkIt tells an operator how to check the log in dir.
@@ -459,11 +499,13 @@ func appendNewline(path string) error {
 	return f.Close()
 }
 
-// Repairs says what OpenLog changed in the log to open it, one line
-// each (file:line and what), for the caller to log at WARN: a torn last
-// line cut off, or the newline of a whole last record written back.
-// Nil when nothing was changed.
-func (l *Log) Repairs() []string { return l.repairs }
+// Notes says what OpenLog changed in the log to open it, or found wrong
+// in it and left, one line each (file and what), for the caller to log
+// at WARN: a torn last line cut off, the newline of a whole last record
+// written back, a newest file without a record removed; an older file
+// without a record (emptied: verify-log refuses it). Nil when there was
+// nothing to say.
+func (l *Log) Notes() []string { return l.notes }
 
 // Append writes one negotiation record for agentID (ARCHITECTURE.md
 // "Records"; seed 003) and returns its hash (64 lowercase hex). rec holds

@@ -438,8 +438,8 @@ func TestVerifyDirTornLine(t *testing.T) {
 	// Reopening truncates the torn tail, says so, and continues the
 	// chains.
 	l := mustOpenLog(t, LogOptions{Dir: dir, Now: stepClock(day1.Add(time.Hour), time.Millisecond)})
-	if r := l.Repairs(); len(r) != 1 || !strings.Contains(r[0], "cut off a torn last line of 20 bytes") {
-		t.Errorf("Repairs = %q, want the torn line cut off", r)
+	if r := l.Notes(); len(r) != 1 || !strings.Contains(r[0], "cut off a torn last line of 20 bytes") {
+		t.Errorf("Notes = %q, want the torn line cut off", r)
 	}
 	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
 	if err := l.Close(); err != nil {
@@ -468,8 +468,8 @@ func TestOpenLogKeepsLastRecordWithoutNewline(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := mustOpenLog(t, LogOptions{Dir: dir, Now: stepClock(day1.Add(time.Hour), time.Millisecond)})
-	if r := l.Repairs(); len(r) != 1 || !strings.Contains(r[0], "the last record had no newline; it is kept") {
-		t.Errorf("Repairs = %q, want the newline written back", r)
+	if r := l.Notes(); len(r) != 1 || !strings.Contains(r[0], "the last record had no newline; it is kept") {
+		t.Errorf("Notes = %q, want the newline written back", r)
 	}
 	if raw, _ := os.ReadFile(path); !bytes.Equal(raw, data) {
 		t.Fatalf("the file after reopening differs from before the newline was removed")
@@ -504,6 +504,14 @@ func TestEmptyLogFiles(t *testing.T) {
 	if _, err := VerifyDirStats(dir); !errors.As(err, &ve) || ve.File != first || !strings.Contains(ve.Reason, "holds no records, and is not the newest") {
 		t.Fatalf("VerifyDirStats with the first file emptied = %v, want it named", err)
 	}
+	// The gateway opens it, saying so (helper-135: silently).
+	l := mustOpenLog(t, LogOptions{Dir: dir})
+	if n := l.Notes(); len(n) != 1 || !strings.Contains(n[0], first+": holds no records and is not the newest log file") {
+		t.Errorf("Notes = %q, want the emptied file named", n)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	// A newest file that holds no record (only a torn line, cut off) is
 	// allowed to verify-log and removed by OpenLog, which writes on.
@@ -513,9 +521,9 @@ func TestEmptyLogFiles(t *testing.T) {
 	if err := os.WriteFile(next, []byte(`{"agent_id":"A","se`), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	l := mustOpenLog(t, LogOptions{Dir: dir, Now: stepClock(day1.Add(time.Hour), time.Millisecond)})
-	if r := l.Repairs(); len(r) != 2 || !strings.Contains(r[1], "removed the newest log file, which held no record") {
-		t.Errorf("Repairs = %q, want the torn line cut off and the file removed", r)
+	l = mustOpenLog(t, LogOptions{Dir: dir, Now: stepClock(day1.Add(time.Hour), time.Millisecond)})
+	if r := l.Notes(); len(r) != 2 || !strings.Contains(r[1], "removed the newest log file, which held no record") {
+		t.Errorf("Notes = %q, want the torn line cut off and the file removed", r)
 	}
 	if _, err := os.Stat(next); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the emptied newest file is still there: %v", err)
@@ -526,6 +534,46 @@ func TestEmptyLogFiles(t *testing.T) {
 	}
 	if st, err := VerifyDirStats(dir); err != nil || st.Records != 11 {
 		t.Fatalf("VerifyDirStats after writing on = %+v, %v; want 11 records", st, err)
+	}
+}
+
+// TestOpenLogRefusesEditedTail: after the last newline a crash leaves at
+// most one record, whole or cut short; OpenLog and CheckLog refuse
+// anything else as an edit and change nothing (helper-135: a newest file
+// whose "\n" were all made "\r" was read as one torn line, cut off and
+// removed, and verify-log then found the chains intact).
+func TestOpenLogRefusesEditedTail(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(data []byte) []byte
+		want string
+	}{
+		{"line endings made \\r", func(d []byte) []byte { return bytes.ReplaceAll(d, []byte("\n"), []byte("\r")) }, "a record followed by"},
+		{"newlines removed", func(d []byte) []byte { return bytes.ReplaceAll(d, []byte("\n"), nil) }, "a record followed by"},
+		{"last record ending in \\r", func(d []byte) []byte { return append(bytes.TrimSuffix(d, []byte("\n")), '\r') }, "a record followed by 1 more bytes"},
+		{"last record ending in a space", func(d []byte) []byte { return append(bytes.TrimSuffix(d, []byte("\n")), ' ') }, "a record followed by 1 more bytes"},
+		{"a value that is no record", func(d []byte) []byte { return append(d, `{"x":1}`...) }, "not a negotiation record"},
+		{"not JSON", func(d []byte) []byte { return append(d, "garbage"...) }, `"g" starts the bytes`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := writeSample(t)
+			files, _ := listLogFiles(dir)
+			path := filepath.Join(dir, files[len(files)-1].name)
+			data, _ := os.ReadFile(path)
+			edited := c.edit(data)
+			if err := os.WriteFile(path, edited, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := CheckLog(dir); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "so the file was edited") {
+				t.Errorf("CheckLog = %v, want it refused with %q", err, c.want)
+			}
+			if _, err := OpenLog(LogOptions{Dir: dir}); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("OpenLog = %v, want it refused with %q", err, c.want)
+			}
+			if raw, _ := os.ReadFile(path); !bytes.Equal(raw, edited) {
+				t.Errorf("the refused file was changed")
+			}
+		})
 	}
 }
 
