@@ -382,26 +382,42 @@ func readManifestState(path string) (st manifestState, err error) {
 	return st, nil
 }
 
-// servedLocked is the AGTP-API-Version this name last served and the
-// content hash it numbered: the stored one, or the in-memory one when
-// higher (a failed write). rs.mu is held.
-func (rs *recordState) servedLocked() (st manifestState, path string, err error) {
-	path = manifestStatePath(rs.dir)
-	if st, err = readManifestState(path); err != nil {
-		return st, path, err
+// servedAtLocked is the AGTP-API-Version this name last served and the
+// content hash it numbered: the one stored under dir, or the in-memory
+// one when higher (a failed write); with what the file holds (stored,
+// the zero state when dir is "" or there is no file) and its path.
+// rs.mu is held.
+func (rs *recordState) servedAtLocked(dir string) (st, stored manifestState, path string, err error) {
+	path = manifestStatePath(dir)
+	if stored, err = readManifestState(path); err != nil {
+		return st, stored, path, err
 	}
+	st = stored
 	if st.Version < rs.apiVersion {
 		st = manifestState{Version: rs.apiVersion, Hash: rs.apiHash}
 	}
-	return st, path, nil
+	return st, stored, path, nil
 }
 
-// servedAPIVersion is servedLocked under rs.mu: the floor a shared
-// store numbers this node's next manifest from (store.ManifestVersions).
+// keepLocked makes st the version served and stores it at path ("":
+// nowhere) when the file holds another (stored). A failed write leaves
+// st served in memory, so the version never goes back. rs.mu is held.
+func (rs *recordState) keepLocked(st, stored manifestState, path string) error {
+	rs.apiVersion, rs.apiHash = st.Version, st.Hash
+	if path == "" || st == stored {
+		return nil
+	}
+	raw, _ := json.Marshal(st)
+	return records.WriteFileAtomic(path, raw)
+}
+
+// servedAPIVersion is the version this name last served (servedAtLocked
+// under rs.mu): the floor a shared store numbers this node's next
+// manifest from (store.ManifestVersions).
 func (rs *recordState) servedAPIVersion() (manifestState, error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	st, _, err := rs.servedLocked()
+	st, _, _, err := rs.servedAtLocked(rs.dir)
 	return st, err
 }
 
@@ -418,45 +434,28 @@ var errVersionOvertaken = errors.New("a later AGTP-API-Version was served here m
 func (rs *recordState) adoptAPIVersion(v int, hash string) (int, error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	st, path, err := rs.servedLocked()
+	st, stored, path, err := rs.servedAtLocked(rs.dir)
 	if err != nil {
 		return 0, err
 	}
 	if v < st.Version || (v == st.Version && hash != st.Hash) {
 		return 0, errVersionOvertaken
 	}
-	rs.apiVersion, rs.apiHash = v, hash
-	if path != "" && st != (manifestState{Version: v, Hash: hash}) {
-		raw, _ := json.Marshal(manifestState{Version: v, Hash: hash})
-		if err := records.WriteFileAtomic(path, raw); err != nil {
-			return v, err
-		}
-	}
-	return v, nil
+	return v, rs.keepLocked(manifestState{Version: v, Hash: hash}, stored, path)
 }
 
 // nextAPIVersion computes AGTP-API-Version for a manifest with the given
-// hash: the stored (or, when higher, the in-memory) version, plus one
-// when the stored hash differs. It also returns the state to store and
-// whether it differs from what is stored in dir ("": nothing stored).
-// rs.mu is held.
-func (rs *recordState) nextAPIVersion(dir, manifestHash string) (st manifestState, changed bool, path string, err error) {
-	path = manifestStatePath(dir)
-	if st, err = readManifestState(path); err != nil {
-		return st, false, path, err
-	}
-	if st.Version < rs.apiVersion {
-		// A write that failed: the version served, and the manifest it
-		// numbered, are the in-memory ones.
-		st.Version, st.Hash = rs.apiVersion, rs.apiHash
-		changed = true
+// hash: the version served (servedAtLocked under dir), plus one when it
+// numbered another manifest. It also returns what the file under dir
+// holds and its path ("": nothing stored). rs.mu is held.
+func (rs *recordState) nextAPIVersion(dir, manifestHash string) (st, stored manifestState, path string, err error) {
+	if st, stored, path, err = rs.servedAtLocked(dir); err != nil {
+		return st, stored, path, err
 	}
 	if st.Hash != manifestHash || st.Version == 0 {
-		st.Version++
-		st.Hash = manifestHash
-		changed = true
+		st = manifestState{Version: st.Version + 1, Hash: manifestHash}
 	}
-	return st, changed, path, nil
+	return st, stored, path, nil
 }
 
 // peekAPIVersion is the AGTP-API-Version a manifest with this hash will
@@ -480,18 +479,11 @@ func (rs *recordState) peekAPIVersion(dir, manifestHash string) (int, error) {
 func (rs *recordState) bumpAPIVersion(manifestHash string) (int, error) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	st, changed, path, err := rs.nextAPIVersion(rs.dir, manifestHash)
+	st, stored, path, err := rs.nextAPIVersion(rs.dir, manifestHash)
 	if err != nil {
 		return 0, err
 	}
-	rs.apiVersion, rs.apiHash = st.Version, st.Hash
-	if changed && path != "" {
-		raw, _ := json.Marshal(st)
-		if err := records.WriteFileAtomic(path, raw); err != nil {
-			return st.Version, err
-		}
-	}
-	return st.Version, nil
+	return st.Version, rs.keepLocked(st, stored, path)
 }
 
 // activation is what a handler does once, on its first request.
