@@ -90,10 +90,6 @@ func CheckUpstreamName(name string) error {
 	return nil
 }
 
-// NewUpstream checks name with CheckUpstreamName, validates baseURL against the scheme rule (https://, or
-// http:// to a loopback host, or http:// with InsecureHTTP) and the
-// timeout against MinCallTimeout and MaxCallTimeout, and builds the
-// upstream's client. Errors name the upstream and the rule broken.
 // shownURL is raw as an error message shows it: with its user info, if
 // any, replaced by "xxxxx", so that a password written into an upstream's
 // URL reaches neither the log nor the admin API's answer.
@@ -119,6 +115,12 @@ func shownURL(raw string) string {
 	return "xxxxx" + raw[at:]
 }
 
+// NewUpstream checks name with CheckUpstreamName, validates baseURL against the scheme rule (https://, or
+// http:// to a loopback host, or http:// with InsecureHTTP) and the
+// timeout against MinCallTimeout and MaxCallTimeout, and builds the
+// upstream's client. Errors name the upstream and the rule broken.
+// A base URL with user info is refused without showing it (shownURL),
+// and one with a query without showing the query.
 func NewUpstream(name, baseURL string, opts UpstreamOptions) (*Upstream, error) {
 	if err := CheckUpstreamName(name); err != nil {
 		return nil, err
