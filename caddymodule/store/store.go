@@ -734,7 +734,7 @@ const (
 	// health check's read, every interval.
 	OpManifest Op = "manifest"
 	// OpNegotiation is a PROPOSE turn's read of its negotiation
-	// (Negotiations.Turn) or the count of a rejected turn (Reject).
+	// (Negotiations.Turn) or the turn kept, a rejection counted (Record).
 	OpNegotiation Op = "negotiation"
 )
 

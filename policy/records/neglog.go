@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caddy-rcns/caddy-rcns/internal/hexid"
 	"github.com/caddy-rcns/caddy-rcns/internal/jsonenc"
 )
 
@@ -389,6 +387,23 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 			// whole or cut short: anything else (two records, a "\r"
 			// line ending, whitespace, a value that is no record) was an
 			// edit, refused as one.
+			// A power loss can leave the end of the file zero-filled (a
+			// size written before its data): NUL bytes after the last
+			// newline are residue of a write never acknowledged, cut
+			// off with what precedes them.
+			if trimmed := bytes.TrimRight(line, "\x00"); len(trimmed) < len(line) {
+				if _, fault := tornTail(trimmed); len(trimmed) > 0 && fault != "" {
+					return 0, fmt.Errorf("records: %s:%d: %s; %s", path, lineNo, fault, checkIt(l.dir))
+				}
+				if !truncate {
+					return off, nil
+				}
+				if err := os.Truncate(path, off); err != nil {
+					return 0, fmt.Errorf("records: truncate torn line at %s:%d: %w", path, lineNo, err)
+				}
+				l.notes = append(l.notes, fmt.Sprintf("%s:%d: cut off %d bytes after the last newline ending in NUL bytes (a write a power loss left zero-filled: never acknowledged)", path, lineNo, len(line)))
+				return off, nil
+			}
 			whole, fault := tornTail(line)
 			head, ok := parseHead(line)
 			if fault == "" && whole && !ok {
@@ -433,53 +448,9 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 	}
 }
 
-// tornTail says what the bytes after a log file's last newline are: one
-// whole JSON value (whole true), or the start of one cut short (whole
-// false), as a crash can leave them; else fault says why they are
-// neither, and so were edited: a second value after the first, anything
-// but a value's first byte at the start, or bytes after a whole value
-// (a "\r" of converted line endings, whitespace).
-func tornTail(tail []byte) (whole bool, fault string) {
-	const edited = "after the last newline; a crash leaves at most one record there, whole or cut short, so the file was edited"
-	if tail[0] != '{' {
-		return false, fmt.Sprintf("%q starts the bytes %s", tail[:1], edited)
-	}
-	dec := json.NewDecoder(bytes.NewReader(tail))
-	var v json.RawMessage
-	switch err := dec.Decode(&v); {
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return false, ""
-	case err != nil:
-		return false, fmt.Sprintf("%d bytes that are not the start of one JSON record (%v) %s", len(tail), err, edited)
-	case dec.InputOffset() < int64(len(tail)):
-		return false, fmt.Sprintf("a record followed by %d more bytes %s (line endings converted to \"\\r\"?)", int64(len(tail))-dec.InputOffset(), edited)
-	}
-	return true, ""
-}
-
 // checkIt tells an operator how to check the log in dir.
 func checkIt(dir string) string {
 	return "check the log with `caddy rcns verify-log " + dir + "`"
-}
-
-// agentHead is the chain head one record leaves.
-type agentHead struct {
-	agent string
-	logHead
-}
-
-// parseHead reads the agent, seq and hash of one record line (its
-// newline or none).
-func parseHead(line []byte) (agentHead, bool) {
-	var rec struct {
-		AgentID string `json:"agent_id"`
-		Seq     int64  `json:"seq"`
-		Hash    string `json:"hash"`
-	}
-	if err := json.Unmarshal(line, &rec); err != nil || rec.AgentID == "" || rec.Seq < 1 || !hexid.Valid(rec.Hash) {
-		return agentHead{}, false
-	}
-	return agentHead{rec.AgentID, logHead{hash: rec.Hash, seq: rec.Seq}}, true
 }
 
 // appendNewline writes "\n" at the end of path and syncs it.

@@ -467,6 +467,10 @@ func TestOpenLogKeepsLastRecordWithoutNewline(t *testing.T) {
 	if err := os.WriteFile(path, bytes.TrimSuffix(data, []byte("\n")), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	var ve *VerifyError
+	if err := VerifyDir(dir); !errors.As(err, &ve) || !strings.Contains(ve.Reason, "the last record has no newline; starting the gateway") {
+		t.Errorf("VerifyDir = %v, want the missing newline named as repaired at start", err)
+	}
 	l := mustOpenLog(t, LogOptions{Dir: dir, Now: stepClock(day1.Add(time.Hour), time.Millisecond)})
 	if r := l.Notes(); len(r) != 1 || !strings.Contains(r[0], "the last record had no newline; it is kept") {
 		t.Errorf("Notes = %q, want the newline written back", r)
@@ -572,6 +576,52 @@ func TestOpenLogRefusesEditedTail(t *testing.T) {
 			}
 			if raw, _ := os.ReadFile(path); !bytes.Equal(raw, edited) {
 				t.Errorf("the refused file was changed")
+			}
+		})
+	}
+}
+
+// TestOpenLogNULTail: a power loss can leave a file's end zero-filled
+// (its size written before its data). NUL bytes after the last newline,
+// with or without the start of a record before them, are residue of a
+// write never acknowledged: CheckLog accepts them, OpenLog cuts them off
+// with a note, and verify-log says starting the gateway repairs them
+// (helper-136: refused as an edit, stopping the gateway).
+func TestOpenLogNULTail(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(data []byte) []byte
+	}{
+		{"the last record's end zeroed", func(d []byte) []byte {
+			return append(d[:len(d)-60], make([]byte, 300)...)
+		}},
+		{"zeros after the last newline", func(d []byte) []byte { return append(d, make([]byte, 4096)...) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := writeSample(t)
+			files, _ := listLogFiles(dir)
+			path := filepath.Join(dir, files[len(files)-1].name)
+			data, _ := os.ReadFile(path)
+			if err := os.WriteFile(path, c.edit(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var ve *VerifyError
+			if err := VerifyDir(dir); !errors.As(err, &ve) || !strings.Contains(ve.Reason, "NUL bytes a power loss leaves") || !strings.Contains(ve.Reason, "starting the gateway") {
+				t.Errorf("VerifyDir = %v, want the NUL residue named as repaired at start", err)
+			}
+			if err := CheckLog(dir); err != nil {
+				t.Fatalf("CheckLog = %v, want the residue accepted", err)
+			}
+			l := mustOpenLog(t, LogOptions{Dir: dir, Now: stepClock(day1.Add(time.Hour), time.Millisecond)})
+			if n := l.Notes(); len(n) != 1 || !strings.Contains(n[0], "ending in NUL bytes") {
+				t.Errorf("Notes = %q, want the residue cut off", n)
+			}
+			mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := VerifyDir(dir); err != nil {
+				t.Fatalf("VerifyDir after reopening: %v", err)
 			}
 		})
 	}

@@ -129,7 +129,7 @@ func verifyFile(path string, heads map[string]logHead, nodes map[string]bool) er
 			if len(line) == 0 {
 				return nil
 			}
-			return &VerifyError{File: path, Line: lineNo, Reason: "torn line (no newline at end of file)"}
+			return &VerifyError{File: path, Line: lineNo, Reason: tornReason(line)}
 		}
 		if err != nil {
 			return fmt.Errorf("records: read %s: %w", path, err)
@@ -160,6 +160,28 @@ func verifyFile(path string, heads map[string]logHead, nodes map[string]bool) er
 			nodes[rec.nodeID] = true
 		}
 	}
+}
+
+// tornReason says what verify-log finds in the bytes after the last
+// newline of a file: residue a crash leaves, which the gateway repairs
+// when it opens the log (OpenLog), or an edit, which it refuses.
+func tornReason(tail []byte) string {
+	const repaired = "; starting the gateway on this records_dir repairs it (a WARN names it), then verify again"
+	if trimmed := bytes.TrimRight(tail, "\x00"); len(trimmed) < len(tail) {
+		if _, fault := tornTail(trimmed); len(trimmed) == 0 || fault == "" {
+			return "torn line (no newline at end of file), ending in NUL bytes a power loss leaves: a write never acknowledged" + repaired + " by cutting it off"
+		}
+	}
+	whole, fault := tornTail(tail)
+	switch _, ok := parseHead(tail); {
+	case fault != "":
+		return "torn line (no newline at end of file): " + fault
+	case whole && ok:
+		return "the last record has no newline" + repaired + " by writing the newline back"
+	case whole:
+		return "torn line (no newline at end of file): a JSON value that is not a negotiation record, so the file was edited"
+	}
+	return "torn line (no newline at end of file): a record cut short, never acknowledged" + repaired + " by cutting it off"
 }
 
 // lineEndingFault says what is wrong with a log line (without its
@@ -263,4 +285,48 @@ func parseRecord(line []byte) (parsedRecord, error) {
 		return p, fmt.Errorf("hash %s does not match the record (computed %s)", p.hash, got)
 	}
 	return p, nil
+}
+
+// tornTail says what the bytes after a log file's last newline are: one
+// whole JSON value (whole true), or the start of one cut short (whole
+// false), as a crash can leave them; else fault says why they are
+// neither, and so were edited: a second value after the first, anything
+// but a value's first byte at the start, or bytes after a whole value
+// (a "\r" of converted line endings, whitespace).
+func tornTail(tail []byte) (whole bool, fault string) {
+	const edited = "after the last newline; a crash leaves at most one record there, whole or cut short, so the file was edited"
+	if len(tail) == 0 || tail[0] != '{' {
+		return false, fmt.Sprintf("%q starts the bytes %s", tail[:1], edited)
+	}
+	dec := json.NewDecoder(bytes.NewReader(tail))
+	var v json.RawMessage
+	switch err := dec.Decode(&v); {
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return false, ""
+	case err != nil:
+		return false, fmt.Sprintf("%d bytes that are not the start of one JSON record (%v) %s", len(tail), err, edited)
+	case dec.InputOffset() < int64(len(tail)):
+		return false, fmt.Sprintf("a record followed by %d more bytes %s (line endings converted to \"\\r\"?)", int64(len(tail))-dec.InputOffset(), edited)
+	}
+	return true, ""
+}
+
+// agentHead is the chain head one record leaves.
+type agentHead struct {
+	agent string
+	logHead
+}
+
+// parseHead reads the agent, seq and hash of one record line (its
+// newline or none).
+func parseHead(line []byte) (agentHead, bool) {
+	var rec struct {
+		AgentID string `json:"agent_id"`
+		Seq     int64  `json:"seq"`
+		Hash    string `json:"hash"`
+	}
+	if err := json.Unmarshal(line, &rec); err != nil || rec.AgentID == "" || rec.Seq < 1 || !hexid.Valid(rec.Hash) {
+		return agentHead{}, false
+	}
+	return agentHead{rec.AgentID, logHead{hash: rec.Hash, seq: rec.Seq}}, true
 }
