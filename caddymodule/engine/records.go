@@ -104,7 +104,7 @@ func (rs *recordState) open(dir string, fsync records.FsyncPolicy, signer *recor
 			return err
 		}
 	}
-	err := rs.openLocked(dir, fsync)
+	err := rs.openLocked(dir, fsync, logger)
 	if err != nil {
 		// Serve on with memory-only chain heads; the error is logged.
 		dir = ""
@@ -128,8 +128,9 @@ func (rs *recordState) open(dir string, fsync records.FsyncPolicy, signer *recor
 
 // openLocked locks dir (lockDirLocked), then opens the log and the
 // chain heads under it; rs.mu is held. On an error nothing stays open
-// or locked.
-func (rs *recordState) openLocked(dir string, fsync records.FsyncPolicy) error {
+// or locked. logger (nil: none) is told of a log file moved under the
+// gateway (records.LogOptions.Moved).
+func (rs *recordState) openLocked(dir string, fsync records.FsyncPolicy, logger *zap.Logger) error {
 	var err error
 	chainsPath := ""
 	if dir != "" {
@@ -140,7 +141,13 @@ func (rs *recordState) openLocked(dir string, fsync records.FsyncPolicy) error {
 			return err
 		}
 		chainsPath = filepath.Join(dir, "attribution-chains.json")
-		if rs.log, err = records.OpenLog(records.LogOptions{Dir: filepath.Join(dir, "negotiations"), Fsync: fsync}); err != nil {
+		opt := records.LogOptions{Dir: filepath.Join(dir, "negotiations"), Fsync: fsync}
+		if logger != nil {
+			opt.Moved = func(msg string) {
+				logger.Error("negotiation log file moved under the gateway", zap.String("records_dir", dir), zap.String("note", msg))
+			}
+		}
+		if rs.log, err = records.OpenLog(opt); err != nil {
 			rs.unlockDirLocked()
 			return fmt.Errorf("records_dir: %v", err)
 		}

@@ -240,3 +240,37 @@ func TestAPIVersionAfterFailedWrite(t *testing.T) {
 		t.Fatalf("stored %s, want version 9 for C", raw)
 	}
 }
+
+// A negotiation log file removed under a running gateway is found at
+// the next record's fsync: the record goes into a new file, and the
+// gateway's log says so at ERROR, naming the records_dir and both files.
+func TestRecordsLogFileRemovedIsLogged(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "records")
+	core, logs := observer.New(zap.WarnLevel)
+	rs := &recordState{name: "moved"}
+	if err := rs.open(dir, records.FsyncGroup, nil, zap.New(core)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.close)
+	appendGate(t, rs, "a")
+	files, _ := filepath.Glob(filepath.Join(dir, "negotiations", "*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("log files %v, want one", files)
+	}
+	first := files[0]
+	if err := os.Remove(first); err != nil {
+		t.Fatal(err)
+	}
+	appendGate(t, rs, "a")
+	got := logs.FilterMessage("negotiation log file moved under the gateway").All()
+	if len(got) != 1 || got[0].Level != zap.ErrorLevel || got[0].ContextMap()["records_dir"] != dir ||
+		!strings.Contains(fmt.Sprint(got[0].ContextMap()["note"]), first+" was removed, moved or replaced") {
+		t.Fatalf("logged %v, want one ERROR naming %s and %s", logs.All(), dir, first)
+	}
+	if files, _ = filepath.Glob(filepath.Join(dir, "negotiations", "*.jsonl")); len(files) != 1 || files[0] == first {
+		t.Fatalf("log files after the removal %v, want one new file", files)
+	}
+	if data, err := os.ReadFile(files[0]); err != nil || !strings.Contains(string(data), `"seq":2`) {
+		t.Fatalf("%s = %s, %v; want the record written after the removal", files[0], data, err)
+	}
+}

@@ -6,11 +6,14 @@ package records
 // format, opening and Append.
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/plural"
 )
 
 // writeLocked writes line to the right file, rotating by day and size.
@@ -32,13 +35,19 @@ func (l *Log) writeLocked(now time.Time, line []byte) error {
 			return err
 		}
 	case l.f == nil:
-		path := filepath.Join(l.dir, logName(l.curDay, l.curNum))
+		path := l.curPath()
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		var fi os.FileInfo
+		if err == nil {
+			if fi, err = f.Stat(); err != nil {
+				_ = f.Close()
+			}
+		}
 		if err != nil {
 			l.failWriteLocked(fmt.Errorf("records: open negotiation log: %w", err))
 			return l.failed
 		}
-		l.f = f
+		l.f, l.fi = f, fi
 	}
 	if _, err := l.f.Write(line); err != nil {
 		l.failWriteLocked(fmt.Errorf("records: write negotiation log: %w", err))
@@ -50,9 +59,16 @@ func (l *Log) writeLocked(now time.Time, line []byte) error {
 
 // rotateLocked closes the current file (fsynced unless the policy is
 // off) and creates the file for day with the first free number >= num.
+// When the current file is no longer at its path (atPathLocked), the
+// lines written to it since it last was (Log.pend) are written first in
+// the new file and fsynced, and LogOptions.Moved is told.
 func (l *Log) rotateLocked(day string, num int) error {
+	moved := false
+	if l.fi != nil {
+		moved = !l.atPathLocked()
+	}
 	if l.f != nil {
-		if l.policy != FsyncOff {
+		if l.policy != FsyncOff && !moved {
 			if err := l.f.Sync(); err != nil {
 				l.failLocked(fmt.Errorf("records: fsync negotiation log: %w", err))
 				return l.failed
@@ -60,27 +76,73 @@ func (l *Log) rotateLocked(day string, num int) error {
 			l.synced = l.written
 			l.cond.Broadcast()
 		}
-		if err := l.f.Close(); err != nil {
+		if err := l.f.Close(); err != nil && !moved {
 			l.f = nil
 			l.failLocked(fmt.Errorf("records: close negotiation log: %w", err))
 			return l.failed
 		}
 		l.f = nil
 	}
+	oldPath := l.curPath()
+	var f *os.File
+	var fi os.FileInfo
 	for ; ; num++ {
 		path := filepath.Join(l.dir, logName(day, num))
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o640)
+		var err error
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o640)
 		if errors.Is(err, os.ErrExist) {
 			continue
+		}
+		if err == nil {
+			if fi, err = f.Stat(); err != nil {
+				_ = f.Close()
+			}
 		}
 		if err != nil {
 			l.failWriteLocked(fmt.Errorf("records: create negotiation log file: %w", err))
 			return l.failed
 		}
-		l.f = f
 		break
 	}
-	l.curDay, l.curNum, l.curSize = day, num, 0
+	var size int64
+	held := 0 // pending lines the file now at the old path ends with
+	if moved {
+		held = l.heldAtPathLocked()
+	}
+	again := l.pend[l.pendEnd(held):]
+	if moved && len(again) > 0 {
+		// Written again, then made durable before any record they hold
+		// is acknowledged. On a failure the new file is removed and the
+		// log stays on the one that moved: the retry (recoverLocked)
+		// finds it moved again, and pend is kept for it.
+		_, err := f.Write(again)
+		if err == nil && l.policy != FsyncOff {
+			err = f.Sync()
+		}
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+			l.failWriteLocked(fmt.Errorf("records: write again, in a new file, the records written to %s after it was removed, moved or replaced: %w", oldPath, err))
+			return l.failed
+		}
+		size = int64(len(again))
+	}
+	if moved && l.moved != nil {
+		n := len(l.pendEnds) - held
+		msg := fmt.Sprintf("%s was removed, moved or replaced while the gateway wrote it: the %s written to it since it was last found there %s written again in %s, which the log goes on in",
+			oldPath, plural.Count(n, "record", "records"), wasWere(n), f.Name())
+		if held > 0 {
+			msg += fmt.Sprintf(" (the file now at its path ends with the %s before them)", plural.Count(held, "record", "records"))
+		}
+		l.moved(msg + "; records acknowledged before that left with the file (verify-log shows the gap)")
+	}
+	l.f, l.fi = f, fi
+	l.curDay, l.curNum, l.curSize = day, num, size
+	if moved && l.policy != FsyncOff {
+		l.synced = l.written
+		l.cond.Broadcast()
+	}
+	l.resetPendingLocked()
 	if l.policy != FsyncOff {
 		if err := syncDir(l.dir); err != nil {
 			l.failLocked(err)
@@ -88,6 +150,117 @@ func (l *Log) rotateLocked(day string, num int) error {
 		}
 	}
 	return nil
+}
+
+// wasWere is the verb for a count.
+func wasWere(n int) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
+}
+
+// curPath is the current file's path.
+func (l *Log) curPath() string { return filepath.Join(l.dir, logName(l.curDay, l.curNum)) }
+
+// atPathLocked reports whether the current file (l.fi) is still the
+// file at its path. An error reading the path other than its absence
+// (which cannot tell) reports true: the check is there to find a file
+// moved, and must not stop a log that writes.
+func (l *Log) atPathLocked() bool {
+	pi, err := os.Stat(l.curPath())
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	return os.SameFile(l.fi, pi)
+}
+
+// heldAtPathLocked returns how many of the pending lines, from the
+// first, the file now at the current file's path ends with: a copy of
+// the file put back in its place holds the lines written before the
+// copy was taken, which are not written again.
+func (l *Log) heldAtPathLocked() int {
+	if len(l.pend) == 0 {
+		return 0
+	}
+	f, err := os.Open(l.curPath())
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0
+	}
+	tail := make([]byte, min(fi.Size(), int64(len(l.pend))))
+	if _, err := f.ReadAt(tail, fi.Size()-int64(len(tail))); err != nil {
+		return 0
+	}
+	for k := len(l.pendEnds); k > 0; k-- {
+		if bytes.HasSuffix(tail, l.pend[:l.pendEnds[k-1]]) {
+			return k
+		}
+	}
+	return 0
+}
+
+// pendEnd is the end in l.pend of its first k lines.
+func (l *Log) pendEnd(k int) int {
+	if k == 0 {
+		return 0
+	}
+	return l.pendEnds[k-1]
+}
+
+// checkLocked follows a write or an fsync covering the records up to n:
+// when the current file is still at its path, the lines of those
+// records are no longer kept to write again; when it is not, the log
+// rotates to a new file, writing them again there (rotateLocked).
+func (l *Log) checkLocked(n uint64) error {
+	if l.fi == nil || l.atPathLocked() {
+		l.dropPendingLocked(n)
+		return nil
+	}
+	return l.rotateLocked(l.curDay, l.curNum+1)
+}
+
+// keepPendingLocked keeps line, just written to the current file, to
+// write again should the file turn out moved (checkLocked).
+func (l *Log) keepPendingLocked(line []byte) {
+	if len(l.pendEnds) == 0 {
+		l.pendBase = l.written
+	}
+	l.pend = append(l.pend, line...)
+	l.pendEnds = append(l.pendEnds, len(l.pend))
+}
+
+// dropPendingLocked stops keeping the lines of the records up to n.
+func (l *Log) dropPendingLocked(n uint64) {
+	if n <= l.pendBase {
+		return
+	}
+	k := int(min(n-l.pendBase, uint64(len(l.pendEnds))))
+	if k == len(l.pendEnds) {
+		l.resetPendingLocked()
+		return
+	}
+	cut := l.pendEnds[k-1]
+	l.pend = l.pend[:copy(l.pend, l.pend[cut:])]
+	l.pendEnds = l.pendEnds[:copy(l.pendEnds, l.pendEnds[k:])]
+	for i := range l.pendEnds {
+		l.pendEnds[i] -= cut
+	}
+	l.pendBase += uint64(k)
+}
+
+// resetPendingLocked keeps no line; a buffer a burst grew past
+// maxPendingBytes is let go.
+func (l *Log) resetPendingLocked() {
+	if cap(l.pend) > 2*maxPendingBytes {
+		l.pend, l.pendEnds = nil, nil
+	}
+	l.pend, l.pendEnds = l.pend[:0], l.pendEnds[:0]
+	l.pendBase = l.written
 }
 
 // failLocked records the first I/O error; the log refuses records after.
@@ -120,8 +293,13 @@ func (l *Log) recoverLocked() error {
 		return l.failed
 	}
 	l.failedAt = l.now()
+	// The file is gone (moved away to make room) or another is in its
+	// place, which is not cut: the next records go in a new file, after
+	// the lines written to the old one since it was last found at its
+	// path (rotateLocked).
+	moved := l.curNum > 0 && l.fi != nil && !l.atPathLocked()
 	if l.f != nil {
-		if l.policy != FsyncOff {
+		if l.policy != FsyncOff && !moved {
 			// The flusher's fsync skips a failed log: records written
 			// before the failure are made durable here, before the close
 			// (which the flusher would otherwise read as a rotation).
@@ -135,12 +313,13 @@ func (l *Log) recoverLocked() error {
 		l.f = nil
 	}
 	l.failed, l.retryable = nil, false
+	if moved {
+		return l.rotateLocked(l.curDay, l.curNum+1)
+	}
 	if l.curNum > 0 {
-		err := os.Truncate(filepath.Join(l.dir, logName(l.curDay, l.curNum)), l.curSize)
+		err := os.Truncate(l.curPath(), l.curSize)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
-			// The file is gone (moved away to make room): the next
-			// records go in a new one.
 			if err := l.rotateLocked(l.curDay, l.curNum+1); err != nil {
 				return err
 			}
@@ -206,15 +385,20 @@ func (l *Log) syncNow() {
 
 	err := f.Sync()
 	if errors.Is(err, os.ErrClosed) {
-		// Rotated meanwhile: rotation fsynced the file before closing it,
+		// Rotated meanwhile: rotation fsynced the file before closing it
+		// (or wrote its records again in the next file and fsynced that),
 		// so every record up to gen is durable.
 		err = nil
 	}
 
 	l.mu.Lock()
-	if err != nil {
+	switch {
+	case err != nil:
 		l.failLocked(fmt.Errorf("records: fsync negotiation log: %w", err))
-	} else if gen > l.synced {
+	case l.f == f && l.failed == nil && l.checkLocked(gen) != nil:
+		// Moved, and writing its records again failed: they wait for
+		// the retry (recoverLocked), their Appends get the failure.
+	case gen > l.synced && l.failed == nil:
 		l.synced = gen
 	}
 	l.cond.Broadcast()

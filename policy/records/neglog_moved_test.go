@@ -1,0 +1,231 @@
+package records
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// movedLog opens a log in a new directory whose Moved messages are
+// collected.
+func movedLog(t *testing.T, policy FsyncPolicy, now func() time.Time) (l *Log, dir string, msgs func() []string) {
+	t.Helper()
+	dir = t.TempDir()
+	var mu sync.Mutex
+	var got []string
+	l = mustOpenLog(t, LogOptions{Dir: dir, Fsync: policy, Now: now, Moved: func(m string) {
+		mu.Lock()
+		got = append(got, m)
+		mu.Unlock()
+	}})
+	return l, dir, func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), got...) }
+}
+
+// currentPath is the log's current file.
+func currentPath(t *testing.T, l *Log) string {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		t.Fatal("the log has no current file")
+	}
+	return l.f.Name()
+}
+
+// TestLogFileMovedWhileWriting: a current log file removed, moved out
+// of the directory or replaced by another file (an older copy of
+// itself) while the log writes is found, under each fsync policy,
+// before the records written to it after are acknowledged (always,
+// group) or at the latest at Close (off, whose clock here never moves):
+// those records go again into a new file, which the log goes on in,
+// and Moved names both files. The file put in its place is not written
+// to. A replacement holding every acknowledged record leaves a
+// directory that verifies; a removed file leaves the gap verify-log
+// reports, the chains going on from the records it held.
+func TestLogFileMovedWhileWriting(t *testing.T) {
+	for _, policy := range []FsyncPolicy{FsyncAlways, FsyncGroup, FsyncOff} {
+		for _, how := range []string{"removed", "moved away", "replaced by a copy"} {
+			t.Run(string(policy)+"/"+how, func(t *testing.T) {
+				l, dir, msgs := movedLog(t, policy, func() time.Time { return day1 })
+				a1 := mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+				mustAppend(t, l, "B", gateRecord(OutcomeAccepted))
+				path := currentPath(t, l)
+				before, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				away := filepath.Join(t.TempDir(), "away.jsonl")
+				switch how {
+				case "removed":
+					err = os.Remove(path)
+				case "moved away":
+					err = os.Rename(path, away)
+				case "replaced by a copy":
+					if err = os.WriteFile(away, before, 0o640); err == nil {
+						err = os.Rename(away, path)
+					}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+				mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+				mustAppend(t, l, "B", gateRecord(OutcomeRefused))
+				if err := l.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+
+				// The records written after the move, once each, in a
+				// new file; what replaced the old one is left as it was.
+				files, lines := readLines(t, dir)
+				var after []map[string]any
+				for _, ln := range lines {
+					if ln["seq"] != float64(1) {
+						after = append(after, ln)
+					}
+				}
+				if len(after) != 3 || after[0]["agent_id"] != "A" || after[0]["seq"] != float64(2) || after[0]["prev"] != a1 ||
+					after[1]["seq"] != float64(3) || after[2]["agent_id"] != "B" || after[2]["seq"] != float64(2) {
+					t.Fatalf("records after the move: %v, want A 2 (prev %s), A 3, B 2", after, a1)
+				}
+				newFile := filepath.Join(dir, "negotiations-2026-11-29-0002.jsonl")
+				wantFiles := []string{filepath.Base(newFile)}
+				if how == "replaced by a copy" {
+					wantFiles = []string{filepath.Base(path), filepath.Base(newFile)}
+					if got, _ := os.ReadFile(path); !bytes.Equal(got, before) {
+						t.Errorf("the file put in place of the log's was written to:\n%s", got)
+					}
+				}
+				if strings.Join(files, " ") != strings.Join(wantFiles, " ") {
+					t.Fatalf("files %v, want %v", files, wantFiles)
+				}
+
+				// Found at the first fsync after the move, or at Close.
+				// Under off, B's first record was written after the
+				// last check (the first Append's) too: it is written
+				// again, unless the copy in the file's place holds it.
+				wantAgain := "1 record written to it since it was last found there is written again"
+				switch {
+				case policy == FsyncOff && how == "replaced by a copy":
+					wantAgain = "3 records written to it since it was last found there are written again"
+				case policy == FsyncOff:
+					wantAgain = "4 records written to it since it was last found there are written again"
+				}
+				m := msgs()
+				if len(m) != 1 || !strings.Contains(m[0], path+" was removed, moved or replaced") || !strings.Contains(m[0], wantAgain) || !strings.Contains(m[0], newFile) {
+					t.Fatalf("Moved told %q, want one message naming %s, %q and %s", m, path, wantAgain, newFile)
+				}
+
+				st, err := VerifyDirStats(dir)
+				if how == "replaced by a copy" {
+					if err != nil || st.Records != 5 || st.Chains != 2 {
+						t.Fatalf("VerifyDirStats = %+v, %v; want 5 records in 2 chains", st, err)
+					}
+				} else if err == nil {
+					t.Fatalf("VerifyDir passed a log whose first records left with their file, want the gap")
+				}
+				if how == "moved away" {
+					// The file moved keeps what was written to it,
+					// ending, unless found at Close, with the one record
+					// the new file holds again.
+					got, _ := os.ReadFile(away)
+					if !bytes.HasPrefix(got, before) {
+						t.Errorf("the file moved away lost its records:\n%s", got)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestLogFileMovedOffChecksEachInterval: under FsyncOff the check
+// follows the first write LogCheckInterval (by the log's clock) after
+// the last one, so the records written since are written again then,
+// not only at Close; and the lines kept to write again stay bounded
+// (maxPendingBytes) however long the clock stands still.
+func TestLogFileMovedOffChecksEachInterval(t *testing.T) {
+	now := day1
+	l, dir, msgs := movedLog(t, FsyncOff, func() time.Time { return now })
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	path := currentPath(t, l)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	if m := msgs(); len(m) != 0 {
+		t.Fatalf("Moved told %q before LogCheckInterval passed", m)
+	}
+	now = now.Add(LogCheckInterval)
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "2 records written to it") {
+		t.Fatalf("Moved told %q, want the 2 records written since the removal", m)
+	}
+	_, lines := readLines(t, dir)
+	if len(lines) != 2 || lines[0]["seq"] != float64(2) || lines[1]["seq"] != float64(3) {
+		t.Fatalf("lines after the check: %v, want seq 2 and 3", lines)
+	}
+
+	big := gateRecord(OutcomeAccepted)
+	big["reason"] = strings.Repeat("x", 4096)
+	for range 2 * maxPendingBytes / 4096 {
+		mustAppend(t, l, "A", big)
+		l.mu.Lock()
+		n := len(l.pend)
+		l.mu.Unlock()
+		if n > maxPendingBytes+8192 {
+			t.Fatalf("%d bytes kept to write again, want at most maxPendingBytes (%d) and a record", n, maxPendingBytes)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := VerifyDirStats(dir); err == nil || !strings.Contains(err.Error(), "seq") {
+		t.Fatalf("VerifyDir: %v, want the chain's missing start (seq 1 left with the removed file)", err)
+	}
+}
+
+// TestLogRecoveryLeavesReplacementUncut: a log whose write failed, and
+// whose file an operator then replaced (moved it away to make room and
+// put another in its place), does not cut the file now at the path back
+// to the old file's size when it tries again: it goes on in a new file,
+// the chains continuing.
+func TestLogRecoveryLeavesReplacementUncut(t *testing.T) {
+	now := day1
+	l, dir, msgs := movedLog(t, FsyncGroup, func() time.Time { return now })
+	h1 := mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	path := breakWrites(t, l)
+	if _, err := l.Append("A", gateRecord(OutcomeRefused)); err == nil {
+		t.Fatal("Append on a read-only handle succeeded")
+	}
+	if err := os.Rename(path, filepath.Join(t.TempDir(), "archived.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	other := []byte("an operator's file, longer than the log's was, and not to be cut\n")
+	other = bytes.Repeat(other, 8)
+	if err := os.WriteFile(path, other, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(LogRetryInterval)
+	mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path); !bytes.Equal(got, other) {
+		t.Fatalf("the file put in place of the log's was changed to %q", got)
+	}
+	next := filepath.Join(dir, "negotiations-2026-11-29-0002.jsonl")
+	data, err := os.ReadFile(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"prev":"`+h1+`"`) || strings.Count(string(data), "\n") != 1 {
+		t.Fatalf("%s = %s, want the one record after the retry, chained to %s", next, data, h1)
+	}
+	if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "0 records written to it") {
+		t.Fatalf("Moved told %q, want one message, with no record to write again", m)
+	}
+}
