@@ -199,6 +199,9 @@ type Log struct {
 	flusherExited bool
 
 	notes []string // what OpenLog changed or found (Notes)
+	// The chain breaks OpenLog read (follow): how many, and the first.
+	breaks     int
+	firstBreak string
 
 	// The lines written to the current file since it was last found at
 	// its path (checkLocked), to write again in the next file if it is

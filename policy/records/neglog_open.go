@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/caddy-rcns/caddy-rcns/internal/plural"
 )
 
 // OpenLog opens (creating if needed) the negotiation log in opt.Dir and
@@ -86,6 +88,10 @@ func OpenLog(opt LogOptions) (*Log, error) {
 			continue
 		}
 		l.curDay, l.curNum, l.curSize = lf.day, lf.num, size
+	}
+	if l.breaks > 0 {
+		l.notes = append(l.notes, fmt.Sprintf("%s: a record before it is missing or was changed (a log file removed whole, or edited); %s in all; the chains go on from the last records; %s",
+			l.firstBreak, plural.Count(l.breaks, "chain break", "chain breaks"), checkIt(l.dir)))
 	}
 	if l.policy == FsyncGroup {
 		l.flusherDone = make(chan struct{})
@@ -240,7 +246,7 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 				if err := appendNewline(path); err != nil {
 					return 0, fmt.Errorf("records: restore the newline of the last record at %s:%d: %w", path, lineNo, err)
 				}
-				l.heads[head.agent] = head.logHead
+				l.follow(path, lineNo, head)
 				l.notes = append(l.notes, fmt.Sprintf("%s:%d: the last record had no newline; it is kept and its newline written", path, lineNo))
 				return off + int64(len(line)) + 1, nil
 			}
@@ -260,9 +266,27 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 		if !ok {
 			return 0, fmt.Errorf("records: %s:%d: unreadable negotiation record (agent_id, seq and hash required); %s", path, lineNo, checkIt(l.dir))
 		}
-		l.heads[head.agent] = head.logHead
+		l.follow(path, lineNo, head)
 		off += int64(len(line))
 	}
+}
+
+// follow makes head its agent's chain head, noting (l.breaks) a record
+// that does not follow the one before it: a seq other than the next, or
+// a prev other than that record's hash (verify-log checks the hashes
+// themselves).
+func (l *Log) follow(path string, lineNo int, head agentHead) {
+	last, ok := l.heads[head.agent]
+	if !ok {
+		last.hash = ZeroHash
+	}
+	if head.seq != last.seq+1 || head.prev != last.hash {
+		if l.breaks == 0 {
+			l.firstBreak = fmt.Sprintf("%s:%d: agent %s's record seq %d does not follow its record before it (seq %d)", path, lineNo, head.agent, head.seq, last.seq)
+		}
+		l.breaks++
+	}
+	l.heads[head.agent] = head.logHead
 }
 
 // checkIt tells an operator how to check the log in dir.

@@ -510,8 +510,8 @@ func TestEmptyLogFiles(t *testing.T) {
 	}
 	// The gateway opens it, saying so (helper-135: silently).
 	l := mustOpenLog(t, LogOptions{Dir: dir})
-	if n := l.Notes(); len(n) != 1 || !strings.Contains(n[0], first+": holds no records and is not the newest log file") {
-		t.Errorf("Notes = %q, want the emptied file named", n)
+	if n := l.Notes(); len(n) != 2 || !strings.Contains(n[0], first+": holds no records and is not the newest log file") || !strings.Contains(n[1], "does not follow its record before it") {
+		t.Errorf("Notes = %q, want the emptied file named, and the chains it broke", n)
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
@@ -1281,4 +1281,44 @@ func TestLogPooledBuffers(t *testing.T) {
 			t.Errorf("record g%d i%d: requested %v", g, i, ln["requested"])
 		}
 	}
+}
+
+// TestOpenLogNotesChainBreaks: an older log file removed whole (or a
+// record removed or changed) leaves chains that do not follow on; the
+// gateway opens the log, writing on from the last records, and says so
+// in one note naming the first break and how many there are, pointing
+// at verify-log (helper-136 L6: it said nothing). An intact log gives
+// no note.
+func TestOpenLogNotesChainBreaks(t *testing.T) {
+	dir := writeSample(t)
+	l := mustOpenLog(t, LogOptions{Dir: dir})
+	if n := l.Notes(); len(n) != 0 {
+		t.Errorf("Notes on an intact log = %q, want none", n)
+	}
+	_ = l.Close()
+
+	files, _ := listLogFiles(dir)
+	if len(files) < 2 {
+		t.Fatalf("the sample has %d files, want two or more", len(files))
+	}
+	if err := os.Remove(filepath.Join(dir, files[0].name)); err != nil {
+		t.Fatal(err)
+	}
+	_, lines := readLines(t, dir)
+	agents := map[any]bool{}
+	for _, ln := range lines {
+		agents[ln["agent_id"]] = true
+	}
+	second := filepath.Join(dir, files[1].name)
+	l = mustOpenLog(t, LogOptions{Dir: dir})
+	n := l.Notes()
+	want := fmt.Sprintf("%d chain breaks in all", len(agents))
+	if len(agents) == 1 {
+		want = "1 chain break in all"
+	}
+	if len(n) != 1 || !strings.HasPrefix(n[0], second+":1: agent ") || !strings.Contains(n[0], "does not follow its record before it (seq 0)") ||
+		!strings.Contains(n[0], want) || !strings.Contains(n[0], "caddy rcns verify-log "+dir) {
+		t.Fatalf("Notes = %q, want one naming %s:1, %q and verify-log", n, second, want)
+	}
+	_ = l.Close()
 }

@@ -314,19 +314,21 @@ func tornTail(tail []byte) (whole bool, fault string) {
 // agentHead is the chain head one record leaves.
 type agentHead struct {
 	agent string
+	prev  string // the record's prev
 	logHead
 }
 
-// parseHead reads the agent, seq and hash of one record line (its
+// parseHead reads the agent, seq, hash and prev of one record line (its
 // newline or none).
 func parseHead(line []byte) (agentHead, bool) {
 	var rec struct {
 		AgentID string `json:"agent_id"`
 		Seq     int64  `json:"seq"`
 		Hash    string `json:"hash"`
+		Prev    string `json:"prev"`
 	}
 	if err := json.Unmarshal(line, &rec); err != nil || rec.AgentID == "" || rec.Seq < 1 || !hexid.Valid(rec.Hash) {
 		return agentHead{}, false
 	}
-	return agentHead{rec.AgentID, logHead{hash: rec.Hash, seq: rec.Seq}}, true
+	return agentHead{rec.AgentID, rec.Prev, logHead{hash: rec.Hash, seq: rec.Seq}}, true
 }
