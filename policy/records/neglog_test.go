@@ -1172,32 +1172,56 @@ func TestLogRecoversAfterWriteFailure(t *testing.T) {
 			}
 		})
 	}
-	t.Run("current file moved away", func(t *testing.T) {
-		dir := t.TempDir()
-		now := day1
-		l := mustOpenLog(t, LogOptions{Dir: dir, Fsync: FsyncGroup, Now: func() time.Time { return now }})
-		h1 := mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
-		path := breakWrites(t, l)
-		if _, err := l.Append("A", gateRecord(OutcomeRefused)); err == nil {
-			t.Fatal("Append on a read-only handle succeeded")
+	// The operator moves the full file away to make room, and may put
+	// another file in its place: that one is not cut back to the old
+	// file's size, nor written to; the records go on in a new file, and
+	// Moved says so.
+	for _, other := range []string{"", strings.Repeat("an operator's file, longer than the log's was, and not to be cut\n", 8)} {
+		name := "current file moved away"
+		if other != "" {
+			name += ", another put in its place"
 		}
-		// The operator moves the full file away to make room.
-		if err := os.Rename(path, filepath.Join(t.TempDir(), "archived.jsonl")); err != nil {
-			t.Fatal(err)
-		}
-		now = now.Add(LogRetryInterval)
-		mustAppend(t, l, "A", gateRecord(OutcomeRefused))
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
-		files, lines := readLines(t, dir)
-		if len(files) != 1 || files[0] == filepath.Base(path) || len(lines) != 1 {
-			t.Fatalf("files %v with %d lines, want one new file with the record written after the move", files, len(lines))
-		}
-		if lines[0]["seq"] != float64(2) || lines[0]["prev"] != h1 {
-			t.Errorf("record after the move: seq %v prev %v, want 2 and %s (the chain continues)", lines[0]["seq"], lines[0]["prev"], h1)
-		}
-	})
+		t.Run(name, func(t *testing.T) {
+			now := day1
+			l, dir, msgs := movedLog(t, FsyncGroup, func() time.Time { return now })
+			h1 := mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+			path := breakWrites(t, l)
+			if _, err := l.Append("A", gateRecord(OutcomeRefused)); err == nil {
+				t.Fatal("Append on a read-only handle succeeded")
+			}
+			if err := os.Rename(path, filepath.Join(t.TempDir(), "archived.jsonl")); err != nil {
+				t.Fatal(err)
+			}
+			if other != "" {
+				if err := os.WriteFile(path, []byte(other), 0o640); err != nil {
+					t.Fatal(err)
+				}
+			}
+			now = now.Add(LogRetryInterval)
+			mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if other != "" {
+				if got, _ := os.ReadFile(path); string(got) != other {
+					t.Fatalf("the file put in place of the log's was changed to %q", got)
+				}
+				if err := os.Remove(path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			files, lines := readLines(t, dir)
+			if len(files) != 1 || files[0] == filepath.Base(path) || len(lines) != 1 {
+				t.Fatalf("files %v with %d lines, want one new file with the record written after the move", files, len(lines))
+			}
+			if lines[0]["seq"] != float64(2) || lines[0]["prev"] != h1 {
+				t.Errorf("record after the move: seq %v prev %v, want 2 and %s (the chain continues)", lines[0]["seq"], lines[0]["prev"], h1)
+			}
+			if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "0 records written to it") {
+				t.Fatalf("Moved told %q, want one message, with no record to write again", m)
+			}
+		})
+	}
 	t.Run("fsync failure is final", func(t *testing.T) {
 		now := day1
 		l := mustOpenLog(t, LogOptions{Dir: t.TempDir(), Fsync: FsyncOff, Now: func() time.Time { return now }})
