@@ -40,11 +40,11 @@ const (
 // (BenchmarkLogAppend in records_bench_test.go measures it).
 const GroupFsyncInterval = 0
 
-// LogCheckInterval is, under [FsyncOff], the most time (by
-// LogOptions.Now) between a write and the check that the current file
-// is still at its path (see [Log]); under the other policies the check
-// follows each fsync. maxPendingBytes of lines written since the last
-// check also start one.
+// LogCheckInterval is, under [FsyncOff], the time (by LogOptions.Now)
+// after a check that the current file is still at its path from which
+// the next Append checks again (see [Log]); under the other policies
+// the check follows each fsync. maxPendingBytes of lines written since
+// the last check also start one.
 const LogCheckInterval = time.Second
 
 // maxPendingBytes bounds the lines a Log keeps to write again (Log.pend).
@@ -165,10 +165,12 @@ type LogOptions struct {
 // line and continues.
 //
 // A current file removed, moved or replaced under the log (the path no
-// longer names the file it writes) is found after each fsync (under
-// [FsyncAlways] and [FsyncGroup], before the records it covers are
-// acknowledged), at most [LogCheckInterval] after a write under
-// [FsyncOff], at rotation, at Close and before a failed write is tried
+// longer names the file it writes, or that OpenLog read as the newest)
+// is found after each fsync (under [FsyncAlways] and [FsyncGroup],
+// before the records it covers are acknowledged), under [FsyncOff] at
+// the first Append [LogCheckInterval] or more after the last check (no
+// timer checks between Appends), at rotation, at Close, when the first
+// write reopens the newest file and before a failed write is tried
 // again: the records written to it since the last check go again into
 // a new file, with the ones after them, and LogOptions.Moved is told.
 // No acknowledged record is written only to a file that left the

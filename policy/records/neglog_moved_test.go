@@ -2,6 +2,7 @@ package records
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -185,5 +186,75 @@ func TestLogFileMovedOffChecksEachInterval(t *testing.T) {
 	}
 	if _, err := VerifyDirStats(dir); err == nil || !strings.Contains(err.Error(), "seq") {
 		t.Fatalf("VerifyDir: %v, want the chain's missing start (seq 1 left with the removed file)", err)
+	}
+}
+
+// TestLogNewestFileMovedBeforeFirstWrite: the newest file OpenLog read
+// is reopened by the first write, which may come hours later; one
+// removed, or replaced by a copy (here cut mid-line, as a copy taken
+// while the gateway wrote can be), in between is found then, as one
+// moved while written is (helper-137: the copy was written to, and a
+// removal lost the records of the next second): the records go on in
+// a new file, the copy is not written to, and Moved says that the copy
+// ends in a cut-off line, which verify-log names as no crash leaves it
+// and the next OpenLog refuses.
+func TestLogNewestFileMovedBeforeFirstWrite(t *testing.T) {
+	for _, how := range []string{"removed", "replaced by a cut copy"} {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			first := mustOpenLog(t, LogOptions{Dir: dir, Now: func() time.Time { return day1 }})
+			mustAppend(t, first, "A", gateRecord(OutcomeAccepted))
+			h2 := mustAppend(t, first, "A", gateRecord(OutcomeAccepted))
+			path := currentPath(t, first)
+			if err := first.Close(); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			l := mustOpenLog(t, LogOptions{Dir: dir, Now: func() time.Time { return day1 }, Moved: func(m string) { got = append(got, m) }})
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cut := data[:len(data)-10]
+			if how == "removed" {
+				err = os.Remove(path)
+			} else {
+				tmp := path + ".tmp"
+				if err = os.WriteFile(tmp, cut, 0o640); err == nil {
+					err = os.Rename(tmp, path)
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			next := filepath.Join(dir, "negotiations-2026-11-29-0002.jsonl")
+			after, err := os.ReadFile(next)
+			if err != nil || !strings.Contains(string(after), `"prev":"`+h2+`"`) || strings.Count(string(after), "\n") != 1 {
+				t.Fatalf("%s = %s, %v; want the one record written after, chained to %s", next, after, err, h2)
+			}
+			if len(got) != 1 || !strings.Contains(got[0], path+" was removed, moved or replaced") || !strings.Contains(got[0], "no record written to it since it was last found there is lost") {
+				t.Fatalf("Moved told %q, want one message naming %s", got, path)
+			}
+			if how == "removed" {
+				return
+			}
+			if now, _ := os.ReadFile(path); !bytes.Equal(now, cut) {
+				t.Fatalf("the copy put in the file's place was written to: %q", now)
+			}
+			if !strings.Contains(got[0], "ends in a cut-off line, which verify-log and the gateway's next start refuse") {
+				t.Errorf("Moved told %q, want the cut-off line named", got[0])
+			}
+			var ve *VerifyError
+			if _, err := VerifyDirStats(dir); !errors.As(err, &ve) || ve.File != path || !strings.Contains(ve.Reason, "in a file that is not the newest: a crash leaves one only in the newest file") || strings.Contains(ve.Reason, "repairs it") {
+				t.Fatalf("VerifyDirStats = %v, want the cut copy named as no crash leaves it, not as repaired at start", err)
+			}
+			if _, err := OpenLog(LogOptions{Dir: dir}); err == nil || !strings.Contains(err.Error(), "not the newest") {
+				t.Fatalf("OpenLog on the cut copy: %v, want it refused", err)
+			}
+		})
 	}
 }

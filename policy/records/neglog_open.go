@@ -90,8 +90,15 @@ func OpenLog(opt LogOptions) (*Log, error) {
 		l.curDay, l.curNum, l.curSize = lf.day, lf.num, size
 	}
 	if l.breaks > 0 {
-		l.notes = append(l.notes, fmt.Sprintf("%s: a record before it is missing or was changed (a log file removed whole, or edited); %s in all; the chains go on from the last records; %s",
+		l.notes = append(l.notes, fmt.Sprintf("%s: a record before it is missing, repeated or changed (a log file removed whole, moved away and back, or edited); %s in all; the chains go on from the last records; %s, which names the first",
 			l.firstBreak, plural.Count(l.breaks, "chain break", "chain breaks"), checkIt(l.dir)))
+	}
+	if l.curNum > 0 {
+		// The newest file, which the first write reopens: one removed,
+		// moved or replaced before it is found then (writeLocked).
+		if fi, err := os.Stat(filepath.Join(opt.Dir, logName(l.curDay, l.curNum))); err == nil {
+			l.fi = fi
+		}
 	}
 	if l.policy == FsyncGroup {
 		l.flusherDone = make(chan struct{})
@@ -282,7 +289,15 @@ func (l *Log) follow(path string, lineNo int, head agentHead) {
 	}
 	if head.seq != last.seq+1 || head.prev != last.hash {
 		if l.breaks == 0 {
-			l.firstBreak = fmt.Sprintf("%s:%d: agent %s's record seq %d does not follow its record before it (seq %d)", path, lineNo, head.agent, head.seq, last.seq)
+			where := fmt.Sprintf("%s:%d: agent %s's record seq %d", path, lineNo, head.agent, head.seq)
+			switch {
+			case !ok:
+				l.firstBreak = where + " is the first of its chain in the log, not seq 1"
+			case head.seq <= last.seq:
+				l.firstBreak = fmt.Sprintf("%s comes after its seq %d (written twice, or out of order)", where, last.seq)
+			default:
+				l.firstBreak = fmt.Sprintf("%s does not follow its seq %d", where, last.seq)
+			}
 		}
 		l.breaks++
 	}

@@ -510,7 +510,7 @@ func TestEmptyLogFiles(t *testing.T) {
 	}
 	// The gateway opens it, saying so (helper-135: silently).
 	l := mustOpenLog(t, LogOptions{Dir: dir})
-	if n := l.Notes(); len(n) != 2 || !strings.Contains(n[0], first+": holds no records and is not the newest log file") || !strings.Contains(n[1], "does not follow its record before it") {
+	if n := l.Notes(); len(n) != 2 || !strings.Contains(n[0], first+": holds no records and is not the newest log file") || !strings.Contains(n[1], "is the first of its chain in the log, not seq 1") {
 		t.Errorf("Notes = %q, want the emptied file named, and the chains it broke", n)
 	}
 	if err := l.Close(); err != nil {
@@ -1217,7 +1217,7 @@ func TestLogRecoversAfterWriteFailure(t *testing.T) {
 			if lines[0]["seq"] != float64(2) || lines[0]["prev"] != h1 {
 				t.Errorf("record after the move: seq %v prev %v, want 2 and %s (the chain continues)", lines[0]["seq"], lines[0]["prev"], h1)
 			}
-			if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "0 records written to it") {
+			if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "no record written to it since it was last found there is lost") {
 				t.Fatalf("Moved told %q, want one message, with no record to write again", m)
 			}
 		})
@@ -1340,9 +1340,28 @@ func TestOpenLogNotesChainBreaks(t *testing.T) {
 	if len(agents) == 1 {
 		want = "1 chain break in all"
 	}
-	if len(n) != 1 || !strings.HasPrefix(n[0], second+":1: agent ") || !strings.Contains(n[0], "does not follow its record before it (seq 0)") ||
+	if len(n) != 1 || !strings.HasPrefix(n[0], second+":1: agent ") || !strings.Contains(n[0], "is the first of its chain in the log, not seq 1") ||
 		!strings.Contains(n[0], want) || !strings.Contains(n[0], "caddy rcns verify-log "+dir) {
 		t.Fatalf("Notes = %q, want one naming %s:1, %q and verify-log", n, second, want)
+	}
+	_ = l.Close()
+
+	// A record written twice (a file moved away and back after the log
+	// wrote its last records again in a new one) is named as a repeat.
+	dir = writeSample(t)
+	files, _ = listLogFiles(dir)
+	last := filepath.Join(dir, files[len(files)-1].name)
+	data, err := os.ReadFile(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lns := strings.SplitAfter(string(data), "\n")
+	if err := os.WriteFile(last, []byte(string(data)+lns[0]), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	l = mustOpenLog(t, LogOptions{Dir: dir})
+	if n := l.Notes(); len(n) != 1 || !strings.Contains(n[0], fmt.Sprintf("%s:%d: agent ", last, len(lns))) || !strings.Contains(n[0], "(written twice, or out of order)") {
+		t.Fatalf("Notes = %q, want the repeated record at %s:%d named", n, last, len(lns))
 	}
 	_ = l.Close()
 }

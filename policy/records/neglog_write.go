@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/internal/plural"
@@ -34,12 +35,22 @@ func (l *Log) writeLocked(now time.Time, line []byte) error {
 		if err := l.rotateLocked(day, l.curNum+1); err != nil {
 			return err
 		}
+	case l.f == nil && l.fi != nil && !l.atPathLocked():
+		// The newest file OpenLog read (or the one a failed write left)
+		// was removed, moved or replaced before this write reopened it.
+		if err := l.rotateLocked(day, l.curNum+1); err != nil {
+			return err
+		}
 	case l.f == nil:
-		path := l.curPath()
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		// Non-blocking: a FIFO put at the path fails here rather than
+		// hold the log's lock until something reads it.
+		f, err := os.OpenFile(l.curPath(), os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0)
 		var fi os.FileInfo
 		if err == nil {
-			if fi, err = f.Stat(); err != nil {
+			if fi, err = f.Stat(); err == nil && !fi.Mode().IsRegular() {
+				err = fmt.Errorf("%s is not a regular file", f.Name())
+			}
+			if err != nil {
 				_ = f.Close()
 			}
 		}
@@ -105,9 +116,9 @@ func (l *Log) rotateLocked(day string, num int) error {
 		break
 	}
 	var size int64
-	held := 0 // pending lines the file now at the old path ends with
+	held, cut := 0, false // pending lines the file now at the old path ends with; it ends mid-line
 	if moved {
-		held = l.heldAtPathLocked()
+		held, cut = l.heldAtPathLocked()
 	}
 	again := l.pend[l.pendEnd(held):]
 	if moved && len(again) > 0 {
@@ -128,13 +139,22 @@ func (l *Log) rotateLocked(day string, num int) error {
 		size = int64(len(again))
 	}
 	if moved && l.moved != nil {
-		n := len(l.pendEnds) - held
-		msg := fmt.Sprintf("%s was removed, moved or replaced while the gateway wrote it: the %s written to it since it was last found there %s written again in %s, which the log goes on in",
-			oldPath, plural.Count(n, "record", "records"), wasWere(n), f.Name())
+		msg := oldPath + " was removed, moved or replaced while the gateway wrote it"
+		switch n := len(l.pendEnds) - held; {
+		case n > 0:
+			msg += fmt.Sprintf(": the %s written to it since it was last found there %s written again in %s, which the log goes on in",
+				plural.Count(n, "record", "records"), wasWere(n), f.Name())
+		default:
+			msg += fmt.Sprintf(": no record written to it since it was last found there is lost; the log goes on in %s", f.Name())
+		}
 		if held > 0 {
 			msg += fmt.Sprintf(" (the file now at its path ends with the %s before them)", plural.Count(held, "record", "records"))
 		}
-		l.moved(msg + "; records acknowledged before that left with the file (verify-log shows the gap)")
+		msg += "; records acknowledged before that left with the file (verify-log shows the gap)"
+		if cut {
+			msg += "; the file now at its path ends in a cut-off line, which verify-log and the gateway's next start refuse: cut that line off or restore the file"
+		}
+		l.moved(msg)
 	}
 	l.f, l.fi = f, fi
 	l.curDay, l.curNum, l.curSize = day, num, size
@@ -176,32 +196,39 @@ func (l *Log) atPathLocked() bool {
 }
 
 // heldAtPathLocked returns how many of the pending lines, from the
-// first, the file now at the current file's path ends with: a copy of
-// the file put back in its place holds the lines written before the
-// copy was taken, which are not written again.
-func (l *Log) heldAtPathLocked() int {
-	if len(l.pend) == 0 {
-		return 0
-	}
-	f, err := os.Open(l.curPath())
+// first, the file now at the current file's path ends with, and whether
+// it ends mid-line. A copy of the file put back in its place holds the
+// lines written before the copy was taken: they are not written again,
+// and the copy is fsynced (under always and group) before their records
+// are acknowledged; if it cannot be, they are written again. A copy
+// taken while the file was written may end mid-line. Anything but a
+// regular file at the path holds none (a FIFO is opened non-blocking:
+// it does not hold the log's lock).
+func (l *Log) heldAtPathLocked() (held int, cut bool) {
+	f, err := os.OpenFile(l.curPath(), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	defer f.Close()
 	fi, err := f.Stat()
-	if err != nil {
-		return 0
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
+		return 0, false
 	}
-	tail := make([]byte, min(fi.Size(), int64(len(l.pend))))
+	tail := make([]byte, min(fi.Size(), max(int64(len(l.pend)), 1)))
 	if _, err := f.ReadAt(tail, fi.Size()-int64(len(tail))); err != nil {
-		return 0
+		return 0, false
 	}
+	cut = tail[len(tail)-1] != '\n'
 	for k := len(l.pendEnds); k > 0; k-- {
 		if bytes.HasSuffix(tail, l.pend[:l.pendEnds[k-1]]) {
-			return k
+			held = k
+			break
 		}
 	}
-	return 0
+	if held > 0 && l.policy != FsyncOff && f.Sync() != nil {
+		held = 0
+	}
+	return held, cut
 }
 
 // pendEnd is the end in l.pend of its first k lines.

@@ -93,7 +93,7 @@ func VerifyDirStats(dir string) (st VerifyStats, err error) {
 		st.Files++
 		before := st.Records
 		path := filepath.Join(dir, lf.name)
-		err := verifyFile(path, heads, nodes)
+		err := verifyFile(path, heads, nodes, i == len(files)-1)
 		st.Chains = len(heads)
 		st.Records = 0
 		for _, h := range heads {
@@ -116,7 +116,7 @@ func VerifyDirStats(dir string) (st VerifyStats, err error) {
 // node ids its records name to nodes. A directory is one node's (its
 // records_dir), so each agent's chain is checked across node ids: a
 // node renamed keeps writing the same chain.
-func verifyFile(path string, heads map[string]logHead, nodes map[string]bool) error {
+func verifyFile(path string, heads map[string]logHead, nodes map[string]bool, newest bool) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("records: open negotiation log: %w", err)
@@ -129,7 +129,7 @@ func verifyFile(path string, heads map[string]logHead, nodes map[string]bool) er
 			if len(line) == 0 {
 				return nil
 			}
-			return &VerifyError{File: path, Line: lineNo, Reason: tornReason(line)}
+			return &VerifyError{File: path, Line: lineNo, Reason: tornReason(line, newest)}
 		}
 		if err != nil {
 			return fmt.Errorf("records: read %s: %w", path, err)
@@ -164,8 +164,13 @@ func verifyFile(path string, heads map[string]logHead, nodes map[string]bool) er
 
 // tornReason says what verify-log finds in the bytes after the last
 // newline of a file: residue a crash leaves, which the gateway repairs
-// when it opens the log (OpenLog), or an edit, which it refuses.
-func tornReason(tail []byte) string {
+// when it opens the log (OpenLog), or an edit, which it refuses. A crash
+// leaves residue only in the newest file: in another the gateway
+// refuses any.
+func tornReason(tail []byte, newest bool) string {
+	if !newest {
+		return "torn line (no newline at end of file) in a file that is not the newest: a crash leaves one only in the newest file, so this one was cut, or copied while the gateway wrote it (a copy put back in place of the file it wrote, say); the gateway refuses it: cut the line off or restore the file, then verify again"
+	}
 	const repaired = "; starting the gateway on this records_dir repairs it (a WARN names it), then verify again"
 	if trimmed := bytes.TrimRight(tail, "\x00"); len(trimmed) < len(tail) {
 		if _, fault := tornTail(trimmed); len(trimmed) == 0 || fault == "" {

@@ -1,0 +1,59 @@
+//go:build unix
+
+package records
+
+import (
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestLogFIFOAtPath: a FIFO put in place of the current log file (by
+// someone with write access to records_dir) does not hang the log, which
+// opens what is at the path without blocking (helper-137: a gate
+// request, and the process's shutdown, waited for a reader): the file is
+// found moved and the log goes on in a new one.
+func TestLogFIFOAtPath(t *testing.T) {
+	for _, policy := range []FsyncPolicy{FsyncGroup, FsyncOff} {
+		t.Run(string(policy), func(t *testing.T) {
+			l, dir, msgs := movedLog(t, policy, func() time.Time { return day1 })
+			mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+			path := currentPath(t, l)
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Mkfifo(path, 0o640); err != nil {
+				t.Skipf("mkfifo: %v", err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := l.Append("A", gateRecord(OutcomeAccepted))
+				if err == nil {
+					err = l.Close()
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				// Unblock it: open the FIFO for reading and writing.
+				if f, err := os.OpenFile(path, os.O_RDWR, 0); err == nil {
+					_ = f.Close()
+				}
+				t.Fatal("Append or Close hung on a FIFO at the log file's path")
+			}
+			if m := msgs(); len(m) != 1 || !strings.Contains(m[0], path+" was removed, moved or replaced") {
+				t.Fatalf("Moved told %q, want the file named", m)
+			}
+			files, lines := readLines(t, dir)
+			if len(files) != 1 || len(lines) != 1 || lines[0]["seq"] != float64(2) {
+				t.Fatalf("files %v with %v, want one new file with seq 2", files, lines)
+			}
+		})
+	}
+}
