@@ -264,7 +264,7 @@ func TestRecordsLogFileRemovedIsLogged(t *testing.T) {
 	appendGate(t, rs, "a")
 	got := logs.FilterMessage("negotiation log file moved under the gateway").All()
 	if len(got) != 1 || got[0].Level != zap.ErrorLevel || got[0].ContextMap()["records_dir"] != dir ||
-		!strings.Contains(fmt.Sprint(got[0].ContextMap()["note"]), first+" was removed, moved or replaced") {
+		!strings.Contains(fmt.Sprint(got[0].ContextMap()["note"]), first+" was removed, moved, replaced or copied over") {
 		t.Fatalf("logged %v, want one ERROR naming %s and %s", logs.All(), dir, first)
 	}
 	if files, _ = filepath.Glob(filepath.Join(dir, "negotiations", "*.jsonl")); len(files) != 1 || files[0] == first {

@@ -164,14 +164,13 @@ type LogOptions struct {
 // dropped the data it covered); reopening the log truncates a torn last
 // line and continues.
 //
-// A current file removed, moved or replaced under the log (the path no
-// longer names the file it writes, or that OpenLog read as the newest)
-// is found after each fsync (under [FsyncAlways] and [FsyncGroup],
+// A current file removed, moved, replaced or copied over in place
+// under the log (the path no longer names the file it holds open, or
+// that file is not of the size the log wrote) is found after each fsync (under [FsyncAlways] and [FsyncGroup],
 // before the records it covers are acknowledged), under [FsyncOff] at
 // the first Append [LogCheckInterval] or more after the last check (no
-// timer checks between Appends), at rotation, at Close, when the first
-// write reopens the newest file and before a failed write is tried
-// again: the records written to it since the last check go again into
+// timer checks between Appends), at rotation, at Close (when records
+// wait to be checked) and before a failed write is tried again: the records written to it since the last check go again into
 // a new file, with the ones after them, and LogOptions.Moved is told.
 // No acknowledged record is written only to a file that left the
 // directory before the acknowledgement; what the file held before that
@@ -186,7 +185,7 @@ type Log struct {
 	cond  sync.Cond // on mu; broadcast when synced, failed or flusherExited change
 	heads map[string]logHead
 
-	f       *os.File    // current file, nil until the first Append
+	f       *os.File    // current file: the newest, opened by OpenLog; nil until the first Append when none exists, or after a failure
 	fi      os.FileInfo // the current file's identity (os.SameFile), kept while f is closed after a failure
 	curDay  string      // YYYY-MM-DD of the current (or last existing) file
 	curNum  int         // its sequence number; 0 when no file exists yet
@@ -515,9 +514,10 @@ func (l *Log) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var err error
-	if l.f != nil && l.failed == nil {
+	if l.f != nil && l.failed == nil && len(l.pendEnds) > 0 {
 		// A file moved since the last check gets its records written
-		// again in a new one, which the Sync below covers.
+		// again in a new one, which the Sync below covers. With none
+		// to write, no file is created.
 		err = l.checkLocked(l.written)
 	}
 	if l.f != nil {

@@ -47,8 +47,16 @@ func TestLogFIFOAtPath(t *testing.T) {
 				}
 				t.Fatal("Append or Close hung on a FIFO at the log file's path")
 			}
-			if m := msgs(); len(m) != 1 || !strings.Contains(m[0], path+" was removed, moved or replaced") {
+			if m := msgs(); len(m) != 1 || !strings.Contains(m[0], path+" was removed, moved, replaced or copied over") {
 				t.Fatalf("Moved told %q, want the file named", m)
+			}
+			// A FIFO named as a log file is refused by OpenLog and
+			// verify-log: the operator removes it.
+			if _, err := VerifyDirStats(dir); err == nil || !strings.Contains(err.Error(), "is not a regular file") {
+				t.Errorf("VerifyDirStats with the FIFO there: %v, want it refused", err)
+			}
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
 			}
 			files, lines := readLines(t, dir)
 			if len(files) != 1 || len(lines) != 1 || lines[0]["seq"] != float64(2) {

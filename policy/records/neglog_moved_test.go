@@ -3,6 +3,7 @@ package records
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,15 +110,15 @@ func TestLogFileMovedWhileWriting(t *testing.T) {
 				// Under off, B's first record was written after the
 				// last check (the first Append's) too: it is written
 				// again, unless the copy in the file's place holds it.
-				wantAgain := "1 record written to it since it was last found there is written again"
+				wantAgain := "1 record written to it since it was last found in place is written again"
 				switch {
 				case policy == FsyncOff && how == "replaced by a copy":
-					wantAgain = "3 records written to it since it was last found there are written again"
+					wantAgain = "3 records written to it since it was last found in place are written again"
 				case policy == FsyncOff:
-					wantAgain = "4 records written to it since it was last found there are written again"
+					wantAgain = "4 records written to it since it was last found in place are written again"
 				}
 				m := msgs()
-				if len(m) != 1 || !strings.Contains(m[0], path+" was removed, moved or replaced") || !strings.Contains(m[0], wantAgain) || !strings.Contains(m[0], newFile) {
+				if len(m) != 1 || !strings.Contains(m[0], path+" was removed, moved, replaced or copied over") || !strings.Contains(m[0], wantAgain) || !strings.Contains(m[0], newFile) {
 					t.Fatalf("Moved told %q, want one message naming %s, %q and %s", m, path, wantAgain, newFile)
 				}
 
@@ -199,7 +200,7 @@ func TestLogFileMovedOffChecksEachInterval(t *testing.T) {
 // ends in a cut-off line, which verify-log names as no crash leaves it
 // and the next OpenLog refuses.
 func TestLogNewestFileMovedBeforeFirstWrite(t *testing.T) {
-	for _, how := range []string{"removed", "replaced by a cut copy"} {
+	for _, how := range []string{"removed", "replaced by a cut copy", "removed, a cut copy written at its path"} {
 		t.Run(how, func(t *testing.T) {
 			dir := t.TempDir()
 			first := mustOpenLog(t, LogOptions{Dir: dir, Now: func() time.Time { return day1 }})
@@ -216,9 +217,17 @@ func TestLogNewestFileMovedBeforeFirstWrite(t *testing.T) {
 				t.Fatal(err)
 			}
 			cut := data[:len(data)-10]
-			if how == "removed" {
+			switch how {
+			case "removed":
 				err = os.Remove(path)
-			} else {
+			case "removed, a cut copy written at its path":
+				// Without the log holding the file open, the new file
+				// could take the removed one's inode and pass for it
+				// (helper-138).
+				if err = os.Remove(path); err == nil {
+					err = os.WriteFile(path, cut, 0o640)
+				}
+			default:
 				tmp := path + ".tmp"
 				if err = os.WriteFile(tmp, cut, 0o640); err == nil {
 					err = os.Rename(tmp, path)
@@ -236,7 +245,7 @@ func TestLogNewestFileMovedBeforeFirstWrite(t *testing.T) {
 			if err != nil || !strings.Contains(string(after), `"prev":"`+h2+`"`) || strings.Count(string(after), "\n") != 1 {
 				t.Fatalf("%s = %s, %v; want the one record written after, chained to %s", next, after, err, h2)
 			}
-			if len(got) != 1 || !strings.Contains(got[0], path+" was removed, moved or replaced") || !strings.Contains(got[0], "no record written to it since it was last found there is lost") {
+			if len(got) != 1 || !strings.Contains(got[0], path+" was removed, moved, replaced or copied over") || !strings.Contains(got[0], "the 1 record written to it since it was last found in place is written again in "+next) {
 				t.Fatalf("Moved told %q, want one message naming %s", got, path)
 			}
 			if how == "removed" {
@@ -256,5 +265,108 @@ func TestLogNewestFileMovedBeforeFirstWrite(t *testing.T) {
 				t.Fatalf("OpenLog on the cut copy: %v, want it refused", err)
 			}
 		})
+	}
+}
+
+// TestLogFileCopiedOverInPlace: a copy written over the current file in
+// place (cp onto the path keeps the inode) is told by its size, under
+// always at the first record after it: the records go on in a new file.
+// The one record written after the copy is at the copy's end (it is the
+// same file), and is not written twice (helper-138: not found at all).
+func TestLogFileCopiedOverInPlace(t *testing.T) {
+	l, dir, msgs := movedLog(t, FsyncAlways, func() time.Time { return day1 })
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	path := currentPath(t, l)
+	older, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	if err := os.WriteFile(path, older, 0o640); err != nil { // O_TRUNC: the same inode
+		t.Fatal(err)
+	}
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m := msgs()
+	if len(m) != 1 || !strings.Contains(m[0], "no record written to it since it was last found in place is lost (the file now at its path ends with the 1 record before them)") {
+		t.Fatalf("Moved told %q, want one message: the record written after the copy is in it", m)
+	}
+	_, lines := readLines(t, dir)
+	var seqs []float64
+	for _, ln := range lines {
+		seqs = append(seqs, ln["seq"].(float64))
+	}
+	if fmt.Sprint(seqs) != "[1 3 4]" {
+		t.Fatalf("seqs in the directory %v, want [1 3 4]: seq 2 went with the copy, 3 is at its end, 4 in the new file", seqs)
+	}
+}
+
+// TestLogCutCopyHoldsWholeLines: a copy put back that ends in a cut-off
+// line holds, whole, the lines before it: under off, where several
+// lines wait for the check, those are not written again, so once the
+// operator cuts the line off the log verifies (helper-138: all were
+// written again, and verify-log then found them twice).
+func TestLogCutCopyHoldsWholeLines(t *testing.T) {
+	l, dir, msgs := movedLog(t, FsyncOff, func() time.Time { return day1 })
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted)) // checked: the first Append
+	for range 3 {
+		mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	}
+	path := currentPath(t, l)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := data[:len(data)-20] // seq 1 to 3 whole, seq 4 cut
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, cut, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m := msgs()
+	if len(m) != 1 || !strings.Contains(m[0], "the 2 records written to it since it was last found in place are written again") ||
+		!strings.Contains(m[0], "ends with the 2 records before them") || !strings.Contains(m[0], "ends in a cut-off line") {
+		t.Fatalf("Moved told %q, want seq 4 and 5 written again, 2 and 3 held, the cut-off line named", m)
+	}
+	if err := os.WriteFile(path, cut[:bytes.LastIndexByte(cut, '\n')+1], 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := VerifyDirStats(dir); err != nil || st.Records != 5 {
+		t.Fatalf("VerifyDirStats after the cut-off line is cut = %+v, %v; want 5 records, none twice", st, err)
+	}
+}
+
+// TestLogFileSymlinkRefused: an entry named as a log file that is a
+// symlink (or anything but a regular file) is refused by OpenLog and
+// verify-log, which skipped it without a word (helper-138: a chain
+// started again at seq 1, and verify-log called the log intact).
+func TestLogFileSymlinkRefused(t *testing.T) {
+	dir := writeSample(t)
+	files, _ := listLogFiles(dir)
+	last := filepath.Join(dir, files[len(files)-1].name)
+	elsewhere := filepath.Join(t.TempDir(), "moved.jsonl")
+	if err := os.Rename(last, elsewhere); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, last); err != nil {
+		t.Skipf("symlink: %v", err)
+	}
+	if _, err := OpenLog(LogOptions{Dir: dir}); err == nil || !strings.Contains(err.Error(), last+" is named as a negotiation log file but is not a regular file") {
+		t.Fatalf("OpenLog: %v, want the symlink refused", err)
+	}
+	if err := CheckLog(dir); err == nil {
+		t.Fatal("CheckLog accepted the symlink")
+	}
+	if _, err := VerifyDirStats(dir); err == nil {
+		t.Fatal("VerifyDirStats accepted the symlink")
 	}
 }

@@ -94,10 +94,14 @@ func OpenLog(opt LogOptions) (*Log, error) {
 			l.firstBreak, plural.Count(l.breaks, "chain break", "chain breaks"), checkIt(l.dir)))
 	}
 	if l.curNum > 0 {
-		// The newest file, which the first write reopens: one removed,
-		// moved or replaced before it is found then (writeLocked).
-		if fi, err := os.Stat(filepath.Join(opt.Dir, logName(l.curDay, l.curNum))); err == nil {
-			l.fi = fi
+		// The newest file is opened now, not at the first write, which
+		// may come hours later: held open, its inode is not reused by a
+		// file created at its path meanwhile, so one removed, moved or
+		// replaced is told from it (checkLocked). One that cannot be
+		// opened is opened by the first write (writeLocked), which
+		// reports the error.
+		if f, fi, err := openAppend(l.curPath()); err == nil {
+			l.f, l.fi = f, fi
 		}
 	}
 	if l.policy == FsyncGroup {
@@ -134,7 +138,10 @@ func CheckLog(dir string) error {
 	return nil
 }
 
-// listLogFiles returns the log files of dir in write order.
+// listLogFiles returns the log files of dir in write order. An entry
+// named as a log file that is not a regular file (a symlink, a
+// directory, a FIFO) is an error: read through, or skipped, it would
+// change what the chains are without a word.
 func listLogFiles(dir string) ([]logFile, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -142,12 +149,14 @@ func listLogFiles(dir string) ([]logFile, error) {
 	}
 	var files []logFile
 	for _, e := range entries {
-		if !e.Type().IsRegular() {
+		lf, ok := parseLogName(e.Name())
+		if !ok {
 			continue
 		}
-		if lf, ok := parseLogName(e.Name()); ok {
-			files = append(files, lf)
+		if !e.Type().IsRegular() {
+			return nil, fmt.Errorf("records: %s is named as a negotiation log file but is not a regular file (%v): the log is regular files only; put the file itself there, or move it out of the directory", filepath.Join(dir, e.Name()), e.Type())
 		}
+		files = append(files, lf)
 	}
 	slices.SortFunc(files, func(a, b logFile) int {
 		if a.day != b.day {

@@ -1217,7 +1217,7 @@ func TestLogRecoversAfterWriteFailure(t *testing.T) {
 			if lines[0]["seq"] != float64(2) || lines[0]["prev"] != h1 {
 				t.Errorf("record after the move: seq %v prev %v, want 2 and %s (the chain continues)", lines[0]["seq"], lines[0]["prev"], h1)
 			}
-			if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "no record written to it since it was last found there is lost") {
+			if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "no record written to it since it was last found in place is lost") {
 				t.Fatalf("Moved told %q, want one message, with no record to write again", m)
 			}
 		})

@@ -35,24 +35,20 @@ func (l *Log) writeLocked(now time.Time, line []byte) error {
 		if err := l.rotateLocked(day, l.curNum+1); err != nil {
 			return err
 		}
-	case l.f == nil && l.fi != nil && !l.atPathLocked():
-		// The newest file OpenLog read (or the one a failed write left)
-		// was removed, moved or replaced before this write reopened it.
+	case l.f == nil && l.fi != nil && !l.atPathLocked(false):
+		// The file a failed write left (recoverLocked) was removed,
+		// moved or replaced before this write reopened it.
 		if err := l.rotateLocked(day, l.curNum+1); err != nil {
 			return err
 		}
 	case l.f == nil:
-		// Non-blocking: a FIFO put at the path fails here rather than
-		// hold the log's lock until something reads it.
-		f, err := os.OpenFile(l.curPath(), os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0)
-		var fi os.FileInfo
-		if err == nil {
-			if fi, err = f.Stat(); err == nil && !fi.Mode().IsRegular() {
-				err = fmt.Errorf("%s is not a regular file", f.Name())
+		f, fi, err := openAppend(l.curPath())
+		if err == nil && l.fi != nil && !os.SameFile(fi, l.fi) {
+			_ = f.Close()
+			if err := l.rotateLocked(day, l.curNum+1); err != nil {
+				return err
 			}
-			if err != nil {
-				_ = f.Close()
-			}
+			break
 		}
 		if err != nil {
 			l.failWriteLocked(fmt.Errorf("records: open negotiation log: %w", err))
@@ -68,6 +64,26 @@ func (l *Log) writeLocked(now time.Time, line []byte) error {
 	return nil
 }
 
+// openAppend opens the log file at path to append to it, with its
+// identity. Non-blocking: a FIFO put at the path fails here rather than
+// hold the log's lock until something reads it; anything but a regular
+// file is refused.
+func openAppend(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file", path)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
 // rotateLocked closes the current file (fsynced unless the policy is
 // off) and creates the file for day with the first free number >= num.
 // When the current file is no longer at its path (atPathLocked), the
@@ -76,7 +92,7 @@ func (l *Log) writeLocked(now time.Time, line []byte) error {
 func (l *Log) rotateLocked(day string, num int) error {
 	moved := false
 	if l.fi != nil {
-		moved = !l.atPathLocked()
+		moved = !l.atPathLocked(l.f != nil)
 	}
 	if l.f != nil {
 		if l.policy != FsyncOff && !moved {
@@ -139,18 +155,21 @@ func (l *Log) rotateLocked(day string, num int) error {
 		size = int64(len(again))
 	}
 	if moved && l.moved != nil {
-		msg := oldPath + " was removed, moved or replaced while the gateway wrote it"
+		msg := oldPath + " was removed, moved, replaced or copied over under the running gateway"
 		switch n := len(l.pendEnds) - held; {
 		case n > 0:
-			msg += fmt.Sprintf(": the %s written to it since it was last found there %s written again in %s, which the log goes on in",
+			msg += fmt.Sprintf(": the %s written to it since it was last found in place %s written again in %s",
 				plural.Count(n, "record", "records"), wasWere(n), f.Name())
 		default:
-			msg += fmt.Sprintf(": no record written to it since it was last found there is lost; the log goes on in %s", f.Name())
+			msg += ": no record written to it since it was last found in place is lost"
 		}
 		if held > 0 {
 			msg += fmt.Sprintf(" (the file now at its path ends with the %s before them)", plural.Count(held, "record", "records"))
 		}
-		msg += "; records acknowledged before that left with the file (verify-log shows the gap)"
+		if !l.closed {
+			msg += "; the log goes on in " + f.Name()
+		}
+		msg += "; what it held before is in records_dir only as far as the file now at its path holds it (verify-log says what is missing or repeated)"
 		if cut {
 			msg += "; the file now at its path ends in a cut-off line, which verify-log and the gateway's next start refuse: cut that line off or restore the file"
 		}
@@ -184,15 +203,19 @@ func wasWere(n int) string {
 func (l *Log) curPath() string { return filepath.Join(l.dir, logName(l.curDay, l.curNum)) }
 
 // atPathLocked reports whether the current file (l.fi) is still the
-// file at its path. An error reading the path other than its absence
-// (which cannot tell) reports true: the check is there to find a file
-// moved, and must not stop a log that writes.
-func (l *Log) atPathLocked() bool {
+// file at its path and, with size, still of the size the log wrote
+// (l.curSize): a file copied over it in place (cp onto the path keeps
+// its inode) is told by its size. Without size (after a failed write,
+// which may have left part of a line) the identity alone. An error
+// reading the path other than its absence (which cannot tell) reports
+// true: the check is there to find a file moved, and must not stop a
+// log that writes.
+func (l *Log) atPathLocked(size bool) bool {
 	pi, err := os.Stat(l.curPath())
 	if err != nil {
 		return !errors.Is(err, os.ErrNotExist)
 	}
-	return os.SameFile(l.fi, pi)
+	return os.SameFile(l.fi, pi) && (!size || pi.Size() == l.curSize)
 }
 
 // heldAtPathLocked returns how many of the pending lines, from the
@@ -214,11 +237,17 @@ func (l *Log) heldAtPathLocked() (held int, cut bool) {
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
 		return 0, false
 	}
-	tail := make([]byte, min(fi.Size(), max(int64(len(l.pend)), 1)))
+	// The pending lines, after up to 1 MiB of a line a copy may end in
+	// cut short (a record is far smaller).
+	tail := make([]byte, min(fi.Size(), int64(len(l.pend))+1<<20))
 	if _, err := f.ReadAt(tail, fi.Size()-int64(len(tail))); err != nil {
 		return 0, false
 	}
 	cut = tail[len(tail)-1] != '\n'
+	if cut {
+		// What the copy holds whole: up to its last newline.
+		tail = tail[:bytes.LastIndexByte(tail, '\n')+1]
+	}
 	for k := len(l.pendEnds); k > 0; k-- {
 		if bytes.HasSuffix(tail, l.pend[:l.pendEnds[k-1]]) {
 			held = k
@@ -244,7 +273,7 @@ func (l *Log) pendEnd(k int) int {
 // records are no longer kept to write again; when it is not, the log
 // rotates to a new file, writing them again there (rotateLocked).
 func (l *Log) checkLocked(n uint64) error {
-	if l.fi == nil || l.atPathLocked() {
+	if l.fi == nil || l.atPathLocked(true) {
 		l.dropPendingLocked(n)
 		return nil
 	}
@@ -324,7 +353,7 @@ func (l *Log) recoverLocked() error {
 	// place, which is not cut: the next records go in a new file, after
 	// the lines written to the old one since it was last found at its
 	// path (rotateLocked).
-	moved := l.curNum > 0 && l.fi != nil && !l.atPathLocked()
+	moved := l.curNum > 0 && l.fi != nil && !l.atPathLocked(false)
 	if l.f != nil {
 		if l.policy != FsyncOff && !moved {
 			// The flusher's fsync skips a failed log: records written
