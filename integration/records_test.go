@@ -253,3 +253,50 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestNegotiationLogFileRemovedUnderGateway: the negotiation log file a
+// running gateway writes, removed under it, is found at the next
+// record's fsync: that record and the next go into a new file, and the
+// gateway's log says so at ERROR naming both files (before, they went to
+// the unlinked file and were lost); verify-log then names the gap the
+// removal left.
+func TestNegotiationLogFileRemovedUnderGateway(t *testing.T) {
+	recDir := filepath.Join(t.TempDir(), "records")
+	up := startCounter(t)
+	g := startGateway(t, fill(hotelSite, "ENABLED", "true", "MODE", "optimistic", "HOTEL", up.URL,
+		"EXTRA", "\t\trecords_dir "+recDir+"\n\t\tfsync group", "LEGACY", up.URL))
+	book := func() {
+		t.Helper()
+		wantStatus(t, g.Do(t, "BOOK", "/room", hdr(agentA2, "hotel:read, hotel:book", "Allow-RCNS", "true"), bookBody()), 262)
+	}
+	book()
+	book()
+	logs, _ := filepath.Glob(filepath.Join(recDir, "negotiations", "*.jsonl"))
+	if len(logs) != 1 {
+		t.Fatalf("log files %v, want one", logs)
+	}
+	if err := os.Remove(logs[0]); err != nil {
+		t.Fatal(err)
+	}
+	book()
+	book()
+	out := g.Output()
+	if !strings.Contains(out, "negotiation log file moved under the gateway") || !strings.Contains(out, logs[0]+" was removed, moved, replaced or copied over") {
+		t.Fatalf("no ERROR naming %s; output:\n%s", logs[0], out)
+	}
+	after, _ := filepath.Glob(filepath.Join(recDir, "negotiations", "*.jsonl"))
+	if len(after) != 1 || after[0] == logs[0] {
+		t.Fatalf("log files after the removal %v, want one new file", after)
+	}
+	data, err := os.ReadFile(after[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n"); len(lines) != 2 || !strings.Contains(lines[0], `"seq":3`) || !strings.Contains(lines[1], `"seq":4`) {
+		t.Fatalf("%s holds %q, want the records seq 3 and 4", after[0], data)
+	}
+	vout, err := exec.Command(caddyBin, "rcns", "verify-log", recDir).CombinedOutput()
+	if err == nil || !strings.Contains(string(vout), after[0]) {
+		t.Fatalf("verify-log: %v\n%s\nwant it to name the gap in %s", err, vout, after[0])
+	}
+}
