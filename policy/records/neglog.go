@@ -212,6 +212,7 @@ type Log struct {
 	pendEnds  []int
 	pendBase  uint64
 	checkedAt time.Time // the last check under FsyncOff, by l.now
+	leaving   bool      // the current file was found moved, and no new file has taken its lines yet (rotateLocked)
 	moved     func(msg string)
 
 	kick        chan struct{} // wakes the flusher; buffered 1

@@ -370,3 +370,37 @@ func TestLogFileSymlinkRefused(t *testing.T) {
 		t.Fatal("VerifyDirStats accepted the symlink")
 	}
 }
+
+// TestLogCopiedOverRetryLeavesCopy: a file copied over in place (the
+// same inode) whose new file could not be created is left for good: the
+// retry does not cut the copy back to the size the log had written,
+// which would cut or pad the operator's file, but creates the new file.
+func TestLogCopiedOverRetryLeavesCopy(t *testing.T) {
+	now := day1
+	l, dir, _ := movedLog(t, FsyncGroup, func() time.Time { return now })
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	path := currentPath(t, l)
+	copied := []byte("an operator's copy, shorter or longer than the log's\n")
+	if err := os.WriteFile(path, copied, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	// As rotateLocked leaves it when the new file cannot be created.
+	l.mu.Lock()
+	l.leaving = true
+	_ = l.f.Close()
+	l.f = nil
+	l.failWriteLocked(errors.New("records: create negotiation log file: injected"))
+	l.mu.Unlock()
+	now = now.Add(LogRetryInterval)
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path); !bytes.Equal(got, copied) {
+		t.Fatalf("the copy was changed to %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "negotiations-2026-11-29-0002.jsonl")); err != nil {
+		t.Fatalf("the record after the retry: %v", err)
+	}
+}

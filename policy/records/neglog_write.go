@@ -35,7 +35,7 @@ func (l *Log) writeLocked(now time.Time, line []byte) error {
 		if err := l.rotateLocked(day, l.curNum+1); err != nil {
 			return err
 		}
-	case l.f == nil && l.fi != nil && !l.atPathLocked(false):
+	case l.f == nil && l.fi != nil && (l.leaving || !l.atPathLocked(false)):
 		// The file a failed write left (recoverLocked) was removed,
 		// moved or replaced before this write reopened it.
 		if err := l.rotateLocked(day, l.curNum+1); err != nil {
@@ -90,10 +90,8 @@ func openAppend(path string) (*os.File, os.FileInfo, error) {
 // lines written to it since it last was (Log.pend) are written first in
 // the new file and fsynced, and LogOptions.Moved is told.
 func (l *Log) rotateLocked(day string, num int) error {
-	moved := false
-	if l.fi != nil {
-		moved = !l.atPathLocked(l.f != nil)
-	}
+	moved := l.leaving || (l.fi != nil && !l.atPathLocked(l.f != nil))
+	l.leaving = moved // until a new file takes the lines: a retry that fails to create one must not take the file back
 	if l.f != nil {
 		if l.policy != FsyncOff && !moved {
 			if err := l.f.Sync(); err != nil {
@@ -175,7 +173,7 @@ func (l *Log) rotateLocked(day string, num int) error {
 		}
 		l.moved(msg)
 	}
-	l.f, l.fi = f, fi
+	l.f, l.fi, l.leaving = f, fi, false
 	l.curDay, l.curNum, l.curSize = day, num, size
 	if moved && l.policy != FsyncOff {
 		l.synced = l.written
@@ -353,7 +351,7 @@ func (l *Log) recoverLocked() error {
 	// place, which is not cut: the next records go in a new file, after
 	// the lines written to the old one since it was last found at its
 	// path (rotateLocked).
-	moved := l.curNum > 0 && l.fi != nil && !l.atPathLocked(false)
+	moved := l.curNum > 0 && l.fi != nil && (l.leaving || !l.atPathLocked(false))
 	if l.f != nil {
 		if l.policy != FsyncOff && !moved {
 			// The flusher's fsync skips a failed log: records written
