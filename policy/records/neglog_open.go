@@ -25,9 +25,11 @@ import (
 // each agent's chain, so that new records continue the chains. A torn
 // last line at the end of the newest file (a crash mid-write) is
 // truncated away. It returns an error for a missing Dir, an unknown Fsync
-// policy, a negative MaxFileBytes, an unreadable file, or a complete line
-// that does not parse (naming file and line: run [VerifyDir]). Under
-// [FsyncGroup] it starts one flusher goroutine that [Log.Close] stops.
+// policy, a negative MaxFileBytes, an entry named as a log file that is
+// not a regular file, an unreadable file, or a complete line that does
+// not parse (naming file and line: run [VerifyDir]). It holds the newest
+// file open (see [Log] on a file moved under it). Under [FsyncGroup] it
+// starts one flusher goroutine that [Log.Close] stops.
 func OpenLog(opt LogOptions) (*Log, error) {
 	if opt.Dir == "" {
 		return nil, errors.New("records: negotiation log Dir is empty")
