@@ -51,6 +51,11 @@ type recordState struct {
 	done    chan struct{}
 	// logger is open's, for the last flush at close (flushChains).
 	logger *zap.Logger
+	// movedLogger is the last open's logger, which a log file moved
+	// under the gateway is reported to (records.LogOptions.Moved): a
+	// reload that keeps records_dir keeps the log, not the logger of
+	// the configuration that opened it.
+	movedLogger atomic.Pointer[zap.Logger]
 }
 
 // manifestState is what AGTP-API-Version persistence stores.
@@ -94,6 +99,9 @@ func (rs *recordState) check(dir string, fsync records.FsyncPolicy, signer *reco
 func (rs *recordState) open(dir string, fsync records.FsyncPolicy, signer *records.Signer, logger *zap.Logger) error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
+	if logger != nil {
+		rs.movedLogger.Store(logger) // the newest configuration's, also when the log stays open
+	}
 	if rs.chains != nil && rs.dir == dir && rs.fsync == fsync {
 		return nil
 	}
@@ -104,7 +112,7 @@ func (rs *recordState) open(dir string, fsync records.FsyncPolicy, signer *recor
 			return err
 		}
 	}
-	err := rs.openLocked(dir, fsync, logger)
+	err := rs.openLocked(dir, fsync)
 	if err != nil {
 		// Serve on with memory-only chain heads; the error is logged.
 		dir = ""
@@ -128,9 +136,9 @@ func (rs *recordState) open(dir string, fsync records.FsyncPolicy, signer *recor
 
 // openLocked locks dir (lockDirLocked), then opens the log and the
 // chain heads under it; rs.mu is held. On an error nothing stays open
-// or locked. logger (nil: none) is told of a log file moved under the
-// gateway (records.LogOptions.Moved).
-func (rs *recordState) openLocked(dir string, fsync records.FsyncPolicy, logger *zap.Logger) error {
+// or locked. A log file moved under the gateway is reported to
+// rs.movedLogger (records.LogOptions.Moved).
+func (rs *recordState) openLocked(dir string, fsync records.FsyncPolicy) error {
 	var err error
 	chainsPath := ""
 	if dir != "" {
@@ -141,12 +149,11 @@ func (rs *recordState) openLocked(dir string, fsync records.FsyncPolicy, logger 
 			return err
 		}
 		chainsPath = filepath.Join(dir, "attribution-chains.json")
-		opt := records.LogOptions{Dir: filepath.Join(dir, "negotiations"), Fsync: fsync}
-		if logger != nil {
-			opt.Moved = func(msg string) {
-				logger.Error("negotiation log file moved under the gateway", zap.String("records_dir", dir), zap.String("note", msg))
+		opt := records.LogOptions{Dir: filepath.Join(dir, "negotiations"), Fsync: fsync, Moved: func(msg string) {
+			if lg := rs.movedLogger.Load(); lg != nil {
+				lg.Error("negotiation log file moved under the gateway", zap.String("records_dir", dir), zap.String("note", msg))
 			}
-		}
+		}}
 		if rs.log, err = records.OpenLog(opt); err != nil {
 			rs.unlockDirLocked()
 			return fmt.Errorf("records_dir: %v", err)

@@ -243,15 +243,21 @@ func TestAPIVersionAfterFailedWrite(t *testing.T) {
 
 // A negotiation log file removed under a running gateway is found at
 // the next record's fsync: the record goes into a new file, and the
-// gateway's log says so at ERROR, naming the records_dir and both files.
+// gateway's log says so at ERROR, naming the records_dir and both files,
+// through the logger of the newest configuration (a reload that keeps
+// records_dir keeps the log open, not the first configuration's logger).
 func TestRecordsLogFileRemovedIsLogged(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "records")
+	oldCore, oldLogs := observer.New(zap.WarnLevel)
 	core, logs := observer.New(zap.WarnLevel)
 	rs := &recordState{name: "moved"}
-	if err := rs.open(dir, records.FsyncGroup, nil, zap.New(core)); err != nil {
+	if err := rs.open(dir, records.FsyncGroup, nil, zap.New(oldCore)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rs.close)
+	if err := rs.open(dir, records.FsyncGroup, nil, zap.New(core)); err != nil { // a reload
+		t.Fatal(err)
+	}
 	appendGate(t, rs, "a")
 	files, _ := filepath.Glob(filepath.Join(dir, "negotiations", "*.jsonl"))
 	if len(files) != 1 {
@@ -266,6 +272,9 @@ func TestRecordsLogFileRemovedIsLogged(t *testing.T) {
 	if len(got) != 1 || got[0].Level != zap.ErrorLevel || got[0].ContextMap()["records_dir"] != dir ||
 		!strings.Contains(fmt.Sprint(got[0].ContextMap()["note"]), first+" was removed, moved, replaced or copied over") {
 		t.Fatalf("logged %v, want one ERROR naming %s and %s", logs.All(), dir, first)
+	}
+	if n := oldLogs.FilterMessage("negotiation log file moved under the gateway").Len(); n != 0 {
+		t.Errorf("the first configuration's logger got %d of the ERRORs, want none", n)
 	}
 	if files, _ = filepath.Glob(filepath.Join(dir, "negotiations", "*.jsonl")); len(files) != 1 || files[0] == first {
 		t.Fatalf("log files after the removal %v, want one new file", files)
