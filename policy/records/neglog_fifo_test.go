@@ -4,6 +4,7 @@ package records
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -63,5 +64,43 @@ func TestLogFIFOAtPath(t *testing.T) {
 				t.Fatalf("files %v with %v, want one new file with seq 2", files, lines)
 			}
 		})
+	}
+}
+
+// TestLogSymlinkAtPath: a symlink put in place of the current log file,
+// to the file moved elsewhere or to itself, is not the file: the records
+// go on in a new file (helper-139: they went on to the moved file, or,
+// the link a loop, to the removed one).
+func TestLogSymlinkAtPath(t *testing.T) {
+	for _, loop := range []bool{false, true} {
+		l, dir, msgs := movedLog(t, FsyncAlways, func() time.Time { return day1 })
+		mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+		path := currentPath(t, l)
+		target := path
+		if !loop {
+			target = filepath.Join(t.TempDir(), "moved.jsonl")
+			if err := os.Rename(path, target); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, path); err != nil {
+			t.Skipf("symlink: %v", err)
+		}
+		mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if m := msgs(); len(m) != 1 {
+			t.Fatalf("loop %v: Moved told %q, want one message", loop, m)
+		}
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		_, lines := readLines(t, dir)
+		if len(lines) != 1 || lines[0]["seq"] != float64(2) {
+			t.Fatalf("loop %v: lines %v, want seq 2 in a new file", loop, lines)
+		}
 	}
 }

@@ -254,7 +254,7 @@ func TestLogNewestFileMovedBeforeFirstWrite(t *testing.T) {
 			if now, _ := os.ReadFile(path); !bytes.Equal(now, cut) {
 				t.Fatalf("the copy put in the file's place was written to: %q", now)
 			}
-			if !strings.Contains(got[0], "ends in a cut-off line, which verify-log and the gateway's next start refuse") {
+			if !strings.Contains(got[0], "holds a cut-off line, which verify-log and the gateway's next start refuse") {
 				t.Errorf("Moved told %q, want the cut-off line named", got[0])
 			}
 			var ve *VerifyError
@@ -291,7 +291,7 @@ func TestLogFileCopiedOverInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := msgs()
-	if len(m) != 1 || !strings.Contains(m[0], "no record written to it since it was last found in place is lost (the file now at its path ends with the 1 record before them)") {
+	if len(m) != 1 || !strings.Contains(m[0], "no record written to it since it was last found in place is lost (the file now at its path ends with the 1 record)") {
 		t.Fatalf("Moved told %q, want one message: the record written after the copy is in it", m)
 	}
 	_, lines := readLines(t, dir)
@@ -334,7 +334,7 @@ func TestLogCutCopyHoldsWholeLines(t *testing.T) {
 	}
 	m := msgs()
 	if len(m) != 1 || !strings.Contains(m[0], "the 2 records written to it since it was last found in place are written again") ||
-		!strings.Contains(m[0], "ends with the 2 records before them") || !strings.Contains(m[0], "ends in a cut-off line") {
+		!strings.Contains(m[0], "ends with the 2 records before them") || !strings.Contains(m[0], "holds a cut-off line") {
 		t.Fatalf("Moved told %q, want seq 4 and 5 written again, 2 and 3 held, the cut-off line named", m)
 	}
 	if err := os.WriteFile(path, cut[:bytes.LastIndexByte(cut, '\n')+1], 0o640); err != nil {
@@ -399,6 +399,66 @@ func TestLogCopiedOverRetryLeavesCopy(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(path); !bytes.Equal(got, copied) {
 		t.Fatalf("the copy was changed to %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "negotiations-2026-11-29-0002.jsonl")); err != nil {
+		t.Fatalf("the record after the retry: %v", err)
+	}
+}
+
+// TestLogCutCopyOverInPlace: a copy cut mid-line written over the file
+// in place takes the next record glued to its cut line, which
+// verify-log cannot read: that record is not counted as held but
+// written again in the new file, and the ERROR names the cut
+// (helper-139: the record was lost, and the ERROR said nothing was).
+func TestLogCutCopyOverInPlace(t *testing.T) {
+	l, dir, msgs := movedLog(t, FsyncAlways, func() time.Time { return day1 })
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	path := currentPath(t, l)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data[:len(data)-30], 0o640); err != nil { // the same inode
+		t.Fatal(err)
+	}
+	h3 := mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m := msgs()
+	if len(m) != 1 || !strings.Contains(m[0], "the 1 record written to it since it was last found in place is written again") || !strings.Contains(m[0], "holds a cut-off line") {
+		t.Fatalf("Moved told %q, want the glued record written again and the cut named", m)
+	}
+	next, err := os.ReadFile(filepath.Join(dir, "negotiations-2026-11-29-0002.jsonl"))
+	if err != nil || !strings.Contains(string(next), `"hash":"`+h3+`"`) {
+		t.Fatalf("the new file = %s, %v; want the record %s", next, err, h3)
+	}
+}
+
+// TestLogRetryAfterCopyOverSmaller: after a failed write, a smaller file
+// copied over the log's in place (the same inode) is left, not padded
+// with NUL bytes up to the size the log had written (helper-139).
+func TestLogRetryAfterCopyOverSmaller(t *testing.T) {
+	now := day1
+	l, dir, _ := movedLog(t, FsyncGroup, func() time.Time { return now })
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	path := breakWrites(t, l)
+	if _, err := l.Append("A", gateRecord(OutcomeRefused)); err == nil {
+		t.Fatal("Append on a read-only handle succeeded")
+	}
+	small := []byte("short\n")
+	if err := os.WriteFile(path, small, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(LogRetryInterval)
+	mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path); !bytes.Equal(got, small) {
+		t.Fatalf("the smaller copy became %q", got)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "negotiations-2026-11-29-0002.jsonl")); err != nil {
 		t.Fatalf("the record after the retry: %v", err)

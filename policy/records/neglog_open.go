@@ -92,7 +92,7 @@ func OpenLog(opt LogOptions) (*Log, error) {
 		l.curDay, l.curNum, l.curSize = lf.day, lf.num, size
 	}
 	if l.breaks > 0 {
-		l.notes = append(l.notes, fmt.Sprintf("%s: a record before it is missing, repeated or changed (a log file removed whole, moved away and back, or edited); %s in all; the chains go on from the last records; %s, which names the first",
+		l.notes = append(l.notes, fmt.Sprintf("%s: a record before it is missing, repeated or changed (a log file removed whole, moved away and back, or edited, or removed, replaced or copied over under a running gateway); %s in all; the chains go on from the last records; %s, which names the first",
 			l.firstBreak, plural.Count(l.breaks, "chain break", "chain breaks"), checkIt(l.dir)))
 	}
 	if l.curNum > 0 {

@@ -161,15 +161,18 @@ func (l *Log) rotateLocked(day string, num int) error {
 		default:
 			msg += ": no record written to it since it was last found in place is lost"
 		}
-		if held > 0 {
+		switch {
+		case held > 0 && len(l.pendEnds) > held:
 			msg += fmt.Sprintf(" (the file now at its path ends with the %s before them)", plural.Count(held, "record", "records"))
+		case held > 0:
+			msg += fmt.Sprintf(" (the file now at its path ends with the %s)", plural.Count(held, "record", "records"))
 		}
 		if !l.closed {
 			msg += "; the log goes on in " + f.Name()
 		}
-		msg += "; what it held before is in records_dir only as far as the file now at its path holds it (verify-log says what is missing or repeated)"
+		msg += "; what it held before is in records_dir only as far as the file now at its path holds it (verify-log names the first record missing or repeated)"
 		if cut {
-			msg += "; the file now at its path ends in a cut-off line, which verify-log and the gateway's next start refuse: cut that line off or restore the file"
+			msg += "; the file now at its path holds a cut-off line, which verify-log and the gateway's next start refuse: cut that line off or restore the file"
 		}
 		l.moved(msg)
 	}
@@ -209,11 +212,17 @@ func (l *Log) curPath() string { return filepath.Join(l.dir, logName(l.curDay, l
 // true: the check is there to find a file moved, and must not stop a
 // log that writes.
 func (l *Log) atPathLocked(size bool) bool {
-	pi, err := os.Stat(l.curPath())
+	pi, err := os.Lstat(l.curPath()) // a symlink put at the path is not the file
 	if err != nil {
 		return !errors.Is(err, os.ErrNotExist)
 	}
-	return os.SameFile(l.fi, pi) && (!size || pi.Size() == l.curSize)
+	if !os.SameFile(l.fi, pi) {
+		return false
+	}
+	if size {
+		return pi.Size() == l.curSize
+	}
+	return pi.Size() >= l.curSize // a failed write may have added part of a line; a smaller file was copied over
 }
 
 // heldAtPathLocked returns how many of the pending lines, from the
@@ -226,6 +235,9 @@ func (l *Log) atPathLocked(size bool) bool {
 // regular file at the path holds none (a FIFO is opened non-blocking:
 // it does not hold the log's lock).
 func (l *Log) heldAtPathLocked() (held int, cut bool) {
+	if li, err := os.Lstat(l.curPath()); err != nil || !li.Mode().IsRegular() {
+		return 0, false // a symlink holds nothing: what it names is not in records_dir
+	}
 	f, err := os.OpenFile(l.curPath(), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return 0, false
@@ -236,8 +248,9 @@ func (l *Log) heldAtPathLocked() (held int, cut bool) {
 		return 0, false
 	}
 	// The pending lines, after up to 1 MiB of a line a copy may end in
-	// cut short (a record is far smaller).
-	tail := make([]byte, min(fi.Size(), int64(len(l.pend))+1<<20))
+	// cut short (a record is far smaller), and the byte before them.
+	tail := make([]byte, min(fi.Size(), int64(len(l.pend))+1<<20+1))
+	atStart := int64(len(tail)) == fi.Size() // tail[0] is the file's first byte
 	if _, err := f.ReadAt(tail, fi.Size()-int64(len(tail))); err != nil {
 		return 0, false
 	}
@@ -247,10 +260,20 @@ func (l *Log) heldAtPathLocked() (held int, cut bool) {
 		tail = tail[:bytes.LastIndexByte(tail, '\n')+1]
 	}
 	for k := len(l.pendEnds); k > 0; k-- {
-		if bytes.HasSuffix(tail, l.pend[:l.pendEnds[k-1]]) {
-			held = k
-			break
+		m := l.pend[:l.pendEnds[k-1]]
+		if !bytes.HasSuffix(tail, m) {
+			continue
 		}
+		// Held only as whole lines: after a newline, or at the file's
+		// start. Lines the log appended to a copy written over the file
+		// in place that ends mid-line are glued to that line, which
+		// verify-log cannot read: written again, and the cut named.
+		if start := len(tail) - len(m); (start == 0 && atStart) || (start > 0 && tail[start-1] == '\n') {
+			held = k
+		} else {
+			cut = true
+		}
+		break
 	}
 	if held > 0 && l.policy != FsyncOff && f.Sync() != nil {
 		held = 0
