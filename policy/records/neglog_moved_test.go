@@ -371,40 +371,6 @@ func TestLogFileSymlinkRefused(t *testing.T) {
 	}
 }
 
-// TestLogCopiedOverRetryLeavesCopy: a file copied over in place (the
-// same inode) whose new file could not be created is left for good: the
-// retry does not cut the copy back to the size the log had written,
-// which would cut or pad the operator's file, but creates the new file.
-func TestLogCopiedOverRetryLeavesCopy(t *testing.T) {
-	now := day1
-	l, dir, _ := movedLog(t, FsyncGroup, func() time.Time { return now })
-	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
-	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
-	path := currentPath(t, l)
-	copied := []byte("an operator's copy, shorter or longer than the log's\n")
-	if err := os.WriteFile(path, copied, 0o640); err != nil {
-		t.Fatal(err)
-	}
-	// As rotateLocked leaves it when the new file cannot be created.
-	l.mu.Lock()
-	l.leaving = true
-	_ = l.f.Close()
-	l.f = nil
-	l.failWriteLocked(errors.New("records: create negotiation log file: injected"))
-	l.mu.Unlock()
-	now = now.Add(LogRetryInterval)
-	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := os.ReadFile(path); !bytes.Equal(got, copied) {
-		t.Fatalf("the copy was changed to %q", got)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "negotiations-2026-11-29-0002.jsonl")); err != nil {
-		t.Fatalf("the record after the retry: %v", err)
-	}
-}
-
 // TestLogCutCopyOverInPlace: a copy cut mid-line written over the file
 // in place takes the next record glued to its cut line, which
 // verify-log cannot read: that record is not counted as held but
@@ -436,31 +402,61 @@ func TestLogCutCopyOverInPlace(t *testing.T) {
 	}
 }
 
-// TestLogRetryAfterCopyOverSmaller: after a failed write, a smaller file
-// copied over the log's in place (the same inode) is left, not padded
-// with NUL bytes up to the size the log had written (helper-139).
-func TestLogRetryAfterCopyOverSmaller(t *testing.T) {
-	now := day1
-	l, dir, _ := movedLog(t, FsyncGroup, func() time.Time { return now })
-	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
-	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
-	path := breakWrites(t, l)
-	if _, err := l.Append("A", gateRecord(OutcomeRefused)); err == nil {
-		t.Fatal("Append on a read-only handle succeeded")
-	}
-	small := []byte("short\n")
-	if err := os.WriteFile(path, small, 0o640); err != nil {
-		t.Fatal(err)
-	}
-	now = now.Add(LogRetryInterval)
-	mustAppend(t, l, "A", gateRecord(OutcomeRefused))
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := os.ReadFile(path); !bytes.Equal(got, small) {
-		t.Fatalf("the smaller copy became %q", got)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "negotiations-2026-11-29-0002.jsonl")); err != nil {
-		t.Fatalf("the record after the retry: %v", err)
+// TestLogRetryLeavesCopyOverInPlace: a file copied over the log's in
+// place (the same inode) before a write is tried again is left as the
+// operator wrote it, and the retry creates a new file:
+//   - "new file not created": a larger copy was found and the new file
+//     could not be created (as rotateLocked leaves it); the retry does
+//     not cut the copy back to the size the log had written;
+//   - "after a failed write": a smaller copy put there after a write
+//     failed is not padded with NUL bytes up to that size (helper-139).
+func TestLogRetryLeavesCopyOverInPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		copied []byte
+		// fail makes the next write fail with path's content replaced
+		// by copied (the same inode).
+		fail func(t *testing.T, l *Log, path string, copied []byte)
+	}{
+		{"new file not created", bytes.Repeat([]byte("an operator's copy, longer than the log's\n"), 100), func(t *testing.T, l *Log, path string, copied []byte) {
+			if err := os.WriteFile(path, copied, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			l.mu.Lock()
+			l.leaving = true
+			_ = l.f.Close()
+			l.f = nil
+			l.failWriteLocked(errors.New("records: create negotiation log file: injected"))
+			l.mu.Unlock()
+		}},
+		{"after a failed write", []byte("short\n"), func(t *testing.T, l *Log, _ string, copied []byte) {
+			path := breakWrites(t, l)
+			if _, err := l.Append("A", gateRecord(OutcomeRefused)); err == nil {
+				t.Fatal("Append on a read-only handle succeeded")
+			}
+			if err := os.WriteFile(path, copied, 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := day1
+			l, dir, _ := movedLog(t, FsyncGroup, func() time.Time { return now })
+			mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+			mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+			path := currentPath(t, l)
+			tc.fail(t, l, path, tc.copied)
+			now = now.Add(LogRetryInterval)
+			mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := os.ReadFile(path); !bytes.Equal(got, tc.copied) {
+				t.Fatalf("the copy became %q", got)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "negotiations-2026-11-29-0002.jsonl")); err != nil {
+				t.Fatalf("the record after the retry: %v", err)
+			}
+		})
 	}
 }
