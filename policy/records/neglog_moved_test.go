@@ -460,3 +460,48 @@ func TestLogRetryLeavesCopyOverInPlace(t *testing.T) {
 		})
 	}
 }
+
+// TestLogCloseUnderFullCopyCreatesNoFile: at Close under off, a copy put
+// in the file's place that holds every record waiting for the check is
+// told to Moved, and no new file is created only to stay empty
+// (helper-139: Close created one, which the next start removed with a
+// WARN).
+func TestLogCloseUnderFullCopyCreatesNoFile(t *testing.T) {
+	l, dir, msgs := movedLog(t, FsyncOff, func() time.Time { return day1 })
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted)) // checked: the first Append
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+	path := currentPath(t, l)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil { // another inode, every line
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m := msgs()
+	if len(m) != 1 || !strings.Contains(m[0], "no record written to it since it was last found in place is lost (the file now at its path ends with the 2 records)") ||
+		strings.Contains(m[0], "goes on") {
+		t.Fatalf("Moved told %q, want one message: the 2 records waiting are in the copy", m)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != filepath.Base(path) {
+		t.Fatalf("records_dir holds %v, want the copy alone", ents)
+	}
+	if got, _ := os.ReadFile(path); !bytes.Equal(got, data) {
+		t.Fatalf("the copy became %q", got)
+	}
+	if st, err := VerifyDirStats(dir); err != nil || st.Records != 3 {
+		t.Fatalf("VerifyDirStats = %+v, %v; want 3 records", st, err)
+	}
+}

@@ -109,6 +109,21 @@ func (l *Log) rotateLocked(day string, num int) error {
 		l.f = nil
 	}
 	oldPath := l.curPath()
+	held, cut := 0, false // pending lines the file now at the old path ends with; it ends mid-line
+	if moved {
+		held, cut = l.heldAtPathLocked()
+	}
+	again := l.pend[l.pendEnd(held):]
+	if moved && l.closed && len(again) == 0 {
+		// Close, the file now at the path holding every line since the
+		// last check: no new file is created only to stay empty.
+		if l.moved != nil {
+			l.moved(l.movedMessageLocked(oldPath, "", held, cut))
+		}
+		l.leaving = false
+		l.resetPendingLocked()
+		return nil
+	}
 	var f *os.File
 	var fi os.FileInfo
 	for ; ; num++ {
@@ -130,11 +145,6 @@ func (l *Log) rotateLocked(day string, num int) error {
 		break
 	}
 	var size int64
-	held, cut := 0, false // pending lines the file now at the old path ends with; it ends mid-line
-	if moved {
-		held, cut = l.heldAtPathLocked()
-	}
-	again := l.pend[l.pendEnd(held):]
 	if moved && len(again) > 0 {
 		// Written again, then made durable before any record they hold
 		// is acknowledged. On a failure the new file is removed and the
@@ -153,28 +163,7 @@ func (l *Log) rotateLocked(day string, num int) error {
 		size = int64(len(again))
 	}
 	if moved && l.moved != nil {
-		msg := oldPath + " was removed, moved, replaced or copied over under the running gateway"
-		switch n := len(l.pendEnds) - held; {
-		case n > 0:
-			msg += fmt.Sprintf(": the %s written to it since it was last found in place %s written again in %s",
-				plural.Count(n, "record", "records"), wasWere(n), f.Name())
-		default:
-			msg += ": no record written to it since it was last found in place is lost"
-		}
-		switch {
-		case held > 0 && len(l.pendEnds) > held:
-			msg += fmt.Sprintf(" (the file now at its path ends with the %s before them)", plural.Count(held, "record", "records"))
-		case held > 0:
-			msg += fmt.Sprintf(" (the file now at its path ends with the %s)", plural.Count(held, "record", "records"))
-		}
-		if !l.closed {
-			msg += "; the log goes on in " + f.Name()
-		}
-		msg += "; what it held before is in records_dir only as far as the file now at its path holds it (verify-log names the first record missing or repeated)"
-		if cut {
-			msg += "; the file now at its path holds a cut-off line, which verify-log and the gateway's next start refuse: cut that line off or restore the file"
-		}
-		l.moved(msg)
+		l.moved(l.movedMessageLocked(oldPath, f.Name(), held, cut))
 	}
 	l.f, l.fi, l.leaving = f, fi, false
 	l.curDay, l.curNum, l.curSize = day, num, size
@@ -190,6 +179,36 @@ func (l *Log) rotateLocked(day string, num int) error {
 		}
 	}
 	return nil
+}
+
+// movedMessageLocked is what LogOptions.Moved is told when the current
+// file, at oldPath, was found moved: how many of the pending lines were
+// written again in newPath ("" when none was and no file was created),
+// how many the file now at oldPath ends with (held), and whether it ends
+// in a cut-off line.
+func (l *Log) movedMessageLocked(oldPath, newPath string, held int, cut bool) string {
+	msg := oldPath + " was removed, moved, replaced or copied over under the running gateway"
+	switch n := len(l.pendEnds) - held; {
+	case n > 0:
+		msg += fmt.Sprintf(": the %s written to it since it was last found in place %s written again in %s",
+			plural.Count(n, "record", "records"), wasWere(n), newPath)
+	default:
+		msg += ": no record written to it since it was last found in place is lost"
+	}
+	switch {
+	case held > 0 && len(l.pendEnds) > held:
+		msg += fmt.Sprintf(" (the file now at its path ends with the %s before them)", plural.Count(held, "record", "records"))
+	case held > 0:
+		msg += fmt.Sprintf(" (the file now at its path ends with the %s)", plural.Count(held, "record", "records"))
+	}
+	if !l.closed {
+		msg += "; the log goes on in " + newPath
+	}
+	msg += "; what it held before is in records_dir only as far as the file now at its path holds it (verify-log names the first record missing or repeated)"
+	if cut {
+		msg += "; the file now at its path holds a cut-off line, which verify-log and the gateway's next start refuse: cut that line off or restore the file"
+	}
+	return msg
 }
 
 // wasWere is the verb for a count.
