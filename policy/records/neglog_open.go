@@ -242,7 +242,7 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 				if err := os.Truncate(path, off); err != nil {
 					return 0, fmt.Errorf("records: truncate torn line at %s:%d: %w", path, lineNo, err)
 				}
-				l.notes = append(l.notes, fmt.Sprintf("%s:%d: cut off %d bytes after the last newline ending in NUL bytes (a write a power loss left zero-filled: never acknowledged)", path, lineNo, len(line)))
+				l.notes = append(l.notes, fmt.Sprintf("%s:%d: cut off %d bytes after the last newline ending in NUL bytes (a write a power loss left zero-filled: never acknowledged under fsync always or group)", path, lineNo, len(line)))
 				return off, nil
 			}
 			whole, fault := tornTail(line)
@@ -271,7 +271,7 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 			if err := os.Truncate(path, off); err != nil {
 				return 0, fmt.Errorf("records: truncate torn line at %s:%d: %w", path, lineNo, err)
 			}
-			l.notes = append(l.notes, fmt.Sprintf("%s:%d: cut off a torn last line of %d bytes (a record whose write did not finish: it was never acknowledged)", path, lineNo, len(line)))
+			l.notes = append(l.notes, fmt.Sprintf("%s:%d: cut off a torn last line of %d bytes (a record whose write did not finish: under fsync always or group it was never acknowledged)", path, lineNo, len(line)))
 			return off, nil
 		}
 		if err != nil {
