@@ -259,44 +259,83 @@ func grepLines(s, sub string) string {
 // record's fsync: that record and the next go into a new file, and the
 // gateway's log says so at ERROR naming both files (before, they went to
 // the unlinked file and were lost); verify-log then names the gap the
-// removal left.
+// removal left. Over the suite's door and, in the HTTP door's pass, the
+// MCP door (a tools/call the gate answers with its preview writes the
+// same record).
 func TestNegotiationLogFileRemovedUnderGateway(t *testing.T) {
-	recDir := filepath.Join(t.TempDir(), "records")
-	up := startCounter(t)
-	g := startGateway(t, fill(hotelSite, "ENABLED", "true", "MODE", "optimistic", "HOTEL", up.URL,
-		"EXTRA", "\t\trecords_dir "+recDir+"\n\t\tfsync group", "LEGACY", up.URL))
-	book := func() {
-		t.Helper()
-		wantStatus(t, g.Do(t, "BOOK", "/room", hdr(agentA2, "hotel:read, hotel:book", "Allow-RCNS", "true"), bookBody()), 262)
+	doors := []string{suiteDoor}
+	if suiteDoor == "http" {
+		doors = append(doors, "mcp")
 	}
-	book()
-	book()
-	logs, _ := filepath.Glob(filepath.Join(recDir, "negotiations", "*.jsonl"))
-	if len(logs) != 1 {
-		t.Fatalf("log files %v, want one", logs)
-	}
-	if err := os.Remove(logs[0]); err != nil {
-		t.Fatal(err)
-	}
-	book()
-	book()
-	out := g.Output()
-	if !strings.Contains(out, "negotiation log file moved under the gateway") || !strings.Contains(out, logs[0]+" was removed, moved, replaced or copied over") {
-		t.Fatalf("no ERROR naming %s; output:\n%s", logs[0], out)
-	}
-	after, _ := filepath.Glob(filepath.Join(recDir, "negotiations", "*.jsonl"))
-	if len(after) != 1 || after[0] == logs[0] {
-		t.Fatalf("log files after the removal %v, want one new file", after)
-	}
-	data, err := os.ReadFile(after[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n"); len(lines) != 2 || !strings.Contains(lines[0], `"seq":3`) || !strings.Contains(lines[1], `"seq":4`) {
-		t.Fatalf("%s holds %q, want the records seq 3 and 4", after[0], data)
-	}
-	vout, err := exec.Command(caddyBin, "rcns", "verify-log", recDir).CombinedOutput()
-	if err == nil || !strings.Contains(string(vout), after[0]) {
-		t.Fatalf("verify-log: %v\n%s\nwant it to name the gap in %s", err, vout, after[0])
+	for _, door := range doors {
+		t.Run(door, func(t *testing.T) {
+			recDir := filepath.Join(t.TempDir(), "records")
+			up := startCounter(t)
+			mode := "optimistic"
+			if door == "mcp" {
+				mode = "confirm-first"
+			}
+			g := startGateway(t, fill(hotelSite, "ENABLED", "true", "MODE", mode, "HOTEL", up.URL,
+				"EXTRA", "\t\trecords_dir "+recDir+"\n\t\tfsync group\n\t\tmcp", "LEGACY", up.URL))
+			var book func()
+			switch door {
+			case "mcp": // the gate's 461 preview, which calls no step
+				c := mcpConnect(t, g, "/mcp", agentA1, scopeAll)
+				book = func() {
+					t.Helper()
+					if r := c.call(t, "book-room", bookArgs(), nil); r.res.IsError || r.outcome() != "preview" {
+						t.Fatalf("book-room: %v, want the gate's 461 preview", r.structured)
+					}
+				}
+			default:
+				book = func() {
+					t.Helper()
+					wantStatus(t, g.Do(t, "BOOK", "/room", hdr(agentA2, "hotel:read, hotel:book", "Allow-RCNS", "true"), bookBody()), 262)
+				}
+			}
+			book()
+			book()
+			logs, _ := filepath.Glob(filepath.Join(recDir, "negotiations", "*.jsonl"))
+			if len(logs) != 1 {
+				t.Fatalf("log files %v, want one", logs)
+			}
+			before, err := os.ReadFile(logs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq := strings.Count(string(before), "\n") // the agent's last seq: one chain in the file (MCP initialize writes one too)
+			if err := os.Remove(logs[0]); err != nil {
+				t.Fatal(err)
+			}
+			book()
+			book()
+			out := g.Output()
+			if !strings.Contains(out, "negotiation log file moved under the gateway") || !strings.Contains(out, logs[0]+" was removed, moved, replaced or copied over") {
+				t.Fatalf("no ERROR naming %s; output:\n%s", logs[0], out)
+			}
+			after, _ := filepath.Glob(filepath.Join(recDir, "negotiations", "*.jsonl"))
+			if len(after) != 1 || after[0] == logs[0] {
+				t.Fatalf("log files after the removal %v, want one new file", after)
+			}
+			data, err := os.ReadFile(after[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			var seqs []int
+			for _, ln := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+				var rec struct{ Seq int }
+				if err := json.Unmarshal([]byte(ln), &rec); err != nil {
+					t.Fatalf("%s: %v", after[0], err)
+				}
+				seqs = append(seqs, rec.Seq)
+			}
+			if fmt.Sprint(seqs) != fmt.Sprint([]int{seq + 1, seq + 2}) {
+				t.Fatalf("%s holds the records seq %v, want %d and %d:\n%s", after[0], seqs, seq+1, seq+2, data)
+			}
+			vout, err := exec.Command(caddyBin, "rcns", "verify-log", recDir).CombinedOutput()
+			if err == nil || !strings.Contains(string(vout), after[0]) {
+				t.Fatalf("verify-log: %v\n%s\nwant it to name the gap in %s", err, vout, after[0])
+			}
+		})
 	}
 }
