@@ -42,7 +42,8 @@ const GroupFsyncInterval = 0
 
 // LogCheckInterval is, under [FsyncOff], the time (by LogOptions.Now)
 // after a check that the current file is still at its path from which
-// the next Append checks again (see [Log]); under the other policies
+// the next Append checks again, or a timer does while no Append comes
+// and records wait for a check (see [Log]); under the other policies
 // the check follows each fsync. maxPendingBytes of lines written since
 // the last check also start one.
 const LogCheckInterval = time.Second
@@ -168,8 +169,9 @@ type LogOptions struct {
 // under the log (the path no longer names the file it holds open, or
 // that file is not of the size the log wrote) is found after each fsync (under [FsyncAlways] and [FsyncGroup],
 // before the records it covers are acknowledged), under [FsyncOff] at
-// the first Append [LogCheckInterval] or more after the last check (no
-// timer checks between Appends), at rotation, at Close (when records
+// the first Append [LogCheckInterval] or more after the last check, or
+// by a timer each LogCheckInterval (real time, by LogOptions.Now) while
+// records written since the last check wait and no Append comes, at rotation, at Close (when records
 // wait to be checked) and before a failed write is tried again: the records written to it since the last check go again into
 // a new file, with the ones after them, and LogOptions.Moved is told.
 // No acknowledged record is written only to a file that left the
@@ -217,7 +219,7 @@ type Log struct {
 
 	kick        chan struct{} // wakes the flusher; buffered 1
 	done        chan struct{} // closed by Close
-	flusherDone chan struct{} // closed when the flusher returns; nil without flusher
+	flusherDone chan struct{} // closed when the flusher (FsyncGroup) or the checker (FsyncOff) returns; nil without either
 }
 
 // logHead is the end of one agent's chain.

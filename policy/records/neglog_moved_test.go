@@ -38,6 +38,18 @@ func currentPath(t *testing.T, l *Log) string {
 	return l.f.Name()
 }
 
+// setClock is a clock a test sets, read by the log's goroutines too.
+type setClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newSetClock(t time.Time) *setClock { return &setClock{t: t} }
+
+func (c *setClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *setClock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
 // TestLogFileMovedWhileWriting: a current log file removed, moved out
 // of the directory or replaced by another file (an older copy of
 // itself) while the log writes is found, under each fsync policy,
@@ -150,8 +162,8 @@ func TestLogFileMovedWhileWriting(t *testing.T) {
 // not only at Close; and the lines kept to write again stay bounded
 // (maxPendingBytes) however long the clock stands still.
 func TestLogFileMovedOffChecksEachInterval(t *testing.T) {
-	now := day1
-	l, dir, msgs := movedLog(t, FsyncOff, func() time.Time { return now })
+	clock := newSetClock(day1)
+	l, dir, msgs := movedLog(t, FsyncOff, clock.now)
 	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
 	path := currentPath(t, l)
 	if err := os.Remove(path); err != nil {
@@ -161,7 +173,7 @@ func TestLogFileMovedOffChecksEachInterval(t *testing.T) {
 	if m := msgs(); len(m) != 0 {
 		t.Fatalf("Moved told %q before LogCheckInterval passed", m)
 	}
-	now = now.Add(LogCheckInterval)
+	clock.add(LogCheckInterval)
 	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
 	if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "2 records written to it") {
 		t.Fatalf("Moved told %q, want the 2 records written since the removal", m)
@@ -503,5 +515,41 @@ func TestLogCloseUnderFullCopyCreatesNoFile(t *testing.T) {
 	}
 	if st, err := VerifyDirStats(dir); err != nil || st.Records != 3 {
 		t.Fatalf("VerifyDirStats = %+v, %v; want 3 records", st, err)
+	}
+}
+
+// TestLogFileMovedOffCheckedWithoutAppend: under off, a file removed
+// after the last records is found by the timer, with no Append after:
+// the records written since the last check are written again in a new
+// file, and Moved is told, LogCheckInterval (by the log's clock) after
+// the last check. Before, nothing checked until the next record or
+// Close, and a gateway killed meanwhile lost them with the file.
+func TestLogFileMovedOffCheckedWithoutAppend(t *testing.T) {
+	clock := newSetClock(day1)
+	l, dir, msgs := movedLog(t, FsyncOff, clock.now)
+	defer l.Close()
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted)) // checked: the first Append
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+	if err := os.Remove(currentPath(t, l)); err != nil {
+		t.Fatal(err)
+	}
+	// The timer ticks in real time; by the log's clock no interval has
+	// passed, so it does not check yet.
+	time.Sleep(LogCheckInterval + LogCheckInterval/2)
+	if m := msgs(); len(m) != 0 {
+		t.Fatalf("Moved told %q before LogCheckInterval passed by the log's clock", m)
+	}
+	clock.add(LogCheckInterval)
+	deadline := time.Now().Add(10 * LogCheckInterval)
+	for len(msgs()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "the 2 records written to it since it was last found in place are written again") {
+		t.Fatalf("Moved told %q, want the 2 records since the last check written again, with no Append", m)
+	}
+	_, lines := readLines(t, dir)
+	if len(lines) != 2 || lines[0]["seq"] != float64(2) || lines[1]["seq"] != float64(3) {
+		t.Fatalf("lines in records_dir: %v, want seq 2 and 3 in the new file", lines)
 	}
 }

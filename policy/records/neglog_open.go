@@ -29,7 +29,8 @@ import (
 // not a regular file, an unreadable file, or a complete line that does
 // not parse (naming file and line: run [VerifyDir]). It holds the newest
 // file open (see [Log] on a file moved under it). Under [FsyncGroup] it
-// starts one flusher goroutine that [Log.Close] stops.
+// starts one goroutine that [Log.Close] stops: under [FsyncGroup] the
+// flusher, under [FsyncOff] the timer that checks the current file.
 func OpenLog(opt LogOptions) (*Log, error) {
 	if opt.Dir == "" {
 		return nil, errors.New("records: negotiation log Dir is empty")
@@ -106,9 +107,13 @@ func OpenLog(opt LogOptions) (*Log, error) {
 			l.f, l.fi = f, fi
 		}
 	}
-	if l.policy == FsyncGroup {
+	switch l.policy {
+	case FsyncGroup:
 		l.flusherDone = make(chan struct{})
 		go l.flusher()
+	case FsyncOff:
+		l.flusherDone = make(chan struct{})
+		go l.checker()
 	}
 	return l, nil
 }

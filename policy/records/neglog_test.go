@@ -755,11 +755,11 @@ func TestLogClose(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tt.policy == FsyncGroup && l.flusherDone == nil {
-				t.Fatal("group policy started no flusher")
+			if tt.policy != FsyncAlways && l.flusherDone == nil {
+				t.Fatalf("%s policy started no flusher or checker", tt.name)
 			}
-			if tt.policy != FsyncGroup && l.flusherDone != nil {
-				t.Fatal("flusher started for a policy that needs none")
+			if tt.policy == FsyncAlways && l.flusherDone != nil {
+				t.Fatal("a goroutine started for always, which needs none")
 			}
 			mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
 			if err := l.Close(); err != nil {
@@ -769,7 +769,7 @@ func TestLogClose(t *testing.T) {
 				select {
 				case <-l.flusherDone:
 				default:
-					t.Error("Close returned with the flusher still running")
+					t.Error("Close returned with the flusher or checker still running")
 				}
 			}
 			if _, err := l.Append("A", gateRecord(OutcomeAccepted)); !errors.Is(err, ErrLogClosed) {

@@ -468,6 +468,39 @@ func (l *Log) flusher() {
 	}
 }
 
+// checker is the FsyncOff goroutine that checks the current file each
+// LogCheckInterval while records written since the last check wait and
+// no Append has checked (by l.now): a file moved while no record comes
+// is found, and its lines written again, within about two intervals of
+// the last record, not only at the next one. A failure it meets is the
+// log's (l.failed), which the next Append reports.
+func (l *Log) checker() {
+	defer close(l.flusherDone)
+	t := time.NewTicker(LogCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-l.done:
+			return
+		}
+		l.checkIdle()
+	}
+}
+
+// checkIdle is one tick of checker.
+func (l *Log) checkIdle() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.f == nil || l.failed != nil || len(l.pendEnds) == 0 {
+		return
+	}
+	if now := l.now(); now.Sub(l.checkedAt) >= LogCheckInterval || now.Before(l.checkedAt) {
+		l.checkedAt = now
+		_ = l.checkLocked(l.written)
+	}
+}
+
 // syncNow fsyncs the current file and marks every record written before
 // it durable.
 func (l *Log) syncNow() {
