@@ -77,7 +77,9 @@ type pooledRedis struct {
 	instance string
 	nodes    map[string]*nodeHold
 	stop     chan struct{}
-	done     chan struct{}
+	done     chan struct{} // closed when the health checks stop
+	// watchDone is closed when the manifest watch (watchManifest) stops.
+	watchDone chan struct{}
 	// retries counts the answers retryComplete is still trying to
 	// store (at most maxPendingCompletes); Destruct waits for them.
 	pending atomic.Int64
@@ -442,7 +444,7 @@ func (p *pooledRedis) check() (up bool) {
 			e.StoreMetrics().SetQuarantine(left)
 			if err == nil {
 				e.RefreshStoreGauges(ctx)
-				e.SyncManifest(ctx)
+				e.SyncManifest(ctx, "health check")
 			}
 		}
 	}
@@ -543,6 +545,7 @@ func (p *pooledRedis) close() error {
 	p.settleMu.Unlock()
 	close(p.stop)
 	<-p.done
+	<-p.watchDone
 	p.retries.Wait()
 	return p.client.Close()
 }
@@ -635,7 +638,7 @@ func (h *Handler) provisionStoreIn(ctx caddy.Context, e *engine.Engine) (engine.
 func newPooledRedis(ctx context.Context, cfg redisstore.Config, required bool, logger *zap.Logger) (*pooledRedis, error) {
 	routeRedisLog.Do(func() { redis.SetLogger(redisLog{logger: caddy.Log}) })
 	p := &pooledRedis{cfg: cfg, logger: logger, instance: processInstance, stop: make(chan struct{}), done: make(chan struct{}),
-		checkPanics: &recovered.Throttle{Every: time.Minute}}
+		watchDone: make(chan struct{}), checkPanics: &recovered.Throttle{Every: time.Minute}}
 	cfg.Observer = p
 	cfg.Logger = logger // panics the client recovers in the background
 	var err error
@@ -664,7 +667,41 @@ func newPooledRedis(ctx context.Context, cfg redisstore.Config, required bool, l
 		cancel()
 	}
 	go p.health()
+	go p.watchManifest()
 	return p, nil
+}
+
+// watchManifest rebuilds each user's manifest as soon as another node
+// sharing the store gives the manifest a new version
+// (redisstore.Client.WatchManifest), so that a persistent synthesis
+// granted on one node is in every node's manifest within a round trip
+// or two, where the health check alone (SyncManifest, every
+// storeHealthUp) took up to 5 s. It stops with the health checks. A
+// panic in a rebuild (a defect) is logged at ERROR, throttled as the
+// health check's, and the watch goes on.
+func (p *pooledRedis) watchManifest() {
+	defer close(p.watchDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-p.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	p.client.WatchManifest(ctx, func() {
+		defer p.checkPanics.IntoLog(nil, p.logger, "panic rebuilding the manifest another node changed; the health check rebuilds it", zap.Strings("address", p.cfg.Addrs))
+		users := p.users.Load()
+		if users == nil {
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, dialBudget(p.cfg))
+		defer cancel()
+		for _, e := range *users {
+			e.SyncManifest(cctx, "notification")
+		}
+	})
 }
 
 // routeRedisLog sets go-redis's logger once per process.

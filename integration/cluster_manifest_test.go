@@ -2,6 +2,7 @@ package integration
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -11,19 +12,38 @@ import (
 var agentPersist = agentID("rcns-it-cluster-persist")
 
 // clusterManifestAcross: a persistent synthesis granted on A joins B's
-// manifest too, within a health check of B's store (5 s), under the same
-// AGTP-API-Version and ETag; its REVOKE on B leaves both manifests, at a
-// higher version again; and no node's version goes down meanwhile
-// (spec §4, §14.2, §15.4: monotonically increasing, never reused).
-// Before, each node numbered and rebuilt its own manifest: B never
-// listed the endpoint, and A kept the revoked one (helper-130).
+// manifest too, under the same AGTP-API-Version and ETag, told by the
+// store's manifest channel (a node logs the rebuild "via":
+// "notification"; the health check, every 5 s, is only the fallback);
+// its REVOKE on B leaves both manifests, at a higher version again; and
+// no node's version goes down meanwhile (spec §4, §14.2, §15.4:
+// monotonically increasing, never reused). Before, each node numbered
+// and rebuilt its own manifest: B never listed the endpoint, and A kept
+// the revoked one (helper-130); then the other nodes took up to 5 s.
 func clusterManifestAcross(t *testing.T, w *clusterWorld) {
 	last := make([]int, len(w.Nodes))
 	v0, etag0 := manifestsAgree(t, w, false, last)
+	start := time.Now()
 	id := proposePersistent(t, w.A)
 	v1, _ := manifestsAgree(t, w, true, last)
 	if v1 <= v0 {
 		t.Fatalf("AGTP-API-Version %d → %d after a persistent synthesis joined the manifest, want higher", v0, v1)
+	}
+	t.Logf("every node served version %d %s after the PROPOSE was sent", v1, time.Since(start).Round(time.Millisecond))
+	// Each node other than A rebuilt it once, by the notification or, if
+	// its health check came first (a few ms in 5 s), by that: at least
+	// one by the notification (the channel works on this topology).
+	notified := 0
+	for _, g := range w.Nodes[1:] {
+		for _, ln := range strings.Split(g.Output(), "\n") {
+			if strings.Contains(ln, `"msg":"rebuilt the manifest another node changed"`) &&
+				strings.Contains(ln, `"agtp_api_version":"`+strconv.Itoa(v1)+`"`) && strings.Contains(ln, `"via":"notification"`) {
+				notified++
+			}
+		}
+	}
+	if notified == 0 {
+		t.Fatalf("no node logged rebuilding version %d via the notification; node B's output:\n%s", v1, w.B.Output())
 	}
 	wantStatus(t, revokeContract(t, w.B, agentPersist, scopeAll, id), 200)
 	v2, etag2 := manifestsAgree(t, w, false, last)

@@ -55,14 +55,18 @@ func (h *Engine) sharedAPIVersion(hash string) (int, bool) {
 // SyncManifest rebuilds the manifest when another node sharing the
 // store changed it: a persistent synthesis granted, revoked or ended
 // there (spec §14.2) is in this node's manifest, under the same
-// AGTP-API-Version, from this call on. It also rebuilds a manifest this
-// node built or numbered while the store did not answer, and one the
-// store has lost the version of (Redis restarted empty: the persistent
-// contracts went with it). The host calls it after each successful
-// health check of a shared store (every 5 s); one round trip (op
-// manifest), and the rebuild's own when there is one. A no-op for the
-// memory store and before the engine serves.
-func (h *Engine) SyncManifest(ctx context.Context) {
+// AGTP-API-Version, from this call on (logged at INFO, with via). It
+// also rebuilds a manifest this node built or numbered while the store
+// did not answer, and one the store has lost the version of (Redis
+// restarted empty: the persistent contracts went with it). The host
+// calls it as soon as the store tells it another node gave the manifest
+// a new version (via "notification": the Redis store's manifest
+// channel), and after each successful health check of a shared store
+// (via "health check", every 5 s), which finds a version whose
+// notification was lost; one round trip (op manifest), and the
+// rebuild's own when there is one. A no-op for the memory store and
+// before the engine serves.
+func (h *Engine) SyncManifest(ctx context.Context, via string) {
 	m := h.sto.Manifest
 	if m == nil || h.act == nil || !h.act.persist.Load() {
 		return
@@ -89,6 +93,10 @@ func (h *Engine) SyncManifest(ctx context.Context) {
 	}
 	h.pub.synced = stored
 	if err := h.renderManifestLocked(&stored); err != nil {
-		h.logger.Error("rebuilding the manifest another node changed", zap.Error(err))
+		h.logger.Error("rebuilding the manifest another node changed", zap.String("via", via), zap.Error(err))
+		return
+	}
+	if pm := h.pub.cur.Load(); pm != nil && pm.hash == hash {
+		h.logger.Info("rebuilt the manifest another node changed", zap.String("agtp_api_version", pm.apiVersion), zap.String("via", via))
 	}
 }

@@ -384,7 +384,9 @@ type ManifestVersions interface {
 	// this very manifest and is above every version given; else one
 	// more than the higher of floor and every version given, which
 	// becomes the last version (Current). One atomic step; never below
-	// floor. Errors wrap ErrUnavailable.
+	// floor. The Redis store publishes a new last version to every
+	// node (redisstore.Client.WatchManifest). Errors wrap
+	// ErrUnavailable.
 	Version(ctx context.Context, hash string, floor int, floorHash string) (int, error)
 	// Current returns the last version given and the content hash it
 	// numbers (0 and "" when none is stored: none given yet, or the

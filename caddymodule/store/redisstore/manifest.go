@@ -29,10 +29,12 @@ const maxManifestNumbers = 256
 
 // manifestVersionScript is ManifestVersions.Version in one step.
 // KEYS[1] the manifest key; ARGV: the manifest's content hash, the
-// node's floor version, the content hash that version numbered, and
-// maxManifestNumbers. HGET, HSET, HLEN, DEL only (the ACL of
-// docs/cluster.md). allow-oom: a few bytes, and a node that cannot
-// number its manifest would serve a number of its own for it.
+// node's floor version, the content hash that version numbered,
+// maxManifestNumbers, and the channel the nodes watch
+// (Client.WatchManifest), on which a new last version is published.
+// HGET, HSET, HLEN, DEL and PUBLISH only (the ACL of docs/cluster.md).
+// allow-oom: a few bytes, and a node that cannot number its manifest
+// would serve a number of its own for it.
 var manifestVersionScript = allowOOM(`
 local h, floor, fh = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local top = tonumber(redis.call('HGET', KEYS[1], 'v')) or 0
@@ -50,13 +52,14 @@ if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) + 2 then
 	redis.call('DEL', KEYS[1])
 end
 redis.call('HSET', KEYS[1], 'v', v, 'h', h, 'n:' .. h, v)
+redis.call('PUBLISH', ARGV[5], v)
 return v
 `)
 
 // Version is one round trip (the script).
 func (m manifestVersions) Version(ctx context.Context, hash string, floor int, floorHash string) (int, error) {
 	start := time.Now()
-	v, err := manifestVersionScript.Run(ctx, m.c.rdb, []string{m.c.globalKey(manifestKeyName)}, hash, floor, floorHash, maxManifestNumbers).Int()
+	v, err := manifestVersionScript.Run(ctx, m.c.rdb, []string{m.c.globalKey(manifestKeyName)}, hash, floor, floorHash, maxManifestNumbers, m.c.manifestChannel()).Int()
 	if err = m.c.done(store.OpManifest, start, err); err != nil {
 		return 0, err
 	}

@@ -21,6 +21,9 @@ type Proxy struct {
 	toCli   bool // hold Redis → client
 	conns   []net.Conn
 	closed  bool
+	// accepted counts the connections accepted; those numbered below
+	// frozen hold their bytes both ways for good (Freeze).
+	accepted, frozen int
 }
 
 // StartProxy starts a proxy to target (host:port).
@@ -53,6 +56,15 @@ func (p *Proxy) Release() {
 	p.mu.Lock()
 	p.toRedis, p.toCli = false, false
 	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// Freeze holds, for good, the bytes of every connection open now, both
+// ways, and leaves them open: a half-open connection, or a network path
+// that stopped carrying it. Connections made after it forward freely.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	p.frozen = p.accepted
 	p.mu.Unlock()
 }
 
@@ -89,9 +101,11 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.conns = append(p.conns, c, r)
+		p.accepted++
+		n := p.accepted
 		p.mu.Unlock()
-		go p.pump(r, c, func() bool { return p.toRedis })
-		go p.pump(c, r, func() bool { return p.toCli })
+		go p.pump(r, c, func() bool { return n <= p.frozen || p.toRedis })
+		go p.pump(c, r, func() bool { return n <= p.frozen || p.toCli })
 	}
 }
 
