@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 )
 
 // manifestWatchRetry is the wait of Client.WatchManifest after its
@@ -52,8 +53,21 @@ func (c *Client) WatchManifest(ctx context.Context, changed func()) {
 		case <-ctx.Done():
 		}
 	}()
+	refused := "" // the refusal logged, until a subscription succeeds
 	for ctx.Err() == nil {
-		c.watchManifestOnce(ctx, changed)
+		err := c.watchManifestOnce(ctx, changed)
+		var rerr redis.Error
+		switch {
+		case err == nil:
+			refused = ""
+		case errors.As(err, &rerr) && err.Error() != refused && c.log != nil:
+			// Redis answered, and refused (an ACL without SUBSCRIBE or
+			// the channel): said once. An outage is the health check's
+			// to log.
+			refused = err.Error()
+			c.log.Warn("store redis: the manifest watch was refused; another node's persistent synthesis reaches this node's manifest at its next health check (within 5 s) instead of at once. Grant SUBSCRIBE and PUBLISH on the channel (docs/cluster.md, Redis settings that matter)",
+				zap.String("channel", c.manifestChannel()), zap.Error(err))
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(manifestWatchRetry):
@@ -63,8 +77,9 @@ func (c *Client) WatchManifest(ctx context.Context, changed func()) {
 
 // watchManifestOnce is one subscription of WatchManifest: it returns
 // when ctx is done, or when the subscription failed or its connection
-// stopped answering.
-func (c *Client) watchManifestOnce(ctx context.Context, changed func()) {
+// stopped answering. The error is the failure, nil after a subscription
+// that Redis confirmed.
+func (c *Client) watchManifestOnce(ctx context.Context, changed func()) (err error) {
 	ps := c.rdb.Subscribe(ctx, c.manifestChannel())
 	// A read waiting for a message does not see ctx: closing the
 	// subscription ends it.
@@ -77,26 +92,33 @@ func (c *Client) watchManifestOnce(ctx context.Context, changed func()) {
 		}
 		_ = ps.Close()
 	}()
-	pinged := false // a ping was sent and nothing has come since
+	pinged := false     // a ping was sent and nothing has come since
+	subscribed := false // Redis confirmed the subscription
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, manifestWatchIdle)
 		switch {
 		case err == nil:
 			pinged = false
 			switch msg.(type) {
-			case *redis.Subscription, *redis.Message:
+			case *redis.Subscription:
+				subscribed = true
+				changed()
+			case *redis.Message:
 				changed()
 			}
 			continue
 		case ctx.Err() != nil:
-			return
+			return nil
 		case isTimeout(err) && !pinged:
 			if ps.Ping(ctx) == nil {
 				pinged = true
 				continue
 			}
 		}
-		return // failed, or the ping went unanswered: subscribe again
+		if subscribed {
+			return nil // the connection failed or went silent: subscribe again
+		}
+		return err
 	}
 }
 

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store"
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/store/redistest"
 )
@@ -178,4 +181,41 @@ func TestWatchManifestFaults(t *testing.T) {
 		}
 		waitCalls(t, calls, 3, "a new version after the stall")
 	})
+}
+
+// TestWatchManifestRefused: under a Redis ACL that does not grant the
+// manifest's channel (a configuration written before the channel), the
+// version script still numbers the manifest (its PUBLISH refused), and
+// the watch logs its refusal once at WARN, keeps trying, and subscribes
+// once the channel is granted.
+func TestWatchManifestRefused(t *testing.T) {
+	srv := redistest.StartServer(t)
+	prefix := fmt.Sprintf("t%d:", prefixes.Add(1))
+	grant := func(channels string) {
+		t.Helper()
+		if _, err := redistest.Do(srv.Addr(), "ACL", "SETUSER", "gw", "reset", "on", ">pw", "~*", channels, "+@all"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grant("resetchannels")
+	core, logs := observer.New(zap.WarnLevel)
+	a, _ := manifestNode(t, Config{Addrs: []string{srv.Addr()}, Username: "gw", Password: "pw", Logger: zap.New(core)}, prefix)
+	_, mb := manifestNode(t, Config{Addrs: []string{srv.Addr()}, Username: "gw", Password: "pw"}, prefix)
+	calls, _ := watchCount(t, a)
+	if v, err := mb.Version(context.Background(), "H1", 0, ""); err != nil || v != 1 {
+		t.Fatalf("Version without the channel = %d, %v; want 1", v, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for logs.Len() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(3 * manifestWatchRetry) // three more refusals
+	if got := logs.FilterMessageSnippet("the manifest watch was refused").Len(); got != 1 || logs.Len() != 1 {
+		t.Fatalf("%d WARN lines, %d of them the refusal; want it once: %v", logs.Len(), got, logs.All())
+	}
+	if calls() != 0 {
+		t.Fatalf("the refused watch was called %d times", calls())
+	}
+	grant("allchannels")
+	waitCalls(t, calls, 1, "subscribing once the channel is granted")
 }
