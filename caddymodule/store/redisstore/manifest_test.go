@@ -18,16 +18,7 @@ import (
 func TestManifestVersions(t *testing.T) {
 	srv := redistest.StartServer(t)
 	ctx := context.Background()
-	c, err := New(ctx, Config{Addrs: []string{srv.Addr()}, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	set, err := c.Set(store.Limits{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := set.Manifest
+	c, m := manifestNode(t, Config{Addrs: []string{srv.Addr()}}, fmt.Sprintf("t%d:", prefixes.Add(1)))
 	if v, h, err := m.Current(ctx); err != nil || v != 0 || h != "" {
 		t.Fatalf("Current on an empty store = %d %q %v, want 0 \"\" nil", v, h, err)
 	}

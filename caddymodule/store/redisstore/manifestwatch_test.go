@@ -48,15 +48,7 @@ func waitCalls(t *testing.T, calls func() int64, want int64, what string) {
 func manifestNode(t *testing.T, cfg Config, prefix string) (*Client, store.ManifestVersions) {
 	t.Helper()
 	cfg.KeyPrefix = prefix
-	c, err := New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	set, err := c.Set(store.Limits{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, set := newSet(t, cfg)
 	return c, set.Manifest
 }
 
