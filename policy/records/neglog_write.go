@@ -6,15 +6,12 @@ package records
 // format, opening and Append.
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
 	"time"
-
-	"github.com/caddy-rcns/caddy-rcns/internal/plural"
 )
 
 // writeLocked writes line to the right file, rotating by day and size.
@@ -181,183 +178,8 @@ func (l *Log) rotateLocked(day string, num int) error {
 	return nil
 }
 
-// movedMessageLocked is what LogOptions.Moved is told when the current
-// file, at oldPath, was found moved: how many of the pending lines were
-// written again in newPath ("" when none was and no file was created),
-// how many the file now at oldPath ends with (held), and whether it ends
-// in a cut-off line.
-func (l *Log) movedMessageLocked(oldPath, newPath string, held int, cut bool) string {
-	msg := oldPath + " was removed, moved, replaced or copied over under the running gateway"
-	switch n := len(l.pendEnds) - held; {
-	case n > 0:
-		msg += fmt.Sprintf(": the %s written to it since it was last found in place %s written again in %s",
-			plural.Count(n, "record", "records"), wasWere(n), newPath)
-	default:
-		msg += ": no record written to it since it was last found in place is lost"
-	}
-	switch {
-	case held > 0 && len(l.pendEnds) > held:
-		msg += fmt.Sprintf(" (the file now at its path ends with the %s before them)", plural.Count(held, "record", "records"))
-	case held > 0:
-		msg += fmt.Sprintf(" (the file now at its path ends with the %s)", plural.Count(held, "record", "records"))
-	}
-	if !l.closed {
-		msg += "; the log goes on in " + newPath
-	}
-	msg += "; what it held before is in records_dir only as far as the file now at its path holds it (verify-log names the first record missing or repeated)"
-	if cut {
-		msg += "; the file now at its path holds a cut-off line, which verify-log and the gateway's next start refuse: cut that line off or restore the file"
-	}
-	return msg
-}
-
-// wasWere is the verb for a count.
-func wasWere(n int) string {
-	if n == 1 {
-		return "is"
-	}
-	return "are"
-}
-
 // curPath is the current file's path.
 func (l *Log) curPath() string { return filepath.Join(l.dir, logName(l.curDay, l.curNum)) }
-
-// atPathLocked reports whether the current file (l.fi) is still the
-// file at its path and, with size, still of the size the log wrote
-// (l.curSize): a file copied over it in place (cp onto the path keeps
-// its inode) is told by its size. Without size (after a failed write,
-// which may have left part of a line) the identity alone. An error
-// reading the path other than its absence (which cannot tell) reports
-// true: the check is there to find a file moved, and must not stop a
-// log that writes.
-func (l *Log) atPathLocked(size bool) bool {
-	pi, err := os.Lstat(l.curPath()) // a symlink put at the path is not the file
-	if err != nil {
-		return !errors.Is(err, os.ErrNotExist)
-	}
-	if !os.SameFile(l.fi, pi) {
-		return false
-	}
-	if size {
-		return pi.Size() == l.curSize
-	}
-	return pi.Size() >= l.curSize // a failed write may have added part of a line; a smaller file was copied over
-}
-
-// heldAtPathLocked returns how many of the pending lines, from the
-// first, the file now at the current file's path ends with, and whether
-// it ends mid-line. A copy of the file put back in its place holds the
-// lines written before the copy was taken: they are not written again,
-// and the copy is fsynced (under always and group) before their records
-// are acknowledged; if it cannot be, they are written again. A copy
-// taken while the file was written may end mid-line. Anything but a
-// regular file at the path holds none (a FIFO is opened non-blocking:
-// it does not hold the log's lock).
-func (l *Log) heldAtPathLocked() (held int, cut bool) {
-	if li, err := os.Lstat(l.curPath()); err != nil || !li.Mode().IsRegular() {
-		return 0, false // a symlink holds nothing: what it names is not in records_dir
-	}
-	f, err := os.OpenFile(l.curPath(), os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
-		return 0, false
-	}
-	// The pending lines, after up to 1 MiB of a line a copy may end in
-	// cut short (a record is far smaller), and the byte before them.
-	tail := make([]byte, min(fi.Size(), int64(len(l.pend))+1<<20+1))
-	atStart := int64(len(tail)) == fi.Size() // tail[0] is the file's first byte
-	if _, err := f.ReadAt(tail, fi.Size()-int64(len(tail))); err != nil {
-		return 0, false
-	}
-	cut = tail[len(tail)-1] != '\n'
-	if cut {
-		// What the copy holds whole: up to its last newline.
-		tail = tail[:bytes.LastIndexByte(tail, '\n')+1]
-	}
-	for k := len(l.pendEnds); k > 0; k-- {
-		m := l.pend[:l.pendEnds[k-1]]
-		if !bytes.HasSuffix(tail, m) {
-			continue
-		}
-		// Held only as whole lines: after a newline, or at the file's
-		// start. Lines the log appended to a copy written over the file
-		// in place that ends mid-line are glued to that line, which
-		// verify-log cannot read: written again, and the cut named.
-		if start := len(tail) - len(m); (start == 0 && atStart) || (start > 0 && tail[start-1] == '\n') {
-			held = k
-		} else {
-			cut = true
-		}
-		break
-	}
-	if held > 0 && l.policy != FsyncOff && f.Sync() != nil {
-		held = 0
-	}
-	return held, cut
-}
-
-// pendEnd is the end in l.pend of its first k lines.
-func (l *Log) pendEnd(k int) int {
-	if k == 0 {
-		return 0
-	}
-	return l.pendEnds[k-1]
-}
-
-// checkLocked follows a write or an fsync covering the records up to n:
-// when the current file is still at its path, the lines of those
-// records are no longer kept to write again; when it is not, the log
-// rotates to a new file, writing them again there (rotateLocked).
-func (l *Log) checkLocked(n uint64) error {
-	if l.fi == nil || l.atPathLocked(true) {
-		l.dropPendingLocked(n)
-		return nil
-	}
-	return l.rotateLocked(l.curDay, l.curNum+1)
-}
-
-// keepPendingLocked keeps line, just written to the current file, to
-// write again should the file turn out moved (checkLocked).
-func (l *Log) keepPendingLocked(line []byte) {
-	if len(l.pendEnds) == 0 {
-		l.pendBase = l.written
-	}
-	l.pend = append(l.pend, line...)
-	l.pendEnds = append(l.pendEnds, len(l.pend))
-}
-
-// dropPendingLocked stops keeping the lines of the records up to n.
-func (l *Log) dropPendingLocked(n uint64) {
-	if n <= l.pendBase {
-		return
-	}
-	k := int(min(n-l.pendBase, uint64(len(l.pendEnds))))
-	if k == len(l.pendEnds) {
-		l.resetPendingLocked()
-		return
-	}
-	cut := l.pendEnds[k-1]
-	l.pend = l.pend[:copy(l.pend, l.pend[cut:])]
-	l.pendEnds = l.pendEnds[:copy(l.pendEnds, l.pendEnds[k:])]
-	for i := range l.pendEnds {
-		l.pendEnds[i] -= cut
-	}
-	l.pendBase += uint64(k)
-}
-
-// resetPendingLocked keeps no line; a buffer a burst grew past
-// maxPendingBytes is let go.
-func (l *Log) resetPendingLocked() {
-	if cap(l.pend) > 2*maxPendingBytes {
-		l.pend, l.pendEnds = nil, nil
-	}
-	l.pend, l.pendEnds = l.pend[:0], l.pendEnds[:0]
-	l.pendBase = l.written
-}
 
 // failLocked records the first I/O error; the log refuses records after.
 func (l *Log) failLocked(err error) {
