@@ -197,6 +197,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := e.Attach(st); err != nil {
 		return err
 	}
+	if h.redis != nil {
+		h.redis.join(e)
+	}
 	register(h.Name, e, loadOf(ctx))
 	if h.MCP != nil {
 		d, err := mcpdoor.New(e, h.MCP)

@@ -477,7 +477,9 @@ func (p *pooledRedis) logOutage(err error) {
 	}
 }
 
-// join adds e to the client's users (provisionStore, once e.sto is set).
+// join adds e to the client's users (Provision, once e is attached to
+// the store: the health check and the manifest watch call into it from
+// their goroutines).
 func (p *pooledRedis) join(e *engine.Engine) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -627,7 +629,6 @@ func (h *Handler) provisionStoreIn(ctx caddy.Context, e *engine.Engine) (engine.
 	}
 	h.closeSet = set.Close
 	e.StoreMetrics().SetUp(!h.redis.down.Load())
-	h.redis.join(e)
 	return engine.Store{Set: set, Shared: h.redis}, ns, nil
 }
 
