@@ -134,8 +134,10 @@ type LogOptions struct {
 	Now func() time.Time
 	// Moved, when set, is called when the log finds its current file
 	// removed, moved or replaced under it, with a message naming the
-	// file and the file it wrote on in. It is called with the log's lock
-	// held, so it must not call the Log.
+	// file, how many records were written again and in which file (see
+	// [Log]), and any cut-off line or bytes the log did not write in the
+	// file now at its path. It is called once per file found moved, with
+	// the log's lock held, so it must not call the Log.
 	Moved func(msg string)
 }
 
@@ -167,16 +169,21 @@ type LogOptions struct {
 //
 // A current file removed, moved, replaced or copied over in place
 // under the log (the path no longer names the file it holds open, or
-// that file is not of the size the log wrote) is found after each fsync (under [FsyncAlways] and [FsyncGroup],
-// before the records it covers are acknowledged), under [FsyncOff] at
-// the first Append [LogCheckInterval] or more after the last check, or
-// by a timer each LogCheckInterval (real time, by LogOptions.Now) while
-// records written since the last check wait and no Append comes, at rotation, at Close (when records
-// wait to be checked) and before a failed write is tried again: the records written to it since the last check go again into
-// a new file, with the ones after them, and LogOptions.Moved is told.
-// No acknowledged record is written only to a file that left the
-// directory before the acknowledgement; what the file held before that
-// goes with it, and verify-log shows the gap.
+// that file is not of the size the log wrote) is found after each
+// fsync (under [FsyncAlways] and [FsyncGroup], before the records it
+// covers are acknowledged), under [FsyncOff] at the first Append
+// [LogCheckInterval] or more after the last check, or by a timer each
+// LogCheckInterval (by LogOptions.Now) while records written since the
+// last check wait and no Append comes; and, under every policy, at
+// rotation, at Close and before a failed write is tried again. What it
+// held that the file now at its path does not is then written again
+// into a new file (created by the next record when there is none),
+// and LogOptions.Moved is told: when it was removed, moved away, or
+// replaced by another file, everything it held, read back from the
+// file the log holds open (nothing is lost); when another file was
+// copied over it in place (the same file: what it held is gone), the
+// lines written since the last check that the file does not end with,
+// what it held before going with the copy (verify-log shows the gap).
 type Log struct {
 	dir      string
 	policy   FsyncPolicy
@@ -215,6 +222,7 @@ type Log struct {
 	pendBase  uint64
 	checkedAt time.Time // the last check under FsyncOff, by l.now
 	leaving   bool      // the current file was found moved, and no new file has taken its lines yet (rotateLocked)
+	told      bool      // while leaving: LogOptions.Moved was told of it already (replaceMovedLocked)
 	moved     func(msg string)
 
 	kick        chan struct{} // wakes the flusher; buffered 1
@@ -517,10 +525,12 @@ func (l *Log) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var err error
-	if l.f != nil && l.failed == nil && len(l.pendEnds) > 0 {
-		// A file moved since the last check gets its records written
-		// again in a new one, which the Sync below covers. With none
-		// to write, no file is created.
+	if l.f != nil && l.failed == nil {
+		// A file moved since the last check (under every policy: one
+		// removed while no record came is found here too) gets what it
+		// held that the file at its path does not written again in a
+		// new one, which the Sync below covers. With none to write, no
+		// file is created.
 		err = l.checkLocked(l.written)
 	}
 	if l.f != nil {

@@ -15,7 +15,8 @@ import (
 // someone with write access to records_dir) does not hang the log, which
 // opens what is at the path without blocking (helper-137: a gate
 // request, and the process's shutdown, waited for a reader): the file is
-// found moved and the log goes on in a new one.
+// found moved and the log goes on in a new one, which holds the records
+// of the file removed, read back.
 func TestLogFIFOAtPath(t *testing.T) {
 	for _, policy := range []FsyncPolicy{FsyncGroup, FsyncOff} {
 		t.Run(string(policy), func(t *testing.T) {
@@ -60,8 +61,8 @@ func TestLogFIFOAtPath(t *testing.T) {
 				t.Fatal(err)
 			}
 			files, lines := readLines(t, dir)
-			if len(files) != 1 || len(lines) != 1 || lines[0]["seq"] != float64(2) {
-				t.Fatalf("files %v with %v, want one new file with seq 2", files, lines)
+			if len(files) != 1 || len(lines) != 2 || lines[0]["seq"] != float64(1) || lines[1]["seq"] != float64(2) {
+				t.Fatalf("files %v with %v, want one new file with seq 1 (read back from the removed file) and 2", files, lines)
 			}
 		})
 	}
@@ -69,8 +70,9 @@ func TestLogFIFOAtPath(t *testing.T) {
 
 // TestLogSymlinkAtPath: a symlink put in place of the current log file,
 // to the file moved elsewhere or to itself, is not the file: the records
-// go on in a new file (helper-139: they went on to the moved file, or,
-// the link a loop, to the removed one).
+// go on in a new file, after those the file held, read back (helper-139:
+// they went on to the moved file, or, the link a loop, to the removed
+// one).
 func TestLogSymlinkAtPath(t *testing.T) {
 	for _, loop := range []bool{false, true} {
 		l, dir, msgs := movedLog(t, FsyncAlways, func() time.Time { return day1 })
@@ -99,8 +101,8 @@ func TestLogSymlinkAtPath(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, lines := readLines(t, dir)
-		if len(lines) != 1 || lines[0]["seq"] != float64(2) {
-			t.Fatalf("loop %v: lines %v, want seq 2 in a new file", loop, lines)
+		if len(lines) != 2 || lines[0]["seq"] != float64(1) || lines[1]["seq"] != float64(2) {
+			t.Fatalf("loop %v: lines %v, want seq 1 (read back) and 2 in a new file", loop, lines)
 		}
 	}
 }

@@ -88,10 +88,127 @@ func (l *Log) heldAtPathLocked() (held int, cut bool) {
 		}
 		break
 	}
+	// A line cut inside the file (truncated in place while the log
+	// wrote: the next lines went after the cut) is named too.
+	cut = cut || brokenLine(tail, atStart)
 	if held > 0 && l.policy != FsyncOff && f.Sync() != nil {
 		held = 0
 	}
 	return held, cut
+}
+
+// brokenLine reports whether a line of tail (whole lines, from a
+// file's start when atStart, else after its first newline) is not a
+// negotiation record: cut, glued to another, or written by another hand.
+func brokenLine(tail []byte, atStart bool) bool {
+	if !atStart {
+		i := bytes.IndexByte(tail, '\n')
+		if i < 0 {
+			return false
+		}
+		tail = tail[i+1:]
+	}
+	for len(tail) > 0 {
+		i := bytes.IndexByte(tail, '\n')
+		if i < 0 {
+			return false // a partial last line: the caller's cut
+		}
+		if _, ok := parseHead(tail[:i]); !ok {
+			return true
+		}
+		tail = tail[i+1:]
+	}
+	return false
+}
+
+// movedPlan is what rotateLocked writes again for a current file found
+// moved (planMovedLocked).
+type movedPlan struct {
+	// from is, when >= 0, where in the current file (held open) the
+	// bytes to write again begin: they run to l.curSize. -1: the
+	// pending lines after the first held.
+	from int64
+	// held is how many of the log's records the file now at the path
+	// holds: of the pending ones (from < 0), or from the file's start.
+	held int
+	// again is how many records are written again (from >= 0: counted
+	// as they are).
+	again int
+	// cut: the file now at the path holds, after those, a cut-off line
+	// or bytes the log did not write there.
+	cut bool
+}
+
+// none reports whether the plan writes nothing again.
+func (p movedPlan) none(l *Log) bool {
+	if p.from >= 0 {
+		return p.from >= l.curSize
+	}
+	return p.again == 0
+}
+
+// planMovedLocked works out what to write again of a current file found
+// moved. While the log holds it open and another file (or none) is at
+// its path (it was removed, moved away, or replaced by a copy with
+// mv), every line it held that the file now at its path does not,
+// read back from it: the records of a file removed are all written
+// again, not only those since the last check. A file copied over it in
+// place (the same file: what it held is gone) or one a failure closed:
+// the pending lines the file at the path does not end with.
+func (l *Log) planMovedLocked() movedPlan {
+	if l.f != nil {
+		if pi, err := os.Lstat(l.curPath()); err != nil || !os.SameFile(l.fi, pi) {
+			from, held, cut := l.sharedPrefixLocked()
+			return movedPlan{from: from, held: held, cut: cut}
+		}
+	}
+	held, cut := l.heldAtPathLocked()
+	return movedPlan{from: -1, held: held, again: len(l.pendEnds) - held, cut: cut}
+}
+
+// sharedPrefixLocked returns the length of the whole lines the file now
+// at the current file's path begins with that the current file (held
+// open) begins with too, how many lines that is, and whether the file
+// at the path holds more after them (a cut-off line, or bytes the log
+// did not write). No regular file at the path shares none. When it
+// shares some and the policy is not off, it is fsynced first, before
+// the records it holds are acknowledged; if it cannot be, it shares
+// none (they are written again).
+func (l *Log) sharedPrefixLocked() (from int64, lines int, more bool) {
+	if li, err := os.Lstat(l.curPath()); err != nil || !li.Mode().IsRegular() {
+		return 0, 0, false // a symlink holds nothing: what it names is not in records_dir
+	}
+	p, err := os.OpenFile(l.curPath(), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, 0, false
+	}
+	defer p.Close()
+	pi, err := p.Stat()
+	if err != nil || !pi.Mode().IsRegular() {
+		return 0, 0, false
+	}
+	a, b := make([]byte, 64<<10), make([]byte, 64<<10)
+	for off := int64(0); off < l.curSize; {
+		m := int(min(int64(len(a)), l.curSize-off))
+		na, _ := l.f.ReadAt(a[:m], off)
+		nb, _ := p.ReadAt(b[:m], off)
+		i := 0
+		for i < na && i < nb && a[i] == b[i] {
+			if a[i] == '\n' {
+				from, lines = off+int64(i)+1, lines+1
+			}
+			i++
+		}
+		if i < m {
+			break
+		}
+		off += int64(m)
+	}
+	more = pi.Size() > from
+	if from > 0 && l.policy != FsyncOff && p.Sync() != nil {
+		return 0, 0, more
+	}
+	return from, lines, more
 }
 
 // pendEnd is the end in l.pend of its first k lines.
@@ -105,13 +222,14 @@ func (l *Log) pendEnd(k int) int {
 // checkLocked follows a write or an fsync covering the records up to n:
 // when the current file is still at its path, the lines of those
 // records are no longer kept to write again; when it is not, the log
-// rotates to a new file, writing them again there (rotateLocked).
+// rotates to a new file, writing again there what the file at its path
+// does not hold (rotateLocked; none: the next record creates it).
 func (l *Log) checkLocked(n uint64) error {
 	if l.fi == nil || l.atPathLocked(true) {
 		l.dropPendingLocked(n)
 		return nil
 	}
-	return l.rotateLocked(l.curDay, l.curNum+1)
+	return l.rotateLocked(l.curDay, l.curNum+1, true)
 }
 
 // keepPendingLocked keeps line, just written to the current file, to
@@ -154,31 +272,46 @@ func (l *Log) resetPendingLocked() {
 }
 
 // movedMessageLocked is what LogOptions.Moved is told when the current
-// file, at oldPath, was found moved: how many of the pending lines were
-// written again in newPath ("" when none was and no file was created),
-// how many the file now at oldPath ends with (held), and whether it ends
-// in a cut-off line.
-func (l *Log) movedMessageLocked(oldPath, newPath string, held int, cut bool) string {
+// file, at oldPath, was found moved: how many records were written
+// again in newPath ("" when none was and no file was created yet), how
+// many the file now at oldPath holds, and whether it holds a cut-off
+// line (plan).
+func (l *Log) movedMessageLocked(oldPath, newPath string, plan movedPlan) string {
 	msg := oldPath + " was removed, moved, replaced or copied over under the running gateway"
-	switch n := len(l.pendEnds) - held; {
+	read := plan.from >= 0 // read back from the file held open: nothing it held is lost
+	switch n := plan.again; {
+	case n > 0 && read:
+		msg += fmt.Sprintf(": the %s it held that the file now at its path does not %s written again in %s, read back from the file the gateway held open",
+			plural.Count(n, "record", "records"), wasWere(n), newPath)
 	case n > 0:
 		msg += fmt.Sprintf(": the %s written to it since it was last found in place %s written again in %s",
 			plural.Count(n, "record", "records"), wasWere(n), newPath)
+	case read:
+		msg += ": the file now at its path holds every record it held; none is lost"
 	default:
 		msg += ": no record written to it since it was last found in place is lost"
 	}
 	switch {
-	case held > 0 && len(l.pendEnds) > held:
-		msg += fmt.Sprintf(" (the file now at its path ends with the %s before them)", plural.Count(held, "record", "records"))
-	case held > 0:
-		msg += fmt.Sprintf(" (the file now at its path ends with the %s)", plural.Count(held, "record", "records"))
+	case read && plan.held > 0 && plan.again > 0:
+		msg += fmt.Sprintf(" (the file now at its path holds the %s before them)", plural.Count(plan.held, "record", "records"))
+	case read:
+	case plan.held > 0 && plan.again > 0:
+		msg += fmt.Sprintf(" (the file now at its path ends with the %s before them)", plural.Count(plan.held, "record", "records"))
+	case plan.held > 0:
+		msg += fmt.Sprintf(" (the file now at its path ends with the %s)", plural.Count(plan.held, "record", "records"))
 	}
-	if !l.closed {
+	switch {
+	case l.closed:
+	case newPath != "":
 		msg += "; the log goes on in " + newPath
+	default:
+		msg += "; the next record starts a new file"
 	}
-	msg += "; what it held before is in records_dir only as far as the file now at its path holds it (verify-log names the first record missing or repeated)"
-	if cut {
-		msg += "; the file now at its path holds a cut-off line, which verify-log and the gateway's next start refuse: cut that line off or restore the file"
+	if !read {
+		msg += "; what it held before is in records_dir only as far as the file now at its path holds it (verify-log names the first record missing or repeated)"
+	}
+	if plan.cut {
+		msg += "; the file now at its path holds a cut-off line, or bytes the gateway did not write, which verify-log and the gateway's next start refuse: cut that line off or restore the file"
 	}
 	return msg
 }

@@ -1174,8 +1174,9 @@ func TestLogRecoversAfterWriteFailure(t *testing.T) {
 	}
 	// The operator moves the full file away to make room, and may put
 	// another file in its place: that one is not cut back to the old
-	// file's size, nor written to; the records go on in a new file, and
-	// Moved says so.
+	// file's size, nor written to; the records go on in a new file,
+	// after those the old file held (read back from the handle the log
+	// kept), and Moved says so.
 	for _, other := range []string{"", strings.Repeat("an operator's file, longer than the log's was, and not to be cut\n", 8)} {
 		name := "current file moved away"
 		if other != "" {
@@ -1211,14 +1212,14 @@ func TestLogRecoversAfterWriteFailure(t *testing.T) {
 				}
 			}
 			files, lines := readLines(t, dir)
-			if len(files) != 1 || files[0] == filepath.Base(path) || len(lines) != 1 {
-				t.Fatalf("files %v with %d lines, want one new file with the record written after the move", files, len(lines))
+			if len(files) != 1 || files[0] == filepath.Base(path) || len(lines) != 2 {
+				t.Fatalf("files %v with %d lines, want one new file with the record the moved file held and the one written after", files, len(lines))
 			}
-			if lines[0]["seq"] != float64(2) || lines[0]["prev"] != h1 {
-				t.Errorf("record after the move: seq %v prev %v, want 2 and %s (the chain continues)", lines[0]["seq"], lines[0]["prev"], h1)
+			if lines[0]["hash"] != h1 || lines[1]["seq"] != float64(2) || lines[1]["prev"] != h1 {
+				t.Errorf("records: %v, want %s read back, then seq 2 chained to it", lines, h1)
 			}
-			if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "no record written to it since it was last found in place is lost") {
-				t.Fatalf("Moved told %q, want one message, with no record to write again", m)
+			if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "the 1 record it held that the file now at its path does not is written again") {
+				t.Fatalf("Moved told %q, want one message: the record the moved file held written again", m)
 			}
 		})
 	}

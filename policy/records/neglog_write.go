@@ -6,8 +6,10 @@ package records
 // format, opening and Append.
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -25,24 +27,24 @@ func (l *Log) writeLocked(now time.Time, line []byte) error {
 	size := int64(len(line))
 	switch {
 	case l.curNum == 0 || day != l.curDay:
-		if err := l.rotateLocked(day, 1); err != nil {
+		if err := l.rotateLocked(day, 1, false); err != nil {
 			return err
 		}
 	case l.curSize > 0 && l.curSize+size > l.maxBytes:
-		if err := l.rotateLocked(day, l.curNum+1); err != nil {
+		if err := l.rotateLocked(day, l.curNum+1, false); err != nil {
 			return err
 		}
 	case l.f == nil && l.fi != nil && (l.leaving || !l.atPathLocked(false)):
 		// The file a failed write left (recoverLocked) was removed,
 		// moved or replaced before this write reopened it.
-		if err := l.rotateLocked(day, l.curNum+1); err != nil {
+		if err := l.rotateLocked(day, l.curNum+1, false); err != nil {
 			return err
 		}
 	case l.f == nil:
 		f, fi, err := openAppend(l.curPath())
 		if err == nil && l.fi != nil && !os.SameFile(fi, l.fi) {
 			_ = f.Close()
-			if err := l.rotateLocked(day, l.curNum+1); err != nil {
+			if err := l.rotateLocked(day, l.curNum+1, false); err != nil {
 				return err
 			}
 			break
@@ -61,12 +63,12 @@ func (l *Log) writeLocked(now time.Time, line []byte) error {
 	return nil
 }
 
-// openAppend opens the log file at path to append to it, with its
-// identity. Non-blocking: a FIFO put at the path fails here rather than
+// openAppend opens the log file at path to append to it (and to read
+// it back: planMovedLocked), with its identity. Non-blocking: a FIFO put at the path fails here rather than
 // hold the log's lock until something reads it; anything but a regular
 // file is refused.
 func openAppend(path string) (*os.File, os.FileInfo, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -83,14 +85,19 @@ func openAppend(path string) (*os.File, os.FileInfo, error) {
 
 // rotateLocked closes the current file (fsynced unless the policy is
 // off) and creates the file for day with the first free number >= num.
-// When the current file is no longer at its path (atPathLocked), the
-// lines written to it since it last was (Log.pend) are written first in
-// the new file and fsynced, and LogOptions.Moved is told.
-func (l *Log) rotateLocked(day string, num int) error {
+// When the current file is no longer at its path (atPathLocked), what
+// it held that the file now at its path does not (planMovedLocked) is
+// written first in the new file and fsynced, and LogOptions.Moved is
+// told; with lazy (a check after a write, not a write to come) and
+// nothing to write again, no file is created until the next record.
+func (l *Log) rotateLocked(day string, num int, lazy bool) error {
 	moved := l.leaving || (l.fi != nil && !l.atPathLocked(l.f != nil))
 	l.leaving = moved // until a new file takes the lines: a retry that fails to create one must not take the file back
+	if moved {
+		return l.replaceMovedLocked(day, num, lazy)
+	}
 	if l.f != nil {
-		if l.policy != FsyncOff && !moved {
+		if l.policy != FsyncOff {
 			if err := l.f.Sync(); err != nil {
 				l.failLocked(fmt.Errorf("records: fsync negotiation log: %w", err))
 				return l.failed
@@ -98,38 +105,98 @@ func (l *Log) rotateLocked(day string, num int) error {
 			l.synced = l.written
 			l.cond.Broadcast()
 		}
-		if err := l.f.Close(); err != nil && !moved {
-			l.f = nil
+		err := l.f.Close()
+		l.f = nil
+		if err != nil {
 			l.failLocked(fmt.Errorf("records: close negotiation log: %w", err))
 			return l.failed
 		}
+	}
+	f, fi, num, err := l.createLocked(day, num)
+	if err != nil {
+		return err
+	}
+	return l.takeLocked(f, fi, day, num, 0)
+}
+
+// replaceMovedLocked is rotateLocked for a current file found moved.
+// The bytes written again come from the current file itself while the
+// log holds it open, and it is closed once they are in the new file: a
+// failure leaves it open for the retry (recoverLocked), with the new
+// file removed.
+func (l *Log) replaceMovedLocked(day string, num int, lazy bool) error {
+	oldPath := l.curPath()
+	plan := l.planMovedLocked()
+	if plan.none(l) && (lazy || l.told) {
+		if !l.told && l.moved != nil {
+			l.moved(l.movedMessageLocked(oldPath, "", plan))
+		}
+		l.told = true
+		if lazy { // the next record creates the new file
+			if l.f != nil {
+				_ = l.f.Close()
+				l.f = nil
+			}
+			l.ackMovedLocked()
+			return nil
+		}
+	}
+	f, fi, num, err := l.createLocked(day, num)
+	if err != nil {
+		return err
+	}
+	var size int64
+	switch {
+	case plan.from >= 0 && plan.from < l.curSize:
+		c := &lineCounter{w: f}
+		size, err = io.Copy(c, io.NewSectionReader(l.f, plan.from, l.curSize-plan.from))
+		plan.again = c.n
+	case plan.from < 0 && plan.again > 0:
+		again := l.pend[l.pendEnd(plan.held):]
+		_, err = f.Write(again)
+		size = int64(len(again))
+	}
+	if err == nil && size > 0 && l.policy != FsyncOff {
+		err = f.Sync()
+	}
+	if err != nil {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+		l.failWriteLocked(fmt.Errorf("records: write again, in a new file, the records %s held after it was removed, moved or replaced: %w", oldPath, err))
+		return l.failed
+	}
+	if !l.told && l.moved != nil {
+		l.moved(l.movedMessageLocked(oldPath, f.Name(), plan))
+	}
+	if l.f != nil {
+		_ = l.f.Close()
 		l.f = nil
 	}
-	oldPath := l.curPath()
-	held, cut := 0, false // pending lines the file now at the old path ends with; it ends mid-line
-	if moved {
-		held, cut = l.heldAtPathLocked()
+	l.ackMovedLocked()
+	return l.takeLocked(f, fi, day, num, size)
+}
+
+// ackMovedLocked marks durable the records a file found moved held,
+// now written again or held by the file at its path (fsynced, unless
+// the policy is off), and forgets its pending lines.
+func (l *Log) ackMovedLocked() {
+	if l.policy != FsyncOff {
+		l.synced = l.written
+		l.cond.Broadcast()
 	}
-	again := l.pend[l.pendEnd(held):]
-	if moved && l.closed && len(again) == 0 {
-		// Close, the file now at the path holding every line since the
-		// last check: no new file is created only to stay empty.
-		if l.moved != nil {
-			l.moved(l.movedMessageLocked(oldPath, "", held, cut))
-		}
-		l.leaving = false
-		l.resetPendingLocked()
-		return nil
-	}
-	var f *os.File
-	var fi os.FileInfo
+	l.resetPendingLocked()
+}
+
+// createLocked creates the file for day with the first free number >=
+// num, open to append and to read (planMovedLocked reads it back).
+func (l *Log) createLocked(day string, num int) (*os.File, os.FileInfo, int, error) {
 	for ; ; num++ {
 		path := filepath.Join(l.dir, logName(day, num))
-		var err error
-		f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o640)
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o640)
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
+		var fi os.FileInfo
 		if err == nil {
 			if fi, err = f.Stat(); err != nil {
 				_ = f.Close()
@@ -137,37 +204,17 @@ func (l *Log) rotateLocked(day string, num int) error {
 		}
 		if err != nil {
 			l.failWriteLocked(fmt.Errorf("records: create negotiation log file: %w", err))
-			return l.failed
+			return nil, nil, 0, l.failed
 		}
-		break
+		return f, fi, num, nil
 	}
-	var size int64
-	if moved && len(again) > 0 {
-		// Written again, then made durable before any record they hold
-		// is acknowledged. On a failure the new file is removed and the
-		// log stays on the one that moved: the retry (recoverLocked)
-		// finds it moved again, and pend is kept for it.
-		_, err := f.Write(again)
-		if err == nil && l.policy != FsyncOff {
-			err = f.Sync()
-		}
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-			l.failWriteLocked(fmt.Errorf("records: write again, in a new file, the records written to %s after it was removed, moved or replaced: %w", oldPath, err))
-			return l.failed
-		}
-		size = int64(len(again))
-	}
-	if moved && l.moved != nil {
-		l.moved(l.movedMessageLocked(oldPath, f.Name(), held, cut))
-	}
-	l.f, l.fi, l.leaving = f, fi, false
+}
+
+// takeLocked makes f, just created for day with number num and holding
+// size bytes, the current file.
+func (l *Log) takeLocked(f *os.File, fi os.FileInfo, day string, num int, size int64) error {
+	l.f, l.fi, l.leaving, l.told = f, fi, false, false
 	l.curDay, l.curNum, l.curSize = day, num, size
-	if moved && l.policy != FsyncOff {
-		l.synced = l.written
-		l.cond.Broadcast()
-	}
 	l.resetPendingLocked()
 	if l.policy != FsyncOff {
 		if err := syncDir(l.dir); err != nil {
@@ -176,6 +223,17 @@ func (l *Log) rotateLocked(day string, num int) error {
 		}
 	}
 	return nil
+}
+
+// lineCounter counts the lines written through it.
+type lineCounter struct {
+	w io.Writer
+	n int
+}
+
+func (c *lineCounter) Write(b []byte) (int, error) {
+	c.n += bytes.Count(b, []byte{'\n'})
+	return c.w.Write(b)
 }
 
 // curPath is the current file's path.
@@ -216,8 +274,8 @@ func (l *Log) recoverLocked() error {
 	// the lines written to the old one since it was last found at its
 	// path (rotateLocked).
 	moved := l.curNum > 0 && l.fi != nil && (l.leaving || !l.atPathLocked(false))
-	if l.f != nil {
-		if l.policy != FsyncOff && !moved {
+	if l.f != nil && !moved { // one moved is read back, then closed, by rotateLocked
+		if l.policy != FsyncOff {
 			// The flusher's fsync skips a failed log: records written
 			// before the failure are made durable here, before the close
 			// (which the flusher would otherwise read as a rotation).
@@ -232,13 +290,13 @@ func (l *Log) recoverLocked() error {
 	}
 	l.failed, l.retryable = nil, false
 	if moved {
-		return l.rotateLocked(l.curDay, l.curNum+1)
+		return l.rotateLocked(l.curDay, l.curNum+1, false)
 	}
 	if l.curNum > 0 {
 		err := os.Truncate(l.curPath(), l.curSize)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
-			if err := l.rotateLocked(l.curDay, l.curNum+1); err != nil {
+			if err := l.rotateLocked(l.curDay, l.curNum+1, false); err != nil {
 				return err
 			}
 		case err != nil:
