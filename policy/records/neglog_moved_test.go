@@ -661,3 +661,50 @@ func TestLogCutInPlaceNamed(t *testing.T) {
 		t.Fatal("VerifyDirStats passed a file with a line cut inside it")
 	}
 }
+
+// TestOpenLogKeepsCutTail: the start cuts off a torn last line (a record
+// cut short, or one ending in NUL bytes) only after keeping its bytes
+// beside the file, in <file>.torn (then .torn-2...), which no reader of
+// the log reads: nothing is destroyed that the gateway cannot prove it
+// wrote (helper-140: 5 MB appended by hand were deleted with a WARN).
+func TestOpenLogKeepsCutTail(t *testing.T) {
+	dir := writeSample(t)
+	files, _ := listLogFiles(dir)
+	path := filepath.Join(dir, files[len(files)-1].name)
+	for i, tail := range [][]byte{
+		append([]byte(`{"agent_id":"`), bytes.Repeat([]byte("a"), 5<<20)...),
+		append([]byte(`{"agent_id":"A","at":"2026-`), make([]byte, 100)...),
+	} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, append(data, tail...), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		l, err := OpenLog(LogOptions{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := path + ".torn"
+		if i > 0 {
+			kept += "-2"
+		}
+		notes := strings.Join(l.Notes(), "\n")
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(notes, "kept in "+kept) {
+			t.Fatalf("notes %q, want the tail named as kept in %s", notes, kept)
+		}
+		if got, err := os.ReadFile(kept); err != nil || !bytes.Equal(got, tail) {
+			t.Fatalf("%s = %d bytes, %v; want the %d bytes cut off", kept, len(got), err, len(tail))
+		}
+		if got, _ := os.ReadFile(path); !bytes.Equal(got, data) {
+			t.Fatalf("the file was not cut back to its last complete line")
+		}
+		if _, err := VerifyDirStats(dir); err != nil {
+			t.Fatalf("VerifyDirStats with %s beside the log: %v", kept, err)
+		}
+	}
+}

@@ -244,10 +244,11 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 				if !truncate {
 					return off, nil
 				}
-				if err := os.Truncate(path, off); err != nil {
-					return 0, fmt.Errorf("records: truncate torn line at %s:%d: %w", path, lineNo, err)
+				kept, err := cutTail(path, off, line)
+				if err != nil {
+					return 0, fmt.Errorf("records: %s:%d: %w", path, lineNo, err)
 				}
-				l.notes = append(l.notes, fmt.Sprintf("%s:%d: cut off %d bytes after the last newline ending in NUL bytes (a write a power loss left zero-filled: never acknowledged under fsync always or group)", path, lineNo, len(line)))
+				l.notes = append(l.notes, fmt.Sprintf("%s:%d: cut off %d bytes after the last newline ending in NUL bytes (a write a power loss left zero-filled: never acknowledged under fsync always or group), kept in %s", path, lineNo, len(line), kept))
 				return off, nil
 			}
 			whole, fault := tornTail(line)
@@ -273,10 +274,11 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 				l.notes = append(l.notes, fmt.Sprintf("%s:%d: the last record had no newline; it is kept and its newline written", path, lineNo))
 				return off + int64(len(line)) + 1, nil
 			}
-			if err := os.Truncate(path, off); err != nil {
-				return 0, fmt.Errorf("records: truncate torn line at %s:%d: %w", path, lineNo, err)
+			kept, err := cutTail(path, off, line)
+			if err != nil {
+				return 0, fmt.Errorf("records: %s:%d: %w", path, lineNo, err)
 			}
-			l.notes = append(l.notes, fmt.Sprintf("%s:%d: cut off a torn last line of %d bytes (a record whose write did not finish: under fsync always or group it was never acknowledged)", path, lineNo, len(line)))
+			l.notes = append(l.notes, fmt.Sprintf("%s:%d: cut off a torn last line of %d bytes (a record whose write did not finish: under fsync always or group it was never acknowledged), kept in %s", path, lineNo, len(line), kept))
 			return off, nil
 		}
 		if err != nil {
@@ -292,6 +294,50 @@ func (l *Log) readHeads(lf logFile, last, truncate bool) (int64, error) {
 		l.follow(path, lineNo, head)
 		off += int64(len(line))
 	}
+}
+
+// cutTail cuts the log file at path back to off, its last complete
+// line, after keeping the bytes cut off (tail) in a file beside it,
+// path+".torn" (".torn-2", ".torn-3"... when taken), which no reader of
+// the log reads: the start repairs what a crash leaves without
+// destroying bytes it cannot prove it wrote (helper-140: 5 MB a hand
+// had appended were deleted with a WARN). It returns the file kept.
+func cutTail(path string, off int64, tail []byte) (string, error) {
+	var kept string
+	var f *os.File
+	for n := 1; ; n++ {
+		kept = path + ".torn"
+		if n > 1 {
+			kept += fmt.Sprintf("-%d", n)
+		}
+		var err error
+		f, err = os.OpenFile(kept, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("keep the torn last line aside before cutting it off: %w", err)
+		}
+		break
+	}
+	_, err := f.Write(tail)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		_ = os.Remove(kept)
+		return "", fmt.Errorf("keep the torn last line aside before cutting it off: %w", err)
+	}
+	if err := os.Truncate(path, off); err != nil {
+		return "", fmt.Errorf("truncate torn line: %w", err)
+	}
+	return kept, nil
 }
 
 // follow makes head its agent's chain head, noting (l.breaks) a record

@@ -174,7 +174,7 @@ func tornReason(tail []byte, newest bool) string {
 	const repaired = "; starting the gateway on this records_dir repairs it (a WARN names it), then verify again"
 	if trimmed := bytes.TrimRight(tail, "\x00"); len(trimmed) < len(tail) {
 		if _, fault := tornTail(trimmed); len(trimmed) == 0 || fault == "" {
-			return "torn line (no newline at end of file), ending in NUL bytes a power loss leaves: a write never acknowledged under fsync always or group" + repaired + " by cutting it off"
+			return "torn line (no newline at end of file), ending in NUL bytes a power loss leaves: a write never acknowledged under fsync always or group" + repaired + " by cutting it off (its bytes kept beside the file, in the same name ending .torn)"
 		}
 	}
 	whole, fault := tornTail(tail)
@@ -186,7 +186,7 @@ func tornReason(tail []byte, newest bool) string {
 	case whole:
 		return "torn line (no newline at end of file): a JSON value that is not a negotiation record, so the file was edited"
 	}
-	return "torn line (no newline at end of file): a record cut short (under fsync always or group, never acknowledged)" + repaired + " by cutting it off"
+	return "torn line (no newline at end of file): a record cut short (under fsync always or group, never acknowledged)" + repaired + " by cutting it off (its bytes kept beside the file, in the same name ending .torn)"
 }
 
 // lineEndingFault says what is wrong with a log line (without its
