@@ -1,0 +1,67 @@
+package engine
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/caddy-rcns/caddy-rcns/policy/records"
+)
+
+// TestRecordsDirLockRemoved: gateway.lock removed under a running
+// gateway is locked again at its next check (a WARN), so a second
+// gateway is still kept out; one that took the directory before the
+// check is named in one ERROR (helper-140: the second gateway took the
+// directory, both wrote it, and the chains broke without a word).
+func TestRecordsDirLockRemoved(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "records")
+	core, logs := observer.New(zap.WarnLevel)
+	logger := zap.New(core)
+	first := &recordState{name: "first"}
+	if err := first.open(dir, records.FsyncOff, nil, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(first.close)
+	removeLock := func() {
+		t.Helper()
+		for _, f := range []string{lockFile, ownerFile} {
+			if err := os.Remove(filepath.Join(dir, f)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	removeLock()
+	first.checkLock(logger)
+	if n := logs.FilterMessageSnippet("it is locked again").Len(); n != 1 {
+		t.Fatalf("%d WARN lines for the lock taken again, want 1: %v", n, logs.All())
+	}
+	second := &recordState{name: "second"}
+	t.Cleanup(second.close)
+	var held *heldError
+	if err := second.open(dir, records.FsyncOff, nil, zap.NewNop()); !errors.As(err, &held) {
+		t.Fatalf("second open after the lock was taken again: %v, want a heldError", err)
+	}
+	first.checkLock(logger)
+	if logs.Len() != 1 {
+		t.Fatalf("a check with the lock in place logged: %v", logs.All())
+	}
+
+	// Removed, and another gateway locks the directory before the check.
+	removeLock()
+	third := &recordState{name: "third"}
+	t.Cleanup(third.close)
+	if err := third.open(dir, records.FsyncOff, nil, zap.NewNop()); err != nil {
+		t.Fatalf("third open on the unlocked directory: %v", err)
+	}
+	first.checkLock(logger)
+	first.checkLock(logger)
+	errs := logs.FilterLevelExact(zap.ErrorLevel)
+	if errs.Len() != 1 || errs.FilterMessageSnippet("another gateway has locked records_dir since").Len() != 1 {
+		t.Fatalf("ERROR lines %v, want one naming the other gateway", errs.All())
+	}
+}
