@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -123,7 +124,19 @@ docs/recipes.md "Starting from OpenAPI" has the rules.`,
 // without any log file is an error, not a success: it is most often the
 // wrong one (the parent of the records_dirs, a typo'd name).
 func verifyLog(out io.Writer, dirs ...string) error {
+	var seen []os.FileInfo
 	for _, dir := range dirs {
+		fi, err := os.Stat(dir)
+		switch {
+		case err != nil:
+			return fmt.Errorf("verify-log: %w", err)
+		case !fi.IsDir():
+			return fmt.Errorf("verify-log: %s is a file, not a directory: give the records_dir it belongs to (or its negotiations folder); a log file alone cannot be verified, its chains begin in the files before it", dir)
+		case slices.ContainsFunc(seen, func(s os.FileInfo) bool { return os.SameFile(s, fi) }):
+			fmt.Fprintf(out, "verify-log: %s: given before; verified once\n", dir)
+			continue
+		}
+		seen = append(seen, fi)
 		if err := verifyLogDir(out, dir); err != nil {
 			return err
 		}

@@ -162,12 +162,26 @@ func TestVerifyLogNeedsLogs(t *testing.T) {
 			t.Errorf("verify-log %s said %q, want the counts", dir, out.String())
 		}
 	}
+	// A log file alone is refused with what to give instead, and a
+	// directory given twice is verified once (helper-140).
+	files, _ := filepath.Glob(filepath.Join(recDir, "negotiations", "*.jsonl"))
+	var out bytes.Buffer
+	if len(files) != 1 {
+		t.Fatalf("log files %v, want one", files)
+	}
+	if err := verifyLog(&out, files[0]); err == nil || !strings.Contains(err.Error(), "is a file, not a directory: give the records_dir") {
+		t.Errorf("verify-log on a log file: %v, want it refused naming the records_dir", err)
+	}
+	out.Reset()
+	if err := verifyLog(&out, recDir, recDir+"/"); err != nil || strings.Count(out.String(), "every chain is intact") != 1 || !strings.Contains(out.String(), "given before; verified once") {
+		t.Errorf("verify-log on one directory twice: %v, %q; want it verified once", err, out.String())
+	}
 	// An emptied log is not reported intact (helper-130).
 	logs, _ := filepath.Glob(filepath.Join(recDir, "negotiations", "*.jsonl"))
 	if len(logs) != 1 || os.Truncate(logs[0], 0) != nil {
 		t.Fatalf("cannot empty the log: %v", logs)
 	}
-	var out bytes.Buffer
+	out.Reset()
 	if err := verifyLog(&out, recDir); err == nil || !strings.Contains(err.Error(), "1 file holds no records: nothing to verify") || strings.Contains(out.String(), "intact") {
 		t.Errorf("verify-log of an emptied log: %v %q, want an error saying nothing to verify", err, out.String())
 	}

@@ -54,7 +54,7 @@ func TestLogFIFOAtPath(t *testing.T) {
 			}
 			// A FIFO named as a log file is refused by OpenLog and
 			// verify-log: the operator removes it.
-			if _, err := VerifyDirStats(dir); err == nil || !strings.Contains(err.Error(), "is not a regular file") {
+			if _, err := VerifyDirStats(dir); err == nil || !strings.Contains(err.Error(), "is a FIFO (named pipe)") {
 				t.Errorf("VerifyDirStats with the FIFO there: %v, want it refused", err)
 			}
 			if err := os.Remove(path); err != nil {

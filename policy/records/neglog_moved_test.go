@@ -376,7 +376,7 @@ func TestLogFileSymlinkRefused(t *testing.T) {
 	if err := os.Symlink(elsewhere, last); err != nil {
 		t.Skipf("symlink: %v", err)
 	}
-	if _, err := OpenLog(LogOptions{Dir: dir}); err == nil || !strings.Contains(err.Error(), last+" is named as a negotiation log file but is not a regular file") {
+	if _, err := OpenLog(LogOptions{Dir: dir}); err == nil || !strings.Contains(err.Error(), last+" is named as a negotiation log file but is a symbolic link") {
 		t.Fatalf("OpenLog: %v, want the symlink refused", err)
 	}
 	if err := CheckLog(dir); err == nil {

@@ -161,7 +161,7 @@ func listLogFiles(dir string) ([]logFile, error) {
 			continue
 		}
 		if !e.Type().IsRegular() {
-			return nil, fmt.Errorf("records: %s is named as a negotiation log file but is not a regular file (%v): the log is regular files only; put the file itself there, or move it out of the directory", filepath.Join(dir, e.Name()), e.Type())
+			return nil, fmt.Errorf("records: %s is named as a negotiation log file but is %s: the log is regular files only; put the file itself there, or move it out of the directory", filepath.Join(dir, e.Name()), fileKind(e.Type()))
 		}
 		files = append(files, lf)
 	}
@@ -175,6 +175,23 @@ func listLogFiles(dir string) ([]logFile, error) {
 		return a.num - b.num
 	})
 	return files, nil
+}
+
+// fileKind names a file type that is not a regular file, for errors.
+func fileKind(t os.FileMode) string {
+	switch {
+	case t&os.ModeSymlink != 0:
+		return "a symbolic link"
+	case t.IsDir():
+		return "a directory"
+	case t&os.ModeNamedPipe != 0:
+		return "a FIFO (named pipe)"
+	case t&os.ModeSocket != 0:
+		return "a socket"
+	case t&os.ModeDevice != 0:
+		return "a device"
+	}
+	return fmt.Sprintf("not a regular file (%v)", t)
 }
 
 // parseLogName parses negotiations-YYYY-MM-DD-NNNN.jsonl (NNNN at least
