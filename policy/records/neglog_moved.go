@@ -38,63 +38,80 @@ func (l *Log) atPathLocked(size bool) bool {
 	return pi.Size() >= l.curSize // a failed write may have added part of a line; a smaller file was copied over
 }
 
-// heldAtPathLocked returns how many of the pending lines, from the
-// first, the file now at the current file's path ends with, and whether
-// it ends mid-line. A copy of the file put back in its place holds the
-// lines written before the copy was taken: they are not written again,
-// and the copy is fsynced (under always and group) before their records
-// are acknowledged; if it cannot be, they are written again. A copy
-// taken while the file was written may end mid-line. Anything but a
-// regular file at the path holds none (a FIFO is opened non-blocking:
-// it does not hold the log's lock).
-func (l *Log) heldAtPathLocked() (held int, cut bool) {
+// heldAtPathLocked returns the pending lines the file now at the
+// current file's path does not hold (to write again), how many it does
+// hold, and whether it holds a cut-off line or a line that is no
+// record. A pending line is held when the file holds it whole, after a
+// newline or at its start, after the held lines before it: a copy of
+// the file put back in its place holds the lines written before the
+// copy was taken, and the file itself, grown by a line appended by
+// hand, holds every one (helper-141: all were written again, and once
+// the foreign line was cut off verify-log found them twice). A line
+// the log appended to a copy that ends mid-line is glued to it, not
+// held: written again, and the cut named. The file is fsynced (under
+// always and group) before the records it holds are acknowledged; if
+// it cannot be, every line is written again. Anything but a regular
+// file at the path holds none (a FIFO is opened non-blocking: it does
+// not hold the log's lock).
+func (l *Log) heldAtPathLocked() (again []byte, held int, cut bool) {
+	all := l.pend[:l.pendEnd(len(l.pendEnds))]
 	if li, err := os.Lstat(l.curPath()); err != nil || !li.Mode().IsRegular() {
-		return 0, false // a symlink holds nothing: what it names is not in records_dir
+		return all, 0, false // a symlink holds nothing: what it names is not in records_dir
 	}
 	f, err := os.OpenFile(l.curPath(), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return 0, false
+		return all, 0, false
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
-		return 0, false
+		return all, 0, false
 	}
 	// The pending lines, after up to 1 MiB of a line a copy may end in
-	// cut short (a record is far smaller), and the byte before them.
+	// cut short or lines appended by hand, and the byte before them.
 	tail := make([]byte, min(fi.Size(), int64(len(l.pend))+1<<20+1))
 	atStart := int64(len(tail)) == fi.Size() // tail[0] is the file's first byte
 	if _, err := f.ReadAt(tail, fi.Size()-int64(len(tail))); err != nil {
-		return 0, false
+		return all, 0, false
 	}
 	cut = tail[len(tail)-1] != '\n'
 	if cut {
 		// What the copy holds whole: up to its last newline.
 		tail = tail[:bytes.LastIndexByte(tail, '\n')+1]
 	}
-	for k := len(l.pendEnds); k > 0; k-- {
-		m := l.pend[:l.pendEnds[k-1]]
-		if !bytes.HasSuffix(tail, m) {
+	from := 0 // where in tail the next pending line may be
+	for k := range l.pendEnds {
+		line := l.pend[l.pendEnd(k):l.pendEnds[k]]
+		at := -1
+		for i := from; i <= len(tail)-len(line); {
+			j := bytes.Index(tail[i:], line)
+			if j < 0 {
+				break
+			}
+			p := i + j
+			if (p == 0 && atStart) || (p > 0 && tail[p-1] == '\n') {
+				at = p
+				break
+			}
+			// Glued to a line before it (a cut-off line): not held.
+			cut = true
+			i = p + 1
+		}
+		if at < 0 {
+			again = append(again, line...)
 			continue
 		}
-		// Held only as whole lines: after a newline, or at the file's
-		// start. Lines the log appended to a copy written over the file
-		// in place that ends mid-line are glued to that line, which
-		// verify-log cannot read: written again, and the cut named.
-		if start := len(tail) - len(m); (start == 0 && atStart) || (start > 0 && tail[start-1] == '\n') {
-			held = k
-		} else {
-			cut = true
-		}
-		break
+		held++
+		from = at + len(line)
 	}
 	// A line cut inside the file (truncated in place while the log
-	// wrote: the next lines went after the cut) is named too.
+	// wrote: the next lines went after the cut), or one appended by
+	// hand, is named too.
 	cut = cut || brokenLine(tail, atStart)
 	if held > 0 && l.policy != FsyncOff && f.Sync() != nil {
-		held = 0
+		return all, 0, cut
 	}
-	return held, cut
+	return again, held, cut
 }
 
 // brokenLine reports whether a line of tail (whole lines, from a
@@ -134,6 +151,8 @@ type movedPlan struct {
 	// again is how many records are written again (from >= 0: counted
 	// as they are).
 	again int
+	// lines are, when from < 0, the pending lines to write again.
+	lines []byte
 	// cut: the file now at the path holds, after those, a cut-off line
 	// or bytes the log did not write there.
 	cut bool
@@ -162,8 +181,8 @@ func (l *Log) planMovedLocked() movedPlan {
 			return movedPlan{from: from, held: held, cut: cut}
 		}
 	}
-	held, cut := l.heldAtPathLocked()
-	return movedPlan{from: -1, held: held, again: len(l.pendEnds) - held, cut: cut}
+	lines, held, cut := l.heldAtPathLocked()
+	return movedPlan{from: -1, held: held, again: len(l.pendEnds) - held, lines: lines, cut: cut}
 }
 
 // sharedPrefixLocked returns the length of the whole lines the file now
@@ -296,9 +315,9 @@ func (l *Log) movedMessageLocked(oldPath, newPath string, plan movedPlan) string
 		msg += fmt.Sprintf(" (the file now at its path holds the %s before them)", plural.Count(plan.held, "record", "records"))
 	case read:
 	case plan.held > 0 && plan.again > 0:
-		msg += fmt.Sprintf(" (the file now at its path ends with the %s before them)", plural.Count(plan.held, "record", "records"))
+		msg += fmt.Sprintf(" (the file now at its path holds the other %s)", plural.Count(plan.held, "record", "records"))
 	case plan.held > 0:
-		msg += fmt.Sprintf(" (the file now at its path ends with the %s)", plural.Count(plan.held, "record", "records"))
+		msg += fmt.Sprintf(" (the file now at its path holds the %s)", plural.Count(plan.held, "record", "records"))
 	}
 	switch {
 	case l.closed:

@@ -152,9 +152,8 @@ func (l *Log) replaceMovedLocked(day string, num int, lazy bool) error {
 		size, err = io.Copy(c, io.NewSectionReader(l.f, plan.from, l.curSize-plan.from))
 		plan.again = c.n
 	case plan.from < 0 && plan.again > 0:
-		again := l.pend[l.pendEnd(plan.held):]
-		_, err = f.Write(again)
-		size = int64(len(again))
+		_, err = f.Write(plan.lines)
+		size = int64(len(plan.lines))
 	}
 	if err == nil && size > 0 && l.policy != FsyncOff {
 		err = f.Sync()
