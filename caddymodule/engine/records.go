@@ -256,7 +256,13 @@ func (rs *recordState) closeLocked() {
 		_ = flushChains(rs.chains, rs.logger, nil)
 	}
 	if rs.log != nil {
-		_ = rs.log.Close()
+		// A failure here loses records (the last fsync, or a moved
+		// file's records that could not be written again): said.
+		if err := rs.log.Close(); err != nil {
+			if lg := rs.movedLogger.Load(); lg != nil {
+				lg.Error("closing the negotiation log", zap.String("records_dir", rs.dir), zap.Error(err))
+			}
+		}
 		rs.log = nil
 	}
 	rs.unlockDirLocked()

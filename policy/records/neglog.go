@@ -223,6 +223,7 @@ type Log struct {
 	checkedAt time.Time // the last check under FsyncOff, by l.now
 	leaving   bool      // the current file was found moved, and no new file has taken its lines yet (rotateLocked)
 	told      bool      // while leaving: LogOptions.Moved was told of it already (replaceMovedLocked)
+	recreated bool      // the log directory was gone and createLocked made it again; told with the next Moved
 	moved     func(msg string)
 
 	kick        chan struct{} // wakes the flusher; buffered 1
@@ -525,6 +526,13 @@ func (l *Log) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var err error
+	if l.f != nil && l.failed != nil && l.retryable && l.fi != nil && (l.leaving || !l.atPathLocked(false)) {
+		// A file found moved whose records could not be written again
+		// yet: one last try now, as the descriptor that holds them
+		// closes (helper-141: they were lost without a word).
+		l.failed, l.retryable = nil, false
+		err = l.rotateLocked(l.curDay, l.curNum+1, true)
+	}
 	if l.f != nil && l.failed == nil {
 		// A file moved since the last check (under every policy: one
 		// removed while no record came is found here too) gets what it

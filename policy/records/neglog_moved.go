@@ -297,6 +297,10 @@ func (l *Log) resetPendingLocked() {
 // line (plan).
 func (l *Log) movedMessageLocked(oldPath, newPath string, plan movedPlan) string {
 	msg := oldPath + " was removed, moved, replaced or copied over under the running gateway"
+	if l.recreated {
+		msg += " (its folder was gone, and was created again)"
+		l.recreated = false
+	}
 	read := plan.from >= 0 // read back from the file held open: nothing it held is lost
 	switch n := plan.again; {
 	case n > 0 && read:

@@ -753,3 +753,57 @@ func TestLogLineAppendedByHandHoldsRecords(t *testing.T) {
 		})
 	}
 }
+
+// TestLogDirRemovedRecreated: the log's directory removed under it
+// (with the file it writes) is created again at the next check, and the
+// records the file held are written into it, read back from the file
+// the log holds open; the ERROR says the folder was made again
+// (helper-141: records failed until an operator made it, and a gateway
+// stopped before that lost every record the file held).
+func TestLogDirRemovedRecreated(t *testing.T) {
+	l, dir, msgs := movedLog(t, FsyncGroup, func() time.Time { return day1 })
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	mustAppend(t, l, "B", gateRecord(OutcomeAccepted))
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "its folder was gone, and was created again") || !strings.Contains(m[0], "the 3 records it held") {
+		t.Fatalf("Moved told %q, want the folder made again and the 3 records written again", m)
+	}
+	if st, err := VerifyDirStats(dir); err != nil || st.Records != 3 || st.Chains != 2 {
+		t.Fatalf("VerifyDirStats = %+v, %v; want the 3 records", st, err)
+	}
+}
+
+// TestLogCloseTriesMovedRecordsOnce: a file found moved whose records
+// could not be written again yet (the new file could not be created) is
+// tried once more at Close, before the descriptor that holds them
+// closes, without waiting for LogRetryInterval (helper-141: they were
+// lost without a word).
+func TestLogCloseTriesMovedRecordsOnce(t *testing.T) {
+	l, dir, msgs := movedLog(t, FsyncGroup, func() time.Time { return day1 })
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+	if err := os.Remove(currentPath(t, l)); err != nil {
+		t.Fatal(err)
+	}
+	// As replaceMovedLocked leaves it when the new file cannot be
+	// created: the file held open, the log failed until the retry.
+	l.mu.Lock()
+	l.leaving = true
+	l.failWriteLocked(errors.New("records: create negotiation log file: injected"))
+	l.mu.Unlock()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "the 2 records it held") {
+		t.Fatalf("Moved told %q, want the 2 records written again at Close", m)
+	}
+	if st, err := VerifyDirStats(dir); err != nil || st.Records != 2 {
+		t.Fatalf("VerifyDirStats = %+v, %v; want the 2 records", st, err)
+	}
+}

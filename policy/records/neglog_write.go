@@ -187,11 +187,22 @@ func (l *Log) ackMovedLocked() {
 }
 
 // createLocked creates the file for day with the first free number >=
-// num, open to append and to read (planMovedLocked reads it back).
+// num, open to append and to read (planMovedLocked reads it back). A
+// log directory removed or moved under the log is created again
+// (l.recreated), so that the records a file moved with it held, and
+// the next ones, have somewhere to go (helper-141: they failed until
+// an operator made it, and a gateway stopped before lost them).
 func (l *Log) createLocked(day string, num int) (*os.File, os.FileInfo, int, error) {
 	for ; ; num++ {
 		path := filepath.Join(l.dir, logName(day, num))
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o640)
+		if errors.Is(err, os.ErrNotExist) {
+			if merr := os.MkdirAll(l.dir, 0o750); merr == nil {
+				l.recreated = true
+				_ = syncDir(filepath.Dir(l.dir))
+				f, err = os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o640)
+			}
+		}
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
