@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -125,7 +126,9 @@ func (rs *recordState) unlockDirLocked() {
 // longer names the file locked, the lock is taken again at the path
 // (a WARN), or, when another gateway took it meanwhile, an ERROR names
 // that gateway, once until it is resolved: both then write the
-// directory, and its hash chains break, until one stops.
+// directory, and its hash chains break, until one stops. A lock that
+// cannot be taken for another reason (the directory gone, a directory
+// at the lock's path) is a WARN, once, and tried again each second.
 func (rs *recordState) checkLock(logger *zap.Logger) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -145,11 +148,20 @@ func (rs *recordState) checkLock(logger *zap.Logger) {
 	rs.lock = nil
 	if err := rs.lockDirLocked(dir); err != nil {
 		rs.lock = old // still ours: released at close
-		if !rs.lockLost {
-			rs.lockLost = true
+		if rs.lockLost {
+			return
+		}
+		rs.lockLost = true
+		var held *heldError
+		if errors.As(err, &held) {
 			logger.Error("gateway.lock was removed or replaced under the gateway, and another gateway has locked records_dir since: both write it, and its hash chains break, until one stops",
 				zap.String("records_dir", dir), zap.Error(err))
+			return
 		}
+		// Not another gateway: the directory gone, a directory put at
+		// the lock's path. Tried again each second.
+		logger.Warn("gateway.lock was removed or replaced under the gateway and cannot be locked again yet: until it is, another gateway could take records_dir",
+			zap.String("records_dir", dir), zap.Error(err))
 		return
 	}
 	_ = old.Close()

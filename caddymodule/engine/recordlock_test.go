@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.uber.org/zap"
@@ -63,5 +64,21 @@ func TestRecordsDirLockRemoved(t *testing.T) {
 	errs := logs.FilterLevelExact(zap.ErrorLevel)
 	if errs.Len() != 1 || errs.FilterMessageSnippet("another gateway has locked records_dir since").Len() != 1 {
 		t.Fatalf("ERROR lines %v, want one naming the other gateway", errs.All())
+	}
+
+	// A directory put at the lock's path is not another gateway: a WARN
+	// (helper-141: the ERROR blamed one).
+	third.close()
+	first.checkLock(logger) // locked again
+	removeLock()
+	if err := os.Mkdir(filepath.Join(dir, lockFile), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	before := logs.Len()
+	first.checkLock(logger)
+	first.checkLock(logger)
+	added := logs.All()[before:]
+	if len(added) != 1 || added[0].Level != zap.WarnLevel || !strings.Contains(added[0].Message, "cannot be locked again yet") {
+		t.Fatalf("lines for a directory at the lock's path: %v, want one WARN", added)
 	}
 }
