@@ -12,8 +12,13 @@ import (
 
 // manifestWatchRetry is the wait of Client.WatchManifest after its
 // subscription failed (Redis does not answer), before subscribing
-// again.
-const manifestWatchRetry = time.Second
+// again; manifestWatchRefusedRetry the wait after Redis refused it (an
+// ACL without the channel), as long as the health check's interval,
+// which rebuilds the manifest meanwhile: no new connection each second.
+const (
+	manifestWatchRetry        = time.Second
+	manifestWatchRefusedRetry = 5 * time.Second
+)
 
 // manifestWatchIdle is how long the watch waits for a message before
 // it pings its connection; a ping not answered by the next wait (a
@@ -34,8 +39,9 @@ func (c *Client) manifestChannel() string { return c.globalKey(manifestKeyName) 
 // version given meanwhile was not heard). changed runs on the watch's
 // goroutine, one call at a time (a call that takes long delays the
 // next). While Redis does not answer, the watch subscribes again each
-// manifestWatchRetry (1 s). It returns when ctx is done or the client
-// is closed.
+// manifestWatchRetry (1 s); while it refuses, each
+// manifestWatchRefusedRetry (5 s). It returns when ctx is done or the
+// client is closed.
 //
 // The watch speeds up what the host's health check does every 5 s
 // (store.ManifestVersions.Current); it is not relied on: a message lost
@@ -56,21 +62,25 @@ func (c *Client) WatchManifest(ctx context.Context, changed func()) {
 	refused := "" // the refusal logged, until a subscription succeeds
 	for ctx.Err() == nil {
 		err := c.watchManifestOnce(ctx, changed)
+		wait := manifestWatchRetry
 		var rerr redis.Error
 		switch {
 		case err == nil:
 			refused = ""
-		case errors.As(err, &rerr) && err.Error() != refused && c.log != nil:
+		case errors.As(err, &rerr):
 			// Redis answered, and refused (an ACL without SUBSCRIBE or
 			// the channel): said once. An outage is the health check's
 			// to log.
+			wait = manifestWatchRefusedRetry
+			if err.Error() != refused && c.log != nil {
+				c.log.Warn("store redis: the manifest watch was refused; another node's persistent synthesis reaches this node's manifest at its next health check (within 5 s) instead of at once. Grant SUBSCRIBE and PUBLISH on the channel (docs/cluster.md, Redis settings that matter)",
+					zap.String("channel", c.manifestChannel()), zap.Error(err))
+			}
 			refused = err.Error()
-			c.log.Warn("store redis: the manifest watch was refused; another node's persistent synthesis reaches this node's manifest at its next health check (within 5 s) instead of at once. Grant SUBSCRIBE and PUBLISH on the channel (docs/cluster.md, Redis settings that matter)",
-				zap.String("channel", c.manifestChannel()), zap.Error(err))
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(manifestWatchRetry):
+		case <-time.After(wait):
 		}
 	}
 }

@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -201,13 +203,42 @@ func TestWatchManifestRefused(t *testing.T) {
 	for logs.Len() == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(3 * manifestWatchRetry) // three more refusals
+	time.Sleep(manifestWatchRefusedRetry + manifestWatchRetry) // one more refusal
 	if got := logs.FilterMessageSnippet("the manifest watch was refused").Len(); got != 1 || logs.Len() != 1 {
 		t.Fatalf("%d WARN lines, %d of them the refusal; want it once: %v", logs.Len(), got, logs.All())
+	}
+	// Each refusal a new connection: one each manifestWatchRefusedRetry,
+	// not each second (helper-141).
+	const window = 10 * time.Second
+	before := connectionsReceived(t, srv.Addr())
+	time.Sleep(window)
+	if n := connectionsReceived(t, srv.Addr()) - before; n > 4 {
+		t.Fatalf("%d connections in %s while refused, want at most 4 (the watch's and the INFO read's)", n, window)
 	}
 	if calls() != 0 {
 		t.Fatalf("the refused watch was called %d times", calls())
 	}
 	grant("allchannels")
 	waitCalls(t, calls, 1, "subscribing once the channel is granted")
+}
+
+// connectionsReceived is INFO stats total_connections_received, read on
+// a connection of its own (counted).
+func connectionsReceived(t *testing.T, addr string) int {
+	t.Helper()
+	info, err := redistest.Do(addr, "INFO", "stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ln := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(ln), "total_connections_received:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no total_connections_received in %q", info)
+	return 0
 }
