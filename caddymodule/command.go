@@ -124,9 +124,12 @@ docs/recipes.md "Starting from OpenAPI" has the rules.`,
 // without any log file is an error, not a success: it is most often the
 // wrong one (the parent of the records_dirs, a typo'd name).
 func verifyLog(out io.Writer, dirs ...string) error {
-	var seen []os.FileInfo
+	var seen []os.FileInfo // the log folders verified
 	for _, dir := range dirs {
 		fi, err := os.Stat(dir)
+		if err == nil && fi.IsDir() && isDir(filepath.Join(dir, "negotiations")) {
+			fi, err = os.Stat(filepath.Join(dir, "negotiations")) // a records_dir and its negotiations folder are one log
+		}
 		switch {
 		case err != nil:
 			return fmt.Errorf("verify-log: %w", err)

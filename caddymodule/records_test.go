@@ -173,7 +173,7 @@ func TestVerifyLogNeedsLogs(t *testing.T) {
 		t.Errorf("verify-log on a log file: %v, want it refused naming the records_dir", err)
 	}
 	out.Reset()
-	if err := verifyLog(&out, recDir, recDir+"/"); err != nil || strings.Count(out.String(), "every chain is intact") != 1 || !strings.Contains(out.String(), "given before; verified once") {
+	if err := verifyLog(&out, recDir, recDir+"/", filepath.Join(recDir, "negotiations")); err != nil || strings.Count(out.String(), "every chain is intact") != 1 || !strings.Contains(out.String(), "given before; verified once") {
 		t.Errorf("verify-log on one directory twice: %v, %q; want it verified once", err, out.String())
 	}
 	// An emptied log is not reported intact (helper-130).

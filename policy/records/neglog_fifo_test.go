@@ -94,8 +94,8 @@ func TestLogSymlinkAtPath(t *testing.T) {
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if m := msgs(); len(m) != 1 {
-			t.Fatalf("loop %v: Moved told %q, want one message", loop, m)
+		if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "what is now at its path is not a regular file") {
+			t.Fatalf("loop %v: Moved told %q, want one message, naming the symlink to remove", loop, m)
 		}
 		if err := os.Remove(path); err != nil {
 			t.Fatal(err)

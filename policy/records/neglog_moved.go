@@ -156,6 +156,9 @@ type movedPlan struct {
 	// cut: the file now at the path holds, after those, a cut-off line
 	// or bytes the log did not write there.
 	cut bool
+	// odd: what is at the path is not a regular file (a symlink, a
+	// FIFO), which the next start and verify-log refuse.
+	odd bool
 }
 
 // none reports whether the plan writes nothing again.
@@ -175,6 +178,15 @@ func (p movedPlan) none(l *Log) bool {
 // place (the same file: what it held is gone) or one a failure closed:
 // the pending lines the file at the path does not end with.
 func (l *Log) planMovedLocked() movedPlan {
+	li, err := os.Lstat(l.curPath())
+	odd := err == nil && !li.Mode().IsRegular()
+	p := l.planMovedAtLocked()
+	p.odd = odd
+	return p
+}
+
+// planMovedAtLocked is planMovedLocked without odd.
+func (l *Log) planMovedAtLocked() movedPlan {
 	if l.f != nil {
 		if pi, err := os.Lstat(l.curPath()); err != nil || !os.SameFile(l.fi, pi) {
 			from, held, cut := l.sharedPrefixLocked()
@@ -335,6 +347,9 @@ func (l *Log) movedMessageLocked(oldPath, newPath string, plan movedPlan) string
 	}
 	if plan.cut {
 		msg += "; the file now at its path holds a cut-off line, or bytes the gateway did not write, which verify-log and the gateway's next start refuse: cut that line off or restore the file"
+	}
+	if plan.odd {
+		msg += "; what is now at its path is not a regular file (a symbolic link, a FIFO), which verify-log and the gateway's next start refuse: remove it"
 	}
 	return msg
 }
