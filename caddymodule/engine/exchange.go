@@ -158,6 +158,11 @@ type exchange struct {
 	// carries an action_id (RCNS §16.2).
 	stateChanging bool
 	replayed      bool
+	// keyRefused: the request's Idempotency-Key refused it (another
+	// request holds the key in flight, or used it for something else)
+	// before anything was evaluated (claim): no gate record is written,
+	// as on the contract path a later racer takes.
+	keyRefused bool
 	// minted is the contract this request synthesized, if any; joined
 	// the active contract of the pair a concurrent gate request of the
 	// same agent minted, which this one runs under instead

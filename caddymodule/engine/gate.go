@@ -26,7 +26,7 @@ func (h *Engine) gateway(x *exchange, req *request) {
 	if optIn {
 		defer func() {
 			switch {
-			case x.replayed:
+			case x.replayed, x.keyRefused:
 			case x.minted != nil, x.joined != nil:
 				h.metrics.gateEvaluation("accepted", "")
 			default:
@@ -36,7 +36,7 @@ func (h *Engine) gateway(x *exchange, req *request) {
 	}
 	if optIn {
 		x.beforeWrite = func(int) {
-			if x.replayed {
+			if x.replayed || x.keyRefused { // not evaluated: no record, whichever path a racer took
 				return
 			}
 			requested := map[string]any{"method": x.method, "path": x.path, "allow_rcns": true}

@@ -73,12 +73,15 @@ func (h *Engine) claim(x *exchange, req *request, lease time.Duration) bool {
 		x.replay(cl.Response)
 	case idempotency.Mismatch:
 		h.metrics.idempotency("conflict")
+		x.keyRefused = true
 		x.fail(agtp.IdempotencyKeyReused.New("this Idempotency-Key was used for a different request (method, target or body, or for another person behind this agent); use a new key"))
 	case idempotency.OtherContract:
 		h.metrics.idempotency("conflict")
+		x.keyRefused = true
 		x.fail(agtp.IdempotencyKeyReused.New("this Idempotency-Key holds the answer for another contract than the one presented (its 461 preview or its result); use a new key"))
 	case idempotency.InFlight:
 		h.metrics.idempotency("in_flight")
+		x.keyRefused = true
 		h.failInFlight(x, cl.Hold)
 	case idempotency.OutcomeUnknown:
 		h.metrics.idempotency("outcome_unknown")
