@@ -148,8 +148,12 @@ func verifyFile(path string, heads map[string]logHead, nodes map[string]bool, ne
 			want.hash = ZeroHash
 		}
 		if rec.seq != want.seq+1 {
+			why := "records missing before it (removed or edited, or the files before it moved away)"
+			if rec.seq <= want.seq {
+				why = "the agent's chain already went past it: a record repeated (a file moved back, or copied in twice) or out of order"
+			}
 			return &VerifyError{File: path, Line: lineNo, AgentID: rec.agentID,
-				Reason: fmt.Sprintf("seq %d, want %d", rec.seq, want.seq+1)}
+				Reason: fmt.Sprintf("seq %d, want %d: %s", rec.seq, want.seq+1, why)}
 		}
 		if rec.prev != want.hash {
 			return &VerifyError{File: path, Line: lineNo, AgentID: rec.agentID,
