@@ -176,7 +176,8 @@ func (p movedPlan) none(l *Log) bool {
 // read back from it: the records of a file removed are all written
 // again, not only those since the last check. A file copied over it in
 // place (the same file: what it held is gone) or one a failure closed:
-// the pending lines the file at the path does not end with.
+// the pending lines the file at the path does not hold
+// (heldAtPathLocked). odd: what is at the path is no regular file.
 func (l *Log) planMovedLocked() movedPlan {
 	li, err := os.Lstat(l.curPath())
 	odd := err == nil && !li.Mode().IsRegular()

@@ -64,9 +64,9 @@ func (l *Log) writeLocked(now time.Time, line []byte) error {
 }
 
 // openAppend opens the log file at path to append to it (and to read
-// it back: planMovedLocked), with its identity. Non-blocking: a FIFO put at the path fails here rather than
-// hold the log's lock until something reads it; anything but a regular
-// file is refused.
+// it back: planMovedLocked), with its identity. Non-blocking: a FIFO
+// put at the path fails here rather than hold the log's lock until
+// something reads it; anything but a regular file is refused.
 func openAppend(path string) (*os.File, os.FileInfo, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|syscall.O_NONBLOCK, 0)
 	if err != nil {
