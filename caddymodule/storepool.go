@@ -679,9 +679,11 @@ func newPooledRedis(ctx context.Context, cfg redisstore.Config, required bool, l
 // or two, where the health check alone (SyncManifest, every
 // storeHealthUp) took up to 5 s. It stops with the health checks. A
 // panic in a rebuild (a defect) is logged at ERROR, throttled as the
-// health check's, and the watch goes on.
+// health check's, and the watch goes on; one in the watch itself is
+// logged and ends it (the health check keeps the manifests in step).
 func (p *pooledRedis) watchManifest() {
 	defer close(p.watchDone)
+	defer recovered.Guard(p.logger, "panic in the Redis store's manifest watch; it stops, and the health check keeps the manifests in step", zap.Strings("address", p.cfg.Addrs))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
