@@ -53,9 +53,9 @@ func (l *Log) atPathLocked(size bool) bool {
 // it cannot be, every line is written again. Anything but a regular
 // file at the path holds none (a FIFO is opened non-blocking: it does
 // not hold the log's lock).
-func (l *Log) heldAtPathLocked() (again []byte, held int, cut bool) {
+func (l *Log) heldAtPathLocked(regular bool) (again []byte, held int, cut bool) {
 	all := l.pend[:l.pendEnd(len(l.pendEnds))]
-	if li, err := os.Lstat(l.curPath()); err != nil || !li.Mode().IsRegular() {
+	if !regular {
 		return all, 0, false // a symlink holds nothing: what it names is not in records_dir
 	}
 	f, err := os.OpenFile(l.curPath(), os.O_RDONLY|syscall.O_NONBLOCK, 0)
@@ -177,37 +177,33 @@ func (p movedPlan) none(l *Log) bool {
 // again, not only those since the last check. A file copied over it in
 // place (the same file: what it held is gone) or one a failure closed:
 // the pending lines the file at the path does not hold
-// (heldAtPathLocked). odd: what is at the path is no regular file.
+// (heldAtPathLocked). odd: what is at the path is no regular file. The
+// path is read with one Lstat, which both are given.
 func (l *Log) planMovedLocked() movedPlan {
-	li, err := os.Lstat(l.curPath())
-	odd := err == nil && !li.Mode().IsRegular()
-	p := l.planMovedAtLocked()
-	p.odd = odd
-	return p
-}
-
-// planMovedAtLocked is planMovedLocked without odd.
-func (l *Log) planMovedAtLocked() movedPlan {
-	if l.f != nil {
-		if pi, err := os.Lstat(l.curPath()); err != nil || !os.SameFile(l.fi, pi) {
-			from, held, cut := l.sharedPrefixLocked()
-			return movedPlan{from: from, held: held, cut: cut}
-		}
+	li, err := os.Lstat(l.curPath()) // once: a symlink put at the path is not the file
+	regular := err == nil && li.Mode().IsRegular()
+	var p movedPlan
+	if l.f != nil && (err != nil || !os.SameFile(l.fi, li)) {
+		p.from, p.held, p.cut = l.sharedPrefixLocked(regular)
+	} else {
+		p.lines, p.held, p.cut = l.heldAtPathLocked(regular)
+		p.from, p.again = -1, len(l.pendEnds)-p.held
 	}
-	lines, held, cut := l.heldAtPathLocked()
-	return movedPlan{from: -1, held: held, again: len(l.pendEnds) - held, lines: lines, cut: cut}
+	p.odd = err == nil && !regular
+	return p
 }
 
 // sharedPrefixLocked returns the length of the whole lines the file now
 // at the current file's path begins with that the current file (held
 // open) begins with too, how many lines that is, and whether the file
 // at the path holds more after them (a cut-off line, or bytes the log
-// did not write). No regular file at the path shares none. When it
+// did not write). No regular file at the path (regular false, from
+// planMovedLocked's one Lstat) shares none. When it
 // shares some and the policy is not off, it is fsynced first, before
 // the records it holds are acknowledged; if it cannot be, it shares
 // none (they are written again).
-func (l *Log) sharedPrefixLocked() (from int64, lines int, more bool) {
-	if li, err := os.Lstat(l.curPath()); err != nil || !li.Mode().IsRegular() {
+func (l *Log) sharedPrefixLocked(regular bool) (from int64, lines int, more bool) {
+	if !regular {
 		return 0, 0, false // a symlink holds nothing: what it names is not in records_dir
 	}
 	p, err := os.OpenFile(l.curPath(), os.O_RDONLY|syscall.O_NONBLOCK, 0)
