@@ -40,8 +40,10 @@ func (l *Log) atPathLocked(size bool) bool {
 
 // heldAtPathLocked returns the pending lines the file now at the
 // current file's path does not hold (to write again), how many it does
-// hold, and whether it holds a cut-off line or a line that is no
-// record. A pending line is held when the file holds it whole, after a
+// hold, whether it holds a cut-off line or a line that is no record
+// (cut), and, when it is the log's own file grown, whether it holds
+// whole lines in the form of records the log did not write there
+// (foreign: a record's line copied onto its end by hand). A pending line is held when the file holds it whole, after a
 // newline or at its start, after the held lines before it: a copy of
 // the file put back in its place holds the lines written before the
 // copy was taken, and the file itself, grown by a line appended by
@@ -53,33 +55,34 @@ func (l *Log) atPathLocked(size bool) bool {
 // it cannot be, every line is written again. Anything but a regular
 // file at the path holds none (a FIFO is opened non-blocking: it does
 // not hold the log's lock).
-func (l *Log) heldAtPathLocked(regular bool) (again []byte, held int, cut bool) {
+func (l *Log) heldAtPathLocked(regular bool) (again []byte, held int, cut, foreign bool) {
 	all := l.pend[:l.pendEnd(len(l.pendEnds))]
 	if !regular {
-		return all, 0, false // a symlink holds nothing: what it names is not in records_dir
+		return all, 0, false, false // a symlink holds nothing: what it names is not in records_dir
 	}
 	f, err := os.OpenFile(l.curPath(), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return all, 0, false
+		return all, 0, false, false
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
-		return all, 0, false
+		return all, 0, false, false
 	}
 	// The pending lines, after up to 1 MiB of a line a copy may end in
 	// cut short or lines appended by hand, and the byte before them.
 	tail := make([]byte, min(fi.Size(), int64(len(l.pend))+1<<20+1))
 	atStart := int64(len(tail)) == fi.Size() // tail[0] is the file's first byte
 	if _, err := f.ReadAt(tail, fi.Size()-int64(len(tail))); err != nil {
-		return all, 0, false
+		return all, 0, false, false
 	}
 	cut = tail[len(tail)-1] != '\n'
 	if cut {
 		// What the copy holds whole: up to its last newline.
 		tail = tail[:bytes.LastIndexByte(tail, '\n')+1]
 	}
-	from := 0 // where in tail the next pending line may be
+	from := 0           // where in tail the next pending line may be
+	var heldBytes int64 // the held lines' length
 	for k := range l.pendEnds {
 		line := l.pend[l.pendEnd(k):l.pendEnds[k]]
 		at := -1
@@ -102,16 +105,25 @@ func (l *Log) heldAtPathLocked(regular bool) (again []byte, held int, cut bool) 
 			continue
 		}
 		held++
+		heldBytes += int64(len(line))
 		from = at + len(line)
 	}
 	// A line cut inside the file (truncated in place while the log
 	// wrote: the next lines went after the cut), or one appended by
 	// hand, is named too.
 	cut = cut || brokenLine(tail, atStart)
-	if held > 0 && l.policy != FsyncOff && f.Sync() != nil {
-		return all, 0, cut
+	if !cut && os.SameFile(l.fi, fi) {
+		// The log's own file, grown: at the last check it held exactly
+		// what the log wrote before the pending lines, so bytes past
+		// those and the held lines are whole lines someone else
+		// appended, records in form (a record's line copied by hand) or
+		// not (brokenLine).
+		foreign = fi.Size() > l.curSize-int64(len(all))+heldBytes
 	}
-	return again, held, cut
+	if held > 0 && l.policy != FsyncOff && f.Sync() != nil {
+		return all, 0, cut, foreign
+	}
+	return again, held, cut, foreign
 }
 
 // brokenLine reports whether a line of tail (whole lines, from a
@@ -156,6 +168,10 @@ type movedPlan struct {
 	// cut: the file now at the path holds, after those, a cut-off line
 	// or bytes the log did not write there.
 	cut bool
+	// foreign: the log's own file, grown, holds whole lines of record
+	// form the log did not write there (appended by hand). Not set
+	// with cut, which names them already.
+	foreign bool
 	// odd: what is at the path is not a regular file (a symlink, a
 	// FIFO), which the next start and verify-log refuse.
 	odd bool
@@ -186,7 +202,7 @@ func (l *Log) planMovedLocked() movedPlan {
 	if l.f != nil && (err != nil || !os.SameFile(l.fi, li)) {
 		p.from, p.held, p.cut = l.sharedPrefixLocked(regular)
 	} else {
-		p.lines, p.held, p.cut = l.heldAtPathLocked(regular)
+		p.lines, p.held, p.cut, p.foreign = l.heldAtPathLocked(regular)
 		p.from, p.again = -1, len(l.pendEnds)-p.held
 	}
 	p.odd = err == nil && !regular
@@ -344,6 +360,9 @@ func (l *Log) movedMessageLocked(oldPath, newPath string, plan movedPlan) string
 	}
 	if plan.cut {
 		msg += "; the file now at its path holds a cut-off line, or bytes the gateway did not write, which verify-log and the gateway's next start refuse: cut that line off or restore the file"
+	}
+	if plan.foreign {
+		msg += "; the file now at its path holds whole lines, in the form of records, that the gateway did not write there (appended by hand): they are not its records, and verify-log reads them as records; cut them off or restore the file"
 	}
 	if plan.odd {
 		msg += "; what is now at its path is not a regular file (a symbolic link, a FIFO), which verify-log and the gateway's next start refuse: remove it"

@@ -55,6 +55,15 @@ func (l *Log) writeLocked(now time.Time, line []byte) error {
 		}
 		l.f, l.fi = f, fi
 	}
+	if l.curSize > 0 && l.curSize+size > l.maxBytes {
+		// Only after a rotation above that found the current file moved
+		// and wrote what it held again in the new file: line goes in the
+		// next one if that leaves no room, so that no file passes
+		// MaxFileBytes (helper-141: the read-back and line did, by line).
+		if err := l.rotateLocked(day, l.curNum+1, false); err != nil {
+			return err
+		}
+	}
 	if _, err := l.f.Write(line); err != nil {
 		l.failWriteLocked(fmt.Errorf("records: write negotiation log: %w", err))
 		return l.failed
