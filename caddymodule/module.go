@@ -11,6 +11,7 @@ package caddymodule
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/engine"
@@ -95,7 +96,8 @@ func (h *Handler) setDefaults() {
 
 // Validate checks the configuration's values (Provision does the
 // loading): the engine's, the MCP door's and the store's.
-func (h *Handler) Validate() error {
+func (h *Handler) Validate() (err error) {
+	defer func() { err = moduleError(err) }()
 	if err := h.Config.Validate(); err != nil {
 		return err
 	}
@@ -115,6 +117,23 @@ func (h *Handler) Validate() error {
 	return h.validateStore()
 }
 
+// moduleError is err, from Validate or Provision, without the "rcns: "
+// the gateway's own errors begin with: Caddy names the module before
+// it ("provision http.handlers.rcns: "), which made it "rcns: rcns: ".
+// errors.Is and errors.As see err as before. Nil stays nil.
+func moduleError(err error) error {
+	if err == nil || !strings.HasPrefix(err.Error(), "rcns: ") {
+		return err
+	}
+	return unprefixedError{err}
+}
+
+// unprefixedError is an error whose text drops a leading "rcns: ".
+type unprefixedError struct{ err error }
+
+func (e unprefixedError) Error() string { return strings.TrimPrefix(e.err.Error(), "rcns: ") }
+func (e unprefixedError) Unwrap() error { return e.err }
+
 // states are the engines' States by rcns name, kept across reloads.
 var states = caddy.NewUsagePool()
 
@@ -127,7 +146,8 @@ type stateHolder struct{ *engine.State }
 // store is attached (the name's memory store, or a pooled Redis
 // client), the engine is registered under its name for the native
 // door, and the MCP door is built when configured.
-func (h *Handler) Provision(ctx caddy.Context) error {
+func (h *Handler) Provision(ctx caddy.Context) (err error) {
+	defer func() { err = moduleError(err) }()
 	h.setDefaults()
 	srv, _ := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
 	passOptionsStar(srv)
