@@ -677,28 +677,6 @@ func (d *driver) startAll(ctx context.Context, withOAuth bool) error {
 	return nil
 }
 
-// givenPorts are the ports freePort has returned: never twice, since
-// Caddy binds with SO_REUSEPORT and two of its listeners on one port
-// would both bind and share the connections.
-var givenPorts = map[int]bool{}
-
-// freePort returns a loopback port that was free a moment ago and that
-// it has not returned before.
-func freePort() (int, error) {
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if !givenPorts[port] {
-			givenPorts[port] = true
-			return port, nil
-		}
-	}
-}
-
 // waitHTTP waits until url answers below 500, or p (when given) exits.
 func waitHTTP(ctx context.Context, url string, within time.Duration, p *proc) error {
 	deadline := time.Now().Add(within)
