@@ -323,7 +323,7 @@ func livenessKilled(t *testing.T, w *clusterWorld) {
 	bin := cliBuild(t)
 	out, errOut, code := cliRun(t, bin, "key", "resolve", "-agent-id", agentOP, "-for", agentKilled, "-target-key", key,
 		"-reason", "booked: reservation checked by hand", "-result", `{"booked":true}`, w.B.URL+"/")
-	if code != 0 || !strings.Contains(out, `"action":"resolve"`) || !strings.Contains(out, `"state":"outcome-unknown"`) {
+	if code != 0 || !strings.Contains(out, `"action":"resolve"`) || !strings.Contains(out, `"state":"answered"`) || !strings.Contains(out, `"settled_state":"outcome-unknown"`) {
 		t.Fatalf("rcns-agent key resolve: exit %d\n%s%s", code, out, errOut)
 	}
 	if _, _, code := cliRun(t, bin, "key", "release", "-agent-id", agentOP, "-for", agentKilled, "-target-key", key, w.B.URL+"/"); code != 4 {

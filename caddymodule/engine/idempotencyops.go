@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/caddymodule/agtp"
@@ -169,11 +170,33 @@ func (h *Engine) settleKey(x *exchange, req *request, p map[string]any, reason s
 	}
 	x.log().Warn("an operator settled an outcome-unknown Idempotency-Key", zap.String("operator", x.agentID), zap.String("action", action),
 		zap.String("agent_id", agent), zap.String("key", key), zap.String("request", holdWhat(st)), zap.String("reason", recordedText(reason)))
-	granted := keyStateBody(agent, key, st)
+	granted := h.settledBody(x, agent, key, action, status, st)
 	h.negotiationRecord(x, records.KindRevoke, records.OutcomeAccepted, reason, requested, granted)
-	body := keyStateBody(agent, key, st)
+	body := maps.Clone(granted)
 	body["status"], body["target"], body["action"] = 200, "idempotency-key", action
 	x.write(200, agtp.MediaAGTP, body, nil)
+}
+
+// settledBody is the key's state after settleKey settled it, st being
+// the state it settled (outcome-unknown, whose holder it still names):
+// state "answered" with stored_status and the stored answer's
+// expires_at (read back: the window runs from the settle) after
+// resolve, "released" without expires_at after release (the next
+// request with the key runs), and settled_state st's (helper-144: the
+// answer said outcome-unknown, the state before).
+func (h *Engine) settledBody(x *exchange, agent, key, action string, status int, st idempotency.KeyState) map[string]any {
+	body := keyStateBody(agent, key, st)
+	body["settled_state"] = st.State
+	delete(body, "expires_at")
+	if action == "release" {
+		body["state"] = "released"
+		return body
+	}
+	body["state"], body["stored_status"] = idempotency.StateAnswered, status
+	if now, found, err := h.sto.Idempotency.Peek(x.ctx(), agent, key); err == nil && found && now.State == idempotency.StateAnswered {
+		body["expires_at"] = now.Expires.UTC().Format(time.RFC3339Nano)
+	}
+	return body
 }
 
 // holdWhat is the request a key's hold names, "" for none.

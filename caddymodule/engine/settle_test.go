@@ -1,0 +1,55 @@
+package engine
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSettleKeyAnswersStateAfter: REVOKE target=idempotency-key answers
+// the key's state after it settled it, naming the state it settled in
+// settled_state (helper-144: the answer said outcome-unknown, the state
+// before): resolve gives answered, the stored status and the stored
+// answer's expiry (the window from the settle, as INSPECT then reads
+// it); release gives released, with no expiry, and INSPECT then finds
+// no record.
+func TestSettleKeyAnswersStateAfter(t *testing.T) {
+	agentsDir, endpointsDir, recipesDir := srDocs(t)
+	upstream := srUpstream(t)
+	te := newTestEngine(t, func(c *Config) {
+		c.Agents = append(c.Agents, agentsDir)
+		c.Endpoints = append(c.Endpoints, endpointsDir)
+		c.Recipes = append(c.Recipes, recipesDir)
+		c.Upstreams = map[string]*UpstreamConfig{"bench": {URL: upstream}}
+	})
+	orphan := func(key string) {
+		srHeld(t, te, key, "FETCH", "/items/1", "", time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
+	}
+	str := func(a *srAnswer, name string) string { s, _ := a.body[name].(string); return s }
+
+	orphan("settle-resolve")
+	before := time.Now()
+	a := srCall("REVOKE", "/", srOp(), srParams(map[string]any{"target": "idempotency-key", "agent_id": testAgent, "key": "settle-resolve",
+		"action": "resolve", "status": 201, "result": map[string]any{"ok": true}}))(t, te)
+	if a.Status != 200 || str(a, "state") != "answered" || str(a, "settled_state") != "outcome-unknown" || a.body["stored_status"] != float64(201) ||
+		str(a, "node_id") != "other-node" || str(a, "action") != "resolve" {
+		t.Fatalf("resolve: %s\nwant 200, state answered, settled_state outcome-unknown, stored_status 201, node_id other-node", a)
+	}
+	exp, err := time.Parse(time.RFC3339Nano, str(a, "expires_at"))
+	if err != nil || exp.Before(before.Add(time.Duration(te.IdempotencyWindow))) {
+		t.Fatalf("resolve: expires_at %q (%v), want the window (%v) from the settle", str(a, "expires_at"), err, time.Duration(te.IdempotencyWindow))
+	}
+	in := srCall("INSPECT", "/", srOp(), srKeyOp("settle-resolve", ""))(t, te)
+	if in.Status != 200 || str(in, "state") != "answered" || str(in, "expires_at") != str(a, "expires_at") {
+		t.Fatalf("INSPECT after resolve: %s\nwant answered, expires_at %s", in, str(a, "expires_at"))
+	}
+
+	orphan("settle-release")
+	r := srCall("REVOKE", "/", srOp(), srKeyOp("settle-release", "release"))(t, te)
+	if _, has := r.body["expires_at"]; r.Status != 200 || str(r, "state") != "released" || str(r, "settled_state") != "outcome-unknown" || has {
+		t.Fatalf("release: %s\nwant 200, state released, settled_state outcome-unknown, no expires_at", r)
+	}
+	if in := srCall("INSPECT", "/", srOp(), srKeyOp("settle-release", ""))(t, te); in.Status != 404 {
+		t.Fatalf("INSPECT after release: %s\nwant 404 record-not-found", in)
+	}
+}
