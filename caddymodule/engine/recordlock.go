@@ -74,6 +74,14 @@ func (e *heldError) Error() string {
 // same recordState reopening dir (fsync changed) first releases it in
 // closeLocked.
 func (rs *recordState) lockDirLocked(dir string) error {
+	rs.lockMu.Lock()
+	defer rs.lockMu.Unlock()
+	return rs.takeDirLock(dir)
+}
+
+// takeDirLock is lockDirLocked with rs.lockMu held (rs.mu need not be:
+// checkLock).
+func (rs *recordState) takeDirLock(dir string) error {
 	l := flock.New(filepath.Join(dir, lockFile), flock.SetPermissions(0o640))
 	ok, err := l.TryLock()
 	if err != nil {
@@ -107,6 +115,8 @@ func (rs *recordState) lockDirLocked(dir string) error {
 // held; rs.mu is held. The owner file goes first: once unlocked, the
 // next holder writes its own.
 func (rs *recordState) unlockDirLocked() {
+	rs.lockMu.Lock()
+	defer rs.lockMu.Unlock()
 	if rs.lock == nil {
 		return
 	}
@@ -129,9 +139,12 @@ func (rs *recordState) unlockDirLocked() {
 // directory, and its hash chains break, until one stops. A lock that
 // cannot be taken for another reason (the directory gone, a directory
 // at the lock's path) is a WARN, once, and tried again each second.
+// It takes rs.lockMu, never rs.mu: open and close hold rs.mu while they
+// wait for the flusher to stop (helper-143: a reload that met a check
+// hung the gateway, every request after it waiting on rs.mu).
 func (rs *recordState) checkLock(logger *zap.Logger) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
+	rs.lockMu.Lock()
+	defer rs.lockMu.Unlock()
 	if rs.lock == nil || logger == nil {
 		return
 	}
@@ -146,7 +159,7 @@ func (rs *recordState) checkLock(logger *zap.Logger) {
 	dir := filepath.Dir(rs.lock.Path())
 	old := rs.lock
 	rs.lock = nil
-	if err := rs.lockDirLocked(dir); err != nil {
+	if err := rs.takeDirLock(dir); err != nil {
 		rs.lock = old // still ours: released at close
 		if rs.lockLost {
 			return

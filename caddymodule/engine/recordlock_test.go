@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -80,5 +81,56 @@ func TestRecordsDirLockRemoved(t *testing.T) {
 	added := logs.All()[before:]
 	if len(added) != 1 || added[0].Level != zap.WarnLevel || !strings.Contains(added[0].Message, "cannot be locked again yet") {
 		t.Fatalf("lines for a directory at the lock's path: %v, want one WARN", added)
+	}
+}
+
+// TestCheckLockWhileCloseWaits: the flusher's lock check does not wait
+// for rs.mu, which open and close hold while they wait for the flusher
+// to stop: with mu held (a close under way), a check still ends, and so
+// does a close that meets a check (helper-143: a reload that did hung
+// the gateway, every request after it waiting on mu, and a
+// configuration unload hung a test run for 10 minutes).
+func TestCheckLockWhileCloseWaits(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "records")
+	rs := &recordState{name: "close-waits"}
+	if err := rs.open(dir, records.FsyncOff, nil, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.close)
+	rs.mu.Lock()
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		rs.checkLock(zap.NewNop())
+	}()
+	select {
+	case <-checked:
+	case <-time.After(10 * time.Second):
+		rs.mu.Unlock() // lets the check, and the cleanup's close, end
+		t.Fatal("checkLock waited on rs.mu: a close holding it, waiting for the flusher, never ends")
+	}
+	rs.mu.Unlock()
+
+	// Open and close across the flusher's ticks (each second): none
+	// hangs.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		deadline := time.Now().Add(2500 * time.Millisecond)
+		for i := 0; time.Now().Before(deadline); i++ {
+			policy := records.FsyncOff
+			if i%2 == 1 {
+				policy = records.FsyncGroup
+			}
+			if err := rs.open(dir, policy, nil, zap.NewNop()); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("open and close across the flusher's ticks hung")
 	}
 }

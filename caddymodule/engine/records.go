@@ -34,7 +34,10 @@ type recordState struct {
 	name string
 	mu   sync.Mutex
 	dir  string
-	lock *flock.Flock
+	// lockMu guards lock and lockLost (not mu: the flusher's checkLock
+	// takes it while close, holding mu, waits for the flusher).
+	lockMu sync.Mutex
+	lock   *flock.Flock
 	// lockLost: another gateway locked records_dir after gateway.lock
 	// was removed under this one (checkLock), logged once.
 	lockLost  bool
