@@ -221,6 +221,7 @@ type Log struct {
 	pendEnds  []int
 	pendBase  uint64
 	checkedAt time.Time // the last check under FsyncOff, by l.now
+	idleAt    time.Time // the last check of any kind, by the wall clock (checker)
 	leaving   bool      // the current file was found moved, and no new file has taken its lines yet (rotateLocked)
 	told      bool      // while leaving: LogOptions.Moved was told of it already (replaceMovedLocked)
 	recreated bool      // the log directory was gone and createLocked made it again; told with the next Moved
@@ -228,7 +229,8 @@ type Log struct {
 
 	kick        chan struct{} // wakes the flusher; buffered 1
 	done        chan struct{} // closed by Close
-	flusherDone chan struct{} // closed when the flusher (FsyncGroup) or the checker (FsyncOff) returns; nil without either
+	flusherDone chan struct{} // closed when the flusher (FsyncGroup) returns; nil without it
+	checkerDone chan struct{} // closed when the checker returns
 }
 
 // logHead is the end of one agent's chain.
@@ -522,6 +524,7 @@ func (l *Log) Close() error {
 	if l.flusherDone != nil {
 		<-l.flusherDone
 	}
+	<-l.checkerDone
 
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -2,6 +2,7 @@ package records
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,11 +108,165 @@ func TestLogRecordLineAppendedByHandNamed(t *testing.T) {
 			}
 			m := msgs()
 			if len(m) != 1 || !strings.Contains(m[0], "no record written to it since it was last found in place is lost") ||
-				!strings.Contains(m[0], "whole lines, in the form of records, that the gateway did not write there") || strings.Contains(m[0], "cut-off line") {
+				!strings.Contains(m[0], "whole lines, in the form of records, that the gateway did not write there") || strings.Contains(m[0], "cut-off line") ||
+				strings.Contains(m[0], "only as far as") {
 				t.Fatalf("Moved told %q, want nothing lost and the record line appended by hand named", m)
 			}
 			if names, lines := readLines(t, dir); len(names) != 1 || len(lines) != 4 {
 				t.Fatalf("records_dir holds %d lines in %v, want the 3 records and the copied line in one file", len(lines), names)
+			}
+		})
+	}
+}
+
+// TestLogMovedAfterLinesAppendedByHand: lines appended by hand to the
+// file the log writes (a record's line copied, or bytes cut short),
+// which is then moved away or removed before the log's next record, are
+// not read back into the new file, and the log's own records, those
+// written after them included, are: every
+// record once, in order, and the log verifies, under each policy
+// (helper-143: the read-back took the file's first bytes up to the size
+// the log wrote, so the hand line took the place of the last record,
+// which was lost, and bytes cut short were glued to the next record).
+func TestLogMovedAfterLinesAppendedByHand(t *testing.T) {
+	for _, policy := range []FsyncPolicy{FsyncAlways, FsyncGroup, FsyncOff} {
+		for _, hand := range []string{"a record's line", "bytes cut short"} {
+			for _, how := range []string{"moved away", "removed"} {
+				t.Run(string(policy)+"/"+hand+"/"+how, func(t *testing.T) {
+					l, dir, msgs := movedLog(t, policy, func() time.Time { return day1 })
+					for range 3 {
+						mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+					}
+					path := currentPath(t, l)
+					data, err := os.ReadFile(path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					extra := data[:bytes.IndexByte(data, '\n')+1] // the first record's line
+					if hand == "bytes cut short" {
+						extra = []byte(`{"ag`)
+					}
+					f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := f.Write(extra); err != nil {
+						t.Fatal(err)
+					}
+					f.Close()
+					if how == "moved away" {
+						err = os.Rename(path, filepath.Join(t.TempDir(), "away.jsonl"))
+					} else {
+						err = os.Remove(path)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					mustAppend(t, l, "A", gateRecord(OutcomeRefused)) // after the hand's bytes, in the file moved
+					mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+					if err := l.Close(); err != nil {
+						t.Fatal(err)
+					}
+					_, lines := readLines(t, dir)
+					var seqs []string
+					for _, ln := range lines {
+						seqs = append(seqs, fmt.Sprint(ln["seq"]))
+					}
+					if strings.Join(seqs, " ") != "1 2 3 4 5" {
+						t.Fatalf("records_dir holds seqs %v, want 1 2 3 4 5 once each", seqs)
+					}
+					if st, err := VerifyDirStats(dir); err != nil || st.Records != 5 {
+						t.Fatalf("VerifyDirStats = %+v, %v; want 5 records", st, err)
+					}
+					if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "appended by hand), which were not written again") {
+						t.Fatalf("Moved told %q, want the lines appended by hand named as left out", m)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestLogReplacedByFileOfWholeRecordsNamed: a file put in place of the
+// current one (mv) that holds, after the log's records, whole lines in
+// the form of records (a copy with a record's line added by hand) is
+// named as holding lines the gateway did not write there, not as
+// holding a cut-off line the start and verify-log refuse, which they do
+// not (helper-143 L1); one holding bytes cut short still is.
+func TestLogReplacedByFileOfWholeRecordsNamed(t *testing.T) {
+	for _, extra := range []string{"a record's line", "bytes cut short"} {
+		t.Run(extra, func(t *testing.T) {
+			l, _, msgs := movedLog(t, FsyncGroup, func() time.Time { return day1 })
+			for range 3 {
+				mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+			}
+			path := currentPath(t, l)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			add := data[:bytes.IndexByte(data, '\n')+1]
+			if extra == "bytes cut short" {
+				add = []byte(`{"ag`)
+			}
+			other := filepath.Join(filepath.Dir(path), "put-back.tmp")
+			if err := os.WriteFile(other, append(append([]byte(nil), data...), add...), 0o640); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(other, path); err != nil {
+				t.Fatal(err)
+			}
+			mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			m := msgs()
+			if len(m) != 1 {
+				t.Fatalf("Moved told %q, want one message", m)
+			}
+			foreign := strings.Contains(m[0], "whole lines, in the form of records, that the gateway did not write there")
+			cut := strings.Contains(m[0], "cut-off line")
+			if want := extra == "a record's line"; foreign != want || cut == want {
+				t.Fatalf("Moved told %q; want the whole record lines named (%v), a cut-off line named (%v)", m[0], want, !want)
+			}
+		})
+	}
+}
+
+// TestLogFileRemovedIdleFound: a current file removed while no record
+// comes, every record in it checked (always and group check each one;
+// off once its interval passed), is found by the checker within about
+// two LogCheckIntervals, with no record nor Close, and its records
+// written again in a new file (helper-143: under always and group it
+// went unseen until the next record, and a crash meanwhile lost every
+// fsynced record it held).
+func TestLogFileRemovedIdleFound(t *testing.T) {
+	for _, policy := range []FsyncPolicy{FsyncAlways, FsyncGroup, FsyncOff} {
+		t.Run(string(policy), func(t *testing.T) {
+			l, dir, msgs := movedLog(t, policy, func() time.Time { return day1 })
+			defer l.Close()
+			mustAppend(t, l, "A", gateRecord(OutcomeAccepted)) // checked: the first Append
+			mustAppend(t, l, "B", gateRecord(OutcomeAccepted))
+			if policy == FsyncOff {
+				// Off checks the second record by the log's clock, which
+				// stands still here: Close would. What is at stake is
+				// the file once every record in it was checked.
+				l.mu.Lock()
+				_ = l.checkLocked(l.written)
+				l.mu.Unlock()
+			}
+			if err := os.Remove(currentPath(t, l)); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * LogCheckInterval)
+			for len(msgs()) == 0 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if m := msgs(); len(m) != 1 || !strings.Contains(m[0], "the 2 records it held") {
+				t.Fatalf("Moved told %q within %v of the removal, want the 2 records written again", m, 10*LogCheckInterval)
+			}
+			if _, lines := readLines(t, dir); len(lines) != 2 {
+				t.Fatalf("records_dir holds %d records before Close, want the 2 the removed file held", len(lines))
 			}
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/caddy-rcns/caddy-rcns/internal/plural"
 )
@@ -154,9 +155,21 @@ func brokenLine(tail []byte, atStart bool) bool {
 // moved (planMovedLocked).
 type movedPlan struct {
 	// from is, when >= 0, where in the current file (held open) the
-	// bytes to write again begin: they run to l.curSize. -1: the
-	// pending lines after the first held.
+	// bytes to write again begin: they run to upTo, then, with grown,
+	// the pending lines follow. -1: the pending lines after the first
+	// held.
 	from int64
+	// upTo is where the bytes read back end: l.curSize, or, when grown,
+	// where the pending lines began.
+	upTo int64
+	// grown: the current file held more than the log wrote to it,
+	// lines appended by another hand since the last check, among which
+	// the pending lines no longer lie at their offsets: the bytes up to
+	// the last check are read back, then the pending lines from Log.pend
+	// (helper-143: a record line appended by hand took the place of the
+	// log's last record, which was lost), and what was appended is not
+	// written again.
+	grown bool
 	// held is how many of the log's records the file now at the path
 	// holds: of the pending ones (from < 0), or from the file's start.
 	held int
@@ -168,19 +181,23 @@ type movedPlan struct {
 	// cut: the file now at the path holds, after those, a cut-off line
 	// or bytes the log did not write there.
 	cut bool
-	// foreign: the log's own file, grown, holds whole lines of record
-	// form the log did not write there (appended by hand). Not set
-	// with cut, which names them already.
+	// foreign: the file at the path holds whole lines of record form
+	// the log did not write there (appended by hand to the log's own
+	// file, or another file put in its place). Not set with cut, which
+	// names them already.
 	foreign bool
 	// odd: what is at the path is not a regular file (a symlink, a
 	// FIFO), which the next start and verify-log refuse.
 	odd bool
+	// intact: the file at the path is the log's own, grown by lines
+	// appended by another hand, and holds every record it held.
+	intact bool
 }
 
 // none reports whether the plan writes nothing again.
 func (p movedPlan) none(l *Log) bool {
 	if p.from >= 0 {
-		return p.from >= l.curSize
+		return p.from >= p.upTo && (!p.grown || len(l.pendEnds) == 0)
 	}
 	return p.again == 0
 }
@@ -200,10 +217,18 @@ func (l *Log) planMovedLocked() movedPlan {
 	regular := err == nil && li.Mode().IsRegular()
 	var p movedPlan
 	if l.f != nil && (err != nil || !os.SameFile(l.fi, li)) {
-		p.from, p.held, p.cut = l.sharedPrefixLocked(regular)
+		p.from, p.held, p.cut, p.foreign = l.sharedPrefixLocked(regular)
+		p.upTo = l.curSize
+		if hi, err := l.f.Stat(); err == nil && hi.Size() > l.curSize {
+			p.grown, p.upTo = true, l.curSize-int64(l.pendEnd(len(l.pendEnds)))
+			p.from = min(p.from, p.upTo)
+		}
 	} else {
 		p.lines, p.held, p.cut, p.foreign = l.heldAtPathLocked(regular)
 		p.from, p.again = -1, len(l.pendEnds)-p.held
+		// The log's own file, grown by another hand, holding every
+		// pending line: nothing it held is missing.
+		p.intact = err == nil && l.fi != nil && os.SameFile(l.fi, li) && li.Size() > l.curSize && p.again == 0
 	}
 	p.odd = err == nil && !regular
 	return p
@@ -211,25 +236,24 @@ func (l *Log) planMovedLocked() movedPlan {
 
 // sharedPrefixLocked returns the length of the whole lines the file now
 // at the current file's path begins with that the current file (held
-// open) begins with too, how many lines that is, and whether the file
-// at the path holds more after them (a cut-off line, or bytes the log
-// did not write). No regular file at the path (regular false, from
+// open) begins with too, how many lines that is, and what the file at
+// the path holds after them (extraLines: cut or foreign). No regular file at the path (regular false, from
 // planMovedLocked's one Lstat) shares none. When it
 // shares some and the policy is not off, it is fsynced first, before
 // the records it holds are acknowledged; if it cannot be, it shares
 // none (they are written again).
-func (l *Log) sharedPrefixLocked(regular bool) (from int64, lines int, more bool) {
+func (l *Log) sharedPrefixLocked(regular bool) (from int64, lines int, cut, foreign bool) {
 	if !regular {
-		return 0, 0, false // a symlink holds nothing: what it names is not in records_dir
+		return 0, 0, false, false // a symlink holds nothing: what it names is not in records_dir
 	}
 	p, err := os.OpenFile(l.curPath(), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return 0, 0, false
+		return 0, 0, false, false
 	}
 	defer p.Close()
 	pi, err := p.Stat()
 	if err != nil || !pi.Mode().IsRegular() {
-		return 0, 0, false
+		return 0, 0, false, false
 	}
 	a, b := make([]byte, 64<<10), make([]byte, 64<<10)
 	for off := int64(0); off < l.curSize; {
@@ -248,11 +272,29 @@ func (l *Log) sharedPrefixLocked(regular bool) (from int64, lines int, more bool
 		}
 		off += int64(m)
 	}
-	more = pi.Size() > from
-	if from > 0 && l.policy != FsyncOff && p.Sync() != nil {
-		return 0, 0, more
+	if pi.Size() > from {
+		cut, foreign = extraLines(p, pi.Size(), from)
 	}
-	return from, lines, more
+	if from > 0 && l.policy != FsyncOff && p.Sync() != nil {
+		return 0, 0, cut, foreign
+	}
+	return from, lines, cut, foreign
+}
+
+// extraLines tells what the file f (of size bytes) holds after the
+// first from, which the log did not write there: a cut-off line or
+// bytes that are no record (cut), or whole lines in the form of records
+// (foreign: another log file put in place of the current one, a
+// record's line added by hand), which the start and verify-log read as
+// records (helper-143: named as a cut-off line they refuse). The last
+// 1 MiB is read.
+func extraLines(f *os.File, size, from int64) (cut, foreign bool) {
+	n := min(size-from, 1<<20)
+	tail := make([]byte, n)
+	if _, err := f.ReadAt(tail, size-n); err != nil || tail[n-1] != '\n' || brokenLine(tail, n == size-from) {
+		return true, false
+	}
+	return false, true
 }
 
 // pendEnd is the end in l.pend of its first k lines.
@@ -269,6 +311,7 @@ func (l *Log) pendEnd(k int) int {
 // rotates to a new file, writing again there what the file at its path
 // does not hold (rotateLocked; none: the next record creates it).
 func (l *Log) checkLocked(n uint64) error {
+	l.idleAt = time.Now()
 	if l.fi == nil || l.atPathLocked(true) {
 		l.dropPendingLocked(n)
 		return nil
@@ -351,18 +394,21 @@ func (l *Log) movedMessageLocked(oldPath, newPath string, plan movedPlan) string
 	switch {
 	case l.closed:
 	case newPath != "":
-		msg += "; the log goes on in " + newPath
+		msg += "; the log goes on in " + newPath + " (and the files after it)"
 	default:
 		msg += "; the next record starts a new file"
 	}
-	if !read {
+	if !read && !plan.intact {
 		msg += "; what it held before is in records_dir only as far as the file now at its path holds it (verify-log names the first record missing or repeated)"
 	}
 	if plan.cut {
 		msg += "; the file now at its path holds a cut-off line, or bytes the gateway did not write, which verify-log and the gateway's next start refuse: cut that line off or restore the file"
 	}
+	if plan.grown {
+		msg += "; it held lines the gateway did not write there (appended by hand), which were not written again"
+	}
 	if plan.foreign {
-		msg += "; the file now at its path holds whole lines, in the form of records, that the gateway did not write there (appended by hand): they are not its records, and verify-log reads them as records; cut them off or restore the file"
+		msg += "; the file now at its path holds whole lines, in the form of records, that the gateway did not write there (appended by hand, or another file put in its place): verify-log and the next start read them as records (a copy of one the log holds is named as a repeat); cut them off or restore the file"
 	}
 	if plan.odd {
 		msg += "; what is now at its path is not a regular file (a symbolic link, a FIFO), which verify-log and the gateway's next start refuse: remove it"

@@ -107,14 +107,12 @@ func OpenLog(opt LogOptions) (*Log, error) {
 			l.f, l.fi = f, fi
 		}
 	}
-	switch l.policy {
-	case FsyncGroup:
+	if l.policy == FsyncGroup {
 		l.flusherDone = make(chan struct{})
 		go l.flusher()
-	case FsyncOff:
-		l.flusherDone = make(chan struct{})
-		go l.checker()
 	}
+	l.checkerDone = make(chan struct{})
+	go l.checker()
 	return l, nil
 }
 

@@ -755,19 +755,19 @@ func TestLogClose(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tt.policy != FsyncAlways && l.flusherDone == nil {
-				t.Fatalf("%s policy started no flusher or checker", tt.name)
-			}
-			if tt.policy == FsyncAlways && l.flusherDone != nil {
-				t.Fatal("a goroutine started for always, which needs none")
+			if (tt.policy == FsyncGroup) != (l.flusherDone != nil) || l.checkerDone == nil {
+				t.Fatalf("%s policy: flusher started %v (want only under group), checker %v (want always)", tt.name, l.flusherDone != nil, l.checkerDone != nil)
 			}
 			mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
 			if err := l.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
-			if l.flusherDone != nil {
+			for _, ch := range []chan struct{}{l.flusherDone, l.checkerDone} {
+				if ch == nil {
+					continue
+				}
 				select {
-				case <-l.flusherDone:
+				case <-ch:
 				default:
 					t.Error("Close returned with the flusher or checker still running")
 				}

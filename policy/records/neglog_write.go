@@ -114,6 +114,12 @@ func (l *Log) rotateLocked(day string, num int, lazy bool) error {
 			l.synced = l.written
 			l.cond.Broadcast()
 		}
+		if l.fi != nil && !l.atPathLocked(true) {
+			// Moved while it was fsynced (helper-143: a move then went
+			// unseen, and the file's records with it).
+			l.leaving = true
+			return l.replaceMovedLocked(day, num, lazy)
+		}
 		err := l.f.Close()
 		l.f = nil
 		if err != nil {
@@ -156,9 +162,16 @@ func (l *Log) replaceMovedLocked(day string, num int, lazy bool) error {
 	}
 	var size int64
 	switch {
-	case plan.from >= 0 && plan.from < l.curSize:
+	case plan.from >= 0 && !plan.none(l):
 		c := &lineCounter{w: f}
-		size, err = io.Copy(c, io.NewSectionReader(l.f, plan.from, l.curSize-plan.from))
+		if plan.from < plan.upTo {
+			size, err = io.Copy(c, io.NewSectionReader(l.f, plan.from, plan.upTo-plan.from))
+		}
+		if pend := l.pend[:l.pendEnd(len(l.pendEnds))]; err == nil && plan.grown && len(pend) > 0 {
+			var n int
+			n, err = c.Write(pend)
+			size += int64(n)
+		}
 		plan.again = c.n
 	case plan.from < 0 && plan.again > 0:
 		_, err = f.Write(plan.lines)
@@ -367,14 +380,16 @@ func (l *Log) flusher() {
 	}
 }
 
-// checker is the FsyncOff goroutine that checks the current file each
-// LogCheckInterval while records written since the last check wait and
-// no Append has checked (by l.now): a file moved while no record comes
-// is found, and its lines written again, within about two intervals of
-// the last record, not only at the next one. A failure it meets is the
+// checker is the goroutine, under every policy, that checks the
+// current file each LogCheckInterval while no record has checked it (by
+// l.now): a file moved, or removed, while no record comes is found, and
+// what it held written again in a new file, within about two intervals,
+// not only at the next record or at Close (helper-143: under always and
+// group a file removed while the gateway was idle went unseen, and a
+// crash then lost every record it held). A failure it meets is the
 // log's (l.failed), which the next Append reports.
 func (l *Log) checker() {
-	defer close(l.flusherDone)
+	defer close(l.checkerDone)
 	t := time.NewTicker(LogCheckInterval)
 	defer t.Stop()
 	for {
@@ -391,11 +406,20 @@ func (l *Log) checker() {
 func (l *Log) checkIdle() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed || l.f == nil || l.failed != nil || len(l.pendEnds) == 0 {
+	if l.closed || l.f == nil || l.failed != nil {
 		return
 	}
-	if now := l.now(); now.Sub(l.checkedAt) >= LogCheckInterval || now.Before(l.checkedAt) {
-		l.checkedAt = now
+	if l.policy == FsyncOff && len(l.pendEnds) > 0 {
+		// Records wait to be checked: by the log's clock, as Append.
+		if now := l.now(); now.Sub(l.checkedAt) >= LogCheckInterval || now.Before(l.checkedAt) {
+			l.checkedAt = now
+			_ = l.checkLocked(l.written)
+		}
+		return
+	}
+	// Every record checked (under always and group, each one is): by
+	// the wall clock, since the last check of any kind.
+	if time.Since(l.idleAt) >= LogCheckInterval {
 		_ = l.checkLocked(l.written)
 	}
 }
