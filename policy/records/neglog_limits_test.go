@@ -93,15 +93,7 @@ func TestLogRecordLineAppendedByHandNamed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			first := data[:bytes.IndexByte(data, '\n')+1]
-			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := f.Write(first); err != nil {
-				t.Fatal(err)
-			}
-			f.Close()
+			appendByHand(t, path, data[:bytes.IndexByte(data, '\n')+1]) // the first record's line
 			mustAppend(t, l, "A", gateRecord(OutcomeRefused))
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
@@ -146,14 +138,7 @@ func TestLogMovedAfterLinesAppendedByHand(t *testing.T) {
 					if hand == "bytes cut short" {
 						extra = []byte(`{"ag`)
 					}
-					f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if _, err := f.Write(extra); err != nil {
-						t.Fatal(err)
-					}
-					f.Close()
+					appendByHand(t, path, extra)
 					if how == "moved away" {
 						err = os.Rename(path, filepath.Join(t.TempDir(), "away.jsonl"))
 					} else {
@@ -269,5 +254,19 @@ func TestLogFileRemovedIdleFound(t *testing.T) {
 				t.Fatalf("records_dir holds %d records before Close, want the 2 the removed file held", len(lines))
 			}
 		})
+	}
+}
+
+// appendByHand appends b to the file at path, as an operator's shell
+// would (>>), beside the log that writes it.
+func appendByHand(t *testing.T, path string, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
 	}
 }
