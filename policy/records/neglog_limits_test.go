@@ -270,3 +270,57 @@ func appendByHand(t *testing.T, path string, b []byte) {
 		t.Fatal(err)
 	}
 }
+
+// TestLogAppendedByHandThenRemoved: a file found with lines appended by
+// hand (by the idle checker: nothing to write again, so the next record
+// starts the new file) stays open until then, so its removal after is
+// found too and everything it held read back into a new file, and said
+// in a second message, under each policy (helper-145: the file was
+// closed when found, and an rm after lost its records without a word).
+func TestLogAppendedByHandThenRemoved(t *testing.T) {
+	for _, policy := range []FsyncPolicy{FsyncAlways, FsyncGroup, FsyncOff} {
+		t.Run(string(policy), func(t *testing.T) {
+			l, dir, msgs := movedLog(t, policy, func() time.Time { return day1 })
+			defer l.Close()
+			for range 3 {
+				mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+			}
+			l.mu.Lock()
+			_ = l.checkLocked(l.written) // off: every record checked, as after its interval
+			l.mu.Unlock()
+			path := currentPath(t, l)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			appendByHand(t, path, data[:bytes.IndexByte(data, '\n')+1])
+			waitMsgs := func(n int) []string {
+				deadline := time.Now().Add(10 * LogCheckInterval)
+				for len(msgs()) < n && time.Now().Before(deadline) {
+					time.Sleep(20 * time.Millisecond)
+				}
+				return msgs()
+			}
+			if m := waitMsgs(1); len(m) != 1 || !strings.Contains(m[0], "had bytes appended by another hand") || strings.Contains(m[0], "only as far as") {
+				t.Fatalf("Moved told %q, want the lines appended by hand found by the checker, nothing missing", m)
+			}
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			m := waitMsgs(2)
+			if len(m) != 2 || !strings.Contains(m[1], "the 3 records it held") {
+				t.Fatalf("Moved told %q, want a second message: the file removed, its 3 records written again", m)
+			}
+			if _, lines := readLines(t, dir); len(lines) != 3 {
+				t.Fatalf("records_dir holds %d records, want the 3 the removed file held", len(lines))
+			}
+			mustAppend(t, l, "A", gateRecord(OutcomeRefused))
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := VerifyDirStats(dir); err != nil || st.Records != 4 {
+				t.Fatalf("VerifyDirStats = %+v, %v; want 4 records", st, err)
+			}
+		})
+	}
+}

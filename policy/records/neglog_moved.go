@@ -189,8 +189,9 @@ type movedPlan struct {
 	// odd: what is at the path is not a regular file (a symlink, a
 	// FIFO), which the next start and verify-log refuse.
 	odd bool
-	// intact: the file at the path is the log's own, grown by lines
-	// appended by another hand, and holds every record it held.
+	// intact: the file at the path is the log's own, grown by bytes
+	// appended by another hand: it holds every record it held, but
+	// those written again.
 	intact bool
 }
 
@@ -226,9 +227,10 @@ func (l *Log) planMovedLocked() movedPlan {
 	} else {
 		p.lines, p.held, p.cut, p.foreign = l.heldAtPathLocked(regular)
 		p.from, p.again = -1, len(l.pendEnds)-p.held
-		// The log's own file, grown by another hand, holding every
-		// pending line: nothing it held is missing.
-		p.intact = err == nil && l.fi != nil && os.SameFile(l.fi, li) && li.Size() > l.curSize && p.again == 0
+		// The log's own file, grown by another hand: nothing it held
+		// before the last check is missing (a pending line glued to a
+		// cut-off one is written again).
+		p.intact = err == nil && l.fi != nil && os.SameFile(l.fi, li) && li.Size() > l.curSize
 	}
 	p.odd = err == nil && !regular
 	return p
@@ -312,6 +314,11 @@ func (l *Log) pendEnd(k int) int {
 // does not hold (rotateLocked; none: the next record creates it).
 func (l *Log) checkLocked(n uint64) error {
 	l.idleAt = time.Now()
+	if l.leaving && l.told && l.f != nil && l.atPathLocked(false) {
+		// Found changed and left in place, and still there: the next
+		// record starts the new file (replaceMovedLocked).
+		return nil
+	}
 	if l.fi == nil || l.atPathLocked(true) {
 		l.dropPendingLocked(n)
 		return nil
@@ -365,6 +372,9 @@ func (l *Log) resetPendingLocked() {
 // line (plan).
 func (l *Log) movedMessageLocked(oldPath, newPath string, plan movedPlan) string {
 	msg := oldPath + " was removed, moved, replaced or copied over under the running gateway"
+	if plan.intact {
+		msg = oldPath + " had bytes appended by another hand under the running gateway"
+	}
 	if l.recreated {
 		msg += " (its folder was gone, and was created again)"
 		l.recreated = false

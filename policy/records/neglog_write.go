@@ -34,8 +34,9 @@ func (l *Log) writeLocked(now time.Time, line []byte) error {
 		if err := l.rotateLocked(day, l.curNum+1, false); err != nil {
 			return err
 		}
-	case l.f == nil && l.fi != nil && (l.leaving || !l.atPathLocked(false)):
-		// The file a failed write left (recoverLocked) was removed,
+	case l.leaving || l.f == nil && l.fi != nil && !l.atPathLocked(false):
+		// A file found changed and left in place (replaceMovedLocked),
+		// or the file a failed write left (recoverLocked) removed,
 		// moved or replaced before this write reopened it.
 		if err := l.rotateLocked(day, l.curNum+1, false); err != nil {
 			return err
@@ -142,16 +143,18 @@ func (l *Log) rotateLocked(day string, num int, lazy bool) error {
 func (l *Log) replaceMovedLocked(day string, num int, lazy bool) error {
 	oldPath := l.curPath()
 	plan := l.planMovedLocked()
-	if plan.none(l) && (lazy || l.told) {
+	none := plan.none(l)
+	if none && (lazy || l.told) {
 		if !l.told && l.moved != nil {
 			l.moved(l.movedMessageLocked(oldPath, "", plan))
 		}
 		l.told = true
-		if lazy { // the next record creates the new file
-			if l.f != nil {
-				_ = l.f.Close()
-				l.f = nil
-			}
+		if lazy {
+			// The next record creates the new file. Until then the file
+			// stays open, and the newest: removed or moved meanwhile, it
+			// is found (checkLocked) and what it held read back
+			// (helper-145: closed here, a file appended to by hand and
+			// then removed lost its records without a word).
 			l.ackMovedLocked()
 			return nil
 		}
@@ -186,7 +189,7 @@ func (l *Log) replaceMovedLocked(day string, num int, lazy bool) error {
 		l.failWriteLocked(fmt.Errorf("records: write again, in a new file, the records %s held after it was removed, moved or replaced: %w", oldPath, err))
 		return l.failed
 	}
-	if !l.told && l.moved != nil {
+	if (!l.told || !none) && l.moved != nil { // told already, of a file left in place that has since gone
 		l.moved(l.movedMessageLocked(oldPath, f.Name(), plan))
 	}
 	if l.f != nil {
@@ -418,9 +421,16 @@ func (l *Log) checkIdle() {
 		return
 	}
 	// Every record checked (under always and group, each one is): by
-	// the wall clock, since the last check of any kind.
+	// the wall clock, since the last check of any kind. Under group,
+	// only the lines of records fsynced stop being kept: one written
+	// and not yet fsynced keeps its line until its own check
+	// (helper-145).
+	n := l.written
+	if l.policy == FsyncGroup {
+		n = l.synced
+	}
 	if time.Since(l.idleAt) >= LogCheckInterval {
-		_ = l.checkLocked(l.written)
+		_ = l.checkLocked(n)
 	}
 }
 
