@@ -217,9 +217,13 @@ type Log struct {
 	// its path (checkLocked), to write again in the next file if it is
 	// not: pend holds them, pendEnds their ends in it, and pendBase the
 	// records written before the first.
-	pend      []byte
-	pendEnds  []int
-	pendBase  uint64
+	pend     []byte
+	pendEnds []int
+	pendBase uint64
+	// lastLine is the last line that stopped being pending, which ends
+	// where the pending lines begin in the current file (""
+	// in a file none was checked in yet): heldIntactLocked compares it.
+	lastLine  []byte
 	checkedAt time.Time // the last check under FsyncOff, by l.now
 	idleAt    time.Time // the last check of any kind, by the wall clock (checker)
 	leaving   bool      // the current file was found moved, and no new file has taken its lines yet (rotateLocked)

@@ -324,3 +324,93 @@ func TestLogAppendedByHandThenRemoved(t *testing.T) {
 		})
 	}
 }
+
+// TestLogDestroyedThenRemovedToldHonestly: a current file cut (truncate)
+// or copied over in place with another log file, then removed, before
+// the log checks it: what it held before the last check went with its
+// bytes, and the log neither says none was lost, nor writes another
+// file's records as its own, nor leaves an empty file (helper-146).
+// And a file grown by a line appended by hand among the log's own
+// records, found (nothing to write again) and then removed, has every
+// record read back.
+func TestLogDestroyedThenRemovedToldHonestly(t *testing.T) {
+	for _, policy := range []FsyncPolicy{FsyncAlways, FsyncGroup, FsyncOff} {
+		for _, how := range []string{"truncated", "copied over by another log file", "appended among its records"} {
+			t.Run(string(policy)+"/"+how, func(t *testing.T) {
+				l, dir, msgs := movedLog(t, policy, func() time.Time { return day1 })
+				defer l.Close()
+				if how == "copied over by another log file" {
+					for range 4 {
+						mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
+					}
+					l.mu.Lock()
+					_ = l.rotateLocked(l.curDay, l.curNum+1, false)
+					l.mu.Unlock()
+				}
+				for range 3 {
+					mustAppend(t, l, "B", gateRecord(OutcomeAccepted))
+				}
+				path := currentPath(t, l)
+				data, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch how {
+				case "truncated":
+					err = os.Truncate(path, 0)
+				case "copied over by another log file":
+					var older []byte
+					if older, err = os.ReadFile(filepath.Join(dir, "negotiations-2026-11-29-0001.jsonl")); err == nil {
+						err = os.WriteFile(path, older, 0o640) // same inode, larger, not the log's bytes
+					}
+				case "appended among its records":
+					appendByHand(t, path, data[:bytes.IndexByte(data, '\n')+1])
+					mustAppend(t, l, "B", gateRecord(OutcomeRefused)) // after the hand's line
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.mu.Lock()
+				_ = l.checkLocked(l.written) // found changed in place, before the removal
+				l.mu.Unlock()
+				if err := os.Remove(path); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+				names, lines := readLines(t, dir)
+				all := strings.Join(msgs(), "\n")
+				if how == "appended among its records" {
+					var bs int
+					for _, ln := range lines {
+						if ln["agent_id"] == "B" {
+							bs++
+						}
+					}
+					if bs != 4 {
+						t.Fatalf("records_dir holds %d of B's 4 records in %v; Moved told:\n%s", bs, names, all)
+					}
+					return
+				}
+				for _, ln := range lines {
+					if ln["agent_id"] == "A" && how == "copied over by another log file" && len(names) > 1 && fmt.Sprint(ln["seq"]) == "1" {
+						for _, n := range names[1:] {
+							if b, _ := os.ReadFile(filepath.Join(dir, n)); bytes.Contains(b, []byte(`"agent_id":"A"`)) {
+								t.Fatalf("%s holds A's records, another file's, written again as the log's own; Moved told:\n%s", n, all)
+							}
+						}
+					}
+				}
+				for _, n := range names {
+					if fi, err := os.Stat(filepath.Join(dir, n)); err == nil && fi.Size() == 0 {
+						t.Fatalf("an empty file %s was left; Moved told:\n%s", n, all)
+					}
+				}
+				if strings.Contains(all, "none is lost") || !strings.Contains(all, "only as far as") {
+					t.Fatalf("Moved told:\n%s\nwant no claim that none was lost, and what may be missing said", all)
+				}
+			})
+		}
+	}
+}

@@ -217,7 +217,21 @@ func (l *Log) planMovedLocked() movedPlan {
 	li, err := os.Lstat(l.curPath()) // once: a symlink put at the path is not the file
 	regular := err == nil && li.Mode().IsRegular()
 	var p movedPlan
-	if l.f != nil && (err != nil || !os.SameFile(l.fi, li)) {
+	if l.f != nil && (err != nil || !os.SameFile(l.fi, li)) && !l.heldIntactLocked() {
+		// Cut or copied over in place before it was moved away: what
+		// it held before the last check is gone with its bytes; the
+		// pending lines are written again from memory, and the message
+		// says what may be missing (helper-146: it said none was lost,
+		// left an empty file, or wrote another file's records as its
+		// own).
+		all := l.pend[:l.pendEnd(len(l.pendEnds))]
+		if regular {
+			p.lines, p.held, p.cut, p.foreign = l.heldAtPathLocked(regular)
+		} else {
+			p.lines = all
+		}
+		p.from, p.again = -1, len(l.pendEnds)-p.held
+	} else if l.f != nil && (err != nil || !os.SameFile(l.fi, li)) {
 		p.from, p.held, p.cut, p.foreign = l.sharedPrefixLocked(regular)
 		p.upTo = l.curSize
 		if hi, err := l.f.Stat(); err == nil && hi.Size() > l.curSize {
@@ -230,10 +244,39 @@ func (l *Log) planMovedLocked() movedPlan {
 		// The log's own file, grown by another hand: nothing it held
 		// before the last check is missing (a pending line glued to a
 		// cut-off one is written again).
-		p.intact = err == nil && l.fi != nil && os.SameFile(l.fi, li) && li.Size() > l.curSize
+		p.intact = err == nil && l.fi != nil && os.SameFile(l.fi, li) && li.Size() > l.curSize && l.f != nil && l.heldIntactLocked()
 	}
 	p.odd = err == nil && !regular
 	return p
+}
+
+// heldIntactLocked reports whether the file the log holds open still
+// holds what the log wrote to it up to the last check: it is at least
+// as long as the log wrote (l.curSize), and the last line checked
+// (l.lastLine) ends where the pending lines begin, or, with none
+// checked in it yet, the first pending line begins it. A file cut, or
+// copied over in place, fails it (an error reading it too); one grown
+// by lines appended by hand passes.
+func (l *Log) heldIntactLocked() bool {
+	hi, err := l.f.Stat()
+	if err != nil || hi.Size() < l.curSize {
+		return false
+	}
+	base := l.curSize - int64(l.pendEnd(len(l.pendEnds)))
+	want, at := l.lastLine, base-int64(len(l.lastLine))
+	if len(want) == 0 || at < 0 {
+		// Nothing checked in this file yet: its first pending line
+		// begins it (nothing is read back before it either way).
+		if base != 0 || len(l.pendEnds) == 0 {
+			return true
+		}
+		want, at = l.pend[:l.pendEnds[0]], 0
+	}
+	b := make([]byte, len(want))
+	if _, err := l.f.ReadAt(b, at); err != nil {
+		return false
+	}
+	return bytes.Equal(b, want)
 }
 
 // sharedPrefixLocked returns the length of the whole lines the file now
@@ -346,6 +389,7 @@ func (l *Log) dropPendingLocked(n uint64) {
 		l.resetPendingLocked()
 		return
 	}
+	l.lastLine = append(l.lastLine[:0], l.pend[l.pendEnd(k-1):l.pendEnds[k-1]]...)
 	cut := l.pendEnds[k-1]
 	l.pend = l.pend[:copy(l.pend, l.pend[cut:])]
 	l.pendEnds = l.pendEnds[:copy(l.pendEnds, l.pendEnds[k:])]
@@ -358,6 +402,9 @@ func (l *Log) dropPendingLocked(n uint64) {
 // resetPendingLocked keeps no line; a buffer a burst grew past
 // maxPendingBytes is let go.
 func (l *Log) resetPendingLocked() {
+	if k := len(l.pendEnds); k > 0 {
+		l.lastLine = append(l.lastLine[:0], l.pend[l.pendEnd(k-1):l.pendEnds[k-1]]...)
+	}
 	if cap(l.pend) > 2*maxPendingBytes {
 		l.pend, l.pendEnds = nil, nil
 	}

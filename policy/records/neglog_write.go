@@ -155,7 +155,15 @@ func (l *Log) replaceMovedLocked(day string, num int, lazy bool) error {
 			// is found (checkLocked) and what it held read back
 			// (helper-145: closed here, a file appended to by hand and
 			// then removed lost its records without a word).
-			l.ackMovedLocked()
+			if plan.intact {
+				// Grown by another hand: the pending lines stay kept,
+				// so that where they begin still marks the end of what
+				// the log wrote before the bytes appended (a removal
+				// next reads back up to there, then them).
+				l.syncedMovedLocked()
+			} else {
+				l.ackMovedLocked()
+			}
 			return nil
 		}
 	}
@@ -204,11 +212,16 @@ func (l *Log) replaceMovedLocked(day string, num int, lazy bool) error {
 // now written again or held by the file at its path (fsynced, unless
 // the policy is off), and forgets its pending lines.
 func (l *Log) ackMovedLocked() {
+	l.syncedMovedLocked()
+	l.resetPendingLocked()
+}
+
+// syncedMovedLocked is ackMovedLocked keeping the pending lines.
+func (l *Log) syncedMovedLocked() {
 	if l.policy != FsyncOff {
 		l.synced = l.written
 		l.cond.Broadcast()
 	}
-	l.resetPendingLocked()
 }
 
 // createLocked creates the file for day with the first free number >=
@@ -251,6 +264,7 @@ func (l *Log) takeLocked(f *os.File, fi os.FileInfo, day string, num int, size i
 	l.f, l.fi, l.leaving, l.told = f, fi, false, false
 	l.curDay, l.curNum, l.curSize = day, num, size
 	l.resetPendingLocked()
+	l.lastLine = l.lastLine[:0] // the new file's own lines are checked from here
 	if l.policy != FsyncOff {
 		if err := syncDir(l.dir); err != nil {
 			l.failLocked(err)
