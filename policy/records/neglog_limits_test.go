@@ -126,19 +126,13 @@ func TestLogMovedAfterLinesAppendedByHand(t *testing.T) {
 			for _, how := range []string{"moved away", "removed"} {
 				t.Run(string(policy)+"/"+hand+"/"+how, func(t *testing.T) {
 					l, dir, msgs := movedLog(t, policy, func() time.Time { return day1 })
-					for range 3 {
-						mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
-					}
-					path := currentPath(t, l)
-					data, err := os.ReadFile(path)
-					if err != nil {
-						t.Fatal(err)
-					}
+					path, data := appendThree(t, l, "A")
 					extra := data[:bytes.IndexByte(data, '\n')+1] // the first record's line
 					if hand == "bytes cut short" {
 						extra = []byte(`{"ag`)
 					}
 					appendByHand(t, path, extra)
+					var err error
 					if how == "moved away" {
 						err = os.Rename(path, filepath.Join(t.TempDir(), "away.jsonl"))
 					} else {
@@ -182,14 +176,7 @@ func TestLogReplacedByFileOfWholeRecordsNamed(t *testing.T) {
 	for _, extra := range []string{"a record's line", "bytes cut short"} {
 		t.Run(extra, func(t *testing.T) {
 			l, _, msgs := movedLog(t, FsyncGroup, func() time.Time { return day1 })
-			for range 3 {
-				mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
-			}
-			path := currentPath(t, l)
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
+			path, data := appendThree(t, l, "A")
 			add := data[:bytes.IndexByte(data, '\n')+1]
 			if extra == "bytes cut short" {
 				add = []byte(`{"ag`)
@@ -347,14 +334,8 @@ func TestLogDestroyedThenRemovedToldHonestly(t *testing.T) {
 					_ = l.rotateLocked(l.curDay, l.curNum+1, false)
 					l.mu.Unlock()
 				}
-				for range 3 {
-					mustAppend(t, l, "B", gateRecord(OutcomeAccepted))
-				}
-				path := currentPath(t, l)
-				data, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatal(err)
-				}
+				path, data := appendThree(t, l, "B")
+				var err error
 				switch how {
 				case "truncated":
 					err = os.Truncate(path, 0)
@@ -413,4 +394,19 @@ func TestLogDestroyedThenRemovedToldHonestly(t *testing.T) {
 			})
 		}
 	}
+}
+
+// appendThree appends three records of agent to l and returns its
+// current file and what the file holds.
+func appendThree(t *testing.T, l *Log, agent string) (path string, data []byte) {
+	t.Helper()
+	for range 3 {
+		mustAppend(t, l, agent, gateRecord(OutcomeAccepted))
+	}
+	path = currentPath(t, l)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, data
 }
