@@ -398,8 +398,9 @@ func (l *Log) flusher() {
 }
 
 // checker is the goroutine, under every policy, that checks the
-// current file each LogCheckInterval while no record has checked it (by
-// l.now): a file moved, or removed, while no record comes is found, and
+// current file each LogCheckInterval while no record has checked it
+// (by the wall clock; records waiting to be checked under off, by
+// l.now, as Append): a file moved, or removed, while no record comes is found, and
 // what it held written again in a new file, within about two intervals,
 // not only at the next record or at Close (helper-143: under always and
 // group a file removed while the gateway was idle went unseen, and a
