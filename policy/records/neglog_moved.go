@@ -208,43 +208,41 @@ func (p movedPlan) none(l *Log) bool {
 // its path (it was removed, moved away, or replaced by a copy with
 // mv), every line it held that the file now at its path does not,
 // read back from it: the records of a file removed are all written
-// again, not only those since the last check. A file copied over it in
-// place (the same file: what it held is gone) or one a failure closed:
-// the pending lines the file at the path does not hold
-// (heldAtPathLocked). odd: what is at the path is no regular file. The
-// path is read with one Lstat, which both are given.
+// again, not only those since the last check (up to the last check
+// and then the pending lines, when lines were appended to it by
+// another hand: grown). A file copied over it in place (the same file:
+// what it held is gone), one a failure closed, or one moved after it
+// was cut or copied over in place (heldIntactLocked): the pending
+// lines the file at the path does not hold (heldAtPathLocked). odd:
+// what is at the path is no regular file. The path is read with one
+// Lstat, which both are given.
 func (l *Log) planMovedLocked() movedPlan {
 	li, err := os.Lstat(l.curPath()) // once: a symlink put at the path is not the file
 	regular := err == nil && li.Mode().IsRegular()
+	moved := l.f != nil && (err != nil || !os.SameFile(l.fi, li))
+	size, intact := l.heldIntactLocked()
 	var p movedPlan
-	if l.f != nil && (err != nil || !os.SameFile(l.fi, li)) && !l.heldIntactLocked() {
-		// Cut or copied over in place before it was moved away: what
-		// it held before the last check is gone with its bytes; the
-		// pending lines are written again from memory, and the message
-		// says what may be missing (helper-146: it said none was lost,
-		// left an empty file, or wrote another file's records as its
-		// own).
-		all := l.pend[:l.pendEnd(len(l.pendEnds))]
-		if regular {
-			p.lines, p.held, p.cut, p.foreign = l.heldAtPathLocked(regular)
-		} else {
-			p.lines = all
-		}
-		p.from, p.again = -1, len(l.pendEnds)-p.held
-	} else if l.f != nil && (err != nil || !os.SameFile(l.fi, li)) {
+	if moved && intact {
 		p.from, p.held, p.cut, p.foreign = l.sharedPrefixLocked(regular)
 		p.upTo = l.curSize
-		if hi, err := l.f.Stat(); err == nil && hi.Size() > l.curSize {
+		if size > l.curSize {
 			p.grown, p.upTo = true, l.curSize-int64(l.pendEnd(len(l.pendEnds)))
 			p.from = min(p.from, p.upTo)
 		}
 	} else {
+		// Not moved (copied over in place, or closed by a failure), or
+		// moved after it was cut or copied over in place, when what it
+		// held before the last check went with its bytes (helper-146:
+		// read back, it was said none was lost, an empty file was
+		// left, or another file's records were written as the log's
+		// own): the pending lines the file at the path does not hold,
+		// from memory, and the message says what may be missing.
 		p.lines, p.held, p.cut, p.foreign = l.heldAtPathLocked(regular)
 		p.from, p.again = -1, len(l.pendEnds)-p.held
 		// The log's own file, grown by another hand: nothing it held
 		// before the last check is missing (a pending line glued to a
 		// cut-off one is written again).
-		p.intact = err == nil && l.fi != nil && os.SameFile(l.fi, li) && li.Size() > l.curSize && l.f != nil && l.heldIntactLocked()
+		p.intact = !moved && err == nil && l.fi != nil && os.SameFile(l.fi, li) && li.Size() > l.curSize && intact
 	}
 	p.odd = err == nil && !regular
 	return p
@@ -255,12 +253,16 @@ func (l *Log) planMovedLocked() movedPlan {
 // as long as the log wrote (l.curSize), and the last line checked
 // (l.lastLine) ends where the pending lines begin, or, with none
 // checked in it yet, the first pending line begins it. A file cut, or
-// copied over in place, fails it (an error reading it too); one grown
-// by lines appended by hand passes.
-func (l *Log) heldIntactLocked() bool {
+// copied over in place, fails it (an error reading it too, or no file
+// held); one grown by lines appended by hand passes. size is the held
+// file's.
+func (l *Log) heldIntactLocked() (size int64, ok bool) {
+	if l.f == nil {
+		return 0, false
+	}
 	hi, err := l.f.Stat()
 	if err != nil || hi.Size() < l.curSize {
-		return false
+		return 0, false
 	}
 	base := l.curSize - int64(l.pendEnd(len(l.pendEnds)))
 	want, at := l.lastLine, base-int64(len(l.lastLine))
@@ -268,15 +270,15 @@ func (l *Log) heldIntactLocked() bool {
 		// Nothing checked in this file yet: its first pending line
 		// begins it (nothing is read back before it either way).
 		if base != 0 || len(l.pendEnds) == 0 {
-			return true
+			return hi.Size(), true
 		}
 		want, at = l.pend[:l.pendEnds[0]], 0
 	}
 	b := make([]byte, len(want))
 	if _, err := l.f.ReadAt(b, at); err != nil {
-		return false
+		return 0, false
 	}
-	return bytes.Equal(b, want)
+	return hi.Size(), bytes.Equal(b, want)
 }
 
 // sharedPrefixLocked returns the length of the whole lines the file now
