@@ -47,7 +47,7 @@ func parseAGTPOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	d.Next() // the option name
 	s := &AGTPServer{Listen: d.RemainingArgs()}
 	if len(s.Listen) == 0 {
-		return nil, d.Err("agtp: give at least one listen address (e.g. agtp 127.0.0.1:4480)")
+		return nil, d.Err("give at least one listen address (e.g. agtp 127.0.0.1:4480)")
 	}
 	for d.NextBlock(0) {
 		key := d.Val()
@@ -127,7 +127,7 @@ func parseAGTPOption(d *caddyfile.Dispenser, existing any) (any, error) {
 				s.MaxRequestsPerConnection = n
 			}
 		default:
-			return nil, d.Errf("agtp: unknown subdirective %q", key)
+			return nil, d.Errf("unknown subdirective %q", key)
 		}
 	}
 	app.Servers = append(app.Servers, s)

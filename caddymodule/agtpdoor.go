@@ -161,12 +161,12 @@ func (a *AGTPApp) Provision(ctx caddy.Context) error {
 	seen := map[string]int{}
 	for i, s := range a.Servers {
 		if err := s.provision(ctx); err != nil {
-			return fmt.Errorf("agtp: servers[%d]: %v", i, err)
+			return fmt.Errorf("servers[%d]: %v", i, err)
 		}
 		for _, addr := range s.addrs {
 			k := addr.String()
 			if j, dup := seen[k]; dup {
-				return fmt.Errorf("agtp: servers[%d]: %s is listened on twice (servers[%d] too): give an address once", i, k, j)
+				return fmt.Errorf("servers[%d]: %s is listened on twice (servers[%d] too): give an address once", i, k, j)
 			}
 			seen[k] = i
 		}
@@ -185,7 +185,7 @@ func (a *AGTPApp) Provision(ctx caddy.Context) error {
 	for i, s := range a.Servers {
 		s.load = load
 		if lookupEngine(s.Handler, load) == nil {
-			return fmt.Errorf("agtp: servers[%d] (%s): handler %q: no rcns handler of this name is configured (the rcns block's `name`, \"default\" when it sets none)",
+			return fmt.Errorf("servers[%d] (%s): handler %q: no rcns handler of this name is configured (the rcns block's `name`, \"default\" when it sets none)",
 				i, strings.Join(s.Listen, " "), s.Handler)
 		}
 		if n := countEngines(s.Handler, load); n > 1 && load != nil {
@@ -313,16 +313,16 @@ func (a *AGTPApp) Start() error {
 	if len(names) > 0 {
 		tlsApp, err := a.ctx.App("tls")
 		if err != nil {
-			return fmt.Errorf("agtp: tls app: %v", err)
+			return fmt.Errorf("tls app: %v", err)
 		}
 		if err := tlsApp.(*caddytls.TLS).Manage(names); err != nil {
-			return fmt.Errorf("agtp: managing certificates: %v", err)
+			return fmt.Errorf("managing certificates: %v", err)
 		}
 	}
 	for _, s := range a.Servers {
 		if err := s.start(a.ctx, a.logger); err != nil {
 			a.stopListeners()
-			return fmt.Errorf("agtp: %v", err)
+			return err
 		}
 	}
 	return nil
@@ -405,7 +405,7 @@ func (a *AGTPApp) checkPortsFree() error {
 						continue
 					}
 					if na.Host == hna.Host || na.Host == "" || hna.Host == "" {
-						return fmt.Errorf("agtp: listen %s: the http server %q listens on %s too; give the native door a port of its own (4480 is AGTP's)", na, name, l)
+						return fmt.Errorf("listen %s: the http server %q listens on %s too; give the native door a port of its own (4480 is AGTP's)", na, name, l)
 					}
 				}
 			}

@@ -490,7 +490,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			h.OperatorPage = c
 		default:
-			return d.Errf("rcns: unknown subdirective %q", key)
+			return d.Errf("unknown subdirective %q", key)
 		}
 	}
 	return nil

@@ -345,3 +345,37 @@ func TestMinDurations(t *testing.T) {
 	cases = append(cases, configCase{"composition_timeout 100ms", "composition_timeout 100ms", `"composition_timeout":100000000`, ""})
 	runConfigCases(t, cases)
 }
+
+// TestConfigErrorsNameModuleOnce: Caddy names the directive, the global
+// option or the app before a Caddyfile or provisioning error ("parsing
+// caddyfile tokens for 'agtp': ", "provision agtp: "), so the
+// gateway's message does not name it again (helper-147).
+func TestConfigErrorsNameModuleOnce(t *testing.T) {
+	adapt := func(src string) error {
+		raw, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
+		if err != nil {
+			return err
+		}
+		return validateJSON(t, raw)
+	}
+	site := ":8080 {\n\trcns {\n\t\trecords_dir off\n\t}\n}\n"
+	for _, tc := range []struct{ name, src, want string }{
+		{"rcns subdirective", ":8080 {\n\trcns {\n\t\tbogus 1\n\t}\n}\n", `'rcns': unknown subdirective "bogus"`},
+		{"agtp subdirective", "{\n\tagtp 127.0.0.1:4480 {\n\t\tbogus 1\n\t}\n}\n" + site, `'agtp': unknown subdirective "bogus"`},
+		{"agtp without address", "{\n\tagtp\n}\n" + site, `'agtp': give at least one listen address`},
+		{"agtp handler unknown", "{\n\tagtp 127.0.0.1:4480 {\n\t\thandler nope\n\t}\n}\n" + site, `provision agtp: servers[0] (127.0.0.1:4480): handler "nope": no rcns handler`},
+		{"agtp address twice", "{\n\tagtp 127.0.0.1:4480 127.0.0.1:4480\n}\n" + site, `provision agtp: servers[0]: 127.0.0.1:4480 is listened on twice`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := adapt(tc.src)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+			for _, twice := range []string{"rcns: rcns: ", "agtp: agtp: ", "': rcns: ", "': agtp: "} {
+				if strings.Contains(err.Error(), twice) {
+					t.Errorf("err = %v: the module is named twice (%q)", err, twice)
+				}
+			}
+		})
+	}
+}
