@@ -469,6 +469,12 @@ func (l *Log) movedMessageLocked(oldPath, newPath string, plan movedPlan) string
 	if plan.foreign {
 		msg += "; the file now at its path holds whole lines, in the form of records, that the gateway did not write there (appended by hand, or another file put in its place): verify-log and the next start read them as records (a copy of one the log holds is named as a repeat); cut them off or restore the file"
 	}
+	if plan.intact && !read {
+		// helper-147: the next record starts a new file, and this one is
+		// no longer the newest, the one the guide keeps from archiving:
+		// removed for the bytes the hand added, its records are lost.
+		msg += "; keep the file, with what the hand added edited out (verify-log names the line): it holds the only copy of the records before them, which are not written again"
+	}
 	if plan.odd {
 		msg += "; what is now at its path is not a regular file (a symbolic link, a FIFO), which verify-log and the gateway's next start refuse: remove it"
 	}
