@@ -191,6 +191,10 @@ func (h *Engine) revoke(x *exchange, req *request, p map[string]any) {
 	}
 	switch target {
 	case "contract":
+		if e := onlyParams(p, x.query, "REVOKE target=contract", "target", "synthesis_id", "reason", "actor"); e != nil {
+			x.fail(e)
+			return
+		}
 		c, _, ok := h.contractParam(x, req, p, contractAccess{what: "REVOKE target=contract", verb: "revoke", inspectAll: true})
 		if !ok {
 			return
@@ -203,6 +207,9 @@ func (h *Engine) revoke(x *exchange, req *request, p map[string]any) {
 			return
 		}
 		mode, e := typedString(p, "REVOKE target=stale-contracts", "mode", agtp.InvalidMode)
+		if e == nil {
+			e = onlyParams(p, x.query, "REVOKE target=stale-contracts", "target", "mode", "reason", "actor")
+		}
 		if e != nil {
 			x.fail(e)
 			return
@@ -294,6 +301,9 @@ func (h *Engine) suspend(x *exchange, req *request, p map[string]any) {
 	reason, e := strParam(p, "SUSPEND", "reason")
 	if e == nil {
 		_, e = sessionParam(p, "SUSPEND")
+	}
+	if e == nil {
+		e = onlyParams(p, x.query, "SUSPEND", "synthesis_id", "session_id", "reason")
 	}
 	if e == nil && given(p, "synthesis_id") && given(p, "session_id") {
 		e = agtp.InvalidParameter.New("SUSPEND takes synthesis_id (one contract) or session_id (a session's contracts), not both")

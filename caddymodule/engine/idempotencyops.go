@@ -102,6 +102,10 @@ func (h *Engine) settleKey(x *exchange, req *request, p map[string]any, reason s
 		x.fail(agtp.Forbidden.New(what + " needs the inspect:all scope"))
 		return
 	}
+	if e := onlyParams(p, x.query, what, "target", "agent_id", "key", "action", "status", "result", "reason"); e != nil {
+		x.fail(e)
+		return
+	}
 	agent, key, e := keyParams(p, what)
 	if e != nil {
 		x.fail(e)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -49,6 +50,43 @@ func envelopeParameters(req *request) (map[string]any, *agtp.Error) {
 		return nil, agtp.InvalidEnvelope.New("\"parameters\" must be a JSON object")
 	}
 	return obj, nil
+}
+
+// onlyParams refuses, with 400 invalid-parameter, a parameter that
+// what (a state-changing built-in: REVOKE or SUSPEND, by target) does
+// not read: misspelt, it would be ignored, and the change made without
+// it cannot be taken back (helper-148: a resolve whose "stauts" and
+// "reslut" were ignored stored 200 and a null result, replayed for the
+// whole idempotency window, and a second settle is refused). The least
+// unknown name is the one named, so the answer does not vary with map
+// order; known lists what is read. Spec §7.1 holds endpoint inputs to
+// the same rule (unknown fields fail); reads (INSPECT, DISCOVER) answer
+// what they were asked and stay lenient.
+// A query key it does not read (one of known not among
+// builtinQueryParams, as status and result, which are read from the
+// body only) is refused the same way.
+func onlyParams(p map[string]any, q url.Values, what string, known ...string) *agtp.Error {
+	unknown, found := "", false
+	for k := range p {
+		if !slices.Contains(known, k) && (!found || k < unknown) {
+			unknown, found = k, true
+		}
+	}
+	if found {
+		return agtp.InvalidParameter.New(fmt.Sprintf("%s takes no parameter %q (it takes %s): nothing was changed", what, textcut.Clip(unknown), strings.Join(known, ", ")))
+	}
+	for k := range q {
+		if (!slices.Contains(known, k) || !slices.Contains(builtinQueryParams, k)) && (!found || k < unknown) {
+			unknown, found = k, true
+		}
+	}
+	if !found {
+		return nil
+	}
+	if slices.Contains(known, unknown) {
+		return agtp.InvalidParameter.New(fmt.Sprintf("%s reads parameter %q from the body only, not the query: nothing was changed", what, textcut.Clip(unknown)))
+	}
+	return agtp.InvalidParameter.New(fmt.Sprintf("%s takes no parameter %q (it takes %s): nothing was changed", what, textcut.Clip(unknown), strings.Join(known, ", ")))
 }
 
 // given reports whether parameter name is present and not null.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -51,5 +52,63 @@ func TestSettleKeyAnswersStateAfter(t *testing.T) {
 	}
 	if in := srCall("INSPECT", "/", srOp(), srKeyOp("settle-release", ""))(t, te); in.Status != 404 {
 		t.Fatalf("INSPECT after release: %s\nwant 404 record-not-found", in)
+	}
+}
+
+// TestStateChangingBuiltinsRefuseUnknownParams: REVOKE (each target)
+// and SUSPEND refuse a parameter they do not read, 400
+// invalid-parameter naming it, and change nothing (helper-148: a
+// resolve whose "stauts" and "reslut" were misspelt stored 200 and a
+// null result, which a second settle could not correct).
+func TestStateChangingBuiltinsRefuseUnknownParams(t *testing.T) {
+	agentsDir, endpointsDir, recipesDir := srDocs(t)
+	upstream := srUpstream(t)
+	te := newTestEngine(t, func(c *Config) {
+		c.Agents = append(c.Agents, agentsDir)
+		c.Endpoints = append(c.Endpoints, endpointsDir)
+		c.Recipes = append(c.Recipes, recipesDir)
+		c.Upstreams = map[string]*UpstreamConfig{"bench": {URL: upstream}}
+	})
+	srHeld(t, te, "settle-typo", "FETCH", "/items/1", "", time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	refused := func(t *testing.T, a *srAnswer, name string) {
+		t.Helper()
+		if a.Status != 400 || a.str("reason") != "invalid-parameter" || !strings.Contains(a.str("explanation"), ` parameter "`+name+`"`) {
+			t.Fatalf("%s\nwant 400 invalid-parameter naming %q", a, name)
+		}
+	}
+	syn := "syn-" + strings.Repeat("A", 22)
+	for _, tc := range []struct {
+		name, method string
+		body         string
+		unknown      string
+		target       string // "/" when empty
+	}{
+		{"resolve, status in the query", "REVOKE", srKeyOp("settle-typo", "resolve"), "status", "/?status=201"},
+		{"release, unknown query key", "REVOKE", srKeyOp("settle-typo", "release"), "zzz", "/?zzz=1"},
+		{"resolve misspelt", "REVOKE", srParams(map[string]any{"target": "idempotency-key", "agent_id": testAgent, "key": "settle-typo", "action": "resolve", "stauts": 201, "reslut": map[string]any{"x": 1}}), "reslut", ""},
+		{"release with actor", "REVOKE", srParams(map[string]any{"target": "idempotency-key", "agent_id": testAgent, "key": "settle-typo", "action": "release", "actor": "sre"}), "actor", ""},
+		{"release, top-level", "REVOKE", `{"target":"idempotency-key","agent_id":"` + testAgent + `","key":"settle-typo","action":"release","zzz":1}`, "zzz", ""},
+		{"revoke contract misspelt", "REVOKE", srParams(map[string]any{"target": "contract", "synthesisid": syn}), "synthesisid", ""},
+		{"stale sweep misspelt", "REVOKE", srParams(map[string]any{"target": "stale-contracts", "mdoe": "invalidate"}), "mdoe", ""},
+		{"suspend misspelt", "SUSPEND", srParams(map[string]any{"synthesis_id": syn, "reasons": "done"}), "reasons", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := tc.target
+			if target == "" {
+				target = "/"
+			}
+			refused(t, srCall(tc.method, target, srOp(), tc.body)(t, te), tc.unknown)
+		})
+	}
+	// Nothing changed: the key is still outcome-unknown, and the settle
+	// spelt right goes through.
+	if in := srCall("INSPECT", "/", srOp(), srKeyOp("settle-typo", ""))(t, te); in.Status != 200 || in.str("state") != "outcome-unknown" {
+		t.Fatalf("INSPECT after the refusals: %s\nwant outcome-unknown", in)
+	}
+	a := srCall("REVOKE", "/", srOp(), srParams(map[string]any{"target": "idempotency-key", "agent_id": testAgent, "key": "settle-typo",
+		"action": "resolve", "status": 201, "result": map[string]any{"x": 1}, "reason": "checked"}))(t, te)
+	if a.Status != 200 || a.str("state") != "answered" || a.body["stored_status"] != float64(201) {
+		t.Fatalf("resolve spelt right: %s\nwant 200 answered, stored_status 201", a)
 	}
 }
