@@ -481,8 +481,17 @@ func (c *nativeConn) serve() {
 		// then read_header_timeout, both cut short by a stop or a reload
 		// that drops this address (end): no request has run, none is
 		// answered. The deadline is set first, so an end after it
-		// overrides it.
-		_ = conn.SetReadDeadline(time.Now().Add(time.Duration(s.IdleTimeout)))
+		// overrides it. A new connection's first request has
+		// read_header_timeout from the connection's start (after the
+		// TLS handshake) for its first byte and its whole head, as the
+		// HTTP door's (net/http) has: a connection that sends nothing is
+		// not held for idle_timeout (helper-148: 60 s here, 5 s there).
+		wait := time.Now()
+		idle := time.Duration(s.IdleTimeout)
+		if n == 1 {
+			idle = time.Duration(s.ReadHeaderTimeout)
+		}
+		_ = conn.SetReadDeadline(wait.Add(idle))
 		if c.waiting(true) {
 			closeConn(false)
 			return
@@ -506,7 +515,11 @@ func (c *nativeConn) serve() {
 		}
 		c.srv = s
 		start := time.Now()
-		_ = conn.SetReadDeadline(start.Add(time.Duration(s.ReadHeaderTimeout)))
+		headFrom := start
+		if n == 1 {
+			headFrom = wait
+		}
+		_ = conn.SetReadDeadline(headFrom.Add(time.Duration(s.ReadHeaderTimeout)))
 		if c.isEnding() {
 			c.waiting(false)
 			closeConn(false)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -21,8 +22,14 @@ import (
 // (access_log) to access; it returns the listener's address.
 func nativeDoor(t *testing.T, h *Handler, access *zap.Logger) string {
 	t.Helper()
+	return nativeDoorOf(t, &AGTPServer{Listen: []string{"127.0.0.1:0"}, Handler: h.Name, AccessLog: true}, access)
+}
+
+// nativeDoorOf starts s (listening on one loopback address), its access
+// lines to access, and returns the listener's address.
+func nativeDoorOf(t *testing.T, s *AGTPServer, access *zap.Logger) string {
+	t.Helper()
 	ctx := benchContext(t)
-	s := &AGTPServer{Listen: []string{"127.0.0.1:0"}, Handler: h.Name, AccessLog: true}
 	if err := s.provision(ctx); err != nil {
 		t.Fatalf("provision: %v", err)
 	}
@@ -247,5 +254,49 @@ func TestNativePanicClosesConnection(t *testing.T) {
 	resp, err := wire.ReadResponse(br, wire.Limits{}, 1<<20)
 	if err != nil || resp.Status != 200 || calls.Load() != 1 {
 		t.Fatalf("the next connection after the panic: %v %v (upstream calls %d); want it served, 200", resp, err, calls.Load())
+	}
+}
+
+// TestNativeFirstRequestHeaderTimeout: a new connection that sends
+// nothing is closed at read_header_timeout, counted from its start, as
+// the HTTP door (net/http) closes one (helper-148: it was held for
+// idle_timeout, 12 times as long with the example's settings), while
+// a kept-alive connection still waits idle_timeout for its next
+// request.
+func TestNativeFirstRequestHeaderTimeout(t *testing.T) {
+	h := benchHandler(t, benchUpstream(t).URL, false)
+	const header, idle = 300 * time.Millisecond, time.Minute
+	addr := nativeDoorOf(t, &AGTPServer{Listen: []string{"127.0.0.1:0"}, Handler: h.Name,
+		ReadHeaderTimeout: caddy.Duration(header), IdleTimeout: caddy.Duration(idle)}, zap.NewNop())
+
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	// Well under idle_timeout: a close by then is read_header_timeout's.
+	_ = silent.SetReadDeadline(time.Now().Add(idle / 2))
+	if b, err := io.ReadAll(silent); err != nil || len(b) > 0 {
+		t.Fatalf("a new connection that sent nothing read %q, %v; want it closed (EOF) at read_header_timeout, not held for idle_timeout", b, err)
+	}
+
+	kept, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Close()
+	_ = kept.SetDeadline(time.Now().Add(idle / 2))
+	br := bufio.NewReader(kept)
+	for i := range 2 {
+		if i == 1 {
+			time.Sleep(4 * header) // kept alive: idle_timeout, not read_header_timeout
+		}
+		if _, err := io.WriteString(kept, "AGTP/1.0 DISCOVER /\r\n\r\n"); err != nil {
+			t.Fatalf("request %d: %v", i+1, err)
+		}
+		resp, err := wire.ReadResponse(br, wire.Limits{}, 1<<20)
+		if err != nil || resp.Status != 200 {
+			t.Fatalf("request %d on a kept-alive connection: %v, %v; want 200", i+1, resp, err)
+		}
 	}
 }

@@ -58,8 +58,10 @@ type AGTPServer struct {
 	// certificates from Caddy's tls app. Nil: plain text, loopback only.
 	TLS *AGTPTLS `json:"tls,omitempty"`
 	// ReadHeaderTimeout bounds reading a request's line and header
-	// fields once its first byte came. Default 1m (Caddy's HTTP
-	// default).
+	// fields once its first byte came, and, for a new connection's
+	// first request, from the connection's start (after the TLS
+	// handshake), its first byte included, as net/http counts it.
+	// Default 1m (Caddy's HTTP default).
 	ReadHeaderTimeout caddy.Duration `json:"read_header_timeout,omitempty"`
 	// ReadTimeout bounds reading one whole request, body included, from
 	// its first byte; a stalled client is cut there (400 invalid-body,
@@ -67,7 +69,8 @@ type AGTPServer struct {
 	ReadTimeout caddy.Duration `json:"read_timeout,omitempty"`
 	// WriteTimeout bounds writing one answer. Default 1m.
 	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
-	// IdleTimeout is how long a connection waits for its next request.
+	// IdleTimeout is how long a kept-alive connection waits for its
+	// next request (a new connection's first waits ReadHeaderTimeout).
 	// Default 60s (the bindings draft's).
 	IdleTimeout caddy.Duration `json:"idle_timeout,omitempty"`
 	// MaxHeaderBytes bounds the request line and header fields, in
