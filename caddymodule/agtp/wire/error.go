@@ -48,10 +48,13 @@ type Error struct {
 	// a method token.
 	Header http.Header
 	// URL is the request-target of a head refused for a field (Method
-	// set) after its target parsed, and, for the asterisk-form target
-	// "*", a URL whose Path is "*", as net/http reads one: the answer
-	// names the path as the HTTP binding's does. Nil otherwise (no
-	// target, or one that is not a URI path).
+	// set) after its target parsed; of a request line refused for its
+	// target, the URL net/http reads from that target (a '#' kept in
+	// the path, an absolute-form target's path) and, for the
+	// asterisk-form "*", a URL whose Path is "*", as net/http reads
+	// one: the answer names the path as the HTTP binding's does. Nil
+	// otherwise (no target, or one net/http does not read, as
+	// "/a/%ZZ").
 	URL *url.URL
 }
 

@@ -172,6 +172,12 @@ func parseRequestLine(line []byte) (*Request, *Error) {
 	badTarget := func(explanation string) *Error {
 		e := refuse(400, "invalid-request-line", explanation)
 		e.Method = method
+		// The path net/http reads from such a target (a '#' kept in it,
+		// an absolute-form target's path), which the HTTP door's
+		// answer names: the answer here names the same (helper-148).
+		if u, err := url.ParseRequestURI(target); err == nil {
+			e.URL = u
+		}
 		return e
 	}
 	if strings.Contains(s, "#") {
