@@ -277,6 +277,11 @@ func (s *AGTPServer) provision(ctx caddy.Context) error {
 			s.addrs = append(s.addrs, na)
 			continue
 		}
+		if na.StartPort == 0 && !strings.HasSuffix(l, ":0") {
+			// Caddy reads "gw" as a host without a port (helper-148: it
+			// was then refused as plain text off loopback).
+			return fmt.Errorf("listen %q: no port: give host:port (e.g. 127.0.0.1:4480; 4480 is AGTP's)", l)
+		}
 		if na.PortRangeSize() != 1 {
 			return fmt.Errorf("listen %q: give one port, not a range", l)
 		}

@@ -364,6 +364,7 @@ func TestConfigErrorsNameModuleOnce(t *testing.T) {
 		{"agtp subdirective", "{\n\tagtp 127.0.0.1:4480 {\n\t\tbogus 1\n\t}\n}\n" + site, `'agtp': unknown subdirective "bogus"`},
 		{"agtp without address", "{\n\tagtp\n}\n" + site, `'agtp': give at least one listen address`},
 		{"agtp handler unknown", "{\n\tagtp 127.0.0.1:4480 {\n\t\thandler nope\n\t}\n}\n" + site, `provision agtp: servers[0] (127.0.0.1:4480): handler "nope": no rcns handler`},
+		{"agtp address without a port", "{\n\tagtp notanaddress\n}\n" + site, `provision agtp: servers[0]: listen "notanaddress": no port: give host:port`},
 		{"agtp address twice", "{\n\tagtp 127.0.0.1:4480 127.0.0.1:4480\n}\n" + site, `provision agtp: servers[0]: 127.0.0.1:4480 is listened on twice`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -378,4 +379,17 @@ func TestConfigErrorsNameModuleOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMissingDocumentPathsNamed: a path of agents, endpoints or recipes
+// that does not exist is named with the kind of documents it was given
+// for (helper-148: "/x: cannot stat" said which file, not which knob).
+func TestMissingDocumentPathsNamed(t *testing.T) {
+	var cases []configCase
+	for _, k := range []struct{ knob, kind string }{{"agents", "agent"}, {"endpoints", "endpoint"}, {"recipes", "recipe"}} {
+		missing := filepath.Join(t.TempDir(), "no-such")
+		cases = append(cases, configCase{k.knob, k.knob + " " + missing, `"` + k.knob + `":["` + missing + `"]`,
+			missing + ": cannot stat: no such file or directory (given as a path of " + k.kind + " documents)"})
+	}
+	runConfigCases(t, cases)
 }

@@ -86,7 +86,11 @@ func LoadPaths(paths []string, k Kind) ([]*Document, error) {
 	for _, p := range paths {
 		files, err := expandPath(p)
 		if err != nil {
-			errs = append(errs, &Error{File: p, Message: readProblem(err)})
+			// Named as the kind's path, which is the configuration's
+			// knob (agents, endpoints, recipes), not only the file
+			// (helper-148: a typo in one of three knobs read
+			// "/x: cannot stat").
+			errs = append(errs, &Error{File: p, Message: readProblem(err) + " (given as a path of " + string(k) + " documents)"})
 			continue
 		}
 		for _, f := range files {
