@@ -255,7 +255,7 @@ func (s *AGTPServer) provision(ctx caddy.Context) error {
 		s.MaxHeaderBytes = defaultAGTPMaxHeaderBytes
 	}
 	if s.MaxHeaderBytes < minAGTPMaxHeaderBytes {
-		return fmt.Errorf("max_header_bytes %d is below %d: no request line and Agent-ID would fit", s.MaxHeaderBytes, minAGTPMaxHeaderBytes)
+		return fmt.Errorf("max_header_size (JSON max_header_bytes) %d bytes is below %d: no request line and Agent-ID would fit", s.MaxHeaderBytes, minAGTPMaxHeaderBytes)
 	}
 	if s.MaxConnections == 0 {
 		s.MaxConnections = defaultAGTPMaxConnections

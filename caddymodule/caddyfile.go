@@ -261,6 +261,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			n, err := strconv.Atoi(v)
+			if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(v, "-") {
+				return d.Errf("%s: %q is too large (at most %d)", key, v, math.MaxInt)
+			}
 			if err != nil || n < 1 {
 				return d.Errf("%s: %q is not a positive integer", key, v)
 			}

@@ -103,6 +103,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"huge composition_timeout", "composition_timeout 99999999999d", "composition_timeout: \"99999999999d\" is too large"},
 		{"huge idempotency_window", "idempotency_window 999999999999h", "idempotency_window: \"999999999999h\" is too large"},
 		{"huge signature_max_age", "signature_max_age 999999999999h", "signature_max_age: \"999999999999h\" is too large"},
+		{"huge max_contracts", "max_contracts 99999999999999999999", `max_contracts: "99999999999999999999" is too large (at most 9223372036854775807)`},
 		{"huge negative ttl", "contract_ttl -999999999999h", "contract_ttl: \"-999999999999h\" must be a positive duration"},
 		{"zero idempotency_window", "idempotency_window 0s", "idempotency_window: \"0s\" must be a positive duration"},
 		{"zero idempotency_lease_margin", "idempotency_lease_margin 0s", "idempotency_lease_margin: \"0s\" must be a positive duration"},
