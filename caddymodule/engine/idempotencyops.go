@@ -158,7 +158,9 @@ func (h *Engine) settleKey(x *exchange, req *request, p map[string]any, reason s
 	}
 	switch {
 	case errors.Is(err, idempotency.ErrNoRecord):
-		x.fail(agtp.RecordNotFound.New("no record of this Idempotency-Key (never used, or its window passed)"))
+		// Also the answer of the second of two settles sent at once,
+		// the first a release (helper-148).
+		x.fail(agtp.RecordNotFound.New("no record of this Idempotency-Key (never used, its window passed, or released: by an operator, or by a settle just before this one)"))
 		return
 	case errors.Is(err, idempotency.ErrAnswered), errors.Is(err, idempotency.ErrLeaseLive):
 		body := keyStateBody(agent, key, st)
