@@ -14,14 +14,7 @@ import (
 // it); release gives released, with no expiry, and INSPECT then finds
 // no record.
 func TestSettleKeyAnswersStateAfter(t *testing.T) {
-	agentsDir, endpointsDir, recipesDir := srDocs(t)
-	upstream := srUpstream(t)
-	te := newTestEngine(t, func(c *Config) {
-		c.Agents = append(c.Agents, agentsDir)
-		c.Endpoints = append(c.Endpoints, endpointsDir)
-		c.Recipes = append(c.Recipes, recipesDir)
-		c.Upstreams = map[string]*UpstreamConfig{"bench": {URL: upstream}}
-	})
+	te := settleEngine(t)
 	orphan := func(key string) {
 		srHeld(t, te, key, "FETCH", "/items/1", "", time.Millisecond)
 		time.Sleep(20 * time.Millisecond)
@@ -61,14 +54,7 @@ func TestSettleKeyAnswersStateAfter(t *testing.T) {
 // resolve whose "stauts" and "reslut" were misspelt stored 200 and a
 // null result, which a second settle could not correct).
 func TestStateChangingBuiltinsRefuseUnknownParams(t *testing.T) {
-	agentsDir, endpointsDir, recipesDir := srDocs(t)
-	upstream := srUpstream(t)
-	te := newTestEngine(t, func(c *Config) {
-		c.Agents = append(c.Agents, agentsDir)
-		c.Endpoints = append(c.Endpoints, endpointsDir)
-		c.Recipes = append(c.Recipes, recipesDir)
-		c.Upstreams = map[string]*UpstreamConfig{"bench": {URL: upstream}}
-	})
+	te := settleEngine(t)
 	srHeld(t, te, "settle-typo", "FETCH", "/items/1", "", time.Millisecond)
 	time.Sleep(20 * time.Millisecond)
 	refused := func(t *testing.T, a *srAnswer, name string) {
@@ -111,4 +97,18 @@ func TestStateChangingBuiltinsRefuseUnknownParams(t *testing.T) {
 	if a.Status != 200 || a.str("state") != "answered" || a.body["stored_status"] != float64(201) {
 		t.Fatalf("resolve spelt right: %s\nwant 200 answered, stored_status 201", a)
 	}
+}
+
+// settleEngine is an engine serving the stage-refusal documents over a
+// loopback upstream, for the settle tests.
+func settleEngine(t *testing.T) *testEngine {
+	t.Helper()
+	agentsDir, endpointsDir, recipesDir := srDocs(t)
+	upstream := srUpstream(t)
+	return newTestEngine(t, func(c *Config) {
+		c.Agents = append(c.Agents, agentsDir)
+		c.Endpoints = append(c.Endpoints, endpointsDir)
+		c.Recipes = append(c.Recipes, recipesDir)
+		c.Upstreams = map[string]*UpstreamConfig{"bench": {URL: upstream}}
+	})
 }
