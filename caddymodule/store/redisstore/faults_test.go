@@ -101,6 +101,55 @@ func TestLateClaimWritesNothing(t *testing.T) {
 	}
 }
 
+// TestLateSettleWritesNothing: an operator's settle (release or
+// resolve) of an outcome-unknown key whose script reaches Redis only
+// after the node stopped waiting (Redis stopped with the command in its
+// socket) writes nothing when it finally runs: the operator was
+// answered 503, nothing was recorded, and the key stays outcome-unknown
+// for the settle to be sent again (helper-149: it took effect, and the
+// second settle was refused).
+func TestLateSettleWritesNothing(t *testing.T) {
+	srv := redistest.StartServer(t)
+	for _, action := range []string{"release", "resolve"} {
+		t.Run(action, func(t *testing.T) {
+			key := "late-settle-" + action
+			_, set := newSet(t, Config{Addrs: []string{srv.Addr()}})
+			got, err := set.Idempotency.Claim(context.Background(), idempotency.ClaimRequest{AgentID: "a", Key: key, Fingerprint: "fp", Lease: time.Millisecond})
+			if err != nil || got.Outcome != idempotency.Execute {
+				t.Fatalf("claim: %v, %v", got.Outcome, err)
+			}
+			time.Sleep(20 * time.Millisecond) // the lease ends: outcome-unknown
+			c, late := newSet(t, Config{Addrs: []string{srv.Addr()}})
+			// Load the settle script first: held, EVALSHA's NOSCRIPT
+			// answer would go to a closed client, and EVAL never out.
+			if _, err := late.Idempotency.Release(context.Background(), "a", "warm-up"); !errors.Is(err, idempotency.ErrNoRecord) {
+				t.Fatalf("warm-up settle: %v, want ErrNoRecord", err)
+			}
+			srv.Pause()
+			if action == "release" {
+				_, err = late.Idempotency.Release(context.Background(), "a", key)
+			} else {
+				_, err = late.Idempotency.Resolve(context.Background(), "a", key, idempotency.Response{Status: 200, Body: []byte(`{"late":true}`)})
+			}
+			if !errors.Is(err, store.ErrUnavailable) {
+				srv.Resume()
+				t.Fatalf("%s during the stall: %v, want ErrUnavailable", action, err)
+			}
+			_ = c.Close()
+			time.Sleep(300 * time.Millisecond)
+			srv.Resume()
+			time.Sleep(300 * time.Millisecond) // the held script runs now; it must write nothing
+			st, found, err := set.Idempotency.Peek(context.Background(), "a", key)
+			if err != nil || !found || st.State != idempotency.StateOutcomeUnknown {
+				t.Fatalf("after the late %s: %+v found %v, %v; want the key still outcome-unknown", action, st, found, err)
+			}
+			if _, err := set.Idempotency.Release(context.Background(), "a", key); err != nil {
+				t.Fatalf("the settle sent again: %v; want it to settle", err)
+			}
+		})
+	}
+}
+
 // TestLostReplyClaimReleased: a claim that ran at Redis in time but
 // whose reply never reached the node (503 "nothing was executed") is
 // released in the background once Redis answers again.

@@ -209,10 +209,15 @@ return 1
 // settleScript is the operator's release ("release") or resolve (any
 // other action: store ARGV[3] with status ARGV[4]) of an
 // outcome-unknown key. KEYS as claimScript. ARGV: now, action, answer,
-// status, window (ms), agent-index member, global member. Returns {0}
-// no record, {1, status, exp} answered, then {2 live | 3 settled, lease
-// end, claimed at, node, what, exp}.
-var settleScript = allowOOM(`
+// status, window (ms), agent-index member, global member, deadline
+// (Redis's own clock, Unix ms: claimDeadline). Returns {0} no record,
+// {1, status, exp} answered, then {2 live | 3 settled, lease end,
+// claimed at, node, what, exp}; {4} when it reached Redis after its
+// deadline and wrote nothing (helper-149: a settle answered 503 while
+// Redis stalled took effect once it resumed, unrecorded, and a second
+// settle was refused).
+var settleScript = allowOOM(timeFuncLua + `
+if redis_ms() > tonumber(ARGV[8]) then return {4} end
 local now = tonumber(ARGV[1])
 local r = redis.call('HMGET', KEYS[1], 'exp', 'st', 'lease', 'at', 'n', 'w')
 local exp = tonumber(r[1])
@@ -481,12 +486,19 @@ func (s *idem) settle(ctx context.Context, agentID, key, action string, resp ide
 	if action != "release" {
 		raw = idempotency.EncodeResponse(resp)
 	}
+	// Bounded as a claim is: a settle the operator was answered 503 for
+	// (nothing was settled) must not take effect when a stalled Redis
+	// resumes, unrecorded, and leave a second settle refused.
+	ctx, deadline, cancel := s.c.claimDeadline(ctx)
+	defer cancel()
 	start := time.Now()
-	v, err := settleScript.Run(ctx, s.c.rdb, keys, s.c.nowMS(), action, raw, resp.Status, s.limits.Window.Milliseconds(), member, global).Slice()
+	v, err := settleScript.Run(ctx, s.c.rdb, keys, s.c.nowMS(), action, raw, resp.Status, s.limits.Window.Milliseconds(), member, global, deadline).Slice()
 	if err = s.c.done(store.OpSettle, start, err); err != nil {
 		return idempotency.KeyState{}, err
 	}
 	switch replyInt(v, 0) {
+	case 4:
+		return idempotency.KeyState{}, fmt.Errorf("%w: the settle reached Redis after the gateway stopped waiting for it, and wrote nothing", store.ErrUnavailable)
 	case 0:
 		return idempotency.KeyState{}, idempotency.ErrNoRecord
 	case 1:
