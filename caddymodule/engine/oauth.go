@@ -194,9 +194,33 @@ func (v *oauthVerifier) verify(in *agtp.Request, _ []byte, claimed string) (verd
 	if owner == info.clientID {
 		owner = "" // a client acting for itself: the document's owner
 	}
+	if owner != "" && !ownerFromToken(owner) {
+		// It becomes the answer's Owner-ID field and the records'
+		// owner_id (helper-149: a sub holding CR LF broke the native
+		// door's answer after the request had run).
+		return refused, nil, agtp.TokenInvalid.New("the access token's sub is not usable as the Owner-ID of the person the call is for: it must be 1 to 256 visible ASCII characters")
+	}
 	scopes := v.cfg.agtpScopes(info.scopes).Strings()
 	return verifiedAs, &agtp.Identity{AgentID: agentID, VerificationPath: IdentityOAuth, OwnerID: owner,
 		Bounded: true, Scopes: scopes, Issuer: v.cfg.Issuer, ClientID: info.clientID, Subject: info.sub, Token: tok}, nil
+}
+
+// ownerFromToken reports whether a token's sub may stand as an Owner-ID:
+// 1 to 256 visible ASCII characters (RFC 9110 VCHAR), so that it is a
+// valid field value and one log line. It is wider than the Owner-ID
+// header's grammar (RCNS §3: letters, digits, '-', '_', ':', '.'),
+// which common subs ("auth0|abc123") do not meet; the owner is the
+// token's, and an agent that sends no Owner-ID beside it is served.
+func ownerFromToken(s string) bool {
+	if len(s) < 1 || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // agentOf is the agent a token's client acts as: the document that

@@ -488,3 +488,42 @@ func TestBearerSyntax(t *testing.T) {
 		}
 	}
 }
+
+// TestOAuthSubjectUsableAsOwner: a token's sub becomes the answer's
+// Owner-ID and the records' owner_id, so one that is not 1 to 256
+// visible ASCII characters is refused 401 token-invalid before anything
+// runs (helper-149: a sub holding CR LF broke the native door's answer
+// after the request had run); a sub outside the Owner-ID header's
+// narrower grammar, as identity providers issue ("auth0|abc123"), is
+// served and named as it is.
+func TestOAuthSubjectUsableAsOwner(t *testing.T) {
+	w := newOAuthWorld(t)
+	priv, _ := oauthtest.NewECKey("subject-test")
+	if err := w.as.Restart(priv); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // past jwks_min_refresh
+	good := w.token(t, benchClient, oauthResource, "rcns:negotiate", "bench:read")
+	withSub := func(sub string) string {
+		c := claimsOf(t, good)
+		c["sub"] = sub
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return forge(t, priv, jose.ES256, "x."+base64.RawURLEncoding.EncodeToString(b)+".")
+	}
+	for _, sub := range []string{"a\r\nX-Evil: 1", "a b", "aé", strings.Repeat("a", 257), "a\x00"} {
+		before := w.hits.Load()
+		if a := w.fetch(t, withSub(sub)); a.Status != 401 || a.str("reason") != "token-invalid" || !strings.Contains(a.str("explanation"), "sub") {
+			t.Errorf("sub %q: %s, want 401 token-invalid naming the sub", sub, a)
+		}
+		if n := w.hits.Load() - before; n != 0 {
+			t.Errorf("sub %q: upstream hits = %d, want none", sub, n)
+		}
+	}
+	a := w.fetch(t, withSub("auth0|abc123"))
+	if a.Status != 200 || a.header("Owner-ID") != "auth0|abc123" {
+		t.Fatalf("sub auth0|abc123: %s Owner-ID %q, want 200 and the sub as Owner-ID", a, a.header("Owner-ID"))
+	}
+}
