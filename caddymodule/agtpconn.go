@@ -635,6 +635,14 @@ func (c *nativeConn) write(bw *bufio.Writer, conn net.Conn, resp *agtp.Response,
 		if f.Name == "Content-Length" {
 			continue // written by the codec
 		}
+		if !wire.ValidFieldValue(f.Value) {
+			// A defect upstream of the door (a value taken from outside
+			// unchecked): the codec would refuse the whole answer, and
+			// the connection close with nothing sent after the request
+			// ran (helper-149). The field is left out and said.
+			c.sock.loggerOf(c.srv).Error("agtp: an answer's header field carries a control character; it was left out of the answer", zap.String("field", f.Name), zap.Int("status", resp.Status))
+			continue
+		}
 		h[f.Name] = append(h[f.Name], f.Value)
 	}
 	if last {

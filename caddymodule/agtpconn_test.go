@@ -300,3 +300,34 @@ func TestNativeFirstRequestHeaderTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestNativeWriteLeavesOutBadField: an answer whose header field holds
+// a control character (a defect before the door: a value from outside
+// left unchecked) is written without that field, and the defect logged
+// at ERROR; the codec refused the whole answer, and the connection
+// closed with nothing sent after the request had run (helper-149).
+func TestNativeWriteLeavesOutBadField(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	server, client := net.Pipe()
+	defer client.Close()
+	c := &nativeConn{c: server, sock: &nativeSocket{key: "test"}, srv: &AGTPServer{logger: zap.New(core), WriteTimeout: caddy.Duration(5 * time.Second)}}
+	resp := &agtp.Response{Status: 200, Body: []byte(`{}`)}
+	resp.Header = append(resp.Header, agtp.Field{Name: "Owner-ID", Value: "a\r\nX-Evil: 1"}, agtp.Field{Name: "Server-ID", Value: "gw"})
+	go func() {
+		bw := bufio.NewWriter(server)
+		if err := c.write(bw, server, resp, true); err != nil {
+			t.Errorf("write: %v", err)
+		}
+		_ = server.Close()
+	}()
+	got, err := wire.ReadResponse(bufio.NewReader(client), wire.Limits{}, 1<<20)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	if got.Status != 200 || got.Header.Get("Server-ID") != "gw" || got.Header.Get("Owner-ID") != "" || got.Header.Get("X-Evil") != "" {
+		t.Fatalf("answer %d %v; want 200 with Server-ID and without the bad Owner-ID", got.Status, got.Header)
+	}
+	if e := logs.FilterField(zap.String("field", "Owner-ID")).All(); len(e) != 1 {
+		t.Fatalf("ERROR lines naming the field: %v; want one", logs.All())
+	}
+}
