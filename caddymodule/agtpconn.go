@@ -630,21 +630,7 @@ func reasonField(reason string) zap.Field {
 // write sends one engine answer within the write timeout; last adds
 // Connection: close.
 func (c *nativeConn) write(bw *bufio.Writer, conn net.Conn, resp *agtp.Response, last bool) error {
-	h := make(http.Header, len(resp.Header)+1)
-	for _, f := range resp.Header {
-		if f.Name == "Content-Length" {
-			continue // written by the codec
-		}
-		if !wire.ValidFieldValue(f.Value) {
-			// A defect upstream of the door (a value taken from outside
-			// unchecked): the codec would refuse the whole answer, and
-			// the connection close with nothing sent after the request
-			// ran (helper-149). The field is left out and said.
-			c.sock.loggerOf(c.srv).Error("agtp: an answer's header field carries a control character; it was left out of the answer", zap.String("field", f.Name), zap.Int("status", resp.Status))
-			continue
-		}
-		h[f.Name] = append(h[f.Name], f.Value)
-	}
+	h := c.answerFields(resp)
 	if last {
 		h["Connection"] = []string{"close"}
 	}
@@ -653,6 +639,28 @@ func (c *nativeConn) write(bw *bufio.Writer, conn net.Conn, resp *agtp.Response,
 		return err
 	}
 	return bw.Flush()
+}
+
+// answerFields is resp's header fields for the codec, with room for
+// one more (Connection), Content-Length left to the codec. A field
+// whose value holds a control character is a defect before the door (a
+// value taken from outside unchecked): the codec would refuse the
+// whole answer, and the connection close with nothing sent after the
+// request ran (helper-149), so the field is left out and the defect
+// logged at ERROR.
+func (c *nativeConn) answerFields(resp *agtp.Response) http.Header {
+	h := make(http.Header, len(resp.Header)+1)
+	for _, f := range resp.Header {
+		if f.Name == "Content-Length" {
+			continue
+		}
+		if !wire.ValidFieldValue(f.Value) {
+			c.sock.loggerOf(c.srv).Error("agtp: an answer's header field carries a control character; it was left out of the answer", zap.String("field", f.Name), zap.Int("status", resp.Status))
+			continue
+		}
+		h[f.Name] = append(h[f.Name], f.Value)
+	}
+	return h
 }
 
 // refuse answers a request the codec could not read (bad framing, a
@@ -681,12 +689,7 @@ func (c *nativeConn) refuse(e *engine.Engine, bw *bufio.Writer, conn net.Conn, w
 	} else {
 		resp = &agtp.Response{Status: we.Status, Reason: we.Reason}
 	}
-	h := make(http.Header, len(resp.Header)+1)
-	for _, f := range resp.Header {
-		if f.Name != "Content-Length" {
-			h[f.Name] = append(h[f.Name], f.Value)
-		}
-	}
+	h := c.answerFields(resp)
 	h["Connection"] = []string{"close"}
 	_ = conn.SetWriteDeadline(time.Now().Add(time.Duration(c.srv.WriteTimeout)))
 	err := (&wire.Response{Proto: we.Proto, Status: resp.Status, Header: h, Body: resp.Body}).Write(bw)
