@@ -2,6 +2,7 @@ package policy
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -45,8 +46,9 @@ func TestBoundedCaller(t *testing.T) {
 		t.Errorf("lock 3 with a token lacking rcns:negotiate: %+v, want 403 insufficient-scope", ref)
 	}
 	claim := &Caller{Agent: agent, Bounded: true, Ceiling: sets("hotel:read"), ScopeHeader: true, Claimed: sets("hotel:book")}
-	if ref := claim.BoundRefusal(); ref == nil || ref.Reason != "insufficient-scope" {
-		t.Errorf("claiming beyond the token: %+v, want insufficient-scope", ref)
+	// The claim asks for the scope, not the operation (helper-149).
+	if ref := claim.BoundRefusal(); ref == nil || ref.Reason != "insufficient-scope" || !strings.Contains(ref.Explanation, "the request claims in Authority-Scope") || strings.Contains(ref.Explanation, "operation requires") {
+		t.Errorf("claiming beyond the token: %+v, want insufficient-scope naming the claim", ref)
 	}
 	unbounded := &Caller{Agent: agent, ScopeHeader: true, Claimed: sets("hotel:read")}
 	if ref := CheckRequiredScopes(unbounded, sets("hotel:book")); ref == nil || ref.Reason != "scope-required" {

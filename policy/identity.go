@@ -95,7 +95,11 @@ func (c *Caller) BoundRefusal() *Refusal {
 		return nil
 	}
 	if missing := c.granted().Missing(c.Claimed); len(missing) > 0 {
-		return insufficientScope(missing, c.Claimed)
+		// The claim, not the operation, asks for them (helper-149: the
+		// answer said the operation required a scope it did not).
+		r := insufficientScope(missing, c.Claimed)
+		r.Explanation = fmt.Sprintf("The access token does not grant %s, which the request claims in Authority-Scope and the agent holds: claim only what the token grants, or get a token with %s.", ScopeSet(missing), map[bool]string{true: "that scope", false: "those scopes"}[len(missing) == 1])
+		return r
 	}
 	return nil
 }
