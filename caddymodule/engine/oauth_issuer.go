@@ -50,6 +50,7 @@ func (v *oauthVerifier) key(ctx context.Context, kid, alg string) (*jose.JSONWeb
 	if k := pick(set, kid, alg); k != nil {
 		return k, nil
 	}
+	unread := backoff // the issuer's keys could not be read just now
 	if now.Sub(tried) >= time.Duration(v.cfg.JWKSMinRefresh) && !backoff {
 		// An unknown kid: the issuer may have rotated its keys.
 		if fresh, err := v.fetchKeys(ctx); err == nil {
@@ -57,8 +58,14 @@ func (v *oauthVerifier) key(ctx context.Context, kid, alg string) (*jose.JSONWeb
 				return k, nil
 			}
 		} else {
-			v.log.Warn("oauth: fetching the issuer's JWKS for an unknown kid failed", zap.String("kid", textcut.Clip(kid)), zap.Error(err))
+			unread, ferr = true, err // logged by unavailable
 		}
+	}
+	if unread {
+		// Not known to be bad: a key the issuer rotated in during its
+		// outage is one it publishes (helper-149: such a token was
+		// refused 401 token-invalid, not retryable).
+		return nil, v.unavailable("the access token is signed by a key (kid "+textcut.Clip(kid)+") this gateway does not hold, and the issuer's keys (JWKS) could not be read to look for it", ferr)
 	}
 	if kid == "" {
 		return nil, agtp.TokenInvalid.New("the access token names no key (kid), and the issuer does not publish exactly one key for its algorithm " + textcut.Clip(alg))

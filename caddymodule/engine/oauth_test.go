@@ -527,3 +527,31 @@ func TestOAuthSubjectUsableAsOwner(t *testing.T) {
 		t.Fatalf("sub auth0|abc123: %s Owner-ID %q, want 200 and the sub as Owner-ID", a, a.header("Owner-ID"))
 	}
 }
+
+// TestOAuthUnknownKeyWhileIssuerDown: a token signed by a key the
+// gateway does not hold, while the issuer's JWKS cannot be read, is 503
+// issuer-unavailable (retryable: the issuer may have rotated the key in
+// during its outage), not 401 token-invalid (helper-149); tokens of the
+// keys held are served meanwhile. (With the issuer up, an unknown key
+// is 401: TestOAuthBadTokens.)
+func TestOAuthUnknownKeyWhileIssuerDown(t *testing.T) {
+	w := newOAuthWorld(t)
+	good := w.token(t, benchClient, oauthResource, "rcns:negotiate", "bench:read")
+	if a := w.fetch(t, good); a.Status != 200 {
+		t.Fatalf("before: %s, want 200", a)
+	}
+	stranger, _ := oauthtest.NewRSAKey("rotated-in")
+	unknown := forge(t, stranger, jose.RS256, good)
+	w.as.Stop()
+	time.Sleep(5 * time.Millisecond) // past jwks_min_refresh
+	if a := w.fetch(t, unknown); a.Status != 503 || a.str("reason") != "issuer-unavailable" || a.header("Retry-After") == "" {
+		t.Fatalf("unknown kid, issuer down: %s, want 503 issuer-unavailable with Retry-After", a)
+	}
+	// Within the back-off too (the fetch is not tried again).
+	if a := w.fetch(t, unknown); a.Status != 503 || a.str("reason") != "issuer-unavailable" {
+		t.Fatalf("unknown kid, issuer down, again: %s, want 503 issuer-unavailable", a)
+	}
+	if a := w.fetch(t, good); a.Status != 200 {
+		t.Fatalf("a held key's token, issuer down: %s, want 200", a)
+	}
+}
