@@ -613,9 +613,20 @@ func logAccess(l *zap.Logger, conn net.Conn, method, target string, hdr http.Hea
 	l.Info("handled request",
 		zap.String("remote_ip", host), zap.String("remote_port", port), zap.String("proto", "AGTP/1.0"),
 		zap.String("method", method), zap.String("uri", target), zap.String("host", hdr.Get("Host")),
-		zap.String("agent_id", hdr.Get("Agent-ID")), zap.Int("status", resp.Status),
+		zap.String("agent_id", accessAgent(hdr, resp)), zap.Int("status", resp.Status),
 		zap.Int("size", len(resp.Body)), zap.Float64("duration", time.Since(start).Seconds()),
 		zap.String("request_id", resp.RequestID), reasonField(resp.Reason))
+}
+
+// accessAgent is the agent of an access line: the one the answer names
+// (the agent the gateway identified, by a token alone too: helper-149
+// found token-only requests logged without one), else the request's
+// Agent-ID.
+func accessAgent(hdr http.Header, resp *agtp.Response) string {
+	if id := resp.Get("Agent-ID"); id != "" {
+		return id
+	}
+	return hdr.Get("Agent-ID")
 }
 
 // reasonField is the reason of a refusal for an access line, or no

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -329,5 +330,19 @@ func TestNativeWriteLeavesOutBadField(t *testing.T) {
 	}
 	if e := logs.FilterField(zap.String("field", "Owner-ID")).All(); len(e) != 1 {
 		t.Fatalf("ERROR lines naming the field: %v; want one", logs.All())
+	}
+}
+
+// TestAccessAgent: the access line names the agent the answer names (an
+// agent identified by a token alone sent no Agent-ID: helper-149 found
+// its lines without one), else the request's Agent-ID.
+func TestAccessAgent(t *testing.T) {
+	named := &agtp.Response{Status: 200}
+	named.Header = append(named.Header, agtp.Field{Name: "Agent-ID", Value: benchAgent})
+	if got := accessAgent(http.Header{}, named); got != benchAgent {
+		t.Errorf("token alone: agent_id %q, want the answer's %q", got, benchAgent)
+	}
+	if got := accessAgent(http.Header{"Agent-Id": {"x"}}, &agtp.Response{Status: 400}); got != "x" {
+		t.Errorf("refused before identity: agent_id %q, want the request's", got)
 	}
 }
