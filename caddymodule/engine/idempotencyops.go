@@ -82,7 +82,7 @@ func (h *Engine) inspectKey(x *exchange, req *request, p map[string]any) {
 		return
 	}
 	if !found {
-		x.fail(agtp.RecordNotFound.New("no record of this Idempotency-Key (never used, or its window passed)"))
+		x.fail(agtp.RecordNotFound.New("no record of this Idempotency-Key (never used, its window passed, or released by an operator)"))
 		return
 	}
 	body := keyStateBody(agent, key, st)

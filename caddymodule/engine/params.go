@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,7 +28,9 @@ func params(req *request) (map[string]any, *agtp.Error) {
 		if envelopeKeys[k] {
 			continue
 		}
-		if prev, ok := out[k]; ok && fmt.Sprint(prev) != fmt.Sprint(v) {
+		// Compared as JSON values: "201" is not 201 (helper-149: their
+		// printed forms were compared, and the top-level value won).
+		if prev, ok := out[k]; ok && !reflect.DeepEqual(prev, v) {
 			return nil, agtp.ParameterConflict.New(fmt.Sprintf("parameter %q is given twice with different values", textcut.Clip(k)))
 		}
 		out[k] = v

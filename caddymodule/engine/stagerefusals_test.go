@@ -922,6 +922,10 @@ func TestEveryStageRefusal(t *testing.T) {
 			want: agtp.InvalidEnvelope, expl: `"parameters" must be a JSON object`},
 		{stage: "built-in", name: "DISCOVER parameter given twice", send: srCall("DISCOVER", "/", srMe(), `{"target":"/apis","parameters":{"target":"/tools"}}`),
 			want: agtp.ParameterConflict, expl: `parameter "target" is given twice`},
+		// Compared as JSON values, not as printed (helper-149: "201" and
+		// 201 were the same, and the top-level value won).
+		{stage: "built-in", name: "REVOKE status given twice, a string and a number", send: srCall("REVOKE", "/", srOp(), `{"status":"201","parameters":{"target":"idempotency-key","status":201}}`),
+			want: agtp.ParameterConflict, expl: `parameter "status" is given twice`},
 		{stage: "built-in", name: "DISCOVER target a number", send: srCall("DISCOVER", "/", srMe(), `{"target":5}`),
 			want: agtp.InvalidParameter, expl: "parameter target must be a string, not a number"},
 		{stage: "built-in", name: "DISCOVER target too long", send: srCall("DISCOVER", "/", srMe(), srJSON(t, map[string]any{"target": "/" + strings.Repeat("a", MaxTargetBytes)})),
