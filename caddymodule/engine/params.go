@@ -65,6 +65,7 @@ func envelopeParameters(req *request) (map[string]any, *agtp.Error) {
 // order; known lists what is read. Spec §7.1 holds endpoint inputs to
 // the same rule (unknown fields fail); reads (INSPECT, DISCOVER) answer
 // what they were asked and stay lenient.
+//
 // A query key it does not read (one of known not among
 // builtinQueryParams, as status and result, which are read from the
 // body only) is refused the same way.

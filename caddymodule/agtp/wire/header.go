@@ -143,25 +143,21 @@ func validToken(s string) bool {
 	return true
 }
 
+// ValidFieldValue reports whether v may be written as a header field
+// value (invalidValueByte finds no byte RFC 9110 §5.5 refuses in it):
+// Response.Write refuses one that may not, with an error and nothing
+// written.
+func ValidFieldValue(v string) bool {
+	return invalidValueByte(v) < 0
+}
+
 // invalidValueByte returns the index of the first byte of v that RFC
 // 9110 §5.5 does not allow in a field value (a control character other
 // than HTAB, or DEL), or -1. obs-text (0x80–0xFF) is allowed, as
 // net/http allows it.
-// ValidFieldValue reports whether v may be written as a header field
-// value: no control character but HTAB (RFC 9110 §5.5), which Write
-// refuses (an error, and nothing written).
-func ValidFieldValue(v string) bool {
+func invalidValueByte[T string | []byte](v T) int {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-func invalidValueByte(v []byte) int {
-	for i, c := range v {
-		if c < ' ' && c != '\t' || c == 0x7f {
 			return i
 		}
 	}

@@ -59,7 +59,7 @@ func (r *Response) Write(w io.Writer) error {
 	if reason == "" {
 		reason = StatusText(r.Status)
 	}
-	if invalidValueByte([]byte(reason)) >= 0 {
+	if invalidValueByte(reason) >= 0 {
 		return fmt.Errorf("agtp wire: the reason phrase %q carries a control character", textcut.Clip(reason))
 	}
 	buf := make([]byte, 0, 1024)
@@ -99,7 +99,7 @@ func appendFields(buf []byte, h http.Header, n int64) ([]byte, error) {
 		}
 		name := Spelling(k)
 		for _, v := range h[k] {
-			if i := invalidValueByte([]byte(v)); i >= 0 {
+			if i := invalidValueByte(v); i >= 0 {
 				return nil, fmt.Errorf("agtp wire: the %s header value carries the control character %q", name, v[i])
 			}
 			buf = append(buf, name...)
