@@ -269,9 +269,20 @@ func (s *AGTPServer) provision(ctx caddy.Context) error {
 	s.limits = wire.Limits{MaxHeaderBytes: s.MaxHeaderBytes, MaxHeaderLines: s.MaxHeaderLines}
 	s.addrs = nil
 	for _, l := range s.Listen {
+		if strings.Contains(l, "://") {
+			// Caddy reads "agtps://h:p" as the network "agtps" (helper-150:
+			// it passed validate and failed at start, or was refused as
+			// plain text off loopback).
+			return fmt.Errorf("listen %q: give an address without a scheme (127.0.0.1:4480, :4480, unix//path): the native door speaks agtp://, and agtps:// with tls", l)
+		}
 		na, err := caddy.ParseNetworkAddress(l)
 		if err != nil {
 			return fmt.Errorf("listen %q: %v", l, err)
+		}
+		switch na.Network {
+		case "tcp", "tcp4", "tcp6", "unix", "fd":
+		default:
+			return fmt.Errorf("listen %q: network %q is not a stream the native door can serve (tcp, tcp4, tcp6, unix, fd)", l, na.Network)
 		}
 		if na.IsUnixNetwork() || na.IsFdNetwork() {
 			s.addrs = append(s.addrs, na)

@@ -365,6 +365,8 @@ func TestConfigErrorsNameModuleOnce(t *testing.T) {
 		{"agtp without address", "{\n\tagtp\n}\n" + site, `'agtp': give at least one listen address`},
 		{"agtp handler unknown", "{\n\tagtp 127.0.0.1:4480 {\n\t\thandler nope\n\t}\n}\n" + site, `provision agtp: servers[0] (127.0.0.1:4480): handler "nope": no rcns handler`},
 		{"agtp address without a port", "{\n\tagtp notanaddress\n}\n" + site, `provision agtp: servers[0]: listen "notanaddress": no port: give host:port`},
+		{"agtp address with a scheme", "{\n\tagtp agtp://127.0.0.1:4480\n}\n" + site, `listen "agtp://127.0.0.1:4480": give an address without a scheme`},
+		{"agtp address of a datagram network", "{\n\tagtp udp/127.0.0.1:4480\n}\n" + site, `listen "udp/127.0.0.1:4480": network "udp" is not a stream`},
 		{"agtp address twice", "{\n\tagtp 127.0.0.1:4480 127.0.0.1:4480\n}\n" + site, `provision agtp: servers[0]: 127.0.0.1:4480 is listened on twice`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
