@@ -326,12 +326,21 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("rate_limit: want rcns|invocation <per_minute> [<burst>]")
 			}
 			rate, err := strconv.ParseFloat(args[1], 64)
-			if err != nil || rate <= 0 {
+			if err != nil || rate <= 0 || math.IsNaN(rate) || math.IsInf(rate, 0) {
+				// NaN and Inf parse, and then broke the adapted JSON
+				// (helper-150: "module name not specified").
 				return d.Errf("rate_limit: %q is not a positive number of tokens per minute", args[1])
+			}
+			if rate > engine.MaxRatePerMinute {
+				return d.Errf("rate_limit: %q tokens per minute is over %g", args[1], float64(engine.MaxRatePerMinute))
 			}
 			burst := 0
 			if len(args) == 3 {
-				if burst, err = strconv.Atoi(args[2]); err != nil || burst < 1 {
+				burst, err = strconv.Atoi(args[2])
+				if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(args[2], "-") {
+					return d.Errf("rate_limit: burst %q is too large (at most %d)", args[2], math.MaxInt)
+				}
+				if err != nil || burst < 1 {
 					return d.Errf("rate_limit: burst %q is not a positive integer", args[2])
 				}
 			}

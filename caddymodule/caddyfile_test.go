@@ -103,6 +103,12 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"huge composition_timeout", "composition_timeout 99999999999d", "composition_timeout: \"99999999999d\" is too large"},
 		{"huge idempotency_window", "idempotency_window 999999999999h", "idempotency_window: \"999999999999h\" is too large"},
 		{"huge signature_max_age", "signature_max_age 999999999999h", "signature_max_age: \"999999999999h\" is too large"},
+		// NaN and Inf parse as floats and broke the adapted JSON; a huge
+		// rate overflowed its default burst (helper-150).
+		{"rate_limit NaN", "rate_limit rcns NaN", `rate_limit: "NaN" is not a positive number of tokens per minute`},
+		{"rate_limit Inf", "rate_limit rcns Inf 5", `rate_limit: "Inf" is not a positive number of tokens per minute`},
+		{"rate_limit huge", "rate_limit rcns 99999999999999999999", `rate_limit: "99999999999999999999" tokens per minute is over 1e+09`},
+		{"rate_limit huge burst", "rate_limit rcns 10 99999999999999999999", `rate_limit: burst "99999999999999999999" is too large`},
 		{"huge max_contracts", "max_contracts 99999999999999999999", `max_contracts: "99999999999999999999" is too large (at most 9223372036854775807)`},
 		{"huge negative ttl", "contract_ttl -999999999999h", "contract_ttl: \"-999999999999h\" must be a positive duration"},
 		{"zero idempotency_window", "idempotency_window 0s", "idempotency_window: \"0s\" must be a positive duration"},

@@ -395,3 +395,14 @@ func TestMissingDocumentPathsNamed(t *testing.T) {
 	}
 	runConfigCases(t, cases)
 }
+
+// TestRateLimitBounded: a rate over MaxRatePerMinute is refused, naming
+// the knob, in JSON as in the Caddyfile (its default burst, the rate
+// rounded up, overflowed an int: helper-150).
+func TestRateLimitBounded(t *testing.T) {
+	runConfigCases(t, []configCase{
+		{"gate", "rate_limit rcns 2e9", `"rate_limit_per_minute":2e9`, "over 1e+09"},
+		{"invocation", "rate_limit invocation 2e9", `"invocation_rate_limit_per_minute":2e9`, "over 1e+09"},
+		{"at the bound", "rate_limit rcns 1e9", `"rate_limit_per_minute":1e9`, ""},
+	})
+}

@@ -706,8 +706,23 @@ func (h *Config) checkNotNegative() error {
 			return fmt.Errorf("rcns: %s must not be negative (leave it out for the default)", k.name)
 		}
 	}
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"rate_limit_per_minute", h.RateLimitPerMinute}, {"invocation_rate_limit_per_minute", h.InvocationRateLimitPerMinute}} {
+		if r.v > MaxRatePerMinute {
+			// Its default burst, the rate rounded up, would not fit an
+			// int (helper-150: "burst -9223372036854775808").
+			return fmt.Errorf("rcns: %s %g is over %g tokens a minute", r.name, r.v, float64(MaxRatePerMinute))
+		}
+	}
 	return nil
 }
+
+// MaxRatePerMinute bounds a rate limit's tokens per minute (rate_limit
+// and invocation rate_limit): a billion, past which a budget limits
+// nothing a gateway could serve.
+const MaxRatePerMinute = 1e9
 
 // minDuration is the shortest value of the duration knobs that count in
 // whole seconds (checkMinDurations): the same second PROPOSE's

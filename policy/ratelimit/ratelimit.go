@@ -144,7 +144,7 @@ func New(b Budget, maxAgents int64, now func() time.Time) (*Limiter, error) {
 	}
 	w := math.Ceil(float64(b.Burst) / b.PerMinute * 60)
 	if w > maxSFInteger {
-		return nil, fmt.Errorf("ratelimit: budget %q: window %.0f s exceeds %d s", b.Name, w, int64(maxSFInteger))
+		return nil, fmt.Errorf("ratelimit: budget %q: window %.3g s exceeds %d s", b.Name, w, int64(maxSFInteger))
 	}
 	if w < 1 {
 		w = 1 // draft-10 §3.1.3: w is a non-zero Integer
