@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"encoding/json"
-	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -105,8 +104,13 @@ func parseAGTPOption(d *caddyfile.Dispenser, existing any) (any, error) {
 				return nil, err
 			}
 			n, err := humanize.ParseBytes(v)
-			if err != nil || n == 0 || n > 1<<30 {
-				return nil, d.Errf("max_header_size: %q is not a size up to 1GiB (e.g. 16KiB)", v)
+			switch {
+			case err != nil:
+				return nil, d.Errf("max_header_size: %q is not a size (e.g. 16KiB)", v)
+			case n < minAGTPMaxHeaderBytes:
+				return nil, d.Errf("max_header_size: %q is below 1KiB: no request line and Agent-ID would fit", v)
+			case n > 1<<30:
+				return nil, d.Errf("max_header_size: %q is over 1GiB", v)
 			}
 			s.MaxHeaderBytes = int(n)
 		case "max_header_lines", "max_connections", "max_requests_per_connection":
@@ -114,9 +118,9 @@ func parseAGTPOption(d *caddyfile.Dispenser, existing any) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			n, err := strconv.Atoi(v)
-			if err != nil || n <= 0 {
-				return nil, d.Errf("%s: %q must be a positive integer", key, v)
+			n, err := positiveInt(d, key, v)
+			if err != nil {
+				return nil, err
 			}
 			switch key {
 			case "max_header_lines":

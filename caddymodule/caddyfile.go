@@ -260,12 +260,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return err
 			}
-			n, err := strconv.Atoi(v)
-			if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(v, "-") {
-				return d.Errf("%s: %q is too large (at most %d)", key, v, math.MaxInt)
-			}
-			if err != nil || n < 1 {
-				return d.Errf("%s: %q is not a positive integer", key, v)
+			n, err := positiveInt(d, key, v)
+			if err != nil {
+				return err
 			}
 			if key == "min_trust_tier" && n > 3 {
 				return d.Errf("min_trust_tier: %d is not a trust tier (1..3)", n)
@@ -336,12 +333,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			burst := 0
 			if len(args) == 3 {
-				burst, err = strconv.Atoi(args[2])
-				if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(args[2], "-") {
-					return d.Errf("rate_limit: burst %q is too large (at most %d)", args[2], math.MaxInt)
-				}
-				if err != nil || burst < 1 {
-					return d.Errf("rate_limit: burst %q is not a positive integer", args[2])
+				if burst, err = positiveInt(d, "rate_limit: burst", args[2]); err != nil {
+					return err
 				}
 			}
 			if seen["rate_limit "+args[0]] {
@@ -578,3 +571,18 @@ func optBool(d *caddyfile.Dispenser) (bool, error) {
 }
 
 var _ caddyfile.Unmarshaler = (*Handler)(nil)
+
+// positiveInt reads v, an argument of the knob named key, as an integer
+// of at least 1; the error names key and v, and says when v is too
+// large for an int (helper-148: "is not a positive integer" for
+// 99999999999999999999).
+func positiveInt(d *caddyfile.Dispenser, key, v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(v, "-") {
+		return 0, d.Errf("%s: %q is too large (at most %d)", key, v, math.MaxInt)
+	}
+	if err != nil || n < 1 {
+		return 0, d.Errf("%s: %q is not a positive integer", key, v)
+	}
+	return n, nil
+}

@@ -108,7 +108,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"rate_limit NaN", "rate_limit rcns NaN", `rate_limit: "NaN" is not a positive number of tokens per minute`},
 		{"rate_limit Inf", "rate_limit rcns Inf 5", `rate_limit: "Inf" is not a positive number of tokens per minute`},
 		{"rate_limit huge", "rate_limit rcns 99999999999999999999", `rate_limit: "99999999999999999999" tokens per minute is over 1e+09`},
-		{"rate_limit huge burst", "rate_limit rcns 10 99999999999999999999", `rate_limit: burst "99999999999999999999" is too large`},
+		{"rate_limit huge burst", "rate_limit rcns 10 99999999999999999999", `rate_limit: burst: "99999999999999999999" is too large`},
 		{"huge max_contracts", "max_contracts 99999999999999999999", `max_contracts: "99999999999999999999" is too large (at most 9223372036854775807)`},
 		{"huge negative ttl", "contract_ttl -999999999999h", "contract_ttl: \"-999999999999h\" must be a positive duration"},
 		{"zero idempotency_window", "idempotency_window 0s", "idempotency_window: \"0s\" must be a positive duration"},

@@ -367,6 +367,9 @@ func TestConfigErrorsNameModuleOnce(t *testing.T) {
 		{"agtp address without a port", "{\n\tagtp notanaddress\n}\n" + site, `provision agtp: servers[0]: listen "notanaddress": no port: give host:port`},
 		{"agtp address with a scheme", "{\n\tagtp agtp://127.0.0.1:4480\n}\n" + site, `listen "agtp://127.0.0.1:4480": give an address without a scheme`},
 		{"agtp address of a datagram network", "{\n\tagtp udp/127.0.0.1:4480\n}\n" + site, `listen "udp/127.0.0.1:4480": network "udp" is not a stream`},
+		{"agtp max_connections too large", "{\n\tagtp 127.0.0.1:4480 {\n\t\tmax_connections 9999999999999999999999\n\t}\n}\n" + site, `'agtp': max_connections: "9999999999999999999999" is too large`},
+		{"agtp max_header_size 0", "{\n\tagtp 127.0.0.1:4480 {\n\t\tmax_header_size 0\n\t}\n}\n" + site, `'agtp': max_header_size: "0" is below 1KiB`},
+		{"agtp max_header_size 512", "{\n\tagtp 127.0.0.1:4480 {\n\t\tmax_header_size 512\n\t}\n}\n" + site, `'agtp': max_header_size: "512" is below 1KiB`},
 		{"agtp address twice", "{\n\tagtp 127.0.0.1:4480 127.0.0.1:4480\n}\n" + site, `provision agtp: servers[0]: 127.0.0.1:4480 is listened on twice`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
