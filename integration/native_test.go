@@ -418,7 +418,7 @@ func TestNativeConfigRefused(t *testing.T) {
 		{"agtp 127.0.0.1:14480 {\n\t\taccess_log on\n\t}", "wrong argument count"},
 		{"agtp 127.0.0.1:14480 {\n\t\thandler nosuch\n\t}", `nosuch\": no rcns handler of this name`},
 		{"agtp 127.0.0.1:14480\n\tagtp 127.0.0.1:14480", "listened on twice"},
-		{"agtp 127.0.0.1:14480 {\n\t\tmax_header_size 10\n\t}", "max_header_size (JSON max_header_bytes) 10 bytes is below 1024"},
+		{"agtp 127.0.0.1:14480 {\n\t\tmax_header_size 10\n\t}", `max_header_size: \"10\" is below 1KiB`},
 	} {
 		text, _, _, _ := renderCaddyfileDoor(t, site, "http")
 		text = strings.Replace(text, "\tpersist_config off\n", "\tpersist_config off\n\t"+tc.option+"\n", 1)
