@@ -354,6 +354,13 @@ func (h *Engine) suspend(x *exchange, req *request, p map[string]any) {
 		x.write(200, agtp.MediaAGTP, map[string]any{"status": 200, "result": map[string]any{"session_id": sid, "released": ids}}, nil)
 		return
 	}
+	if x.sessionID != "" {
+		// The request's own session (the Session-ID header, the
+		// envelope's session_id) names what it belongs to, not what to
+		// end (helper-150: told it had none).
+		x.fail(agtp.ParameterRequired.New("SUSPEND needs synthesis_id or session_id as a parameter (under \"parameters\", or in the query): the Session-ID header and the envelope's session_id name the request's own session, not the one to end"))
+		return
+	}
 	x.fail(agtp.ParameterRequired.New("SUSPEND needs synthesis_id or session_id"))
 }
 

@@ -1069,6 +1069,9 @@ func TestEveryStageRefusal(t *testing.T) {
 
 		{stage: "built-in", name: "SUSPEND without parameters", send: srSend("SUSPEND", "/", srMe(), ""),
 			want: agtp.ParameterRequired, expl: "SUSPEND needs synthesis_id or session_id"},
+		// The request's own session is not the one to end (helper-150).
+		{stage: "built-in", name: "SUSPEND with only an envelope session_id", send: srCall("SUSPEND", "/", srMe(), `{"session_id":"abcdefghijklmnopqrstuvwxyz"}`),
+			want: agtp.ParameterRequired, expl: "name the request's own session, not the one to end"},
 		{stage: "built-in", name: "SUSPEND reason a number", send: srCall("SUSPEND", "/", srMe(), `{"parameters":{"reason":5}}`),
 			want: agtp.InvalidParameter, expl: "parameter reason must be a string"},
 		{stage: "built-in", name: "SUSPEND session_id malformed", send: srSend("SUSPEND", "/?session_id=short", srMe(), ""),
