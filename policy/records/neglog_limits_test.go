@@ -289,8 +289,8 @@ func TestLogAppendedByHandThenRemoved(t *testing.T) {
 				return msgs()
 			}
 			if m := waitMsgs(1); len(m) != 1 || !strings.Contains(m[0], "had bytes appended by another hand") || strings.Contains(m[0], "only as far as") ||
-				!strings.Contains(m[0], "keep the file") || !strings.Contains(m[0], "the only copy of the records before them") {
-				t.Fatalf("Moved told %q, want the lines appended by hand found by the checker, nothing missing, and the file to be kept (helper-147: the next record starts a new file, and this one then holds the only copy of its records)", m)
+				!strings.Contains(m[0], "keep the file") || !strings.Contains(m[0], "the only copy of the records before them") || strings.Contains(m[0], "restore the file") {
+				t.Fatalf("Moved told %q, want the lines appended by hand found by the checker, nothing missing, and the file to be kept, one instruction (helper-147: the next record starts a new file, and this one then holds the only copy of its records; helper-150: restore the file beside it)", m)
 			}
 			if err := os.Remove(path); err != nil {
 				t.Fatal(err)

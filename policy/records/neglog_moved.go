@@ -460,20 +460,35 @@ func (l *Log) movedMessageLocked(oldPath, newPath string, plan movedPlan) string
 	if !read && !plan.intact {
 		msg += "; what it held before is in records_dir only as far as the file now at its path holds it (verify-log names the first record missing or repeated)"
 	}
+	// The log's own file grown by hand, left in place: the next record
+	// starts a new file, and this one, no longer the newest (the one
+	// the guide keeps from archiving), holds the only copy of its
+	// records; removed for the bytes the hand added, they are lost
+	// (helper-147). One instruction, not two (helper-150).
+	keep := plan.intact && !read
+	const onlyCopy = ": it holds the only copy of the records before them, which are not written again"
+	const kept = ", in place, and keep the file" + onlyCopy
 	if plan.cut {
-		msg += "; the file now at its path holds a cut-off line, or bytes the gateway did not write, which verify-log and the gateway's next start refuse: cut that line off or restore the file"
+		msg += "; the file now at its path holds a cut-off line, or bytes the gateway did not write, which verify-log and the gateway's next start refuse"
+		if keep {
+			msg += ": cut them off (verify-log names the line)" + kept
+		} else {
+			msg += ": cut that line off or restore the file"
+		}
 	}
 	if plan.grown {
 		msg += "; it held lines the gateway did not write there (appended by hand), which were not written again"
 	}
 	if plan.foreign {
-		msg += "; the file now at its path holds whole lines, in the form of records, that the gateway did not write there (appended by hand, or another file put in its place): verify-log and the next start read them as records (a copy of one the log holds is named as a repeat); cut them off or restore the file"
+		msg += "; the file now at its path holds whole lines, in the form of records, that the gateway did not write there (appended by hand, or another file put in its place): verify-log and the next start read them as records (a copy of one the log holds is named as a repeat)"
+		if keep {
+			msg += "; cut them off" + kept
+		} else {
+			msg += "; cut them off or restore the file"
+		}
 	}
-	if plan.intact && !read {
-		// helper-147: the next record starts a new file, and this one is
-		// no longer the newest, the one the guide keeps from archiving:
-		// removed for the bytes the hand added, its records are lost.
-		msg += "; keep the file, with what the hand added edited out (verify-log names the line): it holds the only copy of the records before them, which are not written again"
+	if keep && !plan.cut && !plan.foreign {
+		msg += "; keep the file, with what the hand added edited out" + onlyCopy
 	}
 	if plan.odd {
 		msg += "; what is now at its path is not a regular file (a symbolic link, a FIFO), which verify-log and the gateway's next start refuse: remove it"
