@@ -394,7 +394,7 @@ func TestMissingDocumentPathsNamed(t *testing.T) {
 	for _, k := range []struct{ knob, kind string }{{"agents", "agent"}, {"endpoints", "endpoint"}, {"recipes", "recipe"}} {
 		missing := filepath.Join(t.TempDir(), "no-such")
 		cases = append(cases, configCase{k.knob, k.knob + " " + missing, `"` + k.knob + `":["` + missing + `"]`,
-			missing + ": cannot stat: no such file or directory (given as a path of " + k.kind + " documents)"})
+			missing + ": cannot stat: no such file or directory (given as a path of " + k.kind + " documents, as `" + k.knob + "`"})
 	}
 	runConfigCases(t, cases)
 }

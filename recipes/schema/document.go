@@ -90,7 +90,7 @@ func LoadPaths(paths []string, k Kind) ([]*Document, error) {
 			// knob (agents, endpoints, recipes), not only the file
 			// (helper-148: a typo in one of three knobs read
 			// "/x: cannot stat").
-			errs = append(errs, &Error{File: p, Message: readProblem(err) + " (given as a path of " + string(k) + " documents)"})
+			errs = append(errs, &Error{File: p, Message: readProblem(err) + " (given as a path of " + string(k) + " documents, as `" + string(k) + "s`; a relative path is read from the working directory)"})
 			continue
 		}
 		for _, f := range files {

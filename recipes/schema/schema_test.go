@@ -385,7 +385,7 @@ func TestLoadPaths(t *testing.T) {
 			name:    "missing path",
 			paths:   []string{"testdata/no-such-dir"},
 			kind:    KindAgent,
-			wantErr: "testdata/no-such-dir: cannot stat: no such file or directory (given as a path of agent documents)",
+			wantErr: "testdata/no-such-dir: cannot stat: no such file or directory (given as a path of agent documents, as `agents`; a relative path is read from the working directory)",
 		},
 		{
 			name:    "every bad file is reported",
