@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -208,31 +207,6 @@ type Limits struct {
 	// AttemptBuffer is the number of RCNS attempt records kept for
 	// INSPECT target=rcns-attempt. Default 1024.
 	AttemptBuffer int `json:"attempt_buffer,omitempty"`
-}
-
-// RateLimitConfig is the per-agent budgets (spec §12.1; ARCHITECTURE.md "Rate limits"), shared by every door.
-type RateLimitConfig struct {
-	// RateLimitPerMinute is the RCNS gate budget per agent, in tokens
-	// per minute; every gate evaluation past locks 1–2 spends one (spec
-	// §12.1, OP-4, OP-5). Default 10.
-	RateLimitPerMinute float64 `json:"rate_limit_per_minute,omitempty"`
-
-	// RateLimitBurst is the gate budget's bucket size. Default:
-	// RateLimitPerMinute rounded up.
-	RateLimitBurst int `json:"rate_limit_burst,omitempty"`
-
-	// InvocationRateLimitPerMinute is the ordinary invocation budget per
-	// agent (Tier B calls and contract invocations), in tokens per
-	// minute. Default 0: off.
-	InvocationRateLimitPerMinute float64 `json:"invocation_rate_limit_per_minute,omitempty"`
-
-	// InvocationRateLimitBurst is the invocation budget's bucket size.
-	// Default: InvocationRateLimitPerMinute rounded up.
-	InvocationRateLimitBurst int `json:"invocation_rate_limit_burst,omitempty"`
-
-	// RateLimitAgents bounds the buckets kept per budget; an evicted
-	// bucket restarts full. Default 100000.
-	RateLimitAgents int64 `json:"rate_limit_agents,omitempty"`
 }
 
 // IdempotencyConfig is the Idempotency-Key store (spec §12.2, OP-15).
@@ -503,13 +477,6 @@ func (h *Config) SetDefaults() {
 	}
 }
 
-func burstOf(burst int, perMinute float64) int {
-	if burst > 0 {
-		return burst
-	}
-	return int(math.Ceil(perMinute))
-}
-
 // DefaultIdempotencyLeaseMargin is IdempotencyLeaseMargin's default.
 const DefaultIdempotencyLeaseMargin = 10 * time.Second
 
@@ -706,23 +673,8 @@ func (h *Config) checkNotNegative() error {
 			return fmt.Errorf("rcns: %s must not be negative (leave it out for the default)", k.name)
 		}
 	}
-	for _, r := range []struct {
-		name string
-		v    float64
-	}{{"rate_limit_per_minute", h.RateLimitPerMinute}, {"invocation_rate_limit_per_minute", h.InvocationRateLimitPerMinute}} {
-		if r.v > MaxRatePerMinute {
-			// Its default burst, the rate rounded up, would not fit an
-			// int (helper-150: "burst -9223372036854775808").
-			return fmt.Errorf("rcns: %s %g is over %g tokens a minute", r.name, r.v, float64(MaxRatePerMinute))
-		}
-	}
-	return nil
+	return h.RateLimitConfig.validate()
 }
-
-// MaxRatePerMinute bounds a rate limit's tokens per minute (rate_limit
-// and invocation rate_limit): a billion, past which a budget limits
-// nothing a gateway could serve.
-const MaxRatePerMinute = 1e9
 
 // minDuration is the shortest value of the duration knobs that count in
 // whole seconds (checkMinDurations): the same second PROPOSE's
