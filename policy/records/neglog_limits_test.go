@@ -181,13 +181,7 @@ func TestLogReplacedByFileOfWholeRecordsNamed(t *testing.T) {
 			if extra == "bytes cut short" {
 				add = []byte(`{"ag`)
 			}
-			other := filepath.Join(filepath.Dir(path), "put-back.tmp")
-			if err := os.WriteFile(other, append(append([]byte(nil), data...), add...), 0o640); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Rename(other, path); err != nil {
-				t.Fatal(err)
-			}
+			putInPlace(t, path, append(append([]byte(nil), data...), add...))
 			mustAppend(t, l, "A", gateRecord(OutcomeRefused))
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
@@ -241,6 +235,19 @@ func TestLogFileRemovedIdleFound(t *testing.T) {
 				t.Fatalf("records_dir holds %d records before Close, want the 2 the removed file held", len(lines))
 			}
 		})
+	}
+}
+
+// putInPlace puts a new file holding data at path, as a copy put back
+// with mv does: written beside it, then renamed over it (another inode).
+func putInPlace(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
 	}
 }
 

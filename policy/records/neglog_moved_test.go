@@ -337,13 +337,7 @@ func TestLogCutCopyHoldsWholeLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	cut := data[:len(data)-20] // seq 1 to 3 whole, seq 4 cut
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, cut, 0o640); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
+	putInPlace(t, path, cut)
 	mustAppend(t, l, "A", gateRecord(OutcomeAccepted))
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
@@ -492,13 +486,7 @@ func TestLogCloseUnderFullCopyCreatesNoFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o640); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil { // another inode, every line
-		t.Fatal(err)
-	}
+	putInPlace(t, path, data) // another inode, every line
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
