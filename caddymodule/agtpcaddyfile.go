@@ -109,7 +109,7 @@ func parseAGTPOption(d *caddyfile.Dispenser, existing any) (any, error) {
 				return nil, d.Errf("max_header_size: %q is not a size (e.g. 16KiB)", v)
 			case n < minAGTPMaxHeaderBytes:
 				return nil, d.Errf("max_header_size: %q is below 1KiB: no request line and Agent-ID would fit", v)
-			case n > 1<<30:
+			case n > maxAGTPMaxHeaderBytes:
 				return nil, d.Errf("max_header_size: %q is over 1GiB", v)
 			}
 			s.MaxHeaderBytes = int(n)

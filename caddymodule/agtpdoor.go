@@ -147,6 +147,8 @@ const (
 	defaultAGTPWriteTimeout      = time.Minute
 	defaultAGTPIdleTimeout       = 60 * time.Second
 	defaultAGTPMaxHeaderBytes    = 32 << 10
+	// maxAGTPMaxHeaderBytes is the most max_header_bytes accepted.
+	maxAGTPMaxHeaderBytes = 1 << 30
 	// minAGTPMaxHeaderBytes is the least max_header_bytes accepted.
 	minAGTPMaxHeaderBytes     = 1 << 10
 	defaultAGTPMaxConnections = 10000
@@ -253,6 +255,10 @@ func (s *AGTPServer) provision(ctx caddy.Context) error {
 	}
 	if s.MaxHeaderBytes == 0 {
 		s.MaxHeaderBytes = defaultAGTPMaxHeaderBytes
+	}
+	if s.MaxHeaderBytes > maxAGTPMaxHeaderBytes {
+		// The Caddyfile's ceiling, in JSON too (helper-151).
+		return fmt.Errorf("max_header_size (JSON max_header_bytes) %d bytes is over %d (1GiB)", s.MaxHeaderBytes, maxAGTPMaxHeaderBytes)
 	}
 	if s.MaxHeaderBytes < minAGTPMaxHeaderBytes {
 		return fmt.Errorf("max_header_size (JSON max_header_bytes) %d bytes is below %d: no request line and Agent-ID would fit", s.MaxHeaderBytes, minAGTPMaxHeaderBytes)

@@ -331,6 +331,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if rate > engine.MaxRatePerMinute {
 				return d.Errf("rate_limit: %q tokens per minute is over %g", args[1], float64(engine.MaxRatePerMinute))
 			}
+			if rate < engine.MinRatePerMinute {
+				return d.Errf("rate_limit: %q tokens per minute is under %g", args[1], float64(engine.MinRatePerMinute))
+			}
 			burst := 0
 			if len(args) == 3 {
 				if burst, err = positiveInt(d, "rate_limit: burst", args[2]); err != nil {

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -407,5 +408,25 @@ func TestRateLimitBounded(t *testing.T) {
 		{"gate", "rate_limit rcns 2e9", `"rate_limit_per_minute":2e9`, "over 1e+09"},
 		{"invocation", "rate_limit invocation 2e9", `"invocation_rate_limit_per_minute":2e9`, "over 1e+09"},
 		{"at the bound", "rate_limit rcns 1e9", `"rate_limit_per_minute":1e9`, ""},
+		// helper-151: passed the parser, failed at provision (window 6e+301 s).
+		{"tiny", "rate_limit rcns 1e-300", `"rate_limit_per_minute":1e-300`, "under 1e-06"},
+		{"at the lower bound", "rate_limit rcns 1e-6", `"rate_limit_per_minute":1e-6`, ""},
 	})
+}
+
+// TestAGTPHeaderLimitBoundedInJSON: the native door's header limit has
+// the Caddyfile's ceiling (1 GiB) in JSON too (helper-151: 4 GiB was a
+// valid configuration).
+func TestAGTPHeaderLimitBoundedInJSON(t *testing.T) {
+	for _, tc := range []struct {
+		bytes int64
+		want  string
+	}{{1 << 30, ""}, {1<<30 + 1, "is over 1073741824 (1GiB)"}, {4 << 30, "is over 1073741824 (1GiB)"}} {
+		raw := fmt.Sprintf(`{"apps":{"http":{"servers":{"s":{"listen":[":8080"],"routes":[{"handle":[{"handler":"rcns","records_dir":"off"}]}]}}},`+
+			`"agtp":{"servers":[{"listen":["127.0.0.1:4480"],"max_header_bytes":%d}]}}}`, tc.bytes)
+		err := validateJSON(t, []byte(raw))
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("max_header_bytes %d: %v, want %q", tc.bytes, err, tc.want)
+		}
+	}
 }

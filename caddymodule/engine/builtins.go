@@ -289,6 +289,12 @@ func (h *Engine) revoke(x *exchange, req *request, p map[string]any) {
 	case "idempotency-key":
 		h.settleKey(x, req, p, reason)
 	case "":
+		// A misspelt target ("targt") is named (helper-151).
+		if e := onlyParams(p, x.query, "REVOKE", "target", "synthesis_id", "mode", "agent_id", "key", "action", "status", "result", "reason", "actor"); e != nil {
+			e.Explanation = "REVOKE needs a target (contract, stale-contracts, idempotency-key); " + e.Explanation
+			x.fail(e)
+			return
+		}
 		x.fail(agtp.ParameterRequired.New("REVOKE needs a target"))
 	default:
 		x.fail(agtp.UnknownTarget.New(fmt.Sprintf("REVOKE target %q is not known (contract, stale-contracts, idempotency-key)", textcut.Clip(target))))

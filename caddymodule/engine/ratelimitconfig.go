@@ -32,13 +32,19 @@ type RateLimitConfig struct {
 
 // MaxRatePerMinute bounds a rate limit's tokens per minute (rate_limit
 // and invocation rate_limit): a billion, past which a budget limits
-// nothing a gateway could serve.
-const MaxRatePerMinute = 1e9
+// nothing a gateway could serve. MinRatePerMinute is the least, one
+// token in about two years: below it the budget's window overflows
+// what the RateLimit header can carry (helper-151: 1e-300 passed the
+// parser and failed at provision with a window of 6e+301 s).
+const (
+	MaxRatePerMinute = 1e9
+	MinRatePerMinute = 1e-6
+)
 
 // validate refuses a rate over MaxRatePerMinute, naming its knob: its
 // default burst, the rate rounded up, would not fit an int (helper-150:
-// "burst -9223372036854775808"). Negative values are refused with the
-// other knobs.
+// "burst -9223372036854775808"); and one under MinRatePerMinute.
+// Negative values are refused with the other knobs.
 func (c RateLimitConfig) validate() error {
 	for _, r := range []struct {
 		name string
@@ -46,6 +52,9 @@ func (c RateLimitConfig) validate() error {
 	}{{"rate_limit_per_minute", c.RateLimitPerMinute}, {"invocation_rate_limit_per_minute", c.InvocationRateLimitPerMinute}} {
 		if r.v > MaxRatePerMinute {
 			return fmt.Errorf("rcns: %s %g is over %g tokens a minute", r.name, r.v, float64(MaxRatePerMinute))
+		}
+		if r.v > 0 && r.v < MinRatePerMinute {
+			return fmt.Errorf("rcns: %s %g is under %g tokens a minute", r.name, r.v, float64(MinRatePerMinute))
 		}
 	}
 	return nil

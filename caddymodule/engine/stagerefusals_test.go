@@ -1069,6 +1069,9 @@ func TestEveryStageRefusal(t *testing.T) {
 
 		{stage: "built-in", name: "SUSPEND without parameters", send: srSend("SUSPEND", "/", srMe(), ""),
 			want: agtp.ParameterRequired, expl: "SUSPEND needs synthesis_id or session_id"},
+		// A misspelt target is named (helper-151).
+		{stage: "built-in", name: "REVOKE with a misspelt target", send: srCall("REVOKE", "/", srMe(), `{"parameters":{"targt":"contract"}}`),
+			want: agtp.InvalidParameter, expl: `REVOKE needs a target (contract, stale-contracts, idempotency-key); REVOKE takes no parameter "targt"`},
 		// The request's own session is not the one to end (helper-150).
 		{stage: "built-in", name: "SUSPEND with only an envelope session_id", send: srCall("SUSPEND", "/", srMe(), `{"session_id":"abcdefghijklmnopqrstuvwxyz"}`),
 			want: agtp.ParameterRequired, expl: "name the request's own session, not the one to end"},
